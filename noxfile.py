@@ -1,0 +1,106 @@
+"""nox sessions for the speck monorepo: one test session per package, plus lint, typecheck, bench, demo and
+check_versions. Each session installs only what it needs: the package under test and the packages below it."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import tomllib
+
+import nox
+
+nox.options.default_venv_backend = "uv|venv"
+nox.options.sessions = ["tests", "lint", "typecheck", "check_versions"]
+
+ROOT = pathlib.Path(__file__).parent
+# package folder -> (import name, sibling folders it depends on), bottom of the stack first
+PACKAGES: dict[str, tuple[str, list[str]]] = {
+    "uop": ("uop", []),
+    "codegen": ("codegen", ["uop"]),
+    "runtime-hcq": ("hcq", ["uop", "codegen"]),
+    "usbgpu": ("usbgpu", []),
+    "tensor": ("tensor", ["uop", "codegen", "runtime-hcq"]),
+}
+EXISTING = [p for p in PACKAGES if (ROOT / "packages" / p / "pyproject.toml").exists()]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+
+
+def _editable(folders: list[str]) -> list[str]:
+    args: list[str] = []
+    for f in folders:
+        args += ["-e", f"packages/{f}"]
+    return args
+
+
+@nox.session
+@nox.parametrize("package", EXISTING + ["integration"])
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's tests with only that package and the packages below it installed."""
+    if package == "integration":
+        folders, test_dir = EXISTING, "tests/integration"
+    else:
+        folders, test_dir = PACKAGES[package][1] + [package], f"tests/{PACKAGES[package][0]}"
+    session.install(*_editable(folders), *TEST_TOOLS)
+    args = session.posargs or ["-q", "-p", "no:cacheprovider", test_dir]
+    session.run("python", "-m", "pytest", *args, env={"HYPOTHESIS_PROFILE": "ci", "SPEC": "1"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff lint (with banned imports enforcing the package layering) and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over every package (strict for speck.uop)."""
+    session.install(*_editable(EXISTING), "mypy>=1.10", *TEST_TOOLS)
+    session.run("mypy", *[f"packages/{p}/src" for p in EXISTING])
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run every benchmark in bench/ and print its table."""
+    session.install(*_editable(EXISTING), "numpy")
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: train the small CNN on Fashion-MNIST on the default CPU device."""
+    session.install(*_editable(EXISTING))
+    session.run("python", "-m", "speck.tensor.examples.train", *session.posargs)
+
+
+def _version(folder: str) -> tuple[int, ...]:
+    mod = PACKAGES[folder][0]
+    text = (ROOT / "packages" / folder / "src" / "speck" / mod / "_version.py").read_text()
+    m = re.search(r'__version__\s*=\s*"([^"]+)"', text)
+    assert m is not None, f"no __version__ in {folder}"
+    return tuple(int(x) for x in m.group(1).split(".")[:3])
+
+
+@nox.session(venv_backend="none")
+def check_versions(session: nox.Session) -> None:
+    """Fail when a package's declared floor on a sibling is above that sibling's current version."""
+    dist_to_folder = {f"speck-{f}": f for f in EXISTING}
+    problems = []
+    for folder in EXISTING:
+        meta = tomllib.loads((ROOT / "packages" / folder / "pyproject.toml").read_text())["project"]
+        deps = list(meta.get("dependencies", []))
+        for extra in meta.get("optional-dependencies", {}).values():
+            deps += extra
+        for dep in deps:
+            m = re.match(r"(speck-[a-z-]+)\s*>=\s*([0-9.]+)", dep)
+            if m is None or m.group(1) not in dist_to_folder:
+                continue
+            floor = tuple(int(x) for x in m.group(2).split("."))
+            current = _version(dist_to_folder[m.group(1)])
+            if floor > current:
+                problems.append(f"{folder} requires {m.group(1)}>={m.group(2)} but the sibling is at {current}")
+    if problems:
+        session.error("sibling version floors not satisfied:\n  " + "\n  ".join(problems))
+    session.log(f"version floors ok for {', '.join(EXISTING)}")
