@@ -1,0 +1,589 @@
+"""dtypes: scalar, vector and pointer types of the IR, the weak literal types, exact value truncation, bit casts and
+the promotion lattice that tensor ops use. Standard library only."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import struct
+from typing import Any, Final, Literal, Union
+
+ConstType = Union[float, int, bool]
+
+
+class AddrSpace(enum.Enum):
+    """Where a pointer points: device memory, workgroup-local memory, registers, or a by-value kernel argument."""
+
+    GLOBAL = 1
+    LOCAL = 2
+    REG = 3
+    ALU = 4
+
+    def __repr__(self) -> str:
+        return f"AddrSpace.{self.name}"
+
+
+class DType:
+    """A scalar or vector value type. `count` > 1 is a vector of `scalar()`.
+
+    DTypes are interned (one object per distinct type), so they compare and hash by identity, which keeps the
+    hash-consing of UOps fast. Build them only through `dtypes`, `.vec()` and `.ptr()`."""
+
+    __slots__ = ("priority", "itemsize", "name", "fmt", "count", "_scalar", "__weakref__")
+    priority: int  # order in the promotion lattice tie-break
+    itemsize: int  # bytes of one element (weak types report 8)
+    name: str
+    fmt: str | None  # struct/numpy format character, None where there is none (bfloat16, fp8, weak)
+    count: int
+    _scalar: DType | None
+
+    def __init__(self, priority: int, itemsize: int, name: str, fmt: str | None, count: int = 1,
+                 _scalar: DType | None = None) -> None:  # fmt: skip
+        for k, v in (("priority", priority), ("itemsize", itemsize), ("name", name), ("fmt", fmt), ("count", count),
+                     ("_scalar", _scalar)):  # fmt: skip
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("DType is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._scalar is not None:
+            return (_vec_cache, (self._scalar, self.count))
+        return (to_dtype, (self.name,))
+
+    def __lt__(self, other: DType) -> bool:
+        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name,
+                                                                         other.count)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole (possibly vector) value."""
+        return self.itemsize * self.count
+
+    def vec(self, count: int) -> DType:
+        """The vector type of `count` elements of this scalar type (count 1 is the scalar itself)."""
+        if self.count != 1:
+            raise RuntimeError(f"can't vectorize {self}: it is already a vector")
+        if count == 1:
+            return self
+        if self.name.startswith("weak") or self.name == "void":
+            raise RuntimeError(f"can't vectorize {self}: only concrete scalar dtypes have vector forms")
+        return _vec_cache(self, count)
+
+    def scalar(self) -> DType:
+        return self._scalar if self._scalar is not None else self
+
+    def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        """A pointer to `size` elements of this type (-1: unknown size) in `addrspace`."""
+        return _ptr_cache(self, addrspace, 1, size)
+
+    @property
+    def is_weak(self) -> bool:
+        return self.scalar().name in ("weakint", "weakfloat")
+
+
+@functools.cache
+def _vec_cache(scalar: DType, count: int) -> DType:
+    return DType(scalar.priority, scalar.itemsize, f"{scalar.name}{count}", None, count, scalar)
+
+
+@functools.cache
+def _ptr_cache(base: DType, addrspace: AddrSpace, v: int, size: int) -> PtrDType:
+    return PtrDType(base, addrspace, v, size)
+
+
+class PtrDType(DType):
+    """Pointer to `base` elements; `v` > 1 is a vector of pointers, `size` the element count (-1 unknown)."""
+
+    __slots__ = ("base", "addrspace", "v", "size")
+    base: DType
+    addrspace: AddrSpace
+    v: int
+    size: int
+
+    def __init__(self, base: DType, addrspace: AddrSpace, v: int, size: int) -> None:
+        super().__init__(base.priority, 8, base.name, None, v, None)
+        for k, val in (("base", base), ("addrspace", addrspace), ("v", v), ("size", size)):
+            object.__setattr__(self, k, val)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ptr_cache, (self.base, self.addrspace, self.v, self.size))
+
+    def __repr__(self) -> str:
+        sz = "" if self.size == -1 else f"size={self.size}, "
+        return f"{self.base!r}.ptr({sz}addrspace={self.addrspace!r})" + (f".vec({self.v})" if self.v != 1 else "")
+
+    def vec(self, count: int) -> DType:
+        if self.v != 1:
+            raise RuntimeError(f"can't vectorize {self}: it is already a vector of pointers")
+        return self if count == 1 else _ptr_cache(self.base, self.addrspace, count, self.size)
+
+    def scalar(self) -> PtrDType:
+        return self if self.v == 1 else _ptr_cache(self.base, self.addrspace, 1, self.size)
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self.v
+
+
+class InvalidType:
+    """The poison value of gated indexing. Any ALU op on Invalid is Invalid (Invalid // 0 is Invalid, not an error)."""
+
+    _instance: InvalidType | None = None
+
+    def __new__(cls) -> InvalidType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "Invalid"
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (InvalidType, ())
+
+
+Invalid: Final = InvalidType()
+
+
+def _d(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
+    return DType(priority, itemsize, name, fmt)
+
+
+class dtypes:
+    """Namespace of every dtype plus the helpers that classify and convert between them."""
+
+    void: Final = _d(-1, 0, "void", None)
+    bool: Final = _d(0, 1, "bool", "?")
+    weakint: Final = _d(1, 8, "weakint", None)
+    int8: Final = _d(2, 1, "int8", "b")
+    uint8: Final = _d(3, 1, "uint8", "B")
+    int16: Final = _d(4, 2, "int16", "h")
+    uint16: Final = _d(5, 2, "uint16", "H")
+    int32: Final = _d(6, 4, "int32", "i")
+    uint32: Final = _d(7, 4, "uint32", "I")
+    int64: Final = _d(8, 8, "int64", "q")
+    uint64: Final = _d(9, 8, "uint64", "Q")
+    weakfloat: Final = _d(10, 8, "weakfloat", None)
+    fp8e4m3: Final = _d(11, 1, "fp8e4m3", None)
+    fp8e5m2: Final = _d(12, 1, "fp8e5m2", None)
+    float16: Final = _d(13, 2, "float16", "e")
+    bfloat16: Final = _d(14, 2, "bfloat16", None)
+    float32: Final = _d(15, 4, "float32", "f")
+    float64: Final = _d(16, 8, "float64", "d")
+
+    # aliases users expect
+    half = float16
+    float = float32
+    double = float64
+    uchar = uint8
+    ushort = uint16
+    uint = uint32
+    ulong = uint64
+    char = int8
+    short = int16
+    int = int32
+    long = int64
+
+    default_float: DType = float32
+    default_int: DType = int32
+
+    # ---- classification ----
+    @staticmethod
+    def is_float(x: DType) -> bool:
+        return x.scalar() in _FLOATS
+
+    @staticmethod
+    def is_int(x: DType) -> bool:
+        return x.scalar() in _INTS
+
+    @staticmethod
+    def is_unsigned(x: DType) -> bool:
+        return x.scalar() in _UINTS
+
+    @staticmethod
+    def is_bool(x: DType) -> bool:
+        return x.scalar() == dtypes.bool
+
+    @staticmethod
+    def is_fp8(x: DType) -> bool:
+        return x.scalar() in (dtypes.fp8e4m3, dtypes.fp8e5m2)
+
+    @staticmethod
+    def from_py(x: Any) -> DType:
+        """The dtype of a Python literal: bool for bools, weakint for ints, weakfloat for floats.
+
+        Tuples/lists give the weakest dtype that holds every element."""
+        if isinstance(x, bool):
+            return dtypes.bool
+        if isinstance(x, int):
+            return dtypes.weakint
+        if isinstance(x, float):
+            return dtypes.weakfloat
+        if isinstance(x, InvalidType):
+            return dtypes.weakint
+        if isinstance(x, (list, tuple)):
+            return max((dtypes.from_py(e) for e in x), default=dtypes.weakfloat)
+        raise RuntimeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
+
+    @staticmethod
+    def min(dt: DType) -> ConstType:
+        """Smallest value of dt (-inf for floats; weak types are unbounded and report -inf)."""
+        s = dt.scalar()
+        if s == dtypes.bool:
+            return False
+        if s in _INTS and s != dtypes.weakint:
+            return 0 if s in _UINTS else -(2 ** (8 * s.itemsize - 1))
+        return -math.inf
+
+    @staticmethod
+    def max(dt: DType) -> ConstType:
+        """Largest value of dt (inf for floats; weak types are unbounded and report inf)."""
+        s = dt.scalar()
+        if s == dtypes.bool:
+            return True
+        if s in _INTS and s != dtypes.weakint:
+            return 2 ** (8 * s.itemsize) - 1 if s in _UINTS else 2 ** (8 * s.itemsize - 1) - 1
+        return math.inf
+
+    @staticmethod
+    def finfo(dt: DType) -> tuple[int, int]:
+        """(exponent bits, mantissa bits) of a float dtype."""
+        table = {
+            dtypes.float16: (5, 10),
+            dtypes.bfloat16: (8, 7),
+            dtypes.float32: (8, 23),
+            dtypes.float64: (11, 52),
+            dtypes.fp8e4m3: (4, 3),
+            dtypes.fp8e5m2: (5, 2),
+        }
+        if dt.scalar() not in table:
+            raise RuntimeError(f"finfo needs a concrete float dtype, got {dt}")
+        return table[dt.scalar()]
+
+    @staticmethod
+    def fields() -> dict[str, DType]:
+        """Every named dtype (aliases included), for lookups by name."""
+        return dict(_BY_NAME)
+
+    @staticmethod
+    def as_concrete(dt: DType) -> DType:
+        """Replace a weak dtype by the default concrete one (weakint -> default_int, weakfloat -> default_float)."""
+        s = dt.scalar()
+        c = dtypes.default_int if s == dtypes.weakint else dtypes.default_float if s == dtypes.weakfloat else s
+        return c.vec(dt.count) if not isinstance(dt, PtrDType) else dt
+
+
+_INTS = frozenset(
+    [
+        dtypes.weakint,
+        dtypes.int8,
+        dtypes.uint8,
+        dtypes.int16,
+        dtypes.uint16,
+        dtypes.int32,
+        dtypes.uint32,
+        dtypes.int64,
+        dtypes.uint64,
+    ]
+)
+_UINTS = frozenset([dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64])
+_FLOATS = frozenset(
+    [
+        dtypes.weakfloat,
+        dtypes.fp8e4m3,
+        dtypes.fp8e5m2,
+        dtypes.float16,
+        dtypes.bfloat16,
+        dtypes.float32,
+        dtypes.float64,
+    ]
+)
+_BY_NAME = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+ALL_SCALARS: tuple[DType, ...] = tuple(sorted(set(_BY_NAME.values()) - {dtypes.void}))
+CONCRETE_SCALARS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if not d.is_weak)
+
+
+def to_dtype(x: DType | str) -> DType:
+    """Accept a DType or a name ('float32', 'half', ...)."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in _BY_NAME:
+        return _BY_NAME[x]
+    raise RuntimeError(f"unknown dtype {x!r}; expected one of {', '.join(sorted(_BY_NAME))}")
+
+
+# ---------------- promotion lattice ----------------
+# Each dtype lists the dtypes directly above it. weakint sits just above bool (a Python int adopts the tensor's int
+# type); weakfloat sits above every int and below every float (a Python float adopts the tensor's float type, and
+# turns an int tensor into the default float).
+_PROMO: dict[DType, tuple[DType, ...]] = {
+    dtypes.bool: (dtypes.weakint,),
+    dtypes.weakint: (dtypes.int8, dtypes.uint8),
+    dtypes.int8: (dtypes.int16,),
+    dtypes.int16: (dtypes.int32,),
+    dtypes.int32: (dtypes.int64,),
+    dtypes.int64: (dtypes.weakfloat,),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16),
+    dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64),
+    dtypes.uint64: (dtypes.weakfloat,),
+    dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2),
+    dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16),
+    dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,),
+    dtypes.bfloat16: (dtypes.float32,),
+    dtypes.float32: (dtypes.float64,),
+    dtypes.float64: (),
+}
+
+
+@functools.cache
+def _upper_set(dt: DType) -> frozenset[DType]:
+    out = {dt}
+    for parent in _PROMO[dt]:
+        out |= _upper_set(parent)
+    return frozenset(out)
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The smallest dtype every argument promotes to (the tensor-op promotion rule).
+
+    Weak dtypes lose to concrete ones: least_upper_dtype(int8, weakint) is int8, and (int32, weakfloat) is weakfloat,
+    which `least_upper_float`/`as_concrete` turn into the default float."""
+    if not ds:
+        raise RuntimeError("least_upper_dtype needs at least one dtype")
+    common = set.intersection(*[set(_upper_set(d.scalar())) for d in ds])
+    # the least element of the common set is the one whose own upper set contains all the others
+    for cand in sorted(common, key=lambda d: len(_upper_set(d)), reverse=True):
+        if all(c in _upper_set(cand) for c in common):
+            return cand
+    raise RuntimeError(f"no common dtype for {ds}")  # unreachable: float64 is above everything
+
+
+def least_upper_float(dt: DType) -> DType:
+    """The float dtype an op like sqrt/exp produces from dt (ints and weak floats become the default float)."""
+    return dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.float32)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+    """Accumulator dtype of a sum: small ints widen to int32/uint32, half floats to float32."""
+    if dtypes.is_unsigned(dt):
+        return least_upper_dtype(dt, dtypes.uint32)
+    if dtypes.is_int(dt) or dt == dtypes.bool:
+        return least_upper_dtype(dt, dtypes.int32)
+    return least_upper_dtype(dt, dtypes.float32)
+
+
+# ---------------- exact values ----------------
+def _f16(x: float) -> float:
+    try:
+        return float(struct.unpack("<e", struct.pack("<e", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _f32(x: float) -> float:
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _bf16_bits(x: float) -> int:
+    """float -> bfloat16 bit pattern, round to nearest even (via float32 first, as hardware converts)."""
+    (u,) = struct.unpack("<I", struct.pack("<f", _f32(x)))
+    if math.isnan(x):
+        return 0x7FC0 | ((u >> 16) & 0x8000)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _bf16(x: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<I", _bf16_bits(x) << 16))[0])
+
+
+def _fp8_round(x: float, ebits: int, mbits: int, fn: bool) -> float:
+    """Round to an fp8 format. `fn` (e4m3): no infinities, max 448, NaN only 0x7F; e5m2 is IEEE-like."""
+    if math.isnan(x):
+        return math.nan
+    bias = (1 << (ebits - 1)) - 1
+    max_val = 448.0 if fn else (2 - 2**-mbits) * 2.0 ** ((1 << ebits) - 2 - bias)
+    if math.isinf(x):
+        return x if not fn else math.copysign(max_val, x)
+    ax = abs(x)
+    if ax == 0:
+        return x
+    e = max(math.frexp(ax)[1] - 1, 1 - bias)
+    step = 2.0 ** (e - mbits)
+    q = ax / step
+    r = math.floor(q)
+    if q - r > 0.5 or (q - r == 0.5 and r % 2 == 1):
+        r += 1
+    v = r * step
+    if v > max_val:
+        v = max_val if fn else math.inf  # saturate e4m3 (OCP "fn" satfinite); e5m2 overflows to inf
+    return math.copysign(v, x)
+
+
+def _wrap_int(bits: int, signed: bool) -> Any:
+    mask = (1 << bits) - 1
+
+    def f(x: Any) -> int:
+        v = int(x) & mask
+        return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+    return f
+
+
+def _float_to_int(x: float) -> float | int:
+    if math.isnan(x) or math.isinf(x):
+        return 0  # out-of-range float->int is undefined in C; fold deterministically
+    return math.trunc(x)
+
+
+truncate: dict[DType, Any] = {
+    dtypes.bool: bool,
+    dtypes.weakint: lambda x: x,
+    dtypes.weakfloat: float,
+    dtypes.float16: _f16,
+    dtypes.bfloat16: _bf16,
+    dtypes.float32: _f32,
+    dtypes.float64: float,
+    dtypes.fp8e4m3: lambda x: _fp8_round(float(x), 4, 3, True),
+    dtypes.fp8e5m2: lambda x: _fp8_round(float(x), 5, 2, False),
+    **{d: _wrap_int(8 * d.itemsize, d not in _UINTS) for d in _INTS if d != dtypes.weakint},
+}
+"""`truncate[dt](v)` wraps (two's complement) or rounds (IEEE, round-to-nearest-even) a Python value to dt."""
+
+
+def cast_value(v: ConstType, dt: DType) -> ConstType:
+    """The value of `CAST(dt, v)`: float->int truncates toward zero, int->float rounds, anything->bool is v != 0."""
+    s = dt.scalar()
+    if s == dtypes.bool:
+        return bool(v)
+    if s in _INTS:
+        if isinstance(v, float):
+            v = _float_to_int(v)
+        return truncate[s](int(v))
+    return truncate[s](float(v))
+
+
+def _fp8_bits(x: float, ebits: int, mbits: int, fn: bool) -> int:
+    x = _fp8_round(x, ebits, mbits, fn)
+    sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+    if math.isnan(x):
+        return 0x7F if fn else 0x7E
+    if math.isinf(x):
+        return sign | (((1 << ebits) - 1) << mbits)
+    ax = abs(x)
+    if ax == 0:
+        return sign
+    bias = (1 << (ebits - 1)) - 1
+    e = math.frexp(ax)[1] - 1
+    if e < 1 - bias:  # subnormal
+        return sign | int(round(ax / 2.0 ** (1 - bias - mbits)))
+    m = int(round((ax / 2.0**e - 1) * (1 << mbits)))
+    return sign | ((e + bias) << mbits) | m
+
+
+def _fp8_from_bits(b: int, ebits: int, mbits: int, fn: bool) -> float:
+    sign = -1.0 if b & 0x80 else 1.0
+    e, m = (b >> mbits) & ((1 << ebits) - 1), b & ((1 << mbits) - 1)
+    bias = (1 << (ebits - 1)) - 1
+    if fn and (b & 0x7F) == 0x7F:
+        return math.nan
+    if not fn and e == (1 << ebits) - 1:
+        return sign * math.inf if m == 0 else math.nan
+    if e == 0:
+        return sign * m * 2.0 ** (1 - bias - mbits)
+    return sign * (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+
+
+def to_bits(v: ConstType, dt: DType) -> int:
+    """The unsigned bit pattern of value v stored as dt (v is truncated to dt first)."""
+    s = dt.scalar()
+    v = truncate[s](v) if s not in (dtypes.weakint, dtypes.weakfloat) else v
+    if s == dtypes.bool:
+        return int(bool(v))
+    if s in _INTS:
+        return int(v) & ((1 << (8 * s.itemsize)) - 1)
+    if s == dtypes.bfloat16:
+        return _bf16_bits(float(v))
+    if s == dtypes.fp8e4m3:
+        return _fp8_bits(float(v), 4, 3, True)
+    if s == dtypes.fp8e5m2:
+        return _fp8_bits(float(v), 5, 2, False)
+    assert s.fmt is not None
+    fmt = s.fmt
+    return int.from_bytes(struct.pack("<" + fmt, float(v)), "little")
+
+
+def from_bits(bits: int, dt: DType) -> ConstType:
+    """The value of dt whose bit pattern is `bits`."""
+    s = dt.scalar()
+    if s == dtypes.bool:
+        return bool(bits & 1)
+    if s in _INTS:
+        return truncate[s](bits)
+    if s == dtypes.bfloat16:
+        return float(struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0])
+    if s == dtypes.fp8e4m3:
+        return _fp8_from_bits(bits & 0xFF, 4, 3, True)
+    if s == dtypes.fp8e5m2:
+        return _fp8_from_bits(bits & 0xFF, 5, 2, False)
+    assert s.fmt is not None
+    return float(struct.unpack("<" + s.fmt, (bits & ((1 << (8 * s.itemsize)) - 1)).to_bytes(s.itemsize, "little"))[0])
+
+
+def bitcast(v: ConstType, from_dt: DType, to_dt: DType) -> ConstType:
+    """Reinterpret the bits of v (of from_dt) as to_dt. The source value is truncated to its own dtype first:
+    int32 3000000000 -> uint32 3000000000; int16 70000 -> uint16 4464; uint32 -5 -> int32 -5."""
+    if from_dt.scalar().itemsize != to_dt.scalar().itemsize or from_dt.is_weak or to_dt.is_weak:
+        raise RuntimeError(f"bitcast needs concrete dtypes of equal size, got {from_dt} -> {to_dt}")
+    return from_bits(to_bits(v, from_dt), to_dt)
+
+
+def can_lossless_cast(dt0: DType, dt1: DType) -> bool:
+    """True if every value of dt0 is exactly representable in dt1."""
+    s0, s1 = dt0.scalar(), dt1.scalar()
+    if s0 == s1 or s0 == dtypes.bool:
+        return True
+    if s1 == dtypes.weakint:
+        return s0 in _INTS
+    if s1 == dtypes.weakfloat:
+        return s0 in _INTS or s0 in _FLOATS
+    if s0 in _INTS and s1 in _INTS:
+        if s0 == dtypes.weakint:
+            return False
+        if s0 in _UINTS:
+            return s1.itemsize > s0.itemsize or (s1 in _UINTS and s1.itemsize >= s0.itemsize)
+        return s1 not in _UINTS and s1.itemsize >= s0.itemsize
+    if s0 in _INTS and s1 in _FLOATS:
+        if s0 == dtypes.weakint or s1 == dtypes.weakfloat:
+            return False
+        mant = dtypes.finfo(s1)[1] + 1
+        return 8 * s0.itemsize - (0 if s0 in _UINTS else 1) <= mant
+    if s0 in _FLOATS and s1 in _FLOATS:
+        if s0 == dtypes.weakfloat:
+            return s1 == dtypes.float64
+        e0, m0 = dtypes.finfo(s0)
+        e1, m1 = dtypes.finfo(s1)
+        return e1 >= e0 and m1 >= m0 and not (s0 == dtypes.fp8e4m3 and s1 == dtypes.fp8e5m2)
+    return False
+
+
+SCALAR_KIND = Literal["bool", "int", "uint", "float"]
+
+
+def scalar_kind(dt: DType) -> SCALAR_KIND:
+    if dtypes.is_bool(dt):
+        return "bool"
+    if dtypes.is_unsigned(dt):
+        return "uint"
+    if dtypes.is_int(dt):
+        return "int"
+    return "float"

@@ -1,0 +1,176 @@
+"""Small helpers shared by every speck package: environment-backed settings (`getenv`, `ContextVar`, `Context`)
+and a few sequence utilities. Standard library only."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read an environment variable converted to the type of `default` (cached: settings are read once)."""
+    value = os.environ.get(key)
+    if value is None:
+        return default
+    return type(default)(value)
+
+
+class ContextVar:
+    """A named setting whose value comes from the environment and can be scoped with `Context(NAME=value)`."""
+
+    _registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int) -> None:
+        if key in ContextVar._registry:
+            raise RuntimeError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
+        self.key, self.value = key, int(getenv(key, default))
+        ContextVar._registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __ge__(self, x: int) -> bool:
+        return self.value >= x
+
+    def __gt__(self, x: int) -> bool:
+        return self.value > x
+
+    def __le__(self, x: int) -> bool:
+        return self.value <= x
+
+    def __lt__(self, x: int) -> bool:
+        return self.value < x
+
+    def __eq__(self, x: object) -> bool:
+        return self.value == x
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key}={self.value})"
+
+    @staticmethod
+    def get(key: str) -> ContextVar:
+        """Look up a defined ContextVar by name."""
+        if key not in ContextVar._registry:
+            raise KeyError(f"unknown setting {key!r}; known settings: {', '.join(sorted(ContextVar._registry))}")
+        return ContextVar._registry[key]
+
+
+class Context(contextlib.ContextDecorator):
+    """Scope settings: `with Context(DEBUG=2): ...` restores the previous values on exit.
+
+    Unknown names raise KeyError listing the known settings; a setting defined by a package that is imported later
+    can still be scoped once it exists."""
+
+    def __init__(self, **kwargs: int) -> None:
+        self.kwargs = kwargs
+        self.old: dict[str, int] = {}
+
+    def __enter__(self) -> Context:
+        for k, v in self.kwargs.items():
+            cv = ContextVar.get(k)
+            self.old[k] = cv.value
+            cv.value = int(v)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.old.items():
+            ContextVar._registry[k].value = v
+
+
+DEBUG = ContextVar("DEBUG", 0)
+SPEC = ContextVar("SPEC", 0)
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
+PMCOMPILE = ContextVar("PMCOMPILE", 1)
+
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+    """Product of a sequence (works on ints and UOps)."""
+    out = start
+    for x in xs:
+        out = out * x
+    return out
+
+
+def all_same(items: Sequence[Any]) -> bool:
+    return all(x == items[0] for x in items)
+
+
+def all_int(xs: Iterable[Any]) -> bool:
+    return all(isinstance(x, int) for x in xs)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    return list(dict.fromkeys(xs))
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    return [x for xs in xss for x in xs]
+
+
+def argsort(xs: Sequence[Any]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def cdiv(a: int, b: int) -> int:
+    """Integer division truncating toward zero (C semantics), the meaning of Ops.CDIV."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def cmod(a: int, b: int) -> int:
+    """Remainder with the sign of the dividend (C semantics), the meaning of Ops.CMOD: a == cdiv(a,b)*b + cmod(a,b)."""
+    return a - cdiv(a, b) * b
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def polyN(x: Any, coeffs: Sequence[float]) -> Any:
+    """Horner evaluation of a polynomial with coefficients from the highest degree down."""
+    out: Any = coeffs[0]
+    for c in coeffs[1:]:
+        out = out * x + c
+    return out
+
+
+@contextlib.contextmanager
+def scoped_env(**kwargs: str) -> Iterator[None]:
+    """Temporarily set environment variables (for tests and tools)."""
+    old = {k: os.environ.get(k) for k in kwargs}
+    os.environ.update(kwargs)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def float_eq_bits(a: float, b: float) -> bool:
+    """Equality that treats NaN as equal to NaN and separates 0.0 from -0.0 (bit-level identity of values)."""
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)

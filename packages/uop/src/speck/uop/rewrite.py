@@ -1,0 +1,125 @@
+"""`graph_rewrite`: apply a PatternMatcher to a graph until nothing matches, with an explicit work stack (no Python
+recursion, so 100k-node chains are fine) and a bound on rewrite chains (a rule set that never reaches a fixed point
+raises instead of hanging)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speck.uop.helpers import DEBUG, ContextVar
+from speck.uop.upat import PatternMatcher, _wants_ctx
+from speck.uop.uop import UOp
+
+REWRITE_LIMIT = ContextVar("REWRITE_LIMIT", 1000)  # successive rewrites of one node before we call it a loop
+
+
+def _describe_rule(pm: PatternMatcher, u: UOp, ctx: Any) -> str:
+    """Name the rule that fires on u (re-run interpreted to find it; used only for error messages)."""
+    for pat, fn in pm.rules_for(u.op):
+        for store in pat.match(u, {}):
+            ret = fn(ctx=ctx, **store) if _wants_ctx(fn) else fn(**store)
+            if ret is not None and ret is not u:
+                return f"{getattr(fn, '__qualname__', fn)} for pattern {pat!r}"
+    return "<unknown rule>"
+
+
+def _loop_error(pm: PatternMatcher, u: UOp, ctx: Any, name: str | None) -> RuntimeError:
+    rule = _describe_rule(pm, u, ctx)
+    where = f" in rewrite {name!r}" if name else ""
+    return RuntimeError(
+        f"graph_rewrite{where} did not reach a fixed point: node {u.op} was rewritten more than {REWRITE_LIMIT.value} "
+        f"times in a row; the last rule applied was {rule}. Two rules probably undo each other."
+    )
+
+
+def graph_rewrite(
+    root: UOp,
+    pm: PatternMatcher,
+    ctx: Any = None,
+    bottom_up: bool = False,
+    name: str | None = None,
+    walk: bool = False,
+) -> UOp:
+    """Rewrite `root` with `pm` to a fixed point and return the new root.
+
+    Default order rewrites a node's sources first, then the node (and fully rewrites whatever a rule returns).
+    `bottom_up=True` tries the rules on a node before descending into its sources (rule results are rewritten
+    again). `walk=True` visits every node once: sources first, then at most one rule application per node."""
+    return _rewrite(root, pm, ctx, bottom_up, name, walk)[root]
+
+
+def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, walk: bool) -> dict[UOp, UOp]:
+    limit = REWRITE_LIMIT.value
+    replace: dict[UOp, UOp] = {}
+    depth: dict[UOp, int] = {}
+    # stack entries: (node, stage, pending result of a rewrite)
+    stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+    rewrite = pm.rewrite
+    while stack:
+        n, stage, pend = stack.pop()
+        if stage == 0:
+            if n in replace:
+                continue
+            if bottom_up and not walk:
+                r = rewrite(n, ctx)
+                if r is not None:
+                    d = depth.get(n, 0) + 1
+                    if d > limit:
+                        raise _loop_error(pm, n, ctx, name)
+                    if depth.get(r, 0) < d:
+                        depth[r] = d
+                    stack.append((n, 2, r))
+                    stack.append((r, 0, None))
+                    continue
+            stack.append((n, 1, None))
+            for s in reversed(n.src):
+                if s not in replace:
+                    stack.append((s, 0, None))
+        elif stage == 1:
+            src = n.src
+            new_src = tuple([replace[s] for s in src])
+            changed = any(a is not b for a, b in zip(new_src, src))
+            nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag) if changed else n
+            if walk:
+                r = rewrite(nn, ctx)
+                replace[n] = r if r is not None else nn
+                continue
+            if bottom_up:
+                if changed:
+                    if nn in replace:
+                        replace[n] = replace[nn]
+                        continue
+                    stack.append((n, 2, nn))
+                    stack.append((nn, 0, None))
+                else:
+                    replace[n] = n
+                continue
+            r = rewrite(nn, ctx)
+            if r is None:
+                replace[n] = nn
+                if changed:
+                    replace[nn] = nn
+                continue
+            d = depth.get(n, 0) + 1
+            if d > limit:
+                raise _loop_error(pm, nn, ctx, name)
+            if depth.get(r, 0) < d:
+                depth[r] = d
+            if r in replace:
+                replace[n] = replace[r]
+                continue
+            stack.append((n, 2, r))
+            stack.append((r, 0, None))
+        else:
+            assert pend is not None
+            replace[n] = replace[pend]
+    if DEBUG >= 6 and name is not None:
+        print(f"graph_rewrite {name}: {len(replace)} nodes visited")
+    return replace
+
+
+def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+                      name: str | None = None) -> dict[UOp, UOp]:  # fmt: skip
+    """Rewrite `root` and return what each visited original node became (the root always included)."""
+    replace = _rewrite(root, pm, ctx, bottom_up, name, False)
+    return {u: replace[u] for u in root.toposort() if u in replace}

@@ -1,0 +1,1018 @@
+"""`UOp`: the immutable, hash-consed node of every speck graph (tensor graphs, kernel ASTs, programs).
+
+Building the same (op, dtype, src, arg, tag) twice returns the same object, so graphs share structure and tests
+compare nodes with `is`. Nothing here recurses on the Python stack: traversals use explicit stacks."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import math
+import struct
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+from speck.uop.dtype import (
+    AddrSpace,
+    ConstType,
+    DType,
+    Invalid,
+    InvalidType,
+    PtrDType,
+    bitcast,
+    cast_value,
+    dtypes,
+    truncate,
+)
+from speck.uop.helpers import all_int, cdiv, cmod, prod
+from speck.uop.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from speck.uop.upat import PatternMatcher
+
+sint = Union[int, "UOp"]
+
+
+class AxisType(enum.Enum):
+    """What a RANGE becomes: a parallel global/local/thread index, a loop, a reduction, or lanes of a vector."""
+
+    GLOBAL = 1
+    LOCAL = 2
+    THREAD = 3
+    LOOP = 4
+    GROUP_REDUCE = 5
+    REDUCE = 6
+    UPCAST = 7
+    UNROLL = 8
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.name}"
+
+    def __lt__(self, other: AxisType) -> bool:
+        return self.value < other.value
+
+
+def _argkey(arg: Any) -> Any:
+    """Hash-consing key of an arg: floats by their bits (so 0.0 and -0.0 differ and NaN equals NaN), and values
+    qualified by type (so True, 1 and 1.0 never share a node)."""
+    t = type(arg)
+    if t is float:
+        return (float, struct.pack("<d", arg))
+    if t is tuple:
+        return tuple(_argkey(a) for a in arg)
+    if t is bool or t is int:
+        return (t, arg)
+    return arg
+
+
+def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...]:
+    """Check every dim is an int (not a float, not even 2.0) or an integer UOp; raise RuntimeError otherwise."""
+    out: list[sint] = []
+    for d in shape:
+        if isinstance(d, UOp):
+            if not (dtypes.is_int(d.dtype) and d.dtype.count == 1):
+                raise RuntimeError(f"{what} must be int, got a {d.dtype} UOp in {tuple(shape)}")
+            out.append(d)
+        elif isinstance(d, int) and not isinstance(d, bool):
+            out.append(d)
+        else:
+            raise RuntimeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
+    return tuple(out)
+
+
+def resolve(x: sint | bool, default: bool = True) -> bool:
+    """Decide a symbolic condition from bounds; `default` when the bounds don't decide it."""
+    if isinstance(x, UOp):
+        if x.vmin == x.vmax and not isinstance(x.vmin, InvalidType):
+            return bool(x.vmin)
+        return default
+    return bool(x)
+
+
+def smax(*xs: sint) -> sint:
+    out: sint = xs[0]
+    for x in xs[1:]:
+        out = x if (isinstance(out, int) and isinstance(x, int) and x > out) else out
+        if isinstance(out, UOp) or isinstance(x, UOp):
+            out = UOp.maximum(_as_uop(out), _as_uop(x)).simplify()
+    return out
+
+
+def _as_uop(x: sint) -> UOp:
+    return x if isinstance(x, UOp) else UOp.const(dtypes.weakint, x)
+
+
+def ssimplify(x: sint) -> sint:
+    """Simplify a symbolic int; a UOp that folds to a constant becomes a Python int."""
+    if isinstance(x, UOp):
+        s = x.simplify()
+        return s.arg if s.op is Ops.CONST and type(s.arg) is int else s
+    return x
+
+
+class UOp:
+    """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
+
+    Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_ck", "_bounds", "_shape", "__weakref__")
+    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+        ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
+        ref = UOp._cache.get(ck)
+        if ref is not None and (ret := ref()) is not None:
+            return ret
+        self = object.__new__(cls)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "arg", arg)
+        object.__setattr__(self, "tag", tag)
+        object.__setattr__(self, "_ck", ck)
+        object.__setattr__(self, "_bounds", None)
+        object.__setattr__(self, "_shape", 0)
+        UOp._cache[ck] = weakref.ref(self)
+        return self
+
+    def __del__(self) -> None:
+        # the finalizer runs before the weak reference is cleared; no other node with this key can exist while this
+        # one lived, so the entry is ours to drop
+        try:
+            UOp._cache.pop(self._ck, None)
+        except Exception:  # interpreter shutdown: module globals may already be gone
+            pass
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable: can't set {name!r}; use .replace(...) to build a new node")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """A node like this one with some of op/dtype/src/arg/tag replaced (returns self when nothing changes)."""
+        op = kwargs.get("op", self.op)
+        dtype = kwargs.get("dtype", self.dtype)
+        src = kwargs.get("src", self.src)
+        arg = kwargs.get("arg", self.arg)
+        tag = kwargs.get("tag", self.tag)
+        if op is self.op and dtype is self.dtype and src is self.src and arg is self.arg and tag is self.tag:
+            return self
+        return UOp(op, dtype, tuple(src), arg, tag)
+
+    # ---------------- traversal ----------------
+    def toposort(self, gate: Callable[[UOp], bool] | None = None) -> list[UOp]:
+        """Every node reachable from self, sources before users (deterministic order). `gate(u)` False stops the
+        walk below u (u itself is still included)."""
+        out: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, visited = stack.pop()
+            if u in out:
+                continue
+            if visited:
+                out[u] = None
+                continue
+            stack.append((u, True))
+            if gate is None or gate(u):
+                for s in reversed(u.src):
+                    if s not in out:
+                        stack.append((s, False))
+        return list(out)
+
+    def sparents(self) -> list[UOp]:
+        return self.toposort()
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """Replace nodes by the mapping, rebuilding everything above them (no pattern matching)."""
+        if not mapping:
+            return self
+        new: dict[UOp, UOp] = {}
+        for u in self.toposort():
+            if u in mapping:
+                new[u] = mapping[u]
+                continue
+            nsrc = tuple(new[s] for s in u.src)
+            new[u] = u if all(a is b for a, b in zip(nsrc, u.src)) else u.replace(src=nsrc)
+        return new[self]
+
+    def variables(self) -> list[UOp]:
+        """The DEFINE_VARs this graph uses (bound ones included through BIND), sorted by name."""
+        vs = {u.src[0] if u.op is Ops.BIND else u for u in self.toposort() if u.op in (Ops.DEFINE_VAR, Ops.BIND)}
+        return sorted(vs, key=lambda v: v.arg)
+
+    def ranges(self) -> list[UOp]:
+        return [u for u in self.toposort() if u.op is Ops.RANGE]
+
+    def simplify(self, full: bool = True) -> UOp:
+        """Rewrite with the symbolic rules to a fixed point; equal expressions become the same canonical node."""
+        from speck.uop.rewrite import graph_rewrite
+        from speck.uop.symbolic import symbolic, symbolic_simple
+
+        return graph_rewrite(self, symbolic if full else symbolic_simple, name="simplify")
+
+    def rewrite(self, pm: PatternMatcher, ctx: Any = None) -> UOp:
+        from speck.uop.rewrite import graph_rewrite
+
+        return graph_rewrite(self, pm, ctx)
+
+    # ---------------- constructors ----------------
+    @staticmethod
+    def const(dtype: DType, b: ConstType | InvalidType | tuple[Any, ...], src: tuple[UOp, ...] = ()) -> UOp:
+        """A constant of dtype. A tuple builds a STACK of consts; the value is truncated to dtype exactly."""
+        if isinstance(b, tuple):
+            return UOp.stack(*[UOp.const(dtype.scalar(), x) for x in b])
+        if isinstance(b, UOp):
+            raise RuntimeError(f"UOp.const expects a Python value, got a UOp {b.op}")
+        if dtype.count > 1 and not isinstance(dtype, PtrDType):
+            return UOp.stack(*[UOp.const(dtype.scalar(), b)] * dtype.count)
+        if not isinstance(b, InvalidType):
+            b = cast_value(b, dtype) if not dtype.is_weak else (int(b) if dtype == dtypes.weakint else float(b))
+        return UOp(Ops.CONST, dtype, src, b)
+
+    @staticmethod
+    def cconst(b: ConstType, dtype: DType) -> UOp:
+        """The casted const `CAST(dtype, CONST(b, from_py(b)))`: the width lives on the CAST, the value on a weak
+        CONST. Every literal in a program takes this form."""
+        if isinstance(b, float) and dtypes.is_int(dtype):
+            raise RuntimeError(f"cconst: float literal {b!r} for int dtype {dtype}; convert the value first")
+        if not isinstance(b, bool) and dtype.scalar() == dtypes.bool:
+            b = bool(b)
+        if dtypes.is_float(dtype) and isinstance(b, int) and not isinstance(b, bool):
+            b = float(b)
+        inner = UOp(Ops.CONST, dtypes.from_py(b), (), b)
+        return UOp(Ops.CAST, dtype, (inner,))
+
+    @staticmethod
+    def stack(*srcs: UOp) -> UOp:
+        """A vector of the sources (all of one scalar dtype); one source is itself."""
+        if len(srcs) == 1:
+            return srcs[0]
+        if not srcs:
+            raise RuntimeError("UOp.stack needs at least one source")
+        dt = srcs[0].dtype
+        if any(s.dtype != dt for s in srcs):
+            raise RuntimeError(f"UOp.stack sources must share a dtype, got {[s.dtype for s in srcs]}")
+        return UOp(Ops.STACK, dt.vec(len(srcs)) if not isinstance(dt, PtrDType) else dt.vec(len(srcs)), srcs)
+
+    @staticmethod
+    def range(end: sint, axis_id: int | tuple[int, ...], axis_type: AxisType = AxisType.LOOP,
+              dtype: DType = dtypes.weakint) -> UOp:  # fmt: skip
+        """A loop index over [0, end)."""
+        ids = axis_id if isinstance(axis_id, tuple) else (axis_id,)
+        return UOp(Ops.RANGE, dtype, (_as_uop(end),), (*ids, axis_type))
+
+    @staticmethod
+    def special(end: sint, name: str, dtype: DType = dtypes.weakint) -> UOp:
+        """A hardware index (e.g. 'gidx0', 'core_id') over [0, end)."""
+        return UOp(Ops.SPECIAL, dtype, (_as_uop(end),), name)
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
+        """A symbolic integer variable with inclusive bounds."""
+        if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
+            raise RuntimeError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+    def bind(self, val: int) -> UOp:
+        """Bind a DEFINE_VAR to a value within its bounds."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise RuntimeError(f"only a variable can be bound, not {self.op}")
+        name, lo, hi = self.arg
+        if not isinstance(val, int) or not lo <= val <= hi:
+            raise RuntimeError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        if self.op is not Ops.BIND:
+            raise RuntimeError(f"unbind needs a BIND, got {self.op}")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        if self.op is not Ops.DEFINE_VAR:
+            raise RuntimeError(f"expr is the name of a variable, this is {self.op}")
+        return str(self.arg[0])
+
+    @staticmethod
+    def param(slot: int, dtype: DType, shape: tuple[int, ...] | None = None) -> UOp:
+        """Kernel parameter `slot`: a buffer when dtype is a pointer, else a by-value scalar."""
+        return UOp(Ops.PARAM, dtype, (), slot if shape is None else (slot, shape))
+
+    @staticmethod
+    def sink(*srcs: UOp, arg: Any = None) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, tuple(srcs), arg)
+
+    @staticmethod
+    def group(*srcs: UOp) -> UOp:
+        return srcs[0] if len(srcs) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(srcs))
+
+    def index(self, *idx: UOp | int, gate: UOp | None = None) -> UOp:
+        """On a buffer: INDEX (pointer arithmetic). On a STACK with a constant index: that element, at construction.
+        On a vector value: GEP of the lane."""
+        if self.op is Ops.STACK and len(idx) == 1 and isinstance(idx[0], int):
+            return self.src[idx[0]]
+        if self.op is Ops.STACK and len(idx) == 1 and isinstance(idx[0], UOp) and idx[0].op is Ops.CONST:
+            return self.src[int(idx[0].arg)]
+        if not isinstance(self.dtype, PtrDType) and self.dtype.count > 1:
+            if not all(isinstance(i, int) for i in idx):
+                raise RuntimeError("indexing a vector value needs constant lane numbers")
+            return self.gep(*[int(i) for i in idx])  # type: ignore[arg-type]
+        srcs = [self] + [_as_uop(i) for i in idx] + ([gate] if gate is not None else [])
+        dt = self.dtype
+        return UOp(Ops.INDEX, dt, tuple(srcs))
+
+    def gep(self, *lanes: int) -> UOp:
+        """Lane(s) of a vector value; folds through STACK at construction."""
+        if self.dtype.count == 1 and lanes == (0,):
+            return self
+        if self.op is Ops.STACK:
+            return UOp.stack(*[self.src[i] for i in lanes])
+        dt = self.dtype.scalar()
+        return UOp(Ops.GEP, dt.vec(len(lanes)) if not isinstance(dt, PtrDType) else dt, (self,), tuple(lanes))
+
+    def valid(self, cond: UOp) -> UOp:
+        """A gated index value: self where cond holds, Invalid elsewhere (loads from it read the alternative)."""
+        return cond.where(self, UOp.const(self.dtype, Invalid))
+
+    def load(self, *src: UOp, dtype: DType | None = None) -> UOp:
+        if dtype is None:
+            dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+        return UOp(Ops.LOAD, dtype, (self, *src))
+
+    def store(self, val: UOp | ConstType, *extra: UOp) -> UOp:
+        v = val if isinstance(val, UOp) else UOp.const(self.dtype.base if isinstance(self.dtype, PtrDType) else
+                                                       self.dtype, val)  # fmt: skip
+        return UOp(Ops.STORE, dtypes.void, (self, v, *extra))
+
+    def end(self, *ranges: UOp) -> UOp:
+        """Close `ranges` around the effect self (a STORE or group of them)."""
+        return self if not ranges else UOp(Ops.END, dtypes.void, (self, *ranges))
+
+    def after(self, *deps: UOp) -> UOp:
+        return self if not deps else UOp(Ops.AFTER, self.dtype, (self, *deps))
+
+    def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
+        """Kernel-level reduction of self over `ranges` with op (ADD, MUL or MAX)."""
+        if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
+            raise RuntimeError(f"reduce op must be ADD, MUL or MAX, got {op}")
+        return self if not ranges else UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
+
+    def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        """Tensor-level reduction over axes (keeps reduced dims as 1)."""
+        if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
+            raise RuntimeError(f"reduce op must be ADD, MUL or MAX, got {op}")
+        axes = tuple(sorted(set(a for a in axes if resolve(self.shape[a] != 1 if isinstance(self.shape[a], int)
+                                                            else True))))  # fmt: skip
+        return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+
+    def bufferize(self, *ranges: UOp, arg: Any = None) -> UOp:
+        return UOp(Ops.BUFFERIZE, self.dtype, (self, *ranges), arg)
+
+    def cast(self, dtype: DType) -> UOp:
+        if self.dtype == dtype:
+            return self
+        if self.dtype.count > 1 and dtype.count == 1 and not isinstance(dtype, PtrDType):
+            dtype = dtype.vec(self.dtype.count)
+        return UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        if self.dtype == dtype:
+            return self
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    # ---------------- ALU ----------------
+    def alu(self, op: Ops, *src: UOp | ConstType) -> UOp:
+        """Apply ALU op to self and src (Python scalars become consts of self's dtype)."""
+        srcs = (self,) + tuple(s if isinstance(s, UOp) else self._const_like(s) for s in src)
+        if op is Ops.WHERE:
+            dt = srcs[1].dtype
+        elif op in GroupOp.Comparison:
+            dt = dtypes.bool.vec(self.dtype.count) if self.dtype.count > 1 else dtypes.bool
+        else:
+            dt = srcs[-1].dtype if op is not Ops.THREEFRY else dtypes.uint64
+        return UOp(op, dt, srcs)
+
+    def _const_like(self, b: ConstType) -> UOp:
+        dt = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+        return UOp.const(dt, b)
+
+    def ufix(self, x: UOp | ConstType) -> UOp:
+        return x if isinstance(x, UOp) else self._const_like(x)
+
+    def __add__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.ADD, x)
+
+    def __radd__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.ADD, self)
+
+    def __mul__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.MUL, x)
+
+    def __rmul__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.MUL, self)
+
+    def __neg__(self) -> UOp:
+        return self.logical_not() if self.dtype.scalar() == dtypes.bool else self * -1
+
+    def __sub__(self, x: UOp | ConstType) -> UOp:
+        return self + (-self.ufix(x))
+
+    def __rsub__(self, x: ConstType) -> UOp:
+        return self.ufix(x) + (-self)
+
+    def __truediv__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.FDIV, x)
+
+    def __rtruediv__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.FDIV, self)
+
+    def __floordiv__(self, x: UOp | ConstType) -> UOp:
+        """Integer division truncating toward zero (C semantics: -7 // 2 is -3 here, unlike Python)."""
+        return self.alu(Ops.CDIV, x)
+
+    def __rfloordiv__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.CDIV, self)
+
+    def __mod__(self, x: UOp | ConstType) -> UOp:
+        """Remainder with the dividend's sign (C semantics: -7 % 2 is -1 here, unlike Python)."""
+        return self.alu(Ops.CMOD, x)
+
+    def __rmod__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.CMOD, self)
+
+    def __lt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[has-type]
+        return self.alu(Ops.CMPLT, x)
+
+    def __gt__(self, x: UOp | ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.CMPLT, self)
+
+    def __le__(self, x: UOp | ConstType) -> UOp:
+        return (self > x).logical_not()
+
+    def __ge__(self, x: UOp | ConstType) -> UOp:
+        return (self < x).logical_not()
+
+    def __and__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.AND, x)
+
+    def __rand__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.AND, self)
+
+    def __or__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.OR, x)
+
+    def __ror__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.OR, self)
+
+    def __xor__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.XOR, x)
+
+    def __rxor__(self, x: ConstType) -> UOp:
+        return self.ufix(x).alu(Ops.XOR, self)
+
+    def __lshift__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.SHL, x)
+
+    def __rshift__(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.SHR, x)
+
+    def __invert__(self) -> UOp:
+        return self.logical_not() if self.dtype.scalar() == dtypes.bool else self ^ -1
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            f"a {self.op} UOp has no truth value; use resolve(x) to decide it from bounds, or build a comparison UOp"
+        )
+
+    def eq(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.CMPEQ, x)
+
+    def ne(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.CMPNE, x)
+
+    def logical_not(self) -> UOp:
+        return self.ne(True)
+
+    def where(self, a: UOp | ConstType, b: UOp | ConstType) -> UOp:
+        """Select a where self is true, else b (a Python scalar takes the other branch's dtype)."""
+        if not isinstance(a, UOp) and not isinstance(b, UOp):
+            raise RuntimeError("where needs at least one UOp branch to take a dtype from")
+        ua = a if isinstance(a, UOp) else b.ufix(a)  # type: ignore[union-attr]
+        ub = b if isinstance(b, UOp) else ua.ufix(b)
+        return UOp(Ops.WHERE, ua.dtype, (self, ua, ub))
+
+    def maximum(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.MAX, x)
+
+    def minimum(self, x: UOp | ConstType) -> UOp:
+        return -((-self).maximum(-self.ufix(x)))
+
+    def exp2(self) -> UOp:
+        return self.alu(Ops.EXP2)
+
+    def log2(self) -> UOp:
+        return self.alu(Ops.LOG2)
+
+    def sin(self) -> UOp:
+        return self.alu(Ops.SIN)
+
+    def sqrt(self) -> UOp:
+        return self.alu(Ops.SQRT)
+
+    def reciprocal(self) -> UOp:
+        return self.alu(Ops.RECIPROCAL)
+
+    def trunc(self) -> UOp:
+        return self.alu(Ops.TRUNC)
+
+    def pow(self, x: UOp | ConstType) -> UOp:
+        return self.alu(Ops.POW, x)
+
+    def threefry(self, key: UOp) -> UOp:
+        return UOp(Ops.THREEFRY, dtypes.uint64, (self, key))
+
+    # ---------------- tensor-level movement ----------------
+    def reshape(self, shape: tuple[sint, ...]) -> UOp:
+        return UOp(Ops.RESHAPE, self.dtype, (self,), validate_shape(shape))
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        return UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
+
+    def expand(self, shape: tuple[sint, ...]) -> UOp:
+        return UOp(Ops.EXPAND, self.dtype, (self,), validate_shape(shape))
+
+    def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        return UOp(Ops.PAD, self.dtype, (self,), tuple(tuple(p) for p in arg))
+
+    def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        return UOp(Ops.SHRINK, self.dtype, (self,), tuple(tuple(p) for p in arg))
+
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
+        return UOp(Ops.FLIP, self.dtype, (self,), tuple(axes))
+
+    # ---------------- shapes (tensor graphs) ----------------
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        """The tensor shape of a tensor-level node (RuntimeError for nodes that have none)."""
+        s = self._shape
+        if s == 0:
+            s = _compute_shapes(self)
+        if s is None:
+            raise RuntimeError(f"{self.op} node has no tensor shape")
+        return s  # type: ignore[no-any-return]
+
+    @property
+    def has_shape(self) -> bool:
+        if self._shape == 0:
+            _compute_shapes(self)
+        return self._shape is not None
+
+    @property
+    def size(self) -> sint:
+        return prod(self.shape)
+
+    # ---------------- bounds ----------------
+    @property
+    def vmin(self) -> Any:
+        """Exact lower bound of the value (ints and bools; floats give -inf when unknown)."""
+        b = self._bounds
+        if b is None:
+            b = _compute_bounds(self)
+        return b[0]
+
+    @property
+    def vmax(self) -> Any:
+        """Exact upper bound of the value."""
+        b = self._bounds
+        if b is None:
+            b = _compute_bounds(self)
+        return b[1]
+
+    # ---------------- identity and printing ----------------
+    @property
+    def key(self) -> bytes:
+        """A stable content hash (same across processes) for caches."""
+        memo: dict[UOp, bytes] = {}
+        for u in self.toposort():
+            h = hashlib.sha256(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{u.tag!r}".encode())
+            for s in u.src:
+                h.update(memo[s])
+            memo[u] = h.digest()
+        return memo[self]
+
+    def __repr__(self) -> str:
+        nodes = self.toposort()
+        if len(nodes) == 1:
+            return (
+                f"UOp({self.op!r}, {self.dtype!r}, arg={self.arg!r}{'' if self.tag is None else f', tag={self.tag!r}'})"
+            )
+        ids = {u: i for i, u in enumerate(nodes)}
+        lines = []
+        for u in nodes:
+            srcs = ", ".join(f"%{ids[s]}" for s in u.src)
+            tag = "" if u.tag is None else f" tag={u.tag!r}"
+            arg = "" if u.arg is None else f" {u.arg!r}"
+            lines.append(f"%{ids[u]} = {u.op.name} {u.dtype!r}{arg}{tag}" + (f" ({srcs})" if srcs else ""))
+        return "\n".join(lines)
+
+    def render(self, simplify: bool = True) -> str:
+        """A Python-like string of the expression (used in error messages, names and tests)."""
+        from speck.uop.render import render_uop
+
+        return render_uop(self.simplify() if simplify else self)
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+
+# ---------------- bounds ----------------
+def _dt_bounds(dt: DType) -> tuple[Any, Any]:
+    return dtypes.min(dt), dtypes.max(dt)
+
+
+def _combine(op: Ops, a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[Any, Any] | None:
+    (a0, a1), (b0, b1) = a, b
+    if op is Ops.ADD:
+        return a0 + b0, a1 + b1
+    if op is Ops.MUL:
+        vals = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+        if any(isinstance(v, float) and math.isnan(v) for v in vals):
+            return None
+        return min(vals), max(vals)
+    if op is Ops.MAX:
+        return max(a0, b0), max(a1, b1)
+    return None
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, bool)) or (isinstance(x, float) and math.isfinite(x))
+
+
+def _compute_bounds(u: UOp) -> tuple[Any, Any]:
+    """Bounds of every node below u that lacks them, bottom-up with an explicit stack."""
+    for n in u.toposort(gate=lambda x: x._bounds is None):
+        if n._bounds is None:
+            object.__setattr__(n, "_bounds", _bounds_of(n))
+    return u._bounds  # type: ignore[return-value]
+
+
+def _clamp(dt: DType, lo: Any, hi: Any) -> tuple[Any, Any]:
+    """Bounds that leave the dtype's range mean the value may wrap: fall back to the dtype's full range."""
+    dlo, dhi = _dt_bounds(dt)
+    if dt.is_weak or dtypes.is_float(dt):
+        return lo, hi
+    if lo < dlo or hi > dhi:
+        return dlo, dhi
+    return lo, hi
+
+
+_FAST_INT_DTYPES = frozenset({dtypes.weakint, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
+_INT_FAST = frozenset({Ops.ADD, Ops.MUL})
+
+
+def _bounds_of(u: UOp) -> tuple[Any, Any]:
+    dt, op = u.dtype, u.op
+    if op in _INT_FAST and dt.count == 1 and dt in _FAST_INT_DTYPES:
+        (a0, a1), (b0, b1) = (
+            u.src[0]._bounds or _compute_bounds(u.src[0]),
+            u.src[1]._bounds or _compute_bounds(u.src[1]),
+        )
+        if type(a0) is int and type(a1) is int and type(b0) is int and type(b1) is int:
+            if op is Ops.ADD:
+                lo, hi = a0 + b0, a1 + b1
+            else:
+                vals = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+                lo, hi = min(vals), max(vals)
+            return (lo, hi) if dt is dtypes.weakint else _clamp(dt, lo, hi)
+    if isinstance(dt, PtrDType):
+        return (-math.inf, math.inf)
+    full = _dt_bounds(dt)
+    if op is Ops.CONST:
+        return (u.arg, u.arg) if not isinstance(u.arg, InvalidType) else full
+    if op is Ops.DEFINE_VAR:
+        return u.arg[1], u.arg[2]
+    if op is Ops.BIND:
+        return u.src[1].arg, u.src[1].arg
+    if op in (Ops.RANGE, Ops.SPECIAL):
+        return 0, u.src[0].vmax - 1
+    if op is Ops.STACK:
+        return min(s.vmin for s in u.src), max(s.vmax for s in u.src)
+    if op is Ops.GEP:
+        return u.src[0].vmin, u.src[0].vmax
+    if op is Ops.CAST:
+        s = u.src[0]
+        if dtypes.is_int(dt) or dt.scalar() == dtypes.bool:
+            lo, hi = s.vmin, s.vmax
+            if _finite(lo) and _finite(hi):
+                lo, hi = cast_value(lo, dt), cast_value(hi, dt)
+                if isinstance(lo, (int, bool)) and lo <= hi and _range_fits(s, dt):
+                    return lo, hi
+            return full
+        if dtypes.is_float(dt) and s.dtype.scalar() != dtypes.bool and (dtypes.is_int(s.dtype)):
+            return float(s.vmin), float(s.vmax)
+        return full
+    if len(u.src) >= 1 and any(isinstance(s.dtype, PtrDType) for s in u.src):
+        return full
+    if op in GroupOp.Comparison:
+        (a0, a1), (b0, b1) = (u.src[0].vmin, u.src[0].vmax), (u.src[1].vmin, u.src[1].vmax)
+        if op is Ops.CMPLT:
+            if a1 < b0:
+                return True, True
+            if a0 >= b1:
+                return False, False
+        elif op is Ops.CMPNE:
+            if a1 < b0 or b1 < a0:
+                return True, True
+            if a0 == a1 == b0 == b1:
+                return False, False
+        elif op is Ops.CMPEQ:
+            if a1 < b0 or b1 < a0:
+                return False, False
+            if a0 == a1 == b0 == b1:
+                return True, True
+        return False, True
+    if not (dtypes.is_int(dt) or dt.scalar() == dtypes.bool):
+        if op in (Ops.ADD, Ops.MUL, Ops.MAX) and dtypes.is_float(dt):
+            r = _combine(op, (u.src[0].vmin, u.src[0].vmax), (u.src[1].vmin, u.src[1].vmax))
+            return r if r is not None else full
+        if op is Ops.WHERE:
+            return min(u.src[1].vmin, u.src[2].vmin), max(u.src[1].vmax, u.src[2].vmax)
+        if op is Ops.SQRT and u.src[0].vmin >= 0:
+            return 0.0, math.inf
+        if op is Ops.EXP2:
+            return 0.0, math.inf
+        return full
+    if op is Ops.WHERE:
+        return _clamp(dt, min(u.src[1].vmin, u.src[2].vmin), max(u.src[1].vmax, u.src[2].vmax))
+    srcb = [(s.vmin, s.vmax) for s in u.src]
+    if any(not (_finite(lo) and _finite(hi)) for lo, hi in srcb):
+        return full
+    if op in (Ops.ADD, Ops.MUL, Ops.MAX):
+        r = _combine(op, srcb[0], srcb[1])
+        return _clamp(dt, *r) if r is not None else full
+    if op is Ops.SUB:
+        return _clamp(dt, srcb[0][0] - srcb[1][1], srcb[0][1] - srcb[1][0])
+    if op is Ops.NEG:
+        return _clamp(dt, -srcb[0][1], -srcb[0][0])
+    if op is Ops.CDIV:
+        (a0, a1), (b0, b1) = srcb
+        if b0 > 0 or b1 < 0:
+            vals = [cdiv(a, b) for a in (a0, a1) for b in (b0, b1)]
+            return _clamp(dt, min(vals), max(vals))
+        return full
+    if op is Ops.CMOD:
+        (a0, a1), (b0, b1) = srcb
+        if b0 > 0 or b1 < 0:
+            m = max(abs(b0), abs(b1)) - 1
+            if a0 >= 0:
+                return (a0, a1) if a1 <= m and b0 == b1 and cdiv(a0, b0) == cdiv(a1, b0) else (0, min(m, a1))
+            if a1 <= 0:
+                return max(-m, a0), 0
+            return max(-m, a0), min(m, a1)
+        return full
+    if op is Ops.AND and dt.scalar() == dtypes.bool:
+        return srcb[0][0] and srcb[1][0], srcb[0][1] and srcb[1][1]
+    if op is Ops.OR and dt.scalar() == dtypes.bool:
+        return srcb[0][0] or srcb[1][0], srcb[0][1] or srcb[1][1]
+    if op is Ops.XOR and dt.scalar() == dtypes.bool:
+        return full
+    if op is Ops.AND and srcb[0][0] >= 0 and srcb[1][0] >= 0:
+        return 0, min(srcb[0][1], srcb[1][1])
+    if op is Ops.OR and srcb[0][0] >= 0 and srcb[1][0] >= 0:
+        hi = max(srcb[0][1], srcb[1][1])
+        return max(srcb[0][0], srcb[1][0]), _clamp(dt, 0, (1 << int(hi).bit_length()) - 1)[1]
+    if op is Ops.SHL and srcb[0][0] >= 0 and srcb[1][0] >= 0 and srcb[1][1] < 64:
+        return _clamp(dt, srcb[0][0] << srcb[1][0], srcb[0][1] << srcb[1][1])
+    if op is Ops.SHR and srcb[0][0] >= 0 and srcb[1][0] >= 0:
+        return srcb[0][0] >> srcb[1][1], srcb[0][1] >> srcb[1][0]
+    return full
+
+
+def _range_fits(s: UOp, dt: DType) -> bool:
+    """A cast of s to int dtype dt is monotonic over s's bounds (no wrap inside the range)."""
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    return bool(lo <= s.vmin and s.vmax <= hi)
+
+
+# ---------------- shapes ----------------
+_SHAPE_PASSTHROUGH = frozenset(
+    {Ops.CAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.AFTER, Ops.BITCAST} | GroupOp.ALU
+)
+
+
+def _compute_shapes(u: UOp) -> tuple[sint, ...] | None:
+    for n in u.toposort(gate=lambda x: x._shape == 0):
+        if n._shape == 0:
+            object.__setattr__(n, "_shape", _shape_of(n))
+    return u._shape  # type: ignore[no-any-return]
+
+
+def _shape_of(u: UOp) -> tuple[sint, ...] | None:
+    op, arg = u.op, u.arg
+    if op is Ops.BUFFER:
+        return (arg,)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+        return () if not u.src or u.src[0].op is not Ops.DEVICE else ()
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return tuple(arg)
+    if not u.src or u.src[0]._shape is None:
+        return None
+    ps: tuple[sint, ...] = u.src[0]._shape
+    if op is Ops.PERMUTE:
+        return tuple(ps[i] for i in arg)
+    if op is Ops.PAD:
+        return tuple(_sadd(s, b, a) for s, (b, a) in zip(ps, arg))
+    if op is Ops.SHRINK:
+        return tuple(_ssub(e, b) for b, e in arg)
+    if op is Ops.FLIP:
+        return ps
+    if op is Ops.REDUCE_AXIS:
+        return tuple(1 if i in arg[1] else s for i, s in enumerate(ps))
+    if op in _SHAPE_PASSTHROUGH:
+        if op is Ops.WHERE or op in GroupOp.ALU:
+            shapes = [s._shape for s in u.src if s._shape is not None and s._shape != ()]
+            return shapes[0] if shapes else ps
+        if op is Ops.BITCAST and ps and u.dtype.itemsize != u.src[0].dtype.itemsize:
+            last = ps[-1]
+            if isinstance(last, int):
+                return (*ps[:-1], last * u.src[0].dtype.itemsize // u.dtype.itemsize)
+        return ps
+    return None
+
+
+def _sadd(*xs: sint) -> sint:
+    if all_int(xs):
+        return sum(xs)  # type: ignore[arg-type]
+    return ssimplify(sum((_as_uop(x) for x in xs[1:]), _as_uop(xs[0])))
+
+
+def _ssub(a: sint, b: sint) -> sint:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    return ssimplify(_as_uop(a) - _as_uop(b))
+
+
+# ---------------- exact evaluation of ALU ops on Python values ----------------
+def _safe_shift(a: int, b: int, left: bool, dt: DType) -> Any:
+    bits = 8 * dt.itemsize if not dt.is_weak else 64
+    if b < 0 or b >= bits:
+        return 0 if left or a >= 0 else -1
+    return a << b if left else a >> b
+
+
+def _fdiv(a: float, b: float) -> float:
+    if b == 0:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _log2(a: float) -> float:
+    if math.isnan(a) or a < 0:
+        return math.nan
+    if a == 0:
+        return -math.inf
+    if math.isinf(a):
+        return math.inf
+    return math.log2(a)
+
+
+def _exp2(a: float) -> float:
+    try:
+        return 2.0**a
+    except OverflowError:
+        return math.inf
+
+
+def _sin(a: float) -> float:
+    return math.nan if math.isinf(a) or math.isnan(a) else math.sin(a)
+
+
+def _sqrt(a: float) -> float:
+    return math.nan if math.isnan(a) or a < 0 else math.sqrt(a)
+
+
+def _recip(a: float) -> float:
+    return _fdiv(1.0, a)
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
+        return a**b if b >= 0 else (0 if abs(a) != 1 else a**b)
+    try:
+        r = float(a) ** float(b)
+        return r if not isinstance(r, complex) else math.nan
+    except OverflowError:
+        return math.inf
+    except ZeroDivisionError:
+        return math.inf
+
+
+def _trunc(a: Any) -> Any:
+    return a if isinstance(a, int) or math.isinf(a) or math.isnan(a) else float(math.trunc(a))
+
+
+def _max(a: Any, b: Any) -> Any:
+    if isinstance(a, float) and math.isnan(a):
+        return a
+    if isinstance(b, float) and math.isnan(b):
+        return b
+    return max(a, b)
+
+
+python_alu: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: _exp2,
+    Ops.LOG2: _log2,
+    Ops.SIN: _sin,
+    Ops.SQRT: _sqrt,
+    Ops.RECIPROCAL: _recip,
+    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
+    Ops.TRUNC: _trunc,
+    Ops.ADD: lambda a, b: a + b,
+    Ops.SUB: lambda a, b: a - b,
+    Ops.MUL: lambda a, b: a * b,
+    Ops.FDIV: _fdiv,
+    Ops.CDIV: lambda a, b: cdiv(int(a), int(b)) if b != 0 else 0,
+    Ops.CMOD: lambda a, b: cmod(int(a), int(b)) if b != 0 else 0,
+    Ops.MAX: _max,
+    Ops.POW: _pow,
+    Ops.CMPLT: lambda a, b: a < b,
+    Ops.CMPNE: lambda a, b: a != b,
+    Ops.CMPEQ: lambda a, b: a == b,
+    Ops.XOR: lambda a, b: a ^ b,
+    Ops.OR: lambda a, b: a | b,
+    Ops.AND: lambda a, b: a & b,
+    Ops.WHERE: lambda c, a, b: a if c else b,
+    Ops.MULACC: lambda a, b, c: a * b + c,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
+    """Evaluate ALU op on Python values with dtype's exact semantics: fixed-width ints wrap, floats round once at
+    their own width, Invalid poisons. Integer division/modulo by zero fold to 0 (undefined behaviour in C).
+
+    `dtype` is the result dtype; operands are already values of the source dtype."""
+    if any(isinstance(x, InvalidType) for x in operands):
+        if op is Ops.WHERE and not isinstance(operands[0], InvalidType):
+            return operands[1] if operands[0] else operands[2]
+        return Invalid
+    if dtype.count > 1:
+        return tuple(exec_alu(op, dtype.scalar(), [x[i] if isinstance(x, tuple) else x for x in operands])
+                     for i in range(dtype.count))  # fmt: skip
+    src_dt = dtype
+    if op in (Ops.SHL, Ops.SHR):
+        return truncate[dtype.scalar()](_safe_shift(int(operands[0]), int(operands[1]), op is Ops.SHL, dtype))
+    if op is Ops.THREEFRY:
+        return threefry2x32(int(operands[0]), int(operands[1]))
+    if dtypes.is_float(src_dt) and op not in GroupOp.Comparison:
+        operands = [float(x) if not isinstance(x, bool) or op is not Ops.WHERE else x for x in operands]
+        if op is Ops.WHERE:
+            operands = [operands[0], float(operands[1]), float(operands[2])]
+    ret = python_alu[op](*operands)
+    if op in GroupOp.Comparison:
+        return bool(ret)
+    return truncate[dtype.scalar()](ret)
+
+
+def threefry2x32(x: int, key: int) -> int:
+    """Threefry-2x32 with 20 rounds: counter x (64 bits) and key (64 bits) -> 64 random bits."""
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    m = 0xFFFFFFFF
+    k0, k1 = key & m, (key >> 32) & m
+    ks = (k0, k1, 0x1BD11BDA ^ k0 ^ k1)
+    x0, x1 = (x & m) + ks[0], ((x >> 32) & m) + ks[1]
+    x0, x1 = x0 & m, x1 & m
+    for i in range(5):
+        for r in rot[i % 2]:
+            x0 = (x0 + x1) & m
+            x1 = ((x1 << r) | (x1 >> (32 - r))) & m
+            x1 ^= x0
+        x0 = (x0 + ks[(i + 1) % 3]) & m
+        x1 = (x1 + ks[(i + 2) % 3] + i + 1) & m
+    return (x1 << 32) | x0
+
+
+def fold_bitcast(v: Any, from_dt: DType, to_dt: DType) -> Any:
+    """Value of BITCAST(to_dt, CONST(v, from_dt))."""
+    return bitcast(v, from_dt, to_dt)
+
+
+def pretty_ops(uops: Iterable[UOp]) -> Iterator[str]:
+    for u in uops:
+        yield f"{u.op.name:12s} {u.dtype!r:24s} {u.arg!r}"
+
+
+def _as_const_value(x: Any) -> Any:
+    return x
+
+
+AddrSpace_ = AddrSpace  # re-export for `from speck.uop.uop import *` users

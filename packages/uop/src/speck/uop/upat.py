@@ -1,0 +1,419 @@
+"""`UPat` patterns over UOps and the `PatternMatcher` that applies rule tables, in two agreeing modes.
+
+The interpreted matcher walks a pattern against a node and returns every binding (in a fixed order). The compiled
+matcher generates one specialised Python function per rule that performs the same checks inline and tries the
+bindings in the same order, so both modes return the same rewrite on every input."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from speck.uop.dtype import ConstType, DType
+from speck.uop.helpers import PMCOMPILE
+from speck.uop.ops import GroupOp, Ops
+from speck.uop.uop import UOp
+
+Store = dict[str, UOp]
+RuleFn = Callable[..., "UOp | None"]
+
+
+class UPat:
+    """A pattern: optional op set, dtype set, sources, arg and a capture name.
+
+    `src` as a tuple matches sources in order (and in swapped order for commutative ops); as a list it matches any
+    permutation; as a single UPat it must match every source. `allow_any_len` lets a tuple match a prefix."""
+
+    __slots__ = ("op", "dtype", "src", "src_orders", "src_repeat", "arg", "name", "allow_any_len")
+
+    def __init__(
+        self,
+        op: Ops | tuple[Ops, ...] | frozenset[Ops] | set[Ops] | None = None,
+        dtype: DType | tuple[DType, ...] | None = None,
+        src: UPat | tuple[UPat, ...] | list[UPat] | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        allow_any_len: bool = False,
+    ) -> None:
+        self.op: tuple[Ops, ...] | None = (op,) if isinstance(op, Ops) else (tuple(sorted(op)) if op else None)
+        self.dtype: tuple[DType, ...] | None = (dtype,) if isinstance(dtype, DType) else dtype
+        self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+        if name == "ctx":
+            raise RuntimeError("a UPat can't be named 'ctx': that name is reserved for the rewrite context")
+        self.src = src
+        self.src_repeat: UPat | None = src if isinstance(src, UPat) else None
+        self.src_orders: list[tuple[UPat, ...]] | None = None
+        if isinstance(src, list):
+            self.src_orders = [tuple(p) for p in itertools.permutations(src)]
+        elif isinstance(src, tuple):
+            self.src_orders = [src]
+            if len(src) == 2 and self.op is not None and all(o in GroupOp.Commutative for o in self.op):
+                if src[0] is not src[1]:
+                    self.src_orders.append((src[1], src[0]))
+
+    # ---------------- construction helpers ----------------
+    @staticmethod
+    def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+        """Any node, captured as `name`."""
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+        """A CONST, captured as `name`."""
+        return UPat(Ops.CONST, dtype, name=name)
+
+    @staticmethod
+    def const(dtype: DType | tuple[DType, ...] | None, b: ConstType) -> UPat:
+        """A CONST with value b."""
+        return UPat(Ops.CONST, dtype, arg=b)
+
+    @staticmethod
+    def any(*pats: UPat) -> UPat:
+        """Matches if any of pats matches (bindings tried in argument order)."""
+        return UPatAny(pats)
+
+    def named(self, name: str) -> UPat:
+        return UPat(self.op, self.dtype, self.src, self.arg, name, self.allow_any_len)
+
+    def cast(self, dtype: DType | tuple[DType, ...] | None = None, name: str | None = None) -> UPat:
+        return UPat(Ops.CAST, dtype, (self,), name=name)
+
+    def bitcast(self, dtype: DType | None = None, name: str | None = None) -> UPat:
+        return UPat(Ops.BITCAST, dtype, (self,), name=name)
+
+    def or_casted(self, name: str | None = None) -> UPat:
+        """This pattern, or a CAST of it (the cast captured as `name` when given)."""
+        return UPat.any(self if name is None else self.named(name), UPat(Ops.CAST, name=name, src=(self,)))
+
+    def alu(self, op: Ops, *src: UPat | ConstType) -> UPat:
+        srcs = (self,) + tuple(s if isinstance(s, UPat) else UPat.const(None, s) for s in src)
+        return UPat(op, None, srcs)
+
+    def __add__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.ADD, x)
+
+    def __radd__(self, x: ConstType) -> UPat:
+        return self.alu(Ops.ADD, x)
+
+    def __mul__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.MUL, x)
+
+    def __rmul__(self, x: ConstType) -> UPat:
+        return self.alu(Ops.MUL, x)
+
+    def __floordiv__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.CDIV, x)
+
+    def __mod__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.CMOD, x)
+
+    def __truediv__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.FDIV, x)
+
+    def __lt__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.CMPLT, x)
+
+    def __and__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.AND, x)
+
+    def __or__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.OR, x)
+
+    def __xor__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.XOR, x)
+
+    def __lshift__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.SHL, x)
+
+    def __rshift__(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.SHR, x)
+
+    def eq(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.CMPEQ, x)
+
+    def ne(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.CMPNE, x)
+
+    def maximum(self, x: UPat | ConstType) -> UPat:
+        return self.alu(Ops.MAX, x)
+
+    def where(self, a: UPat | ConstType, b: UPat | ConstType) -> UPat:
+        return self.alu(Ops.WHERE, a, b)
+
+    def reciprocal(self) -> UPat:
+        return self.alu(Ops.RECIPROCAL)
+
+    def index(self, idx: UPat, gate: UPat | None = None, name: str | None = None) -> UPat:
+        return UPat(Ops.INDEX, None, (self, idx) if gate is None else (self, idx, gate), name=name)
+
+    def load(self, *src: UPat, name: str | None = None, dtype: DType | None = None) -> UPat:
+        return UPat(Ops.LOAD, dtype, (self, *src), name=name)
+
+    def store(self, val: UPat, name: str | None = None) -> UPat:
+        return UPat(Ops.STORE, None, (self, val), name=name, allow_any_len=True)
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.op is not None:
+            parts.append("|".join(o.name for o in self.op))
+        if self.dtype is not None:
+            parts.append(str(self.dtype))
+        if self.arg is not None:
+            parts.append(f"arg={self.arg!r}")
+        if self.name is not None:
+            parts.append(f"name={self.name!r}")
+        if self.src is not None:
+            parts.append(f"src={self.src!r}")
+        return f"UPat({', '.join(parts)})"
+
+    # ---------------- interpreted matching ----------------
+    def match(self, u: UOp, store: Store) -> list[Store]:
+        """Every binding of this pattern against u extending `store`, in the matcher's fixed order."""
+        if self.op is not None and u.op not in self.op:
+            return []
+        if self.name is not None:
+            prev = store.get(self.name)
+            if prev is not None and prev is not u:
+                return []
+        if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype:
+            return []
+        if self.arg is not None and self.arg != u.arg:
+            return []
+        if self.name is not None and self.name not in store:
+            store = {**store, self.name: u}
+        if self.src is None:
+            return [store]
+        return self._match_src(u, store)
+
+    def _match_src(self, u: UOp, store: Store) -> list[Store]:
+        if self.src_repeat is not None:
+            stores = [store]
+            for s in u.src:
+                stores = [r for st in stores for r in self.src_repeat.match(s, st)]
+                if not stores:
+                    return []
+            return stores
+        out: list[Store] = []
+        assert self.src_orders is not None
+        for order in self.src_orders:
+            if len(u.src) != len(order) and not (self.allow_any_len and len(u.src) >= len(order)):
+                continue
+            stores = [store]
+            for p, s in zip(order, u.src):
+                stores = [r for st in stores for r in p.match(s, st)]
+                if not stores:
+                    break
+            out.extend(stores)
+        return out
+
+    def names(self) -> list[str]:
+        """Capture names in this pattern, in first-binding order."""
+        out: dict[str, None] = {}
+        stack: list[UPat] = [self]
+        while stack:
+            p = stack.pop()
+            if isinstance(p, UPatAny):
+                stack.extend(reversed(p.alternatives))
+                continue
+            if p.name is not None:
+                out[p.name] = None
+            if p.src_repeat is not None:
+                stack.append(p.src_repeat)
+            elif p.src_orders:
+                stack.extend(reversed(p.src_orders[0]))
+        return list(out)
+
+
+class UPatAny(UPat):
+    """Alternatives: bindings of the first alternative come first."""
+
+    __slots__ = ("alternatives",)
+
+    def __init__(self, pats: Sequence[UPat]) -> None:
+        super().__init__()
+        self.alternatives = tuple(pats)
+
+    def match(self, u: UOp, store: Store) -> list[Store]:
+        return [r for p in self.alternatives for r in p.match(u, store)]
+
+    def __repr__(self) -> str:
+        return f"UPat.any({', '.join(map(repr, self.alternatives))})"
+
+
+# ---------------- compiled matching ----------------
+class _Codegen:
+    """Generates `def rule(u, ctx)` for one (pattern, fn): nested ifs in continuation-passing style, one block per
+    source ordering or alternative, calling fn at the innermost level in the same order the interpreter would."""
+
+    def __init__(self, fn: RuleFn, wants_ctx: bool) -> None:
+        self.env: dict[str, Any] = {"_fn": fn}
+        self.n = 0
+        self.wants_ctx = wants_ctx
+
+    def const(self, v: Any) -> str:
+        name = f"_k{len(self.env)}"
+        self.env[name] = v
+        return name
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"v{self.n}"
+
+    def finish(self, bound: dict[str, str]) -> list[str]:
+        args = [f"{k}={v}" for k, v in bound.items()] + (["ctx=ctx"] if self.wants_ctx else [])
+        return [f"_r = _fn({', '.join(args)})", "if _r is not None and _r is not u: return _r"]
+
+    def gen(self, pat: UPat, var: str, bound: dict[str, str], cont: Callable[[dict[str, str]], list[str]]) -> list[str]:
+        if isinstance(pat, UPatAny):
+            out: list[str] = []
+            for alt in pat.alternatives:
+                out += self.gen(alt, var, bound, cont)
+            return out
+        conds: list[str] = []
+        if pat.op is not None:
+            conds.append(f"{var}.op is {self.const(pat.op[0])}" if len(pat.op) == 1 else
+                         f"{var}.op in {self.const(frozenset(pat.op))}")  # fmt: skip
+        nb = bound
+        if pat.name is not None and pat.name in bound:
+            conds.append(f"{var} is {bound[pat.name]}")
+        if pat.dtype is not None:
+            d = self.const(frozenset(pat.dtype))
+            conds.append(f"({var}.dtype in {d} or {var}.dtype.scalar() in {d})")
+        if pat.arg is not None:
+            conds.append(f"not ({self.const(pat.arg)} != {var}.arg)")
+        if pat.name is not None and pat.name not in bound:
+            nb = {**bound, pat.name: var}
+        if pat.src is None:
+            inner = cont(nb)
+        elif pat.src_repeat is not None and _simple(pat.src_repeat):
+            # a name-free, source-free repeated pattern is a plain predicate on every source
+            sv = self.fresh()
+            inner = [f"if all({' and '.join(self.conds(pat.src_repeat, sv)) or 'True'} for {sv} in {var}.src):"]
+            inner += _indent(cont(nb))
+        elif pat.src_repeat is not None:
+            # a repeated source pattern: defer to the interpreter for this subtree (same order of bindings)
+            st = self.fresh()
+            names = [n for n in pat.src_repeat.names() if n not in nb]
+            dict_expr = "{" + ", ".join(f"{k!r}: {v}" for k, v in nb.items()) + "}"
+            after = {**nb, **{n: f"{st}[{n!r}]" for n in names}}
+            inner = [f"for {st} in {self.const(pat)}._match_src({var}, {dict_expr}):"] + _indent(cont(after))
+        else:
+            inner = []
+            assert pat.src_orders is not None
+            for order in pat.src_orders:
+                op = ">=" if pat.allow_any_len else "=="
+                vs = [self.fresh() for _ in order]
+                body = [f"{v} = {var}.src[{i}]" for i, v in enumerate(vs)]
+                body += self.chain(list(zip(order, vs)), nb, cont)
+                inner += [f"if len({var}.src) {op} {len(order)}:"] + _indent(body)
+        if not conds:
+            return inner
+        return [f"if {' and '.join(conds)}:"] + _indent(inner or ["pass"])
+
+    def conds(self, pat: UPat, var: str) -> list[str]:
+        conds: list[str] = []
+        if pat.op is not None:
+            conds.append(f"{var}.op is {self.const(pat.op[0])}" if len(pat.op) == 1 else
+                         f"{var}.op in {self.const(frozenset(pat.op))}")  # fmt: skip
+        if pat.dtype is not None:
+            d = self.const(frozenset(pat.dtype))
+            conds.append(f"({var}.dtype in {d} or {var}.dtype.scalar() in {d})")
+        if pat.arg is not None:
+            conds.append(f"not ({self.const(pat.arg)} != {var}.arg)")
+        return conds
+
+    def chain(self, items: list[tuple[UPat, str]], bound: dict[str, str],
+              cont: Callable[[dict[str, str]], list[str]]) -> list[str]:  # fmt: skip
+        if not items:
+            return cont(bound)
+        (p, v), rest = items[0], items[1:]
+        return self.gen(p, v, bound, lambda b: self.chain(rest, b, cont))
+
+
+def _simple(p: UPat) -> bool:
+    return not isinstance(p, UPatAny) and p.name is None and p.src is None
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["  " + ln for ln in lines]
+
+
+def compile_rule(pat: UPat, fn: RuleFn, wants_ctx: bool) -> Callable[[UOp, Any], UOp | None]:
+    """The compiled form of one rule: a function (u, ctx) -> rewritten node or None."""
+    cg = _Codegen(fn, wants_ctx)
+    body = cg.gen(pat, "u", {}, cg.finish)
+    src = "\n".join(["def _rule(u, ctx):"] + _indent(body + ["return None"]))
+    exec(compile(src, f"<upat {pat!r:.60}>", "exec"), cg.env)
+    rule: Callable[[UOp, Any], UOp | None] = cg.env["_rule"]
+    rule.__doc__ = src  # the generated source, for debugging
+    return rule
+
+
+def _wants_ctx(fn: RuleFn) -> bool:
+    try:
+        return "ctx" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class PatternMatcher:
+    """An ordered table of (UPat, fn) rules. `rewrite(u, ctx)` returns the first non-None fn result whose pattern
+    matches u (fn gets the captures as keyword arguments, plus ctx if it asks for it). `pm1 + pm2` concatenates."""
+
+    def __init__(self, patterns: Sequence[tuple[UPat, RuleFn]], compiled: bool | None = None) -> None:
+        self.patterns = list(patterns)
+        self.compiled = bool(PMCOMPILE) if compiled is None else compiled
+        self.pdict: dict[Ops, list[tuple[UPat, RuleFn, bool]]] = {}
+        for pat, fn in self.patterns:
+            wants = _wants_ctx(fn)
+            ops = _root_ops(pat)
+            for op in ops:
+                self.pdict.setdefault(op, []).append((pat, fn, wants))
+        self._compiled: dict[Ops, tuple[Callable[[UOp, Any], UOp | None], ...]] | None = None
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.patterns + other.patterns, self.compiled and other.compiled)
+
+    def with_mode(self, compiled: bool) -> PatternMatcher:
+        """The same rules in the other matching mode."""
+        return PatternMatcher(self.patterns, compiled)
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        if self.compiled:
+            return self.rewrite_compiled(u, ctx)
+        return self.rewrite_interpreted(u, ctx)
+
+    def rewrite_interpreted(self, u: UOp, ctx: Any = None) -> UOp | None:
+        for pat, fn, wants in self.pdict.get(u.op, ()):
+            for store in pat.match(u, {}):
+                ret = fn(ctx=ctx, **store) if wants else fn(**store)
+                if ret is not None and ret is not u:
+                    return ret  # type: ignore[no-any-return]
+        return None
+
+    def rewrite_compiled(self, u: UOp, ctx: Any = None) -> UOp | None:
+        table = self._compiled
+        if table is None:
+            table = self._compiled = {
+                op: tuple(compile_rule(p, f, w) for p, f, w in rules) for op, rules in self.pdict.items()
+            }
+        for rule in table.get(u.op, ()):
+            ret = rule(u, ctx)
+            if ret is not None:
+                return ret
+        return None
+
+    def rules_for(self, op: Ops) -> Iterator[tuple[UPat, RuleFn]]:
+        for p, f, _ in self.pdict.get(op, ()):
+            yield p, f
+
+
+def _root_ops(pat: UPat) -> tuple[Ops, ...]:
+    if isinstance(pat, UPatAny):
+        out: dict[Ops, None] = {}
+        for a in pat.alternatives:
+            out.update(dict.fromkeys(_root_ops(a)))
+        return tuple(out)
+    return pat.op if pat.op is not None else tuple(Ops)
