@@ -22,7 +22,7 @@ PACKAGES: dict[str, tuple[str, list[str]]] = {
     "tensor": ("tensor", ["uop", "codegen", "runtime-hcq"]),
 }
 EXISTING = [p for p in PACKAGES if (ROOT / "packages" / p / "pyproject.toml").exists()]
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.24"]  # numpy is the numeric reference in tests
 
 
 def _editable(folders: list[str]) -> list[str]:
