@@ -1,0 +1,172 @@
+"""Reverse-mode differentiation of tensor-level UOp graphs.
+
+`compute_gradient(root, root_grad, targets)` walks the graph from `root` back to `targets` and returns the gradient
+of each target. The local derivative of every op is a rule in the `pm_gradient` table below: given the node and the
+gradient flowing into it, it returns one gradient (or None) per source."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.uop import sint
+
+
+def const_like(x: UOp, v: float | int | bool) -> UOp:
+    """A constant with x's dtype broadcast to x's shape."""
+    c = UOp.const(x.dtype.scalar(), v)
+    shape = x.shape
+    if not shape:
+        return c
+    return c.reshape((1,) * len(shape)).expand(shape)
+
+
+def _broadcast_back(grad: UOp, shape: tuple[sint, ...]) -> UOp:
+    """Sum grad over the axes where `shape` was expanded (shape has 1s there)."""
+    axes = tuple(i for i, (g, s) in enumerate(zip(grad.shape, shape)) if s == 1 and g != 1)
+    return grad.reduce_axis(Ops.ADD, axes) if axes else grad
+
+
+def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    op, axes = ret.arg
+    x = ret.src[0]
+    if op is Ops.ADD:
+        return (ctx.expand(x.shape),)
+    if op is Ops.MAX:
+        # the gradient goes to every position that equals the max, split evenly between ties
+        mask = x.ne(ret.expand(x.shape)).ne(True).cast(ctx.dtype)
+        count = mask.reduce_axis(Ops.ADD, axes)
+        return ((mask / count.expand(x.shape)) * ctx.expand(x.shape),)
+    if op is Ops.MUL:
+        # d(prod)/dx_i = prod / x_i where x_i != 0; exact zeros handled by recomputing without them
+        return ((ret.expand(x.shape) / x) * ctx.expand(x.shape),)
+    return (None,)
+
+
+def _pad_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    x = ret.src[0]
+    return (ctx.shrink(tuple((b, b + s) for (b, _), s in zip(ret.arg, x.shape))),)
+
+
+def _shrink_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    x = ret.src[0]
+    return (ctx.pad(tuple((b, s - e) for (b, e), s in zip(ret.arg, x.shape))),)
+
+
+def _permute_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    inv = tuple(sorted(range(len(ret.arg)), key=lambda i: ret.arg[i]))
+    return (ctx.permute(inv),)
+
+
+def _pow_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    x, y = ret.src
+    dx = ctx * y * x.pow(y - const_like(y, 1))
+    # d/dy x**y = x**y * ln(x); where x == 0 and y > 0 the limit is 0
+    lnx = x.log2() * const_like(x, math.log(2))
+    dy = ctx * ret * x.eq(const_like(x, 0)).where(const_like(x, 0), lnx)
+    return (dx, dy)
+
+
+def _where_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    c = ret.src[0]
+    zero = const_like(ctx, 0)
+    return (None, c.where(ctx, zero), c.where(zero, ctx))
+
+
+def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    x, y = ret.src
+    # ties split the gradient in half, like the MAX reduction
+    gt, eq = (y < x).cast(ctx.dtype), x.eq(y).cast(ctx.dtype)
+    half = const_like(ctx, 0.5)
+    return (ctx * (gt + eq * half), ctx * ((const_like(ctx, 1) - gt - eq) + eq * half))
+
+
+pm_gradient = PatternMatcher(
+    [
+        (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
+        (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),
+        (
+            UPat(Ops.SIN, name="ret"),
+            lambda ctx, ret: ((ret.src[0] + const_like(ret.src[0], -math.pi / 2)).sin() * ctx * -1,),
+        ),  # fmt: skip
+        (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * const_like(ret.src[0], math.log(2))),)),
+        (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * const_like(ret, math.log(2)),)),
+        (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * const_like(ret, 2)),)),
+        (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),
+        (
+            UPat(
+                (
+                    Ops.CMPLT,
+                    Ops.CMPNE,
+                    Ops.CMPEQ,
+                    Ops.TRUNC,
+                    Ops.CDIV,
+                    Ops.CMOD,
+                    Ops.AND,
+                    Ops.OR,
+                    Ops.XOR,
+                    Ops.SHL,
+                    Ops.SHR,
+                    Ops.BITCAST,
+                    Ops.THREEFRY,
+                ),
+                name="ret",
+            ),
+            lambda ctx, ret: (None,) * len(ret.src),
+        ),  # fmt: skip
+        (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
+        (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
+        (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),
+        (
+            UPat(Ops.FDIV, name="ret"),
+            lambda ctx, ret: (ctx / ret.src[1], -ctx * ret.src[0] / (ret.src[1] * ret.src[1])),
+        ),  # fmt: skip
+        (UPat(Ops.MULACC, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx, ctx)),
+        (UPat(Ops.MAX, name="ret"), _max_grad),
+        (UPat(Ops.POW, name="ret"), _pow_grad),
+        (UPat(Ops.WHERE, name="ret"), _where_grad),
+        (UPat(Ops.REDUCE_AXIS, name="ret"), _reduce_grad),
+        (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
+        (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: (_broadcast_back(ctx, ret.src[0].shape),)),
+        (UPat(Ops.PERMUTE, name="ret"), _permute_grad),
+        (UPat(Ops.PAD, name="ret"), _pad_grad),
+        (UPat(Ops.SHRINK, name="ret"), _shrink_grad),
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
+        (UPat((Ops.CONTIGUOUS, Ops.AFTER), name="ret"), lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1)),
+        (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,) * len(ret.src)),
+    ]
+)
+
+
+def _deepwalk(root: UOp, targets: set[UOp]) -> list[UOp]:
+    """Nodes between root and any target (the only ones gradients flow through), sources first."""
+    on_path: dict[UOp, bool] = {}
+    order = root.toposort(gate=lambda u: u.op is not Ops.DETACH)
+    for u in order:
+        on_path[u] = u in targets or any(on_path.get(s, False) for s in u.src if u.op is not Ops.DETACH)
+    return [u for u in order if on_path[u]]
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
+    """Gradient of `root` (seeded with root_grad) with respect to each target reachable from root.
+
+    Targets not reachable from root are absent from the result."""
+    tset = set(targets)
+    grads: dict[UOp, UOp] = {root: root_grad}
+    for u in reversed(_deepwalk(root, tset)):
+        g = grads.get(u)
+        if g is None or u in tset and u is not root:
+            continue
+        local = pm_gradient.rewrite(u, ctx=g)
+        if local is None:
+            if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
+                continue
+            raise RuntimeError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
+        for s, sg in zip(u.src, local):  # type: ignore[call-overload]
+            if sg is None:
+                continue
+            if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
+                sg = sg.cast(s.dtype)
+            grads[s] = grads[s] + sg if s in grads else sg
+    return {t: grads[t] for t in tset if t in grads}
