@@ -54,7 +54,13 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
     depth: dict[UOp, int] = {}
     # stack entries: (node, stage, pending result of a rewrite)
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
-    rewrite = pm.rewrite
+    table = pm.op_table()
+    get = table.get
+
+    def rewrite(u: UOp, ctx: Any) -> UOp | None:
+        f = get(u.op)
+        return None if f is None else f(u, ctx)
+
     while stack:
         n, stage, pend = stack.pop()
         if stage == 0:
@@ -78,7 +84,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
         elif stage == 1:
             src = n.src
             new_src = tuple([replace[s] for s in src])
-            changed = any(a is not b for a, b in zip(new_src, src))
+            changed = new_src != src  # tuple compare: identity first, and UOps compare by identity
             nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag) if changed else n
             if walk:
                 r = rewrite(nn, ctx)

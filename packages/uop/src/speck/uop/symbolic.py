@@ -11,7 +11,7 @@ from typing import Any
 from speck.uop.dtype import ALL_SCALARS, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.upat import PatternMatcher, UPat
-from speck.uop.uop import UOp, exec_alu
+from speck.uop.uop import UOp, _compute_bounds, exec_alu
 
 INTS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if dtypes.is_int(d))
 INTS_BOOL: tuple[DType, ...] = INTS + (dtypes.bool,)
@@ -55,14 +55,10 @@ def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
 
 def _const_from_bounds(x: UOp) -> UOp | None:
     """An int or bool node whose bounds pin a single value is that value."""
-    if x.op is Ops.CONST or x.dtype.count != 1 or x.op in (Ops.DEFINE_VAR, Ops.BIND):
+    lo, hi = x._bounds or _compute_bounds(x)
+    if lo != hi or x.dtype.count != 1 or (type(lo) is not int and type(lo) is not bool):
         return None
-    if x.op is Ops.RANGE or x.op is Ops.SPECIAL:
-        return UOp.const(x.dtype, 0) if x.vmax == 0 else None
-    lo, hi = x.vmin, x.vmax
-    if isinstance(lo, (int, bool)) and lo == hi and not isinstance(lo, float):
-        return UOp.const(x.dtype, lo)
-    return None
+    return UOp.const(x.dtype, lo)
 
 
 # ---------------- identities ----------------
@@ -197,15 +193,25 @@ def _is_float_dt(x: UOp) -> bool:
 
 
 def _invalid_alu(a: UOp) -> UOp | None:
-    """Any ALU op on Invalid is Invalid (a WHERE only when the Invalid can be selected)."""
-    if a.op is Ops.WHERE:
-        return None
-    if any(s.op is Ops.CONST and isinstance(s.arg, InvalidType) for s in a.src):
-        return UOp.const(a.dtype if a.op not in GroupOp.Comparison else a.dtype, Invalid)
-    return None
+    """Any ALU op on Invalid is Invalid (Invalid // 0 included; a WHERE only when the Invalid can be selected, which
+    the constant-condition rules handle)."""
+    return UOp.const(a.dtype, Invalid)
 
 
-def _nan_safe_mul_zero(x: UOp, c: UOp) -> UOp | None:
+_INV = UPat(Ops.CONST, arg=Invalid)
+_ANY = UPat()
+_invalid_rules: list[tuple[UPat, Any]] = [
+    (UPat(GroupOp.Unary, name="a", src=(_INV,)), _invalid_alu),
+    (UPat(GroupOp.Binary, name="a", src=(_INV, _ANY)), _invalid_alu),
+    (UPat(GroupOp.Binary, name="a", src=(_ANY, _INV)), _invalid_alu),
+    (UPat(Ops.MULACC, name="a", src=(_INV, _ANY, _ANY)), _invalid_alu),
+    (UPat(Ops.MULACC, name="a", src=(_ANY, _INV, _ANY)), _invalid_alu),
+    (UPat(Ops.MULACC, name="a", src=(_ANY, _ANY, _INV)), _invalid_alu),
+    (UPat(Ops.WHERE, name="a", src=(_INV, _ANY, _ANY)), _invalid_alu),
+]
+
+
+def _nan_safe_mul_zero(x: UOp) -> UOp | None:
     if dtypes.is_int(x.dtype) or x.dtype.scalar() == dtypes.bool:
         return UOp.const(x.dtype, 0)
     return None
@@ -215,11 +221,10 @@ def _sub_self(x: UOp) -> UOp | None:
     return UOp.const(x.dtype, 0) if dtypes.is_int(x.dtype) else None
 
 
-def _const_right(a: UOp) -> UOp | None:
+def _const_right(a: UOp, c: UOp, y: UOp) -> UOp | None:
     """Constants go on the right of commutative ADD/MUL, so one canonical form remains."""
-    x, y = a.src
-    if x.op is Ops.CONST and y.op is not Ops.CONST:
-        return UOp(a.op, a.dtype, (y, x))
+    if a.src[0] is c and y.op is not Ops.CONST:
+        return UOp(a.op, a.dtype, (y, c))
     return None
 
 
@@ -243,7 +248,7 @@ def _max_bounds(x: UOp, y: UOp) -> UOp | None:
 symbolic_simple = PatternMatcher(
     [
         # constant folding
-        (UPat(GroupOp.ALU, name="a"), _invalid_alu),
+        *_invalid_rules,
         (UPat(GroupOp.ALU, name="a", src=UPat(Ops.CONST)), fold_alu),
         (UPat(Ops.CAST, name="c", src=(UPat(Ops.CONST, name="x"),)), fold_cast),
         (UPat(Ops.BITCAST, name="c", src=(UPat(Ops.CONST, name="x"),)), fold_bitcast),
@@ -277,7 +282,7 @@ symbolic_simple = PatternMatcher(
         (UPat(Ops.CAST, name="c", src=(UPat.var("x") * -1,)), _neg_cast),
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype == x.dtype else None),
         # constants to the right, then combined
-        (UPat((Ops.ADD, Ops.MUL), name="a"), _const_right),
+        (UPat((Ops.ADD, Ops.MUL), name="a", src=(UPat(Ops.CONST, name="c"), UPat.var("y"))), _const_right),
         ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), _add_combine),
         ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), _mul_combine),
         ((UPat.var("x", INTS) + UPat.cvar("c")) + UPat.var("y"), _move_const_up),
@@ -333,3 +338,282 @@ def sym_infer(u: UOp, var_vals: dict[str, int]) -> Any:
         else:
             raise RuntimeError(f"sym_infer can't evaluate {n.op}")
     return vals[u]
+
+
+# ---------------- fast integer division by a constant ----------------
+_WIDER: dict[DType, DType] = {dtypes.int32: dtypes.int64, dtypes.uint32: dtypes.uint64, dtypes.int16: dtypes.int32,
+                              dtypes.uint16: dtypes.uint32, dtypes.int8: dtypes.int32, dtypes.uint8: dtypes.uint32}  # fmt: skip
+
+
+def magic_divisor(d: int, n: int) -> tuple[int, int]:
+    """(m, s) with floor(x * m / 2**s) == floor(x / d) for every 0 <= x <= n (d > 0): m = ceil(2**s / d) for the
+    smallest s whose rounding error m*d - 2**s stays below 2**s / n."""
+    if d <= 0 or n < 0:
+        raise ValueError(f"magic_divisor needs d > 0 and n >= 0, got d={d}, n={n}")
+    s = 0
+    while True:
+        m = -(-(1 << s) // d)
+        if (m * d - (1 << s)) * n < (1 << s):
+            return m, s
+        s += 1
+
+
+def _fits(dt: DType, lo: int, hi: int) -> bool:
+    return dt is dtypes.weakint or (dtypes.min(dt) <= lo and hi <= dtypes.max(dt))
+
+
+def _mul_shift(x: UOp, m: int, s: int, lo: int, hi: int) -> UOp | None:
+    """floor(x * m / 2**s) computed in x's dtype when it can be, else in the next wider dtype (cast back), else None.
+
+    When the product x*m overflows but x >= 0, m is split as 2**j + m_lo: floor(x*m / 2**s) ==
+    (x + (x*m_lo >> j)) >> (s-j), whose intermediates are about the size of x*m_lo (the classic 33-bit magic)."""
+    dt = x.dtype
+    for cdt in (dt, _WIDER.get(dt)):
+        if cdt is None:
+            continue
+        xc = x if cdt is dt else x.cast(cdt)
+        j = m.bit_length() - 1
+        if _fits(cdt, min(lo * m, hi * m), max(lo * m, hi * m)):
+            r = (xc * m) >> s if s else xc * m
+        elif lo >= 0 and j < s and _fits(cdt, 0, hi * (m - (1 << j))) and _fits(cdt, 0, 2 * hi):
+            r = (xc + ((xc * (m - (1 << j))) >> j)) >> (s - j)
+        else:
+            continue
+        return r if cdt is dt else r.cast(dt)
+    return None
+
+
+def fast_idiv(x: UOp, d: int) -> UOp | None:
+    """x // d (truncating, CDIV) for a constant d as shifts and one multiply, exact for every value within x's
+    bounds. Powers of two in d are shifted out first when x >= 0, which keeps the multiplier and the product small,
+    so the product stays in 32 bits where it can (otherwise it is done in 64 bits and cast back). None when it
+    can't be done exactly (a 64-bit product that does not fit, a vector, a non-int dtype)."""
+    dt = x.dtype
+    if not isinstance(d, int) or d == 0 or dt.count != 1 or not dtypes.is_int(dt):
+        return None
+    if d < 0:
+        if dtypes.is_unsigned(dt):
+            return None
+        q = fast_idiv(x, -d)
+        return None if q is None else q * -1
+    if d == 1:
+        return x
+    lo, hi = x.vmin, x.vmax
+    if not (isinstance(lo, int) and isinstance(hi, int)):
+        return None
+    k = (d & -d).bit_length() - 1  # trailing zero bits of d
+    if lo >= 0:
+        base, d2, lo2, hi2 = (x >> k if k else x), d >> k, lo >> k, hi >> k
+        if d2 == 1:
+            return base
+        m, s = magic_divisor(d2, hi2)
+        return _mul_shift(base, m, s, lo2, hi2)
+    if d == 1 << k:
+        # truncation of a negative value: bias it by d-1 before the arithmetic shift (can't overflow: only x < 0 is
+        # biased)
+        return (x + (x < 0).where(UOp.const(dt, d - 1), UOp.const(dt, 0))) >> k
+    m, s = magic_divisor(d, max(-lo, hi))
+    q = _mul_shift(x, m, s, lo, hi)
+    # for x < 0 the rounding error of m is strictly negative (d is not a power of two, so m*d != 2**s): the shift
+    # gives floor(x/d) when x/d is fractional and x/d - 1 when it is whole; both are the truncation minus one
+    return None if q is None else q + (x < 0).cast(dt)
+
+
+def _fast_mod(x: UOp, c: UOp) -> UOp | None:
+    q = fast_idiv(x, c.arg)
+    return None if q is None else x - q * c.arg
+
+
+pm_fast_idiv = PatternMatcher(
+    [
+        (UPat.var("x", INTS) // UPat.cvar("c"), lambda x, c: fast_idiv(x, c.arg) if type(c.arg) is int else None),
+        (UPat.var("x", INTS) % UPat.cvar("c"), lambda x, c: _fast_mod(x, c) if type(c.arg) is int else None),
+    ]
+)
+"""Codegen's lowering of CDIV/CMOD by a constant to multiply-and-shift (apply with graph_rewrite)."""
+
+
+# ---------------- gates and ranges ----------------
+def _conjuncts(c: UOp) -> list[UOp]:
+    out, stack = [], [c]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.AND and u.dtype is dtypes.bool:
+            stack.extend(u.src)
+        else:
+            out.append(u)
+    return out
+
+
+def _is_invalid(u: UOp) -> bool:
+    return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
+
+
+def _index_gate(idx: UOp) -> UOp | None:
+    """The condition under which an INDEX is valid: its gate source, or the condition of a valid() index."""
+    if idx.op is not Ops.INDEX:
+        return None
+    if len(idx.src) == 3:
+        return idx.src[2]
+    i = idx.src[1]
+    if i.op is Ops.WHERE and _is_invalid(i.src[2]):
+        return i.src[0]
+    return None
+
+
+def _index_never_valid(idx: UOp) -> bool:
+    if idx.op is not Ops.INDEX:
+        return False
+    g = _index_gate(idx)
+    return _is_invalid(idx.src[1]) or (g is not None and g.op is Ops.CONST and g.arg is False)
+
+
+def _where_gated_load(c: UOp, ld: UOp, alt: UOp) -> UOp | None:
+    """where(c, load(idx gated by c), alt) -> load(idx, alt): the gated load already reads alt where c is false."""
+    if len(ld.src) != 1 or _index_gate(ld.src[0]) is not c:
+        return None
+    return UOp(Ops.LOAD, ld.dtype, (ld.src[0], alt), ld.arg)
+
+
+def _dead_load(ld: UOp) -> UOp | None:
+    """A load through an index that is never valid reads its alternative (or 0)."""
+    if not _index_never_valid(ld.src[0]):
+        return None
+    return ld.src[1] if len(ld.src) >= 2 and ld.src[1].dtype is ld.dtype else UOp.const(ld.dtype, 0)
+
+
+def _drop_closed_consts(x: UOp) -> UOp | None:
+    """END/REDUCE over a range that became a constant (one iteration): drop it; with no ranges left the END is its
+    effect and the REDUCE its value."""
+    keep = tuple(r for r in x.src[1:] if r.op is not Ops.CONST)
+    if len(keep) == len(x.src) - 1:
+        return None
+    return x.src[0] if not keep else x.replace(src=(x.src[0], *keep))
+
+
+def _invalid_through_alu(a: UOp) -> UOp | None:
+    """alu(where(c, x, Invalid), y) -> where(c, alu(x, y), Invalid): a valid() index keeps its gate through
+    arithmetic."""
+    if a.dtype.count != 1 or not dtypes.is_int(a.dtype):
+        return None
+    for i, s in enumerate(a.src):
+        if s.op is Ops.WHERE and _is_invalid(s.src[2]) and not any(_is_invalid(o) for o in a.src):
+            srcs = list(a.src)
+            srcs[i] = s.src[1]
+            return s.src[0].where(UOp(a.op, a.dtype, tuple(srcs), a.arg), s.src[2])
+    return None
+
+
+def _lt_k(c: UOp, r: UOp) -> int | None:
+    """The smallest k of the conjuncts `r < k` (k a constant) of condition c, None when there is none."""
+    ks = [u.src[1].arg for u in _conjuncts(c) if u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST]
+    ks = [k for k in ks if type(k) is int]
+    return min(ks) if ks else None
+
+
+def _guard_of_effect(e: UOp, r: UOp) -> int | None:
+    """k when every store of effect e (through GROUP and inner ENDs) is gated by r < k; the largest such k."""
+    ks: list[int] = []
+    stack = [e]
+    while stack:
+        u = stack.pop()
+        if u.op in (Ops.GROUP, Ops.SINK):
+            stack.extend(u.src)
+        elif u.op is Ops.END:
+            stack.append(u.src[0])
+        elif u.op is Ops.STORE:
+            g = _index_gate(u.src[0])
+            k = None if g is None else _lt_k(g, r)
+            if k is None:
+                return None
+            ks.append(k)
+        else:
+            return None
+    return max(ks) if ks else None
+
+
+def _guard_of_reduce(red: UOp, r: UOp) -> int | None:
+    """k when the reduced value is the reduction's identity wherever r >= k."""
+    v, op = red.src[0], red.arg
+    ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(v.dtype)}.get(op)
+    if v.dtype.count != 1 or ident is None:
+        return None
+
+    def is_ident(u: UOp) -> bool:
+        return u.op is Ops.CONST and u.arg == ident and not isinstance(u.arg, InvalidType)
+
+    if v.op is Ops.WHERE and is_ident(v.src[2]):
+        return _lt_k(v.src[0], r)
+    if v.op is Ops.LOAD:
+        g = _index_gate(v.src[0])
+        reads_ident = (len(v.src) == 1 and op is Ops.ADD) or (len(v.src) >= 2 and is_ident(v.src[1]))
+        if g is not None and reads_ident:
+            return _lt_k(g, r)
+    return None
+
+
+def shrink_guarded_ranges(sink: UOp) -> UOp | None:
+    """A RANGE guarded by `r < k` at every use shrinks to the largest such k: when every STORE in the ENDs that close
+    r is gated by r < k and every REDUCE over r reduces the identity where r >= k, the iterations r >= k do nothing.
+    Returns the rewritten graph, or None when no range shrinks."""
+    if not any(s.op in (Ops.END, Ops.STORE, Ops.GROUP) for s in sink.src):
+        return None  # not a kernel: ranges are closed by ENDs (and REDUCEs inside them)
+    nodes = sink.toposort()
+    users: dict[UOp, list[UOp]] = {}
+    for u in nodes:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    mapping: dict[UOp, UOp] = {}
+    for r in nodes:
+        if r.op is not Ops.RANGE:
+            continue
+        closers = [u for u in users.get(r, []) if u.op in (Ops.END, Ops.REDUCE) and r in u.src[1:]]
+        if not closers or any(c.src[0] is r for c in closers):
+            continue
+        ks = [(_guard_of_effect(c.src[0], r) if c.op is Ops.END else _guard_of_reduce(c, r)) for c in closers]
+        if any(k is None for k in ks):
+            continue
+        kmax = max(k for k in ks if k is not None)
+        end = r.src[0]
+        if not (0 <= kmax and kmax <= end.vmin and kmax < end.vmax):
+            continue
+        # r must not reach anything but the bodies of its closers (an unclosed use would see the shrunk range)
+        closed = set(closers)
+        body: set[UOp] = set()
+        for c in closers:
+            body.update(c.src[0].toposort())
+        dep = {r}
+        exposed = False
+        for u in nodes:
+            if u in closed or u is r:
+                continue
+            if any(s in dep for s in u.src):
+                dep.add(u)
+                if u not in body:
+                    exposed = True
+                    break
+        if not exposed:
+            mapping[r] = UOp(Ops.RANGE, r.dtype, (UOp.const(end.dtype, kmax),), r.arg, r.tag)
+    return sink.substitute(mapping) if mapping else None
+
+
+symbolic_gates = PatternMatcher(
+    [
+        # a True gate is dropped
+        (UPat(Ops.INDEX, name="i", src=(UPat.var("b"), UPat.var("x"), UPat.const(dtypes.bool, True))),
+         lambda i, b, x: i.replace(src=(b, x))),  # fmt: skip
+        # a where between a gated load and its alternative is the load with that alternative
+        (UPat.var("c").where(UPat(Ops.LOAD, name="ld"), UPat.var("alt")), _where_gated_load),
+        (UPat(Ops.LOAD, name="ld"), _dead_load),
+        # one-iteration ranges become 0 (by bounds); their END/REDUCE drop them
+        (UPat((Ops.END, Ops.REDUCE), name="x"), _drop_closed_consts),
+        (UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)), _ANY)),
+         _invalid_through_alu),
+        (UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(_ANY, UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)))),
+         _invalid_through_alu),  # fmt: skip
+        (UPat(Ops.SINK, name="sink"), shrink_guarded_ranges),
+    ]
+)
+"""Gate and range simplification (part of `symbolic`)."""
+
+symbolic = symbolic + symbolic_gates

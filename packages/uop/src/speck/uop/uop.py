@@ -634,8 +634,14 @@ class UOp:
 
 
 # ---------------- bounds ----------------
+_DT_BOUNDS: dict[DType, tuple[Any, Any]] = {}
+
+
 def _dt_bounds(dt: DType) -> tuple[Any, Any]:
-    return dtypes.min(dt), dtypes.max(dt)
+    b = _DT_BOUNDS.get(dt)
+    if b is None:
+        b = _DT_BOUNDS[dt] = (dtypes.min(dt), dtypes.max(dt))
+    return b
 
 
 def _combine(op: Ops, a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[Any, Any] | None:
@@ -658,6 +664,13 @@ def _finite(x: Any) -> bool:
 
 def _compute_bounds(u: UOp) -> tuple[Any, Any]:
     """Bounds of every node below u that lacks them, bottom-up with an explicit stack."""
+    for s in u.src:
+        if s._bounds is None:
+            break
+    else:  # the common case during rewrites: the sources already know their bounds
+        b = _bounds_of(u)
+        object.__setattr__(u, "_bounds", b)
+        return b
     for n in u.toposort(gate=lambda x: x._bounds is None):
         if n._bounds is None:
             object.__setattr__(n, "_bounds", _bounds_of(n))

@@ -6,6 +6,7 @@ bindings in the same order, so both modes return the same rewrite on every input
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +18,7 @@ from speck.uop.ops import GroupOp, Ops
 from speck.uop.uop import UOp
 
 Store = dict[str, UOp]
-RuleFn = Callable[..., "UOp | None"]
+RuleFn = Callable[..., Any]  # returns a UOp or None (specs return verdicts)
 
 
 class UPat:
@@ -247,10 +248,13 @@ class _Codegen:
     """Generates `def rule(u, ctx)` for one (pattern, fn): nested ifs in continuation-passing style, one block per
     source ordering or alternative, calling fn at the innermost level in the same order the interpreter would."""
 
-    def __init__(self, fn: RuleFn, wants_ctx: bool) -> None:
-        self.env: dict[str, Any] = {"_fn": fn}
+    def __init__(self, fn: RuleFn, wants_ctx: bool, env: dict[str, Any] | None = None, fn_name: str = "_fn") -> None:
+        self.env: dict[str, Any] = {} if env is None else env
+        self.env[fn_name] = fn
+        self.fn_name = fn_name
         self.n = 0
         self.wants_ctx = wants_ctx
+        self.op_checked: set[str] = set()  # variables whose op an enclosing check already tested
 
     def const(self, v: Any) -> str:
         name = f"_k{len(self.env)}"
@@ -259,11 +263,11 @@ class _Codegen:
 
     def fresh(self) -> str:
         self.n += 1
-        return f"v{self.n}"
+        return f"v{self.fn_name}_{self.n}"
 
     def finish(self, bound: dict[str, str]) -> list[str]:
         args = [f"{k}={v}" for k, v in bound.items()] + (["ctx=ctx"] if self.wants_ctx else [])
-        return [f"_r = _fn({', '.join(args)})", "if _r is not None and _r is not u: return _r"]
+        return [f"_r = {self.fn_name}({', '.join(args)})", "if _r is not None and _r is not u: return _r"]
 
     def gen(self, pat: UPat, var: str, bound: dict[str, str], cont: Callable[[dict[str, str]], list[str]]) -> list[str]:
         if isinstance(pat, UPatAny):
@@ -272,9 +276,8 @@ class _Codegen:
                 out += self.gen(alt, var, bound, cont)
             return out
         conds: list[str] = []
-        if pat.op is not None:
-            conds.append(f"{var}.op is {self.const(pat.op[0])}" if len(pat.op) == 1 else
-                         f"{var}.op in {self.const(frozenset(pat.op))}")  # fmt: skip
+        if pat.op is not None and var not in self.op_checked:
+            conds.append(self.op_cond(pat.op, var))
         nb = bound
         if pat.name is not None and pat.name in bound:
             conds.append(f"{var} is {bound[pat.name]}")
@@ -290,8 +293,14 @@ class _Codegen:
         elif pat.src_repeat is not None and _simple(pat.src_repeat):
             # a name-free, source-free repeated pattern is a plain predicate on every source
             sv = self.fresh()
-            inner = [f"if all({' and '.join(self.conds(pat.src_repeat, sv)) or 'True'} for {sv} in {var}.src):"]
-            inner += _indent(cont(nb))
+            pc = self.conds(pat.src_repeat, sv)
+            if pc:
+                # the first source is checked inline: most nodes fail there without starting a generator
+                first = " and ".join(c.replace(sv, f"{var}.src[0]") for c in pc)
+                test = f"(not {var}.src or ({first})) and all({' and '.join(pc)} for {sv} in {var}.src[1:])"
+            else:
+                test = "True"
+            inner = [f"if {test}:"] + _indent(cont(nb))
         elif pat.src_repeat is not None:
             # a repeated source pattern: defer to the interpreter for this subtree (same order of bindings)
             st = self.fresh()
@@ -305,12 +314,21 @@ class _Codegen:
             for order in pat.src_orders:
                 op = ">=" if pat.allow_any_len else "=="
                 vs = [self.fresh() for _ in order]
+                # early rejection: the ops of the direct sources are checked together with the source count
+                early = [f"len({var}.src) {op} {len(order)}"]
+                for i, (p, v) in enumerate(zip(order, vs)):
+                    if not isinstance(p, UPatAny) and p.op is not None:
+                        early.append(self.op_cond(p.op, f"{var}.src[{i}]"))
+                        self.op_checked.add(v)
                 body = [f"{v} = {var}.src[{i}]" for i, v in enumerate(vs)]
                 body += self.chain(list(zip(order, vs)), nb, cont)
-                inner += [f"if len({var}.src) {op} {len(order)}:"] + _indent(body)
+                inner += [f"if {' and '.join(early)}:"] + _indent(body)
         if not conds:
             return inner
         return [f"if {' and '.join(conds)}:"] + _indent(inner or ["pass"])
+
+    def op_cond(self, ops: tuple[Ops, ...], var: str) -> str:
+        return f"{var}.op is {self.const(ops[0])}" if len(ops) == 1 else f"{var}.op in {self.const(frozenset(ops))}"
 
     def conds(self, pat: UPat, var: str) -> list[str]:
         conds: list[str] = []
@@ -351,6 +369,24 @@ def compile_rule(pat: UPat, fn: RuleFn, wants_ctx: bool) -> Callable[[UOp, Any],
     return rule
 
 
+def compile_op_rules(rules: Sequence[tuple[UPat, RuleFn, bool]], op: Ops | None = None
+                     ) -> Callable[[UOp, Any], UOp | None]:  # fmt: skip
+    """All rules of one root op compiled into a single function (u, ctx) -> rewritten node or None: the rules' checks
+    run inline one after the other, in table order, so a node that no rule matches costs one call."""
+    env: dict[str, Any] = {}
+    body: list[str] = []
+    for i, (pat, fn, wants) in enumerate(rules):
+        cg = _Codegen(fn, wants, env, f"_fn{i}")
+        if op is not None and not isinstance(pat, UPatAny) and pat.op is not None and op in pat.op:
+            cg.op_checked.add("u")  # the table dispatches on u.op already
+        body += [f"# rule {i}: {pat!r:.100}"] + cg.gen(pat, "u", {}, cg.finish)
+    src = "\n".join(["def _match(u, ctx):"] + _indent(body + ["return None"]))
+    exec(compile(src, f"<rules {rules[0][0]!r:.60}>", "exec"), env)
+    fn: Callable[[UOp, Any], UOp | None] = env["_match"]
+    fn.__doc__ = src
+    return fn
+
+
 def _wants_ctx(fn: RuleFn) -> bool:
     try:
         return "ctx" in inspect.signature(fn).parameters
@@ -371,14 +407,21 @@ class PatternMatcher:
             ops = _root_ops(pat)
             for op in ops:
                 self.pdict.setdefault(op, []).append((pat, fn, wants))
-        self._compiled: dict[Ops, tuple[Callable[[UOp, Any], UOp | None], ...]] | None = None
+        self._compiled: dict[Ops, Callable[[UOp, Any], UOp | None]] | None = None
+        self._modes: dict[bool, PatternMatcher] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns, self.compiled and other.compiled)
 
     def with_mode(self, compiled: bool) -> PatternMatcher:
-        """The same rules in the other matching mode."""
-        return PatternMatcher(self.patterns, compiled)
+        """The same rules in the given matching mode (cached, so compiling happens once)."""
+        if compiled == self.compiled:
+            return self
+        other = self._modes.get(compiled)
+        if other is None:
+            other = self._modes[compiled] = PatternMatcher(self.patterns, compiled)
+            other._modes[self.compiled] = self
+        return other
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
         if self.compiled:
@@ -393,21 +436,37 @@ class PatternMatcher:
                     return ret  # type: ignore[no-any-return]
         return None
 
-    def rewrite_compiled(self, u: UOp, ctx: Any = None) -> UOp | None:
+    def compiled_table(self) -> dict[Ops, Callable[[UOp, Any], UOp | None]]:
+        """op -> the compiled matcher of every rule for that op (built on first use, then cached)."""
         table = self._compiled
         if table is None:
-            table = self._compiled = {
-                op: tuple(compile_rule(p, f, w) for p, f, w in rules) for op, rules in self.pdict.items()
-            }
-        for rule in table.get(u.op, ()):
-            ret = rule(u, ctx)
-            if ret is not None:
-                return ret
-        return None
+            table = self._compiled = {op: compile_op_rules(rules, op) for op, rules in self.pdict.items()}
+        return table
+
+    def interpreted_table(self) -> dict[Ops, Callable[[UOp, Any], UOp | None]]:
+        """op -> a function applying that op's rules with the interpreted matcher."""
+        return {op: functools.partial(_interpret, rules) for op, rules in self.pdict.items()}
+
+    def op_table(self) -> dict[Ops, Callable[[UOp, Any], UOp | None]]:
+        """op -> matcher function in this matcher's mode; graph_rewrite dispatches through it."""
+        return self.compiled_table() if self.compiled else self.interpreted_table()
+
+    def rewrite_compiled(self, u: UOp, ctx: Any = None) -> UOp | None:
+        f = self.compiled_table().get(u.op)
+        return None if f is None else f(u, ctx)
 
     def rules_for(self, op: Ops) -> Iterator[tuple[UPat, RuleFn]]:
         for p, f, _ in self.pdict.get(op, ()):
             yield p, f
+
+
+def _interpret(rules: list[tuple[UPat, RuleFn, bool]], u: UOp, ctx: Any) -> UOp | None:
+    for pat, fn, wants in rules:
+        for store in pat.match(u, {}):
+            ret = fn(ctx=ctx, **store) if wants else fn(**store)
+            if ret is not None and ret is not u:
+                return ret  # type: ignore[no-any-return]
+    return None
 
 
 def _root_ops(pat: UPat) -> tuple[Ops, ...]:

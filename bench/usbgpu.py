@@ -1,0 +1,152 @@
+"""speck.usbgpu copy benchmark on the simulator's default model (USB 3.2 Gen 2, 10 Gbit/s link).
+
+Copies 64 MB in and out with the pipelined G3 copy-in and the serial G0 reference, through the real transport,
+fake libusb and C helper. Throughput is simulated (virtual clock) MB/s; host CPU is measured with the thread CPU
+clock. The driver's own CPU is measured by replaying: every transport call of the simulated run is recorded with its
+result, then the same copies run again against a transport that returns the recorded results, so the driver does
+exactly the same work with nothing (no libusb, no fake libusb, no model) behind it. Run: python3 bench/usbgpu.py [--size N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from speck.usbgpu.api import UsbGpu
+from speck.usbgpu.gpu import GpuOptions
+from speck.usbgpu.sim.device import SimDevice
+
+TRANSPORT_CALLS = ("control_in", "control_out", "bulk_out", "bulk_in", "submit_bulk_out", "wait")
+
+
+class Recorder:
+    """Forwards to the real transport and logs what every call returned."""
+
+    def __init__(self, usb: Any) -> None:
+        self.usb = usb
+        self.log: list[tuple[str, Any]] = []
+        for name in TRANSPORT_CALLS:
+            setattr(self, name, self._forward(name))
+
+    def _forward(self, name: str) -> Callable[..., Any]:
+        fn = getattr(self.usb, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            self.log.append((name, result))
+            return result
+
+        return call
+
+    def close(self) -> None:
+        self.usb.close()
+
+
+class Replayer:
+    """Answers every call with the recorded result: a transport that costs (almost) nothing."""
+
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        self.log = log
+        self.pos = 0
+        for name in TRANSPORT_CALLS:
+            setattr(self, name, self._answer(name))
+
+    def _answer(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            recorded, result = self.log[self.pos]
+            assert recorded == name, f"replay diverged at call {self.pos}: {name} vs recorded {recorded}"
+            self.pos += 1
+            return result
+
+        return call
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Run:
+    mb_per_s: float
+    control_per_mb: float
+    total_ms_per_mb: float  # host CPU of the whole simulated run: driver + transport + fake libusb + model
+    model_ms_per_mb: float
+    driver_ms_per_mb: float = 0.0  # host CPU of the driver alone (replayed against recorded device answers)
+
+
+def bench_mode(mode: str, nbytes: int, repeat: int, data: bytes) -> tuple[Run, Run, bool]:
+    """Simulated runs (throughput, control transfers, total CPU), then replays of the same runs (driver CPU)."""
+    from speck.usbgpu.transport import UsbTransport
+
+    mb = nbytes / 1e6
+    options = GpuOptions.from_env(mode)
+    dev = SimDevice()
+    recorder = Recorder(UsbTransport.open(sim=[dev]))
+    gpu = UsbGpu(recorder, options, [dev])  # type: ignore[arg-type]
+    buf = gpu.alloc(nbytes)
+    out = bytearray(nbytes)
+    gpu.copyin(buf, data[:4096])  # one-time bounce-buffer init is not part of the steady state
+    ops = {"in": lambda g: g.copyin(buf, data), "out": lambda g: g.copyout(out, buf)}
+    runs: dict[str, list[Run]] = {"in": [], "out": []}
+    for kind in ("in", "out"):
+        for _ in range(repeat):
+            ctrl0, v0, cpu0, model0 = dev.stats["control_transfers"], dev.now_ns, time.thread_time(), dev.model_cpu_s
+            ops[kind](gpu)
+            cpu, virtual = time.thread_time() - cpu0, (dev.now_ns - v0) / 1e9
+            runs[kind].append(
+                Run(mb / virtual, (dev.stats["control_transfers"] - ctrl0) / mb, cpu * 1e3 / mb,
+                    (dev.model_cpu_s - model0) * 1e3 / mb)
+            )
+    ok = out == data and not dev.violations
+    gpu.close()
+    # Replay: the driver makes exactly the same calls and gets exactly the same answers, with no device behind.
+    replay = UsbGpu(Replayer(recorder.log), options)  # type: ignore[arg-type]
+    rbuf = replay.alloc(nbytes)
+    rout = bytearray(nbytes)
+    replay.copyin(rbuf, data[:4096])
+    rops = {"in": lambda g: g.copyin(rbuf, data), "out": lambda g: g.copyout(rout, rbuf)}
+    for kind in ("in", "out"):
+        for run in runs[kind]:
+            cpu0 = time.thread_time()
+            rops[kind](replay)
+            run.driver_ms_per_mb = (time.thread_time() - cpu0) * 1e3 / mb
+    fields = Run.__dataclass_fields__
+    med = {k: Run(**{f: statistics.median(getattr(r, f) for r in v) for f in fields}) for k, v in runs.items()}
+    return med["in"], med["out"], ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=64_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    data = os.urandom(args.size)
+    link = SimDevice().timing.link_bytes_per_s / 1e6
+    results = {mode: bench_mode(mode, args.size, args.repeat, data) for mode in ("g3", "g0")}
+
+    print(f"speck.usbgpu simulated copies of {args.size / 1e6:.0f} MB, link model {link:.0f} MB/s payload, "
+          f"median of {args.repeat}")
+    header = f"{'op':<12}{'MB/s':>9}{'of link':>9}{'ctrl/MB':>9}{'driver ms/MB':>14}{'all ms/MB':>11}{'model':>9}  ok"
+    print(header)
+    print("-" * len(header))
+    for mode, (cin, cout, ok) in results.items():
+        for name, r in ((f"{mode} copyin", cin), (f"{mode} copyout", cout)):
+            print(
+                f"{name:<12}{r.mb_per_s:9.1f}{r.mb_per_s / link:9.1%}{r.control_per_mb:9.2f}"
+                f"{r.driver_ms_per_mb:14.3f}{r.total_ms_per_mb:11.3f}{r.model_ms_per_mb:9.3f}  {'yes' if ok else 'NO'}"
+            )
+    g3, g0 = results["g3"][0], results["g0"][0]
+    print()
+    print(f"G3 copyin / link      {g3.mb_per_s / link:6.1%}   (target >= 90%)")
+    print(f"G3 copyin / G0 copyin {g3.mb_per_s / g0.mb_per_s:6.2f}x  (target >= 2.5x)")
+    print(f"G3 driver CPU         {g3.driver_ms_per_mb:6.3f} ms/MB (target <= 0.25)")
+    print("driver = host CPU of the driver replayed against the recorded device answers (no transport, no model);")
+    print("all = host CPU of the simulated run (driver + python-libusb1 + C helper + fake libusb + shim + model).")
+
+
+if __name__ == "__main__":
+    main()

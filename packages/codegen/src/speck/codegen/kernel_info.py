@@ -1,0 +1,56 @@
+"""`KernelInfo` (the arg of a kernel AST's SINK) and `Estimates` (what a kernel costs: ops, bytes moved, lds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from speck.uop import UOp, sint
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """Static facts about a kernel, carried as the arg of its AST's SINK.
+
+    name: the function name renderers emit. opts: optimizer actions to apply instead of the heuristic (empty: let
+    the optimizer decide). applied_opts: the actions the pipeline actually applied (filled in by the pipeline).
+    dont_opt: skip the optimizer entirely (e.g. kernels whose loop order must be kept)."""
+
+    name: str = "kernel"
+    opts: tuple[Any, ...] = ()
+    applied_opts: tuple[Any, ...] = ()
+    dont_opt: bool = False
+
+    def replace(self, **kw: Any) -> KernelInfo:
+        d = {"name": self.name, "opts": self.opts, "applied_opts": self.applied_opts, "dont_opt": self.dont_opt}
+        d.update(kw)
+        return KernelInfo(**d)
+
+
+def _add(a: sint, b: sint) -> sint:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    return (UOp.const(_wi(), a) if isinstance(a, int) else a) + b
+
+
+def _wi() -> Any:
+    from speck.uop import dtypes
+
+    return dtypes.weakint
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Cost estimates of one kernel run: ops (ALU operations executed), mem (bytes read+written in global memory),
+    lds (bytes loaded, global or register). Symbolic (weakint UOps) when loop sizes depend on variables."""
+
+    ops: sint = 0
+    mem: sint = 0
+    lds: sint = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __add__(self, o: Estimates) -> Estimates:
+        return Estimates(_add(self.ops, o.ops), _add(self.mem, o.mem), _add(self.lds, o.lds))
+
+
+__all__ = ["Estimates", "KernelInfo"]

@@ -1,0 +1,169 @@
+"""Deterministic linearization: a lowered graph (SINK of END/STORE effects, accumulators ordered with AFTER) becomes
+the linear UOp list of KERNEL_CONTRACT.md section 2, with every RANGE before its body and its END after it.
+
+Placement: each node goes into the innermost loop among the ranges it depends on (`RangeScope.open_ranges`); a
+loop's own nest is the ranges open around its END. Order: within one loop body, nodes follow the deterministic
+toposort of the graph, and a nested loop is emitted whole (RANGE, body, END) where its END falls in that order.
+Finally AFTER and GROUP (ordering-only nodes) are dropped and the nodes that referenced them rebuilt."""
+
+from __future__ import annotations
+
+from speck.codegen.lower.ranges import RangeScope
+from speck.uop import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+
+# ---------------- pre-linearize shaping: one range per END, one END per range ----------------
+def _split_end(e: UOp) -> UOp | None:
+    """END(x, r0, r1) -> END(END(x, r1), r0): the first listed range is the outermost loop."""
+    if len(e.src) <= 2:
+        return None
+    return UOp(Ops.END, e.dtype, (e.replace(src=(e.src[0], *e.src[2:])), e.src[1]))
+
+
+pm_split_ends = PatternMatcher([(UPat(Ops.END, name="e"), _split_end)])
+
+
+def merge_ends(effects: list[UOp]) -> list[UOp]:
+    """Effects that END the same range share one loop: END(a, r), END(b, r) -> END(GROUP(a, b), r), recursively."""
+    out: list[UOp] = []
+    by_range: dict[UOp, list[UOp]] = {}
+    for e in effects:
+        if e.op is Ops.END:
+            if e.src[1] not in by_range:
+                by_range[e.src[1]] = []
+                out.append(e)
+            by_range[e.src[1]].append(e.src[0])
+        elif e.op is Ops.GROUP:
+            out.extend(merge_ends(list(e.src)))
+        else:
+            out.append(e)
+    res: list[UOp] = []
+    for e in out:
+        if e.op is Ops.END:
+            inner = merge_ends(by_range[e.src[1]])
+            body = inner[0] if len(inner) == 1 else UOp(Ops.GROUP, inner[0].dtype, tuple(inner))
+            res.append(UOp(Ops.END, e.dtype, (body, e.src[1])))
+        else:
+            res.append(e)
+    return res
+
+
+def prepare_for_linearize(sink: UOp) -> UOp:
+    """Split multi-range ENDs and merge ENDs of the same range (at the SINK level)."""
+    sink = graph_rewrite(sink, pm_split_ends, name="split_ends")
+    return sink.replace(src=tuple(merge_ends(list(sink.src))))
+
+
+# ---------------- placement and emission ----------------
+def linearize(sink: UOp) -> list[UOp]:
+    """Return the program's linear UOp list (SINK last). Raises RuntimeError naming the range when the loop nests
+    are inconsistent (one RANGE closed in two different nests)."""
+    sink = prepare_for_linearize(sink)
+    order = sink.toposort()
+    scope = RangeScope()
+    ctx = {u: scope.open_ranges(u) for u in order}
+    ends: dict[UOp, UOp] = {}
+    for u in order:
+        if u.op is Ops.END:
+            r = u.src[1]
+            if r in ends and ends[r] is not u:
+                raise RuntimeError(f"linearize: RANGE axis {r.arg} is closed by two different ENDs; each loop needs "
+                                   "exactly one END (merge the effects into one END)")  # fmt: skip
+            ends[r] = u
+    for u in order:
+        if u.op is Ops.RANGE and u not in ends:
+            raise RuntimeError(f"linearize: RANGE axis {u.arg} is used but never closed by an END (stage linearize)")
+    # path of each range = its enclosing loops, outermost first
+    path: dict[UOp, tuple[UOp, ...]] = {}
+
+    def range_path(r: UOp) -> tuple[UOp, ...]:
+        todo = [r]
+        while todo:
+            x = todo[-1]
+            if x in path:
+                todo.pop()
+                continue
+            outer = (ctx[ends[x].src[0]] | ctx[x]) - {x}
+            missing = [o for o in outer if o not in path]
+            if missing:
+                if any(m in todo for m in missing):
+                    raise RuntimeError(f"linearize: RANGE axis {x.arg} and an enclosing range are nested in both "
+                                       "orders")  # fmt: skip
+                todo.extend(missing)
+                continue
+            path[x] = _chain(x, outer, path) + (x,)
+            todo.pop()
+        return path[r]
+
+    def block_of(u: UOp) -> tuple[UOp, ...]:
+        if u.op is Ops.RANGE:
+            return range_path(u)[:-1]
+        if u.op is Ops.END:
+            return range_path(u.src[1])[:-1]
+        c = ctx[u]
+        if not c:
+            return ()
+        return _chain(u, c, {r: range_path(r) for r in c})
+
+    blocks: dict[tuple[UOp, ...], list[UOp]] = {}
+    for u in order:
+        if u.op is Ops.SINK:
+            continue
+        blocks.setdefault(block_of(u), []).append(u)
+    out: list[UOp] = []
+
+    def emit(blk: tuple[UOp, ...]) -> None:  # recursion depth = loop nesting depth
+        for u in blocks.get(blk, []):
+            if u.op is Ops.RANGE:
+                continue  # emitted by its END, in front of the body
+            if u.op is Ops.END:
+                r = u.src[1]
+                out.append(r)
+                emit(range_path(r))
+                out.append(u)
+            else:
+                out.append(u)
+
+    emit(())
+    return _finish(out, sink)
+
+
+def _chain(u: UOp, rs: frozenset[UOp], path: dict[UOp, tuple[UOp, ...]]) -> tuple[UOp, ...]:
+    """The loop nest of a node depending on ranges `rs`: the path of the deepest one, which must contain the rest."""
+    if not rs:
+        return ()
+    deepest = max(rs, key=lambda r: (len(path[r]), r.arg))
+    p = path[deepest]
+    if not rs <= set(p):
+        names = sorted(str(r.arg) for r in rs - set(p))
+        raise RuntimeError(f"linearize: {u.op.name} depends on ranges {names} that are not loops around its "
+                           f"innermost range {deepest.arg}; ranges from sibling loops can't meet")  # fmt: skip
+    return p
+
+
+def _finish(seq: list[UOp], sink: UOp) -> list[UOp]:
+    """Drop AFTER/GROUP and rebuild users against the nodes they stood for. Nodes that become structurally equal
+    (e.g. the INDEX of one accumulator inside and after its loop) are kept distinct with a position tag."""
+    new: dict[UOp, UOp] = {}
+    out: list[UOp] = []
+    seen: set[UOp] = set()
+
+    def resolve(x: UOp) -> UOp:
+        while x.op in (Ops.AFTER, Ops.GROUP):
+            x = new[x]
+        return new[x]
+
+    for u in seq + [sink]:
+        if u.op is Ops.AFTER:
+            new[u] = resolve(u.src[0]) if u.src[0] in new else u.src[0]
+            continue
+        if u.op is Ops.GROUP:
+            new[u] = resolve(u.src[-1])
+            continue
+        nu = u.replace(src=tuple(resolve(s) if s in new else s for s in u.src))
+        if nu in seen:
+            nu = nu.replace(tag=("lin", len(out)))
+        seen.add(nu)
+        new[u] = nu
+        out.append(nu)
+    return out

@@ -1,0 +1,114 @@
+"""Decompositions: rewrite ALU ops a renderer does not declare (Renderer.supports) in terms of ops it has.
+
+  MULACC(a, b, c)   -> a*b + c
+  POW(x, y)         -> exp2(y * log2(x)) with sign/zero/integer-exponent fixups (floats only)
+  THREEFRY(x, key)  -> Threefry-2x32 (20 rounds) in uint32 ADD/XOR/SHL/SHR/OR, recombined into uint64
+  EXP2, LOG2, SIN   -> polynomial approximations (speck.codegen.lower.transcendental), accuracy documented there
+  float16 / bfloat16 / fp8 arithmetic on a renderer without it -> computed in float32 and cast back
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from speck.codegen.lower import transcendental as tr
+from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+
+if TYPE_CHECKING:
+    from speck.codegen.renderer import Renderer
+
+
+class Decomposer:
+    """Holds the renderer whose capabilities decide which rules fire."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+
+    def lacks(self, op: Ops, dt: DType) -> bool:
+        return not self.renderer.supports(op, dt)
+
+
+def _promote_narrow_float(ctx: Decomposer, x: UOp) -> UOp | None:
+    """half/bfloat16/fp8 arithmetic the renderer can't do natively: compute in float32, round back."""
+    dt = x.dtype.scalar() if x.op not in GroupOp.Comparison else x.src[0].dtype.scalar()
+    if dt not in (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
+        return None
+    if x.op in GroupOp.Comparison:
+        if not ctx.lacks(x.op, dt) or ctx.renderer.supports(x.op, dt):
+            return None
+    if ctx.renderer.supports(x.op, dt):
+        return None
+    f32 = dtypes.float32.vec(x.dtype.count)
+    srcs = tuple(s if (x.op is Ops.WHERE and i == 0) else s.cast(dtypes.float32.vec(s.dtype.count))
+                 for i, s in enumerate(x.src))  # fmt: skip
+    if x.op in GroupOp.Comparison:
+        return UOp(x.op, x.dtype, srcs, x.arg)
+    return UOp(x.op, f32, srcs, x.arg).cast(x.dtype)
+
+
+def _mulacc(ctx: Decomposer, x: UOp) -> UOp | None:
+    if not ctx.lacks(Ops.MULACC, x.dtype):
+        return None
+    a, b, c = x.src
+    return a * b + c
+
+
+def _pow(ctx: Decomposer, x: UOp) -> UOp | None:
+    if not ctx.lacks(Ops.POW, x.dtype) or not dtypes.is_float(x.dtype):
+        return None
+    return tr.pow_via_exp2(x.src[0], x.src[1])
+
+
+def _threefry(ctx: Decomposer, x: UOp) -> UOp | None:
+    if not ctx.lacks(Ops.THREEFRY, x.dtype):
+        return None
+    return threefry2x32(x.src[0], x.src[1])
+
+
+def _transcendental(ctx: Decomposer, x: UOp) -> UOp | None:
+    dt = x.dtype.scalar()
+    if dt not in (dtypes.float32, dtypes.float64) or not ctx.lacks(x.op, x.dtype):
+        return None
+    fn = {Ops.EXP2: tr.exp2, Ops.LOG2: tr.log2, Ops.SIN: tr.sin}[x.op]
+    return fn(x.src[0])
+
+
+def threefry2x32(x: UOp, key: UOp) -> UOp:
+    """Threefry-2x32, 20 rounds, on uint64 counter x and key, in 32-bit integer ops (matches speck.uop's
+    reference `threefry2x32`)."""
+    u32, u64 = dtypes.uint32.vec(x.dtype.count), dtypes.uint64.vec(x.dtype.count)
+
+    def c32(v: int) -> UOp:
+        return UOp.const(u32, v)
+
+    def lo(v: UOp) -> UOp:
+        return (v & UOp.const(u64, 0xFFFFFFFF)).cast(u32)
+
+    def hi(v: UOp) -> UOp:
+        return (v >> UOp.const(u64, 32)).cast(u32)
+
+    def rotl(v: UOp, r: int) -> UOp:
+        return (v << c32(r)) | (v >> c32(32 - r))
+
+    k0, k1 = lo(key), hi(key)
+    ks = (k0, k1, k0 ^ k1 ^ c32(0x1BD11BDA))
+    x0, x1 = lo(x) + ks[0], hi(x) + ks[1]
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    for i in range(5):
+        for r in rot[i % 2]:
+            x0 = x0 + x1
+            x1 = rotl(x1, r) ^ x0
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + c32(i + 1)
+    return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
+
+
+pm_decompose = PatternMatcher(
+    [
+        (UPat(GroupOp.ALU, name="x"), _promote_narrow_float),
+        (UPat(Ops.MULACC, name="x"), _mulacc),
+        (UPat(Ops.POW, name="x"), _pow),
+        (UPat(Ops.THREEFRY, name="x"), _threefry),
+        (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="x"), _transcendental),
+    ]
+)

@@ -1,0 +1,119 @@
+"""Devectorization: vector values wider than the renderer's registers (any vector, for renderers without vectors)
+are split into chunks the renderer supports. ALU/CAST/BITCAST run per chunk on GEPs of their sources; vector
+LOAD/STORE become one access per chunk at idx + chunk offset (same gate); the chunks are reassembled with a STACK
+that only GEPs consume, and GEP-of-STACK folding removes it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from speck.uop import GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+if TYPE_CHECKING:
+    from speck.codegen.renderer import Renderer
+
+
+class Devectorizer:
+    """The renderer's width limit per scalar dtype."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+
+    def width(self, u: UOp) -> int:
+        return self.renderer.max_vec_lanes(u.dtype.scalar())
+
+
+def _chunks(n: int, w: int) -> list[tuple[int, ...]]:
+    return [tuple(range(i, min(i + w, n))) for i in range(0, n, w)]
+
+
+def _lanes(x: UOp, lanes: tuple[int, ...]) -> UOp:
+    return x.gep(*lanes) if x.dtype.count > 1 else x
+
+
+def _reassemble(parts: list[UOp]) -> UOp:
+    return UOp.stack(*[p.gep(i) for p in parts for i in range(p.dtype.count)])
+
+
+def split_alu(ctx: Devectorizer, x: UOp) -> UOp | None:
+    n = x.dtype.count
+    w = ctx.width(x) if x.op not in GroupOp.Comparison else min(ctx.width(x), ctx.width(x.src[0]))
+    if x.op is Ops.CAST or x.op is Ops.BITCAST:
+        w = min(w, ctx.width(x.src[0]))
+    if n <= 1 or n <= w or isinstance(x.dtype, PtrDType):
+        return None
+    parts = []
+    for ch in _chunks(n, w):
+        srcs = tuple(_lanes(s, ch) for s in x.src)
+        dt = x.dtype.scalar().vec(len(ch))
+        parts.append(UOp(x.op, dt, srcs, x.arg))
+    return _reassemble(parts)
+
+
+def _offset(idx: UOp, k: int) -> UOp:
+    if k == 0:
+        return idx
+    buf, i = idx.src[0], idx.src[1]
+    return UOp(Ops.INDEX, idx.dtype, (buf, i + k, *idx.src[2:]))
+
+
+def split_load(ctx: Devectorizer, ld: UOp) -> UOp | None:
+    n, w = ld.dtype.count, ctx.width(ld)
+    if n <= w:
+        return None
+    parts = []
+    for ch in _chunks(n, w):
+        extra = tuple(_lanes(s, ch) for s in ld.src[1:])
+        parts.append(UOp(Ops.LOAD, ld.dtype.scalar().vec(len(ch)), (_offset(ld.src[0], ch[0]), *extra), ld.arg))
+    return _reassemble(parts)
+
+
+def split_store(ctx: Devectorizer, st: UOp) -> UOp | None:
+    val = st.src[1]
+    n, w = val.dtype.count, ctx.width(val)
+    if n <= w:
+        return None
+    stores = [UOp(Ops.STORE, dtypes.void, (_offset(st.src[0], ch[0]), _lanes(val, ch), *st.src[2:]), st.arg)
+              for ch in _chunks(n, w)]  # fmt: skip
+    return UOp(Ops.GROUP, dtypes.void, tuple(stores))
+
+
+def gep_through(g: UOp) -> UOp | None:
+    """GEP(STACK) picks sources, GEP(GEP) composes, a full identity GEP is its source."""
+    x = g.src[0]
+    if x.op is Ops.STACK:
+        return UOp.stack(*[x.src[i] for i in g.arg])
+    if x.op is Ops.GEP:
+        return x.src[0].gep(*[x.arg[i] for i in g.arg])
+    if g.arg == tuple(range(x.dtype.count)):
+        return x
+    return None
+
+
+def stack_of_geps(s: UOp) -> UOp | None:
+    """STACK(GEP(x,0), GEP(x,1), ...) covering x in order is x."""
+    first = s.src[0]
+    if first.op is not Ops.GEP or len(first.arg) != 1:
+        return None
+    x = first.src[0]
+    if x.dtype.count != len(s.src):
+        return None
+    if all(p.op is Ops.GEP and p.src[0] is x and p.arg == (i,) for i, p in enumerate(s.src)):
+        return x
+    return None
+
+
+pm_gep_fold = PatternMatcher(
+    [
+        (UPat(Ops.GEP, name="g"), gep_through),
+        (UPat(Ops.STACK, name="s"), stack_of_geps),
+    ]
+)
+
+pm_devectorize = pm_gep_fold + PatternMatcher(
+    [
+        (UPat(GroupOp.ALU | {Ops.CAST, Ops.BITCAST}, name="x"), split_alu),
+        (UPat(Ops.LOAD, name="ld"), split_load),
+        (UPat(Ops.STORE, name="st"), split_store),
+    ]
+)

@@ -1,0 +1,239 @@
+"""Expansion of UPCAST/UNROLL ranges into vector lanes.
+
+Every node that depends on expand ranges A (sorted by axis id) gets prod(sizes of A) lanes, row-major over A. Two
+representations: value nodes are one vector UOp (STACK/GEP/vector ALU); index-domain nodes (weakint math, INDEX
+pointers, and anything derived from them) are a list of scalar per-lane UOps, since weakint has no vector form.
+Loads and stores whose per-lane indices are contiguous become vector LOAD/STORE at lane 0's index (a run per
+group of the innermost axis when the whole vector is not contiguous), otherwise scalar accesses STACKed together.
+A REDUCE over an UNROLL range combines that axis's lanes horizontally; END simply forgets expand ranges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from speck.uop import AxisType, GroupOp, InvalidType, Ops, PtrDType, UOp, dtypes
+
+EXPAND_TYPES = (AxisType.UPCAST, AxisType.UNROLL)
+
+
+@dataclass
+class _Val:
+    """An expanded node: `axes` it varies over, and either one (vector) UOp or a list of per-lane scalar UOps."""
+
+    axes: tuple[UOp, ...]
+    vec: UOp | None = None
+    lanes: list[UOp] | None = None
+
+
+def _size(r: UOp) -> int:
+    end = r.src[0]
+    if end.op is not Ops.CONST or not isinstance(end.arg, int):
+        raise RuntimeError(f"expand: {r.arg[-1].name} range axis {r.arg[:-1]} needs a constant size, found {end.op}")
+    return int(end.arg)
+
+
+def _key(r: UOp) -> tuple[int, ...]:
+    return tuple(r.arg[:-1])
+
+
+class _Expander:
+    def __init__(self) -> None:
+        self.memo: dict[UOp, _Val] = {}
+
+    def nlanes(self, axes: tuple[UOp, ...]) -> int:
+        n = 1
+        for a in axes:
+            n *= _size(a)
+        return n
+
+    def mapping(self, src_axes: tuple[UOp, ...], axes: tuple[UOp, ...]) -> list[int]:
+        """For each lane of `axes`, the lane of a value over `src_axes` (a subset) it reads."""
+        sizes = [_size(a) for a in axes]
+        pos = {a: i for i, a in enumerate(axes)}
+        out = []
+        for coords in product(*[range(s) for s in sizes]):
+            lane = 0
+            for a in src_axes:
+                lane = lane * _size(a) + coords[pos[a]]
+            out.append(lane)
+        return out
+
+    def as_vec(self, v: _Val, axes: tuple[UOp, ...]) -> UOp:
+        """v broadcast to `axes` as one vector UOp (a scalar when axes is empty)."""
+        m = self.mapping(v.axes, axes)
+        if v.lanes is not None:
+            return UOp.stack(*[v.lanes[i] for i in m])
+        assert v.vec is not None
+        if not v.axes:
+            return UOp.stack(*[v.vec] * len(m)) if len(m) > 1 else v.vec
+        if m == list(range(v.vec.dtype.count)):
+            return v.vec
+        return v.vec.gep(*m)
+
+    def as_lanes(self, v: _Val, axes: tuple[UOp, ...]) -> list[UOp]:
+        m = self.mapping(v.axes, axes)
+        if v.lanes is not None:
+            return [v.lanes[i] for i in m]
+        assert v.vec is not None
+        return [v.vec if not v.axes else v.vec.gep(i) for i in m]
+
+    def run(self, sink: UOp) -> UOp:
+        for u in sink.toposort():
+            self.memo[u] = self.expand(u)
+        res = self.memo[sink]
+        assert res.vec is not None and not res.axes
+        return res.vec
+
+    def expand(self, u: UOp) -> _Val:
+        memo = self.memo
+        srcs = [memo[s] for s in u.src]
+        op = u.op
+        if op is Ops.RANGE and u.arg[-1] in EXPAND_TYPES:
+            return _Val((u,), lanes=[UOp.const(u.dtype, k) for k in range(_size(u))])
+        if not any(s.axes for s in srcs):
+            # nothing below varies over lanes: rebuild with (possibly rewritten) sources
+            new = tuple(s.vec if s.vec is not None else s.lanes[0] for s in srcs)  # type: ignore[index]
+            if op in (Ops.END, Ops.REDUCE):
+                return self.close(u, new, ())
+            return _Val((), vec=u.replace(src=new) if new != u.src else u)
+        axes = tuple(sorted({a for s in srcs for a in s.axes}, key=_key))
+        if op in (Ops.END, Ops.REDUCE):
+            return self.close(u, None, axes)
+        if op is Ops.LOAD:
+            return self.load(u, srcs, axes)
+        if op is Ops.STORE:
+            return self.store(u, srcs, axes)
+        if op is Ops.SINK or op is Ops.GROUP:
+            raise RuntimeError(f"expand: {op.name} source still varies over expand ranges {[_key(a) for a in axes]}")
+        lanes_mode = u.dtype == dtypes.weakint or isinstance(u.dtype, PtrDType) or any(s.lanes is not None
+                                                                                      for s in srcs)  # fmt: skip
+        if lanes_mode:
+            per = [self.as_lanes(s, axes) for s in srcs]
+            return _Val(axes, lanes=[UOp(op, u.dtype, tuple(p[k] for p in per), u.arg) for k in range(len(per[0]))])
+        if u.dtype.count != 1 or op not in GroupOp.ALU | {Ops.CAST, Ops.BITCAST}:
+            raise RuntimeError(f"expand: can't vectorize {op.name} of {u.dtype} over expand ranges")
+        n = self.nlanes(axes)
+        vs = tuple(self.as_vec(s, axes) for s in srcs)
+        return _Val(axes, vec=UOp(op, u.dtype.vec(n), vs, u.arg))
+
+    # ---------------- memory ----------------
+    def _index_lanes(self, idx_val: _Val, axes: tuple[UOp, ...]) -> list[UOp]:
+        return [x.simplify() for x in self.as_lanes(idx_val, axes)]
+
+    def _runs(self, idxs: list[UOp], axes: tuple[UOp, ...]) -> int | None:
+        """Length of contiguous runs the lanes split into (all lanes, else groups of the innermost axis), or None."""
+        for run in (len(idxs), _size(axes[-1]) if axes else 1):
+            if run <= 1:
+                continue
+            if all(_contiguous(idxs[g:g + run]) for g in range(0, len(idxs), run)):
+                return run
+        return None
+
+    def load(self, u: UOp, srcs: list[_Val], axes: tuple[UOp, ...]) -> _Val:
+        idx_val = srcs[0]
+        idxs = self._index_lanes(idx_val, axes)
+        alt = self.as_vec(srcs[1], axes) if len(srcs) > 1 else None
+        run = self._runs(idxs, axes) if len(set(idxs)) > 1 else None
+        n = len(idxs)
+        if run is None:
+            if len(set(idxs)) == 1:  # every lane reads the same element
+                ld = UOp(Ops.LOAD, u.dtype, (idxs[0], *([alt.gep(0)] if alt is not None else [])), u.arg)
+                return _Val(axes, vec=UOp.stack(*[ld] * n))
+            loads = [UOp(Ops.LOAD, u.dtype, (idxs[k], *([alt.gep(k)] if alt is not None else [])), u.arg)
+                     for k in range(n)]  # fmt: skip
+            return _Val(axes, vec=UOp.stack(*loads))
+        parts = []
+        for g in range(0, n, run):
+            extra = (alt.gep(*range(g, g + run)),) if alt is not None else ()
+            parts.append(UOp(Ops.LOAD, u.dtype.vec(run), (idxs[g], *extra), u.arg))
+        if len(parts) == 1:
+            return _Val(axes, vec=parts[0])
+        return _Val(axes, vec=UOp.stack(*[p.gep(i) for p in parts for i in range(run)]))
+
+    def store(self, u: UOp, srcs: list[_Val], axes: tuple[UOp, ...]) -> _Val:
+        idxs = self._index_lanes(srcs[0], axes)
+        val = self.as_vec(srcs[1], axes)
+        n = len(idxs)
+        run = self._runs(idxs, axes) if len(set(idxs)) > 1 else None
+        if run is None:
+            sts = [UOp(Ops.STORE, dtypes.void, (idxs[k], val.gep(k)), u.arg) for k in range(n)]
+        else:
+            sts = [UOp(Ops.STORE, dtypes.void, (idxs[g], val.gep(*range(g, g + run)) if run < n else val), u.arg)
+                   for g in range(0, n, run)]  # fmt: skip
+        return _Val((), vec=sts[0] if len(sts) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(sts)))
+
+    # ---------------- closing ranges ----------------
+    def close(self, u: UOp, new: tuple[UOp, ...] | None, axes: tuple[UOp, ...]) -> _Val:
+        rngs = [r for r in u.src[1:] if not (r.arg[-1] in EXPAND_TYPES)]
+        xr = [r for r in u.src[1:] if r.arg[-1] in EXPAND_TYPES]
+        if u.op is Ops.END:
+            body = self.memo[u.src[0]]
+            if body.axes:
+                raise RuntimeError("expand: an END's effect still varies over expand ranges")
+            eff = body.vec
+            assert eff is not None
+            rs = [self.memo[r].vec for r in rngs]
+            return _Val((), vec=UOp(Ops.END, u.dtype, (eff, *rs), u.arg) if rs else eff)  # type: ignore[arg-type]
+        val = self.memo[u.src[0]]
+        out_axes = tuple(a for a in val.axes if a not in xr)
+        v = self.as_vec(val, val.axes) if val.axes else (val.vec if val.vec is not None else val.lanes[0])  # type: ignore[index]
+        if xr and any(a in val.axes for a in xr):
+            red_axes = tuple(a for a in val.axes if a in xr)
+            groups: dict[int, list[int]] = {}
+            for lane, coords in enumerate(product(*[range(_size(a)) for a in val.axes])):
+                c = dict(zip(val.axes, coords))
+                okey = 0
+                for a in out_axes:
+                    okey = okey * _size(a) + c[a]
+                rkey = 0
+                for a in red_axes:
+                    rkey = rkey * _size(a) + c[a]
+                groups.setdefault(rkey, [0] * self.nlanes(out_axes))[okey] = lane
+            acc: UOp | None = None
+            for rk in sorted(groups):
+                part = v.gep(*groups[rk])
+                acc = part if acc is None else acc.alu(u.arg, part)
+            assert acc is not None
+            v = acc
+        # a REDUCE over an expand range the value doesn't depend on: x op x op ... (n times)
+        for r in xr:
+            if r not in val.axes:
+                base = v
+                for _ in range(_size(r) - 1):
+                    v = v.alu(u.arg, base)
+        rs = [self.memo[r].vec for r in rngs]
+        res = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg) if rs else v  # type: ignore[arg-type]
+        return _Val(out_axes, vec=res)
+
+
+def _contiguous(idxs: list[UOp]) -> bool:
+    """idx_k == idx_0 + k for every lane (gated indices: same gate on every lane)."""
+    base, gate = _split_gate(idxs[0])
+    for k, x in enumerate(idxs[1:], start=1):
+        b, g = _split_gate(x)
+        if g is not gate:
+            return False
+        if b is None or base is None:
+            return False
+        d = (b.src[1] - base.src[1]).simplify() if b.op is Ops.INDEX else None
+        if d is None or d.op is not Ops.CONST or d.arg != k:
+            return False
+    return True
+
+
+def _split_gate(ix: UOp) -> tuple[UOp | None, UOp | None]:
+    """INDEX(buf, WHERE(c, i, Invalid)) -> (INDEX(buf, i), c); plain INDEX -> (itself, None)."""
+    if ix.op is not Ops.INDEX or len(ix.src) != 2:
+        return None, None
+    i = ix.src[1]
+    if i.op is Ops.WHERE and i.src[2].op is Ops.CONST and isinstance(i.src[2].arg, InvalidType):
+        return ix.replace(src=(ix.src[0], i.src[1])), i.src[0]
+    return ix, None
+
+
+def expand_vectors(sink: UOp) -> UOp:
+    """Expand every UPCAST/UNROLL range of `sink` into vector lanes (no-op when there are none)."""
+    if not any(u.op is Ops.RANGE and u.arg[-1] in EXPAND_TYPES for u in sink.toposort()):
+        return sink
+    return _Expander().run(sink)

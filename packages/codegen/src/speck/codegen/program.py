@@ -1,0 +1,219 @@
+"""`ProgramSpec` (what a runtime needs to run one kernel) and `to_program` (kernel AST -> ProgramSpec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from speck.codegen.kernel_info import Estimates, KernelInfo
+from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
+
+if TYPE_CHECKING:
+    from speck.codegen.renderer import Renderer
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    """One buffer parameter: slot (argument position), element dtype, size in elements, role "in"/"out"/"inout"."""
+
+    slot: int
+    dtype: Any
+    size: int
+    role: str
+
+    def __iter__(self) -> Any:  # (index, dtype, size, role) tuple view, as CPU_ABI.md lists it
+        return iter((self.slot, self.dtype, self.size, self.role))
+
+
+@dataclass
+class ProgramSpec:
+    """A lowered, rendered (and optionally compiled) kernel: everything a runtime needs to launch it.
+
+    global_size[0] is the extent of the outermost GLOBAL range, the dimension the CPU ABI slices across workers
+    (ints, or weakint UOps of variables); local_size is None on CPUs. vars are the DEFINE_VAR UOps in argument
+    order (by name); buffers are ordered by slot."""
+
+    name: str
+    src: str
+    uops: list[UOp]
+    global_size: tuple[sint, ...]
+    local_size: tuple[int, ...] | None
+    buffers: list[BufferArg]
+    vars: list[UOp]
+    estimates: Estimates
+    renderer: str
+    lib: bytes | None = None
+    applied_opts: tuple[Any, ...] = ()
+    ast: UOp | None = field(default=None, repr=False)
+
+    def launch_dims(self, var_vals: dict[str, int] | None = None) -> tuple[int, ...]:
+        """global_size with variables substituted."""
+        from speck.uop.symbolic import sym_infer
+
+        return tuple(d if isinstance(d, int) else int(sym_infer(d, var_vals or {})) for d in self.global_size)
+
+    @property
+    def var_names(self) -> list[str]:
+        return [v.arg[0] for v in self.vars]
+
+
+def buffer_args(uops: list[UOp]) -> list[BufferArg]:
+    """Buffer parameters of a program with their roles (stored to -> out, loaded -> in, both -> inout)."""
+    params = {u: u for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType)}
+    loaded: set[int] = set()
+    stored: set[int] = set()
+    for u in uops:
+        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
+            slot = _slot(u.src[0].src[0])
+            (stored if u.op is Ops.STORE else loaded).add(slot)
+    out = []
+    for p in sorted(params, key=_slot):
+        s = _slot(p)
+        assert isinstance(p.dtype, PtrDType)
+        role = "inout" if s in loaded and s in stored else "out" if s in stored else "in"
+        out.append(BufferArg(s, p.dtype.base, p.dtype.size, role))
+    return out
+
+
+def _slot(p: UOp) -> int:
+    return int(p.arg if isinstance(p.arg, int) else p.arg[0])
+
+
+def estimate(uops: list[UOp]) -> Estimates:
+    """Count ALU ops and global-memory bytes, multiplying by the trip counts of enclosing loops (symbolic when a
+    loop end is a variable expression)."""
+    mult: sint = 1
+    stack: list[sint] = []
+    ops: sint = 0
+    mem: sint = 0
+    lds: sint = 0
+
+    def mul(a: sint, b: sint) -> sint:
+        if isinstance(a, int) and isinstance(b, int):
+            return a * b
+        return _wi(a) * _wi(b)
+
+    def add(a: sint, b: sint) -> sint:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        return _wi(a) + _wi(b)
+
+    for u in uops:
+        if u.op is Ops.RANGE:
+            stack.append(mult)
+            mult = mul(mult, _trip(u))
+        elif u.op is Ops.END:
+            mult = stack.pop()
+        elif u.op in GroupOp.ALU:
+            ops = add(ops, mul(mult, u.dtype.count))
+        elif u.op in (Ops.LOAD, Ops.STORE):
+            dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+            nbytes = dt.itemsize * dt.count
+            if u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
+                mem = add(mem, mul(mult, nbytes))
+            if u.op is Ops.LOAD:
+                lds = add(lds, mul(mult, nbytes))
+    return Estimates(_simp(ops), _simp(mem), _simp(lds))
+
+
+def _wi(x: sint) -> UOp:
+    if isinstance(x, UOp):
+        return x.cast(dtypes.weakint) if x.dtype != dtypes.weakint else x
+    return UOp.const(dtypes.weakint, x)
+
+
+def _simp(x: sint) -> sint:
+    from speck.uop import ssimplify
+
+    return ssimplify(x) if isinstance(x, UOp) else x
+
+
+def _trip(r: UOp) -> sint:
+    """The trip count of a program RANGE: an int, or a weakint expression of the variables."""
+    end = r.src[0]
+    v = _const_value(end)
+    if v is not None:
+        return int(v)
+    return _as_weak_expr(end)
+
+
+def _const_value(u: UOp) -> Any:
+    if u.op is Ops.CAST and u.src[0].op is Ops.CONST:
+        return u.src[0].arg
+    if u.op is Ops.CONST:
+        return u.arg
+    return None
+
+
+def _as_weak_expr(u: UOp) -> UOp:
+    """Rebuild a program int expression (casted consts, int32 variables) as a weakint expression."""
+    memo: dict[UOp, UOp] = {}
+    for n in u.toposort():
+        if n.op is Ops.CAST and n.src[0].op is Ops.CONST:
+            memo[n] = UOp.const(dtypes.weakint, int(n.src[0].arg))
+        elif n.op is Ops.CONST:
+            memo[n] = UOp.const(dtypes.weakint, int(n.arg))
+        elif n.op is Ops.DEFINE_VAR:
+            memo[n] = n.replace(dtype=dtypes.weakint)
+        elif n.op is Ops.CAST:
+            memo[n] = memo[n.src[0]]
+        elif n.op in GroupOp.ALU:
+            memo[n] = UOp(n.op, dtypes.weakint if n.dtype != dtypes.bool else n.dtype, tuple(memo[s] for s in n.src))
+        else:
+            memo[n] = n
+    return memo[u]
+
+
+def global_size(uops: list[UOp]) -> tuple[sint, ...]:
+    """global_size[0] = extent of the outermost GLOBAL range (the dimension CPU workers split), then the other
+    GLOBAL ranges in order; padded with 1s to three dimensions."""
+    from speck.codegen.interpret import outer_global_range
+
+    outer = outer_global_range(uops)
+    dims: list[sint] = []
+    if outer is not None:
+        dims.append(_trip(outer))
+    for u in uops:
+        if u.op is Ops.RANGE and u.arg[-1] is AxisType.GLOBAL and u is not outer:
+            dims.append(_trip(u))
+    dims += [1] * (3 - len(dims))
+    return tuple(dims)
+
+
+def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True) -> ProgramSpec:
+    """Lower a kernel AST for `renderer`, render it, and compile it when `compiler` is given (anything with a
+    `compile(src) -> bytes` method). The result carries name, source, object bytes, launch sizes, buffer roles,
+    variables and estimates."""
+    import time
+
+    from speck.codegen.pipeline import full_rewrite_to_sink
+    from speck.uop import DEBUG
+
+    t0 = time.perf_counter()
+    uops = full_rewrite_to_sink(ast, renderer, optimize=optimize)
+    t1 = time.perf_counter()
+    src = renderer.render(uops)
+    t2 = time.perf_counter()
+    lib = compiler.compile(src) if compiler is not None else None
+    t3 = time.perf_counter()
+    info = uops[-1].arg if isinstance(uops[-1].arg, KernelInfo) else KernelInfo()
+    if DEBUG >= 2:
+        print(f"to_program {info.name}: lower {1e3 * (t1 - t0):.2f} ms, render {1e3 * (t2 - t1):.2f} ms, "
+              f"compile {1e3 * (t3 - t2):.2f} ms")  # fmt: skip
+    return ProgramSpec(
+        name=info.name,
+        src=src,
+        uops=uops,
+        global_size=global_size(uops),
+        local_size=None,
+        buffers=buffer_args(uops),
+        vars=sorted([u for u in uops if u.op is Ops.DEFINE_VAR], key=lambda v: v.arg[0]),
+        estimates=estimate(uops),
+        renderer=renderer.name,
+        lib=lib,
+        applied_opts=info.applied_opts,
+        ast=ast,
+    )
+
+
+__all__ = ["BufferArg", "ProgramSpec", "buffer_args", "estimate", "global_size", "to_program"]

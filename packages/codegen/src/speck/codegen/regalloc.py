@@ -1,0 +1,312 @@
+"""Target-independent linear-scan register allocation over a linear instruction list.
+
+The allocator sees each instruction only as an `RAInstr`: the virtual registers it defines and uses, the physical
+registers it clobbers, and loop markers. Register names, classes and the callee-saved set come from a `RegTarget`
+(for x86-64 see `speck.codegen.x86.regs`); nothing here knows about any ISA.
+
+How it works (Poletto & Sarkar style, one location per value):
+- positions: instruction i reads its uses at 2i and writes its defs at 2i+1, so a value whose last use is at i can
+  share a register with a value defined at i; a value used before any definition is live from function entry (incoming
+  arguments);
+- loops: a value whose interval crosses a loop boundary, or that is read in the loop before the loop writes it (carried
+  around the back edge), is kept alive over the whole loop;
+- fixed (precoloured) virtual registers own their physical register over their interval, and clobbers block a register
+  at one instruction; other values only get a register that is free of both over their whole interval;
+- when no register is free the value with the furthest end (the current one or an active one) goes to a stack slot;
+  spilled values are reloaded into a scratch register before each use and stored after each def, except that a spilled
+  value that a loop only reads is reloaded once before the loop when some register is free across the whole loop;
+- slots of spilled values that are never live at the same time are shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class VReg:
+    """A virtual register: `id` names the value, `cls` its register class, `size` the width this operand uses.
+
+    The same id may appear with different sizes (a 64-bit value read as its low 32 bits); allocation is per id.
+    `fixed` pins the value to one physical register (by the target's register name) for its whole life.
+    """
+
+    id: int
+    cls: str
+    size: int = 8
+    fixed: str | None = None
+
+    def sized(self, size: int) -> VReg:
+        """The same virtual register used at another width."""
+        return VReg(self.id, self.cls, size, self.fixed)
+
+    def __repr__(self) -> str:
+        return f"v{self.id}" + (f"@{self.fixed}" if self.fixed else "") + f":{self.cls}{self.size * 8}"
+
+
+@dataclass(frozen=True)
+class RegClass:
+    """One register class: registers in allocation preference order, reserved reload scratch registers, slot size."""
+
+    name: str
+    allocatable: tuple[str, ...]
+    scratch: tuple[str, ...]
+    slot_size: int
+
+
+@dataclass(frozen=True)
+class RegTarget:
+    """The target description the allocator needs: classes by name and the callee-saved registers."""
+
+    classes: Mapping[str, RegClass]
+    callee_saved: frozenset[str]
+
+
+@dataclass(frozen=True)
+class RAInstr:
+    """The allocator's view of one instruction (or of a label / loop marker, which has no registers).
+
+    `marker` is "loop_begin" just before a loop's header (code before it runs once) or "loop_end" just after the
+    loop's back-edge branch.
+    """
+
+    defs: tuple[VReg, ...] = ()
+    uses: tuple[VReg, ...] = ()
+    clobbers: frozenset[str] = frozenset()
+    marker: str | None = None
+
+
+@dataclass(frozen=True)
+class Reload:
+    """Load spilled `vreg` from stack slot `slot` (byte offset in the spill area) into register `reg`."""
+
+    vreg: VReg
+    reg: str
+    slot: int
+
+
+@dataclass(frozen=True)
+class Spill:
+    """Store register `reg` (holding `vreg`) to stack slot `slot`."""
+
+    vreg: VReg
+    reg: str
+    slot: int
+
+
+@dataclass
+class Allocation:
+    """Result of `allocate`.
+
+    regs[i] maps every vreg id referenced by instruction i to the physical register to use there; reloads[i] go
+    immediately before instruction i and spills[i] immediately after it. `home` is each value's location over its
+    interval (a register name, or an int stack slot offset). `frame_size` is the bytes of spill slots; `callee_saved`
+    lists the callee-saved registers the code writes (the prologue must save them), in the target's preference order.
+    """
+
+    regs: list[dict[int, str]]
+    reloads: list[list[Reload]]
+    spills: list[list[Spill]]
+    home: dict[int, str | int]
+    callee_saved: tuple[str, ...]
+    frame_size: int
+    intervals: dict[int, tuple[int, int]] = field(default_factory=dict)
+    loops: list[tuple[int, int]] = field(default_factory=list)
+
+
+class RegAllocError(RuntimeError):
+    """The instruction list cannot be allocated as given (inconsistent classes, unbalanced loops, fixed clashes)."""
+
+
+def _overlaps(ranges: Sequence[tuple[int, int]], s: int, e: int) -> bool:
+    return any(rs <= e and s <= re for rs, re in ranges)
+
+
+def find_loops(instrs: Sequence[RAInstr]) -> list[tuple[int, int]]:
+    """Pair loop_begin/loop_end markers into (begin index, end index), outer loops first."""
+    stack: list[int] = []
+    loops: list[tuple[int, int]] = []
+    for i, ins in enumerate(instrs):
+        if ins.marker == "loop_begin":
+            stack.append(i)
+        elif ins.marker == "loop_end":
+            if not stack:
+                raise RegAllocError(f"instruction {i}: loop_end without a matching loop_begin")
+            loops.append((stack.pop(), i))
+        elif ins.marker is not None:
+            raise RegAllocError(f"instruction {i}: unknown marker {ins.marker!r}; expected loop_begin or loop_end")
+    if stack:
+        raise RegAllocError(f"instruction {stack[-1]}: loop_begin without a matching loop_end")
+    return sorted(loops)
+
+
+def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Live interval [start, end] (in positions 2i / 2i+1) of every vreg id, extended over loops as described above."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    occurrences: dict[int, list[tuple[int, bool]]] = {}  # id -> [(pos, is_def)]
+    for i, ins in enumerate(instrs):
+        for v in ins.uses:
+            occurrences.setdefault(v.id, []).append((2 * i, False))
+        for v in ins.defs:
+            occurrences.setdefault(v.id, []).append((2 * i + 1, True))
+    for vid, occ in occurrences.items():
+        occ.sort()
+        # read before any write: live-in at function entry (incoming arguments)
+        first[vid] = occ[0][0] if occ[0][1] else 0
+        last[vid] = occ[-1][0]
+    changed = True
+    while changed:
+        changed = False
+        for b, e in loops:
+            lo, hi = 2 * b, 2 * e + 1
+            for vid, occ in occurrences.items():
+                s, t = first[vid], last[vid]
+                if t < lo or s > hi or (s <= lo and t >= hi):
+                    continue
+                inside = [(p, d) for p, d in occ if lo <= p <= hi]
+                crosses = s < lo or t > hi
+                carried = bool(inside) and not inside[0][1]
+                if crosses or carried:
+                    first[vid], last[vid] = min(s, lo), max(t, hi)
+                    changed = True
+    return {vid: (first[vid], last[vid]) for vid in occurrences}
+
+
+def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
+    """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
+    info: dict[int, VReg] = {}
+    for i, ins in enumerate(instrs):
+        for v in ins.defs + ins.uses:
+            seen = info.setdefault(v.id, v)
+            if (seen.cls, seen.fixed) != (v.cls, v.fixed):
+                raise RegAllocError(f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
+                                    f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class")
+            if v.cls not in target.classes:
+                raise RegAllocError(f"instruction {i}: v{v.id} has class {v.cls!r}; the target has "
+                                    f"{sorted(target.classes)}")
+    loops = find_loops(instrs)
+    intervals = live_intervals(instrs, loops)
+
+    # registers owned by fixed values, and single-instruction clobbers
+    blocked: dict[str, list[tuple[int, int]]] = {}
+    fixed_owner: dict[str, list[tuple[int, int, int]]] = {}
+    for vid, v in info.items():
+        if v.fixed is not None:
+            s, e = intervals[vid]
+            for os_, oe, other in fixed_owner.get(v.fixed, []):
+                if os_ <= e and s <= oe:
+                    raise RegAllocError(f"v{vid} and v{other} are both fixed to {v.fixed} and live at the same time "
+                                        f"({s}..{e} vs {os_}..{oe}); copy one of them to a free virtual register")
+            fixed_owner.setdefault(v.fixed, []).append((s, e, vid))
+            blocked.setdefault(v.fixed, []).append((s, e))
+    for i, ins in enumerate(instrs):
+        for r in ins.clobbers:
+            blocked.setdefault(r, []).append((2 * i + 1, 2 * i + 1))
+
+    home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
+    assigned: dict[str, list[tuple[int, int]]] = {}
+    spilled: list[int] = []
+    active: list[tuple[int, int, str]] = []  # (end, vid, reg)
+    order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
+    for s, e, vid in order:
+        cls = target.classes[info[vid].cls]
+        active = [a for a in active if a[0] >= s]
+        taken = {a[2] for a in active}
+        free = [r for r in cls.allocatable if r not in taken and not _overlaps(blocked.get(r, []), s, e)]
+        if free:
+            home[vid] = free[0]
+            active.append((e, vid, free[0]))
+            continue
+        # spill the value (this one or an active one whose register it could use) that stays live the longest
+        victims = [a for a in active if info[a[1]].cls == cls.name and not _overlaps(blocked.get(a[2], []), s, e)]
+        victim = max(victims, default=None)
+        if victim is not None and victim[0] > e:
+            active.remove(victim)
+            spilled.append(victim[1])
+            home[vid] = victim[2]
+            active.append((e, vid, victim[2]))
+        else:
+            spilled.append(vid)
+    for vid, reg in home.items():
+        if isinstance(reg, str) and vid not in spilled:
+            assigned.setdefault(reg, []).append(intervals[vid])
+
+    # stack slots, shared between spilled values whose intervals do not overlap
+    slots: dict[int, int] = {}
+    slot_free_at: list[tuple[int, int, int]] = []  # (offset, size, busy until)
+    frame = 0
+    for vid in sorted(spilled, key=lambda v: intervals[v]):
+        s, e = intervals[vid]
+        size = target.classes[info[vid].cls].slot_size
+        for k, (off, sz, until) in enumerate(slot_free_at):
+            if sz == size and until < s:
+                slots[vid] = off
+                slot_free_at[k] = (off, sz, e)
+                break
+        else:
+            frame += -frame % size
+            slots[vid] = frame
+            slot_free_at.append((frame, size, e))
+            frame += size
+        home[vid] = slots[vid]
+
+    regs: list[dict[int, str]] = [{} for _ in instrs]
+    reloads: list[list[Reload]] = [[] for _ in instrs]
+    spills: list[list[Spill]] = [[] for _ in instrs]
+    for i, ins in enumerate(instrs):
+        for v in ins.defs + ins.uses:
+            loc = home[v.id]
+            if isinstance(loc, str):
+                regs[i][v.id] = loc
+
+    # loop-invariant spilled values: one reload before the loop if a register is free across all of it
+    for vid in spilled:
+        s, e = intervals[vid]
+        cls = target.classes[info[vid].cls]
+        for b, end in loops:
+            lo, hi = 2 * b, 2 * end + 1
+            body = range(b + 1, end)
+            if not (s <= lo and e >= hi) or any(vid in regs[j] for j in body):
+                continue
+            if any(v.id == vid for j in body for v in instrs[j].defs):
+                continue
+            if not any(v.id == vid for j in body for v in instrs[j].uses):
+                continue
+            free = [r for r in cls.allocatable
+                    if not _overlaps(blocked.get(r, []), lo, hi) and not _overlaps(assigned.get(r, []), lo, hi)]
+            if not free:
+                continue
+            reg = free[0]
+            assigned.setdefault(reg, []).append((lo, hi))
+            reloads[b].append(Reload(info[vid], reg, slots[vid]))
+            for j in body:
+                if any(v.id == vid for v in instrs[j].uses):
+                    regs[j][vid] = reg
+
+    # remaining references to spilled values: a scratch register per instruction
+    for i, ins in enumerate(instrs):
+        used_here: set[str] = set(regs[i].values())
+        for v in dict.fromkeys(ins.uses + ins.defs):
+            if v.id in regs[i]:
+                continue
+            cls = target.classes[v.cls]
+            point_free = [r for r in cls.allocatable if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)
+                          and not _overlaps(assigned.get(r, []), 2 * i, 2 * i + 1)]  # fmt: skip
+            scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
+            pick = next((r for r in scratch + point_free if r not in used_here), None)
+            if pick is None:
+                raise RegAllocError(f"instruction {i}: more spilled {cls.name} operands than scratch registers "
+                                    f"({len(cls.scratch)}) and no free register; split the instruction")
+            used_here.add(pick)
+            regs[i][v.id] = pick
+            if any(u.id == v.id for u in ins.uses):
+                reloads[i].append(Reload(info[v.id], pick, slots[v.id]))
+            if any(d.id == v.id for d in ins.defs):
+                spills[i].append(Spill(info[v.id], pick, slots[v.id]))
+
+    written = {r for m in regs for r in m.values()} | {r.reg for rl in reloads for r in rl}
+    order_all = [r for c in target.classes.values() for r in c.allocatable + c.scratch]
+    callee = tuple(r for r in order_all if r in written and r in target.callee_saved)
+    return Allocation(regs, reloads, spills, home, callee, frame, intervals, loops)

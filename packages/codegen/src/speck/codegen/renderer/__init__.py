@@ -1,0 +1,113 @@
+"""The Renderer base class: what a backend declares about itself so the lowering pipeline can shape programs for it.
+
+A renderer turns a program (the linear UOp list of KERNEL_CONTRACT.md section 2) into text (C, LLVM IR, Python,
+an x86 listing). Before that, `full_rewrite_to_sink` reads the declarations below to decide how far to lower:
+which ALU ops must be decomposed, how wide vectors may be, which float formats need emulation. Concrete renderers
+(ClangRenderer, LLVMRenderer, PythonRenderer, the x86 backend) subclass `Renderer`, override the class attributes
+that differ and implement `render`."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
+
+# ALU ops every backend is expected to express directly; the pipeline decomposes the others (THREEFRY into 32-bit
+# integer ops, POW into exp2/log2, MULACC into MUL+ADD) unless a renderer adds them to `supported_ops`.
+DEFAULT_SUPPORTED_OPS: frozenset[Ops] = GroupOp.ALU - {Ops.THREEFRY, Ops.POW, Ops.MULACC}
+
+
+class UnsupportedOpError(RuntimeError):
+    """A renderer was asked for an op/dtype combination it cannot express. The message names op, dtype, renderer."""
+
+    def __init__(self, renderer: str, op: Ops, dtype: DType, why: str = "") -> None:
+        extra = f" ({why})" if why else ""
+        super().__init__(
+            f"renderer {renderer!r} cannot express {op.name} on {dtype}{extra}; add a decomposition for it in "
+            f"speck.codegen.lower.decompositions or remove {op.name} from the renderer's supported_ops so the "
+            f"pipeline lowers it"
+        )
+        self.renderer, self.op, self.dtype = renderer, op, dtype
+
+
+class Renderer:
+    """Base class of every backend. Class attributes are the declarations the pipeline reads; subclasses override.
+
+    Attributes (all class-level, so a renderer class can be inspected without instantiating it):
+      name: short identifier reported in ProgramSpec.renderer and in error messages ("c", "llvm", "python", "x86").
+      device: the device family the output runs on ("CPU" for every host renderer).
+      supported_ops: ALU ops the renderer expresses directly; anything else in GroupOp.ALU is decomposed by the
+        pipeline (exp2/log2/sin by polynomials, POW via exp2/log2, THREEFRY in 32-bit ops, MULACC as MUL+ADD).
+      has_vectors: whether vector dtypes (STACK/GEP, vector LOAD/STORE/ALU) may reach `render`; False makes the
+        pipeline devectorize everything to scalars.
+      max_vector_bytes: widest vector register in bytes (32 = 256-bit AVX2; 64 on AVX-512 hosts). Wider vectors
+        are split by devectorization.
+      supports_float16: arithmetic directly in float16; False -> half ALU ops are computed in float32 and rounded.
+      supports_bfloat16: bfloat16 as a native type; False -> bfloat16 is stored as its uint16 bits and converted
+        with integer ops (round to nearest even), arithmetic in float32.
+      supports_fp8: fp8 formats as native types; False -> fp8 arithmetic is computed in float32 (casts still needed).
+      supports_int64: 64-bit integer arithmetic is available (index lowering may use int64 when bounds need it).
+      has_local: workgroup-local memory and LOCAL ranges exist (False on CPUs: the optimizer won't emit LOCAL).
+      has_threads: the CPU ABI core slicing applies: the outermost GLOBAL range is split across worker threads.
+      global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
+      extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
+        a pattern into a machine idiom); None for none.
+    """
+
+    name: ClassVar[str] = "base"
+    device: ClassVar[str] = "CPU"
+    supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS
+    has_vectors: ClassVar[bool] = False
+    max_vector_bytes: ClassVar[int] = 32
+    supports_float16: ClassVar[bool] = False
+    supports_bfloat16: ClassVar[bool] = False
+    supports_fp8: ClassVar[bool] = False
+    supports_int64: ClassVar[bool] = True
+    has_local: ClassVar[bool] = False
+    has_threads: ClassVar[bool] = True
+    global_max: ClassVar[tuple[int, ...] | None] = None
+    extra_matcher: ClassVar[PatternMatcher | None] = None
+
+    def max_vec_lanes(self, dtype: DType) -> int:
+        """How many lanes of scalar `dtype` fit one vector register (1 when the renderer has no vectors)."""
+        if not self.has_vectors:
+            return 1
+        return max(1, self.max_vector_bytes // max(1, dtype.scalar().itemsize))
+
+    def supports(self, op: Ops, dtype: DType) -> bool:
+        """Whether `op` producing/operating on `dtype` can be rendered directly. The default checks `supported_ops`
+        and the float-format flags; subclasses refine it for per-dtype gaps (e.g. no vector int64 division)."""
+        if op in GroupOp.ALU and op not in self.supported_ops:
+            return False
+        s = dtype.scalar()
+        if op in GroupOp.ALU and op not in GroupOp.Comparison:
+            if s == dtypes.float16 and not self.supports_float16:
+                return False
+            if s == dtypes.bfloat16 and not self.supports_bfloat16:
+                return False
+            if dtypes.is_fp8(s) and not self.supports_fp8:
+                return False
+        return not (s in (dtypes.int64, dtypes.uint64) and not self.supports_int64)
+
+    def check_supported(self, op: Ops, dtype: DType) -> None:
+        """Raise UnsupportedOpError (naming op, dtype and renderer) unless `supports(op, dtype)`."""
+        if not self.supports(op, dtype):
+            raise UnsupportedOpError(self.name, op, dtype)
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render a linearized program (KERNEL_CONTRACT.md section 2; the last UOp is the SINK whose arg is the
+        KernelInfo carrying the function name) to source text. Subclasses implement it."""
+        raise NotImplementedError(f"{type(self).__name__}.render is not implemented")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def kernel_name(uops: list[UOp]) -> str:
+    """The function name of a linearized program: the KernelInfo name on its final SINK ("kernel" if absent)."""
+    if uops and uops[-1].op is Ops.SINK and uops[-1].arg is not None and hasattr(uops[-1].arg, "name"):
+        return str(uops[-1].arg.name)
+    return "kernel"
+
+
+__all__ = ["DEFAULT_SUPPORTED_OPS", "Renderer", "UnsupportedOpError", "kernel_name"]

@@ -1,0 +1,746 @@
+"""ClangRenderer: a linearized program (KERNEL_CONTRACT.md section 2) -> freestanding GNU C11 with vector extensions.
+
+The output includes no headers: the few types and helpers a kernel needs are emitted in front of it, only when used.
+It compiles with both clang and gcc (`-ffreestanding -fPIC -O2 -c`, see compiler/clang.py for the exact flags) and
+needs no `-fwrapv`: the renderer itself keeps every C operation defined.
+
+Semantics (each choice matches the reference interpreter / speck.uop's exact folding):
+- Integer ADD/SUB/MUL/NEG/SHL that may overflow (judged from the UOps' exact bounds) are computed in the unsigned
+  type of the same width and converted back, so they wrap instead of being undefined. Index arithmetic whose bounds
+  fit is written plainly (`ridx0 * 4 + ridx1`).
+- CDIV/CMOD are C's `/` and `%`; when the divisor may be 0 (or -1 with a dividend that may be the minimum) a helper
+  returns 0 for x/0 and x%0 and wraps MIN/-1, instead of trapping. Shifts by an amount outside [0, bits) give 0
+  (-1 for an arithmetic right shift of a negative value), again through a guard only when the bounds need it.
+- MAX propagates NaN (`b > a || b != b ? b : a`); CMPLT is false and CMPNE true on NaN (C's own comparisons).
+- float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline); float64 -> float16
+  rounds to odd at float precision first, which is exact and needs no libgcc call. bfloat16 and fp8 are integer
+  storage with conversion helpers (round to nearest even; fp8e4m3 saturates, fp8e5m2 overflows to inf).
+- Float -> integer casts truncate and wrap modulo 2**64 like the interpreter (NaN/inf give 0) through a
+  helper, never an undefined C conversion; int64 -> float32 rounds through float64 as the interpreter does.
+- Literals come only from casted consts `CAST(dt, CONST(v))`; a bare strongly-typed CONST is an error.
+- Vectors use `vector_size` typedefs; contiguous vector loads/stores go through `__builtin_memcpy` (unaligned safe);
+  ops without a portable vector form are written lane by lane into a compound literal."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError, kernel_name
+from speck.uop import AxisType, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
+
+# ---------------------------------------------------------------------------------------------------------------------
+# program analysis shared by the C and LLVM renderers
+
+
+def casted_const(u: UOp) -> tuple[bool, Any]:
+    """(True, value truncated to u.dtype) when u is a casted const `CAST(dt, CONST(v, from_py(v)))`, else (False,
+    None)."""
+    if u.op is Ops.CAST and len(u.src) == 1 and u.src[0].op is Ops.CONST:
+        c = u.src[0]
+        if c.dtype.is_weak or c.dtype == dtypes.bool:
+            if c.dtype is not dtypes.from_py(c.arg):
+                raise RuntimeError(f"casted const {u.dtype} has inner CONST {c.arg!r} of dtype {c.dtype}; expected "
+                                   f"{dtypes.from_py(c.arg)} (from_py of the value)")  # fmt: skip
+            return True, cast_value(c.arg, u.dtype.scalar())
+    return False, None
+
+
+def bare_const_error(u: UOp, renderer: str) -> RuntimeError:
+    """The error a renderer raises when it meets a CONST outside a casted const."""
+    return RuntimeError(
+        f"renderer {renderer!r} got a bare CONST {u.arg!r} of dtype {u.dtype}: programs must spell every literal as a "
+        f"casted const CAST(dt, CONST(v, from_py(v))) (see IR.md); run the pipeline's casted-const stage first"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSignature:
+    """What the CPU ABI function signature is made of: buffer PARAMs in slot order (with whether each is written),
+    DEFINE_VARs in name order, and the RANGE sliced by core_start/core_end (None when there is no global range)."""
+
+    name: str
+    buffers: tuple[UOp, ...]
+    written: frozenset[UOp]
+    variables: tuple[UOp, ...]
+    sliced: UOp | None
+
+
+def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
+    """Analyse a linearized program for the CPU ABI (CPU_ABI.md); raises RuntimeError on a malformed program."""
+    if not uops or uops[-1].op is not Ops.SINK:
+        raise RuntimeError(f"renderer {renderer!r}: a program must be a linear UOp list ending in SINK")
+    name = kernel_name(uops)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise RuntimeError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
+    buffers = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0])
+    for b in buffers:
+        if not isinstance(b.dtype, PtrDType):
+            raise RuntimeError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters must be "
+                               "DEFINE_VARs in a program")  # fmt: skip
+    written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
+    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]))
+    depth, sliced = 0, None
+    for u in uops:
+        if u.op is Ops.RANGE:
+            if depth == 0 and sliced is None and u.arg[-1] is AxisType.GLOBAL:
+                sliced = u
+            depth += 1
+        elif u.op is Ops.END:
+            depth -= 1
+    return KernelSignature(name, tuple(buffers), written, tuple(variables), sliced)
+
+
+def range_users(uops: list[UOp]) -> dict[UOp, int]:
+    """How many ENDs close each RANGE (a well-formed program closes each exactly once)."""
+    out: dict[UOp, int] = {}
+    for u in uops:
+        if u.op is Ops.END:
+            for r in u.src[1:]:
+                out[r] = out.get(r, 0) + 1
+    return out
+
+
+def int_fits(u: UOp) -> bool:
+    """u's exact bounds lie strictly inside its integer dtype, so computing it in that dtype cannot overflow.
+    (Bounds that could leave the dtype are reported as the full range, hence the strict comparison.)"""
+    dt = u.dtype.scalar()
+    try:
+        lo, hi = u.vmin, u.vmax
+    except Exception:  # bounds of an exotic node: be conservative
+        return False
+    return bool(isinstance(lo, int) and isinstance(hi, int) and dtypes.min(dt) < lo and hi < dtypes.max(dt))
+
+
+def divisor_safe(a: UOp, b: UOp) -> bool:
+    """C `/` and `%` are defined for a and b: b is never 0, and never -1 while a may be the type's minimum."""
+    dt = b.dtype.scalar()
+    lo, hi = b.vmin, b.vmax
+    if not (isinstance(lo, int) and isinstance(hi, int)) or lo <= 0 <= hi:
+        return False
+    if dtypes.is_unsigned(dt) or dt.itemsize < 4 or not lo <= -1 <= hi:
+        return True
+    return bool(isinstance(a.vmin, int) and a.vmin > dtypes.min(dt))
+
+
+def shift_safe(b: UOp, bits: int) -> bool:
+    """The shift amount b always lies in [0, bits)."""
+    lo, hi = b.vmin, b.vmax
+    return bool(isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi < bits)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# C types and literals
+
+_CTYPE: dict[DType, str] = {
+    dtypes.bool: "_Bool",
+    dtypes.int8: "signed char",
+    dtypes.uint8: "unsigned char",
+    dtypes.int16: "short",
+    dtypes.uint16: "unsigned short",
+    dtypes.int32: "int",
+    dtypes.uint32: "unsigned int",
+    dtypes.int64: "long",
+    dtypes.uint64: "unsigned long",
+    dtypes.float16: "_Float16",
+    dtypes.bfloat16: "__speck_bf16",
+    dtypes.fp8e4m3: "__speck_fp8e4m3",
+    dtypes.fp8e5m2: "__speck_fp8e5m2",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+# short names for vector typedefs; vectors of bool are bytes holding 0/1
+_VSHORT: dict[DType, str] = {
+    dtypes.bool: "bool",
+    dtypes.int8: "i8",
+    dtypes.uint8: "u8",
+    dtypes.int16: "i16",
+    dtypes.uint16: "u16",
+    dtypes.int32: "i32",
+    dtypes.uint32: "u32",
+    dtypes.int64: "i64",
+    dtypes.uint64: "u64",
+    dtypes.float16: "f16",
+    dtypes.bfloat16: "bf16",
+    dtypes.fp8e4m3: "fp8e4m3",
+    dtypes.fp8e5m2: "fp8e5m2",
+    dtypes.float32: "f32",
+    dtypes.float64: "f64",
+}
+# element type of the vector typedefs (vector_size needs an arithmetic element type)
+_VELEM: dict[DType, str] = {**_CTYPE, dtypes.bool: "unsigned char", dtypes.bfloat16: "unsigned short",
+                            dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char"}  # fmt: skip
+_UNSIGNED_TWIN = {
+    dtypes.int8: dtypes.uint8,
+    dtypes.int16: dtypes.uint16,
+    dtypes.int32: dtypes.uint32,
+    dtypes.int64: dtypes.uint64,
+}
+_STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}  # float formats kept as integer bits
+
+
+def _f32_text(v: float) -> str:
+    """Shortest decimal that reads back (correctly rounded, as C does) as float32 v, with the `f` suffix."""
+    s = str(np.float32(v))
+    if "." not in s and "e" not in s:
+        s += ".0"
+    return s + "f"
+
+
+def _f64_text(v: float) -> str:
+    s = repr(float(v))
+    return s if ("." in s or "e" in s) else s + ".0"
+
+
+def _special_float(v: float, single: bool) -> str | None:
+    if math.isinf(v):
+        return ("-" if v < 0 else "") + ("__builtin_inff()" if single else "__builtin_inf()")
+    if math.isnan(v):
+        return ("-" if math.copysign(1.0, v) < 0 else "") + ('__builtin_nanf("")' if single else '__builtin_nan("")')
+    return None
+
+
+def c_literal(v: Any, dt: DType) -> str:
+    """The C spelling of value v (already truncated to scalar dtype dt): `1.0f`, `1.0`, `1`, `1l`, `1u`, `1ul`,
+    `(short)1`, `(_Float16)1.0f`, `__speck_f32_to_bf16(1.0f)`, `__builtin_inff()`... Each reads back exactly."""
+    dt = dt.scalar()
+    if dt == dtypes.bool:
+        return "1" if v else "0"
+    if dtypes.is_int(dt):
+        v = int(v)
+        if dt == dtypes.int32:
+            return "(-2147483647-1)" if v == -(2**31) else str(v)
+        if dt == dtypes.int64:
+            return "(-9223372036854775807l-1l)" if v == -(2**63) else f"{v}l"
+        if dt == dtypes.uint32:
+            return f"{v}u"
+        if dt == dtypes.uint64:
+            return f"{v}ul"
+        return f"({_CTYPE[dt]}){v}"
+    v = float(v)
+    if dt == dtypes.float64:
+        return _special_float(v, False) or _f64_text(v)
+    f = _special_float(v, True) or _f32_text(v)  # every narrower format holds values exactly representable in float
+    if dt == dtypes.float32:
+        return f
+    if dt == dtypes.float16:
+        return f"(_Float16){f}"
+    return f"{_TO_STORAGE[dt]}({f})"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# prelude: typedefs and helpers, emitted on demand, in this order
+
+_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", dtypes.fp8e4m3: "__speck_f64_to_fp8e4m3",
+               dtypes.fp8e5m2: "__speck_f64_to_fp8e5m2"}  # fmt: skip
+_FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", dtypes.fp8e4m3: "__speck_fp8e4m3_to_f32",
+                 dtypes.fp8e5m2: "__speck_fp8e5m2_to_f32"}  # fmt: skip
+
+_BF16_HELPERS = """typedef unsigned short __speck_bf16;
+static inline float __speck_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; \
+__builtin_memcpy(&f, &u, 4); return f; }
+/* round to nearest even; NaN stays a quiet NaN with its sign */
+static inline unsigned short __speck_f32_to_bf16(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  if (f != f) return (unsigned short)(0x7FC0u | ((u >> 16) & 0x8000u));
+  return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}"""
+
+# fp8 formats: (ebits, mbits, bias, max value, bits of the max value, bits on overflow, NaN bits, subnormal scale)
+_FP8 = {
+    dtypes.fp8e4m3: ("e4m3", 4, 3, 7, "448.0", "0x7Eu", "0x7Eu", "0x7Fu", "0x1p-9f"),
+    dtypes.fp8e5m2: ("e5m2", 5, 2, 15, "57344.0", "0x7Bu", "0x7Cu", "0x7Eu", "0x1p-16f"),
+}
+
+
+def _fp8_helpers(dt: DType) -> str:
+    nm, eb, mb, bias, maxv, _maxbits, ovf, nanb, sub = _FP8[dt]
+    fn = dt == dtypes.fp8e4m3
+    nan_check = "(b & 0x7Fu) == 0x7Fu" if fn else f"e == {(1 << eb) - 1}u"
+    nan_ret = '__builtin_nanf("")' if fn else '(m ? __builtin_nanf("") : s * __builtin_inff())'
+    return f"""typedef unsigned char __speck_fp8{nm};
+static inline float __speck_fp8{nm}_to_f32(unsigned char b) {{
+  unsigned int e = (b >> {mb}) & {(1 << eb) - 1}u, m = b & {(1 << mb) - 1}u;
+  float s = (b & 0x80u) ? -1.0f : 1.0f;
+  if ({nan_check}) return {nan_ret};
+  if (e == 0) return s * (float)m * {sub};
+  unsigned int u = ((unsigned int)(b & 0x80u) << 24) | ((e + {127 - bias}u) << 23) | (m << {23 - mb});
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}}
+/* round to nearest even from double; {"saturates at +-" + maxv if fn else "overflows to inf"} */
+static inline unsigned char __speck_f64_to_fp8{nm}(double x) {{
+  unsigned long u; __builtin_memcpy(&u, &x, 8);
+  unsigned int sign = (unsigned int)(u >> 63) << 7;
+  if (x != x) return {nanb};
+  double ax = __builtin_fabs(x);
+  if (ax > 2.0 * {maxv}) return (unsigned char)(sign | {ovf});
+  if (ax == 0.0) return (unsigned char)sign;
+  int e = (int)((u >> 52) & 0x7FFu) - 1023;
+  if (e < {1 - bias}) e = {1 - bias};
+  unsigned long sb = (unsigned long)(e - {mb} + 1023) << 52;
+  double step; __builtin_memcpy(&step, &sb, 8);
+  double q = ax / step;
+  long r = (long)q;
+  double d = q - (double)r;
+  if (d > 0.5 || (d == 0.5 && (r & 1))) r += 1;
+  if ((double)r * step > {maxv}) return (unsigned char)(sign | {ovf});
+  return (unsigned char)(sign | (unsigned int)(((long)(e + {bias - 1}) << {mb}) + r));
+}}"""
+
+
+_F64_TO_F16 = """/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half, so the
+   second rounding is exact), then let the hardware round to half */
+static inline _Float16 __speck_f64_to_f16(double x) {
+  float f = (float)x;
+  if ((double)f != x && x == x) {
+    unsigned int u; __builtin_memcpy(&u, &f, 4);
+    if (__builtin_fabs((double)f) > __builtin_fabs(x)) u -= 1u;
+    u |= 1u;
+    __builtin_memcpy(&f, &u, 4);
+  }
+  return (_Float16)f;
+}"""
+
+
+_F2I = """/* float -> integer as the interpreter does it: truncate toward zero and wrap modulo 2**64 (then to the target
+   width); NaN and inf give 0. Defined for every input, unlike a C cast; the reduction below is exact. */
+static inline unsigned long __speck_f2i(double x) {
+  if (x != x || __builtin_fabs(x) == __builtin_inf()) return 0;
+  if (__builtin_fabs(x) >= 0x1p64) x -= 0x1p64 * __builtin_trunc(x * 0x1p-64);
+  return x < 0 ? -(unsigned long)(-x) : (unsigned long)x;
+}"""
+
+
+def _div_helper(dt: DType) -> str:
+    ct, ut = _CTYPE[dt], _CTYPE[_UNSIGNED_TWIN.get(dt, dt)]
+    sfx = _VSHORT[dt]
+    neg = f"({ct})(-({ut})a)" if not dtypes.is_unsigned(dt) else "0"
+    minus1 = f"b == ({ct})-1 ? {neg} : " if not dtypes.is_unsigned(dt) else ""
+    mod_m1 = f" || b == ({ct})-1" if not dtypes.is_unsigned(dt) else ""
+    return (
+        f"/* x/0 and x%0 are 0 and MIN/-1 wraps, as in the interpreter, instead of trapping */\n"
+        f"static inline {ct} __speck_div_{sfx}({ct} a, {ct} b) {{ return b == 0 ? 0 : {minus1}({ct})(a / b); }}\n"
+        f"static inline {ct} __speck_mod_{sfx}({ct} a, {ct} b) {{ return (b == 0{mod_m1}) ? 0 : ({ct})(a % b); }}"
+    )
+
+
+def _vec_name(dt: DType) -> str:
+    return f"{_VSHORT[dt.scalar()]}x{dt.count}"
+
+
+def _vec_typedef(dt: DType) -> str:
+    return (f"typedef {_VELEM[dt.scalar()]} {_vec_name(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count}"
+            ")));")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the renderer
+
+_C_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's by an ulp
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
+          Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}  # fmt: skip
+_PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.STACK: "vec", Ops.GEP: "gep",
+           Ops.DEFINE_REG: "acc", Ops.RANGE: "ridx"}  # fmt: skip
+
+
+class ClangRenderer(Renderer):
+    """Freestanding C for clang or gcc (see the module docstring for the exact semantics). EXP2/LOG2/SIN are left to
+    the pipeline's polynomial decompositions so results match the interpreter bit for bit; SQRT and TRUNC map to
+    `__builtin_sqrt[f]`/`__builtin_trunc[f]` (single instructions with SSE4.1). Vectors up to 32 bytes (AVX2)."""
+
+    name: ClassVar[str] = "c"
+    supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _C_UNSUPPORTED
+    has_vectors: ClassVar[bool] = True
+    max_vector_bytes: ClassVar[int] = 32
+
+    def supports(self, op: Ops, dtype: DType) -> bool:
+        """As the base class, plus WHERE on every dtype (a select needs no arithmetic in the value's format)."""
+        if op is Ops.WHERE and dtype.scalar() in _CTYPE:
+            return True
+        return super().supports(op, dtype)
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render the program as one C translation unit: prelude (typedefs/helpers in use) + the kernel function."""
+        return _CKernel(self, uops).render()
+
+
+class _CKernel:
+    """The state of rendering one program: names of values, the open lines, and the prelude pieces in use."""
+
+    def __init__(self, r: ClangRenderer, uops: list[UOp]) -> None:
+        self.r, self.uops = r, uops
+        self.sig = kernel_signature(uops, r.name)
+        self.names: dict[UOp, str] = {}
+        self.counts: dict[str, int] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.prelude: dict[str, str] = {}  # key -> text, insertion order is dependency order
+
+    # ---- naming and types ----
+    def fresh(self, prefix: str) -> str:
+        n = self.counts.get(prefix, 0)
+        self.counts[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def need(self, key: str, text: str) -> None:
+        self.prelude.setdefault(key, text)
+
+    def need_dtype(self, dt: DType) -> None:
+        s = dt.scalar()
+        if s not in _CTYPE:
+            raise RuntimeError(f"renderer 'c' cannot express dtype {dt}: no C type for {s}")
+        if s == dtypes.bfloat16:
+            self.need("bf16", _BF16_HELPERS)
+        elif s in _FP8:
+            self.need(f"fp8_{s.name}", _fp8_helpers(s))
+        if dt.count > 1:
+            self.need(f"vec_{dt.name}", _vec_typedef(dt))
+
+    def ctype(self, dt: DType) -> str:
+        self.need_dtype(dt)
+        return _vec_name(dt) if dt.count > 1 else _CTYPE[dt]
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    # ---- operands ----
+    def operand(self, u: UOp) -> str:
+        if u in self.names:
+            return self.names[u]
+        ok, v = casted_const(u)
+        if ok:
+            self.need_dtype(u.dtype)
+            lit = c_literal(v, u.dtype)
+            if u.dtype.count > 1:
+                return f"({self.ctype(u.dtype)}){{{', '.join([lit] * u.dtype.count)}}}"
+            return lit
+        if u.op is Ops.CONST:
+            raise bare_const_error(u, self.r.name)
+        raise RuntimeError(f"renderer 'c': {u.op} (dtype {u.dtype}) is used before it is defined; the program is not "
+                           "in linearized order")  # fmt: skip
+
+    def lane(self, u: UOp, i: int) -> str:
+        """Lane i of a vector operand (scalars broadcast)."""
+        if u.dtype.count == 1:
+            return self.operand(u)
+        ok, v = casted_const(u)
+        if ok:
+            return c_literal(v, u.dtype)
+        return f"{self.operand(u)}[{i}]"
+
+    def pointer(self, idx: UOp) -> str:
+        buf, off = idx.src[0], idx.src[1]
+        if off.dtype.count > 1:
+            raise RuntimeError(f"renderer 'c': INDEX with a vector of offsets ({off.dtype}) is not a program form; "
+                               "devectorize gathers before rendering")  # fmt: skip
+        return f"({self.operand(buf)} + {self.operand(off)})"
+
+    # ---- main loop ----
+    def render(self) -> str:
+        sig = self.sig
+        params: list[str] = []
+        for b in sig.buffers:
+            assert isinstance(b.dtype, PtrDType)
+            nm = f"data{b.arg if isinstance(b.arg, int) else b.arg[0]}"
+            self.names[b] = nm
+            const = "" if b in sig.written else "const "
+            params.append(f"{const}{self.ctype(b.dtype.base)}* restrict {nm}")
+        used = set(self.names.values())
+        for v in sig.variables:
+            nm = str(v.arg[0])
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", nm) or nm in used or re.fullmatch(
+                r"(data|ridx|alu|val|cast|vec|gep|acc|core_start|core_end|__speck).*", nm
+            ):
+                nm = self.fresh("var")
+            used.add(nm)
+            self.names[v] = nm
+            params.append(f"{self.ctype(v.dtype)} {nm}")
+        params += ["int core_start", "int core_end"]
+        for u in self.uops:
+            self.render_uop(u)
+        if self.depth != 1:
+            raise RuntimeError(f"renderer 'c': {self.depth - 1} RANGE(s) are never closed by an END")
+        head = f"void {sig.name}({', '.join(params)}) {{"
+        prelude = "\n".join(self.prelude.values())
+        return (prelude + "\n\n" if prelude else "") + head + "\n" + "\n".join(self.lines) + "\n}\n"
+
+    def render_uop(self, u: UOp) -> None:
+        op = u.op
+        if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP):
+            return
+        if op is Ops.CONST:
+            if u.dtype.is_weak or u.dtype == dtypes.bool:
+                return  # the inner CONST of a casted const: rendered by its CAST
+            raise bare_const_error(u, self.r.name)
+        if op is Ops.CAST and casted_const(u)[0]:
+            return  # literals are spelled inline at their uses
+        if op is Ops.INDEX:
+            return  # pointer arithmetic is spelled inline at the LOAD/STORE
+        if op is Ops.RANGE:
+            self.render_range(u)
+        elif op is Ops.END:
+            for _ in u.src[1:]:
+                self.depth -= 1
+                self.emit("}")
+        elif op is Ops.DEFINE_REG:
+            assert isinstance(u.dtype, PtrDType)
+            nm = self.names[u] = self.fresh("acc")
+            self.emit(f"{self.ctype(u.dtype.base)} {nm}[{max(1, u.dtype.size)}];")
+        elif op is Ops.LOAD:
+            self.render_load(u)
+        elif op is Ops.STORE:
+            self.render_store(u)
+        else:
+            self.render_value(u)
+
+    def render_range(self, u: UOp) -> None:
+        nm = self.names[u] = self.fresh("ridx")
+        t = self.ctype(u.dtype)
+        if u is self.sig.sliced:
+            self.emit(f"for ({t} {nm} = core_start; {nm} < core_end; {nm}++) {{")
+        else:
+            self.emit(f"for ({t} {nm} = 0; {nm} < {self.operand(u.src[0])}; {nm}++) {{")
+        self.depth += 1
+
+    def _access(self, u: UOp, idx: UOp) -> tuple[str, bool]:
+        """(pointer text, whether the access is an unaligned vector access through memcpy)."""
+        if idx.op is not Ops.INDEX:
+            raise RuntimeError(f"renderer 'c': {u.op} must address memory through an INDEX, got {idx.op}")
+        base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
+        vdt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+        if vdt == base:
+            return self.pointer(idx), False
+        if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
+            return self.pointer(idx), True
+        raise RuntimeError(f"renderer 'c': {u.op} of {vdt} through a pointer to {base}; expected the element type or "
+                           "a vector of it")  # fmt: skip
+
+    def render_load(self, u: UOp) -> None:
+        idx = u.src[0]
+        ptr, vec = self._access(u, idx)
+        t = self.ctype(u.dtype)
+        nm = self.names[u] = self.fresh("val")
+        gate = self.operand(idx.src[2]) if len(idx.src) > 2 else None
+        if gate is None:
+            if vec:
+                self.emit(f"{t} {nm}; __builtin_memcpy(&{nm}, {ptr}, {u.dtype.nbytes});")
+            else:
+                self.emit(f"{t} {nm} = *{ptr};")
+            return
+        alt = self.operand(u.src[1]) if len(u.src) > 1 else self.zero(u.dtype)
+        if vec:
+            self.emit(f"{t} {nm} = {alt};")
+            self.emit(f"if ({gate}) __builtin_memcpy(&{nm}, {ptr}, {u.dtype.nbytes});")
+        else:
+            self.emit(f"{t} {nm} = {gate} ? *{ptr} : {alt};")
+
+    def zero(self, dt: DType) -> str:
+        lit = c_literal(0 if not dtypes.is_float(dt) else 0.0, dt.scalar())
+        return f"({self.ctype(dt)}){{{', '.join([lit] * dt.count)}}}" if dt.count > 1 else lit
+
+    def render_store(self, u: UOp) -> None:
+        idx, val = u.src[0], u.src[1]
+        ptr, vec = self._access(u, idx)
+        v = self.operand(val)
+        if vec:
+            if val not in self.names:  # a literal has no address: give it one
+                tmp = self.fresh("vec")
+                self.emit(f"{self.ctype(val.dtype)} {tmp} = {v};")
+                v = tmp
+            stmt = f"__builtin_memcpy({ptr}, &{v}, {val.dtype.nbytes});"
+        else:
+            stmt = f"*{ptr} = {v};"
+        if len(idx.src) > 2:
+            stmt = f"if ({self.operand(idx.src[2])}) {stmt}"
+        self.emit(stmt)
+
+    # ---- values ----
+    def render_value(self, u: UOp) -> None:
+        op = u.op
+        t = self.ctype(u.dtype)
+        if op is Ops.STACK:
+            expr = f"({t}){{{', '.join(self.operand(s) for s in u.src)}}}"
+        elif op is Ops.GEP:
+            lanes = tuple(u.arg)
+            src = u.src[0]
+            expr = (self.lane(src, lanes[0]) if len(lanes) == 1 else
+                    f"({t}){{{', '.join(self.lane(src, i) for i in lanes)}}}")  # fmt: skip
+        elif op is Ops.BITCAST:
+            self.render_bitcast(u)
+            return
+        elif op is Ops.CAST:
+            expr = self.vectorwise(u, lambda i: self.cast(u.src[0], u.dtype.scalar(), i))
+        elif op in GroupOp.ALU:
+            expr = self.alu_expr(u)
+        else:
+            raise RuntimeError(f"renderer 'c' cannot express {op} (dtype {u.dtype}): it is not part of the program "
+                               "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+        prefix = "alu" if op in GroupOp.ALU else _PREFIX.get(op, "tmp")
+        nm = self.names[u] = self.fresh(prefix)
+        self.emit(f"{t} {nm} = {expr};")
+
+    def vectorwise(self, u: UOp, lane_expr: Any) -> str:
+        if u.dtype.count == 1:
+            return str(lane_expr(None))
+        return f"({self.ctype(u.dtype)}){{{', '.join(lane_expr(i) for i in range(u.dtype.count))}}}"
+
+    def _src(self, s: UOp, i: int | None) -> str:
+        return self.operand(s) if i is None else self.lane(s, i)
+
+    def render_bitcast(self, u: UOp) -> None:
+        src = u.src[0]
+        if src.dtype.nbytes != u.dtype.nbytes:
+            raise UnsupportedOpError(self.r.name, Ops.BITCAST, u.dtype, f"source {src.dtype} has another size")
+        t = self.ctype(u.dtype)
+        s = self.operand(src)
+        if src not in self.names:
+            tmp = self.fresh("cast")
+            self.emit(f"{self.ctype(src.dtype)} {tmp} = {s};")
+            s = tmp
+        nm = self.names[u] = self.fresh("cast")
+        self.emit(f"{t} {nm}; __builtin_memcpy(&{nm}, &{s}, {u.dtype.nbytes});")
+
+    # ---- casts ----
+    def cast(self, src: UOp, to: DType, i: int | None) -> str:
+        x = self._src(src, i)
+        fr = src.dtype.scalar()
+        if fr == to:
+            return x
+        self.need_dtype(to)
+        # storage formats: decode to float first, encode from float/double last
+        if fr in _STORAGE:
+            self.need_dtype(fr)
+            x, fr = f"{_FROM_STORAGE[fr]}({x})", dtypes.float32
+            if fr == to:
+                return x
+        if to == dtypes.bfloat16:
+            return f"__speck_f32_to_bf16({self._to_float(x, fr, dtypes.float32)})"
+        if to in _FP8:
+            return f"{_TO_STORAGE[to]}({self._to_float(x, fr, dtypes.float64)})"
+        if to == dtypes.float16:
+            if fr == dtypes.float32 or fr == dtypes.bool:
+                return f"(_Float16)(float){x}" if fr == dtypes.bool else f"(_Float16){x}"
+            self.need("f64_to_f16", _F64_TO_F16)
+            return f"__speck_f64_to_f16({self._to_float(x, fr, dtypes.float64)})"
+        return self._to_float(x, fr, to) if dtypes.is_float(to) else self._to_intlike(x, fr, to)
+
+    def _to_float(self, x: str, fr: DType, to: DType) -> str:
+        """x of scalar dtype fr (a non-storage type) as float32/float64 `to`."""
+        if fr == to:
+            return x
+        if to == dtypes.float32 and fr in (dtypes.int64, dtypes.uint64):
+            return f"(float)(double){x}"  # rounded through float64, as the interpreter does
+        return f"({_CTYPE[to]}){x}"
+
+    def _to_intlike(self, x: str, fr: DType, to: DType) -> str:
+        ct = _CTYPE[to]
+        if to == dtypes.bool:
+            return f"({x} != 0)"
+        if dtypes.is_float(fr):
+            self.need("f2i", _F2I)
+            return f"({ct})__speck_f2i({x})"
+        return f"({ct}){x}"
+
+    # ---- ALU ----
+    def alu_expr(self, u: UOp) -> str:
+        op = u.op
+        # the dtype an op works on: the sources' for comparisons, the result's otherwise
+        dt = u.src[0].dtype if op in GroupOp.Comparison else (u.src[1].dtype if op is Ops.WHERE else u.dtype)
+        if not self.r.supports(op, dt):
+            raise UnsupportedOpError(self.r.name, op, dt)
+        s = dt.scalar()
+        if u.dtype.count > 1 and (native := self.native_vector(u, s)) is not None:
+            return native
+        return self.vectorwise(u, lambda i: self.scalar_alu(u, op, s, [self._src(x, i) for x in u.src]))
+
+    def native_vector(self, u: UOp, s: DType) -> str | None:
+        """Whole-vector C for the ops the vector extension defines identically in gcc and clang."""
+        op = u.op
+        a = [self.operand(x) for x in u.src]
+        if s in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+            return f"({a[0]} {_INFIX[op]} {a[1]})"
+        if dtypes.is_int(s) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR):
+            if dtypes.is_unsigned(s) or op in (Ops.AND, Ops.OR, Ops.XOR) or int_fits(u):
+                return f"({a[0]} {_INFIX[op]} {a[1]})"
+            ut = self.ctype(_UNSIGNED_TWIN[s].vec(u.dtype.count))
+            return f"({self.ctype(u.dtype)})(({ut}){a[0]} {_INFIX[op]} ({ut}){a[1]})"
+        return None
+
+    def scalar_alu(self, u: UOp, op: Ops, s: DType, a: list[str]) -> str:
+        fail = UnsupportedOpError(self.r.name, op, s, "no C form for this op on this dtype")
+        if op is Ops.WHERE:
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        if s in _STORAGE:
+            if op not in GroupOp.Comparison:
+                raise fail
+            self.need_dtype(s)
+            a = [f"{_FROM_STORAGE[s]}({x})" for x in a]
+            s = dtypes.float32
+        if op in GroupOp.Comparison:
+            return f"({a[0]} {_INFIX[op]} {a[1]})"
+        if s == dtypes.bool:
+            table = {Ops.ADD: "|", Ops.OR: "|", Ops.MAX: "|", Ops.MUL: "&", Ops.AND: "&", Ops.XOR: "^", Ops.SUB: "^"}
+            if op in table:
+                return f"({a[0]} {table[op]} {a[1]})"
+            if op is Ops.NEG:
+                return f"(!{a[0]})"
+            raise fail
+        if dtypes.is_float(s):
+            if s == dtypes.float16:
+                raise fail  # half arithmetic arrives widened to float (supports_float16 is False)
+            sfx = "f" if s == dtypes.float32 else ""
+            if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+                return f"({a[0]} {_INFIX[op]} {a[1]})"
+            if op is Ops.NEG:
+                return f"(-{a[0]})"
+            if op is Ops.MAX:  # NaN-propagating like the interpreter (numpy.maximum)
+                return f"(({a[1]} > {a[0]} || {a[1]} != {a[1]}) ? {a[1]} : {a[0]})"
+            if op is Ops.SQRT:
+                return f"__builtin_sqrt{sfx}({a[0]})"
+            if op is Ops.TRUNC:
+                return f"__builtin_trunc{sfx}({a[0]})"
+            if op is Ops.RECIPROCAL:
+                return f"(1.0{sfx} / {a[0]})"
+            raise fail
+        return self.int_alu(u, op, s, a)
+
+    def int_alu(self, u: UOp, op: Ops, s: DType, a: list[str]) -> str:
+        ct = _CTYPE[s]
+        ut = "unsigned long" if s.itemsize == 8 else "unsigned int"
+        bits = 8 * s.itemsize
+        if op is Ops.MAX:
+            return f"({a[1]} > {a[0]} ? {a[1]} : {a[0]})"
+        if op is Ops.TRUNC:
+            return a[0]
+        if op in (Ops.AND, Ops.OR, Ops.XOR):
+            return f"({a[0]} {_INFIX[op]} {a[1]})" if s.itemsize >= 4 else f"({ct})({a[0]} {_INFIX[op]} {a[1]})"
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
+            if int_fits(u) and s.itemsize >= 4:
+                return f"(-{a[0]})" if op is Ops.NEG else f"({a[0]} {_INFIX[op]} {a[1]})"
+            if op is Ops.NEG:
+                return f"({ct})(-({ut}){a[0]})"
+            return f"({ct})(({ut}){a[0]} {_INFIX[op]} ({ut}){a[1]})"
+        if op in (Ops.CDIV, Ops.CMOD):
+            sym = "/" if op is Ops.CDIV else "%"
+            if divisor_safe(u.src[0], u.src[1]):
+                return f"({a[0]} {sym} {a[1]})" if s.itemsize >= 4 else f"({ct})({a[0]} {sym} {a[1]})"
+            self.need(f"div_{s.name}", _div_helper(s))
+            return f"__speck_{'div' if op is Ops.CDIV else 'mod'}_{_VSHORT[s]}({a[0]}, {a[1]})"
+        if op in (Ops.SHL, Ops.SHR):
+            if op is Ops.SHL:
+                expr = f"({ct})(({ut}){a[0]} << {a[1]})"
+            else:
+                expr = f"({a[0]} >> {a[1]})" if s.itemsize >= 4 else f"({ct})({a[0]} >> {a[1]})"
+            if shift_safe(u.src[1], bits):
+                return expr
+            fallback = "0" if op is Ops.SHL or dtypes.is_unsigned(s) else f"({a[0]} < 0 ? ({ct})-1 : 0)"
+            amount_ok = f"{a[1]} < {bits}" if dtypes.is_unsigned(u.src[1].dtype) else f"({a[1]} >= 0 && {a[1]} < {bits})"
+            return f"({amount_ok} ? {expr} : ({ct}){fallback})"
+        raise UnsupportedOpError(self.r.name, op, s, "no C form for this op on an integer dtype")
+
+
+__all__ = ["ClangRenderer", "KernelSignature", "c_literal", "casted_const", "kernel_signature"]

@@ -1,0 +1,709 @@
+"""LLVMRenderer: a linearized program (KERNEL_CONTRACT.md section 2) -> textual LLVM IR (opaque pointers, LLVM 15+).
+
+The function follows CPU_ABI.md: `void @name(ptr noalias %data0, ..., i32 %var..., i32 %core_start, i32 %core_end)`.
+Loops are basic blocks with a phi for the index; gated loads/stores branch around the memory access (a phi joins
+the loaded value with the alternative); DEFINE_REG accumulators are entry-block allocas that the optimizer's
+SROA/mem2reg promote to registers.
+
+Exact semantics (the same choices as the C renderer, see cstyle.py): no fast-math flags anywhere, so every float op
+rounds once; MAX is `fcmp ogt b,a | fcmp uno b,b` + select (NaN-propagating like the interpreter, never
+llvm.maxnum); CMPLT is `fcmp olt` (false on NaN), CMPNE `fcmp une` (true on NaN), CMPEQ `fcmp oeq`; sdiv/srem and
+shifts are guarded with selects only where the UOps' bounds do not rule out division by 0, MIN/-1 or shift amounts
+outside [0, bits); float -> int truncates and wraps modulo 2**64
+(NaN/inf -> 0) like the interpreter, without poison; int64 -> float32 rounds through double. bool is i1 in registers and i8 in memory; half is
+`half`; bfloat16 and fp8 are i16/i8 bits converted by small internal helper functions (round to nearest even,
+fp8e4m3 saturating), and double -> half rounds to odd at float precision first, so no libgcc calls are needed.
+Vectors are `<n x T>`; widths above `max_vector_bytes` (32, AVX2) are split by the pipeline."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any, ClassVar
+
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError
+from speck.codegen.renderer.cstyle import bare_const_error, casted_const, kernel_signature, shift_safe
+from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
+from speck.uop.dtype import to_bits
+
+_LTYPE: dict[DType, str] = {
+    dtypes.bool: "i1",
+    dtypes.int8: "i8",
+    dtypes.uint8: "i8",
+    dtypes.int16: "i16",
+    dtypes.uint16: "i16",
+    dtypes.int32: "i32",
+    dtypes.uint32: "i32",
+    dtypes.int64: "i64",
+    dtypes.uint64: "i64",
+    dtypes.float16: "half",
+    dtypes.bfloat16: "i16",
+    dtypes.fp8e4m3: "i8",
+    dtypes.fp8e5m2: "i8",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+_STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
+_NATIVE_FLOATS = {dtypes.float16, dtypes.float32, dtypes.float64}
+_INTR_SFX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
+
+
+def ltype(dt: DType, mem: bool = False) -> str:
+    """LLVM type of a value of dt (`mem`: its in-memory form, where bool is i8)."""
+    s = dt.scalar()
+    if s not in _LTYPE:
+        raise RuntimeError(f"renderer 'llvm' cannot express dtype {dt}: no LLVM type for {s}")
+    base = "i8" if (mem and s == dtypes.bool) else _LTYPE[s]
+    return base if dt.count == 1 else f"<{dt.count} x {base}>"
+
+
+def _float_hex(v: float) -> str:
+    return "0x" + struct.pack(">d", v).hex().upper()
+
+
+def llvm_scalar_literal(v: Any, dt: DType) -> str:
+    """The LLVM spelling of scalar value v (already truncated to dt): `true`, `-1`, `0x3FF0000000000000` (floats as
+    the hex bits of the double holding the exact value), `0xH3C00` (half); bfloat16/fp8 as their integer bits."""
+    s = dt.scalar()
+    if s == dtypes.bool:
+        return "true" if v else "false"
+    if s == dtypes.float16:
+        return f"0xH{to_bits(v, s):04X}"
+    if s in _STORAGE:
+        bits, width = to_bits(v, s), 8 * s.itemsize
+        return str(bits - (1 << width) if bits >> (width - 1) else bits)
+    if dtypes.is_float(s):
+        v = float(v)
+        return _float_hex(math.nan) if math.isnan(v) else _float_hex(v)
+    v, width = int(v), 8 * s.itemsize
+    v &= (1 << width) - 1
+    return str(v - (1 << width) if v >> (width - 1) else v)
+
+
+def llvm_literal(v: Any, dt: DType) -> str:
+    """Scalar literal, or a splat constant vector `<float 0x..., float 0x...>` for a vector dt."""
+    lit = llvm_scalar_literal(v, dt)
+    if dt.count == 1:
+        return lit
+    return "<" + ", ".join(f"{ltype(dt.scalar())} {lit}" for _ in range(dt.count)) + ">"
+
+
+# ---- helper functions (internal, always inlined), emitted only when used ----
+_HELPERS: dict[str, str] = {
+    "bf16_to_f32": """define internal float @__speck_bf16_to_f32(i16 %b) alwaysinline {
+  %w = zext i16 %b to i32
+  %s = shl i32 %w, 16
+  %f = bitcast i32 %s to float
+  ret float %f
+}""",
+    "f32_to_bf16": """define internal i16 @__speck_f32_to_bf16(float %f) alwaysinline {
+  %u = bitcast float %f to i32
+  %hi = lshr i32 %u, 16
+  %odd = and i32 %hi, 1
+  %r0 = add i32 %u, 32767
+  %r1 = add i32 %r0, %odd
+  %r2 = lshr i32 %r1, 16
+  %sg = and i32 %hi, 32768
+  %nanb = or i32 %sg, 32704
+  %isnan = fcmp uno float %f, %f
+  %r3 = select i1 %isnan, i32 %nanb, i32 %r2
+  %r = trunc i32 %r3 to i16
+  ret i16 %r
+}""",
+    "f64_to_f16": """define internal half @__speck_f64_to_f16(double %x) alwaysinline {
+  %f = fptrunc double %x to float
+  %back = fpext float %f to double
+  %inexact = fcmp one double %back, %x
+  %ab = call double @llvm.fabs.f64(double %back)
+  %ax = call double @llvm.fabs.f64(double %x)
+  %bigger = fcmp ogt double %ab, %ax
+  %u = bitcast float %f to i32
+  %dec = zext i1 %bigger to i32
+  %u1 = sub i32 %u, %dec
+  %u2 = or i32 %u1, 1
+  %u3 = select i1 %inexact, i32 %u2, i32 %u
+  %f2 = bitcast i32 %u3 to float
+  %h = fptrunc float %f2 to half
+  ret half %h
+}""",
+}
+
+# fp8: (name, ebits, mbits, bias, max, overflow bits, nan bits, subnormal scale as a double)
+_FP8 = {
+    dtypes.fp8e4m3: ("e4m3", 4, 3, 7, 448.0, 0x7E, 0x7F, 2.0**-9),
+    dtypes.fp8e5m2: ("e5m2", 5, 2, 15, 57344.0, 0x7C, 0x7E, 2.0**-16),
+}
+
+
+def _fp8_helpers(dt: DType) -> str:
+    nm, eb, mb, bias, maxv, ovf, nanb, sub = _FP8[dt]
+    fn = dt == dtypes.fp8e4m3
+    emax = (1 << eb) - 1
+    if fn:
+        special = f"""  %low = and i32 %w, 127
+  %isnan = icmp eq i32 %low, 127
+  %r = select i1 %isnan, float {_float_hex(math.nan)}, float %r1"""
+    else:
+        special = f"""  %top = icmp eq i32 %e, {emax}
+  %mz = icmp eq i32 %m, 0
+  %inf = select i1 %neg, float {_float_hex(-math.inf)}, float {_float_hex(math.inf)}
+  %infnan = select i1 %mz, float %inf, float {_float_hex(math.nan)}
+  %r = select i1 %top, float %infnan, float %r1"""
+    to_f32 = f"""define internal float @__speck_fp8{nm}_to_f32(i8 %b) alwaysinline {{
+  %w = zext i8 %b to i32
+  %sg = and i32 %w, 128
+  %neg = icmp ne i32 %sg, 0
+  %e0 = lshr i32 %w, {mb}
+  %e = and i32 %e0, {emax}
+  %m = and i32 %w, {(1 << mb) - 1}
+  %sg31 = shl i32 %sg, 24
+  %eb = add i32 %e, {127 - bias}
+  %eb23 = shl i32 %eb, 23
+  %m23 = shl i32 %m, {23 - mb}
+  %fb0 = or i32 %sg31, %eb23
+  %fb = or i32 %fb0, %m23
+  %normal = bitcast i32 %fb to float
+  %mf = uitofp i32 %m to float
+  %sub0 = fmul float %mf, {_float_hex(sub)}
+  %subn = fneg float %sub0
+  %sub = select i1 %neg, float %subn, float %sub0
+  %isz = icmp eq i32 %e, 0
+  %r1 = select i1 %isz, float %sub, float %normal
+{special}
+  ret float %r
+}}"""
+    from_f64 = f"""define internal i8 @__speck_f64_to_fp8{nm}(double %x) alwaysinline {{
+  %u = bitcast double %x to i64
+  %sg64 = lshr i64 %u, 63
+  %sg8 = trunc i64 %sg64 to i8
+  %sign = shl i8 %sg8, 7
+  %ax = call double @llvm.fabs.f64(double %x)
+  %eraw64 = lshr i64 %u, 52
+  %eraw = trunc i64 %eraw64 to i32
+  %e0 = and i32 %eraw, 2047
+  %e1 = sub i32 %e0, 1023
+  %small = icmp slt i32 %e1, {1 - bias}
+  %e = select i1 %small, i32 {1 - bias}, i32 %e1
+  %big = fcmp ogt double %ax, {_float_hex(2 * maxv)}
+  %esafe = select i1 %big, i32 0, i32 %e
+  %sb0 = add i32 %esafe, {1023 - mb}
+  %sb1 = zext i32 %sb0 to i64
+  %sb = shl i64 %sb1, 52
+  %step = bitcast i64 %sb to double
+  %q = fdiv double %ax, %step
+  %r0 = fptosi double %q to i64
+  %rf = sitofp i64 %r0 to double
+  %d = fsub double %q, %rf
+  %gt = fcmp ogt double %d, 0x3FE0000000000000
+  %eq = fcmp oeq double %d, 0x3FE0000000000000
+  %odd64 = and i64 %r0, 1
+  %odd = icmp ne i64 %odd64, 0
+  %tie = and i1 %eq, %odd
+  %up = or i1 %gt, %tie
+  %upi = zext i1 %up to i64
+  %r = add i64 %r0, %upi
+  %rfl = sitofp i64 %r to double
+  %v = fmul double %rfl, %step
+  %over = fcmp ogt double %v, {_float_hex(maxv)}
+  %ovf = or i1 %over, %big
+  %eb0 = add i32 %esafe, {bias - 1}
+  %eb1 = zext i32 %eb0 to i64
+  %eb = shl i64 %eb1, {mb}
+  %bits64 = add i64 %eb, %r
+  %bits8 = trunc i64 %bits64 to i8
+  %bits = or i8 %bits8, %sign
+  %ovfb = or i8 %sign, {ovf}
+  %res = select i1 %ovf, i8 %ovfb, i8 %bits
+  %isnan = fcmp uno double %x, %x
+  %out = select i1 %isnan, i8 {nanb}, i8 %res
+  ret i8 %out
+}}"""
+    return to_f32 + "\n" + from_f64
+
+
+_LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
+
+
+class LLVMRenderer(Renderer):
+    """Textual LLVM IR for the host CPU (see the module docstring for the exact semantics). EXP2/LOG2/SIN are left
+    to the pipeline's decompositions; SQRT/TRUNC are `llvm.sqrt`/`llvm.trunc`. 256-bit vectors (AVX2); on an
+    AVX-512 host construct with `max_vector_bytes=64`."""
+
+    name: ClassVar[str] = "llvm"
+    supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _LLVM_UNSUPPORTED
+    has_vectors: ClassVar[bool] = True
+    max_vector_bytes: ClassVar[int] = 32
+
+    def __init__(self, max_vector_bytes: int | None = None) -> None:
+        if max_vector_bytes is not None:
+            if max_vector_bytes not in (16, 32, 64):
+                raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64, got {max_vector_bytes!r}")
+            self.max_vector_bytes = max_vector_bytes  # type: ignore[misc]
+
+    def supports(self, op: Ops, dtype: DType) -> bool:
+        """As the base class, plus WHERE on every dtype (a select needs no arithmetic in the value's format)."""
+        if op is Ops.WHERE and dtype.scalar() in _LTYPE:
+            return True
+        return super().supports(op, dtype)
+
+    def render(self, uops: list[UOp]) -> str:
+        """Render the program as one LLVM module: the kernel function plus the internal helpers it uses."""
+        return _LLKernel(self, uops).render()
+
+
+class _LLKernel:
+    """The state of rendering one program: SSA names, the current basic block, allocas, and helpers in use."""
+
+    def __init__(self, r: LLVMRenderer, uops: list[UOp]) -> None:
+        self.r, self.uops = r, uops
+        self.sig = kernel_signature(uops, r.name)
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.allocas: list[str] = []
+        self.helpers: dict[str, str] = {}
+        self.intrinsics: dict[str, str] = {}
+        self.block = "entry"
+        self.ntmp = 0
+        self.loops: list[tuple[UOp, str]] = []  # open RANGEs and their loop label
+
+    # ---- emission helpers ----
+    def tmp(self, prefix: str = "t") -> str:
+        self.ntmp += 1
+        return f"%{prefix}{self.ntmp}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def ins(self, text: str, prefix: str = "t") -> str:
+        nm = self.tmp(prefix)
+        self.emit(f"{nm} = {text}")
+        return nm
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def intrinsic(self, base: str, dt: DType) -> str:
+        s = dt.scalar()
+        sfx = _INTR_SFX[s] if dt.count == 1 else f"v{dt.count}{_INTR_SFX[s]}"
+        name = f"@llvm.{base}.{sfx}"
+        self.intrinsics[name] = f"declare {ltype(dt)} {name}({ltype(dt)})"
+        return name
+
+    def helper(self, key: str) -> str:
+        if "fp8" in key:
+            dt = dtypes.fp8e4m3 if "e4m3" in key else dtypes.fp8e5m2
+            self.helpers[dt.name] = _fp8_helpers(dt)
+            self.intrinsics["@llvm.fabs.f64"] = "declare double @llvm.fabs.f64(double)"
+        else:
+            self.helpers[key] = _HELPERS[key]
+            if key == "f64_to_f16":
+                self.intrinsics["@llvm.fabs.f64"] = "declare double @llvm.fabs.f64(double)"
+        return "@__speck_" + key
+
+    # ---- operands ----
+    def operand(self, u: UOp) -> str:
+        if u in self.names:
+            return self.names[u]
+        ok, v = casted_const(u)
+        if ok:
+            return llvm_literal(v, u.dtype)
+        if u.op is Ops.CONST:
+            raise bare_const_error(u, self.r.name)
+        raise RuntimeError(f"renderer 'llvm': {u.op} (dtype {u.dtype}) is used before it is defined; the program is "
+                           "not in linearized order")  # fmt: skip
+
+    def typed(self, u: UOp) -> str:
+        return f"{ltype(u.dtype)} {self.operand(u)}"
+
+    def splat(self, v: Any, dt: DType) -> str:
+        return llvm_literal(v, dt)
+
+    # ---- main ----
+    def render(self) -> str:
+        sig = self.sig
+        params: list[str] = []
+        for b in sig.buffers:
+            nm = f"%data{b.arg if isinstance(b.arg, int) else b.arg[0]}"
+            self.names[b] = nm
+            params.append(f"ptr noalias {'' if b in sig.written else 'readonly '}{nm}")
+        for i, v in enumerate(sig.variables):
+            nm = f"%var.{v.arg[0]}" if str(v.arg[0]).isidentifier() else f"%var{i}"
+            self.names[v] = nm
+            params.append(f"{ltype(v.dtype)} {nm}")
+        params += ["i32 %core_start", "i32 %core_end"]
+        for u in self.uops:
+            self.render_uop(u)
+        if self.loops:
+            raise RuntimeError(f"renderer 'llvm': {len(self.loops)} RANGE(s) are never closed by an END")
+        var_names = ", ".join(f"{self.names[v]}={v.arg[0]}" for v in sig.variables)
+        out = [f"; kernel {sig.name}" + (f" (variables: {var_names})" if var_names else "")]
+        out.append(f"define void @{sig.name}({', '.join(params)}) #0 {{")
+        out.append("entry:")
+        out += ["  " + a for a in self.allocas]
+        out += self.lines
+        out += ["  ret void", "}", ""]
+        out += list(self.helpers.values())
+        out += list(self.intrinsics.values())
+        out.append('attributes #0 = { nounwind "frame-pointer"="none" }')
+        return "\n".join(out) + "\n"
+
+    def render_uop(self, u: UOp) -> None:
+        op = u.op
+        if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP):
+            return
+        if op is Ops.CONST:
+            if u.dtype.is_weak or u.dtype == dtypes.bool:
+                return
+            raise bare_const_error(u, self.r.name)
+        if op is Ops.CAST and casted_const(u)[0]:
+            return
+        if op is Ops.INDEX:
+            self.render_index(u)
+        elif op is Ops.RANGE:
+            self.render_range(u)
+        elif op is Ops.END:
+            for r in reversed(u.src[1:]):
+                self.close_range(r)
+        elif op is Ops.DEFINE_REG:
+            assert isinstance(u.dtype, PtrDType)
+            nm = self.names[u] = f"%acc{len(self.allocas)}"
+            base = u.dtype.base
+            self.allocas.append(f"{nm} = alloca {ltype(base, mem=True)}, i32 {max(1, u.dtype.size)}, "
+                                f"align {max(1, base.nbytes)}")  # fmt: skip
+        elif op is Ops.LOAD:
+            self.render_load(u)
+        elif op is Ops.STORE:
+            self.render_store(u)
+        else:
+            self.names[u] = self.render_value(u)
+
+    def render_range(self, u: UOp) -> None:
+        n = len([x for x in self.names if x.op is Ops.RANGE])
+        t = ltype(u.dtype)
+        lbl = f"loop{n}"
+        nm = self.names[u] = f"%ridx{n}"
+        if u is self.sig.sliced:
+            start, end = "%core_start", "%core_end"
+            if t != "i32":
+                start = self.ins(f"sext i32 {start} to {t}")
+                end = self.ins(f"sext i32 %core_end to {t}")
+        else:
+            start, end = "0", self.operand(u.src[0])
+        self.emit(f"br label %{lbl}")
+        pred = self.block
+        self.label(lbl)
+        self.emit(f"{nm} = phi {t} [ {start}, %{pred} ], [ {nm}_next, %{lbl}_latch ]")
+        self.emit(f"{nm}_cond = icmp slt {t} {nm}, {end}")
+        self.emit(f"br i1 {nm}_cond, label %{lbl}_body, label %{lbl}_exit")
+        self.label(f"{lbl}_body")
+        self.loops.append((u, lbl))
+
+    def close_range(self, r: UOp) -> None:
+        if not self.loops or self.loops[-1][0] is not r:
+            raise RuntimeError("renderer 'llvm': END closes a RANGE that is not the innermost open one; ranges must "
+                               "nest")  # fmt: skip
+        _, lbl = self.loops.pop()
+        nm, t = self.names[r], ltype(r.dtype)
+        self.emit(f"br label %{lbl}_latch")
+        self.label(f"{lbl}_latch")
+        self.emit(f"{nm}_next = add nsw {t} {nm}, 1")
+        self.emit(f"br label %{lbl}")
+        self.label(f"{lbl}_exit")
+
+    def render_index(self, u: UOp) -> None:
+        buf, off = u.src[0], u.src[1]
+        if off.dtype.count > 1:
+            raise RuntimeError(f"renderer 'llvm': INDEX with a vector of offsets ({off.dtype}) is not a program form")
+        base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
+        # no `inbounds`: a gated INDEX may point anywhere while its gate is false
+        self.names[u] = self.ins(f"getelementptr {ltype(base, mem=True)}, ptr {self.operand(buf)}, {self.typed(off)}",
+                                 "p")  # fmt: skip
+
+    def _access(self, u: UOp, idx: UOp, vdt: DType) -> int:
+        """The alignment of a LOAD/STORE of vdt through idx (checks the access is the element type or a vector)."""
+        if idx.op is not Ops.INDEX:
+            raise RuntimeError(f"renderer 'llvm': {u.op} must address memory through an INDEX, got {idx.op}")
+        base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
+        if vdt == base:
+            return max(1, base.scalar().itemsize)
+        if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
+            return max(1, base.itemsize)
+        raise RuntimeError(f"renderer 'llvm': {u.op} of {vdt} through a pointer to {base}; expected the element type "
+                           "or a vector of it")  # fmt: skip
+
+    def _load_value(self, u: UOp, ptr: str, align: int) -> str:
+        mt = ltype(u.dtype, mem=True)
+        v = self.ins(f"load {mt}, ptr {ptr}, align {align}", "ld")
+        if u.dtype.scalar() == dtypes.bool:
+            v = self.ins(f"icmp ne {mt} {v}, {'zeroinitializer' if u.dtype.count > 1 else '0'}")
+        return v
+
+    def render_load(self, u: UOp) -> None:
+        idx = u.src[0]
+        align = self._access(u, idx, u.dtype)
+        ptr = self.operand(idx)
+        if len(idx.src) <= 2:
+            self.names[u] = self._load_value(u, ptr, align)
+            return
+        alt = self.operand(u.src[1]) if len(u.src) > 1 else self.zero(u.dtype)
+        gate = self.operand(idx.src[2])
+        n = self.tmp("g")[1:]
+        pred = self.block
+        self.emit(f"br i1 {gate}, label %{n}_load, label %{n}_join")
+        self.label(f"{n}_load")
+        v = self._load_value(u, ptr, align)
+        loaded_in = self.block
+        self.emit(f"br label %{n}_join")
+        self.label(f"{n}_join")
+        self.names[u] = self.ins(f"phi {ltype(u.dtype)} [ {v}, %{loaded_in} ], [ {alt}, %{pred} ]", "v")
+
+    def zero(self, dt: DType) -> str:
+        return "zeroinitializer" if dt.count > 1 else llvm_scalar_literal(0.0 if dtypes.is_float(dt) else 0, dt)
+
+    def render_store(self, u: UOp) -> None:
+        idx, val = u.src[0], u.src[1]
+        align = self._access(u, idx, val.dtype)
+        n = None
+        if len(idx.src) > 2:
+            n = self.tmp("g")[1:]
+            self.emit(f"br i1 {self.operand(idx.src[2])}, label %{n}_store, label %{n}_join")
+            self.label(f"{n}_store")
+        v = self.operand(val)
+        if val.dtype.scalar() == dtypes.bool:
+            v = self.ins(f"zext {ltype(val.dtype)} {v} to {ltype(val.dtype, mem=True)}")
+        self.emit(f"store {ltype(val.dtype, mem=True)} {v}, ptr {self.operand(idx)}, align {align}")
+        if n is not None:
+            self.emit(f"br label %{n}_join")
+            self.label(f"{n}_join")
+
+    # ---- values ----
+    def render_value(self, u: UOp) -> str:
+        op = u.op
+        if op is Ops.STACK:
+            t, cur = ltype(u.dtype), "poison"
+            for i, s in enumerate(u.src):
+                cur = self.ins(f"insertelement {t} {cur}, {self.typed(s)}, i32 {i}", "v")
+            return cur
+        if op is Ops.GEP:
+            src, lanes = u.src[0], tuple(u.arg)
+            if src.dtype.count == 1:
+                return self.operand(src)
+            if len(lanes) == 1:
+                return self.ins(f"extractelement {self.typed(src)}, i32 {lanes[0]}", "v")
+            mask = ", ".join(f"i32 {i}" for i in lanes)
+            return self.ins(f"shufflevector {self.typed(src)}, {ltype(src.dtype)} poison, <{len(lanes)} x i32> <{mask}>",
+                            "v")  # fmt: skip
+        if op is Ops.BITCAST:
+            src = u.src[0]
+            if src.dtype.nbytes != u.dtype.nbytes or dtypes.is_bool(src.dtype) or dtypes.is_bool(u.dtype):
+                raise UnsupportedOpError(self.r.name, Ops.BITCAST, u.dtype, f"source {src.dtype} has another size")
+            if ltype(src.dtype) == ltype(u.dtype):
+                return self.operand(src)
+            return self.ins(f"bitcast {self.typed(src)} to {ltype(u.dtype)}", "v")
+        if op is Ops.CAST:
+            return self.cast(self.operand(u.src[0]), u.src[0].dtype, u.dtype)
+        if op in GroupOp.ALU:
+            return self.alu(u)
+        raise RuntimeError(f"renderer 'llvm' cannot express {op} (dtype {u.dtype}): it is not part of the program "
+                           "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+
+    def lanewise(self, x: str, fr: DType, to: DType, fn: Any) -> str:
+        """Apply scalar function fn(x_lane) -> value of to.scalar() to each lane of vector x (for helper calls)."""
+        if fr.count == 1:
+            return str(fn(x))
+        cur = "poison"
+        for i in range(fr.count):
+            lane = self.ins(f"extractelement {ltype(fr)} {x}, i32 {i}")
+            cur = self.ins(f"insertelement {ltype(to)} {cur}, {ltype(to.scalar())} {fn(lane)}, i32 {i}")
+        return cur
+
+    # ---- casts ----
+    def cast(self, x: str, fr_dt: DType, to_dt: DType) -> str:
+        fr, to, n = fr_dt.scalar(), to_dt.scalar(), to_dt.count
+        vec = (lambda d: d.vec(n)) if n > 1 else (lambda d: d)
+        if fr == to:
+            return x
+        if fr == dtypes.bfloat16:
+            h = self.helper("bf16_to_f32")
+            x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i16 {a})"))
+            return self.cast(x, vec(dtypes.float32), to_dt)
+        if fr in _FP8:
+            h = self.helper(f"fp8{_FP8[fr][0]}_to_f32")
+            x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i8 {a})"))
+            return self.cast(x, vec(dtypes.float32), to_dt)
+        if to == dtypes.bfloat16:
+            x = self.cast(x, fr_dt, vec(dtypes.float32))
+            h = self.helper("f32_to_bf16")
+            return self.lanewise(x, vec(dtypes.float32), to_dt, lambda a: self.ins(f"call i16 {h}(float {a})"))
+        if to in _FP8:
+            x = self.cast(x, fr_dt, vec(dtypes.float64))
+            h = self.helper(f"f64_to_fp8{_FP8[to][0]}")
+            return self.lanewise(x, vec(dtypes.float64), to_dt, lambda a: self.ins(f"call i8 {h}(double {a})"))
+        if to == dtypes.float16 and fr not in (dtypes.float32, dtypes.bool):
+            x = self.cast(x, fr_dt, vec(dtypes.float64))
+            h = self.helper("f64_to_f16")
+            return self.lanewise(x, vec(dtypes.float64), to_dt, lambda a: self.ins(f"call half {h}(double {a})"))
+        ft, tt = ltype(fr_dt), ltype(to_dt)
+        if fr == dtypes.bool:
+            return self.ins(f"{'uitofp' if dtypes.is_float(to) else 'zext'} {ft} {x} to {tt}", "v")
+        if to == dtypes.bool:
+            if dtypes.is_float(fr):
+                return self.ins(f"fcmp une {ft} {x}, {self.zero(fr_dt)}", "v")
+            return self.ins(f"icmp ne {ft} {x}, {self.zero(fr_dt)}", "v")
+        if dtypes.is_float(fr) and dtypes.is_float(to):
+            op = "fpext" if to.itemsize > fr.itemsize else "fptrunc"
+            return self.ins(f"{op} {ft} {x} to {tt}", "v")
+        if dtypes.is_float(fr):
+            return self.float_to_int(x, fr_dt, to_dt)
+        if dtypes.is_float(to) and fr.itemsize == 8 and to != dtypes.float64:  # round through float64 like the interpreter
+            x = self.ins(f"{'uitofp' if dtypes.is_unsigned(fr) else 'sitofp'} {ft} {x} to {ltype(vec(dtypes.float64))}")
+            return self.cast(x, vec(dtypes.float64), to_dt)
+        if dtypes.is_float(to):
+            return self.ins(f"{'uitofp' if dtypes.is_unsigned(fr) else 'sitofp'} {ft} {x} to {tt}", "v")
+        # int -> int
+        if fr.itemsize == to.itemsize:
+            return x
+        if fr.itemsize > to.itemsize:
+            return self.ins(f"trunc {ft} {x} to {tt}", "v")
+        return self.ins(f"{'zext' if dtypes.is_unsigned(fr) else 'sext'} {ft} {x} to {tt}", "v")
+
+    def float_to_int(self, x: str, fr_dt: DType, to_dt: DType) -> str:
+        """Truncate toward zero and wrap modulo 2**64 like the interpreter (NaN and inf give 0). |x| >= 2**64 is
+        first reduced exactly (x - 2**64 * trunc(x / 2**64)); fptoui then only sees values proven in range, so no
+        poison is ever produced."""
+        n = to_dt.count
+        f64 = dtypes.float64.vec(n) if n > 1 else dtypes.float64
+        i64d = dtypes.int64.vec(n) if n > 1 else dtypes.int64
+        i64 = ltype(i64d)
+        bt = ltype(dtypes.bool.vec(n) if n > 1 else dtypes.bool)
+        d = self.cast(x, fr_dt, f64)
+        t = ltype(f64)
+        fabs, trunc = self.intrinsic("fabs", f64), self.intrinsic("trunc", f64)
+        ax = self.ins(f"call {t} {fabs}({t} {d})")
+        big = self.ins(f"fcmp oge {t} {ax}, {self.splat(2.0**64, f64)}")
+        sc = self.ins(f"fmul {t} {d}, {self.splat(2.0**-64, f64)}")
+        q = self.ins(f"call {t} {trunc}({t} {sc})")
+        qq = self.ins(f"fmul {t} {q}, {self.splat(2.0**64, f64)}")
+        red = self.ins(f"fsub {t} {d}, {qq}")
+        d2 = self.ins(f"select {bt} {big}, {t} {red}, {t} {d}")
+        ax2 = self.ins(f"call {t} {fabs}({t} {d2})")
+        ok = self.ins(f"fcmp olt {t} {ax2}, {self.splat(2.0**64, f64)}")
+        xs = self.ins(f"select {bt} {ok}, {t} {d2}, {t} {self.zero(f64)}")
+        axs = self.ins(f"select {bt} {ok}, {t} {ax2}, {t} {self.zero(f64)}")
+        mag = self.ins(f"fptoui {t} {axs} to {i64}")
+        neg = self.ins(f"fcmp olt {t} {xs}, {self.zero(f64)}")
+        nmag = self.ins(f"sub {i64} {self.zero(i64d)}, {mag}")
+        r = self.ins(f"select {bt} {neg}, {i64} {nmag}, {i64} {mag}", "v")
+        return r if to_dt.scalar().itemsize == 8 else self.ins(f"trunc {i64} {r} to {ltype(to_dt)}", "v")
+
+    # ---- ALU ----
+    def alu(self, u: UOp) -> str:
+        op = u.op
+        dt = u.src[0].dtype if op in GroupOp.Comparison else (u.src[1].dtype if op is Ops.WHERE else u.dtype)
+        if not self.r.supports(op, dt):
+            raise UnsupportedOpError(self.r.name, op, dt)
+        s = dt.scalar()
+        a = [self.operand(x) for x in u.src]
+        t = ltype(dt)
+        fail = UnsupportedOpError(self.r.name, op, s, "no LLVM form for this op on this dtype")
+        if op is Ops.WHERE:
+            return self.ins(f"select {self.typed(u.src[0])}, {t} {a[1]}, {t} {a[2]}", "v")
+        if s in _STORAGE:
+            if op not in GroupOp.Comparison:
+                raise fail
+            a = [self.cast(x, dt, dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32) for x in a]
+            s, dt = dtypes.float32, (dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32)
+            t = ltype(dt)
+        if dtypes.is_float(s):
+            if op in GroupOp.Comparison:
+                cc = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
+                return self.ins(f"fcmp {cc} {t} {a[0]}, {a[1]}", "v")
+            if s == dtypes.float16:
+                raise fail  # half arithmetic arrives widened to float (supports_float16 is False)
+            simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+            if op in simple:
+                return self.ins(f"{simple[op]} {t} {a[0]}, {a[1]}", "v")
+            if op is Ops.NEG:
+                return self.ins(f"fneg {t} {a[0]}", "v")
+            if op is Ops.RECIPROCAL:
+                return self.ins(f"fdiv {t} {self.splat(1.0, dt)}, {a[0]}", "v")
+            if op in (Ops.SQRT, Ops.TRUNC):
+                fn = self.intrinsic("sqrt" if op is Ops.SQRT else "trunc", dt)
+                return self.ins(f"call {t} {fn}({t} {a[0]})", "v")
+            if op is Ops.MAX:  # b if (b > a or b is NaN) else a: NaN-propagating, never llvm.maxnum
+                gt = self.ins(f"fcmp ogt {t} {a[1]}, {a[0]}")
+                nan = self.ins(f"fcmp uno {t} {a[1]}, {a[1]}")
+                bt = ltype(dtypes.bool.vec(dt.count) if dt.count > 1 else dtypes.bool)
+                c = self.ins(f"or {bt} {gt}, {nan}")
+                return self.ins(f"select {bt} {c}, {t} {a[1]}, {t} {a[0]}", "v")
+            raise fail
+        signed = not dtypes.is_unsigned(s) and s != dtypes.bool
+        if op in GroupOp.Comparison:
+            cc = {Ops.CMPLT: "slt" if signed else "ult", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+            return self.ins(f"icmp {cc} {t} {a[0]}, {a[1]}", "v")
+        if s == dtypes.bool:
+            table = {Ops.ADD: "or", Ops.OR: "or", Ops.MAX: "or", Ops.MUL: "and", Ops.AND: "and", Ops.XOR: "xor",
+                     Ops.SUB: "xor"}  # fmt: skip
+            if op in table:
+                return self.ins(f"{table[op]} {t} {a[0]}, {a[1]}", "v")
+            if op is Ops.NEG:
+                return self.ins(f"xor {t} {a[0]}, {self.splat(True, dt)}", "v")
+            raise fail
+        return self.int_alu(u, op, s, dt, a, signed)
+
+    def int_alu(self, u: UOp, op: Ops, s: DType, dt: DType, a: list[str], signed: bool) -> str:
+        t = ltype(dt)
+        bt = ltype(dtypes.bool.vec(dt.count) if dt.count > 1 else dtypes.bool)
+        simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
+        if op in simple:
+            # no nsw/nuw: fixed-width ints wrap
+            return self.ins(f"{simple[op]} {t} {a[0]}, {a[1]}", "v")
+        if op is Ops.NEG:
+            return self.ins(f"sub {t} {self.zero(dt)}, {a[0]}", "v")
+        if op is Ops.TRUNC:
+            return a[0]
+        if op is Ops.MAX:
+            c = self.ins(f"icmp {'sgt' if signed else 'ugt'} {t} {a[1]}, {a[0]}")
+            return self.ins(f"select {bt} {c}, {t} {a[1]}, {t} {a[0]}", "v")
+        if op in (Ops.CDIV, Ops.CMOD):
+            ins = ("sdiv" if signed else "udiv") if op is Ops.CDIV else ("srem" if signed else "urem")
+            b_uop = u.src[1]
+            lo, hi = b_uop.vmin, b_uop.vmax
+            zero_ok = isinstance(lo, int) and isinstance(hi, int) and not lo <= 0 <= hi
+            m1_ok = not signed or (isinstance(lo, int) and not lo <= -1 <= hi) or u.src[0].vmin > dtypes.min(s)
+            if zero_ok and m1_ok:
+                return self.ins(f"{ins} {t} {a[0]}, {a[1]}", "v")
+            # guard: x/0 = x%0 = 0, MIN/-1 wraps to MIN (= -x), x%-1 = 0, as in the interpreter
+            one, zero = self.splat(1, dt), self.zero(dt)
+            isz = self.ins(f"icmp eq {t} {a[1]}, {zero}")
+            bad = isz
+            if signed:
+                ism1 = self.ins(f"icmp eq {t} {a[1]}, {self.splat(-1, dt)}")
+                bad = self.ins(f"or {bt} {isz}, {ism1}")
+            safe_b = self.ins(f"select {bt} {bad}, {t} {one}, {t} {a[1]}")
+            q = self.ins(f"{ins} {t} {a[0]}, {safe_b}")
+            if op is Ops.CMOD:
+                return self.ins(f"select {bt} {bad}, {t} {zero}, {t} {q}", "v")
+            if signed:
+                neg = self.ins(f"sub {t} {zero}, {a[0]}")
+                q = self.ins(f"select {bt} {ism1}, {t} {neg}, {t} {q}")
+            return self.ins(f"select {bt} {isz}, {t} {zero}, {t} {q}", "v")
+        if op in (Ops.SHL, Ops.SHR):
+            ins = "shl" if op is Ops.SHL else ("ashr" if signed else "lshr")
+            bits = 8 * s.itemsize
+            if shift_safe(u.src[1], bits):
+                return self.ins(f"{ins} {t} {a[0]}, {a[1]}", "v")
+            # out-of-range amounts give 0 (-1 for an arithmetic right shift of a negative value)
+            inr = self.ins(f"icmp ult {t} {a[1]}, {self.splat(bits, dt)}")  # unsigned compare also rejects < 0
+            safe = self.ins(f"select {bt} {inr}, {t} {a[1]}, {t} {self.zero(dt)}")
+            r = self.ins(f"{ins} {t} {a[0]}, {safe}")
+            if ins == "ashr":
+                fb = self.ins(f"ashr {t} {a[0]}, {self.splat(bits - 1, dt)}")
+            else:
+                fb = self.zero(dt)
+            return self.ins(f"select {bt} {inr}, {t} {r}, {t} {fb}", "v")
+        raise UnsupportedOpError(self.r.name, op, s, "no LLVM form for this op on an integer dtype")
+
+
+__all__ = ["LLVMRenderer", "llvm_literal", "ltype"]

@@ -1,0 +1,171 @@
+"""Register allocation for x86-64 instruction lists: operand roles, rewriting to physical registers, stack frame.
+
+Instruction selection produces `Inst`s whose register operands are `VReg`s, plus `Label`s and `LoopBegin`/`LoopEnd`
+markers. `allocate_function` describes each item to the target-independent allocator (which operands are read and
+written), then rewrites the list: virtual registers become physical ones, spill stores and reloads are inserted, and a
+System V prologue/epilogue saves the callee-saved registers used and reserves the spill area with rsp kept 16-byte
+aligned at calls. `build_object` runs allocation, encoding and the ELF writer in one go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
+from speck.codegen.x86.elf_object import write_elf_object
+from speck.codegen.x86.encoder import Assembled, assemble
+from speck.codegen.x86.operands import RSP, Imm, Inst, Label, Mem, Operand, Reg
+from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
+from speck.codegen.x86.regs import X86_64_SYSV, phys
+
+
+@dataclass(frozen=True)
+class LoopBegin:
+    """Marks the point just before a loop's header label: code placed before it runs once per entry to the loop."""
+
+
+@dataclass(frozen=True)
+class LoopEnd:
+    """Marks the point just after a loop's back-edge branch."""
+
+
+@dataclass(frozen=True)
+class IncomingStackArg:
+    """Operand for integer argument `index` (>= 6) that System V passes on the stack; becomes an rsp-relative Mem."""
+
+    index: int
+    size: int = 8
+
+
+Item = Inst | Label | LoopBegin | LoopEnd
+
+# Role of operand 0 when it is a register (operands 1.. are always read; a memory operand 0 is a store).
+READS_ONLY = frozenset({X86Op.CMP, X86Op.TEST, X86Op.PUSH, X86Op.VUCOMISS, X86Op.VUCOMISD, X86Op.IDIV, X86Op.DIV,
+                        X86Op.MUL, X86Op.JMP, X86Op.CALL} | JCC_OPS)  # fmt: skip
+READS_AND_WRITES = frozenset({
+    X86Op.ADD, X86Op.SUB, X86Op.AND, X86Op.OR, X86Op.XOR, X86Op.NOT, X86Op.NEG, X86Op.INC, X86Op.DEC, X86Op.SHL,
+    X86Op.SHR, X86Op.SAR, X86Op.ROL, X86Op.ROR, X86Op.VFMADD231SS, X86Op.VFMADD231SD, X86Op.VFMADD231PS,
+    X86Op.VFMADD231PD,
+} | CMOVCC_OPS)  # fmt: skip
+ZEROING_IDIOMS = frozenset({X86Op.XOR, X86Op.SUB, X86Op.VXORPS, X86Op.VXORPD, X86Op.VPXOR})
+
+
+def _vregs(o: Operand | IncomingStackArg) -> list[VReg]:
+    if isinstance(o, VReg):
+        return [o]
+    if isinstance(o, Mem):
+        return [r for r in (o.base, o.index) if isinstance(r, VReg)]
+    return []
+
+
+def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
+    """(defs, uses) of an instruction, including its implicit registers."""
+    ops = inst.operands
+    defs: list[VReg] = list(v for v in inst.implicit_defs if isinstance(v, VReg))
+    uses: list[VReg] = list(v for v in inst.implicit_uses if isinstance(v, VReg))
+    if not ops:
+        return tuple(defs), tuple(uses)
+    first, rest = ops[0], ops[1:]
+    for o in rest:
+        uses += _vregs(o)
+    if isinstance(first, VReg):
+        same = [v.id for o in ops for v in _vregs(o)]
+        if inst.op in ZEROING_IDIOMS and len(ops) >= 2 and all(v == first.id for v in same):
+            return tuple(defs + [first]), tuple(v for v in uses if v.id != first.id)
+        imul_rw = inst.op is X86Op.IMUL and len(ops) == 2
+        if inst.op in READS_ONLY or (inst.op is X86Op.IMUL and len(ops) == 1):
+            uses.append(first)
+        elif inst.op in READS_AND_WRITES or imul_rw:
+            uses.append(first)
+            defs.append(first)
+        else:
+            defs.append(first)
+    else:
+        uses += _vregs(first)
+    return tuple(defs), tuple(uses)
+
+
+def ra_view(item: Item) -> RAInstr:
+    """Describe one item to the register allocator."""
+    if isinstance(item, LoopBegin):
+        return RAInstr(marker="loop_begin")
+    if isinstance(item, LoopEnd):
+        return RAInstr(marker="loop_end")
+    if isinstance(item, Label):
+        return RAInstr()
+    defs, uses = operand_roles(item)
+    return RAInstr(defs, uses, item.clobbers)
+
+
+@dataclass(frozen=True)
+class AllocatedFunction:
+    """The physical instruction list (prologue and epilogues included) and the allocation it came from."""
+
+    items: list[Inst | Label]
+    allocation: Allocation
+    frame_bytes: int
+    pushed: tuple[str, ...]
+
+
+def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
+    """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
+    alloc = allocate([ra_view(it) for it in items], X86_64_SYSV)
+    pushed = alloc.callee_saved
+    frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
+    uses_ymm = any(isinstance(o, Reg | VReg) and o.size == 32 for it in items if isinstance(it, Inst)
+                   for o in it.operands) or any(v.vreg.cls == "vec" for rl in alloc.reloads for v in rl)  # fmt: skip
+
+    def slot(offset: int, size: int | None) -> Mem:
+        return Mem(RSP, disp=offset, size=size)
+
+    def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
+        if cls == "vec":  # whole ymm: the slot holds any vector width
+            r = phys(reg, 32)
+            return Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
+        r = phys(reg, 8)
+        return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
+
+    out: list[Inst | Label] = [Inst(X86Op.PUSH, (phys(r, 8),)) for r in pushed]
+    if frame:
+        out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
+    for i, item in enumerate(items):
+        for rl in alloc.reloads[i]:
+            out.append(move(True, rl.vreg.cls, rl.reg, rl.slot))
+        if isinstance(item, LoopBegin | LoopEnd):
+            continue
+        if isinstance(item, Label):
+            out.append(item)
+            continue
+        regs = alloc.regs[i]
+
+        def sub(o: Operand | IncomingStackArg, regs: dict[int, str] = regs) -> Operand:
+            if isinstance(o, VReg):
+                return phys(regs[o.id], o.size)
+            if isinstance(o, IncomingStackArg):
+                if o.index < 6:
+                    raise ValueError(f"IncomingStackArg({o.index}): arguments 0..5 arrive in registers")
+                return Mem(RSP, disp=frame + 8 * len(pushed) + 8 + 8 * (o.index - 6), size=o.size)
+            if isinstance(o, Mem) and (isinstance(o.base, VReg) or isinstance(o.index, VReg)):
+                base = phys(regs[o.base.id], 8) if isinstance(o.base, VReg) else o.base
+                index = phys(regs[o.index.id], 8) if isinstance(o.index, VReg) else o.index
+                return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+            return o
+
+        if item.op is X86Op.RET:
+            if frame:
+                out.append(Inst(X86Op.ADD, (RSP, Imm(frame))))
+            out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
+            if uses_ymm:
+                out.append(Inst(X86Op.VZEROUPPER))
+        out.append(Inst(item.op, tuple(sub(o) for o in item.operands)))
+        for sp in alloc.spills[i]:
+            out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
+    return AllocatedFunction(out, alloc, frame, pushed)
+
+
+def build_object(name: str, items: Sequence[Item], rodata: bytes = b"") -> tuple[bytes, Assembled]:
+    """Allocate, encode and wrap a function body as an ELF relocatable object; returns (object bytes, assembly)."""
+    fn = allocate_function(items)
+    asm = assemble(fn.items)
+    return write_elf_object(name, asm.code, asm.relocations, rodata), asm

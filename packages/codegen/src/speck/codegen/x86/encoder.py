@@ -1,0 +1,714 @@
+"""x86-64 machine-code encoder: REX/VEX prefixes, ModRM/SIB, displacements, immediates, jump fix-ups and labels.
+
+`encode` turns one `Inst` with physical operands into bytes plus an objdump-identical listing line; `assemble` lays out
+a stream of instructions and labels, shrinking jumps to rel8 where they fit (starting from all-short and growing the
+ones that do not fit until nothing changes, which terminates because jumps only ever grow), and collects relocations
+for RIP-relative data references and calls to external symbols. The per-instruction encodings are data at the end of
+the module (`GPR_TABLE`, `VEX_TABLE`), each row citing the Intel SDM volume 2 opcode it implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from speck.codegen.x86.listing import CMP_PREDICATES, ListingLine, format_instruction, format_operand, render_listing
+from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
+from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
+
+
+class EncodingError(ValueError):
+    """An instruction whose operands match no encoding form (the message names the instruction and what fits)."""
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """A 32-bit PC-relative field at `offset` (from the start of the code) to be filled with S + addend - P."""
+
+    offset: int
+    kind: str  # "PC32" (data reference) or "PLT32" (call to a function)
+    symbol: str
+    addend: int
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One encoded instruction: its bytes, listing text, and an optional relocation (offset relative to the start)."""
+
+    raw: bytes
+    text: str
+    comment: str = ""
+    reloc: Relocation | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ModRM / SIB / displacement (Intel SDM vol. 2A, section 2.1.5 and 2.2.1)
+
+_SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
+
+
+def _addr_reg(r: object, what: str, inst: Inst) -> Reg:
+    if not isinstance(r, Reg) or r.kind != "gpr" or r.size != 8:
+        raise EncodingError(f"{inst!r}: memory {what} must be a 64-bit physical register, got {r!r}"
+                            + ("; run register allocation first" if not isinstance(r, Reg) else ""))
+    return r
+
+
+def _modrm(reg_field: int, rm: Reg | Mem, inst: Inst) -> tuple[int, int, bytes, int | None]:
+    """Encode ModRM (+SIB +disp) for `rm`; returns (REX.X bit, REX.B bit, bytes, offset of a RIP disp32 or None).
+
+    Two irregular cases come from how the fields were reused: rm=100 means "a SIB follows", so rsp/r12 as a base
+    always need a SIB; mod=00 rm=101 means RIP-relative (and SIB base=101 means "no base"), so rbp/r13 as a base always
+    need a displacement, encoded as disp8 = 0 when the offset is zero.
+    """
+    reg3 = (reg_field & 7) << 3
+    if isinstance(rm, Reg):
+        return 0, rm.ext, bytes([0xC0 | reg3 | rm.low3]), None
+    if rm.symbol is not None:
+        return 0, 0, bytes([0x00 | reg3 | 0b101]) + b"\0\0\0\0", 1
+    disp = rm.disp
+    if rm.base is None:
+        index = _addr_reg(rm.index, "index", inst)
+        if index.num == 4:
+            raise EncodingError(f"{inst!r}: rsp cannot be an index register")
+        sib = (_SCALE_BITS[rm.scale] << 6) | (index.low3 << 3) | 0b101
+        return index.ext, 0, bytes([reg3 | 0b100, sib]) + disp.to_bytes(4, "little", signed=True), None
+    base = _addr_reg(rm.base, "base", inst)
+    if disp == 0 and base.low3 != 5:
+        mod, disp_bytes = 0b00, b""
+    elif -128 <= disp < 128:
+        mod, disp_bytes = 0b01, disp.to_bytes(1, "little", signed=True)
+    else:
+        mod, disp_bytes = 0b10, disp.to_bytes(4, "little", signed=True)
+    if rm.index is None and base.low3 != 4:
+        return 0, base.ext, bytes([(mod << 6) | reg3 | base.low3]) + disp_bytes, None
+    x = 0
+    index_bits = 0b100  # "no index"
+    if rm.index is not None:
+        index = _addr_reg(rm.index, "index", inst)
+        if index.num == 4:
+            raise EncodingError(f"{inst!r}: rsp cannot be an index register")
+        x, index_bits = index.ext, index.low3
+    scale_bits = _SCALE_BITS[rm.scale] if rm.index is not None else 0  # scale without an index is meaningless
+    sib = (scale_bits << 6) | (index_bits << 3) | base.low3
+    return x, base.ext, bytes([(mod << 6) | reg3 | 0b100, sib]) + disp_bytes, None
+
+
+def _finish(inst: Inst, head: bytes, modrm: bytes, rip_at: int | None, imm: bytes, text: str) -> Encoded:
+    raw = head + modrm + imm
+    comment = ""
+    reloc = None
+    if rip_at is not None:
+        mem = next(o for o in inst.operands if isinstance(o, Mem))
+        assert mem.symbol is not None
+        offset = len(head) + rip_at
+        # the CPU adds the displacement to the address of the NEXT instruction, the linker computes S + A - P with P
+        # the address of the field: A = disp - (bytes from the field to the end of the instruction)
+        reloc = Relocation(offset, "PC32", mem.symbol, mem.disp - (len(raw) - offset))
+        comment = f"# <{mem.symbol}{mem.disp:+#x}>"
+    return Encoded(raw, text, comment, reloc)
+
+
+def _legacy(
+    inst: Inst, opcode: bytes, reg_field: int, rm: Reg | Mem, size: int, imm: bytes, text: str, w: bool | None = None
+) -> Encoded:
+    """Legacy/REX encoding: [66] [REX] opcode ModRM [SIB] [disp] [imm]; REX.W for 64-bit operand size."""
+    x, b, modrm, rip_at = _modrm(reg_field, rm, inst)
+    rex_w = size == 8 if w is None else w
+    r = reg_field >> 3
+    # spl/bpl/sil/dil exist only with a REX prefix (without one, 4..7 name ah/ch/dh/bh)
+    byte_regs = any(isinstance(o, Reg) and o.kind == "gpr" and o.size == 1 and 4 <= o.num < 8 for o in inst.operands)
+    rex = 0x40 | (rex_w << 3) | (r << 2) | (x << 1) | b
+    head = (b"\x66" if size == 2 else b"") + (bytes([rex]) if rex != 0x40 or byte_regs else b"") + opcode
+    return _finish(inst, head, modrm, rip_at, imm, text)
+
+
+def _vex(
+    inst: Inst, pp: int, mmmmm: int, w: int, vl: int, opcode: int, reg_field: int, vvvv: int, rm: Reg | Mem,
+    imm: bytes, text: str,
+) -> Encoded:  # fmt: skip
+    """VEX encoding (Intel SDM vol. 2A, section 2.3): the two-byte C5 form when X, B and W are clear and the map is 0F."""
+    x, b, modrm, rip_at = _modrm(reg_field, rm, inst)
+    r = reg_field >> 3
+    tail = ((~vvvv & 15) << 3) | (vl << 2) | pp
+    if x == 0 and b == 0 and w == 0 and mmmmm == 1:
+        head = bytes([0xC5, ((r ^ 1) << 7) | tail, opcode])
+    else:
+        head = bytes([0xC4, ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | mmmmm, (w << 7) | tail, opcode])
+    return _finish(inst, head, modrm, rip_at, imm, text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# general-purpose instructions
+
+
+def _fits(value: int, bits: int) -> bool:
+    return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _check_imm(inst: Inst, value: int, size: int) -> None:
+    lo, hi = (-(2**31), 2**31) if size == 8 else (-(1 << (8 * size - 1)), 1 << (8 * size))
+    if not lo <= value < hi:
+        raise EncodingError(f"{inst!r}: immediate {value} does not fit a {8 * min(size, 4)}-bit field for a "
+                            f"{8 * size}-bit operation (range [{lo}, {hi})); use MOVABS into a register")
+
+
+def _gpr_size(inst: Inst, regs: Sequence[Operand]) -> int:
+    """Operand size: from the register operands, or from the memory operand's size when there is no register."""
+    sizes = {o.size for o in regs if isinstance(o, Reg)}
+    for o in regs:
+        if isinstance(o, Reg) and o.kind != "gpr":
+            raise EncodingError(f"{inst!r}: expected general-purpose registers, got {o.name}")
+    if len(sizes) > 1:
+        raise EncodingError(f"{inst!r}: register operands have different sizes {sorted(sizes)}; they must match")
+    if sizes:
+        return sizes.pop()
+    mem = next((o for o in inst.operands if isinstance(o, Mem)), None)
+    if mem is None or mem.size not in (1, 2, 4, 8):
+        raise EncodingError(f"{inst!r}: cannot tell the operand size; give the Mem operand size=1/2/4/8")
+    return mem.size
+
+
+def _is_rm(o: Operand) -> bool:
+    return isinstance(o, Mem) or (isinstance(o, Reg) and o.kind == "gpr")
+
+
+def _require(inst: Inst, ok: bool, expected: str) -> None:
+    for o in inst.operands:
+        if not isinstance(o, Reg | Mem | Imm | Label | Sym):
+            raise EncodingError(f"{inst!r}: operand {o!r} is a virtual register; run register allocation first")
+        if isinstance(o, Mem) and not all(r is None or isinstance(r, Reg) for r in (o.base, o.index)):
+            raise EncodingError(f"{inst!r}: {o!r} uses a virtual register; run register allocation first")
+    if not ok:
+        found = ", ".join(type(o).__name__ + ("" if not isinstance(o, Reg) else f"({o.name})") for o in inst.operands)
+        raise EncodingError(f"{inst.op.name}: expected operands {expected}, got ({found})")
+
+
+def _text(inst: Inst, mem_size: int | None, imm_bits: int, mnemonic: str | None = None) -> str:
+    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands]  # type: ignore[arg-type]
+    return format_instruction(mnemonic or inst.op.value, ops)
+
+
+def _encode_gpr(inst: Inst, kind: str, param: int) -> Encoded:
+    ops = inst.operands
+    n = len(ops)
+    if kind == "fixed":
+        _require(inst, n == 0, "()")
+        return Encoded(bytes.fromhex(FIXED_BYTES[inst.op]), inst.op.value)
+    if kind in ("alu", "mov", "test"):
+        _require(inst, n == 2 and _is_rm(ops[0]) and (_is_rm(ops[1]) or isinstance(ops[1], Imm))
+                 and not (isinstance(ops[0], Mem) and isinstance(ops[1], Mem)), "(r/m, r), (r, r/m) or (r/m, imm)")
+        dst, src = ops
+        size = _gpr_size(inst, [o for o in ops if isinstance(o, Reg)])
+        text = _text(inst, size, 8 * size)
+        if isinstance(src, Imm):
+            _check_imm(inst, src.value, size)
+            ibytes = min(size, 4)
+            if kind == "alu" and size > 1 and _fits(_signed(src.value, 8 * size), 8):
+                return _legacy(inst, b"\x83", param, dst, size, (src.value & 0xFF).to_bytes(1, "little"), text)
+            imm = (src.value & ((1 << (8 * ibytes)) - 1)).to_bytes(ibytes, "little")
+            opc = {"alu": (0x80, 0x81), "mov": (0xC6, 0xC7), "test": (0xF6, 0xF7)}[kind][size > 1]
+            return _legacy(inst, bytes([opc]), param if kind == "alu" else 0, dst, size, imm, text)
+        base = {"alu": param * 8, "mov": 0x88, "test": 0x84}[kind]
+        if isinstance(dst, Reg) and isinstance(src, Mem):
+            if kind == "test":  # test is symmetric: encode as (r/m, r)
+                return _legacy(inst, bytes([base + (size > 1)]), dst.num, src, size, b"", text)
+            return _legacy(inst, bytes([base + 2 + (size > 1)]), dst.num, src, size, b"", text)
+        assert isinstance(src, Reg)
+        return _legacy(inst, bytes([base + (size > 1)]), src.num, dst, size, b"", text)
+    if kind == "unary":  # F6/F7 group 3, FE/FF group 4/5
+        _require(inst, n == 1 and _is_rm(ops[0]), "(r/m)")
+        size = _gpr_size(inst, ops)
+        group = (0xFE, 0xFF) if inst.op in (X86Op.INC, X86Op.DEC) else (0xF6, 0xF7)
+        return _legacy(inst, bytes([group[size > 1]]), param, ops[0], size, b"", _text(inst, size, 8))  # type: ignore[arg-type]
+    if kind == "shift":
+        _require(inst, n == 2 and _is_rm(ops[0]) and (ops[1] == CL or isinstance(ops[1], Imm)), "(r/m, cl) or (r/m, imm8)")
+        size = _gpr_size(inst, ops[:1])
+        text = _text(inst, size, 8)
+        if isinstance(ops[1], Imm):
+            if not 0 <= ops[1].value < 256:
+                raise EncodingError(f"{inst!r}: shift count {ops[1].value} must be in [0, 256)")
+            return _legacy(inst, bytes([0xC0 + (size > 1)]), param, ops[0], size, bytes([ops[1].value]), text)  # type: ignore[arg-type]
+        return _legacy(inst, bytes([0xD2 + (size > 1)]), param, ops[0], size, b"", text)  # type: ignore[arg-type]
+    if kind == "imul":
+        if n == 1:
+            return _encode_gpr(inst, "unary", 5)
+        _require(inst, n in (2, 3) and isinstance(ops[0], Reg) and _is_rm(ops[1]) and (n == 2 or isinstance(ops[2], Imm)),
+                 "(r/m), (r, r/m) or (r, r/m, imm)")
+        dst = ops[0]
+        assert isinstance(dst, Reg)
+        size = _gpr_size(inst, ops[:2])
+        if size == 1:
+            raise EncodingError(f"{inst!r}: two/three-operand imul has no 8-bit form; widen to 32 bits")
+        text = _text(inst, size, 8 * size)
+        if n == 2:
+            return _legacy(inst, b"\x0f\xaf", dst.num, ops[1], size, b"", text)  # type: ignore[arg-type]
+        imm = ops[2]
+        assert isinstance(imm, Imm)
+        _check_imm(inst, imm.value, size)
+        if _fits(_signed(imm.value, 8 * size), 8):
+            return _legacy(inst, b"\x6b", dst.num, ops[1], size, (imm.value & 0xFF).to_bytes(1, "little"), text)  # type: ignore[arg-type]
+        ib = min(size, 4)
+        raw_imm = (imm.value & ((1 << (8 * ib)) - 1)).to_bytes(ib, "little")
+        return _legacy(inst, b"\x69", dst.num, ops[1], size, raw_imm, text)  # type: ignore[arg-type]
+    if kind in ("movzx", "movsx", "movsxd"):
+        _require(inst, n == 2 and isinstance(ops[0], Reg) and _is_rm(ops[1]), "(r, r/m)")
+        dst, src = ops
+        assert isinstance(dst, Reg)
+        src_size = src.size if isinstance(src, Reg) else src.size  # type: ignore[union-attr]
+        if kind == "movsxd":
+            if dst.size != 8 or src_size not in (4, None):
+                raise EncodingError(f"{inst!r}: movsxd takes a 64-bit destination and a 32-bit source")
+            return _legacy(inst, b"\x63", dst.num, src, 8, b"", _text(inst, 4, 8))  # type: ignore[arg-type]
+        if src_size not in (1, 2) or dst.size <= src_size or dst.kind != "gpr":
+            raise EncodingError(f"{inst!r}: {inst.op.value} takes an 8/16-bit source (Mem size=1 or 2) and a wider "
+                                f"general-purpose destination")
+        opc = bytes([0x0F, param + (src_size == 2)])
+        return _legacy(inst, opc, dst.num, src, dst.size, b"", _text(inst, src_size, 8))  # type: ignore[arg-type]
+    if kind == "lea":
+        _require(inst, n == 2 and isinstance(ops[0], Reg) and isinstance(ops[1], Mem), "(r, m)")
+        dst = ops[0]
+        assert isinstance(dst, Reg)
+        size = _gpr_size(inst, ops[:1])
+        if size == 1:
+            raise EncodingError(f"{inst!r}: lea has no 8-bit form")
+        return _legacy(inst, b"\x8d", dst.num, ops[1], size, b"", _text(inst, None, 8))  # type: ignore[arg-type]
+    if kind == "setcc":
+        _require(inst, n == 1 and _is_rm(ops[0]), "(r/m8)")
+        if _gpr_size(inst, ops) != 1:
+            raise EncodingError(f"{inst!r}: set{inst.op.value[3:]} writes an 8-bit register or BYTE memory")
+        return _legacy(inst, bytes([0x0F, 0x90 + COND_CODE[inst.op]]), 0, ops[0], 1, b"", _text(inst, 1, 8))  # type: ignore[arg-type]
+    if kind == "cmovcc":
+        _require(inst, n == 2 and isinstance(ops[0], Reg) and _is_rm(ops[1]), "(r, r/m)")
+        dst = ops[0]
+        assert isinstance(dst, Reg)
+        size = _gpr_size(inst, ops)
+        if size == 1:
+            raise EncodingError(f"{inst!r}: cmov has no 8-bit form")
+        return _legacy(inst, bytes([0x0F, 0x40 + COND_CODE[inst.op]]), dst.num, ops[1], size, b"",  # type: ignore[arg-type]
+                       _text(inst, size, 8))
+    if kind == "movabs":
+        _require(inst, n == 2 and isinstance(ops[0], Reg) and ops[0].kind == "gpr" and ops[0].size == 8
+                 and isinstance(ops[1], Imm), "(r64, imm64)")
+        dst, imm = ops
+        assert isinstance(dst, Reg) and isinstance(imm, Imm)
+        if not -(2**63) <= imm.value < 2**64:
+            raise EncodingError(f"{inst!r}: immediate {imm.value} does not fit 64 bits")
+        raw = bytes([0x48 | dst.ext, 0xB8 + dst.low3]) + (imm.value & (2**64 - 1)).to_bytes(8, "little")
+        return Encoded(raw, _text(inst, None, 64))
+    if kind in ("push", "pop"):
+        _require(inst, n == 1 and isinstance(ops[0], Reg) and ops[0].kind == "gpr" and ops[0].size == 8, "(r64)")
+        r = ops[0]
+        assert isinstance(r, Reg)
+        return Encoded((b"\x41" if r.ext else b"") + bytes([param + r.low3]), _text(inst, None, 8))
+    raise AssertionError(kind)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# VEX-encoded vector instructions
+
+
+@dataclass(frozen=True)
+class VexForm:
+    """One VEX encoding: Intel's operand-encoding column (openc), operand kinds, and the VEX fields.
+
+    Operand kinds: x vector register of the instruction's width, X xmm, Y ymm, m memory, xm/Xm register or memory,
+    g general-purpose register (32-bit when W=0, 64-bit when W=1), gm gpr or memory, i imm8. `w=None` takes W from the
+    gpr operand's size, `vl=None` takes VEX.L from the vector width, `mem` is the memory access width ("v": vector
+    width, "g": gpr width).
+    """
+
+    openc: str
+    sig: tuple[str, ...]
+    pp: int
+    mmmmm: int
+    opcode: int
+    w: int | None = 0
+    vl: int | None = None
+    mem: int | str = "v"
+    ext: int = 0
+    ref: str = ""
+
+
+def _kind_ok(tok: str, o: Operand) -> bool:
+    vec = isinstance(o, Reg) and o.kind == "vec"
+    g = isinstance(o, Reg) and o.kind == "gpr"
+    return {
+        "x": vec, "X": vec and getattr(o, "size", 0) == 16, "Y": vec and getattr(o, "size", 0) == 32,
+        "m": isinstance(o, Mem), "xm": vec or isinstance(o, Mem), "Xm": (vec and getattr(o, "size", 0) == 16)
+        or isinstance(o, Mem), "g": g, "gm": g or isinstance(o, Mem), "i": isinstance(o, Imm),
+    }[tok]  # fmt: skip
+
+
+def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
+    _require(inst, True, "")
+    ops = inst.operands
+    for f in forms:
+        if len(f.sig) == len(ops) and all(_kind_ok(t, o) for t, o in zip(f.sig, ops)):
+            break
+    else:
+        expected = " or ".join("(" + ", ".join(f.sig) + ")" for f in forms)
+        found = ", ".join(o.name if isinstance(o, Reg) else type(o).__name__ for o in ops)  # type: ignore[union-attr]
+        raise EncodingError(f"{inst.op.name}: expected operands {expected} (x/X/Y: vector/xmm/ymm register, "
+                            f"m: memory, g: general register, i: imm8), got ({found})")
+    _require(inst, True, "")
+    widths = {o.size for t, o in zip(f.sig, ops) if t in ("x", "xm") and isinstance(o, Reg)}
+    if len(widths) > 1:
+        raise EncodingError(f"{inst!r}: vector operands mix xmm and ymm; use one width")
+    vl = f.vl if f.vl is not None else int(widths == {32})
+    gprs = [o for t, o in zip(f.sig, ops) if t in ("g", "gm") and isinstance(o, Reg)]
+    mem = next((o for o in ops if isinstance(o, Mem)), None)
+    gsize = gprs[0].size if gprs else (mem.size if mem is not None and "gm" in f.sig else None)
+    if f.w is None:
+        if gsize not in (4, 8):
+            raise EncodingError(f"{inst!r}: the integer operand must be 32 or 64 bits (give Mem size=4 or 8)")
+        w = int(gsize == 8)
+    else:
+        w = f.w
+        if gsize is not None and gsize != (8 if w else 4):
+            raise EncodingError(f"{inst!r}: the general-purpose operand must be {'64' if w else '32'}-bit")
+    mem_size = {"v": 16 << vl, "g": gsize}.get(f.mem, f.mem) if isinstance(f.mem, str) else f.mem
+    imm = b""
+    imm_op = next((o for o in ops if isinstance(o, Imm)), None)
+    if imm_op is not None:
+        if not -128 <= imm_op.value < 256:
+            raise EncodingError(f"{inst!r}: imm8 {imm_op.value} out of range [-128, 256)")
+        imm = bytes([imm_op.value & 0xFF])
+    mnemonic = inst.op.value
+    text_ops = list(ops)
+    if inst.op in (X86Op.VCMPSS, X86Op.VCMPSD, X86Op.VCMPPS, X86Op.VCMPPD):
+        assert imm_op is not None
+        if not 0 <= imm_op.value < 32:
+            raise EncodingError(f"{inst!r}: compare predicate must be in [0, 32), got {imm_op.value}")
+        mnemonic = "vcmp" + CMP_PREDICATES[imm_op.value] + mnemonic[4:]
+        text_ops = text_ops[:-1]
+    text = format_instruction(mnemonic, [format_operand(o, mem_size, 8) for o in text_ops])  # type: ignore[arg-type]
+
+    def num(o: Operand) -> int:
+        assert isinstance(o, Reg)
+        return o.num
+
+    enc = f.openc
+    if enc == "NP":
+        return Encoded(bytes([0xC5, 0xF8, f.opcode]), text)
+    if enc in ("RM", "RMI"):
+        reg, vvvv, rm = num(ops[0]), 0, ops[1]
+    elif enc in ("MR", "MRI"):
+        reg, vvvv, rm = num(ops[1]), 0, ops[0]
+    elif enc in ("RVM", "RVMI", "RVMR"):
+        reg, vvvv, rm = num(ops[0]), num(ops[1]), ops[2]
+        if enc == "RVMR":
+            imm = bytes([num(ops[3]) << 4])
+    elif enc == "VMI":
+        reg, vvvv, rm = f.ext, num(ops[0]), ops[1]
+    else:
+        raise AssertionError(enc)
+    assert isinstance(rm, Reg | Mem)
+    return _vex(inst, f.pp, f.mmmmm, w, vl, f.opcode, reg, vvvv, rm, imm, text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# public API
+
+
+def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_jump: bool = True) -> Encoded:
+    """Encode one instruction at address `pc`; jump targets are looked up in `labels` (name -> address).
+
+    Jumps and calls to labels use rel8 unless `long_jump` (calls are always rel32); calls to a `Sym` produce a
+    PLT32 relocation. Raises EncodingError for operands no form of the op accepts.
+    """
+    op = inst.op
+    if op in JCC_OPS or op in (X86Op.JMP, X86Op.CALL):
+        if len(inst.operands) != 1 or not isinstance(inst.operands[0], Label | Sym):
+            raise EncodingError(f"{inst!r}: expected one Label (or Sym for call) operand")
+        target = inst.operands[0]
+        if isinstance(target, Sym):
+            if op is not X86Op.CALL:
+                raise EncodingError(f"{inst!r}: only call may target an external symbol")
+            return Encoded(b"\xe8\0\0\0\0", f"{'call':<6} {pc + 5:#x}", f"<{target.name}>",
+                           Relocation(1, "PLT32", target.name, -4))
+        if labels is None or target.name not in labels:
+            raise EncodingError(f"{inst!r}: label {target.name!r} is not defined")
+        dest = labels[target.name]
+        long_jump = long_jump or op is X86Op.CALL
+        if op is X86Op.CALL:
+            opc = b"\xe8"
+        elif op is X86Op.JMP:
+            opc = b"\xe9" if long_jump else b"\xeb"
+        else:
+            opc = bytes([0x0F, 0x80 + COND_CODE[op]]) if long_jump else bytes([0x70 + COND_CODE[op]])
+        size = len(opc) + (4 if long_jump else 1)
+        rel = dest - (pc + size)
+        if not _fits(rel, 32 if long_jump else 8):
+            raise EncodingError(f"{inst!r}: jump distance {rel} does not fit rel{32 if long_jump else 8}")
+        raw = opc + rel.to_bytes(4 if long_jump else 1, "little", signed=True)
+        return Encoded(raw, f"{op.value:<6} {dest:#x}", f"<{target.name}>")
+    if op in VEX_TABLE:
+        return _encode_vex(inst, VEX_TABLE[op])
+    if op in SETCC_OPS:
+        return _encode_gpr(inst, "setcc", 0)
+    if op in CMOVCC_OPS:
+        return _encode_gpr(inst, "cmovcc", 0)
+    if op in GPR_TABLE:
+        kind, param, _ref = GPR_TABLE[op]
+        return _encode_gpr(inst, kind, param)
+    raise EncodingError(f"{op.name}: no encoding for this op in GPR_TABLE/VEX_TABLE")
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """The output of `assemble`: machine code, relocations (offsets into `code`), label addresses, listing lines."""
+
+    code: bytes
+    relocations: tuple[Relocation, ...]
+    labels: dict[str, int]
+    lines: tuple[ListingLine, ...]
+
+    @property
+    def listing(self) -> str:
+        """The listing as text, laid out like `objdump -d -M intel`."""
+        return render_listing(list(self.lines))
+
+
+def _is_branch(item: Inst | Label) -> bool:
+    return isinstance(item, Inst) and (item.op in JCC_OPS or item.op is X86Op.JMP) and bool(item.operands) and \
+        isinstance(item.operands[0], Label)
+
+
+def assemble(items: Sequence[Inst | Label]) -> Assembled:
+    """Lay out and encode a stream of instructions and label definitions.
+
+    Branches start as rel8 and are widened to rel32 only when their target is out of reach; the layout is
+    recomputed until no branch changes size.
+    """
+    seen: set[str] = set()
+    for item in items:
+        if isinstance(item, Label):
+            if item.name in seen:
+                raise EncodingError(f"assemble: label {item.name!r} is defined twice")
+            seen.add(item.name)
+    fixed = {i: encode(it) for i, it in enumerate(items) if isinstance(it, Inst) and not _is_branch(it)
+             and not (it.op is X86Op.CALL and isinstance(it.operands[0], Label))}  # fmt: skip
+    long: set[int] = set()
+    while True:
+        pcs, labels, pc = [], {}, 0
+        for i, item in enumerate(items):
+            pcs.append(pc)
+            if isinstance(item, Label):
+                labels[item.name] = pc
+            elif i in fixed:
+                pc += len(fixed[i].raw)
+            elif item.op is X86Op.CALL:
+                pc += 5
+            else:
+                pc += (6 if item.op in JCC_OPS else 5) if i in long else 2
+        grown = False
+        for i, item in enumerate(items):
+            if _is_branch(item) and i not in long:
+                target = item.operands[0]  # type: ignore[union-attr]
+                assert isinstance(target, Label)
+                if target.name not in labels:
+                    raise EncodingError(f"{item!r}: label {target.name!r} is not defined")
+                if not _fits(labels[target.name] - (pcs[i] + 2), 8):
+                    long.add(i)
+                    grown = True
+        if not grown:
+            break
+    code = bytearray()
+    relocs: list[Relocation] = []
+    lines: list[ListingLine] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Label):
+            lines.append(ListingLine(len(code), b"", item.name + ":"))
+            continue
+        # branches, and calls (whose listing shows the target address), are encoded at their final address
+        placed = i in fixed and item.op is not X86Op.CALL
+        enc = fixed[i] if placed else encode(item, pcs[i], labels, i in long)
+        assert len(code) == pcs[i]
+        if enc.reloc is not None:
+            r = enc.reloc
+            relocs.append(Relocation(len(code) + r.offset, r.kind, r.symbol, r.addend))
+        lines.append(ListingLine(len(code), enc.raw, enc.text, enc.comment))
+        code += enc.raw
+    return Assembled(bytes(code), tuple(relocs), labels, tuple(lines))
+
+
+class Assembler:
+    """Collects instructions and labels, then `assemble()`s them (a thin builder over the `assemble` function)."""
+
+    def __init__(self) -> None:
+        self.items: list[Inst | Label] = []
+
+    def emit(self, op: X86Op, *operands: Operand) -> None:
+        """Append one instruction."""
+        self.items.append(Inst(op, tuple(operands)))
+
+    def label(self, name: str) -> Label:
+        """Define a label at the current position and return it (for use as a jump target)."""
+        lbl = Label(name)
+        self.items.append(lbl)
+        return lbl
+
+    def assemble(self) -> Assembled:
+        """Encode everything collected so far."""
+        return assemble(self.items)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoding tables (Intel 64 and IA-32 Architectures Software Developer's Manual, volume 2 "Instruction Set
+# Reference"; opcodes as printed in each instruction's opcode table).
+
+FIXED_BYTES: dict[X86Op, str] = {
+    X86Op.RET: "c3",  # vol. 2B RET: C3
+    X86Op.CDQ: "99",  # vol. 2A CWD/CDQ/CQO: 99
+    X86Op.CQO: "48 99",  # vol. 2A CWD/CDQ/CQO: REX.W + 99
+    X86Op.NOP: "90",  # vol. 2B NOP: NP 90
+}
+
+# op -> (encoder kind, parameter: ModRM.reg extension or opcode base, SDM reference)
+GPR_TABLE: dict[X86Op, tuple[str, int, str]] = {
+    X86Op.ADD: ("alu", 0, "vol. 2A ADD: 00/01 /r, 02/03 /r, 80/81 /0 ib/iz, 83 /0 ib"),
+    X86Op.OR: ("alu", 1, "vol. 2B OR: 08/09 /r, 0A/0B /r, 80/81 /1, 83 /1 ib"),
+    X86Op.AND: ("alu", 4, "vol. 2A AND: 20/21 /r, 22/23 /r, 80/81 /4, 83 /4 ib"),
+    X86Op.SUB: ("alu", 5, "vol. 2B SUB: 28/29 /r, 2A/2B /r, 80/81 /5, 83 /5 ib"),
+    X86Op.XOR: ("alu", 6, "vol. 2D XOR: 30/31 /r, 32/33 /r, 80/81 /6, 83 /6 ib"),
+    X86Op.CMP: ("alu", 7, "vol. 2A CMP: 38/39 /r, 3A/3B /r, 80/81 /7, 83 /7 ib"),
+    X86Op.MOV: ("mov", 0, "vol. 2B MOV: 88/89 /r, 8A/8B /r, C6/C7 /0 ib/iz"),
+    X86Op.TEST: ("test", 0, "vol. 2B TEST: 84/85 /r, F6/F7 /0 ib/iz"),
+    X86Op.NOT: ("unary", 2, "vol. 2B NOT: F6/F7 /2"),
+    X86Op.NEG: ("unary", 3, "vol. 2B NEG: F6/F7 /3"),
+    X86Op.MUL: ("unary", 4, "vol. 2B MUL: F6/F7 /4"),
+    X86Op.DIV: ("unary", 6, "vol. 2A DIV: F6/F7 /6"),
+    X86Op.IDIV: ("unary", 7, "vol. 2A IDIV: F6/F7 /7"),
+    X86Op.INC: ("unary", 0, "vol. 2A INC: FE/FF /0"),
+    X86Op.DEC: ("unary", 1, "vol. 2A DEC: FE/FF /1"),
+    X86Op.IMUL: ("imul", 0, "vol. 2A IMUL: F6/F7 /5, 0F AF /r, 6B /r ib, 69 /r iz"),
+    X86Op.ROL: ("shift", 0, "vol. 2B RCL/RCR/ROL/ROR: C0/C1 /0 ib, D2/D3 /0"),
+    X86Op.ROR: ("shift", 1, "vol. 2B RCL/RCR/ROL/ROR: C0/C1 /1 ib, D2/D3 /1"),
+    X86Op.SHL: ("shift", 4, "vol. 2B SAL/SAR/SHL/SHR: C0/C1 /4 ib, D2/D3 /4"),
+    X86Op.SHR: ("shift", 5, "vol. 2B SAL/SAR/SHL/SHR: C0/C1 /5 ib, D2/D3 /5"),
+    X86Op.SAR: ("shift", 7, "vol. 2B SAL/SAR/SHL/SHR: C0/C1 /7 ib, D2/D3 /7"),
+    X86Op.MOVZX: ("movzx", 0xB6, "vol. 2B MOVZX: 0F B6 /r, 0F B7 /r"),
+    X86Op.MOVSX: ("movsx", 0xBE, "vol. 2B MOVSX: 0F BE /r, 0F BF /r"),
+    X86Op.MOVSXD: ("movsxd", 0x63, "vol. 2B MOVSXD: REX.W + 63 /r"),
+    X86Op.LEA: ("lea", 0x8D, "vol. 2A LEA: 8D /r"),
+    X86Op.MOVABS: ("movabs", 0xB8, "vol. 2B MOV: REX.W + B8+rd io"),
+    X86Op.PUSH: ("push", 0x50, "vol. 2B PUSH: 50+rd"),
+    X86Op.POP: ("pop", 0x58, "vol. 2B POP: 58+rd"),
+    **{op: ("fixed", 0, "see FIXED_BYTES") for op in FIXED_BYTES},
+}
+# SETcc (vol. 2B: 0F 90+cc /0), CMOVcc (vol. 2A: 0F 40+cc /r), Jcc (vol. 2A: 70+cc cb, 0F 80+cc cd),
+# JMP (vol. 2A: EB cb, E9 cd), CALL (vol. 2A: E8 cd) are encoded from COND_CODE in `encode`.
+
+_F3, _F2, _66, _NP = 2, 3, 1, 0  # VEX.pp
+_0F, _0F38, _0F3A = 1, 2, 3  # VEX.mmmmm
+
+
+def _arith(opcode: int, name: str) -> dict[X86Op, tuple[VexForm, ...]]:
+    """The four VEX forms ps/pd/ss/sd of a 0F-map arithmetic op (vol. 2 entries V<name>PS/PD/SS/SD)."""
+    ref = f"vol. 2 {name}PS/PD/SS/SD: VEX.NP/66/F3/F2.0F {opcode:02X} /r"
+    return {
+        X86Op[f"{name}PS"]: (VexForm("RVM", ("x", "x", "xm"), _NP, _0F, opcode, ref=ref),),
+        X86Op[f"{name}PD"]: (VexForm("RVM", ("x", "x", "xm"), _66, _0F, opcode, ref=ref),),
+        X86Op[f"{name}SS"]: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, opcode, vl=0, mem=4, ref=ref),),
+        X86Op[f"{name}SD"]: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, opcode, vl=0, mem=8, ref=ref),),
+    }
+
+
+def _packed(name: str, pp: int, mmmmm: int, opcode: int, w: int = 0, ref: str = "") -> dict[X86Op, tuple[VexForm, ...]]:
+    return {X86Op[name]: (VexForm("RVM", ("x", "x", "xm"), pp, mmmmm, opcode, w=w, ref=ref),)}
+
+
+def _move(name: str, pp: int, load: int, store: int, ref: str) -> dict[X86Op, tuple[VexForm, ...]]:
+    return {X86Op[name]: (VexForm("RM", ("x", "xm"), pp, _0F, load, ref=ref), VexForm("MR", ("m", "x"), pp, _0F, store, ref=ref))}
+
+
+VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = {
+    **_arith(0x58, "VADD"), **_arith(0x5C, "VSUB"), **_arith(0x59, "VMUL"), **_arith(0x5E, "VDIV"),
+    **_arith(0x5F, "VMAX"), **_arith(0x5D, "VMIN"),
+    X86Op.VSQRTPS: (VexForm("RM", ("x", "xm"), _NP, _0F, 0x51, ref="vol. 2B VSQRTPS: VEX.NP.0F 51 /r"),),
+    X86Op.VSQRTPD: (VexForm("RM", ("x", "xm"), _66, _0F, 0x51, ref="vol. 2B VSQRTPD: VEX.66.0F 51 /r"),),
+    X86Op.VSQRTSS: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, 0x51, vl=0, mem=4, ref="vol. 2B VSQRTSS: VEX.LIG.F3.0F 51 /r"),),
+    X86Op.VSQRTSD: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, 0x51, vl=0, mem=8, ref="vol. 2B VSQRTSD: VEX.LIG.F2.0F 51 /r"),),
+    **_packed("VANDPS", _NP, _0F, 0x54, ref="vol. 2A VANDPS: VEX.NP.0F 54 /r"),
+    **_packed("VANDPD", _66, _0F, 0x54, ref="vol. 2A VANDPD: VEX.66.0F 54 /r"),
+    **_packed("VANDNPS", _NP, _0F, 0x55, ref="vol. 2A VANDNPS: VEX.NP.0F 55 /r"),
+    **_packed("VANDNPD", _66, _0F, 0x55, ref="vol. 2A VANDNPD: VEX.66.0F 55 /r"),
+    **_packed("VORPS", _NP, _0F, 0x56, ref="vol. 2B VORPS: VEX.NP.0F 56 /r"),
+    **_packed("VORPD", _66, _0F, 0x56, ref="vol. 2B VORPD: VEX.66.0F 56 /r"),
+    **_packed("VXORPS", _NP, _0F, 0x57, ref="vol. 2D VXORPS: VEX.NP.0F 57 /r"),
+    **_packed("VXORPD", _66, _0F, 0x57, ref="vol. 2D VXORPD: VEX.66.0F 57 /r"),
+    **_packed("VPADDD", _66, _0F, 0xFE, ref="vol. 2B VPADDD: VEX.66.0F FE /r"),
+    **_packed("VPSUBD", _66, _0F, 0xFA, ref="vol. 2B VPSUBD: VEX.66.0F FA /r"),
+    **_packed("VPMULLD", _66, _0F38, 0x40, ref="vol. 2B VPMULLD: VEX.66.0F38 40 /r"),
+    **_packed("VPAND", _66, _0F, 0xDB, ref="vol. 2B VPAND: VEX.66.0F DB /r"),
+    **_packed("VPANDN", _66, _0F, 0xDF, ref="vol. 2B VPANDN: VEX.66.0F DF /r"),
+    **_packed("VPOR", _66, _0F, 0xEB, ref="vol. 2B VPOR: VEX.66.0F EB /r"),
+    **_packed("VPXOR", _66, _0F, 0xEF, ref="vol. 2B VPXOR: VEX.66.0F EF /r"),
+    **_packed("VPCMPEQD", _66, _0F, 0x76, ref="vol. 2B VPCMPEQD: VEX.66.0F 76 /r"),
+    **_packed("VPCMPGTD", _66, _0F, 0x66, ref="vol. 2B VPCMPGTD: VEX.66.0F 66 /r"),
+    **_packed("VFMADD231PS", _66, _0F38, 0xB8, ref="vol. 2A VFMADD231PS: VEX.66.0F38.W0 B8 /r"),
+    **_packed("VFMADD231PD", _66, _0F38, 0xB8, w=1, ref="vol. 2A VFMADD231PD: VEX.66.0F38.W1 B8 /r"),
+    X86Op.VFMADD231SS: (VexForm("RVM", ("X", "X", "Xm"), _66, _0F38, 0xB9, vl=0, mem=4, ref="vol. 2A VFMADD231SS: VEX.LIG.66.0F38.W0 B9 /r"),),
+    X86Op.VFMADD231SD: (VexForm("RVM", ("X", "X", "Xm"), _66, _0F38, 0xB9, w=1, vl=0, mem=8, ref="vol. 2A VFMADD231SD: VEX.LIG.66.0F38.W1 B9 /r"),),
+    X86Op.VPSLLD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=6, ref="vol. 2B VPSLLD: VEX.66.0F 72 /6 ib"),),
+    X86Op.VPSRLD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=2, ref="vol. 2B VPSRLD: VEX.66.0F 72 /2 ib"),),
+    X86Op.VPSRAD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=4, ref="vol. 2B VPSRAD: VEX.66.0F 72 /4 ib"),),
+    **_move("VMOVUPS", _NP, 0x10, 0x11, "vol. 2B VMOVUPS: VEX.NP.0F 10 /r, 11 /r"),
+    **_move("VMOVUPD", _66, 0x10, 0x11, "vol. 2B VMOVUPD: VEX.66.0F 10 /r, 11 /r"),
+    **_move("VMOVAPS", _NP, 0x28, 0x29, "vol. 2A VMOVAPS: VEX.NP.0F 28 /r, 29 /r"),
+    **_move("VMOVAPD", _66, 0x28, 0x29, "vol. 2A VMOVAPD: VEX.66.0F 28 /r, 29 /r"),
+    **_move("VMOVDQU", _F3, 0x6F, 0x7F, "vol. 2A VMOVDQU: VEX.F3.0F 6F /r, 7F /r"),
+    X86Op.VMOVSS: (
+        VexForm("RM", ("X", "m"), _F3, _0F, 0x10, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 10 /r (load)"),
+        VexForm("MR", ("m", "X"), _F3, _0F, 0x11, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 11 /r (store)"),
+        VexForm("RVM", ("X", "X", "X"), _F3, _0F, 0x10, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 10 /r (merge)"),
+    ),
+    X86Op.VMOVSD: (
+        VexForm("RM", ("X", "m"), _F2, _0F, 0x10, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 10 /r (load)"),
+        VexForm("MR", ("m", "X"), _F2, _0F, 0x11, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 11 /r (store)"),
+        VexForm("RVM", ("X", "X", "X"), _F2, _0F, 0x10, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 10 /r (merge)"),
+    ),
+    X86Op.VMOVD: (
+        VexForm("RM", ("X", "gm"), _66, _0F, 0x6E, vl=0, mem=4, ref="vol. 2B MOVD: VEX.128.66.0F.W0 6E /r"),
+        VexForm("MR", ("gm", "X"), _66, _0F, 0x7E, vl=0, mem=4, ref="vol. 2B MOVD: VEX.128.66.0F.W0 7E /r"),
+    ),
+    X86Op.VMOVQ: (
+        VexForm("RM", ("X", "gm"), _66, _0F, 0x6E, w=1, vl=0, mem=8, ref="vol. 2B MOVQ: VEX.128.66.0F.W1 6E /r"),
+        VexForm("MR", ("gm", "X"), _66, _0F, 0x7E, w=1, vl=0, mem=8, ref="vol. 2B MOVQ: VEX.128.66.0F.W1 7E /r"),
+    ),
+    X86Op.VCMPPS: (VexForm("RVMI", ("x", "x", "xm", "i"), _NP, _0F, 0xC2, ref="vol. 2A VCMPPS: VEX.NP.0F C2 /r ib"),),
+    X86Op.VCMPPD: (VexForm("RVMI", ("x", "x", "xm", "i"), _66, _0F, 0xC2, ref="vol. 2A VCMPPD: VEX.66.0F C2 /r ib"),),
+    X86Op.VCMPSS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _F3, _0F, 0xC2, vl=0, mem=4, ref="vol. 2A VCMPSS: VEX.LIG.F3.0F C2 /r ib"),),
+    X86Op.VCMPSD: (VexForm("RVMI", ("X", "X", "Xm", "i"), _F2, _0F, 0xC2, vl=0, mem=8, ref="vol. 2A VCMPSD: VEX.LIG.F2.0F C2 /r ib"),),
+    X86Op.VBLENDVPS: (VexForm("RVMR", ("x", "x", "xm", "x"), _66, _0F3A, 0x4A, ref="vol. 2A VBLENDVPS: VEX.66.0F3A.W0 4A /r /is4"),),
+    X86Op.VBLENDVPD: (VexForm("RVMR", ("x", "x", "xm", "x"), _66, _0F3A, 0x4B, ref="vol. 2A VBLENDVPD: VEX.66.0F3A.W0 4B /r /is4"),),
+    X86Op.VUCOMISS: (VexForm("RM", ("X", "Xm"), _NP, _0F, 0x2E, vl=0, mem=4, ref="vol. 2B VUCOMISS: VEX.LIG.NP.0F 2E /r"),),
+    X86Op.VUCOMISD: (VexForm("RM", ("X", "Xm"), _66, _0F, 0x2E, vl=0, mem=8, ref="vol. 2B VUCOMISD: VEX.LIG.66.0F 2E /r"),),
+    X86Op.VCVTSI2SS: (VexForm("RVM", ("X", "X", "gm"), _F3, _0F, 0x2A, w=None, vl=0, mem="g", ref="vol. 2A VCVTSI2SS: VEX.LIG.F3.0F.W0/W1 2A /r"),),
+    X86Op.VCVTSI2SD: (VexForm("RVM", ("X", "X", "gm"), _F2, _0F, 0x2A, w=None, vl=0, mem="g", ref="vol. 2A VCVTSI2SD: VEX.LIG.F2.0F.W0/W1 2A /r"),),
+    X86Op.VCVTTSS2SI: (VexForm("RM", ("g", "Xm"), _F3, _0F, 0x2C, w=None, vl=0, mem=4, ref="vol. 2A VCVTTSS2SI: VEX.LIG.F3.0F.W0/W1 2C /r"),),
+    X86Op.VCVTTSD2SI: (VexForm("RM", ("g", "Xm"), _F2, _0F, 0x2C, w=None, vl=0, mem=8, ref="vol. 2A VCVTTSD2SI: VEX.LIG.F2.0F.W0/W1 2C /r"),),
+    X86Op.VCVTSS2SD: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, 0x5A, vl=0, mem=4, ref="vol. 2A VCVTSS2SD: VEX.LIG.F3.0F 5A /r"),),
+    X86Op.VCVTSD2SS: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, 0x5A, vl=0, mem=8, ref="vol. 2A VCVTSD2SS: VEX.LIG.F2.0F 5A /r"),),
+    X86Op.VCVTDQ2PS: (VexForm("RM", ("x", "xm"), _NP, _0F, 0x5B, ref="vol. 2A VCVTDQ2PS: VEX.NP.0F 5B /r"),),
+    X86Op.VCVTTPS2DQ: (VexForm("RM", ("x", "xm"), _F3, _0F, 0x5B, ref="vol. 2A VCVTTPS2DQ: VEX.F3.0F 5B /r"),),
+    X86Op.VBROADCASTSS: (VexForm("RM", ("x", "Xm"), _66, _0F38, 0x18, mem=4, ref="vol. 2A VBROADCASTSS: VEX.66.0F38.W0 18 /r"),),
+    X86Op.VPBROADCASTD: (VexForm("RM", ("x", "Xm"), _66, _0F38, 0x58, mem=4, ref="vol. 2B VPBROADCASTD: VEX.66.0F38.W0 58 /r"),),
+    X86Op.VINSERTPS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x21, vl=0, mem=4, ref="vol. 2A VINSERTPS: VEX.128.66.0F3A 21 /r ib"),),
+    X86Op.VEXTRACTPS: (VexForm("MRI", ("gm", "X", "i"), _66, _0F3A, 0x17, vl=0, mem=4, ref="vol. 2A VEXTRACTPS: VEX.128.66.0F3A 17 /r ib"),),
+    X86Op.VPINSRD: (VexForm("RVMI", ("X", "X", "gm", "i"), _66, _0F3A, 0x22, vl=0, mem=4, ref="vol. 2B VPINSRD: VEX.128.66.0F3A.W0 22 /r ib"),),
+    X86Op.VPEXTRD: (VexForm("MRI", ("gm", "X", "i"), _66, _0F3A, 0x16, vl=0, mem=4, ref="vol. 2B VPEXTRD: VEX.128.66.0F3A.W0 16 /r ib"),),
+    X86Op.VINSERTF128: (VexForm("RVMI", ("Y", "Y", "Xm", "i"), _66, _0F3A, 0x18, vl=1, mem=16, ref="vol. 2A VINSERTF128: VEX.256.66.0F3A.W0 18 /r ib"),),
+    X86Op.VEXTRACTF128: (VexForm("MRI", ("Xm", "Y", "i"), _66, _0F3A, 0x19, vl=1, mem=16, ref="vol. 2A VEXTRACTF128: VEX.256.66.0F3A.W0 19 /r ib"),),
+    X86Op.VROUNDPS: (VexForm("RMI", ("x", "xm", "i"), _66, _0F3A, 0x08, ref="vol. 2B VROUNDPS: VEX.66.0F3A 08 /r ib"),),
+    X86Op.VROUNDPD: (VexForm("RMI", ("x", "xm", "i"), _66, _0F3A, 0x09, ref="vol. 2B VROUNDPD: VEX.66.0F3A 09 /r ib"),),
+    X86Op.VROUNDSS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x0A, vl=0, mem=4, ref="vol. 2B VROUNDSS: VEX.LIG.66.0F3A 0A /r ib"),),
+    X86Op.VROUNDSD: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x0B, vl=0, mem=8, ref="vol. 2B VROUNDSD: VEX.LIG.66.0F3A 0B /r ib"),),
+    X86Op.VZEROUPPER: (VexForm("NP", (), _NP, _0F, 0x77, ref="vol. 2D VZEROUPPER: VEX.128.0F 77"),),
+}  # fmt: skip

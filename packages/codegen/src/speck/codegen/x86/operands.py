@@ -1,0 +1,170 @@
+"""Operands of x86-64 instructions: physical registers, memory references, immediates, labels and external symbols.
+
+Virtual registers (`speck.codegen.regalloc.VReg`) may appear wherever a register may before register allocation; the
+encoder only accepts physical `Reg`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from speck.codegen.x86.ops import X86Op
+
+if TYPE_CHECKING:
+    from speck.codegen.regalloc import VReg
+
+GPR64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{i}" for i in range(8, 16))
+GPR32 = ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi") + tuple(f"r{i}d" for i in range(8, 16))
+GPR16 = ("ax", "cx", "dx", "bx", "sp", "bp", "si", "di") + tuple(f"r{i}w" for i in range(8, 16))
+GPR8 = ("al", "cl", "dl", "bl", "spl", "bpl", "sil", "dil") + tuple(f"r{i}b" for i in range(8, 16))
+GPR_NAMES: dict[int, tuple[str, ...]] = {1: GPR8, 2: GPR16, 4: GPR32, 8: GPR64}
+
+
+@dataclass(frozen=True)
+class Reg:
+    """A physical register: kind "gpr" (size 1/2/4/8 bytes) or "vec" (size 16 = xmm, 32 = ymm), number 0..15."""
+
+    kind: str
+    num: int
+    size: int
+
+    def __post_init__(self) -> None:
+        ok_size = self.size in GPR_NAMES if self.kind == "gpr" else self.kind == "vec" and self.size in (16, 32)
+        if not ok_size or not 0 <= self.num < 16:
+            raise ValueError(
+                f"Reg: expected kind 'gpr' with size 1/2/4/8 or 'vec' with size 16/32 and num 0..15, "
+                f"got kind={self.kind!r} num={self.num} size={self.size}"
+            )
+
+    @property
+    def name(self) -> str:
+        """The Intel-syntax register name (eax, r9b, xmm12, ymm3)."""
+        if self.kind == "gpr":
+            return GPR_NAMES[self.size][self.num]
+        return ("xmm" if self.size == 16 else "ymm") + str(self.num)
+
+    def sized(self, size: int) -> Reg:
+        """The same register viewed at another width (eax.sized(8) is rax, xmm3.sized(32) is ymm3)."""
+        return Reg(self.kind, self.num, size)
+
+    @property
+    def ext(self) -> int:
+        """The high bit of the register number (goes into REX/VEX R, X or B)."""
+        return self.num >> 3
+
+    @property
+    def low3(self) -> int:
+        """The low three bits of the register number (goes into ModRM/SIB or the opcode)."""
+        return self.num & 7
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def gpr(name: str) -> Reg:
+    """Look up a general-purpose register by name (rax, r10d, sil, r15w)."""
+    for size, names in GPR_NAMES.items():
+        if name in names:
+            return Reg("gpr", names.index(name), size)
+    raise ValueError(f"gpr: unknown register name {name!r}; expected one of {', '.join(GPR64 + GPR32)}, ...")
+
+
+def xmm(num: int) -> Reg:
+    """The 128-bit vector register xmm<num>."""
+    return Reg("vec", num, 16)
+
+
+def ymm(num: int) -> Reg:
+    """The 256-bit vector register ymm<num>."""
+    return Reg("vec", num, 32)
+
+
+RSP = gpr("rsp")
+CL = gpr("cl")
+
+AnyReg = Union[Reg, "VReg"]
+
+
+@dataclass(frozen=True)
+class Mem:
+    """A memory operand [base + index*scale + disp], or RIP-relative [symbol + disp] when `symbol` is set.
+
+    `size` is the access width in bytes; it is needed only when no register operand implies it (e.g. `add DWORD PTR
+    [rdi], 1`) and for instructions whose memory width depends on it (vcvtsi2ss from memory).
+    """
+
+    base: AnyReg | None = None
+    index: AnyReg | None = None
+    scale: int = 1
+    disp: int = 0
+    size: int | None = None
+    symbol: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scale not in (1, 2, 4, 8):
+            raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {self.scale}")
+        if not -(2**31) <= self.disp < 2**31:
+            raise ValueError(f"Mem: displacement {self.disp} does not fit a signed 32-bit field; materialise it in a "
+                             "register and use it as the index")
+        if self.symbol is not None and (self.base is not None or self.index is not None):
+            raise ValueError("Mem: a RIP-relative reference (symbol set) cannot also have a base or index register")
+        if self.symbol is None and self.base is None and self.index is None:
+            raise ValueError("Mem: expected a base register, an index register or a symbol; got none of them")
+
+    def with_size(self, size: int | None) -> Mem:
+        """The same address with another access width."""
+        return Mem(self.base, self.index, self.scale, self.disp, size, self.symbol)
+
+
+def rodata(offset: int, size: int | None = None) -> Mem:
+    """A RIP-relative reference to byte `offset` of the object's .rodata section (becomes an R_X86_64_PC32)."""
+    return Mem(disp=offset, size=size, symbol=".rodata")
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate integer; the encoder picks the narrowest encoding the instruction form allows."""
+
+    value: int
+
+
+@dataclass(frozen=True)
+class Label:
+    """A position in the instruction stream: appears alone in the stream to define it, or as a jump target."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Sym:
+    """An external (or other-section) symbol used as a call target; becomes an R_X86_64_PLT32 relocation."""
+
+    name: str
+
+
+Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym]
+
+
+@dataclass(frozen=True)
+class Inst:
+    """One machine instruction: an op and its operands in Intel order (destination first).
+
+    `implicit_uses`/`implicit_defs` name registers the instruction reads/writes without spelling them (idiv's rax/rdx,
+    cqo's rdx), `clobbers` names physical registers it destroys (a call's caller-saved set, by allocator register name).
+    They matter only to register allocation; the encoder ignores them.
+    """
+
+    op: X86Op
+    operands: tuple[Operand, ...] = ()
+    implicit_uses: tuple[AnyReg, ...] = ()
+    implicit_defs: tuple[AnyReg, ...] = ()
+    clobbers: frozenset[str] = field(default_factory=frozenset)
+
+    def __repr__(self) -> str:
+        return f"{self.op.value} {', '.join(map(repr, self.operands))}"
+
+
+def ins(op: X86Op, *operands: Operand) -> Inst:
+    """Shorthand for Inst(op, operands)."""
+    return Inst(op, tuple(operands))

@@ -1,0 +1,47 @@
+"""x86-64 glue for the target-independent register allocator: register classes, System V roles, name lookup.
+
+Allocator register names are the 64-bit GPR names and xmm0..xmm15; `phys` turns a name and an operand width into the
+encoder's `Reg` (rax at 4 bytes is eax, xmm3 at 32 bytes is ymm3). Scratch registers are kept out of allocation so a
+spilled operand can always be reloaded; r10/r11 are chosen because no System V role (arguments, returns, division,
+shift count) ever pins them.
+"""
+
+from __future__ import annotations
+
+from speck.codegen.regalloc import RegClass, RegTarget, VReg
+from speck.codegen.x86.operands import GPR64, Reg
+
+GPR = RegClass(
+    "gpr",
+    # caller-saved first: they cost no save/restore in the prologue
+    allocatable=("rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "rbx", "r12", "r13", "r14", "r15", "rbp"),
+    scratch=("r11", "r10"),
+    slot_size=8,
+)
+VEC = RegClass("vec", allocatable=tuple(f"xmm{i}" for i in range(13)), scratch=("xmm13", "xmm14", "xmm15"), slot_size=32)
+
+CALLEE_SAVED = frozenset({"rbx", "rbp", "r12", "r13", "r14", "r15"})
+X86_64_SYSV = RegTarget({"gpr": GPR, "vec": VEC}, CALLEE_SAVED)
+
+ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
+"""System V integer/pointer argument registers, in argument order."""
+FLOAT_ARG_REGS = tuple(f"xmm{i}" for i in range(8))
+CALL_CLOBBERS = frozenset(set(GPR.allocatable + GPR.scratch) - CALLEE_SAVED) | frozenset(f"xmm{i}" for i in range(16))
+"""Registers a System V call may destroy (all vector registers, the caller-saved GPRs)."""
+
+
+def phys(name: str, size: int) -> Reg:
+    """The encoder register for allocator register `name` used at `size` bytes."""
+    if name.startswith("xmm"):
+        return Reg("vec", int(name[3:]), size)
+    if name not in GPR64:
+        raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm15")
+    return Reg("gpr", GPR64.index(name), size)
+
+
+def arg_vreg(index: int, vid: int, size: int = 8) -> VReg:
+    """A virtual register pinned to the System V register of integer argument `index` (0..5)."""
+    if not 0 <= index < len(ARG_REGS):
+        raise ValueError(f"arg_vreg: integer argument {index} is not passed in a register (only 0..5 are); "
+                         "load it with IncomingStackArg")
+    return VReg(vid, "gpr", size, ARG_REGS[index])

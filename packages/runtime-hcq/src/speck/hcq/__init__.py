@@ -1,0 +1,40 @@
+"""speck.hcq: devices, buffers, hardware command queues with timeline signals, the ELF loader, and the
+multi-threaded CPU device.
+
+    from speck.hcq import Device, Buffer
+    dev = Device["CPU"]
+    prog = dev.runtime("add", dev.compiler.compile(llvm_ir))
+    prog(out, a, b, global_size=(n, 1, 1), wait=True)
+"""
+
+from speck.hcq._version import __version__
+from speck.hcq.allocator import MEMORY, Allocator, BufferOptions
+from speck.hcq.buffer import Buffer
+from speck.hcq.device import Device, DeviceBase, canonicalize
+from speck.hcq.dtypes import DTypeInfo, dtype_info
+from speck.hcq.errors import (
+    CopySizeError,
+    DeviceNotFoundError,
+    DeviceUnavailableError,
+    ElfLinkError,
+    HCQError,
+    OutOfMemoryError,
+    ProgramArgumentError,
+    SignalTimeoutError,
+)
+from speck.hcq.program import BufferParam, Program
+from speck.hcq.queue import HWQueue, ProfileEvent
+from speck.hcq.signal import Signal
+
+
+def mem_used() -> int:
+    """Bytes held by live buffers on every device (MEMORY.used)."""
+    return MEMORY.used
+
+
+__all__ = [
+    "MEMORY", "Allocator", "Buffer", "BufferOptions", "BufferParam", "CopySizeError", "DTypeInfo", "Device",
+    "DeviceBase", "DeviceNotFoundError", "DeviceUnavailableError", "ElfLinkError", "HCQError", "HWQueue",
+    "OutOfMemoryError", "ProfileEvent", "Program", "ProgramArgumentError", "Signal", "SignalTimeoutError",
+    "__version__", "canonicalize", "dtype_info", "mem_used",
+]  # fmt: skip

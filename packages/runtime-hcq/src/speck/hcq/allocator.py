@@ -1,0 +1,272 @@
+"""Allocators: device memory with an LRU cache of freed allocations and mem_used accounting.
+
+`mem_used` counts bytes held by live buffers (per allocator, and globally in `MEMORY.used`); freed allocations
+sit in the LRU cache (counted in `cached`) until reused by an allocation of the same size and options, evicted
+(oldest first) when the cache outgrows its cap, or dropped to make room before an out-of-memory error."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from speck.hcq.errors import CopySizeError, HCQError, OutOfMemoryError
+from speck.hcq.memory import HostMemory
+
+
+class _GlobalMemory:
+    """Process-wide accounting: `used` is the sum of every allocator's mem_used; `peak` its maximum."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.peak = 0
+        self.lock = threading.Lock()  # allocators on different devices update it concurrently
+
+    def add(self, nbytes: int) -> None:
+        with self.lock:
+            self.used += nbytes
+            self.peak = max(self.peak, self.used)
+
+
+MEMORY = _GlobalMemory()
+
+
+@dataclass(frozen=True)
+class BufferOptions:
+    """Per-buffer allocation options. `lru=False` frees straight back to the OS instead of caching; `writable`
+    (DISK only) forces a read-write mapping (True) or a read-only one (False); None lets the device decide."""
+
+    lru: bool = True
+    writable: bool | None = None
+
+
+DEFAULT_OPTIONS = BufferOptions()
+
+
+def parse_bytes(text: str) -> int:
+    """'123', '64K', '512M', '2G' (binary multiples) -> bytes; ValueError naming the text otherwise."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} as a byte count; use e.g. 1073741824, 512M or 2G") from None
+
+
+def available_ram() -> int:
+    """MemAvailable from /proc/meminfo (bytes); total physical memory when that is unreadable."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class Allocator:
+    """Base allocator. Subclasses implement `_alloc`/`_free` and the host-access hooks; this class adds the LRU
+    cache, the byte limit (`limit`, None = unlimited) and accounting."""
+
+    def __init__(self, device: str, limit: int | None = None, cache_cap: int = 1 << 30) -> None:
+        self.device, self.limit, self.cache_cap = device, limit, cache_cap
+        self.mem_used = 0
+        self.cached = 0
+        self.peak = 0
+        self._cache: OrderedDict[tuple[int, BufferOptions], list[Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- accounting + cache -------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> Any:
+        """An allocation of `nbytes` (from the LRU cache when one of that size and options is there). Raises
+        OutOfMemoryError with the requested and available sizes when it cannot fit."""
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
+        key = (nbytes, options)
+        with self._lock:
+            if options.lru and (lst := self._cache.get(key)):
+                opaque = lst.pop()
+                if not lst:
+                    del self._cache[key]
+                self.cached -= nbytes
+                self._account(nbytes)
+                return opaque
+            if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
+                self._drop_cache()
+                if self.mem_used + nbytes > self.limit:
+                    raise OutOfMemoryError(
+                        self.device, nbytes, max(self.limit - self.mem_used, 0), f"limit {self.limit} bytes"
+                    )
+        try:
+            opaque = self._alloc(nbytes, options)
+        except (MemoryError, OSError) as e:
+            if isinstance(e, OSError) and e.errno not in (12, None):  # only ENOMEM means "retry after freeing"
+                raise HCQError(f"allocating {nbytes} bytes on {self.device} failed: {e}") from e
+            with self._lock:
+                self._drop_cache()
+            try:
+                opaque = self._alloc(nbytes, options)
+            except (MemoryError, OSError) as e2:
+                avail = self.limit - self.mem_used if self.limit is not None else available_ram()
+                raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}") from None
+        with self._lock:
+            self._account(nbytes)
+        return opaque
+
+    def _account(self, nbytes: int) -> None:
+        self.mem_used += nbytes
+        self.peak = max(self.peak, self.mem_used)
+        MEMORY.add(nbytes)
+
+    def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
+        """Give an allocation back: into the LRU cache when options.lru, else to the OS."""
+        with self._lock:
+            self.mem_used -= nbytes
+            MEMORY.add(-nbytes)
+            if options.lru and nbytes <= self.cache_cap:
+                self._cache.setdefault((nbytes, options), []).append(opaque)
+                self._cache.move_to_end((nbytes, options))
+                self.cached += nbytes
+                while self.cached > self.cache_cap and self._cache:
+                    (sz, opts), lst = next(iter(self._cache.items()))
+                    self._free(lst.pop(0), sz, opts)
+                    self.cached -= sz
+                    if not lst:
+                        del self._cache[(sz, opts)]
+                return
+        self._free(opaque, nbytes, options)
+
+    def _drop_cache(self) -> None:
+        for (sz, opts), lst in self._cache.items():
+            for opaque in lst:
+                self._free(opaque, sz, opts)
+        self._cache.clear()
+        self.cached = 0
+
+    def free_cache(self) -> None:
+        """Release every cached (freed but kept) allocation to the OS."""
+        with self._lock:
+            self._drop_cache()
+
+    # -- per-device hooks ---------------------------------------------------------------------------------------
+    def _alloc(self, nbytes: int, options: BufferOptions) -> Any:
+        raise NotImplementedError
+
+    def _free(self, opaque: Any, nbytes: int, options: BufferOptions) -> None:
+        pass  # most allocations are released when their last reference goes
+
+    def address(self, opaque: Any) -> int:
+        """The device address of an allocation (what kernels receive)."""
+        raise HCQError(f"{self.device} memory has no address kernels can use")
+
+    def as_memoryview(self, opaque: Any, offset: int, nbytes: int) -> memoryview:
+        """A zero-copy byte view of [offset, offset+nbytes) of the allocation, when the host can see it."""
+        raise HCQError(f"{self.device} memory is not visible from the host; use copyout instead")
+
+    def copyin(self, opaque: Any, offset: int, src: memoryview) -> None:
+        """Copy host bytes into the allocation at `offset`."""
+        self.as_memoryview(opaque, offset, src.nbytes)[:] = src
+
+    def copyout(self, dest: memoryview, opaque: Any, offset: int) -> None:
+        """Copy the allocation's bytes at `offset` into host memory `dest`."""
+        dest[:] = self.as_memoryview(opaque, offset, dest.nbytes)
+
+
+class HostAllocator(Allocator):
+    """Page-aligned anonymous host memory (mmap), directly addressable by CPU kernels and viewable by numpy."""
+
+    def _alloc(self, nbytes: int, options: BufferOptions) -> HostMemory:
+        return HostMemory(nbytes)
+
+    def address(self, opaque: HostMemory) -> int:
+        return opaque.addr
+
+    def as_memoryview(self, opaque: HostMemory, offset: int, nbytes: int) -> memoryview:
+        return opaque.mv[offset : offset + nbytes]
+
+
+class NullMemory:
+    """A stand-in allocation of the NULL device: it has a size and nothing else."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+class NullAllocator(Allocator):
+    """Accepts every allocation and stores nothing; copies in and out do nothing (for counting and scheduling
+    tests)."""
+
+    def _alloc(self, nbytes: int, options: BufferOptions) -> NullMemory:
+        return NullMemory(nbytes)
+
+    def address(self, opaque: NullMemory) -> int:
+        return 0
+
+    def copyin(self, opaque: Any, offset: int, src: memoryview) -> None:
+        pass
+
+    def copyout(self, dest: memoryview, opaque: Any, offset: int) -> None:
+        pass
+
+
+class DiskMapping:
+    """A file mapped into memory: `mv` is read-only when the mapping is."""
+
+    __slots__ = ("file", "mm", "mv", "path", "writable")
+
+    def __init__(self, path: str, nbytes: int, writable: bool | None) -> None:
+        exists = os.path.exists(path)
+        size = os.path.getsize(path) if exists else 0
+        if writable is None:
+            # an existing file big enough is opened for reading (weights); otherwise it is created/extended
+            writable = not (exists and size >= nbytes)
+        if not writable and size < nbytes:
+            raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading")
+        self.path, self.writable = path, writable
+        self.file = open(path, "r+b" if exists and writable else "w+b" if writable else "rb")
+        if writable and size < nbytes:
+            self.file.truncate(nbytes)
+        if nbytes == 0:
+            self.mm = None
+            self.mv = memoryview(b"") if not writable else memoryview(bytearray())
+            return
+        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        self.mm = mmap.mmap(self.file.fileno(), nbytes, access=access)
+        self.mv = memoryview(self.mm)
+
+
+class DiskAllocator(Allocator):
+    """Memory-maps the device's file: each buffer maps the first nbytes of it (views select regions). Not cached."""
+
+    def __init__(self, device: str, path: str) -> None:
+        super().__init__(device, limit=None, cache_cap=0)
+        self.path = path
+
+    def _alloc(self, nbytes: int, options: BufferOptions) -> DiskMapping:
+        try:
+            return DiskMapping(self.path, nbytes, options.writable)
+        except OSError as e:
+            raise HCQError(f"cannot map {self.device} ({nbytes} bytes): {e}") from None
+
+    def as_memoryview(self, opaque: DiskMapping, offset: int, nbytes: int) -> memoryview:
+        return opaque.mv[offset : offset + nbytes]
+
+    def copyin(self, opaque: DiskMapping, offset: int, src: memoryview) -> None:
+        if not opaque.writable:
+            raise HCQError(
+                f"{self.device} is mapped read-only (the file existed and was large enough); create the buffer with "
+                "options=BufferOptions(writable=True) to write it"
+            )
+        opaque.mv[offset : offset + src.nbytes] = src
+
+
+def check_copy_size(what: str, expected: int, got: int) -> None:
+    """Raise CopySizeError when a copy's two sides differ in size."""
+    if expected != got:
+        raise CopySizeError(f"{what}: the buffer holds {expected} bytes but the other side has {got} bytes")

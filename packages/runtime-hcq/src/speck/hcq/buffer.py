@@ -1,0 +1,195 @@
+"""Buffer: a typed region of device memory, allocated lazily, with views at byte offsets and host copies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
+from speck.hcq.dtypes import DTypeInfo, dtype_info
+
+if TYPE_CHECKING:
+    from speck.hcq.device import DeviceBase
+
+
+def _as_bytes_view(data: Any) -> memoryview:
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if not mv.c_contiguous:
+        raise ValueError(
+            f"expected C-contiguous host memory, got a non-contiguous {mv.format!r} view of shape {mv.shape}"
+        )
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+class Buffer:
+    """`size` elements of `dtype` on `device` (a device name; canonicalised). Memory is allocated on first use
+    (copyin, a kernel call, `ensure_allocated`), taken from the device allocator's LRU cache when possible, and
+    given back when the buffer is collected or `deallocate`d. `view(size, dtype, offset)` makes a buffer sharing
+    this one's memory at a byte offset. `dtype` is anything with .itemsize/.fmt or a numpy dtype."""
+
+    __slots__ = (
+        "__weakref__",
+        "_base",
+        "_opaque",
+        "dev",
+        "device",
+        "dtype",
+        "info",
+        "nbytes",
+        "offset",
+        "options",
+        "size",
+        "_addr",
+        "_addr_of",
+    )
+
+    def __init__(
+        self,
+        device: str,
+        size: int,
+        dtype: Any,
+        options: BufferOptions | None = None,
+        *,
+        base: Buffer | None = None,
+        offset: int = 0,
+        preallocate: bool = False,
+    ) -> None:
+        from speck.hcq.device import Device
+
+        if size < 0:
+            raise ValueError(f"buffer size must be >= 0 elements, got {size}")
+        self.dev: DeviceBase = Device[device] if base is None else base.dev
+        self.device: str = self.dev.name
+        self.size, self.dtype = size, dtype
+        self.info: DTypeInfo = dtype_info(dtype)
+        self.nbytes = size * self.info.itemsize
+        self.options: BufferOptions = (
+            options if options is not None else (base.options if base is not None else DEFAULT_OPTIONS)
+        )
+        self._base, self.offset = base, offset
+        self._opaque: Any = None
+        self._addr = 0  # cached device address, valid while the base's allocation is `_addr_of`
+        self._addr_of: Any = None
+        if base is not None and (offset < 0 or offset + self.nbytes > base.nbytes):
+            raise ValueError(
+                f"view of {self.nbytes} bytes at offset {offset} does not fit in a {base.nbytes}-byte buffer"
+            )
+        if preallocate:
+            self.ensure_allocated()
+
+    # -- allocation ---------------------------------------------------------------------------------------------
+    @property
+    def base(self) -> Buffer:
+        """The buffer owning the memory (self unless this is a view)."""
+        return self._base if self._base is not None else self
+
+    @property
+    def is_allocated(self) -> bool:
+        return (self._base._opaque if self._base is not None else self._opaque) is not None
+
+    def allocate(self, opaque: Any = None) -> Buffer:
+        """Allocate now (or adopt `opaque`, an allocation made by this device's allocator). Returns self."""
+        if self._base is not None:
+            self._base.ensure_allocated()
+            return self
+        if self._opaque is not None:
+            raise RuntimeError(f"{self!r} is already allocated")
+        self._opaque = opaque if opaque is not None else self.dev.allocator.alloc(self.nbytes, self.options)
+        return self
+
+    def ensure_allocated(self) -> Buffer:
+        """Allocate if not yet allocated. Returns self."""
+        if not self.is_allocated:
+            self.allocate()
+        return self
+
+    def deallocate(self) -> None:
+        """Return the memory to the allocator (its LRU cache). Views never own memory."""
+        if self._base is None and self._opaque is not None:
+            opaque, self._opaque = self._opaque, None
+            self.dev.allocator.free(opaque, self.nbytes, self.options)
+
+    def __del__(self) -> None:
+        try:
+            self.deallocate()
+        except Exception:  # interpreter shutdown: the allocator may already be gone
+            pass
+
+    @property
+    def opaque(self) -> Any:
+        """The allocator's handle for the memory holding this buffer (allocating if needed)."""
+        b = self.base
+        if b._opaque is None:
+            b.allocate()
+        return b._opaque
+
+    @property
+    def ptr(self) -> int:
+        """The device address of the first element (what a kernel receives)."""
+        opaque = (self._base if self._base is not None else self)._opaque
+        if opaque is not None and opaque is self._addr_of:
+            return self._addr
+        opaque = self.opaque
+        self._addr, self._addr_of = int(self.dev.allocator.address(opaque)) + self.offset, opaque
+        return self._addr
+
+    def view(self, size: int, dtype: Any, offset: int = 0) -> Buffer:
+        """A buffer of `size` elements of `dtype` sharing this buffer's memory from byte `offset` on."""
+        return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
+
+    # -- host access --------------------------------------------------------------------------------------------
+    def copyin(self, src: Any) -> Buffer:
+        """Copy host data (anything exposing the buffer protocol, C-contiguous, exactly `nbytes` long) in."""
+        mv = _as_bytes_view(src)
+        check_copy_size(f"copyin to {self!r}", self.nbytes, mv.nbytes)
+        self.dev.synchronize_if_busy()
+        self.dev.allocator.copyin(self.opaque, self.offset, mv)
+        return self
+
+    def copyout(self, dest: Any) -> memoryview:
+        """Copy the buffer's bytes into writable host memory `dest` of exactly `nbytes`; returns dest as bytes."""
+        mv = _as_bytes_view(dest)
+        check_copy_size(f"copyout from {self!r}", self.nbytes, mv.nbytes)
+        self.dev.synchronize_if_busy()
+        self.dev.allocator.copyout(mv, self.opaque, self.offset)
+        return mv
+
+    def copy_from(self, src: Buffer) -> Buffer:
+        """Copy all of `src` (any device) into this buffer; the byte sizes must match."""
+        check_copy_size(f"copy from {src!r} to {self!r}", self.nbytes, src.nbytes)
+        if self.dev.host_visible and src.dev.host_visible:
+            self.dev.synchronize_if_busy()
+            src.dev.synchronize_if_busy()
+            self.dev.allocator.copyin(self.opaque, self.offset, src.as_memoryview(raw=True))
+        else:
+            tmp = bytearray(src.nbytes)
+            src.copyout(tmp)
+            self.copyin(tmp)
+        return self
+
+    def as_memoryview(self, raw: bool = False) -> memoryview:
+        """A zero-copy view of the buffer's memory (bytes when `raw` or when the dtype has no format, else cast to
+        the dtype's format). Pending work on the device is waited for first."""
+        self.dev.synchronize_if_busy()
+        mv = self.dev.allocator.as_memoryview(self.opaque, self.offset, self.nbytes)
+        if raw or self.info.fmt is None:
+            return mv
+        try:
+            typed: memoryview = mv.cast(self.info.fmt)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return mv
+        return typed
+
+    def numpy(self) -> np.ndarray:
+        """A zero-copy numpy array over the buffer's memory where the device allows it (read-only for read-only
+        mappings), else a copy."""
+        if self.dev.host_visible:
+            return np.frombuffer(self.as_memoryview(raw=True), dtype=self.info.numpy())
+        out = np.zeros(self.size, dtype=self.info.numpy())
+        self.copyout(out)
+        return out
+
+    def __repr__(self) -> str:
+        view = f" view@{self.offset}" if self._base is not None else ""
+        return f"<Buffer {self.device} {self.size}x{self.info.name} ({self.nbytes} B){view}>"

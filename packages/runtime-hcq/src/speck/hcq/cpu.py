@@ -1,0 +1,193 @@
+"""The CPU device: kernels linked into executable memory by speck.hcq.elf and run across a pool of worker threads.
+
+Each exec splits [0, global_size[0]) into contiguous slices, one per worker; worker k calls the kernel through
+ctypes with (buffers..., vars..., core_start, core_end) (see CPU_ABI.md). ctypes releases the GIL for the call,
+so the workers really run in parallel. Slice 0 runs on the thread that executes the command, so a one-slice
+(tiny) kernel costs no thread wake-up at all."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from speck.hcq.allocator import HostAllocator, available_ram, parse_bytes
+from speck.hcq.device import DeviceBase
+from speck.hcq.elf import LoadedObject, load_elf
+from speck.hcq.errors import DeviceUnavailableError, ProgramArgumentError
+from speck.hcq.libs import Library, default_libraries
+from speck.hcq.program import Program
+
+if TYPE_CHECKING:
+    from speck.codegen.compiler import Compiler
+    from speck.hcq.buffer import Buffer
+
+# kernels touching less than this many bytes and doing fewer estimated flops run on one thread: waking workers
+# costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
+PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
+PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
+X86_COMPILER = "speck.codegen.x86.X86Compiler"
+
+
+class _Worker:
+    __slots__ = ("done", "go", "task", "thread")
+
+    def __init__(self, pool: WorkerPool, index: int) -> None:
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.task: tuple[Any, tuple[Any, ...], int, int] | None = None
+        self.thread = threading.Thread(target=pool._work, args=(self,), name=f"speck-cpu-worker{index}", daemon=True)
+        self.thread.start()
+
+
+class WorkerPool:
+    """Worker threads shared by every CPU device (there are only so many cores). `run` hands out slices and waits
+    for all of them; one launch at a time uses the pool (a second caller waits for the first)."""
+
+    def __init__(self) -> None:
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._errors: list[BaseException] = []
+
+    def _work(self, w: _Worker) -> None:
+        while True:
+            w.go.acquire()
+            task = w.task
+            assert task is not None
+            fn, args, start, end = task
+            try:
+                fn(*args, start, end)
+            except BaseException as e:  # a Python kernel (tests) may raise; hand it to the launcher
+                self._errors.append(e)
+            finally:
+                w.done.release()
+
+    def run(self, fn: Any, args: tuple[Any, ...], n: int, threads: int) -> None:
+        """Call fn(*args, start, end) for `threads` contiguous slices of [0, n) (fewer when n < threads)."""
+        t = min(threads, n)
+        if t <= 1:
+            fn(*args, 0, n)
+            return
+        with self._lock:
+            while len(self._workers) < t - 1:
+                self._workers.append(_Worker(self, len(self._workers) + 1))
+            workers = self._workers[: t - 1]
+            for k, w in enumerate(workers, start=1):
+                w.task = (fn, args, n * k // t, n * (k + 1) // t)
+                w.go.release()
+            try:
+                fn(*args, 0, n // t)
+            finally:
+                for w in workers:
+                    w.done.acquire()
+            if self._errors:
+                err = self._errors[0]
+                self._errors.clear()
+                raise err
+
+
+POOL = WorkerPool()
+
+
+class CPUProgram(Program):
+    """A kernel function in an ELF object, linked by speck.hcq.elf against libm/libgcc_s/libc (or `libraries`)."""
+
+    def __init__(self, device: CPUDevice, name: str, lib: bytes, libraries: list[Library] | None = None, **spec: Any):
+        super().__init__(device, name, lib, **spec)
+        self.image: LoadedObject = load_elf(lib, libraries if libraries is not None else default_libraries())
+        self.address = self.image.address(name)
+        self._fns: dict[tuple[int, int], Any] = {}
+        self._fn: Any = None
+        if self.params is not None and self.var_names is not None:
+            self._fn = self.function(len(self.params), len(self.var_names))
+
+    def function(self, nbufs: int, nvars: int) -> Any:
+        """The ctypes function for a call with `nbufs` pointers and `nvars` int32 values (+ core_start/core_end)."""
+        fn = self._fns.get((nbufs, nvars))
+        if fn is None:
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbufs), *([ctypes.c_int32] * (nvars + 2)))
+            fn = self._fns[(nbufs, nvars)] = proto(self.address)
+        return fn
+
+    def raw_args(self, bufs: Sequence[Buffer], vals: Sequence[int] = ()) -> tuple[Any, ...]:
+        """(fn, buffer addresses..., variable values...): the ctypes function travels with its arguments."""
+        fn = self._fn if self._fn is not None else self.function(len(bufs), len(vals))
+        return (fn, *[b.ptr for b in bufs], *vals)
+
+    def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
+        """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1))."""
+        n = global_size[0] if global_size else 1
+        if threads == 1 or n <= 1:
+            args[0](*args[1:], 0, n)
+            return
+        t = self.device.threads if threads is None else threads  # type: ignore[attr-defined]
+        if t <= 1:
+            args[0](*args[1:], 0, n)
+        else:
+            POOL.run(args[0], args[1:], n, t)
+
+
+class CPUDevice(DeviceBase):
+    """The CPU: host memory (limit `CPU_MEM_LIMIT`, default the available RAM), `threads` workers (`CPU_THREADS`,
+    default os.cpu_count()), and a compiler chosen by the name: CPU, CPU:<n>, CPU:LLVM -> LLVM (llvmlite),
+    CPU:CLANG -> clang/gcc, CPU:X86 -> speck's x86 backend (when installed)."""
+
+    def __init__(self, name: str) -> None:
+        suffix = name.partition(":")[2]
+        self.backend = suffix if suffix in ("LLVM", "CLANG", "X86") else "LLVM"
+        if self.backend == "X86":
+            mod_name, _, cls = X86_COMPILER.rpartition(".")
+            try:
+                found = hasattr(importlib.import_module(mod_name), cls)
+                why = f"{mod_name} does not define {cls}"
+            except ImportError as e:
+                found, why = False, str(e)
+            if not found:
+                raise DeviceUnavailableError(
+                    f"CPU:X86 is not available yet: it compiles with {X86_COMPILER}, which could not be loaded "
+                    f"({why}); use CPU (LLVM) or CPU:CLANG"
+                )
+        limit_env = os.environ.get("CPU_MEM_LIMIT")
+        limit = parse_bytes(limit_env) if limit_env else available_ram()
+        super().__init__(name, HostAllocator(name, limit=limit))
+        self.renderer_name = self.backend.lower()
+        self.threads = int(os.environ.get("CPU_THREADS", "0") or 0) or (os.cpu_count() or 1)
+        self.libraries: list[Library] | None = None
+
+    def _make_compiler(self) -> Compiler:
+        if self.backend == "CLANG":
+            from speck.codegen.compiler import ClangCompiler
+
+            return ClangCompiler()
+        if self.backend == "X86":
+            mod, _, cls = X86_COMPILER.rpartition(".")
+            compiler: Compiler = getattr(importlib.import_module(mod), cls)()
+            return compiler
+        from speck.codegen.compiler import LLVMCompiler
+
+        return LLVMCompiler()
+
+    def runtime(self, name: str, lib: bytes, **spec: Any) -> CPUProgram:
+        """Link `lib` (an x86-64 ELF object) and return the program for its function `name`."""
+        if not isinstance(lib, (bytes, bytearray, memoryview)):
+            raise ProgramArgumentError(
+                f"{self.name}.runtime({name!r}) expects the compiled object as bytes, got {type(lib).__name__}"
+            )
+        return CPUProgram(self, name, bytes(lib), self.libraries, **spec)
+
+    def choose_threads(self, prog: Program, bufs: Sequence[Buffer]) -> int | None:
+        """One thread for small kernels (by the program's estimates when it has them, else by the bytes of its
+        buffers); None (all `threads` workers) otherwise."""
+        if prog.est_bytes or prog.est_flops:
+            return None if prog.est_bytes >= PARALLEL_MIN_BYTES or prog.est_flops >= PARALLEL_MIN_FLOPS else 1
+        total = 0
+        for b in bufs:
+            total += b.nbytes
+        return None if total >= PARALLEL_MIN_BYTES else 1
+
+    def _copy_raw(self, dest: int, src: int, nbytes: int) -> None:
+        ctypes.memmove(dest, src, nbytes)

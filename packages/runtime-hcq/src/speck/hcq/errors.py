@@ -1,0 +1,57 @@
+"""Every exception speck.hcq raises on purpose, in one place. Each message names what was expected, what was found
+and, where there is one, what to do about it."""
+
+from __future__ import annotations
+
+
+class HCQError(RuntimeError):
+    """Base class of speck.hcq's runtime errors."""
+
+
+class SignalTimeoutError(HCQError, TimeoutError):
+    """A wait on a timeline signal did not see the awaited value in time. Carries the signal, the value awaited and
+    the value seen, which is usually enough to tell a missing submit from a wedged kernel."""
+
+    def __init__(self, signal_name: str, awaited: int, seen: int, timeout: float) -> None:
+        super().__init__(
+            f"signal {signal_name!r} did not reach {awaited} within {timeout:g} s (it is at {seen}); is the command "
+            "that signals it submitted, and is nothing ahead of it waiting on a signal that never comes?"
+        )
+        self.signal_name, self.awaited, self.seen, self.timeout = signal_name, awaited, seen, timeout
+
+
+class OutOfMemoryError(HCQError, MemoryError):
+    """An allocation did not fit in the device's memory (after the LRU cache of freed allocations was emptied)."""
+
+    def __init__(self, device: str, requested: int, available: int, detail: str = "") -> None:
+        super().__init__(
+            f"out of memory on {device}: requested {requested} bytes, {available} bytes available"
+            + (f" ({detail})" if detail else "")
+            + "; free some buffers"
+            + (", or raise CPU_MEM_LIMIT" if device.startswith("CPU") else "")
+        )
+        self.device, self.requested, self.available = device, requested, available
+
+
+class ProgramArgumentError(HCQError, ValueError):
+    """A program was called with buffers or variables that do not match what it expects (count, size, dtype,
+    device). Raised before anything runs, so no buffer is touched."""
+
+
+class CopySizeError(HCQError, ValueError):
+    """A copy between a buffer and host memory (or between two buffers) whose byte sizes differ."""
+
+
+class DeviceNotFoundError(HCQError, KeyError):
+    """An unknown device name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class DeviceUnavailableError(HCQError):
+    """A registered device whose backend is not installed or not implemented yet."""
+
+
+class ElfLinkError(HCQError):
+    """An ELF object could not be loaded: unsupported format or relocation, undefined symbol, out-of-range fixup."""

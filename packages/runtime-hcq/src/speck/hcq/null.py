@@ -1,0 +1,59 @@
+"""The NULL device: accepts buffers and programs and runs nothing (for counting kernels and scheduling tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from speck.codegen.compiler import Compiler
+from speck.hcq.allocator import NullAllocator
+from speck.hcq.device import DeviceBase
+from speck.hcq.program import Program
+
+
+class NullCompiler(Compiler):
+    """Compiles nothing: the "object" is the source text's bytes."""
+
+    name = "null"
+
+    def compile(self, src: str) -> bytes:
+        return src.encode()
+
+    def compile_uncached(self, src: str) -> bytes:
+        return src.encode()
+
+    def disassemble(self, lib: bytes) -> str:
+        return lib.decode(errors="replace")
+
+
+class NullProgram(Program):
+    """A program that records how often it was launched and does nothing else."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.launches = 0
+
+    def raw_args(self, bufs: Sequence[Any], vals: Sequence[int] = ()) -> tuple[Any, ...]:
+        return ()
+
+    def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
+        self.launches += 1
+
+
+class NullDevice(DeviceBase):
+    """Every allocation succeeds without memory; copies and kernels do nothing. Renders C (the cheapest renderer)."""
+
+    renderer_name = "clang"
+    host_visible = False
+
+    def __init__(self) -> None:
+        super().__init__("NULL", NullAllocator("NULL", limit=None))
+
+    def _make_compiler(self) -> Compiler:
+        return NullCompiler()
+
+    def runtime(self, name: str, lib: bytes, **spec: Any) -> NullProgram:
+        return NullProgram(self, name, lib, **spec)
+
+    def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        pass

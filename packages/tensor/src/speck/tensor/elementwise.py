@@ -1,0 +1,655 @@
+"""Elementwise Tensor methods: broadcasting with dtype promotion, arithmetic and its reflected forms, comparisons,
+logic and bits, and the math functions built from the IR's few transcendental primitives (EXP2, LOG2, SIN, SQRT)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Union
+
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+Scalar = Union[int, float, bool]
+TensorOrScalar = Union["Tensor", int, float, bool]
+
+
+def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """numpy broadcasting of shapes; RuntimeError naming them when they don't broadcast."""
+    nd = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for dims in zip(*padded):
+        non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
+        if len(non1) > 1:
+            raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
+                               f"(dims {dims} differ and none is 1)")  # fmt: skip
+        out.append(non1.pop() if non1 else 1)
+    return tuple(out)
+
+
+def _py_dtype(x: Scalar) -> DType:
+    return dtypes.from_py(x)
+
+
+class ElementwiseMixin:
+    """Elementwise methods of Tensor."""
+
+    __slots__ = ()
+
+    # ---------------- broadcasting ----------------
+    def _broadcasted(self: Tensor, y: TensorOrScalar, reverse: bool = False,
+                     match_dtype: bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
+        from speck.tensor.tensor import Tensor
+
+        x: Tensor = self
+        if not isinstance(y, Tensor):
+            if not isinstance(y, (int, float, bool)):
+                if hasattr(y, "__len__") or hasattr(y, "dtype"):
+                    y = Tensor(y, device=x.device)
+                else:
+                    raise RuntimeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
+        if not isinstance(y, Tensor):
+            dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
+            dt = dtypes.as_concrete(dt) if dt.is_weak else dt
+            if not match_dtype or dt == x.dtype:
+                yt = Tensor(y, device=x.device, dtype=dt)
+            else:
+                yt = Tensor(y, device=x.device, dtype=dt)
+                x = x.cast(dt)
+        else:
+            yt = y
+            if match_dtype and yt.dtype != x.dtype:
+                dt = least_upper_dtype(x.dtype, yt.dtype)
+                x, yt = x.cast(dt), yt.cast(dt)
+        if reverse:
+            x, yt = yt, x
+        if x.shape != yt.shape:
+            sh = broadcast_shape(x.shape, yt.shape)
+            x, yt = x._broadcast_to(sh), yt._broadcast_to(sh)
+        return x, yt
+
+    def _broadcast_to(self: Tensor, shape: tuple[Any, ...]) -> Tensor:
+        if self.shape == tuple(shape):
+            return self
+        if self.ndim > len(shape):
+            raise RuntimeError(f"can't broadcast shape {self.shape} to {tuple(shape)}: too many dims")
+        t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+        return t.expand(shape)
+
+    def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
+        u = self.uop.alu(op, *[s.uop for s in srcs])
+        return self._new(u)
+
+    def _binop(self: Tensor, op: Ops, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        return a._alu(op, b)
+
+    # ---------------- arithmetic ----------------
+    def add(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.ADD, y, reverse)
+
+    def sub(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        if a.dtype == dtypes.bool:
+            raise RuntimeError("subtraction of bool tensors is not supported; use logical_xor or cast first")
+        return a._alu(Ops.SUB, b)
+
+    def mul(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        return self._binop(Ops.MUL, y, reverse)
+
+    def div(self: Tensor, y: TensorOrScalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
+        a, b = self._broadcasted(y, reverse)
+        if rounding_mode == "trunc":
+            return a._alu(Ops.CDIV, b) if dtypes.is_int(a.dtype) else (a / b).trunc()
+        if rounding_mode == "floor":
+            return a._floordiv(b)
+        if rounding_mode is not None:
+            raise RuntimeError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        ft = least_upper_float(a.dtype)
+        a, b = a.cast(ft), b.cast(ft)
+        return a._alu(Ops.FDIV, b)
+
+    def _floordiv(self: Tensor, b: Tensor) -> Tensor:
+        a = self
+        if dtypes.is_int(a.dtype):
+            q = a._alu(Ops.CDIV, b)
+            r = a._alu(Ops.CMOD, b)
+            adjust = (r != 0) & ((r < 0) != (b < 0))
+            return q - adjust.cast(q.dtype)
+        if a.dtype == dtypes.bool:
+            raise RuntimeError("floor division of bool tensors is not supported")
+        return (a / b).floor()
+
+    def floordiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        return a._floordiv(b)
+
+    def mod(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """Python/numpy remainder: the sign of the divisor."""
+        a, b = self._broadcasted(y, reverse)
+        if dtypes.is_int(a.dtype):
+            r = a._alu(Ops.CMOD, b)
+            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+        return a - (a / b).floor() * b
+
+    def fmod(self: Tensor, y: TensorOrScalar) -> Tensor:
+        """C remainder: the sign of the dividend."""
+        a, b = self._broadcasted(y)
+        if dtypes.is_int(a.dtype):
+            return a._alu(Ops.CMOD, b)
+        return a - (a / b).trunc() * b
+
+    def __add__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.add(y)
+
+    def __radd__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.add(y, True)
+
+    def __sub__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.sub(y)
+
+    def __rsub__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.sub(y, True)
+
+    def __mul__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.mul(y)
+
+    def __rmul__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.mul(y, True)
+
+    def __truediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.div(y)
+
+    def __rtruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.div(y, True)
+
+    def __floordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.floordiv(y)
+
+    def __rfloordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.floordiv(y, True)
+
+    def __mod__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.mod(y)
+
+    def __rmod__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.mod(y, True)
+
+    def __pow__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.pow(y)
+
+    def __rpow__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.pow(y, True)
+
+    def __neg__(self: Tensor) -> Tensor:
+        return self.neg()
+
+    def __abs__(self: Tensor) -> Tensor:
+        return self.abs()
+
+    def __matmul__(self: Tensor, y: Tensor) -> Tensor:
+        return self.matmul(y)
+
+    def __rmatmul__(self: Tensor, y: Tensor) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
+
+    def __iadd__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self + y)
+
+    def __isub__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self - y)
+
+    def __imul__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self * y)
+
+    def __itruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self / y)
+
+    # ---------------- comparisons ----------------
+    def __lt__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        a, b = self._broadcasted(y)
+        return a._alu(Ops.CMPLT, b)
+
+    def __gt__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        a, b = self._broadcasted(y, True)
+        return a._alu(Ops.CMPLT, b)
+
+    def __ge__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return (self < y).logical_not()
+
+    def __le__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return (self > y).logical_not()
+
+    def __eq__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
+        a, b = self._broadcasted(y)
+        return a._alu(Ops.CMPEQ, b)
+
+    def __ne__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
+        a, b = self._broadcasted(y)
+        return a._alu(Ops.CMPNE, b)
+
+    def eq(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self == y
+
+    def ne(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self != y
+
+    def lt(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self < y
+
+    def gt(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self > y
+
+    def le(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self <= y
+
+    def ge(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self >= y
+
+    # ---------------- logic and bits ----------------
+    def _need_int_or_bool(self: Tensor, what: str) -> None:
+        if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+            raise RuntimeError(f"{what} needs an int or bool tensor, got {self.dtype}")
+
+    def bitwise_and(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        a._need_int_or_bool("bitwise_and")
+        return a._alu(Ops.AND, b)
+
+    def bitwise_or(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        a._need_int_or_bool("bitwise_or")
+        return a._alu(Ops.OR, b)
+
+    def bitwise_xor(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        a._need_int_or_bool("bitwise_xor")
+        return a._alu(Ops.XOR, b)
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        self._need_int_or_bool("bitwise_not")
+        return self.logical_not() if self.dtype == dtypes.bool else self.bitwise_xor(-1)
+
+    def logical_not(self: Tensor) -> Tensor:
+        b = self if self.dtype == dtypes.bool else self != 0
+        return b._alu(Ops.CMPNE, b._const_like(True, dtypes.bool)._broadcast_to(b.shape))
+
+    def logical_and(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+
+    def logical_or(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+
+    def logical_xor(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+
+    def __and__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_and(y)
+
+    def __rand__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_and(y, True)
+
+    def __or__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_or(y)
+
+    def __ror__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_or(y, True)
+
+    def __xor__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_xor(y)
+
+    def __rxor__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.bitwise_xor(y, True)
+
+    def __invert__(self: Tensor) -> Tensor:
+        return self.bitwise_not()
+
+    def lshift(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if not dtypes.is_int(self.dtype):
+            raise RuntimeError(f"lshift needs an int tensor, got {self.dtype}")
+        a, b = self._broadcasted(y, match_dtype=False)
+        return a._alu(Ops.SHL, b.cast(a.dtype))
+
+    def rshift(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if not dtypes.is_int(self.dtype):
+            raise RuntimeError(f"rshift needs an int tensor, got {self.dtype}")
+        a, b = self._broadcasted(y, match_dtype=False)
+        return a._alu(Ops.SHR, b.cast(a.dtype))
+
+    def __lshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.lshift(y)
+
+    def __rshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.rshift(y)
+
+    def where(self: Tensor, x: TensorOrScalar, y: TensorOrScalar) -> Tensor:
+        """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
+        from speck.tensor.tensor import Tensor
+
+        cond = self if self.dtype == dtypes.bool else self != 0
+        if isinstance(x, Tensor):
+            xt, yt = x._broadcasted(y)
+        elif isinstance(y, Tensor):
+            yt, xt = y._broadcasted(x)
+        else:
+            dt = dtypes.as_concrete(least_upper_dtype(_py_dtype(x), _py_dtype(y)))
+            xt, yt = Tensor(x, device=self.device, dtype=dt), Tensor(y, device=self.device, dtype=dt)
+        sh = broadcast_shape(cond.shape, xt.shape, yt.shape)
+        cond, xt, yt = cond._broadcast_to(sh), xt._broadcast_to(sh), yt._broadcast_to(sh)
+        return cond._new(UOp(Ops.WHERE, xt.dtype, (cond.uop, xt.uop, yt.uop)))
+
+    def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        return mask.where(v.cast(self.dtype), self)
+
+    # ---------------- unary math ----------------
+    def _float(self: Tensor) -> Tensor:
+        return self.cast(least_upper_float(self.dtype))
+
+    def neg(self: Tensor) -> Tensor:
+        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
+
+    def reciprocal(self: Tensor) -> Tensor:
+        return self._float()._alu(Ops.RECIPROCAL)
+
+    def sqrt(self: Tensor) -> Tensor:
+        return self._float()._alu(Ops.SQRT)
+
+    def rsqrt(self: Tensor) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def exp2(self: Tensor) -> Tensor:
+        return self._float()._alu(Ops.EXP2)
+
+    def exp(self: Tensor) -> Tensor:
+        return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
+
+    def log2(self: Tensor) -> Tensor:
+        return self._float()._alu(Ops.LOG2)
+
+    def log(self: Tensor) -> Tensor:
+        return self.log2() * math.log(2)
+
+    def log10(self: Tensor) -> Tensor:
+        return self.log2() * (math.log(2) / math.log(10))
+
+    def sin(self: Tensor) -> Tensor:
+        return self._float()._alu(Ops.SIN)
+
+    def cos(self: Tensor) -> Tensor:
+        return ((math.pi / 2) - self._float()).sin()
+
+    def tan(self: Tensor) -> Tensor:
+        return self.sin() / self.cos()
+
+    def asin(self: Tensor) -> Tensor:
+        # Abramowitz & Stegun 4.4.46 on |x|, odd symmetry restores the sign (|error| < 2e-8)
+        x = self._float()
+        a = x.abs()
+        coeffs = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
+                  -0.2145988016, 1.5707963050)  # fmt: skip
+        p = a * 0 + coeffs[0]
+        for c in coeffs[1:]:
+            p = p * a + c
+        r = (math.pi / 2) - (1 - a).sqrt() * p
+        return x.sign() * r
+
+    def acos(self: Tensor) -> Tensor:
+        return (math.pi / 2) - self.asin()
+
+    def atan(self: Tensor) -> Tensor:
+        x = self._float()
+        small = (x / (x * x + 1).sqrt()).asin()
+        inv = x.sign() * (math.pi / 2) - (1 / x / ((1 / x) * (1 / x) + 1).sqrt()).asin()
+        return (x.abs() <= 1).where(small, inv)
+
+    def sinh(self: Tensor) -> Tensor:
+        return (self.exp() - self.neg().exp()) / 2
+
+    def cosh(self: Tensor) -> Tensor:
+        return (self.exp() + self.neg().exp()) / 2
+
+    def tanh(self: Tensor) -> Tensor:
+        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+
+    def asinh(self: Tensor) -> Tensor:
+        x = self._float()
+        a = x.abs()
+        return x.sign() * (a + (a * a + 1).sqrt()).log()
+
+    def acosh(self: Tensor) -> Tensor:
+        x = self._float()
+        return (x + (x * x - 1).sqrt()).log()
+
+    def atanh(self: Tensor) -> Tensor:
+        x = self._float()
+        return ((1 + x) / (1 - x)).log() * 0.5
+
+    def sigmoid(self: Tensor) -> Tensor:
+        return (1 + self._float().neg().exp()).reciprocal()
+
+    def erf(self: Tensor) -> Tensor:
+        # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+        x = self._float()
+        a = x.abs()
+        t = 1.0 / (1.0 + 0.3275911 * a)
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        return x.sign() * (1.0 - poly * (-(a * a)).exp())
+
+    def abs(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return (self < 0).where(-self, self)
+
+    def sign(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self
+        z = self._const_like(0)
+        s = (self < 0).where(self._const_like(-1) if not dtypes.is_unsigned(self.dtype) else z,
+                             (self > 0).where(self._const_like(1), z))  # fmt: skip
+        return s + self * 0 if dtypes.is_float(self.dtype) else s  # NaN stays NaN
+
+    def trunc(self: Tensor) -> Tensor:
+        return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+
+    def floor(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (self < t).where(t - 1, t)
+
+    def ceil(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (self > t).where(t + 1, t)
+
+    def round(self: Tensor) -> Tensor:
+        """Round half to even (numpy's rule)."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        frac = self - t
+        s = self.sign()
+        odd = (t - (t / 2).trunc() * 2) != 0
+        up = (frac.abs() > 0.5) | ((frac.abs() == 0.5) & odd)
+        return up.where(t + s, t)
+
+    def isnan(self: Tensor) -> Tensor:
+        return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)._broadcast_to(
+            self.shape)  # fmt: skip
+
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+        pos = (self == math.inf) if detect_positive else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+        neg = (self == -math.inf) if detect_negative else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+        return pos | neg
+
+    def isfinite(self: Tensor) -> Tensor:
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
+                equal_nan: bool = False) -> Tensor:  # fmt: skip
+        a, b = self._broadcasted(other)
+        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
+        if not dtypes.is_float(a.dtype):
+            return close
+        fin = a.isfinite() & b.isfinite()
+        out = (a == b) | (fin & close)
+        return out | (a.isnan() & b.isnan()) if equal_nan else out
+
+    def allclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
+                 equal_nan: bool = False) -> bool:  # fmt: skip
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def clip(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
+        if min_ is None and max_ is None:
+            raise RuntimeError("clip needs at least one of min_ or max_")
+        out = self
+        if min_ is not None:
+            out = out.maximum(min_)
+        if max_ is not None:
+            out = out.minimum(max_)
+        return out
+
+    def clamp(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
+        return self.clip(min_, max_)
+
+    def maximum(self: Tensor, y: TensorOrScalar) -> Tensor:
+        a, b = self._broadcasted(y)
+        if a.dtype == dtypes.bool:
+            return a | b
+        return a._alu(Ops.MAX, b)
+
+    def minimum(self: Tensor, y: TensorOrScalar) -> Tensor:
+        a, b = self._broadcasted(y)
+        if a.dtype == dtypes.bool:
+            return a & b
+        if dtypes.is_int(a.dtype):
+            return (a < b).where(a, b)
+        return -((-a)._alu(Ops.MAX, -b))
+
+    def lerp(self: Tensor, end: TensorOrScalar, weight: TensorOrScalar) -> Tensor:
+        return self + (end - self) * weight
+
+    def copysign(self: Tensor, other: TensorOrScalar) -> Tensor:
+        a, b = self._float()._broadcasted(other)
+        neg = (b < 0) | ((b == 0) & (b.reciprocal() < 0))
+        return neg.where(-a.abs(), a.abs())
+
+    def logaddexp(self: Tensor, other: TensorOrScalar) -> Tensor:
+        a, b = self._float()._broadcasted(other)
+        m = a.maximum(b)
+        mf = m.isinf().where(0.0, m)
+        return ((a - mf).exp() + (b - mf).exp()).log() + mf
+
+    def pow(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """x ** y with numpy's dtype rules: exact for int ** int (negative exponents give 0, 1 or -1), negative
+        float bases with integral exponents keep their sign, others are NaN."""
+        from speck.tensor.tensor import Tensor
+
+        if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
+            if isinstance(y, int) or float(y).is_integer():
+                if dtypes.is_int(self.dtype) and isinstance(y, float):
+                    return self._float().pow(y)
+                return self._pow_int_const(int(y), float_result=isinstance(y, float))
+            if y == 0.5:
+                return self.sqrt()
+        base, exp = self._broadcasted(y, reverse)
+        if dtypes.is_int(base.dtype) or base.dtype == dtypes.bool:
+            if base.dtype == dtypes.bool:
+                base, exp = base.int(), exp.int()
+            return base._pow_int_tensor(exp)
+        _ = Tensor
+        return base._pow_float(exp)
+
+    def _pow_float(self: Tensor, e: Tensor) -> Tensor:
+        b = self
+        mag = (e * b.abs().log2()).exp2()
+        e_int = e == e.trunc()
+        odd = e_int & ((e - (e / 2).trunc() * 2).abs() == 1)
+        neg = b < 0
+        r = neg.where(e_int.where(odd.where(-mag, mag), math.nan), mag)
+        r = (e == 0).where(1.0, r)
+        return (b == 1).where(1.0, r)
+
+    def _pow_int_const(self: Tensor, n: int, float_result: bool) -> Tensor:
+        x = self if not float_result or dtypes.is_float(self.dtype) else self._float()
+        if n == 0:
+            return x._const_like(1)._broadcast_to(x.shape)
+        if n < 0:
+            if dtypes.is_int(x.dtype):
+                return x._pow_int_tensor(x._const_like(n)._broadcast_to(x.shape))
+            return x._pow_int_const(-n, float_result).reciprocal()
+        acc: Tensor | None = None
+        p = x
+        while n:
+            if n & 1:
+                acc = p if acc is None else acc * p
+            n >>= 1
+            if n:
+                p = p * p
+        assert acc is not None
+        return acc
+
+    def _pow_int_tensor(self: Tensor, e: Tensor) -> Tensor:
+        """Exact integer power by squaring over the exponent's bits (all in one fused kernel)."""
+        b = self
+        bits = 8 * b.dtype.itemsize
+        acc = b._const_like(1)._broadcast_to(b.shape)
+        p = b
+        ee = e
+        for i in range(bits - 1 if not dtypes.is_unsigned(e.dtype) else bits):
+            acc = ((ee & 1) != 0).where(acc * p, acc)
+            ee = ee >> 1
+            if i < bits - 2:
+                p = p * p
+        if dtypes.is_unsigned(e.dtype):
+            return acc
+        # negative exponents: 1 ** -n = 1, (-1) ** -n = +-1, else 0 (numpy raises; tinygrad gives these values)
+        odd = (e & 1) != 0
+        negres = (b == 1).where(b._const_like(1), (b == -1).where(odd.where(b._const_like(-1), b._const_like(1)),
+                                                                  b._const_like(0)))  # fmt: skip
+        return (e < 0).where(negres, acc)
+
+    # ---------------- activations ----------------
+    def relu(self: Tensor) -> Tensor:
+        return self.maximum(0)
+
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        return (self < 0).where(self * neg_slope, self)
+
+    def gelu(self: Tensor) -> Tensor:
+        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+
+    def silu(self: Tensor) -> Tensor:
+        return self * self.sigmoid()
+
+    def swish(self: Tensor) -> Tensor:
+        return self.silu()
+
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        return (self > 0).where(self, alpha * (self.exp() - 1))
+
+    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+        return (self * beta).logaddexp(0.0) * (1 / beta)
+
+    def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
+        return self.clip(min_val, max_val)
+
+    def relu6(self: Tensor) -> Tensor:
+        return self.relu().minimum(6)
+
+    def square(self: Tensor) -> Tensor:
+        return self * self
+
+
+_ = (Any, DType)

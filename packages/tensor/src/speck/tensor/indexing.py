@@ -1,0 +1,313 @@
+"""Indexing on Tensor with numpy semantics: ints, slices (any step), None, Ellipsis, boolean masks and integer
+tensors (advanced indexing), plus gather/scatter and the data-dependent selections (nonzero, masked_select).
+
+Basic indexing is pure movement (shrink, flip, a pad+reshape for steps). Integer-tensor indexing selects with a
+one-hot comparison against an arange and a sum, which fuses into one kernel."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from speck.uop import dtypes
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+
+def _is_tensorlike(x: Any) -> bool:
+    from speck.tensor.tensor import Tensor
+
+    return isinstance(x, (Tensor, list, np.ndarray)) or (isinstance(x, tuple) and False)
+
+
+class IndexingMixin:
+    """Indexing methods of Tensor."""
+
+    __slots__ = ()
+
+    def _normalize_index(self: Tensor, idx: Any) -> list[Any]:
+        from speck.tensor.tensor import Tensor
+
+        items = list(idx) if isinstance(idx, tuple) else [idx]
+        out: list[Any] = []
+        for it in items:
+            if isinstance(it, (list, np.ndarray)):
+                it = Tensor(it, device=self.device)
+            if isinstance(it, Tensor) and it.dtype == dtypes.bool:
+                # boolean mask: data-dependent, becomes integer index tensors of its true positions
+                nz = np.nonzero(it.numpy())
+                out.extend(Tensor(n.astype(np.int32), device=self.device) for n in nz)
+                continue
+            if isinstance(it, Tensor) and not dtypes.is_int(it.dtype):
+                raise IndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
+            if isinstance(it, bool):
+                raise IndexError("a Python bool is not a valid index; use a boolean tensor mask")
+            if not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor))):
+                raise IndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
+                                 "Ellipsis, a list or an int/bool tensor")  # fmt: skip
+            out.append(it)
+        consumed = sum(1 for it in out if it is not None and it is not Ellipsis)
+        if sum(1 for it in out if it is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if consumed > self.ndim:
+            raise IndexError(f"too many indices for tensor of shape {self.shape}: {consumed} were indexed")
+        if Ellipsis in [x for x in out if x is Ellipsis]:
+            i = next(k for k, x in enumerate(out) if x is Ellipsis)
+            out = out[:i] + [slice(None)] * (self.ndim - consumed) + out[i + 1 :]
+        else:
+            out = out + [slice(None)] * (self.ndim - consumed)
+        return out
+
+    def __getitem__(self: Tensor, idx: Any) -> Tensor:
+        items = self._normalize_index(idx)
+        t = self
+        dim = 0  # current dim in t
+        final_shape: list[Any] = []
+        adv: list[tuple[int, Tensor]] = []  # (dim in t, index tensor)
+        adv_positions: list[int] = []  # position in final shape where each advanced index appeared
+        for it in items:
+            if it is None:
+                t = t.unsqueeze(dim)
+                dim += 1
+                final_shape.append(1)
+                continue
+            size = t.shape[dim]
+            if isinstance(it, int):
+                if not isinstance(size, int):
+                    raise IndexError("integer indexing of a symbolic dim is not supported")
+                if not -size <= it < size:
+                    raise IndexError(f"index {it} is out of bounds for dim {dim} with size {size}")
+                i = it + size if it < 0 else it
+                t = t._slice_dim(dim, i, i + 1)
+                t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
+                continue
+            if isinstance(it, slice):
+                if not isinstance(size, int):
+                    if it == slice(None):
+                        final_shape.append(size)
+                        dim += 1
+                        continue
+                    raise IndexError("slicing a symbolic dim is only supported as ':'")
+                start, stop, step = it.indices(size)
+                r = range(start, stop, step)
+                n = len(r)
+                if n == 0:
+                    t = t._slice_dim(dim, 0, 0)
+                else:
+                    first = r[0]
+                    if step < 0:
+                        t = t.flip(dim)
+                        first, step = size - 1 - first, -step
+                    t = t._slice_dim(dim, first, first + (n - 1) * step + 1)._stride_dim(dim, step)
+                final_shape.append(n)
+                dim += 1
+                continue
+            # integer tensor (advanced)
+            adv.append((dim, it))
+            adv_positions.append(len(final_shape))
+            final_shape.append(None)
+            dim += 1
+        if not adv:
+            return t
+        return t._advanced(adv, adv_positions)
+
+    def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int]) -> Tensor:
+        """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape)."""
+        from speck.tensor.elementwise import broadcast_shape
+        from speck.tensor.tensor import Tensor
+
+        bshape = broadcast_shape(*[ix.shape for _, ix in adv])
+        dims = [d for d, _ in adv]
+        rest = [i for i in range(self.ndim) if i not in dims]
+        x = self.permute(rest + dims)  # (rest..., adv dims...)
+        nb = len(bshape)
+        rest_shape = tuple(self.shape[i] for i in rest)
+        xe = x.reshape(rest_shape + (1,) * nb + tuple(self.shape[d] for d in dims))
+        mask: Tensor | None = None
+        for k, (d, ix) in enumerate(adv):
+            n = self.shape[d]
+            ii = ix._broadcast_to(bshape).cast(dtypes.int32)
+            if not isinstance(n, int):
+                raise IndexError("integer-tensor indexing of a symbolic dim is not supported")
+            ii = (ii < 0).where(ii + n, ii)
+            ar = Tensor.arange(n, device=self.device)
+            shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
+            m = ii.reshape(bshape + (1,) * len(adv)) == ar.reshape((1,) * nb + shape_k)
+            mask = m if mask is None else (mask & m)
+        assert mask is not None
+        mask = mask.reshape((1,) * len(rest) + mask.shape)
+        picked = mask.where(xe, xe._const_like(0))
+        red = tuple(range(len(rest) + nb, len(rest) + nb + len(adv)))
+        out = picked.sum(red, dtype=self.dtype) if self.dtype != dtypes.bool else picked.any(red)
+        # out: (rest..., bshape...). numpy puts the broadcast dims at the first advanced index's place when the
+        # advanced indices are adjacent, else first.
+        adjacent = all(b - a == 1 for a, b in zip(positions, positions[1:]))
+        if adjacent:
+            p = positions[0]
+            # final layout: rest dims before position p, bshape, rest dims after
+            before = p
+            order = list(range(before)) + list(range(len(rest), len(rest) + nb)) + list(range(before, len(rest)))
+            out = out.permute(order)
+        else:
+            order = list(range(len(rest), len(rest) + nb)) + list(range(len(rest)))
+            out = out.permute(order)
+        return out
+
+    def __setitem__(self: Tensor, idx: Any, value: Any) -> None:
+        """x[idx] = value: writes through to x's buffer (x.assign of the updated tensor)."""
+        from speck.tensor.tensor import Tensor
+
+        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        numel = int(self.numel())
+        pos = Tensor.arange(numel, device=self.device).reshape(self.shape)
+        sel = pos[idx]
+        v = v.cast(self.dtype)._broadcast_to(sel.shape)
+        flat_sel = sel.flatten()
+        flat_v = v.flatten()
+        ar = Tensor.arange(numel, device=self.device)
+        if flat_sel.numel() == 0:
+            return
+        hit = flat_sel.unsqueeze(1) == ar.unsqueeze(0)  # (k, numel)
+        any_hit = hit.any(0)
+        # the last write wins for repeated positions, like numpy
+        order = Tensor.arange(int(flat_sel.numel()), device=self.device).unsqueeze(1) + 1
+        last = hit.where(order, 0).max(0)
+        chosen = (hit & (order == last.unsqueeze(0))).where(flat_v.unsqueeze(1), flat_v._const_like(0))
+        newv = chosen.sum(0, dtype=self.dtype) if self.dtype != dtypes.bool else chosen.any(0)
+        updated = any_hit.where(newv, self.flatten()).reshape(self.shape)
+        self.assign(updated.contiguous())
+
+    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere)."""
+        from speck.tensor.tensor import Tensor
+
+        d = self._resolve_dim(dim)
+        if index.ndim != self.ndim:
+            raise RuntimeError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
+        for i, (a, b) in enumerate(zip(index.shape, self.shape)):
+            if i != d and a > b:
+                raise RuntimeError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at dim {i}")
+        n = self.shape[d]
+        x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
+        xe = x.unsqueeze(d).expand(tuple(index.shape[i] if i == d else x.shape[i] for i in range(self.ndim)) if False
+                                   else None) if False else x  # fmt: skip
+        # move dim to the end of x: x[..., k]; index[..., i at d]
+        xk = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n) with d's slot replaced
+        ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
+        ii = (ii < 0).where(ii + n, ii)
+        m = ii == Tensor.arange(n, device=self.device)
+        out = m.where(xk, xk._const_like(0)).sum(-1, dtype=self.dtype) if self.dtype != dtypes.bool else \
+            (m & xk).any(-1)  # fmt: skip
+        _ = xe
+        return out.transpose(d, -1)
+
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
+        """self with self[..., index[p], ...] = src[p] along dim (reduce 'add' or 'multiply' combines)."""
+        if reduce is None:
+            return self._scatter(dim, index, src, "set", True)
+        if reduce not in ("add", "multiply"):
+            raise RuntimeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        return self._scatter(dim, index, src, "sum" if reduce == "add" else "prod", True)
+
+    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: bool = True) -> Tensor:  # fmt: skip
+        """reduce in sum, prod, mean, amax, amin (torch semantics)."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise RuntimeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+        return self._scatter(dim, index, src, reduce, include_self)
+
+    def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str, include_self: bool) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        d = self._resolve_dim(dim)
+        if index.ndim != self.ndim:
+            raise RuntimeError(f"scatter: index has {index.ndim} dims, self has {self.ndim}")
+        s = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
+        s = s.cast(self.dtype)
+        if s.ndim == 0:
+            s = s._broadcast_to(index.shape)
+        s = s.shrink(tuple((0, n) for n in index.shape))
+        n = self.shape[d]
+        # (..., m at d) -> masks over self's dim d positions k: hit[..., m, k] with other dims of index
+        ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
+        ii = (ii < 0).where(ii + n, ii)
+        hit = ii == Tensor.arange(n, device=self.device)  # (..., m, n)
+        sv = s.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
+        any_hit = hit.any(-2)  # (..., n)
+        me = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim))).transpose(d, -1)
+        if mode == "set":
+            order = Tensor.arange(int(index.shape[d]), device=self.device).reshape(-1, 1) + 1
+            last = hit.where(order, 0).max(-2, keepdim=True)
+            v = (hit & (order == last)).where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
+            res = any_hit.where(v, me)
+        elif mode in ("sum", "mean"):
+            v = hit.where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
+            res = (me + v) if include_self else any_hit.where(v, me)
+            if mode == "mean":
+                cnt = hit.sum(-2) + (1 if include_self else 0)
+                res = any_hit.where(res / cnt.maximum(1), me)
+                if not dtypes.is_float(self.dtype):
+                    res = any_hit.where((res.floor() if False else res).cast(self.dtype), me)
+                res = res.cast(self.dtype)
+        elif mode == "prod":
+            v = hit.where(sv, sv._const_like(1)).prod(-2, dtype=self.dtype)
+            res = (me * v) if include_self else any_hit.where(v, me)
+        else:
+            lo = (-np.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)) if mode == "amax" else \
+                (np.inf if dtypes.is_float(self.dtype) else dtypes.max(self.dtype))  # fmt: skip
+            fill = sv._const_like(lo)  # type: ignore[arg-type]
+            cand = hit.where(sv, fill)
+            v = cand.max(-2) if mode == "amax" else cand.min(-2)
+            comb = me.maximum(v) if mode == "amax" else me.minimum(v)
+            res = any_hit.where(comb if include_self else v, me)
+        res = res.transpose(d, -1)
+        # put the updated region back into the full tensor
+        full = res.pad(tuple((0, 0) if i == d else (0, self.shape[i] - index.shape[i]) for i in range(self.ndim)))
+        region = Tensor.ones(res.shape, dtype=dtypes.bool, device=self.device).pad(
+            tuple((0, 0) if i == d else (0, self.shape[i] - index.shape[i]) for i in range(self.ndim)))  # fmt: skip
+        return region.where(full, self)
+
+    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+        """The elements where mask (broadcast) is true, as a 1-D tensor (data-dependent: reads the mask)."""
+        from speck.tensor.tensor import Tensor
+
+        x, m = self._broadcasted(mask, match_dtype=False) if False else (self, mask)
+        from speck.tensor.elementwise import broadcast_shape
+
+        sh = broadcast_shape(x.shape, m.shape)
+        x, m = x._broadcast_to(sh), m.bool()._broadcast_to(sh)
+        pos = np.flatnonzero(m.numpy()).astype(np.int32)
+        return x.flatten()[Tensor(pos, device=self.device)] if pos.size else Tensor.empty(0, dtype=self.dtype,
+                                                                                        device=self.device)  # fmt: skip
+
+    def nonzero(self: Tensor) -> Tensor:
+        """(count, ndim) int32 coordinates of the nonzero elements (data-dependent: reads the tensor)."""
+        from speck.tensor.tensor import Tensor
+
+        nz = np.argwhere(self.numpy()).astype(np.int32)
+        return Tensor(nz.reshape(-1, self.ndim), device=self.device) if nz.size else Tensor.empty(
+            0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        if not dtypes.is_int(self.dtype):
+            raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1
+        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0).cast(dtypes.int32)
+
+    @staticmethod
+    def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        if indexing not in ("ij", "xy"):
+            raise RuntimeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        ts = [t.flatten() for t in tensors]
+        shape = tuple(int(t.shape[0]) for t in ts)
+        out = []
+        for i, t in enumerate(ts):
+            out.append(t.reshape(tuple(-1 if j == i else 1 for j in range(len(ts)))).expand(shape))
+        if indexing == "xy" and len(ts) >= 2:
+            out = [o.transpose(0, 1) for o in out]
+        return tuple(out)

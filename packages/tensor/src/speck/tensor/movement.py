@@ -1,0 +1,402 @@
+"""Movement Tensor methods: the six primitive views (reshape, permute, expand, pad, shrink, flip) with argument
+checking, and everything composed from them (transpose, squeeze, cat, roll, repeat, pad modes...)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from speck.uop import Ops, UOp, resolve, sint, validate_shape
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+
+def _argfix(*x: Any) -> tuple[Any, ...]:
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise RuntimeError(f"bad arguments {x}: pass either one sequence or separate values")
+        return tuple(x[0])
+    return tuple(x)
+
+
+class MovementMixin:
+    """Movement methods of Tensor."""
+
+    __slots__ = ()
+
+    def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
+        n = self.ndim + extra
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise IndexError(f"dim must be an int, got {dim!r}")
+        if not -max(n, 1) <= dim < max(n, 1):
+            raise IndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape {self.shape}); "
+                             f"expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
+        return dim + n if dim < 0 else dim
+
+    # ---------------- primitives ----------------
+    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+        new = _argfix(shape, *args)
+        new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+        validate_shape(new)
+        if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
+            raise RuntimeError(f"reshape to {new}: only one dimension can be -1")
+        if any(isinstance(s, int) and s < -1 for s in new):
+            raise RuntimeError(f"reshape to {new}: dimensions must be >= 0 (or one -1)")
+        numel = self.numel()
+        if any(isinstance(s, int) and s == -1 for s in new):
+            rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
+            if isinstance(rest, int) and isinstance(numel, int):
+                if rest == 0 or numel % rest != 0:
+                    raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
+                new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
+            else:
+                raise RuntimeError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
+        nn = prod(new)
+        if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
+            raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
+        if new == self.shape:
+            return self
+        return self._new(self.uop.reshape(new))
+
+    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        return self.reshape(shape, *args)
+
+    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+        o = tuple(self._resolve_dim(d) for d in _argfix(order, *args))
+        if sorted(o) != list(range(self.ndim)):
+            raise RuntimeError(f"permute order {o} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+        if o == tuple(range(self.ndim)):
+            return self
+        return self._new(self.uop.permute(o))
+
+    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
+        new = _argfix(shape, *args)
+        if len(new) < self.ndim:
+            raise RuntimeError(f"expand {self.shape} to {new}: the target has fewer dims")
+        t = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
+        tgt = tuple(s if (isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
+        validate_shape(tgt)
+        for s, n in zip(t.shape, tgt):
+            if not (isinstance(s, int) and s == 1) and s is not n and s != n:
+                raise RuntimeError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from {n}")
+        if tgt == t.shape:
+            return t
+        return t._new(t.uop.expand(tgt))
+
+    def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
+        """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
+        crop. Modes: constant (with value), reflect, replicate, circular."""
+        pads = _normalize_pads(padding, self.ndim)
+        if mode not in ("constant", "reflect", "replicate", "circular"):
+            raise RuntimeError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
+        # negative pads crop first
+        if any(b < 0 or a < 0 for b, a in pads):
+            t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
+            return t.pad(tuple((max(b, 0), max(a, 0)) for b, a in pads), mode, value)
+        if all(b == 0 and a == 0 for b, a in pads):
+            return self
+        if mode == "constant":
+            out = self._new(self.uop.pad(pads))
+            if value != 0:
+                from speck.tensor.tensor import Tensor
+
+                mask = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(pads)
+                out = mask.where(out, value)
+            return out
+        t = self
+        for d, (b, a) in enumerate(pads):
+            if b == 0 and a == 0:
+                continue
+            s = t.shape[d]
+            if mode == "reflect" and (b >= s or a >= s):
+                raise RuntimeError(f"reflect pad ({b}, {a}) must be smaller than dim {d} of size {s}")
+            if mode == "circular" and (b > s or a > s):
+                raise RuntimeError(f"circular pad ({b}, {a}) can't exceed dim {d} of size {s}")
+            parts = []
+            if b:
+                if mode == "reflect":
+                    parts.append(t._slice_dim(d, 1, b + 1).flip(d))
+                elif mode == "replicate":
+                    parts.append(t._slice_dim(d, 0, 1).expand(*[b if i == d else -1 for i in range(t.ndim)]))
+                else:
+                    parts.append(t._slice_dim(d, s - b, s))
+            parts.append(t)
+            if a:
+                if mode == "reflect":
+                    parts.append(t._slice_dim(d, s - a - 1, s - 1).flip(d))
+                elif mode == "replicate":
+                    parts.append(t._slice_dim(d, s - 1, s).expand(*[a if i == d else -1 for i in range(t.ndim)]))
+                else:
+                    parts.append(t._slice_dim(d, 0, a))
+            t = parts[0].cat(*parts[1:], dim=d)
+        return t
+
+    def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
+        return self.shrink(tuple((start, stop) if i == d else None for i in range(self.ndim)))
+
+    def shrink(self: Tensor, arg: Any) -> Tensor:
+        """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, self.shape))
+        if len(a) != self.ndim:
+            raise RuntimeError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
+        for (b, e), s in zip(a, self.shape):
+            if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
+                raise RuntimeError(f"shrink {arg} out of bounds for shape {self.shape}")
+        if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
+               for (b, e), s in zip(a, self.shape)):  # fmt: skip
+            return self
+        return self._new(self.uop.shrink(a))
+
+    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
+        axes = {self._resolve_dim(d) for d in _argfix(axis, *args)}
+        if not axes:
+            return self
+        return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+
+    # ---------------- composed ----------------
+    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = self._resolve_dim(dim0), self._resolve_dim(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self: Tensor) -> Tensor:  # noqa: N802 - numpy/torch spelling
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if not (isinstance(s, int) and s == 1)))
+        if self.ndim == 0:
+            return self
+        d = self._resolve_dim(dim)
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
+
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        d = self._resolve_dim(dim, extra=1)
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+        return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
+
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        d = self._resolve_dim(dim)
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
+
+    def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate along dim (dtypes promoted; all other dims must match)."""
+        ts = [self, *args]
+        d = self._resolve_dim(dim)
+        for t in ts:
+            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+                raise RuntimeError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
+        from speck.uop import least_upper_dtype
+
+        dt = least_upper_dtype(*[t.dtype for t in ts])
+        ts = [t.cast(dt) for t in ts if not (isinstance(t.shape[d], int) and t.shape[d] == 0)] or [ts[0].cast(dt)]
+        if len(ts) == 1:
+            return ts[0]
+        total = sum(int(t.shape[d]) for t in ts)
+        out: Tensor | None = None
+        off = 0
+        for t in ts:
+            n = int(t.shape[d])
+            p = t.pad(tuple((off, total - off - n) if i == d else (0, 0) for i in range(t.ndim)))
+            out = p if out is None else out + p if dt.name != "bool" else (out | p)
+            off += n
+        assert out is not None
+        return out
+
+    @staticmethod
+    def stack_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        first = tensors[0]
+        d = first._resolve_dim(dim, extra=1)
+        us = [t.unsqueeze(d) for t in tensors]
+        return us[0].cat(*us[1:], dim=d)
+
+    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+        return MovementMixin.stack_tensors([self, *args], dim)
+
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        d = self._resolve_dim(dim)
+        n = int(self.shape[d])
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise RuntimeError(f"split size must be positive, got {sizes}")
+            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if sum(sizes) != n:
+            raise RuntimeError(f"split sizes {list(sizes)} must sum to dim {d} of size {n}")
+        out, off = [], 0
+        for s in sizes:
+            out.append(self._slice_dim(d, off, off + s))
+            off += s
+        return tuple(out)
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        if chunks <= 0:
+            raise RuntimeError(f"chunks must be positive, got {chunks}")
+        d = self._resolve_dim(dim)
+        n = int(self.shape[d])
+        return self.split(max(math.ceil(n / chunks), 1) if n else 1, d) if n else (self,)
+
+    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """Rotate elements along dims; a tensor with a zero-size dim comes back unchanged."""
+        sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if dims is None:
+            if len(sh) != 1:
+                raise RuntimeError(f"roll with dims=None needs one shift, got {sh}")
+            if any(isinstance(s, int) and s == 0 for s in self.shape):
+                return self
+            return self.flatten().roll(sh[0], 0).reshape(self.shape)
+        ds = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(sh) != len(ds):
+            raise RuntimeError(f"roll: shifts {sh} and dims {ds} must have the same length")
+        ds = tuple(self._resolve_dim(d) for d in ds)
+        if any(isinstance(s, int) and s == 0 for s in self.shape):
+            return self
+        t = self
+        for s, d in zip(sh, ds):
+            n = int(t.shape[d])
+            k = s % n
+            if k == 0:
+                continue
+            t = t._slice_dim(d, n - k, n).cat(t._slice_dim(d, 0, n - k), dim=d)
+        return t
+
+    def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
+        """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
+        reps = _argfix(repeats, *args)
+        if len(reps) < self.ndim:
+            raise RuntimeError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+        t = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+        base = t.shape
+        inter = t.reshape(tuple(x for s in base for x in (1, s)))
+        inter = inter.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
+        return inter.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+    def tile(self: Tensor, reps: Any, *args: Any) -> Tensor:
+        r = _argfix(reps, *args)
+        r = (1,) * (self.ndim - len(r)) + tuple(r)
+        return self.repeat(r)
+
+    def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+        t = self.flatten() if dim is None else self
+        d = 0 if dim is None else t._resolve_dim(dim)
+        s = t.shape
+        out = t.reshape(s[: d + 1] + (1,) + s[d + 1 :]).expand(s[: d + 1] + (repeats,) + s[d + 1 :])
+        return out.reshape(s[:d] + (s[d] * repeats,) + s[d + 1 :])
+
+    def pad_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """Pad at the end of each dim up to shape (None keeps a dim)."""
+        new = _argfix(shape, *args)
+        if len(new) != self.ndim:
+            raise RuntimeError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
+        return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)))
+
+    def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """Keep the first `shape` elements of each dim (None keeps a dim)."""
+        new = _argfix(shape, *args)
+        if len(new) != self.ndim:
+            raise RuntimeError(f"shrink_to {new} needs {self.ndim} dims for shape {self.shape}")
+        return self.shrink(tuple(None if n is None else (0, n) for n in new))
+
+    def _stride_dim(self: Tensor, d: int, step: int) -> Tensor:
+        """Every step-th element of dim d (from the first)."""
+        if step == 1:
+            return self
+        n = int(self.shape[d])
+        k = -(-n // step)
+        t = self.pad(tuple((0, k * step - n) if i == d else (0, 0) for i in range(self.ndim)))
+        t = t.reshape(t.shape[:d] + (k, step) + t.shape[d + 1 :])
+        t = t.shrink(tuple((0, 1) if i == d + 1 else None for i in range(t.ndim)))
+        return t.reshape(t.shape[: d + 1] + t.shape[d + 2 :])
+
+    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+        """Sliding windows of `size` every `step` along dim, as a new last dim (torch semantics)."""
+        d = self._resolve_dim(dim)
+        n = int(self.shape[d])
+        if size > n or size < 0 or step <= 0:
+            raise RuntimeError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
+        nw = (n - size) // step + 1
+        wins = [self._slice_dim(d, i * step, i * step + size).unsqueeze(d) for i in range(nw)]
+        t = wins[0].cat(*wins[1:], dim=d) if len(wins) > 1 else wins[0]
+        order = list(range(t.ndim))
+        order.append(order.pop(d + 1))
+        return t.permute(order)
+
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
+        if a == b:
+            raise RuntimeError(f"diagonal dims must differ, got {dim1} and {dim2}")
+        rest = [i for i in range(self.ndim) if i not in (a, b)]
+        t = self.permute(rest + [a, b])
+        n, m = int(t.shape[-2]), int(t.shape[-1])
+        if offset >= 0:
+            t = t.shrink(tuple([None] * len(rest) + [(0, n), (min(offset, m), m)]))
+        else:
+            t = t.shrink(tuple([None] * len(rest) + [(min(-offset, n), n), (0, m)]))
+        n, m = int(t.shape[-2]), int(t.shape[-1])
+        k = min(n, m)
+        if k == 0:
+            return t.reshape(t.shape[:-2] + (0,)) if t.numel() == 0 else t.shrink(
+                tuple([None] * len(rest) + [(0, 0), (0, 1)])).reshape(t.shape[:-2] + (0,))  # fmt: skip
+        t = t.shrink(tuple([None] * len(rest) + [(0, k), (0, k)]))
+        flat = t.reshape(t.shape[:-2] + (k * k,)).pad(tuple([(0, 0)] * len(rest) + [(0, k)]))
+        return flat.reshape(t.shape[:-2] + (k, k + 1)).shrink(tuple([None] * len(rest) + [(0, k), (0, 1)])).reshape(
+            t.shape[:-2] + (k,))  # fmt: skip
+
+    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+        """1-D input: a square matrix with it on the diagonal; 2-D input: its diagonal."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+        from speck.tensor.tensor import Tensor
+
+        n = int(self.shape[0])
+        out = self.unsqueeze(1) * Tensor.eye(n, dtype=self.dtype, device=self.device)
+        if diagonal > 0:
+            out = out.pad(((0, diagonal), (diagonal, 0)))
+        elif diagonal < 0:
+            out = out.pad(((-diagonal, 0), (0, -diagonal)))
+        return out
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        return self._tri(diagonal, lower=True)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        return self._tri(diagonal, lower=False)
+
+    def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+        if self.ndim < 2:
+            raise RuntimeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+        from speck.tensor.tensor import Tensor
+
+        r = Tensor.arange(self.shape[-2], device=self.device).unsqueeze(1)
+        c = Tensor.arange(self.shape[-1], device=self.device).unsqueeze(0)
+        mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
+        return mask.where(self, self._const_like(0))
+
+
+def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
+    p = tuple(padding)
+    if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
+        if len(p) != ndim:
+            raise RuntimeError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
+        return tuple((0, 0) if x is None else (int(x[0]), int(x[1])) for x in p)
+    if len(p) % 2 or len(p) // 2 > ndim:
+        raise RuntimeError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
+    pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
+    pairs = pairs[::-1]
+    return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)
+
+
+_ = (Ops, UOp, resolve)

@@ -1,0 +1,112 @@
+"""The safetensors file format, written and read directly: an 8-byte little-endian header length, a JSON header
+mapping tensor names to {dtype, shape, data_offsets} (plus an optional "__metadata__" of string pairs), then the
+raw little-endian tensor bytes. Offsets are relative to the end of the header."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from speck.uop import DType, dtypes
+
+# safetensors dtype names <-> speck dtypes
+ST_DTYPES: dict[str, DType] = {
+    "BOOL": dtypes.bool,
+    "U8": dtypes.uint8,
+    "I8": dtypes.int8,
+    "U16": dtypes.uint16,
+    "I16": dtypes.int16,
+    "U32": dtypes.uint32,
+    "I32": dtypes.int32,
+    "U64": dtypes.uint64,
+    "I64": dtypes.int64,
+    "F16": dtypes.float16,
+    "BF16": dtypes.bfloat16,
+    "F32": dtypes.float32,
+    "F64": dtypes.float64,
+    "F8_E4M3": dtypes.fp8e4m3,
+    "F8_E5M2": dtypes.fp8e5m2,
+}
+ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
+MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the JSON header
+
+
+class SafetensorsError(RuntimeError):
+    """A safetensors file is malformed; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one tensor lives in the file: absolute byte offset, byte length, dtype and shape."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def encode_header(entries: Mapping[str, tuple[DType, tuple[int, ...], int]], metadata: Mapping[str, str] | None
+                  ) -> tuple[bytes, dict[str, tuple[int, int]]]:  # fmt: skip
+    """The header bytes (length prefix included, JSON padded with spaces to 8-byte alignment) and the data range of
+    each tensor relative to the data section. entries: name -> (dtype, shape, nbytes), laid out in the given order."""
+    header: dict[str, Any] = {}
+    if metadata:
+        bad = {k: v for k, v in metadata.items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise SafetensorsError(f"safetensors metadata must map str to str; these entries do not: {bad}")
+        header["__metadata__"] = dict(metadata)
+    ranges: dict[str, tuple[int, int]] = {}
+    pos = 0
+    for name, (dt, shape, nbytes) in entries.items():
+        if dt.scalar() not in ST_NAMES:
+            raise SafetensorsError(f"tensor {name!r}: dtype {dt} has no safetensors name")
+        header[name] = {"dtype": ST_NAMES[dt.scalar()], "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+        ranges[name] = (pos, pos + nbytes)
+        pos += nbytes
+    js = json.dumps(header, separators=(",", ":")).encode()
+    js += b" " * (-len(js) % 8)
+    return struct.pack("<Q", len(js)) + js, ranges
+
+
+def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[str, str], int]:
+    """Parse and validate the header: (entries by name with absolute offsets, metadata, file size)."""
+    p = pathlib.Path(path)
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise SafetensorsError(f"{p}: {size} bytes is too short for a safetensors file (no header length)")
+        (hlen,) = struct.unpack("<Q", head)
+        if hlen > MAX_HEADER or 8 + hlen > size:
+            raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
+        try:
+            header = json.loads(f.read(hlen))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SafetensorsError(f"{p}: header is not valid JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{p}: header must be a JSON object, found {type(header).__name__}")
+    metadata = header.pop("__metadata__", {}) or {}
+    base = 8 + hlen
+    entries: dict[str, TensorEntry] = {}
+    for name, info in header.items():
+        try:
+            dt = ST_DTYPES[info["dtype"]]
+            shape = tuple(int(s) for s in info["shape"])
+            start, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SafetensorsError(f"{p}: entry {name!r} is malformed ({info!r}): {e}") from e
+        numel = 1
+        for s in shape:
+            numel *= s
+        if end - start != numel * dt.itemsize or start < 0 or base + end > size:
+            raise SafetensorsError(
+                f"{p}: tensor {name!r} ({info['dtype']} {list(shape)}) claims bytes [{start}, {end}) of the data "
+                f"section, which needs {numel * dt.itemsize} bytes within {size - base}; the file is corrupt or truncated"
+            )
+        entries[name] = TensorEntry(name, dt, shape, base + start, end - start)
+    return entries, dict(metadata), size

@@ -1,0 +1,216 @@
+"""The realize engine: runs a schedule (kernels and copies) on speck.hcq buffers and keeps the counters.
+
+Each kernel AST is compiled once per (device, AST key) through speck.codegen's `to_program` and the device's
+runtime; when codegen can't compile a kernel for the device (or is not installed far enough yet) the kernel runs
+through the numpy evaluator in speck.tensor.npeval on zero-copy views of the same buffers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from speck.tensor.npeval import eval_kernel, np_dtype
+from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
+from speck.uop import DEBUG, Ops, UOp, getenv
+from speck.uop.helpers import prod
+
+
+class GlobalCounters:
+    """Totals since the last reset: kernels run, estimated ops and bytes moved, kernel time, live buffer bytes."""
+
+    kernel_count: int = 0
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
+        GlobalCounters.time_sum_s = 0.0
+
+    @classmethod
+    def mem_used_bytes(cls) -> int:
+        try:
+            from speck.hcq import mem_used
+
+            return int(mem_used())
+        except Exception:  # an hcq without accounting
+            return 0
+
+
+class _MemUsed:
+    def __get__(self, obj: Any, owner: Any) -> int:
+        return GlobalCounters.mem_used_bytes()
+
+
+GlobalCounters.mem_used = _MemUsed()  # type: ignore[attr-defined]
+
+
+# ---------------- buffers ----------------
+def get_buffer(buf: UOp) -> Any:
+    """The hcq Buffer behind a BUFFER UOp (created on first use)."""
+    b = buffer_map.get(buf)
+    if b is None:
+        from speck.hcq import Buffer
+
+        b = Buffer(buffer_device(buf), int(buf.arg), np.dtype(np_dtype(buf.dtype)))
+        buffer_map[buf] = b
+    return b
+
+
+def buffer_numpy(buf: UOp) -> np.ndarray:
+    """A flat numpy view (zero-copy on host-visible devices) of a BUFFER's memory."""
+    b = get_buffer(buf)
+    b.ensure_allocated()
+    arr = b.numpy()
+    return arr.view(np_dtype(buf.dtype)) if arr.dtype != np.dtype(np_dtype(buf.dtype)) else arr
+
+
+# ---------------- compilation ----------------
+_program_cache: dict[tuple[str, bytes], Any] = {}
+COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 1)  # 0: a codegen failure is an error instead of a fallback
+USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
+
+
+class _NumpyProgram:
+    """Fallback 'program': the numpy evaluator on the AST."""
+
+    def __init__(self, ast: UOp, reason: str) -> None:
+        self.ast, self.reason, self.name = ast, reason, kernel_name(ast)
+
+    def run(self, bufs: list[UOp], var_vals: dict[str, int]) -> float:
+        t0 = time.perf_counter()
+        eval_kernel(self.ast, [buffer_numpy(b) for b in bufs], var_vals)
+        return time.perf_counter() - t0
+
+
+class _CompiledProgram:
+    """A codegen ProgramSpec loaded on an hcq device."""
+
+    def __init__(self, spec: Any, prog: Any, device: Any) -> None:
+        self.spec, self.prog, self.device, self.name = spec, prog, device, spec.name
+
+    def run(self, bufs: list[UOp], var_vals: dict[str, int]) -> float:
+        from speck.uop.symbolic import sym_infer
+
+        gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
+        vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
+        hb = [get_buffer(b) for b in bufs]
+        for b in hb:
+            b.ensure_allocated()
+        t = self.prog(*hb, global_size=gs, vals=vals, wait=True)
+        return float(t) if t is not None else 0.0
+
+
+def _compile(ast: UOp, device: str) -> Any:
+    key = (device, ast.key)
+    if (p := _program_cache.get(key)) is not None:
+        return p
+    prog: Any = None
+    if USE_CODEGEN:
+        try:
+            prog = _compile_codegen(ast, device)
+        except Exception as e:  # codegen is still growing: fall back, but say why under DEBUG
+            if not COMPILE_FALLBACK:
+                raise
+            if DEBUG >= 1:
+                print(f"speck.tensor: codegen could not compile {kernel_name(ast)} for {device}: {e!r}; using numpy")
+            prog = _NumpyProgram(ast, repr(e))
+    else:
+        prog = _NumpyProgram(ast, "SPECK_CODEGEN=0")
+    if DEBUG >= 3:
+        print(ast)
+    if DEBUG >= 4 and isinstance(prog, _CompiledProgram):
+        print(prog.spec.src)
+    _program_cache[key] = prog
+    return prog
+
+
+def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
+    from speck.codegen.program import to_program  # type: ignore[import-not-found,unused-ignore]
+    from speck.hcq import Device
+
+    dev = Device[device]
+    spec = to_program(ast, _renderer_for(dev), dev.compiler)
+    prog = dev.load_program(spec)
+    return _CompiledProgram(spec, prog, dev)
+
+
+def _renderer_for(dev: Any) -> Any:
+    from speck.codegen import renderer as R  # type: ignore[attr-defined,unused-ignore]
+
+    name = getattr(dev, "renderer_name", "") or "llvm"
+    get = getattr(R, "get_renderer", None)
+    if get is not None:
+        return get(name)
+    raise RuntimeError(f"speck.codegen.renderer has no get_renderer for {name!r}")
+
+
+def compiled_program_count() -> int:
+    """Programs compiled so far (tests check one compile serves many symbolic values)."""
+    return len(_program_cache)
+
+
+# ---------------- running ----------------
+def _estimate(ast: UOp, bufs: Sequence[UOp], var_vals: dict[str, int]) -> tuple[int, int]:
+    from speck.uop.symbolic import sym_infer
+
+    nodes = ast.toposort()
+    ends = [n for n in nodes if n.op is Ops.RANGE]
+    iters = prod(int(sym_infer(r.src[0], var_vals)) for r in ends)
+    alu = sum(1 for n in nodes if n.op in _ALU_COUNTED)
+    mem = sum(int(b.arg) * b.dtype.itemsize for b in bufs)
+    return int(iters * max(alu, 1)), mem
+
+
+_ALU_COUNTED = frozenset(
+    {Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.WHERE,
+     Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.POW, Ops.MULACC}
+)  # fmt: skip
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
+    for it in items:
+        if it.ast is None:
+            _run_copy(it)
+            continue
+        device = buffer_device(it.bufs[0])
+        prog = _compile(it.ast, device)
+        for b in it.bufs:
+            get_buffer(b)
+        t = prog.run(list(it.bufs), it.var_vals)
+        ops, mem = _estimate(it.ast, it.bufs, it.var_vals)
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+        GlobalCounters.time_sum_s += t
+        if DEBUG >= 2:
+            _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
+
+
+def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int) -> None:
+    gflops = ops / t * 1e-9 if t > 0 else 0.0
+    gbs = mem / t * 1e-9 if t > 0 else 0.0
+    print(
+        f"*** {device:7s} {GlobalCounters.kernel_count:4d} {name:36s} arg {nbufs:3d} "
+        f"mem {GlobalCounters.mem_used_bytes() / 1e9:7.3f} GB tm {t * 1e6:10.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms "
+        f"({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
+    )
+
+
+def _run_copy(it: ScheduleItem) -> None:
+    dst, src = it.bufs
+    t0 = time.perf_counter()
+    n = int(dst.arg)
+    sb, db = get_buffer(src), get_buffer(dst)
+    if it.copy_offset == 0 and int(src.arg) == n:
+        db.copy_from(sb)
+    else:
+        data = np.ascontiguousarray(buffer_numpy(src)[it.copy_offset : it.copy_offset + n])
+        db.copyin(data)
+    if DEBUG >= 2:
+        _debug_line(buffer_device(dst), f"copy {n * dst.dtype.itemsize}B", 2, time.perf_counter() - t0, 0, 0)

@@ -1,0 +1,303 @@
+"""Reductions, scans, sorting and linear algebra on Tensor. Everything reduces through one primitive,
+REDUCE_AXIS with ADD, MUL or MAX; min/argmax/cumsum/sort/matmul are built from it."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+
+class ReduceMixin:
+    """Reduction and linear algebra methods of Tensor."""
+
+    __slots__ = ()
+
+    def _axes(self: Tensor, axis: Any) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        ax = (axis,) if isinstance(axis, int) else tuple(axis)
+        out = tuple(self._resolve_dim(a) for a in ax)
+        if len(set(out)) != len(out):
+            raise RuntimeError(f"axis {axis} repeats a dim")
+        return out
+
+    def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+        axes = self._axes(axis)
+        if self.ndim == 0:
+            return self
+        if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes) and op is Ops.MAX:
+            raise RuntimeError(f"max/min over a zero-size dim of shape {self.shape} has no identity")
+        ret = self._new(self.uop.reduce_axis(op, axes))
+        if ret.shape != tuple(1 if i in axes else s for i, s in enumerate(self.shape)):
+            ret = ret.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
+        if keepdim:
+            return ret
+        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+        from speck.tensor.tensor import _dt
+
+        acc = _dt(dtype) or sum_acc_dtype(self.dtype)
+        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        from speck.tensor.tensor import _dt
+
+        acc = _dt(dtype) or sum_acc_dtype(self.dtype)
+        ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+    def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
+            return self.bitwise_not().max(axis, keepdim).bitwise_not()
+        return -((-self).max(axis, keepdim))
+
+    def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.bool().max(axis, keepdim)
+
+    def all(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def _count(self: Tensor, axis: Any) -> Any:
+        return prod(self.shape[a] for a in self._axes(axis))
+
+    def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        ft = least_upper_float(self.dtype)
+        n = self._count(axis)
+        s = self.cast(ft).sum(axis, keepdim)
+        return s / n if not (isinstance(n, int) and n == 0) else s * math.nan
+
+    def var(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof)."""
+        m = self.mean(axis, keepdim=True)
+        n = self._count(axis)
+        sq = ((self.cast(m.dtype) - m) ** 2).sum(axis, keepdim)
+        return sq / max(n - correction, 0) if n - correction > 0 else sq * math.nan
+
+    def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first maximum (over the flattened tensor when axis is None)."""
+        from speck.tensor.tensor import Tensor
+
+        if axis is None:
+            return self.flatten().argmax(0)
+        d = self._resolve_dim(axis)
+        n = int(self.shape[d])
+        if n == 0:
+            raise RuntimeError(f"argmax over a zero-size dim of shape {self.shape}")
+        m = self.max(d, keepdim=True)
+        rev = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+        hit = (self == m) | (self.isnan() if dtypes.is_float(self.dtype) else False)
+        idx = hit.where(rev, 0).max(d, keepdim)
+        return (n - idx).cast(dtypes.int32)
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        x = self.bitwise_not() if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else -self
+        return x.argmax(axis, keepdim)
+
+    def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        m = self.max(axis, keepdim=True)
+        m = m.isinf().where(0.0, m)
+        out = (self - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in self._axes(axis)))
+
+    def softmax(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+        x = self.cast(dtype) if dtype is not None else self._float()
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+        x = self.cast(dtype) if dtype is not None else self._float()
+        m = x - x.max(axis, keepdim=True)
+        return m - m.exp().sum(axis, keepdim=True).log()
+
+    def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
+        return (-self._float()).softmax(axis, dtype)
+
+    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p over dim, eps) (torch.nn.functional.normalize)."""
+        x = self._float()
+        norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+        return x / norm.maximum(eps)
+
+    # ---------------- scans ----------------
+    def _scan(self: Tensor, axis: int, op: str) -> Tensor:
+        """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
+        from speck.tensor.tensor import Tensor
+
+        d = self._resolve_dim(axis)
+        if self.ndim == 0:
+            return self
+        n = int(self.shape[d])
+        if n == 0:
+            return self
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        xs = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))  # [..., i, j] = x[..., j]
+        i = Tensor.arange(n, device=self.device).reshape(n, 1)
+        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        mask = j <= i
+        if op == "sum":
+            r = mask.where(xs, xs._const_like(0)).sum(-1)
+        elif op == "prod":
+            r = mask.where(xs, xs._const_like(1)).prod(-1)
+        else:
+            lo = -math.inf if dtypes.is_float(xs.dtype) else dtypes.min(xs.dtype)
+            r = mask.where(xs, xs._const_like(lo)).max(-1)  # type: ignore[arg-type]
+        return r.transpose(d, -1) if d != self.ndim - 1 else r
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        return self._scan(axis, "sum")
+
+    def cumprod(self: Tensor, axis: int = 0) -> Tensor:
+        return self._scan(axis, "prod")
+
+    def cummax(self: Tensor, axis: int = 0) -> Tensor:
+        return self._scan(axis, "max")
+
+    def cummin(self: Tensor, axis: int = 0) -> Tensor:
+        if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
+            return self.bitwise_not()._scan(axis, "max").bitwise_not()
+        return -((-self)._scan(axis, "max"))
+
+    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        x = self._float()
+        if x.ndim == 0:
+            return x
+        m = x.max(axis, keepdim=True)
+        m = m.isinf().where(0.0, m)
+        return (x - m).exp().cumsum(axis).log() + m
+
+    # ---------------- sorting ----------------
+    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+        """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
+        from speck.tensor.tensor import Tensor
+
+        if self.ndim == 0:
+            return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+        d = self._resolve_dim(dim)
+        n = int(self.shape[d])
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        if n == 0:
+            return self, self.cast(dtypes.int32)
+        xi = x.unsqueeze(-1)  # [..., i, 1]
+        xj = x.unsqueeze(-2)  # [..., 1, j]
+        i = Tensor.arange(n, device=self.device).reshape(n, 1)
+        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        before = (xj > xi) if descending else (xj < xi)
+        rank = (before | ((xj == xi) & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i]
+        p = Tensor.arange(n, device=self.device).reshape(1, n)
+        sel = rank.unsqueeze(-1) == p  # [..., i, p]: element i lands at position p
+        vals = sel.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype != dtypes.bool else \
+            (sel & x.unsqueeze(-1)).any(-2)  # fmt: skip
+        idx = sel.where(Tensor.arange(n, device=self.device).reshape(n, 1), 0).sum(-2).cast(dtypes.int32)
+        if d != self.ndim - 1:
+            vals, idx = vals.transpose(d, -1), idx.transpose(d, -1)
+        return vals, idx
+
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+        return self.sort(dim, descending)[1]
+
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+        d = self._resolve_dim(dim)
+        n = int(self.shape[d])
+        if not 0 <= k <= n:
+            raise RuntimeError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
+        v, i = self.sort(d, descending=largest)
+        return v._slice_dim(d, 0, k), i._slice_dim(d, 0, k)
+
+    # ---------------- linear algebra ----------------
+    def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
+        """Matrix product with numpy's rules for 1-D operands and broadcasting of batch dims."""
+        from speck.uop import least_upper_dtype
+
+        x = self
+        if x.ndim == 0 or w.ndim == 0:
+            raise RuntimeError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
+        k1, k2 = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
+        if k1 != k2:
+            raise RuntimeError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
+        dt = least_upper_dtype(x.dtype, w.dtype)
+        x, w = x.cast(dt), w.cast(dt)
+        xv, wv = x.ndim == 1, w.ndim == 1
+        if xv:
+            x = x.unsqueeze(0)
+        if wv:
+            w = w.unsqueeze(1)
+        # x: (..., n, k) -> (..., n, 1, k); w: (..., k, m) -> (..., 1, m, k)
+        xe = x.unsqueeze(-2)
+        we = w.transpose(-1, -2).unsqueeze(-3)
+        out = (xe * we).sum(-1, dtype=dtype if dtype is not None else None)
+        if dtype is None and out.dtype != dt and dtypes.is_float(dt):
+            out = out.cast(dt)
+        if xv:
+            out = out.squeeze(-2)
+        if wv:
+            out = out.squeeze(-1)
+        return out
+
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        return x.dot(self, dtype) if reverse else self.dot(x, dtype)
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        out = self @ weight if weight.ndim > 1 else self * weight
+        return out + bias if bias is not None else out
+
+    @staticmethod
+    def einsum_impl(formula: str, *operands: Tensor) -> Tensor:
+        """einsum without repeated letters inside one operand (e.g. 'ij,jk->ik', 'bij,bjk->bik', 'i,i->')."""
+        f = formula.replace(" ", "")
+        if "->" in f:
+            lhs, out = f.split("->")
+        else:
+            lhs = f
+            letters = [c for c in lhs.replace(",", "")]
+            out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        ins = lhs.split(",")
+        if len(ins) != len(operands):
+            raise RuntimeError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
+        for s, t in zip(ins, operands):
+            if len(s) != t.ndim:
+                raise RuntimeError(f"einsum {formula!r}: operand {s!r} has {len(s)} letters for shape {t.shape}")
+            if len(set(s)) != len(s):
+                raise RuntimeError(f"einsum {formula!r}: repeated letters inside one operand are not supported")
+        allc = sorted(set("".join(ins)))
+        sizes: dict[str, Any] = {}
+        for s, t in zip(ins, operands):
+            for c, n in zip(s, t.shape):
+                if c in sizes and sizes[c] != n and n != 1 and sizes[c] != 1:
+                    raise RuntimeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
+                sizes[c] = n if c not in sizes or sizes[c] == 1 else sizes[c]
+        for c in out:
+            if c not in allc:
+                raise RuntimeError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
+        full = [c for c in out] + [c for c in allc if c not in out]
+        prodt: Tensor | None = None
+        for s, t in zip(ins, operands):
+            order = sorted(range(len(s)), key=lambda i: full.index(s[i]))
+            tt = t.permute(order) if order else t
+            present = sorted(s, key=lambda c: full.index(c))
+            tt = tt.reshape(tuple(tt.shape[present.index(c)] if c in present else 1 for c in full))
+            tt = tt.expand(tuple(sizes[c] for c in full))
+            prodt = tt if prodt is None else prodt * tt
+        assert prodt is not None
+        red = tuple(range(len(out), len(full)))
+        return prodt.sum(red) if red else prodt

@@ -1,0 +1,467 @@
+"""The scheduler: a lazy tensor-level UOp graph becomes a list of kernel ASTs (KERNEL_CONTRACT section 1).
+
+Lowering walks from each value that must be materialised down to realized buffers, carrying an index expression per
+dimension: movement ops rewrite those indices (pads add a validity gate), elementwise ops keep them, and a reduction
+opens fresh REDUCE ranges. A node is materialised into its own buffer (its own kernel) when it is an explicit
+CONTIGUOUS, when it is a reduction seen through a broadcast (recomputing it per broadcast element would multiply the
+work) or nested inside another reduction. Everything else fuses into the kernel that consumes it."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from speck.uop import AxisType, Invalid, Ops, UOp, dtypes, sint
+from speck.uop.helpers import prod
+
+# ---------------- realized buffers ----------------
+_unique_counter = itertools.count()
+# BUFFER UOp -> device buffer object (speck.hcq Buffer). Weak on the key: a buffer dies with the last graph using it.
+buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+# tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
+realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
+    """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
+    return UOp(
+        Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), UOp(Ops.DEVICE, arg=device)), size
+    )
+
+
+def buffer_device(buf: UOp) -> str:
+    return str(buf.src[1].arg)
+
+
+def base_buffer(u: UOp) -> UOp | None:
+    """The BUFFER under a chain of movement ops, or None when u is not a pure view of a realized buffer."""
+    while u.op in _MOVEMENT:
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+_MOVEMENT = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+_ELEMENTWISE = frozenset(
+    {
+        Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.SUB,
+        Ops.FDIV, Ops.CDIV, Ops.CMOD, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR, Ops.AND,
+        Ops.SHL, Ops.SHR, Ops.THREEFRY, Ops.WHERE, Ops.MULACC, Ops.CAST, Ops.BITCAST,
+    }
+)  # fmt: skip
+
+
+# ---------------- the schedule ----------------
+@dataclass
+class ScheduleItem:
+    """One call: a kernel `ast` over `bufs` (BUFFER UOps in PARAM slot order), or a copy (ast None, bufs=(dst, src))."""
+
+    ast: UOp | None
+    bufs: tuple[UOp, ...]
+    var_vals: dict[str, int] = field(default_factory=dict)
+    copy_offset: int = 0  # element offset into the source buffer of a copy
+
+
+class KernelCountException(AssertionError):
+    """A block ran a different number of kernels than the test expected."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"expected {expected} kernel(s), got {got}")
+        self.expected, self.got = expected, got
+
+
+def contiguous_index(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
+    """Row-major linear index of idx in shape."""
+    out: UOp = UOp.const(dtypes.weakint, 0)
+    stride: sint = 1
+    for i, s in reversed(list(zip(idx, shape))):
+        out = out + i * stride
+        stride = stride * s if isinstance(stride, int) and isinstance(s, int) else _u(stride) * _u(s)
+    return out
+
+
+def linear_terms(x: UOp) -> tuple[dict[UOp, int], int]:
+    """x (a weakint index expression) as {term: coefficient} plus a constant, distributing constant products over
+    sums; non-linear parts (div, mod, variables' products) are terms of their own."""
+    terms: dict[UOp, int] = {}
+    const = 0
+    stack: list[tuple[UOp, int]] = [(x, 1)]
+    while stack:
+        u, c = stack.pop()
+        if u.op is Ops.CONST and isinstance(u.arg, int) and not isinstance(u.arg, bool):
+            const += c * u.arg
+        elif u.op is Ops.ADD:
+            stack.extend((s, c) for s in u.src)
+        elif u.op is Ops.SUB:
+            stack.extend(((u.src[0], c), (u.src[1], -c)))
+        elif u.op is Ops.NEG:
+            stack.append((u.src[0], -c))
+        elif u.op is Ops.MUL and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
+            stack.append((u.src[0], c * u.src[1].arg))
+        elif u.op is Ops.MUL and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
+            stack.append((u.src[1], c * u.src[0].arg))
+        else:
+            terms[u] = terms.get(u, 0) + c
+    return {t: k for t, k in terms.items() if k != 0}, const
+
+
+def canonical_index(x: UOp) -> UOp:
+    """Rebuild an index expression as sum(term * coeff) + const (sorted terms), then simplify."""
+    if x.dtype != dtypes.weakint:
+        return x.simplify()
+    terms, const = linear_terms(x)
+    out: UOp | None = None
+    for t, k in sorted(terms.items(), key=lambda tk: (tk[0].op is not Ops.RANGE, str(tk[0].arg), tk[1])):
+        term = t if k == 1 else t * k
+        out = term if out is None else out + term
+    if out is None:
+        return UOp.const(dtypes.weakint, const)
+    return (out + const if const else out).simplify()
+
+
+def _u(x: sint) -> UOp:
+    return x if isinstance(x, UOp) else UOp.const(dtypes.weakint, x)
+
+
+def _unbind_shape(x: sint, var_vals: dict[str, int]) -> sint:
+    """Replace BINDs in a symbolic dim by their variables (recording the values) so kernels stay value-free."""
+    if not isinstance(x, UOp):
+        return x
+    subs: dict[UOp, UOp] = {}
+    for n in x.toposort():
+        if n.op is Ops.BIND:
+            var, val = n.unbind()
+            var_vals[var.arg[0]] = val
+            subs[n] = var
+    return x.substitute(subs)
+
+
+def concrete_dim(x: sint, var_vals: dict[str, int] | None = None) -> int:
+    """The int value of a (possibly symbolic) dim under its bound values."""
+    if isinstance(x, int):
+        return x
+    from speck.uop.symbolic import sym_infer
+
+    vv = dict(var_vals or {})
+    for n in x.toposort():
+        if n.op is Ops.BIND:
+            vv[n.src[0].arg[0]] = n.src[1].arg
+    return int(sym_infer(x, vv))
+
+
+def max_dim(x: sint) -> int:
+    """Upper bound of a dim (used to size buffers that hold symbolic shapes)."""
+    if isinstance(x, int):
+        return x
+    return int(_unbind_shape(x, {}).vmax)  # type: ignore[union-attr]
+
+
+_REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+
+
+class _Kernel:
+    """Builds one kernel: lowers tensor-level nodes at index expressions into a kernel value."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.bufs: list[UOp] = []
+        self.axis = itertools.count()
+        self.memo: dict[tuple[Any, ...], UOp] = {}
+        self.has_reduce = False
+        self.reduce_dims: list[sint] = []
+        self.var_vals: dict[str, int] = {}
+
+    def param(self, buf: UOp) -> UOp:
+        if buf not in self.bufs:
+            self.bufs.append(buf)
+        size = buf.arg if isinstance(buf.arg, int) else max_dim(buf.arg)
+        return UOp.param(self.bufs.index(buf), buf.dtype.ptr(size))
+
+    def lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
+        key = (u, idx, valid, bcast, in_reduce)
+        if (r := self.memo.get(key)) is not None:
+            return r
+        r = self._lower(u, idx, valid, bcast, in_reduce)
+        self.memo[key] = r
+        return r
+
+    def _lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
+        op = u.op
+        if op is Ops.BUFFER:
+            assert len(idx) == 1, f"BUFFER indexed with {len(idx)} indices"
+            i = canonical_index(idx[0])
+            return UOp(Ops.LOAD, u.dtype, (self.param(u).index(i if valid is None else i.valid(valid)),))
+        if (view := self.sched.materialized(u)) is not None:
+            return self.lower(view, idx, valid, bcast, in_reduce)
+        if op is Ops.CONST:
+            return UOp.const(u.dtype, u.arg)
+        if op is Ops.BIND:
+            var, val = u.unbind()
+            self.var_vals[var.arg[0]] = val
+            return var.cast(u.dtype) if u.dtype != var.dtype else var
+        if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or (op is Ops.REDUCE_AXIS and (bcast or in_reduce)):
+            view = self.sched.materialize(u)
+            return self.lower(view, idx, valid, bcast, in_reduce)
+        if op in (Ops.DETACH,):
+            return self.lower(u.src[0], idx, valid, bcast, in_reduce)
+        if op in _ELEMENTWISE:
+            srcs = tuple(self.lower(s, idx, valid, bcast, in_reduce) for s in u.src)
+            return UOp(op, u.dtype, srcs, u.arg)
+        if op is Ops.REDUCE_AXIS:
+            rop, axes = u.arg
+            in_shape = u.src[0].shape
+            nidx = list(idx)
+            rngs = []
+            for a in axes:
+                end = _unbind_shape(in_shape[a], self.var_vals)
+                r = UOp.range(end, next(self.axis), AxisType.REDUCE)
+                rngs.append(r)
+                self.reduce_dims.append(in_shape[a])
+                nidx[a] = r
+            self.has_reduce = True
+            val = self.lower(u.src[0], tuple(nidx), valid, False, True)
+            return val.reduce(*rngs, op=rop)
+        if op in _MOVEMENT:
+            return self._movement(u, idx, valid, bcast, in_reduce)
+        raise RuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
+
+    def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
+        op, src = u.op, u.src[0]
+        vv = self.var_vals
+        if op is Ops.RESHAPE:
+            if src.op is Ops.NOOP and src.arg == "iota":
+                return idx[0].cast(dtypes.int32)
+            new_shape = tuple(_unbind_shape(s, vv) for s in u.arg)
+            if src.op is Ops.BUFFER:
+                return self.lower(src, (contiguous_index(idx, new_shape),), valid, bcast, in_reduce)
+            old_shape = tuple(_unbind_shape(s, vv) for s in src.shape)
+            nidx = _reshape_index(idx, new_shape, old_shape)
+            return self.lower(src, nidx, valid, bcast, in_reduce)
+        if op is Ops.PERMUTE:
+            nidx_l: list[UOp] = [idx[0]] * len(idx)
+            for i, p in enumerate(u.arg):
+                nidx_l[p] = idx[i]
+            return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
+        if op is Ops.EXPAND:
+            ss = src.shape
+            nidx = tuple(
+                UOp.const(dtypes.weakint, 0) if (isinstance(s, int) and s == 1 and not (isinstance(n, int) and n == 1))
+                else i for i, s, n in zip(idx, ss, u.arg)
+            )  # fmt: skip
+            grew = any(isinstance(s, int) and s == 1 and n != 1 for s, n in zip(ss, u.arg))
+            return self.lower(src, nidx, valid, bcast or grew, in_reduce)
+        if op is Ops.SHRINK:
+            nidx = tuple(i + _unbind_shape(b, vv) if not (isinstance(b, int) and b == 0) else i
+                         for i, (b, _) in zip(idx, u.arg))  # fmt: skip
+            return self.lower(src, nidx, valid, bcast, in_reduce)
+        if op is Ops.FLIP:
+            ss = src.shape
+            nidx = tuple((_unbind_shape(s, vv) - 1 - i) if f else i for i, s, f in zip(idx, ss, u.arg))  # type: ignore[operator]
+            return self.lower(src, nidx, valid, bcast, in_reduce)
+        if op is Ops.PAD:
+            ss = src.shape
+            conds: list[UOp] = []
+            nidx_l = []
+            for i, s, (b, a) in zip(idx, ss, u.arg):
+                if isinstance(b, int) and isinstance(a, int) and b == 0 and a == 0:
+                    nidx_l.append(i)
+                    continue
+                ni = i - b if b != 0 else i
+                nidx_l.append(ni)
+                if b != 0:
+                    conds.append(ni >= 0)
+                conds.append(ni < s)
+            if not conds:
+                return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = cond & c
+            cond = cond.simplify()
+            if cond.op is Ops.CONST:
+                if cond.arg:
+                    return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
+                return UOp.const(u.dtype, 0)
+            nvalid = cond if valid is None else (valid & cond)
+            inner = self.lower(src, tuple(nidx_l), nvalid, bcast, in_reduce)
+            return cond.where(inner, UOp.const(u.dtype, 0))
+        raise AssertionError(op)
+
+
+def _reshape_index(idx: tuple[UOp, ...], new_shape: tuple[sint, ...], old_shape: tuple[sint, ...]) -> tuple[UOp, ...]:
+    """Indices into old_shape for the element at idx of the reshaped tensor (through the flat row-major position).
+    Leading/trailing size-1 dims are matched directly so common reshapes stay free of div/mod."""
+    if tuple(s for s in new_shape if s != 1) == tuple(s for s in old_shape if s != 1):
+        kept = [i for i, s in zip(idx, new_shape) if s != 1]
+        out = []
+        for s in old_shape:
+            out.append(UOp.const(dtypes.weakint, 0) if s == 1 else kept.pop(0))
+        return tuple(out)
+    flat = contiguous_index(idx, new_shape).simplify()
+    out2: list[UOp] = []
+    stride: sint = 1
+    for s in reversed(old_shape):
+        if isinstance(s, int) and s == 1:
+            out2.append(UOp.const(dtypes.weakint, 0))
+        else:
+            out2.append(((flat // stride) % s).simplify())
+        stride = stride * s if isinstance(stride, int) and isinstance(s, int) else _u(stride) * _u(s)
+    return tuple(reversed(out2))
+
+
+def _kernel_name(reduce: bool, shape: tuple[sint, ...], rdims: list[sint]) -> str:
+    dims = "_".join(str(s) if isinstance(s, int) else "n" for s in shape) or "1"
+    if reduce:
+        return "r_" + dims + "_" + "_".join(str(s) if isinstance(s, int) else "n" for s in rdims)
+    return "E_" + dims
+
+
+class Scheduler:
+    """Turns tensor-level UOps into ScheduleItems. `realize(u)` returns the buffer view that will hold u's value."""
+
+    def __init__(self) -> None:
+        self.items: list[ScheduleItem] = []
+        self.done: dict[UOp, UOp] = {}
+
+    def materialized(self, u: UOp) -> UOp | None:
+        if (v := self.done.get(u)) is not None:
+            return v
+        return realized_cache.get(u)
+
+    def realize(self, u: UOp) -> UOp:
+        """Schedule u (if needed) and return a view over realized buffers with u's shape and value."""
+        if base_buffer(u) is not None:
+            return u
+        if (v := self.materialized(u)) is not None:
+            return v
+        return self.materialize(u)
+
+    def materialize(self, u: UOp) -> UOp:
+        if (v := self.materialized(u)) is not None:
+            return v
+        src = u.src[0] if u.op is Ops.CONTIGUOUS else u
+        # a contiguous view of a realized buffer (reshape, contiguous shrink) is free
+        if u.op is Ops.CONTIGUOUS and (bb := base_buffer(src)) is not None and view_offset(src) is not None:
+            self.done[u] = src
+            return src
+        if u.op is Ops.CONTIGUOUS and (v := self.materialized(src)) is not None:
+            self.done[u] = v
+            return v
+        if u.op is Ops.COPY:
+            return self._copy(u)
+        shape = u.shape
+        device = self._device_of(u)
+        size = prod(max_dim(s) for s in shape)
+        out = new_buffer_uop(device, int(size), u.dtype)
+        view = out.reshape(shape) if shape != (size,) else out
+        if size != 0:
+            k = _Kernel(self)
+            k.bufs.append(out)  # the output takes slot 0
+            kshape = tuple(_unbind_shape(s, k.var_vals) for s in shape)
+            rngs = [
+                UOp.range(s, next(k.axis), AxisType.GLOBAL) if not (isinstance(s, int) and s == 1) else None
+                for s in kshape
+            ]
+            idx = tuple(r if r is not None else UOp.const(dtypes.weakint, 0) for r in rngs)
+            val = k.lower(src, idx, None, False, False)
+            store = k.param(out).index(contiguous_index(idx, kshape).simplify()).store(val)
+            live = [r for r in rngs if r is not None]
+            ast = UOp.sink(store.end(*live), arg=_kernel_info(_kernel_name(k.has_reduce, shape, k.reduce_dims)))
+            kernel_vars = {v.arg[0] for v in ast.variables()}
+            item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
+            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
+        self.done[u] = view
+        return view
+
+    def _copy(self, u: UOp) -> UOp:
+        src_view = self.realize(u.src[0])
+        off = view_offset(src_view)
+        if off is None:
+            src_view = self.materialize(UOp(Ops.CONTIGUOUS, src_view.dtype, (src_view,)))
+            off = view_offset(src_view)
+            assert off is not None
+        bb = base_buffer(src_view)
+        assert bb is not None
+        shape = u.shape
+        size = int(prod(max_dim(s) for s in shape))
+        out = new_buffer_uop(str(u.arg), size, u.dtype)
+        if size:
+            self.items.append(ScheduleItem(None, (out, bb), copy_offset=off))
+        view = out.reshape(shape) if shape != (size,) else out
+        self.done[u] = view
+        return view
+
+    def _device_of(self, u: UOp) -> str:
+        for n in u.toposort(gate=lambda x: x.op not in (Ops.BUFFER, Ops.COPY)):
+            if n.op is Ops.BUFFER:
+                return buffer_device(n)
+            if n.op is Ops.COPY:
+                return str(n.arg)
+            if n.op is Ops.DEVICE:
+                return str(n.arg)
+        from speck.tensor.device import default_device
+
+        return default_device()
+
+
+def _kernel_info(name: str) -> Any:
+    """codegen's KernelInfo when it exists (the SINK arg it expects); a plain name otherwise."""
+    try:
+        from speck.codegen.kernel_info import KernelInfo  # type: ignore[import-not-found,unused-ignore]
+
+        return KernelInfo(name=name)
+    except ImportError:
+        return name
+
+
+def kernel_name(ast: UOp) -> str:
+    arg = ast.arg
+    return str(getattr(arg, "name", arg))
+
+
+def view_offset(u: UOp) -> int | None:
+    """Element offset when u is a contiguous (row-major, no gaps) view of its base buffer, else None."""
+    bb = base_buffer(u)
+    if bb is None:
+        return None
+    if u is bb:
+        return 0
+    shape = u.shape
+    if not all(isinstance(s, int) for s in shape):
+        return 0 if all(n.op is Ops.RESHAPE for n in _chain(u)) else None
+    k = _Kernel(Scheduler())
+    rngs = tuple(
+        UOp.range(s, i, AxisType.GLOBAL) if s != 1 else UOp.const(dtypes.weakint, 0) for i, s in enumerate(shape)
+    )
+    try:
+        val = k.lower(u, rngs, None, False, False)
+    except RuntimeError:
+        return None
+    if val.op is not Ops.LOAD or len(val.src[0].src) != 2:
+        return None
+    terms, const = linear_terms(val.src[0].src[1] - contiguous_index(rngs, shape))  # type: ignore[arg-type]
+    return const if not terms else None
+
+
+def _chain(u: UOp) -> Iterator[UOp]:
+    while u.op in _MOVEMENT:
+        yield u
+        u = u.src[0]
+
+
+# ---------------- kernel counting for tests ----------------
+@contextlib.contextmanager
+def assert_kernel_count(n: int) -> Iterator[None]:
+    """Context manager: the block must run exactly n kernels (raises KernelCountException(expected, got))."""
+    from speck.tensor.realize import GlobalCounters
+
+    before = GlobalCounters.kernel_count
+    yield
+    got = GlobalCounters.kernel_count - before
+    if got != n:
+        raise KernelCountException(n, got)
+
+
+_ = Invalid  # re-exported for the evaluator

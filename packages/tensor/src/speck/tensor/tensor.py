@@ -1,0 +1,632 @@
+"""`Tensor`: the user-facing lazy tensor. Methods build tensor-level UOp graphs; `realize()` (and anything that
+reads data) schedules them into kernels and runs them. Names, arguments, broadcasting and dtype promotion follow
+tinygrad's Tensor; numpy is the numeric reference.
+
+The class is split along its seams: creation and the core live here, elementwise math in `elementwise.py`,
+reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`; those modules add methods to the
+class as plain functions so each stays readable alone."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from speck.tensor.device import canonical
+from speck.tensor.elementwise import ElementwiseMixin
+from speck.tensor.indexing import IndexingMixin
+from speck.tensor.movement import MovementMixin
+from speck.tensor.reduce import ReduceMixin
+from speck.tensor.npeval import np_dtype
+from speck.tensor.schedule import (
+    Scheduler,
+    base_buffer,
+    buffer_map,
+    concrete_dim,
+    max_dim,
+    new_buffer_uop,
+    realized_cache,
+    view_offset,
+)
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, sint, to_dtype, validate_shape
+from speck.uop.helpers import prod
+
+Scalar = Union[int, float, bool]
+DTypeLike = Union[DType, str]
+
+_NP_TO_DT: dict[Any, DType] = {
+    np.dtype(np.bool_): dtypes.bool, np.dtype(np.int8): dtypes.int8, np.dtype(np.uint8): dtypes.uint8,
+    np.dtype(np.int16): dtypes.int16, np.dtype(np.uint16): dtypes.uint16, np.dtype(np.int32): dtypes.int32,
+    np.dtype(np.uint32): dtypes.uint32, np.dtype(np.int64): dtypes.int64, np.dtype(np.uint64): dtypes.uint64,
+    np.dtype(np.float16): dtypes.float16, np.dtype(np.float32): dtypes.float32, np.dtype(np.float64): dtypes.float64,
+}  # fmt: skip
+
+
+def _dt(x: DTypeLike | None) -> DType | None:
+    if x is None:
+        return None
+    if isinstance(x, type) and issubclass(x, np.generic):
+        x = _NP_TO_DT[np.dtype(x)]
+    if isinstance(x, np.dtype):
+        x = _NP_TO_DT[x]
+    d = to_dtype(x)
+    if d.is_weak or d == dtypes.void:
+        raise RuntimeError(f"tensors can't have dtype {d}; use a concrete dtype such as float32 or int32")
+    return d
+
+
+def _scalar_dtype(x: Scalar) -> DType:
+    if isinstance(x, bool):
+        return dtypes.bool
+    if isinstance(x, int):
+        return dtypes.default_int
+    return dtypes.default_float
+
+
+def _const_uop(value: Scalar, dtype: DType, device: str) -> UOp:
+    from speck.uop.dtype import cast_value
+
+    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), cast_value(value, dtype))
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """Accept f(1, 2), f((1, 2)) and f([1, 2]) alike."""
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise RuntimeError(f"bad arguments {x}: pass either one sequence or separate values")
+        return tuple(x[0])
+    return tuple(x)
+
+
+def _rng_state() -> dict[str, int]:
+    return _RNG
+
+
+_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF)), "counter": 0}
+
+
+class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
+    """A lazily computed n-dimensional array on a device. See the module docstring."""
+
+    __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
+    training: bool = False
+    no_grad: bool = False
+
+    def __init__(
+        self,
+        data: Any = None,
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> None:
+        dev = canonical(device)
+        dt = _dt(dtype)
+        self.requires_grad, self.grad = requires_grad, None
+        self._device = dev
+        if isinstance(data, UOp):
+            self.uop = data
+            return
+        if isinstance(data, Tensor):
+            self.uop = data.uop if dt is None else data.cast(dt).uop
+            return
+        if data is None:
+            data = np.zeros((0,), dtype=np_dtype(dt or dtypes.default_float))
+        if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+            self.uop = _const_uop(data, dt or _scalar_dtype(data), dev)
+            return
+        if isinstance(data, UOp.__class__):
+            raise RuntimeError(f"can't make a Tensor from {data!r}")
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+            dt = dt or dtypes.uint8
+        elif isinstance(data, np.ndarray) or isinstance(data, np.generic):
+            arr = np.asarray(data)
+            if arr.dtype not in _NP_TO_DT:
+                raise RuntimeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+            dt = dt or _NP_TO_DT[arr.dtype]
+        elif isinstance(data, (list, tuple)):
+            arr, inferred = _from_nested(data)
+            dt = dt or inferred
+        else:
+            raise RuntimeError(
+                f"can't make a Tensor from {type(data).__name__}; expected a Python scalar, list, tuple, bytes, "
+                "numpy array, UOp or Tensor"
+            )
+        arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
+        self.uop = _from_numpy(arr, dt, dev)
+
+    # ---------------- basic properties ----------------
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> sint:
+        return prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return int(self.numel()) * self.element_size()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return int(self.shape[0])
+
+    def __repr__(self) -> str:
+        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any()/all()")
+        return bool(self.item())
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return (self[i] for i in range(len(self)))
+
+    def _new(self, u: UOp, device: str | None = None) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t.uop, t._device, t.requires_grad, t.grad = u, device or self._device, None, None
+        return t
+
+    def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
+        return Tensor(v, device=self.device, dtype=dtype or self.dtype)
+
+    # ---------------- realization ----------------
+    def realize(self, *lst: Tensor) -> Tensor:
+        """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs."""
+        Tensor.realize_all(self, *lst)
+        return self
+
+    @staticmethod
+    def realize_all(*tensors: Tensor) -> None:
+        from speck.tensor.realize import run_schedule
+
+        sched = Scheduler()
+        targets = []
+        for t in tensors:
+            if base_buffer(t.uop) is not None:
+                continue
+            v = sched.realize(t.uop)
+            targets.append((t, v))
+        run_schedule(sched.items)
+        for t, v in targets:
+            realized_cache[t.uop] = v
+            t.uop = v
+
+    def schedule(self) -> list[Any]:
+        """The ScheduleItems realizing this tensor would run (without running them)."""
+        sched = Scheduler()
+        sched.realize(self.uop)
+        return sched.items
+
+    def contiguous(self) -> Tensor:
+        """A tensor materialised in its own row-major buffer (free when it already is one)."""
+        if self.uop.op is Ops.BUFFER:
+            return self
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def clone(self) -> Tensor:
+        """A copy in a new buffer."""
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop + 0 if dtypes.is_int(self.dtype) or
+                                                           dtypes.is_float(self.dtype) else self.uop,)))  # fmt: skip
+
+    def detach(self) -> Tensor:
+        return self._new(self.uop)
+
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (a copy when the device differs)."""
+        dev = canonical(device)
+        if dev == self.device:
+            return self
+        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), dev), dev)
+
+    def to_(self, device: str | None) -> Tensor:
+        t = self.to(device)
+        self.uop, self._device = t.uop, t._device
+        return self
+
+    def _buffer_data(self) -> np.ndarray:
+        """The row-major data as a numpy array of the concrete shape (a copy)."""
+        if any(not isinstance(s, int) for s in self.shape):
+            raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
+        shape = tuple(int(s) for s in self.shape)
+        if 0 in shape:
+            return np.zeros(shape, dtype=np_dtype(self.dtype))
+        self.realize()
+        off = view_offset(self.uop)
+        if off is None:
+            t = self.contiguous().realize()
+            off = view_offset(t.uop)
+            u = t.uop
+        else:
+            u = self.uop
+        assert off is not None
+        bb = base_buffer(u)
+        assert bb is not None
+        from speck.tensor.realize import buffer_numpy
+
+        n = prod(shape)
+        return np.array(buffer_numpy(bb)[off : off + n]).reshape(shape)
+
+    def numpy(self) -> np.ndarray:
+        """The values as a new numpy array."""
+        return self._buffer_data()
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
+        return self._buffer_data().tolist()
+
+    def item(self) -> Scalar:
+        """The single value of a 1-element tensor as a Python scalar."""
+        if self.numel() != 1:
+            raise RuntimeError(f"item() needs a tensor with exactly 1 element, this one has shape {self.shape}")
+        return self._buffer_data().reshape(()).item()  # type: ignore[no-any-return]
+
+    def data(self) -> memoryview:
+        """The values as a memoryview (shaped like the tensor)."""
+        arr = self._buffer_data()
+        return memoryview(arr) if arr.ndim else memoryview(arr.reshape(1)).cast("B").cast(arr.dtype.char)
+
+    # ---------------- creation ----------------
+    @staticmethod
+    def empty(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """An uninitialised tensor (a fresh buffer)."""
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        dev = canonical(device)
+        size = prod(max_dim(s) for s in sh)
+        buf = new_buffer_uop(dev, int(size), dt)
+        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev)
+        return t
+
+    @staticmethod
+    def full(shape: Any, fill_value: Scalar, device: str | None = None, dtype: DTypeLike | None = None,
+             **kw: Any) -> Tensor:  # fmt: skip
+        """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""
+        sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+        if any(isinstance(s, int) and s < 0 for s in sh):
+            raise RuntimeError(f"shape {sh} has a negative dimension")
+        dt = _dt(dtype) or _scalar_dtype(fill_value)
+        c = Tensor(fill_value, device=device, dtype=dt)
+        return c.reshape((1,) * len(sh)).expand(sh) if sh else c
+
+    @staticmethod
+    def zeros(*shape: Any, **kw: Any) -> Tensor:
+        return Tensor.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+
+    @staticmethod
+    def ones(*shape: Any, **kw: Any) -> Tensor:
+        return Tensor.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+
+    @staticmethod
+    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
+        """Values from start (inclusive) to stop (exclusive) by step; int when all three are ints."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise RuntimeError("arange: step must not be 0")
+        dt = _dt(kw.pop("dtype", None)) or (
+            dtypes.default_int if all(isinstance(x, int) for x in (start, stop, step)) else dtypes.default_float
+        )
+        n = max(math.ceil((stop - start) / step), 0)
+        if n == 0:
+            return Tensor.empty(0, dtype=dt, **kw)
+        dev = canonical(kw.get("device"))
+        idx = Tensor(_iota_uop(n, dev), device=dev)
+        if dtypes.is_float(dt):
+            return (idx.cast(dt) * step + start).cast(dt)
+        return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
+
+    @staticmethod
+    def linspace(start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        if steps < 0:
+            raise RuntimeError(f"linspace: steps must be >= 0, got {steps}")
+        if steps == 1:
+            return Tensor([start], dtype=dt, **kw)
+        return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
+                ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise RuntimeError(f"eye: sizes must be >= 0, got {n}, {m}")
+        r = Tensor.arange(n, **kw).unsqueeze(1)
+        c = Tensor.arange(m, **kw).unsqueeze(0)
+        return (r == c).cast(dt)
+
+    def full_like(self, fill_value: Scalar, **kw: Any) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device",
+                                                                                                  self.device))  # fmt: skip
+
+    def zeros_like(self, **kw: Any) -> Tensor:
+        return self.full_like(0, **kw)
+
+    def ones_like(self, **kw: Any) -> Tensor:
+        return self.full_like(1, **kw)
+
+    def empty_like(self, **kw: Any) -> Tensor:
+        return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
+
+    def rand_like(self, **kw: Any) -> Tensor:
+        dt = kw.pop("dtype", self.dtype)
+        return Tensor.rand(*self.shape, dtype=dt if dtypes.is_float(_dt(dt) or self.dtype) else None,
+                           device=kw.pop("device", self.device))  # fmt: skip
+
+    def randn_like(self, **kw: Any) -> Tensor:
+        dt = kw.pop("dtype", self.dtype)
+        return Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(_dt(dt) or self.dtype) else None,
+                            device=kw.pop("device", self.device))  # fmt: skip
+
+    # ---------------- random ----------------
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed the counter-based generator: the same seed gives the same numbers on every device."""
+        _RNG["seed"], _RNG["counter"] = int(seed) & 0xFFFFFFFFFFFFFFFF, 0
+
+    @staticmethod
+    def _random_bits(n: int, device: str | None) -> Tensor:
+        """n uint64 random words: threefry2x32 of (counter, seed). Each call takes fresh counters."""
+        base = _RNG["counter"]
+        _RNG["counter"] += n
+        dev = canonical(device)
+        ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + base
+        key = Tensor(_RNG["seed"], device=dev, dtype=dtypes.uint64).reshape(1).expand(n)
+        return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
+
+    @staticmethod
+    def rand(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """Uniform [0, 1) values."""
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        n = int(prod(sh))
+        if n == 0:
+            return Tensor.zeros(sh, dtype=dt, device=device)
+        bits = Tensor._random_bits(n, device)
+        # top 24 bits -> a float32 in [0, 1) with every value exactly representable
+        u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
+        return u.cast(dt).reshape(sh)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """Standard normal values (Box-Muller)."""
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        u = Tensor.rand(2, *sh, **kw)
+        r = ((1 - u[0]).log() * -2).sqrt()
+        return (r * (u[1] * (2 * math.pi)).cos()).cast(dt)
+
+    @staticmethod
+    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
+        if not isinstance(low, int) or not isinstance(high, int) or high <= low:
+            raise RuntimeError(f"randint needs int low < high, got low={low!r}, high={high!r}")
+        return (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(_dt(dtype) or dtypes.int32)
+
+    @staticmethod
+    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        return Tensor.randn(*shape, **kw) * std + mean
+
+    @staticmethod
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        return (Tensor.rand(*shape, **kw) * (high - low) + low).cast(dt)
+
+    @staticmethod
+    def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
+        sh = argfix(*shape)
+        return Tensor.uniform(*sh, low=-1.0, high=1.0, **kw) * (prod(sh) ** -0.5)
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
+        sh = argfix(*shape)
+        bound = math.sqrt(6 / (sh[0] + prod(sh[1:])))
+        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+
+    @staticmethod
+    def kaiming_uniform(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        sh = argfix(*shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+
+    @staticmethod
+    def kaiming_normal(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        sh = argfix(*shape)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        return Tensor.normal(*sh, mean=0.0, std=std, **kw)
+
+    @staticmethod
+    def randperm(n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
+        return Tensor.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
+
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Sample indices from the (unnormalised) weights in the last dim (1-D or 2-D input)."""
+        if not 1 <= self.ndim <= 2 or num_samples <= 0:
+            raise RuntimeError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
+        if not replacement and num_samples != 1:
+            raise RuntimeError("multinomial without replacement supports only num_samples=1")
+        w = self.unsqueeze(0) if self.ndim == 1 else self
+        cdf = (cw := w.float().cumsum(1)) / cw[:, -1:]
+        u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+        idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
+        return idx.squeeze(0) if self.ndim == 1 else idx
+
+    # ---------------- multi-tensor constructors ----------------
+    @staticmethod
+    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return tensors[0].cat(*tensors[1:], dim=dim)
+
+    @staticmethod
+    def einsum(formula: str, *operands: Any) -> Tensor:
+        ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+        return ReduceMixin.einsum_impl(formula, *ops)
+
+    @staticmethod
+    def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        return IndexingMixin.meshgrid_impl(*tensors, indexing=indexing)
+
+    # ---------------- dtype ----------------
+    def cast(self, dtype: DTypeLike) -> Tensor:
+        dt = _dt(dtype)
+        assert dt is not None
+        return self if dt == self.dtype else self._new(self.uop.cast(dt))
+
+    def bitcast(self, dtype: DTypeLike) -> Tensor:
+        """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
+        dt = _dt(dtype)
+        assert dt is not None
+        if dt.itemsize != self.dtype.itemsize:
+            raise RuntimeError(f"bitcast {self.dtype} -> {dt} needs equal item sizes ({self.dtype.itemsize} vs "
+                               f"{dt.itemsize}); cast instead")  # fmt: skip
+        return self if dt == self.dtype else self._new(self.uop.bitcast(dt))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def char(self) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    # ---------------- assign ----------------
+    def assign(self, x: Tensor | Scalar | Any) -> Tensor:
+        """In-place update: self's buffer now holds x (same shape; cast to self's dtype). Every view of the buffer
+        sees the new values."""
+        xt = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
+        if xt.shape != self.shape:
+            if not isinstance(x, Tensor) and xt.ndim == 0:
+                xt = xt.expand(self.shape)
+            else:
+                raise RuntimeError(f"assign: shape {xt.shape} does not match the target's shape {self.shape}")
+        if xt.device != self.device:
+            xt = xt.to(self.device)
+        xt = xt.cast(self.dtype)
+        bb = base_buffer(self.uop)
+        if bb is None or view_offset(self.uop) != 0 or int(bb.arg) != int(prod(max_dim(s) for s in self.shape)):
+            # not a whole realized buffer: functional update of this tensor's graph
+            self.uop = xt.contiguous().uop if bb is not None else xt.uop
+            return self
+        new = xt.contiguous().realize()
+        nb = base_buffer(new.uop)
+        assert nb is not None
+        if view_offset(new.uop) == 0 and int(nb.arg) == int(bb.arg):
+            buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
+        realized_cache.clear()  # graphs computed from the old values are stale
+        return self
+
+    def replace(self, x: Tensor) -> Tensor:
+        if x.shape != self.shape:
+            raise RuntimeError(f"replace: shape {x.shape} does not match {self.shape}")
+        self.uop = x.uop
+        return self
+
+    def __getstate__(self) -> Any:
+        return {"data": self.numpy(), "device": self.device}
+
+    def __setstate__(self, st: Any) -> None:
+        t = Tensor(st["data"], device=st["device"])
+        self.uop, self._device, self.requires_grad, self.grad = t.uop, t._device, None, None
+
+
+def _materialize_buffer(b: UOp) -> Any:
+    from speck.tensor.realize import get_buffer
+
+    return get_buffer(b)
+
+
+def _iota_uop(n: sint, device: str) -> UOp:
+    """A lazy int32 [0, 1, ..., n-1]: an IOTA marker the scheduler lowers straight to the dimension's index (no
+    memory, no reduce), reshaped to give it a shape."""
+    return UOp(Ops.NOOP, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
+
+
+def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
+    """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it."""
+    flat: list[Any] = []
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, Tensor):
+            raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
+        else:
+            flat.append(x)
+    if any(isinstance(x, float) or isinstance(x, np.floating) for x in flat):
+        dt = dtypes.default_float
+    elif any(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):
+        dt = dtypes.default_int
+    elif flat:
+        dt = dtypes.bool
+    else:
+        dt = dtypes.default_float
+    try:
+        arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
+    except (ValueError, OverflowError) as e:
+        raise RuntimeError(f"can't make a Tensor from this nested sequence: {e}") from None
+    return arr, dt
+
+
+def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        target = np_dtype(dt)
+        if arr.dtype == target:
+            return arr
+        if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
+            return arr.astype(target)  # wraps like a C cast
+        return arr.astype(target)
+
+
+def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
+    """A realized BUFFER holding arr (copied in now), viewed with arr's shape."""
+    from speck.tensor.realize import get_buffer
+
+    size = int(arr.size)
+    buf = new_buffer_uop(device, size, dt)
+    if size:
+        get_buffer(buf).copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    return buf.reshape(arr.shape) if arr.shape != (size,) else buf

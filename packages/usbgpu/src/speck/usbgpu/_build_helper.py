@@ -1,0 +1,72 @@
+"""cffi builder (out-of-line API mode) for speck.usbgpu's two compiled artifacts, run by setup.py's cffi_modules.
+
+- `ffibuilder` -> speck.usbgpu._helper: the async bulk-submission helper (c_helpers/usbgpu_helper.{c,h,cdef}),
+  stamped with the package version it was built for.
+- `fake_ffibuilder` -> speck.usbgpu._fakeusb: the simulator's fake libusb (c_helpers/fake_libusb.{c,h,cdef}); its
+  shared object exports the libusb-1.0 API, so ctypes (python-libusb1) and the helper can load it as "libusb".
+
+Neither needs libusb headers: the C sources declare the few libusb layouts they use and resolve libusb at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from cffi import FFI
+
+
+def _find_c_helpers() -> Path:
+    """c_helpers/ lives at the root of the speck repository (two levels above packages/usbgpu)."""
+    here = Path(__file__).resolve()
+    candidates = [Path(os.environ["SPECK_C_HELPERS"])] if os.environ.get("SPECK_C_HELPERS") else []
+    candidates += [p / "c_helpers" for p in here.parents]
+    for c in candidates:
+        if (c / "usbgpu_helper.c").is_file() and (c / "fake_libusb.c").is_file():
+            return c
+    raise FileNotFoundError(
+        f"speck-usbgpu build: c_helpers/usbgpu_helper.c not found above {here}; build from a checkout of the speck "
+        "repository (packages/usbgpu needs ../../c_helpers) or set SPECK_C_HELPERS to that folder"
+    )
+
+
+def _package_version() -> str:
+    """The version in src/speck/usbgpu/_version.py, read as text (the package is not importable while building)."""
+    text = (Path(__file__).resolve().parent / "_version.py").read_text()
+    match = re.search(r'__version__\s*=\s*"([^"]+)"', text)
+    if match is None:
+        raise RuntimeError('speck-usbgpu build: no __version__ = "..." in src/speck/usbgpu/_version.py')
+    return match.group(1)
+
+
+C_HELPERS = _find_c_helpers()
+VERSION = _package_version()
+_CFLAGS = ["-O2", "-Wall", "-Wno-unused-function"]
+
+ffibuilder = FFI()
+ffibuilder.cdef((C_HELPERS / "usbgpu_helper.cdef").read_text())
+ffibuilder.set_source(
+    "speck.usbgpu._helper",
+    '#include "usbgpu_helper.h"\n#include "usbgpu_helper.c"\n',
+    include_dirs=[str(C_HELPERS)],
+    define_macros=[("USBGPU_PACKAGE_VERSION", f'"{VERSION}"')],
+    libraries=["dl"],
+    extra_compile_args=_CFLAGS,
+    depends=[str(C_HELPERS / n) for n in ("usbgpu_helper.c", "usbgpu_helper.h", "usbgpu_helper.cdef")],
+)
+
+fake_ffibuilder = FFI()
+fake_ffibuilder.cdef((C_HELPERS / "fake_libusb.cdef").read_text())
+fake_ffibuilder.set_source(
+    "speck.usbgpu._fakeusb",
+    '#include "fake_libusb.h"\n#include "fake_libusb.c"\n',
+    include_dirs=[str(C_HELPERS)],
+    libraries=["pthread"],
+    extra_compile_args=_CFLAGS,
+    depends=[str(C_HELPERS / n) for n in ("fake_libusb.c", "fake_libusb.h", "fake_libusb.cdef")],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
+    fake_ffibuilder.compile(verbose=True)

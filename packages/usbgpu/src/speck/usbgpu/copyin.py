@@ -1,0 +1,395 @@
+"""Copy-in (G3 pipelined, G0 serial) and copy-out through the bridge's SRAM bounce buffers (USB_PROTOCOL.md 4).
+
+G3, per copy-in: plan 240 KiB chunks of two 120 KiB parts, each part followed by a 512 B sentinel sector; build the
+whole SDMA batch (per part: POLL EQ on the sentinel, COPY; per chunk: first-part flag, FENCE, full-chunk flag),
+stage it with one 0xF0 stream and ring the doorbell once; then stream the chunks through two 256 KiB bounce buffers,
+arming each chunk before its data (0xF2 for the first two, then the 0xF4 fence-gated arm) and waiting for the last
+chunk's full flag at the end.
+
+Two safety rules go beyond the reference design, both so the driver is correct under every timing:
+
+* Gate on the full chunk when it matters. 0xF4 (or the E4 gate) lets chunk c+1 into the buffer of chunk c-1 once
+  c-1's *first* part is copied. Chunk c+1's first part and sentinel only overwrite c-1's first part, so they are
+  sent at once; its second part would overwrite c-1's second part, so unless the 0xF4 reply already shows c-1's
+  full flag, that half is sent as a second bulk transfer after an E4 poll sees the full flag. With a GPU faster
+  than the link the reply normally shows the full flag already and each chunk is one transfer.
+* Stale data never equals a sentinel. The host keeps a shadow of every SRAM sector-start dword it knows could look
+  like a sentinel (top byte 0x51: left by copy-out, G0, or user data in earlier chunks) and skips sequence values
+  that would collide at the exact offset the GPU polls. This replaces the reference's "improbable" with "never".
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from speck.usbgpu.bridge import EP_IN, EP_OUT, SECTOR, Bridge, Transport, f4_reached
+from speck.usbgpu.errors import F4BailError, GpuFenceTimeout, TlpError
+from speck.usbgpu.gpu import CQ_PCIE, GPU_SYS_APERTURE, SQ_PCIE, SRAM_PCIE, GpuContext
+from speck.usbgpu.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32, write64
+
+BUF_SIZE = 0x40000  # one G3 bounce buffer (16 slots)
+CP_SIZE = BUF_SIZE - 0x4000  # chunk payload: the last slot carries the sentinels
+PART = 0x1E000  # 120 KiB
+SPLIT = PART + SECTOR  # wire bytes below this only overwrite the previous chunk's first part and its sentinel
+ZC_ALIGN = 1024  # SuperSpeed max packet: transfer boundaries inside one arm stay on whole packets
+ZC_MIN = 0x1000  # smaller payload runs are staged rather than sent as their own transfer
+BUFFER_SLOTS = (0, 16)
+SENTINEL_TAG = 0x51000000
+F4_ATTEMPTS = 3
+G0_CHUNK = 0x80000
+COPYOUT_CHUNK = BUF_SIZE
+BULK_TIMEOUT_MS = 10000
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def sector_top_bytes(data: memoryview) -> bytes | bytearray:
+    """Byte 3 of every 512-byte sector of `data`: the top byte of each sector-start dword.
+
+    bytes/bytearray extended slicing is a tight C loop; a strided memoryview copy is several times slower, so the
+    underlying object is used when the view covers it exactly.
+    """
+    obj = data.obj
+    if isinstance(obj, bytes | bytearray) and len(obj) == data.nbytes and data.contiguous:
+        return obj[3::SECTOR]
+    return data[3::SECTOR].tobytes()
+
+
+def buffer_va(b: int) -> int:
+    """GPU VA of G3 bounce buffer `b` (bridge SRAM through the system aperture)."""
+    return GPU_SYS_APERTURE + SRAM_PCIE + b * BUF_SIZE
+
+
+def full_flag_va(b: int) -> int:
+    return GPU_SYS_APERTURE + SQ_PCIE + 0x800 + 8 * b
+
+
+def first_flag_va(b: int) -> int:
+    return GPU_SYS_APERTURE + SQ_PCIE + 0x810 + 8 * b
+
+
+@dataclass
+class Part:
+    """One part of a chunk: payload offset/length inside the chunk, offset in the wire image, sentinel value."""
+
+    poff: int
+    plen: int
+    soff: int
+    sentinel: int
+
+    @property
+    def sentinel_off(self) -> int:
+        return self.soff + _round_up(self.plen, SECTOR)
+
+
+@dataclass
+class Chunk:
+    """One chunk of a G3 copy-in: source offset, bounce buffer, that buffer's 1-based counter, parts, wire size."""
+
+    index: int
+    src_off: int
+    length: int
+    buffer: int
+    counter: int
+    parts: list[Part] = field(default_factory=list)
+    wire_len: int = 0
+    # The chunk's wire image as transfers: (wire start, wire end, payload offset) for runs sent zero-copy from the
+    # caller's buffer, (wire start, wire end, None) for runs built in the staging buffer (sentinels, padding, edges).
+    segments: list[tuple[int, int, int | None]] = field(default_factory=list)
+
+
+@dataclass
+class CopyStats:
+    """Counts the tests and the benchmark look at."""
+
+    copyins: int = 0
+    chunks: int = 0
+    split_chunks: int = 0  # chunks sent as two transfers because the full flag was not reached yet
+    f4_attempts: int = 0
+    f4_bails: int = 0
+    flag_polls: int = 0
+
+
+class CopyEngine:
+    """Owns the bounce buffers, host staging, per-buffer counters, the sentinel sequence and the SRAM shadow."""
+
+    def __init__(self, ctx: GpuContext) -> None:
+        self.ctx = ctx
+        self.bridge: Bridge = ctx.bridge
+        self.usb: Transport = ctx.usb
+        self.stats = CopyStats()
+        self.staging = [bytearray(BUF_SIZE), bytearray(BUF_SIZE)]
+        self._g3_ready = False
+        self._ctr = [0, 0]
+        self._seq24 = 0
+        self._tail = (0, 0)
+        self._shadow: dict[int, int] = {}  # SRAM offset -> sector-start dword with top byte 0x51
+        self._poll_limit = ctx.options.poll_limit
+
+    # ------------------------------------------------------------------ SRAM shadow (stale sentinel look-alikes)
+    def _shadow_forget(self, start: int, end: int) -> None:
+        if self._shadow:
+            for off in [o for o in self._shadow if start <= o < end]:
+                del self._shadow[off]
+
+    def _shadow_note(self, sram_off: int, data: bytes | bytearray | memoryview) -> None:
+        """Record sector-start dwords of `data` (landing at SRAM `sram_off`) that look like sentinels."""
+        self._shadow_forget(sram_off, sram_off + _round_up(len(data), SECTOR))
+        top = sector_top_bytes(memoryview(data).cast("B"))
+        pos = top.find(SENTINEL_TAG >> 24)
+        while pos >= 0:
+            off = pos * SECTOR
+            self._shadow[sram_off + off] = int.from_bytes(bytes(data[off : off + 4]).ljust(4, b"\0"), "little")
+            pos = top.find(SENTINEL_TAG >> 24, pos + 1)
+
+    def _next_sentinel(self, avoid: int | None) -> int:
+        while True:
+            self._seq24 = (self._seq24 + 1) & 0xFFFFFF
+            value = SENTINEL_TAG | self._seq24
+            if value != avoid:
+                return value
+
+    # ------------------------------------------------------------------ G3
+    def _init_g3(self) -> None:
+        """One-time init: clear the four fence flags, zero both bounce buffers, reset counters and the tail."""
+        self.bridge.xdata_write(0xA800, bytes(32))
+        zeros = bytes(BUF_SIZE)
+        for slot in BUFFER_SLOTS:
+            self.bridge.arm_write(BUF_SIZE, slot)
+            self.usb.bulk_out(EP_OUT, zeros, BULK_TIMEOUT_MS)
+        self._shadow.clear()
+        self._ctr = [0, 0]
+        self._tail = (0, 0)
+        self._g3_ready = True
+
+    def _plan(self, data: memoryview) -> list[Chunk]:
+        """Split into chunks/parts, assign counters and sentinels; keeps the SRAM shadow in step with the wire."""
+        n = len(data)
+        # Sector-start dwords of the payload that look like sentinels, by chunk (parts start sector aligned, so
+        # payload sector starts are exactly the wire's data sector starts).
+        top = sector_top_bytes(data)
+        hits: dict[int, list[tuple[int, int]]] = {}
+        pos = top.find(SENTINEL_TAG >> 24)
+        while pos >= 0:
+            off = pos * SECTOR
+            value = int.from_bytes(bytes(data[off : off + 4]).ljust(4, b"\0"), "little")
+            hits.setdefault(off // CP_SIZE, []).append((off % CP_SIZE, value))
+            pos = top.find(SENTINEL_TAG >> 24, pos + 1)
+        chunks: list[Chunk] = []
+        for c, src in enumerate(range(0, n, CP_SIZE)):
+            b = c % 2
+            self._ctr[b] += 1
+            ch = Chunk(c, src, min(CP_SIZE, n - src), b, self._ctr[b])
+            base = b * BUF_SIZE
+            soff = 0
+            for poff in range(0, ch.length, PART):
+                plen = min(PART, ch.length - poff)
+                part = Part(poff, plen, soff, 0)
+                part.sentinel = self._next_sentinel(self._shadow.get(base + part.sentinel_off))
+                ch.parts.append(part)
+                soff = part.sentinel_off + SECTOR
+            ch.wire_len = soff
+            ch.segments = self._segments(ch)
+            self._shadow_forget(base, base + soff)
+            for r, value in hits.get(c, ()):
+                part = ch.parts[r // PART]
+                self._shadow[base + part.soff + r - part.poff] = value
+            for part in ch.parts:
+                self._shadow[base + part.sentinel_off] = part.sentinel
+            chunks.append(ch)
+        return chunks
+
+    def _ring_batch(self, dest: int, chunks: list[Chunk]) -> list[int]:
+        timeline = self.ctx.timeline
+        packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE)
+        for ch in chunks:
+            bva = buffer_va(ch.buffer)
+            for i, part in enumerate(ch.parts):
+                packets += poll_regmem(bva + part.sentinel_off, part.sentinel, FUNC_EQ)
+                packets += copy_linear(bva + part.soff, dest + ch.src_off + part.poff, part.plen)
+                if i == 0:
+                    packets += write64(first_flag_va(ch.buffer), ch.counter)
+            packets += fence(timeline.va, timeline.next())
+            packets += write64(full_flag_va(ch.buffer), ch.counter)
+        return packets
+
+    @staticmethod
+    def _segments(ch: Chunk) -> list[tuple[int, int, int | None]]:
+        segs: list[tuple[int, int, int | None]] = []
+        pos = 0
+        for part in ch.parts:
+            zs = _round_up(part.soff, ZC_ALIGN)
+            ze = (part.soff + part.plen) // ZC_ALIGN * ZC_ALIGN
+            if ze - zs >= ZC_MIN:
+                if zs > pos:
+                    segs.append((pos, zs, None))
+                segs.append((zs, ze, ch.src_off + part.poff + zs - part.soff))
+                pos = ze
+        if pos < ch.wire_len:
+            segs.append((pos, ch.wire_len, None))
+        return segs
+
+    def _wire(self, data: memoryview, ch: Chunk) -> list[tuple[int, memoryview]]:
+        """The chunk's transfers as (wire end offset, buffer): payload runs zero-copy, the rest staged."""
+        stage = self.staging[ch.buffer]
+        view = memoryview(stage)
+        out: list[tuple[int, memoryview]] = []
+        for ws, we, src in ch.segments:
+            if src is not None:
+                out.append((we, data[src : src + we - ws]))
+                continue
+            stage[ws:we] = bytes(we - ws)
+            for part in ch.parts:
+                a, b = max(ws, part.soff), min(we, part.soff + part.plen)
+                if a < b:
+                    base = ch.src_off + part.poff - part.soff
+                    stage[a:b] = data[base + a : base + b]
+                if ws <= part.sentinel_off < we:
+                    struct.pack_into("<I", stage, part.sentinel_off, part.sentinel)
+            out.append((we, view[ws:we]))
+        return out
+
+    def _wait_full(self, b: int, k: int, what: str) -> None:
+        """Spin on 24-byte E4 reads until buffer `b`'s full-chunk flag reaches `k`."""
+        for _ in range(self._poll_limit):
+            self.stats.flag_polls += 1
+            full, _first = self.bridge.read_flags(b)
+            if full >= k:
+                return
+        full, first = self.bridge.read_flags(b)
+        raise GpuFenceTimeout(what, f"USB copyin GPU fence timeout: buffer {b} full={full} first={first}, want {k}", "")
+
+    def _gate(self, ch: Chunk, target: int) -> bool:
+        """Arm chunk `ch` once the previous chunk in its buffer (counter `target`) drained its first part.
+
+        Returns whether that chunk's full flag was already reached (then the whole chunk may be sent at once).
+        """
+        b, slot = ch.buffer, BUFFER_SLOTS[ch.buffer]
+        if self.ctx.options.f4gate:
+            reply = b""
+            for _ in range(F4_ATTEMPTS):
+                self.stats.f4_attempts += 1
+                reply = self.bridge.arm_fenced(ch.wire_len, slot, b, target)
+                if f4_reached(reply, b, target):
+                    return (reply[8 * b] - target) & 0xFF < 0x80
+                self.stats.f4_bails += 1
+            raise F4BailError(
+                f"0xF4 arm of chunk {ch.index} into buffer {b}",
+                f"0xF4 arm bailed waiting for GPU fence {target & 0xFF} ({F4_ATTEMPTS} attempts)",
+                f"flags {reply.hex()}",
+            )
+        self.bridge.arm_write(ch.wire_len, slot)
+        for _ in range(self._poll_limit):
+            self.stats.flag_polls += 1
+            full, first = self.bridge.read_flags(b)
+            if full >= target:
+                return True
+            if first >= target:
+                return False
+        raise GpuFenceTimeout(
+            f"E4 fence gate for chunk {ch.index} into buffer {b}",
+            f"USB copyin GPU fence timeout: want {target}",
+            "",
+        )
+
+    def copyin_g3(self, dest: int, data: memoryview) -> None:
+        """Pipelined copy-in of `data` to GPU VA `dest` (one ring build, one doorbell)."""
+        if len(data) == 0:
+            return
+        if not self._g3_ready:
+            self._init_g3()
+        chunks = self._plan(data)
+        self.ctx.ring.stage(self._ring_batch(dest, chunks))
+        tail_b, tail_k = self._tail
+        if tail_k:
+            self._wait_full(tail_b, tail_k, "previous copy-in's last chunk")
+        self.ctx.ring.kick()
+        self.stats.copyins += 1
+        self.stats.chunks += len(chunks)
+
+        tags: list[list[int]] = [[] for _ in chunks]
+        submit = self.usb.submit_bulk_out
+        first = chunks[0]
+        self.bridge.arm_write(first.wire_len, BUFFER_SLOTS[first.buffer])
+        tags[0] = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for _, buf in self._wire(data, first)]
+        if len(chunks) > 1:
+            second = chunks[1]
+            wire = self._wire(data, second)
+            self.bridge.arm_write(second.wire_len, BUFFER_SLOTS[second.buffer])  # latched behind chunk 0
+            tags[1] = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for _, buf in wire]
+        for c in range(1, len(chunks)):
+            for tag in tags[c - 1]:
+                self.usb.wait(tag, BULK_TIMEOUT_MS)
+            if c + 1 >= len(chunks):
+                continue
+            nxt, prev = chunks[c + 1], chunks[c - 1]
+            wire = self._wire(data, nxt)
+            full_done = self._gate(nxt, prev.counter)
+            if full_done or nxt.wire_len <= SPLIT:
+                tags[c + 1] = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for _, buf in wire]
+            else:
+                # Only what cannot reach the previous chunk's second part goes now; the rest after its full flag.
+                self.stats.split_chunks += 1
+                head = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for end, buf in wire if end <= SPLIT]
+                self._wait_full(prev.buffer, prev.counter, f"chunk {prev.index}'s second part")
+                tags[c + 1] = head + [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for end, buf in wire if end > SPLIT]
+        for tag in tags[-1]:
+            self.usb.wait(tag, BULK_TIMEOUT_MS)
+        last = chunks[-1]
+        self._tail = (last.buffer, last.counter)
+        self._wait_full(last.buffer, last.counter, f"copy-in of {len(data)} bytes")
+
+    # ------------------------------------------------------------------ G0
+    def copyin_g0(self, dest: int, data: memoryview) -> None:
+        """Serial copy-in: per 512 KiB chunk wait for the GPU, 0xF2 + sync bulk, then one SDMA copy + doorbell."""
+        n = len(data)
+        if n == 0:
+            return
+        timeline, ring = self.ctx.timeline, self.ctx.ring
+        previous: int | None = None
+        for off in range(0, n, G0_CHUNK):
+            size = min(G0_CHUNK, n - off)
+            if previous is not None:
+                timeline.wait(previous, "G0 copy-in: GPU draining the bounce buffer")
+            wire: bytes | memoryview = data[off : off + size]
+            if size % SECTOR:
+                wire = bytes(wire) + bytes(-size % SECTOR)
+            self.bridge.arm_write(size, 0)
+            self.usb.bulk_out(EP_OUT, wire, 1000)
+            self._shadow_note(0, wire)
+            value = timeline.next()
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch += copy_linear(GPU_SYS_APERTURE + SRAM_PCIE, dest + off, size)
+            batch += fence(timeline.va, value)
+            ring.submit(batch)
+            previous = value
+        self.stats.copyins += 1
+        assert previous is not None
+        timeline.wait(previous, "G0 copy-in: last chunk")
+
+    # ------------------------------------------------------------------ copy-out
+    def copyout(self, out: memoryview, src: int) -> None:
+        """Copy `len(out)` bytes from GPU VA `src`: per 256 KiB chunk a read arm, an SDMA copy + CQ trigger, bulk IN."""
+        n = len(out)
+        if n == 0:
+            return
+        timeline, ring = self.ctx.timeline, self.ctx.ring
+        timeline.wait(timeline.value - 1, "copy-out: synchronizing with earlier GPU work")
+        for off in range(0, n, COPYOUT_CHUNK):
+            size = min(COPYOUT_CHUNK, n - off)
+            self.bridge.arm_read(size)
+            value = timeline.next()
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch += copy_linear(src + off, GPU_SYS_APERTURE + SRAM_PCIE, size)
+            batch += write32(GPU_SYS_APERTURE + CQ_PCIE + 12, 0)
+            batch += fence(timeline.va, value)
+            ring.submit(batch)
+            want = _round_up(size, SECTOR)
+            got = self.usb.bulk_in(EP_IN, want, BULK_TIMEOUT_MS)
+            if len(got) != want:
+                raise TlpError(f"copy-out bulk IN of {want} bytes", f"got {len(got)} bytes")
+            out[off : off + size] = got[:size]
+            self._shadow_note(0, got)

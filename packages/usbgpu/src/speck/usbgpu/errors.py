@@ -1,0 +1,381 @@
+"""speck.usbgpu's exceptions. libusb errors and transfer statuses become named classes generated from libusb's tables.
+
+Every libusb-level exception carries `.operation` (what speck was doing, e.g. "bulk OUT 0x02 (4096 bytes)"),
+`.code` (the libusb_error or libusb_transfer_status value), `.libusb_name` and `.libusb_message` (libusb's own
+name and text). Asynchronous completion errors are latched by the C helper and raised by the next wait
+(USB_PROTOCOL.md 4.6); the latch is never cleared, so the driver must be reopened.
+
+A transfer-status class also derives from the matching libusb_error class (a stalled async transfer is a
+`TransferStallError` and a `UsbPipeError`), so `except UsbNoDeviceError` catches a disconnect whichever way it
+surfaced.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = [
+    "LIBUSB_ERRORS",
+    "LIBUSB_TRANSFER_STATUSES",
+    "HelperBuildMismatch",
+    "LibusbLoadError",
+    "TransferCancelledError",
+    "TransferError",
+    "TransferFailedError",
+    "TransferNoDeviceError",
+    "TransferOverflowError",
+    "TransferShortError",
+    "TransferStallError",
+    "TransferTimedOutError",
+    "UsbAccessError",
+    "UsbBusyError",
+    "UsbClosedError",
+    "UsbDeviceNotFound",
+    "UsbError",
+    "UsbInterruptedError",
+    "UsbInvalidParamError",
+    "UsbIoError",
+    "UsbLibraryConflict",
+    "UsbNoDeviceError",
+    "UsbNoMemError",
+    "UsbNotFoundError",
+    "UsbNotSupportedError",
+    "UsbOtherError",
+    "UsbOverflowError",
+    "UsbPipeError",
+    "UsbTimeoutError",
+    "UsbWaitTimeout",
+    "error_for_code",
+    "error_for_status",
+]
+
+
+class LibusbCode(NamedTuple):
+    """One row of a libusb table: numeric value, libusb's enum name, libusb's English message, speck's class name."""
+
+    value: int
+    name: str
+    message: str
+    class_name: str
+    hint: str = ""
+
+
+# libusb_error (libusb.h) with libusb_strerror's English text; the hint says what to do about it.
+LIBUSB_ERRORS: tuple[LibusbCode, ...] = (
+    LibusbCode(-1, "LIBUSB_ERROR_IO", "Input/Output Error", "UsbIoError"),
+    LibusbCode(-2, "LIBUSB_ERROR_INVALID_PARAM", "Invalid parameter", "UsbInvalidParamError"),
+    LibusbCode(
+        -3,
+        "LIBUSB_ERROR_ACCESS",
+        "Access denied (insufficient permissions)",
+        "UsbAccessError",
+        "run as root or add a udev rule granting access to the bridge",
+    ),
+    LibusbCode(
+        -4,
+        "LIBUSB_ERROR_NO_DEVICE",
+        "No such device (it may have been disconnected)",
+        "UsbNoDeviceError",
+        "the device is gone: reconnect it and reopen",
+    ),
+    LibusbCode(-5, "LIBUSB_ERROR_NOT_FOUND", "Entity not found", "UsbNotFoundError"),
+    LibusbCode(
+        -6,
+        "LIBUSB_ERROR_BUSY",
+        "Resource busy",
+        "UsbBusyError",
+        "another process or kernel driver holds the interface; close it first",
+    ),
+    LibusbCode(-7, "LIBUSB_ERROR_TIMEOUT", "Operation timed out", "UsbTimeoutError"),
+    LibusbCode(-8, "LIBUSB_ERROR_OVERFLOW", "Overflow", "UsbOverflowError"),
+    LibusbCode(-9, "LIBUSB_ERROR_PIPE", "Pipe error", "UsbPipeError", "the endpoint stalled or refused the request"),
+    LibusbCode(
+        -10, "LIBUSB_ERROR_INTERRUPTED", "System call interrupted (perhaps due to signal)", "UsbInterruptedError"
+    ),
+    LibusbCode(
+        -11,
+        "LIBUSB_ERROR_NO_MEM",
+        "Insufficient memory",
+        "UsbNoMemError",
+        "on Linux the usbfs memory cap may be too small (/sys/module/usbcore/parameters/usbfs_memory_mb)",
+    ),
+    LibusbCode(
+        -12,
+        "LIBUSB_ERROR_NOT_SUPPORTED",
+        "Operation not supported or unimplemented on this platform",
+        "UsbNotSupportedError",
+    ),
+    LibusbCode(-99, "LIBUSB_ERROR_OTHER", "Other error", "UsbOtherError"),
+)
+
+# libusb_transfer_status (libusb.h) with the meaning libusb documents; COMPLETED is not an error.
+# The last field of each row names the libusb_error class the status also derives from.
+LIBUSB_TRANSFER_STATUSES: tuple[tuple[LibusbCode, str], ...] = (
+    (LibusbCode(1, "LIBUSB_TRANSFER_ERROR", "Transfer failed", "TransferFailedError"), "UsbIoError"),
+    (LibusbCode(2, "LIBUSB_TRANSFER_TIMED_OUT", "Transfer timed out", "TransferTimedOutError"), "UsbTimeoutError"),
+    (LibusbCode(3, "LIBUSB_TRANSFER_CANCELLED", "Transfer was cancelled", "TransferCancelledError"), "UsbIoError"),
+    (
+        LibusbCode(
+            4,
+            "LIBUSB_TRANSFER_STALL",
+            "Halt condition detected (endpoint stalled)",
+            "TransferStallError",
+            "the endpoint stalled: reopen the device (open resets the endpoints)",
+        ),
+        "UsbPipeError",
+    ),
+    (
+        LibusbCode(
+            5,
+            "LIBUSB_TRANSFER_NO_DEVICE",
+            "Device was disconnected",
+            "TransferNoDeviceError",
+            "the device is gone: reconnect it and reopen",
+        ),
+        "UsbNoDeviceError",
+    ),
+    (
+        LibusbCode(6, "LIBUSB_TRANSFER_OVERFLOW", "Device sent more data than requested", "TransferOverflowError"),
+        "UsbOverflowError",
+    ),
+)
+
+
+class UsbError(Exception):
+    """Base of every USB-level error raised by speck.usbgpu."""
+
+    code: int = 0
+    libusb_name: str = ""
+    default_message: str = ""
+    hint: str = ""
+
+    def __init__(self, operation: str, libusb_message: str | None = None, detail: str = "") -> None:
+        self.operation = operation
+        self.libusb_message = libusb_message if libusb_message else self.default_message
+        self.detail = detail
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        text = f"{self.operation} failed"
+        if self.libusb_name:
+            text += f": {self.libusb_name} ({self.libusb_message})"
+        elif self.libusb_message:
+            text += f": {self.libusb_message}"
+        if self.detail:
+            text += f"; {self.detail}"
+        if self.hint:
+            text += f"; {self.hint}"
+        return text
+
+
+class TransferError(UsbError):
+    """An asynchronous transfer completed badly; raised (sticky) by the wait after the completion."""
+
+    tag: int | None = None
+
+
+# One class per table row. Their codes, libusb names, messages, hints and docstrings are filled in from the tables
+# below by _bind_tables(), which also checks that every row has its class and the right bases.
+class UsbIoError(UsbError): ...
+
+
+class UsbInvalidParamError(UsbError): ...
+
+
+class UsbAccessError(UsbError): ...
+
+
+class UsbNoDeviceError(UsbError): ...
+
+
+class UsbNotFoundError(UsbError): ...
+
+
+class UsbBusyError(UsbError): ...
+
+
+class UsbTimeoutError(UsbError): ...
+
+
+class UsbOverflowError(UsbError): ...
+
+
+class UsbPipeError(UsbError): ...
+
+
+class UsbInterruptedError(UsbError): ...
+
+
+class UsbNoMemError(UsbError): ...
+
+
+class UsbNotSupportedError(UsbError): ...
+
+
+class UsbOtherError(UsbError): ...
+
+
+class TransferFailedError(TransferError, UsbIoError): ...
+
+
+class TransferTimedOutError(TransferError, UsbTimeoutError): ...
+
+
+class TransferCancelledError(TransferError, UsbIoError): ...
+
+
+class TransferStallError(TransferError, UsbPipeError): ...
+
+
+class TransferNoDeviceError(TransferError, UsbNoDeviceError): ...
+
+
+class TransferOverflowError(TransferError, UsbOverflowError): ...
+
+
+_BY_CODE: dict[int, type[UsbError]] = {}
+_BY_STATUS: dict[int, type[TransferError]] = {}
+
+
+def _bind_tables() -> None:
+    """Attach each libusb table row to its class (the tables are the source of truth for codes and texts)."""
+    namespace = globals()
+    for row in LIBUSB_ERRORS:
+        cls = namespace[row.class_name]
+        assert issubclass(cls, UsbError) and not issubclass(cls, TransferError), row
+        cls.code, cls.libusb_name, cls.default_message, cls.hint = row.value, row.name, row.message, row.hint
+        cls.__doc__ = f"A libusb call failed with {row.name} ({row.message})."
+        _BY_CODE[row.value] = cls
+    for row, also in LIBUSB_TRANSFER_STATUSES:
+        cls = namespace[row.class_name]
+        assert issubclass(cls, TransferError) and issubclass(cls, namespace[also]), row
+        cls.code, cls.libusb_name, cls.default_message = row.value, row.name, row.message
+        cls.hint = row.hint or namespace[also].hint
+        cls.__doc__ = f"An async transfer completed with {row.name} ({row.message})."
+        _BY_STATUS[row.value] = cls
+
+
+_bind_tables()
+
+
+class TransferShortError(TransferError):
+    """An async transfer completed with status COMPLETED but moved fewer bytes than submitted (latched as -1)."""
+
+    code = -1
+    libusb_name = "LIBUSB_TRANSFER_COMPLETED"
+    default_message = "short completion"
+    hint = "the device accepted less than it was sent: reopen the device"
+
+
+class UsbWaitTimeout(UsbTimeoutError):
+    """A wait gave up while its transfer was still in flight (nothing is latched; the wait may be retried)."""
+
+    default_message = "transfer still in flight when the wait timed out"
+
+
+class UsbClosedError(UsbError):
+    """The transport (or its async pool) was used after close()."""
+
+    hint = "open a new UsbTransport"
+
+
+class UsbDeviceNotFound(UsbError):
+    """Discovery found no usable bridge; the message lists every candidate tried and why each failed."""
+
+    def __init__(self, operation: str, candidates: list[str], hint: str) -> None:
+        self.candidates = candidates
+        self.hint = hint
+        super().__init__(operation, "no usable device", "\n  " + "\n  ".join(candidates) if candidates else "")
+
+    def _format(self) -> str:
+        return f"{self.operation}: no usable device; tried:{self.detail}\n{self.hint}"
+
+
+class LibusbLoadError(UsbError):
+    """The libusb shared library (real or simulated) could not be loaded."""
+
+
+class UsbLibraryConflict(LibusbLoadError):
+    """A different libusb (real vs simulator) is already loaded; one process can use only one."""
+
+
+class HelperBuildMismatch(ImportError):
+    """The compiled helper was built for a different speck-usbgpu version than the Python code importing it."""
+
+
+def error_for_code(code: int, operation: str, libusb_message: str | None = None, detail: str = "") -> UsbError:
+    """The named exception for a negative libusb_error `code` raised during `operation`."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return UsbOtherError(operation, libusb_message or f"unknown libusb error {code}", detail)
+    return cls(operation, libusb_message, detail)
+
+
+def error_for_status(
+    status: int, operation: str, actual_length: int, length: int, tag: int | None = None
+) -> TransferError:
+    """The named exception for an async transfer that completed with `status` (0 with a short length = short)."""
+    detail = f"{actual_length}/{length} bytes transferred"
+    if status == 0:
+        err: TransferError = TransferShortError(operation, None, detail)
+    else:
+        cls = _BY_STATUS.get(status)
+        if cls is None:
+            err = TransferFailedError(operation, f"unknown transfer status {status}", detail)
+        else:
+            err = cls(operation, None, detail)
+    err.tag = tag
+    return err
+
+
+# --- bridge / GPU errors ---
+# Raised above the transport (speck.usbgpu.bridge / sdma / copyin / api): the USB transfers succeeded but the bridge
+# firmware, the PCIe fabric or the GPU did not do what the protocol says. `operation` names the step.
+
+
+class BridgeError(UsbError):
+    """A bridge-firmware, PCIe or GPU-level step failed although its USB transfers completed."""
+
+
+class PcieLinkError(BridgeError):
+    """The bridge's downstream PCIe link did not come up (LTSSM never reached L0 = 0x78)."""
+
+    hint = "check that the GPU is seated and powered; the bridge retrains the link on 0xF3(1)"
+
+
+class TlpError(BridgeError):
+    """The bridge's TLP engine kept reporting an error or poll timeout (ret_status != 0) through every retry."""
+
+    hint = "the PCIe link may have dropped: power-cycle the GPU and reopen"
+
+
+class TlpCompletionError(TlpError):
+    """A non-posted TLP completed with a non-success status: UR, Completer Abort or Config Retry."""
+
+    hint = "check the address: nothing on the fabric claimed it (UR) or the target refused it"
+
+
+class PcieSetupError(BridgeError):
+    """Bridge/BAR setup found something unexpected downstream (no GPU on bus 4, a BAR that cannot be placed)."""
+
+
+class GpuFenceTimeout(BridgeError):
+    """The GPU did not reach a fence or timeline value within the poll limit (hung queue or lost data)."""
+
+    hint = "the GPU queue may be hung: reopen the device (open resets the SDMA queue)"
+
+
+class F4BailError(BridgeError):
+    """Every 0xF4 fence-gated arm attempt bailed: the device gave up waiting for the GPU fence."""
+
+    hint = "the GPU is not draining the bounce buffers: reopen the device; USB_F4GATE=0 selects the E4 gate"
+
+
+class VramAllocError(BridgeError):
+    """An allocation does not fit in the GPU's VRAM (or its CPU-visible BAR)."""
+
+
+class DeviceUnusableError(BridgeError):
+    """The UsbGpu was closed or an earlier failure left it in an unknown state."""
+
+    hint = "close it and open the device again (UsbGpu.open)"

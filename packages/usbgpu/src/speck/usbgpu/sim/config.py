@@ -1,0 +1,111 @@
+"""Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (USB_PROTOCOL.md 2 and 7).
+
+The constants here are the simulator's own restatement of the protocol: the driver (speck.usbgpu.bridge/sdma)
+keeps its own copy on purpose, so a wrong number on either side shows up as a failing differential test instead of
+agreeing with itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# --- bridge memory map (USB_PROTOCOL.md 2.1 / 2.2) ---
+SRAM_PCIE = 0x200000  # 32 slots x 16 KiB bounce SRAM as the GPU sees it
+SRAM_SIZE = 0x80000
+SLOT_SIZE = 0x4000
+NUM_SLOTS = 32
+SECTOR = 512
+SQ_PCIE = 0x820000  # "NVMe SQ" page (fence flags at +0x800)
+CQ_PCIE = 0x822000  # "NVMe CQ" page (a GPU write here releases a read-armed IN stream)
+PAGE = 0x1000
+XDATA_SQ = 0xA000
+XDATA_CQ = 0xB800
+XDATA_CQ_SIZE = 0x800  # 0xC000+ is register space, so only 2 KiB of the CQ page can really be a window
+XDATA_SRAM = 0xF000
+XDATA_SRAM_SIZE = 0x1000
+XDATA_MISROUTE = 0x7000  # EP 0x02 landing buffer: unarmed bulk OUT data ends up here
+XDATA_LTSSM = 0xB450
+LTSSM_L0 = 0x78
+LTSSM_DETECT = 0x01
+FLAGS_XDATA = 0xA800  # four u64 fence flags (G3): full0, full1, first0, first1
+
+# --- GPU side (simulator address translation; real hardware sets this up with GMMU page tables) ---
+GPU_SYS_APERTURE = 1 << 47  # GPU VA = GPU_SYS_APERTURE + bridge PCIe address reaches the bridge's SRAM/SQ/CQ
+GPU_VENDOR = 0x1002
+GPU_DEVICE = 0x744C
+BRIDGE_VENDOR = 0x1B21
+BRIDGE_DEVICE = 0x2464
+GPU_BUS = 4
+DOORBELL_SDMA0 = 256  # doorbell index of SDMA0 queue 0; the host writes 64 bits at BAR2 + index * 8
+
+# Simulator-defined MMIO registers in BAR5 (byte offsets). The real register map of an RDNA3 SDMA engine is
+# programmed by firmware bring-up, which is out of scope; the simulator exposes this small, documented stand-in.
+MMIO_ID = 0x0000  # read-only: GPU device id << 16 | vendor id
+MMIO_SDMA_RB_BASE_LO = 0x1000  # ring base VA >> 8, low 32 bits
+MMIO_SDMA_RB_BASE_HI = 0x1004
+MMIO_SDMA_RB_CNTL = 0x1008  # bit 0 enable; bits 6:1 log2(ring size in dwords); writing disables/resets the queue
+MMIO_SDMA_RPTR_ADDR_LO = 0x100C  # VRAM VA where the engine writes its read pointer back (u64, bytes)
+MMIO_SDMA_RPTR_ADDR_HI = 0x1010
+MMIO_SDMA_WPTR_ADDR_LO = 0x1014  # VRAM VA of the write-pointer word (u64, bytes)
+MMIO_SDMA_WPTR_ADDR_HI = 0x1018
+MMIO_SDMA_DOORBELL = 0x101C  # doorbell offset in dwords (index * 2)
+MMIO_SDMA_STATUS = 0x1020  # read-only: bit 0 idle, bit 1 hung, bit 2 polling
+MMIO_SDMA_RPTR = 0x1024  # read-only: current read pointer (low 32 bits)
+
+
+@dataclass
+class SimTiming:
+    """Virtual-time model of the link, the bridge firmware and the GPU copy engine (all times in nanoseconds).
+
+    Defaults model a USB 3.2 Gen 2 (10 Gbit/s) link: ~1000 MB/s of bulk payload after 128b/132b coding and
+    protocol overhead, the firmware's measured 0xF0 costs (~3.6 MB/s stream write, ~1.8 MB/s stream read), a
+    100 us vendor-request round trip (requests are handled in 8051 firmware) and an SDMA copy across the GPU's
+    PCIe x2 link to the bridge at ~1.8 GB/s.
+    """
+
+    link_bytes_per_s: float = 1.0e9
+    bulk_latency_ns: float = 20_000.0  # submit -> first byte for a transfer that is not already queued behind another
+    control_rtt_ns: float = 100_000.0
+    f0_write_ns_per_dword: float = 1_100.0
+    f0_read_ns_per_dword: float = 2_200.0
+    sdma_bytes_per_s: float = 1.8e9
+    sdma_packet_ns: float = 100.0  # decode cost per SDMA packet
+    gpu_write_ns: float = 500.0  # a GPU write (WRITE/FENCE) landing in bridge memory or VRAM
+    poll_recheck_ns: float = 1_000.0  # delay between a change of polled memory and the stalled POLL noticing it
+    arm_switch_ns: float = 0.0  # end of one arm's sectors -> the latched arm accepting data
+    f4_wait_limit_ns: float = 2.0e9  # 0xF4 gives up (bails) after this long
+    link_power_on_ns: float = 300.0e6  # 0xF3(1): fw waits for 3 stable LTSSM samples before answering
+    watchdog_ns: float | None = 10.0e9  # a POLL stalled this long marks the SDMA queue hung (None = never)
+    quantum: int = 16384  # granularity of modelled data movement (link and SDMA copies)
+
+
+FaultMode = Literal["error", "short", "timeout", "stall"]
+
+
+@dataclass
+class TransferFault:
+    """Make the `nth` (1-based, counted from injection) transfer on `endpoint` fail after `after_bytes` bytes."""
+
+    endpoint: int
+    nth: int
+    mode: FaultMode
+    after_bytes: int | None = None  # None: half of the transfer, rounded down to a sector
+
+
+@dataclass
+class SimFaults:
+    """Switchable faults (USB_PROTOCOL.md 7). Transfer faults and disconnects are one-shot; the rest stay on."""
+
+    transfer_faults: list[TransferFault] = field(default_factory=list)
+    disconnect_after_out_bytes: int | None = None  # unplug once this many more EP 0x02 bytes moved
+    f4_bail: Literal["once", "always"] | None = None  # 0xF4 bails at once instead of waiting when the fence is short
+    f4_compares: Literal["first", "full", "either"] = "first"  # which flag 0xF4 waits for (fw unknown)
+    gpu_hang_after_packets: int | None = None  # the SDMA engine stops dead after this many more packets
+    full_window_corruption: bool = False  # an arm whose data ends on a 256 KiB boundary corrupts its last sector
+    cq_clobber: bool = False  # the engine writes a 16-byte CQE into the CQ page per completed OUT arm (wrapping)
+    sq_scribble: bool = False  # ... and scribbles in the SQ page below +0x800
+    second_latch: Literal["error", "replace"] = "error"  # an arm while one is already latched
+    misroute_nak: bool = True  # after a misrouted packet the endpoint NAKs until something is armed
+    link_training_fails: bool = False  # 0xF3(1) never brings LTSSM to L0
+    tlp_engine_errors: int = 0  # the next N single TLPs report ret_status 1 (engine error flag)

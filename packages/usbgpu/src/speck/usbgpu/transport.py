@@ -1,0 +1,495 @@
+"""speck.usbgpu's USB transport: open the bridge, sync control/bulk through python-libusb1, async bulk OUT through
+the C helper - both on the same libusb context and device handle.
+
+Which libusb gets loaded is decided at the first open: the simulator's fake libusb (sim models given, or
+SPECK_USB_SIM=1), else a system libusb-1.0, else the library shipped by the libusb-package wheel (SPECK_LIBUSB_PATH
+overrides). python-libusb1 binds one libusb per process, so asking for the other kind later raises
+UsbLibraryConflict. The library is loaded before python-libusb1 is first used, which is what lets usb1 work
+without a system libusb.
+
+Resources die in order (CONVENTIONS.md item 13): the async pool's finalizer holds the device handle and the
+context, the handle's finalizer holds the context, and close() tears down transfers, then interface and handle,
+then the context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar
+
+from speck.usbgpu import errors, helper
+from speck.usbgpu.sim.model_api import UsbDeviceModel
+
+__all__ = [
+    "SUPPORTED_IDS",
+    "PRODUCT_PREFIXES",
+    "TransportStats",
+    "UsbTransport",
+    "loaded_libusb",
+]
+
+# USB_PROTOCOL.md 1.1: both vendor ids run the custom firmware; both lists are searched, in this order.
+SUPPORTED_IDS: tuple[tuple[int, int], ...] = ((0xADD1, 0x0001), (0x3801, 0x0001))
+PRODUCT_PREFIXES: tuple[str, ...] = ("custom", "AS2462")
+INTERFACE = 0
+CONFIGURATION = 1
+ALT_SETTING = 0
+REQUEST_TYPE_VENDOR_OUT = 0x40
+REQUEST_TYPE_VENDOR_IN = 0xC0
+SIM_HINT = (
+    "is the bridge connected and its custom firmware flashed (product string 'custom...')? "
+    "To run without hardware set SPECK_USB_SIM=1 (or pass sim=[model]) to use the simulator."
+)
+
+LibusbKind = Literal["real", "sim"]
+_loaded: tuple[LibusbKind, str] | None = None
+
+T = TypeVar("T")
+
+
+@dataclass
+class TransportStats:
+    """Per-transport counters (for the benchmark: control transfers per MB, bytes moved)."""
+
+    control_transfers: int = 0
+    control_in_bytes: int = 0
+    control_out_bytes: int = 0
+    bulk_out_transfers: int = 0
+    bulk_out_bytes: int = 0
+    bulk_in_transfers: int = 0
+    bulk_in_bytes: int = 0
+    async_submits: int = 0
+    async_waits: int = 0
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        for f in fields(self):
+            setattr(self, f.name, 0)
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def loaded_libusb() -> tuple[LibusbKind, str] | None:
+    """("real" | "sim", path) of the libusb this process loaded, or None before the first open."""
+    return _loaded
+
+
+def _real_libusb_path() -> str:
+    """A system libusb-1.0 if one is installed, else the one bundled with the libusb-package wheel."""
+    override = os.environ.get("SPECK_LIBUSB_PATH")
+    if override:
+        return override
+    system = ctypes.util.find_library("usb-1.0")
+    if system:
+        return system
+    try:
+        import libusb_package
+
+        bundled = libusb_package.get_library_path()
+    except ImportError:
+        bundled = None
+    if bundled is None:
+        raise errors.LibusbLoadError(
+            "find libusb-1.0",
+            "no system libusb-1.0 and the libusb-package wheel has no library for this platform",
+            "install libusb-1.0 (e.g. apt-get install libusb-1.0-0) or `pip install libusb-package`; "
+            "set SPECK_USB_SIM=1 to use the simulator instead",
+        )
+    return str(bundled)
+
+
+def _load_libusb(kind: LibusbKind, path: str) -> None:
+    """Load libusb `path` into python-libusb1 and the helper, once per process."""
+    global _loaded
+    if _loaded is not None:
+        if _loaded == (kind, path):
+            return
+        raise errors.UsbLibraryConflict(
+            f"load the {kind} libusb ({path})",
+            f"this process already uses the {_loaded[0]} libusb ({_loaded[1]})",
+            "python-libusb1 binds one libusb per process: run simulator and hardware sessions in separate processes",
+        )
+    from usb1 import _libusb1
+
+    try:
+        dll = ctypes.CDLL(path, use_errno=True, use_last_error=True)
+    except OSError as exc:
+        raise errors.LibusbLoadError(f"load the {kind} libusb", str(exc)) from exc
+    if not _libusb1.loadLibrary(dll):
+        already = getattr(getattr(_libusb1, "libusb", None), "_name", "?")
+        if already != path:
+            raise errors.UsbLibraryConflict(
+                f"load the {kind} libusb ({path})",
+                f"python-libusb1 already loaded {already}",
+                "open speck.usbgpu before anything else uses usb1 in this process",
+            )
+    helper.load_libusb(path)
+    _loaded = (kind, path)
+
+
+def _default_sim_models() -> list[UsbDeviceModel]:
+    try:
+        from speck.usbgpu.sim.device import SimDevice  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        raise errors.LibusbLoadError(
+            "SPECK_USB_SIM=1",
+            f"the default simulated device speck.usbgpu.sim.device.SimDevice is unavailable ({exc})",
+            "pass sim=[model] with a UsbDeviceModel instead",
+        ) from exc
+    return [SimDevice()]
+
+
+def _raw_pointer(obj: Any) -> int:
+    """The address held by a ctypes pointer (usb1's context / device handle)."""
+    value = ctypes.cast(obj, ctypes.c_void_p).value
+    return int(value or 0)
+
+
+def _teardown(pool: helper.AsyncBulkPool | None, handle: Any, context: Any, claimed: list[bool]) -> None:
+    """Free in dependency order: transfers, then interface + handle, then context."""
+    import usb1
+
+    try:
+        if pool is not None:
+            pool.close()
+    finally:
+        try:
+            if claimed and claimed[0]:
+                claimed[0] = False
+                try:
+                    handle.releaseInterface(INTERFACE)
+                except usb1.USBError:
+                    pass  # a disconnected device cannot release; closing the handle still frees it
+            handle.close()
+        finally:
+            context.close()
+
+
+class UsbTransport:
+    """An open bridge: sync control/bulk transfers and async bulk OUT, with named errors (speck.usbgpu.errors)."""
+
+    product: str
+    vid: int
+    pid: int
+    name: str
+    stats: TransportStats
+
+    def __init__(
+        self,
+        context: Any,
+        handle: Any,
+        product: str,
+        vid: int,
+        pid: int,
+        name: str,
+        simulated: bool,
+    ) -> None:
+        """Use UsbTransport.open(); this wraps an already configured usb1 context and handle."""
+        self.product, self.vid, self.pid, self.name = product, vid, pid, name
+        self.simulated = simulated
+        self.stats = TransportStats()
+        self._context = context
+        self._handle = handle
+        self._handle_ptr = _raw_pointer(handle._USBDeviceHandle__handle)
+        self._pool = helper.AsyncBulkPool(
+            _raw_pointer(context._USBContext__context_p), self._handle_ptr, owners=(handle, context)
+        )
+        self._claimed = [True]
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _teardown, self._pool, handle, context, self._claimed)
+
+    # ---- opening ----
+    @classmethod
+    def open(cls, index: int = 0, sim: Sequence[UsbDeviceModel] | UsbDeviceModel | None = None) -> UsbTransport:
+        """Open the `index`-th usable bridge (VID:PID in SUPPORTED_IDS, product string 'custom...'/'AS2462...').
+
+        With `sim` (models, or env SPECK_USB_SIM=1 for the default SimDevice) the simulator's fake libusb is
+        loaded instead of the real one; passing the same model objects again reopens them as they are (their
+        state kept), other models replace the simulated bus (transports still open on it see NO_DEVICE). Open sequence (USB_PROTOCOL.md 1.2): read the product string; if a kernel
+        driver holds interface 0, detach it and reset the device; set configuration 1; claim interface 0; select
+        alt setting 0.
+        """
+        if index < 0:
+            raise ValueError(f"device index must be >= 0, got {index}")
+        if sim is None and os.environ.get("SPECK_USB_SIM", "") not in ("", "0"):
+            sim = _default_sim_models()
+        if sim is not None:
+            from speck.usbgpu.sim import shim
+
+            models: list[UsbDeviceModel] = [sim] if isinstance(sim, UsbDeviceModel) else list(sim)
+            path = shim.library_path()
+            _load_libusb("sim", path)  # check the conflict before touching the fake bus
+            installed = shim.installed_models()
+            if len(installed) != len(models) or any(a is not b for a, b in zip(installed, models)):
+                shim.install(models)  # new models replace the bus; the same models are reopened as they are
+            return cls._open_on_bus(index, simulated=True)
+        _load_libusb("real", _real_libusb_path())
+        return cls._open_on_bus(index, simulated=False)
+
+    @classmethod
+    def _open_on_bus(cls, index: int, simulated: bool) -> UsbTransport:
+        import usb1
+
+        context = usb1.USBContext()
+        try:
+            _call(simulated, "create libusb context", context.open)
+            found, tried = cls._discover(context, simulated)
+            if index >= len(found):
+                for _, h, _, _ in found:
+                    h.close()
+                where = "simulated bus" if simulated else "USB bus"
+                if found:
+                    tried.append(f"only {len(found)} usable device(s) found, but index {index} was requested")
+                raise errors.UsbDeviceNotFound(f"open USB GPU bridge #{index} on the {where}", tried, SIM_HINT)
+            for i, (_, h, _, _) in enumerate(found):
+                if i != index:
+                    h.close()
+            device, handle, product, name = found[index]
+            handle = cls._configure(device, handle, simulated, name)
+            return cls(context, handle, product, device.getVendorID(), device.getProductID(), name, simulated=simulated)
+        except BaseException:
+            context.close()  # closes every handle and device opened on it
+            raise
+
+    @staticmethod
+    def _discover(context: Any, simulated: bool) -> tuple[list[tuple[Any, Any, str, str]], list[str]]:
+        """All usable bridges, in SUPPORTED_IDS order, and a line per candidate saying why it was (not) usable."""
+        import usb1
+
+        devices = _call(simulated, "enumerate USB devices", lambda: list(context.getDeviceIterator(skip_on_error=True)))
+        found: list[tuple[Any, Any, str, str]] = []
+        tried: list[str] = []
+        for vid, pid in SUPPORTED_IDS:
+            ident = f"{vid:04x}:{pid:04x}"
+            matches = [d for d in devices if (d.getVendorID(), d.getProductID()) == (vid, pid)]
+            if not matches:
+                tried.append(f"{ident}: no device with this VID:PID")
+            for d in matches:
+                name = f"usb:{d.getBusNumber()}-{d.getDeviceAddress()}"
+                try:
+                    h = d.open()
+                except usb1.USBError as exc:
+                    tried.append(f"{ident} at {name}: open failed: {_describe(exc)}")
+                    continue
+                try:
+                    product = h.getProduct() or ""
+                except usb1.USBError as exc:
+                    h.close()
+                    tried.append(f"{ident} at {name}: reading the product string failed: {_describe(exc)}")
+                    continue
+                if not product.startswith(PRODUCT_PREFIXES):
+                    h.close()
+                    tried.append(
+                        f"{ident} at {name}: product string {product!r} does not start with 'custom' or 'AS2462' "
+                        "(stock firmware? flash the custom firmware)"
+                    )
+                    continue
+                tried.append(f"{ident} at {name}: usable ({product!r})")
+                found.append((d, h, product, name))
+        return found, tried
+
+    @staticmethod
+    def _configure(device: Any, handle: Any, simulated: bool, name: str) -> Any:
+        import usb1
+
+        try:
+            active = handle.kernelDriverActive(INTERFACE)
+        except usb1.USBErrorNotSupported:
+            active = False
+        except usb1.USBError as exc:
+            raise _convert(exc, f"query kernel driver on {name} interface {INTERFACE}", simulated) from exc
+        if active:
+            _call(simulated, f"detach kernel driver from {name} interface {INTERFACE}", handle.detachKernelDriver, 0)
+            try:
+                handle.resetDevice()
+            except usb1.USBErrorNotFound:
+                # libusb reports NOT_FOUND when the reset re-enumerated the device: open it again
+                handle.close()
+                handle = _call(simulated, f"reopen {name} after reset", device.open)
+            except usb1.USBError as exc:
+                raise _convert(exc, f"reset {name}", simulated) from exc
+        _call(simulated, f"set configuration {CONFIGURATION} on {name}", handle.setConfiguration, CONFIGURATION)
+        _call(simulated, f"claim interface {INTERFACE} of {name}", handle.claimInterface, INTERFACE)
+        _call(
+            simulated,
+            f"select alt setting {ALT_SETTING} of {name} interface {INTERFACE}",
+            handle.setInterfaceAltSetting,
+            INTERFACE,
+            ALT_SETTING,
+        )
+        return handle
+
+    # ---- transfers ----
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise errors.UsbClosedError(operation, f"the transport to {self.name} is closed")
+
+    def control_in(self, request: int, value: int, index: int, length: int, timeout_ms: int = 1000) -> bytes:
+        """Vendor control IN (bmRequestType 0xC0); returns exactly `length` bytes (a short reply is an error)."""
+        operation = f"control IN 0x{request:02X} (wValue=0x{value:04x}, wIndex=0x{index:04x}, {length} bytes)"
+        self._check_open(operation)
+        data = _call(
+            self.simulated,
+            operation,
+            self._handle.controlRead,
+            REQUEST_TYPE_VENDOR_IN,
+            request,
+            value,
+            index,
+            length,
+            timeout_ms,
+        )
+        self.stats.control_transfers += 1
+        self.stats.control_in_bytes += len(data)
+        if len(data) != length:
+            raise errors.TransferShortError(operation, None, f"{len(data)}/{length} bytes returned")
+        return bytes(data)
+
+    def control_out(self, request: int, value: int, index: int, data: bytes = b"", timeout_ms: int = 1000) -> None:
+        """Vendor control OUT (bmRequestType 0x40) with an optional data stage; a short write is an error."""
+        operation = f"control OUT 0x{request:02X} (wValue=0x{value:04x}, wIndex=0x{index:04x}, {len(data)} bytes)"
+        self._check_open(operation)
+        sent = _call(
+            self.simulated,
+            operation,
+            self._handle.controlWrite,
+            REQUEST_TYPE_VENDOR_OUT,
+            request,
+            value,
+            index,
+            data,
+            timeout_ms,
+        )
+        self.stats.control_transfers += 1
+        self.stats.control_out_bytes += sent
+        if sent != len(data):
+            raise errors.TransferShortError(operation, None, f"{sent}/{len(data)} bytes accepted")
+
+    def bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 1000) -> None:
+        """Synchronous bulk OUT; a short write is an error (USB_PROTOCOL.md 4.6)."""
+        nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+        operation = f"bulk OUT 0x{endpoint:02x} ({nbytes} bytes)"
+        self._check_open(operation)
+        sent = _call(self.simulated, operation, self._handle.bulkWrite, endpoint, data, timeout_ms)
+        self.stats.bulk_out_transfers += 1
+        self.stats.bulk_out_bytes += sent
+        if sent != nbytes:
+            raise errors.TransferShortError(operation, None, f"bulk OUT short write: {sent}/{nbytes} bytes")
+
+    def bulk_in(self, endpoint: int, length: int, timeout_ms: int = 10000) -> bytes:
+        """Synchronous bulk IN of up to `length` bytes; returns what arrived."""
+        operation = f"bulk IN 0x{endpoint:02x} ({length} bytes)"
+        self._check_open(operation)
+        data = _call(self.simulated, operation, self._handle.bulkRead, endpoint, length, timeout_ms)
+        self.stats.bulk_in_transfers += 1
+        self.stats.bulk_in_bytes += len(data)
+        return bytes(data)
+
+    def clear_halt(self, endpoint: int) -> None:
+        """CLEAR_FEATURE(ENDPOINT_HALT) on `endpoint`; the firmware also resets that endpoint and cancels streaming
+        (USB_PROTOCOL.md 1.4)."""
+        operation = f"clear halt on endpoint 0x{endpoint:02x}"
+        self._check_open(operation)
+        _call(self.simulated, operation, self._handle.clearHalt, endpoint)
+        self.stats.control_transfers += 1
+
+    def submit_bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 10000) -> int:
+        """Asynchronous bulk OUT through the C helper; returns a tag for wait(). `data` is not copied and stays
+        referenced (a bytearray stays locked against resizing) until its tag completes."""
+        operation = f"submit async bulk OUT 0x{endpoint:02x}"
+        self._check_open(operation)
+        tag = self._pool_call(self._pool.submit, endpoint, data, timeout_ms)
+        self.stats.async_submits += 1
+        self.stats.bulk_out_transfers += 1
+        self.stats.bulk_out_bytes += data.nbytes if isinstance(data, memoryview) else len(data)
+        return tag
+
+    def wait(self, tag: int, timeout_ms: int = 10000) -> None:
+        """Wait for async tag `tag`; raises the latched error (sticky) if any async transfer failed or was short."""
+        self._check_open(f"wait for async bulk OUT tag {tag}")
+        self.stats.async_waits += 1
+        self._pool_call(self._pool.wait, tag, timeout_ms)
+
+    def is_done(self, tag: int) -> bool:
+        """Whether async tag `tag` has completed (without waiting or raising the latch)."""
+        return self._pool.is_done(tag)
+
+    @property
+    def inflight(self) -> int:
+        """Async transfers submitted and not completed."""
+        return self._pool.inflight
+
+    def _pool_call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except errors.UsbError as exc:
+            _reraise_model_exception(self.simulated, exc)
+            raise
+
+    # ---- closing ----
+    def close(self) -> None:
+        """Cancel in-flight async transfers, release the interface, close the handle and the context."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() ran."""
+        return self._closed
+
+    def __enter__(self) -> UsbTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        kind = "sim" if self.simulated else "usb"
+        return f"<UsbTransport {self.name} {self.vid:04x}:{self.pid:04x} {self.product!r} {kind} {state}>"
+
+
+def _describe(exc: Any) -> str:
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        return str(errors.error_for_code(code, "libusb").args[0]).removeprefix("libusb failed: ")
+    return str(exc)
+
+
+def _reraise_model_exception(simulated: bool, cause: BaseException) -> None:
+    """In the simulator, an exception the model raised (not a ModelError) is the real cause: raise it."""
+    if not simulated:
+        return
+    from speck.usbgpu.sim import shim
+
+    model_exc = shim.take_exception()
+    if model_exc is not None:
+        raise model_exc from cause
+
+
+def _convert(exc: Any, operation: str, simulated: bool) -> errors.UsbError:
+    code = getattr(exc, "value", None)
+    converted = errors.error_for_code(
+        code if isinstance(code, int) else -99, operation, helper.libusb_text(code or -99)
+    )
+    _reraise_model_exception(simulated, converted)
+    return converted
+
+
+def _call(simulated: bool, operation: str, fn: Callable[..., T], *args: Any) -> T:
+    """Run a usb1 call, turning usb1.USBError into the named speck.usbgpu.errors exception."""
+    import usb1
+
+    try:
+        return fn(*args)
+    except usb1.USBError as exc:
+        raise _convert(exc, operation, simulated) from exc

@@ -1,0 +1,112 @@
+"""Bad input to programs is refused before anything runs, naming what was expected and what was found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hcq_kernels import ADD_IR, SCALE_IR
+from speck.hcq import Buffer, Device, HCQError, ProgramArgumentError
+from speck.hcq.cpu import CPUProgram
+
+N = 64
+
+
+@pytest.fixture(scope="module")
+def add_checked() -> CPUProgram:
+    dev = Device["CPU"]
+    bufs = [(0, np.float32, N, "out"), (1, np.float32, N, "in"), (2, np.float32, N, "in")]
+    return dev.runtime("add", dev.compiler.compile(ADD_IR), buffers=bufs, vars=[], global_size=(N, 1, 1))
+
+
+def buffers() -> tuple[Buffer, Buffer, Buffer]:
+    O = Buffer("CPU", N, np.float32).copyin(np.full(N, 5, np.float32))
+    A = Buffer("CPU", N, np.float32).copyin(np.arange(N, dtype=np.float32))
+    return O, A, A
+
+
+def assert_untouched(O: Buffer) -> None:
+    np.testing.assert_array_equal(O.numpy(), np.full(N, 5, np.float32))
+
+
+def test_correct_call_runs(add_checked: CPUProgram) -> None:
+    O, A, B = buffers()
+    add_checked(O, A, B, wait=True)
+    np.testing.assert_array_equal(O.numpy(), 2 * np.arange(N, dtype=np.float32))
+
+
+def test_wrong_buffer_count(add_checked: CPUProgram) -> None:
+    O, A, _ = buffers()
+    with pytest.raises(ProgramArgumentError, match="'add' takes 3 buffers, got 2"):
+        add_checked(O, A, wait=True)
+    assert_untouched(O)
+
+
+def test_too_small_buffer(add_checked: CPUProgram) -> None:
+    O, A, _ = buffers()
+    small = Buffer("CPU", N - 1, np.float32)
+    with pytest.raises(ProgramArgumentError, match="buffer 2 must hold at least 64 elements, got 63"):
+        add_checked(O, A, small, wait=True)
+    assert_untouched(O)
+
+
+def test_wrong_dtype(add_checked: CPUProgram) -> None:
+    O, A, _ = buffers()
+    wrong = Buffer("CPU", N, np.float64)
+    with pytest.raises(ProgramArgumentError, match="buffer 1 must hold float32 .itemsize 4., got float64 .itemsize 8."):
+        add_checked(O, wrong, A, wait=True)
+    assert_untouched(O)
+
+
+def test_buffer_on_another_device(add_checked: CPUProgram) -> None:
+    O, A, _ = buffers()
+    elsewhere = Buffer("CPU:1", N, np.float32)
+    with pytest.raises(ProgramArgumentError, match="loaded on CPU but buffer 2 .* lives on CPU:1"):
+        add_checked(O, A, elsewhere, wait=True)
+    assert_untouched(O)
+
+
+def test_unchecked_program_still_refuses_foreign_buffers() -> None:
+    dev = Device["CPU"]
+    prog = dev.runtime("add", dev.compiler.compile(ADD_IR))
+    O, A, _ = buffers()
+    with pytest.raises(ProgramArgumentError, match="lives on NULL"):
+        prog(O, A, Buffer("NULL", N, np.float32), global_size=(N, 1, 1))
+    with pytest.raises(ProgramArgumentError, match="argument 1 must be a Buffer, got ndarray"):
+        prog(O, np.zeros(N, np.float32), A, global_size=(N, 1, 1))  # type: ignore[arg-type]
+    assert_untouched(O)
+
+
+def test_wrong_variable_count_and_range() -> None:
+    dev = Device["CPU"]
+    prog = dev.runtime(
+        "scale",
+        dev.compiler.compile(SCALE_IR),
+        buffers=[(0, np.float32, N, "out"), (1, np.float32, N, "in")],
+        vars=[("k", 0, 10)],
+    )
+    O, A, _ = buffers()
+    with pytest.raises(ProgramArgumentError, match=r"takes 1 variable values \(k\), got 0"):
+        prog(O, A, global_size=(N, 1, 1))
+    with pytest.raises(ProgramArgumentError, match="must be int32, got 4294967296"):
+        prog(O, A, global_size=(N, 1, 1), vals=(2**32,))
+    with pytest.raises(ProgramArgumentError, match=r"variable k must be in \[0, 10\], got 11"):
+        prog(O, A, global_size=(N, 1, 1), vals=(11,))
+    assert_untouched(O)
+
+
+def test_batch_checks_every_call_before_running_any(add_checked: CPUProgram) -> None:
+    O, A, B = buffers()
+    with pytest.raises(ProgramArgumentError, match="takes 3 buffers"):
+        Device["CPU"].run_batch([(add_checked, [O, A, B], (N, 1, 1)), (add_checked, [O], (N, 1, 1))])
+    assert_untouched(O)
+    with pytest.raises(HCQError, match="is loaded on CPU"):
+        Device["CPU:1"].run_batch([(add_checked, [O, A, B], (N, 1, 1))])
+
+
+def test_missing_function_and_non_bytes() -> None:
+    dev = Device["CPU"]
+    with pytest.raises(KeyError, match="'nope' is not defined"):
+        dev.runtime("nope", dev.compiler.compile(ADD_IR))
+    with pytest.raises(ProgramArgumentError, match="expects the compiled object as bytes, got str"):
+        dev.runtime("add", ADD_IR)  # type: ignore[arg-type]

@@ -1,0 +1,244 @@
+"""The device registry and the NULL, DISK and PYTHON devices."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hcq_kernels import ADD_C, ADD_IR
+from speck.hcq import Buffer, BufferOptions, Device, DeviceNotFoundError, DeviceUnavailableError, HCQError
+from speck.hcq.device import canonicalize
+
+
+@pytest.mark.parametrize(
+    "name, canon",
+    [("cpu", "CPU"), ("CPU:0", "CPU"), ("cpu:1", "CPU:1"), ("Cpu:llvm", "CPU:LLVM"), ("cpu:clang", "CPU:CLANG"),
+     ("null", "NULL"), ("python", "PYTHON"), ("disk:/tmp/A.bin", "DISK:/tmp/A.bin")],
+)  # fmt: skip
+def test_names_are_canonicalised(name: str, canon: str) -> None:
+    assert canonicalize(name) == canon
+
+
+@pytest.mark.parametrize("name", ["GPU", "CPU:FOO", "CPU:-1", "DISK:", "NULL:3", ""])
+def test_unknown_device_lists_the_known_ones(name: str) -> None:
+    with pytest.raises(DeviceNotFoundError, match="CPU:LLVM.*CPU:CLANG.*PYTHON.*NULL.*DISK"):
+        Device[name]
+
+
+def test_registry_returns_one_device_per_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Device["cpu"] is Device["CPU"] is Device["CPU:0"]
+    assert Device["CPU:1"] is not Device["CPU"]
+    monkeypatch.delenv("DEV", raising=False)
+    assert Device.DEFAULT == "CPU"
+    monkeypatch.setenv("DEV", "null")
+    assert Device.DEFAULT == "NULL"
+    Device.DEFAULT = "cpu:1"
+    try:
+        assert Device.DEFAULT == "CPU:1"
+        with pytest.raises(DeviceNotFoundError, match="unknown device 'TPU'"):
+            Device.DEFAULT = "TPU"
+    finally:
+        Device.DEFAULT = None
+    assert Device.DEFAULT == "NULL"
+
+
+def test_cpu_devices_expose_compiler_and_renderer() -> None:
+    from speck.codegen.compiler import ClangCompiler, LLVMCompiler
+
+    assert isinstance(Device["CPU"].compiler, LLVMCompiler) and Device["CPU"].renderer_name == "llvm"
+    assert isinstance(Device["CPU:LLVM"].compiler, LLVMCompiler)
+    assert isinstance(Device["CPU:CLANG"].compiler, ClangCompiler) and Device["CPU:CLANG"].renderer_name == "clang"
+
+
+needs_cc = pytest.mark.skipif(
+    shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler"
+)
+
+
+@needs_cc
+def test_clang_device_runs_c_kernels() -> None:
+    dev = Device["CPU:CLANG"]
+    prog = dev.runtime("add", dev.compiler.compile(ADD_C))
+    n = 1000
+    a = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    A, O = Buffer("CPU:CLANG", n, np.float32).copyin(a), Buffer("CPU:CLANG", n, np.float32)
+    prog(O, A, A, global_size=(n, 1, 1), wait=True)
+    np.testing.assert_array_equal(O.numpy(), a + a)
+
+
+def test_x86_device_says_it_is_not_available_yet() -> None:
+    try:
+        from speck.codegen.x86 import X86Compiler  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        with pytest.raises(
+            DeviceUnavailableError, match=r"CPU:X86 is not available yet.*speck\.codegen\.x86\.X86Compiler"
+        ):
+            Device["CPU:X86"]
+    else:
+        assert Device["CPU:X86"].renderer_name == "x86"
+
+
+def test_cpu_device_needs_no_system_compiler(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a fresh process with an empty PATH: no gcc/clang/ld/objdump; llvmlite alone must compile, link and run
+    script = (
+        "import numpy as np\n"
+        "from speck.hcq import Buffer, Device\n"
+        f"ADD_IR = {ADD_IR!r}\n"
+        "dev = Device['CPU']\n"
+        "p = dev.runtime('add', dev.compiler.compile(ADD_IR))\n"
+        "a = Buffer('CPU', 8, np.float32).copyin(np.arange(8, dtype=np.float32))\n"
+        "o = Buffer('CPU', 8, np.float32)\n"
+        "p(o, a, a, global_size=(8, 1, 1), wait=True)\n"
+        "print(o.numpy().tolist())\n"
+    )
+    env = {**os.environ, "PATH": str(tmp_path), "SPECK_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([2.0 * i for i in range(8)])
+
+
+def test_python_device_needs_the_interpreter() -> None:
+    dev = Device["PYTHON"]
+    assert dev.renderer_name == "python"
+    b = Buffer("PYTHON", 4, np.float32).copyin(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(b.numpy(), np.arange(4, dtype=np.float32))
+    try:
+        from speck.codegen.interpret import run_program  # noqa: F401
+    except ImportError:
+        with pytest.raises(DeviceUnavailableError, match=r"speck\.codegen\.interpret"):
+            dev.runtime("k", b"src")
+
+
+def test_null_device_accepts_everything_and_runs_nothing() -> None:
+    dev = Device["NULL"]
+    used = dev.mem_used
+    b = Buffer("NULL", 1 << 20, np.float32).copyin(np.ones(1 << 20, np.float32))
+    assert dev.mem_used == used + (4 << 20)
+    prog = dev.runtime("k", dev.compiler.compile("void k() {}"))
+    prog(b, b, global_size=(1 << 20, 1, 1), wait=True)
+    dev.run_batch([(prog, [b], (4, 1, 1))] * 3)
+    assert prog.launches == 4  # type: ignore[attr-defined]
+    out = np.full(4, 7, np.float32)
+    Buffer("NULL", 4, np.float32).copyout(out)
+    assert (out == 7).all()
+    with pytest.raises(HCQError, match="not visible from the host"):
+        b.as_memoryview()
+
+
+def test_disk_device_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "weights.bin"
+    a = np.arange(256, dtype=np.float32)
+    w = Buffer(f"disk:{path}", 256, np.float32).copyin(a)  # a new file: created and mapped read-write
+    assert w.device == f"DISK:{path}"
+    del w
+    assert path.stat().st_size == 1024
+    # reading: the existing file is mapped read-only; views select tensors inside it
+    whole = Buffer(f"DISK:{path}", 1024, np.uint8)
+    t = whole.view(16, np.float32, offset=64)
+    np.testing.assert_array_equal(t.numpy(), a[16:32])
+    assert t.numpy().flags.writeable is False
+    out = np.empty(16, np.float32)
+    t.copyout(out)
+    np.testing.assert_array_equal(out, a[16:32])
+    cpu = Buffer("CPU", 16, np.float32).copy_from(t)
+    np.testing.assert_array_equal(cpu.numpy(), a[16:32])
+    with pytest.raises(HCQError, match="read-only"):
+        t.copyin(np.zeros(16, np.float32))
+    # writable on request
+    rw = Buffer(f"DISK:{path}", 256, np.float32, BufferOptions(writable=True))
+    rw.view(1, np.float32, offset=0).copyin(np.array([-1], np.float32))
+    assert np.fromfile(path, dtype=np.float32)[0] == -1
+    with pytest.raises(HCQError, match="runs no programs"):
+        Device[f"DISK:{path}"].runtime("k", b"")
+
+
+def test_disk_read_past_the_end_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"\0" * 16)
+    with pytest.raises(HCQError, match="16 bytes, smaller than the 64 bytes"):
+        Buffer(f"DISK:{path}", 64, np.uint8, BufferOptions(writable=False)).ensure_allocated()
+
+
+def test_llvm_device_runs_llvm_kernels() -> None:
+    dev = Device["CPU:LLVM"]
+    prog = dev.runtime("add", dev.compiler.compile(ADD_IR))
+    a = np.arange(10, dtype=np.float32)
+    A, O = Buffer("CPU:LLVM", 10, np.float32).copyin(a), Buffer("CPU:LLVM", 10, np.float32)
+    assert prog(O, A, A, global_size=(10, 1, 1), wait=True) is not None
+    np.testing.assert_array_equal(O.numpy(), 2 * a)
+
+
+def test_load_program_takes_a_program_spec() -> None:
+    dev = Device["CPU"]
+    spec = types.SimpleNamespace(
+        name="add",
+        lib=None,
+        src=ADD_IR,
+        global_size=(16, 1, 1),
+        local_size=None,
+        buffers=[(0, np.float32, 16, "out"), (1, np.float32, 16, "in"), (2, np.float32, 16, "in")],
+        vars=[],
+        estimates=types.SimpleNamespace(flops=16, mem=192),
+    )
+    prog = dev.load_program(spec)  # no lib: compiled from src with the device's compiler
+    a = np.arange(16, dtype=np.float32)
+    A, O = Buffer("CPU", 16, np.float32).copyin(a), Buffer("CPU", 16, np.float32)
+    prog(O, A, A, wait=True)  # global size from the spec
+    np.testing.assert_array_equal(O.numpy(), 2 * a)
+    assert prog.params is not None and [p.role for p in prog.params] == ["out", "in", "in"]
+
+
+def test_python_device_hands_programs_to_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def run_program(src, name, buffers, global_size, vals):  # type: ignore[no-untyped-def]
+        calls.append((src, name, global_size, vals))
+        out = np.frombuffer(buffers[0], dtype=np.float32)
+        out[:] = np.frombuffer(buffers[1], dtype=np.float32) * vals[0]
+
+    fake = types.ModuleType("speck.codegen.interpret")
+    fake.run_program = run_program  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "speck.codegen.interpret", fake)
+    dev = Device["PYTHON"]
+    prog = dev.runtime("scale", dev.compiler.compile("# rendered python"))
+    a = np.arange(5, dtype=np.float32)
+    A, O = Buffer("PYTHON", 5, np.float32).copyin(a), Buffer("PYTHON", 5, np.float32)
+    prog(O, A, global_size=(5, 1, 1), vals=(3,), wait=True)
+    assert calls == [("# rendered python", "scale", (5, 1, 1), (3,))]
+    np.testing.assert_array_equal(O.numpy(), 3 * a)
+
+
+@needs_cc
+@given(n=st.integers(1, 5000), threads=st.integers(1, 4), seed=st.integers(0, 2**16))
+@settings(max_examples=25)
+def test_llvm_and_clang_devices_agree(n: int, threads: int, seed: int) -> None:
+    progs = _add_on_both()
+    a = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    b = np.random.default_rng(seed + 1).standard_normal(n).astype(np.float32)
+    outs = []
+    for name, prog in progs.items():
+        A, B, O = (Buffer(name, n, np.float32) for _ in range(3))
+        A.copyin(a)
+        B.copyin(b)
+        prog(O, A, B, global_size=(n, 1, 1), threads=threads, wait=True)
+        outs.append(O.numpy().copy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], a + b)
+
+
+@functools.cache
+def _add_on_both() -> dict[str, object]:
+    llvm, clang = Device["CPU"], Device["CPU:CLANG"]
+    return {
+        "CPU": llvm.runtime("add", llvm.compiler.compile(ADD_IR)),
+        "CPU:CLANG": clang.runtime("add", clang.compiler.compile(ADD_C)),
+    }

@@ -1,0 +1,110 @@
+"""The CPU worker pool: results do not depend on the worker count or on how the outermost dimension is split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hcq_kernels import ADD_IR, ROWSUM_IR, SCALE_IR
+from speck.hcq import Buffer, Device
+from speck.hcq.cpu import POOL, CPUDevice, CPUProgram
+
+
+@pytest.fixture(scope="module")
+def progs() -> dict[str, CPUProgram]:
+    dev = Device["CPU"]
+    return {
+        "add": dev.runtime("add", dev.compiler.compile(ADD_IR)),
+        "scale": dev.runtime("scale", dev.compiler.compile(SCALE_IR)),
+        "rowsum": dev.runtime("rowsum", dev.compiler.compile(ROWSUM_IR)),
+    }
+
+
+def fresh(dev: CPUDevice, data: np.ndarray) -> Buffer:
+    return Buffer(dev.name, data.size, data.dtype).copyin(data)
+
+
+@pytest.mark.parametrize("threads", range(1, 9))
+def test_results_identical_for_1_to_8_threads(progs: dict[str, CPUProgram], cpu: CPUDevice, threads: int) -> None:
+    rng = np.random.default_rng(threads)
+    rows, cols = 37, 129
+    a = rng.standard_normal(rows * cols).astype(np.float32)
+    b = rng.standard_normal(rows * cols).astype(np.float32)
+    A, B, O = fresh(cpu, a), fresh(cpu, b), Buffer("CPU", rows * cols, np.float32)
+    progs["add"](O, A, B, global_size=(rows * cols, 1, 1), threads=threads, wait=True)
+    np.testing.assert_array_equal(O.numpy(), a + b)
+    progs["scale"](O, A, global_size=(rows * cols, 1, 1), vals=(3,), threads=threads, wait=True)
+    np.testing.assert_array_equal(O.numpy(), a * np.float32(3) + np.arange(rows * cols, dtype=np.float32))
+    R = Buffer("CPU", rows, np.float32)
+    progs["rowsum"](R, A, global_size=(rows, 1, 1), vals=(cols,), threads=threads, wait=True)
+    expected = np.zeros(rows, np.float32)
+    for j in range(cols):  # sequential float32 accumulation, the kernel's order
+        expected += a.reshape(rows, cols)[:, j]
+    np.testing.assert_array_equal(R.numpy(), expected)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_global_size_smaller_than_thread_count(progs: dict[str, CPUProgram], cpu: CPUDevice, n: int) -> None:
+    cpu.threads = 8
+    a = np.arange(n, dtype=np.float32) + 0.5
+    A, O = fresh(cpu, a), Buffer("CPU", n, np.float32).copyin(np.full(n, -7, np.float32))
+    progs["add"](O, A, A, global_size=(n, 1, 1), threads=8, wait=True)
+    np.testing.assert_array_equal(O.numpy(), a + a)
+
+
+@given(n=st.integers(0, 3000), threads=st.integers(1, 8))
+def test_any_split_covers_every_index_once(progs: dict[str, CPUProgram], n: int, threads: int) -> None:
+    dev = Device["CPU"]
+    a = np.arange(max(n, 1), dtype=np.float32)
+    A, O = fresh(dev, a), Buffer("CPU", max(n, 1), np.float32).copyin(np.full(max(n, 1), 99, np.float32))
+    progs["scale"](O, A, global_size=(n, 1, 1), vals=(2,), threads=threads, wait=True)
+    expected = np.full(max(n, 1), 99, np.float32)
+    expected[:n] = a[:n] * 2 + np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(O.numpy(), expected)
+
+
+def test_pool_runs_slices_in_parallel_threads() -> None:
+    import threading
+
+    seen: set[int] = set()
+    slices: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def fn(start: int, end: int) -> None:
+        with lock:
+            seen.add(threading.get_ident())
+            slices.append((start, end))
+
+    POOL.run(fn, (), 10, 4)
+    assert sorted(slices) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert len(seen) == 4  # the caller plus three workers
+
+
+def test_worker_error_reaches_the_launcher() -> None:
+    def fn(start: int, end: int) -> None:
+        if start > 0:
+            raise ValueError(f"slice {start}")
+
+    with pytest.raises(ValueError, match="slice"):
+        POOL.run(fn, (), 4, 2)
+    POOL.run(lambda s, e: None, (), 4, 2)  # the pool is still usable
+
+
+def test_cpu_threads_env_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CPU_THREADS", "3")
+    assert CPUDevice("CPU:7").threads == 3
+
+
+def test_small_kernels_stay_on_the_calling_thread(cpu: CPUDevice) -> None:
+    from speck.hcq.cpu import PARALLEL_MIN_BYTES, PARALLEL_MIN_FLOPS
+
+    prog = cpu.runtime("add", cpu.compiler.compile(ADD_IR))
+    small = [Buffer("CPU", 16, np.float32)] * 3
+    big = [Buffer("CPU", PARALLEL_MIN_BYTES // 4, np.float32)] * 3
+    assert cpu.choose_threads(prog, small) == 1 and cpu.choose_threads(prog, big) is None
+    prog.est_flops, prog.est_bytes = PARALLEL_MIN_FLOPS, 64  # compute-heavy on small buffers: parallel
+    assert cpu.choose_threads(prog, small) is None
+    prog.est_flops = 10  # estimates win over buffer sizes
+    assert cpu.choose_threads(prog, big) == 1

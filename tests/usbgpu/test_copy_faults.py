@@ -1,0 +1,172 @@
+"""Injected faults surface at the documented place with a clear error, in bounded virtual time, never a hang; after
+reopening, the next copy-in is correct."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from speck.usbgpu.api import UsbGpu
+from speck.usbgpu.copyin import CP_SIZE
+from speck.usbgpu.errors import (
+    DeviceUnusableError,
+    F4BailError,
+    GpuFenceTimeout,
+    PcieLinkError,
+    TlpError,
+    TransferShortError,
+    UsbError,
+    UsbIoError,
+    UsbNoDeviceError,
+    UsbPipeError,
+    UsbTimeoutError,
+)
+from speck.usbgpu.sim.config import SimFaults, SimTiming, TransferFault
+from speck.usbgpu.sim.device import SimDevice
+
+N = 4 * CP_SIZE + 1234
+DATA = random.Random(9).randbytes(N)
+BOUND_NS = 40e9  # every failure must surface within 40 s of virtual time (host timeouts are 10-30 s)
+
+
+def reopen_and_verify(dev: SimDevice, **kw: object) -> None:
+    """The next session on the same (possibly reconnected) device copies correctly with no violations."""
+    dev.violations.clear()
+    with UsbGpu.open(sim=dev, **kw) as gpu:  # type: ignore[arg-type]
+        buf = gpu.alloc(N)
+        gpu.copyin(buf, DATA)
+        assert dev.read_vram(buf.va, N) == DATA
+        out = bytearray(N)
+        gpu.copyout(out, buf)
+        assert out == DATA
+    assert dev.violations == []
+
+
+def warm(dev: SimDevice, **kw: object) -> tuple[UsbGpu, object]:
+    gpu = UsbGpu.open(sim=dev, poll_limit=3000, **kw)  # type: ignore[arg-type]
+    buf = gpu.alloc(N)
+    gpu.copyin(buf, DATA[:100])  # one-time init done; EP 0x02 transfers of the next copy-in are counted below
+    return gpu, buf
+
+
+# In a warm copy-in, EP 0x02 carries: 1 ring stream, 2 wptr, 3 doorbell, then the chunks' data transfers.
+@pytest.mark.parametrize(
+    ("mode", "nth", "error"),
+    [
+        ("error", 1, UsbIoError),
+        ("error", 6, UsbIoError),
+        ("short", 7, TransferShortError),
+        ("timeout", 6, UsbTimeoutError),
+        ("stall", 9, UsbPipeError),
+        ("stall", 3, UsbPipeError),
+    ],
+)
+def test_bulk_out_fault_surfaces_and_reopen_recovers(mode: str, nth: int, error: type[UsbError]) -> None:
+    dev = SimDevice()
+    gpu, buf = warm(dev)
+    dev.inject(TransferFault(0x02, nth, mode))  # type: ignore[arg-type]
+    start = dev.now_ns
+    with pytest.raises(error) as info:
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    assert "bulk OUT 0x02" in str(info.value)
+    assert dev.now_ns - start < BOUND_NS
+    with pytest.raises(DeviceUnusableError, match="earlier operation failed"):
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    gpu.close()
+    reopen_and_verify(dev)
+
+
+def test_disconnect_mid_copy_surfaces_no_device_and_reconnect_recovers() -> None:
+    dev = SimDevice()
+    gpu, buf = warm(dev)
+    dev.faults.disconnect_after_out_bytes = 300_000
+    start = dev.now_ns
+    with pytest.raises(UsbNoDeviceError, match="NO_DEVICE"):
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    assert dev.now_ns - start < BOUND_NS and not dev.connected
+    gpu.close()
+    with pytest.raises(UsbError):
+        UsbGpu.open(sim=dev)
+    dev.reconnect()
+    reopen_and_verify(dev)
+
+
+def test_f4_bail_then_succeed() -> None:
+    # A GPU slower than the link makes the gate wait; the first 0xF4 bails at once, the retry succeeds.
+    dev = SimDevice(timing=SimTiming(sdma_bytes_per_s=100e6), faults=SimFaults(f4_bail="once"))
+    with UsbGpu.open(sim=dev) as gpu:
+        buf = gpu.alloc(N)
+        gpu.copyin(buf, DATA)
+        assert dev.read_vram(buf.va, N) == DATA
+        assert dev.stats["f4_bails"] == 1 and gpu.copy_stats.f4_bails == 1
+    assert dev.violations == []
+
+
+def test_f4_bail_always_raises_after_three_attempts() -> None:
+    dev = SimDevice(timing=SimTiming(sdma_bytes_per_s=100e6), faults=SimFaults(f4_bail="always"))
+    gpu, buf = warm(dev)
+    start = dev.now_ns
+    with pytest.raises(F4BailError, match=r"0xF4 arm bailed waiting for GPU fence .*3 attempts"):
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    assert dev.now_ns - start < BOUND_NS
+    assert gpu.copy_stats.f4_attempts == 3 and dev.violations == []
+    gpu.close()
+    dev.faults.f4_bail = None
+    reopen_and_verify(dev)
+
+
+@pytest.mark.parametrize("f4gate", [True, False])
+def test_hung_gpu_fence_surfaces_in_bounded_time(f4gate: bool) -> None:
+    dev = SimDevice(timing=SimTiming(f4_wait_limit_ns=2e9))
+    gpu, buf = warm(dev, f4gate=f4gate)
+    dev.faults.gpu_hang_after_packets = 8  # stops mid-way through the copy-in's ring
+    start = dev.now_ns
+    expected: type[UsbError] = F4BailError if f4gate else GpuFenceTimeout
+    with pytest.raises(expected) as info:
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    assert "reopen" in str(info.value)
+    assert dev.now_ns - start < BOUND_NS and dev.sdma.hung
+    gpu.close()
+    dev.faults.gpu_hang_after_packets = None
+    reopen_and_verify(dev, f4gate=f4gate)
+
+
+def test_full_window_corruption_hits_g0_but_not_g3() -> None:
+    faults = SimFaults(full_window_corruption=True)
+    dev = SimDevice(faults=faults)
+    reopen_and_verify(dev)  # G3 wire images end mid-window: unaffected
+    dev = SimDevice(faults=faults)
+    with UsbGpu.open(sim=dev, mode="g0") as gpu:
+        buf = gpu.alloc(N)
+        gpu.copyin(buf, DATA)  # G0 sends full 512 KiB windows: their last sector arrives corrupted
+        assert dev.read_vram(buf.va, N) != DATA
+
+
+def test_cq_clobber_and_sq_scribble_do_not_disturb_copies() -> None:
+    dev = SimDevice(faults=SimFaults(cq_clobber=True, sq_scribble=True))
+    reopen_and_verify(dev)
+    assert dev.stats["cqes_written"] > 0
+
+
+def test_tlp_engine_errors_are_retried_then_reported() -> None:
+    dev = SimDevice(faults=SimFaults(tlp_engine_errors=4))
+    with UsbGpu.open(sim=dev):
+        pass
+    dev = SimDevice(faults=SimFaults(tlp_engine_errors=11))
+    with pytest.raises(TlpError, match="TLP error after retries"):
+        UsbGpu.open(sim=dev)
+
+
+def test_link_that_never_trains_fails_open_with_the_ltssm_state() -> None:
+    dev = SimDevice(faults=SimFaults(link_training_fails=True))
+    with pytest.raises(PcieLinkError, match=r"PCIe link not up \(LTSSM=0x11"):
+        UsbGpu.open(sim=dev)
+
+
+def test_data_before_arm_is_detected_through_the_real_stack() -> None:
+    dev = SimDevice()
+    with UsbGpu.open(sim=dev) as gpu:
+        with pytest.raises(UsbTimeoutError):
+            gpu.transport.bulk_out(0x02, bytes(4096), 50)
+    assert any("nothing armed" in v for v in dev.violations)
