@@ -4,7 +4,8 @@ Copies 64 MB in and out with the pipelined G3 copy-in and the serial G0 referenc
 fake libusb and C helper. Throughput is simulated (virtual clock) MB/s; host CPU is measured with the thread CPU
 clock. The driver's own CPU is measured by replaying: every transport call of the simulated run is recorded with its
 result, then the same copies run again against a transport that returns the recorded results, so the driver does
-exactly the same work with nothing (no libusb, no fake libusb, no model) behind it. Run: python3 bench/usbgpu.py [--size N] [--repeat R]
+exactly the same work with nothing (no libusb, no fake libusb, no model) behind it.
+Run: python3 bench/usbgpu.py [--size N] [--repeat R]
 """
 
 from __future__ import annotations
@@ -98,8 +99,12 @@ def bench_mode(mode: str, nbytes: int, repeat: int, data: bytes) -> tuple[Run, R
             ops[kind](gpu)
             cpu, virtual = time.thread_time() - cpu0, (dev.now_ns - v0) / 1e9
             runs[kind].append(
-                Run(mb / virtual, (dev.stats["control_transfers"] - ctrl0) / mb, cpu * 1e3 / mb,
-                    (dev.model_cpu_s - model0) * 1e3 / mb)
+                Run(
+                    mb / virtual,
+                    (dev.stats["control_transfers"] - ctrl0) / mb,
+                    cpu * 1e3 / mb,
+                    (dev.model_cpu_s - model0) * 1e3 / mb,
+                )
             )
     ok = out == data and not dev.violations
     gpu.close()
@@ -128,8 +133,10 @@ def main() -> None:
     link = SimDevice().timing.link_bytes_per_s / 1e6
     results = {mode: bench_mode(mode, args.size, args.repeat, data) for mode in ("g3", "g0")}
 
-    print(f"speck.usbgpu simulated copies of {args.size / 1e6:.0f} MB, link model {link:.0f} MB/s payload, "
-          f"median of {args.repeat}")
+    print(
+        f"speck.usbgpu simulated copies of {args.size / 1e6:.0f} MB, link model {link:.0f} MB/s payload, "
+        f"median of {args.repeat}"
+    )
     header = f"{'op':<12}{'MB/s':>9}{'of link':>9}{'ctrl/MB':>9}{'driver ms/MB':>14}{'all ms/MB':>11}{'model':>9}  ok"
     print(header)
     print("-" * len(header))

@@ -232,6 +232,12 @@ static int device_alive(const struct libusb_device *dev) {
 
 static int handle_alive(const struct libusb_device_handle *h) { return h && device_alive(h->dev); }
 
+/* Hot paths (transfers) only check that the device belongs to the current installation; whether it is still
+ * plugged in is answered by ops->submit / ops->wait returning LIBUSB_ERROR_NO_DEVICE, saving a callback. */
+static int handle_current(const struct libusb_device_handle *h) {
+    return h && g_have_ops && h->dev->generation == g_generation;
+}
+
 static unsigned timeval_ms(const struct timeval *tv) {
     if (!tv) return 60000; /* "block": one minute of model time, then the caller loops */
     long long ms = (long long)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000;
@@ -746,7 +752,7 @@ API int libusb_get_configuration(struct libusb_device_handle *h, int *config) {
 }
 
 API int libusb_set_configuration(struct libusb_device_handle *h, int configuration) {
-    if (h && h->claimed) return LIBUSB_ERROR_BUSY; /* usbfs refuses while interfaces are claimed */
+    if (h && h->dev->claimed) return LIBUSB_ERROR_BUSY; /* usbfs refuses while interfaces are claimed */
     int r = control_op(h, FAKEUSB_OP_SET_CONFIGURATION, configuration, 0);
     if (r == 0) h->dev->current_config = configuration < 0 ? 0 : configuration;
     return r;
@@ -826,7 +832,7 @@ static int sync_transfer(struct libusb_device_handle *h, int kind, int endpoint,
                          unsigned int timeout, int *actual) {
     if (actual) *actual = 0;
     LOCK();
-    if (!handle_alive(h)) { UNLOCK(); return LIBUSB_ERROR_NO_DEVICE; }
+    if (!handle_current(h)) { UNLOCK(); return LIBUSB_ERROR_NO_DEVICE; }
     int dev = h->dev->index;
     int id = g_ops.submit(dev, kind, endpoint, setup, out, out_len, in_len, timeout);
     if (id < 0) { UNLOCK(); return id; }
@@ -838,7 +844,6 @@ static int sync_transfer(struct libusb_device_handle *h, int kind, int endpoint,
     while (!w.done) {
         r = g_ops.wait(dev, &id, 1, slice);
         if (r < 0) break;
-        if (!w.done && !device_alive(h->dev)) { r = LIBUSB_ERROR_NO_DEVICE; break; }
         /* A model must time its transfers out itself; if one does not, give up rather than hang the caller. */
         idle_slices = r == 0 ? idle_slices + 1 : 0;
         if (!w.done && timeout && idle_slices >= 3) { r = LIBUSB_ERROR_TIMEOUT; break; }
@@ -847,7 +852,7 @@ static int sync_transfer(struct libusb_device_handle *h, int kind, int endpoint,
     for (struct sync_wait **pp = &g_sync; *pp; pp = &(*pp)->next)
         if (*pp == &w) { *pp = w.next; break; }
     if (r < 0 && !w.done) {
-        if (device_alive(h->dev)) g_ops.cancel(dev, id);
+        if (r != LIBUSB_ERROR_NO_DEVICE && handle_current(h)) g_ops.cancel(dev, id);
         UNLOCK();
         return r;
     }
@@ -914,7 +919,7 @@ API int libusb_submit_transfer(struct libusb_transfer *t) {
     if (it->state != XFER_IDLE) { UNLOCK(); return LIBUSB_ERROR_BUSY; }
     struct libusb_device_handle *h = t->dev_handle;
     if (!h) { UNLOCK(); return LIBUSB_ERROR_INVALID_PARAM; }
-    if (!handle_alive(h)) { UNLOCK(); return LIBUSB_ERROR_NO_DEVICE; }
+    if (!handle_current(h)) { UNLOCK(); return LIBUSB_ERROR_NO_DEVICE; }
     int dev = h->dev->index, id;
     if (t->type == LIBUSB_TRANSFER_TYPE_CONTROL) {
         if (t->length < 8 || !t->buffer) { UNLOCK(); return LIBUSB_ERROR_INVALID_PARAM; }
@@ -945,13 +950,14 @@ API int libusb_submit_transfer(struct libusb_transfer *t) {
     return 0;
 }
 
-/* Complete (locally) every in-flight transfer whose device went away: no model will ever answer for it. */
-static void reap_dead_locked(void) {
+/* Complete (locally, with NO_DEVICE) in-flight transfers no model will answer for: those of an earlier
+ * installation, and, with dev >= 0, those of a device whose model reported it unplugged. */
+static void reap_locked(int dev) {
     struct fake_itransfer **pp = &g_inflight;
     while (*pp) {
         struct fake_itransfer *it = *pp;
-        int alive = it->generation == g_generation && g_have_ops && g_ops.connected(it->dev) > 0;
-        if (alive) { pp = &it->next; continue; }
+        int dead = it->generation != g_generation || !g_have_ops || it->dev == dev;
+        if (!dead) { pp = &it->next; continue; }
         *pp = it->next;
         it->pub.status = LIBUSB_TRANSFER_NO_DEVICE;
         it->pub.actual_length = 0;
@@ -967,10 +973,11 @@ API int libusb_cancel_transfer(struct libusb_transfer *t) {
     LOCK();
     if (it->state != XFER_INFLIGHT) { UNLOCK(); return LIBUSB_ERROR_NOT_FOUND; }
     int r = 0;
-    if (it->generation == g_generation && g_have_ops && g_ops.connected(it->dev) > 0)
-        r = g_ops.cancel(it->dev, it->id);
-    else
-        reap_dead_locked();
+    if (it->generation == g_generation && g_have_ops) r = g_ops.cancel(it->dev, it->id);
+    if (r == LIBUSB_ERROR_NO_DEVICE || it->generation != g_generation || !g_have_ops) {
+        reap_locked(r == LIBUSB_ERROR_NO_DEVICE ? it->dev : -1);
+        r = 0;
+    }
     UNLOCK();
     return r < 0 ? r : 0;
 }
@@ -1005,7 +1012,7 @@ API int libusb_handle_events_timeout_completed(struct libusb_context *ctx, struc
     unsigned timeout = timeval_ms(tv);
     int r = 0;
     LOCK();
-    reap_dead_locked();
+    reap_locked(-1);
     if (!g_done_head) {
         /* Wait once on each model with transfers in flight; only the first may advance its clock by the full
          * timeout, the others just report what already completed. */
@@ -1019,6 +1026,10 @@ API int libusb_handle_events_timeout_completed(struct libusb_context *ctx, struc
             waited[dev] = 1;
             r = g_ops.wait(dev, NULL, -1, first ? timeout : 0);
             first = 0;
+            if (r == LIBUSB_ERROR_NO_DEVICE) { /* unplugged: its transfers end with status NO_DEVICE */
+                reap_locked(dev);
+                r = 0;
+            }
             if (r < 0) break;
         }
     }

@@ -24,7 +24,9 @@ struct fakeusb_ops {
                   int out_length, int in_length, unsigned int timeout_ms);
     int (*cancel)(int dev, int transfer_id);
     /* Wait until one of ids[0..n_ids) completes (n_ids < 0: any pending) or timeout_ms of model time passes.
-     * Reports each completion through fakeusb_complete() before returning; returns how many completed. */
+     * Reports each completion through fakeusb_complete() before returning; returns how many completed.
+     * submit and wait return LIBUSB_ERROR_NO_DEVICE once the device is unplugged (transfers still in flight
+     * then end with LIBUSB_TRANSFER_NO_DEVICE); `connected` is only asked outside the transfer paths. */
     int (*wait)(int dev, const int *ids, int n_ids, unsigned int timeout_ms);
 };
 

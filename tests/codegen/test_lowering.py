@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from ast_strategies import kernel_asts
 from helpers import assert_same, out_dtype, run_ast, run_prog
-from hypothesis import given
-
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer import Renderer
 from speck.codegen.renderer.python import PythonRenderer, run_python
@@ -96,3 +97,51 @@ def test_bad_ast_names_node_and_stage() -> None:
     bad = UOp.sink(buf.index(UOp.const(dtypes.weakint, 0)).load().reshape((1,)), arg=KernelInfo("bad"))
     with pytest.raises(RuntimeError, match=r"stage 'verify_ast'.*RESHAPE"):
         full_rewrite_to_sink(bad, PythonRenderer())
+
+
+def _with_opts(ast: UOp, opts: tuple) -> UOp:  # type: ignore[type-arg]
+    return ast.replace(arg=ast.arg.replace(opts=opts))
+
+
+@given(kernel_asts(max_depth=2))
+def test_heuristic_optimized_lowering_matches_ast(case: tuple[UOp, list[np.ndarray], dict[str, int]]) -> None:
+    ast, inputs, var_vals = case
+    expected = run_ast(ast, inputs, var_vals)
+    for r in (PythonRenderer(), ScalarRenderer()):
+        with Context(SPEC=1):
+            uops = full_rewrite_to_sink(ast, r, optimize=True)
+        check_program_form(uops)
+        assert_same(expected, run_prog(uops, inputs, var_vals), out_dtype(ast), exact=False)
+
+
+@given(kernel_asts(max_depth=2, allow_vars=False), st.data())
+def test_random_opts_lowering_matches_ast(
+    case: tuple[UOp, list[np.ndarray], dict[str, int]], data: st.DataObject
+) -> None:
+    from hypothesis import assume
+
+    from speck.codegen.opt import OptError, apply_opts
+    from speck.codegen.opt.search import candidate_actions
+    from speck.codegen.pipeline import pm_simplify
+    from speck.uop import graph_rewrite
+
+    ast, inputs, var_vals = case
+    cur = graph_rewrite(ast, pm_simplify)
+    opts: tuple = ()  # type: ignore[type-arg]
+    for _ in range(data.draw(st.integers(1, 3))):
+        acts = candidate_actions(cur)
+        if not acts:
+            break
+        a = data.draw(st.sampled_from(acts))
+        try:
+            cur = apply_opts(cur, (a,))
+        except OptError:
+            continue
+        opts += (a,)
+    assume(opts)
+    expected = run_ast(ast, inputs, var_vals)
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(_with_opts(ast, opts), PythonRenderer())
+    check_program_form(uops)
+    assert tuple(uops[-1].arg.applied_opts) == opts
+    assert_same(expected, run_prog(uops, inputs, var_vals), out_dtype(ast), exact=False)

@@ -153,8 +153,8 @@ def call(addr: int, uops: list[UOp], bufs: list[np.ndarray], var_vals: dict[str,
     sig = kernel_signature(uops, "test")
     args: list[Any] = [bufs[b.arg if isinstance(b.arg, int) else b.arg[0]].ctypes.data for b in sig.buffers]
     args += [var_vals[str(v.arg[0])] for v in sig.variables] + list(core)
-    fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(sig.buffers)), *([ctypes.c_int32] * (len(args) -
-                                                                                                   len(sig.buffers))))(addr)  # fmt: skip
+    nscalar = len(args) - len(sig.buffers)
+    fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(sig.buffers)), *([ctypes.c_int32] * nscalar))(addr)
     fn(*args)
 
 
@@ -213,7 +213,8 @@ FLOAT_SPECIALS = [0.0, -0.0, 1.0, -1.5, 0.1, 2.5, -2.5, 3.5, 1e-8, 6e-5, 65504.0
                   500.0, 57344.0, 61440.0, 1e20, -1e20, 3e9, -3e9, 2.0**63, -(2.0**63), 2.0**64 + 2.0**41, 1e300,
                   math.inf, -math.inf, math.nan, 255.7, -128.9, 1 / 3, 2.0**-140, 33.0, -7.0]  # fmt: skip
 INT_SPECIALS = [0, 1, -1, 2, -2, 7, -7, 31, 32, 33, 63, 64, 127, 128, -128, -129, 255, 256, 32767, 32768, -32768,
-                65535, 65536, 2**31 - 1, 2**31, -(2**31), 2**32 - 1, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1, 3]  # fmt: skip
+                65535, 65536, 2**31 - 1, 2**31, -(2**31), 2**32 - 1, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1,
+                3]  # fmt: skip
 
 ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
               dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2,
@@ -226,8 +227,8 @@ def values_of(dt: DType, n: int | None = None, seed: int = 0) -> np.ndarray:
     if dt == dtypes.bool:
         vals: list[Any] = [False, True, True, False] + list(r.integers(0, 2, 28).astype(bool))
     elif dtypes.is_int(dt):
-        vals = [cast_value(v, dt) for v in INT_SPECIALS] + [cast_value(int(v), dt) for v in r.integers(-(2**40),
-                                                                                                       2**40, 16)]  # fmt: skip
+        rand = r.integers(-(2**40), 2**40, 16)
+        vals = [cast_value(v, dt) for v in INT_SPECIALS] + [cast_value(int(v), dt) for v in rand]
     else:
         vals = [cast_value(v, dt) for v in FLOAT_SPECIALS] + [cast_value(float(v), dt) for v in r.normal(0, 50, 16)]
     if n is not None:
@@ -291,7 +292,9 @@ def test_int_binary_ops(dt: DType) -> None:
     neg = store(idx(buf(len(_BIN_INT) + 2, dt, n), r), alu(Ops.NEG, xa))
     stores.append(neg)
     uops = _multi_store_program(f"ints_{dt.name}", r, stores)
-    outs = [np.zeros(n, nm.storage_np(dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt)) for op in _BIN_INT]
+    outs = [
+        np.zeros(n, nm.storage_np(dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt)) for op in _BIN_INT
+    ]
     check_program(uops, [a, b, *outs, np.zeros(n, nm.storage_np(dt))], splits=False)
 
 

@@ -200,21 +200,38 @@ def test_load_program_takes_a_program_spec() -> None:
 def test_python_device_hands_programs_to_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def run_program(src, name, buffers, global_size, vals):  # type: ignore[no-untyped-def]
-        calls.append((src, name, global_size, vals))
+    def run_program(spec, buffers, var_vals, core_range):  # type: ignore[no-untyped-def]
+        calls.append((spec.name, var_vals, core_range))
+        lo, hi = core_range if core_range is not None else (0, len(buffers[0]) // 4)
         out = np.frombuffer(buffers[0], dtype=np.float32)
-        out[:] = np.frombuffer(buffers[1], dtype=np.float32) * vals[0]
+        out[lo:hi] = np.frombuffer(buffers[1], dtype=np.float32)[lo:hi] * var_vals["k"]
 
     fake = types.ModuleType("speck.codegen.interpret")
     fake.run_program = run_program  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "speck.codegen.interpret", fake)
     dev = Device["PYTHON"]
-    prog = dev.runtime("scale", dev.compiler.compile("# rendered python"))
+    spec = types.SimpleNamespace(
+        name="scale", src="# rendered", lib=None, renderer="python", global_size=(5, 1, 1),
+        buffers=[(0, np.float32, 5, "out"), (1, np.float32, 5, "in")], vars=[("k", 0, 9)], estimates=None,
+    )  # fmt: skip
+    prog = dev.load_program(spec)
     a = np.arange(5, dtype=np.float32)
     A, O = Buffer("PYTHON", 5, np.float32).copyin(a), Buffer("PYTHON", 5, np.float32)
-    prog(O, A, global_size=(5, 1, 1), vals=(3,), wait=True)
-    assert calls == [("# rendered python", "scale", (5, 1, 1), (3,))]
+    prog(O, A, vals=(3,), wait=True)
+    assert calls == [("scale", {"k": 3}, None)]
     np.testing.assert_array_equal(O.numpy(), 3 * a)
+    calls.clear()
+    prog(O, A, vals=(2,), threads=8, wait=True)  # sliced like CPU workers, never more slices than rows
+    assert [c[2] for c in calls] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    np.testing.assert_array_equal(O.numpy(), 2 * a)
+    with pytest.raises(HCQError, match="use Device\\['PYTHON'\\].load_program"):
+        dev.runtime("scale", b"# rendered")
+
+
+def test_spec_for_another_renderer_is_refused() -> None:
+    spec = types.SimpleNamespace(name="k", src="", lib=b"", renderer="python", buffers=None, vars=None)
+    with pytest.raises(HCQError, match="rendered by the 'python' renderer, but CPU runs 'llvm' programs"):
+        Device["CPU"].load_program(spec)
 
 
 @needs_cc

@@ -291,3 +291,17 @@ def test_library_finder_honours_the_path_override(monkeypatch: pytest.MonkeyPatc
 
 def test_every_supported_relocation_kind_is_named() -> None:
     assert {"PC32", "PLT32", "64", "32", "32S", "GOTPCREL", "GOTPCRELX", "REX_GOTPCRELX"} <= set(R_X86_64.values())
+
+
+def test_objects_from_speck_x86_backend_link() -> None:
+    # k(float *out): out[0] = expf(<rodata constant 2.0>), hand-encoded, written by speck's own ELF object writer
+    from speck.codegen.x86.elf_object import write_elf_object
+    from speck.codegen.x86.encoder import Relocation
+
+    code = bytes.fromhex("57" + "f30f1005" + "00000000" + "e8" + "00000000" + "5f" + "f30f1107" + "c3")
+    relocs = [Relocation(5, "PC32", ".rodata", -4), Relocation(10, "PLT32", "expf", -4)]
+    obj = write_elf_object("k", code, relocs, rodata=np.float32(2.0).tobytes())
+    lo = load_elf(obj, default_libraries())
+    out = np.zeros(1, np.float32)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lo.address("k"))(out.ctypes.data)
+    np.testing.assert_allclose(out[0], np.exp(2.0), rtol=1e-6)  # libm expf, within an ulp

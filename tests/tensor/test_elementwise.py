@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME, arrays, assert_matches, shapes
+from helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
 from speck.tensor import Tensor, dtypes
 
 UNARY_FLOAT: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], Any], tuple[float, float], float]] = [
@@ -55,7 +55,7 @@ UNARY_FLOAT: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], 
 def _erf(a: np.ndarray) -> np.ndarray:
     import math
 
-    return np.vectorize(math.erf)(a.astype(np.float64))
+    return np.vectorize(math.erf, otypes=[np.float64])(a.astype(np.float64))
 
 
 @pytest.mark.parametrize("name,fn,ref,rng,atol", UNARY_FLOAT, ids=[u[0] for u in UNARY_FLOAT])
@@ -90,17 +90,11 @@ BINARY: list[tuple[str, Callable[[Any, Any], Any]]] = [
 
 
 def _bshapes() -> st.SearchStrategy[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Two shapes that broadcast: the second drops leading dims and turns some dims into 1."""
-
-    def mk(s: tuple[int, ...], drop: int, ones: list[bool]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        t = s[min(drop, len(s)) :]
-        return s, tuple(1 if (i < len(ones) and ones[i]) else d for i, d in enumerate(t))
-
-    return st.builds(mk, shapes(), st.integers(0, 2), st.lists(st.booleans(), max_size=3))
+    return broadcast_shapes()
 
 
 @pytest.mark.parametrize("name,op", BINARY, ids=[b[0] for b in BINARY])
-@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8])
 @given(sh=_bshapes(), seed=st.integers(0, 2**16), swap=st.booleans())
 @FEW
 def test_binary_broadcast(name: str, op: Any, dtype: Any, sh: tuple[tuple[int, ...], tuple[int, ...]], seed: int,

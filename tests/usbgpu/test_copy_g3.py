@@ -111,6 +111,7 @@ def test_g0_and_e4_gate_roundtrip(f4gate: bool) -> None:
     switch=st.floats(0, 50e3),
     compares=st.sampled_from(["first", "full", "either"]),
     f4gate=st.booleans(),
+    zero_copy=st.booleans(),
     size=st.integers(1, 5 * CP_SIZE + 1000),
     seed=st.integers(0, 2**32),
 )
@@ -124,6 +125,7 @@ def test_no_protocol_violations_under_random_timing(
     switch: float,
     compares: str,
     f4gate: bool,
+    zero_copy: bool,
     size: int,
     seed: int,
 ) -> None:
@@ -137,18 +139,34 @@ def test_no_protocol_violations_under_random_timing(
         arm_switch_ns=switch,
     )
     dev = SimDevice(timing=timing, faults=SimFaults(f4_compares=compares))  # type: ignore[arg-type]
-    with UsbGpu.open(sim=dev, f4gate=f4gate) as gpu:
+    with UsbGpu.open(sim=dev, f4gate=f4gate, zero_copy=zero_copy) as gpu:
         data = payload(size, seed)
         roundtrip(gpu, dev, data, seed % 4096)
         roundtrip(gpu, dev, data[: size // 3], 0)  # a second copy-in reuses counters, flags and sentinels
 
 
-def test_gpu_slower_than_the_link_gets_correct_data() -> None:
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_gpu_slower_than_the_link_gets_correct_data(zero_copy: bool) -> None:
     slow = SimTiming(sdma_bytes_per_s=60e6)  # the GPU copies a 120 KiB part in ~2 ms, the link sends it in 0.12 ms
     dev = SimDevice(timing=slow)
-    with UsbGpu.open(sim=dev) as gpu:
+    with UsbGpu.open(sim=dev, zero_copy=zero_copy) as gpu:
         roundtrip(gpu, dev, payload(6 * CP_SIZE, 1), 0)
         assert gpu.copy_stats.split_chunks > 0  # the second halves waited for the full flag
+
+
+def test_staged_wire_sends_one_transfer_per_chunk_unless_split() -> None:
+    counts = {}
+    for zero_copy in (True, False):
+        dev = SimDevice(timing=SimTiming(control_rtt_ns=300e3))  # slow requests: the full flag is in every reply
+        with UsbGpu.open(sim=dev, zero_copy=zero_copy) as gpu:
+            buf = gpu.alloc(5 * CP_SIZE)
+            gpu.copyin(buf, b"warm")
+            before = dev.stats["bulk_out_transfers"]
+            gpu.copyin(buf, payload(5 * CP_SIZE, 11))
+            assert dev.read_vram(buf.va, 5 * CP_SIZE) == payload(5 * CP_SIZE, 11)
+            assert gpu.copy_stats.split_chunks == 0
+            counts[zero_copy] = dev.stats["bulk_out_transfers"] - before - 3  # minus ring stream, wptr, doorbell
+    assert counts == {True: 4 * 5, False: 5}
 
 
 def test_first_part_gate_alone_is_caught_by_the_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,4 +240,36 @@ def test_one_doorbell_per_copyin_and_ring_wraps(session: tuple[UsbGpu, SimDevice
         gpu.copyin(buf, data)
         assert dev.read_vram(buf.va, n) == data
     assert dev.stats["doorbells"] - ring_before == 3
+    assert dev.violations == []
+
+
+@settings(max_examples=10)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["in", "out"]), st.integers(1, 3 * CP_SIZE), st.integers(0, 12)),
+        min_size=2,
+        max_size=5,
+    ),
+    seed=st.integers(0, 2**32),
+)
+def test_poisoned_data_and_copyouts_never_fake_a_sentinel(ops: list[tuple[str, int, int]], seed: int) -> None:
+    """Every sector of every payload starts with a value the driver is about to use as a sentinel."""
+    rng = random.Random(seed)
+    dev = SimDevice()
+    with UsbGpu.open(sim=dev) as gpu:
+        engine = gpu._copy
+        buf = gpu.alloc(3 * CP_SIZE)
+        for kind, size, spread in ops:
+            data = bytearray(payload(size, rng.randrange(2**32)))
+            upcoming = engine._seq24 + 1
+            for off in range(0, size - 3, 512):
+                struct.pack_into("<I", data, off, 0x51000000 | (upcoming + rng.randrange(spread + 1)))
+            if kind == "in":
+                gpu.copyin(buf, data)
+                assert dev.read_vram(buf.va, size) == data
+            else:  # put the poison in VRAM and pull it through bounce buffer 0
+                dev.vram.write(buf.va, bytes(data))
+                out = bytearray(size)
+                gpu.copyout(out, buf)
+                assert out == data
     assert dev.violations == []

@@ -68,8 +68,10 @@ def test_index_selects_among_usable_devices_only() -> None:
 def test_reopening_the_same_model_keeps_it_and_a_second_claim_is_busy(model: EchoModel) -> None:
     first = UsbTransport.open(sim=[model])
     first.bulk_out(0x02, b"one")
-    with pytest.raises(errors.UsbBusyError, match="claim interface 0"):
+    log_length = len(model.log)
+    with pytest.raises(errors.UsbBusyError, match="set configuration 1"):
         UsbTransport.open(sim=[model])  # the first transport still holds interface 0
+    assert len(model.log) == log_length  # the refused open never reached the device
     first.bulk_out(0x02, b"two")  # and is unaffected by the failed open
     first.close()
     with UsbTransport.open(sim=[model]) as again:

@@ -39,7 +39,9 @@ def __getattr__(name: str) -> Any:
         try:
             mod = importlib.import_module(_LAZY[name])
         except ImportError as e:
-            raise AttributeError(f"speck.codegen.{name} is unavailable: {_LAZY[name]} could not be imported ({e})") from e
+            raise AttributeError(
+                f"speck.codegen.{name} is unavailable: {_LAZY[name]} could not be imported ({e})"
+            ) from e
         return getattr(mod, name)
     raise AttributeError(f"module 'speck.codegen' has no attribute {name!r}")
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen import numeric as nm
-from speck.uop import AddrSpace, AxisType, DType, GroupOp, InvalidType, Ops, PtrDType, UOp, dtypes
+from speck.uop import AddrSpace, AxisType, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
 
 BufferLike = Any  # memoryview | np.ndarray
 
@@ -43,7 +43,9 @@ def _buffers_by_slot(params: list[UOp], buffers: Sequence[BufferLike]) -> dict[i
         assert isinstance(p.dtype, PtrDType)
         arr = as_buffer(buffers[slot], p.dtype.base, f"buffer {slot}")
         if p.dtype.size >= 0 and arr.size < p.dtype.size:
-            raise RuntimeError(f"buffer {slot} holds {arr.size} elements of {p.dtype.base}; kernel needs {p.dtype.size}")
+            raise RuntimeError(
+                f"buffer {slot} holds {arr.size} elements of {p.dtype.base}; kernel needs {p.dtype.size}"
+            )
         out[slot] = arr
     return out
 

@@ -76,23 +76,17 @@ def linearize(sink: UOp) -> list[UOp]:
     # path of each range = its enclosing loops, outermost first
     path: dict[UOp, tuple[UOp, ...]] = {}
 
-    def range_path(r: UOp) -> tuple[UOp, ...]:
-        todo = [r]
-        while todo:
-            x = todo[-1]
-            if x in path:
-                todo.pop()
-                continue
-            outer = (ctx[ends[x].src[0]] | ctx[x]) - {x}
-            missing = [o for o in outer if o not in path]
-            if missing:
-                if any(m in todo for m in missing):
-                    raise RuntimeError(f"linearize: RANGE axis {x.arg} and an enclosing range are nested in both "
-                                       "orders")  # fmt: skip
-                todo.extend(missing)
-                continue
-            path[x] = _chain(x, outer, path) + (x,)
-            todo.pop()
+    visiting: set[UOp] = set()
+
+    def range_path(r: UOp) -> tuple[UOp, ...]:  # recursion depth = loop nesting depth
+        if r in path:
+            return path[r]
+        if r in visiting:
+            raise RuntimeError(f"linearize: RANGE axis {r.arg} and an enclosing range are nested in both orders")
+        visiting.add(r)
+        outer = (ctx[ends[r].src[0]] | ctx[r]) - {r}
+        path[r] = _chain(r, outer, {o: range_path(o) for o in outer}) + (r,)
+        visiting.discard(r)
         return path[r]
 
     def block_of(u: UOp) -> tuple[UOp, ...]:
@@ -148,19 +142,14 @@ def _finish(seq: list[UOp], sink: UOp) -> list[UOp]:
     out: list[UOp] = []
     seen: set[UOp] = set()
 
-    def resolve(x: UOp) -> UOp:
-        while x.op in (Ops.AFTER, Ops.GROUP):
-            x = new[x]
-        return new[x]
-
     for u in seq + [sink]:
         if u.op is Ops.AFTER:
-            new[u] = resolve(u.src[0]) if u.src[0] in new else u.src[0]
+            new[u] = new.get(u.src[0], u.src[0])
             continue
         if u.op is Ops.GROUP:
-            new[u] = resolve(u.src[-1])
+            new[u] = new[u.src[-1]]
             continue
-        nu = u.replace(src=tuple(resolve(s) if s in new else s for s in u.src))
+        nu = u.replace(src=tuple(new.get(s, s) for s in u.src))
         if nu in seen:
             nu = nu.replace(tag=("lin", len(out)))
         seen.add(nu)

@@ -19,7 +19,7 @@ from speck.codegen.lower.gates import pm_explicit_gates
 from speck.codegen.lower.index import IndexLowering, pm_lower_index_dtype
 from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
 from speck.codegen.lower.spec_check import verify_stage
-from speck.uop import DEBUG, UOp, graph_rewrite
+from speck.uop import DEBUG, GroupOp, UOp, graph_rewrite
 from speck.uop.symbolic import symbolic
 
 # built once: combining matchers compiles their rules
@@ -108,16 +108,11 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer, optimize: bool = True) ->
 
 
 def _check_renderer_support(uops: list[UOp], renderer: Renderer) -> None:
-    from speck.uop import GroupOp
-
+    """Every ALU op left must be one the renderer declared (decompositions removed the rest)."""
     for u in uops:
         if u.op in GroupOp.ALU:
-            renderer.check_supported(u.op, u.src[-1].dtype if u.op is Ops_WHERE else u.dtype if u.op not in
-                                     GroupOp.Comparison else u.src[0].dtype)  # fmt: skip
+            dt = u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype
+            renderer.check_supported(u.op, dt)
 
 
-from speck.uop import Ops as _Ops  # noqa: E402
-
-Ops_WHERE = _Ops.WHERE
-
-__all__ = ["full_rewrite_graph", "full_rewrite_to_sink"]
+__all__ = ["full_rewrite_graph", "full_rewrite_to_sink", "pm_simplify"]

@@ -15,7 +15,8 @@ How it works (Poletto & Sarkar style, one location per value):
 - when no register is free the value with the furthest end (the current one or an active one) goes to a stack slot;
   spilled values are reloaded into a scratch register before each use and stored after each def, except that a spilled
   value that a loop only reads is reloaded once before the loop when some register is free across the whole loop;
-- slots of spilled values that are never live at the same time are shared.
+- slots of spilled values that are never live at the same time are shared;
+- a value defined by a register copy takes its source's register when that is free (the copy then disappears).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class RAInstr:
     uses: tuple[VReg, ...] = ()
     clobbers: frozenset[str] = frozenset()
     marker: str | None = None
+    copy: bool = False  # a plain register-to-register copy: its def prefers its use's register (the copy vanishes)
 
 
 @dataclass(frozen=True)
@@ -181,11 +183,14 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
         for v in ins.defs + ins.uses:
             seen = info.setdefault(v.id, v)
             if (seen.cls, seen.fixed) != (v.cls, v.fixed):
-                raise RegAllocError(f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
-                                    f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class")
+                raise RegAllocError(
+                    f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
+                    f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
+                )
             if v.cls not in target.classes:
-                raise RegAllocError(f"instruction {i}: v{v.id} has class {v.cls!r}; the target has "
-                                    f"{sorted(target.classes)}")
+                raise RegAllocError(
+                    f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(target.classes)}"
+                )
     loops = find_loops(instrs)
     intervals = live_intervals(instrs, loops)
 
@@ -197,18 +202,30 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             s, e = intervals[vid]
             for os_, oe, other in fixed_owner.get(v.fixed, []):
                 if os_ <= e and s <= oe:
-                    raise RegAllocError(f"v{vid} and v{other} are both fixed to {v.fixed} and live at the same time "
-                                        f"({s}..{e} vs {os_}..{oe}); copy one of them to a free virtual register")
+                    raise RegAllocError(
+                        f"v{vid} and v{other} are both fixed to {v.fixed} and live at the same time "
+                        f"({s}..{e} vs {os_}..{oe}); copy one of them to a free virtual register"
+                    )
             fixed_owner.setdefault(v.fixed, []).append((s, e, vid))
             blocked.setdefault(v.fixed, []).append((s, e))
     for i, ins in enumerate(instrs):
         for r in ins.clobbers:
             blocked.setdefault(r, []).append((2 * i + 1, 2 * i + 1))
+            for s, e, other in fixed_owner.get(r, []):
+                if s < 2 * i + 1 <= e:
+                    raise RegAllocError(
+                        f"instruction {i} clobbers {r} while v{other}, fixed to {r}, is live across "
+                        "it; copy the value to an unpinned virtual register before the instruction"
+                    )
 
     home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
     assigned: dict[str, list[tuple[int, int]]] = {}
     spilled: list[int] = []
     active: list[tuple[int, int, str]] = []  # (end, vid, reg)
+    copied_from: dict[int, int] = {}
+    for ins in instrs:
+        if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
+            copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
     order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
     for s, e, vid in order:
         cls = target.classes[info[vid].cls]
@@ -216,8 +233,10 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
         taken = {a[2] for a in active}
         free = [r for r in cls.allocatable if r not in taken and not _overlaps(blocked.get(r, []), s, e)]
         if free:
-            home[vid] = free[0]
-            active.append((e, vid, free[0]))
+            hint = home.get(copied_from.get(vid, -1))
+            pick = hint if isinstance(hint, str) and hint in free else free[0]
+            home[vid] = pick
+            active.append((e, vid, pick))
             continue
         # spill the value (this one or an active one whose register it could use) that stays live the longest
         victims = [a for a in active if info[a[1]].cls == cls.name and not _overlaps(blocked.get(a[2], []), s, e)]
@@ -274,8 +293,11 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                 continue
             if not any(v.id == vid for j in body for v in instrs[j].uses):
                 continue
-            free = [r for r in cls.allocatable
-                    if not _overlaps(blocked.get(r, []), lo, hi) and not _overlaps(assigned.get(r, []), lo, hi)]
+            free = [
+                r
+                for r in cls.allocatable
+                if not _overlaps(blocked.get(r, []), lo, hi) and not _overlaps(assigned.get(r, []), lo, hi)
+            ]
             if not free:
                 continue
             reg = free[0]
@@ -297,8 +319,10 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
             pick = next((r for r in scratch + point_free if r not in used_here), None)
             if pick is None:
-                raise RegAllocError(f"instruction {i}: more spilled {cls.name} operands than scratch registers "
-                                    f"({len(cls.scratch)}) and no free register; split the instruction")
+                raise RegAllocError(
+                    f"instruction {i}: more spilled {cls.name} operands than scratch registers "
+                    f"({len(cls.scratch)}) and no free register; split the instruction"
+                )
             used_here.add(pick)
             regs[i][v.id] = pick
             if any(u.id == v.id for u in ins.uses):

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
 
+# renderer names a device accepts in ProgramSpec.renderer, by the device's renderer_name
+_RENDERER_ALIASES = {"clang": ("clang", "c"), "llvm": ("llvm",), "x86": ("x86",), "python": ("python",)}
+
 KNOWN_DEVICES = ("CPU", "CPU:<n>", "CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON", "NULL", "DISK:<path>")
 
 
@@ -61,7 +64,19 @@ class DeviceBase:
         raise HCQError(f"{self.name} cannot load programs")
 
     def load_program(self, spec: Any) -> Program:
-        """Load a codegen ProgramSpec-like object (name, lib, global_size, buffers, vars, estimates attributes)."""
+        """Load a codegen ProgramSpec-like object (name, src, lib, global_size, buffers, vars, estimates, renderer
+        attributes). Without `lib`, `src` is compiled with this device's compiler. A spec rendered for another
+        renderer than this device's raises HCQError naming both."""
+        renderer = getattr(spec, "renderer", None)
+        if (
+            isinstance(renderer, str)
+            and self.renderer_name
+            and renderer not in _RENDERER_ALIASES.get(self.renderer_name, (self.renderer_name,))
+        ):
+            raise HCQError(
+                f"program {spec.name!r} was rendered by the {renderer!r} renderer, but {self.name} runs "
+                f"{self.renderer_name!r} programs; render it with the device's renderer"
+            )
         lib = getattr(spec, "lib", None)
         if lib is None:
             src = getattr(spec, "src", None)
@@ -75,6 +90,7 @@ class DeviceBase:
             vars=getattr(spec, "vars", None),
             global_size=getattr(spec, "global_size", None),
             estimates=getattr(spec, "estimates", None),
+            spec=spec,
         )
 
     def choose_threads(self, prog: Program, bufs: Sequence[Buffer]) -> int | None:

@@ -51,7 +51,7 @@ def _estimate(estimates: Any, *names: str) -> int:
         if v is not None:
             try:
                 return int(v)
-            except (TypeError, ValueError):  # symbolic estimates (depend on variables): unknown here
+            except Exception:  # symbolic estimates (UOps depending on variables) may refuse int() in any way
                 return 0
     return 0
 
@@ -69,20 +69,29 @@ class Program:
         lib: bytes,
         buffers: Sequence[Any] | None = None,
         vars: Sequence[Any] | None = None,
-        global_size: tuple[int, ...] | None = None,
+        global_size: tuple[Any, ...] | None = None,
         estimates: Any = None,
+        spec: Any = None,
     ) -> None:
         self.device, self.name, self.lib = device, name, lib
         self.params = buffer_params(buffers)
         self.var_names: list[str] | None = None
         self.var_bounds: list[tuple[int, int] | None] = []
         if vars is not None:
-            self.var_names = [str(v[0]) if isinstance(v, tuple) else str(v) for v in vars]
-            self.var_bounds = [
-                (int(v[1]), int(v[2])) if isinstance(v, tuple) and len(v) >= 3 and isinstance(v[1], int) else None
+            # (name, min, max) tuples, or codegen's DEFINE_VAR UOps whose arg is that tuple
+            described = [
+                v.arg if not isinstance(v, (tuple, str)) and isinstance(getattr(v, "arg", None), tuple) else v
                 for v in vars
             ]
+            self.var_names = [str(v[0]) if isinstance(v, tuple) else str(v) for v in described]
+            self.var_bounds = [
+                (int(v[1]), int(v[2])) if isinstance(v, tuple) and len(v) >= 3 and isinstance(v[1], int) else None
+                for v in described
+            ]
         self.global_size = global_size
+        self.spec = spec  # the ProgramSpec this was loaded from, if any
+        # a global size that depends on variables is resolved per call (through spec.launch_dims)
+        self._symbolic_size = global_size is not None and not all(isinstance(d, int) for d in global_size)
         self.estimates = estimates
         self.est_bytes = _estimate(estimates, "mem", "mem_bytes")
         self.est_flops = _estimate(estimates, "flops", "ops")
@@ -138,6 +147,21 @@ class Program:
                         f"program {self.name!r}: variable {self.var_names[k]} must be in [{lo}, {hi}], got {v}"
                     )
 
+    def var_vals(self, vals: Sequence[int]) -> dict[str, int]:
+        """{variable name: value} for positional variable values."""
+        return dict(zip(self.var_names or [f"var{i}" for i in range(len(vals))], vals))
+
+    def launch_dims(self, vals: Sequence[int]) -> tuple[int, ...]:
+        """The global size with variables substituted (needs the spec's launch_dims for symbolic sizes)."""
+        assert self.global_size is not None
+        if not self._symbolic_size:
+            return tuple(self.global_size)
+        if self.spec is None or not hasattr(self.spec, "launch_dims"):
+            raise ProgramArgumentError(
+                f"program {self.name!r} has a symbolic global size {self.global_size}; pass global_size= explicitly"
+            )
+        return tuple(int(d) for d in self.spec.launch_dims(self.var_vals(vals)))
+
     def raw_args(self, bufs: Sequence[Buffer], vals: Sequence[int] = ()) -> tuple[Any, ...]:
         """The device-level argument tuple for HWQueue.exec (for the CPU: buffer addresses then variable values)."""
         return (*[b.ptr for b in bufs], *vals)
@@ -153,6 +177,8 @@ class Program:
     ) -> float | None:
         self.check_args(bufs, vals)
         gs = global_size if global_size is not None else (self.global_size or (1, 1, 1))
+        if global_size is None and self._symbolic_size:
+            gs = self.launch_dims(vals)
         dev = self.device
         if threads is None:
             threads = dev.choose_threads(self, bufs)

@@ -1,8 +1,9 @@
 """The PYTHON device: runs programs through speck.codegen.interpret (slow, exact: the semantic reference).
 
-Buffers are host memory like the CPU's. A program's "lib" is its rendered source (the PythonCompiler passes it
-through); a call hands the interpreter the source, the kernel name, the buffers as memoryviews, the global size
-and the variable values: `speck.codegen.interpret.run_program(src, name, buffers, global_size, vals)`."""
+Buffers are host memory like the CPU's. Programs are loaded from a ProgramSpec (`load_program(spec)`; the
+interpreter executes the spec's UOps, so raw bytes alone are not enough) and each call runs
+`speck.codegen.interpret.run_program(spec, buffers, var_vals, core_range)` on the buffers' memoryviews, once per
+worker slice of global_size[0], as the CPU would."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from speck.codegen.compiler import Compiler
 from speck.hcq.allocator import HostAllocator, available_ram
 from speck.hcq.device import DeviceBase
-from speck.hcq.errors import DeviceUnavailableError
+from speck.hcq.errors import DeviceUnavailableError, HCQError
 from speck.hcq.program import Program
 
 INTERPRETER = "speck.codegen.interpret"
@@ -51,10 +52,14 @@ class PythonProgram(Program):
     """A program executed by the reference interpreter."""
 
     def raw_args(self, bufs: Sequence[Any], vals: Sequence[int] = ()) -> tuple[Any, ...]:
-        return (tuple(b.as_memoryview(raw=True) for b in bufs), tuple(vals))
+        return (tuple(b.as_memoryview(raw=True) for b in bufs), self.var_vals(vals))
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
-        interpreter().run_program(self.lib.decode(), self.name, list(args[0]), tuple(global_size), args[1])
+        n = global_size[0] if global_size else 1
+        run = interpreter().run_program
+        t = max(1, min(1 if threads is None else threads, n))
+        for k in range(t):  # slices like the CPU's workers (run one after the other: exact, not fast)
+            run(self.spec, list(args[0]), args[1], (n * k // t, n * (k + 1) // t) if t > 1 else None)
 
 
 class PythonDevice(DeviceBase):
@@ -69,5 +74,11 @@ class PythonDevice(DeviceBase):
         return PythonCompiler()
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> PythonProgram:
+        """A program for `spec` (keyword `spec=`, a ProgramSpec: its UOps are what the interpreter runs)."""
         interpreter()  # fail at load time, not at the first call
+        if spec.get("spec") is None:
+            raise HCQError(
+                f"PYTHON runs programs from their ProgramSpec (the interpreter executes its UOps): use "
+                f"Device['PYTHON'].load_program(spec) for {name!r}"
+            )
         return PythonProgram(self, name, bytes(lib), **spec)

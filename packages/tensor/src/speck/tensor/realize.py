@@ -56,7 +56,7 @@ def get_buffer(buf: UOp) -> Any:
     if b is None:
         from speck.hcq import Buffer
 
-        b = Buffer(buffer_device(buf), int(buf.arg), np.dtype(np_dtype(buf.dtype)))
+        b = Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
         buffer_map[buf] = b
     return b
 
@@ -139,14 +139,30 @@ def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
     return _CompiledProgram(spec, prog, dev)
 
 
+_RENDERERS = {
+    "llvm": ("speck.codegen.renderer.llvmir", "LLVMRenderer"),
+    "clang": ("speck.codegen.renderer.cstyle", "ClangRenderer"),
+    "c": ("speck.codegen.renderer.cstyle", "ClangRenderer"),
+    "python": ("speck.codegen.renderer.python", "PythonRenderer"),
+    "x86": ("speck.codegen.x86", "X86Renderer"),
+}
+_renderer_cache: dict[str, Any] = {}
+
+
 def _renderer_for(dev: Any) -> Any:
-    from speck.codegen import renderer as R  # type: ignore[attr-defined,unused-ignore]
+    """The codegen Renderer for an hcq device, from the device's renderer_name (narrow adapter: codegen has no
+    lookup by name yet)."""
+    import importlib
 
     name = getattr(dev, "renderer_name", "") or "llvm"
-    get = getattr(R, "get_renderer", None)
-    if get is not None:
-        return get(name)
-    raise RuntimeError(f"speck.codegen.renderer has no get_renderer for {name!r}")
+    if name in _renderer_cache:
+        return _renderer_cache[name]
+    if name not in _RENDERERS:
+        raise RuntimeError(f"no codegen renderer known for device {dev.name} (renderer_name {name!r})")
+    mod, cls = _RENDERERS[name]
+    r = getattr(importlib.import_module(mod), cls)()
+    _renderer_cache[name] = r
+    return r
 
 
 def compiled_program_count() -> int:

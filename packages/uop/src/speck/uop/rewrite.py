@@ -100,7 +100,8 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
                 else:
                     replace[n] = n
                 continue
-            r = rewrite(nn, ctx)
+            f = get(nn.op)
+            r = None if f is None else f(nn, ctx)
             if r is None:
                 replace[n] = nn
                 if changed:

@@ -131,14 +131,15 @@ class UOp:
         if ref is not None and (ret := ref()) is not None:
             return ret
         self = object.__new__(cls)
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "src", src)
-        object.__setattr__(self, "arg", arg)
-        object.__setattr__(self, "tag", tag)
-        object.__setattr__(self, "_ck", ck)
-        object.__setattr__(self, "_bounds", None)
-        object.__setattr__(self, "_shape", 0)
+        _set = object.__setattr__  # UOp.__setattr__ refuses every write: go around it, once, here
+        _set(self, "op", op)
+        _set(self, "dtype", dtype)
+        _set(self, "src", src)
+        _set(self, "arg", arg)
+        _set(self, "tag", tag)
+        _set(self, "_ck", ck)
+        _set(self, "_bounds", None)
+        _set(self, "_shape", 0)
         UOp._cache[ck] = weakref.ref(self)
         return self
 
@@ -687,24 +688,99 @@ def _clamp(dt: DType, lo: Any, hi: Any) -> tuple[Any, Any]:
     return lo, hi
 
 
-_FAST_INT_DTYPES = frozenset({dtypes.weakint, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
-_INT_FAST = frozenset({Ops.ADD, Ops.MUL})
+# scalar int dtype -> its (min, max) for wrap detection, None for weakint (never wraps)
+_INT_RANGE: dict[DType, tuple[int, int] | None] = {
+    d: (None if d is dtypes.weakint else (int(dtypes.min(d)), int(dtypes.max(d))))
+    for d in (dtypes.weakint, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+              dtypes.int64, dtypes.uint64)
+}  # fmt: skip
+_CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+
+
+def _int_bounds(u: UOp, rng: tuple[int, int] | None) -> tuple[Any, Any] | None:
+    """Bounds of the common scalar-int ops over int source bounds, without generic dispatch (the hot path of every
+    rewrite). None falls back to the general rules."""
+    op, src = u.op, u.src
+    if op is Ops.CONST:
+        return None
+    if op is Ops.DEFINE_VAR:
+        return u.arg[1], u.arg[2]
+    if len(src) == 2:
+        a0, a1 = src[0]._bounds  # type: ignore[misc]
+        b0, b1 = src[1]._bounds  # type: ignore[misc]
+        if type(a0) is not int or type(a1) is not int or type(b0) is not int or type(b1) is not int:
+            return None
+        if op is Ops.ADD:
+            lo, hi = a0 + b0, a1 + b1
+        elif op is Ops.MUL:
+            if a0 >= 0 and b0 >= 0:
+                lo, hi = a0 * b0, a1 * b1
+            else:
+                v0, v1, v2, v3 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+                lo, hi = min(v0, v1, v2, v3), max(v0, v1, v2, v3)
+        elif op is Ops.CDIV:
+            if b0 == b1 and b0 > 0:
+                lo = a0 // b0 if a0 >= 0 else -(-a0 // b0)
+                hi = a1 // b0 if a1 >= 0 else -(-a1 // b0)
+            else:
+                return None
+        elif op is Ops.CMOD:
+            if b0 == b1 and b0 > 0 and a0 >= 0:
+                if a1 < b0:
+                    return a0, a1
+                if a0 // b0 == a1 // b0:
+                    return a0 % b0, a1 % b0
+                return 0, min(b0 - 1, a1)
+            return None
+        elif op is Ops.MAX:
+            lo, hi = (a0 if a0 > b0 else b0), (a1 if a1 > b1 else b1)
+        elif op is Ops.SUB:
+            lo, hi = a0 - b1, a1 - b0
+        else:
+            return None
+        if rng is not None and (lo < rng[0] or hi > rng[1]):
+            return rng
+        return lo, hi
+    if op is Ops.WHERE:
+        a0, a1 = src[1]._bounds  # type: ignore[misc]
+        b0, b1 = src[2]._bounds  # type: ignore[misc]
+        if type(a0) is not int or type(a1) is not int or type(b0) is not int or type(b1) is not int:
+            return None
+        return (a0 if a0 < b0 else b0), (a1 if a1 > b1 else b1)
+    return None
+
+
+def _cmp_bounds(u: UOp) -> tuple[Any, Any] | None:
+    a0, a1 = u.src[0]._bounds  # type: ignore[misc]
+    b0, b1 = u.src[1]._bounds  # type: ignore[misc]
+    if type(a0) is not int or type(a1) is not int or type(b0) is not int or type(b1) is not int:
+        return None
+    op = u.op
+    if op is Ops.CMPLT:
+        if a1 < b0:
+            return True, True
+        if a0 >= b1:
+            return False, False
+    elif a1 < b0 or b1 < a0:
+        return (True, True) if op is Ops.CMPNE else (False, False)
+    elif a0 == a1 == b0 == b1:
+        return (False, False) if op is Ops.CMPNE else (True, True)
+    return False, True
 
 
 def _bounds_of(u: UOp) -> tuple[Any, Any]:
     dt, op = u.dtype, u.op
-    if op in _INT_FAST and dt.count == 1 and dt in _FAST_INT_DTYPES:
-        (a0, a1), (b0, b1) = (
-            u.src[0]._bounds or _compute_bounds(u.src[0]),
-            u.src[1]._bounds or _compute_bounds(u.src[1]),
-        )
-        if type(a0) is int and type(a1) is int and type(b0) is int and type(b1) is int:
-            if op is Ops.ADD:
-                lo, hi = a0 + b0, a1 + b1
-            else:
-                vals = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
-                lo, hi = min(vals), max(vals)
-            return (lo, hi) if dt is dtypes.weakint else _clamp(dt, lo, hi)
+    if dt in _INT_RANGE:
+        r = _int_bounds(u, _INT_RANGE[dt])
+        if r is not None:
+            return r
+    elif op in _CMP and u.src[0].dtype in _INT_RANGE:
+        for s in u.src:
+            if s._bounds is None:
+                _compute_bounds(s)
+        r = _cmp_bounds(u)
+        if r is not None:
+            return r
     if isinstance(dt, PtrDType):
         return (-math.inf, math.inf)
     full = _dt_bounds(dt)

@@ -255,6 +255,7 @@ class _Codegen:
         self.n = 0
         self.wants_ctx = wants_ctx
         self.op_checked: set[str] = set()  # variables whose op an enclosing check already tested
+        self.root_locals = False  # the function prologue binds _n, _s0.. for the root's sources
 
     def const(self, v: Any) -> str:
         name = f"_k{len(self.env)}"
@@ -313,14 +314,16 @@ class _Codegen:
             assert pat.src_orders is not None
             for order in pat.src_orders:
                 op = ">=" if pat.allow_any_len else "=="
-                vs = [self.fresh() for _ in order]
-                # early rejection: the ops of the direct sources are checked together with the source count
-                early = [f"len({var}.src) {op} {len(order)}"]
+                # early rejection: the ops of the direct sources are checked together with the source count; the
+                # root's sources and their ops are read once into locals by the function's prologue
+                root = var == "u" and self.root_locals and len(order) <= _PROLOGUE
+                vs = [f"_s{i}" for i in range(len(order))] if root else [self.fresh() for _ in order]
+                early = [f"{'_n' if root else f'len({var}.src)'} {op} {len(order)}"]
                 for i, (p, v) in enumerate(zip(order, vs)):
                     if not isinstance(p, UPatAny) and p.op is not None:
-                        early.append(self.op_cond(p.op, f"{var}.src[{i}]"))
+                        early.append(self.op_cond(p.op, f"_s{i}" if root else f"{var}.src[{i}]"))
                         self.op_checked.add(v)
-                body = [f"{v} = {var}.src[{i}]" for i, v in enumerate(vs)]
+                body = [] if root else [f"{v} = {var}.src[{i}]" for i, v in enumerate(vs)]
                 body += self.chain(list(zip(order, vs)), nb, cont)
                 inner += [f"if {' and '.join(early)}:"] + _indent(body)
         if not conds:
@@ -350,6 +353,9 @@ class _Codegen:
         return self.gen(p, v, bound, lambda b: self.chain(rest, b, cont))
 
 
+_PROLOGUE = 3  # sources of the root bound to locals in a compiled op function
+
+
 def _simple(p: UPat) -> bool:
     return not isinstance(p, UPatAny) and p.name is None and p.src is None
 
@@ -377,10 +383,14 @@ def compile_op_rules(rules: Sequence[tuple[UPat, RuleFn, bool]], op: Ops | None 
     body: list[str] = []
     for i, (pat, fn, wants) in enumerate(rules):
         cg = _Codegen(fn, wants, env, f"_fn{i}")
+        cg.root_locals = True
         if op is not None and not isinstance(pat, UPatAny) and pat.op is not None and op in pat.op:
             cg.op_checked.add("u")  # the table dispatches on u.op already
         body += [f"# rule {i}: {pat!r:.100}"] + cg.gen(pat, "u", {}, cg.finish)
-    src = "\n".join(["def _match(u, ctx):"] + _indent(body + ["return None"]))
+    prologue = ["_src = u.src", "_n = len(_src)"]
+    for i in range(_PROLOGUE):
+        prologue.append(f"_s{i} = _src[{i}] if _n > {i} else None")
+    src = "\n".join(["def _match(u, ctx):"] + _indent(prologue + body + ["return None"]))
     exec(compile(src, f"<rules {rules[0][0]!r:.60}>", "exec"), env)
     fn: Callable[[UOp, Any], UOp | None] = env["_match"]
     fn.__doc__ = src

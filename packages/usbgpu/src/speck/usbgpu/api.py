@@ -80,17 +80,19 @@ class UsbGpu:
         mode: str | None = None,
         f4gate: bool | None = None,
         poll_limit: int | None = None,
+        zero_copy: bool | None = None,
     ) -> UsbGpu:
         """Open the `index`-th bridge (or the simulator), bring the PCIe link and the GPU's copy queue up.
 
         `sim`: None for hardware (or the simulator if SPECK_USB_SIM=1), True for a default simulated device, a
         SimTiming, a SimDevice, or a list of device models. `mode` selects the copy-in ("g3" pipelined, default;
         "g0" serial; env USB_COPYIN), `f4gate=False` the 0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0),
-        `poll_limit` the number of fence polls before GpuFenceTimeout.
+        `poll_limit` the number of fence polls before GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each
+        chunk staged into one bulk transfer; env USB_ZEROCOPY=0) instead of payload sent straight from `data`.
         """
         from speck.usbgpu.transport import UsbTransport
 
-        options = GpuOptions.from_env(mode, f4gate, poll_limit)
+        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy)
         models = _sim_models(sim)
         usb = UsbTransport.open(index, sim=models)
         return cls(usb, options, models)

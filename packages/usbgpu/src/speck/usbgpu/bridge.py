@@ -105,6 +105,11 @@ class Bridge:
     # ------------------------------------------------------------------ xdata
     def xdata_read(self, addr: int, n: int, bank: int = 0) -> bytes:
         """Read `n` bytes of bridge xdata (0xE4, at most 0xFF bytes per request; a short reply is an error)."""
+        if 0 < n <= E4_CHUNK:  # the common case (flags, LTSSM): one request
+            reply = self.usb.control_in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000)
+            if len(reply) != n:
+                raise PcieSetupError(f"0xE4 read of xdata {addr:#06x}", f"got {len(reply)} of {n} bytes")
+            return reply
         out = bytearray()
         while len(out) < n:
             k = min(E4_CHUNK, n - len(out))

@@ -21,7 +21,7 @@ Two safety rules go beyond the reference design, both so the driver is correct u
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from speck.usbgpu.bridge import EP_IN, EP_OUT, SECTOR, Bridge, Transport, f4_reached
 from speck.usbgpu.errors import F4BailError, GpuFenceTimeout, TlpError
@@ -71,7 +71,7 @@ def first_flag_va(b: int) -> int:
     return GPU_SYS_APERTURE + SQ_PCIE + 0x810 + 8 * b
 
 
-@dataclass
+@dataclass(slots=True)
 class Part:
     """One part of a chunk: payload offset/length inside the chunk, offset in the wire image, sentinel value."""
 
@@ -79,13 +79,10 @@ class Part:
     plen: int
     soff: int
     sentinel: int
-
-    @property
-    def sentinel_off(self) -> int:
-        return self.soff + _round_up(self.plen, SECTOR)
+    sentinel_off: int  # wire offset of the part's sentinel sector: soff + plen rounded up to a sector
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     """One chunk of a G3 copy-in: source offset, bounce buffer, that buffer's 1-based counter, parts, wire size."""
 
@@ -94,11 +91,11 @@ class Chunk:
     length: int
     buffer: int
     counter: int
-    parts: list[Part] = field(default_factory=list)
-    wire_len: int = 0
+    parts: list[Part]
+    wire_len: int
     # The chunk's wire image as transfers: (wire start, wire end, payload offset) for runs sent zero-copy from the
     # caller's buffer, (wire start, wire end, None) for runs built in the staging buffer (sentinels, padding, edges).
-    segments: list[tuple[int, int, int | None]] = field(default_factory=list)
+    segments: list[tuple[int, int, int | None]]
 
 
 @dataclass
@@ -128,6 +125,8 @@ class CopyEngine:
         self._tail = (0, 0)
         self._shadow: dict[int, int] = {}  # SRAM offset -> sector-start dword with top byte 0x51
         self._poll_limit = ctx.options.poll_limit
+        self._zero_copy = ctx.options.zero_copy
+        self._segment_cache: dict[int, list[tuple[int, int, int | None]]] = {}
 
     # ------------------------------------------------------------------ SRAM shadow (stale sentinel look-alikes)
     def _shadow_forget(self, start: int, end: int) -> None:
@@ -136,9 +135,13 @@ class CopyEngine:
                 del self._shadow[off]
 
     def _shadow_note(self, sram_off: int, data: bytes | bytearray | memoryview) -> None:
-        """Record sector-start dwords of `data` (landing at SRAM `sram_off`) that look like sentinels."""
+        """`data` (sector aligned at SRAM `sram_off`) replaced that SRAM range: record its sentinel look-alikes."""
         self._shadow_forget(sram_off, sram_off + _round_up(len(data), SECTOR))
-        top = sector_top_bytes(memoryview(data).cast("B"))
+        self._shadow_note_payload(sram_off, memoryview(data).cast("B"))
+
+    def _shadow_note_payload(self, sram_off: int, data: memoryview) -> None:
+        """Record sector-start dwords of `data` (landing at SRAM `sram_off`) whose top byte is the sentinel tag."""
+        top = sector_top_bytes(data)
         pos = top.find(SENTINEL_TAG >> 24)
         while pos >= 0:
             off = pos * SECTOR
@@ -165,55 +168,100 @@ class CopyEngine:
         self._tail = (0, 0)
         self._g3_ready = True
 
+    @staticmethod
+    def _wire_dword(ch: Chunk, data: memoryview, w: int) -> int | None:
+        """The sector-start dword chunk `ch` puts at wire offset `w` (None beyond its wire image)."""
+        for part in ch.parts:
+            if w == part.sentinel_off:
+                return part.sentinel
+            if part.soff <= w < part.soff + part.plen:
+                off = ch.src_off + part.poff + w - part.soff
+                return int.from_bytes(bytes(data[off : off + 4]).ljust(4, b"\0"), "little")
+        return None
+
     def _plan(self, data: memoryview) -> list[Chunk]:
-        """Split into chunks/parts, assign counters and sentinels; keeps the SRAM shadow in step with the wire."""
+        """Split into chunks/parts, assign counters and sentinels, and advance the SRAM shadow past this copy-in.
+
+        A sentinel must differ from whatever the polled SRAM dword holds before the part lands: that is the same
+        offset of the previous chunk in the same buffer (this copy-in) or, for the first two chunks, the shadow.
+        """
         n = len(data)
-        # Sector-start dwords of the payload that look like sentinels, by chunk (parts start sector aligned, so
-        # payload sector starts are exactly the wire's data sector starts).
-        top = sector_top_bytes(data)
-        hits: dict[int, list[tuple[int, int]]] = {}
-        pos = top.find(SENTINEL_TAG >> 24)
-        while pos >= 0:
-            off = pos * SECTOR
-            value = int.from_bytes(bytes(data[off : off + 4]).ljust(4, b"\0"), "little")
-            hits.setdefault(off // CP_SIZE, []).append((off % CP_SIZE, value))
-            pos = top.find(SENTINEL_TAG >> 24, pos + 1)
         chunks: list[Chunk] = []
+        shadow, ctr = self._shadow, self._ctr
         for c, src in enumerate(range(0, n, CP_SIZE)):
-            b = c % 2
-            self._ctr[b] += 1
-            ch = Chunk(c, src, min(CP_SIZE, n - src), b, self._ctr[b])
+            b = c & 1
+            ctr[b] += 1
+            length = min(CP_SIZE, n - src)
             base = b * BUF_SIZE
+            prev = chunks[c - 2] if c >= 2 else None
+            parts: list[Part] = []
             soff = 0
-            for poff in range(0, ch.length, PART):
-                plen = min(PART, ch.length - poff)
-                part = Part(poff, plen, soff, 0)
-                part.sentinel = self._next_sentinel(self._shadow.get(base + part.sentinel_off))
-                ch.parts.append(part)
-                soff = part.sentinel_off + SECTOR
-            ch.wire_len = soff
-            ch.segments = self._segments(ch)
-            self._shadow_forget(base, base + soff)
-            for r, value in hits.get(c, ()):
-                part = ch.parts[r // PART]
-                self._shadow[base + part.soff + r - part.poff] = value
-            for part in ch.parts:
-                self._shadow[base + part.sentinel_off] = part.sentinel
+            for poff in range(0, length, PART):
+                plen = min(PART, length - poff)
+                sentinel_off = soff + _round_up(plen, SECTOR)
+                stale = shadow.get(base + sentinel_off) if prev is None else self._wire_dword(prev, data, sentinel_off)
+                parts.append(Part(poff, plen, soff, self._next_sentinel(stale), sentinel_off))
+                soff = sentinel_off + SECTOR
+            ch = Chunk(c, src, length, b, ctr[b], parts, soff, [])
+            rel = self._segment_cache.get(length)
+            if rel is None:
+                rel = self._segment_cache[length] = self._segments(ch)
+            ch.segments = [(ws, we, None if s is None else src + s) for ws, we, s in rel]
             chunks.append(ch)
+        # What the bounce buffers hold once this copy-in is done: per buffer its last chunk, and beyond that chunk's
+        # wire the one before it (only the last chunk of a copy-in can be shorter).
+        for last in chunks[-2:]:
+            base = last.buffer * BUF_SIZE
+            older = chunks[last.index - 2] if last.index >= 2 else None
+            self._shadow_forget(base, base + max(last.wire_len, older.wire_len if older else 0))
+            for writer in (older, last):
+                if writer is None:
+                    continue
+                if writer is last:  # the last chunk overwrote the start of the older one
+                    self._shadow_forget(base, base + last.wire_len)
+                for part in writer.parts:
+                    if writer is older and part.soff + part.plen <= last.wire_len:
+                        continue
+                    self._shadow_note_payload(base + part.soff, data[writer.src_off + part.poff :][: part.plen])
+                    shadow[base + part.sentinel_off] = part.sentinel
         return chunks
 
     def _ring_batch(self, dest: int, chunks: list[Chunk]) -> list[int]:
         timeline = self.ctx.timeline
         packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE)
+        templates: dict[int, list[int]] = {}
         for ch in chunks:
             bva = buffer_va(ch.buffer)
-            for i, part in enumerate(ch.parts):
-                packets += poll_regmem(bva + part.sentinel_off, part.sentinel, FUNC_EQ)
-                packets += copy_linear(bva + part.soff, dest + ch.src_off + part.poff, part.plen)
-                if i == 0:
-                    packets += write64(first_flag_va(ch.buffer), ch.counter)
-            packets += fence(timeline.va, timeline.next())
-            packets += write64(full_flag_va(ch.buffer), ch.counter)
+            if len(ch.parts) == 2 and ch.length == CP_SIZE:
+                # Full chunks all share one packet layout: patch a per-buffer template instead of re-encoding.
+                t = templates.get(ch.buffer)
+                if t is None:
+                    t = templates[ch.buffer] = self._chunk_packets(bva, ch, 0, 0)
+                t = t.copy()
+                p0, p1 = ch.parts
+                d0, d1 = dest + ch.src_off, dest + ch.src_off + PART
+                k_lo, k_hi = ch.counter & 0xFFFFFFFF, ch.counter >> 32
+                # dword indices: part-0 POLL ref 3, COPY dst 11/12, first flag value 17/18; part-1 POLL ref 22,
+                # COPY dst 30/31; FENCE value 35; full flag value 40/41 (layout of _chunk_packets)
+                t[3], t[11], t[12], t[17], t[18] = p0.sentinel, d0 & 0xFFFFFFFF, d0 >> 32, k_lo, k_hi
+                t[22], t[30], t[31] = p1.sentinel, d1 & 0xFFFFFFFF, d1 >> 32
+                t[35], t[40], t[41] = timeline.next() & 0xFFFFFFFF, k_lo, k_hi
+                packets += t
+            else:
+                packets += self._chunk_packets(bva, ch, dest + ch.src_off, timeline.next())
+        return packets
+
+    def _chunk_packets(self, bva: int, ch: Chunk, dest: int, timeline_value: int) -> list[int]:
+        """One chunk's SDMA packets: per part POLL EQ sentinel + COPY (+ first-part flag), then FENCE + full flag."""
+        timeline = self.ctx.timeline
+        packets: list[int] = []
+        for i, part in enumerate(ch.parts):
+            packets += poll_regmem(bva + part.sentinel_off, part.sentinel, FUNC_EQ)
+            packets += copy_linear(bva + part.soff, dest + part.poff, part.plen)
+            if i == 0:
+                packets += write64(first_flag_va(ch.buffer), ch.counter)
+        packets += fence(timeline.va, timeline_value)
+        packets += write64(full_flag_va(ch.buffer), ch.counter)
         return packets
 
     @staticmethod
@@ -226,7 +274,7 @@ class CopyEngine:
             if ze - zs >= ZC_MIN:
                 if zs > pos:
                     segs.append((pos, zs, None))
-                segs.append((zs, ze, ch.src_off + part.poff + zs - part.soff))
+                segs.append((zs, ze, part.poff + zs - part.soff))  # payload offset relative to the chunk
                 pos = ze
         if pos < ch.wire_len:
             segs.append((pos, ch.wire_len, None))
@@ -236,10 +284,32 @@ class CopyEngine:
         """The chunk's transfers as (wire end offset, buffer): payload runs zero-copy, the rest staged."""
         stage = self.staging[ch.buffer]
         view = memoryview(stage)
+        if not self._zero_copy:  # the reference layout: the whole wire image staged, one transfer
+            for part in ch.parts:
+                stage[part.soff : part.soff + part.plen] = data[ch.src_off + part.poff :][: part.plen]
+                struct.pack_into("<I", stage, part.sentinel_off, part.sentinel)
+            return [(ch.wire_len, view[: ch.wire_len])]
+        if len(ch.parts) == 2 and ch.length == CP_SIZE and len(ch.segments) == 4:
+            # Standard full chunk: [part 0][sentinel 0 + first 512 B of part 1][part 1 body][last 512 B + sentinel 1]
+            # (every transfer a whole number of 1 KiB packets). Only the 2 KiB of staged edges are copied; the
+            # rest of each sentinel sector is never read by the GPU, so it is not cleared.
+            src = ch.src_off
+            p0, p1 = ch.parts
+            struct.pack_into("<I", stage, p0.sentinel_off, p0.sentinel)
+            stage[PART + SECTOR : PART + 2 * SECTOR] = data[src + PART : src + PART + SECTOR]
+            stage[2 * PART : 2 * PART + SECTOR] = data[src + 2 * PART - SECTOR : src + 2 * PART]
+            struct.pack_into("<I", stage, p1.sentinel_off, p1.sentinel)
+            (_, e0, _), (_, e1, _), (_, e2, s2), (_, e3, _) = ch.segments
+            return [
+                (e0, data[src : src + PART]),
+                (e1, view[PART:e1]),
+                (e2, data[s2 : src + 2 * PART - SECTOR]),
+                (e3, view[e2:e3]),
+            ]
         out: list[tuple[int, memoryview]] = []
-        for ws, we, src in ch.segments:
-            if src is not None:
-                out.append((we, data[src : src + we - ws]))
+        for ws, we, payload in ch.segments:
+            if payload is not None:
+                out.append((we, data[payload : payload + we - ws]))
                 continue
             stage[ws:we] = bytes(we - ws)
             for part in ch.parts:
@@ -251,6 +321,23 @@ class CopyEngine:
                     struct.pack_into("<I", stage, part.sentinel_off, part.sentinel)
             out.append((we, view[ws:we]))
         return out
+
+    @staticmethod
+    def _split(wire: list[tuple[int, memoryview]]) -> tuple[list[memoryview], list[memoryview]]:
+        """Cut a chunk's transfers at wire offset PART (a whole number of packets, and below SPLIT): what may be sent
+        once the previous chunk's first part is copied, and what must wait for its full flag."""
+        head: list[memoryview] = []
+        rest: list[memoryview] = []
+        for end, buf in wire:
+            start = end - len(buf)
+            if end <= PART:
+                head.append(buf)
+            elif start < PART:
+                head.append(buf[: PART - start])
+                rest.append(buf[PART - start :])
+            else:
+                rest.append(buf)
+        return head, rest
 
     def _wait_full(self, b: int, k: int, what: str) -> None:
         """Spin on 24-byte E4 reads until buffer `b`'s full-chunk flag reaches `k`."""
@@ -333,9 +420,10 @@ class CopyEngine:
             else:
                 # Only what cannot reach the previous chunk's second part goes now; the rest after its full flag.
                 self.stats.split_chunks += 1
-                head = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for end, buf in wire if end <= SPLIT]
+                head, rest = self._split(wire)
+                tags[c + 1] = [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for buf in head]
                 self._wait_full(prev.buffer, prev.counter, f"chunk {prev.index}'s second part")
-                tags[c + 1] = head + [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for end, buf in wire if end > SPLIT]
+                tags[c + 1] += [submit(EP_OUT, buf, BULK_TIMEOUT_MS) for buf in rest]
         for tag in tags[-1]:
             self.usb.wait(tag, BULK_TIMEOUT_MS)
         last = chunks[-1]
@@ -391,5 +479,5 @@ class CopyEngine:
             got = self.usb.bulk_in(EP_IN, want, BULK_TIMEOUT_MS)
             if len(got) != want:
                 raise TlpError(f"copy-out bulk IN of {want} bytes", f"got {len(got)} bytes")
-            out[off : off + size] = got[:size]
+            out[off : off + size] = memoryview(got)[:size]
             self._shadow_note(0, got)

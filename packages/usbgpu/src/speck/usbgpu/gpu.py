@@ -36,21 +36,30 @@ DEFAULT_POLL_LIMIT = 100_000
 
 @dataclass(frozen=True)
 class GpuOptions:
-    """Driver knobs: copy-in algorithm, 0xF4 gating, fence poll budget."""
+    """Driver knobs: copy-in algorithm, 0xF4 gating, fence poll budget, zero-copy wire."""
 
     mode: str = "g3"  # "g3" (pipelined, default) or "g0" (serial reference)
     f4gate: bool = True  # USB_F4GATE=0 selects the 0xF2 arm + E4 fence poll gate
     poll_limit: int = DEFAULT_POLL_LIMIT  # E4 / timeline reads before "GPU fence timeout"
+    zero_copy: bool = True  # G3 payload straight from the caller's buffer (False: one staged transfer per chunk)
 
     @classmethod
-    def from_env(cls, mode: str | None = None, f4gate: bool | None = None, poll_limit: int | None = None) -> GpuOptions:
-        """Explicit arguments win over the environment (USB_COPYIN=g0|g3, USB_F4GATE=0|1)."""
+    def from_env(
+        cls,
+        mode: str | None = None,
+        f4gate: bool | None = None,
+        poll_limit: int | None = None,
+        zero_copy: bool | None = None,
+    ) -> GpuOptions:
+        """Explicit arguments win over the environment (USB_COPYIN=g0|g3, USB_F4GATE=0|1, USB_ZEROCOPY=0|1)."""
         mode = mode or os.environ.get("USB_COPYIN", "g3").lower()
         if mode not in ("g3", "g0"):
             raise ValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
         if f4gate is None:
             f4gate = os.environ.get("USB_F4GATE", "1") != "0"
-        return cls(mode, f4gate, DEFAULT_POLL_LIMIT if poll_limit is None else poll_limit)
+        if zero_copy is None:
+            zero_copy = os.environ.get("USB_ZEROCOPY", "1") != "0"
+        return cls(mode, f4gate, DEFAULT_POLL_LIMIT if poll_limit is None else poll_limit, zero_copy)
 
 
 class GpuContext:

@@ -28,6 +28,8 @@ except ImportError as exc:  # pragma: no cover - only without a built package
 _LEAKED: list[object] = []
 
 __all__ = [
+    "ffi",
+    "lib",
     "HELPER_ABI",
     "HELPER_BUILT_FOR",
     "AsyncBulkPool",

@@ -197,10 +197,21 @@ class UsbTransport:
         self.stats = TransportStats()
         self._context = context
         self._handle = handle
-        self._handle_ptr = _raw_pointer(handle._USBDeviceHandle__handle)
-        self._pool = helper.AsyncBulkPool(
-            _raw_pointer(context._USBContext__context_p), self._handle_ptr, owners=(handle, context)
-        )
+        from usb1 import _libusb1
+
+        try:
+            self._handle_p = handle._USBDeviceHandle__handle
+            context_p = context._USBContext__context_p
+        except AttributeError as exc:  # pragma: no cover - only with an incompatible python-libusb1
+            raise errors.LibusbLoadError(
+                "reach libusb handles through python-libusb1",
+                f"this python-libusb1 has a different internal layout ({exc})",
+                "install libusb1 3.x (pip install 'libusb1>=3,<4')",
+            ) from exc
+        self._handle_ptr = _raw_pointer(self._handle_p)
+        self._libusb_control = _libusb1.libusb_control_transfer
+        self._libusb_bulk = _libusb1.libusb_bulk_transfer
+        self._pool = helper.AsyncBulkPool(_raw_pointer(context_p), self._handle_ptr, owners=(handle, context))
         self._claimed = [True]
         self._closed = False
         self._finalizer = weakref.finalize(self, _teardown, self._pool, handle, context, self._claimed)
@@ -212,9 +223,10 @@ class UsbTransport:
 
         With `sim` (models, or env SPECK_USB_SIM=1 for the default SimDevice) the simulator's fake libusb is
         loaded instead of the real one; passing the same model objects again reopens them as they are (their
-        state kept), other models replace the simulated bus (transports still open on it see NO_DEVICE). Open sequence (USB_PROTOCOL.md 1.2): read the product string; if a kernel
-        driver holds interface 0, detach it and reset the device; set configuration 1; claim interface 0; select
-        alt setting 0.
+        state kept), other models replace the simulated bus (transports still open on it see NO_DEVICE).
+
+        Open sequence (USB_PROTOCOL.md 1.2): read the product string; if a kernel driver holds interface 0,
+        detach it and reset the device; set configuration 1; claim interface 0; select alt setting 0.
         """
         if index < 0:
             raise ValueError(f"device index must be >= 0, got {index}")
@@ -331,66 +343,86 @@ class UsbTransport:
         if self._closed:
             raise errors.UsbClosedError(operation, f"the transport to {self.name} is closed")
 
+    # The four sync transfers call python-libusb1's ctypes bindings of libusb directly on the same handle: they
+    # are the driver's hot path, and usb1's convenience wrappers (buffer copies, exception translation we redo
+    # anyway) cost more than the transfer's own host work. Operation strings are only built on errors.
     def control_in(self, request: int, value: int, index: int, length: int, timeout_ms: int = 1000) -> bytes:
         """Vendor control IN (bmRequestType 0xC0); returns exactly `length` bytes (a short reply is an error)."""
-        operation = f"control IN 0x{request:02X} (wValue=0x{value:04x}, wIndex=0x{index:04x}, {length} bytes)"
-        self._check_open(operation)
-        data = _call(
-            self.simulated,
-            operation,
-            self._handle.controlRead,
-            REQUEST_TYPE_VENDOR_IN,
-            request,
-            value,
-            index,
-            length,
-            timeout_ms,
+        if self._closed:
+            self._check_open(_control_op("IN", request, value, index, length))
+        buf = ctypes.create_string_buffer(length)
+        rc = self._libusb_control(
+            self._handle_p, REQUEST_TYPE_VENDOR_IN, request, value, index, buf, length, timeout_ms
         )
+        if rc < 0:
+            raise self._error(rc, _control_op("IN", request, value, index, length))
         self.stats.control_transfers += 1
-        self.stats.control_in_bytes += len(data)
-        if len(data) != length:
-            raise errors.TransferShortError(operation, None, f"{len(data)}/{length} bytes returned")
-        return bytes(data)
+        self.stats.control_in_bytes += rc
+        if rc != length:
+            raise errors.TransferShortError(
+                _control_op("IN", request, value, index, length), None, f"{rc}/{length} bytes returned"
+            )
+        return buf.raw[:rc]
 
     def control_out(self, request: int, value: int, index: int, data: bytes = b"", timeout_ms: int = 1000) -> None:
         """Vendor control OUT (bmRequestType 0x40) with an optional data stage; a short write is an error."""
-        operation = f"control OUT 0x{request:02X} (wValue=0x{value:04x}, wIndex=0x{index:04x}, {len(data)} bytes)"
-        self._check_open(operation)
-        sent = _call(
-            self.simulated,
-            operation,
-            self._handle.controlWrite,
-            REQUEST_TYPE_VENDOR_OUT,
-            request,
-            value,
-            index,
-            data,
-            timeout_ms,
+        length = len(data)
+        if self._closed:
+            self._check_open(_control_op("OUT", request, value, index, length))
+        rc = self._libusb_control(
+            self._handle_p, REQUEST_TYPE_VENDOR_OUT, request, value, index, bytes(data), length, timeout_ms
         )
+        if rc < 0:
+            raise self._error(rc, _control_op("OUT", request, value, index, length))
         self.stats.control_transfers += 1
-        self.stats.control_out_bytes += sent
-        if sent != len(data):
-            raise errors.TransferShortError(operation, None, f"{sent}/{len(data)} bytes accepted")
+        self.stats.control_out_bytes += rc
+        if rc != length:
+            raise errors.TransferShortError(
+                _control_op("OUT", request, value, index, length), None, f"{rc}/{length} bytes accepted"
+            )
 
     def bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 1000) -> None:
-        """Synchronous bulk OUT; a short write is an error (USB_PROTOCOL.md 4.6)."""
-        nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
-        operation = f"bulk OUT 0x{endpoint:02x} ({nbytes} bytes)"
-        self._check_open(operation)
-        sent = _call(self.simulated, operation, self._handle.bulkWrite, endpoint, data, timeout_ms)
+        """Synchronous bulk OUT; a short write is an error (USB_PROTOCOL.md 4.6). `data` is not copied."""
+        if self._closed:
+            self._check_open(f"bulk OUT 0x{endpoint:02x}")
+        sent = ctypes.c_int()
+        if isinstance(data, bytes):
+            nbytes = len(data)
+            rc = self._libusb_bulk(self._handle_p, endpoint, data, nbytes, ctypes.byref(sent), timeout_ms)
+        else:
+            with helper.ffi.from_buffer("unsigned char[]", data) as cbuf:  # released on every path
+                nbytes = len(cbuf)
+                address = int(helper.ffi.cast("uintptr_t", cbuf))
+                rc = self._libusb_bulk(self._handle_p, endpoint, address, nbytes, ctypes.byref(sent), timeout_ms)
+        if rc < 0:
+            raise self._error(rc, f"bulk OUT 0x{endpoint:02x} ({nbytes} bytes)", f"{sent.value}/{nbytes} bytes sent")
         self.stats.bulk_out_transfers += 1
-        self.stats.bulk_out_bytes += sent
-        if sent != nbytes:
-            raise errors.TransferShortError(operation, None, f"bulk OUT short write: {sent}/{nbytes} bytes")
+        self.stats.bulk_out_bytes += sent.value
+        if sent.value != nbytes:
+            raise errors.TransferShortError(
+                f"bulk OUT 0x{endpoint:02x} ({nbytes} bytes)",
+                None,
+                f"bulk OUT short write: {sent.value}/{nbytes} bytes",
+            )
 
     def bulk_in(self, endpoint: int, length: int, timeout_ms: int = 10000) -> bytes:
         """Synchronous bulk IN of up to `length` bytes; returns what arrived."""
-        operation = f"bulk IN 0x{endpoint:02x} ({length} bytes)"
-        self._check_open(operation)
-        data = _call(self.simulated, operation, self._handle.bulkRead, endpoint, length, timeout_ms)
+        if self._closed:
+            self._check_open(f"bulk IN 0x{endpoint:02x} ({length} bytes)")
+        buf = ctypes.create_string_buffer(length)
+        got = ctypes.c_int()
+        rc = self._libusb_bulk(self._handle_p, endpoint | 0x80, buf, length, ctypes.byref(got), timeout_ms)
+        if rc < 0:
+            raise self._error(rc, f"bulk IN 0x{endpoint:02x} ({length} bytes)", f"{got.value}/{length} bytes received")
         self.stats.bulk_in_transfers += 1
-        self.stats.bulk_in_bytes += len(data)
-        return bytes(data)
+        self.stats.bulk_in_bytes += got.value
+        return buf.raw[: got.value]
+
+    def _error(self, rc: int, operation: str, detail: str = "") -> BaseException:
+        """The exception for libusb return code `rc` (in the simulator, a model's own exception comes first)."""
+        converted = errors.error_for_code(rc, operation, helper.libusb_text(rc) or None, detail)
+        _reraise_model_exception(self.simulated, converted)
+        return converted
 
     def clear_halt(self, endpoint: int) -> None:
         """CLEAR_FEATURE(ENDPOINT_HALT) on `endpoint`; the firmware also resets that endpoint and cancels streaming
@@ -458,11 +490,17 @@ class UsbTransport:
         return f"<UsbTransport {self.name} {self.vid:04x}:{self.pid:04x} {self.product!r} {kind} {state}>"
 
 
+def _control_op(direction: str, request: int, value: int, index: int, length: int) -> str:
+    return f"control {direction} 0x{request:02X} (wValue=0x{value:04x}, wIndex=0x{index:04x}, {length} bytes)"
+
+
 def _describe(exc: Any) -> str:
+    """A usb1.USBError as "LIBUSB_ERROR_X (libusb's message); what to do"."""
     code = getattr(exc, "value", None)
-    if isinstance(code, int):
-        return str(errors.error_for_code(code, "libusb").args[0]).removeprefix("libusb failed: ")
-    return str(exc)
+    if not isinstance(code, int):
+        return str(exc)
+    err = errors.error_for_code(code, "")
+    return f"{err.libusb_name} ({err.libusb_message})" + (f"; {err.hint}" if err.hint else "")
 
 
 def _reraise_model_exception(simulated: bool, cause: BaseException) -> None:

@@ -1,10 +1,10 @@
 """Decompositions: rewrite ALU ops a renderer does not declare (Renderer.supports) in terms of ops it has.
 
-  MULACC(a, b, c)   -> a*b + c
-  POW(x, y)         -> exp2(y * log2(x)) with sign/zero/integer-exponent fixups (floats only)
-  THREEFRY(x, key)  -> Threefry-2x32 (20 rounds) in uint32 ADD/XOR/SHL/SHR/OR, recombined into uint64
-  EXP2, LOG2, SIN   -> polynomial approximations (speck.codegen.lower.transcendental), accuracy documented there
-  float16 / bfloat16 / fp8 arithmetic on a renderer without it -> computed in float32 and cast back
+MULACC(a, b, c)   -> a*b + c
+POW(x, y)         -> exp2(y * log2(x)) with sign/zero/integer-exponent fixups (floats only)
+THREEFRY(x, key)  -> Threefry-2x32 (20 rounds) in uint32 ADD/XOR/SHL/SHR/OR, recombined into uint64
+EXP2, LOG2, SIN   -> polynomial approximations (speck.codegen.lower.transcendental), accuracy documented there
+float16 / bfloat16 / fp8 arithmetic on a renderer without it -> computed in float32 and cast back
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ class _Expander:
         for run in (len(idxs), _size(axes[-1]) if axes else 1):
             if run <= 1:
                 continue
-            if all(_contiguous(idxs[g:g + run]) for g in range(0, len(idxs), run)):
+            if all(_contiguous(idxs[g : g + run]) for g in range(0, len(idxs), run)):
                 return run
         return None
 
@@ -165,7 +165,7 @@ class _Expander:
 
     # ---------------- closing ranges ----------------
     def close(self, u: UOp, new: tuple[UOp, ...] | None, axes: tuple[UOp, ...]) -> _Val:
-        rngs = [r for r in u.src[1:] if not (r.arg[-1] in EXPAND_TYPES)]
+        rngs = [r for r in u.src[1:] if r.arg[-1] not in EXPAND_TYPES]
         xr = [r for r in u.src[1:] if r.arg[-1] in EXPAND_TYPES]
         if u.op is Ops.END:
             body = self.memo[u.src[0]]
@@ -216,10 +216,38 @@ def _contiguous(idxs: list[UOp]) -> bool:
             return False
         if b is None or base is None:
             return False
-        d = (b.src[1] - base.src[1]).simplify() if b.op is Ops.INDEX else None
-        if d is None or d.op is not Ops.CONST or d.arg != k:
+        if b.src[0] is not base.src[0] or index_offset(base.src[1], b.src[1]) != k:
             return False
     return True
+
+
+def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
+    """u as sum(coeff * atom) + const, flattening ADD, SUB and multiplication by constants (other nodes are atoms)."""
+    terms: dict[UOp, int] = {}
+    const = 0
+    stack: list[tuple[UOp, int]] = [(u, 1)]
+    while stack:
+        x, c = stack.pop()
+        if x.op is Ops.CONST and isinstance(x.arg, int):
+            const += c * x.arg
+        elif x.op is Ops.ADD:
+            stack.extend((s, c) for s in x.src)
+        elif x.op is Ops.SUB:
+            stack.extend(((x.src[0], c), (x.src[1], -c)))
+        elif x.op is Ops.MUL and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int):
+            stack.append((x.src[0], c * x.src[1].arg))
+        elif x.op is Ops.MUL and x.src[0].op is Ops.CONST and isinstance(x.src[0].arg, int):
+            stack.append((x.src[1], c * x.src[0].arg))
+        else:
+            terms[x] = terms.get(x, 0) + c
+    return {k: v for k, v in terms.items() if v != 0}, const
+
+
+def index_offset(a: UOp, b: UOp) -> int | None:
+    """b - a when it is a constant (same non-constant terms), else None."""
+    ta, ca = linear_terms(a)
+    tb, cb = linear_terms(b)
+    return cb - ca if ta == tb else None
 
 
 def _split_gate(ix: UOp) -> tuple[UOp | None, UOp | None]:

@@ -1,6 +1,51 @@
-"""placeholder"""
-from speck.uop import UOp
+"""The kernel optimizer: `Opt`/`OptOps` actions, `apply_opts`, the default CPU heuristic
+`hand_coded_optimizations`, and `beam_search` (enabled with BEAM=n once the runtime registered a timer).
+
+`optimize_kernel` is what the pipeline calls: explicit KernelInfo.opts win, else BEAM when BEAM>=1 and a timer is
+registered, else the heuristic."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.opt.heuristic import hand_coded_optimizations
+from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
+from speck.codegen.opt.search import beam_search, register_beam_timer, registered_timer
+from speck.uop import ContextVar, UOp
+
+if TYPE_CHECKING:
+    from speck.codegen.renderer import Renderer
+
+BEAM = ContextVar("BEAM", 0)
 
 
-def optimize_kernel(sink: UOp, renderer: object) -> UOp:
-    return sink
+def optimize_kernel(sink: UOp, renderer: Renderer) -> UOp:
+    """Apply the kernel's opts: KernelInfo.opts if given, else BEAM search (BEAM>=1 with a registered timer), else
+    the heuristic. An explicit opt that does not apply raises OptError naming it."""
+    info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
+    if info.opts:
+        return apply_opts(sink, info.opts, renderer)
+    if BEAM >= 1 and registered_timer() is not None:
+        return apply_opts(sink, beam_search(sink, renderer, int(BEAM)), renderer)
+    opts = hand_coded_optimizations(sink, renderer)
+    try:
+        return apply_opts(sink, opts, renderer)
+    except OptError:
+        return sink
+
+
+__all__ = [
+    "BEAM",
+    "Opt",
+    "OptError",
+    "OptOps",
+    "apply_opt",
+    "apply_opts",
+    "beam_search",
+    "hand_coded_optimizations",
+    "optimize_kernel",
+    "output_axes",
+    "reduce_axes",
+    "register_beam_timer",
+]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,7 +78,9 @@ def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     name = kernel_name(uops)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise RuntimeError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
-    buffers = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0])
+    buffers = sorted(
+        (u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0]
+    )
     for b in buffers:
         if not isinstance(b.dtype, PtrDType):
             raise RuntimeError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters must be "
@@ -184,8 +187,15 @@ _STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}  # float formats ke
 
 
 def _f32_text(v: float) -> str:
-    """Shortest decimal that reads back (correctly rounded, as C does) as float32 v, with the `f` suffix."""
-    s = str(np.float32(v))
+    """Shortest decimal that reads back (correctly rounded, as C does) as float32 v, with the `f` suffix, written the
+    way Python writes floats (`16777216.0f`, `1e+30f`)."""
+    s = str(np.float32(v))  # numpy's shortest unique float32 digits
+    t = repr(float(s))  # the same digits in Python's layout; kept only if it provably still reads back as v
+    m, e = math.frexp(abs(v))
+    # the smaller distance to a neighbouring float32 (conservative at powers of two and at zero)
+    gap = 2.0 ** max(e - 24 - (1 if m == 0.5 else 0), -149) if v != 0 else 2.0**-149
+    if abs(Fraction(t) - Fraction(v)) < Fraction(gap) / 2:
+        s = t
     if "." not in s and "e" not in s:
         s += ".0"
     return s + "f"
@@ -292,8 +302,8 @@ static inline unsigned char __speck_f64_to_fp8{nm}(double x) {{
 }}"""
 
 
-_F64_TO_F16 = """/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half, so the
-   second rounding is exact), then let the hardware round to half */
+_F64_TO_F16 = """/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half,
+   so the second rounding is exact), then let the hardware round to half */
 static inline _Float16 __speck_f64_to_f16(double x) {
   float f = (float)x;
   if ((double)f != x && x == x) {
@@ -333,7 +343,8 @@ def _vec_name(dt: DType) -> str:
 
 
 def _vec_typedef(dt: DType) -> str:
-    return (f"typedef {_VELEM[dt.scalar()]} {_vec_name(dt)} __attribute__((vector_size({dt.scalar().itemsize * dt.count}"
+    nbytes = dt.scalar().itemsize * dt.count
+    return (f"typedef {_VELEM[dt.scalar()]} {_vec_name(dt)} __attribute__((vector_size({nbytes}"
             ")));")  # fmt: skip
 
 
@@ -432,12 +443,13 @@ class _CKernel:
             return c_literal(v, u.dtype)
         return f"{self.operand(u)}[{i}]"
 
-    def pointer(self, idx: UOp) -> str:
+    def pointer(self, idx: UOp) -> tuple[str, str]:
+        """(buffer, offset) of an INDEX: element `buffer[offset]`, address `(buffer + offset)`."""
         buf, off = idx.src[0], idx.src[1]
         if off.dtype.count > 1:
             raise RuntimeError(f"renderer 'c': INDEX with a vector of offsets ({off.dtype}) is not a program form; "
                                "devectorize gathers before rendering")  # fmt: skip
-        return f"({self.operand(buf)} + {self.operand(off)})"
+        return self.operand(buf), self.operand(off)
 
     # ---- main loop ----
     def render(self) -> str:
@@ -452,8 +464,10 @@ class _CKernel:
         used = set(self.names.values())
         for v in sig.variables:
             nm = str(v.arg[0])
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", nm) or nm in used or re.fullmatch(
-                r"(data|ridx|alu|val|cast|vec|gep|acc|core_start|core_end|__speck).*", nm
+            if (
+                not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", nm)
+                or nm in used
+                or re.fullmatch(r"(data|ridx|alu|val|cast|vec|gep|acc|core_start|core_end|__speck).*", nm)
             ):
                 nm = self.fresh("var")
             used.add(nm)
@@ -507,15 +521,17 @@ class _CKernel:
         self.depth += 1
 
     def _access(self, u: UOp, idx: UOp) -> tuple[str, bool]:
-        """(pointer text, whether the access is an unaligned vector access through memcpy)."""
+        """(element text `buf[off]` or, for an unaligned vector access through memcpy, address text, whether it is
+        such a vector access)."""
         if idx.op is not Ops.INDEX:
             raise RuntimeError(f"renderer 'c': {u.op} must address memory through an INDEX, got {idx.op}")
         base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
         vdt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+        b, off = self.pointer(idx)
         if vdt == base:
-            return self.pointer(idx), False
+            return f"{b}[{off}]", False
         if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
-            return self.pointer(idx), True
+            return f"({b} + {off})", True
         raise RuntimeError(f"renderer 'c': {u.op} of {vdt} through a pointer to {base}; expected the element type or "
                            "a vector of it")  # fmt: skip
 
@@ -529,14 +545,14 @@ class _CKernel:
             if vec:
                 self.emit(f"{t} {nm}; __builtin_memcpy(&{nm}, {ptr}, {u.dtype.nbytes});")
             else:
-                self.emit(f"{t} {nm} = *{ptr};")
+                self.emit(f"{t} {nm} = {ptr};")
             return
         alt = self.operand(u.src[1]) if len(u.src) > 1 else self.zero(u.dtype)
         if vec:
             self.emit(f"{t} {nm} = {alt};")
             self.emit(f"if ({gate}) __builtin_memcpy(&{nm}, {ptr}, {u.dtype.nbytes});")
         else:
-            self.emit(f"{t} {nm} = {gate} ? *{ptr} : {alt};")
+            self.emit(f"{t} {nm} = {gate} ? {ptr} : {alt};")
 
     def zero(self, dt: DType) -> str:
         lit = c_literal(0 if not dtypes.is_float(dt) else 0.0, dt.scalar())
@@ -553,7 +569,7 @@ class _CKernel:
                 v = tmp
             stmt = f"__builtin_memcpy({ptr}, &{v}, {val.dtype.nbytes});"
         else:
-            stmt = f"*{ptr} = {v};"
+            stmt = f"{ptr} = {v};"
         if len(idx.src) > 2:
             stmt = f"if ({self.operand(idx.src[2])}) {stmt}"
         self.emit(stmt)
@@ -738,7 +754,9 @@ class _CKernel:
             if shift_safe(u.src[1], bits):
                 return expr
             fallback = "0" if op is Ops.SHL or dtypes.is_unsigned(s) else f"({a[0]} < 0 ? ({ct})-1 : 0)"
-            amount_ok = f"{a[1]} < {bits}" if dtypes.is_unsigned(u.src[1].dtype) else f"({a[1]} >= 0 && {a[1]} < {bits})"
+            amount_ok = (
+                f"{a[1]} < {bits}" if dtypes.is_unsigned(u.src[1].dtype) else f"({a[1]} >= 0 && {a[1]} < {bits})"
+            )
             return f"({amount_ok} ? {expr} : ({ct}){fallback})"
         raise UnsupportedOpError(self.r.name, op, s, "no C form for this op on an integer dtype")
 

@@ -9,14 +9,15 @@ Exact semantics (the same choices as the C renderer, see cstyle.py): no fast-mat
 rounds once; MAX is `fcmp ogt b,a | fcmp uno b,b` + select (NaN-propagating like the interpreter, never
 llvm.maxnum); CMPLT is `fcmp olt` (false on NaN), CMPNE `fcmp une` (true on NaN), CMPEQ `fcmp oeq`; sdiv/srem and
 shifts are guarded with selects only where the UOps' bounds do not rule out division by 0, MIN/-1 or shift amounts
-outside [0, bits); float -> int truncates and wraps modulo 2**64
-(NaN/inf -> 0) like the interpreter, without poison; int64 -> float32 rounds through double. bool is i1 in registers and i8 in memory; half is
-`half`; bfloat16 and fp8 are i16/i8 bits converted by small internal helper functions (round to nearest even,
-fp8e4m3 saturating), and double -> half rounds to odd at float precision first, so no libgcc calls are needed.
+outside [0, bits); float -> int truncates and wraps modulo 2**64 (NaN/inf -> 0) like the interpreter, without
+poison; int64 -> float32 rounds through double. bool is i1 in registers and i8 in memory; half is `half`; bfloat16
+and fp8 are i16/i8 bits converted by small internal helper functions (round to nearest even, fp8e4m3 saturating),
+and double -> half rounds to odd at float precision first, so no libgcc calls are needed.
 Vectors are `<n x T>`; widths above `max_vector_bytes` (32, AVX2) are split by the pipeline."""
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any, ClassVar
@@ -221,13 +222,27 @@ def _fp8_helpers(dt: DType) -> str:
     return to_f32 + "\n" + from_f64
 
 
+@functools.cache
+def host_vector_bytes() -> int:
+    """Widest vector register of this host in bytes: 64 with AVX-512F, else 32 (AVX2 and the default elsewhere).
+    Read from /proc/cpuinfo so the renderer needs no llvmlite."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return 64 if "avx512f" in line.split() else 32
+    except OSError:
+        pass
+    return 32
+
+
 _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
 
 
 class LLVMRenderer(Renderer):
     """Textual LLVM IR for the host CPU (see the module docstring for the exact semantics). EXP2/LOG2/SIN are left
-    to the pipeline's decompositions; SQRT/TRUNC are `llvm.sqrt`/`llvm.trunc`. 256-bit vectors (AVX2); on an
-    AVX-512 host construct with `max_vector_bytes=64`."""
+    to the pipeline's decompositions; SQRT/TRUNC are `llvm.sqrt`/`llvm.trunc`. Vectors up to 256 bits (AVX2), or
+    512 bits when the host has AVX-512F (see `host_vector_bytes`)."""
 
     name: ClassVar[str] = "llvm"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _LLVM_UNSUPPORTED
@@ -235,10 +250,12 @@ class LLVMRenderer(Renderer):
     max_vector_bytes: ClassVar[int] = 32
 
     def __init__(self, max_vector_bytes: int | None = None) -> None:
-        if max_vector_bytes is not None:
-            if max_vector_bytes not in (16, 32, 64):
-                raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64, got {max_vector_bytes!r}")
-            self.max_vector_bytes = max_vector_bytes  # type: ignore[misc]
+        """`max_vector_bytes`: widest vector to emit (16, 32 or 64 bytes); None detects the host (64 only with
+        AVX-512F, else 32)."""
+        mvb = host_vector_bytes() if max_vector_bytes is None else max_vector_bytes
+        if mvb not in (16, 32, 64):
+            raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}")
+        self.max_vector_bytes = mvb  # type: ignore[misc]
 
     def supports(self, op: Ops, dtype: DType) -> bool:
         """As the base class, plus WHERE on every dtype (a select needs no arithmetic in the value's format)."""
@@ -492,8 +509,8 @@ class _LLKernel:
             if len(lanes) == 1:
                 return self.ins(f"extractelement {self.typed(src)}, i32 {lanes[0]}", "v")
             mask = ", ".join(f"i32 {i}" for i in lanes)
-            return self.ins(f"shufflevector {self.typed(src)}, {ltype(src.dtype)} poison, <{len(lanes)} x i32> <{mask}>",
-                            "v")  # fmt: skip
+            sv = f"shufflevector {self.typed(src)}, {ltype(src.dtype)} poison, <{len(lanes)} x i32> <{mask}>"
+            return self.ins(sv, "v")
         if op is Ops.BITCAST:
             src = u.src[0]
             if src.dtype.nbytes != u.dtype.nbytes or dtypes.is_bool(src.dtype) or dtypes.is_bool(u.dtype):
@@ -521,7 +538,10 @@ class _LLKernel:
     # ---- casts ----
     def cast(self, x: str, fr_dt: DType, to_dt: DType) -> str:
         fr, to, n = fr_dt.scalar(), to_dt.scalar(), to_dt.count
-        vec = (lambda d: d.vec(n)) if n > 1 else (lambda d: d)
+
+        def vec(d: DType) -> DType:
+            return d.vec(n) if n > 1 else d
+
         if fr == to:
             return x
         if fr == dtypes.bfloat16:
@@ -556,7 +576,9 @@ class _LLKernel:
             return self.ins(f"{op} {ft} {x} to {tt}", "v")
         if dtypes.is_float(fr):
             return self.float_to_int(x, fr_dt, to_dt)
-        if dtypes.is_float(to) and fr.itemsize == 8 and to != dtypes.float64:  # round through float64 like the interpreter
+        if (
+            dtypes.is_float(to) and fr.itemsize == 8 and to != dtypes.float64
+        ):  # round through float64 like the interpreter
             x = self.ins(f"{'uitofp' if dtypes.is_unsigned(fr) else 'sitofp'} {ft} {x} to {ltype(vec(dtypes.float64))}")
             return self.cast(x, vec(dtypes.float64), to_dt)
         if dtypes.is_float(to):

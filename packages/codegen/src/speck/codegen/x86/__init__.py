@@ -5,6 +5,22 @@ from speck.codegen.x86.operands import Imm, Inst, Label, Mem, Reg, Sym, gpr, ins
 from speck.codegen.x86.ops import X86Op
 
 __all__ = [
-    "Assembled", "Assembler", "EncodingError", "Imm", "Inst", "Label", "Mem", "Reg", "Relocation", "Sym", "X86Op",
-    "assemble", "encode", "gpr", "ins", "rodata", "xmm", "ymm",
+    "Assembled",
+    "Assembler",
+    "EncodingError",
+    "Imm",
+    "Inst",
+    "Label",
+    "Mem",
+    "Reg",
+    "Relocation",
+    "Sym",
+    "X86Op",
+    "assemble",
+    "encode",
+    "gpr",
+    "ins",
+    "rodata",
+    "xmm",
+    "ymm",
 ]

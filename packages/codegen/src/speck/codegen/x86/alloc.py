@@ -95,7 +95,19 @@ def ra_view(item: Item) -> RAInstr:
     if isinstance(item, Label):
         return RAInstr()
     defs, uses = operand_roles(item)
-    return RAInstr(defs, uses, item.clobbers)
+    return RAInstr(defs, uses, item.clobbers, copy=_is_copy(item))
+
+
+FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOVUPD, X86Op.VMOVDQU})
+
+
+def _is_copy(inst: Inst) -> bool:
+    """A whole-register copy (a 64-bit mov or a vector move between registers); 32-bit movs zero-extend, so are not."""
+    if len(inst.operands) != 2 or not all(isinstance(o, VReg | Reg) for o in inst.operands):
+        return False
+    dst, src = inst.operands
+    assert isinstance(dst, VReg | Reg) and isinstance(src, VReg | Reg)
+    return (inst.op is X86Op.MOV and dst.size == src.size == 8) or (inst.op in FULL_COPIES and dst.size == src.size)
 
 
 @dataclass(frozen=True)
@@ -158,7 +170,9 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
             if uses_ymm:
                 out.append(Inst(X86Op.VZEROUPPER))
-        out.append(Inst(item.op, tuple(sub(o) for o in item.operands)))
+        phys_inst = Inst(item.op, tuple(sub(o) for o in item.operands))
+        if not (_is_copy(phys_inst) and phys_inst.operands[0] == phys_inst.operands[1]):  # coalesced copy
+            out.append(phys_inst)
         for sp in alloc.spills[i]:
             out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)

@@ -64,14 +64,20 @@ def write_elf_object(name: str, code: bytes, relocations: Sequence[Relocation] =
         raise ValueError(f"write_elf_object: function name must be a C identifier, got {name!r}")
     strtab, shstrtab = _StrTab(), _StrTab()
     # symbols: null, section .text, section .rodata, then globals (the function, then externals)
-    symbols = [_SYM.pack(0, 0, 0, 0, 0, 0), _SYM.pack(0, STT_SECTION, 0, 1, 0, 0), _SYM.pack(0, STT_SECTION, 0, 2, 0, 0)]
+    symbols = [
+        _SYM.pack(0, 0, 0, 0, 0, 0),
+        _SYM.pack(0, STT_SECTION, 0, 1, 0, 0),
+        _SYM.pack(0, STT_SECTION, 0, 2, 0, 0),
+    ]
     first_global = len(symbols)
     sym_index = {".text": 1, ".rodata": 2, name: len(symbols)}
     symbols.append(_SYM.pack(strtab.add(name), (STB_GLOBAL << 4) | STT_FUNC, 0, 1, 0, len(code)))
     relas = []
     for r in relocations:
         if r.kind not in RELOC_TYPES:
-            raise ValueError(f"write_elf_object: unknown relocation kind {r.kind!r}; expected one of {list(RELOC_TYPES)}")
+            raise ValueError(
+                f"write_elf_object: unknown relocation kind {r.kind!r}; expected one of {list(RELOC_TYPES)}"
+            )
         if not 0 <= r.offset <= len(code) - 4:
             raise ValueError(f"write_elf_object: relocation offset {r.offset} is outside the {len(code)}-byte code")
         if r.symbol not in sym_index:

@@ -49,8 +49,10 @@ _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 def _addr_reg(r: object, what: str, inst: Inst) -> Reg:
     if not isinstance(r, Reg) or r.kind != "gpr" or r.size != 8:
-        raise EncodingError(f"{inst!r}: memory {what} must be a 64-bit physical register, got {r!r}"
-                            + ("; run register allocation first" if not isinstance(r, Reg) else ""))
+        raise EncodingError(
+            f"{inst!r}: memory {what} must be a 64-bit physical register, got {r!r}"
+            + ("; run register allocation first" if not isinstance(r, Reg) else "")
+        )
     return r
 
 
@@ -127,7 +129,7 @@ def _vex(
     inst: Inst, pp: int, mmmmm: int, w: int, vl: int, opcode: int, reg_field: int, vvvv: int, rm: Reg | Mem,
     imm: bytes, text: str,
 ) -> Encoded:  # fmt: skip
-    """VEX encoding (Intel SDM vol. 2A, section 2.3): the two-byte C5 form when X, B and W are clear and the map is 0F."""
+    """VEX encoding (Intel SDM vol. 2A, section 2.3): the 2-byte C5 form when X, B and W are clear and the map is 0F."""
     x, b, modrm, rip_at = _modrm(reg_field, rm, inst)
     r = reg_field >> 3
     tail = ((~vvvv & 15) << 3) | (vl << 2) | pp
@@ -154,8 +156,10 @@ def _signed(value: int, bits: int) -> int:
 def _check_imm(inst: Inst, value: int, size: int) -> None:
     lo, hi = (-(2**31), 2**31) if size == 8 else (-(1 << (8 * size - 1)), 1 << (8 * size))
     if not lo <= value < hi:
-        raise EncodingError(f"{inst!r}: immediate {value} does not fit a {8 * min(size, 4)}-bit field for a "
-                            f"{8 * size}-bit operation (range [{lo}, {hi})); use MOVABS into a register")
+        raise EncodingError(
+            f"{inst!r}: immediate {value} does not fit a {8 * min(size, 4)}-bit field for a "
+            f"{8 * size}-bit operation (range [{lo}, {hi})); use MOVABS into a register"
+        )
 
 
 def _gpr_size(inst: Inst, regs: Sequence[Operand]) -> int:
@@ -189,9 +193,95 @@ def _require(inst: Inst, ok: bool, expected: str) -> None:
         raise EncodingError(f"{inst.op.name}: expected operands {expected}, got ({found})")
 
 
-def _text(inst: Inst, mem_size: int | None, imm_bits: int, mnemonic: str | None = None) -> str:
-    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands]  # type: ignore[arg-type]
-    return format_instruction(mnemonic or inst.op.value, ops)
+def _text(inst: Inst, mem_size: int | None, imm_bits: int) -> str:
+    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, Reg | Mem | Imm | Label | Sym)]
+    return format_instruction(inst.op.value, ops)
+
+
+def _rm(o: Operand) -> Reg | Mem:
+    assert isinstance(o, Reg | Mem), o
+    return o
+
+
+def _reg(o: Operand) -> Reg:
+    assert isinstance(o, Reg), o
+    return o
+
+
+def _imm_bytes(value: int, nbytes: int) -> bytes:
+    return (value & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "little")
+
+
+def _encode_alu_like(inst: Inst, kind: str, param: int) -> Encoded:
+    """ALU ops, MOV and TEST: (r/m, r), (r, m) and (r/m, imm) at 8/16/32/64 bits."""
+    ops = inst.operands
+    ok = len(ops) == 2 and _is_rm(ops[0]) and (_is_rm(ops[1]) or isinstance(ops[1], Imm))
+    _require(inst, ok and not (isinstance(ops[0], Mem) and isinstance(ops[1], Mem)), "(r/m, r), (r, r/m) or (r/m, imm)")
+    dst, src = _rm(ops[0]), ops[1]
+    size = _gpr_size(inst, [o for o in ops if isinstance(o, Reg)])
+    text = _text(inst, size, 8 * size)
+    if isinstance(src, Imm):
+        _check_imm(inst, src.value, size)
+        if kind == "alu" and size > 1 and _fits(_signed(src.value, 8 * size), 8):
+            return _legacy(inst, b"\x83", param, dst, size, _imm_bytes(src.value, 1), text)
+        imm = _imm_bytes(src.value, min(size, 4))
+        if kind == "mov" and isinstance(dst, Reg) and size < 8:  # B0+rb / B8+rd: one byte shorter than C6/C7
+            rex = 0x40 | dst.ext
+            byte_reg = size == 1 and 4 <= dst.num < 8
+            head = (b"\x66" if size == 2 else b"") + (bytes([rex]) if rex != 0x40 or byte_reg else b"")
+            return Encoded(head + bytes([(0xB0 if size == 1 else 0xB8) + dst.low3]) + imm, text)
+        opc = {"alu": (0x80, 0x81), "mov": (0xC6, 0xC7), "test": (0xF6, 0xF7)}[kind][size > 1]
+        return _legacy(inst, bytes([opc]), param if kind == "alu" else 0, dst, size, imm, text)
+    base = {"alu": param * 8, "mov": 0x88, "test": 0x84}[kind]
+    if isinstance(dst, Reg) and isinstance(src, Mem):
+        if kind == "test":  # test is symmetric: encode as (r/m, r)
+            return _legacy(inst, bytes([base + (size > 1)]), dst.num, src, size, b"", text)
+        return _legacy(inst, bytes([base + 2 + (size > 1)]), dst.num, src, size, b"", text)
+    return _legacy(inst, bytes([base + (size > 1)]), _reg(src).num, dst, size, b"", text)
+
+
+def _encode_imul(inst: Inst) -> Encoded:
+    """IMUL in its one- (rdx:rax), two- and three-operand forms."""
+    ops = inst.operands
+    n = len(ops)
+    if n == 1:
+        return _encode_gpr(inst, "unary", 5)
+    _require(
+        inst,
+        n in (2, 3) and isinstance(ops[0], Reg) and _is_rm(ops[1]) and (n == 2 or isinstance(ops[2], Imm)),
+        "(r/m), (r, r/m) or (r, r/m, imm)",
+    )
+    dst, src = _reg(ops[0]), _rm(ops[1])
+    size = _gpr_size(inst, ops[:2])
+    if size == 1:
+        raise EncodingError(f"{inst!r}: two/three-operand imul has no 8-bit form; widen to 32 bits")
+    text = _text(inst, size, 8 * size)
+    if n == 2:
+        return _legacy(inst, b"\x0f\xaf", dst.num, src, size, b"", text)
+    imm = ops[2]
+    assert isinstance(imm, Imm)
+    _check_imm(inst, imm.value, size)
+    if _fits(_signed(imm.value, 8 * size), 8):
+        return _legacy(inst, b"\x6b", dst.num, src, size, _imm_bytes(imm.value, 1), text)
+    return _legacy(inst, b"\x69", dst.num, src, size, _imm_bytes(imm.value, min(size, 4)), text)
+
+
+def _encode_extend(inst: Inst, kind: str, param: int) -> Encoded:
+    """MOVZX/MOVSX from 8/16 bits and MOVSXD from 32 bits."""
+    ops = inst.operands
+    _require(inst, len(ops) == 2 and isinstance(ops[0], Reg) and _is_rm(ops[1]), "(r, r/m)")
+    dst, src = _reg(ops[0]), _rm(ops[1])
+    src_size = src.size
+    if kind == "movsxd":
+        if dst.size != 8 or src_size not in (4, None):
+            raise EncodingError(f"{inst!r}: movsxd takes a 64-bit destination and a 32-bit source")
+        return _legacy(inst, b"\x63", dst.num, src, 8, b"", _text(inst, 4, 8))
+    if src_size not in (1, 2) or dst.size <= src_size or dst.kind != "gpr":
+        raise EncodingError(
+            f"{inst!r}: {inst.op.value} takes an 8/16-bit source (Mem size=1 or 2) and a wider "
+            f"general-purpose destination"
+        )
+    return _legacy(inst, bytes([0x0F, param + (src_size == 2)]), dst.num, src, dst.size, b"", _text(inst, src_size, 8))
 
 
 def _encode_gpr(inst: Inst, kind: str, param: int) -> Encoded:
@@ -201,110 +291,58 @@ def _encode_gpr(inst: Inst, kind: str, param: int) -> Encoded:
         _require(inst, n == 0, "()")
         return Encoded(bytes.fromhex(FIXED_BYTES[inst.op]), inst.op.value)
     if kind in ("alu", "mov", "test"):
-        _require(inst, n == 2 and _is_rm(ops[0]) and (_is_rm(ops[1]) or isinstance(ops[1], Imm))
-                 and not (isinstance(ops[0], Mem) and isinstance(ops[1], Mem)), "(r/m, r), (r, r/m) or (r/m, imm)")
-        dst, src = ops
-        size = _gpr_size(inst, [o for o in ops if isinstance(o, Reg)])
-        text = _text(inst, size, 8 * size)
-        if isinstance(src, Imm):
-            _check_imm(inst, src.value, size)
-            ibytes = min(size, 4)
-            if kind == "alu" and size > 1 and _fits(_signed(src.value, 8 * size), 8):
-                return _legacy(inst, b"\x83", param, dst, size, (src.value & 0xFF).to_bytes(1, "little"), text)
-            imm = (src.value & ((1 << (8 * ibytes)) - 1)).to_bytes(ibytes, "little")
-            opc = {"alu": (0x80, 0x81), "mov": (0xC6, 0xC7), "test": (0xF6, 0xF7)}[kind][size > 1]
-            return _legacy(inst, bytes([opc]), param if kind == "alu" else 0, dst, size, imm, text)
-        base = {"alu": param * 8, "mov": 0x88, "test": 0x84}[kind]
-        if isinstance(dst, Reg) and isinstance(src, Mem):
-            if kind == "test":  # test is symmetric: encode as (r/m, r)
-                return _legacy(inst, bytes([base + (size > 1)]), dst.num, src, size, b"", text)
-            return _legacy(inst, bytes([base + 2 + (size > 1)]), dst.num, src, size, b"", text)
-        assert isinstance(src, Reg)
-        return _legacy(inst, bytes([base + (size > 1)]), src.num, dst, size, b"", text)
+        return _encode_alu_like(inst, kind, param)
+    if kind == "imul":
+        return _encode_imul(inst)
+    if kind in ("movzx", "movsx", "movsxd"):
+        return _encode_extend(inst, kind, param)
     if kind == "unary":  # F6/F7 group 3, FE/FF group 4/5
         _require(inst, n == 1 and _is_rm(ops[0]), "(r/m)")
         size = _gpr_size(inst, ops)
         group = (0xFE, 0xFF) if inst.op in (X86Op.INC, X86Op.DEC) else (0xF6, 0xF7)
-        return _legacy(inst, bytes([group[size > 1]]), param, ops[0], size, b"", _text(inst, size, 8))  # type: ignore[arg-type]
+        return _legacy(inst, bytes([group[size > 1]]), param, _rm(ops[0]), size, b"", _text(inst, size, 8))
     if kind == "shift":
-        _require(inst, n == 2 and _is_rm(ops[0]) and (ops[1] == CL or isinstance(ops[1], Imm)), "(r/m, cl) or (r/m, imm8)")
+        _require(
+            inst, n == 2 and _is_rm(ops[0]) and (ops[1] == CL or isinstance(ops[1], Imm)), "(r/m, cl) or (r/m, imm8)"
+        )
         size = _gpr_size(inst, ops[:1])
         text = _text(inst, size, 8)
-        if isinstance(ops[1], Imm):
-            if not 0 <= ops[1].value < 256:
-                raise EncodingError(f"{inst!r}: shift count {ops[1].value} must be in [0, 256)")
-            return _legacy(inst, bytes([0xC0 + (size > 1)]), param, ops[0], size, bytes([ops[1].value]), text)  # type: ignore[arg-type]
-        return _legacy(inst, bytes([0xD2 + (size > 1)]), param, ops[0], size, b"", text)  # type: ignore[arg-type]
-    if kind == "imul":
-        if n == 1:
-            return _encode_gpr(inst, "unary", 5)
-        _require(inst, n in (2, 3) and isinstance(ops[0], Reg) and _is_rm(ops[1]) and (n == 2 or isinstance(ops[2], Imm)),
-                 "(r/m), (r, r/m) or (r, r/m, imm)")
-        dst = ops[0]
-        assert isinstance(dst, Reg)
-        size = _gpr_size(inst, ops[:2])
-        if size == 1:
-            raise EncodingError(f"{inst!r}: two/three-operand imul has no 8-bit form; widen to 32 bits")
-        text = _text(inst, size, 8 * size)
-        if n == 2:
-            return _legacy(inst, b"\x0f\xaf", dst.num, ops[1], size, b"", text)  # type: ignore[arg-type]
-        imm = ops[2]
-        assert isinstance(imm, Imm)
-        _check_imm(inst, imm.value, size)
-        if _fits(_signed(imm.value, 8 * size), 8):
-            return _legacy(inst, b"\x6b", dst.num, ops[1], size, (imm.value & 0xFF).to_bytes(1, "little"), text)  # type: ignore[arg-type]
-        ib = min(size, 4)
-        raw_imm = (imm.value & ((1 << (8 * ib)) - 1)).to_bytes(ib, "little")
-        return _legacy(inst, b"\x69", dst.num, ops[1], size, raw_imm, text)  # type: ignore[arg-type]
-    if kind in ("movzx", "movsx", "movsxd"):
-        _require(inst, n == 2 and isinstance(ops[0], Reg) and _is_rm(ops[1]), "(r, r/m)")
-        dst, src = ops
-        assert isinstance(dst, Reg)
-        src_size = src.size if isinstance(src, Reg) else src.size  # type: ignore[union-attr]
-        if kind == "movsxd":
-            if dst.size != 8 or src_size not in (4, None):
-                raise EncodingError(f"{inst!r}: movsxd takes a 64-bit destination and a 32-bit source")
-            return _legacy(inst, b"\x63", dst.num, src, 8, b"", _text(inst, 4, 8))  # type: ignore[arg-type]
-        if src_size not in (1, 2) or dst.size <= src_size or dst.kind != "gpr":
-            raise EncodingError(f"{inst!r}: {inst.op.value} takes an 8/16-bit source (Mem size=1 or 2) and a wider "
-                                f"general-purpose destination")
-        opc = bytes([0x0F, param + (src_size == 2)])
-        return _legacy(inst, opc, dst.num, src, dst.size, b"", _text(inst, src_size, 8))  # type: ignore[arg-type]
+        count = ops[1]
+        if isinstance(count, Imm):
+            if not 0 <= count.value < 256:
+                raise EncodingError(f"{inst!r}: shift count {count.value} must be in [0, 256)")
+            return _legacy(inst, bytes([0xC0 + (size > 1)]), param, _rm(ops[0]), size, bytes([count.value]), text)
+        return _legacy(inst, bytes([0xD2 + (size > 1)]), param, _rm(ops[0]), size, b"", text)
     if kind == "lea":
         _require(inst, n == 2 and isinstance(ops[0], Reg) and isinstance(ops[1], Mem), "(r, m)")
-        dst = ops[0]
-        assert isinstance(dst, Reg)
         size = _gpr_size(inst, ops[:1])
         if size == 1:
             raise EncodingError(f"{inst!r}: lea has no 8-bit form")
-        return _legacy(inst, b"\x8d", dst.num, ops[1], size, b"", _text(inst, None, 8))  # type: ignore[arg-type]
+        return _legacy(inst, b"\x8d", _reg(ops[0]).num, _rm(ops[1]), size, b"", _text(inst, None, 8))
     if kind == "setcc":
         _require(inst, n == 1 and _is_rm(ops[0]), "(r/m8)")
         if _gpr_size(inst, ops) != 1:
             raise EncodingError(f"{inst!r}: set{inst.op.value[3:]} writes an 8-bit register or BYTE memory")
-        return _legacy(inst, bytes([0x0F, 0x90 + COND_CODE[inst.op]]), 0, ops[0], 1, b"", _text(inst, 1, 8))  # type: ignore[arg-type]
+        return _legacy(inst, bytes([0x0F, 0x90 + COND_CODE[inst.op]]), 0, _rm(ops[0]), 1, b"", _text(inst, 1, 8))
     if kind == "cmovcc":
         _require(inst, n == 2 and isinstance(ops[0], Reg) and _is_rm(ops[1]), "(r, r/m)")
-        dst = ops[0]
-        assert isinstance(dst, Reg)
         size = _gpr_size(inst, ops)
         if size == 1:
             raise EncodingError(f"{inst!r}: cmov has no 8-bit form")
-        return _legacy(inst, bytes([0x0F, 0x40 + COND_CODE[inst.op]]), dst.num, ops[1], size, b"",  # type: ignore[arg-type]
-                       _text(inst, size, 8))
+        opc = bytes([0x0F, 0x40 + COND_CODE[inst.op]])
+        return _legacy(inst, opc, _reg(ops[0]).num, _rm(ops[1]), size, b"", _text(inst, size, 8))
     if kind == "movabs":
         _require(inst, n == 2 and isinstance(ops[0], Reg) and ops[0].kind == "gpr" and ops[0].size == 8
-                 and isinstance(ops[1], Imm), "(r64, imm64)")
-        dst, imm = ops
-        assert isinstance(dst, Reg) and isinstance(imm, Imm)
+                 and isinstance(ops[1], Imm), "(r64, imm64)")  # fmt: skip
+        dst, imm = _reg(ops[0]), ops[1]
+        assert isinstance(imm, Imm)
         if not -(2**63) <= imm.value < 2**64:
             raise EncodingError(f"{inst!r}: immediate {imm.value} does not fit 64 bits")
-        raw = bytes([0x48 | dst.ext, 0xB8 + dst.low3]) + (imm.value & (2**64 - 1)).to_bytes(8, "little")
+        raw = bytes([0x48 | dst.ext, 0xB8 + dst.low3]) + _imm_bytes(imm.value, 8)
         return Encoded(raw, _text(inst, None, 64))
     if kind in ("push", "pop"):
         _require(inst, n == 1 and isinstance(ops[0], Reg) and ops[0].kind == "gpr" and ops[0].size == 8, "(r64)")
-        r = ops[0]
-        assert isinstance(r, Reg)
+        r = _reg(ops[0])
         return Encoded((b"\x41" if r.ext else b"") + bytes([param + r.low3]), _text(inst, None, 8))
     raise AssertionError(kind)
 
@@ -353,9 +391,11 @@ def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
             break
     else:
         expected = " or ".join("(" + ", ".join(f.sig) + ")" for f in forms)
-        found = ", ".join(o.name if isinstance(o, Reg) else type(o).__name__ for o in ops)  # type: ignore[union-attr]
-        raise EncodingError(f"{inst.op.name}: expected operands {expected} (x/X/Y: vector/xmm/ymm register, "
-                            f"m: memory, g: general register, i: imm8), got ({found})")
+        found = ", ".join(o.name if isinstance(o, Reg) else type(o).__name__ for o in ops)
+        raise EncodingError(
+            f"{inst.op.name}: expected operands {expected} (x/X/Y: vector/xmm/ymm register, "
+            f"m: memory, g: general register, i: imm8), got ({found})"
+        )
     _require(inst, True, "")
     widths = {o.size for t, o in zip(f.sig, ops) if t in ("x", "xm") and isinstance(o, Reg)}
     if len(widths) > 1:
@@ -394,7 +434,7 @@ def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
         return o.num
 
     enc = f.openc
-    if enc == "NP":
+    if enc == "ZO":
         return Encoded(bytes([0xC5, 0xF8, f.opcode]), text)
     if enc in ("RM", "RMI"):
         reg, vvvv, rm = num(ops[0]), 0, ops[1]
@@ -430,8 +470,9 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
         if isinstance(target, Sym):
             if op is not X86Op.CALL:
                 raise EncodingError(f"{inst!r}: only call may target an external symbol")
-            return Encoded(b"\xe8\0\0\0\0", f"{'call':<6} {pc + 5:#x}", f"<{target.name}>",
-                           Relocation(1, "PLT32", target.name, -4))
+            return Encoded(
+                b"\xe8\0\0\0\0", f"{'call':<6} {pc + 5:#x}", f"<{target.name}>", Relocation(1, "PLT32", target.name, -4)
+            )
         if labels is None or target.name not in labels:
             raise EncodingError(f"{inst!r}: label {target.name!r} is not defined")
         dest = labels[target.name]
@@ -476,8 +517,12 @@ class Assembled:
 
 
 def _is_branch(item: Inst | Label) -> bool:
-    return isinstance(item, Inst) and (item.op in JCC_OPS or item.op is X86Op.JMP) and bool(item.operands) and \
-        isinstance(item.operands[0], Label)
+    return (
+        isinstance(item, Inst)
+        and (item.op in JCC_OPS or item.op is X86Op.JMP)
+        and bool(item.operands)
+        and isinstance(item.operands[0], Label)
+    )
 
 
 def assemble(items: Sequence[Inst | Label]) -> Assembled:
@@ -605,110 +650,152 @@ GPR_TABLE: dict[X86Op, tuple[str, int, str]] = {
 # SETcc (vol. 2B: 0F 90+cc /0), CMOVcc (vol. 2A: 0F 40+cc /r), Jcc (vol. 2A: 70+cc cb, 0F 80+cc cd),
 # JMP (vol. 2A: EB cb, E9 cd), CALL (vol. 2A: E8 cd) are encoded from COND_CODE in `encode`.
 
-_F3, _F2, _66, _NP = 2, 3, 1, 0  # VEX.pp
-_0F, _0F38, _0F3A = 1, 2, 3  # VEX.mmmmm
+_PP = {"66": 1, "F3": 2, "F2": 3}
+_MAP = {"0F": 1, "0F38": 2, "0F3A": 3}
 
 
-def _arith(opcode: int, name: str) -> dict[X86Op, tuple[VexForm, ...]]:
-    """The four VEX forms ps/pd/ss/sd of a 0F-map arithmetic op (vol. 2 entries V<name>PS/PD/SS/SD)."""
-    ref = f"vol. 2 {name}PS/PD/SS/SD: VEX.NP/66/F3/F2.0F {opcode:02X} /r"
-    return {
-        X86Op[f"{name}PS"]: (VexForm("RVM", ("x", "x", "xm"), _NP, _0F, opcode, ref=ref),),
-        X86Op[f"{name}PD"]: (VexForm("RVM", ("x", "x", "xm"), _66, _0F, opcode, ref=ref),),
-        X86Op[f"{name}SS"]: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, opcode, vl=0, mem=4, ref=ref),),
-        X86Op[f"{name}SD"]: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, opcode, vl=0, mem=8, ref=ref),),
-    }
+def _vex_form(openc: str, operands: str, opcode: str, mem: int | str) -> VexForm:
+    """Build a VexForm from the opcode column as the SDM prints it, e.g. "VEX.LIG.F3.0F.WIG 51 /r".
+
+    Fields: 128/256/LIG fix VEX.L (128/256 means the operands decide), NP/66/F3/F2 give VEX.pp, 0F/0F38/0F3A the map,
+    W0/W1/WIG VEX.W (W0/W1: the general-purpose operand's width decides), "/digit" a ModRM.reg extension.
+    """
+    vex, byte, *rest = opcode.split()
+    pp, mmmmm, vl = 0, 1, None
+    w_opt: int | None = 0
+    for field in vex.split(".")[1:]:
+        if field in ("128", "LIG"):
+            vl = 0
+        elif field == "256":
+            vl = 1
+        elif field in _PP:
+            pp = _PP[field]
+        elif field in _MAP:
+            mmmmm = _MAP[field]
+        elif field == "W1":
+            w_opt = 1
+        elif field == "W0/W1":
+            w_opt = None
+        else:
+            assert field in ("128/256", "NP", "W0", "WIG"), field
+    ext = next((int(r[1]) for r in rest if r[:1] == "/" and r[1:].isdigit()), 0)
+    return VexForm(openc, tuple(operands.split(",")) if operands else (), pp, mmmmm, int(byte, 16), w_opt, vl, mem, ext,
+                   ref=opcode)  # fmt: skip
 
 
-def _packed(name: str, pp: int, mmmmm: int, opcode: int, w: int = 0, ref: str = "") -> dict[X86Op, tuple[VexForm, ...]]:
-    return {X86Op[name]: (VexForm("RVM", ("x", "x", "xm"), pp, mmmmm, opcode, w=w, ref=ref),)}
+def _vex_table(rows: list[tuple[X86Op, str, str, str, int | str]]) -> dict[X86Op, tuple[VexForm, ...]]:
+    table: dict[X86Op, tuple[VexForm, ...]] = {}
+    for op, openc, operands, opcode, mem in rows:
+        table[op] = table.get(op, ()) + (_vex_form(openc, operands, opcode, mem),)
+    return table
 
 
-def _move(name: str, pp: int, load: int, store: int, ref: str) -> dict[X86Op, tuple[VexForm, ...]]:
-    return {X86Op[name]: (VexForm("RM", ("x", "xm"), pp, _0F, load, ref=ref), VexForm("MR", ("m", "x"), pp, _0F, store, ref=ref))}
-
-
-VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = {
-    **_arith(0x58, "VADD"), **_arith(0x5C, "VSUB"), **_arith(0x59, "VMUL"), **_arith(0x5E, "VDIV"),
-    **_arith(0x5F, "VMAX"), **_arith(0x5D, "VMIN"),
-    X86Op.VSQRTPS: (VexForm("RM", ("x", "xm"), _NP, _0F, 0x51, ref="vol. 2B VSQRTPS: VEX.NP.0F 51 /r"),),
-    X86Op.VSQRTPD: (VexForm("RM", ("x", "xm"), _66, _0F, 0x51, ref="vol. 2B VSQRTPD: VEX.66.0F 51 /r"),),
-    X86Op.VSQRTSS: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, 0x51, vl=0, mem=4, ref="vol. 2B VSQRTSS: VEX.LIG.F3.0F 51 /r"),),
-    X86Op.VSQRTSD: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, 0x51, vl=0, mem=8, ref="vol. 2B VSQRTSD: VEX.LIG.F2.0F 51 /r"),),
-    **_packed("VANDPS", _NP, _0F, 0x54, ref="vol. 2A VANDPS: VEX.NP.0F 54 /r"),
-    **_packed("VANDPD", _66, _0F, 0x54, ref="vol. 2A VANDPD: VEX.66.0F 54 /r"),
-    **_packed("VANDNPS", _NP, _0F, 0x55, ref="vol. 2A VANDNPS: VEX.NP.0F 55 /r"),
-    **_packed("VANDNPD", _66, _0F, 0x55, ref="vol. 2A VANDNPD: VEX.66.0F 55 /r"),
-    **_packed("VORPS", _NP, _0F, 0x56, ref="vol. 2B VORPS: VEX.NP.0F 56 /r"),
-    **_packed("VORPD", _66, _0F, 0x56, ref="vol. 2B VORPD: VEX.66.0F 56 /r"),
-    **_packed("VXORPS", _NP, _0F, 0x57, ref="vol. 2D VXORPS: VEX.NP.0F 57 /r"),
-    **_packed("VXORPD", _66, _0F, 0x57, ref="vol. 2D VXORPD: VEX.66.0F 57 /r"),
-    **_packed("VPADDD", _66, _0F, 0xFE, ref="vol. 2B VPADDD: VEX.66.0F FE /r"),
-    **_packed("VPSUBD", _66, _0F, 0xFA, ref="vol. 2B VPSUBD: VEX.66.0F FA /r"),
-    **_packed("VPMULLD", _66, _0F38, 0x40, ref="vol. 2B VPMULLD: VEX.66.0F38 40 /r"),
-    **_packed("VPAND", _66, _0F, 0xDB, ref="vol. 2B VPAND: VEX.66.0F DB /r"),
-    **_packed("VPANDN", _66, _0F, 0xDF, ref="vol. 2B VPANDN: VEX.66.0F DF /r"),
-    **_packed("VPOR", _66, _0F, 0xEB, ref="vol. 2B VPOR: VEX.66.0F EB /r"),
-    **_packed("VPXOR", _66, _0F, 0xEF, ref="vol. 2B VPXOR: VEX.66.0F EF /r"),
-    **_packed("VPCMPEQD", _66, _0F, 0x76, ref="vol. 2B VPCMPEQD: VEX.66.0F 76 /r"),
-    **_packed("VPCMPGTD", _66, _0F, 0x66, ref="vol. 2B VPCMPGTD: VEX.66.0F 66 /r"),
-    **_packed("VFMADD231PS", _66, _0F38, 0xB8, ref="vol. 2A VFMADD231PS: VEX.66.0F38.W0 B8 /r"),
-    **_packed("VFMADD231PD", _66, _0F38, 0xB8, w=1, ref="vol. 2A VFMADD231PD: VEX.66.0F38.W1 B8 /r"),
-    X86Op.VFMADD231SS: (VexForm("RVM", ("X", "X", "Xm"), _66, _0F38, 0xB9, vl=0, mem=4, ref="vol. 2A VFMADD231SS: VEX.LIG.66.0F38.W0 B9 /r"),),
-    X86Op.VFMADD231SD: (VexForm("RVM", ("X", "X", "Xm"), _66, _0F38, 0xB9, w=1, vl=0, mem=8, ref="vol. 2A VFMADD231SD: VEX.LIG.66.0F38.W1 B9 /r"),),
-    X86Op.VPSLLD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=6, ref="vol. 2B VPSLLD: VEX.66.0F 72 /6 ib"),),
-    X86Op.VPSRLD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=2, ref="vol. 2B VPSRLD: VEX.66.0F 72 /2 ib"),),
-    X86Op.VPSRAD: (VexForm("VMI", ("x", "x", "i"), _66, _0F, 0x72, ext=4, ref="vol. 2B VPSRAD: VEX.66.0F 72 /4 ib"),),
-    **_move("VMOVUPS", _NP, 0x10, 0x11, "vol. 2B VMOVUPS: VEX.NP.0F 10 /r, 11 /r"),
-    **_move("VMOVUPD", _66, 0x10, 0x11, "vol. 2B VMOVUPD: VEX.66.0F 10 /r, 11 /r"),
-    **_move("VMOVAPS", _NP, 0x28, 0x29, "vol. 2A VMOVAPS: VEX.NP.0F 28 /r, 29 /r"),
-    **_move("VMOVAPD", _66, 0x28, 0x29, "vol. 2A VMOVAPD: VEX.66.0F 28 /r, 29 /r"),
-    **_move("VMOVDQU", _F3, 0x6F, 0x7F, "vol. 2A VMOVDQU: VEX.F3.0F 6F /r, 7F /r"),
-    X86Op.VMOVSS: (
-        VexForm("RM", ("X", "m"), _F3, _0F, 0x10, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 10 /r (load)"),
-        VexForm("MR", ("m", "X"), _F3, _0F, 0x11, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 11 /r (store)"),
-        VexForm("RVM", ("X", "X", "X"), _F3, _0F, 0x10, vl=0, mem=4, ref="vol. 2B VMOVSS: VEX.LIG.F3.0F 10 /r (merge)"),
-    ),
-    X86Op.VMOVSD: (
-        VexForm("RM", ("X", "m"), _F2, _0F, 0x10, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 10 /r (load)"),
-        VexForm("MR", ("m", "X"), _F2, _0F, 0x11, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 11 /r (store)"),
-        VexForm("RVM", ("X", "X", "X"), _F2, _0F, 0x10, vl=0, mem=8, ref="vol. 2B VMOVSD: VEX.LIG.F2.0F 10 /r (merge)"),
-    ),
-    X86Op.VMOVD: (
-        VexForm("RM", ("X", "gm"), _66, _0F, 0x6E, vl=0, mem=4, ref="vol. 2B MOVD: VEX.128.66.0F.W0 6E /r"),
-        VexForm("MR", ("gm", "X"), _66, _0F, 0x7E, vl=0, mem=4, ref="vol. 2B MOVD: VEX.128.66.0F.W0 7E /r"),
-    ),
-    X86Op.VMOVQ: (
-        VexForm("RM", ("X", "gm"), _66, _0F, 0x6E, w=1, vl=0, mem=8, ref="vol. 2B MOVQ: VEX.128.66.0F.W1 6E /r"),
-        VexForm("MR", ("gm", "X"), _66, _0F, 0x7E, w=1, vl=0, mem=8, ref="vol. 2B MOVQ: VEX.128.66.0F.W1 7E /r"),
-    ),
-    X86Op.VCMPPS: (VexForm("RVMI", ("x", "x", "xm", "i"), _NP, _0F, 0xC2, ref="vol. 2A VCMPPS: VEX.NP.0F C2 /r ib"),),
-    X86Op.VCMPPD: (VexForm("RVMI", ("x", "x", "xm", "i"), _66, _0F, 0xC2, ref="vol. 2A VCMPPD: VEX.66.0F C2 /r ib"),),
-    X86Op.VCMPSS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _F3, _0F, 0xC2, vl=0, mem=4, ref="vol. 2A VCMPSS: VEX.LIG.F3.0F C2 /r ib"),),
-    X86Op.VCMPSD: (VexForm("RVMI", ("X", "X", "Xm", "i"), _F2, _0F, 0xC2, vl=0, mem=8, ref="vol. 2A VCMPSD: VEX.LIG.F2.0F C2 /r ib"),),
-    X86Op.VBLENDVPS: (VexForm("RVMR", ("x", "x", "xm", "x"), _66, _0F3A, 0x4A, ref="vol. 2A VBLENDVPS: VEX.66.0F3A.W0 4A /r /is4"),),
-    X86Op.VBLENDVPD: (VexForm("RVMR", ("x", "x", "xm", "x"), _66, _0F3A, 0x4B, ref="vol. 2A VBLENDVPD: VEX.66.0F3A.W0 4B /r /is4"),),
-    X86Op.VUCOMISS: (VexForm("RM", ("X", "Xm"), _NP, _0F, 0x2E, vl=0, mem=4, ref="vol. 2B VUCOMISS: VEX.LIG.NP.0F 2E /r"),),
-    X86Op.VUCOMISD: (VexForm("RM", ("X", "Xm"), _66, _0F, 0x2E, vl=0, mem=8, ref="vol. 2B VUCOMISD: VEX.LIG.66.0F 2E /r"),),
-    X86Op.VCVTSI2SS: (VexForm("RVM", ("X", "X", "gm"), _F3, _0F, 0x2A, w=None, vl=0, mem="g", ref="vol. 2A VCVTSI2SS: VEX.LIG.F3.0F.W0/W1 2A /r"),),
-    X86Op.VCVTSI2SD: (VexForm("RVM", ("X", "X", "gm"), _F2, _0F, 0x2A, w=None, vl=0, mem="g", ref="vol. 2A VCVTSI2SD: VEX.LIG.F2.0F.W0/W1 2A /r"),),
-    X86Op.VCVTTSS2SI: (VexForm("RM", ("g", "Xm"), _F3, _0F, 0x2C, w=None, vl=0, mem=4, ref="vol. 2A VCVTTSS2SI: VEX.LIG.F3.0F.W0/W1 2C /r"),),
-    X86Op.VCVTTSD2SI: (VexForm("RM", ("g", "Xm"), _F2, _0F, 0x2C, w=None, vl=0, mem=8, ref="vol. 2A VCVTTSD2SI: VEX.LIG.F2.0F.W0/W1 2C /r"),),
-    X86Op.VCVTSS2SD: (VexForm("RVM", ("X", "X", "Xm"), _F3, _0F, 0x5A, vl=0, mem=4, ref="vol. 2A VCVTSS2SD: VEX.LIG.F3.0F 5A /r"),),
-    X86Op.VCVTSD2SS: (VexForm("RVM", ("X", "X", "Xm"), _F2, _0F, 0x5A, vl=0, mem=8, ref="vol. 2A VCVTSD2SS: VEX.LIG.F2.0F 5A /r"),),
-    X86Op.VCVTDQ2PS: (VexForm("RM", ("x", "xm"), _NP, _0F, 0x5B, ref="vol. 2A VCVTDQ2PS: VEX.NP.0F 5B /r"),),
-    X86Op.VCVTTPS2DQ: (VexForm("RM", ("x", "xm"), _F3, _0F, 0x5B, ref="vol. 2A VCVTTPS2DQ: VEX.F3.0F 5B /r"),),
-    X86Op.VBROADCASTSS: (VexForm("RM", ("x", "Xm"), _66, _0F38, 0x18, mem=4, ref="vol. 2A VBROADCASTSS: VEX.66.0F38.W0 18 /r"),),
-    X86Op.VPBROADCASTD: (VexForm("RM", ("x", "Xm"), _66, _0F38, 0x58, mem=4, ref="vol. 2B VPBROADCASTD: VEX.66.0F38.W0 58 /r"),),
-    X86Op.VINSERTPS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x21, vl=0, mem=4, ref="vol. 2A VINSERTPS: VEX.128.66.0F3A 21 /r ib"),),
-    X86Op.VEXTRACTPS: (VexForm("MRI", ("gm", "X", "i"), _66, _0F3A, 0x17, vl=0, mem=4, ref="vol. 2A VEXTRACTPS: VEX.128.66.0F3A 17 /r ib"),),
-    X86Op.VPINSRD: (VexForm("RVMI", ("X", "X", "gm", "i"), _66, _0F3A, 0x22, vl=0, mem=4, ref="vol. 2B VPINSRD: VEX.128.66.0F3A.W0 22 /r ib"),),
-    X86Op.VPEXTRD: (VexForm("MRI", ("gm", "X", "i"), _66, _0F3A, 0x16, vl=0, mem=4, ref="vol. 2B VPEXTRD: VEX.128.66.0F3A.W0 16 /r ib"),),
-    X86Op.VINSERTF128: (VexForm("RVMI", ("Y", "Y", "Xm", "i"), _66, _0F3A, 0x18, vl=1, mem=16, ref="vol. 2A VINSERTF128: VEX.256.66.0F3A.W0 18 /r ib"),),
-    X86Op.VEXTRACTF128: (VexForm("MRI", ("Xm", "Y", "i"), _66, _0F3A, 0x19, vl=1, mem=16, ref="vol. 2A VEXTRACTF128: VEX.256.66.0F3A.W0 19 /r ib"),),
-    X86Op.VROUNDPS: (VexForm("RMI", ("x", "xm", "i"), _66, _0F3A, 0x08, ref="vol. 2B VROUNDPS: VEX.66.0F3A 08 /r ib"),),
-    X86Op.VROUNDPD: (VexForm("RMI", ("x", "xm", "i"), _66, _0F3A, 0x09, ref="vol. 2B VROUNDPD: VEX.66.0F3A 09 /r ib"),),
-    X86Op.VROUNDSS: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x0A, vl=0, mem=4, ref="vol. 2B VROUNDSS: VEX.LIG.66.0F3A 0A /r ib"),),
-    X86Op.VROUNDSD: (VexForm("RVMI", ("X", "X", "Xm", "i"), _66, _0F3A, 0x0B, vl=0, mem=8, ref="vol. 2B VROUNDSD: VEX.LIG.66.0F3A 0B /r ib"),),
-    X86Op.VZEROUPPER: (VexForm("NP", (), _NP, _0F, 0x77, ref="vol. 2D VZEROUPPER: VEX.128.0F 77"),),
-}  # fmt: skip
+# Operand kinds: x vector register (xmm or ymm, all alike), X xmm, Y ymm, m memory, xm/Xm register or memory, g general
+# register, gm general register or memory, i imm8. Memory width: "v" the vector width, "g" the general operand's width.
+# Forms are tried in order; the first whose operand kinds match is used.
+# fmt: off
+VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = _vex_table([
+    # op                 Op/En   operands     opcode (Intel SDM vol. 2)             memory width
+    (X86Op.VADDPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 58 /r",        "v"),
+    (X86Op.VADDPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 58 /r",        "v"),
+    (X86Op.VADDSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 58 /r",            4),
+    (X86Op.VADDSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 58 /r",            8),
+    (X86Op.VSUBPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 5C /r",        "v"),
+    (X86Op.VSUBPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 5C /r",        "v"),
+    (X86Op.VSUBSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 5C /r",            4),
+    (X86Op.VSUBSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 5C /r",            8),
+    (X86Op.VMULPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 59 /r",        "v"),
+    (X86Op.VMULPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 59 /r",        "v"),
+    (X86Op.VMULSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 59 /r",            4),
+    (X86Op.VMULSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 59 /r",            8),
+    (X86Op.VDIVPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 5E /r",        "v"),
+    (X86Op.VDIVPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 5E /r",        "v"),
+    (X86Op.VDIVSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 5E /r",            4),
+    (X86Op.VDIVSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 5E /r",            8),
+    (X86Op.VMAXPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 5F /r",        "v"),
+    (X86Op.VMAXPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 5F /r",        "v"),
+    (X86Op.VMAXSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 5F /r",            4),
+    (X86Op.VMAXSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 5F /r",            8),
+    (X86Op.VMINPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 5D /r",        "v"),
+    (X86Op.VMINPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 5D /r",        "v"),
+    (X86Op.VMINSS,       "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 5D /r",            4),
+    (X86Op.VMINSD,       "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 5D /r",            8),
+    (X86Op.VSQRTPS,      "RM",   "x,xm",      "VEX.128/256.NP.0F.WIG 51 /r",        "v"),
+    (X86Op.VSQRTPD,      "RM",   "x,xm",      "VEX.128/256.66.0F.WIG 51 /r",        "v"),
+    (X86Op.VSQRTSS,      "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 51 /r",            4),
+    (X86Op.VSQRTSD,      "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 51 /r",            8),
+    (X86Op.VANDPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 54 /r",        "v"),
+    (X86Op.VANDPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 54 /r",        "v"),
+    (X86Op.VANDNPS,      "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 55 /r",        "v"),
+    (X86Op.VANDNPD,      "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 55 /r",        "v"),
+    (X86Op.VORPS,        "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 56 /r",        "v"),
+    (X86Op.VORPD,        "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 56 /r",        "v"),
+    (X86Op.VXORPS,       "RVM",  "x,x,xm",    "VEX.128/256.NP.0F.WIG 57 /r",        "v"),
+    (X86Op.VXORPD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 57 /r",        "v"),
+    (X86Op.VPADDD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG FE /r",        "v"),
+    (X86Op.VPSUBD,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG FA /r",        "v"),
+    (X86Op.VPMULLD,      "RVM",  "x,x,xm",    "VEX.128/256.66.0F38.WIG 40 /r",      "v"),
+    (X86Op.VPAND,        "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG DB /r",        "v"),
+    (X86Op.VPANDN,       "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG DF /r",        "v"),
+    (X86Op.VPOR,         "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG EB /r",        "v"),
+    (X86Op.VPXOR,        "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG EF /r",        "v"),
+    (X86Op.VPCMPEQD,     "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 76 /r",        "v"),
+    (X86Op.VPCMPGTD,     "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 66 /r",        "v"),
+    (X86Op.VPSLLD,       "VMI",  "x,x,i",     "VEX.128/256.66.0F.WIG 72 /6 ib",     "v"),
+    (X86Op.VPSRLD,       "VMI",  "x,x,i",     "VEX.128/256.66.0F.WIG 72 /2 ib",     "v"),
+    (X86Op.VPSRAD,       "VMI",  "x,x,i",     "VEX.128/256.66.0F.WIG 72 /4 ib",     "v"),
+    (X86Op.VFMADD231PS,  "RVM",  "x,x,xm",    "VEX.128/256.66.0F38.W0 B8 /r",       "v"),
+    (X86Op.VFMADD231PD,  "RVM",  "x,x,xm",    "VEX.128/256.66.0F38.W1 B8 /r",       "v"),
+    (X86Op.VFMADD231SS,  "RVM",  "X,X,Xm",    "VEX.LIG.66.0F38.W0 B9 /r",           4),
+    (X86Op.VFMADD231SD,  "RVM",  "X,X,Xm",    "VEX.LIG.66.0F38.W1 B9 /r",           8),
+    (X86Op.VMOVUPS,      "RM",   "x,xm",      "VEX.128/256.NP.0F.WIG 10 /r",        "v"),
+    (X86Op.VMOVUPS,      "MR",   "m,x",       "VEX.128/256.NP.0F.WIG 11 /r",        "v"),
+    (X86Op.VMOVUPD,      "RM",   "x,xm",      "VEX.128/256.66.0F.WIG 10 /r",        "v"),
+    (X86Op.VMOVUPD,      "MR",   "m,x",       "VEX.128/256.66.0F.WIG 11 /r",        "v"),
+    (X86Op.VMOVAPS,      "RM",   "x,xm",      "VEX.128/256.NP.0F.WIG 28 /r",        "v"),
+    (X86Op.VMOVAPS,      "MR",   "m,x",       "VEX.128/256.NP.0F.WIG 29 /r",        "v"),
+    (X86Op.VMOVAPD,      "RM",   "x,xm",      "VEX.128/256.66.0F.WIG 28 /r",        "v"),
+    (X86Op.VMOVAPD,      "MR",   "m,x",       "VEX.128/256.66.0F.WIG 29 /r",        "v"),
+    (X86Op.VMOVDQU,      "RM",   "x,xm",      "VEX.128/256.F3.0F.WIG 6F /r",        "v"),
+    (X86Op.VMOVDQU,      "MR",   "m,x",       "VEX.128/256.F3.0F.WIG 7F /r",        "v"),
+    (X86Op.VMOVSS,       "RM",   "X,m",       "VEX.LIG.F3.0F.WIG 10 /r",            4),
+    (X86Op.VMOVSS,       "MR",   "m,X",       "VEX.LIG.F3.0F.WIG 11 /r",            4),
+    (X86Op.VMOVSS,       "RVM",  "X,X,X",     "VEX.LIG.F3.0F.WIG 10 /r",            4),
+    (X86Op.VMOVSD,       "RM",   "X,m",       "VEX.LIG.F2.0F.WIG 10 /r",            8),
+    (X86Op.VMOVSD,       "MR",   "m,X",       "VEX.LIG.F2.0F.WIG 11 /r",            8),
+    (X86Op.VMOVSD,       "RVM",  "X,X,X",     "VEX.LIG.F2.0F.WIG 10 /r",            8),
+    (X86Op.VMOVD,        "RM",   "X,gm",      "VEX.128.66.0F.W0 6E /r",             4),
+    (X86Op.VMOVD,        "MR",   "gm,X",      "VEX.128.66.0F.W0 7E /r",             4),
+    (X86Op.VMOVQ,        "RM",   "X,gm",      "VEX.128.66.0F.W1 6E /r",             8),
+    (X86Op.VMOVQ,        "MR",   "gm,X",      "VEX.128.66.0F.W1 7E /r",             8),
+    (X86Op.VCMPPS,       "RVMI", "x,x,xm,i",  "VEX.128/256.NP.0F.WIG C2 /r ib",     "v"),
+    (X86Op.VCMPPD,       "RVMI", "x,x,xm,i",  "VEX.128/256.66.0F.WIG C2 /r ib",     "v"),
+    (X86Op.VCMPSS,       "RVMI", "X,X,Xm,i",  "VEX.LIG.F3.0F.WIG C2 /r ib",         4),
+    (X86Op.VCMPSD,       "RVMI", "X,X,Xm,i",  "VEX.LIG.F2.0F.WIG C2 /r ib",         8),
+    (X86Op.VBLENDVPS,    "RVMR", "x,x,xm,x",  "VEX.128/256.66.0F3A.W0 4A /r /is4",  "v"),
+    (X86Op.VBLENDVPD,    "RVMR", "x,x,xm,x",  "VEX.128/256.66.0F3A.W0 4B /r /is4",  "v"),
+    (X86Op.VUCOMISS,     "RM",   "X,Xm",      "VEX.LIG.NP.0F.WIG 2E /r",            4),
+    (X86Op.VUCOMISD,     "RM",   "X,Xm",      "VEX.LIG.66.0F.WIG 2E /r",            8),
+    (X86Op.VCVTSI2SS,    "RVM",  "X,X,gm",    "VEX.LIG.F3.0F.W0/W1 2A /r",          "g"),
+    (X86Op.VCVTSI2SD,    "RVM",  "X,X,gm",    "VEX.LIG.F2.0F.W0/W1 2A /r",          "g"),
+    (X86Op.VCVTTSS2SI,   "RM",   "g,Xm",      "VEX.LIG.F3.0F.W0/W1 2C /r",          4),
+    (X86Op.VCVTTSD2SI,   "RM",   "g,Xm",      "VEX.LIG.F2.0F.W0/W1 2C /r",          8),
+    (X86Op.VCVTSS2SD,    "RVM",  "X,X,Xm",    "VEX.LIG.F3.0F.WIG 5A /r",            4),
+    (X86Op.VCVTSD2SS,    "RVM",  "X,X,Xm",    "VEX.LIG.F2.0F.WIG 5A /r",            8),
+    (X86Op.VCVTDQ2PS,    "RM",   "x,xm",      "VEX.128/256.NP.0F.WIG 5B /r",        "v"),
+    (X86Op.VCVTTPS2DQ,   "RM",   "x,xm",      "VEX.128/256.F3.0F.WIG 5B /r",        "v"),
+    (X86Op.VBROADCASTSS, "RM",   "x,Xm",      "VEX.128/256.66.0F38.W0 18 /r",       4),
+    (X86Op.VPBROADCASTD, "RM",   "x,Xm",      "VEX.128/256.66.0F38.W0 58 /r",       4),
+    (X86Op.VINSERTPS,    "RVMI", "X,X,Xm,i",  "VEX.128.66.0F3A.WIG 21 /r ib",       4),
+    (X86Op.VEXTRACTPS,   "MRI",  "gm,X,i",    "VEX.128.66.0F3A.WIG 17 /r ib",       4),
+    (X86Op.VPINSRD,      "RVMI", "X,X,gm,i",  "VEX.128.66.0F3A.W0 22 /r ib",        4),
+    (X86Op.VPEXTRD,      "MRI",  "gm,X,i",    "VEX.128.66.0F3A.W0 16 /r ib",        4),
+    (X86Op.VINSERTF128,  "RVMI", "Y,Y,Xm,i",  "VEX.256.66.0F3A.W0 18 /r ib",        16),
+    (X86Op.VEXTRACTF128, "MRI",  "Xm,Y,i",    "VEX.256.66.0F3A.W0 19 /r ib",        16),
+    (X86Op.VROUNDPS,     "RMI",  "x,xm,i",    "VEX.128/256.66.0F3A.WIG 08 /r ib",   "v"),
+    (X86Op.VROUNDPD,     "RMI",  "x,xm,i",    "VEX.128/256.66.0F3A.WIG 09 /r ib",   "v"),
+    (X86Op.VROUNDSS,     "RVMI", "X,X,Xm,i",  "VEX.LIG.66.0F3A.WIG 0A /r ib",       4),
+    (X86Op.VROUNDSD,     "RVMI", "X,X,Xm,i",  "VEX.LIG.66.0F3A.WIG 0B /r ib",       8),
+    (X86Op.VZEROUPPER,   "ZO",   "",          "VEX.128.0F.WIG 77",                  "v"),
+])
+# fmt: on

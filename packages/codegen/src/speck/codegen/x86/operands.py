@@ -105,8 +105,10 @@ class Mem:
         if self.scale not in (1, 2, 4, 8):
             raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {self.scale}")
         if not -(2**31) <= self.disp < 2**31:
-            raise ValueError(f"Mem: displacement {self.disp} does not fit a signed 32-bit field; materialise it in a "
-                             "register and use it as the index")
+            raise ValueError(
+                f"Mem: displacement {self.disp} does not fit a signed 32-bit field; materialise it in a "
+                "register and use it as the index"
+            )
         if self.symbol is not None and (self.base is not None or self.index is not None):
             raise ValueError("Mem: a RIP-relative reference (symbol set) cannot also have a base or index register")
         if self.symbol is None and self.base is None and self.index is None:

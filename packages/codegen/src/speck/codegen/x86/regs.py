@@ -18,7 +18,9 @@ GPR = RegClass(
     scratch=("r11", "r10"),
     slot_size=8,
 )
-VEC = RegClass("vec", allocatable=tuple(f"xmm{i}" for i in range(13)), scratch=("xmm13", "xmm14", "xmm15"), slot_size=32)
+VEC = RegClass(
+    "vec", allocatable=tuple(f"xmm{i}" for i in range(13)), scratch=("xmm13", "xmm14", "xmm15"), slot_size=32
+)
 
 CALLEE_SAVED = frozenset({"rbx", "rbp", "r12", "r13", "r14", "r15"})
 X86_64_SYSV = RegTarget({"gpr": GPR, "vec": VEC}, CALLEE_SAVED)
@@ -42,6 +44,8 @@ def phys(name: str, size: int) -> Reg:
 def arg_vreg(index: int, vid: int, size: int = 8) -> VReg:
     """A virtual register pinned to the System V register of integer argument `index` (0..5)."""
     if not 0 <= index < len(ARG_REGS):
-        raise ValueError(f"arg_vreg: integer argument {index} is not passed in a register (only 0..5 are); "
-                         "load it with IncomingStackArg")
+        raise ValueError(
+            f"arg_vreg: integer argument {index} is not passed in a register (only 0..5 are); "
+            "load it with IncomingStackArg"
+        )
     return VReg(vid, "gpr", size, ARG_REGS[index])

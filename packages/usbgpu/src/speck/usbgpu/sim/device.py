@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from speck.usbgpu.sim.clock import VirtualClock
@@ -144,6 +144,7 @@ class SimDevice(BridgeFirmware):
         self._out: deque[_Transfer] = deque()
         self._in: deque[_Transfer] = deque()
         self._ctrl_busy = self._out_busy = self._in_busy = False
+        self._pipe_epoch = 0
         self._f4_waiter: tuple[_Transfer, int, int, int, int, int] | None = None
         self._f4_bailed_once = False
         self._out_bytes_moved = 0
@@ -201,7 +202,7 @@ class SimDevice(BridgeFirmware):
         self._ctrl.clear()
         self._out.clear()
         self._in.clear()
-        self._f4_waiter = None
+        self._restart_pipes()
 
     def reconnect(self) -> None:
         """Plug back in. Bridge memories and the GPU keep their state; the USB side starts clean."""
@@ -251,7 +252,7 @@ class SimDevice(BridgeFirmware):
                     break
         self._transfers[tid] = t
         if timeout_ms > 0:
-            self.clock.at(self.clock.now + timeout_ms * 1e6, lambda: self._timeout(t))
+            self.clock.at(self.clock.now + timeout_ms * 1e6, lambda: self._timeout(t))  # per transfer: no epoch
         if kind == "control":
             self.stats["control_transfers"] += 1
             self._ctrl.append(t)
@@ -317,16 +318,34 @@ class SimDevice(BridgeFirmware):
             self._complete(t, TransferStatus.TIMED_OUT)
             self._pipes_changed()
 
+    def _at(self, when: float, fn: Callable[[], None]) -> None:
+        """Schedule a pipe event; a disconnect or USB reset in between (new pipe epoch) turns it into a no-op."""
+        epoch = self._pipe_epoch
+
+        def run() -> None:
+            if epoch == self._pipe_epoch:
+                fn()
+
+        self.clock.at(when, run)
+
+    def _restart_pipes(self) -> None:
+        self._pipe_epoch += 1
+        self._ctrl_busy = self._out_busy = self._in_busy = False
+        self._pipe_epoch = 0
+        self._f4_waiter = None
+
     def _require_connected(self) -> None:
         if not self._connected:
             raise ModelError(LIBUSB_ERROR_NO_DEVICE, "device disconnected")
 
     def _usb_reset_state(self) -> None:
         """SET_CONFIGURATION / SET_INTERFACE / reset: clear both bulk endpoints and cancel streaming and arms."""
-        for t in list(self._out) + list(self._in):
+        for t in list(self._ctrl) + list(self._out) + list(self._in):
             self._complete(t, TransferStatus.CANCELLED)
+        self._ctrl.clear()
         self._out.clear()
         self._in.clear()
+        self._restart_pipes()
         self._halted.clear()
         self.stream = None
         self.dma.reset()
@@ -357,7 +376,7 @@ class SimDevice(BridgeFirmware):
             return
         t = self._ctrl[0]
         self._ctrl_busy = True
-        self.clock.at(self.clock.now + self.timing.control_rtt_ns / 2, lambda: self._ctrl_arrive(t))
+        self._at(self.clock.now + self.timing.control_rtt_ns / 2, lambda: self._ctrl_arrive(t))
 
     def _ctrl_finish(self, t: _Transfer, status: TransferStatus, data: bytes, extra_ns: float) -> None:
         def reply() -> None:
@@ -367,7 +386,7 @@ class SimDevice(BridgeFirmware):
             self._ctrl_busy = False
             self._pump_ctrl()
 
-        self.clock.at(self.clock.now + extra_ns + self.timing.control_rtt_ns / 2, reply)
+        self._at(self.clock.now + extra_ns + self.timing.control_rtt_ns / 2, reply)
 
     def _ctrl_arrive(self, t: _Transfer) -> None:
         if t.done:  # timed out or cancelled before the device saw it
@@ -447,7 +466,7 @@ class SimDevice(BridgeFirmware):
         self.stats["f4_waits"] += 1
         token = self.stats["f4_requests"]
         self._f4_waiter = (t, sectors, slot, nslots, buffer, target)
-        self.clock.at(self.clock.now + self.timing.f4_wait_limit_ns, lambda: self._f4_timer(t, token))
+        self._at(self.clock.now + self.timing.f4_wait_limit_ns, lambda: self._f4_timer(t, token))
 
     def _f4_arm(self, t: _Transfer, sectors: int, slot: int, nslots: int) -> None:
         try:
@@ -494,7 +513,7 @@ class SimDevice(BridgeFirmware):
         ready = t.submitted + self.timing.bulk_latency_ns
         if ready > now:
             self._out_busy = True
-            self.clock.at(ready, self._out_resume)
+            self._at(ready, self._out_resume)
             return
         if t.stuck or self._fault_now(t):
             if t.done:
@@ -516,7 +535,7 @@ class SimDevice(BridgeFirmware):
         if arm is not None and arm.direction == "out":
             if arm.active_at > now:
                 self._out_busy = True
-                self.clock.at(arm.active_at, self._out_resume)
+                self._at(arm.active_at, self._out_resume)
                 return
             t.naking = False
             n = min(limit, remaining, arm.remaining)
@@ -577,7 +596,7 @@ class SimDevice(BridgeFirmware):
                 self._complete(t, TransferStatus.COMPLETED)
             self._pump_out()
 
-        self.clock.at(self.clock.now + cost_ns, land)
+        self._at(self.clock.now + cost_ns, land)
 
     def _retire_out_arm(self) -> None:
         done = self.dma.retire(self.clock.now, self.timing.arm_switch_ns)
@@ -625,7 +644,7 @@ class SimDevice(BridgeFirmware):
         ready = t.submitted + self.timing.bulk_latency_ns
         if ready > now:
             self._in_busy = True
-            self.clock.at(ready, self._in_resume)
+            self._at(ready, self._in_resume)
             return
         if t.stuck or self._fault_now(t):
             if t.done:
@@ -676,7 +695,7 @@ class SimDevice(BridgeFirmware):
                 self._complete(t, TransferStatus.COMPLETED)
             self._pump_in()
 
-        self.clock.at(self.clock.now + cost_ns, land)
+        self._at(self.clock.now + cost_ns, land)
 
     def _stream_read(self, n: int) -> bytes:
         stream = self.stream

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from speck.usbgpu.sim.model_api import (
@@ -28,8 +29,18 @@ _fake: Any = importlib.import_module("speck.usbgpu._fakeusb")
 ffi: Any = _fake.ffi
 lib: Any = _fake.lib
 
-__all__ = ["install", "uninstall", "library_path", "take_exception", "installed_models", "counters"]
+__all__ = [
+    "counters",
+    "install",
+    "installed_models",
+    "library_path",
+    "model_seconds",
+    "reset_model_seconds",
+    "take_exception",
+    "uninstall",
+]
 
+LIBUSB_ERROR_NO_DEVICE = -4
 LIBUSB_ERROR_NOT_FOUND = -5
 LIBUSB_ERROR_PIPE = -9
 LIBUSB_ERROR_NOT_SUPPORTED = -12
@@ -38,6 +49,9 @@ LIBUSB_ERROR_OTHER = -99
 _models: list[UsbDeviceModel] = []
 _pending: list[BaseException] = []
 _ops = ffi.new("struct fakeusb_ops *")
+# CPU seconds this thread spent inside model callbacks, so benchmarks can report the driver's own cost without the
+# simulator's (thread CPU time, not wall time: other processes sharing the cores must not count).
+_model_time = [0.0]
 
 
 def library_path() -> str:
@@ -168,6 +182,30 @@ def counters() -> dict[str, int]:
     }
 
 
+def model_seconds() -> float:
+    """CPU seconds spent inside the fake libusb's callbacks into device models since reset_model_seconds()."""
+    return _model_time[0]
+
+
+def reset_model_seconds() -> None:
+    """Zero the model-time accumulator."""
+    _model_time[0] = 0.0
+
+
+def _timed(fn: Callable[..., int]) -> Callable[..., int]:
+    clock = time.thread_time
+
+    def timed(*args: Any) -> int:
+        start = clock()
+        try:
+            return fn(*args)
+        finally:
+            _model_time[0] += clock() - start
+
+    timed.__name__ = fn.__name__
+    return timed
+
+
 def _fail(exc: BaseException) -> int:
     if isinstance(exc, ModelError):
         return exc.code if exc.code < 0 else LIBUSB_ERROR_OTHER
@@ -246,8 +284,11 @@ def _py_submit(
     try:
         setup_bytes = bytes(ffi.buffer(setup, 8)) if setup != ffi.NULL else None
         payload = bytes(ffi.buffer(out_data, out_length)) if out_length > 0 else b""
+        model = _model(dev)
+        if not model.connected:
+            return LIBUSB_ERROR_NO_DEVICE
         kind_name: Literal["control", "bulk"] = "control" if kind == lib.FAKEUSB_KIND_CONTROL else "bulk"
-        transfer_id = _model(dev).submit(kind_name, endpoint, setup_bytes, payload, in_length, timeout_ms)
+        transfer_id = model.submit(kind_name, endpoint, setup_bytes, payload, in_length, timeout_ms)
         if transfer_id < 0:
             raise ValueError(f"model.submit returned a negative transfer id {transfer_id}; ids must be >= 0")
         return transfer_id
@@ -257,7 +298,10 @@ def _py_submit(
 
 def _py_cancel(dev: int, transfer_id: int) -> int:
     try:
-        _model(dev).cancel(transfer_id)
+        model = _model(dev)
+        if not model.connected:
+            return LIBUSB_ERROR_NO_DEVICE
+        model.cancel(transfer_id)
         return 0
     except BaseException as exc:
         return _fail(exc)
@@ -265,8 +309,11 @@ def _py_cancel(dev: int, transfer_id: int) -> int:
 
 def _py_wait(dev: int, ids: object, n_ids: int, timeout_ms: int) -> int:
     try:
+        model = _model(dev)
+        if not model.connected:
+            return LIBUSB_ERROR_NO_DEVICE
         wanted = None if n_ids < 0 else [ids[i] for i in range(n_ids)]  # type: ignore[index]
-        completed = _model(dev).wait(wanted, timeout_ms)
+        completed = model.wait(wanted, timeout_ms)
         for transfer_id, result in completed:
             data = result.data
             if data:
@@ -289,4 +336,4 @@ for _name, _fn in (
     ("fakeusb_py_cancel", _py_cancel),
     ("fakeusb_py_wait", _py_wait),
 ):
-    ffi.def_extern(name=_name)(_fn)
+    ffi.def_extern(name=_name)(_timed(_fn))

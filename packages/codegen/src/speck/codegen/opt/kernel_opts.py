@@ -1,0 +1,199 @@
+"""Optimizer actions (`Opt`) and `apply_opts`, which rewrites a kernel AST's ranges to carry them out.
+
+Axis numbering: `axis` of UPCAST/THREAD/PADTO/SWAP/LOCAL counts the kernel's output-side ranges (GLOBAL/THREAD/
+LOOP, by axis id); `axis` of UNROLL/GROUP/GROUPTOP counts its REDUCE ranges (by axis id). An amount of 0 means
+"the whole range". Every action is a range split `r -> outer*amt + inner` (the inner part gets the new type), a
+reordering, or padding; the expander later turns UPCAST/UNROLL parts into vector lanes."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from speck.codegen.kernel_info import KernelInfo
+from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes
+
+if TYPE_CHECKING:
+    from speck.codegen.renderer import Renderer
+
+
+class OptOps(enum.Enum):
+    """The optimizer's actions (those that fit CPU targets are implemented; LOCAL/GROUP need local memory)."""
+
+    UPCAST = 1  # split an output range, the inner part becomes vector lanes
+    UNROLL = 2  # split a reduce range, the inner part becomes vector lanes reduced horizontally
+    LOCAL = 3  # split an output range into workgroup-local threads (needs Renderer.has_local)
+    THREAD = 4  # split an output range: the outer part becomes the outermost GLOBAL range CPU workers slice
+    GROUP = 5  # split a reduce range across local threads (needs Renderer.has_local)
+    GROUPTOP = 6
+    PADTO = 7  # round an output range up to a multiple, gating loads and the store
+    SWAP = 8  # exchange the loop order of two output ranges
+    NOLOCALS = 9  # forbid LOCAL/GROUP later in the list (a no-op on CPUs)
+
+    def __repr__(self) -> str:
+        return f"OptOps.{self.name}"
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+    """One optimizer action: op, axis (see module docstring), arg (amount, or the other axis for SWAP)."""
+
+    op: OptOps
+    axis: int | None = None
+    arg: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Opt({self.op.name}, {self.axis}, {self.arg})"
+
+    def to_json(self) -> list[Any]:
+        return [self.op.name, self.axis, self.arg]
+
+    @staticmethod
+    def from_json(x: list[Any]) -> Opt:
+        return Opt(OptOps[x[0]], x[1], x[2])
+
+
+class OptError(RuntimeError):
+    """An Opt that does not apply to this kernel (bad axis, amount not dividing the size, unsupported here)."""
+
+
+_OUTPUT_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP, AxisType.LOCAL)
+
+
+def output_axes(sink: UOp) -> list[UOp]:
+    """The output-side ranges opts can address, in axis-id order."""
+    return sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[-1] in _OUTPUT_TYPES},
+                  key=lambda r: r.arg[:-1])  # fmt: skip
+
+
+def reduce_axes(sink: UOp) -> list[UOp]:
+    return sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE},
+                  key=lambda r: r.arg[:-1])  # fmt: skip
+
+
+def const_size(r: UOp) -> int | None:
+    e = r.src[0]
+    return int(e.arg) if e.op is Ops.CONST and isinstance(e.arg, int) else None
+
+
+def _next_axis(sink: UOp) -> int:
+    return 1 + max([a for u in sink.toposort() if u.op is Ops.RANGE for a in u.arg[:-1]], default=-1)
+
+
+def replace_range(sink: UOp, r: UOp, parts: list[UOp], expr: UOp) -> UOp:
+    """Replace RANGE r by `expr` in values and by `parts` (in order) in END/REDUCE range lists."""
+    new: dict[UOp, UOp] = {r: expr}
+    for u in sink.toposort():
+        if u is r or u in new:
+            continue
+        srcs: list[UOp] = []
+        for i, s in enumerate(u.src):
+            if s is r and u.op in (Ops.END, Ops.REDUCE) and i > 0:
+                srcs.extend(parts)
+            else:
+                srcs.append(new.get(s, s))
+        new[u] = u.replace(src=tuple(srcs)) if tuple(srcs) != u.src else u
+    return new[sink]
+
+
+def _split(sink: UOp, r: UOp, amt: int, inner_type: AxisType, outer_first: bool = True,
+           outer_type: AxisType | None = None) -> UOp:  # fmt: skip
+    n = const_size(r)
+    if n is None:
+        raise OptError(f"axis {r.arg} has a symbolic size; only constant-size ranges can be split")
+    amt = n if amt == 0 else amt
+    if amt <= 1 or n % amt != 0:
+        raise OptError(f"amount {amt} does not split axis {r.arg} of size {n}")
+    nid = _next_axis(sink)
+    wi = dtypes.weakint
+    if outer_first:  # r = outer*amt + inner: the inner part is the new (fast) axis
+        inner = UOp.range(amt, nid, inner_type, wi)
+        outer = UOp.range(n // amt, r.arg[:-1], r.arg[-1] if outer_type is None else outer_type, wi)
+        expr = outer * amt + inner
+        parts = [outer, inner]
+    else:  # r = new*(n/amt) + rest: the new part is the outer (slow) axis
+        new = UOp.range(amt, nid, inner_type, wi)
+        rest = UOp.range(n // amt, r.arg[:-1], r.arg[-1] if outer_type is None else outer_type, wi)
+        expr = new * (n // amt) + rest
+        parts = [new, rest]
+    return replace_range(sink, r, parts, expr)
+
+
+def _padto(sink: UOp, r: UOp, amt: int) -> UOp:
+    n = const_size(r)
+    if n is None or amt <= 1:
+        raise OptError(f"PADTO needs a constant-size axis and an amount > 1, got axis {r.arg} amount {amt}")
+    m = -(-n // amt) * amt
+    if m == n:
+        raise OptError(f"axis {r.arg} of size {n} is already a multiple of {amt}")
+    nr = UOp.range(m, r.arg[:-1], r.arg[-1], r.dtype)
+    sink = replace_range(sink, r, [nr], nr)
+    ok = nr < n
+    new: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        nu = u.replace(src=tuple(new.get(s, s) for s in u.src)) if any(s in new for s in u.src) else u
+        if nu.op is Ops.INDEX and len(nu.src) == 2 and nr in nu.src[1].toposort():
+            i = nu.src[1]
+            if i.op is Ops.WHERE and i.src[2].op is Ops.CONST and isinstance(i.src[2].arg, InvalidType):
+                nu = nu.replace(src=(nu.src[0], (i.src[0] & ok).where(i.src[1], i.src[2])))
+            else:
+                nu = nu.replace(src=(nu.src[0], i.valid(ok)))
+        if nu is not u:
+            new[u] = nu
+    return new.get(sink, sink)
+
+
+def _swap(sink: UOp, a: UOp, b: UOp) -> UOp:
+    new: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        srcs = tuple(new.get(s, s) for s in u.src)
+        if u.op is Ops.END and a in srcs[1:] and b in srcs[1:]:
+            srcs = tuple(b if s is a else a if s is b else s for s in srcs)
+        if srcs != u.src:
+            new[u] = u.replace(src=srcs)
+    return new.get(sink, sink)
+
+
+def apply_opt(sink: UOp, opt: Opt, renderer: Renderer | None = None) -> UOp:
+    """Apply one Opt to a kernel AST; raises OptError when it doesn't apply."""
+    outs, reds = output_axes(sink), reduce_axes(sink)
+
+    def pick(axes: list[UOp], i: int | None) -> UOp:
+        if i is None or not 0 <= i < len(axes):
+            raise OptError(f"{opt}: axis {i} out of range (kernel has {len(axes)} such axes)")
+        return axes[i]
+
+    amt = int(opt.arg or 0)
+    if opt.op is OptOps.UPCAST:
+        return _split(sink, pick(outs, opt.axis), amt, AxisType.UPCAST)
+    if opt.op is OptOps.UNROLL:
+        return _split(sink, pick(reds, opt.axis), amt, AxisType.UNROLL)
+    if opt.op is OptOps.THREAD:
+        r = pick(outs, opt.axis)
+        if r.arg[-1] is not AxisType.GLOBAL:
+            raise OptError(f"{opt}: THREAD splits a GLOBAL axis, axis {r.arg} is {r.arg[-1].name}")
+        return _split(sink, r, amt, AxisType.GLOBAL, outer_first=False, outer_type=AxisType.LOOP)
+    if opt.op is OptOps.PADTO:
+        return _padto(sink, pick(outs, opt.axis), amt)
+    if opt.op is OptOps.SWAP:
+        return _swap(sink, pick(outs, opt.axis), pick(outs, opt.arg))
+    if opt.op is OptOps.NOLOCALS:
+        return sink
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+        if renderer is None or not renderer.has_local:
+            raise OptError(f"{opt}: {opt.op.name} needs local memory; renderer "
+                           f"{getattr(renderer, 'name', None)!r} has none (CPU targets use THREAD/UPCAST)")  # fmt: skip
+        raise OptError(f"{opt}: {opt.op.name} is not implemented for renderers with local memory yet")
+    raise OptError(f"unknown opt {opt}")
+
+
+def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], renderer: Renderer | None = None) -> UOp:
+    """Apply opts in order (after each one ranges are re-simplified) and record them as KernelInfo.applied_opts."""
+    from speck.codegen.pipeline import pm_simplify
+    from speck.uop import graph_rewrite
+
+    info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
+    for o in opts:
+        sink = graph_rewrite(apply_opt(sink, o, renderer), pm_simplify, name=f"opt {o}")
+    return sink.replace(arg=info.replace(applied_opts=info.applied_opts + tuple(opts)))

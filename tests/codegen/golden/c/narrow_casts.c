@@ -1,0 +1,72 @@
+typedef unsigned short __speck_bf16;
+static inline float __speck_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+/* round to nearest even; NaN stays a quiet NaN with its sign */
+static inline unsigned short __speck_f32_to_bf16(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  if (f != f) return (unsigned short)(0x7FC0u | ((u >> 16) & 0x8000u));
+  return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+typedef unsigned char __speck_fp8e4m3;
+static inline float __speck_fp8e4m3_to_f32(unsigned char b) {
+  unsigned int e = (b >> 3) & 15u, m = b & 7u;
+  float s = (b & 0x80u) ? -1.0f : 1.0f;
+  if ((b & 0x7Fu) == 0x7Fu) return __builtin_nanf("");
+  if (e == 0) return s * (float)m * 0x1p-9f;
+  unsigned int u = ((unsigned int)(b & 0x80u) << 24) | ((e + 120u) << 23) | (m << 20);
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+/* round to nearest even from double; saturates at +-448.0 */
+static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
+  unsigned long u; __builtin_memcpy(&u, &x, 8);
+  unsigned int sign = (unsigned int)(u >> 63) << 7;
+  if (x != x) return 0x7Fu;
+  double ax = __builtin_fabs(x);
+  if (ax > 2.0 * 448.0) return (unsigned char)(sign | 0x7Eu);
+  if (ax == 0.0) return (unsigned char)sign;
+  int e = (int)((u >> 52) & 0x7FFu) - 1023;
+  if (e < -6) e = -6;
+  unsigned long sb = (unsigned long)(e - 3 + 1023) << 52;
+  double step; __builtin_memcpy(&step, &sb, 8);
+  double q = ax / step;
+  long r = (long)q;
+  double d = q - (double)r;
+  if (d > 0.5 || (d == 0.5 && (r & 1))) r += 1;
+  if ((double)r * step > 448.0) return (unsigned char)(sign | 0x7Eu);
+  return (unsigned char)(sign | (unsigned int)(((long)(e + 6) << 3) + r));
+}
+/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half, so the
+   second rounding is exact), then let the hardware round to half */
+static inline _Float16 __speck_f64_to_f16(double x) {
+  float f = (float)x;
+  if ((double)f != x && x == x) {
+    unsigned int u; __builtin_memcpy(&u, &f, 4);
+    if (__builtin_fabs((double)f) > __builtin_fabs(x)) u -= 1u;
+    u |= 1u;
+    __builtin_memcpy(&f, &u, 4);
+  }
+  return (_Float16)f;
+}
+/* float -> integer as the interpreter does it: truncate toward zero and wrap modulo 2**64 (then to the target
+   width); NaN and inf give 0. Defined for every input, unlike a C cast; the reduction below is exact. */
+static inline unsigned long __speck_f2i(double x) {
+  if (x != x || __builtin_fabs(x) == __builtin_inf()) return 0;
+  if (__builtin_fabs(x) >= 0x1p64) x -= 0x1p64 * __builtin_trunc(x * 0x1p-64);
+  return x < 0 ? -(unsigned long)(-x) : (unsigned long)x;
+}
+
+void narrow_casts(__speck_bf16* restrict data0, const _Float16* restrict data1, __speck_fp8e4m3* restrict data2, _Float16* restrict data3, unsigned char* restrict data4, int core_start, int core_end) {
+  for (int ridx0 = core_start; ridx0 < core_end; ridx0++) {
+    _Float16 val0 = data1[ridx0];
+    float cast0 = (float)val0;
+    __speck_bf16 cast1 = __speck_f32_to_bf16(cast0);
+    data0[ridx0] = cast1;
+    __speck_fp8e4m3 cast2 = __speck_f64_to_fp8e4m3((double)cast0);
+    data2[ridx0] = cast2;
+    float alu0 = __builtin_sqrtf(cast0);
+    double cast3 = (double)alu0;
+    _Float16 cast4 = __speck_f64_to_f16(cast3);
+    data3[ridx0] = cast4;
+    unsigned char cast5 = (unsigned char)__speck_f2i(cast0);
+    data4[ridx0] = cast5;
+  }
+}

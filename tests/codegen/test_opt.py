@@ -1,0 +1,113 @@
+"""The optimizer: opts apply or fail clearly, the CPU heuristic vectorizes contiguous axes, BEAM search picks the
+candidate the runtime's timer prefers and caches the winner on disk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import assert_same, out_dtype, run_ast, run_prog
+from speck.codegen import KernelInfo, PythonRenderer, to_program
+from speck.codegen.opt import Opt, OptError, OptOps, apply_opts, beam_search, hand_coded_optimizations
+from speck.codegen.pipeline import full_rewrite_to_sink
+from speck.codegen.program import ProgramSpec
+from speck.codegen.renderer import Renderer
+from speck.uop import AxisType, Context, Ops, UOp, dtypes
+
+
+def matvec(n: int = 32, k: int = 16, name: str = "matvec") -> UOp:
+    i, j = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(k, 1, AxisType.REDUCE)
+    a = UOp.param(1, dtypes.float32.ptr(n * k)).index(i * k + j).load()
+    b = UOp.param(2, dtypes.float32.ptr(k)).index(j).load()
+    out = UOp.param(0, dtypes.float32.ptr(n))
+    return UOp.sink(out.index(i).store((a * b).reduce(j, op=Ops.ADD)).end(i), arg=KernelInfo(name))
+
+
+def inputs(n: int = 32, k: int = 16) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [np.zeros(n, np.float32), rng.standard_normal(n * k).astype(np.float32),
+            rng.standard_normal(k).astype(np.float32)]  # fmt: skip
+
+
+def test_heuristic_upcasts_contiguous_output_to_vector_width() -> None:
+    opts = hand_coded_optimizations(matvec(), PythonRenderer())
+    assert opts == [Opt(OptOps.UPCAST, 0, 8)]  # 8 float32 lanes fill a 256-bit register
+
+
+def test_heuristic_unrolls_reduce_when_output_is_scalar() -> None:
+    j = UOp.range(64, 0, AxisType.REDUCE)
+    v = UOp.param(1, dtypes.float32.ptr(64)).index(j).load().reduce(j, op=Ops.ADD)
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(1)).index(UOp.const(dtypes.weakint, 0)).store(v),
+                   arg=KernelInfo("sum"))  # fmt: skip
+    assert hand_coded_optimizations(ast, PythonRenderer()) == [Opt(OptOps.UNROLL, 0, 8)]
+    buf = [np.zeros(1, np.float32), np.arange(64, dtype=np.float32)]
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast, PythonRenderer())
+    assert any(u.op is Ops.LOAD and u.dtype.count == 8 for u in uops)
+    assert run_prog(uops, buf, {})[0] == np.arange(64).sum()
+
+
+def test_no_vectors_means_no_upcast() -> None:
+    assert hand_coded_optimizations(matvec(), Renderer()) == []
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [(Opt(OptOps.UPCAST, 0, 4),), (Opt(OptOps.UNROLL, 0, 4),), (Opt(OptOps.THREAD, 0, 4),),
+     (Opt(OptOps.UPCAST, 0, 16),), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2)),
+     (Opt(OptOps.PADTO, 0, 5),), (Opt(OptOps.NOLOCALS),)],
+)  # fmt: skip
+def test_explicit_opts_preserve_results(opts: tuple[Opt, ...]) -> None:
+    ast = matvec()
+    want = run_ast(ast, inputs(), {})
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast.replace(arg=ast.arg.replace(opts=opts)), PythonRenderer())
+    assert uops[-1].arg.applied_opts == opts
+    assert_same(want, run_prog(uops, inputs(), {}), out_dtype(ast), exact=False)
+
+
+def test_thread_opt_makes_a_new_outermost_global() -> None:
+    ast = matvec()
+    prog = to_program(ast.replace(arg=ast.arg.replace(opts=(Opt(OptOps.THREAD, 0, 4),))), PythonRenderer())
+    assert prog.global_size[0] == 4
+
+
+@pytest.mark.parametrize(
+    "opt,match",
+    [(Opt(OptOps.UPCAST, 0, 5), "does not split"), (Opt(OptOps.UPCAST, 3, 2), "out of range"),
+     (Opt(OptOps.LOCAL, 0, 4), "local memory"), (Opt(OptOps.UNROLL, 1, 2), "out of range")],
+)  # fmt: skip
+def test_bad_opts_raise_opt_error(opt: Opt, match: str) -> None:
+    with pytest.raises(OptError, match=match):
+        apply_opts(matvec(), (opt,), PythonRenderer())
+
+
+def test_beam_picks_what_the_timer_prefers_and_caches(tmp_path: pytest.TempPathFactory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    calls: list[tuple[Opt, ...]] = []
+
+    def timer(p: ProgramSpec) -> float:
+        # a fake device that likes 4-wide upcasts of the output and dislikes everything else
+        calls.append(p.applied_opts)
+        return 1.0 - 0.5 * (Opt(OptOps.UPCAST, 0, 4) in p.applied_opts) + 0.01 * len(p.applied_opts)
+
+    best = beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=timer)
+    assert best == (Opt(OptOps.UPCAST, 0, 4),)
+    assert len(calls) > 1
+    n = len(calls)
+    assert beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=timer) == best
+    assert len(calls) == n  # second search answered from the disk cache
+    with Context(BEAM=2):
+        from speck.codegen.opt import register_beam_timer
+
+        register_beam_timer(timer)
+        try:
+            prog = to_program(matvec(name="beamk"), PythonRenderer())
+        finally:
+            register_beam_timer(None)
+    assert prog.applied_opts == best
+
+
+def test_beam_without_timer_explains_what_is_missing() -> None:
+    with pytest.raises(RuntimeError, match="register_beam_timer"):
+        beam_search(matvec(), PythonRenderer(), 2)

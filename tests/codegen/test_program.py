@@ -1,0 +1,148 @@
+"""to_program / ProgramSpec: launch sizes, buffer roles, variables, estimates, error messages, and golden listings
+of the linear program for small kernels (the order renderers see)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.codegen import KernelInfo, PythonRenderer, UnsupportedOpError, run_program, to_program
+from speck.codegen.pipeline import full_rewrite_to_sink
+from speck.codegen.renderer import Renderer
+from speck.uop import AxisType, GroupOp, Ops, UOp, dtypes
+
+
+def listing(uops: list[UOp]) -> str:
+    pos = {u: i for i, u in enumerate(uops)}
+    lines = []
+    for i, u in enumerate(uops):
+        arg = "" if u.arg is None or u.op is Ops.SINK else f" {u.arg}"
+        srcs = " ".join(f"%{pos[s]}" for s in u.src)
+        lines.append(f"%{i} {u.op.name} {u.dtype.name if u.dtype.count == 1 else u.dtype}{arg} {srcs}".rstrip())
+    return "\n".join(lines)
+
+
+def scale_kernel() -> UOp:
+    i = UOp.range(10, 0, AxisType.GLOBAL)
+    x = UOp.param(1, dtypes.float32.ptr(10)).index(i).load()
+    return UOp.sink(UOp.param(0, dtypes.float32.ptr(10)).index(i).store(x * UOp.const(dtypes.float32, 3.0)).end(i),
+                    arg=KernelInfo("scale"))  # fmt: skip
+
+
+GOLDEN_SCALE = """\
+%0 PARAM float32 0
+%1 CONST weakint 10
+%2 CAST int32 %1
+%3 PARAM float32 1
+%4 CONST weakfloat 3.0
+%5 CAST float32 %4
+%6 RANGE int32 (0, AxisType.GLOBAL) %2
+%7 INDEX float32 %0 %6
+%8 INDEX float32 %3 %6
+%9 LOAD float32 %8
+%10 MUL float32 %9 %5
+%11 STORE void %7 %10
+%12 END void %11 %6
+%13 SINK void %12"""
+
+
+def test_golden_scalar_program() -> None:
+    assert listing(full_rewrite_to_sink(scale_kernel(), Renderer())) == GOLDEN_SCALE
+
+
+def rowsum_kernel() -> UOp:
+    r, c = UOp.range(3, 0, AxisType.GLOBAL), UOp.range(4, 1, AxisType.REDUCE)
+    m = UOp.param(1, dtypes.int32.ptr(12)).index(r * 4 + c).load()
+    return UOp.sink(UOp.param(0, dtypes.int32.ptr(3)).index(r).store(m.reduce(c, op=Ops.MAX)).end(r),
+                    arg=KernelInfo("rowmax"))  # fmt: skip
+
+
+GOLDEN_ROWMAX = """\
+%0 PARAM int32 0
+%1 CONST weakint 3
+%2 CAST int32 %1
+%3 DEFINE_REG int32 0
+%4 CONST weakint 0
+%5 CAST int32 %4
+%6 CONST weakint -2147483648
+%7 CAST int32 %6
+%8 CONST weakint 4
+%9 CAST int32 %8
+%10 PARAM int32 1
+%11 RANGE int32 (0, AxisType.GLOBAL) %2
+%12 INDEX int32 %0 %11
+%13 INDEX int32 %3 %5
+%14 STORE void %13 %7
+%15 MUL int32 %11 %9
+%16 RANGE int32 (1, AxisType.REDUCE) %9
+%17 INDEX int32 %3 %5
+%18 LOAD int32 %17
+%19 ADD int32 %15 %16
+%20 INDEX int32 %10 %19
+%21 LOAD int32 %20
+%22 MAX int32 %18 %21
+%23 STORE void %17 %22
+%24 END void %23 %16
+%25 INDEX int32 %3 %5
+%26 LOAD int32 %25
+%27 STORE void %12 %26
+%28 END void %27 %11
+%29 SINK void %28"""
+
+
+def test_golden_reduce_program() -> None:
+    """identity stored before the reduce loop, load+max+store inside, load after its END."""
+    uops = full_rewrite_to_sink(rowsum_kernel(), Renderer())
+    assert listing(uops) == GOLDEN_ROWMAX
+    m = np.arange(12, dtype=np.int32)[::-1].copy()
+    out = np.zeros(3, np.int32)
+    run_program(uops, [out, m], {})
+    np.testing.assert_array_equal(out, m.reshape(3, 4).max(axis=1))
+
+
+def test_program_spec_fields() -> None:
+    n = UOp.variable("n", 1, 64)
+    i = UOp.range(n, 0, AxisType.GLOBAL)
+    a = UOp.param(1, dtypes.float32.ptr(64)).index(i).load()
+    io = UOp.param(0, dtypes.float32.ptr(64))
+    ast = UOp.sink(io.index(i).store(io.index(i).load() + a).end(i), arg=KernelInfo("acc_n", dont_opt=True))
+    p = to_program(ast, PythonRenderer())
+    assert p.name == "acc_n" and p.renderer == "python" and p.lib is None and p.local_size is None
+    assert [(b.slot, b.dtype, b.size, b.role) for b in p.buffers] == [(0, dtypes.float32, 64, "inout"),
+                                                                      (1, dtypes.float32, 64, "in")]  # fmt: skip
+    assert [v.arg for v in p.vars] == [("n", 1, 64)] and p.vars[0].dtype == dtypes.int32
+    assert p.launch_dims({"n": 37}) == (37, 1, 1)
+    from speck.uop.symbolic import sym_infer
+
+    assert sym_infer(p.estimates.mem, {"n": 37}) == 37 * 3 * 4  # two loads and a store of float32
+    assert sym_infer(p.estimates.ops, {"n": 37}) == 37  # one ADD per element
+    assert "def acc_n(rt):" in p.src
+
+
+def test_renderer_names_op_dtype_and_itself() -> None:
+    class NoSqrt(Renderer):
+        name = "nosqrt"
+        supported_ops = GroupOp.ALU - {Ops.SQRT}
+
+    with pytest.raises(UnsupportedOpError, match=r"'nosqrt' cannot express SQRT on dtypes.float32"):
+        _sqrt_prog(NoSqrt())
+
+
+def _sqrt_prog(r: Renderer) -> list[UOp]:
+    i = UOp.range(4, 0, AxisType.GLOBAL)
+    x = UOp.param(1, dtypes.float32.ptr(4)).index(i).load().sqrt()
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(4)).index(i).store(x).end(i), arg=KernelInfo("s"))
+    return full_rewrite_to_sink(ast, r)
+
+
+def test_two_reduces_over_one_range_get_their_own_loops() -> None:
+    r, c = UOp.range(3, 0, AxisType.GLOBAL), UOp.range(5, 1, AxisType.REDUCE)
+    m = UOp.param(1, dtypes.float32.ptr(15)).index(r * 5 + c).load()
+    v = m.reduce(c, op=Ops.ADD) * m.reduce(c, op=Ops.MAX)
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(3)).index(r).store(v).end(r), arg=KernelInfo("two"))
+    uops = full_rewrite_to_sink(ast, Renderer())
+    assert sum(u.op is Ops.RANGE for u in uops) == 3
+    x = np.random.default_rng(1).standard_normal(15).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    run_program(uops, [out, x], {})
+    np.testing.assert_allclose(out, x.reshape(3, 5).sum(1) * x.reshape(3, 5).max(1), rtol=1e-6)
