@@ -4,7 +4,9 @@
  * libusb, or the simulator's fake libusb), so only the few public layouts and prototypes used here are declared,
  * following the libusb-1.0 API documentation. A pool is used from one thread at a time.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,6 +252,13 @@ int usbgpu_wait(usbgpu_pool *p, int64_t tag, unsigned int timeout_ms) {
         if (!s->done && remaining <= 0) return USBGPU_WAIT_TIMEOUT;
     }
     return p->latched ? USBGPU_LATCHED : 0;
+}
+
+int64_t usbgpu_oldest_inflight(usbgpu_pool *p) {
+    int64_t oldest = p->next_tag;
+    for (int i = 0; i < p->n_slots; i++)
+        if (!p->slots[i]->done && p->slots[i]->tag < oldest) oldest = p->slots[i]->tag;
+    return oldest;
 }
 
 int usbgpu_latched(usbgpu_pool *p, usbgpu_latch *out) {

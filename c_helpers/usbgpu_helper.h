@@ -53,6 +53,8 @@ int usbgpu_wait(usbgpu_pool *pool, int64_t tag, unsigned int timeout_ms);
 /* 1 when the tag has completed (successfully or not), 0 while in flight, negative for a tag never issued. */
 int usbgpu_is_done(usbgpu_pool *pool, int64_t tag);
 /* 1 and *out filled when an error is latched, else 0. */
+/* The smallest tag still in flight (every smaller tag has completed), or the next tag to be issued. */
+int64_t usbgpu_oldest_inflight(usbgpu_pool *pool);
 int usbgpu_latched(usbgpu_pool *pool, usbgpu_latch *out);
 int usbgpu_inflight(usbgpu_pool *pool);
 int usbgpu_pool_size(usbgpu_pool *pool);

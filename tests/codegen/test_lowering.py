@@ -120,13 +120,13 @@ def test_random_opts_lowering_matches_ast(
 ) -> None:
     from hypothesis import assume
 
-    from speck.codegen.opt import OptError, apply_opts
+    from speck.codegen.opt import OptError, apply_opts, opt_base
     from speck.codegen.opt.search import candidate_actions
     from speck.codegen.pipeline import pm_simplify
     from speck.uop import graph_rewrite
 
     ast, inputs, var_vals = case
-    cur = graph_rewrite(ast, pm_simplify)
+    cur = opt_base(graph_rewrite(ast, pm_simplify))
     opts: tuple = ()  # type: ignore[type-arg]
     for _ in range(data.draw(st.integers(1, 3))):
         acts = candidate_actions(cur)

@@ -111,3 +111,28 @@ def test_beam_picks_what_the_timer_prefers_and_caches(tmp_path: pytest.TempPathF
 def test_beam_without_timer_explains_what_is_missing() -> None:
     with pytest.raises(RuntimeError, match="register_beam_timer"):
         beam_search(matvec(), PythonRenderer(), 2)
+
+
+def _ew3(broadcast: bool) -> UOp:
+    a0, a1, a2 = UOp.range(4, 0, AxisType.GLOBAL), UOp.range(6, 1, AxisType.GLOBAL), UOp.range(10, 2, AxisType.GLOBAL)
+    idx = a0 * 60 + a1 * 10 + a2
+    x = UOp.param(1, dtypes.float32.ptr(240)).index(idx).load()
+    y = UOp.param(2, dtypes.float32.ptr(240)).index(a2 if broadcast else idx).load()
+    out = UOp.param(0, dtypes.float32.ptr(240))
+    return UOp.sink(out.index(idx).store(x * y).end(a0, a1, a2), arg=KernelInfo(f"ew3_{broadcast}"))
+
+
+@pytest.mark.parametrize("broadcast,ranges", [(False, 1), (True, 2)])
+def test_contiguous_ranges_merge_only_when_exact(broadcast: bool, ranges: int) -> None:
+    from speck.codegen.opt import merge_ranges
+
+    ast = _ew3(broadcast)
+    merged = merge_ranges(ast)
+    assert len([u for u in merged.toposort() if u.op is Ops.RANGE]) == ranges
+    rng = np.random.default_rng(3)
+    bufs = [np.zeros(240, np.float32), rng.standard_normal(240).astype(np.float32),
+            rng.standard_normal(240).astype(np.float32)]  # fmt: skip
+    want = run_ast(ast, bufs, {})
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast, PythonRenderer())
+    np.testing.assert_array_equal(want, run_prog(uops, bufs, {}))

@@ -31,14 +31,14 @@ def scale_kernel() -> UOp:
 
 GOLDEN_SCALE = """\
 %0 PARAM float32 0
-%1 CONST weakint 10
-%2 CAST int32 %1
-%3 PARAM float32 1
+%1 PARAM float32 1
+%2 CONST weakint 10
+%3 CAST int32 %2
 %4 CONST weakfloat 3.0
 %5 CAST float32 %4
-%6 RANGE int32 (0, AxisType.GLOBAL) %2
+%6 RANGE int32 (0, AxisType.GLOBAL) %3
 %7 INDEX float32 %0 %6
-%8 INDEX float32 %3 %6
+%8 INDEX float32 %1 %6
 %9 LOAD float32 %8
 %10 MUL float32 %9 %5
 %11 STORE void %7 %10
@@ -59,31 +59,31 @@ def rowsum_kernel() -> UOp:
 
 GOLDEN_ROWMAX = """\
 %0 PARAM int32 0
-%1 CONST weakint 3
-%2 CAST int32 %1
-%3 DEFINE_REG int32 0
-%4 CONST weakint 0
-%5 CAST int32 %4
-%6 CONST weakint -2147483648
-%7 CAST int32 %6
-%8 CONST weakint 4
-%9 CAST int32 %8
-%10 PARAM int32 1
-%11 RANGE int32 (0, AxisType.GLOBAL) %2
+%1 PARAM int32 1
+%2 CONST weakint 3
+%3 CAST int32 %2
+%4 DEFINE_REG int32 0
+%5 CONST weakint 0
+%6 CAST int32 %5
+%7 CONST weakint -2147483648
+%8 CAST int32 %7
+%9 CONST weakint 4
+%10 CAST int32 %9
+%11 RANGE int32 (0, AxisType.GLOBAL) %3
 %12 INDEX int32 %0 %11
-%13 INDEX int32 %3 %5
-%14 STORE void %13 %7
-%15 MUL int32 %11 %9
-%16 RANGE int32 (1, AxisType.REDUCE) %9
-%17 INDEX int32 %3 %5
+%13 INDEX int32 %4 %6
+%14 STORE void %13 %8
+%15 MUL int32 %11 %10
+%16 RANGE int32 (1, AxisType.REDUCE) %10
+%17 INDEX int32 %4 %6
 %18 LOAD int32 %17
 %19 ADD int32 %15 %16
-%20 INDEX int32 %10 %19
+%20 INDEX int32 %1 %19
 %21 LOAD int32 %20
 %22 MAX int32 %18 %21
 %23 STORE void %17 %22
 %24 END void %23 %16
-%25 INDEX int32 %3 %5
+%25 INDEX int32 %4 %6
 %26 LOAD int32 %25
 %27 STORE void %12 %26
 %28 END void %27 %11

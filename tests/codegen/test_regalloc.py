@@ -124,7 +124,7 @@ def random_program(seed: int) -> list[RAInstr]:
 seeds = st.integers(0, 2**64 - 1)
 
 
-@settings(max_examples=200)
+@settings(max_examples=3 * settings.default.max_examples)
 @given(seeds)
 def test_allocated_program_reads_same_values(seed: int) -> None:
     instrs = random_program(seed)
@@ -136,7 +136,7 @@ def test_allocated_program_reads_same_values(seed: int) -> None:
     assert run_program(instrs, alloc) == run_program(instrs)
 
 
-@settings(max_examples=200)
+@settings(max_examples=3 * settings.default.max_examples)
 @given(seeds)
 def test_no_two_live_values_share_a_register(seed: int) -> None:
     instrs = random_program(seed)
@@ -188,17 +188,17 @@ def test_value_defined_before_loop_and_read_inside_survives_all_iterations() -> 
 
 
 def test_pressure_spills_and_loop_invariant_reload_is_hoisted() -> None:
-    # six values live at once before the loop (4 registers): some spill. The loop only reads one spilled value and has
-    # free registers, so that value is reloaded once before the loop instead of at every use.
-    n = 6
+    # nine values live at once before the loop (7 registers, 4 once scratch is reserved): some spill. The loop only
+    # reads one spilled value and has free registers, so that value is reloaded once before the loop, not at every use.
+    n = 9
     instrs = [RAInstr(defs=(a(k),)) for k in range(n)]
-    instrs += [RAInstr(uses=tuple(a(k) for k in range(1, n)))]
+    instrs += [RAInstr(uses=(a(k),)) for k in range(1, n)]
     instrs += [RAInstr(marker="loop_begin"), RAInstr(defs=(a(50),), uses=(a(0), a(0))), RAInstr(uses=(a(50),)),
                RAInstr(marker="loop_end"), RAInstr(uses=(a(0),))]  # fmt: skip
     alloc = allocate(instrs, TINY)
     assert any(isinstance(alloc.home[k], int) for k in range(n))
     assert isinstance(alloc.home[0], int), "the longest-lived value is the one spilled"
-    begin = n + 1
+    begin = n + (n - 1)
     assert [r.vreg.id for r in alloc.reloads[begin]] == [0]
     assert alloc.reloads[begin + 1] == [] and alloc.regs[begin + 1][0] == alloc.reloads[begin][0].reg
     assert run_program(instrs, alloc) == run_program(instrs)
@@ -206,12 +206,14 @@ def test_pressure_spills_and_loop_invariant_reload_is_hoisted() -> None:
 
 def test_spill_slots_are_shared_when_lifetimes_do_not_overlap() -> None:
     instrs = []
-    for group in range(2):
-        vs = [a(10 * group + k) for k in range(6)]
+    group = 9
+    for g in range(2):
+        vs = [a(10 * g + k) for k in range(group)]
         instrs += [RAInstr(defs=(v,)) for v in vs]
-        instrs += [RAInstr(uses=tuple(vs[::-1]))]
+        instrs += [RAInstr(uses=(v,)) for v in vs[::-1]]
     alloc = allocate(instrs, TINY)
-    assert alloc.frame_size == 8 * 2  # 2 spilled at a time, slots reused by the second group
+    # 4 registers once scratch is reserved: 5 values spilled at a time, their slots reused by the second group
+    assert alloc.frame_size == 8 * (group - 4)
     assert run_program(instrs, alloc) == run_program(instrs)
 
 
@@ -250,3 +252,12 @@ def test_copy_takes_the_source_register() -> None:
     alloc = allocate(instrs, TINY)
     assert alloc.home[3] == alloc.home[2] != alloc.home[1]
     assert run_program(instrs, alloc) == run_program(instrs)
+
+
+def test_scratch_registers_are_allocatable_when_nothing_spills() -> None:
+    vs = [a(k) for k in range(7)]  # 4 allocatable + 3 scratch registers
+    instrs = [RAInstr(defs=(v,)) for v in vs] + [RAInstr(uses=tuple(vs))]
+    alloc = allocate(instrs, TINY)
+    assert all(isinstance(alloc.home[v.id], str) for v in vs) and alloc.frame_size == 0
+    assert {alloc.home[v.id] for v in vs} == {"a0", "a1", "a2", "a3", "s0", "s1", "s2"}
+    assert alloc.callee_saved == ("a2", "a3")

@@ -27,6 +27,9 @@ from speck.codegen.renderer.cstyle import ClangRenderer, kernel_signature
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, cast_value, dtypes
 
+# the interpreter's numpy casts of out-of-range values warn by design; the results are still exact
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
 # ---------------------------------------------------------------------------------------------------------------------
 # building linear programs by hand
 
@@ -501,3 +504,21 @@ def test_bare_const_is_rejected(renderer: Any) -> None:
                        lambda x: alu(Ops.ADD, x, UOp.const(dtypes.float32, 1.0)))  # fmt: skip
     with pytest.raises(RuntimeError, match="bare CONST"):
         renderer.render(uops)
+
+
+@pytest.mark.parametrize("renderer", [ClangRenderer(), LLVMRenderer()], ids=lambda r: r.name)
+def test_dtype_without_a_type_names_op_dtype_renderer(renderer: Any) -> None:
+    uops = elementwise("weak", [dtypes.int32], dtypes.int32, 4,
+                       lambda x: UOp(Ops.CAST, dtypes.int32, (UOp(Ops.CAST, dtypes.weakint, (x,)),)))  # fmt: skip
+    with pytest.raises(UnsupportedOpError, match=rf"'{renderer.name}'.*CAST.*weakint"):
+        renderer.render(uops)
+
+
+def test_variable_names_that_are_c_keywords_are_renamed() -> None:
+    v = UOp.variable("int", 1, 16, dtypes.int32)
+    w = UOp.variable("alu0", 1, 16, dtypes.int32)
+    r = rng(v, 0)
+    st = store(idx(buf(0, dtypes.int32, 16), r), alu(Ops.MUL, r, w))
+    uops = linear(r, st, end(st, r), name="kw")
+    src = check_program(uops, [np.zeros(16, np.int32)], {"int": 9, "alu0": 3})
+    assert "int var0, int var1, int core_start" in src["c"]

@@ -19,9 +19,9 @@ from speck.codegen.renderer.llvmir import LLVMRenderer, host_vector_bytes
 from speck.uop import AxisType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ast_strategies import kernel_asts  # noqa: E402
-from test_render_c_golden import KERNELS  # noqa: E402
-from test_render_c_llvm_exec import (  # noqa: E402
+from ast_strategies import kernel_asts
+from test_render_c_golden import KERNELS
+from test_render_c_llvm_exec import (
     _llvm,
     alu,
     buf,
@@ -62,8 +62,8 @@ def test_abi_signature_order_vars_by_name() -> None:
     a = UOp.variable("a", 1, 8, dtypes.int32)
     r = rng(a, 0)
     j = rng(b, 1, AxisType.LOOP)
-    st = store(idx(buf(1, dtypes.float32, 64), alu(Ops.ADD, alu(Ops.MUL, r, b), j)), load(idx(buf(0, dtypes.float32, 1),
-                                                                                             cc(0, dtypes.int32))))  # fmt: skip
+    src = load(idx(buf(0, dtypes.float32, 1), cc(0, dtypes.int32)))
+    st = store(idx(buf(1, dtypes.float32, 64), alu(Ops.ADD, alu(Ops.MUL, r, b), j)), src)
     uops = linear(r, j, st, end(st, j), end(end(st, j), r), name="sig")
     ir = LLVMRenderer().render(uops)
     assert "define void @sig(ptr noalias readonly %data0, ptr noalias %data1, i32 %var.a, i32 %var.b, i32 " \

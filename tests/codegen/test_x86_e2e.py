@@ -8,6 +8,7 @@ runtime's worker threads would.
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import struct
 import subprocess
@@ -19,9 +20,10 @@ import pytest
 
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd, allocate_function, build_object
+from speck.codegen.x86.assembler import assemble
 from speck.codegen.x86.elf_object import ConstPool
 from speck.codegen.x86.objdump import disassemble_object, normalise, parse_objdump
-from speck.codegen.x86.operands import Imm, Inst, Label, Mem, Sym, rodata
+from speck.codegen.x86.operands import Imm, IncomingStackArg, Inst, Label, Mem, Sym, rodata
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.regs import CALL_CLOBBERS, arg_vreg
 
@@ -145,8 +147,8 @@ def int_pressure() -> list[Item]:
     items: list[Item] = [ins(O.MOV, out, args[0]), ins(O.MOV, inp, args[1]), ins(O.MOVSXD, n, args[2].sized(4))]
     items += [ins(O.MOV, acc, Imm(1000 * j + 1)) for j, acc in enumerate(accs)]
     items += [ins(O.MOVABS, inv, Imm(v)) for inv, v in zip(invs, INVARIANTS)]
-    items += [ins(O.XOR, t.sized(4), t.sized(4)), LoopBegin(), Label("loop"), ins(O.CMP, t, n), ins(O.JGE, Label("done")),
-              ins(O.MOV, x, Mem(inp, t, 8))]  # fmt: skip
+    items += [ins(O.XOR, t.sized(4), t.sized(4)), LoopBegin(), Label("loop"), ins(O.CMP, t, n),
+              ins(O.JGE, Label("done")), ins(O.MOV, x, Mem(inp, t, 8))]  # fmt: skip
     for j, acc in enumerate(accs):
         items += [ins(O.IMUL, acc, acc, Imm(3)), ins(O.ADD, acc, x), ins(O.ADD, acc, invs[j % len(invs)])]
     items += [ins(O.INC, t), ins(O.JMP, Label("loop")), LoopEnd(), Label("done")]
@@ -261,3 +263,48 @@ def test_fixed_registers_division_shift_and_call(tmp_path: Path) -> None:
         s = s - 2**32 if s >= 2**31 else s
         want.append(np.float32(libm.expf(ai)) + np.float32(s) + np.float32(0.5))
     np.testing.assert_array_equal(out, np.array(want, dtype=np.float32))
+
+
+def five_way_sum() -> list[Item]:
+    """out[i] = a[i] + b[i] + c[i] + d[i] + e[i]: 8 arguments, so core_start/core_end arrive on the stack."""
+    args = [arg_vreg(k, 100 + k) for k in range(6)]
+    ptrs = [G(k) for k in range(1, 7)]
+    i, end, acc = G(10), G(11), V(12, 16)
+    items: list[Item] = [ins(O.MOV, p, a) for p, a in zip(ptrs, args)]
+    items += [ins(O.MOVSXD, i, IncomingStackArg(6, 4)), ins(O.MOVSXD, end, IncomingStackArg(7, 4))]
+    items += [LoopBegin(), Label("loop"), ins(O.CMP, i, end), ins(O.JGE, Label("done")),
+              ins(O.VMOVSS, acc, Mem(ptrs[1], i, 4))]  # fmt: skip
+    items += [ins(O.VADDSS, acc, acc, Mem(p, i, 4)) for p in ptrs[2:]]
+    items += [ins(O.VMOVSS, Mem(ptrs[0], i, 4), acc), ins(O.INC, i), ins(O.JMP, Label("loop")), LoopEnd()]
+    return items + [Label("done"), ins(O.RET)]
+
+
+def test_stack_passed_arguments(tmp_path: Path) -> None:
+    fn = link(tmp_path, "five_way", five_way_sum(), [P] * 6 + [I32, I32])
+    n = 29
+    rng = np.random.default_rng(5)
+    srcs = [rng.standard_normal(n, dtype=np.float32) for _ in range(5)]
+    out = np.zeros(n, dtype=np.float32)
+    for start, end in slices(n, 3):
+        fn(ptr(out), *map(ptr, srcs), start, end)
+    want = srcs[0] + srcs[1] + srcs[2] + srcs[3] + srcs[4]
+    np.testing.assert_array_equal(out, want)
+
+
+GOLDEN = Path(__file__).parent / "golden" / "x86"
+
+
+@pytest.mark.parametrize(("name", "build"), [("elementwise_add", elementwise_add), ("row_sum", row_sum)])
+def test_golden_listing(name: str, build: Callable[[], list[Item]]) -> None:
+    """The allocated, encoded listing of the hand-built kernels, reviewed by a person whenever it changes.
+
+    Regenerate with SPECK_UPDATE_GOLDEN=1 after checking the new code is intended (it is also checked against objdump
+    by the tests above).
+    """
+    listing = assemble(allocate_function(build()).items).listing
+    path = GOLDEN / f"{name}.lst"
+    if os.environ.get("SPECK_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(listing)
+    assert path.exists(), f"missing golden file {path}; create it with SPECK_UPDATE_GOLDEN=1 and review it"
+    assert listing == path.read_text()

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from speck.codegen.x86.encoder import FIXED_BYTES, GPR_TABLE, VEX_TABLE, EncodingError, assemble, encode
+from speck.codegen.x86.assembler import assemble
+from speck.codegen.x86.encoder import FIXED_BYTES, GPR_TABLE, VEX_TABLE, EncodingError, encode
 from speck.codegen.x86.objdump import disassemble_raw, normalise
 from speck.codegen.x86.operands import Imm, Inst, Label, Mem, Reg, Sym, gpr, rodata, xmm, ymm
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, SETCC_OPS, X86Op
@@ -148,7 +149,7 @@ def test_templates_cover_every_op() -> None:
 # Hypothesis supplies the seed: drawing ~2000 operands through strategies one by one costs seconds per example,
 # a seeded Random is instant while keeping hypothesis' reproducibility and example database. No shrinking: a failure
 # message already names the instruction, and shrinking would re-run objdump thousands of times.
-@settings(max_examples=12, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(max_examples=max(4, settings.default.max_examples // 5), phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(seed=st.integers(0, 2**64 - 1))
 def test_every_form_matches_objdump(seed: int) -> None:
     rnd = random.Random(seed)
@@ -161,7 +162,7 @@ def test_every_form_matches_objdump(seed: int) -> None:
         assert g == w, f"{inst!r}: listing {g} but objdump decodes {w}"
 
 
-@settings(max_examples=30)
+@settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(
     st.lists(
         st.tuples(

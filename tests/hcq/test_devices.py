@@ -232,6 +232,7 @@ def test_spec_for_another_renderer_is_refused() -> None:
     spec = types.SimpleNamespace(name="k", src="", lib=b"", renderer="python", buffers=None, vars=None)
     with pytest.raises(HCQError, match="rendered by the 'python' renderer, but CPU runs 'llvm' programs"):
         Device["CPU"].load_program(spec)
+    assert Device["NULL"].load_program(spec).name == "k"  # NULL takes any program and runs none
 
 
 @needs_cc

@@ -174,8 +174,8 @@ def test_pow_float_cases(shape: tuple[int, ...], seed: int) -> None:
     assert np.isnan(Tensor([-2.0]).pow(Tensor([0.5])).item())
 
 
-@given(shape=shapes(1, 2, 1), seed=st.integers(0, 2**16), dtype=st.sampled_from([np.int32, np.int64, np.int8]))
-@SOME
+@given(shape=shapes(1, 2, 1), seed=st.integers(0, 2**16), dtype=st.sampled_from([np.int32, np.int8]))
+@FEW
 def test_pow_int_exact(shape: tuple[int, ...], seed: int, dtype: Any) -> None:
     """int ** int is exact (wrapping like numpy); negative exponents give 1, +-1 or 0 (numpy refuses them)."""
     a = arrays(shape, dtype, seed, -4, 4)

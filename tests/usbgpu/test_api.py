@@ -26,6 +26,10 @@ def test_context_manager_roundtrip_and_close_is_final() -> None:
 def test_open_accepts_a_timing_model() -> None:
     with UsbGpu.open(sim=SimTiming(link_bytes_per_s=400e6)) as gpu:
         assert gpu.sim is not None and gpu.sim.timing.link_bytes_per_s == 400e6
+    from speck.usbgpu.sim.config import SimFaults
+
+    with UsbGpu.open(sim=SimFaults(cq_clobber=True)) as gpu:
+        assert gpu.sim is not None and gpu.sim.faults.cq_clobber
     with pytest.raises(TypeError, match="sim must be"):
         UsbGpu.open(sim=42)
 

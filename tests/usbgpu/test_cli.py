@@ -24,3 +24,9 @@ def test_bench_validates_and_prints_mb_per_s(capsys: pytest.CaptureFixture[str])
 def test_bad_size_is_rejected() -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--sim", "--size", "0"])
+
+
+def test_env_selects_the_simulator(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPECK_USB_SIM", "1")
+    assert main(["bench", "--size", "5000"]) == 0
+    assert "MB/s (simulated)" in capsys.readouterr().out

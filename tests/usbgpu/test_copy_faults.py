@@ -170,3 +170,17 @@ def test_data_before_arm_is_detected_through_the_real_stack() -> None:
         with pytest.raises(UsbTimeoutError):
             gpu.transport.bulk_out(0x02, bytes(4096), 50)
     assert any("nothing armed" in v for v in dev.violations)
+
+
+@pytest.mark.parametrize(("mode", "error"), [("stall", UsbPipeError), ("timeout", UsbTimeoutError)])
+def test_copyout_bulk_in_fault_surfaces_and_reopen_recovers(mode: str, error: type[UsbError]) -> None:
+    dev = SimDevice()
+    gpu, buf = warm(dev)
+    gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    dev.inject(TransferFault(0x81, 2, mode))  # type: ignore[arg-type]
+    start = dev.now_ns
+    with pytest.raises(error, match="bulk IN 0x81"):
+        gpu.copyout(bytearray(N), buf)  # type: ignore[arg-type]
+    assert dev.now_ns - start < BOUND_NS
+    gpu.close()
+    reopen_and_verify(dev)

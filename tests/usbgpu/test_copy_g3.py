@@ -217,6 +217,7 @@ def test_stale_sram_never_matches_a_sentinel(monkeypatch: pytest.MonkeyPatch, av
         assert ok_user and ok_copyout and dev.violations == []
     else:
         assert not ok_user and not ok_copyout
+        assert any("GPU read a part before its sentinel landed" in v for v in dev.violations)
 
 
 def _plain_next(self: CopyEngine) -> int:
@@ -272,4 +273,19 @@ def test_poisoned_data_and_copyouts_never_fake_a_sentinel(ops: list[tuple[str, i
                 out = bytearray(size)
                 gpu.copyout(out, buf)
                 assert out == data
+    assert dev.violations == []
+
+
+def test_copyin_larger_than_one_ring_build_runs_in_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import speck.usbgpu.copyin as copyin
+
+    monkeypatch.setattr(copyin, "MAX_G3_PASS", 2 * CP_SIZE)  # stands in for 1 GiB
+    dev = SimDevice()
+    with UsbGpu.open(sim=dev) as gpu:
+        buf = gpu.alloc(5 * CP_SIZE + 117)
+        data = payload(5 * CP_SIZE + 17, 21)
+        before = dev.stats["doorbells"]
+        gpu.copyin(buf, data, 100)
+        assert dev.stats["doorbells"] - before == 3  # one ring build and doorbell per pass
+        assert dev.read_vram(buf.va + 100, len(data)) == data
     assert dev.violations == []

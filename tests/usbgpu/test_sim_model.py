@@ -292,3 +292,16 @@ def test_transfer_faults_report_the_injected_status() -> None:
     d = SimDevice(faults=SimFaults(disconnect_after_out_bytes=1024))
     arm_out(d, 8, 0, 1)
     assert bulk_out(d, bytes(4096)).status == TransferStatus.NO_DEVICE and not d.connected
+
+
+def test_disconnect_during_a_blocked_f4_leaves_a_usable_device_after_reconnect() -> None:
+    d = SimDevice()
+    tid = d.submit("control", 0, struct.pack("<BBHHH", 0xC0, 0xF4, 0x0BE2, 0x9010, 32), b"", 32, 30000)
+    assert d.wait([tid], 50) == []  # blocked waiting for the GPU
+    d.disconnect()
+    assert dict(d.wait([tid], 0))[tid].status == TransferStatus.NO_DEVICE
+    d.reconnect()
+    res = ctrl(d, 0xC0, 0xE4, 0xB450, 0, length=1)
+    assert res.status == TransferStatus.COMPLETED and d.dma.current is None
+    d.wait(None, 5000)  # the stale 0xF4 bail timer must not arm or reply to anything
+    assert d.dma.current is None and d.stats["f4_bails"] == 0

@@ -34,8 +34,19 @@ static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
   if ((double)r * step > 448.0) return (unsigned char)(sign | 0x7Eu);
   return (unsigned char)(sign | (unsigned int)(((long)(e + 6) << 3) + r));
 }
-/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half, so the
-   second rounding is exact), then let the hardware round to half */
+/* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc fold
+   comparisons of converted halves back into _Float16 comparisons, which it lowers to libgcc calls (__nehf2) */
+static inline float __speck_f16_to_f32(_Float16 h) {
+  unsigned short b; __builtin_memcpy(&b, &h, 2);
+  unsigned int s = (unsigned int)(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu, u;
+  if (e == 31u) u = s | 0x7F800000u | (m << 13);
+  else if (e != 0u) u = s | ((e + 112u) << 23) | (m << 13);
+  else if (m == 0u) u = s;
+  else { float f = (float)m * 0x1p-24f; return s ? -f : f; }
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half,
+   so the second rounding is exact), then let the hardware round to half */
 static inline _Float16 __speck_f64_to_f16(double x) {
   float f = (float)x;
   if ((double)f != x && x == x) {
@@ -57,7 +68,7 @@ static inline unsigned long __speck_f2i(double x) {
 void narrow_casts(__speck_bf16* restrict data0, const _Float16* restrict data1, __speck_fp8e4m3* restrict data2, _Float16* restrict data3, unsigned char* restrict data4, int core_start, int core_end) {
   for (int ridx0 = core_start; ridx0 < core_end; ridx0++) {
     _Float16 val0 = data1[ridx0];
-    float cast0 = (float)val0;
+    float cast0 = __speck_f16_to_f32(val0);
     __speck_bf16 cast1 = __speck_f32_to_bf16(cast0);
     data0[ridx0] = cast1;
     __speck_fp8e4m3 cast2 = __speck_f64_to_fp8e4m3((double)cast0);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +23,7 @@ class KernelInfo:
     dont_opt: bool = False
 
     def replace(self, **kw: Any) -> KernelInfo:
-        d = {"name": self.name, "opts": self.opts, "applied_opts": self.applied_opts, "dont_opt": self.dont_opt}
-        d.update(kw)
-        return KernelInfo(**d)
+        return dataclasses.replace(self, **kw)
 
 
 def _add(a: sint, b: sint) -> sint:

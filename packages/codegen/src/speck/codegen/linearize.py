@@ -119,6 +119,10 @@ def linearize(sink: UOp) -> list[UOp]:
                 out.append(u)
 
     emit(())
+    # arguments first, in ABI order: buffers by slot, then variables by name
+    args = sorted((u for u in out if u.op is Ops.PARAM), key=lambda p: p.arg if isinstance(p.arg, int) else p.arg[0])
+    args += sorted((u for u in out if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
+    out = args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]
     return _finish(out, sink)
 
 

@@ -146,7 +146,7 @@ def cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     s, d = src.scalar(), dst.scalar()
     x = np.asarray(x)
     if d == dtypes.bool:
-        return x != 0
+        return np.asarray(x != 0)
     if dtypes.is_int(d):
         if dtypes.is_float(s):
             return _float_to_int(x, d)
@@ -231,7 +231,7 @@ def alu(op: Ops, dt: DType, *srcs: np.ndarray, src_dt: DType | None = None) -> n
             r = _FLOAT_FN[op](*xs)
             return round_to(r, s)
         if op is Ops.TRUNC:
-            return xs[0] if not dtypes.is_float(s) else np.trunc(xs[0])
+            return xs[0] if not dtypes.is_float(s) else np.asarray(np.trunc(xs[0]))
         if op is Ops.NEG:
             return np.logical_not(xs[0]) if s == dtypes.bool else round_to(-xs[0], s)
         if op in (Ops.SHL, Ops.SHR):
@@ -242,7 +242,7 @@ def alu(op: Ops, dt: DType, *srcs: np.ndarray, src_dt: DType | None = None) -> n
             bb = np.where(zero, npt(1), b)
             rem = np.fmod(a, bb)
             r = rem if op is Ops.CMOD else ((a - rem) // bb)
-            return np.where(zero, npt(0), r).astype(npt)
+            return np.asarray(np.where(zero, npt(0), r)).astype(npt)
         if op is Ops.MULACC:
             r = round_to(xs[0] * xs[1], s)
             return round_to(r + xs[2], s)

@@ -176,6 +176,42 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
     return {vid: (first[vid], last[vid]) for vid in occurrences}
 
 
+def _linear_scan(
+    intervals: dict[int, tuple[int, int]],
+    info: dict[int, VReg],
+    blocked: dict[str, list[tuple[int, int]]],
+    copied_from: dict[int, int],
+    pools: dict[str, tuple[str, ...]],
+) -> tuple[dict[int, str | int], list[int]]:
+    """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill."""
+    home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
+    spilled: list[int] = []
+    active: list[tuple[int, int, str]] = []  # (end, vid, reg)
+    order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
+    for s, e, vid in order:
+        cls = info[vid].cls
+        active = [a for a in active if a[0] >= s]
+        taken = {a[2] for a in active}
+        free = [r for r in pools[cls] if r not in taken and not _overlaps(blocked.get(r, []), s, e)]
+        if free:
+            hint = home.get(copied_from.get(vid, -1))
+            pick = hint if isinstance(hint, str) and hint in free else free[0]
+            home[vid] = pick
+            active.append((e, vid, pick))
+            continue
+        # spill the value (this one or an active one whose register it could use) that stays live the longest
+        victims = [a for a in active if info[a[1]].cls == cls and not _overlaps(blocked.get(a[2], []), s, e)]
+        victim = max(victims, default=None)
+        if victim is not None and victim[0] > e:
+            active.remove(victim)
+            spilled.append(victim[1])
+            home[vid] = victim[2]
+            active.append((e, vid, victim[2]))
+        else:
+            spilled.append(vid)
+    return home, spilled
+
+
 def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
     info: dict[int, VReg] = {}
@@ -218,36 +254,23 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                         "it; copy the value to an unpinned virtual register before the instruction"
                     )
 
-    home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
-    assigned: dict[str, list[tuple[int, int]]] = {}
-    spilled: list[int] = []
-    active: list[tuple[int, int, str]] = []  # (end, vid, reg)
     copied_from: dict[int, int] = {}
     for ins in instrs:
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
             copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
-    order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
-    for s, e, vid in order:
-        cls = target.classes[info[vid].cls]
-        active = [a for a in active if a[0] >= s]
-        taken = {a[2] for a in active}
-        free = [r for r in cls.allocatable if r not in taken and not _overlaps(blocked.get(r, []), s, e)]
-        if free:
-            hint = home.get(copied_from.get(vid, -1))
-            pick = hint if isinstance(hint, str) and hint in free else free[0]
-            home[vid] = pick
-            active.append((e, vid, pick))
-            continue
-        # spill the value (this one or an active one whose register it could use) that stays live the longest
-        victims = [a for a in active if info[a[1]].cls == cls.name and not _overlaps(blocked.get(a[2], []), s, e)]
-        victim = max(victims, default=None)
-        if victim is not None and victim[0] > e:
-            active.remove(victim)
-            spilled.append(victim[1])
-            home[vid] = victim[2]
-            active.append((e, vid, victim[2]))
-        else:
-            spilled.append(vid)
+
+    def pools(reserve_scratch: bool) -> dict[str, tuple[str, ...]]:
+        # without spills nothing needs a scratch register: offer them first, ahead of the callee-saved ones
+        out = {}
+        for name, c in target.classes.items():
+            k = next((j for j, r in enumerate(c.allocatable) if r in target.callee_saved), len(c.allocatable))
+            out[name] = c.allocatable if reserve_scratch else c.allocatable[:k] + c.scratch + c.allocatable[k:]
+        return out
+
+    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False))
+    if spilled:
+        home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(True))
+    assigned: dict[str, list[tuple[int, int]]] = {}
     for vid, reg in home.items():
         if isinstance(reg, str) and vid not in spilled:
             assigned.setdefault(reg, []).append(intervals[vid])
@@ -317,18 +340,18 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             point_free = [r for r in cls.allocatable if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)
                           and not _overlaps(assigned.get(r, []), 2 * i, 2 * i + 1)]  # fmt: skip
             scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
-            pick = next((r for r in scratch + point_free if r not in used_here), None)
-            if pick is None:
+            tmp = next((r for r in scratch + point_free if r not in used_here), None)
+            if tmp is None:
                 raise RegAllocError(
                     f"instruction {i}: more spilled {cls.name} operands than scratch registers "
                     f"({len(cls.scratch)}) and no free register; split the instruction"
                 )
-            used_here.add(pick)
-            regs[i][v.id] = pick
+            used_here.add(tmp)
+            regs[i][v.id] = tmp
             if any(u.id == v.id for u in ins.uses):
-                reloads[i].append(Reload(info[v.id], pick, slots[v.id]))
+                reloads[i].append(Reload(info[v.id], tmp, slots[v.id]))
             if any(d.id == v.id for d in ins.defs):
-                spills[i].append(Spill(info[v.id], pick, slots[v.id]))
+                spills[i].append(Spill(info[v.id], tmp, slots[v.id]))
 
     written = {r for m in regs for r in m.values()} | {r.reg for rl in reloads for r in rl}
     order_all = [r for c in target.classes.values() for r in c.allocatable + c.scratch]

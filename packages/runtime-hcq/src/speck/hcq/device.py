@@ -35,6 +35,7 @@ class DeviceBase:
 
     renderer_name: str = ""
     host_visible = True  # buffers can be viewed from the host without a copy
+    any_renderer = False  # load_program accepts programs from every renderer (NULL: it runs none of them)
 
     def __init__(self, name: str, allocator: Allocator) -> None:
         self.name, self.allocator = name, allocator
@@ -70,7 +71,7 @@ class DeviceBase:
         renderer = getattr(spec, "renderer", None)
         if (
             isinstance(renderer, str)
-            and self.renderer_name
+            and not self.any_renderer
             and renderer not in _RENDERER_ALIASES.get(self.renderer_name, (self.renderer_name,))
         ):
             raise HCQError(

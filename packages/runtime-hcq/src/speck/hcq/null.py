@@ -45,6 +45,7 @@ class NullDevice(DeviceBase):
 
     renderer_name = "clang"
     host_visible = False
+    any_renderer = True
 
     def __init__(self) -> None:
         super().__init__("NULL", NullAllocator("NULL", limit=None))

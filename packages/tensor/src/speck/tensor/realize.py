@@ -98,7 +98,10 @@ class _CompiledProgram:
 
         gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
         vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
-        hb = [get_buffer(b) for b in bufs]
+        # the program lists the buffers it still uses after lowering (a load folded to a constant drops its
+        # param), by slot: pass exactly those, in its order
+        slots = [int(getattr(a, "slot", a[0] if isinstance(a, tuple) else a)) for a in self.spec.buffers]
+        hb = [get_buffer(bufs[s]) for s in slots]
         for b in hb:
             b.ensure_allocated()
         t = self.prog(*hb, global_size=gs, vals=vals, wait=True)

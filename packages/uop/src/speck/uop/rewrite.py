@@ -28,8 +28,15 @@ def _loop_error(pm: PatternMatcher, u: UOp, ctx: Any, name: str | None) -> Runti
     where = f" in rewrite {name!r}" if name else ""
     return RuntimeError(
         f"graph_rewrite{where} did not reach a fixed point: node {u.op} was rewritten more than {REWRITE_LIMIT.value} "
-        f"times in a row; the last rule applied was {rule}. Two rules probably undo each other."
+        f"times in a row (or the rewrites far outnumber the graph's nodes); the last rule applied was {rule}. Two rules "
+        "probably undo each other, or a rule keeps growing the graph."
     )
+
+
+def _over_budget(root: UOp, total: int) -> bool:
+    """A rule set that keeps growing the graph never repeats a node, so the chain limit can't see it: stop once
+    the rewrites outnumber 50 per node of the input graph (real rule sets need a handful)."""
+    return total > 50 * len(root.toposort())
 
 
 def graph_rewrite(
@@ -50,6 +57,7 @@ def graph_rewrite(
 
 def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, walk: bool) -> dict[UOp, UOp]:
     limit = REWRITE_LIMIT.value
+    total, budget = 0, 100 * limit  # past the budget, the graph's size decides whether this is still progress
     replace: dict[UOp, UOp] = {}
     depth: dict[UOp, int] = {}
     # stack entries: (node, stage, pending result of a rewrite)
@@ -70,7 +78,8 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
                 r = rewrite(n, ctx)
                 if r is not None:
                     d = depth.get(n, 0) + 1
-                    if d > limit:
+                    total += 1
+                    if d > limit or (total > budget and _over_budget(root, total)):
                         raise _loop_error(pm, n, ctx, name)
                     if depth.get(r, 0) < d:
                         depth[r] = d
@@ -108,7 +117,8 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
                     replace[nn] = nn
                 continue
             d = depth.get(n, 0) + 1
-            if d > limit:
+            total += 1
+            if d > limit or (total > budget and _over_budget(root, total)):
                 raise _loop_error(pm, nn, ctx, name)
             if depth.get(r, 0) < d:
                 depth[r] = d

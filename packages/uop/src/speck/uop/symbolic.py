@@ -68,7 +68,9 @@ def _cast_cast(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 
     if x.dtype.count != 1:
         return None
-    if can_lossless_cast(x.dtype, c1.dtype):
+    if can_lossless_cast(x.dtype, c1.dtype) or (
+        dtypes.is_int(x.dtype) and dtypes.is_int(c1.dtype) and dtypes.min(c1.dtype) <= x.vmin and x.vmax <= dtypes.max(c1.dtype)
+    ):  # the middle type holds every value x can take (by dtype, or for ints by x's bounds)
         return x.cast(c2.dtype) if x.dtype != c2.dtype else x
     return None
 

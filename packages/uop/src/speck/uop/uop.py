@@ -111,6 +111,9 @@ def ssimplify(x: sint) -> sint:
     return x
 
 
+_PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
+
+
 class UOp:
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
@@ -155,7 +158,12 @@ class UOp:
         raise AttributeError(f"UOp is immutable: can't set {name!r}; use .replace(...) to build a new node")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+        # the whole graph as a flat table (sources by position), so deep graphs pickle without recursion; unpickling
+        # rebuilds through the constructor, so hash-consing holds across a round trip
+        nodes = self.toposort()
+        pos = {u: i for i, u in enumerate(nodes)}
+        flat = tuple((u.op, u.dtype, tuple(pos[s] for s in u.src), u.arg, u.tag) for u in nodes)
+        return (_uop_from_flat, (flat,))
 
     def replace(self, **kwargs: Any) -> UOp:
         """A node like this one with some of op/dtype/src/arg/tag replaced (returns self when nothing changes)."""
@@ -228,6 +236,8 @@ class UOp:
     @staticmethod
     def const(dtype: DType, b: ConstType | InvalidType | tuple[Any, ...], src: tuple[UOp, ...] = ()) -> UOp:
         """A constant of dtype. A tuple builds a STACK of consts; the value is truncated to dtype exactly."""
+        if dtype is dtypes.weakint and type(b) is int:  # index arithmetic: the common case
+            return UOp(Ops.CONST, dtype, src, b)
         if isinstance(b, tuple):
             return UOp.stack(*[UOp.const(dtype.scalar(), x) for x in b])
         if isinstance(b, UOp):
@@ -392,6 +402,11 @@ class UOp:
     # ---------------- ALU ----------------
     def alu(self, op: Ops, *src: UOp | ConstType) -> UOp:
         """Apply ALU op to self and src (Python scalars become consts of self's dtype)."""
+        if len(src) == 1 and op in _PLAIN_BINARY:  # the hot path of every rewrite rule
+            y = src[0]
+            if type(y) is not UOp:
+                y = self._const_like(y)  # type: ignore[arg-type]
+            return UOp(op, y.dtype, (self, y))  # type: ignore[union-attr]
         srcs = (self,) + tuple(s if isinstance(s, UOp) else self._const_like(s) for s in src)
         if op is Ops.WHERE:
             dt = srcs[1].dtype
@@ -634,6 +649,13 @@ class UOp:
         return self.__repr__()
 
 
+def _uop_from_flat(flat: tuple[tuple[Any, ...], ...]) -> UOp:
+    built: list[UOp] = []
+    for op, dtype, srcs, arg, tag in flat:
+        built.append(UOp(op, dtype, tuple(built[i] for i in srcs), arg, tag))
+    return built[-1]
+
+
 # ---------------- bounds ----------------
 _DT_BOUNDS: dict[DType, tuple[Any, Any]] = {}
 
@@ -667,7 +689,10 @@ def _compute_bounds(u: UOp) -> tuple[Any, Any]:
     """Bounds of every node below u that lacks them, bottom-up with an explicit stack."""
     for s in u.src:
         if s._bounds is None:
-            break
+            # a fresh source (typically a new CONST made by a rule) whose own sources are known: compute it directly
+            if s.src and any(t._bounds is None for t in s.src):
+                break
+            object.__setattr__(s, "_bounds", _bounds_of(s))
     else:  # the common case during rewrites: the sources already know their bounds
         b = _bounds_of(u)
         object.__setattr__(u, "_bounds", b)
@@ -1050,6 +1075,13 @@ def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
     their own width, Invalid poisons. Integer division/modulo by zero fold to 0 (undefined behaviour in C).
 
     `dtype` is the result dtype; operands are already values of the source dtype."""
+    if dtype is dtypes.weakint and len(operands) == 2:
+        a, b = operands
+        if type(a) is int and type(b) is int:  # exact index arithmetic: no width, no rounding
+            if op is Ops.ADD:
+                return a + b
+            if op is Ops.MUL:
+                return a * b
     if any(isinstance(x, InvalidType) for x in operands):
         if op is Ops.WHERE and not isinstance(operands[0], InvalidType):
             return operands[1] if operands[0] else operands[2]

@@ -23,7 +23,7 @@ def _find_c_helpers() -> Path:
     candidates = [Path(os.environ["SPECK_C_HELPERS"])] if os.environ.get("SPECK_C_HELPERS") else []
     candidates += [p / "c_helpers" for p in here.parents]
     for c in candidates:
-        if (c / "usbgpu_helper.c").is_file() and (c / "fake_libusb.c").is_file():
+        if all((c / n).is_file() for n in ("usbgpu_helper.c", "fake_libusb.c", "fake_libusb_descriptors.c")):
             return c
     raise FileNotFoundError(
         f"speck-usbgpu build: c_helpers/usbgpu_helper.c not found above {here}; build from a checkout of the speck "
@@ -58,13 +58,17 @@ ffibuilder.set_source(
 
 fake_ffibuilder = FFI()
 fake_ffibuilder.cdef((C_HELPERS / "fake_libusb.cdef").read_text())
+_FAKE_SOURCES = ("fake_libusb.c", "fake_libusb_descriptors.c")
+# One translation unit that includes the C files: setuptools accepts only sources below setup.py's folder.
 fake_ffibuilder.set_source(
     "speck.usbgpu._fakeusb",
-    '#include "fake_libusb.h"\n#include "fake_libusb.c"\n',
+    '#include "fake_libusb.h"\n' + "".join(f'#include "{n}"\n' for n in _FAKE_SOURCES),
     include_dirs=[str(C_HELPERS)],
     libraries=["pthread"],
     extra_compile_args=_CFLAGS,
-    depends=[str(C_HELPERS / n) for n in ("fake_libusb.c", "fake_libusb.h", "fake_libusb.cdef")],
+    depends=[
+        str(C_HELPERS / n) for n in (*_FAKE_SOURCES, "fake_libusb.h", "fake_libusb_internal.h", "fake_libusb.cdef")
+    ],
 )
 
 if __name__ == "__main__":

@@ -41,19 +41,22 @@ def _sim_models(sim: Any) -> list[Any] | None:
     """Normalize UsbGpu.open's `sim` argument to the model list the transport takes."""
     if sim is None or sim is False:
         return None
-    from speck.usbgpu.sim.config import SimTiming
+    from speck.usbgpu.sim.config import SimFaults, SimTiming
     from speck.usbgpu.sim.device import SimDevice
 
     if sim is True:
         return [SimDevice()]
     if isinstance(sim, SimTiming):
         return [SimDevice(timing=sim)]
+    if isinstance(sim, SimFaults):
+        return [SimDevice(faults=sim)]
     if isinstance(sim, SimDevice):
         return [sim]
     if isinstance(sim, Sequence):
         return list(sim)
     raise TypeError(
-        f"sim must be None, True, a SimTiming, a SimDevice or a list of device models; got {type(sim).__name__}"
+        f"sim must be None, True, a SimTiming, a SimFaults, a SimDevice or a list of device models; "
+        f"got {type(sim).__name__}"
     )
 
 
@@ -85,16 +88,21 @@ class UsbGpu:
         """Open the `index`-th bridge (or the simulator), bring the PCIe link and the GPU's copy queue up.
 
         `sim`: None for hardware (or the simulator if SPECK_USB_SIM=1), True for a default simulated device, a
-        SimTiming, a SimDevice, or a list of device models. `mode` selects the copy-in ("g3" pipelined, default;
-        "g0" serial; env USB_COPYIN), `f4gate=False` the 0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0),
-        `poll_limit` the number of fence polls before GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each
-        chunk staged into one bulk transfer; env USB_ZEROCOPY=0) instead of payload sent straight from `data`.
+        SimTiming or SimFaults for a simulated device built with it, a SimDevice, or a list of device models.
+        `mode` selects the copy-in ("g3" pipelined, default; "g0" serial; env USB_COPYIN), `f4gate=False` the
+        0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0), `poll_limit` the number of fence polls before
+        GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each chunk staged into one bulk transfer; env
+        USB_ZEROCOPY=0) instead of payload sent straight from `data`.
         """
         from speck.usbgpu.transport import UsbTransport
 
         options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy)
         models = _sim_models(sim)
         usb = UsbTransport.open(index, sim=models)
+        if models is None and getattr(usb, "simulated", False):  # SPECK_USB_SIM=1: the transport made the model
+            from speck.usbgpu.sim.shim import installed_models
+
+            models = list(installed_models())
         return cls(usb, options, models)
 
     # ------------------------------------------------------------------ properties

@@ -6,16 +6,19 @@ stage it with one 0xF0 stream and ring the doorbell once; then stream the chunks
 arming each chunk before its data (0xF2 for the first two, then the 0xF4 fence-gated arm) and waiting for the last
 chunk's full flag at the end.
 
-Two safety rules go beyond the reference design, both so the driver is correct under every timing:
+Beyond the reference design (see the package README for the reasoning):
 
 * Gate on the full chunk when it matters. 0xF4 (or the E4 gate) lets chunk c+1 into the buffer of chunk c-1 once
-  c-1's *first* part is copied. Chunk c+1's first part and sentinel only overwrite c-1's first part, so they are
-  sent at once; its second part would overwrite c-1's second part, so unless the 0xF4 reply already shows c-1's
-  full flag, that half is sent as a second bulk transfer after an E4 poll sees the full flag. With a GPU faster
-  than the link the reply normally shows the full flag already and each chunk is one transfer.
-* Stale data never equals a sentinel. The host keeps a shadow of every SRAM sector-start dword it knows could look
-  like a sentinel (top byte 0x51: left by copy-out, G0, or user data in earlier chunks) and skips sequence values
-  that would collide at the exact offset the GPU polls. This replaces the reference's "improbable" with "never".
+  c-1's *first* part is copied. The first 120 KiB of chunk c+1 only overwrite c-1's first part, so they are sent at
+  once; the rest would overwrite c-1's second part, so unless the 0xF4 reply already shows c-1's full flag it is
+  sent only after an E4 poll sees that flag. On the default model the reply usually shows only the first-part flag
+  and the poll completes while chunk c is still on the wire, so the link does not idle.
+* Zero-copy wire. Payload goes to libusb straight from the caller's buffer; only the 2 KiB around each sentinel are
+  staged (four transfers per full chunk, all whole 1 KiB packets, one arm). `zero_copy=False` stages the whole
+  wire image into one transfer per chunk as the reference does.
+* Stale data never equals a sentinel. The host tracks every SRAM sector-start dword that could look like a
+  sentinel (top byte 0x51: left by copy-out, G0, or user data of earlier chunks) and skips sequence values that
+  would collide at the exact offset the GPU polls. This replaces the reference's "improbable" with "never".
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ F4_ATTEMPTS = 3
 G0_CHUNK = 0x80000
 COPYOUT_CHUNK = BUF_SIZE
 BULK_TIMEOUT_MS = 10000
+# One G3 ring build covers at most this much (4370 chunks x 168 B of packets = 734 KB of the 1 MiB ring); larger
+# copy-ins run as several G3 passes, each with its own ring build and doorbell.
+MAX_G3_PASS = 1 << 30
 
 
 def _round_up(n: int, m: int) -> int:
@@ -383,8 +389,12 @@ class CopyEngine:
         )
 
     def copyin_g3(self, dest: int, data: memoryview) -> None:
-        """Pipelined copy-in of `data` to GPU VA `dest` (one ring build, one doorbell)."""
+        """Pipelined copy-in of `data` to GPU VA `dest` (one ring build, one doorbell per pass of <= 1 GiB)."""
         if len(data) == 0:
+            return
+        if len(data) > MAX_G3_PASS:
+            for off in range(0, len(data), MAX_G3_PASS):
+                self.copyin_g3(dest + off, data[off : off + MAX_G3_PASS])
             return
         if not self._g3_ready:
             self._init_g3()

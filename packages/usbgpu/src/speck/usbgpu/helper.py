@@ -9,7 +9,7 @@ failed or short completion is latched in C and raised by every later wait.
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict
+from collections import deque
 from typing import Any
 
 from speck.usbgpu import errors
@@ -106,9 +106,9 @@ class AsyncBulkPool:
         if pool == ffi.NULL:
             raise errors.UsbNoMemError("create the async bulk pool")
         self._pool = pool
-        # tag -> cffi buffer over the caller's object: keeps the bytes alive and, for a bytearray, locked against
-        # resizing, until the tag is known complete.
-        self._buffers: OrderedDict[int, Any] = OrderedDict()
+        # (tag, cffi buffer over the caller's object) in tag order: keeps the bytes alive and, for a bytearray,
+        # locked against resizing, until the tag is known complete.
+        self._buffers: deque[tuple[int, Any]] = deque()
         self._closed = False
         self._finalizer = weakref.finalize(self, _free_pool, pool, owners, 1000)
 
@@ -128,8 +128,8 @@ class AsyncBulkPool:
 
     def submit(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int) -> int:
         """Submit `data` as one bulk OUT on `endpoint`; returns a tag for wait(). The buffer is not copied."""
-        operation = f"submit async bulk OUT 0x{endpoint:02x}"
-        self._check_open(operation)
+        if self._closed:
+            self._check_open(f"submit async bulk OUT 0x{endpoint:02x}")
         # No memoryview of our own here: a memoryview with a live cffi export that ends up in a reference cycle
         # (e.g. through a traceback) crashes CPython's GC, so the export is taken on the caller's object directly
         # and released explicitly on every path that does not keep it.
@@ -137,27 +137,30 @@ class AsyncBulkPool:
             cbuf = ffi.from_buffer("unsigned char[]", data)
         except (TypeError, BufferError, ValueError) as exc:
             raise errors.UsbInvalidParamError(
-                operation, None, f"needs a C-contiguous bytes-like buffer ({exc})"
+                f"submit async bulk OUT 0x{endpoint:02x}", None, f"needs a C-contiguous bytes-like buffer ({exc})"
             ) from None
         nbytes = len(cbuf)
         if nbytes > 0x7FFFFFFF:
             ffi.release(cbuf)
-            raise errors.UsbInvalidParamError(operation, None, f"{nbytes} bytes is more than one transfer can carry")
-        tag = int(lib.usbgpu_submit_bulk_out(self._pool, endpoint, cbuf, nbytes, timeout_ms))
+            raise errors.UsbInvalidParamError(
+                f"submit async bulk OUT 0x{endpoint:02x}", None, f"{nbytes} bytes is more than one transfer can carry"
+            )
+        tag: int = lib.usbgpu_submit_bulk_out(self._pool, endpoint, cbuf, nbytes, timeout_ms)
         if tag < 0:
             ffi.release(cbuf)
-            raise self._error(tag, f"{operation} ({nbytes} bytes)")
-        self._buffers[tag] = cbuf
+            raise self._error(tag, f"submit async bulk OUT 0x{endpoint:02x} ({nbytes} bytes)")
+        self._buffers.append((tag, cbuf))
         return tag
 
     def wait(self, tag: int, timeout_ms: int) -> None:
         """Pump libusb events on the pool's own context until `tag` completes; raise any latched error."""
-        operation = f"wait for async bulk OUT tag {tag}"
-        self._check_open(operation)
-        rc = int(lib.usbgpu_wait(self._pool, tag, timeout_ms))
-        self._release_completed()
+        if self._closed:
+            self._check_open(f"wait for async bulk OUT tag {tag}")
+        rc = lib.usbgpu_wait(self._pool, tag, timeout_ms)
+        if self._buffers:
+            self._release_completed()
         if rc != 0:
-            raise self._error(rc, operation)
+            raise self._error(rc, f"wait for async bulk OUT tag {tag}")
 
     def is_done(self, tag: int) -> bool:
         """Whether `tag` has completed (successfully or not)."""
@@ -181,12 +184,11 @@ class AsyncBulkPool:
         return err
 
     def _release_completed(self) -> None:
-        # Tags complete in submission order on one endpoint, but check each: a buffer is dropped only once its
-        # own transfer is known done.
-        for tag in list(self._buffers):
-            if lib.usbgpu_is_done(self._pool, tag) != 1:
-                break
-            ffi.release(self._buffers.pop(tag))
+        # Buffers are kept in tag order; every tag below the oldest one in flight has completed.
+        oldest = lib.usbgpu_oldest_inflight(self._pool)
+        buffers = self._buffers
+        while buffers and buffers[0][0] < oldest:
+            ffi.release(buffers.popleft()[1])
 
     def _error(self, rc: int, operation: str) -> errors.UsbError:
         if rc == lib.USBGPU_LATCHED:
@@ -215,9 +217,9 @@ class AsyncBulkPool:
         self._finalizer.detach()
         leaked = _free_pool(self._pool, (), timeout_ms)
         if leaked:
-            _LEAKED.append(dict(self._buffers))
+            _LEAKED.append(list(self._buffers))
         else:
-            for cbuf in self._buffers.values():
+            for _, cbuf in self._buffers:
                 ffi.release(cbuf)
         self._buffers.clear()
         return leaked

@@ -435,19 +435,29 @@ class UsbTransport:
     def submit_bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 10000) -> int:
         """Asynchronous bulk OUT through the C helper; returns a tag for wait(). `data` is not copied and stays
         referenced (a bytearray stays locked against resizing) until its tag completes."""
-        operation = f"submit async bulk OUT 0x{endpoint:02x}"
-        self._check_open(operation)
-        tag = self._pool_call(self._pool.submit, endpoint, data, timeout_ms)
-        self.stats.async_submits += 1
-        self.stats.bulk_out_transfers += 1
-        self.stats.bulk_out_bytes += data.nbytes if isinstance(data, memoryview) else len(data)
+        if self._closed:
+            self._check_open(f"submit async bulk OUT 0x{endpoint:02x}")
+        try:
+            tag = self._pool.submit(endpoint, data, timeout_ms)
+        except errors.UsbError as exc:
+            _reraise_model_exception(self.simulated, exc)
+            raise
+        stats = self.stats
+        stats.async_submits += 1
+        stats.bulk_out_transfers += 1
+        stats.bulk_out_bytes += data.nbytes if isinstance(data, memoryview) else len(data)
         return tag
 
     def wait(self, tag: int, timeout_ms: int = 10000) -> None:
         """Wait for async tag `tag`; raises the latched error (sticky) if any async transfer failed or was short."""
-        self._check_open(f"wait for async bulk OUT tag {tag}")
+        if self._closed:
+            self._check_open(f"wait for async bulk OUT tag {tag}")
         self.stats.async_waits += 1
-        self._pool_call(self._pool.wait, tag, timeout_ms)
+        try:
+            self._pool.wait(tag, timeout_ms)
+        except errors.UsbError as exc:
+            _reraise_model_exception(self.simulated, exc)
+            raise
 
     def is_done(self, tag: int) -> bool:
         """Whether async tag `tag` has completed (without waiting or raising the latch)."""
@@ -457,13 +467,6 @@ class UsbTransport:
     def inflight(self) -> int:
         """Async transfers submitted and not completed."""
         return self._pool.inflight
-
-    def _pool_call(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except errors.UsbError as exc:
-            _reraise_model_exception(self.simulated, exc)
-            raise
 
     # ---- closing ----
     def close(self) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.lower import transcendental as tr
 from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.symbolic import fold_alu, fold_cast
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -103,7 +104,27 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
     return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
 
 
-pm_decompose = PatternMatcher(
+def _fold_const_vector(a: UOp) -> UOp | None:
+    """An ALU op on vectors of constants (STACKs of CONSTs, from expansion or decomposition) is a vector constant."""
+    if a.dtype.count == 1 or not all(s.op is Ops.STACK and all(x.op is Ops.CONST for x in s.src) for s in a.src):
+        return None
+    lanes = [UOp(a.op, a.dtype.scalar(), tuple(s.src[i] for s in a.src), a.arg) for i in range(a.dtype.count)]
+    folded = [fold_alu(x) for x in lanes]
+    if any(f is None for f in folded):
+        return None
+    return UOp.stack(*folded)  # type: ignore[arg-type]
+
+
+# exact constant folding only (no reassociation): decompositions and expansion build constant subexpressions
+pm_fold_consts = PatternMatcher(
+    [
+        (UPat(GroupOp.ALU, name="a", src=UPat(Ops.CONST)), fold_alu),
+        (UPat(GroupOp.ALU, name="a", src=UPat(Ops.STACK)), _fold_const_vector),
+        (UPat(Ops.CAST, name="c", src=(UPat(Ops.CONST, name="x"),)), fold_cast),
+    ]
+)
+
+pm_decompose = pm_fold_consts + PatternMatcher(
     [
         (UPat(GroupOp.ALU, name="x"), _promote_narrow_float),
         (UPat(Ops.MULACC, name="x"), _mulacc),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
+from speck.codegen.opt.merge import merge_ranges
 from speck.codegen.opt.search import beam_search, register_beam_timer, registered_timer
 from speck.uop import ContextVar, UOp
 
@@ -20,9 +21,16 @@ if TYPE_CHECKING:
 BEAM = ContextVar("BEAM", 0)
 
 
+def opt_base(sink: UOp) -> UOp:
+    """The graph opt axes refer to: the simplified kernel with adjacent ranges merged (merge_ranges)."""
+    return merge_ranges(sink)
+
+
 def optimize_kernel(sink: UOp, renderer: Renderer) -> UOp:
-    """Apply the kernel's opts: KernelInfo.opts if given, else BEAM search (BEAM>=1 with a registered timer), else
-    the heuristic. An explicit opt that does not apply raises OptError naming it."""
+    """Merge adjacent ranges where exact, then apply the kernel's opts: KernelInfo.opts if given, else BEAM search
+    (BEAM>=1 with a registered timer), else the heuristic. Opt axes are numbered after merging (`opt_base` shows the
+    graph they refer to). An explicit opt that does not apply raises OptError naming it."""
+    sink = opt_base(sink)
     info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
     if info.opts:
         return apply_opts(sink, info.opts, renderer)
@@ -44,6 +52,8 @@ __all__ = [
     "apply_opts",
     "beam_search",
     "hand_coded_optimizations",
+    "merge_ranges",
+    "opt_base",
     "optimize_kernel",
     "output_axes",
     "reduce_axes",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from speck.codegen.lower.expander import index_offset
 from speck.codegen.opt.kernel_opts import Opt, OptOps, const_size, output_axes, reduce_axes
 from speck.uop import AxisType, Ops, PtrDType, UOp, dtypes
 
@@ -15,8 +16,7 @@ if TYPE_CHECKING:
 
 def _stride(idx: UOp, r: UOp) -> int | None:
     """d idx / d r as a constant, or None when it isn't one."""
-    d = (idx.substitute({r: r + 1}) - idx).simplify()
-    return int(d.arg) if d.op is Ops.CONST and isinstance(d.arg, int) else None
+    return index_offset(idx, idx.substitute({r: r + 1}))
 
 
 def _pow2_amount(n: int, limit: int) -> int:

@@ -83,7 +83,9 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | Non
     if use_cache and _cache_on() and path.exists():
         return tuple(Opt.from_json(x) for x in json.loads(path.read_text()))
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
-    base = graph_rewrite(ast, pm_simplify, name="beam_base")
+    from speck.codegen.opt.merge import merge_ranges
+
+    base = merge_ranges(graph_rewrite(ast, pm_simplify, name="beam_base"))
 
     def measure(opts: tuple[Opt, ...]) -> float:
         try:

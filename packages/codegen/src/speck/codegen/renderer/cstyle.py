@@ -12,8 +12,9 @@ Semantics (each choice matches the reference interpreter / speck.uop's exact fol
   returns 0 for x/0 and x%0 and wraps MIN/-1, instead of trapping. Shifts by an amount outside [0, bits) give 0
   (-1 for an arithmetic right shift of a negative value), again through a guard only when the bounds need it.
 - MAX propagates NaN (`b > a || b != b ? b : a`); CMPLT is false and CMPNE true on NaN (C's own comparisons).
-- float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline); float64 -> float16
-  rounds to odd at float precision first, which is exact and needs no libgcc call. bfloat16 and fp8 are integer
+- float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline), read through an
+  exact integer decoder and written with `(_Float16)` from float (F16C); float64 -> float16 rounds to odd at float
+  precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2, __extendhfdf2...). bfloat16 and fp8 are integer
   storage with conversion helpers (round to nearest even; fp8e4m3 saturates, fp8e5m2 overflows to inf).
 - Float -> integer casts truncate and wrap modulo 2**64 like the interpreter (NaN/inf give 0) through a
   helper, never an undefined C conversion; int64 -> float32 rounds through float64 as the interpreter does.
@@ -57,6 +58,14 @@ def bare_const_error(u: UOp, renderer: str) -> RuntimeError:
         f"renderer {renderer!r} got a bare CONST {u.arg!r} of dtype {u.dtype}: programs must spell every literal as a "
         f"casted const CAST(dt, CONST(v, from_py(v))) (see IR.md); run the pipeline's casted-const stage first"
     )
+
+
+class NoTypeError(RuntimeError):
+    """A renderer has no type for a dtype (re-raised as UnsupportedOpError naming the UOp that needed it)."""
+
+    def __init__(self, renderer: str, dtype: DType) -> None:
+        super().__init__(f"renderer {renderer!r} cannot express dtype {dtype}: it has no type for {dtype.scalar()}")
+        self.dtype = dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +311,18 @@ static inline unsigned char __speck_f64_to_fp8{nm}(double x) {{
 }}"""
 
 
+_F16_TO_F32 = """/* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc
+   fold comparisons of converted halves back into _Float16 comparisons, lowered to libgcc calls (__nehf2) */
+static inline float __speck_f16_to_f32(_Float16 h) {
+  unsigned short b; __builtin_memcpy(&b, &h, 2);
+  unsigned int s = (unsigned int)(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu, u;
+  if (e == 31u) u = s | 0x7F800000u | (m << 13);
+  else if (e != 0u) u = s | ((e + 112u) << 23) | (m << 13);
+  else if (m == 0u) u = s;
+  else { float f = (float)m * 0x1p-24f; return s ? -f : f; }
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}"""
+
 _F64_TO_F16 = """/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half,
    so the second rounding is exact), then let the hardware round to half */
 static inline _Float16 __speck_f64_to_f16(double x) {
@@ -351,6 +372,12 @@ def _vec_typedef(dt: DType) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # the renderer
 
+# names a variable can't take in C (keywords, and the types the renderer spells)
+_C_RESERVED = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+    "_Bool _Complex _Imaginary _Float16 asm typeof".split()
+)
 _C_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's by an ulp
 _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
           Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}  # fmt: skip
@@ -403,7 +430,7 @@ class _CKernel:
     def need_dtype(self, dt: DType) -> None:
         s = dt.scalar()
         if s not in _CTYPE:
-            raise RuntimeError(f"renderer 'c' cannot express dtype {dt}: no C type for {s}")
+            raise NoTypeError("c", dt)
         if s == dtypes.bfloat16:
             self.need("bf16", _BF16_HELPERS)
         elif s in _FP8:
@@ -463,19 +490,22 @@ class _CKernel:
             params.append(f"{const}{self.ctype(b.dtype.base)}* restrict {nm}")
         used = set(self.names.values())
         for v in sig.variables:
+            if not dtypes.is_int(v.dtype) or v.dtype.is_weak:
+                raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the CPU ABI")
             nm = str(v.arg[0])
-            if (
-                not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", nm)
-                or nm in used
-                or re.fullmatch(r"(data|ridx|alu|val|cast|vec|gep|acc|core_start|core_end|__speck).*", nm)
-            ):
+            # keep the variable's own name unless it is not an identifier, a keyword, or may collide with ours
+            generated = r"(data|ridx|alu|val|cast|vec|gep|acc|var|tmp|core_start|core_end|_).*"
+            if not re.fullmatch(r"[A-Za-z_]\w*", nm) or nm in used or nm in _C_RESERVED or re.fullmatch(generated, nm):
                 nm = self.fresh("var")
             used.add(nm)
             self.names[v] = nm
             params.append(f"{self.ctype(v.dtype)} {nm}")
         params += ["int core_start", "int core_end"]
         for u in self.uops:
-            self.render_uop(u)
+            try:
+                self.render_uop(u)
+            except NoTypeError as e:
+                raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.depth != 1:
             raise RuntimeError(f"renderer 'c': {self.depth - 1} RANGE(s) are never closed by an END")
         head = f"void {sig.name}({', '.join(params)}) {{"
@@ -627,10 +657,9 @@ class _CKernel:
         if fr == to:
             return x
         self.need_dtype(to)
-        # storage formats: decode to float first, encode from float/double last
-        if fr in _STORAGE:
-            self.need_dtype(fr)
-            x, fr = f"{_FROM_STORAGE[fr]}({x})", dtypes.float32
+        # storage formats and half: decode to float first, encode from float/double last
+        if fr in _STORAGE or fr == dtypes.float16:
+            x, fr = self.decode(x, fr), dtypes.float32
             if fr == to:
                 return x
         if to == dtypes.bfloat16:
@@ -643,6 +672,14 @@ class _CKernel:
             self.need("f64_to_f16", _F64_TO_F16)
             return f"__speck_f64_to_f16({self._to_float(x, fr, dtypes.float64)})"
         return self._to_float(x, fr, to) if dtypes.is_float(to) else self._to_intlike(x, fr, to)
+
+    def decode(self, x: str, fr: DType) -> str:
+        """x of a storage format or half as a float expression."""
+        if fr == dtypes.float16:
+            self.need("f16_to_f32", _F16_TO_F32)
+            return f"__speck_f16_to_f32({x})"
+        self.need_dtype(fr)
+        return f"{_FROM_STORAGE[fr]}({x})"
 
     def _to_float(self, x: str, fr: DType, to: DType) -> str:
         """x of scalar dtype fr (a non-storage type) as float32/float64 `to`."""
@@ -690,11 +727,10 @@ class _CKernel:
         fail = UnsupportedOpError(self.r.name, op, s, "no C form for this op on this dtype")
         if op is Ops.WHERE:
             return f"({a[0]} ? {a[1]} : {a[2]})"
-        if s in _STORAGE:
+        if s in _STORAGE or s == dtypes.float16:
             if op not in GroupOp.Comparison:
-                raise fail
-            self.need_dtype(s)
-            a = [f"{_FROM_STORAGE[s]}({x})" for x in a]
+                raise fail  # arithmetic on these formats arrives widened to float (supports_float16 etc. are False)
+            a = [self.decode(x, s) for x in a]
             s = dtypes.float32
         if op in GroupOp.Comparison:
             return f"({a[0]} {_INFIX[op]} {a[1]})"
@@ -706,8 +742,6 @@ class _CKernel:
                 return f"(!{a[0]})"
             raise fail
         if dtypes.is_float(s):
-            if s == dtypes.float16:
-                raise fail  # half arithmetic arrives widened to float (supports_float16 is False)
             sfx = "f" if s == dtypes.float32 else ""
             if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
                 return f"({a[0]} {_INFIX[op]} {a[1]})"

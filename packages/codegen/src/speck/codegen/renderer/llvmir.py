@@ -23,7 +23,7 @@ import struct
 from typing import Any, ClassVar
 
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError
-from speck.codegen.renderer.cstyle import bare_const_error, casted_const, kernel_signature, shift_safe
+from speck.codegen.renderer.cstyle import NoTypeError, bare_const_error, casted_const, kernel_signature, shift_safe
 from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 from speck.uop.dtype import to_bits
 
@@ -53,7 +53,7 @@ def ltype(dt: DType, mem: bool = False) -> str:
     """LLVM type of a value of dt (`mem`: its in-memory form, where bool is i8)."""
     s = dt.scalar()
     if s not in _LTYPE:
-        raise RuntimeError(f"renderer 'llvm' cannot express dtype {dt}: no LLVM type for {s}")
+        raise NoTypeError("llvm", dt)
     base = "i8" if (mem and s == dtypes.bool) else _LTYPE[s]
     return base if dt.count == 1 else f"<{dt.count} x {base}>"
 
@@ -345,12 +345,17 @@ class _LLKernel:
             self.names[b] = nm
             params.append(f"ptr noalias {'' if b in sig.written else 'readonly '}{nm}")
         for i, v in enumerate(sig.variables):
+            if not dtypes.is_int(v.dtype) or v.dtype.is_weak:
+                raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the CPU ABI")
             nm = f"%var.{v.arg[0]}" if str(v.arg[0]).isidentifier() else f"%var{i}"
             self.names[v] = nm
             params.append(f"{ltype(v.dtype)} {nm}")
         params += ["i32 %core_start", "i32 %core_end"]
         for u in self.uops:
-            self.render_uop(u)
+            try:
+                self.render_uop(u)
+            except NoTypeError as e:
+                raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.loops:
             raise RuntimeError(f"renderer 'llvm': {len(self.loops)} RANGE(s) are never closed by an END")
         var_names = ", ".join(f"{self.names[v]}={v.arg[0]}" for v in sig.variables)
@@ -498,6 +503,8 @@ class _LLKernel:
     def render_value(self, u: UOp) -> str:
         op = u.op
         if op is Ops.STACK:
+            if all(casted_const(s)[0] for s in u.src):  # all literals: a constant vector, no instructions
+                return "<" + ", ".join(self.typed(s) for s in u.src) + ">"
             t, cur = ltype(u.dtype), "poison"
             for i, s in enumerate(u.src):
                 cur = self.ins(f"insertelement {t} {cur}, {self.typed(s)}, i32 {i}", "v")

@@ -1,26 +1,20 @@
-"""speck's built-in x86-64 backend: machine instructions, encoder, Intel-syntax listing, ELF object writer."""
+"""speck's built-in x86-64 backend: machine instructions, encoder, Intel-syntax listing, ELF object writer, and the
+x86 side of register allocation (operand roles, frame layout, System V register roles).
 
-from speck.codegen.x86.encoder import Assembled, Assembler, EncodingError, Relocation, assemble, encode
-from speck.codegen.x86.operands import Imm, Inst, Label, Mem, Reg, Sym, gpr, ins, rodata, xmm, ymm
+Pipeline for a hand-built or selected instruction list on virtual registers:
+`allocate_function` (regalloc + prologue/epilogue) -> `assemble` (layout, jumps, relocations, listing) ->
+`write_elf_object`; `build_object` runs all three.
+"""
+
+from speck.codegen.x86.alloc import AllocatedFunction, LoopBegin, LoopEnd, allocate_function, build_object
+from speck.codegen.x86.assembler import Assembled, Assembler, assemble
+from speck.codegen.x86.elf_object import ConstPool, write_elf_object
+from speck.codegen.x86.encoder import EncodingError, Relocation, encode
+from speck.codegen.x86.operands import Imm, IncomingStackArg, Inst, Label, Mem, Reg, Sym, gpr, ins, rodata, xmm, ymm
 from speck.codegen.x86.ops import X86Op
 
 __all__ = [
-    "Assembled",
-    "Assembler",
-    "EncodingError",
-    "Imm",
-    "Inst",
-    "Label",
-    "Mem",
-    "Reg",
-    "Relocation",
-    "Sym",
-    "X86Op",
-    "assemble",
-    "encode",
-    "gpr",
-    "ins",
-    "rodata",
-    "xmm",
-    "ymm",
-]
+    "AllocatedFunction", "Assembled", "Assembler", "ConstPool", "EncodingError", "Imm", "IncomingStackArg", "Inst",
+    "Label", "LoopBegin", "LoopEnd", "Mem", "Reg", "Relocation", "Sym", "X86Op", "allocate_function", "assemble",
+    "build_object", "encode", "gpr", "ins", "rodata", "write_elf_object", "xmm", "ymm",
+]  # fmt: skip

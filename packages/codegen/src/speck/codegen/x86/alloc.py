@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
+from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.encoder import Assembled, assemble
-from speck.codegen.x86.operands import RSP, Imm, Inst, Label, Mem, Operand, Reg
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
 from speck.codegen.x86.regs import X86_64_SYSV, phys
 
@@ -28,14 +28,6 @@ class LoopBegin:
 @dataclass(frozen=True)
 class LoopEnd:
     """Marks the point just after a loop's back-edge branch."""
-
-
-@dataclass(frozen=True)
-class IncomingStackArg:
-    """Operand for integer argument `index` (>= 6) that System V passes on the stack; becomes an rsp-relative Mem."""
-
-    index: int
-    size: int = 8
 
 
 Item = Inst | Label | LoopBegin | LoopEnd
@@ -51,7 +43,7 @@ READS_AND_WRITES = frozenset({
 ZEROING_IDIOMS = frozenset({X86Op.XOR, X86Op.SUB, X86Op.VXORPS, X86Op.VXORPD, X86Op.VPXOR})
 
 
-def _vregs(o: Operand | IncomingStackArg) -> list[VReg]:
+def _vregs(o: Operand) -> list[VReg]:
     if isinstance(o, VReg):
         return [o]
     if isinstance(o, Mem):
@@ -151,7 +143,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             continue
         regs = alloc.regs[i]
 
-        def sub(o: Operand | IncomingStackArg, regs: dict[int, str] = regs) -> Operand:
+        def sub(o: Operand, regs: dict[int, str] = regs) -> Operand:
             if isinstance(o, VReg):
                 return phys(regs[o.id], o.size)
             if isinstance(o, IncomingStackArg):

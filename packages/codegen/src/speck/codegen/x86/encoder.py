@@ -1,9 +1,8 @@
-"""x86-64 machine-code encoder: REX/VEX prefixes, ModRM/SIB, displacements, immediates, jump fix-ups and labels.
+"""x86-64 machine-code encoder: REX/VEX prefixes, ModRM/SIB, displacements, immediates and jump encodings.
 
-`encode` turns one `Inst` with physical operands into bytes plus an objdump-identical listing line; `assemble` lays out
-a stream of instructions and labels, shrinking jumps to rel8 where they fit (starting from all-short and growing the
-ones that do not fit until nothing changes, which terminates because jumps only ever grow), and collects relocations
-for RIP-relative data references and calls to external symbols. The per-instruction encodings are data at the end of
+`encode` turns one `Inst` with physical operands into bytes, an objdump-identical listing line and, for RIP-relative
+data references and calls to external symbols, a relocation; branches are encoded at a given address against known
+label addresses (`speck.codegen.x86.assembler` does the layout). The per-instruction encodings are data at the end of
 the module (`GPR_TABLE`, `VEX_TABLE`), each row citing the Intel SDM volume 2 opcode it implements.
 """
 
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speck.codegen.x86.listing import CMP_PREDICATES, ListingLine, format_instruction, format_operand, render_listing
+from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_operand
 from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
 
@@ -144,7 +143,8 @@ def _vex(
 # general-purpose instructions
 
 
-def _fits(value: int, bits: int) -> bool:
+def fits_signed(value: int, bits: int) -> bool:
+    """Whether `value` is representable as a `bits`-bit two's-complement integer."""
     return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
 
 
@@ -185,7 +185,10 @@ def _is_rm(o: Operand) -> bool:
 def _require(inst: Inst, ok: bool, expected: str) -> None:
     for o in inst.operands:
         if not isinstance(o, Reg | Mem | Imm | Label | Sym):
-            raise EncodingError(f"{inst!r}: operand {o!r} is a virtual register; run register allocation first")
+            raise EncodingError(
+                f"{inst!r}: operand {o!r} is not physical (a virtual register or stack argument); "
+                "run register allocation first"
+            )
         if isinstance(o, Mem) and not all(r is None or isinstance(r, Reg) for r in (o.base, o.index)):
             raise EncodingError(f"{inst!r}: {o!r} uses a virtual register; run register allocation first")
     if not ok:
@@ -222,7 +225,7 @@ def _encode_alu_like(inst: Inst, kind: str, param: int) -> Encoded:
     text = _text(inst, size, 8 * size)
     if isinstance(src, Imm):
         _check_imm(inst, src.value, size)
-        if kind == "alu" and size > 1 and _fits(_signed(src.value, 8 * size), 8):
+        if kind == "alu" and size > 1 and fits_signed(_signed(src.value, 8 * size), 8):
             return _legacy(inst, b"\x83", param, dst, size, _imm_bytes(src.value, 1), text)
         imm = _imm_bytes(src.value, min(size, 4))
         if kind == "mov" and isinstance(dst, Reg) and size < 8:  # B0+rb / B8+rd: one byte shorter than C6/C7
@@ -261,7 +264,7 @@ def _encode_imul(inst: Inst) -> Encoded:
     imm = ops[2]
     assert isinstance(imm, Imm)
     _check_imm(inst, imm.value, size)
-    if _fits(_signed(imm.value, 8 * size), 8):
+    if fits_signed(_signed(imm.value, 8 * size), 8):
         return _legacy(inst, b"\x6b", dst.num, src, size, _imm_bytes(imm.value, 1), text)
     return _legacy(inst, b"\x69", dst.num, src, size, _imm_bytes(imm.value, min(size, 4)), text)
 
@@ -485,7 +488,7 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
             opc = bytes([0x0F, 0x80 + COND_CODE[op]]) if long_jump else bytes([0x70 + COND_CODE[op]])
         size = len(opc) + (4 if long_jump else 1)
         rel = dest - (pc + size)
-        if not _fits(rel, 32 if long_jump else 8):
+        if not fits_signed(rel, 32 if long_jump else 8):
             raise EncodingError(f"{inst!r}: jump distance {rel} does not fit rel{32 if long_jump else 8}")
         raw = opc + rel.to_bytes(4 if long_jump else 1, "little", signed=True)
         return Encoded(raw, f"{op.value:<6} {dest:#x}", f"<{target.name}>")
@@ -499,109 +502,6 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
         kind, param, _ref = GPR_TABLE[op]
         return _encode_gpr(inst, kind, param)
     raise EncodingError(f"{op.name}: no encoding for this op in GPR_TABLE/VEX_TABLE")
-
-
-@dataclass(frozen=True)
-class Assembled:
-    """The output of `assemble`: machine code, relocations (offsets into `code`), label addresses, listing lines."""
-
-    code: bytes
-    relocations: tuple[Relocation, ...]
-    labels: dict[str, int]
-    lines: tuple[ListingLine, ...]
-
-    @property
-    def listing(self) -> str:
-        """The listing as text, laid out like `objdump -d -M intel`."""
-        return render_listing(list(self.lines))
-
-
-def _is_branch(item: Inst | Label) -> bool:
-    return (
-        isinstance(item, Inst)
-        and (item.op in JCC_OPS or item.op is X86Op.JMP)
-        and bool(item.operands)
-        and isinstance(item.operands[0], Label)
-    )
-
-
-def assemble(items: Sequence[Inst | Label]) -> Assembled:
-    """Lay out and encode a stream of instructions and label definitions.
-
-    Branches start as rel8 and are widened to rel32 only when their target is out of reach; the layout is
-    recomputed until no branch changes size.
-    """
-    seen: set[str] = set()
-    for item in items:
-        if isinstance(item, Label):
-            if item.name in seen:
-                raise EncodingError(f"assemble: label {item.name!r} is defined twice")
-            seen.add(item.name)
-    fixed = {i: encode(it) for i, it in enumerate(items) if isinstance(it, Inst) and not _is_branch(it)
-             and not (it.op is X86Op.CALL and isinstance(it.operands[0], Label))}  # fmt: skip
-    long: set[int] = set()
-    while True:
-        pcs, labels, pc = [], {}, 0
-        for i, item in enumerate(items):
-            pcs.append(pc)
-            if isinstance(item, Label):
-                labels[item.name] = pc
-            elif i in fixed:
-                pc += len(fixed[i].raw)
-            elif item.op is X86Op.CALL:
-                pc += 5
-            else:
-                pc += (6 if item.op in JCC_OPS else 5) if i in long else 2
-        grown = False
-        for i, item in enumerate(items):
-            if _is_branch(item) and i not in long:
-                target = item.operands[0]  # type: ignore[union-attr]
-                assert isinstance(target, Label)
-                if target.name not in labels:
-                    raise EncodingError(f"{item!r}: label {target.name!r} is not defined")
-                if not _fits(labels[target.name] - (pcs[i] + 2), 8):
-                    long.add(i)
-                    grown = True
-        if not grown:
-            break
-    code = bytearray()
-    relocs: list[Relocation] = []
-    lines: list[ListingLine] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Label):
-            lines.append(ListingLine(len(code), b"", item.name + ":"))
-            continue
-        # branches, and calls (whose listing shows the target address), are encoded at their final address
-        placed = i in fixed and item.op is not X86Op.CALL
-        enc = fixed[i] if placed else encode(item, pcs[i], labels, i in long)
-        assert len(code) == pcs[i]
-        if enc.reloc is not None:
-            r = enc.reloc
-            relocs.append(Relocation(len(code) + r.offset, r.kind, r.symbol, r.addend))
-        lines.append(ListingLine(len(code), enc.raw, enc.text, enc.comment))
-        code += enc.raw
-    return Assembled(bytes(code), tuple(relocs), labels, tuple(lines))
-
-
-class Assembler:
-    """Collects instructions and labels, then `assemble()`s them (a thin builder over the `assemble` function)."""
-
-    def __init__(self) -> None:
-        self.items: list[Inst | Label] = []
-
-    def emit(self, op: X86Op, *operands: Operand) -> None:
-        """Append one instruction."""
-        self.items.append(Inst(op, tuple(operands)))
-
-    def label(self, name: str) -> Label:
-        """Define a label at the current position and return it (for use as a jump target)."""
-        lbl = Label(name)
-        self.items.append(lbl)
-        return lbl
-
-    def assemble(self) -> Assembled:
-        """Encode everything collected so far."""
-        return assemble(self.items)
 
 
 # ---------------------------------------------------------------------------------------------------------------

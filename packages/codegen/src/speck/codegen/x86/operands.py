@@ -145,7 +145,16 @@ class Sym:
     name: str
 
 
-Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym]
+@dataclass(frozen=True)
+class IncomingStackArg:
+    """Integer argument `index` (>= 6), which System V passes on the stack; register allocation turns it into an
+    rsp-relative Mem once the frame size is known."""
+
+    index: int
+    size: int = 8
+
+
+Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym, IncomingStackArg]
 
 
 @dataclass(frozen=True)

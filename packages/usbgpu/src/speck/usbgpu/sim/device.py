@@ -582,6 +582,8 @@ class SimDevice(BridgeFirmware):
             if route == "arm" and self.dma.current is not None and self.dma.current.direction == "out":
                 start = self.dma.current.sram_offset(self.dma.current.done)
                 self.dma.deposit(chunk)
+                if self.sdma.passed_sentinels:
+                    self._check_late_sentinels(start, n)
                 self.sdma.memory_changed(GPU_SYS_APERTURE + 0x200000 + start, n)
                 if self.dma.current.remaining == 0:
                     self._retire_out_arm()
@@ -597,6 +599,18 @@ class SimDevice(BridgeFirmware):
             self._pump_out()
 
         self._at(self.clock.now + cost_ns, land)
+
+    def _check_late_sentinels(self, start: int, n: int) -> None:
+        """The host just wrote SRAM [start, start+n): if it wrote a sentinel value the GPU had already matched at the
+        same offset, the GPU passed that poll on stale data and copied the part before it landed."""
+        passed = self.sdma.passed_sentinels
+        for off in [o for o in passed if start <= o < start + n]:
+            value = passed.pop(off)
+            if int.from_bytes(self.mem.sram[off : off + 4], "little") == value:
+                self.violation(
+                    f"GPU read a part before its sentinel landed: the poll at SRAM {off:#x} matched {value:#010x} on "
+                    "stale data, and the host's sentinel with that value arrived only now"
+                )
 
     def _retire_out_arm(self) -> None:
         done = self.dma.retire(self.clock.now, self.timing.arm_switch_ns)

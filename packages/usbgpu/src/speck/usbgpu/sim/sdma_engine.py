@@ -104,6 +104,9 @@ class SdmaEngine:
         self.traps = 0
         self.bytes_copied = 0
         self.poll_stalls = 0
+        # SRAM offset -> dword of sentinel polls that passed; if the host later writes the same value there, the
+        # GPU had matched stale data (see SimDevice._check_late_sentinels).
+        self.passed_sentinels: dict[int, int] = {}
 
     # --- registers ---
     def configure(self, ring_base: int, ring_size: int, enabled: bool) -> None:
@@ -113,6 +116,7 @@ class SdmaEngine:
         self.rptr = self.wptr = 0
         self.hung, self.hang_reason = False, ""
         self._busy, self._poll, self._copy, self._expect_gen = False, None, None, None
+        self.passed_sentinels.clear()
         self._writeback()
 
     @property
@@ -246,6 +250,7 @@ class SdmaEngine:
             span = _sram_span(poll.addr, 4)
             if span is not None and poll.func == 3:
                 self._expect_gen = self.sys.mem.sector_gen[span[0]]
+                self.passed_sentinels[poll.addr - GPU_SYS_APERTURE - SRAM_PCIE] = value
             self._busy = True
             self._advance(6)
             return
