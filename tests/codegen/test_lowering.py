@@ -69,7 +69,7 @@ def test_scalar_renderer_lowering_matches_ast(case: tuple[UOp, list[np.ndarray],
 def test_python_renderer_source_runs_like_interpreter(case: tuple[UOp, list[np.ndarray], dict[str, int]]) -> None:
     ast, inputs, var_vals = case
     r = PythonRenderer()
-    uops = full_rewrite_to_sink(ast, r, optimize=False)
+    uops = full_rewrite_to_sink(ast, r, optimize=True)  # heuristic opts: vector code paths too
     want = run_prog(uops, inputs, var_vals)
     bufs = [b.copy() for b in inputs]
     run_python(r.render(uops), uops, bufs, var_vals)

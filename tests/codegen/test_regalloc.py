@@ -112,7 +112,9 @@ def random_program(seed: int) -> list[RAInstr]:
                 # redefining an existing value makes it loop-carried when inside a loop
                 defs.append(rnd.choice(nonfixed) if nonfixed and rnd.random() < 0.5 else new_vreg())
             defs = list(dict.fromkeys(defs))
-            clobbers = frozenset(rnd.sample(["a0", "a3", "b1"], rnd.randint(1, 2)) if rnd.randint(0, 5) == 0 else [])
+            clobbers = frozenset(
+                rnd.sample(["a3", "s1", "b1", "t0"], rnd.randint(1, 2)) if rnd.randint(0, 5) == 0 else []
+            )
             copy = len(defs) == 1 and len(uses) == 1 and uses[0].cls == defs[0].cls and rnd.random() < 0.5
             instrs.append(RAInstr(tuple(defs), uses, clobbers, copy=copy))
             defined.extend(d for d in defs if d not in defined)
@@ -130,8 +132,8 @@ def test_allocated_program_reads_same_values(seed: int) -> None:
     instrs = random_program(seed)
     try:
         alloc = allocate(instrs, TINY)
-    except RegAllocError as e:
-        assert "fixed" in str(e) or "clobber" in str(e) or "scratch" in str(e)
+    except RegAllocError as e:  # rare: more spilled operands in one instruction than free registers
+        assert "scratch" in str(e)
         return
     assert run_program(instrs, alloc) == run_program(instrs)
 
@@ -142,7 +144,8 @@ def test_no_two_live_values_share_a_register(seed: int) -> None:
     instrs = random_program(seed)
     try:
         alloc = allocate(instrs, TINY)
-    except RegAllocError:
+    except RegAllocError as e:
+        assert "scratch" in str(e)
         return
     homes = [(iv, alloc.home[vid], vid) for vid, iv in alloc.intervals.items()]
     for (s1, e1), h1, v1 in homes:
@@ -188,19 +191,32 @@ def test_value_defined_before_loop_and_read_inside_survives_all_iterations() -> 
 
 
 def test_pressure_spills_and_loop_invariant_reload_is_hoisted() -> None:
-    # nine values live at once before the loop (7 registers, 4 once scratch is reserved): some spill. The loop only
-    # reads one spilled value and has free registers, so that value is reloaded once before the loop, not at every use.
-    n = 9
+    # nine values live at once before the loop (7 registers, 4 once scratch is reserved): some spill. v0 is read only
+    # once (inside the loop) over a long stretch, so it is the cheapest to spill; the loop only reads it and has free
+    # registers, so it is reloaded once before the loop instead of at every iteration.
+    n, rounds = 9, 20
     instrs = [RAInstr(defs=(a(k),)) for k in range(n)]
-    instrs += [RAInstr(uses=(a(k),)) for k in range(1, n)]
-    instrs += [RAInstr(marker="loop_begin"), RAInstr(defs=(a(50),), uses=(a(0), a(0))), RAInstr(uses=(a(50),)),
-               RAInstr(marker="loop_end"), RAInstr(uses=(a(0),))]  # fmt: skip
+    instrs += [RAInstr(uses=(a(k),)) for _ in range(rounds) for k in range(1, n)]
+    begin = len(instrs)
+    instrs += [RAInstr(marker="loop_begin"), RAInstr(defs=(a(50),), uses=(a(0),)), RAInstr(uses=(a(50),)),
+               RAInstr(marker="loop_end")]  # fmt: skip
     alloc = allocate(instrs, TINY)
-    assert any(isinstance(alloc.home[k], int) for k in range(n))
-    assert isinstance(alloc.home[0], int), "the longest-lived value is the one spilled"
-    begin = n + (n - 1)
+    assert isinstance(alloc.home[0], int), "the value with the fewest accesses per position is spilled"
     assert [r.vreg.id for r in alloc.reloads[begin]] == [0]
     assert alloc.reloads[begin + 1] == [] and alloc.regs[begin + 1][0] == alloc.reloads[begin][0].reg
+    assert run_program(instrs, alloc) == run_program(instrs)
+
+
+def test_values_used_in_loops_are_spilled_last() -> None:
+    # eight values live across a loop (4 registers once spilling): the two the loop reads stay in registers
+    outside = [a(k) for k in range(6)]
+    hot = [a(10), a(11)]
+    instrs = [RAInstr(defs=(v,)) for v in outside + hot]
+    instrs += [RAInstr(marker="loop_begin"), RAInstr(defs=(hot[0],), uses=tuple(hot)), RAInstr(marker="loop_end")]
+    instrs += [RAInstr(uses=(v,)) for v in outside + hot]
+    alloc = allocate(instrs, TINY)
+    assert all(isinstance(alloc.home[v.id], str) for v in hot)
+    assert sum(isinstance(alloc.home[v.id], int) for v in outside) == len(outside) + len(hot) - 4
     assert run_program(instrs, alloc) == run_program(instrs)
 
 

@@ -22,8 +22,6 @@ from speck.codegen.renderer.cstyle import ClangRenderer, c_literal, casted_const
 from speck.codegen.renderer.llvmir import LLVMRenderer, llvm_literal
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, dtypes
 
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
-
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_render_c_llvm_exec import (
     alu,
@@ -38,6 +36,7 @@ from test_render_c_llvm_exec import (
     store,
 )
 
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "c"
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -181,17 +181,20 @@ def same_bits(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
 
 
 def check_program(uops: list[UOp], inputs: list[np.ndarray], var_vals: dict[str, int] | None = None,
-                  backends: tuple[str, ...] = ("c", "llvm"), splits: bool = True) -> dict[str, str]:  # fmt: skip
+                  backends: tuple[str, ...] = ("c", "llvm"), splits: bool = True, extent: int | None = None,
+                  src: str | None = None) -> dict[str, str]:  # fmt: skip
     """Run uops with the interpreter, then compiled by each backend (whole range, and split in two slices as two CPU
-    workers would run it); every buffer must end bit-identical. Returns the rendered sources."""
+    workers would run it); every buffer must end bit-identical. Returns the rendered sources. `extent`: the sliced
+    range's extent (default: read from the program); `src`: an already rendered source for the single backend."""
     var_vals = var_vals or {}
     want = [b.copy() for b in inputs]
     run_program(uops, want, var_vals)
-    n = global_extent(uops, var_vals)
+    n = global_extent(uops, var_vals) if extent is None else extent
     sig = kernel_signature(uops, "test")
     srcs = {}
     for be in backends:
-        src = (ClangRenderer() if be == "c" else LLVMRenderer()).render(uops)
+        if src is None or len(backends) > 1:
+            src = (ClangRenderer() if be == "c" else LLVMRenderer()).render(uops)
         srcs[be] = src
         addr, keep = compile_c(src, sig.name) if be == "c" else compile_llvm(src, sig.name)
         cores = [[(0, n)]] + ([[(0, n // 2), (n // 2, n)]] if splits and n > 1 and sig.sliced is not None else [])
@@ -522,3 +525,31 @@ def test_variable_names_that_are_c_keywords_are_renamed() -> None:
     uops = linear(r, st, end(st, r), name="kw")
     src = check_program(uops, [np.zeros(16, np.int32)], {"int": 9, "alu0": 3})
     assert "int var0, int var1, int core_start" in src["c"]
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.float64, dtypes.int16],
+                         ids=lambda d: d.name)  # fmt: skip
+def test_native_vector_compare_select_max_and_casts(dt: DType) -> None:
+    """Whole-vector forms (masks, bitwise selects, __builtin_convertvector) agree with the scalar semantics."""
+    lanes = 32 // dt.itemsize if dt.itemsize <= 4 else 4
+    vdt = dt.vec(lanes)
+    n = 6
+    r = rng(n, 0)
+    base = alu(Ops.MUL, r, cc(lanes, dtypes.int32))
+    a = load(idx(buf(1, dt, lanes * n), base), vdt)
+    b = load(idx(buf(2, dt, lanes * n), base), vdt)
+    lt, ne = alu(Ops.CMPLT, a, b), alu(Ops.CMPNE, a, b)
+    sel = UOp(Ops.WHERE, vdt, (lt, a, b))
+    mx = alu(Ops.MAX, a, b)
+    as_bool = UOp(Ops.CAST, dtypes.bool.vec(lanes), (a,))
+    as_f32 = UOp(Ops.CAST, dtypes.float32.vec(lanes), (mx,))
+    as_i8 = UOp(Ops.CAST, dtypes.int8.vec(lanes), (sel,))
+    bsel = UOp(Ops.WHERE, dtypes.bool.vec(lanes), (ne, as_bool, lt))
+    outs = [(sel, dt), (mx, dt), (as_f32, dtypes.float32), (as_i8, dtypes.int8), (bsel, dtypes.bool)]
+    stores = [store(idx(buf(i + 3, odt, lanes * n), base), v) for i, (v, odt) in enumerate(outs)]
+    stores.append(store(idx(buf(0, dt, lanes * n), base), b))
+    uops = _multi_store_program(f"nvec_{dt.name}", r, stores)
+    bufs = [values_of(dt, lanes * n, seed=11), values_of(dt, lanes * n, seed=12)]
+    outs_np = [np.zeros(lanes * n, nm.storage_np(odt)) for _, odt in outs]
+    src = check_program(uops, [np.zeros(lanes * n, nm.storage_np(dt)), *bufs, *outs_np])
+    assert "__builtin_convertvector" in src["c"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from speck.codegen.pipeline import full_rewrite_to_sink
+from speck.codegen.program import to_program
 from speck.codegen.renderer.cstyle import ClangRenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer, host_vector_bytes
 from speck.uop import AxisType, Ops, UOp, dtypes
@@ -35,6 +35,7 @@ from test_render_c_llvm_exec import (
     store,
 )
 
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 _FAST_MATH = re.compile(
     r"\b(fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call)\s+(fast|reassoc|nnan|ninf|nsz|arcp|contract|afn)\b"
 )
@@ -102,9 +103,13 @@ def test_wide_vectors_render_and_run() -> None:
 
 
 def _corpus_case(case: tuple[UOp, list[np.ndarray], dict[str, int]], renderer: Any) -> None:
+    """to_program -> the spec's own source, compiled and run over global_size[0] (whole and split across two
+    workers) -> every buffer equals run_program on the spec's uops."""
     ast, inputs, var_vals = case
-    uops = full_rewrite_to_sink(ast, renderer)
-    check_program(uops, inputs, var_vals, backends=(renderer.name,))
+    spec = to_program(ast, renderer)
+    assert spec.renderer == renderer.name
+    extent = spec.launch_dims(var_vals)[0] if spec.global_size else 1
+    check_program(spec.uops, inputs, var_vals, backends=(renderer.name,), extent=extent, src=spec.src)
 
 
 @pytest.mark.slow

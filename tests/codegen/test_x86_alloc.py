@@ -7,7 +7,7 @@ import pytest
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86 import allocate_function
 from speck.codegen.x86.alloc import LoopBegin, LoopEnd, operand_roles, ra_view
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, gpr, xmm, ymm
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Sym, gpr, xmm, ymm
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.regs import CALL_CLOBBERS, CALLEE_SAVED, X86_64_SYSV, arg_vreg, phys
 
@@ -101,3 +101,16 @@ def test_incoming_stack_argument_offset() -> None:
     assert mem.base == RSP and mem.disp == fn.frame_bytes + 8 * len(fn.pushed) + 8 + 8
     with pytest.raises(ValueError, match="arrive in registers"):
         allocate_function([Inst(O.MOV, (v, IncomingStackArg(2))), Inst(O.RET)])
+
+
+def test_vzeroupper_before_calls_and_return_when_ymm_used() -> None:
+    body = [
+        Inst(O.VXORPS, (V(1), V(1), V(1))),
+        Inst(O.VMOVUPS, (Mem(arg_vreg(0, 2)), V(1))),
+        Inst(O.CALL, (Sym("f"),), clobbers=CALL_CLOBBERS),
+        Inst(O.RET),
+    ]
+    ops = [i.op for i in allocate_function(body).items if isinstance(i, Inst)]
+    assert ops[ops.index(O.CALL) - 1] is O.VZEROUPPER and ops[-2:] == [O.VZEROUPPER, O.RET]
+    plain = [Inst(O.CALL, (Sym("f"),), clobbers=CALL_CLOBBERS), Inst(O.RET)]
+    assert O.VZEROUPPER not in [i.op for i in allocate_function(plain).items if isinstance(i, Inst)]

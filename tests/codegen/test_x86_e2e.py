@@ -294,7 +294,14 @@ def test_stack_passed_arguments(tmp_path: Path) -> None:
 GOLDEN = Path(__file__).parent / "golden" / "x86"
 
 
-@pytest.mark.parametrize(("name", "build"), [("elementwise_add", elementwise_add), ("row_sum", row_sum)])
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [
+        ("elementwise_add", elementwise_add),
+        ("row_sum", row_sum),
+        ("division_shift_call", lambda: fixed_constraints(ConstPool())),
+    ],
+)
 def test_golden_listing(name: str, build: Callable[[], list[Item]]) -> None:
     """The allocated, encoded listing of the hand-built kernels, reviewed by a person whenever it changes.
 

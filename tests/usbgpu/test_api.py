@@ -44,6 +44,15 @@ def test_bad_arguments_name_what_was_expected() -> None:
             gpu.copyout(bytearray(10), buf, offset=-1)
         with pytest.raises(TypeError, match="writable buffer"):
             gpu.copyout(memoryview(b"abc"), buf)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="contiguous"):
+            gpu.copyin(buf, memoryview(b"abcdef")[::2])
+        with pytest.raises(TypeError, match="bytes-like"):
+            gpu.copyin(buf, "text")  # type: ignore[arg-type]
+        floats = __import__("array").array("f", [1.5, -2.0])
+        gpu.copyin(buf, floats, 8)  # any contiguous buffer is copied as its raw bytes
+        back = bytearray(8)
+        gpu.copyout(back, buf, 8)
+        assert back == floats.tobytes()
         with pytest.raises(TypeError, match="needs a VramBuffer"):
             gpu.copyin(b"not a buffer", b"y")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="another UsbGpu session"):

@@ -241,6 +241,10 @@ def test_one_doorbell_per_copyin_and_ring_wraps(session: tuple[UsbGpu, SimDevice
         gpu.copyin(buf, data)
         assert dev.read_vram(buf.va, n) == data
     assert dev.stats["doorbells"] - ring_before == 3
+    # the engine consumed the whole ring up to the put value and wrote its read pointer back
+    from speck.usbgpu.gpu import QUEUE_PAGE_VA
+
+    assert struct.unpack("<Q", dev.read_vram(QUEUE_PAGE_VA, 8))[0] == ring.put_value == dev.sdma.rptr
     assert dev.violations == []
 
 

@@ -305,3 +305,36 @@ def test_disconnect_during_a_blocked_f4_leaves_a_usable_device_after_reconnect()
     assert res.status == TransferStatus.COMPLETED and d.dma.current is None
     d.wait(None, 5000)  # the stale 0xF4 bail timer must not arm or reply to anything
     assert d.dma.current is None and d.stats["f4_bails"] == 0
+
+
+def test_config_and_memory_routing_need_the_bridges_set_up() -> None:
+    d = SimDevice()
+
+    def cfg_read(bus: int, reg: int) -> bytes:
+        fmt = 0x04 if bus == 0 else 0x05
+        ctrl(d, 0x40, 0xF0, fmt | 0xF << 8, 0, struct.pack("<III", bus << 24 | reg, 0, 0))
+        return ctrl(d, 0xC0, 0xF0, 0, 0, length=8).data
+
+    assert cfg_read(0, 0)[:4] == struct.pack("<I", 0x2464 << 16 | 0x1B21)  # bus 0 always answers
+    assert cfg_read(4, 0)[4] >> 5 == 1  # the GPU is unreachable before bridges 0..3 forward bus 4: UR
+    for bus in range(4):
+        fmt = 0x44 if bus == 0 else 0x45
+        ctrl(d, 0x40, 0xF0, fmt | 0xF << 8, 0, struct.pack("<III", bus << 24 | 0x18, 0, (bus + 1) << 8 | 4 << 16))
+    reply = cfg_read(4, 0)
+    assert reply[4] >> 5 == 0 and reply[6] & 1 and reply[:4] == struct.pack("<I", 0x744C << 16 | 0x1002)
+    # a memory write before any window/BAR is set up goes nowhere and is flagged
+    ctrl(d, 0x40, 0xF0, 0x60 | 0xF << 8, 0, struct.pack("<III", 0, 8, 0x1234))
+    assert any("reached no GPU BAR" in v for v in d.violations)
+
+
+def test_e4_reply_is_capped_at_the_superspeed_ep0_buffer() -> None:
+    d = SimDevice()
+    res = ctrl(d, 0xC0, 0xE4, 0xF000, 0, length=600)
+    assert res.status == TransferStatus.COMPLETED and len(res.data) == 512
+
+
+def test_misrouting_without_nak_swallows_the_whole_transfer() -> None:
+    d = SimDevice(faults=SimFaults(misroute_nak=False))
+    res = bulk_out(d, bytes(64 * 1024))
+    assert res.status == TransferStatus.COMPLETED and res.actual_length == 64 * 1024
+    assert d.stats["misrouted_packets"] == 64 and len(d.violations) == 64

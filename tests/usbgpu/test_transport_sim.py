@@ -276,6 +276,42 @@ def test_async_failure_is_latched_reported_at_next_wait_and_sticky(
         usb.wait(later)
 
 
+FAULT_CLASSES = {
+    "error": errors.TransferFailedError,
+    "timeout": errors.TransferTimedOutError,
+    "stall": errors.TransferStallError,
+    "overflow": errors.TransferOverflowError,
+    "short": errors.TransferShortError,
+}
+
+
+@given(
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=10),
+    fault=st.sampled_from(sorted(FAULT_CLASSES)),
+    position=st.integers(0, 9),
+)
+def test_the_first_async_failure_is_reported_by_every_wait_from_its_tag_on(
+    sizes: list[int], fault: str, position: int
+) -> None:
+    position %= len(sizes)
+    m = EchoModel()
+    m.faults.extend([None] * position + [fault])  # type: ignore[list-item]
+    payloads = [bytes([i]) * n for i, n in enumerate(sizes)]
+    with UsbTransport.open(sim=[m]) as t:
+        tags = [t.submit_bulk_out(0x02, p, timeout_ms=100) for p in payloads]
+        for i, tag in enumerate(tags):
+            if i < position:
+                t.wait(tag)  # completed before the failure
+            else:
+                with pytest.raises(FAULT_CLASSES[fault]) as info:
+                    t.wait(tag)
+                assert info.value.tag == tags[position]
+        landed = [p for i, p in enumerate(payloads) if i != position]
+        if fault == "short":
+            landed.insert(position, payloads[position][: len(payloads[position]) // 2])
+        assert m.received == landed  # the failure does not stop or reorder the transfers behind it
+
+
 def test_async_submit_failure_raises_without_latching(usb: UsbTransport, model: EchoModel) -> None:
     model.faults.append("submit_fail")
     with pytest.raises(errors.UsbIoError, match="submit async bulk OUT 0x02"):
@@ -405,3 +441,50 @@ def test_interpreter_exit_with_transfers_in_flight_tears_down_in_order() -> None
     counters = dict(eval(lines[1].removeprefix("after ")))
     assert {k: counters[k] for k in NOTHING_LIVE} == NOTHING_LIVE
     assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
+
+
+def _run_fresh(script: str, **env_updates: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECK_USB_SIM", "SPECK_LIBUSB_PATH")}
+    env.update(env_updates)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), str(HERE)], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_real_libusb_loads_without_a_system_libusb_and_then_excludes_the_simulator() -> None:
+    out = _run_fresh(
+        """
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import usb1
+        from test_transport_echo_model import EchoModel
+        from speck.usbgpu import errors, helper, transport
+        path = transport._real_libusb_path()
+        transport._load_libusb("real", path)
+        assert transport.loaded_libusb() == ("real", path) and helper.loaded_libusb_path() == path
+        with usb1.USBContext() as context:  # python-libusb1 works on the library speck.usbgpu chose
+            context.getDeviceList(skip_on_error=True)
+        try:
+            transport.UsbTransport.open(sim=[EchoModel()])
+        except errors.UsbLibraryConflict as exc:
+            print("conflict:", exc)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "conflict: load the sim libusb" in out.stdout and "already uses the real libusb" in out.stdout
+
+
+def test_a_bad_libusb_override_is_reported_with_the_path() -> None:
+    out = _run_fresh(
+        """
+        from speck.usbgpu import errors
+        from speck.usbgpu.transport import UsbTransport
+        try:
+            UsbTransport.open()
+        except errors.LibusbLoadError as exc:
+            print("error:", exc)
+        """,
+        SPECK_LIBUSB_PATH="/nonexistent/libusb-1.0.so.0",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "error: load the real libusb failed" in out.stdout and "/nonexistent/libusb-1.0.so.0" in out.stdout

@@ -34,8 +34,8 @@ static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
   if ((double)r * step > 448.0) return (unsigned char)(sign | 0x7Eu);
   return (unsigned char)(sign | (unsigned int)(((long)(e + 6) << 3) + r));
 }
-/* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc fold
-   comparisons of converted halves back into _Float16 comparisons, which it lowers to libgcc calls (__nehf2) */
+/* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc
+   fold comparisons of converted halves back into _Float16 comparisons, lowered to libgcc calls (__nehf2) */
 static inline float __speck_f16_to_f32(_Float16 h) {
   unsigned short b; __builtin_memcpy(&b, &h, 2);
   unsigned int s = (unsigned int)(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu, u;

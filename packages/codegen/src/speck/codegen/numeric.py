@@ -243,9 +243,10 @@ def alu(op: Ops, dt: DType, *srcs: np.ndarray, src_dt: DType | None = None) -> n
             rem = np.fmod(a, bb)
             r = rem if op is Ops.CMOD else ((a - rem) // bb)
             return np.asarray(np.where(zero, npt(0), r)).astype(npt)
-        if op is Ops.MULACC:
-            r = round_to(xs[0] * xs[1], s)
-            return round_to(r + xs[2], s)
+        if op is Ops.MULACC:  # rounded once, like the constant folder (and a fused multiply-add)
+            if dtypes.is_float(s) and s != dtypes.float64:
+                return round_to(xs[0].astype(np.float64) * xs[1] + xs[2], s)
+            return np.asarray(xs[0] * xs[1] + xs[2]).astype(npt)
         if op is Ops.POW and not dtypes.is_float(s):
             a, b = xs
             r = np.power(a, np.where(b < 0, 0, b).astype(npt))

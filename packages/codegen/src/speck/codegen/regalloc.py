@@ -12,11 +12,13 @@ How it works (Poletto & Sarkar style, one location per value):
   around the back edge), is kept alive over the whole loop;
 - fixed (precoloured) virtual registers own their physical register over their interval, and clobbers block a register
   at one instruction; other values only get a register that is free of both over their whole interval;
-- when no register is free the value with the furthest end (the current one or an active one) goes to a stack slot;
+- when no register is free the cheapest value (the current one or an active one) goes to a stack slot: fewest
+  accesses per position occupied, an access inside a loop nest of depth d counting 10**d;
   spilled values are reloaded into a scratch register before each use and stored after each def, except that a spilled
   value that a loop only reads is reloaded once before the loop when some register is free across the whole loop;
 - slots of spilled values that are never live at the same time are shared;
-- a value defined by a register copy takes its source's register when that is free (the copy then disappears).
+- a value defined by a register copy takes its source's register when that is free (the copy then disappears);
+- scratch registers are reserved only when something spills: a first scan offers them like any caller-saved register.
 """
 
 from __future__ import annotations
@@ -182,6 +184,7 @@ def _linear_scan(
     blocked: dict[str, list[tuple[int, int]]],
     copied_from: dict[int, int],
     pools: dict[str, tuple[str, ...]],
+    weight: dict[int, float],
 ) -> tuple[dict[int, str | int], list[int]]:
     """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill."""
     home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
@@ -199,10 +202,15 @@ def _linear_scan(
             home[vid] = pick
             active.append((e, vid, pick))
             continue
-        # spill the value (this one or an active one whose register it could use) that stays live the longest
+
+        # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
+        # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
+        def cost(end: int, v: int) -> tuple[float, int]:
+            return weight[v] / (end - intervals[v][0] + 1), -end
+
         victims = [a for a in active if info[a[1]].cls == cls and not _overlaps(blocked.get(a[2], []), s, e)]
-        victim = max(victims, default=None)
-        if victim is not None and victim[0] > e:
+        victim = min(victims, key=lambda a: cost(a[0], a[1]), default=None)
+        if victim is not None and cost(victim[0], victim[1]) < cost(e, vid):
             active.remove(victim)
             spilled.append(victim[1])
             home[vid] = victim[2]
@@ -254,6 +262,14 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                         "it; copy the value to an unpinned virtual register before the instruction"
                     )
 
+    # spill weight: accesses, each counting 10 ** (loop nesting depth)
+    weight: dict[int, float] = dict.fromkeys(info, 0.0)
+    depth = 0
+    for ins in instrs:
+        depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
+        for v in ins.defs + ins.uses:
+            weight[v.id] += 10.0**depth
+
     copied_from: dict[int, int] = {}
     for ins in instrs:
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
@@ -267,9 +283,9 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             out[name] = c.allocatable if reserve_scratch else c.allocatable[:k] + c.scratch + c.allocatable[k:]
         return out
 
-    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False))
+    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False), weight)
     if spilled:
-        home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(True))
+        home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(True), weight)
     assigned: dict[str, list[tuple[int, int]]] = {}
     for vid, reg in home.items():
         if isinstance(reg, str) and vid not in spilled:
@@ -330,27 +346,36 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                 if any(v.id == vid for v in instrs[j].uses):
                     regs[j][vid] = reg
 
-    # remaining references to spilled values: a scratch register per instruction
+    # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
+    # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
     for i, ins in enumerate(instrs):
-        used_here: set[str] = set(regs[i].values())
-        for v in dict.fromkeys(ins.uses + ins.defs):
-            if v.id in regs[i]:
-                continue
+        held = set(regs[i].values())
+        read_scratch: set[str] = set()
+        written_scratch: set[str] = set()
+        use_ids = {u.id for u in ins.uses}
+        def_ids = {d.id for d in ins.defs}
+        pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs[i]]
+        for v in sorted(pending, key=lambda v: v.id not in use_ids):  # sources first
             cls = target.classes[v.cls]
-            point_free = [r for r in cls.allocatable if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)
-                          and not _overlaps(assigned.get(r, []), 2 * i, 2 * i + 1)]  # fmt: skip
+            avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
             scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
-            tmp = next((r for r in scratch + point_free if r not in used_here), None)
+            tmp = next((r for r in scratch if r not in avoid), None)
+            if tmp is None:  # all reserved scratch taken: any register nothing occupies at this instruction
+                point_free = [r for r in cls.allocatable if r not in avoid
+                              and not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)
+                              and not _overlaps(assigned.get(r, []), 2 * i, 2 * i + 1)]  # fmt: skip
+                tmp = point_free[0] if point_free else None
             if tmp is None:
                 raise RegAllocError(
                     f"instruction {i}: more spilled {cls.name} operands than scratch registers "
                     f"({len(cls.scratch)}) and no free register; split the instruction"
                 )
-            used_here.add(tmp)
             regs[i][v.id] = tmp
-            if any(u.id == v.id for u in ins.uses):
+            if v.id in use_ids:
+                read_scratch.add(tmp)
                 reloads[i].append(Reload(info[v.id], tmp, slots[v.id]))
-            if any(d.id == v.id for d in ins.defs):
+            if v.id in def_ids:
+                written_scratch.add(tmp)
                 spills[i].append(Spill(info[v.id], tmp, slots[v.id]))
 
     written = {r for m in regs for r in m.values()} | {r.reg for rl in reloads for r in rl}

@@ -73,6 +73,7 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
 _program_cache: dict[tuple[str, bytes], Any] = {}
 COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 1)  # 0: a codegen failure is an error instead of a fallback
 USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
+NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
 
 
 class _NumpyProgram:
@@ -82,6 +83,14 @@ class _NumpyProgram:
         self.ast, self.reason, self.name = ast, reason, kernel_name(ast)
 
     def run(self, bufs: list[UOp], var_vals: dict[str, int]) -> float:
+        from speck.uop.symbolic import sym_infer
+
+        grid = prod(int(sym_infer(r.src[0], var_vals)) for r in self.ast.toposort() if r.op is Ops.RANGE)
+        if grid > NUMPY_FALLBACK_LIMIT:
+            raise RuntimeError(
+                f"kernel {self.name} has {grid} iterations, too many for the numpy fallback (limit "
+                f"{NUMPY_FALLBACK_LIMIT}); codegen could not compile it: {self.reason}"
+            )
         t0 = time.perf_counter()
         eval_kernel(self.ast, [buffer_numpy(b) for b in bufs], var_vals)
         return time.perf_counter() - t0

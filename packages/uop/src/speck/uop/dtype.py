@@ -70,8 +70,8 @@ class DType:
             raise RuntimeError(f"can't vectorize {self}: it is already a vector")
         if count == 1:
             return self
-        if self.name.startswith("weak") or self.name == "void":
-            raise RuntimeError(f"can't vectorize {self}: only concrete scalar dtypes have vector forms")
+        if self.name == "void":
+            raise RuntimeError(f"can't vectorize {self}: void has no values")
         return _vec_cache(self, count)
 
     def scalar(self) -> DType:
@@ -362,7 +362,10 @@ def least_upper_dtype(*ds: DType) -> DType:
     for cand in sorted(common, key=lambda d: len(_upper_set(d)), reverse=True):
         if all(c in _upper_set(cand) for c in common):
             return cand
-    raise RuntimeError(f"no common dtype for {ds}")  # unreachable: float64 is above everything
+    # the two fp8 formats have two minimal common bounds (float16 and bfloat16, both exact for either): take the
+    # lower priority one, float16
+    minimal = [c for c in common if not any(o is not c and c in _upper_set(o) for o in common)]
+    return min(minimal, key=lambda d: d.priority)
 
 
 def least_upper_float(dt: DType) -> DType:

@@ -143,6 +143,16 @@ class UsbGpu:
         self._live()
         return VramBuffer(self._ctx.alloc(nbytes), nbytes, id(self))
 
+    @staticmethod
+    def _bytes_view(data: object, verb: str) -> memoryview:
+        try:
+            view = memoryview(data)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"{verb} needs a bytes-like object, got {type(data).__name__}") from None
+        if not view.contiguous:
+            raise ValueError(f"{verb} needs a contiguous buffer; copy the strided view first (bytes(view))")
+        return view.cast("B")
+
     def _check(self, buf: VramBuffer, offset: int, nbytes: int, verb: str) -> None:
         if not isinstance(buf, VramBuffer):
             raise TypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
@@ -157,7 +167,7 @@ class UsbGpu:
     def copyin(self, buf: VramBuffer, data: _BufferLike, offset: int = 0) -> None:
         """Copy `data` into `buf` at byte `offset`; returns once the data is in VRAM."""
         self._live()
-        mv = memoryview(data).cast("B")
+        mv = self._bytes_view(data, "copyin")
         self._check(buf, offset, len(mv), "copyin")
         self._run(lambda: self._copyin(buf.va + offset, mv), "copyin")
 
@@ -170,7 +180,7 @@ class UsbGpu:
     def copyout(self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0) -> None:
         """Fill `out` (a writable buffer) from `buf` starting at byte `offset`."""
         self._live()
-        mv = memoryview(out).cast("B")
+        mv = self._bytes_view(out, "copyout")
         if mv.readonly:
             raise TypeError("copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one")
         self._check(buf, offset, len(mv), "copyout")

@@ -113,7 +113,7 @@ class GpuContext:
             raise VramAllocError(
                 f"VRAM allocation of {nbytes} bytes",
                 f"only {self.vram_visible - va} bytes of the {self.vram_visible}-byte BAR0 remain",
-                "free nothing is possible with the bump allocator: reopen the device to start over",
+                "the allocator never frees: allocate fewer or smaller buffers, or reopen the device to start over",
             )
         self._heap = -(-end // ALLOC_ALIGN) * ALLOC_ALIGN
         return va

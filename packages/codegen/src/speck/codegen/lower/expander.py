@@ -40,6 +40,7 @@ def _key(r: UOp) -> tuple[int, ...]:
 class _Expander:
     def __init__(self) -> None:
         self.memo: dict[UOp, _Val] = {}
+        self.maps: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[int]] = {}
 
     def nlanes(self, axes: tuple[UOp, ...]) -> int:
         n = 1
@@ -49,6 +50,9 @@ class _Expander:
 
     def mapping(self, src_axes: tuple[UOp, ...], axes: tuple[UOp, ...]) -> list[int]:
         """For each lane of `axes`, the lane of a value over `src_axes` (a subset) it reads."""
+        key = (src_axes, axes)
+        if key in self.maps:
+            return self.maps[key]
         sizes = [_size(a) for a in axes]
         pos = {a: i for i, a in enumerate(axes)}
         out = []
@@ -57,6 +61,7 @@ class _Expander:
             for a in src_axes:
                 lane = lane * _size(a) + coords[pos[a]]
             out.append(lane)
+        self.maps[key] = out
         return out
 
     def as_vec(self, v: _Val, axes: tuple[UOp, ...]) -> UOp:
@@ -119,7 +124,8 @@ class _Expander:
 
     # ---------------- memory ----------------
     def _index_lanes(self, idx_val: _Val, axes: tuple[UOp, ...]) -> list[UOp]:
-        return [x.simplify() for x in self.as_lanes(idx_val, axes)]
+        # not simplified here: contiguity is decided on linear forms, and only the indices kept get simplified
+        return self.as_lanes(idx_val, axes)
 
     def _runs(self, idxs: list[UOp], axes: tuple[UOp, ...]) -> int | None:
         """Length of contiguous runs the lanes split into (all lanes, else groups of the innermost axis), or None."""
@@ -134,19 +140,20 @@ class _Expander:
         idx_val = srcs[0]
         idxs = self._index_lanes(idx_val, axes)
         alt = self.as_vec(srcs[1], axes) if len(srcs) > 1 else None
-        run = self._runs(idxs, axes) if len(set(idxs)) > 1 else None
+        same = _all_same(idxs)
+        run = None if same else self._runs(idxs, axes)
         n = len(idxs)
         if run is None:
-            if len(set(idxs)) == 1:  # every lane reads the same element
-                ld = UOp(Ops.LOAD, u.dtype, (idxs[0], *([alt.gep(0)] if alt is not None else [])), u.arg)
+            if same:  # every lane reads the same element
+                ld = UOp(Ops.LOAD, u.dtype, (idxs[0].simplify(), *([alt.gep(0)] if alt is not None else [])), u.arg)
                 return _Val(axes, vec=UOp.stack(*[ld] * n))
-            loads = [UOp(Ops.LOAD, u.dtype, (idxs[k], *([alt.gep(k)] if alt is not None else [])), u.arg)
+            loads = [UOp(Ops.LOAD, u.dtype, (idxs[k].simplify(), *([alt.gep(k)] if alt is not None else [])), u.arg)
                      for k in range(n)]  # fmt: skip
             return _Val(axes, vec=UOp.stack(*loads))
         parts = []
         for g in range(0, n, run):
             extra = (alt.gep(*range(g, g + run)),) if alt is not None else ()
-            parts.append(UOp(Ops.LOAD, u.dtype.vec(run), (idxs[g], *extra), u.arg))
+            parts.append(UOp(Ops.LOAD, u.dtype.vec(run), (idxs[g].simplify(), *extra), u.arg))
         if len(parts) == 1:
             return _Val(axes, vec=parts[0])
         return _Val(axes, vec=UOp.stack(*[p.gep(i) for p in parts for i in range(run)]))
@@ -155,12 +162,12 @@ class _Expander:
         idxs = self._index_lanes(srcs[0], axes)
         val = self.as_vec(srcs[1], axes)
         n = len(idxs)
-        run = self._runs(idxs, axes) if len(set(idxs)) > 1 else None
+        run = None if _all_same(idxs) else self._runs(idxs, axes)
         if run is None:
-            sts = [UOp(Ops.STORE, dtypes.void, (idxs[k], val.gep(k)), u.arg) for k in range(n)]
+            sts = [UOp(Ops.STORE, dtypes.void, (idxs[k].simplify(), val.gep(k)), u.arg) for k in range(n)]
         else:
-            sts = [UOp(Ops.STORE, dtypes.void, (idxs[g], val.gep(*range(g, g + run)) if run < n else val), u.arg)
-                   for g in range(0, n, run)]  # fmt: skip
+            sts = [UOp(Ops.STORE, dtypes.void, (idxs[g].simplify(), val.gep(*range(g, g + run)) if run < n else val),
+                       u.arg) for g in range(0, n, run)]  # fmt: skip
         return _Val((), vec=sts[0] if len(sts) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(sts)))
 
     # ---------------- closing ranges ----------------
@@ -207,16 +214,32 @@ class _Expander:
         return _Val(out_axes, vec=res)
 
 
+def _all_same(idxs: list[UOp]) -> bool:
+    """Every lane addresses the same element (same gate, zero offset)."""
+    if all(x is idxs[0] for x in idxs):
+        return True
+    base, gate = _split_gate(idxs[0])
+    for x in idxs[1:]:
+        b, g = _split_gate(x)
+        if b is None or base is None or g is not gate or b.src[0] is not base.src[0]:
+            return False
+        if index_offset(base.src[1], b.src[1]) != 0:
+            return False
+    return True
+
+
 def _contiguous(idxs: list[UOp]) -> bool:
     """idx_k == idx_0 + k for every lane (gated indices: same gate on every lane)."""
     base, gate = _split_gate(idxs[0])
+    if base is None:
+        return False
+    bterms, bconst = linear_terms(base.src[1])
     for k, x in enumerate(idxs[1:], start=1):
         b, g = _split_gate(x)
-        if g is not gate:
+        if g is not gate or b is None or b.src[0] is not base.src[0]:
             return False
-        if b is None or base is None:
-            return False
-        if b.src[0] is not base.src[0] or index_offset(base.src[1], b.src[1]) != k:
+        terms, const = linear_terms(b.src[1])
+        if terms != bterms or const - bconst != k:
             return False
     return True
 

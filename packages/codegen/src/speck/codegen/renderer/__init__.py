@@ -43,9 +43,9 @@ class Renderer:
       max_vector_bytes: widest vector register in bytes (32 = 256-bit AVX2; 64 on AVX-512 hosts). Wider vectors
         are split by devectorization.
       supports_float16: arithmetic directly in float16; False -> half ALU ops are computed in float32 and rounded.
-      supports_bfloat16: bfloat16 as a native type; False -> bfloat16 is stored as its uint16 bits and converted
-        with integer ops (round to nearest even), arithmetic in float32.
-      supports_fp8: fp8 formats as native types; False -> fp8 arithmetic is computed in float32 (casts still needed).
+      supports_bfloat16: bfloat16 arithmetic natively; False -> bfloat16 ALU ops are computed in float32 and cast
+        back (LOAD/STORE and CASTs of bfloat16 still reach the renderer, which converts the storage bits).
+      supports_fp8: likewise for fp8e4m3/fp8e5m2.
       supports_int64: 64-bit integer arithmetic is available (index lowering may use int64 when bounds need it).
       has_local: workgroup-local memory and LOCAL ranges exist (False on CPUs: the optimizer won't emit LOCAL).
       has_threads: the CPU ABI core slicing applies: the outermost GLOBAL range is split across worker threads.

@@ -14,17 +14,20 @@ Semantics (each choice matches the reference interpreter / speck.uop's exact fol
 - MAX propagates NaN (`b > a || b != b ? b : a`); CMPLT is false and CMPNE true on NaN (C's own comparisons).
 - float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline), read through an
   exact integer decoder and written with `(_Float16)` from float (F16C); float64 -> float16 rounds to odd at float
-  precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2, __extendhfdf2...). bfloat16 and fp8 are integer
-  storage with conversion helpers (round to nearest even; fp8e4m3 saturates, fp8e5m2 overflows to inf).
+  precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2, __extendhfdf2...).
+- bfloat16 and fp8 are integer storage with conversion helpers (round to nearest even; fp8e4m3 saturates, fp8e5m2
+  overflows to inf).
 - Float -> integer casts truncate and wrap modulo 2**64 like the interpreter (NaN/inf give 0) through a
   helper, never an undefined C conversion; int64 -> float32 rounds through float64 as the interpreter does.
 - Literals come only from casted consts `CAST(dt, CONST(v))`; a bare strongly-typed CONST is an error.
 - Vectors use `vector_size` typedefs; contiguous vector loads/stores go through `__builtin_memcpy` (unaligned safe);
-  ops without a portable vector form are written lane by lane into a compound literal."""
+  comparisons/selects/MAX use integer masks and bitwise selects (C has no vector `?:`), plain casts use
+  `__builtin_convertvector`; ops without a portable vector form are written lane by lane into a compound literal."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from fractions import Fraction
@@ -107,16 +110,6 @@ def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     return KernelSignature(name, tuple(buffers), written, tuple(variables), sliced)
 
 
-def range_users(uops: list[UOp]) -> dict[UOp, int]:
-    """How many ENDs close each RANGE (a well-formed program closes each exactly once)."""
-    out: dict[UOp, int] = {}
-    for u in uops:
-        if u.op is Ops.END:
-            for r in u.src[1:]:
-                out[r] = out.get(r, 0) + 1
-    return out
-
-
 def int_fits(u: UOp) -> bool:
     """u's exact bounds lie strictly inside its integer dtype, so computing it in that dtype cannot overflow.
     (Bounds that could leave the dtype are reported as the full range, hence the strict comparison.)"""
@@ -193,9 +186,15 @@ _UNSIGNED_TWIN = {
     dtypes.int64: dtypes.uint64,
 }
 _STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}  # float formats kept as integer bits
+_MASK_INT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # vector select masks by lane size
 
 
 def _f32_text(v: float) -> str:
+    return _f32_text_cached(v, math.copysign(1.0, v) < 0)  # the sign in the key keeps -0.0 apart from 0.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _f32_text_cached(v: float, _neg: bool) -> str:
     """Shortest decimal that reads back (correctly rounded, as C does) as float32 v, with the `f` suffix, written the
     way Python writes floats (`16777216.0f`, `1e+30f`)."""
     s = str(np.float32(v))  # numpy's shortest unique float32 digits
@@ -413,6 +412,7 @@ class _CKernel:
         self.r, self.uops = r, uops
         self.sig = kernel_signature(uops, r.name)
         self.names: dict[UOp, str] = {}
+        self.literals: dict[UOp, str] = {}
         self.counts: dict[str, int] = {}
         self.lines: list[str] = []
         self.depth = 1
@@ -449,12 +449,15 @@ class _CKernel:
     def operand(self, u: UOp) -> str:
         if u in self.names:
             return self.names[u]
+        if u in self.literals:
+            return self.literals[u]
         ok, v = casted_const(u)
         if ok:
             self.need_dtype(u.dtype)
             lit = c_literal(v, u.dtype)
             if u.dtype.count > 1:
-                return f"({self.ctype(u.dtype)}){{{', '.join([lit] * u.dtype.count)}}}"
+                lit = f"({self.ctype(u.dtype)}){{{', '.join([lit] * u.dtype.count)}}}"
+            self.literals[u] = lit
             return lit
         if u.op is Ops.CONST:
             raise bare_const_error(u, self.r.name)
@@ -465,9 +468,10 @@ class _CKernel:
         """Lane i of a vector operand (scalars broadcast)."""
         if u.dtype.count == 1:
             return self.operand(u)
-        ok, v = casted_const(u)
-        if ok:
-            return c_literal(v, u.dtype)
+        if u not in self.names:
+            ok, v = casted_const(u)
+            if ok:
+                return c_literal(v, u.dtype)
         return f"{self.operand(u)}[{i}]"
 
     def pointer(self, idx: UOp) -> tuple[str, str]:
@@ -490,7 +494,7 @@ class _CKernel:
             params.append(f"{const}{self.ctype(b.dtype.base)}* restrict {nm}")
         used = set(self.names.values())
         for v in sig.variables:
-            if not dtypes.is_int(v.dtype) or v.dtype.is_weak:
+            if v.dtype != dtypes.int32:
                 raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the CPU ABI")
             nm = str(v.arg[0])
             # keep the variable's own name unless it is not an identifier, a keyword, or may collide with ours
@@ -619,7 +623,8 @@ class _CKernel:
             self.render_bitcast(u)
             return
         elif op is Ops.CAST:
-            expr = self.vectorwise(u, lambda i: self.cast(u.src[0], u.dtype.scalar(), i))
+            native = self.native_cast(u) if u.dtype.count > 1 else None
+            expr = native or self.vectorwise(u, lambda i: self.cast(u.src[0], u.dtype.scalar(), i))
         elif op in GroupOp.ALU:
             expr = self.alu_expr(u)
         else:
@@ -711,17 +716,58 @@ class _CKernel:
         return self.vectorwise(u, lambda i: self.scalar_alu(u, op, s, [self._src(x, i) for x in u.src]))
 
     def native_vector(self, u: UOp, s: DType) -> str | None:
-        """Whole-vector C for the ops the vector extension defines identically in gcc and clang."""
+        """Whole-vector C for the ops the vector extension defines identically in gcc and clang (None: write the op
+        lane by lane). Comparisons give -1/0 integer masks, turned into 0/1 bool lanes; selects are bitwise."""
         op = u.op
         a = [self.operand(x) for x in u.src]
+        n = u.dtype.count
         if s in (dtypes.float32, dtypes.float64) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
             return f"({a[0]} {_INFIX[op]} {a[1]})"
+        if s in (dtypes.float32, dtypes.float64) and op is Ops.NEG:
+            return f"(-{a[0]})"
         if dtypes.is_int(s) and op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR):
             if dtypes.is_unsigned(s) or op in (Ops.AND, Ops.OR, Ops.XOR) or int_fits(u):
                 return f"({a[0]} {_INFIX[op]} {a[1]})"
-            ut = self.ctype(_UNSIGNED_TWIN[s].vec(u.dtype.count))
+            ut = self.ctype(_UNSIGNED_TWIN[s].vec(n))
             return f"({self.ctype(u.dtype)})(({ut}){a[0]} {_INFIX[op]} ({ut}){a[1]})"
+        if not (dtypes.is_int(s) or s in (dtypes.float32, dtypes.float64, dtypes.bool)):
+            return None
+        if op in GroupOp.Comparison:
+            return f"__builtin_convertvector(-({a[0]} {_INFIX[op]} {a[1]}), {self.ctype(u.dtype)})"
+        if op is Ops.WHERE:
+            mt = self.ctype(_MASK_INT[s.itemsize].vec(n))
+            m = self.fresh("tmp")
+            self.emit(f"{mt} {m} = -__builtin_convertvector({a[0]}, {mt});")
+            return self.select(m, a[1], a[2], u.dtype)
+        if op is Ops.MAX and s != dtypes.bool:
+            mt = self.ctype(_MASK_INT[s.itemsize].vec(n))
+            m = self.fresh("tmp")
+            nan = f" | ({a[1]} != {a[1]})" if dtypes.is_float(s) else ""
+            self.emit(f"{mt} {m} = ({mt})(({a[1]} > {a[0]}){nan});")
+            return self.select(m, a[1], a[0], u.dtype)
         return None
+
+    def select(self, mask: str, a: str, b: str, dt: DType) -> str:
+        """Lanes of a where the -1/0 integer vector `mask` is set, else of b (bitwise, so exact for any type)."""
+        mt = self.ctype(_MASK_INT[dt.scalar().itemsize].vec(dt.count))
+        return f"({self.ctype(dt)})(({mask} & ({mt}){a}) | (~{mask} & ({mt}){b}))"
+
+    def native_cast(self, u: UOp) -> str | None:
+        """`__builtin_convertvector` where it means exactly the scalar cast in every lane, else None."""
+        src, fr, to, n = u.src[0], u.src[0].dtype.scalar(), u.dtype.scalar(), u.dtype.count
+        plain = set(_UNSIGNED_TWIN) | set(_UNSIGNED_TWIN.values()) | {dtypes.bool, dtypes.float32, dtypes.float64}
+        if (
+            fr not in plain
+            or to not in plain
+            or (dtypes.is_float(fr) and not dtypes.is_float(to) and to != dtypes.bool)
+        ):
+            return None  # float -> int needs the wrapping helper
+        x, t = self.operand(src), self.ctype(u.dtype)
+        if to == dtypes.bool:
+            return f"__builtin_convertvector(-({x} != 0), {t})"
+        if fr in (dtypes.int64, dtypes.uint64) and to == dtypes.float32:  # rounded through float64, as scalars
+            return f"__builtin_convertvector(__builtin_convertvector({x}, {self.ctype(dtypes.float64.vec(n))}), {t})"
+        return f"__builtin_convertvector({x}, {t})"
 
     def scalar_alu(self, u: UOp, op: Ops, s: DType, a: list[str]) -> str:
         fail = UnsupportedOpError(self.r.name, op, s, "no C form for this op on this dtype")

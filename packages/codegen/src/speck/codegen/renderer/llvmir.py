@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import struct
 from typing import Any, ClassVar
 
@@ -345,9 +346,9 @@ class _LLKernel:
             self.names[b] = nm
             params.append(f"ptr noalias {'' if b in sig.written else 'readonly '}{nm}")
         for i, v in enumerate(sig.variables):
-            if not dtypes.is_int(v.dtype) or v.dtype.is_weak:
+            if v.dtype != dtypes.int32:
                 raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the CPU ABI")
-            nm = f"%var.{v.arg[0]}" if str(v.arg[0]).isidentifier() else f"%var{i}"
+            nm = f"%var.{v.arg[0]}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(v.arg[0])) else f"%var{i}"
             self.names[v] = nm
             params.append(f"{ltype(v.dtype)} {nm}")
         params += ["i32 %core_start", "i32 %core_end"]

@@ -5,6 +5,15 @@ markers. `allocate_function` describes each item to the target-independent alloc
 written), then rewrites the list: virtual registers become physical ones, spill stores and reloads are inserted, and a
 System V prologue/epilogue saves the callee-saved registers used and reserves the spill area with rsp kept 16-byte
 aligned at calls. `build_object` runs allocation, encoding and the ELF writer in one go.
+
+Contract for instruction selection:
+- two-address ALU ops read and write operand 0 (`add d, b` reads d): emit `mov d, a` first when d is a fresh value;
+  `xor v, v` (and vxorps/vpxor v, v, v) only writes v;
+- fixed registers are short-lived `VReg(..., fixed="rax")` values: copy into them right before the instruction and out
+  right after; registers an instruction touches without naming them go in `implicit_uses`/`implicit_defs` (cqo, idiv);
+  a call carries `clobbers=CALL_CLOBBERS`; incoming arguments are `arg_vreg(k, ...)` (k < 6) or `IncomingStackArg(k)`;
+- loops: `LoopBegin()` right before the header label, `LoopEnd()` right after the back-edge jump;
+- SETcc writes only the low byte: zero-extend (movzx) before using the value wider.
 """
 
 from __future__ import annotations
@@ -156,6 +165,9 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
                 return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
             return o
 
+        if item.op is X86Op.CALL and uses_ymm:
+            # avoid the AVX-SSE transition penalty in callees; no vector value survives a call, so this loses nothing
+            out.append(Inst(X86Op.VZEROUPPER))
         if item.op is X86Op.RET:
             if frame:
                 out.append(Inst(X86Op.ADD, (RSP, Imm(frame))))

@@ -53,6 +53,11 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
             seen.add(item.name)
     fixed = {i: encode(it) for i, it in enumerate(items) if isinstance(it, Inst) and not _is_branch(it)
              and not (it.op is X86Op.CALL and isinstance(it.operands[0], Label))}  # fmt: skip
+    branches: dict[int, Label] = {}
+    for i, it in enumerate(items):
+        if _is_branch(it):
+            assert isinstance(it, Inst) and isinstance(it.operands[0], Label)
+            branches[i] = it.operands[0]
     long: set[int] = set()
     while True:
         pcs, labels, pc = [], {}, 0
@@ -67,12 +72,10 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
             else:
                 pc += (6 if item.op in JCC_OPS else 5) if i in long else 2
         grown = False
-        for i, item in enumerate(items):
-            if _is_branch(item) and i not in long:
-                target = item.operands[0]  # type: ignore[union-attr]
-                assert isinstance(target, Label)
+        for i, target in branches.items():
+            if i not in long:
                 if target.name not in labels:
-                    raise EncodingError(f"{item!r}: label {target.name!r} is not defined")
+                    raise EncodingError(f"{items[i]!r}: label {target.name!r} is not defined")
                 if not fits_signed(labels[target.name] - (pcs[i] + 2), 8):
                     long.add(i)
                     grown = True

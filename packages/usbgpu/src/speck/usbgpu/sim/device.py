@@ -561,8 +561,9 @@ class SimDevice(BridgeFirmware):
                 self._pump_out()
             elif self.faults.misroute_nak:
                 t.naking = True
-            else:
-                self._pump_out()
+            else:  # keep misrouting packet by packet at link speed
+                self._out_busy = True
+                self._at(now + n * 1e9 / self.timing.link_bytes_per_s, self._out_resume)
         else:
             self._complete(t, TransferStatus.COMPLETED)
 

@@ -5,6 +5,12 @@ synchronous libusb_control_transfer / libusb_bulk_transfer become `submit` + `wa
 libusb_submit_transfer becomes `submit`, and libusb_handle_events_timeout_completed becomes `wait(None, timeout)`
 followed by the C completion callbacks of whatever completed. All timing lives in the model's virtual clock.
 
+Conventions the fake libusb adds (speck.usbgpu.sim.shim): once `connected` is False, submit/wait are not called
+any more (the transfers still in flight end with NO_DEVICE); an exception other than ModelError raised by a model
+method is re-raised by the transport call that triggered it (so a detected protocol violation fails the test);
+`shim.model_seconds()` is the CPU time spent inside model methods, for benchmarks that report the driver's own
+cost; `shim.counters()` reports live transfers, handles and contexts for leak checks.
+
 This module is the contract between the two halves of speck.usbgpu's simulator; changes are additive only.
 """
 

@@ -1,0 +1,74 @@
+"""Differential: the codegen hypothesis corpus (tests/codegen/ast_strategies.py) runs through speck.hcq on CPU
+(LLVM), CPU:CLANG and PYTHON, split across a random number of workers, and agrees with the interpreter's result
+on the unlowered AST."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from speck.codegen import to_program
+from speck.codegen.renderer import UnsupportedOpError
+from speck.hcq import Buffer, Device
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "codegen"))  # the shared corpus lives with codegen's tests
+from ast_strategies import kernel_asts
+from helpers import assert_same, out_dtype, run_ast
+
+DEVICES = ["CPU", "PYTHON"] + (["CPU:CLANG"] if shutil.which("gcc") or shutil.which("clang") else [])
+
+
+def renderer_for(device: str) -> Any:
+    if device == "PYTHON":
+        from speck.codegen.renderer.python import PythonRenderer
+
+        return PythonRenderer()
+    if device == "CPU:CLANG":
+        from speck.codegen.renderer.cstyle import ClangRenderer
+
+        return ClangRenderer()
+    from speck.codegen.renderer.llvmir import LLVMRenderer
+
+    return LLVMRenderer()
+
+
+def run_on(
+    device: str, ast: Any, inputs: list[np.ndarray], var_vals: dict[str, int], threads: int
+) -> np.ndarray | None:
+    try:
+        spec = to_program(ast, renderer_for(device))
+    except UnsupportedOpError:
+        return None  # the renderer cannot express this kernel (it says so); other devices still run it
+    prog = Device[device].load_program(spec)
+    bufs = []
+    for arg, arr in zip(spec.buffers, inputs):
+        b = Buffer(device, arr.size, arg.dtype)
+        b.copyin(np.ascontiguousarray(arr))
+        bufs.append(b)
+    prog(*bufs, vals=tuple(var_vals[n] for n in spec.var_names), threads=threads, wait=True)
+    out = np.empty_like(inputs[0])
+    bufs[0].copyout(out)
+    return out
+
+
+@pytest.mark.slow  # three lowerings and compilations per example
+@given(case=kernel_asts(max_depth=2), threads=st.integers(1, 4))
+@settings(max_examples=25)
+def test_corpus_agrees_across_devices(case: tuple[Any, list[np.ndarray], dict[str, int]], threads: int) -> None:
+    ast, inputs, var_vals = case
+    expected = run_ast(ast, inputs, var_vals)
+    ran = 0
+    for device in DEVICES:
+        got = run_on(device, ast, inputs, var_vals, threads)
+        if got is None:
+            continue
+        ran += 1
+        assert_same(expected, got, out_dtype(ast), exact=False)
+    assert ran >= 1
