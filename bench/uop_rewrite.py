@@ -3,7 +3,8 @@
 Workloads: a 1000-term sum of consts and variables, a 20-level nested index expression and a 50k-node random DAG.
 Every repeat builds a fresh graph (new variable names, so no bounds or rewrite results are shared between runs) and
 times only the rewrite, in CPU seconds of this process (time.process_time: the machine is shared, and wall time
-measures the neighbours as much as the code). Prints nodes/s and the compiled/interpreted ratio (target >= 3x; 50k DAG under 2 s)."""
+measures the neighbours as much as the code). Prints nodes/s and the compiled/interpreted ratio (target >= 3x; 50k
+DAG under 2 s)."""
 
 from __future__ import annotations
 

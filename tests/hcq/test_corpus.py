@@ -47,14 +47,13 @@ def run_on(
     except UnsupportedOpError:
         return None  # the renderer cannot express this kernel (it says so); other devices still run it
     prog = Device[device].load_program(spec)
-    bufs = []
-    for arg, arr in zip(spec.buffers, inputs):
-        b = Buffer(device, arr.size, arg.dtype)
-        b.copyin(np.ascontiguousarray(arr))
-        bufs.append(b)
+    bufs = []  # in the program's buffer order (CPU_ABI), each holding the input of its PARAM slot
+    for arg in spec.buffers:
+        arr = np.ascontiguousarray(inputs[arg.slot])
+        bufs.append(Buffer(device, arr.size, arg.dtype).copyin(arr))
     prog(*bufs, vals=tuple(var_vals[n] for n in spec.var_names), threads=threads, wait=True)
     out = np.empty_like(inputs[0])
-    bufs[0].copyout(out)
+    bufs[[a.slot for a in spec.buffers].index(0)].copyout(out)
     return out
 
 

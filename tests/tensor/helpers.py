@@ -22,7 +22,9 @@ BROADCAST_POOL: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
 )  # fmt: skip
 
 
-def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 5) -> st.SearchStrategy[tuple[int, ...]]:
+def shapes(
+    min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 5
+) -> st.SearchStrategy[tuple[int, ...]]:
     """Shapes from SHAPE_POOL within the bounds (0-size and 1-size dims included)."""
     ok = [s for s in SHAPE_POOL if min_dims <= len(s) <= max_dims and all(min_side <= d <= max_side for d in s)]
     return st.sampled_from(ok)

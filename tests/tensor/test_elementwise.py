@@ -6,7 +6,8 @@ errors below 2e-7 (abs 2e-5 allowed); hyperbolic inverses 1e-4 rel. Ints and boo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -121,8 +121,9 @@ def _np_scatter(x: np.ndarray, dim: int, idx: np.ndarray, src: np.ndarray, mode:
         base = [out[q]] if include_self else []
         allv = base + vals
         touched[q] = True
-        out[q] = {"set": lambda: vals[-1], "sum": lambda: sum(allv), "prod": lambda: float(np.prod(allv)),
-                  "amax": lambda: max(allv), "amin": lambda: min(allv), "mean": lambda: sum(allv) / len(allv)}[mode]()
+        reduced = {"set": vals[-1], "sum": sum(allv), "prod": float(np.prod(allv)), "amax": max(allv),
+                   "amin": min(allv), "mean": sum(allv) / len(allv)}  # fmt: skip
+        out[q] = reduced[mode]
     return out.astype(x.dtype)
 
 

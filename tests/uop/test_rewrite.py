@@ -53,7 +53,9 @@ def test_two_rules_undoing_each_other_raise_naming_the_rule() -> None:
 
     pm = PatternMatcher([(UPat(Ops.DEFINE_VAR, arg=a.arg), to_b), (UPat(Ops.DEFINE_VAR, arg=b.arg), to_a)])
     for compiled in (False, True):
-        with pytest.raises(RuntimeError, match=r"did not reach a fixed point.*last rule applied was \S*to_(a|b) for pattern"):
+        with pytest.raises(
+            RuntimeError, match=r"did not reach a fixed point.*last rule applied was \S*to_(a|b) for pattern"
+        ):
             graph_rewrite(a + 1, pm.with_mode(compiled), name="flipflop")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers_eval import DivByZero, evaluate
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers_eval import DivByZero, evaluate
 from speck.uop import DType, UOp, dtypes
 
 VAR_NAMES = ("a", "b", "c")
@@ -139,7 +139,6 @@ def idiv_cases(draw: st.DrawFn) -> tuple[UOp, int, list[int]]:
 @given(idiv_cases())
 def test_fast_idiv_exact(case: tuple[UOp, int, list[int]]) -> None:
     from helpers_eval import c_div, c_mod
-
     from speck.uop import graph_rewrite
     from speck.uop.symbolic import fast_idiv, pm_fast_idiv
 

@@ -87,7 +87,9 @@ LEAF_CONSTS = [0, 1, 2, -1, 0.0, -0.0, 1.0, math.nan, math.inf]
 @st.composite
 def graphs(draw: st.DrawFn) -> UOp:
     leaves = [UOp.variable("a", 0, 4), UOp.variable("b", -2, 2)]
-    fleaves = [UOp.const(dtypes.float32, v) for v in (0.0, math.nan, 1.0, -0.0)] + [UOp.variable("f", 0, 1, dtypes.float32)]
+    fleaves = [UOp.const(dtypes.float32, v) for v in (0.0, math.nan, 1.0, -0.0)] + [
+        UOp.variable("f", 0, 1, dtypes.float32)
+    ]
     nodes_i: list[UOp] = list(leaves) + [UOp.const(dtypes.weakint, draw(st.sampled_from([0, 1, 2, -1])))]
     nodes_f: list[UOp] = list(fleaves)
     for _ in range(draw(st.integers(1, 12))):
@@ -111,7 +113,9 @@ def graphs(draw: st.DrawFn) -> UOp:
 
 @st.composite
 def patterns(draw: st.DrawFn, depth: int = 2) -> UPat:
-    kind = draw(st.sampled_from(["var", "cvar", "const", "op", "op", "any", "cast"] if depth > 0 else ["var", "cvar", "const"]))
+    kind = draw(
+        st.sampled_from(["var", "cvar", "const", "op", "op", "any", "cast"] if depth > 0 else ["var", "cvar", "const"])
+    )
     name = draw(st.sampled_from([None, "x", "y", "z"]))
     if kind == "var":
         return UPat.var(name, draw(st.sampled_from([None, dtypes.weakint, dtypes.float32])))

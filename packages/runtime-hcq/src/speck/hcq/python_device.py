@@ -52,7 +52,14 @@ class PythonProgram(Program):
     """A program executed by the reference interpreter."""
 
     def raw_args(self, bufs: Sequence[Any], vals: Sequence[int] = ()) -> tuple[Any, ...]:
-        return (tuple(b.as_memoryview(raw=True) for b in bufs), self.var_vals(vals))
+        # the interpreter indexes buffers by PARAM slot; calls pass them in the program's order (CPU_ABI)
+        views: list[Any] = [b.as_memoryview(raw=True) for b in bufs]
+        if self.params is not None and any(p.index != i for i, p in enumerate(self.params)):
+            by_slot: list[Any] = [None] * (max(p.index for p in self.params) + 1)
+            for p, v in zip(self.params, views):
+                by_slot[p.index] = v
+            views = by_slot
+        return (tuple(views), self.var_vals(vals))
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         n = global_size[0] if global_size else 1

@@ -1,7 +1,7 @@
 """speck.tensor: the user-facing lazy Tensor, its scheduler (tensor graph -> kernels) and realize engine.
 
-    from speck.tensor import Tensor
-    (Tensor([1, 2, 3]) * 2).tolist()   # [2, 4, 6]
+from speck.tensor import Tensor
+(Tensor([1, 2, 3]) * 2).tolist()   # [2, 4, 6]
 """
 
 from speck.tensor._siblings import check_sibling_versions
@@ -17,7 +17,7 @@ from speck.uop import Context, DType, dtypes  # noqa: E402
 from speck.uop import UOp as _UOp  # noqa: E402
 
 
-def Variable(name: str, min_val: int, max_val: int) -> _UOp:  # noqa: N802 - tinygrad's spelling
+def Variable(name: str, min_val: int, max_val: int) -> _UOp:
     """A symbolic size in [min_val, max_val]; `.bind(v)` gives a bound value usable as a reshape/shrink dim."""
     return _UOp.variable(name, min_val, max_val)
 

@@ -11,7 +11,7 @@ from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_fl
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 TensorOrScalar = Union["Tensor", int, float, bool]
 
 

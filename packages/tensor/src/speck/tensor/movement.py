@@ -166,7 +166,7 @@ class MovementMixin:
         return self.permute(order)
 
     @property
-    def T(self: Tensor) -> Tensor:  # noqa: N802 - numpy/torch spelling
+    def T(self: Tensor) -> Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:

@@ -70,7 +70,9 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
 
 
 # ---------------- compilation ----------------
-_program_cache: dict[tuple[str, bytes], Any] = {}
+# keyed by the AST node itself: ASTs are hash-consed, so rebuilding the same kernel gives the same object and the
+# lookup is a dict hit (the cache keeps the AST alive); the content hash `ast.key` is for on-disk caches
+_program_cache: dict[tuple[str, UOp], Any] = {}
 COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 1)  # 0: a codegen failure is an error instead of a fallback
 USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
 NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
@@ -118,7 +120,7 @@ class _CompiledProgram:
 
 
 def _compile(ast: UOp, device: str) -> Any:
-    key = (device, ast.key)
+    key = (device, ast)
     if (p := _program_cache.get(key)) is not None:
         return p
     prog: Any = None
@@ -200,6 +202,17 @@ _ALU_COUNTED = frozenset(
 )  # fmt: skip
 
 
+def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
+    """Estimates are fixed per program unless variables change the loop sizes."""
+    if it.var_vals:
+        return _estimate(it.ast, it.bufs, it.var_vals)  # type: ignore[arg-type]
+    est = getattr(prog, "_est", None)
+    if est is None:
+        est = _estimate(it.ast, it.bufs, {})  # type: ignore[arg-type]
+        prog._est = est
+    return est  # type: ignore[no-any-return]
+
+
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
     for it in items:
@@ -211,7 +224,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         for b in it.bufs:
             get_buffer(b)
         t = prog.run(list(it.bufs), it.var_vals)
-        ops, mem = _estimate(it.ast, it.bufs, it.var_vals)
+        ops, mem = _cached_estimate(prog, it)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
@@ -225,7 +238,8 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
     gbs = mem / t * 1e-9 if t > 0 else 0.0
     print(
         f"*** {device:7s} {GlobalCounters.kernel_count:4d} {name:36s} arg {nbufs:3d} "
-        f"mem {GlobalCounters.mem_used_bytes() / 1e9:7.3f} GB tm {t * 1e6:10.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms "
+        f"mem {GlobalCounters.mem_used_bytes() / 1e9:7.3f} GB "
+        f"tm {t * 1e6:10.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms "
         f"({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
     )
 

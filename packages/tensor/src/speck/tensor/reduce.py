@@ -31,8 +31,11 @@ class ReduceMixin:
         axes = self._axes(axis)
         if self.ndim == 0:
             return self
-        if any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes) and op is Ops.MAX and \
-                self.dtype != dtypes.bool:
+        if (
+            any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes)
+            and op is Ops.MAX
+            and self.dtype != dtypes.bool
+        ):
             raise RuntimeError(f"max/min over a zero-size dim of shape {self.shape} has no identity")
         ret = self._new(self.uop.reduce_axis(op, axes))
         if ret.shape != tuple(1 if i in axes else s for i, s in enumerate(self.shape)):

@@ -109,10 +109,19 @@ def linear_terms(x: UOp) -> tuple[dict[UOp, int], int]:
 
 
 def canonical_index(x: UOp) -> UOp:
-    """Rebuild an index expression as sum(term * coeff) + const (sorted terms), then simplify."""
+    """Rebuild an index expression as sum(term * coeff) + const (sorted terms), then simplify (skipped when every
+    term is a plain range or variable: the rebuilt sum is already canonical)."""
     if x.dtype != dtypes.weakint:
         return x.simplify()
     terms, const = linear_terms(x)
+    if all(t.op in (Ops.RANGE, Ops.DEFINE_VAR) for t in terms):
+        out0: UOp | None = None
+        for t, k in sorted(terms.items(), key=lambda tk: (str(tk[0].arg), tk[1])):
+            term = t if k == 1 else t * k
+            out0 = term if out0 is None else out0 + term
+        if out0 is None:
+            return UOp.const(dtypes.weakint, const)
+        return out0 + const if const else out0
     out: UOp | None = None
     for t, k in sorted(terms.items(), key=lambda tk: (tk[0].op is not Ops.RANGE, str(tk[0].arg), tk[1])):
         term = t if k == 1 else t * k
@@ -321,8 +330,9 @@ def _kernel_name(reduce: bool, shape: tuple[sint, ...], rdims: list[sint]) -> st
 class Scheduler:
     """Turns tensor-level UOps into ScheduleItems. `realize(u)` returns the buffer view that will hold u's value."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None) -> None:
         self.items: list[ScheduleItem] = []
+        self.device = device  # where new buffers go when the graph itself names no device
         self.done: dict[UOp, UOp] = {}
 
     def materialized(self, u: UOp) -> UOp | None:
@@ -343,7 +353,7 @@ class Scheduler:
             return v
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
         # a contiguous view of a realized buffer (reshape, contiguous shrink) is free
-        if u.op is Ops.CONTIGUOUS and (bb := base_buffer(src)) is not None and view_offset(src) is not None:
+        if u.op is Ops.CONTIGUOUS and base_buffer(src) is not None and view_offset(src) is not None:
             self.done[u] = src
             return src
         if u.op is Ops.CONTIGUOUS and (v := self.materialized(src)) is not None:
@@ -352,7 +362,7 @@ class Scheduler:
         if u.op is Ops.COPY:
             return self._copy(u)
         shape = u.shape
-        device = self._device_of(u)
+        device = self.device if self.device is not None and u.op is not Ops.COPY else self._device_of(u)
         size = prod(max_dim(s) for s in shape)
         out = new_buffer_uop(device, int(size), u.dtype)
         view = out.reshape(shape) if shape != (size,) else out
@@ -366,20 +376,30 @@ class Scheduler:
             ]
             idx = tuple(r if r is not None else UOp.const(dtypes.weakint, 0) for r in rngs)
             val = k.lower(src, idx, None, False, False)
-            store = k.param(out).index(contiguous_index(idx, kshape).simplify()).store(val)
+            store = k.param(out).index(canonical_index(contiguous_index(idx, kshape))).store(val)
             live = [r for r in rngs if r is not None]
             ast = UOp.sink(store.end(*live), arg=_kernel_info(_kernel_name(k.has_reduce, shape, k.reduce_dims)))
-            kernel_vars = {v.arg[0] for v in ast.variables()}
-            item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
+            item_vals: dict[str, int] = {}
+            if k.var_vals:
+                kernel_vars = {v.arg[0] for v in ast.variables()}
+                item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
         self.done[u] = view
         return view
 
     def _copy(self, u: UOp) -> UOp:
-        src_view = self.realize(u.src[0])
+        outer, self.device = self.device, self._device_of(u.src[0])
+        try:
+            src_view = self.realize(u.src[0])
+        finally:
+            self.device = outer
         off = view_offset(src_view)
         if off is None:
-            src_view = self.materialize(UOp(Ops.CONTIGUOUS, src_view.dtype, (src_view,)))
+            outer, self.device = self.device, self._device_of(u.src[0])
+            try:
+                src_view = self.materialize(UOp(Ops.CONTIGUOUS, src_view.dtype, (src_view,)))
+            finally:
+                self.device = outer
             off = view_offset(src_view)
             assert off is not None
         bb = base_buffer(src_view)

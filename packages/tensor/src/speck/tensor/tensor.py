@@ -12,7 +12,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -20,23 +20,22 @@ from speck.tensor.device import canonical
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.movement import MovementMixin
-from speck.tensor.reduce import ReduceMixin
 from speck.tensor.npeval import np_dtype
+from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
     Scheduler,
     base_buffer,
     buffer_map,
-    concrete_dim,
     max_dim,
     new_buffer_uop,
     realized_cache,
     view_offset,
 )
-from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, sint, to_dtype, validate_shape
+from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype, validate_shape
 from speck.uop.helpers import prod
 
-Scalar = Union[int, float, bool]
-DTypeLike = Union[DType, str]
+Scalar = int | float | bool
+DTypeLike = DType | str
 
 _NP_TO_DT: dict[Any, DType] = {
     np.dtype(np.bool_): dtypes.bool, np.dtype(np.int8): dtypes.int8, np.dtype(np.uint8): dtypes.uint8,
@@ -178,7 +177,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any()/all()")
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any()/all()"
+            )
         return bool(self.item())
 
     def __iter__(self) -> Iterator[Tensor]:
@@ -202,11 +203,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     def realize_all(*tensors: Tensor) -> None:
         from speck.tensor.realize import run_schedule
 
-        sched = Scheduler()
         targets = []
+        sched = Scheduler()
         for t in tensors:
             if base_buffer(t.uop) is not None:
                 continue
+            sched.device = t.device
             v = sched.realize(t.uop)
             targets.append((t, v))
         run_schedule(sched.items)
@@ -216,7 +218,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
 
     def schedule(self) -> list[Any]:
         """The ScheduleItems realizing this tensor would run (without running them)."""
-        sched = Scheduler()
+        sched = Scheduler(self.device)
         sched.realize(self.uop)
         return sched.items
 
@@ -359,8 +361,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         return (r == c).cast(dt)
 
     def full_like(self, fill_value: Scalar, **kw: Any) -> Tensor:
-        return Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device",
-                                                                                                  self.device))  # fmt: skip
+        dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
+        return Tensor.full(self.shape, fill_value, dtype=dt, device=dev)
 
     def zeros_like(self, **kw: Any) -> Tensor:
         return self.full_like(0, **kw)
@@ -423,7 +425,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
         if not isinstance(low, int) or not isinstance(high, int) or high <= low:
             raise RuntimeError(f"randint needs int low < high, got low={low!r}, high={high!r}")
-        return (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(_dt(dtype) or dtypes.int32)
+        return (
+            (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low)
+            .floor()
+            .cast(_dt(dtype) or dtypes.int32)
+        )
 
     @staticmethod
     def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:

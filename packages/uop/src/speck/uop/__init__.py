@@ -24,8 +24,8 @@ from speck.uop.dtype import (
 from speck.uop.helpers import DEBUG, SPEC, Context, ContextVar, getenv
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.rewrite import graph_rewrite, graph_rewrite_map
-from speck.uop.upat import PatternMatcher, UPat
 from speck.uop.uop import AxisType, UOp, exec_alu, resolve, sint, smax, ssimplify, validate_shape
+from speck.uop.upat import PatternMatcher, UPat
 
 __all__ = [
     "DEBUG",

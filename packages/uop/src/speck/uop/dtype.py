@@ -3,13 +3,14 @@ the promotion lattice that tensor ops use. Standard library only."""
 
 from __future__ import annotations
 
+import builtins
 import enum
 import functools
 import math
 import struct
-from typing import Any, Final, Literal, Union
+from typing import Any, Final, Literal
 
-ConstType = Union[float, int, bool]
+ConstType = float | int | bool
 
 
 class AddrSpace(enum.Enum):
@@ -194,23 +195,23 @@ class dtypes:
 
     # ---- classification ----
     @staticmethod
-    def is_float(x: DType) -> bool:
+    def is_float(x: DType) -> builtins.bool:
         return x.scalar() in _FLOATS
 
     @staticmethod
-    def is_int(x: DType) -> bool:
+    def is_int(x: DType) -> builtins.bool:
         return x.scalar() in _INTS
 
     @staticmethod
-    def is_unsigned(x: DType) -> bool:
+    def is_unsigned(x: DType) -> builtins.bool:
         return x.scalar() in _UINTS
 
     @staticmethod
-    def is_bool(x: DType) -> bool:
+    def is_bool(x: DType) -> builtins.bool:
         return x.scalar() == dtypes.bool
 
     @staticmethod
-    def is_fp8(x: DType) -> bool:
+    def is_fp8(x: DType) -> builtins.bool:
         return x.scalar() in (dtypes.fp8e4m3, dtypes.fp8e5m2)
 
     @staticmethod
@@ -247,11 +248,11 @@ class dtypes:
         if s == dtypes.bool:
             return True
         if s in _INTS and s != dtypes.weakint:
-            return 2 ** (8 * s.itemsize) - 1 if s in _UINTS else 2 ** (8 * s.itemsize - 1) - 1
+            return int(2 ** (8 * s.itemsize) - 1 if s in _UINTS else 2 ** (8 * s.itemsize - 1) - 1)
         return math.inf
 
     @staticmethod
-    def finfo(dt: DType) -> tuple[int, int]:
+    def finfo(dt: DType) -> tuple[builtins.int, builtins.int]:
         """(exponent bits, mantissa bits) of a float dtype."""
         table = {
             dtypes.float16: (5, 10),
@@ -401,8 +402,8 @@ def _bf16_bits(x: float) -> int:
     """float -> bfloat16 bit pattern, round to nearest even (via float32 first, as hardware converts)."""
     (u,) = struct.unpack("<I", struct.pack("<f", _f32(x)))
     if math.isnan(x):
-        return 0x7FC0 | ((u >> 16) & 0x8000)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+        return 0x7FC0 | ((int(u) >> 16) & 0x8000)
+    return ((int(u) + 0x7FFF + ((int(u) >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def _bf16(x: float) -> float:
@@ -471,8 +472,10 @@ def cast_value(v: ConstType, dt: DType) -> ConstType:
     if s in _INTS:
         if isinstance(v, float):
             v = _float_to_int(v)
-        return truncate[s](int(v))
-    return truncate[s](float(v))
+        out: ConstType = truncate[s](int(v))
+        return out
+    res: ConstType = truncate[s](float(v))
+    return res
 
 
 def _fp8_bits(x: float, ebits: int, mbits: int, fn: bool) -> int:
@@ -531,7 +534,8 @@ def from_bits(bits: int, dt: DType) -> ConstType:
     if s == dtypes.bool:
         return bool(bits & 1)
     if s in _INTS:
-        return truncate[s](bits)
+        iv: ConstType = truncate[s](bits)
+        return iv
     if s == dtypes.bfloat16:
         return float(struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0])
     if s == dtypes.fp8e4m3:

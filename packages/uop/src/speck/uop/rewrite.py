@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from speck.uop.helpers import DEBUG, ContextVar
-from speck.uop.upat import PatternMatcher, _wants_ctx
 from speck.uop.uop import UOp
+from speck.uop.upat import PatternMatcher, _wants_ctx
 
 REWRITE_LIMIT = ContextVar("REWRITE_LIMIT", 1000)  # successive rewrites of one node before we call it a loop
 
@@ -28,8 +28,8 @@ def _loop_error(pm: PatternMatcher, u: UOp, ctx: Any, name: str | None) -> Runti
     where = f" in rewrite {name!r}" if name else ""
     return RuntimeError(
         f"graph_rewrite{where} did not reach a fixed point: node {u.op} was rewritten more than {REWRITE_LIMIT.value} "
-        f"times in a row (or the rewrites far outnumber the graph's nodes); the last rule applied was {rule}. Two rules "
-        "probably undo each other, or a rule keeps growing the graph."
+        f"times in a row (or the rewrites far outnumber the graph's nodes); the last rule applied was {rule}. "
+        "Two rules probably undo each other, or a rule keeps growing the graph."
     )
 
 
@@ -77,7 +77,8 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
             if bottom_up and not walk:
                 r = rewrite(n, ctx)
                 if r is not None:
-                    d = depth.get(n, 0) + 1
+                    # returning one of its own sources shrinks the graph: progress, not a step of a loop
+                    d = depth.get(n, 0) + (r not in n.src)
                     total += 1
                     if d > limit or (total > budget and _over_budget(root, total)):
                         raise _loop_error(pm, n, ctx, name)
@@ -116,7 +117,7 @@ def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str
                 if changed:
                     replace[nn] = nn
                 continue
-            d = depth.get(n, 0) + 1
+            d = depth.get(n, 0) + (r not in nn.src)
             total += 1
             if d > limit or (total > budget and _over_budget(root, total)):
                 raise _loop_error(pm, nn, ctx, name)

@@ -11,8 +11,8 @@ from typing import Any
 
 from speck.uop.dtype import DType, InvalidType, PtrDType, dtypes
 from speck.uop.ops import GroupOp, Ops
-from speck.uop.upat import PatternMatcher, UPat
 from speck.uop.uop import AxisType, UOp
+from speck.uop.upat import PatternMatcher, UPat
 
 Verdict = bool | str | None
 
@@ -79,7 +79,9 @@ def _stack(x: UOp) -> Verdict:
     if not x.src or any(s.dtype is not x.src[0].dtype for s in x.src):
         return "STACK sources must be non-empty and share a dtype"
     if x.dtype is not x.src[0].dtype.vec(len(x.src)):
-        return f"STACK of {len(x.src)} {x.src[0].dtype} must have dtype {x.src[0].dtype.vec(len(x.src))}, found {x.dtype}"
+        return (
+            f"STACK of {len(x.src)} {x.src[0].dtype} must have dtype {x.src[0].dtype.vec(len(x.src))}, found {x.dtype}"
+        )
     return True
 
 
@@ -307,7 +309,8 @@ def _program_const(x: UOp, ctx: dict[UOp, list[UOp]]) -> Verdict:
     if isinstance(x.arg, InvalidType):
         return "Invalid in a program (gates must be lowered to 3-source INDEX)"
     if x.dtype is not dtypes.from_py(x.arg):
-        return f"a literal in a program is a casted const: the inner CONST must be {dtypes.from_py(x.arg)}, found {x.dtype}"
+        want = dtypes.from_py(x.arg)
+        return f"a literal in a program is a casted const: the inner CONST must be {want}, found {x.dtype}"
     users = ctx.get(x, [])
     if not users or any(u.op is not Ops.CAST or u.dtype.is_weak for u in users):
         return "every literal in a program must be casted: CAST(dt, CONST(v, from_py(v))), found a bare CONST"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from speck.uop.dtype import ALL_SCALARS, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
+from speck.uop.dtype import ALL_SCALARS, ConstType, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
 from speck.uop.ops import GroupOp, Ops
-from speck.uop.upat import PatternMatcher, UPat
 from speck.uop.uop import UOp, _compute_bounds, exec_alu
+from speck.uop.upat import PatternMatcher, UPat
 
 INTS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if dtypes.is_int(d))
 INTS_BOOL: tuple[DType, ...] = INTS + (dtypes.bool,)
@@ -69,29 +69,38 @@ def _cast_cast(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     if x.dtype.count != 1:
         return None
     if can_lossless_cast(x.dtype, c1.dtype) or (
-        dtypes.is_int(x.dtype) and dtypes.is_int(c1.dtype) and dtypes.min(c1.dtype) <= x.vmin and x.vmax <= dtypes.max(c1.dtype)
+        dtypes.is_int(x.dtype)
+        and dtypes.is_int(c1.dtype)
+        and dtypes.min(c1.dtype) <= x.vmin
+        and x.vmax <= dtypes.max(c1.dtype)
     ):  # the middle type holds every value x can take (by dtype, or for ints by x's bounds)
         return x.cast(c2.dtype) if x.dtype != c2.dtype else x
     return None
 
 
-def _neg_cast(x: UOp, c: UOp) -> UOp | None:
-    """float->int casts truncate toward zero, so cast(-x) == -cast(x): lets a.cast(int) + (-a).cast(int) fold to 0."""
-    if dtypes.is_float(x.dtype) and dtypes.is_int(c.dtype) and not dtypes.is_unsigned(c.dtype):
-        return x.cast(c.dtype) * -1
-    return None
+def _neg_cast(x: UOp, k: UOp, c: UOp) -> UOp | None:
+    """float->int casts truncate toward zero, so cast(x * -k) == -cast(x * k): lets a.cast(int) + (-a).cast(int)
+    fold to 0 (also after -1 was merged into a constant factor of a)."""
+    if not (dtypes.is_float(x.dtype) and dtypes.is_int(c.dtype) and not dtypes.is_unsigned(c.dtype)):
+        return None
+    if type(k.arg) is not float or not k.arg < 0:
+        return None
+    return (x if k.arg == -1.0 else x * -k.arg).cast(c.dtype) * -1
 
 
 def _mul_combine(x: UOp, c1: UOp, c2: UOp) -> UOp:
-    return x * exec_alu(Ops.MUL, c1.dtype, [c1.arg, c2.arg])
+    k: ConstType = exec_alu(Ops.MUL, c1.dtype, [c1.arg, c2.arg])
+    return x * k
 
 
 def _add_combine(x: UOp, c1: UOp, c2: UOp) -> UOp:
-    return x + exec_alu(Ops.ADD, c1.dtype, [c1.arg, c2.arg])
+    k: ConstType = exec_alu(Ops.ADD, c1.dtype, [c1.arg, c2.arg])
+    return x + k
 
 
 def _like_terms(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
-    return x * exec_alu(Ops.ADD, c1.dtype, [c1.arg, c2.arg])
+    k: ConstType = exec_alu(Ops.ADD, c1.dtype, [c1.arg, c2.arg])
+    return x * k
 
 
 # ---------------- division and modulo ----------------
@@ -102,7 +111,7 @@ def _split_terms(x: UOp) -> list[tuple[UOp | None, int]]:
     while stack:
         u = stack.pop()
         if u.op is Ops.ADD:
-            stack.extend(u.src)
+            stack.extend(reversed(u.src))  # left to right: the rebuilt sum keeps the input's term order
         elif u.op is Ops.MUL and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
             out.append((u.src[0], u.src[1].arg))
         elif u.op is Ops.CONST and isinstance(u.arg, int):
@@ -281,7 +290,7 @@ symbolic_simple = PatternMatcher(
         (UPat.const(dtypes.bool, False).where(UPat.var(), UPat.var("b")), lambda b: b),
         (UPat.var("x", INTS) + UPat.var("x") * -1, _sub_self),
         (UPat(Ops.CAST, name="c2", src=(UPat(Ops.CAST, name="c1", src=(UPat.var("x"),)),)), _cast_cast),
-        (UPat(Ops.CAST, name="c", src=(UPat.var("x") * -1,)), _neg_cast),
+        (UPat(Ops.CAST, name="c", src=(UPat.var("x") * UPat.cvar("k"),)), _neg_cast),
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype == x.dtype else None),
         # constants to the right, then combined
         (UPat((Ops.ADD, Ops.MUL), name="a", src=(UPat(Ops.CONST, name="c"), UPat.var("y"))), _const_right),
@@ -293,6 +302,19 @@ symbolic_simple = PatternMatcher(
         (UPat.var("x", INTS) * UPat.cvar("c1") + UPat.var("x") * UPat.cvar("c2"), _like_terms),
         (UPat.var("x", INTS) * UPat.cvar("c1") + UPat.var("x"), lambda x, c1: x * (c1.arg + 1)),
         ((UPat.var("x", INTS) * UPat.cvar("c1")) * -1, lambda x, c1: x * -c1.arg),
+        # like terms one step into a sum: (x + y*a) + y*b -> x + y*(a+b), (x + y) + y*b -> x + y*(b+1)
+        (
+            (UPat.var("x", INTS) + UPat.var("y") * UPat.cvar("c1")) + UPat.var("y") * UPat.cvar("c2"),
+            lambda x, y, c1, c2: x + y * (c1.arg + c2.arg) if type(c1.arg) is int and type(c2.arg) is int else None,
+        ),
+        (
+            (UPat.var("x", INTS) + UPat.var("y")) + UPat.var("y") * UPat.cvar("c2"),
+            lambda x, y, c2: x + y * (c2.arg + 1) if type(c2.arg) is int else None,
+        ),
+        (
+            (UPat.var("x", INTS) + UPat.var("y") * UPat.cvar("c1")) + UPat.var("y"),
+            lambda x, y, c1: x + y * (c1.arg + 1) if type(c1.arg) is int else None,
+        ),  # fmt: skip
     ]
 )
 
@@ -343,8 +365,14 @@ def sym_infer(u: UOp, var_vals: dict[str, int]) -> Any:
 
 
 # ---------------- fast integer division by a constant ----------------
-_WIDER: dict[DType, DType] = {dtypes.int32: dtypes.int64, dtypes.uint32: dtypes.uint64, dtypes.int16: dtypes.int32,
-                              dtypes.uint16: dtypes.uint32, dtypes.int8: dtypes.int32, dtypes.uint8: dtypes.uint32}  # fmt: skip
+_WIDER: dict[DType, DType] = {
+    dtypes.int32: dtypes.int64,
+    dtypes.uint32: dtypes.uint64,
+    dtypes.int16: dtypes.int32,
+    dtypes.uint16: dtypes.uint32,
+    dtypes.int8: dtypes.int32,
+    dtypes.uint8: dtypes.uint32,
+}
 
 
 def magic_divisor(d: int, n: int) -> tuple[int, int]:
@@ -602,17 +630,23 @@ def shrink_guarded_ranges(sink: UOp) -> UOp | None:
 symbolic_gates = PatternMatcher(
     [
         # a True gate is dropped
-        (UPat(Ops.INDEX, name="i", src=(UPat.var("b"), UPat.var("x"), UPat.const(dtypes.bool, True))),
-         lambda i, b, x: i.replace(src=(b, x))),  # fmt: skip
+        (
+            UPat(Ops.INDEX, name="i", src=(UPat.var("b"), UPat.var("x"), UPat.const(dtypes.bool, True))),
+            lambda i, b, x: i.replace(src=(b, x)),
+        ),  # fmt: skip
         # a where between a gated load and its alternative is the load with that alternative
         (UPat.var("c").where(UPat(Ops.LOAD, name="ld"), UPat.var("alt")), _where_gated_load),
         (UPat(Ops.LOAD, name="ld"), _dead_load),
         # one-iteration ranges become 0 (by bounds); their END/REDUCE drop them
         (UPat((Ops.END, Ops.REDUCE), name="x"), _drop_closed_consts),
-        (UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)), _ANY)),
-         _invalid_through_alu),
-        (UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(_ANY, UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)))),
-         _invalid_through_alu),  # fmt: skip
+        (
+            UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)), _ANY)),
+            _invalid_through_alu,
+        ),
+        (
+            UPat(GroupOp.Binary - GroupOp.Comparison, name="a", src=(_ANY, UPat(Ops.WHERE, src=(_ANY, _ANY, _INV)))),
+            _invalid_through_alu,
+        ),  # fmt: skip
         (UPat(Ops.SINK, name="sink"), shrink_guarded_ranges),
     ]
 )

@@ -127,8 +127,12 @@ class UOp:
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    _ck: tuple[Any, ...]
+    _bounds: tuple[Any, Any] | None  # (vmin, vmax), computed on first use
+    _shape: Any  # 0: not computed yet; None: no tensor shape; else the shape tuple
 
-    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                tag: Any = None) -> UOp:  # fmt: skip
         ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
         ref = UOp._cache.get(ck)
         if ref is not None and (ret := ref()) is not None:
@@ -406,7 +410,7 @@ class UOp:
             y = src[0]
             if type(y) is not UOp:
                 y = self._const_like(y)  # type: ignore[arg-type]
-            return UOp(op, y.dtype, (self, y))  # type: ignore[union-attr]
+            return UOp(op, y.dtype, (self, y))
         srcs = (self,) + tuple(s if isinstance(s, UOp) else self._const_like(s) for s in src)
         if op is Ops.WHERE:
             dt = srcs[1].dtype
@@ -464,7 +468,7 @@ class UOp:
     def __rmod__(self, x: ConstType) -> UOp:
         return self.ufix(x).alu(Ops.CMOD, self)
 
-    def __lt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[has-type]
+    def __lt__(self, x: UOp | ConstType) -> UOp:
         return self.alu(Ops.CMPLT, x)
 
     def __gt__(self, x: UOp | ConstType) -> UOp:
@@ -593,7 +597,8 @@ class UOp:
 
     @property
     def size(self) -> sint:
-        return prod(self.shape)
+        out: sint = prod(self.shape)
+        return out
 
     # ---------------- bounds ----------------
     @property
@@ -964,7 +969,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
 
 def _sadd(*xs: sint) -> sint:
     if all_int(xs):
-        return sum(xs)  # type: ignore[arg-type]
+        return sum(xs)
     return ssimplify(sum((_as_uop(x) for x in xs[1:]), _as_uop(xs[0])))
 
 
@@ -1002,7 +1007,7 @@ def _log2(a: float) -> float:
 
 def _exp2(a: float) -> float:
     try:
-        return 2.0**a
+        return float(2.0**a)
     except OverflowError:
         return math.inf
 

@@ -392,9 +392,9 @@ def compile_op_rules(rules: Sequence[tuple[UPat, RuleFn, bool]], op: Ops | None 
         prologue.append(f"_s{i} = _src[{i}] if _n > {i} else None")
     src = "\n".join(["def _match(u, ctx):"] + _indent(prologue + body + ["return None"]))
     exec(compile(src, f"<rules {rules[0][0]!r:.60}>", "exec"), env)
-    fn: Callable[[UOp, Any], UOp | None] = env["_match"]
-    fn.__doc__ = src
-    return fn
+    matcher: Callable[[UOp, Any], UOp | None] = env["_match"]
+    matcher.__doc__ = src
+    return matcher
 
 
 def _wants_ctx(fn: RuleFn) -> bool:

@@ -10,6 +10,8 @@ from speck.usbgpu._version import __version__
 _LAZY = {
     "UsbTransport": "speck.usbgpu.transport",
     "TransportStats": "speck.usbgpu.transport",
+    "UsbGpu": "speck.usbgpu.api",
+    "VramBuffer": "speck.usbgpu.api",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -42,7 +42,9 @@ def _package_version() -> str:
 
 C_HELPERS = _find_c_helpers()
 VERSION = _package_version()
-_CFLAGS = ["-O2", "-Wall", "-Wno-unused-function"]
+# SPECK_USBGPU_CFLAGS adds flags for development builds (e.g. "-fsanitize=address -g").
+_CFLAGS = ["-O2", "-Wall", "-Wno-unused-function", *os.environ.get("SPECK_USBGPU_CFLAGS", "").split()]
+_LDFLAGS = [f for f in _CFLAGS if f.startswith("-fsanitize")]
 
 ffibuilder = FFI()
 ffibuilder.cdef((C_HELPERS / "usbgpu_helper.cdef").read_text())
@@ -53,6 +55,7 @@ ffibuilder.set_source(
     define_macros=[("USBGPU_PACKAGE_VERSION", f'"{VERSION}"')],
     libraries=["dl"],
     extra_compile_args=_CFLAGS,
+    extra_link_args=_LDFLAGS,
     depends=[str(C_HELPERS / n) for n in ("usbgpu_helper.c", "usbgpu_helper.h", "usbgpu_helper.cdef")],
 )
 
@@ -66,6 +69,7 @@ fake_ffibuilder.set_source(
     include_dirs=[str(C_HELPERS)],
     libraries=["pthread"],
     extra_compile_args=_CFLAGS,
+    extra_link_args=_LDFLAGS,
     depends=[
         str(C_HELPERS / n) for n in (*_FAKE_SOURCES, "fake_libusb.h", "fake_libusb_internal.h", "fake_libusb.cdef")
     ],

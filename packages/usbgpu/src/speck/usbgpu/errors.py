@@ -15,6 +15,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "BridgeError",
+    "DeviceUnusableError",
+    "F4BailError",
+    "GpuFenceTimeout",
+    "PcieLinkError",
+    "PcieSetupError",
+    "TlpCompletionError",
+    "TlpError",
+    "VramAllocError",
     "LIBUSB_ERRORS",
     "LIBUSB_TRANSFER_STATUSES",
     "HelperBuildMismatch",

@@ -194,6 +194,8 @@ class AsyncBulkPool:
         if rc == lib.USBGPU_LATCHED:
             latched = self.latched_error()
             assert latched is not None
+            latched.detail += f" (reported by: {operation})"
+            latched.args = (latched._format(),)
             return latched
         if rc == lib.USBGPU_WAIT_TIMEOUT:
             return errors.UsbWaitTimeout(operation)

@@ -412,6 +412,7 @@ class _CKernel:
         self.r, self.uops = r, uops
         self.sig = kernel_signature(uops, r.name)
         self.names: dict[UOp, str] = {}
+        self.consts: dict[UOp, tuple[bool, Any]] = {}
         self.literals: dict[UOp, str] = {}
         self.counts: dict[str, int] = {}
         self.lines: list[str] = []
@@ -446,12 +447,18 @@ class _CKernel:
         self.lines.append("  " * self.depth + line)
 
     # ---- operands ----
+    def cconst(self, u: UOp) -> tuple[bool, Any]:
+        """casted_const(u), memoized: literals are looked up at every use."""
+        if (r := self.consts.get(u)) is None:
+            r = self.consts[u] = casted_const(u)
+        return r
+
     def operand(self, u: UOp) -> str:
         if u in self.names:
             return self.names[u]
         if u in self.literals:
             return self.literals[u]
-        ok, v = casted_const(u)
+        ok, v = self.cconst(u)
         if ok:
             self.need_dtype(u.dtype)
             lit = c_literal(v, u.dtype)
@@ -469,7 +476,7 @@ class _CKernel:
         if u.dtype.count == 1:
             return self.operand(u)
         if u not in self.names:
-            ok, v = casted_const(u)
+            ok, v = self.cconst(u)
             if ok:
                 return c_literal(v, u.dtype)
         return f"{self.operand(u)}[{i}]"
@@ -524,7 +531,7 @@ class _CKernel:
             if u.dtype.is_weak or u.dtype == dtypes.bool:
                 return  # the inner CONST of a casted const: rendered by its CAST
             raise bare_const_error(u, self.r.name)
-        if op is Ops.CAST and casted_const(u)[0]:
+        if op is Ops.CAST and self.cconst(u)[0]:
             return  # literals are spelled inline at their uses
         if op is Ops.INDEX:
             return  # pointer arithmetic is spelled inline at the LOAD/STORE

@@ -276,6 +276,8 @@ class _LLKernel:
         self.r, self.uops = r, uops
         self.sig = kernel_signature(uops, r.name)
         self.names: dict[UOp, str] = {}
+        self.consts: dict[UOp, tuple[bool, Any]] = {}
+        self.literals: dict[UOp, str] = {}
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.helpers: dict[str, str] = {}
@@ -320,12 +322,21 @@ class _LLKernel:
         return "@__speck_" + key
 
     # ---- operands ----
+    def cconst(self, u: UOp) -> tuple[bool, Any]:
+        """casted_const(u), memoized: literals are looked up at every use."""
+        if (r := self.consts.get(u)) is None:
+            r = self.consts[u] = casted_const(u)
+        return r
+
     def operand(self, u: UOp) -> str:
         if u in self.names:
             return self.names[u]
-        ok, v = casted_const(u)
+        if (lit := self.literals.get(u)) is not None:
+            return lit
+        ok, v = self.cconst(u)
         if ok:
-            return llvm_literal(v, u.dtype)
+            lit = self.literals[u] = llvm_literal(v, u.dtype)
+            return lit
         if u.op is Ops.CONST:
             raise bare_const_error(u, self.r.name)
         raise RuntimeError(f"renderer 'llvm': {u.op} (dtype {u.dtype}) is used before it is defined; the program is "
@@ -379,7 +390,7 @@ class _LLKernel:
             if u.dtype.is_weak or u.dtype == dtypes.bool:
                 return
             raise bare_const_error(u, self.r.name)
-        if op is Ops.CAST and casted_const(u)[0]:
+        if op is Ops.CAST and self.cconst(u)[0]:
             return
         if op is Ops.INDEX:
             self.render_index(u)
@@ -504,7 +515,7 @@ class _LLKernel:
     def render_value(self, u: UOp) -> str:
         op = u.op
         if op is Ops.STACK:
-            if all(casted_const(s)[0] for s in u.src):  # all literals: a constant vector, no instructions
+            if all(self.cconst(s)[0] for s in u.src):  # all literals: a constant vector, no instructions
                 return "<" + ", ".join(self.typed(s) for s in u.src) + ">"
             t, cur = ltype(u.dtype), "poison"
             for i, s in enumerate(u.src):

@@ -8,6 +8,7 @@ once, or the `core_range` slice of them)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -68,7 +69,7 @@ class PythonRenderer(Renderer):
                 emit("return None")
                 continue
             if op is Ops.CONST:
-                emit(f"v{i} = {u.arg!r}  # weak literal, read by its CAST")
+                emit(f"v{i} = {_py_literal(u.arg)}  # weak literal, read by its CAST")
             elif op is Ops.CAST and u.src[0].op is Ops.CONST:
                 emit(f"v{i} = rt.literal(U[{i}])")
             elif op is Ops.DEFINE_VAR:
@@ -98,6 +99,13 @@ class PythonRenderer(Renderer):
             else:
                 raise RuntimeError(f"PythonRenderer: {op} is not part of the program form; can't render it")
         return "\n".join(lines) + "\n"
+
+
+def _py_literal(v: object) -> str:
+    """Python source for a literal (inf/nan need float('...'))."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float({str(v)!r})"
+    return repr(v)
 
 
 def _py_name(uops: list[UOp]) -> str:

@@ -1,0 +1,84 @@
+"""Legalization of a linear program (KERNEL_CONTRACT.md section 2) before x86-64 instruction selection.
+
+Selection handles one UOp at a time from a small set of shapes; this pass brings the program into that set and
+checks that every value has a type the backend can hold:
+- bool arithmetic becomes the bitwise op it means (ADD/MAX -> OR, MUL -> AND, SUB -> XOR), RECIPROCAL becomes a
+  division of a casted 1.0, TRUNC of an integer is the integer itself (rewrite table `pm_x86_legalize`);
+- every value's dtype must be one the backend has registers for (bool, 8..64-bit ints, float32, float64);
+  anything else raises RuntimeError naming the op, dtype and kernel, so nothing is ever emitted silently wrong.
+Gated loads/stores and bool WHERE conditions are legalized during selection (they need registers): a gated access
+first picks its address (the real one, or a scratch stack slot in the red zone below rsp) with CMOVcc, and a WHERE
+whose condition is a bool value (not a comparison) tests it against integer 0.
+"""
+
+from __future__ import annotations
+
+from speck.uop import DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+SUPPORTED_SCALARS: frozenset[DType] = frozenset({
+    dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+    dtypes.uint64, dtypes.float32, dtypes.float64,
+})  # fmt: skip
+"""Scalar dtypes with a register class and load/store/ALU/cast rules on x86-64 (half, bfloat16, fp8 have none)."""
+
+
+def _one(dt: DType) -> UOp:
+    return UOp.cconst(1.0, dt)
+
+
+pm_x86_legalize = PatternMatcher([
+    # bool arithmetic is bitwise logic
+    (UPat((Ops.ADD, Ops.MAX), dtypes.bool, name="x"), lambda x: x.replace(op=Ops.OR)),
+    (UPat(Ops.MUL, dtypes.bool, name="x"), lambda x: x.replace(op=Ops.AND)),
+    (UPat(Ops.SUB, dtypes.bool, name="x"), lambda x: x.replace(op=Ops.XOR)),
+    # 1/x is a division (vdivss/vdivsd) of a literal one
+    (UPat(Ops.RECIPROCAL, name="x"),
+     lambda x: UOp(Ops.FDIV, x.dtype, (_one(x.dtype), x.src[0])) if dtypes.is_float(x.dtype) else None),
+    # integer TRUNC is the identity
+    (UPat(Ops.TRUNC, name="x"), lambda x: x.src[0] if dtypes.is_int(x.dtype) or x.dtype == dtypes.bool else None),
+])  # fmt: skip
+
+
+def value_dtype_ok(u: UOp) -> bool:
+    """Whether u's result (and, for comparisons, its operands) has a dtype the backend can hold."""
+    dts = [u.dtype] + ([s.dtype for s in u.src] if u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST,
+                                                             Ops.BITCAST, Ops.STORE) else [])  # fmt: skip
+    for dt in dts:
+        if isinstance(dt, PtrDType):
+            dt = dt.base
+        if dt == dtypes.void or dt.is_weak:
+            continue
+        if dt.scalar() not in SUPPORTED_SCALARS:
+            return False
+    return True
+
+
+def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
+    """Apply `pm_x86_legalize` to each UOp of a linear program (sources first, so rewritten nodes are seen by their
+    users) and check every dtype; returns the new linear list. Raises RuntimeError naming op, dtype and kernel for a
+    dtype without a register class."""
+    out: list[UOp] = []
+    seen: set[UOp] = set()
+    new: dict[UOp, UOp] = {}
+    for u in uops:
+        if u.op is not Ops.CONST and not value_dtype_ok(u):
+            bad = next(d for d in [u.dtype, *[s.dtype for s in u.src]] if not isinstance(d, PtrDType)
+                       and d != dtypes.void and not d.is_weak and d.scalar() not in SUPPORTED_SCALARS)  # fmt: skip
+            raise RuntimeError(
+                f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend "
+                f"handles {', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for "
+                "half, bfloat16 and fp8)"
+            )
+        srcs = tuple(new.get(s, s) for s in u.src)
+        nu = u if srcs == u.src else u.replace(src=srcs)
+        r = pm_x86_legalize.rewrite(nu)
+        if r is not None:
+            nu = r
+        new[u] = nu
+        if nu not in seen:
+            seen.add(nu)
+            out.append(nu)
+    return out
+
+
+__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "value_dtype_ok"]

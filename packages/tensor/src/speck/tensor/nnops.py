@@ -1,0 +1,361 @@
+"""Neural-network ops as Tensor methods: convolutions (via windows + a reduction), pooling, interpolation, dropout,
+the activations, losses and scaled dot-product attention. Everything is composed from Tensor's own ops, so it fuses
+and differentiates like any other expression."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from speck.uop import dtypes
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+
+def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
+    return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: tuple[int, ...],
+                  stride: tuple[int, ...]) -> list[tuple[int, int]]:  # fmt: skip
+    """Per spatial dim (before, after) padding; 'same' pads so the output size equals ceil(input / stride)."""
+    if padding == "same":
+        if any(s != 1 for s in stride):
+            raise RuntimeError("padding='same' needs stride 1 (as in PyTorch)")
+        out = []
+        for kk, dd in zip(k, d):
+            total = dd * (kk - 1)
+            out.append((total // 2, total - total // 2))
+        return out
+    if padding == "valid":
+        return [(0, 0)] * len(k)
+    if isinstance(padding, str):
+        raise RuntimeError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
+    p = _pair(padding, len(k))
+    if len(p) == 2 * len(k):  # (left, right, top, bottom) style, innermost dim first
+        pairs = [(p[2 * i], p[2 * i + 1]) for i in range(len(k))][::-1]
+        return pairs
+    return [(x, x) for x in p]
+
+
+class NNMixin:
+    """Tensor methods for neural networks (mixed into Tensor)."""
+
+    # ---------------- windows ----------------
+    def _windows(self: Any, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+        """(..., *spatial) -> (..., *out_spatial, *k): every window of size k (dilated) at the given stride, built
+        from movement ops only (pad/shrink/reshape/expand), so it fuses into the consumer."""
+        nsp = len(k)
+        x = self
+        lead = x.shape[:-nsp]
+        for i in range(nsp):
+            ax = len(lead) + i  # spatial axis i, always right after the already-windowed ones
+            size = x.shape[ax]
+            ke = dilation[i] * (k[i] - 1) + 1
+            o = (size - ke) // stride[i] + 1
+            if o <= 0:
+                raise RuntimeError(
+                    f"window {k[i]} (dilation {dilation[i]}) is larger than the padded input size {size} on spatial "
+                    f"dim {i}"
+                )
+            # gather rows ax: out index j, kernel index t -> source j*stride + t*dilation
+            x = x.unfold(ax, ke, stride[i])  # (..., o, rest..., ke) with the window as the last axis
+            if dilation[i] > 1:
+                x = x[(..., slice(None, None, dilation[i]))]
+            # move the window axis to the end of the spatial block: it is already last; keep order by permuting later
+        # unfold appends each window axis at the end in spatial order, so shape is (..., *o, *k)
+        return x
+
+    def conv2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+               stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
+               padding: int | str | tuple[int, ...] = 0) -> Tensor:  # fmt: skip
+        """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
+        *k); works for 1-d and 3-d too. padding may be 'same'."""
+        nsp = len(weight.shape) - 2
+        if len(self.shape) != nsp + 2:
+            raise RuntimeError(f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}")
+        n, cin = self.shape[:2]
+        cout, cin_g = weight.shape[:2]
+        k = tuple(weight.shape[2:])
+        if cin != cin_g * groups or cout % groups:
+            raise RuntimeError(
+                f"conv channels don't match: input has {cin} channels, weight {tuple(weight.shape)} with groups="
+                f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
+            )
+        st, dl = _pair(stride, nsp), _pair(dilation, nsp)
+        pads = _conv_padding(padding, k, dl, st)
+        x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self
+        w = x._windows(k, st, dl)  # (N, Cin, *o, *k)
+        osp = w.shape[2 : 2 + nsp]
+        w = w.reshape(n, groups, 1, cin_g, *osp, *k)
+        wt = weight.reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
+        red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
+        out = (w * wt).sum(axis=red).reshape(n, cout, *osp)
+        if bias is not None:
+            out = out + bias.reshape(1, cout, *([1] * nsp))
+        return out
+
+    def conv_transpose2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
+                         padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0
+                         ) -> Tensor:  # fmt: skip
+        """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
+        *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
+        kernel."""
+        nsp = len(weight.shape) - 2
+        cin, cout_g = weight.shape[:2]
+        k = tuple(weight.shape[2:])
+        st, dl, pd, op = (_pair(v, nsp) for v in (stride, dilation, padding, output_padding))
+        x = self
+        if any(s > 1 for s in st):  # insert s-1 zeros between input elements
+            sp = x.shape[2:]
+            x = x.reshape(*x.shape[:2], *[d for s in sp for d in (s, 1)])
+            x = x.pad(((0, 0), (0, 0), *[p for s in st for p in ((0, 0), (0, s - 1))]))
+            x = x.reshape(*x.shape[:2], *[d * s for d, s in zip(sp, st)])
+            x = x.shrink(((0, x.shape[0]), (0, x.shape[1]), *[(0, d * s - (s - 1)) for d, s in zip(sp, st)]))
+        pads = tuple((dd * (kk - 1) - p, dd * (kk - 1) - p + o) for kk, dd, p, o in zip(k, dl, pd, op))
+        w = weight.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2).reshape(groups * cout_g, cin // groups,
+                                                                                      *k)  # fmt: skip
+        w = w.flip(tuple(range(2, 2 + nsp)))
+        x = x.pad(((0, 0), (0, 0), *pads))
+        return x.conv2d(w, bias, groups=groups, dilation=dl)
+
+    # ---------------- pooling ----------------
+    def _pool_windows(self: Any, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                      padding: tuple[int, ...], value: float, ceil_mode: bool = False) -> Tensor:  # fmt: skip
+        nsp = len(kernel_size)
+        pads = [(p, p) for p in padding]
+        if ceil_mode:
+            for i in range(nsp):
+                size = self.shape[-nsp + i] + 2 * padding[i]
+                ke = dilation[i] * (kernel_size[i] - 1) + 1
+                o = -(-(size - ke) // stride[i]) + 1
+                if (o - 1) * stride[i] >= self.shape[-nsp + i] + padding[i]:
+                    o -= 1
+                extra = (o - 1) * stride[i] + ke - size
+                pads[i] = (pads[i][0], pads[i][1] + max(extra, 0))
+        x = self
+        if any(p != (0, 0) for p in pads):
+            x = x.pad(((0, 0),) * (len(x.shape) - nsp) + tuple(pads), value=value)
+        return x._windows(kernel_size, stride, dilation)
+
+    def max_pool2d(self: Any, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
+                   dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
+                   return_indices: bool = False) -> Any:  # fmt: skip
+        """Max over each window (stride defaults to kernel_size); with return_indices also the flat index of each
+        max within its plane (as PyTorch returns, for max_unpool2d)."""
+        k = _pair(kernel_size)
+        st = _pair(stride if stride is not None else kernel_size)
+        w = self._pool_windows(k, st, _pair(dilation), _pair(padding), -math.inf, ceil_mode)
+        red = tuple(range(-len(k), 0))
+        out = w.max(axis=red)
+        if not return_indices:
+            return out
+        from speck.tensor.tensor import Tensor
+
+        h, wd = self.shape[-2:]
+        idx = Tensor.arange(h * wd, device=self.device).reshape(1, 1, h, wd).expand(*self.shape[:-2], h, wd)
+        iw = idx._pool_windows(k, st, _pair(dilation), _pair(padding), -1, ceil_mode)
+        hit = w == out.reshape(*out.shape, 1, 1)
+        # first max in window order, like PyTorch: the smallest flat index among the maxima
+        big = h * wd
+        first = hit.where(iw, big).min(axis=red)
+        return out, first
+
+    def max_unpool2d(self: Any, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
+                     stride: int | tuple[int, ...] | None = None, padding: int | tuple[int, ...] = 0,
+                     output_size: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
+        """Scatter pooled values back to the positions in `indices` (zeros elsewhere)."""
+        k, st, pd = _pair(kernel_size), _pair(stride if stride is not None else kernel_size), _pair(padding)
+        if output_size is None:
+            output_size = tuple((self.shape[-2 + i] - 1) * st[i] - 2 * pd[i] + k[i] for i in range(2))
+        h, w = output_size[-2:]
+        from speck.tensor.tensor import Tensor
+
+        flat = Tensor.arange(h * w, device=self.device).reshape(*([1] * len(self.shape)), h * w)
+        sel = indices.reshape(*indices.shape, 1) == flat
+        out = (sel.where(self.reshape(*self.shape, 1), 0)).sum(axis=(-3, -2))
+        return out.reshape(*self.shape[:-2], h, w)
+
+    def avg_pool2d(self: Any, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
+                   dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
+                   count_include_pad: bool = True) -> Tensor:  # fmt: skip
+        """Mean over each window (zero padding counted unless count_include_pad=False)."""
+        k = _pair(kernel_size)
+        st = _pair(stride if stride is not None else kernel_size)
+        red = tuple(range(-len(k), 0))
+        w = self._pool_windows(k, st, _pair(dilation), _pair(padding), 0.0, ceil_mode)
+        if count_include_pad and not ceil_mode:
+            return w.mean(axis=red)
+        ones = self.ones_like()._pool_windows(k, st, _pair(dilation), _pair(padding), 0.0, ceil_mode)
+        return w.sum(axis=red) / ones.sum(axis=red)
+
+    def interpolate(self: Any, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+        """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
+        from speck.tensor.tensor import Tensor
+
+        x = self
+        nsp = len(size)
+        for i in range(nsp):
+            ax = len(x.shape) - nsp + i
+            n_in, n_out = x.shape[ax], size[i]
+            if n_in == n_out:
+                continue
+            if mode in ("nearest", "nearest-exact"):
+                off = 0.5 if mode == "nearest-exact" else 0.0
+                src = ((Tensor.arange(n_out, device=x.device) + off) * (n_in / n_out)).floor().int().clip(0, n_in - 1)
+                x = x.gather(ax, src.reshape(*[n_out if j == ax else 1 for j in range(len(x.shape))]).expand(
+                    *[n_out if j == ax else s for j, s in enumerate(x.shape)]))  # fmt: skip
+            elif mode == "linear":
+                scale = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else n_in / n_out
+                pos = Tensor.arange(n_out, device=x.device, dtype=dtypes.float32)
+                pos = pos * scale if align_corners else ((pos + 0.5) * scale - 0.5).clip(0, n_in - 1)
+                lo = pos.floor().int().clip(0, n_in - 1)
+                hi = (lo + 1).clip(0, n_in - 1)
+                frac = pos - lo.float()
+                shp = [n_out if j == ax else 1 for j in range(len(x.shape))]
+                full = [n_out if j == ax else s for j, s in enumerate(x.shape)]
+                xl = x.gather(ax, lo.reshape(*shp).expand(*full))
+                xh = x.gather(ax, hi.reshape(*shp).expand(*full))
+                x = xl + (xh - xl) * frac.reshape(*shp).cast(x.dtype)
+            else:
+                raise RuntimeError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
+        return x
+
+    # ---------------- regularisation and activations ----------------
+    def dropout(self: Any, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
+        from speck.tensor.autograd import is_training
+        from speck.tensor.tensor import Tensor
+
+        if not 0 <= p <= 1:
+            raise RuntimeError(f"dropout probability must be in [0, 1], got {p}")
+        if not is_training() or p == 0:
+            return self
+        if p == 1:
+            return self * 0
+        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        return keep.where(self, 0) * (1 / (1 - p))
+
+    def relu6(self: Any) -> Tensor:
+        return self.relu() - (self - 6).relu()
+
+    def celu(self: Any, alpha: float = 1.0) -> Tensor:
+        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+    def selu(self: Any, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+
+    def quick_gelu(self: Any) -> Tensor:
+        return self * (self * 1.702).sigmoid()
+
+    def mish(self: Any) -> Tensor:
+        return self * self.softplus().tanh()
+
+    def hardswish(self: Any) -> Tensor:
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def hardsigmoid(self: Any, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+
+    def logsigmoid(self: Any) -> Tensor:
+        return -(-self).softplus()
+
+    def softsign(self: Any) -> Tensor:
+        return self / (1 + self.abs())
+
+    # ---------------- normalisation helpers ----------------
+    def layernorm(self: Any, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+        y = self - self.mean(axis=axis, keepdim=True)
+        return y * (y * y).mean(axis=axis, keepdim=True).add(eps).rsqrt()
+
+    def batchnorm(self: Any, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                  axis: int | tuple[int, ...] = 1) -> Tensor:  # fmt: skip
+        """(x - mean) * invstd * weight + bias with the statistics broadcast along `axis`."""
+        axes = (axis,) if isinstance(axis, int) else axis
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+        x = self - mean.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        ret = x.mul(invstd.reshape(shape) if len(invstd.shape) == len(axes) else invstd)
+        return (ret + bias.reshape(shape)) if bias is not None else ret
+
+    # ---------------- losses ----------------
+    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Tensor:  # fmt: skip
+        """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
+        from speck.tensor.tensor import Tensor
+
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise RuntimeError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        log_probs = self.log_softmax(axis=-1)
+        c = self.shape[-1]
+        mask = Y != ignore_index
+        y = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        y = y * mask.reshape(*Y.shape, 1)
+        loss_t = -(log_probs * y).sum(axis=-1)
+        smooth = -(log_probs.mean(axis=-1)) * mask
+        loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
+        return _reduce(loss_t, reduction, mask.sum())
+
+    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+                      ignore_index: int = -100) -> Tensor:  # fmt: skip
+        """Cross entropy of logits (N, C) against integer labels (N,) or class probabilities (N, C)."""
+        if Y.shape == self.shape and dtypes.is_float(Y.dtype):
+            c = self.shape[-1]
+            y = Y * (1 - label_smoothing) + label_smoothing / c
+            return _reduce(-(self.log_softmax(axis=-1) * y).sum(axis=-1), reduction, None)
+        return self.sparse_categorical_crossentropy(Y, ignore_index, label_smoothing, reduction)
+
+    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+                 reduction: str = "mean") -> Tensor:  # fmt: skip
+        """Negative log likelihood of log-probabilities (N, C) at integer labels (N,)."""
+        from speck.tensor.tensor import Tensor
+
+        c = self.shape[-1]
+        onehot = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
+        if ignore_index is not None:
+            w = w * (Y != ignore_index).reshape(*Y.shape, 1)
+        loss = -(self * w).sum(axis=-1)
+        return _reduce(loss, reduction, w.sum())
+
+    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """BCE of probabilities in (0, 1) (log clamped at -100 like PyTorch)."""
+        loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
+        return _reduce(loss, reduction, None)
+
+    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",
+                                   pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
+        """BCE of logits, computed stably: max(x, 0) - x*y + log(1 + exp(-|x|))."""
+        log_w = 1 + (pos_weight - 1) * Y if pos_weight is not None else 1
+        loss = (1 - Y) * self + log_w * ((-self.abs()).exp().add(1).log() + (-self).maximum(0))
+        return _reduce(loss, reduction, None)
+
+    def scaled_dot_product_attention(self: Any, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     scale: float | None = None) -> Tensor:  # fmt: skip
+        """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
+        from speck.tensor.tensor import Tensor
+
+        s = scale if scale is not None else 1 / math.sqrt(self.shape[-1])
+        qk = (self @ key.transpose(-2, -1)) * s
+        if is_causal:
+            if attn_mask is not None:
+                raise RuntimeError("pass either attn_mask or is_causal=True, not both")
+            lq, lk = self.shape[-2], key.shape[-2]
+            attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
+        if attn_mask is not None:
+            qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
+        return qk.softmax(-1).dropout(dropout_p) @ value
+
+
+def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / count.maximum(1) if count is not None else loss.mean()
+    raise RuntimeError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
