@@ -144,10 +144,8 @@ def test_100k_chain_no_recursion_error() -> None:
     assert x.vmax == 100_010
     assert x.simplify() is v + 100_000
     assert x.render(simplify=False).count("+1") == 100_000
-    assert repr(x).count("ADD") == 100_000
     w = UOp.variable("w", 0, 1)
     assert x.substitute({v: w}).toposort()[0] is w
     assert pickle.loads(pickle.dumps(x)) is x
-    assert len(x.key) == 32
     del x
     gc.collect()

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Elementwise Tensor methods: broadcasting with dtype promotion, arithmetic and its reflected forms, comparisons,
 logic and bits, and the math functions built from the IR's few transcendental primitives (EXP2, LOG2, SIN, SQRT)."""
 
@@ -280,13 +283,13 @@ class ElementwiseMixin:
         return b._alu(Ops.CMPNE, b._const_like(True, dtypes.bool)._broadcast_to(b.shape))
 
     def logical_and(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())
 
     def logical_or(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())
 
     def logical_xor(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())  # type: ignore[union-attr]
+        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())
 
     def __and__(self: Tensor, y: TensorOrScalar) -> Tensor:
         return self.bitwise_and(y)

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Indexing on Tensor with numpy semantics: ints, slices (any step), None, Ellipsis, boolean masks and integer
 tensors (advanced indexing), plus gather/scatter and the data-dependent selections (nonzero, masked_select).
 
@@ -10,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor.dims import as_int
 from speck.uop import dtypes
 
 if TYPE_CHECKING:
@@ -160,7 +164,7 @@ class IndexingMixin:
         from speck.tensor.tensor import Tensor
 
         v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
-        numel = int(self.numel())
+        numel = as_int(self.numel())
         pos = Tensor.arange(numel, device=self.device).reshape(self.shape)
         sel = pos[idx]
         v = v.cast(self.dtype)._broadcast_to(sel.shape)
@@ -172,7 +176,7 @@ class IndexingMixin:
         hit = flat_sel.unsqueeze(1) == ar.unsqueeze(0)  # (k, numel)
         any_hit = hit.any(0)
         # the last write wins for repeated positions, like numpy
-        order = Tensor.arange(int(flat_sel.numel()), device=self.device).unsqueeze(1) + 1
+        order = Tensor.arange(as_int(flat_sel.numel()), device=self.device).unsqueeze(1) + 1
         last = hit.where(order, 0).max(0)
         chosen = (hit & (order == last.unsqueeze(0))).where(flat_v.unsqueeze(1), flat_v._const_like(0))
         newv = chosen.sum(0, dtype=self.dtype) if self.dtype != dtypes.bool else chosen.any(0)
@@ -189,7 +193,7 @@ class IndexingMixin:
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
                 raise RuntimeError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at dim {i}")
-        n = self.shape[d]
+        n = as_int(self.shape[d])
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
         xe = x.unsqueeze(d).expand(tuple(index.shape[i] if i == d else x.shape[i] for i in range(self.ndim)) if False
                                    else None) if False else x  # fmt: skip
@@ -229,7 +233,7 @@ class IndexingMixin:
         if s.ndim == 0:
             s = s._broadcast_to(index.shape)
         s = s.shrink(tuple((0, n) for n in index.shape))
-        n = self.shape[d]
+        n = as_int(self.shape[d])
         # (..., m at d) -> masks over self's dim d positions k: hit[..., m, k] with other dims of index
         ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
         ii = (ii < 0).where(ii + n, ii)
@@ -238,7 +242,7 @@ class IndexingMixin:
         any_hit = hit.any(-2)  # (..., n)
         me = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim))).transpose(d, -1)
         if mode == "set":
-            order = Tensor.arange(int(index.shape[d]), device=self.device).reshape(-1, 1) + 1
+            order = Tensor.arange(as_int(index.shape[d]), device=self.device).reshape(-1, 1) + 1
             last = hit.where(order, 0).max(-2, keepdim=True)
             v = (hit & (order == last)).where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
             res = any_hit.where(v, me)
@@ -257,7 +261,7 @@ class IndexingMixin:
         else:
             lo = (-np.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)) if mode == "amax" else \
                 (np.inf if dtypes.is_float(self.dtype) else dtypes.max(self.dtype))  # fmt: skip
-            fill = sv._const_like(lo)  # type: ignore[arg-type]
+            fill = sv._const_like(lo)
             cand = hit.where(sv, fill)
             v = cand.max(-2) if mode == "amax" else cand.min(-2)
             comb = me.maximum(v) if mode == "amax" else me.minimum(v)
@@ -304,7 +308,7 @@ class IndexingMixin:
         if indexing not in ("ij", "xy"):
             raise RuntimeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         ts = [t.flatten() for t in tensors]
-        shape = tuple(int(t.shape[0]) for t in ts)
+        shape = tuple(as_int(t.shape[0]) for t in ts)
         out = []
         for i, t in enumerate(ts):
             out.append(t.reshape(tuple(-1 if j == i else 1 for j in range(len(ts)))).expand(shape))

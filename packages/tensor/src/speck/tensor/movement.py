@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Movement Tensor methods: the six primitive views (reshape, permute, expand, pad, shrink, flip) with argument
 checking, and everything composed from them (transpose, squeeze, cat, roll, repeat, pad modes...)."""
 
@@ -7,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.dims import as_int
 from speck.uop import Ops, UOp, resolve, sint, validate_shape
 from speck.uop.helpers import prod
 
@@ -204,11 +208,11 @@ class MovementMixin:
         ts = [t.cast(dt) for t in ts if not (isinstance(t.shape[d], int) and t.shape[d] == 0)] or [ts[0].cast(dt)]
         if len(ts) == 1:
             return ts[0]
-        total = sum(int(t.shape[d]) for t in ts)
+        total = sum(as_int(t.shape[d]) for t in ts)
         out: Tensor | None = None
         off = 0
         for t in ts:
-            n = int(t.shape[d])
+            n = as_int(t.shape[d])
             p = t.pad(tuple((off, total - off - n) if i == d else (0, 0) for i in range(t.ndim)))
             out = p if out is None else out + p if dt.name != "bool" else (out | p)
             off += n
@@ -227,7 +231,7 @@ class MovementMixin:
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         d = self._resolve_dim(dim)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         if isinstance(sizes, int):
             if sizes <= 0:
                 raise RuntimeError(f"split size must be positive, got {sizes}")
@@ -244,7 +248,7 @@ class MovementMixin:
         if chunks <= 0:
             raise RuntimeError(f"chunks must be positive, got {chunks}")
         d = self._resolve_dim(dim)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         return self.split(max(math.ceil(n / chunks), 1) if n else 1, d) if n else (self,)
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
@@ -264,7 +268,7 @@ class MovementMixin:
             return self
         t = self
         for s, d in zip(sh, ds):
-            n = int(t.shape[d])
+            n = as_int(t.shape[d])
             k = s % n
             if k == 0:
                 continue
@@ -312,7 +316,7 @@ class MovementMixin:
         """Every step-th element of dim d (from the first)."""
         if step == 1:
             return self
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         k = -(-n // step)
         t = self.pad(tuple((0, k * step - n) if i == d else (0, 0) for i in range(self.ndim)))
         t = t.reshape(t.shape[:d] + (k, step) + t.shape[d + 1 :])
@@ -322,7 +326,7 @@ class MovementMixin:
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Sliding windows of `size` every `step` along dim, as a new last dim (torch semantics)."""
         d = self._resolve_dim(dim)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         if size > n or size < 0 or step <= 0:
             raise RuntimeError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
         nw = (n - size) // step + 1
@@ -338,12 +342,12 @@ class MovementMixin:
             raise RuntimeError(f"diagonal dims must differ, got {dim1} and {dim2}")
         rest = [i for i in range(self.ndim) if i not in (a, b)]
         t = self.permute(rest + [a, b])
-        n, m = int(t.shape[-2]), int(t.shape[-1])
+        n, m = as_int(t.shape[-2]), as_int(t.shape[-1])
         if offset >= 0:
             t = t.shrink(tuple([None] * len(rest) + [(0, n), (min(offset, m), m)]))
         else:
             t = t.shrink(tuple([None] * len(rest) + [(min(-offset, n), n), (0, m)]))
-        n, m = int(t.shape[-2]), int(t.shape[-1])
+        n, m = as_int(t.shape[-2]), as_int(t.shape[-1])
         k = min(n, m)
         if k == 0:
             return t.reshape(t.shape[:-2] + (0,)) if t.numel() == 0 else t.shrink(
@@ -361,7 +365,7 @@ class MovementMixin:
             raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
         from speck.tensor.tensor import Tensor
 
-        n = int(self.shape[0])
+        n = as_int(self.shape[0])
         out = self.unsqueeze(1) * Tensor.eye(n, dtype=self.dtype, device=self.device)
         if diagonal > 0:
             out = out.pad(((0, diagonal), (diagonal, 0)))
@@ -380,8 +384,8 @@ class MovementMixin:
             raise RuntimeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
         from speck.tensor.tensor import Tensor
 
-        r = Tensor.arange(self.shape[-2], device=self.device).unsqueeze(1)
-        c = Tensor.arange(self.shape[-1], device=self.device).unsqueeze(0)
+        r = Tensor.arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
+        c = Tensor.arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
         mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return mask.where(self, self._const_like(0))
 

@@ -45,7 +45,7 @@ def _cdiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         q = np.abs(a) // np.abs(bs)
         neg = (a < 0) != (bs < 0)
         return np.where(bz, 0, np.where(neg, -q, q)).astype(np.result_type(a, b))
-    return np.trunc(a / b)
+    return np.asarray(np.trunc(a / b))
 
 
 def _threefry(x: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -139,7 +139,9 @@ def eval_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]) -> N
         return tuple(size if i == ax else 1 for i in range(nax))
 
     with np.errstate(all="ignore"):
-        for n in ast.toposort():
+        node: UOp
+        for node in ast.toposort():
+            n = node
             op = n.op
             if op is Ops.CONST:
                 vals[n] = None if isinstance(n.arg, InvalidType) else np.asarray(n.arg, dtype=np_dtype(n.dtype))

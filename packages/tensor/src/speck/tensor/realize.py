@@ -66,7 +66,8 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
     b = get_buffer(buf)
     b.ensure_allocated()
     arr = b.numpy()
-    return arr.view(np_dtype(buf.dtype)) if arr.dtype != np.dtype(np_dtype(buf.dtype)) else arr
+    out: np.ndarray = arr.view(np_dtype(buf.dtype)) if arr.dtype != np.dtype(np_dtype(buf.dtype)) else arr
+    return out
 
 
 # ---------------- compilation ----------------
@@ -111,7 +112,7 @@ class _CompiledProgram:
         vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
         # the program lists the buffers it still uses after lowering (a load folded to a constant drops its
         # param), by slot: pass exactly those, in its order
-        slots = [int(getattr(a, "slot", a[0] if isinstance(a, tuple) else a)) for a in self.spec.buffers]
+        slots = [int(a.slot) if hasattr(a, "slot") else int(a[0]) for a in self.spec.buffers]
         hb = [get_buffer(bufs[s]) for s in slots]
         for b in hb:
             b.ensure_allocated()
@@ -208,7 +209,7 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
         return _estimate(it.ast, it.bufs, it.var_vals)  # type: ignore[arg-type]
     est = getattr(prog, "_est", None)
     if est is None:
-        est = _estimate(it.ast, it.bufs, {})  # type: ignore[arg-type]
+        est = _estimate(it.ast, it.bufs, {})  # type: ignore[arg-type, unused-ignore]
         prog._est = est
     return est  # type: ignore[no-any-return]
 

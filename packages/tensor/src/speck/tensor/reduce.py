@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Reductions, scans, sorting and linear algebra on Tensor. Everything reduces through one primitive,
 REDUCE_AXIS with ADD, MUL or MAX; min/argmax/cumsum/sort/matmul are built from it."""
 
@@ -6,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.dims import as_int
 from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
 from speck.uop.helpers import prod
 
@@ -106,7 +110,7 @@ class ReduceMixin:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         if n == 0:
             raise RuntimeError(f"argmax over a zero-size dim of shape {self.shape}")
         m = self.max(d, keepdim=True)
@@ -152,7 +156,7 @@ class ReduceMixin:
         d = self._resolve_dim(axis)
         if self.ndim == 0:
             return self
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         if n == 0:
             return self
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
@@ -166,7 +170,7 @@ class ReduceMixin:
             r = mask.where(xs, xs._const_like(1)).prod(-1)
         else:
             lo = -math.inf if dtypes.is_float(xs.dtype) else dtypes.min(xs.dtype)
-            r = mask.where(xs, xs._const_like(lo)).max(-1)  # type: ignore[arg-type]
+            r = mask.where(xs, xs._const_like(lo)).max(-1)
         return r.transpose(d, -1) if d != self.ndim - 1 else r
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
@@ -199,7 +203,7 @@ class ReduceMixin:
         if self.ndim == 0:
             return self, Tensor(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
         if n == 0:
             return self, self.cast(dtypes.int32)
@@ -223,7 +227,7 @@ class ReduceMixin:
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
         d = self._resolve_dim(dim)
-        n = int(self.shape[d])
+        n = as_int(self.shape[d])
         if not 0 <= k <= n:
             raise RuntimeError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
         v, i = self.sort(d, descending=largest)

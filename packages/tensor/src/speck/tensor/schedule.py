@@ -208,8 +208,8 @@ class _Kernel:
         if op is Ops.CONST:
             return UOp.const(u.dtype, u.arg)
         if op is Ops.BIND:
-            var, val = u.unbind()
-            self.var_vals[var.arg[0]] = val
+            var, bound = u.unbind()
+            self.var_vals[var.arg[0]] = bound
             return var.cast(u.dtype) if u.dtype != var.dtype else var
         if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or (op is Ops.REDUCE_AXIS and (bcast or in_reduce)):
             view = self.sched.materialize(u)
@@ -222,8 +222,8 @@ class _Kernel:
         if op is Ops.REDUCE_AXIS:
             rop, axes = u.arg
             in_shape = u.src[0].shape
-            nidx = list(idx)
-            rngs = []
+            nidx: list[UOp] = list(idx)
+            rngs: list[UOp] = []
             for a in axes:
                 end = _unbind_shape(in_shape[a], self.var_vals)
                 r = UOp.range(end, next(self.axis), AxisType.REDUCE)
@@ -251,8 +251,8 @@ class _Kernel:
             return self.lower(src, nidx, valid, bcast, in_reduce)
         if op is Ops.PERMUTE:
             nidx_l: list[UOp] = [idx[0]] * len(idx)
-            for i, p in enumerate(u.arg):
-                nidx_l[p] = idx[i]
+            for j, p in enumerate(u.arg):
+                nidx_l[p] = idx[j]
             return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
         if op is Ops.EXPAND:
             ss = src.shape
@@ -268,33 +268,33 @@ class _Kernel:
             return self.lower(src, nidx, valid, bcast, in_reduce)
         if op is Ops.FLIP:
             ss = src.shape
-            nidx = tuple((_unbind_shape(s, vv) - 1 - i) if f else i for i, s, f in zip(idx, ss, u.arg))  # type: ignore[operator]
+            nidx = tuple((_unbind_shape(s, vv) - 1 - i) if f else i for i, s, f in zip(idx, ss, u.arg))
             return self.lower(src, nidx, valid, bcast, in_reduce)
         if op is Ops.PAD:
             ss = src.shape
             conds: list[UOp] = []
-            nidx_l = []
+            pidx: list[UOp] = []
             for i, s, (b, a) in zip(idx, ss, u.arg):
                 if isinstance(b, int) and isinstance(a, int) and b == 0 and a == 0:
-                    nidx_l.append(i)
+                    pidx.append(i)
                     continue
                 ni = i - b if b != 0 else i
-                nidx_l.append(ni)
+                pidx.append(ni)
                 if b != 0:
                     conds.append(ni >= 0)
                 conds.append(ni < s)
             if not conds:
-                return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
+                return self.lower(src, tuple(pidx), valid, bcast, in_reduce)
             cond = conds[0]
             for c in conds[1:]:
                 cond = cond & c
             cond = cond.simplify()
             if cond.op is Ops.CONST:
                 if cond.arg:
-                    return self.lower(src, tuple(nidx_l), valid, bcast, in_reduce)
+                    return self.lower(src, tuple(pidx), valid, bcast, in_reduce)
                 return UOp.const(u.dtype, 0)
             nvalid = cond if valid is None else (valid & cond)
-            inner = self.lower(src, tuple(nidx_l), nvalid, bcast, in_reduce)
+            inner = self.lower(src, tuple(pidx), nvalid, bcast, in_reduce)
             return cond.where(inner, UOp.const(u.dtype, 0))
         raise AssertionError(op)
 
@@ -362,7 +362,7 @@ class Scheduler:
         if u.op is Ops.COPY:
             return self._copy(u)
         shape = u.shape
-        device = self.device if self.device is not None and u.op is not Ops.COPY else self._device_of(u)
+        device = self.device if self.device is not None else self._device_of(u)
         size = prod(max_dim(s) for s in shape)
         out = new_buffer_uop(device, int(size), u.dtype)
         view = out.reshape(shape) if shape != (size,) else out
@@ -461,7 +461,7 @@ def view_offset(u: UOp) -> int | None:
         return None
     if val.op is not Ops.LOAD or len(val.src[0].src) != 2:
         return None
-    terms, const = linear_terms(val.src[0].src[1] - contiguous_index(rngs, shape))  # type: ignore[arg-type]
+    terms, const = linear_terms(val.src[0].src[1] - contiguous_index(rngs, shape))
     return const if not terms else None
 
 

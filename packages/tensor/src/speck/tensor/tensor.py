@@ -8,6 +8,7 @@ class as plain functions so each stays readable alone."""
 
 from __future__ import annotations
 
+import builtins
 import math
 import os
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.device import canonical
+from speck.tensor.dims import as_int
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.movement import MovementMixin
@@ -117,8 +119,6 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             self.uop = _const_uop(data, dt or _scalar_dtype(data), dev)
             return
-        if isinstance(data, UOp.__class__):
-            raise RuntimeError(f"can't make a Tensor from {data!r}")
         if isinstance(data, (bytes, bytearray, memoryview)):
             arr = np.frombuffer(bytes(data), dtype=np.uint8)
             dt = dt or dtypes.uint8
@@ -156,18 +156,19 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         return len(self.shape)
 
     def numel(self) -> sint:
-        return prod(self.shape)
+        n: sint = prod(self.shape)
+        return n
 
     def element_size(self) -> int:
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
-        return int(self.numel()) * self.element_size()
+        return as_int(self.numel()) * self.element_size()
 
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
-        return int(self.shape[0])
+        return as_int(self.shape[0])
 
     def __repr__(self) -> str:
         return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device}>"
@@ -252,7 +253,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         """The row-major data as a numpy array of the concrete shape (a copy)."""
         if any(not isinstance(s, int) for s in self.shape):
             raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
-        shape = tuple(int(s) for s in self.shape)
+        shape = tuple(as_int(s) for s in self.shape)
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
         self.realize()
@@ -288,7 +289,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     def data(self) -> memoryview:
         """The values as a memoryview (shaped like the tensor)."""
         arr = self._buffer_data()
-        return memoryview(arr) if arr.ndim else memoryview(arr.reshape(1)).cast("B").cast(arr.dtype.char)
+        mv: Any = memoryview(arr.reshape(arr.shape or (1,)))  # type: ignore[arg-type]
+        out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
+        return out
 
     # ---------------- creation ----------------
     @staticmethod
@@ -443,7 +446,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     @staticmethod
     def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
-        return Tensor.uniform(*sh, low=-1.0, high=1.0, **kw) * (prod(sh) ** -0.5)
+        scale: float = float(prod(sh)) ** -0.5
+        return Tensor.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
 
     @staticmethod
     def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
@@ -535,7 +539,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     def bfloat16(self) -> Tensor:
         return self.cast(dtypes.bfloat16)
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> builtins.bool:
         return dtypes.is_float(self.dtype)
 
     # ---------------- assign ----------------

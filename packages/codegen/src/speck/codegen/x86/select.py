@@ -1,0 +1,910 @@
+"""x86-64 instruction selection: a legalized linear program -> `Inst`s on virtual registers (+ labels, loop markers).
+
+Selection walks the program in order and looks each UOp up in `SELECTION_TABLE` by (op, operand class); the entry
+names the rule that emits its instructions, and the per-dtype opcode tables below (`INT_ALU`, `FLOAT_ALU`, ...) give
+the machine op. A UOp with no entry raises RuntimeError naming the op, the dtype and the kernel.
+
+Value conventions (what every rule may assume about its sources and must guarantee for its result):
+- integers and bools live in general-purpose registers. A value of 1, 2 or 4 bytes is held in the low 32 bits,
+  sign-extended (signed types) or zero-extended (unsigned, bool = 0/1) to 32 bits, with the upper 32 bits zero; so
+  32-bit compare/divide/shift work unchanged on narrow types and a non-negative index is already a valid 64-bit
+  index. 8-byte values use the whole register. Pointers are 64-bit.
+- float32/float64 scalars live in the low lane of an xmm register.
+- literals appear only as casted consts and are never computed: they become imm8/imm32 operands where an
+  instruction form takes one (int64 fitting int32 -> imm32, uint64 fitting uint32 -> imm32, else MOVABS into a
+  register), float literals are RIP-relative .rodata operands; RANGE bounds are immediates.
+- the CPU ABI: `kernel(ptr data0.., int32 vars.., int32 core_start, int32 core_end)`; the outermost GLOBAL range
+  loops core_start..core_end, other ranges 0..end.
+Exact semantics follow the reference interpreter (speck.codegen.numeric): integer ops wrap, x/0 == x%0 == 0 and
+MIN/-1 wraps (no trap), out-of-range shifts give 0 (-1 for >> of a negative), MAX propagates NaN, float -> int
+truncates and wraps modulo 2**64 (NaN/inf -> 0), int64 -> float32 rounds through float64.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from speck.codegen.interpret import outer_global_range
+from speck.codegen.regalloc import VReg
+from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
+from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd, operand_roles
+from speck.codegen.x86.elf_object import ConstPool
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
+from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.regs import arg_vreg
+from speck.uop import AddrSpace, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
+
+# the scratch slot of gated accesses: in the System V red zone below rsp (kernels are leaf functions, the allocator
+# keeps its spill slots at non-negative rsp offsets, so nothing else ever uses these bytes)
+SCRATCH = Mem(RSP, disp=-64)
+
+INT_ALU: dict[Ops, O] = {Ops.ADD: O.ADD, Ops.SUB: O.SUB, Ops.MUL: O.IMUL, Ops.AND: O.AND, Ops.OR: O.OR,
+                         Ops.XOR: O.XOR}  # fmt: skip
+"""Two-address integer ALU ops (reg, reg/imm32)."""
+WRAPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL})
+"""Integer ops whose 32-bit result may leave a narrow (8/16-bit) type: the result is re-extended."""
+FLOAT_ALU: dict[tuple[Ops, int], O] = {
+    (Ops.ADD, 4): O.VADDSS, (Ops.ADD, 8): O.VADDSD, (Ops.SUB, 4): O.VSUBSS, (Ops.SUB, 8): O.VSUBSD,
+    (Ops.MUL, 4): O.VMULSS, (Ops.MUL, 8): O.VMULSD, (Ops.FDIV, 4): O.VDIVSS, (Ops.FDIV, 8): O.VDIVSD,
+}  # fmt: skip
+"""Three-operand VEX scalar float ops (dst, src1, src2/mem)."""
+FLOAT_OPS: dict[tuple[str, int], O] = {
+    ("mov", 4): O.VMOVSS, ("mov", 8): O.VMOVSD, ("max", 4): O.VMAXSS, ("max", 8): O.VMAXSD,
+    ("cmp", 4): O.VCMPSS, ("cmp", 8): O.VCMPSD, ("blend", 4): O.VBLENDVPS, ("blend", 8): O.VBLENDVPD,
+    ("ucomi", 4): O.VUCOMISS, ("ucomi", 8): O.VUCOMISD, ("sqrt", 4): O.VSQRTSS, ("sqrt", 8): O.VSQRTSD,
+    ("round", 4): O.VROUNDSS, ("round", 8): O.VROUNDSD, ("xor", 4): O.VXORPS, ("xor", 8): O.VXORPD,
+    ("and", 4): O.VANDPS, ("and", 8): O.VANDPD, ("cvtsi", 4): O.VCVTSI2SS, ("cvtsi", 8): O.VCVTSI2SD,
+    ("cvtt", 4): O.VCVTTSS2SI, ("cvtt", 8): O.VCVTTSD2SI,
+}  # fmt: skip
+# condition codes of integer comparisons: (signed, unsigned)
+INT_CMP: dict[Ops, tuple[O, O]] = {Ops.CMPLT: (O.SETL, O.SETB), Ops.CMPNE: (O.SETNE, O.SETNE),
+                                   Ops.CMPEQ: (O.SETE, O.SETE)}  # fmt: skip
+SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
+VCMP_UNORD, ROUND_TRUNC = 3, 3
+
+
+def op_class(u: UOp) -> str:
+    """The operand class a selection rule is keyed on: int, bool, float, or none (non-value ops)."""
+    dt = u.src[0].dtype if u.op in GroupOp.Comparison else (u.src[1].dtype if u.op is Ops.WHERE else u.dtype)
+    if isinstance(dt, PtrDType) or dt == dtypes.void:
+        return "none"
+    s = dt.scalar()
+    return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
+
+
+def _osize(dt: DType) -> int:
+    """The register width an integer/bool operation on dt uses (narrow types compute in 32 bits)."""
+    return 8 if dt.itemsize == 8 else 4
+
+
+def is_cconst(u: UOp) -> bool:
+    """A casted const CAST(dt, CONST(v))."""
+    return u.op is Ops.CAST and u.src[0].op is Ops.CONST
+
+
+@dataclass
+class _Loop:
+    counter: VReg
+    end: Operand
+    head: Label
+    exit: Label
+    size: int
+
+
+class SelectionError(RuntimeError):
+    """No selection rule for an op/dtype (the message names op, dtype and kernel)."""
+
+
+class Selector:
+    """Selects one kernel. `run()` returns the instruction list (ending in RET) and the .rodata bytes."""
+
+    def __init__(self, uops: list[UOp], kernel: str) -> None:
+        self.uops, self.kernel = uops, kernel
+        self.items: list[Item] = []
+        self.val: dict[UOp, VReg] = {}
+        self.pool = ConstPool()
+        self.nid = 0
+        self.nlabel = 0
+        self.slots: dict[tuple[UOp, int], VReg] = {}
+        self.loops: dict[UOp, _Loop] = {}
+        self.pos = {u: i for i, u in enumerate(uops)}
+        self.last_use: dict[UOp, int] = {}
+        for i, u in enumerate(uops):
+            for s in u.src:
+                self.last_use[s] = i
+        self.outer = outer_global_range(uops)
+        self.core: tuple[VReg, VReg] | None = None
+
+    # ---- small helpers ----------------------------------------------------------------------------------------
+    def fail(self, u: UOp, why: str = "") -> SelectionError:
+        dt = u.src[0].dtype if u.op in GroupOp.Comparison and u.src else u.dtype
+        return SelectionError(
+            f"x86 backend: no selection rule for {u.op.name} on {dt} in kernel {self.kernel!r}"
+            + (f" ({why})" if why else "")
+            + "; run it on the CPU (LLVM) device or add a rule to speck.codegen.x86.select.SELECTION_TABLE"
+        )
+
+    def gpr(self) -> VReg:
+        self.nid += 1
+        return VReg(self.nid, "gpr", 8)
+
+    def vec(self) -> VReg:
+        self.nid += 1
+        return VReg(self.nid, "vec", 16)
+
+    def label(self) -> Label:
+        self.nlabel += 1
+        return Label(f".L{self.nlabel}")
+
+    def emit(self, op: O, *operands: Operand, **kw: object) -> None:
+        self.items.append(Inst(op, tuple(operands), **kw))  # type: ignore[arg-type]
+
+    def const_value(self, u: UOp) -> object:
+        return cast_value(u.src[0].arg, u.dtype.scalar())
+
+    def int_bits(self, u: UOp) -> int:
+        """A casted int/bool const as the bits of its register (narrow types extended, see the module docstring)."""
+        v = self.const_value(u)
+        return int(v)
+
+    def imm(self, u: UOp, size: int) -> Imm | None:
+        """u as an immediate for a `size`-byte operation, when it is a casted const that fits the instruction's imm32
+        (sign-extended to 64 bits for 8-byte operations)."""
+        if not is_cconst(u) or dtypes.is_float(u.dtype):
+            return None
+        v = self.int_bits(u)
+        if size == 8:
+            if u.dtype.scalar() == dtypes.uint64 and v >= 2**63:
+                v -= 2**64
+            return Imm(v) if -(2**31) <= v < 2**31 else None
+        return Imm(v) if -(2**31) <= v < 2**32 else None
+
+    def fconst(self, u: UOp) -> Mem:
+        """A float casted const as a RIP-relative .rodata operand."""
+        s = u.dtype.scalar()
+        v = float(self.const_value(u))  # type: ignore[arg-type]
+        raw = struct.pack("<f" if s == dtypes.float32 else "<d", v)
+        return rodata(self.pool.add(raw, s.itemsize), s.itemsize)
+
+    def rconst(self, fmt: str, *vals: object, align: int = 16) -> Mem:
+        raw = struct.pack(fmt, *vals)
+        return rodata(self.pool.add(raw, align), len(raw))
+
+    def reg(self, u: UOp) -> VReg:
+        """u's value in a register (casted consts are materialised into a fresh one at each use)."""
+        if u in self.val:
+            return self.val[u]
+        if is_cconst(u):
+            if dtypes.is_float(u.dtype):
+                d = self.vec()
+                self.emit(FLOAT_OPS[("mov", u.dtype.itemsize)], d, self.fconst(u))
+                return d
+            d = self.gpr()
+            v = self.int_bits(u)
+            if v == 0:
+                self.emit(O.XOR, d.sized(4), d.sized(4))
+            elif -(2**31) <= v < 2**32 and (u.dtype.itemsize < 8 or 0 <= v < 2**32):
+                self.emit(O.MOV, d.sized(4), Imm(v))
+            elif -(2**31) <= v < 2**31:
+                self.emit(O.MOV, d, Imm(v))
+            else:
+                self.emit(O.MOVABS, d, Imm(v))
+            return d
+        raise SelectionError(f"x86 backend: {u.op.name} ({u.dtype}) is used before it is defined in kernel "
+                             f"{self.kernel!r}; the program is not in linear order")  # fmt: skip
+
+    def ioperand(self, u: UOp, size: int) -> Operand:
+        """u as the source operand of an integer op: an immediate when possible, else a register."""
+        i = self.imm(u, size)
+        return i if i is not None else self.reg(u).sized(size)
+
+    def copy(self, dst: VReg, src: VReg) -> None:
+        if dst.cls == "vec":
+            self.emit(O.VMOVAPS, dst, src)
+        else:
+            self.emit(O.MOV, dst.sized(8), src.sized(8))
+
+    def extend(self, d: VReg, dt: DType) -> None:
+        """Re-establish the register convention of a narrow integer after a 32-bit op (sign/zero-extend)."""
+        s = dt.scalar()
+        if s.itemsize in (1, 2):
+            op = O.MOVZX if dtypes.is_unsigned(s) or s == dtypes.bool else O.MOVSX
+            self.emit(op, d.sized(4), d.sized(s.itemsize))
+
+    def setcc(self, cc: O) -> VReg:
+        d = self.gpr()
+        self.emit(cc, d.sized(1))
+        self.emit(O.MOVZX, d.sized(4), d.sized(1))
+        return d
+
+    # ---- driver -------------------------------------------------------------------------------------------------
+    def run(self) -> tuple[list[Item], bytes]:
+        """Select the whole kernel."""
+        sig = kernel_signature(self.uops, "x86")
+        nargs = len(sig.buffers) + len(sig.variables) + 2
+        args: list[VReg] = []
+        for k in range(nargs):
+            is_ptr = k < len(sig.buffers)
+            d = self.gpr()
+            if k < 6:
+                a = arg_vreg(k, 10_000 + k)
+                self.emit(O.MOV, d if is_ptr else d.sized(4), a if is_ptr else a.sized(4))
+            else:
+                self.emit(O.MOV, d if is_ptr else d.sized(4), IncomingStackArg(k, 8 if is_ptr else 4))
+            args.append(d)
+        for b, a in zip(sig.buffers, args):
+            self.val[b] = a
+        for v, a in zip(sig.variables, args[len(sig.buffers) :]):
+            self.val[v] = a
+        self.core = (args[-2], args[-1])
+        for u in self.uops:
+            if u in self.val and u.op in (Ops.PARAM, Ops.DEFINE_VAR):
+                continue
+            rule = SELECTION_TABLE.get((u.op, op_class(u)))
+            if rule is None:
+                raise self.fail(u)
+            rule(self, u)
+        return fold_copies(self.items), bytes(self.pool.data)
+
+    # ---- structure ------------------------------------------------------------------------------------------------
+    def sel_nothing(self, u: UOp) -> None:
+        """CONST, casted consts (materialised at their uses), DEFINE_REG, NOOP: no code."""
+
+    def sel_sink(self, u: UOp) -> None:
+        self.emit(O.RET)
+
+    def sel_range(self, u: UOp) -> None:
+        size = _osize(u.dtype)
+        i = self.gpr()
+        end: Operand
+        if u is self.outer:
+            assert self.core is not None
+            start, end_r = self.core
+            if size == 8:
+                self.emit(O.MOVSXD, i, start.sized(4))
+                e = self.gpr()
+                self.emit(O.MOVSXD, e, end_r.sized(4))
+                end = e
+            else:
+                self.emit(O.MOV, i.sized(4), start.sized(4))
+                end = end_r.sized(4)
+        else:
+            self.emit(O.XOR, i.sized(4), i.sized(4))
+            end = self.ioperand(u.src[0], size)
+        loop = _Loop(i, end, self.label(), self.label(), size)
+        self.loops[u] = loop
+        self.val[u] = i
+        self.emit(O.CMP, i.sized(size), end)
+        self.emit(O.JGE, loop.exit)
+        self.items.append(LoopBegin())
+        self.items.append(loop.head)
+
+    def sel_end(self, u: UOp) -> None:
+        r = u.src[-1]
+        loop = self.loops[r]
+        self.emit(O.ADD, loop.counter.sized(loop.size), Imm(1))
+        self.emit(O.CMP, loop.counter.sized(loop.size), loop.end)
+        self.emit(O.JL, loop.head)
+        self.items.append(LoopEnd())
+        self.items.append(loop.exit)
+
+    # ---- memory -------------------------------------------------------------------------------------------------
+    def address(self, idx: UOp) -> Mem:
+        """The folded address [base + index*scale + disp] of a global INDEX."""
+        buf, i = idx.src[0], idx.src[1]
+        assert isinstance(buf.dtype, PtrDType)
+        scale = buf.dtype.base.itemsize
+        base = self.reg(buf)
+        if is_cconst(i):
+            disp = self.int_bits(i) * scale
+            if -(2**31) <= disp < 2**31:
+                return Mem(base, disp=disp)
+        disp = 0
+        if i.op is Ops.ADD and is_cconst(i.src[1]) and i.src[0] not in (buf,):
+            d = self.int_bits(i.src[1]) * scale
+            if -(2**31) <= d < 2**31:
+                i, disp = i.src[0], d
+        x = self.reg(i)
+        if i.dtype.itemsize < 8 and not _nonneg(i):
+            t = self.gpr()
+            self.emit(O.MOVSXD, t, x.sized(4))
+            x = t
+        if scale in (1, 2, 4, 8):
+            return Mem(base, x.sized(8), scale, disp)
+        t = self.gpr()
+        self.emit(O.IMUL, t, x.sized(8), Imm(scale))
+        return Mem(base, t, 1, disp)
+
+    def gated_address(self, idx: UOp, alt: UOp | None, dt: DType | None) -> Mem:
+        """The address of a gated INDEX: the real one when the gate holds, else the scratch slot (which a load first
+        fills with its alternative value, so the load itself yields it)."""
+        gate = idx.src[2]
+        mem = self.address(idx)
+        if is_cconst(gate):
+            return mem if self.const_value(gate) else SCRATCH
+        if dt is not None:  # a load: the scratch slot holds the value it reads when gated off
+            self.store_value(SCRATCH, alt, dt)
+        p, s = self.gpr(), self.gpr()
+        self.emit(O.LEA, p, mem)
+        self.emit(O.LEA, s, SCRATCH)
+        g = self.reg(gate)
+        self.emit(O.TEST, g.sized(4), g.sized(4))
+        self.emit(O.CMOVE, p, s)
+        return Mem(p)
+
+    def store_value(self, mem: Mem, v: UOp | None, dt: DType) -> None:
+        """Store scalar v (None: zero) of dtype dt to mem."""
+        s = dt.scalar()
+        if v is None or is_cconst(v):
+            bits = 0
+            if v is not None:
+                cv = self.const_value(v)
+                if dtypes.is_float(s):
+                    fmt = "<f" if s == dtypes.float32 else "<d"
+                    bits = int.from_bytes(struct.pack(fmt, float(cv)), "little")  # type: ignore[arg-type]
+                else:
+                    bits = int(cv)  # type: ignore[call-overload]
+                bits &= (1 << (8 * s.itemsize)) - 1
+            if s.itemsize < 8 or bits < 2**31:
+                imm = bits - (1 << 32) if s.itemsize == 4 and bits >= 2**31 else bits
+                if s.itemsize < 4:
+                    imm = bits
+                self.emit(O.MOV, mem.with_size(s.itemsize), Imm(imm))
+                return
+            t = self.gpr()
+            self.emit(O.MOVABS, t, Imm(bits))
+            self.emit(O.MOV, mem.with_size(8), t)
+            return
+        r = self.reg(v)
+        if dtypes.is_float(s):
+            self.emit(FLOAT_OPS[("mov", s.itemsize)], mem.with_size(s.itemsize), r)
+        else:
+            self.emit(O.MOV, mem.with_size(s.itemsize), r.sized(s.itemsize))
+
+    def load_value(self, mem: Mem, dt: DType) -> VReg:
+        s = dt.scalar()
+        if dtypes.is_float(s):
+            d = self.vec()
+            self.emit(FLOAT_OPS[("mov", s.itemsize)], d, mem.with_size(s.itemsize))
+            return d
+        d = self.gpr()
+        if s.itemsize == 8:
+            self.emit(O.MOV, d, mem.with_size(8))
+        elif s.itemsize == 4:
+            self.emit(O.MOV, d.sized(4), mem.with_size(4))
+        else:
+            op = O.MOVZX if dtypes.is_unsigned(s) or s == dtypes.bool else O.MOVSX
+            self.emit(op, d.sized(4), mem.with_size(s.itemsize))
+        return d
+
+    def reg_slot(self, idx: UOp) -> VReg:
+        """The virtual register holding one lane of a DEFINE_REG accumulator."""
+        acc, i = idx.src[0], idx.src[1]
+        if not is_cconst(i):
+            raise self.fail(idx, "accumulator registers are indexed by constants only")
+        key = (acc, self.int_bits(i))
+        if key not in self.slots:
+            assert isinstance(acc.dtype, PtrDType)
+            self.slots[key] = self.vec() if dtypes.is_float(acc.dtype.base) else self.gpr()
+        return self.slots[key]
+
+    def sel_index(self, u: UOp) -> None:
+        """INDEX is folded into the LOAD/STORE that uses it."""
+
+    def sel_load(self, u: UOp) -> None:
+        idx = u.src[0]
+        if u.dtype.count != 1:
+            raise self.fail(u, "vector loads are not selected (the renderer declares has_vectors=False)")
+        assert isinstance(idx.src[0].dtype, PtrDType)
+        if idx.src[0].dtype.addrspace is AddrSpace.REG:
+            slot = self.reg_slot(idx)
+            # reading the register directly is safe while no store to it comes before the value's last use
+            nxt = next((j for j in range(self.pos[u] + 1, len(self.uops)) if self.uops[j].op is Ops.STORE
+                        and self.uops[j].src[0].src == idx.src), len(self.uops))  # fmt: skip
+            if self.last_use.get(u, 0) <= nxt:
+                self.val[u] = slot
+            else:
+                d = self.vec() if slot.cls == "vec" else self.gpr()
+                self.copy(d, slot)
+                self.val[u] = d
+            return
+        if len(idx.src) > 2:
+            mem = self.gated_address(idx, u.src[1] if len(u.src) > 1 else None, u.dtype)
+        else:
+            mem = self.address(idx)
+        self.val[u] = self.load_value(mem, u.dtype)
+
+    def sel_store(self, u: UOp) -> None:
+        idx, v = u.src[0], u.src[1]
+        if v.dtype.count != 1:
+            raise self.fail(u, "vector stores are not selected (the renderer declares has_vectors=False)")
+        assert isinstance(idx.src[0].dtype, PtrDType)
+        if idx.src[0].dtype.addrspace is AddrSpace.REG:
+            slot = self.reg_slot(idx)
+            src = self.reg(v)
+            if dtypes.is_float(v.dtype) or v.dtype.itemsize == 8:
+                self.copy(slot, src)
+            else:
+                self.copy(slot, src)
+            return
+        mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
+        self.store_value(mem, v, v.dtype)
+
+    # ---- integer and bool ALU -------------------------------------------------------------------------------------
+    def sel_int_binary(self, u: UOp) -> None:
+        a, b = u.src
+        size = _osize(u.dtype)
+        if is_cconst(a) and u.op is not Ops.SUB:
+            a, b = b, a
+        d = self.gpr()
+        self.copy(d, self.reg(a))
+        src = self.ioperand(b, size)
+        if u.op is Ops.MUL and isinstance(src, Imm):
+            self.emit(O.IMUL, d.sized(size), d.sized(size), src)
+        else:
+            self.emit(INT_ALU[u.op], d.sized(size), src)
+        if u.op in WRAPS:
+            self.extend(d, u.dtype)
+        self.val[u] = d
+
+    def sel_int_neg(self, u: UOp) -> None:
+        d = self.gpr()
+        self.copy(d, self.reg(u.src[0]))
+        if u.dtype == dtypes.bool:
+            self.emit(O.XOR, d.sized(4), Imm(1))
+        else:
+            self.emit(O.NEG, d.sized(_osize(u.dtype)))
+            self.extend(d, u.dtype)
+        self.val[u] = d
+
+    def sel_int_max(self, u: UOp) -> None:
+        a, b = u.src
+        size = _osize(u.dtype)
+        ra, rb = self.reg(a), self.reg(b)
+        d = self.gpr()
+        self.copy(d, ra)
+        self.emit(O.CMP, ra.sized(size), rb.sized(size))
+        self.emit(O.CMOVB if dtypes.is_unsigned(u.dtype) else O.CMOVL, d.sized(size), rb.sized(size))
+        self.val[u] = d
+
+    def sel_int_cmp(self, u: UOp) -> None:
+        a, b = u.src
+        size = _osize(a.dtype)
+        signed, unsigned = INT_CMP[u.op]
+        cc = unsigned if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool else signed
+        if is_cconst(a) and not is_cconst(b):
+            a, b, cc = b, a, SWAPPED_SET[cc]
+        ra = self.reg(a)
+        self.emit(O.CMP, ra.sized(size), self.ioperand(b, size))
+        self.val[u] = self.setcc(cc)
+
+    def sel_int_where(self, u: UOp) -> None:
+        c, a, b = u.src
+        size = _osize(u.dtype)
+        d = self.gpr()
+        self.copy(d, self.reg(b))
+        ra = self.reg(a)
+        g = self.reg(c)
+        self.emit(O.TEST, g.sized(4), g.sized(4))  # a bool condition compared against 0
+        self.emit(O.CMOVNE, d.sized(size), ra.sized(size))
+        self.val[u] = d
+
+    def sel_int_divmod(self, u: UOp) -> None:
+        a, b = u.src
+        dt = u.dtype.scalar()
+        size = _osize(dt)
+        unsigned = dtypes.is_unsigned(dt)
+        rax, rdx = VReg(self._fresh(), "gpr", 8, "rax"), VReg(self._fresh(), "gpr", 8, "rdx")
+        safe = divisor_safe(a, b)
+        t = self.gpr()
+        self.copy(t, self.reg(b))
+        rb = self.reg(b) if not is_cconst(b) else t
+        if not safe:  # divide by 1 instead when b is 0 (or -1, which could trap on MIN / -1); fixed up below
+            one = self.gpr()
+            self.emit(O.MOV, one.sized(4), Imm(1))
+            if unsigned:
+                self.emit(O.TEST, t.sized(size), t.sized(size))
+                self.emit(O.CMOVE, t.sized(size), one.sized(size))
+            else:
+                k = self.gpr()
+                self.emit(O.LEA, k.sized(size), Mem(t, disp=1))
+                self.emit(O.CMP, k.sized(size), Imm(1))
+                self.emit(O.CMOVBE, t.sized(size), one.sized(size))
+        self.emit(O.MOV, rax.sized(size), self.reg(a).sized(size))
+        if unsigned:
+            self.emit(O.XOR, rdx.sized(4), rdx.sized(4))
+            self.emit(O.DIV, t.sized(size), implicit_uses=(rax, rdx), implicit_defs=(rax, rdx))
+        else:
+            self.emit(O.CQO if size == 8 else O.CDQ, implicit_uses=(rax,), implicit_defs=(rdx,))
+            self.emit(O.IDIV, t.sized(size), implicit_uses=(rax, rdx), implicit_defs=(rax, rdx))
+        d = self.gpr()
+        self.emit(O.MOV, d.sized(size), (rax if u.op is Ops.CDIV else rdx).sized(size))
+        if not safe and u.op is Ops.CDIV:
+            z = self.gpr()
+            self.emit(O.XOR, z.sized(4), z.sized(4))
+            if not unsigned:  # b == -1: the quotient is -a (wrapping)
+                n = self.gpr()
+                self.copy(n, d)
+                self.emit(O.NEG, n.sized(size))
+                self.emit(O.CMP, rb.sized(size), Imm(-1))
+                self.emit(O.CMOVE, d.sized(size), n.sized(size))
+            self.emit(O.TEST, rb.sized(size), rb.sized(size))
+            self.emit(O.CMOVE, d.sized(size), z.sized(size))
+        self.extend(d, dt)
+        self.val[u] = d
+
+    def _fresh(self) -> int:
+        self.nid += 1
+        return self.nid
+
+    def sel_int_shift(self, u: UOp) -> None:
+        a, b = u.src
+        dt = u.dtype.scalar()
+        size = _osize(dt)
+        bits = 8 * size
+        op = O.SHL if u.op is Ops.SHL else (O.SHR if dtypes.is_unsigned(dt) else O.SAR)
+        d = self.gpr()
+        self.copy(d, self.reg(a))
+        if is_cconst(b):
+            n = self.int_bits(b)
+            if 0 <= n < 8 * dt.itemsize or (0 <= n < bits):
+                self.emit(op, d.sized(size), Imm(n))
+            elif op is O.SAR:
+                self.emit(op, d.sized(size), Imm(bits - 1))
+            else:
+                self.emit(O.XOR, d.sized(4), d.sized(4))
+        else:
+            rb = self.reg(b)
+            cx = VReg(self._fresh(), "gpr", 8, "rcx")
+            self.emit(O.MOV, cx.sized(4), rb.sized(4))
+            self.emit(op, d.sized(size), cx.sized(1))
+            if not shift_safe(b, bits):
+                fill = self.gpr()
+                if op is O.SAR:
+                    self.copy(fill, self.reg(a))
+                    self.emit(O.SAR, fill.sized(size), Imm(bits - 1))
+                else:
+                    self.emit(O.XOR, fill.sized(4), fill.sized(4))
+                self.emit(O.CMP, rb.sized(_osize(b.dtype)), Imm(bits))
+                self.emit(O.CMOVAE, d.sized(size), fill.sized(size))
+        if u.op in WRAPS:
+            self.extend(d, dt)
+        self.val[u] = d
+
+    # ---- float ALU ------------------------------------------------------------------------------------------------
+    def fsrc(self, u: UOp) -> Operand:
+        """A float source operand: a register, or the literal in .rodata."""
+        return self.fconst(u) if is_cconst(u) else self.reg(u)
+
+    def sel_float_binary(self, u: UOp) -> None:
+        a, b = u.src
+        d = self.vec()
+        self.emit(FLOAT_ALU[(u.op, u.dtype.itemsize)], d, self.reg(a), self.fsrc(b))
+        self.val[u] = d
+
+    def sel_float_unary(self, u: UOp) -> None:
+        n = u.dtype.itemsize
+        x = self.reg(u.src[0])
+        d = self.vec()
+        if u.op is Ops.NEG:
+            mask = self.rconst("<4I", *([0x80000000] * 4)) if n == 4 else self.rconst("<2Q", 1 << 63, 1 << 63)
+            self.emit(FLOAT_OPS[("xor", n)], d, x, mask.with_size(16))
+        elif u.op is Ops.SQRT:
+            self.emit(FLOAT_OPS[("sqrt", n)], d, x, x)
+        elif u.op is Ops.TRUNC:
+            self.emit(FLOAT_OPS[("round", n)], d, x, x, Imm(ROUND_TRUNC))
+        else:
+            raise self.fail(u)
+        self.val[u] = d
+
+    def sel_float_max(self, u: UOp) -> None:
+        # numpy.maximum: (b > a ? b : a), except a NaN b wins. vmax(b, a) = b > a ? b : a; then blend b where b is NaN
+        n = u.dtype.itemsize
+        ra, rb = self.reg(u.src[0]), self.reg(u.src[1])
+        t, m, d = self.vec(), self.vec(), self.vec()
+        self.emit(FLOAT_OPS[("max", n)], t, rb, ra)
+        self.emit(FLOAT_OPS[("cmp", n)], m, rb, rb, Imm(VCMP_UNORD))
+        self.emit(FLOAT_OPS[("blend", n)], d, t, rb, m)
+        self.val[u] = d
+
+    def sel_float_cmp(self, u: UOp) -> None:
+        a, b = u.src
+        n = a.dtype.itemsize
+        ucomi = FLOAT_OPS[("ucomi", n)]
+        if u.op is Ops.CMPLT:  # a < b <=> b > a (unordered sets CF: false)
+            self.emit(ucomi, self.reg(b), self.fsrc(a))
+            self.val[u] = self.setcc(O.SETA)
+            return
+        self.emit(ucomi, self.reg(a), self.fsrc(b))
+        t, p = self.gpr(), self.gpr()
+        if u.op is Ops.CMPEQ:  # equal and ordered
+            self.emit(O.SETE, t.sized(1))
+            self.emit(O.SETNP, p.sized(1))
+            self.emit(O.AND, t.sized(1), p.sized(1))
+        else:  # not equal, or unordered
+            self.emit(O.SETNE, t.sized(1))
+            self.emit(O.SETP, p.sized(1))
+            self.emit(O.OR, t.sized(1), p.sized(1))
+        self.emit(O.MOVZX, t.sized(4), t.sized(1))
+        self.val[u] = t
+
+    def sel_float_where(self, u: UOp) -> None:
+        c, a, b = u.src
+        n = u.dtype.itemsize
+        g = self.reg(c)
+        k, m, d = self.gpr(), self.vec(), self.vec()
+        # a bool condition compared against 0, as a lane mask: 0/1 -> 0/-1 (sign bit set where true)
+        self.emit(O.MOV, k.sized(4), g.sized(4))
+        self.emit(O.NEG, k.sized(n))
+        self.emit(O.VMOVD if n == 4 else O.VMOVQ, m, k.sized(n))
+        self.emit(FLOAT_OPS[("blend", n)], d, self.reg(b), self.reg(a), m)
+        self.val[u] = d
+
+    # ---- casts ------------------------------------------------------------------------------------------------------
+    def sel_cast(self, u: UOp) -> None:
+        if is_cconst(u):
+            return
+        x = u.src[0]
+        fr, to = x.dtype.scalar(), u.dtype.scalar()
+        if fr == to:
+            self.val[u] = self.reg(x)
+        elif to == dtypes.bool:
+            self.val[u] = self.to_bool(x)
+        elif dtypes.is_float(to):
+            self.val[u] = self.float_from_float(x, to) if dtypes.is_float(fr) else self.float_from_int(x, to)
+        elif dtypes.is_float(fr):
+            self.val[u] = self.int_convert(self.float_to_int64(x), dtypes.int64, to)
+        else:
+            self.val[u] = self.int_convert(self.reg(x), fr, to)
+
+    def to_bool(self, x: UOp) -> VReg:
+        if dtypes.is_float(x.dtype):
+            n = x.dtype.itemsize
+            z = self.vec()
+            self.emit(FLOAT_OPS[("xor", n)], z, z, z)
+            self.emit(FLOAT_OPS[("ucomi", n)], self.reg(x), z)
+            t, p = self.gpr(), self.gpr()
+            self.emit(O.SETNE, t.sized(1))
+            self.emit(O.SETP, p.sized(1))
+            self.emit(O.OR, t.sized(1), p.sized(1))
+            self.emit(O.MOVZX, t.sized(4), t.sized(1))
+            return t
+        r = self.reg(x)
+        size = _osize(x.dtype)
+        self.emit(O.TEST, r.sized(size), r.sized(size))
+        return self.setcc(O.SETNE)
+
+    def int_convert(self, r: VReg, fr: DType, to: DType) -> VReg:
+        """Integer/bool r of dtype fr as dtype to (wrap, sign- or zero-extend)."""
+        d = self.gpr()
+        if to.itemsize == 8:
+            if fr.itemsize == 8:
+                self.copy(d, r)
+            elif dtypes.is_unsigned(fr) or fr == dtypes.bool:
+                self.emit(O.MOV, d.sized(4), r.sized(4))
+            else:
+                self.emit(O.MOVSXD, d, r.sized(4))
+        elif to.itemsize == 4:
+            self.emit(O.MOV, d.sized(4), r.sized(4))
+        else:
+            op = O.MOVZX if dtypes.is_unsigned(to) else O.MOVSX
+            self.emit(op, d.sized(4), r.sized(to.itemsize))
+        return d
+
+    def float_from_float(self, x: UOp, to: DType) -> VReg:
+        r = self.reg(x)
+        d = self.vec()
+        self.emit(O.VCVTSS2SD if to == dtypes.float64 else O.VCVTSD2SS, d, r, r)
+        return d
+
+    def float_from_int(self, x: UOp, to: DType) -> VReg:
+        fr = x.dtype.scalar()
+        r = self.reg(x)
+        d = self.vec()
+        self.emit(O.VXORPS, d, d, d)  # breaks the dependency on d's old upper lanes
+        if fr.itemsize < 8:
+            src = r.sized(8) if fr == dtypes.uint32 else r.sized(4)  # uint32 is zero-extended: convert as int64
+            self.emit(FLOAT_OPS[("cvtsi", to.itemsize)], d, d, src)
+            return d
+        # 64-bit sources convert to float64 first; float32 then rounds from it, as the interpreter does
+        if fr == dtypes.uint64:
+            big, done = self.label(), self.label()
+            self.emit(O.TEST, r, r)
+            self.emit(O.JS, big)
+            self.emit(O.VCVTSI2SD, d, d, r)
+            self.emit(O.JMP, done)
+            self.items.append(big)
+            h, lo = self.gpr(), self.gpr()  # halve with the dropped bit kept sticky, convert, double: rounds once
+            self.copy(h, r)
+            self.emit(O.SHR, h, Imm(1))
+            self.emit(O.MOV, lo.sized(4), r.sized(4))
+            self.emit(O.AND, lo.sized(4), Imm(1))
+            self.emit(O.OR, h, lo)
+            self.emit(O.VCVTSI2SD, d, d, h)
+            self.emit(O.VADDSD, d, d, d)
+            self.items.append(done)
+        else:
+            self.emit(O.VCVTSI2SD, d, d, r)
+        if to == dtypes.float32:
+            f = self.vec()
+            self.emit(O.VCVTSD2SS, f, d, d)
+            return f
+        return d
+
+    def float_to_int64(self, x: UOp) -> VReg:
+        """Truncate float x to int64 wrapping modulo 2**64 (NaN/inf -> 0), the bits of any integer target."""
+        n = x.dtype.itemsize
+        xr = self.reg(x)
+        r = self.gpr()
+        done = self.label()
+        self.emit(FLOAT_OPS[("cvtt", n)], r, xr)
+        # the "integer indefinite" 0x8000000000000000 marks NaN, inf and |x| >= 2**63 (and x == -2**63 itself):
+        # only then take the exact slow path; r - 1 overflows exactly when r is that value
+        self.emit(O.CMP, r, Imm(1))
+        self.emit(O.JNO, done)
+        dx = xr
+        if n == 4:
+            dx = self.vec()
+            self.emit(O.VCVTSS2SD, dx, xr, xr)
+        absmask = self.rconst("<2Q", (1 << 63) - 1, (1 << 63) - 1).with_size(16)
+        a, t, y, z = self.vec(), self.vec(), self.vec(), self.vec()
+        big, sign = self.label(), self.label()
+        self.emit(O.XOR, r.sized(4), r.sized(4))
+        self.emit(O.VUCOMISD, dx, dx)
+        self.emit(O.JP, done)
+        self.emit(O.VANDPD, a, dx, absmask)
+        self.emit(O.VUCOMISD, a, self.rconst("<d", float("inf"), align=8))
+        self.emit(O.JE, done)
+        # y = x - 2**64 * trunc(x / 2**64): exact, in (-2**64, 2**64)
+        self.emit(O.VMULSD, t, dx, self.rconst("<d", 2.0**-64, align=8))
+        self.emit(O.VROUNDSD, t, t, t, Imm(ROUND_TRUNC))
+        self.emit(O.VMULSD, t, t, self.rconst("<d", 2.0**64, align=8))
+        self.emit(O.VSUBSD, y, dx, t)
+        self.emit(O.VANDPD, a, y, absmask)
+        two63 = self.rconst("<d", 2.0**63, align=8)
+        self.emit(O.VUCOMISD, a, two63)
+        self.emit(O.JAE, big)
+        self.emit(O.VCVTTSD2SI, r, a)
+        self.emit(O.JMP, sign)
+        self.items.append(big)
+        self.emit(O.VSUBSD, a, a, two63)
+        self.emit(O.VCVTTSD2SI, r, a)
+        hb = self.gpr()
+        self.emit(O.MOVABS, hb, Imm(1 << 63))
+        self.emit(O.XOR, r, hb)
+        self.items.append(sign)
+        self.emit(O.VXORPD, z, z, z)
+        self.emit(O.VUCOMISD, z, y)
+        self.emit(O.JBE, done)
+        self.emit(O.NEG, r)
+        self.items.append(done)
+        return r
+
+    def sel_bitcast(self, u: UOp) -> None:
+        x = u.src[0]
+        fr, to = x.dtype.scalar(), u.dtype.scalar()
+        if fr.itemsize != to.itemsize:
+            raise self.fail(u, f"source {fr} has another size")
+        r = self.reg(x)
+        if dtypes.is_float(fr) and dtypes.is_float(to):
+            self.val[u] = r
+        elif dtypes.is_float(fr):
+            d = self.gpr()
+            self.emit(O.VMOVD if fr.itemsize == 4 else O.VMOVQ, d.sized(fr.itemsize), r)
+            self.val[u] = self.int_convert(d, dtypes.uint32 if fr.itemsize == 4 else dtypes.uint64, to) \
+                if to.itemsize < 4 else d  # fmt: skip
+        elif dtypes.is_float(to):
+            d = self.vec()
+            self.emit(O.VMOVD if to.itemsize == 4 else O.VMOVQ, d, r.sized(to.itemsize))
+            self.val[u] = d
+        else:
+            self.val[u] = self.int_convert(r, fr, to)
+
+
+def _nonneg(u: UOp) -> bool:
+    try:
+        lo = u.vmin
+    except Exception:  # bounds of an unusual node: assume it may be negative
+        return False
+    return isinstance(lo, int) and lo >= 0
+
+
+Rule = Callable[[Selector, UOp], None]
+_I, _B, _F, _N = "int", "bool", "float", "none"
+SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
+    **{(op, c): Selector.sel_nothing for op in (Ops.CONST, Ops.DEFINE_REG, Ops.NOOP, Ops.BARRIER, Ops.GROUP)
+       for c in (_I, _B, _F, _N)},
+    (Ops.SINK, _N): Selector.sel_sink,
+    (Ops.RANGE, _I): Selector.sel_range,
+    (Ops.END, _N): Selector.sel_end,
+    (Ops.INDEX, _N): Selector.sel_index,
+    **{(Ops.LOAD, c): Selector.sel_load for c in (_I, _B, _F)},
+    (Ops.STORE, _N): Selector.sel_store,
+    **{(op, c): Selector.sel_int_binary for op in INT_ALU for c in (_I, _B)},
+    (Ops.NEG, _I): Selector.sel_int_neg, (Ops.NEG, _B): Selector.sel_int_neg,
+    (Ops.MAX, _I): Selector.sel_int_max,
+    **{(op, c): Selector.sel_int_cmp for op in GroupOp.Comparison for c in (_I, _B)},
+    (Ops.WHERE, _I): Selector.sel_int_where, (Ops.WHERE, _B): Selector.sel_int_where,
+    (Ops.CDIV, _I): Selector.sel_int_divmod, (Ops.CMOD, _I): Selector.sel_int_divmod,
+    (Ops.SHL, _I): Selector.sel_int_shift, (Ops.SHR, _I): Selector.sel_int_shift,
+    **{(op, _F): Selector.sel_float_binary for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV)},
+    **{(op, _F): Selector.sel_float_unary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
+    (Ops.MAX, _F): Selector.sel_float_max,
+    **{(op, _F): Selector.sel_float_cmp for op in GroupOp.Comparison},
+    (Ops.WHERE, _F): Selector.sel_float_where,
+    **{(Ops.CAST, c): Selector.sel_cast for c in (_I, _B, _F)},
+    **{(Ops.BITCAST, c): Selector.sel_bitcast for c in (_I, _F)},
+}  # fmt: skip
+"""(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
+
+
+def fold_copies(items: list[Item]) -> list[Item]:
+    """Peephole: `op S, ...; mov D, S` -> `op D, ...` when S is a temporary used only there and D is neither read nor
+    written between S's first definition and the copy (accumulator updates then write the accumulator directly)."""
+    occ: dict[int, list[int]] = {}
+    for i, it in enumerate(items):
+        if isinstance(it, Inst):
+            defs, uses = operand_roles(it)
+            for v in set(defs) | set(uses):
+                occ.setdefault(v.id, []).append(i)
+    drop: set[int] = set()
+    rename: dict[int, VReg] = {}
+    for i, it in enumerate(items):
+        if not (isinstance(it, Inst) and it.op in (O.MOV, O.VMOVAPS) and len(it.operands) == 2):
+            continue
+        dst, src = it.operands
+        if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
+            continue
+        if it.op is O.MOV and not (dst.size == src.size == 8):
+            continue
+        where = occ.get(src.id, [])
+        if not where or where[-1] != i or src.id in rename or dst.id in rename:
+            continue
+        first = where[0]
+        first_inst = items[first]
+        if not isinstance(first_inst, Inst) or src not in operand_roles(first_inst)[0] and not any(
+                isinstance(o, VReg) and o.id == src.id for o in first_inst.operands[:1]):  # fmt: skip
+            continue
+        if any(isinstance(items[j], Label | LoopBegin | LoopEnd) for j in range(first, i)):
+            continue
+        between = [j for j in occ.get(dst.id, []) if first < j < i]
+        if between:
+            continue
+        if any(j == first for j in occ.get(dst.id, [])):  # D read by S's defining instruction: fine if only read
+            defs, _ = operand_roles(first_inst)  # type: ignore[arg-type]
+            if any(v.id == dst.id for v in defs):
+                continue
+        rename[src.id] = dst
+        drop.add(i)
+    if not rename:
+        return items
+    out: list[Item] = []
+    for i, it in enumerate(items):
+        if i in drop:
+            continue
+        if isinstance(it, Inst):
+            it = Inst(it.op, tuple(_rename(o, rename) for o in it.operands), it.implicit_uses, it.implicit_defs,
+                      it.clobbers)  # fmt: skip
+        out.append(it)
+    return out
+
+
+def _rename(o: Operand, m: dict[int, VReg]) -> Operand:
+    if isinstance(o, VReg) and o.id in m:
+        return m[o.id].sized(o.size)
+    if isinstance(o, Mem) and (isinstance(o.base, VReg) and o.base.id in m or isinstance(o.index, VReg)
+                               and o.index.id in m):  # fmt: skip
+        base = m[o.base.id].sized(8) if isinstance(o.base, VReg) and o.base.id in m else o.base
+        index = m[o.index.id].sized(8) if isinstance(o.index, VReg) and o.index.id in m else o.index
+        return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+    return o
+
+
+def select(uops: list[UOp], kernel: str) -> tuple[list[Item], bytes]:
+    """Select a legalized linear program: (instruction list on virtual registers, .rodata bytes)."""
+    return Selector(uops, kernel).run()
+
+
+__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "fold_copies", "op_class", "select"]

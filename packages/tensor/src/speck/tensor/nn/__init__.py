@@ -1,0 +1,230 @@
+"""speck.tensor.nn: layers. Each layer is a plain object whose Tensor attributes are its parameters (found by
+`speck.tensor.nn.state.get_parameters`); calling it applies it. Initialisation follows PyTorch's defaults."""
+
+from __future__ import annotations
+
+import math
+
+from speck.tensor.tensor import Tensor
+from speck.uop import dtypes
+
+
+def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
+    return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+class Linear:
+    """y = x @ W.T + b with W (out, in) ~ U(-1/sqrt(in), 1/sqrt(in))."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        bound = 1 / math.sqrt(in_features)
+        self.weight = Tensor.uniform(out_features, in_features, low=-bound, high=bound)
+        self.bias = Tensor.uniform(out_features, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.linear(self.weight.transpose(), self.bias)
+
+
+class Conv2d:
+    """N-d convolution layer (Conv2d for 2 spatial dims; Conv1d/Conv3d set kernel dims): stride, padding
+    (int, tuple or 'same'), dilation, groups."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride: int = 1,
+                 padding: int | str | tuple[int, ...] = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
+                 ndim: int = 2) -> None:  # fmt: skip
+        if in_channels % groups or out_channels % groups:
+            raise RuntimeError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
+        self.kernel_size = _pair(kernel_size, ndim)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        fan_in = in_channels // groups * math.prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in)
+        self.weight = Tensor.uniform(out_channels, in_channels // groups, *self.kernel_size, low=-bound, high=bound)
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int | str = 0,
+           dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:  # fmt: skip
+    """1-d convolution layer over (N, C, L)."""
+    return Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, ndim=1)
+
+
+class ConvTranspose2d:
+    """Transposed convolution layer; weight (in, out/groups, *k)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride: int = 1,
+                 padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
+                 ndim: int = 2) -> None:  # fmt: skip
+        self.kernel_size = _pair(kernel_size, ndim)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation, self.groups = dilation, groups
+        fan_in = out_channels // groups * math.prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in)
+        self.weight = Tensor.uniform(in_channels, out_channels // groups, *self.kernel_size, low=-bound, high=bound)
+        self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding,
+                                  self.output_padding)  # fmt: skip
+
+
+def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                    output_padding: int = 0, dilation: int = 1, groups: int = 1,
+                    bias: bool = True) -> ConvTranspose2d:  # fmt: skip
+    """1-d transposed convolution layer."""
+    return ConvTranspose2d(in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups,
+                           bias, ndim=1)  # fmt: skip
+
+
+class BatchNorm:
+    """Batch normalisation over every axis but the channel axis (1). In training mode it normalises with the batch
+    statistics and updates the running ones (momentum, unbiased variance); in eval mode it uses the running ones."""
+
+    def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
+                 momentum: float = 0.1) -> None:  # fmt: skip
+        self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
+        self.weight: Tensor | None = Tensor.ones(sz) if affine else None
+        self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
+        self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int32, requires_grad=False)
+        if track_running_stats:
+            self.running_mean = Tensor.zeros(sz, requires_grad=False)
+            self.running_var = Tensor.ones(sz, requires_grad=False)
+
+    def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        axes = tuple(i for i in range(len(x.shape)) if i != 1)
+        mean = x.mean(axis=axes)
+        var = ((x - mean.reshape(1, -1, *([1] * (len(x.shape) - 2)))) ** 2).mean(axis=axes)
+        return mean, var
+
+    def __call__(self, x: Tensor) -> Tensor:
+        from speck.tensor.autograd import is_training
+
+        if is_training() or not self.track_running_stats:
+            mean, var = self.calc_stats(x)
+            if is_training() and self.track_running_stats:
+                n = x.numel() / x.shape[1]
+                self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)
+                unbiased = var.detach() * (n / max(n - 1, 1))
+                self.running_var.assign(self.running_var * (1 - self.momentum) + unbiased * self.momentum)
+                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+
+BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+class LayerNorm:
+    """Normalise over the trailing `normalized_shape` dims, then scale and shift elementwise."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True
+                 ) -> None:  # fmt: skip
+        self.normalized_shape = _pair(normalized_shape, 1) if isinstance(normalized_shape, int) else normalized_shape
+        self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
+        self.eps = eps
+        self.weight = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if tuple(x.shape[-len(self.normalized_shape) :]) != tuple(self.normalized_shape):
+            raise RuntimeError(f"LayerNorm over {self.normalized_shape} got input of shape {x.shape}")
+        y = x.layernorm(self.axis, self.eps)
+        return y if self.weight is None else y * self.weight + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channel axis of (N, C, H, W)."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class GroupNorm:
+    """Normalise each group of channels over the group's channels and spatial dims."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        if num_channels % num_groups:
+            raise RuntimeError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight = Tensor.ones(num_channels) if affine else None
+        self.bias = Tensor.zeros(num_channels) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None:
+            return y
+        shape = (1, -1) + (1,) * (len(x.shape) - 2)
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
+
+
+class InstanceNorm:
+    """Normalise each channel of each sample over its spatial dims."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        self.num_features, self.eps = num_features, eps
+        self.weight = Tensor.ones(num_features) if affine else None
+        self.bias = Tensor.zeros(num_features) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None:
+            return y
+        shape = (1, -1) + (1,) * (len(x.shape) - 2)
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
+
+
+class RMSNorm:
+    """x / sqrt(mean(x^2) + eps) * weight over the last dim."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
+        self.eps = eps
+        self.weight = Tensor.ones(dim) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = x * (x.square().mean(axis=-1, keepdim=True) + self.eps).rsqrt()
+        return y if self.weight is None else y * self.weight
+
+
+class Embedding:
+    """Lookup table: integer indices (any shape) -> rows of a (vocab_size, embed_size) weight."""
+
+    def __init__(self, vocab_size: int, embed_size: int) -> None:
+        self.vocab_sz, self.embed_sz = vocab_size, embed_size
+        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if dtypes.is_float(idx.dtype):
+            raise RuntimeError(f"Embedding indices must be integers, got {idx.dtype}")
+        onehot = idx.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
+        return onehot.cast(self.weight.dtype) @ self.weight
+
+
+class LSTMCell:
+    """One LSTM step: (x, (h, c)) -> (h', c') with gates i, f, g, o as in PyTorch."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        bound = 1 / math.sqrt(hidden_size)
+        self.hidden_size = hidden_size
+        self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
+        self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
+        self.bias_ih = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+        self.bias_hh = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        if hc is None:
+            z = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
+            hc = (z, z)
+        gates = x.linear(self.weight_ih.T, self.bias_ih) + hc[0].linear(self.weight_hh.T, self.bias_hh)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = f.sigmoid() * hc[1] + i.sigmoid() * g.tanh()
+        h = o.sigmoid() * c.tanh()
+        return h, c
+
+
+__all__ = [
+    "BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Embedding",
+    "GroupNorm", "InstanceNorm", "LSTMCell", "LayerNorm", "LayerNorm2d", "Linear", "RMSNorm",
+]  # fmt: skip

@@ -1,0 +1,138 @@
+"""Model state: find the tensors of a model, load a state dict into it, and save/load safetensors files.
+
+`safe_load` memory-maps the file through the DISK device: each tensor is a zero-copy view of the mapped file until
+it is copied to a compute device."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
+from speck.tensor.tensor import Tensor
+from speck.uop import DType, dtypes
+
+
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, keyed by dotted path
+    (e.g. "layers.0.weight"), in a deterministic order. Shared tensors appear under every path that reaches them."""
+    out: dict[str, Tensor] = {}
+    stack: list[tuple[str, Any]] = [(prefix, obj)]
+    seen: set[int] = set()
+    while stack:
+        path, o = stack.pop()
+        if isinstance(o, tensor_type):
+            out[path] = o
+            continue
+        if id(o) in seen or isinstance(o, (str, bytes, int, float, bool, type(None), np.ndarray)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, Mapping):
+            items = [(str(k), v) for k, v in o.items()]
+        elif isinstance(o, (list, tuple)):
+            items = [(str(i), v) for i, v in enumerate(o)]
+        elif hasattr(o, "__dict__"):
+            items = list(vars(o).items())
+        else:
+            continue
+        for k, v in reversed(items):
+            stack.append((f"{path}.{k}" if path else k, v))
+    return out
+
+
+def get_parameters(obj: Any) -> list[Tensor]:
+    """The distinct tensors of obj (state-dict order)."""
+    out: dict[int, Tensor] = {}
+    for t in get_state_dict(obj).values():
+        out.setdefault(id(t), t)
+    return list(out.values())
+
+
+def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool = True, verbose: bool = False,
+                    realize: bool = True) -> list[str]:  # fmt: skip
+    """Assign state_dict's tensors into the model's tensors of the same names. strict: every model key must be
+    present, no unexpected keys, and shapes must match; the error names every offending key. Returns the keys of the
+    model that were not loaded (non-strict)."""
+    model_sd = get_state_dict(model)
+    missing = sorted(set(model_sd) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(model_sd))
+    mismatched = sorted(k for k in set(model_sd) & set(state_dict) if tuple(model_sd[k].shape) !=
+                        tuple(state_dict[k].shape))  # fmt: skip
+    if mismatched or (strict and (missing or unexpected)):
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {missing}")
+        if unexpected:
+            parts.append(f"unexpected keys: {unexpected}")
+        if mismatched:
+            parts.append("shape mismatch: " + ", ".join(
+                f"{k} model {tuple(model_sd[k].shape)} vs state {tuple(state_dict[k].shape)}" for k in mismatched))  # fmt: skip
+        raise RuntimeError("load_state_dict failed; " + "; ".join(parts) + (
+            "" if mismatched else " (pass strict=False to load what matches)"))  # fmt: skip
+    loaded = []
+    for k, t in model_sd.items():
+        if k not in state_dict:
+            continue
+        src = state_dict[k].to(t.device)
+        if src.dtype != t.dtype:
+            src = src.cast(t.dtype)
+        t.assign(src)
+        loaded.append(t)
+        if verbose:
+            print(f"loaded {k} {tuple(t.shape)} {t.dtype}")
+    if realize and loaded:
+        Tensor.realize_all(*loaded)
+    return missing
+
+
+def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+              ) -> None:  # fmt: skip
+    """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
+    arrays = {name: t.contiguous().numpy() for name, t in tensors.items()}
+    entries = {name: (tensors[name].dtype, tuple(a.shape), a.nbytes) for name, a in arrays.items()}
+    header, _ = encode_header(entries, metadata)
+    p = pathlib.Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(header)
+        for a in arrays.values():
+            f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    tmp.replace(p)
+
+
+def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
+    """Load a safetensors file. The file is memory-mapped through the DISK device (speck.hcq) and each tensor is
+    read from a zero-copy view of the mapping straight into a buffer on `device` (default device if None)."""
+    from speck.hcq import Buffer
+
+    entries, _, size = read_header(path)
+    disk = Buffer(f"DISK:{os.fspath(path)}", size, np.uint8)
+    out = {}
+    for name, e in entries.items():
+        if e.dtype.fmt is None:  # bfloat16/fp8: no numpy type; read the bits and bitcast on the device
+            raw = disk.view(e.nbytes, np.uint16 if e.dtype.itemsize == 2 else np.uint8, e.offset).numpy()
+            bits = Tensor(raw.reshape(e.shape), device=device)
+            out[name] = bits.bitcast(e.dtype)
+        else:
+            arr = disk.view(e.nbytes // e.dtype.itemsize, np.dtype(e.dtype.fmt), e.offset).numpy()
+            out[name] = Tensor(arr.reshape(e.shape), device=device, dtype=e.dtype)
+    return out
+
+
+def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """The header of a safetensors file: entries (name, dtype, shape, offsets) and the metadata strings."""
+    entries, metadata, _ = read_header(path)
+    return entries, metadata
+
+
+def dtype_of(name: str) -> DType:
+    """speck dtype of a safetensors dtype name (e.g. "F32")."""
+    from speck.tensor.nn.safetensors import ST_DTYPES
+
+    if name not in ST_DTYPES:
+        raise SafetensorsError(f"unknown safetensors dtype {name!r}; known: {sorted(ST_DTYPES)}")
+    return ST_DTYPES[name]
