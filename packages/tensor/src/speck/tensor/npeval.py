@@ -153,16 +153,16 @@ def eval_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]) -> N
             elif op is Ops.PARAM:
                 vals[n] = bufs[n.arg]
             elif op is Ops.INDEX:
-                ix = n.src[1]
-                if ix.op is Ops.WHERE and ix.src[2].op is Ops.CONST and isinstance(ix.src[2].arg, InvalidType):
-                    vals[n] = (vals[n.src[0]], vals[ix.src[1]], vals[ix.src[0]])
+                iu = n.src[1]
+                if iu.op is Ops.WHERE and iu.src[2].op is Ops.CONST and isinstance(iu.src[2].arg, InvalidType):
+                    vals[n] = (vals[n.src[0]], vals[iu.src[1]], vals[iu.src[0]])
                 else:
-                    vals[n] = (vals[n.src[0]], vals[ix], None)
+                    vals[n] = (vals[n.src[0]], vals[iu], None)
             elif op is Ops.WHERE and n.src[2].op is Ops.CONST and isinstance(n.src[2].arg, InvalidType):
                 vals[n] = None  # gated index expression: consumed by INDEX through its sources
             elif op is Ops.LOAD:
-                buf, ix, gate = vals[n.src[0]]
-                ix = np.asarray(ix, dtype=np.int64)
+                buf, ix0, gate = vals[n.src[0]]
+                ix: Any = np.asarray(ix0, dtype=np.int64)
                 if gate is None:
                     vals[n] = buf[ix]
                 else:
@@ -188,9 +188,9 @@ def eval_kernel(ast: UOp, bufs: list[np.ndarray], var_vals: dict[str, int]) -> N
                     ident = dtypes.min(n.dtype)
                     vals[n] = np.maximum.reduce(v, axis=axes, keepdims=True, initial=ident).astype(dt)
             elif op is Ops.STORE:
-                buf, ix, gate = vals[n.src[0]]
+                buf, ix0, gate = vals[n.src[0]]
                 v = vals[n.src[1]]
-                ix, v = np.broadcast_arrays(np.asarray(ix, dtype=np.int64), np.asarray(v))
+                ix, v = np.broadcast_arrays(np.asarray(ix0, dtype=np.int64), np.asarray(v))
                 if gate is not None:
                     g = np.broadcast_to(gate, ix.shape)
                     ix, v = ix[g], v[g]

@@ -206,12 +206,14 @@ _ALU_COUNTED = frozenset(
 def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     """Estimates are fixed per program unless variables change the loop sizes."""
     if it.var_vals:
-        return _estimate(it.ast, it.bufs, it.var_vals)  # type: ignore[arg-type]
+        assert it.ast is not None
+        return _estimate(it.ast, it.bufs, it.var_vals)
     est = getattr(prog, "_est", None)
     if est is None:
-        est = _estimate(it.ast, it.bufs, {})  # type: ignore[arg-type, unused-ignore]
+        assert it.ast is not None
+        est = _estimate(it.ast, it.bufs, {})
         prog._est = est
-    return est  # type: ignore[no-any-return]
+    return est  # type: ignore[no-any-return, unused-ignore]
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:

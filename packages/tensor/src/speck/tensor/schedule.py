@@ -485,3 +485,72 @@ def assert_kernel_count(n: int) -> Iterator[None]:
 
 
 _ = Invalid  # re-exported for the evaluator
+
+
+# ---------------- schedule cache ----------------
+# Realizing the same computation again on other buffers (a training step, `(a+b).realize()` in a loop) rebuilds an
+# identical graph up to which BUFFERs it reads. The cache keys a graph by its structure with buffers numbered in
+# order of appearance, and replays the kernel list with fresh output/intermediate buffers.
+_schedule_cache: dict[Any, tuple[list[tuple[UOp | None, tuple[Any, ...], dict[str, int], int]], Any]] = {}
+SCHEDULE_CACHE_MAX = 4096
+
+
+def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
+    """(structural key, input BUFFERs in order) of a tensor graph; None when the graph reads a cached realization
+    (whose buffer is not part of the structure)."""
+    ids: dict[UOp, int] = {}
+    inputs: list[UOp] = []
+    parts: list[Any] = []
+    for n in u.toposort(gate=lambda x: x.op is not Ops.BUFFER):
+        if n.op is Ops.BUFFER:
+            parts.append(("B", n.dtype, n.arg, n.src[1].arg, len(inputs)))
+            inputs.append(n)
+        elif n in realized_cache:
+            return None
+        else:
+            parts.append((n.op, n.dtype, n.arg if n.op is not Ops.UNIQUE else None, tuple(ids[s] for s in n.src)))
+        ids[n] = len(ids)
+    return tuple(parts), inputs
+
+
+def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
+    """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph."""
+    sig = _signature(u)
+    if sig is not None:
+        key, inputs = (sig[0], device), sig[1]
+        if (hit := _schedule_cache.get(key)) is not None:
+            recipe, out_ref = hit
+            new: dict[int, UOp] = {}
+
+            def buf(ref: tuple[Any, ...]) -> UOp:
+                if ref[0] == "in":
+                    return inputs[ref[1]]
+                if ref[1] not in new:
+                    new[ref[1]] = new_buffer_uop(ref[2], ref[3], ref[4])
+                return new[ref[1]]
+
+            items = [ScheduleItem(ast, tuple(buf(r) for r in refs), dict(vv), off) for ast, refs, vv, off in recipe]
+            out_buf, shape = buf(out_ref[0]), out_ref[1]
+            return items, (out_buf.reshape(shape) if shape != (out_buf.arg,) else out_buf)
+    sched = Scheduler(device)
+    view = sched.realize(u)
+    if sig is not None and len(_schedule_cache) < SCHEDULE_CACHE_MAX and view.op in (Ops.RESHAPE, Ops.BUFFER):
+        out_buf = view if view.op is Ops.BUFFER else view.src[0]
+        in_pos = {b: i for i, b in enumerate(sig[1])}
+        made: dict[UOp, int] = {}
+        ok = out_buf.op is Ops.BUFFER and out_buf not in in_pos
+
+        def ref(b: UOp) -> tuple[Any, ...]:
+            nonlocal ok
+            if b in in_pos:
+                return ("in", in_pos[b])
+            if b.op is not Ops.BUFFER or b in buffer_map:  # an older buffer the graph doesn't name: can't replay
+                ok = False
+            made.setdefault(b, len(made))
+            return ("new", made[b], buffer_device(b), b.arg, b.dtype)
+
+        recipe = [(it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items]
+        out_ref = (ref(out_buf), view.shape)
+        if ok and sched.items:
+            _schedule_cache[(sig[0], device)] = (recipe, out_ref)
+    return sched.items, view

@@ -318,10 +318,14 @@ symbolic_simple = PatternMatcher(
     ]
 )
 
+_PINNABLE = (GroupOp.ALU - {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.XOR}) | {Ops.CAST, Ops.RANGE, Ops.SPECIAL}
+
 symbolic = symbolic_simple + PatternMatcher(
     [
         # bounds decide ints and comparisons
-        (UPat(GroupOp.ALU | {Ops.CAST, Ops.RANGE, Ops.SPECIAL}, dtype=INTS_BOOL, name="x"), _const_from_bounds),
+        # (ADD, SUB, MUL, NEG, SHL and XOR are left out: their bounds pin a value only when a source is pinned, and
+        # a pinned source was already folded to a CONST, because sources are simplified first)
+        (UPat(_PINNABLE, dtype=INTS_BOOL, name="x"), _const_from_bounds),
         (UPat.var("x").maximum(UPat.var("y")), _max_bounds),
         # division and modulo
         (UPat((Ops.CDIV, Ops.CMOD), name="d", src=(UPat.var("x"), UPat.cvar("c"))), fold_divmod),

@@ -114,14 +114,11 @@ def ssimplify(x: sint) -> sint:
 _PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
 
 
-class UOp:
-    """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
-
-    Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
+class _Slots:
+    """The storage of a UOp. A node is born as a `_Fresh` (plain attribute writes, the fastest way CPython fills
+    slots) and becomes a `UOp`, whose __setattr__ refuses every write, by a class switch: same layout."""
 
     __slots__ = ("op", "dtype", "src", "arg", "tag", "_ck", "_bounds", "_shape", "__weakref__")
-    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
-
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -131,22 +128,30 @@ class UOp:
     _bounds: tuple[Any, Any] | None  # (vmin, vmax), computed on first use
     _shape: Any  # 0: not computed yet; None: no tensor shape; else the shape tuple
 
+
+class _Fresh(_Slots):
+    __slots__ = ()
+
+
+class UOp(_Slots):
+    """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
+
+    Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
+
+    __slots__ = ()
+    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
+
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                 tag: Any = None) -> UOp:  # fmt: skip
         ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
         ref = UOp._cache.get(ck)
         if ref is not None and (ret := ref()) is not None:
             return ret
-        self = object.__new__(cls)
-        _set = object.__setattr__  # UOp.__setattr__ refuses every write: go around it, once, here
-        _set(self, "op", op)
-        _set(self, "dtype", dtype)
-        _set(self, "src", src)
-        _set(self, "arg", arg)
-        _set(self, "tag", tag)
-        _set(self, "_ck", ck)
-        _set(self, "_bounds", None)
-        _set(self, "_shape", 0)
+        fresh = object.__new__(_Fresh)
+        fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = op, dtype, src, arg, tag
+        fresh._ck, fresh._bounds, fresh._shape = ck, None, 0
+        fresh.__class__ = UOp  # type: ignore[assignment]
+        self: UOp = fresh  # type: ignore[assignment]
         UOp._cache[ck] = weakref.ref(self)
         return self
 

@@ -34,9 +34,6 @@ def _promote_narrow_float(ctx: Decomposer, x: UOp) -> UOp | None:
     dt = x.dtype.scalar() if x.op not in GroupOp.Comparison else x.src[0].dtype.scalar()
     if dt not in (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
         return None
-    if x.op in GroupOp.Comparison:
-        if not ctx.lacks(x.op, dt) or ctx.renderer.supports(x.op, dt):
-            return None
     if ctx.renderer.supports(x.op, dt):
         return None
     f32 = dtypes.float32.vec(x.dtype.count)

@@ -115,6 +115,15 @@ class Selector:
             for s in u.src:
                 self.last_use[s] = i
         self.outer = outer_global_range(uops)
+        # ADD(x, const) used only as global indices: folded into the addressing mode's displacement
+        users: dict[UOp, list[UOp]] = {}
+        for u in uops:
+            for src in u.src:
+                users.setdefault(src, []).append(u)
+        self.folded = {u for u in uops if u.op is Ops.ADD and dtypes.is_int(u.dtype) and is_cconst(u.src[1])
+                       and users.get(u) and all(x.op is Ops.INDEX and x.src[1] is u and x.src[0] is not u
+                       and isinstance(x.src[0].dtype, PtrDType) and x.src[0].dtype.addrspace is not AddrSpace.REG
+                       for x in users[u])}  # fmt: skip
         self.core: tuple[VReg, VReg] | None = None
 
     # ---- small helpers ----------------------------------------------------------------------------------------
@@ -229,7 +238,7 @@ class Selector:
             is_ptr = k < len(sig.buffers)
             d = self.gpr()
             if k < 6:
-                a = arg_vreg(k, 10_000 + k)
+                a = arg_vreg(k, 1_000_000 + k)
                 self.emit(O.MOV, d if is_ptr else d.sized(4), a if is_ptr else a.sized(4))
             else:
                 self.emit(O.MOV, d if is_ptr else d.sized(4), IncomingStackArg(k, 8 if is_ptr else 4))
@@ -240,7 +249,7 @@ class Selector:
             self.val[v] = a
         self.core = (args[-2], args[-1])
         for u in self.uops:
-            if u in self.val and u.op in (Ops.PARAM, Ops.DEFINE_VAR):
+            if (u in self.val and u.op in (Ops.PARAM, Ops.DEFINE_VAR)) or u in self.folded:
                 continue
             rule = SELECTION_TABLE.get((u.op, op_class(u)))
             if rule is None:
@@ -302,10 +311,12 @@ class Selector:
             if -(2**31) <= disp < 2**31:
                 return Mem(base, disp=disp)
         disp = 0
-        if i.op is Ops.ADD and is_cconst(i.src[1]) and i.src[0] not in (buf,):
+        if i in self.folded:
             d = self.int_bits(i.src[1]) * scale
             if -(2**31) <= d < 2**31:
                 i, disp = i.src[0], d
+            elif i not in self.val:  # the displacement does not fit: compute the index after all
+                self.sel_int_binary(i)
         x = self.reg(i)
         if i.dtype.itemsize < 8 and not _nonneg(i):
             t = self.gpr()
@@ -347,11 +358,8 @@ class Selector:
                 else:
                     bits = int(cv)  # type: ignore[call-overload]
                 bits &= (1 << (8 * s.itemsize)) - 1
-            if s.itemsize < 8 or bits < 2**31:
-                imm = bits - (1 << 32) if s.itemsize == 4 and bits >= 2**31 else bits
-                if s.itemsize < 4:
-                    imm = bits
-                self.emit(O.MOV, mem.with_size(s.itemsize), Imm(imm))
+            if s.itemsize < 8 or bits < 2**31 or bits >= 2**64 - 2**31:
+                self.emit(O.MOV, mem.with_size(s.itemsize), Imm(bits - 2**64 if bits >= 2**63 else bits))
                 return
             t = self.gpr()
             self.emit(O.MOVABS, t, Imm(bits))
@@ -423,11 +431,7 @@ class Selector:
         assert isinstance(idx.src[0].dtype, PtrDType)
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
             slot = self.reg_slot(idx)
-            src = self.reg(v)
-            if dtypes.is_float(v.dtype) or v.dtype.itemsize == 8:
-                self.copy(slot, src)
-            else:
-                self.copy(slot, src)
+            self.copy(slot, self.reg(v))
             return
         mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
         self.store_value(mem, v, v.dtype)
@@ -498,11 +502,11 @@ class Selector:
         unsigned = dtypes.is_unsigned(dt)
         rax, rdx = VReg(self._fresh(), "gpr", 8, "rax"), VReg(self._fresh(), "gpr", 8, "rdx")
         safe = divisor_safe(a, b)
-        t = self.gpr()
-        self.copy(t, self.reg(b))
-        rb = self.reg(b) if not is_cconst(b) else t
+        rb = self.reg(b)
+        t = rb
         if not safe:  # divide by 1 instead when b is 0 (or -1, which could trap on MIN / -1); fixed up below
-            one = self.gpr()
+            t, one = self.gpr(), self.gpr()
+            self.copy(t, rb)
             self.emit(O.MOV, one.sized(4), Imm(1))
             if unsigned:
                 self.emit(O.TEST, t.sized(size), t.sized(size))
@@ -864,8 +868,7 @@ def fold_copies(items: list[Item]) -> list[Item]:
             continue
         first = where[0]
         first_inst = items[first]
-        if not isinstance(first_inst, Inst) or src not in operand_roles(first_inst)[0] and not any(
-                isinstance(o, VReg) and o.id == src.id for o in first_inst.operands[:1]):  # fmt: skip
+        if not isinstance(first_inst, Inst) or not any(v.id == src.id for v in operand_roles(first_inst)[0]):
             continue
         if any(isinstance(items[j], Label | LoopBegin | LoopEnd) for j in range(first, i)):
             continue

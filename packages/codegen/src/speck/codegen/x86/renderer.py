@@ -1,0 +1,85 @@
+"""X86Renderer: speck's own x86-64 backend as a codegen Renderer (the `CPU:X86` device's renderer).
+
+`render(uops)` runs the whole backend - legalize -> select -> allocate -> encode - and returns the kernel as an
+assembly listing (Intel syntax, laid out like `objdump -d -M intel`) that also carries everything needed to rebuild
+the object: the encoded bytes of every instruction, the .rodata constants and the relocations (`# .rodata` and
+`# .reloc` header lines). `X86Compiler.compile` turns that text back into the ELF object without re-running any
+stage, so ProgramSpec.src is a readable listing and ProgramSpec.lib the object, as for the other CPU renderers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, kernel_name
+from speck.codegen.x86.alloc import allocate_function
+from speck.codegen.x86.assembler import Assembled, assemble
+from speck.codegen.x86.elf_object import write_elf_object
+from speck.codegen.x86.legalize import legalize
+from speck.codegen.x86.select import select
+from speck.uop import Ops, UOp
+
+X86_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+"""No instruction computes these: the pipeline's polynomial decompositions (exact like the interpreter) are used."""
+
+
+@dataclass
+class X86Rendering:
+    """Everything one kernel's trip through the backend produced, with per-stage times in seconds."""
+
+    name: str
+    obj: bytes
+    asm: Assembled
+    rodata: bytes
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def listing(self) -> str:
+        """The Intel-syntax listing (objdump layout) of the function, preceded by the object's rodata/relocations."""
+        head = [f"# speck x86-64 kernel {self.name}: {len(self.asm.code)} bytes of code"]
+        if self.rodata:
+            head.append(f"# .rodata {self.rodata.hex()}")
+        for r in self.asm.relocations:
+            head.append(f"# .reloc {r.offset:#x} {r.kind} {r.symbol} {r.addend}")
+        return "\n".join(head) + f"\n{0:016x} <{self.name}>:\n" + self.asm.listing
+
+
+def render_x86(uops: list[UOp]) -> X86Rendering:
+    """Run the backend on a linear program (KERNEL_CONTRACT.md section 2): legalize, select, allocate registers,
+    encode, write the ELF object. Raises RuntimeError naming op, dtype and kernel for anything it cannot select."""
+    name = kernel_name(uops)
+    t0 = time.perf_counter()
+    legal = legalize(uops, name)
+    t1 = time.perf_counter()
+    items, rodata = select(legal, name)
+    t2 = time.perf_counter()
+    fn = allocate_function(items)
+    t3 = time.perf_counter()
+    asm = assemble(fn.items)
+    obj = write_elf_object(name, asm.code, asm.relocations, rodata)
+    t4 = time.perf_counter()
+    times = {"legalize": t1 - t0, "select": t2 - t1, "allocate": t3 - t2, "encode": t4 - t3}
+    return X86Rendering(name, obj, asm, rodata, times)
+
+
+class X86Renderer(Renderer):
+    """speck's x86-64 backend (AVX2 + FMA host, System V, CPU_ABI.md). Scalar code: vectors are devectorized by the
+    pipeline; half/bfloat16/fp8 values are not supported (RuntimeError naming the op); EXP2/LOG2/SIN come from the
+    pipeline's decompositions."""
+
+    name: ClassVar[str] = "x86"
+    device: ClassVar[str] = "CPU"
+    supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - X86_UNSUPPORTED
+    has_vectors: ClassVar[bool] = False
+    max_vector_bytes: ClassVar[int] = 32
+    supports_float16: ClassVar[bool] = False
+    supports_int64: ClassVar[bool] = True
+
+    def render(self, uops: list[UOp]) -> str:
+        """The kernel's listing (see the module docstring); `X86Compiler().compile(listing)` gives the object."""
+        return render_x86(uops).listing
+
+
+__all__ = ["X86Renderer", "X86Rendering", "X86_UNSUPPORTED", "render_x86"]
