@@ -50,7 +50,7 @@ def main() -> None:
     ]
     renderers = [("C", "speck.codegen.renderer.cstyle", "ClangRenderer"),
                  ("LLVM IR", "speck.codegen.renderer.llvmir", "LLVMRenderer"),
-                 ("x86-64", "speck.codegen.x86", "X86Renderer")]  # fmt: skip
+                 ("x86-64", "speck.codegen.x86.renderer", "X86Renderer")]  # fmt: skip
     for ast, bufs, want in kernels:
         prog = to_program(ast, PythonRenderer())
         run_program(prog, bufs, {})

@@ -146,3 +146,39 @@ def test_two_reduces_over_one_range_get_their_own_loops() -> None:
     out = np.zeros(3, np.float32)
     run_program(uops, [out, x], {})
     np.testing.assert_allclose(out, x.reshape(3, 5).sum(1) * x.reshape(3, 5).max(1), rtol=1e-6)
+
+
+def test_debug_prints_every_stage_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from speck.uop import Context
+
+    with Context(DEBUG=3):
+        full_rewrite_to_sink(rowsum_kernel(), PythonRenderer())
+    out = capsys.readouterr().out
+    for stage in ("simplify", "apply_opts", "expand", "lower_reduce", "devectorize", "explicit_gates",
+                  "decompositions", "lower_index_dtype", "casted_consts", "linearize"):  # fmt: skip
+        assert f"stage {stage}" in out, stage
+
+
+def test_compiler_bytes_land_in_lib() -> None:
+    class FakeCompiler:
+        def compile(self, src: str) -> bytes:
+            return src.encode()[:16]
+
+    p = to_program(scale_kernel(), PythonRenderer(), FakeCompiler())
+    assert p.lib == p.src.encode()[:16]
+
+
+@pytest.mark.parametrize("which", ["dup_axis", "index_non_param", "end_non_range"])
+def test_convention_errors_name_node_and_stage(which: str) -> None:
+    buf = UOp.param(0, dtypes.float32.ptr(8))
+    i = UOp.range(8, 0, AxisType.GLOBAL)
+    if which == "dup_axis":
+        j = UOp.range(4, 0, AxisType.REDUCE)
+        val = buf.index(j).load().reduce(j, op=Ops.ADD)
+        ast, node = UOp.sink(buf.index(i).store(val).end(i), arg=KernelInfo("bad")), "RANGE"
+    elif which == "index_non_param":
+        ast, node = UOp.sink(UOp.const(dtypes.float32, 1.0).index(i).store(1.0).end(i), arg=KernelInfo("bad")), "INDEX"
+    else:
+        ast, node = UOp.sink(UOp(Ops.END, dtypes.void, (buf.index(i).store(1.0), UOp.const(dtypes.weakint, 3)))), "END"
+    with pytest.raises(RuntimeError, match=rf"stage 'verify_ast'\): node {node}"):
+        full_rewrite_to_sink(ast, PythonRenderer())

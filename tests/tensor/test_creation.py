@@ -111,6 +111,10 @@ def test_realization_api() -> None:
     c = t.clone().realize()
     assert c.tolist() == t.tolist() and c.uop is not t.uop
     assert t.contiguous().realize().tolist() == t.tolist()
+    b = Tensor([True, False]).realize()
+    c1, c2 = b.clone().realize(), b.clone().realize()
+    c1.assign(Tensor([False, False]))
+    assert c1.tolist() == [False, False] and c2.tolist() == [True, False] and b.tolist() == [True, False]
     assert t.to(t.device) is t
     with pytest.raises(RuntimeError, match="exactly 1 element"):
         t.item()

@@ -137,3 +137,22 @@ def test_kernel_asts_follow_the_contract() -> None:
             arrays.append(bufs[id(b)])
         interpret.eval_ast(it.ast, arrays, it.var_vals)
     assert_matches(bufs[id(items[-1].bufs[0])].reshape(got.shape), got, atol=1e-6)
+
+
+def test_schedule_cache_replays_on_new_buffers() -> None:
+    """The same computation on other buffers reuses the scheduled kernel list with fresh outputs."""
+    from speck.tensor.schedule import _schedule_cache
+
+    xs = [_realized(6, 7 + i % 1) for i in range(3)]
+    w = _realized(7, 2)
+    outs = []
+    for x in xs:
+        before = len(_schedule_cache)
+        outs.append(((x @ w).softmax(-1) * 2).realize())
+        if x is not xs[0]:
+            assert len(_schedule_cache) == before  # a hit: nothing new cached
+    for x, o in zip(xs, outs):
+        logits = x.numpy() @ w.numpy()
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        assert_matches(o.numpy(), e / e.sum(-1, keepdims=True) * 2, atol=1e-5)
+    assert len({id(o.uop) for o in outs}) == 3  # each result has its own buffer

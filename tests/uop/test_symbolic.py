@@ -171,3 +171,12 @@ def test_never_valid_load_reads_its_alternative() -> None:
     r = UOp.range(4, 0)
     alt = UOp.const(dtypes.float32, 3.0)
     assert UOp(Ops.LOAD, dtypes.float32, (inp.index(r, gate=r < 0), alt)).simplify() is alt
+
+
+def test_shared_sums_do_not_blow_up() -> None:
+    # u_{k+1} = u_k + (u_k + 1) names u_k twice: flattening the sum would give 2**60 terms
+    u = UOp.variable("a", 0, 10)
+    for _ in range(60):
+        u = u + (u + 1)
+    q = (u // 7).simplify()
+    assert q.vmin >= 0 and q.op in (Ops.CDIV, Ops.ADD, Ops.CONST)

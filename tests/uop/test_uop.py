@@ -149,3 +149,21 @@ def test_100k_chain_no_recursion_error() -> None:
     assert pickle.loads(pickle.dumps(x)) is x
     del x
     gc.collect()
+
+
+def test_readme_tour_runs() -> None:
+    import pathlib
+    import re
+
+    readme = pathlib.Path(__file__).parents[2] / "packages" / "uop" / "README.md"
+    m = re.search(r"```python\n(.*?)```", readme.read_text(), re.S)
+    assert m is not None, "the package README lost its API tour"
+    exec(compile(m.group(1), str(readme), "exec"), {})
+
+
+def test_variable_bounds_must_fit_the_dtype() -> None:
+    with pytest.raises(RuntimeError, match="don't fit dtypes.int8"):
+        UOp.variable("v", -129, 0, dtypes.int8)
+    with pytest.raises(RuntimeError, match="min <= max"):
+        UOp.variable("v", 3, 2)
+    assert UOp.variable("v", -(2**80), 2**80).vmax == 2**80  # weak ints are unbounded

@@ -160,3 +160,16 @@ def test_compiled_equals_interpreted(g: UOp, pats: list[UPat]) -> None:
         assert pi.rewrite(u) is pc.rewrite(u), (u, pats)
     # and through graph_rewrite (NOOP results have no rules, so the rewrite terminates)
     assert graph_rewrite(g, pi, walk=True) is graph_rewrite(g, pc, walk=True)
+
+
+@pytest.mark.parametrize("compiled", MODES)
+def test_any_in_swapped_source_order_checks_its_ops(compiled: bool) -> None:
+    # regression: the compiled matcher shares the root's source variables between source orders, and an op check
+    # done for one order must not be taken as done for a UPat.any alternative in the other
+    x = UOp.variable("x", 0, 3)
+    m = x * 2
+    pat = UPat(Ops.ADD, src=(UPat(Ops.MUL, name="m"), UPat.any(UPat(Ops.CONST, name="c"), UPat(Ops.SQRT, name="c"))))
+    pm = PatternMatcher([(pat, lambda m, c: c)], compiled=compiled)
+    assert pm.rewrite(x + m) is None
+    assert pm.rewrite(m + 5) is UOp.const(dtypes.weakint, 5)
+    assert pm.rewrite(UOp.const(dtypes.weakint, 5) + m) is UOp.const(dtypes.weakint, 5)

@@ -4,8 +4,8 @@ interpreter. Usable on its own with only speck-uop installed (see packages/codeg
 Public API: `full_rewrite_to_sink`, `to_program`, `ProgramSpec`, `BufferArg`, `KernelInfo`, `Estimates`,
 `Renderer`, `PythonRenderer`, `eval_ast`, `run_program`, `Opt`, `OptOps`, `apply_opts`,
 `hand_coded_optimizations`, `beam_search`. Renderers and compilers written elsewhere in the package
-(ClangRenderer, LLVMRenderer, LLVMCompiler, ClangCompiler) are imported lazily: `speck.codegen.ClangRenderer`
-works once speck.codegen.renderer.cstyle exists."""
+(ClangRenderer, LLVMRenderer, X86Renderer, LLVMCompiler, ClangCompiler) are imported lazily:
+`speck.codegen.ClangRenderer` works once speck.codegen.renderer.cstyle exists."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from speck.codegen.renderer.python import PythonRenderer
 _LAZY: dict[str, str] = {
     "ClangRenderer": "speck.codegen.renderer.cstyle",
     "LLVMRenderer": "speck.codegen.renderer.llvmir",
+    "X86Renderer": "speck.codegen.x86.renderer",
     "LLVMCompiler": "speck.codegen.compiler",
     "ClangCompiler": "speck.codegen.compiler",
     "Opt": "speck.codegen.opt",

@@ -13,6 +13,8 @@ from speck.tensor.device import Device  # noqa: E402
 from speck.tensor.realize import GlobalCounters  # noqa: E402
 from speck.tensor.schedule import KernelCountException, assert_kernel_count  # noqa: E402
 from speck.tensor.tensor import Tensor  # noqa: E402
+from speck.tensor.autograd import TRAINING  # noqa: E402  (defines the TRAINING setting for Context)
+from speck.tensor.jit import TinyJit  # noqa: E402
 from speck.uop import Context, DType, dtypes  # noqa: E402
 from speck.uop import UOp as _UOp  # noqa: E402
 
@@ -23,6 +25,7 @@ def Variable(name: str, min_val: int, max_val: int) -> _UOp:
 
 
 __all__ = [
-    "Context", "DType", "Device", "GlobalCounters", "KernelCountException", "Tensor", "Variable", "__version__",
+    "TRAINING", "Context", "DType", "Device", "GlobalCounters", "KernelCountException", "Tensor", "TinyJit", "Variable",
+    "__version__",
     "assert_kernel_count", "dtypes",
 ]  # fmt: skip

@@ -557,7 +557,6 @@ class ElementwiseMixin:
     def pow(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         """x ** y with numpy's dtype rules: exact for int ** int (negative exponents give 0, 1 or -1), negative
         float bases with integral exponents keep their sign, others are NaN."""
-        from speck.tensor.tensor import Tensor
 
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if isinstance(y, int) or float(y).is_integer():
@@ -571,7 +570,6 @@ class ElementwiseMixin:
             if base.dtype == dtypes.bool:
                 base, exp = base.int(), exp.int()
             return base._pow_int_tensor(exp)
-        _ = Tensor
         return base._pow_float(exp)
 
     def _pow_float(self: Tensor, e: Tensor) -> Tensor:
@@ -653,6 +651,3 @@ class ElementwiseMixin:
 
     def square(self: Tensor) -> Tensor:
         return self * self
-
-
-_ = (Any, DType)

@@ -20,12 +20,6 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 
-def _is_tensorlike(x: Any) -> bool:
-    from speck.tensor.tensor import Tensor
-
-    return isinstance(x, (Tensor, list, np.ndarray)) or (isinstance(x, tuple) and False)
-
-
 class IndexingMixin:
     """Indexing methods of Tensor."""
 
@@ -195,8 +189,6 @@ class IndexingMixin:
                 raise RuntimeError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at dim {i}")
         n = as_int(self.shape[d])
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
-        xe = x.unsqueeze(d).expand(tuple(index.shape[i] if i == d else x.shape[i] for i in range(self.ndim)) if False
-                                   else None) if False else x  # fmt: skip
         # move dim to the end of x: x[..., k]; index[..., i at d]
         xk = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n) with d's slot replaced
         ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
@@ -204,7 +196,6 @@ class IndexingMixin:
         m = ii == Tensor.arange(n, device=self.device)
         out = m.where(xk, xk._const_like(0)).sum(-1, dtype=self.dtype) if self.dtype != dtypes.bool else \
             (m & xk).any(-1)  # fmt: skip
-        _ = xe
         return out.transpose(d, -1)
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
@@ -252,8 +243,6 @@ class IndexingMixin:
             if mode == "mean":
                 cnt = hit.sum(-2) + (1 if include_self else 0)
                 res = any_hit.where(res / cnt.maximum(1), me)
-                if not dtypes.is_float(self.dtype):
-                    res = any_hit.where((res.floor() if False else res).cast(self.dtype), me)
                 res = res.cast(self.dtype)
         elif mode == "prod":
             v = hit.where(sv, sv._const_like(1)).prod(-2, dtype=self.dtype)
@@ -275,10 +264,10 @@ class IndexingMixin:
 
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
         """The elements where mask (broadcast) is true, as a 1-D tensor (data-dependent: reads the mask)."""
+        from speck.tensor.elementwise import broadcast_shape
         from speck.tensor.tensor import Tensor
 
-        x, m = self._broadcasted(mask, match_dtype=False) if False else (self, mask)
-        from speck.tensor.elementwise import broadcast_shape
+        x, m = self, mask
 
         sh = broadcast_shape(x.shape, m.shape)
         x, m = x._broadcast_to(sh), m.bool()._broadcast_to(sh)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
-from speck.uop import Ops, UOp, resolve, sint, validate_shape
+from speck.uop import sint, validate_shape
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -401,6 +401,3 @@ def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
     pairs = pairs[::-1]
     return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)
-
-
-_ = (Ops, UOp, resolve)

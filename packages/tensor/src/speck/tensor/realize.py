@@ -216,16 +216,24 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     return est  # type: ignore[no-any-return, unused-ignore]
 
 
+# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay
+CAPTURE: list[tuple[str, Any]] | None = None
+
+
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
     for it in items:
         if it.ast is None:
+            if CAPTURE is not None:
+                CAPTURE.append(("copy", it))
             _run_copy(it)
             continue
         device = buffer_device(it.bufs[0])
         prog = _compile(it.ast, device)
         for b in it.bufs:
             get_buffer(b)
+        if CAPTURE is not None:
+            CAPTURE.append(("kernel", (prog, it)))
         t = prog.run(list(it.bufs), it.var_vals)
         ops, mem = _cached_estimate(prog, it)
         GlobalCounters.kernel_count += 1
@@ -245,6 +253,24 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
         f"tm {t * 1e6:10.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms "
         f"({gflops:9.2f} GFLOPS {gbs:7.2f} GB/s)"
     )
+
+
+def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
+    """Run one captured call again with some BUFFERs swapped (TinyJit replays)."""
+    if kind == "copy":
+        it = item
+        _run_copy(ScheduleItem(None, tuple(mapping.get(b, b) for b in it.bufs), it.var_vals, it.copy_offset)
+                  if any(b in mapping for b in it.bufs) else it)  # fmt: skip
+        return
+    prog, it = item
+    t = prog.run([mapping.get(b, b) for b in it.bufs], it.var_vals)
+    ops, mem = _cached_estimate(prog, it)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += t
+    if DEBUG >= 2:
+        _debug_line(buffer_device(it.bufs[0]), prog.name, len(it.bufs), t, ops, mem)
 
 
 def _run_copy(it: ScheduleItem) -> None:

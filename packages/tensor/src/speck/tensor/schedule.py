@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from speck.uop import AxisType, Invalid, Ops, UOp, dtypes, sint
+from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.helpers import prod
 
 # ---------------- realized buffers ----------------
@@ -39,7 +39,7 @@ def buffer_device(buf: UOp) -> str:
 
 def base_buffer(u: UOp) -> UOp | None:
     """The BUFFER under a chain of movement ops, or None when u is not a pure view of a realized buffer."""
-    while u.op in _MOVEMENT:
+    while u.op in _MOVEMENT or u.op is Ops.DETACH:
         u = u.src[0]
     return u if u.op is Ops.BUFFER else None
 
@@ -353,10 +353,15 @@ class Scheduler:
             return v
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
         # a contiguous view of a realized buffer (reshape, contiguous shrink) is free
-        if u.op is Ops.CONTIGUOUS and base_buffer(src) is not None and view_offset(src) is not None:
+        if (
+            u.op is Ops.CONTIGUOUS
+            and u.arg != "clone"
+            and base_buffer(src) is not None
+            and view_offset(src) is not None
+        ):
             self.done[u] = src
             return src
-        if u.op is Ops.CONTIGUOUS and (v := self.materialized(src)) is not None:
+        if u.op is Ops.CONTIGUOUS and u.arg != "clone" and (v := self.materialized(src)) is not None:
             self.done[u] = v
             return v
         if u.op is Ops.COPY:
@@ -484,9 +489,6 @@ def assert_kernel_count(n: int) -> Iterator[None]:
         raise KernelCountException(n, got)
 
 
-_ = Invalid  # re-exported for the evaluator
-
-
 # ---------------- schedule cache ----------------
 # Realizing the same computation again on other buffers (a training step, `(a+b).realize()` in a loop) rebuilds an
 # identical graph up to which BUFFERs it reads. The cache keys a graph by its structure with buffers numbered in
@@ -524,7 +526,8 @@ def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
 
             def buf(ref: tuple[Any, ...]) -> UOp:
                 if ref[0] == "in":
-                    return inputs[ref[1]]
+                    inp: UOp = inputs[ref[1]]
+                    return inp
                 if ref[1] not in new:
                     new[ref[1]] = new_buffer_uop(ref[2], ref[3], ref[4])
                 return new[ref[1]]

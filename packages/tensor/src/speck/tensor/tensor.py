@@ -9,6 +9,7 @@ class as plain functions so each stays readable alone."""
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 import os
 import time
@@ -22,6 +23,7 @@ from speck.tensor.dims import as_int
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.movement import MovementMixin
+from speck.tensor.nnops import NNMixin
 from speck.tensor.npeval import np_dtype
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
@@ -83,17 +85,14 @@ def argfix(*x: Any) -> tuple[Any, ...]:
     return tuple(x)
 
 
-def _rng_state() -> dict[str, int]:
-    return _RNG
-
-
+_clone_counter = itertools.count()
 _RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF)), "counter": 0}
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
+class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
-    __slots__ = ("uop", "_device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_device", "_requires_grad", "grad", "__weakref__")
     training: bool = False
     no_grad: bool = False
 
@@ -137,6 +136,39 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
             )
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = _from_numpy(arr, dt, dev)
+
+    # ---------------- autograd ----------------
+    @property
+    def requires_grad(self) -> bool | None:
+        """None: not decided (an optimizer will set True); True: backward() fills .grad; False: never."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, v: bool | None) -> None:
+        self._requires_grad = v
+        if v:
+            from speck.tensor.autograd import register
+
+            register(self)
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d(self)/d(t) into t.grad for every t with requires_grad=True that self depends on."""
+        from speck.tensor.autograd import backward
+
+        return backward(self, gradient)
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target, as lazy tensors (self must be a scalar unless gradient= is given)."""
+        from speck.tensor.autograd import gradient as _gradient
+
+        return _gradient(self, *targets, gradient=gradient)
+
+    @staticmethod
+    def train(mode: builtins.bool = True) -> Any:
+        """Context manager for training mode (dropout, batch-norm statistics, optimizer steps)."""
+        from speck.tensor.autograd import train
+
+        return train(mode)
 
     # ---------------- basic properties ----------------
     @property
@@ -203,15 +235,22 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
         from speck.tensor.realize import run_schedule
+        from speck.tensor.schedule import schedule_with_cache
 
+        pending = [t for t in tensors if base_buffer(t.uop) is None]
+        if len(pending) == 1 and realized_cache.get(pending[0].uop) is None:
+            # the common case: one tensor, scheduled through the structural schedule cache
+            t = pending[0]
+            items, view = schedule_with_cache(t.uop, t.device)
+            run_schedule(items)
+            realized_cache[t.uop] = view
+            t.uop = view
+            return
         targets = []
         sched = Scheduler()
-        for t in tensors:
-            if base_buffer(t.uop) is not None:
-                continue
+        for t in pending:
             sched.device = t.device
-            v = sched.realize(t.uop)
-            targets.append((t, v))
+            targets.append((t, sched.realize(t.uop)))
         run_schedule(sched.items)
         for t, v in targets:
             realized_cache[t.uop] = v
@@ -230,12 +269,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def clone(self) -> Tensor:
-        """A copy in a new buffer."""
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop + 0 if dtypes.is_int(self.dtype) or
-                                                           dtypes.is_float(self.dtype) else self.uop,)))  # fmt: skip
+        """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer)."""
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), "clone", next(_clone_counter)))
 
     def detach(self) -> Tensor:
-        return self._new(self.uop)
+        """The same values with no gradient flowing back through them."""
+        return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (a copy when the device differs)."""
@@ -302,7 +341,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
         dev = canonical(device)
         size = prod(max_dim(s) for s in sh)
         buf = new_buffer_uop(dev, int(size), dt)
-        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev)
+        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
         return t
 
     @staticmethod
@@ -314,7 +353,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin):
             raise RuntimeError(f"shape {sh} has a negative dimension")
         dt = _dt(dtype) or _scalar_dtype(fill_value)
         c = Tensor(fill_value, device=device, dtype=dt)
-        return c.reshape((1,) * len(sh)).expand(sh) if sh else c
+        out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
+        out.requires_grad = kw.get("requires_grad")
+        return out
 
     @staticmethod
     def zeros(*shape: Any, **kw: Any) -> Tensor:

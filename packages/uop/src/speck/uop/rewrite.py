@@ -55,7 +55,64 @@ def graph_rewrite(
     return _rewrite(root, pm, ctx, bottom_up, name, walk)[root]
 
 
+def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | None) -> dict[UOp, UOp]:
+    """The default order (sources first, then the node, then whatever a rule returned), specialised because it is
+    the hot loop of every simplify: stack entries are a node (visit it) or a (node, result) pair (adopt the fully
+    rewritten result), and a node whose sources are done is rewritten without a second trip through the stack."""
+    limit = REWRITE_LIMIT.value
+    total, budget = 0, 100 * limit
+    replace: dict[UOp, UOp] = {}
+    depth: dict[UOp, int] = {}
+    get = pm.op_table().get
+    stack: list[Any] = [root]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        if type(n) is tuple:
+            n, r = n
+            replace[n] = replace[r]
+            continue
+        if n in replace:
+            continue
+        src = n.src
+        pending = False
+        for s in reversed(src):  # popped in source order
+            if s not in replace:
+                if not pending:
+                    push(n)  # come back once the sources are done
+                    pending = True
+                push(s)
+        if pending:
+            continue
+        new_src = tuple([replace[s] for s in src])
+        changed = new_src != src  # tuple compare: identity first, and UOps compare by identity
+        nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag) if changed else n
+        f = get(nn.op)
+        r = None if f is None else f(nn, ctx)
+        if r is None:
+            replace[n] = nn
+            if changed:
+                replace[nn] = nn
+            continue
+        d = depth.get(n, 0) + (r not in nn.src)  # returning one of its own sources shrinks the graph: progress
+        total += 1
+        if d > limit or (total > budget and _over_budget(root, total)):
+            raise _loop_error(pm, nn, ctx, name)
+        if depth.get(r, 0) < d:
+            depth[r] = d
+        if r in replace:
+            replace[n] = replace[r]
+            continue
+        push((n, r))
+        push(r)
+    if DEBUG >= 6 and name is not None:
+        print(f"graph_rewrite {name}: {len(replace)} nodes visited")
+    return replace
+
+
 def _rewrite(root: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, walk: bool) -> dict[UOp, UOp]:
+    if not bottom_up and not walk:
+        return _rewrite_fixed_point(root, pm, ctx, name)
     limit = REWRITE_LIMIT.value
     total, budget = 0, 100 * limit  # past the budget, the graph's size decides whether this is still progress
     replace: dict[UOp, UOp] = {}

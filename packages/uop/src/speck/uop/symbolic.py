@@ -104,11 +104,17 @@ def _like_terms(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 
 
 # ---------------- division and modulo ----------------
-def _split_terms(x: UOp) -> list[tuple[UOp | None, int]]:
-    """x as a list of (term, coefficient) for an ADD chain of ints; a None term is the constant part."""
+_MAX_TERMS = 256  # a sum that shares subexpressions can expand exponentially: give up past this many terms
+
+
+def _split_terms(x: UOp) -> list[tuple[UOp | None, int]] | None:
+    """x as a list of (term, coefficient) for an ADD chain of ints; a None term is the constant part (None when
+    the chain has more than _MAX_TERMS terms)."""
     out: list[tuple[UOp | None, int]] = []
     stack = [x]
     while stack:
+        if len(out) + len(stack) > _MAX_TERMS:
+            return None
         u = stack.pop()
         if u.op is Ops.ADD:
             stack.extend(reversed(u.src))  # left to right: the rebuilt sum keeps the input's term order
@@ -144,6 +150,14 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
     if x.vmax < cv:
         return x if d.op is Ops.CMOD else UOp.const(d.dtype, 0)
     terms = _split_terms(x)
+    if terms is None:
+        return None
+    if not x.dtype.is_weak:
+        # moving terms across the division is exact only if no partial sum wrapped (bounds alone can't tell an
+        # unsigned wrap from a full range)
+        worst = sum(abs(k) * (max(abs(t.vmin), abs(t.vmax)) if t is not None else 1) for t, k in terms)
+        if worst > dtypes.max(x.dtype):
+            return None
     quo: list[tuple[UOp | None, int]] = []
     rem: list[tuple[UOp | None, int]] = []
     for t, k in terms:
@@ -167,10 +181,20 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
     return _rebuild(x.dtype, quo)
 
 
+def _mul_fits(x: UOp, k: int) -> bool:
+    """x * k can't wrap: a weak int, or every product of x's range with k fits x's dtype."""
+    if x.dtype.is_weak:
+        return True
+    lo, hi = x.vmin * k, x.vmax * k
+    return bool(dtypes.min(x.dtype) <= min(lo, hi) and max(lo, hi) <= dtypes.max(x.dtype))
+
+
 def fold_div_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
-    """(x // a) // b -> x // (a*b) for positive a, b (true for truncating division of any sign)."""
+    """(x // a) // b -> x // (a*b) for positive a, b (true for truncating division of any sign; a*b must fit)."""
     if isinstance(c1.arg, int) and isinstance(c2.arg, int) and c1.arg > 0 and c2.arg > 0:
-        return x // (c1.arg * c2.arg)
+        k = c1.arg * c2.arg
+        if x.dtype.is_weak or k <= dtypes.max(x.dtype):
+            return x // k
     return None
 
 
@@ -188,7 +212,8 @@ def _where_same(a: UOp) -> UOp:
 def _lt_const_fold(x: UOp, c: UOp, y: UOp) -> UOp | None:
     """x*c < y for positive c and non-negative x: x < ceil(y/c)."""
     if isinstance(c.arg, int) and c.arg > 0 and y.op is Ops.CONST and isinstance(y.arg, int) and x.vmin >= 0:
-        return x < -(-y.arg // c.arg)
+        if _mul_fits(x, c.arg):  # a wrapped product compares differently
+            return x < -(-y.arg // c.arg)
     return None
 
 
@@ -331,10 +356,13 @@ symbolic = symbolic_simple + PatternMatcher(
         (UPat((Ops.CDIV, Ops.CMOD), name="d", src=(UPat.var("x"), UPat.cvar("c"))), fold_divmod),
         ((UPat.var("x", INTS) // UPat.cvar("c1")) // UPat.cvar("c2"), fold_div_div),
         ((UPat.var("x", INTS) % UPat.cvar("c1")) % UPat.cvar("c2"), fold_mod_mod),
-        ((UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"), lambda x, c: x if c.arg != 0 else None),
+        (
+            (UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"),
+            lambda x, c: x if c.arg != 0 and _mul_fits(x, c.arg) else None,
+        ),
         (
             (UPat.var("x", INTS) * UPat.cvar("c")) % UPat.cvar("c"),
-            lambda x, c: UOp.const(x.dtype, 0) if c.arg != 0 else None,
+            lambda x, c: UOp.const(x.dtype, 0) if c.arg != 0 and _mul_fits(x, c.arg) else None,
         ),  # fmt: skip
         # comparisons
         ((UPat.var("x", INTS) * UPat.cvar("c")) < UPat.var("y"), _lt_const_fold),

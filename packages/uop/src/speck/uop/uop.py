@@ -299,6 +299,15 @@ class UOp(_Slots):
         """A symbolic integer variable with inclusive bounds."""
         if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
             raise RuntimeError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
+        if (
+            dtypes.is_int(dtype)
+            and not dtype.is_weak
+            and not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype)
+        ):
+            raise RuntimeError(
+                f"variable {name!r}: bounds [{min_val}, {max_val}] don't fit {dtype} "
+                f"([{dtypes.min(dtype)}, {dtypes.max(dtype)}]); pick a wider dtype or narrower bounds"
+            )
         return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
 
     def bind(self, val: int) -> UOp:

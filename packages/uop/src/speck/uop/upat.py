@@ -254,7 +254,9 @@ class _Codegen:
         self.fn_name = fn_name
         self.n = 0
         self.wants_ctx = wants_ctx
-        self.op_checked: set[str] = set()  # variables whose op an enclosing check already tested
+        # (variable, pattern) pairs whose op an enclosing check already tested: keyed by the pattern too, because a
+        # root source variable (_s0...) is shared by every source order and UPat.any alternative of a rule
+        self.op_checked: set[tuple[str, int]] = set()
         self.root_locals = False  # the function prologue binds _n, _s0.. for the root's sources
 
     def const(self, v: Any) -> str:
@@ -277,7 +279,7 @@ class _Codegen:
                 out += self.gen(alt, var, bound, cont)
             return out
         conds: list[str] = []
-        if pat.op is not None and var not in self.op_checked:
+        if pat.op is not None and (var, id(pat)) not in self.op_checked:
             conds.append(self.op_cond(pat.op, var))
         nb = bound
         if pat.name is not None and pat.name in bound:
@@ -322,7 +324,7 @@ class _Codegen:
                 for i, (p, v) in enumerate(zip(order, vs)):
                     if not isinstance(p, UPatAny) and p.op is not None:
                         early.append(self.op_cond(p.op, f"_s{i}" if root else f"{var}.src[{i}]"))
-                        self.op_checked.add(v)
+                        self.op_checked.add((v, id(p)))
                 body = [] if root else [f"{v} = {var}.src[{i}]" for i, v in enumerate(vs)]
                 body += self.chain(list(zip(order, vs)), nb, cont)
                 inner += [f"if {' and '.join(early)}:"] + _indent(body)
@@ -385,7 +387,7 @@ def compile_op_rules(rules: Sequence[tuple[UPat, RuleFn, bool]], op: Ops | None 
         cg = _Codegen(fn, wants, env, f"_fn{i}")
         cg.root_locals = True
         if op is not None and not isinstance(pat, UPatAny) and pat.op is not None and op in pat.op:
-            cg.op_checked.add("u")  # the table dispatches on u.op already
+            cg.op_checked.add(("u", id(pat)))  # the table dispatches on u.op already
         body += [f"# rule {i}: {pat!r:.100}"] + cg.gen(pat, "u", {}, cg.finish)
     prologue = ["_src = u.src", "_n = len(_src)"]
     for i in range(_PROLOGUE):

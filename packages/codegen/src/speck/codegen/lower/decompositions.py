@@ -34,7 +34,7 @@ def _promote_narrow_float(ctx: Decomposer, x: UOp) -> UOp | None:
     dt = x.dtype.scalar() if x.op not in GroupOp.Comparison else x.src[0].dtype.scalar()
     if dt not in (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
         return None
-    if ctx.renderer.supports(x.op, dt):
+    if ctx.renderer.supports(x.op, dt):  # (comparisons always are: the flags cover arithmetic only)
         return None
     f32 = dtypes.float32.vec(x.dtype.count)
     srcs = tuple(s if (x.op is Ops.WHERE and i == 0) else s.cast(dtypes.float32.vec(s.dtype.count))

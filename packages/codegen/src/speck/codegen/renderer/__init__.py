@@ -80,7 +80,7 @@ class Renderer:
         if op in GroupOp.ALU and op not in self.supported_ops:
             return False
         s = dtype.scalar()
-        if op in GroupOp.ALU:  # comparisons too: widening half/bfloat16/fp8 to float32 is exact
+        if op in GroupOp.ALU and op not in GroupOp.Comparison:  # comparisons of narrow floats are rendered as is
             if s == dtypes.float16 and not self.supports_float16:
                 return False
             if s == dtypes.bfloat16 and not self.supports_bfloat16:

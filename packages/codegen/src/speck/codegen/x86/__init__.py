@@ -8,15 +8,16 @@ Pipeline for a hand-built or selected instruction list on virtual registers:
 
 from speck.codegen.x86.alloc import AllocatedFunction, LoopBegin, LoopEnd, allocate_function, build_object
 from speck.codegen.x86.assembler import Assembled, Assembler, assemble
+from speck.codegen.x86.compiler import X86Compiler, parse_listing
 from speck.codegen.x86.elf_object import ConstPool, write_elf_object
 from speck.codegen.x86.encoder import EncodingError, Relocation, encode
 from speck.codegen.x86.operands import Imm, IncomingStackArg, Inst, Label, Mem, Reg, Sym, gpr, ins, rodata, xmm, ymm
 from speck.codegen.x86.ops import X86Op
 from speck.codegen.x86.renderer import X86Renderer, X86Rendering, render_x86
-from speck.codegen.x86.compiler import X86Compiler, parse_listing
 
 __all__ = [
     "AllocatedFunction", "Assembled", "Assembler", "ConstPool", "EncodingError", "Imm", "IncomingStackArg", "Inst",
     "Label", "LoopBegin", "LoopEnd", "Mem", "Reg", "Relocation", "Sym", "X86Op", "allocate_function", "assemble",
-    "build_object", "encode", "X86Compiler", "X86Renderer", "X86Rendering", "render_x86", "parse_listing", "gpr", "ins", "rodata", "write_elf_object", "xmm", "ymm",
+    "build_object", "encode", "X86Compiler", "X86Renderer", "X86Rendering", "render_x86",
+    "parse_listing", "gpr", "ins", "rodata", "write_elf_object", "xmm", "ymm",
 ]  # fmt: skip

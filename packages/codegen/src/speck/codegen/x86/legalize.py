@@ -39,18 +39,17 @@ pm_x86_legalize = PatternMatcher([
 ])  # fmt: skip
 
 
-def value_dtype_ok(u: UOp) -> bool:
-    """Whether u's result (and, for comparisons, its operands) has a dtype the backend can hold."""
+def unsupported_dtype(u: UOp) -> DType | None:
+    """The first value dtype of u (its result, or an operand of a comparison/cast/store) with no register class on
+    x86-64, or None. Pointers are not values: a buffer of half is only a problem once something loads from it."""
     dts = [u.dtype] + ([s.dtype for s in u.src] if u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST,
                                                              Ops.BITCAST, Ops.STORE) else [])  # fmt: skip
     for dt in dts:
-        if isinstance(dt, PtrDType):
-            dt = dt.base
-        if dt == dtypes.void or dt.is_weak:
+        if isinstance(dt, PtrDType) or dt == dtypes.void or dt.is_weak:
             continue
         if dt.scalar() not in SUPPORTED_SCALARS:
-            return False
-    return True
+            return dt
+    return None
 
 
 def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
@@ -61,9 +60,8 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     seen: set[UOp] = set()
     new: dict[UOp, UOp] = {}
     for u in uops:
-        if u.op is not Ops.CONST and not value_dtype_ok(u):
-            bad = next(d for d in [u.dtype, *[s.dtype for s in u.src]] if not isinstance(d, PtrDType)
-                       and d != dtypes.void and not d.is_weak and d.scalar() not in SUPPORTED_SCALARS)  # fmt: skip
+        bad = unsupported_dtype(u) if u.op is not Ops.CONST else None
+        if bad is not None:
             raise RuntimeError(
                 f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend "
                 f"handles {', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for "
@@ -81,4 +79,4 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     return out
 
 
-__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "value_dtype_ok"]
+__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "unsupported_dtype"]

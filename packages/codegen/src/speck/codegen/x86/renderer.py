@@ -13,13 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from speck.codegen.lower.devectorize import pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, kernel_name
 from speck.codegen.x86.alloc import allocate_function
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.legalize import legalize
 from speck.codegen.x86.select import select
-from speck.uop import Ops, UOp
+from speck.uop import DType, Ops, PatternMatcher, UOp, dtypes
 
 X86_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 """No instruction computes these: the pipeline's polynomial decompositions (exact like the interpreter) are used."""
@@ -72,10 +73,22 @@ class X86Renderer(Renderer):
     name: ClassVar[str] = "x86"
     device: ClassVar[str] = "CPU"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - X86_UNSUPPORTED
-    has_vectors: ClassVar[bool] = False
+    has_vectors: ClassVar[bool] = True
     max_vector_bytes: ClassVar[int] = 32
     supports_float16: ClassVar[bool] = False
     supports_int64: ClassVar[bool] = True
+
+    # decompositions (exp2/log2/sin polynomials) run after devectorization and may build bool/int vectors again:
+    # split those once more at the very end (the rewrite context is the renderer itself, see `width`)
+    extra_matcher: ClassVar[PatternMatcher | None] = pm_devectorize
+
+    def width(self, u: UOp) -> int:
+        """Lanes a value of u's dtype may have (the devectorizer's question, asked in the renderer_extra stage)."""
+        return self.max_vec_lanes(u.dtype.scalar())
+
+    def max_vec_lanes(self, dtype: DType) -> int:
+        """float32 gets 8 lanes (one ymm register); every other dtype is devectorized to scalars."""
+        return self.max_vector_bytes // 4 if dtype.scalar() == dtypes.float32 else 1
 
     def render(self, uops: list[UOp]) -> str:
         """The kernel's listing (see the module docstring); `X86Compiler().compile(listing)` gives the object."""

@@ -25,10 +25,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from speck.codegen.interpret import outer_global_range
 from speck.codegen.regalloc import VReg
 from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
+from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd, operand_roles
 from speck.codegen.x86.elf_object import ConstPool
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
@@ -43,6 +45,8 @@ SCRATCH = Mem(RSP, disp=-64)
 INT_ALU: dict[Ops, O] = {Ops.ADD: O.ADD, Ops.SUB: O.SUB, Ops.MUL: O.IMUL, Ops.AND: O.AND, Ops.OR: O.OR,
                          Ops.XOR: O.XOR}  # fmt: skip
 """Two-address integer ALU ops (reg, reg/imm32)."""
+MEM_FORM_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR})
+"""Ops whose second source may be a memory operand (integer ALU r, r/m; VEX float op x, x, x/m)."""
 WRAPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL})
 """Integer ops whose 32-bit result may leave a narrow (8/16-bit) type: the result is re-extended."""
 FLOAT_ALU: dict[tuple[Ops, int], O] = {
@@ -71,6 +75,8 @@ def op_class(u: UOp) -> str:
     if isinstance(dt, PtrDType) or dt == dtypes.void:
         return "none"
     s = dt.scalar()
+    if dt.count > 1:
+        return "fvec" if s == dtypes.float32 else "vec"
     return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
 
 
@@ -108,6 +114,7 @@ class Selector:
         self.nid = 0
         self.nlabel = 0
         self.slots: dict[tuple[UOp, int], VReg] = {}
+        self.slot_count: dict[tuple[UOp, int], int] = {}
         self.loops: dict[UOp, _Loop] = {}
         self.pos = {u: i for i, u in enumerate(uops)}
         self.last_use: dict[UOp, int] = {}
@@ -124,7 +131,43 @@ class Selector:
                        and users.get(u) and all(x.op is Ops.INDEX and x.src[1] is u and x.src[0] is not u
                        and isinstance(x.src[0].dtype, PtrDType) and x.src[0].dtype.addrspace is not AddrSpace.REG
                        for x in users[u])}  # fmt: skip
+        self.mem_operands = self._foldable_loads(users)
         self.core: tuple[VReg, VReg] | None = None
+
+    def _foldable_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
+        """Global, ungated LOADs whose only user is a two-operand ALU op that can read them as its memory operand
+        (`add eax, DWORD PTR [..]`, `vaddps ymm0, ymm1, YMMWORD PTR [..]`), with no store, loop boundary or other
+        effect between the load and that op (so reading later reads the same value)."""
+        out: set[UOp] = set()
+        taken: set[UOp] = set()  # users that already read one load from memory (an instruction has one r/m operand)
+        for u in self.uops:
+            if u.op is not Ops.LOAD or len(u.src) != 1 or len(idx_src := u.src[0].src) != 2:
+                continue
+            if not isinstance(idx_src[0].dtype, PtrDType) or idx_src[0].dtype.addrspace is AddrSpace.REG:
+                continue
+            us = users.get(u, [])
+            if len(us) != 1 or us[0].op not in MEM_FORM_OPS or u not in us[0].src[:2] or us[0].src[0] is us[0].src[1]:
+                continue
+            dt = u.dtype
+            if dt.count > 1:
+                ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8)
+            else:
+                ok = dt.itemsize in (4, 8) and dt != dtypes.bool
+            if us[0].op is Ops.MUL and dtypes.is_int(dt):
+                ok = False  # imul's memory form works, but the immediate form is the common one; keep it simple
+            other = us[0].src[1] if u is us[0].src[0] else us[0].src[0]
+            if not ok or is_cconst(other) or (u is us[0].src[0] and us[0].op in (Ops.SUB, Ops.FDIV)):
+                continue  # (an immediate or literal operand wins the r/m slot)
+            lo, hi = self.pos[u], self.pos[us[0]]
+            if us[0] in taken or any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in self.uops[lo + 1 : hi]):
+                continue
+            out.add(u)
+            taken.add(us[0])
+        return out
+
+    def mem_operand(self, u: UOp) -> Mem:
+        """The folded address of a LOAD selected as a memory operand, sized to the access."""
+        return self.address(u.src[0]).with_size(u.dtype.itemsize * u.dtype.count)
 
     # ---- small helpers ----------------------------------------------------------------------------------------
     def fail(self, u: UOp, why: str = "") -> SelectionError:
@@ -139,9 +182,9 @@ class Selector:
         self.nid += 1
         return VReg(self.nid, "gpr", 8)
 
-    def vec(self) -> VReg:
+    def vec(self, size: int = 16) -> VReg:
         self.nid += 1
-        return VReg(self.nid, "vec", 16)
+        return VReg(self.nid, "vec", size)
 
     def label(self) -> Label:
         self.nlabel += 1
@@ -150,13 +193,13 @@ class Selector:
     def emit(self, op: O, *operands: Operand, **kw: object) -> None:
         self.items.append(Inst(op, tuple(operands), **kw))  # type: ignore[arg-type]
 
-    def const_value(self, u: UOp) -> object:
+    def const_value(self, u: UOp) -> Any:
+        """The exact value of a casted const in its dtype (wrapped/rounded as the CAST defines)."""
         return cast_value(u.src[0].arg, u.dtype.scalar())
 
     def int_bits(self, u: UOp) -> int:
         """A casted int/bool const as the bits of its register (narrow types extended, see the module docstring)."""
-        v = self.const_value(u)
-        return int(v)
+        return int(self.const_value(u))
 
     def imm(self, u: UOp, size: int) -> Imm | None:
         """u as an immediate for a `size`-byte operation, when it is a casted const that fits the instruction's imm32
@@ -173,7 +216,7 @@ class Selector:
     def fconst(self, u: UOp) -> Mem:
         """A float casted const as a RIP-relative .rodata operand."""
         s = u.dtype.scalar()
-        v = float(self.const_value(u))  # type: ignore[arg-type]
+        v = float(self.const_value(u))
         raw = struct.pack("<f" if s == dtypes.float32 else "<d", v)
         return rodata(self.pool.add(raw, s.itemsize), s.itemsize)
 
@@ -211,7 +254,7 @@ class Selector:
 
     def copy(self, dst: VReg, src: VReg) -> None:
         if dst.cls == "vec":
-            self.emit(O.VMOVAPS, dst, src)
+            self.emit(O.VMOVAPS, dst, src.sized(dst.size))
         else:
             self.emit(O.MOV, dst.sized(8), src.sized(8))
 
@@ -333,10 +376,12 @@ class Selector:
         fills with its alternative value, so the load itself yields it)."""
         gate = idx.src[2]
         mem = self.address(idx)
-        if is_cconst(gate):
-            return mem if self.const_value(gate) else SCRATCH
+        if is_cconst(gate) and self.const_value(gate):
+            return mem
         if dt is not None:  # a load: the scratch slot holds the value it reads when gated off
             self.store_value(SCRATCH, alt, dt)
+        if is_cconst(gate):
+            return SCRATCH
         p, s = self.gpr(), self.gpr()
         self.emit(O.LEA, p, mem)
         self.emit(O.LEA, s, SCRATCH)
@@ -346,17 +391,26 @@ class Selector:
         return Mem(p)
 
     def store_value(self, mem: Mem, v: UOp | None, dt: DType) -> None:
-        """Store scalar v (None: zero) of dtype dt to mem."""
+        """Store v (None: zero) of dtype dt to mem (a float32 vector stores its lanes contiguously)."""
         s = dt.scalar()
+        if dt.count > 1:
+            if v is None:
+                r = self.vec(vec_bytes(dt.count))
+                self.emit(O.VXORPS, r, r, r)
+            else:
+                r = self.reg(v)
+            self.emit(O.VMOVSD if dt.count == 2 else O.VMOVUPS, mem.with_size(8 if dt.count == 2 else None),
+                      r.sized(16) if dt.count <= 4 else r)  # fmt: skip
+            return
         if v is None or is_cconst(v):
             bits = 0
             if v is not None:
                 cv = self.const_value(v)
                 if dtypes.is_float(s):
                     fmt = "<f" if s == dtypes.float32 else "<d"
-                    bits = int.from_bytes(struct.pack(fmt, float(cv)), "little")  # type: ignore[arg-type]
+                    bits = int.from_bytes(struct.pack(fmt, float(cv)), "little")
                 else:
-                    bits = int(cv)  # type: ignore[call-overload]
+                    bits = int(cv)
                 bits &= (1 << (8 * s.itemsize)) - 1
             if s.itemsize < 8 or bits < 2**31 or bits >= 2**64 - 2**31:
                 self.emit(O.MOV, mem.with_size(s.itemsize), Imm(bits - 2**64 if bits >= 2**63 else bits))
@@ -373,6 +427,10 @@ class Selector:
 
     def load_value(self, mem: Mem, dt: DType) -> VReg:
         s = dt.scalar()
+        if dt.count > 1:  # float32 vector: count contiguous floats, unaligned
+            d = self.vec(vec_bytes(dt.count))
+            self.emit(O.VMOVSD if dt.count == 2 else O.VMOVUPS, d, mem.with_size(8 if dt.count == 2 else None))
+            return d
         if dtypes.is_float(s):
             d = self.vec()
             self.emit(FLOAT_OPS[("mov", s.itemsize)], d, mem.with_size(s.itemsize))
@@ -387,15 +445,20 @@ class Selector:
             self.emit(op, d.sized(4), mem.with_size(s.itemsize))
         return d
 
-    def reg_slot(self, idx: UOp) -> VReg:
-        """The virtual register holding one lane of a DEFINE_REG accumulator."""
+    def reg_slot(self, idx: UOp, dt: DType) -> VReg:
+        """The virtual register holding the accumulator elements an access of dtype dt at a DEFINE_REG index covers
+        (a vector access is one vreg of its width)."""
         acc, i = idx.src[0], idx.src[1]
         if not is_cconst(i):
             raise self.fail(idx, "accumulator registers are indexed by constants only")
         key = (acc, self.int_bits(i))
         if key not in self.slots:
             assert isinstance(acc.dtype, PtrDType)
-            self.slots[key] = self.vec() if dtypes.is_float(acc.dtype.base) else self.gpr()
+            self.slots[key] = self.vec(vec_bytes(dt.count)) if dtypes.is_float(dt) else self.gpr()
+            self.slot_count[key] = dt.count
+        if self.slot_count[key] != dt.count:
+            raise self.fail(idx, f"accumulator element {key[1]} accessed with {self.slot_count[key]} and "
+                            f"{dt.count} lanes")  # fmt: skip
         return self.slots[key]
 
     def sel_index(self, u: UOp) -> None:
@@ -403,11 +466,13 @@ class Selector:
 
     def sel_load(self, u: UOp) -> None:
         idx = u.src[0]
-        if u.dtype.count != 1:
-            raise self.fail(u, "vector loads are not selected (the renderer declares has_vectors=False)")
+        if u in self.mem_operands:  # read by its user as a memory operand
+            return
+        if u.dtype.count != 1 and u.dtype.scalar() != dtypes.float32:
+            raise self.fail(u, "only float32 vectors have vector registers (the renderer declares 1 lane for others)")
         assert isinstance(idx.src[0].dtype, PtrDType)
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
-            slot = self.reg_slot(idx)
+            slot = self.reg_slot(idx, u.dtype)
             # reading the register directly is safe while no store to it comes before the value's last use
             nxt = next((j for j in range(self.pos[u] + 1, len(self.uops)) if self.uops[j].op is Ops.STORE
                         and self.uops[j].src[0].src == idx.src), len(self.uops))  # fmt: skip
@@ -426,11 +491,11 @@ class Selector:
 
     def sel_store(self, u: UOp) -> None:
         idx, v = u.src[0], u.src[1]
-        if v.dtype.count != 1:
-            raise self.fail(u, "vector stores are not selected (the renderer declares has_vectors=False)")
+        if v.dtype.count != 1 and v.dtype.scalar() != dtypes.float32:
+            raise self.fail(u, "only float32 vectors have vector registers (the renderer declares 1 lane for others)")
         assert isinstance(idx.src[0].dtype, PtrDType)
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
-            slot = self.reg_slot(idx)
+            slot = self.reg_slot(idx, v.dtype)
             self.copy(slot, self.reg(v))
             return
         mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
@@ -440,11 +505,11 @@ class Selector:
     def sel_int_binary(self, u: UOp) -> None:
         a, b = u.src
         size = _osize(u.dtype)
-        if is_cconst(a) and u.op is not Ops.SUB:
+        if (is_cconst(a) or a in self.mem_operands) and u.op is not Ops.SUB:
             a, b = b, a
         d = self.gpr()
         self.copy(d, self.reg(a))
-        src = self.ioperand(b, size)
+        src = self.mem_operand(b) if b in self.mem_operands else self.ioperand(b, size)
         if u.op is Ops.MUL and isinstance(src, Imm):
             self.emit(O.IMUL, d.sized(size), d.sized(size), src)
         else:
@@ -579,11 +644,15 @@ class Selector:
 
     # ---- float ALU ------------------------------------------------------------------------------------------------
     def fsrc(self, u: UOp) -> Operand:
-        """A float source operand: a register, or the literal in .rodata."""
+        """A float source operand: a register, the literal in .rodata, or a load folded into a memory operand."""
+        if u in self.mem_operands:
+            return self.mem_operand(u)
         return self.fconst(u) if is_cconst(u) else self.reg(u)
 
     def sel_float_binary(self, u: UOp) -> None:
         a, b = u.src
+        if a in self.mem_operands and u.op in GroupOp.Commutative:
+            a, b = b, a
         d = self.vec()
         self.emit(FLOAT_ALU[(u.op, u.dtype.itemsize)], d, self.reg(a), self.fsrc(b))
         self.val[u] = d
@@ -807,6 +876,11 @@ class Selector:
             self.val[u] = self.int_convert(r, fr, to)
 
 
+def vec_bytes(count: int) -> int:
+    """Register width of a float32 vector: xmm up to 4 lanes, ymm for 8."""
+    return 16 if count <= 4 else 32
+
+
 def _nonneg(u: UOp) -> bool:
     try:
         lo = u.vmin
@@ -816,7 +890,7 @@ def _nonneg(u: UOp) -> bool:
 
 
 Rule = Callable[[Selector, UOp], None]
-_I, _B, _F, _N = "int", "bool", "float", "none"
+_I, _B, _F, _N, _V = "int", "bool", "float", "none", "fvec"
 SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, c): Selector.sel_nothing for op in (Ops.CONST, Ops.DEFINE_REG, Ops.NOOP, Ops.BARRIER, Ops.GROUP)
        for c in (_I, _B, _F, _N)},
@@ -840,6 +914,13 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.WHERE, _F): Selector.sel_float_where,
     **{(Ops.CAST, c): Selector.sel_cast for c in (_I, _B, _F)},
     **{(Ops.BITCAST, c): Selector.sel_bitcast for c in (_I, _F)},
+    # float32 vectors (select_vector.py); other vectors exist only as STACKs of bools feeding a vector WHERE
+    (Ops.LOAD, _V): Selector.sel_load,
+    **{(op, _V): sv.sel_vec_binary for op in sv.PACKED},
+    **{(op, _V): sv.sel_vec_unary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
+    (Ops.MAX, _V): sv.sel_vec_max, (Ops.WHERE, _V): sv.sel_vec_where,
+    (Ops.STACK, _V): sv.sel_stack, (Ops.STACK, "vec"): Selector.sel_nothing,
+    (Ops.GEP, _F): sv.sel_gep, (Ops.GEP, _V): sv.sel_gep,
 }  # fmt: skip
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
 
@@ -848,11 +929,15 @@ def fold_copies(items: list[Item]) -> list[Item]:
     """Peephole: `op S, ...; mov D, S` -> `op D, ...` when S is a temporary used only there and D is neither read nor
     written between S's first definition and the copy (accumulator updates then write the accumulator directly)."""
     occ: dict[int, list[int]] = {}
+    defs_at: dict[int, frozenset[int]] = {}
+    marks = [0]  # marks[i]: labels and loop markers before item i (a copy never folds across one)
     for i, it in enumerate(items):
+        marks.append(marks[-1] + (not isinstance(it, Inst)))
         if isinstance(it, Inst):
             defs, uses = operand_roles(it)
-            for v in set(defs) | set(uses):
-                occ.setdefault(v.id, []).append(i)
+            defs_at[i] = frozenset(v.id for v in defs)
+            for vid in defs_at[i] | {v.id for v in uses}:
+                occ.setdefault(vid, []).append(i)
     drop: set[int] = set()
     rename: dict[int, VReg] = {}
     for i, it in enumerate(items):
@@ -867,18 +952,13 @@ def fold_copies(items: list[Item]) -> list[Item]:
         if not where or where[-1] != i or src.id in rename or dst.id in rename:
             continue
         first = where[0]
-        first_inst = items[first]
-        if not isinstance(first_inst, Inst) or not any(v.id == src.id for v in operand_roles(first_inst)[0]):
+        if first in drop:  # S is itself the target of a folded copy: leave chains alone
             continue
-        if any(isinstance(items[j], Label | LoopBegin | LoopEnd) for j in range(first, i)):
+        if src.id not in defs_at.get(first, frozenset()) or marks[i] != marks[first]:
             continue
-        between = [j for j in occ.get(dst.id, []) if first < j < i]
-        if between:
+        # D may be read by S's defining instruction (it reads before it writes) but not touched in between
+        if any(first < j < i or (j == first and dst.id in defs_at[first]) for j in occ.get(dst.id, [])):
             continue
-        if any(j == first for j in occ.get(dst.id, [])):  # D read by S's defining instruction: fine if only read
-            defs, _ = operand_roles(first_inst)  # type: ignore[arg-type]
-            if any(v.id == dst.id for v in defs):
-                continue
         rename[src.id] = dst
         drop.add(i)
     if not rename:

@@ -1,0 +1,177 @@
+"""Selection rules for float32 vectors (2, 4 or 8 lanes in an xmm/ymm register; AVX/AVX2, no AVX-512).
+
+The X86Renderer gives float32 8 lanes and every other dtype 1 (`max_vec_lanes`), so the pipeline leaves only
+float32 vectors: contiguous LOAD/STORE (vmovups; vmovsd for 2 lanes), packed ALU (vaddps...), MAX with NaN
+propagation (vmaxps + vcmpunordps + vblendvps), STACK (vbroadcastss for one repeated value, a .rodata constant for
+literals, vinsertps/vinsertf128 lane inserts otherwise), GEP (vinsertps/vextractf128 lane extracts), and WHERE whose
+bool vector condition (devectorized to a STACK of scalar bools) becomes a lane mask for vblendvps. The rules are
+functions of (selector, uop), registered in speck.codegen.x86.select.SELECTION_TABLE under the "fvec" class.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from speck.codegen.regalloc import VReg
+from speck.codegen.x86.operands import Imm, Operand
+from speck.codegen.x86.ops import X86Op as O
+from speck.uop import Ops, UOp, dtypes
+
+if TYPE_CHECKING:
+    from speck.codegen.x86.select import Selector
+
+PACKED: dict[Ops, O] = {Ops.ADD: O.VADDPS, Ops.SUB: O.VSUBPS, Ops.MUL: O.VMULPS, Ops.FDIV: O.VDIVPS}
+"""Packed float32 ALU ops (dst, src1, src2/mem), xmm or ymm by the operands' width."""
+
+
+def _width(count: int) -> int:
+    return 16 if count <= 4 else 32
+
+
+def _is_cconst(u: UOp) -> bool:
+    return u.op is Ops.CAST and u.src[0].op is Ops.CONST
+
+
+def sel_vec_binary(sel: Selector, u: UOp) -> None:
+    a, b = u.src
+    if a in sel.mem_operands and u.op in (Ops.ADD, Ops.MUL):
+        a, b = b, a
+    d = sel.vec(_width(u.dtype.count))
+    sel.emit(PACKED[u.op], d, sel.reg(a), sel.mem_operand(b) if b in sel.mem_operands else sel.reg(b))
+    sel.val[u] = d
+
+
+def sel_vec_unary(sel: Selector, u: UOp) -> None:
+    w = _width(u.dtype.count)
+    x = sel.reg(u.src[0])
+    d = sel.vec(w)
+    if u.op is Ops.NEG:
+        mask = sel.rconst(f"<{w // 4}I", *([0x80000000] * (w // 4)), align=32)
+        sel.emit(O.VXORPS, d, x, mask.with_size(w))
+    elif u.op is Ops.SQRT:
+        sel.emit(O.VSQRTPS, d, x)
+    elif u.op is Ops.TRUNC:
+        sel.emit(O.VROUNDPS, d, x, Imm(3))
+    else:
+        raise sel.fail(u)
+    sel.val[u] = d
+
+
+def sel_vec_max(sel: Selector, u: UOp) -> None:
+    # numpy.maximum lane by lane: vmaxps(b, a) = b > a ? b : a, then b wherever b is NaN
+    w = _width(u.dtype.count)
+    ra, rb = sel.reg(u.src[0]), sel.reg(u.src[1])
+    t, m, d = sel.vec(w), sel.vec(w), sel.vec(w)
+    sel.emit(O.VMAXPS, t, rb, ra)
+    sel.emit(O.VCMPPS, m, rb, rb, Imm(3))
+    sel.emit(O.VBLENDVPS, d, t, rb, m)
+    sel.val[u] = d
+
+
+def _lane_mask(sel: Selector, cond: UOp, count: int) -> VReg:
+    """A vector whose 32-bit lane i is all ones where bool lane i of `cond` (a STACK of scalar bools) is true."""
+    if cond.op is not Ops.STACK:
+        raise sel.fail(cond, "a vector WHERE condition must be a STACK of scalar bools (bool vectors have 1 lane)")
+    halves = []
+    for h in range(0, count, 4):
+        part = sel.vec(16)
+        for i, b in enumerate(cond.src[h : h + 4]):
+            k = sel.gpr()
+            sel.emit(O.MOV, k.sized(4), sel.reg(b).sized(4))
+            sel.emit(O.NEG, k.sized(4))  # 0/1 -> 0/-1
+            if i == 0:
+                sel.emit(O.VMOVD, part, k.sized(4))
+            else:
+                sel.emit(O.VPINSRD, part, part, k.sized(4), Imm(i))
+        halves.append(part)
+    return _join(sel, halves)
+
+
+def _join(sel: Selector, halves: list[VReg]) -> VReg:
+    if len(halves) == 1:
+        return halves[0]
+    d = sel.vec(32)
+    sel.emit(O.VINSERTF128, d, halves[0].sized(32), halves[1], Imm(1))
+    return d
+
+
+def sel_vec_where(sel: Selector, u: UOp) -> None:
+    c, a, b = u.src
+    m = _lane_mask(sel, c, u.dtype.count)
+    d = sel.vec(_width(u.dtype.count))
+    sel.emit(O.VBLENDVPS, d, sel.reg(b), sel.reg(a), m)
+    sel.val[u] = d
+
+
+def sel_stack(sel: Selector, u: UOp) -> None:
+    n = u.dtype.count
+    w = _width(n)
+    srcs = u.src
+    if all(_is_cconst(s) for s in srcs):  # a vector literal: one .rodata constant
+        vals = [float(sel.const_value(s)) for s in srcs]
+        vals += [0.0] * (w // 4 - n)
+        raw = struct.pack(f"<{w // 4}f", *vals)
+        from speck.codegen.x86.operands import rodata
+
+        d = sel.vec(w)
+        sel.emit(O.VMOVUPS, d, rodata(sel.pool.add(raw, 32), w))
+        sel.val[u] = d
+        return
+    if all(s is srcs[0] for s in srcs):  # one value in every lane
+        d = sel.vec(w)
+        src: Operand = sel.fconst(srcs[0]).with_size(4) if _is_cconst(srcs[0]) else sel.reg(srcs[0])
+        sel.emit(O.VBROADCASTSS, d, src)
+        sel.val[u] = d
+        return
+    halves = []
+    for h in range(0, n, 4):
+        part = sel.vec(16)
+        sel.emit(O.VMOVAPS, part, sel.reg(srcs[h]))
+        for i, s in enumerate(srcs[h + 1 : h + 4], start=1):
+            sel.emit(O.VINSERTPS, part, part, sel.reg(s), Imm(i << 4))
+        halves.append(part)
+    sel.val[u] = _join(sel, halves)
+
+
+def _lane(sel: Selector, x: VReg, k: int) -> VReg:
+    """Lane k of vector x in lane 0 of a fresh xmm (other lanes zero)."""
+    src = x.sized(16)
+    if k >= 4:
+        hi = sel.vec(16)
+        sel.emit(O.VEXTRACTF128, hi, x, Imm(1))
+        src, k = hi, k - 4
+    d = sel.vec(16)
+    sel.emit(O.VINSERTPS, d, src, src, Imm((k << 6) | 0b1110))
+    return d
+
+
+def sel_gep(sel: Selector, u: UOp) -> None:
+    x = u.src[0]
+    if x.dtype.scalar() != dtypes.float32:
+        raise sel.fail(u, "only float32 vectors have vector registers")
+    r = sel.reg(x)
+    lanes = tuple(u.arg)
+    if len(lanes) == 1:
+        sel.val[u] = _lane(sel, r, lanes[0])
+        return
+    if lanes == tuple(range(len(lanes))) and len(lanes) <= 4:  # the low lanes: the xmm half
+        d = sel.vec(16)
+        sel.emit(O.VMOVAPS, d, r.sized(16))
+        sel.val[u] = d
+        return
+    if lanes == (4, 5, 6, 7):
+        d = sel.vec(16)
+        sel.emit(O.VEXTRACTF128, d, r, Imm(1))
+        sel.val[u] = d
+        return
+    halves = []
+    for h in range(0, len(lanes), 4):
+        part = _lane(sel, r, lanes[h])
+        for i, k in enumerate(lanes[h + 1 : h + 4], start=1):
+            sel.emit(O.VINSERTPS, part, part, _lane(sel, r, k), Imm(i << 4))
+        halves.append(part)
+    sel.val[u] = _join(sel, halves)
+
+
+__all__ = ["PACKED", "sel_gep", "sel_stack", "sel_vec_binary", "sel_vec_max", "sel_vec_unary", "sel_vec_where"]
