@@ -180,3 +180,12 @@ def test_shared_sums_do_not_blow_up() -> None:
         u = u + (u + 1)
     q = (u // 7).simplify()
     assert q.vmin >= 0 and q.op in (Ops.CDIV, Ops.ADD, Ops.CONST)
+
+
+def test_float_constants_are_not_reassociated():
+    # (x + 1e8) - 1e8 is not x in float32 (x is rounded to a multiple of 8 first); only ints may combine constants
+    x = UOp.param(0, dtypes.float32.ptr(4)).index(UOp.const(dtypes.weakint, 0)).load()
+    for e in ((x + 1e8) + -1e8, (x * 3.0) * 0.5):
+        assert e.simplify() is e
+    v = UOp.variable("v", 0, 10)
+    assert ((v + 2) + 4).simplify() is (v + 6).simplify()

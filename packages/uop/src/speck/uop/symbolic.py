@@ -319,8 +319,8 @@ symbolic_simple = PatternMatcher(
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype == x.dtype else None),
         # constants to the right, then combined
         (UPat((Ops.ADD, Ops.MUL), name="a", src=(UPat(Ops.CONST, name="c"), UPat.var("y"))), _const_right),
-        ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), _add_combine),
-        ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), _mul_combine),
+        ((UPat.var("x", INTS) + UPat.cvar("c1")) + UPat.cvar("c2"), _add_combine),  # ints only: float rounding
+        ((UPat.var("x", INTS) * UPat.cvar("c1")) * UPat.cvar("c2"), _mul_combine),  # ints only: float rounding
         ((UPat.var("x", INTS) + UPat.cvar("c")) + UPat.var("y"), _move_const_up),
         # like terms
         (UPat.var("x", INTS) + UPat.var("x"), lambda x: x * 2),

@@ -563,6 +563,9 @@ class Selector:
     def sel_int_divmod(self, u: UOp) -> None:
         a, b = u.src
         dt = u.dtype.scalar()
+        if dt == dtypes.int32 and is_cconst(b) and self.int_bits(b) >= 2:
+            self.div_by_constant(u, self.int_bits(b))
+            return
         size = _osize(dt)
         unsigned = dtypes.is_unsigned(dt)
         rax, rdx = VReg(self._fresh(), "gpr", 8, "rax"), VReg(self._fresh(), "gpr", 8, "rdx")
@@ -603,6 +606,35 @@ class Selector:
             self.emit(O.CMOVE, d.sized(size), z.sized(size))
         self.extend(d, dt)
         self.val[u] = d
+
+    def div_by_constant(self, u: UOp, d: int) -> None:
+        """int32 n / d and n % d for a constant d >= 2 without idiv: q = mulhs(n, M) (+ n) >> s, plus 1 when n is
+        negative (truncation), with the magic number M and shift s of Hacker's Delight section 10-4."""
+        magic, shift = signed_magic32(d)
+        n = self.reg(u.src[0])
+        q = self.gpr()
+        self.emit(O.MOVSXD, q, n.sized(4))
+        self.emit(O.IMUL, q, q, Imm(magic))  # the 64-bit product of sign-extended n and M: mulhs is its high half
+        if magic < 0:  # M was reduced by 2**32: add n back after taking the high half
+            self.emit(O.SAR, q, Imm(32))
+            self.emit(O.ADD, q.sized(4), n.sized(4))
+            if shift:
+                self.emit(O.SAR, q.sized(4), Imm(shift))
+        else:
+            self.emit(O.SAR, q, Imm(32 + shift))
+        t = self.gpr()
+        self.emit(O.MOV, t.sized(4), n.sized(4))
+        self.emit(O.SHR, t.sized(4), Imm(31))
+        self.emit(O.ADD, q.sized(4), t.sized(4))
+        if u.op is Ops.CMOD:  # n - q * d
+            r = self.gpr()
+            self.emit(O.IMUL, q.sized(4), q.sized(4), Imm(d))
+            self.emit(O.MOV, r.sized(4), n.sized(4))
+            self.emit(O.SUB, r.sized(4), q.sized(4))
+            q = r
+        else:
+            self.emit(O.MOV, q.sized(4), q.sized(4))  # drop the upper half left by the 64-bit shift
+        self.val[u] = q
 
     def _fresh(self) -> int:
         self.nid += 1
@@ -874,6 +906,31 @@ class Selector:
             self.val[u] = d
         else:
             self.val[u] = self.int_convert(r, fr, to)
+
+
+def signed_magic32(d: int) -> tuple[int, int]:
+    """(M, s) with trunc(n / d) == (mulhs(n, M) [+ n when M < 0]) >> s, plus 1 for negative n, for every int32 n;
+    d >= 2 (Hacker's Delight, "Signed Division by Divisors >= 2"). M is returned as a signed 32-bit value."""
+    if d < 2 or d >= 2**31:
+        raise ValueError(f"signed_magic32: divisor must be in [2, 2**31), got {d}")
+    two31 = 2**31
+    anc = two31 - 1 - two31 % d
+    p = 31
+    q1, r1 = divmod(two31, anc)
+    q2, r2 = divmod(two31, d)
+    while True:
+        p += 1
+        q1, r1 = 2 * q1, 2 * r1
+        if r1 >= anc:
+            q1, r1 = q1 + 1, r1 - anc
+        q2, r2 = 2 * q2, 2 * r2
+        if r2 >= d:
+            q2, r2 = q2 + 1, r2 - d
+        delta = d - r2
+        if not (q1 < delta or (q1 == delta and r1 == 0)):
+            break
+    m = q2 + 1
+    return (m - 2**32 if m >= 2**31 else m), p - 32
 
 
 def vec_bytes(count: int) -> int:
