@@ -71,7 +71,7 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: train the small CNN on Fashion-MNIST on the default CPU device."""
-    session.install(*_editable(EXISTING))
+    session.install(*_editable(PACKAGES["tensor"][1] + ["tensor"]))
     session.run("python", "-m", "speck.tensor.examples.train", *session.posargs)
 
 
