@@ -62,8 +62,8 @@ def without_narrow_floats(ast: UOp, inputs: list[np.ndarray]) -> tuple[UOp, list
     return memo[ast], new_inputs
 
 
-def x86_program(ast: UOp) -> ProgramSpec:
-    return to_program(ast, X86Renderer(), X86Compiler())
+def x86_program(ast: UOp, optimize: bool = True) -> ProgramSpec:
+    return to_program(ast, X86Renderer(), X86Compiler(), optimize=optimize)
 
 
 _LIBS: dict[str, ctypes.CDLL] = {}
@@ -108,9 +108,10 @@ def same_bits(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
     return bool(np.array_equal(got, want))
 
 
-def check(ast: UOp, inputs: list[np.ndarray], var_vals: dict[str, int], vs_ast: bool = True) -> ProgramSpec:
+def check(ast: UOp, inputs: list[np.ndarray], var_vals: dict[str, int], vs_ast: bool = True,
+          optimize: bool = True) -> ProgramSpec:  # fmt: skip
     """Compile for x86, run whole and in two slices, compare with run_program (bits) and eval_ast."""
-    spec = x86_program(ast)
+    spec = x86_program(ast, optimize)
     want = [b.copy() for b in inputs]
     run_program(spec.uops, want, var_vals)
     n = int(spec.launch_dims(var_vals)[0]) if spec.global_size else 1
@@ -134,9 +135,11 @@ def check(ast: UOp, inputs: list[np.ndarray], var_vals: dict[str, int], vs_ast: 
 @given(kernel_asts(max_depth=2))
 @settings(max_examples=40)
 def test_corpus_matches_interpreter(case: tuple[UOp, list[np.ndarray], dict[str, int]]) -> None:
+    """Heuristic opts (float32 outputs become 8-lane vectors) and no opts (all scalar) on the same kernels."""
     ast, inputs, var_vals = case
     ast, inputs = without_narrow_floats(ast, inputs)
     check(ast, inputs, var_vals)
+    check(ast, inputs, var_vals, optimize=False)
 
 
 @pytest.mark.slow
@@ -349,6 +352,9 @@ def _vector_kernels() -> dict[str, tuple[UOp, list[np.ndarray]]]:
                                                           + xb.cast(dtypes.float64).cast(dtypes.float32)).end(r)),
                       [np.zeros(n, np.float32), va, vb]),
     }  # fmt: skip
+    # RECIPROCAL becomes 1.0 / x: the literal must fill every lane
+    kernels["vec_reciprocal"] = (_k("vec_rcp", out.index(r).store(xa.alu(Ops.RECIPROCAL) + xa).end(r)),
+                                 [np.zeros(n, np.float32), va])  # fmt: skip
     # padded (gated) vector reads: in[i - 5] for i >= 5
     src = UOp.param(1, dtypes.float32.ptr(n))
     v = src.index((r - 5).valid((r < 5).logical_not())).load()

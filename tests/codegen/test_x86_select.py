@@ -14,12 +14,14 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.program import to_program
 from speck.codegen.x86 import X86Compiler, X86Renderer, parse_listing, render_x86
 from speck.codegen.x86.objdump import disassemble_object, normalise, parse_objdump
-from speck.codegen.x86.select import SELECTION_TABLE, op_class
+from speck.codegen.x86.select import SELECTION_TABLE, op_class, signed_magic32
 from speck.uop import AxisType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -117,9 +119,10 @@ def test_gated_load_uses_the_scratch_slot_and_cmov() -> None:
     assert "test" in src  # the bool gate compared against 0
 
 
-def test_division_by_a_constant_needs_no_zero_guard() -> None:
+def test_division_by_a_constant_multiplies_by_the_magic_number() -> None:
     src = to_program(int_div_const(), X86Renderer(), X86Compiler(), optimize=False).src
-    assert "idiv" in src and "cmovbe" not in src  # divisor 7 is never 0 or -1: no fix-up code
+    assert "idiv" not in src and "cmovbe" not in src  # divisor 7: a multiply by the magic number, no fix-ups
+    assert "imul" in src and "0xffffffff92492493" in src
 
 
 def test_immediates_from_casted_consts() -> None:
@@ -194,3 +197,27 @@ def test_stage_times_are_reported() -> None:
     rend = render_x86(to_program(row_sum(), X86Renderer(), optimize=False).uops)
     assert set(rend.times) == {"legalize", "select", "allocate", "encode"}
     assert all(t >= 0 for t in rend.times.values())
+
+
+@given(st.integers(2, 2**31 - 1), st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=40))
+@settings(max_examples=25)
+def test_int32_division_by_constant_matches_truncation(d: int, ns: list[int]) -> None:
+    """n // d and n % d with a constant divisor (multiply by the magic number, no idiv) equal C's truncation for
+    every int32 n, including the extremes."""
+    vals = np.array(ns + [0, 1, -1, d, -d, d - 1, 1 - d, 2**31 - 1, -(2**31)], dtype=np.int32)
+    n = len(vals)
+    r = UOp.range(n, 0, AxisType.GLOBAL)
+    x = UOp.param(2, dtypes.int32.ptr(n)).index(r).load()
+    c = UOp.const(dtypes.int32, d)
+    ast = _k("divc", UOp.param(0, dtypes.int32.ptr(n)).index(r).store(x // c).end(r),
+             UOp.param(1, dtypes.int32.ptr(n)).index(r).store(x % c).end(r))  # fmt: skip
+    spec = check(ast, [np.zeros(n, np.int32), np.zeros(n, np.int32), vals], {})
+    assert "idiv" not in spec.src
+
+
+def test_signed_magic_numbers() -> None:
+    assert signed_magic32(7) == (0x92492493 - 2**32, 2)  # Hacker's Delight table 10-1
+    assert signed_magic32(3) == (0x55555556, 0)
+    assert signed_magic32(5) == (0x66666667, 1)
+    with pytest.raises(ValueError, match="divisor"):
+        signed_magic32(1)

@@ -9,12 +9,12 @@ from speck.tensor._siblings import check_sibling_versions
 check_sibling_versions()
 
 from speck.tensor._version import __version__  # noqa: E402
+from speck.tensor.autograd import TRAINING  # noqa: E402  (defines the TRAINING setting for Context)
 from speck.tensor.device import Device  # noqa: E402
+from speck.tensor.jit import TinyJit  # noqa: E402
 from speck.tensor.realize import GlobalCounters  # noqa: E402
 from speck.tensor.schedule import KernelCountException, assert_kernel_count  # noqa: E402
 from speck.tensor.tensor import Tensor  # noqa: E402
-from speck.tensor.autograd import TRAINING  # noqa: E402  (defines the TRAINING setting for Context)
-from speck.tensor.jit import TinyJit  # noqa: E402
 from speck.uop import Context, DType, dtypes  # noqa: E402
 from speck.uop import UOp as _UOp  # noqa: E402
 

@@ -1,6 +1,10 @@
 """speck's built-in x86-64 backend: machine instructions, encoder, Intel-syntax listing, ELF object writer, and the
 x86 side of register allocation (operand roles, frame layout, System V register roles).
 
+As a codegen backend (the CPU:X86 device): `X86Renderer` runs legalize (legalize.py) -> select (select.py,
+select_vector.py: pattern tables keyed by op and operand class) -> allocate -> encode on a linear program and
+returns an Intel-syntax listing carrying the machine code; `X86Compiler().compile(listing)` gives the ELF object.
+
 Pipeline for a hand-built or selected instruction list on virtual registers:
 `allocate_function` (regalloc + prologue/epilogue) -> `assemble` (layout, jumps, relocations, listing) ->
 `write_elf_object`; `build_object` runs all three.

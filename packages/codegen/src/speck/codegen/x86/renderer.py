@@ -5,6 +5,10 @@ assembly listing (Intel syntax, laid out like `objdump -d -M intel`) that also c
 the object: the encoded bytes of every instruction, the .rodata constants and the relocations (`# .rodata` and
 `# .reloc` header lines). `X86Compiler.compile` turns that text back into the ELF object without re-running any
 stage, so ProgramSpec.src is a readable listing and ProgramSpec.lib the object, as for the other CPU renderers.
+
+Capabilities declared to the pipeline: float32 vectors of up to 8 lanes (one ymm register; AVX2, no AVX-512), every
+other dtype scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial decompositions are used); no
+half/bfloat16/fp8 registers (a kernel touching those values raises RuntimeError naming op, dtype and kernel).
 """
 
 from __future__ import annotations

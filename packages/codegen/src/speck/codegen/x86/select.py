@@ -30,12 +30,15 @@ from typing import Any
 from speck.codegen.interpret import outer_global_range
 from speck.codegen.regalloc import VReg
 from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
+from speck.codegen.x86 import select_cast as sc
 from speck.codegen.x86 import select_vector as sv
-from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd, operand_roles
+from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import arg_vreg
+from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, VCMP_UNORD, is_cconst, osize, vec_bytes
 from speck.uop import AddrSpace, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
 
 # the scratch slot of gated accesses: in the System V red zone below rsp (kernels are leaf functions, the allocator
@@ -54,19 +57,10 @@ FLOAT_ALU: dict[tuple[Ops, int], O] = {
     (Ops.MUL, 4): O.VMULSS, (Ops.MUL, 8): O.VMULSD, (Ops.FDIV, 4): O.VDIVSS, (Ops.FDIV, 8): O.VDIVSD,
 }  # fmt: skip
 """Three-operand VEX scalar float ops (dst, src1, src2/mem)."""
-FLOAT_OPS: dict[tuple[str, int], O] = {
-    ("mov", 4): O.VMOVSS, ("mov", 8): O.VMOVSD, ("max", 4): O.VMAXSS, ("max", 8): O.VMAXSD,
-    ("cmp", 4): O.VCMPSS, ("cmp", 8): O.VCMPSD, ("blend", 4): O.VBLENDVPS, ("blend", 8): O.VBLENDVPD,
-    ("ucomi", 4): O.VUCOMISS, ("ucomi", 8): O.VUCOMISD, ("sqrt", 4): O.VSQRTSS, ("sqrt", 8): O.VSQRTSD,
-    ("round", 4): O.VROUNDSS, ("round", 8): O.VROUNDSD, ("xor", 4): O.VXORPS, ("xor", 8): O.VXORPD,
-    ("and", 4): O.VANDPS, ("and", 8): O.VANDPD, ("cvtsi", 4): O.VCVTSI2SS, ("cvtsi", 8): O.VCVTSI2SD,
-    ("cvtt", 4): O.VCVTTSS2SI, ("cvtt", 8): O.VCVTTSD2SI,
-}  # fmt: skip
 # condition codes of integer comparisons: (signed, unsigned)
 INT_CMP: dict[Ops, tuple[O, O]] = {Ops.CMPLT: (O.SETL, O.SETB), Ops.CMPNE: (O.SETNE, O.SETNE),
                                    Ops.CMPEQ: (O.SETE, O.SETE)}  # fmt: skip
 SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
-VCMP_UNORD, ROUND_TRUNC = 3, 3
 
 
 def op_class(u: UOp) -> str:
@@ -78,16 +72,6 @@ def op_class(u: UOp) -> str:
     if dt.count > 1:
         return "fvec" if s == dtypes.float32 else "vec"
     return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
-
-
-def _osize(dt: DType) -> int:
-    """The register width an integer/bool operation on dt uses (narrow types compute in 32 bits)."""
-    return 8 if dt.itemsize == 8 else 4
-
-
-def is_cconst(u: UOp) -> bool:
-    """A casted const CAST(dt, CONST(v))."""
-    return u.op is Ops.CAST and u.src[0].op is Ops.CONST
 
 
 @dataclass
@@ -229,6 +213,12 @@ class Selector:
         if u in self.val:
             return self.val[u]
         if is_cconst(u):
+            if u.dtype.count > 1:  # a vector literal with one value (legalize's 1.0 of a vector RECIPROCAL)
+                if u.dtype.scalar() != dtypes.float32:
+                    raise self.fail(u, "only float32 vectors have vector registers")
+                d = self.vec(vec_bytes(u.dtype.count))
+                self.emit(O.VBROADCASTSS, d, self.fconst(u))
+                return d
             if dtypes.is_float(u.dtype):
                 d = self.vec()
                 self.emit(FLOAT_OPS[("mov", u.dtype.itemsize)], d, self.fconst(u))
@@ -308,7 +298,7 @@ class Selector:
         self.emit(O.RET)
 
     def sel_range(self, u: UOp) -> None:
-        size = _osize(u.dtype)
+        size = osize(u.dtype)
         i = self.gpr()
         end: Operand
         if u is self.outer:
@@ -504,15 +494,15 @@ class Selector:
     # ---- integer and bool ALU -------------------------------------------------------------------------------------
     def sel_int_binary(self, u: UOp) -> None:
         a, b = u.src
-        size = _osize(u.dtype)
+        size = osize(u.dtype)
         if (is_cconst(a) or a in self.mem_operands) and u.op is not Ops.SUB:
             a, b = b, a
         d = self.gpr()
-        self.copy(d, self.reg(a))
         src = self.mem_operand(b) if b in self.mem_operands else self.ioperand(b, size)
-        if u.op is Ops.MUL and isinstance(src, Imm):
-            self.emit(O.IMUL, d.sized(size), d.sized(size), src)
+        if u.op is Ops.MUL and isinstance(src, Imm):  # three-operand imul: no copy first
+            self.emit(O.IMUL, d.sized(size), self.reg(a).sized(size), src)
         else:
+            self.copy(d, self.reg(a))
             self.emit(INT_ALU[u.op], d.sized(size), src)
         if u.op in WRAPS:
             self.extend(d, u.dtype)
@@ -524,13 +514,13 @@ class Selector:
         if u.dtype == dtypes.bool:
             self.emit(O.XOR, d.sized(4), Imm(1))
         else:
-            self.emit(O.NEG, d.sized(_osize(u.dtype)))
+            self.emit(O.NEG, d.sized(osize(u.dtype)))
             self.extend(d, u.dtype)
         self.val[u] = d
 
     def sel_int_max(self, u: UOp) -> None:
         a, b = u.src
-        size = _osize(u.dtype)
+        size = osize(u.dtype)
         ra, rb = self.reg(a), self.reg(b)
         d = self.gpr()
         self.copy(d, ra)
@@ -540,7 +530,7 @@ class Selector:
 
     def sel_int_cmp(self, u: UOp) -> None:
         a, b = u.src
-        size = _osize(a.dtype)
+        size = osize(a.dtype)
         signed, unsigned = INT_CMP[u.op]
         cc = unsigned if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool else signed
         if is_cconst(a) and not is_cconst(b):
@@ -551,7 +541,7 @@ class Selector:
 
     def sel_int_where(self, u: UOp) -> None:
         c, a, b = u.src
-        size = _osize(u.dtype)
+        size = osize(u.dtype)
         d = self.gpr()
         self.copy(d, self.reg(b))
         ra = self.reg(a)
@@ -566,7 +556,7 @@ class Selector:
         if dt == dtypes.int32 and is_cconst(b) and self.int_bits(b) >= 2:
             self.div_by_constant(u, self.int_bits(b))
             return
-        size = _osize(dt)
+        size = osize(dt)
         unsigned = dtypes.is_unsigned(dt)
         rax, rdx = VReg(self._fresh(), "gpr", 8, "rax"), VReg(self._fresh(), "gpr", 8, "rdx")
         safe = divisor_safe(a, b)
@@ -632,8 +622,6 @@ class Selector:
             self.emit(O.MOV, r.sized(4), n.sized(4))
             self.emit(O.SUB, r.sized(4), q.sized(4))
             q = r
-        else:
-            self.emit(O.MOV, q.sized(4), q.sized(4))  # drop the upper half left by the 64-bit shift
         self.val[u] = q
 
     def _fresh(self) -> int:
@@ -643,7 +631,7 @@ class Selector:
     def sel_int_shift(self, u: UOp) -> None:
         a, b = u.src
         dt = u.dtype.scalar()
-        size = _osize(dt)
+        size = osize(dt)
         bits = 8 * size
         op = O.SHL if u.op is Ops.SHL else (O.SHR if dtypes.is_unsigned(dt) else O.SAR)
         d = self.gpr()
@@ -668,7 +656,7 @@ class Selector:
                     self.emit(O.SAR, fill.sized(size), Imm(bits - 1))
                 else:
                     self.emit(O.XOR, fill.sized(4), fill.sized(4))
-                self.emit(O.CMP, rb.sized(_osize(b.dtype)), Imm(bits))
+                self.emit(O.CMP, rb.sized(osize(b.dtype)), Imm(bits))
                 self.emit(O.CMOVAE, d.sized(size), fill.sized(size))
         if u.op in WRAPS:
             self.extend(d, dt)
@@ -747,166 +735,6 @@ class Selector:
         self.emit(FLOAT_OPS[("blend", n)], d, self.reg(b), self.reg(a), m)
         self.val[u] = d
 
-    # ---- casts ------------------------------------------------------------------------------------------------------
-    def sel_cast(self, u: UOp) -> None:
-        if is_cconst(u):
-            return
-        x = u.src[0]
-        fr, to = x.dtype.scalar(), u.dtype.scalar()
-        if fr == to:
-            self.val[u] = self.reg(x)
-        elif to == dtypes.bool:
-            self.val[u] = self.to_bool(x)
-        elif dtypes.is_float(to):
-            self.val[u] = self.float_from_float(x, to) if dtypes.is_float(fr) else self.float_from_int(x, to)
-        elif dtypes.is_float(fr):
-            self.val[u] = self.int_convert(self.float_to_int64(x), dtypes.int64, to)
-        else:
-            self.val[u] = self.int_convert(self.reg(x), fr, to)
-
-    def to_bool(self, x: UOp) -> VReg:
-        if dtypes.is_float(x.dtype):
-            n = x.dtype.itemsize
-            z = self.vec()
-            self.emit(FLOAT_OPS[("xor", n)], z, z, z)
-            self.emit(FLOAT_OPS[("ucomi", n)], self.reg(x), z)
-            t, p = self.gpr(), self.gpr()
-            self.emit(O.SETNE, t.sized(1))
-            self.emit(O.SETP, p.sized(1))
-            self.emit(O.OR, t.sized(1), p.sized(1))
-            self.emit(O.MOVZX, t.sized(4), t.sized(1))
-            return t
-        r = self.reg(x)
-        size = _osize(x.dtype)
-        self.emit(O.TEST, r.sized(size), r.sized(size))
-        return self.setcc(O.SETNE)
-
-    def int_convert(self, r: VReg, fr: DType, to: DType) -> VReg:
-        """Integer/bool r of dtype fr as dtype to (wrap, sign- or zero-extend)."""
-        d = self.gpr()
-        if to.itemsize == 8:
-            if fr.itemsize == 8:
-                self.copy(d, r)
-            elif dtypes.is_unsigned(fr) or fr == dtypes.bool:
-                self.emit(O.MOV, d.sized(4), r.sized(4))
-            else:
-                self.emit(O.MOVSXD, d, r.sized(4))
-        elif to.itemsize == 4:
-            self.emit(O.MOV, d.sized(4), r.sized(4))
-        else:
-            op = O.MOVZX if dtypes.is_unsigned(to) else O.MOVSX
-            self.emit(op, d.sized(4), r.sized(to.itemsize))
-        return d
-
-    def float_from_float(self, x: UOp, to: DType) -> VReg:
-        r = self.reg(x)
-        d = self.vec()
-        self.emit(O.VCVTSS2SD if to == dtypes.float64 else O.VCVTSD2SS, d, r, r)
-        return d
-
-    def float_from_int(self, x: UOp, to: DType) -> VReg:
-        fr = x.dtype.scalar()
-        r = self.reg(x)
-        d = self.vec()
-        self.emit(O.VXORPS, d, d, d)  # breaks the dependency on d's old upper lanes
-        if fr.itemsize < 8:
-            src = r.sized(8) if fr == dtypes.uint32 else r.sized(4)  # uint32 is zero-extended: convert as int64
-            self.emit(FLOAT_OPS[("cvtsi", to.itemsize)], d, d, src)
-            return d
-        # 64-bit sources convert to float64 first; float32 then rounds from it, as the interpreter does
-        if fr == dtypes.uint64:
-            big, done = self.label(), self.label()
-            self.emit(O.TEST, r, r)
-            self.emit(O.JS, big)
-            self.emit(O.VCVTSI2SD, d, d, r)
-            self.emit(O.JMP, done)
-            self.items.append(big)
-            h, lo = self.gpr(), self.gpr()  # halve with the dropped bit kept sticky, convert, double: rounds once
-            self.copy(h, r)
-            self.emit(O.SHR, h, Imm(1))
-            self.emit(O.MOV, lo.sized(4), r.sized(4))
-            self.emit(O.AND, lo.sized(4), Imm(1))
-            self.emit(O.OR, h, lo)
-            self.emit(O.VCVTSI2SD, d, d, h)
-            self.emit(O.VADDSD, d, d, d)
-            self.items.append(done)
-        else:
-            self.emit(O.VCVTSI2SD, d, d, r)
-        if to == dtypes.float32:
-            f = self.vec()
-            self.emit(O.VCVTSD2SS, f, d, d)
-            return f
-        return d
-
-    def float_to_int64(self, x: UOp) -> VReg:
-        """Truncate float x to int64 wrapping modulo 2**64 (NaN/inf -> 0), the bits of any integer target."""
-        n = x.dtype.itemsize
-        xr = self.reg(x)
-        r = self.gpr()
-        done = self.label()
-        self.emit(FLOAT_OPS[("cvtt", n)], r, xr)
-        # the "integer indefinite" 0x8000000000000000 marks NaN, inf and |x| >= 2**63 (and x == -2**63 itself):
-        # only then take the exact slow path; r - 1 overflows exactly when r is that value
-        self.emit(O.CMP, r, Imm(1))
-        self.emit(O.JNO, done)
-        dx = xr
-        if n == 4:
-            dx = self.vec()
-            self.emit(O.VCVTSS2SD, dx, xr, xr)
-        absmask = self.rconst("<2Q", (1 << 63) - 1, (1 << 63) - 1).with_size(16)
-        a, t, y, z = self.vec(), self.vec(), self.vec(), self.vec()
-        big, sign = self.label(), self.label()
-        self.emit(O.XOR, r.sized(4), r.sized(4))
-        self.emit(O.VUCOMISD, dx, dx)
-        self.emit(O.JP, done)
-        self.emit(O.VANDPD, a, dx, absmask)
-        self.emit(O.VUCOMISD, a, self.rconst("<d", float("inf"), align=8))
-        self.emit(O.JE, done)
-        # y = x - 2**64 * trunc(x / 2**64): exact, in (-2**64, 2**64)
-        self.emit(O.VMULSD, t, dx, self.rconst("<d", 2.0**-64, align=8))
-        self.emit(O.VROUNDSD, t, t, t, Imm(ROUND_TRUNC))
-        self.emit(O.VMULSD, t, t, self.rconst("<d", 2.0**64, align=8))
-        self.emit(O.VSUBSD, y, dx, t)
-        self.emit(O.VANDPD, a, y, absmask)
-        two63 = self.rconst("<d", 2.0**63, align=8)
-        self.emit(O.VUCOMISD, a, two63)
-        self.emit(O.JAE, big)
-        self.emit(O.VCVTTSD2SI, r, a)
-        self.emit(O.JMP, sign)
-        self.items.append(big)
-        self.emit(O.VSUBSD, a, a, two63)
-        self.emit(O.VCVTTSD2SI, r, a)
-        hb = self.gpr()
-        self.emit(O.MOVABS, hb, Imm(1 << 63))
-        self.emit(O.XOR, r, hb)
-        self.items.append(sign)
-        self.emit(O.VXORPD, z, z, z)
-        self.emit(O.VUCOMISD, z, y)
-        self.emit(O.JBE, done)
-        self.emit(O.NEG, r)
-        self.items.append(done)
-        return r
-
-    def sel_bitcast(self, u: UOp) -> None:
-        x = u.src[0]
-        fr, to = x.dtype.scalar(), u.dtype.scalar()
-        if fr.itemsize != to.itemsize:
-            raise self.fail(u, f"source {fr} has another size")
-        r = self.reg(x)
-        if dtypes.is_float(fr) and dtypes.is_float(to):
-            self.val[u] = r
-        elif dtypes.is_float(fr):
-            d = self.gpr()
-            self.emit(O.VMOVD if fr.itemsize == 4 else O.VMOVQ, d.sized(fr.itemsize), r)
-            self.val[u] = self.int_convert(d, dtypes.uint32 if fr.itemsize == 4 else dtypes.uint64, to) \
-                if to.itemsize < 4 else d  # fmt: skip
-        elif dtypes.is_float(to):
-            d = self.vec()
-            self.emit(O.VMOVD if to.itemsize == 4 else O.VMOVQ, d, r.sized(to.itemsize))
-            self.val[u] = d
-        else:
-            self.val[u] = self.int_convert(r, fr, to)
-
 
 def signed_magic32(d: int) -> tuple[int, int]:
     """(M, s) with trunc(n / d) == (mulhs(n, M) [+ n when M < 0]) >> s, plus 1 for negative n, for every int32 n;
@@ -931,11 +759,6 @@ def signed_magic32(d: int) -> tuple[int, int]:
             break
     m = q2 + 1
     return (m - 2**32 if m >= 2**31 else m), p - 32
-
-
-def vec_bytes(count: int) -> int:
-    """Register width of a float32 vector: xmm up to 4 lanes, ymm for 8."""
-    return 16 if count <= 4 else 32
 
 
 def _nonneg(u: UOp) -> bool:
@@ -969,8 +792,8 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.MAX, _F): Selector.sel_float_max,
     **{(op, _F): Selector.sel_float_cmp for op in GroupOp.Comparison},
     (Ops.WHERE, _F): Selector.sel_float_where,
-    **{(Ops.CAST, c): Selector.sel_cast for c in (_I, _B, _F)},
-    **{(Ops.BITCAST, c): Selector.sel_bitcast for c in (_I, _F)},
+    **{(Ops.CAST, c): sc.sel_cast for c in (_I, _B, _F)},
+    **{(Ops.BITCAST, c): sc.sel_bitcast for c in (_I, _F)},
     # float32 vectors (select_vector.py); other vectors exist only as STACKs of bools feeding a vector WHERE
     (Ops.LOAD, _V): Selector.sel_load,
     **{(op, _V): sv.sel_vec_binary for op in sv.PACKED},
@@ -982,69 +805,9 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
 
 
-def fold_copies(items: list[Item]) -> list[Item]:
-    """Peephole: `op S, ...; mov D, S` -> `op D, ...` when S is a temporary used only there and D is neither read nor
-    written between S's first definition and the copy (accumulator updates then write the accumulator directly)."""
-    occ: dict[int, list[int]] = {}
-    defs_at: dict[int, frozenset[int]] = {}
-    marks = [0]  # marks[i]: labels and loop markers before item i (a copy never folds across one)
-    for i, it in enumerate(items):
-        marks.append(marks[-1] + (not isinstance(it, Inst)))
-        if isinstance(it, Inst):
-            defs, uses = operand_roles(it)
-            defs_at[i] = frozenset(v.id for v in defs)
-            for vid in defs_at[i] | {v.id for v in uses}:
-                occ.setdefault(vid, []).append(i)
-    drop: set[int] = set()
-    rename: dict[int, VReg] = {}
-    for i, it in enumerate(items):
-        if not (isinstance(it, Inst) and it.op in (O.MOV, O.VMOVAPS) and len(it.operands) == 2):
-            continue
-        dst, src = it.operands
-        if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
-            continue
-        if it.op is O.MOV and not (dst.size == src.size == 8):
-            continue
-        where = occ.get(src.id, [])
-        if not where or where[-1] != i or src.id in rename or dst.id in rename:
-            continue
-        first = where[0]
-        if first in drop:  # S is itself the target of a folded copy: leave chains alone
-            continue
-        if src.id not in defs_at.get(first, frozenset()) or marks[i] != marks[first]:
-            continue
-        # D may be read by S's defining instruction (it reads before it writes) but not touched in between
-        if any(first < j < i or (j == first and dst.id in defs_at[first]) for j in occ.get(dst.id, [])):
-            continue
-        rename[src.id] = dst
-        drop.add(i)
-    if not rename:
-        return items
-    out: list[Item] = []
-    for i, it in enumerate(items):
-        if i in drop:
-            continue
-        if isinstance(it, Inst):
-            it = Inst(it.op, tuple(_rename(o, rename) for o in it.operands), it.implicit_uses, it.implicit_defs,
-                      it.clobbers)  # fmt: skip
-        out.append(it)
-    return out
-
-
-def _rename(o: Operand, m: dict[int, VReg]) -> Operand:
-    if isinstance(o, VReg) and o.id in m:
-        return m[o.id].sized(o.size)
-    if isinstance(o, Mem) and (isinstance(o.base, VReg) and o.base.id in m or isinstance(o.index, VReg)
-                               and o.index.id in m):  # fmt: skip
-        base = m[o.base.id].sized(8) if isinstance(o.base, VReg) and o.base.id in m else o.base
-        index = m[o.index.id].sized(8) if isinstance(o.index, VReg) and o.index.id in m else o.index
-        return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
-    return o
-
-
 def select(uops: list[UOp], kernel: str) -> tuple[list[Item], bytes]:
     """Select a legalized linear program: (instruction list on virtual registers, .rodata bytes)."""
     return Selector(uops, kernel).run()
 
 
-__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "fold_copies", "op_class", "select"]
+__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32"]

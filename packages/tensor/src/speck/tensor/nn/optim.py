@@ -1,9 +1,10 @@
 """Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, LARS, Muon, and OptimizerGroup.
 
-`step()` builds every parameter update lazily and realizes them together (one schedule), returns nothing, and
-refuses to run outside training mode (`Tensor.train()` or `Context(TRAINING=1)`): a step in evaluation mode is
-almost always a bug. State (momentum buffers, the step count) lives in tensors, so a TinyJit-captured step replays
-correctly."""
+`step()` builds the new value of every parameter and state tensor lazily from the *old* values (so every gradient
+sees the parameters before the update), realizes them together in one schedule, then assigns them; it returns
+nothing and refuses to run outside training mode (`Tensor.train()` or `Context(TRAINING=1)`): a step in evaluation
+mode is almost always a bug. State (momentum buffers, the step count) lives in tensors, so a TinyJit-captured step
+replays correctly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from speck.tensor.tensor import Tensor
-from speck.uop import dtypes
+from speck.uop import DType, dtypes
 
 
 class Optimizer:
@@ -32,13 +33,20 @@ class Optimizer:
         for p in self.params:
             p.grad = None
 
-    def step(self) -> None:
-        """Apply one update to every parameter and realize the results together."""
-        Tensor.realize_all(*self.schedule_step())
+    def step(self, *realize_with: Tensor) -> None:
+        """Apply one update to every parameter: realize all new values together, then assign them. `realize_with`
+        tensors (e.g. the loss) are computed in the same schedule, from the parameters before the update."""
+        updates = self.schedule_step()
+        Tensor.realize_all(*realize_with, *[new for _, new in updates])
+        for target, new in updates:
+            target.assign(new)
 
-    def schedule_step(self) -> list[Tensor]:
-        """The lazy tensors one step assigns (parameters and optimizer state), not yet realized."""
-        if not Tensor.training:
+    def schedule_step(self) -> list[tuple[Tensor, Tensor]]:
+        """(target, lazy new value) for every tensor one step updates (parameters and optimizer state), computed
+        from the current values; nothing is realized or assigned."""
+        from speck.tensor.autograd import is_training
+
+        if not is_training():
             raise RuntimeError(
                 "optimizer step outside training mode: wrap the training step in `with Tensor.train():` "
                 "(or Context(TRAINING=1)); evaluation must not update parameters"
@@ -49,10 +57,14 @@ class Optimizer:
                 f"parameters {missing} of {len(self.params)} have no gradient; call loss.backward() before step(), "
                 "and check that every parameter contributes to the loss"
             )
-        return self._step() + self.params + self.buffers
+        return self._step()
 
-    def _step(self) -> list[Tensor]:
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
         raise NotImplementedError
+
+    def _lr(self, dtype: DType) -> Tensor:
+        """The learning rate as a 0-d tensor of dtype (so it broadcasts to any parameter shape, 0-d included)."""
+        return self.lr.reshape(()).cast(dtype)
 
 
 def _grad(p: Tensor) -> Tensor:
@@ -72,8 +84,8 @@ class OptimizerGroup(Optimizer):
         for o in self.optimizers:
             o.zero_grad()
 
-    def _step(self) -> list[Tensor]:
-        return [t for o in self.optimizers for t in o._step()]
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
+        return [u for o in self.optimizers for u in o._step()]
 
 
 class SGD(Optimizer):
@@ -89,17 +101,17 @@ class SGD(Optimizer):
         self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params] \
             if momentum else []  # fmt: skip
 
-    def _step(self) -> list[Tensor]:
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
         out = []
         for i, p in enumerate(self.params):
             g = _grad(p)
             if self.wd:
                 g = g + p.detach() * self.wd
             if self.momentum:
-                self.b[i].assign(self.b[i] * self.momentum + g)
-                g = g + self.b[i] * self.momentum if self.nesterov else self.b[i]
-                out.append(self.b[i])
-            p.assign(p.detach() - g * self.lr.cast(p.dtype))
+                b = self.b[i] * self.momentum + g
+                out.append((self.b[i], b))
+                g = g + b * self.momentum if self.nesterov else b
+            out.append((p, p.detach() - g * self._lr(p.dtype)))
         return out
 
 
@@ -118,26 +130,26 @@ class LAMB(Optimizer):
         self.v = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device).contiguous().realize()
                   for p in self.params]  # fmt: skip
 
-    def _step(self) -> list[Tensor]:
-        self.b1_t.assign(self.b1_t * self.b1)
-        self.b2_t.assign(self.b2_t * self.b2)
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
+        b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2
+        out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
+        c1, c2 = (1.0 - b1_t).reshape(()), (1.0 - b2_t).reshape(())
+        lr = self._lr(dtypes.float32)
         for i, p in enumerate(self.params):
             g = _grad(p).float()
-            self.m[i].assign(self.m[i] * self.b1 + g * (1.0 - self.b1))
-            self.v[i].assign(self.v[i] * self.b2 + (g * g) * (1.0 - self.b2))
-            m_hat = self.m[i] / (1.0 - self.b1_t)
-            v_hat = self.v[i] / (1.0 - self.b2_t)
-            up = m_hat / (v_hat.sqrt() + self.eps)
+            m = self.m[i] * self.b1 + g * (1.0 - self.b1)
+            v = self.v[i] * self.b2 + (g * g) * (1.0 - self.b2)
+            up = (m / c1) / ((v / c2).sqrt() + self.eps)
             pf = p.detach().float()
             if self.adam:
-                new = pf - self.lr * (up + pf * self.wd)
+                new = pf - lr * (up + pf * self.wd)
             else:
                 up = up + pf * self.wd
                 r1, r2 = pf.square().sum().sqrt(), up.square().sum().sqrt()
                 trust = ((r1 > 0) & (r2 > 0)).where(r1 / r2, 1.0)
-                new = pf - self.lr * trust * up
-            p.assign(new.cast(p.dtype))
-        return [self.b1_t, self.b2_t] + self.m + self.v
+                new = pf - lr * trust * up
+            out += [(self.m[i], m), (self.v[i], v), (p, new.cast(p.dtype))]
+        return out
 
 
 def Adam(params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
@@ -161,15 +173,16 @@ class LARS(Optimizer):
         self.momentum, self.wd, self.tcoef = momentum, weight_decay, tcoef
         self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
 
-    def _step(self) -> list[Tensor]:
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
+        out = []
         for i, p in enumerate(self.params):
             g, pd = _grad(p), p.detach()
             pn, gn = pd.square().sum().sqrt(), g.square().sum().sqrt()
             trust = ((pn > 0) & (gn > 0)).where(pn * self.tcoef / (gn + pn * self.wd), 1.0)
             g = (g + pd * self.wd) * trust
-            self.b[i].assign(self.b[i] * self.momentum + g)
-            p.assign(pd - self.b[i] * self.lr.cast(p.dtype))
-        return list(self.b)
+            b = self.b[i] * self.momentum + g
+            out += [(self.b[i], b), (p, pd - b * self._lr(p.dtype))]
+        return out
 
 
 def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
@@ -195,14 +208,17 @@ class Muon(Optimizer):
         self.b = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device).contiguous().realize()
                   for p in self.params]  # fmt: skip
 
-    def _step(self) -> list[Tensor]:
+    def _step(self) -> list[tuple[Tensor, Tensor]]:
+        out = []
+        lr = self._lr(dtypes.float32)
         for i, p in enumerate(self.params):
             g = _grad(p).float()
-            self.b[i].assign(self.b[i] * self.momentum + g)
-            up = g + self.b[i] * self.momentum if self.nesterov else self.b[i]
+            b = self.b[i] * self.momentum + g
+            up = g + b * self.momentum if self.nesterov else b
             if len(p.shape) == 2:
                 up = newton_schulz(up, self.ns_steps) * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
             pf = p.detach().float()
             # decoupled weight decay: p*(1 - lr*wd) - lr*up == p - lr*(up + wd*p)
-            p.assign((pf - self.lr * (up + pf * self.wd) if self.wd else pf - self.lr * up).cast(p.dtype))
-        return list(self.b)
+            new = pf - lr * (up + pf * self.wd) if self.wd else pf - lr * up
+            out += [(self.b[i], b), (p, new.cast(p.dtype))]
+        return out
