@@ -1,6 +1,7 @@
 """Differential: the codegen hypothesis corpus (tests/codegen/ast_strategies.py) runs through speck.hcq on CPU
-(LLVM), CPU:CLANG and PYTHON, split across a random number of workers, and agrees with the interpreter's result
-on the unlowered AST."""
+(LLVM), CPU:CLANG, CPU:X86 and PYTHON, split across a random number of workers, and agrees with the interpreter's
+result on the unlowered AST. The x86 backend has no half/bfloat16/fp8 registers, so it sits out kernels that use
+those dtypes (it raises naming the op and dtype; tests/codegen/test_x86_kernels.py checks that error)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,19 @@ from hypothesis import strategies as st
 from speck.codegen import to_program
 from speck.codegen.renderer import UnsupportedOpError
 from speck.hcq import Buffer, Device
+from speck.uop import PtrDType, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "codegen"))  # the shared corpus lives with codegen's tests
 from ast_strategies import kernel_asts
 from helpers import assert_same, out_dtype, run_ast
 
-DEVICES = ["CPU", "PYTHON"] + (["CPU:CLANG"] if shutil.which("gcc") or shutil.which("clang") else [])
+DEVICES = ["CPU", "PYTHON", "CPU:X86"] + (["CPU:CLANG"] if shutil.which("gcc") or shutil.which("clang") else [])
+NARROW_FLOATS = {dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
+
+
+def x86_can_run(ast: Any) -> bool:
+    return not any((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() in NARROW_FLOATS
+                   for u in ast.toposort())  # fmt: skip
 
 
 def renderer_for(device: str) -> Any:
@@ -34,6 +42,10 @@ def renderer_for(device: str) -> Any:
         from speck.codegen.renderer.cstyle import ClangRenderer
 
         return ClangRenderer()
+    if device == "CPU:X86":
+        from speck.codegen.x86 import X86Renderer
+
+        return X86Renderer()
     from speck.codegen.renderer.llvmir import LLVMRenderer
 
     return LLVMRenderer()
@@ -65,6 +77,8 @@ def test_corpus_agrees_across_devices(case: tuple[Any, list[np.ndarray], dict[st
     expected = run_ast(ast, inputs, var_vals)
     ran = 0
     for device in DEVICES:
+        if device == "CPU:X86" and not x86_can_run(ast):
+            continue
         got = run_on(device, ast, inputs, var_vals, threads)
         if got is None:
             continue

@@ -118,3 +118,15 @@ def test_jit_method() -> None:
     for i in range(4):
         np.testing.assert_allclose(m.f(Tensor(np.array([i, 1.0], dtype=np.float32))).numpy(), [i, 2.0])
     assert dtypes.float32 == m.w.dtype
+
+
+def test_replay_with_strided_view_of_a_buffer() -> None:
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return a * 10
+
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        big = rng.standard_normal((4, 5)).astype(np.float32)
+        x = Tensor(big)[1:3, ::2]  # a pure view into a larger buffer
+        np.testing.assert_allclose(f(x).numpy(), big[1:3, ::2] * 10, rtol=1e-6)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from speck.tensor import realize
-from speck.tensor.schedule import base_buffer
+from speck.tensor.schedule import base_buffer, buffer_map, view_offset
 from speck.tensor.tensor import Tensor
-from speck.uop import UOp
+from speck.uop import Ops, UOp
+from speck.uop.helpers import prod
 
 R = TypeVar("R")
 
@@ -59,7 +60,11 @@ class TinyJit(Generic[R]):
         named = _inputs(args, kwargs)
         tensors = [t for _, t in named]
         if tensors:
-            Tensor.realize_all(*[t.contiguous() if not _is_buffer(t) else t for t in tensors])
+            # every input must be a whole realized buffer: the capture swaps buffers, not views into them
+            Tensor.realize_all(*tensors)
+            for t in tensors:
+                if not _is_whole_buffer(t):
+                    t.uop = t.contiguous().realize().uop
         if self.cnt >= 2:
             return self._replay(named)
         if self.cnt == 0:
@@ -74,6 +79,12 @@ class TinyJit(Generic[R]):
             _realize_outputs(ret)
         finally:
             realize.CAPTURE = None
+        # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
+        # target while kernels still read its old value, so the new value gets storage of its own again and the
+        # replay copies it over at the point the assign happened
+        for kind, item in captured:
+            if kind == "assign" and item[0] is not item[1]:
+                buffer_map.pop(item[1], None)
         self.calls = captured
         self.input_bufs = [base_buffer(t.uop) for t in tensors]
         self.sigs = [_Sig(tuple(t.shape), t.dtype, t.device) for t in tensors]
@@ -100,12 +111,18 @@ class TinyJit(Generic[R]):
         return self.ret  # type: ignore[no-any-return]
 
 
-def _is_buffer(t: Tensor) -> bool:
-    try:
-        base_buffer(t.uop)
-        return True
-    except Exception:
-        return False
+def _is_whole_buffer(t: Tensor) -> bool:
+    bb = base_buffer(t.uop)
+    return bb is not None and view_offset(t.uop) == 0 and int(bb.arg) == int(prod(t.shape)) and _row_major(t.uop)
+
+
+def _row_major(u: UOp) -> bool:
+    """Only reshapes between the buffer and the view (no permute/expand/shrink/flip/pad)."""
+    while u.op is not Ops.BUFFER:
+        if u.op not in (Ops.RESHAPE, Ops.DETACH):
+            return False
+        u = u.src[0]
+    return True
 
 
 def _realize_outputs(ret: Any) -> None:

@@ -216,7 +216,8 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     return est  # type: ignore[no-any-return, unused-ignore]
 
 
-# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay
+# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, and
+# Tensor.assign records its buffer swaps as ("assign", (dst, src))
 CAPTURE: list[tuple[str, Any]] | None = None
 
 
@@ -256,7 +257,12 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
 
 
 def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
-    """Run one captured call again with some BUFFERs swapped (TinyJit replays)."""
+    """Run one captured call again with some BUFFERs swapped (TinyJit replays). An "assign" (dst, src) item copies
+    src's contents into dst, which is what Tensor.assign's buffer swap did during the capture."""
+    if kind == "assign":
+        dst, src = (mapping.get(b, b) for b in item)
+        get_buffer(dst).copy_from(get_buffer(src))
+        return
     if kind == "copy":
         it = item
         _run_copy(ScheduleItem(None, tuple(mapping.get(b, b) for b in it.bufs), it.var_vals, it.copy_offset)

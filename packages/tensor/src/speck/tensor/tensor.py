@@ -606,6 +606,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         assert nb is not None
         if view_offset(new.uop) == 0 and int(nb.arg) == int(bb.arg):
             buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
+            from speck.tensor import realize
+
+            if realize.CAPTURE is not None and nb is not bb:  # TinyJit replays this as a copy nb -> bb (the buffers then differ)
+                realize.CAPTURE.append(("assign", (bb, nb)))
         realized_cache.clear()  # graphs computed from the old values are stale
         return self
 
