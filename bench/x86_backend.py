@@ -100,6 +100,30 @@ def compile_times(ast: UOp, repeats: int) -> tuple[float, float, float]:
     return lower, x86, llvm
 
 
+def stage_times(ast: UOp, repeats: int) -> dict[str, float]:
+    """Median seconds of each x86 backend stage (render_x86's own timings) plus listing text and compile."""
+    from speck.codegen.x86 import X86Compiler, X86Renderer
+    from speck.codegen.x86.renderer import render_x86
+
+    uops = full_rewrite_to_sink(ast, X86Renderer())
+    runs: dict[str, list[float]] = {}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3 * repeats):
+            r = render_x86(uops)
+            t0 = time.perf_counter()
+            text = r.listing
+            t1 = time.perf_counter()
+            X86Compiler().compile(text)
+            t2 = time.perf_counter()
+            for k, v in {**r.times, "listing": t1 - t0, "compile": t2 - t1}.items():
+                runs.setdefault(k, []).append(v)
+    finally:
+        gc.enable()
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=9)
@@ -127,6 +151,12 @@ def main() -> None:
         "run: medians of launches on all CPU workers; compile: x86 = legalize+select+allocate+encode+ELF, "
         "LLVM = render + O2 compile (lowering shared, shown separately)"
     )
+    stages = ("legalize", "select", "allocate", "encode", "listing", "compile")
+    print(f"\nx86 backend stages, ms (medians):\n{'kernel':26s} " + " ".join(f"{s:>9s}" for s in stages))
+    for name, ast in kernels.items():
+        st = stage_times(ast, args.repeats)
+        print(f"{name:26s} " + " ".join(f"{1e3 * st[s]:9.3f}" for s in stages))
+    print("encode includes the ELF object; listing = the text render() returns; compile = X86Compiler on that text")
 
 
 if __name__ == "__main__":

@@ -343,3 +343,14 @@ def test_train_context_sets_and_restores() -> None:
     with Context(TRAINING=1):
         assert is_training()
     assert TRAINING.value == 0
+
+
+@pytest.mark.parametrize("zeros", [1, 2])
+def test_prod_grad_with_zeros(zeros: int) -> None:
+    """prod is multilinear, so finite differences are exact even at zeros: one zero gets the product of the rest,
+    two zeros make every gradient 0 (no nan from prod / x)."""
+    x = away((2, 4), 9)
+    x[0, :zeros] = 0.0
+    x[1, 3] = 0.0
+    gradcheck(lambda t: t.prod(axis=1), x)
+    gradcheck(lambda t: t.prod(), x)

@@ -115,7 +115,9 @@ def lars_ref(lr: float, momentum: float, wd: float, tcoef: float) -> Any:
 
 
 def test_lars() -> None:
-    check(lambda ps: optim.LARS(ps, lr=0.5, momentum=0.9, weight_decay=0.01, tcoef=0.02), lars_ref(0.5, 0.9, 0.01, 0.02))
+    check(
+        lambda ps: optim.LARS(ps, lr=0.5, momentum=0.9, weight_decay=0.01, tcoef=0.02), lars_ref(0.5, 0.9, 0.01, 0.02)
+    )
 
 
 def np_newton_schulz(g: np.ndarray, steps: int, eps: float = 1e-7) -> np.ndarray:

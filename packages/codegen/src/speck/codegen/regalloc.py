@@ -160,6 +160,8 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
         # read before any write: live-in at function entry (incoming arguments)
         first[vid] = occ[0][0] if occ[0][1] else 0
         last[vid] = occ[-1][0]
+    # whether a value's first access inside a loop is a read depends only on its accesses: decide it once per loop
+    carried_in: dict[tuple[int, int], bool] = {}
     changed = True
     while changed:
         changed = False
@@ -169,9 +171,12 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
                 s, t = first[vid], last[vid]
                 if t < lo or s > hi or (s <= lo and t >= hi):
                     continue
-                inside = [(p, d) for p, d in occ if lo <= p <= hi]
                 crosses = s < lo or t > hi
-                carried = bool(inside) and not inside[0][1]
+                if not crosses:
+                    carried = carried_in.get((vid, b))
+                    if carried is None:
+                        first_inside = next((d for p, d in occ if lo <= p <= hi), None)
+                        carried = carried_in[(vid, b)] = first_inside is not None and not first_inside
                 if crosses or carried:
                     first[vid], last[vid] = min(s, lo), max(t, hi)
                     changed = True
@@ -195,7 +200,8 @@ def _linear_scan(
         cls = info[vid].cls
         active = [a for a in active if a[0] >= s]
         taken = {a[2] for a in active}
-        free = [r for r in pools[cls] if r not in taken and not _overlaps(blocked.get(r, []), s, e)]
+        # most registers are never blocked: test the (short) blocked lists only for those that are
+        free = [r for r in pools[cls] if r not in taken and (r not in blocked or not _overlaps(blocked[r], s, e))]
         if free:
             hint = home.get(copied_from.get(vid, -1))
             pick = hint if isinstance(hint, str) and hint in free else free[0]
@@ -226,7 +232,7 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     for i, ins in enumerate(instrs):
         for v in ins.defs + ins.uses:
             seen = info.setdefault(v.id, v)
-            if (seen.cls, seen.fixed) != (v.cls, v.fixed):
+            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
                 raise RegAllocError(
                     f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
                     f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
@@ -266,9 +272,13 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     weight: dict[int, float] = dict.fromkeys(info, 0.0)
     depth = 0
     for ins in instrs:
-        depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
-        for v in ins.defs + ins.uses:
-            weight[v.id] += 10.0**depth
+        if ins.marker is not None:
+            depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
+        w = 10.0**depth
+        for v in ins.defs:
+            weight[v.id] += w
+        for v in ins.uses:
+            weight[v.id] += w
 
     copied_from: dict[int, int] = {}
     for ins in instrs:
@@ -314,10 +324,11 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     reloads: list[list[Reload]] = [[] for _ in instrs]
     spills: list[list[Spill]] = [[] for _ in instrs]
     for i, ins in enumerate(instrs):
+        regs_i = regs[i]
         for v in ins.defs + ins.uses:
             loc = home[v.id]
             if isinstance(loc, str):
-                regs[i][v.id] = loc
+                regs_i[v.id] = loc
 
     # loop-invariant spilled values: one reload before the loop if a register is free across all of it
     for vid in spilled:
@@ -349,12 +360,15 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
     # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
     for i, ins in enumerate(instrs):
-        held = set(regs[i].values())
+        regs_i = regs[i]
+        if all(v.id in regs_i for v in ins.uses) and all(v.id in regs_i for v in ins.defs):
+            continue  # nothing spilled here (always the case when nothing spilled at all)
+        held = set(regs_i.values())
         read_scratch: set[str] = set()
         written_scratch: set[str] = set()
         use_ids = {u.id for u in ins.uses}
         def_ids = {d.id for d in ins.defs}
-        pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs[i]]
+        pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs_i]
         for v in sorted(pending, key=lambda v: v.id not in use_ids):  # sources first
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())

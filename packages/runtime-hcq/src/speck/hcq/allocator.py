@@ -28,7 +28,8 @@ class _GlobalMemory:
     def add(self, nbytes: int) -> None:
         with self.lock:
             self.used += nbytes
-            self.peak = max(self.peak, self.used)
+            if self.used > self.peak:
+                self.peak = self.used
 
 
 MEMORY = _GlobalMemory()
@@ -41,6 +42,13 @@ class BufferOptions:
 
     lru: bool = True
     writable: bool | None = None
+
+    def __post_init__(self) -> None:
+        # the LRU cache hashes its (size, options) key on every alloc and free: compute the hash once
+        object.__setattr__(self, "_hash", hash((self.lru, self.writable)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
 
 DEFAULT_OPTIONS = BufferOptions()
@@ -119,7 +127,8 @@ class Allocator:
 
     def _account(self, nbytes: int) -> None:
         self.mem_used += nbytes
-        self.peak = max(self.peak, self.mem_used)
+        if self.mem_used > self.peak:
+            self.peak = self.mem_used
         MEMORY.add(nbytes)
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
@@ -128,8 +137,13 @@ class Allocator:
             self.mem_used -= nbytes
             MEMORY.add(-nbytes)
             if options.lru and nbytes <= self.cache_cap:
-                self._cache.setdefault((nbytes, options), []).append(opaque)
-                self._cache.move_to_end((nbytes, options))
+                key = (nbytes, options)
+                lst = self._cache.get(key)
+                if lst is None:
+                    self._cache[key] = [opaque]  # a new key goes in at the most recent end
+                else:
+                    lst.append(opaque)
+                    self._cache.move_to_end(key)
                 self.cached += nbytes
                 while self.cached > self.cache_cap and self._cache:
                     (sz, opts), lst = next(iter(self._cache.items()))

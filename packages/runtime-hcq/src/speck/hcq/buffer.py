@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
+from speck.hcq.device import Device
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ class Buffer:
         offset: int = 0,
         preallocate: bool = False,
     ) -> None:
-        from speck.hcq.device import Device
-
         if size < 0:
             raise ValueError(f"buffer size must be >= 0 elements, got {size}")
         self.dev: DeviceBase = Device[device] if base is None else base.dev
@@ -100,7 +99,7 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         """Allocate if not yet allocated. Returns self."""
-        if not self.is_allocated:
+        if (self._base._opaque if self._base is not None else self._opaque) is None:  # is_allocated, inlined
             self.allocate()
         return self
 

@@ -96,6 +96,10 @@ class Program:
         self.est_bytes = _estimate(estimates, "mem", "mem_bytes")
         self.est_flops = _estimate(estimates, "flops", "ops")
         self._engine = device.engines["compute"]
+        # what each buffer must be, precomputed for check_args' fast path: (DTypeInfo or None, min size or None)
+        self._param_req: tuple[tuple[DTypeInfo | None, int | None], ...] | None = (
+            None if self.params is None else tuple((p.dtype, p.size) for p in self.params)
+        )
 
     # -- argument checking --------------------------------------------------------------------------------------
     def check_args(self, bufs: Sequence[Buffer], vals: Sequence[int]) -> None:
@@ -104,6 +108,20 @@ class Program:
         if self.params is None and self.var_names is None:  # the common unchecked case: only the device matters
             for b in bufs:
                 if b.__class__ is not Buffer or b.dev is not dev:
+                    break
+            else:
+                return
+        req = self._param_req
+        if req is not None and not vals and not self.var_names and len(bufs) == len(req):
+            # the hot path: every buffer a plain Buffer on this device with the very DTypeInfo (interned per dtype)
+            # and enough elements; anything else falls through to the full check that names the problem
+            for b, (info, size) in zip(bufs, req):
+                if (
+                    b.__class__ is not Buffer
+                    or b.dev is not dev
+                    or (info is not None and b.info is not info)
+                    or (size is not None and b.size < size)
+                ):
                     break
             else:
                 return

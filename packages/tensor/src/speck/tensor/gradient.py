@@ -39,8 +39,15 @@ def _reduce_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
         count = mask.reduce_axis(Ops.ADD, axes)
         return ((mask / count.expand(x.shape)) * ctx.expand(x.shape),)
     if op is Ops.MUL:
-        # d(prod)/dx_i = prod / x_i where x_i != 0; exact zeros handled by recomputing without them
-        return ((ret.expand(x.shape) / x) * ctx.expand(x.shape),)
+        # d(prod)/dx_i is the product of the other elements: prod / x_i where x_i != 0; at a zero it is the product
+        # of the nonzero elements if x_i is the only zero, else 0 (prod / x_i would give nan there)
+        zero, one = const_like(x, 0), const_like(x, 1)
+        nz = x.ne(zero)
+        nzero = nz.where(zero, one).reduce_axis(Ops.ADD, axes)
+        prod_nz = nz.where(x, one).reduce_axis(Ops.MUL, axes)
+        at_zero = nzero.eq(const_like(nzero, 1)).where(prod_nz, const_like(prod_nz, 0)).expand(x.shape)
+        safe_x = nz.where(x, one)
+        return (nz.where(ret.expand(x.shape) / safe_x, at_zero) * ctx.expand(x.shape),)
     return (None,)
 
 

@@ -44,7 +44,7 @@ class TinyJit(Generic[R]):
     def __init__(self, fn: Callable[..., R]) -> None:
         self.fn = fn
         self.reset()
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         self.cnt = 0
@@ -73,7 +73,8 @@ class TinyJit(Generic[R]):
             _realize_outputs(ret)
             return ret
         # second call: capture every kernel the call runs
-        realize.CAPTURE = captured = []
+        captured: list[tuple[str, Any]] = []
+        realize.CAPTURE = captured
         try:
             ret = self.fn(*args, **kwargs)
             _realize_outputs(ret)
@@ -86,7 +87,7 @@ class TinyJit(Generic[R]):
             if kind == "assign" and item[0] is not item[1]:
                 buffer_map.pop(item[1], None)
         self.calls = captured
-        self.input_bufs = [base_buffer(t.uop) for t in tensors]
+        self.input_bufs = [_buf(t) for t in tensors]
         self.sigs = [_Sig(tuple(t.shape), t.dtype, t.device) for t in tensors]
         self.names = [n for n, _ in named]
         self.ret, self.cnt = ret, 2
@@ -105,10 +106,16 @@ class TinyJit(Generic[R]):
                     f"got shape {now.shape} {now.dtype} on {now.device}; the capture only serves the same shapes, "
                     "dtypes and devices (call .reset() to capture again)"
                 )
-            mapping[old] = base_buffer(t.uop)
+            mapping[old] = _buf(t)
         for kind, item in self.calls:
             realize.replay(kind, item, mapping)
         return self.ret  # type: ignore[no-any-return]
+
+
+def _buf(t: Tensor) -> UOp:
+    b = base_buffer(t.uop)
+    assert b is not None, "jit inputs are realized before capture and replay"
+    return b
 
 
 def _is_whole_buffer(t: Tensor) -> bool:

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Neural-network ops as Tensor methods: convolutions (via windows + a reduction), pooling, interpolation, dropout,
 the activations, losses and scaled dot-product attention. Everything is composed from Tensor's own ops, so it fuses
 and differentiates like any other expression."""
@@ -7,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.dims import as_int
 from speck.uop import dtypes
 
 if TYPE_CHECKING:
@@ -43,7 +47,7 @@ class NNMixin:
     """Tensor methods for neural networks (mixed into Tensor)."""
 
     # ---------------- windows ----------------
-    def _windows(self: Any, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    def _windows(self: Tensor, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
         """(..., *spatial) -> (..., *out_spatial, *k): every window of size k (dilated) at the given stride, built
         from movement ops only (pad/shrink/reshape/expand), so it fuses into the consumer."""
         nsp = len(k)
@@ -67,7 +71,7 @@ class NNMixin:
         # unfold appends each window axis at the end in spatial order, so shape is (..., *o, *k)
         return x
 
-    def conv2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                padding: int | str | tuple[int, ...] = 0) -> Tensor:  # fmt: skip
         """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
@@ -77,7 +81,7 @@ class NNMixin:
             raise RuntimeError(f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}")
         n, cin = self.shape[:2]
         cout, cin_g = weight.shape[:2]
-        k = tuple(weight.shape[2:])
+        k = tuple(as_int(d) for d in weight.shape[2:])
         if cin != cin_g * groups or cout % groups:
             raise RuntimeError(
                 f"conv channels don't match: input has {cin} channels, weight {tuple(weight.shape)} with groups="
@@ -96,7 +100,7 @@ class NNMixin:
             out = out + bias.reshape(1, cout, *([1] * nsp))
         return out
 
-    def conv_transpose2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                          padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0
                          ) -> Tensor:  # fmt: skip
@@ -122,16 +126,17 @@ class NNMixin:
         return x.conv2d(w, bias, groups=groups, dilation=dl)
 
     # ---------------- pooling ----------------
-    def _pool_windows(self: Any, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+    def _pool_windows(self: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
                       padding: tuple[int, ...], value: float, ceil_mode: bool = False) -> Tensor:  # fmt: skip
         nsp = len(kernel_size)
         pads = [(p, p) for p in padding]
         if ceil_mode:
             for i in range(nsp):
-                size = self.shape[-nsp + i] + 2 * padding[i]
+                n_in = as_int(self.shape[-nsp + i])
+                size = n_in + 2 * padding[i]
                 ke = dilation[i] * (kernel_size[i] - 1) + 1
                 o = -(-(size - ke) // stride[i]) + 1
-                if (o - 1) * stride[i] >= self.shape[-nsp + i] + padding[i]:
+                if (o - 1) * stride[i] >= n_in + padding[i]:
                     o -= 1
                 extra = (o - 1) * stride[i] + ke - size
                 pads[i] = (pads[i][0], pads[i][1] + max(extra, 0))
@@ -140,7 +145,7 @@ class NNMixin:
             x = x.pad(((0, 0),) * (len(x.shape) - nsp) + tuple(pads), value=value)
         return x._windows(kernel_size, stride, dilation)
 
-    def max_pool2d(self: Any, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
+    def max_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
                    dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
                    return_indices: bool = False) -> Any:  # fmt: skip
         """Max over each window (stride defaults to kernel_size); with return_indices also the flat index of each
@@ -154,7 +159,7 @@ class NNMixin:
             return out
         from speck.tensor.tensor import Tensor
 
-        h, wd = self.shape[-2:]
+        h, wd = (as_int(d) for d in self.shape[-2:])
         idx = Tensor.arange(h * wd, device=self.device).reshape(1, 1, h, wd).expand(*self.shape[:-2], h, wd)
         iw = idx._pool_windows(k, st, _pair(dilation), _pair(padding), -1, ceil_mode)
         hit = w == out.reshape(*out.shape, 1, 1)
@@ -163,7 +168,7 @@ class NNMixin:
         first = hit.where(iw, big).min(axis=red)
         return out, first
 
-    def max_unpool2d(self: Any, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
                      stride: int | tuple[int, ...] | None = None, padding: int | tuple[int, ...] = 0,
                      output_size: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
         """Scatter pooled values back to the positions in `indices` (zeros elsewhere)."""
@@ -175,10 +180,13 @@ class NNMixin:
 
         flat = Tensor.arange(h * w, device=self.device).reshape(*([1] * len(self.shape)), h * w)
         sel = indices.reshape(*indices.shape, 1) == flat
+        # overlapping windows can pick the same position: it gets that value once (not the sum), as in PyTorch
         out = (sel.where(self.reshape(*self.shape, 1), 0)).sum(axis=(-3, -2))
+        hits = sel.sum(axis=(-3, -2))
+        out = (hits > 1).where(out / hits.maximum(1).cast(out.dtype), out)
         return out.reshape(*self.shape[:-2], h, w)
 
-    def avg_pool2d(self: Any, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
+    def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
                    dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window (zero padding counted unless count_include_pad=False)."""
@@ -191,7 +199,7 @@ class NNMixin:
         ones = self.ones_like()._pool_windows(k, st, _pair(dilation), _pair(padding), 0.0, ceil_mode)
         return w.sum(axis=red) / ones.sum(axis=red)
 
-    def interpolate(self: Any, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
         from speck.tensor.tensor import Tensor
 
@@ -199,7 +207,7 @@ class NNMixin:
         nsp = len(size)
         for i in range(nsp):
             ax = len(x.shape) - nsp + i
-            n_in, n_out = x.shape[ax], size[i]
+            n_in, n_out = as_int(x.shape[ax]), size[i]
             if n_in == n_out:
                 continue
             if mode in ("nearest", "nearest-exact"):
@@ -224,7 +232,7 @@ class NNMixin:
         return x
 
     # ---------------- regularisation and activations ----------------
-    def dropout(self: Any, p: float = 0.5) -> Tensor:
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
         from speck.tensor.autograd import is_training
         from speck.tensor.tensor import Tensor
@@ -238,39 +246,39 @@ class NNMixin:
         keep = Tensor.rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
 
-    def relu6(self: Any) -> Tensor:
+    def relu6(self: Tensor) -> Tensor:
         return self.relu() - (self - 6).relu()
 
-    def celu(self: Any, alpha: float = 1.0) -> Tensor:
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
 
-    def selu(self: Any, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
 
-    def quick_gelu(self: Any) -> Tensor:
+    def quick_gelu(self: Tensor) -> Tensor:
         return self * (self * 1.702).sigmoid()
 
-    def mish(self: Any) -> Tensor:
+    def mish(self: Tensor) -> Tensor:
         return self * self.softplus().tanh()
 
-    def hardswish(self: Any) -> Tensor:
+    def hardswish(self: Tensor) -> Tensor:
         return self * (self + 3).relu6() * (1 / 6)
 
-    def hardsigmoid(self: Any, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
 
-    def logsigmoid(self: Any) -> Tensor:
+    def logsigmoid(self: Tensor) -> Tensor:
         return -(-self).softplus()
 
-    def softsign(self: Any) -> Tensor:
+    def softsign(self: Tensor) -> Tensor:
         return self / (1 + self.abs())
 
     # ---------------- normalisation helpers ----------------
-    def layernorm(self: Any, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         y = self - self.mean(axis=axis, keepdim=True)
         return y * (y * y).mean(axis=axis, keepdim=True).add(eps).rsqrt()
 
-    def batchnorm(self: Any, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | tuple[int, ...] = 1) -> Tensor:  # fmt: skip
         """(x - mean) * invstd * weight + bias with the statistics broadcast along `axis`."""
         axes = (axis,) if isinstance(axis, int) else axis
@@ -282,7 +290,7 @@ class NNMixin:
         return (ret + bias.reshape(shape)) if bias is not None else ret
 
     # ---------------- losses ----------------
-    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
         from speck.tensor.tensor import Tensor
@@ -290,7 +298,7 @@ class NNMixin:
         if not 0.0 <= label_smoothing <= 1.0:
             raise RuntimeError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         log_probs = self.log_softmax(axis=-1)
-        c = self.shape[-1]
+        c = as_int(self.shape[-1])
         mask = Y != ignore_index
         y = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         y = y * mask.reshape(*Y.shape, 1)
@@ -299,21 +307,21 @@ class NNMixin:
         loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
         return _reduce(loss_t, reduction, mask.sum())
 
-    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
                       ignore_index: int = -100) -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,) or class probabilities (N, C)."""
         if Y.shape == self.shape and dtypes.is_float(Y.dtype):
-            c = self.shape[-1]
+            c = as_int(self.shape[-1])
             y = Y * (1 - label_smoothing) + label_smoothing / c
             return _reduce(-(self.log_softmax(axis=-1) * y).sum(axis=-1), reduction, None)
         return self.sparse_categorical_crossentropy(Y, ignore_index, label_smoothing, reduction)
 
-    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+    def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C) at integer labels (N,)."""
         from speck.tensor.tensor import Tensor
 
-        c = self.shape[-1]
+        c = as_int(self.shape[-1])
         onehot = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
         if ignore_index is not None:
@@ -321,25 +329,25 @@ class NNMixin:
         loss = -(self * w).sum(axis=-1)
         return _reduce(loss, reduction, w.sum())
 
-    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """BCE of probabilities in (0, 1) (log clamped at -100 like PyTorch)."""
         loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return _reduce(loss, reduction, None)
 
-    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
                                    pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
         """BCE of logits, computed stably: max(x, 0) - x*y + log(1 + exp(-|x|))."""
         log_w = 1 + (pos_weight - 1) * Y if pos_weight is not None else 1
         loss = (1 - Y) * self + log_w * ((-self.abs()).exp().add(1).log() + (-self).maximum(0))
         return _reduce(loss, reduction, None)
 
-    def scaled_dot_product_attention(self: Any, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
         from speck.tensor.tensor import Tensor
 
-        s = scale if scale is not None else 1 / math.sqrt(self.shape[-1])
+        s = scale if scale is not None else 1 / math.sqrt(as_int(self.shape[-1]))
         qk = (self @ key.transpose(-2, -1)) * s
         if is_causal:
             if attn_mask is not None:

@@ -54,11 +54,17 @@ def get_buffer(buf: UOp) -> Any:
     """The hcq Buffer behind a BUFFER UOp (created on first use)."""
     b = buffer_map.get(buf)
     if b is None:
-        from speck.hcq import Buffer
+        global _Buffer
+        if _Buffer is None:
+            from speck.hcq import Buffer
 
-        b = Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
+            _Buffer = Buffer
+        b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
         buffer_map[buf] = b
     return b
+
+
+_Buffer: Any = None  # speck.hcq.Buffer, imported on first use (a function-level import costs on every call)
 
 
 def buffer_numpy(buf: UOp) -> np.ndarray:
@@ -85,7 +91,7 @@ class _NumpyProgram:
     def __init__(self, ast: UOp, reason: str) -> None:
         self.ast, self.reason, self.name = ast, reason, kernel_name(ast)
 
-    def run(self, bufs: list[UOp], var_vals: dict[str, int]) -> float:
+    def run(self, bufs: Sequence[UOp], var_vals: dict[str, int]) -> float:
         from speck.uop.symbolic import sym_infer
 
         grid = prod(int(sym_infer(r.src[0], var_vals)) for r in self.ast.toposort() if r.op is Ops.RANGE)
@@ -104,18 +110,28 @@ class _CompiledProgram:
 
     def __init__(self, spec: Any, prog: Any, device: Any) -> None:
         self.spec, self.prog, self.device, self.name = spec, prog, device, spec.name
+        # derived once per program, not per call: the buffer slots it uses (a load folded to a constant drops
+        # its param, so pass exactly those, in its order) and, when no variable shapes it, the launch size
+        self.slots: tuple[int, ...] = tuple(int(a.slot) if hasattr(a, "slot") else int(a[0]) for a in spec.buffers)
+        self.static_gs: tuple[int, ...] | None = (
+            tuple(int(g) for g in spec.global_size)
+            if not spec.vars and not any(isinstance(g, UOp) for g in spec.global_size)
+            else None
+        )
 
-    def run(self, bufs: list[UOp], var_vals: dict[str, int]) -> float:
-        from speck.uop.symbolic import sym_infer
+    def run(self, bufs: Sequence[UOp], var_vals: dict[str, int]) -> float:
+        gs = self.static_gs
+        vals: tuple[int, ...] = ()
+        if gs is None:
+            from speck.uop.symbolic import sym_infer
 
-        gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
-        vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
-        # the program lists the buffers it still uses after lowering (a load folded to a constant drops its
-        # param), by slot: pass exactly those, in its order
-        slots = [int(a.slot) if hasattr(a, "slot") else int(a[0]) for a in self.spec.buffers]
-        hb = [get_buffer(bufs[s]) for s in slots]
-        for b in hb:
+            gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
+            vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
+        hb = []
+        for s in self.slots:
+            b = get_buffer(bufs[s])
             b.ensure_allocated()
+            hb.append(b)
         t = self.prog(*hb, global_size=gs, vals=vals, wait=True)
         return float(t) if t is not None else 0.0
 
@@ -229,19 +245,21 @@ def run_schedule(items: list[ScheduleItem]) -> None:
                 CAPTURE.append(("copy", it))
             _run_copy(it)
             continue
-        device = buffer_device(it.bufs[0])
-        prog = _compile(it.ast, device)
-        for b in it.bufs:
-            get_buffer(b)
+        device = str(it.bufs[0].src[1].arg)  # buffer_device, inlined: this loop is the per-op hot path
+        prog = _program_cache.get((device, it.ast))
+        if prog is None:
+            prog = _compile(it.ast, device)
         if CAPTURE is not None:
+            for b in it.bufs:  # a replay maps these buffers: have them all exist now
+                get_buffer(b)
             CAPTURE.append(("kernel", (prog, it)))
-        t = prog.run(list(it.bufs), it.var_vals)
+        t = prog.run(it.bufs, it.var_vals)
         ops, mem = _cached_estimate(prog, it)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
         GlobalCounters.time_sum_s += t
-        if DEBUG >= 2:
+        if DEBUG.value >= 2:
             _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
 
 

@@ -28,9 +28,13 @@ realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary(
 
 def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
     """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
-    return UOp(
-        Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), UOp(Ops.DEVICE, arg=device)), size
-    )
+    if (dev := _device_uops.get(device)) is None:
+        dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), dev), size)
+
+
+# device name -> its DEVICE node, kept alive so making a BUFFER does not rebuild (and re-hash-cons) it every time
+_device_uops: dict[str, UOp] = {}
 
 
 def buffer_device(buf: UOp) -> str:
@@ -493,25 +497,42 @@ def assert_kernel_count(n: int) -> Iterator[None]:
 # Realizing the same computation again on other buffers (a training step, `(a+b).realize()` in a loop) rebuilds an
 # identical graph up to which BUFFERs it reads. The cache keys a graph by its structure with buffers numbered in
 # order of appearance, and replays the kernel list with fresh output/intermediate buffers.
-_schedule_cache: dict[Any, tuple[list[tuple[UOp | None, tuple[Any, ...], dict[str, int], int]], Any]] = {}
+# A cached plan: (kernels as (ast, buffer refs, var_vals, copy offset), the fresh buffers to make as (device, size,
+# dtype), the output's ref, the output's shape). A ref >= 0 is an input position, ~ref (< 0) a fresh buffer.
+_Plan = tuple[
+    tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int], ...], tuple[tuple[str, Any, Any], ...], int, Any
+]
+_schedule_cache: dict[Any, _Plan] = {}
 SCHEDULE_CACHE_MAX = 4096
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     """(structural key, input BUFFERs in order) of a tensor graph; None when the graph reads a cached realization
-    (whose buffer is not part of the structure)."""
+    (whose buffer is not part of the structure). Nodes come in u.toposort() order, not walking below BUFFERs (an
+    inlined walk: this runs on every realize)."""
     ids: dict[UOp, int] = {}
     inputs: list[UOp] = []
     parts: list[Any] = []
-    for n in u.toposort(gate=lambda x: x.op is not Ops.BUFFER):
-        if n.op is Ops.BUFFER:
+    buffer, unique, rc = Ops.BUFFER, Ops.UNIQUE, realized_cache
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        n, visited = stack.pop()
+        if n in ids:
+            continue
+        if n.op is buffer:
             parts.append(("B", n.dtype, n.arg, n.src[1].arg, len(inputs)))
             inputs.append(n)
-        elif n in realized_cache:
+            ids[n] = len(ids)
+        elif visited:
+            parts.append((n.op, n.dtype, n.arg if n.op is not unique else None, tuple([ids[s] for s in n.src])))
+            ids[n] = len(ids)
+        elif n in rc:
             return None
         else:
-            parts.append((n.op, n.dtype, n.arg if n.op is not Ops.UNIQUE else None, tuple(ids[s] for s in n.src)))
-        ids[n] = len(ids)
+            stack.append((n, True))
+            for s in reversed(n.src):
+                if s not in ids:
+                    stack.append((s, False))
     return tuple(parts), inputs
 
 
@@ -521,19 +542,15 @@ def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
     if sig is not None:
         key, inputs = (sig[0], device), sig[1]
         if (hit := _schedule_cache.get(key)) is not None:
-            recipe, out_ref = hit
-            new: dict[int, UOp] = {}
-
-            def buf(ref: tuple[Any, ...]) -> UOp:
-                if ref[0] == "in":
-                    inp: UOp = inputs[ref[1]]
-                    return inp
-                if ref[1] not in new:
-                    new[ref[1]] = new_buffer_uop(ref[2], ref[3], ref[4])
-                return new[ref[1]]
-
-            items = [ScheduleItem(ast, tuple(buf(r) for r in refs), dict(vv), off) for ast, refs, vv, off in recipe]
-            out_buf, shape = buf(out_ref[0]), out_ref[1]
+            recipe, fresh_specs, out_ref, shape = hit
+            fresh = [new_buffer_uop(d, n, dt) for d, n, dt in fresh_specs]
+            items = [
+                ScheduleItem(
+                    ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off
+                )
+                for ast, refs, vv, off in recipe
+            ]
+            out_buf = fresh[~out_ref]
             return items, (out_buf.reshape(shape) if shape != (out_buf.arg,) else out_buf)
     sched = Scheduler(device)
     view = sched.realize(u)
@@ -541,19 +558,22 @@ def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
         out_buf = view if view.op is Ops.BUFFER else view.src[0]
         in_pos = {b: i for i, b in enumerate(sig[1])}
         made: dict[UOp, int] = {}
+        specs: list[tuple[str, Any, Any]] = []
         ok = out_buf.op is Ops.BUFFER and out_buf not in in_pos
 
-        def ref(b: UOp) -> tuple[Any, ...]:
+        def ref(b: UOp) -> int:
             nonlocal ok
             if b in in_pos:
-                return ("in", in_pos[b])
+                return in_pos[b]
             if b.op is not Ops.BUFFER or b in buffer_map:  # an older buffer the graph doesn't name: can't replay
                 ok = False
-            made.setdefault(b, len(made))
-            return ("new", made[b], buffer_device(b), b.arg, b.dtype)
+            if b not in made:
+                made[b] = len(made)
+                specs.append((buffer_device(b), b.arg, b.dtype))
+            return ~made[b]
 
-        recipe = [(it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items]
-        out_ref = (ref(out_buf), view.shape)
+        recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items)
+        out_ref = ref(out_buf)
         if ok and sched.items:
-            _schedule_cache[(sig[0], device)] = (recipe, out_ref)
+            _schedule_cache[(sig[0], device)] = (recipe, tuple(specs), out_ref, view.shape)
     return sched.items, view

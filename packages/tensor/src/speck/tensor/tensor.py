@@ -89,10 +89,16 @@ _clone_counter = itertools.count()
 _RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF)), "counter": 0}
 
 
+# speck.tensor.realize.run_schedule and schedule.schedule_with_cache, bound on the first realize_all
+_run_schedule: Any = None
+_schedule_with_cache: Any = None
+
+
 class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
     __slots__ = ("uop", "_device", "_requires_grad", "grad", "__weakref__")
+    grad: Tensor | None
     training: bool = False
     no_grad: bool = False
 
@@ -234,8 +240,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        from speck.tensor.realize import run_schedule
-        from speck.tensor.schedule import schedule_with_cache
+        global _run_schedule, _schedule_with_cache
+        if _run_schedule is None:  # imported once here, not per call: realize() is the per-op hot path
+            from speck.tensor.realize import run_schedule
+            from speck.tensor.schedule import schedule_with_cache
+
+            _run_schedule, _schedule_with_cache = run_schedule, schedule_with_cache
+        run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
 
         pending = [t for t in tensors if base_buffer(t.uop) is None]
         if len(pending) == 1 and realized_cache.get(pending[0].uop) is None:

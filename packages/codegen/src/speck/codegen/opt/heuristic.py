@@ -1,6 +1,15 @@
 """The default CPU heuristic: vectorize the contiguous inner output dimension to fill a vector register (or, when
 the output has none, unroll the contiguous inner reduce dimension), and make sure the outermost GLOBAL range the
-CPU ABI slices across workers is not a tiny one."""
+CPU ABI slices across workers is not a tiny one.
+
+For the LLVM and C renderers, matmul-like reductions (an output axis contiguous in the store and in every load that
+varies along it, plus another output axis some load does not vary along) are register-blocked instead: the row axis
+is upcast by up to ROW_BLOCK and the contiguous column axis by up to two vector registers, so each reduce step loads
+a few broadcast scalars and two vectors and updates ROW_BLOCK x 2 vector accumulators. The column blocks' loop then
+goes outermost (it is what the CPU workers split) so one column stripe of the reused input stays in cache while every
+row block walks it. Reductions whose loads are strided along the contiguous output axis but contiguous along the
+reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector and UPCAST a few outputs instead of
+gathering lane by lane. Other renderers (notably "x86") keep the plain heuristic unchanged."""
 
 from __future__ import annotations
 
@@ -31,10 +40,72 @@ def _index_of(ix: UOp) -> UOp:
     return i.src[1] if i.op is Ops.WHERE else i
 
 
+# renderers that get the register-blocking path; everything else keeps the plain heuristic exactly
+BLOCKING_RENDERERS = frozenset({"llvm", "c"})
+ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
+MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
+
+
+def _depends(idx: UOp, r: UOp) -> bool:
+    return r in idx.toposort()
+
+
+def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] | None:
+    """Opts that register-block a matmul-like reduction (see the module docstring), or None when it isn't one."""
+    if renderer.name not in BLOCKING_RENDERERS or lanes < 2 or not reduce_axes(sink):
+        return None
+    stores = [u for u in sink.toposort() if u.op is Ops.STORE]
+    if len(stores) != 1:
+        return None
+    store_idx = _index_of(stores[0].src[0])
+    loads = [_index_of(u.src[0]) for u in sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    outs = output_axes(sink)
+    glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
+    # column axis: contiguous in the store, and every load either ignores it or is contiguous along it
+    col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
+    if col is None:
+        return None
+    c = outs[col]
+    if any(_depends(ix, c) and _stride(ix, c) != 1 for ix in loads):
+        return _row_reduce(sink, loads, col, c, lanes)
+    # row axis: another output axis some load ignores (so upcasting it reuses that load across rows)
+    rows = [i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]
+    if not rows:
+        return None
+    row = rows[-1]
+    ramt = _pow2_amount(const_size(outs[row]) or 1, ROW_BLOCK)
+    camt = _pow2_amount(const_size(c) or 1, 2 * lanes)
+    if ramt < 2 or camt < lanes:
+        return None
+    # the row upcast comes first so the column lanes are the innermost (contiguous) ones after expansion
+    opts = [Opt(OptOps.UPCAST, row, ramt), Opt(OptOps.UPCAST, col, camt)]
+    if len(glob) == 2 and col != glob[0] and (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
+        opts.append(Opt(OptOps.SWAP, glob[0], col))
+    return opts
+
+
+def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> list[Opt] | None:
+    """A reduction whose loads are strided along the contiguous output axis but contiguous along a reduce axis (row
+    sums/maxes, dot products against rows): vector loads along the reduce axis (UNROLL), a few outputs at once
+    (UPCAST, so the per-step horizontal combine fills a vector) instead of gathering lane by lane."""
+    reds = reduce_axes(sink)
+    for j in reversed(range(len(reds))):
+        r, n = reds[j], const_size(reds[j])
+        if n is None or not any(_stride(ix, r) == 1 for ix in loads):
+            continue
+        uamt = _pow2_amount(n, lanes)
+        if uamt < lanes:
+            return None
+        camt = _pow2_amount(const_size(c) or 1, ROW_BLOCK)
+        return ([Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []) + [Opt(OptOps.UNROLL, j, uamt)]
+    return None
+
+
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
-    """Opts for a CPU target: UPCAST the innermost contiguous output axis to the vector width of the output dtype,
-    else UNROLL the innermost contiguous reduce axis; SWAP a tiny outermost GLOBAL axis with a large one so the
-    worker split has something to divide."""
+    """Opts for a CPU target: register-block matmul-like reductions for the LLVM/C renderers (module docstring),
+    else UPCAST the innermost contiguous output axis to the vector width of the output dtype, else UNROLL the
+    innermost contiguous reduce axis; SWAP a tiny outermost GLOBAL axis with a large one so the worker split has
+    something to divide."""
     opts: list[Opt] = []
     stores = [u for u in sink.toposort() if u.op is Ops.STORE]
     if not stores:
@@ -43,6 +114,9 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     buf_dt = st.src[0].src[0].dtype
     assert isinstance(buf_dt, PtrDType)
     lanes = renderer.max_vec_lanes(buf_dt.base)
+    blocked = _register_blocking(sink, renderer, lanes)
+    if blocked is not None:
+        return blocked
     outs = output_axes(sink)
     store_idx = _index_of(st.src[0])
     if lanes > 1:

@@ -62,41 +62,60 @@ def _vregs(o: Operand) -> list[VReg]:
 
 def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
     """(defs, uses) of an instruction, including its implicit registers."""
+    # hot in both the copy-folding peephole and allocation: plain loops and single-class isinstance checks
     ops = inst.operands
-    defs: list[VReg] = list(v for v in inst.implicit_defs if isinstance(v, VReg))
-    uses: list[VReg] = list(v for v in inst.implicit_uses if isinstance(v, VReg))
+    defs: list[VReg] = [v for v in inst.implicit_defs if isinstance(v, VReg)] if inst.implicit_defs else []
+    uses: list[VReg] = [v for v in inst.implicit_uses if isinstance(v, VReg)] if inst.implicit_uses else []
     if not ops:
         return tuple(defs), tuple(uses)
-    first, rest = ops[0], ops[1:]
-    for o in rest:
-        uses += _vregs(o)
+    first = ops[0]
+    rest: list[VReg] = []
+    for o in ops[1:]:
+        if isinstance(o, VReg):
+            rest.append(o)
+        elif isinstance(o, Mem):
+            if isinstance(o.base, VReg):
+                rest.append(o.base)
+            if isinstance(o.index, VReg):
+                rest.append(o.index)
+    uses += rest
     if isinstance(first, VReg):
-        same = [v.id for o in ops for v in _vregs(o)]
-        if inst.op in ZEROING_IDIOMS and len(ops) >= 2 and all(v == first.id for v in same):
-            return tuple(defs + [first]), tuple(v for v in uses if v.id != first.id)
-        imul_rw = inst.op is X86Op.IMUL and len(ops) == 2
-        if inst.op in READS_ONLY or (inst.op is X86Op.IMUL and len(ops) == 1):
+        op = inst.op
+        fid = first.id
+        if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
+            defs.append(first)
+            return tuple(defs), tuple(v for v in uses if v.id != fid)
+        if op in READS_ONLY or (op is X86Op.IMUL and len(ops) == 1):
             uses.append(first)
-        elif inst.op in READS_AND_WRITES or imul_rw:
+        elif op in READS_AND_WRITES or (op is X86Op.IMUL and len(ops) == 2):
             uses.append(first)
             defs.append(first)
         else:
             defs.append(first)
-    else:
-        uses += _vregs(first)
+    elif isinstance(first, Mem):
+        if isinstance(first.base, VReg):
+            uses.append(first.base)
+        if isinstance(first.index, VReg):
+            uses.append(first.index)
     return tuple(defs), tuple(uses)
 
 
 def ra_view(item: Item) -> RAInstr:
     """Describe one item to the register allocator."""
+    if isinstance(item, Inst):
+        defs, uses = operand_roles(item)
+        return RAInstr(defs, uses, item.clobbers, copy=_is_copy(item))
     if isinstance(item, LoopBegin):
-        return RAInstr(marker="loop_begin")
+        return _RA_LOOP_BEGIN
     if isinstance(item, LoopEnd):
-        return RAInstr(marker="loop_end")
-    if isinstance(item, Label):
-        return RAInstr()
-    defs, uses = operand_roles(item)
-    return RAInstr(defs, uses, item.clobbers, copy=_is_copy(item))
+        return _RA_LOOP_END
+    return _RA_NOTHING  # a label
+
+
+# RAInstr is immutable: the register-free items share one description each
+_RA_LOOP_BEGIN = RAInstr(marker="loop_begin")
+_RA_LOOP_END = RAInstr(marker="loop_end")
+_RA_NOTHING = RAInstr()
 
 
 FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOVUPD, X86Op.VMOVDQU})
@@ -104,11 +123,17 @@ FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOV
 
 def _is_copy(inst: Inst) -> bool:
     """A whole-register copy (a 64-bit mov or a vector move between registers); 32-bit movs zero-extend, so are not."""
-    if len(inst.operands) != 2 or not all(isinstance(o, VReg | Reg) for o in inst.operands):
+    ops = inst.operands
+    if len(ops) != 2:
         return False
-    dst, src = inst.operands
-    assert isinstance(dst, VReg | Reg) and isinstance(src, VReg | Reg)
-    return (inst.op is X86Op.MOV and dst.size == src.size == 8) or (inst.op in FULL_COPIES and dst.size == src.size)
+    dst, src = ops
+    if not isinstance(dst, _REG_TYPES) or not isinstance(src, _REG_TYPES):
+        return False
+    op = inst.op
+    return (op is X86Op.MOV and dst.size == src.size == 8) or (op in FULL_COPIES and dst.size == src.size)
+
+
+_REG_TYPES = (VReg, Reg)
 
 
 @dataclass(frozen=True)
@@ -126,7 +151,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     alloc = allocate([ra_view(it) for it in items], X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
-    uses_ymm = any(isinstance(o, Reg | VReg) and o.size == 32 for it in items if isinstance(it, Inst)
+    uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
                    for o in it.operands) or any(v.vreg.cls == "vec" for rl in alloc.reloads for v in rl)  # fmt: skip
 
     def slot(offset: int, size: int | None) -> Mem:
@@ -139,45 +164,48 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
         r = phys(reg, 8)
         return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
 
+    def sub(o: Operand, regs: dict[int, str]) -> Operand:
+        if isinstance(o, VReg):
+            return phys(regs[o.id], o.size)
+        if isinstance(o, Mem):
+            b, x = o.base, o.index
+            if isinstance(b, VReg) or isinstance(x, VReg):
+                base = phys(regs[b.id], 8) if isinstance(b, VReg) else b
+                index = phys(regs[x.id], 8) if isinstance(x, VReg) else x
+                return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+            return o
+        if isinstance(o, IncomingStackArg):
+            if o.index < 6:
+                raise ValueError(f"IncomingStackArg({o.index}): arguments 0..5 arrive in registers")
+            return Mem(RSP, disp=frame + 8 * len(pushed) + 8 + 8 * (o.index - 6), size=o.size)
+        return o
+
     out: list[Inst | Label] = [Inst(X86Op.PUSH, (phys(r, 8),)) for r in pushed]
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
+    all_reloads, all_spills, all_regs = alloc.reloads, alloc.spills, alloc.regs
     for i, item in enumerate(items):
-        for rl in alloc.reloads[i]:
+        for rl in all_reloads[i]:
             out.append(move(True, rl.vreg.cls, rl.reg, rl.slot))
-        if isinstance(item, LoopBegin | LoopEnd):
+        if not isinstance(item, Inst):
+            if isinstance(item, Label):
+                out.append(item)
             continue
-        if isinstance(item, Label):
-            out.append(item)
-            continue
-        regs = alloc.regs[i]
-
-        def sub(o: Operand, regs: dict[int, str] = regs) -> Operand:
-            if isinstance(o, VReg):
-                return phys(regs[o.id], o.size)
-            if isinstance(o, IncomingStackArg):
-                if o.index < 6:
-                    raise ValueError(f"IncomingStackArg({o.index}): arguments 0..5 arrive in registers")
-                return Mem(RSP, disp=frame + 8 * len(pushed) + 8 + 8 * (o.index - 6), size=o.size)
-            if isinstance(o, Mem) and (isinstance(o.base, VReg) or isinstance(o.index, VReg)):
-                base = phys(regs[o.base.id], 8) if isinstance(o.base, VReg) else o.base
-                index = phys(regs[o.index.id], 8) if isinstance(o.index, VReg) else o.index
-                return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
-            return o
-
-        if item.op is X86Op.CALL and uses_ymm:
+        regs = all_regs[i]
+        op = item.op
+        if op is X86Op.CALL and uses_ymm:
             # avoid the AVX-SSE transition penalty in callees; no vector value survives a call, so this loses nothing
             out.append(Inst(X86Op.VZEROUPPER))
-        if item.op is X86Op.RET:
+        if op is X86Op.RET:
             if frame:
                 out.append(Inst(X86Op.ADD, (RSP, Imm(frame))))
             out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
             if uses_ymm:
                 out.append(Inst(X86Op.VZEROUPPER))
-        phys_inst = Inst(item.op, tuple(sub(o) for o in item.operands))
+        phys_inst = Inst(op, tuple([sub(o, regs) for o in item.operands]))
         if not (_is_copy(phys_inst) and phys_inst.operands[0] == phys_inst.operands[1]):  # coalesced copy
             out.append(phys_inst)
-        for sp in alloc.spills[i]:
+        for sp in all_spills[i]:
             out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 

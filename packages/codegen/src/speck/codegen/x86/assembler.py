@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speck.codegen.x86.encoder import EncodingError, Relocation, encode, fits_signed
+from speck.codegen.x86.encoder import Encoded, EncodingError, Relocation, encode, fits_signed
 from speck.codegen.x86.listing import ListingLine, render_listing
 from speck.codegen.x86.operands import Inst, Label, Operand
 from speck.codegen.x86.ops import JCC_OPS, X86Op
@@ -51,26 +51,31 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
             if item.name in seen:
                 raise EncodingError(f"assemble: label {item.name!r} is defined twice")
             seen.add(item.name)
-    fixed = {i: encode(it) for i, it in enumerate(items) if isinstance(it, Inst) and not _is_branch(it)
-             and not (it.op is X86Op.CALL and isinstance(it.operands[0], Label))}  # fmt: skip
+    fixed: dict[int, Encoded] = {}
     branches: dict[int, Label] = {}
+    sizes: list[int] = []  # bytes of each item in the current layout (labels 0)
+    label_at: dict[int, str] = {}
     for i, it in enumerate(items):
-        if _is_branch(it):
-            assert isinstance(it, Inst) and isinstance(it.operands[0], Label)
+        if isinstance(it, Label):
+            label_at[i] = it.name
+            sizes.append(0)
+        elif _is_branch(it):
+            assert isinstance(it.operands[0], Label)
             branches[i] = it.operands[0]
+            sizes.append(2)  # rel8 until proven out of reach
+        elif it.op is X86Op.CALL and isinstance(it.operands[0], Label):
+            sizes.append(5)
+        else:
+            enc = fixed[i] = encode(it)
+            sizes.append(len(enc.raw))
     long: set[int] = set()
     while True:
         pcs, labels, pc = [], {}, 0
-        for i, item in enumerate(items):
+        for size in sizes:
             pcs.append(pc)
-            if isinstance(item, Label):
-                labels[item.name] = pc
-            elif i in fixed:
-                pc += len(fixed[i].raw)
-            elif item.op is X86Op.CALL:
-                pc += 5
-            else:
-                pc += (6 if item.op in JCC_OPS else 5) if i in long else 2
+            pc += size
+        for i, name in label_at.items():
+            labels[name] = pcs[i]
         grown = False
         for i, target in branches.items():
             if i not in long:
@@ -78,6 +83,9 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
                     raise EncodingError(f"{items[i]!r}: label {target.name!r} is not defined")
                 if not fits_signed(labels[target.name] - (pcs[i] + 2), 8):
                     long.add(i)
+                    item = items[i]
+                    assert isinstance(item, Inst)
+                    sizes[i] = 6 if item.op in JCC_OPS else 5
                     grown = True
         if not grown:
             break

@@ -2,11 +2,13 @@
 
 The listing already holds the encoded bytes of every instruction plus the .rodata constants and relocations (see
 speck.codegen.x86.renderer), so compiling is reading them back and wrapping them with the ELF writer: no stage of
-the backend runs twice and nothing is cached on disk (it takes microseconds)."""
+the backend runs twice and nothing is cached on disk (it takes microseconds). A listing X86Renderer.render has just
+returned skips even that: the renderer leaves its object behind (`remember_object`) and compile hands it back."""
 
 from __future__ import annotations
 
 import re
+import threading
 
 from speck.codegen.compiler.base import CompileError, Compiler
 from speck.codegen.x86.elf_object import write_elf_object
@@ -42,6 +44,28 @@ def parse_listing(src: str) -> tuple[str, bytes, list[Relocation], bytes]:
     return name, bytes(code), relocs, rodata
 
 
+# Objects X86Renderer.render just built, keyed by the listing it returned: the usual render -> compile hand-over then
+# skips parsing the text back (the object is exactly what parsing would rebuild - the listing is its full description;
+# an edited listing is a different key and is parsed). A few entries suffice: compile follows render directly.
+_RECENT_LIMIT = 32
+_recent: dict[str, bytes] = {}
+_recent_lock = threading.Lock()
+
+
+def remember_object(listing: str, obj: bytes) -> None:
+    """Record the object `listing` describes, so compiling that listing returns it without parsing (bounded FIFO)."""
+    with _recent_lock:
+        _recent[listing] = obj
+        while len(_recent) > _RECENT_LIMIT:
+            del _recent[next(iter(_recent))]
+
+
+def recall_object(listing: str) -> bytes | None:
+    """The object remembered for exactly this listing text, or None."""
+    with _recent_lock:
+        return _recent.get(listing)
+
+
 class X86Compiler(Compiler):
     """Listing -> ELF object (see the module docstring). `disassemble(lib)` gives objdump's Intel listing."""
 
@@ -53,8 +77,11 @@ class X86Compiler(Compiler):
         return self.compile_uncached(src)
 
     def compile_uncached(self, src: str) -> bytes:
+        obj = recall_object(src)
+        if obj is not None:
+            return obj
         name, code, relocs, rodata = parse_listing(src)
         return write_elf_object(name, code, relocs, rodata)
 
 
-__all__ = ["X86Compiler", "parse_listing"]
+__all__ = ["X86Compiler", "parse_listing", "recall_object", "remember_object"]

@@ -117,10 +117,12 @@ def _legacy(
     x, b, modrm, rip_at = _modrm(reg_field, rm, inst)
     rex_w = size == 8 if w is None else w
     r = reg_field >> 3
-    # spl/bpl/sil/dil exist only with a REX prefix (without one, 4..7 name ah/ch/dh/bh)
-    byte_regs = any(isinstance(o, Reg) and o.kind == "gpr" and o.size == 1 and 4 <= o.num < 8 for o in inst.operands)
     rex = 0x40 | (rex_w << 3) | (r << 2) | (x << 1) | b
-    head = (b"\x66" if size == 2 else b"") + (bytes([rex]) if rex != 0x40 or byte_regs else b"") + opcode
+    # spl/bpl/sil/dil exist only with a REX prefix (without one, 4..7 name ah/ch/dh/bh)
+    need_rex = rex != 0x40 or any(
+        isinstance(o, Reg) and o.kind == "gpr" and o.size == 1 and 4 <= o.num < 8 for o in inst.operands
+    )
+    head = (b"\x66" if size == 2 else b"") + (bytes([rex]) if need_rex else b"") + opcode
     return _finish(inst, head, modrm, rip_at, imm, text)
 
 
@@ -182,14 +184,19 @@ def _is_rm(o: Operand) -> bool:
     return isinstance(o, Mem) or (isinstance(o, Reg) and o.kind == "gpr")
 
 
+_PHYSICAL = (Reg, Mem, Imm, Label, Sym)
+
+
 def _require(inst: Inst, ok: bool, expected: str) -> None:
     for o in inst.operands:
-        if not isinstance(o, Reg | Mem | Imm | Label | Sym):
+        if not isinstance(o, _PHYSICAL):
             raise EncodingError(
                 f"{inst!r}: operand {o!r} is not physical (a virtual register or stack argument); "
                 "run register allocation first"
             )
-        if isinstance(o, Mem) and not all(r is None or isinstance(r, Reg) for r in (o.base, o.index)):
+        if isinstance(o, Mem) and not (
+            (o.base is None or isinstance(o.base, Reg)) and (o.index is None or isinstance(o.index, Reg))
+        ):
             raise EncodingError(f"{inst!r}: {o!r} uses a virtual register; run register allocation first")
     if not ok:
         found = ", ".join(type(o).__name__ + ("" if not isinstance(o, Reg) else f"({o.name})") for o in inst.operands)
@@ -197,12 +204,12 @@ def _require(inst: Inst, ok: bool, expected: str) -> None:
 
 
 def _text(inst: Inst, mem_size: int | None, imm_bits: int) -> str:
-    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, Reg | Mem | Imm | Label | Sym)]
+    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, _PHYSICAL)]
     return format_instruction(inst.op.value, ops)
 
 
 def _rm(o: Operand) -> Reg | Mem:
-    assert isinstance(o, Reg | Mem), o
+    assert isinstance(o, (Reg, Mem)), o
     return o
 
 
@@ -377,13 +384,20 @@ class VexForm:
 
 
 def _kind_ok(tok: str, o: Operand) -> bool:
-    vec = isinstance(o, Reg) and o.kind == "vec"
-    g = isinstance(o, Reg) and o.kind == "gpr"
-    return {
-        "x": vec, "X": vec and getattr(o, "size", 0) == 16, "Y": vec and getattr(o, "size", 0) == 32,
-        "m": isinstance(o, Mem), "xm": vec or isinstance(o, Mem), "Xm": (vec and getattr(o, "size", 0) == 16)
-        or isinstance(o, Mem), "g": g, "gm": g or isinstance(o, Mem), "i": isinstance(o, Imm),
-    }[tok]  # fmt: skip
+    if isinstance(o, Reg):
+        if o.kind == "vec":
+            return tok in _VEC_TOKENS or (tok in _XMM_TOKENS and o.size == 16) or (tok == "Y" and o.size == 32)
+        return o.kind == "gpr" and tok in _GPR_TOKENS
+    if isinstance(o, Mem):
+        return tok in _MEM_TOKENS
+    return tok == "i" and isinstance(o, Imm)
+
+
+# operand kinds (see VexForm) each operand type satisfies; X/Xm also need an xmm, Y a ymm
+_VEC_TOKENS = frozenset({"x", "xm"})
+_XMM_TOKENS = frozenset({"X", "Xm"})
+_GPR_TOKENS = frozenset({"g", "gm"})
+_MEM_TOKENS = frozenset({"m", "xm", "Xm", "gm"})
 
 
 def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
@@ -399,7 +413,6 @@ def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
             f"{inst.op.name}: expected operands {expected} (x/X/Y: vector/xmm/ymm register, "
             f"m: memory, g: general register, i: imm8), got ({found})"
         )
-    _require(inst, True, "")
     widths = {o.size for t, o in zip(f.sig, ops) if t in ("x", "xm") and isinstance(o, Reg)}
     if len(widths) > 1:
         raise EncodingError(f"{inst!r}: vector operands mix xmm and ymm; use one width")
@@ -451,7 +464,7 @@ def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
         reg, vvvv, rm = f.ext, num(ops[0]), ops[1]
     else:
         raise AssertionError(enc)
-    assert isinstance(rm, Reg | Mem)
+    assert isinstance(rm, (Reg, Mem))
     return _vex(inst, f.pp, f.mmmmm, w, vl, f.opcode, reg, vvvv, rm, imm, text)
 
 
@@ -467,7 +480,7 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
     """
     op = inst.op
     if op in JCC_OPS or op in (X86Op.JMP, X86Op.CALL):
-        if len(inst.operands) != 1 or not isinstance(inst.operands[0], Label | Sym):
+        if len(inst.operands) != 1 or not isinstance(inst.operands[0], (Label, Sym)):
             raise EncodingError(f"{inst!r}: expected one Label (or Sym for call) operand")
         target = inst.operands[0]
         if isinstance(target, Sym):

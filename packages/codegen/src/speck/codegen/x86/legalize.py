@@ -42,14 +42,25 @@ pm_x86_legalize = PatternMatcher([
 def unsupported_dtype(u: UOp) -> DType | None:
     """The first value dtype of u (its result, or an operand of a comparison/cast/store) with no register class on
     x86-64, or None. Pointers are not values: a buffer of half is only a problem once something loads from it."""
-    dts = [u.dtype] + ([s.dtype for s in u.src] if u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST,
-                                                             Ops.BITCAST, Ops.STORE) else [])  # fmt: skip
-    for dt in dts:
-        if isinstance(dt, PtrDType) or dt == dtypes.void or dt.is_weak:
-            continue
-        if dt.scalar() not in SUPPORTED_SCALARS:
-            return dt
+    if _has_no_register(u.dtype):
+        return u.dtype
+    if u.op in _OPERAND_CHECKED:
+        for s in u.src:
+            if _has_no_register(s.dtype):
+                return s.dtype
     return None
+
+
+_OPERAND_CHECKED = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.STORE)
+_NO_REGISTER: dict[DType, bool] = {}  # DTypes are interned and immutable: decide each one once
+
+
+def _has_no_register(dt: DType) -> bool:
+    r = _NO_REGISTER.get(dt)
+    if r is None:
+        ok = isinstance(dt, PtrDType) or dt == dtypes.void or dt.is_weak or dt.scalar() in SUPPORTED_SCALARS
+        r = _NO_REGISTER[dt] = not ok
+    return r
 
 
 def legalize(uops: list[UOp], kernel: str) -> list[UOp]:

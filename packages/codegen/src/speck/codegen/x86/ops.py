@@ -13,6 +13,10 @@ from enum import Enum
 class X86Op(Enum):
     """One x86-64 machine instruction mnemonic (value = the Intel-syntax mnemonic)."""
 
+    # members are singletons compared by identity: hash them by identity too (C speed) instead of Enum's
+    # Python-level hash of the name - every set/table membership test in selection, allocation and encoding pays it
+    __hash__ = object.__hash__
+
     # integer data movement and arithmetic
     MOV = "mov"
     MOVABS = "movabs"

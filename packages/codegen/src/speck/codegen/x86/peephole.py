@@ -6,6 +6,8 @@ directly when that is safe."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.alloc import Item, operand_roles
 from speck.codegen.x86.operands import Inst, Mem, Operand
@@ -19,12 +21,14 @@ def fold_copies(items: list[Item]) -> list[Item]:
     defs_at: dict[int, frozenset[int]] = {}
     marks = [0]  # marks[i]: labels and loop markers before item i (a copy never folds across one)
     for i, it in enumerate(items):
-        marks.append(marks[-1] + (not isinstance(it, Inst)))
         if isinstance(it, Inst):
+            marks.append(marks[-1])
             defs, uses = operand_roles(it)
-            defs_at[i] = frozenset(v.id for v in defs)
-            for vid in defs_at[i] | {v.id for v in uses}:
-                occ.setdefault(vid, []).append(i)
+            d = defs_at[i] = frozenset([v.id for v in defs])
+            for vid in d.union([v.id for v in uses]):
+                occ.setdefault(vid, []).append(i)  # each list ascending: items are visited in order
+        else:
+            marks.append(marks[-1] + 1)
     drop: set[int] = set()
     rename: dict[int, VReg] = {}
     for i, it in enumerate(items):
@@ -44,7 +48,7 @@ def fold_copies(items: list[Item]) -> list[Item]:
         if src.id not in defs_at.get(first, frozenset()) or marks[i] != marks[first]:
             continue
         # D may be read by S's defining instruction (it reads before it writes) but not touched in between
-        if any(first < j < i or (j == first and dst.id in defs_at[first]) for j in occ.get(dst.id, [])):
+        if _touched(occ.get(dst.id, []), first, i, dst.id in defs_at[first]):
             continue
         rename[src.id] = dst
         drop.add(i)
@@ -55,15 +59,28 @@ def fold_copies(items: list[Item]) -> list[Item]:
         if i in drop:
             continue
         if isinstance(it, Inst):
-            it = Inst(it.op, tuple(_rename(o, rename) for o in it.operands), it.implicit_uses, it.implicit_defs,
-                      it.clobbers)  # fmt: skip
+            ops = tuple([_rename(o, rename) for o in it.operands])
+            # an instruction that names no renamed value is kept as it is (an equal copy would change nothing)
+            if any(a is not b for a, b in zip(ops, it.operands)):
+                it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
         out.append(it)
     return out
 
 
+def _touched(where: list[int], first: int, i: int, written_at_first: bool) -> bool:
+    """Whether an ascending occurrence list has an item strictly between first and i, or at first if written there."""
+    for j in where[bisect_left(where, first) :]:
+        if j == first:
+            if written_at_first:
+                return True
+            continue
+        return j < i  # the first occurrence after `first` decides
+    return False
+
+
 def _rename(o: Operand, m: dict[int, VReg]) -> Operand:
-    if isinstance(o, VReg) and o.id in m:
-        return m[o.id].sized(o.size)
+    if isinstance(o, VReg):
+        return m[o.id].sized(o.size) if o.id in m else o
     if isinstance(o, Mem) and (isinstance(o.base, VReg) and o.base.id in m or isinstance(o.index, VReg)
                                and o.index.id in m):  # fmt: skip
         base = m[o.base.id].sized(8) if isinstance(o.base, VReg) and o.base.id in m else o.base

@@ -34,11 +34,20 @@ CALL_CLOBBERS = frozenset(set(GPR.allocatable + GPR.scratch) - CALLEE_SAVED) | f
 
 def phys(name: str, size: int) -> Reg:
     """The encoder register for allocator register `name` used at `size` bytes."""
-    if name.startswith("xmm"):
-        return Reg("vec", int(name[3:]), size)
-    if name not in GPR64:
-        raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm15")
-    return Reg("gpr", GPR64.index(name), size)
+    # called for every register operand after allocation: Regs are immutable, so each (name, size) is built once
+    r = _PHYS.get((name, size))
+    if r is None:
+        if name.startswith("xmm"):
+            r = Reg("vec", int(name[3:]), size)
+        elif name not in GPR64:
+            raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm15")
+        else:
+            r = Reg("gpr", GPR64.index(name), size)
+        _PHYS[(name, size)] = r
+    return r
+
+
+_PHYS: dict[tuple[str, int], Reg] = {}
 
 
 def arg_vreg(index: int, vid: int, size: int = 8) -> VReg:

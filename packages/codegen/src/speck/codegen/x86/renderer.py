@@ -21,6 +21,7 @@ from speck.codegen.lower.devectorize import pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, kernel_name
 from speck.codegen.x86.alloc import allocate_function
 from speck.codegen.x86.assembler import Assembled, assemble
+from speck.codegen.x86.compiler import remember_object
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.legalize import legalize
 from speck.codegen.x86.select import select
@@ -96,7 +97,10 @@ class X86Renderer(Renderer):
 
     def render(self, uops: list[UOp]) -> str:
         """The kernel's listing (see the module docstring); `X86Compiler().compile(listing)` gives the object."""
-        return render_x86(uops).listing
+        r = render_x86(uops)
+        text = r.listing
+        remember_object(text, r.obj)  # compile(text) hands this object back instead of parsing the text
+        return text
 
 
 __all__ = ["X86Renderer", "X86Rendering", "X86_UNSUPPORTED", "render_x86"]

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import math
 
+from speck.tensor.dims import as_int
 from speck.tensor.tensor import Tensor
 from speck.uop import dtypes
 
 
 def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
     return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def _state(t: Tensor) -> Tensor:
+    """A realized, non-trainable state tensor (running statistics, counters)."""
+    out = t.contiguous().realize()
+    out.requires_grad = False
+    return out
 
 
 class Linear:
@@ -87,10 +95,12 @@ class BatchNorm:
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight: Tensor | None = Tensor.ones(sz) if affine else None
         self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
-        self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int32, requires_grad=False)
+        # realized now: assign() updates realized buffers in place (and TinyJit replays those updates); a lazy
+        # constant would only be rebound to a growing graph
+        self.num_batches_tracked = _state(Tensor.zeros(1, dtype=dtypes.int32))
         if track_running_stats:
-            self.running_mean = Tensor.zeros(sz, requires_grad=False)
-            self.running_var = Tensor.ones(sz, requires_grad=False)
+            self.running_mean = _state(Tensor.zeros(sz))
+            self.running_var = _state(Tensor.ones(sz))
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         axes = tuple(i for i in range(len(x.shape)) if i != 1)
@@ -104,7 +114,7 @@ class BatchNorm:
         if is_training() or not self.track_running_stats:
             mean, var = self.calc_stats(x)
             if is_training() and self.track_running_stats:
-                n = x.numel() / x.shape[1]
+                n = as_int(x.numel()) / as_int(x.shape[1])
                 self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)
                 unbiased = var.detach() * (n / max(n - 1, 1))
                 self.running_var.assign(self.running_var * (1 - self.momentum) + unbiased * self.momentum)
@@ -132,7 +142,9 @@ class LayerNorm:
         if tuple(x.shape[-len(self.normalized_shape) :]) != tuple(self.normalized_shape):
             raise RuntimeError(f"LayerNorm over {self.normalized_shape} got input of shape {x.shape}")
         y = x.layernorm(self.axis, self.eps)
-        return y if self.weight is None else y * self.weight + self.bias
+        if self.weight is None or self.bias is None:
+            return y if self.weight is None else y * self.weight
+        return y * self.weight + self.bias
 
 
 class LayerNorm2d(LayerNorm):

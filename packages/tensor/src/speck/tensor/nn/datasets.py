@@ -27,7 +27,7 @@ MIRRORS = {
     "fashion-mnist": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],
 }
 # IDX element types (the third byte of the magic number) -> numpy dtype (IDX data is big-endian)
-IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+IDX_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 class DatasetError(RuntimeError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from speck.tensor.dims import as_int
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -26,6 +27,11 @@ class Optimizer:
         if not self.params:
             raise RuntimeError("optimizer got no parameters that require gradients; pass model parameters")
         self.buffers = [p for p in params if not p.requires_grad]
+        # parameters must live in buffers of their own: assign() then updates them in place, and a TinyJit capture
+        # of the step sees the same kernels on every call (a lazy initialiser would be folded into the first one)
+        for p in self.params:
+            if not _owns_buffer(p):
+                p.uop = p.contiguous().realize().uop
         self.lr = Tensor([lr], dtype=dtypes.float32, requires_grad=False).contiguous().realize()
 
     def zero_grad(self) -> None:
@@ -65,6 +71,22 @@ class Optimizer:
     def _lr(self, dtype: DType) -> Tensor:
         """The learning rate as a 0-d tensor of dtype (so it broadcasts to any parameter shape, 0-d included)."""
         return self.lr.reshape(()).cast(dtype)
+
+
+def _owns_buffer(t: Tensor) -> bool:
+    """t is a whole realized buffer (possibly reshaped), so assign() updates it in place."""
+    from speck.tensor.schedule import base_buffer, view_offset
+    from speck.uop import Ops
+
+    bb = base_buffer(t.uop)
+    if bb is None or view_offset(t.uop) != 0 or int(bb.arg) != as_int(t.numel()):
+        return False
+    u = t.uop
+    while u.op is not Ops.BUFFER:
+        if u.op is not Ops.RESHAPE:
+            return False
+        u = u.src[0]
+    return True
 
 
 def _grad(p: Tensor) -> Tensor:
@@ -216,7 +238,7 @@ class Muon(Optimizer):
             b = self.b[i] * self.momentum + g
             up = g + b * self.momentum if self.nesterov else b
             if len(p.shape) == 2:
-                up = newton_schulz(up, self.ns_steps) * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
+                up = newton_schulz(up, self.ns_steps) * math.sqrt(max(1.0, as_int(p.shape[0]) / as_int(p.shape[1])))
             pf = p.detach().float()
             # decoupled weight decay: p*(1 - lr*wd) - lr*up == p - lr*(up + wd*p)
             new = pf - lr * (up + pf * self.wd) if self.wd else pf - lr * up

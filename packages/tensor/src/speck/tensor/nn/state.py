@@ -26,7 +26,7 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
     while stack:
         path, o = stack.pop()
         if isinstance(o, tensor_type):
-            out[path] = o
+            out[path] = o  # type: ignore[assignment]  # tensor_type is Tensor or a subclass
             continue
         if id(o) in seen or isinstance(o, (str, bytes, int, float, bool, type(None), np.ndarray)):
             continue
@@ -69,8 +69,8 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool =
         if unexpected:
             parts.append(f"unexpected keys: {unexpected}")
         if mismatched:
-            parts.append("shape mismatch: " + ", ".join(
-                f"{k} model {tuple(model_sd[k].shape)} vs state {tuple(state_dict[k].shape)}" for k in mismatched))  # fmt: skip
+            shapes = [f"{k} model {tuple(model_sd[k].shape)} vs state {tuple(state_dict[k].shape)}" for k in mismatched]
+            parts.append("shape mismatch: " + ", ".join(shapes))
         raise RuntimeError("load_state_dict failed; " + "; ".join(parts) + (
             "" if mismatched else " (pass strict=False to load what matches)"))  # fmt: skip
     loaded = []
@@ -92,7 +92,7 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool =
 def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
               ) -> None:  # fmt: skip
     """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
-    arrays = {name: t.contiguous().numpy() for name, t in tensors.items()}
+    arrays = {name: _raw_numpy(t) for name, t in tensors.items()}
     entries = {name: (tensors[name].dtype, tuple(a.shape), a.nbytes) for name, a in arrays.items()}
     header, _ = encode_header(entries, metadata)
     p = pathlib.Path(path)
@@ -104,17 +104,26 @@ def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metad
     tmp.replace(p)
 
 
+def _raw_numpy(t: Tensor) -> np.ndarray:
+    """t's values as numpy; dtypes numpy lacks (bfloat16, fp8) come out as their raw bits (uint16/uint8)."""
+    if t.dtype.fmt is None:
+        return t.contiguous().bitcast(dtypes.uint16 if t.dtype.itemsize == 2 else dtypes.uint8).numpy()
+    return t.contiguous().numpy()
+
+
 def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
     """Load a safetensors file. The file is memory-mapped through the DISK device (speck.hcq) and each tensor is
     read from a zero-copy view of the mapping straight into a buffer on `device` (default device if None)."""
     from speck.hcq import Buffer
 
-    entries, _, size = read_header(path)
+    entries, _, size = read_header(os.fspath(path))
     disk = Buffer(f"DISK:{os.fspath(path)}", size, np.uint8)
     out = {}
     for name, e in entries.items():
         if e.dtype.fmt is None:  # bfloat16/fp8: no numpy type; read the bits and bitcast on the device
-            raw = disk.view(e.nbytes, np.uint16 if e.dtype.itemsize == 2 else np.uint8, e.offset).numpy()
+            raw = disk.view(
+                e.nbytes // e.dtype.itemsize, np.uint16 if e.dtype.itemsize == 2 else np.uint8, e.offset
+            ).numpy()
             bits = Tensor(raw.reshape(e.shape), device=device)
             out[name] = bits.bitcast(e.dtype)
         else:
@@ -125,7 +134,7 @@ def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[s
 
 def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """The header of a safetensors file: entries (name, dtype, shape, offsets) and the metadata strings."""
-    entries, metadata, _ = read_header(path)
+    entries, metadata, _ = read_header(os.fspath(path))
     return entries, metadata
 
 

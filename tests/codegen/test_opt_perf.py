@@ -1,0 +1,180 @@
+"""The CPU heuristic's register blocking for matmul-like reductions (LLVM and C renderers): the opts it picks keep
+results equal to the unoptimized kernel (interpreter before/after, and the LLVM-compiled kernel), the blocked
+kernel's inner loop uses full-width vector loads/stores with only per-row broadcast scalars, shapes that are not
+multiples of the block fall back to smaller blocks, and the x86 renderer keeps the plain heuristic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import assert_same, run_ast, run_prog
+from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.opt import Opt, OptOps, hand_coded_optimizations, opt_base
+from speck.codegen.pipeline import full_rewrite_to_sink
+from speck.codegen.renderer import Renderer
+from speck.codegen.renderer.cstyle import ClangRenderer
+from speck.codegen.renderer.llvmir import LLVMRenderer
+from speck.codegen.x86.renderer import X86Renderer
+from speck.uop import AxisType, Context, Ops, UOp, dtypes
+from test_render_c_llvm_exec import call, compile_llvm, global_extent
+
+
+def matmul(n: int, k: int, m: int, transposed_b: bool = False, bias: bool = False, batch: int = 0) -> UOp:
+    """out[(b,)i,j] = sum_r a[(b,)i,r] * b[(b,)r,j] (b[(b,)j,r] when transposed_b) (+ c[(b,)i,j] when bias)."""
+    i, j, r = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(m, 1, AxisType.GLOBAL), UOp.range(k, 2, AxisType.REDUCE)
+    bo = UOp.range(batch, 3, AxisType.GLOBAL) if batch else None
+    nb = max(batch, 1)
+
+    def off(size: int) -> UOp | int:
+        return bo * size if bo is not None else 0
+
+    a = UOp.param(1, dtypes.float32.ptr(nb * n * k)).index(off(n * k) + i * k + r).load()
+    bidx = j * k + r if transposed_b else r * m + j
+    b = UOp.param(2, dtypes.float32.ptr(nb * k * m)).index(off(k * m) + bidx).load()
+    val = (a * b).reduce(r, op=Ops.ADD)
+    out_idx = off(n * m) + i * m + j
+    if bias:
+        val = val + UOp.param(3, dtypes.float32.ptr(nb * n * m)).index(out_idx).load()
+    out = UOp.param(0, dtypes.float32.ptr(nb * n * m))
+    ends = (bo, i, j) if bo is not None else (i, j)
+    return UOp.sink(out.index(out_idx).store(val).end(*ends), arg=KernelInfo(name="mm"))
+
+
+def bufs(ast: UOp, seed: int = 0) -> list[np.ndarray]:
+    params = sorted({u.arg: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = []
+    for slot, p in params:
+        size = p.dtype.size  # type: ignore[attr-defined]
+        out.append(np.zeros(size, np.float32) if slot == 0 else rng.standard_normal(size).astype(np.float32))
+    return out
+
+
+def heuristic(ast: UOp, renderer: Renderer) -> list[Opt]:
+    return hand_coded_optimizations(opt_base(ast), renderer)
+
+
+def check_preserved(ast: UOp, renderer: Renderer, seed: int = 0) -> list[UOp]:
+    """The heuristic's program computes what the unoptimized AST computes (interpreter before/after)."""
+    inputs = bufs(ast, seed)
+    want = run_ast(ast, inputs, {})
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast, renderer)
+    assert_same(want, run_prog(uops, inputs, {}), dtypes.float32, exact=False)
+    return uops
+
+
+@pytest.mark.parametrize("renderer", [LLVMRenderer(max_vector_bytes=32), ClangRenderer()], ids=["llvm", "c"])
+def test_matmul_is_register_blocked(renderer: Renderer) -> None:
+    # 4 rows x 16 columns (two 8-float vectors), column blocks outermost: 64/16 = 4 blocks is too few to swap
+    assert heuristic(matmul(64, 32, 256), renderer) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16),
+                                                        Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(64, 32, 64), renderer) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
+
+
+@pytest.mark.parametrize(
+    "shape,want",
+    [((6, 5, 24), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 8)]),  # 6 rows: pairs; 24 cols: one vector
+     ((7, 5, 16), None),  # odd row count: no row block, plain vectorization
+     ((8, 3, 12), None)],  # 12 columns: less than a vector, plain heuristic
+)  # fmt: skip
+def test_block_sizes_shrink_for_non_multiples(shape: tuple[int, int, int], want: list[Opt] | None) -> None:
+    ast = matmul(*shape)
+    r = LLVMRenderer(max_vector_bytes=32)
+    got = heuristic(ast, r)
+    if want is not None:
+        assert got == want
+    else:
+        assert not any(o.op is OptOps.UPCAST and o.axis == 0 for o in got)
+    check_preserved(ast, r)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"bias": True}, {"batch": 3}, {"transposed_b": True}],
+    ids=["plain", "bias", "batched", "transposed_b"],
+)  # fmt: skip
+def test_heuristic_preserves_matmul_results(kw: dict[str, bool | int]) -> None:
+    ast = matmul(8, 7, 32, **kw)  # type: ignore[arg-type]
+    for r in (LLVMRenderer(max_vector_bytes=32), ClangRenderer()):
+        check_preserved(ast, r)
+
+
+def test_transposed_b_is_not_blocked_into_gathers() -> None:
+    # b[j*K + r] is strided along the output's contiguous axis: blocking would gather it lane by lane, so the reduce
+    # axis (contiguous in both loads) is unrolled by a vector instead, with 4 outputs at a time
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = matmul(8, 16, 32, transposed_b=True)
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 8)]
+    uops = check_preserved(ast, r)
+    assert not any(u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].src[0].op is Ops.PARAM for u in uops)
+    # a reduce too short for a vector keeps the plain heuristic
+    assert not any(o.op is OptOps.UNROLL for o in heuristic(matmul(8, 7, 32, transposed_b=True), r))
+
+
+def rowsum(n: int, k: int, op: Ops) -> UOp:
+    i, r = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(k, 1, AxisType.REDUCE)
+    x = UOp.param(1, dtypes.float32.ptr(n * k)).index(i * k + r).load()
+    out = UOp.param(0, dtypes.float32.ptr(n))
+    return UOp.sink(out.index(i).store((x * x).reduce(r, op=op)).end(i), arg=KernelInfo(name="rowsum"))
+
+
+@given(n=st.integers(1, 12), k=st.sampled_from([8, 16, 24, 40]), op=st.sampled_from([Ops.ADD, Ops.MAX]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+@settings(max_examples=10)
+def test_row_reductions_unroll_the_contiguous_reduce(n: int, k: int, op: Ops, seed: int) -> None:
+    ast = rowsum(n, k, op)
+    r = LLVMRenderer(max_vector_bytes=32)
+    assert Opt(OptOps.UNROLL, 0, 8) in heuristic(ast, r)
+    check_preserved(ast, r, seed)
+
+
+@given(n=st.integers(1, 12), k=st.integers(1, 20), m=st.integers(1, 40), seed=st.integers(0, 2**16))
+@settings(max_examples=10)
+def test_any_transposed_matmul_shape_keeps_its_result(n: int, k: int, m: int, seed: int) -> None:
+    check_preserved(matmul(n, k, m, transposed_b=True), LLVMRenderer(max_vector_bytes=32), seed)
+
+
+@given(n=st.integers(1, 12), k=st.integers(1, 6), m=st.integers(1, 40), seed=st.integers(0, 2**16))
+@settings(max_examples=15)
+def test_any_matmul_shape_keeps_its_result(n: int, k: int, m: int, seed: int) -> None:
+    check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=32), seed)
+
+
+def test_blocked_inner_loop_is_vector_loads_and_broadcasts() -> None:
+    uops = check_preserved(matmul(16, 8, 256), LLVMRenderer(max_vector_bytes=32))
+    # the innermost loop is the reduce: between its RANGE and END only 8-wide loads of b and one scalar of a per row
+    start = max(i for i, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE)
+    stop = next(i for i, u in enumerate(uops) if u.op is Ops.END and u.src[-1] is uops[start])
+    mem = [u for u in uops[start:stop] if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert sorted(u.dtype.count for u in mem) == [1, 1, 1, 1, 8, 8]
+    stores = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
+    assert len(stores) == 8 and all(s.src[1].dtype.count == 8 for s in stores)
+
+
+def test_blocked_matmul_runs_compiled_with_llvm() -> None:
+    ast = matmul(32, 24, 128)
+    r = LLVMRenderer(max_vector_bytes=32)
+    inputs = bufs(ast, 1)
+    want = run_ast(ast, inputs, {})
+    uops = full_rewrite_to_sink(ast, r)
+    assert uops[-1].arg.applied_opts == (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1))
+    src = r.render(uops)
+    assert "<8 x float>" in src and "load <8 x float>" in src and "store <8 x float>" in src
+    addr, keep = compile_llvm(src, "mm")
+    got = [b.copy() for b in inputs]
+    ext = global_extent(uops, {})
+    call(addr, uops, got, {}, (0, ext // 2))  # two worker slices, as the CPU runtime splits it
+    call(addr, uops, got, {}, (ext // 2, ext))
+    assert_same(want, got[0], dtypes.float32, exact=False)
+    del keep
+
+
+def test_x86_renderer_keeps_the_plain_heuristic() -> None:
+    # the x86 backend relies on the heuristic as it was: one vector-width upcast of the contiguous output axis
+    assert heuristic(matmul(64, 32, 256), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
+    assert heuristic(matmul(8, 16, 32, transposed_b=True), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
+    assert heuristic(rowsum(16, 16, Ops.ADD), X86Renderer()) == [Opt(OptOps.UPCAST, 0, 8)]

@@ -1,0 +1,174 @@
+"""Model state: get_state_dict/get_parameters discovery, load_state_dict (strict errors name the keys), and the
+safetensors round trip (bit-exact for every dtype, header readable by an independent parser)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, dtypes, nn
+from speck.tensor.nn.safetensors import SafetensorsError
+from speck.tensor.nn.state import (
+    get_parameters,
+    get_state_dict,
+    load_state_dict,
+    safe_load,
+    safe_load_metadata,
+    safe_save,
+)
+
+
+class Small:
+    def __init__(self) -> None:
+        self.fc = nn.Linear(3, 2)
+        self.bn = nn.BatchNorm(2)
+        self.blocks = [nn.Linear(2, 2, bias=False), {"emb": nn.Embedding(4, 2)}]
+
+
+def test_state_dict_keys_and_parameters() -> None:
+    m = Small()
+    sd = get_state_dict(m)
+    assert set(sd) == {"fc.weight", "fc.bias", "bn.weight", "bn.bias", "bn.num_batches_tracked", "bn.running_mean",
+                       "bn.running_var", "blocks.0.weight", "blocks.1.emb.weight"}  # fmt: skip
+    assert sd["fc.weight"] is m.fc.weight and sd["blocks.1.emb.weight"] is m.blocks[1]["emb"].weight  # type: ignore[index]
+    params = get_parameters(m)
+    assert len(params) == len(sd) and all(any(p is t for t in sd.values()) for p in params)
+    shared = {"a": m.fc.weight, "b": m.fc.weight}
+    assert len(get_parameters(shared)) == 1
+
+
+def test_load_state_dict_copies_values() -> None:
+    a, b = Small(), Small()
+    load_state_dict(b, get_state_dict(a))
+    for k, t in get_state_dict(a).items():
+        np.testing.assert_array_equal(get_state_dict(b)[k].numpy(), t.numpy(), err_msg=k)
+
+
+def test_load_state_dict_casts_dtype() -> None:
+    m = nn.Linear(2, 2)
+    load_state_dict(m, {"weight": Tensor(np.array([[1, 2], [3, 4]], dtype=np.float16)), "bias": Tensor([0.5, 1.5])})
+    assert m.weight.dtype == dtypes.float32
+    np.testing.assert_array_equal(m.weight.numpy(), [[1, 2], [3, 4]])
+
+
+def test_load_state_dict_errors_name_keys() -> None:
+    m = nn.Linear(3, 2)
+    good = {"weight": Tensor.zeros(2, 3), "bias": Tensor.zeros(2)}
+    with pytest.raises(RuntimeError, match=r"missing keys: \['bias'\]"):
+        load_state_dict(m, {"weight": good["weight"]})
+    with pytest.raises(RuntimeError, match=r"unexpected keys: \['extra'\]"):
+        load_state_dict(m, {**good, "extra": Tensor.zeros(1)})
+    with pytest.raises(RuntimeError, match=r"shape mismatch: weight model \(2, 3\) vs state \(3, 2\)"):
+        load_state_dict(m, {**good, "weight": Tensor.zeros(3, 2)})
+    with pytest.raises(RuntimeError) as ei:
+        load_state_dict(m, {"weight": Tensor.zeros(2, 2), "zzz": Tensor.zeros(1)})
+    msg = str(ei.value)
+    assert "bias" in msg and "zzz" in msg and "weight" in msg
+    # non-strict loads what matches and reports what it skipped; a shape mismatch is always an error
+    missing = load_state_dict(m, {"weight": Tensor.ones(2, 3), "extra": Tensor.zeros(1)}, strict=False)
+    assert missing == ["bias"]
+    np.testing.assert_array_equal(m.weight.numpy(), np.ones((2, 3)))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        load_state_dict(m, {"weight": Tensor.zeros(1, 3)}, strict=False)
+
+
+ROUND_TRIP = [
+    (np.float32, (2, 3)), (np.float16, (4,)), (np.float64, ()), (np.int8, (3, 1)), (np.uint8, (5,)),
+    (np.int16, (2, 2)), (np.int32, (3,)), (np.int64, (2,)), (np.uint32, (2,)), (np.bool_, (2, 2)), (np.float32, (0, 3)),
+]  # fmt: skip
+
+
+def _values(dt: type, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dt is np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, shape, dtype=np.int64 if info.min < 0 else np.uint64).astype(dt)
+    x = rng.standard_normal(shape).astype(dt)
+    if x.size:  # specials survive bit-exactly
+        x.reshape(-1)[0] = np.inf if x.size > 1 else -0.0
+    return x
+
+
+def test_safetensors_round_trip_exact(tmp_path: pathlib.Path) -> None:
+    arrays = {f"t{i}.{np.dtype(dt).name}": _values(dt, sh, i) for i, (dt, sh) in enumerate(ROUND_TRIP)}
+    path = tmp_path / "m.safetensors"
+    safe_save({k: Tensor(v) for k, v in arrays.items()}, path, {"note": "hi"})
+    loaded = safe_load(path)
+    assert list(loaded) == list(arrays)
+    for k, v in arrays.items():
+        got = loaded[k].numpy()
+        assert got.dtype == v.dtype and got.shape == v.shape, k
+        assert got.tobytes() == v.tobytes(), k
+    entries, meta = safe_load_metadata(path)
+    assert meta == {"note": "hi"}
+    assert entries["t0.float32"].shape == (2, 3)
+
+
+def test_safetensors_bfloat16_round_trip(tmp_path: pathlib.Path) -> None:
+    bits = np.array([0x3F80, 0xC000, 0x7F80, 0x0001, 0x4049], dtype=np.uint16)  # 1, -2, inf, tiny subnormal, ~3.14
+    t = Tensor(bits).bitcast(dtypes.bfloat16)
+    path = tmp_path / "bf16.safetensors"
+    safe_save({"w": t}, path)
+    back = safe_load(path)["w"]
+    assert back.dtype == dtypes.bfloat16 and back.shape == (5,)
+    np.testing.assert_array_equal(back.bitcast(dtypes.uint16).numpy(), bits)
+    # values: bfloat16 is the top half of a float32
+    np.testing.assert_array_equal(back.float().numpy(), (bits.astype(np.uint32) << 16).view(np.float32))
+
+
+def test_safetensors_file_layout(tmp_path: pathlib.Path) -> None:
+    """Parse the written file by hand: the format is a u64 LE header length, JSON, then the raw bytes."""
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8], dtype=np.int64)
+    path = tmp_path / "x.safetensors"
+    safe_save({"a": Tensor(a), "b": Tensor(b)}, path)
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert (8 + n) % 8 == 0
+    header = json.loads(raw[8 : 8 + n])
+    data = raw[8 + n :]
+    assert header["a"]["dtype"] == "F32" and header["a"]["shape"] == [2, 3]
+    assert header["b"]["dtype"] == "I64"
+    s, e = header["a"]["data_offsets"]
+    assert data[s:e] == a.tobytes()
+    s, e = header["b"]["data_offsets"]
+    assert data[s:e] == b.tobytes()
+    assert not (tmp_path / "x.safetensors.tmp").exists()
+
+
+def test_safetensors_save_lazy_and_view_tensors(tmp_path: pathlib.Path) -> None:
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    path = tmp_path / "v.safetensors"
+    safe_save({"t": x.T[1:, ::2] * 2}, path)
+    np.testing.assert_array_equal(
+        safe_load(path)["t"].numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T[1:, ::2] * 2
+    )
+
+
+def test_safetensors_corrupt_files(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.safetensors"
+    safe_save({"a": Tensor(np.arange(8, dtype=np.float32))}, path)
+    raw = path.read_bytes()
+    (tmp_path / "trunc.safetensors").write_bytes(raw[:-4])
+    with pytest.raises(SafetensorsError, match="trunc.safetensors.*truncated"):
+        safe_load(tmp_path / "trunc.safetensors")
+    (tmp_path / "short.safetensors").write_bytes(raw[:5])
+    with pytest.raises(SafetensorsError, match="too short"):
+        safe_load(tmp_path / "short.safetensors")
+    (tmp_path / "json.safetensors").write_bytes(raw[:8] + b"{" * (len(raw) - 8))
+    with pytest.raises(SafetensorsError, match="not valid JSON"):
+        safe_load_metadata(tmp_path / "json.safetensors")
+
+
+def test_model_save_load_round_trip(tmp_path: pathlib.Path) -> None:
+    a, b = Small(), Small()
+    path = tmp_path / "model.safetensors"
+    safe_save(get_state_dict(a), path)
+    load_state_dict(b, safe_load(path))
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32))
+    np.testing.assert_array_equal(b.fc(x).numpy(), a.fc(x).numpy())

@@ -1,0 +1,44 @@
+"""Training smoke test: the examples/train.py job (Adam under TinyJit, evaluation, safetensors save) learns
+Fashion-MNIST from a 6k-image subset in 60 steps.
+
+It trains the 784-128-10 MLP of examples/train.py, not the classic CNN: on this 2-core machine the CNN's kernels
+take minutes to compile (one backward kernel alone took over 4 minutes), far beyond a CI test's budget. The CNN
+itself is exercised by the layer and gradient tests (conv, batch-norm, max-pool) and by `speck-train`."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from speck.tensor.examples import train
+from speck.tensor.nn.datasets import mnist
+from speck.tensor.nn.state import get_state_dict, load_state_dict, safe_load
+
+FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
+
+
+# CI installs Debian's dataset-fashion-mnist (the README test command does), so there this test always runs
+@pytest.mark.slow
+@pytest.mark.skipif(not FASHION.is_dir() and not os.environ.get("CI"), reason="dataset-fashion-mnist not installed")
+def test_train_mlp_learns_fashion_mnist(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "w.safetensors"
+    args = ["--model", "mlp", "--steps", "60", "--batch", "128", "--lr", "0.003", "--train-subset", "6000",
+            "--test-subset", "1000", "--out", str(out), "--seed", "0", "--quiet"]  # fmt: skip
+    acc = train.main(args)
+    assert acc > 0.75, f"test accuracy {acc:.3f} after 60 steps; expected > 0.75"
+    assert "test accuracy" in capsys.readouterr().out
+    # the saved weights are the model's state dict and reproduce its test accuracy
+    saved = safe_load(out)
+    model = train.MLP()
+    assert set(saved) == set(get_state_dict(model))
+    load_state_dict(model, saved)
+    _, _, x_test, y_test = mnist(fashion=True)
+    pred = model(x_test[:1000].float() * (1 / 255.0) - 0.5).argmax(axis=1).numpy()
+    assert (pred == y_test[:1000].numpy()).mean() == pytest.approx(acc)
+
+
+def test_train_rejects_unknown_model() -> None:
+    with pytest.raises(SystemExit):
+        train.main(["--model", "resnet"])
