@@ -263,6 +263,7 @@ def test_masked_grad() -> None:
     gradcheck(lambda x: m.where(x, 0.0) + x.masked_fill(m, 1.5), away((2, 3), 4))
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**16), k=st.integers(1, 3))
 @FEW
 def test_composite_grad(seed: int, k: int) -> None:

@@ -30,6 +30,7 @@ def test_conv2d_grad(case: tuple[Any, ...]) -> None:
     gradcheck(lambda x, w, b: x.conv2d(w, b, groups=groups, stride=stride, dilation=dilation, padding=padding), x, w, b)
 
 
+@pytest.mark.slow
 @given(stride=st.sampled_from([1, 2]), padding=st.sampled_from([0, 1]), dilation=st.sampled_from([1, 2]),
        groups=st.sampled_from([1, 2]), seed=st.integers(0, 1000))  # fmt: skip
 @FEW
@@ -114,6 +115,7 @@ def test_sdpa_grad() -> None:
               away((2, 2), 31))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_embedding_lstm_grad() -> None:
     idx = Tensor(np.array([[1, 0], [3, 1]], dtype=np.int32))
 
