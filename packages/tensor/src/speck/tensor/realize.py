@@ -1,8 +1,8 @@
 """The realize engine: runs a schedule (kernels and copies) on speck.hcq buffers and keeps the counters.
 
 Each kernel AST is compiled once per (device, AST key) through speck.codegen's `to_program` and the device's
-runtime; when codegen can't compile a kernel for the device (or is not installed far enough yet) the kernel runs
-through the numpy evaluator in speck.tensor.npeval on zero-copy views of the same buffers."""
+runtime. A kernel codegen can't compile is an error; with SPECK_NUMPY_FALLBACK=1 it runs instead through the numpy
+evaluator in speck.tensor.npeval on zero-copy views of the same buffers (a debugging aid)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,9 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
 # keyed by the AST node itself: ASTs are hash-consed, so rebuilding the same kernel gives the same object and the
 # lookup is a dict hit (the cache keeps the AST alive); the content hash `ast.key` is for on-disk caches
 _program_cache: dict[tuple[str, UOp], Any] = {}
-COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 1)  # 0: a codegen failure is an error instead of a fallback
+# 1: when codegen can't compile a kernel, run it through the numpy evaluator instead of raising. Off by default so
+# a codegen gap is a visible error, never a silently slow (or differently rounded) result.
+COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 0)
 USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
 NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
 
@@ -144,7 +146,7 @@ def _compile(ast: UOp, device: str) -> Any:
     if USE_CODEGEN:
         try:
             prog = _compile_codegen(ast, device)
-        except Exception as e:  # codegen is still growing: fall back, but say why under DEBUG
+        except Exception as e:  # opt-in fallback (SPECK_NUMPY_FALLBACK=1), said under DEBUG
             if not COMPILE_FALLBACK:
                 raise
             if DEBUG >= 1:

@@ -619,7 +619,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
             from speck.tensor import realize
 
-            if realize.CAPTURE is not None and nb is not bb:  # TinyJit replays this as a copy nb -> bb (the buffers then differ)
+            # TinyJit replays this swap as a copy nb -> bb (it gives nb storage of its own again)
+            if realize.CAPTURE is not None and nb is not bb:
                 realize.CAPTURE.append(("assign", (bb, nb)))
         realized_cache.clear()  # graphs computed from the old values are stale
         return self

@@ -106,7 +106,8 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
         if end - start != numel * dt.itemsize or start < 0 or base + end > size:
             raise SafetensorsError(
                 f"{p}: tensor {name!r} ({info['dtype']} {list(shape)}) claims bytes [{start}, {end}) of the data "
-                f"section, which needs {numel * dt.itemsize} bytes within {size - base}; the file is corrupt or truncated"
+                f"section, which needs {numel * dt.itemsize} bytes within {size - base}; the file is corrupt or "
+                "truncated"
             )
         entries[name] = TensorEntry(name, dt, shape, base + start, end - start)
     return entries, dict(metadata), size
