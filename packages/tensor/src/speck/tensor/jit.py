@@ -75,11 +75,19 @@ class TinyJit(Generic[R]):
         # second call: capture every kernel the call runs
         captured: list[tuple[str, Any]] = []
         realize.CAPTURE = captured
+        rng_before = _rng_counter()
         try:
             ret = self.fn(*args, **kwargs)
             _realize_outputs(ret)
         finally:
             realize.CAPTURE = None
+        if _rng_counter() != rng_before:
+            # the random counter is a constant of the captured kernels: every replay would draw the same numbers
+            self.reset()
+            raise JitError(
+                "jitted function draws random numbers (Tensor.rand/randn/dropout...): a replay would repeat the same "
+                "values every call. Draw them outside the jitted function and pass them in as inputs, or don't jit it"
+            )
         # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
         # target while kernels still read its old value, so the new value gets storage of its own again and the
         # replay copies it over at the point the assign happened
@@ -116,6 +124,12 @@ def _buf(t: Tensor) -> UOp:
     b = base_buffer(t.uop)
     assert b is not None, "jit inputs are realized before capture and replay"
     return b
+
+
+def _rng_counter() -> int:
+    from speck.tensor.tensor import _RNG
+
+    return _RNG["counter"]
 
 
 def _is_whole_buffer(t: Tensor) -> bool:
