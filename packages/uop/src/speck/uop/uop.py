@@ -10,22 +10,23 @@ import hashlib
 import math
 import struct
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+from speck.uop.alu import exec_alu as exec_alu
+from speck.uop.alu import fold_bitcast as fold_bitcast
+from speck.uop.alu import python_alu as python_alu
+from speck.uop.alu import threefry2x32 as threefry2x32
 from speck.uop.dtype import (
-    AddrSpace,
     ConstType,
     DType,
     Invalid,
     InvalidType,
     PtrDType,
-    bitcast,
     cast_value,
     dtypes,
-    truncate,
 )
-from speck.uop.helpers import all_int, cdiv, cmod, prod
+from speck.uop.helpers import all_int, cdiv, prod
 from speck.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
@@ -991,168 +992,3 @@ def _ssub(a: sint, b: sint) -> sint:
     if isinstance(a, int) and isinstance(b, int):
         return a - b
     return ssimplify(_as_uop(a) - _as_uop(b))
-
-
-# ---------------- exact evaluation of ALU ops on Python values ----------------
-def _safe_shift(a: int, b: int, left: bool, dt: DType) -> Any:
-    bits = 8 * dt.itemsize if not dt.is_weak else 64
-    if b < 0 or b >= bits:
-        return 0 if left or a >= 0 else -1
-    return a << b if left else a >> b
-
-
-def _fdiv(a: float, b: float) -> float:
-    if b == 0:
-        if a == 0 or math.isnan(a):
-            return math.nan
-        return math.copysign(math.inf, a) * math.copysign(1.0, b)
-    return a / b
-
-
-def _log2(a: float) -> float:
-    if math.isnan(a) or a < 0:
-        return math.nan
-    if a == 0:
-        return -math.inf
-    if math.isinf(a):
-        return math.inf
-    return math.log2(a)
-
-
-def _exp2(a: float) -> float:
-    try:
-        return float(2.0**a)
-    except OverflowError:
-        return math.inf
-
-
-def _sin(a: float) -> float:
-    return math.nan if math.isinf(a) or math.isnan(a) else math.sin(a)
-
-
-def _sqrt(a: float) -> float:
-    return math.nan if math.isnan(a) or a < 0 else math.sqrt(a)
-
-
-def _recip(a: float) -> float:
-    return _fdiv(1.0, a)
-
-
-def _pow(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
-        return a**b if b >= 0 else (0 if abs(a) != 1 else a**b)
-    try:
-        r = float(a) ** float(b)
-        return r if not isinstance(r, complex) else math.nan
-    except OverflowError:
-        return math.inf
-    except ZeroDivisionError:
-        return math.inf
-
-
-def _trunc(a: Any) -> Any:
-    return a if isinstance(a, int) or math.isinf(a) or math.isnan(a) else float(math.trunc(a))
-
-
-def _max(a: Any, b: Any) -> Any:
-    if isinstance(a, float) and math.isnan(a):
-        return a
-    if isinstance(b, float) and math.isnan(b):
-        return b
-    return max(a, b)
-
-
-python_alu: dict[Ops, Callable[..., Any]] = {
-    Ops.EXP2: _exp2,
-    Ops.LOG2: _log2,
-    Ops.SIN: _sin,
-    Ops.SQRT: _sqrt,
-    Ops.RECIPROCAL: _recip,
-    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
-    Ops.TRUNC: _trunc,
-    Ops.ADD: lambda a, b: a + b,
-    Ops.SUB: lambda a, b: a - b,
-    Ops.MUL: lambda a, b: a * b,
-    Ops.FDIV: _fdiv,
-    Ops.CDIV: lambda a, b: cdiv(int(a), int(b)) if b != 0 else 0,
-    Ops.CMOD: lambda a, b: cmod(int(a), int(b)) if b != 0 else 0,
-    Ops.MAX: _max,
-    Ops.POW: _pow,
-    Ops.CMPLT: lambda a, b: a < b,
-    Ops.CMPNE: lambda a, b: a != b,
-    Ops.CMPEQ: lambda a, b: a == b,
-    Ops.XOR: lambda a, b: a ^ b,
-    Ops.OR: lambda a, b: a | b,
-    Ops.AND: lambda a, b: a & b,
-    Ops.WHERE: lambda c, a, b: a if c else b,
-    Ops.MULACC: lambda a, b, c: a * b + c,
-}
-
-
-def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
-    """Evaluate ALU op on Python values with dtype's exact semantics: fixed-width ints wrap, floats round once at
-    their own width, Invalid poisons. Integer division/modulo by zero fold to 0 (undefined behaviour in C).
-
-    `dtype` is the result dtype; operands are already values of the source dtype."""
-    if dtype is dtypes.weakint and len(operands) == 2:
-        a, b = operands
-        if type(a) is int and type(b) is int:  # exact index arithmetic: no width, no rounding
-            if op is Ops.ADD:
-                return a + b
-            if op is Ops.MUL:
-                return a * b
-    if any(isinstance(x, InvalidType) for x in operands):
-        if op is Ops.WHERE and not isinstance(operands[0], InvalidType):
-            return operands[1] if operands[0] else operands[2]
-        return Invalid
-    if dtype.count > 1:
-        return tuple(exec_alu(op, dtype.scalar(), [x[i] if isinstance(x, tuple) else x for x in operands])
-                     for i in range(dtype.count))  # fmt: skip
-    src_dt = dtype
-    if op in (Ops.SHL, Ops.SHR):
-        return truncate[dtype.scalar()](_safe_shift(int(operands[0]), int(operands[1]), op is Ops.SHL, dtype))
-    if op is Ops.THREEFRY:
-        return threefry2x32(int(operands[0]), int(operands[1]))
-    if dtypes.is_float(src_dt) and op not in GroupOp.Comparison:
-        operands = [float(x) if not isinstance(x, bool) or op is not Ops.WHERE else x for x in operands]
-        if op is Ops.WHERE:
-            operands = [operands[0], float(operands[1]), float(operands[2])]
-    ret = python_alu[op](*operands)
-    if op in GroupOp.Comparison:
-        return bool(ret)
-    return truncate[dtype.scalar()](ret)
-
-
-def threefry2x32(x: int, key: int) -> int:
-    """Threefry-2x32 with 20 rounds: counter x (64 bits) and key (64 bits) -> 64 random bits."""
-    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
-    m = 0xFFFFFFFF
-    k0, k1 = key & m, (key >> 32) & m
-    ks = (k0, k1, 0x1BD11BDA ^ k0 ^ k1)
-    x0, x1 = (x & m) + ks[0], ((x >> 32) & m) + ks[1]
-    x0, x1 = x0 & m, x1 & m
-    for i in range(5):
-        for r in rot[i % 2]:
-            x0 = (x0 + x1) & m
-            x1 = ((x1 << r) | (x1 >> (32 - r))) & m
-            x1 ^= x0
-        x0 = (x0 + ks[(i + 1) % 3]) & m
-        x1 = (x1 + ks[(i + 2) % 3] + i + 1) & m
-    return (x1 << 32) | x0
-
-
-def fold_bitcast(v: Any, from_dt: DType, to_dt: DType) -> Any:
-    """Value of BITCAST(to_dt, CONST(v, from_dt))."""
-    return bitcast(v, from_dt, to_dt)
-
-
-def pretty_ops(uops: Iterable[UOp]) -> Iterator[str]:
-    for u in uops:
-        yield f"{u.op.name:12s} {u.dtype!r:24s} {u.arg!r}"
-
-
-def _as_const_value(x: Any) -> Any:
-    return x
-
-
-AddrSpace_ = AddrSpace  # re-export for `from speck.uop.uop import *` users
