@@ -1,0 +1,73 @@
+"""Training-step benchmark: first-step (schedule + compile + run) and steady-state step time of the main job's
+models at batch 128 under Adam and TinyJit, with images/s.
+
+Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N]. The default measures the MLP and the small
+CNN; the classic CNN (the main job's model) is opt-in with --models cnn because its first step currently takes
+minutes (see packages/tensor/README.md). Issue targets: CNN step < 150 ms, MLP step < 2 ms, first CNN step < 5 s."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from speck.tensor import GlobalCounters, Tensor, TinyJit
+from speck.tensor.examples.train import MODELS
+from speck.tensor.nn.optim import Adam
+from speck.tensor.nn.state import get_parameters
+
+TARGET_MS = {"mlp": 2.0, "cnn": 150.0}
+
+
+def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int]:
+    """(first step s, median steady step s, kernels per step) for one model on random data."""
+    Tensor.manual_seed(0)
+    model = MODELS[name]()
+    opt = Adam(get_parameters(model), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
+
+    @TinyJit
+    def step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(xb).sparse_categorical_crossentropy(yb)
+            loss.backward()
+            opt.step(loss)
+        return loss
+
+    t0 = time.perf_counter()
+    step(x, y).item()
+    first = time.perf_counter() - t0
+    step(x, y).item()  # the capture run
+    times = []
+    for _ in range(steps):
+        GlobalCounters.reset()
+        t0 = time.perf_counter()
+        step(x, y).item()
+        times.append(time.perf_counter() - t0)
+    return first, statistics.median(times), GlobalCounters.kernel_count
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="mlp,small-cnn", help="comma-separated: " + ",".join(sorted(MODELS)))
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=10, help="steady-state steps timed (median)")
+    args = ap.parse_args()
+    print(f"{'model':10s} {'batch':>5s} {'first s':>8s} {'step ms':>9s} {'images/s':>9s} {'kernels':>7s} "
+          f"{'target ms':>9s}")  # fmt: skip
+    for name in args.models.split(","):
+        if name not in MODELS:
+            raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}")
+        first, step_s, kernels = bench_model(name, args.batch, args.steps)
+        target = TARGET_MS.get(name)
+        print(f"{name:10s} {args.batch:5d} {first:8.2f} {step_s * 1e3:9.2f} {args.batch / step_s:9.0f} {kernels:7d} "
+              f"{'' if target is None else f'{target:9.1f}':>9s}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
