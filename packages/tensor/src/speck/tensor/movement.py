@@ -330,11 +330,29 @@ class MovementMixin:
         if size > n or size < 0 or step <= 0:
             raise RuntimeError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
         nw = (n - size) // step + 1
-        wins = [self._slice_dim(d, i * step, i * step + size).unsqueeze(d) for i in range(nw)]
-        t = wins[0].cat(*wins[1:], dim=d) if len(wins) > 1 else wins[0]
-        order = list(range(t.ndim))
-        order.append(order.pop(d + 1))
-        return t.permute(order)
+        if n == 0 or size == 0:  # degenerate: the concatenation of (empty) slices is already cheap
+            wins = [self._slice_dim(d, i * step, i * step + size).unsqueeze(d) for i in range(nw)]
+            t = wins[0].cat(*wins[1:], dim=d) if len(wins) > 1 else wins[0]
+            order = list(range(t.ndim))
+            order.append(order.pop(d + 1))
+            return t.permute(order)
+        # One affine view, not a concatenation of nw slices (which costs nw masked loads per element): repeat the
+        # row, flatten, and re-read it with row length n+1, so row t starts t elements later: y[t, j] = x[t + j].
+        last = self.ndim - 1
+        x = self.transpose(d, last) if d != last else self
+        lead = tuple(x.shape[:-1])
+        keep = tuple((0, as_int(s)) for s in lead)
+        reps = -(-size * (n + 1) // n)
+        y = x.unsqueeze(-2).expand(*lead, reps, n).reshape(*lead, reps * n)
+        y = y.shrink((*keep, (0, size * (n + 1)))).reshape(*lead, size, n + 1)
+        cols = nw * step  # keep columns 0, step, 2*step, ... (every column read is < n - size + 1, so valid)
+        if cols > n + 1:
+            y = y.pad((*[(0, 0)] * len(lead), (0, 0), (0, cols - (n + 1))))
+        else:
+            y = y.shrink((*keep, (0, size), (0, cols)))
+        y = y.reshape(*lead, size, nw, step).shrink((*keep, (0, size), (0, nw), (0, 1))).reshape(*lead, size, nw)
+        y = y.transpose(-1, -2)  # (..., nw, size)
+        return y.transpose(d, last) if d != last else y
 
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
