@@ -91,7 +91,8 @@ def _owns_buffer(t: Tensor) -> bool:
 
 def _grad(p: Tensor) -> Tensor:
     assert p.grad is not None
-    return p.grad.detach().cast(p.dtype) if p.grad.dtype != p.dtype else p.grad.detach()
+    g = p.grad.detach().cast(p.dtype) if p.grad.dtype != p.dtype else p.grad.detach()
+    return g.contiguous()  # one kernel computes the gradient; updates that read it twice (Adam m and v) share it
 
 
 class OptimizerGroup(Optimizer):
