@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import FEW
-from speck.tensor import Tensor, dtypes, nn
+from speck.tensor import GlobalCounters, Tensor, dtypes, nn
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -270,6 +270,22 @@ def test_batchnorm_train_eval_and_running_stats() -> None:
     ref = ref * bn.weight.numpy().reshape(1, 3, 1, 1) + bn.bias.numpy().reshape(1, 3, 1, 1)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_running_stats_share_the_forward_pass() -> None:
+    """The running-statistics updates are computed in the schedule that realizes the output: tracking them adds only
+    the small update kernels, not another pass over the convolution feeding the BatchNorm."""
+    x = Tensor(rnd(2, 2, 8, 8, seed=40).astype(np.float32)).realize()
+    counts = {}
+    for track in (True, False):
+        conv, bn = nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4, track_running_stats=track)
+        with Tensor.train():
+            bn(conv(x)).sum().realize()  # the first call realizes the lazily initialised weights
+            GlobalCounters.reset()
+            bn(conv(x)).sum().realize()
+            counts[track] = GlobalCounters.kernel_count
+    # running mean, running var, batch counter (and at most one shared statistic of the batch)
+    assert counts[True] - counts[False] <= 4, counts
 
 
 def test_batchnorm_1d_input_and_no_running_stats() -> None:

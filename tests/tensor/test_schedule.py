@@ -97,6 +97,43 @@ def test_reduce_into_reduce_and_broadcast_reduce_materialise() -> None:
     assert_matches(s2.numpy(), a.numpy().sum(), atol=1e-4)
 
 
+def _reduce_kernels(*outs: Tensor) -> list[str]:
+    from speck.tensor.schedule import Scheduler
+
+    sched = Scheduler()
+    for t in outs:
+        sched.count_uses(t.uop)
+    for t in outs:
+        sched.realize(t.uop)
+    return [it.ast.arg.name for it in sched.items if any(u.op is Ops.REDUCE for u in it.ast.toposort())]
+
+
+def test_shared_value_containing_a_reduction_is_computed_once() -> None:
+    """y = relu(a @ b + 1) feeds two consumers: its matmul runs in one kernel, not once per consumer."""
+    a, b = _realized(8, 16), _realized(16, 8)
+    y = (a @ b + 1).relu()
+    z = ((y * 0.1).exp().sin().sqrt() * 2).reshape(8, 1, 8).expand(8, 4, 8).sum(1)
+    m = y.sum()
+    names = _reduce_kernels(z, m)
+    assert len(names) == 3, names  # the matmul, z's sum, m's sum
+    Tensor.realize_all(z, m)
+    yn = np.maximum(a.numpy() @ b.numpy() + 1, 0)
+    assert_matches(z.numpy(), (np.sqrt(np.sin(np.exp(yn * 0.1))) * 2) * 4, atol=1e-4, rtol=1e-4)
+    assert_matches(m.numpy(), yn.sum(), atol=1e-3, rtol=1e-5)
+
+
+def test_costly_elementwise_read_through_an_expand_is_realized_once() -> None:
+    """A reduction that reads each element of an expanded value many times gets a costly elementwise value from a
+    buffer (2 kernels); a cheap one is still fused (1 kernel)."""
+    x = _realized(4, 8)
+    with assert_kernel_count(2):
+        costly = ((x * 0.1).exp().sin().sqrt() + 1).reshape(4, 1, 8).expand(4, 16, 8).sum(1).realize()
+    assert_matches(costly.numpy(), (np.sqrt(np.sin(np.exp(x.numpy() * 0.1))) + 1) * 16, atol=1e-4, rtol=1e-4)
+    with assert_kernel_count(1):
+        cheap = (x * 2).reshape(4, 1, 8).expand(4, 16, 8).sum(1).realize()
+    assert_matches(cheap.numpy(), x.numpy() * 32, atol=1e-4)
+
+
 def test_assert_kernel_count_raises_with_expected_and_got() -> None:
     a = _realized(4)
     with pytest.raises(KernelCountException) as ei:

@@ -87,6 +87,11 @@ def test_div_mod_folding_from_bounds() -> None:
     assert (n // 64).simplify() is C(0)
     assert ((x // 2) // 3).simplify() is (x // 6).simplify()
     assert ((x % 12) % 4).simplify() is (x % 4).simplify()
+    # a coefficient above the divisor splits: the windows of Tensor.unfold index rows as (y + 25*i) % 24
+    y, i = UOp.range(20, 90), UOp.range(5, 91)
+    assert ((y + i * 25) % 24).simplify() is (y + i).simplify()
+    assert ((y + i * 25) // 24).simplify() is i
+    assert ((y * 30 + i) % 24).simplify().op is Ops.CMOD  # 6*y + i can reach 24: stays a modulo
     # a negative dividend is not floor-divided: (s*4+2)//4 with s < 0 truncates differently, so it stays
     assert ((s * 4 + 2) // 4).simplify().op is Ops.CDIV
 

@@ -157,5 +157,4 @@ def _realize_outputs(ret: Any) -> None:
             stack.extend(x)
         elif isinstance(x, dict):
             stack.extend(x.values())
-    if outs:
-        Tensor.realize_all(*outs)
+    Tensor.realize_all(*outs)  # with none, still applies deferred state updates inside the capture

@@ -173,6 +173,8 @@ def max_dim(x: sint) -> int:
 
 
 _REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+# elementwise ops per element above which a value a reduction reads through an expand is realized first
+RECOMPUTE_LIMIT = 4
 
 
 class _Kernel:
@@ -186,6 +188,7 @@ class _Kernel:
         self.has_reduce = False
         self.reduce_dims: list[sint] = []
         self.var_vals: dict[str, int] = {}
+        self.root: UOp | None = None  # the value this kernel stores (never re-materialized from inside)
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.bufs:
@@ -209,6 +212,9 @@ class _Kernel:
             return UOp(Ops.LOAD, u.dtype, (self.param(u).index(i if valid is None else i.valid(valid)),))
         if (view := self.sched.materialized(u)) is not None:
             return self.lower(view, idx, valid, bcast, in_reduce)
+        if u is not self.root and self.sched.shared_reduce(u):
+            # fusing a value with several consumers that contains a reduction would redo the reduction in each
+            return self.lower(self.sched.materialize(u), idx, valid, bcast, in_reduce)
         if op is Ops.CONST:
             return UOp.const(u.dtype, u.arg)
         if op is Ops.BIND:
@@ -221,6 +227,10 @@ class _Kernel:
         if op in (Ops.DETACH,):
             return self.lower(u.src[0], idx, valid, bcast, in_reduce)
         if op in _ELEMENTWISE:
+            if bcast and in_reduce and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
+                # a reduction reads each element of an expanded (broadcast or windowed) value many times: compute
+                # a costly elementwise value once into a buffer rather than once per read
+                return self.lower(self.sched.materialize(u), idx, valid, bcast, in_reduce)
             srcs = tuple(self.lower(s, idx, valid, bcast, in_reduce) for s in u.src)
             return UOp(op, u.dtype, srcs, u.arg)
         if op is Ops.REDUCE_AXIS:
@@ -338,6 +348,67 @@ class Scheduler:
         self.items: list[ScheduleItem] = []
         self.device = device  # where new buffers go when the graph itself names no device
         self.done: dict[UOp, UOp] = {}
+        self._cost: dict[UOp, int] = {}
+        self._uses: dict[UOp, int] = {}  # consumers of each node in the graphs this scheduler realizes
+        self._counted: set[UOp] = set()
+        self._has_reduce: dict[UOp, bool] = {}
+
+    def count_uses(self, u: UOp) -> None:
+        """Add u's graph to the consumer counts (realize() does it per target; call it for every target first when
+        realizing several, so a value they share is seen as shared by the first one)."""
+        for x in u.toposort():
+            if x not in self._counted:
+                self._counted.add(x)
+                for s in x.src:
+                    self._uses[s] = self._uses.get(s, 0) + 1
+
+    def shared_reduce(self, u: UOp) -> bool:
+        """u has more than one consumer and computing it (fused) runs a reduction that isn't realized yet."""
+        if self._uses.get(u, 0) < 2 or u.op not in _ELEMENTWISE and u.op not in _MOVEMENT and u.op is not \
+                Ops.REDUCE_AXIS:  # fmt: skip
+            return False
+        return self._reduces(u)
+
+    def _reduces(self, u: UOp) -> bool:
+        if (r := self._has_reduce.get(u)) is not None:
+            return r
+        # iterative post-order: graphs are deep (a training step's chain of ops)
+        stack: list[tuple[UOp, bool]] = [(u, False)]
+        while stack:
+            x, done = stack.pop()
+            if x in self._has_reduce:
+                continue
+            # a reduction read through an EXPAND gets a kernel of its own anyway (the bcast rule of _Kernel._lower)
+            fusable = x.op in _ELEMENTWISE or x.op in _MOVEMENT and x.op is not Ops.EXPAND or x.op is Ops.REDUCE_AXIS
+            if not fusable or self.materialized(x) is not None:
+                self._has_reduce[x] = False
+            elif done:
+                # a shared source with a reduction is realized on its own, so it doesn't count here
+                self._has_reduce[x] = x.op is Ops.REDUCE_AXIS or any(
+                    self._has_reduce[s] and self._uses.get(s, 0) < 2 for s in x.src
+                )
+            else:
+                stack.append((x, True))
+                stack.extend((s, False) for s in x.src if s not in self._has_reduce)
+        return self._has_reduce[u]
+
+    def recompute_cost(self, u: UOp) -> int:
+        """How many elementwise ops computing one element of u takes when fused (u's elementwise subgraph, down to
+        buffers, realized values and nodes that get kernels of their own), capped at RECOMPUTE_LIMIT."""
+        if (c := self._cost.get(u)) is not None:
+            return c
+        seen: set[UOp] = set()
+        stack = [u]
+        n = 0
+        while stack and n < RECOMPUTE_LIMIT:
+            x = stack.pop()
+            if x in seen or x.op not in _ELEMENTWISE and x.op not in _MOVEMENT or self.materialized(x) is not None:
+                continue
+            seen.add(x)
+            n += x.op in _ELEMENTWISE
+            stack.extend(x.src)
+        self._cost[u] = n
+        return n
 
     def materialized(self, u: UOp) -> UOp | None:
         if (v := self.done.get(u)) is not None:
@@ -350,6 +421,7 @@ class Scheduler:
             return u
         if (v := self.materialized(u)) is not None:
             return v
+        self.count_uses(u)
         return self.materialize(u)
 
     def materialize(self, u: UOp) -> UOp:
@@ -377,6 +449,7 @@ class Scheduler:
         view = out.reshape(shape) if shape != (size,) else out
         if size != 0:
             k = _Kernel(self)
+            k.root = src
             k.bufs.append(out)  # the output takes slot 0
             kshape = tuple(_unbind_shape(s, k.var_vals) for s in shape)
             rngs = [

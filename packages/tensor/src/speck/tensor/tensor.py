@@ -89,6 +89,9 @@ _clone_counter = itertools.count()
 _RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF)), "counter": 0}
 
 
+# in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
+_DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
+
 # speck.tensor.realize.run_schedule and schedule.schedule_with_cache, bound on the first realize_all
 _run_schedule: Any = None
 _schedule_with_cache: Any = None
@@ -248,6 +251,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             _run_schedule, _schedule_with_cache = run_schedule, schedule_with_cache
         run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
 
+        if _DEFERRED:
+            Tensor._realize_with_deferred(tensors)
+            return
         pending = [t for t in tensors if base_buffer(t.uop) is None]
         if len(pending) == 1 and realized_cache.get(pending[0].uop) is None:
             # the common case: one tensor, scheduled through the structural schedule cache
@@ -260,12 +266,35 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         targets = []
         sched = Scheduler()
         for t in pending:
+            sched.count_uses(t.uop)
+        for t in pending:
             sched.device = t.device
             targets.append((t, sched.realize(t.uop)))
         run_schedule(sched.items)
         for t, v in targets:
             realized_cache[t.uop] = v
             t.uop = v
+
+    @staticmethod
+    def _realize_with_deferred(tensors: Sequence[Tensor]) -> None:
+        """Realize tensors and every deferred update's value in one schedule (so they share kernels: BatchNorm's
+        running statistics reuse the forward pass the loss computes), then apply the updates."""
+        updates = list(_DEFERRED.values())
+        _DEFERRED.clear()
+        Tensor.realize_all(*tensors, *[v for _, v in updates])
+        for target, value in updates:
+            target.assign(value)
+
+    def assign_deferred(self, x: Tensor) -> Tensor:
+        """Like assign(), but the update happens at the next realize of any tensor, computed in the same schedule
+        as what that realize computes: a state update (BatchNorm's running statistics) costs no pass of its own
+        over the graph it reads. A second deferred update of the same tensor applies the first one now."""
+        if x.shape != self.shape:
+            raise RuntimeError(f"assign_deferred: shape {x.shape} does not match the target's shape {self.shape}")
+        if id(self) in _DEFERRED:
+            Tensor._realize_with_deferred(())
+        _DEFERRED[id(self)] = (self, x)
+        return self
 
     def schedule(self) -> list[Any]:
         """The ScheduleItems realizing this tensor would run (without running them)."""

@@ -143,7 +143,9 @@ def _rebuild(dt: DType, terms: list[tuple[UOp | None, int]]) -> UOp:
 
 def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
     """x // c and x % c for a positive constant c and x >= 0: terms whose coefficient c divides go to the quotient;
-    when the rest stays inside [0, c) it is the remainder. Covers ((x*4)+2) % 4 -> 2 and (n*6)//3 -> n*2."""
+    when the rest stays inside [0, c) it is the remainder. A coefficient larger than c splits into a multiple of c
+    and the rest. Covers ((x*4)+2) % 4 -> 2, (n*6)//3 -> n*2 and (x + 25*j) % 24 -> x + j for x + j < 24 (the
+    windows of Tensor.unfold)."""
     cv = c.arg
     if not isinstance(cv, int) or cv <= 0 or x.vmin < 0 or not dtypes.is_int(x.dtype):
         return None
@@ -163,9 +165,9 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
     for t, k in terms:
         if k % cv == 0:
             quo.append((t, k // cv))
-        elif t is None:
-            quo.append((None, k // cv))
-            rem.append((None, k % cv))
+        elif t is None or k > cv:  # k = q*c + r: the q part moves to the quotient (x = c*quo + rem either way)
+            quo.append((t, k // cv))
+            rem.append((t, k % cv))
         else:
             rem.append((t, k))
     if not quo:

@@ -115,10 +115,12 @@ class BatchNorm:
             mean, var = self.calc_stats(x)
             if is_training() and self.track_running_stats:
                 n = as_int(x.numel()) / as_int(x.shape[1])
-                self.running_mean.assign(self.running_mean * (1 - self.momentum) + mean.detach() * self.momentum)
+                # deferred: computed in the schedule that realizes the loss, not in a forward pass of their own
+                rm, rv = self.running_mean, self.running_var
+                rm.assign_deferred(rm * (1 - self.momentum) + mean.detach() * self.momentum)
                 unbiased = var.detach() * (n / max(n - 1, 1))
-                self.running_var.assign(self.running_var * (1 - self.momentum) + unbiased * self.momentum)
-                self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+                rv.assign_deferred(rv * (1 - self.momentum) + unbiased * self.momentum)
+                self.num_batches_tracked.assign_deferred(self.num_batches_tracked + 1)
         else:
             mean, var = self.running_mean, self.running_var
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
