@@ -92,6 +92,12 @@ def test_div_mod_folding_from_bounds() -> None:
     assert ((y + i * 25) % 24).simplify() is (y + i).simplify()
     assert ((y + i * 25) // 24).simplify() is i
     assert ((y * 30 + i) % 24).simplify().op is Ops.CMOD  # 6*y + i can reach 24: stays a modulo
+    # a flattened (N, 28, 28) image re-read as rows of 784: the index collapses back to n*784 + p
+    p, b = UOp.range(784, 92), UOp.range(128, 93)
+    assert (b * 784 + p % 28 + ((p + b * 784) // 28) % 28 * 28).simplify() is (b * 784 + p).simplify()
+    assert ((p + b * 784) // 28).simplify() is (b * 28 + p // 28).simplify()
+    assert ((x % 7) + (x // 7) * 7).simplify() is x
+    assert ((s % 7) + (s // 7) * 7).simplify() is s  # exact for truncating division of any sign
     # a negative dividend is not floor-divided: (s*4+2)//4 with s < 0 truncates differently, so it stays
     assert ((s * 4 + 2) // 4).simplify().op is Ops.CDIV
 

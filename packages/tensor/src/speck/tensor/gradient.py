@@ -7,7 +7,8 @@ gradient flowing into it, it returns one gradient (or None) per source."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.uop import sint
@@ -146,6 +147,18 @@ pm_gradient = PatternMatcher(
 )
 
 
+GradientRule = Callable[[UOp], tuple[UOp | None, ...]]
+# composite ops (convolution) whose derivative is better built directly than from their movement-op graph:
+# node -> (the inputs it is differentiated against, rule(gradient of node) -> one gradient per input)
+_OVERRIDES: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], GradientRule]] = weakref.WeakKeyDictionary()
+
+
+def override_gradient(node: UOp, inputs: tuple[UOp, ...], rule: GradientRule) -> None:
+    """Differentiate `node` with `rule` (gradient of node -> one gradient per input, or None) instead of walking
+    the graph that computes it: the gradient reaches `inputs` directly and nothing between them and node."""
+    _OVERRIDES[node] = (inputs, rule)
+
+
 def _deepwalk(root: UOp, targets: set[UOp]) -> list[UOp]:
     """Nodes between root and any target (the only ones gradients flow through), sources first."""
     on_path: dict[UOp, bool] = {}
@@ -165,12 +178,17 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
         g = grads.get(u)
         if g is None or u in tset and u is not root:
             continue
-        local = pm_gradient.rewrite(u, ctx=g)
+        srcs: tuple[UOp, ...] = u.src
+        local: tuple[UOp | None, ...] | None
+        if (override := _OVERRIDES.get(u)) is not None:
+            srcs, local = override[0], override[1](g)
+        else:
+            local = pm_gradient.rewrite(u, ctx=g)  # type: ignore[assignment]
         if local is None:
             if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
                 continue
             raise RuntimeError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
-        for s, sg in zip(u.src, local):  # type: ignore[call-overload]
+        for s, sg in zip(srcs, local):
             if sg is None:
                 continue
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):

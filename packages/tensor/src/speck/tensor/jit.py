@@ -2,7 +2,11 @@
 
 Replays skip Python tracing, scheduling and compilation: the captured calls run on the same intermediate buffers
 with the new inputs' buffers swapped in. The returned tensors are the captured outputs, refilled by every replay
-(copy them if you need to keep one). Inputs must keep the shapes, dtypes and devices of the capture."""
+(copy them if you need to keep one). Inputs must keep the shapes, dtypes and devices of the capture.
+
+Random numbers (Tensor.rand, dropout, ...) replay fresh: each draw reads the device's counter buffer as a kernel
+input and advances it in place, so the captured kernels and copies keep advancing it, and N calls draw exactly
+what N eager calls would from the same seed."""
 
 from __future__ import annotations
 
@@ -75,19 +79,11 @@ class TinyJit(Generic[R]):
         # second call: capture every kernel the call runs
         captured: list[tuple[str, Any]] = []
         realize.CAPTURE = captured
-        rng_before = _rng_counter()
         try:
             ret = self.fn(*args, **kwargs)
             _realize_outputs(ret)
         finally:
             realize.CAPTURE = None
-        if _rng_counter() != rng_before:
-            # the random counter is a constant of the captured kernels: every replay would draw the same numbers
-            self.reset()
-            raise JitError(
-                "jitted function draws random numbers (Tensor.rand/randn/dropout...): a replay would repeat the same "
-                "values every call. Draw them outside the jitted function and pass them in as inputs, or don't jit it"
-            )
         # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
         # target while kernels still read its old value, so the new value gets storage of its own again and the
         # replay copies it over at the point the assign happened
@@ -124,12 +120,6 @@ def _buf(t: Tensor) -> UOp:
     b = base_buffer(t.uop)
     assert b is not None, "jit inputs are realized before capture and replay"
     return b
-
-
-def _rng_counter() -> int:
-    from speck.tensor.tensor import _RNG
-
-    return _RNG["counter"]
 
 
 def _is_whole_buffer(t: Tensor) -> bool:

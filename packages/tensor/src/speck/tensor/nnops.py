@@ -15,6 +15,7 @@ from speck.uop import dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
+    from speck.uop import UOp
 
 
 def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
@@ -89,13 +90,18 @@ class NNMixin:
             )
         st, dl = _pair(stride, nsp), _pair(dilation, nsp)
         pads = _conv_padding(padding, k, dl, st)
-        x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self
+        # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
+        x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
         w = x._windows(k, st, dl)  # (N, Cin, *o, *k)
         osp = w.shape[2 : 2 + nsp]
         w = w.reshape(n, groups, 1, cin_g, *osp, *k)
-        wt = weight.reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
+        # the weights in channel-last order (Cin/g, *k, Cout/g) in a buffer of their own: the kernel then reads the
+        # output channels contiguously and can vectorize over them (Cout is usually a multiple of the vector width)
+        wl = weight.reshape(groups, cout // groups, cin_g, *k).permute(0, *range(2, 3 + nsp), 1).contiguous()
+        wt = wl.permute(0, 2 + nsp, *range(1, 2 + nsp)).reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
         red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
         out = (w * wt).sum(axis=red).reshape(n, cout, *osp)
+        _conv_gradient(out, x, weight, groups, st, dl, k)
         if bias is not None:
             out = out + bias.reshape(1, cout, *([1] * nsp))
         return out
@@ -122,7 +128,7 @@ class NNMixin:
         w = weight.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2).reshape(groups * cout_g, cin // groups,
                                                                                       *k)  # fmt: skip
         w = w.flip(tuple(range(2, 2 + nsp)))
-        x = x.pad(((0, 0), (0, 0), *pads))
+        x = x.pad(((0, 0), (0, 0), *pads)).contiguous()  # see conv2d: gated window loads are slow
         return x.conv2d(w, bias, groups=groups, dilation=dl)
 
     # ---------------- pooling ----------------
@@ -367,3 +373,46 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
     if reduction == "mean":
         return loss.sum() / count.maximum(1) if count is not None else loss.mean()
     raise RuntimeError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+
+
+WGRAD_CHUNK = 16  # batch elements per partial sum of a convolution's weight gradient
+
+
+def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], dl: tuple[int, ...],
+                   k: tuple[int, ...]) -> None:  # fmt: skip
+    """Differentiate a convolution directly. Walking its graph would give the input gradient as a sum over every
+    window of a (N, Cin, *out, *k) tensor of per-window gradients (im2col's col2im), which a kernel can't compute
+    without first writing that tensor out; the transposed convolution of the output gradient is the same value as
+    one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
+    output positions (what the graph walk gives too)."""
+    from speck.tensor.gradient import override_gradient
+    from speck.tensor.tensor import Tensor
+
+    nsp = len(k)
+    n = x.shape[0]
+    cout, cin_g = weight.shape[:2]
+    osp = out.shape[2:]
+    # rows at the end of the input no strided window reaches get no gradient: output_padding restores the size
+    opad = tuple(as_int(xs) - ((as_int(o) - 1) * s + d * (kk - 1) + 1)
+                 for xs, o, s, d, kk in zip(x.shape[2:], osp, st, dl, k))  # fmt: skip
+
+    def rule(ctx: UOp) -> tuple[UOp | None, ...]:
+        g = Tensor(ctx, device=x.device)
+        w = Tensor(weight.uop, device=weight.device)
+        gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
+        win = Tensor(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
+        # the output gradient channel-last in a buffer of its own, so the kernel vectorizes over output channels
+        gl = g.permute(0, *range(2, 2 + nsp), 1).contiguous().permute(0, 1 + nsp, *range(1, 1 + nsp))
+        gg = gl.reshape(n, groups, cout // groups, 1, *osp, *([1] * nsp))
+        prod_ = win * gg
+        # split the batch: each chunk's windows and gradient stay in cache while its partial sums accumulate (a
+        # kernel of its own), then the partial sums add up
+        chunk = max(d for d in range(1, min(as_int(n), WGRAD_CHUNK) + 1) if as_int(n) % d == 0)
+        if chunk < as_int(n):
+            parts = prod_.reshape(as_int(n) // chunk, chunk, *prod_.shape[1:]).sum(axis=(1, *range(5, 5 + nsp)))
+            gw = parts.sum(0).reshape(cout, cin_g, *k)
+        else:
+            gw = prod_.sum(axis=(0, *range(4, 4 + nsp))).reshape(cout, cin_g, *k)
+        return gx.uop, gw.uop
+
+    override_gradient(out.uop, (x.uop, weight.uop), rule)

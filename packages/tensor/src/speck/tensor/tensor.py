@@ -86,7 +86,13 @@ def argfix(*x: Any) -> tuple[Any, ...]:
 
 
 _clone_counter = itertools.count()
-_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF)), "counter": 0}
+_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF))}
+# device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
+# in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
+_RNG_STATE: dict[str, UOp] = {}
+# (device, n) -> the graph computing [seed, counter + n] from the counter buffer (its increment buffer is never
+# written, so every draw of n numbers reuses it instead of building the graph and copying an increment in again)
+_RNG_STEP: dict[tuple[str, int], UOp] = {}
 
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
@@ -470,17 +476,22 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     # ---------------- random ----------------
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed the counter-based generator: the same seed gives the same numbers on every device."""
-        _RNG["seed"], _RNG["counter"] = int(seed) & 0xFFFFFFFFFFFFFFFF, 0
+        """Seed the counter-based generator: the same seed gives the same numbers on every device. Every device's
+        counter buffer is rewritten in place (same buffer, new contents), so TinyJit captures made before keep
+        drawing from it; a manual_seed inside a jitted function is replayed as that rewrite on every call."""
+        _RNG["seed"] = int(seed) & 0xFFFFFFFFFFFFFFFF
+        for dev, state in _RNG_STATE.items():
+            _rng_store(state, _rng_initial(dev))
 
     @staticmethod
     def _random_bits(n: int, device: str | None) -> Tensor:
-        """n uint64 random words: threefry2x32 of (counter, seed). Each call takes fresh counters."""
-        base = _RNG["counter"]
-        _RNG["counter"] += n
+        """n uint64 random words: threefry2x32 of (counter, seed), where seed and counter come from the device's
+        counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
+        when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
         dev = canonical(device)
-        ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + base
-        key = Tensor(_RNG["seed"], device=dev, dtype=dtypes.uint64).reshape(1).expand(n)
+        nxt = Tensor(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
+        ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
+        key = nxt.shrink(((0, 1),)).expand(n)
         return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
 
     @staticmethod
@@ -678,6 +689,51 @@ def _iota_uop(n: sint, device: str) -> UOp:
     """A lazy int32 [0, 1, ..., n-1]: an IOTA marker the scheduler lowers straight to the dimension's index (no
     memory, no reduce), reshaped to give it a shape."""
     return UOp(Ops.NOOP, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
+
+
+def _rng_initial(device: str) -> UOp:
+    """A realized uint64 [seed, 0] on device (no kernel: copied in from the host)."""
+    return _from_numpy(np.array([_RNG["seed"], 0], dtype=np.uint64), dtypes.uint64, device)
+
+
+def _rng_state(device: str) -> UOp:
+    """The device's counter buffer, made from the current seed on its first draw."""
+    if (state := _RNG_STATE.get(device)) is None:
+        state = _RNG_STATE[device] = _rng_initial(device)
+    return state
+
+
+def _rng_store(dst: UOp, src: UOp) -> None:
+    """Copy src's contents into the counter buffer dst in place, recorded for TinyJit replays as the same copy.
+    A copy, not Tensor.assign's storage swap: dst must never share storage with a buffer a lazy draw reads."""
+    from speck.tensor import realize
+    from speck.tensor.schedule import ScheduleItem
+
+    realize.get_buffer(dst).copy_from(realize.get_buffer(src))
+    if realize.CAPTURE is not None:
+        realize.CAPTURE.append(("copy", ScheduleItem(None, (dst, src))))
+
+
+def _rng_advance(n: int, device: str) -> UOp:
+    """Advance the device's counter by n: one kernel computes [seed, counter + n] into a new buffer (returned; draws
+    read it, and nothing writes it again outside a TinyJit replay of this same step), which is then copied into the
+    counter buffer. The increment comes in as a tiny buffer so one compiled kernel serves every draw size. This
+    schedules directly instead of through realize(), which would also apply pending deferred updates early."""
+    from speck.tensor.realize import run_schedule
+    from speck.tensor.schedule import schedule_with_cache
+
+    state = _rng_state(device)
+    if (step := _RNG_STEP.get((device, n))) is None:
+        if len(_RNG_STEP) >= 256:  # many distinct draw sizes: start over rather than grow without bound
+            _RNG_STEP.clear()
+        inc = _from_numpy(np.array([0, n], dtype=np.uint64), dtypes.uint64, device)
+        step = _RNG_STEP[(device, n)] = (Tensor(state, device=device) + Tensor(inc, device=device)).uop
+    items, view = schedule_with_cache(step, device)
+    run_schedule(items)
+    nxt = base_buffer(view)
+    assert nxt is not None and nxt is not state and view_offset(view) == 0
+    _rng_store(state, nxt)
+    return nxt
 
 
 def _from_nested(data: Any) -> tuple[np.ndarray, DType]:

@@ -174,10 +174,11 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
         return None
     rem_u = _rebuild(x.dtype, rem)
     if not (rem_u.vmin >= 0 and rem_u.vmax < cv):
-        # the remainder part may still carry; only fold when every quotient term is exact and rem is nonneg
-        if d.op is Ops.CMOD and all(t is not None for t, _ in quo) and rem_u.vmin >= 0:
-            return rem_u % cv if rem_u is not x else None
-        return None
+        # the remainder part may still carry: x = c*quo + rem with rem >= 0 gives x % c == rem % c and
+        # x // c == quo + rem // c ((n*784 + i) // 28 -> n*28 + i // 28, the index of a flattened image)
+        if rem_u.vmin < 0 or rem_u is x or any(t is None for t, _ in quo):
+            return None
+        return rem_u % cv if d.op is Ops.CMOD else _rebuild(x.dtype, quo) + rem_u // cv
     if d.op is Ops.CMOD:
         return rem_u
     return _rebuild(x.dtype, quo)
@@ -345,6 +346,14 @@ symbolic_simple = PatternMatcher(
     ]
 )
 
+
+def _recombine_patterns() -> list[UPat]:
+    mod = UPat.var("x", INTS) % UPat.cvar("c")
+    div = (UPat.var("x") // UPat.cvar("c")) * UPat.cvar("c")
+    y = UPat.var("y", INTS)
+    return [mod + div, div + mod, (y + mod) + div, (y + div) + mod]
+
+
 _PINNABLE = (GroupOp.ALU - {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.XOR}) | {Ops.CAST, Ops.RANGE, Ops.SPECIAL}
 
 symbolic = symbolic_simple + PatternMatcher(
@@ -358,6 +367,8 @@ symbolic = symbolic_simple + PatternMatcher(
         (UPat((Ops.CDIV, Ops.CMOD), name="d", src=(UPat.var("x"), UPat.cvar("c"))), fold_divmod),
         ((UPat.var("x", INTS) // UPat.cvar("c1")) // UPat.cvar("c2"), fold_div_div),
         ((UPat.var("x", INTS) % UPat.cvar("c1")) % UPat.cvar("c2"), fold_mod_mod),
+        # x % c + (x // c) * c == x for truncating division (also one step into a sum): re-flattening an index
+        *[(pat, lambda x, c, y=None: x if y is None else y + x) for pat in _recombine_patterns()],
         (
             (UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"),
             lambda x, c: x if c.arg != 0 and _mul_fits(x, c.arg) else None,

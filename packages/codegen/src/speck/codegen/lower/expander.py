@@ -5,7 +5,8 @@ representations: value nodes are one vector UOp (STACK/GEP/vector ALU); index-do
 pointers, and anything derived from them) are a list of scalar per-lane UOps, since weakint has no vector form.
 Loads and stores whose per-lane indices are contiguous become vector LOAD/STORE at lane 0's index (a run per
 group of the innermost axis when the whole vector is not contiguous), otherwise scalar accesses STACKed together.
-A REDUCE over an UNROLL range combines that axis's lanes horizontally; END simply forgets expand ranges."""
+A REDUCE over an UNROLL range combines that axis's lanes horizontally (once after the loop when the REDUCE also has loop
+ranges: the accumulator keeps every lane); END simply forgets expand ranges."""
 
 from __future__ import annotations
 
@@ -185,6 +186,12 @@ class _Expander:
         val = self.memo[u.src[0]]
         out_axes = tuple(a for a in val.axes if a not in xr)
         v = self.as_vec(val, val.axes) if val.axes else (val.vec if val.vec is not None else val.lanes[0])  # type: ignore[index]
+        rs = [self.memo[r].vec for r in rngs]
+        if xr and any(a in val.axes for a in xr) and rs:
+            # loop-carried: accumulate every lane (a vector accumulator) and combine the unrolled lanes once after
+            # the loop, not on every iteration
+            v = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg)  # type: ignore[arg-type]
+            rs = []
         if xr and any(a in val.axes for a in xr):
             red_axes = tuple(a for a in val.axes if a in xr)
             groups: dict[int, list[int]] = {}
@@ -209,7 +216,6 @@ class _Expander:
                 base = v
                 for _ in range(_size(r) - 1):
                     v = v.alu(u.arg, base)
-        rs = [self.memo[r].vec for r in rngs]
         res = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg) if rs else v  # type: ignore[arg-type]
         return _Val(out_axes, vec=res)
 

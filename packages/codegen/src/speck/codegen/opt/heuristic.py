@@ -44,6 +44,7 @@ def _index_of(ix: UOp) -> UOp:
 BLOCKING_RENDERERS = frozenset({"llvm", "c"})
 ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
 MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
+MIN_SCATTER_REDUCE = 64  # reduce steps per output that make a lane-by-lane store of the vector axis negligible
 
 
 def _depends(idx: UOp, r: UOp) -> bool:
@@ -63,25 +64,46 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     # column axis: contiguous in the store, and every load either ignores it or is contiguous along it
     col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
-    if col is None:
+    if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
+        return _row_reduce(sink, loads, col, outs[col], lanes)
+    block = _block(glob, outs, loads, col, lanes) if col is not None else None
+    if block is None and _reduce_size(sink) >= MIN_SCATTER_REDUCE:
+        # a long reduction amortizes a strided store: any axis the loads read contiguously (a convolution's output
+        # channels over channel-last weights) can be the vector axis
+        for alt in reversed(glob):
+            a = outs[alt]
+            if alt != col and any(_depends(ix, a) for ix in loads) and \
+                    all(_stride(ix, a) == 1 for ix in loads if _depends(ix, a)):  # fmt: skip
+                if (block := _block(glob, outs, loads, alt, lanes)) is not None:
+                    col = alt
+                    break
+    if block is None or col is None:
         return None
+    row, ramt, camt = block
     c = outs[col]
-    if any(_depends(ix, c) and _stride(ix, c) != 1 for ix in loads):
-        return _row_reduce(sink, loads, col, c, lanes)
-    # row axis: another output axis some load ignores (so upcasting it reuses that load across rows)
-    rows = [i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]
-    if not rows:
-        return None
-    row = rows[-1]
-    ramt = _pow2_amount(const_size(outs[row]) or 1, ROW_BLOCK)
-    camt = _pow2_amount(const_size(c) or 1, 2 * lanes)
-    if ramt < 2 or camt < lanes:
-        return None
     # the row upcast comes first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt), Opt(OptOps.UPCAST, col, camt)]
     if len(glob) == 2 and col != glob[0] and (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
         opts.append(Opt(OptOps.SWAP, glob[0], col))
     return opts
+
+
+def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: int) -> tuple[int, int, int] | None:
+    """(row axis, row amount, column amount) of a register block with vector axis col, or None: the row is another
+    output axis some load ignores (upcasting it reuses that load across rows)."""
+    camt = _pow2_amount(const_size(outs[col]) or 1, 2 * lanes)
+    for row in reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]):
+        ramt = _pow2_amount(const_size(outs[row]) or 1, ROW_BLOCK)
+        if ramt >= 2:
+            return (row, ramt, camt) if camt >= lanes else None
+    return None
+
+
+def _reduce_size(sink: UOp) -> int:
+    n = 1
+    for r in reduce_axes(sink):
+        n *= const_size(r) or 1
+    return n
 
 
 def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> list[Opt] | None:
