@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from helpers import assert_same, run_ast, run_prog
 from speck.codegen.kernel_info import KernelInfo
-from speck.codegen.opt import Opt, OptOps, hand_coded_optimizations, opt_base
+from speck.codegen.lower.expander import expand_vectors
+from speck.codegen.opt import Opt, OptOps, apply_opts, hand_coded_optimizations, opt_base
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer import Renderer
 from speck.codegen.renderer.cstyle import ClangRenderer
@@ -178,3 +179,60 @@ def test_x86_renderer_keeps_the_plain_heuristic() -> None:
     assert heuristic(matmul(64, 32, 256), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
     assert heuristic(matmul(8, 16, 32, transposed_b=True), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
     assert heuristic(rowsum(16, 16, Ops.ADD), X86Renderer()) == [Opt(OptOps.UPCAST, 0, 8)]
+
+
+def conv_channel_last(n: int, c: int, o: int, w: int, k: int) -> UOp:
+    """out[b,p,x] = sum_{ci,j} inp[b,ci,x+j] * wt[ci,j,p]: a 1-d convolution whose weights are channel-last, so the
+    output channel axis p is strided in the store but contiguous in the only load that reads it."""
+    b, p, x = (UOp.range(s, a, AxisType.GLOBAL) for a, s in enumerate((n, o, w)))
+    ci, j = UOp.range(c, 3, AxisType.REDUCE), UOp.range(k, 4, AxisType.REDUCE)
+    wi = w + k - 1
+    inp = UOp.param(1, dtypes.float32.ptr(n * c * wi)).index(b * (c * wi) + ci * wi + x + j).load()
+    wt = UOp.param(2, dtypes.float32.ptr(c * k * o)).index(ci * (k * o) + j * o + p).load()
+    out = UOp.param(0, dtypes.float32.ptr(n * o * w))
+    store = out.index(b * (o * w) + p * w + x).store((inp * wt).reduce(ci, j, op=Ops.ADD))
+    return UOp.sink(store.end(b, p, x), arg=KernelInfo(name="conv"))
+
+
+def test_long_reduction_vectorizes_the_axis_its_loads_read_contiguously() -> None:
+    # x (the store's contiguous axis) is 20 wide: no full vector; the channel axis p is contiguous in the weight load
+    # and the reduction (32 channels x 5 taps) long enough that storing p lane by lane costs little
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = conv_channel_last(2, 32, 32, 20, 5)
+    opts = heuristic(ast, r)
+    assert Opt(OptOps.UPCAST, 1, 16) in opts and Opt(OptOps.UPCAST, 2, 4) in opts
+    uops = check_preserved(ast, r)
+    assert any(u.op is Ops.LOAD and u.dtype.count == 8 for u in uops)
+    # a short reduction (one channel, one tap) keeps the store-contiguous plain heuristic
+    assert Opt(OptOps.UPCAST, 1, 16) not in heuristic(conv_channel_last(2, 1, 32, 20, 1), r)
+
+
+def test_unrolled_reduction_accumulates_vectors_and_combines_once() -> None:
+    # the REDUCE over the loop range carries every unrolled lane; the horizontal combine happens after the loop
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = rowsum(4, 64, Ops.ADD)
+    opts = heuristic(ast, r)
+    assert Opt(OptOps.UNROLL, 0, 8) in opts
+
+    expanded = expand_vectors(apply_opts(opt_base(ast), opts, r))
+    reds = [u for u in expanded.toposort() if u.op is Ops.REDUCE]
+    # the accumulator holds 4 outputs x 8 unrolled lanes, not the 4 horizontally combined sums
+    assert [u.dtype.count for u in reds] == [32]
+    check_preserved(ast, r)
+
+
+def test_fp_contract_fuses_multiply_add_and_stays_close() -> None:
+    # fp_contract=True marks float add/sub/mul `contract` (LLVM may emit FMAs); the default stays exact
+    ast = matmul(16, 64, 32)
+    exact, fused = LLVMRenderer(max_vector_bytes=32), LLVMRenderer(max_vector_bytes=32, fp_contract=True)
+    assert " contract " not in exact.render(full_rewrite_to_sink(ast, exact))
+    uops = full_rewrite_to_sink(ast, fused)
+    src = fused.render(uops)
+    assert "fmul contract <8 x float>" in src and "fadd contract <8 x float>" in src
+    inputs = bufs(ast, 2)
+    want = run_ast(ast, inputs, {})
+    addr, keep = compile_llvm(src, "mm")
+    got = [b.copy() for b in inputs]
+    call(addr, uops, got, {}, (0, global_extent(uops, {})))
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    del keep

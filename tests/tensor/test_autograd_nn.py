@@ -132,3 +132,33 @@ def test_embedding_lstm_grad() -> None:
         return (o.sigmoid() * c2.tanh()).cat(c2, dim=1)
 
     gradcheck(lstm, away((2, 2), 33), away((4, 2), 34), away((4, 1), 35), away((2, 1), 36), away((2, 1), 37))
+
+
+@pytest.mark.parametrize("batch", [3, 36])  # 36: the weight gradient sums over batch chunks, then over the chunks
+def test_conv2d_grads_match_numpy_without_a_window_tensor(batch: int) -> None:
+    """The input gradient is a transposed convolution, not a sum over a materialised (N, Cin, *out, *k) tensor of
+    per-window gradients: no kernel of the backward writes a buffer that large."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from speck.tensor.schedule import Scheduler
+
+    rng = np.random.default_rng(batch)
+    xn, wn = (
+        rng.standard_normal((batch, 3, 9, 8)).astype(np.float32),
+        rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+    )
+    gn = rng.standard_normal((batch, 4, 7, 6)).astype(np.float32)
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    x.conv2d(w).backward(Tensor(gn))
+    assert x.grad is not None and w.grad is not None
+    sched = Scheduler()
+    sched.realize(x.grad.uop)
+    sched.realize(w.grad.uop)
+    window_tensor = batch * 3 * 7 * 6 * 3 * 3
+    assert max(int(it.bufs[0].arg) for it in sched.items if it.ast is not None) < window_tensor
+    win = sliding_window_view(xn, (3, 3), axis=(2, 3))  # (N, C, 7, 6, 3, 3)
+    gw = np.einsum("bcyxij,boyx->ocij", win, gn)
+    gx = np.einsum("boyxij,ocij->bcyx", sliding_window_view(np.pad(gn, ((0, 0), (0, 0), (2, 2), (2, 2))), (3, 3),
+                                                             axis=(2, 3)), wn[:, :, ::-1, ::-1])  # fmt: skip
+    np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-4, atol=1e-4)

@@ -161,6 +161,9 @@ class NNMixin:
         w = self._pool_windows(k, st, _pair(dilation), _pair(padding), -math.inf, ceil_mode)
         red = tuple(range(-len(k), 0))
         out = w.max(axis=red)
+        from speck.tensor.pool_grad import max_pool_gradient
+
+        max_pool_gradient(out, self, k, st, _pair(dilation), _pair(padding))  # elementwise when windows don't overlap
         if not return_indices:
             return out
         from speck.tensor.tensor import Tensor
@@ -408,7 +411,7 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         # split the batch: each chunk's windows and gradient stay in cache while its partial sums accumulate (a
         # kernel of its own), then the partial sums add up
         chunk = max(d for d in range(1, min(as_int(n), WGRAD_CHUNK) + 1) if as_int(n) % d == 0)
-        if chunk < as_int(n):
+        if 4 <= chunk < as_int(n):
             parts = prod_.reshape(as_int(n) // chunk, chunk, *prod_.shape[1:]).sum(axis=(1, *range(5, 5 + nsp)))
             gw = parts.sum(0).reshape(cout, cin_g, *k)
         else:

@@ -84,6 +84,7 @@ _program_cache: dict[tuple[str, UOp], Any] = {}
 # a codegen gap is a visible error, never a silently slow (or differently rounded) result.
 COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 0)
 USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
+FP_CONTRACT = getenv("FP_CONTRACT", 1)  # 0: exact multiply-then-add everywhere (no fused multiply-add)
 NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
 
 
@@ -193,7 +194,8 @@ def _renderer_for(dev: Any) -> Any:
     if name not in _RENDERERS:
         raise RuntimeError(f"no codegen renderer known for device {dev.name} (renderer_name {name!r})")
     mod, cls = _RENDERERS[name]
-    r = getattr(importlib.import_module(mod), cls)()
+    # FP_CONTRACT=1 (the default, as BLAS libraries do): the LLVM renderer may fuse a*b+c into one FMA
+    r = getattr(importlib.import_module(mod), cls)(**({"fp_contract": bool(FP_CONTRACT)} if name == "llvm" else {}))
     _renderer_cache[name] = r
     return r
 

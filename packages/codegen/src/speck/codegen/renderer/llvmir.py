@@ -5,7 +5,8 @@ Loops are basic blocks with a phi for the index; gated loads/stores branch aroun
 the loaded value with the alternative); DEFINE_REG accumulators are entry-block allocas that the optimizer's
 SROA/mem2reg promote to registers.
 
-Exact semantics (the same choices as the C renderer, see cstyle.py): no fast-math flags anywhere, so every float op
+Exact semantics (the same choices as the C renderer, see cstyle.py): no fast-math flags anywhere (unless the renderer is
+made with fp_contract=True, which marks add/sub/mul `contract` so LLVM may fuse them into FMAs), so every float op
 rounds once; MAX is `fcmp ogt b,a | fcmp uno b,b` + select (NaN-propagating like the interpreter, never
 llvm.maxnum); CMPLT is `fcmp olt` (false on NaN), CMPNE `fcmp une` (true on NaN), CMPEQ `fcmp oeq`; sdiv/srem and
 shifts are guarded with selects only where the UOps' bounds do not rule out division by 0, MIN/-1 or shift amounts
@@ -250,13 +251,16 @@ class LLVMRenderer(Renderer):
     has_vectors: ClassVar[bool] = True
     max_vector_bytes: ClassVar[int] = 32
 
-    def __init__(self, max_vector_bytes: int | None = None) -> None:
+    def __init__(self, max_vector_bytes: int | None = None, fp_contract: bool = False) -> None:
         """`max_vector_bytes`: widest vector to emit (16, 32 or 64 bytes); None detects the host (64 only with
-        AVX-512F, else 32)."""
+        AVX-512F, else 32). `fp_contract`: mark float add/sub/mul `contract`, letting LLVM fuse a*b+c into one FMA
+        (rounded once, so results may differ from the exact default in the last bit; about twice the throughput of
+        multiply-then-add in convolutions and matmuls)."""
         mvb = host_vector_bytes() if max_vector_bytes is None else max_vector_bytes
         if mvb not in (16, 32, 64):
             raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}")
         self.max_vector_bytes = mvb  # type: ignore[misc]
+        self.fp_contract = fp_contract
 
     def supports(self, op: Ops, dtype: DType) -> bool:
         """As the base class, plus WHERE on every dtype (a select needs no arithmetic in the value's format)."""
@@ -664,7 +668,8 @@ class _LLKernel:
                 raise fail  # half arithmetic arrives widened to float (supports_float16 is False)
             simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
             if op in simple:
-                return self.ins(f"{simple[op]} {t} {a[0]}, {a[1]}", "v")
+                flag = " contract" if self.r.fp_contract and op is not Ops.FDIV else ""
+                return self.ins(f"{simple[op]}{flag} {t} {a[0]}, {a[1]}", "v")
             if op is Ops.NEG:
                 return self.ins(f"fneg {t} {a[0]}", "v")
             if op is Ops.RECIPROCAL:
