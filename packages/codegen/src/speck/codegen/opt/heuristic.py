@@ -92,10 +92,16 @@ def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: 
     """(row axis, row amount, column amount) of a register block with vector axis col, or None: the row is another
     output axis some load ignores (upcasting it reuses that load across rows)."""
     camt = _pow2_amount(const_size(outs[col]) or 1, 2 * lanes)
-    for row in reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]):
-        ramt = _pow2_amount(const_size(outs[row]) or 1, ROW_BLOCK)
-        if ramt >= 2:
-            return (row, ramt, camt) if camt >= lanes else None
+    rows = list(reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]))
+    if camt < lanes or not rows:
+        return None
+    for row in rows:
+        if (ramt := _pow2_amount(const_size(outs[row]) or 1, ROW_BLOCK)) >= 2:
+            return row, ramt, camt
+    # no power-of-two row (a 5x5 kernel window): a small axis upcast whole still fits the registers
+    for row in rows:
+        if 2 <= (n := const_size(outs[row]) or 1) <= ROW_BLOCK + 2:
+            return row, n, camt
     return None
 
 
