@@ -533,3 +533,15 @@ def test_activation(name: str) -> None:
 def test_float16_layer_dtype() -> None:
     lin = nn.Linear(2, 2)
     assert lin.weight.dtype == dtypes.float32
+
+
+def test_pooling_with_one_or_three_dim_kernels_takes_int_options_per_dim() -> None:
+    """An int stride/padding/dilation applies to every pooled dim, whatever the kernel tuple's length."""
+    x = rnd(2, 3, 10, seed=50).astype(np.float32)
+    got = Tensor(x).max_pool2d((3,), padding=1).numpy()
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1)), constant_values=-np.inf)
+    np.testing.assert_allclose(got, np.stack([xp[..., i : i + 3].max(-1) for i in range(0, 10, 3)], -1))
+    np.testing.assert_allclose(Tensor(x).avg_pool2d((2,)).numpy(), x.reshape(2, 3, 5, 2).mean(-1), rtol=1e-6)
+    y = rnd(1, 2, 4, 4, 4, seed=51).astype(np.float32)
+    want = y.reshape(1, 2, 2, 2, 2, 2, 2, 2).max(axis=(3, 5, 7))
+    np.testing.assert_allclose(Tensor(y).max_pool2d((2, 2, 2)).numpy(), want)

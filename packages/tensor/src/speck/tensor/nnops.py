@@ -157,20 +157,21 @@ class NNMixin:
         """Max over each window (stride defaults to kernel_size); with return_indices also the flat index of each
         max within its plane (as PyTorch returns, for max_unpool2d)."""
         k = _pair(kernel_size)
-        st = _pair(stride if stride is not None else kernel_size)
-        w = self._pool_windows(k, st, _pair(dilation), _pair(padding), -math.inf, ceil_mode)
+        # int stride/dilation/padding apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
+        st, dl, pd = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation, padding))
+        w = self._pool_windows(k, st, dl, pd, -math.inf, ceil_mode)
         red = tuple(range(-len(k), 0))
         out = w.max(axis=red)
         from speck.tensor.pool_grad import max_pool_gradient
 
-        max_pool_gradient(out, self, k, st, _pair(dilation), _pair(padding))  # elementwise when windows don't overlap
+        max_pool_gradient(out, self, k, st, dl, pd)  # elementwise when windows don't overlap
         if not return_indices:
             return out
         from speck.tensor.tensor import Tensor
 
         h, wd = (as_int(d) for d in self.shape[-2:])
         idx = Tensor.arange(h * wd, device=self.device).reshape(1, 1, h, wd).expand(*self.shape[:-2], h, wd)
-        iw = idx._pool_windows(k, st, _pair(dilation), _pair(padding), -1, ceil_mode)
+        iw = idx._pool_windows(k, st, dl, pd, -1, ceil_mode)
         hit = w == out.reshape(*out.shape, 1, 1)
         # first max in window order, like PyTorch: the smallest flat index among the maxima
         big = h * wd
@@ -200,12 +201,12 @@ class NNMixin:
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window (zero padding counted unless count_include_pad=False)."""
         k = _pair(kernel_size)
-        st = _pair(stride if stride is not None else kernel_size)
+        st, dl, pd = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation, padding))
         red = tuple(range(-len(k), 0))
-        w = self._pool_windows(k, st, _pair(dilation), _pair(padding), 0.0, ceil_mode)
+        w = self._pool_windows(k, st, dl, pd, 0.0, ceil_mode)
         if count_include_pad and not ceil_mode:
             return w.mean(axis=red)
-        ones = self.ones_like()._pool_windows(k, st, _pair(dilation), _pair(padding), 0.0, ceil_mode)
+        ones = self.ones_like()._pool_windows(k, st, dl, pd, 0.0, ceil_mode)
         return w.sum(axis=red) / ones.sum(axis=red)
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
