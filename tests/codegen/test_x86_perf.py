@@ -4,28 +4,51 @@
   listing text, and an edited or forgotten listing must still be parsed;
 - operand_roles (hot in the peephole and the allocator) against a direct reading of the operand-role contract, on
   random instructions;
-- the cached `phys` registers and the identity hash of X86Op behave like freshly built values.
+- the cached `phys` registers and the identity hash of X86Op behave like freshly built values;
+- `encode`'s cache of instruction encodings hands out exactly what encoding from scratch builds (bytes, text,
+  relocation, listing line), never keeps a failed encoding, and stays bounded;
+- the roles an Inst remembers leave its value (equality, hash, repr) alone, and the hand-written Inst/Mem
+  constructors keep the dataclass contract (validation, immutability, equality, copy, pickle);
+- fold_copies against a plain quadratic reading of its rule, on random instruction lists with loops and labels;
+- listing lines render the same from the body an encoding carries as from their fields.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import pathlib
 import pickle
+import random
 import sys
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.codegen.program import to_program
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86 import X86Compiler, X86Renderer, parse_listing, write_elf_object
-from speck.codegen.x86.alloc import READS_AND_WRITES, READS_ONLY, ZEROING_IDIOMS, operand_roles
+from speck.codegen.x86 import X86Compiler, X86Renderer, encoder, parse_listing, write_elf_object
+from speck.codegen.x86.alloc import (
+    READS_AND_WRITES,
+    READS_ONLY,
+    ZEROING_IDIOMS,
+    Item,
+    LoopBegin,
+    LoopEnd,
+    operand_roles,
+)
+from speck.codegen.x86.assembler import assemble
 from speck.codegen.x86.compiler import _RECENT_LIMIT, recall_object, remember_object
-from speck.codegen.x86.operands import GPR64, Imm, Inst, Mem, Reg
+from speck.codegen.x86.encoder import EncodingError, encode, encode_uncached
+from speck.codegen.x86.listing import render_listing
+from speck.codegen.x86.operands import GPR64, Imm, Inst, Label, Mem, Operand, Reg, gpr, rodata, ymm
 from speck.codegen.x86.ops import X86Op
+from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import phys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from test_x86_encoding import TEMPLATES, rand_operand
 from test_x86_select import elementwise_add, row_sum
 
 
@@ -113,3 +136,155 @@ def test_x86op_identity_hash_keeps_enum_behaviour() -> None:
     table = {m: m.value for m in members}
     assert all(table[X86Op(m.value)] == m.value and pickle.loads(pickle.dumps(m)) is m for m in members)
     assert "__hash__" not in X86Op.__members__
+
+
+@settings(max_examples=max(4, settings.default.max_examples // 5))
+@given(seed=st.integers(0, 2**64 - 1))
+def test_cached_encodings_equal_fresh_ones(seed: int) -> None:
+    """Every encoding form with random operands: the first encode (a miss) and the encode of an equal instruction
+    built separately (a hit) both give what encoding from scratch gives, byte for byte."""
+    rnd = random.Random(seed)
+    encoder._ENCODED.clear()
+    for op, toks in TEMPLATES:
+        operands = tuple(rand_operand(rnd, t) for t in toks)
+        inst, twin = Inst(op, operands), Inst(op, pickle.loads(pickle.dumps(operands)))  # equal, distinct objects
+        fresh = encode_uncached(inst)
+        miss, hit = encode(inst), encode(twin)
+        assert hit is miss, f"{inst!r}: an equal instruction did not find the cached encoding"
+        for enc in (miss, hit):
+            assert (enc.raw, enc.text, enc.comment, enc.reloc, enc.body) == (
+                fresh.raw, fresh.text, fresh.comment, fresh.reloc, fresh.body), f"{inst!r}"  # fmt: skip
+
+
+def test_failed_encodings_are_not_cached() -> None:
+    bad = Inst(X86Op.ADD, (gpr("eax"), gpr("rcx")))
+    for _ in range(2):  # raised again, not answered from the cache
+        with pytest.raises(EncodingError, match="different sizes"):
+            encode(bad)
+    assert (bad.op, bad.operands) not in encoder._ENCODED
+    with pytest.raises(EncodingError, match="encoded at its address"):
+        encode_uncached(Inst(X86Op.JMP, (Label("L0"),)))
+
+
+def test_encode_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(encoder, "ENCODE_CACHE_LIMIT", 8)
+    encoder._ENCODED.clear()
+    for k in range(50):
+        assert encode(Inst(X86Op.MOV, (gpr("eax"), Imm(k)))).raw == bytes([0xB8, k, 0, 0, 0])  # mov r32, imm32
+        assert len(encoder._ENCODED) <= 8
+
+
+@given(
+    st.sampled_from(_ops),
+    st.lists(_operand, max_size=3),
+    st.lists(st.one_of(_vreg, st.just(Reg("gpr", 2, 8))), max_size=2),
+    st.lists(_vreg, max_size=2),
+)
+def test_remembered_roles_leave_the_instruction_value_alone(
+    op: X86Op, operands: list[Operand], uses: list[VReg | Reg], defs: list[VReg]
+) -> None:
+    inst, twin = (Inst(op, tuple(operands), tuple(uses), tuple(defs)) for _ in range(2))
+    roles = operand_roles(inst)
+    assert operand_roles(inst) is roles and roles == _reference_roles(twin)  # asked again: the remembered answer
+    assert inst == twin and hash(inst) == hash(twin) and repr(inst) == repr(twin)
+    assert pickle.loads(pickle.dumps(inst)) == inst
+
+
+def test_hand_written_constructors_keep_the_dataclass_contract() -> None:
+    """Inst and Mem fill their frozen slots directly (speed); they must still validate, stay immutable, and compare,
+    hash, copy and pickle by value like the generated dataclass code did."""
+    mem = Mem(gpr("rdi"), gpr("rsi"), 4, -8, 4)
+    inst = Inst(X86Op.MOV, (gpr("eax"), mem), clobbers=frozenset({"rax"}))
+    for obj, name in ((mem, "disp"), (inst, "op")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, None)
+        twins = (pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj))
+        assert all(t == obj and hash(t) == hash(obj) for t in twins)
+    assert (mem.base, mem.index, mem.scale, mem.disp, mem.size, mem.symbol) == (gpr("rdi"), gpr("rsi"), 4, -8, 4, None)
+    assert (inst.op, inst.operands, inst.implicit_uses, inst.implicit_defs) == (X86Op.MOV, (gpr("eax"), mem), (), ())
+    assert dataclasses.replace(inst, op=X86Op.LEA) == Inst(X86Op.LEA, inst.operands, clobbers=frozenset({"rax"}))
+    assert Inst(X86Op.RET) == Inst(X86Op.RET, (), (), (), frozenset()) and Mem(disp=4, symbol="s").base is None
+    for bad, fragment in (({"scale": 3}, "scale"), ({"disp": 2**31}, "displacement"), ({}, "expected a base")):
+        with pytest.raises(ValueError, match=fragment):
+            Mem(gpr("rax") if bad else None, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="RIP-relative"):
+        Mem(gpr("rax"), symbol=".rodata")
+
+
+def _reference_fold(items: list[Item]) -> list[Item]:
+    """fold_copies' rule read plainly (quadratic scans): `op S, ..; mov D, S` -> `op D, ..` when the copy is S's last
+    mention, S's first mention defines it, no label or loop marker lies in between, D is not written at S's
+    definition nor mentioned strictly between it and the copy, and neither end takes part in another fold."""
+
+    def named(it: Item, vid: int) -> bool:
+        return isinstance(it, Inst) and any(v.id == vid for v in operand_roles(it)[0] + operand_roles(it)[1])
+
+    drop: set[int] = set()
+    rename: dict[int, VReg] = {}
+    for i, it in enumerate(items):
+        if not (isinstance(it, Inst) and it.op in (X86Op.MOV, X86Op.VMOVAPS) and len(it.operands) == 2):
+            continue
+        dst, src = it.operands
+        if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
+            continue
+        if it.op is X86Op.MOV and not dst.size == src.size == 8:
+            continue
+        where = [j for j, x in enumerate(items) if named(x, src.id)]
+        if where[-1] != i or src.id in rename or dst.id in rename or where[0] in drop:
+            continue
+        first = items[where[0]]
+        assert isinstance(first, Inst)
+        between = items[where[0] + 1 : i]
+        if src.id not in [v.id for v in operand_roles(first)[0]] or not all(isinstance(x, Inst) for x in between):
+            continue
+        if dst.id in [v.id for v in operand_roles(first)[0]] or any(named(x, dst.id) for x in between):
+            continue
+        rename[src.id] = dst
+        drop.add(i)
+
+    def sub(o: Operand) -> Operand:
+        if isinstance(o, VReg) and o.id in rename:
+            return rename[o.id].sized(o.size)
+        if isinstance(o, Mem):
+            b, x = (rename[r.id].sized(8) if isinstance(r, VReg) and r.id in rename else r for r in (o.base, o.index))
+            return Mem(b, x, o.scale, o.disp, o.size, o.symbol)
+        return o
+
+    return [Inst(it.op, tuple(sub(o) for o in it.operands), it.implicit_uses, it.implicit_defs, it.clobbers)
+            if isinstance(it, Inst) else it for i, it in enumerate(items) if i not in drop]  # fmt: skip
+
+
+_v8 = st.builds(VReg, st.integers(0, 5), st.just("gpr"), st.sampled_from([8, 8, 4]))
+_item = st.one_of(
+    st.builds(lambda d, s: Inst(X86Op.MOV, (d, s)), _v8, _v8),
+    st.builds(lambda d, s: Inst(X86Op.VMOVAPS, (d, s)), *[st.builds(VReg, st.integers(6, 8), st.just("vec"))] * 2),
+    st.builds(lambda d, s: Inst(X86Op.ADD, (d, s)), _v8, st.one_of(_v8, st.builds(Imm, st.integers(0, 3)))),
+    st.builds(lambda d, s: Inst(X86Op.IMUL, (d, s, Imm(3))), _v8, _v8),
+    st.builds(lambda d, b: Inst(X86Op.LEA, (d, Mem(b, disp=1))), _v8, _v8),
+    st.builds(lambda d: Inst(X86Op.XOR, (d, d)), _v8),
+    st.builds(lambda a, b: Inst(X86Op.CMP, (a, b)), _v8, _v8),
+    st.sampled_from([Label("L"), LoopBegin(), LoopEnd()]),
+)
+
+
+# the shape the peephole exists for: a temporary (ids 10..12, so they collide now and then) computed and copied home
+_tmp = st.builds(VReg, st.integers(10, 12), st.just("gpr"))
+_home = st.builds(VReg, st.integers(0, 5), st.just("gpr"))
+_compute_and_copy = st.builds(
+    lambda t, a, d: [Inst(X86Op.IMUL, (t, a, Imm(3))), Inst(X86Op.MOV, (d, t))], _tmp, _v8, _home
+)
+
+
+@given(st.lists(st.one_of(_item.map(lambda it: [it]), _compute_and_copy), max_size=16))
+def test_fold_copies_matches_its_rule(chunks: list[list[Item]]) -> None:
+    items = [it for chunk in chunks for it in chunk]
+    assert fold_copies(list(items)) == _reference_fold(list(items))
+
+
+def test_listing_lines_render_alike_with_and_without_a_body() -> None:
+    asm = assemble([
+        Label("top"), Inst(X86Op.VMOVUPS, (ymm(3), rodata(0x20))), Inst(X86Op.ADD, (gpr("r9d"), Imm(1))),
+        Inst(X86Op.JL, (Label("top"),)), Inst(X86Op.RET),
+    ])  # fmt: skip
+    assert all(line.body for line in asm.lines if line.raw)
+    assert render_listing([line._replace(body="") for line in asm.lines]) == asm.listing

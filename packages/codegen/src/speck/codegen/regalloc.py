@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class VReg:
     """A virtual register: `id` names the value, `cls` its register class, `size` the width this operand uses.
 
@@ -40,12 +40,23 @@ class VReg:
     size: int = 8
     fixed: str | None = None
 
+    def __init__(self, id: int, cls: str, size: int = 8, fixed: str | None = None) -> None:
+        # instruction selection builds one per value and per width it is read at: the slots' own descriptors write
+        # the frozen fields at half the cost of the generated __init__ (an object.__setattr__ call per field)
+        _set_id(self, id)
+        _set_cls(self, cls)
+        _set_size(self, size)
+        _set_fixed(self, fixed)
+
     def sized(self, size: int) -> VReg:
         """The same virtual register used at another width."""
         return VReg(self.id, self.cls, size, self.fixed)
 
     def __repr__(self) -> str:
         return f"v{self.id}" + (f"@{self.fixed}" if self.fixed else "") + f":{self.cls}{self.size * 8}"
+
+
+_set_id, _set_cls, _set_size, _set_fixed = (VReg.__dict__[f].__set__ for f in ("id", "cls", "size", "fixed"))
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ class RegTarget:
     callee_saved: frozenset[str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RAInstr:
     """The allocator's view of one instruction (or of a label / loop marker, which has no registers).
 
@@ -79,6 +90,22 @@ class RAInstr:
     clobbers: frozenset[str] = frozenset()
     marker: str | None = None
     copy: bool = False  # a plain register-to-register copy: its def prefers its use's register (the copy vanishes)
+
+    def __init__(
+        self, defs: tuple[VReg, ...] = (), uses: tuple[VReg, ...] = (), clobbers: frozenset[str] = frozenset(),
+        marker: str | None = None, copy: bool = False,
+    ) -> None:  # fmt: skip
+        # one per instruction: written through the slots, as VReg.__init__ does
+        _set_defs(self, defs)
+        _set_uses(self, uses)
+        _set_clobbers(self, clobbers)
+        _set_marker(self, marker)
+        _set_copy(self, copy)
+
+
+_set_defs, _set_uses, _set_clobbers, _set_marker, _set_copy = (
+    RAInstr.__dict__[f].__set__ for f in ("defs", "uses", "clobbers", "marker", "copy")
+)
 
 
 @dataclass(frozen=True)
@@ -123,8 +150,16 @@ class RegAllocError(RuntimeError):
     """The instruction list cannot be allocated as given (inconsistent classes, unbalanced loops, fixed clashes)."""
 
 
+INF = float("inf")
+
+
 def _overlaps(ranges: Sequence[tuple[int, int]], s: int, e: int) -> bool:
     return any(rs <= e and s <= re for rs, re in ranges)
+
+
+def _is_free(r: str, taken: set[str], blocked: dict[str, list[tuple[int, int]]], s: int, e: int) -> bool:
+    # most registers are never blocked: test the (short) blocked lists only for those that are
+    return r not in taken and (r not in blocked or not _overlaps(blocked[r], s, e))
 
 
 def find_loops(instrs: Sequence[RAInstr]) -> list[tuple[int, int]]:
@@ -152,9 +187,15 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
     occurrences: dict[int, list[tuple[int, bool]]] = {}  # id -> [(pos, is_def)]
     for i, ins in enumerate(instrs):
         for v in ins.uses:
-            occurrences.setdefault(v.id, []).append((2 * i, False))
+            if (occ := occurrences.get(v.id)) is None:
+                occurrences[v.id] = [(2 * i, False)]
+            else:
+                occ.append((2 * i, False))
         for v in ins.defs:
-            occurrences.setdefault(v.id, []).append((2 * i + 1, True))
+            if (occ := occurrences.get(v.id)) is None:
+                occurrences[v.id] = [(2 * i + 1, True)]
+            else:
+                occ.append((2 * i + 1, True))
     for vid, occ in occurrences.items():
         occ.sort()
         # read before any write: live-in at function entry (incoming arguments)
@@ -195,18 +236,27 @@ def _linear_scan(
     home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
     spilled: list[int] = []
     active: list[tuple[int, int, str]] = []  # (end, vid, reg)
+    taken: set[str] = set()  # the registers of `active`
+    next_end: float = INF  # the earliest end in `active`: nothing expires before the scan passes it
     order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
     for s, e, vid in order:
         cls = info[vid].cls
-        active = [a for a in active if a[0] >= s]
-        taken = {a[2] for a in active}
-        # most registers are never blocked: test the (short) blocked lists only for those that are
-        free = [r for r in pools[cls] if r not in taken and (r not in blocked or not _overlaps(blocked[r], s, e))]
-        if free:
-            hint = home.get(copied_from.get(vid, -1))
-            pick = hint if isinstance(hint, str) and hint in free else free[0]
+        if next_end < s:  # intervals that ended free their registers
+            active = [a for a in active if a[0] >= s]
+            taken = {a[2] for a in active}
+            next_end = min((a[0] for a in active), default=INF)
+
+        pool = pools[cls]
+        hint = home.get(copied_from.get(vid, -1))
+        if isinstance(hint, str) and hint in pool and _is_free(hint, taken, blocked, s, e):
+            pick: str | None = hint
+        else:  # the first free register in preference order (no list of all free ones is needed)
+            pick = next((r for r in pool if _is_free(r, taken, blocked, s, e)), None)
+        if pick is not None:
             home[vid] = pick
             active.append((e, vid, pick))
+            taken.add(pick)
+            next_end = min(next_end, e)
             continue
 
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
@@ -217,10 +267,11 @@ def _linear_scan(
         victims = [a for a in active if info[a[1]].cls == cls and not _overlaps(blocked.get(a[2], []), s, e)]
         victim = min(victims, key=lambda a: cost(a[0], a[1]), default=None)
         if victim is not None and cost(victim[0], victim[1]) < cost(e, vid):
-            active.remove(victim)
+            active.remove(victim)  # its register goes straight to this value: `taken` is unchanged
             spilled.append(victim[1])
             home[vid] = victim[2]
             active.append((e, vid, victim[2]))
+            next_end = min((a[0] for a in active), default=INF)
         else:
             spilled.append(vid)
     return home, spilled
@@ -359,10 +410,10 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
 
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
     # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
-    for i, ins in enumerate(instrs):
+    for i, ins in enumerate(instrs if spilled else ()):  # with no spill every operand already has a register
         regs_i = regs[i]
         if all(v.id in regs_i for v in ins.uses) and all(v.id in regs_i for v in ins.defs):
-            continue  # nothing spilled here (always the case when nothing spilled at all)
+            continue  # nothing spilled here
         held = set(regs_i.values())
         read_scratch: set[str] = set()
         written_scratch: set[str] = set()

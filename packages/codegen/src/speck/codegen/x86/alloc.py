@@ -62,7 +62,17 @@ def _vregs(o: Operand) -> list[VReg]:
 
 def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
     """(defs, uses) of an instruction, including its implicit registers."""
-    # hot in both the copy-folding peephole and allocation: plain loops and single-class isinstance checks
+    # asked by the copy-folding peephole and again by allocation for the same instruction objects: an Inst is
+    # immutable, so the answer is kept in its private `_roles` slot
+    roles = inst._roles
+    if roles is None:
+        roles = _operand_roles(inst)
+        object.__setattr__(inst, "_roles", roles)  # Inst is frozen; this slot is a cache, not part of its value
+    return roles
+
+
+def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
+    # plain loops and single-class isinstance checks: this runs for every selected instruction
     ops = inst.operands
     defs: list[VReg] = [v for v in inst.implicit_defs if isinstance(v, VReg)] if inst.implicit_defs else []
     uses: list[VReg] = [v for v in inst.implicit_uses if isinstance(v, VReg)] if inst.implicit_uses else []
@@ -104,7 +114,7 @@ def ra_view(item: Item) -> RAInstr:
     """Describe one item to the register allocator."""
     if isinstance(item, Inst):
         defs, uses = operand_roles(item)
-        return RAInstr(defs, uses, item.clobbers, copy=_is_copy(item))
+        return RAInstr(defs, uses, item.clobbers, None, _is_copy(item))  # (positional: built per instruction)
     if isinstance(item, LoopBegin):
         return _RA_LOOP_BEGIN
     if isinstance(item, LoopEnd):
@@ -124,7 +134,7 @@ FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOV
 def _is_copy(inst: Inst) -> bool:
     """A whole-register copy (a 64-bit mov or a vector move between registers); 32-bit movs zero-extend, so are not."""
     ops = inst.operands
-    if len(ops) != 2:
+    if len(ops) != 2 or (inst.op is not X86Op.MOV and inst.op not in FULL_COPIES):
         return False
     dst, src = ops
     if not isinstance(dst, _REG_TYPES) or not isinstance(src, _REG_TYPES):
@@ -134,6 +144,7 @@ def _is_copy(inst: Inst) -> bool:
 
 
 _REG_TYPES = (VReg, Reg)
+_KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,8 @@ class AllocatedFunction:
 
 def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
-    alloc = allocate([ra_view(it) for it in items], X86_64_SYSV)
+    views = [ra_view(it) for it in items]
+    alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
     uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
@@ -165,8 +177,6 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
         return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
 
     def sub(o: Operand, regs: dict[int, str]) -> Operand:
-        if isinstance(o, VReg):
-            return phys(regs[o.id], o.size)
         if isinstance(o, Mem):
             b, x = o.base, o.index
             if isinstance(b, VReg) or isinstance(x, VReg):
@@ -183,15 +193,13 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     out: list[Inst | Label] = [Inst(X86Op.PUSH, (phys(r, 8),)) for r in pushed]
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
-    all_reloads, all_spills, all_regs = alloc.reloads, alloc.spills, alloc.regs
-    for i, item in enumerate(items):
-        for rl in all_reloads[i]:
+    for item, view, regs, reloads, spills in zip(items, views, alloc.regs, alloc.reloads, alloc.spills):
+        for rl in reloads:
             out.append(move(True, rl.vreg.cls, rl.reg, rl.slot))
         if not isinstance(item, Inst):
             if isinstance(item, Label):
                 out.append(item)
             continue
-        regs = all_regs[i]
         op = item.op
         if op is X86Op.CALL and uses_ymm:
             # avoid the AVX-SSE transition penalty in callees; no vector value survives a call, so this loses nothing
@@ -202,10 +210,12 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
             if uses_ymm:
                 out.append(Inst(X86Op.VZEROUPPER))
-        phys_inst = Inst(op, tuple([sub(o, regs) for o in item.operands]))
-        if not (_is_copy(phys_inst) and phys_inst.operands[0] == phys_inst.operands[1]):  # coalesced copy
-            out.append(phys_inst)
-        for sp in all_spills[i]:
+        # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
+        ops = tuple([phys(regs[o.id], o.size) if isinstance(o, VReg) else o if isinstance(o, _KEPT) else sub(o, regs)
+                     for o in item.operands])  # fmt: skip
+        if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
+            out.append(Inst(op, ops))
+        for sp in spills:
             out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from speck.codegen.x86.encoder import Encoded, EncodingError, Relocation, encode, fits_signed
 from speck.codegen.x86.listing import ListingLine, render_listing
@@ -30,13 +31,7 @@ class Assembled:
         return render_listing(list(self.lines))
 
 
-def _is_branch(item: Inst | Label) -> bool:
-    return (
-        isinstance(item, Inst)
-        and (item.op in JCC_OPS or item.op is X86Op.JMP)
-        and bool(item.operands)
-        and isinstance(item.operands[0], Label)
-    )
+_TO_LABELS = JCC_OPS | {X86Op.JMP, X86Op.CALL}  # ops that may target a label
 
 
 def assemble(items: Sequence[Inst | Label]) -> Assembled:
@@ -45,67 +40,70 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
     Branches start as rel8 and are widened to rel32 only when their target is out of reach; the layout is
     recomputed until no branch changes size.
     """
-    seen: set[str] = set()
-    for item in items:
-        if isinstance(item, Label):
-            if item.name in seen:
-                raise EncodingError(f"assemble: label {item.name!r} is defined twice")
-            seen.add(item.name)
-    fixed: dict[int, Encoded] = {}
-    branches: dict[int, Label] = {}
+    # one pass sorts the items: labels (0 bytes), branches to labels (sized by the layout loop), calls to labels
+    # (rel32, encoded once placed) and everything else, encoded now (position-independent)
+    fixed: list[Encoded | None] = [None] * len(items)
+    branches: list[tuple[int, str]] = []  # (item index, target label)
     sizes: list[int] = []  # bytes of each item in the current layout (labels 0)
-    label_at: dict[int, str] = {}
+    label_at: dict[str, int] = {}  # label -> item index
     for i, it in enumerate(items):
         if isinstance(it, Label):
-            label_at[i] = it.name
+            if it.name in label_at:
+                raise EncodingError(f"assemble: label {it.name!r} is defined twice")
+            label_at[it.name] = i
             sizes.append(0)
-        elif _is_branch(it):
-            assert isinstance(it.operands[0], Label)
-            branches[i] = it.operands[0]
+            continue
+        target = it.operands[0] if it.op in _TO_LABELS and it.operands else None
+        if isinstance(target, Label) and it.op is not X86Op.CALL:
+            branches.append((i, target.name))
             sizes.append(2)  # rel8 until proven out of reach
-        elif it.op is X86Op.CALL and isinstance(it.operands[0], Label):
+        elif isinstance(target, Label):
             sizes.append(5)
         else:
             enc = fixed[i] = encode(it)
             sizes.append(len(enc.raw))
-    long: set[int] = set()
-    while True:
-        pcs, labels, pc = [], {}, 0
-        for size in sizes:
-            pcs.append(pc)
-            pc += size
-        for i, name in label_at.items():
-            labels[name] = pcs[i]
-        grown = False
-        for i, target in branches.items():
-            if i not in long:
-                if target.name not in labels:
-                    raise EncodingError(f"{items[i]!r}: label {target.name!r} is not defined")
-                if not fits_signed(labels[target.name] - (pcs[i] + 2), 8):
-                    long.add(i)
-                    item = items[i]
-                    assert isinstance(item, Inst)
-                    sizes[i] = 6 if item.op in JCC_OPS else 5
-                    grown = True
-        if not grown:
-            break
+    for i, name in branches:
+        if name not in label_at:
+            raise EncodingError(f"{items[i]!r}: label {name!r} is not defined")
+    pcs, labels, long = _layout(items, sizes, branches, label_at)
     code = bytearray()
     relocs: list[Relocation] = []
     lines: list[ListingLine] = []
     for i, item in enumerate(items):
+        pc = len(code)
+        assert pc == pcs[i]
         if isinstance(item, Label):
-            lines.append(ListingLine(len(code), b"", item.name + ":"))
+            lines.append(ListingLine(pc, b"", item.name + ":"))
             continue
         # branches, and calls (whose listing shows the target address), are encoded at their final address
-        placed = i in fixed and item.op is not X86Op.CALL
-        enc = fixed[i] if placed else encode(item, pcs[i], labels, i in long)
-        assert len(code) == pcs[i]
+        placed = fixed[i]
+        enc = placed if placed is not None and item.op is not X86Op.CALL else encode(item, pc, labels, i in long)
         if enc.reloc is not None:
             r = enc.reloc
-            relocs.append(Relocation(len(code) + r.offset, r.kind, r.symbol, r.addend))
-        lines.append(ListingLine(len(code), enc.raw, enc.text, enc.comment))
+            relocs.append(Relocation(pc + r.offset, r.kind, r.symbol, r.addend))
+        lines.append(ListingLine(pc, enc.raw, enc.text, enc.comment, enc.body))
         code += enc.raw
     return Assembled(bytes(code), tuple(relocs), labels, tuple(lines))
+
+
+def _layout(
+    items: Sequence[Inst | Label], sizes: list[int], branches: list[tuple[int, str]], label_at: dict[str, int]
+) -> tuple[list[int], dict[str, int], set[int]]:
+    """(address of every item, address of every label, indices of the branches that need rel32); widens `sizes`."""
+    long: set[int] = set()
+    while True:
+        pcs = [0, *accumulate(sizes)]  # pcs[i]: address of item i (one extra entry: the end)
+        labels = {name: pcs[i] for name, i in label_at.items()}
+        grown = False
+        for i, name in branches:
+            if i not in long and not fits_signed(labels[name] - (pcs[i] + 2), 8):
+                long.add(i)
+                item = items[i]
+                assert isinstance(item, Inst)
+                sizes[i] = 6 if item.op in JCC_OPS else 5
+                grown = True
+        if not grown:
+            return pcs, labels, long
 
 
 class Assembler:

@@ -3,15 +3,18 @@
 `encode` turns one `Inst` with physical operands into bytes, an objdump-identical listing line and, for RIP-relative
 data references and calls to external symbols, a relocation; branches are encoded at a given address against known
 label addresses (`speck.codegen.x86.assembler` does the layout). The per-instruction encodings are data at the end of
-the module (`GPR_TABLE`, `VEX_TABLE`), each row citing the Intel SDM volume 2 opcode it implements.
+the module (`GPR_TABLE`, `VEX_TABLE`), each row citing the Intel SDM volume 2 opcode it implements. Everything but a
+branch encodes the same wherever it is placed, so `encode` keeps those encodings in a bounded cache of the forms it
+has seen (`encode_uncached` builds one from scratch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
-from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_operand
+from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_operand, listing_body
 from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
 
@@ -38,6 +41,12 @@ class Encoded:
     text: str
     comment: str = ""
     reloc: Relocation | None = None
+    # the listing line after its address (`bytes<TAB>text comment`), formatted once: an encoding comes from the
+    # cache far more often than it is built, and every render lists every instruction
+    body: str = dataclass_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "body", listing_body(self.raw, self.text, self.comment))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -476,35 +485,36 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
     """Encode one instruction at address `pc`; jump targets are looked up in `labels` (name -> address).
 
     Jumps and calls to labels use rel8 unless `long_jump` (calls are always rel32); calls to a `Sym` produce a
-    PLT32 relocation. Raises EncodingError for operands no form of the op accepts.
+    PLT32 relocation. Raises EncodingError for operands no form of the op accepts. Every other instruction's
+    encoding depends on nothing but the instruction, so it comes from a cache of the forms seen before (see
+    `encode_uncached`, which is what the cache holds).
     """
+    if inst.op in _BRANCH_OPS:
+        return _encode_branch(inst, pc, labels, long_jump)
+    key = (inst.op, inst.operands)  # all the encoding depends on (implicit registers and clobbers do not matter)
+    enc = _ENCODED.get(key)
+    if enc is None:
+        enc = encode_uncached(inst)  # raises for bad operands: nothing is cached then
+        if len(_ENCODED) >= ENCODE_CACHE_LIMIT:
+            _ENCODED.clear()  # crude but bounded; kernels refill the few hundred forms they use at once
+        _ENCODED[key] = enc
+    return enc
+
+
+# Encodings of position-independent instructions by op and operands. Kernels are made of a few hundred recurring
+# forms (`add r15d,0x1`, `vmovss xmm2,DWORD PTR [rsi+rbp*4]`, the prologue's pushes): a lookup (hashing the op and
+# the immutable operands) costs a fraction of choosing the form and building prefixes, ModRM/SIB and the listing text
+# again. Encoded is immutable, so a shared entry can be handed out any number of times. A few thousand entries (a
+# few MB at most) hold every form of many kernels; when full the cache starts over.
+ENCODE_CACHE_LIMIT = 4096
+_ENCODED: dict[tuple[X86Op, tuple[Operand, ...]], Encoded] = {}
+_BRANCH_OPS = JCC_OPS | {X86Op.JMP, X86Op.CALL}
+
+
+def encode_uncached(inst: Inst) -> Encoded:
+    """Encode one non-branch instruction from scratch (what `encode` caches). Raises EncodingError for operands no
+    form of the op accepts, and for jumps/calls, which need `encode`'s address and labels."""
     op = inst.op
-    if op in JCC_OPS or op in (X86Op.JMP, X86Op.CALL):
-        if len(inst.operands) != 1 or not isinstance(inst.operands[0], (Label, Sym)):
-            raise EncodingError(f"{inst!r}: expected one Label (or Sym for call) operand")
-        target = inst.operands[0]
-        if isinstance(target, Sym):
-            if op is not X86Op.CALL:
-                raise EncodingError(f"{inst!r}: only call may target an external symbol")
-            return Encoded(
-                b"\xe8\0\0\0\0", f"{'call':<6} {pc + 5:#x}", f"<{target.name}>", Relocation(1, "PLT32", target.name, -4)
-            )
-        if labels is None or target.name not in labels:
-            raise EncodingError(f"{inst!r}: label {target.name!r} is not defined")
-        dest = labels[target.name]
-        long_jump = long_jump or op is X86Op.CALL
-        if op is X86Op.CALL:
-            opc = b"\xe8"
-        elif op is X86Op.JMP:
-            opc = b"\xe9" if long_jump else b"\xeb"
-        else:
-            opc = bytes([0x0F, 0x80 + COND_CODE[op]]) if long_jump else bytes([0x70 + COND_CODE[op]])
-        size = len(opc) + (4 if long_jump else 1)
-        rel = dest - (pc + size)
-        if not fits_signed(rel, 32 if long_jump else 8):
-            raise EncodingError(f"{inst!r}: jump distance {rel} does not fit rel{32 if long_jump else 8}")
-        raw = opc + rel.to_bytes(4 if long_jump else 1, "little", signed=True)
-        return Encoded(raw, f"{op.value:<6} {dest:#x}", f"<{target.name}>")
     if op in VEX_TABLE:
         return _encode_vex(inst, VEX_TABLE[op])
     if op in SETCC_OPS:
@@ -514,7 +524,39 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
     if op in GPR_TABLE:
         kind, param, _ref = GPR_TABLE[op]
         return _encode_gpr(inst, kind, param)
+    if op in _BRANCH_OPS:
+        raise EncodingError(f"{inst!r}: a jump or call is encoded at its address: use encode(inst, pc, labels)")
     raise EncodingError(f"{op.name}: no encoding for this op in GPR_TABLE/VEX_TABLE")
+
+
+def _encode_branch(inst: Inst, pc: int, labels: dict[str, int] | None, long_jump: bool) -> Encoded:
+    """Jcc/JMP/CALL to a label at address `pc` (rel8 or rel32), or a call to an external symbol (PLT32)."""
+    op = inst.op
+    if len(inst.operands) != 1 or not isinstance(inst.operands[0], (Label, Sym)):
+        raise EncodingError(f"{inst!r}: expected one Label (or Sym for call) operand")
+    target = inst.operands[0]
+    if isinstance(target, Sym):
+        if op is not X86Op.CALL:
+            raise EncodingError(f"{inst!r}: only call may target an external symbol")
+        return Encoded(
+            b"\xe8\0\0\0\0", f"{'call':<6} {pc + 5:#x}", f"<{target.name}>", Relocation(1, "PLT32", target.name, -4)
+        )
+    if labels is None or target.name not in labels:
+        raise EncodingError(f"{inst!r}: label {target.name!r} is not defined")
+    dest = labels[target.name]
+    long_jump = long_jump or op is X86Op.CALL
+    if op is X86Op.CALL:
+        opc = b"\xe8"
+    elif op is X86Op.JMP:
+        opc = b"\xe9" if long_jump else b"\xeb"
+    else:
+        opc = bytes([0x0F, 0x80 + COND_CODE[op]]) if long_jump else bytes([0x70 + COND_CODE[op]])
+    size = len(opc) + (4 if long_jump else 1)
+    rel = dest - (pc + size)
+    if not fits_signed(rel, 32 if long_jump else 8):
+        raise EncodingError(f"{inst!r}: jump distance {rel} does not fit rel{32 if long_jump else 8}")
+    raw = opc + rel.to_bytes(4 if long_jump else 1, "little", signed=True)
+    return Encoded(raw, f"{op.value:<6} {dest:#x}", f"<{target.name}>")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def unsupported_dtype(u: UOp) -> DType | None:
     return None
 
 
-_OPERAND_CHECKED = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.STORE)
+_OPERAND_CHECKED = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.STORE})
 _NO_REGISTER: dict[DType, bool] = {}  # DTypes are interned and immutable: decide each one once
 
 
@@ -69,21 +69,27 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     dtype without a register class."""
     out: list[UOp] = []
     seen: set[UOp] = set()
-    new: dict[UOp, UOp] = {}
+    new: dict[UOp, UOp] = {}  # only the nodes that changed (most programs have none or a few)
+    rules = pm_x86_legalize.op_table()  # op -> matcher: ops without a rule (nearly all) skip the matcher entirely
     for u in uops:
-        bad = unsupported_dtype(u) if u.op is not Ops.CONST else None
+        # the full check only where it can fail: a dtype not yet known to have registers, or an op whose operand
+        # dtypes are checked too (most UOps have a dtype seen before and are settled by one lookup)
+        ok = u.op is Ops.CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
+        bad = None if ok else unsupported_dtype(u)
         if bad is not None:
             raise RuntimeError(
                 f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend "
                 f"handles {', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for "
                 "half, bfloat16 and fp8)"
             )
-        srcs = tuple(new.get(s, s) for s in u.src)
-        nu = u if srcs == u.src else u.replace(src=srcs)
-        r = pm_x86_legalize.rewrite(nu)
-        if r is not None:
+        nu = u
+        if new and any(s in new for s in u.src):
+            nu = u.replace(src=tuple([new.get(s, s) for s in u.src]))
+        rule = rules.get(nu.op)
+        if rule is not None and (r := rule(nu, None)) is not None:
             nu = r
-        new[u] = nu
+        if nu is not u:
+            new[u] = nu
         if nu not in seen:
             seen.add(nu)
             out.append(nu)

@@ -7,7 +7,7 @@ LLVM's output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from speck.codegen.x86.operands import Imm, Label, Mem, Reg, Sym
 
@@ -73,14 +73,20 @@ def format_instruction(mnemonic: str, operands: list[str]) -> str:
     return f"{mnemonic:<6} {','.join(operands)}"
 
 
-@dataclass(frozen=True)
-class ListingLine:
-    """One listed instruction (or label when `raw` is empty and `text` ends in ':')."""
+class ListingLine(NamedTuple):
+    """One listed instruction (or label when `raw` is empty and `text` ends in ':'). A named tuple rather than a
+    dataclass: the assembler makes one per instruction, and a tuple is several times cheaper to build."""
 
     offset: int
     raw: bytes
     text: str
     comment: str = ""
+    body: str = ""  # listing_body(raw, text, comment) when the caller has it already (an Encoded carries it)
+
+
+def listing_body(raw: bytes, text: str, comment: str) -> str:
+    """An instruction's listing line after its address: `bytes<TAB>text comment`."""
+    return f"{raw.hex(' '):<21}\t{text}" + (f" {comment}" if comment else "")
 
 
 def render_listing(lines: list[ListingLine]) -> str:
@@ -90,6 +96,5 @@ def render_listing(lines: list[ListingLine]) -> str:
         if not line.raw:
             out.append(f"{line.offset:016x} <{line.text.rstrip(':')}>:")
             continue
-        comment = f" {line.comment}" if line.comment else ""
-        out.append(f"{line.offset:8x}:\t{line.raw.hex(' '):<21}\t{line.text}{comment}")
+        out.append(f"{line.offset:8x}:\t{line.body or listing_body(line.raw, line.text, line.comment)}")
     return "\n".join(out) + "\n"

@@ -44,6 +44,11 @@ class Reg:
             return GPR_NAMES[self.size][self.num]
         return ("xmm" if self.size == 16 else "ymm") + str(self.num)
 
+    def __hash__(self) -> int:
+        # equal registers have equal (kind, num, size); mixing the small ints directly is about twice as fast as the
+        # generated hash of a field tuple, and instruction encodings are looked up by hashing their operands
+        return self.num | self.size << 4 | (self.kind == "vec") << 10
+
     def sized(self, size: int) -> Reg:
         """The same register viewed at another width (eax.sized(8) is rax, xmm3.sized(32) is ymm3)."""
         return Reg(self.kind, self.num, size)
@@ -86,7 +91,7 @@ CL = gpr("cl")
 AnyReg = Union[Reg, "VReg"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Mem:
     """A memory operand [base + index*scale + disp], or RIP-relative [symbol + disp] when `symbol` is set.
 
@@ -101,22 +106,37 @@ class Mem:
     size: int | None = None
     symbol: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.scale not in (1, 2, 4, 8):
-            raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {self.scale}")
-        if not -(2**31) <= self.disp < 2**31:
+    def __init__(
+        self, base: AnyReg | None = None, index: AnyReg | None = None, scale: int = 1, disp: int = 0,
+        size: int | None = None, symbol: str | None = None,
+    ) -> None:  # fmt: skip
+        if scale not in (1, 2, 4, 8):
+            raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {scale}")
+        if not -(2**31) <= disp < 2**31:
             raise ValueError(
-                f"Mem: displacement {self.disp} does not fit a signed 32-bit field; materialise it in a "
+                f"Mem: displacement {disp} does not fit a signed 32-bit field; materialise it in a "
                 "register and use it as the index"
             )
-        if self.symbol is not None and (self.base is not None or self.index is not None):
+        if symbol is not None and (base is not None or index is not None):
             raise ValueError("Mem: a RIP-relative reference (symbol set) cannot also have a base or index register")
-        if self.symbol is None and self.base is None and self.index is None:
+        if symbol is None and base is None and index is None:
             raise ValueError("Mem: expected a base register, an index register or a symbol; got none of them")
+        # frozen: written through the slots' descriptors, as Inst.__init__ does
+        _set_base(self, base)
+        _set_index(self, index)
+        _set_scale(self, scale)
+        _set_disp(self, disp)
+        _set_size(self, size)
+        _set_symbol(self, symbol)
 
     def with_size(self, size: int | None) -> Mem:
         """The same address with another access width."""
         return Mem(self.base, self.index, self.scale, self.disp, size, self.symbol)
+
+
+_set_base, _set_index, _set_scale, _set_disp, _set_size, _set_symbol = (
+    Mem.__dict__[name].__set__ for name in ("base", "index", "scale", "disp", "size", "symbol")
+)
 
 
 def rodata(offset: int, size: int | None = None) -> Mem:
@@ -157,7 +177,7 @@ class IncomingStackArg:
 Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym, IncomingStackArg]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Inst:
     """One machine instruction: an op and its operands in Intel order (destination first).
 
@@ -170,10 +190,33 @@ class Inst:
     operands: tuple[Operand, ...] = ()
     implicit_uses: tuple[AnyReg, ...] = ()
     implicit_defs: tuple[AnyReg, ...] = ()
-    clobbers: frozenset[str] = field(default_factory=frozenset)
+    clobbers: frozenset[str] = frozenset()
+    # (defs, uses) as register allocation reads them, filled in on first use by `alloc.operand_roles`: the peephole
+    # and the allocator both ask for every instruction. Not part of the value (no equality, hash or repr).
+    _roles: tuple[tuple[VReg, ...], tuple[VReg, ...]] | None = field(
+        default=None, init=False, compare=False, hash=False, repr=False
+    )
+
+    def __init__(
+        self, op: X86Op, operands: tuple[Operand, ...] = (), implicit_uses: tuple[AnyReg, ...] = (),
+        implicit_defs: tuple[AnyReg, ...] = (), clobbers: frozenset[str] = frozenset(),
+    ) -> None:  # fmt: skip
+        # the generated frozen __init__ writes each field through object.__setattr__; the slots' own descriptors do
+        # the same write at half the cost, and an Inst is built for every instruction selected and allocated
+        _set_op(self, op)
+        _set_operands(self, operands)
+        _set_implicit_uses(self, implicit_uses)
+        _set_implicit_defs(self, implicit_defs)
+        _set_clobbers(self, clobbers)
+        _set_roles(self, None)
 
     def __repr__(self) -> str:
         return f"{self.op.value} {', '.join(map(repr, self.operands))}"
+
+
+_set_op, _set_operands, _set_implicit_uses, _set_implicit_defs, _set_clobbers, _set_roles = (
+    Inst.__dict__[name].__set__ for name in ("op", "operands", "implicit_uses", "implicit_defs", "clobbers", "_roles")
+)
 
 
 def ins(op: X86Op, *operands: Operand) -> Inst:

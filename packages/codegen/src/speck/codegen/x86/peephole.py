@@ -17,54 +17,73 @@ from speck.codegen.x86.ops import X86Op as O
 def fold_copies(items: list[Item]) -> list[Item]:
     """Peephole: `op S, ...; mov D, S` -> `op D, ...` when S is a temporary used only there and D is neither read nor
     written between S's first definition and the copy (accumulator updates then write the accumulator directly)."""
-    occ: dict[int, list[int]] = {}
-    defs_at: dict[int, frozenset[int]] = {}
-    marks = [0]  # marks[i]: labels and loop markers before item i (a copy never folds across one)
+    copies = {i: it for i, it in enumerate(items) if isinstance(it, Inst) and it.op in _COPY_OPS and _is_candidate(it)}
+    if not copies:
+        return items
+    # where the values the candidate copies name occur (ascending item indices), and the loop/label marks; no other
+    # value matters to the decisions below
+    occ: dict[int, list[int]] = {o.id: [] for it in copies.values() for o in it.operands if isinstance(o, VReg)}
+    marks: list[int] = []  # marks[i]: labels and loop markers before item i (a copy never folds across one)
+    mark = 0
     for i, it in enumerate(items):
-        if isinstance(it, Inst):
-            marks.append(marks[-1])
-            defs, uses = operand_roles(it)
-            d = defs_at[i] = frozenset([v.id for v in defs])
-            for vid in d.union([v.id for v in uses]):
-                occ.setdefault(vid, []).append(i)  # each list ascending: items are visited in order
-        else:
-            marks.append(marks[-1] + 1)
+        marks.append(mark)
+        if not isinstance(it, Inst):
+            mark += 1
+            continue
+        defs, uses = operand_roles(it)  # (kept on the instruction: allocation asks again)
+        for v in defs + uses:
+            where = occ.get(v.id)
+            if where is not None and (not where or where[-1] != i):  # an id named twice by one item: recorded once
+                where.append(i)
     drop: set[int] = set()
     rename: dict[int, VReg] = {}
-    for i, it in enumerate(items):
-        if not (isinstance(it, Inst) and it.op in (O.MOV, O.VMOVAPS) and len(it.operands) == 2):
-            continue
-        dst, src = it.operands
-        if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
-            continue
-        if it.op is O.MOV and not (dst.size == src.size == 8):
-            continue
-        where = occ.get(src.id, [])
-        if not where or where[-1] != i or src.id in rename or dst.id in rename:
+    for i, copy in copies.items():
+        dst, src = copy.operands
+        assert isinstance(dst, VReg) and isinstance(src, VReg)
+        where = occ[src.id]
+        if where[-1] != i or src.id in rename or dst.id in rename:
             continue
         first = where[0]
         if first in drop:  # S is itself the target of a folded copy: leave chains alone
             continue
-        if src.id not in defs_at.get(first, frozenset()) or marks[i] != marks[first]:
+        defining = items[first]
+        assert isinstance(defining, Inst)
+        first_defs = [v.id for v in operand_roles(defining)[0]]
+        if src.id not in first_defs or marks[i] != marks[first]:
             continue
         # D may be read by S's defining instruction (it reads before it writes) but not touched in between
-        if _touched(occ.get(dst.id, []), first, i, dst.id in defs_at[first]):
+        if _touched(occ[dst.id], first, i, dst.id in first_defs):
             continue
         rename[src.id] = dst
         drop.add(i)
     if not rename:
         return items
+    # only the items naming a renamed value change; every other item is kept as it is
+    touched = {j for vid in rename for j in occ[vid]} - drop
     out: list[Item] = []
     for i, it in enumerate(items):
         if i in drop:
             continue
-        if isinstance(it, Inst):
+        if i in touched:
+            assert isinstance(it, Inst)
             ops = tuple([_rename(o, rename) for o in it.operands])
-            # an instruction that names no renamed value is kept as it is (an equal copy would change nothing)
             if any(a is not b for a, b in zip(ops, it.operands)):
                 it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
         out.append(it)
     return out
+
+
+def _is_candidate(it: Inst) -> bool:
+    """A whole-register copy between two unpinned virtual registers (`mov D, S` at 64 bits, `vmovaps D, S`)."""
+    if len(it.operands) != 2:
+        return False
+    dst, src = it.operands
+    if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
+        return False
+    return it.op is not O.MOV or dst.size == src.size == 8
+
+
+_COPY_OPS = frozenset({O.MOV, O.VMOVAPS})
 
 
 def _touched(where: list[int], first: int, i: int, written_at_first: bool) -> bool:

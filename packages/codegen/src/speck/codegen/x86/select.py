@@ -23,11 +23,11 @@ truncates and wraps modulo 2**64 (NaN/inf -> 0), int64 -> float32 rounds through
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speck.codegen.interpret import outer_global_range
 from speck.codegen.regalloc import VReg
 from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
 from speck.codegen.x86 import select_cast as sc
@@ -66,6 +66,16 @@ SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
 def op_class(u: UOp) -> str:
     """The operand class a selection rule is keyed on: int, bool, float, or none (non-value ops)."""
     dt = u.src[0].dtype if u.op in GroupOp.Comparison else (u.src[1].dtype if u.op is Ops.WHERE else u.dtype)
+    cls = _CLASS_OF.get(dt)
+    if cls is None:
+        cls = _CLASS_OF[dt] = _dtype_class(dt)
+    return cls
+
+
+_CLASS_OF: dict[DType, str] = {}  # DTypes are interned and immutable: classify each one once
+
+
+def _dtype_class(dt: DType) -> str:
     if isinstance(dt, PtrDType) or dt == dtypes.void:
         return "none"
     s = dt.scalar()
@@ -81,6 +91,14 @@ class _Loop:
     head: Label
     exit: Label
     size: int
+
+
+_MISSING = object()
+# op sets are frozensets, never tuples: Ops hash by identity, but `==` between two different members goes through
+# Python-level comparison slots, so a tuple membership test costs a few hundred ns per element
+_ARGUMENTS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})  # selected up front, as the function's arguments
+_NOT_COMMUTATIVE = frozenset({Ops.SUB, Ops.FDIV})
+_BARRIERS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})  # a load read later as a memory operand may not cross these
 
 
 class SelectionError(RuntimeError):
@@ -100,23 +118,31 @@ class Selector:
         self.slots: dict[tuple[UOp, int], VReg] = {}
         self.slot_count: dict[tuple[UOp, int], int] = {}
         self.loops: dict[UOp, _Loop] = {}
-        self.pos = {u: i for i, u in enumerate(uops)}
+        # one walk gives each UOp's position and last use, and the users of the ADDs and LOADs (the only users asked
+        # for: whether an ADD folds into addresses, whether a LOAD folds into its user as a memory operand)
+        self.pos: dict[UOp, int] = {}
         self.last_use: dict[UOp, int] = {}
+        users: dict[UOp, list[UOp]] = {}
+        adds: list[UOp] = []
         for i, u in enumerate(uops):
+            self.pos[u] = i
+            if u.op is Ops.ADD:
+                adds.append(u)
             for s in u.src:
                 self.last_use[s] = i
-        self.outer = outer_global_range(uops)
+                if s.op is Ops.ADD or s.op is Ops.LOAD:
+                    users.setdefault(s, []).append(u)
+        self.outer: UOp | None = None  # the RANGE sliced across cores (known once run() reads the signature)
         # ADD(x, const) used only as global indices: folded into the addressing mode's displacement
-        users: dict[UOp, list[UOp]] = {}
-        for u in uops:
-            for src in u.src:
-                users.setdefault(src, []).append(u)
-        self.folded = {u for u in uops if u.op is Ops.ADD and dtypes.is_int(u.dtype) and is_cconst(u.src[1])
+        self.folded = {u for u in adds if dtypes.is_int(u.dtype) and is_cconst(u.src[1])
                        and users.get(u) and all(x.op is Ops.INDEX and x.src[1] is u and x.src[0] is not u
                        and isinstance(x.src[0].dtype, PtrDType) and x.src[0].dtype.addrspace is not AddrSpace.REG
                        for x in users[u])}  # fmt: skip
         self.mem_operands = self._foldable_loads(users)
         self.core: tuple[VReg, VReg] | None = None
+        self.consts: dict[UOp, Any] = {}
+        self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
+        self.views: dict[tuple[int, int], VReg] = {}  # see at_size
 
     def _foldable_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
         """Global, ungated LOADs whose only user is a two-operand ALU op that can read them as its memory operand
@@ -140,10 +166,10 @@ class Selector:
             if us[0].op is Ops.MUL and dtypes.is_int(dt):
                 ok = False  # imul's memory form works, but the immediate form is the common one; keep it simple
             other = us[0].src[1] if u is us[0].src[0] else us[0].src[0]
-            if not ok or is_cconst(other) or (u is us[0].src[0] and us[0].op in (Ops.SUB, Ops.FDIV)):
+            if not ok or is_cconst(other) or (u is us[0].src[0] and us[0].op in _NOT_COMMUTATIVE):
                 continue  # (an immediate or literal operand wins the r/m slot)
             lo, hi = self.pos[u], self.pos[us[0]]
-            if us[0] in taken or any(x.op in (Ops.STORE, Ops.RANGE, Ops.END) for x in self.uops[lo + 1 : hi]):
+            if us[0] in taken or any(x.op in _BARRIERS for x in self.uops[lo + 1 : hi]):
                 continue
             out.add(u)
             taken.add(us[0])
@@ -175,11 +201,15 @@ class Selector:
         return Label(f".L{self.nlabel}")
 
     def emit(self, op: O, *operands: Operand, **kw: object) -> None:
-        self.items.append(Inst(op, tuple(operands), **kw))  # type: ignore[arg-type]
+        self.items.append(Inst(op, operands, **kw) if kw else Inst(op, operands))  # type: ignore[arg-type]
 
     def const_value(self, u: UOp) -> Any:
         """The exact value of a casted const in its dtype (wrapped/rounded as the CAST defines)."""
-        return cast_value(u.src[0].arg, u.dtype.scalar())
+        # a literal is asked for at each of its uses (an index stride, a loop bound): convert it once
+        v = self.consts.get(u, _MISSING)
+        if v is _MISSING:
+            v = self.consts[u] = cast_value(u.src[0].arg, u.dtype.scalar())
+        return v
 
     def int_bits(self, u: UOp) -> int:
         """A casted int/bool const as the bits of its register (narrow types extended, see the module docstring)."""
@@ -210,8 +240,9 @@ class Selector:
 
     def reg(self, u: UOp) -> VReg:
         """u's value in a register (casted consts are materialised into a fresh one at each use)."""
-        if u in self.val:
-            return self.val[u]
+        known = self.val.get(u)
+        if known is not None:
+            return known
         if is_cconst(u):
             if u.dtype.count > 1:  # a vector literal with one value (legalize's 1.0 of a vector RECIPROCAL)
                 if u.dtype.scalar() != dtypes.float32:
@@ -240,13 +271,23 @@ class Selector:
     def ioperand(self, u: UOp, size: int) -> Operand:
         """u as the source operand of an integer op: an immediate when possible, else a register."""
         i = self.imm(u, size)
-        return i if i is not None else self.reg(u).sized(size)
+        return i if i is not None else self.at_size(self.reg(u), size)
+
+    def at_size(self, v: VReg, size: int) -> VReg:
+        """v used at `size` bytes. Selection asks for the same few views of each value over and over (the 64-bit
+        copy, the 32-bit operand): v itself when it already has that width, else one VReg per (value, width)."""
+        if v.size == size:
+            return v
+        view = self.views.get((v.id, size))
+        if view is None:
+            view = self.views[(v.id, size)] = v.sized(size)
+        return view
 
     def copy(self, dst: VReg, src: VReg) -> None:
         if dst.cls == "vec":
-            self.emit(O.VMOVAPS, dst, src.sized(dst.size))
+            self.emit(O.VMOVAPS, dst, self.at_size(src, dst.size))
         else:
-            self.emit(O.MOV, dst.sized(8), src.sized(8))
+            self.emit(O.MOV, self.at_size(dst, 8), self.at_size(src, 8))
 
     def extend(self, d: VReg, dt: DType) -> None:
         """Re-establish the register convention of a narrow integer after a 32-bit op (sign/zero-extend)."""
@@ -265,6 +306,7 @@ class Selector:
     def run(self) -> tuple[list[Item], bytes]:
         """Select the whole kernel."""
         sig = kernel_signature(self.uops, "x86")
+        self.outer = sig.sliced
         nargs = len(sig.buffers) + len(sig.variables) + 2
         args: list[VReg] = []
         for k in range(nargs):
@@ -281,8 +323,9 @@ class Selector:
         for v, a in zip(sig.variables, args[len(sig.buffers) :]):
             self.val[v] = a
         self.core = (args[-2], args[-1])
+        folded = self.folded
         for u in self.uops:
-            if (u in self.val and u.op in (Ops.PARAM, Ops.DEFINE_VAR)) or u in self.folded:
+            if (u.op in _ARGUMENTS and u in self.val) or u in folded:
                 continue
             rule = SELECTION_TABLE.get((u.op, op_class(u)))
             if rule is None:
@@ -451,6 +494,19 @@ class Selector:
                             f"{dt.count} lanes")  # fmt: skip
         return self.slots[key]
 
+    def next_store(self, idx: UOp, after: int) -> int:
+        """Position of the first STORE through an INDEX with idx's sources after position `after` (len(uops) if
+        none). The stores are indexed once per kernel: scanning ahead at every register read would be quadratic in
+        kernels with many accumulators."""
+        if self.stores_at is None:
+            self.stores_at = {}
+            for j, x in enumerate(self.uops):
+                if x.op is Ops.STORE:
+                    self.stores_at.setdefault(x.src[0].src, []).append(j)
+        where = self.stores_at.get(idx.src, [])
+        k = bisect_right(where, after)
+        return where[k] if k < len(where) else len(self.uops)
+
     def sel_index(self, u: UOp) -> None:
         """INDEX is folded into the LOAD/STORE that uses it."""
 
@@ -464,9 +520,7 @@ class Selector:
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
             slot = self.reg_slot(idx, u.dtype)
             # reading the register directly is safe while no store to it comes before the value's last use
-            nxt = next((j for j in range(self.pos[u] + 1, len(self.uops)) if self.uops[j].op is Ops.STORE
-                        and self.uops[j].src[0].src == idx.src), len(self.uops))  # fmt: skip
-            if self.last_use.get(u, 0) <= nxt:
+            if self.last_use.get(u, 0) <= self.next_store(idx, self.pos[u]):
                 self.val[u] = slot
             else:
                 d = self.vec() if slot.cls == "vec" else self.gpr()
@@ -500,10 +554,10 @@ class Selector:
         d = self.gpr()
         src = self.mem_operand(b) if b in self.mem_operands else self.ioperand(b, size)
         if u.op is Ops.MUL and isinstance(src, Imm):  # three-operand imul: no copy first
-            self.emit(O.IMUL, d.sized(size), self.reg(a).sized(size), src)
+            self.emit(O.IMUL, self.at_size(d, size), self.at_size(self.reg(a), size), src)
         else:
             self.copy(d, self.reg(a))
-            self.emit(INT_ALU[u.op], d.sized(size), src)
+            self.emit(INT_ALU[u.op], self.at_size(d, size), src)
         if u.op in WRAPS:
             self.extend(d, u.dtype)
         self.val[u] = d

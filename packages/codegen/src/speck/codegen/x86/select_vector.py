@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from speck.codegen.x86.select import Selector
 
 PACKED: dict[Ops, O] = {Ops.ADD: O.VADDPS, Ops.SUB: O.VSUBPS, Ops.MUL: O.VMULPS, Ops.FDIV: O.VDIVPS}
+_COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL})  # (a set: Ops compare slowly with ==, see select._ARGUMENTS)
 """Packed float32 ALU ops (dst, src1, src2/mem), xmm or ymm by the operands' width."""
 
 
@@ -35,7 +36,7 @@ def _is_cconst(u: UOp) -> bool:
 
 def sel_vec_binary(sel: Selector, u: UOp) -> None:
     a, b = u.src
-    if a in sel.mem_operands and u.op in (Ops.ADD, Ops.MUL):
+    if a in sel.mem_operands and u.op in _COMMUTATIVE:
         a, b = b, a
     d = sel.vec(_width(u.dtype.count))
     sel.emit(PACKED[u.op], d, sel.reg(a), sel.mem_operand(b) if b in sel.mem_operands else sel.reg(b))
