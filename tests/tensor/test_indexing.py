@@ -158,3 +158,19 @@ def test_masked_select_nonzero_one_hot(seed: int) -> None:
     labels = arrays((5,), np.int32, seed, 0, 3)
     assert_matches(Tensor(labels).one_hot(4).numpy(), np.eye(4, dtype=np.int32)[labels])
     assert Tensor(labels).one_hot().shape == (5, int(labels.max()) + 1)
+
+
+def test_integer_tensor_index_of_a_realized_tensor_is_one_direct_load() -> None:
+    """x[idx] (a batch drawn from a dataset) loads the selected rows directly: one kernel with no reduction over the
+    indexed axis (the one-hot compare-and-sum form would read the whole axis for every output element)."""
+    from speck.uop import Ops
+
+    rng = np.random.default_rng(3)
+    xn = rng.integers(0, 255, (50, 2, 3)).astype(np.uint8)
+    ix = rng.integers(-50, 50, 17).astype(np.int32)
+    x, idx = Tensor(xn).realize(), Tensor(ix).realize()
+    items = x[idx].contiguous().schedule()
+    assert len(items) == 1 and not any(u.op is Ops.REDUCE for u in items[0].ast.toposort())
+    np.testing.assert_array_equal(x[idx].numpy(), xn[ix])
+    fx = Tensor(xn.astype(np.float32)).realize()
+    np.testing.assert_array_equal(fx[idx, 1].numpy(), xn.astype(np.float32)[ix, 1])

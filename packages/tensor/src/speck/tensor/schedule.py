@@ -177,6 +177,35 @@ _REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 RECOMPUTE_LIMIT = 4
 
 
+def fold_one_hot_sum(val: UOp, rngs: list[UOp], rop: Ops) -> UOp | None:
+    """sum over r of (e == r ? x(r) : 0), with e not depending on r, is x(e) when 0 <= e < len(r), else 0: integer
+    tensor indexing (a one-hot compare against an arange, summed) becomes one load at a computed address instead of
+    a pass over the whole indexed axis (a batch drawn from a 60000-image dataset: 2.4 s -> microseconds)."""
+    if rop is not Ops.ADD or val.op is not Ops.WHERE or val.src[0].op is not Ops.CMPEQ:
+        return None
+    cond, x, zero = val.src
+    if zero.op is not Ops.CONST or zero.arg != 0:
+        return None
+    for e, rc in (cond.src, cond.src[::-1]):
+        r = rc.src[0] if rc.op is Ops.CAST else rc
+        if r not in rngs or r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST or not dtypes.is_int(e.dtype):
+            continue
+        if rc.op is Ops.CAST and rc.dtype != e.dtype or r in e.toposort():
+            continue
+        ok = (e < r.src[0].arg) & (e < 0).ne(True)
+        at = e.cast(dtypes.weakint)
+        new = x.substitute({r: at})
+        # every load whose address now depends on e is gated by the bounds check (an out-of-range e reads nothing)
+        gated = {
+            ix: ix.replace(src=(ix.src[0], ix.src[1].valid(ok), *ix.src[2:]))
+            for ix in new.toposort() if ix.op is Ops.INDEX and at in ix.src[1].toposort()
+        }  # fmt: skip
+        out: UOp = ok.where(new.substitute(gated) if gated else new, zero)
+        rest = [q for q in rngs if q is not r]
+        return out.reduce(*rest, op=rop) if rest else out
+    return None
+
+
 class _Kernel:
     """Builds one kernel: lowers tensor-level nodes at index expressions into a kernel value."""
 
@@ -227,7 +256,8 @@ class _Kernel:
         if op in (Ops.DETACH,):
             return self.lower(u.src[0], idx, valid, bcast, in_reduce)
         if op in _ELEMENTWISE:
-            if bcast and in_reduce and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
+            # (a bool mask stays fused: an index compare is what fold_one_hot_sum turns into a direct load)
+            if bcast and in_reduce and u.dtype != dtypes.bool and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
                 # a reduction reads each element of an expanded (broadcast or windowed) value many times: compute
                 # a costly elementwise value once into a buffer rather than once per read
                 return self.lower(self.sched.materialize(u), idx, valid, bcast, in_reduce)
@@ -246,6 +276,8 @@ class _Kernel:
                 nidx[a] = r
             self.has_reduce = True
             val = self.lower(u.src[0], tuple(nidx), valid, False, True)
+            if (direct := fold_one_hot_sum(val, rngs, rop)) is not None:
+                return direct
             return val.reduce(*rngs, op=rop)
         if op in _MOVEMENT:
             return self._movement(u, idx, valid, bcast, in_reduce)
@@ -356,8 +388,9 @@ class Scheduler:
     def count_uses(self, u: UOp) -> None:
         """Add u's graph to the consumer counts (realize() does it per target; call it for every target first when
         realizing several, so a value they share is seen as shared by the first one)."""
-        for x in u.toposort():
-            if x not in self._counted:
+        counted = self._counted
+        for x in u.toposort(gate=lambda y: y not in counted):  # a counted node's graph is counted already
+            if x not in counted:
                 self._counted.add(x)
                 for s in x.src:
                     self._uses[s] = self._uses.get(s, 0) + 1
