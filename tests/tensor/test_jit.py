@@ -133,3 +133,18 @@ def test_replay_with_strided_view_of_a_buffer() -> None:
         big = rng.standard_normal((4, 5)).astype(np.float32)
         x = Tensor(big)[1:3, ::2]  # a pure view into a larger buffer
         np.testing.assert_allclose(f(x).numpy(), big[1:3, ::2] * 10, rtol=1e-6)
+
+
+def test_replay_reads_each_call_s_slice_of_one_realized_tensor() -> None:
+    """Successive contiguous slices of one realized tensor (evaluation batches of a test set) are distinct inputs:
+    every replay computes on its own slice, not on the slice the capture saw."""
+    data = np.arange(40, dtype=np.float32).reshape(8, 5)
+    full = Tensor(data).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).sum(axis=1).realize()
+
+    for i in range(4):
+        got = f(full[2 * i : 2 * i + 2].contiguous()).numpy()
+        np.testing.assert_allclose(got, (data[2 * i : 2 * i + 2] * 2).sum(axis=1))

@@ -68,7 +68,9 @@ class TinyJit(Generic[R]):
             Tensor.realize_all(*tensors)
             for t in tensors:
                 if not _is_whole_buffer(t):
-                    t.uop = t.contiguous().realize().uop
+                    # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer),
+                    # and replays would then read the slice the capture saw
+                    t.uop = t.clone().realize().uop
         if self.cnt >= 2:
             return self._replay(named)
         if self.cnt == 0:
