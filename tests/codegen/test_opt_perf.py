@@ -236,3 +236,88 @@ def test_fp_contract_fuses_multiply_add_and_stays_close() -> None:
     call(addr, uops, got, {}, (0, global_extent(uops, {})))
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
     del keep
+
+
+def packed_matmul(n: int, k: int, m: int, stripe: int = 16, batch: int = 0) -> UOp:
+    """out[(b,)i,j] = sum_r a[(b,)i,r] * bp[(b,)j//stripe, r, j%stripe]: matmul against a column-stripe-major copy of
+    its right operand (what speck.tensor builds for large matmuls); the batch axis, when there is one, is axis 0."""
+    bo = UOp.range(batch, 0, AxisType.GLOBAL) if batch else None
+    i, j = UOp.range(n, 1, AxisType.GLOBAL), UOp.range(m, 2, AxisType.GLOBAL)
+    r = UOp.range(k, 3, AxisType.REDUCE)
+    nb = max(batch, 1)
+
+    def off(size: int) -> UOp | int:
+        return bo * size if bo is not None else 0
+
+    a = UOp.param(1, dtypes.float32.ptr(nb * n * k)).index(off(n * k) + i * k + r).load()
+    bidx = off(k * m) + (j // stripe) * (stripe * k) + r * stripe + j % stripe
+    b = UOp.param(2, dtypes.float32.ptr(nb * k * m)).index(bidx).load()
+    out = UOp.param(0, dtypes.float32.ptr(nb * n * m))
+    ends = (bo, i, j) if bo is not None else (i, j)
+    store = out.index(off(n * m) + i * m + j).store((a * b).reduce(r, op=Ops.ADD))
+    return UOp.sink(store.end(*ends), arg=KernelInfo(name="pmm"))
+
+
+def test_packed_right_operand_is_register_blocked_with_vector_loads() -> None:
+    # bp is read through j//16 and j%16: split by 16 the column axis reads each stripe row as two 8-float vectors, so
+    # the kernel gets the same 4x16 block as a row-major matmul (not the gathering row-reduce fallback)
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = packed_matmul(16, 8, 256)
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1)]
+    uops = check_preserved(ast, r)
+    start = max(i for i, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE)
+    stop = next(i for i, u in enumerate(uops) if u.op is Ops.END and u.src[-1] is uops[start])
+    mem = [u for u in uops[start:stop] if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert sorted(u.dtype.count for u in mem) == [1, 1, 1, 1, 8, 8]
+
+
+def test_packed_stripe_sets_the_column_block() -> None:
+    r = LLVMRenderer(max_vector_bytes=32)
+    # stripes of 8 (float64-like widths): one vector of columns, still blocked
+    assert heuristic(packed_matmul(8, 8, 64, stripe=8), r)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8)]
+    check_preserved(packed_matmul(8, 8, 64, stripe=8), r)
+    # 64-byte vectors (16 lanes): two vectors would be 32 columns, which straddle two stripes; one vector fits
+    wide = LLVMRenderer(max_vector_bytes=64)
+    assert heuristic(packed_matmul(8, 8, 64), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
+    check_preserved(packed_matmul(8, 8, 64), wide)
+    # stripes narrower than a vector cannot be read as one: no column block over them
+    opts = heuristic(packed_matmul(8, 8, 64, stripe=4), r)
+    assert Opt(OptOps.UPCAST, 1, 16) not in opts and Opt(OptOps.UPCAST, 1, 8) not in opts
+    check_preserved(packed_matmul(8, 8, 64, stripe=4), r)
+
+
+def test_batched_matmul_keeps_batches_outermost_and_column_blocks_outside_rows() -> None:
+    r = LLVMRenderer(max_vector_bytes=32)
+    # axes (batch, i, j): the workers split batches; within one, column blocks go outside row blocks
+    assert heuristic(packed_matmul(8, 8, 128, batch=2), r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 16),
+                                                               Opt(OptOps.SWAP, 1, 2)]  # fmt: skip
+    check_preserved(packed_matmul(8, 8, 128, batch=2), r)
+    # too few column blocks to be worth it: no swap
+    assert not any(o.op is OptOps.SWAP for o in heuristic(packed_matmul(8, 8, 64, batch=2), r))
+
+
+def test_long_odd_row_axis_gets_a_one_row_block() -> None:
+    # 67 rows has no power-of-two factor: the columns are still blocked by two vectors, one row at a time
+    r = LLVMRenderer(max_vector_bytes=32)
+    assert heuristic(matmul(67, 4, 32), r) == [Opt(OptOps.UPCAST, 1, 16)]
+    assert heuristic(packed_matmul(67, 4, 32), r) == [Opt(OptOps.UPCAST, 1, 16)]
+    check_preserved(matmul(67, 4, 32), r)
+    check_preserved(packed_matmul(67, 4, 32), r)
+
+
+def test_packed_blocked_matmul_runs_compiled_with_llvm() -> None:
+    ast = packed_matmul(32, 24, 128)
+    r = LLVMRenderer(max_vector_bytes=32, fp_contract=True)
+    inputs = bufs(ast, 3)
+    want = run_ast(ast, inputs, {})
+    uops = full_rewrite_to_sink(ast, r)
+    assert uops[-1].arg.applied_opts == (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1))
+    src = r.render(uops)
+    assert "load <8 x float>" in src and "srem" not in src and "sdiv" not in src
+    addr, keep = compile_llvm(src, "pmm")
+    got = [b.copy() for b in inputs]
+    ext = global_extent(uops, {})
+    call(addr, uops, got, {}, (0, ext // 2))
+    call(addr, uops, got, {}, (ext // 2, ext))
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    del keep

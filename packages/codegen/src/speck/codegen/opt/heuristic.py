@@ -7,9 +7,13 @@ varies along it, plus another output axis some load does not vary along) are reg
 is upcast by up to ROW_BLOCK and the contiguous column axis by up to two vector registers, so each reduce step loads
 a few broadcast scalars and two vectors and updates ROW_BLOCK x 2 vector accumulators. The column blocks' loop then
 goes outermost (it is what the CPU workers split) so one column stripe of the reused input stays in cache while every
-row block walks it. Reductions whose loads are strided along the contiguous output axis but contiguous along the
-reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector and UPCAST a few outputs instead of
-gathering lane by lane. Other renderers (notably "x86") keep the plain heuristic unchanged."""
+row block walks it (with a batch axis both inputs follow, the batches stay outermost and the column blocks go just
+outside the row blocks). A column axis some load reaches through j//s and j%s (speck.tensor's column-stripe-major
+copy of a large matmul's right operand) counts as contiguous when splitting off the column block makes it so. A long
+row axis with no power-of-two factor gets a block of one row. Reductions whose loads are strided along the contiguous
+output axis but contiguous along the reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector
+and UPCAST a few outputs instead of gathering lane by lane. Other renderers (notably "x86") keep the plain heuristic
+unchanged."""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.lower.expander import index_offset
 from speck.codegen.opt.kernel_opts import Opt, OptOps, const_size, output_axes, reduce_axes
-from speck.uop import AxisType, Ops, PtrDType, UOp, dtypes
+from speck.uop import AxisType, Ops, PtrDType, UOp, dtypes, graph_rewrite
+from speck.uop.symbolic import symbolic
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -44,11 +49,32 @@ def _index_of(ix: UOp) -> UOp:
 BLOCKING_RENDERERS = frozenset({"llvm", "c"})
 ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
 MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
+MIN_ODD_ROWS = 64  # an odd row axis at least this long gets a block of one row rather than no blocking
 MIN_SCATTER_REDUCE = 64  # reduce steps per output that make a lane-by-lane store of the vector axis negligible
 
 
 def _depends(idx: UOp, r: UOp) -> bool:
     return r in idx.toposort()
+
+
+def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int) -> int | None:
+    """The largest column block (a power of two, two vectors down to one) that, split off axis c, makes every load
+    that varies along c contiguous along it, or None. This is for loads c reaches through a division and a modulo:
+    matmul's column-stripe-major copy of its right operand is read at (j//16)*16*k + r*16 + j%16, which is a plain
+    vector load per stripe once j = 16*jo + ji."""
+    n = const_size(c)
+    if n is None or all(_stride(ix, c) is not None for ix in loads if _depends(ix, c)):
+        return None
+    nid = 1 + max(a for u in sink.toposort() if u.op is Ops.RANGE for a in u.arg[:-1])
+    amt = _pow2_amount(n, 2 * lanes)
+    while amt >= lanes:
+        inner = UOp.range(amt, nid, AxisType.UPCAST, c.dtype)
+        outer = UOp.range(n // amt, c.arg[:-1], c.arg[-1], c.dtype)
+        split = [graph_rewrite(ix.substitute({c: outer * amt + inner}), symbolic) for ix in loads if _depends(ix, c)]
+        if all(_stride(ix, inner) == 1 for ix in split if _depends(ix, inner)):
+            return amt
+        amt //= 2
+    return None
 
 
 def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] | None:
@@ -64,9 +90,12 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     # column axis: contiguous in the store, and every load either ignores it or is contiguous along it
     col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
+    climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
-        return _row_reduce(sink, loads, col, outs[col], lanes)
-    block = _block(glob, outs, loads, col, lanes) if col is not None else None
+        if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
+            return _row_reduce(sink, loads, col, outs[col], lanes)
+        climit = split
+    block = _block(glob, outs, loads, col, lanes, climit) if col is not None else None
     if block is None and _reduce_size(sink) >= MIN_SCATTER_REDUCE:
         # a long reduction amortizes a strided store: any axis the loads read contiguously (a convolution's output
         # channels over channel-last weights) can be the vector axis
@@ -82,16 +111,25 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     row, ramt, camt = block
     c = outs[col]
     # the row upcast comes first so the column lanes are the innermost (contiguous) ones after expansion
-    opts = [Opt(OptOps.UPCAST, row, ramt), Opt(OptOps.UPCAST, col, camt)]
-    if len(glob) == 2 and col != glob[0] and (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
-        opts.append(Opt(OptOps.SWAP, glob[0], col))
+    opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
+    opts += [Opt(OptOps.UPCAST, col, camt)]
+    if (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
+        if len(glob) == 2 and col != glob[0]:
+            opts.append(Opt(OptOps.SWAP, glob[0], col))
+        elif len(glob) == 3 and glob.index(row) < glob.index(col) and glob[0] not in (row, col) and \
+                all(_depends(ix, outs[glob[0]]) for ix in loads):  # fmt: skip
+            # a batch axis both operands follow stays outermost (the workers split batches); within a batch the
+            # column blocks still go outside the row blocks
+            opts.append(Opt(OptOps.SWAP, row, col))
     return opts
 
 
-def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: int) -> tuple[int, int, int] | None:
-    """(row axis, row amount, column amount) of a register block with vector axis col, or None: the row is another
-    output axis some load ignores (upcasting it reuses that load across rows)."""
-    camt = _pow2_amount(const_size(outs[col]) or 1, 2 * lanes)
+def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: int,
+           climit: int | None = None) -> tuple[int, int, int] | None:  # fmt: skip
+    """(row axis, row amount, column amount) of a register block with vector axis col (at most climit columns,
+    default 2 vectors), or None: the row is another output axis some load ignores (upcasting it reuses that load
+    across rows)."""
+    camt = _pow2_amount(const_size(outs[col]) or 1, climit or 2 * lanes)
     rows = list(reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]))
     if camt < lanes or not rows:
         return None
@@ -102,6 +140,10 @@ def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: 
     for row in rows:
         if 2 <= (n := const_size(outs[row]) or 1) <= ROW_BLOCK + 2:
             return row, n, camt
+    # a long odd row axis (1001 rows): one row of vectors still beats leaving the kernel unblocked
+    for row in rows:
+        if (const_size(outs[row]) or 0) >= MIN_ODD_ROWS:
+            return row, 1, camt
     return None
 
 
