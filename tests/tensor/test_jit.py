@@ -148,3 +148,25 @@ def test_replay_reads_each_call_s_slice_of_one_realized_tensor() -> None:
     for i in range(4):
         got = f(full[2 * i : 2 * i + 2].contiguous()).numpy()
         np.testing.assert_allclose(got, (data[2 * i : 2 * i + 2] * 2).sum(axis=1))
+
+
+def test_learning_rate_assigned_between_replays_takes_effect() -> None:
+    """opt.lr is a kernel input: assigning a new value between calls (a schedule) changes what replays compute."""
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = SGD([w], lr=0.1)
+
+    @TinyJit
+    def step() -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = (w * w).sum()
+            loss.backward()
+            opt.step(loss)
+        return loss
+
+    want = np.array([1.0, 2.0])
+    for lr in (0.1, 0.1, 0.1, 0.25, 0.0, 0.05):
+        opt.lr.assign(Tensor([lr], dtype=dtypes.float32))
+        step()
+        want = want - lr * 2 * want
+        np.testing.assert_allclose(w.numpy(), want, rtol=1e-6)

@@ -8,6 +8,7 @@ evaluate on the test set, print accuracy and throughput, and save the weights as
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 
@@ -66,9 +67,11 @@ MODELS: dict[str, Callable[[], Callable[[Tensor], Tensor]]] = {"cnn": Model, "sm
 def main(argv: list[str] | None = None) -> float:
     """Train, evaluate and save; returns the test accuracy."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=1000, help="training steps (default 1000)")
+    ap.add_argument("--steps", type=int, default=900, help="training steps (default 900)")
     ap.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
-    ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--lr", type=float, default=0.002, help="peak learning rate (default 0.002)")
+    ap.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                    help="learning rate over the steps: cosine decay to 0 (default) or constant")  # fmt: skip
     ap.add_argument("--train-subset", type=int, default=0, help="use only the first N training images (0: all)")
     ap.add_argument("--test-subset", type=int, default=0, help="evaluate on the first N test images (0: all)")
     ap.add_argument("--out", default="fashion_cnn.safetensors", help="where to save the weights ('' to skip)")
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> float:
     images = 0
     bar = trange(args.steps, desc="train", unit="step", disable=args.quiet)
     for step in bar:
+        if args.schedule == "cosine":  # the lr tensor is a kernel input, so the jitted step sees every new value
+            opt.lr.assign(Tensor([args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))], dtype=dtypes.float32))
         idx = Tensor(rng.integers(0, n_train, args.batch).astype(np.int32))
         loss, acc = train_step(X_train[idx].contiguous(), Y_train[idx].contiguous())
         images += args.batch
