@@ -321,3 +321,22 @@ def test_packed_blocked_matmul_runs_compiled_with_llvm() -> None:
     call(addr, uops, got, {}, (ext // 2, ext))
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
     del keep
+
+
+def test_windowed_reduction_prefers_channels_even_with_an_epilogue_load() -> None:
+    # x is 24 wide (three full vectors), but a convolution's window shifts the input loads along x: the output
+    # channels (contiguous in the channel-last weights) are the better vector axis. A load outside the reduction
+    # (a residual added once per output, strided along p) does not disqualify them.
+    n, c, o, w, k = 2, 32, 32, 24, 3
+    b, p, x = (UOp.range(s, a, AxisType.GLOBAL) for a, s in enumerate((n, o, w)))
+    ci, j = UOp.range(c, 3, AxisType.REDUCE), UOp.range(k, 4, AxisType.REDUCE)
+    wi = w + k - 1
+    inp = UOp.param(1, dtypes.float32.ptr(n * c * wi)).index(b * (c * wi) + ci * wi + x + j).load()
+    wt = UOp.param(2, dtypes.float32.ptr(c * k * o)).index(ci * (k * o) + j * o + p).load()
+    res = UOp.param(3, dtypes.float32.ptr(n * o * w)).index(b * (o * w) + p * w + x).load()
+    out = UOp.param(0, dtypes.float32.ptr(n * o * w))
+    val = (inp * wt).reduce(ci, j, op=Ops.ADD) + res
+    ast = UOp.sink(out.index(b * (o * w) + p * w + x).store(val).end(b, p, x), arg=KernelInfo(name="conv"))
+    r = LLVMRenderer(max_vector_bytes=32)
+    assert Opt(OptOps.UPCAST, 1, 16) in heuristic(ast, r)
+    check_preserved(ast, r)

@@ -173,8 +173,9 @@ def max_dim(x: sint) -> int:
 
 
 _REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
-# elementwise ops per element above which a value a reduction reads through an expand is realized first
-RECOMPUTE_LIMIT = 4
+# elementwise ops per element from which a value a reduction reads through an expand is realized first (2: a
+# convolution over relu(x + bias) reads its input 800 times per output; one op, like a scale, stays fused)
+RECOMPUTE_LIMIT = 2
 
 
 def fold_one_hot_sum(val: UOp, rngs: list[UOp], rop: Ops) -> UOp | None:
@@ -256,8 +257,9 @@ class _Kernel:
         if op in (Ops.DETACH,):
             return self.lower(u.src[0], idx, valid, bcast, in_reduce)
         if op in _ELEMENTWISE:
-            # (a bool mask stays fused: an index compare is what fold_one_hot_sum turns into a direct load)
-            if bcast and in_reduce and u.dtype != dtypes.bool and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
+            # (float values only: an integer index and its bool compare are what fold_one_hot_sum turns into a
+            # direct load)
+            if bcast and in_reduce and dtypes.is_float(u.dtype) and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
                 # a reduction reads each element of an expanded (broadcast or windowed) value many times: compute
                 # a costly elementwise value once into a buffer rather than once per read
                 return self.lower(self.sched.materialize(u), idx, valid, bcast, in_reduce)
