@@ -67,7 +67,7 @@ MODELS: dict[str, Callable[[], Callable[[Tensor], Tensor]]] = {"cnn": Model, "sm
 def main(argv: list[str] | None = None) -> float:
     """Train, evaluate and save; returns the test accuracy."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=900, help="training steps (default 900)")
+    ap.add_argument("--steps", type=int, default=1000, help="training steps (default 1000)")
     ap.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     ap.add_argument("--lr", type=float, default=0.002, help="peak learning rate (default 0.002)")
     ap.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
