@@ -411,9 +411,10 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         prod_ = win * gg
         # split the batch: each chunk's windows and gradient stay in cache while its partial sums accumulate (a
         # kernel of its own), then the partial sums add up
-        chunk = max(d for d in range(1, min(as_int(n), WGRAD_CHUNK) + 1) if as_int(n) % d == 0)
-        if 4 <= chunk < as_int(n):
-            parts = prod_.reshape(as_int(n) // chunk, chunk, *prod_.shape[1:]).sum(axis=(1, *range(5, 5 + nsp)))
+        # (a symbolic batch size is summed in one go)
+        chunk = max(d for d in range(1, min(n, WGRAD_CHUNK) + 1) if n % d == 0) if isinstance(n, int) else 0
+        if isinstance(n, int) and 4 <= chunk < n:
+            parts = prod_.reshape(n // chunk, chunk, *prod_.shape[1:]).sum(axis=(1, *range(5, 5 + nsp)))
             gw = parts.sum(0).reshape(cout, cin_g, *k)
         else:
             gw = prod_.sum(axis=(0, *range(4, 4 + nsp))).reshape(cout, cin_g, *k)

@@ -393,7 +393,7 @@ class Scheduler:
         counted = self._counted
         for x in u.toposort(gate=lambda y: y not in counted):  # a counted node's graph is counted already
             if x not in counted:
-                self._counted.add(x)
+                counted.add(x)
                 for s in x.src:
                     self._uses[s] = self._uses.get(s, 0) + 1
 
