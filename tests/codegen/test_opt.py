@@ -136,3 +136,35 @@ def test_contiguous_ranges_merge_only_when_exact(broadcast: bool, ranges: int) -
     with Context(SPEC=1):
         uops = full_rewrite_to_sink(ast, PythonRenderer())
     np.testing.assert_array_equal(want, run_prog(uops, bufs, {}))
+
+
+def _channel_sum(pooled: bool) -> UOp:
+    """(N=3, C=4, H=6, W=6) summed over N, H, W per channel; pooled also reads a 2x2-pooled (3, 4, 3, 3) operand."""
+    c = UOp.range(4, 0, AxisType.GLOBAL)
+    n, h, w = UOp.range(3, 1, AxisType.REDUCE), UOp.range(6, 2, AxisType.REDUCE), UOp.range(6, 3, AxisType.REDUCE)
+    x = UOp.param(1, dtypes.float32.ptr(432)).index(n * 144 + c * 36 + h * 6 + w).load()
+    if pooled:
+        x = x * UOp.param(2, dtypes.float32.ptr(108)).index(n * 36 + c * 9 + (h // 2) * 3 + w // 2).load()
+    out = UOp.param(0, dtypes.float32.ptr(4))
+    return UOp.sink(out.index(c).store(x.reduce(n, h, w, op=Ops.ADD)).end(c), arg=KernelInfo(f"csum_{pooled}"))
+
+
+@pytest.mark.parametrize("pooled,reduce_ranges", [(False, 2), (True, 3)])
+def test_reduce_ranges_merge_only_when_exact(pooled: bool, reduce_ranges: int) -> None:
+    """A per-channel sum's rows and columns merge into one contiguous run (it then vectorizes); reading a pooled
+    operand through h // 2 and w // 2 keeps them apart. Both compute the same sums as the unmerged kernel."""
+    from speck.codegen.opt import merge_ranges
+
+    ast = _channel_sum(pooled)
+    merged = merge_ranges(ast)
+    red = [u for u in merged.toposort() if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE]
+    assert len(red) == reduce_ranges
+    rng = np.random.default_rng(4)
+    bufs = [np.zeros(4, np.float32), rng.standard_normal(432).astype(np.float32),
+            rng.standard_normal(108).astype(np.float32)]  # fmt: skip
+    if not pooled:
+        bufs = bufs[:2]
+    want = run_ast(ast, bufs, {})
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast, PythonRenderer())
+    np.testing.assert_allclose(run_prog(uops, bufs, {}), want, rtol=1e-5, atol=1e-5)

@@ -193,3 +193,15 @@ def test_schedule_cache_replays_on_new_buffers() -> None:
         e = np.exp(logits - logits.max(-1, keepdims=True))
         assert_matches(o.numpy(), e / e.sum(-1, keepdims=True) * 2, atol=1e-5)
     assert len({id(o.uop) for o in outs}) == 3  # each result has its own buffer
+
+
+def test_contiguous_value_read_directly_elsewhere_is_computed_once() -> None:
+    """A reduction made contiguous for one consumer and read directly by another is computed once: the contiguous
+    buffer serves both (a conv gradient made contiguous for the convolution kernels and summed for the bias)."""
+    x = _realized(8, 16)
+    y = (x * 2).sum(axis=1)
+    with assert_kernel_count(2):
+        out = (y.contiguous() * 3 + y.exp()).realize()
+    xn = x.numpy().astype(np.float64)
+    yn = (xn * 2).sum(axis=1)
+    assert_matches(out.numpy(), yn * 3 + np.exp(yn), rtol=1e-4, atol=1e-4)

@@ -91,7 +91,20 @@ def test_div_mod_folding_from_bounds() -> None:
     y, i = UOp.range(20, 90), UOp.range(5, 91)
     assert ((y + i * 25) % 24).simplify() is (y + i).simplify()
     assert ((y + i * 25) // 24).simplify() is i
-    assert ((y * 30 + i) % 24).simplify().op is Ops.CMOD  # 6*y + i can reach 24: stays a modulo
+    # 6*y + i can reach 24, so the terms don't split as above; they share the factor 6 with 24 and i < 6, so
+    # (30*y + i) % 24 == ((5*y) % 4)*6 + i (checked at every y, i)
+    folded = ((y * 30 + i) % 24).simplify()
+    assert folded is (((y * 5) % 4) * 6 + i).simplify()
+    assert all(folded.substitute({y: C(ya), i: C(ia)}).simplify().arg == (30 * ya + ia) % 24
+               for ya in range(20) for ia in range(5))  # fmt: skip
+    # the flat index of a 2x2-pooled 20x20 image: (20*h + w) // 40 is the pooled row h // 2, and the row offset
+    # (h % 2)*20 + (h // 2)*40 re-flattens to 20*h
+    h, w = UOp.range(20, 94), UOp.range(20, 95)
+    assert ((h * 20 + w) // 40).simplify() is (h // 2).simplify()
+    assert ((h * 20 + w) % 40).simplify() is ((h % 2) * 20 + w).simplify()
+    assert (x * 800 + w + (h % 2) * 20 + (h // 2) * 40).simplify() is (x * 800 + w + h * 20).simplify()
+    assert (s % 3 * 5 + (s // 3) * 15).simplify() is (s * 5).simplify()  # exact for any sign
+    assert ((h * 20 + w + 1) // 40).simplify().op is Ops.CDIV  # w + 1 can reach 20: no common factor applies
     # a flattened (N, 28, 28) image re-read as rows of 784: the index collapses back to n*784 + p
     p, b = UOp.range(784, 92), UOp.range(128, 93)
     assert (b * 784 + p % 28 + ((p + b * 784) // 28) % 28 * 28).simplify() is (b * 784 + p).simplify()

@@ -183,3 +183,35 @@ def test_symbolic_compiled_equals_interpreted(p: tuple[UOp, list[UOp], list[dict
 
     e = p[0]
     assert graph_rewrite(e, symbolic.with_mode(False)) is graph_rewrite(e, symbolic.with_mode(True))
+
+
+# ---------------- sums of scaled non-negative terms through // and % ----------------
+@st.composite
+def scaled_sums(draw: st.DrawFn) -> tuple[UOp, list[UOp], list[dict[str, int]]]:
+    """sum(k_i * v_i) + const over non-negative variables, divided or taken modulo a constant that shares factors
+    with the coefficients (the flat indices of pooled and windowed images), or re-flattened as
+    (x % c)*m + (x // c)*(c*m) + rest."""
+    vs = [UOp.variable(name, 0, draw(st.integers(0, 60))) for name in VAR_NAMES[: draw(st.integers(1, 3))]]
+    coeffs = [draw(st.sampled_from([1, 2, 3, 4, 6, 8, 10, 20, 40, 30, 64])) for _ in vs]
+    x: UOp = UOp.const(dtypes.weakint, draw(st.integers(0, 7)))
+    for v, k in zip(vs, coeffs):
+        x = x + v * k
+    c = draw(st.sampled_from([2, 3, 4, 6, 8, 12, 24, 40, 80, 60]))
+    kind = draw(st.sampled_from(["//", "%", "recombine"]))
+    if kind == "//":
+        e = x // c
+    elif kind == "%":
+        e = x % c
+    else:
+        m = draw(st.sampled_from([1, 2, 20]))
+        e = vs[-1] * 3 + (x % c) * m + (x // c) * (c * m)
+    envs = [{v.arg[0]: draw(st.integers(v.arg[1], v.arg[2])) for v in vs} for _ in range(10)]
+    return e, vs, envs
+
+
+@given(scaled_sums())
+def test_common_factor_and_scaled_recombine_are_sound(p: tuple[UOp, list[UOp], list[dict[str, int]]]) -> None:
+    e, _, envs = p
+    s = e.simplify()
+    for env in envs:
+        assert _eval(e, env) == _eval(s, env), f"{e.render(False)} -> {s.render(False)} at {env}"

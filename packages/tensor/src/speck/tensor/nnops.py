@@ -401,7 +401,9 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
                  for xs, o, s, d, kk in zip(x.shape[2:], osp, st, dl, k))  # fmt: skip
 
     def rule(ctx: UOp) -> tuple[UOp | None, ...]:
-        g = Tensor(ctx, device=x.device)
+        # the output gradient (often a long elementwise chain: BatchNorm and ReLU backward) is computed once, into
+        # a buffer both gradients read, rather than fused into the padded copy and the channel-last copy each
+        g = Tensor(ctx, device=x.device).contiguous()
         w = Tensor(weight.uop, device=weight.device)
         gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
         win = Tensor(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)

@@ -502,6 +502,9 @@ class Scheduler:
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
         self.done[u] = view
+        if u.op is Ops.CONTIGUOUS and u.arg != "clone":
+            # the buffer holds src's value too: a consumer reading src directly must not compute it again
+            self.done[src] = view
         return view
 
     def _copy(self, u: UOp) -> UOp:

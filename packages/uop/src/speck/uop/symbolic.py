@@ -6,6 +6,7 @@ floor-style identities below are only applied where the dividend is known to be 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from speck.uop.dtype import ALL_SCALARS, ConstType, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
@@ -160,6 +161,8 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
         worst = sum(abs(k) * (max(abs(t.vmin), abs(t.vmax)) if t is not None else 1) for t, k in terms)
         if worst > dtypes.max(x.dtype):
             return None
+    if (common := _fold_common_factor(d, terms, cv)) is not None:
+        return common
     quo: list[tuple[UOp | None, int]] = []
     rem: list[tuple[UOp | None, int]] = []
     for t, k in terms:
@@ -182,6 +185,71 @@ def fold_divmod(d: UOp, x: UOp, c: UOp) -> UOp | None:
     if d.op is Ops.CMOD:
         return rem_u
     return _rebuild(x.dtype, quo)
+
+
+def _fold_common_factor(d: UOp, terms: list[tuple[UOp | None, int]], cv: int) -> UOp | None:
+    """x = g*B + S with g a common factor of c and of the big terms' coefficients, and the small terms S inside
+    [0, g): x // c == B // (c/g) and x % c == (B % (c/g))*g + S (x >= 0, checked by the caller). This is the index
+    of a 2x2-pooled image read through its flat offset: (20*h + w) // 40 -> h // 2 for w < 20."""
+    if any(t is not None and t.vmin < 0 for t, k in terms) or any(k <= 0 for t, k in terms if t is not None):
+        return None
+    ordered = sorted(terms, key=lambda tk: (tk[0] is not None, tk[1]))  # the constant, then small coefficients
+    for split in range(1, len(ordered)):
+        small, big = ordered[:split], ordered[split:]
+        g = cv
+        for _, k in big:
+            g = math.gcd(g, k)
+        if g <= 1 or g == cv and all(k % cv == 0 for _, k in big):
+            continue  # nothing in common, or the plain quotient split (fold_divmod's own case) already applies
+        lo = sum(k * (t.vmin if t is not None else 1) for t, k in small)
+        hi = sum(k * (t.vmax if t is not None else 1) for t, k in small)
+        if lo < 0 or hi >= g:
+            continue
+        dt = d.dtype
+        b = _rebuild(dt, [(t, k // g) for t, k in big])
+        if d.op is Ops.CDIV:
+            return b // (cv // g)
+        return (b % (cv // g)) * g + _rebuild(dt, small)
+    return None
+
+
+def _divmod_term(u: UOp) -> tuple[UOp, int] | None:
+    """u as (x // c or x % c, coefficient) when it is one, optionally times a constant."""
+    k = 1
+    if u.op is Ops.MUL and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
+        u, k = u.src[0], u.src[1].arg
+    if u.op in (Ops.CDIV, Ops.CMOD) and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
+        return u, k
+    return None
+
+
+def fold_scaled_recombine(a: UOp) -> UOp | None:
+    """(x % c)*m + (x // c)*(c*m) -> x*m anywhere in a sum (truncating division makes this exact for every x):
+    the scaled form of re-flattening an index, e.g. a pooled row's (h % 2)*20 + (h // 2)*40 -> h*20. Tried when the
+    newest term of the sum is a division or modulo, so a long sum is not searched at every step."""
+    last = _divmod_term(a.src[1])
+    if last is None:
+        return None
+    terms = _split_terms(a)
+    if terms is None:
+        return None
+    dm, k = last
+    x, c = dm.src[0], dm.src[1].arg
+    if c == 0:
+        return None
+    want = (x // c if dm.op is Ops.CMOD else x % c, k * c if dm.op is Ops.CMOD else k // c)
+    if dm.op is Ops.CDIV and k % c != 0:
+        return None
+    if not x.dtype.is_weak and not _mul_fits(x, k if dm.op is Ops.CMOD else k // c):
+        return None
+    rest = list(terms)
+    try:  # UOps are interned: == on these tuples compares identity
+        rest.remove((dm, k))
+        rest.remove(want)
+    except ValueError:
+        return None
+    scale = k if dm.op is Ops.CMOD else k // c
+    return _rebuild(a.dtype, [*rest, (x, scale)])
 
 
 def _mul_fits(x: UOp, k: int) -> bool:
@@ -369,6 +437,7 @@ symbolic = symbolic_simple + PatternMatcher(
         ((UPat.var("x", INTS) % UPat.cvar("c1")) % UPat.cvar("c2"), fold_mod_mod),
         # x % c + (x // c) * c == x for truncating division (also one step into a sum): re-flattening an index
         *[(pat, lambda x, c, y=None: x if y is None else y + x) for pat in _recombine_patterns()],
+        (UPat(Ops.ADD, dtype=INTS, name="a"), fold_scaled_recombine),
         (
             (UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"),
             lambda x, c: x if c.arg != 0 and _mul_fits(x, c.arg) else None,

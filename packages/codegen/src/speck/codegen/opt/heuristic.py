@@ -171,7 +171,7 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> li
         if n is None or not any(_stride(ix, r) == 1 for ix in loads):
             continue
         uamt = _pow2_amount(n, lanes)
-        if uamt < lanes:
+        if uamt < max(lanes // 2, 2):  # half a vector (a 20-wide image row unrolls by 4) still beats gathers
             return None
         camt = _pow2_amount(const_size(c) or 1, ROW_BLOCK)
         return ([Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []) + [Opt(OptOps.UNROLL, j, uamt)]
