@@ -78,7 +78,9 @@ def test_matmul_is_register_blocked(renderer: Renderer) -> None:
 
 @pytest.mark.parametrize(
     "shape,want",
-    [((6, 5, 24), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 8)]),  # 6 rows: pairs; 24 cols: one vector
+    [((6, 5, 24), [Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UPCAST, 1, 8)]),  # 6 rows: threes; 24 cols: one vector
+     ((10, 5, 16), [Opt(OptOps.UPCAST, 0, 5), Opt(OptOps.UPCAST, 1, 16)]),  # 10 rows: fives, not pairs
+     ((12, 5, 16), [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]),  # a power-of-two block of 4 stays
      ((7, 5, 16), None),  # odd row count: no row block, plain vectorization
      ((8, 3, 12), None)],  # 12 columns: less than a vector, plain heuristic
 )  # fmt: skip
