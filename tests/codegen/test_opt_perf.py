@@ -108,10 +108,15 @@ def test_heuristic_preserves_matmul_results(kw: dict[str, bool | int]) -> None:
 
 def test_transposed_b_is_not_blocked_into_gathers() -> None:
     # b[j*K + r] is strided along the output's contiguous axis: blocking would gather it lane by lane, so the reduce
-    # axis (contiguous in both loads) is unrolled by a vector instead, with 4 outputs at a time
+    # axis (contiguous in both loads) is unrolled by a vector instead, with 2 rows x 4 columns of outputs at a time
+    # (each loaded vector of a feeds 4 dot products, each of b feeds 2)
     r = LLVMRenderer(max_vector_bytes=32)
     ast = matmul(8, 16, 32, transposed_b=True)
-    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 8)]
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 8)]
+    # 10 columns (a classifier's classes) block by 5
+    assert heuristic(matmul(8, 32, 10, transposed_b=True), r) == [
+        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 5), Opt(OptOps.UNROLL, 0, 8)]  # fmt: skip
+    check_preserved(matmul(8, 32, 10, transposed_b=True), r)
     uops = check_preserved(ast, r)
     assert not any(u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].src[0].op is Ops.PARAM for u in uops)
     # a reduce too short for a vector keeps the plain heuristic

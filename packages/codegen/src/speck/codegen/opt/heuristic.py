@@ -178,8 +178,24 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> li
         uamt = _pow2_amount(n, lanes)
         if uamt < max(lanes // 2, 2):  # half a vector (a 20-wide image row unrolls by 4) still beats gathers
             return None
-        camt = _pow2_amount(const_size(c) or 1, ROW_BLOCK)
-        return ([Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []) + [Opt(OptOps.UNROLL, j, uamt)]
+        nc = const_size(c) or 1
+        camt = _pow2_amount(nc, ROW_BLOCK)
+        if camt < ROW_BLOCK:  # 10 classes: blocks of 5
+            camt = max(d for d in range(camt, ROW_BLOCK + 2) if nc % d == 0)
+        opts = [Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []
+        # a second output axis one operand ignores (x @ W.T: W's rows are shared by every row of x) blocks too, so
+        # each loaded vector feeds several dot products: 2 x 4 of them per step (Linear forward 0.53 -> 0.40 ms at
+        # 128x784x128, the CNN's 576 -> 10 classifier 3x faster)
+        outs = output_axes(sink)
+        for i in reversed(range(len(outs))):
+            r, nr = outs[i], const_size(outs[i])
+            if i == col or nr is None or r.arg[-1] is not AxisType.GLOBAL:
+                continue
+            if any(not _depends(ix, r) for ix in loads) and any(_depends(ix, r) for ix in loads):
+                if (ramt := _pow2_amount(nr, max(2, 2 * ROW_BLOCK // max(camt, 1)))) > 1:
+                    opts.insert(0, Opt(OptOps.UPCAST, i, ramt))
+                break
+        return opts + [Opt(OptOps.UNROLL, j, uamt)]
     return None
 
 
