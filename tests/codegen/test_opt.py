@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import assert_same, out_dtype, run_ast, run_prog
+from codegen_helpers import assert_same, out_dtype, run_ast, run_prog
 from speck.codegen import KernelInfo, PythonRenderer, to_program
 from speck.codegen.opt import Opt, OptError, OptOps, apply_opts, beam_search, hand_coded_optimizations
 from speck.codegen.pipeline import full_rewrite_to_sink

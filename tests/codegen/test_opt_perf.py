@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import assert_same, run_ast, run_prog
+from codegen_helpers import assert_same, run_ast, run_prog
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.expander import expand_vectors
 from speck.codegen.opt import Opt, OptOps, apply_opts, hand_coded_optimizations, opt_base

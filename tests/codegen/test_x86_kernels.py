@@ -32,7 +32,7 @@ from speck.uop import AxisType, DType, Ops, PtrDType, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from ast_strategies import kernel_asts
-from helpers import assert_same, out_dtype
+from codegen_helpers import assert_same, out_dtype
 
 pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc links the objects for ctypes"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",

@@ -22,7 +22,7 @@ from speck.uop import PtrDType, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "codegen"))  # the shared corpus lives with codegen's tests
 from ast_strategies import kernel_asts
-from helpers import assert_same, out_dtype, run_ast
+from codegen_helpers import assert_same, out_dtype, run_ast
 
 DEVICES = ["CPU", "PYTHON", "CPU:X86"] + (["CPU:CLANG"] if shutil.which("gcc") or shutil.which("clang") else [])
 NARROW_FLOATS = {dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME
+from tensor_helpers import FEW, SOME
 from speck.tensor import Tensor, dtypes
 
 H = 1e-6

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW
+from tensor_helpers import FEW
 from speck.tensor import Tensor
 from test_autograd import away, gradcheck, pos
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import assert_matches
+from tensor_helpers import assert_matches
 from speck.tensor import Context, Device, GlobalCounters, Tensor, Variable, dtypes
 
 

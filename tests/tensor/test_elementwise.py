@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
+from tensor_helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
 from speck.tensor import Tensor, dtypes
 
 UNARY_FLOAT: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], Any], tuple[float, float], float]] = [

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME, arrays, assert_matches
+from tensor_helpers import FEW, SOME, arrays, assert_matches
 from speck.tensor import Tensor
 
 A = np.arange(60, dtype=np.int32).reshape(3, 4, 5)

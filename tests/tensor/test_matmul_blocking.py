@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import assert_matches
+from tensor_helpers import assert_matches
 from speck.codegen.opt import Opt, OptOps, hand_coded_optimizations, opt_base
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.tensor import Tensor, assert_kernel_count, dtypes

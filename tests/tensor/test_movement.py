@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import SOME, arrays, assert_matches, shapes
+from tensor_helpers import SOME, arrays, assert_matches, shapes
 from speck.tensor import Tensor
 
 

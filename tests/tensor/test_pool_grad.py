@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME
+from tensor_helpers import FEW, SOME
 from speck.tensor import Tensor, assert_kernel_count, pool_grad
 from test_autograd import away, gradcheck
 

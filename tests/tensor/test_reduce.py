@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import FEW, SOME, arrays, assert_matches, shapes
+from tensor_helpers import FEW, SOME, arrays, assert_matches, shapes
 from speck.tensor import Tensor
 
 

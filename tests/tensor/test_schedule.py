@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import assert_matches
+from tensor_helpers import assert_matches
 from speck.tensor import GlobalCounters, KernelCountException, Tensor, assert_kernel_count
 from speck.uop import Ops
 
