@@ -347,3 +347,31 @@ def test_windowed_reduction_prefers_channels_even_with_an_epilogue_load() -> Non
     r = LLVMRenderer(max_vector_bytes=32)
     assert Opt(OptOps.UPCAST, 1, 16) in heuristic(ast, r)
     check_preserved(ast, r)
+
+
+def channel_sum(hw: int, pooled: bool, n: int = 4, c: int = 8) -> UOp:
+    """BatchNorm's per-channel sum over (N, C, hw, hw); pooled also reads a 2x2-pooled operand at (h//2, w//2)."""
+    ci = UOp.range(c, 0, AxisType.GLOBAL)
+    ni, h, w = UOp.range(n, 1, AxisType.REDUCE), UOp.range(hw, 2, AxisType.REDUCE), UOp.range(hw, 3, AxisType.REDUCE)
+    x = UOp.param(1, dtypes.float32.ptr(n * c * hw * hw)).index(ni * (c * hw * hw) + ci * (hw * hw) + h * hw + w).load()
+    if pooled:
+        q = hw // 2
+        p = UOp.param(2, dtypes.float32.ptr(n * c * q * q)).index(
+            ni * (c * q * q) + ci * (q * q) + (h // 2) * q + w // 2
+        )
+        x = x * p.load()
+    out = UOp.param(0, dtypes.float32.ptr(c))
+    return UOp.sink(out.index(ci).store(x.reduce(ni, h, w, op=Ops.ADD)).end(ci), arg=KernelInfo(f"csum{hw}{pooled}"))
+
+
+@pytest.mark.parametrize(
+    "hw,pooled,want",
+    [(20, False, [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 1, 8)]),  # rows and columns merge into runs of 400
+     (20, True, [Opt(OptOps.UNROLL, 2, 4)]),  # w // 2 is read lane by lane: no column upcast to multiply it
+     (6, True, [Opt(OptOps.UNROLL, 2, 6)])],  # a 6-wide row of a long reduction unrolls whole
+)  # fmt: skip
+def test_per_channel_sums_vectorize_along_the_image(hw: int, pooled: bool, want: list[Opt]) -> None:
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = channel_sum(hw, pooled)
+    assert heuristic(ast, r) == want
+    check_preserved(ast, r)

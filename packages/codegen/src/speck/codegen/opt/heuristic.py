@@ -177,11 +177,19 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> li
             continue
         uamt = _pow2_amount(n, lanes)
         if uamt < max(lanes // 2, 2):  # half a vector (a 20-wide image row unrolls by 4) still beats gathers
-            return None
+            if not (2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
+                return None
+            uamt = n  # a short row of a long reduction (a 6x6 feature map) unrolls whole
         nc = const_size(c) or 1
         camt = _pow2_amount(nc, ROW_BLOCK)
         if camt < ROW_BLOCK:  # 10 classes: blocks of 5
             camt = max(d for d in range(camt, ROW_BLOCK + 2) if nc % d == 0)
+        if all(_depends(ix, c) for ix in loads) and any(_depends(ix, r) and _stride(ix, r) != 1 for ix in loads):
+            # no load is shared between the columns and some load is read lane by lane along the unrolled axis (a
+            # pooled operand at w // 2): upcasting the columns would only multiply those scalar loads (BatchNorm's
+            # backward sums after a max-pool: 3.0 -> 1.7 ms); without such loads the columns' separate
+            # accumulators still pay for themselves
+            camt = 1
         opts = [Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []
         # a second output axis one operand ignores (x @ W.T: W's rows are shared by every row of x) blocks too, so
         # each loaded vector feeds several dot products: 2 x 4 of them per step (Linear forward 0.53 -> 0.40 ms at
