@@ -375,3 +375,20 @@ def test_per_channel_sums_vectorize_along_the_image(hw: int, pooled: bool, want:
     ast = channel_sum(hw, pooled)
     assert heuristic(ast, r) == want
     check_preserved(ast, r)
+
+
+def test_upsampled_operand_is_one_short_vector_load() -> None:
+    """Unrolled by 4 along w, the pooled operand's lanes read w // 2 = [0, 0, 1, 1] (+ 2*wo): one 2-wide load whose
+    lanes are repeated, not four scalar loads; compiled with LLVM it sums what the interpreter sums."""
+    ast = channel_sum(20, True)
+    r = LLVMRenderer(max_vector_bytes=32)
+    uops = check_preserved(ast, r)
+    pooled = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg == 2]
+    assert [u.dtype.count for u in pooled] == [2]
+    inputs = bufs(ast, 2)
+    want = run_ast(ast, inputs, {})
+    addr, keep = compile_llvm(r.render(uops), "csum20True")
+    got = [b.copy() for b in inputs]
+    call(addr, uops, got, {}, (0, global_extent(uops, {})))
+    assert_same(want, got[0], dtypes.float32, exact=False)
+    del keep

@@ -148,7 +148,17 @@ class _Expander:
             if same:  # every lane reads the same element
                 ld = UOp(Ops.LOAD, u.dtype, (idxs[0].simplify(), *([alt.gep(0)] if alt is not None else [])), u.arg)
                 return _Val(axes, vec=UOp.stack(*[ld] * n))
-            loads = [UOp(Ops.LOAD, u.dtype, (idxs[k].simplify(), *([alt.gep(k)] if alt is not None else [])), u.arg)
+            simple = [ix.simplify() for ix in idxs]
+            if alt is None and (span := _short_span(simple)) is not None:
+                # the lanes read a few neighbouring elements, some more than once (an upsampled operand at w // 2):
+                # one vector load of the span, its lanes picked out
+                base, offs = span
+                if max(offs) == 0:  # one element after simplification
+                    one = UOp(Ops.LOAD, u.dtype, (simple[base],), u.arg)
+                    return _Val(axes, vec=UOp.stack(*[one] * n))
+                ld = UOp(Ops.LOAD, u.dtype.vec(max(offs) + 1), (simple[base],), u.arg)
+                return _Val(axes, vec=ld.gep(*offs))
+            loads = [UOp(Ops.LOAD, u.dtype, (simple[k], *([alt.gep(k)] if alt is not None else [])), u.arg)
                      for k in range(n)]  # fmt: skip
             return _Val(axes, vec=UOp.stack(*loads))
         parts = []
@@ -232,6 +242,28 @@ def _all_same(idxs: list[UOp]) -> bool:
         if index_offset(base.src[1], b.src[1]) != 0:
             return False
     return True
+
+
+def _short_span(idxs: list[UOp]) -> tuple[int, list[int]] | None:
+    """(lane with the lowest index, every lane's offset from it) when all lanes index one buffer under one gate at
+    constant offsets spanning fewer elements than there are lanes (so some element is read twice), else None. The
+    span's ends are both read, so every element between them is in bounds too."""
+    base, gate = _split_gate(idxs[0])
+    if base is None or len(idxs) < 2:
+        return None
+    offs = [0]
+    for x in idxs[1:]:
+        b, g = _split_gate(x)
+        if b is None or g is not gate or b.src[0] is not base.src[0]:
+            return None
+        if (o := index_offset(base.src[1], b.src[1])) is None:
+            return None
+        offs.append(o)
+    lo = min(offs)
+    rel = [o - lo for o in offs]
+    if max(rel) + 1 >= len(idxs):
+        return None
+    return offs.index(lo), rel
 
 
 def _contiguous(idxs: list[UOp]) -> bool:
