@@ -104,6 +104,9 @@ def test_div_mod_folding_from_bounds() -> None:
     assert ((h * 20 + w) % 40).simplify() is ((h % 2) * 20 + w).simplify()
     assert (x * 800 + w + (h % 2) * 20 + (h // 2) * 40).simplify() is (x * 800 + w + h * 20).simplify()
     assert (s % 3 * 5 + (s // 3) * 15).simplify() is (s * 5).simplify()  # exact for any sign
+    # a (64, 3, 3) weight read flat: x // 9 is (x // 3) // 3 merged, and still pairs with (x // 3) % 3
+    assert (x % 3 + ((x // 3) % 3) * 3 + (x // 9) * 9).simplify() is x
+    assert ((x // 9) * 9 + x % 3 + ((x // 3) % 3) * 3).simplify() is x
     assert ((h * 20 + w + 1) // 40).simplify().op is Ops.CDIV  # w + 1 can reach 20: no common factor applies
     # a flattened (N, 28, 28) image re-read as rows of 784: the index collapses back to n*784 + p
     p, b = UOp.range(784, 92), UOp.range(128, 93)

@@ -197,14 +197,19 @@ def scaled_sums(draw: st.DrawFn) -> tuple[UOp, list[UOp], list[dict[str, int]]]:
     for v, k in zip(vs, coeffs):
         x = x + v * k
     c = draw(st.sampled_from([2, 3, 4, 6, 8, 12, 24, 40, 80, 60]))
-    kind = draw(st.sampled_from(["//", "%", "recombine"]))
+    kind = draw(st.sampled_from(["//", "%", "recombine", "nested"]))
     if kind == "//":
         e = x // c
     elif kind == "%":
         e = x % c
-    else:
+    elif kind == "recombine":
         m = draw(st.sampled_from([1, 2, 20]))
         e = vs[-1] * 3 + (x % c) * m + (x // c) * (c * m)
+    else:  # a flat index split into three digits, in a random order
+        d1, d2 = draw(st.sampled_from([2, 3, 4])), draw(st.sampled_from([2, 3, 5]))
+        parts = [x % d1, ((x // d1) % d2) * d1, (x // (d1 * d2)) * (d1 * d2)]
+        order = draw(st.permutations(range(3)))
+        e = parts[order[0]] + parts[order[1]] + parts[order[2]]
     envs = [{v.arg[0]: draw(st.integers(v.arg[1], v.arg[2])) for v in vs} for _ in range(10)]
     return e, vs, envs
 

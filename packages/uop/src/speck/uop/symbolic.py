@@ -224,9 +224,11 @@ def _divmod_term(u: UOp) -> tuple[UOp, int] | None:
 
 
 def fold_scaled_recombine(a: UOp) -> UOp | None:
-    """(x % c)*m + (x // c)*(c*m) -> x*m anywhere in a sum (truncating division makes this exact for every x):
-    the scaled form of re-flattening an index, e.g. a pooled row's (h % 2)*20 + (h // 2)*40 -> h*20. Tried when the
-    newest term of the sum is a division or modulo, so a long sum is not searched at every step."""
+    """(y % c)*m + (y // c)*(c*m) -> y*m anywhere in a sum (truncating division makes this exact for every y): the
+    scaled form of re-flattening an index, e.g. a pooled row's (h % 2)*20 + (h // 2)*40 -> h*20. y // c may appear
+    already merged with a division inside y: ((x // 3) % 3)*3 + (x // 9)*9 -> (x // 3)*3 (a (64, 3, 3) weight read
+    flat). Tried when the newest term of the sum is a division or modulo, so a long sum is not searched at every
+    step."""
     last = _divmod_term(a.src[1])
     if last is None:
         return None
@@ -235,21 +237,30 @@ def fold_scaled_recombine(a: UOp) -> UOp | None:
         return None
     dm, k = last
     x, c = dm.src[0], dm.src[1].arg
-    if c == 0:
+    if c <= 0:
         return None
-    want = (x // c if dm.op is Ops.CMOD else x % c, k * c if dm.op is Ops.CMOD else k // c)
-    if dm.op is Ops.CDIV and k % c != 0:
-        return None
-    if not x.dtype.is_weak and not _mul_fits(x, k if dm.op is Ops.CMOD else k // c):
-        return None
-    rest = list(terms)
-    try:  # UOps are interned: == on these tuples compares identity
-        rest.remove((dm, k))
-        rest.remove(want)
-    except ValueError:
-        return None
-    scale = k if dm.op is Ops.CMOD else k // c
-    return _rebuild(a.dtype, [*rest, (x, scale)])
+    # (partner term, what the pair becomes)
+    pairs: list[tuple[tuple[UOp, int], tuple[UOp, int]]] = []
+    if dm.op is Ops.CMOD:
+        pairs.append(((x // c, k * c), (x, k)))
+        if x.op is Ops.CDIV and x.src[1].op is Ops.CONST and isinstance(d := x.src[1].arg, int) and d > 0:
+            pairs.append(((x.src[0] // (d * c), k * c), (x, k)))
+    else:
+        for d in range(1, c):
+            if c % d == 0 and k % (c // d) == 0:  # x // c == (x // d) // (c // d)
+                y, c2 = (x, c) if d == 1 else (x // d, c // d)
+                pairs.append(((y % c2, k // c2), (y, k // c2)))
+    for partner, merged in pairs:
+        if not merged[0].dtype.is_weak and not _mul_fits(merged[0], merged[1]):
+            continue
+        rest = list(terms)
+        try:  # UOps are interned: == on these tuples compares identity
+            rest.remove((dm, k))
+            rest.remove(partner)
+        except ValueError:
+            continue
+        return _rebuild(a.dtype, [*rest, merged])
+    return None
 
 
 def _mul_fits(x: UOp, k: int) -> bool:
