@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW, SOME
 from speck.tensor import Tensor, dtypes
+from tensor_helpers import FEW, SOME
 
 H = 1e-6
 

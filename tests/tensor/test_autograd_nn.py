@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW
 from speck.tensor import Tensor
+from tensor_helpers import FEW
 from test_autograd import away, gradcheck, pos
 
 CONV = [

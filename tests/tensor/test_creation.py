@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tensor_helpers import assert_matches
 from speck.tensor import Context, Device, GlobalCounters, Tensor, Variable, dtypes
+from tensor_helpers import assert_matches
 
 
 @pytest.mark.parametrize("data,dtype", [

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
 from speck.tensor import Tensor, dtypes
+from tensor_helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
 
 UNARY_FLOAT: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], Any], tuple[float, float], float]] = [
     # name, speck, numpy, (lo, hi) input range, atol

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW, SOME, arrays, assert_matches
 from speck.tensor import Tensor
+from tensor_helpers import FEW, SOME, arrays, assert_matches
 
 A = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
 

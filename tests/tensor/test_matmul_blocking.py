@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tensor_helpers import assert_matches
 from speck.codegen.opt import Opt, OptOps, hand_coded_optimizations, opt_base
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.tensor import Tensor, assert_kernel_count, dtypes
 from speck.tensor.reduce import PACK_MIN_ELEMENTS, PACK_MIN_ROWS
+from tensor_helpers import assert_matches
 
 # the threshold is k*m = 2**18: 512x512 packs, 512x496 and 496x512 do not
 assert PACK_MIN_ELEMENTS == 512 * 512 and PACK_MIN_ROWS == 16

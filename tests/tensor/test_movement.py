@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import SOME, arrays, assert_matches, shapes
 from speck.tensor import Tensor
+from tensor_helpers import SOME, arrays, assert_matches, shapes
 
 
 @given(shape=shapes(), seed=st.integers(0, 2**16), data=st.data())

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW
 from speck.tensor import GlobalCounters, Tensor, dtypes, nn
+from tensor_helpers import FEW
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW, SOME
 from speck.tensor import Tensor, assert_kernel_count, pool_grad
+from tensor_helpers import FEW, SOME
 from test_autograd import away, gradcheck
 
 

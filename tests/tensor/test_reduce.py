@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensor_helpers import FEW, SOME, arrays, assert_matches, shapes
 from speck.tensor import Tensor
+from tensor_helpers import FEW, SOME, arrays, assert_matches, shapes
 
 
 def _axes(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensor_helpers import assert_matches
 from speck.tensor import GlobalCounters, KernelCountException, Tensor, assert_kernel_count
 from speck.uop import Ops
+from tensor_helpers import assert_matches
 
 
 def _realized(*shape: int) -> Tensor:

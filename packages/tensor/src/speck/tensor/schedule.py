@@ -568,9 +568,14 @@ def view_offset(u: UOp) -> int | None:
         return None
     if u is bb:
         return 0
+    x = u
+    while x.op in (Ops.RESHAPE, Ops.DETACH):
+        x = x.src[0]
+    if x is bb:
+        return 0  # only reshapes: the buffer itself, row-major (the common case: no index math to build)
     shape = u.shape
     if not all(isinstance(s, int) for s in shape):
-        return 0 if all(n.op is Ops.RESHAPE for n in _chain(u)) else None
+        return None
     k = _Kernel(Scheduler())
     rngs = tuple(
         UOp.range(s, i, AxisType.GLOBAL) if s != 1 else UOp.const(dtypes.weakint, 0) for i, s in enumerate(shape)
