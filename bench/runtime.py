@@ -23,6 +23,7 @@ from speck.hcq import Buffer, Device
 N = int(os.environ.get("N", str(16 * 1024 * 1024)))
 REPEATS = int(os.environ.get("REPEATS", "15"))
 ROWS = 64  # partial sums: the unit the worker threads split
+BATCH = 64  # empty kernels per batch in the launch-overhead row
 
 # o[8i:8i+8] = a[8i:8i+8] + b[8i:8i+8]; non-temporal stores skip reading the output lines first
 ADD8_IR = """
@@ -202,6 +203,23 @@ def main() -> None:
     t_np_call = median_time(lambda: np.add(a[:1], b[:1], out=out_np[:1]), repeats=2000, warmup=50)
     t_rt = median_time(lambda: empty(wait=True), repeats=2000, warmup=50)
 
+    # launch overhead: BATCH empty kernels one exec at a time vs one CPU graph (speck.hcq.graph) holding all of
+    # them, per kernel; and the same graph with every kernel split across all workers (a spin barrier after each)
+    from speck.hcq.graph import CPUGraph
+
+    def one_by_one() -> None:
+        for _ in range(BATCH):
+            empty(global_size=(1, 1, 1))
+        dev.synchronize()
+
+    graph, split = CPUGraph(dev), CPUGraph(dev)  # type: ignore[arg-type]
+    for _ in range(BATCH):
+        graph.add_exec(empty, [], (1, 1, 1), threads=1)
+        split.add_exec(empty, [], (threads, 1, 1), threads=threads)
+    split.workers = threads
+    t_each, t_graph = paired_times(one_by_one, graph.run, repeats=200)
+    t_split = median_time(split.run, repeats=200)
+
     gbs = lambda nbytes, t: nbytes / t / 1e9
     rows = [
         ("a+b 16M float32 (GB/s)", f"{gbs(nbytes_add, t_np_add):.2f}", f"{gbs(nbytes_add, t_sp_add):.2f}",
@@ -210,6 +228,8 @@ def main() -> None:
          f"{t_np_sum / t_sp_sum:.2f}x", ">= 2x"),
         ("empty kernel round trip (us)", f"{t_np_call * 1e6:.1f}*", f"{t_rt * 1e6:.1f}", "", "< 20 us"),
         ("sum: 2 threads over 1 thread", "", f"{t_sum_1 / t_sum_2:.2f}x", "", ">= 1.7x"),
+        (f"{BATCH} empty kernels: one by one / batched (us per kernel)", "", f"{t_each / BATCH * 1e6:.2f} / "
+         f"{t_graph / BATCH * 1e6:.2f}", f"{t_each / t_graph:.1f}x", ""),
     ]  # fmt: skip
     print(f"speck.hcq runtime benchmark: N={N}, {threads} worker threads, medians of {REPEATS} alternating runs")
     head = ("", "numpy", "speck CPU", "ratio", "target")
@@ -218,6 +238,7 @@ def main() -> None:
         print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     print("* numpy column of the round-trip row: a 1-element np.add call, for scale")
     print(f"sum 1 thread {gbs(nbytes_sum, t_sum_1):.2f} GB/s, 2 threads {gbs(nbytes_sum, t_sum_2):.2f} GB/s")
+    print(f"batched with every kernel split across {threads} workers: {t_split / BATCH * 1e6:.2f} us per kernel")
     print(f"load average while running: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other processes skew this)")
 
 

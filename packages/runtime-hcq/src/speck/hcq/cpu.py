@@ -189,5 +189,27 @@ class CPUDevice(DeviceBase):
             total += b.nbytes
         return None if total >= PARALLEL_MIN_BYTES else 1
 
+    def run_batch(self, calls: Sequence[tuple[Any, ...]], timing: bool = True) -> list[tuple[str, float]]:
+        """DeviceBase.run_batch through a CPU graph (speck.hcq.graph): every call is checked first, then all of
+        them run as one exec command, timed per kernel inside it without a launch per kernel. Calls the graph
+        can't hold (programs other than CPUPrograms) take the generic path."""
+        from speck.hcq.errors import HCQError
+        from speck.hcq.graph import MAX_ARGS, CPUGraph
+
+        if not all(isinstance(c[0], CPUProgram) and len(c[1]) + len(c[3] if len(c) > 3 else ()) <= MAX_ARGS
+                   for c in calls):  # fmt: skip
+            return super().run_batch(calls, timing)
+        g = CPUGraph(self, name="batch")
+        for c in calls:
+            prog = c[0]
+            if prog.device is not self:
+                raise HCQError(f"run_batch on {self.name}: program {prog.name!r} is loaded on {prog.device.name}")
+            g.add_exec(prog, c[1], c[2], c[3] if len(c) > 3 else ())
+        g.workers = self.threads  # each kernel splits as the device chooses (no timing trials for a one-off batch)
+        if timing:
+            return g.run_timed()
+        g.run()
+        return [(name, 0.0) for name in g.names]
+
     def _copy_raw(self, dest: int, src: int, nbytes: int) -> None:
         ctypes.memmove(dest, src, nbytes)

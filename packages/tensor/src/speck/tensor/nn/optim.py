@@ -158,16 +158,21 @@ class LAMB(Optimizer):
         out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
         c1, c2 = (1.0 - b1_t).reshape(()), (1.0 - b2_t).reshape(())
         lr = self._lr(dtypes.float32)
+        # the bias corrections as scalars, once per step: (m/c1) / (sqrt(v/c2) + eps) equals
+        # m * (sqrt(c2)/c1) / (sqrt(v) + eps*sqrt(c2)), which costs an element one sqrt and one division instead
+        # of three divisions and a sqrt (the scalar factors are loop-invariant in the update kernel)
+        s2 = c2.sqrt()
+        k, e = s2 / c1, s2 * self.eps
         for i, p in enumerate(self.params):
             g = _grad(p).float()
             m = self.m[i] * self.b1 + g * (1.0 - self.b1)
             v = self.v[i] * self.b2 + (g * g) * (1.0 - self.b2)
-            up = (m / c1) / ((v / c2).sqrt() + self.eps)
             pf = p.detach().float()
-            if self.adam:
-                new = pf - lr * (up + pf * self.wd)
+            if self.adam:  # lr folds into the scalar factor; weight decay costs nothing when it is 0
+                step = m * (lr * k) / (v.sqrt() + e)
+                new = pf - (step + pf * (lr * self.wd) if self.wd else step)
             else:
-                up = up + pf * self.wd
+                up = m * k / (v.sqrt() + e) + pf * self.wd
                 r1, r2 = pf.square().sum().sqrt(), up.square().sum().sqrt()
                 trust = ((r1 > 0) & (r2 > 0)).where(r1 / r2, 1.0)
                 new = pf - lr * trust * up

@@ -1,0 +1,476 @@
+"""CPU graphs: a captured list of kernel calls and memory copies replayed by native code in one exec command.
+
+Launching one kernel from Python costs several microseconds of argument handling, queue bookkeeping and (for a
+kernel split across workers) two thread hand-offs through Python locks. A graph pays that once per batch: its
+commands live in a table in memory and a small native interpreter (LLVM IR compiled once per process through
+llvmlite, linked by speck.hcq.elf, so no system compiler is needed) walks the table and calls every kernel with
+its arguments. Every worker of the CPU pool enters the interpreter once per launch; a kernel split across workers
+gives each worker its contiguous slice of global_size[0] (the same slices WorkerPool.run hands out, so results do
+not depend on batching), and the workers meet at a spin barrier (an atomic counter) after it. Kernels that run on
+one thread run on worker 0 only; the others skip them and wait at the next barrier.
+
+Arguments are read from a flat table of 64-bit words (buffer addresses and variable values), so replaying with
+other buffers only rewrites table entries (`set_arg`). A graph is submitted to the device's compute engine as one
+exec command, so queue order, signals and `synchronize` behave as for a single kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from speck.hcq.buffer import Buffer
+from speck.hcq.errors import HCQError, ProgramArgumentError
+from speck.hcq.queue import EXEC
+
+if TYPE_CHECKING:
+    from speck.hcq.cpu import CPUDevice, CPUProgram
+
+# the interpreter calls a kernel through a switch on its argument count: one case per count up to this many words
+# (buffers + variables); a command with more arguments can't join a graph (add_* raises, callers run it alone)
+MAX_ARGS = 48
+# words per command in the command table: function address, argument count, offset of its first argument in the
+# argument table, global size (the split dimension), threads (resolved worker count, 1 = worker 0 alone)
+_CMD_WORDS = 5
+# spins on the barrier before each worker starts yielding its core (the machine may have fewer free cores than
+# workers; a spinning waiter would then keep the worker it waits for off the CPU)
+_SPINS_BEFORE_YIELD = 2048
+# timed runs per candidate worker count before a graph without a fixed `workers` settles on the faster
+TUNE_RUNS = 2
+# runs after which the choice is measured again (other processes come and go on a shared machine); the slower
+# candidate then costs TUNE_RUNS extra runs in this many
+RETUNE_EVERY = 200
+
+
+def _interpreter_ir() -> str:
+    """LLVM IR of `speck_graph_run(cmds, ncmds, args, sync, worker, worker_end)`: see the module docstring. `sync`
+    points at three words: the barrier counter (reset to 0 before each launch), the number of workers, and the
+    address of ncmds + 1 timestamps worker 0 writes before the first and after every command (0: no timing)."""
+    cases, blocks = [], []
+    for k in range(MAX_ARGS + 1):
+        cases.append(f"i64 {k}, label %n{k}")
+        loads = [
+            f"  %p{k}_{j} = getelementptr i64, ptr %a, i64 {j}\n  %v{k}_{j} = load i64, ptr %p{k}_{j}, align 8"
+            for j in range(k)
+        ]
+        params = "".join(f"i64 %v{k}_{j}, " for j in range(k))
+        blocks.append(
+            f"n{k}:\n" + "\n".join(loads) + ("\n" if loads else "")
+            + f"  call void %fn({params}i32 %s, i32 %e)\n  ret void"
+        )  # fmt: skip
+    dispatch = (
+        "define internal void @dispatch(ptr %fn, i64 %nargs, ptr %a, i32 %s, i32 %e) {\n"
+        "entry:\n"
+        f"  switch i64 %nargs, label %bad [{' '.join(cases)}]\n"
+        "bad:\n  ret void\n" + "\n".join(blocks) + "\n}\n"
+    )
+    return (
+        dispatch
+        + f"""
+declare i32 @sched_yield()
+declare i32 @clock_gettime(i32, ptr)
+declare void @llvm.x86.sse2.pause()
+
+; arrive at barrier number `target / nworkers` and wait until every worker has
+define internal void @barrier(ptr %sync, i64 %target) {{
+entry:
+  %old = atomicrmw add ptr %sync, i64 1 seq_cst, align 8
+  br label %check
+check:
+  %spins = phi i64 [0, %entry], [%spins1, %again]
+  %now = load atomic i64, ptr %sync acquire, align 8
+  %ok = icmp uge i64 %now, %target
+  br i1 %ok, label %done, label %wait
+wait:
+  %spins1 = add i64 %spins, 1
+  %long = icmp ugt i64 %spins1, {_SPINS_BEFORE_YIELD}
+  br i1 %long, label %yield, label %pause
+yield:
+  %r = call i32 @sched_yield()
+  br label %again
+pause:
+  call void @llvm.x86.sse2.pause()
+  br label %again
+again:
+  br label %check
+done:
+  ret void
+}}
+
+; with timing on (worker 0 only), times[idx] = CLOCK_MONOTONIC in ns (what time.perf_counter_ns reads on Linux)
+define internal void @stamp(i1 %on, ptr %times, i64 %idx) {{
+entry:
+  br i1 %on, label %go, label %done
+go:
+  %ts = alloca [2 x i64], align 8
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sec = load i64, ptr %ts, align 8
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %nsec = load i64, ptr %nsp, align 8
+  %ns0 = mul i64 %sec, 1000000000
+  %ns = add i64 %ns0, %nsec
+  %slot = getelementptr i64, ptr %times, i64 %idx
+  store i64 %ns, ptr %slot, align 8
+  br label %done
+done:
+  ret void
+}}
+
+define void @speck_graph_run(ptr %cmds, i64 %ncmds, ptr %args, ptr %sync, i32 %worker, i32 %worker_end) {{
+entry:
+  %nwp = getelementptr i64, ptr %sync, i64 1
+  %nw = load i64, ptr %nwp, align 8
+  %w = sext i32 %worker to i64
+  %w1 = add i64 %w, 1
+  %is0 = icmp eq i64 %w, 0
+  %ttp = getelementptr i64, ptr %sync, i64 2
+  %ttw = load i64, ptr %ttp, align 8
+  %times = inttoptr i64 %ttw to ptr
+  %hast = icmp ne i64 %ttw, 0
+  %stamps = and i1 %hast, %is0
+  call void @stamp(i1 %stamps, ptr %times, i64 0)
+  %any = icmp sgt i64 %ncmds, 0
+  br i1 %any, label %body, label %exit
+body:
+  %i = phi i64 [0, %entry], [%inext, %next]
+  %pending = phi i1 [false, %entry], [%pend2, %next]
+  %bars = phi i64 [0, %entry], [%bars2, %next]
+  %ci = mul i64 %i, {_CMD_WORDS}
+  %cp = getelementptr i64, ptr %cmds, i64 %ci
+  %fnw = load i64, ptr %cp, align 8
+  %fn = inttoptr i64 %fnw to ptr
+  %nap = getelementptr i64, ptr %cp, i64 1
+  %nargs = load i64, ptr %nap, align 8
+  %offp = getelementptr i64, ptr %cp, i64 2
+  %off = load i64, ptr %offp, align 8
+  %ap = getelementptr i64, ptr %args, i64 %off
+  %np = getelementptr i64, ptr %cp, i64 3
+  %n = load i64, ptr %np, align 8
+  %tp = getelementptr i64, ptr %cp, i64 4
+  %t = load i64, ptr %tp, align 8
+  %n32 = trunc i64 %n to i32
+  %single = icmp sle i64 %t, 1
+  br i1 %single, label %one, label %par
+one:
+  br i1 %is0, label %one_call, label %one_done
+one_call:
+  call void @dispatch(ptr %fn, i64 %nargs, ptr %ap, i32 0, i32 %n32)
+  br label %one_done
+one_done:
+  br label %next
+par:
+  ; work worker 0 did alone since the last barrier must be visible before anybody starts this kernel
+  br i1 %pending, label %pre, label %run
+pre:
+  %barsp = add i64 %bars, 1
+  %tgtp = mul i64 %barsp, %nw
+  call void @barrier(ptr %sync, i64 %tgtp)
+  br label %run
+run:
+  %bars1 = phi i64 [%bars, %par], [%barsp, %pre]
+  %mine = icmp slt i64 %w, %t
+  br i1 %mine, label %slice, label %post
+slice:
+  %lo = mul i64 %n, %w
+  %start = udiv i64 %lo, %t
+  %hi = mul i64 %n, %w1
+  %end = udiv i64 %hi, %t
+  %s32 = trunc i64 %start to i32
+  %e32 = trunc i64 %end to i32
+  call void @dispatch(ptr %fn, i64 %nargs, ptr %ap, i32 %s32, i32 %e32)
+  br label %post
+post:
+  %barsq = add i64 %bars1, 1
+  %tgtq = mul i64 %barsq, %nw
+  call void @barrier(ptr %sync, i64 %tgtq)
+  br label %next
+next:
+  %pend2 = phi i1 [true, %one_done], [false, %post]
+  %bars2 = phi i64 [%bars, %one_done], [%barsq, %post]
+  %inext = add i64 %i, 1
+  call void @stamp(i1 %stamps, ptr %times, i64 %inext)
+  %more = icmp slt i64 %inext, %ncmds
+  br i1 %more, label %body, label %exit
+exit:
+  ret void
+}}
+"""
+    )
+
+
+_RUN_PROTO = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32
+)
+_interp_lock = threading.Lock()
+_interp: tuple[Any, Any] | None = None  # (LoadedObject kept alive, ctypes function)
+_memmove_addr: int | None = None
+
+
+def _interpreter() -> Any:
+    """The compiled interpreter's ctypes function (compiled with LLVM and linked on first use, then shared)."""
+    global _interp
+    if _interp is None:
+        with _interp_lock:
+            if _interp is None:
+                from speck.codegen.compiler import LLVMCompiler
+                from speck.hcq.elf import load_elf
+                from speck.hcq.libs import default_libraries
+
+                try:
+                    lib = LLVMCompiler().compile(_interpreter_ir())
+                    image = load_elf(lib, default_libraries())
+                except Exception as e:
+                    raise HCQError(f"could not build the CPU graph interpreter: {e}") from e
+                _interp = (image, _RUN_PROTO(image.address("speck_graph_run")))
+    return _interp[1]
+
+
+def _memmove() -> int:
+    global _memmove_addr
+    if _memmove_addr is None:
+        from speck.hcq.libs import Library
+
+        addr = Library("libc", ctypes.CDLL(None)).lookup("memmove")
+        if addr is None:
+            raise HCQError("libc has no memmove: CPU graphs can't copy memory")
+        _memmove_addr = addr
+    return _memmove_addr
+
+
+class CPUGraph:
+    """A batch of commands for one CPU device: `add_exec` (a kernel on Buffers, checked like a direct call),
+    `add_kernel` (raw arguments), `add_copy` (bytes between addresses). `run()` submits the whole batch as one exec
+    command and waits (returning the elapsed seconds); `set_arg(cmd, j, value)` rewrites argument j of command
+    `cmd` (buffer address or variable value) for later runs. Commands run in the order they were added."""
+
+    def __init__(self, device: CPUDevice, name: str = "graph") -> None:
+        from speck.hcq.cpu import CPUDevice
+
+        if not isinstance(device, CPUDevice):
+            raise HCQError(f"CPU graphs run on CPU devices, not on {getattr(device, 'name', device)!r}")
+        self.device, self.name = device, name
+        self._engine = device.engines["compute"]
+        self._fns: list[int] = []
+        self._names: list[str] = []
+        self._sizes: list[int] = []
+        self._threads: list[int | None] = []  # None: all of the device's workers
+        self._offsets: list[int] = []
+        self._words: list[int] = []
+        self._cmds: list[int] | None = None  # the command table (threads resolved), None: rebuild
+        self._tables: dict[int, tuple[Any, int]] = {}
+        self._args: Any = None
+        self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
+        self._built_for = -1  # device.threads the command table was resolved for
+        self.nworkers = 1  # the most workers any command splits across
+        # worker count for runs: None chooses by timing the first runs (see run); 1 runs every command on worker 0;
+        # $CPU_GRAPH_WORKERS sets it for every new graph
+        self.workers: int | None = int(os.environ.get("CPU_GRAPH_WORKERS", "0") or 0) or None
+        self._chosen: int | None = None
+        self._last_workers = 1
+        self._since_tuned = 0
+        self._trials: dict[int, list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._fns)
+
+    @property
+    def names(self) -> list[str]:
+        """The commands' names in order (the kernel's name, or "copy <n>B")."""
+        return list(self._names)
+
+    # -- building -----------------------------------------------------------------------------------------------
+    def _add(self, fn: int, name: str, words: Sequence[int], n: int, threads: int | None) -> int:
+        if len(words) > MAX_ARGS:
+            raise ProgramArgumentError(
+                f"{name!r} takes {len(words)} argument words; a CPU graph command takes at most {MAX_ARGS} "
+                "(run it on its own)"
+            )
+        if n < 0 or n >= 2**31:
+            raise ProgramArgumentError(f"{name!r}: global size {n} is outside [0, 2**31)")
+        self._fns.append(fn)
+        self._names.append(name)
+        self._sizes.append(n)
+        self._threads.append(threads)
+        self._offsets.append(len(self._words))
+        self._words.extend(int(w) & 0xFFFFFFFFFFFFFFFF for w in words)
+        self._cmds = None  # rebuild the tables on the next run
+        return len(self._fns) - 1
+
+    def add_kernel(
+        self, prog: CPUProgram, words: Sequence[int], global_size: Sequence[int], threads: int | None = None
+    ) -> int:
+        """Append a call of `prog` with raw argument words (buffer addresses, then variable values) over
+        `global_size` (its first entry is split across `threads` workers; None: the device's count). Returns the
+        command's index. No checking: use add_exec for Buffers."""
+        if prog.device is not self.device:
+            raise HCQError(f"program {prog.name!r} is loaded on {prog.device.name}, not on {self.device.name}")
+        # as a direct launch: no global dimension at all -> one call with (0, 1); a zero size -> (0, 0)
+        n = int(global_size[0]) if len(global_size) else 1
+        return self._add(prog.address, prog.name, words, n, threads)
+
+    def add_exec(
+        self,
+        prog: CPUProgram,
+        bufs: Sequence[Buffer],
+        global_size: Sequence[int] | None = None,
+        vals: Sequence[int] = (),
+        threads: int | None = None,
+    ) -> int:
+        """Append `prog(*bufs, global_size=..., vals=...)`: the arguments are checked now (ProgramArgumentError,
+        as for a direct call), buffers allocated, and the thread count chosen by the device when not given."""
+        prog.check_args(bufs, vals)
+        gs = tuple(global_size) if global_size is not None else (prog.global_size or (1, 1, 1))
+        if global_size is None and prog._symbolic_size:
+            gs = prog.launch_dims(vals)
+        if threads is None:
+            threads = self.device.choose_threads(prog, bufs)
+        return self.add_kernel(prog, [b.ptr for b in bufs] + [int(v) for v in vals], gs, threads)
+
+    def add_copy(self, dest: int, src: int, nbytes: int) -> int:
+        """Append a copy of `nbytes` bytes from address `src` to address `dest` (memmove, on worker 0)."""
+        if nbytes < 0:
+            raise ValueError(f"a copy moves >= 0 bytes, got {nbytes}")
+        return self._add(_memmove(), f"copy {nbytes}B", [dest, src, nbytes], 1, 1)
+
+    def add_buffer_copy(self, dest: Buffer, src: Buffer) -> int:
+        """Append a copy of all of `src` into `dest` (both on this device, the same byte size)."""
+        from speck.hcq.allocator import check_copy_size
+
+        for b in (dest, src):
+            if b.dev is not self.device:
+                raise HCQError(f"graph on {self.device.name} can't copy {b!r}: it lives on {b.device}")
+        check_copy_size(f"copy from {src!r} to {dest!r}", dest.nbytes, src.nbytes)
+        return self.add_copy(dest.ptr, src.ptr, src.nbytes)
+
+    def arg_index(self, cmd: int, j: int) -> int:
+        """Position of argument j of command `cmd` in the flat argument table."""
+        return self._offsets[cmd] + j
+
+    def set_arg(self, cmd: int, j: int, value: int) -> None:
+        """Rewrite argument j (a buffer address or a variable value) of command `cmd` for later runs."""
+        k = self._offsets[cmd] + j
+        end = self._offsets[cmd + 1] if cmd + 1 < len(self._offsets) else len(self._words)
+        if j < 0 or k >= end:
+            raise IndexError(f"command {cmd} ({self._names[cmd]!r}) has {end - self._offsets[cmd]} arguments, not {j}")
+        self._words[k] = value & 0xFFFFFFFFFFFFFFFF
+        if self._args is not None:
+            self._args[k] = value & 0xFFFFFFFFFFFFFFFF
+
+    @property
+    def args(self) -> Any:
+        """The live argument table (a ctypes uint64 array; writes take effect on the next run)."""
+        self._build()
+        return self._args
+
+    def _build(self) -> None:
+        threads = int(self.device.threads)
+        if self._cmds is not None and self._built_for == threads:
+            return
+        n = len(self._fns)
+        ends = self._offsets[1:] + [len(self._words)]
+        table: list[int] = []
+        nworkers = 1
+        for i in range(n):
+            size, t = self._sizes[i], self._threads[i]
+            t = max(1, min(threads if t is None else t, size))
+            nworkers = max(nworkers, t)
+            table += [self._fns[i], ends[i] - self._offsets[i], self._offsets[i], size, t]
+        if self._cmds is None:  # commands were appended: a longer argument table, keeping the values written so far
+            if self._args is not None:
+                self._words[: len(self._args)] = list(self._args)[: len(self._words)]
+            self._args = (ctypes.c_uint64 * max(len(self._words), 1))(*self._words)
+        self._cmds = table
+        self._tables = {}
+        self._args_addr = ctypes.addressof(self._args)
+        self._sync_addr = ctypes.addressof(self._sync)
+        self.nworkers, self._built_for = nworkers, threads
+        self._trials = {1: [], nworkers: []}
+        self._chosen = None if nworkers > 1 else 1
+
+    def _table(self, nw: int) -> int:
+        """Address of the command table for `nw` workers (every split clamped to nw; 1: all on worker 0)."""
+        got = self._tables.get(nw)
+        if got is None:
+            assert self._cmds is not None, "built before use"
+            table = list(self._cmds)
+            for i in range(4, len(table), _CMD_WORDS):
+                table[i] = min(table[i], nw)
+            arr = (ctypes.c_uint64 * max(len(table), 1))(*table)
+            got = self._tables[nw] = (arr, ctypes.addressof(arr))
+        return got[1]
+
+    @property
+    def chosen_workers(self) -> int | None:
+        """The worker count runs use: `workers` when set, else what the first timed runs found faster (None while
+        still measuring)."""
+        self._build()
+        return max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
+        """Run every command now (the engine calls this for the graph's exec command)."""
+        from speck.hcq.cpu import POOL
+
+        fn = _interpreter()
+        self._build()
+        nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
+        if nw is None:  # still measuring: alternate the two candidates, one worker first
+            nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
+        self._last_workers = nw
+        self._sync[0], self._sync[1] = 0, nw
+        table = self._table(nw)
+        if nw <= 1:
+            fn(table, len(self._fns), self._args_addr, self._sync_addr, 0, 1)
+        else:
+            POOL.run(fn, (table, len(self._fns), self._args_addr, self._sync_addr), nw, nw)
+
+    def submit(self) -> None:
+        """Submit the batch as one exec command to the device's compute engine (without waiting)."""
+        _interpreter()  # compile errors surface here, not inside the engine
+        self._engine.submit([(EXEC, self, (), (1, 1, 1), None)])
+
+    def run(self) -> float:
+        """Submit, wait for completion, and return the elapsed seconds. While no worker count is chosen, the
+        first runs alternate between all workers and worker 0 alone (results do not depend on the split) and the
+        faster by its best time is kept, and measured again every RETUNE_EVERY runs: on a machine whose second
+        core is busy or shares the first one's units, waking and synchronising workers costs more than splitting
+        the kernels gains."""
+        t0 = time.perf_counter()
+        self.submit()
+        self.device.synchronize()
+        dt = time.perf_counter() - t0
+        if self.workers is None and self._built_for == self.device.threads:
+            if self._chosen is None:
+                trials = self._trials
+                trials[self._last_workers].append(dt)
+                if all(len(v) >= TUNE_RUNS for v in trials.values()):
+                    self._chosen = min(trials, key=lambda k: min(trials[k]))
+                    self._since_tuned = 0
+            elif self.nworkers > 1:
+                self._since_tuned += 1
+                if self._since_tuned >= RETUNE_EVERY:  # the machine's load changes: measure again now and then
+                    self._chosen, self._trials = None, {1: [], self.nworkers: []}
+        return dt
+
+    def run_timed(self) -> list[tuple[str, float]]:
+        """Run once (waiting) with worker 0 reading the monotonic clock before the first and after every command
+        (after the barrier that ends a split command), and return [(command name, seconds)] in order: per-kernel
+        timing of a batch without a launch per kernel. Timed runs do not count towards the worker choice."""
+        self._build()
+        n = len(self._fns)
+        stamps = (ctypes.c_uint64 * (n + 1))()
+        self._sync[2] = ctypes.addressof(stamps)
+        chosen, self._chosen = self._chosen, self.chosen_workers or 1
+        try:
+            self.submit()
+            self.device.synchronize()
+        finally:
+            self._sync[2] = 0
+            self._chosen = chosen
+        return [(self._names[i], (stamps[i + 1] - stamps[i]) * 1e-9) for i in range(n)]
+
+    def __repr__(self) -> str:
+        return f"<CPUGraph {self.name} on {self.device.name}: {len(self)} commands>"

@@ -1,0 +1,330 @@
+"""CPU graphs: a batch of kernels and copies run by the native interpreter computes exactly what the same calls
+launched one at a time compute, for every worker count, with buffers swapped between runs, and it is one exec
+command on the device's compute engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hcq_kernels import ADD_IR, ROWSUM_IR, SCALE_IR
+from speck.hcq import Buffer, Device, HCQError, ProgramArgumentError
+from speck.hcq.cpu import CPUDevice, CPUProgram
+from speck.hcq.graph import MAX_ARGS, TUNE_RUNS, CPUGraph
+
+
+def _wide_ir(nbufs: int) -> str:
+    """out[i] = (in1[i] + ... + in_{nbufs-1}[i]) * k + j: enough arguments that several go on the stack."""
+    params = ", ".join(f"ptr noalias %b{j}" for j in range(nbufs))
+    body = ["  %acc0 = fadd float 0.0, 0.0"]
+    for j in range(1, nbufs):
+        body += [
+            f"  %p{j} = getelementptr float, ptr %b{j}, i64 %i",
+            f"  %v{j} = load float, ptr %p{j}",
+            f"  %acc{j} = fadd float %acc{j - 1}, %v{j}",
+        ]
+    last = nbufs - 1
+    return f"""
+define void @wide({params}, i32 %k, i32 %j, i32 %s, i32 %e) {{
+entry:
+  %c0 = icmp slt i32 %s, %e
+  br i1 %c0, label %loop, label %exit
+loop:
+  %i32 = phi i32 [%s, %entry], [%n, %loop]
+  %i = sext i32 %i32 to i64
+{chr(10).join(body)}
+  %kf = sitofp i32 %k to float
+  %jf = sitofp i32 %j to float
+  %m = fmul float %acc{last}, %kf
+  %r = fadd float %m, %jf
+  %q = getelementptr float, ptr %b0, i64 %i
+  store float %r, ptr %q
+  %n = add i32 %i32, 1
+  %c = icmp slt i32 %n, %e
+  br i1 %c, label %loop, label %exit
+exit:
+  ret void
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def progs() -> dict[str, CPUProgram]:
+    dev: Any = Device["CPU"]
+    return {
+        "add": dev.runtime("add", dev.compiler.compile(ADD_IR)),
+        "scale": dev.runtime("scale", dev.compiler.compile(SCALE_IR)),
+        "rowsum": dev.runtime("rowsum", dev.compiler.compile(ROWSUM_IR)),
+        "wide": dev.runtime("wide", dev.compiler.compile(_wide_ir(9))),
+    }
+
+
+def buf(data: np.ndarray) -> Buffer:
+    return Buffer("CPU", data.size, data.dtype).copyin(np.ascontiguousarray(data))
+
+
+def _program(progs: dict[str, CPUProgram], bufs: list[Buffer], n: int, rows: int, cols: int) -> list[tuple[Any, ...]]:
+    """A little dependent program over bufs[0..5] as (kind, ...) steps, shared by the graph and the direct run."""
+    a, b, o1, o2, r, w = bufs
+    return [
+        ("exec", progs["add"], [o1, a, b], (n, 1, 1), (), None),
+        ("exec", progs["scale"], [o2, o1], (n, 1, 1), (3,), 1),
+        ("copy", a, o2),
+        ("exec", progs["add"], [o1, o2, a], (n, 1, 1), (), None),
+        ("exec", progs["rowsum"], [r, o1], (rows, 1, 1), (cols,), None),
+        ("exec", progs["wide"], [w, a, b, o1, o2, a, b, o1, o2], (n, 1, 1), (2, -5), None),
+    ]
+
+
+def _fresh(rng: np.random.Generator, n: int, rows: int) -> list[np.ndarray]:
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    z = np.zeros(n, dtype=np.float32)
+    return [a, b, z, z, np.zeros(rows, dtype=np.float32), z]
+
+
+def _run_direct(steps: list[tuple[Any, ...]]) -> None:
+    for s in steps:
+        if s[0] == "copy":
+            s[1].copy_from(s[2])
+        else:
+            s[1](*s[2], global_size=s[3], vals=s[4], threads=s[5], wait=True)
+
+
+def _graph(dev: CPUDevice, steps: list[tuple[Any, ...]]) -> CPUGraph:
+    g = CPUGraph(dev)
+    for s in steps:
+        if s[0] == "copy":
+            g.add_buffer_copy(s[1], s[2])
+        else:
+            g.add_exec(s[1], s[2], s[3], s[4], s[5])
+    return g
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [None, 1, 2, 8])
+def test_graph_equals_direct_launches(
+    progs: dict[str, CPUProgram], cpu: CPUDevice, threads: int, workers: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import speck.hcq.cpu as cpu_mod
+
+    monkeypatch.setattr(cpu_mod, "PARALLEL_MIN_BYTES", 0)  # small kernels split across the workers too
+    cpu.threads = threads  # type: ignore[attr-defined]
+    rng = np.random.default_rng(threads)
+    rows, cols = 7, 131
+    n = rows * cols
+    init = _fresh(rng, n, rows)
+    direct, batched = [buf(x) for x in init], [buf(x) for x in init]
+    _run_direct(_program(progs, direct, n, rows, cols))
+    g = _graph(cpu, _program(progs, batched, n, rows, cols))
+    g.workers = workers
+    g.run()
+    for d, b in zip(direct, batched):
+        np.testing.assert_array_equal(b.numpy(), d.numpy())
+    a, b0 = init[0], init[1]
+    o2 = (a + b0) * np.float32(3) + np.arange(n, dtype=np.float32)
+    o1 = o2 + o2  # the copy made a equal o2 before the second add
+    np.testing.assert_allclose(batched[2].numpy(), o1, rtol=1e-6)
+    np.testing.assert_allclose(batched[4].numpy(), o1.reshape(rows, cols).sum(axis=1), rtol=1e-5)
+    a2, o2 = batched[0].numpy(), batched[3].numpy()  # the wide kernel: 9 buffers and 2 variables, some on the stack
+    np.testing.assert_allclose(batched[5].numpy(), (a2 + b0 + o1 + o2) * 4 - 5, rtol=1e-5, atol=1e-4)
+
+
+def test_runs_repeat_and_choose_a_worker_count(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    cpu.threads = 2  # type: ignore[attr-defined]
+    rng = np.random.default_rng(7)
+    n = 4099
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    A, B, O = buf(a), buf(b), Buffer("CPU", n, np.float32)
+    g = CPUGraph(cpu)
+    g.add_exec(progs["add"], [O, A, B], (n, 1, 1), threads=2)
+    g.add_exec(progs["add"], [O, O, A], (n, 1, 1), threads=1)
+    assert g.chosen_workers is None  # measuring until both candidates were timed
+    for _ in range(2 * TUNE_RUNS + 3):
+        g.run()
+        np.testing.assert_array_equal(O.numpy(), (a + b) + a)
+    assert g.chosen_workers in (1, 2)
+
+
+def test_set_arg_swaps_buffers_between_runs(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    rng = np.random.default_rng(1)
+    n = 1000
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
+    A, B, O = buf(xs[0]), buf(xs[1]), Buffer("CPU", n, np.float32)
+    g = CPUGraph(cpu)
+    c0 = g.add_exec(progs["add"], [O, A, B], (n, 1, 1))
+    c1 = g.add_exec(progs["scale"], [O, O], (n, 1, 1), vals=(2,))
+    g.run()
+    np.testing.assert_array_equal(O.numpy(), (xs[0] + xs[1]) * 2 + np.arange(n, dtype=np.float32))
+    C, D = buf(xs[2]), buf(xs[3])
+    g.set_arg(c0, 1, C.ptr)
+    g.set_arg(c0, 2, D.ptr)
+    g.set_arg(c1, 2, -1)  # the variable value
+    g.run()
+    np.testing.assert_array_equal(O.numpy(), (xs[2] + xs[3]) * -1 + np.arange(n, dtype=np.float32))
+    with pytest.raises(IndexError, match="has 3 arguments"):
+        g.set_arg(c1, 3, 0)
+    g.args[g.arg_index(c0, 1)] = A.ptr  # a write straight into the live table survives appending a command
+    g.add_exec(progs["add"], [O, O, A], (n, 1, 1))
+    g.run()
+    want = (xs[0] + xs[3]) * -1 + np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(O.numpy(), want + xs[0])
+
+
+def test_global_size_smaller_than_workers_and_empty_kernels(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    cpu.threads = 8  # type: ignore[attr-defined]
+    a = np.arange(3, dtype=np.float32)
+    A, O = buf(a), Buffer("CPU", 3, np.float32)
+    g = CPUGraph(cpu)
+    g.add_exec(progs["add"], [O, A, A], (3, 1, 1), threads=8)
+    g.add_exec(progs["add"], [O, O, A], (0, 1, 1))  # an empty launch: called with (0, 0), as directly
+    g.add_kernel(progs["add"], [O.ptr, O.ptr, A.ptr], ())  # no global dimension: called once with (0, 1)
+    g.workers = 8
+    g.run()
+    np.testing.assert_array_equal(O.numpy(), np.array([0, 2, 4], dtype=np.float32))
+    assert g.nworkers == 3
+    CPUGraph(cpu).run()  # an empty graph runs
+
+
+def test_graph_is_one_exec_command(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    n = 64
+    A, O = buf(np.ones(n, dtype=np.float32)), Buffer("CPU", n, np.float32)
+    g = CPUGraph(cpu, name="mygraph")
+    for _ in range(10):
+        g.add_exec(progs["add"], [O, A, A], (n, 1, 1))
+    engine = cpu.engines["compute"]
+    before = engine.submitted
+    cpu.profile = True
+    try:
+        engine.events.clear()
+        g.run()
+        events = [e for e in cpu.profile_events if e.kind == "exec"]
+    finally:
+        cpu.profile = False
+    assert engine.submitted == before + 1
+    assert [e.name for e in events] == ["mygraph"]
+    assert engine.timeline.value == engine.submitted
+
+
+def test_bad_arguments_raise_before_anything_runs(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    A = buf(np.ones(8, dtype=np.float32))
+    I8 = Buffer("CPU", 8, np.int32)
+    g = CPUGraph(cpu)
+    checked = cpu.runtime(
+        "scale", progs["scale"].lib, buffers=[(0, np.float32, 8, "out"), (1, np.float32, 8, "in")],
+        vars=[("k", -10, 10)],
+    )  # fmt: skip
+    with pytest.raises(ProgramArgumentError, match="takes 1 variable"):
+        g.add_exec(checked, [A, A], (8, 1, 1))
+    with pytest.raises(ProgramArgumentError, match="buffer 1 must hold float32"):
+        g.add_exec(checked, [A, I8], (8, 1, 1), vals=(1,))
+    with pytest.raises(ProgramArgumentError, match=r"must be in \[-10, 10\]"):
+        g.add_exec(checked, [A, A], (8, 1, 1), vals=(11,))
+    with pytest.raises(ProgramArgumentError, match="global size"):
+        g.add_kernel(progs["add"], [A.ptr, A.ptr, A.ptr], (2**31, 1, 1))
+    with pytest.raises(ProgramArgumentError, match=f"at most {MAX_ARGS}"):
+        g.add_kernel(progs["add"], [0] * (MAX_ARGS + 1), (1, 1, 1))
+    with pytest.raises(Exception, match="copy"):
+        g.add_buffer_copy(A, I8.view(4, np.int32))
+    assert len(g) == 0
+    with pytest.raises(HCQError, match="CPU graphs run on CPU devices"):
+        CPUGraph(Device["NULL"])  # type: ignore[arg-type]
+    other: Any = Device["CPU:1"]
+    p_other = other.runtime("add", other.compiler.compile(ADD_IR))
+    with pytest.raises(HCQError, match="loaded on CPU:1"):
+        g.add_kernel(p_other, [A.ptr, A.ptr, A.ptr], (8, 1, 1))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "scale", "copy"]),
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.sampled_from([None, 1, 2, 3]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 4),
+    st.integers(1, 300),
+)
+def test_random_batches_match_direct(
+    progs: dict[str, CPUProgram], ops: list[tuple[str, int, int, int | None]], threads: int, n: int
+) -> None:
+    """Any sequence of kernels and copies among four buffers: the graph leaves them as direct launches do."""
+    cpu: Any = Device["CPU"]
+    saved = cpu.threads
+    cpu.threads = threads
+    try:
+        rng = np.random.default_rng(n)
+        init = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
+        direct, batched = [buf(x) for x in init], [buf(x) for x in init]
+        for bufs, use_graph in ((direct, False), (batched, True)):
+            steps: list[tuple[Any, ...]] = []
+            for kind, i, j, t in ops:
+                if kind == "copy":
+                    steps.append(("copy", bufs[i], bufs[j]))
+                elif kind == "add":
+                    steps.append(("exec", progs["add"], [bufs[i], bufs[j], bufs[(i + 1) % 4]], (n, 1, 1), (), t))
+                else:
+                    steps.append(("exec", progs["scale"], [bufs[i], bufs[j]], (n, 1, 1), (j - 1,), t))
+            if use_graph:
+                g = _graph(cpu, steps)
+                g.workers = threads  # splits as chosen (not the one-worker first run of the automatic choice)
+                g.run()
+            else:
+                _run_direct(steps)
+        for d, b in zip(direct, batched):
+            np.testing.assert_array_equal(b.numpy(), d.numpy())
+    finally:
+        cpu.threads = saved
+
+
+def test_run_timed_gives_per_command_times(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    """Per-kernel timing inside one batch: the stamps come from the clock perf_counter_ns reads, so the command
+    times are non-negative, sum to at most the wall time of the run, and a big kernel takes longer than an empty
+    one. The results are those of an untimed run."""
+    import time
+
+    cpu.threads = 2  # type: ignore[attr-defined]
+    rows, cols = 64, 4096
+    a = np.random.default_rng(3).standard_normal(rows * cols).astype(np.float32)
+    A, R, O = buf(a), Buffer("CPU", rows, np.float32), Buffer("CPU", 1, np.float32)
+    g = CPUGraph(cpu)
+    g.add_exec(progs["rowsum"], [R, A], (rows, 1, 1), vals=(cols,), threads=2)
+    g.add_exec(progs["add"], [O, O, O], (0, 1, 1))
+    g.add_copy(O.ptr, R.ptr, 4)
+    t0 = time.perf_counter_ns()
+    times = g.run_timed()
+    wall = (time.perf_counter_ns() - t0) * 1e-9
+    assert [n for n, _ in times] == ["rowsum", "add", "copy 4B"]
+    assert all(t >= 0 for _, t in times) and sum(t for _, t in times) <= wall
+    assert times[0][1] > times[1][1]
+    np.testing.assert_allclose(R.numpy(), a.reshape(rows, cols).sum(axis=1), rtol=1e-4, atol=1e-3)
+    assert O.numpy()[0] == R.numpy()[0]
+    assert g.chosen_workers is None  # the timed run was no trial of the automatic choice
+
+
+def test_worker_choice_is_measured_again(
+    progs: dict[str, CPUProgram], cpu: CPUDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import speck.hcq.graph as graph_mod
+
+    monkeypatch.setattr(graph_mod, "RETUNE_EVERY", 3)
+    cpu.threads = 2  # type: ignore[attr-defined]
+    n = 512
+    a = np.arange(n, dtype=np.float32)
+    A, O = buf(a), Buffer("CPU", n, np.float32)
+    g = CPUGraph(cpu)
+    g.add_exec(progs["add"], [O, A, A], (n, 1, 1), threads=2)
+    seen = []
+    for _ in range(2 * TUNE_RUNS + 3 + 1):
+        g.run()
+        seen.append(g.chosen_workers)
+        np.testing.assert_array_equal(O.numpy(), a + a)
+    assert seen[2 * TUNE_RUNS - 1] in (1, 2) and seen[-1] is None  # chosen, then three runs later measuring again
