@@ -61,7 +61,8 @@ def linearize(sink: UOp) -> list[UOp]:
     sink = prepare_for_linearize(sink)
     order = sink.toposort()
     scope = RangeScope()
-    ctx = {u: scope.open_ranges(u) for u in order}
+    scope.open_ranges(sink)  # one walk fills the memo for every node (a call per node would walk each again)
+    ctx = {u: scope.memo[u] for u in order}
     ends: dict[UOp, UOp] = {}
     for u in order:
         if u.op is Ops.END:

@@ -168,9 +168,60 @@ def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
     from speck.hcq import Device
 
     dev = Device[device]
-    spec = to_program(ast, _renderer_for(dev), dev.compiler)
+    ahead = _ahead.pop((device, ast), None)
+    if ahead is not None:  # lowered by _compile_ahead; its object comes from the compile thread
+        spec, fut = ahead
+        spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial compile would
+    else:
+        spec = to_program(ast, _renderer_for(dev), dev.compiler)
     prog = dev.load_program(spec)
     return _CompiledProgram(spec, prog, dev)
+
+
+# ---------------- compiling ahead ----------------
+# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled on a
+# background thread meanwhile: lowering is Python (it holds the GIL) and LLVM/gcc run outside it, so on a machine
+# with 2+ cores the two overlap (a cold CNN training step: ~2 s of lowering and ~2.6 s of LLVM for 107 kernels).
+# One thread is enough: llvmlite serializes every call into LLVM anyway. SPECK_COMPILE_THREADS=0 compiles each
+# kernel when it is first run instead.
+COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", 1)
+_ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
+_compile_pool: Any = None
+
+
+def _compile_ahead(items: list[ScheduleItem]) -> None:
+    """Lower every kernel of `items` that has no program yet, in order, and queue its compile on the compile
+    thread; `_compile_codegen` picks the results up when the kernels run. Does nothing unless two or more kernels
+    need compiling. A kernel whose lowering fails is left to `_compile`, so its error (or the numpy fallback)
+    happens where it would without compiling ahead."""
+    global _compile_pool
+    todo: dict[tuple[str, UOp], None] = {}
+    for it in items:
+        if it.ast is not None:
+            key = (str(it.bufs[0].src[1].arg), it.ast)
+            if key not in _program_cache and key not in _ahead:
+                todo[key] = None
+    if len(todo) < 2 or not USE_CODEGEN:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from speck.codegen.program import to_program  # type: ignore[import-not-found,unused-ignore]
+    from speck.hcq import Device
+
+    if _compile_pool is None:
+        _compile_pool = ThreadPoolExecutor(max_workers=max(1, COMPILE_THREADS), thread_name_prefix="speck-compile")
+    inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
+    for device, ast in todo:
+        try:
+            dev = Device[device]
+            compiler = dev.compiler
+            spec = to_program(ast, _renderer_for(dev), None)
+        except Exception:  # _compile reports it when the kernel runs
+            continue
+        fut = inflight.get((id(compiler), spec.src))
+        if fut is None:
+            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler.compile, spec.src)
+        _ahead[(device, ast)] = (spec, fut)
 
 
 _RENDERERS = {
@@ -243,6 +294,8 @@ CAPTURE: list[tuple[str, Any]] | None = None
 
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
+    if COMPILE_THREADS and len(items) > 1:
+        _compile_ahead(items)
     for it in items:
         if it.ast is None:
             if CAPTURE is not None:

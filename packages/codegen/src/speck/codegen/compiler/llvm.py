@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from typing import Any
 
@@ -9,6 +11,29 @@ from speck.codegen.compiler.base import CompileError, Compiler
 
 _init_lock = threading.Lock()
 _initialized = False
+
+# The optimization pipeline run on speck kernels (pipeline="kernel", the default). speck's own passes already
+# vectorized, unrolled and register-blocked the IR, so LLVM's O2 pipeline mostly re-derives what is there: the 107
+# kernels of a cold CNN training step took 7.1 s CPU to optimize and emit with it (its SCEV-heavy loop passes -
+# IndVarSimplify, LoopIdiom, the SLP vectorizer - walk every one of the hundreds of index expressions) and take
+# 2.6 s with these passes, most of it the code generator's own; the step then runs within 1% of O2's speed. Each
+# pass is here for a reason:
+#   instruction_combine  first: canonicalizes `alloca float, i32 N` (how accumulators are declared) into an array
+#                        alloca, which SROA can split; before it SROA leaves accumulators on the stack (4x slower)
+#   sroa                 accumulators and other scalar allocas -> SSA registers (phis across loop iterations)
+#   instruction_combine, simplify_cfg   fold what SROA exposed and merge the trivial blocks the renderer emits
+#   loop_rotate          do-while loops: the exit test moves to the latch, one branch per iteration
+#   loop_unroll          fully unrolls short constant loops (3x3 windows, edge guards): their gates fold to
+#                        constants (padding kernels 2-3x faster) and loads get constant offsets
+#   instruction_combine, simplify_cfg   clean up after unrolling
+# A module without any vector type is one speck left scalar: it gets LLVM's standard pipeline instead, whose loop
+# vectorizer may still widen it (such kernels are few and small in practice: 4 tiny ones in a CNN training run).
+KERNEL_PASSES: tuple[str, ...] = (
+    "instruction_combine", "sroa", "instruction_combine", "simplify_cfg",
+    "loop_rotate", "loop_unroll", "instruction_combine", "simplify_cfg",
+)  # fmt: skip
+PIPELINES = ("kernel", "default")
+_VECTOR_TYPE = re.compile(r"<\d+ x ")
 
 
 def _llvm() -> Any:
@@ -26,45 +51,68 @@ def _llvm() -> Any:
 
 
 class LLVMCompiler(Compiler):
-    """Compiles textual LLVM IR for the host CPU (its name and feature string from LLVM's host detection), runs the
-    new pass manager's default O`opt` pipeline, and emits a position-independent (reloc=pic, small code model)
-    relocatable ELF object. `cpu`/`features` may be given to target another x86-64 CPU.
+    """Compiles textual LLVM IR for the host CPU (its name and feature string from LLVM's host detection),
+    optimizes it, and emits a position-independent (reloc=pic, small code model) relocatable ELF object with the
+    code generator at level `opt`. `cpu`/`features` may be given to target another x86-64 CPU.
 
-    The default is O2: O3's loop unroller fully unrolls small nested loops (a 50-step reduction inside the row
-    loop took 10 s to optimize and emit, against 0.05 s at O2) for no measurable gain on memory-bound kernels.
-    Pass opt=3 to get it anyway."""
+    `pipeline` picks the IR optimization: "kernel" (the default; `$SPECK_LLVM_PIPELINE` overrides it) runs the
+    short pass list `KERNEL_PASSES`, documented pass by pass above, on modules speck already vectorized (speck's IR
+    arrives vectorized and unrolled, and LLVM's full pipeline cost 10x the compile time for no measurable speed),
+    and the standard pipeline on scalar ones. "default" runs the new pass manager's standard O`opt` pipeline (with
+    loop and SLP vectorization) on everything. At O3 that pipeline's unroller fully unrolls small
+    nested loops (a 50-step reduction inside the row loop took 10 s to optimize and emit, against 0.05 s at O2).
+    opt=0 runs no IR passes at all. Every compile parses into its own LLVM context, so compilers may be used from
+    several threads (llvmlite serializes the calls themselves)."""
 
-    def __init__(self, opt: int = 2, cpu: str | None = None, features: str | None = None) -> None:
+    def __init__(self, opt: int = 2, cpu: str | None = None, features: str | None = None,
+                 pipeline: str | None = None) -> None:  # fmt: skip
         if opt not in (0, 1, 2, 3):
             raise ValueError(f"LLVMCompiler opt level must be 0..3, got {opt!r}")
+        pipeline = pipeline if pipeline is not None else os.environ.get("SPECK_LLVM_PIPELINE", "") or "kernel"
+        if pipeline not in PIPELINES:
+            raise ValueError(
+                f"LLVMCompiler pipeline must be one of {', '.join(PIPELINES)} (from the argument or "
+                f"$SPECK_LLVM_PIPELINE), got {pipeline!r}"
+            )
         llvm = _llvm()
-        self.opt = opt
+        self.opt, self.pipeline = opt, pipeline
         self.cpu = cpu if cpu is not None else llvm.get_host_cpu_name()
         self.features = features if features is not None else llvm.get_host_cpu_features().flatten()
         self.triple = llvm.get_process_triple()
         self.name = "llvm"
-        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, f"llvmlite-{_llvmlite_version()}")
+        passes = "passes=" + ",".join(KERNEL_PASSES) + "|scalar:default" if pipeline == "kernel" else "pipeline=default"
+        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, f"llvmlite-{_llvmlite_version()}", passes)
         target = llvm.Target.from_triple(self.triple)
         self._tm = target.create_target_machine(
             cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="small"
         )
-        self._lock = threading.Lock()  # llvmlite objects are not documented as thread-safe
+        self._data_layout = str(self._tm.target_data)
+        self._lock = threading.Lock()  # one compile at a time per compiler: its target machine is shared
 
     def _optimized_module(self, src: str) -> Any:
         llvm = _llvm()
         try:
-            mod = llvm.parse_assembly(src)
+            # a private context per module: LLVM's global context must not be shared across threads
+            mod = llvm.parse_assembly(src, context=llvm.create_context())
             mod.verify()
         except RuntimeError as e:
             raise CompileError("llvm (llvmlite)", str(e), src) from None
         mod.triple = self.triple
-        mod.data_layout = str(self._tm.target_data)
-        if self.opt > 0:
-            pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
+        mod.data_layout = self._data_layout
+        if self.opt == 0:
+            return mod
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
+        if self.pipeline == "default" or not _VECTOR_TYPE.search(src):
             pto.loop_vectorization = True
             pto.slp_vectorization = True
             pb = llvm.create_pass_builder(self._tm, pto)
             pb.getModulePassManager().run(mod, pb)
+            return mod
+        pb = llvm.create_pass_builder(self._tm, pto)  # provides the analyses the passes ask for
+        mpm = llvm.create_new_module_pass_manager()
+        for name in KERNEL_PASSES:
+            getattr(mpm, f"add_{name}_pass")()
+        mpm.run(mod, pb)
         return mod
 
     def compile_uncached(self, src: str) -> bytes:

@@ -1,0 +1,147 @@
+"""Compiling a schedule's kernels ahead (speck.tensor.realize._compile_ahead): lowering happens up front, objects
+come from a background thread. The objects are byte-identical to serial compiles and the results equal numpy; a
+compile error raised in the background surfaces where the kernel runs, with the serial error's message, after the
+kernels before it ran; a lowering error is likewise left to the point the kernel is needed."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import speck.codegen.program as program_mod
+import speck.tensor.realize as R
+from speck.codegen.compiler import CompileError
+from speck.hcq import Device
+from speck.tensor import GlobalCounters, Tensor
+
+
+@pytest.fixture(autouse=True)
+def fresh_programs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every kernel compiles again (empty program cache, empty disk cache) and compile-ahead is on."""
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(R, "_program_cache", {})
+    monkeypatch.setattr(R, "_ahead", {})
+    monkeypatch.setattr(R, "COMPILE_THREADS", 1)
+    yield
+
+
+class SpyCompiler:
+    """Wraps the device's compiler: records which thread compiled which kernel, and rejects one kernel by name."""
+
+    def __init__(self, inner: Any, reject: str | None = None) -> None:
+        self.inner, self.reject = inner, reject
+        self.calls: list[tuple[str, str]] = []  # (kernel name, thread name)
+
+    def compile(self, src: str) -> bytes:
+        name = src.split("\n", 1)[0].removeprefix("; kernel ").strip()
+        self.calls.append((name, threading.current_thread().name))
+        if name == self.reject:
+            raise CompileError("spy", f"kernel {name} rejected on purpose", src)
+        return bytes(self.inner.compile(src))
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> SpyCompiler:
+    dev = Device["CPU"]
+    s = SpyCompiler(dev.compiler)
+    monkeypatch.setattr(dev, "_compiler", s)
+    return s
+
+
+def softmax_net(seed: int) -> tuple[Tensor, np.ndarray]:
+    """A few dependent kernels (matmul, row max, exp-sum, normalize) and numpy's answer."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 7)).astype(np.float32)
+    h = Tensor(a) @ Tensor(w)
+    out = (h - h.max(axis=1, keepdim=True)).exp()
+    out = out / out.sum(axis=1, keepdim=True)
+    z = a @ w
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return out, e / e.sum(axis=1, keepdims=True)
+
+
+def test_ahead_compiled_objects_equal_serial_ones(spy: SpyCompiler) -> None:
+    out, want = softmax_net(0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    progs = [p for p in R._program_cache.values() if isinstance(p, R._CompiledProgram)]
+    assert len(progs) >= 2
+    background = [n for n, t in spy.calls if t.startswith("speck-compile")]
+    assert len(background) >= 2  # the kernels of the schedule went through the compile thread
+    assert not R._ahead  # every kernel compiled ahead was picked up
+    for p in progs:
+        assert p.spec.lib == spy.inner.compile_uncached(p.spec.src)  # byte-identical to a serial compile
+
+
+def test_serial_mode_compiles_on_the_calling_thread(spy: SpyCompiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    out, want = softmax_net(1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert spy.calls and all(t == threading.current_thread().name for _, t in spy.calls)
+
+
+def _kernel_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the kernels the schedule of softmax_net(seed) compiles, in run order (a serial dry run)."""
+    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    dry = SpyCompiler(Device["CPU"].compiler)
+    with monkeypatch.context() as m:
+        m.setattr(Device["CPU"], "_compiler", dry)
+        m.setattr(R, "_program_cache", {})
+        softmax_net(seed)[0].numpy()
+    return [n for n, _ in dry.calls]
+
+
+def _failure(seed: int, reject: str, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, list[Any]]:
+    """(error message, kernels run before it, compile calls) of running softmax_net(seed) with `reject` failing."""
+    s = SpyCompiler(Device["CPU"].compiler, reject=reject)
+    monkeypatch.setattr(Device["CPU"], "_compiler", s)
+    monkeypatch.setattr(R, "_program_cache", {})
+    monkeypatch.setattr(R, "_ahead", {})
+    monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+    out, _ = softmax_net(seed)
+    GlobalCounters.reset()
+    with pytest.raises(CompileError) as ei:
+        out.numpy()
+    return str(ei.value), GlobalCounters.kernel_count, s.calls
+
+
+def test_background_compile_error_surfaces_at_its_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = _kernel_order(2, monkeypatch)
+    assert len(names) >= 3
+    reject = names[-1]  # the last kernel: every other one runs first
+    serial_msg, serial_ran, _ = _failure(2, reject, 0, monkeypatch)
+    ahead_msg, ahead_ran, calls = _failure(2, reject, 1, monkeypatch)
+    assert ahead_msg == serial_msg  # the same error, naming the kernel (its source's first line)
+    assert f"kernel {reject} rejected on purpose" in ahead_msg and f"; kernel {reject}" in ahead_msg
+    assert any(n == reject and t.startswith("speck-compile") for n, t in calls)  # it failed in the background
+    assert ahead_ran == serial_ran == len(names) - 1  # and the kernels before it ran
+
+
+def test_lowering_error_is_raised_when_its_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = _kernel_order(3, monkeypatch)
+    reject = names[1]
+    real = program_mod.to_program
+
+    def failing(ast: Any, *a: Any, **k: Any) -> Any:
+        spec = real(ast, *a, **k)
+        if spec.name == reject:
+            raise RuntimeError(f"lowering {spec.name} failed on purpose")
+        return spec
+
+    monkeypatch.setattr(program_mod, "to_program", failing)
+    results = []
+    for threads in (0, 1):
+        monkeypatch.setattr(R, "_program_cache", {})
+        monkeypatch.setattr(R, "_ahead", {})
+        monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+        out, _ = softmax_net(3)
+        GlobalCounters.reset()
+        with pytest.raises(RuntimeError, match=f"lowering {reject} failed on purpose") as ei:
+            out.numpy()
+        results.append((str(ei.value), GlobalCounters.kernel_count))
+    assert results[0] == results[1] == (f"lowering {reject} failed on purpose", 1)
