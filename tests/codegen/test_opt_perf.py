@@ -392,3 +392,26 @@ def test_upsampled_operand_is_one_short_vector_load() -> None:
     call(addr, uops, got, {}, (0, global_extent(uops, {})))
     assert_same(want, got[0], dtypes.float32, exact=False)
     del keep
+
+
+def single_channel_conv(n: int = 2, co: int = 8, hw: int = 8, k: int = 3) -> UOp:
+    """out[b, c, y, x] = sum_{i,j} img[b, y+i, x+j] * w[c, i, j]: a first convolution layer (one input channel)."""
+    b, c = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(co, 1, AxisType.GLOBAL)
+    y, x = UOp.range(hw, 2, AxisType.GLOBAL), UOp.range(hw, 3, AxisType.GLOBAL)
+    i, j = UOp.range(k, 4, AxisType.REDUCE), UOp.range(k, 5, AxisType.REDUCE)
+    side = hw + k - 1
+    img = UOp.param(1, dtypes.float32.ptr(n * side * side)).index(b * (side * side) + (y + i) * side + x + j).load()
+    w = UOp.param(2, dtypes.float32.ptr(co * k * k)).index(c * (k * k) + i * k + j).load()
+    out = UOp.param(0, dtypes.float32.ptr(n * co * hw * hw))
+    idx = b * (co * hw * hw) + c * (hw * hw) + y * hw + x
+    return UOp.sink(out.index(idx).store((img * w).reduce(i, j, op=Ops.ADD)).end(b, c, y, x), arg=KernelInfo("conv1"))
+
+
+def test_single_vector_block_reuses_the_vector_load_across_channels() -> None:
+    """The input row (the vector load, along x) doesn't depend on the output channel, so the block's rows are 4
+    channels (each vector feeds 4 accumulators), and with one vector of columns a second row axis (2 output rows)
+    uses the spare registers."""
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = single_channel_conv()
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8)]
+    check_preserved(ast, r)

@@ -117,8 +117,10 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
         return None
     row, ramt, camt = block
     c = outs[col]
-    # the row upcast comes first so the column lanes are the innermost (contiguous) ones after expansion
+    # the row upcasts come first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
+    if camt <= lanes and ramt == ROW_BLOCK and (row2 := _second_row(glob, outs, loads, col, row)) is not None:
+        opts.append(Opt(OptOps.UPCAST, row2, 2))
     opts += [Opt(OptOps.UPCAST, col, camt)]
     if (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
         if len(glob) == 2 and col != glob[0]:
@@ -144,12 +146,16 @@ def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: 
     # ROW_BLOCK + 1. A row of 10 or 6 splits by 2 as a power of two, but 5 or 3 rows fill the registers better
     # (conv3's input gradient over 10x10: 7.5 -> 5.6 ms), a 5x5 weight gradient blocks its 5 window columns rather
     # than 4 input channels (-10%), and a 6x6 convolution blocks 4 images rather than 3 columns (-8%)
-    best: tuple[int, int] | None = None
+    # Rows the vector loads ignore come first: each vector loaded then feeds every row (conv1's input row, read
+    # along the output row, serves 4 output channels rather than 4 output rows: -20%)
+    vec_loads = [ix for ix in loads if _depends(ix, outs[col])]
+    best: tuple[int, int, bool] | None = None
     for row in rows:
         n = const_size(outs[row]) or 1
-        ramt = ROW_BLOCK if n % ROW_BLOCK == 0 else max((d for d in range(2, ROW_BLOCK + 2) if n % d == 0), default=1)
-        if ramt >= 2 and (best is None or ramt > best[1]):
-            best = (row, ramt)
+        ramt = _row_amount(n)
+        reuse = not any(_depends(ix, outs[row]) for ix in vec_loads)
+        if ramt >= 2 and (best is None or (reuse, ramt) > (best[2], best[1])):
+            best = (row, ramt, reuse)
     if best is not None:
         return best[0], best[1], camt
     # no such row: a small axis upcast whole still fits the registers
@@ -160,6 +166,25 @@ def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: 
     for row in rows:
         if (const_size(outs[row]) or 0) >= MIN_ODD_ROWS:
             return row, 1, camt
+    return None
+
+
+def _row_amount(n: int) -> int:
+    """Rows of a register block along an axis of n: ROW_BLOCK where it divides n, else the largest divisor up to
+    ROW_BLOCK + 1 (1 when there is none)."""
+    if n % ROW_BLOCK == 0:
+        return ROW_BLOCK
+    return max((d for d in range(2, ROW_BLOCK + 2) if n % d == 0), default=1)
+
+
+def _second_row(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, row: int) -> int | None:
+    """With a single vector of columns the block has registers to spare: a second row axis some load ignores, by 2
+    (4 x 2 accumulators; conv1's forward blocks 4 output channels x 2 output rows)."""
+    for i in reversed(glob):
+        if i in (col, row) or (const_size(outs[i]) or 1) % 2 != 0:
+            continue
+        if any(not _depends(ix, outs[i]) for ix in loads):
+            return i
     return None
 
 
