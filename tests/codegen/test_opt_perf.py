@@ -415,3 +415,19 @@ def test_single_vector_block_reuses_the_vector_load_across_channels() -> None:
     ast = single_channel_conv()
     assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8)]
     check_preserved(ast, r)
+
+
+@pytest.mark.parametrize("ast_fn", [lambda: matmul(8, 32, 10, transposed_b=True), lambda: channel_sum(6, True)],
+                         ids=["ten_columns", "six_wide_rows"])  # fmt: skip
+def test_c_renderer_keeps_power_of_two_vector_widths(ast_fn) -> None:  # type: ignore[no-untyped-def]
+    """Blocks of 5 columns and 6-wide unrolls make 5- and 6-lane vector accesses, which LLVM takes and C vector
+    types can't express: the C renderer's heuristic keeps power-of-two widths, and its program compiles and runs."""
+    from test_render_llvm_ir import _corpus_case
+
+    ast = ast_fn()
+    r = ClangRenderer()
+    widths = [int(o.arg or 1) for o in heuristic(ast, r) if o.op in (OptOps.UPCAST, OptOps.UNROLL)]
+    assert all(w & (w - 1) == 0 for w in widths)
+    llvm = [int(o.arg or 1) for o in heuristic(ast, LLVMRenderer(max_vector_bytes=32)) if o.op is not OptOps.SWAP]
+    assert any(w & (w - 1) for w in llvm)  # LLVM does get the odd width
+    _corpus_case((ast, bufs(ast, 5), {}), r)

@@ -246,8 +246,8 @@ def _all_same(idxs: list[UOp]) -> bool:
 
 def _short_span(idxs: list[UOp]) -> tuple[int, list[int]] | None:
     """(lane with the lowest index, every lane's offset from it) when all lanes index one buffer under one gate at
-    constant offsets spanning fewer elements than there are lanes (so some element is read twice), else None. The
-    span's ends are both read, so every element between them is in bounds too."""
+    constant offsets spanning fewer elements than there are lanes (so some element is read twice) and a power of
+    two of them, else None. The span's ends are both read, so every element between them is in bounds too."""
     base, gate = _split_gate(idxs[0])
     if base is None or len(idxs) < 2:
         return None
@@ -261,7 +261,8 @@ def _short_span(idxs: list[UOp]) -> tuple[int, list[int]] | None:
         offs.append(o)
     lo = min(offs)
     rel = [o - lo for o in offs]
-    if max(rel) + 1 >= len(idxs):
+    span = max(rel) + 1
+    if span >= len(idxs) or span & (span - 1):  # C vector types need a power-of-two width
         return None
     return offs.index(lo), rel
 

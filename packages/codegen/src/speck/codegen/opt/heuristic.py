@@ -47,6 +47,9 @@ def _index_of(ix: UOp) -> UOp:
 
 # renderers that get the register-blocking path; everything else keeps the plain heuristic exactly
 BLOCKING_RENDERERS = frozenset({"llvm", "c"})
+# renderers whose vectors may have any number of lanes (C vector types need a power of two): only these get
+# contiguous vector accesses of 3, 5 or 6 lanes (a 6-wide row unrolled whole, 10 classes blocked by 5)
+ANY_WIDTH_RENDERERS = frozenset({"llvm"})
 ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
 MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
 MIN_ODD_ROWS = 64  # an odd row axis at least this long gets a block of one row rather than no blocking
@@ -93,7 +96,7 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
-            return _row_reduce(sink, loads, col, outs[col], lanes)
+            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.name in ANY_WIDTH_RENDERERS)
         climit = split
     block = _block(glob, outs, loads, col, lanes, climit) if col is not None else None
     # a convolution (a reduction over channels and a window) vectorizes better over its output channels, read
@@ -195,7 +198,7 @@ def _reduce_size(sink: UOp) -> int:
     return n
 
 
-def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> list[Opt] | None:
+def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool) -> list[Opt] | None:
     """A reduction whose loads are strided along the contiguous output axis but contiguous along a reduce axis (row
     sums/maxes, dot products against rows): vector loads along the reduce axis (UNROLL), a few outputs at once
     (UPCAST, so the per-step horizontal combine fills a vector) instead of gathering lane by lane."""
@@ -206,12 +209,12 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int) -> li
             continue
         uamt = _pow2_amount(n, lanes)
         if uamt < max(lanes // 2, 2):  # half a vector (a 20-wide image row unrolls by 4) still beats gathers
-            if not (2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
+            if not (any_width and 2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
                 return None
             uamt = n  # a short row of a long reduction (a 6x6 feature map) unrolls whole
         nc = const_size(c) or 1
         camt = _pow2_amount(nc, ROW_BLOCK)
-        if camt < ROW_BLOCK:  # 10 classes: blocks of 5
+        if camt < ROW_BLOCK and any_width:  # 10 classes: blocks of 5
             camt = max(d for d in range(camt, ROW_BLOCK + 2) if nc % d == 0)
         if all(_depends(ix, c) for ix in loads) and any(_depends(ix, r) and _stride(ix, r) != 1 for ix in loads):
             # no load is shared between the columns and some load is read lane by lane along the unrolled axis (a
