@@ -431,3 +431,25 @@ def test_c_renderer_keeps_power_of_two_vector_widths(ast_fn) -> None:  # type: i
     llvm = [int(o.arg or 1) for o in heuristic(ast, LLVMRenderer(max_vector_bytes=32)) if o.op is not OptOps.SWAP]
     assert any(w & (w - 1) for w in llvm)  # LLVM does get the odd width
     _corpus_case((ast, bufs(ast, 5), {}), r)
+
+
+def single_channel_weight_grad(n: int = 2, co: int = 4, hw: int = 16, k: int = 5) -> UOp:
+    """dw[c, i, j] = sum_{b,y,x} g[b, c, y, x] * img[b, y+i, x+j]: a first layer's weight gradient, NCHW gradient."""
+    c, i, j = UOp.range(co, 0, AxisType.GLOBAL), UOp.range(k, 1, AxisType.GLOBAL), UOp.range(k, 2, AxisType.GLOBAL)
+    b, y, x = UOp.range(n, 3, AxisType.REDUCE), UOp.range(hw, 4, AxisType.REDUCE), UOp.range(hw, 5, AxisType.REDUCE)
+    side = hw + k - 1
+    g = UOp.param(1, dtypes.float32.ptr(n * co * hw * hw)).index(b * (co * hw * hw) + c * (hw * hw) + y * hw + x)
+    img = UOp.param(2, dtypes.float32.ptr(n * side * side)).index(b * (side * side) + (y + i) * side + x + j)
+    out = UOp.param(0, dtypes.float32.ptr(co * k * k))
+    val = (g.load() * img.load()).reduce(b, y, x, op=Ops.ADD)
+    return UOp.sink(out.index(c * (k * k) + i * k + j).store(val).end(c, i, j), arg=KernelInfo("wgrad1"))
+
+
+def test_unvectorizable_outputs_still_block_over_shared_loads() -> None:
+    """The 5-wide window can't be a vector, so the reduction unrolls along x; the gradient's vector is shared by
+    the 5 window columns (upcast whole) and the image's by 2 output channels: 10 accumulators per step."""
+    r = LLVMRenderer(max_vector_bytes=32)
+    ast = single_channel_weight_grad()
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UNROLL, 2, 8)]
+    check_preserved(ast, r)
+    assert not any(o.op is OptOps.UPCAST for o in heuristic(ast, ClangRenderer()))  # C: no 5-lane vectors

@@ -239,6 +239,28 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
     return None
 
 
+def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list[Opt]:
+    """A reduction unrolled by a vector along `red` whose outputs can't be vectorized (a 5-wide store) still gets a
+    block of outputs when loads are shared between them: the innermost small output axis (at most ROW_BLOCK + 2)
+    whole, where some load along `red` ignores it, and another such axis by 2. conv1's weight gradient: each
+    vector of the output gradient feeds the 5 window columns, each vector of the image 2 output channels, 10
+    accumulators (6.3 -> 1.4 ms, and no channel-last copy of the gradient is needed)."""
+    inner = [ix for ix in loads if _depends(ix, red)]
+    glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
+    shared = [i for i in reversed(glob) if any(not _depends(ix, outs[i]) for ix in inner)]
+    first = next((i for i in shared if 2 <= (const_size(outs[i]) or 0) <= ROW_BLOCK + 2), None)
+    if first is None or _reduce_size(sink) < MIN_SCATTER_REDUCE:
+        return []
+    opts = [Opt(OptOps.UPCAST, first, const_size(outs[first]))]
+    # the second axis must be shared by the other operand: it reuses what the first axis doesn't
+    second = next((i for i in shared if i != first and (const_size(outs[i]) or 1) % 2 == 0 and
+                   {id(ix) for ix in inner if not _depends(ix, outs[i])} !=
+                   {id(ix) for ix in inner if not _depends(ix, outs[first])}), None)  # fmt: skip
+    if second is not None:
+        opts.insert(0, Opt(OptOps.UPCAST, second, 2))
+    return opts
+
+
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     """Opts for a CPU target: register-block matmul-like reductions for the LLVM/C renderers (module docstring),
     else UPCAST the innermost contiguous output axis to the vector width of the output dtype, else UNROLL the
@@ -277,6 +299,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
                     continue
                 amt = _pow2_amount(n, min(lanes, 8))
                 if amt > 1:
+                    if amt == lanes and renderer.name in ANY_WIDTH_RENDERERS:
+                        opts += _reuse_block(sink, outs, [_index_of(ix) for ix in loads], r)
                     opts.append(Opt(OptOps.UNROLL, j, amt))
                 break
     globals_ = [(i, r) for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL]
