@@ -141,3 +141,32 @@ def test_dtype_like_objects_are_accepted() -> None:
     assert b.nbytes == 8 and b.numpy().dtype == np.float16
     with pytest.raises(TypeError, match="expected a dtype"):
         Buffer("CPU", 4, object())
+
+
+def test_a_free_from_a_finalizer_inside_alloc_neither_deadlocks_nor_loses_bytes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A garbage collection can run a Buffer finalizer at any allocation, also while the allocator holds its lock
+    inside alloc (CI once hung there). Simulated: the accounting step of an alloc frees another allocation of the
+    same allocator on the same thread. The free is done once the alloc finishes, and the books balance."""
+    import threading
+
+    import speck.hcq.allocator as allocator_mod
+
+    alloc = HostAllocator("TEST", limit=None)
+    victim = alloc.alloc(4096)
+    real_add = allocator_mod.MEMORY.add
+    fired: list[int] = []
+
+    def add_with_finalizer(nbytes: int) -> None:
+        real_add(nbytes)
+        if nbytes > 0 and not fired:
+            fired.append(nbytes)
+            alloc.free(victim, 4096)  # what Buffer.__del__ does
+
+    monkeypatch.setattr(allocator_mod.MEMORY, "add", add_with_finalizer)
+    done: list[object] = []
+    t = threading.Thread(target=lambda: done.append(alloc.alloc(8192)), daemon=True)
+    t.start()
+    t.join(60)  # a hang detector, not a speed limit: the alloc takes microseconds
+    assert not t.is_alive(), "alloc deadlocked on a free from a finalizer"
+    assert fired == [8192] and len(done) == 1
+    assert alloc.mem_used == 8192 and alloc.cached == 4096  # the victim went back to the cache

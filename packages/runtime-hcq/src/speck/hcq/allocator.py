@@ -23,7 +23,9 @@ class _GlobalMemory:
     def __init__(self) -> None:
         self.used = 0
         self.peak = 0
-        self.lock = threading.Lock()  # allocators on different devices update it concurrently
+        # allocators on different devices update it concurrently; re-entrant because a garbage collection inside
+        # add() may run a Buffer finalizer whose free() lands here again on the same thread
+        self.lock = threading.RLock()
 
     def add(self, nbytes: int) -> None:
         with self.lock:
@@ -87,6 +89,9 @@ class Allocator:
         self.peak = 0
         self._cache: OrderedDict[tuple[int, BufferOptions], list[Any]] = OrderedDict()
         self._lock = threading.Lock()
+        # frees not done yet: Buffer finalizers run whenever the garbage collector does, also while this thread
+        # holds _lock inside alloc(); such a free is queued here and done by the next holder of the lock
+        self._pending: list[tuple[Any, int, BufferOptions]] = []
 
     # -- accounting + cache -------------------------------------------------------------------------------------
     def alloc(self, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> Any:
@@ -94,8 +99,15 @@ class Allocator:
         OutOfMemoryError with the requested and available sizes when it cannot fit."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
+        try:
+            return self._alloc_accounted(nbytes, options)
+        finally:
+            self._flush_pending()  # frees a finalizer queued while this thread held the lock
+
+    def _alloc_accounted(self, nbytes: int, options: BufferOptions) -> Any:
         key = (nbytes, options)
         with self._lock:
+            self._release_pending()
             if options.lru and (lst := self._cache.get(key)):
                 opaque = lst.pop()
                 if not lst:
@@ -132,27 +144,42 @@ class Allocator:
         MEMORY.add(nbytes)
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
-        """Give an allocation back: into the LRU cache when options.lru, else to the OS."""
-        with self._lock:
+        """Give an allocation back: into the LRU cache when options.lru, else to the OS. Safe from a finalizer
+        that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
+        thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
+        self._pending.append((opaque, nbytes, options))
+        self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        while self._pending and self._lock.acquire(blocking=False):
+            try:
+                self._release_pending()
+            finally:
+                self._lock.release()
+
+    def _release_pending(self) -> None:
+        """Do the queued frees (the caller holds _lock)."""
+        while self._pending:
+            opaque, nbytes, options = self._pending.pop()
             self.mem_used -= nbytes
             MEMORY.add(-nbytes)
-            if options.lru and nbytes <= self.cache_cap:
-                key = (nbytes, options)
-                lst = self._cache.get(key)
-                if lst is None:
-                    self._cache[key] = [opaque]  # a new key goes in at the most recent end
-                else:
-                    lst.append(opaque)
-                    self._cache.move_to_end(key)
-                self.cached += nbytes
-                while self.cached > self.cache_cap and self._cache:
-                    (sz, opts), lst = next(iter(self._cache.items()))
-                    self._free(lst.pop(0), sz, opts)
-                    self.cached -= sz
-                    if not lst:
-                        del self._cache[(sz, opts)]
-                return
-        self._free(opaque, nbytes, options)
+            if not (options.lru and nbytes <= self.cache_cap):
+                self._free(opaque, nbytes, options)
+                continue
+            key = (nbytes, options)
+            lst = self._cache.get(key)
+            if lst is None:
+                self._cache[key] = [opaque]  # a new key goes in at the most recent end
+            else:
+                lst.append(opaque)
+                self._cache.move_to_end(key)
+            self.cached += nbytes
+            while self.cached > self.cache_cap and self._cache:
+                (sz, opts), lst = next(iter(self._cache.items()))
+                self._free(lst.pop(0), sz, opts)
+                self.cached -= sz
+                if not lst:
+                    del self._cache[(sz, opts)]
 
     def _drop_cache(self) -> None:
         for (sz, opts), lst in self._cache.items():
@@ -164,6 +191,7 @@ class Allocator:
     def free_cache(self) -> None:
         """Release every cached (freed but kept) allocation to the OS."""
         with self._lock:
+            self._release_pending()
             self._drop_cache()
 
     # -- per-device hooks ---------------------------------------------------------------------------------------
