@@ -260,3 +260,15 @@ def test_concurrent_compiles_give_the_serial_objects() -> None:
     for (_, i), obj in got.items():
         assert obj == serial[i]
     assert len(got) == 8 + 16
+
+
+def test_unroll_threshold_is_in_the_flags_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process-wide unroll threshold is part of every object's cache key; a bad override says what it wants."""
+    import speck.codegen.compiler.llvm as llvm_compiler
+
+    assert f"unroll-threshold={llvm_compiler.UNROLL_THRESHOLD}" in LLVMCompiler().flags
+    monkeypatch.setenv("SPECK_LLVM_UNROLL_THRESHOLD", "lots")
+    with pytest.raises(ValueError, match=r"SPECK_LLVM_UNROLL_THRESHOLD must be a non-negative integer.*got 'lots'"):
+        llvm_compiler._unroll_threshold()
+    monkeypatch.setenv("SPECK_LLVM_UNROLL_THRESHOLD", "90")
+    assert llvm_compiler._unroll_threshold() == 90

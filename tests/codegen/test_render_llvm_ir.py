@@ -122,3 +122,21 @@ def test_corpus_llvm_matches_interpreter(case: tuple[UOp, list[np.ndarray], dict
 @given(kernel_asts())
 def test_corpus_c_matches_interpreter(case: tuple[UOp, list[np.ndarray], dict[str, int]]) -> None:
     _corpus_case(case, ClangRenderer())
+
+
+def test_nsw_only_where_bounds_rule_out_overflow() -> None:
+    """Index math on loop counters whose bounds fit int32 gets `nsw` (LLVM's loop analysis then skips the wrap
+    cases); arithmetic on loaded values may wrap and must not carry it. Both programs still run as the
+    interpreter says, including a wrapping add."""
+    r = rng(64, 0)
+    src = buf(1, dtypes.int32, 64)
+    offset = alu(Ops.ADD, alu(Ops.MUL, r, cc(3, dtypes.int32)), cc(5, dtypes.int32))  # 5..194: fits
+    v = load(idx(src, alu(Ops.CMOD, offset, cc(64, dtypes.int32))))
+    wrapped = alu(Ops.ADD, v, cc(2**31 - 10, dtypes.int32))  # a loaded value + a big constant: may wrap
+    st = store(idx(buf(0, dtypes.int32, 64), r), wrapped)
+    uops = linear(r, st, end(st, r), name="nsw")
+    ir = LLVMRenderer().render(uops)
+    assert re.search(r"mul nsw i32 %ridx0, 3", ir), ir
+    assert re.search(r"add i32 %\w+, 2147483638", ir) and not re.search(r"add nsw i32 %\w+, 2147483638", ir), ir
+    inp = np.arange(64, dtype=np.int32) * 1000
+    check_program(uops, [np.zeros(64, np.int32), inp], backends=("llvm",))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import GlobalCounters, Tensor, dtypes, nn
@@ -164,6 +164,21 @@ def test_conv_transpose1d() -> None:
     layer = nn.ConvTranspose1d(2, 3, 3, stride=2, padding=1)
     x = rnd(1, 2, 4, seed=8)
     close(layer(Tensor(x)), np_conv_transpose(x, layer.weight.numpy(), layer.bias.numpy(), (2,), (1,), (1,), (0,), 1))
+
+
+@settings(max_examples=20, deadline=None)
+@given(nsp=st.integers(1, 3), k=st.integers(1, 4), stride=st.integers(1, 2), padding=st.integers(0, 3),
+       dilation=st.integers(1, 2), size=st.integers(1, 4), seed=st.integers(0, 2**16))  # fmt: skip
+def test_conv_transpose_any_dims_matches_scatter(nsp: int, k: int, stride: int, padding: int, dilation: int,
+                                                 size: int, seed: int) -> None:  # fmt: skip
+    """1-, 2- and 3-d transposed convolutions: their padding is virtual along every dimension but the last, where
+    codegen bounds the tap loops by the gates (speck.codegen.lower.gated_ranges)."""
+    outsz = (size - 1) * stride - 2 * padding + dilation * (k - 1) + 1
+    if outsz < 1:
+        return  # no output: conv_transpose2d rejects it like any empty convolution
+    x, w = rnd(2, 3, *[size] * nsp, seed=seed), rnd(3, 2, *[k] * nsp, seed=seed + 1)
+    got = Tensor(x).conv_transpose2d(Tensor(w), stride=stride, padding=padding, dilation=dilation)
+    close(got, np_conv_transpose(x, w, None, (stride,) * nsp, (padding,) * nsp, (dilation,) * nsp, (0,) * nsp, 1))
 
 
 # ---------------- pooling ----------------

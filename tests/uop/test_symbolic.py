@@ -216,3 +216,12 @@ def test_float_constants_are_not_reassociated():
         assert e.simplify() is e
     v = UOp.variable("v", 0, 10)
     assert ((v + 2) + 4).simplify() is (v + 6).simplify()
+
+
+def test_range_that_may_run_zero_times_is_not_a_constant() -> None:
+    """RANGE(1 - y) has bounds [0, 0] but runs zero times when y = 1: it must not fold to the constant 0 (the
+    body would run once)."""
+    y = UOp.range(2, 0, AxisType.GLOBAL)
+    r = UOp(Ops.RANGE, dtypes.weakint, ((y * -1 + 1).simplify(),), (1, AxisType.REDUCE))
+    assert r.simplify() is r
+    assert UOp.range(1, 2, AxisType.REDUCE).simplify().op is Ops.CONST  # one iteration always: the constant 0

@@ -15,6 +15,7 @@ from speck.codegen.lower.casted_consts import pm_casted_consts
 from speck.codegen.lower.decompositions import Decomposer, pm_decompose
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.lower.expander import expand_vectors
+from speck.codegen.lower.gated_ranges import tighten_gated_reductions
 from speck.codegen.lower.gates import pm_explicit_gates
 from speck.codegen.lower.index import IndexLowering, pm_lower_index_dtype
 from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
@@ -63,6 +64,10 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True) -> U
         sink = optimize_kernel(sink, renderer)
         sink = graph_rewrite(sink, pm_simplify, name="simplify_after_opts")
         sink = st.done("apply_opts", sink)
+    # a sum over taps that read only zero padding (a transposed convolution's borders) skips them: the gate bounds
+    # the reduction loop
+    if (tight := tighten_gated_reductions(sink)) is not sink:
+        sink = st.done("gated_ranges", graph_rewrite(tight, pm_simplify, name="simplify_gated_ranges"))
     # UPCAST/UNROLL ranges become vector lanes (STACK/GEP, vector LOAD/STORE of contiguous elements)
     sink = expand_vectors(sink)
     sink = st.done("expand", sink)

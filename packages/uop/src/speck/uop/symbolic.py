@@ -59,6 +59,8 @@ def _const_from_bounds(x: UOp) -> UOp | None:
     lo, hi = x._bounds or _compute_bounds(x)
     if lo != hi or x.dtype.count != 1 or (type(lo) is not int and type(lo) is not bool):
         return None
+    if x.op in (Ops.RANGE, Ops.SPECIAL) and x.src[0].vmin < 1:
+        return None  # a range whose end may be 0 runs zero times: it is not the constant 0
     return UOp.const(x.dtype, lo)
 
 
@@ -589,7 +591,8 @@ pm_fast_idiv = PatternMatcher(
 
 
 # ---------------- gates and ranges ----------------
-def _conjuncts(c: UOp) -> list[UOp]:
+def conjuncts(c: UOp) -> list[UOp]:
+    """The clauses of a bool AND tree (c itself when it is not an AND)."""
     out, stack = [], [c]
     while stack:
         u = stack.pop()
@@ -661,7 +664,7 @@ def _invalid_through_alu(a: UOp) -> UOp | None:
 
 def _lt_k(c: UOp, r: UOp) -> int | None:
     """The smallest k of the conjuncts `r < k` (k a constant) of condition c, None when there is none."""
-    ks = [u.src[1].arg for u in _conjuncts(c) if u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST]
+    ks = [u.src[1].arg for u in conjuncts(c) if u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST]
     ks = [k for k in ks if type(k) is int]
     return min(ks) if ks else None
 

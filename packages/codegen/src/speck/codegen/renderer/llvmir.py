@@ -51,6 +51,24 @@ _NATIVE_FLOATS = {dtypes.float16, dtypes.float32, dtypes.float64}
 _INTR_SFX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
 
 
+_NSW_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL})
+
+
+def _fits(op: Ops, u: UOp, dt: DType) -> bool:
+    """Whether signed int `op` of u's two sources can't overflow dt for any values within the sources' bounds."""
+    (a0, a1), (b0, b1) = (u.src[0].vmin, u.src[0].vmax), (u.src[1].vmin, u.src[1].vmax)
+    if not all(type(v) is int for v in (a0, a1, b0, b1)):
+        return False
+    if op is Ops.ADD:
+        lo, hi = a0 + b0, a1 + b1
+    elif op is Ops.SUB:
+        lo, hi = a0 - b1, a1 - b0
+    else:
+        corners = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+        lo, hi = min(corners), max(corners)
+    return bool(dtypes.min(dt) <= lo and hi <= dtypes.max(dt))
+
+
 def ltype(dt: DType, mem: bool = False) -> str:
     """LLVM type of a value of dt (`mem`: its in-memory form, where bool is i8)."""
     s = dt.scalar()
@@ -703,8 +721,10 @@ class _LLKernel:
         bt = ltype(dtypes.bool.vec(dt.count) if dt.count > 1 else dtypes.bool)
         simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
         if op in simple:
-            # no nsw/nuw: fixed-width ints wrap
-            return self.ins(f"{simple[op]} {t} {a[0]}, {a[1]}", "v")
+            # fixed-width ints wrap, so no nsw in general; but index math whose bounds fit the type cannot overflow,
+            # and telling LLVM so (nsw) spares its scalar evolution the wrap cases (loop analysis compiles faster)
+            nsw = " nsw" if op in _NSW_OPS and signed and dt.count == 1 and len(u.src) == 2 and _fits(op, u, s) else ""
+            return self.ins(f"{simple[op]}{nsw} {t} {a[0]}, {a[1]}", "v")
         if op is Ops.NEG:
             return self.ins(f"sub {t} {self.zero(dt)}, {a[0]}", "v")
         if op is Ops.TRUNC:
