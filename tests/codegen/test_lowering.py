@@ -145,3 +145,27 @@ def test_random_opts_lowering_matches_ast(
     check_program_form(uops)
     assert tuple(uops[-1].arg.applied_opts) == opts
     assert_same(expected, run_prog(uops, inputs, var_vals), out_dtype(ast), exact=False)
+
+
+def test_index_cast_to_a_value_expands_to_vector_ops() -> None:
+    """A counter made from the loop index (a random draw, an arange) is a vector once cast to a value type: the
+    hash computed from it is vector ops (8 lanes at once), not eight scalar chains."""
+    from speck.codegen.kernel_info import KernelInfo
+    from speck.codegen.lower.expander import expand_vectors
+    from speck.codegen.opt import Opt, OptOps, apply_opts
+    from speck.uop import AxisType
+
+    n = 64
+    i = UOp.range(n, 0, AxisType.GLOBAL)
+    key = UOp.param(1, dtypes.uint64.ptr(1)).index(UOp.const(dtypes.weakint, 0)).load()
+    bits = UOp(Ops.THREEFRY, dtypes.uint64, (i.cast(dtypes.uint64), key))
+    val = (bits >> UOp.const(dtypes.uint64, 40)).cast(dtypes.float32) * UOp.const(dtypes.float32, 0.5)
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(n)).index(i).store(val).end(i), arg=KernelInfo(name="draw"))
+    expanded = expand_vectors(apply_opts(ast, [Opt(OptOps.UPCAST, 0, 8)]))
+    fry = [u for u in expanded.toposort() if u.op is Ops.THREEFRY]
+    assert [u.dtype.count for u in fry] == [8], "one 8-lane threefry, not one per lane"
+    inputs = [np.zeros(n, np.float32), np.array([0x1234_5678_9ABC_DEF0], np.uint64)]
+    want = run_ast(ast, inputs, {})
+    got = run_prog(full_rewrite_to_sink(ast.replace(arg=KernelInfo(name="draw", opts=(Opt(OptOps.UPCAST, 0, 8),))),
+                                        Renderer()), inputs, {})  # fmt: skip
+    np.testing.assert_array_equal(got, want)

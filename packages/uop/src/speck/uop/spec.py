@@ -38,7 +38,8 @@ def _alu(x: UOp) -> Verdict:
             return f"{op.name} must produce bool with the sources' lane count, found {dt}"
         return True
     if op is Ops.THREEFRY:
-        return True if dt is dtypes.uint64 and all(s.dtype is dtypes.uint64 for s in src) else "THREEFRY is uint64"
+        ok = dt.scalar() is dtypes.uint64 and all(s.dtype is dt for s in src)
+        return True if ok else f"THREEFRY is uint64 (or a uint64 vector) with sources of its dtype, found {dt}"
     if op in (Ops.SHL, Ops.SHR):
         if src[0].dtype is not dt or not (dtypes.is_int(src[1].dtype) and src[1].dtype.count == dt.count):
             return f"{op.name} shifts a {dt} value by an int amount, found {src[0].dtype} and {src[1].dtype}"
