@@ -4,7 +4,11 @@ models at batch 128 under Adam and TinyJit, with images/s.
 Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N]. The default measures all three models (the
 classic CNN is the main job's). Issue targets: CNN step < 150 ms, MLP step < 2 ms, first CNN step < 5 s. The first
 step includes compiling every kernel; LLVM objects are cached on disk, so a second run of this script shows the
-first step without LLVM's share."""
+first step without LLVM's share.
+
+The last line is a reference for the host's speed at the time: numpy's float32 1024x1024 matmul, measured before
+and after the models. This VM's cores slow down for minutes at a time (by 10-20%), and the step times move with
+them; compare runs by it (about 80 GFLOPS when the machine is quiet)."""
 
 from __future__ import annotations
 
@@ -53,12 +57,25 @@ def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int]:
     return first, statistics.median(times), GlobalCounters.kernel_count
 
 
+def host_gflops(reps: int = 7) -> float:
+    """numpy's float32 1024x1024 matmul rate (median of reps): how fast the machine is right now."""
+    a = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
+    a @ a  # warm-up: BLAS threads, caches
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ a
+        times.append(time.perf_counter() - t0)
+    return 2 * 1024**3 / statistics.median(times) / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="mlp,small-cnn,cnn", help="comma-separated: " + ",".join(sorted(MODELS)))
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=10, help="steady-state steps timed (median)")
     args = ap.parse_args()
+    before = host_gflops()
     print(f"{'model':10s} {'batch':>5s} {'first s':>8s} {'step ms':>9s} {'images/s':>9s} {'kernels':>7s} "
           f"{'target ms':>9s}")  # fmt: skip
     for name in args.models.split(","):
@@ -68,6 +85,8 @@ def main() -> None:
         target = TARGET_MS.get(name)
         print(f"{name:10s} {args.batch:5d} {first:8.2f} {step_s * 1e3:9.2f} {args.batch / step_s:9.0f} {kernels:7d} "
               f"{'' if target is None else f'{target:9.1f}':>9s}")  # fmt: skip
+    print(f"host reference: numpy float32 matmul 1024 at {before:.1f} GFLOPS before the models, {host_gflops():.1f} "
+          "after (about 80 on a quiet machine)")
 
 
 if __name__ == "__main__":
