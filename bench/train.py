@@ -85,8 +85,10 @@ def main() -> None:
         target = TARGET_MS.get(name)
         print(f"{name:10s} {args.batch:5d} {first:8.2f} {step_s * 1e3:9.2f} {args.batch / step_s:9.0f} {kernels:7d} "
               f"{'' if target is None else f'{target:9.1f}':>9s}")  # fmt: skip
-    print(f"host reference: numpy float32 matmul 1024 at {before:.1f} GFLOPS before the models, {host_gflops():.1f} "
-          "after (about 80 on a quiet machine)")
+    print(
+        f"host reference: numpy float32 matmul 1024 at {before:.1f} GFLOPS before the models, {host_gflops():.1f} "
+        "after (about 80 on a quiet machine)"
+    )
 
 
 if __name__ == "__main__":

@@ -430,13 +430,13 @@ def test_program_without_global_range_and_int64_ranges() -> None:
 def test_tap_loops_bounded_by_their_gates(optimize: bool) -> None:
     """A transposed convolution over a virtually padded operand: the tap loops run to ends computed from the output
     row and column (speck.codegen.lower.gated_ranges), and the result is still the padded sum."""
-    from test_gated_ranges import _bounded_loops, _inputs, reference, transposed_conv
+    from test_gated_ranges import _bounded_loops, _inputs, reference, transposed_conv, wbuf
 
     n, c, o, h, w, k, pads = 2, 3, 4, 6, 5, 3, (2, 2)
     dy, wt = _inputs(n, c, o, h, w, k, seed=5)
     want = reference(dy, wt, k, pads)
     ast = transposed_conv(n, c, o, h, w, k, pads)
-    spec = check(ast, [np.zeros(want.size, np.float32), dy.ravel(), wt.ravel()], {}, optimize=optimize)
+    spec = check(ast, [np.zeros(want.size, np.float32), dy.ravel(), wbuf(wt)], {}, optimize=optimize)
     assert _bounded_loops(spec.uops) >= 1
-    got = run_x86(spec, [np.zeros(want.size, np.float32), dy.ravel(), wt.ravel()], {})[0]
+    got = run_x86(spec, [np.zeros(want.size, np.float32), dy.ravel(), wbuf(wt)], {})[0]
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-5)

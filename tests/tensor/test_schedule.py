@@ -205,3 +205,14 @@ def test_contiguous_value_read_directly_elsewhere_is_computed_once() -> None:
     xn = x.numpy().astype(np.float64)
     yn = (xn * 2).sum(axis=1)
     assert_matches(out.numpy(), yn * 3 + np.exp(yn), rtol=1e-4, atol=1e-4)
+
+
+def test_contiguous_of_contiguous_is_one_copy() -> None:
+    """x.contiguous().contiguous() materializes once: the second call has nothing left to copy."""
+    a = _realized(4, 6)
+    with assert_kernel_count(1):
+        out = (a * 2).T.contiguous().contiguous().realize()
+    assert_matches(out.numpy(), (a.numpy() * 2).T)
+    c = (a + 1).contiguous()
+    assert c.contiguous() is c
+    assert c.clone() is not c  # a clone is a copy of its own

@@ -128,12 +128,11 @@ class NNMixin:
         w = weight.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2).reshape(groups * cout_g, cin // groups,
                                                                                       *k)  # fmt: skip
         w = w.flip(tuple(range(2, 2 + nsp)))
-        # the last dimension's padding goes into a buffer (see conv2d: gated window loads are slow); the others stay
-        # virtual, so the window loads are gated along them and codegen bounds the kernel-tap loops by those gates:
-        # the 4 rows of padding on each side of a 20-row gradient would otherwise be a sixth of a 5x5 convolution's
-        # input-gradient FLOPs (the last dimension's taps stay: its columns are register-blocked in fours)
-        x = x.pad(((0, 0), (0, 0), *[(0, 0)] * (nsp - 1), pads[-1])).contiguous()
-        x = x.pad(((0, 0), (0, 0), *pads[:-1], (0, 0)))
+        # the padding stays virtual: the window loads are gated, codegen bounds the kernel-tap loops by those gates
+        # (lower/gated_ranges.py) and register-blocks images rather than the gated rows and columns. The k-1 rows
+        # and columns of padding on each side of a 20x20 gradient would otherwise be 31% of a 5x5 convolution's
+        # input-gradient FLOPs, plus a copy of the padded gradient
+        x = x.contiguous().pad(((0, 0), (0, 0), *pads))
         return x.conv2d(w, bias, groups=groups, dilation=dl)
 
     # ---------------- pooling ----------------

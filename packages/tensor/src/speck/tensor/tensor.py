@@ -310,8 +310,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one)."""
-        if self.uop.op is Ops.BUFFER:
-            return self
+        if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None):
+            return self  # a buffer, or already going to be one (a second copy would be a kernel of its own)
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def clone(self) -> Tensor:
