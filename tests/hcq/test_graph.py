@@ -328,3 +328,17 @@ def test_worker_choice_is_measured_again(
         seen.append(g.chosen_workers)
         np.testing.assert_array_equal(O.numpy(), a + a)
     assert seen[2 * TUNE_RUNS - 1] in (1, 2) and seen[-1] is None  # chosen, then three runs later measuring again
+
+
+def test_a_confirmed_clear_choice_is_measured_more_rarely() -> None:
+    """The re-measurement interval doubles (up to RETUNE_MAX) while measurements confirm a choice by a clear margin,
+    and drops back to RETUNE_EVERY when the choice changes or the candidates come close."""
+    from speck.hcq.graph import CLEAR_MARGIN, RETUNE_EVERY, RETUNE_MAX, next_retune_interval
+
+    clear = {1: [0.30, 0.31], 2: [0.15, 0.16]}  # two workers twice as fast
+    assert next_retune_interval(RETUNE_EVERY, None, 2, clear) == RETUNE_EVERY  # a first choice: nothing confirmed
+    assert next_retune_interval(RETUNE_EVERY, 2, 2, clear) == 2 * RETUNE_EVERY
+    assert next_retune_interval(RETUNE_MAX, 2, 2, clear) == RETUNE_MAX
+    assert next_retune_interval(4 * RETUNE_EVERY, 1, 2, clear) == RETUNE_EVERY  # the choice changed
+    close = {1: [0.15 * CLEAR_MARGIN * 0.99], 2: [0.15]}
+    assert next_retune_interval(4 * RETUNE_EVERY, 2, 2, close) == RETUNE_EVERY

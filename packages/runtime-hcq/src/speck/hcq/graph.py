@@ -41,8 +41,21 @@ _SPINS_BEFORE_YIELD = 2048
 # timed runs per candidate worker count before a graph without a fixed `workers` settles on the faster
 TUNE_RUNS = 2
 # runs after which the choice is measured again (other processes come and go on a shared machine); the slower
-# candidate then costs TUNE_RUNS extra runs in this many
+# candidate then costs TUNE_RUNS extra runs in this many. A clear choice (the other candidate at least
+# CLEAR_MARGIN x slower) that a measurement confirms doubles the interval, up to RETUNE_MAX: a CNN training step
+# whose one-worker runs take twice as long paid 1% of its time re-confirming every 200 steps
 RETUNE_EVERY = 200
+RETUNE_MAX = 3200
+CLEAR_MARGIN = 1.3
+
+
+def next_retune_interval(interval: int, previous: int | None, chosen: int, trials: dict[int, list[float]]) -> int:
+    """Runs until the worker count is measured again: doubled (at most RETUNE_MAX) when the measurement confirmed
+    the previous choice by a clear margin, else back to RETUNE_EVERY."""
+    best = {k: min(v) for k, v in trials.items() if v}
+    others = [t for k, t in best.items() if k != chosen]
+    clear = bool(others) and min(others) >= CLEAR_MARGIN * best[chosen]
+    return min(interval * 2, RETUNE_MAX) if clear and previous == chosen else RETUNE_EVERY
 
 
 def _interpreter_ir() -> str:
@@ -271,6 +284,8 @@ class CPUGraph:
         self._chosen: int | None = None
         self._last_workers = 1
         self._since_tuned = 0
+        self._retune_every = RETUNE_EVERY
+        self._previous: int | None = None  # the choice before the latest measurement
         self._trials: dict[int, list[float]] = {}
 
     def __len__(self) -> int:
@@ -435,9 +450,9 @@ class CPUGraph:
     def run(self) -> float:
         """Submit, wait for completion, and return the elapsed seconds. While no worker count is chosen, the
         first runs alternate between all workers and worker 0 alone (results do not depend on the split) and the
-        faster by its best time is kept, and measured again every RETUNE_EVERY runs: on a machine whose second
-        core is busy or shares the first one's units, waking and synchronising workers costs more than splitting
-        the kernels gains."""
+        faster by its best time is kept, and measured again every RETUNE_EVERY runs (up to RETUNE_MAX while
+        measurements keep confirming a clear choice): on a machine whose second core is busy or shares the first
+        one's units, waking and synchronising workers costs more than splitting the kernels gains."""
         t0 = time.perf_counter()
         self.submit()
         self.device.synchronize()
@@ -447,11 +462,13 @@ class CPUGraph:
                 trials = self._trials
                 trials[self._last_workers].append(dt)
                 if all(len(v) >= TUNE_RUNS for v in trials.values()):
-                    self._chosen = min(trials, key=lambda k: min(trials[k]))
-                    self._since_tuned = 0
+                    chosen = min(trials, key=lambda k: min(trials[k]))
+                    self._retune_every = next_retune_interval(self._retune_every, self._previous, chosen, trials)
+                    self._chosen, self._since_tuned = chosen, 0
             elif self.nworkers > 1:
                 self._since_tuned += 1
-                if self._since_tuned >= RETUNE_EVERY:  # the machine's load changes: measure again now and then
+                if self._since_tuned >= self._retune_every:  # the machine's load changes: measure again
+                    self._previous = self._chosen
                     self._chosen, self._trials = None, {1: [], self.nworkers: []}
         return dt
 
