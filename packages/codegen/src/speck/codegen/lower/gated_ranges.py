@@ -86,7 +86,7 @@ def _bound(clause: UOp, r: UOp, red: UOp) -> tuple[str, UOp] | None:
     e: UOp | None = None
     for t in rest:
         e = t if e is None else e + t
-    if e is not None and (r in e.toposort() or not _invariant(e, red)):
+    if e is not None and not _invariant(e, red):  # (e can't read r: r is one of red's ranges)
         return None
     base = UOp.const(r.dtype, c.arg) if e is None else UOp.const(r.dtype, c.arg) - e
     if const_right:  # r + e < c: r < c - e;  !(r + e < c): r >= c - e
@@ -99,12 +99,12 @@ def _minimum(a: UOp, b: UOp) -> UOp:
     return (a < b).where(a, b)
 
 
+def _maximum(a: UOp, b: UOp) -> UOp:
+    return (a < b).where(b, a)
+
+
 def _tighten_one(sink: UOp) -> UOp | None:
     nodes = sink.toposort()
-    users: dict[UOp, int] = {}
-    for u in nodes:
-        for s in u.src:
-            users[s] = users.get(s, 0) + 1
     for red in nodes:
         if red.op is not Ops.REDUCE or red.arg is not Ops.ADD or red.dtype.count != 1:
             continue
@@ -124,11 +124,9 @@ def _tighten_one(sink: UOp) -> UOp | None:
             if not los and not his:
                 continue
             zero, end = UOp.const(r.dtype, 0), r.src[0]
-            lo = los[0][1] if los else zero
-            lo = (lo < zero).where(zero, lo) if los else zero
+            lo = _maximum(zero, los[0][1]) if los else zero
             hi = _minimum(end, his[0][1]) if his else end
-            n = hi - lo
-            n = (n < zero).where(zero, n)
+            n = _maximum(zero, hi - lo)
             used = {cl for cl, _ in los[:1] + his[:1]}
             new_r = UOp(Ops.RANGE, r.dtype, (n,), r.arg, r.tag)
             true = UOp.const(dtypes.bool, True)
