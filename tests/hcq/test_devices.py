@@ -15,20 +15,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hcq_kernels import ADD_C, ADD_IR
-from speck.hcq import Buffer, BufferOptions, Device, DeviceNotFoundError, DeviceUnavailableError, HCQError
+from speck.hcq import Buffer, BufferOptions, Device, DeviceNotFoundError, HCQError
 from speck.hcq.device import canonicalize
 
 
 @pytest.mark.parametrize(
     "name, canon",
     [("cpu", "CPU"), ("CPU:0", "CPU"), ("cpu:1", "CPU:1"), ("Cpu:llvm", "CPU:LLVM"), ("cpu:clang", "CPU:CLANG"),
-     ("null", "NULL"), ("python", "PYTHON"), ("disk:/tmp/A.bin", "DISK:/tmp/A.bin")],
+     ("null", "NULL"), ("python", "PYTHON"), ("NULL:3", "NULL:3"), ("python:0", "PYTHON"),
+     ("disk:/tmp/A.bin", "DISK:/tmp/A.bin")],
 )  # fmt: skip
 def test_names_are_canonicalised(name: str, canon: str) -> None:
     assert canonicalize(name) == canon
 
 
-@pytest.mark.parametrize("name", ["GPU", "CPU:FOO", "CPU:-1", "DISK:", "NULL:3", ""])
+@pytest.mark.parametrize("name", ["GPU", "CPU:FOO", "CPU:-1", "DISK:", "NULL:x", "PYTHON:01", ""])
 def test_unknown_device_lists_the_known_ones(name: str) -> None:
     with pytest.raises(DeviceNotFoundError, match="CPU:LLVM.*CPU:CLANG.*PYTHON.*NULL.*DISK"):
         Device[name]
@@ -53,10 +54,15 @@ def test_registry_returns_one_device_per_name(monkeypatch: pytest.MonkeyPatch) -
 
 def test_cpu_devices_expose_compiler_and_renderer() -> None:
     from speck.codegen.compiler import ClangCompiler, LLVMCompiler
+    from speck.codegen.renderer.cstyle import ClangRenderer
+    from speck.codegen.renderer.llvmir import LLVMRenderer
 
-    assert isinstance(Device["CPU"].compiler, LLVMCompiler) and Device["CPU"].renderer_name == "llvm"
+    assert isinstance(Device["CPU"].compiler, LLVMCompiler) and isinstance(Device["CPU"].renderer, LLVMRenderer)
     assert isinstance(Device["CPU:LLVM"].compiler, LLVMCompiler)
-    assert isinstance(Device["CPU:CLANG"].compiler, ClangCompiler) and Device["CPU:CLANG"].renderer_name == "clang"
+    assert isinstance(Device["CPU:CLANG"].compiler, ClangCompiler)
+    assert isinstance(Device["CPU:CLANG"].renderer, ClangRenderer)
+    # one renderer object per backend: devices on the same backend share it
+    assert Device["CPU:1"].renderer is Device["CPU"].renderer
 
 
 needs_cc = pytest.mark.skipif(
@@ -79,7 +85,8 @@ def test_x86_device_uses_the_builtin_backend() -> None:
     from speck.codegen.x86 import X86Compiler
 
     dev = Device["CPU:X86"]
-    assert dev.renderer_name == "x86" and isinstance(dev.compiler, X86Compiler)
+    assert dev.renderer.name == "x86" and isinstance(dev.compiler, X86Compiler)
+    assert dev.accepts_renderer("llvm")  # kernels the x86 renderer refuses fall back to LLVM
 
 
 def test_cpu_device_needs_no_system_compiler(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -101,16 +108,13 @@ def test_cpu_device_needs_no_system_compiler(tmp_path) -> None:  # type: ignore[
     assert proc.stdout.strip() == str([2.0 * i for i in range(8)])
 
 
-def test_python_device_needs_the_interpreter() -> None:
+def test_python_device_runs_the_interpreter() -> None:
     dev = Device["PYTHON"]
-    assert dev.renderer_name == "python"
+    assert dev.renderer.name == "python"
     b = Buffer("PYTHON", 4, np.float32).copyin(np.arange(4, dtype=np.float32))
     np.testing.assert_array_equal(b.numpy(), np.arange(4, dtype=np.float32))
-    try:
-        from speck.codegen.interpret import run_program  # noqa: F401
-    except ImportError:
-        with pytest.raises(DeviceUnavailableError, match=r"speck\.codegen\.interpret"):
-            dev.runtime("k", b"src")
+    with pytest.raises(HCQError, match="from their ProgramSpec"):
+        dev.runtime("k", b"src")
 
 
 def test_null_device_accepts_everything_and_runs_nothing() -> None:
@@ -201,9 +205,9 @@ def test_python_device_hands_programs_to_the_interpreter(monkeypatch: pytest.Mon
         out = np.frombuffer(buffers[0], dtype=np.float32)
         out[lo:hi] = np.frombuffer(buffers[1], dtype=np.float32)[lo:hi] * var_vals["k"]
 
-    fake = types.ModuleType("speck.codegen.interpret")
-    fake.run_program = run_program  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "speck.codegen.interpret", fake)
+    import speck.hcq.python_device
+
+    monkeypatch.setattr(speck.hcq.python_device, "run_program", run_program)
     dev = Device["PYTHON"]
     spec = types.SimpleNamespace(
         name="scale", src="# rendered", lib=None, renderer="python", global_size=(5, 1, 1),

@@ -47,9 +47,9 @@ class SpyCompiler:
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> SpyCompiler:
-    dev = Device["CPU"]
-    s = SpyCompiler(dev.compiler)
-    monkeypatch.setattr(dev, "_compiler", s)
+    backend = Device["CPU"].backend
+    s = SpyCompiler(backend.compiler)
+    monkeypatch.setattr(backend, "_compiler", s)
     return s
 
 
@@ -90,7 +90,7 @@ def _kernel_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(R, "COMPILE_THREADS", 0)
     dry = SpyCompiler(Device["CPU"].compiler)
     with monkeypatch.context() as m:
-        m.setattr(Device["CPU"], "_compiler", dry)
+        m.setattr(Device["CPU"].backend, "_compiler", dry)
         m.setattr(R, "_program_cache", {})
         softmax_net(seed)[0].numpy()
     return [n for n, _ in dry.calls]
@@ -99,7 +99,7 @@ def _kernel_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _failure(seed: int, reject: str, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, list[Any]]:
     """(error message, kernels run before it, compile calls) of running softmax_net(seed) with `reject` failing."""
     s = SpyCompiler(Device["CPU"].compiler, reject=reject)
-    monkeypatch.setattr(Device["CPU"], "_compiler", s)
+    monkeypatch.setattr(Device["CPU"].backend, "_compiler", s)
     monkeypatch.setattr(R, "_program_cache", {})
     monkeypatch.setattr(R, "_ahead", {})
     monkeypatch.setattr(R, "COMPILE_THREADS", threads)

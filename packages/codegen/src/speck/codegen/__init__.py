@@ -2,53 +2,43 @@
 interpreter. Usable on its own with only speck-uop installed (see packages/codegen/README.md).
 
 Public API: `full_rewrite_to_sink`, `to_program`, `ProgramSpec`, `BufferArg`, `KernelInfo`, `Estimates`,
-`Renderer`, `PythonRenderer`, `eval_ast`, `run_program`, `Opt`, `OptOps`, `apply_opts`,
-`hand_coded_optimizations`, `beam_search`. Renderers and compilers written elsewhere in the package
-(ClangRenderer, LLVMRenderer, X86Renderer, LLVMCompiler, ClangCompiler) are imported lazily:
-`speck.codegen.ClangRenderer` works once speck.codegen.renderer.cstyle exists."""
+`Renderer` and the renderers (`ClangRenderer`, `LLVMRenderer`, `PythonRenderer`, `X86Renderer`), the compilers
+(`LLVMCompiler`, `ClangCompiler`), `eval_ast`, `run_program`, `Opt`, `OptOps`, `apply_opts`,
+`hand_coded_optimizations`, `beam_search`, and the backend registry (`Backend`, `get_backend`, `register_backend`,
+`backend_names`): a backend is a name for one renderer + compiler pair, which is how devices choose them."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from speck.codegen._version import __version__
+from speck.codegen.backends import Backend, backend_names, get_backend, register_backend
+from speck.codegen.compiler import ClangCompiler, LLVMCompiler
 from speck.codegen.interpret import eval_ast, run_program
 from speck.codegen.kernel_info import Estimates, KernelInfo
+from speck.codegen.opt import Opt, OptOps, apply_opts, beam_search, hand_coded_optimizations
 from speck.codegen.pipeline import full_rewrite_graph, full_rewrite_to_sink
 from speck.codegen.program import BufferArg, ProgramSpec, to_program
 from speck.codegen.renderer import Renderer, UnsupportedOpError
+from speck.codegen.renderer.cstyle import ClangRenderer
+from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.codegen.renderer.python import PythonRenderer
-
-# names provided by sibling modules that may not exist in every checkout: resolved on first use
-_LAZY: dict[str, str] = {
-    "ClangRenderer": "speck.codegen.renderer.cstyle",
-    "LLVMRenderer": "speck.codegen.renderer.llvmir",
-    "X86Renderer": "speck.codegen.x86.renderer",
-    "LLVMCompiler": "speck.codegen.compiler",
-    "ClangCompiler": "speck.codegen.compiler",
-    "Opt": "speck.codegen.opt",
-    "OptOps": "speck.codegen.opt",
-    "apply_opts": "speck.codegen.opt",
-    "hand_coded_optimizations": "speck.codegen.opt",
-    "beam_search": "speck.codegen.opt",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        try:
-            mod = importlib.import_module(_LAZY[name])
-        except ImportError as e:
-            raise AttributeError(
-                f"speck.codegen.{name} is unavailable: {_LAZY[name]} could not be imported ({e})"
-            ) from e
-        return getattr(mod, name)
-    raise AttributeError(f"module 'speck.codegen' has no attribute {name!r}")
-
+from speck.codegen.x86.renderer import X86Renderer
 
 __all__ = [
+    "Backend",
     "BufferArg",
+    "ClangCompiler",
+    "ClangRenderer",
+    "LLVMCompiler",
+    "LLVMRenderer",
+    "Opt",
+    "OptOps",
+    "X86Renderer",
+    "apply_opts",
+    "backend_names",
+    "beam_search",
+    "get_backend",
+    "hand_coded_optimizations",
+    "register_backend",
     "Estimates",
     "KernelInfo",
     "ProgramSpec",

@@ -8,7 +8,6 @@ so the workers really run in parallel. Slice 0 runs on the thread that executes 
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import threading
 from collections.abc import Sequence
@@ -17,19 +16,18 @@ from typing import TYPE_CHECKING, Any
 from speck.hcq.allocator import HostAllocator, available_ram, parse_bytes
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
-from speck.hcq.errors import DeviceUnavailableError, ProgramArgumentError
+from speck.hcq.errors import ProgramArgumentError
+from speck.hcq.graph import CPUGraph
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 
 if TYPE_CHECKING:
-    from speck.codegen.compiler import Compiler
     from speck.hcq.buffer import Buffer
 
 # kernels touching less than this many bytes and doing fewer estimated flops run on one thread: waking workers
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
 PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
 PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
-X86_COMPILER = "speck.codegen.x86.X86Compiler"
 
 
 class _Worker:
@@ -133,43 +131,19 @@ class CPUProgram(Program):
 
 class CPUDevice(DeviceBase):
     """The CPU: host memory (limit `CPU_MEM_LIMIT`, default the available RAM), `threads` workers (`CPU_THREADS`,
-    default os.cpu_count()), and a compiler chosen by the name: CPU, CPU:<n>, CPU:LLVM -> LLVM (llvmlite),
-    CPU:CLANG -> clang/gcc, CPU:X86 -> speck's x86 backend (when installed)."""
+    default os.cpu_count()), and the codegen backend named by the device: CPU and CPU:<n> -> LLVM (llvmlite),
+    CPU:LLVM, CPU:CLANG (clang/gcc), CPU:X86 (speck's own x86-64 backend)."""
+
+    graph = CPUGraph
 
     def __init__(self, name: str) -> None:
         suffix = name.partition(":")[2]
-        self.backend = suffix if suffix in ("LLVM", "CLANG", "X86") else "LLVM"
-        if self.backend == "X86":
-            mod_name, _, cls = X86_COMPILER.rpartition(".")
-            try:
-                found = hasattr(importlib.import_module(mod_name), cls)
-                why = f"{mod_name} does not define {cls}"
-            except ImportError as e:
-                found, why = False, str(e)
-            if not found:
-                raise DeviceUnavailableError(
-                    f"CPU:X86 is not available yet: it compiles with {X86_COMPILER}, which could not be loaded "
-                    f"({why}); use CPU (LLVM) or CPU:CLANG"
-                )
+        self.backend_name = suffix if suffix in ("LLVM", "CLANG", "X86") else "LLVM"
         limit_env = os.environ.get("CPU_MEM_LIMIT")
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
-        self.renderer_name = self.backend.lower()
         self.threads = int(os.environ.get("CPU_THREADS", "0") or 0) or (os.cpu_count() or 1)
         self.libraries: list[Library] | None = None
-
-    def _make_compiler(self) -> Compiler:
-        if self.backend == "CLANG":
-            from speck.codegen.compiler import ClangCompiler
-
-            return ClangCompiler()
-        if self.backend == "X86":
-            mod, _, cls = X86_COMPILER.rpartition(".")
-            compiler: Compiler = getattr(importlib.import_module(mod), cls)()
-            return compiler
-        from speck.codegen.compiler import LLVMCompiler
-
-        return LLVMCompiler()
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> CPUProgram:
         """Link `lib` (an x86-64 ELF object) and return the program for its function `name`."""
@@ -194,7 +168,7 @@ class CPUDevice(DeviceBase):
         them run as one exec command, timed per kernel inside it without a launch per kernel. Calls the graph
         can't hold (programs other than CPUPrograms) take the generic path."""
         from speck.hcq.errors import HCQError
-        from speck.hcq.graph import MAX_ARGS, CPUGraph
+        from speck.hcq.graph import MAX_ARGS
 
         if not all(isinstance(c[0], CPUProgram) and len(c[1]) + len(c[3] if len(c) > 3 else ()) <= MAX_ARGS
                    for c in calls):  # fmt: skip

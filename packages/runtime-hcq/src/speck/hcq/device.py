@@ -1,11 +1,18 @@
-"""The device registry (`Device["CPU"]`, `Device.DEFAULT`) and the base class every device builds on."""
+"""The device registry (`Device["CPU"]`, `Device.DEFAULT`), the plugin hook that adds device kinds to it, and the
+base class every device builds on.
+
+A device kind is registered with `register_device("NAME", opener)`; installed packages add kinds through the
+`speck.devices` entry-point group (each entry point is a function that calls register_device). speck.hcq itself
+registers CPU, PYTHON, NULL and DISK; speck.tensor registers USB."""
 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.allocator import Allocator, check_copy_size
@@ -14,14 +21,11 @@ from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
 from speck.hcq.signal import Signal
 
 if TYPE_CHECKING:
+    from speck.codegen.backends import Backend
     from speck.codegen.compiler import Compiler
+    from speck.codegen.renderer import Renderer
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
-
-# renderer names a device accepts in ProgramSpec.renderer, by the device's renderer_name
-_RENDERER_ALIASES = {"clang": ("clang", "c"), "llvm": ("llvm",), "x86": ("x86",), "python": ("python",)}
-
-KNOWN_DEVICES = ("CPU", "CPU:<n>", "CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON", "NULL", "DISK:<path>")
 
 
 def _profile_enabled() -> bool:
@@ -29,34 +33,74 @@ def _profile_enabled() -> bool:
 
 
 class DeviceBase:
-    """What every device has: a canonical `name`, an `allocator`, the engines its queues run on ("compute" and
-    "copy"), `synchronize`, batch submission with per-kernel timing, and (for devices that compile) `compiler`,
-    `renderer_name` and `runtime(name, lib) -> Program`."""
+    """What every device has: a canonical name (`name`, also `device`), an `allocator`, the engines its queues run
+    on ("compute" and "copy"), `synchronize`, batch submission with per-kernel timing, and, for devices that run
+    kernels, a codegen backend (`backend_name`, a name in speck.codegen.backends) giving `renderer` and `compiler`,
+    plus `runtime(name, lib) -> Program`. `graph` is the class that batches many kernels into one launch (TinyJit
+    replays use it), or None."""
 
-    renderer_name: str = ""
+    backend_name: str = ""  # the speck.codegen backend this device's programs come from ("" : runs no kernels)
     host_visible = True  # buffers can be viewed from the host without a copy
     any_renderer = False  # load_program accepts programs from every renderer (NULL: it runs none of them)
+    graph: type | None = None
 
     def __init__(self, name: str, allocator: Allocator) -> None:
         self.name, self.allocator = name, allocator
         self.engines: dict[str, Engine] = {"compute": Engine(self, "compute"), "copy": Engine(self, "copy")}
         self._engine_list = list(self.engines.values())
-        self._compiler: Compiler | None = None
-        self._compiler_lock = threading.Lock()
         self.profile = _profile_enabled()
+
+    # -- identity -------------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        """The canonical name, e.g. "CPU:1"."""
+        return self.name
+
+    @property
+    def device_id(self) -> int:
+        """The index of a numbered device ("CPU:3" -> 3); 0 otherwise."""
+        suffix = self.name.partition(":")[2]
+        return int(suffix) if suffix.isdigit() else 0
+
+    @property
+    def arch(self) -> str:
+        """The architecture programs are built for (the host's, for CPU devices)."""
+        return f"{platform.machine()},native"
+
+    def count(self) -> int:
+        """Physical devices of this kind reachable (1 for host devices)."""
+        return 1
+
+    def finalize(self) -> None:
+        """Wait for outstanding work; called for every opened device at interpreter exit."""
+        try:
+            self.synchronize()
+        except HCQError:
+            pass
 
     # -- compilation and programs -------------------------------------------------------------------------------
     @property
-    def compiler(self) -> Compiler:
-        """The codegen Compiler producing what `runtime` loads (created on first use)."""
-        if self._compiler is None:
-            with self._compiler_lock:
-                if self._compiler is None:
-                    self._compiler = self._make_compiler()
-        return self._compiler
+    def backend(self) -> Backend:
+        """The speck.codegen backend (renderer + compiler) this device's programs come from."""
+        if not self.backend_name:
+            raise HCQError(f"{self.name} runs no kernels, so it has no renderer or compiler; compute on CPU")
+        from speck.codegen.backends import get_backend
 
-    def _make_compiler(self) -> Compiler:
-        raise HCQError(f"{self.name} does not compile programs")
+        return get_backend(self.backend_name)
+
+    @property
+    def renderer(self) -> Renderer:
+        """The codegen Renderer kernels for this device are rendered with."""
+        return self.backend.renderer
+
+    @property
+    def compiler(self) -> Compiler:
+        """The codegen Compiler producing what `runtime` loads."""
+        return self.backend.compiler
+
+    def accepts_renderer(self, renderer: str) -> bool:
+        """Whether programs rendered by `renderer` (ProgramSpec.renderer) run here."""
+        return self.any_renderer or renderer in self.backend.renderer_names()
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> Program:
         """Load compiled `lib` and return the Program for its function `name`. Optional keyword arguments describe
@@ -69,21 +113,18 @@ class DeviceBase:
         attributes). Without `lib`, `src` is compiled with this device's compiler. A spec rendered for another
         renderer than this device's raises HCQError naming both."""
         renderer = getattr(spec, "renderer", None)
-        if (
-            isinstance(renderer, str)
-            and not self.any_renderer
-            and renderer not in _RENDERER_ALIASES.get(self.renderer_name, (self.renderer_name,))
-        ):
+        if isinstance(renderer, str) and not self.accepts_renderer(renderer):
             raise HCQError(
                 f"program {spec.name!r} was rendered by the {renderer!r} renderer, but {self.name} runs "
-                f"{self.renderer_name!r} programs; render it with the device's renderer"
+                f"{' or '.join(repr(n) for n in sorted(self.backend.renderer_names()))} programs; render it with the "
+                "device's renderer (Device[name].renderer)"
             )
         lib = getattr(spec, "lib", None)
         if lib is None:
             src = getattr(spec, "src", None)
             if src is None:
                 raise HCQError(f"program spec {getattr(spec, 'name', spec)!r} has neither lib (bytes) nor src")
-            lib = self.compiler.compile(src)
+            lib = self.backend.compiler_for(spec).compile(src)
         return self.runtime(
             spec.name,
             lib,
@@ -189,30 +230,107 @@ class DeviceBase:
         return f"<Device {self.name}>"
 
 
+# ---------------- device kinds: the plugin hook ----------------
+Opener = Callable[[str], DeviceBase]
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """One kind of device: `open(canonical_name)` builds a device; `suffix(text)` gives the canonical form of what
+    follows "KIND:" in a name ("" for none) or None when that suffix is not valid for this kind; `forms` shows how
+    names of the kind are written (for error messages)."""
+
+    name: str
+    open: Opener
+    suffix: Callable[[str], str | None]
+    forms: tuple[str, ...]
+
+
+def numbered(rest: str) -> str | None:
+    """Suffix rule of numbered devices: "" or "0" -> "" (device 0), "3" -> "3"."""
+    if rest in ("", "0"):
+        return ""
+    return rest if re.fullmatch(r"[1-9][0-9]*", rest) else None
+
+
+_KINDS: dict[str, DeviceKind] = {}
+_entry_points_loaded = False
+
+
+def register_device(
+    name: str, opener: Opener, *, suffix: Callable[[str], str | None] = numbered, forms: Sequence[str] | None = None
+) -> DeviceKind:
+    """Add (or replace) the device kind `name` ("USB"): `Device["USB:1"]` then calls `opener("USB:1")` once. The
+    default suffix rule accepts NAME and NAME:<n>."""
+    kind_name = name.upper()
+    if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
+        raise ValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
+    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"))
+    _KINDS[kind_name] = kind
+    return kind
+
+
+def _load_entry_points() -> None:
+    """Let installed packages register their kinds (entry-point group `speck.devices`), once per process."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="speck.devices"):
+        try:
+            ep.load()()
+        except Exception as e:  # a broken plugin must not take the built-in devices down with it
+            import warnings
+
+            warnings.warn(f"speck.devices entry point {ep.name!r} ({ep.value}) failed to register: {e!r}",
+                          stacklevel=2)  # fmt: skip
+
+
+def device_kinds() -> dict[str, DeviceKind]:
+    """Every registered kind (entry points included), by name."""
+    _load_entry_points()
+    return dict(_KINDS)
+
+
+def known_devices() -> tuple[str, ...]:
+    """How every registered device name is written, for listings and error messages."""
+    return tuple(f for k in device_kinds().values() for f in k.forms)
+
+
+def _unknown(name: object, why: str = "") -> DeviceNotFoundError:
+    return DeviceNotFoundError(f"unknown device {name!r}{why}; known devices: {', '.join(known_devices())}")
+
+
 def canonicalize(name: str) -> str:
-    """Canonical device name: upper-case device kind and suffix ("cpu:llvm" -> "CPU:LLVM", "cpu:0" -> "CPU"),
-    a DISK path kept verbatim. Raises DeviceNotFoundError listing the known names for anything else."""
+    """Canonical device name: upper-case kind, the kind's canonical suffix, ":0" dropped ("cpu:0" -> "CPU",
+    "cpu:llvm" -> "CPU:LLVM"; a DISK path kept verbatim). Raises DeviceNotFoundError listing the known names."""
     if not isinstance(name, str) or not name:
-        raise DeviceNotFoundError(
-            f"device names are non-empty strings, got {name!r}; known: {', '.join(KNOWN_DEVICES)}"
-        )
-    kind, _, rest = name.partition(":")
-    kind = kind.upper()
-    if kind == "DISK":
-        if not rest:
-            raise DeviceNotFoundError(
-                f"DISK needs a file path (DISK:/path/to/file); known devices: {', '.join(KNOWN_DEVICES)}"
-            )
-        return f"DISK:{rest}"
-    rest = rest.upper()
-    if kind == "CPU":
-        if rest in ("", "0"):
-            return "CPU"
-        if rest in ("LLVM", "CLANG", "X86") or re.fullmatch(r"[1-9][0-9]*", rest):
-            return f"CPU:{rest}"
-    elif kind in ("PYTHON", "NULL") and rest in ("", "0"):
-        return kind
-    raise DeviceNotFoundError(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")
+        raise _unknown(name, " (device names are non-empty strings)")
+    kind_name, _, rest = name.partition(":")
+    kind = _KINDS.get(kind_name.upper())
+    if kind is None:
+        _load_entry_points()
+        kind = _KINDS.get(kind_name.upper())
+    if kind is None:
+        raise _unknown(name)
+    suffix = kind.suffix(rest)
+    if suffix is None:
+        raise _unknown(name, f" ({kind.name} names are written {' or '.join(kind.forms)})")
+    return f"{kind.name}:{suffix}" if suffix else kind.name
+
+
+def parse_dev(target: str) -> str:
+    """The default device named by a DEV setting: `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`, several targets split by
+    ';' (the first is used). A CPU renderer picks the CPU device built on that backend ("CPU:X86")."""
+    first = target.split(";")[0].strip()
+    if first.count("+") > 1 or first.count(":") > 2:
+        raise RuntimeError(f"DEV={target!r}: expected [INTERFACE+]DEVICE[:RENDERER[:ARCH]] (one '+', two ':' at most)")
+    first = first.rpartition("+")[2]
+    dev, _, rest = first.partition(":")
+    renderer = rest.partition(":")[0]
+    return canonicalize(f"{dev}:{renderer}" if renderer else (dev or "CPU"))
 
 
 class _DeviceRegistry:
@@ -223,29 +341,51 @@ class _DeviceRegistry:
         self._lock = threading.Lock()
         self._default: str | None = None
 
-    def canonicalize(self, name: str) -> str:
-        return canonicalize(name)
+    def canonicalize(self, name: str | Sequence[str] | None) -> Any:
+        """Canonical name; None -> DEFAULT; a tuple/list canonicalizes each name (one name collapses to a str)."""
+        if name is None:
+            return self.DEFAULT
+        if isinstance(name, (tuple, list)):
+            names = tuple(canonicalize(n) for n in name)
+            return names[0] if len(names) == 1 else names
+        return canonicalize(str(name))
 
     def __getitem__(self, name: str) -> DeviceBase:
         try:
             return self._open[name]
-        except KeyError:
+        except (KeyError, TypeError):
             pass
         canon = canonicalize(name)
         with self._lock:
             if (dev := self._open.get(canon)) is None:
-                dev = self._open[canon] = _open_device(canon)
+                dev = self._open[canon] = _KINDS[canon.partition(":")[0]].open(canon)
             self._open[name] = dev
         return dev
 
     @property
     def DEFAULT(self) -> str:
         """The default device: what was assigned to Device.DEFAULT, else `$DEV`, else "CPU"."""
-        return self._default if self._default is not None else canonicalize(os.environ.get("DEV", "CPU") or "CPU")
+        return self._default if self._default is not None else parse_dev(os.environ.get("DEV", "") or "CPU")
 
     @DEFAULT.setter
     def DEFAULT(self, name: str | None) -> None:
         self._default = None if name is None else canonicalize(name)
+
+    @property
+    def default(self) -> DeviceBase:
+        """The default device object (`Device[Device.DEFAULT]`)."""
+        return self[self.DEFAULT]
+
+    def get_available_devices(self) -> Iterator[str]:
+        """Device kinds that open on this machine, in auto-selection order."""
+        for kind in device_kinds():
+            if kind == "DISK":
+                continue
+            try:
+                self[kind]
+            except Exception:
+                continue
+            yield kind
 
     @property
     def opened(self) -> list[str]:
@@ -253,27 +393,50 @@ class _DeviceRegistry:
         return sorted({d.name for d in self._open.values()})
 
     def known(self) -> tuple[str, ...]:
-        return KNOWN_DEVICES
+        return known_devices()
+
+    def finalize_all(self) -> None:
+        for dev in {id(d): d for d in self._open.values()}.values():
+            dev.finalize()
 
 
-def _open_device(canon: str) -> DeviceBase:
-    if canon.startswith("CPU"):
-        from speck.hcq.cpu import CPUDevice
+# ---------------- the built-in kinds ----------------
+CPU_BACKENDS = ("LLVM", "CLANG", "X86")  # CPU:<backend> is a CPU device pinned to that codegen backend
 
-        return CPUDevice(canon)
-    if canon == "NULL":
-        from speck.hcq.null import NullDevice
 
-        return NullDevice()
-    if canon == "PYTHON":
-        from speck.hcq.python_device import PythonDevice
+def _cpu_suffix(rest: str) -> str | None:
+    if rest.upper() in CPU_BACKENDS:
+        return rest.upper()
+    return numbered(rest)
 
-        return PythonDevice()
-    if canon.startswith("DISK:"):
-        from speck.hcq.disk import DiskDevice
 
-        return DiskDevice(canon)
-    raise DeviceNotFoundError(f"unknown device {canon!r}; known devices: {', '.join(KNOWN_DEVICES)}")
+def _open_cpu(name: str) -> DeviceBase:
+    from speck.hcq.cpu import CPUDevice
 
+    return CPUDevice(name)
+
+
+def _open_python(name: str) -> DeviceBase:
+    from speck.hcq.python_device import PythonDevice
+
+    return PythonDevice(name)
+
+
+def _open_null(name: str) -> DeviceBase:
+    from speck.hcq.null import NullDevice
+
+    return NullDevice(name)
+
+
+def _open_disk(name: str) -> DeviceBase:
+    from speck.hcq.disk import DiskDevice
+
+    return DiskDevice(name)
+
+
+register_device("CPU", _open_cpu, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in CPU_BACKENDS)))
+register_device("PYTHON", _open_python)
+register_device("NULL", _open_null)
+register_device("DISK", _open_disk, suffix=lambda rest: rest or None, forms=("DISK:<path>",))
 
 Device = _DeviceRegistry()

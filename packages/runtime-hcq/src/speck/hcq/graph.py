@@ -288,6 +288,13 @@ class CPUGraph:
         self._previous: int | None = None  # the choice before the latest measurement
         self._trials: dict[int, list[float]] = {}
 
+    @staticmethod
+    def supports(prog: Any, nargs: int) -> bool:
+        """Whether a kernel `prog` called with `nargs` argument words (buffers + variables) can join a graph."""
+        from speck.hcq.cpu import CPUProgram
+
+        return isinstance(prog, CPUProgram) and nargs <= MAX_ARGS
+
     def __len__(self) -> int:
         return len(self._fns)
 

@@ -5,25 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from speck.codegen.compiler import Compiler
 from speck.hcq.allocator import NullAllocator
 from speck.hcq.device import DeviceBase
 from speck.hcq.program import Program
-
-
-class NullCompiler(Compiler):
-    """Compiles nothing: the "object" is the source text's bytes."""
-
-    name = "null"
-
-    def compile(self, src: str) -> bytes:
-        return src.encode()
-
-    def compile_uncached(self, src: str) -> bytes:
-        return src.encode()
-
-    def disassemble(self, lib: bytes) -> str:
-        return lib.decode(errors="replace")
 
 
 class NullProgram(Program):
@@ -43,15 +27,12 @@ class NullProgram(Program):
 class NullDevice(DeviceBase):
     """Every allocation succeeds without memory; copies and kernels do nothing. Renders C (the cheapest renderer)."""
 
-    renderer_name = "clang"
+    backend_name = "NULL"
     host_visible = False
     any_renderer = True
 
-    def __init__(self) -> None:
-        super().__init__("NULL", NullAllocator("NULL", limit=None))
-
-    def _make_compiler(self) -> Compiler:
-        return NullCompiler()
+    def __init__(self, name: str = "NULL") -> None:
+        super().__init__(name, NullAllocator(name, limit=None))
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> NullProgram:
         return NullProgram(self, name, lib, **spec)

@@ -7,45 +7,14 @@ worker slice of global_size[0], as the CPU would."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from speck.codegen.compiler import Compiler
+from speck.codegen.interpret import run_program
 from speck.hcq.allocator import HostAllocator, available_ram
 from speck.hcq.device import DeviceBase
-from speck.hcq.errors import DeviceUnavailableError, HCQError
+from speck.hcq.errors import HCQError
 from speck.hcq.program import Program
-
-INTERPRETER = "speck.codegen.interpret"
-
-
-def interpreter() -> Any:
-    """The speck.codegen.interpret module; DeviceUnavailableError saying what is missing when it cannot be used."""
-    try:
-        mod = importlib.import_module(INTERPRETER)
-    except ImportError as e:
-        raise DeviceUnavailableError(
-            f"the PYTHON device runs programs through {INTERPRETER}, which is not available yet ({e}); use CPU"
-        ) from None
-    if not hasattr(mod, "run_program"):
-        raise DeviceUnavailableError(f"the PYTHON device needs {INTERPRETER}.run_program, which it does not define")
-    return mod
-
-
-class PythonCompiler(Compiler):
-    """The identity compiler: the program's bytes are its rendered Python source."""
-
-    name = "python"
-
-    def compile(self, src: str) -> bytes:
-        return src.encode()
-
-    def compile_uncached(self, src: str) -> bytes:
-        return src.encode()
-
-    def disassemble(self, lib: bytes) -> str:
-        return lib.decode(errors="replace")
 
 
 class PythonProgram(Program):
@@ -63,7 +32,7 @@ class PythonProgram(Program):
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         n = global_size[0] if global_size else 1
-        run = interpreter().run_program
+        run = run_program
         t = max(1, min(1 if threads is None else threads, n))
         for k in range(t):  # slices like the CPU's workers (run one after the other: exact, not fast)
             run(self.spec, list(args[0]), args[1], (n * k // t, n * (k + 1) // t) if t > 1 else None)
@@ -72,17 +41,13 @@ class PythonProgram(Program):
 class PythonDevice(DeviceBase):
     """Host memory plus the reference interpreter."""
 
-    renderer_name = "python"
+    backend_name = "PYTHON"
 
-    def __init__(self) -> None:
-        super().__init__("PYTHON", HostAllocator("PYTHON", limit=available_ram()))
-
-    def _make_compiler(self) -> Compiler:
-        return PythonCompiler()
+    def __init__(self, name: str = "PYTHON") -> None:
+        super().__init__(name, HostAllocator(name, limit=available_ram()))
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> PythonProgram:
         """A program for `spec` (keyword `spec=`, a ProgramSpec: its UOps are what the interpreter runs)."""
-        interpreter()  # fail at load time, not at the first call
         if spec.get("spec") is None:
             raise HCQError(
                 f"PYTHON runs programs from their ProgramSpec (the interpreter executes its UOps): use "

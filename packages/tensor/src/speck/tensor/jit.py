@@ -169,8 +169,9 @@ def _realize_outputs(ret: Any) -> None:
 
 # ---------------- batched replay ----------------
 class _Batch:
-    """Consecutive captured kernels and copies on one CPU device, replayed as one speck.hcq CPUGraph (one native
-    call per worker instead of a Python launch per kernel). The graph's argument table holds buffer addresses;
+    """Consecutive captured kernels and copies on one device, replayed as one graph of the device's graph class
+    (`device.graph`; speck.hcq's CPUGraph on CPU devices: one native call per worker instead of a Python launch per
+    kernel). The graph's argument table holds buffer addresses;
     each run looks the buffers up again (inputs are swapped, Tensor.assign outside the step may give a BUFFER
     other storage) and rewrites only the table entries whose address changed."""
 
@@ -188,9 +189,7 @@ class _Batch:
 
     def build(self) -> None:
         """Make the graph from the captured calls and the buffers as they are now."""
-        from speck.hcq.graph import CPUGraph
-
-        g = CPUGraph(self.device, name=f"jit[{len(self.calls)}]")
+        g = self.device.graph(self.device, name=f"jit[{len(self.calls)}]")
         index: dict[UOp, int] = {}
         fills: list[tuple[int, UOp, int]] = []  # (table index, uop, byte offset)
         for kind, item in self.calls:
@@ -285,18 +284,15 @@ def _copy_args(kind: str, item: Any) -> tuple[UOp, UOp, int, int]:
 
 
 def _batch_device(kind: str, item: Any) -> Any:
-    """The CPU device a captured call can join a graph on, or None when it must replay on its own."""
+    """The device a captured call can join a graph on (one whose `graph` class takes it), or None when it must
+    replay on its own."""
     from speck.hcq import Device
-    from speck.hcq.cpu import CPUDevice
-    from speck.hcq.graph import MAX_ARGS
 
     if kind == "kernel":
         prog, it = item
-        if not isinstance(prog, realize._CompiledProgram) or not isinstance(prog.device, CPUDevice):
+        if not isinstance(prog, realize._CompiledProgram) or prog.device.graph is None:
             return None
-        if len(prog.slots) + len(prog.spec.vars) > MAX_ARGS or not hasattr(prog.prog, "address"):
-            return None
-        return prog.device
+        return prog.device if prog.device.graph.supports(prog.prog, len(prog.slots) + len(prog.spec.vars)) else None
     if kind not in ("assign", "copy"):
         return None
     dst, src, off, nbytes = _copy_args(kind, item)
@@ -305,14 +301,14 @@ def _batch_device(kind: str, item: Any) -> Any:
     if kind == "assign" and int(dst.arg) != int(src.arg):
         return None
     ddev, sdev = buffer_device(dst), buffer_device(src)
-    if ddev != sdev or not ddev.startswith("CPU"):
+    if ddev != sdev:
         return None
     dev = Device[ddev]
-    return dev if isinstance(dev, CPUDevice) else None
+    return dev if dev.graph is not None and dev.host_visible else None
 
 
 class ReplayPlan:
-    """A capture's calls grouped for replay: runs of consecutive calls on one CPU device become _Batches (a run
+    """A capture's calls grouped for replay: runs of consecutive calls on one device with a graph become _Batches (a run
     must hold a kernel to be worth a graph); everything else replays one call at a time through realize.replay.
     Under DEBUG>=2 or PROFILE=1 every call replays on its own, so per-kernel timing stays available."""
 

@@ -84,7 +84,6 @@ _program_cache: dict[tuple[str, UOp], Any] = {}
 # a codegen gap is a visible error, never a silently slow (or differently rounded) result.
 COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 0)
 USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
-FP_CONTRACT = getenv("FP_CONTRACT", 1)  # 0: exact multiply-then-add everywhere (no fused multiply-add)
 NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
 
 
@@ -164,7 +163,6 @@ def _compile(ast: UOp, device: str) -> Any:
 
 
 def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
-    from speck.codegen.program import to_program  # type: ignore[import-not-found,unused-ignore]
     from speck.hcq import Device
 
     dev = Device[device]
@@ -173,7 +171,7 @@ def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
         spec, fut = ahead
         spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial compile would
     else:
-        spec = to_program(ast, _renderer_for(dev), dev.compiler)
+        spec = dev.backend.to_program(ast)
     prog = dev.load_program(spec)
     return _CompiledProgram(spec, prog, dev)
 
@@ -205,7 +203,6 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from speck.codegen.program import to_program  # type: ignore[import-not-found,unused-ignore]
     from speck.hcq import Device
 
     if _compile_pool is None:
@@ -214,41 +211,14 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
     for device, ast in todo:
         try:
             dev = Device[device]
-            compiler = dev.compiler
-            spec = to_program(ast, _renderer_for(dev), None)
+            spec = dev.backend.to_program(ast, compile=False)
+            compiler = dev.backend.compiler_for(spec)
         except Exception:  # _compile reports it when the kernel runs
             continue
         fut = inflight.get((id(compiler), spec.src))
         if fut is None:
             fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler.compile, spec.src)
         _ahead[(device, ast)] = (spec, fut)
-
-
-_RENDERERS = {
-    "llvm": ("speck.codegen.renderer.llvmir", "LLVMRenderer"),
-    "clang": ("speck.codegen.renderer.cstyle", "ClangRenderer"),
-    "c": ("speck.codegen.renderer.cstyle", "ClangRenderer"),
-    "python": ("speck.codegen.renderer.python", "PythonRenderer"),
-    "x86": ("speck.codegen.x86", "X86Renderer"),
-}
-_renderer_cache: dict[str, Any] = {}
-
-
-def _renderer_for(dev: Any) -> Any:
-    """The codegen Renderer for an hcq device, from the device's renderer_name (narrow adapter: codegen has no
-    lookup by name yet)."""
-    import importlib
-
-    name = getattr(dev, "renderer_name", "") or "llvm"
-    if name in _renderer_cache:
-        return _renderer_cache[name]
-    if name not in _RENDERERS:
-        raise RuntimeError(f"no codegen renderer known for device {dev.name} (renderer_name {name!r})")
-    mod, cls = _RENDERERS[name]
-    # FP_CONTRACT=1 (the default, as BLAS libraries do): the LLVM renderer may fuse a*b+c into one FMA
-    r = getattr(importlib.import_module(mod), cls)(**({"fp_contract": bool(FP_CONTRACT)} if name == "llvm" else {}))
-    _renderer_cache[name] = r
-    return r
 
 
 def compiled_program_count() -> int:

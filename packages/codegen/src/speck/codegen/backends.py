@@ -1,0 +1,188 @@
+"""The backend registry: one name -> one renderer and one compiler. A device names its backend ("LLVM", "CLANG",
+"X86", "PYTHON", "NULL") and gets both from here; nothing else keeps a table of renderer names.
+
+    from speck.codegen.backends import get_backend
+    be = get_backend("llvm")              # names are case-insensitive
+    spec = be.to_program(ast)             # lowered, rendered and compiled for this backend
+
+A new backend is one `register_backend(Backend(name, renderer_factory, compiler_factory))` call. `fallback` names
+the backend that renders a kernel this backend's renderer refuses early (raising UnsupportedOpError before doing
+expensive work): the x86 backend falls back to LLVM for forms it does not select, one kernel at a time."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from speck.codegen.compiler.base import Compiler
+
+if TYPE_CHECKING:
+    from speck.codegen.program import ProgramSpec
+    from speck.codegen.renderer import Renderer
+    from speck.uop import UOp
+
+
+class UnknownBackendError(KeyError):
+    """A backend name that is not registered; the message lists the registered ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class IdentityCompiler(Compiler):
+    """A 'compiler' whose object is the source text itself: for runtimes that execute the program form (PYTHON runs
+    the ProgramSpec's UOps through the interpreter) or nothing at all (NULL)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def compile(self, src: str) -> bytes:
+        return src.encode()
+
+    def compile_uncached(self, src: str) -> bytes:
+        return src.encode()
+
+    def disassemble(self, lib: bytes) -> str:
+        return lib.decode(errors="replace")
+
+
+@dataclass
+class Backend:
+    """A code generator for one target: `renderer()` and `compiler()` are created on first use and shared."""
+
+    name: str
+    make_renderer: Callable[[], Renderer]
+    make_compiler: Callable[[], Compiler]
+    fallback: str | None = None
+    aliases: tuple[str, ...] = ()
+    _renderer: Renderer | None = field(default=None, repr=False)
+    _compiler: Compiler | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def renderer(self) -> Renderer:
+        if self._renderer is None:
+            with self._lock:
+                if self._renderer is None:
+                    self._renderer = self.make_renderer()
+        return self._renderer
+
+    @property
+    def compiler(self) -> Compiler:
+        if self._compiler is None:
+            with self._lock:
+                if self._compiler is None:
+                    self._compiler = self.make_compiler()
+        return self._compiler
+
+    def renderer_names(self) -> frozenset[str]:
+        """Names of the renderers whose programs this backend's runtime loads: its own and its fallback's."""
+        names = {self.renderer.name}
+        if self.fallback is not None:
+            names |= get_backend(self.fallback).renderer_names()
+        return frozenset(names)
+
+    def to_program(self, ast: UOp, compile: bool = True) -> ProgramSpec:
+        """Lower, render and (when `compile`) compile `ast`. A kernel the renderer refuses with UnsupportedOpError
+        goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates."""
+        from speck.codegen.program import to_program
+        from speck.codegen.renderer import UnsupportedOpError
+        from speck.uop import DEBUG
+
+        try:
+            return to_program(ast, self.renderer, self.compiler if compile else None)
+        except UnsupportedOpError as e:
+            if self.fallback is None:
+                raise
+            if DEBUG >= 2:
+                print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {self.fallback}")
+            return get_backend(self.fallback).to_program(ast, compile)
+
+    def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
+        """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""
+        if getattr(spec, "renderer", None) in (None, self.renderer.name) or self.fallback is None:
+            return self.compiler
+        return get_backend(self.fallback).compiler_for(spec)
+
+
+_REGISTRY: dict[str, Backend] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add (or replace) a backend under its name and aliases (case-insensitive)."""
+    key = backend.name.upper()
+    _REGISTRY[key] = backend
+    for a in (key, *backend.aliases):
+        _ALIASES[a.upper()] = key
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    """The registered backend called `name` (or one of its aliases), case-insensitive."""
+    key = _ALIASES.get(name.upper()) if isinstance(name, str) else None
+    if key is None:
+        raise UnknownBackendError(f"unknown codegen backend {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[key]
+
+
+def backend_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+# ---------------- the built-in backends ----------------
+def _llvm_renderer() -> Renderer:
+    from speck.codegen.renderer.llvmir import LLVMRenderer
+
+    # FP_CONTRACT=1 (the default, as BLAS libraries do): the renderer may fuse a*b+c into one FMA
+    return LLVMRenderer(fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0"))
+
+
+def _llvm_compiler() -> Compiler:
+    from speck.codegen.compiler.llvm import LLVMCompiler
+
+    return LLVMCompiler()
+
+
+def _clang_renderer() -> Renderer:
+    from speck.codegen.renderer.cstyle import ClangRenderer
+
+    return ClangRenderer()
+
+
+def _clang_compiler() -> Compiler:
+    from speck.codegen.compiler.clang import ClangCompiler
+
+    return ClangCompiler()
+
+
+def _x86_renderer() -> Renderer:
+    from speck.codegen.x86.renderer import X86Renderer
+
+    return X86Renderer()
+
+
+def _x86_compiler() -> Compiler:
+    from speck.codegen.x86.compiler import X86Compiler
+
+    return X86Compiler()
+
+
+def _python_renderer() -> Renderer:
+    from speck.codegen.renderer.python import PythonRenderer
+
+    return PythonRenderer()
+
+
+register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler))
+register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, aliases=("C",)))
+register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM"))
+register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
+# NULL runs nothing: programs are rendered (C is the cheapest renderer) so scheduling and counting are real
+register_backend(Backend("NULL", _clang_renderer, lambda: IdentityCompiler("null")))
+
+
+__all__ = ["Backend", "IdentityCompiler", "UnknownBackendError", "backend_names", "get_backend", "register_backend"]
