@@ -35,21 +35,81 @@ def test_unknown_device_lists_the_known_ones(name: str) -> None:
         Device[name]
 
 
-def test_registry_returns_one_device_per_name(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_returns_one_device_per_name() -> None:
+    from speck.uop import Context
+
     assert Device["cpu"] is Device["CPU"] is Device["CPU:0"]
     assert Device["CPU:1"] is not Device["CPU"]
-    monkeypatch.delenv("DEV", raising=False)
-    assert Device.DEFAULT == "CPU"
-    monkeypatch.setenv("DEV", "null")
-    assert Device.DEFAULT == "NULL"
-    Device.DEFAULT = "cpu:1"
+    with Context(DEV=""):
+        assert Device.DEFAULT == "CPU"
+    with Context(DEV="null"):
+        assert Device.DEFAULT == "NULL"
+        Device.DEFAULT = "cpu:1"
+        try:
+            assert Device.DEFAULT == "CPU:1"
+            with pytest.raises(DeviceNotFoundError, match="unknown device 'TPU'"):
+                Device.DEFAULT = "TPU"
+        finally:
+            Device.DEFAULT = None
+        assert Device.DEFAULT == "NULL"
+
+
+@pytest.mark.parametrize(
+    "dev, default",
+    [("CPU", "CPU"), ("cpu:x86", "CPU:X86"), ("CPU:LLVM:x86_64,znver2", "CPU:LLVM"), ("USB2+NULL", "NULL"),
+     ("PYTHON;CPU", "PYTHON")],
+)  # fmt: skip
+def test_dev_targets_pick_the_default_device(dev: str, default: str) -> None:
+    from speck.uop import Context
+
+    with Context(DEV=dev):
+        assert Device.DEFAULT == default
+
+
+@pytest.mark.parametrize("dev", ["A+B+CPU", "CPU:LLVM:x:y"])
+def test_malformed_dev_targets_are_refused(dev: str) -> None:
+    from speck.uop import Context
+
+    with Context(DEV=dev), pytest.raises(RuntimeError, match="DEVICE\\[:RENDERER"):
+        _ = Device.DEFAULT
+
+
+def test_device_objects_describe_themselves() -> None:
+    dev = Device["CPU:2"]
+    assert dev.device == "CPU:2" and dev.device_id == 2 and Device["CPU"].device_id == 0
+    assert dev.count() == 1 and "," in dev.arch
+    assert dev.graph is not None and Device["PYTHON"].graph is None
+    assert Device.canonicalize(None) == Device.DEFAULT
+    assert Device.canonicalize(("cpu:0", "cpu:1")) == ("CPU", "CPU:1") and Device.canonicalize(["null"]) == "NULL"
+    assert Device.default is Device[Device.DEFAULT]
+    assert "CPU" in list(Device.get_available_devices())
+    with pytest.raises(HCQError, match="runs no kernels"):
+        _ = Device["DISK:/tmp/speck-device-test.bin"].renderer
+
+
+def test_plugins_add_device_kinds() -> None:
+    from speck.hcq.device import _KINDS, known_devices, register_device
+    from speck.hcq.null import NullDevice
+
+    opened: list[str] = []
+
+    def opener(name: str) -> NullDevice:
+        opened.append(name)
+        return NullDevice(name)
+
+    register_device("FAKEDEV", opener)
     try:
-        assert Device.DEFAULT == "CPU:1"
-        with pytest.raises(DeviceNotFoundError, match="unknown device 'TPU'"):
-            Device.DEFAULT = "TPU"
+        assert "FAKEDEV:<n>" in known_devices()
+        assert Device["fakedev:2"].name == "FAKEDEV:2" and Device["FAKEDEV:2"] is Device["fakedev:2"]
+        assert opened == ["FAKEDEV:2"]
+        with pytest.raises(DeviceNotFoundError, match="FAKEDEV names are written FAKEDEV or FAKEDEV:<n>"):
+            Device["FAKEDEV:x"]
+        with pytest.raises(ValueError, match="letters, digits"):
+            register_device("no good", opener)
     finally:
-        Device.DEFAULT = None
-    assert Device.DEFAULT == "NULL"
+        del _KINDS["FAKEDEV"]
+    with pytest.raises(DeviceNotFoundError, match="unknown device 'FAKEDEV'"):
+        canonicalize("FAKEDEV")
 
 
 def test_cpu_devices_expose_compiler_and_renderer() -> None:

@@ -125,11 +125,13 @@ def test_profiling_timestamps_are_monotonic(add_prog, cpu: CPUDevice) -> None:  
     assert events[0].start_ns <= s.timestamp <= events[0].end_ns
 
 
-def test_profile_env_turns_profiling_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PROFILE", "1")
-    assert CPUDevice("CPU:9").profile is True
-    monkeypatch.setenv("PROFILE", "0")
-    assert CPUDevice("CPU:9").profile is False
+def test_profile_setting_turns_profiling_on() -> None:
+    from speck.uop import Context
+
+    with Context(PROFILE="1"):
+        assert CPUDevice("CPU:9").profile is True
+    with Context(PROFILE="0"):
+        assert CPUDevice("CPU:9").profile is False
 
 
 def test_batch_submission_reports_per_kernel_times(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]

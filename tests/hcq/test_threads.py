@@ -92,9 +92,15 @@ def test_worker_error_reaches_the_launcher() -> None:
     POOL.run(lambda s, e: None, (), 4, 2)  # the pool is still usable
 
 
-def test_cpu_threads_env_sets_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CPU_THREADS", "3")
-    assert CPUDevice("CPU:7").threads == 3
+def test_num_cpu_threads_sets_the_default() -> None:
+    from speck.uop import Context
+
+    dev = CPUDevice("CPU:7")
+    with Context(NUM_CPU_THREADS=3):
+        assert dev.threads == 3
+    dev.threads = 5  # an explicit count wins over the setting
+    with Context(NUM_CPU_THREADS=3):
+        assert dev.threads == 5
 
 
 def test_small_kernels_stay_on_the_calling_thread(cpu: CPUDevice) -> None:

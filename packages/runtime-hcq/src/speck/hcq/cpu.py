@@ -20,6 +20,7 @@ from speck.hcq.errors import ProgramArgumentError
 from speck.hcq.graph import CPUGraph
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
+from speck.uop import ContextVar
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
@@ -28,6 +29,16 @@ if TYPE_CHECKING:
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
 PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
 PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
+# worker threads per CPU device (0: the cores this process may run on); CPU_THREADS is the older spelling
+NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS", "0") or 0))
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class _Worker:
@@ -142,8 +153,17 @@ class CPUDevice(DeviceBase):
         limit_env = os.environ.get("CPU_MEM_LIMIT")
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
-        self.threads = int(os.environ.get("CPU_THREADS", "0") or 0) or (os.cpu_count() or 1)
+        self._threads: int | None = None
         self.libraries: list[Library] | None = None
+
+    @property
+    def threads(self) -> int:
+        """Workers a kernel splits across: set explicitly, else NUM_CPU_THREADS, else the usable cores."""
+        return self._threads or int(NUM_CPU_THREADS.value) or usable_cores()
+
+    @threads.setter
+    def threads(self, n: int | None) -> None:
+        self._threads = n
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> CPUProgram:
         """Link `lib` (an x86-64 ELF object) and return the program for its function `name`."""

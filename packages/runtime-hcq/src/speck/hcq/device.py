@@ -7,7 +7,6 @@ registers CPU, PYTHON, NULL and DISK; speck.tensor registers USB."""
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import threading
@@ -19,6 +18,7 @@ from speck.hcq.allocator import Allocator, check_copy_size
 from speck.hcq.errors import DeviceNotFoundError, HCQError
 from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
 from speck.hcq.signal import Signal
+from speck.uop import ContextVar
 
 if TYPE_CHECKING:
     from speck.codegen.backends import Backend
@@ -28,8 +28,15 @@ if TYPE_CHECKING:
     from speck.hcq.program import Program
 
 
+# the default device, as a DEV target ("CPU", "CPU:X86", "NULL"; see parse_dev); "" means CPU
+DEV = ContextVar("DEV", "")
+# record a ProfileEvent per executed command on devices opened while it is on (also PROFILE=<path>: any non-empty
+# value other than "0" turns it on; speck.tensor writes the trace there at exit)
+PROFILE = ContextVar("PROFILE", "0")
+
+
 def _profile_enabled() -> bool:
-    return os.environ.get("PROFILE", "0") not in ("", "0")
+    return str(PROFILE.value) not in ("", "0")
 
 
 class DeviceBase:
@@ -364,8 +371,8 @@ class _DeviceRegistry:
 
     @property
     def DEFAULT(self) -> str:
-        """The default device: what was assigned to Device.DEFAULT, else `$DEV`, else "CPU"."""
-        return self._default if self._default is not None else parse_dev(os.environ.get("DEV", "") or "CPU")
+        """The default device: what was assigned to Device.DEFAULT, else the DEV setting, else "CPU"."""
+        return self._default if self._default is not None else parse_dev(str(DEV.value) or "CPU")
 
     @DEFAULT.setter
     def DEFAULT(self, name: str | None) -> None:

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from speck.tensor.gradient import compute_gradient
-from speck.uop import ContextVar, Ops, UOp, dtypes
+from speck.tensor.settings import TRAINING
+from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
-TRAINING = ContextVar("TRAINING", 0)
 # tensors that asked for gradients; backward() fills .grad of those that the loss depends on
 grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 

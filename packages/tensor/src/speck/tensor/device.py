@@ -1,12 +1,14 @@
-"""Device names for tensors: the default device and name canonicalisation, delegated to speck.hcq's registry."""
+"""Devices for tensors: the registry (speck.hcq's `Device`), buffers, name canonicalisation and which dtypes a
+device computes with."""
 
 from __future__ import annotations
 
-from speck.hcq import Device
+from speck.hcq import Buffer, Device
+from speck.uop import DType
 
 
 def default_device() -> str:
-    """The device new tensors live on (Device.DEFAULT; the DEV environment variable picks another)."""
+    """The device new tensors live on (Device.DEFAULT; the DEV setting picks another)."""
     return str(Device.DEFAULT)
 
 
@@ -17,4 +19,12 @@ def canonical(device: str | None) -> str:
     return str(Device.canonicalize(device))
 
 
-__all__ = ["Device", "canonical", "default_device"]
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether tensors of `dtype` can be computed on `device` (default: the default device)."""
+    dev = Device[canonical(device)]
+    if not dev.backend_name:  # storage-only devices (DISK) hold any dtype and compute none
+        return False
+    return dtype.scalar() in dev.renderer.supported_dtypes()
+
+
+__all__ = ["Buffer", "Device", "canonical", "default_device", "is_dtype_supported"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from speck.tensor import realize
+from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map
 from speck.tensor.tensor import Tensor
 from speck.uop import DEBUG, Ops, UOp, getenv
@@ -255,7 +256,7 @@ class _Batch:
 
     def _launch(self) -> None:
         t = self.graph.run()
-        gc = realize.GlobalCounters
+        gc = GlobalCounters
         gc.kernel_count += self.count
         gc.global_ops += self.ops
         gc.global_mem += self.mem

@@ -12,41 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
 from speck.uop import DEBUG, Ops, UOp, getenv
 from speck.uop.helpers import prod
-
-
-class GlobalCounters:
-    """Totals since the last reset: kernels run, estimated ops and bytes moved, kernel time, live buffer bytes."""
-
-    kernel_count: int = 0
-    global_ops: int = 0
-    global_mem: int = 0
-    time_sum_s: float = 0.0
-
-    @staticmethod
-    def reset() -> None:
-        GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
-        GlobalCounters.time_sum_s = 0.0
-
-    @classmethod
-    def mem_used_bytes(cls) -> int:
-        try:
-            from speck.hcq import mem_used
-
-            return int(mem_used())
-        except Exception:  # an hcq without accounting
-            return 0
-
-
-class _MemUsed:
-    def __get__(self, obj: Any, owner: Any) -> int:
-        return GlobalCounters.mem_used_bytes()
-
-
-GlobalCounters.mem_used = _MemUsed()  # type: ignore[attr-defined]
 
 
 # ---------------- buffers ----------------

@@ -600,7 +600,7 @@ def _chain(u: UOp) -> Iterator[UOp]:
 @contextlib.contextmanager
 def assert_kernel_count(n: int) -> Iterator[None]:
     """Context manager: the block must run exactly n kernels (raises KernelCountException(expected, got))."""
-    from speck.tensor.realize import GlobalCounters
+    from speck.tensor.counters import GlobalCounters
 
     before = GlobalCounters.kernel_count
     yield

@@ -10,6 +10,8 @@ import math
 import struct
 from typing import Any, Final, Literal
 
+from speck.uop.helpers import ContextVar
+
 ConstType = float | int | bool
 
 
@@ -155,7 +157,41 @@ def _d(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
     return DType(priority, itemsize, name, fmt)
 
 
-class dtypes:
+class _DtypesMeta(type):
+    """`dtypes.default_float` / `dtypes.default_int` read the DEFAULT_FLOAT / DEFAULT_INT settings live; assigning
+    them writes the setting."""
+
+    @property
+    def default_float(cls) -> DType:
+        return _default_setting(DEFAULT_FLOAT, "float")
+
+    @default_float.setter
+    def default_float(cls, dt: DType) -> None:
+        DEFAULT_FLOAT.value = to_dtype(dt).name
+
+    @property
+    def default_int(cls) -> DType:
+        return _default_setting(DEFAULT_INT, "int")
+
+    @default_int.setter
+    def default_int(cls, dt: DType) -> None:
+        DEFAULT_INT.value = to_dtype(dt).name
+
+
+def _default_setting(cv: ContextVar, kind: str) -> DType:
+    v = cv.value
+    dt = v if isinstance(v, DType) else to_dtype(str(v).lower())
+    if (kind == "float") != dtypes.is_float(dt) or dt.is_weak or dt == dtypes.bool:
+        raise ValueError(f"{cv.key}={v!r} is not a concrete {kind} dtype; use e.g. {cv.default}")
+    return dt
+
+
+# dtype names (any alias, any case) for Python float/int literals and lists, rand, arange and weak values
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+
+
+class dtypes(metaclass=_DtypesMeta):
     """Namespace of every dtype plus the helpers that classify and convert between them."""
 
     void: Final = _d(-1, 0, "void", None)
@@ -189,9 +225,6 @@ class dtypes:
     short = int16
     int = int32
     long = int64
-
-    default_float: DType = float32
-    default_int: DType = int32
 
     # ---- classification ----
     @staticmethod
@@ -313,8 +346,8 @@ def to_dtype(x: DType | str) -> DType:
     """Accept a DType or a name ('float32', 'half', ...)."""
     if isinstance(x, DType):
         return x
-    if isinstance(x, str) and x in _BY_NAME:
-        return _BY_NAME[x]
+    if isinstance(x, str) and (x in _BY_NAME or x.lower() in _BY_NAME):
+        return _BY_NAME[x] if x in _BY_NAME else _BY_NAME[x.lower()]
     raise RuntimeError(f"unknown dtype {x!r}; expected one of {', '.join(sorted(_BY_NAME))}")
 
 

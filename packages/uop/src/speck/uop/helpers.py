@@ -23,39 +23,46 @@ def getenv(key: str, default: Any = 0) -> Any:
 
 
 class ContextVar:
-    """A named setting whose value comes from the environment and can be scoped with `Context(NAME=value)`."""
+    """A named process-wide setting: created once from the same-named environment variable (converted to the type
+    of `default`: int, float or str) or `default`; scoped with `Context(NAME=value)`; `.value` is writable."""
 
     _registry: dict[str, ContextVar] = {}
+    value: Any
 
-    def __init__(self, key: str, default: int) -> None:
+    def __init__(self, key: str, default: Any) -> None:
         if key in ContextVar._registry:
             raise RuntimeError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
-        self.key, self.value = key, int(getenv(key, default))
+        raw = os.environ.get(key)
+        try:
+            value = default if raw is None else type(default)(raw)
+        except ValueError:
+            raise ValueError(f"environment variable {key}={raw!r} is not a {type(default).__name__}") from None
+        self.key, self.default, self.value = key, default, value
         ContextVar._registry[key] = self
 
     def __bool__(self) -> bool:
         return bool(self.value)
 
     def __index__(self) -> int:
-        return self.value
+        return int(self.value)
 
     def __int__(self) -> int:
-        return self.value
+        return int(self.value)
 
     def __ge__(self, x: int) -> bool:
-        return self.value >= x
+        return bool(self.value >= x)
 
     def __gt__(self, x: int) -> bool:
-        return self.value > x
+        return bool(self.value > x)
 
     def __le__(self, x: int) -> bool:
-        return self.value <= x
+        return bool(self.value <= x)
 
     def __lt__(self, x: int) -> bool:
-        return self.value < x
+        return bool(self.value < x)
 
     def __eq__(self, x: object) -> bool:
-        return self.value == x
+        return bool(self.value == x)
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -75,17 +82,19 @@ class Context(contextlib.ContextDecorator):
     """Scope settings: `with Context(DEBUG=2): ...` restores the previous values on exit.
 
     Unknown names raise KeyError listing the known settings; a setting defined by a package that is imported later
-    can still be scoped once it exists."""
+    can still be scoped once it exists. Values are stored as given (not type-checked)."""
 
-    def __init__(self, **kwargs: int) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
-        self.old: dict[str, int] = {}
+        self.old: dict[str, Any] = {}
 
     def __enter__(self) -> Context:
+        for k in self.kwargs:
+            ContextVar.get(k)  # every name is checked before any value changes
         for k, v in self.kwargs.items():
-            cv = ContextVar.get(k)
+            cv = ContextVar._registry[k]
             self.old[k] = cv.value
-            cv.value = int(v)
+            cv.value = v
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -97,6 +106,8 @@ DEBUG = ContextVar("DEBUG", 0)
 SPEC = ContextVar("SPEC", 0)
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
 PMCOMPILE = ContextVar("PMCOMPILE", 1)
+# 0 turns off every on-disk cache (compiled objects, BEAM winners); any value >= 1 enables them
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
 
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any:

@@ -12,11 +12,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from speck.codegen.lower import transcendental as tr
-from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop import ContextVar, DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.symbolic import fold_alu, fold_cast
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
+
+
+# >=2: exp2/log2/sin always use the polynomial decompositions, even where the renderer has them (to test them);
+# 0 and 1 behave alike: software only where the renderer lacks the op
+TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
+_SOFTWARE_WHEN_FORCED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
 
 class Decomposer:
@@ -24,9 +30,10 @@ class Decomposer:
 
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
+        self.force_software = TRANSCENDENTAL >= 2
 
     def lacks(self, op: Ops, dt: DType) -> bool:
-        return not self.renderer.supports(op, dt)
+        return not self.renderer.supports(op, dt) or (self.force_software and op in _SOFTWARE_WHEN_FORCED)
 
 
 def _promote_narrow_float(ctx: Decomposer, x: UOp) -> UOp | None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
 
 BEAM = ContextVar("BEAM", 0)
+NOOPT = ContextVar("NOOPT", 0)  # 1: no heuristic optimizations (explicit opts and BEAM still apply)
 
 
 def opt_base(sink: UOp) -> UOp:
@@ -36,6 +37,8 @@ def optimize_kernel(sink: UOp, renderer: Renderer) -> UOp:
         return apply_opts(sink, info.opts, renderer)
     if BEAM >= 1 and registered_timer() is not None:
         return apply_opts(sink, beam_search(sink, renderer, int(BEAM)), renderer)
+    if NOOPT:
+        return sink
     opts = hand_coded_optimizations(sink, renderer)
     try:
         return apply_opts(sink, opts, renderer)
@@ -45,6 +48,7 @@ def optimize_kernel(sink: UOp, renderer: Renderer) -> UOp:
 
 __all__ = [
     "BEAM",
+    "NOOPT",
     "Opt",
     "OptError",
     "OptOps",

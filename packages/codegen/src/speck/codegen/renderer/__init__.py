@@ -68,6 +68,14 @@ class Renderer:
     global_max: ClassVar[tuple[int, ...] | None] = None
     extra_matcher: ClassVar[PatternMatcher | None] = None
 
+    def supported_dtypes(self) -> set[DType]:
+        """Every scalar dtype programs for this renderer can compute with. Float formats without native arithmetic
+        (supports_float16/bfloat16/fp8 False) count: the pipeline computes them in float32 and rounds back; int64
+        needs supports_int64."""
+        from speck.uop.dtype import CONCRETE_SCALARS
+
+        return {d for d in CONCRETE_SCALARS if self.supports_int64 or d not in (dtypes.int64, dtypes.uint64)}
+
     def max_vec_lanes(self, dtype: DType) -> int:
         """How many lanes of scalar `dtype` fit one vector register (1 when the renderer has no vectors)."""
         if not self.has_vectors:

@@ -1,0 +1,50 @@
+"""The dtype namespace a tinygrad user imports (`from tinygrad.dtype import dtypes, DType, least_upper_dtype`):
+speck.uop's dtypes plus the numpy conversions speck.tensor uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from speck.uop.dtype import (
+    DEFAULT_FLOAT,
+    DEFAULT_INT,
+    AddrSpace,
+    ConstType,
+    DType,
+    PtrDType,
+    can_lossless_cast,
+    dtypes,
+    least_upper_dtype,
+    least_upper_float,
+    sum_acc_dtype,
+    to_dtype,
+    truncate,
+)
+
+# every named dtype, by its canonical name (no aliases, no weak or void)
+DTYPES_DICT: dict[str, DType] = {
+    k: v for k, v in dtypes.fields().items() if k == v.name and not v.is_weak and v != dtypes.void
+}
+INVERSE_DTYPES_DICT: dict[str, str] = {v.name: k for k, v in DTYPES_DICT.items()}
+
+
+def _to_np_dtype(dtype: DType) -> type | None:
+    """The numpy scalar type with dtype's layout, or None where numpy has none (bfloat16, fp8)."""
+    return None if dtype.fmt is None else np.dtype(dtype.fmt).type
+
+
+def _from_np_dtype(npdtype: Any) -> DType:
+    """The speck dtype of a numpy dtype (by name); KeyError for kinds speck has not (complex, str, object...)."""
+    name = np.dtype(npdtype).name
+    if name not in DTYPES_DICT:
+        raise KeyError(f"numpy dtype {name!r} has no speck equivalent; use one of {', '.join(DTYPES_DICT)}")
+    return DTYPES_DICT[name]
+
+
+__all__ = [
+    "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
+    "PtrDType", "_from_np_dtype", "_to_np_dtype", "can_lossless_cast", "dtypes", "least_upper_dtype",
+    "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
+]  # fmt: skip

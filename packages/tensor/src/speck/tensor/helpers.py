@@ -1,0 +1,145 @@
+"""The helpers a tinygrad user imports (`from tinygrad.helpers import getenv, Context, DEBUG, GlobalCounters`):
+the settings of every layer, the kernel/byte counters and small utilities, in one namespace. The definitions live
+where they belong (speck.uop, speck.codegen, speck.hcq, speck.tensor.settings); this module only gathers them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from speck.codegen.lower.decompositions import TRANSCENDENTAL
+from speck.codegen.opt import BEAM, NOOPT
+from speck.hcq.cpu import NUM_CPU_THREADS
+from speck.hcq.device import DEV, PROFILE
+from speck.tensor.counters import GlobalCounters
+from speck.tensor.settings import (
+    ALL2ALL,
+    ALLOW_DEVICE_USAGE,
+    ALLOW_TF32,
+    ALLREDUCE_CAST,
+    CAPTURING,
+    CHECK_OOB,
+    DISALLOW_BROADCAST,
+    EMULATED_DTYPES,
+    FLOAT16,
+    FUSE_OPTIM,
+    IMAGE,
+    JIT,
+    JIT_BATCH_SIZE,
+    LRU,
+    MAX_BUFFER_SIZE,
+    MAX_KERNEL_BUFFERS,
+    NO_COLOR,
+    NO_MEMORY_PLANNER,
+    NOLOCALS,
+    REDUCEOP_SPLIT_THRESHOLD,
+    RING,
+    RING_ALLREDUCE_THRESHOLD,
+    SPLIT_REDUCEOP,
+    TC,
+    TC_OPT,
+    TC_SELECT,
+    TRACEMETA,
+    TRAINING,
+    USE_ATOMICS,
+    VALIDATE_WITH_CPU,
+    VIZ,
+    WINO,
+)
+from speck.uop.dtype import DEFAULT_FLOAT, DEFAULT_INT
+from speck.uop.helpers import (
+    CACHELEVEL,
+    DEBUG,
+    SPEC,
+    Context,
+    ContextVar,
+    all_int,
+    all_same,
+    argsort,
+    cdiv,
+    dedup,
+    flatten,
+    getenv,
+    prod,
+    round_up,
+)
+
+OSX = sys.platform == "darwin"
+WIN = sys.platform == "win32"
+LINUX = sys.platform.startswith("linux")
+CI = os.environ.get("CI", "") != ""
+ARCH_X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """f(1, 2), f((1, 2)) and f([1, 2]) alike -> (1, 2)."""
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise ValueError(f"bad arguments {x}: pass either one sequence or separate values")
+        return tuple(x[0])
+    return tuple(x)
+
+
+def unwrap(x: Any) -> Any:
+    """x, asserting it is not None."""
+    assert x is not None
+    return x
+
+
+def temp(name: str, append_user: bool = False) -> str:
+    """A path in the system's temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"{name}.{os.getenv('USER', 'user')}" if append_user else name)
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+    """`st` wrapped in an ANSI colour (plain when color is None or NO_COLOR is set)."""
+    if color is None or NO_COLOR:
+        return st
+    colors = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
+    code = 10 * background + 60 * (color.upper() == color) + 30 + colors.index(color.lower())
+    return f"\u001b[{code}m{st}\u001b[0m"
+
+
+class Timing(contextlib.ContextDecorator):
+    """`with Timing("step: "):` prints how long the block took (ms)."""
+
+    def __init__(self, prefix: str = "", on_exit: Any = None, enabled: bool = True) -> None:
+        self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+
+    def __enter__(self) -> Timing:
+        self.st = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.et = time.perf_counter_ns() - self.st
+        if self.enabled:
+            print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
+
+
+@contextlib.contextmanager
+def cpu_time() -> Iterator[list[float]]:
+    """Measure the process CPU seconds a block used: `with cpu_time() as t: ...; t[0]`."""
+    out = [0.0]
+    t0 = time.process_time()
+    try:
+        yield out
+    finally:
+        out[0] = time.process_time() - t0
+
+
+__all__ = [
+    "ALL2ALL", "ALLOW_DEVICE_USAGE", "ALLOW_TF32", "ALLREDUCE_CAST", "ARCH_X86", "BEAM", "CACHELEVEL", "CAPTURING",
+    "CHECK_OOB", "CI", "DEBUG", "DEFAULT_FLOAT", "DEFAULT_INT", "DEV", "DISALLOW_BROADCAST", "EMULATED_DTYPES",
+    "FLOAT16", "FUSE_OPTIM", "IMAGE", "JIT", "JIT_BATCH_SIZE", "LINUX", "LRU", "MAX_BUFFER_SIZE", "MAX_KERNEL_BUFFERS",
+    "NOLOCALS", "NOOPT", "NO_COLOR", "NO_MEMORY_PLANNER", "NUM_CPU_THREADS", "OSX", "PROFILE",
+    "REDUCEOP_SPLIT_THRESHOLD", "RING", "RING_ALLREDUCE_THRESHOLD", "SPEC", "SPLIT_REDUCEOP", "TC", "TC_OPT",
+    "TC_SELECT", "TRACEMETA", "TRAINING", "TRANSCENDENTAL", "USE_ATOMICS", "VALIDATE_WITH_CPU", "VIZ", "WIN", "WINO",
+    "Context", "ContextVar", "GlobalCounters", "Timing", "all_int", "all_same", "argfix", "argsort", "cdiv",
+    "colored", "cpu_time", "dedup", "flatten", "getenv", "prod", "round_up", "temp", "unwrap",
+]  # fmt: skip

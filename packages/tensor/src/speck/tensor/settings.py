@@ -1,0 +1,53 @@
+"""The settings speck.tensor reads (tinygrad's names and meanings). Each is a speck.uop ContextVar: created once
+from the same-named environment variable or its default, scoped with `Context(NAME=value)`, writable through
+`.value`. Settings of lower layers live there (DEBUG, SPEC, CACHELEVEL in speck.uop; BEAM, NOOPT, TRANSCENDENTAL in
+speck.codegen; DEV, PROFILE, NUM_CPU_THREADS in speck.hcq); speck.tensor.helpers exports them all."""
+
+from __future__ import annotations
+
+from speck.uop import ContextVar
+
+# 0: TinyJit just calls the function; 1: capture and replay, batching kernels into device graphs; 2: capture and
+# replay kernel by kernel
+JIT = ContextVar("JIT", 1)
+JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)
+# while a TinyJit captures, realizations are recorded for replay; Context(CAPTURING=0) runs them unrecorded
+CAPTURING = ContextVar("CAPTURING", 1)
+# dropout, BatchNorm batch statistics and optimizer steps
+TRAINING = ContextVar("TRAINING", 0)
+# split reductions whose input/output ratio is at least REDUCEOP_SPLIT_THRESHOLD into two kernels
+SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
+REDUCEOP_SPLIT_THRESHOLD = ContextVar("REDUCEOP_SPLIT_THRESHOLD", 32768)
+# allreduce algorithm across devices: RING 0 naive, 1 ring for large buffers, 2 always ring; ALL2ALL likewise
+RING = ContextVar("RING", 1)
+ALL2ALL = ContextVar("ALL2ALL", 0)
+RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256000)
+ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)
+# 0 forbids opening devices other than DISK/NPY/PYTHON (used while tracing @function bodies)
+ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
+# > 0: allocating a buffer of more elements raises RuntimeError
+MAX_BUFFER_SIZE = ContextVar("MAX_BUFFER_SIZE", 0)
+# optimizers' default for fused=
+FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
+USE_ATOMICS = ContextVar("USE_ATOMICS", 0)
+# 1: implicit broadcasting in elementwise ops raises RuntimeError
+DISALLOW_BROADCAST = ContextVar("DISALLOW_BROADCAST", 0)
+TRACEMETA = ContextVar("TRACEMETA", 1)
+LRU = ContextVar("LRU", 1)
+VIZ = ContextVar("VIZ", 0)
+
+# accepted for compatibility; they select code paths speck's CPU backends do not have, so they change nothing
+IMAGE = ContextVar("IMAGE", 0)
+FLOAT16 = ContextVar("FLOAT16", 0)
+WINO = ContextVar("WINO", 0)
+TC = ContextVar("TC", 1)
+TC_SELECT = ContextVar("TC_SELECT", -1)
+TC_OPT = ContextVar("TC_OPT", 0)
+ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
+NOLOCALS = ContextVar("NOLOCALS", 0)
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
+MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
+EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "")
+CHECK_OOB = ContextVar("CHECK_OOB", 0)
+VALIDATE_WITH_CPU = ContextVar("VALIDATE_WITH_CPU", 0)
+NO_COLOR = ContextVar("NO_COLOR", 0)

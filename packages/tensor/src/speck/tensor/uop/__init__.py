@@ -1,0 +1,1 @@
+"""speck.uop under tinygrad's module name (`tinygrad.uop`, `tinygrad.uop.ops`)."""
