@@ -60,12 +60,28 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", *[f"packages/{p}/src" for p in EXISTING])
 
 
+BENCH_TOOLS = ["numpy", "threadpoolctl"]  # threadpoolctl: which BLAS kernel numpy runs (bench/_host.py prints it)
+# the benchmarks' environment: numpy's real OpenBLAS kernels, not the machine's Haswell override (bench/_host.py
+# also removes these in-process, before numpy loads, for runs outside nox)
+BENCH_ENV = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Run every benchmark in bench/ and print its table."""
-    session.install(*_editable(EXISTING), "numpy")
+    """Run every benchmark in bench/ (not the PyTorch comparison: bench_peers) and print its table."""
+    session.install(*_editable(EXISTING), *BENCH_TOOLS)
     for script in sorted((ROOT / "bench").glob("*.py")):
-        session.run("python", str(script), *session.posargs)
+        if script.name.startswith("_") or script.name == "peers.py":
+            continue
+        session.run("python", str(script), *session.posargs, env=BENCH_ENV)
+
+
+# pip, not uv: PyTorch's CPU wheel lies on this machine's disk (pip's find-links); uv would download a CUDA build
+@nox.session(venv_backend="venv")
+def bench_peers(session: nox.Session) -> None:
+    """speck beside numpy and PyTorch (CPU wheel, installed into this session only), with each target marked."""
+    session.install(*_editable(EXISTING), *BENCH_TOOLS, "torch==2.13.0")
+    session.run("python", str(ROOT / "bench" / "peers.py"), *session.posargs, env=BENCH_ENV)
 
 
 @nox.session

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _host
+
 from speck.codegen import KernelInfo
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.uop import AxisType, Ops, UOp, dtypes
@@ -70,6 +72,7 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def main() -> None:
+    _host.describe()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()

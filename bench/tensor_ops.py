@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import _host
 import numpy as np
 
 from speck.tensor import Tensor
@@ -79,6 +80,7 @@ def bench_overhead(repeats: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    _host.describe()
     quick = "--quick" in sys.argv
     rows: list[tuple[str, float, float, str, str]] = []
     print("speck.tensor vs numpy (median of repeats, warm caches)", flush=True)

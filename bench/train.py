@@ -16,6 +16,7 @@ import argparse
 import statistics
 import time
 
+import _host
 import numpy as np
 
 from speck.tensor import GlobalCounters, Tensor, TinyJit
@@ -70,6 +71,7 @@ def host_gflops(reps: int = 7) -> float:
 
 
 def main() -> None:
+    _host.describe()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="mlp,small-cnn,cnn", help="comma-separated: " + ",".join(sorted(MODELS)))
     ap.add_argument("--batch", type=int, default=128)

@@ -15,6 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 
+import _host
+
 from speck.uop import UOp, dtypes, graph_rewrite
 from speck.uop.symbolic import symbolic
 
@@ -83,6 +85,7 @@ def run(build: Builder, compiled: bool, repeats: int) -> tuple[float, int]:
 
 
 def main() -> None:
+    _host.describe()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dag", type=int, default=50_000, help="nodes in the random DAG")
