@@ -10,7 +10,7 @@ import tomllib
 import nox
 
 nox.options.default_venv_backend = "uv|venv"
-nox.options.sessions = ["tests", "lint", "typecheck", "check_versions"]
+nox.options.sessions = ["tests", "lint", "typecheck", "check_versions", "docs"]
 
 ROOT = pathlib.Path(__file__).parent
 # package folder -> (import name, sibling folders it depends on), bottom of the stack first
@@ -64,6 +64,13 @@ BENCH_TOOLS = ["numpy", "threadpoolctl"]  # threadpoolctl: which BLAS kernel num
 # the benchmarks' environment: numpy's real OpenBLAS kernels, not the machine's Haswell override (bench/_host.py
 # also removes these in-process, before numpy loads, for runs outside nox)
 BENCH_ENV = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs-material + mkdocstrings) into build/site; warnings are errors."""
+    session.install("mkdocs-material>=9.5", "mkdocstrings[python]>=0.26")
+    session.run("mkdocs", "build", "--strict", "--clean", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session
