@@ -8,7 +8,7 @@ import pytest
 
 from codegen_helpers import assert_same, out_dtype, run_ast, run_prog
 from speck.codegen import KernelInfo, PythonRenderer, to_program
-from speck.codegen.opt import Opt, OptError, OptOps, apply_opts, beam_search, hand_coded_optimizations
+from speck.codegen.opt import Opt, OptError, OptOps, apply_opts, beam_search, hand_coded_optimizations, opt_base
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.program import ProgramSpec
 from speck.codegen.renderer import Renderer
@@ -168,3 +168,57 @@ def test_reduce_ranges_merge_only_when_exact(pooled: bool, reduce_ranges: int) -
     with Context(SPEC=1):
         uops = full_rewrite_to_sink(ast, PythonRenderer())
     np.testing.assert_allclose(run_prog(uops, bufs, {}), want, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_keeps_the_heuristic_when_nothing_beats_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    renderer = PythonRenderer()
+    heuristic = tuple(hand_coded_optimizations(opt_base(matvec(name="beamh")), renderer))
+    assert heuristic, "the heuristic should optimize a matvec"
+
+    def timer(p: ProgramSpec) -> float:  # a device on which only the heuristic's choice is fast
+        return 0.1 if p.applied_opts == heuristic else 1.0
+
+    assert beam_search(matvec(name="beamh"), renderer, 3, timer=timer) == heuristic
+
+
+def test_beam_search_stops_at_its_time_budget(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    calls: list[tuple[Opt, ...]] = []
+
+    def timer(p: ProgramSpec) -> float:
+        calls.append(p.applied_opts)
+        return 1.0
+
+    with Context(BEAM_TIMEOUT=0.0):
+        beam_search(matvec(name="beamt"), PythonRenderer(), 4, timer=timer)
+    assert len(calls) <= 2  # only the start candidates (no opts, the heuristic's) were timed
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b'[["UPCAST", 0]]', b"\x00\xff" * 10, b'"x"'])
+def test_a_corrupt_beam_cache_entry_is_a_miss(tmp_path, monkeypatch, garbage: bytes) -> None:  # type: ignore[no-untyped-def]
+    from speck.codegen.opt.search import _cache_path
+
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    ast, renderer = matvec(name="beamc"), PythonRenderer()
+    timer = lambda p: 1.0 - 0.5 * (Opt(OptOps.UPCAST, 0, 4) in p.applied_opts)
+    best = beam_search(ast, renderer, 2, timer=timer)
+    path = _cache_path(ast, renderer, 2, "")
+    path.write_bytes(garbage)
+    assert beam_search(ast, renderer, 2, timer=timer) == best  # searched again, not misread
+    assert beam_search(ast, renderer, 2, timer=lambda p: 1 / 0) == best  # and the rewritten entry is healthy
+
+
+def test_ignore_beam_cache_searches_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    calls: list[int] = []
+
+    def timer(p: ProgramSpec) -> float:
+        calls.append(1)
+        return 1.0
+
+    beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=timer)
+    n = len(calls)
+    with Context(IGNORE_BEAM_CACHE=1):
+        beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=timer)
+    assert len(calls) == 2 * n

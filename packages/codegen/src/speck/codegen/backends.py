@@ -85,21 +85,23 @@ class Backend:
             names |= get_backend(self.fallback).renderer_names()
         return frozenset(names)
 
-    def to_program(self, ast: UOp, compile: bool = True) -> ProgramSpec:
+    def to_program(self, ast: UOp, compile: bool = True, beam_timer: Any = None, beam_tag: str = "") -> ProgramSpec:
         """Lower, render and (when `compile`) compile `ast`. A kernel the renderer refuses with UnsupportedOpError
-        goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates."""
+        goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates.
+        `beam_timer`/`beam_tag`: BEAM's candidate timer and its device's name (see speck.codegen.opt.search)."""
         from speck.codegen.program import to_program
         from speck.codegen.renderer import UnsupportedOpError
         from speck.uop import DEBUG
 
         try:
-            return to_program(ast, self.renderer, self.compiler if compile else None)
+            return to_program(ast, self.renderer, self.compiler if compile else None, beam_timer=beam_timer,
+                              beam_tag=beam_tag)  # fmt: skip
         except UnsupportedOpError as e:
             if self.fallback is None:
                 raise
             if DEBUG >= 2:
                 print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {self.fallback}")
-            return get_backend(self.fallback).to_program(ast, compile)
+            return get_backend(self.fallback).to_program(ast, compile, beam_timer, beam_tag)
 
     def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
         """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""

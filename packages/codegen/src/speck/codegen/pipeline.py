@@ -27,6 +27,7 @@ from speck.uop.symbolic import symbolic
 pm_simplify = symbolic + pm_cleanup_ranges
 
 if TYPE_CHECKING:
+    from speck.codegen.opt.search import BeamTimer
     from speck.codegen.renderer import Renderer
 
 
@@ -48,8 +49,10 @@ class _Stages:
         return g
 
 
-def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True) -> UOp:
-    """All graph stages of the pipeline (everything but linearization): returns the lowered SINK."""
+def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: BeamTimer | None = None,
+                       beam_tag: str = "") -> UOp:  # fmt: skip
+    """All graph stages of the pipeline (everything but linearization): returns the lowered SINK. `beam_timer`
+    times candidates when BEAM>=1 (see speck.codegen.opt.search); `beam_tag` names its device in the BEAM cache."""
     check_kernel_ast(ast)
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     st = _Stages(info.name)
@@ -61,7 +64,7 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True) -> U
     if optimize and not info.dont_opt:
         from speck.codegen.opt import optimize_kernel
 
-        sink = optimize_kernel(sink, renderer)
+        sink = optimize_kernel(sink, renderer, beam_timer, beam_tag)
         sink = graph_rewrite(sink, pm_simplify, name="simplify_after_opts")
         sink = st.done("apply_opts", sink)
     # a sum over taps that read only zero padding (a transposed convolution's borders) skips them: the gate bounds
@@ -97,11 +100,12 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True) -> U
     return sink
 
 
-def full_rewrite_to_sink(ast: UOp, renderer: Renderer, optimize: bool = True) -> list[UOp]:
+def full_rewrite_to_sink(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: BeamTimer | None = None,
+                         beam_tag: str = "") -> list[UOp]:  # fmt: skip
     """Lower a kernel AST for `renderer` to the linear program form (KERNEL_CONTRACT.md section 2), verified
     against spec_program when SPEC=1. Raises RuntimeError naming node and stage for ASTs that break the
     conventions, and UnsupportedOpError (naming op, dtype, renderer) for ops the renderer cannot express."""
-    sink = full_rewrite_graph(ast, renderer, optimize)
+    sink = full_rewrite_graph(ast, renderer, optimize, beam_timer, beam_tag)
     t = time.perf_counter()
     # linear order: RANGE before its body, END after, accumulators initialised before their loops
     uops = linearize(sink)

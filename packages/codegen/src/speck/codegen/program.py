@@ -180,17 +180,18 @@ def global_size(uops: list[UOp]) -> tuple[sint, ...]:
     return tuple(dims)
 
 
-def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True) -> ProgramSpec:
+def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True,
+               beam_timer: Any = None, beam_tag: str = "") -> ProgramSpec:  # fmt: skip
     """Lower a kernel AST for `renderer`, render it, and compile it when `compiler` is given (anything with a
     `compile(src) -> bytes` method). The result carries name, source, object bytes, launch sizes, buffer roles,
-    variables and estimates."""
+    variables and estimates. `beam_timer(spec) -> seconds` times BEAM candidates (BEAM>=1) on a device."""
     import time
 
     from speck.codegen.pipeline import full_rewrite_to_sink
     from speck.uop import DEBUG
 
     t0 = time.perf_counter()
-    uops = full_rewrite_to_sink(ast, renderer, optimize=optimize)
+    uops = full_rewrite_to_sink(ast, renderer, optimize=optimize, beam_timer=beam_timer, beam_tag=beam_tag)
     t1 = time.perf_counter()
     src = renderer.render(uops)
     t2 = time.perf_counter()

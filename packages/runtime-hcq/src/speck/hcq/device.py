@@ -18,7 +18,7 @@ from speck.hcq.allocator import Allocator, check_copy_size
 from speck.hcq.errors import DeviceNotFoundError, HCQError
 from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
 from speck.hcq.signal import Signal
-from speck.uop import ContextVar
+from speck.uop import DEBUG, ContextVar
 
 if TYPE_CHECKING:
     from speck.codegen.backends import Backend
@@ -141,6 +141,33 @@ class DeviceBase:
             estimates=getattr(spec, "estimates", None),
             spec=spec,
         )
+
+    def time_program(self, spec: Any, runs: int = 3) -> float:
+        """Seconds the fastest of `runs` runs of a ProgramSpec takes here, on zero-filled scratch buffers of its
+        sizes, variables at their upper bounds: the timer BEAM search uses for candidates on this device. A candidate
+        that does not compile or load times as infinity (it can't win)."""
+        import math
+
+        import numpy as np
+
+        from speck.hcq.buffer import Buffer
+
+        try:
+            prog = self.load_program(spec)
+        except Exception as e:  # a candidate the compiler or loader rejects is not an error of the search
+            if DEBUG >= 2:
+                print(f"BEAM candidate {getattr(spec, 'name', '?')} failed to load on {self.name}: {e}")
+            return math.inf
+        bufs = []
+        for a in spec.buffers:
+            b = Buffer(self.name, int(a.size), a.dtype)
+            bufs.append(b.copyin(np.zeros(b.nbytes, np.uint8)))
+        vals = tuple(int(v.arg[2]) for v in spec.vars)
+        best = math.inf
+        for _ in range(runs):
+            t = prog(*bufs, vals=vals, wait=True)
+            best = min(best, float(t) if t is not None else math.inf)
+        return best
 
     def choose_threads(self, prog: Program, bufs: Sequence[Buffer]) -> int | None:
         """How many workers an exec of `prog` on `bufs` should use (None: the device's default)."""

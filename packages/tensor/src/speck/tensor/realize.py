@@ -141,9 +141,17 @@ def _compile_codegen(ast: UOp, device: str) -> _CompiledProgram:
         spec, fut = ahead
         spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial compile would
     else:
-        spec = dev.backend.to_program(ast)
+        spec = dev.backend.to_program(ast, **_beam_args(dev))
     prog = dev.load_program(spec)
     return _CompiledProgram(spec, prog, dev)
+
+
+def _beam_args(dev: Any) -> dict[str, Any]:
+    """With BEAM>=1, kernels are searched by timing candidates on their own device (Device.time_program), cached on
+    disk under the device's name and architecture."""
+    from speck.codegen.opt import BEAM
+
+    return {"beam_timer": dev.time_program, "beam_tag": f"{dev.name}|{dev.arch}"} if BEAM >= 1 else {}
 
 
 # ---------------- compiling ahead ----------------
@@ -181,7 +189,7 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
     for device, ast in todo:
         try:
             dev = Device[device]
-            spec = dev.backend.to_program(ast, compile=False)
+            spec = dev.backend.to_program(ast, compile=False, **_beam_args(dev))
             compiler = dev.backend.compiler_for(spec)
         except Exception:  # _compile reports it when the kernel runs
             continue

@@ -21,13 +21,14 @@ from speck.uop.dtype import (
     to_dtype,
     truncate,
 )
-from speck.uop.helpers import DEBUG, SPEC, Context, ContextVar, getenv
+from speck.uop.helpers import CACHELEVEL, DEBUG, SPEC, Context, ContextVar, getenv
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.rewrite import graph_rewrite, graph_rewrite_map
 from speck.uop.uop import AxisType, UOp, exec_alu, resolve, sint, smax, ssimplify, validate_shape
 from speck.uop.upat import PatternMatcher, UPat
 
 __all__ = [
+    "CACHELEVEL",
     "DEBUG",
     "SPEC",
     "AddrSpace",

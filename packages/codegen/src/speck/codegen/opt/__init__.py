@@ -12,7 +12,7 @@ from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
-from speck.codegen.opt.search import beam_search, register_beam_timer, registered_timer
+from speck.codegen.opt.search import BeamTimer, beam_search, register_beam_timer, registered_timer
 from speck.uop import ContextVar, UOp
 
 if TYPE_CHECKING:
@@ -27,16 +27,16 @@ def opt_base(sink: UOp) -> UOp:
     return merge_ranges(sink)
 
 
-def optimize_kernel(sink: UOp, renderer: Renderer) -> UOp:
+def optimize_kernel(sink: UOp, renderer: Renderer, timer: BeamTimer | None = None, cache_tag: str = "") -> UOp:
     """Merge adjacent ranges where exact, then apply the kernel's opts: KernelInfo.opts if given, else BEAM search
-    (BEAM>=1 with a registered timer), else the heuristic. Opt axes are numbered after merging (`opt_base` shows the
-    graph they refer to). An explicit opt that does not apply raises OptError naming it."""
+    (BEAM>=1 with a timer: `timer`, else a registered one), else the heuristic. Opt axes are numbered after merging
+    (`opt_base` shows the graph they refer to). An explicit opt that does not apply raises OptError naming it."""
     sink = opt_base(sink)
     info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
     if info.opts:
         return apply_opts(sink, info.opts, renderer)
-    if BEAM >= 1 and registered_timer() is not None:
-        return apply_opts(sink, beam_search(sink, renderer, int(BEAM)), renderer)
+    if BEAM >= 1 and (timer := timer or registered_timer()) is not None:
+        return apply_opts(sink, beam_search(sink, renderer, int(BEAM), timer, cache_tag=cache_tag), renderer)
     if NOOPT:
         return sink
     opts = hand_coded_optimizations(sink, renderer)

@@ -1,7 +1,12 @@
 """BEAM search over opt lists. Codegen never runs code: candidates are lowered and rendered to ProgramSpecs and
-timed by a callback the runtime supplies (`register_beam_timer`, or the `timer` argument). Winners are cached on
-disk in `$SPECK_CACHE_DIR/beam` (default ~/.cache/speck/beam), keyed by the AST's content hash, the renderer and
-the beam width; `CACHELEVEL=0` disables the cache."""
+timed by a callback the runtime supplies (the `timer` argument, which speck.tensor passes as the kernel's own device's
+`time_program`, or a process-wide one from `register_beam_timer`).
+
+The search is bounded: `BEAM_TIMEOUT` seconds per kernel (default 60), and the heuristic's choice competes as a
+candidate, so the result is never slower than the heuristic by the timer's measure. Winners are cached on disk in
+`$SPECK_CACHE_DIR/beam` (default ~/.cache/speck/beam), keyed by the AST's content hash, the renderer, the beam width
+and the timer's device (`cache_tag`); `CACHELEVEL=0` disables the cache and `IGNORE_BEAM_CACHE=1` searches again
+(and rewrites the entry). A corrupt entry is a miss."""
 
 from __future__ import annotations
 
@@ -10,12 +15,13 @@ import json
 import math
 import os
 import pathlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opts, const_size, output_axes, reduce_axes
-from speck.uop import UOp
+from speck.uop import CACHELEVEL, DEBUG, ContextVar, UOp
 
 if TYPE_CHECKING:
     from speck.codegen.program import ProgramSpec
@@ -23,10 +29,13 @@ if TYPE_CHECKING:
 
 BeamTimer = Callable[["ProgramSpec"], float]
 _TIMER: list[BeamTimer] = []
+BEAM_TIMEOUT = ContextVar("BEAM_TIMEOUT", 60.0)  # seconds of search per kernel
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
 
 
 def register_beam_timer(timer: BeamTimer | None) -> None:
-    """Install the function BEAM uses to time a candidate ProgramSpec (seconds; math.inf for a failed run)."""
+    """Install the function BEAM uses to time a candidate ProgramSpec when no timer is passed (seconds; math.inf
+    for a failed run)."""
     _TIMER.clear()
     if timer is not None:
         _TIMER.append(timer)
@@ -36,15 +45,29 @@ def registered_timer() -> BeamTimer | None:
     return _TIMER[0] if _TIMER else None
 
 
-def _cache_path(ast: UOp, renderer: Renderer, width: int) -> pathlib.Path:
+def _cache_path(ast: UOp, renderer: Renderer, width: int, cache_tag: str) -> pathlib.Path:
     root = os.environ.get("SPECK_CACHE_DIR")
     base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
-    key = hashlib.sha256(ast.key + f"|{renderer.name}|{width}".encode()).hexdigest()
+    key = hashlib.sha256(ast.key + f"|{renderer.name}|{width}|{cache_tag}".encode()).hexdigest()
     return base / "beam" / f"{key}.json"
 
 
-def _cache_on() -> bool:
-    return int(os.environ.get("CACHELEVEL", "1") or "0") > 0
+def _read_cached(path: pathlib.Path) -> tuple[Opt, ...] | None:
+    """The cached winner, or None for a missing or unreadable entry (a corrupt entry is a miss, never an error)."""
+    try:
+        return tuple(Opt.from_json(x) for x in json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def _write_cached(path: pathlib.Path, opts: tuple[Opt, ...]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([o.to_json() for o in opts]))
+        tmp.replace(path)
+    except OSError:
+        pass  # an unwritable cache is not an error
 
 
 def candidate_actions(sink: UOp) -> list[Opt]:
@@ -68,34 +91,45 @@ def candidate_actions(sink: UOp) -> list[Opt]:
 
 
 def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | None = None, max_rounds: int = 3,
-                use_cache: bool = True) -> tuple[Opt, ...]:  # fmt: skip
+                use_cache: bool = True, cache_tag: str = "") -> tuple[Opt, ...]:  # fmt: skip
     """Find a good opt list for `ast` by beam search of `width` candidates per round, timing candidates with
-    `timer` (default: the registered one). Returns the best list (possibly empty); cached on disk."""
+    `timer` (default: the registered one). Returns the best list found (the heuristic's when nothing beats it);
+    cached on disk (see the module docstring)."""
+    from speck.codegen.opt.heuristic import hand_coded_optimizations
+    from speck.codegen.opt.merge import merge_ranges
     from speck.codegen.pipeline import pm_simplify
     from speck.codegen.program import to_program
     from speck.uop import graph_rewrite
 
     timer = timer or registered_timer()
     if timer is None:
-        raise RuntimeError("BEAM search needs a timer: the runtime must call "
+        raise RuntimeError("BEAM search needs a timer: pass timer=fn or call "
                            "speck.codegen.opt.register_beam_timer(fn) (fn(ProgramSpec) -> seconds)")  # fmt: skip
-    path = _cache_path(ast, renderer, width)
-    if use_cache and _cache_on() and path.exists():
-        return tuple(Opt.from_json(x) for x in json.loads(path.read_text()))
+    caching = use_cache and CACHELEVEL >= 1
+    path = _cache_path(ast, renderer, width, cache_tag)
+    if caching and not IGNORE_BEAM_CACHE and (hit := _read_cached(path)) is not None:
+        return hit
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
-    from speck.codegen.opt.merge import merge_ranges
-
     base = merge_ranges(graph_rewrite(ast, pm_simplify, name="beam_base"))
+    deadline = time.perf_counter() + float(BEAM_TIMEOUT.value)
 
     def measure(opts: tuple[Opt, ...]) -> float:
         try:
-            cand = ast.replace(arg=info.replace(opts=opts, dont_opt=False))
+            # no opts must mean exactly that: an empty opts tuple would let the optimizer choose (or search again)
+            cand = ast.replace(arg=info.replace(opts=opts, dont_opt=not opts))
             return float(timer(to_program(cand, renderer)))
         except OptError:
             return math.inf
 
-    best: list[tuple[float, tuple[Opt, ...]]] = [(measure(()), ())]
-    seen: set[tuple[Opt, ...]] = {()}
+    try:
+        heuristic = tuple(hand_coded_optimizations(base, renderer))
+        apply_opts(base, heuristic, renderer)
+    except OptError:
+        heuristic = ()
+    starts = [(), heuristic] if heuristic else [()]
+    best = sorted(((measure(o), o) for o in starts), key=lambda x: (x[0], len(x[1])))
+    seen: set[tuple[Opt, ...]] = set(starts)
+    timed_out = False
     for _ in range(max_rounds):
         cands: list[tuple[float, tuple[Opt, ...]]] = []
         for _t, opts in best:
@@ -112,18 +146,23 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | Non
                     apply_opts(cur, (a,), renderer)
                 except OptError:
                     continue
+                if time.perf_counter() > deadline:
+                    timed_out = True
+                    break
                 cands.append((measure(nxt), nxt))
+            if timed_out:
+                break
         if not cands:
             break
         merged = sorted(best + cands, key=lambda x: (x[0], len(x[1])))[:width]
-        if merged[0][0] >= best[0][0]:
+        if merged[0][0] >= best[0][0] or timed_out:
             best = merged
             break
         best = merged
     winner = best[0][1]
-    if use_cache and _cache_on():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([o.to_json() for o in winner]))
-        tmp.replace(path)
+    if DEBUG >= 2:
+        print(f"BEAM {info.name}: {len(seen)} candidates, best {best[0][0] * 1e6:.1f} us with {winner}"
+              + (" (time budget reached)" if timed_out else ""))  # fmt: skip
+    if caching:
+        _write_cached(path, winner)
     return winner
