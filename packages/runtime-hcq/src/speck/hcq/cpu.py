@@ -107,7 +107,7 @@ class CPUProgram(Program):
 
     def __init__(self, device: CPUDevice, name: str, lib: bytes, libraries: list[Library] | None = None, **spec: Any):
         super().__init__(device, name, lib, **spec)
-        self.image: LoadedObject = load_elf(lib, libraries if libraries is not None else default_libraries())
+        self.image: LoadedObject = load_elf(lib, libraries if libraries is not None else default_libraries(), name)
         self.address = self.image.address(name)
         self._fns: dict[tuple[int, int], Any] = {}
         self._fn: Any = None

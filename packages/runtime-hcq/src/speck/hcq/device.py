@@ -10,12 +10,13 @@ from __future__ import annotations
 import platform
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.allocator import Allocator, check_copy_size
-from speck.hcq.errors import DeviceNotFoundError, HCQError
+from speck.hcq.errors import DeviceNotFoundError, ElfLinkError, HCQError
 from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
 from speck.hcq.signal import Signal
 from speck.uop import DEBUG, ContextVar
@@ -118,7 +119,8 @@ class DeviceBase:
     def load_program(self, spec: Any) -> Program:
         """Load a codegen ProgramSpec-like object (name, src, lib, global_size, buffers, vars, estimates, renderer
         attributes). Without `lib`, `src` is compiled with this device's compiler. A spec rendered for another
-        renderer than this device's raises HCQError naming both."""
+        renderer than this device's raises HCQError naming both. An object that fails to link (ElfLinkError) is
+        compiled once more from `src` bypassing the cache (`compiler.recompile`), with a CacheWarning."""
         renderer = getattr(spec, "renderer", None)
         if isinstance(renderer, str) and not self.accepts_renderer(renderer):
             raise HCQError(
@@ -126,21 +128,29 @@ class DeviceBase:
                 f"{' or '.join(repr(n) for n in sorted(self.backend.renderer_names()))} programs; render it with the "
                 "device's renderer (Device[name].renderer)"
             )
-        lib = getattr(spec, "lib", None)
+        lib, src = getattr(spec, "lib", None), getattr(spec, "src", None)
         if lib is None:
-            src = getattr(spec, "src", None)
             if src is None:
                 raise HCQError(f"program spec {getattr(spec, 'name', spec)!r} has neither lib (bytes) nor src")
             lib = self.backend.compiler_for(spec).compile(src)
-        return self.runtime(
-            spec.name,
-            lib,
-            buffers=getattr(spec, "buffers", None),
-            vars=getattr(spec, "vars", None),
-            global_size=getattr(spec, "global_size", None),
-            estimates=getattr(spec, "estimates", None),
-            spec=spec,
-        )
+        kw = {k: getattr(spec, k, None) for k in ("buffers", "vars", "global_size", "estimates")}
+        try:
+            return self.runtime(spec.name, lib, **kw, spec=spec)
+        except ElfLinkError as e:
+            # a cached object that does not load (its entry is intact but holds the wrong object): compile once more
+            # from the source, bypassing the cache; an object that fails freshly compiled too is a real error
+            if src is None:
+                raise
+            fresh = self.backend.compiler_for(spec).recompile(src)
+            if fresh == lib:
+                raise
+            from speck.codegen.cache import CacheWarning
+
+            warnings.warn(f"{self.name}: the object of program {spec.name!r} did not load ({e}); it was compiled "
+                          "again and its cache entry replaced", CacheWarning, stacklevel=2)  # fmt: skip
+            if hasattr(spec, "lib"):
+                spec.lib = fresh
+            return self.runtime(spec.name, fresh, **kw, spec=spec)
 
     def time_program(self, spec: Any, runs: int = 3) -> float:
         """Seconds the fastest of `runs` runs of a ProgramSpec takes here, on zero-filled scratch buffers of its

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import NoReturn
 
-from speck.hcq.errors import ElfLinkError
+from speck.hcq.errors import ElfLinkError, ElfSymbolError
 from speck.hcq.libs import Library
 from speck.hcq.memory import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, CodeMemory, round_up
 
@@ -70,70 +71,165 @@ class Relocation:
     addend: int
 
 
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_RELA = struct.Struct("<QQq")
+SHN_LORESERVE, SHN_XINDEX = 0xFF00, 0xFFFF
+# the bytes a relocation of each kind patches (NONE patches nothing; the 64-bit kinds 8; every other kind 4)
+_WIDTH = {"NONE": 0, "64": 8, "PC64": 8}
+# A loaded image (code, constants, data, bss, common symbols) larger than this is refused: no kernel object comes near
+# it, and a damaged size field must fail cleanly instead of mapping gigabytes.
+MAX_IMAGE = 64 << 20
+
+
+def _label(name: str) -> str:
+    return f"ELF object {name!r}" if name else "ELF object"
+
+
 @dataclass
 class ElfObject:
-    """A parsed relocatable object: its sections, symbol table and, per target section index, its relocations."""
+    """A parsed relocatable object: its sections, symbol table and, per target section index, its relocations.
+    `label` names it in errors ("ELF object 'E_4'")."""
 
     data: bytes
     sections: list[Section]
     symbols: list[Symbol]
     relocations: dict[int, list[Relocation]] = field(default_factory=dict)
+    label: str = "ELF object"
 
     def section_bytes(self, s: Section) -> bytes:
         return b"" if s.type == SHT_NOBITS else self.data[s.offset : s.offset + s.size]
 
+    def fail(self, message: str) -> NoReturn:
+        """Raise ElfLinkError naming this object."""
+        raise ElfLinkError(f"{self.label}: {message}")
 
-def _cstr(blob: bytes, off: int) -> str:
-    end = blob.index(b"\0", off)
-    return blob[off:end].decode(errors="replace")
+    def symbol_name(self, i: int) -> str:
+        """A readable name for symbol `i`: its own name, else the section it stands for, else its index."""
+        sym = self.symbols[i]
+        if sym.name:
+            return sym.name
+        if 0 < sym.shndx < len(self.sections) and self.sections[sym.shndx].name:
+            return self.sections[sym.shndx].name
+        return f"symbol #{i}"
 
 
-def parse_elf(data: bytes) -> ElfObject:
-    """Parse a little-endian ELF64 relocatable x86-64 object; raises ElfLinkError for anything else, saying what
-    was found."""
+def _cstr(obj: ElfObject, table: bytes, off: int, table_name: str, what: str) -> str:
+    end = table.find(b"\0", off) if off < len(table) else -1
+    if end < 0:
+        obj.fail(f"{what}: its name at offset {off:#x} of {table_name} ({len(table)} bytes) is outside the table or "
+                 "not NUL-terminated")  # fmt: skip
+    return table[off:end].decode(errors="replace")
+
+
+def parse_elf(data: bytes, name: str = "") -> ElfObject:
+    """Parse a little-endian ELF64 relocatable x86-64 object. Everything read is bounds-checked: anything else than
+    such an object, and any header, table or entry that is truncated, points outside the file or holds a value the
+    loader can't honour, raises ElfLinkError naming the object (`name`: the kernel or cache key), the place (section,
+    entry, offset) and what was expected."""
     data = bytes(data)
-    if len(data) < 64 or data[:4] != b"\x7fELF":
-        raise ElfLinkError(f"not an ELF object: expected magic b'\\x7fELF', got {data[:4]!r} ({len(data)} bytes)")
+    obj = ElfObject(data, [], [], label=_label(name))
+    n = len(data)
+    if data[:4] != b"\x7fELF":
+        obj.fail(f"not an ELF object: expected magic b'\\x7fELF', got {data[:4]!r} ({n} bytes)")
+    if n < _EHDR.size:
+        obj.fail(f"truncated ELF header: expected {_EHDR.size} bytes, the file has {n}")
     if data[4] != 2 or data[5] != 1:
-        raise ElfLinkError(f"only little-endian ELF64 objects are supported (EI_CLASS={data[4]}, EI_DATA={data[5]})")
-    (_, e_type, e_machine, _, _, _, e_shoff, _, _, _, _, e_shentsize, e_shnum, e_shstrndx) = struct.unpack_from(
-        "<16sHHIQQQIHHHHHH", data, 0
+        obj.fail(f"only little-endian ELF64 objects are supported: EI_CLASS (offset 0x4) is {data[4]}, expected 2; "
+                 f"EI_DATA (offset 0x5) is {data[5]}, expected 1")  # fmt: skip
+    (_, e_type, e_machine, e_version, _, _, e_shoff, _, _, _, _, e_shentsize, e_shnum, e_shstrndx) = _EHDR.unpack_from(
+        data, 0
     )
+    if data[6] != 1 or e_version != 1:
+        obj.fail(f"expected ELF version 1, got EI_VERSION={data[6]} (offset 0x6), e_version={e_version} (offset 0x14)")
     if e_type != 1:
-        raise ElfLinkError(f"expected a relocatable object (ET_REL=1), got e_type={e_type}; compile with -c")
+        obj.fail(f"expected a relocatable object (ET_REL=1), got e_type={e_type} (offset 0x10); compile with -c")
     if e_machine == EM_AARCH64:
-        raise ElfLinkError("AArch64 objects are not supported by speck's ELF loader (x86-64 only)")
+        obj.fail("AArch64 objects are not supported by speck's ELF loader (x86-64 only)")
     if e_machine != EM_X86_64:
-        raise ElfLinkError(f"expected an x86-64 object (e_machine={EM_X86_64}), got e_machine={e_machine}")
-    raw = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)]
-    shstr = raw[e_shstrndx]
-    names = data[shstr[4] : shstr[4] + shstr[5]]
-    sections = [
-        Section(i, _cstr(names, r[0]), r[1], r[2], r[4], r[5], r[6], r[7], max(r[8], 1), r[9])
-        for i, r in enumerate(raw)
-    ]
-    symbols: list[Symbol] = []
-    obj = ElfObject(data, sections, symbols)
-    for s in sections:
-        if s.type == SHT_SYMTAB:
-            strtab = obj.section_bytes(sections[s.link])
-            for off in range(s.offset, s.offset + s.size, 24):
-                st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", data, off)
-                symbols.append(Symbol(_cstr(strtab, st_name), st_info >> 4, st_info & 0xF, st_shndx, st_value, st_size))
+        obj.fail(f"expected an x86-64 object (e_machine={EM_X86_64}), got e_machine={e_machine} (offset 0x12)")
+    if e_shentsize != _SHDR.size:
+        obj.fail(f"e_shentsize (offset 0x3a) is {e_shentsize}, expected {_SHDR.size} (ELF64 section headers)")
+    if e_shnum == 0:
+        obj.fail("e_shnum (offset 0x3c) is 0: no section headers (extended section numbering is not supported)")
+    sht_end = e_shoff + e_shnum * _SHDR.size
+    if e_shoff < _EHDR.size or sht_end > n:
+        obj.fail(f"the section header table ({e_shnum} entries at e_shoff={e_shoff:#x}, ending at {sht_end:#x}) "
+                 f"must lie between the ELF header and the end of the file ({n:#x} bytes); is the file "
+                 "truncated?")  # fmt: skip
+    if e_shstrndx >= e_shnum:
+        obj.fail(f"e_shstrndx (offset 0x3e) is {e_shstrndx}, but there are only {e_shnum} sections")
+    raw = [_SHDR.unpack_from(data, e_shoff + i * _SHDR.size) for i in range(e_shnum)]
+    for i, r in enumerate(raw):
+        if r[1] != SHT_NOBITS and r[4] + r[5] > n:
+            obj.fail(f"section #{i} (header at {e_shoff + i * _SHDR.size:#x}) spans file bytes [{r[4]:#x}, "
+                     f"{r[4] + r[5]:#x}), past the end of the file ({n:#x}); is the file truncated?")  # fmt: skip
+    if raw[e_shstrndx][1] != SHT_STRTAB:
+        obj.fail(f"the section name table (section #{e_shstrndx}) has type {raw[e_shstrndx][1]}, expected "
+                 f"SHT_STRTAB ({SHT_STRTAB})")  # fmt: skip
+    names = data[raw[e_shstrndx][4] : raw[e_shstrndx][4] + raw[e_shstrndx][5]]
+    sections = obj.sections
+    for i, r in enumerate(raw):
+        nm = _cstr(obj, names, r[0], ".shstrtab", f"section #{i}")
+        sections.append(Section(i, nm, r[1], r[2], r[4], r[5], r[6], r[7], max(r[8], 1), r[9]))
+
+    symtabs = [s for s in sections if s.type == SHT_SYMTAB]
+    if len(symtabs) > 1:
+        obj.fail(f"{len(symtabs)} symbol tables ({', '.join(s.name for s in symtabs)}); a relocatable object has one")
+    for st in symtabs:
+        if st.entsize != _SYM.size or st.size % _SYM.size:
+            obj.fail(f"section {st.name}: entries of {st.entsize} bytes in {st.size} bytes; expected {_SYM.size}-byte "
+                     "entries filling the section")  # fmt: skip
+        if not 0 < st.link < len(sections) or sections[st.link].type != SHT_STRTAB:
+            obj.fail(f"section {st.name}: sh_link is {st.link}, expected the index of its string table (a "
+                     f"SHT_STRTAB section, 1..{len(sections) - 1})")  # fmt: skip
+        strsec = sections[st.link]
+        strtab = obj.section_bytes(strsec)
+        for k, off in enumerate(range(st.offset, st.offset + st.size, _SYM.size)):
+            st_name, st_info, _, st_shndx, st_value, st_size = _SYM.unpack_from(data, off)
+            nm = _cstr(obj, strtab, st_name, strsec.name, f"symbol #{k} of {st.name}")
+            where = f"symbol #{k} {nm!r} of {st.name} (offset {off:#x})"
+            if st_shndx >= SHN_LORESERVE and st_shndx not in (SHN_ABS, SHN_COMMON):
+                obj.fail(f"{where}: section index {st_shndx:#x} is reserved (extended indexes are not supported)")
+            if st_shndx < SHN_LORESERVE and st_shndx >= len(sections):
+                obj.fail(f"{where}: section index {st_shndx} is past the {len(sections)} sections")
+            if 0 < st_shndx < len(sections) and st_value + st_size > sections[st_shndx].size:
+                sec = sections[st_shndx]
+                obj.fail(f"{where}: it spans [{st_value:#x}, {st_value + st_size:#x}) of section {sec.name}, which "
+                         f"is {sec.size:#x} bytes")  # fmt: skip
+            obj.symbols.append(Symbol(nm, st_info >> 4, st_info & 0xF, st_shndx, st_value, st_size))
+
+    symtab_index = symtabs[0].index if symtabs else -1
     for s in sections:
         if s.type == SHT_REL:
-            raise ElfLinkError(f"section {s.name}: REL relocations (without addends) are not used on x86-64")
+            obj.fail(f"section {s.name}: REL relocations (without addends) are not used on x86-64")
         if s.type != SHT_RELA:
             continue
+        if s.entsize != _RELA.size or s.size % _RELA.size:
+            obj.fail(f"section {s.name}: entries of {s.entsize} bytes in {s.size} bytes; expected {_RELA.size}-byte "
+                     "entries filling the section")  # fmt: skip
+        if not 0 < s.info < len(sections):
+            obj.fail(f"section {s.name}: relocates section #{s.info} (sh_info), which does not exist (sections are "
+                     f"1..{len(sections) - 1})")  # fmt: skip
+        if s.link != symtab_index:
+            obj.fail(f"section {s.name}: sh_link is {s.link}, expected the symbol table's index ({symtab_index})"
+                     if symtabs else f"section {s.name}: relocations but the object has no symbol table")  # fmt: skip
+        target = sections[s.info]
         relocs = obj.relocations.setdefault(s.info, [])
-        for off in range(s.offset, s.offset + s.size, 24):
-            r_offset, r_info, r_addend = struct.unpack_from("<QQq", data, off)
+        for k, off in enumerate(range(s.offset, s.offset + s.size, _RELA.size)):
+            r_offset, r_info, r_addend = _RELA.unpack_from(data, off)
+            where = f"relocation #{k} of {s.name} (offset {off:#x})"
             kind = R_X86_64.get(r_info & 0xFFFFFFFF)
             if kind is None:
-                raise ElfLinkError(
-                    f"unsupported relocation type {r_info & 0xFFFFFFFF} in {s.name} at offset {r_offset:#x}; "
-                    f"supported: {', '.join('R_X86_64_' + k for k in R_X86_64.values())}"
-                )
+                obj.fail(f"{where}: unsupported relocation type {r_info & 0xFFFFFFFF} at {target.name}+{r_offset:#x}; "
+                         f"supported: {', '.join('R_X86_64_' + t for t in R_X86_64.values())}")  # fmt: skip
+            if r_info >> 32 >= len(obj.symbols):
+                obj.fail(f"{where}: symbol index {r_info >> 32}, but the symbol table has {len(obj.symbols)} symbols")
+            width = _WIDTH.get(kind, 4)
+            if r_offset + width > target.size:
+                obj.fail(f"{where}: R_X86_64_{kind} patches {width} bytes at {r_offset:#x}, outside section "
+                         f"{target.name} ({target.size:#x} bytes)")  # fmt: skip
             relocs.append(Relocation(r_offset, r_info >> 32, kind, r_addend))
     return obj
 
@@ -147,15 +243,19 @@ class LoadedObject:
     """An object linked into executable memory. `symbols` maps each defined global/weak symbol to its address;
     `ranges` lists the (address, size, protection) of the sealed page ranges. Keep it alive while its code runs."""
 
-    def __init__(self, mem: CodeMemory, symbols: dict[str, int], ranges: list[tuple[int, int, int]]) -> None:
-        self.mem, self.symbols, self.ranges = mem, symbols, ranges
+    def __init__(self, mem: CodeMemory, symbols: dict[str, int], ranges: list[tuple[int, int, int]],
+                 label: str = "ELF object") -> None:  # fmt: skip
+        self.mem, self.symbols, self.ranges, self.label = mem, symbols, ranges, label
 
     def address(self, name: str) -> int:
-        """The absolute address of the defined symbol `name`; KeyError listing the defined symbols otherwise."""
+        """The absolute address of the defined symbol `name`; ElfSymbolError (an ElfLinkError and a KeyError)
+        listing the defined symbols otherwise."""
         try:
             return self.symbols[name]
         except KeyError:
-            raise KeyError(f"symbol {name!r} is not defined by the object; it defines {sorted(self.symbols)}") from None
+            raise ElfSymbolError(
+                f"{self.label}: symbol {name!r} is not defined by the object; it defines {sorted(self.symbols)}"
+            ) from None
 
 
 def _resolve_external(name: str, libraries: list[Library]) -> int | None:
@@ -165,17 +265,27 @@ def _resolve_external(name: str, libraries: list[Library]) -> int | None:
     return None
 
 
-def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> LoadedObject:
+def _check_align(obj: ElfObject, align: int, what: str) -> None:
+    # the mapping is only page-aligned, so a larger alignment could not be honoured
+    if align & (align - 1) or align > PAGE:
+        obj.fail(f"{what}: alignment {align} is not a power of two up to the page size ({PAGE})")
+
+
+def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None, name: str = "") -> LoadedObject:
     """Link a relocatable x86-64 object into fresh executable memory and return it. Undefined (non-weak) symbols
-    are looked up in `libraries` in order; one that none defines raises ElfLinkError (a RuntimeError) naming it."""
+    are looked up in `libraries` in order; one that none defines raises ElfLinkError (a RuntimeError) naming it.
+    `name` (the kernel or cache key) names the object in errors. Any malformed input raises ElfLinkError saying
+    where and what was expected; nothing is mapped writable and executable at once."""
     libraries = libraries or []
-    obj = parse_elf(obj_bytes)
+    obj = parse_elf(obj_bytes, name)
     for s in obj.sections:
         if s.flags & SHF_TLS and s.size:
-            raise ElfLinkError(f"section {s.name}: thread-local storage is not supported in kernels")
+            obj.fail(f"section {s.name}: thread-local storage is not supported in kernels")
         if s.type in (SHT_INIT_ARRAY, SHT_FINI_ARRAY, SHT_PREINIT_ARRAY) and s.size:
-            raise ElfLinkError(f"section {s.name}: static constructors/destructors are not supported in kernels")
+            obj.fail(f"section {s.name}: static constructors/destructors are not supported in kernels")
     loaded = [s for s in obj.sections if _is_loaded(s)]
+    for s in loaded:
+        _check_align(obj, s.align, f"section {s.name}")
     code = [s for s in loaded if s.flags & SHF_EXECINSTR]
 
     # .data.rel.ro* is only written by relocations, which are applied before sealing: it can be read-only (RELRO)
@@ -187,7 +297,7 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
 
     # external symbols: resolve every referenced undefined symbol now, so a missing one fails at load time, by name
     loaded_idx = {s.index for s in loaded}
-    referenced = {r.sym for t, rs in obj.relocations.items() if t in loaded_idx for r in rs}
+    referenced = {r.sym for t, rs in obj.relocations.items() if t in loaded_idx for r in rs if r.kind != "NONE"}
     external: dict[int, int] = {}
     got_symbol = -1
     for i, sym in enumerate(obj.symbols):
@@ -204,7 +314,7 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
                 addr = 0
             else:
                 searched = ", ".join(lib.path for lib in libraries) or "no libraries"
-                raise ElfLinkError(f"undefined symbol {sym.name!r}: not defined by the object nor by {searched}")
+                obj.fail(f"undefined symbol {sym.name!r}: not defined by the object nor by {searched}")
         external[i] = addr
 
     # which symbols need a veneer (external, reached by a 32-bit PC-relative call) or a GOT slot
@@ -245,11 +355,18 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
     common: dict[int, int] = {}
     for i, sym in enumerate(obj.symbols):
         if sym.shndx == SHN_COMMON:
+            _check_align(obj, max(sym.value, 1), f"common symbol {sym.name!r}")
             pos = round_up(pos, max(sym.value, 1))
             common[i], pos = pos, pos + sym.size
     total = round_up(max(pos, 1), PAGE)
+    if total > MAX_IMAGE:
+        obj.fail(f"the sections and common symbols to load take {total:#x} bytes, more than the {MAX_IMAGE >> 20} MiB "
+                 "a kernel object may (a damaged size field?)")  # fmt: skip
 
-    mem = CodeMemory(total, low=needs_low)
+    try:
+        mem = CodeMemory(total, low=needs_low)
+    except OSError as e:
+        obj.fail(f"could not map {total} bytes for the image: {e}")
     base = mem.addr
     image = bytearray(total)
     for s in loaded:
@@ -265,9 +382,11 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
             return base + common[i]
         if sym.shndx == SHN_ABS:
             return sym.value
+        if sym.shndx == SHN_UNDEF:
+            obj.fail(f"a relocation refers to {obj.symbol_name(i)}, which is undefined and has no name to resolve")
         if sym.shndx not in offsets:
-            where = obj.sections[sym.shndx].name if sym.shndx < len(obj.sections) else f"#{sym.shndx}"
-            raise ElfLinkError(f"symbol {sym.name or '(section)'!r} lives in section {where}, which is not loaded")
+            obj.fail(f"symbol {obj.symbol_name(i)!r} lives in section {obj.sections[sym.shndx].name or sym.shndx}, "
+                     "which is not loaded")  # fmt: skip
         return base + offsets[sym.shndx] + sym.value
 
     stub_addr: dict[int, int] = {}
@@ -289,24 +408,27 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
                 continue
             where = offsets[target] + r.offset
             P = base + where
-            name = obj.symbols[r.sym].name or obj.sections[obj.symbols[r.sym].shndx].name
             if r.kind in ("PC32", "PLT32"):
-                S = stub_addr.get(r.sym) or sym_addr(r.sym)
-                _put(image, where, S + r.addend - P, signed=True, bits=32, what=(r.kind, name, sec.name, r.offset))
+                value, signed, bits = (stub_addr.get(r.sym) or sym_addr(r.sym)) + r.addend - P, True, 32
             elif r.kind in _GOT_KINDS:
-                _put(image, where, got_addr[r.sym] + r.addend - P, True, 32, (r.kind, name, sec.name, r.offset))
-            elif r.kind == "64":
-                struct.pack_into("<Q", image, where, (sym_addr(r.sym) + r.addend) & (2**64 - 1))
+                value, signed, bits = got_addr[r.sym] + r.addend - P, True, 32
+            elif r.kind == "64":  # absolute 64-bit: wraps modulo 2**64 like a static linker's
+                value, signed, bits = (sym_addr(r.sym) + r.addend) & (2**64 - 1), False, 64
             elif r.kind == "GOTPC32":
-                _put(image, where, base + got_off + r.addend - P, True, 32, (r.kind, name, sec.name, r.offset))
+                value, signed, bits = base + got_off + r.addend - P, True, 32
             elif r.kind == "PC64":
-                struct.pack_into("<q", image, where, sym_addr(r.sym) + r.addend - P)
+                value, signed, bits = sym_addr(r.sym) + r.addend - P, True, 64
             elif r.kind == "32":
-                _put(image, where, sym_addr(r.sym) + r.addend, False, 32, (r.kind, name, sec.name, r.offset))
+                value, signed, bits = sym_addr(r.sym) + r.addend, False, 32
             elif r.kind == "32S":
-                _put(image, where, sym_addr(r.sym) + r.addend, True, 32, (r.kind, name, sec.name, r.offset))
+                value, signed, bits = sym_addr(r.sym) + r.addend, True, 32
             else:  # pragma: no cover - parse_elf only admits the kinds above
-                raise ElfLinkError(f"relocation R_X86_64_{r.kind} not handled")
+                obj.fail(f"relocation R_X86_64_{r.kind} not handled")
+            lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+            if not lo <= value <= hi:
+                obj.fail(f"relocation R_X86_64_{r.kind} against {obj.symbol_name(r.sym)!r} in {sec.name}+"
+                         f"{r.offset:#x} does not fit: value {value:#x} is outside [{lo:#x}, {hi:#x}]")  # fmt: skip
+            struct.pack_into(_PUT[signed, bits], image, where, value)
 
     mem.write(0, bytes(image))
     ranges = [(0, code_end, PROT_READ | PROT_EXEC), (const_start, data_start - const_start, PROT_READ)]
@@ -316,17 +438,10 @@ def load_elf(obj_bytes: bytes, libraries: list[Library] | None = None) -> Loaded
     symbols = {
         sym.name: sym_addr(i)
         for i, sym in enumerate(obj.symbols)
-        if sym.name and sym.bind in (STB_GLOBAL, STB_WEAK) and sym.shndx != SHN_UNDEF and i not in external
-    }
-    return LoadedObject(mem, symbols, [(base + o, round_up(n, PAGE), p) for o, n, p in ranges])
+        if sym.name and sym.bind in (STB_GLOBAL, STB_WEAK) and i not in external
+        and (sym.shndx in offsets or sym.shndx in (SHN_ABS, SHN_COMMON))
+    }  # fmt: skip
+    return LoadedObject(mem, symbols, [(base + o, round_up(n, PAGE), p) for o, n, p in ranges], obj.label)
 
 
-def _put(image: bytearray, where: int, value: int, signed: bool, bits: int, what: tuple[str, str, str, int]) -> None:
-    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
-    if not lo <= value <= hi:
-        kind, name, sec, off = what
-        raise ElfLinkError(
-            f"relocation R_X86_64_{kind} against {name!r} in {sec}+{off:#x} does not fit: value {value:#x} is "
-            f"outside [{lo:#x}, {hi:#x}]"
-        )
-    struct.pack_into("<i" if signed else "<I", image, where, value)
+_PUT = {(True, 32): "<i", (False, 32): "<I", (True, 64): "<q", (False, 64): "<Q"}

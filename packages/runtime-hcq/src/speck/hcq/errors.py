@@ -55,3 +55,11 @@ class DeviceUnavailableError(HCQError):
 
 class ElfLinkError(HCQError):
     """An ELF object could not be loaded: unsupported format or relocation, undefined symbol, out-of-range fixup."""
+
+
+class ElfSymbolError(ElfLinkError, KeyError):
+    """A symbol asked of a loaded object (the kernel's function) that the object does not define. A KeyError too, so
+    lookups can treat it as a missing key; an ElfLinkError, so a loader that retries a bad object sees it."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])

@@ -1,7 +1,9 @@
 """The Compiler base class: a cached `compile(src) -> bytes`, with the cache on disk keyed by compiler+flags+source.
 
-The cache lives in `$SPECK_CACHE_DIR/compile` (default `~/.cache/speck/compile`); `CACHELEVEL=0` in the environment
-turns it off. Both are read at every call so tests and tools can change them without re-creating compilers."""
+Objects are kept in the integrity-checked store of speck.codegen.cache, namespace `compile/<compiler name>` (so
+`$SPECK_CACHE_DIR/compile/llvm/<key>`, default root `~/.cache/speck`); `CACHELEVEL=0` turns it off. A damaged entry
+is a miss with a CacheWarning: the object is compiled again and the entry rewritten. Both settings are read at every
+call so tests and tools can change them without re-creating compilers."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+
+from speck.codegen.cache import DiskCache, cache_enabled, cache_root
 
 
 class CompileError(RuntimeError):
@@ -27,13 +31,7 @@ class CompileError(RuntimeError):
 
 def cache_dir() -> pathlib.Path:
     """The directory compiled objects are cached in: `$SPECK_CACHE_DIR/compile`, else `~/.cache/speck/compile`."""
-    root = os.environ.get("SPECK_CACHE_DIR")
-    base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
-    return base / "compile"
-
-
-def _cache_enabled() -> bool:
-    return int(os.environ.get("CACHELEVEL", "1") or "0") > 0
+    return cache_root() / "compile"
 
 
 def disassemble_object(lib: bytes, objdump_flags: tuple[str, ...] = ("-d", "-r", "--no-show-raw-insn")) -> str:
@@ -67,26 +65,31 @@ class Compiler:
         h.update(src.encode())
         return h.hexdigest()
 
+    def disk_cache(self) -> DiskCache:
+        """The store this compiler's objects are cached in (namespace `compile/<name>`)."""
+        return DiskCache(f"compile/{self.name}")
+
     def compile(self, src: str) -> bytes:
-        """Compile `src`, reusing a cached result when one exists (unless `CACHELEVEL=0`)."""
-        if not _cache_enabled():
+        """Compile `src`, reusing a cached result when one exists (unless `CACHELEVEL=0`). An unusable cache entry
+        is a miss (with a CacheWarning naming the file) and is replaced by the fresh object."""
+        if not cache_enabled():
             return self.compile_uncached(src)
-        path = cache_dir() / self.name / self.cache_key(src)
-        try:
-            return path.read_bytes()
-        except OSError:
-            pass
-        lib = self.compile_uncached(src)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # write-then-rename so a concurrent reader never sees a half-written object
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # an unwritable cache is not an error: the object is still returned
+        store, key = self.disk_cache(), self.cache_key(src)
+        lib = store.get(key)
+        if lib is None:
+            lib = self.compile_uncached(src)
+            store.put(key, lib)  # atomic; an unwritable cache is not an error: the object is still returned
         return lib
+
+    def invalidate(self, src: str) -> bool:
+        """Drop the cached object of `src` (True when there was one), so the next `compile` compiles afresh."""
+        return self.disk_cache().delete(self.cache_key(src))
+
+    def recompile(self, src: str) -> bytes:
+        """Compile `src` afresh, replacing its cache entry: what a loader does once when a cached object it was
+        handed fails to load (an entry whose checksum is intact but whose object is not what `src` compiles to)."""
+        self.invalidate(src)
+        return self.compile(src)
 
     def compile_uncached(self, src: str) -> bytes:
         """Compile without looking at the cache. Raises CompileError with the compiler's message on failure."""

@@ -1,0 +1,319 @@
+"""One integrity-checked on-disk key -> bytes store that every on-disk cache of speck uses.
+
+An entry is one file, `<root>/<namespace>/<key>`, written to a temporary file in the same directory and renamed into
+place (readers see a whole entry or none). The file is a fixed header, the key, then the data:
+
+    magic  b"SPECKCAC"                      8 bytes
+    format FORMAT (the layout of this file) u16
+    version (the namespace's payload version, chosen by its user)  u16
+    key length                               u16
+    reserved (0)                             u16
+    data length                              u64
+    SHA-256 of everything else in the file   32 bytes (header fields, key, data)
+
+A reader trusts nothing: an empty, short, foreign, old-format, moved (key differs from the file name) or damaged
+entry is a miss, never an exception and never wrong data, and the next `put` replaces it. Each such entry is reported
+with one CacheWarning per process naming the file (old-format entries, which an upgrade leaves behind by the hundred,
+with one warning per namespace directory). A crash mid-write leaves at most a `.tmp-*` file, which `clear` removes.
+
+The root is `$SPECK_CACHE_DIR` (default `~/.cache/speck`); `CACHELEVEL=0` turns every cache off. Both are read at
+each call, so tests and tools can change them at any time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import struct
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NoReturn
+
+MAGIC = b"SPECKCAC"
+FORMAT = 1
+_HEAD = struct.Struct("<8sHHHHQ")  # magic, format, version, key length, reserved, data length
+_DIGEST = 32
+HEADER_SIZE = _HEAD.size + _DIGEST
+TMP_PREFIX = ".tmp-"
+# keys and namespace parts are plain file names: no separators, no leading dot (temporary files start with one)
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+
+
+class CacheWarning(UserWarning):
+    """An on-disk cache entry was unusable (corrupt, truncated, moved, or written by an older format) and was treated
+    as a miss: the result is recomputed and the entry rewritten. Nothing is wrong with the results."""
+
+
+def cache_root() -> pathlib.Path:
+    """Where speck's on-disk caches live: `$SPECK_CACHE_DIR`, else `~/.cache/speck`."""
+    root = os.environ.get("SPECK_CACHE_DIR")
+    return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
+
+
+def cache_enabled() -> bool:
+    """False when `CACHELEVEL=0` (or empty): every cache is then bypassed, nothing is read or written."""
+    level = os.environ.get("CACHELEVEL", "1").strip() or "0"
+    try:
+        return int(level) > 0
+    except ValueError:
+        raise ValueError(f"CACHELEVEL must be an integer (0 turns the on-disk caches off), got {level!r}") from None
+
+
+@dataclass(frozen=True)
+class EntryProblem:
+    """Why an entry file can't be used. `old` is True for entries written by an older format or payload version
+    (expected after an upgrade), False for damage (truncation, bit rot, a foreign or moved file)."""
+
+    path: pathlib.Path
+    reason: str
+    old: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def _digest(head: bytes, key: bytes, data: bytes | memoryview) -> bytes:
+    h = hashlib.sha256(head)
+    h.update(key)
+    h.update(data)
+    return h.digest()
+
+
+def encode_entry(key: str, data: bytes, version: int = 1) -> bytes:
+    """The bytes of an entry file holding `data` under `key` (what `DiskCache.put` writes)."""
+    k = key.encode()
+    head = _HEAD.pack(MAGIC, FORMAT, version, len(k), 0, len(data))
+    return head + _digest(head, k, data) + k + data
+
+
+def decode_entry(blob: bytes, path: pathlib.Path, key: str | None = None, version: int | None = None) -> bytes:
+    """The data of entry file contents `blob` read from `path`. Checks the header, the checksum, that the stored key is
+    `key` (default: the file's name) and, when given, the payload `version`. Raises CacheEntryError (carrying an
+    EntryProblem) on any mismatch."""
+    expect = path.name if key is None else key
+    if not blob:
+        raise CacheEntryError(EntryProblem(path, "the file is empty (an interrupted write?)"))
+    if len(blob) < HEADER_SIZE:
+        if MAGIC.startswith(blob[: len(MAGIC)]):
+            raise CacheEntryError(EntryProblem(path, f"truncated: {len(blob)} bytes, less than the header"))
+        return _foreign(blob, path)
+    magic, fmt, ver, klen, reserved, dlen = _HEAD.unpack_from(blob)
+    if magic != MAGIC:
+        return _foreign(blob, path)
+    if fmt != FORMAT:
+        raise CacheEntryError(EntryProblem(path, f"written in cache format {fmt}; this speck reads {FORMAT}", True))
+    stored = blob[HEADER_SIZE : HEADER_SIZE + klen]
+    data = memoryview(blob)[HEADER_SIZE + klen :]
+    if len(data) != dlen or len(stored) != klen:
+        raise CacheEntryError(EntryProblem(path, f"length mismatch: the header announces {klen}+{dlen} bytes of "
+                                                 f"key and data, the file holds {len(blob) - HEADER_SIZE} (truncated "
+                                                 "or appended to)"))  # fmt: skip
+    if _digest(blob[: _HEAD.size], stored, data) != blob[_HEAD.size : HEADER_SIZE] or reserved != 0:
+        raise CacheEntryError(EntryProblem(path, "checksum mismatch: the entry is corrupt"))
+    if stored != expect.encode():
+        shown = stored.decode(errors="replace")
+        raise CacheEntryError(EntryProblem(path, f"holds the entry for key {shown!r}, not {expect!r} (a moved or "
+                                                 "copied file)"))  # fmt: skip
+    if version is not None and ver != version:
+        raise CacheEntryError(EntryProblem(path, f"payload version {ver}; this speck writes version {version}", True))
+    return bytes(data)
+
+
+def _foreign(blob: bytes, path: pathlib.Path) -> NoReturn:
+    if blob.startswith(b"\x7fELF") or (path.suffix == ".json" and blob[:1] in (b"[", b"{")):
+        raise CacheEntryError(EntryProblem(path, "a bare entry written by speck before entries carried a checksummed "
+                                                 "header", True))  # fmt: skip
+    raise CacheEntryError(EntryProblem(path, f"not a speck cache entry (starts with {blob[:8]!r}, expected {MAGIC!r})"))
+
+
+class CacheEntryError(Exception):
+    """An unusable entry (internal to the store: readers turn it into a miss). `problem` says which and why."""
+
+    def __init__(self, problem: EntryProblem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(problem: EntryProblem) -> None:
+    # damage is reported per file; old-format entries once per directory (an upgrade leaves them by the hundred)
+    token = str(problem.path.parent) + "/*old*" if problem.old else str(problem.path)
+    with _warned_lock:
+        if token in _warned:
+            return
+        _warned.add(token)
+    what = "ignored and will be rewritten" + (
+        "; further old-format entries in this directory are replaced without a warning" if problem.old else ""
+    )
+    warnings.warn(f"speck cache entry {problem}: {what}", CacheWarning, stacklevel=4)
+
+
+def check_name(name: str, what: str) -> str:
+    """`name` if it can be a key or namespace part (a plain file name), else ValueError saying what is allowed."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"cache {what} must be 1-128 characters of [A-Za-z0-9_.-] not starting with '.' or '-', "
+                         f"got {name!r}")  # fmt: skip
+    return name
+
+
+class DiskCache:
+    """The entries of one namespace (a '/'-separated relative path such as "compile/llvm" or "beam"):
+    `get(key) -> bytes | None`, `put(key, data)`, `delete(key)`, `keys()`, `verify()`, `clear()`. Keys are plain file
+    names (a hex digest is typical). `version` is the namespace's payload version: bump it when the meaning of the
+    stored bytes changes and entries of other versions become misses. Every method is a no-op miss when the cache is
+    off (`CACHELEVEL=0`); an unwritable or missing directory is a miss too, never an error."""
+
+    def __init__(self, namespace: str, version: int = 1) -> None:
+        for part in namespace.split("/"):
+            check_name(part, "namespace part")
+        if not 0 <= version < 1 << 16:
+            raise ValueError(f"cache payload version must fit 16 bits, got {version}")
+        self.namespace, self.version = namespace, version
+
+    @property
+    def directory(self) -> pathlib.Path:
+        """The namespace's directory under the current cache root."""
+        return cache_root() / self.namespace
+
+    def path(self, key: str) -> pathlib.Path:
+        """The file holding `key`'s entry."""
+        return self.directory / check_name(key, "key")
+
+    def get(self, key: str) -> bytes | None:
+        """The data stored under `key`, or None: no entry, the cache is off, or the entry is unusable (warned once)."""
+        if not cache_enabled():
+            return None
+        path = self.path(key)
+        try:
+            blob = path.read_bytes()
+        except OSError:  # missing or unreadable: a plain miss
+            return None
+        try:
+            return decode_entry(blob, path, key, self.version)
+        except CacheEntryError as e:
+            _warn_once(e.problem)
+            return None
+
+    def put(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key`, replacing any entry atomically; True when written (False when the cache is off
+        or the directory is not writable: caching is an optimisation, never an error)."""
+        if not cache_enabled():
+            return False
+        path = self.path(key)
+        blob = encode_entry(key, bytes(data), self.version)
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+            return True
+        except OSError:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            return False
+
+    def delete(self, key: str) -> bool:
+        """Remove `key`'s entry; True when there was one."""
+        try:
+            self.path(key).unlink()
+            return True
+        except OSError:
+            return False
+
+    def keys(self) -> list[str]:
+        """The keys that have an entry file (usable or not), sorted."""
+        try:
+            return sorted(p.name for p in self.directory.iterdir() if p.is_file() and _NAME.fullmatch(p.name))
+        except OSError:
+            return []
+
+    def verify(self) -> list[EntryProblem]:
+        """Every entry of this namespace that `get` would reject, with the reason."""
+        problems = []
+        for key in self.keys():
+            path = self.path(key)
+            try:
+                decode_entry(path.read_bytes(), path, key, self.version)
+            except CacheEntryError as e:
+                problems.append(e.problem)
+            except OSError as e:
+                problems.append(EntryProblem(path, f"unreadable: {e}"))
+        return problems
+
+    def clear(self) -> int:
+        """Remove every entry file (and leftover temporary file) of this namespace; returns how many were removed."""
+        removed = 0
+        try:
+            files = [p for p in self.directory.iterdir() if p.is_file()]
+        except OSError:
+            return 0
+        for p in files:
+            if _NAME.fullmatch(p.name) or p.name.startswith(TMP_PREFIX):
+                try:
+                    p.unlink()
+                    removed += 1
+                except OSError:
+                    pass
+        return removed
+
+    def __repr__(self) -> str:
+        return f"<DiskCache {self.namespace} v{self.version} at {self.directory}>"
+
+
+@dataclass(frozen=True)
+class ScannedFile:
+    """One file found under the cache root by `scan`: its namespace (directory relative to the root), size, and
+    kind: "entry" (a usable entry), "bad" (unusable: `problem` says why) or "tmp" (a write in progress or
+    interrupted)."""
+
+    path: pathlib.Path
+    namespace: str
+    size: int
+    kind: str
+    problem: EntryProblem | None = None
+
+
+# top-level directories speck's caches used before entries had a header: their bare files are speck's too
+LEGACY_NAMESPACES = ("compile", "beam")
+
+
+def scan(root: pathlib.Path | None = None) -> Iterator[ScannedFile]:
+    """Every cache file under `root` (default the cache root), checked: files with speck's header, bare files in the
+    legacy namespaces, and temporary files. Other files (not speck's) are skipped, so a root shared with other
+    programs is never misread or cleared. Payload versions are not checked (only a namespace's user knows them)."""
+    root = cache_root() if root is None else root
+    for dirpath, _dirs, files in os.walk(root):
+        d = pathlib.Path(dirpath)
+        ns = d.relative_to(root).as_posix()
+        legacy = ns.split("/")[0] in LEGACY_NAMESPACES
+        for name in sorted(files):
+            path = d / name
+            try:
+                if path.is_symlink() or not path.is_file():
+                    continue
+                size = path.stat().st_size
+                if name.startswith(TMP_PREFIX):
+                    yield ScannedFile(path, ns, size, "tmp")
+                    continue
+                blob = path.read_bytes()
+            except OSError:
+                continue
+            if not legacy and not (blob and MAGIC.startswith(blob[: len(MAGIC)])):
+                continue  # not speck's
+            try:
+                decode_entry(blob, path)
+                yield ScannedFile(path, ns, size, "entry")
+            except CacheEntryError as e:
+                yield ScannedFile(path, ns, size, "bad", e.problem)
