@@ -9,7 +9,13 @@ R--, data RW- (never W+X). Calls and PC-relative references to external function
 
 Supported relocations: R_X86_64_64, PC32, PLT32, 32, 32S, PC64, GOTPCREL, GOTPCRELX, REX_GOTPCRELX, GOTPC32.
 Objects with absolute 32-bit relocations (32, 32S: non-PIC code) are mapped below 2 GiB so the addresses fit.
-AArch64 objects are rejected with a clear message (not implemented: speck's CPU targets are x86-64)."""
+AArch64 objects are rejected with a clear message (not implemented: speck's CPU targets are x86-64).
+
+Objects may come from a cache on disk, so nothing read is trusted: every header, table, entry, name, index, offset
+and size is checked before use, and malformed input of any kind raises ElfLinkError naming the object (the kernel
+or cache key given as `name`), the place (section, entry, file offset) and what was expected - never a raw
+struct.error/IndexError. The loader can't tell a well-formed object that means another program (a changed addend,
+a moved symbol) from the intended one: that is what the cache's checksum is for."""
 
 from __future__ import annotations
 
