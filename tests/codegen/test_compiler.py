@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from speck.codegen.compiler import ClangCompiler, CompileError, Compiler, LLVMCompiler, cache_dir
+from speck.uop import Context
 
 needs_cc = pytest.mark.skipif(
     shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler"
@@ -55,7 +56,6 @@ void add(float *restrict o, const float *restrict a, const float *restrict b, in
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("CACHELEVEL", raising=False)
     yield tmp_path / "compile"
 
 
@@ -124,11 +124,11 @@ def test_disk_cache_hits_and_misses(private_cache: pathlib.Path) -> None:
     assert o3.calls == 1 and o3.cache_key(ADD_IR) != c.cache_key(ADD_IR)  # flags are part of the key
 
 
-def test_cachelevel_zero_disables_the_cache(private_cache: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CACHELEVEL", "0")
+def test_cachelevel_zero_disables_the_cache(private_cache: pathlib.Path) -> None:
     c = Counting()
-    c.compile(ADD_IR)
-    c.compile(ADD_IR)
+    with Context(CACHELEVEL=0):
+        c.compile(ADD_IR)
+        c.compile(ADD_IR)
     assert c.calls == 2 and not private_cache.exists()
 
 
@@ -172,7 +172,9 @@ def test_missing_c_compiler_is_a_clear_error() -> None:
         ClangCompiler(cc="no-such-cc-speck")
 
 
-def test_base_compiler_requires_an_implementation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CACHELEVEL", "0")
-    with pytest.raises(NotImplementedError, match="Compiler does not implement compile_uncached"):
+def test_base_compiler_requires_an_implementation() -> None:
+    with (
+        Context(CACHELEVEL=0),
+        pytest.raises(NotImplementedError, match="Compiler does not implement compile_uncached"),
+    ):
         Compiler().compile("x")

@@ -20,6 +20,7 @@ from speck.codegen.cache import FORMAT, CacheWarning, DiskCache, cache_root
 from speck.codegen.cache.cli import main as cli
 from speck.codegen.cache.store import HEADER_SIZE, MAGIC, encode_entry
 from speck.codegen.compiler import LLVMCompiler
+from speck.uop import Context
 
 KEY = "ab" * 32
 DATA = bytes(range(256)) * 3
@@ -28,7 +29,6 @@ DATA = bytes(range(256)) * 3
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("CACHELEVEL", raising=False)
     yield tmp_path / "cache"
 
 
@@ -52,15 +52,16 @@ def test_put_get_and_the_file_it_writes(private_cache: pathlib.Path) -> None:
     assert store.delete(KEY) and store.get(KEY) is None and not store.delete(KEY)
 
 
-def test_cachelevel_zero_reads_and_writes_nothing(private_cache: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cachelevel_zero_reads_and_writes_nothing(private_cache: pathlib.Path) -> None:
     store = DiskCache("beam")
     store.put(KEY, DATA)
-    monkeypatch.setenv("CACHELEVEL", "0")
-    assert store.get(KEY) is None and not store.put("cd" * 32, DATA)
-    assert not store.path("cd" * 32).exists()
-    monkeypatch.setenv("CACHELEVEL", "x")
-    with pytest.raises(ValueError, match="CACHELEVEL must be an integer"):
-        store.get(KEY)
+    with Context(CACHELEVEL=0):
+        assert store.get(KEY) is None and not store.put("cd" * 32, DATA)
+    assert not store.path("cd" * 32).exists() and store.get(KEY) == DATA
+    env = {**os.environ, "CACHELEVEL": "0"}  # the environment variable, read when speck starts
+    code = "from speck.codegen.cache import DiskCache; print(DiskCache('beam').get('ab' * 32))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
 
 
 def test_root_follows_the_environment(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,7 +59,6 @@ def expected_a() -> np.ndarray:
 @pytest.fixture
 def cold_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[pathlib.Path]:
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("CACHELEVEL", raising=False)
     yield tmp_path
 
 

@@ -16,8 +16,8 @@ entry is a miss, never an exception and never wrong data, and the next `put` rep
 with one CacheWarning per process naming the file (old-format entries, which an upgrade leaves behind by the hundred,
 with one warning per namespace directory). A crash mid-write leaves at most a `.tmp-*` file, which `clear` removes.
 
-The root is `$SPECK_CACHE_DIR` (default `~/.cache/speck`); `CACHELEVEL=0` turns every cache off. Both are read at
-each call, so tests and tools can change them at any time."""
+The root is `$SPECK_CACHE_DIR` (default `~/.cache/speck`, read at each call); the CACHELEVEL setting (`CACHELEVEL=0`
+in the environment, or `Context(CACHELEVEL=0)`) turns every cache off."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
+
+from speck.uop.helpers import CACHELEVEL
 
 MAGIC = b"SPECKCAC"
 FORMAT = 1
@@ -55,12 +57,9 @@ def cache_root() -> pathlib.Path:
 
 
 def cache_enabled() -> bool:
-    """False when `CACHELEVEL=0` (or empty): every cache is then bypassed, nothing is read or written."""
-    level = os.environ.get("CACHELEVEL", "1").strip() or "0"
-    try:
-        return int(level) > 0
-    except ValueError:
-        raise ValueError(f"CACHELEVEL must be an integer (0 turns the on-disk caches off), got {level!r}") from None
+    """False when the CACHELEVEL setting (speck.uop's, from the environment or `Context(CACHELEVEL=0)`) is 0: every
+    cache is then bypassed, nothing is read or written."""
+    return int(CACHELEVEL.value) > 0
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """The Compiler base class: a cached `compile(src) -> bytes`, with the cache on disk keyed by compiler+flags+source.
 
 Objects are kept in the integrity-checked store of speck.codegen.cache, namespace `compile/<compiler name>` (so
-`$SPECK_CACHE_DIR/compile/llvm/<key>`, default root `~/.cache/speck`); `CACHELEVEL=0` turns it off. A damaged entry
-is a miss with a CacheWarning: the object is compiled again and the entry rewritten. Both settings are read at every
-call so tests and tools can change them without re-creating compilers."""
+`$SPECK_CACHE_DIR/compile/llvm/<key>`, default root `~/.cache/speck`); `CACHELEVEL=0` (or `Context(CACHELEVEL=0)`)
+turns it off. A damaged entry is a miss with a CacheWarning: the object is compiled again and the entry rewritten.
+Both settings are read at every call so tests and tools can change them without re-creating compilers."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class Compiler:
         return DiskCache(f"compile/{self.name}")
 
     def compile(self, src: str) -> bytes:
-        """Compile `src`, reusing a cached result when one exists (unless `CACHELEVEL=0`). An unusable cache entry
+        """Compile `src`, reusing a cached result when one exists (unless CACHELEVEL is 0). An unusable cache entry
         is a miss (with a CacheWarning naming the file) and is replaced by the fresh object."""
         if not cache_enabled():
             return self.compile_uncached(src)
