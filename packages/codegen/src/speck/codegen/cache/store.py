@@ -89,44 +89,45 @@ def encode_entry(key: str, data: bytes, version: int = 1) -> bytes:
     return head + _digest(head, k, data) + k + data
 
 
-def decode_entry(blob: bytes, path: pathlib.Path, key: str | None = None, version: int | None = None) -> bytes:
+def decode_entry(blob: bytes, path: str | pathlib.Path, key: str | None = None, version: int | None = None) -> bytes:
     """The data of entry file contents `blob` read from `path`. Checks the header, the checksum, that the stored key is
     `key` (default: the file's name) and, when given, the payload `version`. Raises CacheEntryError (carrying an
     EntryProblem) on any mismatch."""
-    expect = path.name if key is None else key
+    expect = os.path.basename(path) if key is None else key
     if not blob:
-        raise CacheEntryError(EntryProblem(path, "the file is empty (an interrupted write?)"))
+        _bad(path, "the file is empty (an interrupted write?)")
     if len(blob) < HEADER_SIZE:
         if MAGIC.startswith(blob[: len(MAGIC)]):
-            raise CacheEntryError(EntryProblem(path, f"truncated: {len(blob)} bytes, less than the header"))
-        return _foreign(blob, path)
+            _bad(path, f"truncated: {len(blob)} bytes, less than the header")
+        _foreign(blob, path)
     magic, fmt, ver, klen, reserved, dlen = _HEAD.unpack_from(blob)
     if magic != MAGIC:
-        return _foreign(blob, path)
+        _foreign(blob, path)
     if fmt != FORMAT:
-        raise CacheEntryError(EntryProblem(path, f"written in cache format {fmt}; this speck reads {FORMAT}", True))
+        _bad(path, f"written in cache format {fmt}; this speck reads {FORMAT}", old=True)
     stored = blob[HEADER_SIZE : HEADER_SIZE + klen]
     data = memoryview(blob)[HEADER_SIZE + klen :]
     if len(data) != dlen or len(stored) != klen:
-        raise CacheEntryError(EntryProblem(path, f"length mismatch: the header announces {klen}+{dlen} bytes of "
-                                                 f"key and data, the file holds {len(blob) - HEADER_SIZE} (truncated "
-                                                 "or appended to)"))  # fmt: skip
+        _bad(path, f"length mismatch: the header announces {klen}+{dlen} bytes of key and data, the file holds "
+                   f"{len(blob) - HEADER_SIZE} (truncated or appended to)")  # fmt: skip
     if _digest(blob[: _HEAD.size], stored, data) != blob[_HEAD.size : HEADER_SIZE] or reserved != 0:
-        raise CacheEntryError(EntryProblem(path, "checksum mismatch: the entry is corrupt"))
+        _bad(path, "checksum mismatch: the entry is corrupt")
     if stored != expect.encode():
-        shown = stored.decode(errors="replace")
-        raise CacheEntryError(EntryProblem(path, f"holds the entry for key {shown!r}, not {expect!r} (a moved or "
-                                                 "copied file)"))  # fmt: skip
+        _bad(path, f"holds the entry for key {stored.decode(errors='replace')!r}, not {expect!r} (a moved or copied "
+                   "file)")  # fmt: skip
     if version is not None and ver != version:
-        raise CacheEntryError(EntryProblem(path, f"payload version {ver}; this speck writes version {version}", True))
+        _bad(path, f"payload version {ver}; this speck writes version {version}", old=True)
     return bytes(data)
 
 
-def _foreign(blob: bytes, path: pathlib.Path) -> NoReturn:
-    if blob.startswith(b"\x7fELF") or (path.suffix == ".json" and blob[:1] in (b"[", b"{")):
-        raise CacheEntryError(EntryProblem(path, "a bare entry written by speck before entries carried a checksummed "
-                                                 "header", True))  # fmt: skip
-    raise CacheEntryError(EntryProblem(path, f"not a speck cache entry (starts with {blob[:8]!r}, expected {MAGIC!r})"))
+def _foreign(blob: bytes, path: str | pathlib.Path) -> NoReturn:
+    if blob.startswith(b"\x7fELF") or (str(path).endswith(".json") and blob[:1] in (b"[", b"{")):
+        _bad(path, "a bare entry written by speck before entries carried a checksummed header", old=True)
+    _bad(path, f"not a speck cache entry (starts with {blob[:8]!r}, expected {MAGIC!r})")
+
+
+def _bad(path: str | pathlib.Path, reason: str, old: bool = False) -> NoReturn:
+    raise CacheEntryError(EntryProblem(pathlib.Path(path), reason, old))
 
 
 class CacheEntryError(Exception):
@@ -189,13 +190,15 @@ class DiskCache:
         """The data stored under `key`, or None: no entry, the cache is off, or the entry is unusable (warned once)."""
         if not cache_enabled():
             return None
-        path = self.path(key)
+        check_name(key, "key")
+        name = os.path.join(os.environ.get("SPECK_CACHE_DIR") or cache_root(), self.namespace, key)  # no Path: hot
         try:
-            blob = path.read_bytes()
+            with open(name, "rb") as f:
+                blob = f.read()
         except OSError:  # missing or unreadable: a plain miss
             return None
         try:
-            return decode_entry(blob, path, key, self.version)
+            return decode_entry(blob, name, key, self.version)
         except CacheEntryError as e:
             _warn_once(e.problem)
             return None

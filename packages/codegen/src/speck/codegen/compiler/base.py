@@ -3,7 +3,8 @@
 Objects are kept in the integrity-checked store of speck.codegen.cache, namespace `compile/<compiler name>` (so
 `$SPECK_CACHE_DIR/compile/llvm/<key>`, default root `~/.cache/speck`); `CACHELEVEL=0` (or `Context(CACHELEVEL=0)`)
 turns it off. A damaged entry is a miss with a CacheWarning: the object is compiled again and the entry rewritten.
-Both settings are read at every call so tests and tools can change them without re-creating compilers."""
+Both are looked up at every call, so tests and tools can change them (environment, Context) without
+re-creating compilers."""
 
 from __future__ import annotations
 
