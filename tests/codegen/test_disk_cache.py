@@ -274,12 +274,15 @@ def test_verify_reports_damage_and_deletes_it(private_cache: pathlib.Path, capsy
     (bad.parent / ".tmp-abandoned").write_bytes(b"half an entry")
     assert cli(["verify"]) == 1
     out = capsys.readouterr().out
-    assert f"damaged: {bad}: checksum mismatch" in out and "2 unusable" in out
+    assert f"damaged: {bad}: checksum mismatch" in out and "0 in an old format, 2 damaged or left over" in out
     assert f"temporary: {bad.parent / '.tmp-abandoned'}: temporary file" in out
     assert cli(["verify", "beam"]) == 0  # restricted to a namespace
     capsys.readouterr()
     assert cli(["verify", "--delete"]) == 0 and not bad.exists()
     assert cli(["verify"]) == 0 and "verified 2 entries: all intact" in capsys.readouterr().out
+    legacy = bad.parent / ("12" * 32)
+    legacy.write_bytes(b"\x7fELF" + bytes(100))  # an old-format entry is listed, but is no damage
+    assert cli(["verify"]) == 0 and f"old format: {legacy}: a bare entry" in capsys.readouterr().out
 
 
 def test_clear_removes_speck_files_only(private_cache: pathlib.Path, capsys: pytest.CaptureFixture) -> None:

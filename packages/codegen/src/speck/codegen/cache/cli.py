@@ -64,24 +64,29 @@ def info(namespaces: Sequence[str]) -> int:
 
 
 def verify(namespaces: Sequence[str], delete: bool) -> int:
+    """Exit status 1 when an entry is damaged or a temporary file is left over; old-format entries are listed but
+    are no damage (speck ignores them and rewrites them when next used)."""
     files = _selected(list(scan()), namespaces)
-    bad = [f for f in files if f.kind != "entry"]
+    listed = [f for f in files if f.kind != "entry"]
     print(f"speck caches: {_where()}")
-    for f in bad:
+    for f in listed:
         why = f.problem.reason if f.problem is not None else "temporary file of a write in progress or interrupted"
-        print(f"{'removed ' if delete else ''}{_kind(f).replace('tmp', 'temporary')}: {f.path}: {why}")
+        label = {"old": "old format", "tmp": "temporary"}.get(_kind(f), _kind(f))
+        print(f"{'removed ' if delete else ''}{label}: {f.path}: {why}")
         if delete:
             _unlink(f.path)
-    healthy = len(files) - len(bad)
-    if not bad:
-        print(f"verified {healthy} entries: all intact")
+    old = sum(_kind(f) == "old" for f in listed)
+    bad = len(listed) - old
+    intact = len(files) - len(listed)
+    if not listed:
+        print(f"verified {intact} entries: all intact")
         return 0
     if delete:
-        print(f"verified {len(files)} files: {healthy} intact, {len(bad)} removed")
+        print(f"verified {len(files)} files: {intact} intact, {len(listed)} removed")
         return 0
-    print(f"verified {len(files)} files: {healthy} intact, {len(bad)} unusable. speck treats unusable entries as "
-          "misses (it recomputes and rewrites them); `verify --delete` removes them now")  # fmt: skip
-    return 1
+    print(f"verified {len(files)} files: {intact} intact, {old} in an old format, {bad} damaged or left over. speck "
+          "treats them as misses (it recomputes and rewrites them); `verify --delete` removes them now")  # fmt: skip
+    return 1 if bad else 0
 
 
 def clear(namespaces: Sequence[str]) -> int:
@@ -111,11 +116,11 @@ def _unlink(path: pathlib.Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit status (verify: 1 when some file is unusable)."""
+    """The command line; returns the exit status (verify: 1 when an entry is damaged)."""
     p = argparse.ArgumentParser(prog="python -m speck.codegen.cache", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     for name, help_ in (("info", "where the caches live, entries and sizes per namespace"),
-                        ("verify", "check every entry's header and checksum; exit 1 if any is unusable"),
+                        ("verify", "check every entry's header and checksum; exit 1 if one is damaged"),
                         ("clear", "remove the entries (all namespaces, or those named)")):  # fmt: skip
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("namespaces", nargs="*", help="restrict to these namespaces (e.g. compile, compile/llvm, beam)")
