@@ -197,14 +197,18 @@ def test_beam_search_stops_at_its_time_budget(tmp_path, monkeypatch) -> None:  #
 
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b'[["UPCAST", 0]]', b"\x00\xff" * 10, b'"x"'])
 def test_a_corrupt_beam_cache_entry_is_a_miss(tmp_path, monkeypatch, garbage: bytes) -> None:  # type: ignore[no-untyped-def]
-    from speck.codegen.opt.search import _cache_path
+    from speck.codegen.cache.store import encode_entry
+    from speck.codegen.opt.search import BEAM_CACHE, cache_key
 
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
     ast, renderer = matvec(name="beamc"), PythonRenderer()
     timer = lambda p: 1.0 - 0.5 * (Opt(OptOps.UPCAST, 0, 4) in p.applied_opts)
     best = beam_search(ast, renderer, 2, timer=timer)
-    path = _cache_path(ast, renderer, 2, "")
-    path.write_bytes(garbage)
+    key = cache_key(ast, renderer, 2, "")
+    BEAM_CACHE.path(key).write_bytes(garbage)
+    with pytest.warns(UserWarning):  # a damaged file: a miss, said once
+        assert beam_search(ast, renderer, 2, timer=timer) == best
+    BEAM_CACHE.path(key).write_bytes(encode_entry(key, garbage, version=2))  # intact entry whose content isn't opts
     assert beam_search(ast, renderer, 2, timer=timer) == best  # searched again, not misread
     assert beam_search(ast, renderer, 2, timer=lambda p: 1 / 0) == best  # and the rewritten entry is healthy
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.buffer import Buffer
-from speck.hcq.errors import HCQError, ProgramArgumentError
+from speck.hcq.errors import ElfLinkError, HCQError, ProgramArgumentError
 from speck.hcq.queue import EXEC
 
 if TYPE_CHECKING:
@@ -233,8 +233,11 @@ def _interpreter() -> Any:
                 from speck.hcq.libs import default_libraries
 
                 try:
-                    lib = LLVMCompiler().compile(_interpreter_ir())
-                    image = load_elf(lib, default_libraries())
+                    compiler, src = LLVMCompiler(), _interpreter_ir()
+                    try:
+                        image = load_elf(compiler.compile(src), default_libraries(), name="speck_graph_run")
+                    except ElfLinkError:  # a cached object that doesn't load: compile afresh once
+                        image = load_elf(compiler.recompile(src), default_libraries(), name="speck_graph_run")
                 except Exception as e:
                     raise HCQError(f"could not build the CPU graph interpreter: {e}") from e
                 _interp = (image, _RUN_PROTO(image.address("speck_graph_run")))

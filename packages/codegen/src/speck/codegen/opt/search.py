@@ -4,24 +4,23 @@ timed by a callback the runtime supplies (the `timer` argument, which speck.tens
 
 The search is bounded: `BEAM_TIMEOUT` seconds per kernel (default 60), and the heuristic's choice competes as a
 candidate, so the result is never slower than the heuristic by the timer's measure. Winners are cached on disk in
-`$SPECK_CACHE_DIR/beam` (default ~/.cache/speck/beam), keyed by the AST's content hash, the renderer, the beam width
-and the timer's device (`cache_tag`); `CACHELEVEL=0` disables the cache and `IGNORE_BEAM_CACHE=1` searches again
-(and rewrites the entry). A corrupt entry is a miss."""
+speck.codegen.cache's store (namespace "beam"), keyed by the AST's content hash, the renderer, the beam width and the
+timer's device (`cache_tag`); `CACHELEVEL=0` disables the cache and `IGNORE_BEAM_CACHE=1` searches again (and
+rewrites the entry). A corrupt entry is a miss."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
-import pathlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from speck.codegen.cache import DiskCache
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opts, const_size, output_axes, reduce_axes
-from speck.uop import CACHELEVEL, DEBUG, ContextVar, UOp
+from speck.uop import DEBUG, ContextVar, UOp
 
 if TYPE_CHECKING:
     from speck.codegen.program import ProgramSpec
@@ -45,29 +44,23 @@ def registered_timer() -> BeamTimer | None:
     return _TIMER[0] if _TIMER else None
 
 
-def _cache_path(ast: UOp, renderer: Renderer, width: int, cache_tag: str) -> pathlib.Path:
-    root = os.environ.get("SPECK_CACHE_DIR")
-    base = pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
-    key = hashlib.sha256(ast.key + f"|{renderer.name}|{width}|{cache_tag}".encode()).hexdigest()
-    return base / "beam" / f"{key}.json"
+# winners as JSON lists of opts in speck.codegen.cache's integrity-checked store; version 2: the first one there
+BEAM_CACHE = DiskCache("beam", version=2)
 
 
-def _read_cached(path: pathlib.Path) -> tuple[Opt, ...] | None:
-    """The cached winner, or None for a missing or unreadable entry (a corrupt entry is a miss, never an error)."""
-    try:
-        return tuple(Opt.from_json(x) for x in json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+def cache_key(ast: UOp, renderer: Renderer, width: int, cache_tag: str) -> str:
+    return hashlib.sha256(ast.key + f"|{renderer.name}|{width}|{cache_tag}".encode()).hexdigest()
+
+
+def _read_cached(key: str) -> tuple[Opt, ...] | None:
+    """The cached winner, or None for a missing entry or one that doesn't describe opts (a miss, never an error)."""
+    data = BEAM_CACHE.get(key)
+    if data is None:
         return None
-
-
-def _write_cached(path: pathlib.Path, opts: tuple[Opt, ...]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([o.to_json() for o in opts]))
-        tmp.replace(path)
-    except OSError:
-        pass  # an unwritable cache is not an error
+        return tuple(Opt.from_json(x) for x in json.loads(data))
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
 
 
 def candidate_actions(sink: UOp) -> list[Opt]:
@@ -105,9 +98,8 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | Non
     if timer is None:
         raise RuntimeError("BEAM search needs a timer: pass timer=fn or call "
                            "speck.codegen.opt.register_beam_timer(fn) (fn(ProgramSpec) -> seconds)")  # fmt: skip
-    caching = use_cache and CACHELEVEL >= 1
-    path = _cache_path(ast, renderer, width, cache_tag)
-    if caching and not IGNORE_BEAM_CACHE and (hit := _read_cached(path)) is not None:
+    key = cache_key(ast, renderer, width, cache_tag)
+    if use_cache and not IGNORE_BEAM_CACHE and (hit := _read_cached(key)) is not None:
         return hit
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     base = merge_ranges(graph_rewrite(ast, pm_simplify, name="beam_base"))
@@ -163,6 +155,6 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | Non
     if DEBUG >= 2:
         print(f"BEAM {info.name}: {len(seen)} candidates, best {best[0][0] * 1e6:.1f} us with {winner}"
               + (" (time budget reached)" if timed_out else ""))  # fmt: skip
-    if caching:
-        _write_cached(path, winner)
+    if use_cache:
+        BEAM_CACHE.put(key, json.dumps([o.to_json() for o in winner]).encode())
     return winner
