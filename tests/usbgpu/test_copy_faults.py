@@ -132,15 +132,36 @@ def test_hung_gpu_fence_surfaces_in_bounded_time(f4gate: bool) -> None:
     reopen_and_verify(dev, f4gate=f4gate)
 
 
-def test_full_window_corruption_hits_g0_but_not_g3() -> None:
-    faults = SimFaults(full_window_corruption=True)
-    dev = SimDevice(faults=faults)
-    reopen_and_verify(dev)  # G3 wire images end mid-window: unaffected
-    dev = SimDevice(faults=faults)
-    with UsbGpu.open(sim=dev, mode="g0") as gpu:
-        buf = gpu.alloc(N)
-        gpu.copyin(buf, DATA)  # G0 sends full 512 KiB windows: their last sector arrives corrupted
-        assert dev.read_vram(buf.va, N) != DATA
+@pytest.mark.parametrize(("mode", "zero_copy"), [("g3", True), ("g3", False), ("g0", True)])
+def test_full_window_corruption_never_corrupts_a_copy(mode: str, zero_copy: bool) -> None:
+    # G0 used to arm whole 512 KiB chunks: each ended on a 256 KiB window, and its last sector arrived corrupted
+    # with nothing reported. Now no arm of any mode ends on a window boundary (G3's init included).
+    dev = SimDevice(faults=SimFaults(full_window_corruption=True))
+    data = random.Random(5).randbytes(3 * 0x80000 + 0x40000)  # whole 512 KiB chunks and a 256 KiB tail
+    with UsbGpu.open(sim=dev, mode=mode, zero_copy=zero_copy) as gpu:
+        buf = gpu.alloc(len(data))
+        gpu.copyin(buf, data)
+        assert dev.read_vram(buf.va, len(data)) == data
+        out = bytearray(len(data))
+        gpu.copyout(out, buf)
+        assert out == data
+    assert dev.stats["full_window_corruptions"] == 0 and dev.violations == []
+
+
+def test_an_arm_ending_on_a_window_is_refused_by_the_driver_and_flagged_by_the_simulator() -> None:
+    dev = SimDevice(faults=SimFaults(full_window_corruption=True))
+    with UsbGpu.open(sim=dev) as gpu:
+        bridge = gpu.context.bridge
+        with pytest.raises(ValueError, match="256 KiB window boundary"):
+            bridge.arm_write(0x40000, 0)
+        with pytest.raises(ValueError, match="256 KiB window boundary"):
+            bridge.arm_fenced(0x3C000, 16 + 1, 1, 0)  # slot 17 + 240 KiB ends at 512 KiB
+        # forced through the transport anyway: the simulator corrupts and says so
+        usb = gpu.transport
+        usb.control_out(0xF2, 0x40000 // 512, 16 << 8)
+        usb.bulk_out(0x02, bytes(0x40000), 1000)
+    assert dev.stats["full_window_corruptions"] == 1
+    assert any("ended on a 256 KiB window boundary" in v for v in dev.violations)
 
 
 def test_cq_clobber_and_sq_scribble_do_not_disturb_copies() -> None:

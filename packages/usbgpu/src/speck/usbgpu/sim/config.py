@@ -37,6 +37,10 @@ GPU_DEVICE = 0x744C
 BRIDGE_VENDOR = 0x1B21
 BRIDGE_DEVICE = 0x2464
 GPU_BUS = 4
+# PCI subsystem id (config 0x2C: id << 16 | vendor) by which the driver recognises the simulated GPU and selects its
+# profile (the stand-in queue registers below). A SimDevice given any other value looks like a real GPU to it.
+SIM_GPU_SUBSYSTEM = 0x0051 << 16 | 0x5EED
+HARDWARE_LIKE_SUBSYSTEM = 0x0E3B << 16 | 0x1002  # e.g. a board of the GPU vendor's own: no driver profile
 DOORBELL_SDMA0 = 256  # doorbell index of SDMA0 queue 0; the host writes 64 bits at BAR2 + index * 8
 
 # Simulator-defined MMIO registers in BAR5 (byte offsets). The real register map of an RDNA3 SDMA engine is
@@ -85,12 +89,19 @@ FaultMode = Literal["error", "short", "timeout", "stall"]
 
 @dataclass
 class TransferFault:
-    """Make the `nth` (1-based, counted from injection) transfer on `endpoint` fail after `after_bytes` bytes."""
+    """Make the `nth` (1-based, counted from injection) transfer on `endpoint` fail after `after_bytes` bytes.
+
+    Endpoint 0 selects control transfers; `request` narrows that to one vendor request (0xE4, 0xE5, 0xF0, 0xF2,
+    0xF3, 0xF4), and only matching transfers count towards `nth`. A faulted control transfer is not executed: it
+    stalls ("stall"), fails ("error"), gets no reply until the host's timeout ("timeout"), or - with a data stage
+    - moves only half of it ("short").
+    """
 
     endpoint: int
     nth: int
     mode: FaultMode
-    after_bytes: int | None = None  # None: half of the transfer, rounded down to a sector
+    after_bytes: int | None = None  # None: half of the transfer, rounded down to a sector (bulk only)
+    request: int | None = None  # control transfers only: the bRequest to match (None: any)
 
 
 @dataclass

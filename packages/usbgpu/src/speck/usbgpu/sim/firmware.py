@@ -228,6 +228,7 @@ class BridgeFirmware:
         return self.mmio.get(off, 0)
 
     def _mmio_write(self, off: int, value: int) -> None:
+        self.stats["mmio_writes"] += 1
         self.mmio[off] = value
         reg = self.mmio.get
         if off == MMIO_SDMA_RB_CNTL:
