@@ -78,7 +78,7 @@ def progress_bar(total: int, desc: str) -> Iterator[Callable[[int, int], None] |
         finally:
             print(file=sys.stderr)
         return
-    with tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False) as bar:
+    with tqdm(total=total, desc=desc, unit="B", unit_scale=True) as bar:
 
         def update(done: int, all_bytes: int) -> None:
             bar.update(done - bar.n)

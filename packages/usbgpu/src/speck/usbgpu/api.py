@@ -243,13 +243,13 @@ class UsbGpu:
             raise TypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
         if buf.owner != self.session:
             raise ValueError(f"{verb}: the VramBuffer belongs to another UsbGpu session; allocate it on this one")
-        if self._allocs.get(buf.va) != buf:
+        if self._allocs.get(buf.va) is not buf:  # identity: a copy or a stale handle never passes for a live one
             what = (
                 "it points into the driver's own VRAM (SDMA ring, queue pointers, timeline signal)"
                 if buf.va < HEAP_VA
-                else "it was freed"
+                else "it was freed, or was not made by UsbGpu.alloc"
                 if buf.va not in self._allocs
-                else "its size does not match the allocation at that address"
+                else "it was freed and its VRAM handed out again, or was not made by UsbGpu.alloc"
             )
             raise ValueError(
                 f"{verb}: {buf} is not a live allocation of this UsbGpu ({what}); use a buffer returned by "
@@ -319,6 +319,8 @@ class UsbGpu:
         self._ctx.require_profile("copyin")
 
         def job(handle: CopyHandle | None) -> None:
+            if handle is not None and handle.cancel_requested:
+                raise CopyCancelledError(f"copyin of {len(mv)} bytes", "cancelled before it ran (UsbGpu closed)")
             self._check_buffer(buf, offset, len(mv), "copyin")  # a free issued since may have taken it
             engine = self._engine()
             hook = self._hook("copyin", len(mv), progress, handle)
@@ -339,6 +341,8 @@ class UsbGpu:
         self._ctx.require_profile("copyout")
 
         def job(handle: CopyHandle | None) -> None:
+            if handle is not None and handle.cancel_requested:
+                raise CopyCancelledError(f"copyout of {len(mv)} bytes", "cancelled before it ran (UsbGpu closed)")
             self._check_buffer(buf, offset, len(mv), "copyout")
             engine = self._engine()
             hook = self._hook("copyout", len(mv), progress, handle)

@@ -157,7 +157,7 @@ class Bridge:
     def xdata_read(self, addr: int, n: int, bank: int = 0) -> bytes:
         """Read `n` bytes of bridge xdata (0xE4, at most 0xFF bytes per request; a short reply is an error)."""
         if 0 < n <= E4_CHUNK:  # the common case (flags, LTSSM): one request
-            reply = self._in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000, f"of xdata {addr:#06x}")
+            reply = self._in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000, f"xdata {addr:#06x}")
             if len(reply) != n:
                 raise PcieSetupError(f"0xE4 read of xdata {addr:#06x}", f"got {len(reply)} of {n} bytes")
             return reply
@@ -165,7 +165,7 @@ class Bridge:
         while len(out) < n:
             k = min(E4_CHUNK, n - len(out))
             a = addr + len(out)
-            reply = self._in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000, f"of xdata {a:#06x}")
+            reply = self._in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000, f"xdata {a:#06x}")
             if len(reply) != k:
                 raise PcieSetupError(f"0xE4 read of xdata {a:#06x}", f"got {len(reply)} of {k} bytes")
             out += reply
@@ -174,7 +174,7 @@ class Bridge:
     def xdata_write(self, addr: int, data: bytes, bank: int = 0) -> None:
         """Write bridge xdata one byte per 0xE5 request."""
         for i, b in enumerate(data):
-            self._out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000, f"of xdata {addr + i:#06x}")
+            self._out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000, f"xdata {addr + i:#06x}")
 
     def read_flags(self, buffer: int) -> tuple[int, int]:
         """(full-chunk, first-part) fence flags of bounce buffer `buffer`, with one 24-byte 0xE4 read."""
@@ -289,7 +289,7 @@ class Bridge:
         if not 0 < sectors <= 0x7FFF or slot_start + slots > 32:
             raise ValueError(f"0xF2 arm of {nbytes} bytes from slot {slot_start} does not fit the 512 KiB SRAM")
         _refuse_full_window(slot_start, nbytes)
-        self._out(REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, f"write arm of {nbytes} bytes at slot {slot_start}")
+        self._out(REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, f"write of {nbytes} bytes at slot {slot_start}")
 
     def arm_read(self, nbytes: int) -> None:
         """0xF2 read arm: the next CQ-page write by the GPU releases `nbytes` (padded) of SRAM slot 0.. on EP 0x81."""
@@ -297,7 +297,7 @@ class Bridge:
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slots > 32:
             raise ValueError(f"0xF2 read arm of {nbytes} bytes does not fit the 512 KiB SRAM")
-        self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, f"read arm of {nbytes} bytes")
+        self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, f"read of {nbytes} bytes")
 
     def arm_fenced(self, nbytes: int, slot_start: int, buffer: int, target: int) -> bytes:
         """0xF4: the device waits until `buffer`'s fence flag reaches `target`, then arms like 0xF2.
@@ -307,7 +307,7 @@ class Bridge:
         """
         _refuse_full_window(slot_start, nbytes)
         value, index = pack_f4(-(-nbytes // SECTOR), slot_start, -(-nbytes // SLOT), buffer, target)
-        what = f"of {nbytes} bytes into buffer {buffer} at fence {target & 0xFF}"
+        what = f"{nbytes} bytes into buffer {buffer} once its fence reaches {target & 0xFF}"
         reply = self._in(REQ_FENCE_ARM, value, index, 32, 30000, what)
         if len(reply) != 32:
             raise TlpError("0xF4 fence-gated arm", f"reply of {len(reply)} bytes, want 32 (firmware without 0xF4?)")
@@ -440,7 +440,7 @@ class Bridge:
 def _named(exc: UsbError, request: int, what: str) -> UsbError:
     """`exc` (a transport error) with the vendor request it belongs to in its operation and hint; same class."""
     name, hint = VENDOR_REQUESTS.get(request, (f"vendor request {request:#04x}", ""))
-    exc.operation = f"{name} {what}: {exc.operation}"
+    exc.operation = f"{name} ({what}): {exc.operation}"
     exc.request = request  # type: ignore[attr-defined]
     if hint:
         exc.detail = f"{exc.detail}; {hint}" if exc.detail else hint
