@@ -199,6 +199,7 @@ def test_stale_sram_never_matches_a_sentinel(monkeypatch: pytest.MonkeyPatch, av
     dev = SimDevice()
     with UsbGpu.open(sim=dev) as gpu:
         engine = gpu._copy
+        assert engine is not None
         buf = gpu.alloc(4 * CP_SIZE)
         # 1) user data left in the bounce buffers by a full copy-in (its 4 parts use sentinels 1..4)
         gpu.copyin(buf, _sentinel_poisoned(2 * CP_SIZE, 0x51000005))
@@ -263,6 +264,7 @@ def test_poisoned_data_and_copyouts_never_fake_a_sentinel(ops: list[tuple[str, i
     dev = SimDevice()
     with UsbGpu.open(sim=dev) as gpu:
         engine = gpu._copy
+        assert engine is not None
         buf = gpu.alloc(3 * CP_SIZE)
         for kind, size, spread in ops:
             data = bytearray(payload(size, rng.randrange(2**32)))

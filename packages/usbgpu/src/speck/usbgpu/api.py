@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
 from speck.usbgpu.opqueue import CopyHandle, OpQueue
 
 if TYPE_CHECKING:
+    from speck.usbgpu.sim.config import SimFaults, SimTiming
     from speck.usbgpu.sim.device import SimDevice
     from speck.usbgpu.sim.model_api import UsbDeviceModel
 
@@ -95,7 +95,7 @@ def _count(value: object, what: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int, got a bool ({value!r})")
     try:
-        n = operator.index(value)  # type: ignore[call-overload]
+        n = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
     if n < 0:
@@ -120,13 +120,14 @@ class UsbGpu:
         self._allocs: dict[int, VramBuffer] = {}
         self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
         self._heap_lock = threading.Lock()
-        self._queue = OpQueue(f"UsbGpu {getattr(usb, 'name', '?')}")
+        self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
+        self._queue = OpQueue(f"UsbGpu {self.name}")
 
     @classmethod
     def open(
         cls,
         index: int = 0,
-        sim: bool | SimDevice | Sequence[UsbDeviceModel] | Any | None = None,
+        sim: bool | SimTiming | SimFaults | SimDevice | Sequence[UsbDeviceModel] | None = None,
         *,
         mode: str | None = None,
         f4gate: bool | None = None,
@@ -174,10 +175,9 @@ class UsbGpu:
         """The simulated device behind this session, if any."""
         from speck.usbgpu.sim.device import SimDevice
 
-        usb_name = getattr(self._usb, "name", None)
         devices = [m for m in self.models if isinstance(m, SimDevice)]
         for dev in devices:  # the model the transport opened (several may be on the bus)
-            if f"usb:{dev.bus}-{dev.address}" == usb_name:
+            if f"usb:{dev.bus}-{dev.address}" == self.name:
                 return dev
         return devices[0] if devices else None
 
@@ -280,7 +280,7 @@ class UsbGpu:
 
         `progress(done, total)` is called as the copy advances (per 240 KiB chunk) and once at the end; an
         exception it raises aborts the copy (and, like any failure mid-copy, leaves the session unusable)."""
-        job = self._copyin_job(buf, data, offset, progress)
+        job, _ = self._copyin_job(buf, data, offset, progress)
         self._queue.run(lambda: job(None))
 
     def copyin_async(
@@ -288,22 +288,22 @@ class UsbGpu:
     ) -> CopyHandle:
         """Queue a copy-in and return at once; `handle.wait()` returns when the data is in VRAM (or raises).
         `data` must stay alive and unchanged until then."""
-        job = self._copyin_job(buf, data, offset, progress)
-        return self._queue.submit(job, CopyHandle("copyin", len(self._bytes_view(data, "copyin"))))
+        job, nbytes = self._copyin_job(buf, data, offset, progress)
+        return self._queue.submit(job, CopyHandle("copyin", nbytes))
 
     def copyout(
         self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0, *, progress: ProgressCallback | None = None
     ) -> None:
         """Fill `out` (a writable buffer) from `buf` starting at byte `offset` (`progress` as for copyin)."""
-        job = self._copyout_job(out, buf, offset, progress)
+        job, _ = self._copyout_job(out, buf, offset, progress)
         self._queue.run(lambda: job(None))
 
     def copyout_async(
         self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0, *, progress: ProgressCallback | None = None
     ) -> CopyHandle:
         """Queue a copy-out and return at once; `out` holds the data once `handle.wait()` returns."""
-        job = self._copyout_job(out, buf, offset, progress)
-        return self._queue.submit(job, CopyHandle("copyout", len(self._bytes_view(out, "copyout"))))
+        job, nbytes = self._copyout_job(out, buf, offset, progress)
+        return self._queue.submit(job, CopyHandle("copyout", nbytes))
 
     def synchronize(self) -> None:
         """Return once every operation issued before this call has finished; DeviceUnusableError if one failed."""
@@ -311,7 +311,7 @@ class UsbGpu:
 
     def _copyin_job(
         self, buf: VramBuffer, data: _BufferLike, offset: int, progress: ProgressCallback | None
-    ) -> Callable[[CopyHandle | None], None]:
+    ) -> tuple[Callable[[CopyHandle | None], None], int]:
         offset = _count(offset, "copyin offset")
         mv = self._bytes_view(data, "copyin")
         self._check_buffer(buf, offset, len(mv), "copyin")
@@ -327,11 +327,11 @@ class UsbGpu:
             run = engine.copyin_g0 if self._ctx.options.mode == "g0" else engine.copyin_g3
             self._execute("copyin", len(mv), lambda: run(buf.va + offset, mv, hook))
 
-        return job
+        return job, len(mv)
 
     def _copyout_job(
         self, out: bytearray | memoryview, buf: VramBuffer, offset: int, progress: ProgressCallback | None
-    ) -> Callable[[CopyHandle | None], None]:
+    ) -> tuple[Callable[[CopyHandle | None], None], int]:
         offset = _count(offset, "copyout offset")
         mv = self._bytes_view(out, "copyout")
         if mv.readonly:
@@ -348,7 +348,7 @@ class UsbGpu:
             hook = self._hook("copyout", len(mv), progress, handle)
             self._execute("copyout", len(mv), lambda: engine.copyout(mv, buf.va + offset, hook))
 
-        return job
+        return job, len(mv)
 
     def _hook(self, kind: str, total: int, user: ProgressCallback | None, handle: CopyHandle | None) -> Progress:
         """The engine's progress hook: track bytes done, stop a cancelled async copy, call the user's callback."""
@@ -359,7 +359,9 @@ class UsbGpu:
             if handle is not None:
                 handle.bytes_done = done
                 if handle.cancel_requested and done < total:
-                    raise CopyCancelledError(f"{kind} of {total} bytes", f"cancelled after {done} bytes (UsbGpu closed)")
+                    raise CopyCancelledError(
+                        f"{kind} of {total} bytes", f"cancelled after {done} bytes (UsbGpu closed)"
+                    )
             if user is not None:
                 user(done, total)
 
@@ -408,4 +410,4 @@ class UsbGpu:
     def __repr__(self) -> str:
         state = "closed" if self._usb is None else "unusable" if self._broken else "open"
         kind = "simulated" if self.simulated else "hardware"
-        return f"<UsbGpu {getattr(self._usb, 'name', '')} {kind} {state} pid={os.getpid()}>"
+        return f"<UsbGpu {self.name} {kind} {state}>"

@@ -1,4 +1,4 @@
-"""The ASM2464 bridge's vendor requests (USB_PROTOCOL.md 1.3-1.7) and the PCIe setup of the GPU behind it.
+"""The ASM2464 bridge's vendor requests (PROTOCOL.md 1.3-1.7) and the PCIe setup of the GPU behind it.
 
 Everything here goes through the UsbTransport API only: xdata access (0xE4/0xE5), link bring-up (0xF3), TLPs
 (0xF0 single and streaming), SRAM DMA arms (0xF2) and the fence-gated arm (0xF4).
@@ -44,7 +44,7 @@ VENDOR_REQUESTS: dict[int, tuple[str, str]] = {
     REQ_FENCE_ARM: ("0xF4 fence-gated arm", "a firmware older than 0xF4 stalls it: USB_F4GATE=0 selects the 0xF2 gate"),
 }
 
-# PCIe topology (USB_PROTOCOL.md 1.5): bridges on buses 0..3, the GPU on bus 4.
+# PCIe topology (PROTOCOL.md 1.5): bridges on buses 0..3, the GPU on bus 4.
 GPU_BUS = 4
 MEM_WINDOW_BASE = 0x1000_0000
 PREF_WINDOW_BASE = 0x8_0000_0000
@@ -72,7 +72,7 @@ class Transport(Protocol):
 
 
 def pack_f4(sectors: int, slot_start: int, num_slots: int, buffer: int, target: int) -> tuple[int, int]:
-    """wValue/wIndex of a 0xF4 fence-gated arm (USB_PROTOCOL.md 1.7).
+    """wValue/wIndex of a 0xF4 fence-gated arm (PROTOCOL.md 1.7).
 
     wValue = sectors (9 bits) | target bits 6..0 << 9; wIndex = slot_start | num_slots (6 bits) << 8 |
     target bit 7 << 14 | buffer << 15. Example: 482 sectors, 16 slots from slot 16, buffer 1, target 5 ->

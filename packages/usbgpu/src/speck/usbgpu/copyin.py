@@ -1,4 +1,4 @@
-"""Copy-in (G3 pipelined, G0 serial) and copy-out through the bridge's SRAM bounce buffers (USB_PROTOCOL.md 4).
+"""Copy-in (G3 pipelined, G0 serial) and copy-out through the bridge's SRAM bounce buffers (PROTOCOL.md 4).
 
 G3, per copy-in: plan 240 KiB chunks of two 120 KiB parts, each part followed by a 512 B sentinel sector; build the
 whole SDMA batch (per part: POLL EQ on the sentinel, COPY; per chunk: the first-part and full-chunk flags, each a
@@ -20,7 +20,7 @@ Beyond the reference design (see the package README for the reasoning):
   so every dword counts: the fence flags are 4-dword FENCE packets (32-bit values, compared modulo 2**32) instead
   of 6-dword 64-bit WRITEs, and the timeline advances once per copy-in (nothing waits on a chunk's timeline value:
   the host gates on the flags, later GPU work on the whole copy-in). 34 dwords per full chunk instead of 42.
-* No OUT arm ends on a 256 KiB window boundary (the bridge may corrupt that arm's last sector, USB_PROTOCOL 1.6):
+* No OUT arm ends on a 256 KiB window boundary (the bridge may corrupt that arm's last sector, PROTOCOL.md 1.6):
   G0 chunks are 496 KiB and a wire image that would end on a boundary gets one more (zero) sector.
 * Stale data never equals a sentinel. The host tracks every SRAM sector-start dword that could look like a
   sentinel (top byte 0x51: left by copy-out, G0, or user data of earlier chunks) and skips sequence values that
@@ -30,9 +30,8 @@ Beyond the reference design (see the package README for the reasoning):
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from speck.usbgpu.bridge import EP_OUT, SECTOR, SLOT, Bridge, Transport, ends_on_window, f4_reached
 from speck.usbgpu.errors import F4BailError, GpuFenceTimeout

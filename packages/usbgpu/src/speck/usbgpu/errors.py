@@ -3,7 +3,7 @@
 Every libusb-level exception carries `.operation` (what speck was doing, e.g. "bulk OUT 0x02 (4096 bytes)"),
 `.code` (the libusb_error or libusb_transfer_status value), `.libusb_name` and `.libusb_message` (libusb's own
 name and text). Asynchronous completion errors are latched by the C helper and raised by the next wait
-(USB_PROTOCOL.md 4.6); the latch is never cleared, so the driver must be reopened.
+(PROTOCOL.md 4.6); the latch is never cleared, so the driver must be reopened.
 
 A transfer-status class also derives from the matching libusb_error class (a stalled async transfer is a
 `TransferStallError` and a `UsbPipeError`), so `except UsbNoDeviceError` catches a disconnect whichever way it

@@ -1,6 +1,6 @@
 """GPU bring-up as far as this package goes: PCIe link, bridge/BAR setup, the GPU profile, VRAM and the SDMA queue.
 
-Link and BAR setup are the real protocol (USB_PROTOCOL.md 1.5) and run on any device. Everything past that - the
+Link and BAR setup are the real protocol (PROTOCOL.md 1.5) and run on any device. Everything past that - the
 SDMA queue registers, the GPU address translation, the VRAM layout the copy engine relies on - comes from a *GPU
 profile*, looked up by the GPU's PCI ids and subsystem id. The only profile is the simulator's: its queue registers
 in BAR5 and its fixed translation (VRAM at GPU VA 0, bridge memory at an aperture) are documented stand-ins for

@@ -34,7 +34,7 @@ __all__ = [
     "loaded_libusb",
 ]
 
-# USB_PROTOCOL.md 1.1: both vendor ids run the custom firmware; both lists are searched, in this order.
+# PROTOCOL.md 1.1: both vendor ids run the custom firmware; both lists are searched, in this order.
 SUPPORTED_IDS: tuple[tuple[int, int], ...] = ((0xADD1, 0x0001), (0x3801, 0x0001))
 PRODUCT_PREFIXES: tuple[str, ...] = ("custom", "AS2462")
 INTERFACE = 0
@@ -44,7 +44,8 @@ REQUEST_TYPE_VENDOR_OUT = 0x40
 REQUEST_TYPE_VENDOR_IN = 0xC0
 SIM_HINT = (
     "is the bridge connected and its custom firmware flashed (product string 'custom...')? "
-    "To run without hardware set SPECK_USB_SIM=1 (or pass sim=[model]) to use the simulator."
+    "To run without hardware set SPECK_USB_SIM=1 (SPECK_USB_SIM=<n> for n bridges) or pass sim=[model] to use the "
+    "simulator."
 )
 
 LibusbKind = Literal["real", "sim"]
@@ -250,7 +251,7 @@ class UsbTransport:
         `hardware_only` ignores SPECK_USB_SIM. A device already open (in this process or another) raises
         DeviceInUseError before anything is sent to it.
 
-        Open sequence (USB_PROTOCOL.md 1.2): read the product string; if a kernel driver holds interface 0,
+        Open sequence (PROTOCOL.md 1.2): read the product string; if a kernel driver holds interface 0,
         detach it and reset the device; set configuration 1; claim interface 0; select alt setting 0.
         """
         if index < 0:
@@ -431,7 +432,7 @@ class UsbTransport:
             )
 
     def bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 1000) -> None:
-        """Synchronous bulk OUT; a short write is an error (USB_PROTOCOL.md 4.6). `data` is not copied."""
+        """Synchronous bulk OUT; a short write is an error (PROTOCOL.md 4.6). `data` is not copied."""
         if self._closed:
             self._check_open(f"bulk OUT 0x{endpoint:02x}")
         sent = ctypes.c_int()
@@ -475,7 +476,7 @@ class UsbTransport:
 
     def clear_halt(self, endpoint: int) -> None:
         """CLEAR_FEATURE(ENDPOINT_HALT) on `endpoint`; the firmware also resets that endpoint and cancels streaming
-        (USB_PROTOCOL.md 1.4)."""
+        (PROTOCOL.md 1.4)."""
         operation = f"clear halt on endpoint 0x{endpoint:02x}"
         self._check_open(operation)
         _call(self.simulated, operation, self._handle.clearHalt, endpoint)

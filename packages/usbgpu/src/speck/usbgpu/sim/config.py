@@ -1,4 +1,4 @@
-"""Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (USB_PROTOCOL.md 2 and 7).
+"""Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (PROTOCOL.md 2 and 7).
 
 The constants here are the simulator's own restatement of the protocol: the driver (speck.usbgpu.bridge/sdma)
 keeps its own copy on purpose, so a wrong number on either side shows up as a failing differential test instead of
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# --- bridge memory map (USB_PROTOCOL.md 2.1 / 2.2) ---
+# --- bridge memory map (PROTOCOL.md 2.1 / 2.2) ---
 SRAM_PCIE = 0x200000  # 32 slots x 16 KiB bounce SRAM as the GPU sees it
 SRAM_SIZE = 0x80000
 SLOT_SIZE = 0x4000
@@ -106,7 +106,7 @@ class TransferFault:
 
 @dataclass
 class SimFaults:
-    """Switchable faults (USB_PROTOCOL.md 7). Transfer faults and disconnects are one-shot; the rest stay on."""
+    """Switchable faults (PROTOCOL.md 7). Transfer faults and disconnects are one-shot; the rest stay on."""
 
     transfer_faults: list[TransferFault] = field(default_factory=list)
     disconnect_after_out_bytes: int | None = None  # unplug once this many more EP 0x02 bytes moved
