@@ -140,24 +140,29 @@ class Bridge:
         self.tlp_retry_sleep_s = tlp_retry_sleep_s
 
     # ------------------------------------------------------------------ vendor requests
-    # Every control transfer goes through these two, so a failure names the vendor request and what it was for.
-    def _in(self, request: int, value: int, index: int, length: int, timeout_ms: int, what: str) -> bytes:
+    # Every control transfer goes through these two, so a failure names the vendor request and what it was for
+    # (`what.format(*args)`, formatted only on failure: these are the driver's hot path).
+    def _in(
+        self, request: int, value: int, index: int, length: int, timeout_ms: int, what: str, *args: object
+    ) -> bytes:
         try:
             return self.usb.control_in(request, value, index, length, timeout_ms)
         except UsbError as exc:
-            raise _named(exc, request, what) from None
+            raise _named(exc, request, what.format(*args)) from None
 
-    def _out(self, request: int, value: int, index: int, data: bytes, timeout_ms: int, what: str) -> None:
+    def _out(
+        self, request: int, value: int, index: int, data: bytes, timeout_ms: int, what: str, *args: object
+    ) -> None:
         try:
             self.usb.control_out(request, value, index, data, timeout_ms)
         except UsbError as exc:
-            raise _named(exc, request, what) from None
+            raise _named(exc, request, what.format(*args)) from None
 
     # ------------------------------------------------------------------ xdata
     def xdata_read(self, addr: int, n: int, bank: int = 0) -> bytes:
         """Read `n` bytes of bridge xdata (0xE4, at most 0xFF bytes per request; a short reply is an error)."""
         if 0 < n <= E4_CHUNK:  # the common case (flags, LTSSM): one request
-            reply = self._in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000, f"xdata {addr:#06x}")
+            reply = self._in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000, "xdata {:#06x}", addr)
             if len(reply) != n:
                 raise PcieSetupError(f"0xE4 read of xdata {addr:#06x}", f"got {len(reply)} of {n} bytes")
             return reply
@@ -165,7 +170,7 @@ class Bridge:
         while len(out) < n:
             k = min(E4_CHUNK, n - len(out))
             a = addr + len(out)
-            reply = self._in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000, f"xdata {a:#06x}")
+            reply = self._in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000, "xdata {:#06x}", a)
             if len(reply) != k:
                 raise PcieSetupError(f"0xE4 read of xdata {a:#06x}", f"got {len(reply)} of {k} bytes")
             out += reply
@@ -174,7 +179,7 @@ class Bridge:
     def xdata_write(self, addr: int, data: bytes, bank: int = 0) -> None:
         """Write bridge xdata one byte per 0xE5 request."""
         for i, b in enumerate(data):
-            self._out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000, f"xdata {addr + i:#06x}")
+            self._out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000, "xdata {:#06x}", addr + i)
 
     def read_flags(self, buffer: int) -> tuple[int, int]:
         """(full-chunk, first-part) fence flags of bounce buffer `buffer`, with one 24-byte 0xE4 read."""
@@ -216,7 +221,7 @@ class Bridge:
             self._out(REQ_TLP, fmt | byte_enable << 8, 0, payload, 5000, what)
             if posted:
                 return 0
-            reply = self._in(REQ_TLP, 0, 0, 8, 5000, f"completion of {what}")
+            reply = self._in(REQ_TLP, 0, 0, 8, 5000, "completion of {}", what)
             if len(reply) != 8:
                 raise TlpError(what, f"0xF0 completion reply of {len(reply)} bytes, want 8")
             data, hdr_hi, _hdr_lo, _cpl_type, ret_status = struct.unpack("<IBBBB", reply)
@@ -262,7 +267,7 @@ class Bridge:
         if n % 4:
             raise ValueError(f"0xF0 stream writes move whole dwords; {n} bytes is not a multiple of 4")
         payload = struct.pack("<III", address & 0xFFFFFFFF, address >> 32, n // 4)
-        self._out(REQ_TLP, 0x60 | 0x0F << 8, 1, payload, 5000, f"stream write of {n} bytes at {address:#x}")
+        self._out(REQ_TLP, 0x60 | 0x0F << 8, 1, payload, 5000, "stream write of {} bytes at {:#x}", n, address)
         self.usb.bulk_out(EP_OUT, data, 5000)
 
     def stream_read(self, address: int, n: int) -> bytes:
@@ -289,7 +294,9 @@ class Bridge:
         if not 0 < sectors <= 0x7FFF or slot_start + slots > 32:
             raise ValueError(f"0xF2 arm of {nbytes} bytes from slot {slot_start} does not fit the 512 KiB SRAM")
         _refuse_full_window(slot_start, nbytes)
-        self._out(REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, f"write of {nbytes} bytes at slot {slot_start}")
+        self._out(
+            REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, "write of {} bytes at slot {}", nbytes, slot_start
+        )
 
     def arm_read(self, nbytes: int) -> None:
         """0xF2 read arm: the next CQ-page write by the GPU releases `nbytes` (padded) of SRAM slot 0.. on EP 0x81."""
@@ -297,7 +304,7 @@ class Bridge:
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slots > 32:
             raise ValueError(f"0xF2 read arm of {nbytes} bytes does not fit the 512 KiB SRAM")
-        self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, f"read of {nbytes} bytes")
+        self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, "read of {} bytes", nbytes)
 
     def arm_fenced(self, nbytes: int, slot_start: int, buffer: int, target: int) -> bytes:
         """0xF4: the device waits until `buffer`'s fence flag reaches `target`, then arms like 0xF2.
@@ -307,8 +314,8 @@ class Bridge:
         """
         _refuse_full_window(slot_start, nbytes)
         value, index = pack_f4(-(-nbytes // SECTOR), slot_start, -(-nbytes // SLOT), buffer, target)
-        what = f"{nbytes} bytes into buffer {buffer} once its fence reaches {target & 0xFF}"
-        reply = self._in(REQ_FENCE_ARM, value, index, 32, 30000, what)
+        what = "{} bytes into buffer {} once its fence reaches {}"
+        reply = self._in(REQ_FENCE_ARM, value, index, 32, 30000, what, nbytes, buffer, target & 0xFF)
         if len(reply) != 32:
             raise TlpError("0xF4 fence-gated arm", f"reply of {len(reply)} bytes, want 32 (firmware without 0xF4?)")
         return reply

@@ -51,7 +51,7 @@ MAX_WIRE = CP_SIZE + 2 * SECTOR  # a full chunk's wire image: the most of a boun
 G0_CHUNK = 0x80000 - SLOT  # 496 KiB: a G0 wire image never fills the SRAM up to a window boundary
 COPYOUT_CHUNK = BUF_SIZE
 BULK_TIMEOUT_MS = 10000
-# One G3 ring build covers at most this much (4370 chunks x 168 B of packets = 734 KB of the 1 MiB ring); larger
+# One G3 ring build covers at most this much (4370 chunks x 136 B of packets = 594 KB of the 1 MiB ring); larger
 # copy-ins run as several G3 passes, each with its own ring build and doorbell.
 MAX_G3_PASS = 1 << 30
 
