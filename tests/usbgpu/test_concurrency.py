@@ -282,3 +282,31 @@ def test_a_second_process_opening_the_same_device_gets_in_use(tmp_path: Path, mo
         assert str(tmp_path) in text
     assert "opened" in other()  # released on close
     assert "opened" in other()  # and by the other process on its exit
+
+
+def test_ctrl_c_while_waiting_for_a_turn_gives_the_turn_up() -> None:
+    from speck.usbgpu.opqueue import OpQueue
+
+    queue = OpQueue("test")
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def long_op() -> None:
+        started.set()
+        while queue._issued < 2:  # the main thread has taken its ticket ...
+            time.sleep(0.001)
+        time.sleep(0.05)  # ... and is waiting for its turn behind this operation
+        _thread.interrupt_main()  # Ctrl-C lands in that wait
+        release.wait(10)
+        ran.append("long")
+
+    other = threading.Thread(target=lambda: queue.run(long_op))
+    other.start()
+    started.wait(10)
+    with pytest.raises(KeyboardInterrupt):
+        queue.run(lambda: ran.append("interrupted"))
+        time.sleep(5)  # (not reached when the interrupt lands during the wait)
+    release.set()
+    queue.run(lambda: ran.append("after"))  # would wait forever if the abandoned turn were still owed
+    other.join()
+    assert ran == ["long", "after"]

@@ -60,9 +60,10 @@ class OpQueue:
     def __init__(self, name: str) -> None:
         self.name = name
         self._cv = threading.Condition()
-        self._issued = 0
-        self._serving = 0
+        self._issued = 0  # the next ticket
+        self._serving = 0  # the ticket whose operation may run now
         self._abandoned: set[int] = set()
+        self._held: dict[int, int] = {}  # thread -> the ticket it holds (recorded before the ticket is issued)
         self._jobs: deque[tuple[int, Callable[[CopyHandle], None], CopyHandle]] = deque()
         self._worker: threading.Thread | None = None
         self._running_in: int | None = None  # thread running the current operation
@@ -79,16 +80,16 @@ class OpQueue:
                 f"{self.name}: a synchronous operation was issued from inside another one (a progress callback?); "
                 "it would wait for itself - issue it after the running operation returns"
             )
-        with self._cv:
-            ticket = self._issued
-            self._issued += 1
-        self._wait_turn(ticket)
+        me = threading.get_ident()
         try:
-            self._running_in = threading.get_ident()
+            with self._cv:
+                self._held[me] = self._issued  # recorded first: an interruption after this line is cleaned up
+                self._issued += 1
+            self._wait_turn(self._held[me])
+            self._running_in = me
             return fn()
         finally:
-            self._running_in = None
-            self._advance()
+            self._release(me)
 
     def submit(self, fn: Callable[[CopyHandle], None], handle: CopyHandle) -> CopyHandle:
         """Queue `fn(handle)` for the worker thread; its outcome settles `handle`."""
@@ -110,41 +111,45 @@ class OpQueue:
                 self._current.cancel_requested = True
 
     def _work(self) -> None:
+        me = threading.get_ident()
         while True:
             with self._cv:
                 if not self._jobs:
                     self._worker = None
                     return
                 ticket, fn, handle = self._jobs.popleft()
+                self._held[me] = ticket
                 self._current = handle
-            self._wait_turn(ticket)
             error: BaseException | None = None
             try:
-                self._running_in = threading.get_ident()
+                self._wait_turn(ticket)
+                self._running_in = me
                 fn(handle)
             except BaseException as exc:  # settled into the handle, raised by its wait()
                 error = exc
             finally:
-                self._running_in = None
                 with self._cv:
                     self._current = None
+                self._release(me)
                 handle._settle(error)
-                self._advance()
 
     def _wait_turn(self, ticket: int) -> None:
         with self._cv:
-            try:
-                while self._serving != ticket:
-                    self._cv.wait()
-            except BaseException:
-                self._abandoned.add(ticket)
-                self._skip_abandoned()
-                self._cv.notify_all()
-                raise
+            while self._serving != ticket:
+                self._cv.wait()
 
-    def _advance(self) -> None:
+    def _release(self, me: int) -> None:
+        """The thread is done with its ticket, however it left: pass the turn on if it had it, else give it up."""
         with self._cv:
-            self._serving += 1
+            if self._running_in == me:
+                self._running_in = None
+            ticket = self._held.pop(me, None)
+            if ticket is None or ticket >= self._issued:
+                return  # interrupted before its ticket was issued
+            if ticket == self._serving:
+                self._serving += 1
+            else:
+                self._abandoned.add(ticket)
             self._skip_abandoned()
             self._cv.notify_all()
 
