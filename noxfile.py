@@ -23,6 +23,8 @@ PACKAGES: dict[str, tuple[str, list[str]]] = {
 }
 EXISTING = [p for p in PACKAGES if (ROOT / "packages" / p / "pyproject.toml").exists()]
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.24"]  # numpy is the numeric reference in tests
+# usbgpu's tests also build its sdist and wheel (offline: no build isolation) and draw the CLI's progress bar
+EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60"]}
 
 
 def _editable(folders: list[str]) -> list[str]:
@@ -40,7 +42,7 @@ def tests(session: nox.Session, package: str) -> None:
         folders, test_dir = EXISTING, "tests/integration"
     else:
         folders, test_dir = PACKAGES[package][1] + [package], f"tests/{PACKAGES[package][0]}"
-    session.install(*_editable(folders), *TEST_TOOLS)
+    session.install(*_editable(folders), *TEST_TOOLS, *EXTRA_TEST_TOOLS.get(package, []))
     args = session.posargs or ["-q", "-p", "no:cacheprovider", test_dir]
     session.run("python", "-m", "pytest", *args, env={"HYPOTHESIS_PROFILE": "ci", "SPEC": "1"})
 

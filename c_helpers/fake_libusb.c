@@ -335,7 +335,7 @@ API int libusb_attach_kernel_driver(struct libusb_device_handle *h, int interfac
 
 API int libusb_set_auto_detach_kernel_driver(struct libusb_device_handle *h, int enable) {
     (void)h; (void)enable;
-    return LIBUSB_ERROR_NOT_SUPPORTED; /* the transport detaches explicitly, as USB_PROTOCOL.md 1.2 orders */
+    return LIBUSB_ERROR_NOT_SUPPORTED; /* the transport detaches explicitly, as packages/usbgpu/PROTOCOL.md 1.2 orders */
 }
 
 API int libusb_claim_interface(struct libusb_device_handle *h, int interface_number) {

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from speck.usbgpu.api import UsbGpu
+from speck.usbgpu.bridge import VENDOR_REQUESTS
 from speck.usbgpu.copyin import CP_SIZE
 from speck.usbgpu.errors import (
     DeviceUnusableError,
@@ -16,6 +17,7 @@ from speck.usbgpu.errors import (
     PcieLinkError,
     TlpError,
     TransferShortError,
+    TransferShortReadError,
     UsbError,
     UsbIoError,
     UsbNoDeviceError,
@@ -132,15 +134,36 @@ def test_hung_gpu_fence_surfaces_in_bounded_time(f4gate: bool) -> None:
     reopen_and_verify(dev, f4gate=f4gate)
 
 
-def test_full_window_corruption_hits_g0_but_not_g3() -> None:
-    faults = SimFaults(full_window_corruption=True)
-    dev = SimDevice(faults=faults)
-    reopen_and_verify(dev)  # G3 wire images end mid-window: unaffected
-    dev = SimDevice(faults=faults)
-    with UsbGpu.open(sim=dev, mode="g0") as gpu:
-        buf = gpu.alloc(N)
-        gpu.copyin(buf, DATA)  # G0 sends full 512 KiB windows: their last sector arrives corrupted
-        assert dev.read_vram(buf.va, N) != DATA
+@pytest.mark.parametrize(("mode", "zero_copy"), [("g3", True), ("g3", False), ("g0", True)])
+def test_full_window_corruption_never_corrupts_a_copy(mode: str, zero_copy: bool) -> None:
+    # G0 used to arm whole 512 KiB chunks: each ended on a 256 KiB window, and its last sector arrived corrupted
+    # with nothing reported. Now no arm of any mode ends on a window boundary (G3's init included).
+    dev = SimDevice(faults=SimFaults(full_window_corruption=True))
+    data = random.Random(5).randbytes(3 * 0x80000 + 0x40000)  # whole 512 KiB chunks and a 256 KiB tail
+    with UsbGpu.open(sim=dev, mode=mode, zero_copy=zero_copy) as gpu:
+        buf = gpu.alloc(len(data))
+        gpu.copyin(buf, data)
+        assert dev.read_vram(buf.va, len(data)) == data
+        out = bytearray(len(data))
+        gpu.copyout(out, buf)
+        assert out == data
+    assert dev.stats["full_window_corruptions"] == 0 and dev.violations == []
+
+
+def test_an_arm_ending_on_a_window_is_refused_by_the_driver_and_flagged_by_the_simulator() -> None:
+    dev = SimDevice(faults=SimFaults(full_window_corruption=True))
+    with UsbGpu.open(sim=dev) as gpu:
+        bridge = gpu.context.bridge
+        with pytest.raises(ValueError, match="256 KiB window boundary"):
+            bridge.arm_write(0x40000, 0)
+        with pytest.raises(ValueError, match="256 KiB window boundary"):
+            bridge.arm_fenced(0x3C000, 16 + 1, 1, 0)  # slot 17 + 240 KiB ends at 512 KiB
+        # forced through the transport anyway: the simulator corrupts and says so
+        usb = gpu.transport
+        usb.control_out(0xF2, 0x40000 // 512, 16 << 8)
+        usb.bulk_out(0x02, bytes(0x40000), 1000)
+    assert dev.stats["full_window_corruptions"] == 1
+    assert any("ended on a 256 KiB window boundary" in v for v in dev.violations)
 
 
 def test_cq_clobber_and_sq_scribble_do_not_disturb_copies() -> None:
@@ -184,3 +207,95 @@ def test_copyout_bulk_in_fault_surfaces_and_reopen_recovers(mode: str, error: ty
     assert dev.now_ns - start < BOUND_NS
     gpu.close()
     reopen_and_verify(dev)
+
+
+# ---- control-transfer faults: each vendor request, each failure, surfaced as a named error that says which request
+# Where each request first runs on a fresh device: open (0xE4 LTSSM read, 0xF3 power-on, 0xF0 TLPs), the first
+# copy-in (0xE5 flag clear, 0xF2 arms) and from its third chunk on (0xF4).
+CONTROL_FAULTS = [(req, mode) for req in (0xE4, 0xE5, 0xF0, 0xF2, 0xF3, 0xF4) for mode in ("stall", "timeout", "error")]
+MODE_ERRORS: dict[str, type[UsbError]] = {"stall": UsbPipeError, "timeout": UsbTimeoutError, "error": UsbIoError}
+
+
+@pytest.mark.parametrize(("request_code", "mode"), CONTROL_FAULTS)
+def test_control_transfer_fault_is_injected_and_surfaces_named(request_code: int, mode: str) -> None:
+    dev = SimDevice()
+    dev.inject(TransferFault(0, 1, mode, request=request_code))  # type: ignore[arg-type]
+    start = dev.now_ns
+    with pytest.raises(MODE_ERRORS[mode]) as info:
+        with UsbGpu.open(sim=dev) as gpu:
+            buf = gpu.alloc(N)
+            gpu.copyin(buf, DATA)
+    err = info.value
+    name = VENDOR_REQUESTS[request_code][0]
+    assert getattr(err, "request", None) == request_code and str(err).startswith(name), str(err)
+    assert dev.faults.transfer_faults == []  # the fault was used, on the request it names
+    assert dev.now_ns - start < BOUND_NS
+    if request_code == 0xF4:
+        assert "USB_F4GATE=0" in str(err)
+    reopen_and_verify(dev)
+
+
+@pytest.mark.parametrize(("request_code", "direction"), [(0xE4, "IN"), (0xF0, "OUT")])
+def test_short_control_transfer_is_a_short_transfer_error(request_code: int, direction: str) -> None:
+    dev = SimDevice()
+    dev.inject(TransferFault(0, 1, "short", request=request_code))
+    with pytest.raises(TransferShortError, match=f"control {direction} 0x{request_code:02X}") as info:
+        UsbGpu.open(sim=dev)
+    assert str(info.value).startswith(VENDOR_REQUESTS[request_code][0])
+    reopen_and_verify(dev)
+
+
+def test_a_control_fault_on_one_request_leaves_the_others_alone() -> None:
+    dev = SimDevice()
+    dev.inject(TransferFault(0, 4, "stall", request=0xF2))  # the fourth 0xF2 only
+    gpu, buf = warm(dev)  # three 0xF2 arms: two to zero the bounce buffers, one for the small copy
+    with pytest.raises(UsbPipeError, match="0xF2 SRAM DMA arm"):
+        gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    gpu.close()
+    reopen_and_verify(dev)
+
+
+def test_short_bulk_in_during_copyout_is_reported_as_a_short_read() -> None:
+    dev = SimDevice()
+    gpu, buf = warm(dev)
+    gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    dev.inject(TransferFault(0x81, 2, "short"))
+    with pytest.raises(TransferShortReadError) as info:
+        gpu.copyout(bytearray(N), buf)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "bulk IN 0x81 for the copy-out" in text and "short" in text and "link" not in text.lower()
+    assert not isinstance(info.value, TlpError)
+    gpu.close()
+    reopen_and_verify(dev)
+
+
+@pytest.mark.parametrize("how", ["reset", "disconnect"])
+def test_events_scheduled_before_a_pipe_reset_are_dropped(how: str) -> None:
+    # A bulk OUT is mid-flight (its next 16 KiB step is scheduled) when the USB side restarts. Had the old events
+    # survived, the stale step would free EP 0x02 while the next transfer's own step is in flight, and that
+    # transfer would move faster than the link can.
+    from speck.usbgpu.transport import UsbTransport
+
+    link = 50e6
+    dev = SimDevice(timing=SimTiming(link_bytes_per_s=link, bulk_latency_ns=0.0))
+    usb = UsbTransport.open(sim=[dev])
+    usb.control_out(0xF2, 480, 15 << 8)  # arm 240 KiB at slot 0
+    tag = usb.submit_bulk_out(0x02, bytes(480 * 512), 10000)
+    for _ in range(10):  # ten 0.1 ms control round trips: 1 ms into the 4.9 ms transfer
+        usb.control_in(0xE4, 0xB450, 0, 1)
+    assert not usb.is_done(tag)
+    if how == "reset":
+        usb._handle.resetDevice()
+        usb.close()
+    else:
+        dev.disconnect()
+        usb.close()
+        dev.reconnect()
+    usb = UsbTransport.open(sim=[dev])
+    nbytes = 64 * 1024
+    usb.control_out(0xF2, nbytes // 512, 4 << 8)
+    start = dev.now_ns
+    usb.bulk_out(0x02, bytes(nbytes), 10000)
+    assert dev.now_ns - start >= nbytes / link * 1e9
+    usb.close()
+    assert not [v for v in dev.violations if "nothing armed" not in v]

@@ -199,6 +199,7 @@ def test_stale_sram_never_matches_a_sentinel(monkeypatch: pytest.MonkeyPatch, av
     dev = SimDevice()
     with UsbGpu.open(sim=dev) as gpu:
         engine = gpu._copy
+        assert engine is not None
         buf = gpu.alloc(4 * CP_SIZE)
         # 1) user data left in the bounce buffers by a full copy-in (its 4 parts use sentinels 1..4)
         gpu.copyin(buf, _sentinel_poisoned(2 * CP_SIZE, 0x51000005))
@@ -263,6 +264,7 @@ def test_poisoned_data_and_copyouts_never_fake_a_sentinel(ops: list[tuple[str, i
     dev = SimDevice()
     with UsbGpu.open(sim=dev) as gpu:
         engine = gpu._copy
+        assert engine is not None
         buf = gpu.alloc(3 * CP_SIZE)
         for kind, size, spread in ops:
             data = bytearray(payload(size, rng.randrange(2**32)))
@@ -293,3 +295,30 @@ def test_copyin_larger_than_one_ring_build_runs_in_passes(monkeypatch: pytest.Mo
         assert dev.stats["doorbells"] - before == 3  # one ring build and doorbell per pass
         assert dev.read_vram(buf.va + 100, len(data)) == data
     assert dev.violations == []
+
+
+def test_ring_batch_is_fence_flags_and_one_timeline_fence_and_templates_match_fresh_packets() -> None:
+    from speck.usbgpu.copyin import PART
+    from speck.usbgpu.sdma import FUNC_GE, OP_COPY, OP_FENCE, OP_POLL_REGMEM, OP_WRITE, fence, poll_regmem
+
+    with UsbGpu.open(sim=SimDevice()) as gpu:
+        engine, timeline = gpu._copy, gpu.context.timeline
+        assert engine is not None
+        data = memoryview(payload(5 * CP_SIZE + PART + 1000, 3))  # five full chunks and a two-part tail
+        chunks = engine._plan(data)
+        value = timeline.value
+        batch = engine._ring_batch(0x123456789, chunks)
+        expected = poll_regmem(timeline.va, value - 1, FUNC_GE)
+        for ch in chunks:
+            expected += engine._chunk_packets(ch, 0x123456789 + ch.src_off)
+        expected += fence(timeline.va, value)
+        assert batch == expected and timeline.value == value + 1
+        sizes = {OP_POLL_REGMEM: 6, OP_COPY: 7, OP_FENCE: 4}
+        ops, pos = [], 0
+        while pos < len(batch):
+            op = batch[pos] & 0xFF
+            ops.append(op)
+            pos += sizes[op]
+        assert pos == len(batch) and OP_WRITE not in ops
+        assert ops.count(OP_FENCE) == 2 * len(chunks) + 1  # two flags per chunk, one timeline write per copy-in
+        assert len(engine._chunk_packets(chunks[0], 0)) == 34  # per full chunk: 2 x (POLL + COPY) + 2 FENCE

@@ -8,6 +8,7 @@ transfer and applied to the next bulk OUT (or control) submitted. The tests at t
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from speck.usbgpu.sim.model_api import (
     asm2464_descriptors,
 )
 
+_SERIALS = itertools.count(0x0123ABCD)
 Fault = Literal["error", "short", "timeout", "stall", "overflow", "submit_fail", "disconnect", "raise"]
 LIBUSB_ERROR_NO_DEVICE = -4
 
@@ -57,7 +59,8 @@ class EchoModel:
         bytes_per_ms: float = 1_000_000.0,
     ) -> None:
         self.vid, self.pid, self.bus, self.address = vid, pid, bus, address
-        self.manufacturer, self.product, self.serial = "tiny", product, "0123abcd"
+        # a serial of its own per instance: it is what the driver's device lock tells devices apart by
+        self.manufacturer, self.product, self.serial = "tiny", product, f"{next(_SERIALS):08x}"
         self.latency_ms, self.bytes_per_ms = latency_ms, bytes_per_ms
         self.now = 0.0
         self._kernel_driver = kernel_driver

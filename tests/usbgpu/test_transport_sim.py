@@ -35,6 +35,12 @@ def usb(model: EchoModel) -> Iterator[UsbTransport]:
     t.close()
 
 
+def usb_model_serial(usb: UsbTransport) -> str:
+    """The serial of the model the transport opened (EchoModels number theirs)."""
+    (model,) = [m for m in shim.installed_models() if f"usb:{m.bus}-{m.address}" == usb.name]
+    return model.serial
+
+
 def _resources_released() -> dict[str, int]:
     counts = shim.counters()
     return {k: counts[k] for k in ("inflight_transfers", "live_transfers", "open_handles", "live_contexts")}
@@ -69,8 +75,9 @@ def test_reopening_the_same_model_keeps_it_and_a_second_claim_is_busy(model: Ech
     first = UsbTransport.open(sim=[model])
     first.bulk_out(0x02, b"one")
     log_length = len(model.log)
-    with pytest.raises(errors.UsbBusyError, match="set configuration 1"):
-        UsbTransport.open(sim=[model])  # the first transport still holds interface 0
+    with pytest.raises(errors.DeviceInUseError, match="already open in this process") as info:
+        UsbTransport.open(sim=[model])  # the first transport still holds the device
+    assert isinstance(info.value, errors.UsbBusyError)
     assert len(model.log) == log_length  # the refused open never reached the device
     first.bulk_out(0x02, b"two")  # and is unaffected by the failed open
     first.close()
@@ -127,7 +134,7 @@ def test_python_libusb1_sees_the_model_descriptors_through_the_fake_libusb(usb: 
     handle = usb._handle
     device = handle.getDevice()
     assert (device.getVendorID(), device.getProductID(), device.getbcdUSB()) == (0xADD1, 0x0001, 0x0320)
-    assert (handle.getManufacturer(), handle.getSerialNumber()) == ("tiny", "0123abcd")
+    assert (handle.getManufacturer(), handle.getSerialNumber()) == ("tiny", usb_model_serial(usb))
     assert handle.getConfiguration() == 1
     [config] = list(device)
     [interface] = list(config)

@@ -1,4 +1,8 @@
-"""Command line: `python -m speck.usbgpu info [--sim]` and `python -m speck.usbgpu bench [--sim] [--size N]`."""
+"""Command line: `python -m speck.usbgpu info [--sim]` and `python -m speck.usbgpu bench [--sim] [--size N]`.
+
+`info` only reads (vendor reads of xdata and config space): it never powers the link, configures bridges, sizes
+BARs or touches GPU registers, so it is safe on any device in any state. `bench` opens the device for copies.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +10,103 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from speck.usbgpu.api import UsbGpu
+from speck.usbgpu.bridge import Bridge
 from speck.usbgpu.errors import UsbError
+from speck.usbgpu.gpu import GPU_PROFILES
 
-
-def _open(args: argparse.Namespace) -> UsbGpu:
-    return UsbGpu.open(args.index, sim=True if args.sim else None, mode=getattr(args, "mode", None))
+PROGRESS_BAR_BYTES = 64_000_000  # copies larger than this show a progress bar
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Print the bridge identity, the PCIe link state and the GPU's BARs."""
-    with _open(args) as gpu:
-        usb = gpu.transport
-        ctx = gpu.context
+    """Print the bridge identity, the PCIe link state and the GPU as it is currently programmed (reads only)."""
+    from speck.usbgpu.transport import UsbTransport
+
+    sim = None
+    if args.sim:
+        from speck.usbgpu.sim.device import SimDevice
+
+        sim = [SimDevice()]
+    with UsbTransport.open(args.index, sim=sim) as usb:
+        topo = Bridge(usb).survey()
         print(
-            f"device    {getattr(usb, 'name', '?')}  {getattr(usb, 'vid', 0):04x}:{getattr(usb, 'pid', 0):04x}  "
-            f"product {getattr(usb, 'product', '?')!r}" + ("  (simulated)" if gpu.sim else "")
+            f"device    {usb.name}  {usb.vid:04x}:{usb.pid:04x}  product {usb.product!r}"
+            + ("  (simulated)" if usb.simulated else "")
         )
-        print(f"link      LTSSM {ctx.bridge.ltssm():#04x} ({'up' if ctx.bridge.ltssm() == 0x78 else 'down'})")
-        print(f"gpu       {ctx.pcie.vendor:04x}:{ctx.pcie.device:04x} on bus 4")
-        for index, bar in sorted(ctx.pcie.bars.items()):
-            kind = ("64-bit " if bar.is64 else "32-bit ") + ("prefetchable" if bar.prefetchable else "non-prefetchable")
-            print(f"BAR{index}      {bar.address:#014x}  size {bar.size:#x}  {kind}")
-        if ctx.pcie.rebar_size:
-            print(f"ReBAR     BAR0 resized to {ctx.pcie.rebar_size >> 20} MiB")
+        print(f"link      LTSSM {topo.ltssm:#04x} ({'up' if topo.ltssm == 0x78 else 'down'})")
+        if topo.gpu_ids is not None and topo.subsystem is not None:
+            vendor, device, sub = topo.gpu_ids & 0xFFFF, topo.gpu_ids >> 16, topo.subsystem
+            print(f"gpu       {vendor:04x}:{device:04x} on bus 4, subsystem {sub & 0xFFFF:04x}:{sub >> 16:04x}")
+            profile = GPU_PROFILES.get((vendor, device, sub))
+            print(
+                f"profile   {profile.name} (copies supported)"
+                if profile
+                else "profile   none: GPU bring-up is not implemented for this GPU, copies are refused"
+            )
+            for index, address in sorted(topo.bars.items()):
+                print(f"BAR{index}      {address:#014x}")
+            if topo.rebar_size:
+                print(f"ReBAR     BAR0 is {topo.rebar_size >> 20} MiB")
+        if topo.note:
+            print(f"note      {topo.note}")
     return 0
+
+
+@contextmanager
+def progress_bar(total: int, desc: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback drawing a bar on stderr for copies over PROGRESS_BAR_BYTES (tqdm if installed, else a
+    plain percentage line), or None for smaller copies."""
+    if total <= PROGRESS_BAR_BYTES:
+        yield None
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        shown = [-1]
+
+        def plain(done: int, all_bytes: int) -> None:
+            percent = 100 * done // all_bytes
+            if percent != shown[0]:
+                shown[0] = percent
+                print(f"\r{desc}: {percent:3d}% of {all_bytes / 1e6:.0f} MB", end="", file=sys.stderr, flush=True)
+
+        try:
+            yield plain
+        finally:
+            print(file=sys.stderr)
+        return
+    with tqdm(total=total, desc=desc, unit="B", unit_scale=True) as bar:
+
+        def update(done: int, all_bytes: int) -> None:
+            bar.update(done - bar.n)
+
+        yield update
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Copy `--size` random bytes in and out, validate, and print MB/s (virtual time on the simulator)."""
-    with _open(args) as gpu:
+    with UsbGpu.open(args.index, sim=True if args.sim else None, mode=args.mode) as gpu:
         sim = gpu.sim
         data = os.urandom(args.size)
         buf = gpu.alloc(args.size)
         gpu.copyin(buf, data[: min(args.size, 4096)])  # one-time bounce-buffer init outside the timing
 
-        def timed(fn: object) -> float:
+        def timed(fn: Callable[[], None]) -> float:
             start_v, start_w = (sim.now_ns if sim else 0.0), time.perf_counter()
-            fn()  # type: ignore[operator]
+            fn()
             return (sim.now_ns - start_v) / 1e9 if sim else time.perf_counter() - start_w
 
         out = bytearray(args.size)
-        t_in = min(timed(lambda: gpu.copyin(buf, data)) for _ in range(args.repeat))
-        t_out = min(timed(lambda: gpu.copyout(out, buf)) for _ in range(args.repeat))
+        t_in = t_out = float("inf")
+        for _ in range(args.repeat):
+            with progress_bar(args.size, "copyin") as bar:
+                t_in = min(t_in, timed(lambda: gpu.copyin(buf, data, progress=bar)))
+        for _ in range(args.repeat):
+            with progress_bar(args.size, "copyout") as bar:
+                t_out = min(t_out, timed(lambda: gpu.copyout(out, buf, progress=bar)))
         ok = out == data
         clock = "simulated" if sim else "wall-clock"
         mode = gpu.context.options.mode
@@ -62,11 +118,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m speck.usbgpu`."""
-    parser = argparse.ArgumentParser(prog="python -m speck.usbgpu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m speck.usbgpu", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("info", "identity, link and BARs"), ("bench", "copy-in/copy-out MB/s, validated")):
+    for name, help_text in (
+        ("info", "identity, link, GPU ids and BARs (reads only)"),
+        ("bench", "copy-in/copy-out MB/s, validated"),
+    ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--sim", action="store_true", help="use the built-in simulator instead of hardware")
+        p.add_argument("--sim", action="store_true", help="use a new simulated device instead of hardware")
         p.add_argument("--index", type=int, default=0, help="which bridge when several are connected")
         if name == "bench":
             p.add_argument("--size", type=int, default=64_000_000, help="bytes per copy (default 64000000)")
@@ -80,6 +139,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsbError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        notes = getattr(exc, "__notes__", None)
+        print(
+            "\ninterrupted. "
+            + (
+                "\n".join(notes)
+                if notes
+                else "The device was closed; it is usable again after a reopen (the next run opens it afresh)."
+            ),
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

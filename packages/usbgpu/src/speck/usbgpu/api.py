@@ -1,48 +1,74 @@
-"""Public API: open a USB-attached GPU, allocate VRAM, copy bytes in and out.
+"""Public API: open a USB-attached GPU, allocate and free VRAM, copy bytes in and out (blocking or asynchronous).
 
 with UsbGpu.open(sim=True) as gpu:          # sim=True: the built-in simulator, no hardware needed
     buf = gpu.alloc(len(data))
     gpu.copyin(buf, data)
     out = bytearray(len(data))
-    gpu.copyout(out, buf)
+    handle = gpu.copyout_async(out, buf)    # runs on the device's worker thread
+    handle.wait()
+    gpu.free(buf)
+
+Every operation of one UsbGpu - from any thread, blocking or asynchronous - runs alone and in the order it was
+issued (speck.usbgpu.opqueue). Arguments are checked when an operation is issued, before anything reaches the
+device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import operator
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from speck.usbgpu.bridge import Transport
-from speck.usbgpu.copyin import CopyEngine
-from speck.usbgpu.errors import DeviceUnusableError
-from speck.usbgpu.gpu import GpuContext, GpuOptions
+from speck.usbgpu.copyin import CopyEngine, Progress
+from speck.usbgpu.errors import CopyCancelledError, DeviceUnusableError
+from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
+from speck.usbgpu.opqueue import CopyHandle, OpQueue
 
 if TYPE_CHECKING:
+    from speck.usbgpu.sim.config import SimFaults, SimTiming
     from speck.usbgpu.sim.device import SimDevice
+    from speck.usbgpu.sim.model_api import UsbDeviceModel
+
+__all__ = ["CopyHandle", "ProgressCallback", "UsbGpu", "VramBuffer"]
 
 _BufferLike = bytes | bytearray | memoryview
+ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes in all), called from the thread running the copy
+_SESSIONS = itertools.count(1)
+INTERRUPTED = (
+    "speck.usbgpu: {what} was interrupted after {done} of {total} bytes. The bridge and GPU are now in an unknown "
+    "state, so this UsbGpu refuses further operations: close it and open the device again - UsbGpu.open resets "
+    "the USB endpoints, the SDMA queue, the fence flags and the bounce buffers, and the device is fully usable "
+    "after that reopen (data copied before the interruption is still in VRAM)."
+)
 
 
 @dataclass(frozen=True)
 class VramBuffer:
-    """A VRAM allocation: GPU virtual address and size in bytes (valid while its UsbGpu is open)."""
+    """A VRAM allocation: GPU virtual address and size in bytes, valid until freed or its UsbGpu is closed.
+
+    Only buffers returned by UsbGpu.alloc are accepted by the copy calls; a VramBuffer built by hand is refused.
+    """
 
     va: int
     size: int
-    owner: int  # id() of the UsbGpu session that allocated it
+    owner: int  # the session number of the UsbGpu that allocated it
 
     def __len__(self) -> int:
         return self.size
 
 
-def _sim_models(sim: Any) -> list[Any] | None:
-    """Normalize UsbGpu.open's `sim` argument to the model list the transport takes."""
-    if sim is None or sim is False:
+def _sim_models(sim: object) -> list[UsbDeviceModel] | None:
+    """Normalize UsbGpu.open's `sim` argument to the model list the transport takes (None: hardware/env)."""
+    if sim is None:
         return None
     from speck.usbgpu.sim.config import SimFaults, SimTiming
     from speck.usbgpu.sim.device import SimDevice
+    from speck.usbgpu.sim.model_api import UsbDeviceModel
 
     if sim is True:
         return [SimDevice()]
@@ -52,12 +78,29 @@ def _sim_models(sim: Any) -> list[Any] | None:
         return [SimDevice(faults=sim)]
     if isinstance(sim, SimDevice):
         return [sim]
-    if isinstance(sim, Sequence):
-        return list(sim)
+    if isinstance(sim, Sequence) and not isinstance(sim, str | bytes | bytearray):
+        models = list(sim)
+        bad = [type(m).__name__ for m in models if not isinstance(m, UsbDeviceModel)]
+        if not bad:
+            return models
+        raise TypeError(f"sim=[...] must hold device models (SimDevice or UsbDeviceModel); found {', '.join(bad)}")
     raise TypeError(
-        f"sim must be None, True, a SimTiming, a SimFaults, a SimDevice or a list of device models; "
-        f"got {type(sim).__name__}"
+        "sim must be None (hardware, or the simulator when SPECK_USB_SIM is set), False (hardware only), True (a "
+        f"new simulated device), a SimTiming, a SimFaults, a SimDevice or a list of device models; got {sim!r}"
     )
+
+
+def _count(value: object, what: str) -> int:
+    """`value` as a non-negative int (any integer type, not bool or float), else a TypeError/ValueError."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, got a bool ({value!r})")
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, got {n}")
+    return int(n)
 
 
 class UsbGpu:
@@ -71,35 +114,56 @@ class UsbGpu:
         except BaseException:
             usb.close()
             raise
-        self._copy = CopyEngine(self._ctx)
+        self._copy = CopyEngine(self._ctx) if self._ctx.profile is not None else None  # copies need a profile
         self._broken: str | None = None
+        self.session = next(_SESSIONS)
+        self._allocs: dict[int, VramBuffer] = {}
+        self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
+        self._heap_lock = threading.Lock()
+        self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
+        self._queue = OpQueue(f"UsbGpu {self.name}")
 
     @classmethod
     def open(
         cls,
         index: int = 0,
-        sim: Any = None,
+        sim: bool | SimTiming | SimFaults | SimDevice | Sequence[UsbDeviceModel] | None = None,
         *,
         mode: str | None = None,
         f4gate: bool | None = None,
         poll_limit: int | None = None,
         zero_copy: bool | None = None,
     ) -> UsbGpu:
-        """Open the `index`-th bridge (or the simulator), bring the PCIe link and the GPU's copy queue up.
+        """Open the `index`-th bridge (or the simulator), bring the PCIe link, the BARs and the GPU's queue up.
 
-        `sim`: None for hardware (or the simulator if SPECK_USB_SIM=1), True for a default simulated device, a
-        SimTiming or SimFaults for a simulated device built with it, a SimDevice, or a list of device models.
+        `sim`: None for hardware, or the simulator when SPECK_USB_SIM is set (SPECK_USB_SIM=<n> puts n default
+        simulated bridges on the bus, the same objects for the whole process); False for hardware only; True for a
+        new simulated device; a SimTiming or SimFaults for a new device built with it; a SimDevice; or a list of
+        device models (index picks among them). A new model list replaces the simulated bus, so sessions still open
+        on the old models see NO_DEVICE.
         `mode` selects the copy-in ("g3" pipelined, default; "g0" serial; env USB_COPYIN), `f4gate=False` the
         0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0), `poll_limit` the number of fence polls before
         GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each chunk staged into one bulk transfer; env
         USB_ZEROCOPY=0) instead of payload sent straight from `data`.
+
+        A bridge is opened by one session at a time: a second open in this process, or in another process, raises
+        DeviceInUseError before anything is sent to the device.
         """
         from speck.usbgpu.transport import UsbTransport
 
+        index = _count(index, "device index")
+        for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy)):
+            if flag is not None and not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True, False or None, got {flag!r}")
+        if mode is not None and not isinstance(mode, str):
+            raise TypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
         options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy)
+        if sim is False:
+            usb = UsbTransport.open(index, sim=None, hardware_only=True)
+            return cls(usb, options, None)
         models = _sim_models(sim)
         usb = UsbTransport.open(index, sim=models)
-        if models is None and getattr(usb, "simulated", False):  # SPECK_USB_SIM=1: the transport made the model
+        if models is None and usb.simulated:  # SPECK_USB_SIM: the transport put the default models on the bus
             from speck.usbgpu.sim.shim import installed_models
 
             models = list(installed_models())
@@ -111,7 +175,16 @@ class UsbGpu:
         """The simulated device behind this session, if any."""
         from speck.usbgpu.sim.device import SimDevice
 
-        return next((m for m in self.models if isinstance(m, SimDevice)), None)
+        devices = [m for m in self.models if isinstance(m, SimDevice)]
+        for dev in devices:  # the model the transport opened (several may be on the bus)
+            if f"usb:{dev.bus}-{dev.address}" == self.name:
+                return dev
+        return devices[0] if devices else None
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this session runs against the simulator."""
+        return bool(getattr(self._usb, "simulated", False)) or self.sim is not None
 
     @property
     def transport(self) -> Transport:
@@ -123,7 +196,7 @@ class UsbGpu:
 
     @property
     def copy_stats(self) -> Any:
-        return self._copy.stats
+        return self._engine().stats
 
     @property
     def doorbells(self) -> int:
@@ -137,11 +210,57 @@ class UsbGpu:
             raise DeviceUnusableError("UsbGpu", f"an earlier operation failed ({self._broken})")
         return self._usb
 
+    def _engine(self) -> CopyEngine:
+        if self._copy is None:
+            self._copy = CopyEngine(self._ctx)  # raises GpuBringUpNotImplemented on a GPU without a profile
+        return self._copy
+
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int) -> VramBuffer:
-        """Allocate `nbytes` of VRAM."""
+        """Allocate `nbytes` of VRAM (page aligned). Host bookkeeping only: it does not wait for queued copies."""
+        nbytes = _count(nbytes, "allocation size")
         self._live()
-        return VramBuffer(self._ctx.alloc(nbytes), nbytes, id(self))
+        with self._heap_lock:
+            buf = VramBuffer(self._ctx.heap.alloc(nbytes), nbytes, self.session)
+            self._allocs[buf.va] = buf
+        return buf
+
+    def free(self, buf: VramBuffer) -> None:
+        """Give `buf` back for reuse, once every operation issued before this call (which may use it) is done.
+        Using `buf` after this raises ValueError."""
+        self._check_buffer(buf, 0, 0, "free")
+
+        def release() -> None:
+            self._check_buffer(buf, 0, 0, "free")
+            with self._heap_lock:
+                self._ctx.heap.free(buf.va)
+                del self._allocs[buf.va]
+
+        self._queue.run(release)
+
+    def _check_buffer(self, buf: object, offset: int, nbytes: int, verb: str) -> VramBuffer:
+        if not isinstance(buf, VramBuffer):
+            raise TypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
+        if buf.owner != self.session:
+            raise ValueError(f"{verb}: the VramBuffer belongs to another UsbGpu session; allocate it on this one")
+        if self._allocs.get(buf.va) is not buf:  # identity: a copy or a stale handle never passes for a live one
+            what = (
+                "it points into the driver's own VRAM (SDMA ring, queue pointers, timeline signal)"
+                if buf.va < HEAP_VA
+                else "it was freed, or was not made by UsbGpu.alloc"
+                if buf.va not in self._allocs
+                else "it was freed and its VRAM handed out again, or was not made by UsbGpu.alloc"
+            )
+            raise ValueError(
+                f"{verb}: {buf} is not a live allocation of this UsbGpu ({what}); use a buffer returned by "
+                "UsbGpu.alloc and not yet freed"
+            )
+        if offset + nbytes > buf.size:
+            raise ValueError(
+                f"{verb} of {nbytes} bytes at offset {offset} does not fit the {buf.size}-byte buffer; "
+                "allocate a larger buffer or use a smaller offset"
+            )
+        return buf
 
     @staticmethod
     def _bytes_view(data: object, verb: str) -> memoryview:
@@ -153,50 +272,129 @@ class UsbGpu:
             raise ValueError(f"{verb} needs a contiguous buffer; copy the strided view first (bytes(view))")
         return view.cast("B")
 
-    def _check(self, buf: VramBuffer, offset: int, nbytes: int, verb: str) -> None:
-        if not isinstance(buf, VramBuffer):
-            raise TypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
-        if buf.owner != id(self):
-            raise ValueError(f"{verb}: the VramBuffer belongs to another UsbGpu session; allocate it on this one")
-        if offset < 0 or offset + nbytes > buf.size:
-            raise ValueError(
-                f"{verb} of {nbytes} bytes at offset {offset} does not fit the {buf.size}-byte buffer; "
-                "allocate a larger buffer or use a smaller offset"
-            )
+    # ------------------------------------------------------------------ copies
+    def copyin(
+        self, buf: VramBuffer, data: _BufferLike, offset: int = 0, *, progress: ProgressCallback | None = None
+    ) -> None:
+        """Copy `data` into `buf` at byte `offset`; returns once the data is in VRAM.
 
-    def copyin(self, buf: VramBuffer, data: _BufferLike, offset: int = 0) -> None:
-        """Copy `data` into `buf` at byte `offset`; returns once the data is in VRAM."""
-        self._live()
+        `progress(done, total)` is called as the copy advances (per 240 KiB chunk) and once at the end; an
+        exception it raises aborts the copy (and, like any failure mid-copy, leaves the session unusable)."""
+        job, _ = self._copyin_job(buf, data, offset, progress)
+        self._queue.run(lambda: job(None))
+
+    def copyin_async(
+        self, buf: VramBuffer, data: _BufferLike, offset: int = 0, *, progress: ProgressCallback | None = None
+    ) -> CopyHandle:
+        """Queue a copy-in and return at once; `handle.wait()` returns when the data is in VRAM (or raises).
+        `data` must stay alive and unchanged until then."""
+        job, nbytes = self._copyin_job(buf, data, offset, progress)
+        return self._queue.submit(job, CopyHandle("copyin", nbytes))
+
+    def copyout(
+        self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0, *, progress: ProgressCallback | None = None
+    ) -> None:
+        """Fill `out` (a writable buffer) from `buf` starting at byte `offset` (`progress` as for copyin)."""
+        job, _ = self._copyout_job(out, buf, offset, progress)
+        self._queue.run(lambda: job(None))
+
+    def copyout_async(
+        self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0, *, progress: ProgressCallback | None = None
+    ) -> CopyHandle:
+        """Queue a copy-out and return at once; `out` holds the data once `handle.wait()` returns."""
+        job, nbytes = self._copyout_job(out, buf, offset, progress)
+        return self._queue.submit(job, CopyHandle("copyout", nbytes))
+
+    def synchronize(self) -> None:
+        """Return once every operation issued before this call has finished; DeviceUnusableError if one failed."""
+        self._queue.run(self._live)
+
+    def _copyin_job(
+        self, buf: VramBuffer, data: _BufferLike, offset: int, progress: ProgressCallback | None
+    ) -> tuple[Callable[[CopyHandle | None], None], int]:
+        offset = _count(offset, "copyin offset")
         mv = self._bytes_view(data, "copyin")
-        self._check(buf, offset, len(mv), "copyin")
-        self._run(lambda: self._copyin(buf.va + offset, mv), "copyin")
-
-    def _copyin(self, dest: int, mv: memoryview) -> None:
-        if self._ctx.options.mode == "g0":
-            self._copy.copyin_g0(dest, mv)
-        else:
-            self._copy.copyin_g3(dest, mv)
-
-    def copyout(self, out: bytearray | memoryview, buf: VramBuffer, offset: int = 0) -> None:
-        """Fill `out` (a writable buffer) from `buf` starting at byte `offset`."""
+        self._check_buffer(buf, offset, len(mv), "copyin")
         self._live()
+        self._ctx.require_profile("copyin")
+
+        def job(handle: CopyHandle | None) -> None:
+            if handle is not None and handle.cancel_requested:
+                raise CopyCancelledError(f"copyin of {len(mv)} bytes", "cancelled before it ran (UsbGpu closed)")
+            self._check_buffer(buf, offset, len(mv), "copyin")  # a free issued since may have taken it
+            engine = self._engine()
+            hook = self._hook("copyin", len(mv), progress, handle)
+            run = engine.copyin_g0 if self._ctx.options.mode == "g0" else engine.copyin_g3
+            self._execute("copyin", len(mv), lambda: run(buf.va + offset, mv, hook))
+
+        return job, len(mv)
+
+    def _copyout_job(
+        self, out: bytearray | memoryview, buf: VramBuffer, offset: int, progress: ProgressCallback | None
+    ) -> tuple[Callable[[CopyHandle | None], None], int]:
+        offset = _count(offset, "copyout offset")
         mv = self._bytes_view(out, "copyout")
         if mv.readonly:
             raise TypeError("copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one")
-        self._check(buf, offset, len(mv), "copyout")
-        self._run(lambda: self._copy.copyout(mv, buf.va + offset), "copyout")
+        self._check_buffer(buf, offset, len(mv), "copyout")
+        self._live()
+        self._ctx.require_profile("copyout")
 
-    def _run(self, fn: Any, what: str) -> None:
+        def job(handle: CopyHandle | None) -> None:
+            if handle is not None and handle.cancel_requested:
+                raise CopyCancelledError(f"copyout of {len(mv)} bytes", "cancelled before it ran (UsbGpu closed)")
+            self._check_buffer(buf, offset, len(mv), "copyout")
+            engine = self._engine()
+            hook = self._hook("copyout", len(mv), progress, handle)
+            self._execute("copyout", len(mv), lambda: engine.copyout(mv, buf.va + offset, hook))
+
+        return job, len(mv)
+
+    def _hook(self, kind: str, total: int, user: ProgressCallback | None, handle: CopyHandle | None) -> Progress:
+        """The engine's progress hook: track bytes done, stop a cancelled async copy, call the user's callback."""
+        self._bytes_done = 0
+
+        def hook(done: int) -> None:
+            self._bytes_done = done
+            if handle is not None:
+                handle.bytes_done = done
+                if handle.cancel_requested and done < total:
+                    raise CopyCancelledError(
+                        f"{kind} of {total} bytes", f"cancelled after {done} bytes (UsbGpu closed)"
+                    )
+            if user is not None:
+                user(done, total)
+
+        return hook
+
+    def _execute(self, kind: str, total: int, fn: Callable[[], None]) -> None:
+        """Run one copy on the device; any failure (including Ctrl-C) leaves the session unusable until reopened."""
+        self._live()
         try:
             fn()
         except BaseException as exc:
-            # The bridge/GPU state is unknown after a failure mid-protocol: refuse further use until reopened.
-            self._broken = f"{what}: {exc}"
+            what = f"{kind} of {total} bytes"
+            self._broken = f"{what}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                exc.add_note(INTERRUPTED.format(what=f"the {what}", done=self._bytes_done, total=total))
+                self._broken = f"{what}: interrupted (KeyboardInterrupt) after {self._bytes_done} bytes"
             raise
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Release the device (idempotent)."""
+        """Release the device (idempotent). Queued asynchronous copies are cancelled (their wait() raises
+        CopyCancelledError) and a running one stops at its next chunk; the call returns once it has."""
+        if self._usb is None:
+            return
+        if self._queue.in_operation():
+            raise RuntimeError(
+                "UsbGpu.close() called from inside one of its operations (a progress callback?); to abort a copy "
+                "from its progress callback, raise an exception there, then close"
+            )
+        self._queue.cancel_queued()
+        self._queue.run(self._close_now)
+
+    def _close_now(self) -> None:
         usb, self._usb = self._usb, None
         if usb is not None:
             usb.close()
@@ -208,3 +406,8 @@ class UsbGpu:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._usb is None else "unusable" if self._broken else "open"
+        kind = "simulated" if self.simulated else "hardware"
+        return f"<UsbGpu {self.name} {kind} {state}>"

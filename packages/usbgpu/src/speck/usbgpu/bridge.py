@@ -1,4 +1,4 @@
-"""The ASM2464 bridge's vendor requests (USB_PROTOCOL.md 1.3-1.7) and the PCIe setup of the GPU behind it.
+"""The ASM2464 bridge's vendor requests (PROTOCOL.md 1.3-1.7) and the PCIe setup of the GPU behind it.
 
 Everything here goes through the UsbTransport API only: xdata access (0xE4/0xE5), link bring-up (0xF3), TLPs
 (0xF0 single and streaming), SRAM DMA arms (0xF2) and the fence-gated arm (0xF4).
@@ -11,7 +11,14 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from speck.usbgpu.errors import PcieLinkError, PcieSetupError, TlpCompletionError, TlpError
+from speck.usbgpu.errors import (
+    PcieLinkError,
+    PcieSetupError,
+    TlpCompletionError,
+    TlpError,
+    TransferShortReadError,
+    UsbError,
+)
 
 REQ_XDATA_READ, REQ_XDATA_WRITE, REQ_TLP, REQ_ARM, REQ_POWER, REQ_FENCE_ARM = 0xE4, 0xE5, 0xF0, 0xF2, 0xF3, 0xF4
 EP_OUT, EP_IN = 0x02, 0x81
@@ -19,6 +26,7 @@ XDATA_LTSSM, LTSSM_L0 = 0xB450, 0x78
 XDATA_FLAGS = 0xA800  # G3 fence flags: full0, full1, first0, first1 (u64 LE each)
 E4_CHUNK = 0xFF  # the driver never asks 0xE4 for more than this (the fw caps replies at 512 B SS / 64 B HS)
 SECTOR, SLOT = 512, 0x4000
+WINDOW = 0x40000  # an OUT arm whose data ends on a 256 KiB boundary may corrupt its last sector (G1's finding)
 TLP_RETRIES = 10
 CPL_STATUS_NAMES = {
     1: "Unsupported Request (UR)",
@@ -26,7 +34,17 @@ CPL_STATUS_NAMES = {
     4: "Completer Abort (CA)",
 }
 
-# PCIe topology (USB_PROTOCOL.md 1.5): bridges on buses 0..3, the GPU on bus 4.
+# Each vendor request by name, with what to try when it fails (quoted by every error it raises).
+VENDOR_REQUESTS: dict[int, tuple[str, str]] = {
+    REQ_XDATA_READ: ("0xE4 xdata read", ""),
+    REQ_XDATA_WRITE: ("0xE5 xdata write", ""),
+    REQ_TLP: ("0xF0 PCIe TLP", ""),
+    REQ_ARM: ("0xF2 SRAM DMA arm", ""),
+    REQ_POWER: ("0xF3 PCIe power", ""),
+    REQ_FENCE_ARM: ("0xF4 fence-gated arm", "a firmware older than 0xF4 stalls it: USB_F4GATE=0 selects the 0xF2 gate"),
+}
+
+# PCIe topology (PROTOCOL.md 1.5): bridges on buses 0..3, the GPU on bus 4.
 GPU_BUS = 4
 MEM_WINDOW_BASE = 0x1000_0000
 PREF_WINDOW_BASE = 0x8_0000_0000
@@ -54,7 +72,7 @@ class Transport(Protocol):
 
 
 def pack_f4(sectors: int, slot_start: int, num_slots: int, buffer: int, target: int) -> tuple[int, int]:
-    """wValue/wIndex of a 0xF4 fence-gated arm (USB_PROTOCOL.md 1.7).
+    """wValue/wIndex of a 0xF4 fence-gated arm (PROTOCOL.md 1.7).
 
     wValue = sectors (9 bits) | target bits 6..0 << 9; wIndex = slot_start | num_slots (6 bits) << 8 |
     target bit 7 << 14 | buffer << 15. Example: 482 sectors, 16 slots from slot 16, buffer 1, target 5 ->
@@ -66,6 +84,11 @@ def pack_f4(sectors: int, slot_start: int, num_slots: int, buffer: int, target: 
         raise ValueError(f"0xF4 slots {slot_start}+{num_slots} / buffer {buffer} out of range")
     target &= 0xFF
     return sectors | (target & 0x7F) << 9, slot_start | num_slots << 8 | (target >> 7) << 14 | buffer << 15
+
+
+def ends_on_window(slot_start: int, nbytes: int) -> bool:
+    """Whether an OUT arm of `nbytes` (padded to sectors) from `slot_start` ends exactly on a 256 KiB boundary."""
+    return (slot_start * SLOT + -(-nbytes // SECTOR) * SECTOR) % WINDOW == 0
 
 
 def f4_reached(flags: bytes, buffer: int, target: int) -> bool:
@@ -86,6 +109,20 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """What `Bridge.survey` read: the link, how far config reads reach, and the GPU as it is programmed."""
+
+    ltssm: int
+    bridges_reached: int  # bridges on buses 0..3 answering config reads through the bus numbers as programmed
+    gpu_ids: int | None  # config dword 0 of bus 4, None when bus 4 is not reachable
+    subsystem: int | None
+    command: int | None
+    bars: dict[int, int]  # BAR index -> programmed address (non-zero ones only); sizes need a write probe
+    rebar_size: int | None  # BAR0 size from the resizable-BAR control register
+    note: str  # why the survey stopped where it did ("" if it reached the GPU)
+
+
+@dataclass(frozen=True)
 class PcieInfo:
     """What bridge/BAR setup found: GPU ids, the BARs, and the resizable-BAR outcome."""
 
@@ -102,11 +139,30 @@ class Bridge:
         self.usb = usb
         self.tlp_retry_sleep_s = tlp_retry_sleep_s
 
+    # ------------------------------------------------------------------ vendor requests
+    # Every control transfer goes through these two, so a failure names the vendor request and what it was for
+    # (`what.format(*args)`, formatted only on failure: these are the driver's hot path).
+    def _in(
+        self, request: int, value: int, index: int, length: int, timeout_ms: int, what: str, *args: object
+    ) -> bytes:
+        try:
+            return self.usb.control_in(request, value, index, length, timeout_ms)
+        except UsbError as exc:
+            raise _named(exc, request, what.format(*args)) from None
+
+    def _out(
+        self, request: int, value: int, index: int, data: bytes, timeout_ms: int, what: str, *args: object
+    ) -> None:
+        try:
+            self.usb.control_out(request, value, index, data, timeout_ms)
+        except UsbError as exc:
+            raise _named(exc, request, what.format(*args)) from None
+
     # ------------------------------------------------------------------ xdata
     def xdata_read(self, addr: int, n: int, bank: int = 0) -> bytes:
         """Read `n` bytes of bridge xdata (0xE4, at most 0xFF bytes per request; a short reply is an error)."""
         if 0 < n <= E4_CHUNK:  # the common case (flags, LTSSM): one request
-            reply = self.usb.control_in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000)
+            reply = self._in(REQ_XDATA_READ, addr & 0xFFFF, bank << 8, n, 1000, "xdata {:#06x}", addr)
             if len(reply) != n:
                 raise PcieSetupError(f"0xE4 read of xdata {addr:#06x}", f"got {len(reply)} of {n} bytes")
             return reply
@@ -114,7 +170,7 @@ class Bridge:
         while len(out) < n:
             k = min(E4_CHUNK, n - len(out))
             a = addr + len(out)
-            reply = self.usb.control_in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000)
+            reply = self._in(REQ_XDATA_READ, a & 0xFFFF, bank << 8, k, 1000, "xdata {:#06x}", a)
             if len(reply) != k:
                 raise PcieSetupError(f"0xE4 read of xdata {a:#06x}", f"got {len(reply)} of {k} bytes")
             out += reply
@@ -123,7 +179,7 @@ class Bridge:
     def xdata_write(self, addr: int, data: bytes, bank: int = 0) -> None:
         """Write bridge xdata one byte per 0xE5 request."""
         for i, b in enumerate(data):
-            self.usb.control_out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000)
+            self._out(REQ_XDATA_WRITE, (addr + i) & 0xFFFF, b | bank << 8, b"", 1000, "xdata {:#06x}", addr + i)
 
     def read_flags(self, buffer: int) -> tuple[int, int]:
         """(full-chunk, first-part) fence flags of bounce buffer `buffer`, with one 24-byte 0xE4 read."""
@@ -140,7 +196,7 @@ class Bridge:
         state = self.ltssm()
         if state == LTSSM_L0:
             return state
-        self.usb.control_out(REQ_POWER, 1, 0, b"", 10000)
+        self._out(REQ_POWER, 1, 0, b"", 10000, "link bring-up")
         state = self.ltssm()
         if state != LTSSM_L0:
             raise PcieLinkError("PCIe link bring-up (0xF3)", f"PCIe link not up (LTSSM={state:#04x}, want 0x78)")
@@ -162,10 +218,10 @@ class Bridge:
         posted = (fmt & 0xDF) == 0x40 or (fmt & 0xB8) == 0x30
         what = f"TLP fmt {fmt:#04x} at {address:#x}"
         for attempt in range(TLP_RETRIES + 1):
-            self.usb.control_out(REQ_TLP, fmt | byte_enable << 8, 0, payload, 5000)
+            self._out(REQ_TLP, fmt | byte_enable << 8, 0, payload, 5000, what)
             if posted:
                 return 0
-            reply = self.usb.control_in(REQ_TLP, 0, 0, 8, 5000)
+            reply = self._in(REQ_TLP, 0, 0, 8, 5000, "completion of {}", what)
             if len(reply) != 8:
                 raise TlpError(what, f"0xF0 completion reply of {len(reply)} bytes, want 8")
             data, hdr_hi, _hdr_lo, _cpl_type, ret_status = struct.unpack("<IBBBB", reply)
@@ -211,7 +267,7 @@ class Bridge:
         if n % 4:
             raise ValueError(f"0xF0 stream writes move whole dwords; {n} bytes is not a multiple of 4")
         payload = struct.pack("<III", address & 0xFFFFFFFF, address >> 32, n // 4)
-        self.usb.control_out(REQ_TLP, 0x60 | 0x0F << 8, 1, payload, 5000)
+        self._out(REQ_TLP, 0x60 | 0x0F << 8, 1, payload, 5000, "stream write of {} bytes at {:#x}", n, address)
         self.usb.bulk_out(EP_OUT, data, 5000)
 
     def stream_read(self, address: int, n: int) -> bytes:
@@ -219,10 +275,15 @@ class Bridge:
         if n % 4 or n <= 0:
             raise ValueError(f"0xF0 stream reads move whole dwords; {n} bytes is not a positive multiple of 4")
         payload = struct.pack("<III", address & 0xFFFFFFFF, address >> 32, n // 4)
-        self.usb.control_out(REQ_TLP, 0x20 | 0x0F << 8, 2, payload, 5000)
-        data = self.usb.bulk_in(EP_IN, n, 30000)
+        what = f"stream read of {n} bytes at {address:#x}"
+        self._out(REQ_TLP, 0x20 | 0x0F << 8, 2, payload, 5000, what)
+        return self.bulk_in_exact(n, 30000, f"0xF0 {what}")
+
+    def bulk_in_exact(self, n: int, timeout_ms: int, what: str) -> bytes:
+        """Bulk IN of exactly `n` bytes on EP 0x81; fewer (a short packet ended the transfer) is a short read."""
+        data = self.usb.bulk_in(EP_IN, n, timeout_ms)
         if len(data) != n:
-            raise TlpError(f"0xF0 stream read of {n} bytes at {address:#x}", f"got {len(data)} bytes")
+            raise TransferShortReadError(f"bulk IN 0x81 for the {what}", None, f"got {len(data)} of {n} bytes")
         return data
 
     # ------------------------------------------------------------------ SRAM DMA arms
@@ -232,7 +293,10 @@ class Bridge:
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slot_start + slots > 32:
             raise ValueError(f"0xF2 arm of {nbytes} bytes from slot {slot_start} does not fit the 512 KiB SRAM")
-        self.usb.control_out(REQ_ARM, sectors, slot_start | slots << 8, b"", 1000)
+        _refuse_full_window(slot_start, nbytes)
+        self._out(
+            REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, "write of {} bytes at slot {}", nbytes, slot_start
+        )
 
     def arm_read(self, nbytes: int) -> None:
         """0xF2 read arm: the next CQ-page write by the GPU releases `nbytes` (padded) of SRAM slot 0.. on EP 0x81."""
@@ -240,7 +304,7 @@ class Bridge:
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slots > 32:
             raise ValueError(f"0xF2 read arm of {nbytes} bytes does not fit the 512 KiB SRAM")
-        self.usb.control_out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000)
+        self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, "read of {} bytes", nbytes)
 
     def arm_fenced(self, nbytes: int, slot_start: int, buffer: int, target: int) -> bytes:
         """0xF4: the device waits until `buffer`'s fence flag reaches `target`, then arms like 0xF2.
@@ -248,8 +312,10 @@ class Bridge:
         Returns the 32-byte flag window it replied with; the caller applies `f4_reached` (a bail skips the arm and
         replies with the stale flags).
         """
+        _refuse_full_window(slot_start, nbytes)
         value, index = pack_f4(-(-nbytes // SECTOR), slot_start, -(-nbytes // SLOT), buffer, target)
-        reply = self.usb.control_in(REQ_FENCE_ARM, value, index, 32, 30000)
+        what = "{} bytes into buffer {} once its fence reaches {}"
+        reply = self._in(REQ_FENCE_ARM, value, index, 32, 30000, what, nbytes, buffer, target & 0xFF)
         if len(reply) != 32:
             raise TlpError("0xF4 fence-gated arm", f"reply of {len(reply)} bytes, want 32 (firmware without 0xF4?)")
         return reply
@@ -273,18 +339,23 @@ class Bridge:
         self.cfg_write(GPU_BUS, 0x04, CMD_IO_MEM_MASTER)
         return PcieInfo(vendor, device, bars, rebar)
 
-    def _grow_rebar(self) -> int | None:
+    def _find_rebar(self) -> int | None:
+        """Config offset of the GPU's resizable-BAR capability (a read-only walk of the extended capabilities)."""
         offset = 0x100
-        for _ in range(64):  # walk the extended capability list
+        for _ in range(64):
             header = self.cfg_read(GPU_BUS, offset)
             if header in (0, 0xFFFFFFFF):
                 return None
             if header & 0xFFFF == REBAR_CAP_ID:
-                break
+                return offset
             offset = header >> 20
             if offset < 0x100:
                 return None
-        else:
+        return None
+
+    def _grow_rebar(self) -> int | None:
+        offset = self._find_rebar()
+        if offset is None:
             return None
         count = self.cfg_read(GPU_BUS, offset + 8) >> 5 & 7
         size = None
@@ -299,6 +370,37 @@ class Bridge:
             if ctrl & 7 == 0:
                 size = 1 << (largest + 20)
         return size
+
+    # ------------------------------------------------------------------ read-only survey
+    def survey(self) -> Topology:
+        """The link and the PCIe fabric as they are programmed, by reads only: no 0xF3, no config or memory write
+        (so BAR sizes, which need the all-ones write probe, are not reported; ReBAR's control register gives BAR0's)."""
+        ltssm = self.ltssm()
+        if ltssm != LTSSM_L0:
+            return Topology(ltssm, 0, None, None, None, {}, None, "the PCIe link is down (UsbGpu.open brings it up)")
+        for bus in range(GPU_BUS + 1):
+            try:
+                ids = self.cfg_read(bus, 0x00)
+            except TlpCompletionError:
+                note = f"config reads do not reach bus {bus}: the bridges are not set up (UsbGpu.open sets them up)"
+                return Topology(ltssm, bus, None, None, None, {}, None, note)
+        if ids & 0xFFFF in (0xFFFF, 0x0000):
+            return Topology(ltssm, GPU_BUS, None, None, None, {}, None, f"no device on bus {GPU_BUS}")
+        bars: dict[int, int] = {}
+        index = 0
+        while index < 6:
+            low = self.cfg_read(GPU_BUS, 0x10 + 4 * index)
+            is64 = not low & 1 and (low >> 1 & 3) == 2
+            address = (low & ~0xF) | (self.cfg_read(GPU_BUS, 0x14 + 4 * index) << 32 if is64 else 0)
+            if address and not low & 1:
+                bars[index] = address
+            index += 2 if is64 else 1
+        rebar = self._find_rebar()
+        rebar_size = None
+        if rebar is not None:
+            rebar_size = 1 << ((self.cfg_read(GPU_BUS, rebar + 8) >> 8 & 0x3F) + 20)
+        command = self.cfg_read(GPU_BUS, 0x04) & 0xFFFF
+        return Topology(ltssm, GPU_BUS, ids, self.cfg_read(GPU_BUS, 0x2C), command, bars, rebar_size, "")
 
     def _size_bars(self) -> list[tuple[int, int, bool, bool]]:
         found: list[tuple[int, int, bool, bool]] = []
@@ -340,3 +442,23 @@ class Bridge:
                 self.cfg_write(GPU_BUS, reg + 4, address >> 32)
             bars[index] = Bar(index, address, size, pref, is64)
         return bars
+
+
+def _named(exc: UsbError, request: int, what: str) -> UsbError:
+    """`exc` (a transport error) with the vendor request it belongs to in its operation and hint; same class."""
+    name, hint = VENDOR_REQUESTS.get(request, (f"vendor request {request:#04x}", ""))
+    exc.operation = f"{name} ({what}): {exc.operation}"
+    exc.request = request  # type: ignore[attr-defined]
+    if hint:
+        exc.detail = f"{exc.detail}; {hint}" if exc.detail else hint
+    exc.args = (exc._format(),)
+    return exc
+
+
+def _refuse_full_window(slot_start: int, nbytes: int) -> None:
+    """Driver invariant: no OUT arm ends on a 256 KiB boundary (the data path pads or splits instead)."""
+    if ends_on_window(slot_start, nbytes):
+        raise ValueError(
+            f"an OUT arm of {nbytes} bytes from slot {slot_start} would end on a 256 KiB window boundary, where "
+            "the bridge may corrupt the last sector; pad the transfer by one sector"
+        )

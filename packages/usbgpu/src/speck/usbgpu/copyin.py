@@ -1,10 +1,10 @@
-"""Copy-in (G3 pipelined, G0 serial) and copy-out through the bridge's SRAM bounce buffers (USB_PROTOCOL.md 4).
+"""Copy-in (G3 pipelined, G0 serial) and copy-out through the bridge's SRAM bounce buffers (PROTOCOL.md 4).
 
 G3, per copy-in: plan 240 KiB chunks of two 120 KiB parts, each part followed by a 512 B sentinel sector; build the
-whole SDMA batch (per part: POLL EQ on the sentinel, COPY; per chunk: first-part flag, FENCE, full-chunk flag),
-stage it with one 0xF0 stream and ring the doorbell once; then stream the chunks through two 256 KiB bounce buffers,
-arming each chunk before its data (0xF2 for the first two, then the 0xF4 fence-gated arm) and waiting for the last
-chunk's full flag at the end.
+whole SDMA batch (per part: POLL EQ on the sentinel, COPY; per chunk: the first-part and full-chunk flags, each a
+4-dword FENCE; one timeline FENCE at the end), stage it with one 0xF0 stream and ring the doorbell once; then
+stream the chunks through two 256 KiB bounce buffers, arming each chunk before its data (0xF2 for the first two,
+then the 0xF4 fence-gated arm) and waiting for the last chunk's full flag at the end.
 
 Beyond the reference design (see the package README for the reasoning):
 
@@ -16,6 +16,12 @@ Beyond the reference design (see the package README for the reasoning):
 * Zero-copy wire. Payload goes to libusb straight from the caller's buffer; only the 2 KiB around each sentinel are
   staged (four transfers per full chunk, all whole 1 KiB packets, one arm). `zero_copy=False` stages the whole
   wire image into one transfer per chunk as the reference does.
+* A short ring. The ring build is a 0xF0 stream at the firmware's ~1 us per dword, during which no payload moves,
+  so every dword counts: the fence flags are 4-dword FENCE packets (32-bit values, compared modulo 2**32) instead
+  of 6-dword 64-bit WRITEs, and the timeline advances once per copy-in (nothing waits on a chunk's timeline value:
+  the host gates on the flags, later GPU work on the whole copy-in). 34 dwords per full chunk instead of 42.
+* No OUT arm ends on a 256 KiB window boundary (the bridge may corrupt that arm's last sector, PROTOCOL.md 1.6):
+  G0 chunks are 496 KiB and a wire image that would end on a boundary gets one more (zero) sector.
 * Stale data never equals a sentinel. The host tracks every SRAM sector-start dword that could look like a
   sentinel (top byte 0x51: left by copy-out, G0, or user data of earlier chunks) and skips sequence values that
   would collide at the exact offset the GPU polls. This replaces the reference's "improbable" with "never".
@@ -24,12 +30,13 @@ Beyond the reference design (see the package README for the reasoning):
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from speck.usbgpu.bridge import EP_IN, EP_OUT, SECTOR, Bridge, Transport, f4_reached
-from speck.usbgpu.errors import F4BailError, GpuFenceTimeout, TlpError
-from speck.usbgpu.gpu import CQ_PCIE, GPU_SYS_APERTURE, SQ_PCIE, SRAM_PCIE, GpuContext
-from speck.usbgpu.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32, write64
+from speck.usbgpu.bridge import EP_OUT, SECTOR, SLOT, Bridge, Transport, ends_on_window, f4_reached
+from speck.usbgpu.errors import F4BailError, GpuFenceTimeout
+from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, GpuContext
+from speck.usbgpu.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
 
 BUF_SIZE = 0x40000  # one G3 bounce buffer (16 slots)
 CP_SIZE = BUF_SIZE - 0x4000  # chunk payload: the last slot carries the sentinels
@@ -40,10 +47,11 @@ ZC_MIN = 0x1000  # smaller payload runs are staged rather than sent as their own
 BUFFER_SLOTS = (0, 16)
 SENTINEL_TAG = 0x51000000
 F4_ATTEMPTS = 3
-G0_CHUNK = 0x80000
+MAX_WIRE = CP_SIZE + 2 * SECTOR  # a full chunk's wire image: the most of a bounce buffer any copy-in writes
+G0_CHUNK = 0x80000 - SLOT  # 496 KiB: a G0 wire image never fills the SRAM up to a window boundary
 COPYOUT_CHUNK = BUF_SIZE
 BULK_TIMEOUT_MS = 10000
-# One G3 ring build covers at most this much (4370 chunks x 168 B of packets = 734 KB of the 1 MiB ring); larger
+# One G3 ring build covers at most this much (4370 chunks x 136 B of packets = 594 KB of the 1 MiB ring); larger
 # copy-ins run as several G3 passes, each with its own ring build and doorbell.
 MAX_G3_PASS = 1 << 30
 
@@ -64,17 +72,22 @@ def sector_top_bytes(data: memoryview) -> bytes | bytearray:
     return data[3::SECTOR].tobytes()
 
 
-def buffer_va(b: int) -> int:
-    """GPU VA of G3 bounce buffer `b` (bridge SRAM through the system aperture)."""
-    return GPU_SYS_APERTURE + SRAM_PCIE + b * BUF_SIZE
+def reached(flag: int, target: int) -> bool:
+    """Whether a 32-bit fence counter has reached `target` (modulo 2**32, like the timeline)."""
+    return (flag - target) & 0xFFFFFFFF < 0x80000000
 
 
-def full_flag_va(b: int) -> int:
-    return GPU_SYS_APERTURE + SQ_PCIE + 0x800 + 8 * b
+def g0_wire_len(size: int) -> int:
+    """Bytes G0 sends for a chunk of `size`: whole sectors, plus one more if the arm would end on a window."""
+    wire = _round_up(size, SECTOR)
+    return wire + SECTOR if ends_on_window(0, wire) else wire
 
 
-def first_flag_va(b: int) -> int:
-    return GPU_SYS_APERTURE + SQ_PCIE + 0x810 + 8 * b
+Progress = Callable[[int], None]  # called with the bytes done so far; may raise to abort the copy
+
+
+def _no_progress(done: int) -> None:
+    pass
 
 
 @dataclass(slots=True)
@@ -114,6 +127,7 @@ class CopyStats:
     f4_attempts: int = 0
     f4_bails: int = 0
     flag_polls: int = 0
+    ring_dwords: int = 0  # SDMA dwords staged by copy-ins (the 0xF0 ring stream before any payload moves)
 
 
 class CopyEngine:
@@ -121,6 +135,10 @@ class CopyEngine:
 
     def __init__(self, ctx: GpuContext) -> None:
         self.ctx = ctx
+        aperture = ctx.require_profile("copies").sys_aperture
+        self._sram_va = aperture + SRAM_PCIE  # GPU VA of the bounce SRAM (buffer b at + b * BUF_SIZE)
+        self._flags_va = aperture + SQ_PCIE + 0x800  # full0, full1, first0, first1
+        self._cq_va = aperture + CQ_PCIE
         self.bridge: Bridge = ctx.bridge
         self.usb: Transport = ctx.usb
         self.stats = CopyStats()
@@ -128,7 +146,6 @@ class CopyEngine:
         self._g3_ready = False
         self._ctr = [0, 0]
         self._seq24 = 0
-        self._tail = (0, 0)
         self._shadow: dict[int, int] = {}  # SRAM offset -> sector-start dword with top byte 0x51
         self._poll_limit = ctx.options.poll_limit
         self._zero_copy = ctx.options.zero_copy
@@ -162,16 +179,26 @@ class CopyEngine:
                 return value
 
     # ------------------------------------------------------------------ G3
+    def buffer_va(self, b: int) -> int:
+        """GPU VA of G3 bounce buffer `b` (bridge SRAM through the profile's aperture)."""
+        return self._sram_va + b * BUF_SIZE
+
+    def full_flag_va(self, b: int) -> int:
+        return self._flags_va + 8 * b
+
+    def first_flag_va(self, b: int) -> int:
+        return self._flags_va + 0x10 + 8 * b
+
     def _init_g3(self) -> None:
-        """One-time init: clear the four fence flags, zero both bounce buffers, reset counters and the tail."""
+        """One-time init: clear the four fence flags, zero both bounce buffers (as far as a wire image reaches, so
+        no arm ends on a window boundary) and reset the counters."""
         self.bridge.xdata_write(0xA800, bytes(32))
-        zeros = bytes(BUF_SIZE)
+        zeros = bytes(MAX_WIRE)
         for slot in BUFFER_SLOTS:
-            self.bridge.arm_write(BUF_SIZE, slot)
+            self.bridge.arm_write(MAX_WIRE, slot)
             self.usb.bulk_out(EP_OUT, zeros, BULK_TIMEOUT_MS)
-        self._shadow.clear()
+            self._shadow_forget(slot * SLOT, slot * SLOT + MAX_WIRE)
         self._ctr = [0, 0]
-        self._tail = (0, 0)
         self._g3_ready = True
 
     @staticmethod
@@ -233,41 +260,40 @@ class CopyEngine:
         return chunks
 
     def _ring_batch(self, dest: int, chunks: list[Chunk]) -> list[int]:
+        """The copy-in's SDMA batch: wait for earlier GPU work, every chunk's packets, then one timeline FENCE."""
         timeline = self.ctx.timeline
         packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE)
         templates: dict[int, list[int]] = {}
         for ch in chunks:
-            bva = buffer_va(ch.buffer)
             if len(ch.parts) == 2 and ch.length == CP_SIZE:
                 # Full chunks all share one packet layout: patch a per-buffer template instead of re-encoding.
                 t = templates.get(ch.buffer)
                 if t is None:
-                    t = templates[ch.buffer] = self._chunk_packets(bva, ch, 0, 0)
+                    t = templates[ch.buffer] = self._chunk_packets(ch, 0)
                 t = t.copy()
                 p0, p1 = ch.parts
                 d0, d1 = dest + ch.src_off, dest + ch.src_off + PART
-                k_lo, k_hi = ch.counter & 0xFFFFFFFF, ch.counter >> 32
-                # dword indices: part-0 POLL ref 3, COPY dst 11/12, first flag value 17/18; part-1 POLL ref 22,
-                # COPY dst 30/31; FENCE value 35; full flag value 40/41 (layout of _chunk_packets)
-                t[3], t[11], t[12], t[17], t[18] = p0.sentinel, d0 & 0xFFFFFFFF, d0 >> 32, k_lo, k_hi
-                t[22], t[30], t[31] = p1.sentinel, d1 & 0xFFFFFFFF, d1 >> 32
-                t[35], t[40], t[41] = timeline.next() & 0xFFFFFFFF, k_lo, k_hi
+                k = ch.counter & 0xFFFFFFFF
+                # dword indices (layout of _chunk_packets): part-0 POLL ref 3, COPY dst 11/12, first-flag FENCE
+                # value 16; part-1 POLL ref 20, COPY dst 28/29; full-flag FENCE value 33
+                t[3], t[11], t[12], t[16] = p0.sentinel, d0 & 0xFFFFFFFF, d0 >> 32, k
+                t[20], t[28], t[29], t[33] = p1.sentinel, d1 & 0xFFFFFFFF, d1 >> 32, k
                 packets += t
             else:
-                packets += self._chunk_packets(bva, ch, dest + ch.src_off, timeline.next())
+                packets += self._chunk_packets(ch, dest + ch.src_off)
+        packets += fence(timeline.va, timeline.next())
         return packets
 
-    def _chunk_packets(self, bva: int, ch: Chunk, dest: int, timeline_value: int) -> list[int]:
-        """One chunk's SDMA packets: per part POLL EQ sentinel + COPY (+ first-part flag), then FENCE + full flag."""
-        timeline = self.ctx.timeline
+    def _chunk_packets(self, ch: Chunk, dest: int) -> list[int]:
+        """One chunk's SDMA packets: per part POLL EQ sentinel + COPY (+ first-part flag FENCE), then the full flag."""
+        bva = self.buffer_va(ch.buffer)
         packets: list[int] = []
         for i, part in enumerate(ch.parts):
             packets += poll_regmem(bva + part.sentinel_off, part.sentinel, FUNC_EQ)
             packets += copy_linear(bva + part.soff, dest + part.poff, part.plen)
             if i == 0:
-                packets += write64(first_flag_va(ch.buffer), ch.counter)
-        packets += fence(timeline.va, timeline_value)
-        packets += write64(full_flag_va(ch.buffer), ch.counter)
+                packets += fence(self.first_flag_va(ch.buffer), ch.counter)
+        packets += fence(self.full_flag_va(ch.buffer), ch.counter)
         return packets
 
     @staticmethod
@@ -350,7 +376,7 @@ class CopyEngine:
         for _ in range(self._poll_limit):
             self.stats.flag_polls += 1
             full, _first = self.bridge.read_flags(b)
-            if full >= k:
+            if reached(full, k):
                 return
         full, first = self.bridge.read_flags(b)
         raise GpuFenceTimeout(what, f"USB copyin GPU fence timeout: buffer {b} full={full} first={first}, want {k}", "")
@@ -378,9 +404,9 @@ class CopyEngine:
         for _ in range(self._poll_limit):
             self.stats.flag_polls += 1
             full, first = self.bridge.read_flags(b)
-            if full >= target:
+            if reached(full, target):
                 return True
-            if first >= target:
+            if reached(first, target):
                 return False
         raise GpuFenceTimeout(
             f"E4 fence gate for chunk {ch.index} into buffer {b}",
@@ -388,24 +414,28 @@ class CopyEngine:
             "",
         )
 
-    def copyin_g3(self, dest: int, data: memoryview) -> None:
-        """Pipelined copy-in of `data` to GPU VA `dest` (one ring build, one doorbell per pass of <= 1 GiB)."""
+    def copyin_g3(self, dest: int, data: memoryview, progress: Progress = _no_progress, done: int = 0) -> None:
+        """Pipelined copy-in of `data` to GPU VA `dest` (one ring build, one doorbell per pass of <= 1 GiB).
+
+        `progress(bytes)` is called as chunks land in the bounce buffers and once all of `data` is in VRAM (`done`
+        is what earlier passes of the same copy already reported)."""
         if len(data) == 0:
             return
         if len(data) > MAX_G3_PASS:
             for off in range(0, len(data), MAX_G3_PASS):
-                self.copyin_g3(dest + off, data[off : off + MAX_G3_PASS])
+                self.copyin_g3(dest + off, data[off : off + MAX_G3_PASS], progress, done + off)
             return
         if not self._g3_ready:
             self._init_g3()
         chunks = self._plan(data)
-        self.ctx.ring.stage(self._ring_batch(dest, chunks))
-        tail_b, tail_k = self._tail
-        if tail_k:
-            self._wait_full(tail_b, tail_k, "previous copy-in's last chunk")
+        batch = self._ring_batch(dest, chunks)
+        self.ctx.ring.stage(batch)
+        # No wait for the previous copy-in: it returned only after its last full flag (or failed, which leaves the
+        # session unusable), so the GPU is idle when the doorbell rings.
         self.ctx.ring.kick()
         self.stats.copyins += 1
         self.stats.chunks += len(chunks)
+        self.stats.ring_dwords += len(batch)
 
         tags: list[list[int]] = [[] for _ in chunks]
         submit = self.usb.submit_bulk_out
@@ -420,6 +450,7 @@ class CopyEngine:
         for c in range(1, len(chunks)):
             for tag in tags[c - 1]:
                 self.usb.wait(tag, BULK_TIMEOUT_MS)
+            progress(done + chunks[c - 1].src_off + chunks[c - 1].length)
             if c + 1 >= len(chunks):
                 continue
             nxt, prev = chunks[c + 1], chunks[c - 1]
@@ -437,12 +468,12 @@ class CopyEngine:
         for tag in tags[-1]:
             self.usb.wait(tag, BULK_TIMEOUT_MS)
         last = chunks[-1]
-        self._tail = (last.buffer, last.counter)
         self._wait_full(last.buffer, last.counter, f"copy-in of {len(data)} bytes")
+        progress(done + len(data))
 
     # ------------------------------------------------------------------ G0
-    def copyin_g0(self, dest: int, data: memoryview) -> None:
-        """Serial copy-in: per 512 KiB chunk wait for the GPU, 0xF2 + sync bulk, then one SDMA copy + doorbell."""
+    def copyin_g0(self, dest: int, data: memoryview, progress: Progress = _no_progress) -> None:
+        """Serial copy-in: per 496 KiB chunk wait for the GPU, 0xF2 + sync bulk, then one SDMA copy + doorbell."""
         n = len(data)
         if n == 0:
             return
@@ -452,24 +483,27 @@ class CopyEngine:
             size = min(G0_CHUNK, n - off)
             if previous is not None:
                 timeline.wait(previous, "G0 copy-in: GPU draining the bounce buffer")
+                progress(off)
             wire: bytes | memoryview = data[off : off + size]
-            if size % SECTOR:
-                wire = bytes(wire) + bytes(-size % SECTOR)
-            self.bridge.arm_write(size, 0)
+            wire_len = g0_wire_len(size)
+            if wire_len != size:
+                wire = bytes(wire) + bytes(wire_len - size)
+            self.bridge.arm_write(wire_len, 0)
             self.usb.bulk_out(EP_OUT, wire, 1000)
             self._shadow_note(0, wire)
             value = timeline.next()
             batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
-            batch += copy_linear(GPU_SYS_APERTURE + SRAM_PCIE, dest + off, size)
+            batch += copy_linear(self._sram_va, dest + off, size)
             batch += fence(timeline.va, value)
             ring.submit(batch)
             previous = value
         self.stats.copyins += 1
         assert previous is not None
         timeline.wait(previous, "G0 copy-in: last chunk")
+        progress(n)
 
     # ------------------------------------------------------------------ copy-out
-    def copyout(self, out: memoryview, src: int) -> None:
+    def copyout(self, out: memoryview, src: int, progress: Progress = _no_progress) -> None:
         """Copy `len(out)` bytes from GPU VA `src`: per 256 KiB chunk a read arm, an SDMA copy + CQ trigger, bulk IN."""
         n = len(out)
         if n == 0:
@@ -481,13 +515,11 @@ class CopyEngine:
             self.bridge.arm_read(size)
             value = timeline.next()
             batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
-            batch += copy_linear(src + off, GPU_SYS_APERTURE + SRAM_PCIE, size)
-            batch += write32(GPU_SYS_APERTURE + CQ_PCIE + 12, 0)
+            batch += copy_linear(src + off, self._sram_va, size)
+            batch += write32(self._cq_va + 12, 0)
             batch += fence(timeline.va, value)
             ring.submit(batch)
-            want = _round_up(size, SECTOR)
-            got = self.usb.bulk_in(EP_IN, want, BULK_TIMEOUT_MS)
-            if len(got) != want:
-                raise TlpError(f"copy-out bulk IN of {want} bytes", f"got {len(got)} bytes")
+            got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
             out[off : off + size] = memoryview(got)[:size]
             self._shadow_note(0, got)
+            progress(off + size)

@@ -3,7 +3,7 @@
 Every libusb-level exception carries `.operation` (what speck was doing, e.g. "bulk OUT 0x02 (4096 bytes)"),
 `.code` (the libusb_error or libusb_transfer_status value), `.libusb_name` and `.libusb_message` (libusb's own
 name and text). Asynchronous completion errors are latched by the C helper and raised by the next wait
-(USB_PROTOCOL.md 4.6); the latch is never cleared, so the driver must be reopened.
+(PROTOCOL.md 4.6); the latch is never cleared, so the driver must be reopened.
 
 A transfer-status class also derives from the matching libusb_error class (a stalled async transfer is a
 `TransferStallError` and a `UsbPipeError`), so `except UsbNoDeviceError` catches a disconnect whichever way it
@@ -16,8 +16,11 @@ from typing import NamedTuple
 
 __all__ = [
     "BridgeError",
+    "CopyCancelledError",
+    "DeviceInUseError",
     "DeviceUnusableError",
     "F4BailError",
+    "GpuBringUpNotImplemented",
     "GpuFenceTimeout",
     "PcieLinkError",
     "PcieSetupError",
@@ -34,6 +37,7 @@ __all__ = [
     "TransferNoDeviceError",
     "TransferOverflowError",
     "TransferShortError",
+    "TransferShortReadError",
     "TransferStallError",
     "TransferTimedOutError",
     "UsbAccessError",
@@ -276,6 +280,13 @@ class TransferShortError(TransferError):
     hint = "the device accepted less than it was sent: reopen the device"
 
 
+class TransferShortReadError(TransferShortError):
+    """A bulk IN ended early: the device sent a short packet before the length the read arm (or stream) covered."""
+
+    default_message = "short read"
+    hint = "the bridge ended the IN stream early (a short packet): reopen the device"
+
+
 class UsbWaitTimeout(UsbTimeoutError):
     """A wait gave up while its transfer was still in flight (nothing is latched; the wait may be retried)."""
 
@@ -286,6 +297,14 @@ class UsbClosedError(UsbError):
     """The transport (or its async pool) was used after close()."""
 
     hint = "open a new UsbTransport"
+
+
+class DeviceInUseError(UsbBusyError):
+    """The bridge is already open: in another process (its lock file is held) or by another session in this one."""
+
+    libusb_name = ""  # refused by speck's device lock before libusb was asked
+    default_message = ""
+    hint = "close the other session first (UsbGpu.close), or open a different bridge (index=...)"
 
 
 class UsbDeviceNotFound(UsbError):
@@ -388,3 +407,13 @@ class DeviceUnusableError(BridgeError):
     """The UsbGpu was closed or an earlier failure left it in an unknown state."""
 
     hint = "close it and open the device again (UsbGpu.open)"
+
+
+class GpuBringUpNotImplemented(BridgeError):
+    """The GPU has no profile (real hardware): copies would need firmware bring-up this driver does not do."""
+
+
+class CopyCancelledError(BridgeError):
+    """An asynchronous copy was cancelled (its UsbGpu was closed) before or while it ran."""
+
+    hint = "the device state is unknown after a cancelled copy: open it again (UsbGpu.open)"

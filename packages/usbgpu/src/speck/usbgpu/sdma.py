@@ -1,4 +1,4 @@
-"""AMD SDMA packets (sdma_6_0_0 layouts, USB_PROTOCOL.md 3.2), the VRAM ring with its doorbell, and timeline signals.
+"""AMD SDMA packets (sdma_6_0_0 layouts, PROTOCOL.md 3.2), the VRAM ring with its doorbell, and timeline signals.
 
 Every ring byte, the write pointer and the doorbell reach the GPU as 0xF0 mode-1 streams through the bridge.
 """

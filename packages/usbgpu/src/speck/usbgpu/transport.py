@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
 
 from speck.usbgpu import errors, helper
+from speck.usbgpu.devlock import DeviceLock
 from speck.usbgpu.sim.model_api import UsbDeviceModel
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
     "loaded_libusb",
 ]
 
-# USB_PROTOCOL.md 1.1: both vendor ids run the custom firmware; both lists are searched, in this order.
+# PROTOCOL.md 1.1: both vendor ids run the custom firmware; both lists are searched, in this order.
 SUPPORTED_IDS: tuple[tuple[int, int], ...] = ((0xADD1, 0x0001), (0x3801, 0x0001))
 PRODUCT_PREFIXES: tuple[str, ...] = ("custom", "AS2462")
 INTERFACE = 0
@@ -43,7 +44,8 @@ REQUEST_TYPE_VENDOR_OUT = 0x40
 REQUEST_TYPE_VENDOR_IN = 0xC0
 SIM_HINT = (
     "is the bridge connected and its custom firmware flashed (product string 'custom...')? "
-    "To run without hardware set SPECK_USB_SIM=1 (or pass sim=[model]) to use the simulator."
+    "To run without hardware set SPECK_USB_SIM=1 (SPECK_USB_SIM=<n> for n bridges) or pass sim=[model] to use the "
+    "simulator."
 )
 
 LibusbKind = Literal["real", "sim"]
@@ -134,16 +136,24 @@ def _load_libusb(kind: LibusbKind, path: str) -> None:
     _loaded = (kind, path)
 
 
-def _default_sim_models() -> list[UsbDeviceModel]:
+def sim_from_env() -> int:
+    """How many simulated bridges SPECK_USB_SIM asks for: 0 when unset/"0", n for "n", 1 for any other value."""
+    value = os.environ.get("SPECK_USB_SIM", "").strip()
+    if value in ("", "0"):
+        return 0
+    return int(value) if value.isdigit() else 1
+
+
+def _default_sim_models(count: int) -> list[UsbDeviceModel]:
     try:
-        from speck.usbgpu.sim.device import SimDevice  # type: ignore[attr-defined,unused-ignore]
+        from speck.usbgpu.sim.device import default_devices  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:
         raise errors.LibusbLoadError(
-            "SPECK_USB_SIM=1",
-            f"the default simulated device speck.usbgpu.sim.device.SimDevice is unavailable ({exc})",
+            "SPECK_USB_SIM",
+            f"the default simulated devices (speck.usbgpu.sim.device.default_devices) are unavailable ({exc})",
             "pass sim=[model] with a UsbDeviceModel instead",
         ) from exc
-    return [SimDevice()]
+    return list(default_devices(count))
 
 
 def _raw_pointer(obj: Any) -> int:
@@ -152,8 +162,10 @@ def _raw_pointer(obj: Any) -> int:
     return int(value or 0)
 
 
-def _teardown(pool: helper.AsyncBulkPool | None, handle: Any, context: Any, claimed: list[bool]) -> None:
-    """Free in dependency order: transfers, then interface + handle, then context."""
+def _teardown(
+    pool: helper.AsyncBulkPool | None, handle: Any, context: Any, claimed: list[bool], lock: DeviceLock | None
+) -> None:
+    """Free in dependency order: transfers, then interface + handle, then context; then let the next session in."""
     import usb1
 
     try:
@@ -169,7 +181,11 @@ def _teardown(pool: helper.AsyncBulkPool | None, handle: Any, context: Any, clai
                     pass  # a disconnected device cannot release; closing the handle still frees it
             handle.close()
         finally:
-            context.close()
+            try:
+                context.close()
+            finally:
+                if lock is not None:
+                    lock.release()
 
 
 class UsbTransport:
@@ -190,8 +206,10 @@ class UsbTransport:
         pid: int,
         name: str,
         simulated: bool,
+        lock: DeviceLock | None = None,
     ) -> None:
-        """Use UsbTransport.open(); this wraps an already configured usb1 context and handle."""
+        """Use UsbTransport.open(); this wraps an already configured usb1 context and handle (and the device lock
+        taken for it, released on close)."""
         self.product, self.vid, self.pid, self.name = product, vid, pid, name
         self.simulated = simulated
         self.stats = TransportStats()
@@ -214,24 +232,32 @@ class UsbTransport:
         self._pool = helper.AsyncBulkPool(_raw_pointer(context_p), self._handle_ptr, owners=(handle, context))
         self._claimed = [True]
         self._closed = False
-        self._finalizer = weakref.finalize(self, _teardown, self._pool, handle, context, self._claimed)
+        self._finalizer = weakref.finalize(self, _teardown, self._pool, handle, context, self._claimed, lock)
 
     # ---- opening ----
     @classmethod
-    def open(cls, index: int = 0, sim: Sequence[UsbDeviceModel] | UsbDeviceModel | None = None) -> UsbTransport:
+    def open(
+        cls,
+        index: int = 0,
+        sim: Sequence[UsbDeviceModel] | UsbDeviceModel | None = None,
+        *,
+        hardware_only: bool = False,
+    ) -> UsbTransport:
         """Open the `index`-th usable bridge (VID:PID in SUPPORTED_IDS, product string 'custom...'/'AS2462...').
 
-        With `sim` (models, or env SPECK_USB_SIM=1 for the default SimDevice) the simulator's fake libusb is
-        loaded instead of the real one; passing the same model objects again reopens them as they are (their
-        state kept), other models replace the simulated bus (transports still open on it see NO_DEVICE).
+        With `sim` (models, or env SPECK_USB_SIM=<n> for the process's n default SimDevices) the simulator's fake
+        libusb is loaded instead of the real one; passing the same model objects again reopens them as they are
+        (their state kept), other models replace the simulated bus (transports still open on it see NO_DEVICE).
+        `hardware_only` ignores SPECK_USB_SIM. A device already open (in this process or another) raises
+        DeviceInUseError before anything is sent to it.
 
-        Open sequence (USB_PROTOCOL.md 1.2): read the product string; if a kernel driver holds interface 0,
+        Open sequence (PROTOCOL.md 1.2): read the product string; if a kernel driver holds interface 0,
         detach it and reset the device; set configuration 1; claim interface 0; select alt setting 0.
         """
         if index < 0:
             raise ValueError(f"device index must be >= 0, got {index}")
-        if sim is None and os.environ.get("SPECK_USB_SIM", "") not in ("", "0"):
-            sim = _default_sim_models()
+        if sim is None and not hardware_only and sim_from_env():
+            sim = _default_sim_models(sim_from_env())
         if sim is not None:
             from speck.usbgpu.sim import shim
 
@@ -264,11 +290,35 @@ class UsbTransport:
                 if i != index:
                     h.close()
             device, handle, product, name = found[index]
-            handle = cls._configure(device, handle, simulated, name)
-            return cls(context, handle, product, device.getVendorID(), device.getProductID(), name, simulated=simulated)
+            lock = DeviceLock.acquire(cls._identity(device, handle, simulated), name)
+            try:
+                handle = cls._configure(device, handle, simulated, name)
+                vid, pid = device.getVendorID(), device.getProductID()
+                return cls(context, handle, product, vid, pid, name, simulated=simulated, lock=lock)
+            except BaseException:
+                lock.release()
+                raise
         except BaseException:
             context.close()  # closes every handle and device opened on it
             raise
+
+    @staticmethod
+    def _identity(device: Any, handle: Any, simulated: bool) -> str:
+        """What the device lock is keyed on: VID:PID + serial for a simulated device, bus + port path on hardware."""
+        import usb1
+
+        ids = f"{device.getVendorID():04x}-{device.getProductID():04x}"
+        if simulated:
+            try:
+                serial = handle.getSerialNumber() or "none"
+            except usb1.USBError:
+                serial = "none"
+            return f"sim-{ids}-{serial}"
+        try:
+            ports = ".".join(str(p) for p in device.getPortNumberList())
+        except (usb1.USBError, AttributeError, NotImplementedError):
+            ports = f"addr{device.getDeviceAddress()}"  # no port path from this libusb: the address stands in
+        return f"usb-{device.getBusNumber()}-{ports}"
 
     @staticmethod
     def _discover(context: Any, simulated: bool) -> tuple[list[tuple[Any, Any, str, str]], list[str]]:
@@ -382,7 +432,7 @@ class UsbTransport:
             )
 
     def bulk_out(self, endpoint: int, data: bytes | bytearray | memoryview, timeout_ms: int = 1000) -> None:
-        """Synchronous bulk OUT; a short write is an error (USB_PROTOCOL.md 4.6). `data` is not copied."""
+        """Synchronous bulk OUT; a short write is an error (PROTOCOL.md 4.6). `data` is not copied."""
         if self._closed:
             self._check_open(f"bulk OUT 0x{endpoint:02x}")
         sent = ctypes.c_int()
@@ -426,7 +476,7 @@ class UsbTransport:
 
     def clear_halt(self, endpoint: int) -> None:
         """CLEAR_FEATURE(ENDPOINT_HALT) on `endpoint`; the firmware also resets that endpoint and cancels streaming
-        (USB_PROTOCOL.md 1.4)."""
+        (PROTOCOL.md 1.4)."""
         operation = f"clear halt on endpoint 0x{endpoint:02x}"
         self._check_open(operation)
         _call(self.simulated, operation, self._handle.clearHalt, endpoint)

@@ -1,7 +1,7 @@
 """speck.usbgpu.sim: a USB device model plugged in beneath the libusb API (see sim/model_api.py and sim/shim.py)."""
 
-from speck.usbgpu.sim.config import SimFaults, SimTiming, TransferFault
-from speck.usbgpu.sim.device import SimDevice
+from speck.usbgpu.sim.config import HARDWARE_LIKE_SUBSYSTEM, SimFaults, SimTiming, TransferFault
+from speck.usbgpu.sim.device import SimDevice, default_devices
 from speck.usbgpu.sim.model_api import (
     DeviceDescriptors,
     ModelError,
@@ -12,7 +12,9 @@ from speck.usbgpu.sim.model_api import (
 )
 
 __all__ = [
+    "HARDWARE_LIKE_SUBSYSTEM",
     "SimDevice",
+    "default_devices",
     "SimFaults",
     "SimTiming",
     "TransferFault",

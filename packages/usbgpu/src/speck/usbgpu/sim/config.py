@@ -1,4 +1,4 @@
-"""Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (USB_PROTOCOL.md 2 and 7).
+"""Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (PROTOCOL.md 2 and 7).
 
 The constants here are the simulator's own restatement of the protocol: the driver (speck.usbgpu.bridge/sdma)
 keeps its own copy on purpose, so a wrong number on either side shows up as a failing differential test instead of
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# --- bridge memory map (USB_PROTOCOL.md 2.1 / 2.2) ---
+# --- bridge memory map (PROTOCOL.md 2.1 / 2.2) ---
 SRAM_PCIE = 0x200000  # 32 slots x 16 KiB bounce SRAM as the GPU sees it
 SRAM_SIZE = 0x80000
 SLOT_SIZE = 0x4000
@@ -37,6 +37,10 @@ GPU_DEVICE = 0x744C
 BRIDGE_VENDOR = 0x1B21
 BRIDGE_DEVICE = 0x2464
 GPU_BUS = 4
+# PCI subsystem id (config 0x2C: id << 16 | vendor) by which the driver recognises the simulated GPU and selects its
+# profile (the stand-in queue registers below). A SimDevice given any other value looks like a real GPU to it.
+SIM_GPU_SUBSYSTEM = 0x0051 << 16 | 0x5EED
+HARDWARE_LIKE_SUBSYSTEM = 0x0E3B << 16 | 0x1002  # e.g. a board of the GPU vendor's own: no driver profile
 DOORBELL_SDMA0 = 256  # doorbell index of SDMA0 queue 0; the host writes 64 bits at BAR2 + index * 8
 
 # Simulator-defined MMIO registers in BAR5 (byte offsets). The real register map of an RDNA3 SDMA engine is
@@ -85,17 +89,24 @@ FaultMode = Literal["error", "short", "timeout", "stall"]
 
 @dataclass
 class TransferFault:
-    """Make the `nth` (1-based, counted from injection) transfer on `endpoint` fail after `after_bytes` bytes."""
+    """Make the `nth` (1-based, counted from injection) transfer on `endpoint` fail after `after_bytes` bytes.
+
+    Endpoint 0 selects control transfers; `request` narrows that to one vendor request (0xE4, 0xE5, 0xF0, 0xF2,
+    0xF3, 0xF4), and only matching transfers count towards `nth`. A faulted control transfer is not executed: it
+    stalls ("stall"), fails ("error"), gets no reply until the host's timeout ("timeout"), or - with a data stage
+    - moves only half of it ("short").
+    """
 
     endpoint: int
     nth: int
     mode: FaultMode
-    after_bytes: int | None = None  # None: half of the transfer, rounded down to a sector
+    after_bytes: int | None = None  # None: half of the transfer, rounded down to a sector (bulk only)
+    request: int | None = None  # control transfers only: the bRequest to match (None: any)
 
 
 @dataclass
 class SimFaults:
-    """Switchable faults (USB_PROTOCOL.md 7). Transfer faults and disconnects are one-shot; the rest stay on."""
+    """Switchable faults (PROTOCOL.md 7). Transfer faults and disconnects are one-shot; the rest stay on."""
 
     transfer_faults: list[TransferFault] = field(default_factory=list)
     disconnect_after_out_bytes: int | None = None  # unplug once this many more EP 0x02 bytes moved

@@ -8,6 +8,7 @@ CQ page). The GPU's SDMA engine runs alongside. `wait` advances the clock event 
 
 from __future__ import annotations
 
+import secrets
 import struct
 import time
 from collections import deque
@@ -18,6 +19,7 @@ from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import (
     GPU_SYS_APERTURE,
     SECTOR,
+    SIM_GPU_SUBSYSTEM,
     SimFaults,
     SimTiming,
     TransferFault,
@@ -67,6 +69,7 @@ class _Transfer:
     result: TransferResult | None = None
     naking: bool = False  # misrouted once: the device NAKs this transfer until something is armed
     stuck: bool = False  # injected timeout: the device NAKs this transfer until its own timeout
+    moved: int = -1  # control OUT: data-stage bytes the device took (-1 = all)
 
     @property
     def done(self) -> bool:
@@ -82,12 +85,31 @@ class _Transfer:
         return total // 2 // SECTOR * SECTOR
 
 
+_DEFAULT_DEVICES: list[SimDevice] = []
+
+
+def default_devices(count: int = 1) -> list[SimDevice]:
+    """The process's default simulated bridges (what SPECK_USB_SIM=<count> puts on the bus): made on first use, then
+    the same objects for the life of the process, so every session opened through the environment sees the same
+    devices (and their VRAM). Device i sits at usb:1-(7+i)."""
+    while len(_DEFAULT_DEVICES) < count:
+        _DEFAULT_DEVICES.append(SimDevice(address=7 + len(_DEFAULT_DEVICES)))
+    return _DEFAULT_DEVICES[:count]
+
+
 class SimDevice(BridgeFirmware):
     """An ASM2464 bridge with the custom firmware and an RDNA3-class GPU behind it, in virtual time.
 
     `violations` collects protocol violations (data before arm, GPU reading a part before its sentinel landed,
-    host overwriting data the GPU has not copied yet, ...); `stats` counts doorbells, transfers and faults;
-    `model_cpu_s` is the host CPU time spent inside this model (for benchmarks that report driver-only cost).
+    host overwriting data the GPU has not copied yet, ...); `stats` counts doorbells, transfers, faults and every
+    request that changes device state (xdata/TLP/stream writes, arms, power, MMIO writes); `model_cpu_s` is the
+    host CPU time spent inside this model (for benchmarks that report driver-only cost).
+
+    `serial` (8 hex digits) identifies the device, as a bridge's OTP serial does: the driver's device lock is keyed
+    on it, so two processes opening simulated devices with the same serial model two openers of one bridge. By
+    default every SimDevice gets a fresh random serial. `gpu_subsystem` is the GPU's PCI subsystem id: the
+    default marks the simulated GPU (the driver then uses its simulator profile); HARDWARE_LIKE_SUBSYSTEM makes it
+    look like a real board, for which the driver must do nothing past link and BAR setup.
     """
 
     def __init__(
@@ -99,18 +121,20 @@ class SimDevice(BridgeFirmware):
         pid: int = 0x0001,
         bus: int = 1,
         address: int = 7,
-        serial: str = "5eed0001",
+        serial: str | None = None,
         product: str = "custom v0.1",
         vram_size: int = 8 * GIB,
+        gpu_subsystem: int = SIM_GPU_SUBSYSTEM,
     ) -> None:
         self.vid, self.pid, self.bus, self.address = vid, pid, bus, address
-        self.manufacturer, self.product, self.serial = "tiny", product, serial
+        self.manufacturer, self.product = "tiny", product
+        self.serial = secrets.token_hex(4) if serial is None else serial
         self.timing = timing or SimTiming()
         self.faults = faults or SimFaults()
         self.clock = VirtualClock()
         self.mem = BridgeMemory()
         self.dma = SramDmaEngine(self.mem)
-        self.fabric = PcieFabric(vram_size)
+        self.fabric = PcieFabric(vram_size, gpu_subsystem)
         self.vram = SparseMemory(vram_size)
         self.sdma = SdmaEngine(self)
         self.stream: F0Stream | None = None
@@ -130,6 +154,13 @@ class SimDevice(BridgeFirmware):
                 "f4_waits",
                 "arms_retired",
                 "cqes_written",
+                "xdata_writes",
+                "tlp_writes",
+                "stream_writes",
+                "arms",
+                "power_requests",
+                "mmio_writes",
+                "full_window_corruptions",
             )
         }
         self.model_cpu_s = 0.0
@@ -143,7 +174,8 @@ class SimDevice(BridgeFirmware):
         self._ctrl: deque[_Transfer] = deque()
         self._out: deque[_Transfer] = deque()
         self._in: deque[_Transfer] = deque()
-        self._ctrl_busy = self._out_busy = self._in_busy = False
+        self._ctrl_serving: _Transfer | None = None  # the control transfer EP0 is busy with
+        self._out_busy = self._in_busy = False
         self._pipe_epoch = 0
         self._f4_waiter: tuple[_Transfer, int, int, int, int, int] | None = None
         self._f4_bailed_once = False
@@ -243,8 +275,9 @@ class SimDevice(BridgeFirmware):
         tid = self._next_tid
         self._next_tid += 1
         t = _Transfer(tid, kind, endpoint, setup or b"", memoryview(out_data).cast("B"), in_length, self.clock.now)
+        request = setup[1] if kind == "control" and setup else None
         for fault in list(self.faults.transfer_faults):
-            if fault.endpoint == endpoint:
+            if fault.endpoint == endpoint and fault.request in (None, request):
                 fault.nth -= 1
                 if fault.nth <= 0:
                     t.fault = fault
@@ -302,7 +335,8 @@ class SimDevice(BridgeFirmware):
         if t.done:
             return
         if t.kind == "control" and t.setup[:1] and not t.setup[0] & 0x80:
-            t.result = TransferResult(status, len(t.out) if status == TransferStatus.COMPLETED else 0)
+            moved = len(t.out) if t.moved < 0 else t.moved
+            t.result = TransferResult(status, moved if status == TransferStatus.COMPLETED else 0)
         elif t.endpoint & 0x80 or t.kind == "control":
             data = bytes(t.data)
             t.result = TransferResult(status, len(data), data)
@@ -312,6 +346,9 @@ class SimDevice(BridgeFirmware):
         del self._transfers[t.tid]
         if self._f4_waiter is not None and self._f4_waiter[0] is t:
             self._f4_waiter = None
+        if self._ctrl_serving is t:  # however it ended (reply, timeout, cancel), EP0 moves on to the next request
+            self._ctrl_serving = None
+            self._at(self.clock.now, self._pump_ctrl)
 
     def _timeout(self, t: _Transfer) -> None:
         if not t.done:
@@ -329,9 +366,10 @@ class SimDevice(BridgeFirmware):
         self.clock.at(when, run)
 
     def _restart_pipes(self) -> None:
+        """A new pipe epoch: every pipe event scheduled before now is dropped when it fires."""
         self._pipe_epoch += 1
-        self._ctrl_busy = self._out_busy = self._in_busy = False
-        self._pipe_epoch = 0
+        self._ctrl_serving = None
+        self._out_busy = self._in_busy = False
         self._f4_waiter = None
 
     def _require_connected(self) -> None:
@@ -372,31 +410,33 @@ class SimDevice(BridgeFirmware):
     def _pump_ctrl(self) -> None:
         while self._ctrl and self._ctrl[0].done:
             self._ctrl.popleft()
-        if self._ctrl_busy or not self._ctrl:
+        if self._ctrl_serving is not None or not self._ctrl or not self._connected:
             return
         t = self._ctrl[0]
-        self._ctrl_busy = True
+        self._ctrl_serving = t
         self._at(self.clock.now + self.timing.control_rtt_ns / 2, lambda: self._ctrl_arrive(t))
 
-    def _ctrl_finish(self, t: _Transfer, status: TransferStatus, data: bytes, extra_ns: float) -> None:
+    def _ctrl_finish(self, t: _Transfer, status: TransferStatus, data: bytes, extra_ns: float, moved: int = -1) -> None:
+        """Reply to control transfer `t` after `extra_ns` of firmware time (`moved`: OUT bytes taken, -1 = all)."""
+
         def reply() -> None:
-            if not t.done:
+            if not t.done:  # else it timed out or was cancelled meanwhile (which already freed EP0)
                 t.data[:] = data
+                t.moved = moved
                 self._complete(t, status)
-            self._ctrl_busy = False
-            self._pump_ctrl()
 
         self._at(self.clock.now + extra_ns + self.timing.control_rtt_ns / 2, reply)
 
     def _ctrl_arrive(self, t: _Transfer) -> None:
-        if t.done:  # timed out or cancelled before the device saw it
-            self._ctrl_busy = False
-            self._pump_ctrl()
+        if t.done:  # timed out or cancelled before the device saw it (EP0 was freed then)
             return
         if len(t.setup) != 8:
             self._ctrl_finish(t, TransferStatus.STALL, b"", 0.0)
             return
         req_type, req, value, index, length = struct.unpack("<BBHHH", t.setup)
+        if t.fault is not None:
+            self._ctrl_fault(t, req_type, length)
+            return
         try:
             if req_type & 0x60 != 0x40:
                 raise Stall()
@@ -409,11 +449,29 @@ class SimDevice(BridgeFirmware):
             return
         self._ctrl_finish(t, TransferStatus.COMPLETED, data, extra)
 
+    def _ctrl_fault(self, t: _Transfer, req_type: int, length: int) -> None:
+        """An injected fault on a control transfer: the request is not executed."""
+        assert t.fault is not None
+        mode = t.fault.mode
+        if mode == "stall":
+            self._ctrl_finish(t, TransferStatus.STALL, b"", 0.0)
+        elif mode == "error":
+            self._ctrl_finish(t, TransferStatus.ERROR, b"", 0.0)
+        elif mode == "timeout":  # no reply: EP0 stays busy with it until the host's timeout ends the transfer
+            t.stuck = True
+        elif req_type & 0x80 and length:  # short IN: half the requested bytes (zeros: the request did not run)
+            self._ctrl_finish(t, TransferStatus.COMPLETED, bytes(length // 2), 0.0)
+        elif len(t.out):  # short OUT data stage
+            self._ctrl_finish(t, TransferStatus.COMPLETED, b"", 0.0, moved=len(t.out) // 2)
+        else:  # nothing to cut short: the device refuses the request instead
+            self._ctrl_finish(t, TransferStatus.STALL, b"", 0.0)
+
     def _vendor(self, req_type: int, req: int, value: int, index: int, length: int, out: bytes) -> tuple[bytes, float]:
         device_to_host = bool(req_type & 0x80)
         if req == REQ_XDATA_READ and device_to_host:
             return self._xdata_read(value, index >> 8, length), 0.0
         if req == REQ_XDATA_WRITE and not device_to_host:
+            self.stats["xdata_writes"] += 1
             self._xdata_write(value, index >> 8, index & 0xFF)
             return b"", 0.0
         if req == REQ_TLP and not device_to_host:
@@ -421,9 +479,11 @@ class SimDevice(BridgeFirmware):
         if req == REQ_TLP and device_to_host:
             return self.completion[:length], 0.0
         if req == REQ_ARM and not device_to_host:
+            self.stats["arms"] += 1
             self._handle_f2(value, index)
             return b"", 0.0
         if req == REQ_POWER and not device_to_host:
+            self.stats["power_requests"] += 1
             return b"", self._power(bool(value))
         raise Stall()
 
@@ -436,6 +496,8 @@ class SimDevice(BridgeFirmware):
         if mode in (1, 2):
             if word == 0:
                 raise Stall()
+            if mode == 1:
+                self.stats["stream_writes"] += 1
             self.stream = F0Stream(mode, addr, word)
             self._pipes_changed()
             return 0.0
@@ -445,6 +507,8 @@ class SimDevice(BridgeFirmware):
             self.faults.tlp_engine_errors -= 1
             self.completion = bytes(7) + b"\x01"
             return self.timing.f0_write_ns_per_dword
+        if fmt & 0x40:  # memory or config write
+            self.stats["tlp_writes"] += 1
         data, status, carried = self._tlp(fmt, byte_enable, addr, word)
         self.completion = struct.pack(
             "<IBBBB", data if carried else 0, status << 5, 4 if carried else 0, int(carried), 0
@@ -469,6 +533,7 @@ class SimDevice(BridgeFirmware):
         self._at(self.clock.now + self.timing.f4_wait_limit_ns, lambda: self._f4_timer(t, token))
 
     def _f4_arm(self, t: _Transfer, sectors: int, slot: int, nslots: int) -> None:
+        self.stats["arms"] += 1
         try:
             self._arm(self.dma.new_arm("out", sectors, slot, nslots))
         except Stall:
@@ -622,6 +687,12 @@ class SimDevice(BridgeFirmware):
             end = done.sram_offset(done.total - 1) + 1
             for i in range(end - SECTOR, end):
                 self.mem.sram[i] ^= 0xA5
+            self.stats["full_window_corruptions"] += 1
+            self.violation(
+                f"an OUT arm (slot {done.start_slot}, {done.sectors} sectors) ended on a 256 KiB window boundary: "
+                f"full_window_corruption corrupted its last sector (SRAM {end - SECTOR:#x}); the host must keep arms "
+                "off window boundaries"
+            )
         if self.faults.cq_clobber:
             cqe = struct.pack("<IIHHHH", done.gen, 0, 0, 0, done.gen & 0xFFFF, 1)
             off = self._cqe_index % 256 * 16

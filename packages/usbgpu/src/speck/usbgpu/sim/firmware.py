@@ -119,7 +119,7 @@ class BridgeFirmware:
                 )
                 raise Stall()
             self.dma.latched = arm
-        # Mirror the firmware's register programming (USB_PROTOCOL.md 1.6) so E4 reads of 0xC4xx look plausible.
+        # Mirror the firmware's register programming (PROTOCOL.md 1.6) so E4 reads of 0xC4xx look plausible.
         x = self.mem.xdata
         x[0xC42A], x[0xC422], x[0xC423] = 0, 0x02, 0x00
         x[0xC414], x[0xC415] = 0x80 | arm.start_slot, (arm.start_slot + arm.num_slots) & 0xFF
@@ -139,7 +139,7 @@ class BridgeFirmware:
     # --- 0xF4 ---
     @staticmethod
     def decode_f4(value: int, index: int) -> tuple[int, int, int, int, int]:
-        """(sectors, start_slot, num_slots, buffer, target) from the 0xF4 wValue/wIndex packing (USB_PROTOCOL 1.7)."""
+        """(sectors, start_slot, num_slots, buffer, target) from the 0xF4 wValue/wIndex packing (PROTOCOL.md 1.7)."""
         sectors = value & 0x1FF
         target = (value >> 9 & 0x7F) | (index >> 14 & 1) << 7
         return sectors, index & 0xFF, index >> 8 & 0x3F, index >> 15 & 1, target
@@ -228,6 +228,7 @@ class BridgeFirmware:
         return self.mmio.get(off, 0)
 
     def _mmio_write(self, off: int, value: int) -> None:
+        self.stats["mmio_writes"] += 1
         self.mmio[off] = value
         reg = self.mmio.get
         if off == MMIO_SDMA_RB_CNTL:

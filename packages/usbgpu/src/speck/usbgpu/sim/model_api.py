@@ -167,7 +167,7 @@ class UsbDeviceModel(Protocol):
     serial: str
 
     def descriptors(self) -> DeviceDescriptors:
-        """Device/configuration/interface/endpoint descriptors (USB_PROTOCOL.md 1.1/1.2)."""
+        """Device/configuration/interface/endpoint descriptors (PROTOCOL.md 1.1/1.2)."""
         ...
 
     def kernel_driver_active(self, interface: int) -> bool:
@@ -183,11 +183,11 @@ class UsbDeviceModel(Protocol):
         ...
 
     def set_configuration(self, value: int) -> None:
-        """SET_CONFIGURATION with the side effects of USB_PROTOCOL.md 1.4."""
+        """SET_CONFIGURATION with the side effects of PROTOCOL.md 1.4."""
         ...
 
     def set_interface_alt_setting(self, interface: int, alt: int) -> None:
-        """SET_INTERFACE with the side effects of USB_PROTOCOL.md 1.4."""
+        """SET_INTERFACE with the side effects of PROTOCOL.md 1.4."""
         ...
 
     def clear_halt(self, endpoint: int) -> None:
@@ -229,7 +229,7 @@ class UsbDeviceModel(Protocol):
 
 
 def asm2464_descriptors(vid: int, pid: int, superspeed: bool = True) -> DeviceDescriptors:
-    """The descriptors of the ASM2464 bridge with the custom firmware (USB_PROTOCOL.md 1.1/1.2), for models to use.
+    """The descriptors of the ASM2464 bridge with the custom firmware (PROTOCOL.md 1.1/1.2), for models to use.
 
     Configuration 1, interface 0; alt setting 0 is the vendor-class pair 0x81 IN / 0x02 OUT used by the driver,
     alt setting 1 the unused UAS-shaped set of four stream-capable bulk endpoints.

@@ -82,10 +82,11 @@ def _bridge_config() -> ConfigSpace:
     return cs
 
 
-def _gpu_config(vram_size: int, bar0_initial: int) -> ConfigSpace:
+def _gpu_config(vram_size: int, bar0_initial: int, subsystem: int) -> ConfigSpace:
     cs = ConfigSpace()
     cs.set_dword(0x00, GPU_DEVICE << 16 | GPU_VENDOR)
     cs.set_dword(0x08, 0x03000000)  # class: VGA-compatible display controller
+    cs.set_dword(0x2C, subsystem)  # subsystem vendor (bits 15:0) and id (31:16), read-only
     cs.wmask[0x04] = 0x0000_0007
     cs.bars[0x10] = (bar0_initial, 0xC)  # BAR0: VRAM, 64-bit prefetchable
     cs.bars[0x18] = (2 * MIB, 0xC)  # BAR2: doorbells, 64-bit prefetchable
@@ -106,9 +107,9 @@ def _gpu_config(vram_size: int, bar0_initial: int) -> ConfigSpace:
 class PcieFabric:
     """The downstream PCIe topology: config routing, bridge windows and the GPU's BAR decode."""
 
-    def __init__(self, vram_size: int, bar0_initial: int = 256 * MIB) -> None:
+    def __init__(self, vram_size: int, subsystem: int, bar0_initial: int = 256 * MIB) -> None:
         self.bridges = [_bridge_config() for _ in range(GPU_BUS)]
-        self.gpu = _gpu_config(vram_size, bar0_initial)
+        self.gpu = _gpu_config(vram_size, bar0_initial, subsystem)
         self.vram_size = vram_size
         self._cache: tuple[list[tuple[tuple[int, int], ...]], list[tuple[int, int, int]]] | None = None
 
