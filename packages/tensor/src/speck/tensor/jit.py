@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from speck.tensor import realize
+from speck.tensor import profile, realize
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map
 from speck.tensor.tensor import Tensor
@@ -255,7 +255,11 @@ class _Batch:
         self._launch()
 
     def _launch(self) -> None:
+        p0 = profile.now_ns() if profile.enabled() else 0
         t = self.graph.run()
+        if p0:
+            profile.record("graph", self.graph.name, self.device.name, p0, profile.now_ns(), self.ops, self.mem,
+                           kernels=self.count)  # fmt: skip
         gc = GlobalCounters
         gc.kernel_count += self.count
         gc.global_ops += self.ops

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
@@ -258,12 +259,15 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             for b in it.bufs:  # a replay maps these buffers: have them all exist now
                 get_buffer(b)
             CAPTURE.append(("kernel", (prog, it)))
+        t0 = profile.now_ns() if profile.enabled() else 0
         t = prog.run(it.bufs, it.var_vals)
         ops, mem = _cached_estimate(prog, it)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
         GlobalCounters.time_sum_s += t
+        if t0:
+            profile.record("kernel", prog.name, device, t0, profile.now_ns(), ops, mem)
         if DEBUG.value >= 2:
             _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
 
@@ -292,19 +296,22 @@ def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
                   if any(b in mapping for b in it.bufs) else it)  # fmt: skip
         return
     prog, it = item
+    t0 = profile.now_ns() if profile.enabled() else 0
     t = prog.run([mapping.get(b, b) for b in it.bufs], it.var_vals)
     ops, mem = _cached_estimate(prog, it)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += t
+    if t0:
+        profile.record("kernel", prog.name, buffer_device(it.bufs[0]), t0, profile.now_ns(), ops, mem)
     if DEBUG >= 2:
         _debug_line(buffer_device(it.bufs[0]), prog.name, len(it.bufs), t, ops, mem)
 
 
 def _run_copy(it: ScheduleItem) -> None:
     dst, src = it.bufs
-    t0 = time.perf_counter()
+    t0, p0 = time.perf_counter(), (profile.now_ns() if profile.enabled() else 0)
     n = int(dst.arg)
     sb, db = get_buffer(src), get_buffer(dst)
     if it.copy_offset == 0 and int(src.arg) == n:
@@ -312,5 +319,8 @@ def _run_copy(it: ScheduleItem) -> None:
     else:
         data = np.ascontiguousarray(buffer_numpy(src)[it.copy_offset : it.copy_offset + n])
         db.copyin(data)
+    if p0:
+        profile.record("copy", f"copy {n * dst.dtype.itemsize}B", buffer_device(dst), p0, profile.now_ns(),
+                       nbytes=n * dst.dtype.itemsize)  # fmt: skip
     if DEBUG >= 2:
         _debug_line(buffer_device(dst), f"copy {n * dst.dtype.itemsize}B", 2, time.perf_counter() - t0, 0, 0)
