@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Union
 
+from speck.tensor.errors import TensorIndexError
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
 
 if TYPE_CHECKING:
@@ -19,14 +20,15 @@ TensorOrScalar = Union["Tensor", int, float, bool]
 
 
 def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
-    """numpy broadcasting of shapes; RuntimeError naming them when they don't broadcast."""
+    """numpy broadcasting of shapes; IndexError (tinygrad's class, also a RuntimeError) naming them when they don't
+    broadcast."""
     nd = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
     out = []
     for dims in zip(*padded):
         non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
         if len(non1) > 1:
-            raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
+            raise TensorIndexError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
                                f"(dims {dims} differ and none is 1)")  # fmt: skip
         out.append(non1.pop() if non1 else 1)
     return tuple(out)

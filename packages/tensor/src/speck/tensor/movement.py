@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
 from speck.uop import sint, validate_shape
 from speck.uop.helpers import prod
 
@@ -34,9 +35,9 @@ class MovementMixin:
     def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
         n = self.ndim + extra
         if not isinstance(dim, int) or isinstance(dim, bool):
-            raise IndexError(f"dim must be an int, got {dim!r}")
+            raise TensorIndexError(f"dim must be an int, got {dim!r}")
         if not -max(n, 1) <= dim < max(n, 1):
-            raise IndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape {self.shape}); "
+            raise TensorIndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape {self.shape}); "
                              f"expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
         return dim + n if dim < 0 else dim
 
@@ -54,14 +55,16 @@ class MovementMixin:
         if any(isinstance(s, int) and s == -1 for s in new):
             rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
             if isinstance(rest, int) and isinstance(numel, int):
-                if rest == 0 or numel % rest != 0:
-                    raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
+                if rest == 0:
+                    raise ZeroDivisionError(f"reshape {self.shape} to {new}: -1 can't be inferred next to a 0 dim")
+                if numel % rest != 0:
+                    raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
                 new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
             else:
                 raise RuntimeError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
         nn = prod(new)
         if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
-            raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
+            raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
         if new == self.shape:
             return self
         return self._new(self.uop.reshape(new))
@@ -81,13 +84,14 @@ class MovementMixin:
         """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
         new = _argfix(shape, *args)
         if len(new) < self.ndim:
-            raise RuntimeError(f"expand {self.shape} to {new}: the target has fewer dims")
+            raise TensorValueError(f"expand {self.shape} to {new}: the target has fewer dims")
         t = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
-        tgt = tuple(s if (isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
+        tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
         validate_shape(tgt)
         for s, n in zip(t.shape, tgt):
             if not (isinstance(s, int) and s == 1) and s is not n and s != n:
-                raise RuntimeError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from {n}")
+                raise TensorValueError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from "
+                                       f"{n}")  # fmt: skip
         if tgt == t.shape:
             return t
         return t._new(t.uop.expand(tgt))
@@ -97,7 +101,7 @@ class MovementMixin:
         crop. Modes: constant (with value), reflect, replicate, circular."""
         pads = _normalize_pads(padding, self.ndim)
         if mode not in ("constant", "reflect", "replicate", "circular"):
-            raise RuntimeError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
+            raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
         # negative pads crop first
         if any(b < 0 or a < 0 for b, a in pads):
             t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
@@ -118,9 +122,9 @@ class MovementMixin:
                 continue
             s = t.shape[d]
             if mode == "reflect" and (b >= s or a >= s):
-                raise RuntimeError(f"reflect pad ({b}, {a}) must be smaller than dim {d} of size {s}")
+                raise TensorValueError(f"reflect pad ({b}, {a}) must be smaller than dim {d} of size {s}")
             if mode == "circular" and (b > s or a > s):
-                raise RuntimeError(f"circular pad ({b}, {a}) can't exceed dim {d} of size {s}")
+                raise TensorValueError(f"circular pad ({b}, {a}) can't exceed dim {d} of size {s}")
             parts = []
             if b:
                 if mode == "reflect":
@@ -145,19 +149,22 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg: Any) -> Tensor:
         """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        if len(arg) != self.ndim:
+            raise TensorValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
         a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, self.shape))
-        if len(a) != self.ndim:
-            raise RuntimeError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
         for (b, e), s in zip(a, self.shape):
             if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
-                raise RuntimeError(f"shrink {arg} out of bounds for shape {self.shape}")
+                raise TensorValueError(f"shrink {arg} out of bounds for shape {self.shape}")
         if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
                for (b, e), s in zip(a, self.shape)):  # fmt: skip
             return self
         return self._new(self.uop.shrink(a))
 
     def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
-        axes = {self._resolve_dim(d) for d in _argfix(axis, *args)}
+        ax = [self._resolve_dim(d) for d in _argfix(axis, *args)]
+        axes = set(ax)
+        if len(axes) != len(ax):
+            raise RuntimeError(f"flip axes {ax} repeat a dim")
         if not axes:
             return self
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
@@ -171,7 +178,8 @@ class MovementMixin:
 
     @property
     def T(self: Tensor) -> Tensor:
-        return self.permute(tuple(reversed(range(self.ndim))))
+        """transpose(): swaps dims 0 and 1 only (a (2, 3, 4) tensor becomes (3, 2, 4), unlike numpy's .T)."""
+        return self.transpose()
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
         if dim is None:
@@ -201,7 +209,7 @@ class MovementMixin:
         d = self._resolve_dim(dim)
         for t in ts:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-                raise RuntimeError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
+                raise TensorAssertionError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
         from speck.uop import least_upper_dtype
 
         dt = least_upper_dtype(*[t.dtype for t in ts])
@@ -223,6 +231,8 @@ class MovementMixin:
     def stack_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         first = tensors[0]
         d = first._resolve_dim(dim, extra=1)
+        if any(t.shape != first.shape for t in tensors):
+            raise TensorAssertionError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         us = [t.unsqueeze(d) for t in tensors]
         return us[0].cat(*us[1:], dim=d)
 
@@ -234,22 +244,23 @@ class MovementMixin:
         n = as_int(self.shape[d])
         if isinstance(sizes, int):
             if sizes <= 0:
-                raise RuntimeError(f"split size must be positive, got {sizes}")
+                raise TensorAssertionError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
         if sum(sizes) != n:
-            raise RuntimeError(f"split sizes {list(sizes)} must sum to dim {d} of size {n}")
+            raise TensorAssertionError(f"split sizes {list(sizes)} must sum to dim {d} of size {n}")
         out, off = [], 0
         for s in sizes:
             out.append(self._slice_dim(d, off, off + s))
             off += s
         return tuple(out)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
+        """Pieces of ceil(size / chunks) along dim (maybe fewer than chunks); a 0-size dim gives chunks empty ones."""
         if chunks <= 0:
-            raise RuntimeError(f"chunks must be positive, got {chunks}")
+            raise TensorAssertionError(f"chunks must be positive, got {chunks}")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
-        return self.split(max(math.ceil(n / chunks), 1) if n else 1, d) if n else (self,)
+        return list(self.split(math.ceil(n / chunks), d)) if n else [self] * chunks
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Rotate elements along dims; a tensor with a zero-size dim comes back unchanged."""
@@ -279,7 +290,7 @@ class MovementMixin:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
         reps = _argfix(repeats, *args)
         if len(reps) < self.ndim:
-            raise RuntimeError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+            raise TensorValueError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
         t = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))
@@ -376,11 +387,10 @@ class MovementMixin:
             t.shape[:-2] + (k,))  # fmt: skip
 
     def diag(self: Tensor, diagonal: int = 0) -> Tensor:
-        """1-D input: a square matrix with it on the diagonal; 2-D input: its diagonal."""
-        if self.ndim == 2:
-            return self.diagonal(diagonal)
+        """A square matrix with this 1-D tensor on its `diagonal`-th diagonal (diagonal() reads one instead)."""
         if self.ndim != 1:
-            raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+            raise TensorValueError(f"diag needs a 1-D tensor, got shape {self.shape}; use diagonal() for the diagonal "
+                                   "of a matrix")  # fmt: skip
         from speck.tensor.tensor import Tensor
 
         n = as_int(self.shape[0])
@@ -412,10 +422,10 @@ def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     p = tuple(padding)
     if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
         if len(p) != ndim:
-            raise RuntimeError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
+            raise TensorValueError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
         return tuple((0, 0) if x is None else (int(x[0]), int(x[1])) for x in p)
     if len(p) % 2 or len(p) // 2 > ndim:
-        raise RuntimeError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
+        raise TensorValueError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
     pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
     pairs = pairs[::-1]
     return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)

@@ -12,6 +12,7 @@ import builtins
 import itertools
 import math
 import os
+import pathlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 from speck.tensor.device import canonical
 from speck.tensor.dims import as_int
 from speck.tensor.elementwise import ElementwiseMixin
+from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.movement import MovementMixin
 from speck.tensor.nnops import NNMixin
@@ -129,13 +131,26 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             self.uop = data.uop if dt is None else data.cast(dt).uop
             return
         if data is None:
-            data = np.zeros((0,), dtype=np_dtype(dt or dtypes.default_float))
+            data = 0.0
+        if isinstance(data, pathlib.Path):
+            self.uop = _disk_tensor(data, dt or dtypes.uint8)
+            self._device = f"DISK:{data.resolve()}"
+            if device is not None:
+                self.uop, self._device = self.to(dev).uop, dev
+            return
         if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             self.uop = _const_uop(data, dt or _scalar_dtype(data), dev)
             return
         if isinstance(data, (bytes, bytearray, memoryview)):
-            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+            # the bytes reinterpreted as dt (len // itemsize elements)
             dt = dt or dtypes.uint8
+            raw = np.frombuffer(bytes(data), dtype=np.uint8)
+            raw = raw[: len(raw) // dt.itemsize * dt.itemsize]
+            bits = _UINT_OF_SIZE[dt.itemsize]
+            self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
+            if dt != bits:
+                self.uop = self.uop.bitcast(dt)
+            return
         elif isinstance(data, np.ndarray) or isinstance(data, np.generic):
             arr = np.asarray(data)
             if arr.dtype not in _NP_TO_DT:
@@ -149,6 +164,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
                 f"can't make a Tensor from {type(data).__name__}; expected a Python scalar, list, tuple, bytes, "
                 "numpy array, UOp or Tensor"
             )
+        if dt.fmt is None:  # bfloat16/fp8: numpy has no such type; stage as float32 and cast on the device
+            arr = np.ascontiguousarray(_np_cast(arr, dtypes.float32)).reshape(np.shape(arr))
+            self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
+            return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = _from_numpy(arr, dt, dev)
 
@@ -212,26 +231,39 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def nbytes(self) -> int:
         return as_int(self.numel()) * self.element_size()
 
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or the size of one dim (negative dims count from the end)."""
+        return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
+
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape with every symbolic dim at its upper bound."""
+        return tuple(max_dim(s) for s in self.shape)
+
+    def max_numel(self) -> int:
+        return int(prod(self.max_shape))
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return as_int(self.shape[0])
 
     def __repr__(self) -> str:
-        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device}>"
+        grad = None if self.grad is None else f"<UOp {self.grad.device} {self.grad.shape} {self.grad.dtype}>"
+        return f"<Tensor <UOp {self.device} {self.shape} {self.dtype}> on {self.device} with grad {grad}>"
 
     def __hash__(self) -> int:
         return id(self)
 
     def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise RuntimeError(
-                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any()/all()"
-            )
-        return bool(self.item())
+        raise TypeError("the truth value of a Tensor is ambiguous (it would need a device read); use .item(), or "
+                        ".any()/.all() then .item()")  # fmt: skip
 
     def __iter__(self) -> Iterator[Tensor]:
-        return (self[i] for i in range(len(self)))
+        return (self[i] for i in range(len(self))) if self.ndim else iter(())
+
+    def __delitem__(self, idx: Any) -> None:
+        raise TypeError("Tensor doesn't support item deletion; build a new tensor (e.g. cat the parts to keep)")
 
     def _new(self, u: UOp, device: str | None = None) -> Tensor:
         t = Tensor.__new__(Tensor)
@@ -314,9 +346,16 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             return self  # a buffer, or already going to be one (a second copy would be a kernel of its own)
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-    def clone(self) -> Tensor:
-        """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer)."""
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), "clone", next(_clone_counter)))
+    def contiguous_backward(self) -> Tensor:
+        """The same tensor; its gradient is made contiguous in the backward pass. speck schedules the gradient
+        graph as a whole, so there is nothing to mark: the values are exactly self's."""
+        return self
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer), on
+        `device` if given."""
+        src = self.to(device) if device is not None else self
+        return src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
 
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
@@ -335,7 +374,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return self
 
     def _buffer_data(self) -> np.ndarray:
-        """The row-major data as a numpy array of the concrete shape (a copy)."""
+        """The row-major data as a numpy array of the concrete shape (a copy). bfloat16 and fp8, which numpy
+        lacks, are read as float32 (exact)."""
+        if self.dtype.fmt is None:
+            return self.cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
             raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
         shape = tuple(as_int(s) for s in self.shape)
@@ -368,7 +410,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def item(self) -> Scalar:
         """The single value of a 1-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise RuntimeError(f"item() needs a tensor with exactly 1 element, this one has shape {self.shape}")
+            raise TensorAssertionError(f"item() needs a tensor with exactly 1 element, this one has shape {self.shape}")
         return self._buffer_data().reshape(()).item()  # type: ignore[no-any-return]
 
     def data(self) -> memoryview:
@@ -667,7 +709,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
-            raise RuntimeError(f"replace: shape {x.shape} does not match {self.shape}")
+            raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
         self.uop = x.uop
         return self
 
@@ -771,6 +813,17 @@ def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
         if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
             return arr.astype(target)  # wraps like a C cast
         return arr.astype(target)
+
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
+    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
+    p = path.resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
+    return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)
 
 
 def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
