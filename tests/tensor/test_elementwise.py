@@ -238,8 +238,8 @@ def test_nan_inf_predicates_and_isclose() -> None:
     w = v + np.float32(1e-7)
     assert_matches(t.isclose(Tensor(w)).numpy(), np.isclose(v, w))
     assert_matches(t.isclose(Tensor(w), equal_nan=True).numpy(), np.isclose(v, w, equal_nan=True))
-    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
-    assert not Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.1]))
+    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7])).item()
+    assert not Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.1])).item()
 
 
 @given(shape=shapes(1, 2, 1), seed=st.integers(0, 2**16))

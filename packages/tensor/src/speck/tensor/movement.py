@@ -365,6 +365,49 @@ class MovementMixin:
         y = y.transpose(-1, -2)  # (..., nw, size)
         return y.transpose(d, last) if d != last else y
 
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.
+        Supports names, (...) groups, '...' and 1; every name on the left must appear on the right. A bad formula
+        or sizes raise AssertionError (tinygrad's class)."""
+        lhs, rhs = _rearrange_parse(formula)
+        names_l = [n for g in lhs for n in g if n not in ("...", "(...)", "1")]
+        names_r = [n for g in rhs for n in g if n not in ("...", "(...)", "1")]
+        if sorted(names_l) != sorted(names_r) or len(set(names_l)) != len(names_l):
+            raise TensorAssertionError(f"rearrange {formula!r}: both sides must name the same axes once each")
+        has_ell = any("..." in g or "(...)" in g for g in lhs)
+        n_ell = self.ndim - len(lhs) + (1 if has_ell else 0)
+        if n_ell < 0 or (n_ell and not has_ell):
+            raise TensorAssertionError(f"rearrange {formula!r}: {len(lhs)} groups for a tensor of shape {self.shape}")
+        ell = [f"...{i}" for i in range(n_ell)]
+
+        def expand(groups: list[list[str]]) -> list[list[str]]:
+            out: list[list[str]] = []
+            for g in groups:
+                if g == ["..."]:
+                    out.extend([e] for e in ell)
+                else:
+                    out.append([x for n in g for x in (ell if n == "(...)" else [n])])
+            return out
+
+        lhs, rhs = expand(lhs), expand(rhs)
+        known: dict[str, sint] = dict(sizes)
+        for g, dim in zip(lhs, self.shape):
+            unknown = [n for n in g if n not in known and n != "1"]
+            rest = prod(known[n] for n in g if n in known)
+            if len(unknown) > 1:
+                raise TensorAssertionError(f"rearrange {formula!r}: give the sizes of {unknown[1:]} in group {g}")
+            if unknown:
+                if isinstance(dim, int) and isinstance(rest, int) and (rest == 0 or dim % rest):
+                    raise TensorAssertionError(f"rearrange {formula!r}: dim {dim} doesn't split by {rest}")
+                known[unknown[0]] = dim // rest
+            elif rest != dim:
+                raise TensorAssertionError(f"rearrange {formula!r}: group {g} has size {rest}, the dim is {dim}")
+        flat = [n for g in lhs for n in g if n != "1"]
+        t = self.reshape(tuple(known[n] for n in flat))
+        order = [flat.index(n) for g in rhs for n in g if n != "1"]
+        t = t.permute(order)
+        return t.reshape(tuple(prod(known[n] for n in g if n != "1") for g in rhs))
+
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
         if a == b:
@@ -429,3 +472,35 @@ def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
     pairs = pairs[::-1]
     return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)
+
+
+def _rearrange_parse(formula: str) -> tuple[list[list[str]], list[list[str]]]:
+    """'a (b c) ... -> ...' into groups of names per side ('...' and '1' kept as names)."""
+    if formula.count("->") != 1:
+        raise TensorAssertionError(f"rearrange formula {formula!r} needs exactly one '->'")
+
+    def side(text: str) -> list[list[str]]:
+        groups: list[list[str]] = []
+        cur: list[str] | None = None
+        for tok in text.replace("(", " ( ").replace(")", " ) ").split():
+            if tok == "(":
+                if cur is not None:
+                    raise TensorAssertionError(f"rearrange {formula!r}: nested parentheses")
+                cur = []
+            elif tok == ")":
+                if cur is None:
+                    raise TensorAssertionError(f"rearrange {formula!r}: unbalanced ')'")
+                groups.append(cur)
+                cur = None
+            elif not (tok == "..." or tok == "1" or tok.isidentifier()):
+                raise TensorAssertionError(f"rearrange {formula!r}: bad axis name {tok!r}")
+            elif cur is not None:
+                cur.append("(...)" if tok == "..." else tok)
+            else:
+                groups.append([tok])
+        if cur is not None:
+            raise TensorAssertionError(f"rearrange {formula!r}: unbalanced '('")
+        return groups
+
+    left, right = formula.split("->")
+    return side(left), side(right)
