@@ -328,6 +328,24 @@ class ReduceMixin:
             out = out.squeeze(-1)
         return out
 
+    def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+        """(Q, R) by Householder reflections (batched over leading dims)."""
+        from speck.tensor.linalg import qr
+
+        return qr(self)
+
+    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
+        from speck.tensor.linalg import svd
+
+        return svd(self, full_matrices)
+
+    def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
+        """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""
+        from speck.tensor.linalg import newton_schulz
+
+        return newton_schulz(self, steps, params, eps)
+
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
