@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tensor_helpers import FEW, SOME, arrays, assert_matches
 
 from speck.tensor import Tensor, Variable, dtypes, nn
 from speck.uop import truncate
+from tensor_helpers import FEW, SOME, arrays, assert_matches
 
 # ---------------------------------------------------------------------------------------------------------------------
 # dtypes in and out
@@ -165,7 +165,8 @@ def test_error_classes(name: str, exc: type[BaseException], fn: Callable[[], Any
 def test_tinygrad_error_classes_are_still_runtime_errors() -> None:
     # speck's errors were RuntimeErrors before; code catching those keeps working
     for fn in (lambda: Tensor.ones(2, 3).reshape(4, 2), lambda: Tensor.ones(2, 3) + Tensor.ones(4),
-               lambda: Tensor.ones(2, 3).cat(Tensor.ones(2, 4)), lambda: Tensor.randint(2, low=0.5, high=3)):  # fmt: skip
+               lambda: Tensor.ones(2, 3).cat(Tensor.ones(2, 4)),
+               lambda: Tensor.randint(2, low=0.5, high=3)):  # fmt: skip
         with pytest.raises(RuntimeError):
             fn()
 
@@ -247,10 +248,23 @@ def test_rearrange_matches_reference(formula: str, sizes: dict[str, int]) -> Non
     assert_matches(Tensor(a).rearrange(formula, **sizes).numpy(), _np_rearrange(a, formula, sizes))
 
 
-EINSUMS = ["ii", "ii->i", "ij->ji", "...ij,...jk", "bij,bjk->bik", "i,i", "ij,jk", "...j,j", "iji->j", "ij->", "ij,ij->ij"]
+EINSUMS = [
+    "ii",
+    "ii->i",
+    "ij->ji",
+    "...ij,...jk",
+    "bij,bjk->bik",
+    "i,i",
+    "ij,jk",
+    "...j,j",
+    "iji->j",
+    "ij->",
+    "ij,ij->ij",
+]
 EIN_SHAPES = {"ii": [(3, 3)], "ii->i": [(3, 3)], "ij->ji": [(2, 3)], "...ij,...jk": [(2, 3, 4), (2, 4, 5)],
               "bij,bjk->bik": [(2, 3, 4), (2, 4, 5)], "i,i": [(4,), (4,)], "ij,jk": [(2, 3), (3, 4)],
-              "...j,j": [(2, 3, 4), (4,)], "iji->j": [(2, 3, 2)], "ij->": [(2, 3)], "ij,ij->ij": [(2, 3), (1, 3)]}  # fmt: skip
+              "...j,j": [(2, 3, 4), (4,)], "iji->j": [(2, 3, 2)], "ij->": [(2, 3)],
+              "ij,ij->ij": [(2, 3), (1, 3)]}  # fmt: skip
 
 
 @pytest.mark.parametrize("formula", EINSUMS)

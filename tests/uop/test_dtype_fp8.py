@@ -26,8 +26,10 @@ def test_every_bit_pattern_round_trips(dt) -> None:  # type: ignore[no-untyped-d
         assert back == b or (v == 0 and dt in dtypes.fp8_fnuz), (dt, b, v, back)
 
 
-@pytest.mark.parametrize("dt,mx", [(dtypes.fp8e4m3, 448.0), (dtypes.fp8e5m2, 57344.0), (dtypes.fp8e4m3fnuz, 240.0),
-                                   (dtypes.fp8e5m2fnuz, 57344.0)], ids=lambda x: getattr(x, "name", str(x)))  # fmt: skip
+MAXES = [(dtypes.fp8e4m3, 448.0), (dtypes.fp8e5m2, 57344.0), (dtypes.fp8e4m3fnuz, 240.0), (dtypes.fp8e5m2fnuz, 57344.0)]
+
+
+@pytest.mark.parametrize("dt,mx", MAXES, ids=[d.name for d, _ in MAXES])
 def test_saturation_and_specials(dt, mx) -> None:  # type: ignore[no-untyped-def]
     finite = [from_bits(b, dt) for b in range(256)]
     assert max(v for v in finite if math.isfinite(v)) == mx

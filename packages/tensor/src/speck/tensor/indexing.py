@@ -96,6 +96,7 @@ class IndexingMixin:
                 t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
                 continue
             if isinstance(it, slice):
+                assert isinstance(size, int)  # symbolic dims took the _symbolic_slice path above
                 start, stop, step = it.indices(size)
                 r = range(start, stop, step)
                 n = len(r)

@@ -37,8 +37,8 @@ class MovementMixin:
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise TensorIndexError(f"dim must be an int, got {dim!r}")
         if not -max(n, 1) <= dim < max(n, 1):
-            raise TensorIndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape {self.shape}); "
-                             f"expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
+            raise TensorIndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape "
+                                   f"{self.shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
         return dim + n if dim < 0 else dim
 
     # ---------------- primitives ----------------
@@ -290,7 +290,9 @@ class MovementMixin:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
         reps = _argfix(repeats, *args)
         if len(reps) < self.ndim:
-            raise TensorValueError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+            raise TensorValueError(
+                f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}"
+            )
         t = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))

@@ -82,7 +82,9 @@ class NNMixin:
         *k); works for 1-d and 3-d too. padding may be 'same'. dtype: accumulation and result dtype."""
         nsp = len(weight.shape) - 2
         if len(self.shape) != nsp + 2:
-            raise TensorAssertionError(f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}")
+            raise TensorAssertionError(
+                f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}"
+            )
         n, cin = self.shape[:2]
         cout, cin_g = weight.shape[:2]
         k = tuple(as_int(d) for d in weight.shape[2:])

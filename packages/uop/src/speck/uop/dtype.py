@@ -368,6 +368,7 @@ class UnknownDTypeError(AttributeError, RuntimeError):
     """An unknown dtype name: an AttributeError like a missing `dtypes.<name>` (tinygrad's lookup), and a
     RuntimeError like speck's other bad-argument errors."""
 
+
 ALL_SCALARS: tuple[DType, ...] = tuple(sorted(set(_BY_NAME.values()) - {dtypes.void}))
 CONCRETE_SCALARS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if not d.is_weak)
 

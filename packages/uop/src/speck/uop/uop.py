@@ -135,7 +135,6 @@ class _Fresh(_Slots):
     __slots__ = ()
 
 
-
 class _instance_or_class:
     """A method that is static when called on the class (`UOp.sink(a, b)`) and takes the instance as its first
     positional argument when called on one (`a.sink(b)` == `UOp.sink(a, b)`)."""
@@ -146,6 +145,7 @@ class _instance_or_class:
 
     def __get__(self, obj: Any, owner: type | None = None) -> Callable[..., Any]:
         return self.fn if obj is None else functools.partial(self.fn, obj)
+
 
 class UOp(_Slots):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
