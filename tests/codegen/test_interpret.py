@@ -17,7 +17,7 @@ from speck.uop import AxisType, DType, Ops, UOp, cast_value, dtypes, exec_alu
 from speck.uop.dtype import bitcast as bitcast_value
 
 DTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.fp8e4m3]  # fmt: skip
+       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, *dtypes.fp8s]  # fmt: skip
 INT_OPS = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.CDIV, Ops.CMOD, Ops.MAX, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR,
            Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.NEG, Ops.MULACC, Ops.WHERE]  # fmt: skip
 FLOAT_OPS = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.EXP2, Ops.LOG2, Ops.SIN,

@@ -223,7 +223,7 @@ INT_SPECIALS = [0, 1, -1, 2, -2, 7, -7, 31, 32, 33, 63, 64, 127, 128, -128, -129
                 3]  # fmt: skip
 
 ALL_DTYPES = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2,
+              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, *dtypes.fp8s,
               dtypes.float32, dtypes.float64]  # fmt: skip
 
 
@@ -328,8 +328,7 @@ def test_float_ops(dt: DType) -> None:
     check_program(uops, [a, b, *outs, np.zeros(n, nm.storage_np(dt))], splits=False)
 
 
-@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2],
-                         ids=lambda d: d.name)  # fmt: skip
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, *dtypes.fp8s], ids=lambda d: d.name)
 def test_narrow_float_compare_and_select(dt: DType) -> None:
     a, b = _pairs(dt)
     n = len(a)
@@ -440,7 +439,7 @@ def test_vectors_load_alu_stack_gep_store() -> None:
 
 
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.int8, dtypes.uint16, dtypes.bool,
-                                dtypes.fp8e4m3, dtypes.int64], ids=lambda d: d.name)  # fmt: skip
+                                dtypes.fp8e4m3, dtypes.fp8e5m2fnuz, dtypes.int64], ids=lambda d: d.name)  # fmt: skip
 def test_vector_casts_and_loads_of_narrow_types(dt: DType) -> None:
     n = 8
     r = rng(n, 0)

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc links 
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                          "ignore:invalid value encountered:RuntimeWarning")]  # fmt: skip
 
-_NO_REGISTERS = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
+_NO_REGISTERS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)
 _TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN)
 
 

@@ -278,7 +278,7 @@ def test_batchnorm_train_eval_and_running_stats() -> None:
         rm, rv = rm * 0.8 + mean * 0.2, rv * 0.8 + var * n / (n - 1) * 0.2
         np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(bn.running_var.numpy(), rv, rtol=1e-5, atol=1e-6)
-        assert bn.num_batches_tracked.numpy().tolist() == [step + 1]
+        assert bn.num_batches_tracked.numpy().tolist() == step + 1  # a 0-d int64 counter
     x = rnd(2, 3, 2, 2, seed=30)
     y = bn(Tensor(x)).numpy()  # eval: running statistics, which stay unchanged
     ref = (x - rm.reshape(1, 3, 1, 1)) / np.sqrt(rv.reshape(1, 3, 1, 1) + 1e-5)

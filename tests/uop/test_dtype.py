@@ -36,7 +36,11 @@ def test_from_py() -> None:
     assert dtypes.from_py(True) is dtypes.bool
     assert dtypes.from_py(3) is dtypes.weakint
     assert dtypes.from_py(3.0) is dtypes.weakfloat
-    assert dtypes.from_py((1, 2.0)) is dtypes.weakfloat
+    # sequences give the dtype a tensor built from them gets: the strongest kind made concrete
+    assert dtypes.from_py((1, 2.0)) is dtypes.default_float
+    assert dtypes.from_py([1, True]) is dtypes.default_int
+    assert dtypes.from_py([True]) is dtypes.bool
+    assert dtypes.from_py([]) is dtypes.default_float
     with pytest.raises(RuntimeError, match="can't infer a dtype"):
         dtypes.from_py("x")
 
@@ -83,7 +87,9 @@ def test_truncate_examples() -> None:
     assert truncate[dtypes.float32](0.1) == float(np.float32(0.1))
     assert truncate[dtypes.bfloat16](1.0 + 2**-9) == 1.0  # round to nearest even at 8 bits of mantissa
     assert truncate[dtypes.fp8e4m3](1000.0) == 448.0  # e4m3 saturates
-    assert truncate[dtypes.fp8e5m2](1e6) == math.inf
+    assert truncate[dtypes.fp8e5m2](1e6) == 57344.0  # finite overflow saturates in every fp8 format
+    assert truncate[dtypes.fp8e5m2](-math.inf) == -math.inf  # e5m2 keeps infinities
+    assert math.isnan(truncate[dtypes.fp8e4m3](math.inf))  # the others have none: NaN
 
 
 def test_promotion_lattice() -> None:

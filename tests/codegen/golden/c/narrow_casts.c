@@ -11,18 +11,17 @@ static inline float __speck_fp8e4m3_to_f32(unsigned char b) {
   unsigned int e = (b >> 3) & 15u, m = b & 7u;
   float s = (b & 0x80u) ? -1.0f : 1.0f;
   if ((b & 0x7Fu) == 0x7Fu) return __builtin_nanf("");
-  if (e == 0) return s * (float)m * 0x1p-9f;
+  if (e == 0) return s * (float)m * 0x1.0000000000000p-9f;
   unsigned int u = ((unsigned int)(b & 0x80u) << 24) | ((e + 120u) << 23) | (m << 20);
-  float f; __builtin_memcpy(&f, &u, 4); return f;
+  float r; __builtin_memcpy(&r, &u, 4); return r;
 }
-/* round to nearest even from double; saturates at +-448.0 */
 static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
   unsigned long u; __builtin_memcpy(&u, &x, 8);
   unsigned int sign = (unsigned int)(u >> 63) << 7;
-  if (x != x) return 0x7Fu;
+  if (x != x) return 0x7fu;
+  if (__builtin_isinf(x)) return (unsigned char)(0x7fu);
   double ax = __builtin_fabs(x);
-  if (ax > 2.0 * 448.0) return (unsigned char)(sign | 0x7Eu);
-  if (ax == 0.0) return (unsigned char)sign;
+  if (ax > 2.0 * 448.0) return (unsigned char)(sign | 0x7eu);
   int e = (int)((u >> 52) & 0x7FFu) - 1023;
   if (e < -6) e = -6;
   unsigned long sb = (unsigned long)(e - 3 + 1023) << 52;
@@ -31,7 +30,8 @@ static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
   long r = (long)q;
   double d = q - (double)r;
   if (d > 0.5 || (d == 0.5 && (r & 1))) r += 1;
-  if ((double)r * step > 448.0) return (unsigned char)(sign | 0x7Eu);
+  if (r == 0) return (unsigned char)(sign);
+  if ((double)r * step > 448.0) return (unsigned char)(sign | 0x7eu);
   return (unsigned char)(sign | (unsigned int)(((long)(e + 6) << 3) + r));
 }
 /* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc

@@ -34,12 +34,11 @@ _NP_STORAGE: dict[DType, Any] = {
     dtypes.float32: np.float32,
     dtypes.float64: np.float64,
     dtypes.bfloat16: np.uint16,
-    dtypes.fp8e4m3: np.uint8,
-    dtypes.fp8e5m2: np.uint8,
+    **{d: np.uint8 for d in dtypes.fp8s},
     dtypes.weakint: np.int64,
     dtypes.weakfloat: np.float64,
 }
-_EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
+_EMULATED = (dtypes.bfloat16, *dtypes.fp8s)
 
 
 def storage_np(dt: DType) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Union
 
+from speck.tensor.errors import TensorIndexError
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
 
 if TYPE_CHECKING:
@@ -19,14 +20,15 @@ TensorOrScalar = Union["Tensor", int, float, bool]
 
 
 def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
-    """numpy broadcasting of shapes; RuntimeError naming them when they don't broadcast."""
+    """numpy broadcasting of shapes; IndexError (tinygrad's class, also a RuntimeError) naming them when they don't
+    broadcast."""
     nd = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
     out = []
     for dims in zip(*padded):
         non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
         if len(non1) > 1:
-            raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
+            raise TensorIndexError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
                                f"(dims {dims} differ and none is 1)")  # fmt: skip
         out.append(non1.pop() if non1 else 1)
     return tuple(out)
@@ -95,8 +97,8 @@ class ElementwiseMixin:
 
     def sub(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
-        if a.dtype == dtypes.bool:
-            raise RuntimeError("subtraction of bool tensors is not supported; use logical_xor or cast first")
+        if a.dtype == dtypes.bool:  # tinygrad's bool subtraction: a OR NOT b
+            return a | b.logical_not()
         return a._alu(Ops.SUB, b)
 
     def mul(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
@@ -334,7 +336,9 @@ class ElementwiseMixin:
         """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
         from speck.tensor.tensor import Tensor
 
-        cond = self if self.dtype == dtypes.bool else self != 0
+        if self.dtype != dtypes.bool:
+            raise RuntimeError(f"where needs a bool condition, got {self.dtype}; compare first (e.g. (t != 0).where)")
+        cond = self
         if isinstance(x, Tensor):
             xt, yt = x._broadcasted(y)
         elif isinstance(y, Tensor):
@@ -510,8 +514,9 @@ class ElementwiseMixin:
         return out | (a.isnan() & b.isnan()) if equal_nan else out
 
     def allclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
-                 equal_nan: bool = False) -> bool:  # fmt: skip
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+                 equal_nan: bool = False) -> Tensor:  # fmt: skip
+        """A 0-d bool tensor: isclose everywhere (read it with .item())."""
+        return self.isclose(other, rtol, atol, equal_nan).all()
 
     def clip(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
         if min_ is None and max_ is None:
@@ -559,6 +564,8 @@ class ElementwiseMixin:
         float bases with integral exponents keep their sign, others are NaN."""
 
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
+            if isinstance(y, int) and y < 0 and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+                raise RuntimeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
             if isinstance(y, int) or float(y).is_integer():
                 if dtypes.is_int(self.dtype) and isinstance(y, float):
                     return self._float().pow(y)
@@ -628,7 +635,12 @@ class ElementwiseMixin:
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
 
-    def gelu(self: Tensor) -> Tensor:
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+        """GELU: the tanh approximation (default, tinygrad's), or approximate="none" for the erf form."""
+        if approximate == "none":
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise RuntimeError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def silu(self: Tensor) -> Tensor:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.dims import as_int
-from speck.uop import dtypes
+from speck.tensor.errors import TensorValueError
+from speck.uop import UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -31,6 +32,9 @@ class IndexingMixin:
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
         for it in items:
+            if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
+                # 0-d int tensors as slice bounds: their values (read now)
+                it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
             if isinstance(it, (list, np.ndarray)):
                 it = Tensor(it, device=self.device)
             if isinstance(it, Tensor) and it.dtype == dtypes.bool:
@@ -42,7 +46,7 @@ class IndexingMixin:
                 raise IndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
             if isinstance(it, bool):
                 raise IndexError("a Python bool is not a valid index; use a boolean tensor mask")
-            if not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor))):
+            if not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
                 raise IndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
                                  "Ellipsis, a list or an int/bool tensor")  # fmt: skip
             out.append(it)
@@ -72,6 +76,16 @@ class IndexingMixin:
                 final_shape.append(1)
                 continue
             size = t.shape[dim]
+            if isinstance(it, UOp):  # a bound Variable: a symbolic position (bounds are the caller's promise)
+                t = t._slice_dim(dim, it, it + 1)
+                t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
+                continue
+            if isinstance(it, slice) and (not isinstance(size, int) or any(isinstance(x, UOp) for x in
+                                                                           (it.start, it.stop, it.step))):  # fmt: skip
+                t = t._symbolic_slice(dim, it)
+                final_shape.append(t.shape[dim])
+                dim += 1
+                continue
             if isinstance(it, int):
                 if not isinstance(size, int):
                     raise IndexError("integer indexing of a symbolic dim is not supported")
@@ -82,12 +96,7 @@ class IndexingMixin:
                 t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
                 continue
             if isinstance(it, slice):
-                if not isinstance(size, int):
-                    if it == slice(None):
-                        final_shape.append(size)
-                        dim += 1
-                        continue
-                    raise IndexError("slicing a symbolic dim is only supported as ':'")
+                assert isinstance(size, int)  # symbolic dims took the _symbolic_slice path above
                 start, stop, step = it.indices(size)
                 r = range(start, stop, step)
                 n = len(r)
@@ -110,6 +119,23 @@ class IndexingMixin:
         if not adv:
             return t
         return t._advanced(adv, adv_positions)
+
+    def _symbolic_slice(self: Tensor, dim: int, sl: slice) -> Tensor:
+        """A step-1 slice where the bounds or the dim are symbolic: a shrink with symbolic bounds (negative int bounds
+        count from the end; no clamping, so bounds must be in range)."""
+        if sl.step not in (None, 1):
+            raise TypeError(f"a slice with symbolic bounds or of a symbolic dim needs step 1, got {sl.step}")
+        size = self.shape[dim]
+
+        def bound(x: Any, default: Any) -> Any:
+            if x is None:
+                return default
+            return size + x if isinstance(x, int) and x < 0 else x
+
+        start, stop = bound(sl.start, 0), bound(sl.stop, size)
+        if isinstance(start, int) and start == 0 and stop is size:
+            return self
+        return self._slice_dim(dim, start, stop)
 
     def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int]) -> Tensor:
         """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape)."""
@@ -288,6 +314,8 @@ class IndexingMixin:
 
         if not dtypes.is_int(self.dtype):
             raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")
+        if num_classes < -1:
+            raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
         return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0).cast(dtypes.int32)
@@ -304,3 +332,10 @@ class IndexingMixin:
         if indexing == "xy" and len(ts) >= 2:
             out = [o.transpose(0, 1) for o in out]
         return tuple(out)
+
+
+def _scalar_index(t: Tensor) -> int:
+    """The value of a 0-d int tensor used as a slice bound."""
+    if t.ndim != 0 or not dtypes.is_int(t.dtype):
+        raise IndexError(f"slice bounds must be ints, bound Variables or 0-d int tensors, got {t.dtype} {t.shape}")
+    return int(t.item())

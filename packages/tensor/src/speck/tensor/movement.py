@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
 from speck.uop import sint, validate_shape
 from speck.uop.helpers import prod
 
@@ -34,10 +35,10 @@ class MovementMixin:
     def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
         n = self.ndim + extra
         if not isinstance(dim, int) or isinstance(dim, bool):
-            raise IndexError(f"dim must be an int, got {dim!r}")
+            raise TensorIndexError(f"dim must be an int, got {dim!r}")
         if not -max(n, 1) <= dim < max(n, 1):
-            raise IndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape {self.shape}); "
-                             f"expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
+            raise TensorIndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape "
+                                   f"{self.shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
         return dim + n if dim < 0 else dim
 
     # ---------------- primitives ----------------
@@ -54,14 +55,16 @@ class MovementMixin:
         if any(isinstance(s, int) and s == -1 for s in new):
             rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
             if isinstance(rest, int) and isinstance(numel, int):
-                if rest == 0 or numel % rest != 0:
-                    raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
+                if rest == 0:
+                    raise ZeroDivisionError(f"reshape {self.shape} to {new}: -1 can't be inferred next to a 0 dim")
+                if numel % rest != 0:
+                    raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
                 new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
             else:
                 raise RuntimeError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
         nn = prod(new)
         if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
-            raise RuntimeError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
+            raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
         if new == self.shape:
             return self
         return self._new(self.uop.reshape(new))
@@ -81,13 +84,14 @@ class MovementMixin:
         """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
         new = _argfix(shape, *args)
         if len(new) < self.ndim:
-            raise RuntimeError(f"expand {self.shape} to {new}: the target has fewer dims")
+            raise TensorValueError(f"expand {self.shape} to {new}: the target has fewer dims")
         t = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
-        tgt = tuple(s if (isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
+        tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
         validate_shape(tgt)
         for s, n in zip(t.shape, tgt):
             if not (isinstance(s, int) and s == 1) and s is not n and s != n:
-                raise RuntimeError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from {n}")
+                raise TensorValueError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from "
+                                       f"{n}")  # fmt: skip
         if tgt == t.shape:
             return t
         return t._new(t.uop.expand(tgt))
@@ -97,7 +101,7 @@ class MovementMixin:
         crop. Modes: constant (with value), reflect, replicate, circular."""
         pads = _normalize_pads(padding, self.ndim)
         if mode not in ("constant", "reflect", "replicate", "circular"):
-            raise RuntimeError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
+            raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
         # negative pads crop first
         if any(b < 0 or a < 0 for b, a in pads):
             t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
@@ -118,9 +122,9 @@ class MovementMixin:
                 continue
             s = t.shape[d]
             if mode == "reflect" and (b >= s or a >= s):
-                raise RuntimeError(f"reflect pad ({b}, {a}) must be smaller than dim {d} of size {s}")
+                raise TensorValueError(f"reflect pad ({b}, {a}) must be smaller than dim {d} of size {s}")
             if mode == "circular" and (b > s or a > s):
-                raise RuntimeError(f"circular pad ({b}, {a}) can't exceed dim {d} of size {s}")
+                raise TensorValueError(f"circular pad ({b}, {a}) can't exceed dim {d} of size {s}")
             parts = []
             if b:
                 if mode == "reflect":
@@ -145,19 +149,22 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg: Any) -> Tensor:
         """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        if len(arg) != self.ndim:
+            raise TensorValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
         a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, self.shape))
-        if len(a) != self.ndim:
-            raise RuntimeError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
         for (b, e), s in zip(a, self.shape):
             if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
-                raise RuntimeError(f"shrink {arg} out of bounds for shape {self.shape}")
+                raise TensorValueError(f"shrink {arg} out of bounds for shape {self.shape}")
         if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
                for (b, e), s in zip(a, self.shape)):  # fmt: skip
             return self
         return self._new(self.uop.shrink(a))
 
     def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
-        axes = {self._resolve_dim(d) for d in _argfix(axis, *args)}
+        ax = [self._resolve_dim(d) for d in _argfix(axis, *args)]
+        axes = set(ax)
+        if len(axes) != len(ax):
+            raise RuntimeError(f"flip axes {ax} repeat a dim")
         if not axes:
             return self
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
@@ -171,7 +178,8 @@ class MovementMixin:
 
     @property
     def T(self: Tensor) -> Tensor:
-        return self.permute(tuple(reversed(range(self.ndim))))
+        """transpose(): swaps dims 0 and 1 only (a (2, 3, 4) tensor becomes (3, 2, 4), unlike numpy's .T)."""
+        return self.transpose()
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
         if dim is None:
@@ -201,7 +209,7 @@ class MovementMixin:
         d = self._resolve_dim(dim)
         for t in ts:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-                raise RuntimeError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
+                raise TensorAssertionError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
         from speck.uop import least_upper_dtype
 
         dt = least_upper_dtype(*[t.dtype for t in ts])
@@ -223,6 +231,8 @@ class MovementMixin:
     def stack_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         first = tensors[0]
         d = first._resolve_dim(dim, extra=1)
+        if any(t.shape != first.shape for t in tensors):
+            raise TensorAssertionError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         us = [t.unsqueeze(d) for t in tensors]
         return us[0].cat(*us[1:], dim=d)
 
@@ -234,22 +244,23 @@ class MovementMixin:
         n = as_int(self.shape[d])
         if isinstance(sizes, int):
             if sizes <= 0:
-                raise RuntimeError(f"split size must be positive, got {sizes}")
+                raise TensorAssertionError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
         if sum(sizes) != n:
-            raise RuntimeError(f"split sizes {list(sizes)} must sum to dim {d} of size {n}")
+            raise TensorAssertionError(f"split sizes {list(sizes)} must sum to dim {d} of size {n}")
         out, off = [], 0
         for s in sizes:
             out.append(self._slice_dim(d, off, off + s))
             off += s
         return tuple(out)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
+        """Pieces of ceil(size / chunks) along dim (maybe fewer than chunks); a 0-size dim gives chunks empty ones."""
         if chunks <= 0:
-            raise RuntimeError(f"chunks must be positive, got {chunks}")
+            raise TensorAssertionError(f"chunks must be positive, got {chunks}")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
-        return self.split(max(math.ceil(n / chunks), 1) if n else 1, d) if n else (self,)
+        return list(self.split(math.ceil(n / chunks), d)) if n else [self] * chunks
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Rotate elements along dims; a tensor with a zero-size dim comes back unchanged."""
@@ -279,7 +290,9 @@ class MovementMixin:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
         reps = _argfix(repeats, *args)
         if len(reps) < self.ndim:
-            raise RuntimeError(f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}")
+            raise TensorValueError(
+                f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}"
+            )
         t = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))
@@ -354,6 +367,49 @@ class MovementMixin:
         y = y.transpose(-1, -2)  # (..., nw, size)
         return y.transpose(d, last) if d != last else y
 
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+        """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.
+        Supports names, (...) groups, '...' and 1; every name on the left must appear on the right. A bad formula
+        or sizes raise AssertionError (tinygrad's class)."""
+        lhs, rhs = _rearrange_parse(formula)
+        names_l = [n for g in lhs for n in g if n not in ("...", "(...)", "1")]
+        names_r = [n for g in rhs for n in g if n not in ("...", "(...)", "1")]
+        if sorted(names_l) != sorted(names_r) or len(set(names_l)) != len(names_l):
+            raise TensorAssertionError(f"rearrange {formula!r}: both sides must name the same axes once each")
+        has_ell = any("..." in g or "(...)" in g for g in lhs)
+        n_ell = self.ndim - len(lhs) + (1 if has_ell else 0)
+        if n_ell < 0 or (n_ell and not has_ell):
+            raise TensorAssertionError(f"rearrange {formula!r}: {len(lhs)} groups for a tensor of shape {self.shape}")
+        ell = [f"...{i}" for i in range(n_ell)]
+
+        def expand(groups: list[list[str]]) -> list[list[str]]:
+            out: list[list[str]] = []
+            for g in groups:
+                if g == ["..."]:
+                    out.extend([e] for e in ell)
+                else:
+                    out.append([x for n in g for x in (ell if n == "(...)" else [n])])
+            return out
+
+        lhs, rhs = expand(lhs), expand(rhs)
+        known: dict[str, sint] = dict(sizes)
+        for g, dim in zip(lhs, self.shape):
+            unknown = [n for n in g if n not in known and n != "1"]
+            rest = prod(known[n] for n in g if n in known)
+            if len(unknown) > 1:
+                raise TensorAssertionError(f"rearrange {formula!r}: give the sizes of {unknown[1:]} in group {g}")
+            if unknown:
+                if isinstance(dim, int) and isinstance(rest, int) and (rest == 0 or dim % rest):
+                    raise TensorAssertionError(f"rearrange {formula!r}: dim {dim} doesn't split by {rest}")
+                known[unknown[0]] = dim // rest
+            elif rest != dim:
+                raise TensorAssertionError(f"rearrange {formula!r}: group {g} has size {rest}, the dim is {dim}")
+        flat = [n for g in lhs for n in g if n != "1"]
+        t = self.reshape(tuple(known[n] for n in flat))
+        order = [flat.index(n) for g in rhs for n in g if n != "1"]
+        t = t.permute(order)
+        return t.reshape(tuple(prod(known[n] for n in g if n != "1") for g in rhs))
+
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
         if a == b:
@@ -376,11 +432,10 @@ class MovementMixin:
             t.shape[:-2] + (k,))  # fmt: skip
 
     def diag(self: Tensor, diagonal: int = 0) -> Tensor:
-        """1-D input: a square matrix with it on the diagonal; 2-D input: its diagonal."""
-        if self.ndim == 2:
-            return self.diagonal(diagonal)
+        """A square matrix with this 1-D tensor on its `diagonal`-th diagonal (diagonal() reads one instead)."""
         if self.ndim != 1:
-            raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {self.shape}")
+            raise TensorValueError(f"diag needs a 1-D tensor, got shape {self.shape}; use diagonal() for the diagonal "
+                                   "of a matrix")  # fmt: skip
         from speck.tensor.tensor import Tensor
 
         n = as_int(self.shape[0])
@@ -412,10 +467,42 @@ def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     p = tuple(padding)
     if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
         if len(p) != ndim:
-            raise RuntimeError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
+            raise TensorValueError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
         return tuple((0, 0) if x is None else (int(x[0]), int(x[1])) for x in p)
     if len(p) % 2 or len(p) // 2 > ndim:
-        raise RuntimeError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
+        raise TensorValueError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
     pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
     pairs = pairs[::-1]
     return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)
+
+
+def _rearrange_parse(formula: str) -> tuple[list[list[str]], list[list[str]]]:
+    """'a (b c) ... -> ...' into groups of names per side ('...' and '1' kept as names)."""
+    if formula.count("->") != 1:
+        raise TensorAssertionError(f"rearrange formula {formula!r} needs exactly one '->'")
+
+    def side(text: str) -> list[list[str]]:
+        groups: list[list[str]] = []
+        cur: list[str] | None = None
+        for tok in text.replace("(", " ( ").replace(")", " ) ").split():
+            if tok == "(":
+                if cur is not None:
+                    raise TensorAssertionError(f"rearrange {formula!r}: nested parentheses")
+                cur = []
+            elif tok == ")":
+                if cur is None:
+                    raise TensorAssertionError(f"rearrange {formula!r}: unbalanced ')'")
+                groups.append(cur)
+                cur = None
+            elif not (tok == "..." or tok == "1" or tok.isidentifier()):
+                raise TensorAssertionError(f"rearrange {formula!r}: bad axis name {tok!r}")
+            elif cur is not None:
+                cur.append("(...)" if tok == "..." else tok)
+            else:
+                groups.append([tok])
+        if cur is not None:
+            raise TensorAssertionError(f"rearrange {formula!r}: unbalanced '('")
+        return groups
+
+    left, right = formula.split("->")
+    return side(left), side(right)

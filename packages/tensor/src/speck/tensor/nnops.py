@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorAssertionError, TensorValueError
 from speck.uop import dtypes
 
 if TYPE_CHECKING:
@@ -25,9 +26,11 @@ def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
 def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: tuple[int, ...],
                   stride: tuple[int, ...]) -> list[tuple[int, int]]:  # fmt: skip
     """Per spatial dim (before, after) padding; 'same' pads so the output size equals ceil(input / stride)."""
+    if isinstance(padding, str):
+        padding = padding.lower()
     if padding == "same":
         if any(s != 1 for s in stride):
-            raise RuntimeError("padding='same' needs stride 1 (as in PyTorch)")
+            raise TensorValueError("padding='same' needs stride 1 (as in PyTorch)")
         out = []
         for kk, dd in zip(k, d):
             total = dd * (kk - 1)
@@ -36,7 +39,7 @@ def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: t
     if padding == "valid":
         return [(0, 0)] * len(k)
     if isinstance(padding, str):
-        raise RuntimeError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
+        raise TensorValueError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
     p = _pair(padding, len(k))
     if len(p) == 2 * len(k):  # (left, right, top, bottom) style, innermost dim first
         pairs = [(p[2 * i], p[2 * i + 1]) for i in range(len(k))][::-1]
@@ -60,7 +63,7 @@ class NNMixin:
             ke = dilation[i] * (k[i] - 1) + 1
             o = (size - ke) // stride[i] + 1
             if o <= 0:
-                raise RuntimeError(
+                raise TensorAssertionError(
                     f"window {k[i]} (dilation {dilation[i]}) is larger than the padded input size {size} on spatial "
                     f"dim {i}"
                 )
@@ -74,17 +77,19 @@ class NNMixin:
 
     def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
-               padding: int | str | tuple[int, ...] = 0) -> Tensor:  # fmt: skip
+               padding: int | str | tuple[int, ...] = 0, dtype: Any = None) -> Tensor:  # fmt: skip
         """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
-        *k); works for 1-d and 3-d too. padding may be 'same'."""
+        *k); works for 1-d and 3-d too. padding may be 'same'. dtype: accumulation and result dtype."""
         nsp = len(weight.shape) - 2
         if len(self.shape) != nsp + 2:
-            raise RuntimeError(f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}")
+            raise TensorAssertionError(
+                f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}"
+            )
         n, cin = self.shape[:2]
         cout, cin_g = weight.shape[:2]
         k = tuple(as_int(d) for d in weight.shape[2:])
         if cin != cin_g * groups or cout % groups:
-            raise RuntimeError(
+            raise TensorAssertionError(
                 f"conv channels don't match: input has {cin} channels, weight {tuple(weight.shape)} with groups="
                 f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
             )
@@ -100,7 +105,12 @@ class NNMixin:
         wl = weight.reshape(groups, cout // groups, cin_g, *k).permute(0, *range(2, 3 + nsp), 1).contiguous()
         wt = wl.permute(0, 2 + nsp, *range(1, 2 + nsp)).reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
         red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
-        out = (w * wt).sum(axis=red).reshape(n, cout, *osp)
+        out = (w * wt).sum(axis=red, dtype=dtype)
+        if dtype is None and out.dtype != w.dtype:  # the result has the operands' dtype (int8 stays int8)
+            from speck.uop import least_upper_dtype
+
+            out = out.cast(least_upper_dtype(self.dtype, weight.dtype))
+        out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
         if bias is not None:
             out = out + bias.reshape(1, cout, *([1] * nsp))
@@ -217,6 +227,8 @@ class NNMixin:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
         from speck.tensor.tensor import Tensor
 
+        if align_corners and mode != "linear":
+            raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         x = self
         nsp = len(size)
         for i in range(nsp):
@@ -242,7 +254,8 @@ class NNMixin:
                 xh = x.gather(ax, hi.reshape(*shp).expand(*full))
                 x = xl + (xh - xl) * frac.reshape(*shp).cast(x.dtype)
             else:
-                raise RuntimeError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
+                raise TensorAssertionError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got "
+                                           f"{mode!r}")  # fmt: skip
         return x
 
     # ---------------- regularisation and activations ----------------
@@ -252,7 +265,7 @@ class NNMixin:
         from speck.tensor.tensor import Tensor
 
         if not 0 <= p <= 1:
-            raise RuntimeError(f"dropout probability must be in [0, 1], got {p}")
+            raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
         if not is_training() or p == 0:
             return self
         if p == 1:
@@ -262,6 +275,13 @@ class NNMixin:
 
     def relu6(self: Tensor) -> Tensor:
         return self.relu() - (self - 6).relu()
+
+    def sequential(self: Tensor, ll: list[Any]) -> Tensor:
+        """Apply the callables in ll in order."""
+        out = self
+        for f in ll:
+            out = f(out)
+        return out
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
@@ -310,7 +330,7 @@ class NNMixin:
         from speck.tensor.tensor import Tensor
 
         if not 0.0 <= label_smoothing <= 1.0:
-            raise RuntimeError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+            raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         log_probs = self.log_softmax(axis=-1)
         c = as_int(self.shape[-1])
         mask = Y != ignore_index
@@ -323,18 +343,29 @@ class NNMixin:
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
                       ignore_index: int = -100) -> Tensor:  # fmt: skip
-        """Cross entropy of logits (N, C) against integer labels (N,) or class probabilities (N, C)."""
-        if Y.shape == self.shape and dtypes.is_float(Y.dtype):
-            c = as_int(self.shape[-1])
-            y = Y * (1 - label_smoothing) + label_smoothing / c
-            return _reduce(-(self.log_softmax(axis=-1) * y).sum(axis=-1), reduction, None)
-        return self.sparse_categorical_crossentropy(Y, ignore_index, label_smoothing, reduction)
+        """Cross entropy of logits in torch's layout (classes on dim 1, or dim 0 of a 1-D input) against class
+        indices (the shape without the class dim) or class probabilities (self's shape)."""
+        x, y = self._classes_last(), Y._classes_last() if Y.shape == self.shape else Y
+        if Y.shape == self.shape:
+            c = as_int(x.shape[-1])
+            yp = y * (1 - label_smoothing) + label_smoothing / c
+            return _reduce(-(x.log_softmax(axis=-1) * yp).sum(axis=-1), reduction, None)
+        if y.shape != x.shape[:-1]:
+            raise RuntimeError(f"cross_entropy: target shape {Y.shape} must be the input's {self.shape} without the "
+                               "class dim (indices) or equal to it (probabilities)")  # fmt: skip
+        return x.sparse_categorical_crossentropy(y, ignore_index, label_smoothing, reduction)
+
+    def _classes_last(self: Tensor) -> Tensor:
+        """torch's (N, C, *d) layout -> (N, *d, C) (a 1-D tensor is its own class dim)."""
+        return self if self.ndim <= 2 else self.permute(0, *range(2, self.ndim), 1)
 
     def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
                  reduction: str = "mean") -> Tensor:  # fmt: skip
-        """Negative log likelihood of log-probabilities (N, C) at integer labels (N,)."""
+        """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
+        sum of losses / sum of the weights of the non-ignored targets."""
         from speck.tensor.tensor import Tensor
 
+        self = self._classes_last()
         c = as_int(self.shape[-1])
         onehot = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
@@ -357,10 +388,13 @@ class NNMixin:
 
     def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
-                                     scale: float | None = None) -> Tensor:  # fmt: skip
+                                     scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
         from speck.tensor.tensor import Tensor
 
+        if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
+            key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
+            value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)
         s = scale if scale is not None else 1 / math.sqrt(as_int(self.shape[-1]))
         qk = (self @ key.transpose(-2, -1)) * s
         if is_causal:
@@ -380,7 +414,7 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
         return loss.sum()
     if reduction == "mean":
         return loss.sum() / count.maximum(1) if count is not None else loss.mean()
-    raise RuntimeError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    raise TensorValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
 
 WGRAD_CHUNK = 16  # batch elements per partial sum of a convolution's weight gradient

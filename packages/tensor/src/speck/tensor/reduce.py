@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorNotImplementedError, TensorValueError
 from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
 from speck.uop.helpers import prod
 
@@ -71,12 +72,11 @@ class ReduceMixin:
         axes = self._axes(axis)
         if self.ndim == 0:
             return self
-        if (
-            any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes)
-            and op is Ops.MAX
-            and self.dtype != dtypes.bool
-        ):
-            raise RuntimeError(f"max/min over a zero-size dim of shape {self.shape} has no identity")
+        if op is Ops.MAX and any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes):
+            # an empty max is the identity: the dtype's minimum (-inf for floats)
+            out = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+            ret = self._const_like(dtypes.min(self.dtype))._broadcast_to(out)
+            return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
         ret = self._new(self.uop.reduce_axis(op, axes))
         if ret.shape != tuple(1 if i in axes else s for i, s in enumerate(self.shape)):
             ret = ret.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
@@ -90,14 +90,16 @@ class ReduceMixin:
 
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+        narrow = self.dtype in (dtypes.float16, dtypes.bfloat16) or dtypes.is_fp8(self.dtype)
+        return ret.cast(self.dtype) if dtype is None and narrow else ret
 
     def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
         from speck.tensor.tensor import _dt
 
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
-        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+        return ret.cast(self.dtype) if dtype is None else ret
 
     def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)
@@ -215,13 +217,34 @@ class ReduceMixin:
     def cumprod(self: Tensor, axis: int = 0) -> Tensor:
         return self._scan(axis, "prod")
 
-    def cummax(self: Tensor, axis: int = 0) -> Tensor:
-        return self._scan(axis, "max")
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running maximum, int32 index of its first occurrence) along axis."""
+        v = self._scan(axis, "max")
+        return v, self._first_index_of(v, axis)
 
-    def cummin(self: Tensor, axis: int = 0) -> Tensor:
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running minimum, int32 index of its first occurrence) along axis."""
         if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
-            return self.bitwise_not()._scan(axis, "max").bitwise_not()
-        return -((-self)._scan(axis, "max"))
+            v = self.bitwise_not()._scan(axis, "max").bitwise_not()
+        else:
+            v = -((-self)._scan(axis, "max"))
+        return v, self._first_index_of(v, axis)
+
+    def _first_index_of(self: Tensor, v: Tensor, axis: int) -> Tensor:
+        """For each position i along axis: the smallest j <= i with self[j] == v[i] (v a running extreme)."""
+        from speck.tensor.tensor import Tensor
+
+        if self.ndim == 0:
+            return Tensor(0, dtype=dtypes.int32, device=self.device)
+        d = self._resolve_dim(axis)
+        n = as_int(self.shape[d])
+        if n == 0:
+            return self.cast(dtypes.int32)
+        x, vv = self.transpose(d, -1), v.transpose(d, -1)
+        i = Tensor.arange(n, device=self.device).reshape(n, 1)
+        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        hit = (j <= i) & (x.unsqueeze(-2) == vv.unsqueeze(-1))  # [..., i, j]
+        return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         x = self._float()
@@ -262,10 +285,12 @@ class ReduceMixin:
         return self.sort(dim, descending)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+        if not sorted_:
+            raise TensorNotImplementedError("topk(sorted_=False) is not implemented; the result is always sorted")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
         if not 0 <= k <= n:
-            raise RuntimeError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
+            raise TensorValueError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
         v, i = self.sort(d, descending=largest)
         return v._slice_dim(d, 0, k), i._slice_dim(d, 0, k)
 
@@ -295,7 +320,7 @@ class ReduceMixin:
             xe = x.unsqueeze(-2)
             we = w.transpose(-1, -2).unsqueeze(-3)
             out = (xe * we).sum(-1, dtype=dtype if dtype is not None else None)
-        if dtype is None and out.dtype != dt and dtypes.is_float(dt):
+        if dtype is None and out.dtype != dt:  # the result has the inputs' join (int8 @ int8 is int8, wrapping)
             out = out.cast(dt)
         if xv:
             out = out.squeeze(-2)
@@ -303,50 +328,89 @@ class ReduceMixin:
             out = out.squeeze(-1)
         return out
 
+    def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+        """(Q, R) by Householder reflections (batched over leading dims)."""
+        from speck.tensor.linalg import qr
+
+        return qr(self)
+
+    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
+        from speck.tensor.linalg import svd
+
+        return svd(self, full_matrices)
+
+    def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
+        """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""
+        from speck.tensor.linalg import newton_schulz
+
+        return newton_schulz(self, steps, params, eps)
+
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        out = self @ weight if weight.ndim > 1 else self * weight
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | None = None) -> Tensor:
+        """self @ weight + bias (weight is (in, out)); a 1-D weight multiplies elementwise."""
+        out = self.matmul(weight, dtype=dtype) if weight.ndim > 1 else self * weight
         return out + bias if bias is not None else out
 
     @staticmethod
-    def einsum_impl(formula: str, *operands: Tensor) -> Tensor:
-        """einsum without repeated letters inside one operand (e.g. 'ij,jk->ik', 'bij,bjk->bik', 'i,i->')."""
+    def einsum_impl(formula: str, *operands: Tensor, dtype: Any = None) -> Tensor:
+        """numpy's einsum: explicit ('ij,jk->ik') or implicit output (letters seen once, alphabetical), '...' for
+        broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
+        The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
+        from speck.uop import least_upper_dtype
+
         f = formula.replace(" ", "")
-        if "->" in f:
-            lhs, out = f.split("->")
-        else:
-            lhs = f
-            letters = [c for c in lhs.replace(",", "")]
-            out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        lhs, out = f.split("->") if "->" in f else (f, None)
         ins = lhs.split(",")
         if len(ins) != len(operands):
-            raise RuntimeError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
-        for s, t in zip(ins, operands):
-            if len(s) != t.ndim:
-                raise RuntimeError(f"einsum {formula!r}: operand {s!r} has {len(s)} letters for shape {t.shape}")
-            if len(set(s)) != len(s):
-                raise RuntimeError(f"einsum {formula!r}: repeated letters inside one operand are not supported")
-        allc = sorted(set("".join(ins)))
+            raise TensorValueError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
+
+        # '...' becomes as many fresh letters as the broadcast leading dims need (right-aligned across operands)
+        def n_ell(s: str, t: Tensor) -> int:
+            return t.ndim - len(s.replace("...", "")) if "..." in s else 0
+
+        ne = max((n_ell(s, t) for s, t in zip(ins, operands)), default=0)
+        ell = "".join(chr(0x100 + i) for i in range(ne))
+        ins = [s.replace("...", ell[ne - n_ell(s, t) :]) for s, t in zip(ins, operands)]
+        if out is None:
+            letters = "".join(ins)
+            out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+        else:
+            out = out.replace("...", ell)
+        ts: list[Tensor] = []
+        subs: list[str] = []
+        for s_, t in zip(ins, operands):
+            if len(s_) != t.ndim:
+                raise RuntimeError(f"einsum {formula!r}: operand {s_!r} has {len(s_)} letters for shape {t.shape}")
+            while len(set(s_)) != len(s_):  # a repeated letter: keep only the diagonal of those two dims
+                c = next(c for c in s_ if s_.count(c) > 1)
+                p = s_.index(c)
+                q = s_.index(c, p + 1)
+                t = t.diagonal(0, p, q)
+                s_ = "".join(x for i, x in enumerate(s_) if i not in (p, q)) + c
+            ts.append(t)
+            subs.append(s_)
         sizes: dict[str, Any] = {}
-        for s, t in zip(ins, operands):
-            for c, n in zip(s, t.shape):
+        for s_, t in zip(subs, ts):
+            for c, n in zip(s_, t.shape):
                 if c in sizes and sizes[c] != n and n != 1 and sizes[c] != 1:
                     raise RuntimeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
                 sizes[c] = n if c not in sizes or sizes[c] == 1 else sizes[c]
         for c in out:
-            if c not in allc:
+            if c not in sizes:
                 raise RuntimeError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
-        full = [c for c in out] + [c for c in allc if c not in out]
+        full = list(out) + sorted(c for c in sizes if c not in out)
+        dt = least_upper_dtype(*[t.dtype for t in ts])
         prodt: Tensor | None = None
-        for s, t in zip(ins, operands):
-            order = sorted(range(len(s)), key=lambda i: full.index(s[i]))
-            tt = t.permute(order) if order else t
-            present = sorted(s, key=lambda c: full.index(c))
+        for s_, t in zip(subs, ts):
+            tt = t.cast(dt).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(dt)
+            present = sorted(s_, key=lambda c: full.index(c))
             tt = tt.reshape(tuple(tt.shape[present.index(c)] if c in present else 1 for c in full))
             tt = tt.expand(tuple(sizes[c] for c in full))
             prodt = tt if prodt is None else prodt * tt
         assert prodt is not None
         red = tuple(range(len(out), len(full)))
-        return prodt.sum(red) if red else prodt
+        res = prodt.sum(red, dtype=dtype) if red else prodt
+        return res.cast(dt) if dtype is None and red else res

@@ -12,6 +12,7 @@ import builtins
 import itertools
 import math
 import os
+import pathlib
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 from speck.tensor.device import canonical
 from speck.tensor.dims import as_int
 from speck.tensor.elementwise import ElementwiseMixin
+from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.movement import MovementMixin
 from speck.tensor.nnops import NNMixin
@@ -129,13 +131,26 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             self.uop = data.uop if dt is None else data.cast(dt).uop
             return
         if data is None:
-            data = np.zeros((0,), dtype=np_dtype(dt or dtypes.default_float))
+            data = 0.0
+        if isinstance(data, pathlib.Path):
+            self.uop = _disk_tensor(data, dt or dtypes.uint8)
+            self._device = f"DISK:{data.resolve()}"
+            if device is not None:
+                self.uop, self._device = self.to(dev).uop, dev
+            return
         if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             self.uop = _const_uop(data, dt or _scalar_dtype(data), dev)
             return
         if isinstance(data, (bytes, bytearray, memoryview)):
-            arr = np.frombuffer(bytes(data), dtype=np.uint8)
+            # the bytes reinterpreted as dt (len // itemsize elements)
             dt = dt or dtypes.uint8
+            raw = np.frombuffer(bytes(data), dtype=np.uint8)
+            raw = raw[: len(raw) // dt.itemsize * dt.itemsize]
+            bits = _UINT_OF_SIZE[dt.itemsize]
+            self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
+            if dt != bits:
+                self.uop = self.uop.bitcast(dt)
+            return
         elif isinstance(data, np.ndarray) or isinstance(data, np.generic):
             arr = np.asarray(data)
             if arr.dtype not in _NP_TO_DT:
@@ -149,6 +164,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
                 f"can't make a Tensor from {type(data).__name__}; expected a Python scalar, list, tuple, bytes, "
                 "numpy array, UOp or Tensor"
             )
+        if dt.fmt is None:  # bfloat16/fp8: numpy has no such type; stage as float32 and cast on the device
+            arr = np.ascontiguousarray(_np_cast(arr, dtypes.float32)).reshape(np.shape(arr))
+            self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
+            return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = _from_numpy(arr, dt, dev)
 
@@ -212,26 +231,39 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def nbytes(self) -> int:
         return as_int(self.numel()) * self.element_size()
 
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or the size of one dim (negative dims count from the end)."""
+        return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
+
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape with every symbolic dim at its upper bound."""
+        return tuple(max_dim(s) for s in self.shape)
+
+    def max_numel(self) -> int:
+        return int(prod(self.max_shape))
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return as_int(self.shape[0])
 
     def __repr__(self) -> str:
-        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device}>"
+        grad = None if self.grad is None else f"<UOp {self.grad.device} {self.grad.shape} {self.grad.dtype}>"
+        return f"<Tensor <UOp {self.device} {self.shape} {self.dtype}> on {self.device} with grad {grad}>"
 
     def __hash__(self) -> int:
         return id(self)
 
     def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise RuntimeError(
-                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use any()/all()"
-            )
-        return bool(self.item())
+        raise TypeError("the truth value of a Tensor is ambiguous (it would need a device read); use .item(), or "
+                        ".any()/.all() then .item()")  # fmt: skip
 
     def __iter__(self) -> Iterator[Tensor]:
-        return (self[i] for i in range(len(self)))
+        return (self[i] for i in range(len(self))) if self.ndim else iter(())
+
+    def __delitem__(self, idx: Any) -> None:
+        raise TypeError("Tensor doesn't support item deletion; build a new tensor (e.g. cat the parts to keep)")
 
     def _new(self, u: UOp, device: str | None = None) -> Tensor:
         t = Tensor.__new__(Tensor)
@@ -314,9 +346,16 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             return self  # a buffer, or already going to be one (a second copy would be a kernel of its own)
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-    def clone(self) -> Tensor:
-        """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer)."""
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), "clone", next(_clone_counter)))
+    def contiguous_backward(self) -> Tensor:
+        """The same tensor; its gradient is made contiguous in the backward pass. speck schedules the gradient
+        graph as a whole, so there is nothing to mark: the values are exactly self's."""
+        return self
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer), on
+        `device` if given."""
+        src = self.to(device) if device is not None else self
+        return src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
 
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
@@ -335,7 +374,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return self
 
     def _buffer_data(self) -> np.ndarray:
-        """The row-major data as a numpy array of the concrete shape (a copy)."""
+        """The row-major data as a numpy array of the concrete shape (a copy). bfloat16 and fp8, which numpy
+        lacks, are read as float32 (exact)."""
+        if self.dtype.fmt is None:
+            return self.cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
             raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
         shape = tuple(as_int(s) for s in self.shape)
@@ -368,7 +410,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def item(self) -> Scalar:
         """The single value of a 1-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise RuntimeError(f"item() needs a tensor with exactly 1 element, this one has shape {self.shape}")
+            raise TensorAssertionError(f"item() needs a tensor with exactly 1 element, this one has shape {self.shape}")
         return self._buffer_data().reshape(()).item()  # type: ignore[no-any-return]
 
     def data(self) -> memoryview:
@@ -398,7 +440,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise RuntimeError(f"shape {sh} has a negative dimension")
         dt = _dt(dtype) or _scalar_dtype(fill_value)
-        c = Tensor(fill_value, device=device, dtype=dt)
+        if isinstance(fill_value, Tensor):
+            c = fill_value.cast(dt) if fill_value.device == canonical(device) else fill_value.to(device).cast(dt)
+            if c.ndim:
+                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {c.shape}")
+        else:
+            c = Tensor(fill_value, device=device, dtype=dt)
         out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
         out.requires_grad = kw.get("requires_grad")
         return out
@@ -413,15 +460,23 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     @staticmethod
     def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
-        """Values from start (inclusive) to stop (exclusive) by step; int when all three are ints."""
+        """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
+        when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise RuntimeError("arange: step must not be 0")
-        dt = _dt(kw.pop("dtype", None)) or (
-            dtypes.default_int if all(isinstance(x, int) for x in (start, stop, step)) else dtypes.default_float
-        )
+            raise TensorValueError("arange: step must not be 0")
         n = max(math.ceil((stop - start) / step), 0)
+        last = start + (n - 1) * step if n else start
+        ints = all(isinstance(x, int) for x in (start, stop, step))
+        dt = _dt(kw.pop("dtype", None))
+        if dt is None:
+            dt = dtypes.default_int if ints else dtypes.default_float
+            if ints and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
+                dt = dtypes.int64
+        elif not dtypes.is_float(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
+            raise TensorOverflowError(f"arange({start}, {stop}, {step}) doesn't fit {dt} "
+                                      f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
         if n == 0:
             return Tensor.empty(0, dtype=dt, **kw)
         dev = canonical(kw.get("device"))
@@ -431,10 +486,21 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
     @staticmethod
+    def const(value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+        """A 0-d constant (dtype from the value unless given)."""
+        return Tensor(value, device=device, dtype=dtype)
+
+    def const_like(self, value: Scalar) -> Tensor:
+        """value broadcast to self's shape, with self's dtype and device (no buffer)."""
+        return Tensor.full(self.shape, value, dtype=self.dtype, device=self.device)
+
+    @staticmethod
     def linspace(start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         if steps < 0:
-            raise RuntimeError(f"linspace: steps must be >= 0, got {steps}")
+            raise TensorValueError(f"linspace: steps must be >= 0, got {steps}")
+        if dt == dtypes.bool:
+            raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
         if steps == 1:
             return Tensor([start], dtype=dt, **kw)
         return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
@@ -445,7 +511,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         m = n if m is None else m
         if n < 0 or m < 0:
-            raise RuntimeError(f"eye: sizes must be >= 0, got {n}, {m}")
+            raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
         r = Tensor.arange(n, **kw).unsqueeze(1)
         c = Tensor.arange(m, **kw).unsqueeze(0)
         return (r == c).cast(dt)
@@ -464,14 +530,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
 
     def rand_like(self, **kw: Any) -> Tensor:
-        dt = kw.pop("dtype", self.dtype)
-        return Tensor.rand(*self.shape, dtype=dt if dtypes.is_float(_dt(dt) or self.dtype) else None,
-                           device=kw.pop("device", self.device))  # fmt: skip
+        """rand of self's shape; dtype defaults to self's, which must then be a float."""
+        return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw)
 
-    def randn_like(self, **kw: Any) -> Tensor:
-        dt = kw.pop("dtype", self.dtype)
-        return Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(_dt(dt) or self.dtype) else None,
-                            device=kw.pop("device", self.device))  # fmt: skip
+    def randn_like(self, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """randn of self's shape, cast to dtype (default self's; int dtypes get the cast normals)."""
+        dt = _dt(dtype) or self.dtype
+        out = Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None, device=kw.pop("device", self.device),
+                           **kw)  # fmt: skip
+        return out.cast(dt)
 
     # ---------------- random ----------------
     @staticmethod
@@ -499,6 +566,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         """Uniform [0, 1) values."""
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
+        if not dtypes.is_float(dt):
+            raise TensorValueError(f"rand needs a float dtype, got {dt}; use randint for integers")
+        if not all(isinstance(s, int) and s >= 0 for s in sh):
+            raise TensorValueError(f"rand needs a concrete shape of non-negative sizes, got {sh}")
+        if isinstance(device, (tuple, list)):
+            raise TensorValueError("rand can't draw for a tuple of devices; use rand_like on a sharded tensor")
         n = int(prod(sh))
         if n == 0:
             return Tensor.zeros(sh, dtype=dt, device=device)
@@ -518,8 +591,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     @staticmethod
     def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
-        if not isinstance(low, int) or not isinstance(high, int) or high <= low:
-            raise RuntimeError(f"randint needs int low < high, got low={low!r}, high={high!r}")
+        if not isinstance(low, int) or not isinstance(high, int):
+            raise TensorTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
+        if high <= low:
+            raise TensorValueError(f"randint needs low < high, got low={low}, high={high}")
+        if not dtypes.is_int(_dt(dtype) or dtypes.int32):
+            raise TensorTypeError(f"randint needs an int dtype, got {dtype}")
         return (
             (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low)
             .floor()
@@ -528,10 +605,14 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     @staticmethod
     def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        if std < 0:
+            raise TensorValueError(f"normal needs std >= 0, got {std}")
         return Tensor.randn(*shape, **kw) * std + mean
 
     @staticmethod
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        if not low < high:
+            raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         return (Tensor.rand(*shape, **kw) * (high - low) + low).cast(dt)
 
@@ -564,12 +645,20 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return Tensor.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
-        """Sample indices from the (unnormalised) weights in the last dim (1-D or 2-D input)."""
+        """Sample int32 indices from the (unnormalised) weights in the last dim (1-D or 2-D input); without
+        replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w))."""
         if not 1 <= self.ndim <= 2 or num_samples <= 0:
-            raise RuntimeError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
-        if not replacement and num_samples != 1:
-            raise RuntimeError("multinomial without replacement supports only num_samples=1")
+            raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
         w = self.unsqueeze(0) if self.ndim == 1 else self
+        if not replacement and num_samples > 1:
+            if num_samples > as_int(w.shape[-1]):
+                raise TensorAssertionError(f"can't draw {num_samples} samples without replacement from "
+                                           f"{w.shape[-1]} categories")  # fmt: skip
+            # key = log(u) / w: the largest keys are a weighted sample without replacement (zero weights: -inf)
+            u = Tensor.rand(*w.shape, device=self.device)
+            key = (w.float() > 0).where(u.log() / w.float(), -math.inf)
+            idx = key.topk(num_samples, dim=-1)[1].cast(dtypes.int32)
+            return idx.squeeze(0) if self.ndim == 1 else idx
         cdf = (cw := w.float().cumsum(1)) / cw[:, -1:]
         u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
         idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
@@ -581,9 +670,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return tensors[0].cat(*tensors[1:], dim=dim)
 
     @staticmethod
-    def einsum(formula: str, *operands: Any) -> Tensor:
+    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
         ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-        return ReduceMixin.einsum_impl(formula, *ops)
+        return ReduceMixin.einsum_impl(formula, *ops, dtype=dtype)
 
     @staticmethod
     def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
@@ -599,10 +688,45 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
         dt = _dt(dtype)
         assert dt is not None
-        if dt.itemsize != self.dtype.itemsize:
-            raise RuntimeError(f"bitcast {self.dtype} -> {dt} needs equal item sizes ({self.dtype.itemsize} vs "
-                               f"{dt.itemsize}); cast instead")  # fmt: skip
-        return self if dt == self.dtype else self._new(self.uop.bitcast(dt))
+        if dt == self.dtype:
+            return self
+        if dt.itemsize == self.dtype.itemsize:
+            return self._new(self.uop.bitcast(dt))
+        if self.device.startswith("DISK"):
+            return self._disk_bitcast(dt)
+        return self._bitcast_resize(dt)
+
+    def _bitcast_resize(self, dt: DType) -> Tensor:
+        """bitcast to a dtype of another item size: the last dim is rescaled by the size ratio, bytes little-endian
+        (int32[2] -> uint8[8]); built from shifts on unsigned words so it stays lazy and fuses."""
+        src, isz = self.dtype.itemsize, dt.itemsize
+        if not self.ndim or (src < isz and as_int(self.shape[-1]) * src % isz):
+            raise RuntimeError(f"bitcast {self.dtype} {self.shape} -> {dt}: the last dim's {src}-byte items don't "
+                               f"split into whole {isz}-byte ones")  # fmt: skip
+        u_src, u_dst = _UINT_OF_SIZE[src], _UINT_OF_SIZE[isz]
+        x = self.bitcast(u_src) if self.dtype != u_src else self
+        if src > isz:  # split each word into src // isz smaller ones, lowest bytes first
+            r = src // isz
+            shifts = Tensor([8 * isz * k for k in range(r)], dtype=u_src, device=self.device)
+            parts = (x.unsqueeze(-1) >> shifts).cast(u_dst)
+            out = parts.reshape(*self.shape[:-1], as_int(self.shape[-1]) * r)
+        else:  # join isz // src consecutive words into one
+            r = isz // src
+            shifts = Tensor([8 * src * k for k in range(r)], dtype=u_dst, device=self.device)
+            words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
+            out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
+        return out if dt == u_dst else out.bitcast(dt)
+
+    def _disk_bitcast(self, dt: DType) -> Tensor:
+        """A whole DISK buffer reinterpreted as dt (no data moves: the file is the storage)."""
+        bb = base_buffer(self.uop)
+        if bb is None or view_offset(self.uop) != 0 or self.ndim != 1 or as_int(self.shape[0]) != int(bb.arg):
+            raise RuntimeError(f"bitcast of a DISK tensor to another item size needs the whole 1-D file tensor, got a "
+                               f"view of shape {self.shape}; bitcast first, then slice")  # fmt: skip
+        nbytes = int(bb.arg) * self.dtype.itemsize
+        if nbytes % dt.itemsize:
+            raise RuntimeError(f"bitcast: {nbytes} bytes of {self.device} don't split into {dt} items")
+        return self._new(new_buffer_uop(self.device, nbytes // dt.itemsize, dt))
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -667,7 +791,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
-            raise RuntimeError(f"replace: shape {x.shape} does not match {self.shape}")
+            raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
         self.uop = x.uop
         return self
 
@@ -759,7 +883,7 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
     try:
         arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
     except (ValueError, OverflowError) as e:
-        raise RuntimeError(f"can't make a Tensor from this nested sequence: {e}") from None
+        raise TensorValueError(f"can't make a Tensor from this nested sequence: {e}") from None
     return arr, dt
 
 
@@ -771,6 +895,17 @@ def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
         if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
             return arr.astype(target)  # wraps like a C cast
         return arr.astype(target)
+
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
+    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
+    p = path.resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
+    return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)
 
 
 def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:

@@ -8,7 +8,7 @@ import enum
 import functools
 import math
 import struct
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from speck.uop.helpers import ContextVar
 
@@ -87,6 +87,11 @@ class DType:
     @property
     def is_weak(self) -> bool:
         return self.scalar().name in ("weakint", "weakfloat")
+
+    @property
+    def bitsize(self) -> int:
+        """Bits of one element: 1 for bool (stored in a byte), else 8 * itemsize."""
+        return 1 if self.name == "bool" else 8 * self.itemsize
 
 
 @functools.cache
@@ -208,10 +213,12 @@ class dtypes(metaclass=_DtypesMeta):
     weakfloat: Final = _d(10, 8, "weakfloat", None)
     fp8e4m3: Final = _d(11, 1, "fp8e4m3", None)
     fp8e5m2: Final = _d(12, 1, "fp8e5m2", None)
-    float16: Final = _d(13, 2, "float16", "e")
-    bfloat16: Final = _d(14, 2, "bfloat16", None)
-    float32: Final = _d(15, 4, "float32", "f")
-    float64: Final = _d(16, 8, "float64", "d")
+    fp8e4m3fnuz: Final = _d(13, 1, "fp8e4m3fnuz", None)
+    fp8e5m2fnuz: Final = _d(14, 1, "fp8e5m2fnuz", None)
+    float16: Final = _d(15, 2, "float16", "e")
+    bfloat16: Final = _d(16, 2, "bfloat16", None)
+    float32: Final = _d(17, 4, "float32", "f")
+    float64: Final = _d(18, 8, "float64", "d")
 
     # aliases users expect
     half = float16
@@ -225,6 +232,21 @@ class dtypes(metaclass=_DtypesMeta):
     short = int16
     int = int32
     long = int64
+
+    # ---- groups (tuples, in tinygrad's order) ----
+    fp8_ocp: Final = (fp8e4m3, fp8e5m2)
+    fp8_fnuz: Final = (fp8e4m3fnuz, fp8e5m2fnuz)
+    fp8s: Final = fp8_ocp + fp8_fnuz
+    floats: Final = fp8s + (float16, bfloat16, float32, float64)
+    uints: Final = (uint8, uint16, uint32, uint64)
+    sints: Final = (int8, int16, int32, int64)
+    ints: Final = uints + sints
+    int8s: Final = (uint8, int8)
+    int16s: Final = (uint16, int16)
+    int32s: Final = (uint32, int32)
+    int64s: Final = (uint64, int64)
+    weaks: Final = (weakint, weakfloat)
+    all: Final = floats + ints + (bool,)
 
     # ---- classification ----
     @staticmethod
@@ -245,13 +267,14 @@ class dtypes(metaclass=_DtypesMeta):
 
     @staticmethod
     def is_fp8(x: DType) -> builtins.bool:
-        return x.scalar() in (dtypes.fp8e4m3, dtypes.fp8e5m2)
+        return x.scalar() in FP8_FORMATS
 
     @staticmethod
     def from_py(x: Any) -> DType:
         """The dtype of a Python literal: bool for bools, weakint for ints, weakfloat for floats.
 
-        Tuples/lists give the weakest dtype that holds every element."""
+        Tuples/lists give the strongest element kind made concrete (default_int/default_float; empty: default_float),
+        the dtype a tensor built from them gets."""
         if isinstance(x, bool):
             return dtypes.bool
         if isinstance(x, int):
@@ -261,7 +284,7 @@ class dtypes(metaclass=_DtypesMeta):
         if isinstance(x, InvalidType):
             return dtypes.weakint
         if isinstance(x, (list, tuple)):
-            return max((dtypes.from_py(e) for e in x), default=dtypes.weakfloat)
+            return dtypes.as_concrete(max((dtypes.from_py(e) for e in x), default=dtypes.weakfloat))
         raise RuntimeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
 
     @staticmethod
@@ -286,17 +309,16 @@ class dtypes(metaclass=_DtypesMeta):
 
     @staticmethod
     def finfo(dt: DType) -> tuple[builtins.int, builtins.int]:
-        """(exponent bits, mantissa bits) of a float dtype."""
+        """(exponent bits, mantissa bits) of a float dtype; ValueError for anything else."""
         table = {
             dtypes.float16: (5, 10),
             dtypes.bfloat16: (8, 7),
             dtypes.float32: (8, 23),
             dtypes.float64: (11, 52),
-            dtypes.fp8e4m3: (4, 3),
-            dtypes.fp8e5m2: (5, 2),
+            **{d: (f.ebits, f.mbits) for d, f in FP8_FORMATS.items()},
         }
         if dt.scalar() not in table:
-            raise RuntimeError(f"finfo needs a concrete float dtype, got {dt}")
+            raise ValueError(f"finfo needs a concrete float dtype, got {dt}")
         return table[dt.scalar()]
 
     @staticmethod
@@ -331,6 +353,8 @@ _FLOATS = frozenset(
         dtypes.weakfloat,
         dtypes.fp8e4m3,
         dtypes.fp8e5m2,
+        dtypes.fp8e4m3fnuz,
+        dtypes.fp8e5m2fnuz,
         dtypes.float16,
         dtypes.bfloat16,
         dtypes.float32,
@@ -338,6 +362,13 @@ _FLOATS = frozenset(
     ]
 )
 _BY_NAME = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+
+
+class UnknownDTypeError(AttributeError, RuntimeError):
+    """An unknown dtype name: an AttributeError like a missing `dtypes.<name>` (tinygrad's lookup), and a
+    RuntimeError like speck's other bad-argument errors."""
+
+
 ALL_SCALARS: tuple[DType, ...] = tuple(sorted(set(_BY_NAME.values()) - {dtypes.void}))
 CONCRETE_SCALARS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if not d.is_weak)
 
@@ -348,7 +379,7 @@ def to_dtype(x: DType | str) -> DType:
         return x
     if isinstance(x, str) and (x in _BY_NAME or x.lower() in _BY_NAME):
         return _BY_NAME[x] if x in _BY_NAME else _BY_NAME[x.lower()]
-    raise RuntimeError(f"unknown dtype {x!r}; expected one of {', '.join(sorted(_BY_NAME))}")
+    raise UnknownDTypeError(f"unknown dtype {x!r}; expected one of {', '.join(sorted(_BY_NAME))}")
 
 
 # ---------------- promotion lattice ----------------
@@ -366,9 +397,11 @@ _PROMO: dict[DType, tuple[DType, ...]] = {
     dtypes.uint16: (dtypes.int32, dtypes.uint32),
     dtypes.uint32: (dtypes.int64, dtypes.uint64),
     dtypes.uint64: (dtypes.weakfloat,),
-    dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2),
+    dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz),
     dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16),
     dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
+    dtypes.fp8e4m3fnuz: (dtypes.float16, dtypes.bfloat16),
+    dtypes.fp8e5m2fnuz: (dtypes.float16, dtypes.bfloat16),
     dtypes.float16: (dtypes.float32,),
     dtypes.bfloat16: (dtypes.float32,),
     dtypes.float32: (dtypes.float64,),
@@ -396,7 +429,7 @@ def least_upper_dtype(*ds: DType) -> DType:
     for cand in sorted(common, key=lambda d: len(_upper_set(d)), reverse=True):
         if all(c in _upper_set(cand) for c in common):
             return cand
-    # the two fp8 formats have two minimal common bounds (float16 and bfloat16, both exact for either): take the
+    # two fp8 formats have two minimal common bounds (float16 and bfloat16, both exact for either): take the
     # lower priority one, float16
     minimal = [c for c in common if not any(o is not c and c in _upper_set(o) for o in common)]
     return min(minimal, key=lambda d: d.priority)
@@ -443,27 +476,47 @@ def _bf16(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<I", _bf16_bits(x) << 16))[0])
 
 
-def _fp8_round(x: float, ebits: int, mbits: int, fn: bool) -> float:
-    """Round to an fp8 format. `fn` (e4m3): no infinities, max 448, NaN only 0x7F; e5m2 is IEEE-like."""
-    if math.isnan(x):
+class Fp8Format(NamedTuple):
+    """An 8-bit float layout: sign, `ebits` exponent bits with `bias`, `mbits` mantissa bits (subnormals at e == 0).
+
+    kind "fn" (OCP e4m3): no infinities, NaN is S.1111.111. "ieee" (OCP e5m2): all-ones exponent is inf (m == 0) or
+    NaN. "fnuz": no infinities and no negative zero; the one NaN is 0x80. Converting to fp8 rounds to nearest even and
+    saturates finite overflow to +-max; an infinity stays one only where the format has it, else becomes NaN."""
+
+    ebits: int
+    mbits: int
+    bias: int
+    kind: Literal["fn", "ieee", "fnuz"]
+    max: float  # largest finite magnitude
+    max_bits: int  # bit pattern of +max
+    nan_bits: int  # bit pattern produced for NaN (and for inf where the format has none)
+    inf_bits: int | None  # bit pattern of +inf, None where the format has no infinity
+
+
+FP8_FORMATS: dict[DType, Fp8Format] = {
+    dtypes.fp8e4m3: Fp8Format(4, 3, 7, "fn", 448.0, 0x7E, 0x7F, None),
+    dtypes.fp8e5m2: Fp8Format(5, 2, 15, "ieee", 57344.0, 0x7B, 0x7E, 0x7C),
+    dtypes.fp8e4m3fnuz: Fp8Format(4, 3, 8, "fnuz", 240.0, 0x7F, 0x80, None),
+    dtypes.fp8e5m2fnuz: Fp8Format(5, 2, 16, "fnuz", 57344.0, 0x7F, 0x80, None),
+}
+"""Every fp8 dtype's layout: the one table the constant folder, numpy emulation and renderers' helpers read."""
+
+
+def _fp8_round(x: float, f: Fp8Format) -> float:
+    """x rounded to the fp8 format f (see Fp8Format for overflow, infinities and zero)."""
+    if math.isnan(x) or (math.isinf(x) and f.inf_bits is None):
         return math.nan
-    bias = (1 << (ebits - 1)) - 1
-    max_val = 448.0 if fn else (2 - 2**-mbits) * 2.0 ** ((1 << ebits) - 2 - bias)
     if math.isinf(x):
-        return x if not fn else math.copysign(max_val, x)
-    ax = abs(x)
-    if ax == 0:
         return x
-    e = max(math.frexp(ax)[1] - 1, 1 - bias)
-    step = 2.0 ** (e - mbits)
+    ax = abs(x)
+    e = max(math.frexp(ax)[1] - 1, 1 - f.bias) if ax else 1 - f.bias
+    step = 2.0 ** (e - f.mbits)
     q = ax / step
     r = math.floor(q)
     if q - r > 0.5 or (q - r == 0.5 and r % 2 == 1):
         r += 1
-    v = r * step
-    if v > max_val:
-        v = max_val if fn else math.inf  # saturate e4m3 (OCP "fn" satfinite); e5m2 overflows to inf
-    return math.copysign(v, x)
+    v = min(r * step, f.max)
+    return 0.0 if v == 0 and f.kind == "fnuz" else math.copysign(v, x)
 
 
 def _wrap_int(bits: int, signed: bool) -> Any:
@@ -490,8 +543,7 @@ truncate: dict[DType, Any] = {
     dtypes.bfloat16: _bf16,
     dtypes.float32: _f32,
     dtypes.float64: float,
-    dtypes.fp8e4m3: lambda x: _fp8_round(float(x), 4, 3, True),
-    dtypes.fp8e5m2: lambda x: _fp8_round(float(x), 5, 2, False),
+    **{d: functools.partial(lambda x, f: _fp8_round(float(x), f), f=f) for d, f in FP8_FORMATS.items()},
     **{d: _wrap_int(8 * d.itemsize, d not in _UINTS) for d in _INTS if d != dtypes.weakint},
 }
 """`truncate[dt](v)` wraps (two's complement) or rounds (IEEE, round-to-nearest-even) a Python value to dt."""
@@ -511,35 +563,34 @@ def cast_value(v: ConstType, dt: DType) -> ConstType:
     return res
 
 
-def _fp8_bits(x: float, ebits: int, mbits: int, fn: bool) -> int:
-    x = _fp8_round(x, ebits, mbits, fn)
-    sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+def _fp8_bits(x: float, f: Fp8Format) -> int:
+    x = _fp8_round(x, f)
     if math.isnan(x):
-        return 0x7F if fn else 0x7E
+        return f.nan_bits
+    sign = 0x80 if math.copysign(1.0, x) < 0 else 0
     if math.isinf(x):
-        return sign | (((1 << ebits) - 1) << mbits)
+        assert f.inf_bits is not None
+        return sign | f.inf_bits
     ax = abs(x)
     if ax == 0:
         return sign
-    bias = (1 << (ebits - 1)) - 1
     e = math.frexp(ax)[1] - 1
-    if e < 1 - bias:  # subnormal
-        return sign | int(round(ax / 2.0 ** (1 - bias - mbits)))
-    m = int(round((ax / 2.0**e - 1) * (1 << mbits)))
-    return sign | ((e + bias) << mbits) | m
+    if e < 1 - f.bias:  # subnormal
+        return sign | int(round(ax / 2.0 ** (1 - f.bias - f.mbits)))
+    m = int(round((ax / 2.0**e - 1) * (1 << f.mbits)))
+    return sign | ((e + f.bias) << f.mbits) | m
 
 
-def _fp8_from_bits(b: int, ebits: int, mbits: int, fn: bool) -> float:
+def _fp8_from_bits(b: int, f: Fp8Format) -> float:
     sign = -1.0 if b & 0x80 else 1.0
-    e, m = (b >> mbits) & ((1 << ebits) - 1), b & ((1 << mbits) - 1)
-    bias = (1 << (ebits - 1)) - 1
-    if fn and (b & 0x7F) == 0x7F:
+    e, m = (b >> f.mbits) & ((1 << f.ebits) - 1), b & ((1 << f.mbits) - 1)
+    if f.kind == "fnuz" and b == 0x80 or f.kind == "fn" and (b & 0x7F) == 0x7F:
         return math.nan
-    if not fn and e == (1 << ebits) - 1:
+    if f.kind == "ieee" and e == (1 << f.ebits) - 1:
         return sign * math.inf if m == 0 else math.nan
     if e == 0:
-        return sign * m * 2.0 ** (1 - bias - mbits)
-    return sign * (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+        return sign * m * 2.0 ** (1 - f.bias - f.mbits)
+    return sign * (1 + m / (1 << f.mbits)) * 2.0 ** (e - f.bias)
 
 
 def to_bits(v: ConstType, dt: DType) -> int:
@@ -552,10 +603,8 @@ def to_bits(v: ConstType, dt: DType) -> int:
         return int(v) & ((1 << (8 * s.itemsize)) - 1)
     if s == dtypes.bfloat16:
         return _bf16_bits(float(v))
-    if s == dtypes.fp8e4m3:
-        return _fp8_bits(float(v), 4, 3, True)
-    if s == dtypes.fp8e5m2:
-        return _fp8_bits(float(v), 5, 2, False)
+    if s in FP8_FORMATS:
+        return _fp8_bits(float(v), FP8_FORMATS[s])
     assert s.fmt is not None
     fmt = s.fmt
     return int.from_bytes(struct.pack("<" + fmt, float(v)), "little")
@@ -571,10 +620,8 @@ def from_bits(bits: int, dt: DType) -> ConstType:
         return iv
     if s == dtypes.bfloat16:
         return float(struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0])
-    if s == dtypes.fp8e4m3:
-        return _fp8_from_bits(bits & 0xFF, 4, 3, True)
-    if s == dtypes.fp8e5m2:
-        return _fp8_from_bits(bits & 0xFF, 5, 2, False)
+    if s in FP8_FORMATS:
+        return _fp8_from_bits(bits & 0xFF, FP8_FORMATS[s])
     assert s.fmt is not None
     return float(struct.unpack("<" + s.fmt, (bits & ((1 << (8 * s.itemsize)) - 1)).to_bytes(s.itemsize, "little"))[0])
 
@@ -610,9 +657,11 @@ def can_lossless_cast(dt0: DType, dt1: DType) -> bool:
     if s0 in _FLOATS and s1 in _FLOATS:
         if s0 == dtypes.weakfloat:
             return s1 == dtypes.float64
+        if s0 in FP8_FORMATS and s1 in FP8_FORMATS:
+            return False  # distinct fp8 formats differ in range (bias) or in their special values
         e0, m0 = dtypes.finfo(s0)
         e1, m1 = dtypes.finfo(s1)
-        return e1 >= e0 and m1 >= m0 and not (s0 == dtypes.fp8e4m3 and s1 == dtypes.fp8e5m2)
+        return e1 >= e0 and m1 >= m0
     return False
 
 

@@ -6,6 +6,7 @@ compare nodes with `is`. Nothing here recurses on the Python stack: traversals u
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import math
 import struct
@@ -132,6 +133,18 @@ class _Slots:
 
 class _Fresh(_Slots):
     __slots__ = ()
+
+
+class _instance_or_class:
+    """A method that is static when called on the class (`UOp.sink(a, b)`) and takes the instance as its first
+    positional argument when called on one (`a.sink(b)` == `UOp.sink(a, b)`)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Callable[..., Any]:
+        return self.fn if obj is None else functools.partial(self.fn, obj)
 
 
 class UOp(_Slots):
@@ -336,8 +349,9 @@ class UOp(_Slots):
         """Kernel parameter `slot`: a buffer when dtype is a pointer, else a by-value scalar."""
         return UOp(Ops.PARAM, dtype, (), slot if shape is None else (slot, shape))
 
-    @staticmethod
+    @_instance_or_class
     def sink(*srcs: UOp, arg: Any = None) -> UOp:
+        """SINK of srcs: `UOp.sink(a, b)`, or on an instance `a.sink(b)` (a first)."""
         return UOp(Ops.SINK, dtypes.void, tuple(srcs), arg)
 
     @staticmethod

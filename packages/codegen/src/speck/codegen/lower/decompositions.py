@@ -39,7 +39,7 @@ class Decomposer:
 def _promote_narrow_float(ctx: Decomposer, x: UOp) -> UOp | None:
     """half/bfloat16/fp8 arithmetic the renderer can't do natively: compute in float32, round back."""
     dt = x.dtype.scalar() if x.op not in GroupOp.Comparison else x.src[0].dtype.scalar()
-    if dt not in (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
+    if dt not in (dtypes.float16, dtypes.bfloat16) and not dtypes.is_fp8(dt):
         return None
     if ctx.renderer.supports(x.op, dt):  # (comparisons always are: the flags cover arithmetic only)
         return None

@@ -15,8 +15,8 @@ Semantics (each choice matches the reference interpreter / speck.uop's exact fol
 - float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline), read through an
   exact integer decoder and written with `(_Float16)` from float (F16C); float64 -> float16 rounds to odd at float
   precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2, __extendhfdf2...).
-- bfloat16 and fp8 are integer storage with conversion helpers (round to nearest even; fp8e4m3 saturates, fp8e5m2
-  overflows to inf).
+- bfloat16 and fp8 are integer storage with conversion helpers (round to nearest even; fp8 saturates finite
+  overflow; the layouts come from speck.uop's FP8_FORMATS table).
 - Float -> integer casts truncate and wrap modulo 2**64 like the interpreter (NaN/inf give 0) through a
   helper, never an undefined C conversion; int64 -> float32 rounds through float64 as the interpreter does.
 - Literals come only from casted consts `CAST(dt, CONST(v))`; a bare strongly-typed CONST is an error.
@@ -37,6 +37,7 @@ import numpy as np
 
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError, kernel_name
 from speck.uop import AxisType, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
+from speck.uop.dtype import FP8_FORMATS
 
 # ---------------------------------------------------------------------------------------------------------------------
 # program analysis shared by the C and LLVM renderers
@@ -153,8 +154,7 @@ _CTYPE: dict[DType, str] = {
     dtypes.uint64: "unsigned long",
     dtypes.float16: "_Float16",
     dtypes.bfloat16: "__speck_bf16",
-    dtypes.fp8e4m3: "__speck_fp8e4m3",
-    dtypes.fp8e5m2: "__speck_fp8e5m2",
+    **{d: f"__speck_{d.name}" for d in FP8_FORMATS},
     dtypes.float32: "float",
     dtypes.float64: "double",
 }
@@ -171,21 +171,20 @@ _VSHORT: dict[DType, str] = {
     dtypes.uint64: "u64",
     dtypes.float16: "f16",
     dtypes.bfloat16: "bf16",
-    dtypes.fp8e4m3: "fp8e4m3",
-    dtypes.fp8e5m2: "fp8e5m2",
+    **{d: d.name for d in FP8_FORMATS},
     dtypes.float32: "f32",
     dtypes.float64: "f64",
 }
 # element type of the vector typedefs (vector_size needs an arithmetic element type)
 _VELEM: dict[DType, str] = {**_CTYPE, dtypes.bool: "unsigned char", dtypes.bfloat16: "unsigned short",
-                            dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char"}  # fmt: skip
+                            **{d: "unsigned char" for d in FP8_FORMATS}}  # fmt: skip
 _UNSIGNED_TWIN = {
     dtypes.int8: dtypes.uint8,
     dtypes.int16: dtypes.uint16,
     dtypes.int32: dtypes.uint32,
     dtypes.int64: dtypes.uint64,
 }
-_STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}  # float formats kept as integer bits
+_STORAGE = {dtypes.bfloat16, *FP8_FORMATS}  # float formats kept as integer bits
 _MASK_INT = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # vector select masks by lane size
 
 
@@ -253,10 +252,8 @@ def c_literal(v: Any, dt: DType) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # prelude: typedefs and helpers, emitted on demand, in this order
 
-_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", dtypes.fp8e4m3: "__speck_f64_to_fp8e4m3",
-               dtypes.fp8e5m2: "__speck_f64_to_fp8e5m2"}  # fmt: skip
-_FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", dtypes.fp8e4m3: "__speck_fp8e4m3_to_f32",
-                 dtypes.fp8e5m2: "__speck_fp8e5m2_to_f32"}  # fmt: skip
+_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", **{d: f"__speck_f64_to_{d.name}" for d in FP8_FORMATS}}
+_FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", **{d: f"__speck_{d.name}_to_f32" for d in FP8_FORMATS}}
 
 _BF16_HELPERS = """typedef unsigned short __speck_bf16;
 static inline float __speck_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; \
@@ -268,45 +265,49 @@ static inline unsigned short __speck_f32_to_bf16(float f) {
   return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }"""
 
-# fp8 formats: (ebits, mbits, bias, max value, bits of the max value, bits on overflow, NaN bits, subnormal scale)
-_FP8 = {
-    dtypes.fp8e4m3: ("e4m3", 4, 3, 7, "448.0", "0x7Eu", "0x7Eu", "0x7Fu", "0x1p-9f"),
-    dtypes.fp8e5m2: ("e5m2", 5, 2, 15, "57344.0", "0x7Bu", "0x7Cu", "0x7Eu", "0x1p-16f"),
-}
+_FP8 = FP8_FORMATS
 
 
 def _fp8_helpers(dt: DType) -> str:
-    nm, eb, mb, bias, maxv, _maxbits, ovf, nanb, sub = _FP8[dt]
-    fn = dt == dtypes.fp8e4m3
-    nan_check = "(b & 0x7Fu) == 0x7Fu" if fn else f"e == {(1 << eb) - 1}u"
-    nan_ret = '__builtin_nanf("")' if fn else '(m ? __builtin_nanf("") : s * __builtin_inff())'
-    return f"""typedef unsigned char __speck_fp8{nm};
-static inline float __speck_fp8{nm}_to_f32(unsigned char b) {{
-  unsigned int e = (b >> {mb}) & {(1 << eb) - 1}u, m = b & {(1 << mb) - 1}u;
+    """Decoder (exact, to float) and encoder (from double, round to nearest even, saturating) of one fp8 format."""
+    f, nm = FP8_FORMATS[dt], dt.name
+    emax, mmask = (1 << f.ebits) - 1, (1 << f.mbits) - 1
+    if f.kind == "fn":
+        special = 'if ((b & 0x7Fu) == 0x7Fu) return __builtin_nanf("");'
+    elif f.kind == "ieee":
+        special = f'if (e == {emax}u) return m ? __builtin_nanf("") : s * __builtin_inff();'
+    else:
+        special = 'if (b == 0x80u) return __builtin_nanf("");'
+    inf_ret = f"sign | {f.inf_bits:#x}u" if f.inf_bits is not None else f"{f.nan_bits:#x}u"
+    zero = "0u" if f.kind == "fnuz" else "sign"  # fnuz has no negative zero
+    sub = float(2.0 ** (1 - f.bias - f.mbits)).hex()
+    return f"""typedef unsigned char __speck_{nm};
+static inline float __speck_{nm}_to_f32(unsigned char b) {{
+  unsigned int e = (b >> {f.mbits}) & {emax}u, m = b & {mmask}u;
   float s = (b & 0x80u) ? -1.0f : 1.0f;
-  if ({nan_check}) return {nan_ret};
-  if (e == 0) return s * (float)m * {sub};
-  unsigned int u = ((unsigned int)(b & 0x80u) << 24) | ((e + {127 - bias}u) << 23) | (m << {23 - mb});
-  float f; __builtin_memcpy(&f, &u, 4); return f;
+  {special}
+  if (e == 0) return s * (float)m * {sub}f;
+  unsigned int u = ((unsigned int)(b & 0x80u) << 24) | ((e + {127 - f.bias}u) << 23) | (m << {23 - f.mbits});
+  float r; __builtin_memcpy(&r, &u, 4); return r;
 }}
-/* round to nearest even from double; {"saturates at +-" + maxv if fn else "overflows to inf"} */
-static inline unsigned char __speck_f64_to_fp8{nm}(double x) {{
+static inline unsigned char __speck_f64_to_{nm}(double x) {{
   unsigned long u; __builtin_memcpy(&u, &x, 8);
   unsigned int sign = (unsigned int)(u >> 63) << 7;
-  if (x != x) return {nanb};
+  if (x != x) return {f.nan_bits:#x}u;
+  if (__builtin_isinf(x)) return (unsigned char)({inf_ret});
   double ax = __builtin_fabs(x);
-  if (ax > 2.0 * {maxv}) return (unsigned char)(sign | {ovf});
-  if (ax == 0.0) return (unsigned char)sign;
+  if (ax > 2.0 * {f.max!r}) return (unsigned char)(sign | {f.max_bits:#x}u);
   int e = (int)((u >> 52) & 0x7FFu) - 1023;
-  if (e < {1 - bias}) e = {1 - bias};
-  unsigned long sb = (unsigned long)(e - {mb} + 1023) << 52;
+  if (e < {1 - f.bias}) e = {1 - f.bias};
+  unsigned long sb = (unsigned long)(e - {f.mbits} + 1023) << 52;
   double step; __builtin_memcpy(&step, &sb, 8);
   double q = ax / step;
   long r = (long)q;
   double d = q - (double)r;
   if (d > 0.5 || (d == 0.5 && (r & 1))) r += 1;
-  if ((double)r * step > {maxv}) return (unsigned char)(sign | {ovf});
-  return (unsigned char)(sign | (unsigned int)(((long)(e + {bias - 1}) << {mb}) + r));
+  if (r == 0) return (unsigned char)({zero});
+  if ((double)r * step > {f.max!r}) return (unsigned char)(sign | {f.max_bits:#x}u);
+  return (unsigned char)(sign | (unsigned int)(((long)(e + {f.bias - 1}) << {f.mbits}) + r));
 }}"""
 
 

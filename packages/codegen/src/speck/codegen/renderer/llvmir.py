@@ -12,7 +12,7 @@ llvm.maxnum); CMPLT is `fcmp olt` (false on NaN), CMPNE `fcmp une` (true on NaN)
 shifts are guarded with selects only where the UOps' bounds do not rule out division by 0, MIN/-1 or shift amounts
 outside [0, bits); float -> int truncates and wraps modulo 2**64 (NaN/inf -> 0) like the interpreter, without
 poison; int64 -> float32 rounds through double. bool is i1 in registers and i8 in memory; half is `half`; bfloat16
-and fp8 are i16/i8 bits converted by small internal helper functions (round to nearest even, fp8e4m3 saturating),
+and fp8 are i16/i8 bits converted by small internal helper functions (round to nearest even, fp8 saturating),
 and double -> half rounds to odd at float precision first, so no libgcc calls are needed.
 Vectors are `<n x T>`; widths above `max_vector_bytes` (32, AVX2) are split by the pipeline."""
 
@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError
 from speck.codegen.renderer.cstyle import NoTypeError, bare_const_error, casted_const, kernel_signature, shift_safe
 from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
-from speck.uop.dtype import to_bits
+from speck.uop.dtype import FP8_FORMATS, to_bits
 
 _LTYPE: dict[DType, str] = {
     dtypes.bool: "i1",
@@ -41,12 +41,11 @@ _LTYPE: dict[DType, str] = {
     dtypes.uint64: "i64",
     dtypes.float16: "half",
     dtypes.bfloat16: "i16",
-    dtypes.fp8e4m3: "i8",
-    dtypes.fp8e5m2: "i8",
+    **{d: "i8" for d in FP8_FORMATS},
     dtypes.float32: "float",
     dtypes.float64: "double",
 }
-_STORAGE = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
+_STORAGE = {dtypes.bfloat16, *FP8_FORMATS}
 _NATIVE_FLOATS = {dtypes.float16, dtypes.float32, dtypes.float64}
 _INTR_SFX = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
 
@@ -149,20 +148,20 @@ _HELPERS: dict[str, str] = {
 }""",
 }
 
-# fp8: (name, ebits, mbits, bias, max, overflow bits, nan bits, subnormal scale as a double)
-_FP8 = {
-    dtypes.fp8e4m3: ("e4m3", 4, 3, 7, 448.0, 0x7E, 0x7F, 2.0**-9),
-    dtypes.fp8e5m2: ("e5m2", 5, 2, 15, 57344.0, 0x7C, 0x7E, 2.0**-16),
-}
+_FP8 = FP8_FORMATS
 
 
 def _fp8_helpers(dt: DType) -> str:
-    nm, eb, mb, bias, maxv, ovf, nanb, sub = _FP8[dt]
-    fn = dt == dtypes.fp8e4m3
+    """Decoder (exact, to float) and encoder (from double, round to nearest even, saturating) of one fp8 format."""
+    f, nm = FP8_FORMATS[dt], dt.name
+    eb, mb, bias, maxv, nanb, sub = f.ebits, f.mbits, f.bias, f.max, f.nan_bits, 2.0 ** (1 - f.bias - f.mbits)
     emax = (1 << eb) - 1
-    if fn:
+    if f.kind == "fn":
         special = f"""  %low = and i32 %w, 127
   %isnan = icmp eq i32 %low, 127
+  %r = select i1 %isnan, float {_float_hex(math.nan)}, float %r1"""
+    elif f.kind == "fnuz":
+        special = f"""  %isnan = icmp eq i32 %w, 128
   %r = select i1 %isnan, float {_float_hex(math.nan)}, float %r1"""
     else:
         special = f"""  %top = icmp eq i32 %e, {emax}
@@ -170,7 +169,7 @@ def _fp8_helpers(dt: DType) -> str:
   %inf = select i1 %neg, float {_float_hex(-math.inf)}, float {_float_hex(math.inf)}
   %infnan = select i1 %mz, float %inf, float {_float_hex(math.nan)}
   %r = select i1 %top, float %infnan, float %r1"""
-    to_f32 = f"""define internal float @__speck_fp8{nm}_to_f32(i8 %b) alwaysinline {{
+    to_f32 = f"""define internal float @__speck_{nm}_to_f32(i8 %b) alwaysinline {{
   %w = zext i8 %b to i32
   %sg = and i32 %w, 128
   %neg = icmp ne i32 %sg, 0
@@ -193,7 +192,7 @@ def _fp8_helpers(dt: DType) -> str:
 {special}
   ret float %r
 }}"""
-    from_f64 = f"""define internal i8 @__speck_f64_to_fp8{nm}(double %x) alwaysinline {{
+    from_f64 = f"""define internal i8 @__speck_f64_to_{nm}(double %x) alwaysinline {{
   %u = bitcast double %x to i64
   %sg64 = lshr i64 %u, 63
   %sg8 = trunc i64 %sg64 to i8
@@ -233,10 +232,15 @@ def _fp8_helpers(dt: DType) -> str:
   %bits64 = add i64 %eb, %r
   %bits8 = trunc i64 %bits64 to i8
   %bits = or i8 %bits8, %sign
-  %ovfb = or i8 %sign, {ovf}
-  %res = select i1 %ovf, i8 %ovfb, i8 %bits
+  %ovfb = or i8 %sign, {f.max_bits}
+  %res0 = select i1 %ovf, i8 %ovfb, i8 %bits
+  %rzero = icmp eq i64 %r, 0
+  %res = select i1 %rzero, i8 {"0" if f.kind == "fnuz" else "%sign"}, i8 %res0
+  %isinf = fcmp oeq double %ax, {_float_hex(math.inf)}
+  %infb = {f"or i8 %sign, {f.inf_bits}" if f.inf_bits is not None else f"or i8 0, {nanb}"}
+  %res2 = select i1 %isinf, i8 %infb, i8 %res
   %isnan = fcmp uno double %x, %x
-  %out = select i1 %isnan, i8 {nanb}, i8 %res
+  %out = select i1 %isnan, i8 {nanb}, i8 %res2
   ret i8 %out
 }}"""
     return to_f32 + "\n" + from_f64
@@ -334,7 +338,7 @@ class _LLKernel:
 
     def helper(self, key: str) -> str:
         if "fp8" in key:
-            dt = dtypes.fp8e4m3 if "e4m3" in key else dtypes.fp8e5m2
+            dt = next(d for d in FP8_FORMATS if key.endswith(d.name) or key.startswith(d.name + "_"))
             self.helpers[dt.name] = _fp8_helpers(dt)
             self.intrinsics["@llvm.fabs.f64"] = "declare double @llvm.fabs.f64(double)"
         else:
@@ -590,7 +594,7 @@ class _LLKernel:
             x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i16 {a})"))
             return self.cast(x, vec(dtypes.float32), to_dt)
         if fr in _FP8:
-            h = self.helper(f"fp8{_FP8[fr][0]}_to_f32")
+            h = self.helper(f"{fr.name}_to_f32")
             x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i8 {a})"))
             return self.cast(x, vec(dtypes.float32), to_dt)
         if to == dtypes.bfloat16:
@@ -599,7 +603,7 @@ class _LLKernel:
             return self.lanewise(x, vec(dtypes.float32), to_dt, lambda a: self.ins(f"call i16 {h}(float {a})"))
         if to in _FP8:
             x = self.cast(x, fr_dt, vec(dtypes.float64))
-            h = self.helper(f"f64_to_fp8{_FP8[to][0]}")
+            h = self.helper(f"f64_to_{to.name}")
             return self.lanewise(x, vec(dtypes.float64), to_dt, lambda a: self.ins(f"call i8 {h}(double {a})"))
         if to == dtypes.float16 and fr not in (dtypes.float32, dtypes.bool):
             x = self.cast(x, fr_dt, vec(dtypes.float64))

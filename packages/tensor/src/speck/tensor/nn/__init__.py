@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorAssertionError, TensorTypeError
+from speck.tensor.nnops import _conv_padding
 from speck.tensor.tensor import Tensor
 from speck.uop import dtypes
 
@@ -44,8 +46,11 @@ class Conv2d:
             raise RuntimeError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        fan_in = in_channels // groups * math.prod(self.kernel_size)
-        bound = 1 / math.sqrt(fan_in)
+        if isinstance(padding, str):  # 'same'/'valid' (any case): checked now, resolved to explicit amounts
+            self.padding = tuple(p for pair in reversed(_conv_padding(padding, self.kernel_size,
+                                 _pair(dilation, ndim), _pair(stride, ndim))) for p in pair)  # fmt: skip
+        # the bound uses all in_channels, not in_channels // groups (tinygrad's init)
+        bound = 1 / math.sqrt(in_channels * math.prod(self.kernel_size))
         self.weight = Tensor.uniform(out_channels, in_channels // groups, *self.kernel_size, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
 
@@ -68,8 +73,7 @@ class ConvTranspose2d:
         self.kernel_size = _pair(kernel_size, ndim)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
-        fan_in = out_channels // groups * math.prod(self.kernel_size)
-        bound = 1 / math.sqrt(fan_in)
+        bound = 1 / math.sqrt(in_channels * math.prod(self.kernel_size))
         self.weight = Tensor.uniform(in_channels, out_channels // groups, *self.kernel_size, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
 
@@ -97,7 +101,7 @@ class BatchNorm:
         self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
         # realized now: assign() updates realized buffers in place (and TinyJit replays those updates); a lazy
         # constant would only be rebound to a growing graph
-        self.num_batches_tracked = _state(Tensor.zeros(1, dtype=dtypes.int32))
+        self.num_batches_tracked = _state(Tensor.zeros((), dtype=dtypes.int64))
         if track_running_stats:
             self.running_mean = _state(Tensor.zeros(sz))
             self.running_var = _state(Tensor.ones(sz))
@@ -142,7 +146,7 @@ class LayerNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(x.shape[-len(self.normalized_shape) :]) != tuple(self.normalized_shape):
-            raise RuntimeError(f"LayerNorm over {self.normalized_shape} got input of shape {x.shape}")
+            raise TensorAssertionError(f"LayerNorm over {self.normalized_shape} got input of shape {x.shape}")
         y = x.layernorm(self.axis, self.eps)
         if self.weight is None or self.bias is None:
             return y if self.weight is None else y * self.weight
@@ -191,14 +195,16 @@ class InstanceNorm:
 
 
 class RMSNorm:
-    """x / sqrt(mean(x^2) + eps) * weight over the last dim."""
+    """x / sqrt(mean(x^2) + eps) * weight over the last dim, computed in float32 and cast back to x's dtype before
+    the (float32) weight multiplies it (so a half input gives a float32 result, as in tinygrad)."""
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
         self.eps = eps
         self.weight = Tensor.ones(dim) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        y = x * (x.square().mean(axis=-1, keepdim=True) + self.eps).rsqrt()
+        xf = x.float()
+        y = (xf * (xf.square().mean(axis=-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
         return y if self.weight is None else y * self.weight
 
 
@@ -210,8 +216,8 @@ class Embedding:
         self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
 
     def __call__(self, idx: Tensor) -> Tensor:
-        if dtypes.is_float(idx.dtype):
-            raise RuntimeError(f"Embedding indices must be integers, got {idx.dtype}")
+        if not dtypes.is_int(idx.dtype):
+            raise TensorTypeError(f"Embedding indices must be integers, got {idx.dtype}")
         onehot = idx.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
         return onehot.cast(self.weight.dtype) @ self.weight
 
@@ -224,8 +230,8 @@ class LSTMCell:
         self.hidden_size = hidden_size
         self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
         self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
-        self.bias_ih = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
-        self.bias_hh = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+        self.bias_ih = Tensor.zeros(hidden_size * 4) if bias else None
+        self.bias_hh = Tensor.zeros(hidden_size * 4) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         if hc is None:
