@@ -24,12 +24,10 @@ from dataclasses import dataclass
 
 import _host
 import numpy as np
+from train import make_step
 
 from speck.hcq import Device
 from speck.tensor import Tensor, TinyJit
-from speck.tensor.examples.train import MODELS
-from speck.tensor.nn.optim import Adam
-from speck.tensor.nn.state import get_parameters
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: int = 1) -> dict[str, float]:
@@ -164,23 +162,8 @@ def torch_mlp() -> object:
 
 
 def speck_step(name: str, batch: int) -> Callable[[], float]:
-    Tensor.manual_seed(0)
-    model = MODELS[name]()
-    opt = Adam(get_parameters(model), lr=1e-3)
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
-
-    @TinyJit
-    def step(xb: Tensor, yb: Tensor) -> Tensor:
-        with Tensor.train():
-            opt.zero_grad()
-            loss = model(xb).sparse_categorical_crossentropy(yb)
-            loss.backward()
-            opt.step(loss)
-        return loss
-
-    return lambda: float(step(x, y).item())
+    step = make_step(name, batch)
+    return lambda: float(step().item())
 
 
 def torch_step(name: str, batch: int) -> Callable[[], float]:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from speck.tensor.errors import TensorValueError
 from speck.uop import UOp
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """Accept f(1, 2), f((1, 2)) and f([1, 2]) alike -> (1, 2)."""
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise TensorValueError(f"bad arguments {x}: pass either one sequence or separate values")
+        return tuple(x[0])
+    return tuple(x)
 
 
 def as_int(x: Any) -> int:

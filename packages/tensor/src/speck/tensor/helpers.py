@@ -18,6 +18,7 @@ from speck.codegen.opt import BEAM, NOOPT
 from speck.hcq.cpu import NUM_CPU_THREADS
 from speck.hcq.device import DEV, PROFILE
 from speck.tensor.counters import GlobalCounters
+from speck.tensor.dims import argfix
 from speck.tensor.settings import (
     ALL2ALL,
     ALLOW_DEVICE_USAGE,
@@ -75,15 +76,6 @@ WIN = sys.platform == "win32"
 LINUX = sys.platform.startswith("linux")
 CI = os.environ.get("CI", "") != ""
 ARCH_X86 = platform.machine() in ("x86_64", "AMD64")
-
-
-def argfix(*x: Any) -> tuple[Any, ...]:
-    """f(1, 2), f((1, 2)) and f([1, 2]) alike -> (1, 2)."""
-    if x and isinstance(x[0], (tuple, list)):
-        if len(x) != 1:
-            raise ValueError(f"bad arguments {x}: pass either one sequence or separate values")
-        return tuple(x[0])
-    return tuple(x)
 
 
 def unwrap(x: Any) -> Any:

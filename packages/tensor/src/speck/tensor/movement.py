@@ -10,21 +10,13 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import as_int
+from speck.tensor.dims import argfix, as_int
 from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
 from speck.uop import sint, validate_shape
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
-
-
-def _argfix(*x: Any) -> tuple[Any, ...]:
-    if x and isinstance(x[0], (tuple, list)):
-        if len(x) != 1:
-            raise RuntimeError(f"bad arguments {x}: pass either one sequence or separate values")
-        return tuple(x[0])
-    return tuple(x)
 
 
 class MovementMixin:
@@ -44,7 +36,7 @@ class MovementMixin:
     # ---------------- primitives ----------------
     def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
-        new = _argfix(shape, *args)
+        new = argfix(shape, *args)
         new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
         validate_shape(new)
         if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
@@ -73,7 +65,7 @@ class MovementMixin:
         return self.reshape(shape, *args)
 
     def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
-        o = tuple(self._resolve_dim(d) for d in _argfix(order, *args))
+        o = tuple(self._resolve_dim(d) for d in argfix(order, *args))
         if sorted(o) != list(range(self.ndim)):
             raise RuntimeError(f"permute order {o} is not a permutation of the {self.ndim} dims of shape {self.shape}")
         if o == tuple(range(self.ndim)):
@@ -82,7 +74,7 @@ class MovementMixin:
 
     def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
-        new = _argfix(shape, *args)
+        new = argfix(shape, *args)
         if len(new) < self.ndim:
             raise TensorValueError(f"expand {self.shape} to {new}: the target has fewer dims")
         t = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
@@ -161,7 +153,7 @@ class MovementMixin:
         return self._new(self.uop.shrink(a))
 
     def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
-        ax = [self._resolve_dim(d) for d in _argfix(axis, *args)]
+        ax = [self._resolve_dim(d) for d in argfix(axis, *args)]
         axes = set(ax)
         if len(axes) != len(ax):
             raise RuntimeError(f"flip axes {ax} repeat a dim")
@@ -288,7 +280,7 @@ class MovementMixin:
 
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
-        reps = _argfix(repeats, *args)
+        reps = argfix(repeats, *args)
         if len(reps) < self.ndim:
             raise TensorValueError(
                 f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}"
@@ -300,7 +292,7 @@ class MovementMixin:
         return inter.reshape(tuple(r * s for r, s in zip(reps, base)))
 
     def tile(self: Tensor, reps: Any, *args: Any) -> Tensor:
-        r = _argfix(reps, *args)
+        r = argfix(reps, *args)
         r = (1,) * (self.ndim - len(r)) + tuple(r)
         return self.repeat(r)
 
@@ -313,14 +305,14 @@ class MovementMixin:
 
     def pad_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Pad at the end of each dim up to shape (None keeps a dim)."""
-        new = _argfix(shape, *args)
+        new = argfix(shape, *args)
         if len(new) != self.ndim:
             raise RuntimeError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
         return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)))
 
     def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Keep the first `shape` elements of each dim (None keeps a dim)."""
-        new = _argfix(shape, *args)
+        new = argfix(shape, *args)
         if len(new) != self.ndim:
             raise RuntimeError(f"shrink_to {new} needs {self.ndim} dims for shape {self.shape}")
         return self.shrink(tuple(None if n is None else (0, n) for n in new))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.device import canonical
-from speck.tensor.dims import as_int
+from speck.tensor.dims import argfix, as_int
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.indexing import IndexingMixin
@@ -76,15 +76,6 @@ def _const_uop(value: Scalar, dtype: DType, device: str) -> UOp:
     from speck.uop.dtype import cast_value
 
     return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), cast_value(value, dtype))
-
-
-def argfix(*x: Any) -> tuple[Any, ...]:
-    """Accept f(1, 2), f((1, 2)) and f([1, 2]) alike."""
-    if x and isinstance(x[0], (tuple, list)):
-        if len(x) != 1:
-            raise RuntimeError(f"bad arguments {x}: pass either one sequence or separate values")
-        return tuple(x[0])
-    return tuple(x)
 
 
 _clone_counter = itertools.count()
