@@ -17,9 +17,11 @@ from speck.tensor.jit import TinyJit  # noqa: E402
 from speck.tensor.schedule import KernelCountException, assert_kernel_count  # noqa: E402
 from speck.tensor.settings import TRAINING  # noqa: E402
 from speck.tensor.tensor import Tensor  # noqa: E402
+from speck.tensor.usb import register as _register_usb  # noqa: E402
 from speck.uop import Context, DType, UOp, dtypes  # noqa: E402
 
 install_alias_finder()
+_register_usb()  # the USB device kind, when speck-usbgpu is installed (also the speck.devices entry point)
 
 
 def Variable(name: str, min_val: int, max_val: int) -> UOp:

@@ -16,7 +16,7 @@ from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
-from speck.uop import DEBUG, Ops, UOp, getenv
+from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
 
 
@@ -113,6 +113,8 @@ def _compile(ast: UOp, device: str) -> Any:
     key = (device, ast)
     if (p := _program_cache.get(key)) is not None:
         return p
+    if device not in _KERNEL_DEVICES:
+        _check_runs_kernels(device, ast)  # before the numpy fallback could compute it on the host
     prog: Any = None
     if USE_CODEGEN:
         try:
@@ -153,6 +155,36 @@ def _beam_args(dev: Any) -> dict[str, Any]:
     from speck.codegen.opt import BEAM
 
     return {"beam_timer": dev.time_program, "beam_tag": f"{dev.name}|{dev.arch}"} if BEAM >= 1 else {}
+
+
+# ---------------- devices that run no kernels ----------------
+# devices that passed the check below: one set lookup per kernel item of a schedule
+_KERNEL_DEVICES: set[str] = set()
+_VALUE_OPS = GroupOp.Elementwise | {Ops.REDUCE}
+
+
+def _check_runs_kernels(device: str, ast: UOp) -> None:
+    """A device that refuses every kernel (it defines `kernel_error(what) -> Exception`; USB, whose GPU is not
+    brought up) raises that error naming the kernel and the ops it computes (index arithmetic left out)."""
+    from speck.hcq import Device
+
+    refuse = getattr(Device[device], "kernel_error", None)
+    if refuse is None:
+        _KERNEL_DEVICES.add(device)
+        return
+    value = next(n for n in ast.toposort() if n.op is Ops.STORE).src[1]
+    ops = sorted({f"REDUCE {n.arg.name}" if n.op is Ops.REDUCE else n.op.name
+                  for n in value.toposort(gate=lambda x: x.op is not Ops.INDEX) if n.op in _VALUE_OPS})  # fmt: skip
+    raise refuse(f"kernel {kernel_name(ast)} ({', '.join(ops) if ops else 'data movement: a copy in another layout'})")
+
+
+def _check_schedule_devices(items: list[ScheduleItem]) -> None:
+    """Every kernel's device is checked before the first item of a schedule runs (a copy to USB followed by a kernel
+    on USB must not do the copy and then fail)."""
+    ok = _KERNEL_DEVICES
+    for it in items:
+        if it.ast is not None and (d := it.bufs[0].src[1].arg) not in ok:
+            _check_runs_kernels(str(d), it.ast)
 
 
 # ---------------- compiling ahead ----------------
@@ -243,8 +275,10 @@ CAPTURE: list[tuple[str, Any]] | None = None
 
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
-    if COMPILE_THREADS and len(items) > 1:
-        _compile_ahead(items)
+    if len(items) > 1:
+        _check_schedule_devices(items)
+        if COMPILE_THREADS:
+            _compile_ahead(items)
     for it in items:
         if it.ast is None:
             if CAPTURE is not None:
@@ -314,7 +348,12 @@ def _run_copy(it: ScheduleItem) -> None:
     t0, p0 = time.perf_counter(), (profile.now_ns() if profile.enabled() else 0)
     n = int(dst.arg)
     sb, db = get_buffer(src), get_buffer(dst)
-    if it.copy_offset == 0 and int(src.arg) == n:
+    # a device that moves data itself (USB: its copy queue) defines transfer(dest, src) and does copies to or from it
+    transfer = getattr(db.dev, "transfer", None) or getattr(sb.dev, "transfer", None)
+    if transfer is not None:
+        whole = it.copy_offset == 0 and int(src.arg) == n
+        transfer(db, sb if whole else sb.view(n, src.dtype, it.copy_offset * src.dtype.itemsize))
+    elif it.copy_offset == 0 and int(src.arg) == n:
         db.copy_from(sb)
     else:
         data = np.ascontiguousarray(buffer_numpy(src)[it.copy_offset : it.copy_offset + n])

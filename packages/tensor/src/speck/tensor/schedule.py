@@ -477,6 +477,10 @@ class Scheduler:
             return v
         if u.op is Ops.COPY:
             return self._copy(u)
+        if u.op is Ops.CONTIGUOUS and u.arg != "clone" and src.op is Ops.COPY:
+            # a copy lands in a fresh row-major buffer already: no kernel (assign from another device needs none)
+            self.done[u] = v = self.materialize(src)
+            return v
         shape = u.shape
         device = self.device if self.device is not None else self._device_of(u)
         size = prod(max_dim(s) for s in shape)

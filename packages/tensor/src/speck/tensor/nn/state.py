@@ -113,10 +113,14 @@ def _raw_numpy(t: Tensor) -> np.ndarray:
 
 def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
     """Load a safetensors file. The file is memory-mapped through the DISK device (speck.hcq) and each tensor is
-    read from a zero-copy view of the mapping straight into a buffer on `device` (default device if None)."""
+    read from a zero-copy view of the mapping straight into a buffer on `device` (default device if None). A device
+    that streams files itself (`load_file`: USB) gets the file's data section in one allocation, streamed from disk,
+    and each tensor is a view of it."""
     from speck.hcq import Buffer
 
     entries, _, size = read_header(os.fspath(path))
+    if (streamed := _load_streamed(os.fspath(path), entries, device)) is not None:
+        return streamed
     disk = Buffer(f"DISK:{os.fspath(path)}", size, np.uint8)
     out = {}
     for name, e in entries.items():
@@ -129,6 +133,32 @@ def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[s
         else:
             arr = disk.view(e.nbytes // e.dtype.itemsize, np.dtype(e.dtype.fmt), e.offset).numpy()
             out[name] = Tensor(arr.reshape(e.shape), device=device, dtype=e.dtype)
+    return out
+
+
+def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | None) -> dict[str, Tensor] | None:
+    """For devices with `load_file(dest, path, offset)` (USB: disk -> pinned staging -> VRAM, no host copy of the
+    file): one buffer for the whole data section, loaded with as few large copies as the device likes (a copy per
+    tensor would pay each copy's fixed cost per tensor), each tensor a view of it. None for other devices."""
+    from speck.hcq import Buffer, Device
+    from speck.tensor.device import canonical
+    from speck.tensor.schedule import buffer_map, new_buffer_uop
+
+    dev_name = canonical(device)
+    dev = Device[dev_name]
+    if not hasattr(dev, "load_file"):
+        return None
+    if not entries:
+        return {}
+    start = min(e.offset for e in entries.values())
+    block = Buffer(dev_name, max(e.offset + e.nbytes for e in entries.values()) - start, np.uint8)
+    dev.load_file(block, path, start)
+    out = {}
+    for name, e in entries.items():
+        numel = e.nbytes // e.dtype.itemsize
+        buf = new_buffer_uop(dev_name, numel, e.dtype)
+        buffer_map[buf] = block.view(numel, e.dtype, e.offset - start)
+        out[name] = Tensor(buf.reshape(e.shape) if e.shape != (numel,) else buf, device=dev_name)
     return out
 
 

@@ -344,6 +344,7 @@ class SimDevice(BridgeFirmware):
             t.result = TransferResult(status, t.pos)
         self._completed.append((t.tid, t.result))
         del self._transfers[t.tid]
+        t.out = memoryview(b"")  # its timeout event (seconds of virtual time ahead) still holds t: free the payload
         if self._f4_waiter is not None and self._f4_waiter[0] is t:
             self._f4_waiter = None
         if self._ctrl_serving is t:  # however it ended (reply, timeout, cancel), EP0 moves on to the next request

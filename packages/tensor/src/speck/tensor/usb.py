@@ -1,0 +1,301 @@
+"""The USB device: tensors stored in the VRAM of an AMD GPU behind a USB bridge, through speck.usbgpu.
+
+`USB` (and `USB:<n>` for the n-th bridge) is an hcq device whose allocator places buffers in VRAM
+(`UsbGpu.alloc/free`), whose copy queue moves data with the driver's G3 copy-in and its copy-out, and whose
+timeline signals order those copies against other devices' work and host reads. `USB:SIM` is the first simulated
+bridge (under `SPECK_USB_SIM=<n>` the bus those n bridges are on, so there `USB:SIM` is `USB`). It stores and moves
+data only: the GPU is not brought up far enough to run kernels, so a kernel scheduled on it is refused (see
+`UsbComputeNotImplemented`) before anything of its schedule runs.
+
+Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the file is read with pread into two
+pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
+other; the file is never held in host memory.
+
+speck.hcq knows nothing of this module: it is registered with `speck.hcq.device.register_device` when speck.tensor
+is imported and through the `speck.devices` entry point, and only when speck-usbgpu is installed."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from speck.hcq.allocator import Allocator, BufferOptions, check_copy_size
+from speck.hcq.buffer import Buffer
+from speck.hcq.device import DeviceBase, numbered, register_device
+from speck.hcq.errors import DeviceUnavailableError, HCQError
+from speck.hcq.memory import HostMemory
+
+if TYPE_CHECKING:
+    from speck.codegen.backends import Backend
+    from speck.usbgpu.api import CopyHandle, UsbGpu, VramBuffer
+
+# One G3 copy-in per staging chunk: each copy-in costs about 0.7 ms of fixed link time (ring build, doorbell, first
+# arms, last flag), so chunks of 16 MiB keep a streamed load within ~2% of one copy-in of the same bytes (8 MiB: 6%).
+STAGING_CHUNK = 16 << 20
+SIM_SUFFIX = "SIM"
+
+WHAT_WORKS = (
+    "What works on USB is storage and copies: Tensor(data, device='USB'), t.to('USB'), t.to('CPU'), t.numpy(), "
+    "Tensor.empty(..., device='USB'), assign, safe_load(path, device='USB') and load_state_dict. Compute on the CPU "
+    "and move the result: (t.to('CPU') * 2).to('USB'); make constants there too: Tensor.zeros(4).to('USB')."
+)
+
+
+class UsbComputeNotImplemented(HCQError, NotImplementedError):
+    """A kernel was scheduled on a USB device. Running GPU kernels needs the AMD GPU bring-up (firmware, page tables,
+    compute queues) that speck.usbgpu does not implement; the message names the kernel and what works instead."""
+
+    def __init__(self, device: str, what: str) -> None:
+        super().__init__(
+            f"{what} cannot run on {device}: GPU kernels over USB need the AMD GPU bring-up (PSP/SMU and compute "
+            "firmware, GMMU page tables, compute queues), which is not implemented - speck.usbgpu only drives the "
+            f"bridge and the GPU's copy engine. Nothing was run and nothing falls back to the CPU. {WHAT_WORKS}"
+        )
+        self.device, self.what = device, what
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """The source of a streamed copy: the bytes of the file at `path` from `offset` on."""
+
+    path: str
+    offset: int
+
+
+class UsbAllocator(Allocator):
+    """VRAM through the driver: an allocation is the driver's VramBuffer; the host never sees it (copies only)."""
+
+    def __init__(self, device: str, gpu: UsbGpu) -> None:
+        heap = gpu.context.heap  # what alloc can hand out: the byte limit behind the hcq out-of-memory error
+        super().__init__(device, limit=heap.end - heap.start)
+        self.gpu = gpu
+
+    def _alloc(self, nbytes: int, options: BufferOptions) -> VramBuffer:
+        from speck.usbgpu.errors import VramAllocError
+
+        try:
+            return self.gpu.alloc(nbytes)
+        except VramAllocError as e:  # fragmentation: the base class drops its cache, retries, then reports
+            raise MemoryError(str(e)) from e
+
+    def _free(self, opaque: VramBuffer, nbytes: int, options: BufferOptions) -> None:
+        from speck.usbgpu.errors import UsbError
+
+        try:
+            self.gpu.free(opaque)
+        except UsbError:  # a closed or failed session: its VRAM is gone with it, nothing left to give back
+            pass
+
+    def copyin(self, opaque: VramBuffer, offset: int, src: memoryview) -> None:
+        self.gpu.copyin(opaque, src, offset)
+
+    def copyout(self, dest: memoryview, opaque: VramBuffer, offset: int) -> None:
+        self.gpu.copyout(dest, opaque, offset)
+
+
+class _Staging:
+    """Two page-aligned host buffers, locked in RAM when the memlock limit allows (pinning only saves page faults
+    while the USB stack reads them, so a refused mlock changes nothing else)."""
+
+    _libc: Any = None
+
+    def __init__(self, nbytes: int) -> None:
+        self.bufs = [HostMemory(nbytes), HostMemory(nbytes)]
+        if _Staging._libc is None:
+            _Staging._libc = ctypes.CDLL(None, use_errno=True)
+        for b in self.bufs:
+            _Staging._libc.mlock(ctypes.c_void_p(b.addr), ctypes.c_size_t(nbytes))
+
+
+def _read_exactly(fd: int, view: memoryview, pos: int, path: str, start: int, total: int) -> None:
+    """Fill `view` from file position `pos` (pread: no shared file offset, nothing cached in this process)."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], pos + got)
+        if n == 0:
+            raise HCQError(
+                f"{path} ends at byte {pos + got}, but {total} bytes were to be read from offset {start}; the file "
+                "is truncated or changed while it was being loaded"
+            )
+        got += n
+
+
+class UsbDevice(DeviceBase):
+    """A GPU behind a USB bridge as an hcq device: VRAM buffers, a copy queue of G3 copy-ins and copy-outs, no
+    kernels. `gpu` is the driver session (speck.usbgpu.api.UsbGpu)."""
+
+    backend_name = ""
+    host_visible = False
+
+    def __init__(self, name: str, gpu: UsbGpu) -> None:
+        self.gpu = gpu
+        super().__init__(name, UsbAllocator(name, gpu))
+        self._stream_lock = threading.Lock()  # one streamed load at a time per device (each uses 2 staging buffers)
+
+    # -- no kernels -----------------------------------------------------------------------------------------------
+    def kernel_error(self, what: str) -> UsbComputeNotImplemented:
+        """The error for `what` ("kernel E_4 (ADD)") scheduled here: the realize engine raises it before anything
+        of that schedule runs."""
+        return UsbComputeNotImplemented(self.name, what)
+
+    @property
+    def backend(self) -> Backend:
+        """USB runs no kernels: asking for its renderer or compiler raises UsbComputeNotImplemented."""
+        raise self.kernel_error("a kernel")
+
+    def runtime(self, name: str, lib: bytes, **spec: Any) -> NoReturn:
+        raise self.kernel_error(f"program {name!r}")
+
+    # -- copies ---------------------------------------------------------------------------------------------------
+    def transfer(self, dest: Buffer, src: Buffer) -> None:
+        """Copy all of `src` into `dest` (one of them on this device) through this device's copy queue: it waits on
+        the other device's timelines for the work still producing `src`, runs the copy (a DISK source streams from
+        its file), and advances this device's copy timeline. A copy out to another device is waited for here, so
+        the host or the other device may use `dest` at once; a copy in is ordered before later host reads by the
+        timeline (Buffer.copyout synchronizes)."""
+        check_copy_size(f"copy from {src!r} to {dest!r}", dest.nbytes, src.nbytes)
+        from speck.hcq.disk import DiskDevice
+
+        source: Buffer | FileRange = src
+        if isinstance(src.dev, DiskDevice) and dest.dev is self:
+            source = FileRange(src.dev.path, src.offset)  # read the file, not its memory map (no page-cache RSS)
+        self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
+
+    def load_file(self, dest: Buffer, path: str, offset: int) -> None:
+        """Fill `dest` with the file's bytes [offset, offset + dest.nbytes), streamed disk -> pinned staging -> VRAM
+        (G3) without holding the file in host memory; returns once they are in VRAM."""
+        self._submit_copy(dest, FileRange(os.fspath(path), offset), dest.nbytes, others=(), wait=True)
+
+    def _submit_copy(self, dest: Buffer, src: Buffer | FileRange, nbytes: int, others: tuple[DeviceBase, ...],
+                     wait: bool) -> None:  # fmt: skip
+        q = self.hw_queue("copy")
+        for dev in {id(d): d for d in others if d is not self}.values():
+            for e in dev.engines.values():
+                if e.timeline.mem[0] < e.submitted:
+                    q.wait(e.timeline, e.submitted)
+        q.copy(dest, src, nbytes).submit(self)  # an idle engine runs it on this thread: errors are raised here
+        if wait:
+            engine = self.engines["copy"]
+            engine.timeline.wait(engine.submitted)
+            self.synchronize_if_busy()  # raises the copy's error when it ran on the engine's thread
+
+    def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        """Execute a copy command of this device's queues. Allocator-level calls only: ordering against other
+        devices came from the queue's waits, and a Buffer-level call would wait for this very command."""
+        if not isinstance(dest, Buffer) or not isinstance(src, Buffer | FileRange):
+            raise HCQError(f"{self.name} copies into Buffers from Buffers or file ranges, got {dest!r} <- {src!r}")
+        if nbytes > dest.nbytes:
+            raise HCQError(f"copy command of {nbytes} bytes does not fit {dest!r}")
+        if isinstance(src, FileRange):
+            if dest.dev is not self:
+                raise HCQError(f"{self.name} streams files into its own buffers only, not into {dest!r}")
+            self._stream_file(dest, src, nbytes)
+            return
+        if dest.dev is self:
+            if src.dev.host_visible:
+                self.gpu.copyin(
+                    dest.opaque, src.dev.allocator.as_memoryview(src.opaque, src.offset, nbytes), dest.offset
+                )
+                return
+            tmp = memoryview(bytearray(nbytes))  # VRAM to VRAM (this or another bridge) goes through the host
+            src.dev.allocator.copyout(tmp, src.opaque, src.offset)
+            self.gpu.copyin(dest.opaque, tmp, dest.offset)
+            return
+        if src.dev is not self:
+            raise HCQError(f"{self.name} copy command between {src!r} and {dest!r}: neither is on this device")
+        if dest.dev.host_visible:
+            self.gpu.copyout(dest.dev.allocator.as_memoryview(dest.opaque, dest.offset, nbytes), src.opaque, src.offset)
+            return
+        tmp = memoryview(bytearray(nbytes))
+        self.gpu.copyout(tmp, src.opaque, src.offset)
+        dest.dev.allocator.copyin(dest.opaque, dest.offset, tmp)
+
+    def _stream_file(self, dest: Buffer, src: FileRange, nbytes: int) -> None:
+        """pread chunks into two pinned staging buffers; the G3 copy-in of one (asynchronous, on the driver's worker)
+        overlaps the read of the next."""
+        if nbytes == 0:
+            return
+        chunk = min(STAGING_CHUNK, nbytes)
+        vbuf = dest.opaque
+        with self._stream_lock, open(src.path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, src.offset, nbytes, os.POSIX_FADV_SEQUENTIAL)
+            staging = _Staging(chunk)
+            pending: list[CopyHandle | None] = [None, None]
+            try:
+                for i, off in enumerate(range(0, nbytes, chunk)):
+                    k = i & 1
+                    if (h := pending[k]) is not None:  # the copy still reading this buffer
+                        pending[k] = None
+                        h.wait()
+                    view = staging.bufs[k].mv[: min(chunk, nbytes - off)]
+                    _read_exactly(fd, view, src.offset + off, src.path, src.offset, nbytes)
+                    pending[k] = self.gpu.copyin_async(vbuf, view, dest.offset + off)
+                last = i & 1
+                for k in (last ^ 1, last):  # the older copy first: its error is the cause of the other's
+                    if (h := pending[k]) is not None:
+                        pending[k] = None
+                        h.wait()
+            finally:
+                # on an error, never leave with a copy still reading staging memory (the driver's view keeps the
+                # mapping alive, but the caller may retry at once); the first error is the one raised
+                for h in pending:
+                    if h is not None:
+                        try:
+                            h.wait()
+                        except Exception:
+                            pass
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name} ({self.gpu!r})>"
+
+
+# ---------------- registration ----------------
+def _usb_suffix(rest: str) -> str | None:
+    """USB, USB:<n>, and USB:SIM (which is USB itself when SPECK_USB_SIM puts simulated bridges on the bus)."""
+    if rest.upper() == SIM_SUFFIX:
+        return "" if _sim_bridges_from_env() else SIM_SUFFIX
+    return numbered(rest)
+
+
+def _sim_bridges_from_env() -> int:
+    from speck.usbgpu.transport import sim_from_env
+
+    return sim_from_env()
+
+
+def open_usb(name: str) -> UsbDevice:
+    """Open the bridge a canonical USB name denotes (driver errors become DeviceUnavailableError with the cause)."""
+    from speck.usbgpu.api import UsbGpu
+    from speck.usbgpu.errors import UsbError
+
+    suffix = name.partition(":")[2]
+    try:
+        if suffix == SIM_SUFFIX:
+            from speck.usbgpu.sim import default_devices
+
+            gpu = UsbGpu.open(0, sim=default_devices(max(1, _sim_bridges_from_env())))
+        else:
+            gpu = UsbGpu.open(int(suffix or 0))
+    except UsbError as e:
+        raise DeviceUnavailableError(
+            f"cannot open {name}: {type(e).__name__}: {e}. For the simulator use USB:SIM, or set SPECK_USB_SIM=<n> "
+            "to make USB ... USB:<n-1> simulated bridges"
+        ) from e
+    return UsbDevice(name, gpu)
+
+
+def register() -> None:
+    """Add the USB device kind to speck.hcq's registry when speck-usbgpu is installed (the `speck.devices` entry
+    point of speck-tensor, also called when speck.tensor is imported)."""
+    try:
+        if importlib.util.find_spec("speck.usbgpu") is None:
+            return
+    except (ImportError, ValueError):  # a broken or blocked install counts as absent
+        return
+    register_device("USB", open_usb, suffix=_usb_suffix, forms=("USB", "USB:<n>", f"USB:{SIM_SUFFIX}"))
