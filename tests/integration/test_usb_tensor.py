@@ -172,6 +172,15 @@ def test_usb_tensor_views_copy_only_their_range() -> None:
     np.testing.assert_array_equal(t.reshape(3, 20)[2].numpy(), a.reshape(3, 20)[2])
 
 
+def test_cpu_kernels_and_usb_copies_in_one_schedule() -> None:
+    """Compute stays on the CPU: a schedule of CPU kernels feeding a copy to USB (and back) runs, in order."""
+    a = np.random.default_rng(7).standard_normal((5, 6)).astype(np.float32)
+    t = ((Tensor(a) * 2).T + 1).to("USB").realize()
+    expected = (a * 2).T + 1
+    assert vram_bytes(t) == np.ascontiguousarray(expected).tobytes()
+    np.testing.assert_allclose((t.to("CPU") - 1).numpy(), expected - 1, rtol=1e-6)
+
+
 def test_copies_between_two_bridges() -> None:
     a = np.random.default_rng(1).standard_normal((33, 17)).astype(np.float32)
     t0 = Tensor(a).to("USB").realize()
