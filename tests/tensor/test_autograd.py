@@ -285,8 +285,8 @@ def test_detach_blocks_gradient() -> None:
     x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
     (g,) = (x * x.detach()).sum().gradient(x)
     np.testing.assert_allclose(g.numpy(), [1.0, 2.0])
-    with pytest.raises(RuntimeError, match="does not contribute"):
-        x.detach().sum().gradient(x)
+    (z,) = x.detach().sum().gradient(x)  # not reached by any gradient: zeros of its shape
+    np.testing.assert_array_equal(z.numpy(), [0.0, 0.0])
 
 
 def test_non_scalar_backward_needs_seed() -> None:
@@ -297,10 +297,10 @@ def test_non_scalar_backward_needs_seed() -> None:
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 20.0])
 
 
-def test_backward_without_grad_tensors_errors() -> None:
+def test_backward_needs_no_requires_grad_flag() -> None:
     x = Tensor(np.array([1.0, 2.0]))
-    with pytest.raises(RuntimeError, match="requires_grad=True"):
-        (x * 2).sum().backward()
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
 
 
 def test_requires_grad_false_gets_no_grad() -> None:

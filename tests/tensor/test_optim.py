@@ -4,7 +4,6 @@ shows up)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -135,9 +134,8 @@ def muon_ref(lr: float, momentum: float, nesterov: bool, ns_steps: int, wd: floa
     def up(t: int, i: int, p: np.ndarray, g: np.ndarray, st: dict[str, Any]) -> np.ndarray:
         st["b"] = st.get("b", np.zeros_like(p)) * momentum + g
         u = g + momentum * st["b"] if nesterov else st["b"]
-        if p.ndim == 2:
-            u = np_newton_schulz(u, ns_steps) * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
-        return p - lr * (u + wd * p)
+        u = np_newton_schulz(u.reshape(p.shape[0], -1), ns_steps).reshape(p.shape)  # every param as a matrix
+        return p * (1 - wd * lr) - lr * u
 
     return up
 
@@ -188,7 +186,7 @@ def test_step_without_backward_raises() -> None:
 def test_optimizer_marks_params_and_skips_frozen() -> None:
     p, frozen = Tensor(np.ones(2, dtype=np.float32)), Tensor(np.ones(2, dtype=np.float32), requires_grad=False)
     opt = optim.SGD([p, frozen], lr=0.5)
-    assert p.requires_grad is True and opt.params == [p]
+    assert opt.params == [p] and opt.buffers == [frozen]
     with Tensor.train():
         (p * frozen * 2).sum().backward()
         opt.step()

@@ -1,15 +1,19 @@
-"""Autograd for Tensor: `backward()`, `Tensor.gradient(*targets)`, training mode and no-grad evaluation.
+"""Autograd for Tensor: `backward()`, `Tensor.gradient(*targets)`, training mode.
 
 Gradients are lazy tensors built by speck.tensor.gradient from the tensor-level UOp graph; nothing runs until they
-are realized (usually by the optimizer step, together with the parameter updates)."""
+are realized (usually by the optimizer step, together with the parameter updates).
+
+Which tensors `backward()` fills: every live tensor object (speck.tensor.live) whose node is in the root's graph,
+whose dtype is floating point and which has a device - parameters, inputs, intermediates held in variables and the
+root itself (it gets 1). No flag is needed; `requires_grad=False` and `detach()` opt out."""
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from speck.tensor import live
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.settings import TRAINING
 from speck.uop import Ops, UOp, dtypes
@@ -17,13 +21,9 @@ from speck.uop import Ops, UOp, dtypes
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
-# tensors that asked for gradients; backward() fills .grad of those that the loss depends on
-grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
-
-def register(t: Tensor) -> None:
-    """Remember a tensor that requires gradients (called when requires_grad becomes True)."""
-    grad_tensors.add(t)
+class GradientSeedError(RuntimeError, AssertionError):
+    """A non-scalar tensor was differentiated without a `gradient=` seed (an AssertionError in tinygrad too)."""
 
 
 def is_training() -> bool:
@@ -46,65 +46,75 @@ def train(mode: bool = True) -> Iterator[None]:
         Tensor.training, TRAINING.value = old, old_cv
 
 
-def _seed(t: Tensor) -> UOp:
-    """d(t)/d(t) = 1, as a constant of t's dtype and shape on t's device."""
-    one = UOp(Ops.CONST, t.dtype, (UOp(Ops.DEVICE, arg=t.device),), 1.0 if dtypes.is_float(t.dtype) else 1)
-    return one.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else one
+def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
+    """The gradient flowing into root: 1 for a scalar root, else the given seed (same shape)."""
+    if gradient is None:
+        if root.shape != ():
+            raise GradientSeedError(
+                f"{what} of a tensor of shape {root.shape} needs an explicit `gradient=` seed of that shape; "
+                "reduce it to a scalar first (e.g. .sum())"
+            )
+        one = UOp(Ops.CONST, root.dtype, (UOp(Ops.DEVICE, arg=root.device),), 1.0)
+        return one
+    if gradient.shape != root.shape:
+        raise GradientSeedError(f"{what}: the seed gradient has shape {gradient.shape}, expected {root.shape}")
+    return gradient.uop if gradient.dtype == root.dtype else gradient.uop.cast(root.dtype)
+
+
+def _check_float(t: Tensor, role: str) -> None:
+    if not dtypes.is_float(t.dtype):
+        raise RuntimeError(
+            f"only float Tensors have gradient: the {role} is {t.dtype} (gradients need a float dtype; "
+            "cast it with .float() first)"
+        )
+    if t.dtype.is_weak:
+        raise RuntimeError(
+            f"cannot take gradient wrt a weak Tensor (the {role} has dtype {t.dtype}, a Python-literal dtype with "
+            "no storage width); cast it to a concrete float dtype first"
+        )
+
+
+def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
+    """t's gradient, or zeros of its shape when the root does not depend on it (only through detach())."""
+    if (g := grads.get(t.uop)) is not None:
+        return g
+    z = UOp(Ops.CONST, t.dtype, (UOp(Ops.DEVICE, arg=t.device),), 0.0)
+    return z.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else z
 
 
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-    """Gradients of `root` with respect to each target (lazy tensors). A scalar root needs no seed gradient."""
+    """d(root)/d(target) for each target, as lazy tensors; `.grad` is not touched. A target root does not depend
+    on gets zeros of its shape."""
     from speck.tensor.tensor import Tensor
 
-    if gradient is None:
-        if root.shape != ():
-            raise RuntimeError(
-                f"gradient of a non-scalar tensor (shape {root.shape}) needs an explicit `gradient=` seed of that "
-                "shape; reduce it to a scalar (e.g. .sum()) first"
-            )
-        seed = _seed(root)
-    else:
-        if gradient.shape != root.shape:
-            raise RuntimeError(f"seed gradient has shape {gradient.shape}, expected {root.shape}")
-        seed = gradient.uop
-    if not dtypes.is_float(root.dtype):
-        raise RuntimeError(f"can't differentiate a {root.dtype} tensor: gradients need a float dtype")
-    grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
-    out = []
+    _check_float(root, "tensor being differentiated")
     for t in targets:
-        g = grads.get(t.uop)
-        if g is None:
-            raise RuntimeError(
-                f"a target of shape {t.shape} does not contribute to the tensor being differentiated; "
-                "its gradient is undefined (check that it was used, and not detach()ed)"
-            )
-        out.append(Tensor(g, device=t.device))
-    return out
+        _check_float(t, "target")
+    seed = _seed(root, gradient, "gradient()")
+    grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
+    return [Tensor(_grad_or_zeros(grads, t), device=t.device) for t in targets]
 
 
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(root)/d(t) into t.grad for every tensor t with requires_grad=True that root depends on."""
-    nodes = set(root.uop.toposort())
-    targets = [t for t in list(grad_tensors) if t.requires_grad and t.uop in nodes]
-    if not targets:
-        raise RuntimeError(
-            "backward() found no tensor with requires_grad=True that this value depends on; create parameters "
-            "with requires_grad=True (optimizers set it for the parameters they get)"
-        )
-    grads = _gradients_by_uop(root, targets, gradient)
-    for t in targets:
-        g = grads.get(t.uop)
-        if g is None:
-            continue
-        t.grad = g if t.grad is None else t.grad + g
-    return root
-
-
-def _gradients_by_uop(root: Tensor, targets: list[Tensor], gradient: Tensor | None) -> dict[UOp, Tensor]:
+    """Accumulate d(root)/d(t) into t.grad for every live float tensor t in root's graph (see the module doc);
+    returns root."""
     from speck.tensor.tensor import Tensor
 
-    seed = _seed(root) if gradient is None else gradient.uop
-    if gradient is None and root.shape != ():
-        raise RuntimeError(f"backward() on a tensor of shape {root.shape} needs `gradient=`; call .sum() first")
-    raw = compute_gradient(root.uop, seed, [t.uop for t in targets])
-    return {u: Tensor(g, device=root.device) for u, g in raw.items()}
+    seed = _seed(root, gradient, "backward()")
+    _check_float(root, "tensor backward() starts from")
+    nodes = set(root.uop.toposort())
+    targets = [
+        t for t in live.tensors()
+        if t.uop in nodes and t.requires_grad is not False and t.device is not None and dtypes.is_float(t.dtype)
+    ]  # fmt: skip
+    for t in targets:
+        if t.dtype.is_weak:
+            _check_float(t, "tensor in the graph")
+    grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
+    for t in targets:
+        g = Tensor(_grad_or_zeros(grads, t), device=t.device)
+        if t.grad is None:
+            t.grad = g
+        else:  # accumulate in place, so every holder of the .grad object sees the sum
+            t.grad.assign(t.grad + g)
+    return root

@@ -453,7 +453,7 @@ class ElementwiseMixin:
     def abs(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        return (self < 0).where(-self, (self > 0).where(self, self - self))  # gradient 0 at 0; -0 -> 0, NaN stays
 
     def sign(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -587,7 +587,9 @@ class ElementwiseMixin:
         neg = b < 0
         r = neg.where(e_int.where(odd.where(-mag, mag), math.nan), mag)
         r = (e == 0).where(1.0, r)
-        return (b == 1).where(1.0, r)
+        out = (b == 1).where(1.0, r)
+        _pow_gradient(out, b, e)
+        return out
 
     def _pow_int_const(self: Tensor, n: int, float_result: bool) -> Tensor:
         x = self if not float_result or dtypes.is_float(self.dtype) else self._float()
@@ -630,7 +632,7 @@ class ElementwiseMixin:
 
     # ---------------- activations ----------------
     def relu(self: Tensor) -> Tensor:
-        return self.maximum(0)
+        return (self > 0).where(self, 0)  # a select, not maximum(x, 0): the gradient at 0 is 0, not a tie's half
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
@@ -663,3 +665,17 @@ class ElementwiseMixin:
 
     def square(self: Tensor) -> Tensor:
         return self * self
+
+
+def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
+    """x ** y differentiates as y * x ** (y - 1) (0 where y == 0) and x ** y * ln(x) (0 where x == 0), not through
+    the exp2/log2 graph computing it, which gives NaN at x == 0."""
+    from speck.tensor.gradient import override_gradient
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        gt, o = out._new(g), out._new(out.uop)
+        dx = (e == 0).where(0.0, gt * e * b._pow_float(e - 1))
+        dy = (b == 0).where(0.0, gt * o * b.log())
+        return dx.uop, dy.uop
+
+    override_gradient(out.uop, (b.uop, e.uop), rule)

@@ -90,6 +90,23 @@ def _max_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     return (ctx * (gt + eq * half), ctx * ((const_like(ctx, 1) - gt - eq) + eq * half))
 
 
+def _copy_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+    # a copy to another device: the gradient is copied back to the device the value came from
+    dev = uop_device(ret.src[0])
+    back = UOp(Ops.COPY, ctx.dtype, (ctx, UOp(Ops.DEVICE, arg=dev)), dev)
+    return (back,) + (None,) * (len(ret.src) - 1)
+
+
+def uop_device(u: UOp) -> str:
+    """The device a tensor-level node computes on: that of the first buffer, copy or device it reaches."""
+    for n in u.toposort(gate=lambda x: x.op not in (Ops.BUFFER, Ops.COPY)):
+        if n.op is Ops.BUFFER:
+            return str(n.src[1].arg)
+        if n.op in (Ops.COPY, Ops.DEVICE):
+            return str(n.arg)
+    raise RuntimeError(f"can't tell which device a {u.op} node computes on (it reaches no buffer or device)")
+
+
 pm_gradient = PatternMatcher(
     [
         (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
@@ -143,6 +160,7 @@ pm_gradient = PatternMatcher(
         (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
         (UPat((Ops.CONTIGUOUS, Ops.AFTER), name="ret"), lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1)),
         (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,) * len(ret.src)),
+        (UPat(Ops.COPY, name="ret"), _copy_grad),
     ]
 )
 
@@ -176,7 +194,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
     grads: dict[UOp, UOp] = {root: root_grad}
     for u in reversed(_deepwalk(root, tset)):
         g = grads.get(u)
-        if g is None or u in tset and u is not root:
+        if g is None:  # (a target in the middle of the graph passes its gradient on: backward() fills every tensor)
             continue
         srcs: tuple[UOp, ...] = u.src
         local: tuple[UOp | None, ...] | None

@@ -24,6 +24,7 @@ from speck.tensor.dims import argfix, as_int
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.indexing import IndexingMixin
+from speck.tensor.live import track as _track
 from speck.tensor.movement import MovementMixin
 from speck.tensor.nnops import NNMixin
 from speck.tensor.npeval import np_dtype
@@ -99,8 +100,12 @@ _schedule_with_cache: Any = None
 class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
-    __slots__ = ("uop", "_device", "_requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_device", "requires_grad", "grad", "is_param", "__weakref__")
     grad: Tensor | None
+    # None (default) or True: backward() fills .grad when this tensor is in the graph; False: never (opt-out)
+    requires_grad: bool | None
+    # optimizers update params and only realize the others (buffers: BatchNorm statistics, step counters)
+    is_param: bool
     training: bool = False
     no_grad: bool = False
 
@@ -113,8 +118,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     ) -> None:
         dev = canonical(device)
         dt = _dt(dtype)
-        self.requires_grad, self.grad = requires_grad, None
+        self.requires_grad, self.grad, self.is_param = requires_grad, None, True
         self._device = dev
+        _track(self)
         if isinstance(data, UOp):
             self.uop = data
             return
@@ -163,21 +169,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         self.uop = _from_numpy(arr, dt, dev)
 
     # ---------------- autograd ----------------
-    @property
-    def requires_grad(self) -> bool | None:
-        """None: not decided (an optimizer will set True); True: backward() fills .grad; False: never."""
-        return self._requires_grad
-
-    @requires_grad.setter
-    def requires_grad(self, v: bool | None) -> None:
-        self._requires_grad = v
-        if v:
-            from speck.tensor.autograd import register
-
-            register(self)
+    def is_param_(self, flag: builtins.bool = True) -> Tensor:
+        """Mark this tensor as an optimizer parameter (True) or a buffer that optimizers only realize (False)."""
+        self.is_param = flag
+        return self
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate d(self)/d(t) into t.grad for every t with requires_grad=True that self depends on."""
+        """Accumulate d(self)/d(t) into t.grad for every live float tensor t in self's graph (parameters,
+        intermediates held in variables and self itself), except those made with requires_grad=False. Returns
+        self."""
         from speck.tensor.autograd import backward
 
         return backward(self, gradient)
@@ -258,7 +258,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def _new(self, u: UOp, device: str | None = None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.uop, t._device, t.requires_grad, t.grad = u, device or self._device, None, None
+        t.uop, t._device, t.requires_grad, t.grad, t.is_param = u, device or self._device, None, None, True
+        _track(t)
         return t
 
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
@@ -344,9 +345,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def clone(self, device: str | None = None) -> Tensor:
         """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer), on
-        `device` if given."""
+        `device` if given; .grad is cloned too and is_param kept."""
         src = self.to(device) if device is not None else self
-        return src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
+        out = src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
+        out.is_param = self.is_param
+        if src.grad is not None:
+            out.grad = src.grad.clone()
+        return out
 
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
@@ -357,11 +362,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         dev = canonical(device)
         if dev == self.device:
             return self
-        return self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), dev), dev)
+        out = self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), dev), dev)
+        out.is_param = self.is_param  # .grad moves along (to_ keeps the moved one)
+        if self.grad is not None:
+            out.grad = self.grad.to(dev)
+        return out
 
     def to_(self, device: str | None) -> Tensor:
         t = self.to(device)
-        self.uop, self._device = t.uop, t._device
+        self.uop, self._device, self.grad = t.uop, t._device, t.grad
         return self
 
     def _buffer_data(self) -> np.ndarray:
@@ -791,7 +800,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def __setstate__(self, st: Any) -> None:
         t = Tensor(st["data"], device=st["device"])
-        self.uop, self._device, self.requires_grad, self.grad = t.uop, t._device, None, None
+        self.uop, self._device, self.requires_grad, self.grad, self.is_param = t.uop, t._device, None, None, True
 
 
 def _materialize_buffer(b: UOp) -> Any:

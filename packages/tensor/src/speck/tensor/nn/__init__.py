@@ -17,10 +17,8 @@ def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
 
 
 def _state(t: Tensor) -> Tensor:
-    """A realized, non-trainable state tensor (running statistics, counters)."""
-    out = t.contiguous().realize()
-    out.requires_grad = False
-    return out
+    """A realized state tensor that optimizers realize but do not update (running statistics, counters)."""
+    return t.contiguous().realize().is_param_(False)
 
 
 class Linear:

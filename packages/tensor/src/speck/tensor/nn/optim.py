@@ -1,55 +1,76 @@
-"""Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, LARS, Muon, and OptimizerGroup.
+"""Optimizers: LARS (with SGD and Muon as its factory functions), LAMB (with Adam and AdamW), OptimizerGroup.
 
-`step()` builds the new value of every parameter and state tensor lazily from the *old* values (so every gradient
-sees the parameters before the update), realizes them together in one schedule, then assigns them; it returns
-nothing and refuses to run outside training mode (`Tensor.train()` or `Context(TRAINING=1)`): a step in evaluation
-mode is almost always a bug. State (momentum buffers, the step count) lives in tensors, so a TinyJit-captured step
-replays correctly."""
+`schedule_step()` computes every new parameter and state value lazily from the *old* values (so every gradient sees
+the parameters before the update), queues them as updates of their tensors and returns the tensors to realize;
+realizing any tensor applies all queued updates in one schedule. `step()` does that realize. A step refuses to run
+outside training mode (`Tensor.train()` or `Context(TRAINING=1)`): a step in evaluation mode is almost always a
+bug. State (momentum buffers, the step count, the learning rate) lives in tensors, so a TinyJit-captured step
+replays correctly and a learning rate assigned between replays takes effect."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from speck.tensor.dims import as_int
+from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.tensor import Tensor
-from speck.uop import DType, dtypes
+from speck.uop import DType, dtypes, getenv, least_upper_dtype, to_dtype
+
+# the dtype optimizer state (momentum, moments) is kept and computed in, at least (float64 params keep float64)
+OPTIM_DTYPE: DType = to_dtype(getenv("OPTIM_DTYPE", "float32"))
+# 1: the learning rate is a constant of the graph instead of a tensor input (a schedule can't change it)
+CONST_LR = getenv("CONST_LR", 0)
+
+
+class OptimizerError(RuntimeError, AssertionError):
+    """An optimizer was built or stepped in a way it can't serve (an AssertionError in tinygrad too)."""
 
 
 class Optimizer:
-    """Base class: holds the parameters that require gradients and the shared learning rate tensor."""
+    """Base class. `params` are split into `.params` (is_param=True: updated from their `.grad`) and `.buffers`
+    (is_param=False or requires_grad=False, e.g. BatchNorm statistics: realized with every step, not updated)."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float) -> None:
-        for p in params:
-            if p.requires_grad is None:
-                p.requires_grad = True
-        self.params = [p for p in params if p.requires_grad]
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor, device: str | None = None,
+                 fused: bool | None = None) -> None:  # fmt: skip
+        lr_value = None if isinstance(lr, Tensor) else float(lr)
+        if lr_value is not None and lr_value < 0:
+            raise ValueError(f"learning rate must be >= 0, got {lr}")
+        unique = list(dict.fromkeys(params))  # identity: Tensor hashes by id
+        self.params = [p for p in unique if p.is_param and p.requires_grad is not False]
+        self.buffers = [p for p in unique if not (p.is_param and p.requires_grad is not False)]
         if not self.params:
-            raise RuntimeError("optimizer got no parameters that require gradients; pass model parameters")
-        self.buffers = [p for p in params if not p.requires_grad]
-        # parameters must live in buffers of their own: assign() then updates them in place, and a TinyJit capture
+            raise OptimizerError(
+                "optimizer got no parameters to update; pass the model's parameters (get_parameters(model)); tensors "
+                "marked is_param=False or requires_grad=False are buffers it only realizes"
+            )
+        self.device = device if device is not None else self.params[0].device
+        self.fused = bool(FUSE_OPTIM) if fused is None else bool(fused)
+        # parameters must live in buffers of their own: an update then writes them in place, and a TinyJit capture
         # of the step sees the same kernels on every call (a lazy initialiser would be folded into the first one)
         for p in self.params:
             if not _owns_buffer(p):
                 p.uop = p.contiguous().realize().uop
-        self.lr = Tensor([lr], dtype=dtypes.float32, requires_grad=False).contiguous().realize()
+        if isinstance(lr, Tensor):
+            self.lr = lr
+        elif CONST_LR:
+            self.lr = Tensor(lr_value, dtype=dtypes.float32, device=self.device)
+        else:
+            self.lr = Tensor([lr_value], dtype=dtypes.float32, device=self.device).contiguous().realize()
+        self.lr.is_param_(False).requires_grad = False
 
     def zero_grad(self) -> None:
-        """Forget the gradients of every parameter."""
+        """Forget the gradients of every parameter (.grad = None)."""
         for p in self.params:
             p.grad = None
 
     def step(self, *realize_with: Tensor) -> None:
-        """Apply one update to every parameter: realize all new values together, then assign them. `realize_with`
-        tensors (e.g. the loss) are computed in the same schedule, from the parameters before the update."""
-        updates = self.schedule_step()
-        Tensor.realize_all(*realize_with, *[new for _, new in updates])
-        for target, new in updates:
-            target.assign(new)
+        """Apply one update: realize everything schedule_step() returns. `realize_with` tensors (e.g. the loss) are
+        computed in the same schedule, from the parameters before the update."""
+        Tensor.realize_all(*realize_with, *self.schedule_step())
 
-    def schedule_step(self) -> list[tuple[Tensor, Tensor]]:
-        """(target, lazy new value) for every tensor one step updates (parameters and optimizer state), computed
-        from the current values; nothing is realized or assigned."""
+    def schedule_step(self) -> list[Tensor]:
+        """Queue the update of every parameter and state tensor (computed from the current values, applied at the
+        next realize) and return the tensors that must be realized: optimizer state, params, buffers."""
         from speck.tensor.autograd import is_training
 
         if not is_training():
@@ -59,22 +80,75 @@ class Optimizer:
             )
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing:
-            raise RuntimeError(
+            raise OptimizerError(
                 f"parameters {missing} of {len(self.params)} have no gradient; call loss.backward() before step(), "
-                "and check that every parameter contributes to the loss"
+                "and check that every parameter is in the loss's graph"
             )
-        return self._step()
+        updates = self._updates()
+        for target, new in updates:
+            _assign_later(target, new)
+        return [*self._state(), *self.params, *self.buffers]
 
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
+    # -- what optimizers define --
+    def _updates(self) -> list[tuple[Tensor, Tensor]]:
+        """(tensor, its new value) for every tensor one step writes."""
         raise NotImplementedError
 
+    def _state(self) -> list[Tensor]:
+        """The optimizer's state tensors."""
+        return []
+
+    # -- shared pieces --
     def _lr(self, dtype: DType) -> Tensor:
-        """The learning rate as a 0-d tensor of dtype (so it broadcasts to any parameter shape, 0-d included)."""
-        return self.lr.reshape(()).cast(dtype)
+        """The learning rate as a 0-d tensor of dtype (it broadcasts to any parameter shape, 0-d included)."""
+        return self.lr.reshape(()).cast(dtype) if self.lr.shape else self.lr.cast(dtype)
+
+    def _slots(self) -> list[tuple[int, ...]]:
+        """Shapes of the update slots: one per parameter, or one flat slot for all of them when fused."""
+        if self.fused:
+            return [(sum(as_int(p.numel()) for p in self.params),)]
+        return [tuple(as_int(s) for s in p.shape) for p in self.params]
+
+    def _compute_dtype(self) -> list[DType]:
+        if self.fused:
+            return [least_upper_dtype(OPTIM_DTYPE, *[p.dtype for p in self.params])]
+        return [least_upper_dtype(OPTIM_DTYPE, p.dtype) for p in self.params]
+
+    def _new_state(self, fill: float = 0.0) -> list[Tensor]:
+        """A realized state tensor per slot, filled with `fill` (is_param=False: never a parameter itself)."""
+        return [Tensor.full(shape, fill, dtype=dt, device=self.device if self.fused else p.device).contiguous()
+                .realize().is_param_(False) for shape, dt, p in zip(self._slots(), self._compute_dtype(), self.params)]  # fmt: skip
+
+    def _weights_and_grads(self) -> list[tuple[Tensor, Tensor]]:
+        """(detached value, gradient) per slot in the slot's compute dtype; fused: all flattened into one."""
+        dts = self._compute_dtype()
+        if not self.fused:
+            return [(p.detach().cast(dt), _grad(p, dt)) for p, dt in zip(self.params, dts)]
+        dt = dts[0]
+        ws = [p.detach().cast(dt).flatten() for p in self.params]
+        gs = [_grad(p, dt, contiguous=False).flatten() for p in self.params]
+        return [(_cat(ws), _cat(gs).contiguous())]
+
+    def _param_updates(self, news: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+        """(param, new value in its dtype) from the new value of each slot."""
+        if not self.fused:
+            return [(p, n.cast(p.dtype)) for p, n in zip(self.params, news)]
+        out, off = [], 0
+        for p in self.params:
+            n = as_int(p.numel())
+            out.append((p, news[0].shrink(((off, off + n),)).reshape(p.shape).cast(p.dtype)))
+            off += n
+        return out
+
+
+def _assign_later(target: Tensor, value: Tensor) -> None:
+    """target takes value at the next realize, computed in that realize's schedule with every other queued update
+    (so all of them read the values from before the step)."""
+    target.assign_deferred(value if value.dtype == target.dtype else value.cast(target.dtype))
 
 
 def _owns_buffer(t: Tensor) -> bool:
-    """t is a whole realized buffer (possibly reshaped), so assign() updates it in place."""
+    """t is a whole realized buffer (possibly reshaped), so an assign updates it in place."""
     from speck.tensor.schedule import base_buffer, view_offset
     from speck.uop import Ops
 
@@ -89,164 +163,182 @@ def _owns_buffer(t: Tensor) -> bool:
     return True
 
 
-def _grad(p: Tensor) -> Tensor:
+def _grad(p: Tensor, dtype: DType, contiguous: bool = True) -> Tensor:
     assert p.grad is not None
-    g = p.grad.detach().cast(p.dtype) if p.grad.dtype != p.dtype else p.grad.detach()
-    return g.contiguous()  # one kernel computes the gradient; updates that read it twice (Adam m and v) share it
+    g = p.grad.detach()
+    g = g.cast(dtype) if g.dtype != dtype else g
+    # one kernel computes the gradient; updates that read it twice (Adam's m and v) share it
+    return g.contiguous() if contiguous else g
+
+
+def _cat(ts: list[Tensor]) -> Tensor:
+    return ts[0] if len(ts) == 1 else ts[0].cat(*ts[1:])
+
+
+def _norm(x: Tensor) -> Tensor:
+    return x.square().sum().sqrt()
 
 
 class OptimizerGroup(Optimizer):
     """Several optimizers stepped as one (e.g. Muon for matrices and AdamW for the rest)."""
 
     def __init__(self, *optimizers: Optimizer) -> None:
+        if not optimizers:
+            raise OptimizerError("OptimizerGroup needs at least one optimizer")
         self.optimizers = list(optimizers)
         self.params = [p for o in optimizers for p in o.params]
         self.buffers = [b for o in optimizers for b in o.buffers]
+
+    def __getitem__(self, i: int) -> Optimizer:
+        return self.optimizers[i]
 
     def zero_grad(self) -> None:
         for o in self.optimizers:
             o.zero_grad()
 
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
-        return [u for o in self.optimizers for u in o._step()]
+    def schedule_step(self) -> list[Tensor]:
+        return [t for o in self.optimizers for t in o.schedule_step()]
 
 
-class SGD(Optimizer):
-    """Stochastic gradient descent: g = grad + weight_decay*p; with momentum b = momentum*b + g and the update uses b
-    (or g + momentum*b with nesterov); p -= lr * update."""
+class LARS(Optimizer):
+    """SGD with momentum and a layer-wise trust ratio r = tcoef*||w|| / (||g|| + wd*||w||) (1 when either norm is 0
+    or tcoef is 0). Per step: g += wd*w (pre_wd); g *= r*lr (classic); b = momentum*b + g and g = g + momentum*b
+    (nesterov) or b; g = NewtonSchulz(g) (ns_coefficients); w *= 1 - wd*lr (not pre_wd); g *= r*lr (not classic);
+    w -= g."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False) -> None:  # fmt: skip
-        super().__init__(params, lr)
-        if nesterov and momentum == 0:
-            raise RuntimeError("nesterov momentum needs momentum > 0")
-        self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
-        self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params] \
-            if momentum else []  # fmt: skip
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.9,
+                 weight_decay: float = 1e-4, ns_steps: int = 0, ns_coefficients: Sequence[float] | None = None,
+                 nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
+                 device: str | None = None, fused: bool | None = None) -> None:  # fmt: skip
+        if momentum < 0:
+            raise ValueError(f"momentum must be >= 0, got {momentum}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        super().__init__(params, lr, device, fused)
+        self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
+        self.pre_wd, self.tcoef = pre_wd, tcoef
+        self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients) if ns_coefficients else None
+        self.b = self._new_state() if momentum else []
 
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
-        out = []
-        for i, p in enumerate(self.params):
-            g = _grad(p)
-            if self.wd:
-                g = g + p.detach() * self.wd
+    def _state(self) -> list[Tensor]:
+        return list(self.b)
+
+    def _updates(self) -> list[tuple[Tensor, Tensor]]:
+        out: list[tuple[Tensor, Tensor]] = []
+        news = []
+        for i, ((w, g), dt) in enumerate(zip(self._weights_and_grads(), self._compute_dtype())):
+            lr = self._lr(dt)
+            if self.tcoef:
+                wn, gn = _norm(w), _norm(g)
+                r = ((wn > 0) & (gn > 0)).where(wn * self.tcoef / (gn + wn * self.wd), 1.0)
+                rlr = r * lr
+            else:
+                rlr = lr
+            if self.pre_wd and self.wd > 0:
+                g = g + w * self.wd
+            if self.classic:
+                g = g * rlr
             if self.momentum:
                 b = self.b[i] * self.momentum + g
                 out.append((self.b[i], b))
                 g = g + b * self.momentum if self.nesterov else b
-            out.append((p, p.detach() - g * self._lr(p.dtype)))
-        return out
+            if self.ns_coefficients:
+                g = newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_coefficients).reshape(g.shape)
+            if not self.pre_wd and self.wd > 0:
+                w = w * (1.0 - lr * self.wd)
+            if not self.classic:
+                g = g * rlr
+            news.append(w - g)
+        return out + self._param_updates(news)
 
 
-class LAMB(Optimizer):
-    """LAMB (Adam moments with a layer-wise trust ratio); with adam=True the trust ratio is 1, which is Adam with
-    decoupled weight decay (AdamW)."""
-
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False) -> None:  # fmt: skip
-        super().__init__(params, lr)
-        self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-        self.b1_t = Tensor([1.0], dtype=dtypes.float32).contiguous().realize()
-        self.b2_t = Tensor([1.0], dtype=dtypes.float32).contiguous().realize()
-        self.m = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device).contiguous().realize()
-                  for p in self.params]  # fmt: skip
-        self.v = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device).contiguous().realize()
-                  for p in self.params]  # fmt: skip
-
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
-        b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2
-        out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
-        c1, c2 = (1.0 - b1_t).reshape(()), (1.0 - b2_t).reshape(())
-        lr = self._lr(dtypes.float32)
-        # the bias corrections as scalars, once per step: (m/c1) / (sqrt(v/c2) + eps) equals
-        # m * (sqrt(c2)/c1) / (sqrt(v) + eps*sqrt(c2)), which costs an element one sqrt and one division instead
-        # of three divisions and a sqrt (the scalar factors are loop-invariant in the update kernel)
-        s2 = c2.sqrt()
-        k, e = s2 / c1, s2 * self.eps
-        for i, p in enumerate(self.params):
-            g = _grad(p).float()
-            m = self.m[i] * self.b1 + g * (1.0 - self.b1)
-            v = self.v[i] * self.b2 + (g * g) * (1.0 - self.b2)
-            pf = p.detach().float()
-            if self.adam:  # lr folds into the scalar factor; weight decay costs nothing when it is 0
-                step = m * (lr * k) / (v.sqrt() + e)
-                new = pf - (step + pf * (lr * self.wd) if self.wd else step)
-            else:
-                up = m * k / (v.sqrt() + e) + pf * self.wd
-                r1, r2 = pf.square().sum().sqrt(), up.square().sum().sqrt()
-                trust = ((r1 > 0) & (r2 > 0)).where(r1 / r2, 1.0)
-                new = pf - lr * trust * up
-            out += [(self.m[i], m), (self.v[i], v), (p, new.cast(p.dtype))]
-        return out
+def SGD(params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
+        nesterov: bool = False, classic: bool = False, device: str | None = None,
+        fused: bool | None = None) -> LARS:  # fmt: skip
+    """Stochastic gradient descent: b = momentum*b + (g + weight_decay*w); w -= lr*b (nesterov: lr*(g' + m*b))."""
+    return LARS(params, lr, momentum, weight_decay, 0, None, nesterov, classic, pre_wd=True, tcoef=0.0,
+                device=device, fused=fused)  # fmt: skip
 
 
-def Adam(params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
-    """Adam: bias-corrected first and second moments, p -= lr * m_hat / (sqrt(v_hat) + eps)."""
-    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True)
+def Muon(params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.95, weight_decay: float = 0.1,
+         ns_steps: int = 5, ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
+         device: str | None = None, fused: bool | None = None) -> LARS:  # fmt: skip
+    """Muon: nesterov momentum whose update (each parameter seen as a (shape[0], -1) matrix) is orthogonalized by
+    Newton-Schulz iterations, with decoupled weight decay."""
+    if fused if fused is not None else FUSE_OPTIM:
+        raise OptimizerError("Muon can't be fused: it orthogonalizes each parameter's update as a matrix of its own")
+    return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False,
+                pre_wd=False, tcoef=0.0, device=device, fused=False)  # fmt: skip
 
 
-def AdamW(params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01) -> LAMB:  # fmt: skip
-    """Adam with decoupled weight decay: p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p)."""
-    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
-
-
-class LARS(Optimizer):
-    """SGD with momentum and a layer-wise trust ratio: local_lr = tcoef*||p|| / (||g|| + wd*||p||) scales
-    g = grad + wd*p before the momentum update."""
-
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 0.0,
-                 tcoef: float = 0.001) -> None:  # fmt: skip
-        super().__init__(params, lr)
-        self.momentum, self.wd, self.tcoef = momentum, weight_decay, tcoef
-        self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().realize() for p in self.params]
-
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
-        out = []
-        for i, p in enumerate(self.params):
-            g, pd = _grad(p), p.detach()
-            pn, gn = pd.square().sum().sqrt(), g.square().sum().sqrt()
-            trust = ((pn > 0) & (gn > 0)).where(pn * self.tcoef / (gn + pn * self.wd), 1.0)
-            g = (g + pd * self.wd) * trust
-            b = self.b[i] * self.momentum + g
-            out += [(self.b[i], b), (p, pd - b * self._lr(p.dtype))]
-        return out
-
-
-def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
-    """Approximately orthogonalize a matrix (the polar factor) with a quintic Newton-Schulz iteration."""
-    a, b, c = 3.4445, -4.7750, 2.0315
+def newton_schulz(g: Tensor, steps: int = 5, coefficients: Sequence[float] = (3.4445, -4.775, 2.0315),
+                  eps: float = 1e-7) -> Tensor:  # fmt: skip
+    """Approximately orthogonalize a matrix (its polar factor) with a quintic Newton-Schulz iteration."""
+    a, b, c = coefficients
     transposed = g.shape[0] > g.shape[1]
     x = g.T if transposed else g
-    x = x / (x.square().sum().sqrt() + eps)
+    x = x / (_norm(x) + eps)
     for _ in range(steps):
         s = x @ x.T
         x = x * a + (s * b + (s @ s) * c) @ x
     return x.T if transposed else x
 
 
-class Muon(Optimizer):
-    """Muon: SGD-momentum whose update for each 2-D parameter is orthogonalized by Newton-Schulz and scaled by
-    sqrt(max(1, rows/cols)); parameters that are not matrices get the plain momentum update."""
+class LAMB(Optimizer):
+    """LAMB: Adam moments with a layer-wise trust ratio r = ||w|| / ||u|| (1 when either is 0, or with adam=True,
+    which makes it Adam with decoupled weight decay, AdamW). u = m_hat / (sqrt(v_hat) + eps) + wd*w; w -= lr*r*u."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 ns_steps: int = 5, weight_decay: float = 0.0) -> None:  # fmt: skip
-        super().__init__(params, lr)
-        self.momentum, self.nesterov, self.ns_steps, self.wd = momentum, nesterov, ns_steps, weight_decay
-        self.b = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device).contiguous().realize()
-                  for p in self.params]  # fmt: skip
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False, device: str | None = None,
+                 fused: bool | None = None) -> None:  # fmt: skip
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        super().__init__(params, lr, device, fused)
+        self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+        self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device).contiguous().realize()
+                                .is_param_(False) for _ in range(2))  # fmt: skip
+        self.m, self.v = self._new_state(), self._new_state()
 
-    def _step(self) -> list[tuple[Tensor, Tensor]]:
-        out = []
-        lr = self._lr(dtypes.float32)
-        for i, p in enumerate(self.params):
-            g = _grad(p).float()
-            b = self.b[i] * self.momentum + g
-            up = g + b * self.momentum if self.nesterov else b
-            if len(p.shape) == 2:
-                up = newton_schulz(up, self.ns_steps) * math.sqrt(max(1.0, as_int(p.shape[0]) / as_int(p.shape[1])))
-            pf = p.detach().float()
-            # decoupled weight decay: p*(1 - lr*wd) - lr*up == p - lr*(up + wd*p)
-            new = pf - lr * (up + pf * self.wd) if self.wd else pf - lr * up
-            out += [(self.b[i], b), (p, new.cast(p.dtype))]
-        return out
+    def _state(self) -> list[Tensor]:
+        return [self.b1_t, self.b2_t, *self.m, *self.v]
+
+    def _updates(self) -> list[tuple[Tensor, Tensor]]:
+        b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2
+        out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
+        news = []
+        for i, ((w, g), dt) in enumerate(zip(self._weights_and_grads(), self._compute_dtype())):
+            c1, c2 = (1.0 - b1_t).reshape(()).cast(dt), (1.0 - b2_t).reshape(()).cast(dt)
+            lr = self._lr(dt)
+            m = self.m[i] * self.b1 + g * (1.0 - self.b1)
+            v = self.v[i] * self.b2 + (g * g) * (1.0 - self.b2)
+            out += [(self.m[i], m), (self.v[i], v)]
+            # the bias corrections as scalars, once per step: (m/c1) / (sqrt(v/c2) + eps) equals
+            # m * (sqrt(c2)/c1) / (sqrt(v) + eps*sqrt(c2)), which costs an element one sqrt and one division instead
+            # of three divisions and a sqrt (the scalar factors are loop-invariant in the update kernel)
+            s2 = c2.sqrt()
+            k, e = s2 / c1, s2 * self.eps
+            if self.adam:  # lr folds into the scalar factor; weight decay costs nothing when it is 0
+                up = m * (lr * k) / (v.sqrt() + e)
+                news.append(w - (up + w * (lr * self.wd) if self.wd else up))
+            else:
+                u = m * k / (v.sqrt() + e) + w * self.wd
+                wn, un = _norm(w), _norm(u)
+                r = ((wn > 0) & (un > 0)).where(wn / un, 1.0)
+                news.append(w - lr * r * u)
+        return out + self._param_updates(news)
+
+
+def Adam(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         device: str | None = None, fused: bool | None = None) -> LAMB:  # fmt: skip
+    """Adam: bias-corrected first and second moments, w -= lr * m_hat / (sqrt(v_hat) + eps)."""
+    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)
+
+
+def AdamW(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+          weight_decay: float = 0.01, device: str | None = None, fused: bool | None = None) -> LAMB:  # fmt: skip
+    """Adam with decoupled weight decay: w -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w)."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
+
+
+__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerError", "OptimizerGroup",
+           "newton_schulz"]  # fmt: skip
