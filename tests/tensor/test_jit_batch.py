@@ -83,7 +83,7 @@ def test_batched_replay_equals_per_kernel_replay_and_eager(model_name: str) -> N
     eager_l, eager_s, _ = _train(model_name, "eager")
     per_l, per_s, _ = _train(model_name, "per-kernel")
     bat_l, bat_s, step = _train(model_name, "batched")
-    assert step.cnt == 2 and step.plan is not None and step.plan.batches  # the replays did run batched
+    assert step.captured is not None and step.plan is not None and step.plan.batches  # replays ran batched
     assert all(b.graph is not None and not b.failed for b in step.plan.batches)
     assert bat_l == per_l  # the same kernels on the same data: bit-identical
     np.testing.assert_allclose(bat_l, eager_l, rtol=1e-5, atol=1e-6)
@@ -115,7 +115,8 @@ def test_worker_threads_do_not_change_results(model_name: str, monkeypatch: pyte
 
 
 def test_inputs_swapped_between_replays() -> None:
-    """Every call brings new input buffers (and one input sometimes repeats): each replay reads its own."""
+    """Every call brings new input buffers: each replay reads its own. One buffer passed as both inputs is refused
+    (a capture needs distinct input buffers)."""
 
     @TinyJit
     def f(a: Tensor, b: Tensor) -> Tensor:
@@ -126,6 +127,10 @@ def test_inputs_swapped_between_replays() -> None:
     ts = [Tensor(x).realize() for x in xs]
     for i in range(6):
         a, b = (ts[i], ts[i + 1]) if i != 4 else (ts[1], ts[1])
+        if a is b:
+            with pytest.raises(jit.JitError, match="duplicate inputs"):
+                f(a, b)
+            continue
         got = f(a, b).numpy()
         na, nb = a.numpy(), b.numpy()
         np.testing.assert_allclose(got, ((na + 1) * nb).sum(axis=1) + na.max(axis=1), rtol=1e-5)

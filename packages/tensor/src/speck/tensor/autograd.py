@@ -104,9 +104,10 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     _check_float(root, "tensor backward() starts from")
     nodes = set(root.uop.toposort())
     targets = [
-        t for t in live.tensors()
+        t
+        for t in live.tensors()
         if t.uop in nodes and t.requires_grad is not False and t.device is not None and dtypes.is_float(t.dtype)
-    ]  # fmt: skip
+    ]
     for t in targets:
         if t.dtype.is_weak:
             _check_float(t, "tensor in the graph")

@@ -1,133 +1,178 @@
-"""TinyJit: run a function eagerly twice, capture the kernels its second call runs, then replay them.
+"""TinyJit: run a function eagerly once, capture the kernels its second call runs, then replay them.
 
 Replays skip Python tracing, scheduling and compilation: the captured calls run on the same intermediate buffers
 with the new inputs' buffers swapped in. The returned tensors are the captured outputs, refilled by every replay
-(copy them if you need to keep one). Inputs must keep the shapes, dtypes and devices of the capture.
+(copy them if you need to keep one). Inputs are the tensor arguments, tensor keyword arguments and tensors one level
+deep in list/tuple/dict arguments; they must keep the shapes, dtypes and devices of the capture, except that sizes
+given by bound Variables (in input shapes, or Variables passed as arguments) may change: one capture serves every
+value, the kernels get the new values at each replay. Non-tensor arguments are baked in (only their layout is
+checked). Calls the capture can't serve raise JitError.
 
 Random numbers (Tensor.rand, dropout, ...) replay fresh: each draw reads the device's counter buffer as a kernel
 input and advances it in place, so the captured kernels and copies keep advancing it, and N calls draw exactly
 what N eager calls would from the same seed.
 
-On CPU devices a replay runs each stretch of consecutive captured kernels and buffer copies as one speck.hcq
-CPUGraph: one native call per worker thread instead of a Python launch per kernel (results are identical; the
-graph calls the same kernels with the same slices). JIT_BATCH=0 (or `jit.BATCH = 0`) replays call by call, and so
-do replays under DEBUG>=2 or PROFILE=1, which time every kernel."""
+Settings: JIT=0 makes TinyJit call the function every time; JIT=1 (default) replays each stretch of consecutive
+captured kernels and copies on a device with a graph class (speck.hcq's CPUGraph on CPU) as one native call;
+JIT=2 replays call by call (as do replays under DEBUG>=2 or PROFILE=1, which time every kernel, and JIT_BATCH=0).
+Context(CAPTURING=0) inside a captured function runs its realizations immediately, unrecorded."""
 
 from __future__ import annotations
 
 import functools
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from speck.tensor import profile, realize
 from speck.tensor.counters import GlobalCounters
-from speck.tensor.schedule import base_buffer, buffer_device, buffer_map
+from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
+from speck.tensor.settings import CAPTURING, JIT
 from speck.tensor.tensor import Tensor
 from speck.uop import DEBUG, Ops, UOp, getenv
 from speck.uop.helpers import prod
 
 # 0: replay every captured call on its own (the per-kernel path), e.g. to compare; read at each replay
 BATCH = getenv("JIT_BATCH", 1)
+# 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
+UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 R = TypeVar("R")
 
 
 class JitError(RuntimeError):
-    """A jitted function was called in a way its capture can't serve."""
+    """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
 
 
+class JitResetError(JitError, AssertionError):
+    """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""
+
+
+def check_read_allowed(what: str) -> None:
+    """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
+    Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
+    if realize.CAPTURE is not None and CAPTURING.value and not UNSAFE_ALLOW_JIT_BUFFER:
+        raise JitError(
+            f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
+            "replays). Return the tensor from the jitted function and read it outside, or run the read under "
+            "Context(CAPTURING=0)"
+        )
+
+
+# ---------------- inputs ----------------
 @dataclass(frozen=True)
-class _Sig:
+class InputSig:
+    """What a replay needs unchanged of one tensor input: its shape (symbolic dims with their Variables unbound,
+    so bound values may change), dtype and device."""
+
     shape: tuple[Any, ...]
     dtype: Any
     device: str
 
-
-def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Tensor]]:
-    out = [(f"argument {i}", a) for i, a in enumerate(args) if isinstance(a, Tensor)]
-    out += [(f"keyword {k!r}", v) for k, v in sorted(kwargs.items()) if isinstance(v, Tensor)]
-    return out
+    def describe(self) -> str:
+        return f"shape {tuple(_show_dim(s) for s in self.shape)} {self.dtype} on {self.device}"
 
 
-class TinyJit(Generic[R]):
-    """Decorator: `@TinyJit def step(x, y): ...`. The first call runs eagerly, the second is captured, later calls
-    replay. `reset()` drops the capture."""
+def _show_dim(s: Any) -> Any:
+    return s if isinstance(s, int) else s.arg[0] if isinstance(s, UOp) and s.op is Ops.DEFINE_VAR else s.render()
 
-    def __init__(self, fn: Callable[..., R]) -> None:
-        self.fn = fn
-        self.reset()
-        functools.update_wrapper(self, fn)
 
-    def reset(self) -> None:
-        self.cnt = 0
-        self.calls: list[Any] = []
-        self.input_bufs: list[UOp] = []
-        self.sigs: list[_Sig] = []
-        self.ret: Any = None
-        self.plan: ReplayPlan | None = None  # the replay's batches, built at the first replay
+@dataclass
+class _Inputs:
+    """The tensors and bound Variables of one call, and the argument layout they came in."""
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return functools.partial(self.__call__, obj)  # methods: bind self
+    named: list[tuple[str, Tensor]]
+    var_vals: dict[str, int]
+    layout: tuple[Any, ...]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> R:
-        named = _inputs(args, kwargs)
-        tensors = [t for _, t in named]
-        if tensors:
-            # every input must be a whole realized buffer: the capture swaps buffers, not views into them
-            Tensor.realize_all(*tensors)
-            for t in tensors:
-                if not _is_whole_buffer(t):
-                    # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer),
-                    # and replays would then read the slice the capture saw
-                    t.uop = t.clone().realize().uop
-        if self.cnt >= 2:
-            return self._replay(named)
-        if self.cnt == 0:
-            self.cnt = 1
-            ret = self.fn(*args, **kwargs)
-            _realize_outputs(ret)
-            return ret
-        # second call: capture every kernel the call runs
-        captured: list[tuple[str, Any]] = []
-        realize.CAPTURE = captured
-        try:
-            ret = self.fn(*args, **kwargs)
-            _realize_outputs(ret)
-        finally:
-            realize.CAPTURE = None
-        # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
-        # target while kernels still read its old value, so the new value gets storage of its own again and the
-        # replay copies it over at the point the assign happened
-        for kind, item in captured:
-            if kind == "assign" and item[0] is not item[1]:
-                buffer_map.pop(item[1], None)
-        self.calls = captured
-        self.input_bufs = [_buf(t) for t in tensors]
-        self.sigs = [_Sig(tuple(t.shape), t.dtype, t.device) for t in tensors]
-        self.names = [n for n, _ in named]
-        self.ret, self.cnt = ret, 2
-        return ret
 
-    def _replay(self, named: list[tuple[str, Tensor]]) -> R:
-        if len(named) != len(self.sigs):
-            raise JitError(f"jitted function was captured with {len(self.sigs)} tensor inputs, called with "
-                           f"{len(named)}; call .reset() to capture again")  # fmt: skip
-        mapping: dict[UOp, UOp] = {}
-        for (name, t), sig, old in zip(named, self.sigs, self.input_bufs):
-            now = _Sig(tuple(t.shape), t.dtype, t.device)
-            if now != sig:
+def _kind(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return "tensor"
+    if isinstance(x, UOp) and x.op is Ops.BIND:
+        return ("variable", x.src[0].arg[0])
+    return "value"
+
+
+def _gather(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Inputs:
+    """Tensors and bound Variables among the arguments (one level into lists, tuples and dicts), in a fixed order:
+    positional arguments, then keyword arguments sorted by name."""
+    named: list[tuple[str, Tensor]] = []
+    var_vals: dict[str, int] = {}
+    layout: list[Any] = []
+
+    def visit(name: str, x: Any) -> Any:
+        if isinstance(x, Tensor):
+            named.append((name, x))
+        elif isinstance(x, UOp) and x.op is Ops.BIND:
+            var, val = x.unbind()
+            var_vals[var.arg[0]] = val
+        return _kind(x)
+
+    items = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"keyword {k!r}", kwargs[k]) for k in sorted(kwargs)]
+    for name, a in items:
+        if isinstance(a, (list, tuple)):
+            layout.append((type(a).__name__, tuple(visit(f"{name}[{j}]", x) for j, x in enumerate(a))))
+        elif isinstance(a, dict):
+            layout.append(("dict", tuple((str(k), visit(f"{name}[{k!r}]", v)) for k, v in a.items())))
+        else:
+            layout.append(visit(name, a))
+    return _Inputs(named, var_vals, (len(args), tuple(sorted(kwargs)), tuple(layout)))
+
+
+def _signature(t: Tensor, var_vals: dict[str, int]) -> InputSig:
+    """t's signature; the values of Variables bound in its shape go into var_vals."""
+    shape: list[Any] = []
+    for s in t.shape:
+        if isinstance(s, int):
+            shape.append(s)
+            continue
+        binds = [u for u in s.toposort() if u.op is Ops.BIND]
+        for b in binds:
+            var, val = b.unbind()
+            if var_vals.get(var.arg[0], val) != val:
                 raise JitError(
-                    f"jitted function input {name} changed: captured shape {sig.shape} {sig.dtype} on {sig.device}, "
-                    f"got shape {now.shape} {now.dtype} on {now.device}; the capture only serves the same shapes, "
-                    "dtypes and devices (call .reset() to capture again)"
+                    f"Variable {var.arg[0]!r} is bound to {var_vals[var.arg[0]]} and to {val} in the "
+                    "inputs of one call; bind it to one value"
                 )
-            mapping[old] = _buf(t)
-        if self.plan is None:
-            self.plan = ReplayPlan(self.calls, self.input_bufs)
-        self.plan.run(mapping)
-        return self.ret  # type: ignore[no-any-return]
+            var_vals[var.arg[0]] = val
+        shape.append(s.substitute({b: b.src[0] for b in binds}) if binds else s)
+    return InputSig(tuple(shape), t.dtype, t.device)
+
+
+def _prepare(inputs: _Inputs) -> list[InputSig]:
+    """Make every input a whole realized buffer of its own (realizing lazy ones, copying views) and check it can be
+    one: virtual (constant-only or weak) inputs and one buffer passed twice raise JitError. Returns the signatures."""
+    tensors = [t for _, t in inputs.named]
+    for name, t in inputs.named:
+        if t.device is None or t.dtype.is_weak:
+            raise JitError(
+                f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
+                " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
+            )
+    if tensors:
+        Tensor.realize_all(*tensors)
+    seen: dict[UOp, str] = {}
+    for name, t in inputs.named:
+        bb = base_buffer(t.uop)
+        if bb is None:
+            raise JitError(
+                f"JIT inputs must be real buffers: {name} is computed from constants only (no buffer); "
+                "make it one with .contiguous().realize() or pass it as a Python value"
+            )
+        if bb in seen:
+            raise JitError(
+                f"duplicate inputs to JIT: {seen[bb]} and {name} are the same buffer (or two views of "
+                "it); a capture needs distinct input buffers, pass one of them as .clone()"
+            )
+        seen[bb] = name
+    for _, t in inputs.named:
+        if not _is_whole_buffer(t):
+            # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer), and
+            # replays would then read the slice the capture saw
+            t.uop = t.clone().realize().uop
+    return [_signature(t, inputs.var_vals) for _, t in inputs.named]
 
 
 def _buf(t: Tensor) -> UOp:
@@ -142,7 +187,13 @@ def _is_whole_buffer(t: Tensor) -> bool:
     if not _row_major(t.uop):
         return False
     bb = base_buffer(t.uop)
-    return bb is not None and int(bb.arg) == int(prod(t.shape))
+    if bb is None:
+        return False
+    if all(isinstance(s, int) for s in t.shape):
+        return int(bb.arg) == int(prod(t.shape))
+    from speck.tensor.schedule import max_dim
+
+    return int(bb.arg) == int(prod(max_dim(s) for s in t.shape))  # symbolic: the buffer holds the largest size
 
 
 def _row_major(u: UOp) -> bool:
@@ -154,7 +205,9 @@ def _row_major(u: UOp) -> bool:
     return True
 
 
-def _realize_outputs(ret: Any) -> None:
+def _returned_tensors(ret: Any, strict: bool = True) -> list[Tensor]:
+    """The tensors in a return value (any nesting of tuples, lists and dicts; None allowed). Anything else can't be
+    replayed: JitError (when strict; the warm-up call just skips them)."""
     outs: list[Tensor] = []
     stack = [ret]
     while stack:
@@ -165,7 +218,263 @@ def _realize_outputs(ret: Any) -> None:
             stack.extend(x)
         elif isinstance(x, dict):
             stack.extend(x.values())
-    Tensor.realize_all(*outs)  # with none, still applies deferred state updates inside the capture
+        elif x is not None and strict:
+            raise JitError(
+                f"a jitted function returned a {type(x).__name__} ({x!r:.60}); replays return the captured tensors "
+                "and can't recompute other values. Return tensors only (e.g. Tensor(value)) or compute it outside"
+            )
+    return outs
+
+
+# ---------------- the capture ----------------
+def _kernel_writes(ast: UOp) -> frozenset[int]:
+    """The PARAM slots a kernel stores to."""
+    got = _WRITES.get(ast)
+    if got is None:
+        slots = set()
+        for u in ast.toposort():
+            if u.op is Ops.STORE:
+                slots |= {int(p.arg) for p in u.src[0].toposort() if p.op is Ops.PARAM}
+        got = _WRITES[ast] = frozenset(slots)
+    return got
+
+
+_WRITES: weakref.WeakKeyDictionary[UOp, frozenset[int]] = weakref.WeakKeyDictionary()
+
+
+def _reads_writes(kind: str, item: Any) -> tuple[set[UOp], set[UOp]]:
+    """The BUFFERs a captured call reads and the ones it writes."""
+    if kind == "kernel":
+        _, it = item
+        w = _kernel_writes(it.ast)
+        return {b for i, b in enumerate(it.bufs) if i not in w}, {b for i, b in enumerate(it.bufs) if i in w}
+    dst, src = item if kind == "assign" else item.bufs
+    return {src}, {dst}
+
+
+def prune_calls(calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> list[tuple[str, Any]]:
+    """The calls a replay must run: those whose results can differ between replays. A buffer's contents vary when
+    it is an input, is written by a varying call, or carries state (a call writes it after it was read: an update
+    of a parameter or counter); a call varies when it reads a varying buffer or writes a buffer a varying call
+    writes. The others computed the same values at the capture, and their buffers keep them."""
+    rw = [_reads_writes(k, it) for k, it in calls]
+    first_read: dict[UOp, int] = {}
+    for i, (r, _) in enumerate(rw):
+        for b in r:
+            first_read.setdefault(b, i)
+    varies = [any(first_read.get(b, len(calls)) <= i for b in w) for i, (_, w) in enumerate(rw)]
+    vbufs: set[UOp] = set(input_bufs)
+    vwrites: set[UOp] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, (r, w) in enumerate(rw):
+            if not varies[i] and (r & vbufs or w & vwrites):
+                varies[i] = True
+            if varies[i] and not w <= vwrites:
+                vbufs |= w
+                vwrites |= w
+                changed = True
+    return [c for c, v in zip(calls, varies) if v]
+
+
+@dataclass
+class CapturedJit:
+    """A capture: the recorded calls and what replays need to check and rebind. Plain data (no functions), so it
+    can be serialized; `plan` (the batched graphs) is derived and rebuilt on the first replay."""
+
+    ret: Any  # the capture call's return value; every replay returns these same objects, refilled
+    jit_cache: list[tuple[str, Any]]  # the calls a replay runs, in order: ("kernel", (program, ScheduleItem)),
+    # ("copy", ScheduleItem) or ("assign", (dst BUFFER, src BUFFER))
+    input_bufs: list[UOp]  # the capture's input BUFFERs, in input order
+    expected_names: list[str]
+    expected_sigs: list[InputSig]
+    expected_layout: tuple[Any, ...]
+    var_vals: dict[str, int]  # the Variables' values the capture ran with (the recorded calls hold them)
+    written: frozenset[UOp]  # BUFFERs the calls write: an input that is one of them is copied before a replay
+    ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
+    plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "plan": None}
+
+    def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
+        """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
+        if realize.CAPTURE is not None and CAPTURING.value:  # inside another TinyJit's capture: record as well
+            for kind, item in self.jit_cache:
+                kind, item = _rebound(kind, item, mapping, var_vals)
+                realize.CAPTURE.append((kind, item))
+                realize.replay(kind, item, {})
+        else:
+            if self.plan is None:
+                self.plan = ReplayPlan(self.jit_cache, self.input_bufs)
+            self.plan.run(mapping, var_vals if var_vals != self.var_vals else {})
+        if var_vals != (self.ret_var_vals or self.var_vals):
+            _rebind_outputs(_returned_tensors(self.ret), var_vals)
+            self.ret_var_vals = dict(var_vals)
+
+
+def _rebound(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> tuple[str, Any]:
+    """A captured call with its buffers mapped and its Variables at var_vals (as a call of its own)."""
+    if kind == "assign":
+        return kind, tuple(mapping.get(b, b) for b in item)
+    it = item if kind == "copy" else item[1]
+    new = ScheduleItem(
+        it.ast,
+        tuple(mapping.get(b, b) for b in it.bufs),
+        {k: var_vals.get(k, v) for k, v in it.var_vals.items()},
+        it.copy_offset,
+    )
+    return kind, (new if kind == "copy" else (item[0], new))
+
+
+def _rebind_outputs(outs: list[Tensor], var_vals: dict[str, int]) -> None:
+    """Returned tensors whose shapes hold bound Variables show the values of the latest replay."""
+    for t in outs:
+        if not all(isinstance(s, int) for s in t.shape):
+            t.uop = _rebind(t.uop, var_vals)
+
+
+def _rebind(u: UOp, var_vals: dict[str, int]) -> UOp:
+    """u with every Variable of var_vals bound to its value there (in sources and in movement-op arguments)."""
+
+    def dim(x: Any) -> Any:
+        if isinstance(x, UOp):
+            binds = [b for b in x.toposort() if b.op is Ops.BIND and b.src[0].arg[0] in var_vals]
+            return x.substitute({b: b.src[0].bind(var_vals[b.src[0].arg[0]]) for b in binds}) if binds else x
+        return tuple(dim(y) for y in x) if isinstance(x, tuple) else x
+
+    new: dict[UOp, UOp] = {}
+    for n in u.toposort():
+        src = tuple(new[s] for s in n.src)
+        arg = dim(n.arg) if n.op in _MOVEMENT_ARGS else n.arg
+        new[n] = n if arg == n.arg and all(a is b for a, b in zip(src, n.src)) else n.replace(src=src, arg=arg)
+    return new[u]
+
+
+_MOVEMENT_ARGS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD})
+
+
+class TinyJit(Generic[R]):
+    """Decorator: `@TinyJit def step(x, y): ...` or `@TinyJit(prune=True)`. The first call runs eagerly, the
+    second is captured (`.captured` is set), later calls replay. `.cnt` counts calls; `reset()` drops the capture.
+    prune=True runs kernels that don't depend on the inputs only at the capture, not on every replay."""
+
+    def __init__(
+        self, fxn: Callable[..., R] | None = None, captured: CapturedJit | None = None, prune: bool = False
+    ) -> None:
+        self.fxn, self.prune = fxn, prune
+        self.captured: CapturedJit | None = captured
+        self.cnt = 2 if captured is not None else 0
+        if fxn is not None:
+            functools.update_wrapper(self, fxn)
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs eagerly again and the one after captures."""
+        if self.fxn is None:
+            raise JitResetError("this TinyJit has no function (an unpickled capture): it can't capture again")
+        self.cnt, self.captured = 0, None
+
+    @property
+    def jit_cache(self) -> list[tuple[str, Any]]:
+        return self.captured.jit_cache if self.captured is not None else []
+
+    @property
+    def plan(self) -> ReplayPlan | None:
+        """The replay's grouping into batches (built at the first replay)."""
+        return self.captured.plan if self.captured is not None else None
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return functools.partial(self.__call__, obj)  # methods: bind self (the capture is shared by all instances)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.fxn is None and self.captured is None and len(args) == 1 and callable(args[0]) and not kwargs:
+            self.fxn = args[0]  # @TinyJit(prune=...) applied to the function
+            functools.update_wrapper(self, self.fxn)
+            return self  # type: ignore[return-value]
+        self.cnt += 1
+        if not JIT.value and self.fxn is not None:
+            return self.fxn(*args, **kwargs)
+        inputs = _gather(args, kwargs)
+        if self.captured is not None:
+            return self._replay(inputs)
+        sigs = _prepare(inputs)
+        assert self.fxn is not None
+        if self.cnt == 1:
+            ret = self.fxn(*args, **kwargs)
+            Tensor.realize_all(*_returned_tensors(ret, strict=False))  # with none, still applies deferred updates
+            return ret
+        return self._capture(args, kwargs, inputs, sigs)
+
+    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
+        if realize.CAPTURE is not None:
+            self.cnt -= 1
+            raise RuntimeError(
+                "a TinyJit can't capture while another one captures (nested TinyJit): call the inner "
+                "function unjitted, or capture it before the outer one"
+            )
+        assert self.fxn is not None
+        calls: list[tuple[str, Any]] = []
+        realize.CAPTURE = calls
+        try:
+            ret = self.fxn(*args, **kwargs)
+            Tensor.realize_all(*_returned_tensors(ret))
+        except BaseException:
+            self.cnt -= 1  # the next call captures again
+            raise
+        finally:
+            realize.CAPTURE = None
+        if not calls:
+            self.cnt -= 1
+            raise JitError(
+                "didn't JIT anything! The function ran no kernel and no copy while it was captured (its "
+                "outputs were computed before, or it returns its inputs); there is nothing to replay"
+            )
+        # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
+        # target while kernels still read its old value, so the new value gets storage of its own again and the
+        # replay copies it over at the point the assign happened
+        for kind, item in calls:
+            if kind == "assign" and item[0] is not item[1]:
+                buffer_map.pop(item[1], None)
+        input_bufs = [_buf(t) for _, t in inputs.named]
+        if self.prune:
+            calls = prune_calls(calls, input_bufs)
+        written = frozenset(b for k, it in calls for b in _reads_writes(k, it)[1]) - set(input_bufs)
+        self.captured = CapturedJit(
+            ret, calls, input_bufs, [n for n, _ in inputs.named], sigs, inputs.layout, dict(inputs.var_vals), written
+        )
+        return ret
+
+    def _replay(self, inputs: _Inputs) -> R:
+        cap = self.captured
+        assert cap is not None
+        if inputs.layout != cap.expected_layout:
+            raise JitError(
+                f"args mismatch: the jitted function was captured with {len(cap.expected_sigs)} tensor inputs, called "
+                f"with {len(inputs.named)} (argument layout {_show_layout(cap)}, now {_show_layout(inputs)}); "
+                "tensors, Variables and the number and names of arguments must stay the same (call .reset() to "
+                "capture again)"
+            )
+        sigs = _prepare(inputs)
+        mapping: dict[UOp, UOp] = {}
+        for (name, t), sig, want, old in zip(inputs.named, sigs, cap.expected_sigs, cap.input_bufs):
+            if sig != want:
+                raise JitError(
+                    f"args mismatch: jitted function input {name} changed: captured {want.describe()}, got "
+                    f"{sig.describe()}; the capture only serves the same shapes, dtypes and devices "
+                    "(call .reset() to capture again)"
+                )
+            new = _buf(t)
+            if new in cap.written:  # an output of the capture fed back in: the replay overwrites it while reading
+                new = _buf(t.clone().realize())  # (t itself may be a returned tensor: it keeps its buffer)
+            mapping[old] = new
+        cap.replay(mapping, {**cap.var_vals, **inputs.var_vals})
+        return cap.ret  # type: ignore[no-any-return]
+
+
+def _show_layout(x: CapturedJit | _Inputs) -> str:
+    npos, kw, kinds = x.expected_layout if isinstance(x, CapturedJit) else x.layout
+    return f"{npos} positional {list(kinds[:npos])}, keywords {list(kw)}"
 
 
 # ---------------- batched replay ----------------
@@ -297,6 +606,8 @@ def _batch_device(kind: str, item: Any) -> Any:
         prog, it = item
         if not isinstance(prog, realize._CompiledProgram) or prog.device.graph is None:
             return None
+        if it.var_vals:  # a graph fixes launch sizes and variable values; these change with the bound Variables
+            return None
         return prog.device if prog.device.graph.supports(prog.prog, len(prog.slots) + len(prog.spec.vars)) else None
     if kind not in ("assign", "copy"):
         return None
@@ -346,17 +657,25 @@ class ReplayPlan:
     def batches(self) -> list[_Batch]:
         return [b for kind, b in self.steps if kind == "batch"]
 
-    def run(self, mapping: dict[UOp, UOp]) -> None:
-        """Replay every captured call with the BUFFERs in `mapping` swapped in."""
-        if not BATCH or DEBUG.value >= 2 or any(d.profile for d in self.devices):
+    def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
+        """Replay every captured call with the BUFFERs in `mapping` swapped in and the Variables in `var_vals`
+        (empty: the values of the capture)."""
+        if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or any(d.profile for d in self.devices):
             for kind, item in self.calls:
-                realize.replay(kind, item, mapping)
+                _replay_one(kind, item, mapping, var_vals)
             return
         for kind, item in self.steps:
             if kind != "batch":
-                realize.replay(kind, item, mapping)
+                _replay_one(kind, item, mapping, var_vals)
             elif item.failed:
                 for k, it in item.calls:
                     realize.replay(k, it, mapping)
             else:
                 item.run(mapping)
+
+
+def _replay_one(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
+    if var_vals and kind == "kernel" and item[1].var_vals:
+        kind, item = _rebound(kind, item, mapping, var_vals)
+        mapping = {}
+    realize.replay(kind, item, mapping)

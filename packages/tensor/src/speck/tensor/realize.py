@@ -16,6 +16,7 @@ from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
+from speck.tensor.settings import CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
 
@@ -273,26 +274,32 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
 CAPTURE: list[tuple[str, Any]] | None = None
 
 
+def recording() -> list[tuple[str, Any]] | None:
+    """The list a TinyJit capture records calls into, or None when nothing records (no capture, or CAPTURING=0)."""
+    return CAPTURE if CAPTURE is not None and CAPTURING.value else None
+
+
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
     if len(items) > 1:
         _check_schedule_devices(items)
         if COMPILE_THREADS:
             _compile_ahead(items)
+    capture = recording()
     for it in items:
         if it.ast is None:
-            if CAPTURE is not None:
-                CAPTURE.append(("copy", it))
+            if capture is not None:
+                capture.append(("copy", it))
             _run_copy(it)
             continue
         device = str(it.bufs[0].src[1].arg)  # buffer_device, inlined: this loop is the per-op hot path
         prog = _program_cache.get((device, it.ast))
         if prog is None:
             prog = _compile(it.ast, device)
-        if CAPTURE is not None:
+        if capture is not None:
             for b in it.bufs:  # a replay maps these buffers: have them all exist now
                 get_buffer(b)
-            CAPTURE.append(("kernel", (prog, it)))
+            capture.append(("kernel", (prog, it)))
         t0 = profile.now_ns() if profile.enabled() else 0
         t = prog.run(it.bufs, it.var_vals)
         ops, mem = _cached_estimate(prog, it)

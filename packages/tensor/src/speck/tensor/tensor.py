@@ -381,6 +381,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         if any(not isinstance(s, int) for s in self.shape):
             raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
         shape = tuple(as_int(s) for s in self.shape)
+        from speck.tensor import realize
+
+        if realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
+            from speck.tensor.jit import check_read_allowed
+
+            check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
         self.realize()
@@ -784,8 +790,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             from speck.tensor import realize
 
             # TinyJit replays this swap as a copy nb -> bb (it gives nb storage of its own again)
-            if realize.CAPTURE is not None and nb is not bb:
-                realize.CAPTURE.append(("assign", (bb, nb)))
+            if (rec := realize.recording()) is not None and nb is not bb:
+                rec.append(("assign", (bb, nb)))
         realized_cache.clear()  # graphs computed from the old values are stale
         return self
 
@@ -834,8 +840,8 @@ def _rng_store(dst: UOp, src: UOp) -> None:
     from speck.tensor.schedule import ScheduleItem
 
     realize.get_buffer(dst).copy_from(realize.get_buffer(src))
-    if realize.CAPTURE is not None:
-        realize.CAPTURE.append(("copy", ScheduleItem(None, (dst, src))))
+    if (rec := realize.recording()) is not None:
+        rec.append(("copy", ScheduleItem(None, (dst, src))))
 
 
 def _rng_advance(n: int, device: str) -> UOp:

@@ -30,8 +30,9 @@ class Optimizer:
     """Base class. `params` are split into `.params` (is_param=True: updated from their `.grad`) and `.buffers`
     (is_param=False or requires_grad=False, e.g. BatchNorm statistics: realized with every step, not updated)."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float | Tensor, device: str | None = None,
-                 fused: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, params: Sequence[Tensor], lr: float | Tensor, device: str | None = None, fused: bool | None = None
+    ) -> None:
         lr_value = None if isinstance(lr, Tensor) else float(lr)
         if lr_value is not None and lr_value < 0:
             raise ValueError(f"learning rate must be >= 0, got {lr}")
@@ -116,8 +117,13 @@ class Optimizer:
 
     def _new_state(self, fill: float = 0.0) -> list[Tensor]:
         """A realized state tensor per slot, filled with `fill` (is_param=False: never a parameter itself)."""
-        return [Tensor.full(shape, fill, dtype=dt, device=self.device if self.fused else p.device).contiguous()
-                .realize().is_param_(False) for shape, dt, p in zip(self._slots(), self._compute_dtype(), self.params)]  # fmt: skip
+        return [
+            Tensor.full(shape, fill, dtype=dt, device=self.device if self.fused else p.device)
+            .contiguous()
+            .realize()
+            .is_param_(False)
+            for shape, dt, p in zip(self._slots(), self._compute_dtype(), self.params)
+        ]
 
     def _weights_and_grads(self) -> list[tuple[Tensor, Tensor]]:
         """(detached value, gradient) per slot in the slot's compute dtype; fused: all flattened into one."""
@@ -206,10 +212,21 @@ class LARS(Optimizer):
     (nesterov) or b; g = NewtonSchulz(g) (ns_coefficients); w *= 1 - wd*lr (not pre_wd); g *= r*lr (not classic);
     w -= g."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.9,
-                 weight_decay: float = 1e-4, ns_steps: int = 0, ns_coefficients: Sequence[float] | None = None,
-                 nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
-                 device: str | None = None, fused: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        ns_steps: int = 0,
+        ns_coefficients: Sequence[float] | None = None,
+        nesterov: bool = False,
+        classic: bool = True,
+        pre_wd: bool = True,
+        tcoef: float = 0.001,
+        device: str | None = None,
+        fused: bool | None = None,
+    ) -> None:
         if momentum < 0:
             raise ValueError(f"momentum must be >= 0, got {momentum}")
         if weight_decay < 0:
@@ -252,27 +269,67 @@ class LARS(Optimizer):
         return out + self._param_updates(news)
 
 
-def SGD(params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
-        nesterov: bool = False, classic: bool = False, device: str | None = None,
-        fused: bool | None = None) -> LARS:  # fmt: skip
+def SGD(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+    classic: bool = False,
+    device: str | None = None,
+    fused: bool | None = None,
+) -> LARS:
     """Stochastic gradient descent: b = momentum*b + (g + weight_decay*w); w -= lr*b (nesterov: lr*(g' + m*b))."""
-    return LARS(params, lr, momentum, weight_decay, 0, None, nesterov, classic, pre_wd=True, tcoef=0.0,
-                device=device, fused=fused)  # fmt: skip
+    return LARS(
+        params,
+        lr,
+        momentum,
+        weight_decay,
+        0,
+        None,
+        nesterov,
+        classic,
+        pre_wd=True,
+        tcoef=0.0,
+        device=device,
+        fused=fused,
+    )
 
 
-def Muon(params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.95, weight_decay: float = 0.1,
-         ns_steps: int = 5, ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
-         device: str | None = None, fused: bool | None = None) -> LARS:  # fmt: skip
+def Muon(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    momentum: float = 0.95,
+    weight_decay: float = 0.1,
+    ns_steps: int = 5,
+    ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315),
+    nesterov: bool = True,
+    device: str | None = None,
+    fused: bool | None = None,
+) -> LARS:
     """Muon: nesterov momentum whose update (each parameter seen as a (shape[0], -1) matrix) is orthogonalized by
     Newton-Schulz iterations, with decoupled weight decay."""
     if fused if fused is not None else FUSE_OPTIM:
         raise OptimizerError("Muon can't be fused: it orthogonalizes each parameter's update as a matrix of its own")
-    return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False,
-                pre_wd=False, tcoef=0.0, device=device, fused=False)  # fmt: skip
+    return LARS(
+        params,
+        lr,
+        momentum,
+        weight_decay,
+        ns_steps,
+        ns_coefficients,
+        nesterov,
+        classic=False,
+        pre_wd=False,
+        tcoef=0.0,
+        device=device,
+        fused=False,
+    )
 
 
-def newton_schulz(g: Tensor, steps: int = 5, coefficients: Sequence[float] = (3.4445, -4.775, 2.0315),
-                  eps: float = 1e-7) -> Tensor:  # fmt: skip
+def newton_schulz(
+    g: Tensor, steps: int = 5, coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), eps: float = 1e-7
+) -> Tensor:
     """Approximately orthogonalize a matrix (its polar factor) with a quintic Newton-Schulz iteration."""
     a, b, c = coefficients
     transposed = g.shape[0] > g.shape[1]
@@ -288,15 +345,26 @@ class LAMB(Optimizer):
     """LAMB: Adam moments with a layer-wise trust ratio r = ||w|| / ||u|| (1 when either is 0, or with adam=True,
     which makes it Adam with decoupled weight decay, AdamW). u = m_hat / (sqrt(v_hat) + eps) + wd*w; w -= lr*r*u."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False, device: str | None = None,
-                 fused: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
+    ) -> None:
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-        self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device).contiguous().realize()
-                                .is_param_(False) for _ in range(2))  # fmt: skip
+        self.b1_t, self.b2_t = (
+            Tensor.ones((1,), dtype=dtypes.float32, device=self.device).contiguous().realize().is_param_(False)
+            for _ in range(2)
+        )
         self.m, self.v = self._new_state(), self._new_state()
 
     def _state(self) -> list[Tensor]:
@@ -328,17 +396,42 @@ class LAMB(Optimizer):
         return out + self._param_updates(news)
 
 
-def Adam(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-         device: str | None = None, fused: bool | None = None) -> LAMB:  # fmt: skip
+def Adam(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    device: str | None = None,
+    fused: bool | None = None,
+) -> LAMB:
     """Adam: bias-corrected first and second moments, w -= lr * m_hat / (sqrt(v_hat) + eps)."""
     return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)
 
 
-def AdamW(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01, device: str | None = None, fused: bool | None = None) -> LAMB:  # fmt: skip
+def AdamW(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    device: str | None = None,
+    fused: bool | None = None,
+) -> LAMB:
     """Adam with decoupled weight decay: w -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w)."""
     return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
 
 
-__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerError", "OptimizerGroup",
-           "newton_schulz"]  # fmt: skip
+__all__ = [
+    "LAMB",
+    "LARS",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Muon",
+    "Optimizer",
+    "OptimizerError",
+    "OptimizerGroup",
+    "newton_schulz",
+]
