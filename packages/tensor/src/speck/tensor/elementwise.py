@@ -632,7 +632,9 @@ class ElementwiseMixin:
 
     # ---------------- activations ----------------
     def relu(self: Tensor) -> Tensor:
-        return (self > 0).where(self, 0)  # a select, not maximum(x, 0): the gradient at 0 is 0, not a tie's half
+        out = self.maximum(0)
+        _relu_gradient(out, self)
+        return out
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
@@ -665,6 +667,17 @@ class ElementwiseMixin:
 
     def square(self: Tensor) -> Tensor:
         return self * self
+
+
+def _relu_gradient(out: Tensor, x: Tensor) -> None:
+    """relu's gradient is 0 at 0 (maximum's rule would split a tie in half). The forward stays one MAX, which
+    fuses into the kernel computing x (a select would read x twice and make it a kernel of its own)."""
+    from speck.tensor.gradient import override_gradient
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        return ((x > 0).where(out._new(g), 0.0).uop,)
+
+    override_gradient(out.uop, (x.uop,), rule)
 
 
 def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
