@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from speck.tensor import profile, realize
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
-from speck.tensor.settings import CAPTURING, JIT
+from speck.tensor.settings import JIT
 from speck.tensor.tensor import Tensor
 from speck.uop import DEBUG, Ops, UOp, getenv
 from speck.uop.helpers import prod
@@ -52,7 +52,7 @@ class JitResetError(JitError, AssertionError):
 def check_read_allowed(what: str) -> None:
     """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
     Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
-    if realize.CAPTURE is not None and CAPTURING.value and not UNSAFE_ALLOW_JIT_BUFFER:
+    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
         raise JitError(
             f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
             "replays). Return the tensor from the jitted function and read it outside, or run the read under "
@@ -300,10 +300,10 @@ class CapturedJit:
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
-        if realize.CAPTURE is not None and CAPTURING.value:  # inside another TinyJit's capture: record as well
+        if (rec := realize.recording()) is not None:  # inside another TinyJit's capture: record the calls too
             for kind, item in self.jit_cache:
                 kind, item = _rebound(kind, item, mapping, var_vals)
-                realize.CAPTURE.append((kind, item))
+                rec.append((kind, item))
                 realize.replay(kind, item, {})
         else:
             if self.plan is None:
