@@ -1,7 +1,7 @@
-"""The CPU heuristic's register blocking for matmul-like reductions (LLVM and C renderers): the opts it picks keep
-results equal to the unoptimized kernel (interpreter before/after, and the LLVM-compiled kernel), the blocked
+"""The CPU heuristic's register blocking for matmul-like reductions (LLVM, C and x86 renderers): the opts it picks
+keep results equal to the unoptimized kernel (interpreter before/after, and the LLVM-compiled kernel), the blocked
 kernel's inner loop uses full-width vector loads/stores with only per-row broadcast scalars, shapes that are not
-multiples of the block fall back to smaller blocks, and the x86 renderer keeps the plain heuristic."""
+multiples of the block fall back to smaller blocks, and renderers get the same blocks except for odd vector widths."""
 
 from __future__ import annotations
 
@@ -181,11 +181,12 @@ def test_blocked_matmul_runs_compiled_with_llvm() -> None:
     del keep
 
 
-def test_x86_renderer_keeps_the_plain_heuristic() -> None:
-    # the x86 backend relies on the heuristic as it was: one vector-width upcast of the contiguous output axis
-    assert heuristic(matmul(64, 32, 256), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
-    assert heuristic(matmul(8, 16, 32, transposed_b=True), X86Renderer()) == [Opt(OptOps.UPCAST, 1, 8)]
-    assert heuristic(rowsum(16, 16, Ops.ADD), X86Renderer()) == [Opt(OptOps.UPCAST, 0, 8)]
+def test_x86_renderer_blocks_like_the_other_cpu_renderers() -> None:
+    # the same register blocks as LLVM where the vector widths are powers of two (x86 declares no odd widths)
+    llvm = LLVMRenderer(max_vector_bytes=32)
+    for ast in (matmul(64, 32, 256), matmul(8, 16, 32, transposed_b=True), rowsum(16, 16, Ops.ADD)):
+        assert heuristic(ast, X86Renderer()) == heuristic(ast, llvm) == heuristic(ast, ClangRenderer())
+    assert heuristic(matmul(64, 32, 256), X86Renderer())[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
 
 
 def conv_channel_last(n: int, c: int, o: int, w: int, k: int) -> UOp:

@@ -2,8 +2,9 @@
 the output has none, unroll the contiguous inner reduce dimension), and make sure the outermost GLOBAL range the
 CPU ABI slices across workers is not a tiny one.
 
-For the LLVM and C renderers, matmul-like reductions (an output axis contiguous in the store and in every load that
-varies along it, plus another output axis some load does not vary along) are register-blocked instead: the row axis
+For renderers whose vectors are CPU registers (`Renderer.register_blocking`: LLVM, C, x86), matmul-like reductions (an
+output axis contiguous in the store and in every load that varies along it, plus another output axis some load does
+not vary along) are register-blocked instead: the row axis
 is upcast by up to ROW_BLOCK and the contiguous column axis by up to two vector registers, so each reduce step loads
 a few broadcast scalars and two vectors and updates ROW_BLOCK x 2 vector accumulators. The column blocks' loop then
 goes outermost (it is what the CPU workers split) so one column stripe of the reused input stays in cache while every
@@ -12,8 +13,8 @@ outside the row blocks). A column axis some load reaches through j//s and j%s (s
 copy of a large matmul's right operand) counts as contiguous when splitting off the column block makes it so. A long
 row axis with no power-of-two factor gets a block of one row. Reductions whose loads are strided along the contiguous
 output axis but contiguous along the reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector
-and UPCAST a few outputs instead of gathering lane by lane. Other renderers (notably "x86") keep the plain heuristic
-unchanged."""
+and UPCAST a few outputs instead of gathering lane by lane; vectors of 3, 5 or 6 lanes are chosen only for renderers
+that declare `odd_vector_widths`. Other renderers keep the plain heuristic unchanged."""
 
 from __future__ import annotations
 
@@ -45,11 +46,6 @@ def _index_of(ix: UOp) -> UOp:
     return i.src[1] if i.op is Ops.WHERE else i
 
 
-# renderers that get the register-blocking path; everything else keeps the plain heuristic exactly
-BLOCKING_RENDERERS = frozenset({"llvm", "c"})
-# renderers whose vectors may have any number of lanes (C vector types need a power of two): only these get
-# contiguous vector accesses of 3, 5 or 6 lanes (a 6-wide row unrolled whole, 10 classes blocked by 5)
-ANY_WIDTH_RENDERERS = frozenset({"llvm"})
 ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
 MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
 MIN_ODD_ROWS = 64  # an odd row axis at least this long gets a block of one row rather than no blocking
@@ -82,7 +78,7 @@ def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int) -> int
 
 def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] | None:
     """Opts that register-block a matmul-like reduction (see the module docstring), or None when it isn't one."""
-    if renderer.name not in BLOCKING_RENDERERS or lanes < 2 or not reduce_axes(sink):
+    if not renderer.register_blocking or lanes < 2 or not reduce_axes(sink):
         return None
     stores = [u for u in sink.toposort() if u.op is Ops.STORE]
     if len(stores) != 1:
@@ -96,7 +92,7 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
-            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.name in ANY_WIDTH_RENDERERS)
+            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths)
         climit = split
     gated = _gated_axes(sink, outs)
     block = _block(glob, outs, loads, col, lanes, climit, gated) if col is not None else None
@@ -282,7 +278,8 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list
 
 
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
-    """Opts for a CPU target: register-block matmul-like reductions for the LLVM/C renderers (module docstring),
+    """Opts for a CPU target: register-block matmul-like reductions where the renderer declares
+    `register_blocking` (module docstring),
     else UPCAST the innermost contiguous output axis to the vector width of the output dtype, else UNROLL the
     innermost contiguous reduce axis; SWAP a tiny outermost GLOBAL axis with a large one so the worker split has
     something to divide."""
@@ -319,7 +316,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
                     continue
                 amt = _pow2_amount(n, min(lanes, 8))
                 if amt > 1:
-                    if amt == lanes and renderer.name in ANY_WIDTH_RENDERERS:
+                    if amt == lanes and renderer.odd_vector_widths:
                         opts += _reuse_block(sink, outs, [_index_of(ix) for ix in loads], r)
                     opts.append(Opt(OptOps.UNROLL, j, amt))
                 break

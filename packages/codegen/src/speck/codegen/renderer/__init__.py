@@ -17,6 +17,11 @@ from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
 DEFAULT_SUPPORTED_OPS: frozenset[Ops] = GroupOp.ALU - {Ops.THREEFRY, Ops.POW, Ops.MULACC}
 
 
+# Renderers written before `odd_vector_widths` existed whose vectors take any lane count (LLVM's <5 x float>). They
+# should override the property themselves; this default keeps their optimizer choices unchanged until they do.
+_ODD_WIDTHS_UNTIL_DECLARED = frozenset({"llvm"})
+
+
 class UnsupportedOpError(RuntimeError):
     """A renderer was asked for an op/dtype combination it cannot express. The message names op, dtype, renderer."""
 
@@ -52,6 +57,12 @@ class Renderer:
       global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
       extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
         a pattern into a machine idiom); None for none.
+    Derived (properties a subclass may override):
+      register_blocking: whether the optimizer register-blocks matmul-like reductions (blocks of outputs kept in
+        vector registers across the reduction): CPU renderers with vectors.
+      odd_vector_widths: vectors of any lane count (3, 5, 6...) render as efficiently as power-of-two ones; False
+        makes the optimizer avoid choosing them where it has a power-of-two alternative (it may still produce
+        them, e.g. a register block of 5 rows).
     """
 
     name: ClassVar[str] = "base"
@@ -75,6 +86,18 @@ class Renderer:
         from speck.uop.dtype import CONCRETE_SCALARS
 
         return {d for d in CONCRETE_SCALARS if self.supports_int64 or d not in (dtypes.int64, dtypes.uint64)}
+
+    @property
+    def register_blocking(self) -> bool:
+        """Register blocking pays where vectors are a CPU's registers; the Python reference renderer (device PYTHON)
+        and scalar renderers keep the plain heuristic."""
+        return self.has_vectors and self.device == "CPU"
+
+    @property
+    def odd_vector_widths(self) -> bool:
+        """False unless the renderer says otherwise (C vector types need a power of two lanes, x86 puts odd widths
+        together from pieces)."""
+        return self.name in _ODD_WIDTHS_UNTIL_DECLARED
 
     def max_vec_lanes(self, dtype: DType) -> int:
         """How many lanes of scalar `dtype` fit one vector register (1 when the renderer has no vectors)."""

@@ -742,6 +742,7 @@ VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = _vex_table([
     (X86Op.VBROADCASTSS, "RM",   "x,Xm",      "VEX.128/256.66.0F38.W0 18 /r",       4),
     (X86Op.VPBROADCASTD, "RM",   "x,Xm",      "VEX.128/256.66.0F38.W0 58 /r",       4),
     (X86Op.VINSERTPS,    "RVMI", "X,X,Xm,i",  "VEX.128.66.0F3A.WIG 21 /r ib",       4),
+    (X86Op.VPERMILPS,    "RMI",  "x,xm,i",    "VEX.128/256.66.0F3A.W0 04 /r ib",    "v"),
     (X86Op.VEXTRACTPS,   "MRI",  "gm,X,i",    "VEX.128.66.0F3A.WIG 17 /r ib",       4),
     (X86Op.VPINSRD,      "RVMI", "X,X,gm,i",  "VEX.128.66.0F3A.W0 22 /r ib",        4),
     (X86Op.VPEXTRD,      "MRI",  "gm,X,i",    "VEX.128.66.0F3A.W0 16 /r ib",        4),

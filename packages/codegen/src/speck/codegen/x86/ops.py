@@ -167,6 +167,7 @@ class X86Op(Enum):
     VBROADCASTSS = "vbroadcastss"
     VPBROADCASTD = "vpbroadcastd"
     VINSERTPS = "vinsertps"
+    VPERMILPS = "vpermilps"
     VEXTRACTPS = "vextractps"
     VPINSRD = "vpinsrd"
     VPEXTRD = "vpextrd"

@@ -52,14 +52,15 @@ class X86Rendering:
         return "\n".join(head) + f"\n{0:016x} <{self.name}>:\n" + self.asm.listing
 
 
-def render_x86(uops: list[UOp]) -> X86Rendering:
+def render_x86(uops: list[UOp], fp_contract: bool = False) -> X86Rendering:
     """Run the backend on a linear program (KERNEL_CONTRACT.md section 2): legalize, select, allocate registers,
-    encode, write the ELF object. Raises RuntimeError naming op, dtype and kernel for anything it cannot select."""
+    encode, write the ELF object. Raises RuntimeError naming op, dtype and kernel for anything it cannot select.
+    `fp_contract`: fuse a*b+c into one FMA (rounded once)."""
     name = kernel_name(uops)
     t0 = time.perf_counter()
     legal = legalize(uops, name)
     t1 = time.perf_counter()
-    items, rodata = select(legal, name)
+    items, rodata = select(legal, name, fp_contract)
     t2 = time.perf_counter()
     fn = allocate_function(items)
     t3 = time.perf_counter()
@@ -87,6 +88,11 @@ class X86Renderer(Renderer):
     # split those once more at the very end (the rewrite context is the renderer itself, see `width`)
     extra_matcher: ClassVar[PatternMatcher | None] = pm_devectorize
 
+    def __init__(self, fp_contract: bool = False) -> None:
+        """`fp_contract`: fuse a*b+c into one FMA instruction, rounded once (as LLVMRenderer(fp_contract=True)); results
+        may differ from the exact default in the last bit; about twice the multiply-add throughput."""
+        self.fp_contract = fp_contract
+
     def width(self, u: UOp) -> int:
         """Lanes a value of u's dtype may have (the devectorizer's question, asked in the renderer_extra stage)."""
         return self.max_vec_lanes(u.dtype.scalar())
@@ -97,7 +103,7 @@ class X86Renderer(Renderer):
 
     def render(self, uops: list[UOp]) -> str:
         """The kernel's listing (see the module docstring); `X86Compiler().compile(listing)` gives the object."""
-        r = render_x86(uops)
+        r = render_x86(uops, self.fp_contract)
         text = r.listing
         remember_object(text, r.obj)  # compile(text) hands this object back instead of parsing the text
         return text

@@ -99,6 +99,7 @@ _MISSING = object()
 _ARGUMENTS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})  # selected up front, as the function's arguments
 _NOT_COMMUTATIVE = frozenset({Ops.SUB, Ops.FDIV})
 _BARRIERS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})  # a load read later as a memory operand may not cross these
+_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
 
 
 class SelectionError(RuntimeError):
@@ -108,7 +109,7 @@ class SelectionError(RuntimeError):
 class Selector:
     """Selects one kernel. `run()` returns the instruction list (ending in RET) and the .rodata bytes."""
 
-    def __init__(self, uops: list[UOp], kernel: str) -> None:
+    def __init__(self, uops: list[UOp], kernel: str, fp_contract: bool = False) -> None:
         self.uops, self.kernel = uops, kernel
         self.items: list[Item] = []
         self.val: dict[UOp, VReg] = {}
@@ -130,7 +131,7 @@ class Selector:
                 adds.append(u)
             for s in u.src:
                 self.last_use[s] = i
-                if s.op is Ops.ADD or s.op is Ops.LOAD:
+                if s.op in _USERS_ASKED:
                     users.setdefault(s, []).append(u)
         self.outer: UOp | None = None  # the RANGE sliced across cores (known once run() reads the signature)
         # ADD(x, const) used only as global indices: folded into the addressing mode's displacement
@@ -138,11 +139,54 @@ class Selector:
                        and users.get(u) and all(x.op is Ops.INDEX and x.src[1] is u and x.src[0] is not u
                        and isinstance(x.src[0].dtype, PtrDType) and x.src[0].dtype.addrspace is not AddrSpace.REG
                        for x in users[u])}  # fmt: skip
+        # ADD(acc, MUL(b, c)) -> acc + b*c in one FMA (rounded once) when fp_contract allows it: ADD -> (acc, MUL)
+        self.fma: dict[UOp, tuple[UOp, UOp]] = self._fusable_adds(users) if fp_contract else {}
+        self.fused_muls = {m for _, m in self.fma.values()}
         self.mem_operands = self._foldable_loads(users)
+        self.bcast_loads = self._broadcast_loads(users)
         self.core: tuple[VReg, VReg] | None = None
         self.consts: dict[UOp, Any] = {}
         self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
         self.views: dict[tuple[int, int], VReg] = {}  # see at_size
+
+    def _fusable_adds(self, users: dict[UOp, list[UOp]]) -> dict[UOp, tuple[UOp, UOp]]:
+        """Float ADDs one of whose operands is a MUL used only there (float32/float64 scalars, float32 vectors of a
+        whole register): the MUL is not selected, the ADD becomes a vfmadd231 of the MUL's operands."""
+        out: dict[UOp, tuple[UOp, UOp]] = {}
+        for u in self.uops:
+            if (
+                u.op is not Ops.ADD
+                or not dtypes.is_float(u.dtype)
+                or (u.dtype.count > 1 and u.dtype.count not in (4, 8))
+            ):
+                continue
+            for m, acc in ((u.src[1], u.src[0]), (u.src[0], u.src[1])):
+                if m.op is Ops.MUL and m is not acc and users.get(m) == [u] and m not in out:
+                    out[u] = (acc, m)
+                    break
+        return out
+
+    def _broadcast_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
+        """Global, ungated float32 vector LOADs read only lane by lane (GEPs repeating one lane: the expander's
+        broadcasts of a short-span load): never loaded whole, each GEP reads its lane from memory (vbroadcastss /
+        vmovss), with no store, loop boundary or other effect between the load and that GEP."""
+        out: set[UOp] = set()
+        for u in self.uops:
+            if u.op is not Ops.LOAD or u.dtype.count == 1 or len(u.src) != 1 or len(u.src[0].src) != 2:
+                continue
+            buf = u.src[0].src[0]
+            if u.dtype.scalar() != dtypes.float32:
+                continue
+            if not isinstance(buf.dtype, PtrDType) or buf.dtype.addrspace is AddrSpace.REG:
+                continue
+            us = users.get(u, [])
+            if not us or not all(g.op is Ops.GEP and len(set(g.arg)) == 1 for g in us):
+                continue
+            lo = self.pos[u]
+            if any(x.op in _BARRIERS for x in self.uops[lo + 1 : max(self.pos[g] for g in us)]):
+                continue
+            out.add(u)
+        return out
 
     def _foldable_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
         """Global, ungated LOADs whose only user is a two-operand ALU op that can read them as its memory operand
@@ -158,6 +202,8 @@ class Selector:
             us = users.get(u, [])
             if len(us) != 1 or us[0].op not in MEM_FORM_OPS or u not in us[0].src[:2] or us[0].src[0] is us[0].src[1]:
                 continue
+            if us[0] in self.fma:  # a fused ADD reads its accumulator from a register
+                continue
             dt = u.dtype
             if dt.count > 1:
                 ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8)
@@ -169,6 +215,8 @@ class Selector:
             if not ok or is_cconst(other) or (u is us[0].src[0] and us[0].op in _NOT_COMMUTATIVE):
                 continue  # (an immediate or literal operand wins the r/m slot)
             lo, hi = self.pos[u], self.pos[us[0]]
+            if us[0] in self.fused_muls:  # read by the FMA at its ADD
+                hi = max(self.pos[a] for a in users[us[0]])
             if us[0] in taken or any(x.op in _BARRIERS for x in self.uops[lo + 1 : hi]):
                 continue
             out.add(u)
@@ -323,9 +371,9 @@ class Selector:
         for v, a in zip(sig.variables, args[len(sig.buffers) :]):
             self.val[v] = a
         self.core = (args[-2], args[-1])
-        folded = self.folded
+        skipped = self.folded | self.fused_muls | self.bcast_loads  # selected by their users
         for u in self.uops:
-            if (u.op in _ARGUMENTS and u in self.val) or u in folded:
+            if (u.op in _ARGUMENTS and u in self.val) or u in skipped:
                 continue
             rule = SELECTION_TABLE.get((u.op, op_class(u)))
             if rule is None:
@@ -432,8 +480,7 @@ class Selector:
                 self.emit(O.VXORPS, r, r, r)
             else:
                 r = self.reg(v)
-            self.emit(O.VMOVSD if dt.count == 2 else O.VMOVUPS, mem.with_size(8 if dt.count == 2 else None),
-                      r.sized(16) if dt.count <= 4 else r)  # fmt: skip
+            self.store_lanes(mem, r, dt.count)
             return
         if v is None or is_cconst(v):
             bits = 0
@@ -461,9 +508,7 @@ class Selector:
     def load_value(self, mem: Mem, dt: DType) -> VReg:
         s = dt.scalar()
         if dt.count > 1:  # float32 vector: count contiguous floats, unaligned
-            d = self.vec(vec_bytes(dt.count))
-            self.emit(O.VMOVSD if dt.count == 2 else O.VMOVUPS, d, mem.with_size(8 if dt.count == 2 else None))
-            return d
+            return self.load_lanes(mem, dt.count)
         if dtypes.is_float(s):
             d = self.vec()
             self.emit(FLOAT_OPS[("mov", s.itemsize)], d, mem.with_size(s.itemsize))
@@ -477,6 +522,39 @@ class Selector:
             op = O.MOVZX if dtypes.is_unsigned(s) or s == dtypes.bool else O.MOVSX
             self.emit(op, d.sized(4), mem.with_size(s.itemsize))
         return d
+
+    def load_lanes(self, mem: Mem, count: int) -> VReg:
+        """`count` contiguous float32s from mem into a fresh register, reading exactly those bytes (3, 5, 6 and 7
+        lanes are put together from an xmm, a pair and a single)."""
+        d = self.vec(vec_bytes(count))
+        if count in (4, 8):
+            self.emit(O.VMOVUPS, d, mem.with_size(None))
+        elif count <= 2:
+            self.emit(O.VMOVSS if count == 1 else O.VMOVSD, d, mem.with_size(4 * count))
+        elif count == 3:
+            self.emit(O.VMOVSD, d, mem.with_size(8))
+            self.emit(O.VINSERTPS, d, d, _at(mem, 8, 4), Imm(2 << 4))
+        else:
+            lo = self.vec(16)
+            self.emit(O.VMOVUPS, lo, mem.with_size(None))
+            hi = self.load_lanes(_at(mem, 16, None), count - 4)
+            self.emit(O.VINSERTF128, d, lo.sized(32), hi, Imm(1))
+        return d
+
+    def store_lanes(self, mem: Mem, r: VReg, count: int) -> None:
+        """Store lanes 0..count-1 of r to `count` contiguous float32s at mem, writing exactly those bytes."""
+        if count in (4, 8):
+            self.emit(O.VMOVUPS, mem.with_size(None), r.sized(vec_bytes(count)))
+        elif count <= 2:
+            self.emit(O.VMOVSS if count == 1 else O.VMOVSD, mem.with_size(4 * count), r.sized(16))
+        elif count == 3:
+            self.emit(O.VMOVSD, mem.with_size(8), r.sized(16))
+            self.emit(O.VEXTRACTPS, _at(mem, 8, 4), r.sized(16), Imm(2))
+        else:
+            self.emit(O.VMOVUPS, mem.with_size(None), r.sized(16))
+            hi = self.vec(16)
+            self.emit(O.VEXTRACTF128, hi, r.sized(32), Imm(1))
+            self.store_lanes(_at(mem, 16, None), hi, count - 4)
 
     def reg_slot(self, idx: UOp, dt: DType) -> VReg:
         """The virtual register holding the accumulator elements an access of dtype dt at a DEFINE_REG index covers
@@ -512,7 +590,7 @@ class Selector:
 
     def sel_load(self, u: UOp) -> None:
         idx = u.src[0]
-        if u in self.mem_operands:  # read by its user as a memory operand
+        if u in self.mem_operands or u in self.bcast_loads:  # read by its user(s) from memory
             return
         if u.dtype.count != 1 and u.dtype.scalar() != dtypes.float32:
             raise self.fail(u, "only float32 vectors have vector registers (the renderer declares 1 lane for others)")
@@ -723,7 +801,30 @@ class Selector:
             return self.mem_operand(u)
         return self.fconst(u) if is_cconst(u) else self.reg(u)
 
+    def sel_fma(self, u: UOp) -> None:
+        """acc + b*c as `vmovaps d, acc; vfmadd231 d, b, c` (c may be a memory operand); the copy folds away when d
+        is copied on into acc's register (an accumulator update)."""
+        acc, m = self.fma[u]
+        b, c = m.src
+        if b in self.mem_operands or is_cconst(b):
+            b, c = c, b
+        n = u.dtype.count
+        if n > 1:
+            d = self.vec(vec_bytes(n))
+            src: Operand = self.mem_operand(c) if c in self.mem_operands else self.reg(c)
+            op = O.VFMADD231PS
+        else:
+            d = self.vec()
+            src = self.fsrc(c)
+            op = O.VFMADD231SS if u.dtype.itemsize == 4 else O.VFMADD231SD
+        self.copy(d, self.reg(acc))
+        self.emit(op, d, self.reg(b), src)
+        self.val[u] = d
+
     def sel_float_binary(self, u: UOp) -> None:
+        if u in self.fma:
+            self.sel_fma(u)
+            return
         a, b = u.src
         if a in self.mem_operands and u.op in GroupOp.Commutative:
             a, b = b, a
@@ -788,6 +889,11 @@ class Selector:
         self.emit(O.VMOVD if n == 4 else O.VMOVQ, m, k.sized(n))
         self.emit(FLOAT_OPS[("blend", n)], d, self.reg(b), self.reg(a), m)
         self.val[u] = d
+
+
+def _at(mem: Mem, offset: int, size: int | None) -> Mem:
+    """mem moved by `offset` bytes, accessing `size` bytes."""
+    return Mem(mem.base, mem.index, mem.scale, mem.disp + offset, size, mem.symbol)
 
 
 def signed_magic32(d: int) -> tuple[int, int]:
@@ -859,9 +965,10 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
 
 
-def select(uops: list[UOp], kernel: str) -> tuple[list[Item], bytes]:
-    """Select a legalized linear program: (instruction list on virtual registers, .rodata bytes)."""
-    return Selector(uops, kernel).run()
+def select(uops: list[UOp], kernel: str, fp_contract: bool = False) -> tuple[list[Item], bytes]:
+    """Select a legalized linear program: (instruction list on virtual registers, .rodata bytes). `fp_contract`:
+    a float ADD of a MUL used only there becomes one fused multiply-add."""
+    return Selector(uops, kernel, fp_contract).run()
 
 
 __all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32"]

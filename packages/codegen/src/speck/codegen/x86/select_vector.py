@@ -14,7 +14,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86.operands import Imm, Operand
+from speck.codegen.x86.operands import Imm, Mem, Operand
 from speck.codegen.x86.ops import X86Op as O
 from speck.uop import Ops, UOp, dtypes
 
@@ -35,6 +35,9 @@ def _is_cconst(u: UOp) -> bool:
 
 
 def sel_vec_binary(sel: Selector, u: UOp) -> None:
+    if u in sel.fma:
+        sel.sel_fma(u)
+        return
     a, b = u.src
     if a in sel.mem_operands and u.op in _COMMUTATIVE:
         a, b = b, a
@@ -151,10 +154,20 @@ def sel_gep(sel: Selector, u: UOp) -> None:
     x = u.src[0]
     if x.dtype.scalar() != dtypes.float32:
         raise sel.fail(u, "only float32 vectors have vector registers")
-    r = sel.reg(x)
     lanes = tuple(u.arg)
+    if x in sel.bcast_loads:  # the lane straight from memory
+        mem = sel.address(x.src[0])
+        lane = Mem(mem.base, mem.index, mem.scale, mem.disp + 4 * lanes[0], 4, mem.symbol)
+        d = sel.vec(_width(len(lanes)))
+        sel.emit(O.VBROADCASTSS if len(lanes) > 1 else O.VMOVSS, d, lane)
+        sel.val[u] = d
+        return
+    r = sel.reg(x)
     if len(lanes) == 1:
         sel.val[u] = _lane(sel, r, lanes[0])
+        return
+    if len(set(lanes)) == 1:  # one lane in every lane
+        sel.val[u] = _broadcast_lane(sel, r, lanes[0], _width(len(lanes)))
         return
     if lanes == tuple(range(len(lanes))) and len(lanes) <= 4:  # the low lanes: the xmm half
         d = sel.vec(16)
@@ -173,6 +186,23 @@ def sel_gep(sel: Selector, u: UOp) -> None:
             sel.emit(O.VINSERTPS, part, part, _lane(sel, r, k), Imm(i << 4))
         halves.append(part)
     sel.val[u] = _join(sel, halves)
+
+
+def _broadcast_lane(sel: Selector, x: VReg, k: int, width: int) -> VReg:
+    """Lane k of vector x in every lane of a fresh register of `width` bytes: vbroadcastss from lane 0 of an xmm
+    (AVX2), after vpermilps brings lane k there."""
+    src = x.sized(16)
+    if k >= 4:
+        hi = sel.vec(16)
+        sel.emit(O.VEXTRACTF128, hi, x, Imm(1))
+        src, k = hi, k - 4
+    if k:
+        t = sel.vec(16)
+        sel.emit(O.VPERMILPS, t, src, Imm(k * 0b01010101))
+        src = t
+    d = sel.vec(width)
+    sel.emit(O.VBROADCASTSS, d, src)
+    return d
 
 
 __all__ = ["PACKED", "sel_gep", "sel_stack", "sel_vec_binary", "sel_vec_max", "sel_vec_unary", "sel_vec_where"]
