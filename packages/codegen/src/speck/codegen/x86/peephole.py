@@ -68,6 +68,8 @@ def fold_copies(items: list[Item]) -> list[Item]:
             assert isinstance(it, Inst)
             ops = tuple([_rename(o, rename) for o in it.operands])
             if any(a is not b for a, b in zip(ops, it.operands)):
+                if i in copies and ops[0] == ops[1]:  # became a copy of a value onto itself
+                    continue
                 it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
         out.append(it)
     return out

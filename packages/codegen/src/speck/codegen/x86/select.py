@@ -99,6 +99,16 @@ _MISSING = object()
 _ARGUMENTS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})  # selected up front, as the function's arguments
 _NOT_COMMUTATIVE = frozenset({Ops.SUB, Ops.FDIV})
 _BARRIERS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})  # a load read later as a memory operand may not cross these
+
+
+def _barrier(u: UOp) -> bool:
+    """A store to memory or a loop boundary (stores to accumulator registers touch no memory)."""
+    if u.op is Ops.STORE:
+        buf = u.src[0].src[0].dtype
+        return not (isinstance(buf, PtrDType) and buf.addrspace is AddrSpace.REG)
+    return u.op in _BARRIERS
+
+
 _USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
 
 
@@ -183,7 +193,7 @@ class Selector:
             if not us or not all(g.op is Ops.GEP and len(set(g.arg)) == 1 for g in us):
                 continue
             lo = self.pos[u]
-            if any(x.op in _BARRIERS for x in self.uops[lo + 1 : max(self.pos[g] for g in us)]):
+            if any(_barrier(x) for x in self.uops[lo + 1 : max(self.pos[g] for g in us)]):
                 continue
             out.add(u)
         return out
@@ -217,7 +227,7 @@ class Selector:
             lo, hi = self.pos[u], self.pos[us[0]]
             if us[0] in self.fused_muls:  # read by the FMA at its ADD
                 hi = max(self.pos[a] for a in users[us[0]])
-            if us[0] in taken or any(x.op in _BARRIERS for x in self.uops[lo + 1 : hi]):
+            if us[0] in taken or any(_barrier(x) for x in self.uops[lo + 1 : hi]):
                 continue
             out.add(u)
             taken.add(us[0])
