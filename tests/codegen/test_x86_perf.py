@@ -214,7 +214,8 @@ def test_hand_written_constructors_keep_the_dataclass_contract() -> None:
 def _reference_fold(items: list[Item]) -> list[Item]:
     """fold_copies' rule read plainly (quadratic scans): `op S, ..; mov D, S` -> `op D, ..` when the copy is S's last
     mention, S's first mention defines it, no label or loop marker lies in between, D is not written at S's
-    definition nor mentioned strictly between it and the copy, and neither end takes part in another fold."""
+    definition nor mentioned strictly between it and the copy, and neither end takes part in another fold; a copy
+    the renaming turns into a copy of a value onto itself is dropped."""
 
     def named(it: Item, vid: int) -> bool:
         return isinstance(it, Inst) and any(v.id == vid for v in operand_roles(it)[0] + operand_roles(it)[1])
@@ -250,8 +251,19 @@ def _reference_fold(items: list[Item]) -> list[Item]:
             return Mem(b, x, o.scale, o.disp, o.size, o.symbol)
         return o
 
-    return [Inst(it.op, tuple(sub(o) for o in it.operands), it.implicit_uses, it.implicit_defs, it.clobbers)
-            if isinstance(it, Inst) else it for i, it in enumerate(items) if i not in drop]  # fmt: skip
+    out: list[Item] = []
+    for i, it in enumerate(items):
+        if i in drop:
+            continue
+        if isinstance(it, Inst):
+            ops = tuple(sub(o) for o in it.operands)
+            # a candidate copy that renaming turned into a copy of a value onto itself goes too
+            if ops != it.operands and it.op in (X86Op.MOV, X86Op.VMOVAPS) and len(ops) == 2 and ops[0] == ops[1] \
+                    and not (it.op is X86Op.MOV and not ops[0].size == 8):  # type: ignore[union-attr]  # fmt: skip
+                continue
+            it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
+        out.append(it)
+    return out
 
 
 _v8 = st.builds(VReg, st.integers(0, 5), st.just("gpr"), st.sampled_from([8, 8, 4]))
