@@ -180,3 +180,37 @@ def test_fp_contract_leaves_a_shared_product_alone() -> None:
 def test_any_blocked_matmul_shape_matches_the_interpreter(n: int, k: int, m: int, seed: int) -> None:
     ast = matmul(n, k, m)
     check(ast, bufs(ast, seed), {})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bool vectors as lane masks
+
+
+def _mask_kernel(lanes: int, n: int = 40) -> UOp:
+    """Comparisons of float32 vectors (NaN operands included), bool logic and comparisons of bools, WHERE on
+    floats and on bools, bool <-> float casts, and bool buffers read and written: out_f = f(...), out_b = g(...)."""
+    r = UOp.range(n, 0, AxisType.GLOBAL)
+    a, b = (UOp.param(k, dtypes.float32.ptr(n)).index(r).load() for k in (2, 3))
+    m = UOp.param(4, dtypes.bool.ptr(n)).index(r).load()
+    lt, ne, eq = a < b, a.alu(Ops.CMPNE, b), a.alu(Ops.CMPEQ, b)
+    both = (lt & m) | (ne ^ eq.alu(Ops.CMPNE, m))
+    f = both.where(a, b) + lt.cast(dtypes.float32) * 2.0 + a.cast(dtypes.bool).cast(dtypes.float32)
+    g = (lt.alu(Ops.CMPLT, m)).where(ne, eq & m)
+    outf = UOp.param(0, dtypes.float32.ptr(n)).index(r).store(f)
+    outb = UOp.param(1, dtypes.bool.ptr(n)).index(r).store(g)
+    ast = _k(f"masks{lanes}", outf.end(r), outb.end(r))
+    return ast.replace(arg=ast.arg.replace(opts=(Opt(OptOps.UPCAST, 0, lanes),)))
+
+
+@pytest.mark.parametrize("lanes", [8, 4, 5, 2])
+def test_bool_vectors_are_lane_masks(lanes: int) -> None:
+    n = 40
+    g = np.random.default_rng(lanes)
+    a, b = g.standard_normal(n).astype(np.float32), g.standard_normal(n).astype(np.float32)
+    a[::7], b[3::9], a[5::11], b[6] = np.nan, np.nan, 0.0, a[6]
+    b[::5] = a[::5]
+    ins = [np.zeros(n, np.float32), np.zeros(n, np.bool_), a, b, g.random(n) < 0.5]
+    spec = check(_mask_kernel(lanes, n), ins, {})
+    assert any(u.op is Ops.STORE and u.src[1].dtype == dtypes.bool.vec(lanes) for u in spec.uops)
+    for form in ("vcmpltps", "vcmpneqps", "vblendvps", "vandps") + (("vpmovzxbd", "vpabsb") if lanes in (4, 8) else ()):
+        assert form in spec.src, form

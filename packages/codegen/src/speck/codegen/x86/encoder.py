@@ -437,7 +437,7 @@ def _encode_vex(inst: Inst, forms: tuple[VexForm, ...]) -> Encoded:
         w = f.w
         if gsize is not None and gsize != (8 if w else 4):
             raise EncodingError(f"{inst!r}: the general-purpose operand must be {'64' if w else '32'}-bit")
-    mem_size = {"v": 16 << vl, "g": gsize}.get(f.mem, f.mem) if isinstance(f.mem, str) else f.mem
+    mem_size = {"v": 16 << vl, "v/4": 4 << vl, "g": gsize}.get(f.mem, f.mem) if isinstance(f.mem, str) else f.mem
     imm = b""
     imm_op = next((o for o in ops if isinstance(o, Imm)), None)
     if imm_op is not None:
@@ -743,6 +743,11 @@ VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = _vex_table([
     (X86Op.VPBROADCASTD, "RM",   "x,Xm",      "VEX.128/256.66.0F38.W0 58 /r",       4),
     (X86Op.VINSERTPS,    "RVMI", "X,X,Xm,i",  "VEX.128.66.0F3A.WIG 21 /r ib",       4),
     (X86Op.VPERMILPS,    "RMI",  "x,xm,i",    "VEX.128/256.66.0F3A.W0 04 /r ib",    "v"),
+    (X86Op.VMOVMSKPS,    "RM",   "g,x",       "VEX.128/256.NP.0F.WIG 50 /r",        "v"),
+    (X86Op.VPACKSSDW,    "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 6B /r",        "v"),
+    (X86Op.VPACKSSWB,    "RVM",  "x,x,xm",    "VEX.128/256.66.0F.WIG 63 /r",        "v"),
+    (X86Op.VPABSB,       "RM",   "x,xm",      "VEX.128/256.66.0F38.WIG 1C /r",      "v"),
+    (X86Op.VPMOVZXBD,    "RM",   "x,Xm",      "VEX.128/256.66.0F38.WIG 31 /r",      "v/4"),
     (X86Op.VEXTRACTPS,   "MRI",  "gm,X,i",    "VEX.128.66.0F3A.WIG 17 /r ib",       4),
     (X86Op.VPINSRD,      "RVMI", "X,X,gm,i",  "VEX.128.66.0F3A.W0 22 /r ib",        4),
     (X86Op.VPEXTRD,      "MRI",  "gm,X,i",    "VEX.128.66.0F3A.W0 16 /r ib",        4),

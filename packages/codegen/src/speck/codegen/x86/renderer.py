@@ -98,8 +98,9 @@ class X86Renderer(Renderer):
         return self.max_vec_lanes(u.dtype.scalar())
 
     def max_vec_lanes(self, dtype: DType) -> int:
-        """float32 gets 8 lanes (one ymm register); every other dtype is devectorized to scalars."""
-        return self.max_vector_bytes // 4 if dtype.scalar() == dtypes.float32 else 1
+        """float32 and bool get 8 lanes (one ymm register; bools as 32-bit lane masks, lane for lane with the floats
+        they compare and select); every other dtype is devectorized to scalars."""
+        return self.max_vector_bytes // 4 if dtype.scalar() in (dtypes.float32, dtypes.bool) else 1
 
     def render(self, uops: list[UOp]) -> str:
         """The kernel's listing (see the module docstring); `X86Compiler().compile(listing)` gives the object."""

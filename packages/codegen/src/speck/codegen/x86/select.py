@@ -31,6 +31,7 @@ from typing import Any
 from speck.codegen.regalloc import VReg
 from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
 from speck.codegen.x86 import select_cast as sc
+from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
@@ -80,7 +81,7 @@ def _dtype_class(dt: DType) -> str:
         return "none"
     s = dt.scalar()
     if dt.count > 1:
-        return "fvec" if s == dtypes.float32 else "vec"
+        return "fvec" if s == dtypes.float32 else "bvec" if s == dtypes.bool else "vec"
     return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
 
 
@@ -109,6 +110,7 @@ def _barrier(u: UOp) -> bool:
     return u.op in _BARRIERS
 
 
+_VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
 _USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
 
 
@@ -489,8 +491,11 @@ class Selector:
                 r = self.vec(vec_bytes(dt.count))
                 self.emit(O.VXORPS, r, r, r)
             else:
-                r = self.reg(v)
-            self.store_lanes(mem, r, dt.count)
+                r = sm.mask(self, v) if s == dtypes.bool else self.reg(v)
+            if s == dtypes.bool:
+                sm.store_mask(self, mem, r, dt.count)
+            else:
+                self.store_lanes(mem, r, dt.count)
             return
         if v is None or is_cconst(v):
             bits = 0
@@ -517,8 +522,8 @@ class Selector:
 
     def load_value(self, mem: Mem, dt: DType) -> VReg:
         s = dt.scalar()
-        if dt.count > 1:  # float32 vector: count contiguous floats, unaligned
-            return self.load_lanes(mem, dt.count)
+        if dt.count > 1:  # float32 vector: count contiguous floats, unaligned; bools: a lane mask
+            return sm.load_mask(self, mem, dt.count) if s == dtypes.bool else self.load_lanes(mem, dt.count)
         if dtypes.is_float(s):
             d = self.vec()
             self.emit(FLOAT_OPS[("mov", s.itemsize)], d, mem.with_size(s.itemsize))
@@ -575,7 +580,7 @@ class Selector:
         key = (acc, self.int_bits(i))
         if key not in self.slots:
             assert isinstance(acc.dtype, PtrDType)
-            self.slots[key] = self.vec(vec_bytes(dt.count)) if dtypes.is_float(dt) else self.gpr()
+            self.slots[key] = self.vec(vec_bytes(dt.count)) if dtypes.is_float(dt) or dt.count > 1 else self.gpr()
             self.slot_count[key] = dt.count
         if self.slot_count[key] != dt.count:
             raise self.fail(idx, f"accumulator element {key[1]} accessed with {self.slot_count[key]} and "
@@ -602,8 +607,9 @@ class Selector:
         idx = u.src[0]
         if u in self.mem_operands or u in self.bcast_loads:  # read by its user(s) from memory
             return
-        if u.dtype.count != 1 and u.dtype.scalar() != dtypes.float32:
-            raise self.fail(u, "only float32 vectors have vector registers (the renderer declares 1 lane for others)")
+        if u.dtype.count != 1 and u.dtype.scalar() not in _VECTOR_SCALARS:
+            raise self.fail(u, "only float32 and bool vectors have vector registers (the renderer declares 1 lane "
+                            "for others)")  # fmt: skip
         assert isinstance(idx.src[0].dtype, PtrDType)
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
             slot = self.reg_slot(idx, u.dtype)
@@ -623,8 +629,9 @@ class Selector:
 
     def sel_store(self, u: UOp) -> None:
         idx, v = u.src[0], u.src[1]
-        if v.dtype.count != 1 and v.dtype.scalar() != dtypes.float32:
-            raise self.fail(u, "only float32 vectors have vector registers (the renderer declares 1 lane for others)")
+        if v.dtype.count != 1 and v.dtype.scalar() not in _VECTOR_SCALARS:
+            raise self.fail(u, "only float32 and bool vectors have vector registers (the renderer declares 1 lane "
+                            "for others)")  # fmt: skip
         assert isinstance(idx.src[0].dtype, PtrDType)
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
             slot = self.reg_slot(idx, v.dtype)
@@ -940,7 +947,7 @@ def _nonneg(u: UOp) -> bool:
 
 
 Rule = Callable[[Selector, UOp], None]
-_I, _B, _F, _N, _V = "int", "bool", "float", "none", "fvec"
+_I, _B, _F, _N, _V, _M = "int", "bool", "float", "none", "fvec", "bvec"
 SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, c): Selector.sel_nothing for op in (Ops.CONST, Ops.DEFINE_REG, Ops.NOOP, Ops.BARRIER, Ops.GROUP)
        for c in (_I, _B, _F, _N)},
@@ -970,7 +977,14 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, _V): sv.sel_vec_unary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
     (Ops.MAX, _V): sv.sel_vec_max, (Ops.WHERE, _V): sv.sel_vec_where,
     (Ops.STACK, _V): sv.sel_stack, (Ops.STACK, "vec"): Selector.sel_nothing,
-    (Ops.GEP, _F): sv.sel_gep, (Ops.GEP, _V): sv.sel_gep,
+    (Ops.GEP, _F): sv.sel_gep, (Ops.GEP, _V): sv.sel_gep, (Ops.CAST, _V): sv.sel_vec_cast,
+    **{(op, _V): sm.sel_fvec_cmp for op in GroupOp.Comparison},
+    # bool vectors as lane masks (select_mask.py)
+    (Ops.LOAD, _M): Selector.sel_load, (Ops.STACK, _M): sm.sel_mask_stack, (Ops.GEP, _M): sv.sel_gep,
+    (Ops.GEP, _B): sv.sel_gep, (Ops.WHERE, _M): sm.sel_mask_where, (Ops.NEG, _M): sm.sel_mask_not,
+    (Ops.CAST, _M): sm.sel_mask_from_float,
+    **{(op, _M): sm.sel_mask_logic for op in sm.MASK_LOGIC},
+    **{(op, _M): sm.sel_mask_cmp for op in GroupOp.Comparison},
 }  # fmt: skip
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
 

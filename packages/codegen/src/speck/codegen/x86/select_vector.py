@@ -1,11 +1,13 @@
-"""Selection rules for float32 vectors (2, 4 or 8 lanes in an xmm/ymm register; AVX/AVX2, no AVX-512).
+"""Selection rules for float32 vectors (2..8 lanes in an xmm/ymm register; AVX/AVX2, no AVX-512).
 
-The X86Renderer gives float32 8 lanes and every other dtype 1 (`max_vec_lanes`), so the pipeline leaves only
-float32 vectors: contiguous LOAD/STORE (vmovups; vmovsd for 2 lanes), packed ALU (vaddps...), MAX with NaN
+The X86Renderer gives float32 and bool 8 lanes and every other dtype 1 (`max_vec_lanes`), so the pipeline leaves
+only float32 vectors and bool vectors (lane masks, select_mask.py): contiguous LOAD/STORE (vmovups; 2, 3, 5, 6, 7
+lanes put together from pieces), packed ALU (vaddps...; with fp_contract a*b+c as vfmadd231ps), MAX with NaN
 propagation (vmaxps + vcmpunordps + vblendvps), STACK (vbroadcastss for one repeated value, a .rodata constant for
-literals, vinsertps/vinsertf128 lane inserts otherwise), GEP (vinsertps/vextractf128 lane extracts), and WHERE whose
-bool vector condition (devectorized to a STACK of scalar bools) becomes a lane mask for vblendvps. The rules are
-functions of (selector, uop), registered in speck.codegen.x86.select.SELECTION_TABLE under the "fvec" class.
+literals, vinsertps/vinsertf128 lane inserts otherwise), GEP (vinsertps/vextractf128 lane extracts; one lane in
+every lane is vbroadcastss, straight from memory when the vector is a load read only that way), and WHERE on a lane
+mask (vblendvps). The rules are functions of (selector, uop), registered in speck.codegen.x86.select.SELECTION_TABLE
+under the "fvec" class.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem, Operand
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -73,25 +76,6 @@ def sel_vec_max(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def _lane_mask(sel: Selector, cond: UOp, count: int) -> VReg:
-    """A vector whose 32-bit lane i is all ones where bool lane i of `cond` (a STACK of scalar bools) is true."""
-    if cond.op is not Ops.STACK:
-        raise sel.fail(cond, "a vector WHERE condition must be a STACK of scalar bools (bool vectors have 1 lane)")
-    halves = []
-    for h in range(0, count, 4):
-        part = sel.vec(16)
-        for i, b in enumerate(cond.src[h : h + 4]):
-            k = sel.gpr()
-            sel.emit(O.MOV, k.sized(4), sel.reg(b).sized(4))
-            sel.emit(O.NEG, k.sized(4))  # 0/1 -> 0/-1
-            if i == 0:
-                sel.emit(O.VMOVD, part, k.sized(4))
-            else:
-                sel.emit(O.VPINSRD, part, part, k.sized(4), Imm(i))
-        halves.append(part)
-    return _join(sel, halves)
-
-
 def _join(sel: Selector, halves: list[VReg]) -> VReg:
     if len(halves) == 1:
         return halves[0]
@@ -102,7 +86,7 @@ def _join(sel: Selector, halves: list[VReg]) -> VReg:
 
 def sel_vec_where(sel: Selector, u: UOp) -> None:
     c, a, b = u.src
-    m = _lane_mask(sel, c, u.dtype.count)
+    m = mask(sel, c)
     d = sel.vec(_width(u.dtype.count))
     sel.emit(O.VBLENDVPS, d, sel.reg(b), sel.reg(a), m)
     sel.val[u] = d
@@ -150,11 +134,21 @@ def _lane(sel: Selector, x: VReg, k: int) -> VReg:
     return d
 
 
+def sel_vec_cast(sel: Selector, u: UOp) -> None:
+    """CAST to a float32 vector: only bool vectors (lane masks) reach here; other vectors are scalars on x86."""
+    if not is_mask(u.src[0]):
+        raise sel.fail(u, f"only bool vectors cast to float32 vectors (got {u.src[0].dtype})")
+    float_from_mask(sel, u)
+
+
 def sel_gep(sel: Selector, u: UOp) -> None:
     x = u.src[0]
-    if x.dtype.scalar() != dtypes.float32:
-        raise sel.fail(u, "only float32 vectors have vector registers")
+    if x.dtype.scalar() not in (dtypes.float32, dtypes.bool):
+        raise sel.fail(u, "only float32 and bool vectors have vector registers")
     lanes = tuple(u.arg)
+    if len(lanes) == 1 and x.dtype.scalar() == dtypes.bool:  # a scalar bool from a lane mask
+        sel.val[u] = mask_lane(sel, mask(sel, x), lanes[0])
+        return
     if x in sel.bcast_loads:  # the lane straight from memory
         mem = sel.address(x.src[0])
         lane = Mem(mem.base, mem.index, mem.scale, mem.disp + 4 * lanes[0], 4, mem.symbol)
@@ -162,7 +156,7 @@ def sel_gep(sel: Selector, u: UOp) -> None:
         sel.emit(O.VBROADCASTSS if len(lanes) > 1 else O.VMOVSS, d, lane)
         sel.val[u] = d
         return
-    r = sel.reg(x)
+    r = mask(sel, x) if is_mask(x) else sel.reg(x)
     if len(lanes) == 1:
         sel.val[u] = _lane(sel, r, lanes[0])
         return
@@ -205,4 +199,13 @@ def _broadcast_lane(sel: Selector, x: VReg, k: int, width: int) -> VReg:
     return d
 
 
-__all__ = ["PACKED", "sel_gep", "sel_stack", "sel_vec_binary", "sel_vec_max", "sel_vec_unary", "sel_vec_where"]
+__all__ = [
+    "PACKED",
+    "sel_gep",
+    "sel_vec_cast",
+    "sel_stack",
+    "sel_vec_binary",
+    "sel_vec_max",
+    "sel_vec_unary",
+    "sel_vec_where",
+]
