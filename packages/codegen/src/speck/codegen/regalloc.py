@@ -23,6 +23,7 @@ How it works (Poletto & Sarkar style, one location per value):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -381,32 +382,40 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             if isinstance(loc, str):
                 regs_i[v.id] = loc
 
-    # loop-invariant spilled values: one reload before the loop if a register is free across all of it
+    # loop-invariant spilled values: one reload before the loop if a register is free across all of it. Where each
+    # spilled value is read and written (instruction indices, ascending) answers "does the loop body touch it" by
+    # bisection instead of a scan of the body per value and loop.
+    uses_at: dict[int, list[int]] = {vid: [] for vid in spilled}
+    defs_at: dict[int, list[int]] = {vid: [] for vid in spilled}
+    if spilled:
+        for i, ins in enumerate(instrs):
+            for v in ins.uses:
+                if (at := uses_at.get(v.id)) is not None and (not at or at[-1] != i):
+                    at.append(i)
+            for v in ins.defs:
+                if (at := defs_at.get(v.id)) is not None and (not at or at[-1] != i):
+                    at.append(i)
     for vid in spilled:
         s, e = intervals[vid]
         cls = target.classes[info[vid].cls]
+        u_at, d_at = uses_at[vid], defs_at[vid]
+        hoisted: list[tuple[int, int]] = []  # loops this value already has a register across
         for b, end in loops:
             lo, hi = 2 * b, 2 * end + 1
-            body = range(b + 1, end)
-            if not (s <= lo and e >= hi) or any(vid in regs[j] for j in body):
+            if not (s <= lo and e >= hi) or any(hb <= b and end <= he for hb, he in hoisted):
                 continue
-            if any(v.id == vid for j in body for v in instrs[j].defs):
+            first_use, past_uses = bisect_left(u_at, b + 1), bisect_left(u_at, end)
+            if first_use == past_uses or bisect_left(d_at, b + 1) != bisect_left(d_at, end):
+                continue  # not read in the loop, or written there
+            reg = next((r for r in cls.allocatable if not _overlaps(blocked.get(r, []), lo, hi)
+                        and not _overlaps(assigned.get(r, []), lo, hi)), None)  # fmt: skip
+            if reg is None:
                 continue
-            if not any(v.id == vid for j in body for v in instrs[j].uses):
-                continue
-            free = [
-                r
-                for r in cls.allocatable
-                if not _overlaps(blocked.get(r, []), lo, hi) and not _overlaps(assigned.get(r, []), lo, hi)
-            ]
-            if not free:
-                continue
-            reg = free[0]
             assigned.setdefault(reg, []).append((lo, hi))
             reloads[b].append(Reload(info[vid], reg, slots[vid]))
-            for j in body:
-                if any(v.id == vid for v in instrs[j].uses):
-                    regs[j][vid] = reg
+            for j in u_at[first_use:past_uses]:
+                regs[j][vid] = reg
+            hoisted.append((b, end))
 
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
     # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
