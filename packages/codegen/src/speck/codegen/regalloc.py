@@ -407,14 +407,14 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             first_use, past_uses = bisect_left(u_at, b + 1), bisect_left(u_at, end)
             if first_use == past_uses or bisect_left(d_at, b + 1) != bisect_left(d_at, end):
                 continue  # not read in the loop, or written there
-            reg = next((r for r in cls.allocatable if not _overlaps(blocked.get(r, []), lo, hi)
+            hold = next((r for r in cls.allocatable if not _overlaps(blocked.get(r, []), lo, hi)
                         and not _overlaps(assigned.get(r, []), lo, hi)), None)  # fmt: skip
-            if reg is None:
+            if hold is None:
                 continue
-            assigned.setdefault(reg, []).append((lo, hi))
-            reloads[b].append(Reload(info[vid], reg, slots[vid]))
+            assigned.setdefault(hold, []).append((lo, hi))
+            reloads[b].append(Reload(info[vid], hold, slots[vid]))
             for j in u_at[first_use:past_uses]:
-                regs[j][vid] = reg
+                regs[j][vid] = hold
             hoisted.append((b, end))
 
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
