@@ -214,3 +214,19 @@ def test_bool_vectors_are_lane_masks(lanes: int) -> None:
     assert any(u.op is Ops.STORE and u.src[1].dtype == dtypes.bool.vec(lanes) for u in spec.uops)
     for form in ("vcmpltps", "vcmpneqps", "vblendvps", "vandps") + (("vpmovzxbd", "vpabsb") if lanes in (4, 8) else ()):
         assert form in spec.src, form
+
+
+def test_lanes_of_a_strided_store_share_one_index_register() -> None:
+    """Upcast along an axis the store is strided in, the 8 lanes' indices differ only by constants: they share
+    one register and the constants become displacements (no register per lane, no spills)."""
+    n = 16
+    i, j = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(n, 1, AxisType.GLOBAL)
+    x = UOp.param(1, dtypes.float32.ptr(n * n)).index(i * n + j).load()
+    ast = _k("transpose", UOp.param(0, dtypes.float32.ptr(n * n)).index(j * n + i).store(x + 1.0).end(i, j))
+    ast = ast.replace(arg=ast.arg.replace(opts=(Opt(OptOps.UPCAST, 1, 8),)))
+    g = np.random.default_rng(0)
+    spec = check(ast, [np.zeros(n * n, np.float32), g.standard_normal(n * n).astype(np.float32)], {})
+    stores = re.findall(r"vmovss DWORD PTR \[(\w+\+\w+\*4)(?:\+(0x[0-9a-f]+))?\]", spec.src)
+    assert len(stores) == 8 and len({base for base, _ in stores}) == 1, stores
+    assert sorted(int(d or "0", 16) for _, d in stores) == [4 * n * k for k in range(8)]
+    assert "[rsp" not in spec.src  # nothing spilled

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.lower.expander import index_offset
 from speck.codegen.opt.kernel_opts import Opt, OptOps, const_size, output_axes, reduce_axes
-from speck.uop import AxisType, Ops, PtrDType, UOp, dtypes, graph_rewrite
+from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, graph_rewrite
 from speck.uop.symbolic import conjuncts, symbolic
 
 if TYPE_CHECKING:
@@ -277,6 +277,30 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list
     return opts
 
 
+# ALU ops the pipeline decomposes into many: how many ops of their own dtype each becomes (THREEFRY: ~100 32-bit ops)
+DECOMPOSED_OPS = {Ops.THREEFRY: 64}
+
+
+def _mostly_scalar(sink: UOp, renderer: Renderer) -> bool:
+    """Most of the kernel's arithmetic (index math aside) is on dtypes the renderer holds one to a register
+    (`max_vec_lanes(dt) == 1`, e.g. x86's integers): upcasting the output would only repeat that scalar code per
+    lane, multiplying the live values (a weight initialisation's THREEFRY on x86: 8 interleaved copies of ~100
+    integer ops, all spilled). Renderers with vectors of every dtype (LLVM, C) never see this."""
+    scalar = vector = 0
+    for u in sink.toposort():
+        if u.op not in GroupOp.ALU:
+            continue
+        dt = (u.src[0] if u.op in GroupOp.Comparison else u).dtype
+        if dt.is_weak:  # index math (and untyped literals)
+            continue
+        n = DECOMPOSED_OPS.get(u.op, 1)
+        if renderer.max_vec_lanes(dt) > 1:
+            vector += n
+        else:
+            scalar += n
+    return scalar > vector
+
+
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     """Opts for a CPU target: register-block matmul-like reductions where the renderer declares
     `register_blocking` (module docstring),
@@ -290,7 +314,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     st = stores[0]
     buf_dt = st.src[0].src[0].dtype
     assert isinstance(buf_dt, PtrDType)
-    lanes = renderer.max_vec_lanes(buf_dt.base)
+    lanes = renderer.max_vec_lanes(buf_dt.base) if not _mostly_scalar(sink, renderer) else 1
     blocked = _register_blocking(sink, renderer, lanes)
     if blocked is not None:
         return blocked

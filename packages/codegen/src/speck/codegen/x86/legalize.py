@@ -13,7 +13,7 @@ whose condition is a bool value (not a comparison) tests it against integer 0.
 
 from __future__ import annotations
 
-from speck.uop import DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 SUPPORTED_SCALARS: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
@@ -93,7 +93,119 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
         if nu not in seen:
             seen.add(nu)
             out.append(nu)
-    return out
+    return split_index_constants(out)
 
 
-__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "unsupported_dtype"]
+# ---------------------------------------------------------------------------------------------------------------------
+# index expressions: shared part + constant displacement
+
+_INDEX_INTS = frozenset({dtypes.int32, dtypes.int64})
+MAX_DISPLACEMENT = 1 << 24  # constants split off an index stay far from int32 overflow (elements, before scaling)
+
+
+def _affine(u: UOp, memo: dict[UOp, tuple[dict[UOp, int], int]]) -> tuple[dict[UOp, int], int]:
+    """u as sum(coef * leaf) + const over its ADD / MUL-by-literal / SHL-by-literal structure (any other node is a
+    leaf). Coefficients are exact integers; the caller wraps them to u's width."""
+    if (got := memo.get(u)) is not None:
+        return got
+    res: tuple[dict[UOp, int], int]
+    if (lit := _literal(u)) is not None:
+        res = ({}, lit)
+    elif u.op is Ops.ADD and u.dtype in _INDEX_INTS:
+        (ta, ca), (tb, cb) = _affine(u.src[0], memo), _affine(u.src[1], memo)
+        terms = dict(ta)
+        for leaf, v in tb.items():
+            terms[leaf] = terms.get(leaf, 0) + v
+        res = ({leaf: v for leaf, v in terms.items() if v}, ca + cb)
+    elif u.op in (Ops.MUL, Ops.SHL) and u.dtype in _INDEX_INTS and (k := _literal(u.src[1])) is not None:
+        f = k if u.op is Ops.MUL else (1 << k if 0 <= k < 32 else None)
+        if f is None:
+            res = ({u: 1}, 0)
+        else:
+            t, c = _affine(u.src[0], memo)
+            res = ({x: v * f for x, v in t.items() if v * f}, c * f)
+    else:
+        res = ({u: 1}, 0)
+    memo[u] = res
+    return res
+
+
+def _literal(u: UOp) -> int | None:
+    """The value of an integer casted const, else None."""
+    if u.op is Ops.CAST and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
+        return int(u.src[0].arg)
+    return None
+
+
+def _wrap(v: int, dt: DType) -> int:
+    bits = 8 * dt.itemsize
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def split_index_constants(uops: list[UOp]) -> list[UOp]:
+    """Rewrite the index of every memory access as ADD(shared, literal): the part that depends on values is built
+    once in a canonical order (so the lanes of an upcast block, which differ only by constants, share one register)
+    right after the last value it needs (as early as the loops allow), and the literal becomes the addressing mode's
+    displacement. Index nodes nothing reads any more are dropped."""
+    pos = {u: i for i, u in enumerate(uops)}
+    memo: dict[UOp, tuple[dict[UOp, int], int]] = {}
+    insert: dict[int, list[UOp]] = {}  # new nodes, to go right after uops[i]
+    placed: dict[UOp, int] = {}  # new node -> the index of the uop it goes right after
+    rewrite: dict[UOp, UOp] = {}
+    for u in uops:
+        if u.op is not Ops.INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
+            continue
+        buf = u.src[0].dtype
+        if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG:
+            continue
+        terms, const = _affine(i, memo)
+        const = _wrap(const, i.dtype)
+        if not terms or abs(const) >= MAX_DISPLACEMENT:
+            continue
+        order = sorted(terms, key=pos.__getitem__)
+        acc: UOp | None = None
+        for leaf in order:
+            coef = _wrap(terms[leaf], i.dtype)
+            t = leaf if coef == 1 else UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype)))
+            acc = t if acc is None else UOp(Ops.ADD, i.dtype, (acc, t))
+        assert acc is not None
+        new_i = UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))) if const else acc
+        if new_i is i:
+            continue
+        # each new node goes right after the last of its sources; literals need no place (selection materialises
+        # them where they are used)
+        for x in new_i.toposort():
+            if x in pos or x in placed or _literal(x) is not None or x.op is Ops.CONST:
+                continue
+            placed[x] = max(pos[y] if y in pos else placed[y] for y in x.src if y in pos or y in placed)
+            insert.setdefault(placed[x], []).append(x)
+        rewrite[u] = u.replace(src=(u.src[0], new_i, *u.src[2:]))
+    if not rewrite:
+        return uops
+    out: list[UOp] = []
+    swapped: dict[UOp, UOp] = {}
+    for k, u in enumerate(uops):
+        nu = rewrite.get(u, u)
+        if swapped and any(s in swapped for s in nu.src):
+            nu = nu.replace(src=tuple(swapped.get(s, s) for s in nu.src))
+        if nu is not u:
+            swapped[u] = nu
+        out.append(nu)
+        out += insert.get(k, ())
+    # drop index arithmetic nothing reads any more (users come after their sources: one backward pass)
+    used: set[UOp] = set()
+    keep: list[UOp] = []
+    for u in reversed(out):
+        if u not in used and u.dtype in _INDEX_INTS and u.op in _PURE_INDEX_OPS:
+            continue
+        used.update(u.src)
+        keep.append(u)
+    keep.reverse()
+    return keep
+
+
+_PURE_INDEX_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.SHL, Ops.SUB, Ops.CAST})
+
+
+__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "split_index_constants", "unsupported_dtype"]
