@@ -319,13 +319,25 @@ def test_loop_carried_spilled_value() -> None:
     check(ast, [np.zeros(rows, np.int32), vals], {})
 
 
-def test_unsupported_dtype_names_op_dtype_and_kernel() -> None:
+def test_unsupported_dtype_names_op_dtype_and_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     n = 4
     r = UOp.range(n, 0, AxisType.GLOBAL)
     x = UOp.param(1, dtypes.float16.ptr(n)).index(r).load()
     ast = _k("halfk", UOp.param(0, dtypes.float16.ptr(n)).index(r).store(x).end(r))
     with pytest.raises(RuntimeError, match=r"LOAD.*float16.*'halfk'"):
         x86_program(ast)
+    # an UnsupportedOpError carrying op and dtype, raised before selection: a registry can take LLVM for the kernel
+    from speck.codegen.pipeline import full_rewrite_to_sink
+    from speck.codegen.renderer import UnsupportedOpError
+    from speck.codegen.x86 import renderer as x86_renderer
+
+    uops = full_rewrite_to_sink(ast, X86Renderer())
+    selected: list[object] = []
+    real_select = x86_renderer.select
+    monkeypatch.setattr(x86_renderer, "select", lambda *a: selected.append(a) or real_select(*a))
+    with pytest.raises(UnsupportedOpError) as err:
+        X86Renderer().render(uops)
+    assert (err.value.op, err.value.dtype.scalar()) == (Ops.LOAD, dtypes.float16) and selected == []
 
 
 # ---------------------------------------------------------------------------------------------------------------------

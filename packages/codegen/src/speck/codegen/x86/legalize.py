@@ -5,7 +5,9 @@ checks that every value has a type the backend can hold:
 - bool arithmetic becomes the bitwise op it means (ADD/MAX -> OR, MUL -> AND, SUB -> XOR), RECIPROCAL becomes a
   division of a casted 1.0, TRUNC of an integer is the integer itself (rewrite table `pm_x86_legalize`);
 - every value's dtype must be one the backend has registers for (bool, 8..64-bit ints, float32, float64);
-  anything else raises RuntimeError naming the op, dtype and kernel, so nothing is ever emitted silently wrong.
+  anything else raises X86UnsupportedError (an UnsupportedOpError) naming the op, dtype and kernel before any
+  further work, so nothing is ever emitted silently wrong and the caller may take another backend for the kernel;
+- every memory index becomes ADD(shared part, literal) (`split_index_constants`).
 Gated loads/stores and bool WHERE conditions are legalized during selection (they need registers): a gated access
 first picks its address (the real one, or a scratch stack slot in the red zone below rsp) with CMOVcc, and a WHERE
 whose condition is a bool value (not a comparison) tests it against integer 0.
@@ -13,6 +15,7 @@ whose condition is a bool value (not a comparison) tests it against integer 0.
 
 from __future__ import annotations
 
+from speck.codegen.renderer import UnsupportedOpError
 from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 SUPPORTED_SCALARS: frozenset[DType] = frozenset({
@@ -51,6 +54,16 @@ def unsupported_dtype(u: UOp) -> DType | None:
     return None
 
 
+class X86UnsupportedError(UnsupportedOpError):
+    """A kernel the x86 backend refuses (an op or dtype it has no instructions for), raised before any instruction is
+    selected; the message names op, dtype and kernel. Being an UnsupportedOpError, it lets the backend registry run
+    that one kernel on the backend's fallback (LLVM) instead."""
+
+    def __init__(self, message: str, op: Ops, dtype: DType) -> None:
+        RuntimeError.__init__(self, message)
+        self.renderer, self.op, self.dtype = "x86", op, dtype
+
+
 _OPERAND_CHECKED = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.STORE})
 _NO_REGISTER: dict[DType, bool] = {}  # DTypes are interned and immutable: decide each one once
 
@@ -65,8 +78,8 @@ def _has_no_register(dt: DType) -> bool:
 
 def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     """Apply `pm_x86_legalize` to each UOp of a linear program (sources first, so rewritten nodes are seen by their
-    users) and check every dtype; returns the new linear list. Raises RuntimeError naming op, dtype and kernel for a
-    dtype without a register class."""
+    users) and check every dtype; returns the new linear list. Raises X86UnsupportedError naming op, dtype and kernel
+    for a dtype without a register class."""
     out: list[UOp] = []
     seen: set[UOp] = set()
     new: dict[UOp, UOp] = {}  # only the nodes that changed (most programs have none or a few)
@@ -77,10 +90,12 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
         ok = u.op is Ops.CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
         bad = None if ok else unsupported_dtype(u)
         if bad is not None:
-            raise RuntimeError(
+            raise X86UnsupportedError(
                 f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend "
                 f"handles {', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for "
-                "half, bfloat16 and fp8)"
+                "half, bfloat16 and fp8)",
+                u.op,
+                bad,
             )
         nu = u
         if new and any(s in new for s in u.src):
@@ -208,4 +223,7 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
 _PURE_INDEX_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.SHL, Ops.SUB, Ops.CAST})
 
 
-__all__ = ["SUPPORTED_SCALARS", "legalize", "pm_x86_legalize", "split_index_constants", "unsupported_dtype"]
+__all__ = [
+    "SUPPORTED_SCALARS", "X86UnsupportedError", "legalize", "pm_x86_legalize", "split_index_constants",
+    "unsupported_dtype",
+]  # fmt: skip

@@ -6,9 +6,12 @@ the object: the encoded bytes of every instruction, the .rodata constants and th
 `# .reloc` header lines). `X86Compiler.compile` turns that text back into the ELF object without re-running any
 stage, so ProgramSpec.src is a readable listing and ProgramSpec.lib the object, as for the other CPU renderers.
 
-Capabilities declared to the pipeline: float32 vectors of up to 8 lanes (one ymm register; AVX2, no AVX-512), every
-other dtype scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial decompositions are used); no
-half/bfloat16/fp8 registers (a kernel touching those values raises RuntimeError naming op, dtype and kernel).
+Capabilities declared to the pipeline: float32 and bool vectors of up to 8 lanes (one ymm register; bools as lane
+masks; AVX2, no AVX-512), every other dtype scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial
+decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays False) but handled;
+no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an UnsupportedOpError
+naming op, dtype and kernel) first thing in `render`, before any instruction is selected, so a backend registry can
+run that kernel on LLVM instead. `X86Renderer(fp_contract=True)` fuses a*b+c into FMA instructions.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class X86Rendering:
 
 def render_x86(uops: list[UOp], fp_contract: bool = False) -> X86Rendering:
     """Run the backend on a linear program (KERNEL_CONTRACT.md section 2): legalize, select, allocate registers,
-    encode, write the ELF object. Raises RuntimeError naming op, dtype and kernel for anything it cannot select.
+    encode, write the ELF object. Raises X86UnsupportedError (an UnsupportedOpError) naming op, dtype and kernel for
+    anything it cannot select.
     `fp_contract`: fuse a*b+c into one FMA (rounded once)."""
     name = kernel_name(uops)
     t0 = time.perf_counter()
@@ -72,9 +76,9 @@ def render_x86(uops: list[UOp], fp_contract: bool = False) -> X86Rendering:
 
 
 class X86Renderer(Renderer):
-    """speck's x86-64 backend (AVX2 + FMA host, System V, CPU_ABI.md). Scalar code: vectors are devectorized by the
-    pipeline; half/bfloat16/fp8 values are not supported (RuntimeError naming the op); EXP2/LOG2/SIN come from the
-    pipeline's decompositions."""
+    """speck's x86-64 backend (AVX2 + FMA host, System V, CPU_ABI.md): float32 and bool vectors of up to 8 lanes,
+    every other dtype scalar (the pipeline devectorizes it); half/bfloat16/fp8 values are refused early
+    (X86UnsupportedError naming op and dtype); EXP2/LOG2/SIN come from the pipeline's decompositions."""
 
     name: ClassVar[str] = "x86"
     device: ClassVar[str] = "CPU"

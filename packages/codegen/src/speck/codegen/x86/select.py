@@ -2,7 +2,8 @@
 
 Selection walks the program in order and looks each UOp up in `SELECTION_TABLE` by (op, operand class); the entry
 names the rule that emits its instructions, and the per-dtype opcode tables below (`INT_ALU`, `FLOAT_ALU`, ...) give
-the machine op. A UOp with no entry raises RuntimeError naming the op, the dtype and the kernel.
+the machine op. A UOp with no entry raises SelectionError (an X86UnsupportedError, so an UnsupportedOpError) naming
+the op, the dtype and the kernel.
 
 Value conventions (what every rule may assume about its sources and must guarantee for its result):
 - integers and bools live in general-purpose registers. A value of 1, 2 or 4 bytes is held in the low 32 bits,
@@ -35,6 +36,7 @@ from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
+from speck.codegen.x86.legalize import X86UnsupportedError
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.peephole import fold_copies
@@ -114,7 +116,7 @@ _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose v
 _USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
 
 
-class SelectionError(RuntimeError):
+class SelectionError(X86UnsupportedError):
     """No selection rule for an op/dtype (the message names op, dtype and kernel)."""
 
 
@@ -245,7 +247,9 @@ class Selector:
         return SelectionError(
             f"x86 backend: no selection rule for {u.op.name} on {dt} in kernel {self.kernel!r}"
             + (f" ({why})" if why else "")
-            + "; run it on the CPU (LLVM) device or add a rule to speck.codegen.x86.select.SELECTION_TABLE"
+            + "; run it on the CPU (LLVM) device or add a rule to speck.codegen.x86.select.SELECTION_TABLE",
+            u.op,
+            dt,
         )
 
     def gpr(self) -> VReg:
@@ -325,8 +329,8 @@ class Selector:
             else:
                 self.emit(O.MOVABS, d, Imm(v))
             return d
-        raise SelectionError(f"x86 backend: {u.op.name} ({u.dtype}) is used before it is defined in kernel "
-                             f"{self.kernel!r}; the program is not in linear order")  # fmt: skip
+        raise RuntimeError(f"x86 backend: {u.op.name} ({u.dtype}) is used before it is defined in kernel "
+                           f"{self.kernel!r}; the program is not in linear order")  # fmt: skip
 
     def ioperand(self, u: UOp, size: int) -> Operand:
         """u as the source operand of an integer op: an immediate when possible, else a register."""
@@ -986,7 +990,7 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, _M): sm.sel_mask_logic for op in sm.MASK_LOGIC},
     **{(op, _M): sm.sel_mask_cmp for op in GroupOp.Comparison},
 }  # fmt: skip
-"""(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (a RuntimeError)."""
+"""(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (an UnsupportedOpError)."""
 
 
 def select(uops: list[UOp], kernel: str, fp_contract: bool = False) -> tuple[list[Item], bytes]:
