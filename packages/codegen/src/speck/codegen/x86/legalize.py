@@ -158,6 +158,14 @@ def _wrap(v: int, dt: DType) -> int:
     return v - (1 << bits) if v >> (bits - 1) else v
 
 
+def _place(x: UOp, pos: dict[UOp, int], placed: dict[UOp, int], insert: dict[int, list[UOp]]) -> UOp:
+    """Give a node built from placed values (and literals) its place: right after the last of its sources."""
+    if x not in pos and x not in placed:
+        placed[x] = max(pos[y] if y in pos else placed[y] for y in x.src if y in pos or y in placed)
+        insert.setdefault(placed[x], []).append(x)
+    return x
+
+
 def split_index_constants(uops: list[UOp]) -> list[UOp]:
     """Rewrite the index of every memory access as ADD(shared, literal): the part that depends on values is built
     once in a canonical order (so the lanes of an upcast block, which differ only by constants, share one register)
@@ -178,23 +186,22 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
         const = _wrap(const, i.dtype)
         if not terms or abs(const) >= MAX_DISPLACEMENT:
             continue
+        # built in a canonical order; each new node goes right after the last of its sources (literals need no
+        # place: selection materialises them where they are used)
         order = sorted(terms, key=pos.__getitem__)
         acc: UOp | None = None
         for leaf in order:
             coef = _wrap(terms[leaf], i.dtype)
-            t = leaf if coef == 1 else UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype)))
-            acc = t if acc is None else UOp(Ops.ADD, i.dtype, (acc, t))
+            t = (
+                leaf
+                if coef == 1
+                else _place(UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype))), pos, placed, insert)
+            )
+            acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
         assert acc is not None
-        new_i = UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))) if const else acc
+        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))), pos, placed, insert) if const else acc
         if new_i is i:
             continue
-        # each new node goes right after the last of its sources; literals need no place (selection materialises
-        # them where they are used)
-        for x in new_i.toposort():
-            if x in pos or x in placed or _literal(x) is not None or x.op is Ops.CONST:
-                continue
-            placed[x] = max(pos[y] if y in pos else placed[y] for y in x.src if y in pos or y in placed)
-            insert.setdefault(placed[x], []).append(x)
         rewrite[u] = u.replace(src=(u.src[0], new_i, *u.src[2:]))
     if not rewrite:
         return uops
