@@ -1,7 +1,7 @@
 """speck's x86-64 backend (CPU:X86) against the LLVM path (CPU), each with its own best heuristic choice.
 
-Rows, all in one process unless said otherwise, every backend with fused multiply-add (FP_CONTRACT, on by default
-on the LLVM path):
+Rows, all in one process unless said otherwise, both backends as the devices build them (fused multiply-add when
+FP_CONTRACT is on, the default):
 - kernels: the three micro-kernels and matmul 1024, lowered once per backend with the heuristic's opts for that
   renderer (the `opts` columns: what each applied), run on the same hcq buffers, medians of interleaved launches;
   compile: the backend's own work (x86: legalize+select+allocate+encode+ELF; LLVM: render + O2 compile, cache off);
@@ -73,12 +73,11 @@ def _median(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def renderers() -> dict[str, Any]:
-    """Device -> the renderer the tensor path gives it, both with fused multiply-add as FP_CONTRACT asks."""
-    from speck.codegen.renderer.llvmir import LLVMRenderer
-    from speck.codegen.x86 import X86Renderer
+    """Device -> the renderer the device uses (the codegen backend registry's: both fuse multiply-adds as
+    FP_CONTRACT asks, on by default)."""
+    from speck.codegen.backends import get_backend
 
-    fma = os.environ.get("FP_CONTRACT", "1") != "0"
-    return {"CPU": LLVMRenderer(fp_contract=fma), "CPU:X86": X86Renderer(fp_contract=fma)}
+    return {"CPU": get_backend("LLVM").renderer, "CPU:X86": get_backend("X86").renderer}
 
 
 def _opts(spec: Any) -> str:
@@ -128,14 +127,6 @@ def compile_times(ast: UOp, repeats: int) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the CNN training step
-
-
-def _use_fma_on_x86() -> None:
-    """The tensor path builds CPU:X86's renderer without fp_contract (only LLVM's gets FP_CONTRACT so far): give it
-    the same setting, so both backends fuse multiply-adds."""
-    from speck.tensor import realize
-
-    realize._renderer_cache["x86"] = renderers()["CPU:X86"]
 
 
 def cnn_step(device: str, batch: int = 128) -> Callable[[], float]:
@@ -213,7 +204,6 @@ _FIRST_STEP = """
 import sys, time
 sys.path.insert(0, {bench!r})
 import x86_backend as xb
-xb._use_fma_on_x86()
 step = xb.cnn_step({device!r})
 t0 = time.perf_counter()
 step()
@@ -269,7 +259,6 @@ def main() -> None:
         print(f"target matmul 1024 <= 1.3x LLVM: {_verdict(mm_ratio <= 1.3)}")
     if args.no_cnn:
         return
-    _use_fma_on_x86()
     steps = cnn_steps(args.rounds, 3)
     r = steps["CPU:X86"] / steps["CPU"]
     print(f"\nCNN step (batch 128): LLVM {1e3 * steps['CPU']:.1f} ms, x86 {1e3 * steps['CPU:X86']:.1f} ms, "
