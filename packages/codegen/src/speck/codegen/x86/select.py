@@ -41,7 +41,7 @@ from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, 
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import arg_vreg
-from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, VCMP_UNORD, is_cconst, osize, vec_bytes
+from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, VCMP_UNORD, is_cconst, mem_at, osize, vec_bytes
 from speck.uop import AddrSpace, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
 
 # the scratch slot of gated accesses: in the System V red zone below rsp (kernels are leaf functions, the allocator
@@ -552,11 +552,11 @@ class Selector:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, d, mem.with_size(4 * count))
         elif count == 3:
             self.emit(O.VMOVSD, d, mem.with_size(8))
-            self.emit(O.VINSERTPS, d, d, _at(mem, 8, 4), Imm(2 << 4))
+            self.emit(O.VINSERTPS, d, d, mem_at(mem, 8, 4), Imm(2 << 4))
         else:
             lo = self.vec(16)
             self.emit(O.VMOVUPS, lo, mem.with_size(None))
-            hi = self.load_lanes(_at(mem, 16, None), count - 4)
+            hi = self.load_lanes(mem_at(mem, 16, None), count - 4)
             self.emit(O.VINSERTF128, d, lo.sized(32), hi, Imm(1))
         return d
 
@@ -568,12 +568,12 @@ class Selector:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, mem.with_size(4 * count), r.sized(16))
         elif count == 3:
             self.emit(O.VMOVSD, mem.with_size(8), r.sized(16))
-            self.emit(O.VEXTRACTPS, _at(mem, 8, 4), r.sized(16), Imm(2))
+            self.emit(O.VEXTRACTPS, mem_at(mem, 8, 4), r.sized(16), Imm(2))
         else:
             self.emit(O.VMOVUPS, mem.with_size(None), r.sized(16))
             hi = self.vec(16)
             self.emit(O.VEXTRACTF128, hi, r.sized(32), Imm(1))
-            self.store_lanes(_at(mem, 16, None), hi, count - 4)
+            self.store_lanes(mem_at(mem, 16, None), hi, count - 4)
 
     def reg_slot(self, idx: UOp, dt: DType) -> VReg:
         """The virtual register holding the accumulator elements an access of dtype dt at a DEFINE_REG index covers
@@ -910,11 +910,6 @@ class Selector:
         self.emit(O.VMOVD if n == 4 else O.VMOVQ, m, k.sized(n))
         self.emit(FLOAT_OPS[("blend", n)], d, self.reg(b), self.reg(a), m)
         self.val[u] = d
-
-
-def _at(mem: Mem, offset: int, size: int | None) -> Mem:
-    """mem moved by `offset` bytes, accessing `size` bytes."""
-    return Mem(mem.base, mem.index, mem.scale, mem.disp + offset, size, mem.symbol)
 
 
 def signed_magic32(d: int) -> tuple[int, int]:

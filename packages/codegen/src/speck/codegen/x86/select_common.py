@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from speck.codegen.x86.operands import Mem
 from speck.codegen.x86.ops import X86Op as O
 from speck.uop import DType, Ops, UOp
 
@@ -32,3 +33,8 @@ def is_cconst(u: UOp) -> bool:
 def vec_bytes(count: int) -> int:
     """Register width of a float32 vector: xmm up to 4 lanes, ymm for 8."""
     return 16 if count <= 4 else 32
+
+
+def mem_at(mem: Mem, offset: int, size: int | None) -> Mem:
+    """mem moved by `offset` bytes, accessing `size` bytes."""
+    return Mem(mem.base, mem.index, mem.scale, mem.disp + offset, size, mem.symbol)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem
 from speck.codegen.x86.ops import X86Op as O
-from speck.codegen.x86.select_common import is_cconst, vec_bytes
+from speck.codegen.x86.select_common import is_cconst, mem_at, vec_bytes
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -155,14 +155,12 @@ def load_mask(sel: Selector, mem: Mem, count: int) -> VReg:
         sel.emit(O.VPXOR, z, z, z)
         sel.emit(O.VPSUBD, d, z, t)  # 0/1 -> 0/-1
         return d
-    from speck.codegen.x86.select import _at
-
     halves = []
     for h in range(0, count, 4):
         part = sel.vec(16)
         for i in range(h, min(h + 4, count)):
             k = sel.gpr()
-            sel.emit(O.MOVZX, k.sized(4), _at(mem, i, 1))
+            sel.emit(O.MOVZX, k.sized(4), mem_at(mem, i, 1))
             sel.emit(O.NEG, k.sized(4))
             if i == h:
                 sel.emit(O.VMOVD, part, k.sized(4))
@@ -190,8 +188,6 @@ def store_mask(sel: Selector, mem: Mem, m: VReg, count: int) -> None:
         sel.emit(O.VPABSB, one, b)  # -1 -> 1
         sel.emit(O.VMOVD if count == 4 else O.VMOVQ, mem.with_size(count), one)
         return
-    from speck.codegen.x86.select import _at
-
     bits = sel.gpr()
     sel.emit(O.VMOVMSKPS, bits.sized(4), m)
     for i in range(count):
@@ -200,7 +196,7 @@ def store_mask(sel: Selector, mem: Mem, m: VReg, count: int) -> None:
         if i:
             sel.emit(O.SHR, k.sized(4), Imm(i))
         sel.emit(O.AND, k.sized(4), Imm(1))
-        sel.emit(O.MOV, _at(mem, i, 1), k.sized(1))
+        sel.emit(O.MOV, mem_at(mem, i, 1), k.sized(1))
 
 
 __all__ = [

@@ -16,8 +16,9 @@ import struct
 from typing import TYPE_CHECKING
 
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86.operands import Imm, Mem, Operand
+from speck.codegen.x86.operands import Imm, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_common import mem_at
 from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
 
@@ -100,8 +101,6 @@ def sel_stack(sel: Selector, u: UOp) -> None:
         vals = [float(sel.const_value(s)) for s in srcs]
         vals += [0.0] * (w // 4 - n)
         raw = struct.pack(f"<{w // 4}f", *vals)
-        from speck.codegen.x86.operands import rodata
-
         d = sel.vec(w)
         sel.emit(O.VMOVUPS, d, rodata(sel.pool.add(raw, 32), w))
         sel.val[u] = d
@@ -150,8 +149,7 @@ def sel_gep(sel: Selector, u: UOp) -> None:
         sel.val[u] = mask_lane(sel, mask(sel, x), lanes[0])
         return
     if x in sel.bcast_loads:  # the lane straight from memory
-        mem = sel.address(x.src[0])
-        lane = Mem(mem.base, mem.index, mem.scale, mem.disp + 4 * lanes[0], 4, mem.symbol)
+        lane = mem_at(sel.address(x.src[0]), 4 * lanes[0], 4)
         d = sel.vec(_width(len(lanes)))
         sel.emit(O.VBROADCASTSS if len(lanes) > 1 else O.VMOVSS, d, lane)
         sel.val[u] = d
