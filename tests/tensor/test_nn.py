@@ -560,3 +560,20 @@ def test_pooling_with_one_or_three_dim_kernels_takes_int_options_per_dim() -> No
     y = rnd(1, 2, 4, 4, 4, seed=51).astype(np.float32)
     want = y.reshape(1, 2, 2, 2, 2, 2, 2, 2).max(axis=(3, 5, 7))
     np.testing.assert_allclose(Tensor(y).max_pool2d((2, 2, 2)).numpy(), want)
+
+
+def test_conv_weight_gradients_on_the_c_backend_match_llvm() -> None:
+    # the 5x5 weight gradient is register-blocked by 5 rows: 5-lane vectors, which C renders as 4 + 1 lanes
+    from speck.tensor.nn.state import get_parameters
+
+    def grads(dev: str) -> list[np.ndarray]:
+        Tensor.manual_seed(0)
+        c1, c2 = nn.Conv2d(1, 8, 5), nn.Conv2d(8, 8, 5)
+        for p in get_parameters([c1, c2]):
+            p.to_(dev)
+        x = Tensor(np.random.default_rng(0).random((4, 1, 16, 16)).astype(np.float32), device=dev)
+        c2(c1(x).relu()).relu().sum().backward()
+        return [p.grad.numpy() for p in get_parameters([c1, c2])]
+
+    for got, want in zip(grads("CPU:CLANG"), grads("CPU")):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

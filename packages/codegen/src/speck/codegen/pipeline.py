@@ -95,7 +95,7 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     sink = st.done("casted_consts", sink)
     # renderer-specific last touches (machine idioms), if the renderer has any
     if renderer.extra_matcher is not None:
-        sink = graph_rewrite(sink, renderer.extra_matcher, ctx=renderer, name="renderer_extra")
+        sink = graph_rewrite(sink, renderer.extra_matcher, ctx=renderer.extra_context(), name="renderer_extra")
         sink = st.done("renderer_extra", sink)
     return sink
 

@@ -1,7 +1,8 @@
 """Devectorization: vector values wider than the renderer's registers (any vector, for renderers without vectors)
-are split into chunks the renderer supports. ALU/CAST/BITCAST run per chunk on GEPs of their sources; vector
-LOAD/STORE become one access per chunk at idx + chunk offset (same gate); the chunks are reassembled with a STACK
-that only GEPs consume, and GEP-of-STACK folding removes it."""
+are split into chunks the renderer supports; for renderers whose vector types need a power-of-two lane count
+(`Renderer.pow2_vectors`, C's vector_size), a 5-lane value becomes a 4-lane and a 1-lane part. ALU/CAST/BITCAST run
+per chunk on GEPs of their sources; vector LOAD/STORE become one access per chunk at idx + chunk offset (same gate);
+the chunks are reassembled with a STACK that only GEPs consume, and GEP-of-STACK folding removes it."""
 
 from __future__ import annotations
 
@@ -14,17 +15,29 @@ if TYPE_CHECKING:
 
 
 class Devectorizer:
-    """The renderer's width limit per scalar dtype."""
+    """The renderer's width limit per scalar dtype, and whether its vectors need a power-of-two lane count."""
 
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
+        self.pow2 = renderer.pow2_vectors
 
     def width(self, u: UOp) -> int:
         return self.renderer.max_vec_lanes(u.dtype.scalar())
 
+    def fits(self, n: int, w: int) -> bool:
+        """A vector of n lanes renders as is (n <= w, and a power of two where the renderer needs one)."""
+        return n <= w and (not self.pow2 or n & (n - 1) == 0)
 
-def _chunks(n: int, w: int) -> list[tuple[int, ...]]:
-    return [tuple(range(i, min(i + w, n))) for i in range(0, n, w)]
+    def chunks(self, n: int, w: int) -> list[tuple[int, ...]]:
+        """Lane groups of at most w lanes (each a power of two when the renderer needs that), in order."""
+        out, i = [], 0
+        while i < n:
+            k = min(w, n - i)
+            if self.pow2:
+                k = 1 << (k.bit_length() - 1)
+            out.append(tuple(range(i, i + k)))
+            i += k
+        return out
 
 
 def _lanes(x: UOp, lanes: tuple[int, ...]) -> UOp:
@@ -40,10 +53,10 @@ def split_alu(ctx: Devectorizer, x: UOp) -> UOp | None:
     w = ctx.width(x) if x.op not in GroupOp.Comparison else min(ctx.width(x), ctx.width(x.src[0]))
     if x.op is Ops.CAST or x.op is Ops.BITCAST:
         w = min(w, ctx.width(x.src[0]))
-    if n <= 1 or n <= w or isinstance(x.dtype, PtrDType):
+    if n <= 1 or ctx.fits(n, w) or isinstance(x.dtype, PtrDType):
         return None
     parts = []
-    for ch in _chunks(n, w):
+    for ch in ctx.chunks(n, w):
         srcs = tuple(_lanes(s, ch) for s in x.src)
         dt = x.dtype.scalar().vec(len(ch))
         parts.append(UOp(x.op, dt, srcs, x.arg))
@@ -59,10 +72,10 @@ def _offset(idx: UOp, k: int) -> UOp:
 
 def split_load(ctx: Devectorizer, ld: UOp) -> UOp | None:
     n, w = ld.dtype.count, ctx.width(ld)
-    if n <= w:
+    if ctx.fits(n, w):
         return None
     parts = []
-    for ch in _chunks(n, w):
+    for ch in ctx.chunks(n, w):
         extra = tuple(_lanes(s, ch) for s in ld.src[1:])
         parts.append(UOp(Ops.LOAD, ld.dtype.scalar().vec(len(ch)), (_offset(ld.src[0], ch[0]), *extra), ld.arg))
     return _reassemble(parts)
@@ -71,10 +84,10 @@ def split_load(ctx: Devectorizer, ld: UOp) -> UOp | None:
 def split_store(ctx: Devectorizer, st: UOp) -> UOp | None:
     val = st.src[1]
     n, w = val.dtype.count, ctx.width(val)
-    if n <= w:
+    if ctx.fits(n, w):
         return None
     stores = [UOp(Ops.STORE, dtypes.void, (_offset(st.src[0], ch[0]), _lanes(val, ch), *st.src[2:]), st.arg)
-              for ch in _chunks(n, w)]  # fmt: skip
+              for ch in ctx.chunks(n, w)]  # fmt: skip
     return UOp(Ops.GROUP, dtypes.void, tuple(stores))
 
 

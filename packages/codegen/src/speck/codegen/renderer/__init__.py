@@ -17,11 +17,6 @@ from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
 DEFAULT_SUPPORTED_OPS: frozenset[Ops] = GroupOp.ALU - {Ops.THREEFRY, Ops.POW, Ops.MULACC}
 
 
-# Renderers written before `odd_vector_widths` existed whose vectors take any lane count (LLVM's <5 x float>). They
-# should override the property themselves; this default keeps their optimizer choices unchanged until they do.
-_ODD_WIDTHS_UNTIL_DECLARED = frozenset({"llvm"})
-
-
 class UnsupportedOpError(RuntimeError):
     """A renderer was asked for an op/dtype combination it cannot express. The message names op, dtype, renderer."""
 
@@ -94,10 +89,20 @@ class Renderer:
         return self.has_vectors and self.device == "CPU"
 
     @property
+    def pow2_vectors(self) -> bool:
+        """Vector types exist only for power-of-two lane counts (C's vector_size): devectorization splits a 5-lane
+        value into 4 + 1 lanes for such renderers."""
+        return False
+
+    @property
     def odd_vector_widths(self) -> bool:
         """False unless the renderer says otherwise (C vector types need a power of two lanes, x86 puts odd widths
-        together from pieces)."""
-        return self.name in _ODD_WIDTHS_UNTIL_DECLARED
+        together from pieces); LLVM's vectors take any lane count."""
+        return False
+
+    def extra_context(self) -> object:
+        """The ctx the renderer_extra stage's `extra_matcher` rules receive (the renderer itself by default)."""
+        return self
 
     def max_vec_lanes(self, dtype: DType) -> int:
         """How many lanes of scalar `dtype` fit one vector register (1 when the renderer has no vectors)."""

@@ -395,6 +395,11 @@ class ClangRenderer(Renderer):
     has_vectors: ClassVar[bool] = True
     max_vector_bytes: ClassVar[int] = 32
 
+    @property
+    def pow2_vectors(self) -> bool:
+        """gcc and clang reject vector_size types whose lane count is not a power of two."""
+        return True
+
     def supports(self, op: Ops, dtype: DType) -> bool:
         """As the base class, plus WHERE on every dtype (a select needs no arithmetic in the value's format)."""
         if op is Ops.WHERE and dtype.scalar() in _CTYPE:

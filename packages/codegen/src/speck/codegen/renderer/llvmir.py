@@ -273,6 +273,11 @@ class LLVMRenderer(Renderer):
     has_vectors: ClassVar[bool] = True
     max_vector_bytes: ClassVar[int] = 32
 
+    @property
+    def odd_vector_widths(self) -> bool:
+        """<5 x float> is as good a vector as <8 x float> to LLVM: the optimizer may block by 3, 5 or 6 lanes."""
+        return True
+
     def __init__(self, max_vector_bytes: int | None = None, fp_contract: bool = False) -> None:
         """`max_vector_bytes`: widest vector to emit (16, 32 or 64 bytes); None detects the host (64 only with
         AVX-512F, else 32). `fp_contract`: mark float add/sub/mul `contract`, letting LLVM fuse a*b+c into one FMA

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from speck.codegen.lower.devectorize import pm_devectorize
+from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, kernel_name
 from speck.codegen.x86.alloc import allocate_function
 from speck.codegen.x86.assembler import Assembled, assemble
@@ -97,9 +97,10 @@ class X86Renderer(Renderer):
         may differ from the exact default in the last bit; about twice the multiply-add throughput."""
         self.fp_contract = fp_contract
 
-    def width(self, u: UOp) -> int:
-        """Lanes a value of u's dtype may have (the devectorizer's question, asked in the renderer_extra stage)."""
-        return self.max_vec_lanes(u.dtype.scalar())
+    def extra_context(self) -> Any:
+        """The renderer_extra stage devectorizes again (after decompositions made new wide values), by this
+        renderer's widths."""
+        return Devectorizer(self)
 
     def max_vec_lanes(self, dtype: DType) -> int:
         """float32 and bool get 8 lanes (one ymm register; bools as 32-bit lane masks, lane for lane with the floats
