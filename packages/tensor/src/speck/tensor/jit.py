@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from speck.tensor import profile, realize
+from speck.tensor import multi, profile, realize
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
 from speck.tensor.settings import JIT
@@ -396,6 +396,7 @@ class TinyJit(Generic[R]):
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
         inputs = _gather(args, kwargs)
+        inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
         if self.captured is not None:
             return self._replay(inputs)
         sigs = _prepare(inputs)
@@ -663,6 +664,8 @@ class ReplayPlan:
         if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or any(d.profile for d in self.devices):
             for kind, item in self.calls:
                 _replay_one(kind, item, mapping, var_vals)
+            if realize._inflight:
+                realize.wait_copies()
             return
         for kind, item in self.steps:
             if kind != "batch":
@@ -671,7 +674,11 @@ class ReplayPlan:
                 for k, it in item.calls:
                     realize.replay(k, it, mapping)
             else:
+                if realize._inflight:  # copies between devices still arriving (sharded tensors)
+                    realize.wait_copies_into(item.device.name)
                 item.run(mapping)
+        if realize._inflight:
+            realize.wait_copies()
 
 
 def _replay_one(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
