@@ -568,7 +568,7 @@ def jit_inputs(named: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
             continue
         t.realize()
         if not all(_whole(Tensor(s, device=d)) for s, d in zip(t.uop.shards, t.uop.device)):
-            t.uop = t.contiguous().realize().uop
+            t.uop = t.clone().realize().uop  # (contiguous() of a contiguous view would be the same view)
         u = t.uop
         assert isinstance(u, MultiUOp)
         parts = [Tensor(s, device=d) for s, d in zip(u.shards, u.device)]

@@ -3,6 +3,7 @@ evaluate on the test set, print accuracy and throughput, and save the weights as
 
     speck-train                      # or: python -m speck.tensor.examples.train
     speck-train --steps 200 --batch 128 --out weights.safetensors
+    speck-train --devices 2          # data-parallel over CPU:0 and CPU:1 (each gets half of every batch)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from speck.tensor import Tensor, TinyJit, dtypes, nn
+from speck.tensor import Device, Tensor, TinyJit, dtypes, nn
 from speck.tensor.dims import as_int
 from speck.tensor.nn.datasets import mnist
 from speck.tensor.nn.optim import Adam
@@ -78,7 +79,18 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--model", choices=sorted(MODELS), default="cnn", help="cnn: the classic CNN (default)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--devices",
+        default="1",
+        help="data-parallel over N CPU devices (CPU:0..N-1) or a comma-separated "
+        "list of devices: parameters replicated, each batch split between them, gradients allreduced",
+    )
     args = ap.parse_args(argv)
+    devices = parse_devices(args.devices)
+    if len(devices) > 1 and (args.batch % len(devices) or 500 % len(devices)):
+        ap.error(
+            f"--batch {args.batch} (and the evaluation batch of 500) must split evenly over {len(devices)} devices"
+        )
     from tqdm import trange
 
     Tensor.manual_seed(args.seed)
@@ -88,14 +100,21 @@ def main(argv: list[str] | None = None) -> float:
     if args.test_subset:
         X_test, Y_test = X_test[: args.test_subset].contiguous().realize(), Y_test[: args.test_subset].realize()
     model = MODELS[args.model]()
+    if len(devices) > 1:  # every parameter and statistic replicated on every device
+        for p in get_parameters(model):
+            p.shard_(devices).realize()
     opt = Adam(get_parameters(model), lr=args.lr)
     n_train = as_int(X_train.shape[0])
+
+    def place(t: Tensor) -> Tensor:
+        """A batch split over the devices (batch axis), or as it is on one device."""
+        return t.shard(devices, axis=0) if len(devices) > 1 else t
 
     @TinyJit
     def train_step(idx: Tensor) -> tuple[Tensor, Tensor]:
         # the batch is gathered inside the jitted step: its kernel replays with the new indices, where a gather
         # outside would be scheduled anew on every step (2 ms of Python per step)
-        x, y = X_train[idx], Y_train[idx]
+        x, y = place(X_train[idx]), place(Y_train[idx])
         with Tensor.train():
             opt.zero_grad()
             out = model(x.float() * (1 / 255.0) - 0.5)
@@ -127,16 +146,30 @@ def main(argv: list[str] | None = None) -> float:
     n_test, bs, correct = as_int(X_test.shape[0]), 500, 0
     for i in range(0, n_test, bs):
         xb = X_test[i : i + bs].contiguous()
-        pred = predict(xb) if xb.shape[0] == bs else model(xb.float() * (1 / 255.0) - 0.5).argmax(axis=1)
+        if xb.shape[0] == bs:
+            pred = predict(place(xb).realize())
+        else:  # the tail batch, eagerly (replicated when there are several devices: it may not split evenly)
+            pred = model((xb.to(devices) if len(devices) > 1 else xb).float() * (1 / 255.0) - 0.5).argmax(axis=1)
         correct += int((pred.numpy() == Y_test[i : i + bs].numpy()).sum())
     acc_test = correct / n_test
-    print(f"test accuracy {acc_test * 100:.2f}% on {n_test} images; trained {args.steps} steps of {args.batch} in "
+    on = f" on {len(devices)} devices ({', '.join(devices)})" if len(devices) > 1 else ""
+    print(f"test accuracy {acc_test * 100:.2f}% on {n_test} images; trained {args.steps} steps of {args.batch}{on} in "
           f"{train_s:.1f} s ({images / train_s:.0f} images/s)")  # fmt: skip
     if args.out:
         safe_save({k: v.cast(dtypes.float32) if v.dtype != dtypes.int32 else v for k, v in
                    get_state_dict(model).items()}, args.out, {"model": "fashion-mnist cnn"})  # fmt: skip
         print(f"saved weights to {args.out}")
     return acc_test
+
+
+def parse_devices(spec: str) -> tuple[str, ...]:
+    """--devices: a count N (CPU:0..N-1) or a comma-separated list of device names."""
+    if spec.strip().isdigit():
+        n = int(spec)
+        if n < 1:
+            raise SystemExit(f"--devices must be at least 1, got {n}")
+        return tuple(Device.canonicalize(f"CPU:{i}") for i in range(n))
+    return tuple(Device.canonicalize(d.strip()) for d in spec.split(",") if d.strip())
 
 
 if __name__ == "__main__":
