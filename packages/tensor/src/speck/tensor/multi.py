@@ -567,11 +567,12 @@ def jit_inputs(named: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
             out.append((name, t))
             continue
         t.realize()
-        if not all(_whole(Tensor(s, device=d)) for s, d in zip(t.uop.shards, t.uop.device)):
-            t.uop = t.clone().realize().uop  # (contiguous() of a contiguous view would be the same view)
         u = t.uop
         assert isinstance(u, MultiUOp)
         parts = [Tensor(s, device=d) for s, d in zip(u.shards, u.device)]
+        if not all(_whole(p) for p in parts):  # (contiguous() of a contiguous view would be the same view)
+            parts = [p if _whole(p) else p.clone().realize() for p in parts]
+            t.uop = u = MultiUOp.leaf([p.uop for p in parts], u.axis, u.device)
         out += [(f"{name} shard {i} on {d}", p) for i, (p, d) in enumerate(zip(parts, u.device))]
     return out
 

@@ -873,6 +873,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         new = xt.contiguous().realize()
         nb = base_buffer(new.uop)
         assert nb is not None
+        if view_offset(new.uop) != 0 or int(nb.arg) != int(bb.arg):  # a view into a bigger buffer: a buffer of its own
+            new = xt.clone().realize()
+            nb = base_buffer(new.uop)
+            assert nb is not None
         if view_offset(new.uop) == 0 and int(nb.arg) == int(bb.arg):
             buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
             from speck.tensor import realize
