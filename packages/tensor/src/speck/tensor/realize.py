@@ -269,8 +269,9 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     return est  # type: ignore[no-any-return, unused-ignore]
 
 
-# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, and
-# Tensor.assign records its buffer swaps as ("assign", (dst, src))
+# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, Tensor.assign
+# records its buffer swaps as ("assign", (dst, src)), and host work on buffers (speck.tensor.distributed's MPI
+# collectives) as ("host", (fn, buffers)): replays call fn(buffers)
 CAPTURE: list[tuple[str, Any]] | None = None
 
 
@@ -331,9 +332,15 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
 def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
     """Run one captured call again with some BUFFERs swapped (TinyJit replays). An "assign" (dst, src) item copies
     src's contents into dst, which is what Tensor.assign's buffer swap did during the capture."""
-    if _inflight:  # a replayed assign or kernel reads (or overwrites) what a copy in flight may still be writing
-        wait_copies(None if kind == "assign" else [mapping.get(b, b) for b in item[1].bufs] if kind == "kernel"
-                    else [mapping.get(item.bufs[0], item.bufs[0])])  # fmt: skip
+    if _inflight:  # a replayed call reads (or overwrites) what a copy in flight may still be writing
+        wait_copies(
+            [mapping.get(b, b) for b in item[1].bufs] if kind == "kernel"
+            else [mapping.get(item.bufs[0], item.bufs[0])] if kind == "copy" else None
+        )  # fmt: skip
+    if kind == "host":  # a host function recorded with the buffers it works on (an MPI collective)
+        fn, bufs = item
+        fn([mapping.get(b, b) for b in bufs])
+        return
     if kind == "assign":
         dst, src = (mapping.get(b, b) for b in item)
         get_buffer(dst).copy_from(get_buffer(src))
