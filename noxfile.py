@@ -35,15 +35,24 @@ def _editable(folders: list[str]) -> list[str]:
 
 
 @nox.session
-@nox.parametrize("package", EXISTING + ["integration"])
+@nox.parametrize("package", EXISTING + ["integration", "tensor-mpi"])
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests with only that package and the packages below it installed."""
+    """Run one package's tests with only that package and the packages below it installed (tensor-mpi: the
+    tensor tests that start MPI jobs, with speck-tensor[mpi] installed: mpi4py and Open MPI from PyPI)."""
+    marker: list[str] = []
     if package == "integration":
         folders, test_dir = EXISTING, "tests/integration"
+    elif package == "tensor-mpi":
+        folders, test_dir, marker = PACKAGES["tensor"][1], "tests/tensor", ["-m", "mpi"]
+        session.install(
+            *_editable(folders), "-e", "packages/tensor[mpi]", *TEST_TOOLS, *EXTRA_TEST_TOOLS.get("tensor", [])
+        )
     else:
         folders, test_dir = PACKAGES[package][1] + [package], f"tests/{PACKAGES[package][0]}"
-    session.install(*_editable(folders), *TEST_TOOLS, *EXTRA_TEST_TOOLS.get(package, []))
-    args = session.posargs or ["-q", "-p", "no:cacheprovider", test_dir]
+        marker = ["-m", "not mpi"] if package == "tensor" else []
+    if package != "tensor-mpi":
+        session.install(*_editable(folders), *TEST_TOOLS, *EXTRA_TEST_TOOLS.get(package, []))
+    args = session.posargs or ["-q", "-p", "no:cacheprovider", *marker, test_dir]
     session.run("python", "-m", "pytest", *args, env={"HYPOTHESIS_PROFILE": "ci", "SPEC": "1"})
 
 
