@@ -17,8 +17,10 @@ naive. Every device reduces in the same order, so the replicas of the result are
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from speck.tensor.multi import copy_uop
+from speck.tensor.schedule import Scheduler, new_buffer_uop, view_buffer_uop
 from speck.tensor.settings import ALL2ALL, RING, RING_ALLREDUCE_THRESHOLD
 from speck.uop import Ops, UOp, sint
 from speck.uop.helpers import prod
@@ -36,58 +38,92 @@ def choose_algorithm(ndev: int, numel: sint) -> str:
     return "naive"
 
 
+class AllreduceArg(NamedTuple):
+    """The arg of device `index`'s result node: CONTIGUOUS(partial[index], partial[index+1], ...) (its own partial
+    first, so the node's device and shape are those of its first source)."""
+
+    op: Ops
+    algo: str
+    index: int
+    devices: tuple[str, ...]
+
+
 def allreduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str]) -> list[UOp]:
-    """The reduction (ADD, MUL or MAX) of the per-device `partials` (equal shapes, partials[i] on devices[i]),
-    as one graph per device whose value is the whole reduction."""
+    """The reduction (ADD, MUL or MAX) of the per-device `partials` (equal shapes, partials[i] on devices[i]): one
+    node per device whose value is the whole reduction. The scheduler schedules all of them at once
+    (schedule_allreduce), each device's result in one buffer its kernels and copies write chunk by chunk."""
     n = len(partials)
-    shape = partials[0].shape
-    numel = prod(shape)
-    algo = choose_algorithm(n, numel)
-    if algo == "naive":
-        out = []
-        for d in devices:
-            total = copy_uop(partials[0], d, devices[0])
+    algo = choose_algorithm(n, prod(partials[0].shape))
+    devs = tuple(devices)
+    return [_node(op, algo, j, devs, partials) for j in range(n)]
+
+
+def _node(op: Ops, algo: str, j: int, devices: tuple[str, ...], partials: Sequence[UOp]) -> UOp:
+    n = len(partials)
+    return UOp(Ops.CONTIGUOUS, partials[0].dtype, tuple(partials[(j + k) % n] for k in range(n)),
+               AllreduceArg(op, algo, j, devices))  # fmt: skip
+
+
+def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
+    """Schedule every device's result of the allreduce `node` belongs to: copies between devices and kernels on
+    the receiving devices, step by step for all devices (the copies of a step go first, so they overlap with the
+    kernels of the devices they are not for); returns node's view."""
+    spec: AllreduceArg = node.arg
+    op, devices, n = spec.op, spec.devices, len(spec.devices)
+    partials = [node.src[(i - spec.index) % n] for i in range(n)]
+    shape, dtype = partials[0].shape, partials[0].dtype
+    numel = int(prod(shape))
+    outs = [new_buffer_uop(d, numel, dtype) for d in devices]
+
+    def on(i: int, u: UOp, into: UOp | None = None) -> UOp:
+        outer, sched.device = sched.device, devices[i]
+        try:
+            return sched.materialize(u, into) if into is not None or u.op is Ops.COPY else sched.realize(u)
+        finally:
+            sched.device = outer
+
+    pv = [on(i, p) for i, p in enumerate(partials)]
+    if spec.algo == "naive":  # every device copies every other partial and reduces all of them in one kernel
+        copies = [[on(j, copy_uop(pv[i], devices[j], devices[i])) for i in range(n)] for j in range(n)]
+        for j in range(n):
+            total = copies[j][0]
             for i in range(1, n):
-                total = total.alu(op, copy_uop(partials[i], d, devices[i]))
-            out.append(total)
-        return out
-    assert isinstance(numel, int)
-    bounds = [(numel * c // n, numel * (c + 1) // n) for c in range(n)]
-    chunks = [[p.reshape((numel,)).shrink((b,)) for b in bounds] for p in partials]  # chunks[device][chunk]
-    full: list[list[UOp | None]] = [[None] * n for _ in range(n)]  # full[device][chunk]: the reduced chunk there
-    if algo == "ring":
-        # reduce-scatter: at step s device i sends its running sum of chunk i-s to device i+1, which adds its own
-        # piece; after N-1 steps device i holds the whole reduction of chunk i+1
-        acc = [row[:] for row in chunks]
-        for s in range(n - 1):
-            sent = [(i, (i - s) % n, acc[i][(i - s) % n]) for i in range(n)]
-            for i, c, v in sent:
-                j = (i + 1) % n
-                acc[j][c] = copy_uop(v, devices[j], devices[i]).alu(op, acc[j][c])
-        for i in range(n):
-            full[i][(i + 1) % n] = acc[i][(i + 1) % n]
-        # all-gather: at step s device i passes on the reduced chunk i+1-s it has to device i+1
-        for s in range(n - 1):
-            for i in range(n):
-                c, j = (i + 1 - s) % n, (i + 1) % n
-                have = full[i][c]
-                assert have is not None
-                full[j][c] = copy_uop(have, devices[j], devices[i])
+                total = total.alu(op, copies[j][i])
+            on(j, total, outs[j])
     else:
-        # all2all: device c reduces chunk c from every device, then sends it to every device
-        for c in range(n):
-            red = copy_uop(chunks[0][c], devices[c], devices[0])
-            for i in range(1, n):
-                red = red.alu(op, copy_uop(chunks[i][c], devices[c], devices[i]))
-            for j in range(n):
-                full[j][c] = copy_uop(red, devices[j], devices[c])
-    out = []
+        bounds = [(numel * c // n, numel * (c + 1) // n) for c in range(n)]
+        chunk = [[v.reshape((numel,)).shrink((b,)) for b in bounds] for v in pv]  # chunk[device][chunk]
+        region = [[view_buffer_uop(o, lo, hi - lo) for lo, hi in bounds] for o in outs]
+        if spec.algo == "ring":
+            # reduce-scatter: at step s device i sends its running reduction of chunk i-s to device i+1, which adds
+            # its own piece; after N-1 steps device i holds the whole reduction of chunk i+1 (in its result)
+            acc = [row[:] for row in chunk]
+            for s in range(n - 1):
+                moves = [(i, (i + 1) % n, (i - s) % n) for i in range(n)]
+                got = [on(j, copy_uop(acc[i][c], devices[j], devices[i])) for i, j, c in moves]
+                for (_, j, c), g in zip(moves, got):
+                    acc[j][c] = on(j, g.alu(op, acc[j][c]), region[j][c] if s == n - 2 else None)
+            # all-gather: at step s device i passes the reduced chunk i+1-s on to device i+1, into its result
+            for s in range(n - 1):
+                for i in range(n):
+                    c, j = (i + 1 - s) % n, (i + 1) % n
+                    on(j, copy_uop(region[i][c], devices[j], devices[i]), region[j][c])
+        else:  # all2all: device c reduces chunk c from every device, then sends it to every device
+            got = [[on(c, copy_uop(chunk[i][c], devices[c], devices[i])) for i in range(n)] for c in range(n)]
+            for c in range(n):
+                total = got[c][0]
+                for i in range(1, n):
+                    total = total.alu(op, got[c][i])
+                on(c, total, region[c][c])
+            for c in range(n):
+                for j in range(n):
+                    if j != c:
+                        on(j, copy_uop(region[c][c], devices[j], devices[c]), region[j][c])
     for j in range(n):
-        joined: UOp | None = None
-        for (lo, hi), part in zip(bounds, full[j]):
-            assert part is not None
-            padded = part.pad(((lo, numel - hi),))
-            joined = padded if joined is None else joined.alu(Ops.OR if part.dtype.name == "bool" else Ops.ADD, padded)
-        assert joined is not None
-        out.append(joined.reshape(shape))
-    return out
+        sched.done[_node(op, spec.algo, j, devices, partials)] = (
+            outs[j].reshape(shape) if shape != (numel,) else outs[j]
+        )
+    return sched.done[node]
+
+
+Scheduler.custom[AllreduceArg] = schedule_allreduce

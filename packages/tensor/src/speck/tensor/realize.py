@@ -15,7 +15,7 @@ import numpy as np
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
-from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
+from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views, kernel_name
 from speck.tensor.settings import CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
@@ -31,7 +31,11 @@ def get_buffer(buf: UOp) -> Any:
             from speck.hcq import Buffer
 
             _Buffer = Buffer
-        b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
+        if (region := buffer_views.get(buf)) is not None:  # a region of another buffer's memory
+            base, offset = region
+            b = get_buffer(base).view(int(buf.arg), buf.dtype, offset * buf.dtype.itemsize)
+        else:
+            b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
         buffer_map[buf] = b
     return b
 
@@ -406,7 +410,11 @@ def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
             q.wait(eng.timeline, eng.submitted)
     engine = ddev.engines["copy"]
     q.copy(db, view, nbytes).submit(ddev, background=True)
-    _inflight[dst] = (engine.timeline, engine.submitted)
+    done = (engine.timeline, engine.submitted)
+    b: UOp | None = dst
+    while b is not None:  # a copy into a region of a buffer: readers of the whole buffer wait for it too
+        _inflight[b] = done
+        b = buffer_views[b][0] if b in buffer_views else None
     return True
 
 
