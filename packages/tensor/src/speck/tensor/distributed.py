@@ -12,24 +12,26 @@ device) with the MPI launcher, e.g. `mpiexec -n 2 speck-train --distributed`.
     distributed.allreduce_([p.grad for p in params], op="mean")
     opt.step()
 
-Tensors travel as raw memory: MPI's own Iallreduce/Ibcast run on the buffers of realized CPU tensors through the
+Tensors travel as raw memory: MPI's own Allreduce/Bcast run on the buffers of realized CPU tensors through the
 buffer protocol (no pickling; a tensor that travels alone is reduced in place, without a copy). Tensors smaller
 than a bucket (SPECK_MPI_BUCKET_BYTES, 4 MiB) are packed into buckets that travel together, so a model's many
 small gradients cost a few messages, not one each. Inside a TinyJit-captured step the collective is recorded and
 replayed on the same buffers.
 
-Failures never hang: MPI's error handler is set to return errors, and every collective is waited for with a
-deadline (SPECK_MPI_TIMEOUT seconds, default 120, or init(timeout=...)). A lost rank raises DistributedError naming
-it: at once when the MPI reports process failures (Open MPI's `mpiexec --with-ft ulfm`), else when the deadline
-passes (a rank on this host that is gone or stopped is named as such). After a DistributedError end the process
-with `abort()`: MPI_Finalize would wait for the lost rank."""
+Failures never hang: MPI's error handler is set to return errors, and every collective runs on a worker thread
+that the caller waits for with a deadline (SPECK_MPI_TIMEOUT seconds, default 120, or init(timeout=...)). (The
+blocking collectives, on that thread: MPI's nonblocking ones are much slower here, Open MPI's libnbc at 0.6x.) A
+lost rank raises DistributedError naming it: at once when the MPI reports process failures (Open MPI's
+`mpiexec --with-ft ulfm`), else when the deadline passes (a rank on this host that is gone or stopped is named as
+such). After a DistributedError end the process with `abort()`: MPI_Finalize would wait for the lost rank."""
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -86,10 +88,9 @@ def init(timeout: float | None = None) -> None:
     w = _World(MPI, comm, comm.Get_rank(), comm.Get_size(), [], limit)
     me = np.array([os.getpid()], dtype=np.int64)
     pids = np.zeros(w.size, dtype=np.int64)
-    host = socket.gethostname().encode()[:255].ljust(256, b"\0")
+    host = np.frombuffer(socket.gethostname().encode()[:255].ljust(256, b"\0"), dtype=np.uint8)
     hosts = np.zeros((w.size, 256), dtype=np.uint8)
-    reqs = [comm.Iallgather(me, pids), comm.Iallgather(np.frombuffer(host, dtype=np.uint8), hosts)]
-    _wait(w, reqs, "the start-up exchange of host names")
+    _call(w, lambda: (comm.Allgather(me, pids), comm.Allgather(host, hosts)), "the start-up exchange of host names")
     w.peers = [(bytes(h).rstrip(b"\0").decode(errors="replace"), int(p)) for h, p in zip(hosts, pids)]
     _world = w
 
@@ -117,7 +118,7 @@ def world_size() -> int:
 def barrier() -> None:
     """Wait until every rank reaches this point (with the same deadline and failure reports as the collectives)."""
     w = _get()
-    _wait(w, [w.comm.Ibarrier()], "a barrier")
+    _call(w, w.comm.Barrier, "a barrier")
 
 
 def abort(code: int = 1) -> None:
@@ -202,12 +203,16 @@ def _runner(w: _World, kind: str, op: str, root: int, places: list[tuple[UOp, in
         views = [buffer_numpy(b)[off : off + n] for b, (off, n) in zip(bufs, offs)]
         buckets = _buckets(views)
         packed = [np.concatenate(b) if len(b) > 1 else b[0] for b in buckets]
-        if kind == "allreduce":
-            reqs = [w.comm.Iallreduce(MPI.IN_PLACE, p, op=MPI.SUM) for p in packed]
-        else:
-            reqs = [w.comm.Ibcast(p, root=root) for p in packed]
+
+        def send() -> None:
+            for p in packed:
+                if kind == "allreduce":
+                    w.comm.Allreduce(MPI.IN_PLACE, p, op=MPI.SUM)
+                else:
+                    w.comm.Bcast(p, root=root)
+
         nbytes = sum(p.nbytes for p in packed)
-        _wait(w, reqs, f"{kind} of {len(views)} tensors ({nbytes} bytes in {len(packed)} messages)")
+        _call(w, send, f"{kind} of {len(views)} tensors ({nbytes} bytes in {len(packed)} messages)")
         for b, p in zip(buckets, packed):
             if op == "mean":
                 if not np.issubdtype(p.dtype, np.floating):
@@ -244,20 +249,35 @@ def _buckets(views: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 # ---------------- waiting, with failures named ----------------
-def _wait(w: _World, reqs: list[Any], what: str) -> None:
-    """Complete nonblocking requests, or raise DistributedError by the deadline / on an MPI error."""
-    MPI = w.MPI
-    deadline = time.monotonic() + w.timeout
-    spins = 0
-    try:
-        while not MPI.Request.Testall(reqs):
-            spins += 1
-            if spins > 2000:  # past the first few milliseconds: poll more gently
-                if time.monotonic() > deadline:
-                    raise DistributedError(_timeout_message(w, what))
-                time.sleep(2e-4)
-    except MPI.Exception as e:
-        raise DistributedError(_failure_message(w, what, e)) from e
+_jobs: queue.Queue[tuple[Callable[[], Any], threading.Event, list[BaseException]]] = queue.Queue()
+_thread: threading.Thread | None = None
+
+
+def _serve() -> None:
+    while True:
+        fn, done, error = _jobs.get()
+        try:
+            fn()
+        except BaseException as e:  # handed to the caller
+            error.append(e)
+        done.set()
+
+
+def _call(w: _World, fn: Callable[[], Any], what: str) -> None:
+    """Run the MPI calls `fn` makes on the worker thread; raise DistributedError when they fail or take longer
+    than the deadline (the worker may then be stuck in MPI for good: the process must end, abort())."""
+    global _thread
+    if _thread is None:
+        _thread = threading.Thread(target=_serve, name="speck-mpi", daemon=True)
+        _thread.start()
+    done, error = threading.Event(), []  # type: ignore[var-annotated]
+    _jobs.put((fn, done, error))
+    if not done.wait(w.timeout):
+        raise DistributedError(_timeout_message(w, what))
+    if error:
+        if isinstance(error[0], w.MPI.Exception):
+            raise DistributedError(_failure_message(w, what, error[0])) from error[0]
+        raise error[0]
 
 
 def _who(w: _World, r: int) -> str:
