@@ -88,6 +88,7 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmark in bench/ (not the PyTorch comparison: bench_peers) and print its table."""
     session.install(*_editable(EXISTING), *BENCH_TOOLS)
+    session.install("-e", "packages/tensor[mpi]")  # bench/multidevice.py measures MPI's allreduce too
     for script in sorted((ROOT / "bench").glob("*.py")):
         if script.name.startswith("_") or script.name == "peers.py":
             continue
