@@ -69,7 +69,8 @@ D.allreduce_([t]); MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)  # warm up
 ts, tm = [], []
 for _ in range(reps):
     D.barrier(); t0 = time.perf_counter(); D.allreduce_([t]); ts.append(time.perf_counter() - t0)
-    D.barrier(); t0 = time.perf_counter(); MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a); tm.append(time.perf_counter() - t0)
+    D.barrier(); t0 = time.perf_counter(); MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)
+    tm.append(time.perf_counter() - t0)
 if D.rank() == 0:
     print(json.dumps({"speck": statistics.median(ts), "mpi4py": statistics.median(tm)}))
 """
@@ -95,48 +96,51 @@ def bench_mpi(reps: int) -> list[tuple[str, float]] | str:
     return [(k, MB64 * 4 / v / 1e9) for k, v in r.items()]
 
 
+def cnn_step_images_s(devices: tuple[str, ...], batch: int, steps: int) -> float:
+    """images/s of the jitted CNN training step with `batch` images per device (data-parallel over `devices`,
+    or on the default device when empty)."""
+    Tensor.manual_seed(0)
+    model = MODELS["cnn"]()
+    if devices:
+        for p in get_parameters(model):
+            p.shard_(devices).realize()
+    opt = Adam(get_parameters(model), lr=1e-3)
+    n = batch * max(1, len(devices))
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.random((n, 1, 28, 28), dtype=np.float32))
+    y = Tensor(rng.integers(0, 10, n).astype(np.int32))
+    if devices:
+        x, y = x.shard(devices, 0), y.shard(devices, 0)
+    x, y = x.realize(), y.realize()
+
+    @TinyJit
+    def step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(xb).sparse_categorical_crossentropy(yb)
+            loss.backward()
+            opt.step(loss)
+        return loss
+
+    for _ in range(2):  # run and capture
+        step(x, y).item()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step(x, y).item()
+        times.append(time.perf_counter() - t0)
+    return n / statistics.median(times)
+
+
 def bench_data_parallel(batch: int, steps: int) -> list[tuple[str, float]]:
     """images/s of the CNN step on one device (batch `batch`) and on CPU:0,CPU:1 (batch `batch` per device)."""
-    out = []
-    for devices in ((), ("CPU", "CPU:1")):
-        Tensor.manual_seed(0)
-        model = MODELS["cnn"]()
-        if devices:
-            for p in get_parameters(model):
-                p.shard_(devices).realize()
-        opt = Adam(get_parameters(model), lr=1e-3)
-        n = batch * max(1, len(devices))
-        rng = np.random.default_rng(0)
-        x = Tensor(rng.random((n, 1, 28, 28), dtype=np.float32))
-        y = Tensor(rng.integers(0, 10, n).astype(np.int32))
-        if devices:
-            x, y = x.shard(devices, 0), y.shard(devices, 0)
-        x, y = x.realize(), y.realize()
-
-        @TinyJit
-        def step(xb: Tensor, yb: Tensor) -> Tensor:
-            with Tensor.train():
-                opt.zero_grad()
-                loss = model(xb).sparse_categorical_crossentropy(yb)
-                loss.backward()
-                opt.step(loss)
-            return loss
-
-        for _ in range(2):  # run and capture
-            step(x, y).item()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            step(x, y).item()
-            times.append(time.perf_counter() - t0)
-        label = f"{len(devices)} devices x {batch}" if devices else f"1 device x {batch}"
-        out.append((label, n / statistics.median(times)))
-    return out
+    return [(f"1 device x {batch}", cnn_step_images_s((), batch, steps)),
+            (f"2 devices x {batch}", cnn_step_images_s(("CPU", "CPU:1"), batch, steps))]  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64, help="per-device batch of the data-parallel step")
     args = ap.parse_args()
