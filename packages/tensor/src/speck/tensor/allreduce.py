@@ -39,12 +39,12 @@ def choose_algorithm(ndev: int, numel: sint) -> str:
 
 
 class AllreduceArg(NamedTuple):
-    """The arg of device `index`'s result node: CONTIGUOUS(partial[index], partial[index+1], ...) (its own partial
+    """The arg of device `at`'s result node: CONTIGUOUS(partial[at], partial[at+1], ...) (its own partial
     first, so the node's device and shape are those of its first source)."""
 
     op: Ops
     algo: str
-    index: int
+    at: int  # the device whose result this node is
     devices: tuple[str, ...]
 
 
@@ -70,7 +70,7 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
     kernels of the devices they are not for); returns node's view."""
     spec: AllreduceArg = node.arg
     op, devices, n = spec.op, spec.devices, len(spec.devices)
-    partials = [node.src[(i - spec.index) % n] for i in range(n)]
+    partials = [node.src[(i - spec.at) % n] for i in range(n)]
     shape, dtype = partials[0].shape, partials[0].dtype
     numel = int(prod(shape))
     outs = [new_buffer_uop(d, numel, dtype) for d in devices]
@@ -109,11 +109,11 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
                     c, j = (i + 1 - s) % n, (i + 1) % n
                     on(j, copy_uop(region[i][c], devices[j], devices[i]), region[j][c])
         else:  # all2all: device c reduces chunk c from every device, then sends it to every device
-            got = [[on(c, copy_uop(chunk[i][c], devices[c], devices[i])) for i in range(n)] for c in range(n)]
+            recv = [[on(c, copy_uop(chunk[i][c], devices[c], devices[i])) for i in range(n)] for c in range(n)]
             for c in range(n):
-                total = got[c][0]
+                total = recv[c][0]
                 for i in range(1, n):
-                    total = total.alu(op, got[c][i])
+                    total = total.alu(op, recv[c][i])
                 on(c, total, region[c][c])
             for c in range(n):
                 for j in range(n):

@@ -168,6 +168,7 @@ def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> lis
 def _place(t: Tensor, kind: str) -> tuple[UOp, int, int]:
     """(BUFFER, element offset, element count) of a realized tensor's contiguous memory."""
     from speck.tensor.device import Device
+    from speck.tensor.dims import as_int
     from speck.tensor.multi import MultiUOp
     from speck.tensor.schedule import base_buffer, view_offset
 
@@ -186,10 +187,7 @@ def _place(t: Tensor, kind: str) -> tuple[UOp, int, int]:
         t.replace(t.contiguous().realize())
         bb, off = base_buffer(t.uop), view_offset(t.uop)
     assert bb is not None and off is not None
-    n = 1
-    for s in t.shape:
-        n *= int(s)
-    return bb, off, n
+    return bb, off, as_int(t.numel())
 
 
 def _runner(w: _World, kind: str, op: str, root: int, places: list[tuple[UOp, int, int]]) -> Callable[..., None]:
