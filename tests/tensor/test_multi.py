@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speck.hcq import Device
-from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count
+from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count, dtypes
 from speck.tensor import realize as realize_mod
 from speck.tensor.allreduce import choose_algorithm
 from speck.tensor.multi import MultiUOp
@@ -32,6 +32,7 @@ class CopySpy:
 
     def __init__(self) -> None:
         self.pairs: list[tuple[str, str]] = []
+        self.nbytes: list[int] = []
 
     def __enter__(self) -> CopySpy:
         self.orig = realize_mod._run_copy
@@ -40,6 +41,7 @@ class CopySpy:
             src, dst = (realize_mod.buffer_device(b) for b in (it.bufs[1], it.bufs[0]))
             if src != dst:
                 self.pairs.append((src, dst))
+                self.nbytes.append(int(it.bufs[0].arg) * it.bufs[0].dtype.itemsize)
             self.orig(it)
 
         realize_mod._run_copy = spy  # type: ignore[assignment]
@@ -104,6 +106,8 @@ def test_shard_like_and_likes_follow_the_sharding() -> None:
     assert Tensor(a).shard_like(Tensor(a, device="CPU:1")).device == "CPU:1"
     o = s.ones_like()
     assert o.uop.axis == 0 and o.numpy().sum() == 8
+    with pytest.raises(RuntimeError, match="device="):
+        s.zeros_like(device="CPU")
     e = s.rand_like()
     assert e.uop.axis == 0 and e.shape == (4, 2)
     v = e.numpy()
@@ -230,6 +234,19 @@ def test_algorithm_selection_follows_the_settings() -> None:
         assert choose_algorithm(2, 10) == "ring" and choose_algorithm(4, 3) == "naive"  # fewer elements than devices
     with Context(RING=1, RING_ALLREDUCE_THRESHOLD=10):
         assert choose_algorithm(3, 11) == "ring"
+
+
+@pytest.mark.parametrize("ring", [0, 2])
+def test_allreduce_cast_sends_half_values(ring: int) -> None:
+    a = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float16)
+    x = _sharded(a, CPU4[:3], 0)
+    for cast, itemsize in ((0, 4), (1, 2)):
+        with Context(ALLREDUCE_CAST=cast, RING=ring), CopySpy() as spy:
+            s = x.sum(0).realize()  # summed in float32, the result cast back to half
+        assert s.dtype == dtypes.float16 and set(spy.nbytes) <= {itemsize * k for k in (2, 3, 8)}, spy.nbytes
+        np.testing.assert_allclose(s.numpy().astype(np.float32), a.astype(np.float32).sum(0), rtol=2e-3, atol=2e-3)
+        replicas = [Tensor(sh, device=d).numpy() for sh, d in zip(s.uop.shards, s.uop.device)]
+        assert all(np.array_equal(r, replicas[0]) for r in replicas)
 
 
 def test_kernel_count_includes_copies() -> None:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from speck.tensor.multi import copy_uop
 from speck.tensor.schedule import Scheduler, new_buffer_uop, view_buffer_uop
 from speck.tensor.settings import ALL2ALL, RING, RING_ALLREDUCE_THRESHOLD
-from speck.uop import Ops, UOp, sint
+from speck.uop import DType, Ops, UOp, sint
 from speck.uop.helpers import prod
 
 
@@ -46,22 +46,24 @@ class AllreduceArg(NamedTuple):
     algo: str
     at: int  # the device whose result this node is
     devices: tuple[str, ...]
+    wire: DType | None  # ALLREDUCE_CAST: partials of an upcast half/bfloat16 value travel in that dtype
 
 
-def allreduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str]) -> list[UOp]:
+def allreduce(op: Ops, partials: Sequence[UOp], devices: Sequence[str], wire: DType | None = None) -> list[UOp]:
     """The reduction (ADD, MUL or MAX) of the per-device `partials` (equal shapes, partials[i] on devices[i]): one
     node per device whose value is the whole reduction. The scheduler schedules all of them at once
-    (schedule_allreduce), each device's result in one buffer its kernels and copies write chunk by chunk."""
+    (schedule_allreduce), each device's result in one buffer its kernels and copies write chunk by chunk. `wire`:
+    the partials cross devices in this narrower dtype and are widened on arrival (every device then reduces the
+    same rounded values, so the replicas stay identical)."""
     n = len(partials)
     algo = choose_algorithm(n, prod(partials[0].shape))
-    devs = tuple(devices)
-    return [_node(op, algo, j, devs, partials) for j in range(n)]
+    spec = AllreduceArg(op, algo, 0, tuple(devices), wire)
+    return [_node(spec._replace(at=j), partials) for j in range(n)]
 
 
-def _node(op: Ops, algo: str, j: int, devices: tuple[str, ...], partials: Sequence[UOp]) -> UOp:
+def _node(spec: AllreduceArg, partials: Sequence[UOp]) -> UOp:
     n = len(partials)
-    return UOp(Ops.CONTIGUOUS, partials[0].dtype, tuple(partials[(j + k) % n] for k in range(n)),
-               AllreduceArg(op, algo, j, devices))  # fmt: skip
+    return UOp(Ops.CONTIGUOUS, partials[0].dtype, tuple(partials[(spec.at + k) % n] for k in range(n)), spec)
 
 
 def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
@@ -82,9 +84,20 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
         finally:
             sched.device = outer
 
+    wire = spec.wire
+
+    def send(v: UOp, j: int, i: int) -> UOp:
+        """v (on device i) as received on device j (in the wire dtype, widened there)."""
+        if wire is None:
+            return on(j, copy_uop(v, devices[j], devices[i]))
+        return on(j, copy_uop(on(i, v.cast(wire)), devices[j], devices[i])).cast(dtype)
+
+    def rounded(v: UOp) -> UOp:  # what a device keeps of a value the others receive through the wire
+        return v if wire is None else v.cast(wire).cast(dtype)
+
     pv = [on(i, p) for i, p in enumerate(partials)]
     if spec.algo == "naive":  # every device copies every other partial and reduces all of them in one kernel
-        copies = [[on(j, copy_uop(pv[i], devices[j], devices[i])) for i in range(n)] for j in range(n)]
+        copies = [[send(pv[i], j, i) if i != j else rounded(pv[i]) for i in range(n)] for j in range(n)]
         for j in range(n):
             total = copies[j][0]
             for i in range(1, n):
@@ -100,29 +113,29 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
             acc = [row[:] for row in chunk]
             for s in range(n - 1):
                 moves = [(i, (i + 1) % n, (i - s) % n) for i in range(n)]
-                got = [on(j, copy_uop(acc[i][c], devices[j], devices[i])) for i, j, c in moves]
+                got = [send(acc[i][c], j, i) for i, j, c in moves]
                 for (_, j, c), g in zip(moves, got):
-                    acc[j][c] = on(j, g.alu(op, acc[j][c]), region[j][c] if s == n - 2 else None)
+                    last = s == n - 2
+                    acc[j][c] = on(j, rounded(g.alu(op, acc[j][c])) if last else g.alu(op, acc[j][c]),
+                                   region[j][c] if last else None)  # fmt: skip
             # all-gather: at step s device i passes the reduced chunk i+1-s on to device i+1, into its result
             for s in range(n - 1):
                 for i in range(n):
                     c, j = (i + 1 - s) % n, (i + 1) % n
-                    on(j, copy_uop(region[i][c], devices[j], devices[i]), region[j][c])
+                    on(j, send(region[i][c], j, i), region[j][c])
         else:  # all2all: device c reduces chunk c from every device, then sends it to every device
-            recv = [[on(c, copy_uop(chunk[i][c], devices[c], devices[i])) for i in range(n)] for c in range(n)]
+            recv = [[send(chunk[i][c], c, i) for i in range(n)] for c in range(n)]
             for c in range(n):
                 total = recv[c][0]
                 for i in range(1, n):
                     total = total.alu(op, recv[c][i])
-                on(c, total, region[c][c])
+                on(c, rounded(total), region[c][c])
             for c in range(n):
                 for j in range(n):
                     if j != c:
-                        on(j, copy_uop(region[c][c], devices[j], devices[c]), region[j][c])
+                        on(j, send(region[c][c], j, c), region[j][c])
     for j in range(n):
-        sched.done[_node(op, spec.algo, j, devices, partials)] = (
-            outs[j].reshape(shape) if shape != (numel,) else outs[j]
-        )
+        sched.done[_node(spec._replace(at=j), partials)] = outs[j].reshape(shape) if shape != (numel,) else outs[j]
     return sched.done[node]
 
 

@@ -259,8 +259,13 @@ class MultiUOp(UOp):
         if self.axis is None or self.axis not in axes:
             return self._new(Ops.REDUCE_AXIS, (self,), (op, axes), partials, self.axis)
         from speck.tensor.allreduce import allreduce
+        from speck.tensor.settings import ALLREDUCE_CAST
 
-        return self._new(Ops.REDUCE_AXIS, (self,), (op, axes), allreduce(op, partials, self.device), None)
+        # ALLREDUCE_CAST: the sum of a half/bfloat16 value upcast for accumulation crosses devices in its own dtype
+        src = self.src[0] if self.op is Ops.CAST and self.src else None
+        narrow = src is not None and src.dtype in (dtypes.float16, dtypes.bfloat16) and self.dtype == dtypes.float32
+        wire = src.dtype if narrow and op is Ops.ADD and ALLREDUCE_CAST.value and src is not None else None
+        return self._new(Ops.REDUCE_AXIS, (self,), (op, axes), allreduce(op, partials, self.device, wire), None)
 
     # ---------------- buffering and devices ----------------
     def contiguous(self, arg: Any = None, tag: Any = None) -> MultiUOp:

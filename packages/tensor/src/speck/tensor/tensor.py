@@ -583,6 +583,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def full_like(self, fill_value: Scalar, **kw: Any) -> Tensor:
         if isinstance(self.uop, MultiUOp):
+            _no_device_for_sharded(self, kw)
             return multi.shard_like(Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
                                                 device=self.uop.device), self)  # fmt: skip
         dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
@@ -597,14 +598,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def empty_like(self, **kw: Any) -> Tensor:
         if isinstance(self.uop, MultiUOp):
             return self._like_shards(
-                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype))
+                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
             )
         return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
 
-    def _like_shards(self, make: Any) -> Tensor:
+    def _like_shards(self, make: Any, kw: dict[str, Any]) -> Tensor:
         """A new tensor sharded like this one, each shard made by make(shard uop, device, index) independently."""
         u = self.uop
         assert isinstance(u, MultiUOp)
+        _no_device_for_sharded(self, kw)
         return Tensor(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
                                     u.device))  # fmt: skip
 
@@ -613,14 +615,14 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         independent draws on every device, sharded like it."""
         if isinstance(self.uop, MultiUOp):
             dt = kw.pop("dtype", self.dtype)
-            return self._like_shards(lambda s, d, i: Tensor(s, device=d).rand_like(dtype=dt, _stream=i, **kw))
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).rand_like(dtype=dt, _stream=i, **kw), kw)
         return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw)
 
     def randn_like(self, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """randn of self's shape, cast to dtype (default self's; int dtypes get the cast normals)."""
         dt = _dt(dtype) or self.dtype
         if isinstance(self.uop, MultiUOp):
-            return self._like_shards(lambda s, d, i: Tensor(s, device=d).randn_like(dtype=dt, _stream=i, **kw))
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).randn_like(dtype=dt, _stream=i, **kw), kw)
         out = Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None, device=kw.pop("device", self.device),
                            **kw)  # fmt: skip
         return out.cast(dt)
@@ -933,6 +935,12 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
         return
     u = multi.per_device(devs, lambda d: Tensor(data, device=d, dtype=dtype))
     t.uop, t._device = u, devs
+
+
+def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
+    if "device" in kw:
+        raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
+                           f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
 
 
 def _materialize_buffer(b: UOp) -> Any:
