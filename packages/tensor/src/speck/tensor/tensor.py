@@ -368,8 +368,14 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def schedule(self) -> list[Any]:
         """The ScheduleItems realizing this tensor would run (without running them)."""
-        sched = Scheduler(self.device)
-        sched.realize(self.uop)
+        u = self.uop
+        parts = list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, self.device)]
+        sched = Scheduler()
+        for shard, _ in parts:
+            sched.count_uses(shard)
+        for shard, dev in parts:
+            sched.device = dev
+            sched.realize(shard)
         return sched.items
 
     def contiguous(self) -> Tensor:
@@ -892,7 +898,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
             raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
-        self.uop = x.uop
+        self.uop, self._device = x.uop, x._device
         return self
 
     def __getstate__(self) -> Any:
