@@ -428,8 +428,8 @@ def _run_copy(it: ScheduleItem) -> None:
         GlobalCounters.copy_count += 1
         if _async_copy(dst, src, sb, db, it.copy_offset):
             if p0:  # (the submission; the copy itself runs on the copy engine, which PROFILE also records)
-                profile.record("copy", f"copy {n * dst.dtype.itemsize}B from {buffer_device(src)}", buffer_device(dst),
-                               p0, profile.now_ns(), nbytes=n * dst.dtype.itemsize)  # fmt: skip
+                profile.record("copy", f"copy {n * dst.dtype.itemsize}B", buffer_device(dst), p0, profile.now_ns(),
+                               nbytes=n * dst.dtype.itemsize)  # fmt: skip
             if DEBUG >= 2:
                 _debug_line(buffer_device(dst), f"copy {n * dst.dtype.itemsize}B from {buffer_device(src)}", 2,
                             time.perf_counter() - t0, 0, 0)  # fmt: skip
