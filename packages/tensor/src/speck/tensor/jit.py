@@ -624,6 +624,55 @@ def _batch_device(kind: str, item: Any) -> Any:
     return dev if dev.graph is not None and dev.host_visible else None
 
 
+def _access(kind: str, item: Any) -> tuple[str, set[UOp], set[UOp]]:
+    """(device, BUFFERs read, BUFFERs written) of a captured call; a region of a buffer counts as the buffer."""
+    from speck.tensor.schedule import buffer_views
+
+    def root(b: UOp) -> UOp:
+        while b in buffer_views:
+            b = buffer_views[b][0]
+        return b
+
+    if kind == "kernel":
+        bufs = item[1].bufs
+        return buffer_device(bufs[0]), {root(b) for b in bufs[1:]}, {root(bufs[0])}
+    if kind == "copy":
+        return buffer_device(item.bufs[0]), {root(item.bufs[1])}, {root(item.bufs[0])}
+    if kind == "assign":
+        return buffer_device(item[0]), {root(item[1])}, {root(item[0])}
+    # host work (an MPI collective): touches its buffers, and stays in order with every other host call
+    bufs = {root(b) for b in item[1]} | {_HOST}
+    return "", bufs, bufs
+
+
+_HOST = UOp(Ops.NOOP, arg="host work")  # a pseudo-buffer every host call writes: they keep their order
+
+
+def device_runs(calls: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The calls reordered so that each device's work is contiguous where dependencies allow (a sharded step
+    interleaves its devices call by call, which would split it into one-kernel graphs). A call's phase is the
+    number of device changes along its longest chain of dependencies (read after write, write after read or
+    write, on the same buffer); calls are ordered by (phase, device, capture order), which keeps every dependency
+    in order. One device's calls keep their order unchanged."""
+    phase: list[int] = []
+    devs: list[str] = []
+    last_write: dict[UOp, int] = {}
+    readers: dict[UOp, list[int]] = {}
+    for i, (kind, item) in enumerate(calls):
+        dev, reads, writes = _access(kind, item)
+        deps = [last_write[b] for b in reads | writes if b in last_write]
+        deps += [r for b in writes for r in readers.get(b, ())]
+        phase.append(max((phase[d] + (devs[d] != dev) for d in deps), default=0))
+        devs.append(dev)
+        for b in reads:
+            readers.setdefault(b, []).append(i)
+        for b in writes:
+            last_write[b], readers[b] = i, []
+    if len(set(devs)) <= 1:
+        return calls
+    return [calls[i] for i in sorted(range(len(calls)), key=lambda i: (phase[i], devs[i], i))]
+
+
 class ReplayPlan:
     """A capture's calls grouped for replay: runs of consecutive calls on one device with a graph become _Batches (a run
     must hold a kernel to be worth a graph); everything else replays one call at a time through realize.replay.
@@ -634,7 +683,7 @@ class ReplayPlan:
         self.steps: list[tuple[str, Any]] = []
         run: list[tuple[str, Any]] = []
         run_dev: Any = None
-        for kind, item in calls:
+        for kind, item in device_runs(calls):
             dev = _batch_device(kind, item)
             if run and dev is not run_dev:
                 self._flush(run, run_dev)
