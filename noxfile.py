@@ -37,8 +37,10 @@ def _editable(folders: list[str]) -> list[str]:
 @nox.session
 @nox.parametrize("package", EXISTING + ["integration", "tensor-mpi"])
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests with only that package and the packages below it installed (tensor-mpi: the
-    tensor tests that start MPI jobs, with speck-tensor[mpi] installed: mpi4py and Open MPI from PyPI)."""
+    """Run one package's tests with only it and the packages below it installed (tensor-mpi: the MPI jobs).
+
+    tensor-mpi runs the tensor tests marked `mpi` (mpiexec -n 2 on localhost) with speck-tensor[mpi] installed:
+    mpi4py and Open MPI from PyPI; the tensor session leaves them out."""
     marker: list[str] = []
     if package == "integration":
         folders, test_dir = EXISTING, "tests/integration"
