@@ -159,8 +159,8 @@ def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> lis
     places = [pl for pl in (_place(t, kind) for t in ts) if pl[2] > 0]
     run = _runner(w, kind, op, root, places)
     run([b for b, _, _ in places])
-    if realize.CAPTURE is not None:  # TinyJit: replay the collective on the same buffers
-        realize.CAPTURE.append(("host", (run, [b for b, _, _ in places])))
+    if (rec := realize.recording()) is not None:  # TinyJit: replay the collective on the same buffers
+        rec.append(("host", (run, [b for b, _, _ in places])))
     realized_cache.clear()  # values computed from the old contents are stale
     return ts
 

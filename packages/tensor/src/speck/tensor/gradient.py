@@ -221,7 +221,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
         else:
             local = pm_gradient.rewrite(u, ctx=g)  # type: ignore[assignment]
         if local is None:
-            if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
+            # a leaf: nothing to pass its gradient on to (a realized sharded tensor's node has no sources either)
+            if not srcs or u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
                 continue
             raise RuntimeError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
         for s, sg in zip(srcs, local):

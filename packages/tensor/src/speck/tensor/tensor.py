@@ -915,6 +915,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:
     """Tensor(data, device=(dev0, dev1, ...)): the data replicated on every device (a graph of sharded nodes keeps
     its own placement; a plain graph holding buffers stays on their device)."""
+    devs = None if isinstance(data, MultiUOp) else multi.canonical_devices(device)
+    if devs is not None and len(devs) == 1:
+        Tensor.__init__(t, data, devs[0], dtype, requires_grad)
+        return
     t.requires_grad, t.grad, t.is_param = requires_grad, None, True
     _track(t)
     dt = _dt(dtype)
@@ -923,10 +927,7 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
         assert isinstance(u, MultiUOp)
         t.uop, t._device = u, u.device
         return
-    devs = multi.canonical_devices(device)
-    if len(devs) == 1:
-        Tensor.__init__(t, data, devs[0], dtype, requires_grad)
-        return
+    assert devs is not None
     if isinstance(data, Tensor):
         src = data if dt is None else data.cast(dt)
         moved = src.to(devs)
