@@ -248,6 +248,8 @@ def _reads_writes(kind: str, item: Any) -> tuple[set[UOp], set[UOp]]:
         _, it = item
         w = _kernel_writes(it.ast)
         return {b for i, b in enumerate(it.bufs) if i not in w}, {b for i, b in enumerate(it.bufs) if i in w}
+    if kind == "host":  # host work on buffers (an MPI collective): reads and writes them all
+        return set(item[1]), set(item[1])
     dst, src = item if kind == "assign" else item.bufs
     return {src}, {dst}
 
@@ -625,7 +627,8 @@ def _batch_device(kind: str, item: Any) -> Any:
 
 
 def _access(kind: str, item: Any) -> tuple[str, set[UOp], set[UOp]]:
-    """(device, BUFFERs read, BUFFERs written) of a captured call; a region of a buffer counts as the buffer."""
+    """(device, BUFFERs read, BUFFERs written) of a captured call; a region of a buffer counts as the buffer, and
+    host calls all write one pseudo-buffer (they keep their order)."""
     from speck.tensor.schedule import buffer_views
 
     def root(b: UOp) -> UOp:
@@ -633,16 +636,12 @@ def _access(kind: str, item: Any) -> tuple[str, set[UOp], set[UOp]]:
             b = buffer_views[b][0]
         return b
 
-    if kind == "kernel":
-        bufs = item[1].bufs
-        return buffer_device(bufs[0]), {root(b) for b in bufs[1:]}, {root(bufs[0])}
-    if kind == "copy":
-        return buffer_device(item.bufs[0]), {root(item.bufs[1])}, {root(item.bufs[0])}
-    if kind == "assign":
-        return buffer_device(item[0]), {root(item[1])}, {root(item[0])}
-    # host work (an MPI collective): touches its buffers, and stays in order with every other host call
-    bufs = {root(b) for b in item[1]} | {_HOST}
-    return "", bufs, bufs
+    reads, writes = _reads_writes(kind, item)
+    reads, writes = {root(b) for b in reads}, {root(b) for b in writes}
+    if kind == "host":
+        return "", reads | {_HOST}, writes | {_HOST}
+    dst = item[1].bufs[0] if kind == "kernel" else item[0] if kind == "assign" else item.bufs[0]
+    return buffer_device(dst), reads, writes
 
 
 _HOST = UOp(Ops.NOOP, arg="host work")  # a pseudo-buffer every host call writes: they keep their order
