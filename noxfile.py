@@ -35,15 +35,26 @@ def _editable(folders: list[str]) -> list[str]:
 
 
 @nox.session
-@nox.parametrize("package", EXISTING + ["integration"])
+@nox.parametrize("package", EXISTING + ["integration", "tensor-mpi"])
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests with only that package and the packages below it installed."""
+    """Run one package's tests with only it and the packages below it installed (tensor-mpi: the MPI jobs).
+
+    tensor-mpi runs the tensor tests marked `mpi` (mpiexec -n 2 on localhost) with speck-tensor[mpi] installed:
+    mpi4py and Open MPI from PyPI; the tensor session leaves them out."""
+    marker: list[str] = []
     if package == "integration":
         folders, test_dir = EXISTING, "tests/integration"
+    elif package == "tensor-mpi":
+        folders, test_dir, marker = PACKAGES["tensor"][1], "tests/tensor", ["-m", "mpi"]
+        session.install(
+            *_editable(folders), "-e", "packages/tensor[mpi]", *TEST_TOOLS, *EXTRA_TEST_TOOLS.get("tensor", [])
+        )
     else:
         folders, test_dir = PACKAGES[package][1] + [package], f"tests/{PACKAGES[package][0]}"
-    session.install(*_editable(folders), *TEST_TOOLS, *EXTRA_TEST_TOOLS.get(package, []))
-    args = session.posargs or ["-q", "-p", "no:cacheprovider", test_dir]
+        marker = ["-m", "not mpi"] if package == "tensor" else []
+    if package != "tensor-mpi":
+        session.install(*_editable(folders), *TEST_TOOLS, *EXTRA_TEST_TOOLS.get(package, []))
+    args = session.posargs or ["-q", "-p", "no:cacheprovider", *marker, test_dir]
     session.run("python", "-m", "pytest", *args, env={"HYPOTHESIS_PROFILE": "ci", "SPEC": "1"})
 
 
@@ -79,6 +90,7 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmark in bench/ (not the PyTorch comparison: bench_peers) and print its table."""
     session.install(*_editable(EXISTING), *BENCH_TOOLS)
+    session.install("-e", "packages/tensor[mpi]")  # bench/multidevice.py measures MPI's allreduce too
     for script in sorted((ROOT / "bench").glob("*.py")):
         if script.name.startswith("_") or script.name == "peers.py":
             continue

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.allocator import HostAllocator, available_ram, parse_bytes
+from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
 from speck.hcq.errors import ProgramArgumentError
@@ -207,3 +207,20 @@ class CPUDevice(DeviceBase):
 
     def _copy_raw(self, dest: int, src: int, nbytes: int) -> None:
         ctypes.memmove(dest, src, nbytes)
+
+    def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        """A copy command between host-memory Buffers (another CPU device's included) is one memmove, which runs
+        without the GIL: a copy engine moving data between devices overlaps with kernels on the calling thread."""
+        from speck.hcq.buffer import Buffer
+
+        if (
+            isinstance(dest, Buffer)
+            and isinstance(src, Buffer)
+            and isinstance(dest.dev.allocator, HostAllocator)
+            and isinstance(src.dev.allocator, HostAllocator)
+        ):
+            check_copy_size(f"copy command of {nbytes} bytes into {dest!r}", dest.nbytes, nbytes)
+            check_copy_size(f"copy command of {nbytes} bytes from {src!r}", src.nbytes, nbytes)
+            ctypes.memmove(dest.ptr, src.ptr, nbytes)
+            return
+        super()._copy(dest, src, nbytes)

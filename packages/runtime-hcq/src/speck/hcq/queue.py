@@ -93,10 +93,12 @@ class HWQueue:
         self.cmds.append((BARRIER,))
         return self
 
-    def submit(self, device: Any) -> Self:
+    def submit(self, device: Any, background: bool = False) -> Self:
         """Write the commands into `device`'s engine and ring its doorbell. Execution may have finished when this
-        returns (idle CPU engine) or may continue asynchronously; order with signals or device.synchronize()."""
-        device.engines[self.engine].submit(list(self.cmds))
+        returns (idle CPU engine) or may continue asynchronously; order with signals or device.synchronize().
+        `background=True` never runs the commands on the calling thread (a copy between devices then overlaps with
+        what the caller does next)."""
+        device.engines[self.engine].submit(list(self.cmds), background)
         return self
 
 
@@ -121,8 +123,9 @@ class Engine:
         self._thread: threading.Thread | None = None
 
     # -- doorbell -----------------------------------------------------------------------------------------------
-    def submit(self, cmds: list[Command]) -> None:
-        """Accept one submission (the doorbell). Runs it on the calling thread when the engine is idle."""
+    def submit(self, cmds: list[Command], background: bool = False) -> None:
+        """Accept one submission (the doorbell). Runs it on the calling thread when the engine is idle, unless
+        `background` asks for the engine's own thread."""
         lock = self._lock  # a plain lock on the hot path: Condition's context manager is Python code
         lock.acquire()
         self.submitted += 1
@@ -133,6 +136,9 @@ class Engine:
             return
         self._busy = True
         lock.release()
+        if background:
+            self._after_inline((cmds, 0, seq))
+            return
         try:
             stopped_at = self._run(cmds, 0, seq, inline=True)
         except BaseException:

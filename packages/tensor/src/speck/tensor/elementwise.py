@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
+from speck.tensor.multi import MultiUOp, multi_alu
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class ElementwiseMixin:
         return t.expand(shape)
 
     def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
+        if any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
+            return self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
         u = self.uop.alu(op, *[s.uop for s in srcs])
         return self._new(u)
 
@@ -348,6 +351,8 @@ class ElementwiseMixin:
             xt, yt = Tensor(x, device=self.device, dtype=dt), Tensor(y, device=self.device, dtype=dt)
         sh = broadcast_shape(cond.shape, xt.shape, yt.shape)
         cond, xt, yt = cond._broadcast_to(sh), xt._broadcast_to(sh), yt._broadcast_to(sh)
+        if any(type(t.uop) is MultiUOp for t in (cond, xt, yt)):
+            return cond._new(multi_alu(Ops.WHERE, cond.uop, xt.uop, yt.uop))
         return cond._new(UOp(Ops.WHERE, xt.dtype, (cond.uop, xt.uop, yt.uop)))
 
     def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar) -> Tensor:

@@ -177,12 +177,30 @@ def override_gradient(node: UOp, inputs: tuple[UOp, ...], rule: GradientRule) ->
     _OVERRIDES[node] = (inputs, rule)
 
 
+def _flows_to(u: UOp) -> tuple[UOp, ...]:
+    """The nodes u's gradient flows to: its sources, or the inputs of its overridden rule (which a gather of a
+    sharded tensor reaches only through the rule: speck.tensor.multi)."""
+    if u.op is Ops.DETACH:
+        return ()
+    override = _OVERRIDES.get(u)
+    return u.src if override is None else override[0]
+
+
 def _deepwalk(root: UOp, targets: set[UOp]) -> list[UOp]:
     """Nodes between root and any target (the only ones gradients flow through), sources first."""
     on_path: dict[UOp, bool] = {}
-    order = root.toposort(gate=lambda u: u.op is not Ops.DETACH)
-    for u in order:
-        on_path[u] = u in targets or any(on_path.get(s, False) for s in u.src if u.op is not Ops.DETACH)
+    order: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:  # toposort along _flows_to (iterative: graphs are deep)
+        u, visited = stack.pop()
+        if u in order:
+            continue
+        if visited:
+            order[u] = None
+            on_path[u] = u in targets or any(on_path.get(s, False) for s in _flows_to(u))
+            continue
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(_flows_to(u)) if s not in order)
     return [u for u in order if on_path[u]]
 
 
@@ -203,7 +221,8 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
         else:
             local = pm_gradient.rewrite(u, ctx=g)  # type: ignore[assignment]
         if local is None:
-            if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
+            # a leaf: nothing to pass its gradient on to (a realized sharded tensor's node has no sources either)
+            if not srcs or u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
                 continue
             raise RuntimeError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
         for s, sg in zip(srcs, local):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from speck.tensor import profile, realize
+from speck.tensor import multi, profile, realize
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
 from speck.tensor.settings import JIT
@@ -248,6 +248,8 @@ def _reads_writes(kind: str, item: Any) -> tuple[set[UOp], set[UOp]]:
         _, it = item
         w = _kernel_writes(it.ast)
         return {b for i, b in enumerate(it.bufs) if i not in w}, {b for i, b in enumerate(it.bufs) if i in w}
+    if kind == "host":  # host work on buffers (an MPI collective): reads and writes them all
+        return set(item[1]), set(item[1])
     dst, src = item if kind == "assign" else item.bufs
     return {src}, {dst}
 
@@ -396,6 +398,7 @@ class TinyJit(Generic[R]):
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
         inputs = _gather(args, kwargs)
+        inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
         if self.captured is not None:
             return self._replay(inputs)
         sigs = _prepare(inputs)
@@ -623,6 +626,52 @@ def _batch_device(kind: str, item: Any) -> Any:
     return dev if dev.graph is not None and dev.host_visible else None
 
 
+def _access(kind: str, item: Any) -> tuple[str, set[UOp], set[UOp]]:
+    """(device, BUFFERs read, BUFFERs written) of a captured call; a region of a buffer counts as the buffer, and
+    host calls all write one pseudo-buffer (they keep their order)."""
+    from speck.tensor.schedule import buffer_views
+
+    def root(b: UOp) -> UOp:
+        while b in buffer_views:
+            b = buffer_views[b][0]
+        return b
+
+    reads, writes = _reads_writes(kind, item)
+    reads, writes = {root(b) for b in reads}, {root(b) for b in writes}
+    if kind == "host":
+        return "", reads | {_HOST}, writes | {_HOST}
+    dst = item[1].bufs[0] if kind == "kernel" else item[0] if kind == "assign" else item.bufs[0]
+    return buffer_device(dst), reads, writes
+
+
+_HOST = UOp(Ops.NOOP, arg="host work")  # a pseudo-buffer every host call writes: they keep their order
+
+
+def device_runs(calls: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The calls reordered so that each device's work is contiguous where dependencies allow (a sharded step
+    interleaves its devices call by call, which would split it into one-kernel graphs). A call's phase is the
+    number of device changes along its longest chain of dependencies (read after write, write after read or
+    write, on the same buffer); calls are ordered by (phase, device, capture order), which keeps every dependency
+    in order. One device's calls keep their order unchanged."""
+    phase: list[int] = []
+    devs: list[str] = []
+    last_write: dict[UOp, int] = {}
+    readers: dict[UOp, list[int]] = {}
+    for i, (kind, item) in enumerate(calls):
+        dev, reads, writes = _access(kind, item)
+        deps = [last_write[b] for b in reads | writes if b in last_write]
+        deps += [r for b in writes for r in readers.get(b, ())]
+        phase.append(max((phase[d] + (devs[d] != dev) for d in deps), default=0))
+        devs.append(dev)
+        for b in reads:
+            readers.setdefault(b, []).append(i)
+        for b in writes:
+            last_write[b], readers[b] = i, []
+    if len(set(devs)) <= 1:
+        return calls
+    return [calls[i] for i in sorted(range(len(calls)), key=lambda i: (phase[i], devs[i], i))]
+
+
 class ReplayPlan:
     """A capture's calls grouped for replay: runs of consecutive calls on one device with a graph become _Batches (a run
     must hold a kernel to be worth a graph); everything else replays one call at a time through realize.replay.
@@ -633,7 +682,7 @@ class ReplayPlan:
         self.steps: list[tuple[str, Any]] = []
         run: list[tuple[str, Any]] = []
         run_dev: Any = None
-        for kind, item in calls:
+        for kind, item in device_runs(calls):
             dev = _batch_device(kind, item)
             if run and dev is not run_dev:
                 self._flush(run, run_dev)
@@ -663,6 +712,8 @@ class ReplayPlan:
         if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or any(d.profile for d in self.devices):
             for kind, item in self.calls:
                 _replay_one(kind, item, mapping, var_vals)
+            if realize._inflight:
+                realize.wait_copies()
             return
         for kind, item in self.steps:
             if kind != "batch":
@@ -671,7 +722,11 @@ class ReplayPlan:
                 for k, it in item.calls:
                     realize.replay(k, it, mapping)
             else:
+                if realize._inflight:  # copies between devices still arriving (sharded tensors)
+                    realize.wait_copies_into(item.device.name)
                 item.run(mapping)
+        if realize._inflight:
+            realize.wait_copies()
 
 
 def _replay_one(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
-from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, kernel_name
+from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views, kernel_name
 from speck.tensor.settings import CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
@@ -31,7 +31,11 @@ def get_buffer(buf: UOp) -> Any:
             from speck.hcq import Buffer
 
             _Buffer = Buffer
-        b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
+        if (region := buffer_views.get(buf)) is not None:  # a region of another buffer's memory
+            base, offset = region
+            b = get_buffer(base).view(int(buf.arg), buf.dtype, offset * buf.dtype.itemsize)
+        else:
+            b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
         buffer_map[buf] = b
     return b
 
@@ -269,8 +273,9 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     return est  # type: ignore[no-any-return, unused-ignore]
 
 
-# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, and
-# Tensor.assign records its buffer swaps as ("assign", (dst, src))
+# TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, Tensor.assign
+# records its buffer swaps as ("assign", (dst, src)), and host work on buffers (speck.tensor.distributed's MPI
+# collectives) as ("host", (fn, buffers)): replays call fn(buffers)
 CAPTURE: list[tuple[str, Any]] | None = None
 
 
@@ -300,6 +305,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             for b in it.bufs:  # a replay maps these buffers: have them all exist now
                 get_buffer(b)
             capture.append(("kernel", (prog, it)))
+        if _inflight:
+            wait_copies(it.bufs)
         t0 = profile.now_ns() if profile.enabled() else 0
         t = prog.run(it.bufs, it.var_vals)
         ops, mem = _cached_estimate(prog, it)
@@ -311,6 +318,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             profile.record("kernel", prog.name, device, t0, profile.now_ns(), ops, mem)
         if DEBUG.value >= 2:
             _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
+    if _inflight:
+        wait_copies()
 
 
 def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int) -> None:
@@ -327,6 +336,15 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
 def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
     """Run one captured call again with some BUFFERs swapped (TinyJit replays). An "assign" (dst, src) item copies
     src's contents into dst, which is what Tensor.assign's buffer swap did during the capture."""
+    if _inflight:  # a replayed call reads (or overwrites) what a copy in flight may still be writing
+        wait_copies(
+            [mapping.get(b, b) for b in item[1].bufs] if kind == "kernel"
+            else [mapping.get(item.bufs[0], item.bufs[0])] if kind == "copy" else None
+        )  # fmt: skip
+    if kind == "host":  # a host function recorded with the buffers it works on (an MPI collective)
+        fn, bufs = item
+        fn([mapping.get(b, b) for b in bufs])
+        return
     if kind == "assign":
         dst, src = (mapping.get(b, b) for b in item)
         get_buffer(dst).copy_from(get_buffer(src))
@@ -350,11 +368,72 @@ def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
         _debug_line(buffer_device(it.bufs[0]), prog.name, len(it.bufs), t, ops, mem)
 
 
+# ---------------- copies between devices ----------------
+# A copy from one device to another is a command on the destination's HCQ copy engine, run on that engine's own
+# thread (a memmove without the GIL on CPU devices), so it overlaps with the kernels the schedule runs next on
+# this thread. It waits on the source device's timelines (the work that produced its data); a kernel, a replayed
+# call or a host read that needs the copied buffer waits on the copy engine's timeline for it. Every schedule and
+# TinyJit replay ends with its copies complete, so nothing outlives the call that started it.
+_inflight: dict[UOp, tuple[Any, int]] = {}  # destination BUFFER -> (copy engine's timeline signal, value)
+
+
+def wait_copies(bufs: Sequence[UOp] | None = None) -> None:
+    """Wait for the copies in flight into `bufs` (every copy when None)."""
+    for b in list(_inflight) if bufs is None else bufs:
+        if (w := _inflight.pop(b, None)) is not None:
+            sig, value = w
+            sig.wait(value)
+            if sig.error is not None:
+                raise RuntimeError(f"a copy into {b.src[1].arg} failed: {sig.error}") from sig.error
+
+
+def wait_copies_into(device: str) -> None:
+    """Wait for the copies in flight into buffers of `device` (before a batch of its kernels runs)."""
+    wait_copies([b for b in _inflight if buffer_device(b) == device])
+
+
+def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
+    """Submit dst <- src[offset:] (elements) to dst's device's copy engine; False when the devices can't (a
+    device whose memory the host can't map, DISK)."""
+    sdev, ddev = sb.dev, db.dev
+    if not (sdev.backend_name and ddev.backend_name and sdev.host_visible == ddev.host_visible):
+        return False
+    nbytes = int(dst.arg) * dst.dtype.itemsize
+    sb.ensure_allocated()
+    db.ensure_allocated()
+    view = sb if offset == 0 and sb.nbytes == nbytes else sb.view(int(dst.arg), sb.dtype, offset * src.dtype.itemsize)
+    if dst in _inflight:
+        wait_copies((dst,))
+    q = ddev.hw_queue("copy")
+    for eng in sdev.engines.values():  # the work that produced the source (a copy into it included)
+        if eng.timeline.mem[0] < eng.submitted:
+            q.wait(eng.timeline, eng.submitted)
+    engine = ddev.engines["copy"]
+    q.copy(db, view, nbytes).submit(ddev, background=True)
+    done = (engine.timeline, engine.submitted)
+    b: UOp | None = dst
+    while b is not None:  # a copy into a region of a buffer: readers of the whole buffer wait for it too
+        _inflight[b] = done
+        b = buffer_views[b][0] if b in buffer_views else None
+    return True
+
+
 def _run_copy(it: ScheduleItem) -> None:
     dst, src = it.bufs
     t0, p0 = time.perf_counter(), (profile.now_ns() if profile.enabled() else 0)
     n = int(dst.arg)
     sb, db = get_buffer(src), get_buffer(dst)
+    if sb.dev is not db.dev:  # a device-to-device copy: counted (a kernel of the schedule, and a copy)
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.copy_count += 1
+        if _async_copy(dst, src, sb, db, it.copy_offset):
+            if p0:  # (the submission; the copy itself runs on the copy engine, which PROFILE also records)
+                profile.record("copy", f"copy {n * dst.dtype.itemsize}B", buffer_device(dst), p0, profile.now_ns(),
+                               nbytes=n * dst.dtype.itemsize)  # fmt: skip
+            if DEBUG >= 2:
+                _debug_line(buffer_device(dst), f"copy {n * dst.dtype.itemsize}B from {buffer_device(src)}", 2,
+                            time.perf_counter() - t0, 0, 0)  # fmt: skip
+            return
     # a device that moves data itself (USB: its copy queue) defines transfer(dest, src) and does copies to or from it
     transfer = getattr(db.dev, "transfer", None) or getattr(sb.dev, "transfer", None)
     if transfer is not None:

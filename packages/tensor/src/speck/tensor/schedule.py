@@ -36,6 +36,17 @@ def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
 # device name -> its DEVICE node, kept alive so making a BUFFER does not rebuild (and re-hash-cons) it every time
 _device_uops: dict[str, UOp] = {}
 
+# BUFFER -> (base BUFFER, element offset): a buffer that is a region of another one's memory (an allreduce writes
+# each reduced chunk straight into its place in the result)
+buffer_views: weakref.WeakKeyDictionary[UOp, tuple[UOp, int]] = weakref.WeakKeyDictionary()
+
+
+def view_buffer_uop(base: UOp, offset: int, size: int) -> UOp:
+    """A new BUFFER naming elements [offset, offset + size) of base's memory."""
+    buf = new_buffer_uop(buffer_device(base), size, base.dtype)
+    buffer_views[buf] = (base, offset)
+    return buf
+
 
 def buffer_device(buf: UOp) -> str:
     return str(buf.src[1].arg)
@@ -376,7 +387,12 @@ def _kernel_name(reduce: bool, shape: tuple[sint, ...], rdims: list[sint]) -> st
 
 
 class Scheduler:
-    """Turns tensor-level UOps into ScheduleItems. `realize(u)` returns the buffer view that will hold u's value."""
+    """Turns tensor-level UOps into ScheduleItems. `realize(u)` returns the buffer view that will hold u's value.
+
+    `custom` maps the type of a CONTIGUOUS node's arg to a function (scheduler, node) -> view that schedules that
+    node itself (speck.tensor.allreduce registers the allreduce of sharded tensors)."""
+
+    custom: dict[type, Any] = {}
 
     def __init__(self, device: str | None = None) -> None:
         self.items: list[ScheduleItem] = []
@@ -457,34 +473,43 @@ class Scheduler:
         if (v := self.materialized(u)) is not None:
             return v
         self.count_uses(u)
+        if u.op is Ops.RESHAPE and u.src[0].op is Ops.CONTIGUOUS and type(u.src[0].arg) in self.custom:
+            return self.materialize(u.src[0]).reshape(u.shape)  # (a reshaped allreduce result: its buffer, viewed)
         return self.materialize(u)
 
-    def materialize(self, u: UOp) -> UOp:
+    def materialize(self, u: UOp, into: UOp | None = None) -> UOp:
+        """Schedule u into a buffer of its own (or into the given BUFFER `into`, of u's size) and return the view
+        holding its value."""
         if (v := self.materialized(u)) is not None:
-            return v
+            return v if into is None else self._copy_into(v, into)
+        if u.op is Ops.CONTIGUOUS and (custom := self.custom.get(type(u.arg))) is not None:
+            assert into is None, "custom nodes choose their own buffers"
+            view: UOp = custom(self, u)
+            return view
         src = u.src[0] if u.op is Ops.CONTIGUOUS else u
         # a contiguous view of a realized buffer (reshape, contiguous shrink) is free
         if (
             u.op is Ops.CONTIGUOUS
             and u.arg != "clone"
+            and into is None
             and base_buffer(src) is not None
             and view_offset(src) is not None
         ):
             self.done[u] = src
             return src
         if u.op is Ops.CONTIGUOUS and u.arg != "clone" and (v := self.materialized(src)) is not None:
-            self.done[u] = v
-            return v
+            self.done[u] = v if into is None else self._copy_into(v, into)
+            return self.done[u]
         if u.op is Ops.COPY:
-            return self._copy(u)
-        if u.op is Ops.CONTIGUOUS and u.arg != "clone" and src.op is Ops.COPY:
+            return self._copy(u, into)
+        if u.op is Ops.CONTIGUOUS and u.arg != "clone" and src.op is Ops.COPY and into is None:
             # a copy lands in a fresh row-major buffer already: no kernel (assign from another device needs none)
             self.done[u] = v = self.materialize(src)
             return v
         shape = u.shape
         device = self.device if self.device is not None else self._device_of(u)
         size = prod(max_dim(s) for s in shape)
-        out = new_buffer_uop(device, int(size), u.dtype)
+        out = into if into is not None else new_buffer_uop(device, int(size), u.dtype)
         view = out.reshape(shape) if shape != (size,) else out
         if size != 0:
             k = _Kernel(self)
@@ -511,7 +536,16 @@ class Scheduler:
             self.done[src] = view
         return view
 
-    def _copy(self, u: UOp) -> UOp:
+    def _copy_into(self, v: UOp, into: UOp) -> UOp:
+        """A value already scheduled (view v), copied into the BUFFER `into` on its device."""
+        off, bb = view_offset(v), base_buffer(v)
+        if off is None or bb is None:
+            return self.materialize(UOp(Ops.CONTIGUOUS, v.dtype, (v,), "clone", next(_unique_counter)), into)
+        if int(into.arg):
+            self.items.append(ScheduleItem(None, (into, bb), copy_offset=off))
+        return into.reshape(v.shape) if v.shape != (into.arg,) else into
+
+    def _copy(self, u: UOp, into: UOp | None = None) -> UOp:
         outer, self.device = self.device, self._device_of(u.src[0])
         try:
             src_view = self.realize(u.src[0])
@@ -530,7 +564,7 @@ class Scheduler:
         assert bb is not None
         shape = u.shape
         size = int(prod(max_dim(s) for s in shape))
-        out = new_buffer_uop(str(u.arg), size, u.dtype)
+        out = into if into is not None else new_buffer_uop(str(u.arg), size, u.dtype)
         if size:
             self.items.append(ScheduleItem(None, (out, bb), copy_offset=off))
         view = out.reshape(shape) if shape != (size,) else out
@@ -685,8 +719,8 @@ def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
             nonlocal ok
             if b in in_pos:
                 return in_pos[b]
-            if b.op is not Ops.BUFFER or b in buffer_map:  # an older buffer the graph doesn't name: can't replay
-                ok = False
+            if b.op is not Ops.BUFFER or b in buffer_map or b in buffer_views:  # an older buffer, or a region of
+                ok = False  # another: the plan can't make it anew
             if b not in made:
                 made[b] = len(made)
                 specs.append((buffer_device(b), b.arg, b.dtype))

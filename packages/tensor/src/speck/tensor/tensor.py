@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor import multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int
 from speck.tensor.elementwise import ElementwiseMixin
@@ -26,6 +27,7 @@ from speck.tensor.errors import TensorAssertionError, TensorOverflowError, Tenso
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.live import track as _track
 from speck.tensor.movement import MovementMixin
+from speck.tensor.multi import MultiUOp
 from speck.tensor.nnops import NNMixin
 from speck.tensor.npeval import np_dtype
 from speck.tensor.reduce import ReduceMixin
@@ -43,6 +45,8 @@ from speck.uop.helpers import prod
 
 Scalar = int | float | bool
 DTypeLike = DType | str
+# a device name, or a tuple of them for a tensor sharded over several devices
+DeviceLike = str | tuple[str, ...] | list[str]
 
 _NP_TO_DT: dict[Any, DType] = {
     np.dtype(np.bool_): dtypes.bool, np.dtype(np.int8): dtypes.int8, np.dtype(np.uint8): dtypes.uint8,
@@ -112,14 +116,17 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def __init__(
         self,
         data: Any = None,
-        device: str | None = None,
+        device: DeviceLike | None = None,
         dtype: DTypeLike | None = None,
         requires_grad: bool | None = None,
     ) -> None:
+        if isinstance(device, (tuple, list)) or isinstance(data, MultiUOp):
+            _init_multi(self, data, device, dtype, requires_grad)
+            return
         dev = canonical(device)
         dt = _dt(dtype)
         self.requires_grad, self.grad, self.is_param = requires_grad, None, True
-        self._device = dev
+        self._device: Any = dev
         _track(self)
         if isinstance(data, UOp):
             self.uop = data
@@ -180,13 +187,39 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         self."""
         from speck.tensor.autograd import backward
 
-        return backward(self, gradient)
+        return backward(self, self._multi_seed(gradient))
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, as lazy tensors (self must be a scalar unless gradient= is given)."""
         from speck.tensor.autograd import gradient as _gradient
 
-        return _gradient(self, *targets, gradient=gradient)
+        return _gradient(self, *targets, gradient=self._multi_seed(gradient))
+
+    def _multi_seed(self, gradient: Tensor | None) -> Tensor | None:
+        """A sharded tensor's seed gradient placed like it (ones for a scalar): gradients of sharded graphs are
+        built from sharded nodes only."""
+        if not isinstance(self.uop, MultiUOp):
+            return gradient
+        if gradient is None:
+            return self.ones_like() if self.shape == () else None
+        return gradient if isinstance(gradient.uop, MultiUOp) else gradient.shard_like(self)
+
+    # ---------------- several devices ----------------
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """This tensor split into equal pieces along `axis`, piece i on devices[i] (axis None: a full copy on
+        every device). `.device` is then the tuple of devices; every op works on it, a reduction over the
+        sharded axis ending in an allreduce."""
+        return multi.shard(self, devices, axis)
+
+    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """shard() in place: this tensor becomes the sharded one. Returns self."""
+        t = self.shard(devices, axis)
+        self.uop, self._device = t.uop, t._device
+        return self
+
+    def shard_like(self, y: Tensor) -> Tensor:
+        """This tensor placed like y: sharded over y's devices on y's axis, or moved to y's one device."""
+        return multi.shard_like(self, y)
 
     @staticmethod
     def train(mode: builtins.bool = True) -> Any:
@@ -197,7 +230,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     # ---------------- basic properties ----------------
     @property
-    def device(self) -> str:
+    def device(self) -> Any:
+        """The device name; for a sharded tensor the tuple of its devices' names."""
         return self._device
 
     @property
@@ -258,7 +292,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def _new(self, u: UOp, device: str | None = None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.uop, t._device, t.requires_grad, t.grad, t.is_param = u, device or self._device, None, None, True
+        dev = device or self._device
+        if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
+            dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
+        t.uop, t._device, t.requires_grad, t.grad, t.is_param = u, dev, None, None, True
         _track(t)
         return t
 
@@ -283,6 +320,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
         if _DEFERRED:
             Tensor._realize_with_deferred(tensors)
+            return
+        if any(type(t.uop) is MultiUOp for t in tensors):
+            multi.realize_all(tensors)
             return
         pending = [t for t in tensors if base_buffer(t.uop) is None]
         if len(pending) == 1 and realized_cache.get(pending[0].uop) is None:
@@ -328,12 +368,20 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def schedule(self) -> list[Any]:
         """The ScheduleItems realizing this tensor would run (without running them)."""
-        sched = Scheduler(self.device)
-        sched.realize(self.uop)
+        u = self.uop
+        parts = list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, self.device)]
+        sched = Scheduler()
+        for shard, _ in parts:
+            sched.count_uses(shard)
+        for shard, dev in parts:
+            sched.device = dev
+            sched.realize(shard)
         return sched.items
 
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one)."""
+        if isinstance(self.uop, MultiUOp):
+            return self if self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None else self._new(self.uop.contiguous())
         if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None):
             return self  # a buffer, or already going to be one (a second copy would be a kernel of its own)
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -347,7 +395,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer), on
         `device` if given; .grad is cloned too and is_param kept."""
         src = self.to(device) if device is not None else self
-        out = src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
+        if isinstance(src.uop, MultiUOp):
+            out = src._new(src.uop.contiguous("clone", next(_clone_counter)))
+        else:
+            out = src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
         out.is_param = self.is_param
         if src.grad is not None:
             out.grad = src.grad.clone()
@@ -355,10 +406,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
+        if isinstance(self.uop, MultiUOp):
+            return self._new(self.uop.detach())
         return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (a copy when the device differs)."""
+    def to(self, device: DeviceLike | None) -> Tensor:
+        """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
+        sharded tensor moved to one device is gathered there."""
+        if isinstance(device, (tuple, list)) or isinstance(self.uop, MultiUOp):
+            return multi.to(self, device)
         dev = canonical(device)
         if dev == self.device:
             return self
@@ -368,7 +424,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             out.grad = self.grad.to(dev)
         return out
 
-    def to_(self, device: str | None) -> Tensor:
+    def to_(self, device: DeviceLike | None) -> Tensor:
         t = self.to(device)
         self.uop, self._device, self.grad = t.uop, t._device, t.grad
         return self
@@ -376,6 +432,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def _buffer_data(self) -> np.ndarray:
         """The row-major data as a numpy array of the concrete shape (a copy). bfloat16 and fp8, which numpy
         lacks, are read as float32 (exact)."""
+        if isinstance(self.uop, MultiUOp):
+            out: np.ndarray = multi.numpy(self)
+            return out
         if self.dtype.fmt is None:
             return self.cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
@@ -428,10 +487,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     # ---------------- creation ----------------
     @staticmethod
-    def empty(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+    def empty(*shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """An uninitialised tensor (a fresh buffer)."""
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
+        if isinstance(device, (tuple, list)):
+            devs = multi.canonical_devices(device)
+            return Tensor(multi.per_device(devs, lambda d: Tensor.empty(*sh, device=d, dtype=dt)))
         dev = canonical(device)
         size = prod(max_dim(s) for s in sh)
         buf = new_buffer_uop(dev, int(size), dt)
@@ -439,7 +501,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return t
 
     @staticmethod
-    def full(shape: Any, fill_value: Scalar, device: str | None = None, dtype: DTypeLike | None = None,
+    def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
              **kw: Any) -> Tensor:  # fmt: skip
         """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""
         sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
@@ -483,6 +545,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         elif not dtypes.is_float(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
             raise TensorOverflowError(f"arange({start}, {stop}, {step}) doesn't fit {dt} "
                                       f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
+        if isinstance(kw.get("device"), (tuple, list)):
+            devs = multi.canonical_devices(kw.pop("device"))
+            return Tensor(multi.per_device(devs, lambda d: Tensor.arange(start, stop, step, dtype=dt, device=d, **kw)))
         if n == 0:
             return Tensor.empty(0, dtype=dt, **kw)
         dev = canonical(kw.get("device"))
@@ -523,6 +588,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return (r == c).cast(dt)
 
     def full_like(self, fill_value: Scalar, **kw: Any) -> Tensor:
+        if isinstance(self.uop, MultiUOp):
+            _no_device_for_sharded(self, kw)
+            return multi.shard_like(Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
+                                                device=self.uop.device), self)  # fmt: skip
         dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
         return Tensor.full(self.shape, fill_value, dtype=dt, device=dev)
 
@@ -533,15 +602,33 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return self.full_like(1, **kw)
 
     def empty_like(self, **kw: Any) -> Tensor:
+        if isinstance(self.uop, MultiUOp):
+            return self._like_shards(
+                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
+            )
         return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
 
+    def _like_shards(self, make: Any, kw: dict[str, Any]) -> Tensor:
+        """A new tensor sharded like this one, each shard made by make(shard uop, device, index) independently."""
+        u = self.uop
+        assert isinstance(u, MultiUOp)
+        _no_device_for_sharded(self, kw)
+        return Tensor(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
+                                    u.device))  # fmt: skip
+
     def rand_like(self, **kw: Any) -> Tensor:
-        """rand of self's shape; dtype defaults to self's, which must then be a float."""
+        """rand of self's shape; dtype defaults to self's, which must then be a float. A sharded tensor gets
+        independent draws on every device, sharded like it."""
+        if isinstance(self.uop, MultiUOp):
+            dt = kw.pop("dtype", self.dtype)
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).rand_like(dtype=dt, _stream=i, **kw), kw)
         return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw)
 
     def randn_like(self, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """randn of self's shape, cast to dtype (default self's; int dtypes get the cast normals)."""
         dt = _dt(dtype) or self.dtype
+        if isinstance(self.uop, MultiUOp):
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).randn_like(dtype=dt, _stream=i, **kw), kw)
         out = Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None, device=kw.pop("device", self.device),
                            **kw)  # fmt: skip
         return out.cast(dt)
@@ -557,7 +644,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             _rng_store(state, _rng_initial(dev))
 
     @staticmethod
-    def _random_bits(n: int, device: str | None) -> Tensor:
+    def _random_bits(n: int, device: str | None, stream: int = 0) -> Tensor:
         """n uint64 random words: threefry2x32 of (counter, seed), where seed and counter come from the device's
         counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
         when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
@@ -565,11 +652,18 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         nxt = Tensor(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
         ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
         key = nxt.shrink(((0, 1),)).expand(n)
+        if stream:  # the shards of a sharded draw: independent streams from the same seed and counters
+            key = key ^ (stream * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF)
         return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
 
     @staticmethod
     def rand(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """Uniform [0, 1) values."""
+        if isinstance(device, (tuple, list)):
+            raise ValueError(
+                f"rand can't make a tensor over several devices {tuple(device)}; make one on a single "
+                "device and .shard() it, or use rand_like on a sharded tensor (independent shards)"
+            )
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
         if not dtypes.is_float(dt):
@@ -581,7 +675,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         n = int(prod(sh))
         if n == 0:
             return Tensor.zeros(sh, dtype=dt, device=device)
-        bits = Tensor._random_bits(n, device)
+        bits = Tensor._random_bits(n, device, int(kw.get("_stream", 0)))
         # top 24 bits -> a float32 in [0, 1) with every value exactly representable
         u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
         return u.cast(dt).reshape(sh)
@@ -768,6 +862,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def assign(self, x: Tensor | Scalar | Any) -> Tensor:
         """In-place update: self's buffer now holds x (same shape; cast to self's dtype). Every view of the buffer
         sees the new values."""
+        if isinstance(self.uop, MultiUOp) or isinstance(x, Tensor) and isinstance(x.uop, MultiUOp):
+            return multi.assign(self, x)
         xt = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         if xt.shape != self.shape:
             if not isinstance(x, Tensor) and xt.ndim == 0:
@@ -785,6 +881,10 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         new = xt.contiguous().realize()
         nb = base_buffer(new.uop)
         assert nb is not None
+        if view_offset(new.uop) != 0 or int(nb.arg) != int(bb.arg):  # a view into a bigger buffer: a buffer of its own
+            new = xt.clone().realize()
+            nb = base_buffer(new.uop)
+            assert nb is not None
         if view_offset(new.uop) == 0 and int(nb.arg) == int(bb.arg):
             buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
             from speck.tensor import realize
@@ -798,15 +898,56 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
             raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
-        self.uop = x.uop
+        self.uop, self._device = x.uop, x._device
         return self
 
     def __getstate__(self) -> Any:
-        return {"data": self.numpy(), "device": self.device}
+        return {"data": self.numpy(), "device": self.device, "axis": getattr(self.uop, "axis", None)}
 
     def __setstate__(self, st: Any) -> None:
-        t = Tensor(st["data"], device=st["device"])
+        dev = st["device"]
+        t = Tensor(st["data"], device=dev if isinstance(dev, str) else dev[0])
+        if not isinstance(dev, str):
+            t = t.shard(dev, st.get("axis"))
         self.uop, self._device, self.requires_grad, self.grad, self.is_param = t.uop, t._device, None, None, True
+
+
+def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:
+    """Tensor(data, device=(dev0, dev1, ...)): the data replicated on every device (a graph of sharded nodes keeps
+    its own placement; a plain graph holding buffers stays on their device)."""
+    devs = None if isinstance(data, MultiUOp) else multi.canonical_devices(device)
+    if devs is not None and len(devs) == 1:
+        Tensor.__init__(t, data, devs[0], dtype, requires_grad)
+        return
+    t.requires_grad, t.grad, t.is_param = requires_grad, None, True
+    _track(t)
+    dt = _dt(dtype)
+    if isinstance(data, MultiUOp):
+        u = data if dt is None else data.cast(dt)
+        assert isinstance(u, MultiUOp)
+        t.uop, t._device = u, u.device
+        return
+    assert devs is not None
+    if isinstance(data, Tensor):
+        src = data if dt is None else data.cast(dt)
+        moved = src.to(devs)
+        t.uop, t._device = moved.uop, moved._device
+        return
+    if isinstance(data, UOp):
+        if any(n.op is Ops.BUFFER for n in data.toposort()):
+            t.uop, t._device = data, multi.device_of(data)
+            return
+        u = MultiUOp.leaf(multi._plain_to_shards(data, None, devs), None, devs)
+        t.uop, t._device = (u if dt is None else u.cast(dt)), devs
+        return
+    u = multi.per_device(devs, lambda d: Tensor(data, device=d, dtype=dtype))
+    t.uop, t._device = u, devs
+
+
+def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
+    if "device" in kw:
+        raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
+                           f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
 
 
 def _materialize_buffer(b: UOp) -> Any:

@@ -3,18 +3,22 @@ evaluate on the test set, print accuracy and throughput, and save the weights as
 
     speck-train                      # or: python -m speck.tensor.examples.train
     speck-train --steps 200 --batch 128 --out weights.safetensors
+    speck-train --devices 2          # data-parallel over CPU:0 and CPU:1 (each gets half of every batch)
+    mpiexec -n 2 speck-train --distributed   # data-parallel over 2 processes (or hosts) with MPI
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from speck.tensor import Tensor, TinyJit, dtypes, nn
+from speck.tensor import Device, Tensor, TinyJit, dtypes, nn
 from speck.tensor.dims import as_int
 from speck.tensor.nn.datasets import mnist
 from speck.tensor.nn.optim import Adam
@@ -78,7 +82,29 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--model", choices=sorted(MODELS), default="cnn", help="cnn: the classic CNN (default)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--devices",
+        default="1",
+        help="data-parallel over N CPU devices (CPU:0..N-1) or a comma-separated "
+        "list of devices: parameters replicated, each batch split between them, gradients allreduced",
+    )
+    ap.add_argument("--distributed", action="store_true", help="data-parallel over the processes of an MPI job "
+                    "(start with mpiexec; needs speck-tensor[mpi]): each rank takes its share of every batch, "
+                    "gradients are averaged with MPI's allreduce; rank 0 prints, evaluates and saves")  # fmt: skip
     args = ap.parse_args(argv)
+    devices = parse_devices(args.devices)
+    dist: Any = None
+    if args.distributed:
+        from speck.tensor import distributed as dist
+
+        dist.init()
+        if args.batch % dist.world_size():
+            ap.error(f"--batch {args.batch} must split evenly over the {dist.world_size()} ranks")
+    rank, ranks = (dist.rank(), dist.world_size()) if dist is not None else (0, 1)
+    if len(devices) > 1 and (args.batch % len(devices) or 500 % len(devices)):
+        ap.error(
+            f"--batch {args.batch} (and the evaluation batch of 500) must split evenly over {len(devices)} devices"
+        )
     from tqdm import trange
 
     Tensor.manual_seed(args.seed)
@@ -88,20 +114,32 @@ def main(argv: list[str] | None = None) -> float:
     if args.test_subset:
         X_test, Y_test = X_test[: args.test_subset].contiguous().realize(), Y_test[: args.test_subset].realize()
     model = MODELS[args.model]()
+    if len(devices) > 1:  # every parameter and statistic replicated on every device
+        for p in get_parameters(model):
+            p.shard_(devices).realize()
     opt = Adam(get_parameters(model), lr=args.lr)
     n_train = as_int(X_train.shape[0])
+    if dist is not None:  # every rank starts from rank 0's weights
+        dist.broadcast_(get_parameters(model))
+
+    def place(t: Tensor) -> Tensor:
+        """A batch split over the devices (batch axis), or as it is on one device."""
+        return t.shard(devices, axis=0) if len(devices) > 1 else t
 
     @TinyJit
     def train_step(idx: Tensor) -> tuple[Tensor, Tensor]:
         # the batch is gathered inside the jitted step: its kernel replays with the new indices, where a gather
         # outside would be scheduled anew on every step (2 ms of Python per step)
-        x, y = X_train[idx], Y_train[idx]
+        x, y = place(X_train[idx]), place(Y_train[idx])
         with Tensor.train():
             opt.zero_grad()
             out = model(x.float() * (1 / 255.0) - 0.5)
             loss = out.sparse_categorical_crossentropy(y)
             loss.backward()
             acc = (out.argmax(axis=1) == y).float().mean()
+            if dist is not None:  # this rank's gradients (with loss and accuracy, one schedule), averaged over ranks
+                Tensor.realize_all(loss, acc, *[p.grad for p in opt.params if p.grad is not None])
+                dist.allreduce_([p.grad for p in opt.params if p.grad is not None], op="mean")
             opt.step(loss, acc)  # loss and accuracy come from the same schedule, before the update
         return loss, acc
 
@@ -111,32 +149,65 @@ def main(argv: list[str] | None = None) -> float:
 
     rng = np.random.default_rng(args.seed)
     t_start = time.perf_counter()
-    images = 0
-    bar = trange(args.steps, desc="train", unit="step", disable=args.quiet)
-    for step in bar:
-        if args.schedule == "cosine":  # the lr tensor is a kernel input, so the jitted step sees every new value
-            opt.lr.assign(Tensor([args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))], dtype=dtypes.float32))
-        idx = Tensor(rng.integers(0, n_train, args.batch).astype(np.int32))
-        loss, acc = train_step(idx)
-        images += args.batch
-        if step % 10 == 0 or step == args.steps - 1:
-            elapsed = time.perf_counter() - t_start
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc.item():.3f}", img_s=f"{images / elapsed:.0f}")
+    bar = trange(args.steps, desc="train", unit="step", disable=args.quiet or rank != 0)
+    try:
+        _train_loop(args, bar, opt, train_step, rng, n_train, rank, ranks, t_start)
+    except Exception as e:
+        if dist is None or not isinstance(e, dist.DistributedError):
+            raise
+        print(f"speck-train: {e}", file=sys.stderr)
+        dist.abort(1)
+    images = args.steps * args.batch
     train_s = time.perf_counter() - t_start
+    if dist is not None:  # batch-norm statistics averaged, so every rank holds the same model; rank 0 goes on
+        dist.allreduce_([t for t in opt.buffers if dtypes.is_float(t.dtype)], op="mean")
+        if rank != 0:
+            return float("nan")
     # evaluate in fixed-size batches (the jitted predict needs one shape); the tail batch runs eagerly
     n_test, bs, correct = as_int(X_test.shape[0]), 500, 0
     for i in range(0, n_test, bs):
         xb = X_test[i : i + bs].contiguous()
-        pred = predict(xb) if xb.shape[0] == bs else model(xb.float() * (1 / 255.0) - 0.5).argmax(axis=1)
+        if xb.shape[0] == bs:
+            pred = predict(place(xb).realize())
+        else:  # the tail batch, eagerly (replicated when there are several devices: it may not split evenly)
+            pred = model((xb.to(devices) if len(devices) > 1 else xb).float() * (1 / 255.0) - 0.5).argmax(axis=1)
         correct += int((pred.numpy() == Y_test[i : i + bs].numpy()).sum())
     acc_test = correct / n_test
-    print(f"test accuracy {acc_test * 100:.2f}% on {n_test} images; trained {args.steps} steps of {args.batch} in "
+    on = f" on {len(devices)} devices ({', '.join(devices)})" if len(devices) > 1 else ""
+    on += f" over {ranks} MPI ranks" if ranks > 1 else ""
+    print(f"test accuracy {acc_test * 100:.2f}% on {n_test} images; trained {args.steps} steps of {args.batch}{on} in "
           f"{train_s:.1f} s ({images / train_s:.0f} images/s)")  # fmt: skip
     if args.out:
         safe_save({k: v.cast(dtypes.float32) if v.dtype != dtypes.int32 else v for k, v in
                    get_state_dict(model).items()}, args.out, {"model": "fashion-mnist cnn"})  # fmt: skip
         print(f"saved weights to {args.out}")
     return acc_test
+
+
+def _train_loop(args: Any, bar: Any, opt: Any, train_step: Any, rng: Any, n_train: int, rank: int, ranks: int,
+                t_start: float) -> None:  # fmt: skip
+    """The training steps: each draws a batch of indices (the same on every rank; a rank keeps its share)."""
+    share = args.batch // ranks
+    images = 0
+    for step in bar:
+        if args.schedule == "cosine":  # the lr tensor is a kernel input, so the jitted step sees every new value
+            opt.lr.assign(Tensor([args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))], dtype=dtypes.float32))
+        idx = rng.integers(0, n_train, args.batch).astype(np.int32)[rank * share : (rank + 1) * share]
+        loss, acc = train_step(Tensor(idx))
+        images += args.batch
+        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
+            elapsed = time.perf_counter() - t_start
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc.item():.3f}", img_s=f"{images / elapsed:.0f}")
+
+
+def parse_devices(spec: str) -> tuple[str, ...]:
+    """--devices: a count N (CPU:0..N-1) or a comma-separated list of device names."""
+    if spec.strip().isdigit():
+        n = int(spec)
+        if n < 1:
+            raise SystemExit(f"--devices must be at least 1, got {n}")
+        return tuple(Device.canonicalize(f"CPU:{i}") for i in range(n))
+    return tuple(Device.canonicalize(d.strip()) for d in spec.split(",") if d.strip())
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ class Optimizer:
     def _new_state(self, fill: float = 0.0) -> list[Tensor]:
         """A realized state tensor per slot, filled with `fill` (is_param=False: never a parameter itself)."""
         return [
-            Tensor.full(shape, fill, dtype=dt, device=self.device if self.fused else p.device)
+            _placed_like(Tensor.full(shape, fill, dtype=dt, device=self.device if self.fused else p.device), p)
             .contiguous()
             .realize()
             .is_param_(False)
@@ -147,6 +147,15 @@ class Optimizer:
         return out
 
 
+def _placed_like(state: Tensor, p: Tensor) -> Tensor:
+    """A state tensor of p's shape sharded like a sharded p (replicated state would not take sharded updates)."""
+    from speck.tensor.multi import MultiUOp
+
+    if isinstance(p.uop, MultiUOp) and state.shape == p.shape:
+        return state.shard_like(p)
+    return state
+
+
 def _assign_later(target: Tensor, value: Tensor) -> None:
     """target takes value at the next realize, computed in that realize's schedule with every other queued update
     (so all of them read the values from before the step)."""
@@ -154,10 +163,15 @@ def _assign_later(target: Tensor, value: Tensor) -> None:
 
 
 def _owns_buffer(t: Tensor) -> bool:
-    """t is a whole realized buffer (possibly reshaped), so an assign updates it in place."""
+    """t is a whole realized buffer (possibly reshaped), so an assign updates it in place (every shard of a sharded
+    tensor)."""
+    from speck.tensor.multi import MultiUOp
     from speck.tensor.schedule import base_buffer, view_offset
     from speck.uop import Ops
 
+    if isinstance(t.uop, MultiUOp):
+        return t.uop.op is Ops.NOOP and all(_owns_buffer(Tensor(s, device=d)) for s, d in zip(t.uop.shards,
+                                                                                            t.uop.device))  # fmt: skip
     bb = base_buffer(t.uop)
     if bb is None or view_offset(t.uop) != 0 or int(bb.arg) != as_int(t.numel()):
         return False

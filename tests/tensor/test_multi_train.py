@@ -1,0 +1,208 @@
+"""Training on sharded tensors: gradients through sharding, allreduce and gathers (against numpy), optimizers and
+TinyJit replays on sharded parameters and data (against the same steps on one device), and data-parallel
+speck-train."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from speck.tensor.examples import train
+from speck.tensor.multi import MultiUOp
+from speck.tensor.nn.optim import SGD, Adam
+from speck.tensor.nn.state import get_parameters
+from tensor_helpers import FEW
+
+CPU2 = ("CPU", "CPU:1")
+
+
+def _np(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_replicated_parameter_gets_the_allreduced_gradient() -> None:
+    x, w = _np((6, 3)), _np((3, 4), 1)
+    W = Tensor(w).shard(CPU2).realize()
+    W.requires_grad = True
+    loss = (Tensor(x).shard(CPU2, 0) @ W).relu().sum()
+    loss.backward()
+    assert W.grad is not None and W.grad.device == CPU2 and W.grad.uop.axis is None
+    ref = x.T @ ((x @ w) > 0).astype(np.float32)
+    np.testing.assert_allclose(W.grad.numpy(), ref, rtol=1e-5, atol=1e-6)
+    # both replicas hold the same gradient
+    g = W.grad.realize().uop
+    assert isinstance(g, MultiUOp)
+    np.testing.assert_array_equal(Tensor(g.shards[0]).numpy(), Tensor(g.shards[1], device="CPU:1").numpy())
+
+
+def test_gradient_flows_back_through_shard_and_gather() -> None:
+    x, w = _np((4, 3)), _np((3, 2), 1)
+    wt = Tensor(w, requires_grad=True)
+    loss = (Tensor(x).shard(CPU2, 0) @ wt.shard(CPU2)).square().sum()
+    (gw,) = loss.gradient(wt)
+    assert gw.device == "CPU"
+    np.testing.assert_allclose(gw.numpy(), x.T @ (2 * (x @ w)), rtol=1e-5, atol=1e-5)
+    xt = Tensor(x, requires_grad=True)
+    y = (xt.shard(CPU2, 0) * 3).to("CPU:1")  # a gather: the gradient goes back to the shards, then to xt
+    (gx,) = (y * y).sum().gradient(xt)
+    np.testing.assert_allclose(gx.numpy(), 18 * x, rtol=1e-5)
+
+
+def test_sharded_parameter_gets_a_sharded_gradient() -> None:
+    x, w = _np((4, 3)), _np((3, 6), 1)
+    W = Tensor(w).shard(CPU2, 1).realize()
+    W.requires_grad = True
+    (Tensor(x).shard(CPU2) @ W).sum().backward()
+    assert W.grad is not None and W.grad.device == CPU2
+    np.testing.assert_allclose(W.grad.numpy(), x.T @ np.ones((4, 6), np.float32), rtol=1e-5)
+
+
+def _mlp_losses(devices: tuple[str, ...] | None, opt_cls: type, jit: bool, steps: int = 4) -> tuple[list, np.ndarray]:
+    """Train a small MLP for `steps` steps (on one device, or data-parallel over `devices`)."""
+    Tensor.manual_seed(3)
+    l1, l2 = nn.Linear(8, 16), nn.Linear(16, 3)
+    params = get_parameters([l1, l2])
+    if devices:
+        for p in params:
+            p.shard_(devices).realize()
+    opt = opt_cls(params, lr=0.05)
+    x_all, y_all = _np((steps * 8, 8), 5), np.random.default_rng(6).integers(0, 3, steps * 8).astype(np.int32)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+            loss.backward()
+            opt.step(loss)
+        return loss
+
+    fn = TinyJit(step) if jit else step
+    losses = []
+    for i in range(steps):
+        xb, yb = Tensor(x_all[i * 8 : i * 8 + 8]), Tensor(y_all[i * 8 : i * 8 + 8])
+        if devices:
+            xb, yb = xb.shard(devices, 0), yb.shard(devices, 0)
+        losses.append(fn(xb.realize(), yb.realize()).item())
+    return losses, l1.weight.numpy()
+
+
+@pytest.mark.parametrize("opt_cls", [SGD, Adam])
+def test_data_parallel_steps_match_one_device(opt_cls: type) -> None:
+    ref_loss, ref_w = _mlp_losses(None, opt_cls, jit=False)
+    dp_loss, dp_w = _mlp_losses(CPU2, opt_cls, jit=False)
+    np.testing.assert_allclose(dp_loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(dp_w, ref_w, rtol=1e-4, atol=1e-6)
+
+
+def test_tinyjit_replays_a_data_parallel_step() -> None:
+    ref_loss, ref_w = _mlp_losses(None, Adam, jit=True, steps=5)
+    dp_loss, dp_w = _mlp_losses(CPU2, Adam, jit=True, steps=5)
+    np.testing.assert_allclose(dp_loss, ref_loss, rtol=1e-5)  # calls 3..5 are replays
+    np.testing.assert_allclose(dp_w, ref_w, rtol=1e-4, atol=1e-6)
+
+
+def test_tinyjit_replay_runs_the_captured_copies() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).sum(0)
+
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        a = rng.standard_normal((4, 3)).astype(np.float32)
+        x = Tensor(a).shard(CPU2, 0).realize()  # shard 0 is a view of the CPU buffer: the jit clones it
+        GlobalCounters.reset()
+        out = f(x)
+        if i >= 2:  # replays: the clone, two partial sums, one copy each way, two additions
+            assert GlobalCounters.copy_count == 2 and GlobalCounters.kernel_count == 1 + 6
+        x = Tensor(a).shard(CPU2, 0).clone().realize()  # whole buffers on both devices
+        GlobalCounters.reset()
+        out = f(x)
+        if i >= 2:
+            assert GlobalCounters.copy_count == 2 and GlobalCounters.kernel_count == 6
+        np.testing.assert_allclose(out.numpy(), (a * 2).sum(0), rtol=1e-6)
+
+
+def test_batchnorm_conv_step_matches_one_device() -> None:
+    """One SGD step of a conv + batch-norm model: the sharded batch's statistics are allreduced, so the update is
+    the one-device update."""
+
+    def run(devices: tuple[str, ...] | None) -> list[np.ndarray]:
+        Tensor.manual_seed(1)
+        conv, bn = nn.Conv2d(1, 4, 3), nn.BatchNorm(4)
+        params = get_parameters([conv, bn])
+        if devices:
+            for p in params:
+                p.shard_(devices).realize()
+        opt = SGD(params, lr=0.1)
+        x = Tensor(_np((4, 1, 6, 6), 2))
+        if devices:
+            x = x.shard(devices, 0)
+        with Tensor.train():
+            opt.zero_grad()
+            loss = bn(conv(x)).relu().max_pool2d().sum()
+            loss.backward()
+            opt.step()
+        return [p.numpy() for p in params]
+
+    for got, ref in zip(run(CPU2), run(None)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_assign_to_sharded_tensors() -> None:
+    a = _np((4, 2))
+    t = Tensor(a).shard(CPU2, 0).realize()
+    t.assign(t * 2).realize()
+    np.testing.assert_allclose(t.numpy(), a * 2)
+    t.assign(Tensor(a))  # a value on one device is placed like the target
+    np.testing.assert_allclose(t.numpy(), a)
+    with pytest.raises(RuntimeError, match="axis"):
+        t.assign(Tensor(a).shard(CPU2, 1))
+    r = Tensor(a).shard(CPU2).realize()
+    r += 1
+    np.testing.assert_allclose(r.numpy(), a + 1)
+
+
+def test_speck_train_data_parallel_matches_one_device(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    args = ["--model", "mlp", "--steps", "40", "--batch", "64", "--train-subset", "2000", "--test-subset", "500",
+            "--quiet", "--out", ""]  # fmt: skip
+    one = train.main(args)
+    two = train.main([*args, "--devices", "2"])
+    assert two > 0.6 and abs(two - one) <= 0.02, (one, two)
+
+
+@FEW
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 5), st.booleans()), min_size=1,
+                max_size=24))  # fmt: skip
+def test_replay_order_groups_devices_and_keeps_every_dependency(spec: list[tuple[int, int, int, bool]]) -> None:
+    """device_runs on random copies/assigns between buffers on three devices: the same calls, every conflicting
+    pair (read after write, write after read or write) still in order, and no more device switches than before."""
+    from speck.tensor.jit import _access, device_runs
+    from speck.tensor.schedule import ScheduleItem, new_buffer_uop
+
+    devs = ("NULL", "NULL:1", "NULL:2")
+    bufs = {(d, k): new_buffer_uop(d, 4, dtypes.float32) for d in devs for k in range(6)}
+    calls: list[tuple[str, object]] = []
+    for dev, dst, src, cross in spec:
+        d, s = devs[dev], devs[(dev + 1) % 3] if cross else devs[dev]
+        if cross:
+            calls.append(("copy", ScheduleItem(None, (bufs[(d, dst)], bufs[(s, src)]))))
+        else:
+            calls.append(("assign", (bufs[(d, dst)], bufs[(s, src)])))
+    out = device_runs(calls)  # type: ignore[arg-type]
+    assert sorted(map(id, out)) == sorted(map(id, calls))
+    pos = {id(c): i for i, c in enumerate(out)}
+    acc = [_access(k, it) for k, it in calls]
+    for i in range(len(calls)):
+        for j in range(i + 1, len(calls)):
+            (_, ri, wi), (_, rj, wj) = acc[i], acc[j]
+            if wi & (rj | wj) or ri & wj:
+                assert pos[id(calls[i])] < pos[id(calls[j])]
+
+    def switches(cs: list) -> int:  # type: ignore[type-arg]
+        ds = [_access(k, it)[0] for k, it in cs]
+        return sum(a != b for a, b in zip(ds, ds[1:]))
+
+    assert switches(out) <= switches(calls)
