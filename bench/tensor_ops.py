@@ -1,9 +1,11 @@
 """speck.tensor vs numpy, side by side in one process: matmul GFLOPS (1024, 2048), a 16M-element 3-op elementwise
-chain (GB/s), softmax over 4096x4096 (ms) and the per-op overhead of (a+b).realize() on 4-element tensors (us).
+chain (GB/s), softmax over 4096x4096 (ms), the per-op overhead of (a+b).realize() on 4-element tensors (us), and
+100k scattered writes into a 4M float32 tensor (ms): `a[idx] = v` against numpy's, and a scatter_reduce sum
+assigned back against np.add.at.
 
 Each figure is the median of repeats after a warm-up run (compiles and caches excluded). Run: python3
 bench/tensor_ops.py [--quick]. Targets from the issue: matmul >= 50% of numpy, elementwise >= 2x numpy, overhead
-< 100 us."""
+< 100 us, scatter within 5x of numpy."""
 
 from __future__ import annotations
 
@@ -79,6 +81,37 @@ def bench_overhead(repeats: int) -> tuple[float, float]:
     return t_sp * 1e6, t_np * 1e6
 
 
+def bench_scatter(n: int, k: int, repeats: int) -> tuple[float, float, float, float]:
+    """(speck setitem, numpy setitem, speck scatter-add, np.add.at) in ms: k random (duplicated) indices into n."""
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, n, k).astype(np.int32)
+    v = rng.random(k, dtype=np.float32)
+    a = np.zeros(n, np.float32)
+    ta, ti, tv = Tensor(a).realize(), Tensor(idx).realize(), Tensor(v).realize()
+
+    def sp_set() -> None:
+        ta[ti] = tv
+        ta.realize()
+
+    def sp_add() -> None:
+        ta.assign(ta.scatter_reduce(0, ti, tv, "sum")).realize()
+
+    def np_set() -> None:
+        a[idx] = v
+
+    def np_add() -> None:
+        np.add.at(a, idx, v)
+
+    sp_set()
+    np_set()
+    assert np.array_equal(ta.numpy(), a), "setitem with an index tensor differs from numpy"
+    sp_add()
+    np_add()
+    assert np.allclose(ta.numpy(), a, rtol=1e-5), "scatter_reduce sum differs from np.add.at"
+    return (median_time(sp_set, repeats) * 1e3, median_time(np_set, repeats) * 1e3,
+            median_time(sp_add, repeats) * 1e3, median_time(np_add, repeats) * 1e3)  # fmt: skip
+
+
 def main() -> None:
     _host.describe()
     quick = "--quick" in sys.argv
@@ -94,6 +127,9 @@ def main() -> None:
     rows.append((f"softmax {1024 if quick else 4096}^2 last axis", s, np_, "ms", "lower"))
     s, np_ = bench_overhead(200)
     rows.append(("(a+b).realize() 4 elements", s, np_, "us", "lower"))
+    s_set, np_set, s_add, np_add = bench_scatter(1 << 22, 100_000, 7)
+    rows.append(("a[idx] = v, 100k into 4M", s_set, np_set, "ms", "lower"))
+    rows.append(("scatter-add 100k into 4M (add.at)", s_add, np_add, "ms", "lower"))
     print()
     print(f"{'benchmark':34s} {'speck':>12s} {'numpy':>12s} {'unit':>7s} {'speck/numpy':>12s}")
     for name, s, np_, unit, better in rows:

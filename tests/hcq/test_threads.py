@@ -68,18 +68,21 @@ def test_any_split_covers_every_index_once(progs: dict[str, CPUProgram], n: int,
 def test_pool_runs_slices_in_parallel_threads() -> None:
     import threading
 
-    seen: set[int] = set()
-    slices: list[tuple[int, int]] = []
+    calls: dict[int, list[tuple[int, int]]] = {}
     lock = threading.Lock()
 
     def fn(start: int, end: int) -> None:
         with lock:
-            seen.add(threading.get_ident())
-            slices.append((start, end))
+            calls.setdefault(threading.get_ident(), []).append((start, end))
 
     POOL.run(fn, (), 10, 4)
+    # each thread covers its slice in order, in one call or in consecutive pieces (so an interrupt can stop it)
+    slices = []
+    for pieces in calls.values():
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        slices.append((pieces[0][0], pieces[-1][1]))
     assert sorted(slices) == [(0, 2), (2, 5), (5, 7), (7, 10)]
-    assert len(seen) == 4  # the caller plus three workers
+    assert len(calls) == 4  # the caller plus three workers
 
 
 def test_worker_error_reaches_the_launcher() -> None:

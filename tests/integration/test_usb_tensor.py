@@ -198,7 +198,7 @@ def test_empty_on_usb_then_assign(dtype: dtypes) -> None:  # type: ignore[valid-
     assert e.device == "USB" and e.shape == (4, 5) and e.numpy().shape == (4, 5) and e.numpy().dtype == npdt
     first = (rng.standard_normal((4, 5)) * 50).astype(npdt)
     GlobalCounters.reset()
-    e.assign(Tensor(first))  # from the CPU: one copy, no kernel on USB
+    e.assign(Tensor(first)).realize()  # from the CPU: one copy, no kernel on USB (assign is lazy: realize runs it)
     assert GlobalCounters.kernel_count == 0
     assert vram_bytes(e) == first.tobytes()
     np.testing.assert_array_equal(e.numpy(), first)

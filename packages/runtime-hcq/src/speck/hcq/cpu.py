@@ -3,13 +3,21 @@
 Each exec splits [0, global_size[0]) into contiguous slices, one per worker; worker k calls the kernel through
 ctypes with (buffers..., vars..., core_start, core_end) (see CPU_ABI.md). ctypes releases the GIL for the call,
 so the workers really run in parallel. Slice 0 runs on the thread that executes the command, so a one-slice
-(tiny) kernel costs no thread wake-up at all."""
+(tiny) kernel costs no thread wake-up at all.
+
+Stopping a kernel (Ctrl-C, a timeout's signal): a native call can't be interrupted, so every slice runs as a series
+of calls over growing pieces of its range (one row, then 4x more each time until a piece takes about CHUNK_S). The
+Python loop between pieces lets the launching thread's signal handlers run: a KeyboardInterrupt stops the launch
+after the current piece, tells the workers to stop after theirs, waits for them, and propagates - the pool and the
+device stay usable, and the command's outputs are left partly written (speck.tensor never binds them). A kernel
+whose outer range has a single row (or a CPU graph's interpreter call) runs to its end first."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +37,8 @@ if TYPE_CHECKING:
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
 PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
 PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
+# a slice is run in pieces that grow until one takes about this long: the delay before an interrupt is honoured
+CHUNK_S = float(os.environ.get("CPU_CHUNK_S", "0.05"))
 # worker threads per CPU device (0: the cores this process may run on); CPU_THREADS is the older spelling
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS", "0") or 0))
 
@@ -39,6 +49,32 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def run_range(fn: Any, args: tuple[Any, ...], start: int, end: int, stop: threading.Event | None = None) -> None:
+    """fn(*args, s, e) over [start, end) in pieces: the first is 1/65536th of the range (at least one row), each
+    next one 4x larger while a piece takes under CHUNK_S/4 (halved when one takes over 2*CHUNK_S). Between pieces
+    the caller's signal handlers may raise, and `stop` (set by an interrupted launcher) ends the loop early."""
+    n = end - start
+    if n <= 1:
+        fn(*args, start, end)
+        return
+    step = max(1, n >> 16)
+    limit = int(CHUNK_S * 1e9)
+    clock = time.perf_counter_ns
+    i = start
+    while i < end:
+        j = min(end, i + step)
+        t0 = clock()
+        fn(*args, i, j)
+        dt = clock() - t0
+        i = j
+        if stop is not None and stop.is_set():
+            return
+        if dt < limit >> 2:
+            step <<= 2
+        elif dt > limit << 1:
+            step = max(1, step >> 1)
 
 
 class _Worker:
@@ -61,6 +97,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
+        self._stop = threading.Event()  # an interrupted launch: workers end their slices after the current piece
 
     def _work(self, w: _Worker) -> None:
         while True:
@@ -69,7 +106,7 @@ class WorkerPool:
             assert task is not None
             fn, args, start, end = task
             try:
-                fn(*args, start, end)
+                run_range(fn, args, start, end, self._stop)
             except BaseException as e:  # a Python kernel (tests) may raise; hand it to the launcher
                 self._errors.append(e)
             finally:
@@ -79,7 +116,7 @@ class WorkerPool:
         """Call fn(*args, start, end) for `threads` contiguous slices of [0, n) (fewer when n < threads)."""
         t = min(threads, n)
         if t <= 1:
-            fn(*args, 0, n)
+            run_range(fn, args, 0, n)
             return
         with self._lock:
             while len(self._workers) < t - 1:
@@ -89,14 +126,36 @@ class WorkerPool:
                 w.task = (fn, args, n * k // t, n * (k + 1) // t)
                 w.go.release()
             try:
-                fn(*args, 0, n // t)
-            finally:
-                for w in workers:
-                    w.done.acquire()
+                run_range(fn, args, 0, n // t)
+            except BaseException:
+                self._stop.set()
+                try:
+                    self._join(workers)
+                finally:
+                    self._errors.clear()  # the launcher's own exception is the one to report
+                raise
+            self._join(workers)
             if self._errors:
                 err = self._errors[0]
                 self._errors.clear()
                 raise err
+
+    def _join(self, workers: list[_Worker]) -> None:
+        """Wait until every worker finished its slice. A signal raising meanwhile (Ctrl-C) stops the workers after
+        their current piece; the wait goes on (they must not outlive the launch) and the exception is re-raised."""
+        pending: BaseException | None = None
+        for w in workers:
+            while True:
+                try:
+                    w.done.acquire()
+                    break
+                except BaseException as e:
+                    self._stop.set()
+                    pending = pending or e
+        self._stop.clear()
+        if pending is not None:
+            self._errors.clear()
+            raise pending
 
 
 POOL = WorkerPool()
@@ -130,12 +189,12 @@ class CPUProgram(Program):
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1))."""
         n = global_size[0] if global_size else 1
-        if threads == 1 or n <= 1:
+        if n <= 1:
             args[0](*args[1:], 0, n)
             return
-        t = self.device.threads if threads is None else threads  # type: ignore[attr-defined]
+        t = 1 if threads == 1 else self.device.threads if threads is None else threads  # type: ignore[attr-defined]
         if t <= 1:
-            args[0](*args[1:], 0, n)
+            run_range(args[0], args[1:], 0, n)
         else:
             POOL.run(args[0], args[1:], n, t)
 

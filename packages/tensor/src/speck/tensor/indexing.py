@@ -21,6 +21,17 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 
+def _identity(mode: str, dtype: Any) -> Any:
+    """The value a scatter reduction starts from where the original element does not take part."""
+    if mode == "sum":
+        return 0
+    if mode == "prod":
+        return 1
+    if dtypes.is_float(dtype):
+        return -np.inf if mode == "amax" else np.inf
+    return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
+
+
 class IndexingMixin:
     """Indexing methods of Tensor."""
 
@@ -180,28 +191,11 @@ class IndexingMixin:
         return out
 
     def __setitem__(self: Tensor, idx: Any, value: Any) -> None:
-        """x[idx] = value: writes through to x's buffer (x.assign of the updated tensor)."""
-        from speck.tensor.tensor import Tensor
+        """x[idx] = value: basic indices write through the view x[idx]; index tensors store the selected elements
+        with a scatter kernel (O(k) for k elements, the last duplicate wins) - see speck.tensor.writes."""
+        from speck.tensor.writes import setitem
 
-        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
-        numel = as_int(self.numel())
-        pos = Tensor.arange(numel, device=self.device).reshape(self.shape)
-        sel = pos[idx]
-        v = v.cast(self.dtype)._broadcast_to(sel.shape)
-        flat_sel = sel.flatten()
-        flat_v = v.flatten()
-        ar = Tensor.arange(numel, device=self.device)
-        if flat_sel.numel() == 0:
-            return
-        hit = flat_sel.unsqueeze(1) == ar.unsqueeze(0)  # (k, numel)
-        any_hit = hit.any(0)
-        # the last write wins for repeated positions, like numpy
-        order = Tensor.arange(as_int(flat_sel.numel()), device=self.device).unsqueeze(1) + 1
-        last = hit.where(order, 0).max(0)
-        chosen = (hit & (order == last.unsqueeze(0))).where(flat_v.unsqueeze(1), flat_v._const_like(0))
-        newv = chosen.sum(0, dtype=self.dtype) if self.dtype != dtypes.bool else chosen.any(0)
-        updated = any_hit.where(newv, self.flatten()).reshape(self.shape)
-        self.assign(updated.contiguous())
+        setitem(self, idx, value)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere)."""
@@ -225,68 +219,81 @@ class IndexingMixin:
         return out.transpose(d, -1)
 
     def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
-        """self with self[..., index[p], ...] = src[p] along dim (reduce 'add' or 'multiply' combines)."""
+        """self with out[..., index[p], ...] = src[p] along dim (the last duplicate along dim wins; out-of-range
+        indices are ignored); reduce 'add' or 'multiply' combines with what is there instead."""
         if reduce is None:
-            return self._scatter(dim, index, src, "set", True)
+            return self._scatter(dim, index, src, None, True)
         if reduce not in ("add", "multiply"):
-            raise RuntimeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise TypeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         return self._scatter(dim, index, src, "sum" if reduce == "add" else "prod", True)
 
     def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                        include_self: bool = True) -> Tensor:  # fmt: skip
-        """reduce in sum, prod, mean, amax, amin (torch semantics)."""
+        """Combine src into self at index along dim with sum, prod, mean, amax or amin (torch semantics): every
+        duplicate takes part; include_self=False leaves the original out where something was scattered."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
             raise RuntimeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
         return self._scatter(dim, index, src, reduce, include_self)
 
-    def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str, include_self: bool) -> Tensor:
+    def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
+        """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node."""
         from speck.tensor.tensor import Tensor
 
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
-            raise RuntimeError(f"scatter: index has {index.ndim} dims, self has {self.ndim}")
+            raise RuntimeError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
+        if not dtypes.is_int(index.dtype):
+            raise RuntimeError(f"scatter: index must be an int tensor, got {index.dtype}")
+        if index.device != self.device:
+            raise RuntimeError(f"scatter: index is on {index.device}, self on {self.device}")
         s = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
-        s = s.cast(self.dtype)
+        if s.dtype != self.dtype:
+            raise RuntimeError(f"scatter: src dtype {s.dtype} differs from self's {self.dtype}; cast it first")
         if s.ndim == 0:
             s = s._broadcast_to(index.shape)
+        if s.ndim != self.ndim:
+            raise RuntimeError(f"scatter: src has {s.ndim} dims, self has {self.ndim}")
+        for i, (a, b, c) in enumerate(zip(index.shape, s.shape, self.shape)):
+            if a > b or (i != d and a > c):
+                raise AssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
+                                     f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
-        n = as_int(self.shape[d])
-        # (..., m at d) -> masks over self's dim d positions k: hit[..., m, k] with other dims of index
-        ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        ii = (ii < 0).where(ii + n, ii)
-        hit = ii == Tensor.arange(n, device=self.device)  # (..., m, n)
-        sv = s.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        any_hit = hit.any(-2)  # (..., n)
-        me = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim))).transpose(d, -1)
-        if mode == "set":
-            order = Tensor.arange(as_int(index.shape[d]), device=self.device).reshape(-1, 1) + 1
-            last = hit.where(order, 0).max(-2, keepdim=True)
-            v = (hit & (order == last)).where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
-            res = any_hit.where(v, me)
-        elif mode in ("sum", "mean"):
-            v = hit.where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
-            res = (me + v) if include_self else any_hit.where(v, me)
-            if mode == "mean":
-                cnt = hit.sum(-2) + (1 if include_self else 0)
-                res = any_hit.where(res / cnt.maximum(1), me)
-                res = res.cast(self.dtype)
-        elif mode == "prod":
-            v = hit.where(sv, sv._const_like(1)).prod(-2, dtype=self.dtype)
-            res = (me * v) if include_self else any_hit.where(v, me)
-        else:
-            lo = (-np.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)) if mode == "amax" else \
-                (np.inf if dtypes.is_float(self.dtype) else dtypes.max(self.dtype))  # fmt: skip
-            fill = sv._const_like(lo)
-            cand = hit.where(sv, fill)
-            v = cand.max(-2) if mode == "amax" else cand.min(-2)
-            comb = me.maximum(v) if mode == "amax" else me.minimum(v)
-            res = any_hit.where(comb if include_self else v, me)
-        res = res.transpose(d, -1)
-        # put the updated region back into the full tensor
-        full = res.pad(tuple((0, 0) if i == d else (0, self.shape[i] - index.shape[i]) for i in range(self.ndim)))
-        region = Tensor.ones(res.shape, dtype=dtypes.bool, device=self.device).pad(
-            tuple((0, 0) if i == d else (0, self.shape[i] - index.shape[i]) for i in range(self.ndim)))  # fmt: skip
-        return region.where(full, self)
+        pos = self._scatter_positions(d, index)
+        if mode is None:
+            return self._scatter_node(pos, s, None)
+        if mode == "mean":
+            total = self._scatter(d, index, s, "sum", include_self)
+            ones = Tensor.ones(index.shape, dtype=dtypes.int32, device=self.device)
+            count = Tensor.zeros(self.shape, dtype=dtypes.int32, device=self.device)._scatter_node(pos, ones, "sum")
+            count = count + 1 if include_self else count.maximum(1)
+            return (total / count).cast(self.dtype)
+        base = self
+        if not include_self:  # the original counts nowhere something lands: start those from the identity
+            base = self._scatter_node(pos, s._const_like(_identity(mode, self.dtype))._broadcast_to(s.shape), None)
+        return base._scatter_node(pos, s, mode)
+
+    def _scatter_positions(self: Tensor, d: int, index: Tensor) -> Tensor:
+        """int32, index's shape: 1 + the flat position in self each index element names (its own coordinates,
+        with index's value along d), 0 for a value outside [0, self.shape[d])."""
+        from speck.tensor.tensor import Tensor
+
+        shape = [as_int(n) for n in self.shape]
+        strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
+        ix = index.cast(dtypes.int32)
+        pos = ix * strides[d] + 1
+        for j, n in enumerate(index.shape):
+            if j != d and as_int(n) > 1:
+                ar = Tensor.arange(as_int(n), device=self.device)
+                pos = pos + ar.reshape([-1 if k == j else 1 for k in range(self.ndim)]) * strides[j]
+        return ((ix >= 0) & (ix < shape[d])).where(pos, 0)
+
+    def _scatter_node(self: Tensor, pos: Tensor, value: Tensor, reduce: str | None) -> Tensor:
+        """self with value's elements stored at the 1-based flat positions pos (0 skips), in index order, combined
+        with what is there when reduce names one (schedule._COMBINE): the scheduler runs it as one kernel over
+        value's elements on top of a copy of self."""
+        from speck.uop import Ops, UOp
+
+        return self._new(UOp(Ops.ASSIGN, self.dtype, (self.uop, pos.uop, value.uop), reduce))
 
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
         """The elements where mask (broadcast) is true, as a 1-D tensor (data-dependent: reads the mask)."""

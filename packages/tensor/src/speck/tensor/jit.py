@@ -30,6 +30,9 @@ from speck.tensor.counters import GlobalCounters
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
 from speck.tensor.settings import JIT
 from speck.tensor.tensor import Tensor
+from speck.tensor.writes import finish_capture as _finish_capture
+from speck.tensor.writes import flush as _flush_writes
+from speck.tensor.writes import pending as _pending_writes
 from speck.uop import DEBUG, Ops, UOp, getenv
 from speck.uop.helpers import prod
 
@@ -394,6 +397,8 @@ class TinyJit(Generic[R]):
             self.fxn = args[0]  # @TinyJit(prune=...) applied to the function
             functools.update_wrapper(self, self.fxn)
             return self  # type: ignore[return-value]
+        if _pending_writes():
+            _flush_writes()  # writes recorded before the call happen before it (a replay reads their results)
         self.cnt += 1
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
@@ -427,6 +432,7 @@ class TinyJit(Generic[R]):
             raise
         finally:
             realize.CAPTURE = None
+        _finish_capture(calls)
         if not calls:
             self.cnt -= 1
             raise JitError(

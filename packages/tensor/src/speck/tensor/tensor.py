@@ -34,12 +34,14 @@ from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
     Scheduler,
     base_buffer,
-    buffer_map,
     max_dim,
     new_buffer_uop,
     realized_cache,
     view_offset,
 )
+from speck.tensor.writes import flush as _flush_writes
+from speck.tensor.writes import pending as _pending_writes
+from speck.tensor.writes import refresh as _refresh
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype, validate_shape
 from speck.uop.helpers import prod
 
@@ -104,7 +106,7 @@ _schedule_with_cache: Any = None
 class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
-    __slots__ = ("uop", "_device", "requires_grad", "grad", "is_param", "__weakref__")
+    __slots__ = ("_uop", "_ver", "_device", "requires_grad", "grad", "is_param", "__weakref__")
     grad: Tensor | None
     # None (default) or True: backward() fills .grad when this tensor is in the graph; False: never (opt-out)
     requires_grad: bool | None
@@ -112,6 +114,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     is_param: bool
     training: bool = False
     no_grad: bool = False
+    # counts the in-place writes recorded so far (speck.tensor.writes); a tensor whose graph is older than a write
+    # to a buffer it reads is rebound to the value that buffer had (numpy order: reads see the value of their time)
+    _write_epoch: int = 0
 
     def __init__(
         self,
@@ -175,6 +180,17 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = _from_numpy(arr, dt, dev)
 
+    @property
+    def uop(self) -> UOp:
+        """The node of the computation graph this tensor is (a view of a BUFFER once realized)."""
+        if self._ver == Tensor._write_epoch:
+            return self._uop
+        return _refresh(self)
+
+    @uop.setter
+    def uop(self, u: UOp) -> None:
+        self._uop, self._ver = u, Tensor._write_epoch
+
     # ---------------- autograd ----------------
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
         """Mark this tensor as an optimizer parameter (True) or a buffer that optimizers only realize (False)."""
@@ -234,13 +250,14 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         """The device name; for a sharded tensor the tuple of its devices' names."""
         return self._device
 
+    # (shape and dtype read the graph as it is: rebinding it to the values of its time changes neither)
     @property
     def shape(self) -> tuple[sint, ...]:
-        return self.uop.shape
+        return self._uop.shape
 
     @property
     def dtype(self) -> DType:
-        return self.uop.dtype
+        return self._uop.dtype
 
     @property
     def ndim(self) -> int:
@@ -295,7 +312,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         dev = device or self._device
         if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
             dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
-        t.uop, t._device, t.requires_grad, t.grad, t.is_param = u, dev, None, None, True
+        t._uop, t._ver, t._device = u, Tensor._write_epoch, dev
+        t.requires_grad, t.grad, t.is_param = None, None, True
         _track(t)
         return t
 
@@ -321,6 +339,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         if _DEFERRED:
             Tensor._realize_with_deferred(tensors)
             return
+        if _pending_writes():
+            # writes run in program order; a tensor made before some of them is computed just before them
+            _flush_writes(tensors)
+        Tensor._realize_now(tensors)
+
+    @staticmethod
+    def _realize_now(tensors: Sequence[Tensor]) -> None:
+        """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
+        run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
         if any(type(t.uop) is MultiUOp for t in tensors):
             multi.realize_all(tensors)
             return
@@ -354,6 +381,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         Tensor.realize_all(*tensors, *[v for _, v in updates])
         for target, value in updates:
             target.assign(value)
+        _flush_writes()
 
     def assign_deferred(self, x: Tensor) -> Tensor:
         """Like assign(), but the update happens at the next realize of any tensor, computed in the same schedule
@@ -860,40 +888,15 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     # ---------------- assign ----------------
     def assign(self, x: Tensor | Scalar | Any) -> Tensor:
-        """In-place update: self's buffer now holds x (same shape; cast to self's dtype). Every view of the buffer
-        sees the new values."""
+        """In-place update: self now holds x (a tensor of self's dtype and device, or a scalar/list converted to
+        them), broadcast to self's shape. Lazy: the write runs at the next realize, in program order with other
+        writes. Through a view of a realized buffer the write lands in the buffer, and every view of it sees it;
+        tensors computed before the write keep the values they were computed from (speck.tensor.writes)."""
         if isinstance(self.uop, MultiUOp) or isinstance(x, Tensor) and isinstance(x.uop, MultiUOp):
             return multi.assign(self, x)
-        xt = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
-        if xt.shape != self.shape:
-            if not isinstance(x, Tensor) and xt.ndim == 0:
-                xt = xt.expand(self.shape)
-            else:
-                raise RuntimeError(f"assign: shape {xt.shape} does not match the target's shape {self.shape}")
-        if xt.device != self.device:
-            xt = xt.to(self.device)
-        xt = xt.cast(self.dtype)
-        bb = base_buffer(self.uop)
-        if bb is None or view_offset(self.uop) != 0 or int(bb.arg) != int(prod(max_dim(s) for s in self.shape)):
-            # not a whole realized buffer: functional update of this tensor's graph
-            self.uop = xt.contiguous().uop if bb is not None else xt.uop
-            return self
-        new = xt.contiguous().realize()
-        nb = base_buffer(new.uop)
-        assert nb is not None
-        if view_offset(new.uop) != 0 or int(nb.arg) != int(bb.arg):  # a view into a bigger buffer: a buffer of its own
-            new = xt.clone().realize()
-            nb = base_buffer(new.uop)
-            assert nb is not None
-        if view_offset(new.uop) == 0 and int(nb.arg) == int(bb.arg):
-            buffer_map[bb] = buffer_map[nb] if nb in buffer_map else _materialize_buffer(nb)
-            from speck.tensor import realize
+        from speck.tensor.writes import assign
 
-            # TinyJit replays this swap as a copy nb -> bb (it gives nb storage of its own again)
-            if (rec := realize.recording()) is not None and nb is not bb:
-                rec.append(("assign", (bb, nb)))
-        realized_cache.clear()  # graphs computed from the old values are stale
-        return self
+        return assign(self, x)
 
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:

@@ -1,0 +1,598 @@
+"""In-place writes - `Tensor.assign`, `__setitem__` on realized tensors - with numpy's ("eager") ordering.
+
+Model. A realized tensor is a view of a BUFFER node, and the BUFFER is the identity of that memory: every view of it
+(movement ops, detach, same-size bitcast) aliases it, and TinyJit captures name it. A write to a BUFFER is recorded
+here and runs at the next realize, after every write recorded before it (program order).
+
+A lazy graph built *before* a write must keep the value of its time. Each tensor carries the write epoch its graph
+was built at (`Tensor._ver`); when a tensor older than a write to a buffer its graph reads is used again, the graph
+is rebound to that write's snapshot: a BUFFER that receives the buffer's old contents when the write runs - if, and
+only if, a live graph can still read them. Pure views are never rebound: they see every write.
+
+Running a write: a whole-buffer value is computed into a new buffer whose memory then becomes the target's (the old
+memory is handed to the snapshot at no cost); a value that already lives in another buffer is copied in. A partial
+write (through a slice, stride, permute, flip, pad, reshape or bitcast view, or setitem with index tensors) stores
+in place, through the view's index expression or, for index tensors, through a scatter kernel whose loop runs over
+the k written elements in order (so the last duplicate wins); the old contents are copied to the snapshot first only
+when a live graph still reads them. DISK buffers are written immediately."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from speck.tensor.live import tensors
+from speck.tensor.schedule import (
+    _MOVEMENT,
+    ScheduleItem,
+    Scheduler,
+    buffer_device,
+    buffer_map,
+    new_buffer_uop,
+    realized_cache,
+    view_offset,
+)
+from speck.uop import Ops, UOp, dtypes
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+
+@dataclass(eq=False)
+class Write:
+    """One recorded write to `buf`. `value` is what gets stored (buf's dtype). Exactly one of: `target` (a view
+    chain over buf: store value through it), `pos` (int32 positions, 1 + flat index into buf, 0 skips: a scatter in
+    index order, combining with `reduce`), or neither (value is the whole buffer's new contents)."""
+
+    epoch: int
+    buf: UOp
+    snap: UOp
+    value: UOp
+    target: UOp | None = None
+    pos: UOp | None = None
+    reduce: str | None = None
+
+
+def live() -> list[Tensor]:
+    """Every live tensor (speck.tensor.live's registry): the writes need to know which graphs still read old
+    values."""
+    return list(tensors())
+
+
+_pending: list[Write] = []  # recorded, not run yet, in program order
+_log: list[Write] = []  # writes that a live tensor built before them may still be rebound for, by epoch
+# graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
+_reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+_EMPTY: frozenset[UOp] = frozenset()
+
+
+# ---------------- graph queries ----------------
+def view_base(u: UOp) -> UOp | None:
+    """The BUFFER under a chain of views (movement ops, detach, same-size bitcast), or None."""
+    while u.op in _MOVEMENT or u.op is Ops.DETACH or (u.op is Ops.BITCAST and u.dtype.itemsize ==
+                                                       u.src[0].dtype.itemsize):  # fmt: skip
+        u = u.src[0]
+    return u if u.op is Ops.BUFFER else None
+
+
+def chain(u: UOp) -> list[UOp]:
+    """u and the nodes it is a view of, down to the first one that is not a view (a BUFFER, or a lazy value)."""
+    out = [u]
+    while u.op in _MOVEMENT or u.op is Ops.DETACH or (u.op is Ops.BITCAST and u.dtype.itemsize ==
+                                                       u.src[0].dtype.itemsize):  # fmt: skip
+        u = u.src[0]
+        out.append(u)
+    return out
+
+
+def buffers_read(u: UOp) -> frozenset[UOp]:
+    """Every BUFFER u's graph reads (memoized per node)."""
+    if (r := _reads.get(u)) is not None:
+        return r
+    reads = _reads
+    for n in u.toposort(gate=lambda x: x not in reads and x.op is not Ops.BUFFER):
+        if n in reads:
+            continue
+        if n.op is Ops.BUFFER:
+            s: frozenset[UOp] = frozenset((n,))
+        else:
+            parts = [reads[c] for c in n.src if reads[c]]
+            s = _EMPTY if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts)
+        reads[n] = s
+    return reads[u]
+
+
+# ---------------- rebinding stale graphs ----------------
+def refresh(t: Tensor) -> UOp:
+    """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
+    t had when it was made). Called by Tensor.uop when a write happened since t's graph was set."""
+    from speck.tensor.tensor import Tensor
+
+    u: UOp = t._uop
+    ver, t._ver = t._ver, Tensor._write_epoch
+    if not _log or _log[-1].epoch <= ver or view_base(u) is not None:
+        return u
+    reads = buffers_read(u)
+    if not reads:
+        return u
+    mapping: dict[UOp, UOp] = {}
+    for w in _log:
+        if w.epoch > ver and w.buf in reads and w.buf not in mapping:
+            mapping[w.buf] = w.snap
+    if mapping:
+        u = u.substitute(mapping)
+        t._uop = u
+    return u
+
+
+def _affected(t: Tensor, epoch: int) -> bool:
+    """t (built before `epoch`) reads a buffer some logged write since its graph was built changes."""
+    u = t._uop
+    if view_base(u) is not None:
+        return False
+    reads = buffers_read(u)
+    return bool(reads) and any(w.epoch > t._ver and w.buf in reads for w in _log if w.epoch <= epoch)
+
+
+# ---------------- recording ----------------
+def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
+           reduce: str | None = None) -> None:  # fmt: skip
+    """Queue a write to buf (see Write). Graphs built before it now read the old value (through refresh)."""
+    from speck.tensor.tensor import Tensor
+
+    Tensor._write_epoch += 1
+    snap = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
+    w = Write(Tensor._write_epoch, buf, snap, value, target, pos, reduce)
+    _log.append(w)
+    _pending.append(w)
+    if buffer_device(buf).upper().startswith("DISK"):
+        flush()
+
+
+def pending() -> bool:
+    return bool(_pending)
+
+
+def flush(targets: Sequence[Tensor] = ()) -> None:
+    """Run every recorded write, in order. Each of `targets` (tensors about to be realized) that was made before a
+    write and reads what it writes is computed just before that write, from the buffers as they are then - so it
+    needs no snapshot, and a TinyJit capture of it reads the live buffers."""
+    from speck.tensor.tensor import Tensor
+
+    early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
+    while _pending:
+        w = _pending[0]
+        due = [t for t in early if t._ver < w.epoch and _reads_write(t._uop, w)]
+        if due:
+            back = {p.snap: p.buf for p in _pending}  # a graph already rebound to a pending write's snapshot
+            for t in due:
+                t.uop = t._uop.substitute(back)
+            Tensor._realize_now(due)
+            done = {id(t) for t in due}
+            early = [t for t in early if id(t) not in done]
+        _pending.pop(0)
+        _run(w)
+    _collect()
+
+
+def _reads_write(u: UOp, w: Write) -> bool:
+    reads = buffers_read(u)
+    return w.buf in reads or w.snap in reads
+
+
+# TinyJit captures: (position in the capture, snapshot, buffer) of each snapshot filled by handing it the buffer's
+# old memory, which a replay would not do again
+_capture_snaps: list[tuple[list[Any], int, UOp, UOp]] = []
+
+
+def finish_capture(calls: list[tuple[str, Any]]) -> None:
+    """Make a capture replay the snapshots it reads: a snapshot that a captured call reads gets a captured copy
+    from its buffer at the point of its write (one that nothing reads needs none)."""
+    for capture, at, snap, buf in reversed(_capture_snaps):
+        if capture is calls and any(snap in _call_bufs(kind, item) for kind, item in calls[at:]):
+            calls.insert(at, ("copy", ScheduleItem(None, (snap, buf))))
+    _capture_snaps.clear()
+
+
+def _call_bufs(kind: str, item: Any) -> tuple[UOp, ...]:
+    if kind == "kernel":
+        return tuple(item[1].bufs)
+    if kind == "copy":
+        return tuple(item.bufs)
+    return tuple(item)
+
+
+def _snapshot_needed(w: Write) -> bool:
+    """Can anything still read buf's contents from before w: a live graph built before w that reads buf, a graph
+    already rebound to w's snapshot, or a later pending write reading the snapshot."""
+    snap = w.snap
+    for t in live():
+        u = t._uop
+        if view_base(u) is not None:
+            continue
+        reads = buffers_read(u)
+        if snap in reads or (t._ver < w.epoch and w.buf in reads):
+            return True
+    return any(snap in buffers_read(p.value) or (p.pos is not None and snap in buffers_read(p.pos)) for p in _pending)
+
+
+def _collect() -> None:
+    """Forget logged writes no live tensor can be rebound for any more (their snapshots then live only as long as
+    graphs that read them). Tensors no write affects are marked current, so a tensor that lives long (a lazy
+    constant) does not keep old snapshots alive."""
+    from speck.tensor.tensor import Tensor
+
+    epoch = Tensor._write_epoch
+    if not _log:
+        return
+    oldest = epoch
+    for t in live():
+        if t._ver >= epoch:
+            continue
+        if _affected(t, epoch):
+            oldest = min(oldest, t._ver)
+        else:
+            t._ver = epoch
+    _log[:] = [w for w in _log if w.epoch > oldest or w in _pending]
+
+
+# ---------------- running a write ----------------
+def _run(w: Write) -> None:
+    from speck.tensor import realize
+
+    buf = w.buf
+    dev = buffer_device(buf)
+    if dev.upper().startswith("DISK"):
+        _run_disk(w)
+        return
+    keep_old = _snapshot_needed(w)
+    sched = Scheduler(dev)
+    if w.target is None and w.pos is None:
+        src = _whole_source(w.value, buf)
+        if src is buf:  # the buffer's own contents: only a snapshot may need them as they are
+            if keep_old:
+                realize.run_schedule([ScheduleItem(None, (w.snap, buf))])
+            return
+        if src is not None:  # the value already lives in a buffer of its own: share its memory (no copy)
+            if keep_old and buf in buffer_map:
+                _hand_over(w, realize.recording())
+            buffer_map[buf] = realize.get_buffer(src)
+            for a, b in ((buf, src), (src, buf)):  # until one of them is written in place (_unshare)
+                _shared.setdefault(a, []).append(weakref.ref(b))
+            if (rec := realize.recording()) is not None:  # TinyJit replays this as a copy src -> buf
+                rec.append(("assign", (buf, src)))
+        else:
+            view = sched.realize(w.value)
+            new = view if view.op is Ops.BUFFER else view.src[0]
+            if new.op is not Ops.BUFFER or view_offset(view) != 0 or all(it.bufs[0] is not new for it in sched.items):
+                # the value is (a view of) memory that exists already: compute a copy of its own
+                sched = Scheduler(dev)
+                view = sched.materialize(UOp(Ops.CONTIGUOUS, w.value.dtype, (w.value,), "clone", _fresh()))
+                new = view if view.op is Ops.BUFFER else view.src[0]
+            realize.run_schedule(sched.items)
+            assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
+            if keep_old and buf in buffer_map:
+                _hand_over(w, realize.recording())
+            buffer_map[buf] = realize.get_buffer(new)
+            # TinyJit replays this swap as a copy new -> buf (it gives `new` storage of its own again)
+            if (rec := realize.recording()) is not None:
+                rec.append(("assign", (buf, new)))
+    else:
+        _unshare(buf)
+        if keep_old:
+            sched.items.append(ScheduleItem(None, (w.snap, buf)))
+        sched.write(buf, w.value, target=w.target, pos=w.pos, reduce=w.reduce)
+        realize.run_schedule(sched.items)
+    realized_cache.clear()  # cached graph values held in this buffer, or read from it, are stale
+
+
+# BUFFER -> BUFFERs a whole-buffer assign made it share memory with (x.assign(y) of a realized y costs no copy)
+_shared: weakref.WeakKeyDictionary[UOp, list[weakref.ReferenceType[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def _unshare(buf: UOp) -> None:
+    """Before an in-place write to buf: if another live BUFFER still shares its memory, give buf a copy of its own
+    (the other tensor keeps its values)."""
+    from speck.tensor import realize
+
+    mem = buffer_map.get(buf)
+    others = [o for r in _shared.pop(buf, []) if (o := r()) is not None and buffer_map.get(o) is mem]
+    if mem is None or not others:
+        return
+    held = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
+    buffer_map[held] = mem
+    buffer_map.pop(buf)
+    realize.run_schedule([ScheduleItem(None, (buf, held))])
+
+
+def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
+    """The buffer's old memory becomes the snapshot's (no copy)."""
+    buffer_map[w.snap] = buffer_map[w.buf]
+    if capture is not None:
+        _capture_snaps.append((capture, len(capture), w.snap, w.buf))
+
+
+_clone_ids = iter(range(1 << 62))
+
+
+def _fresh() -> int:
+    return -1 - next(_clone_ids)  # clone tags of their own (Tensor.clone counts up from 0)
+
+
+def _whole_source(value: UOp, buf: UOp) -> UOp | None:
+    """The buffer holding `value` when it is a whole, row-major realized buffer of buf's size, else None."""
+    u = value
+    while u.op in (Ops.RESHAPE, Ops.DETACH):
+        u = u.src[0]
+    if u.op is Ops.BUFFER and int(u.arg) == int(buf.arg) and u.dtype == buf.dtype:
+        return u
+    return None
+
+
+def _run_disk(w: Write) -> None:
+    """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
+    import numpy as np
+
+    from speck.tensor.realize import buffer_numpy
+    from speck.tensor.tensor import Tensor
+
+    value = w.value
+    while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
+        value = value.src[0]  # a copy onto the disk: take what is copied
+    data = Tensor(value, device=_device_of(value)).numpy()
+    mem = buffer_numpy(w.buf)
+    if w.target is None and w.pos is None:
+        mem[:] = data.reshape(-1).view(mem.dtype)
+        return
+    pos_graph = w.pos if w.pos is not None else positions(w.target, w.buf, "CPU")  # type: ignore[arg-type]
+    pos = Tensor(pos_graph, device="CPU").numpy().reshape(-1).astype(np.int64)
+    vals = data.reshape(-1).view(mem.dtype)
+    ok = pos > 0
+    mem[pos[ok] - 1] = vals[ok]
+
+
+def _device_of(u: UOp) -> str:
+    return Scheduler()._device_of(u)
+
+
+# ---------------- positions of a view's elements ----------------
+def positions(view: UOp, buf: UOp, device: str) -> UOp:
+    """A lazy int32 graph shaped like `view` (a chain of views over buf): 1 + the flat index in buf of each
+    element, 0 where the view has no element (padding)."""
+    from speck.tensor.tensor import Tensor, _iota_uop
+
+    nodes: list[UOp] = []
+    u = view
+    while u is not buf:
+        nodes.append(u)
+        u = u.src[0]
+    p = (Tensor(_iota_uop(int(buf.arg), device), device=device) + 1).uop
+    for n in reversed(nodes):
+        if n.op in _MOVEMENT:
+            p = UOp(n.op, dtypes.int32, (p,), n.arg)
+    return p
+
+
+def has_broadcast(view: UOp) -> bool:
+    """The view repeats elements (an expand that grows a dim): a write through it has no single meaning."""
+    u = view
+    while u.op is not Ops.BUFFER:
+        if u.op is Ops.EXPAND and any(s != n for s, n in zip(u.src[0].shape, u.arg)):
+            return True
+        u = u.src[0]
+    return False
+
+
+def is_whole(view: UOp, buf: UOp) -> bool:
+    """The view covers buf exactly in row-major order (reshapes, detach, same-size bitcasts only)."""
+    u = view
+    while u.op in (Ops.RESHAPE, Ops.DETACH, Ops.BITCAST):
+        u = u.src[0]
+    return u is buf and int(prod(view.shape)) == int(buf.arg)
+
+
+# ---------------- lazy targets ----------------
+def _lazy_base(t: Tensor) -> UOp | None:
+    """The node of t's (lazy) view chain that a write through t must reach: the lowest one that another live
+    tensor is (or is a view of). None when t shares its value with no other tensor."""
+    nodes = chain(t._uop)
+    if nodes[-1].op is Ops.CONST:
+        return None  # a view of a lazy constant: equal constants are one graph node, not one array
+    others = [c for o in live() if o is not t for c in [chain(o._uop)]]
+    top = nodes[0]
+    for n in reversed(nodes):
+        if n is top:
+            # t's own node: only tensors that view it (not other tensors that merely equal it) share it
+            if any(n in c[1:] for c in others):
+                return n
+        elif any(c[0] is n for c in others):
+            return n
+    return None
+
+
+def _realize_base(base: UOp, device: str) -> None:
+    """Give a lazy value that tensors view memory of its own and rebind every tensor viewing it to the same view
+    of that memory, so a write through one of them is seen by all (as with numpy arrays)."""
+    from speck.tensor.tensor import Tensor
+
+    holders = [o for o in live() if base in chain(o._uop)]
+    view = Tensor(_clone(base), device=device).realize().uop
+    for o in holders:
+        o.uop = o._uop.substitute({base: view})
+
+
+def _clone(u: UOp) -> UOp:
+    """A lazy copy of u that is realized into a buffer of its own (never shared with an equal graph)."""
+    return UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", _fresh())
+
+
+# ---------------- the Tensor entry points ----------------
+def _value(t: Tensor, x: Any, what: str) -> Tensor:
+    """x as a tensor of t's dtype and device, broadcast to `shape` (spec: dtype and device must match, a weak
+    dtype is cast, non-tensors are converted)."""
+    from speck.tensor.tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
+        return made
+    if x.device != t.device:
+        x = x.to(t.device)  # a copy (speck's tests move data this way: tinygrad would raise here)
+    if x.dtype != t.dtype:
+        if not getattr(x.dtype, "is_weak", False):
+            raise RuntimeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                               f"value with .cast({t.dtype}) first")  # fmt: skip
+        x = x.cast(t.dtype)
+    out: Tensor = x
+    return out
+
+
+def _broadcast(x: Tensor, shape: tuple[Any, ...], what: str) -> Tensor:
+    from speck.tensor.elementwise import broadcast_shape
+    from speck.tensor.errors import TensorValueError
+
+    if x.shape == shape:
+        return x
+    try:
+        ok = broadcast_shape(x.shape, shape) == tuple(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise TensorValueError(f"{what}: a value of shape {x.shape} can't be broadcast to the target's shape {shape}")
+    return x._broadcast_to(shape)
+
+
+def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
+    """(t's view, its BUFFER) for a write through t. A broadcast view repeats elements, so a write through it has
+    no single meaning: an error when another tensor views the same memory unbroadcast (an explicit expand of it);
+    otherwise t is a realized constant stored compressed, and gets memory of its own first."""
+    u = t.uop
+    buf = view_base(u)
+    assert buf is not None
+    if has_broadcast(u):
+        if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
+            raise RuntimeError(f"{what} through a broadcast (expanded) view: several of its elements are one "
+                               "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
+        from speck.tensor.tensor import Tensor
+
+        t.uop = Tensor(_clone(u), device=t.device).realize().uop
+        u = t.uop
+        buf = view_base(u)
+        assert buf is not None
+    return u, buf
+
+
+def assign(t: Tensor, x: Any) -> Tensor:
+    """Tensor.assign (see its docstring and the module docstring)."""
+    if id(x) == id(t):  # self-assign: nothing changes
+        return t
+    xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
+    u = t.uop
+    buf = view_base(u)
+    if buf is None:
+        base = _lazy_base(t)
+        if base is None:
+            t.uop = _clone(xt.uop)  # a lazy tensor that shares its value with nothing simply takes the new one
+            return t
+        _realize_base(base, t.device)  # views of a lazy value: give it memory the write can go through
+    u, buf = _writable(t, "can't assign")
+    value = xt.uop if xt.dtype == buf.dtype else xt.uop.bitcast(buf.dtype)
+    if is_whole(u, buf) and _scatter_in_place(value, buf):
+        return t
+    if is_whole(u, buf):
+        record(buf, value)
+    else:
+        record(buf, value, target=u)
+    return t
+
+
+def _scatter_in_place(value: UOp, buf: UOp) -> bool:
+    """x.assign(x.scatter(...)) (scatters on top of the buffer's own contents): record the scatters as in-place
+    writes instead of a copy of the whole buffer plus the scatters."""
+    scatters: list[UOp] = []
+    while value.op is Ops.ASSIGN and len(value.src) == 3:
+        scatters.append(value)
+        value = value.src[0]
+    base = value
+    while base.op in (Ops.RESHAPE, Ops.DETACH):
+        base = base.src[0]
+    if not scatters or base is not buf or base.dtype != value.dtype:
+        return False
+    for s in reversed(scatters):
+        record(buf, s.src[2], pos=s.src[1], reduce=s.arg)
+    return True
+
+
+def _advanced(idx: Any) -> bool:
+    import numpy as np
+
+    from speck.tensor.tensor import Tensor
+
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return any(isinstance(i, (list, np.ndarray, Tensor)) for i in items)
+
+
+def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
+    """The common `x[index_tensor] = v` on a whole buffer: the positions of the selected rows by arithmetic (a few
+    ops instead of getitem's one-hot gather, which folds to the same loads but costs more to build). None for
+    any other index."""
+    import numpy as np
+
+    from speck.tensor.tensor import Tensor
+
+    if isinstance(idx, (list, np.ndarray)):
+        arr = np.asarray(idx)
+        if arr.dtype.kind not in "iu" or arr.ndim != 1:
+            return None
+        idx = Tensor(arr.astype(np.int32), device=t.device)
+    if not isinstance(idx, Tensor) or not dtypes.is_int(idx.dtype) or idx.device != t.device or t.ndim == 0:
+        return None
+    n0, rest = t.shape[0], tuple(t.shape[1:])
+    if not isinstance(n0, int) or not all(isinstance(d, int) for d in rest):
+        return None
+    inner = int(prod(rest))
+    w = idx.cast(dtypes.int32)
+    w = (w < 0).where(w + n0, w)
+    ok = w.cast(dtypes.uint32) < n0  # 0 <= w < n0 in one compare (a negative w is a huge unsigned one)
+    first = ok.where(w * inner + 1, 0)  # 1-based position of each selected row's first element, 0: out of range
+    if not rest:
+        return first
+    ones = (1,) * len(rest)
+    ar = Tensor.arange(inner, device=t.device).reshape(rest)
+    okb = ok.reshape(*idx.shape, *ones)
+    pos: Tensor = okb.where(first.reshape(*idx.shape, *ones) + ar, 0)
+    return pos
+
+
+def setitem(t: Tensor, idx: Any, v: Any) -> None:
+    """Tensor.__setitem__: basic indices write through the view t[idx]; index tensors write the k selected
+    elements with a scatter kernel (last duplicate wins) - in place for a realized t, else t becomes the merged
+    value."""
+    from speck.tensor.tensor import Tensor
+
+    if getattr(t.dtype, "is_weak", False):
+        raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+    val = _value(t, v, "setitem")
+    u = t.uop
+    buf = view_base(u)
+    if buf is not None and not _advanced(idx):
+        view = t[idx]
+        view.assign(_broadcast(val, view.shape, "setitem"))
+        return
+    if buf is None:  # an unrealized target becomes the merged value (a scatter node: computed when realized)
+        from speck.tensor.tensor import _iota_uop
+
+        n = int(prod(t.shape))
+        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)[idx]
+        vb = _broadcast(val, own.shape, "setitem")
+        t.uop = UOp(Ops.ASSIGN, t.dtype, (t.uop, own.uop, vb.uop), None)
+        return
+    u, buf = _writable(t, "can't setitem")
+    sel = _row_positions(t, idx) if is_whole(u, buf) else None
+    if sel is None:
+        sel = Tensor(positions(u, buf, t.device), device=t.device)[idx]
+    vb = _broadcast(val, sel.shape, "setitem")
+    value = vb.uop if vb.dtype == buf.dtype else vb.uop.bitcast(buf.dtype)
+    record(buf, value, pos=sel.uop)
