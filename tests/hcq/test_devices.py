@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hcq_kernels import ADD_C, ADD_IR
 from speck.hcq import Buffer, BufferOptions, Device, DeviceNotFoundError, HCQError
-from speck.hcq.device import canonicalize
+from speck.hcq.registry import canonicalize
 
 
 @pytest.mark.parametrize(
@@ -31,8 +31,9 @@ def test_names_are_canonicalised(name: str, canon: str) -> None:
 
 @pytest.mark.parametrize("name", ["GPU", "CPU:FOO", "CPU:-1", "DISK:", "NULL:x", "PYTHON:01", ""])
 def test_unknown_device_lists_the_known_ones(name: str) -> None:
-    with pytest.raises(DeviceNotFoundError, match="CPU:LLVM.*CPU:CLANG.*PYTHON.*NULL.*DISK"):
+    with pytest.raises(DeviceNotFoundError) as ei:
         Device[name]
+    assert all(k in str(ei.value) for k in ("CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON", "NULL", "DISK:<path>"))
 
 
 def test_registry_returns_one_device_per_name() -> None:
@@ -88,8 +89,8 @@ def test_device_objects_describe_themselves() -> None:
 
 
 def test_plugins_add_device_kinds() -> None:
-    from speck.hcq.device import _KINDS, known_devices, register_device
     from speck.hcq.null import NullDevice
+    from speck.hcq.registry import _KINDS, known_devices, register_device
 
     opened: list[str] = []
 

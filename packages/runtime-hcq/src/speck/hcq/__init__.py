@@ -7,10 +7,11 @@ multi-threaded CPU device.
     prog(out, a, b, global_size=(n, 1, 1), wait=True)
 """
 
+from speck.hcq import cpu, disk, null, python_device  # noqa: F401  (each registers its device kind)
 from speck.hcq._version import __version__
 from speck.hcq.allocator import MEMORY, Allocator, BufferOptions
 from speck.hcq.buffer import Buffer
-from speck.hcq.device import Device, DeviceBase, canonicalize
+from speck.hcq.device import DeviceBase
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.errors import (
     CopySizeError,
@@ -24,6 +25,7 @@ from speck.hcq.errors import (
 )
 from speck.hcq.program import BufferParam, Program
 from speck.hcq.queue import HWQueue, ProfileEvent
+from speck.hcq.registry import Device, canonicalize, register_device
 from speck.hcq.signal import Signal
 
 
@@ -36,5 +38,5 @@ __all__ = [
     "MEMORY", "Allocator", "Buffer", "BufferOptions", "BufferParam", "CopySizeError", "DTypeInfo", "Device",
     "DeviceBase", "DeviceNotFoundError", "DeviceUnavailableError", "ElfLinkError", "HCQError", "HWQueue",
     "OutOfMemoryError", "ProfileEvent", "Program", "ProgramArgumentError", "Signal", "SignalTimeoutError",
-    "__version__", "canonicalize", "dtype_info", "mem_used",
+    "__version__", "canonicalize", "dtype_info", "mem_used", "register_device",
 ]  # fmt: skip

@@ -28,6 +28,7 @@ from speck.hcq.errors import ProgramArgumentError
 from speck.hcq.graph import CPUGraph
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
+from speck.hcq.registry import numbered, register_device
 from speck.uop import ContextVar
 
 if TYPE_CHECKING:
@@ -205,10 +206,11 @@ class CPUDevice(DeviceBase):
     CPU:LLVM, CPU:CLANG (clang/gcc), CPU:X86 (speck's own x86-64 backend)."""
 
     graph = CPUGraph
+    pool = POOL  # the worker threads every CPU device shares (there are only so many cores)
 
     def __init__(self, name: str) -> None:
         suffix = name.partition(":")[2]
-        self.backend_name = suffix if suffix in ("LLVM", "CLANG", "X86") else "LLVM"
+        self.backend_name = suffix if suffix in CPU_BACKENDS else "LLVM"
         limit_env = os.environ.get("CPU_MEM_LIMIT")
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
@@ -283,3 +285,13 @@ class CPUDevice(DeviceBase):
             ctypes.memmove(dest.ptr, src.ptr, nbytes)
             return
         super()._copy(dest, src, nbytes)
+
+
+CPU_BACKENDS = ("LLVM", "CLANG", "X86")  # CPU:<backend> is a CPU device pinned to that codegen backend
+
+
+def _cpu_suffix(rest: str) -> str | None:
+    return rest.upper() if rest.upper() in CPU_BACKENDS else numbered(rest)
+
+
+register_device("CPU", CPUDevice, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in CPU_BACKENDS)))

@@ -1,22 +1,15 @@
-"""The device registry (`Device["CPU"]`, `Device.DEFAULT`), the plugin hook that adds device kinds to it, and the
-base class every device builds on.
-
-A device kind is registered with `register_device("NAME", opener)`; installed packages add kinds through the
-`speck.devices` entry-point group (each entry point is a function that calls register_device). speck.hcq itself
-registers CPU, PYTHON, NULL and DISK; speck.tensor registers USB."""
+"""DeviceBase: what every device has (name, allocator, engines, synchronize, batch submission, a codegen backend
+for devices that run kernels, BEAM's timer). Device kinds and the `Device[...]` registry are in speck.hcq.registry."""
 
 from __future__ import annotations
 
 import platform
-import re
-import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.allocator import Allocator, check_copy_size
-from speck.hcq.errors import DeviceNotFoundError, ElfLinkError, HCQError
+from speck.hcq.errors import ElfLinkError, HCQError
 from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
 from speck.hcq.signal import Signal
 from speck.uop import DEBUG, ContextVar
@@ -29,8 +22,6 @@ if TYPE_CHECKING:
     from speck.hcq.program import Program
 
 
-# the default device, as a DEV target ("CPU", "CPU:X86", "NULL"; see parse_dev); "" means CPU
-DEV = ContextVar("DEV", "")
 # record a ProfileEvent per executed command on devices opened while it is on (also PROFILE=<path>: any non-empty
 # value other than "0" turns it on; speck.tensor writes the trace there at exit)
 PROFILE = ContextVar("PROFILE", "0")
@@ -272,215 +263,3 @@ class DeviceBase:
 
     def __repr__(self) -> str:
         return f"<Device {self.name}>"
-
-
-# ---------------- device kinds: the plugin hook ----------------
-Opener = Callable[[str], DeviceBase]
-
-
-@dataclass(frozen=True)
-class DeviceKind:
-    """One kind of device: `open(canonical_name)` builds a device; `suffix(text)` gives the canonical form of what
-    follows "KIND:" in a name ("" for none) or None when that suffix is not valid for this kind; `forms` shows how
-    names of the kind are written (for error messages)."""
-
-    name: str
-    open: Opener
-    suffix: Callable[[str], str | None]
-    forms: tuple[str, ...]
-
-
-def numbered(rest: str) -> str | None:
-    """Suffix rule of numbered devices: "" or "0" -> "" (device 0), "3" -> "3"."""
-    if rest in ("", "0"):
-        return ""
-    return rest if re.fullmatch(r"[1-9][0-9]*", rest) else None
-
-
-_KINDS: dict[str, DeviceKind] = {}
-_entry_points_loaded = False
-
-
-def register_device(
-    name: str, opener: Opener, *, suffix: Callable[[str], str | None] = numbered, forms: Sequence[str] | None = None
-) -> DeviceKind:
-    """Add (or replace) the device kind `name` ("USB"): `Device["USB:1"]` then calls `opener("USB:1")` once. The
-    default suffix rule accepts NAME and NAME:<n>."""
-    kind_name = name.upper()
-    if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
-        raise ValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
-    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"))
-    _KINDS[kind_name] = kind
-    return kind
-
-
-def _load_entry_points() -> None:
-    """Let installed packages register their kinds (entry-point group `speck.devices`), once per process."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="speck.devices"):
-        try:
-            ep.load()()
-        except Exception as e:  # a broken plugin must not take the built-in devices down with it
-            import warnings
-
-            warnings.warn(f"speck.devices entry point {ep.name!r} ({ep.value}) failed to register: {e!r}",
-                          stacklevel=2)  # fmt: skip
-
-
-def device_kinds() -> dict[str, DeviceKind]:
-    """Every registered kind (entry points included), by name."""
-    _load_entry_points()
-    return dict(_KINDS)
-
-
-def known_devices() -> tuple[str, ...]:
-    """How every registered device name is written, for listings and error messages."""
-    return tuple(f for k in device_kinds().values() for f in k.forms)
-
-
-def _unknown(name: object, why: str = "") -> DeviceNotFoundError:
-    return DeviceNotFoundError(f"unknown device {name!r}{why}; known devices: {', '.join(known_devices())}")
-
-
-def canonicalize(name: str) -> str:
-    """Canonical device name: upper-case kind, the kind's canonical suffix, ":0" dropped ("cpu:0" -> "CPU",
-    "cpu:llvm" -> "CPU:LLVM"; a DISK path kept verbatim). Raises DeviceNotFoundError listing the known names."""
-    if not isinstance(name, str) or not name:
-        raise _unknown(name, " (device names are non-empty strings)")
-    kind_name, _, rest = name.partition(":")
-    kind = _KINDS.get(kind_name.upper())
-    if kind is None:
-        _load_entry_points()
-        kind = _KINDS.get(kind_name.upper())
-    if kind is None:
-        raise _unknown(name)
-    suffix = kind.suffix(rest)
-    if suffix is None:
-        raise _unknown(name, f" ({kind.name} names are written {' or '.join(kind.forms)})")
-    return f"{kind.name}:{suffix}" if suffix else kind.name
-
-
-def parse_dev(target: str) -> str:
-    """The default device named by a DEV setting: `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`, several targets split by
-    ';' (the first is used). A CPU renderer picks the CPU device built on that backend ("CPU:X86")."""
-    first = target.split(";")[0].strip()
-    if first.count("+") > 1 or first.count(":") > 2:
-        raise RuntimeError(f"DEV={target!r}: expected [INTERFACE+]DEVICE[:RENDERER[:ARCH]] (one '+', two ':' at most)")
-    first = first.rpartition("+")[2]
-    dev, _, rest = first.partition(":")
-    renderer = rest.partition(":")[0]
-    return canonicalize(f"{dev}:{renderer}" if renderer else (dev or "CPU"))
-
-
-class _DeviceRegistry:
-    """`Device[name]` opens (once) and returns the device called `name`; `Device.DEFAULT` is `$DEV` or "CPU"."""
-
-    def __init__(self) -> None:
-        self._open: dict[str, DeviceBase] = {}
-        self._lock = threading.Lock()
-        self._default: str | None = None
-
-    def canonicalize(self, name: str | Sequence[str] | None) -> Any:
-        """Canonical name; None -> DEFAULT; a tuple/list canonicalizes each name (one name collapses to a str)."""
-        if name is None:
-            return self.DEFAULT
-        if isinstance(name, (tuple, list)):
-            names = tuple(canonicalize(n) for n in name)
-            return names[0] if len(names) == 1 else names
-        return canonicalize(str(name))
-
-    def __getitem__(self, name: str) -> DeviceBase:
-        try:
-            return self._open[name]
-        except (KeyError, TypeError):
-            pass
-        canon = canonicalize(name)
-        with self._lock:
-            if (dev := self._open.get(canon)) is None:
-                dev = self._open[canon] = _KINDS[canon.partition(":")[0]].open(canon)
-            self._open[name] = dev
-        return dev
-
-    @property
-    def DEFAULT(self) -> str:
-        """The default device: what was assigned to Device.DEFAULT, else the DEV setting, else "CPU"."""
-        return self._default if self._default is not None else parse_dev(str(DEV.value) or "CPU")
-
-    @DEFAULT.setter
-    def DEFAULT(self, name: str | None) -> None:
-        self._default = None if name is None else canonicalize(name)
-
-    @property
-    def default(self) -> DeviceBase:
-        """The default device object (`Device[Device.DEFAULT]`)."""
-        return self[self.DEFAULT]
-
-    def get_available_devices(self) -> Iterator[str]:
-        """Device kinds that open on this machine, in auto-selection order."""
-        for kind in device_kinds():
-            if kind == "DISK":
-                continue
-            try:
-                self[kind]
-            except Exception:
-                continue
-            yield kind
-
-    @property
-    def opened(self) -> list[str]:
-        """Canonical names of the devices opened so far."""
-        return sorted({d.name for d in self._open.values()})
-
-    def known(self) -> tuple[str, ...]:
-        return known_devices()
-
-    def finalize_all(self) -> None:
-        for dev in {id(d): d for d in self._open.values()}.values():
-            dev.finalize()
-
-
-# ---------------- the built-in kinds ----------------
-CPU_BACKENDS = ("LLVM", "CLANG", "X86")  # CPU:<backend> is a CPU device pinned to that codegen backend
-
-
-def _cpu_suffix(rest: str) -> str | None:
-    if rest.upper() in CPU_BACKENDS:
-        return rest.upper()
-    return numbered(rest)
-
-
-def _open_cpu(name: str) -> DeviceBase:
-    from speck.hcq.cpu import CPUDevice
-
-    return CPUDevice(name)
-
-
-def _open_python(name: str) -> DeviceBase:
-    from speck.hcq.python_device import PythonDevice
-
-    return PythonDevice(name)
-
-
-def _open_null(name: str) -> DeviceBase:
-    from speck.hcq.null import NullDevice
-
-    return NullDevice(name)
-
-
-def _open_disk(name: str) -> DeviceBase:
-    from speck.hcq.disk import DiskDevice
-
-    return DiskDevice(name)
-
-
-register_device("CPU", _open_cpu, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in CPU_BACKENDS)))
-register_device("PYTHON", _open_python)
-register_device("NULL", _open_null)
-register_device("DISK", _open_disk, suffix=lambda rest: rest or None, forms=("DISK:<path>",))
-
-Device = _DeviceRegistry()

@@ -11,6 +11,7 @@ from typing import Any
 from speck.hcq.allocator import DiskAllocator
 from speck.hcq.device import DeviceBase
 from speck.hcq.errors import HCQError
+from speck.hcq.registry import register_device
 
 
 class DiskDevice(DeviceBase):
@@ -22,3 +23,6 @@ class DiskDevice(DeviceBase):
 
     def runtime(self, name: str, lib: bytes, **spec: Any) -> Any:
         raise HCQError(f"{self.name} stores data and runs no programs; copy the buffers to CPU first")
+
+
+register_device("DISK", DiskDevice, suffix=lambda rest: rest or None, forms=("DISK:<path>",))

@@ -263,9 +263,7 @@ class CPUGraph:
     `cmd` (buffer address or variable value) for later runs. Commands run in the order they were added."""
 
     def __init__(self, device: CPUDevice, name: str = "graph") -> None:
-        from speck.hcq.cpu import CPUDevice
-
-        if not isinstance(device, CPUDevice):
+        if getattr(device, "graph", None) is not CPUGraph:
             raise HCQError(f"CPU graphs run on CPU devices, not on {getattr(device, 'name', device)!r}")
         self.device, self.name = device, name
         self._engine = device.engines["compute"]
@@ -293,10 +291,9 @@ class CPUGraph:
 
     @staticmethod
     def supports(prog: Any, nargs: int) -> bool:
-        """Whether a kernel `prog` called with `nargs` argument words (buffers + variables) can join a graph."""
-        from speck.hcq.cpu import CPUProgram
-
-        return isinstance(prog, CPUProgram) and nargs <= MAX_ARGS
+        """Whether a kernel `prog` called with `nargs` argument words (buffers + variables) can join a graph: a
+        native CPU kernel (its `address` follows the CPU ABI) with few enough arguments."""
+        return isinstance(getattr(prog, "address", None), int) and nargs <= MAX_ARGS
 
     def __len__(self) -> int:
         return len(self._fns)
@@ -437,8 +434,6 @@ class CPUGraph:
     # -- running ------------------------------------------------------------------------------------------------
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run every command now (the engine calls this for the graph's exec command)."""
-        from speck.hcq.cpu import POOL
-
         fn = _interpreter()
         self._build()
         nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
@@ -450,7 +445,7 @@ class CPUGraph:
         if nw <= 1:
             fn(table, len(self._fns), self._args_addr, self._sync_addr, 0, 1)
         else:
-            POOL.run(fn, (table, len(self._fns), self._args_addr, self._sync_addr), nw, nw)
+            self.device.pool.run(fn, (table, len(self._fns), self._args_addr, self._sync_addr), nw, nw)
 
     def submit(self) -> None:
         """Submit the batch as one exec command to the device's compute engine (without waiting)."""

@@ -8,6 +8,7 @@ from typing import Any
 from speck.hcq.allocator import NullAllocator
 from speck.hcq.device import DeviceBase
 from speck.hcq.program import Program
+from speck.hcq.registry import register_device
 
 
 class NullProgram(Program):
@@ -39,3 +40,6 @@ class NullDevice(DeviceBase):
 
     def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
         pass
+
+
+register_device("NULL", NullDevice)

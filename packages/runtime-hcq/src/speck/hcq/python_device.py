@@ -15,6 +15,7 @@ from speck.hcq.allocator import HostAllocator, available_ram
 from speck.hcq.device import DeviceBase
 from speck.hcq.errors import HCQError
 from speck.hcq.program import Program
+from speck.hcq.registry import register_device
 
 
 class PythonProgram(Program):
@@ -54,3 +55,6 @@ class PythonDevice(DeviceBase):
                 f"Device['PYTHON'].load_program(spec) for {name!r}"
             )
         return PythonProgram(self, name, bytes(lib), **spec)
+
+
+register_device("PYTHON", PythonDevice)

@@ -16,7 +16,8 @@ from typing import Any
 from speck.codegen.lower.decompositions import TRANSCENDENTAL
 from speck.codegen.opt import BEAM, NOOPT
 from speck.hcq.cpu import NUM_CPU_THREADS
-from speck.hcq.device import DEV, PROFILE
+from speck.hcq.device import PROFILE
+from speck.hcq.registry import DEV
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
 from speck.tensor.settings import (

@@ -11,7 +11,7 @@ Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the fil
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
 other; the file is never held in host memory.
 
-speck.hcq knows nothing of this module: it is registered with `speck.hcq.device.register_device` when speck.tensor
+speck.hcq knows nothing of this module: it is registered with `speck.hcq.registry.register_device` when speck.tensor
 is imported and through the `speck.devices` entry point, and only when speck-usbgpu is installed."""
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from speck.hcq.allocator import Allocator, BufferOptions, check_copy_size
 from speck.hcq.buffer import Buffer
-from speck.hcq.device import DeviceBase, numbered, register_device
+from speck.hcq.device import DeviceBase
 from speck.hcq.errors import DeviceUnavailableError, HCQError
 from speck.hcq.memory import HostMemory
+from speck.hcq.registry import numbered, register_device
 
 if TYPE_CHECKING:
     from speck.codegen.backends import Backend
