@@ -91,26 +91,22 @@ def test_beam_picks_what_the_timer_prefers_and_caches(tmp_path: pytest.TempPathF
         calls.append(p.applied_opts)
         return 1.0 - 0.5 * (Opt(OptOps.UPCAST, 0, 4) in p.applied_opts) + 0.01 * len(p.applied_opts)
 
-    best = beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=timer)
+    def kernel_timer(ast: UOp) -> float:  # what to_program builds from a ProgramSpec timer
+        return timer(to_program(ast, PythonRenderer()))
+
+    best = beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=kernel_timer)
     assert best == (Opt(OptOps.UPCAST, 0, 4),)
     assert len(calls) > 1
     n = len(calls)
-    assert beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=timer) == best
+    assert beam_search(matvec(name="beamk"), PythonRenderer(), 2, timer=kernel_timer) == best
     assert len(calls) == n  # second search answered from the disk cache
     with Context(BEAM=2):
-        from speck.codegen.opt import register_beam_timer
-
-        register_beam_timer(timer)
-        try:
-            prog = to_program(matvec(name="beamk"), PythonRenderer())
-        finally:
-            register_beam_timer(None)
+        prog = to_program(matvec(name="beamk"), PythonRenderer(), beam_timer=timer)
     assert prog.applied_opts == best
-
-
-def test_beam_without_timer_explains_what_is_missing() -> None:
-    with pytest.raises(RuntimeError, match="register_beam_timer"):
-        beam_search(matvec(), PythonRenderer(), 2)
+    with Context(BEAM=2):  # without a timer to measure with, BEAM leaves the choice to the heuristic
+        assert to_program(matvec(name="beamk2"), PythonRenderer()).applied_opts == tuple(
+            hand_coded_optimizations(opt_base(matvec(name="beamk2")), PythonRenderer())
+        )
 
 
 def _ew3(broadcast: bool) -> UOp:
@@ -170,6 +166,11 @@ def test_reduce_ranges_merge_only_when_exact(pooled: bool, reduce_ranges: int) -
     np.testing.assert_allclose(run_prog(uops, bufs, {}), want, rtol=1e-5, atol=1e-5)
 
 
+def _on_spec(timer):  # type: ignore[no-untyped-def]
+    """A kernel timer from a ProgramSpec timer (as to_program(..., beam_timer=timer) makes one)."""
+    return lambda ast: timer(to_program(ast, PythonRenderer()))
+
+
 def test_beam_keeps_the_heuristic_when_nothing_beats_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
     renderer = PythonRenderer()
@@ -179,7 +180,7 @@ def test_beam_keeps_the_heuristic_when_nothing_beats_it(tmp_path, monkeypatch) -
     def timer(p: ProgramSpec) -> float:  # a device on which only the heuristic's choice is fast
         return 0.1 if p.applied_opts == heuristic else 1.0
 
-    assert beam_search(matvec(name="beamh"), renderer, 3, timer=timer) == heuristic
+    assert beam_search(matvec(name="beamh"), renderer, 3, timer=_on_spec(timer)) == heuristic
 
 
 def test_beam_search_stops_at_its_time_budget(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -191,7 +192,7 @@ def test_beam_search_stops_at_its_time_budget(tmp_path, monkeypatch) -> None:  #
         return 1.0
 
     with Context(BEAM_TIMEOUT=0.0):
-        beam_search(matvec(name="beamt"), PythonRenderer(), 4, timer=timer)
+        beam_search(matvec(name="beamt"), PythonRenderer(), 4, timer=_on_spec(timer))
     assert len(calls) <= 2  # only the start candidates (no opts, the heuristic's) were timed
 
 
@@ -203,14 +204,14 @@ def test_a_corrupt_beam_cache_entry_is_a_miss(tmp_path, monkeypatch, garbage: by
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
     ast, renderer = matvec(name="beamc"), PythonRenderer()
     timer = lambda p: 1.0 - 0.5 * (Opt(OptOps.UPCAST, 0, 4) in p.applied_opts)
-    best = beam_search(ast, renderer, 2, timer=timer)
+    best = beam_search(ast, renderer, 2, timer=_on_spec(timer))
     key = cache_key(ast, renderer, 2, "")
     BEAM_CACHE.path(key).write_bytes(garbage)
     with pytest.warns(UserWarning):  # a damaged file: a miss, said once
-        assert beam_search(ast, renderer, 2, timer=timer) == best
+        assert beam_search(ast, renderer, 2, timer=_on_spec(timer)) == best
     BEAM_CACHE.path(key).write_bytes(encode_entry(key, garbage, version=2))  # intact entry whose content isn't opts
-    assert beam_search(ast, renderer, 2, timer=timer) == best  # searched again, not misread
-    assert beam_search(ast, renderer, 2, timer=lambda p: 1 / 0) == best  # and the rewritten entry is healthy
+    assert beam_search(ast, renderer, 2, timer=_on_spec(timer)) == best  # searched again, not misread
+    assert beam_search(ast, renderer, 2, timer=lambda k: 1 / 0) == best  # and the rewritten entry is healthy
 
 
 def test_ignore_beam_cache_searches_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -221,8 +222,8 @@ def test_ignore_beam_cache_searches_again(tmp_path, monkeypatch) -> None:  # typ
         calls.append(1)
         return 1.0
 
-    beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=timer)
+    beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=_on_spec(timer))
     n = len(calls)
     with Context(IGNORE_BEAM_CACHE=1):
-        beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=timer)
+        beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=_on_spec(timer))
     assert len(calls) == 2 * n

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.linearize import linearize
-from speck.codegen.lower.ast_check import check_kernel_ast, pm_cleanup_ranges
+from speck.codegen.lower.ast_check import check_kernel_ast
 from speck.codegen.lower.casted_consts import pm_casted_consts
 from speck.codegen.lower.decompositions import Decomposer, pm_decompose
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
@@ -19,15 +19,13 @@ from speck.codegen.lower.gated_ranges import tighten_gated_reductions
 from speck.codegen.lower.gates import pm_explicit_gates
 from speck.codegen.lower.index import IndexLowering, pm_lower_index_dtype
 from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
+from speck.codegen.lower.simplify import pm_simplify
 from speck.codegen.lower.spec_check import verify_stage
+from speck.codegen.opt import optimize_kernel
 from speck.uop import DEBUG, GroupOp, UOp, graph_rewrite
-from speck.uop.symbolic import symbolic
-
-# built once: combining matchers compiles their rules
-pm_simplify = symbolic + pm_cleanup_ranges
 
 if TYPE_CHECKING:
-    from speck.codegen.opt.search import BeamTimer
+    from speck.codegen.opt.search import KernelTimer
     from speck.codegen.renderer import Renderer
 
 
@@ -49,7 +47,7 @@ class _Stages:
         return g
 
 
-def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: BeamTimer | None = None,
+def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: KernelTimer | None = None,
                        beam_tag: str = "") -> UOp:  # fmt: skip
     """All graph stages of the pipeline (everything but linearization): returns the lowered SINK. `beam_timer`
     times candidates when BEAM>=1 (see speck.codegen.opt.search); `beam_tag` names its device in the BEAM cache."""
@@ -62,8 +60,6 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     sink = st.done("simplify", sink)
     # the optimizer splits ranges (UPCAST/UNROLL/THREAD/...) and records what it applied on the KernelInfo
     if optimize and not info.dont_opt:
-        from speck.codegen.opt import optimize_kernel
-
         sink = optimize_kernel(sink, renderer, beam_timer, beam_tag)
         sink = graph_rewrite(sink, pm_simplify, name="simplify_after_opts")
         sink = st.done("apply_opts", sink)
@@ -100,7 +96,7 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     return sink
 
 
-def full_rewrite_to_sink(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: BeamTimer | None = None,
+def full_rewrite_to_sink(ast: UOp, renderer: Renderer, optimize: bool = True, beam_timer: KernelTimer | None = None,
                          beam_tag: str = "") -> list[UOp]:  # fmt: skip
     """Lower a kernel AST for `renderer` to the linear program form (KERNEL_CONTRACT.md section 2), verified
     against spec_program when SPEC=1. Raises RuntimeError naming node and stage for ASTs that break the
@@ -124,4 +120,4 @@ def _check_renderer_support(uops: list[UOp], renderer: Renderer) -> None:
             renderer.check_supported(u.op, dt)
 
 
-__all__ = ["full_rewrite_graph", "full_rewrite_to_sink", "pm_simplify"]
+__all__ = ["full_rewrite_graph", "full_rewrite_to_sink"]

@@ -191,7 +191,9 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     from speck.uop import DEBUG
 
     t0 = time.perf_counter()
-    uops = full_rewrite_to_sink(ast, renderer, optimize=optimize, beam_timer=beam_timer, beam_tag=beam_tag)
+    # BEAM times a candidate kernel by rendering it (with its opts fixed) and handing the ProgramSpec to beam_timer
+    kernel_timer = (lambda cand: float(beam_timer(to_program(cand, renderer)))) if beam_timer is not None else None
+    uops = full_rewrite_to_sink(ast, renderer, optimize=optimize, beam_timer=kernel_timer, beam_tag=beam_tag)
     t1 = time.perf_counter()
     src = renderer.render(uops)
     t2 = time.perf_counter()

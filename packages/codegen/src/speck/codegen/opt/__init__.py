@@ -1,8 +1,8 @@
 """The kernel optimizer: `Opt`/`OptOps` actions, `apply_opts`, the default CPU heuristic
-`hand_coded_optimizations`, and `beam_search` (enabled with BEAM=n once the runtime registered a timer).
+`hand_coded_optimizations`, and `beam_search` (with BEAM=n, when the caller gives a timer).
 
-`optimize_kernel` is what the pipeline calls: explicit KernelInfo.opts win, else BEAM when BEAM>=1 and a timer is
-registered, else the heuristic."""
+`optimize_kernel` is what the pipeline calls: explicit KernelInfo.opts win, else BEAM when BEAM>=1 and the caller
+gave a timer, else the heuristic."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
-from speck.codegen.opt.search import BeamTimer, beam_search, register_beam_timer, registered_timer
+from speck.codegen.opt.search import KernelTimer, beam_search
 from speck.uop import ContextVar, UOp
 
 if TYPE_CHECKING:
@@ -27,15 +27,15 @@ def opt_base(sink: UOp) -> UOp:
     return merge_ranges(sink)
 
 
-def optimize_kernel(sink: UOp, renderer: Renderer, timer: BeamTimer | None = None, cache_tag: str = "") -> UOp:
+def optimize_kernel(sink: UOp, renderer: Renderer, timer: KernelTimer | None = None, cache_tag: str = "") -> UOp:
     """Merge adjacent ranges where exact, then apply the kernel's opts: KernelInfo.opts if given, else BEAM search
-    (BEAM>=1 with a timer: `timer`, else a registered one), else the heuristic. Opt axes are numbered after merging
+    (BEAM>=1 and a `timer` to measure candidates with), else the heuristic. Opt axes are numbered after merging
     (`opt_base` shows the graph they refer to). An explicit opt that does not apply raises OptError naming it."""
     sink = opt_base(sink)
     info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
     if info.opts:
         return apply_opts(sink, info.opts, renderer)
-    if BEAM >= 1 and (timer := timer or registered_timer()) is not None:
+    if BEAM >= 1 and timer is not None:
         return apply_opts(sink, beam_search(sink, renderer, int(BEAM), timer, cache_tag=cache_tag), renderer)
     if NOOPT:
         return sink
@@ -61,5 +61,4 @@ __all__ = [
     "optimize_kernel",
     "output_axes",
     "reduce_axes",
-    "register_beam_timer",
 ]

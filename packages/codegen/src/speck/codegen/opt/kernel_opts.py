@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen.kernel_info import KernelInfo
-from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes
+from speck.codegen.lower.simplify import pm_simplify
+from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes, graph_rewrite
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -190,9 +191,6 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer | None = None) -> UOp:
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], renderer: Renderer | None = None) -> UOp:
     """Apply opts in order (after each one ranges are re-simplified) and record them as KernelInfo.applied_opts."""
-    from speck.codegen.pipeline import pm_simplify
-    from speck.uop import graph_rewrite
-
     info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
     for o in opts:
         sink = graph_rewrite(apply_opt(sink, o, renderer), pm_simplify, name=f"opt {o}")

@@ -1,6 +1,6 @@
 """BEAM search over opt lists. Codegen never runs code: candidates are lowered and rendered to ProgramSpecs and
-timed by a callback the runtime supplies (the `timer` argument, which speck.tensor passes as the kernel's own device's
-`time_program`, or a process-wide one from `register_beam_timer`).
+timed by a callback the caller supplies (a KernelTimer: `to_program(..., beam_timer=t)` builds one that renders each
+candidate and hands its ProgramSpec to `t`; speck.tensor passes the kernel's own device's `time_program`).
 
 The search is bounded: `BEAM_TIMEOUT` seconds per kernel (default 60), and the heuristic's choice competes as a
 candidate, so the result is never slower than the heuristic by the timer's measure. Winners are cached on disk in
@@ -19,29 +19,20 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.cache import DiskCache
 from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.lower.simplify import pm_simplify
+from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opts, const_size, output_axes, reduce_axes
-from speck.uop import DEBUG, ContextVar, UOp
+from speck.codegen.opt.merge import merge_ranges
+from speck.uop import DEBUG, ContextVar, UOp, graph_rewrite
 
 if TYPE_CHECKING:
-    from speck.codegen.program import ProgramSpec
     from speck.codegen.renderer import Renderer
 
-BeamTimer = Callable[["ProgramSpec"], float]
-_TIMER: list[BeamTimer] = []
+# seconds one run of a kernel takes, given the kernel AST with its opts (KernelInfo.opts; dont_opt for none) set:
+# the caller lowers, compiles and runs it on the device it cares about (math.inf when that fails)
+KernelTimer = Callable[[UOp], float]
 BEAM_TIMEOUT = ContextVar("BEAM_TIMEOUT", 60.0)  # seconds of search per kernel
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
-
-
-def register_beam_timer(timer: BeamTimer | None) -> None:
-    """Install the function BEAM uses to time a candidate ProgramSpec when no timer is passed (seconds; math.inf
-    for a failed run)."""
-    _TIMER.clear()
-    if timer is not None:
-        _TIMER.append(timer)
-
-
-def registered_timer() -> BeamTimer | None:
-    return _TIMER[0] if _TIMER else None
 
 
 # winners as JSON lists of opts in speck.codegen.cache's integrity-checked store; version 2: the first one there
@@ -83,21 +74,11 @@ def candidate_actions(sink: UOp) -> list[Opt]:
     return acts
 
 
-def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | None = None, max_rounds: int = 3,
+def beam_search(ast: UOp, renderer: Renderer, width: int, timer: KernelTimer, max_rounds: int = 3,
                 use_cache: bool = True, cache_tag: str = "") -> tuple[Opt, ...]:  # fmt: skip
     """Find a good opt list for `ast` by beam search of `width` candidates per round, timing candidates with
-    `timer` (default: the registered one). Returns the best list found (the heuristic's when nothing beats it);
-    cached on disk (see the module docstring)."""
-    from speck.codegen.opt.heuristic import hand_coded_optimizations
-    from speck.codegen.opt.merge import merge_ranges
-    from speck.codegen.pipeline import pm_simplify
-    from speck.codegen.program import to_program
-    from speck.uop import graph_rewrite
-
-    timer = timer or registered_timer()
-    if timer is None:
-        raise RuntimeError("BEAM search needs a timer: pass timer=fn or call "
-                           "speck.codegen.opt.register_beam_timer(fn) (fn(ProgramSpec) -> seconds)")  # fmt: skip
+    `timer` (a KernelTimer: the kernel AST with the candidate's opts in, seconds out). Returns the best list found
+    (the heuristic's when nothing beats it); cached on disk (see the module docstring)."""
     key = cache_key(ast, renderer, width, cache_tag)
     if use_cache and not IGNORE_BEAM_CACHE and (hit := _read_cached(key)) is not None:
         return hit
@@ -109,7 +90,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: BeamTimer | Non
         try:
             # no opts must mean exactly that: an empty opts tuple would let the optimizer choose (or search again)
             cand = ast.replace(arg=info.replace(opts=opts, dont_opt=not opts))
-            return float(timer(to_program(cand, renderer)))
+            return float(timer(cand))
         except OptError:
             return math.inf
 
