@@ -137,7 +137,7 @@ def test_blocking_avoids_the_gated_axes() -> None:
     bound the tap loops (as lanes they would each need their own gate)."""
     from speck.codegen.opt import hand_coded_optimizations
     from speck.codegen.opt.kernel_opts import output_axes
-    from speck.codegen.pipeline import pm_simplify
+    from speck.codegen.lower.simplify import pm_simplify
     from speck.uop import graph_rewrite
 
     ast = graph_rewrite(transposed_conv(8, 16, 64, 6, 6, 3, (2, 2)), pm_simplify)

@@ -122,7 +122,7 @@ def test_random_opts_lowering_matches_ast(
 
     from speck.codegen.opt import OptError, apply_opts, opt_base
     from speck.codegen.opt.search import candidate_actions
-    from speck.codegen.pipeline import pm_simplify
+    from speck.codegen.lower.simplify import pm_simplify
     from speck.uop import graph_rewrite
 
     ast, inputs, var_vals = case
