@@ -15,12 +15,23 @@ class KernelInfo:
 
     name: the function name renderers emit. opts: optimizer actions to apply instead of the heuristic (empty: let
     the optimizer decide). applied_opts: the actions the pipeline actually applied (filled in by the pipeline).
-    dont_opt: skip the optimizer entirely (e.g. kernels whose loop order must be kept)."""
+    dont_opt: skip the optimizer entirely (e.g. kernels whose loop order must be kept).
+    opts_to_apply: tinygrad's spelling, accepted at construction only: None changes nothing, () means dont_opt,
+    a non-empty tuple means opts; it is folded into those fields (and reads back as None) so they stay the one
+    source of truth."""
 
     name: str = "kernel"
     opts: tuple[Any, ...] = ()
     applied_opts: tuple[Any, ...] = ()
     dont_opt: bool = False
+    opts_to_apply: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.opts_to_apply is not None:
+            wanted = tuple(self.opts_to_apply)
+            object.__setattr__(self, "opts", wanted)
+            object.__setattr__(self, "dont_opt", not wanted)
+            object.__setattr__(self, "opts_to_apply", None)
 
     def replace(self, **kw: Any) -> KernelInfo:
         return dataclasses.replace(self, **kw)

@@ -27,14 +27,12 @@ def merge_ends(effects: list[UOp]) -> list[UOp]:
     """Effects that END the same range share one loop: END(a, r), END(b, r) -> END(GROUP(a, b), r), recursively."""
     out: list[UOp] = []
     by_range: dict[UOp, list[UOp]] = {}
-    for e in effects:
+    for e in _ungroup(effects):
         if e.op is Ops.END:
             if e.src[1] not in by_range:
                 by_range[e.src[1]] = []
                 out.append(e)
             by_range[e.src[1]].append(e.src[0])
-        elif e.op is Ops.GROUP:
-            out.extend(merge_ends(list(e.src)))
         else:
             out.append(e)
     res: list[UOp] = []
@@ -46,6 +44,19 @@ def merge_ends(effects: list[UOp]) -> list[UOp]:
         else:
             res.append(e)
     return res
+
+
+def _ungroup(effects: list[UOp]) -> list[UOp]:
+    """The effects with GROUPs replaced by their members, in order (a GROUP may hold ENDs to merge with others)."""
+    out: list[UOp] = []
+    stack = list(reversed(effects))
+    while stack:
+        e = stack.pop()
+        if e.op is Ops.GROUP:
+            stack.extend(reversed(e.src))
+        else:
+            out.append(e)
+    return out
 
 
 def prepare_for_linearize(sink: UOp) -> UOp:

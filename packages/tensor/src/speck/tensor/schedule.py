@@ -281,7 +281,7 @@ class _Kernel:
             var, bound = u.unbind()
             self.var_vals[var.arg[0]] = bound
             return var.cast(u.dtype) if u.dtype != var.dtype else var
-        if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or (op is Ops.REDUCE_AXIS and (bcast or in_reduce)):
+        if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.AFTER) or (op is Ops.REDUCE_AXIS and (bcast or in_reduce)):
             view = self.sched.materialize(u)
             return self.lower(view, idx, valid, bcast, in_reduce)
         if op in (Ops.DETACH,):
@@ -527,6 +527,11 @@ class Scheduler:
             return v
         if u.op is Ops.ASSIGN:
             return self._scatter(u)
+        if u.op is Ops.AFTER:  # an argument after a custom kernel ran on it: the kernel gets a schedule item
+            from speck.tensor.custom_kernel import schedule_custom_kernel
+
+            v = schedule_custom_kernel(self, u)
+            return v if into is None else self._copy_into(v, into)
         shape = u.shape
         device = self.device if self.device is not None else self._device_of(u)
         size = prod(max_dim(s) for s in shape)

@@ -898,6 +898,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
         return assign(self, x)
 
+    def custom_kernel(self, *others: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
+        """Run a kernel written in UOps on (self, *others): `fxn` gets one buffer placeholder per tensor and returns
+        a SINK of stores; the result is each tensor after the kernel (see speck.tensor.custom_kernel)."""
+        from speck.tensor.custom_kernel import custom_kernel
+
+        return custom_kernel((self, *others), fxn, grad_fxn)
+
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
             raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")

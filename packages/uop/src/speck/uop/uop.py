@@ -420,6 +420,84 @@ class UOp(_Slots):
     def bufferize(self, *ranges: UOp, arg: Any = None) -> UOp:
         return UOp(Ops.BUFFERIZE, self.dtype, (self, *ranges), arg)
 
+    # ---------------- kernels written by hand (Tensor.custom_kernel) ----------------
+    @staticmethod
+    def placeholder(shape: tuple[int, ...], dtype: DType, slot: int) -> UOp:
+        """Buffer parameter `slot` viewed with `shape` (row-major): what a hand-written kernel indexes as C[i, j]."""
+        sh = validate_shape(shape, "placeholder shape")
+        if not all_int(sh):
+            raise RuntimeError(f"placeholder shape must be concrete ints, got {sh}")
+        return UOp(Ops.PARAM, dtype.ptr(int(prod(sh))), (), (slot, sh))
+
+    def __getitem__(self, idx: Any) -> UOp:
+        """Index a buffer view (a placeholder, or a movement/AFTER view of one). One int or UOp per dim gives the
+        element: usable as a value (it is loaded) and as the target of `.store(v)` / `.set(v)`. Slices (step 1)
+        keep their dims and give a smaller view, e.g. `src[g, :]`."""
+        if not isinstance(self.dtype, PtrDType) or not self.has_shape:
+            raise RuntimeError(f"only a buffer view (a placeholder with a shape) can be indexed, not a {self.op} "
+                               f"of dtype {self.dtype}")  # fmt: skip
+        shape = self.shape
+        idxs = idx if isinstance(idx, tuple) else (idx,)
+        if len(idxs) > len(shape):
+            raise IndexError(f"{len(idxs)} indices for a buffer view of shape {shape}")
+        idxs = idxs + (slice(None),) * (len(shape) - len(idxs))
+        fixed: list[UOp | slice] = []
+        for i, d in zip(idxs, shape):
+            if isinstance(i, slice):
+                fixed.append(i)
+            elif isinstance(i, UOp):
+                if not dtypes.is_int(i.dtype):
+                    raise IndexError(f"buffer index must be an int UOp, got dtype {i.dtype}")
+                fixed.append(i)
+            elif isinstance(i, int) and not isinstance(i, bool):
+                n = i + d if i < 0 and isinstance(d, int) else i
+                if isinstance(d, int) and not 0 <= n < d:
+                    raise IndexError(f"index {i} is out of bounds for a dim of size {d} (view shape {shape})")
+                fixed.append(_as_uop(n))
+            else:
+                raise IndexError(f"buffer index must be an int, a UOp or a slice, got {i!r} ({type(i).__name__})")
+        if not any(isinstance(i, slice) for i in fixed):
+            return UOp(Ops.INDEX, self.dtype.base, (self, *fixed))  # type: ignore[arg-type]
+        bounds: list[tuple[sint, sint]] = []
+        keep: list[sint] = []
+        for i, d in zip(fixed, shape):
+            if isinstance(i, slice):
+                if not isinstance(d, int):
+                    raise IndexError(f"slicing needs concrete dims, got {d}")
+                start, stop, step = i.indices(d)
+                if step != 1:
+                    raise IndexError(f"buffer views slice with step 1 only, got step {step}")
+                bounds.append((start, max(start, stop)))
+                keep.append(max(0, stop - start))
+            else:
+                bounds.append((i, i + 1))
+        return self.shrink(tuple(bounds)).reshape(tuple(keep))
+
+    def __iter__(self) -> Any:
+        raise TypeError("a UOp is not iterable (indexing a buffer view gives elements, not a sequence)")
+
+    def set(self, val: UOp | ConstType, end: UOp | tuple[UOp, ...] | list[UOp] = ()) -> UOp:
+        """On an indexed element `C[i]`: store val there (closing the ranges in `end` around the store) and return
+        the buffer view after that store, so later reads see it: `C = C[i].set(C.after(r)[i] + x, end=r)`."""
+        if self.op is not Ops.INDEX or isinstance(self.dtype, PtrDType):
+            raise RuntimeError(f"set() stores into an indexed buffer element (C[i].set(v)), not a {self.op}")
+        ends = tuple(end) if isinstance(end, (tuple, list)) else (end,)
+        return self.src[0].after(self.store(val).end(*ends))
+
+    def contract(self, *ranges: UOp) -> UOp:
+        """The vector of self's values over every value of `ranges` (constant-size RANGEs, the first one
+        outermost): lane k of `x[i, j].contract(j)` is x[i, k]. Built here by substituting each value."""
+        lanes = [self]
+        for r in ranges:
+            if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST:
+                raise RuntimeError(f"contract needs RANGEs of constant size, got {r.op}")
+            lanes = [x.substitute({r: UOp.const(r.dtype, v)}) for x in lanes for v in range(int(r.src[0].arg))]
+        return UOp.stack(*lanes)
+
+    def flatten(self) -> UOp:
+        """A buffer view (or tensor-level node) reshaped to one dim."""
+        return self.reshape((prod(self.shape),))
+
     def cast(self, dtype: DType) -> UOp:
         if self.dtype == dtype:
             return self
@@ -967,6 +1045,8 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
     op, arg = u.op, u.arg
     if op is Ops.BUFFER:
         return (arg,)
+    if op is Ops.PARAM and type(arg) is tuple:  # a placeholder: (slot, shape)
+        return tuple(arg[1])
     if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
         return () if not u.src or u.src[0].op is not Ops.DEVICE else ()
     if op in (Ops.RESHAPE, Ops.EXPAND):

@@ -7,7 +7,7 @@ from speck.uop import AxisType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPa
 
 _AST_OPS = frozenset(
     {Ops.SINK, Ops.END, Ops.STORE, Ops.INDEX, Ops.PARAM, Ops.LOAD, Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.CAST,
-     Ops.BITCAST, Ops.REDUCE, Ops.GROUP, Ops.STACK, Ops.GEP}
+     Ops.BITCAST, Ops.REDUCE, Ops.GROUP, Ops.STACK, Ops.GEP, Ops.AFTER}
 ) | GroupOp.ALU  # fmt: skip
 
 
@@ -20,7 +20,8 @@ def convention_error(stage: str, u: UOp, expected: str) -> RuntimeError:
 
 
 def check_kernel_ast(ast: UOp, stage: str = "verify_ast") -> None:
-    """Raise RuntimeError (naming node and stage) unless `ast` is a SINK of STOREs into PARAM buffers over RANGEs."""
+    """Raise RuntimeError (naming node and stage) unless `ast` is a SINK of STOREs into PARAM buffers over RANGEs
+    (a buffer may be read after stores into it through AFTER: kernels written by hand accumulate that way)."""
     if ast.op is not Ops.SINK:
         raise convention_error(stage, ast, "a SINK at the root")
     axis_ids: dict[int, UOp] = {}
@@ -38,8 +39,11 @@ def check_kernel_ast(ast: UOp, stage: str = "verify_ast") -> None:
             if u.src[0].op is not Ops.INDEX or not isinstance(u.src[0].src[0].dtype, PtrDType):
                 raise convention_error(stage, u, "STORE(INDEX(PARAM buffer, idx), value)")
         elif u.op is Ops.INDEX:
-            if u.src[0].op is not Ops.PARAM or not isinstance(u.src[0].dtype, PtrDType):
-                raise convention_error(stage, u, "INDEX into a PARAM whose dtype is a pointer")
+            if _buffer_of(u.src[0]).op is not Ops.PARAM or not isinstance(u.src[0].dtype, PtrDType):
+                raise convention_error(stage, u, "INDEX into a PARAM (or AFTER(PARAM, ...)) whose dtype is a pointer")
+        elif u.op is Ops.AFTER:
+            if not isinstance(u.dtype, PtrDType) or _buffer_of(u).op is not Ops.PARAM:
+                raise convention_error(stage, u, "AFTER(PARAM buffer, *effects): a buffer read after its writes")
         elif u.op is Ops.END:
             if any(r.op is not Ops.RANGE for r in u.src[1:]):
                 raise convention_error(stage, u, "END(effect, *RANGEs)")
@@ -49,6 +53,14 @@ def check_kernel_ast(ast: UOp, stage: str = "verify_ast") -> None:
     for s in ast.src:
         if s.op not in (Ops.END, Ops.STORE, Ops.GROUP):
             raise convention_error(stage, s, "SINK sources that are END(STORE(...), *ranges) or STORE")
+
+
+def _buffer_of(u: UOp) -> UOp:
+    """The buffer under AFTERs: a kernel written by hand reads a buffer after its own stores (accumulation in
+    place: `AFTER(PARAM, STORE...)`), which the linearizer orders like the accumulators reduce lowering makes."""
+    while u.op is Ops.AFTER:
+        u = u.src[0]
+    return u
 
 
 def _drop_folded_ranges(x: UOp) -> UOp | None:

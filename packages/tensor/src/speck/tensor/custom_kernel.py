@@ -1,0 +1,338 @@
+"""`Tensor.custom_kernel`: a kernel written by hand in UOps, run through speck's normal codegen and runtime.
+
+`fxn` gets one placeholder per tensor (`UOp.placeholder(shape, dtype, slot)`: a buffer view indexed as `C[i, j]`)
+and returns a SINK built from ranges, indexed loads and stores, `.end(*ranges)`, `.set`/`.after` accumulation,
+GROUPs of stores and `contract`. `lower_custom_kernel` turns that into a kernel AST of KERNEL_CONTRACT.md section 1
+(flat PARAM buffers, one load per element read, stores; reads after in-place writes keep their AFTER ordering).
+
+In the tensor graph the call is one KERNEL node (src: the argument tensors, arg: a `CustomKernel`); each returned
+tensor is `AFTER(argument, KERNEL)`, the argument's value after the kernel ran. The scheduler gives the call its
+own kernel (`schedule_custom_kernel`): arguments are realized into whole row-major buffers first, nothing is fused
+into it, and arguments it writes that already are whole buffers (made with Tensor.empty) are written in place."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.lower.ranges import RangeScope
+from speck.uop import Ops, PtrDType, UOp, dtypes
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.schedule import Scheduler
+    from speck.tensor.tensor import Tensor
+
+GradFxn = Callable[..., Any]
+
+
+class CustomKernelError(RuntimeError):
+    """A hand-written kernel that can't be built or run as written."""
+
+
+@dataclass(eq=False)
+class CustomKernel:
+    """The arg of a custom kernel's KERNEL node (compared by identity: every call is a run of its own).
+
+    ast: the lowered kernel (PARAM slot k = argument k); writes: the slots it stores to; grad_fxn: the user's
+    backward (dropped when pickled)."""
+
+    ast: UOp
+    writes: frozenset[int]
+    grad_fxn: GradFxn | None = None
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.ast.arg, "name", "custom_kernel"))
+
+    def __repr__(self) -> str:
+        return f"CustomKernel({self.name!r}, writes={sorted(self.writes)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CustomKernel, (self.ast, self.writes))
+
+
+# ---------------- building ----------------
+def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: GradFxn | None) -> list[Tensor]:
+    """The tensors after `fxn`'s kernel ran on them (one per argument; see the module docstring)."""
+    if not tensors:
+        raise CustomKernelError("custom_kernel needs at least one tensor")
+    fname = getattr(fxn, "__name__", repr(fxn))
+    _check_arity(fxn, fname, len(tensors))
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise CustomKernelError(f"custom_kernel {fname}: all tensors must be on one device, got {sorted(devices)}")
+    placeholders = []
+    for slot, t in enumerate(tensors):
+        if not all(isinstance(s, int) for s in t.shape):
+            raise CustomKernelError(f"custom_kernel {fname}: argument {slot} has symbolic shape {t.shape}; custom "
+                                    "kernels need concrete shapes")  # fmt: skip
+        placeholders.append(UOp.placeholder(tuple(int(s) for s in t.shape), t.dtype, slot))
+    sink = fxn(*placeholders)
+    if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+        got = f"a {sink.op} UOp" if isinstance(sink, UOp) else type(sink).__name__
+        raise CustomKernelError(f"custom_kernel {fname} must return a SINK UOp (e.g. C[i].store(v).end(i).sink()), "
+                                f"got {got}")  # fmt: skip
+    ast, writes = lower_custom_kernel(sink, fname)
+    ck = CustomKernel(ast, writes, grad_fxn)
+    call = UOp(Ops.KERNEL, dtypes.void, tuple(t.uop for t in tensors), ck)
+    outs = [t._new(UOp(Ops.AFTER, t.dtype, (t.uop, call))) for t in tensors]
+    from speck.tensor.gradient import override_gradient
+
+    for out in outs:
+        override_gradient(out.uop, call.src, _gradient_rule(call, ck))
+    return outs
+
+
+def _check_arity(fxn: Callable[..., Any], fname: str, n: int) -> None:
+    try:
+        sig = inspect.signature(fxn)
+    except (TypeError, ValueError):  # builtins and C callables: let the call itself complain
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        raise CustomKernelError(f"custom_kernel {fname}{sig} can't take the {n} UOp(s) it gets: fxn receives one "
+                                "placeholder per tensor argument, in order") from None  # fmt: skip
+
+
+def _gradient_rule(call: UOp, ck: CustomKernel) -> Callable[[UOp], tuple[UOp | None, ...]]:
+    def rule(grad: UOp) -> tuple[UOp | None, ...]:
+        if ck.grad_fxn is None:
+            raise CustomKernelError(f"custom kernel {ck.name} has no grad_fxn: pass grad_fxn=(grad, call) -> one "
+                                    "gradient (or None) per argument to differentiate through it")  # fmt: skip
+        got = ck.grad_fxn(grad, call)
+        grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        if len(grads) != len(call.src):
+            raise CustomKernelError(f"grad_fxn of custom kernel {ck.name} returned {len(grads)} gradient(s) for "
+                                    f"{len(call.src)} argument(s); return one UOp (or None) per argument")  # fmt: skip
+        out: list[UOp | None] = []
+        for k, (g, src) in enumerate(zip(grads, call.src)):
+            g = getattr(g, "uop", g)  # a Tensor is fine too
+            if g is not None and (not isinstance(g, UOp) or g.shape != src.shape):
+                what = f"shape {g.shape}" if isinstance(g, UOp) else type(g).__name__
+                raise CustomKernelError(f"grad_fxn of custom kernel {ck.name}: gradient {k} must be a UOp of shape "
+                                        f"{src.shape} (or None), got {what}")  # fmt: skip
+            out.append(g)
+        return tuple(out)
+
+    return rule
+
+
+# ---------------- lowering: the user's SINK -> a kernel AST ----------------
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.EXPAND, Ops.PAD})
+_VIEW = UOp(Ops.NOOP, dtypes.void, (), "custom_kernel view")  # marks nodes that are buffer views, not values
+
+
+def _is_view(u: UOp) -> bool:
+    return isinstance(u.dtype, PtrDType) and (u.op in _VIEW_OPS or u.op is Ops.AFTER or u.op is Ops.PARAM)
+
+
+def _is_element(u: UOp) -> bool:
+    """An indexed element `C[i, j]` (an INDEX of a buffer view whose dtype is the element's, not a pointer)."""
+    return u.op is Ops.INDEX and not isinstance(u.dtype, PtrDType) and _is_view(u.src[0])
+
+
+class _Lowering:
+    def __init__(self, kname: str) -> None:
+        self.kname = kname
+        self.low: dict[UOp, UOp] = {}
+        self.writes: set[int] = set()
+
+    def pointer(self, elem: UOp) -> tuple[UOp, int]:
+        """INDEX(PARAM.after(*deps), flat index) of an element, with its slot. Movement views map the index down
+        to the placeholder's row-major layout; AFTERs on the way keep their ordering."""
+        view, idx = elem.src[0], [self.low[i] for i in elem.src[1:]]
+        self.check_bounds(idx, view.shape, elem)
+        deps: list[UOp] = []
+        gates: list[UOp] = []
+        u = view
+        while u.op is not Ops.PARAM:
+            if u.op is Ops.AFTER:
+                deps += [self.low[d] for d in u.src[1:]]
+            else:
+                idx = _view_index(u, idx, gates)
+            u = u.src[0]
+        if type(u.arg) is not tuple:
+            raise CustomKernelError(f"custom kernel {self.kname}: index a placeholder (a PARAM with a shape), not a "
+                                    f"bare PARAM {u.arg}")  # fmt: skip
+        slot, shape = u.arg
+        self.check_bounds(idx, shape, elem, gated=bool(gates))
+        flat = _row_major(idx, shape).simplify()
+        if gates:
+            cond = gates[0]
+            for g in gates[1:]:
+                cond = cond & g
+            flat = flat.valid(cond)
+        param = UOp.param(slot, u.dtype)
+        return (param.after(*deps) if deps else param).index(flat), int(slot)
+
+    def check_bounds(self, idx: list[UOp], shape: tuple[Any, ...], elem: UOp, gated: bool = False) -> None:
+        """An index whose bounds (over the ranges it is built from) leave the dim is an error at build time."""
+        if gated:
+            return
+        for d, (i, s) in enumerate(zip(idx, shape)):
+            if any(n.op in (Ops.LOAD, Ops.INDEX) for n in i.toposort()):
+                continue  # read from memory: nothing is known about it before the kernel runs
+            lo, hi = i.vmin, i.vmax
+            if isinstance(lo, int) and isinstance(hi, int) and isinstance(s, int) and (lo < 0 or hi >= s):
+                raise CustomKernelError(
+                    f"custom kernel {self.kname} indexes dim {d} of a buffer view of shape {tuple(shape)} with "
+                    f"{i.render()}, which ranges over [{lo}, {hi}]: outside [0, {s - 1}]. Check the range sizes "
+                    "and index arithmetic"
+                )
+
+    def effects(self, view: UOp) -> list[UOp]:
+        """The writes a buffer view was taken after (what `C.end(i)` or a SINK of `C` stands for)."""
+        out: list[UOp] = []
+        u = view
+        while u.op is not Ops.PARAM:
+            if u.op is Ops.AFTER:
+                out += [self.low[d] for d in u.src[1:] if d.op is not Ops.RANGE]
+            u = u.src[0]
+        return out
+
+    def node(self, u: UOp) -> UOp:
+        low = self.low
+        if u.op is Ops.PARAM and type(u.arg) is tuple:  # a placeholder read through .index() by hand
+            return UOp.param(u.arg[0], u.dtype)
+        if u.op in _VIEW_OPS and _is_view(u) or u.op is Ops.AFTER and low[u.src[0]] is _VIEW:
+            return _VIEW
+        if _is_element(u):
+            ptr, _ = self.pointer(u)
+            return ptr.load()
+        if u.op is Ops.LOAD and _is_element(u.src[0]):
+            return UOp(Ops.LOAD, u.dtype, (self.pointer(u.src[0])[0], *[low[s] for s in u.src[1:]]))
+        if u.op is Ops.STORE:
+            tgt = u.src[0]
+            if _is_element(tgt):
+                ptr, slot = self.pointer(tgt)
+                self.writes.add(slot)
+            else:
+                ptr = low[tgt]
+                base = ptr.src[0] if ptr.op is Ops.INDEX else ptr
+                while base.op is Ops.AFTER:
+                    base = base.src[0]
+                if base.op is not Ops.PARAM:
+                    raise CustomKernelError(f"custom kernel {self.kname}: STORE into a {tgt.op}; store into an "
+                                            "indexed buffer element, e.g. C[i].store(v)")  # fmt: skip
+                self.writes.add(int(base.arg if isinstance(base.arg, int) else base.arg[0]))
+            return UOp(Ops.STORE, u.dtype, (ptr, *[low[s] for s in u.src[1:]]))
+        if u.op is Ops.END and _is_view(u.src[0]):
+            body = self.effects(u.src[0])
+            if not body:
+                raise CustomKernelError(f"custom kernel {self.kname}: .end() of a buffer nothing was stored into")
+            return UOp.group(*body).end(*[low[r] for r in u.src[1:]])
+        srcs = tuple(low[s] for s in u.src)
+        if any(s is _VIEW for s in srcs):
+            raise CustomKernelError(f"custom kernel {self.kname}: a {u.op} uses a whole buffer view; index it "
+                                    "(C[i, j]) to read an element")  # fmt: skip
+        return u if all(a is b for a, b in zip(srcs, u.src)) else u.replace(src=srcs)
+
+
+def lower_custom_kernel(sink: UOp, kname: str = "custom_kernel") -> tuple[UOp, frozenset[int]]:
+    """The kernel AST of a hand-written SINK and the PARAM slots it stores to. Raises CustomKernelError for a SINK
+    with no stores, an index whose bounds leave its buffer's shape, or a range that is never closed."""
+    info = sink.arg
+    if info is None:
+        info = KernelInfo(name=kname)
+    elif isinstance(info, str):
+        info = KernelInfo(name=info)
+    elif not isinstance(info, KernelInfo):
+        raise CustomKernelError(f"custom kernel {kname}: the SINK's arg must be a KernelInfo, got {info!r}")
+    lw = _Lowering(info.name)
+    for u in sink.toposort():
+        if u is not sink:
+            lw.low[u] = lw.node(u)
+    effects: list[UOp] = []
+    for s in sink.src:
+        effects += lw.effects(s) if _is_view(s) else [lw.low[s]]
+    if not lw.writes:
+        raise CustomKernelError(f"custom kernel {info.name} stores nothing: its SINK has no STORE into an argument; "
+                                "write outputs with C[i].store(value) (or C[i].set(value))")  # fmt: skip
+    ast = UOp.sink(*effects, arg=info)
+    if open_ranges := RangeScope().open_ranges(ast):
+        names = ", ".join(f"axis {r.arg[0]} (size {r.src[0].render()})" for r in sorted(open_ranges, key=str))
+        raise CustomKernelError(f"custom kernel {info.name}: {names} never closed; end the stores inside a range "
+                                "with .end(range) (or reduce/contract over it)")  # fmt: skip
+    # stores read back through AFTER depend on the order the kernel was written in: keep the loops as written
+    if not info.opts and any(u.op is Ops.AFTER for u in ast.toposort()):
+        ast = ast.replace(arg=info.replace(dont_opt=True))
+    return ast, frozenset(lw.writes)
+
+
+def _row_major(idx: list[UOp], shape: tuple[Any, ...]) -> UOp:
+    from speck.tensor.schedule import contiguous_index
+
+    return contiguous_index(tuple(idx), shape)
+
+
+def _view_index(u: UOp, idx: list[UOp], gates: list[UOp]) -> list[UOp]:
+    """Indices into u.src[0] of the element at idx of the movement view u (a pad adds a validity gate)."""
+    from speck.tensor.schedule import _reshape_index
+
+    src_shape = u.src[0].shape
+    if u.op is Ops.RESHAPE:
+        return list(_reshape_index(tuple(idx), tuple(u.shape), tuple(src_shape)))
+    if u.op is Ops.PERMUTE:
+        out = list(idx)
+        for j, p in enumerate(u.arg):
+            out[p] = idx[j]
+        return out
+    if u.op is Ops.SHRINK:
+        return [i + b if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idx, u.arg)]
+    if u.op is Ops.FLIP:
+        return [(s - 1 - i) if f else i for i, s, f in zip(idx, src_shape, u.arg)]
+    if u.op is Ops.EXPAND:
+        zero = UOp.const(dtypes.weakint, 0)
+        return [zero if s == 1 and n != 1 else i for i, s, n in zip(idx, src_shape, u.arg)]
+    assert u.op is Ops.PAD, u.op
+    out = []
+    for i, s, (b, _) in zip(idx, src_shape, u.arg):
+        ni = i - b if b else i
+        gates.append((ni >= 0) & (ni < s))
+        out.append(ni)
+    return out
+
+
+# ---------------- scheduling ----------------
+def schedule_custom_kernel(sched: Scheduler, u: UOp) -> UOp:
+    """Schedule the KERNEL behind `u = AFTER(argument, KERNEL)` (once per call) and return u's buffer view."""
+    from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, realized_cache, view_offset
+
+    call = u.src[1]
+    ck: CustomKernel = call.arg
+    bufs: list[UOp] = []
+    for slot, src in enumerate(call.src):
+        whole = _whole_buffer(src, base_buffer, view_offset)
+        if whole is not None and slot in ck.writes and whole in buffer_map:
+            realized_cache.clear()  # it is written in place: values computed from its old contents are stale
+        if whole is None and slot in ck.writes and (sched.materialized(src) is not None or sched._uses.get(src, 0) > 1):
+            # the kernel writes it, and something else reads its value: write into a copy of its own
+            src = UOp(Ops.CONTIGUOUS, src.dtype, (src,), "clone", ("custom_kernel", id(call), slot))
+        if whole is None:
+            view = sched.realize(src)
+            if (whole := _whole_buffer(view, base_buffer, view_offset)) is None:  # a strided or offset view
+                copy = UOp(Ops.CONTIGUOUS, view.dtype, (view,), "clone", ("custom_kernel", id(call), slot))
+                whole = base_buffer(sched.materialize(copy))
+        assert whole is not None
+        bufs.append(whole)
+    devices = {buffer_device(b) for b in bufs}
+    if len(devices) != 1:
+        raise CustomKernelError(f"custom kernel {ck.name}: its buffers are on several devices {sorted(devices)}")
+    sched.items.append(ScheduleItem(ck.ast, tuple(bufs)))
+    for src, b in zip(call.src, bufs):
+        shape = src.shape
+        sched.done[UOp(Ops.AFTER, src.dtype, (src, call))] = b.reshape(shape) if shape != (b.arg,) else b
+    return sched.done[u]
+
+
+def _whole_buffer(view: UOp, base_buffer: Any, view_offset: Any) -> UOp | None:
+    """The BUFFER when view is all of it, row-major from element 0 (what a kernel parameter points at)."""
+    bb = base_buffer(view)
+    if bb is None or not isinstance(bb.arg, int) or bb.arg != int(prod(view.shape)) or view_offset(view) != 0:
+        return None
+    return bb  # type: ignore[no-any-return]
