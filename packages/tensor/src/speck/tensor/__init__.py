@@ -13,6 +13,7 @@ from speck.tensor._version import __version__  # noqa: E402
 from speck.tensor.compat import install_alias_finder  # noqa: E402
 from speck.tensor.counters import GlobalCounters  # noqa: E402
 from speck.tensor.device import Device  # noqa: E402
+from speck.tensor.function import function  # noqa: E402
 from speck.tensor.jit import TinyJit  # noqa: E402
 from speck.tensor.schedule import KernelCountException, assert_kernel_count  # noqa: E402
 from speck.tensor.settings import TRAINING  # noqa: E402
@@ -31,5 +32,5 @@ def Variable(name: str, min_val: int, max_val: int) -> UOp:
 
 __all__ = [
     "TRAINING", "Context", "DType", "Device", "GlobalCounters", "KernelCountException", "Tensor", "TinyJit", "UOp",
-    "Variable", "__version__", "assert_kernel_count", "dtypes", "helpers",
+    "Variable", "__version__", "assert_kernel_count", "dtypes", "function", "helpers",
 ]  # fmt: skip

@@ -392,6 +392,12 @@ class TinyJit(Generic[R]):
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return functools.partial(self.__call__, obj)  # methods: bind self (the capture is shared by all instances)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A captured JIT pickles its capture (kernels, buffers, returned tensors): see speck.tensor.pickling."""
+        from speck.tensor.pickling import reduce_jit
+
+        return reduce_jit(self)
+
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if self.fxn is None and self.captured is None and len(args) == 1 and callable(args[0]) and not kwargs:
             self.fxn = args[0]  # @TinyJit(prune=...) applied to the function

@@ -16,7 +16,7 @@ from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views, kernel_name
-from speck.tensor.settings import CAPTURING
+from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
 
@@ -284,8 +284,17 @@ def recording() -> list[tuple[str, Any]] | None:
     return CAPTURE if CAPTURE is not None and CAPTURING.value else None
 
 
+class DeviceUsageError(RuntimeError, AssertionError):
+    """Kernels were about to run where running is not allowed (ALLOW_DEVICE_USAGE=0: an @function body is being
+    traced). An AssertionError too, like tinygrad's check."""
+
+
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Execute the schedule in order, updating GlobalCounters and printing DEBUG=2 lines."""
+    if items and not ALLOW_DEVICE_USAGE.value:
+        names = ", ".join(kernel_name(it.ast) if it.ast is not None else "copy" for it in items[:4])
+        raise DeviceUsageError(f"running {len(items)} kernel(s)/copies ({names}) is not allowed while "
+                               "ALLOW_DEVICE_USAGE=0 (an @function body is traced, not run)")  # fmt: skip
     if len(items) > 1:
         _check_schedule_devices(items)
         if COMPILE_THREADS:

@@ -911,15 +911,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         self.uop, self._device = x.uop, x._device
         return self
 
-    def __getstate__(self) -> Any:
-        return {"data": self.numpy(), "device": self.device, "axis": getattr(self.uop, "axis", None)}
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.pickling)."""
+        from speck.tensor.pickling import reduce_tensor
 
-    def __setstate__(self, st: Any) -> None:
-        dev = st["device"]
-        t = Tensor(st["data"], device=dev if isinstance(dev, str) else dev[0])
-        if not isinstance(dev, str):
-            t = t.shard(dev, st.get("axis"))
-        self.uop, self._device, self.requires_grad, self.grad, self.is_param = t.uop, t._device, None, None, True
+        return reduce_tensor(self)
 
 
 def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:

@@ -7,8 +7,11 @@ bindings in the same order, so both modes return the same rewrite on every input
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import itertools
+import pickle
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -425,6 +428,18 @@ class PatternMatcher:
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns, self.compiled and other.compiled)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by reference to the module-level name bound to it: rules are lambdas, which don't pickle."""
+        hints = [getattr(fn, "__module__", None) for _, fn in self.patterns]
+        mods = [sys.modules[m] for m in dict.fromkeys(hints) if m in sys.modules] + list(sys.modules.values())
+        for mod in mods:
+            for name, val in list(getattr(mod, "__dict__", {}).items()):
+                if val is self:
+                    return (_pattern_matcher_named, (mod.__name__, name))
+        raise pickle.PicklingError(f"can't pickle a PatternMatcher of {len(self.patterns)} rules that no module-level "
+                                   "name refers to: it pickles by reference (module, name); bind it to a global of an "
+                                   "importable module")  # fmt: skip
+
     def with_mode(self, compiled: bool) -> PatternMatcher:
         """The same rules in the given matching mode (cached, so compiling happens once)."""
         if compiled == self.compiled:
@@ -488,3 +503,10 @@ def _root_ops(pat: UPat) -> tuple[Ops, ...]:
             out.update(dict.fromkeys(_root_ops(a)))
         return tuple(out)
     return pat.op if pat.op is not None else tuple(Ops)
+
+
+def _pattern_matcher_named(module: str, name: str) -> PatternMatcher:
+    pm = getattr(importlib.import_module(module), name, None)
+    if not isinstance(pm, PatternMatcher):
+        raise RuntimeError(f"unpickling a PatternMatcher: {module}.{name} is {type(pm).__name__}, not a PatternMatcher")
+    return pm

@@ -1,0 +1,205 @@
+"""`@function`: a function of tensors captured once per input signature as a subgraph, reused by every call.
+
+    @function
+    def gelu_mlp(x, w): return (x @ w).gelu()
+
+The first call with inputs of given shapes, dtypes and devices (and equal non-tensor arguments) traces the body
+once: every input tensor (found in the arguments, one list/tuple/dict/object attribute level after another,
+`self` included) temporarily holds a placeholder buffer, the body runs with running kernels forbidden
+(ALLOW_DEVICE_USAGE=0), and its result graph over the placeholders is kept. Every call then instantiates that
+graph with its own inputs substituted for the placeholders (the call's subgraph), so the Python body runs once per
+signature and the result fuses with its surroundings like any lazy graph: gradients flow through it by the
+ordinary rules. Buffers the body creates without data (Tensor.empty) are made fresh for every call; buffers it
+filled (Tensor([1, 2])) are constants of the capture.
+
+A tensor the body reads that is not reachable from the arguments (a closure or global) is an implicit input:
+an error naming it, unless `allow_implicit=True`, where it is captured as it is (a realized buffer is read at
+each call, so in-place updates are seen; rebinding the Python name is not). `precompile=True` materialises the
+outputs in buffers of their own (the body's kernels are not fused into what consumes them)."""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+from speck.tensor import schedule
+from speck.tensor.realize import DeviceUsageError
+from speck.tensor.schedule import buffer_device, buffer_map, max_dim, new_buffer_uop
+from speck.tensor.settings import ALLOW_DEVICE_USAGE
+from speck.tensor.tensor import Tensor
+from speck.uop import Context, Ops, UOp
+from speck.uop.helpers import prod
+
+
+class FunctionError(RuntimeError):
+    """An @function that can't be captured as written."""
+
+
+class _PlaceholderStorage:
+    """What buffer_map holds for a placeholder while (and after) a body is traced: reading it is an error."""
+
+    def __init__(self, fname: str, what: str) -> None:
+        self.fname, self.what = fname, what
+
+    def __getattr__(self, name: str) -> Any:
+        raise DeviceUsageError(f"@function {self.fname}: the body read the data of {self.what}; a body is traced "
+                               "once on placeholders and can't read values (no .numpy()/.item()/.tolist())")  # fmt: skip
+
+
+def function(fn: Callable[..., Any] | None = None, *, precompile: bool = False, precompile_backward: bool = False,
+             allow_implicit: bool = False) -> Any:  # fmt: skip
+    """`@function` or `@function(allow_implicit=..., precompile=...)`: see the module docstring."""
+
+    def wrap(f: Callable[..., Any]) -> Function:
+        return Function(f, allow_implicit=allow_implicit, precompile=precompile)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class Function:
+    """A captured function (the result of `@function`); `captures` maps input signatures to their captures."""
+
+    def __init__(self, fn: Callable[..., Any], allow_implicit: bool = False, precompile: bool = False) -> None:
+        self.fn, self.allow_implicit, self.precompile = fn, allow_implicit, precompile
+        self.captures: dict[Any, _Capture] = {}
+        functools.update_wrapper(self, fn)
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", repr(self.fn)))
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self.__call__, obj)  # a method: self is an argument
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inputs: list[Tensor] = []
+        key = _signature((args, kwargs), inputs, {})
+        cap = self.captures.get(key)
+        if cap is None:
+            cap = _Capture(self, args, kwargs, inputs)
+            self.captures[key] = cap
+        return cap(inputs)
+
+
+def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
+    """A hashable key of the arguments' structure: tensors by (position, shape, dtype, device), collecting them
+    into `inputs` in order (each once); other values by value when hashable, else by identity."""
+    if isinstance(x, Tensor):
+        if id(x) not in seen:
+            seen[id(x)] = len(inputs)
+            inputs.append(x)
+        return ("T", seen[id(x)], x.shape, x.dtype, x.device)
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_signature(v, inputs, seen) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _signature(v, inputs, seen)) for k, v in x.items()))
+    if hasattr(x, "__dict__") and not isinstance(x, _OPAQUE):
+        if id(x) in seen:  # an object met before (cycles): its identity is enough
+            return ("obj", id(x))
+        seen[id(x)] = -1
+        return ("obj", type(x).__qualname__, tuple((k, _signature(v, inputs, seen)) for k, v in vars(x).items()))
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return (type(x).__qualname__, x)
+
+
+# objects with a __dict__ whose attributes are not the function's data
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+
+
+class _Capture:
+    """The body traced once for one input signature: its outputs over placeholder views of the inputs."""
+
+    def __init__(self, f: Function, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> None:
+        start = next(schedule._unique_counter)  # buffers made from here on are the body's own
+        self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
+        for k, t in enumerate(inputs):
+            shape = t.shape
+            size = int(prod(max_dim(s) for s in shape))
+            buf = new_buffer_uop(t.device, size, t.dtype)
+            buffer_map[buf] = _PlaceholderStorage(f.name, f"input {k} (shape {shape}, {t.dtype})")
+            self.views.append((buf, buf.reshape(shape) if shape != (size,) else buf))
+        saved = [t.uop for t in inputs]
+        try:
+            for t, (_, view) in zip(inputs, self.views):
+                t.uop = view
+            with Context(ALLOW_DEVICE_USAGE=0):
+                ret = f.fn(*args, **kwargs)
+        except DeviceUsageError as e:
+            raise DeviceUsageError(f"@function {f.name}: {e}") from e
+        finally:
+            for t, u in zip(inputs, saved):
+                t.uop = u
+        self.single = isinstance(ret, Tensor)
+        outs = (ret,) if isinstance(ret, Tensor) else ret
+        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
+            raise FunctionError(f"@function {f.name} must return a Tensor or a tuple of Tensors, got "
+                                f"{_describe_value(ret)}")  # fmt: skip
+        if f.precompile:
+            outs = tuple(o.contiguous() for o in outs)
+        self.devices = [o.device for o in outs]
+        self.body = UOp.sink(*[o.uop for o in outs])
+        placeholders = {b for b, _ in self.views}
+        implicit: list[UOp] = []
+        self.fresh: list[UOp] = []
+        for n in self.body.toposort():
+            if n.op is not Ops.BUFFER or n in placeholders:
+                continue
+            if n.src[0].arg < start:
+                implicit.append(n)
+            elif n not in buffer_map:  # made in the body without data (Tensor.empty): a new one per call
+                self.fresh.append(n)
+        if implicit and not f.allow_implicit:
+            names = "; ".join(_describe_buffer(b, f.fn) for b in implicit)
+            raise FunctionError(f"@function {f.name} reads {len(implicit)} tensor(s) that are not among its "
+                                f"arguments: {names}. Pass them as arguments, or use @function(allow_implicit=True) "
+                                "to capture them as implicit inputs")  # fmt: skip
+
+    def __call__(self, inputs: list[Tensor]) -> Any:
+        mapping: dict[UOp, UOp] = {}
+        for (buf, view), t in zip(self.views, inputs):
+            mapping[view] = t.uop
+            if buf is not view:
+                mapping[buf] = t.uop.reshape((int(buf.arg),))
+        for b in self.fresh:
+            mapping[b] = new_buffer_uop(buffer_device(b), b.arg, b.dtype)
+        outs = [Tensor(u, device=d) for u, d in zip(self.body.substitute(mapping).src, self.devices)]
+        return outs[0] if self.single else tuple(outs)
+
+
+def _describe_value(x: Any) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of ({', '.join(type(v).__name__ for v in x)})"
+    return type(x).__name__
+
+
+def _describe_buffer(buf: UOp, fn: Callable[..., Any]) -> str:
+    """A buffer the body read, named after the closure variables and globals of fn whose tensors hold it."""
+    names: list[str] = []
+    code = getattr(fn, "__code__", None)
+    candidates: list[tuple[str, Any]] = []
+    if code is not None:
+        cells = getattr(fn, "__closure__", None) or ()
+        candidates += [(n, c.cell_contents) for n, c in zip(code.co_freevars, cells) if _has_contents(c)]
+        glb = getattr(fn, "__globals__", {})
+        candidates += [(n, glb[n]) for n in code.co_names if n in glb]
+    for name, val in candidates:
+        if isinstance(val, Tensor) and buf in val.uop.toposort():
+            names.append(repr(name))
+    what = f"a {buf.dtype} buffer of {buf.arg} element(s) on {buffer_device(buf)}"
+    return f"{' / '.join(names)} ({what})" if names else what
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+__all__ = ["Function", "FunctionError", "function"]
