@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tensor_helpers import FEW
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor import KernelCountException, Tensor, TinyJit, assert_kernel_count
 from speck.tensor.custom_kernel import CustomKernelError
 from speck.uop import AxisType, UOp
+from tensor_helpers import FEW
 
 DEVICES = ["CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON"]
 
@@ -295,3 +295,19 @@ def test_unclosed_range_and_bad_return() -> None:
         Tensor.custom_kernel(Tensor.empty(4), fxn=unclosed)
     with pytest.raises(CustomKernelError, match="must return a SINK"):
         Tensor.custom_kernel(Tensor.empty(4), fxn=lambda C: C[0].store(1.0))
+
+
+def test_readers_in_the_same_schedule_see_the_old_values() -> None:
+    """A realized buffer the kernel would write in place, read by another graph realized with it: that graph sees
+    the values from before the kernel (the kernel writes a copy), in either realize order."""
+    an = _rand(6, seed=20)
+    for order in (0, 1):
+        a = Tensor(an).realize()
+        before = a * 10
+        after = Tensor.custom_kernel(a, fxn=arange_kernel)[0]
+        Tensor.realize(*((before, after) if order else (after, before)))
+        np.testing.assert_allclose(before.numpy(), an * 10, rtol=1e-6)
+        np.testing.assert_array_equal(after.numpy(), np.arange(6, dtype=np.float32))
+    c = Tensor(an).realize()
+    Tensor.custom_kernel(c, fxn=arange_kernel)[0].realize()  # alone: written in place
+    np.testing.assert_array_equal(c.numpy(), np.arange(6, dtype=np.float32))

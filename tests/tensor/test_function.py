@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tensor_helpers import FEW
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor import Tensor, assert_kernel_count, function
@@ -16,6 +15,7 @@ from speck.tensor.function import Function, FunctionError
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.settings import ALLOW_DEVICE_USAGE
 from speck.uop import UOp
+from tensor_helpers import FEW
 
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:

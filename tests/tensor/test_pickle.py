@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tensor_helpers import FEW
 
 from speck.tensor import GlobalCounters, Tensor, TinyJit, UOp, Variable, assert_kernel_count, dtypes
 from speck.tensor.pickling import TensorPickleError
 from speck.uop import Ops, PatternMatcher, UPat
+from tensor_helpers import FEW
 
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -229,3 +229,16 @@ def test_fresh_process_roundtrip(tmp_path: Path) -> None:
     np.testing.assert_allclose(res["lazy"], lazy.numpy(), rtol=1e-6)
     np.testing.assert_allclose(res["jit"], np.maximum(xn @ w.numpy(), 0) + xn.sum(), rtol=1e-5, atol=1e-5)
     assert int(res["traced"]) == 2
+
+
+def test_copy_and_deepcopy() -> None:
+    import copy
+
+    an = _rand(5, seed=21)
+    a = Tensor(an).realize()
+    shallow, deep = copy.copy(a), copy.deepcopy(a)
+    assert _buffers(shallow) == _buffers(a) and _buffers(deep) != _buffers(a)
+    np.testing.assert_array_equal(deep.numpy(), an)
+    a.assign(Tensor(an + 1))
+    np.testing.assert_array_equal(shallow.numpy(), an + 1)
+    np.testing.assert_array_equal(deep.numpy(), an)

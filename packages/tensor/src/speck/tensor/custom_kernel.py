@@ -70,7 +70,7 @@ def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: 
         if not all(isinstance(s, int) for s in t.shape):
             raise CustomKernelError(f"custom_kernel {fname}: argument {slot} has symbolic shape {t.shape}; custom "
                                     "kernels need concrete shapes")  # fmt: skip
-        placeholders.append(UOp.placeholder(tuple(int(s) for s in t.shape), t.dtype, slot))
+        placeholders.append(UOp.placeholder(t.shape, t.dtype, slot))
     sink = fxn(*placeholders)
     if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
         got = f"a {sink.op} UOp" if isinstance(sink, UOp) else type(sink).__name__
@@ -308,11 +308,12 @@ def schedule_custom_kernel(sched: Scheduler, u: UOp) -> UOp:
     bufs: list[UOp] = []
     for slot, src in enumerate(call.src):
         whole = _whole_buffer(src, base_buffer, view_offset)
-        if whole is not None and slot in ck.writes and whole in buffer_map:
-            realized_cache.clear()  # it is written in place: values computed from its old contents are stale
-        if whole is None and slot in ck.writes and (sched.materialized(src) is not None or sched._uses.get(src, 0) > 1):
-            # the kernel writes it, and something else reads its value: write into a copy of its own
-            src = UOp(Ops.CONTIGUOUS, src.dtype, (src,), "clone", ("custom_kernel", id(call), slot))
+        if slot in ck.writes:
+            if _read_elsewhere(sched, src, call) or whole is None and sched.materialized(src) is not None:
+                # something else in this schedule reads the value it would overwrite: write into a copy instead
+                src, whole = UOp(Ops.CONTIGUOUS, src.dtype, (src,), "clone", ("custom_kernel", id(call), slot)), None
+            elif whole is not None and whole in buffer_map:
+                realized_cache.clear()  # written in place: values computed from its old contents are stale
         if whole is None:
             view = sched.realize(src)
             if (whole := _whole_buffer(view, base_buffer, view_offset)) is None:  # a strided or offset view
@@ -328,6 +329,18 @@ def schedule_custom_kernel(sched: Scheduler, u: UOp) -> UOp:
         shape = src.shape
         sched.done[UOp(Ops.AFTER, src.dtype, (src, call))] = b.reshape(shape) if shape != (b.arg,) else b
     return sched.done[u]
+
+
+def _read_elsewhere(sched: Scheduler, src: UOp, call: UOp) -> bool:
+    """Whether the graphs this schedule realizes read src (or, through views, its buffer) other than through this
+    call (the KERNEL, once per argument slot src fills, and src's AFTER result are its expected consumers)."""
+    n, expected = src, call.src.count(src) + (UOp(Ops.AFTER, src.dtype, (src, call)) in sched._counted)
+    while True:
+        if sched._uses.get(n, 0) > expected:
+            return True
+        if n.op not in _VIEW_OPS and n.op is not Ops.DETACH or not n.src:
+            return False  # a buffer, or a computation that gets a buffer of its own
+        n, expected = n.src[0], 1
 
 
 def _whole_buffer(view: UOp, base_buffer: Any, view_offset: Any) -> UOp | None:

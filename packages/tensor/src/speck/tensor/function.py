@@ -27,7 +27,6 @@ from typing import Any
 from speck.tensor import schedule
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import buffer_device, buffer_map, max_dim, new_buffer_uop
-from speck.tensor.settings import ALLOW_DEVICE_USAGE
 from speck.tensor.tensor import Tensor
 from speck.uop import Context, Ops, UOp
 from speck.uop.helpers import prod
@@ -44,8 +43,8 @@ class _PlaceholderStorage:
         self.fname, self.what = fname, what
 
     def __getattr__(self, name: str) -> Any:
-        raise DeviceUsageError(f"@function {self.fname}: the body read the data of {self.what}; a body is traced "
-                               "once on placeholders and can't read values (no .numpy()/.item()/.tolist())")  # fmt: skip
+        raise DeviceUsageError(f"@function {self.fname}: the body read the data of {self.what}; a body is "
+                               "traced once on placeholders and can't read values (.numpy(), .item())")  # fmt: skip
 
 
 def function(fn: Callable[..., Any] | None = None, *, precompile: bool = False, precompile_backward: bool = False,

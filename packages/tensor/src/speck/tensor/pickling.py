@@ -86,8 +86,9 @@ def _load_buffer(device: str, size: int, dtype: Any, data: np.ndarray | None) ->
         path = device.partition(":")[2]
         need = size * dtype.itemsize
         if not os.path.isfile(path) or os.path.getsize(path) < need:
-            raise TensorPickleError(f"can't unpickle a tensor on {device}: the file {path!r} is missing or smaller "
-                                    f"than the {need} bytes it held (DISK tensors pickle by path, not content)")  # fmt: skip
+            raise TensorPickleError(f"can't unpickle a tensor on {device}: the file {path!r} is missing or "
+                                    f"smaller than the {need} bytes it held (DISK tensors pickle by path, not "
+                                    "content)")  # fmt: skip
     buf = new_buffer_uop(device, size, dtype)
     if data is not None:
         realize.get_buffer(buf).copyin(data)
@@ -138,9 +139,11 @@ def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
     return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad))
 
 
-def _load_tensor(u: UOp, device: str, requires_grad: bool | None, grad: Tensor | None) -> Tensor:
+def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None) -> Tensor:
     from speck.tensor.tensor import Tensor
 
+    if isinstance(u, _GraphRecord):  # copy.copy passes the record itself: a shallow copy shares the graph
+        u = u.u
     t = Tensor(u, device=device, requires_grad=requires_grad)
     t.grad = grad
     return t
@@ -154,16 +157,16 @@ class _NotPickled:
         self.name = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TensorPickleError(f"TinyJit {self.name} was unpickled: its function was not pickled, so it can only "
-                                "replay its capture (don't reset() it; build a new TinyJit to capture again)")  # fmt: skip
+        raise TensorPickleError(f"TinyJit {self.name} was unpickled without its function: it can only replay its "
+                                "capture (don't reset() it; build a new TinyJit to capture again)")  # fmt: skip
 
 
 def reduce_jit(jit: TinyJit[Any]) -> tuple[Any, ...]:
     """TinyJit.__reduce__: the capture with every BUFFER as a record; the function and replay plan are dropped."""
     name = getattr(jit, "__qualname__", None) or getattr(jit.fn, "__name__", "jit")
     if jit.cnt < 2:
-        raise TensorPickleError(f"can't pickle TinyJit {name}: it has not captured yet (call it {2 - jit.cnt} more "
-                                "time(s) first; a JIT pickles its captured kernels, not its Python function)")  # fmt: skip
+        raise TensorPickleError(f"can't pickle TinyJit {name}: it has not captured yet (call it {2 - jit.cnt} "
+                                "more time(s) first; a JIT pickles its captured kernels, not code)")  # fmt: skip
     state = {k: _swap_buffers(v) for k, v in vars(jit).items() if k not in ("fn", "__wrapped__", "plan")}
     return (_load_jit, (type(jit), str(name), state))
 
@@ -186,7 +189,7 @@ def _swap_buffers(x: Any) -> Any:
     return x
 
 
-def _load_jit(cls: type, name: str, state: dict[str, Any]) -> Any:
+def _load_jit(cls: Any, name: str, state: dict[str, Any]) -> Any:
     jit = cls.__new__(cls)
     jit.__dict__.update(state)
     jit.fn = _NotPickled(name)

@@ -422,7 +422,7 @@ class UOp(_Slots):
 
     # ---------------- kernels written by hand (Tensor.custom_kernel) ----------------
     @staticmethod
-    def placeholder(shape: tuple[int, ...], dtype: DType, slot: int) -> UOp:
+    def placeholder(shape: tuple[sint, ...], dtype: DType, slot: int) -> UOp:
         """Buffer parameter `slot` viewed with `shape` (row-major): what a hand-written kernel indexes as C[i, j]."""
         sh = validate_shape(shape, "placeholder shape")
         if not all_int(sh):
