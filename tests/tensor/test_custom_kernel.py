@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor import KernelCountException, Tensor, TinyJit, assert_kernel_count
 from speck.tensor.custom_kernel import CustomKernelError
-from speck.uop import AxisType, UOp
+from speck.uop import AddrSpace, AxisType, UOp
 from tensor_helpers import FEW
 
 DEVICES = ["CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON"]
@@ -120,7 +120,7 @@ def test_gemm_sum_flip(device: str) -> None:
     an, bn = _rand(6, 5, seed=3), _rand(5, 4, seed=4)
     a, b = Tensor(an, device=device), Tensor(bn, device=device)
     with assert_kernel_count(1):
-        c = Tensor.custom_kernel(Tensor.empty(6, 4, device=device), a, b, fxn=gemm_kernel)[0].numpy()
+        c = Tensor.custom_kernel(Tensor.invalids(6, 4, device=device), a, b, fxn=gemm_kernel)[0].numpy()
     np.testing.assert_allclose(c, an @ bn, rtol=1e-5, atol=1e-5)
     v = _rand(100, seed=5)
     with assert_kernel_count(1):
@@ -311,3 +311,23 @@ def test_readers_in_the_same_schedule_see_the_old_values() -> None:
     c = Tensor(an).realize()
     Tensor.custom_kernel(c, fxn=arange_kernel)[0].realize()  # alone: written in place
     np.testing.assert_array_equal(c.numpy(), np.arange(6, dtype=np.float32))
+
+
+def slice_sum_kernel(dest: UOp, src: UOp) -> UOp:
+    """A register accumulator: reset per row inside g, updated inside r, read after r closes."""
+    g = UOp.range(src.shape[0], 0)
+    row = src[g, :]
+    reg = UOp.placeholder((1,), dest.dtype.base, 0, addrspace=AddrSpace.REG)
+    reg = reg.after(g)[0].set(0)
+    r = UOp.range(src.shape[1], 1, AxisType.REDUCE)
+    reg = reg[0].set(reg.after(r)[0] + row[r], end=r)
+    return dest[g].set(reg[0], end=g).sink(arg=KernelInfo(name="slice_sum", opts_to_apply=()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_register_accumulator(device: str) -> None:
+    x = _rand(6, 9, seed=21)
+    with assert_kernel_count(1):
+        out = Tensor.custom_kernel(Tensor.empty(6, device=device), Tensor(x, device=device),
+                                   fxn=slice_sum_kernel)[0].numpy()  # fmt: skip
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-6)

@@ -160,14 +160,18 @@ def _make_jit() -> tuple[TinyJit[Any], list[int], Tensor]:
 
 
 def test_captured_jit_replays_without_tracing() -> None:
+    from speck.tensor.realize import compiled_program_count
+
     step, traced, w = _make_jit()
     assert len(traced) == 2
+    compiled = compiled_program_count()
     back = _roundtrip(step)
     for seed in (10, 11):
         xn = _rand(2, 4, seed=seed)
-        got = back(Tensor(xn).realize()).numpy()
+        with assert_kernel_count(2):  # the captured kernels, loaded with their object code: nothing compiles
+            got = back(Tensor(xn).realize()).numpy()
         np.testing.assert_allclose(got, np.maximum(xn @ w.numpy(), 0) + xn.sum(), rtol=1e-5, atol=1e-5)
-    assert len(traced) == 2  # neither copy traced again
+    assert len(traced) == 2 and compiled_program_count() == compiled  # neither traced nor compiled again
     np.testing.assert_allclose(step(Tensor(_rand(2, 4, seed=11)).realize()).numpy(), got, rtol=1e-6)
 
 

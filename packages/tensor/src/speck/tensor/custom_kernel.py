@@ -125,10 +125,11 @@ def _gradient_rule(call: UOp, ck: CustomKernel) -> Callable[[UOp], tuple[UOp | N
 # ---------------- lowering: the user's SINK -> a kernel AST ----------------
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.EXPAND, Ops.PAD})
 _VIEW = UOp(Ops.NOOP, dtypes.void, (), "custom_kernel view")  # marks nodes that are buffer views, not values
+_STORAGE = (Ops.PARAM, Ops.DEFINE_REG)  # an argument's buffer, or registers (placeholder(addrspace=REG))
 
 
 def _is_view(u: UOp) -> bool:
-    return isinstance(u.dtype, PtrDType) and (u.op in _VIEW_OPS or u.op is Ops.AFTER or u.op is Ops.PARAM)
+    return isinstance(u.dtype, PtrDType) and (u.op in _VIEW_OPS or u.op is Ops.AFTER or u.op in _STORAGE)
 
 
 def _is_element(u: UOp) -> bool:
@@ -142,15 +143,16 @@ class _Lowering:
         self.low: dict[UOp, UOp] = {}
         self.writes: set[int] = set()
 
-    def pointer(self, elem: UOp) -> tuple[UOp, int]:
-        """INDEX(PARAM.after(*deps), flat index) of an element, with its slot. Movement views map the index down
-        to the placeholder's row-major layout; AFTERs on the way keep their ordering."""
+    def pointer(self, elem: UOp) -> tuple[UOp, int | None]:
+        """INDEX(PARAM.after(*deps), flat index) of an element, with its argument slot (None for registers).
+        Movement views map the index down to the placeholder's row-major layout; AFTERs on the way keep their
+        ordering."""
         view, idx = elem.src[0], [self.low[i] for i in elem.src[1:]]
         self.check_bounds(idx, view.shape, elem)
         deps: list[UOp] = []
         gates: list[UOp] = []
         u = view
-        while u.op is not Ops.PARAM:
+        while u.op not in _STORAGE:
             if u.op is Ops.AFTER:
                 deps += [self.low[d] for d in u.src[1:]]
             else:
@@ -167,8 +169,8 @@ class _Lowering:
             for g in gates[1:]:
                 cond = cond & g
             flat = flat.valid(cond)
-        param = UOp.param(slot, u.dtype)
-        return (param.after(*deps) if deps else param).index(flat), int(slot)
+        buf = UOp(u.op, u.dtype, (), int(slot))
+        return (buf.after(*deps) if deps else buf).index(flat), int(slot) if u.op is Ops.PARAM else None
 
     def check_bounds(self, idx: list[UOp], shape: tuple[Any, ...], elem: UOp, gated: bool = False) -> None:
         """An index whose bounds (over the ranges it is built from) leave the dim is an error at build time."""
@@ -189,7 +191,7 @@ class _Lowering:
         """The writes a buffer view was taken after (what `C.end(i)` or a SINK of `C` stands for)."""
         out: list[UOp] = []
         u = view
-        while u.op is not Ops.PARAM:
+        while u.op not in _STORAGE:
             if u.op is Ops.AFTER:
                 out += [self.low[d] for d in u.src[1:] if d.op is not Ops.RANGE]
             u = u.src[0]
@@ -197,8 +199,8 @@ class _Lowering:
 
     def node(self, u: UOp) -> UOp:
         low = self.low
-        if u.op is Ops.PARAM and type(u.arg) is tuple:  # a placeholder read through .index() by hand
-            return UOp.param(u.arg[0], u.dtype)
+        if u.op in _STORAGE and type(u.arg) is tuple:  # a placeholder read through .index() by hand
+            return UOp(u.op, u.dtype, (), int(u.arg[0]))
         if u.op in _VIEW_OPS and _is_view(u) or u.op is Ops.AFTER and low[u.src[0]] is _VIEW:
             return _VIEW
         if _is_element(u):
@@ -210,16 +212,18 @@ class _Lowering:
             tgt = u.src[0]
             if _is_element(tgt):
                 ptr, slot = self.pointer(tgt)
-                self.writes.add(slot)
+                if slot is not None:
+                    self.writes.add(slot)
             else:
                 ptr = low[tgt]
                 base = ptr.src[0] if ptr.op is Ops.INDEX else ptr
                 while base.op is Ops.AFTER:
                     base = base.src[0]
-                if base.op is not Ops.PARAM:
+                if base.op not in _STORAGE:
                     raise CustomKernelError(f"custom kernel {self.kname}: STORE into a {tgt.op}; store into an "
                                             "indexed buffer element, e.g. C[i].store(v)")  # fmt: skip
-                self.writes.add(int(base.arg if isinstance(base.arg, int) else base.arg[0]))
+                if base.op is Ops.PARAM:
+                    self.writes.add(int(base.arg if isinstance(base.arg, int) else base.arg[0]))
             return UOp(Ops.STORE, u.dtype, (ptr, *[low[s] for s in u.src[1:]]))
         if u.op is Ops.END and _is_view(u.src[0]):
             body = self.effects(u.src[0])

@@ -529,6 +529,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         return t
 
     @staticmethod
+    def invalids(*shape: Any, **kw: Any) -> Tensor:
+        """A tensor whose values are undefined until something writes them (a custom kernel's output): empty()."""
+        return Tensor.empty(*shape, **kw)
+
+    @staticmethod
     def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
              **kw: Any) -> Tensor:  # fmt: skip
         """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""

@@ -19,6 +19,7 @@ from speck.uop.alu import fold_bitcast as fold_bitcast
 from speck.uop.alu import python_alu as python_alu
 from speck.uop.alu import threefry2x32 as threefry2x32
 from speck.uop.dtype import (
+    AddrSpace,
     ConstType,
     DType,
     Invalid,
@@ -422,12 +423,14 @@ class UOp(_Slots):
 
     # ---------------- kernels written by hand (Tensor.custom_kernel) ----------------
     @staticmethod
-    def placeholder(shape: tuple[sint, ...], dtype: DType, slot: int) -> UOp:
-        """Buffer parameter `slot` viewed with `shape` (row-major): what a hand-written kernel indexes as C[i, j]."""
+    def placeholder(shape: tuple[sint, ...], dtype: DType, slot: int, addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
+        """Buffer parameter `slot` viewed with `shape` (row-major): what a hand-written kernel indexes as C[i, j].
+        addrspace=REG makes register storage number `slot` instead (an accumulator local to the kernel)."""
         sh = validate_shape(shape, "placeholder shape")
         if not all_int(sh):
             raise RuntimeError(f"placeholder shape must be concrete ints, got {sh}")
-        return UOp(Ops.PARAM, dtype.ptr(int(prod(sh))), (), (slot, sh))
+        op = Ops.DEFINE_REG if addrspace is AddrSpace.REG else Ops.PARAM
+        return UOp(op, dtype.ptr(int(prod(sh)), addrspace), (), (slot, sh))
 
     def __getitem__(self, idx: Any) -> UOp:
         """Index a buffer view (a placeholder, or a movement/AFTER view of one). One int or UOp per dim gives the
@@ -1045,7 +1048,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
     op, arg = u.op, u.arg
     if op is Ops.BUFFER:
         return (arg,)
-    if op is Ops.PARAM and type(arg) is tuple:  # a placeholder: (slot, shape)
+    if (op is Ops.PARAM or op is Ops.DEFINE_REG) and type(arg) is tuple:  # a placeholder: (slot, shape)
         return tuple(arg[1])
     if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
         return () if not u.src or u.src[0].op is not Ops.DEVICE else ()

@@ -7,7 +7,7 @@ from speck.uop import AxisType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPa
 
 _AST_OPS = frozenset(
     {Ops.SINK, Ops.END, Ops.STORE, Ops.INDEX, Ops.PARAM, Ops.LOAD, Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.CAST,
-     Ops.BITCAST, Ops.REDUCE, Ops.GROUP, Ops.STACK, Ops.GEP, Ops.AFTER}
+     Ops.BITCAST, Ops.REDUCE, Ops.GROUP, Ops.STACK, Ops.GEP, Ops.AFTER, Ops.DEFINE_REG}
 ) | GroupOp.ALU  # fmt: skip
 
 
@@ -39,11 +39,12 @@ def check_kernel_ast(ast: UOp, stage: str = "verify_ast") -> None:
             if u.src[0].op is not Ops.INDEX or not isinstance(u.src[0].src[0].dtype, PtrDType):
                 raise convention_error(stage, u, "STORE(INDEX(PARAM buffer, idx), value)")
         elif u.op is Ops.INDEX:
-            if _buffer_of(u.src[0]).op is not Ops.PARAM or not isinstance(u.src[0].dtype, PtrDType):
-                raise convention_error(stage, u, "INDEX into a PARAM (or AFTER(PARAM, ...)) whose dtype is a pointer")
+            if _buffer_of(u.src[0]).op not in _BUFFERS or not isinstance(u.src[0].dtype, PtrDType):
+                raise convention_error(stage, u, "INDEX into a PARAM or DEFINE_REG (or an AFTER of one) whose dtype "
+                                       "is a pointer")  # fmt: skip
         elif u.op is Ops.AFTER:
-            if not isinstance(u.dtype, PtrDType) or _buffer_of(u).op is not Ops.PARAM:
-                raise convention_error(stage, u, "AFTER(PARAM buffer, *effects): a buffer read after its writes")
+            if not isinstance(u.dtype, PtrDType) or _buffer_of(u).op not in _BUFFERS:
+                raise convention_error(stage, u, "AFTER(PARAM or DEFINE_REG, *effects): a buffer read after its writes")
         elif u.op is Ops.END:
             if any(r.op is not Ops.RANGE for r in u.src[1:]):
                 raise convention_error(stage, u, "END(effect, *RANGEs)")
@@ -55,9 +56,12 @@ def check_kernel_ast(ast: UOp, stage: str = "verify_ast") -> None:
             raise convention_error(stage, s, "SINK sources that are END(STORE(...), *ranges) or STORE")
 
 
+_BUFFERS = (Ops.PARAM, Ops.DEFINE_REG)
+
+
 def _buffer_of(u: UOp) -> UOp:
-    """The buffer under AFTERs: a kernel written by hand reads a buffer after its own stores (accumulation in
-    place: `AFTER(PARAM, STORE...)`), which the linearizer orders like the accumulators reduce lowering makes."""
+    """The buffer under AFTERs: a kernel written by hand reads a buffer (or a register accumulator) after its own
+    stores (`AFTER(PARAM, STORE...)`), which the linearizer orders like the accumulators reduce lowering makes."""
     while u.op is Ops.AFTER:
         u = u.src[0]
     return u
