@@ -15,7 +15,8 @@ filled (Tensor([1, 2])) are constants of the capture.
 A tensor the body reads that is not reachable from the arguments (a closure or global) is an implicit input:
 an error naming it, unless `allow_implicit=True`, where it is captured as it is (a realized buffer is read at
 each call, so in-place updates are seen; rebinding the Python name is not). `precompile=True` materialises the
-outputs in buffers of their own (the body's kernels are not fused into what consumes them)."""
+outputs in buffers of their own (the body's kernels are not fused into what consumes them); `precompile_backward`
+is accepted and changes nothing (the backward is the ordinary gradient graph of the instantiated body)."""
 
 from __future__ import annotations
 
