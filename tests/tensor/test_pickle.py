@@ -172,6 +172,8 @@ def test_captured_jit_replays_without_tracing() -> None:
             got = back(Tensor(xn).realize()).numpy()
         np.testing.assert_allclose(got, np.maximum(xn @ w.numpy(), 0) + xn.sum(), rtol=1e-5, atol=1e-5)
     assert len(traced) == 2 and compiled_program_count() == compiled  # neither traced nor compiled again
+    with pytest.raises(AssertionError, match="no function"):  # the function was not pickled: no new capture
+        back.reset()
     np.testing.assert_allclose(step(Tensor(_rand(2, 4, seed=11)).realize()).numpy(), got, rtol=1e-6)
 
 

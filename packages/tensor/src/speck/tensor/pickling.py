@@ -7,10 +7,11 @@ each buffer on its original device at once and copies the bytes in (no kernel ru
 buffers, and gives CONTIGUOUS clones fresh tags, so nothing aliases what already lives in the loading process.
 Every tensor (and JIT) in one pickle that shares a buffer gets one record, so it still shares it after loading.
 
-A captured TinyJit pickles its recorded calls (compiled programs included: ProgramSpec with its object code),
-its input/intermediate/output buffers (through the same records) and its returned tensors; the loaded JIT
-replays at once without tracing (its function is not pickled, so it can't capture again). UOps, DTypes and
-Variables pickle by themselves (hash-consed/interned again on load); PatternMatchers by their module-level name.
+A captured TinyJit pickles its CapturedJit: the recorded calls (compiled programs included: ProgramSpec with its
+object code), its input/intermediate/output buffers (through the same records) and its returned tensors; the
+loaded JIT replays at once without tracing (its function is not pickled: reset() raises JitResetError).
+UOps, DTypes and Variables pickle by themselves (hash-consed/interned again on load); PatternMatchers by their
+module-level name.
 
 What can't be pickled raises TensorPickleError naming the object and the reason."""
 
@@ -20,7 +21,7 @@ import copyreg
 import os
 import pickle
 import weakref
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,40 +136,33 @@ def _restore_custom_kernel_gradients(u: UOp) -> None:
 
 
 def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
-    """Tensor.__reduce__: graph (with buffer records), device, requires_grad and grad."""
-    return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad))
+    """Tensor.__reduce__: graph (with buffer records), device, requires_grad, grad and is_param."""
+    return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad, t.is_param))
 
 
-def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None) -> Tensor:
+def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None,
+                 is_param: bool = True) -> Tensor:  # fmt: skip
     from speck.tensor.tensor import Tensor
 
     if isinstance(u, _GraphRecord):  # copy.copy passes the record itself: a shallow copy shares the graph
         u = u.u
     t = Tensor(u, device=device, requires_grad=requires_grad)
-    t.grad = grad
+    t.grad, t.is_param = grad, is_param
     return t
 
 
 # ---------------- TinyJit ----------------
-class _NotPickled:
-    """Stands in for a loaded TinyJit's function: it replays, it can't trace again."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TensorPickleError(f"TinyJit {self.name} was unpickled without its function: it can only replay its "
-                                "capture (don't reset() it; build a new TinyJit to capture again)")  # fmt: skip
-
-
 def reduce_jit(jit: TinyJit[Any]) -> tuple[Any, ...]:
-    """TinyJit.__reduce__: the capture with every BUFFER as a record; the function and replay plan are dropped."""
-    name = getattr(jit, "__qualname__", None) or getattr(jit.fn, "__name__", "jit")
-    if jit.cnt < 2:
-        raise TensorPickleError(f"can't pickle TinyJit {name}: it has not captured yet (call it {2 - jit.cnt} "
+    """TinyJit.__reduce__: its CapturedJit with every BUFFER as a record (the replay plan is rebuilt on load; the
+    function is not pickled, so the loaded JIT replays but can't capture again)."""
+    fn = getattr(jit, "fxn", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or "jit"
+    cap = jit.captured
+    if cap is None:
+        raise TensorPickleError(f"can't pickle TinyJit {name}: it has not captured yet (call it {max(1, 2 - jit.cnt)} "
                                 "more time(s) first; a JIT pickles its captured kernels, not code)")  # fmt: skip
-    state = {k: _swap_buffers(v) for k, v in vars(jit).items() if k not in ("fn", "__wrapped__", "plan")}
-    return (_load_jit, (type(jit), str(name), state))
+    state = {f.name: _swap_buffers(getattr(cap, f.name)) for f in fields(cap) if f.name != "plan"}
+    return (_load_jit, (type(jit), type(cap), state, jit.prune))
 
 
 def _swap_buffers(x: Any) -> Any:
@@ -179,22 +173,16 @@ def _swap_buffers(x: Any) -> Any:
             return _record(x)
         return _GraphRecord(x) if any(n.op is Ops.BUFFER for n in x.toposort()) else x
     if isinstance(x, ScheduleItem):
-        return replace(x, ast=x.ast, bufs=tuple(_swap_buffers(b) for b in x.bufs))
-    if isinstance(x, tuple):
-        return tuple(_swap_buffers(v) for v in x)
-    if isinstance(x, list):
-        return [_swap_buffers(v) for v in x]
+        return replace(x, bufs=tuple(_swap_buffers(b) for b in x.bufs))
+    if isinstance(x, (tuple, list, set, frozenset)):
+        return type(x)(_swap_buffers(v) for v in x)
     if isinstance(x, dict):
         return {k: _swap_buffers(v) for k, v in x.items()}
     return x
 
 
-def _load_jit(cls: Any, name: str, state: dict[str, Any]) -> Any:
-    jit = cls.__new__(cls)
-    jit.__dict__.update(state)
-    jit.fn = _NotPickled(name)
-    jit.plan = None
-    return jit
+def _load_jit(jit_cls: Any, cap_cls: Any, state: dict[str, Any], prune: bool) -> Any:
+    return jit_cls(None, captured=cap_cls(**state), prune=prune)
 
 
 # ---------------- compiled programs (inside a TinyJit's calls) ----------------
