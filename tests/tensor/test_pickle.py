@@ -248,3 +248,11 @@ def test_copy_and_deepcopy() -> None:
     a.assign(Tensor(an + 1))
     np.testing.assert_array_equal(shallow.numpy(), an + 1)
     np.testing.assert_array_equal(deep.numpy(), an)
+
+
+def test_sharded_tensor() -> None:
+    an = _rand(4, 3, seed=22)
+    x = Tensor(an).shard(("CPU", "CPU:1"), axis=0)
+    back = _roundtrip(x)
+    assert back.device == ("CPU", "CPU:1") and back.uop.axis == 0  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(back.numpy(), an)

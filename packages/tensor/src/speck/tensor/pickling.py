@@ -136,8 +136,21 @@ def _restore_custom_kernel_gradients(u: UOp) -> None:
 
 
 def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
-    """Tensor.__reduce__: graph (with buffer records), device, requires_grad, grad and is_param."""
+    """Tensor.__reduce__: graph (with buffer records), device, requires_grad, grad and is_param. A sharded tensor
+    (device a tuple) pickles its values and sharding instead, and is sharded the same way again on load."""
+    if not isinstance(t.device, str):
+        rest = (t.requires_grad, t.grad, t.is_param)
+        return (_load_sharded, (t.numpy(), t.dtype, tuple(t.device), getattr(t.uop, "axis", None), *rest))
     return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad, t.is_param))
+
+
+def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: int | None,
+                  requires_grad: bool | None, grad: Tensor | None, is_param: bool) -> Tensor:  # fmt: skip
+    from speck.tensor.tensor import Tensor
+
+    t = Tensor(data, device=devices[0], dtype=dtype).shard(devices, axis)
+    t.requires_grad, t.grad, t.is_param = requires_grad, grad, is_param
+    return t
 
 
 def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None,
