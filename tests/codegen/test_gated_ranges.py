@@ -135,9 +135,9 @@ def test_max_and_nonzero_padding_keep_every_tap() -> None:
 def test_blocking_avoids_the_gated_axes() -> None:
     """The register-blocking heuristic upcasts images and channels, not the output rows and columns whose gates
     bound the tap loops (as lanes they would each need their own gate)."""
+    from speck.codegen.lower.simplify import pm_simplify
     from speck.codegen.opt import hand_coded_optimizations
     from speck.codegen.opt.kernel_opts import output_axes
-    from speck.codegen.lower.simplify import pm_simplify
     from speck.uop import graph_rewrite
 
     ast = graph_rewrite(transposed_conv(8, 16, 64, 6, 6, 3, (2, 2)), pm_simplify)
