@@ -16,7 +16,7 @@ from speck.codegen.lower.gated_ranges import tighten_gated_reductions
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AxisType, Ops, UOp, dtypes
-from test_render_c_llvm_exec import check_program
+from test_render_clang_llvm_exec import check_program
 
 
 def transposed_conv(n: int, c: int, o: int, h: int, w: int, k: int, pads: tuple[int, int], lower_form: int = 0,
@@ -135,9 +135,9 @@ def test_max_and_nonzero_padding_keep_every_tap() -> None:
 def test_blocking_avoids_the_gated_axes() -> None:
     """The register-blocking heuristic upcasts images and channels, not the output rows and columns whose gates
     bound the tap loops (as lanes they would each need their own gate)."""
+    from speck.codegen.lower.simplify import pm_simplify
     from speck.codegen.opt import hand_coded_optimizations
     from speck.codegen.opt.kernel_opts import output_axes
-    from speck.codegen.lower.simplify import pm_simplify
     from speck.uop import graph_rewrite
 
     ast = graph_rewrite(transposed_conv(8, 16, 64, 6, 6, 3, (2, 2)), pm_simplify)

@@ -120,9 +120,9 @@ def test_random_opts_lowering_matches_ast(
 ) -> None:
     from hypothesis import assume
 
+    from speck.codegen.lower.simplify import pm_simplify
     from speck.codegen.opt import OptError, apply_opts, opt_base
     from speck.codegen.opt.search import candidate_actions
-    from speck.codegen.lower.simplify import pm_simplify
     from speck.uop import graph_rewrite
 
     ast, inputs, var_vals = case
