@@ -181,7 +181,7 @@ def test_selection_table_covers_the_scalar_alu() -> None:
 
 
 def test_compiler_rejects_text_that_is_not_a_listing() -> None:
-    from speck.codegen.compiler.base import CompileError
+    from speck.codegen.errors import CompileError
 
     with pytest.raises(CompileError, match="X86Renderer listing"):
         X86Compiler().compile("void k() {}")
