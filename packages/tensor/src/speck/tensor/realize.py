@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from speck.codegen.kernel_info import kernel_name
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
-from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views, kernel_name
+from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views
 from speck.tensor.settings import CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
