@@ -26,13 +26,13 @@ from speck.codegen.compiler import LLVMCompiler
 from speck.codegen.compiler.llvm import KERNEL_PASSES
 from speck.codegen.interpret import run_program
 from speck.codegen.program import to_program
-from speck.codegen.renderer.cstyle import kernel_signature
+from speck.codegen.renderer.common import kernel_signature
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import UOp
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from ast_strategies import kernel_asts
-from test_render_c_llvm_exec import call, same_bits
+from test_render_clang_llvm_exec import call, same_bits
 
 needs_cc = pytest.mark.skipif(
     shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler to link objects"

@@ -16,7 +16,7 @@ from speck.codegen.lower.gated_ranges import tighten_gated_reductions
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AxisType, Ops, UOp, dtypes
-from test_render_c_llvm_exec import check_program
+from test_render_clang_llvm_exec import check_program
 
 
 def transposed_conv(n: int, c: int, o: int, h: int, w: int, k: int, pads: tuple[int, int], lower_form: int = 0,

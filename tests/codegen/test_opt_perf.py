@@ -20,7 +20,7 @@ from speck.codegen.renderer.cstyle import ClangRenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.codegen.x86.renderer import X86Renderer
 from speck.uop import AxisType, Context, Ops, UOp, dtypes
-from test_render_c_llvm_exec import call, compile_llvm, global_extent
+from test_render_clang_llvm_exec import call, compile_llvm, global_extent
 
 
 def matmul(n: int, k: int, m: int, transposed_b: bool = False, bias: bool = False, batch: int = 0) -> UOp:
@@ -68,7 +68,7 @@ def check_preserved(ast: UOp, renderer: Renderer, seed: int = 0) -> list[UOp]:
     return uops
 
 
-@pytest.mark.parametrize("renderer", [LLVMRenderer(max_vector_bytes=32), ClangRenderer()], ids=["llvm", "c"])
+@pytest.mark.parametrize("renderer", [LLVMRenderer(max_vector_bytes=32), ClangRenderer()], ids=["llvm", "clang"])
 def test_matmul_is_register_blocked(renderer: Renderer) -> None:
     # 4 rows x 16 columns (two 8-float vectors), column blocks outermost: 64/16 = 4 blocks is too few to swap
     assert heuristic(matmul(64, 32, 256), renderer) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16),

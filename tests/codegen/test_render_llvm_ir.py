@@ -20,8 +20,8 @@ from speck.uop import AxisType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from ast_strategies import kernel_asts
-from test_render_c_golden import KERNELS
-from test_render_c_llvm_exec import (
+from test_render_clang_golden import KERNELS
+from test_render_clang_llvm_exec import (
     _llvm,
     alu,
     buf,

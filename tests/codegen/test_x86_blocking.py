@@ -111,7 +111,7 @@ def test_odd_width_vectors_touch_exactly_their_lanes(lanes: int) -> None:
 def test_broadcast_of_a_register_lane(k: int) -> None:
     """GEP(x, (k,)*8) of a computed vector (not a load): lane k moved to lane 0 and broadcast (vpermilps,
     vextractf128, vbroadcastss)."""
-    from test_render_c_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
+    from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 
     f8 = dtypes.float32.vec(8)
     r = rng(cc(2, dtypes.int32), 0)

@@ -100,7 +100,7 @@ def run_x86(spec: ProgramSpec, inputs: list[np.ndarray], var_vals: dict[str, int
 
 def same_bits(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
     """Equal element for element; NaNs match NaNs whatever their payload, and the sign of a zero is not compared
-    (numpy.maximum(0.0, -0.0) depends on numpy's SIMD path, as in test_render_c_llvm_exec.same_bits)."""
+    (numpy.maximum(0.0, -0.0) depends on numpy's SIMD path, as in test_render_clang_llvm_exec.same_bits)."""
     if dtypes.is_float(dt):
         g, w = from_storage(got, dt).astype(np.float64), from_storage(want, dt).astype(np.float64)
         both_nan = np.isnan(g) & np.isnan(w)
@@ -256,7 +256,7 @@ def test_row_reduction_and_symbolic_size() -> None:
 
 
 def test_gated_load_with_alternative_and_gated_store() -> None:
-    from test_render_c_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
+    from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 
     n = 40
     r = rng(n, 0)
@@ -422,7 +422,7 @@ def check_program(uops: list[UOp], inputs: list[np.ndarray], extent: int, nargs:
 
 def test_program_without_global_range_and_int64_ranges() -> None:
     from speck.uop import AddrSpace
-    from test_render_c_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
+    from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 
     r = rng(cc(10, dtypes.int64), 0, AxisType.LOOP, dtypes.int64)
     acc = UOp(Ops.DEFINE_REG, dtypes.int64.ptr(1, AddrSpace.REG), (), 0)

@@ -25,7 +25,7 @@ from speck.codegen.x86.select import SELECTION_TABLE, op_class, signed_magic32
 from speck.uop import AxisType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_render_c_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
+from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 from test_x86_kernels import check
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "x86"
@@ -181,7 +181,7 @@ def test_selection_table_covers_the_scalar_alu() -> None:
 
 
 def test_compiler_rejects_text_that_is_not_a_listing() -> None:
-    from speck.codegen.compiler.base import CompileError
+    from speck.codegen.errors import CompileError
 
     with pytest.raises(CompileError, match="X86Renderer listing"):
         X86Compiler().compile("void k() {}")

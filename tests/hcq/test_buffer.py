@@ -8,9 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import speck.hcq as hcq
+from speck.codegen.numeric import storage_np
 from speck.hcq import Buffer, BufferOptions, CopySizeError, OutOfMemoryError
 from speck.hcq.allocator import HostAllocator, parse_bytes
 from speck.hcq.cpu import CPUDevice
+from speck.uop import DType, dtypes
+from speck.uop.dtype import CONCRETE_SCALARS
 
 
 def test_allocation_is_lazy_and_accounted() -> None:
@@ -141,6 +144,20 @@ def test_dtype_like_objects_are_accepted() -> None:
     assert b.nbytes == 8 and b.numpy().dtype == np.float16
     with pytest.raises(TypeError, match="expected a dtype"):
         Buffer("CPU", 4, object())
+
+
+@pytest.mark.parametrize("dt", sorted(CONCRETE_SCALARS, key=lambda d: d.name), ids=lambda d: d.name)
+def test_speck_dtypes_read_as_their_codegen_storage(dt: DType) -> None:
+    """A buffer of a speck dtype reads back, through .numpy(), as the numpy type speck.codegen stores it as (the
+    interpreter's table): bfloat16 and fp8 as their bit patterns, everything else as itself."""
+    want = np.dtype(storage_np(dt))
+    bits = np.arange(1, 9, dtype=np.uint8).repeat(dt.itemsize)[: 4 * dt.itemsize]
+    if dt == dtypes.bool:
+        bits = bits % 2
+    b = Buffer("CPU", 4, dt).copyin(bits)
+    got = b.numpy()
+    assert got.dtype == want and got.shape == (4,)
+    assert got.tobytes() == bits.tobytes()
 
 
 def test_a_free_from_a_finalizer_inside_alloc_neither_deadlocks_nor_loses_bytes(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -87,7 +87,7 @@ def codegen_base(path: str) -> Base:
         from speck.codegen.renderer.llvmir import LLVMRenderer
 
         spec = to_program(fuzz_ast(), LLVMRenderer(), LLVMCompiler())
-    elif path == "c":
+    elif path == "clang":
         from speck.codegen.compiler import ClangCompiler
         from speck.codegen.renderer.cstyle import ClangRenderer
 
@@ -129,7 +129,7 @@ def base(path: str) -> Base:
     return gcc_base() if path == "gcc" else codegen_base(path)
 
 
-PATHS = ["llvm", pytest.param("c", marks=needs_gcc), "x86", pytest.param("gcc", marks=needs_gcc)]
+PATHS = ["llvm", pytest.param("clang", marks=needs_gcc), "x86", pytest.param("gcc", marks=needs_gcc)]
 
 
 def check_no_wx(image: object, maps: bool = True) -> None:

@@ -118,64 +118,6 @@ def test_bounds_are_sound(p: tuple[UOp, list[UOp], list[dict[str, int]]]) -> Non
                 assert sub.vmin <= v <= sub.vmax, f"{sub.render(False)} = {v} at {env}, bounds [{sub.vmin}, {sub.vmax}]"
 
 
-# ---------------- fast integer division ----------------
-_IDIV_DTYPES = [dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.weakint]
-
-
-@st.composite
-def idiv_cases(draw: st.DrawFn) -> tuple[UOp, int, list[int]]:
-    dt = draw(st.sampled_from(_IDIV_DTYPES))
-    dmin, dmax = (-(2**63), 2**63 - 1) if dt is dtypes.weakint else (dtypes.min(dt), dtypes.max(dt))
-    edge = st.sampled_from([dmin, dmax, 0, -1, 1, dmin + 1, dmax - 1])
-    a = draw(edge | st.integers(dmin, dmax) | st.integers(-1000, 1000))
-    b = draw(edge | st.integers(dmin, dmax) | st.integers(-1000, 1000))
-    lo, hi = sorted((max(dmin, min(dmax, a)), max(dmin, min(dmax, b))))
-    mag = draw(st.integers(1, 40))
-    d = draw(st.integers(1, 2**mag) | st.sampled_from([3, 5, 6, 7, 10, 12, 24, 96, 1000, 2**16 + 1, 641, 2**31 - 1]))
-    if not dtypes.is_unsigned(dt) and draw(st.booleans()):
-        d = -d
-    if dt is not dtypes.weakint and not dtypes.min(dt) <= d <= dtypes.max(dt):
-        d = 7
-    x = UOp.variable("x", lo, hi, dt)
-    xs = draw(st.lists(st.sampled_from([lo, hi, 0 if lo <= 0 <= hi else lo]) | st.integers(lo, hi), max_size=12))
-    return x, d, [lo, hi, *xs]
-
-
-@given(idiv_cases())
-def test_fast_idiv_exact(case: tuple[UOp, int, list[int]]) -> None:
-    from helpers_eval import c_div, c_mod
-    from speck.uop import graph_rewrite
-    from speck.uop.symbolic import fast_idiv, pm_fast_idiv
-
-    x, d, samples = case
-    q = fast_idiv(x, d)
-    m = graph_rewrite(x % d, pm_fast_idiv)
-    if x.dtype is not dtypes.weakint and x.dtype.itemsize == 4:
-        assert q is not None, f"32-bit division by {d} must always lower"
-    if q is None:
-        return
-    for v in samples:
-        env = {"x": v}
-        assert evaluate(q, env) == c_div(v, d), f"{q.render(False)} at x={v}"
-        assert evaluate(m, env) == c_mod(v, d), f"{m.render(False)} at x={v}"
-
-
-def test_fast_idiv_stays_32_bit_when_powers_of_two_shift_out() -> None:
-    from speck.uop import Ops
-    from speck.uop.symbolic import fast_idiv
-
-    # x // 12 for x in [0, 2**16]: x >> 2 first, then a multiplier small enough for a 32-bit product
-    x = UOp.variable("x", 0, 2**16, dtypes.int32)
-    q = fast_idiv(x, 12)
-    assert q is not None and all(u.dtype in (dtypes.int32, dtypes.bool) for u in q.toposort()), q.render(False)
-    assert any(u.op is Ops.SHR for u in q.toposort()) and not any(u.op is Ops.CDIV for u in q.toposort())
-    assert q.src[0].src[0].op is Ops.SHR and q.src[0].src[0].src[1].arg == 2, "the power of two goes first"
-    # the whole uint32 range divided by 7 can't stay in 32 bits: it is done in 64 and cast back
-    big = UOp.variable("x", 0, 2**32 - 1, dtypes.uint32)
-    q2 = fast_idiv(big, 7)
-    assert q2 is not None and q2.op is Ops.CAST and any(u.dtype is dtypes.uint64 for u in q2.toposort())
-
-
 @given(problems())
 def test_symbolic_compiled_equals_interpreted(p: tuple[UOp, list[UOp], list[dict[str, int]]]) -> None:
     from speck.uop import graph_rewrite

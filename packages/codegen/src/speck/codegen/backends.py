@@ -18,18 +18,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.errors import UnknownBackendError, UnsupportedOpError
 
 if TYPE_CHECKING:
     from speck.codegen.program import ProgramSpec
     from speck.codegen.renderer import Renderer
     from speck.uop import UOp
-
-
-class UnknownBackendError(KeyError):
-    """A backend name that is not registered; the message lists the registered ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class IdentityCompiler(Compiler):
@@ -90,7 +84,6 @@ class Backend:
         goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates.
         `beam_timer`/`beam_tag`: BEAM's candidate timer and its device's name (see speck.codegen.opt.search)."""
         from speck.codegen.program import to_program
-        from speck.codegen.renderer import UnsupportedOpError
         from speck.uop import DEBUG
 
         try:
@@ -181,7 +174,7 @@ def _python_renderer() -> Renderer:
 
 
 register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler))
-register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, aliases=("C",)))
+register_backend(Backend("CLANG", _clang_renderer, _clang_compiler))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM"))
 register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
 # NULL runs nothing: programs are rendered (C is the cheapest renderer) so scheduling and counting are real

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from speck.codegen import numeric as nm
-from speck.uop import AddrSpace, AxisType, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
+from speck.codegen.renderer.common import outer_global_range
+from speck.uop import AddrSpace, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
 
 BufferLike = Any  # memoryview | np.ndarray
 
@@ -218,19 +219,6 @@ def _program_uops(spec_or_uops: Any) -> list[UOp]:
     return list(uops)
 
 
-def outer_global_range(uops: Sequence[UOp]) -> UOp | None:
-    """The RANGE the CPU ABI slices across threads: the first GLOBAL range opened at loop depth 0."""
-    depth = 0
-    for u in uops:
-        if u.op is Ops.RANGE:
-            if depth == 0 and u.arg[-1] is AxisType.GLOBAL:
-                return u
-            depth += 1
-        elif u.op is Ops.END:
-            depth -= 1
-    return None
-
-
 def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict[str, int] | None = None,
                 core_range: tuple[int, int] | None = None) -> None:  # fmt: skip
     """Execute a linearized program (a ProgramSpec or its UOp list) in place on `buffers` (by PARAM slot).
@@ -405,5 +393,5 @@ def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bu
     buf[pos] = vv
 
 
-__all__ = ["as_buffer", "eval_ast", "outer_global_range", "run_program"]
+__all__ = ["as_buffer", "eval_ast", "run_program"]
 _ = AddrSpace

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from speck.uop import UOp, sint
+from speck.uop import Ops, UOp, sint
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,13 @@ class KernelInfo:
         return dataclasses.replace(self, **kw)
 
 
+def kernel_name(sink: UOp) -> str:
+    """The function name of a kernel (its AST, or the final SINK of its linearized program): the name in the SINK's
+    KernelInfo, "kernel" when it has none."""
+    name = getattr(sink.arg, "name", None) if sink.op is Ops.SINK else None
+    return "kernel" if name is None else str(name)
+
+
 def _add(a: sint, b: sint) -> sint:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
@@ -63,4 +70,4 @@ class Estimates:
         return Estimates(_add(self.ops, o.ops), _add(self.mem, o.mem), _add(self.lds, o.lds))
 
 
-__all__ = ["Estimates", "KernelInfo"]
+__all__ = ["Estimates", "KernelInfo", "kernel_name"]

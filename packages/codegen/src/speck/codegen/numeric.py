@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from speck.uop import DType, Ops, dtypes, truncate
+from speck.uop.alu import threefry_rounds
 
 _NP_STORAGE: dict[DType, Any] = {
     dtypes.bool: np.bool_,
@@ -179,22 +180,24 @@ def _shift(a: np.ndarray, b: np.ndarray, left: bool, dt: DType) -> np.ndarray:
     return np.where(bad, fill, r).astype(npt)
 
 
+def _rotl32(v: np.ndarray, r: int) -> np.ndarray:
+    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))  # type: ignore[no-any-return]
+
+
 def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Threefry-2x32 (20 rounds) on uint64 counters/keys; matches speck.uop's reference bit for bit."""
+    """THREEFRY on arrays of uint64 counters and keys: speck.uop's `threefry_rounds` on uint32 arrays, so it matches
+    the constant folder bit for bit."""
     x, key = np.asarray(x).astype(np.uint64), np.asarray(key).astype(np.uint64)
-    m = np.uint64(0xFFFFFFFF)
-    k0, k1 = key & m, (key >> np.uint64(32)) & m
-    ks = (k0, k1, np.uint64(0x1BD11BDA) ^ k0 ^ k1)
-    x0, x1 = ((x & m) + ks[0]) & m, (((x >> np.uint64(32)) & m) + ks[1]) & m
-    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
-    for i in range(5):
-        for r in rot[i % 2]:
-            x0 = (x0 + x1) & m
-            x1 = ((x1 << np.uint64(r)) | (x1 >> np.uint64(32 - r))) & m
-            x1 = x1 ^ x0
-        x0 = (x0 + ks[(i + 1) % 3]) & m
-        x1 = (x1 + ks[(i + 2) % 3] + np.uint64(i + 1)) & m
-    return (x1 << np.uint64(32)) | x0
+    shape = np.broadcast_shapes(x.shape, key.shape)
+    x, key = np.atleast_1d(x), np.atleast_1d(key)  # arrays, not numpy scalars: their wrapping adds don't warn
+
+    def words(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (v & np.uint64(0xFFFFFFFF)).astype(np.uint32), (v >> np.uint64(32)).astype(np.uint32)
+
+    (x0, x1), (k0, k1) = words(x), words(key)
+    y0, y1 = threefry_rounds(x0, x1, k0, k1, _rotl32, lambda v: v)
+    out = (y1.astype(np.uint64) << np.uint64(32)) | y0.astype(np.uint64)
+    return out.reshape(shape) if out.shape != shape else out
 
 
 def _f64(fn: Callable[..., Any]) -> Callable[..., Any]:

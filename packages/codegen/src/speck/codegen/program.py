@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen.kernel_info import Estimates, KernelInfo
+from speck.codegen.renderer.common import outer_global_range
 from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
 
 if TYPE_CHECKING:
@@ -167,8 +168,6 @@ def _as_weak_expr(u: UOp) -> UOp:
 def global_size(uops: list[UOp]) -> tuple[sint, ...]:
     """global_size[0] = extent of the outermost GLOBAL range (the dimension CPU workers split), then the other
     GLOBAL ranges in order; padded with 1s to three dimensions."""
-    from speck.codegen.interpret import outer_global_range
-
     outer = outer_global_range(uops)
     dims: list[sint] = []
     if outer is not None:

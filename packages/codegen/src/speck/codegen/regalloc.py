@@ -27,6 +27,8 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from speck.codegen.errors import RegAllocError
+
 
 @dataclass(frozen=True, slots=True, init=False)
 class VReg:
@@ -145,10 +147,6 @@ class Allocation:
     frame_size: int
     intervals: dict[int, tuple[int, int]] = field(default_factory=dict)
     loops: list[tuple[int, int]] = field(default_factory=list)
-
-
-class RegAllocError(RuntimeError):
-    """The instruction list cannot be allocated as given (inconsistent classes, unbalanced loops, fixed clashes)."""
 
 
 INF = float("inf")

@@ -1,24 +1,33 @@
-"""The little speck.hcq needs to know about dtypes: a buffer has an itemsize and (when it has one) a struct format
-character. Anything with `.itemsize` and `.fmt` (speck.uop's dtypes) or anything numpy understands is accepted."""
+"""The little speck.hcq needs to know about dtypes: a buffer has an itemsize, (when it has one) a struct format
+character, and the numpy dtype its memory reads as. Anything with `.itemsize` and `.fmt` (speck.uop's dtypes) or
+anything numpy understands is accepted; for speck.uop's dtypes the numpy dtype comes from speck.codegen's storage
+table (`speck.codegen.numeric.storage_np`: bfloat16 and fp8 read as their bit patterns)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from speck.codegen.numeric import storage_np
+from speck.uop import DType, PtrDType
+
 
 @dataclass(frozen=True)
 class DTypeInfo:
-    """itemsize in bytes, struct format character (None when the type has none, e.g. bfloat16), and a name."""
+    """itemsize in bytes, struct format character (None when the type has none, e.g. bfloat16), a name, and the numpy
+    dtype the memory is stored as (None: the one of `fmt`)."""
 
     itemsize: int
     fmt: str | None
     name: str
+    storage: np.dtype[Any] | None = field(default=None, compare=False)
 
     def numpy(self) -> np.dtype[Any]:
-        """The numpy dtype with the same layout; raises TypeError when there is none."""
+        """The numpy dtype a buffer of this type is stored as; raises TypeError when there is none."""
+        if self.storage is not None:
+            return self.storage
         if self.fmt is None:
             raise TypeError(f"dtype {self.name} has no numpy equivalent (no struct format); view it as bytes instead")
         return np.dtype(self.fmt)
@@ -37,7 +46,10 @@ def dtype_info(dtype: Any) -> DTypeInfo:
     info: DTypeInfo
     if isinstance(dtype, DTypeInfo):
         return dtype
-    if hasattr(dtype, "itemsize") and hasattr(dtype, "fmt"):
+    if isinstance(dtype, DType) and not isinstance(dtype, PtrDType) and dtype.count == 1 and not dtype.is_weak:
+        storage = np.dtype(storage_np(dtype)) if dtype.itemsize else None
+        info = DTypeInfo(dtype.itemsize, dtype.fmt or None, dtype.name, storage)
+    elif hasattr(dtype, "itemsize") and hasattr(dtype, "fmt"):
         info = DTypeInfo(int(dtype.itemsize), dtype.fmt or None, str(getattr(dtype, "name", dtype)))
     else:
         try:

@@ -25,7 +25,8 @@ from typing import NoReturn
 
 from speck.hcq.errors import ElfLinkError, ElfSymbolError
 from speck.hcq.libs import Library
-from speck.hcq.memory import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, CodeMemory, round_up
+from speck.hcq.memory import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, CodeMemory
+from speck.uop.helpers import round_up
 
 EM_X86_64, EM_AARCH64 = 62, 183
 SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 8, 9

@@ -9,6 +9,8 @@ import mmap
 import os
 import weakref
 
+from speck.uop.helpers import round_up
+
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20
 PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
@@ -22,11 +24,6 @@ _libc.mprotect.restype = ctypes.c_int
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.munmap.restype = ctypes.c_int
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-
-
-def round_up(x: int, align: int) -> int:
-    """x rounded up to a multiple of align."""
-    return (x + align - 1) // align * align
 
 
 class HostMemory:

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from speck.codegen.kernel_info import kernel_name
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
-from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views, kernel_name
+from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views
 from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
@@ -243,33 +244,19 @@ def compiled_program_count() -> int:
 
 
 # ---------------- running ----------------
-def _estimate(ast: UOp, bufs: Sequence[UOp], var_vals: dict[str, int]) -> tuple[int, int]:
-    from speck.uop.symbolic import sym_infer
-
-    nodes = ast.toposort()
-    ends = [n for n in nodes if n.op is Ops.RANGE]
-    iters = prod(int(sym_infer(r.src[0], var_vals)) for r in ends)
-    alu = sum(1 for n in nodes if n.op in _ALU_COUNTED)
-    mem = sum(int(b.arg) * b.dtype.itemsize for b in bufs)
-    return int(iters * max(alu, 1)), mem
-
-
-_ALU_COUNTED = frozenset(
-    {Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.WHERE,
-     Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.POW, Ops.MULACC}
-)  # fmt: skip
-
-
 def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
-    """Estimates are fixed per program unless variables change the loop sizes."""
-    if it.var_vals:
-        assert it.ast is not None
-        return _estimate(it.ast, it.bufs, it.var_vals)
+    """(ops, bytes) of one run from codegen's estimates of the program (ProgramSpec.estimates): fixed per program
+    unless variables change the loop sizes. The numpy fallback has no program and counts nothing."""
     est = getattr(prog, "_est", None)
-    if est is None:
-        assert it.ast is not None
-        est = _estimate(it.ast, it.bufs, {})
-        prog._est = est
+    if est is None or it.var_vals:
+        if not isinstance(prog, _CompiledProgram):
+            return 0, 0
+        from speck.uop.symbolic import sym_infer
+
+        e = prog.spec.estimates
+        est = tuple(v if isinstance(v, int) else int(sym_infer(v, it.var_vals)) for v in (e.ops, e.mem))
+        if not it.var_vals:
+            prog._est = est
     return est  # type: ignore[no-any-return, unused-ignore]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
+from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
 
 # ---------------- realized buffers ----------------
@@ -96,31 +97,6 @@ def contiguous_index(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
         out = out + i * stride
         stride = stride * s if isinstance(stride, int) and isinstance(s, int) else _u(stride) * _u(s)
     return out
-
-
-def linear_terms(x: UOp) -> tuple[dict[UOp, int], int]:
-    """x (a weakint index expression) as {term: coefficient} plus a constant, distributing constant products over
-    sums; non-linear parts (div, mod, variables' products) are terms of their own."""
-    terms: dict[UOp, int] = {}
-    const = 0
-    stack: list[tuple[UOp, int]] = [(x, 1)]
-    while stack:
-        u, c = stack.pop()
-        if u.op is Ops.CONST and isinstance(u.arg, int) and not isinstance(u.arg, bool):
-            const += c * u.arg
-        elif u.op is Ops.ADD:
-            stack.extend((s, c) for s in u.src)
-        elif u.op is Ops.SUB:
-            stack.extend(((u.src[0], c), (u.src[1], -c)))
-        elif u.op is Ops.NEG:
-            stack.append((u.src[0], -c))
-        elif u.op is Ops.MUL and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
-            stack.append((u.src[0], c * u.src[1].arg))
-        elif u.op is Ops.MUL and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
-            stack.append((u.src[1], c * u.src[0].arg))
-        else:
-            terms[u] = terms.get(u, 0) + c
-    return {t: k for t, k in terms.items() if k != 0}, const
 
 
 def canonical_index(x: UOp) -> UOp:
@@ -696,11 +672,6 @@ def _kernel_info(name: str) -> Any:
         return KernelInfo(name=name)
     except ImportError:
         return name
-
-
-def kernel_name(ast: UOp) -> str:
-    arg = ast.arg
-    return str(getattr(arg, "name", arg))
 
 
 def view_offset(u: UOp) -> int | None:

@@ -141,22 +141,36 @@ def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
     return truncate[dtype.scalar()](ret)
 
 
-def threefry2x32(x: int, key: int) -> int:
-    """Threefry-2x32 with 20 rounds: counter x (64 bits) and key (64 bits) -> 64 random bits."""
-    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
-    m = 0xFFFFFFFF
-    k0, k1 = key & m, (key >> 32) & m
-    ks = (k0, k1, 0x1BD11BDA ^ k0 ^ k1)
-    x0, x1 = (x & m) + ks[0], ((x >> 32) & m) + ks[1]
-    x0, x1 = x0 & m, x1 & m
+# Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): the rotation
+# amounts of the two alternating groups of four rounds, and the key schedule's parity constant
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+THREEFRY_PARITY = 0x1BD11BDA
+
+
+def threefry_rounds(x0: Any, x1: Any, k0: Any, k1: Any, rotl: Callable[[Any, int], Any],
+                    wrap: Callable[[Any], Any]) -> tuple[Any, Any]:  # fmt: skip
+    """The one definition of Threefry-2x32-20 on 32-bit words: counter (x0, x1) and key (k0, k1) -> (y0, y1).
+
+    Written once for every kind of word: Python ints (wrap masks to 32 bits), numpy uint32 arrays and uint32 UOps
+    (their arithmetic wraps by itself: wrap is the identity). rotl(v, r) rotates a word left by r bits."""
+    ks = (k0, k1, k0 ^ k1 ^ THREEFRY_PARITY)
+    x0, x1 = wrap(x0 + ks[0]), wrap(x1 + ks[1])
     for i in range(5):
-        for r in rot[i % 2]:
-            x0 = (x0 + x1) & m
-            x1 = ((x1 << r) | (x1 >> (32 - r))) & m
-            x1 ^= x0
-        x0 = (x0 + ks[(i + 1) % 3]) & m
-        x1 = (x1 + ks[(i + 2) % 3] + i + 1) & m
-    return (x1 << 32) | x0
+        for r in THREEFRY_ROTATIONS[i % 2]:
+            x0 = wrap(x0 + x1)
+            x1 = rotl(x1, r) ^ x0
+        x0 = wrap(x0 + ks[(i + 1) % 3])
+        x1 = wrap(x1 + ks[(i + 2) % 3] + (i + 1))
+    return x0, x1
+
+
+def threefry2x32(x: int, key: int) -> int:
+    """Threefry-2x32-20 of a 64-bit counter x under a 64-bit key -> 64 random bits (low words first), the meaning of
+    Ops.THREEFRY."""
+    m = 0xFFFFFFFF
+    y0, y1 = threefry_rounds(x & m, (x >> 32) & m, key & m, (key >> 32) & m,
+                             lambda v, r: ((v << r) | (v >> (32 - r))) & m, lambda v: v & m)  # fmt: skip
+    return int((y1 << 32) | y0)
 
 
 def fold_bitcast(v: Any, from_dt: DType, to_dt: DType) -> Any:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -104,7 +103,6 @@ class Context(contextlib.ContextDecorator):
 
 DEBUG = ContextVar("DEBUG", 0)
 SPEC = ContextVar("SPEC", 0)
-TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
 PMCOMPILE = ContextVar("PMCOMPILE", 1)
 # 0 turns off every on-disk cache (compiled objects, BEAM winners); any value >= 1 enables them
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
@@ -139,6 +137,7 @@ def argsort(xs: Sequence[Any]) -> list[int]:
 
 
 def round_up(n: int, multiple: int) -> int:
+    """n rounded up to a multiple of `multiple` (an alignment, a block size)."""
     return -(-n // multiple) * multiple
 
 
@@ -151,37 +150,3 @@ def cdiv(a: int, b: int) -> int:
 def cmod(a: int, b: int) -> int:
     """Remainder with the sign of the dividend (C semantics), the meaning of Ops.CMOD: a == cdiv(a,b)*b + cmod(a,b)."""
     return a - cdiv(a, b) * b
-
-
-def is_pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def polyN(x: Any, coeffs: Sequence[float]) -> Any:
-    """Horner evaluation of a polynomial with coefficients from the highest degree down."""
-    out: Any = coeffs[0]
-    for c in coeffs[1:]:
-        out = out * x + c
-    return out
-
-
-@contextlib.contextmanager
-def scoped_env(**kwargs: str) -> Iterator[None]:
-    """Temporarily set environment variables (for tests and tools)."""
-    old = {k: os.environ.get(k) for k in kwargs}
-    os.environ.update(kwargs)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def float_eq_bits(a: float, b: float) -> bool:
-    """Equality that treats NaN as equal to NaN and separates 0.0 from -0.0 (bit-level identity of values)."""
-    if math.isnan(a) and math.isnan(b):
-        return True
-    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)

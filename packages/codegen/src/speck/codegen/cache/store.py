@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
+from speck.codegen.errors import CacheEntryError, CacheWarning
 from speck.uop.helpers import CACHELEVEL
 
 MAGIC = b"SPECKCAC"
@@ -43,11 +44,6 @@ HEADER_SIZE = _HEAD.size + _DIGEST
 TMP_PREFIX = ".tmp-"
 # keys and namespace parts are plain file names: no separators, no leading dot (temporary files start with one)
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-
-
-class CacheWarning(UserWarning):
-    """An on-disk cache entry was unusable (corrupt, truncated, moved, or written by an older format) and was treated
-    as a miss: the result is recomputed and the entry rewritten. Nothing is wrong with the results."""
 
 
 def cache_root() -> pathlib.Path:
@@ -128,14 +124,6 @@ def _foreign(blob: bytes, path: str | pathlib.Path) -> NoReturn:
 
 def _bad(path: str | pathlib.Path, reason: str, old: bool = False) -> NoReturn:
     raise CacheEntryError(EntryProblem(pathlib.Path(path), reason, old))
-
-
-class CacheEntryError(Exception):
-    """An unusable entry (internal to the store: readers turn it into a miss). `problem` says which and why."""
-
-    def __init__(self, problem: EntryProblem) -> None:
-        super().__init__(str(problem))
-        self.problem = problem
 
 
 _warned: set[str] = set()

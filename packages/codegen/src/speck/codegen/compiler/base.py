@@ -18,18 +18,6 @@ import tempfile
 from speck.codegen.cache import DiskCache, cache_enabled, cache_root
 
 
-class CompileError(RuntimeError):
-    """A compiler rejected its input. The message carries the compiler's own diagnostics and the first lines of the
-    source, numbered, so the failure can be read without re-running anything."""
-
-    def __init__(self, compiler: str, message: str, src: str, max_lines: int = 20) -> None:
-        lines = src.splitlines()
-        shown = "\n".join(f"{i + 1:4d} | {ln}" for i, ln in enumerate(lines[:max_lines]))
-        more = f"\n     ... ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else ""
-        super().__init__(f"{compiler} failed to compile:\n{message.strip()}\nsource (first lines):\n{shown}{more}")
-        self.compiler, self.diagnostics, self.src = compiler, message, src
-
-
 def cache_dir() -> pathlib.Path:
     """The directory compiled objects are cached in: `$SPECK_CACHE_DIR/compile`, else `~/.cache/speck/compile`."""
     return cache_root() / "compile"

@@ -7,7 +7,8 @@ import shutil
 import subprocess
 import tempfile
 
-from speck.codegen.compiler.base import CompileError, Compiler
+from speck.codegen.compiler.base import Compiler
+from speck.codegen.errors import CompileError
 
 # The exact flags, shared by clang and gcc (both accept all of them):
 #   -x c -std=gnu11        the source is C with GNU vector extensions

@@ -7,7 +7,8 @@ import re
 import threading
 from typing import Any
 
-from speck.codegen.compiler.base import CompileError, Compiler
+from speck.codegen.compiler.base import Compiler
+from speck.codegen.errors import CompileError
 
 _init_lock = threading.Lock()
 _initialized = False

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from speck.codegen.lower import transcendental as tr
 from speck.uop import ContextVar, DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.alu import threefry_rounds
 from speck.uop.symbolic import fold_alu, fold_cast
 
 if TYPE_CHECKING:
@@ -79,12 +80,8 @@ def _transcendental(ctx: Decomposer, x: UOp) -> UOp | None:
 
 
 def threefry2x32(x: UOp, key: UOp) -> UOp:
-    """Threefry-2x32, 20 rounds, on uint64 counter x and key, in 32-bit integer ops (matches speck.uop's
-    reference `threefry2x32`)."""
+    """THREEFRY on uint64 counter x and key, in 32-bit integer ops: speck.uop's `threefry_rounds` on uint32 UOps."""
     u32, u64 = dtypes.uint32.vec(x.dtype.count), dtypes.uint64.vec(x.dtype.count)
-
-    def c32(v: int) -> UOp:
-        return UOp.const(u32, v)
 
     def lo(v: UOp) -> UOp:
         return (v & UOp.const(u64, 0xFFFFFFFF)).cast(u32)
@@ -93,19 +90,10 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
         return (v >> UOp.const(u64, 32)).cast(u32)
 
     def rotl(v: UOp, r: int) -> UOp:
-        return (v << c32(r)) | (v >> c32(32 - r))
+        return (v << UOp.const(u32, r)) | (v >> UOp.const(u32, 32 - r))
 
-    k0, k1 = lo(key), hi(key)
-    ks = (k0, k1, k0 ^ k1 ^ c32(0x1BD11BDA))
-    x0, x1 = lo(x) + ks[0], hi(x) + ks[1]
-    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
-    for i in range(5):
-        for r in rot[i % 2]:
-            x0 = x0 + x1
-            x1 = rotl(x1, r) ^ x0
-        x0 = x0 + ks[(i + 1) % 3]
-        x1 = x1 + ks[(i + 2) % 3] + c32(i + 1)
-    return (x1.cast(u64) << UOp.const(u64, 32)) | x0.cast(u64)
+    y0, y1 = threefry_rounds(lo(x), hi(x), lo(key), hi(key), rotl, lambda v: v)
+    return (y1.cast(u64) << UOp.const(u64, 32)) | y0.cast(u64)
 
 
 def _fold_const_vector(a: UOp) -> UOp | None:

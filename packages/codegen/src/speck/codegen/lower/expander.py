@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from speck.uop import AxisType, GroupOp, InvalidType, Ops, PtrDType, UOp, dtypes
+from speck.uop.affine import linear_terms
 
 EXPAND_TYPES = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -290,28 +291,6 @@ def _contiguous(idxs: list[UOp]) -> bool:
         if terms != bterms or const - bconst != k:
             return False
     return True
-
-
-def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
-    """u as sum(coeff * atom) + const, flattening ADD, SUB and multiplication by constants (other nodes are atoms)."""
-    terms: dict[UOp, int] = {}
-    const = 0
-    stack: list[tuple[UOp, int]] = [(u, 1)]
-    while stack:
-        x, c = stack.pop()
-        if x.op is Ops.CONST and isinstance(x.arg, int):
-            const += c * x.arg
-        elif x.op is Ops.ADD:
-            stack.extend((s, c) for s in x.src)
-        elif x.op is Ops.SUB:
-            stack.extend(((x.src[0], c), (x.src[1], -c)))
-        elif x.op is Ops.MUL and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int):
-            stack.append((x.src[0], c * x.src[1].arg))
-        elif x.op is Ops.MUL and x.src[0].op is Ops.CONST and isinstance(x.src[0].arg, int):
-            stack.append((x.src[1], c * x.src[0].arg))
-        else:
-            terms[x] = terms.get(x, 0) + c
-    return {k: v for k, v in terms.items() if v != 0}, const
 
 
 def index_offset(a: UOp, b: UOp) -> int | None:

@@ -3,27 +3,15 @@ graphs in flight, `spec_program` for the final linear program. Errors name the s
 
 from __future__ import annotations
 
-from typing import Any
-
 from speck.uop import SPEC, UOp
-
-
-def _specs() -> tuple[Any, Any, Any] | None:
-    try:
-        from speck.uop.spec import spec_kernel, spec_program, type_verify
-    except ImportError:  # speck.uop without specs: nothing to check against
-        return None
-    return type_verify, spec_kernel, spec_program
 
 
 def verify_stage(graph: UOp | list[UOp], stage: str, program: bool = False, force: bool = False) -> None:
     """Check `graph` against the kernel spec (or spec_program when `program`) if SPEC is set (or `force`)."""
     if not (SPEC or force):
         return
-    specs = _specs()
-    if specs is None:
-        return
-    type_verify, spec_kernel, spec_program = specs
+    from speck.uop.spec import spec_kernel, spec_program, type_verify  # its matchers load only when specs are checked
+
     try:
         type_verify(graph, spec_program if program else spec_kernel)
     except RuntimeError as e:

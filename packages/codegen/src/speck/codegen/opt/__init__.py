@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.opt.heuristic import hand_coded_optimizations
-from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
+from speck.codegen.opt.kernel_opts import Opt, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
 from speck.codegen.opt.search import KernelTimer, beam_search
 from speck.uop import ContextVar, UOp

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.simplify import pm_simplify
 from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes, graph_rewrite
@@ -53,10 +54,6 @@ class Opt:
     @staticmethod
     def from_json(x: list[Any]) -> Opt:
         return Opt(OptOps[x[0]], x[1], x[2])
-
-
-class OptError(RuntimeError):
-    """An Opt that does not apply to this kernel (bad axis, amount not dividing the size, unsupported here)."""
 
 
 _OUTPUT_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP, AxisType.LOCAL)

@@ -7,8 +7,8 @@ preserves every value."""
 
 from __future__ import annotations
 
-from speck.codegen.lower.expander import linear_terms
 from speck.uop import AxisType, Ops, UOp
+from speck.uop.affine import linear_terms
 
 _LINEAR = (Ops.ADD, Ops.SUB, Ops.MUL)
 

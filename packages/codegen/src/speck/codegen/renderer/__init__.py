@@ -10,24 +10,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from speck.codegen.errors import UnsupportedOpError
 from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
 
 # ALU ops every backend is expected to express directly; the pipeline decomposes the others (THREEFRY into 32-bit
 # integer ops, POW into exp2/log2, MULACC into MUL+ADD) unless a renderer adds them to `supported_ops`.
 DEFAULT_SUPPORTED_OPS: frozenset[Ops] = GroupOp.ALU - {Ops.THREEFRY, Ops.POW, Ops.MULACC}
-
-
-class UnsupportedOpError(RuntimeError):
-    """A renderer was asked for an op/dtype combination it cannot express. The message names op, dtype, renderer."""
-
-    def __init__(self, renderer: str, op: Ops, dtype: DType, why: str = "") -> None:
-        extra = f" ({why})" if why else ""
-        super().__init__(
-            f"renderer {renderer!r} cannot express {op.name} on {dtype}{extra}; add a decomposition for it in "
-            f"speck.codegen.lower.decompositions or remove {op.name} from the renderer's supported_ops so the "
-            f"pipeline lowers it"
-        )
-        self.renderer, self.op, self.dtype = renderer, op, dtype
 
 
 class Renderer:
@@ -139,11 +127,4 @@ class Renderer:
         return f"<{type(self).__name__} {self.name}>"
 
 
-def kernel_name(uops: list[UOp]) -> str:
-    """The function name of a linearized program: the KernelInfo name on its final SINK ("kernel" if absent)."""
-    if uops and uops[-1].op is Ops.SINK and uops[-1].arg is not None and hasattr(uops[-1].arg, "name"):
-        return str(uops[-1].arg.name)
-    return "kernel"
-
-
-__all__ = ["DEFAULT_SUPPORTED_OPS", "Renderer", "UnsupportedOpError", "kernel_name"]
+__all__ = ["DEFAULT_SUPPORTED_OPS", "Renderer", "UnsupportedOpError"]

@@ -26,7 +26,6 @@ Semantics (each choice matches the reference interpreter / speck.uop's exact fol
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import re
@@ -35,109 +34,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError, kernel_name
-from speck.uop import AxisType, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
+from speck.codegen.errors import NoTypeError, UnsupportedOpError
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
+from speck.codegen.renderer.common import (
+    bare_const_error,
+    casted_const,
+    divisor_safe,
+    int_fits,
+    kernel_signature,
+    shift_safe,
+)
+from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 from speck.uop.dtype import FP8_FORMATS
-
-# ---------------------------------------------------------------------------------------------------------------------
-# program analysis shared by the C and LLVM renderers
-
-
-def casted_const(u: UOp) -> tuple[bool, Any]:
-    """(True, value truncated to u.dtype) when u is a casted const `CAST(dt, CONST(v, from_py(v)))`, else (False,
-    None)."""
-    if u.op is Ops.CAST and len(u.src) == 1 and u.src[0].op is Ops.CONST:
-        c = u.src[0]
-        if c.dtype.is_weak or c.dtype == dtypes.bool:
-            if c.dtype is not dtypes.from_py(c.arg):
-                raise RuntimeError(f"casted const {u.dtype} has inner CONST {c.arg!r} of dtype {c.dtype}; expected "
-                                   f"{dtypes.from_py(c.arg)} (from_py of the value)")  # fmt: skip
-            return True, cast_value(c.arg, u.dtype.scalar())
-    return False, None
-
-
-def bare_const_error(u: UOp, renderer: str) -> RuntimeError:
-    """The error a renderer raises when it meets a CONST outside a casted const."""
-    return RuntimeError(
-        f"renderer {renderer!r} got a bare CONST {u.arg!r} of dtype {u.dtype}: programs must spell every literal as a "
-        f"casted const CAST(dt, CONST(v, from_py(v))) (see IR.md); run the pipeline's casted-const stage first"
-    )
-
-
-class NoTypeError(RuntimeError):
-    """A renderer has no type for a dtype (re-raised as UnsupportedOpError naming the UOp that needed it)."""
-
-    def __init__(self, renderer: str, dtype: DType) -> None:
-        super().__init__(f"renderer {renderer!r} cannot express dtype {dtype}: it has no type for {dtype.scalar()}")
-        self.dtype = dtype
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSignature:
-    """What the CPU ABI function signature is made of: buffer PARAMs in slot order (with whether each is written),
-    DEFINE_VARs in name order, and the RANGE sliced by core_start/core_end (None when there is no global range)."""
-
-    name: str
-    buffers: tuple[UOp, ...]
-    written: frozenset[UOp]
-    variables: tuple[UOp, ...]
-    sliced: UOp | None
-
-
-def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
-    """Analyse a linearized program for the CPU ABI (CPU_ABI.md); raises RuntimeError on a malformed program."""
-    if not uops or uops[-1].op is not Ops.SINK:
-        raise RuntimeError(f"renderer {renderer!r}: a program must be a linear UOp list ending in SINK")
-    name = kernel_name(uops)
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise RuntimeError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
-    buffers = sorted(
-        (u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0]
-    )
-    for b in buffers:
-        if not isinstance(b.dtype, PtrDType):
-            raise RuntimeError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters must be "
-                               "DEFINE_VARs in a program")  # fmt: skip
-    written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
-    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]))
-    depth, sliced = 0, None
-    for u in uops:
-        if u.op is Ops.RANGE:
-            if depth == 0 and sliced is None and u.arg[-1] is AxisType.GLOBAL:
-                sliced = u
-            depth += 1
-        elif u.op is Ops.END:
-            depth -= 1
-    return KernelSignature(name, tuple(buffers), written, tuple(variables), sliced)
-
-
-def int_fits(u: UOp) -> bool:
-    """u's exact bounds lie strictly inside its integer dtype, so computing it in that dtype cannot overflow.
-    (Bounds that could leave the dtype are reported as the full range, hence the strict comparison.)"""
-    dt = u.dtype.scalar()
-    try:
-        lo, hi = u.vmin, u.vmax
-    except Exception:  # bounds of an exotic node: be conservative
-        return False
-    return bool(isinstance(lo, int) and isinstance(hi, int) and dtypes.min(dt) < lo and hi < dtypes.max(dt))
-
-
-def divisor_safe(a: UOp, b: UOp) -> bool:
-    """C `/` and `%` are defined for a and b: b is never 0, and never -1 while a may be the type's minimum."""
-    dt = b.dtype.scalar()
-    lo, hi = b.vmin, b.vmax
-    if not (isinstance(lo, int) and isinstance(hi, int)) or lo <= 0 <= hi:
-        return False
-    if dtypes.is_unsigned(dt) or dt.itemsize < 4 or not lo <= -1 <= hi:
-        return True
-    return bool(isinstance(a.vmin, int) and a.vmin > dtypes.min(dt))
-
-
-def shift_safe(b: UOp, bits: int) -> bool:
-    """The shift amount b always lies in [0, bits)."""
-    lo, hi = b.vmin, b.vmax
-    return bool(isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi < bits)
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # C types and literals
@@ -390,7 +298,7 @@ class ClangRenderer(Renderer):
     the pipeline's polynomial decompositions so results match the interpreter bit for bit; SQRT and TRUNC map to
     `__builtin_sqrt[f]`/`__builtin_trunc[f]` (single instructions with SSE4.1). Vectors up to 32 bytes (AVX2)."""
 
-    name: ClassVar[str] = "c"
+    name: ClassVar[str] = "clang"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _C_UNSUPPORTED
     has_vectors: ClassVar[bool] = True
     max_vector_bytes: ClassVar[int] = 32
@@ -437,7 +345,7 @@ class _CKernel:
     def need_dtype(self, dt: DType) -> None:
         s = dt.scalar()
         if s not in _CTYPE:
-            raise NoTypeError("c", dt)
+            raise NoTypeError(self.r.name, dt)
         if s == dtypes.bfloat16:
             self.need("bf16", _BF16_HELPERS)
         elif s in _FP8:
@@ -474,8 +382,8 @@ class _CKernel:
             return lit
         if u.op is Ops.CONST:
             raise bare_const_error(u, self.r.name)
-        raise RuntimeError(f"renderer 'c': {u.op} (dtype {u.dtype}) is used before it is defined; the program is not "
-                           "in linearized order")  # fmt: skip
+        raise RuntimeError(f"renderer 'clang': {u.op} (dtype {u.dtype}) is used before it is defined; the program is "
+                           "not in linearized order")  # fmt: skip
 
     def lane(self, u: UOp, i: int) -> str:
         """Lane i of a vector operand (scalars broadcast)."""
@@ -491,7 +399,7 @@ class _CKernel:
         """(buffer, offset) of an INDEX: element `buffer[offset]`, address `(buffer + offset)`."""
         buf, off = idx.src[0], idx.src[1]
         if off.dtype.count > 1:
-            raise RuntimeError(f"renderer 'c': INDEX with a vector of offsets ({off.dtype}) is not a program form; "
+            raise RuntimeError(f"renderer 'clang': INDEX with a vector of offsets ({off.dtype}) is not a program form; "
                                "devectorize gathers before rendering")  # fmt: skip
         return self.operand(buf), self.operand(off)
 
@@ -524,7 +432,7 @@ class _CKernel:
             except NoTypeError as e:
                 raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.depth != 1:
-            raise RuntimeError(f"renderer 'c': {self.depth - 1} RANGE(s) are never closed by an END")
+            raise RuntimeError(f"renderer 'clang': {self.depth - 1} RANGE(s) are never closed by an END")
         head = f"void {sig.name}({', '.join(params)}) {{"
         prelude = "\n".join(self.prelude.values())
         return (prelude + "\n\n" if prelude else "") + head + "\n" + "\n".join(self.lines) + "\n}\n"
@@ -571,7 +479,7 @@ class _CKernel:
         """(element text `buf[off]` or, for an unaligned vector access through memcpy, address text, whether it is
         such a vector access)."""
         if idx.op is not Ops.INDEX:
-            raise RuntimeError(f"renderer 'c': {u.op} must address memory through an INDEX, got {idx.op}")
+            raise RuntimeError(f"renderer 'clang': {u.op} must address memory through an INDEX, got {idx.op}")
         base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
         vdt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
         b, off = self.pointer(idx)
@@ -579,8 +487,8 @@ class _CKernel:
             return f"{b}[{off}]", False
         if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
             return f"({b} + {off})", True
-        raise RuntimeError(f"renderer 'c': {u.op} of {vdt} through a pointer to {base}; expected the element type or "
-                           "a vector of it")  # fmt: skip
+        raise RuntimeError(f"renderer 'clang': {u.op} of {vdt} through a pointer to {base}; expected the element type "
+                           "or a vector of it")  # fmt: skip
 
     def render_load(self, u: UOp) -> None:
         idx = u.src[0]
@@ -641,7 +549,7 @@ class _CKernel:
         elif op in GroupOp.ALU:
             expr = self.alu_expr(u)
         else:
-            raise RuntimeError(f"renderer 'c' cannot express {op} (dtype {u.dtype}): it is not part of the program "
+            raise RuntimeError(f"renderer 'clang' cannot express {op} (dtype {u.dtype}): it is not part of the program "
                                "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
         prefix = "alu" if op in GroupOp.ALU else _PREFIX.get(op, "tmp")
         nm = self.names[u] = self.fresh(prefix)
@@ -854,4 +762,4 @@ class _CKernel:
         raise UnsupportedOpError(self.r.name, op, s, "no C form for this op on an integer dtype")
 
 
-__all__ = ["ClangRenderer", "KernelSignature", "c_literal", "casted_const", "kernel_signature"]
+__all__ = ["ClangRenderer", "c_literal"]

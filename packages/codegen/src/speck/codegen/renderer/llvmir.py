@@ -24,8 +24,9 @@ import re
 import struct
 from typing import Any, ClassVar
 
-from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, UnsupportedOpError
-from speck.codegen.renderer.cstyle import NoTypeError, bare_const_error, casted_const, kernel_signature, shift_safe
+from speck.codegen.errors import NoTypeError, UnsupportedOpError
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
+from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
 from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 from speck.uop.dtype import FP8_FORMATS, to_bits
 

@@ -17,7 +17,9 @@ import numpy as np
 
 from speck.codegen import interpret as it
 from speck.codegen import numeric as nm
-from speck.codegen.renderer import Renderer, kernel_name
+from speck.codegen.kernel_info import kernel_name
+from speck.codegen.renderer import Renderer
+from speck.codegen.renderer.common import outer_global_range
 from speck.uop import GroupOp, Ops, PtrDType, UOp
 
 
@@ -36,7 +38,7 @@ class PythonRenderer(Renderer):
     def render(self, uops: list[UOp]) -> str:
         """Python source of `def <name>(rt):` executing `uops` (K, the table of constants, is bound by run_python)."""
         pos = {u: i for i, u in enumerate(uops)}
-        batched = it.outer_global_range(uops)
+        batched = outer_global_range(uops)
         lines = [f"def {_py_name(uops)}(rt):"]
         ind = 1
 
@@ -109,7 +111,7 @@ def _py_literal(v: object) -> str:
 
 
 def _py_name(uops: list[UOp]) -> str:
-    name = re.sub(r"\W", "_", kernel_name(uops))
+    name = re.sub(r"\W", "_", kernel_name(uops[-1]) if uops else "kernel")
     return name if name and not name[0].isdigit() else f"k_{name}"
 
 
@@ -122,7 +124,7 @@ class PythonRuntime:
                                         buffers)  # fmt: skip
         self.var_vals, self.core_range = var_vals, core_range
         self.nbatch = 1
-        batched = it.outer_global_range(uops)
+        batched = outer_global_range(uops)
         if batched is not None:
             vals: dict[UOp, Any] = {}
             for n in batched.src[0].toposort():

@@ -10,11 +10,12 @@ Pipeline for a hand-built or selected instruction list on virtual registers:
 `write_elf_object`; `build_object` runs all three.
 """
 
+from speck.codegen.errors import EncodingError
 from speck.codegen.x86.alloc import AllocatedFunction, LoopBegin, LoopEnd, allocate_function, build_object
 from speck.codegen.x86.assembler import Assembled, Assembler, assemble
 from speck.codegen.x86.compiler import X86Compiler, parse_listing
 from speck.codegen.x86.elf_object import ConstPool, write_elf_object
-from speck.codegen.x86.encoder import EncodingError, Relocation, encode
+from speck.codegen.x86.encoder import Relocation, encode
 from speck.codegen.x86.operands import Imm, IncomingStackArg, Inst, Label, Mem, Reg, Sym, gpr, ins, rodata, xmm, ymm
 from speck.codegen.x86.ops import X86Op
 from speck.codegen.x86.renderer import X86Renderer, X86Rendering, render_x86

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import threading
 
-from speck.codegen.compiler.base import CompileError, Compiler
+from speck.codegen.compiler.base import Compiler
+from speck.codegen.errors import CompileError
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.encoder import Relocation
 

@@ -14,13 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
+from speck.codegen.errors import EncodingError
 from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_operand, listing_body
 from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
-
-
-class EncodingError(ValueError):
-    """An instruction whose operands match no encoding form (the message names the instruction and what fits)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ whose condition is a bool value (not a comparison) tests it against integer 0.
 
 from __future__ import annotations
 
-from speck.codegen.renderer import UnsupportedOpError
+from speck.codegen.errors import X86UnsupportedError
 from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 SUPPORTED_SCALARS: frozenset[DType] = frozenset({
@@ -52,16 +52,6 @@ def unsupported_dtype(u: UOp) -> DType | None:
             if _has_no_register(s.dtype):
                 return s.dtype
     return None
-
-
-class X86UnsupportedError(UnsupportedOpError):
-    """A kernel the x86 backend refuses (an op or dtype it has no instructions for), raised before any instruction is
-    selected; the message names op, dtype and kernel. Being an UnsupportedOpError, it lets the backend registry run
-    that one kernel on the backend's fallback (LLVM) instead."""
-
-    def __init__(self, message: str, op: Ops, dtype: DType) -> None:
-        RuntimeError.__init__(self, message)
-        self.renderer, self.op, self.dtype = "x86", op, dtype
 
 
 _OPERAND_CHECKED = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.STORE})

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from speck.codegen.kernel_info import kernel_name
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
-from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer, kernel_name
+from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.x86.alloc import allocate_function
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.compiler import remember_object
@@ -60,7 +61,7 @@ def render_x86(uops: list[UOp], fp_contract: bool = False) -> X86Rendering:
     encode, write the ELF object. Raises X86UnsupportedError (an UnsupportedOpError) naming op, dtype and kernel for
     anything it cannot select.
     `fp_contract`: fuse a*b+c into one FMA (rounded once)."""
-    name = kernel_name(uops)
+    name = kernel_name(uops[-1]) if uops else "kernel"
     t0 = time.perf_counter()
     legal = legalize(uops, name)
     t1 = time.perf_counter()

@@ -29,14 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from speck.codegen.errors import SelectionError
 from speck.codegen.regalloc import VReg
-from speck.codegen.renderer.cstyle import divisor_safe, kernel_signature, shift_safe
+from speck.codegen.renderer.common import divisor_safe, kernel_signature, shift_safe
 from speck.codegen.x86 import select_cast as sc
 from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
-from speck.codegen.x86.legalize import X86UnsupportedError
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.peephole import fold_copies
@@ -114,10 +114,6 @@ def _barrier(u: UOp) -> bool:
 
 _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
 _USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
-
-
-class SelectionError(X86UnsupportedError):
-    """No selection rule for an op/dtype (the message names op, dtype and kernel)."""
 
 
 class Selector:

@@ -1,5 +1,5 @@
 """Golden tests for the C renderer: literal spelling per dtype (input/expected pairs), a few whole kernels compared
-exactly with files in tests/codegen/golden/c/, and round trips through a second tool: every golden kernel compiles
+exactly with files in tests/codegen/golden/clang/, and round trips through a second tool: every golden kernel compiles
 with the production ClangCompiler, and every literal, compiled and run, stores exactly the bits of its value.
 
 Regenerate the kernel goldens after an intended change with `SPECK_UPDATE_GOLDEN=1 pytest <this file>` and review
@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 
 from speck.codegen import numeric as nm
-from speck.codegen.renderer.cstyle import ClangRenderer, c_literal, casted_const
+from speck.codegen.renderer.common import casted_const
+from speck.codegen.renderer.cstyle import ClangRenderer, c_literal
 from speck.codegen.renderer.llvmir import LLVMRenderer, llvm_literal
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_render_c_llvm_exec import (
+from test_render_clang_llvm_exec import (
     alu,
     buf,
     cc,
@@ -37,7 +38,7 @@ from test_render_c_llvm_exec import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "c"
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "clang"
 
 # ---------------------------------------------------------------------------------------------------------------------
 # literals: (value, dtype, expected C)
@@ -118,7 +119,7 @@ def test_literals_store_their_exact_bits(dt: DType) -> None:
     bits equal those the interpreter stores for the same casted const."""
     cases = [c for c in LITERALS if c[1] == dt]
     uops = _literal_program(dt, cases)
-    src = check_program(uops, [np.zeros(len(cases), nm.storage_np(dt))])["c"]
+    src = check_program(uops, [np.zeros(len(cases), nm.storage_np(dt))])["clang"]
     for _, _, expected in cases:
         assert expected in src
 

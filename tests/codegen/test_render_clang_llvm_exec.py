@@ -23,7 +23,8 @@ from speck.codegen import numeric as nm
 from speck.codegen.interpret import run_program
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.renderer import UnsupportedOpError
-from speck.codegen.renderer.cstyle import ClangRenderer, kernel_signature
+from speck.codegen.renderer.common import kernel_signature
+from speck.codegen.renderer.cstyle import ClangRenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, cast_value, dtypes
 
@@ -181,7 +182,7 @@ def same_bits(got: np.ndarray, want: np.ndarray, dt: DType) -> bool:
 
 
 def check_program(uops: list[UOp], inputs: list[np.ndarray], var_vals: dict[str, int] | None = None,
-                  backends: tuple[str, ...] = ("c", "llvm"), splits: bool = True, extent: int | None = None,
+                  backends: tuple[str, ...] = ("clang", "llvm"), splits: bool = True, extent: int | None = None,
                   src: str | None = None) -> dict[str, str]:  # fmt: skip
     """Run uops with the interpreter, then compiled by each backend (whole range, and split in two slices as two CPU
     workers would run it); every buffer must end bit-identical. Returns the rendered sources. `extent`: the sliced
@@ -194,9 +195,9 @@ def check_program(uops: list[UOp], inputs: list[np.ndarray], var_vals: dict[str,
     srcs = {}
     for be in backends:
         if src is None or len(backends) > 1:
-            src = (ClangRenderer() if be == "c" else LLVMRenderer()).render(uops)
+            src = (ClangRenderer() if be == "clang" else LLVMRenderer()).render(uops)
         srcs[be] = src
-        addr, keep = compile_c(src, sig.name) if be == "c" else compile_llvm(src, sig.name)
+        addr, keep = compile_c(src, sig.name) if be == "clang" else compile_llvm(src, sig.name)
         cores = [[(0, n)]] + ([[(0, n // 2), (n // 2, n)]] if splits and n > 1 and sig.sliced is not None else [])
         for slices in cores:
             got = [b.copy() for b in inputs]
@@ -523,7 +524,7 @@ def test_variable_names_that_are_c_keywords_are_renamed() -> None:
     st = store(idx(buf(0, dtypes.int32, 16), r), alu(Ops.MUL, r, w))
     uops = linear(r, st, end(st, r), name="kw")
     src = check_program(uops, [np.zeros(16, np.int32)], {"int": 9, "alu0": 3})
-    assert "int var0, int var1, int core_start" in src["c"]
+    assert "int var0, int var1, int core_start" in src["clang"]
 
 
 @pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.float64, dtypes.int16],
@@ -551,4 +552,4 @@ def test_native_vector_compare_select_max_and_casts(dt: DType) -> None:
     bufs = [values_of(dt, lanes * n, seed=11), values_of(dt, lanes * n, seed=12)]
     outs_np = [np.zeros(lanes * n, nm.storage_np(odt)) for _, odt in outs]
     src = check_program(uops, [np.zeros(lanes * n, nm.storage_np(dt)), *bufs, *outs_np])
-    assert "__builtin_convertvector" in src["c"]
+    assert "__builtin_convertvector" in src["clang"]

@@ -1,0 +1,114 @@
+"""Every exception speck.codegen raises on purpose, in one place, under one base class: `CodegenError`.
+
+Each also keeps the builtin base it had before there was a common one (RuntimeError, ValueError, KeyError), so
+code that catches those keeps working. Messages say what was expected, what was found and what to do; errors at a
+tool boundary (a compiler, objdump) carry the tool's own diagnostics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from speck.codegen.cache.store import EntryProblem
+    from speck.uop import DType, Ops
+
+
+class CodegenError(Exception):
+    """Base class of speck.codegen's errors: `except CodegenError` catches everything the package raises on
+    purpose."""
+
+
+class UnsupportedOpError(CodegenError, RuntimeError):
+    """A renderer was asked for an op/dtype combination it cannot express. The message names op, dtype, renderer."""
+
+    def __init__(self, renderer: str, op: Ops, dtype: DType, why: str = "") -> None:
+        extra = f" ({why})" if why else ""
+        super().__init__(
+            f"renderer {renderer!r} cannot express {op.name} on {dtype}{extra}; add a decomposition for it in "
+            f"speck.codegen.lower.decompositions or remove {op.name} from the renderer's supported_ops so the "
+            f"pipeline lowers it"
+        )
+        self.renderer, self.op, self.dtype = renderer, op, dtype
+
+
+class NoTypeError(CodegenError, RuntimeError):
+    """A renderer has no type for a dtype (re-raised as UnsupportedOpError naming the UOp that needed it)."""
+
+    def __init__(self, renderer: str, dtype: DType) -> None:
+        super().__init__(f"renderer {renderer!r} cannot express dtype {dtype}: it has no type for {dtype.scalar()}")
+        self.dtype = dtype
+
+
+class X86UnsupportedError(UnsupportedOpError):
+    """A kernel the x86 backend refuses (an op or dtype it has no instructions for), raised before any instruction is
+    selected; the message names op, dtype and kernel. Being an UnsupportedOpError, it lets the backend registry run
+    that one kernel on the backend's fallback (LLVM) instead."""
+
+    def __init__(self, message: str, op: Ops, dtype: DType) -> None:
+        RuntimeError.__init__(self, message)
+        self.renderer, self.op, self.dtype = "x86", op, dtype
+
+
+class SelectionError(X86UnsupportedError):
+    """No x86 selection rule for an op/dtype (the message names op, dtype and kernel)."""
+
+
+class EncodingError(CodegenError, ValueError):
+    """An x86 instruction whose operands match no encoding form (the message names the instruction and what fits)."""
+
+
+class RegAllocError(CodegenError, RuntimeError):
+    """The instruction list cannot be allocated as given (inconsistent classes, unbalanced loops, fixed clashes)."""
+
+
+class OptError(CodegenError, RuntimeError):
+    """An Opt that does not apply to this kernel (bad axis, amount not dividing the size, unsupported here)."""
+
+
+class CompileError(CodegenError, RuntimeError):
+    """A compiler rejected its input. The message carries the compiler's own diagnostics and the first lines of the
+    source, numbered, so the failure can be read without re-running anything."""
+
+    def __init__(self, compiler: str, message: str, src: str, max_lines: int = 20) -> None:
+        lines = src.splitlines()
+        shown = "\n".join(f"{i + 1:4d} | {ln}" for i, ln in enumerate(lines[:max_lines]))
+        more = f"\n     ... ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else ""
+        super().__init__(f"{compiler} failed to compile:\n{message.strip()}\nsource (first lines):\n{shown}{more}")
+        self.compiler, self.diagnostics, self.src = compiler, message, src
+
+
+class UnknownBackendError(CodegenError, KeyError):
+    """A backend name that is not registered; the message lists the registered ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CacheEntryError(CodegenError):
+    """An unusable on-disk cache entry (internal to the store: readers turn it into a miss). `problem` says which
+    and why."""
+
+    def __init__(self, problem: EntryProblem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+class CacheWarning(UserWarning):
+    """An on-disk cache entry was unusable (corrupt, truncated, moved, or written by an older format) and was treated
+    as a miss: the result is recomputed and the entry rewritten. Nothing is wrong with the results."""
+
+
+__all__ = [
+    "CacheEntryError",
+    "CacheWarning",
+    "CodegenError",
+    "CompileError",
+    "EncodingError",
+    "NoTypeError",
+    "OptError",
+    "RegAllocError",
+    "SelectionError",
+    "UnknownBackendError",
+    "UnsupportedOpError",
+    "X86UnsupportedError",
+]
