@@ -193,12 +193,13 @@ def _check_schedule_devices(items: list[ScheduleItem]) -> None:
 
 
 # ---------------- compiling ahead ----------------
-# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled on a
-# background thread meanwhile: lowering is Python (it holds the GIL) and LLVM/gcc run outside it, so on a machine
-# with 2+ cores the two overlap (a cold CNN training step: ~2 s of lowering and ~2.6 s of LLVM for 107 kernels).
-# One thread is enough: llvmlite serializes every call into LLVM anyway. SPECK_COMPILE_THREADS=0 compiles each
-# kernel when it is first run instead.
-COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", 1)
+# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled meanwhile on
+# the lanes of a speck.codegen CompilePool: lowering is Python (it holds the GIL) and LLVM/gcc run outside it. LLVM
+# was the longer of the two (a cold CNN training step: ~2.3 s of lowering, ~3 s of LLVM for 103 kernels), and
+# llvmlite runs one LLVM call at a time per process, so LLVM lanes past the first compile in worker processes: every
+# core stays busy until the last object is done. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at
+# most 4; 1 compiles on one background thread only); 0 compiles each kernel when it is first run instead.
+COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", -1)
 _ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
 _compile_pool: Any = None
 
@@ -217,12 +218,12 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
                 todo[key] = None
     if len(todo) < 2 or not USE_CODEGEN:
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     from speck.hcq import Device
 
     if _compile_pool is None:
-        _compile_pool = ThreadPoolExecutor(max_workers=max(1, COMPILE_THREADS), thread_name_prefix="speck-compile")
+        from speck.codegen.compiler.pool import CompilePool
+
+        _compile_pool = CompilePool(None if COMPILE_THREADS < 0 else COMPILE_THREADS)
     inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
     for device, ast in todo:
         try:
@@ -233,7 +234,7 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
             continue
         fut = inflight.get((id(compiler), spec.src))
         if fut is None:
-            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler.compile, spec.src)
+            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler, spec.src)
         _ahead[(device, ast)] = (spec, fut)
 
 
