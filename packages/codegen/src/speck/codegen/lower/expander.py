@@ -292,26 +292,58 @@ def _contiguous(idxs: list[UOp]) -> bool:
     return True
 
 
+_LINEAR_MEMO_LIMIT = 100_000  # linear forms remembered before starting afresh (they keep their nodes alive)
+_linear: dict[UOp, tuple[dict[UOp, int], int]] = {}
+
+
+def _linear_parts(x: UOp) -> tuple[tuple[UOp, int], ...] | None:
+    """The (source, coefficient) pairs x is a linear combination of (ADD, SUB, multiplication by an int constant),
+    or None when x is an atom or an int constant."""
+    if x.op is Ops.ADD:
+        return tuple((s, 1) for s in x.src)
+    if x.op is Ops.SUB:
+        return ((x.src[0], 1), (x.src[1], -1))
+    if x.op is Ops.MUL and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int):
+        return ((x.src[0], x.src[1].arg),)
+    if x.op is Ops.MUL and x.src[0].op is Ops.CONST and isinstance(x.src[0].arg, int):
+        return ((x.src[1], x.src[0].arg),)
+    return None
+
+
 def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
-    """u as sum(coeff * atom) + const, flattening ADD, SUB and multiplication by constants (other nodes are atoms)."""
-    terms: dict[UOp, int] = {}
-    const = 0
-    stack: list[tuple[UOp, int]] = [(u, 1)]
+    """u as sum(coeff * atom) + const, flattening ADD, SUB and multiplication by constants (other nodes are atoms).
+
+    Forms are memoized per node (the lanes of an expanded index share most of their subexpressions, and contiguity
+    checks ask for every lane): the returned dict is shared, never mutate it."""
+    global _linear
+    memo = _linear
+    hit = memo.get(u)
+    if hit is not None:
+        return hit
+    if len(memo) > _LINEAR_MEMO_LIMIT:
+        memo = _linear = {}
+    stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
-        x, c = stack.pop()
-        if x.op is Ops.CONST and isinstance(x.arg, int):
-            const += c * x.arg
-        elif x.op is Ops.ADD:
-            stack.extend((s, c) for s in x.src)
-        elif x.op is Ops.SUB:
-            stack.extend(((x.src[0], c), (x.src[1], -c)))
-        elif x.op is Ops.MUL and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int):
-            stack.append((x.src[0], c * x.src[1].arg))
-        elif x.op is Ops.MUL and x.src[0].op is Ops.CONST and isinstance(x.src[0].arg, int):
-            stack.append((x.src[1], c * x.src[0].arg))
-        else:
-            terms[x] = terms.get(x, 0) + c
-    return {k: v for k, v in terms.items() if v != 0}, const
+        x, ready = stack.pop()
+        if x in memo:
+            continue
+        parts = _linear_parts(x)
+        if parts is None:
+            memo[x] = ({}, x.arg) if x.op is Ops.CONST and isinstance(x.arg, int) else ({x: 1}, 0)
+            continue
+        if not ready:
+            stack.append((x, True))
+            stack.extend((s, False) for s, _ in parts if s not in memo)
+            continue
+        terms: dict[UOp, int] = {}
+        const = 0
+        for s, c in parts:
+            st, sc = memo[s]
+            const += c * sc
+            for k, v in st.items():
+                terms[k] = terms.get(k, 0) + c * v
+        memo[x] = ({k: v for k, v in terms.items() if v != 0}, const)
+    return memo[u]
 
 
 def index_offset(a: UOp, b: UOp) -> int | None:
