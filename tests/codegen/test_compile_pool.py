@@ -137,6 +137,9 @@ def test_pool_compiles_on_its_worker_once_booted() -> None:
     assert held.result() == b"gate"
     assert got == [c.compile_uncached(s) for s in srcs]
     assert worker.compiled == len(srcs)
+    st = pool.stats()
+    assert st["submitted"] == len(srcs) + 1 and st["worker_objects"] == len(srcs)
+    assert 0 < st["worker_cpu_s"] <= st["cpu_s"]
     pid = worker.proc.pid
     more = [scaled_ir(k) for k in range(30, 34)]
     assert [f.result() for f in [pool.submit(c, s) for s in more]] == [c.compile_uncached(s) for s in more]

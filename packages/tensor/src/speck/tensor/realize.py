@@ -238,6 +238,11 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
         _ahead[(device, ast)] = (spec, fut)
 
 
+def compile_pool_stats() -> dict[str, float]:
+    """What the compile-ahead pool did so far (speck.codegen's CompilePool.stats; empty before its first use)."""
+    return {} if _compile_pool is None else dict(_compile_pool.stats())
+
+
 def compiled_program_count() -> int:
     """Programs compiled so far (tests check one compile serves many symbolic values)."""
     return len(_program_cache)

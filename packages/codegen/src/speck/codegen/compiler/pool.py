@@ -25,6 +25,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -98,7 +99,9 @@ def serve() -> None:
             compiler = compilers.get(recipe)
             if compiler is None:
                 compiler = compilers[recipe] = recipe.build()
-            reply: tuple[Any, ...] = ("ok", compiler.compile_uncached(src))
+            t = time.thread_time()
+            lib = compiler.compile_uncached(src)
+            reply: tuple[Any, ...] = ("ok", lib, time.thread_time() - t)
         except CompileError as e:
             reply = ("compile_error", e.compiler, e.diagnostics)
         except Exception as e:  # anything else means this worker can't stand in for the parent's compiler
@@ -125,6 +128,7 @@ class _Worker:
         self.booted = False
         self.dead = False
         self.compiled = 0  # objects it returned
+        self.cpu_s = 0.0  # CPU seconds it spent compiling them
 
     def ready(self, timeout: float = 0.0) -> bool:
         """True once the worker has said it is up; waits at most `timeout` seconds for that (0: never blocks)."""
@@ -156,6 +160,7 @@ class _Worker:
         reply = self._receive()
         if reply[0] == "ok":
             self.compiled += 1
+            self.cpu_s += float(reply[2])
             return bytes(reply[1])
         if reply[0] == "compile_error":
             raise CompileError(reply[1], reply[2], src)
@@ -206,10 +211,13 @@ class CompilePool:
         self._lock = threading.Lock()
         self._next_lane = 0
         self._workers: dict[int, _Worker] | None = None  # lane -> its worker, once started
+        self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process (their lane threads)
+        self._submitted = 0
 
     def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
         if self._workers is None and getattr(compiler, "worker_recipe", None) is not None:
             self.start_workers()
+        self._submitted += 1
         return self._executor.submit(self._compile, compiler, src)
 
     def start_workers(self) -> None:
@@ -244,8 +252,25 @@ class CompilePool:
         recipe = getattr(compiler, "worker_recipe", None)
         worker = None if recipe is None or self._workers is None else self._workers.get(lane)
         if worker is None or not worker.ready():  # lane 0, no recipe, or still booting: compile here
-            return compiler.compile(src)
+            t = time.thread_time()
+            try:
+                return compiler.compile(src)
+            finally:
+                with self._lock:
+                    self._local_cpu_s += time.thread_time() - t
         return _ViaWorker(compiler, worker, recipe()).compile(src)
+
+    def stats(self) -> dict[str, float]:
+        """Lanes, sources submitted, CPU seconds spent compiling (in this process's lane threads, cache lookups
+        included, and in the workers) and objects the workers built: what a benchmark reports."""
+        ws = self.workers()
+        return {
+            "lanes": self.lanes,
+            "submitted": self._submitted,
+            "cpu_s": self._local_cpu_s + sum(w.cpu_s for w in ws),
+            "worker_cpu_s": sum(w.cpu_s for w in ws),
+            "worker_objects": sum(w.compiled for w in ws),
+        }
 
 
 __all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "serve"]
