@@ -11,10 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from speck.codegen.compiler import ClangCompiler, CompileError, Compiler, LLVMCompiler
+from speck.codegen.compiler import ClangCompiler, CompileError, Compiler, LLVMCompiler, pool
 from speck.codegen.compiler.pool import CompilePool, WorkerError, WorkerRecipe, _ViaWorker, _Worker
 
-needs_cc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler")
+needs_cc = pytest.mark.skipif(
+    shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler"
+)
 BOOT_TIMEOUT = 120.0  # seconds a worker may take to start on a loaded machine (only a bound, never a measurement)
 
 
@@ -154,3 +156,14 @@ def test_compilers_without_a_recipe_start_no_worker() -> None:
     pool = CompilePool(2)
     assert [f.result() for f in [pool.submit(c, s) for s in srcs]] == [c.compile_uncached(s) for s in srcs]
     assert pool.workers() == []
+
+
+def test_worker_that_fails_to_start_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "_BOOT", "raise SystemExit(3)  # {path} {packages}")  # exits before saying ready
+    w = _Worker()
+    assert not w.ready(BOOT_TIMEOUT)
+    assert w.dead
+    c = LLVMCompiler()
+    src = scaled_ir(5)
+    assert _ViaWorker(c, w, c.worker_recipe()).compile(src) == c.compile_uncached(src)
+    w.close()

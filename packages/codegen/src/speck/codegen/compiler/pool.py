@@ -125,18 +125,23 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin: IO[bytes] = self.proc.stdin
         self.stdout: IO[bytes] = self.proc.stdout
+        self.owner = os.getpid()  # a forked child must not talk to its parent's worker
         self.booted = False
         self.dead = False
         self.compiled = 0  # objects it returned
         self.cpu_s = 0.0  # CPU seconds it spent compiling them
 
     def ready(self, timeout: float = 0.0) -> bool:
-        """True once the worker has said it is up; waits at most `timeout` seconds for that (0: never blocks)."""
-        if self.booted or self.dead:
-            return self.booted and not self.dead
+        """True once the worker has said it is up; waits at most `timeout` seconds for that (0: never blocks). A
+        worker that failed to start, and any worker seen from a forked child of its parent, is never ready."""
+        if self.booted or self.dead or os.getpid() != self.owner:
+            return self.booted and not self.dead and os.getpid() == self.owner
         if not select.select([self.stdout], [], [], timeout)[0]:
             return False
-        self.booted = self._receive()[0] == "ready"
+        try:
+            self.booted = self._receive()[0] == "ready"
+        except WorkerError:
+            self.booted = False
         self.dead = not self.booted
         return self.booted
 
@@ -251,14 +256,14 @@ class CompilePool:
         lane = self._lane()
         recipe = getattr(compiler, "worker_recipe", None)
         worker = None if recipe is None or self._workers is None else self._workers.get(lane)
-        if worker is None or not worker.ready():  # lane 0, no recipe, or still booting: compile here
-            t = time.thread_time()
-            try:
-                return compiler.compile(src)
-            finally:
-                with self._lock:
-                    self._local_cpu_s += time.thread_time() - t
-        return _ViaWorker(compiler, worker, recipe()).compile(src)
+        if recipe is not None and worker is not None and worker.ready():
+            return _ViaWorker(compiler, worker, recipe()).compile(src)
+        t = time.thread_time()  # lane 0, no recipe, or a worker still booting: compile here
+        try:
+            return compiler.compile(src)
+        finally:
+            with self._lock:
+                self._local_cpu_s += time.thread_time() - t
 
     def stats(self) -> dict[str, float]:
         """Lanes, sources submitted, CPU seconds spent compiling (in this process's lane threads, cache lookups
