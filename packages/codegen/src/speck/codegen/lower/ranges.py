@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from speck.uop import Ops, UOp
 
-
 _NONE: frozenset[UOp] = frozenset()
 
 
