@@ -415,7 +415,8 @@ class PatternMatcher:
     node it rewrote (without ctx) became, so later rewrites skip subgraphs already done (`memo`); a sum is pure when
     both parts are."""
 
-    MEMO_LIMIT = 200_000  # entries a pure matcher remembers before starting afresh (they keep their nodes alive)
+    MEMO_LIMIT = 50_000  # entries a pure matcher remembers before starting afresh (they keep their nodes alive;
+    # the CNN training step leaves about 12k in symbolic's)
 
     def __init__(self, patterns: Sequence[tuple[UPat, RuleFn]], compiled: bool | None = None,
                  pure: bool = False) -> None:  # fmt: skip

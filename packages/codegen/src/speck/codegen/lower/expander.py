@@ -292,7 +292,7 @@ def _contiguous(idxs: list[UOp]) -> bool:
     return True
 
 
-_LINEAR_MEMO_LIMIT = 100_000  # linear forms remembered before starting afresh (they keep their nodes alive)
+_LINEAR_MEMO_LIMIT = 20_000  # linear forms remembered before starting afresh (they keep their nodes alive)
 _linear: dict[UOp, tuple[dict[UOp, int], int]] = {}
 
 
