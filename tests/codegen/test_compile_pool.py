@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -116,17 +116,31 @@ class _Gate(Compiler):
         return b"gate"
 
 
-def test_pool_results_match_in_process_compiles() -> None:
+@pytest.fixture
+def new_pool() -> Iterator[Callable[[int], CompilePool]]:
+    """CompilePool(lanes), shut down (workers stopped) after the test."""
+    made: list[CompilePool] = []
+
+    def make(lanes: int) -> CompilePool:
+        made.append(CompilePool(lanes))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.shutdown()
+
+
+def test_pool_results_match_in_process_compiles(new_pool: Callable[[int], CompilePool]) -> None:
     c = LLVMCompiler()
     srcs = [scaled_ir(k) for k in range(12)]
-    pool = CompilePool(2)
+    pool = new_pool(2)
     got = [f.result() for f in [pool.submit(c, s) for s in srcs]]
     assert got == [c.compile_uncached(s) for s in srcs]
     assert len(pool.workers()) == 1  # lane 0 is this process, lane 1 has one worker
 
 
-def test_pool_compiles_on_its_worker_once_booted() -> None:
-    pool = CompilePool(2)
+def test_pool_compiles_on_its_worker_once_booted(new_pool: Callable[[int], CompilePool]) -> None:
+    pool = new_pool(2)
     gate = _Gate()
     held = pool.submit(gate, "")  # the first task run makes its thread lane 0 and keeps it busy
     pool.start_workers()
@@ -146,14 +160,16 @@ def test_pool_compiles_on_its_worker_once_booted() -> None:
     more = [scaled_ir(k) for k in range(30, 34)]
     assert [f.result() for f in [pool.submit(c, s) for s in more]] == [c.compile_uncached(s) for s in more]
     assert [w.proc.pid for w in pool.workers()] == [pid]  # reused, not restarted
+    pool.shutdown()
+    assert worker.proc.poll() is not None  # the worker stopped with its pool
 
 
 @needs_cc
-def test_compilers_without_a_recipe_start_no_worker() -> None:
+def test_compilers_without_a_recipe_start_no_worker(new_pool: Callable[[int], CompilePool]) -> None:
     c = ClangCompiler()
     assert getattr(c, "worker_recipe", None) is None
     srcs = [f"void f(float *o, int s, int e) {{ for (int i = s; i < e; i++) o[i] = {k}.0f; }}\n" for k in range(4)]
-    pool = CompilePool(2)
+    pool = new_pool(2)
     assert [f.result() for f in [pool.submit(c, s) for s in srcs]] == [c.compile_uncached(s) for s in srcs]
     assert pool.workers() == []
 

@@ -174,6 +174,7 @@ def test_ahead_compiles_in_a_worker_process_give_the_same_objects(monkeypatch: p
     finally:
         hold.event.set()
     held.result()
+    pool.shutdown()
     progs = [p for p in R._program_cache.values() if isinstance(p, R._CompiledProgram)]
     assert len(progs) >= 2 and worker.compiled == len(progs)
     compiler = Device["CPU"].backend.compiler

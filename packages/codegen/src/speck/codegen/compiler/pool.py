@@ -119,9 +119,8 @@ class _Worker:
 
         packages = [(m.__name__, list(m.__path__)) for m in (speck.codegen, speck.codegen.compiler)]
         boot = _BOOT.format(path=[p for p in sys.path if isinstance(p, str)], packages=packages)
-        # -S: no site import (the parent's path, site-packages included, is set by the bootstrap)
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", boot], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)  # fmt: skip
+        # site still runs: import hooks of editable installs come from its .pth files
+        self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin: IO[bytes] = self.proc.stdin
         self.stdout: IO[bytes] = self.proc.stdout
@@ -239,6 +238,13 @@ class CompilePool:
                     continue
                 atexit.register(w.close)
                 self._workers[lane] = w
+
+    def shutdown(self) -> None:
+        """Finish the queued compiles, then stop the lanes and their worker processes (also done at exit)."""
+        self._executor.shutdown(wait=True)
+        for w in self.workers():
+            w.close()
+            atexit.unregister(w.close)
 
     def workers(self) -> list[_Worker]:
         """The workers started so far, by lane."""
