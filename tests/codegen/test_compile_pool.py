@@ -1,23 +1,21 @@
-"""speck.codegen.compiler.pool: compiling on several lanes, LLVM in worker processes. Objects must be byte for byte
-what the compiler builds in this process (cache entries included), a compiler error must come back as the same
-CompileError, and a worker that dies or disagrees on flags must never change a result (its lane compiles here)."""
+"""speck.codegen.compiler.pool: LLVM compiles in worker processes. Objects must be byte for byte what the compiler
+builds in this process (cache entries included), a compiler error must come back as the same CompileError, and a
+worker that never starts, dies or disagrees on flags must never change a result (its lane compiles here)."""
 
 from __future__ import annotations
 
 import pathlib
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from speck.codegen.compiler import ClangCompiler, CompileError, Compiler, LLVMCompiler, pool
-from speck.codegen.compiler.pool import CompilePool, WorkerError, WorkerRecipe, _ViaWorker, _Worker
+from speck.codegen.compiler import ClangCompiler, CompileError, LLVMCompiler, pool
+from speck.codegen.compiler.pool import CompilePool, WorkerRecipe
 
-needs_cc = pytest.mark.skipif(
-    shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler"
-)
+needs_cc = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("clang") is None, reason="no C compiler")
 BOOT_TIMEOUT = 120.0  # seconds a worker may take to start on a loaded machine (only a bound, never a measurement)
+BAD_IR = "define void @f() {\nentry:\n  %x = add i32 %nope, 1\n  ret void\n}\n"
 
 
 def scaled_ir(k: int) -> str:
@@ -50,73 +48,6 @@ def private_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 @pytest.fixture
-def worker() -> Iterator[_Worker]:
-    w = _Worker()
-    assert w.ready(BOOT_TIMEOUT), "the compile worker did not start"
-    yield w
-    w.close()
-
-
-def test_worker_builds_the_same_objects(worker: _Worker) -> None:
-    c = LLVMCompiler()
-    for k in range(3):
-        src = scaled_ir(k)
-        assert worker.compile(c.worker_recipe(), src) == c.compile_uncached(src)
-
-
-def test_worker_object_goes_into_the_parents_cache(worker: _Worker, private_cache: pathlib.Path) -> None:
-    c = LLVMCompiler()
-    src = scaled_ir(7)
-    lib = _ViaWorker(c, worker, c.worker_recipe()).compile(src)
-    assert c.disk_cache().get(c.cache_key(src)) == lib  # the entry an in-process compile would read
-    assert lib == c.compile_uncached(src)
-
-
-def test_worker_compile_error_is_the_compilers(worker: _Worker) -> None:
-    c = LLVMCompiler()
-    bad = "define void @f() {\nentry:\n  %x = add i32 %nope, 1\n  ret void\n}\n"
-    with pytest.raises(CompileError) as here:
-        c.compile_uncached(bad)
-    with pytest.raises(CompileError) as there:
-        worker.compile(c.worker_recipe(), bad)
-    assert str(there.value) == str(here.value)
-    assert not worker.dead  # a bad source is the caller's problem, not the worker's
-
-
-def test_flags_mismatch_is_refused_and_the_lane_compiles_here(worker: _Worker) -> None:
-    c = LLVMCompiler()
-    r = c.worker_recipe()
-    wrong = WorkerRecipe(r.module, r.cls, r.kwargs, (("SPECK_LLVM_UNROLL_THRESHOLD", "17"),), r.flags)
-    with pytest.raises(WorkerError, match="flags"):
-        worker.compile(wrong, scaled_ir(1))
-    assert worker.dead
-    src = scaled_ir(2)
-    assert _ViaWorker(c, worker, r).compile_uncached(src) == c.compile_uncached(src)
-
-
-def test_dead_worker_falls_back_to_this_process(worker: _Worker) -> None:
-    c = LLVMCompiler()
-    worker.proc.kill()
-    worker.proc.wait()
-    src = scaled_ir(3)
-    assert _ViaWorker(c, worker, c.worker_recipe()).compile_uncached(src) == c.compile_uncached(src)
-    assert worker.dead
-
-
-class _Gate(Compiler):
-    """A compiler (no worker recipe) whose compile waits for an event: it holds the lane that runs it."""
-
-    name = "gate"
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def compile(self, src: str) -> bytes:
-        assert self.event.wait(BOOT_TIMEOUT)
-        return b"gate"
-
-
-@pytest.fixture
 def new_pool() -> Iterator[Callable[[int], CompilePool]]:
     """CompilePool(lanes), shut down (workers stopped) after the test."""
     made: list[CompilePool] = []
@@ -130,38 +61,92 @@ def new_pool() -> Iterator[Callable[[int], CompilePool]]:
         p.shutdown()
 
 
-def test_pool_results_match_in_process_compiles(new_pool: Callable[[int], CompilePool]) -> None:
+def compile_all(p: CompilePool, c: LLVMCompiler, srcs: list[str]) -> list[bytes]:
+    return [f.result() for f in [p.submit(c, s) for s in srcs]]
+
+
+def test_workers_build_the_same_objects(new_pool: Callable[[int], CompilePool]) -> None:
     c = LLVMCompiler()
+    p = new_pool(2)
+    p.start_workers()
+    assert p.wait_ready(BOOT_TIMEOUT), "the compile workers did not start"
     srcs = [scaled_ir(k) for k in range(12)]
-    pool = new_pool(2)
-    got = [f.result() for f in [pool.submit(c, s) for s in srcs]]
-    assert got == [c.compile_uncached(s) for s in srcs]
-    assert len(pool.workers()) == 1  # lane 0 is this process, lane 1 has one worker
+    assert compile_all(p, c, srcs) == [c.compile_uncached(s) for s in srcs]
+    workers = p.workers()
+    assert len(workers) == 2 and sum(w.compiled for w in workers) == len(srcs)  # all of them, in the workers
+    st = p.stats()
+    assert st["submitted"] == len(srcs) and st["worker_objects"] == len(srcs) and 0 < st["worker_cpu_s"] <= st["cpu_s"]
+    pids = [w.proc.pid for w in workers]
+    more = [scaled_ir(k) for k in range(20, 24)]
+    assert compile_all(p, c, more) == [c.compile_uncached(s) for s in more]
+    assert [w.proc.pid for w in p.workers()] == pids  # reused, not restarted
+    p.shutdown()
+    assert all(w.proc.poll() is not None for w in workers)  # stopped with their pool
 
 
-def test_pool_compiles_on_its_worker_once_booted(new_pool: Callable[[int], CompilePool]) -> None:
-    pool = new_pool(2)
-    gate = _Gate()
-    held = pool.submit(gate, "")  # the first task run makes its thread lane 0 and keeps it busy
-    pool.start_workers()
-    (worker,) = pool.workers()
-    assert worker.ready(BOOT_TIMEOUT)
+def test_cache_is_read_and_written_here(new_pool: Callable[[int], CompilePool]) -> None:
     c = LLVMCompiler()
-    srcs = [scaled_ir(k) for k in range(20, 26)]
-    got = [f.result() for f in [pool.submit(c, s) for s in srcs]]  # all on lane 1: its worker
-    gate.event.set()
-    assert held.result() == b"gate"
-    assert got == [c.compile_uncached(s) for s in srcs]
-    assert worker.compiled == len(srcs)
-    st = pool.stats()
-    assert st["submitted"] == len(srcs) + 1 and st["worker_objects"] == len(srcs)
-    assert 0 < st["worker_cpu_s"] <= st["cpu_s"]
-    pid = worker.proc.pid
-    more = [scaled_ir(k) for k in range(30, 34)]
-    assert [f.result() for f in [pool.submit(c, s) for s in more]] == [c.compile_uncached(s) for s in more]
-    assert [w.proc.pid for w in pool.workers()] == [pid]  # reused, not restarted
-    pool.shutdown()
-    assert worker.proc.poll() is not None  # the worker stopped with its pool
+    p = new_pool(1)
+    p.start_workers()
+    assert p.wait_ready(BOOT_TIMEOUT)
+    src = scaled_ir(7)
+    lib = p.submit(c, src).result()
+    assert c.disk_cache().get(c.cache_key(src)) == lib == c.compile_uncached(src)  # the entry compile() would read
+    (w,) = p.workers()
+    assert p.submit(c, src).result() == lib and w.compiled == 1  # the second time from the cache, not the worker
+
+
+def test_compile_error_is_the_compilers(new_pool: Callable[[int], CompilePool]) -> None:
+    c = LLVMCompiler()
+    with pytest.raises(CompileError) as here:
+        c.compile_uncached(BAD_IR)
+    p = new_pool(1)
+    p.start_workers()
+    assert p.wait_ready(BOOT_TIMEOUT)
+    with pytest.raises(CompileError) as there:
+        p.submit(c, BAD_IR).result()
+    assert str(there.value) == str(here.value)
+    (w,) = p.workers()
+    assert w.proc.poll() is None and w.compiled == 0  # a bad source is the caller's problem, not the worker's
+    assert p.submit(c, scaled_ir(1)).result() == c.compile_uncached(scaled_ir(1)) and w.compiled == 1
+
+
+def test_flags_mismatch_is_refused_and_the_lane_compiles_here(
+    new_pool: Callable[[int], CompilePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = LLVMCompiler()
+    r = c.worker_recipe()
+    wrong = WorkerRecipe(r.module, r.cls, r.kwargs, (("SPECK_LLVM_UNROLL_THRESHOLD", "17"),), r.flags)
+    monkeypatch.setattr(c, "worker_recipe", lambda: wrong)
+    p = new_pool(1)
+    srcs = [scaled_ir(k) for k in range(4)]
+    assert compile_all(p, c, srcs) == [LLVMCompiler().compile_uncached(s) for s in srcs]
+    (w,) = p.workers()
+    assert w.compiled == 0  # the worker built no object: its compiler would differ
+
+
+def test_dead_worker_falls_back_to_this_process(new_pool: Callable[[int], CompilePool]) -> None:
+    c = LLVMCompiler()
+    p = new_pool(1)
+    p.start_workers()
+    assert p.wait_ready(BOOT_TIMEOUT)
+    (w,) = p.workers()
+    w.proc.kill()
+    w.proc.wait()
+    srcs = [scaled_ir(k) for k in range(30, 35)]
+    assert compile_all(p, c, srcs) == [c.compile_uncached(s) for s in srcs]
+    assert w.compiled == 0
+
+
+def test_worker_that_fails_to_start_is_never_used(
+    new_pool: Callable[[int], CompilePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool, "_BOOT", "raise SystemExit(3)  # {path} {packages}")  # exits before saying ready
+    c = LLVMCompiler()
+    p = new_pool(2)
+    srcs = [scaled_ir(k) for k in range(40, 44)]
+    assert compile_all(p, c, srcs) == [c.compile_uncached(s) for s in srcs]
+    assert not p.wait_ready(0) and all(w.compiled == 0 for w in p.workers())
 
 
 @needs_cc
@@ -169,17 +154,6 @@ def test_compilers_without_a_recipe_start_no_worker(new_pool: Callable[[int], Co
     c = ClangCompiler()
     assert getattr(c, "worker_recipe", None) is None
     srcs = [f"void f(float *o, int s, int e) {{ for (int i = s; i < e; i++) o[i] = {k}.0f; }}\n" for k in range(4)]
-    pool = new_pool(2)
-    assert [f.result() for f in [pool.submit(c, s) for s in srcs]] == [c.compile_uncached(s) for s in srcs]
-    assert pool.workers() == []
-
-
-def test_worker_that_fails_to_start_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "_BOOT", "raise SystemExit(3)  # {path} {packages}")  # exits before saying ready
-    w = _Worker()
-    assert not w.ready(BOOT_TIMEOUT)
-    assert w.dead
-    c = LLVMCompiler()
-    src = scaled_ir(5)
-    assert _ViaWorker(c, w, c.worker_recipe()).compile(src) == c.compile_uncached(src)
-    w.close()
+    p = new_pool(2)
+    assert [f.result() for f in [p.submit(c, s) for s in srcs]] == [c.compile_uncached(s) for s in srcs]
+    assert p.workers() == []

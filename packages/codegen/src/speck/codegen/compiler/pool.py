@@ -1,19 +1,22 @@
-"""`CompilePool`: compiles many sources at once on several lanes, some of them in worker processes.
+"""`CompilePool`: compiles many sources at once, LLVM in worker processes.
 
-llvmlite runs one call into LLVM at a time per process (a global lock), so LLVM compiles on several threads of one
-process still queue behind each other. A compiler that can be rebuilt elsewhere (it has a `worker_recipe()`
-returning a `WorkerRecipe`) is therefore compiled on lanes 1.. in worker processes, and on lane 0 in this process;
-other compilers (gcc/clang run as subprocesses already) compile on every lane's thread. A cold CNN training step
-lowers its kernels on the main thread while LLVM compiles them: with one LLVM lane, LLVM (about 3 s of CPU for
-103 kernels) was the critical path; with one lane per core both cores stay busy until the last object is done.
+A cold CNN training step lowers its 103 kernels on the main thread (Python: it holds the GIL) while they compile.
+LLVM in this process compiled badly next to that: llvmlite runs one LLVM call at a time per process (a global
+lock), and every one of the ~30 llvmlite calls of a compile hands the GIL back and forth with the lowering thread,
+each time waiting up to the interpreter's switch interval (5 ms) for it: a compile thread next to a busy main
+thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt elsewhere (it has a `worker_recipe()`
+returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
+worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
+itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
+a reader that hands the answers to their futures and writes the cache. Compilers without a recipe (gcc/clang run
+as subprocesses already; x86's is trivial) compile on `lanes` threads here.
 
-A worker is started the first time its lane gets a task and compiles nothing until it has booted: meanwhile its
-lane compiles in this process (no slower than a single lane). The worker is a fresh interpreter (not a fork: the
-parent has threads) that imports only the compiler modules, rebuilds the compiler from the recipe, checks that its
-`flags` (the cache key's compiler identity: LLVM version, CPU, features, passes) equal the parent's, and then
-answers (recipe, source) -> object bytes over pipes. Caching stays in this process (`Compiler.compile`). A
-compiler's own error comes back as the same CompileError; a worker that dies or disagrees on flags is never used
-again and its lane compiles in this process, so objects are always exactly what `compiler.compile` returns."""
+The worker is a fresh interpreter (not a fork: the parent has threads) that imports only the compiler modules,
+rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
+CPU, features, passes) equal the parent's, and then answers (recipe, source) -> object bytes in order. Objects are
+byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same CompileError. A worker
+that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its lane compiles in this
+process (so a result is never different, only slower)."""
 
 from __future__ import annotations
 
@@ -21,18 +24,22 @@ import atexit
 import importlib
 import os
 import pickle
-import select
+import queue
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
+from speck.codegen.cache import cache_enabled
 from speck.codegen.compiler.base import CompileError, Compiler
 
 DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
+DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
+BOOT_WAIT = 30.0  # seconds a lane waits for its worker to start before compiling in this process instead
 
 
 def default_lanes() -> int:
@@ -83,7 +90,9 @@ serve()
 
 
 def serve() -> None:
-    """A worker's main loop: answer pickled (recipe, source) requests from stdin on stdout until stdin closes."""
+    """A worker's main loop: answer pickled (recipe, source) requests from stdin on stdout, in order, until stdin
+    closes. Replies: ("ready", pid) once, then ("ok", object, cpu seconds) | ("compile_error", compiler, message) |
+    ("error", message)."""
     inp = sys.stdin.buffer
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the reply stream
@@ -111,7 +120,7 @@ def serve() -> None:
 
 
 class _Worker:
-    """One worker process, used by one lane thread at a time."""
+    """One worker process and its pipes."""
 
     def __init__(self) -> None:
         import speck.codegen
@@ -125,50 +134,33 @@ class _Worker:
         self.stdin: IO[bytes] = self.proc.stdin
         self.stdout: IO[bytes] = self.proc.stdout
         self.owner = os.getpid()  # a forked child must not talk to its parent's worker
-        self.booted = False
-        self.dead = False
         self.compiled = 0  # objects it returned
         self.cpu_s = 0.0  # CPU seconds it spent compiling them
 
-    def ready(self, timeout: float = 0.0) -> bool:
-        """True once the worker has said it is up; waits at most `timeout` seconds for that (0: never blocks). A
-        worker that failed to start, and any worker seen from a forked child of its parent, is never ready."""
-        if self.booted or self.dead or os.getpid() != self.owner:
-            return self.booted and not self.dead and os.getpid() == self.owner
-        if not select.select([self.stdout], [], [], timeout)[0]:
-            return False
-        try:
-            self.booted = self._receive()[0] == "ready"
-        except WorkerError:
-            self.booted = False
-        self.dead = not self.booted
-        return self.booted
-
-    def _receive(self) -> tuple[Any, ...]:
-        try:
-            reply: tuple[Any, ...] = pickle.load(self.stdout)
-        except (EOFError, OSError, pickle.UnpicklingError) as e:
-            self.dead = True
-            raise WorkerError(f"compile worker {self.proc.pid} stopped (exit code {self.proc.poll()}): {e!r}") from e
-        return reply
-
-    def compile(self, recipe: WorkerRecipe, src: str) -> bytes:
-        """The object of `src` compiled by the recipe's compiler in the worker; CompileError as the compiler raises
-        it, WorkerError when the worker can't do it (it is then dead for good)."""
+    def send(self, recipe: WorkerRecipe, src: str) -> None:
+        if os.getpid() != self.owner:
+            raise WorkerError(f"compile worker {self.proc.pid} belongs to process {self.owner}")
         try:
             pickle.dump((recipe, src), self.stdin)
             self.stdin.flush()
-        except OSError as e:
-            self.dead = True
+        except (OSError, ValueError) as e:
             raise WorkerError(f"compile worker {self.proc.pid} is gone: {e!r}") from e
-        reply = self._receive()
+
+    def receive(self) -> tuple[Any, ...]:
+        try:
+            reply: tuple[Any, ...] = pickle.load(self.stdout)
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
+            raise WorkerError(f"compile worker {self.proc.pid} stopped (exit code {self.proc.poll()}): {e!r}") from e
+        return reply
+
+    def result(self, reply: tuple[Any, ...], src: str) -> bytes:
+        """The object a reply carries; CompileError as the compiler raised it; WorkerError when the worker failed."""
         if reply[0] == "ok":
             self.compiled += 1
             self.cpu_s += float(reply[2])
             return bytes(reply[1])
         if reply[0] == "compile_error":
             raise CompileError(reply[1], reply[2], src)
-        self.dead = True
         raise WorkerError(f"compile worker {self.proc.pid} could not compile: {reply[-1]}")
 
     def close(self) -> None:
@@ -179,109 +171,187 @@ class _Worker:
             self.proc.kill()
 
 
-class _ViaWorker(Compiler):
-    """`compiler` with compile_uncached done by a worker: Compiler.compile's caching, the same cache entries."""
+@dataclass
+class _Job:
+    compiler: Compiler
+    src: str
+    future: Future[bytes]
 
-    def __init__(self, compiler: Compiler, worker: _Worker, recipe: WorkerRecipe) -> None:
-        self.inner, self.worker, self.recipe = compiler, worker, recipe
-        self.name, self.flags = compiler.name, compiler.flags
 
-    def cache_key(self, src: str) -> str:
-        return self.inner.cache_key(src)
+class _Lane:
+    """A worker and the two threads keeping it busy (see the module docstring). Once the worker is gone (or never
+    came up) the lane compiles its jobs in this process."""
 
-    def disk_cache(self) -> Any:
-        return self.inner.disk_cache()
+    def __init__(self, pool: CompilePool, index: int) -> None:
+        self.pool, self.worker = pool, _Worker()
+        self.up = threading.Event()  # set when the worker said it is ready, or when it is gone
+        self.dead = False
+        self.inflight: deque[_Job] = deque()  # sent, not answered yet (answers come in order)
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(DEPTH)
+        self.threads = [threading.Thread(target=fn, name=f"speck-compile-{index}-{fn.__name__.strip('_')}",
+                                         daemon=True) for fn in (self._feed, self._read)]  # fmt: skip
+        for t in self.threads:
+            t.start()
 
-    def compile_uncached(self, src: str) -> bytes:
-        if not self.worker.dead:
+    def _feed(self) -> None:
+        jobs = self.pool._jobs
+        while (job := jobs.get()) is not None:
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            compiler, src = job.compiler, job.src
+            # Compiler.compile's steps, split: the cache is read here and written by the reader
+            if cache_enabled() and (lib := compiler.disk_cache().get(compiler.cache_key(src))) is not None:
+                job.future.set_result(lib)
+                continue
+            if not self.up.wait(BOOT_WAIT) or self.dead:
+                self.pool._compile_here(job)
+                continue
+            self.slots.acquire()
+            with self.lock:
+                alive = not self.dead
+                if alive:
+                    self.inflight.append(job)
+            if not alive:
+                self.slots.release()
+                self.pool._compile_here(job)
+                continue
             try:
-                return self.worker.compile(self.recipe, src)
+                self.worker.send(compiler.worker_recipe(), src)  # type: ignore[attr-defined]
             except WorkerError as e:
-                from speck.uop import DEBUG
+                self._lost(e)
 
-                if DEBUG >= 1:
-                    print(f"speck.codegen: {e}; compiling in this process from now on")
-        return self.inner.compile_uncached(src)
+    def _read(self) -> None:
+        try:
+            hello = self.worker.receive()
+            if hello[0] != "ready":
+                raise WorkerError(f"compile worker {self.worker.proc.pid} said {hello!r} instead of ready")
+            self.up.set()
+            while True:
+                reply = self.worker.receive()
+                with self.lock:
+                    job = self.inflight.popleft()
+                self.slots.release()
+                try:
+                    lib = self.worker.result(reply, job.src)
+                except CompileError as e:
+                    job.future.set_exception(e)
+                    continue
+                except WorkerError:
+                    self.pool._compile_here(job)
+                    raise
+                if cache_enabled():
+                    job.compiler.disk_cache().put(job.compiler.cache_key(job.src), lib)
+                job.future.set_result(lib)
+        except WorkerError as e:
+            self._lost(e)
+
+    def _lost(self, e: WorkerError) -> None:
+        """The worker is gone (or was closed): compile what it still owed in this process, and everything after."""
+        with self.lock:
+            was_dead, self.dead = self.dead, True
+            owed = list(self.inflight)
+            self.inflight.clear()
+        self.up.set()
+        for _ in range(DEPTH):
+            self.slots.release()  # a feeder waiting for a slot wakes up and sees the lane is dead
+        if not was_dead and not self.pool._closing:
+            from speck.uop import DEBUG
+
+            if DEBUG >= 1:
+                print(f"speck.codegen: {e}; this compile lane compiles in-process from now on")
+        for job in owed:
+            self.pool._compile_here(job)
 
 
 class CompilePool:
-    """Compiles (compiler, source) pairs on `lanes` threads; see the module docstring for which lanes use worker
-    processes. `submit` returns a Future of the object bytes (or of the compiler's CompileError)."""
+    """Compiles (compiler, source) pairs concurrently: `submit` returns a Future of the object bytes (or of the
+    compiler's CompileError). See the module docstring for lanes and worker processes."""
 
     def __init__(self, lanes: int | None = None) -> None:
         self.lanes = default_lanes() if lanes is None else max(1, lanes)
-        self._executor = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="speck-compile")
-        self._local = threading.local()
+        self._threads = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="speck-compile")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lanes: list[_Lane] | None = None
         self._lock = threading.Lock()
-        self._next_lane = 0
-        self._workers: dict[int, _Worker] | None = None  # lane -> its worker, once started
-        self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process (their lane threads)
+        self._closing = False
+        self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process
         self._submitted = 0
 
     def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
-        if self._workers is None and getattr(compiler, "worker_recipe", None) is not None:
-            self.start_workers()
         self._submitted += 1
-        return self._executor.submit(self._compile, compiler, src)
+        if getattr(compiler, "worker_recipe", None) is None:
+            return self._threads.submit(self._compile_local, compiler, src)
+        self.start_workers()
+        if not self._lanes:  # no worker process could be started: threads here, as for other compilers
+            return self._threads.submit(self._compile_local, compiler, src)
+        job = _Job(compiler, src, Future())
+        self._jobs.put(job)
+        return job.future
 
     def start_workers(self) -> None:
-        """Start the worker processes of lanes 1.. now (they boot while the lanes compile here); done by the first
-        submit of a compiler with a worker recipe, and at most once."""
+        """Start the lanes' worker processes now (they boot while the caller goes on); done by the first submit of
+        a compiler with a worker recipe, and at most once. A lane whose process can't be started is left out."""
         with self._lock:
-            if self._workers is not None:
+            if self._lanes is not None:
                 return
-            self._workers = {}
-            for lane in range(1, self.lanes):
+            self._lanes = []
+            for i in range(self.lanes):
                 try:
-                    w = _Worker()
-                except OSError:  # no process could be started: that lane compiles in this process
+                    self._lanes.append(_Lane(self, i))
+                except OSError:
                     continue
-                atexit.register(w.close)
-                self._workers[lane] = w
+            if self._lanes:
+                atexit.register(self._stop_workers)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether every lane's worker is up (waiting at most `timeout` seconds in all): tests use it."""
+        deadline = time.monotonic() + timeout
+        return all(ln.up.wait(max(0.0, deadline - time.monotonic())) and not ln.dead for ln in self._lanes or [])
+
+    def workers(self) -> list[_Worker]:
+        """The lanes' worker processes."""
+        return [ln.worker for ln in self._lanes or []]
 
     def shutdown(self) -> None:
         """Finish the queued compiles, then stop the lanes and their worker processes (also done at exit)."""
-        self._executor.shutdown(wait=True)
+        lanes = self._lanes or []
+        for _ in lanes:
+            self._jobs.put(None)
+        for ln in lanes:
+            ln.threads[0].join()
+        self._stop_workers()
+        for ln in lanes:
+            ln.threads[1].join()
+        atexit.unregister(self._stop_workers)
+        self._threads.shutdown(wait=True)
+
+    def _stop_workers(self) -> None:
+        self._closing = True
         for w in self.workers():
             w.close()
-            atexit.unregister(w.close)
 
-    def workers(self) -> list[_Worker]:
-        """The workers started so far, by lane."""
-        return [w for _, w in sorted((self._workers or {}).items())]
-
-    def _lane(self) -> int:
-        lane: int | None = getattr(self._local, "lane", None)
-        if lane is None:
-            with self._lock:
-                lane = self._local.lane = self._next_lane
-                self._next_lane += 1
-        return lane
-
-    def _compile(self, compiler: Compiler, src: str) -> bytes:
-        lane = self._lane()
-        recipe = getattr(compiler, "worker_recipe", None)
-        worker = None if recipe is None or self._workers is None else self._workers.get(lane)
-        if recipe is not None and worker is not None and worker.ready():
-            return _ViaWorker(compiler, worker, recipe()).compile(src)
-        t = time.thread_time()  # lane 0, no recipe, or a worker still booting: compile here
+    def _compile_local(self, compiler: Compiler, src: str) -> bytes:
+        t = time.thread_time()
         try:
             return compiler.compile(src)
         finally:
             with self._lock:
                 self._local_cpu_s += time.thread_time() - t
 
+    def _compile_here(self, job: _Job) -> None:
+        try:
+            job.future.set_result(self._compile_local(job.compiler, job.src))
+        except BaseException as e:  # the compiler's error goes to whoever waits for the object
+            job.future.set_exception(e)
+
     def stats(self) -> dict[str, float]:
-        """Lanes, sources submitted, CPU seconds spent compiling (in this process's lane threads, cache lookups
-        included, and in the workers) and objects the workers built: what a benchmark reports."""
+        """Lanes, sources submitted, CPU seconds spent compiling (in this process, cache lookups included, and in
+        the workers) and objects the workers built: what a benchmark reports."""
         ws = self.workers()
-        return {
-            "lanes": self.lanes,
-            "submitted": self._submitted,
-            "cpu_s": self._local_cpu_s + sum(w.cpu_s for w in ws),
-            "worker_cpu_s": sum(w.cpu_s for w in ws),
-            "worker_objects": sum(w.compiled for w in ws),
-        }
+        worker_cpu = sum(w.cpu_s for w in ws)
+        return {"lanes": self.lanes, "submitted": self._submitted, "cpu_s": self._local_cpu_s + worker_cpu,
+                "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
 
 
 __all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "serve"]
