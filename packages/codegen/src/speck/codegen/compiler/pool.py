@@ -74,9 +74,10 @@ class WorkerError(RuntimeError):
     """A worker process died, could not start, or could not rebuild the compiler."""
 
 
-# The worker's bootstrap: the parent's import path, and speck.codegen / speck.codegen.compiler registered without
-# running their __init__ (which imports every renderer, the interpreter and numpy): the worker needs only the
-# compiler modules, and a light import keeps its start-up cheap next to the compiles it takes over.
+# The worker's bootstrap: the parent's import path, and speck.uop / speck.codegen / speck.codegen.compiler registered
+# without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy): the worker
+# needs only the compiler modules and speck.uop.helpers (the cache's setting), and a light import keeps its
+# start-up (which competes with the lowering it runs beside) cheap.
 _BOOT = """
 import sys, types
 sys.path[:] = {path!r}
@@ -125,8 +126,9 @@ class _Worker:
     def __init__(self) -> None:
         import speck.codegen
         import speck.codegen.compiler
+        import speck.uop
 
-        packages = [(m.__name__, list(m.__path__)) for m in (speck.codegen, speck.codegen.compiler)]
+        packages = [(m.__name__, list(m.__path__)) for m in (speck.uop, speck.codegen, speck.codegen.compiler)]
         boot = _BOOT.format(path=[p for p in sys.path if isinstance(p, str)], packages=packages)
         # site still runs: import hooks of editable installs come from its .pth files
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
