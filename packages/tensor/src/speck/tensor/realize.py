@@ -193,12 +193,12 @@ def _check_schedule_devices(items: list[ScheduleItem]) -> None:
 
 
 # ---------------- compiling ahead ----------------
-# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled meanwhile on
-# the lanes of a speck.codegen CompilePool: lowering is Python (it holds the GIL) and LLVM/gcc run outside it. LLVM
-# was the longer of the two (a cold CNN training step: ~2.3 s of lowering, ~3 s of LLVM for 103 kernels), and
-# llvmlite runs one LLVM call at a time per process, so LLVM lanes past the first compile in worker processes: every
-# core stays busy until the last object is done. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at
-# most 4; 1 compiles on one background thread only); 0 compiles each kernel when it is first run instead.
+# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled meanwhile by
+# a speck.codegen CompilePool: lowering is Python (it holds the GIL), and LLVM compiles in worker processes, one per
+# core, so it neither waits for the GIL nor for llvmlite's one-call-at-a-time lock (a cold CNN training step: ~2 s
+# of lowering, ~3 s of LLVM CPU for 103 kernels; one in-process LLVM thread was the critical path). gcc/clang compile
+# on the pool's threads. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at most 4); 0 compiles each
+# kernel when it is first run instead.
 COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", -1)
 _ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
 _compile_pool: Any = None
