@@ -157,3 +157,15 @@ def test_compilers_without_a_recipe_start_no_worker(new_pool: Callable[[int], Co
     p = new_pool(2)
     assert [f.result() for f in [p.submit(c, s) for s in srcs]] == [c.compile_uncached(s) for s in srcs]
     assert p.workers() == []
+
+
+def test_a_warm_cache_starts_no_worker(new_pool: Callable[[int], CompilePool]) -> None:
+    c = LLVMCompiler()
+    srcs = [scaled_ir(k) for k in range(50, 53)]
+    want = [c.compile(s) for s in srcs]  # cached now
+    p = new_pool(2)
+    assert compile_all(p, c, srcs) == want
+    assert p.workers() == []  # every object came from the cache: no process was started
+    new = scaled_ir(60)
+    assert p.submit(c, new).result() == c.compile_uncached(new)
+    assert len(p.workers()) == 2  # the first miss starts them

@@ -39,7 +39,7 @@ from speck.codegen.compiler.base import CompileError, Compiler
 
 DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
 DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
-BOOT_WAIT = 30.0  # seconds a lane waits for its worker to start before compiling in this process instead
+BOOT_WAIT = 10.0  # seconds a lane waits for its worker to start before compiling in this process instead
 
 
 def default_lanes() -> int:
@@ -181,20 +181,32 @@ class _Job:
 
 
 class _Lane:
-    """A worker and the two threads keeping it busy (see the module docstring). Once the worker is gone (or never
-    came up) the lane compiles its jobs in this process."""
+    """A worker and the two threads keeping it busy (see the module docstring). The process starts at the pool's
+    first cache miss (a warm cache starts none); once it is gone (or never came up) the lane compiles in this
+    process."""
 
     def __init__(self, pool: CompilePool, index: int) -> None:
-        self.pool, self.worker = pool, _Worker()
+        self.pool, self.index = pool, index
+        self.worker: _Worker | None = None
         self.up = threading.Event()  # set when the worker said it is ready, or when it is gone
         self.dead = False
         self.inflight: deque[_Job] = deque()  # sent, not answered yet (answers come in order)
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(DEPTH)
-        self.threads = [threading.Thread(target=fn, name=f"speck-compile-{index}-{fn.__name__.strip('_')}",
-                                         daemon=True) for fn in (self._feed, self._read)]  # fmt: skip
-        for t in self.threads:
-            t.start()
+        self.feeder = threading.Thread(target=self._feed, name=f"speck-compile-{index}-feed", daemon=True)
+        self.reader: threading.Thread | None = None
+        self.feeder.start()
+
+    def spawn(self) -> None:
+        """Start the worker process and the thread reading its answers (the pool does it once, for every lane)."""
+        try:
+            self.worker = _Worker()
+        except OSError:  # no process: this lane compiles in this process
+            self.dead = True
+            self.up.set()
+            return
+        self.reader = threading.Thread(target=self._read, name=f"speck-compile-{self.index}-read", daemon=True)
+        self.reader.start()
 
     def _feed(self) -> None:
         jobs = self.pool._jobs
@@ -206,7 +218,8 @@ class _Lane:
             if cache_enabled() and (lib := compiler.disk_cache().get(compiler.cache_key(src))) is not None:
                 job.future.set_result(lib)
                 continue
-            if not self.up.wait(BOOT_WAIT) or self.dead:
+            self.pool.start_workers()
+            if not self.up.wait(BOOT_WAIT) or self.dead or self.worker is None:
                 self.pool._compile_here(job)
                 continue
             self.slots.acquire()
@@ -224,18 +237,20 @@ class _Lane:
                 self._lost(e)
 
     def _read(self) -> None:
+        worker = self.worker
+        assert worker is not None
         try:
-            hello = self.worker.receive()
+            hello = worker.receive()
             if hello[0] != "ready":
-                raise WorkerError(f"compile worker {self.worker.proc.pid} said {hello!r} instead of ready")
+                raise WorkerError(f"compile worker {worker.proc.pid} said {hello!r} instead of ready")
             self.up.set()
             while True:
-                reply = self.worker.receive()
+                reply = worker.receive()
                 with self.lock:
                     job = self.inflight.popleft()
                 self.slots.release()
                 try:
-                    lib = self.worker.result(reply, job.src)
+                    lib = worker.result(reply, job.src)
                 except CompileError as e:
                     job.future.set_exception(e)
                     continue
@@ -275,6 +290,7 @@ class CompilePool:
         self._threads = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="speck-compile")
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lanes: list[_Lane] | None = None
+        self._spawned = False
         self._lock = threading.Lock()
         self._closing = False
         self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process
@@ -284,27 +300,25 @@ class CompilePool:
         self._submitted += 1
         if getattr(compiler, "worker_recipe", None) is None:
             return self._threads.submit(self._compile_local, compiler, src)
-        self.start_workers()
-        if not self._lanes:  # no worker process could be started: threads here, as for other compilers
-            return self._threads.submit(self._compile_local, compiler, src)
+        with self._lock:
+            if self._lanes is None:
+                self._lanes = [_Lane(self, i) for i in range(self.lanes)]
         job = _Job(compiler, src, Future())
         self._jobs.put(job)
         return job.future
 
     def start_workers(self) -> None:
-        """Start the lanes' worker processes now (they boot while the caller goes on); done by the first submit of
-        a compiler with a worker recipe, and at most once. A lane whose process can't be started is left out."""
+        """Start every lane's worker process now (they boot while the caller goes on); done by the first cache miss
+        of a compiler with a worker recipe, and at most once."""
         with self._lock:
-            if self._lanes is not None:
+            if self._lanes is None:
+                self._lanes = [_Lane(self, i) for i in range(self.lanes)]
+            if self._spawned:
                 return
-            self._lanes = []
-            for i in range(self.lanes):
-                try:
-                    self._lanes.append(_Lane(self, i))
-                except OSError:
-                    continue
-            if self._lanes:
-                atexit.register(self._stop_workers)
+            self._spawned = True
+            for ln in self._lanes:
+                ln.spawn()
+            atexit.register(self._stop_workers)
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether every lane's worker is up (waiting at most `timeout` seconds in all): tests use it."""
@@ -312,8 +326,8 @@ class CompilePool:
         return all(ln.up.wait(max(0.0, deadline - time.monotonic())) and not ln.dead for ln in self._lanes or [])
 
     def workers(self) -> list[_Worker]:
-        """The lanes' worker processes."""
-        return [ln.worker for ln in self._lanes or []]
+        """The lanes' worker processes (none before the first cache miss)."""
+        return [ln.worker for ln in self._lanes or [] if ln.worker is not None]
 
     def shutdown(self) -> None:
         """Finish the queued compiles, then stop the lanes and their worker processes (also done at exit)."""
@@ -321,10 +335,11 @@ class CompilePool:
         for _ in lanes:
             self._jobs.put(None)
         for ln in lanes:
-            ln.threads[0].join()
+            ln.feeder.join()
         self._stop_workers()
         for ln in lanes:
-            ln.threads[1].join()
+            if ln.reader is not None:
+                ln.reader.join()
         atexit.unregister(self._stop_workers)
         self._threads.shutdown(wait=True)
 
