@@ -145,3 +145,22 @@ def test_lowering_error_is_raised_when_its_kernel_runs(monkeypatch: pytest.Monke
             out.numpy()
         results.append((str(ei.value), GlobalCounters.kernel_count))
     assert results[0] == results[1] == (f"lowering {reject} failed on purpose", 1)
+
+
+def test_ahead_compiles_in_worker_processes_give_the_same_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speck.codegen.compiler.pool import CompilePool
+
+    pool = CompilePool(2)
+    pool.start_workers()
+    assert pool.wait_ready(120), "the compile workers did not start"
+    monkeypatch.setattr(R, "_compile_pool", pool)
+    try:
+        out, want = softmax_net(4)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    finally:
+        pool.shutdown()
+    progs = [p for p in R._program_cache.values() if isinstance(p, R._CompiledProgram)]
+    assert len(progs) >= 2 and sum(w.compiled for w in pool.workers()) == len(progs)  # all built by the workers
+    compiler = Device["CPU"].backend.compiler
+    for p in progs:
+        assert p.spec.lib == compiler.compile_uncached(p.spec.src)  # byte-identical to an in-process compile

@@ -86,3 +86,41 @@ def test_tags_are_part_of_identity() -> None:
     untag = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: v.replace(tag=None) if v.tag else None)])
     assert graph_rewrite(t + 1, untag) is x + 1
     assert UOp.const(dtypes.weakint, 1).replace(tag=1) is not UOp.const(dtypes.weakint, 1)
+
+
+def test_pure_matcher_skips_what_it_rewrote_before() -> None:
+    calls: list[UOp] = []
+
+    def strip_mul1(a: UOp) -> UOp:
+        calls.append(a)
+        return a
+
+    pure = PatternMatcher([(UPat.var("a") * 1, strip_mul1)], pure=True)
+    e = (x * 1 + 3) * 1
+    assert graph_rewrite(e, pure) is x + 3 and len(calls) == 2
+    assert graph_rewrite(e, pure) is x + 3 and len(calls) == 2  # remembered: no rule ran again
+    assert graph_rewrite(e + 1, pure) is (x + 3) + 1 and len(calls) == 2  # only the new node was visited
+    assert e in pure.memo()
+
+
+def test_impure_or_ctx_rewrites_are_not_remembered() -> None:
+    seen: list[UOp] = []
+    impure = PatternMatcher([(UPat(Ops.ADD, name="u"), lambda u: seen.append(u))])
+    graph_rewrite(x + 1, impure)
+    graph_rewrite(x + 1, impure)
+    assert len(seen) == 2 and not impure.memo()
+    with_ctx = PatternMatcher([(UPat(Ops.ADD, name="u"), lambda u, ctx: ctx.append(u))], pure=True)
+    graph_rewrite(x + 1, with_ctx, ctx=seen)
+    graph_rewrite(x + 1, with_ctx, ctx=seen)
+    assert len(seen) == 4 and not with_ctx.memo()  # a ctx may change between calls: never remembered
+
+
+def test_pure_memo_starts_afresh_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    pure = PatternMatcher([(UPat.var("a") * 1, lambda a: a)], pure=True)
+    monkeypatch.setattr(PatternMatcher, "MEMO_LIMIT", 4)
+    graph_rewrite(((x * 1 + 1) * 1 + 2) * 1 + 3, pure)
+    old = pure._memo
+    assert len(old) > 4
+    assert graph_rewrite(x * 1 + 5, pure) is x + 5
+    assert pure._memo is not old and x * 1 + 5 not in old  # a new dict; the old one is left intact (other threads)
+    assert (pure + PatternMatcher([])).pure is False and (pure + PatternMatcher([], pure=True)).pure is True

@@ -162,3 +162,23 @@ def test_common_factor_and_scaled_recombine_are_sound(p: tuple[UOp, list[UOp], l
     s = e.simplify()
     for env in envs:
         assert _eval(e, env) == _eval(s, env), f"{e.render(False)} -> {s.render(False)} at {env}"
+
+
+_FRESH: list[Any] = []  # symbolic's rules in a matcher that is not declared pure (no memo), built once
+
+
+@given(problems())
+def test_symbolic_memo_equals_fresh_rewrite(p: tuple[UOp, list[UOp], list[dict[str, int]]]) -> None:
+    """symbolic is pure, so graph_rewrite reuses earlier results; that must give what rewriting afresh gives."""
+    from speck.uop import PatternMatcher, graph_rewrite
+    from speck.uop.symbolic import symbolic
+
+    if not _FRESH:
+        _FRESH.append(PatternMatcher(symbolic.patterns))
+    fresh = _FRESH[0]
+    assert symbolic.pure and not fresh.pure
+    e = p[0]
+    part = e.src[0] if e.src else e
+    first = graph_rewrite(part, symbolic)  # a subgraph first: the whole then starts from its memoized result
+    assert graph_rewrite(e, symbolic) is graph_rewrite(e, fresh)
+    assert first is graph_rewrite(part, fresh)

@@ -61,19 +61,26 @@ def _ungroup(effects: list[UOp]) -> list[UOp]:
 
 def prepare_for_linearize(sink: UOp) -> UOp:
     """Split multi-range ENDs and merge ENDs of the same range (at the SINK level)."""
-    sink = graph_rewrite(sink, pm_split_ends, name="split_ends")
-    return sink.replace(src=tuple(merge_ends(list(sink.src))))
+    return _prepare(sink, sink.toposort())[0]
+
+
+def _prepare(sink: UOp, order: list[UOp]) -> tuple[UOp, list[UOp]]:
+    """prepare_for_linearize given the sink's toposort; returns the new sink and its toposort (the one given when
+    nothing changed: about half of all kernels have no END of several ranges, and their walk is skipped)."""
+    if any(u.op is Ops.END and len(u.src) > 2 for u in order):
+        sink = graph_rewrite(sink, pm_split_ends, name="split_ends")
+    new = sink.replace(src=tuple(merge_ends(list(sink.src))))
+    return new, (order if new is sink and sink is order[-1] else new.toposort())
 
 
 # ---------------- placement and emission ----------------
 def linearize(sink: UOp) -> list[UOp]:
     """Return the program's linear UOp list (SINK last). Raises RuntimeError naming the range when the loop nests
     are inconsistent (one RANGE closed in two different nests)."""
-    sink = prepare_for_linearize(sink)
-    order = sink.toposort()
+    sink, order = _prepare(sink, sink.toposort())
     scope = RangeScope()
-    scope.open_ranges(sink)  # one walk fills the memo for every node (a call per node would walk each again)
-    ctx = {u: scope.memo[u] for u in order}
+    scope.fill(order)  # one walk fills the memo for every node (a call per node would walk each again)
+    ctx = scope.memo
     ends: dict[UOp, UOp] = {}
     for u in order:
         if u.op is Ops.END:
@@ -101,6 +108,8 @@ def linearize(sink: UOp) -> list[UOp]:
         visiting.discard(r)
         return path[r]
 
+    chains: dict[frozenset[UOp], tuple[UOp, ...]] = {}  # the nest depends only on the set of ranges
+
     def block_of(u: UOp) -> tuple[UOp, ...]:
         if u.op is Ops.RANGE:
             return range_path(u)[:-1]
@@ -109,7 +118,10 @@ def linearize(sink: UOp) -> list[UOp]:
         c = ctx[u]
         if not c:
             return ()
-        return _chain(u, c, {r: range_path(r) for r in c})
+        chain = chains.get(c)
+        if chain is None:
+            chain = chains[c] = _chain(u, c, {r: range_path(r) for r in c})
+        return chain
 
     blocks: dict[tuple[UOp, ...], list[UOp]] = {}
     for u in order:
@@ -165,7 +177,9 @@ def _finish(seq: list[UOp], sink: UOp) -> list[UOp]:
         if u.op is Ops.GROUP:
             new[u] = new[u.src[-1]]
             continue
-        nu = u.replace(src=tuple(new.get(s, s) for s in u.src))
+        src = u.src
+        nsrc = tuple([new.get(s, s) for s in src])
+        nu = u if nsrc == src else UOp(u.op, u.dtype, nsrc, u.arg, u.tag)
         if nu in seen:
             nu = nu.replace(tag=("lin", len(out)))
         seen.add(nu)

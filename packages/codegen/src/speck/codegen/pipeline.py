@@ -16,7 +16,7 @@ from speck.codegen.lower.decompositions import Decomposer, pm_decompose
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.lower.expander import expand_vectors
 from speck.codegen.lower.gated_ranges import tighten_gated_reductions
-from speck.codegen.lower.gates import pm_explicit_gates
+from speck.codegen.lower.gates import has_gates, pm_explicit_gates
 from speck.codegen.lower.index import IndexLowering, pm_lower_index_dtype
 from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
 from speck.codegen.lower.simplify import pm_simplify
@@ -71,13 +71,16 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     sink = expand_vectors(sink)
     sink = st.done("expand", sink)
     # reductions become accumulator registers: init before the loop, update inside, read after END
-    sink = graph_rewrite(sink, pm_lower_reduce, ctx=ReduceLowering(sink), name="lower_reduce")
+    if (reducing := ReduceLowering(sink)).has_reduce:  # half of all kernels have no REDUCE: no walk for them
+        sink = graph_rewrite(sink, pm_lower_reduce, ctx=reducing, name="lower_reduce")
     sink = st.done("lower_reduce", sink)
     # vectors wider than the renderer's registers (or any vector, for scalar renderers) are split
     sink = graph_rewrite(sink, pm_devectorize, ctx=Devectorizer(renderer), name="devectorize")
     sink = st.done("devectorize", sink)
-    # Invalid (gated indexing) becomes an explicit bool gate on INDEX and an alternative value on LOAD
-    sink = graph_rewrite(sink, pm_explicit_gates, name="explicit_gates")
+    # Invalid (gated indexing) becomes an explicit bool gate on INDEX and an alternative value on LOAD (a scan for
+    # Invalid is cheaper than the rewrite's walk, and most kernels have none)
+    if has_gates(sink):
+        sink = graph_rewrite(sink, pm_explicit_gates, name="explicit_gates")
     sink = st.done("explicit_gates", sink)
     # ops the renderer cannot express are rewritten in terms of ones it can (polynomials, 32-bit threefry, ...)
     sink = graph_rewrite(sink, pm_decompose, ctx=Decomposer(renderer), name="decompositions")

@@ -194,12 +194,13 @@ def _check_schedule_devices(items: list[ScheduleItem]) -> None:
 
 
 # ---------------- compiling ahead ----------------
-# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled on a
-# background thread meanwhile: lowering is Python (it holds the GIL) and LLVM/gcc run outside it, so on a machine
-# with 2+ cores the two overlap (a cold CNN training step: ~2 s of lowering and ~2.6 s of LLVM for 107 kernels).
-# One thread is enough: llvmlite serializes every call into LLVM anyway. SPECK_COMPILE_THREADS=0 compiles each
+# A schedule's uncached kernels are lowered up front on the calling thread and their sources compiled meanwhile by
+# a speck.codegen CompilePool: lowering is Python (it holds the GIL), and LLVM compiles in worker processes, one per
+# core, so it neither waits for the GIL nor for llvmlite's one-call-at-a-time lock (a cold CNN training step: ~2 s
+# of lowering, ~3 s of LLVM CPU for 103 kernels; one in-process LLVM thread was the critical path). gcc/clang compile
+# on the pool's threads. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at most 4); 0 compiles each
 # kernel when it is first run instead.
-COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", 1)
+COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", -1)
 _ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
 _compile_pool: Any = None
 
@@ -218,12 +219,12 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
                 todo[key] = None
     if len(todo) < 2 or not USE_CODEGEN:
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     from speck.hcq import Device
 
     if _compile_pool is None:
-        _compile_pool = ThreadPoolExecutor(max_workers=max(1, COMPILE_THREADS), thread_name_prefix="speck-compile")
+        from speck.codegen.compiler.pool import CompilePool
+
+        _compile_pool = CompilePool(None if COMPILE_THREADS < 0 else COMPILE_THREADS)
     inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
     for device, ast in todo:
         try:
@@ -234,8 +235,13 @@ def _compile_ahead(items: list[ScheduleItem]) -> None:
             continue
         fut = inflight.get((id(compiler), spec.src))
         if fut is None:
-            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler.compile, spec.src)
+            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler, spec.src)
         _ahead[(device, ast)] = (spec, fut)
+
+
+def compile_pool_stats() -> dict[str, float]:
+    """What the compile-ahead pool did so far (speck.codegen's CompilePool.stats; empty before its first use)."""
+    return {} if _compile_pool is None else dict(_compile_pool.stats())
 
 
 def compiled_program_count() -> int:

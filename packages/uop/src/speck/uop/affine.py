@@ -6,31 +6,67 @@ from __future__ import annotations
 from speck.uop.ops import Ops
 from speck.uop.uop import UOp
 
+AffineForm = tuple[dict[UOp, int], int]
 
-def linear_terms(x: UOp) -> tuple[dict[UOp, int], int]:
+_MEMO_LIMIT = 20_000  # forms remembered before starting afresh (they keep their nodes alive)
+_memo: dict[UOp, AffineForm] = {}
+
+
+def _int_const(u: UOp) -> bool:
+    return u.op is Ops.CONST and isinstance(u.arg, int) and not isinstance(u.arg, bool)
+
+
+def _parts(u: UOp) -> tuple[tuple[UOp, int], ...] | None:
+    """The (source, coefficient) pairs u is a linear combination of, or None when u is a term or a constant."""
+    if u.op is Ops.ADD:
+        return tuple((s, 1) for s in u.src)
+    if u.op is Ops.SUB:
+        return ((u.src[0], 1), (u.src[1], -1))
+    if u.op is Ops.NEG:
+        return ((u.src[0], -1),)
+    if u.op is Ops.MUL and _int_const(u.src[1]):
+        return ((u.src[0], u.src[1].arg),)
+    if u.op is Ops.MUL and _int_const(u.src[0]):
+        return ((u.src[1], u.src[0].arg),)
+    return None
+
+
+def linear_terms(x: UOp) -> AffineForm:
     """x as ({term: coefficient}, constant), flattening ADD, SUB, NEG and products with integer constants; any other
     node (a range, a variable, a division, a product of two variables) is a term of its own. Terms whose
-    coefficients cancel are left out."""
-    terms: dict[UOp, int] = {}
-    const = 0
-    stack: list[tuple[UOp, int]] = [(x, 1)]
+    coefficients cancel are left out.
+
+    Forms are memoized per node (the lanes of an expanded index share most of their subexpressions, and contiguity
+    checks ask for every lane): the returned dict is shared, never mutate it."""
+    global _memo
+    memo = _memo
+    hit = memo.get(x)
+    if hit is not None:
+        return hit
+    if len(memo) > _MEMO_LIMIT:
+        memo = _memo = {}
+    stack: list[tuple[UOp, bool]] = [(x, False)]
     while stack:
-        u, c = stack.pop()
-        if u.op is Ops.CONST and isinstance(u.arg, int) and not isinstance(u.arg, bool):
-            const += c * u.arg
-        elif u.op is Ops.ADD:
-            stack.extend((s, c) for s in u.src)
-        elif u.op is Ops.SUB:
-            stack.extend(((u.src[0], c), (u.src[1], -c)))
-        elif u.op is Ops.NEG:
-            stack.append((u.src[0], -c))
-        elif u.op is Ops.MUL and u.src[1].op is Ops.CONST and isinstance(u.src[1].arg, int):
-            stack.append((u.src[0], c * u.src[1].arg))
-        elif u.op is Ops.MUL and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
-            stack.append((u.src[1], c * u.src[0].arg))
-        else:
-            terms[u] = terms.get(u, 0) + c
-    return {t: k for t, k in terms.items() if k != 0}, const
+        u, ready = stack.pop()
+        if u in memo:
+            continue
+        parts = _parts(u)
+        if parts is None:
+            memo[u] = ({}, u.arg) if _int_const(u) else ({u: 1}, 0)
+            continue
+        if not ready:
+            stack.append((u, True))
+            stack.extend((s, False) for s, _ in parts if s not in memo)
+            continue
+        terms: dict[UOp, int] = {}
+        const = 0
+        for s, c in parts:
+            st, sc = memo[s]
+            const += c * sc
+            for t, k in st.items():
+                terms[t] = terms.get(t, 0) + c * k
+        memo[u] = ({t: k for t, k in terms.items() if k != 0}, const)
+    return memo[x]
 
 
-__all__ = ["linear_terms"]
+__all__ = ["AffineForm", "linear_terms"]

@@ -51,17 +51,24 @@ def graph_rewrite(
 
     Default order rewrites a node's sources first, then the node (and fully rewrites whatever a rule returns).
     `bottom_up=True` tries the rules on a node before descending into its sources (rule results are rewritten
-    again). `walk=True` visits every node once: sources first, then at most one rule application per node."""
+    again). `walk=True` visits every node once: sources first, then at most one rule application per node.
+    A pure matcher (`PatternMatcher(pure=True)`) rewriting without ctx in the default order starts from what earlier
+    such rewrites found (`pm.memo()`): a subgraph rewritten before is not walked again."""
+    if ctx is None and pm.pure and not bottom_up and not walk:
+        return _rewrite_fixed_point(root, pm, None, name, pm.memo())[root]
     return _rewrite(root, pm, ctx, bottom_up, name, walk)[root]
 
 
-def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | None) -> dict[UOp, UOp]:
+def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | None,
+                         replace: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:  # fmt: skip
     """The default order (sources first, then the node, then whatever a rule returned), specialised because it is
     the hot loop of every simplify: stack entries are a node (visit it) or a (node, result) pair (adopt the fully
-    rewritten result), and a node whose sources are done is rewritten without a second trip through the stack."""
+    rewritten result), and a node whose sources are done is rewritten without a second trip through the stack.
+    `replace` may hold results of earlier rewrites with the same pure matcher (every value in it is final)."""
     limit = REWRITE_LIMIT.value
     total, budget = 0, 100 * limit
-    replace: dict[UOp, UOp] = {}
+    if replace is None:
+        replace = {}
     depth: dict[UOp, int] = {}
     get = pm.op_table().get
     stack: list[Any] = [root]

@@ -424,7 +424,8 @@ symbolic_simple = PatternMatcher(
             (UPat.var("x", INTS) + UPat.var("y") * UPat.cvar("c1")) + UPat.var("y"),
             lambda x, y, c1: x + y * (c1.arg + 1) if type(c1.arg) is int else None,
         ),  # fmt: skip
-    ]
+    ],
+    pure=True,
 )
 
 
@@ -462,7 +463,8 @@ symbolic = symbolic_simple + PatternMatcher(
         # comparisons
         ((UPat.var("x", INTS) * UPat.cvar("c")) < UPat.var("y"), _lt_const_fold),
         ((UPat.var("x", INTS) + UPat.cvar("c1")) < UPat.cvar("c2"), _lt_add_const),
-    ]
+    ],
+    pure=True,
 )
 
 
@@ -677,7 +679,8 @@ symbolic_gates = PatternMatcher(
             _invalid_through_alu,
         ),  # fmt: skip
         (UPat(Ops.SINK, name="sink"), shrink_guarded_ranges),
-    ]
+    ],
+    pure=True,
 )
 """Gate and range simplification (part of `symbolic`)."""
 

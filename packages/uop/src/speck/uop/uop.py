@@ -62,8 +62,8 @@ def _argkey(arg: Any) -> Any:
     t = type(arg)
     if t is float:
         return (float, struct.pack("<d", arg))
-    if t is tuple:
-        return tuple(_argkey(a) for a in arg)
+    if t is tuple:  # ints inline: lane lists and axis ids are the common tuples
+        return tuple([(int, a) if type(a) is int else _argkey(a) for a in arg])
     if t is bool or t is int:
         return (t, arg)
     return arg

@@ -411,11 +411,22 @@ def _wants_ctx(fn: RuleFn) -> bool:
 
 class PatternMatcher:
     """An ordered table of (UPat, fn) rules. `rewrite(u, ctx)` returns the first non-None fn result whose pattern
-    matches u (fn gets the captures as keyword arguments, plus ctx if it asks for it). `pm1 + pm2` concatenates."""
+    matches u (fn gets the captures as keyword arguments, plus ctx if it asks for it). `pm1 + pm2` concatenates.
 
-    def __init__(self, patterns: Sequence[tuple[UPat, RuleFn]], compiled: bool | None = None) -> None:
+    `pure=True` declares that every rule's result depends only on the node it is given (its subgraph: op, dtype,
+    sources, arg, tag, bounds) and not on a ctx or any other state. graph_rewrite then keeps, across calls, what each
+    node it rewrote (without ctx) became, so later rewrites skip subgraphs already done (`memo`); a sum is pure when
+    both parts are."""
+
+    MEMO_LIMIT = 50_000  # entries a pure matcher remembers before starting afresh (they keep their nodes alive;
+    # the CNN training step leaves about 12k in symbolic's)
+
+    def __init__(self, patterns: Sequence[tuple[UPat, RuleFn]], compiled: bool | None = None,
+                 pure: bool = False) -> None:  # fmt: skip
         self.patterns = list(patterns)
         self.compiled = bool(PMCOMPILE) if compiled is None else compiled
+        self.pure = pure
+        self._memo: dict[UOp, UOp] = {}
         self.pdict: dict[Ops, list[tuple[UPat, RuleFn, bool]]] = {}
         for pat, fn in self.patterns:
             wants = _wants_ctx(fn)
@@ -426,7 +437,16 @@ class PatternMatcher:
         self._modes: dict[bool, PatternMatcher] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher(self.patterns + other.patterns, self.compiled and other.compiled)
+        return PatternMatcher(self.patterns + other.patterns, self.compiled and other.compiled,
+                              self.pure and other.pure)  # fmt: skip
+
+    def memo(self) -> dict[UOp, UOp]:
+        """node -> what a ctx-free fixed-point rewrite turned it into, shared by graph_rewrite calls (pure matchers
+        only). A full memo is replaced by an empty one, never cleared in place: a rewrite running on another thread
+        keeps using the dict it started with."""
+        if len(self._memo) > self.MEMO_LIMIT:
+            self._memo = {}
+        return self._memo
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by reference to the module-level name bound to it: rules are lambdas, which don't pickle."""
@@ -446,7 +466,7 @@ class PatternMatcher:
             return self
         other = self._modes.get(compiled)
         if other is None:
-            other = self._modes[compiled] = PatternMatcher(self.patterns, compiled)
+            other = self._modes[compiled] = PatternMatcher(self.patterns, compiled, self.pure)
             other._modes[self.compiled] = self
         return other
 

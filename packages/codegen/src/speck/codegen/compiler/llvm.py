@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.errors import CompileError
 
 _init_lock = threading.Lock()
@@ -113,6 +114,12 @@ class LLVMCompiler(Compiler):
         )
         self._data_layout = str(self._tm.target_data)
         self._lock = threading.Lock()  # one compile at a time per compiler: its target machine is shared
+
+    def worker_recipe(self) -> WorkerRecipe:
+        """How a CompilePool worker process rebuilds this compiler (same flags, so the same objects)."""
+        kwargs = (("opt", self.opt), ("cpu", self.cpu), ("features", self.features), ("pipeline", self.pipeline))
+        env = (("SPECK_LLVM_UNROLL_THRESHOLD", str(UNROLL_THRESHOLD)),)
+        return WorkerRecipe(type(self).__module__, type(self).__qualname__, kwargs, env, tuple(self.flags))
 
     def _optimized_module(self, src: str) -> Any:
         llvm = _llvm()

@@ -77,4 +77,4 @@ def _drop_folded_ranges(x: UOp) -> UOp | None:
     return x.replace(src=(x.src[0], *keep))
 
 
-pm_cleanup_ranges = PatternMatcher([(UPat((Ops.END, Ops.REDUCE), name="x"), _drop_folded_ranges)])
+pm_cleanup_ranges = PatternMatcher([(UPat((Ops.END, Ops.REDUCE), name="x"), _drop_folded_ranges)], pure=True)

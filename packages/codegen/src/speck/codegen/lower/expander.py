@@ -116,7 +116,7 @@ class _Expander:
         lanes_mode = lanes_only(u.dtype) or any(s.lanes is not None for s in srcs)
         if lanes_mode:
             per = [self.as_lanes(s, axes) for s in srcs]
-            lanes = [UOp(op, u.dtype, tuple(p[k] for p in per), u.arg) for k in range(len(per[0]))]
+            lanes = [UOp(op, u.dtype, srcs_k, u.arg) for srcs_k in zip(*per)]  # lane k: every source's lane k
             if op is Ops.CAST and not lanes_only(u.dtype):
                 # index math becoming a value (a random counter, an arange): one vector from here on, so what is
                 # computed from it is vector ops, not one scalar chain per lane (threefry: 8x the IR, 10x the LLVM time)

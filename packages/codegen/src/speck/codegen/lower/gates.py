@@ -53,6 +53,12 @@ def _fully_invalid_load(ld: UOp) -> UOp | None:
     return None
 
 
+def has_gates(sink: UOp) -> bool:
+    """Whether pm_explicit_gates can match anything in `sink`: every rule needs an Invalid or a gated INDEX."""
+    return any((u.op is Ops.CONST and isinstance(u.arg, InvalidType)) or (u.op is Ops.INDEX and len(u.src) == 3)
+               for u in sink.toposort())  # fmt: skip
+
+
 pm_explicit_gates = PatternMatcher(
     [
         (UPat(GroupOp.ALU, name="a"), _lift_where),

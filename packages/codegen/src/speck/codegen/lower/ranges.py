@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from speck.uop import Ops, UOp
 
+_NONE: frozenset[UOp] = frozenset()
+
 
 class RangeScope:
     """Memoised `open_ranges(u)`; safe across rewrites because UOps are immutable and hash-consed."""
@@ -16,13 +18,24 @@ class RangeScope:
         memo = self.memo
         if root in memo:
             return memo[root]
-        for u in root.toposort(gate=lambda x: x not in memo):
+        self.fill(root.toposort(gate=lambda x: x not in memo))
+        return memo[root]
+
+    def fill(self, order: list[UOp]) -> None:
+        """Compute the open ranges of every node of `order`, a toposort (sources first)."""
+        memo = self.memo
+        for u in order:
             if u in memo:
                 continue
-            s: frozenset[UOp] = frozenset().union(*[memo[x] for x in u.src]) if u.src else frozenset()
+            src = u.src
+            # the union of the sources' sets, sharing a source's set when the others add nothing (the usual case)
+            s = memo[src[0]] if src else _NONE
+            for x in src[1:]:
+                t = memo[x]
+                if t is not s and t:
+                    s = t if not s else s | t
             if u.op is Ops.RANGE:
                 s = s | {u}
             elif u.op in (Ops.END, Ops.REDUCE):
-                s = s - frozenset(u.src[1:])
+                s = s - frozenset(src[1:])
             memo[u] = s
-        return memo[root]

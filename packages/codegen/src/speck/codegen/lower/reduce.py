@@ -22,7 +22,8 @@ class ReduceLowering:
     """State of the pass: a counter for register ids and fresh axis ids, which ranges are already owned."""
 
     def __init__(self, sink: UOp) -> None:
-        rs = [u for u in sink.toposort() if u.op in (Ops.RANGE, Ops.DEFINE_REG)]
+        rs = [u for u in sink.toposort() if u.op in (Ops.RANGE, Ops.DEFINE_REG, Ops.REDUCE)]
+        self.has_reduce = any(u.op is Ops.REDUCE for u in rs)  # else the pass has nothing to do
         self.next_axis = 1 + max([a for u in rs if u.op is Ops.RANGE for a in u.arg[:-1]], default=-1)
         self.next_reg = 1 + max([u.arg for u in rs if u.op is Ops.DEFINE_REG], default=-1)
         self.owned: set[UOp] = set()

@@ -1,0 +1,379 @@
+"""`CompilePool`: compiles many sources at once, LLVM in worker processes.
+
+A cold CNN training step lowers its 103 kernels on the main thread (Python: it holds the GIL) while they compile.
+LLVM in this process compiled badly next to that: llvmlite runs one LLVM call at a time per process (a global
+lock), and every one of the ~30 llvmlite calls of a compile hands the GIL back and forth with the lowering thread,
+each time waiting up to the interpreter's switch interval (5 ms) for it: a compile thread next to a busy main
+thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt elsewhere (it has a `worker_recipe()`
+returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
+worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
+itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
+a reader that hands the answers to their futures and writes the cache. Compilers without a recipe (gcc/clang run
+as subprocesses already; x86's is trivial) compile on `lanes` threads here.
+
+The worker is a fresh interpreter (not a fork: the parent has threads) that imports only the compiler modules,
+rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
+CPU, features, passes) equal the parent's, and then answers (recipe, source) -> object bytes in order. Objects are
+byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same CompileError. A worker
+that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its lane compiles in this
+process (so a result is never different, only slower)."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.util
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any
+
+from speck.codegen.cache import cache_enabled
+from speck.codegen.compiler.base import Compiler
+from speck.codegen.errors import CompileError
+
+DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
+DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
+BOOT_WAIT = 10.0  # seconds a lane waits for its worker to start before compiling in this process instead
+
+
+def default_lanes() -> int:
+    """One lane per core this process may run on, at most DEFAULT_MAX_LANES."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_MAX_LANES))
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    """How a worker process rebuilds a compiler: `module.cls(**kwargs)` with `env` set first; the result's `flags`
+    must equal `flags` (else the worker refuses to compile: it would not build the same objects)."""
+
+    module: str
+    cls: str
+    kwargs: tuple[tuple[str, Any], ...]
+    env: tuple[tuple[str, str], ...]
+    flags: tuple[str, ...]
+
+    def build(self) -> Compiler:
+        os.environ.update(dict(self.env))
+        compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
+        if tuple(compiler.flags) != self.flags:
+            raise RuntimeError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
+        return compiler
+
+
+class WorkerError(RuntimeError):
+    """A worker process died, could not start, or could not rebuild the compiler."""
+
+
+# The worker's bootstrap: the parent's import path, and speck.uop / speck.codegen / speck.codegen.compiler registered
+# without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy): the worker
+# needs only the compiler modules and speck.uop.helpers (the cache's setting), and a light import keeps its
+# start-up (which competes with the lowering it runs beside) cheap.
+_BOOT = """
+import sys, types
+sys.path[:] = {path!r}
+for name, path in {packages!r}:
+    module = types.ModuleType(name)
+    module.__path__ = path
+    sys.modules[name] = module
+from speck.codegen.compiler.pool import serve
+serve()
+"""
+
+
+def serve() -> None:
+    """A worker's main loop: answer pickled (recipe, source) requests from stdin on stdout, in order, until stdin
+    closes. Replies: ("ready", pid) once, then ("ok", object, cpu seconds) | ("compile_error", compiler, message) |
+    ("error", message)."""
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the reply stream
+    pickle.dump(("ready", os.getpid()), out)
+    out.flush()
+    compilers: dict[WorkerRecipe, Compiler] = {}
+    while True:
+        try:
+            recipe, src = pickle.load(inp)
+        except EOFError:
+            return
+        try:
+            compiler = compilers.get(recipe)
+            if compiler is None:
+                compiler = compilers[recipe] = recipe.build()
+            t = time.thread_time()
+            lib = compiler.compile_uncached(src)
+            reply: tuple[Any, ...] = ("ok", lib, time.thread_time() - t)
+        except CompileError as e:
+            reply = ("compile_error", e.compiler, e.diagnostics)
+        except Exception as e:  # anything else means this worker can't stand in for the parent's compiler
+            reply = ("error", f"{type(e).__name__}: {e}")
+        pickle.dump(reply, out)
+        out.flush()
+
+
+def _package_path(name: str) -> list[str]:
+    """A package's search path, found without importing it (speck.codegen's __init__ imports this module)."""
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations is not None, name
+    return list(spec.submodule_search_locations)
+
+
+class _Worker:
+    """One worker process and its pipes."""
+
+    def __init__(self) -> None:
+        packages = [(name, _package_path(name)) for name in ("speck.uop", "speck.codegen", "speck.codegen.compiler")]
+        boot = _BOOT.format(path=[p for p in sys.path if isinstance(p, str)], packages=packages)
+        # site still runs: import hooks of editable installs come from its .pth files
+        self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
+        self.owner = os.getpid()  # a forked child must not talk to its parent's worker
+        self.compiled = 0  # objects it returned
+        self.cpu_s = 0.0  # CPU seconds it spent compiling them
+
+    def send(self, recipe: WorkerRecipe, src: str) -> None:
+        if os.getpid() != self.owner:
+            raise WorkerError(f"compile worker {self.proc.pid} belongs to process {self.owner}")
+        try:
+            pickle.dump((recipe, src), self.stdin)
+            self.stdin.flush()
+        except (OSError, ValueError) as e:
+            raise WorkerError(f"compile worker {self.proc.pid} is gone: {e!r}") from e
+
+    def receive(self) -> tuple[Any, ...]:
+        try:
+            reply: tuple[Any, ...] = pickle.load(self.stdout)
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
+            raise WorkerError(f"compile worker {self.proc.pid} stopped (exit code {self.proc.poll()}): {e!r}") from e
+        return reply
+
+    def result(self, reply: tuple[Any, ...], src: str) -> bytes:
+        """The object a reply carries; CompileError as the compiler raised it; WorkerError when the worker failed."""
+        if reply[0] == "ok":
+            self.compiled += 1
+            self.cpu_s += float(reply[2])
+            return bytes(reply[1])
+        if reply[0] == "compile_error":
+            raise CompileError(reply[1], reply[2], src)
+        raise WorkerError(f"compile worker {self.proc.pid} could not compile: {reply[-1]}")
+
+    def close(self) -> None:
+        try:
+            self.stdin.close()
+            self.proc.wait(timeout=2)
+        except Exception:  # exiting anyway: a worker that does not stop on EOF is killed
+            self.proc.kill()
+
+
+@dataclass
+class _Job:
+    compiler: Compiler
+    src: str
+    future: Future[bytes]
+
+
+class _Lane:
+    """A worker and the two threads keeping it busy (see the module docstring). The process starts at the pool's
+    first cache miss (a warm cache starts none); once it is gone (or never came up) the lane compiles in this
+    process."""
+
+    def __init__(self, pool: CompilePool, index: int) -> None:
+        self.pool, self.index = pool, index
+        self.worker: _Worker | None = None
+        self.up = threading.Event()  # set when the worker said it is ready, or when it is gone
+        self.dead = False
+        self.inflight: deque[_Job] = deque()  # sent, not answered yet (answers come in order)
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(DEPTH)
+        self.feeder = threading.Thread(target=self._feed, name=f"speck-compile-{index}-feed", daemon=True)
+        self.reader: threading.Thread | None = None
+        self.feeder.start()
+
+    def spawn(self) -> None:
+        """Start the worker process and the thread reading its answers (the pool does it once, for every lane)."""
+        try:
+            self.worker = _Worker()
+        except OSError:  # no process: this lane compiles in this process
+            self.dead = True
+            self.up.set()
+            return
+        self.reader = threading.Thread(target=self._read, name=f"speck-compile-{self.index}-read", daemon=True)
+        self.reader.start()
+
+    def _feed(self) -> None:
+        jobs = self.pool._jobs
+        while (job := jobs.get()) is not None:
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            compiler, src = job.compiler, job.src
+            # Compiler.compile's steps, split: the cache is read here and written by the reader
+            if cache_enabled() and (lib := compiler.disk_cache().get(compiler.cache_key(src))) is not None:
+                job.future.set_result(lib)
+                continue
+            self.pool.start_workers()
+            if not self.up.wait(BOOT_WAIT) or self.dead or self.worker is None:
+                self.pool._compile_here(job)
+                continue
+            self.slots.acquire()
+            with self.lock:
+                alive = not self.dead
+                if alive:
+                    self.inflight.append(job)
+            if not alive:
+                self.slots.release()
+                self.pool._compile_here(job)
+                continue
+            try:
+                self.worker.send(compiler.worker_recipe(), src)  # type: ignore[attr-defined]
+            except WorkerError as e:
+                self._lost(e)
+
+    def _read(self) -> None:
+        worker = self.worker
+        assert worker is not None
+        try:
+            hello = worker.receive()
+            if hello[0] != "ready":
+                raise WorkerError(f"compile worker {worker.proc.pid} said {hello!r} instead of ready")
+            self.up.set()
+            while True:
+                reply = worker.receive()
+                with self.lock:
+                    job = self.inflight.popleft()
+                self.slots.release()
+                try:
+                    lib = worker.result(reply, job.src)
+                except CompileError as e:
+                    job.future.set_exception(e)
+                    continue
+                except WorkerError:
+                    self.pool._compile_here(job)
+                    raise
+                if cache_enabled():
+                    job.compiler.disk_cache().put(job.compiler.cache_key(job.src), lib)
+                job.future.set_result(lib)
+        except WorkerError as e:
+            self._lost(e)
+
+    def _lost(self, e: WorkerError) -> None:
+        """The worker is gone (or was closed): compile what it still owed in this process, and everything after."""
+        with self.lock:
+            was_dead, self.dead = self.dead, True
+            owed = list(self.inflight)
+            self.inflight.clear()
+        self.up.set()
+        for _ in range(DEPTH):
+            self.slots.release()  # a feeder waiting for a slot wakes up and sees the lane is dead
+        if not was_dead and not self.pool._closing:
+            from speck.uop import DEBUG
+
+            if DEBUG >= 1:
+                print(f"speck.codegen: {e}; this compile lane compiles in-process from now on")
+        for job in owed:
+            self.pool._compile_here(job)
+
+
+class CompilePool:
+    """Compiles (compiler, source) pairs concurrently: `submit` returns a Future of the object bytes (or of the
+    compiler's CompileError). See the module docstring for lanes and worker processes."""
+
+    def __init__(self, lanes: int | None = None) -> None:
+        self.lanes = default_lanes() if lanes is None else max(1, lanes)
+        self._threads = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="speck-compile")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lanes: list[_Lane] | None = None
+        self._spawned = False
+        self._lock = threading.Lock()
+        self._closing = False
+        self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process
+        self._submitted = 0
+
+    def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
+        self._submitted += 1
+        if getattr(compiler, "worker_recipe", None) is None:
+            return self._threads.submit(self._compile_local, compiler, src)
+        with self._lock:
+            if self._lanes is None:
+                self._lanes = [_Lane(self, i) for i in range(self.lanes)]
+        job = _Job(compiler, src, Future())
+        self._jobs.put(job)
+        return job.future
+
+    def start_workers(self) -> None:
+        """Start every lane's worker process now (they boot while the caller goes on); done by the first cache miss
+        of a compiler with a worker recipe, and at most once."""
+        with self._lock:
+            if self._lanes is None:
+                self._lanes = [_Lane(self, i) for i in range(self.lanes)]
+            if self._spawned:
+                return
+            self._spawned = True
+            for ln in self._lanes:
+                ln.spawn()
+            atexit.register(self._stop_workers)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether every lane's worker is up (waiting at most `timeout` seconds in all): tests use it."""
+        deadline = time.monotonic() + timeout
+        return all(ln.up.wait(max(0.0, deadline - time.monotonic())) and not ln.dead for ln in self._lanes or [])
+
+    def workers(self) -> list[_Worker]:
+        """The lanes' worker processes (none before the first cache miss)."""
+        return [ln.worker for ln in self._lanes or [] if ln.worker is not None]
+
+    def shutdown(self) -> None:
+        """Finish the queued compiles, then stop the lanes and their worker processes (also done at exit)."""
+        lanes = self._lanes or []
+        for _ in lanes:
+            self._jobs.put(None)
+        for ln in lanes:
+            ln.feeder.join()
+        self._stop_workers()
+        for ln in lanes:
+            if ln.reader is not None:
+                ln.reader.join()
+        atexit.unregister(self._stop_workers)
+        self._threads.shutdown(wait=True)
+
+    def _stop_workers(self) -> None:
+        self._closing = True
+        for w in self.workers():
+            w.close()
+
+    def _compile_local(self, compiler: Compiler, src: str) -> bytes:
+        t = time.thread_time()
+        try:
+            return compiler.compile(src)
+        finally:
+            with self._lock:
+                self._local_cpu_s += time.thread_time() - t
+
+    def _compile_here(self, job: _Job) -> None:
+        try:
+            job.future.set_result(self._compile_local(job.compiler, job.src))
+        except BaseException as e:  # the compiler's error goes to whoever waits for the object
+            job.future.set_exception(e)
+
+    def stats(self) -> dict[str, float]:
+        """Lanes, sources submitted, CPU seconds spent compiling (in this process, cache lookups included, and in
+        the workers) and objects the workers built: what a benchmark reports."""
+        ws = self.workers()
+        worker_cpu = sum(w.cpu_s for w in ws)
+        return {"lanes": self.lanes, "submitted": self._submitted, "cpu_s": self._local_cpu_s + worker_cpu,
+                "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
+
+
+__all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "serve"]
