@@ -101,7 +101,10 @@ class Allocator:
                     if not lst:
                         del self._cache[key]
                     self.cached -= nbytes
-                    self._account(nbytes)
+                    self.mem_used += nbytes  # _account, inlined
+                    if self.mem_used > self.peak:
+                        self.peak = self.mem_used
+                    MEMORY.add(nbytes)
                     return opaque
                 if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
                     self._drop_cache()

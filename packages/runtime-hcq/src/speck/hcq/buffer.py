@@ -140,9 +140,10 @@ class Buffer:
     @property
     def ptr(self) -> int:
         """The device address of the first element (what a kernel receives); allocates a buffer without memory."""
-        opaque = (self._base if self._base is not None else self)._opaque
+        base = self._base if self._base is not None else self
+        opaque = base._opaque
         if opaque is None:
-            opaque = self.opaque
+            opaque = base.allocate()._opaque
         elif opaque is self._addr_of:
             return self._addr
         self._addr, self._addr_of = int(self.dev.allocator.address(opaque)) + self.offset, opaque

@@ -122,11 +122,6 @@ class _CompiledProgram:
         t = self.prog(*[get_buffer(bufs[s]) for s in self.slots], global_size=gs, vals=vals, wait=True)
         return float(t) if t is not None else 0.0
 
-    def launch(self, hb: list[Any]) -> float:
-        """Run on hcq Buffers already in launch order (a program with a static size and no variables)."""
-        t = self.prog(*hb, global_size=self.static_gs, wait=True)
-        return float(t) if t is not None else 0.0
-
 
 def _compile(ast: UOp, device: str) -> Any:
     key = (device, ast)
@@ -348,15 +343,21 @@ def run_schedule(items: list[ScheduleItem]) -> None:
 # ---------------- the warm path ----------------
 # Realizing a graph whose structure was scheduled before (a cached Plan, see schedule.schedule_with_cache) with every
 # kernel compiled is the per-op hot path: `(a+b).realize()` again and again, a training step's ops. It skips building
-# ScheduleItems and run_schedule's per-item work: each kernel's program, buffer slots in launch order and estimates
-# are looked up once per plan. Anything unusual takes the general path: a TinyJit capture, ALLOW_DEVICE_USAGE=0, copies
-# in flight, PROFILE, DEBUG>=2, a plan with copies or variables, or a program cache that no longer holds the plan's programs.
+# ScheduleItems and run_schedule's per-item work: each kernel's hcq program, static launch size, buffer slots in launch
+# order and estimates are looked up once per plan, and kernels are submitted without waiting for each (the device
+# runs them in order; whatever reads or frees their buffers synchronizes, as for any hcq submission). Kernel time is
+# only measured where it is shown (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0,
+# copies in flight, plans with copies or variables, or a program cache that no longer holds the plan's programs -
+# take the general path.
 class _FastPlan:
-    __slots__ = ("fresh", "kernels", "out_ref", "plan")
+    __slots__ = ("fresh", "kernels", "out_ref", "out_shape", "plan")
 
-    def __init__(self, plan: Plan, kernels: list[tuple[tuple[str, UOp], _CompiledProgram, tuple[int, ...], int, int]]):
+    def __init__(self, plan: Plan, kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]]):
         self.plan, self.fresh, self.out_ref = plan, plan.fresh, plan.out_ref
-        self.kernels = tuple(kernels)  # (program cache key, program, buffer refs in launch order, ops, bytes)
+        # (program cache key, program, its hcq program, buffer refs in launch order, ops, bytes) per kernel
+        self.kernels = tuple(kernels)
+        out_size = plan.fresh[~plan.out_ref][1]
+        self.out_shape = None if plan.shape == (out_size,) else plan.shape  # the output's view: a reshape or none
 
 
 def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
@@ -374,7 +375,7 @@ def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
         if not isinstance(prog, _CompiledProgram) or prog.static_gs is None:
             return False
         ops, mem = _cached_estimate(prog, it)
-        kernels.append((key, prog, tuple(refs[s] for s in prog.slots), ops, mem))
+        kernels.append((key, prog, prog.prog, tuple(refs[s] for s in prog.slots), ops, mem))
     return _FastPlan(plan, kernels)
 
 
@@ -382,7 +383,7 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
     """Run a plan's kernels on `inputs` and fresh buffers; returns the output's view, or None (nothing run) when the
     program cache no longer holds the plan's programs."""
     cache = _program_cache
-    for key, prog, _, _, _ in fp.kernels:
+    for key, prog, _, _, _, _ in fp.kernels:
         if cache.get(key) is not prog:
             fp.plan.fast = None  # rebuilt from the programs there now on the next hit
             return None
@@ -393,7 +394,7 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
         fresh.append(u)
         fresh_bufs.append(b)
     bm, gc = buffer_map_data, GlobalCounters
-    for _, prog, refs, ops, mem in fp.kernels:
+    for _, prog, hcq_prog, refs, ops, mem in fp.kernels:
         hb = []
         for r in refs:
             if r < 0:
@@ -402,12 +403,12 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
                 hb.append(b)
             else:
                 hb.append(get_buffer(inputs[r]))
-        t = prog.launch(hb)
+        hcq_prog(*hb, global_size=prog.static_gs)  # (a call gives buffers without memory their memory)
         gc.kernel_count += 1
         gc.global_ops += ops
         gc.global_mem += mem
-        gc.time_sum_s += t
-    return fp.plan.output_view(fresh[~fp.out_ref])
+    out = fresh[~fp.out_ref]
+    return out if fp.out_shape is None else out.reshape(fp.out_shape)
 
 
 def realize_graph(u: UOp, device: str) -> UOp:

@@ -808,8 +808,8 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
             inputs.append(n)
             ids[n] = len(ids)
         elif visited:
-            ck = n._ck
-            parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], tuple([ids[s] for s in n.src])))
+            ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
+            parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
             ids[n] = len(ids)
         elif ref(n) in rc:
             return None
