@@ -51,9 +51,9 @@ def _same(got: np.ndarray, want: np.ndarray) -> None:
 
 
 case = st.tuples(
-    st.sampled_from(SHAPES), st.sampled_from(range(len(DTYPES))), st.sampled_from(DEVICES), st.sampled_from(list(VIEWS)),
-    st.sampled_from(list(VIEWS)), st.sampled_from(list(OPS)), st.sampled_from(range(len(CONSTS))), st.booleans(),
-    st.integers(0, 2**16),
+    st.sampled_from(SHAPES), st.sampled_from(range(len(DTYPES))), st.sampled_from(DEVICES),
+    st.sampled_from(list(VIEWS)), st.sampled_from(list(VIEWS)), st.sampled_from(list(OPS)),
+    st.sampled_from(range(len(CONSTS))), st.booleans(), st.integers(0, 2**16),
 )  # fmt: skip
 
 
@@ -243,7 +243,7 @@ def test_jit_same_inputs_replay_unchecked_and_see_new_contents(monkeypatch: pyte
     for _ in range(3):
         f(x, y)
     checks = _count_checks(monkeypatch)
-    for k in range(5):
+    for _ in range(5):
         _same(f(x, y).numpy(), _three_np(xs, ys))
         x.assign(x + 1)  # an in-place write between calls: the next replay reads it
         xs = xs + 1

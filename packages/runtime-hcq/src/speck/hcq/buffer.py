@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
-from speck.hcq.dtypes import _cache as _info_cache
 from speck.hcq.dtypes import DTypeInfo, dtype_info
+from speck.hcq.dtypes import _cache as _info_cache
 from speck.hcq.registry import Device
 
 if TYPE_CHECKING:

@@ -438,7 +438,8 @@ class CPUGraph:
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run every command now (the engine calls this for the graph's exec command)."""
         fn = _interp[1] if _interp is not None else _interpreter()
-        self._build()
+        if self._cmds is None or not self._fixed:
+            self._build()
         nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
         if nw is None:  # still measuring: alternate the two candidates, one worker first
             nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
@@ -466,7 +467,9 @@ class CPUGraph:
         measurements keep confirming a clear choice): on a machine whose second core is busy or shares the first
         one's units, waking and synchronising workers costs more than splitting the kernels gains."""
         t0 = time.perf_counter()
-        self.submit()
+        if _interp is None:
+            _interpreter()  # (submit(), inlined: compile errors surface here, not inside the engine)
+        self._engine.submit(self._submission)
         self.device.synchronize()
         dt = time.perf_counter() - t0
         if (

@@ -48,9 +48,9 @@ class ElementwiseMixin:
     def _broadcasted(self: Tensor, y: TensorOrScalar, reverse: bool = False,
                      match_dtype: bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
         if y.__class__ is self.__class__ and not reverse:  # the per-op hot path: nothing to convert or broadcast
-            xu, yu = self.uop, y.uop  # type: ignore[union-attr]
+            xu, yu = self.uop, y.uop
             if xu.dtype is yu.dtype and xu.shape == yu.shape:  # (dtypes are interned)
-                return self, y  # type: ignore[return-value]
+                return self, y
         from speck.tensor.tensor import Tensor
 
         x: Tensor = self

@@ -27,9 +27,9 @@ from typing import Any, Generic, TypeVar
 
 from speck.tensor import multi, profile, realize
 from speck.tensor.counters import GlobalCounters
+from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, buffer_map_data
 from speck.tensor.settings import JIT
-from speck.tensor.multi import MultiUOp
 from speck.tensor.tensor import _DEFERRED, Tensor
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
@@ -309,7 +309,8 @@ class CapturedJit:
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
-        if (rec := realize.recording()) is not None:  # inside another TinyJit's capture: record the calls too
+        # inside another TinyJit's capture: record the calls too
+        if realize.CAPTURE is not None and (rec := realize.recording()) is not None:
             for kind, item in self.jit_cache:
                 kind, item = _rebound(kind, item, mapping, var_vals)
                 rec.append((kind, item))
@@ -582,7 +583,7 @@ class _Batch:
             self.refs = [weakref.ref(u) for u in self.uops]
             self.inputs = [(i, u) for i, u in enumerate(self.uops) if u in self.input_bufs]
         data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
-        bufs = [data.get(r) for r in self.refs]
+        bufs = list(map(data.get, self.refs))
         for i, u in self.inputs:
             bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from weakref import ref as _ref
 from typing import Any
+from weakref import ref as _ref
 
 import numpy as np
 
@@ -344,18 +344,18 @@ def run_schedule(items: list[ScheduleItem]) -> None:
 # Realizing a graph whose structure was scheduled before (a cached Plan, see schedule.schedule_with_cache) with every
 # kernel compiled is the per-op hot path: `(a+b).realize()` again and again, a training step's ops. It skips building
 # ScheduleItems and run_schedule's per-item work: each kernel's hcq program, static launch size, buffer slots in launch
-# order and estimates are looked up once per plan, and kernels are submitted without waiting for each (the device
-# runs them in order; whatever reads or frees their buffers synchronizes, as for any hcq submission). Kernel time is
-# only measured where it is shown (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0,
-# copies in flight, plans with copies or variables, or a program cache that no longer holds the plan's programs -
-# take the general path.
+# order and estimates are looked up once per plan, and its kernels are submitted back to back with one synchronize
+# at the end (the general path waits for every kernel to time it). Kernel time is only measured where it is shown
+# (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0, copies in flight, plans with copies
+# or variables, or a program cache that no longer holds the plan's programs - take the general path.
 class _FastPlan:
-    __slots__ = ("fresh", "kernels", "out_ref", "out_shape", "plan")
+    __slots__ = ("device", "fresh", "kernels", "out_ref", "out_shape", "plan")
 
     def __init__(self, plan: Plan, kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]]):
         self.plan, self.fresh, self.out_ref = plan, plan.fresh, plan.out_ref
         # (program cache key, program, its hcq program, buffer refs in launch order, ops, bytes) per kernel
         self.kernels = tuple(kernels)
+        self.device = kernels[-1][2].device  # the hcq device they run on (a plan without copies stays on one)
         out_size = plan.fresh[~plan.out_ref][1]
         self.out_shape = None if plan.shape == (out_size,) else plan.shape  # the output's view: a reshape or none
 
@@ -364,7 +364,7 @@ def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
     """The warm-path form of a plan; False when the plan can never take it, True when not yet (a program is not
     compiled)."""
     items, _ = plan.instantiate(inputs)
-    kernels = []
+    kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]] = []
     for it, (_, refs, _, _) in zip(items, plan.recipe):
         if it.ast is None or it.var_vals:
             return False
@@ -376,7 +376,7 @@ def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
             return False
         ops, mem = _cached_estimate(prog, it)
         kernels.append((key, prog, prog.prog, tuple(refs[s] for s in prog.slots), ops, mem))
-    return _FastPlan(plan, kernels)
+    return _FastPlan(plan, kernels) if kernels else False
 
 
 def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
@@ -390,9 +390,9 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
     fresh, fresh_bufs = [], []
     for d, n, dt in fp.fresh:  # new BUFFERs and their (not yet allocated) hcq Buffers
         u = new_buffer_uop(d, n, dt)
-        buffer_map[u] = b = _HcqBuffer(d, n, dt)
+        buffer_map[u] = fb = _HcqBuffer(d, n, dt)
         fresh.append(u)
-        fresh_bufs.append(b)
+        fresh_bufs.append(fb)
     bm, gc = buffer_map_data, GlobalCounters
     for _, prog, hcq_prog, refs, ops, mem in fp.kernels:
         hb = []
@@ -407,6 +407,7 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
         gc.kernel_count += 1
         gc.global_ops += ops
         gc.global_mem += mem
+    fp.device.synchronize()  # (cheap when the engine ran them inline) the schedule is done when realize returns
     out = fresh[~fp.out_ref]
     return out if fp.out_shape is None else out.reshape(fp.out_shape)
 

@@ -24,11 +24,21 @@ _unique_counter = itertools.count()
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-# the dicts behind them, keyed by weak references: the per-op hot paths look keys up as `data.get(weakref.ref(u))`,
-# which is what the WeakKeyDictionary methods do, without their Python frames (a UOp's plain weak reference exists
-# already: hash-consing holds one, so ref(u) returns it)
-buffer_map_data: dict[weakref.ref[UOp], Any] = buffer_map.data
-realized_data: dict[weakref.ref[UOp], UOp] = realized_cache.data
+
+
+def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:
+    """The dict a WeakKeyDictionary keeps its entries in, keyed by weak references (CPython's `.data`)."""
+    data = getattr(d, "data", None)
+    if not isinstance(data, dict):
+        raise RuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
+    return data
+
+
+# the dicts behind them: the per-op hot paths look keys up as `data.get(weakref.ref(u))`, which is what the
+# WeakKeyDictionary methods do, without their Python frames (a UOp's plain weak reference exists already: hash-consing
+# holds one, so ref(u) returns it)
+buffer_map_data: dict[weakref.ref[UOp], Any] = _backing_dict(buffer_map)
+realized_data: dict[weakref.ref[UOp], UOp] = _backing_dict(realized_cache)
 
 
 def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
