@@ -79,6 +79,7 @@ class Allocator:
         self.mem_used = 0
         self.cached = 0
         self.peak = 0
+        # (size, options) -> freed allocations, least recently freed size first; a list may be empty (all taken)
         self._cache: OrderedDict[tuple[int, BufferOptions], list[Any]] = OrderedDict()
         self._lock = threading.Lock()
         # frees not done yet: Buffer finalizers run whenever the garbage collector does, also while this thread
@@ -97,9 +98,7 @@ class Allocator:
                 if self._pending:
                     self._release_pending()
                 if options.lru and (lst := self._cache.get(key)):  # the hot path: a freed allocation of this size
-                    opaque = lst.pop()
-                    if not lst:
-                        del self._cache[key]
+                    opaque = lst.pop()  # (an emptied list keeps its place: the next free of this size refills it)
                     self.cached -= nbytes
                     self.mem_used += nbytes  # _account, inlined
                     if self.mem_used > self.peak:
@@ -183,8 +182,9 @@ class Allocator:
                 self.cached += nbytes
                 while self.cached > self.cache_cap and cache:
                     (sz, opts), lst = next(iter(cache.items()))
-                    self._free(lst.pop(0), sz, opts)
-                    self.cached -= sz
+                    if lst:
+                        self._free(lst.pop(0), sz, opts)
+                        self.cached -= sz
                     if not lst:
                         del cache[(sz, opts)]
         finally:

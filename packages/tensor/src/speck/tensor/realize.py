@@ -403,7 +403,7 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
                 hb.append(b)
             else:
                 hb.append(get_buffer(inputs[r]))
-        hcq_prog(*hb, global_size=prog.static_gs)  # (a call gives buffers without memory their memory)
+        hcq_prog.enqueue(hb, prog.static_gs)  # (a call gives buffers without memory their memory)
         gc.kernel_count += 1
         gc.global_ops += ops
         gc.global_mem += mem
