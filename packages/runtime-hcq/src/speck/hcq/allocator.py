@@ -10,8 +10,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from speck.hcq.errors import CopySizeError, HCQError, OutOfMemoryError
 from speck.hcq.memory import HostMemory
@@ -37,20 +36,13 @@ class _GlobalMemory:
 MEMORY = _GlobalMemory()
 
 
-@dataclass(frozen=True)
-class BufferOptions:
+class BufferOptions(NamedTuple):
     """Per-buffer allocation options. `lru=False` frees straight back to the OS instead of caching; `writable`
-    (DISK only) forces a read-write mapping (True) or a read-only one (False); None lets the device decide."""
+    (DISK only) forces a read-write mapping (True) or a read-only one (False); None lets the device decide.
+    Immutable; hashed and compared as a tuple (in C: the LRU cache keys every alloc and free by (size, options))."""
 
     lru: bool = True
     writable: bool | None = None
-
-    def __post_init__(self) -> None:
-        # the LRU cache hashes its (size, options) key on every alloc and free: compute the hash once
-        object.__setattr__(self, "_hash", hash((self.lru, self.writable)))
-
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined,no-any-return]
 
 
 DEFAULT_OPTIONS = BufferOptions()
@@ -87,6 +79,7 @@ class Allocator:
         self.mem_used = 0
         self.cached = 0
         self.peak = 0
+        # (size, options) -> freed allocations, least recently freed size first; a list may be empty (all taken)
         self._cache: OrderedDict[tuple[int, BufferOptions], list[Any]] = OrderedDict()
         self._lock = threading.Lock()
         # frees not done yet: Buffer finalizers run whenever the garbage collector does, also while this thread
@@ -99,28 +92,31 @@ class Allocator:
         OutOfMemoryError with the requested and available sizes when it cannot fit."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
-        try:
-            return self._alloc_accounted(nbytes, options)
-        finally:
-            self._flush_pending()  # frees a finalizer queued while this thread held the lock
-
-    def _alloc_accounted(self, nbytes: int, options: BufferOptions) -> Any:
         key = (nbytes, options)
-        with self._lock:
-            self._release_pending()
-            if options.lru and (lst := self._cache.get(key)):
-                opaque = lst.pop()
-                if not lst:
-                    del self._cache[key]
-                self.cached -= nbytes
-                self._account(nbytes)
-                return opaque
-            if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
-                self._drop_cache()
-                if self.mem_used + nbytes > self.limit:
-                    raise OutOfMemoryError(
-                        self.device, nbytes, max(self.limit - self.mem_used, 0), f"limit {self.limit} bytes"
-                    )
+        try:
+            with self._lock:
+                if self._pending:
+                    self._release_pending()
+                if options.lru and (lst := self._cache.get(key)):  # the hot path: a freed allocation of this size
+                    opaque = lst.pop()  # (an emptied list keeps its place: the next free of this size refills it)
+                    self.cached -= nbytes
+                    self.mem_used += nbytes  # _account, inlined
+                    if self.mem_used > self.peak:
+                        self.peak = self.mem_used
+                    MEMORY.add(nbytes)
+                    return opaque
+                if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
+                    self._drop_cache()
+                    if self.mem_used + nbytes > self.limit:
+                        raise OutOfMemoryError(
+                            self.device, nbytes, max(self.limit - self.mem_used, 0), f"limit {self.limit} bytes"
+                        )
+            return self._alloc_new(nbytes, options)
+        finally:
+            if self._pending:
+                self._flush_pending()  # frees a finalizer queued while this thread held the lock
+
+    def _alloc_new(self, nbytes: int, options: BufferOptions) -> Any:
         try:
             opaque = self._alloc(nbytes, options)
         except (MemoryError, OSError) as e:
@@ -148,7 +144,14 @@ class Allocator:
         that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
         thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
         self._pending.append((opaque, nbytes, options))
-        self._flush_pending()
+        lock = self._lock
+        if lock.acquire(blocking=False):
+            try:
+                self._release_pending()
+            finally:
+                lock.release()
+            if self._pending:  # queued by a finalizer meanwhile
+                self._flush_pending()
 
     def _flush_pending(self) -> None:
         while self._pending and self._lock.acquire(blocking=False):
@@ -159,27 +162,34 @@ class Allocator:
 
     def _release_pending(self) -> None:
         """Do the queued frees (the caller holds _lock)."""
-        while self._pending:
-            opaque, nbytes, options = self._pending.pop()
-            self.mem_used -= nbytes
-            MEMORY.add(-nbytes)
-            if not (options.lru and nbytes <= self.cache_cap):
-                self._free(opaque, nbytes, options)
-                continue
-            key = (nbytes, options)
-            lst = self._cache.get(key)
-            if lst is None:
-                self._cache[key] = [opaque]  # a new key goes in at the most recent end
-            else:
-                lst.append(opaque)
-                self._cache.move_to_end(key)
-            self.cached += nbytes
-            while self.cached > self.cache_cap and self._cache:
-                (sz, opts), lst = next(iter(self._cache.items()))
-                self._free(lst.pop(0), sz, opts)
-                self.cached -= sz
-                if not lst:
-                    del self._cache[(sz, opts)]
+        freed = 0
+        pending, cache = self._pending, self._cache
+        try:
+            while pending:
+                opaque, nbytes, options = pending.pop()
+                self.mem_used -= nbytes
+                freed += nbytes
+                if not (options.lru and nbytes <= self.cache_cap):
+                    self._free(opaque, nbytes, options)
+                    continue
+                key = (nbytes, options)
+                lst = cache.get(key)
+                if lst is None:
+                    cache[key] = [opaque]  # a new key goes in at the most recent end
+                else:
+                    lst.append(opaque)
+                    cache.move_to_end(key)
+                self.cached += nbytes
+                while self.cached > self.cache_cap and cache:
+                    (sz, opts), lst = next(iter(cache.items()))
+                    if lst:
+                        self._free(lst.pop(0), sz, opts)
+                        self.cached -= sz
+                    if not lst:
+                        del cache[(sz, opts)]
+        finally:
+            if freed:
+                MEMORY.add(-freed)
 
     def _drop_cache(self) -> None:
         for (sz, opts), lst in self._cache.items():

@@ -8,10 +8,14 @@ import numpy as np
 
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
 from speck.hcq.dtypes import DTypeInfo, dtype_info
+from speck.hcq.dtypes import _cache as _info_cache
 from speck.hcq.registry import Device
 
 if TYPE_CHECKING:
     from speck.hcq.device import DeviceBase
+
+
+_open_devices = Device._open  # the registry's opened devices by every name they were asked for
 
 
 def _as_bytes_view(data: Any) -> memoryview:
@@ -58,10 +62,18 @@ class Buffer:
     ) -> None:
         if size < 0:
             raise ValueError(f"buffer size must be >= 0 elements, got {size}")
-        self.dev: DeviceBase = Device[device] if base is None else base.dev
+        if base is not None:
+            self.dev: DeviceBase = base.dev
+        elif (dev := _open_devices.get(device)) is not None:  # an opened device by its name: one dict lookup
+            self.dev = dev
+        else:
+            self.dev = Device[device]
         self.device: str = self.dev.name
         self.size, self.dtype = size, dtype
-        self.info: DTypeInfo = dtype_info(dtype)
+        try:
+            self.info: DTypeInfo = _info_cache[dtype]  # dtype_info's cache, without the call
+        except (KeyError, TypeError):
+            self.info = dtype_info(dtype)
         self.nbytes = size * self.info.itemsize
         self.options: BufferOptions = (
             options if options is not None else (base.options if base is not None else DEFAULT_OPTIONS)
@@ -111,25 +123,29 @@ class Buffer:
 
     def __del__(self) -> None:
         try:
-            self.deallocate()
-        except Exception:  # interpreter shutdown: the allocator may already be gone
+            if self._base is None and self._opaque is not None:  # deallocate(), inlined: every buffer ends here
+                opaque, self._opaque = self._opaque, None
+                self.dev.allocator.free(opaque, self.nbytes, self.options)
+        except Exception:  # a buffer whose __init__ raised, or interpreter shutdown (the allocator may be gone)
             pass
 
     @property
     def opaque(self) -> Any:
         """The allocator's handle for the memory holding this buffer (allocating if needed)."""
-        b = self.base
+        b = self._base if self._base is not None else self
         if b._opaque is None:
             b.allocate()
         return b._opaque
 
     @property
     def ptr(self) -> int:
-        """The device address of the first element (what a kernel receives)."""
-        opaque = (self._base if self._base is not None else self)._opaque
-        if opaque is not None and opaque is self._addr_of:
+        """The device address of the first element (what a kernel receives); allocates a buffer without memory."""
+        base = self._base if self._base is not None else self
+        opaque = base._opaque
+        if opaque is None:
+            opaque = base.allocate()._opaque
+        elif opaque is self._addr_of:
             return self._addr
-        opaque = self.opaque
         self._addr, self._addr_of = int(self.dev.allocator.address(opaque)) + self.offset, opaque
         return self._addr
 

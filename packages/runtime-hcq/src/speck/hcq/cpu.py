@@ -45,11 +45,30 @@ NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS"
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """Cores this process may run on (affinity-aware), read once: every launch and graph run asks (through
+    CPUDevice.threads), and the system call costs more than a tiny kernel. `refresh_usable_cores()` re-reads it
+    after the affinity changed."""
+    global _usable
+    if _usable is None:
+        try:
+            _usable = len(os.sched_getaffinity(0)) or 1
+        except (AttributeError, OSError):
+            _usable = os.cpu_count() or 1
+    return _usable
+
+
+_usable: int | None = None
+
+
+def refresh_usable_cores() -> int:
+    """Read the process's CPU affinity again (after os.sched_setaffinity) and return the usable cores."""
+    global _usable
+    _usable = None
+    return usable_cores()
+
+
+if hasattr(os, "register_at_fork"):  # a child process may be pinned differently: it reads its own affinity
+    os.register_at_fork(after_in_child=refresh_usable_cores)
 
 
 def run_range(fn: Any, args: tuple[Any, ...], start: int, end: int, stop: threading.Event | None = None) -> None:
@@ -173,6 +192,10 @@ class CPUProgram(Program):
         self._fn: Any = None
         if self.params is not None and self.var_names is not None:
             self._fn = self.function(len(self.params), len(self.var_names))
+        # estimated below the sizes that are worth splitting (see choose_threads): well under CHUNK_S on one core
+        self._small = bool(self.est_bytes or self.est_flops) and (
+            self.est_bytes < PARALLEL_MIN_BYTES and self.est_flops < PARALLEL_MIN_FLOPS
+        )
 
     def function(self, nbufs: int, nvars: int) -> Any:
         """The ctypes function for a call with `nbufs` pointers and `nvars` int32 values (+ core_start/core_end)."""
@@ -184,13 +207,16 @@ class CPUProgram(Program):
 
     def raw_args(self, bufs: Sequence[Buffer], vals: Sequence[int] = ()) -> tuple[Any, ...]:
         """(fn, buffer addresses..., variable values...): the ctypes function travels with its arguments."""
-        fn = self._fn if self._fn is not None else self.function(len(bufs), len(vals))
-        return (fn, *[b.ptr for b in bufs], *vals)
+        args = [self._fn if self._fn is not None else self.function(len(bufs), len(vals))]
+        for b in bufs:
+            args.append(b.ptr)
+        return (*args, *vals)
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
-        """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1))."""
+        """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1)).
+        A small kernel on one thread is one call: it ends long before an interrupt would need pieces."""
         n = global_size[0] if global_size else 1
-        if n <= 1:
+        if n <= 1 or (threads == 1 and self._small):
             args[0](*args[1:], 0, n)
             return
         t = 1 if threads == 1 else self.device.threads if threads is None else threads  # type: ignore[attr-defined]

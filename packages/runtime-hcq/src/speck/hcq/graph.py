@@ -278,6 +278,8 @@ class CPUGraph:
         self._args: Any = None
         self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
         self._built_for = -1  # device.threads the command table was resolved for
+        self._fixed = False  # every command has its own worker count: the table does not depend on device.threads
+        self._submission = [(EXEC, self, (), (1, 1, 1), None)]  # what submit() hands the engine, every time
         self.nworkers = 1  # the most workers any command splits across
         # worker count for runs: None chooses by timing the first runs (see run); 1 runs every command on worker 0;
         # $CPU_GRAPH_WORKERS sets it for every new graph
@@ -388,9 +390,9 @@ class CPUGraph:
         return self._args
 
     def _build(self) -> None:
-        threads = int(self.device.threads)
-        if self._cmds is not None and self._built_for == threads:
+        if self._cmds is not None and (self._fixed or self._built_for == int(self.device.threads)):
             return
+        threads = int(self.device.threads)
         n = len(self._fns)
         ends = self._offsets[1:] + [len(self._words)]
         table: list[int] = []
@@ -409,6 +411,7 @@ class CPUGraph:
         self._args_addr = ctypes.addressof(self._args)
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
+        self._fixed = all(t is not None for t in self._threads)
         self._trials = {1: [], nworkers: []}
         self._chosen = None if nworkers > 1 else 1
 
@@ -434,14 +437,18 @@ class CPUGraph:
     # -- running ------------------------------------------------------------------------------------------------
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run every command now (the engine calls this for the graph's exec command)."""
-        fn = _interpreter()
-        self._build()
+        fn = _interp[1] if _interp is not None else _interpreter()
+        if self._cmds is None or not self._fixed:
+            self._build()
         nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
         if nw is None:  # still measuring: alternate the two candidates, one worker first
             nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
         self._last_workers = nw
-        self._sync[0], self._sync[1] = 0, nw
-        table = self._table(nw)
+        sync = self._sync
+        sync[0] = 0
+        sync[1] = nw
+        got = self._tables.get(nw)
+        table = got[1] if got is not None else self._table(nw)
         if nw <= 1:
             fn(table, len(self._fns), self._args_addr, self._sync_addr, 0, 1)
         else:
@@ -449,8 +456,9 @@ class CPUGraph:
 
     def submit(self) -> None:
         """Submit the batch as one exec command to the device's compute engine (without waiting)."""
-        _interpreter()  # compile errors surface here, not inside the engine
-        self._engine.submit([(EXEC, self, (), (1, 1, 1), None)])
+        if _interp is None:
+            _interpreter()  # compile errors surface here, not inside the engine
+        self._engine.submit(self._submission)
 
     def run(self) -> float:
         """Submit, wait for completion, and return the elapsed seconds. While no worker count is chosen, the
@@ -459,10 +467,16 @@ class CPUGraph:
         measurements keep confirming a clear choice): on a machine whose second core is busy or shares the first
         one's units, waking and synchronising workers costs more than splitting the kernels gains."""
         t0 = time.perf_counter()
-        self.submit()
+        if _interp is None:
+            _interpreter()  # (submit(), inlined: compile errors surface here, not inside the engine)
+        self._engine.submit(self._submission)
         self.device.synchronize()
         dt = time.perf_counter() - t0
-        if self.workers is None and self._built_for == self.device.threads:
+        if (
+            self.workers is None
+            and (self._chosen is None or self.nworkers > 1)  # (nothing to choose between: one worker does it all)
+            and (self._fixed or self._built_for == self.device.threads)
+        ):
             if self._chosen is None:
                 trials = self._trials
                 trials[self._last_workers].append(dt)

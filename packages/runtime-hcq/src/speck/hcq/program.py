@@ -209,6 +209,15 @@ class Program:
         dev.synchronize()
         return time.perf_counter() - t0
 
+    def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:
+        """`self(*bufs, global_size=global_size, threads=threads)` for a program without variables, with the buffers
+        in a list: the same checks, one exec command submitted without waiting (the per-op path of speck.tensor,
+        where a call's argument packing costs as much as the checks)."""
+        self.check_args(bufs, ())
+        if threads is None:
+            threads = self.device.choose_threads(self, bufs)
+        self._engine.submit([(EXEC, self, self.raw_args(bufs), global_size, threads)])
+
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run the kernel now on the calling thread (devices' executors call this)."""
         raise NotImplementedError

@@ -47,6 +47,10 @@ class ElementwiseMixin:
     # ---------------- broadcasting ----------------
     def _broadcasted(self: Tensor, y: TensorOrScalar, reverse: bool = False,
                      match_dtype: bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
+        if y.__class__ is self.__class__ and not reverse:  # the per-op hot path: nothing to convert or broadcast
+            xu, yu = self.uop, y.uop
+            if xu.dtype is yu.dtype and xu.shape == yu.shape:  # (dtypes are interned)
+                return self, y
         from speck.tensor.tensor import Tensor
 
         x: Tensor = self
@@ -85,6 +89,8 @@ class ElementwiseMixin:
         return t.expand(shape)
 
     def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
+        if len(srcs) == 1 and type(yu := srcs[0].uop) is not MultiUOp:  # one plain operand (no loops: the hot path)
+            return self._new(self.uop.alu(op, yu))
         if any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
             return self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
         u = self.uop.alu(op, *[s.uop for s in srcs])

@@ -27,9 +27,10 @@ from typing import Any, Generic, TypeVar
 
 from speck.tensor import multi, profile, realize
 from speck.tensor.counters import GlobalCounters
-from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map
+from speck.tensor.multi import MultiUOp
+from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, buffer_map_data
 from speck.tensor.settings import JIT
-from speck.tensor.tensor import Tensor
+from speck.tensor.tensor import _DEFERRED, Tensor
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -299,13 +300,17 @@ class CapturedJit:
     written: frozenset[UOp]  # BUFFERs the calls write: an input that is one of them is copied before a replay
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
     plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
+    # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
+    # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__)
+    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int]] | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "plan": None}
+        return {**self.__dict__, "plan": None, "fast": None}
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
-        if (rec := realize.recording()) is not None:  # inside another TinyJit's capture: record the calls too
+        # inside another TinyJit's capture: record the calls too
+        if realize.CAPTURE is not None and (rec := realize.recording()) is not None:
             for kind, item in self.jit_cache:
                 kind, item = _rebound(kind, item, mapping, var_vals)
                 rec.append((kind, item))
@@ -408,10 +413,22 @@ class TinyJit(Generic[R]):
         self.cnt += 1
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
+        cap = self.captured
+        if cap is not None and (fast := cap.fast) is not None and not kwargs and not _DEFERRED:
+            # the replay hot path: the same input nodes as the last checked replay (nodes are immutable, so shapes,
+            # dtypes, devices and buffers are the same too); deferred updates would have to run first
+            nodes = fast[0]
+            if len(args) == len(nodes):
+                for a, u in zip(args, nodes):
+                    if a.__class__ is not Tensor or a.uop is not u:
+                        break
+                else:
+                    cap.replay(fast[1], fast[2])
+                    return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
         inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
         if self.captured is not None:
-            return self._replay(inputs)
+            return self._replay(inputs, () if kwargs else args)
         sigs = _prepare(inputs)
         assert self.fxn is not None
         if self.cnt == 1:
@@ -460,7 +477,9 @@ class TinyJit(Generic[R]):
         )
         return ret
 
-    def _replay(self, inputs: _Inputs) -> R:
+    def _replay(self, inputs: _Inputs, args: tuple[Any, ...] = ()) -> R:
+        """Check the inputs against the capture and replay. `args`: the positional arguments when they are all the
+        call has (no keywords), for the next call's unchecked replay."""
         cap = self.captured
         assert cap is not None
         if inputs.layout != cap.expected_layout:
@@ -472,6 +491,7 @@ class TinyJit(Generic[R]):
             )
         sigs = _prepare(inputs)
         mapping: dict[UOp, UOp] = {}
+        cloned = False
         for (name, t), sig, want, old in zip(inputs.named, sigs, cap.expected_sigs, cap.input_bufs):
             if sig != want:
                 raise JitError(
@@ -482,8 +502,17 @@ class TinyJit(Generic[R]):
             new = _buf(t)
             if new in cap.written:  # an output of the capture fed back in: the replay overwrites it while reading
                 new = _buf(t.clone().realize())  # (t itself may be a returned tensor: it keeps its buffer)
+                cloned = True
             mapping[old] = new
-        cap.replay(mapping, {**cap.var_vals, **inputs.var_vals})
+        var_vals = {**cap.var_vals, **inputs.var_vals}
+        cap.fast = None
+        cap.replay(mapping, var_vals)
+        # positional tensors only, each one plain input, none copied: the next call with the same nodes may skip
+        # the checks (a sharded tensor is one input per shard; a list, a keyword or a Variable changes the layout)
+        if args and not cloned and len(inputs.named) == len(args) and all(a.__class__ is Tensor for a in args):
+            nodes = tuple(a.uop for a in args)
+            if not any(type(u) is MultiUOp for u in nodes):
+                cap.fast = (nodes, mapping, var_vals)
         return cap.ret  # type: ignore[no-any-return]
 
 
@@ -553,13 +582,10 @@ class _Batch:
                 return
             self.refs = [weakref.ref(u) for u in self.uops]
             self.inputs = [(i, u) for i, u in enumerate(self.uops) if u in self.input_bufs]
-        data = getattr(buffer_map, "data", None)
-        if isinstance(data, dict):  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
-            bufs = [data.get(r) for r in self.refs]
-        else:
-            bufs = [buffer_map.get(u) for u in self.uops]
+        data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
+        bufs = list(map(data.get, self.refs))
         for i, u in self.inputs:
-            bufs[i] = buffer_map.get(mapping.get(u, u))
+            bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
             return self._launch()
         ptrs = []
@@ -714,6 +740,12 @@ class ReplayPlan:
         else:
             self.steps.extend(run)
 
+    def _profiled(self) -> bool:
+        for d in self.devices:
+            if d.profile:
+                return True
+        return False
+
     @property
     def batches(self) -> list[_Batch]:
         return [b for kind, b in self.steps if kind == "batch"]
@@ -721,7 +753,7 @@ class ReplayPlan:
     def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Replay every captured call with the BUFFERs in `mapping` swapped in and the Variables in `var_vals`
         (empty: the values of the capture)."""
-        if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or any(d.profile for d in self.devices):
+        if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or self._profiled():
             for kind, item in self.calls:
                 _replay_one(kind, item, mapping, var_vals)
             if realize._inflight:

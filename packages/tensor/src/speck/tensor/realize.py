@@ -9,14 +9,26 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from typing import Any
+from weakref import ref as _ref
 
 import numpy as np
 
 from speck.codegen.kernel_info import kernel_name
+from speck.hcq.buffer import Buffer as _HcqBuffer
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.npeval import eval_kernel, np_dtype
-from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, buffer_views
+from speck.tensor.schedule import (
+    Plan,
+    ScheduleItem,
+    buffer_device,
+    buffer_map,
+    buffer_map_data,
+    buffer_views,
+    cached_plan,
+    new_buffer_uop,
+    schedule_with_cache,
+)
 from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
@@ -25,7 +37,7 @@ from speck.uop.helpers import prod
 # ---------------- buffers ----------------
 def get_buffer(buf: UOp) -> Any:
     """The hcq Buffer behind a BUFFER UOp (created on first use)."""
-    b = buffer_map.get(buf)
+    b = buffer_map_data.get(_ref(buf))
     if b is None:
         global _Buffer
         if _Buffer is None:
@@ -106,12 +118,8 @@ class _CompiledProgram:
 
             gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
             vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
-        hb = []
-        for s in self.slots:
-            b = get_buffer(bufs[s])
-            b.ensure_allocated()
-            hb.append(b)
-        t = self.prog(*hb, global_size=gs, vals=vals, wait=True)
+        # (an hcq program call gives buffers without memory their memory)
+        t = self.prog(*[get_buffer(bufs[s]) for s in self.slots], global_size=gs, vals=vals, wait=True)
         return float(t) if t is not None else 0.0
 
 
@@ -322,6 +330,100 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
     if _inflight:
         wait_copies()
+
+
+# ---------------- the warm path ----------------
+# Realizing a graph whose structure was scheduled before (a cached Plan, see schedule.schedule_with_cache) with every
+# kernel compiled is the per-op hot path: `(a+b).realize()` again and again, a training step's ops. It skips building
+# ScheduleItems and run_schedule's per-item work: each kernel's hcq program, static launch size, buffer slots in launch
+# order and estimates are looked up once per plan, and its kernels are submitted back to back with one synchronize
+# at the end (the general path waits for every kernel to time it). Kernel time is only measured where it is shown
+# (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0, copies in flight, plans with copies
+# or variables, or a program cache that no longer holds the plan's programs - take the general path.
+class _FastPlan:
+    __slots__ = ("device", "fresh", "kernels", "out_ref", "out_shape", "plan")
+
+    def __init__(self, plan: Plan, kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]]):
+        self.plan, self.fresh, self.out_ref = plan, plan.fresh, plan.out_ref
+        # (program cache key, program, its hcq program, buffer refs in launch order, ops, bytes) per kernel
+        self.kernels = tuple(kernels)
+        self.device = kernels[-1][2].device  # the hcq device they run on (a plan without copies stays on one)
+        out_size = plan.fresh[~plan.out_ref][1]
+        self.out_shape = None if plan.shape == (out_size,) else plan.shape  # the output's view: a reshape or none
+
+
+def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
+    """The warm-path form of a plan; False when the plan can never take it, True when not yet (a program is not
+    compiled)."""
+    items, _ = plan.instantiate(inputs)
+    kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]] = []
+    for it, (_, refs, _, _) in zip(items, plan.recipe):
+        if it.ast is None or it.var_vals:
+            return False
+        key = (str(it.bufs[0].src[1].arg), it.ast)
+        prog = _program_cache.get(key)
+        if prog is None:
+            return True
+        if not isinstance(prog, _CompiledProgram) or prog.static_gs is None:
+            return False
+        ops, mem = _cached_estimate(prog, it)
+        kernels.append((key, prog, prog.prog, tuple(refs[s] for s in prog.slots), ops, mem))
+    return _FastPlan(plan, kernels) if kernels else False
+
+
+def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
+    """Run a plan's kernels on `inputs` and fresh buffers; returns the output's view, or None (nothing run) when the
+    program cache no longer holds the plan's programs."""
+    cache = _program_cache
+    for key, prog, _, _, _, _ in fp.kernels:
+        if cache.get(key) is not prog:
+            fp.plan.fast = None  # rebuilt from the programs there now on the next hit
+            return None
+    fresh, fresh_bufs = [], []
+    for d, n, dt in fp.fresh:  # new BUFFERs and their (not yet allocated) hcq Buffers
+        u = new_buffer_uop(d, n, dt)
+        buffer_map[u] = fb = _HcqBuffer(d, n, dt)
+        fresh.append(u)
+        fresh_bufs.append(fb)
+    bm, gc = buffer_map_data, GlobalCounters
+    for _, prog, hcq_prog, refs, ops, mem in fp.kernels:
+        hb = []
+        for r in refs:
+            if r < 0:
+                hb.append(fresh_bufs[~r])
+            elif (b := bm.get(_ref(inputs[r]))) is not None:
+                hb.append(b)
+            else:
+                hb.append(get_buffer(inputs[r]))
+        hcq_prog.enqueue(hb, prog.static_gs)  # (a call gives buffers without memory their memory)
+        gc.kernel_count += 1
+        gc.global_ops += ops
+        gc.global_mem += mem
+    fp.device.synchronize()  # (cheap when the engine ran them inline) the schedule is done when realize returns
+    out = fresh[~fp.out_ref]
+    return out if fp.out_shape is None else out.reshape(fp.out_shape)
+
+
+def realize_graph(u: UOp, device: str) -> UOp:
+    """Compute u (a single-device graph, not realized yet) on `device`; returns the view of the buffer holding it."""
+    found = cached_plan(u, device)
+    if (
+        found is not None
+        and (plan := found[2]) is not None
+        and CAPTURE is None
+        and ALLOW_DEVICE_USAGE.value  # (run_schedule raises DeviceUsageError)
+        and not _inflight
+        and DEBUG.value < 2
+        and not profile.enabled()
+    ):
+        fp = plan.fast
+        if fp is None or fp is True:
+            fp = plan.fast = _fast_plan(plan, found[1])
+        if isinstance(fp, _FastPlan) and (view := _run_fast(fp, found[1])) is not None:
+            return view
+    items, view = schedule_with_cache(u, device, found)
+    run_schedule(items)
+    return view
 
 
 def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int) -> None:

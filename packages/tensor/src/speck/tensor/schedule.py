@@ -27,6 +27,21 @@ buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
+def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:
+    """The dict a WeakKeyDictionary keeps its entries in, keyed by weak references (CPython's `.data`)."""
+    data = getattr(d, "data", None)
+    if not isinstance(data, dict):
+        raise RuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
+    return data
+
+
+# the dicts behind them: the per-op hot paths look keys up as `data.get(weakref.ref(u))`, which is what the
+# WeakKeyDictionary methods do, without their Python frames (a UOp's plain weak reference exists already: hash-consing
+# holds one, so ref(u) returns it)
+buffer_map_data: dict[weakref.ref[UOp], Any] = _backing_dict(buffer_map)
+realized_data: dict[weakref.ref[UOp], UOp] = _backing_dict(realized_cache)
+
+
 def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
     """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
     if (dev := _device_uops.get(device)) is None:
@@ -726,23 +741,44 @@ def assert_kernel_count(n: int) -> Iterator[None]:
 # Realizing the same computation again on other buffers (a training step, `(a+b).realize()` in a loop) rebuilds an
 # identical graph up to which BUFFERs it reads. The cache keys a graph by its structure with buffers numbered in
 # order of appearance, and replays the kernel list with fresh output/intermediate buffers.
-# A cached plan: (kernels as (ast, buffer refs, var_vals, copy offset), the fresh buffers to make as (device, size,
-# dtype), the output's ref, the output's shape). A ref >= 0 is an input position, ~ref (< 0) a fresh buffer.
-_Plan = tuple[
-    tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int], ...], tuple[tuple[str, Any, Any], ...], int, Any
-]
-_schedule_cache: dict[Any, _Plan] = {}
+@dataclass(eq=False)
+class Plan:
+    """A cached schedule: kernels as (ast, buffer refs, var_vals, copy offset), the fresh buffers to make as (device,
+    size, dtype), the output's ref and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh
+    buffer. `fast` belongs to the realize engine (its precomputed launches for this plan, built on first use)."""
+
+    recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int], ...]
+    fresh: tuple[tuple[str, Any, Any], ...]
+    out_ref: int
+    shape: Any
+    fast: Any = None
+
+    def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
+        """The schedule items over `inputs` and fresh buffers, and the view of the output."""
+        fresh = [new_buffer_uop(d, n, dt) for d, n, dt in self.fresh]
+        items = [
+            ScheduleItem(ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off)
+            for ast, refs, vv, off in self.recipe
+        ]
+        return items, self.output_view(fresh[~self.out_ref])
+
+    def output_view(self, out_buf: UOp) -> UOp:
+        return out_buf.reshape(self.shape) if self.shape != (out_buf.arg,) else out_buf
+
+
+_schedule_cache: dict[Any, Plan] = {}
 SCHEDULE_CACHE_MAX = 4096
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     """(structural key, input BUFFERs in order) of a tensor graph; None when the graph reads a cached realization
     (whose buffer is not part of the structure). Nodes come in u.toposort() order, not walking below BUFFERs (an
-    inlined walk: this runs on every realize)."""
+    inlined walk: this runs on every realize). A node's arg enters the key as hash-consing keys it (`_ck[3]`: a float
+    by its bits, so 0.0 and -0.0 differ, and a value qualified by its type), with its tag."""
     ids: dict[UOp, int] = {}
     inputs: list[UOp] = []
     parts: list[Any] = []
-    buffer, unique, rc = Ops.BUFFER, Ops.UNIQUE, realized_cache
+    buffer, unique, rc, ref = Ops.BUFFER, Ops.UNIQUE, realized_data, weakref.ref
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
         n, visited = stack.pop()
@@ -753,9 +789,10 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
             inputs.append(n)
             ids[n] = len(ids)
         elif visited:
-            parts.append((n.op, n.dtype, n.arg if n.op is not unique else None, tuple([ids[s] for s in n.src])))
+            ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
+            parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
             ids[n] = len(ids)
-        elif n in rc:
+        elif ref(n) in rc:
             return None
         else:
             stack.append((n, True))
@@ -765,27 +802,29 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     return tuple(parts), inputs
 
 
-def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
-    """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph."""
+def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], Plan | None] | None:
+    """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
     sig = _signature(u)
-    if sig is not None:
-        key, inputs = (sig[0], device), sig[1]
-        if (hit := _schedule_cache.get(key)) is not None:
-            recipe, fresh_specs, out_ref, shape = hit
-            fresh = [new_buffer_uop(d, n, dt) for d, n, dt in fresh_specs]
-            items = [
-                ScheduleItem(
-                    ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off
-                )
-                for ast, refs, vv, off in recipe
-            ]
-            out_buf = fresh[~out_ref]
-            return items, (out_buf.reshape(shape) if shape != (out_buf.arg,) else out_buf)
+    if sig is None:
+        return None
+    key = (sig[0], device)
+    return key, sig[1], _schedule_cache.get(key)
+
+
+def schedule_with_cache(
+    u: UOp, device: str, found: tuple[Any, list[UOp], Plan | None] | None = None
+) -> tuple[list[ScheduleItem], UOp]:
+    """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph.
+    `found` is cached_plan(u, device) when the caller already looked it up."""
+    if found is None:
+        found = cached_plan(u, device)
+    if found is not None and found[2] is not None:
+        return found[2].instantiate(found[1])
     sched = Scheduler(device)
     view = sched.realize(u)
-    if sig is not None and len(_schedule_cache) < SCHEDULE_CACHE_MAX and view.op in (Ops.RESHAPE, Ops.BUFFER):
+    if found is not None and len(_schedule_cache) < SCHEDULE_CACHE_MAX and view.op in (Ops.RESHAPE, Ops.BUFFER):
         out_buf = view if view.op is Ops.BUFFER else view.src[0]
-        in_pos = {b: i for i, b in enumerate(sig[1])}
+        in_pos = {b: i for i, b in enumerate(found[1])}
         made: dict[UOp, int] = {}
         specs: list[tuple[str, Any, Any]] = []
         ok = out_buf.op is Ops.BUFFER and out_buf not in in_pos
@@ -804,5 +843,5 @@ def schedule_with_cache(u: UOp, device: str) -> tuple[list[ScheduleItem], UOp]:
         recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items)
         out_ref = ref(out_buf)
         if ok and sched.items:
-            _schedule_cache[(sig[0], device)] = (recipe, tuple(specs), out_ref, view.shape)
+            _schedule_cache[found[0]] = Plan(recipe, tuple(specs), out_ref, view.shape)
     return sched.items, view

@@ -13,9 +13,11 @@ import itertools
 import math
 import os
 import pathlib
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
+from weakref import ref as _ref
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from speck.tensor.schedule import (
     max_dim,
     new_buffer_uop,
     realized_cache,
+    realized_data,
     view_offset,
 )
 from speck.tensor.writes import flush as _flush_writes
@@ -98,9 +101,11 @@ _RNG_STEP: dict[tuple[str, int], UOp] = {}
 # in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
 _DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
 
-# speck.tensor.realize.run_schedule and schedule.schedule_with_cache, bound on the first realize_all
+# speck.tensor.realize.run_schedule, schedule.schedule_with_cache and realize.realize_graph, bound on the first
+# realize_all
 _run_schedule: Any = None
 _schedule_with_cache: Any = None
+_realize_graph: Any = None
 
 
 class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
@@ -328,13 +333,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        global _run_schedule, _schedule_with_cache
+        global _run_schedule, _schedule_with_cache, _realize_graph
         if _run_schedule is None:  # imported once here, not per call: realize() is the per-op hot path
-            from speck.tensor.realize import run_schedule
+            from speck.tensor.realize import realize_graph, run_schedule
             from speck.tensor.schedule import schedule_with_cache
 
-            _run_schedule, _schedule_with_cache = run_schedule, schedule_with_cache
-        run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
+            _run_schedule, _schedule_with_cache, _realize_graph = run_schedule, schedule_with_cache, realize_graph
 
         if _DEFERRED:
             Tensor._realize_with_deferred(tensors)
@@ -347,6 +351,17 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
+        if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
+            t = tensors[0]
+            u = t.uop
+            if type(u) is UOp and base_buffer(u) is None and _ref(u) not in realized_data:
+                view = _realize_graph(u, t._device)
+                t.uop = view
+                # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
+                # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
+                if sys.getrefcount(u) > 2:
+                    realized_cache[u] = view
+                return
         run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
         if any(type(t.uop) is MultiUOp for t in tensors):
             multi.realize_all(tensors)
