@@ -7,6 +7,7 @@ logic and bits, and the math functions built from the IR's few transcendental pr
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
@@ -37,6 +38,21 @@ def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _py_dtype(x: Scalar) -> DType:
     return dtypes.from_py(x)
+
+
+def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
+    """sigmoid differentiates as s * (1 - s). Walking 1 / (1 + exp(-x)) instead multiplies exp(-x) = inf by a zero
+    gradient (NaN) once x < -88, and tanh and the losses built on sigmoid inherit that NaN."""
+    from speck.tensor.gradient import const_like, override_gradient
+
+    node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        s = node_ref()
+        assert s is not None, "the sigmoid node is alive while its gradient is computed"
+        return (g * s * (const_like(s, 1) - s),)
+
+    override_gradient(out.uop, (x.uop,), rule)
 
 
 class ElementwiseMixin:
@@ -138,17 +154,19 @@ class ElementwiseMixin:
     def mod(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         """Python/numpy remainder: the sign of the divisor."""
         a, b = self._broadcasted(y, reverse)
-        if dtypes.is_int(a.dtype):
-            r = a._alu(Ops.CMOD, b)
-            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-        return a - (a / b).floor() * b
+        r = a._alu(Ops.CMOD, b) if dtypes.is_int(a.dtype) else a._fmod_float(b)
+        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
     def fmod(self: Tensor, y: TensorOrScalar) -> Tensor:
         """C remainder: the sign of the dividend."""
         a, b = self._broadcasted(y)
         if dtypes.is_int(a.dtype):
             return a._alu(Ops.CMOD, b)
-        return a - (a / b).trunc() * b
+        return a._fmod_float(b)
+
+    def _fmod_float(self: Tensor, b: Tensor) -> Tensor:
+        # a finite dividend over an infinite divisor is the dividend itself (the quotient formula gives 0 * inf = NaN)
+        return (b.isinf() & self.isfinite()).where(self, self - (self / b).trunc() * b)
 
     def __add__(self: Tensor, y: TensorOrScalar) -> Tensor:
         return self.add(y)
@@ -228,10 +246,16 @@ class ElementwiseMixin:
         return a._alu(Ops.CMPLT, b)
 
     def __ge__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return (self < y).logical_not()
+        a, b = self._broadcasted(y)
+        if dtypes.is_float(a.dtype):  # not (a < b) would be True for NaN
+            return b._alu(Ops.CMPLT, a) | a._alu(Ops.CMPEQ, b)
+        return a._alu(Ops.CMPLT, b).logical_not()
 
     def __le__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return (self > y).logical_not()
+        a, b = self._broadcasted(y)
+        if dtypes.is_float(a.dtype):
+            return a._alu(Ops.CMPLT, b) | a._alu(Ops.CMPEQ, b)
+        return b._alu(Ops.CMPLT, a).logical_not()
 
     def __eq__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
         a, b = self._broadcasted(y)
@@ -381,7 +405,10 @@ class ElementwiseMixin:
         return self._float()._alu(Ops.EXP2)
 
     def exp(self: Tensor) -> Tensor:
-        return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
+        x = self._float()
+        if x.dtype.itemsize < 4:  # half/bf16/fp8: x / ln2 rounded to 11 bits would cost ~|x| * 2**-11 relative error
+            return x.float().exp().cast(x.dtype)
+        return (x * (1 / math.log(2)))._alu(Ops.EXP2)
 
     def log2(self: Tensor) -> Tensor:
         return self._float()._alu(Ops.LOG2)
@@ -396,7 +423,13 @@ class ElementwiseMixin:
         return self._float()._alu(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        return ((math.pi / 2) - self._float()).sin()
+        """1 - 2 sin(x/2)^2: its absolute error stays at a float32 ulp where cos is near 0 (sin(pi/2 - x) rounds
+        pi/2 - x first, an error of up to ulp(x) / 2: 4e-6 at x = 100). Half/bf16 compute in float32."""
+        x = self._float()
+        if x.dtype.itemsize < 4:
+            return x.float().cos().cast(x.dtype)
+        s = (x * 0.5).sin()
+        return 1 - 2 * s * s
 
     def tan(self: Tensor) -> Tensor:
         return self.sin() / self.cos()
@@ -423,10 +456,13 @@ class ElementwiseMixin:
         return (x.abs() <= 1).where(small, inv)
 
     def sinh(self: Tensor) -> Tensor:
-        return (self.exp() - self.neg().exp()) / 2
+        # e^x / 2 as e^(x - ln 2): finite up to x = 89.4 (e^x alone overflows float32 at 88.7)
+        x = self._float()
+        return (x - math.log(2)).exp() - (-x - math.log(2)).exp()
 
     def cosh(self: Tensor) -> Tensor:
-        return (self.exp() + self.neg().exp()) / 2
+        x = self._float()
+        return (x - math.log(2)).exp() + (-x - math.log(2)).exp()
 
     def tanh(self: Tensor) -> Tensor:
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
@@ -434,18 +470,25 @@ class ElementwiseMixin:
     def asinh(self: Tensor) -> Tensor:
         x = self._float()
         a = x.abs()
-        return x.sign() * (a + (a * a + 1).sqrt()).log()
+        # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a)
+        big = a > 2.0**28
+        return x.sign() * big.where(a.log() + math.log(2), (a + (a * a + 1).sqrt()).log())
 
     def acosh(self: Tensor) -> Tensor:
         x = self._float()
-        return (x + (x * x - 1).sqrt()).log()
+        big = x > 2.0**28
+        r = big.where(x.log() + math.log(2), (x + ((x - 1) * (x + 1)).sqrt()).log())
+        return (x < 1).where(math.nan, r)
 
     def atanh(self: Tensor) -> Tensor:
         x = self._float()
         return ((1 + x) / (1 - x)).log() * 0.5
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + self._float().neg().exp()).reciprocal()
+        x = self._float()
+        out = (1 + x.neg().exp()).reciprocal()
+        _sigmoid_gradient(out, x)
+        return out
 
     def erf(self: Tensor) -> Tensor:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
@@ -464,9 +507,10 @@ class ElementwiseMixin:
         if self.dtype == dtypes.bool:
             return self
         z = self._const_like(0)
-        s = (self < 0).where(self._const_like(-1) if not dtypes.is_unsigned(self.dtype) else z,
-                             (self > 0).where(self._const_like(1), z))  # fmt: skip
-        return s + self * 0 if dtypes.is_float(self.dtype) else s  # NaN stays NaN
+        if dtypes.is_unsigned(self.dtype):
+            return (self != 0).where(self._const_like(1), z)
+        # only +-0 gives 0: NaN gives 1 (tinygrad's documented value, TENSOR_API 7.1)
+        return (self < 0).where(self._const_like(-1), (self == 0).where(z, self._const_like(1)))
 
     def trunc(self: Tensor) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self

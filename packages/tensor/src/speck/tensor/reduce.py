@@ -66,7 +66,7 @@ class ReduceMixin:
         out = tuple(self._resolve_dim(a) for a in ax)
         if len(set(out)) != len(out):
             raise RuntimeError(f"axis {axis} repeats a dim")
-        return out
+        return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
 
     def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)
@@ -148,6 +148,8 @@ class ReduceMixin:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
+        if self.ndim == 0:
+            return Tensor(0, dtype=dtypes.int32, device=self.device)
         n = as_int(self.shape[d])
         if n == 0:
             raise RuntimeError(f"argmax over a zero-size dim of shape {self.shape}")
@@ -247,12 +249,20 @@ class ReduceMixin:
         return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
+        underflows the prefixes far below the axis maximum to log(0) = -inf."""
+        from speck.tensor.tensor import Tensor
+
         x = self._float()
-        if x.ndim == 0:
+        d = x._resolve_dim(axis)
+        if x.ndim == 0 or as_int(x.shape[d]) == 0:
             return x
-        m = x.max(axis, keepdim=True)
-        m = m.isinf().where(0.0, m)
-        return (x - m).exp().cumsum(axis).log() + m
+        n = as_int(x.shape[d])
+        xt = x.transpose(d, -1) if d != x.ndim - 1 else x
+        i = Tensor.arange(n, device=self.device).reshape(n, 1)
+        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        r = (j <= i).where(xt.unsqueeze(-2), -math.inf).logsumexp(-1)  # [..., i] = logsumexp of x[..., :i+1]
+        return r.transpose(d, -1) if d != x.ndim - 1 else r
 
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
