@@ -451,9 +451,14 @@ class ElementwiseMixin:
 
     def atan(self: Tensor) -> Tensor:
         x = self._float()
-        small = (x / (x * x + 1).sqrt()).asin()
-        inv = x.sign() * (math.pi / 2) - (1 / x / ((1 / x) * (1 / x) + 1).sqrt()).asin()
-        return (x.abs() <= 1).where(small, inv)
+        inner = x.abs() <= 1
+        # each branch sees only the inputs it is selected for: 1/x at x = 1e-8 (or x*x at 1e20) would make the
+        # other branch's gradient 0 * inf = NaN
+        xs, xb = inner.where(x, 0.0), inner.where(1.0, x)
+        small = (xs / (xs * xs + 1).sqrt()).asin()
+        r = 1 / xb
+        big = xb.sign() * (math.pi / 2) - (r / (r * r + 1).sqrt()).asin()
+        return inner.where(small, big)
 
     def sinh(self: Tensor) -> Tensor:
         # e^x / 2 as e^(x - ln 2): finite up to x = 89.4 (e^x alone overflows float32 at 88.7)
@@ -472,12 +477,14 @@ class ElementwiseMixin:
         a = x.abs()
         # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a)
         big = a > 2.0**28
-        return x.sign() * big.where(a.log() + math.log(2), (a + (a * a + 1).sqrt()).log())
+        ab, asm = big.where(a, 1.0), big.where(1.0, a)  # each branch sees only its own inputs (finite gradients)
+        return x.sign() * big.where(ab.log() + math.log(2), (asm + (asm * asm + 1).sqrt()).log())
 
     def acosh(self: Tensor) -> Tensor:
         x = self._float()
         big = x > 2.0**28
-        r = big.where(x.log() + math.log(2), (x + ((x - 1) * (x + 1)).sqrt()).log())
+        xb, xs = big.where(x, 1.0), big.where(2.0, x)  # each branch sees only its own inputs (finite gradients)
+        r = big.where(xb.log() + math.log(2), (xs + ((xs - 1) * (xs + 1)).sqrt()).log())
         return (x < 1).where(math.nan, r)
 
     def atanh(self: Tensor) -> Tensor:
@@ -703,7 +710,12 @@ class ElementwiseMixin:
         return self.silu()
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * (self.exp() - 1))
+        return (self > 0).where(self, alpha * (self._nonpositive().exp() - 1))
+
+    def _nonpositive(self: Tensor) -> Tensor:
+        """min(x, 0) with no gradient where x > 0: for the exp branch of elu-like functions, which must not see
+        large x (exp(100) = inf: the unselected branch's gradient would be 0 * inf = NaN)."""
+        return (self > 0).where(0.0, self)
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         return (self * beta).logaddexp(0.0) * (1 / beta)

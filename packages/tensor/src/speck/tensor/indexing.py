@@ -206,8 +206,8 @@ class IndexingMixin:
             raise RuntimeError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
-                raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at dim "
-                                           f"{i}; the index may be smaller than self off dim {d}, not larger")  # fmt: skip
+                raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at "
+                                           f"dim {i}; off dim {d} the index may be smaller, not larger")  # fmt: skip
         n = as_int(self.shape[d])
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
         # move dim to the end of x: x[..., k]; index[..., i at d]

@@ -202,7 +202,8 @@ class NNMixin:
 
     def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
                      stride: int | tuple[int, ...] | None = None, dilation: int | tuple[int, ...] = 1,
-                     padding: int | tuple[int, ...] = 0, output_size: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
+                     padding: int | tuple[int, ...] = 0,
+                     output_size: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
         """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
         pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
         inverse of the pooling's size formula."""
@@ -314,10 +315,10 @@ class NNMixin:
         return out
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+        return (self > 0).where(self, alpha * ((self._nonpositive() / alpha).exp() - 1))
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+        return gamma * self.elu(alpha)
 
     def quick_gelu(self: Tensor) -> Tensor:
         return self * (self * 1.702).sigmoid()

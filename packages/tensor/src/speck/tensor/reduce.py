@@ -129,7 +129,8 @@ class ReduceMixin:
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
         sq = ((self.cast(m.dtype) - m) ** 2).sum(axis, keepdim)
-        return sq / max(n - correction, 0) if n - correction > 0 else sq * math.nan
+        out: Tensor = sq / max(n - correction, 0)  # no degrees of freedom left: x / 0 (inf, or NaN for one element)
+        return out
 
     def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -280,8 +281,12 @@ class ReduceMixin:
         xj = x.unsqueeze(-2)  # [..., 1, j]
         i = Tensor.arange(n, device=self.device).reshape(n, 1)
         j = Tensor.arange(n, device=self.device).reshape(1, n)
-        before = (xj > xi) if descending else (xj < xi)
-        rank = (before | ((xj == xi) & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i]
+        lt, eq = (xj > xi, xj == xi) if descending else (xj < xi, xj == xi)
+        if dtypes.is_float(x.dtype):  # NaN sorts above +inf (last ascending, first descending, as in PyTorch)
+            nj, ni = xj.isnan(), xi.isnan()
+            lt = lt | ((nj & ni.logical_not()) if descending else (ni & nj.logical_not()))
+            eq = eq | (nj & ni)
+        rank = (lt | (eq & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i], a permutation of 0..n-1
         p = Tensor.arange(n, device=self.device).reshape(1, n)
         sel = rank.unsqueeze(-1) == p  # [..., i, p]: element i lands at position p
         vals = sel.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype != dtypes.bool else \
