@@ -213,3 +213,36 @@ def test_meshgrid_as_a_method_and_unfold_of_0d() -> None:
         for g, r in zip(got, ref):
             assert_matches(g.numpy(), r)
     assert_matches(Tensor(np.float32(4.0)).unfold(0, 1, 1).numpy(), np.array([4.0]))
+
+
+def _conv_transpose_ref(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[tuple[int, int], ...],
+                        out_pad: int) -> np.ndarray:  # fmt: skip
+    """1-d transposed convolution by its definition: every input element scatters its weighted kernel."""
+    n, cin, length = x.shape
+    _, cout, k = w.shape
+    full = np.zeros((n, cout, (length - 1) * stride + k + out_pad))
+    for i in range(length):
+        full[:, :, i * stride : i * stride + k] += np.einsum("nc,cok->nok", x[:, :, i], w)
+    ((pb, pa),) = pads
+    return full[:, :, pb : full.shape[2] - pa]
+
+
+@pytest.mark.parametrize("padding,pads", [(1, ((1, 1),)), ((2, 0), ((2, 0),)), ((0, 3), ((0, 3),))])
+def test_conv_transpose_takes_per_side_padding(
+    padding: int | tuple[int, int], pads: tuple[tuple[int, int], ...]
+) -> None:
+    # two values for one spatial dim are (left, right) in torch order, as conv2d takes them
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((2, 3, 5)).astype(np.float32), rng.standard_normal((3, 2, 4)).astype(np.float32)
+    got = Tensor(x).conv_transpose2d(Tensor(w), stride=2, padding=padding, output_padding=1)
+    assert_matches(got.numpy(), _conv_transpose_ref(x, w, 2, pads, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_conv_transpose_to_an_empty_output() -> None:
+    # (i-1)*s - 2p + d(k-1) + 1 = 0: the padding crops everything; a negative size is an error
+    x, w = Tensor.ones(2, 4, 1, 3), Tensor.ones(4, 3, 2, 3)
+    out = x.conv_transpose2d(w, stride=2, padding=1)
+    assert out.shape == (2, 3, 0, 5)
+    assert out.numpy().shape == (2, 3, 0, 5)
+    with pytest.raises(AssertionError):
+        x.conv_transpose2d(w, padding=2)

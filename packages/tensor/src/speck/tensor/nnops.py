@@ -122,11 +122,22 @@ class NNMixin:
                          ) -> Tensor:  # fmt: skip
         """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
-        kernel."""
+        kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
         nsp = len(weight.shape) - 2
         cin, cout_g = weight.shape[:2]
-        k = tuple(weight.shape[2:])
-        st, dl, pd, op = (_pair(v, nsp) for v in (stride, dilation, padding, output_padding))
+        k = tuple(as_int(d) for d in weight.shape[2:])
+        st, dl, op = (_pair(v, nsp) for v in (stride, dilation, output_padding))
+        pd = _conv_padding(padding, k, dl, (1,) * nsp)
+        osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
+               for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip
+        if any(o < 0 for o in osp):
+            raise TensorAssertionError(f"conv_transpose2d: input {self.shape} with weight {weight.shape}, stride "
+                                       f"{st}, padding {pd} gives the negative output size {osp}; reduce the "
+                                       "padding")  # fmt: skip
+        if 0 in osp:  # nothing to compute (the padding crops everything away)
+            from speck.tensor.tensor import Tensor
+
+            return Tensor.zeros(self.shape[0], cout_g * groups, *osp, dtype=self.dtype, device=self.device)
         x = self
         if any(s > 1 for s in st):  # insert s-1 zeros between input elements
             sp = x.shape[2:]
@@ -134,7 +145,7 @@ class NNMixin:
             x = x.pad(((0, 0), (0, 0), *[p for s in st for p in ((0, 0), (0, s - 1))]))
             x = x.reshape(*x.shape[:2], *[d * s for d, s in zip(sp, st)])
             x = x.shrink(((0, x.shape[0]), (0, x.shape[1]), *[(0, d * s - (s - 1)) for d, s in zip(sp, st)]))
-        pads = tuple((dd * (kk - 1) - p, dd * (kk - 1) - p + o) for kk, dd, p, o in zip(k, dl, pd, op))
+        pads = tuple((dd * (kk - 1) - pb, dd * (kk - 1) - pa + o) for kk, dd, (pb, pa), o in zip(k, dl, pd, op))
         w = weight.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2).reshape(groups * cout_g, cin // groups,
                                                                                       *k)  # fmt: skip
         w = w.flip(tuple(range(2, 2 + nsp)))
