@@ -171,3 +171,13 @@ def test_sigmoid_family_keeps_values_at_the_tails() -> None:
     assert_matches(Tensor(x).tanh().numpy(), np.tanh(xd), atol=1e-6)
     assert_matches(Tensor(x).logsigmoid().numpy(), -np.logaddexp(0, -xd), rtol=1e-5, atol=1e-6)
     assert math.isfinite(float(grad_of(lambda t: t.logsigmoid(), x).sum()))
+
+
+@pytest.mark.parametrize(
+    "name,fn,deriv", [("sin", lambda t: t.sin(), np.cos), ("cos", lambda t: t.cos(), lambda x: -np.sin(x))]
+)
+def test_sin_cos_gradients_for_large_arguments(name: str, fn: Callable[[Tensor], Tensor],
+                                               deriv: Callable[[np.ndarray], np.ndarray]) -> None:  # fmt: skip
+    # the derivative of SIN is cos(x) = 1 - 2 sin(x/2)^2: sin(x - pi/2) would round x - pi/2 first (0.03 at 1e6)
+    x = np.array([1e1, 1e3, 1e5, 1e6, -1e6, 123456.7, -3e6], np.float32)
+    assert_matches(grad_of(fn, x), deriv(x.astype(np.float64)), atol=2e-6, rtol=0)

@@ -285,7 +285,9 @@ class NNMixin:
                     *[n_out if j == ax else s for j, s in enumerate(x.shape)]))  # fmt: skip
             elif mode == "linear":
                 scale = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else n_in / n_out
-                pos = Tensor.arange(n_out, device=x.device, dtype=dtypes.float32)
+                pos = Tensor.arange(
+                    n_out, device=x.device, dtype=dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32
+                )
                 pos = pos * scale if align_corners else ((pos + 0.5) * scale - 0.5).clip(0, n_in - 1)
                 lo = pos.floor().int().clip(0, n_in - 1)
                 hi = (lo + 1).clip(0, n_in - 1)
