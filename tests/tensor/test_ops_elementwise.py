@@ -181,3 +181,11 @@ def test_sin_cos_gradients_for_large_arguments(name: str, fn: Callable[[Tensor],
     # the derivative of SIN is cos(x) = 1 - 2 sin(x/2)^2: sin(x - pi/2) would round x - pi/2 first (0.03 at 1e6)
     x = np.array([1e1, 1e3, 1e5, 1e6, -1e6, 123456.7, -3e6], np.float32)
     assert_matches(grad_of(fn, x), deriv(x.astype(np.float64)), atol=2e-6, rtol=0)
+
+
+def test_idiv_truncates_toward_zero() -> None:
+    a = np.array([7, -7, 7, -7, 0, 9], np.int32)
+    b = np.array([2, 2, -2, -2, 3, -4], np.int32)
+    assert_matches(Tensor(a).idiv(Tensor(b)).numpy(), np.trunc(a / b).astype(np.int32))
+    assert_matches(Tensor(a).idiv(3).numpy(), np.trunc(a / 3).astype(np.int32))
+    assert_matches(Tensor(b).idiv(7, reverse=True).numpy(), np.trunc(7 / b).astype(np.int32))

@@ -128,3 +128,25 @@ def test_var_without_degrees_of_freedom_divides_by_zero(correction: int) -> None
     assert np.isinf(got[0]) and got[0] > 0 and np.isnan(got[1])
     assert np.isinf(Tensor(x).std(1, correction=correction).numpy()[0])
     assert_matches(Tensor(x).var(1, correction=1).numpy(), np.var(x, axis=1, ddof=1))
+
+
+@pytest.mark.parametrize("n", [1025, 3000])
+def test_long_scans_match_numpy(n: int) -> None:
+    # scans longer than SCAN_BLOCKED_FROM run in blocks (scan within blocks, scan of block totals, combine)
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-1, 1, (2, n)).astype(np.float32)
+    assert_matches(Tensor(x).cumsum(1).numpy(), np.cumsum(x.astype(np.float64), 1), atol=2e-5, rtol=1e-5)
+    assert_matches(Tensor(x.T.copy()).cumsum(0).numpy(), np.cumsum(x.T.astype(np.float64), 0), atol=2e-5, rtol=1e-5)
+    p = (1 + x / 1000).astype(np.float32)
+    assert_matches(Tensor(p).cumprod(1).numpy(), np.cumprod(p.astype(np.float64), 1), rtol=1e-5)
+    assert_matches(Tensor(x).cummax(1)[0].numpy(), np.maximum.accumulate(x, 1))
+    assert_matches(Tensor(x).cummin(1)[0].numpy(), np.minimum.accumulate(x, 1))
+    ints = rng.integers(-100, 100, n).astype(np.int8)
+    got = Tensor(ints).cumsum()
+    assert got.dtype == dtypes.int32
+    assert_matches(got.numpy(), np.cumsum(ints.astype(np.int32)))
+    # d/dx_j sum_i w_i cumsum(x)_i = sum_{i >= j} w_i
+    w = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    t = Tensor(x[0])
+    g = (t.cumsum() * Tensor(w)).sum().gradient(t)[0].numpy()
+    assert_matches(g, np.cumsum(w[::-1].astype(np.float64))[::-1], atol=1e-3, rtol=1e-5)

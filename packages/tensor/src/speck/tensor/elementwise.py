@@ -147,6 +147,10 @@ class ElementwiseMixin:
             raise RuntimeError("floor division of bool tensors is not supported")
         return (a / b).floor()
 
+    def idiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
+        return self.div(y, reverse, rounding_mode="trunc")
+
     def floordiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         return a._floordiv(b)
