@@ -218,7 +218,7 @@ def test_max_pool2d_indices_and_unpool(k: tuple[int, int], s: tuple[int, int], p
     ref, ref_idx = np_pool(x, k, s, p, -np.inf, lambda v: v.max(-1))
     close(out, ref)
     np.testing.assert_array_equal(idx.numpy(), ref_idx)
-    un = out.max_unpool2d(idx, k, s, p, output_size=(5, 6)).numpy()
+    un = out.max_unpool2d(idx, k, s, padding=p, output_size=(5, 6)).numpy()
     ref_un = np.zeros_like(x)
     for nn_, cc in np.ndindex(2, 2):
         ref_un[nn_, cc].reshape(-1)[ref_idx[nn_, cc].reshape(-1)] = ref[nn_, cc].reshape(-1)

@@ -7,6 +7,7 @@ logic and bits, and the math functions built from the IR's few transcendental pr
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
@@ -37,6 +38,21 @@ def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _py_dtype(x: Scalar) -> DType:
     return dtypes.from_py(x)
+
+
+def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
+    """sigmoid differentiates as s * (1 - s). Walking 1 / (1 + exp(-x)) instead multiplies exp(-x) = inf by a zero
+    gradient (NaN) once x < -88, and tanh and the losses built on sigmoid inherit that NaN."""
+    from speck.tensor.gradient import const_like, override_gradient
+
+    node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        s = node_ref()
+        assert s is not None, "the sigmoid node is alive while its gradient is computed"
+        return (g * s * (const_like(s, 1) - s),)
+
+    override_gradient(out.uop, (x.uop,), rule)
 
 
 class ElementwiseMixin:
@@ -137,6 +153,10 @@ class ElementwiseMixin:
             raise RuntimeError("floor division of bool tensors is not supported")
         return (a / b).floor()
 
+    def idiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
+        return self.div(y, reverse, rounding_mode="trunc")
+
     def floordiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         return a._floordiv(b)
@@ -144,17 +164,19 @@ class ElementwiseMixin:
     def mod(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         """Python/numpy remainder: the sign of the divisor."""
         a, b = self._broadcasted(y, reverse)
-        if dtypes.is_int(a.dtype):
-            r = a._alu(Ops.CMOD, b)
-            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-        return a - (a / b).floor() * b
+        r = a._alu(Ops.CMOD, b) if dtypes.is_int(a.dtype) else a._fmod_float(b)
+        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
 
     def fmod(self: Tensor, y: TensorOrScalar) -> Tensor:
         """C remainder: the sign of the dividend."""
         a, b = self._broadcasted(y)
         if dtypes.is_int(a.dtype):
             return a._alu(Ops.CMOD, b)
-        return a - (a / b).trunc() * b
+        return a._fmod_float(b)
+
+    def _fmod_float(self: Tensor, b: Tensor) -> Tensor:
+        # a finite dividend over an infinite divisor is the dividend itself (the quotient formula gives 0 * inf = NaN)
+        return (b.isinf() & self.isfinite()).where(self, self - (self / b).trunc() * b)
 
     def __add__(self: Tensor, y: TensorOrScalar) -> Tensor:
         return self.add(y)
@@ -234,10 +256,16 @@ class ElementwiseMixin:
         return a._alu(Ops.CMPLT, b)
 
     def __ge__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return (self < y).logical_not()
+        a, b = self._broadcasted(y)
+        if dtypes.is_float(a.dtype):  # not (a < b) would be True for NaN
+            return b._alu(Ops.CMPLT, a) | a._alu(Ops.CMPEQ, b)
+        return a._alu(Ops.CMPLT, b).logical_not()
 
     def __le__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return (self > y).logical_not()
+        a, b = self._broadcasted(y)
+        if dtypes.is_float(a.dtype):
+            return a._alu(Ops.CMPLT, b) | a._alu(Ops.CMPEQ, b)
+        return b._alu(Ops.CMPLT, a).logical_not()
 
     def __eq__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
         a, b = self._broadcasted(y)
@@ -387,7 +415,10 @@ class ElementwiseMixin:
         return self._float()._alu(Ops.EXP2)
 
     def exp(self: Tensor) -> Tensor:
-        return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
+        x = self._float()
+        if x.dtype.itemsize < 4:  # half/bf16/fp8: x / ln2 rounded to 11 bits would cost ~|x| * 2**-11 relative error
+            return x.float().exp().cast(x.dtype)
+        return (x * (1 / math.log(2)))._alu(Ops.EXP2)
 
     def log2(self: Tensor) -> Tensor:
         return self._float()._alu(Ops.LOG2)
@@ -402,7 +433,13 @@ class ElementwiseMixin:
         return self._float()._alu(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        return ((math.pi / 2) - self._float()).sin()
+        """1 - 2 sin(x/2)^2: its absolute error stays at a float32 ulp where cos is near 0 (sin(pi/2 - x) rounds
+        pi/2 - x first, an error of up to ulp(x) / 2: 4e-6 at x = 100). Half/bf16 compute in float32."""
+        x = self._float()
+        if x.dtype.itemsize < 4:
+            return x.float().cos().cast(x.dtype)
+        s = (x * 0.5).sin()
+        return 1 - 2 * s * s
 
     def tan(self: Tensor) -> Tensor:
         return self.sin() / self.cos()
@@ -424,15 +461,23 @@ class ElementwiseMixin:
 
     def atan(self: Tensor) -> Tensor:
         x = self._float()
-        small = (x / (x * x + 1).sqrt()).asin()
-        inv = x.sign() * (math.pi / 2) - (1 / x / ((1 / x) * (1 / x) + 1).sqrt()).asin()
-        return (x.abs() <= 1).where(small, inv)
+        inner = x.abs() <= 1
+        # each branch sees only the inputs it is selected for: 1/x at x = 1e-8 (or x*x at 1e20) would make the
+        # other branch's gradient 0 * inf = NaN
+        xs, xb = inner.where(x, 0.0), inner.where(1.0, x)
+        small = (xs / (xs * xs + 1).sqrt()).asin()
+        r = 1 / xb
+        big = xb.sign() * (math.pi / 2) - (r / (r * r + 1).sqrt()).asin()
+        return inner.where(small, big)
 
     def sinh(self: Tensor) -> Tensor:
-        return (self.exp() - self.neg().exp()) / 2
+        # e^x / 2 as e^(x - ln 2): finite up to x = 89.4 (e^x alone overflows float32 at 88.7)
+        x = self._float()
+        return (x - math.log(2)).exp() - (-x - math.log(2)).exp()
 
     def cosh(self: Tensor) -> Tensor:
-        return (self.exp() + self.neg().exp()) / 2
+        x = self._float()
+        return (x - math.log(2)).exp() + (-x - math.log(2)).exp()
 
     def tanh(self: Tensor) -> Tensor:
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
@@ -440,18 +485,27 @@ class ElementwiseMixin:
     def asinh(self: Tensor) -> Tensor:
         x = self._float()
         a = x.abs()
-        return x.sign() * (a + (a * a + 1).sqrt()).log()
+        # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a)
+        big = a > 2.0**28
+        ab, asm = big.where(a, 1.0), big.where(1.0, a)  # each branch sees only its own inputs (finite gradients)
+        return x.sign() * big.where(ab.log() + math.log(2), (asm + (asm * asm + 1).sqrt()).log())
 
     def acosh(self: Tensor) -> Tensor:
         x = self._float()
-        return (x + (x * x - 1).sqrt()).log()
+        big = x > 2.0**28
+        xb, xs = big.where(x, 1.0), big.where(2.0, x)  # each branch sees only its own inputs (finite gradients)
+        r = big.where(xb.log() + math.log(2), (xs + ((xs - 1) * (xs + 1)).sqrt()).log())
+        return (x < 1).where(math.nan, r)
 
     def atanh(self: Tensor) -> Tensor:
         x = self._float()
         return ((1 + x) / (1 - x)).log() * 0.5
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + self._float().neg().exp()).reciprocal()
+        x = self._float()
+        out = (1 + x.neg().exp()).reciprocal()
+        _sigmoid_gradient(out, x)
+        return out
 
     def erf(self: Tensor) -> Tensor:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
@@ -470,9 +524,10 @@ class ElementwiseMixin:
         if self.dtype == dtypes.bool:
             return self
         z = self._const_like(0)
-        s = (self < 0).where(self._const_like(-1) if not dtypes.is_unsigned(self.dtype) else z,
-                             (self > 0).where(self._const_like(1), z))  # fmt: skip
-        return s + self * 0 if dtypes.is_float(self.dtype) else s  # NaN stays NaN
+        if dtypes.is_unsigned(self.dtype):
+            return (self != 0).where(self._const_like(1), z)
+        # only +-0 gives 0: NaN gives 1 (tinygrad's documented value, TENSOR_API 7.1)
+        return (self < 0).where(self._const_like(-1), (self == 0).where(z, self._const_like(1)))
 
     def trunc(self: Tensor) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -665,7 +720,12 @@ class ElementwiseMixin:
         return self.silu()
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * (self.exp() - 1))
+        return (self > 0).where(self, alpha * (self._nonpositive().exp() - 1))
+
+    def _nonpositive(self: Tensor) -> Tensor:
+        """min(x, 0) with no gradient where x > 0: for the exp branch of elu-like functions, which must not see
+        large x (exp(100) = inf: the unselected branch's gradient would be 0 * inf = NaN)."""
+        return (self > 0).where(0.0, self)
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         return (self * beta).logaddexp(0.0) * (1 / beta)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorValueError
 from speck.uop import UOp, dtypes
 
 if TYPE_CHECKING:
@@ -206,13 +206,14 @@ class IndexingMixin:
             raise RuntimeError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
-                raise RuntimeError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at dim {i}")
+                raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at "
+                                           f"dim {i}; off dim {d} the index may be smaller, not larger")  # fmt: skip
         n = as_int(self.shape[d])
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
         # move dim to the end of x: x[..., k]; index[..., i at d]
         xk = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n) with d's slot replaced
         ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        ii = (ii < 0).where(ii + n, ii)
+        # an index outside [0, n), negative ones included (no wrap-around), matches nothing: 0 (TENSOR_API 6.3)
         m = ii == Tensor.arange(n, device=self.device)
         out = m.where(xk, xk._const_like(0)).sum(-1, dtype=self.dtype) if self.dtype != dtypes.bool else \
             (m & xk).any(-1)  # fmt: skip

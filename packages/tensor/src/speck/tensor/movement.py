@@ -331,6 +331,8 @@ class MovementMixin:
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Sliding windows of `size` every `step` along dim, as a new last dim (torch semantics)."""
         d = self._resolve_dim(dim)
+        if self.ndim == 0:  # a 0-d tensor unfolds as its one element
+            return self.reshape(1).unfold(0, size, step).reshape(-1)
         n = as_int(self.shape[d])
         if size > n or size < 0 or step <= 0:
             raise RuntimeError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")

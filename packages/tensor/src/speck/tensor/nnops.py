@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorValueError
-from speck.uop import dtypes
+from speck.uop import dtypes, least_upper_float
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -122,11 +122,22 @@ class NNMixin:
                          ) -> Tensor:  # fmt: skip
         """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
-        kernel."""
+        kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
         nsp = len(weight.shape) - 2
         cin, cout_g = weight.shape[:2]
-        k = tuple(weight.shape[2:])
-        st, dl, pd, op = (_pair(v, nsp) for v in (stride, dilation, padding, output_padding))
+        k = tuple(as_int(d) for d in weight.shape[2:])
+        st, dl, op = (_pair(v, nsp) for v in (stride, dilation, output_padding))
+        pd = _conv_padding(padding, k, dl, (1,) * nsp)
+        osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
+               for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip
+        if any(o < 0 for o in osp):
+            raise TensorAssertionError(f"conv_transpose2d: input {self.shape} with weight {weight.shape}, stride "
+                                       f"{st}, padding {pd} gives the negative output size {osp}; reduce the "
+                                       "padding")  # fmt: skip
+        if 0 in osp:  # nothing to compute (the padding crops everything away)
+            from speck.tensor.tensor import Tensor
+
+            return Tensor.zeros(self.shape[0], cout_g * groups, *osp, dtype=self.dtype, device=self.device)
         x = self
         if any(s > 1 for s in st):  # insert s-1 zeros between input elements
             sp = x.shape[2:]
@@ -134,7 +145,7 @@ class NNMixin:
             x = x.pad(((0, 0), (0, 0), *[p for s in st for p in ((0, 0), (0, s - 1))]))
             x = x.reshape(*x.shape[:2], *[d * s for d, s in zip(sp, st)])
             x = x.shrink(((0, x.shape[0]), (0, x.shape[1]), *[(0, d * s - (s - 1)) for d, s in zip(sp, st)]))
-        pads = tuple((dd * (kk - 1) - p, dd * (kk - 1) - p + o) for kk, dd, p, o in zip(k, dl, pd, op))
+        pads = tuple((dd * (kk - 1) - pb, dd * (kk - 1) - pa + o) for kk, dd, (pb, pa), o in zip(k, dl, pd, op))
         w = weight.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2).reshape(groups * cout_g, cin // groups,
                                                                                       *k)  # fmt: skip
         w = w.flip(tuple(range(2, 2 + nsp)))
@@ -146,82 +157,113 @@ class NNMixin:
         return x.conv2d(w, bias, groups=groups, dilation=dl)
 
     # ---------------- pooling ----------------
-    def _pool_windows(self: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                      padding: tuple[int, ...], value: float, ceil_mode: bool = False) -> Tensor:  # fmt: skip
-        nsp = len(kernel_size)
-        pads = [(p, p) for p in padding]
+    def _pool_pads(self: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                   padding: int | tuple[int, ...], ceil_mode: bool) -> list[tuple[int, int]]:  # fmt: skip
+        """Per pooled dim (before, after) padding: `padding` as conv2d takes it (int, one per dim, or 2 per dim in
+        torch order), plus, with ceil_mode, the extension that makes room for a last partial window (which must
+        start inside the input or its leading padding, as in PyTorch)."""
+        pads = _conv_padding(padding, kernel_size, dilation, stride)
         if ceil_mode:
-            for i in range(nsp):
-                n_in = as_int(self.shape[-nsp + i])
-                size = n_in + 2 * padding[i]
+            for i, (n, (pb, pa)) in enumerate(zip(self.shape[-len(kernel_size) :], pads)):
+                n_in = as_int(n)
+                size = n_in + pb + pa
                 ke = dilation[i] * (kernel_size[i] - 1) + 1
                 o = -(-(size - ke) // stride[i]) + 1
-                if (o - 1) * stride[i] >= n_in + padding[i]:
+                if (o - 1) * stride[i] >= n_in + pb:
                     o -= 1
-                extra = (o - 1) * stride[i] + ke - size
-                pads[i] = (pads[i][0], pads[i][1] + max(extra, 0))
+                pads[i] = (pb, pa + max((o - 1) * stride[i] + ke - size, 0))
+        return pads
+
+    def _pool_windows(self: Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                      pads: list[tuple[int, int]], value: float) -> Tensor:  # fmt: skip
         x = self
         if any(p != (0, 0) for p in pads):
-            x = x.pad(((0, 0),) * (len(x.shape) - nsp) + tuple(pads), value=value)
+            x = x.pad(((0, 0),) * (len(x.shape) - len(kernel_size)) + tuple(pads), value=value)
         return x._windows(kernel_size, stride, dilation)
 
     def max_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
                    dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
                    return_indices: bool = False) -> Any:  # fmt: skip
-        """Max over each window (stride defaults to kernel_size); with return_indices also the flat index of each
-        max within its plane (as PyTorch returns, for max_unpool2d)."""
+        """Max over each window (stride defaults to kernel_size; padding is the dtype's minimum); with
+        return_indices also the index of each max flattened over the pooled dims (as PyTorch returns, for
+        max_unpool2d)."""
         k = _pair(kernel_size)
-        # int stride/dilation/padding apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
-        st, dl, pd = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation, padding))
-        w = self._pool_windows(k, st, dl, pd, -math.inf, ceil_mode)
+        # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
+        st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
+        pads = self._pool_pads(k, st, dl, padding, ceil_mode)
+        w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
         red = tuple(range(-len(k), 0))
         out = w.max(axis=red)
         from speck.tensor.pool_grad import max_pool_gradient
 
-        max_pool_gradient(out, self, k, st, dl, pd)  # elementwise when windows don't overlap
+        # elementwise when windows don't overlap (its geometry needs only the leading pads: out's shape has the rest)
+        max_pool_gradient(out, self, k, st, dl, tuple(b for b, _ in pads))
         if not return_indices:
             return out
         from speck.tensor.tensor import Tensor
 
-        h, wd = (as_int(d) for d in self.shape[-2:])
-        idx = Tensor.arange(h * wd, device=self.device).reshape(1, 1, h, wd).expand(*self.shape[:-2], h, wd)
-        iw = idx._pool_windows(k, st, dl, pd, -1, ceil_mode)
-        hit = w == out.reshape(*out.shape, 1, 1)
+        sp = tuple(as_int(d) for d in self.shape[-len(k) :])
+        lead = (1,) * (self.ndim - len(k))
+        idx = Tensor.arange(math.prod(sp), device=self.device).reshape(*lead, *sp).expand(self.shape)
+        iw = idx._pool_windows(k, st, dl, pads, -1)
+        hit = w == out.reshape(*out.shape, *([1] * len(k)))
         # first max in window order, like PyTorch: the smallest flat index among the maxima
-        big = h * wd
-        first = hit.where(iw, big).min(axis=red)
+        first = hit.where(iw, math.prod(sp)).min(axis=red)
         return out, first
 
     def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
-                     stride: int | tuple[int, ...] | None = None, padding: int | tuple[int, ...] = 0,
+                     stride: int | tuple[int, ...] | None = None, dilation: int | tuple[int, ...] = 1,
+                     padding: int | tuple[int, ...] = 0,
                      output_size: tuple[int, ...] | None = None) -> Tensor:  # fmt: skip
-        """Scatter pooled values back to the positions in `indices` (zeros elsewhere)."""
-        k, st, pd = _pair(kernel_size), _pair(stride if stride is not None else kernel_size), _pair(padding)
-        if output_size is None:
-            output_size = tuple((self.shape[-2 + i] - 1) * st[i] - 2 * pd[i] + k[i] for i in range(2))
-        h, w = output_size[-2:]
+        """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
+        pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
+        inverse of the pooling's size formula."""
         from speck.tensor.tensor import Tensor
 
-        flat = Tensor.arange(h * w, device=self.device).reshape(*([1] * len(self.shape)), h * w)
-        sel = indices.reshape(*indices.shape, 1) == flat
+        k = _pair(kernel_size)
+        nsp = len(k)
+        st, dl = (_pair(v, nsp) for v in (stride if stride is not None else k, dilation))
+        pads = _conv_padding(padding, k, dl, st)
+        if output_size is None:
+            output_size = tuple((as_int(self.shape[i - nsp]) - 1) * st[i] - pads[i][0] - pads[i][1] +
+                                dl[i] * (k[i] - 1) + 1 for i in range(nsp))  # fmt: skip
+        osp = tuple(output_size[-nsp:])
+        n_out = math.prod(osp)
+        lead, isp = self.shape[:-nsp], self.shape[-nsp:]
+        x, ix = self.flatten(-nsp) if nsp > 1 else self, indices.flatten(-nsp) if nsp > 1 else indices
+        sel = ix.unsqueeze(-1) == Tensor.arange(n_out, device=self.device)  # (..., pooled, out)
         # overlapping windows can pick the same position: it gets that value once (not the sum), as in PyTorch
-        out = (sel.where(self.reshape(*self.shape, 1), 0)).sum(axis=(-3, -2))
-        hits = sel.sum(axis=(-3, -2))
-        out = (hits > 1).where(out / hits.maximum(1).cast(out.dtype), out)
-        return out.reshape(*self.shape[:-2], h, w)
+        out = sel.where(x.unsqueeze(-1), 0).sum(axis=-2)
+        hits = sel.sum(axis=-2)
+        out = (hits > 1).where(out / hits.maximum(1).cast(out.dtype), out).reshape(*lead, *osp)
+        _unpool_gradient(out, self, ix, isp)
+        return out
 
     def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = 2, stride: int | tuple[int, ...] | None = None,
                    dilation: int | tuple[int, ...] = 1, padding: int | tuple[int, ...] = 0, ceil_mode: bool = False,
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
-        """Mean over each window (zero padding counted unless count_include_pad=False)."""
+        """Mean over each window. The divisor counts the window's elements inside the padded input
+        (count_include_pad) or inside the input only; a ceil_mode extension never counts (as in PyTorch)."""
+        from speck.tensor.tensor import Tensor
+
         k = _pair(kernel_size)
-        st, dl, pd = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation, padding))
+        st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
         red = tuple(range(-len(k), 0))
-        w = self._pool_windows(k, st, dl, pd, 0.0, ceil_mode)
+        pads = self._pool_pads(k, st, dl, padding, ceil_mode)
+        w = self._pool_windows(k, st, dl, pads, 0.0)
         if count_include_pad and not ceil_mode:
             return w.mean(axis=red)
-        ones = self.ones_like()._pool_windows(k, st, dl, pd, 0.0, ceil_mode)
-        return w.sum(axis=red) / ones.sum(axis=red)
+        # the divisor over the pooled dims only (it broadcasts over the leading ones)
+        sp = tuple(as_int(d) for d in self.shape[-len(k) :])
+        user = _conv_padding(padding, k, dl, st)
+        if count_include_pad:
+            ones = Tensor.ones(*[n + b + a for n, (b, a) in zip(sp, user)], device=self.device)
+            ones = ones.pad(tuple((0, pa - ua) for (_, pa), (_, ua) in zip(pads, user)))
+        else:
+            ones = Tensor.ones(*sp, device=self.device).pad(tuple(pads))
+        div = ones._windows(k, st, dl).sum(axis=red)
+        x = w.sum(axis=red)
+        return x.cast(least_upper_float(x.dtype)) / div.cast(least_upper_float(x.dtype))
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
@@ -243,7 +285,9 @@ class NNMixin:
                     *[n_out if j == ax else s for j, s in enumerate(x.shape)]))  # fmt: skip
             elif mode == "linear":
                 scale = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else n_in / n_out
-                pos = Tensor.arange(n_out, device=x.device, dtype=dtypes.float32)
+                pos = Tensor.arange(
+                    n_out, device=x.device, dtype=dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32
+                )
                 pos = pos * scale if align_corners else ((pos + 0.5) * scale - 0.5).clip(0, n_in - 1)
                 lo = pos.floor().int().clip(0, n_in - 1)
                 hi = (lo + 1).clip(0, n_in - 1)
@@ -284,10 +328,10 @@ class NNMixin:
         return out
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+        return (self > 0).where(self, alpha * ((self._nonpositive() / alpha).exp() - 1))
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+        return gamma * self.elu(alpha)
 
     def quick_gelu(self: Tensor) -> Tensor:
         return self * (self * 1.702).sigmoid()
@@ -299,7 +343,7 @@ class NNMixin:
         return self * (self + 3).relu6() * (1 / 6)
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+        return (alpha * self + beta).clip(0.0, 1.0)  # (a difference of two relus is inf - inf = NaN at x = inf)
 
     def logsigmoid(self: Tensor) -> Tensor:
         return -(-self).softplus()
@@ -458,7 +502,7 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         # split the batch: each chunk's windows and gradient stay in cache while its partial sums accumulate (a
         # kernel of its own), then the partial sums add up
         # (a symbolic batch size is summed in one go)
-        chunk = max(d for d in range(1, min(n, WGRAD_CHUNK) + 1) if n % d == 0) if isinstance(n, int) else 0
+        chunk = max(d for d in range(1, min(n, WGRAD_CHUNK) + 1) if n % d == 0) if isinstance(n, int) and n else 0
         if isinstance(n, int) and 4 <= chunk < n:
             parts = prod_.reshape(n // chunk, chunk, *prod_.shape[1:]).sum(axis=(1, *range(5, 5 + nsp)))
             gw = parts.sum(0).reshape(cout, cin_g, *k)
@@ -467,3 +511,21 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         return gx.uop, gw.uop
 
     override_gradient(out.uop, (x.uop, weight.uop), rule)
+
+
+def _unpool_gradient(out: Tensor, x: Tensor, flat_idx: Tensor, pooled: tuple[Any, ...]) -> None:
+    """max_unpool2d's gradient is the output gradient read back at each value's index: every pooled value moved to
+    its position whole, also where overlapping windows put one value there twice (the forward keeps it once)."""
+    from speck.tensor.gradient import override_gradient
+    from speck.tensor.tensor import Tensor
+
+    nsp = len(pooled)
+    idx_uop, device = flat_idx.uop, x.device
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        gt = Tensor(g, device=device)
+        gf = gt.flatten(-nsp) if nsp > 1 else gt
+        gx = gf.gather(-1, Tensor(idx_uop, device=device))
+        return (gx.reshape(*gx.shape[:-1], *pooled).uop,)
+
+    override_gradient(out.uop, (x.uop,), rule)

@@ -24,6 +24,9 @@ PACK_STRIPE_BYTES = 64
 PACK_MIN_ELEMENTS = 1 << 18  # k*m of one right operand from which packing pays for its extra kernel
 PACK_MIN_ROWS = 16  # fewer output rows than this: the copy would cost about as much as the product itself
 PACK_DTYPES = (dtypes.float32, dtypes.float64)
+# scans (cumsum/cumprod/cummax) longer than this split into blocks (see _blocked_scan); shorter ones are one (n, n)
+# masked reduce, a single kernel
+SCAN_BLOCKED_FROM = 1024
 
 
 def _packed_product(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
@@ -66,7 +69,7 @@ class ReduceMixin:
         out = tuple(self._resolve_dim(a) for a in ax)
         if len(set(out)) != len(out):
             raise RuntimeError(f"axis {axis} repeats a dim")
-        return out
+        return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
 
     def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)
@@ -129,7 +132,8 @@ class ReduceMixin:
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
         sq = ((self.cast(m.dtype) - m) ** 2).sum(axis, keepdim)
-        return sq / max(n - correction, 0) if n - correction > 0 else sq * math.nan
+        out: Tensor = sq / max(n - correction, 0)  # no degrees of freedom left: x / 0 (inf, or NaN for one element)
+        return out
 
     def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -148,6 +152,8 @@ class ReduceMixin:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
+        if self.ndim == 0:
+            return Tensor(0, dtype=dtypes.int32, device=self.device)
         n = as_int(self.shape[d])
         if n == 0:
             raise RuntimeError(f"argmax over a zero-size dim of shape {self.shape}")
@@ -198,6 +204,9 @@ class ReduceMixin:
         if n == 0:
             return self
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        if n > SCAN_BLOCKED_FROM:
+            r = x._blocked_scan(op)
+            return r.transpose(d, -1) if d != self.ndim - 1 else r
         xs = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))  # [..., i, j] = x[..., j]
         i = Tensor.arange(n, device=self.device).reshape(n, 1)
         j = Tensor.arange(n, device=self.device).reshape(1, n)
@@ -210,6 +219,22 @@ class ReduceMixin:
             lo = -math.inf if dtypes.is_float(xs.dtype) else dtypes.min(xs.dtype)
             r = mask.where(xs, xs._const_like(lo)).max(-1)
         return r.transpose(d, -1) if d != self.ndim - 1 else r
+
+    def _blocked_scan(self: Tensor, op: str) -> Tensor:
+        """The scan of the last dim in blocks of about sqrt(n): scans within blocks, a scan of the block totals, and
+        one combine: O(n^1.5) work instead of the (n, n) reduce's O(n^2) (65536 elements: 0.8 s -> ms)."""
+        n = as_int(self.shape[-1])
+        b = math.isqrt(n - 1) + 1
+        nb = -(-n // b)
+        ident: float | int | bool = 0 if op == "sum" else 1 if op == "prod" else dtypes.min(self.dtype)
+        lead = tuple(self.shape[:-1])
+        keep = ((0, 0),) * len(lead)
+        x = self.pad((*keep, (0, nb * b - n)), value=ident) if nb * b != n else self
+        inner = x.reshape(*lead, nb, b)._scan(-1, op)  # scans within each block
+        totals = inner[..., -1]._scan(-1, op)  # (..., nb): the scan of the block totals
+        before = totals.pad((*keep, (1, 0)), value=ident)[..., :nb].unsqueeze(-1)  # what precedes each block
+        r = inner + before if op == "sum" else inner * before if op == "prod" else inner.maximum(before)
+        return r.reshape(*lead, nb * b)[..., :n]
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         return self._scan(axis, "sum")
@@ -247,12 +272,20 @@ class ReduceMixin:
         return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+        """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
+        underflows the prefixes far below the axis maximum to log(0) = -inf."""
+        from speck.tensor.tensor import Tensor
+
         x = self._float()
-        if x.ndim == 0:
+        d = x._resolve_dim(axis)
+        if x.ndim == 0 or as_int(x.shape[d]) == 0:
             return x
-        m = x.max(axis, keepdim=True)
-        m = m.isinf().where(0.0, m)
-        return (x - m).exp().cumsum(axis).log() + m
+        n = as_int(x.shape[d])
+        xt = x.transpose(d, -1) if d != x.ndim - 1 else x
+        i = Tensor.arange(n, device=self.device).reshape(n, 1)
+        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        r = (j <= i).where(xt.unsqueeze(-2), -math.inf).logsumexp(-1)  # [..., i] = logsumexp of x[..., :i+1]
+        return r.transpose(d, -1) if d != x.ndim - 1 else r
 
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
@@ -270,8 +303,12 @@ class ReduceMixin:
         xj = x.unsqueeze(-2)  # [..., 1, j]
         i = Tensor.arange(n, device=self.device).reshape(n, 1)
         j = Tensor.arange(n, device=self.device).reshape(1, n)
-        before = (xj > xi) if descending else (xj < xi)
-        rank = (before | ((xj == xi) & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i]
+        lt, eq = (xj > xi, xj == xi) if descending else (xj < xi, xj == xi)
+        if dtypes.is_float(x.dtype):  # NaN sorts above +inf (last ascending, first descending, as in PyTorch)
+            nj, ni = xj.isnan(), xi.isnan()
+            lt = lt | ((nj & ni.logical_not()) if descending else (ni & nj.logical_not()))
+            eq = eq | (nj & ni)
+        rank = (lt | (eq & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i], a permutation of 0..n-1
         p = Tensor.arange(n, device=self.device).reshape(1, n)
         sel = rank.unsqueeze(-1) == p  # [..., i, p]: element i lands at position p
         vals = sel.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype != dtypes.bool else \

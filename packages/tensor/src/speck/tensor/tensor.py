@@ -822,9 +822,9 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
         return ReduceMixin.einsum_impl(formula, *ops, dtype=dtype)
 
-    @staticmethod
-    def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        return IndexingMixin.meshgrid_impl(*tensors, indexing=indexing)
+    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
+        return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
 
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:

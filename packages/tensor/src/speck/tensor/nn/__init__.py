@@ -16,6 +16,12 @@ def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
     return (x,) * n if isinstance(x, int) else tuple(x)
 
 
+def _fresh(t: Tensor) -> Tensor:
+    """A constant-initialised parameter as a tensor of its own: two lazy constants of one shape are one graph node,
+    so without the copy every BatchNorm of a size would share its weight (and gradients would add up across them)."""
+    return t.clone()
+
+
 def _state(t: Tensor) -> Tensor:
     """A realized state tensor that optimizers realize but do not update (running statistics, counters)."""
     return t.contiguous().realize().is_param_(False)
@@ -95,8 +101,8 @@ class BatchNorm:
     def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                  momentum: float = 0.1) -> None:  # fmt: skip
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-        self.weight: Tensor | None = Tensor.ones(sz) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
+        self.weight: Tensor | None = _fresh(Tensor.ones(sz)) if affine else None
+        self.bias: Tensor | None = _fresh(Tensor.zeros(sz)) if affine else None
         # realized now: assign() updates realized buffers in place (and TinyJit replays those updates); a lazy
         # constant would only be rebound to a growing graph
         self.num_batches_tracked = _state(Tensor.zeros((), dtype=dtypes.int64))
@@ -139,8 +145,8 @@ class LayerNorm:
         self.normalized_shape = _pair(normalized_shape, 1) if isinstance(normalized_shape, int) else normalized_shape
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps = eps
-        self.weight = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
-        self.bias = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+        self.weight = _fresh(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
+        self.bias = _fresh(Tensor.zeros(*self.normalized_shape)) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(x.shape[-len(self.normalized_shape) :]) != tuple(self.normalized_shape):
@@ -165,8 +171,8 @@ class GroupNorm:
         if num_channels % num_groups:
             raise RuntimeError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-        self.weight = Tensor.ones(num_channels) if affine else None
-        self.bias = Tensor.zeros(num_channels) if affine else None
+        self.weight = _fresh(Tensor.ones(num_channels)) if affine else None
+        self.bias = _fresh(Tensor.zeros(num_channels)) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -181,8 +187,8 @@ class InstanceNorm:
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
         self.num_features, self.eps = num_features, eps
-        self.weight = Tensor.ones(num_features) if affine else None
-        self.bias = Tensor.zeros(num_features) if affine else None
+        self.weight = _fresh(Tensor.ones(num_features)) if affine else None
+        self.bias = _fresh(Tensor.zeros(num_features)) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         y = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -198,7 +204,7 @@ class RMSNorm:
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
         self.eps = eps
-        self.weight = Tensor.ones(dim) if elementwise_affine else None
+        self.weight = _fresh(Tensor.ones(dim)) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         xf = x.float()
@@ -228,8 +234,8 @@ class LSTMCell:
         self.hidden_size = hidden_size
         self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
         self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
-        self.bias_ih = Tensor.zeros(hidden_size * 4) if bias else None
-        self.bias_hh = Tensor.zeros(hidden_size * 4) if bias else None
+        self.bias_ih = _fresh(Tensor.zeros(hidden_size * 4)) if bias else None
+        self.bias_hh = _fresh(Tensor.zeros(hidden_size * 4)) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         if hc is None:
