@@ -181,7 +181,7 @@ def _shift(a: np.ndarray, b: np.ndarray, left: bool, dt: DType) -> np.ndarray:
 
 
 def _rotl32(v: np.ndarray, r: int) -> np.ndarray:
-    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))  # type: ignore[no-any-return]
+    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))  # type: ignore[no-any-return, unused-ignore]
 
 
 def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -197,7 +197,8 @@ def threefry2x32(x: np.ndarray, key: np.ndarray) -> np.ndarray:
     (x0, x1), (k0, k1) = words(x), words(key)
     y0, y1 = threefry_rounds(x0, x1, k0, k1, _rotl32, lambda v: v)
     out = (y1.astype(np.uint64) << np.uint64(32)) | y0.astype(np.uint64)
-    return out.reshape(shape) if out.shape != shape else out
+    result: np.ndarray = out.reshape(shape) if out.shape != shape else out
+    return result
 
 
 def _f64(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -101,6 +101,7 @@ class _CompiledProgram:
 
     def __init__(self, spec: Any, prog: Any, device: Any) -> None:
         self.spec, self.prog, self.device, self.name = spec, prog, device, spec.name
+        self._est: tuple[int, int] | None = None  # (ops, bytes) per run, filled by _cached_estimate
         # derived once per program, not per call: the buffer slots it uses (a load folded to a constant drops
         # its param, so pass exactly those, in its order) and, when no variable shapes it, the launch size
         self.slots: tuple[int, ...] = tuple(int(a.slot) if hasattr(a, "slot") else int(a[0]) for a in spec.buffers)
@@ -261,17 +262,18 @@ def compiled_program_count() -> int:
 def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     """(ops, bytes) of one run from codegen's estimates of the program (ProgramSpec.estimates): fixed per program
     unless variables change the loop sizes. The numpy fallback has no program and counts nothing."""
-    est = getattr(prog, "_est", None)
+    est = prog._est if isinstance(prog, _CompiledProgram) else None
     if est is None or it.var_vals:
         if not isinstance(prog, _CompiledProgram):
             return 0, 0
         from speck.uop.symbolic import sym_infer
 
         e = prog.spec.estimates
-        est = tuple(v if isinstance(v, int) else int(sym_infer(v, it.var_vals)) for v in (e.ops, e.mem))
+        ops, mem = (v if isinstance(v, int) else int(sym_infer(v, it.var_vals)) for v in (e.ops, e.mem))
+        est = (ops, mem)
         if not it.var_vals:
             prog._est = est
-    return est  # type: ignore[no-any-return, unused-ignore]
+    return est
 
 
 # TinyJit sets this to a list while it captures: every call run_schedule makes is recorded for replay, Tensor.assign

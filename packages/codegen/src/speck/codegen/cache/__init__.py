@@ -10,12 +10,12 @@ moved or old-format entry is a miss with a CacheWarning, never an exception and 
 
 from speck.codegen.cache.store import (
     FORMAT,
-    CacheWarning,
     DiskCache,
     EntryProblem,
     cache_enabled,
     cache_root,
     scan,
 )
+from speck.codegen.errors import CacheWarning
 
 __all__ = ["FORMAT", "CacheWarning", "DiskCache", "EntryProblem", "cache_enabled", "cache_root", "scan"]

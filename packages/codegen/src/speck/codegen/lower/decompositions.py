@@ -93,7 +93,8 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
         return (v << UOp.const(u32, r)) | (v >> UOp.const(u32, 32 - r))
 
     y0, y1 = threefry_rounds(lo(x), hi(x), lo(key), hi(key), rotl, lambda v: v)
-    return (y1.cast(u64) << UOp.const(u64, 32)) | y0.cast(u64)
+    out: UOp = (y1.cast(u64) << UOp.const(u64, 32)) | y0.cast(u64)
+    return out
 
 
 def _fold_const_vector(a: UOp) -> UOp | None:

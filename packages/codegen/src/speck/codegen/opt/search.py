@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from speck.codegen.cache import DiskCache
+from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.simplify import pm_simplify
 from speck.codegen.opt.heuristic import hand_coded_optimizations
-from speck.codegen.opt.kernel_opts import Opt, OptError, OptOps, apply_opts, const_size, output_axes, reduce_axes
+from speck.codegen.opt.kernel_opts import Opt, OptOps, apply_opts, const_size, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
 from speck.uop import DEBUG, ContextVar, UOp, graph_rewrite
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from speck.codegen.x86.encoder import Encoded, EncodingError, Relocation, encode, fits_signed
+from speck.codegen.errors import EncodingError
+from speck.codegen.x86.encoder import Encoded, Relocation, encode, fits_signed
 from speck.codegen.x86.listing import ListingLine, render_listing
 from speck.codegen.x86.operands import Inst, Label, Operand
 from speck.codegen.x86.ops import JCC_OPS, X86Op
