@@ -113,6 +113,28 @@ def test_plugins_add_device_kinds() -> None:
         canonicalize("FAKEDEV")
 
 
+def test_available_devices_open_probed_kinds_only() -> None:
+    """get_available_devices opens every probed kind it lists, and never a kind registered with probe=False."""
+    from speck.hcq.null import NullDevice
+    from speck.hcq.registry import _KINDS, register_device
+
+    opened: list[str] = []
+
+    def opener(name: str) -> NullDevice:
+        opened.append(name)
+        return NullDevice(name)
+
+    register_device("PROBEDDEV", opener)
+    register_device("BYNAMEDEV", opener, probe=False)
+    try:
+        available = list(Device.get_available_devices())
+        assert "PROBEDDEV" in available and "BYNAMEDEV" not in available and "DISK" not in available
+        assert opened == ["PROBEDDEV"]
+        assert Device["BYNAMEDEV"].name == "BYNAMEDEV" and opened == ["PROBEDDEV", "BYNAMEDEV"]
+    finally:
+        del _KINDS["PROBEDDEV"], _KINDS["BYNAMEDEV"]
+
+
 def test_cpu_devices_expose_compiler_and_renderer() -> None:
     from speck.codegen.compiler import ClangCompiler, LLVMCompiler
     from speck.codegen.renderer.cstyle import ClangRenderer

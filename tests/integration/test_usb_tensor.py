@@ -114,7 +114,11 @@ def test_hcq_and_tensor_import_no_usbgpu_until_a_usb_device_opens() -> None:
         "assert 'speck.usbgpu' not in sys.modules, 'speck.hcq imported the driver'\n"
         "from speck.tensor import Tensor\nassert 'USB:SIM' in known_devices()\n"
         "assert 'speck.usbgpu' not in sys.modules, 'registering USB imported the driver'\n"
-        "from speck.hcq import canonicalize\nassert canonicalize('USB:SIM') == 'USB:SIM'\n"  # no SPECK_USB_SIM here
+        # listing what opens does not open USB (that would bind the real libusb and shut out the simulator)
+        "from speck.hcq import Device, canonicalize\n"
+        "assert not any(d.startswith('USB') for d in Device.get_available_devices())\n"
+        "assert 'speck.usbgpu' not in sys.modules, 'get_available_devices opened USB'\n"
+        "assert canonicalize('USB:SIM') == 'USB:SIM'\n"  # no SPECK_USB_SIM here
         "print(Tensor([1, 2, 3], device='USB:SIM').numpy().tolist())\n"
         "assert 'speck.usbgpu' in sys.modules\n"
     )

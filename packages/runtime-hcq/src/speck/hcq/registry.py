@@ -30,12 +30,14 @@ Opener = Callable[[str], "DeviceBase"]
 class DeviceKind:
     """One kind of device: `open(canonical_name)` builds a device; `suffix(text)` gives the canonical form of what
     follows "KIND:" in a name ("" for none) or None when that suffix is not valid for this kind; `forms` shows how
-    names of the kind are written (for error messages)."""
+    names of the kind are written (for error messages); `probe` False keeps it out of `get_available_devices`
+    (kinds opened only by name: DISK needs a path, USB claims a bridge and binds the process's libusb)."""
 
     name: str
     open: Opener
     suffix: Callable[[str], str | None]
     forms: tuple[str, ...]
+    probe: bool = True
 
 
 def numbered(rest: str) -> str | None:
@@ -50,14 +52,19 @@ _entry_points_loaded = False
 
 
 def register_device(
-    name: str, opener: Opener, *, suffix: Callable[[str], str | None] = numbered, forms: Sequence[str] | None = None
+    name: str,
+    opener: Opener,
+    *,
+    suffix: Callable[[str], str | None] = numbered,
+    forms: Sequence[str] | None = None,
+    probe: bool = True,
 ) -> DeviceKind:
     """Add (or replace) the device kind `name` ("USB"): `Device["USB:1"]` then calls `opener("USB:1")` once. The
-    default suffix rule accepts NAME and NAME:<n>."""
+    default suffix rule accepts NAME and NAME:<n>; `probe=False` for kinds `get_available_devices` must not open."""
     kind_name = name.upper()
     if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
         raise ValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
-    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"))
+    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"), probe)
     _KINDS[kind_name] = kind
     return kind
 
@@ -169,9 +176,10 @@ class _DeviceRegistry:
         return self[self.DEFAULT]
 
     def get_available_devices(self) -> Iterator[str]:
-        """Device kinds that open on this machine, in auto-selection order."""
-        for kind in device_kinds():
-            if kind == "DISK":
+        """Device kinds that open on this machine, in auto-selection order (kinds registered with probe=False are
+        left out: they open only by name)."""
+        for kind, info in device_kinds().items():
+            if not info.probe:
                 continue
             try:
                 self[kind]

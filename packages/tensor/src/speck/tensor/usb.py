@@ -299,4 +299,4 @@ def register() -> None:
             return
     except (ImportError, ValueError):  # a broken or blocked install counts as absent
         return
-    register_device("USB", open_usb, suffix=_usb_suffix, forms=("USB", "USB:<n>", f"USB:{SIM_SUFFIX}"))
+    register_device("USB", open_usb, suffix=_usb_suffix, forms=("USB", "USB:<n>", f"USB:{SIM_SUFFIX}"), probe=False)
