@@ -9,6 +9,7 @@ import pytest
 from speck.codegen import KernelInfo, PythonRenderer, UnsupportedOpError, run_program, to_program
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer import Renderer
+from speck.codegen.renderer.python import run_python
 from speck.uop import AxisType, GroupOp, Ops, UOp, dtypes
 
 
@@ -182,3 +183,29 @@ def test_convention_errors_name_node_and_stage(which: str) -> None:
         ast, node = UOp.sink(UOp(Ops.END, dtypes.void, (buf.index(i).store(1.0), UOp.const(dtypes.weakint, 3)))), "END"
     with pytest.raises(RuntimeError, match=rf"stage 'verify_ast'\): node {node}"):
         full_rewrite_to_sink(ast, PythonRenderer())
+
+
+def test_estimates_of_a_loop_bounded_by_an_outer_index_are_upper_bounds() -> None:
+    """A loop whose end depends on an enclosing loop's index (bounded tap loops) counts its largest trip count: the
+    estimate is a plain number (it needs no loop index to evaluate) and bounds the real work from above."""
+    i = UOp.range(8, 0, AxisType.GLOBAL)
+    j = UOp.range(i + 1, 1, AxisType.LOOP)
+    x = UOp.param(1, dtypes.float32.ptr(8)).index(j).load()
+    out = UOp.param(0, dtypes.float32.ptr(64))
+    ast = UOp.sink(out.index(i * 8 + j).store(x + UOp.const(dtypes.float32, 1.0)).end(i, j),
+                   arg=KernelInfo("tri", dont_opt=True))  # fmt: skip
+    p = to_program(ast, PythonRenderer())
+    assert isinstance(p.estimates.ops, int) and isinstance(p.estimates.mem, int)
+    real_stores = sum(k + 1 for k in range(8))  # 36 (load, store) pairs
+    assert real_stores * 8 <= p.estimates.mem <= 8 * 8 * 8  # 4 bytes loaded + 4 stored per pair; at most 8 x 8 pairs
+    assert real_stores <= p.estimates.ops <= 8 * 8 * 4  # the ADD, plus index arithmetic, per pair
+    ref = np.zeros((8, 8), np.float32)
+    for k in range(8):
+        ref[k, : k + 1] = np.arange(k + 1) + 1
+    # both numpy executors run the outer range index by index here (a batch has one trip count per loop), each
+    # worker slice covering only its own rows
+    for run in (run_program, lambda uops, bufs, vv, cr: run_python(p.src, uops, bufs, vv, cr)):
+        buf = np.zeros(64, np.float32)
+        for core_range in ((0, 3), (3, 8)):
+            run(p.uops, [buf, np.arange(8, dtype=np.float32)], {}, core_range)
+        np.testing.assert_array_equal(buf.reshape(8, 8), ref)

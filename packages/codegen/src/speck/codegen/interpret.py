@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen import numeric as nm
-from speck.codegen.renderer.common import outer_global_range
+from speck.codegen.renderer.common import batched_range, outer_global_range
 from speck.uop import AddrSpace, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
 
 BufferLike = Any  # memoryview | np.ndarray
@@ -227,7 +227,7 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
     uops = _program_uops(spec_or_uops)
     var_vals = var_vals or {}
     bufs = _buffers_by_slot([u for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType)], buffers)
-    batched = outer_global_range(uops)
+    outer, batched = outer_global_range(uops), batched_range(uops)
     vals: dict[UOp, Any] = {}
     end_of: dict[int, int] = {}
     open_stack: list[int] = []
@@ -262,11 +262,17 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
                     continue
                 vals[u] = np.arange(lo, hi, dtype=nm.storage_np(u.dtype)).reshape(-1, 1)
             else:
-                if end <= 0:
+                # the outer range run index by index still covers only this worker's slice
+                lo, hi = (
+                    (0, end)
+                    if u is not outer or core_range is None
+                    else (max(0, core_range[0]), min(end, core_range[1]))
+                )
+                if hi <= lo:
                     pc = end_of[pc] + 1
                     continue
-                loop_state[pc] = [0, end]
-                vals[u] = np.zeros((1, 1), dtype=nm.storage_np(u.dtype))
+                loop_state[pc] = [lo, hi]
+                vals[u] = np.full((1, 1), lo, dtype=nm.storage_np(u.dtype))
             pc += 1
             continue
         if op is Ops.END:

@@ -135,6 +135,10 @@ def _trip(r: UOp) -> sint:
     v = _const_value(end)
     if v is not None:
         return int(v)
+    if any(n.op is Ops.RANGE for n in end.toposort()):
+        # a loop bounded by an enclosing loop's index (bounded tap loops): its largest trip count, so the estimate
+        # stays an upper bound that needs no loop index to evaluate
+        return int(end.vmax)
     return _as_weak_expr(end)
 
 

@@ -27,6 +27,18 @@ def outer_global_range(uops: Sequence[UOp]) -> UOp | None:
     return None
 
 
+def batched_range(uops: Sequence[UOp]) -> UOp | None:
+    """The outer GLOBAL range when numpy executors may run a whole slice of it as one batch (one row per index):
+    None when there is none, or when the end of a loop inside it depends on its index (bounded tap loops), since a
+    batch has one trip count per loop."""
+    outer = outer_global_range(uops)
+    if outer is None:
+        return None
+    if any(u.op is Ops.RANGE and u is not outer and outer in u.src[0].toposort() for u in uops):
+        return None
+    return outer
+
+
 def casted_const(u: UOp) -> tuple[bool, Any]:
     """(True, value truncated to u.dtype) when u is a casted const `CAST(dt, CONST(v, from_py(v)))`, else (False,
     None)."""

@@ -19,7 +19,7 @@ from speck.codegen import interpret as it
 from speck.codegen import numeric as nm
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.renderer import Renderer
-from speck.codegen.renderer.common import outer_global_range
+from speck.codegen.renderer.common import batched_range, outer_global_range
 from speck.uop import GroupOp, Ops, PtrDType, UOp
 
 
@@ -38,7 +38,7 @@ class PythonRenderer(Renderer):
     def render(self, uops: list[UOp]) -> str:
         """Python source of `def <name>(rt):` executing `uops` (K, the table of constants, is bound by run_python)."""
         pos = {u: i for i, u in enumerate(uops)}
-        batched = outer_global_range(uops)
+        outer, batched = outer_global_range(uops), batched_range(uops)
         lines = [f"def {_py_name(uops)}(rt):"]
         ind = 1
 
@@ -58,6 +58,11 @@ class PythonRenderer(Renderer):
                     emit(f"if _hi{i} > _lo{i}:")
                     ind += 1
                     emit(f"v{i} = np.arange(_lo{i}, _hi{i}).astype(K[{i}]).reshape(-1, 1)")
+                elif u is outer:  # run index by index, over this worker's slice only
+                    emit(f"_lo{i}, _hi{i} = rt.batch_bounds(_end{i})")
+                    emit(f"for _k{i} in range(_lo{i}, _hi{i}):")
+                    ind += 1
+                    emit(f"v{i} = np.full((1, 1), _k{i}, dtype=K[{i}])")
                 else:
                     emit(f"for _k{i} in range(_end{i}):")
                     ind += 1
@@ -124,7 +129,7 @@ class PythonRuntime:
                                         buffers)  # fmt: skip
         self.var_vals, self.core_range = var_vals, core_range
         self.nbatch = 1
-        batched = outer_global_range(uops)
+        batched = batched_range(uops)
         if batched is not None:
             vals: dict[UOp, Any] = {}
             for n in batched.src[0].toposort():
