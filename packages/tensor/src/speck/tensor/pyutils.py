@@ -5,7 +5,6 @@ cache). speck.tensor.helpers re-exports them."""
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import ctypes
 import functools
 import gzip
@@ -13,7 +12,6 @@ import hashlib
 import os
 import pathlib
 import pickle
-import pstats
 import re
 import shutil
 import sys
@@ -227,6 +225,8 @@ class Profiling(contextlib.ContextDecorator):
         self.enabled, self.sort, self.frac, self.fn = enabled, sort, frac, fn
 
     def __enter__(self) -> Profiling:
+        import cProfile  # (here: speck.tensor has a module named profile, which a script's path could shadow)
+
         self.pr = cProfile.Profile()
         if self.enabled:
             self.pr.enable()
@@ -238,6 +238,8 @@ class Profiling(contextlib.ContextDecorator):
         self.pr.disable()
         if self.fn:
             self.pr.dump_stats(self.fn)
+        import pstats
+
         stats = pstats.Stats(self.pr, stream=sys.stdout).strip_dirs().sort_stats(self.sort)
         stats.print_stats(self.frac)
 
