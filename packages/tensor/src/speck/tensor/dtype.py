@@ -15,6 +15,8 @@ from speck.uop.dtype import (
     ConstType,
     DType,
     PtrDType,
+    _fp8_bits,
+    _fp8_from_bits,
     can_lossless_cast,
     dtypes,
     least_upper_dtype,
@@ -23,7 +25,6 @@ from speck.uop.dtype import (
     to_dtype,
     truncate,
 )
-from speck.uop.dtype import _fp8_bits, _fp8_from_bits
 
 # every named dtype, by its canonical name (no aliases, no weak or void)
 DTYPES_DICT: dict[str, DType] = {
@@ -64,6 +65,6 @@ def fp8_to_float(x: int, dtype: DType) -> float:
 
 __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
-    "PtrDType", "_from_np_dtype", "_to_np_dtype", "float_to_fp8", "fp8_to_float", "can_lossless_cast", "dtypes", "least_upper_dtype",
-    "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
+    "PtrDType", "_from_np_dtype", "_to_np_dtype", "can_lossless_cast", "dtypes", "float_to_fp8", "fp8_to_float",
+    "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

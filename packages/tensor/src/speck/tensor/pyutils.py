@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
-from speck.uop.helpers import cdiv
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -127,7 +126,9 @@ def is_numpy_ndarray(x: Any) -> bool:
     return str(type(x)) == "<class 'numpy.ndarray'>"
 
 
-ceildiv = cdiv
+def ceildiv(num: int, amt: int) -> int:
+    """num / amt rounded up (speck.uop's cdiv is C division, rounding toward zero)."""
+    return -(num // -amt)
 
 
 def round_down(num: int, amt: int) -> int:
@@ -176,7 +177,7 @@ def data64_le(data: int) -> tuple[int, int]:
 
 
 # ---------------- memory views ----------------
-def from_mv(mv: memoryview, to_type: type = ctypes.c_char) -> Any:
+def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:
     """A ctypes array aliasing a writable memoryview."""
     return ctypes.cast(ctypes.addressof(to_type.from_buffer(mv)), ctypes.POINTER(to_type * len(mv))).contents
 
@@ -376,4 +377,3 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
         f.write(data)
     shutil.move(f.name, fp)
     return fp
-

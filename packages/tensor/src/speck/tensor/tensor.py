@@ -418,7 +418,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
     def schedule(self, *lst: Tensor) -> list[Any]:
         """The ScheduleItems realizing this tensor (and lst) would run (without running them)."""
-        parts = []
+        parts: list[tuple[Any, Any]] = []
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]

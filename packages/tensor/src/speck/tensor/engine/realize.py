@@ -114,7 +114,8 @@ def exec_items(jit_cache: list[tuple[str, Any]]) -> list[ExecItem]:
             runner = BufferCopy(int(dst.arg) * dst.dtype.itemsize, _device(dst), _device(src))
             out.append(ExecItem(runner, list(si.bufs), si))
         else:  # a host function (an MPI collective)
-            out.append(ExecItem(Runner(kind, _device(item[1][0]) if item[1] else ""), list(item[1]), ScheduleItem(None, ())))
+            host = Runner(kind, _device(item[1][0]) if item[1] else "")
+            out.append(ExecItem(host, list(item[1]), ScheduleItem(None, ())))
     return out
 
 

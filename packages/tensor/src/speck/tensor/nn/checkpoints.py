@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.dims import as_int
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -49,7 +50,7 @@ class TensorIO(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        n = int(self.t.shape[0])
+        n = as_int(self.t.shape[0])
         self.pos = max(0, {io.SEEK_SET: offset, io.SEEK_CUR: self.pos + offset, io.SEEK_END: n + offset}[whence])
         return self.pos
 
@@ -57,7 +58,7 @@ class TensorIO(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer: Any) -> int:
-        n = min(len(buffer), int(self.t.shape[0]) - self.pos)
+        n = min(len(buffer), as_int(self.t.shape[0]) - self.pos)
         if n <= 0:
             return 0
         buffer[:n] = _host_bytes(self.t[self.pos : self.pos + n])
@@ -94,7 +95,7 @@ def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo) -> int:
     central directory's)."""
     head = _host_bytes(t[info.header_offset : info.header_offset + 30])
     name_len, extra_len = struct.unpack("<HH", head[26:30])
-    return info.header_offset + 30 + name_len + extra_len
+    return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
 
 
 # ---------------- torch_load ----------------
@@ -195,7 +196,7 @@ def torch_load(fn: FileLike) -> Any:
     """Load a PyTorch checkpoint (zip format or legacy pickle stream) without PyTorch: the unpickled structure with
     tensors in place of torch tensors. Unknown classes become inert stand-ins."""
     t = _file_tensor(fn)
-    head = _host_bytes(t[:4]) if int(t.shape[0]) >= 4 else b""
+    head = _host_bytes(t[:4]) if as_int(t.shape[0]) >= 4 else b""
     if head == b"PK\x03\x04":
         members = zip_extract(t)
         pkl = next((k for k in members if k.endswith("data.pkl")), None)
@@ -221,15 +222,15 @@ def _legacy_load(t: Tensor, fn: FileLike) -> Any:
         return _Pending(key)  # type: ignore[return-value]
 
     try:
-        magic = pickle.load(f)  # noqa: S301  (the magic number: an int)
+        magic = pickle.load(f)
     except Exception as e:
         raise ValueError(f"torch_load: {fn} is neither a zip nor a legacy PyTorch checkpoint ({e})") from e
     if magic != 0x1950A86A20F9469CFC6C:
         raise ValueError(f"torch_load: {fn} has no PyTorch magic number; not a (legacy) PyTorch checkpoint")
-    pickle.load(f)  # noqa: S301  protocol version
-    pickle.load(f)  # noqa: S301  system info
+    pickle.load(f)
+    pickle.load(f)
     obj = _TorchUnpickler(f, legacy_storage).load()
-    keys = pickle.load(f)  # noqa: S301
+    keys = pickle.load(f)
     storages: dict[str, Tensor] = {}
     for key in keys:
         dtype, _ = wanted[str(key)]

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
-from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
