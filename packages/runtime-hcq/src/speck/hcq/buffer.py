@@ -196,6 +196,15 @@ class Buffer:
             return mv
         return typed
 
+    def as_buffer(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
+        """The buffer's bytes on the host: a zero-copy view when allowed and the device's memory is host-visible,
+        else a copy (tinygrad's name)."""
+        if (allow_zero_copy or force_zero_copy) and self.dev.host_visible:
+            return self.as_memoryview(raw=True)
+        if force_zero_copy:
+            raise RuntimeError(f"{self!r}: the host cannot map this device's memory; a zero-copy view is impossible")
+        return self.copyout(bytearray(self.nbytes))
+
     def numpy(self) -> np.ndarray:
         """A zero-copy numpy array over the buffer's memory where the device allows it (read-only for read-only
         mappings), else a copy."""

@@ -3,8 +3,13 @@ device computes with."""
 
 from __future__ import annotations
 
-from speck.hcq import Buffer, Device
+from speck.codegen.compiler import Compiler
+from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase
 from speck.uop import DType
+
+# tinygrad's names for the same classes: a device object's base class, buffer options
+Compiled = DeviceBase
+BufferSpec = BufferOptions
 
 
 def default_device() -> str:
@@ -27,4 +32,7 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     return dtype.scalar() in dev.renderer.supported_dtypes()
 
 
-__all__ = ["Buffer", "Device", "canonical", "default_device", "is_dtype_supported"]
+__all__ = [
+    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "canonical", "default_device",
+    "is_dtype_supported",
+]  # fmt: skip

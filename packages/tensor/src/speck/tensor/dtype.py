@@ -10,10 +10,13 @@ import numpy as np
 from speck.uop.dtype import (
     DEFAULT_FLOAT,
     DEFAULT_INT,
+    FP8_FORMATS,
     AddrSpace,
     ConstType,
     DType,
     PtrDType,
+    _fp8_bits,
+    _fp8_from_bits,
     can_lossless_cast,
     dtypes,
     least_upper_dtype,
@@ -43,8 +46,25 @@ def _from_np_dtype(npdtype: Any) -> DType:
     return DTYPES_DICT[name]
 
 
+def _fp8_format(dtype: DType) -> Any:
+    if dtype not in FP8_FORMATS:
+        raise ValueError(f"{dtype} is not an fp8 dtype; use one of {', '.join(str(d) for d in FP8_FORMATS)}")
+    return FP8_FORMATS[dtype]
+
+
+def float_to_fp8(x: float, dtype: DType) -> int:
+    """The fp8 bit pattern (0..255) of x rounded to the nearest `dtype` value (saturating where the format has no
+    infinity)."""
+    return _fp8_bits(float(x), _fp8_format(dtype))
+
+
+def fp8_to_float(x: int, dtype: DType) -> float:
+    """The value an fp8 bit pattern (0..255) of `dtype` stands for."""
+    return _fp8_from_bits(int(x) & 0xFF, _fp8_format(dtype))
+
+
 __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
-    "PtrDType", "_from_np_dtype", "_to_np_dtype", "can_lossless_cast", "dtypes", "least_upper_dtype",
-    "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
+    "PtrDType", "_from_np_dtype", "_to_np_dtype", "can_lossless_cast", "dtypes", "float_to_fp8", "fp8_to_float",
+    "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

@@ -20,6 +20,46 @@ from speck.hcq.device import PROFILE
 from speck.hcq.registry import DEV
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
+from speck.tensor.pyutils import (
+    Metadata,
+    Profiling,
+    T,
+    ansilen,
+    ansistrip,
+    ceildiv,
+    data64,
+    data64_le,
+    diskcache,
+    diskcache_get,
+    diskcache_put,
+    fetch,
+    flat_mv,
+    from_mv,
+    fully_flatten,
+    get_child,
+    getbits,
+    hi32,
+    i2u,
+    init_c_var,
+    is_numpy_ndarray,
+    lo32,
+    make_tuple,
+    merge_dicts,
+    mv_address,
+    next_power2,
+    partition,
+    pluralize,
+    polyN,
+    round_down,
+    strip_parens,
+    suppress_finalizing,
+    time_to_str,
+    to_function_name,
+    to_mv,
+    tqdm,
+    trange,
+    word_wrap,
+)
 from speck.tensor.settings import (
     ALL2ALL,
     ALLOW_DEVICE_USAGE,
@@ -77,6 +117,7 @@ WIN = sys.platform == "win32"
 LINUX = sys.platform.startswith("linux")
 CI = os.environ.get("CI", "") != ""
 ARCH_X86 = platform.machine() in ("x86_64", "AMD64")
+CPU_COUNT = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 def unwrap(x: Any) -> Any:
@@ -135,4 +176,9 @@ __all__ = [
     "TC_SELECT", "TRACEMETA", "TRAINING", "TRANSCENDENTAL", "USE_ATOMICS", "VALIDATE_WITH_CPU", "VIZ", "WIN", "WINO",
     "Context", "ContextVar", "GlobalCounters", "Timing", "all_int", "all_same", "argfix", "argsort", "cdiv",
     "colored", "cpu_time", "dedup", "flatten", "getenv", "prod", "round_up", "temp", "unwrap",
+    "Metadata", "Profiling", "T", "ansilen", "ansistrip", "ceildiv", "data64", "data64_le", "diskcache",
+    "diskcache_get", "diskcache_put", "fetch", "flat_mv", "from_mv", "fully_flatten", "get_child", "getbits", "hi32",
+    "i2u", "init_c_var", "is_numpy_ndarray", "lo32", "make_tuple", "merge_dicts", "mv_address", "next_power2",
+    "partition", "pluralize", "polyN", "round_down", "strip_parens", "suppress_finalizing", "time_to_str",
+    "to_function_name", "to_mv", "tqdm", "trange", "word_wrap", "CPU_COUNT",
 ]  # fmt: skip

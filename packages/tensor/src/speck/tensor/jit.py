@@ -386,8 +386,11 @@ class TinyJit(Generic[R]):
         self.cnt, self.captured = 0, None
 
     @property
-    def jit_cache(self) -> list[tuple[str, Any]]:
-        return self.captured.jit_cache if self.captured is not None else []
+    def jit_cache(self) -> list[Any]:
+        """The captured calls a replay runs, as ExecItems (tinygrad's view; the capture keeps them as data)."""
+        from speck.tensor.engine.realize import exec_items
+
+        return exec_items(self.captured.jit_cache) if self.captured is not None else []
 
     @property
     def plan(self) -> ReplayPlan | None:

@@ -249,6 +249,13 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
 
         return train(mode)
 
+    @staticmethod
+    def test(mode: builtins.bool = True) -> Any:
+        """Context manager (and decorator) for evaluation mode: training off while mode is True."""
+        from speck.tensor.autograd import train
+
+        return train(not mode)
+
     # ---------------- basic properties ----------------
     @property
     def device(self) -> Any:
@@ -409,10 +416,12 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         _DEFERRED[id(self)] = (self, x)
         return self
 
-    def schedule(self) -> list[Any]:
-        """The ScheduleItems realizing this tensor would run (without running them)."""
-        u = self.uop
-        parts = list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, self.device)]
+    def schedule(self, *lst: Tensor) -> list[Any]:
+        """The ScheduleItems realizing this tensor (and lst) would run (without running them)."""
+        parts: list[tuple[Any, Any]] = []
+        for t in (self, *lst):
+            u = t.uop
+            parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
         sched = Scheduler()
         for shard, _ in parts:
             sched.count_uses(shard)
@@ -420,6 +429,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             sched.device = dev
             sched.realize(shard)
         return sched.items
+
+    def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, int]]:
+        """(schedule(*lst), the values of the bound Variables its items use)."""
+        items = self.schedule(*lst)
+        return items, {k: v for it in items for k, v in it.var_vals.items()}
 
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one)."""

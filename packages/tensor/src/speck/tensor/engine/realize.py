@@ -1,5 +1,125 @@
-"""The realize engine under tinygrad's module name; the code is in speck.tensor.realize."""
+"""The realize engine under tinygrad's module name. The code that runs schedules is speck.tensor.realize; this module
+adds tinygrad's object view of it: a `Runner` per kind of call (`CompiledRunner` for a kernel, `BufferCopy` for a
+copy between buffers), an `ExecItem` (a runner with its buffers) per scheduled call, and `lower_schedule` turning
+ScheduleItems into ExecItems. Running an ExecItem goes through the same path as `run_schedule` (counters, DEBUG
+lines, TinyJit recording)."""
 
-from speck.tensor.realize import get_buffer, run_schedule
+from __future__ import annotations
 
-__all__ = ["get_buffer", "run_schedule"]
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from speck.codegen.kernel_info import kernel_name
+from speck.tensor import realize as _realize
+from speck.tensor.realize import get_buffer
+from speck.tensor.schedule import ScheduleItem
+from speck.uop import UOp
+
+
+class Runner:
+    """Something a scheduled call runs: `display_name`, the `device` it runs on, and a call over raw buffers."""
+
+    def __init__(self, display_name: str, device: str) -> None:
+        self.display_name, self.device = display_name, device
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.display_name} on {self.device}>"
+
+
+class CompiledRunner(Runner):
+    """A compiled kernel (or, where codegen could not compile it, the numpy evaluator standing in for one). `p` is
+    the codegen ProgramSpec when there is one; `prg` the loaded program."""
+
+    def __init__(self, program: Any, device: str) -> None:
+        super().__init__(program.name, device)
+        self.prg = program
+        self.p = getattr(program, "spec", None)
+
+    def __call__(self, bufs: list[UOp], var_vals: dict[str, int] | None = None, wait: bool = False) -> float:
+        return float(self.prg.run(bufs, var_vals or {}))
+
+
+class BufferCopy(Runner):
+    """A copy of one buffer's contents into another (between devices, or within one)."""
+
+    def __init__(self, nbytes: int, dest_device: str, src_device: str) -> None:
+        super().__init__(f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}", dest_device)
+        self.nbytes = nbytes
+
+
+@dataclass
+class ExecItem:
+    """A runner and the BUFFERs it works on, from one ScheduleItem `si`; `run()` executes it (counted like any
+    scheduled call; var_vals overrides the Variables' values the schedule bound)."""
+
+    prg: Runner
+    bufs: list[UOp]
+    si: ScheduleItem
+    metadata: tuple[Any, ...] = field(default_factory=tuple)
+
+    def run(self, var_vals: dict[str, int] | None = None, wait: bool = False, jit: bool = False,
+            do_update_stats: bool = True) -> float | None:  # fmt: skip
+        si = self.si
+        if var_vals:
+            si = ScheduleItem(si.ast, si.bufs, {**si.var_vals, **var_vals}, si.copy_offset)
+        _realize.run_schedule([si])
+        return None
+
+
+def _device(buf: UOp) -> str:
+    return str(buf.src[1].arg)
+
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+    """The compiled kernel for `ast` on `device` (compiled once, then cached)."""
+    return CompiledRunner(_realize._compile(ast, device), device)
+
+
+def lower_schedule_item(si: ScheduleItem) -> ExecItem:
+    """The ExecItem running `si`."""
+    if si.ast is None:
+        dst, src = si.bufs
+        prg: Runner = BufferCopy(int(dst.arg) * dst.dtype.itemsize, _device(dst), _device(src))
+    else:
+        prg = get_runner(_device(si.bufs[0]), si.ast)
+    return ExecItem(prg, list(si.bufs), si)
+
+
+def lower_schedule(schedule: list[ScheduleItem]) -> Iterator[tuple[ScheduleItem, ExecItem]]:
+    """(ScheduleItem, ExecItem) pairs for a schedule, consuming it from the front (as tinygrad's does)."""
+    while schedule:
+        si = schedule.pop(0)
+        yield si, lower_schedule_item(si)
+
+
+def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None = None,
+                 do_update_stats: bool = True) -> None:  # fmt: skip
+    """Execute a schedule in order (its Variables at var_vals where given)."""
+    if var_vals:
+        schedule = [ScheduleItem(si.ast, si.bufs, {**si.var_vals, **var_vals}, si.copy_offset) for si in schedule]
+    _realize.run_schedule(list(schedule))
+
+
+def exec_items(jit_cache: list[tuple[str, Any]]) -> list[ExecItem]:
+    """A TinyJit capture's recorded calls as ExecItems (its `jit_cache`)."""
+    out: list[ExecItem] = []
+    for kind, item in jit_cache:
+        if kind == "kernel":
+            prog, si = item
+            out.append(ExecItem(CompiledRunner(prog, _device(si.bufs[0])), list(si.bufs), si))
+        elif kind in ("copy", "assign"):
+            si = item if kind == "copy" else ScheduleItem(None, tuple(item))
+            dst, src = si.bufs
+            runner = BufferCopy(int(dst.arg) * dst.dtype.itemsize, _device(dst), _device(src))
+            out.append(ExecItem(runner, list(si.bufs), si))
+        else:  # a host function (an MPI collective)
+            host = Runner(kind, _device(item[1][0]) if item[1] else "")
+            out.append(ExecItem(host, list(item[1]), ScheduleItem(None, ())))
+    return out
+
+
+__all__ = [
+    "BufferCopy", "CompiledRunner", "ExecItem", "Runner", "exec_items", "get_buffer", "get_runner",
+    "kernel_name", "lower_schedule", "lower_schedule_item", "run_schedule",
+]  # fmt: skip

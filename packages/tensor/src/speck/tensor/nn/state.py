@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -52,41 +53,49 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list(out.values())
 
 
-def load_state_dict(model: Any, state_dict: Mapping[str, Tensor], strict: bool = True, verbose: bool = False,
-                    realize: bool = True) -> list[str]:  # fmt: skip
-    """Assign state_dict's tensors into the model's tensors of the same names. strict: every model key must be
-    present, no unexpected keys, and shapes must match; the error names every offending key. Returns the keys of the
-    model that were not loaded (non-strict)."""
+class StateDictKeyError(RuntimeError, KeyError):
+    """A model key is missing from the state dict (strict loading)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StateDictShapeError(RuntimeError, ValueError):
+    """A state-dict tensor's shape differs from the model tensor's."""
+
+
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:  # fmt: skip
+    """Load state_dict's tensors into the model's tensors of the same names (tinygrad's semantics): each model
+    tensor keeps its identity and takes the loaded content, moved to its device, with the loaded dtype. A model key
+    missing from state_dict is a KeyError when strict (skipped otherwise); extra keys are ignored; a shape mismatch is
+    a ValueError (but () and (1,) are interchangeable). consume deletes loaded keys from state_dict; realize computes
+    the loaded tensors. Returns the model tensors loaded."""
+    from speck.tensor.pyutils import tqdm
+
     model_sd = get_state_dict(model)
-    missing = sorted(set(model_sd) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(model_sd))
-    mismatched = sorted(k for k in set(model_sd) & set(state_dict) if tuple(model_sd[k].shape) !=
-                        tuple(state_dict[k].shape))  # fmt: skip
-    if mismatched or (strict and (missing or unexpected)):
-        parts = []
-        if missing:
-            parts.append(f"missing keys: {missing}")
-        if unexpected:
-            parts.append(f"unexpected keys: {unexpected}")
-        if mismatched:
-            shapes = [f"{k} model {tuple(model_sd[k].shape)} vs state {tuple(state_dict[k].shape)}" for k in mismatched]
-            parts.append("shape mismatch: " + ", ".join(shapes))
-        raise RuntimeError("load_state_dict failed; " + "; ".join(parts) + (
-            "" if mismatched else " (pass strict=False to load what matches)"))  # fmt: skip
+    missing = [k for k in model_sd if k not in state_dict]
+    if strict and missing:
+        raise StateDictKeyError(f"load_state_dict: missing keys: {missing} (pass strict=False to load what matches)")
+    mismatched = [f"{k} model {tuple(t.shape)} vs state {tuple(state_dict[k].shape)}" for k, t in model_sd.items()
+                  if k in state_dict and tuple(t.shape) != tuple(state_dict[k].shape)
+                  and {tuple(t.shape), tuple(state_dict[k].shape)} != {(), (1,)}]  # fmt: skip
+    if mismatched:
+        raise StateDictShapeError("load_state_dict: shape mismatch: " + ", ".join(mismatched))
     loaded = []
-    for k, t in model_sd.items():
+    for k, t in tqdm(list(model_sd.items()), desc="load_state_dict", disable=not verbose):
         if k not in state_dict:
             continue
-        src = state_dict[k].to(t.device)
-        if src.dtype != t.dtype:
-            src = src.cast(t.dtype)
-        t.assign(src)
+        src = state_dict[k]
+        if tuple(src.shape) != tuple(t.shape):
+            src = src.reshape(t.shape)
+        t.replace(src.to(t.device))
+        if realize:
+            t.realize()
+        if consume:
+            del state_dict[k]
         loaded.append(t)
-        if verbose:
-            print(f"loaded {k} {tuple(t.shape)} {t.dtype}")
-    if realize and loaded:
-        Tensor.realize_all(*loaded)
-    return missing
+    return loaded
 
 
 def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
@@ -162,10 +171,17 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     return out
 
 
-def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[dict[str, TensorEntry], dict[str, str]]:
-    """The header of a safetensors file: entries (name, dtype, shape, offsets) and the metadata strings."""
-    entries, metadata, _ = read_header(os.fspath(path))
-    return entries, metadata
+def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
+    """(the file as a 1-D uint8 DISK tensor, byte offset of the data section, the JSON header as a dict with
+    `__metadata__` when present); the header is validated like safe_load does."""
+    import json
+    import struct
+
+    read_header(os.fspath(path))  # validation: a malformed file raises SafetensorsError here
+    with open(path, "rb") as f:
+        (hlen,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(hlen))
+    return Tensor(pathlib.Path(path)), 8 + hlen, header
 
 
 def dtype_of(name: str) -> DType:
@@ -175,3 +191,9 @@ def dtype_of(name: str) -> DType:
     if name not in ST_DTYPES:
         raise SafetensorsError(f"unknown safetensors dtype {name!r}; known: {sorted(ST_DTYPES)}")
     return ST_DTYPES[name]
+
+
+__all__ = [
+    "StateDictKeyError", "StateDictShapeError", "TensorIO", "get_parameters", "get_state_dict", "load_state_dict",
+    "safe_load", "safe_load_metadata", "safe_save", "tar_extract", "torch_load", "zip_extract",
+]  # fmt: skip
