@@ -83,7 +83,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     install_tinygrad_alias()
     sys.argv = args
     runpy.run_path(args[0], run_name="__main__")
-
-
-if __name__ == "__main__":
-    main()
