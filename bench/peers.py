@@ -6,7 +6,7 @@ speck or its tests). Rows: matmul 512/1024/2048 (GFLOPS), a+b and sum over 16M f
 CNN training steps of the main job (batch 128, Adam, ms), and the first CNN step with a cold compile cache (s, in a
 fresh process). Ratios are the result: absolute figures describe the host (hosts differ between sessions).
 
-    python3 bench/peers.py [--quick]
+    python3 bench/peers.py [--quick] [--rows stream,dispatch]
 """
 
 from __future__ import annotations
@@ -228,17 +228,26 @@ def first_step_row() -> Row:
                "<= 1 s", out["speck_step"] <= 1.0)  # fmt: skip
 
 
+ROW_GROUPS: dict[str, Callable[[int], list[Row]]] = {
+    "matmul": matmul_rows, "stream": stream_rows, "dispatch": dispatch_rows, "training": training_rows,
+    "first": lambda rounds: [first_step_row()],
+}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    ap.add_argument("--rows", default=",".join(ROW_GROUPS), help=f"comma-separated groups of {', '.join(ROW_GROUPS)}")
     args = ap.parse_args()
+    groups = args.rows.split(",")
+    if unknown := [g for g in groups if g not in ROW_GROUPS]:
+        ap.error(f"--rows: unknown group(s) {unknown}; expected some of {list(ROW_GROUPS)}")
     import torch
 
     _host.describe()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; speck on {Device.DEFAULT}", flush=True)
     rounds = 5 if args.quick else 15
-    rows = [*matmul_rows(rounds), *stream_rows(rounds), *dispatch_rows(rounds), *training_rows(rounds),
-            first_step_row()]  # fmt: skip
+    rows = [row for g in groups for row in ROW_GROUPS[g](rounds)]
     head = f"{'row':44s} {'unit':>6s} {'speck':>9s} {'numpy':>9s} {'torch':>9s}  {'target':22s} {'met':4s} note"
     print(head)
     for r in rows:
