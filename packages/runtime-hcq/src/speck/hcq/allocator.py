@@ -143,8 +143,28 @@ class Allocator:
         """Give an allocation back: into the LRU cache when options.lru, else to the OS. Safe from a finalizer
         that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
         thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
-        self._pending.append((opaque, nbytes, options))
         lock = self._lock
+        if options.lru and nbytes <= self.cache_cap and not self._pending and lock.acquire(blocking=False):
+            # the hot path (_release_pending for one allocation, inlined): into the LRU cache
+            try:
+                self.mem_used -= nbytes
+                key = (nbytes, options)
+                cache = self._cache
+                if (lst := cache.get(key)) is None:
+                    cache[key] = [opaque]
+                else:
+                    lst.append(opaque)
+                    cache.move_to_end(key)
+                self.cached += nbytes
+                if self.cached > self.cache_cap:
+                    self._evict()
+            finally:
+                lock.release()
+                MEMORY.add(-nbytes)
+            if self._pending:  # queued by a finalizer meanwhile
+                self._flush_pending()
+            return
+        self._pending.append((opaque, nbytes, options))
         if lock.acquire(blocking=False):
             try:
                 self._release_pending()
@@ -180,16 +200,21 @@ class Allocator:
                     lst.append(opaque)
                     cache.move_to_end(key)
                 self.cached += nbytes
-                while self.cached > self.cache_cap and cache:
-                    (sz, opts), lst = next(iter(cache.items()))
-                    if lst:
-                        self._free(lst.pop(0), sz, opts)
-                        self.cached -= sz
-                    if not lst:
-                        del cache[(sz, opts)]
+                self._evict()
         finally:
             if freed:
                 MEMORY.add(-freed)
+
+    def _evict(self) -> None:
+        """Free the least recently freed cached allocations until the cache fits its cap (the caller holds _lock)."""
+        cache = self._cache
+        while self.cached > self.cache_cap and cache:
+            (sz, opts), lst = next(iter(cache.items()))
+            if lst:
+                self._free(lst.pop(0), sz, opts)
+                self.cached -= sz
+            if not lst:
+                del cache[(sz, opts)]
 
     def _drop_cache(self) -> None:
         for (sz, opts), lst in self._cache.items():

@@ -29,6 +29,7 @@ from speck.hcq.graph import CPUGraph
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.registry import numbered, register_device
+from speck.hcq.queue import EXEC
 from speck.uop import ContextVar
 
 if TYPE_CHECKING:
@@ -211,6 +212,15 @@ class CPUProgram(Program):
         for b in bufs:
             args.append(b.ptr)
         return (*args, *vals)
+
+    def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:
+        """Program.enqueue with the thread choice and argument packing inlined (the per-op path of speck.tensor):
+        a kernel estimated small runs on one thread, as CPUDevice.choose_threads decides."""
+        self.check_args(bufs, ())
+        if threads is None:
+            threads = 1 if self._small else self.device.choose_threads(self, bufs)
+        fn = self._fn if self._fn is not None else self.function(len(bufs), 0)
+        self._engine.submit_exec((EXEC, self, (fn, *[b.ptr for b in bufs]), global_size, threads))
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1)).

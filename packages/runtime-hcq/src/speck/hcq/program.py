@@ -216,7 +216,7 @@ class Program:
         self.check_args(bufs, ())
         if threads is None:
             threads = self.device.choose_threads(self, bufs)
-        self._engine.submit([(EXEC, self, self.raw_args(bufs), global_size, threads)])
+        self._engine.submit_exec((EXEC, self, self.raw_args(bufs), global_size, threads))
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run the kernel now on the calling thread (devices' executors call this)."""

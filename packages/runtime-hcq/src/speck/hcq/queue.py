@@ -153,6 +153,35 @@ class Engine:
             lock.release()
         self._after_inline((cmds, stopped_at, seq) if stopped_at >= 0 else None)
 
+    def submit_exec(self, cmd: Command) -> None:
+        """submit([cmd]) for one EXEC command of a program on this engine's device: the per-kernel path of an idle
+        engine (speck.tensor's warm realize, a TinyJit replay's graph) runs it here without the general command
+        loop; a busy engine, PROFILE and errors take exactly submit's route."""
+        lock = self._lock
+        lock.acquire()
+        if self._busy or self.profile:
+            lock.release()
+            self.submit([cmd])
+            return
+        self.submitted += 1
+        seq = self.submitted
+        self._busy = True
+        lock.release()
+        try:
+            cmd[1].launch(cmd[2], cmd[3], cmd[4])
+        except BaseException:
+            self.timeline.set(seq)
+            self._after_inline(None)
+            raise
+        self.timeline.set(seq)
+        lock.acquire()
+        if not self._pending:
+            self._busy = False
+            lock.release()
+            return
+        lock.release()
+        self._after_inline(None)
+
     def _after_inline(self, deferred: tuple[list[Command], int, int] | None) -> None:
         with self._cond:
             if deferred is not None:
