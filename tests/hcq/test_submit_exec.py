@@ -87,3 +87,51 @@ def test_profiled_exec_is_recorded(add_prog, cpu: CPUDevice) -> None:  # type: i
         cpu.profile = False
         cpu.engines["compute"].events.clear()
     np.testing.assert_array_equal(out.numpy(), x + y)
+
+
+def test_pool_parts_cover_the_range_once_across_threads() -> None:
+    import threading
+    import time
+
+    from speck.hcq.cpu import POOL
+
+    seen: list[tuple[int, int]] = []
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def fn(start: int, end: int) -> None:
+        with lock:
+            seen.append((start, end))
+            threads.add(threading.get_ident())
+        time.sleep(0.001)  # long enough that the workers get parts too
+
+    POOL.run(fn, (), 1000, 2, parts=16)
+    covered = sorted(seen)
+    assert covered[0][0] == 0 and covered[-1][1] == 1000
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))  # every row exactly once, no overlap
+    assert len(threads) == 2
+
+
+def test_pool_parts_report_a_worker_error() -> None:
+    from speck.hcq.cpu import POOL
+
+    def fn(start: int, end: int) -> None:
+        if start >= 500:
+            raise ValueError(f"part at {start}")
+
+    with pytest.raises(ValueError, match="part at"):
+        POOL.run(fn, (), 1000, 2, parts=8)
+    POOL.run(lambda s, e: None, (), 1000, 2, parts=8)  # still usable
+
+
+def test_big_kernel_split_in_parts_matches_numpy(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
+    from speck.hcq import cpu as cpu_mod
+
+    out, a, b, x, y = _bufs(1 << 16)
+    old = add_prog._parts
+    add_prog._parts = cpu_mod.PARTS_PER_THREAD  # as if estimated big
+    try:
+        add_prog(out, a, b, global_size=(1 << 16, 1, 1), threads=2, wait=True)
+    finally:
+        add_prog._parts = old
+    np.testing.assert_array_equal(out.numpy(), x + y)

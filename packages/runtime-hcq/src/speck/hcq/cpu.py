@@ -1,9 +1,9 @@
 """The CPU device: kernels linked into executable memory by speck.hcq.elf and run across a pool of worker threads.
 
-Each exec splits [0, global_size[0]) into contiguous slices, one per worker; worker k calls the kernel through
-ctypes with (buffers..., vars..., core_start, core_end) (see CPU_ABI.md). ctypes releases the GIL for the call,
-so the workers really run in parallel. Slice 0 runs on the thread that executes the command, so a one-slice
-(tiny) kernel costs no thread wake-up at all.
+Each exec splits [0, global_size[0]) into contiguous slices, one per worker (a big kernel: PARTS_PER_THREAD parts
+per worker, taken in turn); a worker calls the kernel through ctypes with (buffers..., vars..., core_start,
+core_end) (see CPU_ABI.md). ctypes releases the GIL for the call, so the workers really run in parallel. The thread
+that executes the command works too, so a one-slice (tiny) kernel costs no thread wake-up at all.
 
 Stopping a kernel (Ctrl-C, a timeout's signal): a native call can't be interrupted, so every slice runs as a series
 of calls over growing pieces of its range (one row, then 4x more each time until a piece takes about CHUNK_S). The
@@ -15,6 +15,7 @@ whose outer range has a single row (or a CPU graph's interpreter call) runs to i
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 import time
@@ -41,6 +42,13 @@ PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
 PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
 # a slice is run in pieces that grow until one takes about this long: the delay before an interrupt is honoured
 CHUNK_S = float(os.environ.get("CPU_CHUNK_S", "0.05"))
+# a kernel split across workers is cut into this many parts per worker, taken in turn: on a shared machine a worker
+# whose core runs another process delays the kernel by one part, not by its whole slice (a+b over 16M float32 with
+# the second core busy: static halves wait for the slow one)
+PARTS_PER_THREAD = int(os.environ.get("CPU_PARTS_PER_THREAD", "8"))
+# ...for kernels estimated at least this big (a part is a call of its own: smaller kernels keep one slice per worker)
+PARTS_MIN_BYTES = 16 << 20
+PARTS_MIN_FLOPS = 1 << 26
 # worker threads per CPU device (0: the cores this process may run on); CPU_THREADS is the older spelling
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS", "0") or 0))
 
@@ -72,15 +80,17 @@ if hasattr(os, "register_at_fork"):  # a child process may be pinned differently
     os.register_at_fork(after_in_child=refresh_usable_cores)
 
 
-def run_range(fn: Any, args: tuple[Any, ...], start: int, end: int, stop: threading.Event | None = None) -> None:
-    """fn(*args, s, e) over [start, end) in pieces: the first is 1/65536th of the range (at least one row), each
-    next one 4x larger while a piece takes under CHUNK_S/4 (halved when one takes over 2*CHUNK_S). Between pieces
-    the caller's signal handlers may raise, and `stop` (set by an interrupted launcher) ends the loop early."""
+def run_range(fn: Any, args: tuple[Any, ...], start: int, end: int, stop: threading.Event | None = None,
+              step: int = 0) -> int:  # fmt: skip
+    """fn(*args, s, e) over [start, end) in pieces: the first is 1/65536th of the range (at least one row) or
+    `step` rows, each next one 4x larger while a piece takes under CHUNK_S/4 (halved when one takes over
+    2*CHUNK_S). Between pieces the caller's signal handlers may raise, and `stop` (set by an interrupted launcher)
+    ends the loop early. Returns the piece size reached (a caller running more ranges starts the next one there)."""
     n = end - start
     if n <= 1:
         fn(*args, start, end)
-        return
-    step = max(1, n >> 16)
+        return step
+    step = step or max(1, n >> 16)
     limit = int(CHUNK_S * 1e9)
     clock = time.perf_counter_ns
     i = start
@@ -91,11 +101,30 @@ def run_range(fn: Any, args: tuple[Any, ...], start: int, end: int, stop: thread
         dt = clock() - t0
         i = j
         if stop is not None and stop.is_set():
-            return
+            return step
         if dt < limit >> 2:
             step <<= 2
         elif dt > limit << 1:
             step = max(1, step >> 1)
+    return step
+
+
+class _Feed:
+    """[0, n) cut into `count` contiguous parts that the launcher and the workers take in turn (dynamic
+    scheduling): a worker whose core is busy with another process then holds up a launch by one part, not by a
+    whole static slice. `next` on an itertools.count is atomic under the GIL, so taking a part needs no lock."""
+
+    __slots__ = ("count", "n", "taken")
+
+    def __init__(self, n: int, count: int) -> None:
+        self.n, self.count, self.taken = n, count, itertools.count()
+
+    def run(self, fn: Any, args: tuple[Any, ...], stop: threading.Event | None) -> None:
+        n, count, step = self.n, self.count, 0
+        while (k := next(self.taken)) < count:
+            step = run_range(fn, args, n * k // count, n * (k + 1) // count, stop, step)
+            if stop is not None and stop.is_set():
+                return
 
 
 class _Worker:
@@ -105,7 +134,7 @@ class _Worker:
         self.go, self.done = threading.Lock(), threading.Lock()
         self.go.acquire()
         self.done.acquire()
-        self.task: tuple[Any, tuple[Any, ...], int, int] | None = None
+        self.task: tuple[Any, tuple[Any, ...], int, int, _Feed | None] | None = None
         self.thread = threading.Thread(target=pool._work, args=(self,), name=f"speck-cpu-worker{index}", daemon=True)
         self.thread.start()
 
@@ -125,29 +154,37 @@ class WorkerPool:
             w.go.acquire()
             task = w.task
             assert task is not None
-            fn, args, start, end = task
+            fn, args, start, end, feed = task
             try:
-                run_range(fn, args, start, end, self._stop)
+                if feed is None:
+                    run_range(fn, args, start, end, self._stop)
+                else:
+                    feed.run(fn, args, self._stop)
             except BaseException as e:  # a Python kernel (tests) may raise; hand it to the launcher
                 self._errors.append(e)
             finally:
                 w.done.release()
 
-    def run(self, fn: Any, args: tuple[Any, ...], n: int, threads: int) -> None:
-        """Call fn(*args, start, end) for `threads` contiguous slices of [0, n) (fewer when n < threads)."""
+    def run(self, fn: Any, args: tuple[Any, ...], n: int, threads: int, parts: int = 0) -> None:
+        """Call fn(*args, start, end) for `threads` contiguous slices of [0, n) (fewer when n < threads), one per
+        thread; or, with `parts` > threads, for `parts` contiguous pieces the threads take in turn (_Feed)."""
         t = min(threads, n)
         if t <= 1:
             run_range(fn, args, 0, n)
             return
+        feed = _Feed(n, min(parts, n)) if parts > t else None
         with self._lock:
             while len(self._workers) < t - 1:
                 self._workers.append(_Worker(self, len(self._workers) + 1))
             workers = self._workers[: t - 1]
             for k, w in enumerate(workers, start=1):
-                w.task = (fn, args, n * k // t, n * (k + 1) // t)
+                w.task = (fn, args, n * k // t, n * (k + 1) // t, feed)
                 w.go.release()
             try:
-                run_range(fn, args, 0, n // t)
+                if feed is None:
+                    run_range(fn, args, 0, n // t)
+                else:
+                    feed.run(fn, args, self._stop)
             except BaseException:
                 self._stop.set()
                 try:
@@ -197,6 +234,8 @@ class CPUProgram(Program):
         self._small = bool(self.est_bytes or self.est_flops) and (
             self.est_bytes < PARALLEL_MIN_BYTES and self.est_flops < PARALLEL_MIN_FLOPS
         )
+        big = self.est_bytes >= PARTS_MIN_BYTES or self.est_flops >= PARTS_MIN_FLOPS
+        self._parts = PARTS_PER_THREAD if big else 0  # parts per worker when split (see PARTS_PER_THREAD)
 
     def function(self, nbufs: int, nvars: int) -> Any:
         """The ctypes function for a call with `nbufs` pointers and `nvars` int32 values (+ core_start/core_end)."""
@@ -233,7 +272,7 @@ class CPUProgram(Program):
         if t <= 1:
             run_range(args[0], args[1:], 0, n)
         else:
-            POOL.run(args[0], args[1:], n, t)
+            POOL.run(args[0], args[1:], n, t, t * self._parts)
 
 
 class CPUDevice(DeviceBase):
