@@ -420,10 +420,11 @@ class TinyJit(Generic[R]):
         if cap is not None and (fast := cap.fast) is not None and not kwargs and not _DEFERRED:
             # the replay hot path: the same input nodes as the last checked replay (nodes are immutable, so shapes,
             # dtypes, devices and buffers are the same too); deferred updates would have to run first
-            nodes = fast[0]
+            nodes, epoch = fast[0], Tensor._write_epoch
             if len(args) == len(nodes):
                 for a, u in zip(args, nodes):
-                    if a.__class__ is not Tensor or a.uop is not u:
+                    # (Tensor.uop inlined: a tensor a write made stale takes the checked path)
+                    if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
                     cap.replay(fast[1], fast[2])
