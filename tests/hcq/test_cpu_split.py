@@ -1,0 +1,113 @@
+"""How the CPU device splits a big kernel: parts taken in turn by the workers (WorkerPool.run(parts=...)) and the
+choice between one worker and all of them by measured time (WorkerChoice). Results never depend on the split."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hcq_kernels import ADD_IR
+from speck.hcq import Buffer, Device
+from speck.hcq.cpu import POOL, CPUDevice, WorkerChoice
+from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS
+
+
+@pytest.fixture(scope="module")
+def add_prog():  # type: ignore[no-untyped-def]
+    dev = Device["CPU"]
+    return dev.runtime("add", dev.compiler.compile(ADD_IR))
+
+
+def _bufs(n: int) -> tuple[Buffer, Buffer, Buffer, np.ndarray, np.ndarray]:
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 2.0, np.float32)
+    out = Buffer("CPU", n, np.float32)
+    return out, Buffer("CPU", n, np.float32).copyin(a), Buffer("CPU", n, np.float32).copyin(b), a, b
+
+
+def test_pool_parts_cover_the_range_once_across_threads() -> None:
+    seen: list[tuple[int, int]] = []
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def fn(start: int, end: int) -> None:
+        with lock:
+            seen.append((start, end))
+            threads.add(threading.get_ident())
+        time.sleep(0.001)  # long enough that the workers get parts too
+
+    POOL.run(fn, (), 1000, 2, parts=16)
+    covered = sorted(seen)
+    assert covered[0][0] == 0 and covered[-1][1] == 1000
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))  # every row exactly once, no overlap
+    assert len(threads) == 2
+
+
+def test_pool_parts_report_a_worker_error() -> None:
+    def fn(start: int, end: int) -> None:
+        if start >= 500:
+            raise ValueError(f"part at {start}")
+
+    with pytest.raises(ValueError, match="part at"):
+        POOL.run(fn, (), 1000, 2, parts=8)
+    POOL.run(lambda s, e: None, (), 1000, 2, parts=8)  # still usable
+
+
+def test_big_kernel_split_in_parts_matches_numpy(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
+    from speck.hcq import cpu as cpu_mod
+
+    out, a, b, x, y = _bufs(1 << 16)
+    old = add_prog._parts
+    add_prog._parts = cpu_mod.PARTS_PER_THREAD  # as if estimated big
+    try:
+        add_prog(out, a, b, global_size=(1 << 16, 1, 1), threads=2, wait=True)
+    finally:
+        add_prog._parts = old
+    np.testing.assert_array_equal(out.numpy(), x + y)
+
+
+def test_worker_choice_splits_first_then_keeps_the_faster() -> None:
+    c = WorkerChoice(4)
+    assert c.pick() == 4  # a one-off launch is split as before
+    times = {4: 2.0, 1: 1.0}  # one worker is faster here (the other cores are busy)
+    for _ in range(2 * TUNE_RUNS):
+        w = c.pick()
+        c.record(w, times[w])
+    assert c.chosen == 1 and sorted(len(v) for v in c.trials.values()) == [TUNE_RUNS, TUNE_RUNS]
+    for _ in range(RETUNE_EVERY - 1):
+        assert c.pick() == 1
+        c.record(1, 1.0)
+    c.record(1, 1.0)
+    assert c.chosen is None and c.pick() == 4  # measured again: the load on a shared machine changes
+
+
+def test_worker_choice_prefers_the_split_when_it_is_faster() -> None:
+    c = WorkerChoice(2)
+    times = {2: 1.0, 1: 1.9}
+    for _ in range(2 * TUNE_RUNS):
+        w = c.pick()
+        c.record(w, times[w])
+    assert c.chosen == 2
+
+
+def test_big_kernel_launches_measure_both_choices(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
+    from speck.hcq import cpu as cpu_mod
+
+    n = 1 << 17  # 1.5 MiB of buffers: the device splits it (CPUDevice.choose_threads)
+    out, a, b, x, y = _bufs(n)
+    old_parts, old_threads = add_prog._parts, cpu.threads
+    add_prog._parts, add_prog._choice = cpu_mod.PARTS_PER_THREAD, None  # as if estimated big
+    cpu.threads = 2
+    try:
+        for _ in range(2 * TUNE_RUNS):
+            out.copyin(np.zeros(n, np.float32))
+            add_prog(out, a, b, global_size=(n, 1, 1), wait=True)
+            np.testing.assert_array_equal(out.numpy(), x + y)
+        choice = add_prog._choice
+        assert choice is not None and choice.n == 2 and choice.chosen in (1, 2)
+        assert sorted(len(v) for v in choice.trials.values()) == [TUNE_RUNS, TUNE_RUNS]
+    finally:
+        add_prog._parts, add_prog._choice = old_parts, None
+        cpu.threads = old_threads
