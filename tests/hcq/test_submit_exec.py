@@ -87,4 +87,3 @@ def test_profiled_exec_is_recorded(add_prog, cpu: CPUDevice) -> None:  # type: i
         cpu.profile = False
         cpu.engines["compute"].events.clear()
     np.testing.assert_array_equal(out.numpy(), x + y)
-

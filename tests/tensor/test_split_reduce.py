@@ -9,7 +9,6 @@ import pytest
 from speck.tensor import Tensor
 from speck.tensor.reduce import SPLIT_REDUCE_PARTS
 from speck.tensor.schedule import assert_kernel_count
-from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.uop import Context
 
 RNG = np.random.default_rng(20)

@@ -29,8 +29,8 @@ from speck.hcq.errors import ProgramArgumentError
 from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS, CPUGraph, next_retune_interval
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
-from speck.hcq.registry import numbered, register_device
 from speck.hcq.queue import EXEC
+from speck.hcq.registry import numbered, register_device
 from speck.uop import ContextVar
 
 if TYPE_CHECKING:
@@ -229,7 +229,9 @@ class WorkerChoice:
     __slots__ = ("chosen", "every", "n", "previous", "since", "trials")
 
     def __init__(self, n: int) -> None:
-        self.n, self.chosen, self.previous, self.since, self.every = n, None, None, 0, RETUNE_EVERY
+        self.n, self.since, self.every = n, 0, RETUNE_EVERY
+        self.chosen: int | None = None  # the worker count launches use; None while measuring
+        self.previous: int | None = None  # the choice before the current measurement
         self.trials: dict[int, list[float]] = {n: [], 1: []}
 
     def pick(self) -> int:

@@ -382,13 +382,12 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
             fp.plan.fast = None  # rebuilt from the programs there now on the next hit
             return None
     fresh, fresh_bufs = [], []
-    bm, remove = buffer_map_data, buffer_map._remove  # (WeakKeyDictionary.__setitem__ inlined)
     for d, n, dt in fp.fresh:  # new BUFFERs and their (not yet allocated) hcq Buffers
         u = new_buffer_uop(d, n, dt)
-        bm[_ref(u, remove)] = fb = _HcqBuffer(d, n, dt)
+        buffer_map[u] = fb = _HcqBuffer(d, n, dt)
         fresh.append(u)
         fresh_bufs.append(fb)
-    gc = GlobalCounters
+    bm, gc = buffer_map_data, GlobalCounters
     for _, prog, hcq_prog, refs, ops, mem in fp.kernels:
         hb = []
         for r in refs:

@@ -83,8 +83,8 @@ class ReduceMixin:
             out = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
             ret = self._const_like(dtypes.min(self.dtype))._broadcast_to(out)
             return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-        if (ret := self._split_reduce(op, axes)) is None:
-            ret = self._new(self.uop.reduce_axis(op, axes))
+        split = self._split_reduce(op, axes)
+        ret = split if split is not None else self._new(self.uop.reduce_axis(op, axes))
         if ret.shape != tuple(1 if i in axes else s for i, s in enumerate(self.shape)):
             ret = ret.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
         if keepdim:
@@ -111,7 +111,8 @@ class ReduceMixin:
             return None
         parts = self.reshape(*shape[:dim], d, n // d, *shape[dim + 1 :])
         first = parts.uop.reduce_axis(op, tuple(a + (a >= dim) for a in axes))  # d stays, n/d is reduced
-        return self._new(first.reduce_axis(op, (dim,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(shape))))
+        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        return self._new(first.reduce_axis(op, (dim,)).reshape(kept))
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
