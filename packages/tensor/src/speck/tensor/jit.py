@@ -30,7 +30,8 @@ from speck.tensor.counters import GlobalCounters
 from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, buffer_map_data
 from speck.tensor.settings import JIT
-from speck.tensor.tensor import _DEFERRED, Tensor
+from speck.tensor.tensor import Tensor
+from speck.tensor.writes import _DEFERRED
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes

@@ -109,7 +109,7 @@ class _GraphRecord:
 
 
 def _load_graph(u: UOp, bufs: tuple[UOp, ...], loaded: tuple[UOp, ...]) -> UOp:
-    from speck.tensor import tensor
+    from speck.tensor.nodes import _clone_counter
 
     new: dict[UOp, UOp] = dict(zip(bufs, loaded))
     for n in u.toposort(gate=lambda x: x.op is not Ops.BUFFER):
@@ -117,7 +117,7 @@ def _load_graph(u: UOp, bufs: tuple[UOp, ...], loaded: tuple[UOp, ...]) -> UOp:
             continue
         nsrc = tuple(new.get(s, s) for s in n.src)
         if n.op is Ops.CONTIGUOUS and n.arg == "clone":  # a clone's tag is its identity: take a fresh one
-            new[n] = n.replace(src=nsrc, tag=next(tensor._clone_counter))
+            new[n] = n.replace(src=nsrc, tag=next(_clone_counter))
         else:
             new[n] = n if all(a is b for a, b in zip(nsrc, n.src)) else n.replace(src=nsrc)
     out = new[u]

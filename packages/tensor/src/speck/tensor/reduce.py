@@ -116,7 +116,7 @@ class ReduceMixin:
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
-        from speck.tensor.tensor import _dt
+        from speck.tensor.nodes import _dt
 
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
@@ -125,7 +125,7 @@ class ReduceMixin:
 
     def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
-        from speck.tensor.tensor import _dt
+        from speck.tensor.nodes import _dt
 
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)

@@ -67,6 +67,8 @@ _log: list[Write] = []  # writes that a live tensor built before them may still 
 # graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
 _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
 _EMPTY: frozenset[UOp] = frozenset()
+# in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
+_DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
 
 
 # ---------------- graph queries ----------------
@@ -362,7 +364,8 @@ def _device_of(u: UOp) -> str:
 def positions(view: UOp, buf: UOp, device: str) -> UOp:
     """A lazy int32 graph shaped like `view` (a chain of views over buf): 1 + the flat index in buf of each
     element, 0 where the view has no element (padding)."""
-    from speck.tensor.tensor import Tensor, _iota_uop
+    from speck.tensor.hook import Tensor
+    from speck.tensor.nodes import _iota_uop
 
     nodes: list[UOp] = []
     u = view
@@ -582,7 +585,7 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         view.assign(_broadcast(val, view.shape, "setitem"))
         return
     if buf is None:  # an unrealized target becomes the merged value (a scatter node: computed when realized)
-        from speck.tensor.tensor import _iota_uop
+        from speck.tensor.nodes import _iota_uop
 
         n = int(prod(t.shape))
         own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)[idx]

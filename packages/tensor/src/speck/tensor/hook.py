@@ -1,0 +1,27 @@
+"""The Tensor class, for the modules that define its methods and build its results (elementwise, movement, reduce,
+indexing, nnops, random, writes, multi, autograd, ...). tensor.py composes the class from those modules and
+registers it here once it is built; they read it as `from speck.tensor.hook import Tensor` when called. So they
+depend on this small module, not on tensor.py, which depends on them: no import cycle."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor as Tensor
+
+_registered: dict[str, type] = {}
+
+
+def register(cls: type) -> None:
+    """Make cls the Tensor class the method modules build results with (tensor.py, once)."""
+    _registered["Tensor"] = cls
+
+
+def __getattr__(name: str) -> Any:
+    if name in _registered:
+        return _registered[name]
+    if name == "Tensor":
+        raise ImportError("speck.tensor.hook: no Tensor class registered yet; import speck.tensor (tensor.py "
+                          "registers it) before calling a Tensor method module")  # fmt: skip
+    raise AttributeError(f"module 'speck.tensor.hook' has no attribute {name!r}")

@@ -1,0 +1,54 @@
+"""The graph leaves a Tensor is made from, below tensor.py so that the modules defining Tensor's methods can build
+them without importing tensor.py: dtype coercion of user arguments, the lazy iota, host data copied into a new
+buffer, and the counter that gives every clone its own tag."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from speck.tensor.schedule import new_buffer_uop
+from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
+
+_NP_TO_DT: dict[Any, DType] = {
+    np.dtype(np.bool_): dtypes.bool, np.dtype(np.int8): dtypes.int8, np.dtype(np.uint8): dtypes.uint8,
+    np.dtype(np.int16): dtypes.int16, np.dtype(np.uint16): dtypes.uint16, np.dtype(np.int32): dtypes.int32,
+    np.dtype(np.uint32): dtypes.uint32, np.dtype(np.int64): dtypes.int64, np.dtype(np.uint64): dtypes.uint64,
+    np.dtype(np.float16): dtypes.float16, np.dtype(np.float32): dtypes.float32, np.dtype(np.float64): dtypes.float64,
+}  # fmt: skip
+
+# a fresh tag per clone keeps two clones of one tensor from sharing a buffer (pickling takes a new one on load)
+_clone_counter = itertools.count()
+
+
+def _dt(x: DType | str | None) -> DType | None:
+    """A dtype argument (DType, name, numpy type or dtype) as the DType a tensor can have; None stays None."""
+    if x is None:
+        return None
+    if isinstance(x, type) and issubclass(x, np.generic):
+        x = _NP_TO_DT[np.dtype(x)]
+    if isinstance(x, np.dtype):
+        x = _NP_TO_DT[x]
+    d = to_dtype(x)
+    if d.is_weak or d == dtypes.void:
+        raise RuntimeError(f"tensors can't have dtype {d}; use a concrete dtype such as float32 or int32")
+    return d
+
+
+def _iota_uop(n: sint, device: str) -> UOp:
+    """A lazy int32 [0, 1, ..., n-1]: an IOTA marker the scheduler lowers straight to the dimension's index (no
+    memory, no reduce), reshaped to give it a shape."""
+    return UOp(Ops.NOOP, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
+
+
+def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
+    """A realized BUFFER holding arr (copied in now), viewed with arr's shape."""
+    from speck.tensor.realize import get_buffer
+
+    size = int(arr.size)
+    buf = new_buffer_uop(device, size, dt)
+    if size:
+        get_buffer(buf).copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    return buf.reshape(arr.shape) if arr.shape != (size,) else buf

@@ -1,0 +1,265 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
+"""Random numbers: a counter-based generator (threefry2x32 of a per-device [seed, counter] buffer) and the
+distributions and initialisers built on it (rand, randn, randint, normal, uniform, the glorot/kaiming
+initialisers, randperm, multinomial, manual_seed). The methods are added to Tensor as a mixin like the other op
+modules'; they build results through the registered class (speck.tensor.hook), not by importing tensor.py."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from speck.tensor.device import canonical
+from speck.tensor.dims import argfix, as_int
+from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.multi import MultiUOp
+from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
+from speck.tensor.schedule import base_buffer, view_offset
+from speck.uop import DType, Ops, UOp, dtypes, validate_shape
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+DTypeLike = DType | str
+
+_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF))}
+# device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
+# in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
+_RNG_STATE: dict[str, UOp] = {}
+# (device, n) -> the graph computing [seed, counter + n] from the counter buffer (its increment buffer is never
+# written, so every draw of n numbers reuses it instead of building the graph and copying an increment in again)
+_RNG_STEP: dict[tuple[str, int], UOp] = {}
+
+
+class RandomMixin:
+    """Tensor's random-number methods (mixed into Tensor)."""
+
+    __slots__ = ()
+
+    def rand_like(self: Tensor, **kw: Any) -> Tensor:
+        """rand of self's shape; dtype defaults to self's, which must then be a float. A sharded tensor gets
+        independent draws on every device, sharded like it."""
+        from speck.tensor.hook import Tensor
+
+        if isinstance(self.uop, MultiUOp):
+            dt = kw.pop("dtype", self.dtype)
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).rand_like(dtype=dt, _stream=i, **kw), kw)
+        return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw)
+
+    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """randn of self's shape, cast to dtype (default self's; int dtypes get the cast normals)."""
+        from speck.tensor.hook import Tensor
+
+        dt = _dt(dtype) or self.dtype
+        if isinstance(self.uop, MultiUOp):
+            return self._like_shards(lambda s, d, i: Tensor(s, device=d).randn_like(dtype=dt, _stream=i, **kw), kw)
+        out = Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None, device=kw.pop("device", self.device),
+                           **kw)  # fmt: skip
+        return out.cast(dt)
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed the counter-based generator: the same seed gives the same numbers on every device. Every device's
+        counter buffer is rewritten in place (same buffer, new contents), so TinyJit captures made before keep
+        drawing from it; a manual_seed inside a jitted function is replayed as that rewrite on every call."""
+        _RNG["seed"] = int(seed) & 0xFFFFFFFFFFFFFFFF
+        for dev, state in _RNG_STATE.items():
+            _rng_store(state, _rng_initial(dev))
+
+    @staticmethod
+    def _random_bits(n: int, device: str | None, stream: int = 0) -> Tensor:
+        """n uint64 random words: threefry2x32 of (counter, seed), where seed and counter come from the device's
+        counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
+        when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
+        from speck.tensor.hook import Tensor
+
+        dev = canonical(device)
+        nxt = Tensor(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
+        ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
+        key = nxt.shrink(((0, 1),)).expand(n)
+        if stream:  # the shards of a sharded draw: independent streams from the same seed and counters
+            key = key ^ (stream * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF)
+        return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
+
+    @staticmethod
+    def rand(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """Uniform [0, 1) values."""
+        from speck.tensor.hook import Tensor
+
+        if isinstance(device, (tuple, list)):
+            raise ValueError(
+                f"rand can't make a tensor over several devices {tuple(device)}; make one on a single "
+                "device and .shard() it, or use rand_like on a sharded tensor (independent shards)"
+            )
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        if not dtypes.is_float(dt):
+            raise TensorValueError(f"rand needs a float dtype, got {dt}; use randint for integers")
+        if not all(isinstance(s, int) and s >= 0 for s in sh):
+            raise TensorValueError(f"rand needs a concrete shape of non-negative sizes, got {sh}")
+        if isinstance(device, (tuple, list)):
+            raise TensorValueError("rand can't draw for a tuple of devices; use rand_like on a sharded tensor")
+        n = int(prod(sh))
+        if n == 0:
+            return Tensor.zeros(sh, dtype=dt, device=device)
+        bits = Tensor._random_bits(n, device, int(kw.get("_stream", 0)))
+        # top 24 bits -> a float32 in [0, 1) with every value exactly representable
+        u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
+        return u.cast(dt).reshape(sh)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """Standard normal values (Box-Muller)."""
+        from speck.tensor.hook import Tensor
+
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        u = Tensor.rand(2, *sh, **kw)
+        r = ((1 - u[0]).log() * -2).sqrt()
+        return (r * (u[1] * (2 * math.pi)).cos()).cast(dt)
+
+    @staticmethod
+    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        if not isinstance(low, int) or not isinstance(high, int):
+            raise TensorTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
+        if high <= low:
+            raise TensorValueError(f"randint needs low < high, got low={low}, high={high}")
+        if not dtypes.is_int(_dt(dtype) or dtypes.int32):
+            raise TensorTypeError(f"randint needs an int dtype, got {dtype}")
+        return (
+            (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low)
+            .floor()
+            .cast(_dt(dtype) or dtypes.int32)
+        )
+
+    @staticmethod
+    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        if std < 0:
+            raise TensorValueError(f"normal needs std >= 0, got {std}")
+        return Tensor.randn(*shape, **kw) * std + mean
+
+    @staticmethod
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        if not low < high:
+            raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        return (Tensor.rand(*shape, **kw) * (high - low) + low).cast(dt)
+
+    @staticmethod
+    def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        sh = argfix(*shape)
+        scale: float = float(prod(sh)) ** -0.5
+        return Tensor.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        sh = argfix(*shape)
+        bound = math.sqrt(6 / (sh[0] + prod(sh[1:])))
+        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+
+    @staticmethod
+    def kaiming_uniform(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        sh = argfix(*shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+
+    @staticmethod
+    def kaiming_normal(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        sh = argfix(*shape)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        return Tensor.normal(*sh, mean=0.0, std=std, **kw)
+
+    @staticmethod
+    def randperm(n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        return Tensor.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
+
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Sample int32 indices from the (unnormalised) weights in the last dim (1-D or 2-D input); without
+        replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w))."""
+        from speck.tensor.hook import Tensor
+
+        if not 1 <= self.ndim <= 2 or num_samples <= 0:
+            raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
+        w = self.unsqueeze(0) if self.ndim == 1 else self
+        if not replacement and num_samples > 1:
+            if num_samples > as_int(w.shape[-1]):
+                raise TensorAssertionError(f"can't draw {num_samples} samples without replacement from "
+                                           f"{w.shape[-1]} categories")  # fmt: skip
+            # key = log(u) / w: the largest keys are a weighted sample without replacement (zero weights: -inf)
+            u = Tensor.rand(*w.shape, device=self.device)
+            key = (w.float() > 0).where(u.log() / w.float(), -math.inf)
+            idx = key.topk(num_samples, dim=-1)[1].cast(dtypes.int32)
+            return idx.squeeze(0) if self.ndim == 1 else idx
+        cdf = (cw := w.float().cumsum(1)) / cw[:, -1:]
+        u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+        idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
+        return idx.squeeze(0) if self.ndim == 1 else idx
+
+
+def _rng_initial(device: str) -> UOp:
+    """A realized uint64 [seed, 0] on device (no kernel: copied in from the host)."""
+    return _from_numpy(np.array([_RNG["seed"], 0], dtype=np.uint64), dtypes.uint64, device)
+
+
+def _rng_state(device: str) -> UOp:
+    """The device's counter buffer, made from the current seed on its first draw."""
+    if (state := _RNG_STATE.get(device)) is None:
+        state = _RNG_STATE[device] = _rng_initial(device)
+    return state
+
+
+def _rng_store(dst: UOp, src: UOp) -> None:
+    """Copy src's contents into the counter buffer dst in place, recorded for TinyJit replays as the same copy.
+    A copy, not Tensor.assign's storage swap: dst must never share storage with a buffer a lazy draw reads."""
+    from speck.tensor import realize
+    from speck.tensor.schedule import ScheduleItem
+
+    realize.get_buffer(dst).copy_from(realize.get_buffer(src))
+    if (rec := realize.recording()) is not None:
+        rec.append(("copy", ScheduleItem(None, (dst, src))))
+
+
+def _rng_advance(n: int, device: str) -> UOp:
+    """Advance the device's counter by n: one kernel computes [seed, counter + n] into a new buffer (returned; draws
+    read it, and nothing writes it again outside a TinyJit replay of this same step), which is then copied into the
+    counter buffer. The increment comes in as a tiny buffer so one compiled kernel serves every draw size. This
+    schedules directly instead of through realize(), which would also apply pending deferred updates early."""
+    from speck.tensor.hook import Tensor
+    from speck.tensor.realize import run_schedule
+    from speck.tensor.schedule import schedule_with_cache
+
+    state = _rng_state(device)
+    if (step := _RNG_STEP.get((device, n))) is None:
+        if len(_RNG_STEP) >= 256:  # many distinct draw sizes: start over rather than grow without bound
+            _RNG_STEP.clear()
+        inc = _from_numpy(np.array([0, n], dtype=np.uint64), dtypes.uint64, device)
+        step = _RNG_STEP[(device, n)] = (Tensor(state, device=device) + Tensor(inc, device=device)).uop
+    items, view = schedule_with_cache(step, device)
+    run_schedule(items)
+    nxt = base_buffer(view)
+    assert nxt is not None and nxt is not state and view_offset(view) == 0
+    _rng_store(state, nxt)
+    return nxt
