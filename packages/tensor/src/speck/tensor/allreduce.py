@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from speck.tensor.multi import copy_uop
+from speck.tensor.nodes import copy_uop
 from speck.tensor.schedule import Scheduler, new_buffer_uop, view_buffer_uop
 from speck.tensor.settings import ALL2ALL, RING, RING_ALLREDUCE_THRESHOLD
 from speck.uop import DType, Ops, UOp, sint

@@ -27,7 +27,7 @@ class GradientSeedError(RuntimeError, AssertionError):
 
 
 def is_training() -> bool:
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     return bool(Tensor.training) or bool(TRAINING)
 
@@ -36,7 +36,7 @@ def is_training() -> bool:
 def train(mode: bool = True) -> Iterator[None]:
     """Training mode for the block: dropout is active, batch-norm updates its running statistics, and optimizer
     steps are allowed. Same as Context(TRAINING=1)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     old, old_cv = Tensor.training, TRAINING.value
     Tensor.training, TRAINING.value = mode, int(mode)
@@ -85,7 +85,7 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d(root)/d(target) for each target, as lazy tensors; `.grad` is not touched. A target root does not depend
     on gets zeros of its shape."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     _check_float(root, "tensor being differentiated")
     for t in targets:
@@ -98,7 +98,7 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(root)/d(t) into t.grad for every live float tensor t in root's graph (see the module doc);
     returns root."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.ranges import RangeScope
+from speck.tensor.schedule import register_schedule_rule
 from speck.uop import Ops, PtrDType, UOp, dtypes
 from speck.uop.helpers import prod
 
@@ -353,3 +354,6 @@ def _whole_buffer(view: UOp, base_buffer: Any, view_offset: Any) -> UOp | None:
     if bb is None or not isinstance(bb.arg, int) or bb.arg != int(prod(view.shape)) or view_offset(view) != 0:
         return None
     return bb  # type: ignore[no-any-return]
+
+
+register_schedule_rule(Ops.AFTER, schedule_custom_kernel)

@@ -67,7 +67,7 @@ class ElementwiseMixin:
             xu, yu = self.uop, y.uop
             if xu.dtype is yu.dtype and xu.shape == yu.shape:  # (dtypes are interned)
                 return self, y
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         x: Tensor = self
         if not isinstance(y, Tensor):
@@ -230,7 +230,7 @@ class ElementwiseMixin:
         return self.matmul(y)
 
     def __rmatmul__(self: Tensor, y: Tensor) -> Tensor:
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
 
@@ -371,7 +371,7 @@ class ElementwiseMixin:
 
     def where(self: Tensor, x: TensorOrScalar, y: TensorOrScalar) -> Tensor:
         """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if self.dtype != dtypes.bool:
             raise RuntimeError(f"where needs a bool condition, got {self.dtype}; compare first (e.g. (t != 0).where)")
@@ -390,7 +390,7 @@ class ElementwiseMixin:
         return cond._new(UOp(Ops.WHERE, xt.dtype, (cond.uop, xt.uop, yt.uop)))
 
     def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar) -> Tensor:
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
         return mask.where(v.cast(self.dtype), self)

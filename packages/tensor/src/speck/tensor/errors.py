@@ -27,3 +27,11 @@ class TensorOverflowError(OverflowError, RuntimeError):
 
 class TensorNotImplementedError(NotImplementedError):
     """A mode tinygrad doesn't implement (NotImplementedError is already a RuntimeError)."""
+
+
+class JitError(RuntimeError):
+    """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
+
+
+class JitResetError(JitError, AssertionError):
+    """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""

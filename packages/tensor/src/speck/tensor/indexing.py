@@ -38,7 +38,7 @@ class IndexingMixin:
     __slots__ = ()
 
     def _normalize_index(self: Tensor, idx: Any) -> list[Any]:
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
@@ -151,7 +151,7 @@ class IndexingMixin:
     def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int]) -> Tensor:
         """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape)."""
         from speck.tensor.elementwise import broadcast_shape
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         bshape = broadcast_shape(*[ix.shape for _, ix in adv])
         dims = [d for d, _ in adv]
@@ -199,7 +199,7 @@ class IndexingMixin:
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
@@ -238,7 +238,7 @@ class IndexingMixin:
 
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
         """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
@@ -276,7 +276,7 @@ class IndexingMixin:
     def _scatter_positions(self: Tensor, d: int, index: Tensor) -> Tensor:
         """int32, index's shape: 1 + the flat position in self each index element names (its own coordinates,
         with index's value along d), 0 for a value outside [0, self.shape[d])."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         shape = [as_int(n) for n in self.shape]
         strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
@@ -299,7 +299,7 @@ class IndexingMixin:
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
         """The elements where mask (broadcast) is true, as a 1-D tensor (data-dependent: reads the mask)."""
         from speck.tensor.elementwise import broadcast_shape
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         x, m = self, mask
 
@@ -311,14 +311,14 @@ class IndexingMixin:
 
     def nonzero(self: Tensor) -> Tensor:
         """(count, ndim) int32 coordinates of the nonzero elements (data-dependent: reads the tensor)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         nz = np.argwhere(self.numpy()).astype(np.int32)
         return Tensor(nz.reshape(-1, self.ndim), device=self.device) if nz.size else Tensor.empty(
             0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if not dtypes.is_int(self.dtype):
             raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")

@@ -27,6 +27,8 @@ from typing import Any, Generic, TypeVar
 
 from speck.tensor import multi, profile, realize
 from speck.tensor.counters import GlobalCounters
+from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
+from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, buffer_map_data
 from speck.tensor.settings import JIT
@@ -40,29 +42,8 @@ from speck.uop.helpers import prod
 
 # 0: replay every captured call on its own (the per-kernel path), e.g. to compare; read at each replay
 BATCH = getenv("JIT_BATCH", 1)
-# 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
-UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 R = TypeVar("R")
-
-
-class JitError(RuntimeError):
-    """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
-
-
-class JitResetError(JitError, AssertionError):
-    """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""
-
-
-def check_read_allowed(what: str) -> None:
-    """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
-    Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
-    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
-        raise JitError(
-            f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
-            "replays). Return the tensor from the jitted function and read it outside, or run the read under "
-            "Context(CAPTURING=0)"
-        )
 
 
 # ---------------- inputs ----------------

@@ -22,14 +22,14 @@ def _need_matrix(x: Tensor, what: str) -> tuple[int, int]:
 
 
 def _eye_like(x: Tensor, n: int) -> Tensor:
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     return Tensor.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], n, n)
 
 
 def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     """(Q, R) with Q (..., m, m) orthogonal and R (..., m, n) upper triangular, by Householder reflections."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     m, n = _need_matrix(x, "qr")
     r = x._float()
@@ -51,7 +51,7 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
 def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, Vh) with x = U[..., :k] * S @ Vh[..., :k, :] (k = min(m, n)), singular values descending, by one-sided
     Jacobi rotations of the columns (each rotation a small matmul)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     m, n = _need_matrix(x, "svd")
     if m < n:  # work on the transpose: its columns are the rows here

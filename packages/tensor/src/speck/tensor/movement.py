@@ -103,7 +103,7 @@ class MovementMixin:
         if mode == "constant":
             out = self._new(self.uop.pad(pads))
             if value != 0:
-                from speck.tensor.tensor import Tensor
+                from speck.tensor.hook import Tensor
 
                 mask = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(pads)
                 out = mask.where(out, value)
@@ -430,7 +430,7 @@ class MovementMixin:
         if self.ndim != 1:
             raise TensorValueError(f"diag needs a 1-D tensor, got shape {self.shape}; use diagonal() for the diagonal "
                                    "of a matrix")  # fmt: skip
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         n = as_int(self.shape[0])
         out = self.unsqueeze(1) * Tensor.eye(n, dtype=self.dtype, device=self.device)
@@ -449,7 +449,7 @@ class MovementMixin:
     def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
         if self.ndim < 2:
             raise RuntimeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         r = Tensor.arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
         c = Tensor.arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)

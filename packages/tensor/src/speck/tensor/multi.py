@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.nodes import copy_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import ConstType
 from speck.uop.helpers import prod
@@ -55,11 +56,6 @@ def device_of(u: UOp) -> str:
 
 def _device_uop(d: str) -> UOp:
     return UOp(Ops.DEVICE, arg=d)
-
-
-def copy_uop(u: UOp, dst: str, src: str) -> UOp:
-    """u (on device src) on device dst: the node itself when it is already there, else a COPY."""
-    return u if dst == src else UOp(Ops.COPY, u.dtype, (u, _device_uop(dst)), dst)
 
 
 def _axis_arg(shape: tuple[sint, ...], axis: int, lo: sint, hi: sint) -> tuple[tuple[sint, sint], ...]:
@@ -403,7 +399,7 @@ def _plain_to_shards(u: UOp, axis: int | None, devices: tuple[str, ...]) -> list
 # ---------------- tensors ----------------
 def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     """`Tensor.shard`: t split along axis over devices (None: replicated), as a new tensor."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
         raise RuntimeError(f"shard needs a tuple of devices, got {devices!r}; use .to(device) for one device")
@@ -443,7 +439,7 @@ def shard_like(t: Tensor, y: Tensor) -> Tensor:
 
 def to(t: Tensor, device: Any) -> Tensor:
     """`Tensor.to` where t is sharded or device is a tuple: gather to one device, or replicate over a tuple."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if isinstance(device, (tuple, list)):
         devs = canonical_devices(device)
@@ -509,7 +505,7 @@ def numpy(t: Tensor) -> Any:
     device copies)."""
     import numpy as np
 
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     t.realize()
     u = t.uop
@@ -522,7 +518,7 @@ def assign(t: Tensor, x: Any) -> Tensor:
     """`Tensor.assign` for sharded tensors: shard by shard, in place (the value realized as a whole first, so work
     shared between shards runs once). A value on one device is placed like the target; sharded values must be
     sharded on the same axis."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     tu = t.uop
     if not isinstance(x, Tensor):
@@ -562,7 +558,7 @@ def assign(t: Tensor, x: Any) -> Tensor:
 def jit_inputs(named: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
     """TinyJit inputs with every sharded tensor replaced by one plain tensor per shard (each a whole buffer: a
     shard that is a view gets a buffer of its own first, written back into the sharded tensor)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if not any(isinstance(t.uop, MultiUOp) for _, t in named):
         return named

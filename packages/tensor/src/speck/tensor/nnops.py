@@ -135,7 +135,7 @@ class NNMixin:
                                        f"{st}, padding {pd} gives the negative output size {osp}; reduce the "
                                        "padding")  # fmt: skip
         if 0 in osp:  # nothing to compute (the padding crops everything away)
-            from speck.tensor.tensor import Tensor
+            from speck.tensor.hook import Tensor
 
             return Tensor.zeros(self.shape[0], cout_g * groups, *osp, dtype=self.dtype, device=self.device)
         x = self
@@ -200,7 +200,7 @@ class NNMixin:
         max_pool_gradient(out, self, k, st, dl, tuple(b for b, _ in pads))
         if not return_indices:
             return out
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         sp = tuple(as_int(d) for d in self.shape[-len(k) :])
         lead = (1,) * (self.ndim - len(k))
@@ -218,7 +218,7 @@ class NNMixin:
         """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
         pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
         inverse of the pooling's size formula."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         k = _pair(kernel_size)
         nsp = len(k)
@@ -244,7 +244,7 @@ class NNMixin:
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window. The divisor counts the window's elements inside the padded input
         (count_include_pad) or inside the input only; a ceil_mode extension never counts (as in PyTorch)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         k = _pair(kernel_size)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
@@ -267,7 +267,7 @@ class NNMixin:
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
@@ -306,7 +306,7 @@ class NNMixin:
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
         from speck.tensor.autograd import is_training
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if not 0 <= p <= 1:
             raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
@@ -371,7 +371,7 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
@@ -407,7 +407,7 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         self = self._classes_last()
         c = as_int(self.shape[-1])
@@ -434,7 +434,7 @@ class NNMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
@@ -472,7 +472,7 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
     output positions (what the graph walk gives too)."""
     from speck.tensor.gradient import override_gradient
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     nsp = len(k)
     n = x.shape[0]
@@ -517,7 +517,7 @@ def _unpool_gradient(out: Tensor, x: Tensor, flat_idx: Tensor, pooled: tuple[Any
     """max_unpool2d's gradient is the output gradient read back at each value's index: every pooled value moved to
     its position whole, also where overlapping windows put one value there twice (the forward keeps it once)."""
     from speck.tensor.gradient import override_gradient
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     nsp = len(pooled)
     idx_uop, device = flat_idx.uop, x.device

@@ -1,6 +1,6 @@
 """The graph leaves a Tensor is made from, below tensor.py so that the modules defining Tensor's methods can build
 them without importing tensor.py: dtype coercion of user arguments, the lazy iota, host data copied into a new
-buffer, and the counter that gives every clone its own tag."""
+buffer, a copy to another device, and the counter that gives every clone its own tag."""
 
 from __future__ import annotations
 
@@ -52,3 +52,8 @@ def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
     if size:
         get_buffer(buf).copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
     return buf.reshape(arr.shape) if arr.shape != (size,) else buf
+
+
+def copy_uop(u: UOp, dst: str, src: str) -> UOp:
+    """u (on device src) on device dst: the node itself when it is already there, else a COPY."""
+    return u if dst == src else UOp(Ops.COPY, u.dtype, (u, UOp(Ops.DEVICE, arg=dst)), dst)

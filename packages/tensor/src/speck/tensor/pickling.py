@@ -146,7 +146,7 @@ def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
 
 def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: int | None,
                   requires_grad: bool | None, grad: Tensor | None, is_param: bool) -> Tensor:  # fmt: skip
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     t = Tensor(data, device=devices[0], dtype=dtype).shard(devices, axis)
     t.requires_grad, t.grad, t.is_param = requires_grad, grad, is_param
@@ -155,7 +155,7 @@ def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: 
 
 def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None,
                  is_param: bool = True) -> Tensor:  # fmt: skip
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if isinstance(u, _GraphRecord):  # copy.copy passes the record itself: a shallow copy shares the graph
         u = u.u

@@ -59,7 +59,7 @@ def max_pool_gradient(out: Tensor, x: Tensor, kernel: tuple[int, ...], stride: t
     -inf by `padding` on both sides, any ceil_mode extension read off out's shape). Only non-overlapping windows
     (stride == kernel, dilation 1) of a float tensor qualify; returns whether the override was registered, otherwise
     the gradient keeps walking the pooling graph."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     # (a 1x1 pool could one day fold to the input node itself: an override there would feed x's gradient to itself)
     if not dtypes.is_float(x.dtype) or out.dtype != x.dtype or out.uop is x.uop:

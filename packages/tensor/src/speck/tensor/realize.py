@@ -17,6 +17,7 @@ from speck.codegen.kernel_info import kernel_name
 from speck.hcq.buffer import Buffer as _HcqBuffer
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
+from speck.tensor.errors import JitError
 from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import (
     Plan,
@@ -280,11 +281,24 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
 # records its buffer swaps as ("assign", (dst, src)), and host work on buffers (speck.tensor.distributed's MPI
 # collectives) as ("host", (fn, buffers)): replays call fn(buffers)
 CAPTURE: list[tuple[str, Any]] | None = None
+# 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
+UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 
 def recording() -> list[tuple[str, Any]] | None:
     """The list a TinyJit capture records calls into, or None when nothing records (no capture, or CAPTURING=0)."""
     return CAPTURE if CAPTURE is not None and CAPTURING.value else None
+
+
+def check_read_allowed(what: str) -> None:
+    """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
+    Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
+    if recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
+        raise JitError(
+            f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
+            "replays). Return the tensor from the jitted function and read it outside, or run the read under "
+            "Context(CAPTURING=0)"
+        )
 
 
 class DeviceUsageError(RuntimeError, AssertionError):

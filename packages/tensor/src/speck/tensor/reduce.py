@@ -173,7 +173,7 @@ class ReduceMixin:
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum (over the flattened tensor when axis is None)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if axis is None:
             r = self.flatten().argmax(0)
@@ -222,7 +222,7 @@ class ReduceMixin:
     # ---------------- scans ----------------
     def _scan(self: Tensor, axis: int, op: str) -> Tensor:
         """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         d = self._resolve_dim(axis)
         if self.ndim == 0:
@@ -284,7 +284,7 @@ class ReduceMixin:
 
     def _first_index_of(self: Tensor, v: Tensor, axis: int) -> Tensor:
         """For each position i along axis: the smallest j <= i with self[j] == v[i] (v a running extreme)."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if self.ndim == 0:
             return Tensor(0, dtype=dtypes.int32, device=self.device)
@@ -301,7 +301,7 @@ class ReduceMixin:
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
         underflows the prefixes far below the axis maximum to log(0) = -inf."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         x = self._float()
         d = x._resolve_dim(axis)
@@ -317,7 +317,7 @@ class ReduceMixin:
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if self.ndim == 0:
             return self, Tensor(0, dtype=dtypes.int32, device=self.device)

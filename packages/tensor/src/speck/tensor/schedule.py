@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,23 @@ def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
 
 # device name -> its DEVICE node, kept alive so making a BUFFER does not rebuild (and re-hash-cons) it every time
 _device_uops: dict[str, UOp] = {}
+
+# ops whose nodes are scheduled by the module that makes them (AFTER: speck.tensor.custom_kernel, which sits above
+# this module and registers its rule when imported; making an AFTER node imports it)
+_SCHEDULE_RULES: dict[Ops, Callable[[Scheduler, UOp], UOp]] = {}
+
+
+def register_schedule_rule(op: Ops, rule: Callable[[Scheduler, UOp], UOp]) -> None:
+    """Schedule `op` nodes with rule(scheduler, node) -> the node's buffer view (a module above the scheduler)."""
+    _SCHEDULE_RULES[op] = rule
+
+
+def _schedule_rule(op: Ops) -> Callable[[Scheduler, UOp], UOp]:
+    if (rule := _SCHEDULE_RULES.get(op)) is None:
+        raise RuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when imported "
+                           "(import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
+    return rule
+
 
 # BUFFER -> (base BUFFER, element offset): a buffer that is a region of another one's memory (an allreduce writes
 # each reduced chunk straight into its place in the result)
@@ -519,9 +536,7 @@ class Scheduler:
         if u.op is Ops.ASSIGN:
             return self._scatter(u)
         if u.op is Ops.AFTER:  # an argument after a custom kernel ran on it: the kernel gets a schedule item
-            from speck.tensor.custom_kernel import schedule_custom_kernel
-
-            v = schedule_custom_kernel(self, u)
+            v = _schedule_rule(u.op)(self, u)
             return v if into is None else self._copy_into(v, into)
         shape = u.shape
         device = self.device if self.device is not None else self._device_of(u)

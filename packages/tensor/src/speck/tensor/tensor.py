@@ -467,9 +467,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         from speck.tensor import realize
 
         if realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
-            from speck.tensor.jit import check_read_allowed
-
-            check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+            realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
         self.realize()

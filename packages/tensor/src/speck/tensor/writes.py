@@ -111,7 +111,7 @@ def buffers_read(u: UOp) -> frozenset[UOp]:
 def refresh(t: Tensor) -> UOp:
     """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
     t had when it was made). Called by Tensor.uop when a write happened since t's graph was set."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     u: UOp = t._uop
     ver, t._ver = t._ver, Tensor._write_epoch
@@ -143,7 +143,7 @@ def _affected(t: Tensor, epoch: int) -> bool:
 def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
            reduce: str | None = None) -> None:  # fmt: skip
     """Queue a write to buf (see Write). Graphs built before it now read the old value (through refresh)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     Tensor._write_epoch += 1
     snap = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
@@ -162,7 +162,7 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
     """Run every recorded write, in order. Each of `targets` (tensors about to be realized) that was made before a
     write and reads what it writes is computed just before that write, from the buffers as they are then - so it
     needs no snapshot, and a TinyJit capture of it reads the live buffers."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
     while _pending:
@@ -225,7 +225,7 @@ def _collect() -> None:
     """Forget logged writes no live tensor can be rebound for any more (their snapshots then live only as long as
     graphs that read them). Tensors no write affects are marked current, so a tensor that lives long (a lazy
     constant) does not keep old snapshots alive."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     epoch = Tensor._write_epoch
     if not _log:
@@ -338,8 +338,8 @@ def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
     import numpy as np
 
+    from speck.tensor.hook import Tensor
     from speck.tensor.realize import buffer_numpy
-    from speck.tensor.tensor import Tensor
 
     value = w.value
     while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
@@ -419,7 +419,7 @@ def _lazy_base(t: Tensor) -> UOp | None:
 def _realize_base(base: UOp, device: str) -> None:
     """Give a lazy value that tensors view memory of its own and rebind every tensor viewing it to the same view
     of that memory, so a write through one of them is seen by all (as with numpy arrays)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     holders = [o for o in live() if base in chain(o._uop)]
     view = Tensor(_clone(base), device=device).realize().uop
@@ -436,7 +436,7 @@ def _clone(u: UOp) -> UOp:
 def _value(t: Tensor, x: Any, what: str) -> Tensor:
     """x as a tensor of t's dtype and device, broadcast to `shape` (spec: dtype and device must match, a weak
     dtype is cast, non-tensors are converted)."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if not isinstance(x, Tensor):
         made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
@@ -478,7 +478,7 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
         if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
             raise RuntimeError(f"{what} through a broadcast (expanded) view: several of its elements are one "
                                "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         t.uop = Tensor(_clone(u), device=t.device).realize().uop
         u = t.uop
@@ -531,7 +531,7 @@ def _scatter_in_place(value: UOp, buf: UOp) -> bool:
 def _advanced(idx: Any) -> bool:
     import numpy as np
 
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     items = idx if isinstance(idx, tuple) else (idx,)
     return any(isinstance(i, (list, np.ndarray, Tensor)) for i in items)
@@ -543,7 +543,7 @@ def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     any other index."""
     import numpy as np
 
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if isinstance(idx, (list, np.ndarray)):
         arr = np.asarray(idx)
@@ -573,7 +573,7 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     """Tensor.__setitem__: basic indices write through the view t[idx]; index tensors write the k selected
     elements with a scatter kernel (last duplicate wins) - in place for a realized t, else t becomes the merged
     value."""
-    from speck.tensor.tensor import Tensor
+    from speck.tensor.hook import Tensor
 
     if getattr(t.dtype, "is_weak", False):
         raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")

@@ -3,6 +3,10 @@
 dtypes, `Ops`/`GroupOp`, hash-consed `UOp` graphs, `UPat`/`PatternMatcher`, `graph_rewrite`, symbolic rules and
 specs. The public names follow tinygrad's, so its users find what they expect."""
 
+# imported for what they register: the symbolic rules and rendering behind UOp.simplify/render (graph_rewrite
+# registers through the rewrite import below)
+from speck.uop import render as _render  # noqa: F401
+from speck.uop import symbolic as _symbolic  # noqa: F401
 from speck.uop._version import __version__
 from speck.uop.dtype import (
     AddrSpace,

@@ -6,7 +6,7 @@ its output (nested string formatting would copy every prefix: quadratic) and wit
 from __future__ import annotations
 
 from speck.uop.ops import Ops
-from speck.uop.uop import UOp
+from speck.uop.uop import UOp, register_service
 
 _INFIX = {
     Ops.ADD: "+",
@@ -89,3 +89,6 @@ def render_uop(root: UOp) -> str:
         else:
             stack.extend(reversed(_pieces(p)))
     return "".join(out)
+
+
+register_service("render_uop", render_uop)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from speck.uop.helpers import DEBUG, ContextVar
-from speck.uop.uop import UOp
+from speck.uop.uop import UOp, register_service
 from speck.uop.upat import PatternMatcher, _wants_ctx
 
 REWRITE_LIMIT = ContextVar("REWRITE_LIMIT", 1000)  # successive rewrites of one node before we call it a loop
@@ -205,3 +205,6 @@ def graph_rewrite_map(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
     """Rewrite `root` and return what each visited original node became (the root always included)."""
     replace = _rewrite(root, pm, ctx, bottom_up, name, False)
     return {u: replace[u] for u in root.toposort() if u in replace}
+
+
+register_service("graph_rewrite", graph_rewrite)

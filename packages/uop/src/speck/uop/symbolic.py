@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from speck.uop.bounds import _compute_bounds
 from speck.uop.dtype import ALL_SCALARS, ConstType, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
 from speck.uop.ops import GroupOp, Ops
-from speck.uop.uop import UOp, _compute_bounds, exec_alu
+from speck.uop.uop import UOp, exec_alu, register_service
 from speck.uop.upat import PatternMatcher, UPat
 
 INTS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if dtypes.is_int(d))
@@ -685,3 +686,6 @@ symbolic_gates = PatternMatcher(
 """Gate and range simplification (part of `symbolic`)."""
 
 symbolic = symbolic + symbolic_gates
+
+register_service("symbolic_simple", symbolic_simple)
+register_service("symbolic", symbolic)

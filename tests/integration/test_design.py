@@ -1,0 +1,125 @@
+"""The house rules of the source tree: no import cycles inside the packages, and every module importable on its
+own in a fresh interpreter (a module that only works after some other import hides a dependency or a cycle)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGES = Path(__file__).resolve().parents[2] / "packages"
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the five packages by dotted name (a package by its __init__.py)."""
+    out: dict[str, Path] = {}
+    for f in sorted(PACKAGES.glob("*/src/speck/**/*.py")):
+        parts = f.parts[f.parts.index("src") + 1 :]
+        out[".".join(parts)[: -len(".py")].removesuffix(".__init__")] = f
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(test)
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The modules of the tree that `name` imports, at module level or inside functions; imports under
+    `if TYPE_CHECKING:` are left out (they never run)."""
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: resolved against this module's package
+                    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - child.level + 1]
+                    base = ".".join(pkg + ([base] if base else []))
+                for a in child.names:  # `from pkg import mod` imports the submodule mod
+                    found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m in MODULES and m != name}
+
+
+def import_cycles() -> list[list[str]]:
+    """Strongly connected components (more than one module) of the tree's import graph (Tarjan, iterative)."""
+    graph = {n: sorted(_imports(n, p)) for n, p in MODULES.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            if i < len(graph[v]):
+                work.append((v, i + 1))
+                w = graph[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+            if work:  # v is done: its parent takes its low link
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return out
+
+
+def test_the_cycle_finder_sees_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check below can fail: two modules importing each other (one inside a function) form a cycle, and a
+    TYPE_CHECKING import does not."""
+    (tmp_path / "a.py").write_text("import speck.x.b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from speck.x import a\n")
+    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import speck.x.a\n")
+    fake = {f"speck.x.{m}": tmp_path / f"{m}.py" for m in "abc"}
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
+    assert import_cycles() == [["speck.x.a", "speck.x.b"]]
+
+
+def test_no_import_cycles() -> None:
+    """Layers inside a package are one-way too: a module that needs something from a module above it gets it
+    through a registration hook (speck.tensor.hook, schedule.register_schedule_rule), not by importing it."""
+    cycles = import_cycles()
+    assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_imports_alone(module: str) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in sorted(PACKAGES.glob("*/src")))}
+    r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, f"`python -c 'import {module}'` failed:\n{r.stderr[-2000:]}"
