@@ -1,8 +1,8 @@
 """The realize engine: runs a schedule (kernels and copies) on speck.hcq buffers and keeps the counters.
 
 Each kernel AST is compiled once per (device, AST key) through speck.codegen's `to_program` and the device's
-runtime. A kernel codegen can't compile is an error; with SPECK_NUMPY_FALLBACK=1 it runs instead through the numpy
-evaluator in speck.tensor.npeval on zero-copy views of the same buffers (a debugging aid)."""
+runtime. A kernel codegen can't compile is an error; with SPECK_NUMPY_FALLBACK=1 it runs instead through codegen's
+reference interpreter (speck.codegen.interpret.eval_ast) on zero-copy views of the same buffers (a debugging aid)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from weakref import ref as _ref
 
 import numpy as np
 
+from speck.codegen.interpret import eval_ast
 from speck.codegen.kernel_info import kernel_name
+from speck.codegen.numeric import storage_np
 from speck.hcq.buffer import Buffer as _HcqBuffer
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.errors import JitError
-from speck.tensor.npeval import eval_kernel, np_dtype
 from speck.tensor.schedule import (
     Plan,
     ScheduleItem,
@@ -62,7 +63,7 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
     b = get_buffer(buf)
     b.ensure_allocated()
     arr = b.numpy()
-    out: np.ndarray = arr.view(np_dtype(buf.dtype)) if arr.dtype != np.dtype(np_dtype(buf.dtype)) else arr
+    out: np.ndarray = arr.view(storage_np(buf.dtype)) if arr.dtype != np.dtype(storage_np(buf.dtype)) else arr
     return out
 
 
@@ -78,7 +79,7 @@ NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid poi
 
 
 class _NumpyProgram:
-    """Fallback 'program': the numpy evaluator on the AST."""
+    """Fallback 'program': codegen's reference interpreter on the AST."""
 
     def __init__(self, ast: UOp, reason: str) -> None:
         self.ast, self.reason, self.name = ast, reason, kernel_name(ast)
@@ -93,7 +94,7 @@ class _NumpyProgram:
                 f"{NUMPY_FALLBACK_LIMIT}); codegen could not compile it: {self.reason}"
             )
         t0 = time.perf_counter()
-        eval_kernel(self.ast, [buffer_numpy(b) for b in bufs], var_vals)
+        eval_ast(self.ast, [buffer_numpy(b) for b in bufs], var_vals)
         return time.perf_counter() - t0
 
 

@@ -18,6 +18,7 @@ from weakref import ref as _ref
 
 import numpy as np
 
+from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int
@@ -29,7 +30,6 @@ from speck.tensor.movement import MovementMixin
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nnops import NNMixin
 from speck.tensor.nodes import _NP_TO_DT, _clone_counter, _dt, _from_numpy, _iota_uop
-from speck.tensor.npeval import np_dtype
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
