@@ -31,7 +31,7 @@ from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import UOp
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ast_strategies import kernel_asts
+from codegen_strategies import kernel_asts
 from test_render_clang_llvm_exec import call, same_bits
 
 needs_cc = pytest.mark.skipif(

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ast_strategies import kernel_asts
 from codegen_helpers import assert_same, out_dtype, run_ast, run_prog
+from codegen_strategies import kernel_asts
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.renderer import Renderer
 from speck.codegen.renderer.python import PythonRenderer, run_python

@@ -19,7 +19,7 @@ from speck.codegen.renderer.llvmir import LLVMRenderer, host_vector_bytes
 from speck.uop import AxisType, Ops, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ast_strategies import kernel_asts
+from codegen_strategies import kernel_asts
 from test_render_clang_golden import KERNELS
 from test_render_clang_llvm_exec import (
     _llvm,

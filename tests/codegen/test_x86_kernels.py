@@ -5,7 +5,7 @@ Every result is compared with the reference interpreter: bit for bit with `run_p
 and with `eval_ast` on the original AST (ints exact; floats within the reassociation tolerance of helpers.assert_same;
 skipped for kernels using EXP2/LOG2/SIN, whose polynomial decompositions are not the interpreter's float64 libm).
 
-Corpus restriction: the backend has no half/bfloat16/fp8 registers, so the hypothesis corpus (ast_strategies.py) is
+Corpus restriction: the backend has no half/bfloat16/fp8 registers, so the hypothesis corpus (codegen_strategies.py) is
 mapped to float32 wherever it draws those dtypes (same structure, same values widened exactly)."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from speck.codegen.x86 import X86Compiler, X86Renderer
 from speck.uop import AxisType, DType, Ops, PtrDType, UOp, dtypes
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ast_strategies import kernel_asts
 from codegen_helpers import assert_same, out_dtype
+from codegen_strategies import kernel_asts
 
 pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc links the objects for ctypes"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
 from collections.abc import Iterator
 
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))  # hcq_kernels next to the tests
 
 
 @pytest.fixture(autouse=True)

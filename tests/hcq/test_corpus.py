@@ -1,17 +1,17 @@
-"""Differential: the codegen hypothesis corpus (tests/codegen/ast_strategies.py) runs through speck.hcq on CPU
+"""Differential: the codegen hypothesis corpus (tests/codegen/codegen_strategies.py) runs through speck.hcq on CPU
 (LLVM), CPU:CLANG, CPU:X86 and PYTHON, split across a random number of workers, and agrees with the interpreter's
 result on the unlowered AST. The x86 backend has no half/bfloat16/fp8 registers, so it sits out kernels that use
 those dtypes (it raises naming the op and dtype; tests/codegen/test_x86_kernels.py checks that error)."""
 
 from __future__ import annotations
 
-import pathlib
 import shutil
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
+from codegen_helpers import assert_same, out_dtype, run_ast
+from codegen_strategies import kernel_asts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,10 +19,6 @@ from speck.codegen import to_program
 from speck.codegen.renderer import UnsupportedOpError
 from speck.hcq import Buffer, Device
 from speck.uop import PtrDType, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "codegen"))  # the shared corpus lives with codegen's tests
-from ast_strategies import kernel_asts
-from codegen_helpers import assert_same, out_dtype, run_ast
 
 DEVICES = ["CPU", "PYTHON", "CPU:X86"] + (["CPU:CLANG"] if shutil.which("gcc") or shutil.which("clang") else [])
 NARROW_FLOATS = {dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}

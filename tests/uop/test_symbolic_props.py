@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers_eval import DivByZero, evaluate
 from speck.uop import DType, UOp, dtypes
+from uop_helpers import DivByZero, evaluate
 
 VAR_NAMES = ("a", "b", "c")
 

@@ -14,16 +14,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
+from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.settings import TRAINING
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
-
-
-class GradientSeedError(RuntimeError, AssertionError):
-    """A non-scalar tensor was differentiated without a `gradient=` seed (an AssertionError in tinygrad too)."""
 
 
 def is_training() -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.ranges import RangeScope
+from speck.tensor.errors import CustomKernelError as CustomKernelError
 from speck.tensor.schedule import register_schedule_rule
 from speck.uop import Ops, PtrDType, UOp, dtypes
 from speck.uop.helpers import prod
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 GradFxn = Callable[..., Any]
-
-
-class CustomKernelError(RuntimeError):
-    """A hand-written kernel that can't be built or run as written."""
 
 
 @dataclass(eq=False)

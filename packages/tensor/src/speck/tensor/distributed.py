@@ -38,15 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor.errors import DistributedError as DistributedError
+
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
 BUCKET_BYTES = int(os.environ.get("SPECK_MPI_BUCKET_BYTES", str(4 << 20)))
-
-
-class DistributedError(RuntimeError):
-    """A collective between ranks failed: a rank was lost, did not answer in time, or MPI reported an error."""
 
 
 @dataclass

@@ -1,37 +1,95 @@
 """Exception classes of bad Tensor arguments. tinygrad raises the builtin class named in TENSOR_API (ValueError for
 a bad reshape, IndexError for shapes that don't broadcast, AssertionError for a bad cat...); speck's own errors have
-always been RuntimeErrors. Each class here is both, so code written against either keeps catching what it expects."""
+always been RuntimeErrors. Each class here is both, so code written against either keeps catching what it expects.
+Every exception speck.tensor defines lives here and derives from `TensorError` (the modules that raise them
+re-export their own, so `from speck.tensor.jit import JitError` keeps working)."""
 
 from __future__ import annotations
 
+import pickle
 
-class TensorValueError(ValueError, RuntimeError):
+
+class TensorError(Exception):
+    """Base of every exception speck.tensor defines (each also derives from the builtin class users catch)."""
+
+
+class TensorValueError(ValueError, RuntimeError, TensorError):
     """A bad value for an argument (reshape size, shrink bounds, pad amounts, rand bounds...)."""
 
 
-class TensorIndexError(IndexError, RuntimeError):
+class TensorIndexError(IndexError, RuntimeError, TensorError):
     """A dim, index or shape that is out of range or doesn't broadcast."""
 
 
-class TensorAssertionError(AssertionError, RuntimeError):
+class TensorAssertionError(AssertionError, RuntimeError, TensorError):
     """A violated precondition that tinygrad checks with `assert` (cat shapes, item() of several elements...)."""
 
 
-class TensorTypeError(TypeError, RuntimeError):
+class TensorTypeError(TypeError, RuntimeError, TensorError):
     """An argument of the wrong kind (non-int randint bounds, a float Embedding index...)."""
 
 
-class TensorOverflowError(OverflowError, RuntimeError):
+class TensorOverflowError(OverflowError, RuntimeError, TensorError):
     """A value that doesn't fit the requested dtype (an arange range beyond it)."""
 
 
-class TensorNotImplementedError(NotImplementedError):
+class TensorNotImplementedError(NotImplementedError, TensorError):
     """A mode tinygrad doesn't implement (NotImplementedError is already a RuntimeError)."""
 
 
-class JitError(RuntimeError):
+class JitError(RuntimeError, TensorError):
     """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
 
 
 class JitResetError(JitError, AssertionError):
     """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""
+
+
+class GradientSeedError(RuntimeError, AssertionError, TensorError):
+    """A non-scalar tensor was differentiated without a `gradient=` seed (an AssertionError in tinygrad too)."""
+
+
+class OptimizerError(RuntimeError, AssertionError, TensorError):
+    """An optimizer was built or stepped in a way it can't serve (an AssertionError in tinygrad too)."""
+
+
+class DatasetError(RuntimeError, TensorError):
+    """A dataset file is missing, truncated or not an IDX file."""
+
+
+class SafetensorsError(RuntimeError, TensorError):
+    """A safetensors file is malformed; the message names the file and what is wrong."""
+
+
+class CustomKernelError(RuntimeError, TensorError):
+    """A hand-written kernel that can't be built or run as written."""
+
+
+class ShardingError(RuntimeError, AssertionError, TensorError):
+    """An operation that a sharded tensor can't do along its sharded axis (tinygrad raises RuntimeError for some
+    of these and AssertionError for others: this is both)."""
+
+
+class KernelCountException(AssertionError, TensorError):
+    """A block ran a different number of kernels than the test expected."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"expected {expected} kernel(s), got {got}")
+        self.expected, self.got = expected, got
+
+
+class DeviceUsageError(RuntimeError, AssertionError, TensorError):
+    """Kernels were about to run where running is not allowed (ALLOW_DEVICE_USAGE=0: an @function body is being
+    traced). An AssertionError too, like tinygrad's check."""
+
+
+class FunctionError(RuntimeError, TensorError):
+    """An @function that can't be captured as written."""
+
+
+class DistributedError(RuntimeError, TensorError):
+    """A collective between ranks failed: a rank was lost, did not answer in time, or MPI reported an error."""
+
+
+class TensorPickleError(pickle.PicklingError, RuntimeError, TensorError):
+    """A tensor, buffer or TinyJit that can't be pickled (or unpickled here), with the reason."""

@@ -26,15 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from speck.tensor import schedule
+from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import buffer_device, buffer_map, max_dim, new_buffer_uop
 from speck.tensor.tensor import Tensor
 from speck.uop import Context, Ops, UOp
 from speck.uop.helpers import prod
-
-
-class FunctionError(RuntimeError):
-    """An @function that can't be captured as written."""
 
 
 class _PlaceholderStorage:

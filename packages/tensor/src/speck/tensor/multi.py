@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.nodes import copy_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import ConstType
@@ -23,11 +24,6 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 MULTI = "multi"  # the arg of a realized sharded tensor's leaf node (op NOOP: nothing to compute)
-
-
-class ShardingError(RuntimeError, AssertionError):
-    """An operation that a sharded tensor can't do along its sharded axis (tinygrad raises RuntimeError for some
-    of these and AssertionError for others: this is both)."""
 
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:

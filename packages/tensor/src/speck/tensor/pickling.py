@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copyreg
 import os
-import pickle
 import weakref
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
@@ -27,16 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor import realize
+from speck.tensor.errors import TensorPickleError as TensorPickleError
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, new_buffer_uop
 from speck.uop import Ops, UOp
 
 if TYPE_CHECKING:
     from speck.tensor.jit import TinyJit
     from speck.tensor.tensor import Tensor
-
-
-class TensorPickleError(pickle.PicklingError, RuntimeError):
-    """A tensor, buffer or TinyJit that can't be pickled (or unpickled here), with the reason."""
 
 
 # ---------------- buffers ----------------

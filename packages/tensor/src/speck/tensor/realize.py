@@ -19,6 +19,7 @@ from speck.codegen.numeric import storage_np
 from speck.hcq.buffer import Buffer as _HcqBuffer
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
+from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import JitError
 from speck.tensor.schedule import (
     Plan,
@@ -300,11 +301,6 @@ def check_read_allowed(what: str) -> None:
             "replays). Return the tensor from the jitted function and read it outside, or run the read under "
             "Context(CAPTURING=0)"
         )
-
-
-class DeviceUsageError(RuntimeError, AssertionError):
-    """Kernels were about to run where running is not allowed (ALLOW_DEVICE_USAGE=0: an @function body is being
-    traced). An AssertionError too, like tinygrad's check."""
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:

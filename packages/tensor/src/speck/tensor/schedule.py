@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from speck.tensor.errors import KernelCountException as KernelCountException
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
@@ -111,14 +112,6 @@ class ScheduleItem:
     bufs: tuple[UOp, ...]
     var_vals: dict[str, int] = field(default_factory=dict)
     copy_offset: int = 0  # element offset into the source buffer of a copy
-
-
-class KernelCountException(AssertionError):
-    """A block ran a different number of kernels than the test expected."""
-
-    def __init__(self, expected: int, got: int) -> None:
-        super().__init__(f"expected {expected} kernel(s), got {got}")
-        self.expected, self.got = expected, got
 
 
 def contiguous_index(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:

@@ -10,6 +10,7 @@ import math
 import struct
 from typing import Any, Final, Literal, NamedTuple
 
+from speck.uop.errors import UnknownDTypeError as UnknownDTypeError
 from speck.uop.helpers import ContextVar
 
 ConstType = float | int | bool
@@ -362,11 +363,6 @@ _FLOATS = frozenset(
     ]
 )
 _BY_NAME = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
-
-
-class UnknownDTypeError(AttributeError, RuntimeError):
-    """An unknown dtype name: an AttributeError like a missing `dtypes.<name>` (tinygrad's lookup), and a
-    RuntimeError like speck's other bad-argument errors."""
 
 
 ALL_SCALARS: tuple[DType, ...] = tuple(sorted(set(_BY_NAME.values()) - {dtypes.void}))

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor.errors import DatasetError as DatasetError
+
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
@@ -28,10 +30,6 @@ MIRRORS = {
 }
 # IDX element types (the third byte of the magic number) -> numpy dtype (IDX data is big-endian)
 IDX_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-class DatasetError(RuntimeError):
-    """A dataset file is missing, truncated or not an IDX file."""
 
 
 def parse_idx(data: bytes, path: str = "<bytes>") -> np.ndarray:

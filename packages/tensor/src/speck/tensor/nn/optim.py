@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import OptimizerError as OptimizerError
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes, getenv, least_upper_dtype, to_dtype
@@ -20,10 +21,6 @@ from speck.uop import DType, dtypes, getenv, least_upper_dtype, to_dtype
 OPTIM_DTYPE: DType = to_dtype(getenv("OPTIM_DTYPE", "float32"))
 # 1: the learning rate is a constant of the graph instead of a tensor input (a schedule can't change it)
 CONST_LR = getenv("CONST_LR", 0)
-
-
-class OptimizerError(RuntimeError, AssertionError):
-    """An optimizer was built or stepped in a way it can't serve (an AssertionError in tinygrad too)."""
 
 
 class Optimizer:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from speck.tensor.errors import SafetensorsError as SafetensorsError
 from speck.uop import DType, dtypes
 
 # safetensors dtype names <-> speck dtypes
@@ -33,10 +34,6 @@ ST_DTYPES: dict[str, DType] = {
 }
 ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
 MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the JSON header
-
-
-class SafetensorsError(RuntimeError):
-    """A safetensors file is malformed; the message names the file and what is wrong."""
 
 
 @dataclass(frozen=True)
