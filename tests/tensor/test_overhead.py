@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from speck.hcq import Buffer, ProgramArgumentError
 from speck.hcq.allocator import BufferOptions, HostAllocator
 from speck.tensor import Context, GlobalCounters, Tensor, dtypes
-from speck.tensor import schedule as schedule_mod
+from speck.tensor import schedule_cache as schedule_mod
 from speck.tensor.realize import _compile, compiled_program_count, get_buffer
 from speck.uop import Ops
 

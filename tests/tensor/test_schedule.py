@@ -178,7 +178,7 @@ def test_kernel_asts_follow_the_contract() -> None:
 
 def test_schedule_cache_replays_on_new_buffers() -> None:
     """The same computation on other buffers reuses the scheduled kernel list with fresh outputs."""
-    from speck.tensor.schedule import _schedule_cache
+    from speck.tensor.schedule_cache import _schedule_cache
 
     xs = [_realized(6, 7 + i % 1) for i in range(3)]
     w = _realized(7, 2)

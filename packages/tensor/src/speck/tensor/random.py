@@ -249,7 +249,7 @@ def _rng_advance(n: int, device: str) -> UOp:
     schedules directly instead of through realize(), which would also apply pending deferred updates early."""
     from speck.tensor.hook import Tensor
     from speck.tensor.realize import run_schedule
-    from speck.tensor.schedule import schedule_with_cache
+    from speck.tensor.schedule_cache import schedule_with_cache
 
     state = _rng_state(device)
     if (step := _RNG_STEP.get((device, n))) is None:

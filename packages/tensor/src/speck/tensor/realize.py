@@ -22,16 +22,14 @@ from speck.tensor.counters import GlobalCounters
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import JitError
 from speck.tensor.schedule import (
-    Plan,
     ScheduleItem,
     buffer_device,
     buffer_map,
     buffer_map_data,
     buffer_views,
-    cached_plan,
     new_buffer_uop,
-    schedule_with_cache,
 )
+from speck.tensor.schedule_cache import Plan, cached_plan, schedule_with_cache
 from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod

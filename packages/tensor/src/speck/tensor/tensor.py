@@ -310,7 +310,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         global _run_schedule, _schedule_with_cache, _realize_graph
         if _run_schedule is None:  # imported once here, not per call: realize() is the per-op hot path
             from speck.tensor.realize import realize_graph, run_schedule
-            from speck.tensor.schedule import schedule_with_cache
+            from speck.tensor.schedule_cache import schedule_with_cache
 
             _run_schedule, _schedule_with_cache, _realize_graph = run_schedule, schedule_with_cache, realize_graph
 

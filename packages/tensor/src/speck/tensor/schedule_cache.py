@@ -1,0 +1,126 @@
+"""The schedule cache. Realizing the same computation again on other buffers (a training step, `(a+b).realize()` in a
+loop) rebuilds an identical graph up to which BUFFERs it reads. The cache keys a graph by its structure with buffers
+numbered in order of appearance, and replays the kernel list with fresh output/intermediate buffers."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from speck.tensor.schedule import (
+    ScheduleItem,
+    Scheduler,
+    buffer_device,
+    buffer_map,
+    buffer_views,
+    new_buffer_uop,
+    realized_data,
+)
+from speck.uop import Ops, UOp
+
+
+@dataclass(eq=False)
+class Plan:
+    """A cached schedule: kernels as (ast, buffer refs, var_vals, copy offset), the fresh buffers to make as (device,
+    size, dtype), the output's ref and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh
+    buffer. `fast` belongs to the realize engine (its precomputed launches for this plan, built on first use)."""
+
+    recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int], ...]
+    fresh: tuple[tuple[str, Any, Any], ...]
+    out_ref: int
+    shape: Any
+    fast: Any = None
+
+    def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
+        """The schedule items over `inputs` and fresh buffers, and the view of the output."""
+        fresh = [new_buffer_uop(d, n, dt) for d, n, dt in self.fresh]
+        items = [
+            ScheduleItem(ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off)
+            for ast, refs, vv, off in self.recipe
+        ]
+        return items, self.output_view(fresh[~self.out_ref])
+
+    def output_view(self, out_buf: UOp) -> UOp:
+        return out_buf.reshape(self.shape) if self.shape != (out_buf.arg,) else out_buf
+
+
+_schedule_cache: dict[Any, Plan] = {}
+SCHEDULE_CACHE_MAX = 4096
+
+
+def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
+    """(structural key, input BUFFERs in order) of a tensor graph; None when the graph reads a cached realization
+    (whose buffer is not part of the structure). Nodes come in u.toposort() order, not walking below BUFFERs (an
+    inlined walk: this runs on every realize). A node's arg enters the key as hash-consing keys it (`_ck[3]`: a float
+    by its bits, so 0.0 and -0.0 differ, and a value qualified by its type), with its tag."""
+    ids: dict[UOp, int] = {}
+    inputs: list[UOp] = []
+    parts: list[Any] = []
+    buffer, unique, rc, ref = Ops.BUFFER, Ops.UNIQUE, realized_data, weakref.ref
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        n, visited = stack.pop()
+        if n in ids:
+            continue
+        if n.op is buffer:
+            parts.append(("B", n.dtype, n.arg, n.src[1].arg, len(inputs)))
+            inputs.append(n)
+            ids[n] = len(ids)
+        elif visited:
+            ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
+            parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
+            ids[n] = len(ids)
+        elif ref(n) in rc:
+            return None
+        else:
+            stack.append((n, True))
+            for s in reversed(n.src):
+                if s not in ids:
+                    stack.append((s, False))
+    return tuple(parts), inputs
+
+
+def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], Plan | None] | None:
+    """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
+    sig = _signature(u)
+    if sig is None:
+        return None
+    key = (sig[0], device)
+    return key, sig[1], _schedule_cache.get(key)
+
+
+def schedule_with_cache(
+    u: UOp, device: str, found: tuple[Any, list[UOp], Plan | None] | None = None
+) -> tuple[list[ScheduleItem], UOp]:
+    """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph.
+    `found` is cached_plan(u, device) when the caller already looked it up."""
+    if found is None:
+        found = cached_plan(u, device)
+    if found is not None and found[2] is not None:
+        return found[2].instantiate(found[1])
+    sched = Scheduler(device)
+    view = sched.realize(u)
+    if found is not None and len(_schedule_cache) < SCHEDULE_CACHE_MAX and view.op in (Ops.RESHAPE, Ops.BUFFER):
+        out_buf = view if view.op is Ops.BUFFER else view.src[0]
+        in_pos = {b: i for i, b in enumerate(found[1])}
+        made: dict[UOp, int] = {}
+        specs: list[tuple[str, Any, Any]] = []
+        ok = out_buf.op is Ops.BUFFER and out_buf not in in_pos
+
+        def ref(b: UOp) -> int:
+            nonlocal ok
+            if b in in_pos:
+                return in_pos[b]
+            if b.op is not Ops.BUFFER or b in buffer_map or b in buffer_views:  # an older buffer, or a region of
+                ok = False  # another: the plan can't make it anew
+            if b not in made:
+                made[b] = len(made)
+                specs.append((buffer_device(b), b.arg, b.dtype))
+            return ~made[b]
+
+        recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items)
+        out_ref = ref(out_buf)
+        if ok and sched.items:
+            _schedule_cache[found[0]] = Plan(recipe, tuple(specs), out_ref, view.shape)
+    return sched.items, view
