@@ -118,6 +118,7 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.endswith(".__main__")))  # (scripts: run by -m)
 def test_module_imports_alone(module: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in sorted(PACKAGES.glob("*/src")))}

@@ -1,14 +1,18 @@
 """The graph leaves a Tensor is made from, below tensor.py so that the modules defining Tensor's methods can build
-them without importing tensor.py: dtype coercion of user arguments, the lazy iota, host data copied into a new
-buffer, a copy to another device, and the counter that gives every clone its own tag."""
+them without importing tensor.py: dtype coercion of user arguments, constants, the lazy iota, host data (numpy
+arrays, nested lists, files) copied into or mapped as a buffer, a copy to another device, and the counter that
+gives every clone its own tag."""
 
 from __future__ import annotations
 
 import itertools
+import pathlib
 from typing import Any
 
 import numpy as np
 
+from speck.codegen.numeric import storage_np
+from speck.tensor.errors import TensorValueError
 from speck.tensor.schedule import new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
 
@@ -57,3 +61,67 @@ def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
 def copy_uop(u: UOp, dst: str, src: str) -> UOp:
     """u (on device src) on device dst: the node itself when it is already there, else a COPY."""
     return u if dst == src else UOp(Ops.COPY, u.dtype, (u, UOp(Ops.DEVICE, arg=dst)), dst)
+
+
+def _scalar_dtype(x: int | float | bool) -> DType:
+    if isinstance(x, bool):
+        return dtypes.bool
+    if isinstance(x, int):
+        return dtypes.default_int
+    return dtypes.default_float
+
+
+def _const_uop(value: int | float | bool, dtype: DType, device: str) -> UOp:
+    from speck.uop.dtype import cast_value
+
+    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), cast_value(value, dtype))
+
+
+def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
+    """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it."""
+    from speck.tensor.hook import Tensor
+
+    flat: list[Any] = []
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, Tensor):
+            raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
+        else:
+            flat.append(x)
+    if any(isinstance(x, float) or isinstance(x, np.floating) for x in flat):
+        dt = dtypes.default_float
+    elif any(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):
+        dt = dtypes.default_int
+    elif flat:
+        dt = dtypes.bool
+    else:
+        dt = dtypes.default_float
+    try:
+        arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
+    except (ValueError, OverflowError) as e:
+        raise TensorValueError(f"can't make a Tensor from this nested sequence: {e}") from None
+    return arr, dt
+
+
+def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        target = storage_np(dt)
+        if arr.dtype == target:
+            return arr
+        if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
+            return arr.astype(target)  # wraps like a C cast
+        return arr.astype(target)
+
+
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
+    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
+    p = path.resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
+    return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)

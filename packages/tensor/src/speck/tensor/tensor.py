@@ -3,8 +3,9 @@ reads data) schedules them into kernels and runs them. Names, arguments, broadca
 tinygrad's Tensor; numpy is the numeric reference.
 
 The class is split along its seams: creation and the core live here, elementwise math in `elementwise.py`,
-reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`; those modules add methods to the
-class as plain functions so each stays readable alone."""
+reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, neural-network ops in `nnops.py`,
+random numbers in `random.py`; those modules add methods to the class as mixins so each stays readable alone, and
+reach the class through `speck.tensor.hook` (registered at the bottom of this file), never by importing it."""
 
 from __future__ import annotations
 
@@ -29,7 +30,19 @@ from speck.tensor.live import track as _track
 from speck.tensor.movement import MovementMixin
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nnops import NNMixin
-from speck.tensor.nodes import _NP_TO_DT, _clone_counter, _dt, _from_numpy, _iota_uop
+from speck.tensor.nodes import (
+    _NP_TO_DT,
+    _UINT_OF_SIZE,
+    _clone_counter,
+    _const_uop,
+    _disk_tensor,
+    _dt,
+    _from_nested,
+    _from_numpy,
+    _iota_uop,
+    _np_cast,
+    _scalar_dtype,
+)
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
@@ -52,20 +65,6 @@ Scalar = int | float | bool
 DTypeLike = DType | str
 # a device name, or a tuple of them for a tensor sharded over several devices
 DeviceLike = str | tuple[str, ...] | list[str]
-
-
-def _scalar_dtype(x: Scalar) -> DType:
-    if isinstance(x, bool):
-        return dtypes.bool
-    if isinstance(x, int):
-        return dtypes.default_int
-    return dtypes.default_float
-
-
-def _const_uop(value: Scalar, dtype: DType, device: str) -> UOp:
-    from speck.uop.dtype import cast_value
-
-    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), cast_value(value, dtype))
 
 
 # speck.tensor.realize.run_schedule, schedule.schedule_with_cache and realize.realize_graph, bound on the first
@@ -811,54 +810,6 @@ def _materialize_buffer(b: UOp) -> Any:
     from speck.tensor.realize import get_buffer
 
     return get_buffer(b)
-
-
-def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
-    """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it."""
-    flat: list[Any] = []
-    stack = [data]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, Tensor):
-            raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
-        else:
-            flat.append(x)
-    if any(isinstance(x, float) or isinstance(x, np.floating) for x in flat):
-        dt = dtypes.default_float
-    elif any(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):
-        dt = dtypes.default_int
-    elif flat:
-        dt = dtypes.bool
-    else:
-        dt = dtypes.default_float
-    try:
-        arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
-    except (ValueError, OverflowError) as e:
-        raise TensorValueError(f"can't make a Tensor from this nested sequence: {e}") from None
-    return arr, dt
-
-
-def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        target = np_dtype(dt)
-        if arr.dtype == target:
-            return arr
-        if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
-            return arr.astype(target)  # wraps like a C cast
-        return arr.astype(target)
-
-
-_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
-
-
-def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
-    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
-    p = path.resolve()
-    if not p.is_file():
-        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
-    return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)
 
 
 hook.register(Tensor)
