@@ -3,9 +3,8 @@ reads data) schedules them into kernels and runs them. Names, arguments, broadca
 tinygrad's Tensor; numpy is the numeric reference.
 
 The class is split along its seams: creation and the core live here, elementwise math in `elementwise.py`,
-reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, neural-network ops in `nnops.py`,
-random numbers in `random.py`; those modules add methods to the class as mixins so each stays readable alone, and
-reach the class through `speck.tensor.hook` (registered at the bottom of this file), never by importing it."""
+reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, nn ops in `nnops.py`, random numbers
+in `random.py`: mixins that reach the class through `speck.tensor.hook` (registered below), never importing this."""
 
 from __future__ import annotations
 
