@@ -12,7 +12,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from codegen_strategies import kernel_asts
 from speck.codegen.compiler import LLVMCompiler
 from speck.codegen.compiler.llvm import KERNEL_PASSES
 from speck.codegen.interpret import run_program
@@ -29,9 +29,6 @@ from speck.codegen.program import to_program
 from speck.codegen.renderer.common import kernel_signature
 from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import UOp
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from codegen_strategies import kernel_asts
 from test_render_clang_llvm_exec import call, same_bits
 
 needs_cc = pytest.mark.skipif(

@@ -11,7 +11,6 @@ import math
 import os
 import pathlib
 import subprocess
-import sys
 from typing import Any
 
 import numpy as np
@@ -22,8 +21,6 @@ from speck.codegen.renderer.common import casted_const
 from speck.codegen.renderer.cstyle import ClangRenderer, c_literal
 from speck.codegen.renderer.llvmir import LLVMRenderer, llvm_literal
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_render_clang_llvm_exec import (
     alu,
     buf,

@@ -4,22 +4,18 @@ pipeline and executed through llvmlite's MCJIT and through gcc, both equal to th
 
 from __future__ import annotations
 
-import pathlib
 import re
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given
 
+from codegen_strategies import kernel_asts
 from speck.codegen.program import to_program
 from speck.codegen.renderer.cstyle import ClangRenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer, host_vector_bytes
 from speck.uop import AxisType, Ops, UOp, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from codegen_strategies import kernel_asts
 from test_render_clang_golden import KERNELS
 from test_render_clang_llvm_exec import (
     _llvm,

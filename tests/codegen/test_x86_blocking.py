@@ -5,23 +5,19 @@ same lowered program bit for bit (fp_contract off), and the unoptimized AST with
 
 from __future__ import annotations
 
-import pathlib
 import re
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codegen_helpers import assert_same
 from speck.codegen.interpret import eval_ast
 from speck.codegen.opt import Opt, OptOps
 from speck.codegen.program import to_program
 from speck.codegen.x86 import X86Compiler, X86Renderer
 from speck.uop import AxisType, DType, Ops, UOp, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from codegen_helpers import assert_same
 from test_opt_perf import (
     bufs,
     channel_sum,

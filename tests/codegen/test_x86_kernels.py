@@ -16,23 +16,20 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from codegen_helpers import assert_same, out_dtype
+from codegen_strategies import kernel_asts
 from speck.codegen.interpret import eval_ast, run_program
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.numeric import from_storage
 from speck.codegen.program import ProgramSpec, to_program
 from speck.codegen.x86 import X86Compiler, X86Renderer
 from speck.uop import AxisType, DType, Ops, PtrDType, UOp, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from codegen_helpers import assert_same, out_dtype
-from codegen_strategies import kernel_asts
 
 pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc links the objects for ctypes"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",

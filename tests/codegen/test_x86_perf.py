@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import pathlib
 import pickle
 import random
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -46,8 +44,6 @@ from speck.codegen.x86.operands import GPR64, Imm, Inst, Label, Mem, Operand, Re
 from speck.codegen.x86.ops import X86Op
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import phys
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_x86_encoding import TEMPLATES, rand_operand
 from test_x86_select import elementwise_add, row_sum
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -23,8 +22,6 @@ from speck.codegen.x86 import X86Compiler, X86Renderer, parse_listing, render_x8
 from speck.codegen.x86.objdump import disassemble_object, normalise, parse_objdump
 from speck.codegen.x86.select import SELECTION_TABLE, op_class, signed_magic32
 from speck.uop import AxisType, Ops, UOp, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 from test_x86_kernels import check
 
