@@ -10,17 +10,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor as Tensor
 
-_registered: dict[str, type] = {}
-
 
 def register(cls: type) -> None:
-    """Make cls the Tensor class the method modules build results with (tensor.py, once)."""
-    _registered["Tensor"] = cls
+    """Make cls the Tensor class the method modules build results with (tensor.py, once). It becomes a plain module
+    attribute, so reading it costs what any import of a name costs (these imports run on every op)."""
+    globals()["Tensor"] = cls
 
 
-def __getattr__(name: str) -> Any:
-    if name in _registered:
-        return _registered[name]
+def __getattr__(name: str) -> Any:  # only reached before register()
     if name == "Tensor":
         raise ImportError("speck.tensor.hook: no Tensor class registered yet; import speck.tensor (tensor.py "
                           "registers it) before calling a Tensor method module")  # fmt: skip

@@ -42,8 +42,24 @@ from speck.uop.helpers import prod
 
 # 0: replay every captured call on its own (the per-kernel path), e.g. to compare; read at each replay
 BATCH = getenv("JIT_BATCH", 1)
+# 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
+UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 R = TypeVar("R")
+
+
+def check_read_allowed(what: str) -> None:
+    """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
+    Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
+    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
+        raise JitError(
+            f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
+            "replays). Return the tensor from the jitted function and read it outside, or run the read under "
+            "Context(CAPTURING=0)"
+        )
+
+
+realize.register_read_check(check_read_allowed)  # Tensor reads call it (tensor.py does not import this module)
 
 
 # ---------------- inputs ----------------

@@ -7,7 +7,7 @@ reference interpreter (speck.codegen.interpret.eval_ast) on zero-copy views of t
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from weakref import ref as _ref
 
@@ -20,7 +20,6 @@ from speck.hcq.buffer import Buffer as _HcqBuffer
 from speck.tensor import profile
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
-from speck.tensor.errors import JitError
 from speck.tensor.schedule import (
     ScheduleItem,
     buffer_device,
@@ -281,8 +280,6 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
 # records its buffer swaps as ("assign", (dst, src)), and host work on buffers (speck.tensor.distributed's MPI
 # collectives) as ("host", (fn, buffers)): replays call fn(buffers)
 CAPTURE: list[tuple[str, Any]] | None = None
-# 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
-UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 
 def recording() -> list[tuple[str, Any]] | None:
@@ -290,15 +287,21 @@ def recording() -> list[tuple[str, Any]] | None:
     return CAPTURE if CAPTURE is not None and CAPTURING.value else None
 
 
+def _reads_unchecked(what: str) -> None:
+    """Until speck.tensor.jit registers its check (nothing captures before it is imported)."""
+
+
+# TinyJit's check of a data read (numpy/tolist/item/data) during a capture: speck.tensor.jit, which sits above this
+# module and tensor.py, registers it on import; Tensor reads call it while a capture records
+_read_check: list[Callable[[str], None]] = [_reads_unchecked]
+
+
+def register_read_check(check: Callable[[str], None]) -> None:
+    _read_check[0] = check
+
+
 def check_read_allowed(what: str) -> None:
-    """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
-    Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
-    if recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
-        raise JitError(
-            f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
-            "replays). Return the tensor from the jitted function and read it outside, or run the read under "
-            "Context(CAPTURING=0)"
-        )
+    _read_check[0](what)
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
