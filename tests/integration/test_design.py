@@ -4,6 +4,7 @@ own in a fresh interpreter (a module that only works after some other import hid
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -118,9 +119,61 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.endswith(".__main__")))  # (scripts: run by -m)
-def test_module_imports_alone(module: str) -> None:
+# Imports each module in a forked child of an interpreter that has loaded no speck module (third-party libraries are
+# preloaded only to make each child cheap: a module that forgets an import still fails with NameError). A child
+# reports its traceback on stderr and exits non-zero.
+_IMPORT_EACH = """
+import json, os, sys, traceback
+import numpy, llvmlite.binding  # noqa: F401  (preloaded for speed only)
+assert not any(m.startswith("speck") for m in sys.modules), "the runner must start without speck"
+failed, running = {}, {}
+todo = list(reversed(sys.argv[1:]))
+while todo or running:
+    while todo and len(running) < (os.cpu_count() or 1):  # one child per core at a time
+        module = todo.pop()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                __import__(module)
+                code = 0
+            except BaseException:
+                os.write(w, traceback.format_exc()[-2000:].encode())  # (fits the pipe: never blocks)
+                code = 1
+            os._exit(code)
+        os.close(w)
+        running[pid] = (module, r)
+    pid, status = os.wait()
+    module, r = running.pop(pid)
+    with os.fdopen(r, "rb") as f:
+        err = f.read().decode(errors="replace")
+    if status != 0:
+        failed[module] = err or "the child died"
+print(json.dumps(failed))
+"""
+
+
+def test_every_module_imports_alone() -> None:
+    """`import speck.X.Y` works in a fresh interpreter for every module (scripts run by -m excepted)."""
+    modules = sorted(m for m in MODULES if not m.endswith(".__main__"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in sorted(PACKAGES.glob("*/src")))}
-    r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, f"`python -c 'import {module}'` failed:\n{r.stderr[-2000:]}"
+    r = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *modules], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    failed = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not failed, "modules that fail to import alone:\n" + "\n".join(f"{m}:\n{e}" for m, e in failed.items())
+
+
+def test_the_import_check_sees_a_module_that_needs_another_first(tmp_path: Path) -> None:
+    """The runner above can fail: a module that only works after some other import is reported with its error."""
+    pkg = tmp_path / "speckfake"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("import sys\nX = 1\n")
+    (pkg / "user.py").write_text("import sys\nY = sys.modules['speckfake.base'].X\n")  # needs base imported first
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", _IMPORT_EACH, "speckfake.base", "speckfake.user"], capture_output=True,
+                       text=True, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    failed = json.loads(r.stdout.strip().splitlines()[-1])
+    assert list(failed) == ["speckfake.user"] and "KeyError" in failed["speckfake.user"]
