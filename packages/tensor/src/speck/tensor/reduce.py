@@ -104,6 +104,10 @@ class ReduceMixin:
         out = prod(s for i, s in enumerate(shape) if i not in axes)
         if out == 0 or prod(shape) // out < REDUCEOP_SPLIT_THRESHOLD.value:
             return None
+        if any(u.op is Ops.CMPEQ for u in self.uop.toposort()):
+            # integer-tensor indexing (a one-hot compare, summed): the scheduler folds it into direct loads, which a
+            # split of the reduced axis would prevent (two index tensors into a 2000x2000 target: 600 -> 10M ops)
+            return None
         dim = max(axes, key=lambda a: shape[a])
         n = as_int(shape[dim])
         d = next((d for d in range(min(SPLIT_REDUCE_PARTS, SPLIT_REDUCE_SIZE // out), 7, -1) if n % d == 0), None)
