@@ -236,8 +236,10 @@ def _linear_scan(
     copied_from: dict[int, int],
     pools: dict[str, tuple[str, ...]],
     weight: dict[int, float],
+    give_up_at_spill: bool = False,
 ) -> tuple[dict[int, str | int], list[int]]:
-    """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill."""
+    """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill.
+    `give_up_at_spill`: return at the first spill (the caller then scans again with scratch registers reserved)."""
     home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
     spilled: list[int] = []
     # the live intervals holding a register: vid -> (end, reg), in the order they got it (which breaks cost ties
@@ -269,6 +271,8 @@ def _linear_scan(
             taken.add(pick)
             continue
 
+        if give_up_at_spill:
+            return home, [vid]
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
         # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
         def cost(end: int, v: int) -> tuple[float, int]:
@@ -356,7 +360,7 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             out[name] = c.allocatable if reserve_scratch else c.allocatable[:k] + c.scratch + c.allocatable[k:]
         return out
 
-    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False), weight)
+    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False), weight, give_up_at_spill=True)
     if spilled:
         home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(True), weight)
     assigned: dict[str, list[tuple[int, int]]] = {}
@@ -438,11 +442,13 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
         use_ids = {u.id for u in ins.uses}
         def_ids = {d.id for d in ins.defs}
         pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs_i]
-        for v in sorted(pending, key=lambda v: v.id not in use_ids):  # sources first
+        if len(pending) > 1:
+            pending.sort(key=lambda v: v.id not in use_ids)  # sources first
+        for v in pending:
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
-            scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
-            tmp = next((r for r in scratch if r not in avoid), None)
+            tmp = next((r for r in cls.scratch if r not in avoid
+                        and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1))), None)  # fmt: skip
             if tmp is None:  # all reserved scratch taken: any register nothing occupies at this instruction
                 point_free = [r for r in cls.allocatable if r not in avoid
                               and not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)

@@ -26,7 +26,7 @@ from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
-from speck.codegen.x86.regs import X86_64_SYSV, phys
+from speck.codegen.x86.regs import _PHYS, X86_64_SYSV, phys
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,16 @@ def ra_view(item: Item) -> RAInstr:
     return _RA_NOTHING  # a label
 
 
+def _ra_view_fast(item: Item) -> RAInstr:
+    """ra_view for allocate_function's loop: the copy test only for two-operand moves."""
+    if type(item) is Inst:
+        roles = item._roles or operand_roles(item)
+        ops = item.operands
+        copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
+        return RAInstr(roles[0], roles[1], item.clobbers, None, copy)
+    return ra_view(item)
+
+
 # RAInstr is immutable: the register-free items share one description each
 _RA_LOOP_BEGIN = RAInstr(marker="loop_begin")
 _RA_LOOP_END = RAInstr(marker="loop_end")
@@ -144,6 +154,7 @@ def _is_copy(inst: Inst) -> bool:
 
 
 _REG_TYPES = (VReg, Reg)
+_phys_get = _PHYS.get  # phys()'s cache, read inline by the rewrite loop (a miss falls back to phys())
 _KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
 
@@ -159,7 +170,7 @@ class AllocatedFunction:
 
 def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
-    views = [ra_view(it) for it in items]
+    views = [_ra_view_fast(it) for it in items]
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
@@ -211,8 +222,8 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             if uses_ymm:
                 out.append(Inst(X86Op.VZEROUPPER))
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([phys(regs[o.id], o.size) if isinstance(o, VReg) else o if isinstance(o, _KEPT) else sub(o, regs)
-                     for o in item.operands])  # fmt: skip
+        ops = tuple([(_phys_get((regs[o.id], o.size)) or phys(regs[o.id], o.size)) if type(o) is VReg
+                     else o if isinstance(o, _KEPT) else sub(o, regs) for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
             out.append(Inst(op, ops))
         for sp in spills:
