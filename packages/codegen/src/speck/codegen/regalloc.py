@@ -195,8 +195,8 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
                 occurrences[v.id] = [(2 * i + 1, True)]
             else:
                 occ.append((2 * i + 1, True))
+    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
     for vid, occ in occurrences.items():
-        occ.sort()
         # read before any write: live-in at function entry (incoming arguments)
         first[vid] = occ[0][0] if occ[0][1] else 0
         last[vid] = occ[-1][0]

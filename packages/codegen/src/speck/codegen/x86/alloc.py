@@ -154,6 +154,7 @@ def _is_copy(inst: Inst) -> bool:
 
 
 _REG_TYPES = (VReg, Reg)
+_FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
 _phys_get = _PHYS.get  # phys()'s cache, read inline by the rewrite loop (a miss falls back to phys())
 _KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
@@ -204,30 +205,34 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     out: list[Inst | Label] = [Inst(X86Op.PUSH, (phys(r, 8),)) for r in pushed]
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
+    append = out.append
     for item, view, regs, reloads, spills in zip(items, views, alloc.regs, alloc.reloads, alloc.spills):
-        for rl in reloads:
-            out.append(move(True, rl.vreg.cls, rl.reg, rl.slot))
-        if not isinstance(item, Inst):
+        if reloads:
+            for rl in reloads:
+                append(move(True, rl.vreg.cls, rl.reg, rl.slot))
+        if type(item) is not Inst:
             if isinstance(item, Label):
-                out.append(item)
+                append(item)
             continue
         op = item.op
-        if op is X86Op.CALL and uses_ymm:
-            # avoid the AVX-SSE transition penalty in callees; no vector value survives a call, so this loses nothing
-            out.append(Inst(X86Op.VZEROUPPER))
-        if op is X86Op.RET:
-            if frame:
-                out.append(Inst(X86Op.ADD, (RSP, Imm(frame))))
-            out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
-            if uses_ymm:
-                out.append(Inst(X86Op.VZEROUPPER))
+        if op in _FRAME_OPS:
+            if op is X86Op.CALL and uses_ymm:
+                # avoid the AVX-SSE transition penalty in callees; no vector value survives a call: this loses nothing
+                append(Inst(X86Op.VZEROUPPER))
+            if op is X86Op.RET:
+                if frame:
+                    append(Inst(X86Op.ADD, (RSP, Imm(frame))))
+                out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
+                if uses_ymm:
+                    append(Inst(X86Op.VZEROUPPER))
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
         ops = tuple([(_phys_get((regs[o.id], o.size)) or phys(regs[o.id], o.size)) if type(o) is VReg
                      else o if isinstance(o, _KEPT) else sub(o, regs) for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
-            out.append(Inst(op, ops))
-        for sp in spills:
-            out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
+            append(Inst(op, ops))
+        if spills:
+            for sp in spills:
+                append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 
 
