@@ -150,8 +150,6 @@ class Allocation:
     loops: list[tuple[int, int]] = field(default_factory=list)
 
 
-
-
 def _overlaps(ranges: Sequence[tuple[int, int]], s: int, e: int) -> bool:
     return any(rs <= e and s <= re for rs, re in ranges)
 
@@ -273,6 +271,7 @@ def _linear_scan(
 
         if give_up_at_spill:
             return home, [vid]
+
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
         # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
         def cost(end: int, v: int) -> tuple[float, int]:

@@ -194,7 +194,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             if isinstance(b, VReg) or isinstance(x, VReg):
                 base = phys(regs[b.id], 8) if isinstance(b, VReg) else b
                 index = phys(regs[x.id], 8) if isinstance(x, VReg) else x
-                return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+                return Mem(base, index, o.scale, o.disp, o.size, o.symbol, o.broadcast)
             return o
         if isinstance(o, IncomingStackArg):
             if o.index < 6:

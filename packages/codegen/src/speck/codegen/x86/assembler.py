@@ -79,7 +79,7 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
         pc = len(code)
         assert pc == pcs[i]
         placed = fixed[i]
-        if placed is not None and item.op is not X86Op.CALL:  # (the common case: encoded above)
+        if placed is not None and item.op is not X86Op.CALL:  # type: ignore[union-attr]  # (encoded above: an Inst)
             if placed.reloc is not None:
                 r = placed.reloc
                 relocs.append(Relocation(pc + r.offset, r.kind, r.symbol, r.addend))
