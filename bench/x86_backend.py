@@ -9,8 +9,10 @@ FP_CONTRACT is on, the default):
   on a shared host wall time mostly measures the other processes; llvmlite compiles on the calling thread);
 - CNN step: the main job's model (batch 128, Adam, TinyJit), one model per device, steps interleaved in rounds;
 - CNN compile: every kernel of the step, rendered and compiled by each backend (lowering shared, not counted), CPU
-  seconds as above. The tensor path compiles LLVM in worker processes (speck.codegen.compiler.pool) - the same work
-  on other cores; this row counts the work, the first-step row the wall time a user waits;
+  seconds as above. x86's encoder keeps a per-process cache of instruction encodings, warm here (the CNN step rows
+  ran the same kernels); a cold process pays ~0.15 s more for the step's ~3800 distinct forms. The tensor path
+  compiles LLVM in worker processes (speck.codegen.compiler.pool) - the same work on other cores; this row counts
+  the work, the first-step row the wall time a user waits;
 - first CNN step: a fresh process per backend with a cold compile cache (CACHELEVEL=0), alternating, medians of the
   wall time (the target) and, for reference, the CPU seconds spent: the process's own plus the compile workers'
   (LLVM's compiles run there in parallel with the lowering; x86 renders on the lowering thread: no workers).
