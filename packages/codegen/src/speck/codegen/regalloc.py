@@ -181,29 +181,30 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
     """Live interval [start, end] (in positions 2i / 2i+1) of every vreg id, extended over loops as described above."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    occurrences: dict[int, list[tuple[int, bool]]] = {}  # id -> [(pos, is_def)]
+    # id -> the positions it is accessed at: 2i for a read by instruction i, 2i+1 for a write (odd: a write)
+    occurrences: dict[int, list[int]] = {}
     for i, ins in enumerate(instrs):
         for v in ins.uses:
             if (occ := occurrences.get(v.id)) is None:
-                occurrences[v.id] = [(2 * i, False)]
+                occurrences[v.id] = [2 * i]
             else:
-                occ.append((2 * i, False))
+                occ.append(2 * i)
         for v in ins.defs:
             if (occ := occurrences.get(v.id)) is None:
-                occurrences[v.id] = [(2 * i + 1, True)]
+                occurrences[v.id] = [2 * i + 1]
             else:
-                occ.append((2 * i + 1, True))
+                occ.append(2 * i + 1)
     # (each list is in position order already: instructions in order, an instruction's reads before its writes)
     for vid, occ in occurrences.items():
         # read before any write: live-in at function entry (incoming arguments)
-        first[vid] = occ[0][0] if occ[0][1] else 0
-        last[vid] = occ[-1][0]
+        first[vid] = occ[0] if occ[0] & 1 else 0
+        last[vid] = occ[-1]
     # Only a value that is live-in, or whose interval has a loop boundary inside it, can be extended: any other one
     # lies in one stretch between boundaries, so each loop either holds it whole - first access a write, hence not
     # carried - or misses it. Those (most values: temporaries of a block) never enter the fixed point below.
     bounds = sorted(p for b, e in loops for p in (2 * b, 2 * e + 1))
     movable = {vid: occ for vid, occ in occurrences.items()
-               if not occ[0][1] or bisect_left(bounds, first[vid]) != bisect_right(bounds, last[vid])}  # fmt: skip
+               if not occ[0] & 1 or bisect_left(bounds, first[vid]) != bisect_right(bounds, last[vid])}  # fmt: skip
     # whether a value's first access inside a loop is a read depends only on its accesses: decide it once per loop
     carried_in: dict[tuple[int, int], bool] = {}
     changed = bool(loops)
@@ -219,8 +220,8 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
                 if not crosses:
                     carried = carried_in.get((vid, b))
                     if carried is None:
-                        first_inside = next((d for p, d in occ if lo <= p <= hi), None)
-                        carried = carried_in[(vid, b)] = first_inside is not None and not first_inside
+                        first_inside = next((p for p in occ if lo <= p <= hi), None)
+                        carried = carried_in[(vid, b)] = first_inside is not None and not first_inside & 1
                 if crosses or carried:
                     first[vid], last[vid] = min(s, lo), max(t, hi)
                     changed = True
