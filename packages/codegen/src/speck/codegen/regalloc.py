@@ -23,9 +23,10 @@ How it works (Poletto & Sarkar style, one location per value):
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 from speck.codegen.errors import RegAllocError
 
@@ -149,9 +150,6 @@ class Allocation:
     loops: list[tuple[int, int]] = field(default_factory=list)
 
 
-INF = float("inf")
-
-
 def _overlaps(ranges: Sequence[tuple[int, int]], s: int, e: int) -> bool:
     return any(rs <= e and s <= re for rs, re in ranges)
 
@@ -183,31 +181,38 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
     """Live interval [start, end] (in positions 2i / 2i+1) of every vreg id, extended over loops as described above."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    occurrences: dict[int, list[tuple[int, bool]]] = {}  # id -> [(pos, is_def)]
+    # id -> the positions it is accessed at: 2i for a read by instruction i, 2i+1 for a write (odd: a write)
+    occurrences: dict[int, list[int]] = {}
     for i, ins in enumerate(instrs):
         for v in ins.uses:
             if (occ := occurrences.get(v.id)) is None:
-                occurrences[v.id] = [(2 * i, False)]
+                occurrences[v.id] = [2 * i]
             else:
-                occ.append((2 * i, False))
+                occ.append(2 * i)
         for v in ins.defs:
             if (occ := occurrences.get(v.id)) is None:
-                occurrences[v.id] = [(2 * i + 1, True)]
+                occurrences[v.id] = [2 * i + 1]
             else:
-                occ.append((2 * i + 1, True))
+                occ.append(2 * i + 1)
+    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
     for vid, occ in occurrences.items():
-        occ.sort()
         # read before any write: live-in at function entry (incoming arguments)
-        first[vid] = occ[0][0] if occ[0][1] else 0
-        last[vid] = occ[-1][0]
+        first[vid] = occ[0] if occ[0] & 1 else 0
+        last[vid] = occ[-1]
+    # Only a value that is live-in, or whose interval has a loop boundary inside it, can be extended: any other one
+    # lies in one stretch between boundaries, so each loop either holds it whole - first access a write, hence not
+    # carried - or misses it. Those (most values: temporaries of a block) never enter the fixed point below.
+    bounds = sorted(p for b, e in loops for p in (2 * b, 2 * e + 1))
+    movable = {vid: occ for vid, occ in occurrences.items()
+               if not occ[0] & 1 or bisect_left(bounds, first[vid]) != bisect_right(bounds, last[vid])}  # fmt: skip
     # whether a value's first access inside a loop is a read depends only on its accesses: decide it once per loop
     carried_in: dict[tuple[int, int], bool] = {}
-    changed = True
+    changed = bool(loops)
     while changed:
         changed = False
         for b, e in loops:
             lo, hi = 2 * b, 2 * e + 1
-            for vid, occ in occurrences.items():
+            for vid, occ in movable.items():
                 s, t = first[vid], last[vid]
                 if t < lo or s > hi or (s <= lo and t >= hi):
                     continue
@@ -215,8 +220,8 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
                 if not crosses:
                     carried = carried_in.get((vid, b))
                     if carried is None:
-                        first_inside = next((d for p, d in occ if lo <= p <= hi), None)
-                        carried = carried_in[(vid, b)] = first_inside is not None and not first_inside
+                        first_inside = next((p for p in occ if lo <= p <= hi), None)
+                        carried = carried_in[(vid, b)] = first_inside is not None and not first_inside & 1
                 if crosses or carried:
                     first[vid], last[vid] = min(s, lo), max(t, hi)
                     changed = True
@@ -230,47 +235,58 @@ def _linear_scan(
     copied_from: dict[int, int],
     pools: dict[str, tuple[str, ...]],
     weight: dict[int, float],
+    give_up_at_spill: bool = False,
 ) -> tuple[dict[int, str | int], list[int]]:
-    """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill."""
+    """The scan proper: a register (from `pools`, in preference order) for each unpinned interval, or a spill.
+    `give_up_at_spill`: return at the first spill (the caller then scans again with scratch registers reserved)."""
     home: dict[int, str | int] = {vid: v.fixed for vid, v in info.items() if v.fixed is not None}
     spilled: list[int] = []
-    active: list[tuple[int, int, str]] = []  # (end, vid, reg)
+    # the live intervals holding a register: vid -> (end, reg), in the order they got it (which breaks cost ties
+    # between victims); `ends` is a heap of (end, vid) over them, entries of spilled victims left to go stale
+    active: dict[int, tuple[int, str]] = {}
+    ends: list[tuple[int, int]] = []
     taken: set[str] = set()  # the registers of `active`
-    next_end: float = INF  # the earliest end in `active`: nothing expires before the scan passes it
     order = sorted((iv[0], iv[1], vid) for vid, iv in intervals.items() if info[vid].fixed is None)
     for s, e, vid in order:
+        while ends and ends[0][0] < s:  # intervals that ended free their registers
+            _, old = heappop(ends)
+            if (held := active.pop(old, None)) is not None:
+                taken.discard(held[1])
         cls = info[vid].cls
-        if next_end < s:  # intervals that ended free their registers
-            active = [a for a in active if a[0] >= s]
-            taken = {a[2] for a in active}
-            next_end = min((a[0] for a in active), default=INF)
-
         pool = pools[cls]
+        pick: str | None = None
         hint = home.get(copied_from.get(vid, -1))
         if isinstance(hint, str) and hint in pool and _is_free(hint, taken, blocked, s, e):
-            pick: str | None = hint
-        else:  # the first free register in preference order (no list of all free ones is needed)
-            pick = next((r for r in pool if _is_free(r, taken, blocked, s, e)), None)
+            pick = hint
+        else:  # the first free register in preference order (the check of _is_free, inlined: this is the hot loop)
+            for r in pool:
+                if r not in taken and (r not in blocked or not _overlaps(blocked[r], s, e)):
+                    pick = r
+                    break
         if pick is not None:
             home[vid] = pick
-            active.append((e, vid, pick))
+            active[vid] = (e, pick)
+            heappush(ends, (e, vid))
             taken.add(pick)
-            next_end = min(next_end, e)
             continue
+
+        if give_up_at_spill:
+            return home, [vid]
 
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
         # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
         def cost(end: int, v: int) -> tuple[float, int]:
             return weight[v] / (end - intervals[v][0] + 1), -end
 
-        victims = [a for a in active if info[a[1]].cls == cls and not _overlaps(blocked.get(a[2], []), s, e)]
-        victim = min(victims, key=lambda a: cost(a[0], a[1]), default=None)
+        victim = min(((a_end, a_vid, a_reg) for a_vid, (a_end, a_reg) in active.items()
+                      if info[a_vid].cls == cls and not _overlaps(blocked.get(a_reg, ()), s, e)),
+                     key=lambda a: cost(a[0], a[1]), default=None)  # fmt: skip
         if victim is not None and cost(victim[0], victim[1]) < cost(e, vid):
-            active.remove(victim)  # its register goes straight to this value: `taken` is unchanged
+            del active[victim[1]]  # its register goes straight to this value: `taken` is unchanged
             spilled.append(victim[1])
             home[vid] = victim[2]
-            active.append((e, vid, victim[2]))
-            next_end = min((a[0] for a in active), default=INF)
+            active[vid] = (e, victim[2])
+            heappush(ends, (e, vid))
         else:
             spilled.append(vid)
     return home, spilled
@@ -278,19 +294,37 @@ def _linear_scan(
 
 def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
+    # one pass: each value's VReg (checked for one class), its spill weight (accesses, each counting
+    # 10 ** loop nesting depth) and the value a register copy defines it from
     info: dict[int, VReg] = {}
+    weight: dict[int, float] = {}
+    copied_from: dict[int, int] = {}
+    classes = target.classes
+    depth = 0
+    w = 1.0
     for i, ins in enumerate(instrs):
+        if ins.marker is not None:
+            depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
+            w = 10.0**depth
+            continue
         for v in ins.defs + ins.uses:
-            seen = info.setdefault(v.id, v)
+            seen = info.get(v.id)
+            if seen is None:
+                if v.cls not in classes:
+                    raise RegAllocError(
+                        f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}"
+                    )
+                info[v.id] = v
+                weight[v.id] = w
+                continue
             if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
                 raise RegAllocError(
                     f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
                     f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
                 )
-            if v.cls not in target.classes:
-                raise RegAllocError(
-                    f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(target.classes)}"
-                )
+            weight[v.id] += w
+        if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
+            copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
     loops = find_loops(instrs)
     intervals = live_intervals(instrs, loops)
 
@@ -318,23 +352,6 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                         "it; copy the value to an unpinned virtual register before the instruction"
                     )
 
-    # spill weight: accesses, each counting 10 ** (loop nesting depth)
-    weight: dict[int, float] = dict.fromkeys(info, 0.0)
-    depth = 0
-    for ins in instrs:
-        if ins.marker is not None:
-            depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
-        w = 10.0**depth
-        for v in ins.defs:
-            weight[v.id] += w
-        for v in ins.uses:
-            weight[v.id] += w
-
-    copied_from: dict[int, int] = {}
-    for ins in instrs:
-        if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
-            copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
-
     def pools(reserve_scratch: bool) -> dict[str, tuple[str, ...]]:
         # without spills nothing needs a scratch register: offer them first, ahead of the callee-saved ones
         out = {}
@@ -343,7 +360,7 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             out[name] = c.allocatable if reserve_scratch else c.allocatable[:k] + c.scratch + c.allocatable[k:]
         return out
 
-    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False), weight)
+    home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(False), weight, give_up_at_spill=True)
     if spilled:
         home, spilled = _linear_scan(intervals, info, blocked, copied_from, pools(True), weight)
     assigned: dict[str, list[tuple[int, int]]] = {}
@@ -370,15 +387,11 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             frame += size
         home[vid] = slots[vid]
 
-    regs: list[dict[int, str]] = [{} for _ in instrs]
+    in_reg = {vid: loc for vid, loc in home.items() if isinstance(loc, str)}
+    regs: list[dict[int, str]] = [{v.id: in_reg[v.id] for v in ins.defs + ins.uses if v.id in in_reg}
+                                  for ins in instrs]  # fmt: skip
     reloads: list[list[Reload]] = [[] for _ in instrs]
     spills: list[list[Spill]] = [[] for _ in instrs]
-    for i, ins in enumerate(instrs):
-        regs_i = regs[i]
-        for v in ins.defs + ins.uses:
-            loc = home[v.id]
-            if isinstance(loc, str):
-                regs_i[v.id] = loc
 
     # loop-invariant spilled values: one reload before the loop if a register is free across all of it. Where each
     # spilled value is read and written (instruction indices, ascending) answers "does the loop body touch it" by
@@ -417,21 +430,25 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
 
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
     # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
-    for i, ins in enumerate(instrs if spilled else ()):  # with no spill every operand already has a register
-        regs_i = regs[i]
+    # Only the instructions naming a spilled value are visited (with no spill every operand has a register).
+    touching = sorted({i for at in (*uses_at.values(), *defs_at.values()) for i in at})
+    for i in touching:
+        ins, regs_i = instrs[i], regs[i]
         if all(v.id in regs_i for v in ins.uses) and all(v.id in regs_i for v in ins.defs):
-            continue  # nothing spilled here
+            continue  # every spilled value here has its hoisted register
         held = set(regs_i.values())
         read_scratch: set[str] = set()
         written_scratch: set[str] = set()
         use_ids = {u.id for u in ins.uses}
         def_ids = {d.id for d in ins.defs}
         pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs_i]
-        for v in sorted(pending, key=lambda v: v.id not in use_ids):  # sources first
+        if len(pending) > 1:
+            pending.sort(key=lambda v: v.id not in use_ids)  # sources first
+        for v in pending:
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
-            scratch = [r for r in cls.scratch if not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)]
-            tmp = next((r for r in scratch if r not in avoid), None)
+            tmp = next((r for r in cls.scratch if r not in avoid
+                        and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1))), None)  # fmt: skip
             if tmp is None:  # all reserved scratch taken: any register nothing occupies at this instruction
                 point_free = [r for r in cls.allocatable if r not in avoid
                               and not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)

@@ -26,7 +26,7 @@ from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
-from speck.codegen.x86.regs import X86_64_SYSV, phys
+from speck.codegen.x86.regs import _PHYS, X86_64_SYSV, phys
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,16 @@ def ra_view(item: Item) -> RAInstr:
     return _RA_NOTHING  # a label
 
 
+def _ra_view_fast(item: Item) -> RAInstr:
+    """ra_view for allocate_function's loop: the copy test only for two-operand moves."""
+    if type(item) is Inst:
+        roles = item._roles or operand_roles(item)
+        ops = item.operands
+        copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
+        return RAInstr(roles[0], roles[1], item.clobbers, None, copy)
+    return ra_view(item)
+
+
 # RAInstr is immutable: the register-free items share one description each
 _RA_LOOP_BEGIN = RAInstr(marker="loop_begin")
 _RA_LOOP_END = RAInstr(marker="loop_end")
@@ -144,6 +154,8 @@ def _is_copy(inst: Inst) -> bool:
 
 
 _REG_TYPES = (VReg, Reg)
+_FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
+_phys_get = _PHYS.get  # phys()'s cache, read inline by the rewrite loop (a miss falls back to phys())
 _KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
 
@@ -159,7 +171,7 @@ class AllocatedFunction:
 
 def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
-    views = [ra_view(it) for it in items]
+    views = [_ra_view_fast(it) for it in items]
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
@@ -182,7 +194,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             if isinstance(b, VReg) or isinstance(x, VReg):
                 base = phys(regs[b.id], 8) if isinstance(b, VReg) else b
                 index = phys(regs[x.id], 8) if isinstance(x, VReg) else x
-                return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+                return Mem(base, index, o.scale, o.disp, o.size, o.symbol, o.broadcast)
             return o
         if isinstance(o, IncomingStackArg):
             if o.index < 6:
@@ -193,30 +205,34 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     out: list[Inst | Label] = [Inst(X86Op.PUSH, (phys(r, 8),)) for r in pushed]
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
+    append = out.append
     for item, view, regs, reloads, spills in zip(items, views, alloc.regs, alloc.reloads, alloc.spills):
-        for rl in reloads:
-            out.append(move(True, rl.vreg.cls, rl.reg, rl.slot))
-        if not isinstance(item, Inst):
+        if reloads:
+            for rl in reloads:
+                append(move(True, rl.vreg.cls, rl.reg, rl.slot))
+        if type(item) is not Inst:
             if isinstance(item, Label):
-                out.append(item)
+                append(item)
             continue
         op = item.op
-        if op is X86Op.CALL and uses_ymm:
-            # avoid the AVX-SSE transition penalty in callees; no vector value survives a call, so this loses nothing
-            out.append(Inst(X86Op.VZEROUPPER))
-        if op is X86Op.RET:
-            if frame:
-                out.append(Inst(X86Op.ADD, (RSP, Imm(frame))))
-            out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
-            if uses_ymm:
-                out.append(Inst(X86Op.VZEROUPPER))
+        if op in _FRAME_OPS:
+            if op is X86Op.CALL and uses_ymm:
+                # avoid the AVX-SSE transition penalty in callees; no vector value survives a call: this loses nothing
+                append(Inst(X86Op.VZEROUPPER))
+            if op is X86Op.RET:
+                if frame:
+                    append(Inst(X86Op.ADD, (RSP, Imm(frame))))
+                out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
+                if uses_ymm:
+                    append(Inst(X86Op.VZEROUPPER))
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([phys(regs[o.id], o.size) if isinstance(o, VReg) else o if isinstance(o, _KEPT) else sub(o, regs)
-                     for o in item.operands])  # fmt: skip
+        ops = tuple([(_phys_get((regs[o.id], o.size)) or phys(regs[o.id], o.size)) if type(o) is VReg
+                     else o if isinstance(o, _KEPT) else sub(o, regs) for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
-            out.append(Inst(op, ops))
-        for sp in spills:
-            out.append(move(False, sp.vreg.cls, sp.reg, sp.slot))
+            append(Inst(op, ops))
+        if spills:
+            for sp in spills:
+                append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 
 

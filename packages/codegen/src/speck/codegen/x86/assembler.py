@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from speck.codegen.errors import EncodingError
-from speck.codegen.x86.encoder import Encoded, Relocation, encode, fits_signed
+from speck.codegen.x86.encoder import _ENCODED, Encoded, Relocation, encode, fits_signed
 from speck.codegen.x86.listing import ListingLine, render_listing
 from speck.codegen.x86.operands import Inst, Label, Operand
 from speck.codegen.x86.ops import JCC_OPS, X86Op
@@ -47,6 +47,7 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
     branches: list[tuple[int, str]] = []  # (item index, target label)
     sizes: list[int] = []  # bytes of each item in the current layout (labels 0)
     label_at: dict[str, int] = {}  # label -> item index
+    cached = _ENCODED.get  # encode()'s cache, read inline for the common case (not a branch or call)
     for i, it in enumerate(items):
         if isinstance(it, Label):
             if it.name in label_at:
@@ -54,7 +55,11 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
             label_at[it.name] = i
             sizes.append(0)
             continue
-        target = it.operands[0] if it.op in _TO_LABELS and it.operands else None
+        if it.op not in _TO_LABELS:
+            enc = fixed[i] = cached((it.op, it.operands)) or encode(it)
+            sizes.append(len(enc.raw))
+            continue
+        target = it.operands[0] if it.operands else None
         if isinstance(target, Label) and it.op is not X86Op.CALL:
             branches.append((i, target.name))
             sizes.append(2)  # rel8 until proven out of reach
@@ -73,11 +78,18 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
     for i, item in enumerate(items):
         pc = len(code)
         assert pc == pcs[i]
+        placed = fixed[i]
+        if placed is not None and item.op is not X86Op.CALL:  # type: ignore[union-attr]  # (encoded above: an Inst)
+            if placed.reloc is not None:
+                r = placed.reloc
+                relocs.append(Relocation(pc + r.offset, r.kind, r.symbol, r.addend))
+            lines.append(ListingLine(pc, placed.raw, placed.text, placed.comment, placed.body))
+            code += placed.raw
+            continue
         if isinstance(item, Label):
             lines.append(ListingLine(pc, b"", item.name + ":"))
             continue
         # branches, and calls (whose listing shows the target address), are encoded at their final address
-        placed = fixed[i]
         enc = placed if placed is not None and item.op is not X86Op.CALL else encode(item, pc, labels, i in long)
         if enc.reloc is not None:
             r = enc.reloc

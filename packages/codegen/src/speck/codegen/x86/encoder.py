@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 from speck.codegen.errors import EncodingError
-from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_operand, listing_body
+from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_mem, format_operand, listing_body
 from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
 
@@ -512,6 +512,8 @@ def encode_uncached(inst: Inst) -> Encoded:
     """Encode one non-branch instruction from scratch (what `encode` caches). Raises EncodingError for operands no
     form of the op accepts, and for jumps/calls, which need `encode`'s address and labels."""
     op = inst.op
+    if any((type(o) is Reg and o.evex_only) or (type(o) is Mem and o.broadcast) for o in inst.operands):
+        return _encode_evex(inst)
     if op in VEX_TABLE:
         return _encode_vex(inst, VEX_TABLE[op])
     if op in SETCC_OPS:
@@ -757,3 +759,123 @@ VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = _vex_table([
     (X86Op.VZEROUPPER,   "ZO",   "",          "VEX.128.0F.WIG 77",                  "v"),
 ])
 # fmt: on
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# AVX-512 (EVEX, Intel SDM vol. 2A, section 2.7): float32 zmm forms, the 32 vector registers, embedded broadcast.
+# Used for any instruction naming zmm, xmm16..31/ymm16..31 or a broadcast memory operand; no opmask ({k}) yet, and
+# instruction selection does not emit these forms yet (it targets AVX2).
+
+
+@dataclass(frozen=True)
+class EvexForm:
+    """One EVEX form (W0 throughout: float32): operand encoding (RVM: dst, src1 in vvvv, src2 r/m; RM: dst, r/m;
+    MR: r/m destination, src), prefix fields (pp: 0 none, 1 66; mm: 1 0F, 2 0F38), opcode, whether the r/m memory
+    operand may be a broadcast, and the disp8*N scale of a memory operand when fixed (a scalar element: 4), else the
+    vector's byte width."""
+
+    openc: str
+    pp: int
+    mm: int
+    opcode: int
+    broadcast: bool = True
+    disp_n: int | None = None
+
+
+# op -> its forms, tried in order: the first whose operand kinds fit (a store names memory first)
+EVEX_TABLE: dict[X86Op, tuple[EvexForm, ...]] = {
+    X86Op.VADDPS: (EvexForm("RVM", 0, 1, 0x58),),  # EVEX.512.0F.W0 58 /r
+    X86Op.VSUBPS: (EvexForm("RVM", 0, 1, 0x5C),),
+    X86Op.VMULPS: (EvexForm("RVM", 0, 1, 0x59),),
+    X86Op.VDIVPS: (EvexForm("RVM", 0, 1, 0x5E),),
+    X86Op.VMAXPS: (EvexForm("RVM", 0, 1, 0x5F),),
+    X86Op.VMINPS: (EvexForm("RVM", 0, 1, 0x5D),),
+    X86Op.VSQRTPS: (EvexForm("RM", 0, 1, 0x51),),
+    X86Op.VFMADD231PS: (EvexForm("RVM", 1, 2, 0xB8),),  # EVEX.512.66.0F38.W0 B8 /r
+    X86Op.VMOVUPS: (EvexForm("RM", 0, 1, 0x10, False), EvexForm("MR", 0, 1, 0x11, False)),
+    X86Op.VMOVAPS: (EvexForm("RM", 0, 1, 0x28, False), EvexForm("MR", 0, 1, 0x29, False)),
+    X86Op.VBROADCASTSS: (EvexForm("RM", 1, 2, 0x18, False, 4),),  # zmm, xmm/m32 (Tuple1 Scalar)
+}  # fmt: skip
+
+
+def _evex_vec(inst: Inst, o: Operand, what: str) -> Reg:
+    if not isinstance(o, Reg) or o.kind != "vec":
+        raise EncodingError(f"{inst!r}: the {what} operand of an EVEX form must be a vector register, got {o!r}")
+    return o
+
+
+def _encode_evex(inst: Inst) -> Encoded:
+    forms = EVEX_TABLE.get(inst.op)
+    if forms is None:
+        known = ", ".join(o.name for o in EVEX_TABLE)
+        raise EncodingError(f"{inst!r}: zmm, xmm16-31/ymm16-31 and broadcast memory need an EVEX (AVX-512) form; "
+                            f"{inst.op.name} has none (EVEX forms: {known})")  # fmt: skip
+    ops = inst.operands
+    store = len(ops) == 2 and isinstance(ops[0], Mem)
+    f = next((f for f in forms if (f.openc == "MR") == store and len(ops) == (3 if f.openc == "RVM" else 2)), None)
+    if f is None:
+        raise EncodingError(f"{inst!r}: expected {' or '.join(f.openc for f in forms)} operands for the EVEX form")
+    if f.openc == "MR":
+        reg, vvvv, rm = _evex_vec(inst, ops[1], "source"), None, ops[0]
+    elif f.openc == "RM":
+        reg, vvvv, rm = _evex_vec(inst, ops[0], "destination"), None, ops[1]
+    else:
+        reg, vvvv, rm = _evex_vec(inst, ops[0], "destination"), _evex_vec(inst, ops[1], "first source"), ops[2]
+    width = reg.size
+    if f.disp_n == 4 and isinstance(rm, Reg):  # vbroadcastss zmm, xmm: the source is an xmm at any width
+        if rm.kind != "vec" or rm.size != 16:
+            raise EncodingError(f"{inst!r}: the broadcast source must be an xmm register or a 32-bit memory operand")
+    elif isinstance(rm, Reg) and (rm.kind != "vec" or rm.size != width) or vvvv is not None and vvvv.size != width:
+        raise EncodingError(f"{inst!r}: vector operands mix widths; use one of xmm/ymm/zmm throughout")
+    if not isinstance(rm, (Reg, Mem)):
+        raise EncodingError(f"{inst!r}: expected a vector register or memory operand, got {rm!r}")
+    bcast = isinstance(rm, Mem) and rm.broadcast
+    if bcast and not f.broadcast:
+        raise EncodingError(f"{inst!r}: {inst.op.name} has no embedded-broadcast form")
+    ll = {16: 0, 32: 1, 64: 2}[width]
+    n = 4 if bcast else f.disp_n or width  # disp8*N: the displacement is stored divided by the access size
+    x, b, modrm, rip_at = _evex_modrm(reg.num, rm, n, inst)
+    r, r_hi = (reg.num >> 3) & 1, reg.num >> 4
+    v = vvvv.num if vvvv is not None else 0
+    p0 = ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | ((r_hi ^ 1) << 4) | f.mm
+    p1 = ((~v & 15) << 3) | 0b100 | f.pp  # W0: every form here is float32
+    p2 = (ll << 5) | (bcast << 4) | (((v >> 4) ^ 1) << 3)
+    head = bytes([0x62, p0, p1, p2, f.opcode])
+    mem_size = 4 if bcast or f.disp_n == 4 else width
+    # objdump (binutils 2.40) spells a broadcast element `DWORD BCST [..]`
+    text_ops = []
+    for o in ops:
+        assert isinstance(o, (Reg, Mem))  # (checked above: the forms take vector registers and memory only)
+        text_ops.append("DWORD BCST " + format_mem(o, None) if isinstance(o, Mem) and bcast else
+                        format_operand(o, mem_size, 8))  # fmt: skip
+    return _finish(inst, head, modrm, rip_at, b"", format_instruction(inst.op.value, text_ops))
+
+
+def _evex_modrm(reg_num: int, rm: Reg | Mem, n: int, inst: Inst) -> tuple[int, int, bytes, int | None]:
+    """(X, B, ModRM+SIB+disp, RIP disp offset) as `_modrm`, with EVEX's compressed displacement: a disp8 counts
+    units of `n` bytes, so a displacement that is not a multiple of n (or too far) takes the disp32 form. A register
+    r/m numbered 16..31 puts its bit 4 in X."""
+    if isinstance(rm, Reg):
+        return rm.num >> 4, (rm.num >> 3) & 1, bytes([0xC0 | (reg_num & 7) << 3 | (rm.num & 7)]), None
+    if rm.symbol is not None or rm.base is None:
+        return _modrm(reg_num & 7, rm, inst)  # RIP-relative and index-only addresses always carry a disp32
+    base = _addr_reg(rm.base, "base", inst)
+    disp = rm.disp
+    short = disp % n == 0 and -128 <= disp // n < 128
+    if disp == 0 and base.low3 != 5:
+        mod, disp_bytes = 0b00, b""
+    elif short:
+        mod, disp_bytes = 0b01, (disp // n).to_bytes(1, "little", signed=True)
+    else:
+        mod, disp_bytes = 0b10, disp.to_bytes(4, "little", signed=True)
+    reg3 = (reg_num & 7) << 3
+    if rm.index is None and base.low3 != 4:
+        return 0, base.ext, bytes([(mod << 6) | reg3 | base.low3]) + disp_bytes, None
+    x, index_bits = 0, 0b100
+    if rm.index is not None:
+        index = _addr_reg(rm.index, "index", inst)
+        if index.num == 4:
+            raise EncodingError(f"{inst!r}: rsp cannot be an index register")
+        x, index_bits = index.ext, index.low3
+    sib = ((_SCALE_BITS[rm.scale] if rm.index is not None else 0) << 6) | (index_bits << 3) | base.low3
+    return x, base.ext, bytes([(mod << 6) | reg3 | 0b100, sib]) + disp_bytes, None

@@ -15,6 +15,8 @@ whose condition is a bool value (not a comparison) tests it against integer 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 from speck.codegen.errors import X86UnsupportedError
 from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -166,6 +168,7 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
     insert: dict[int, list[UOp]] = {}  # new nodes, to go right after uops[i]
     placed: dict[UOp, int] = {}  # new node -> the index of the uop it goes right after
     rewrite: dict[UOp, UOp] = {}
+    shared: dict[tuple[Any, ...], UOp] = {}  # (dtype, *terms) -> the shared part built for them
     for u in uops:
         if u.op is not Ops.INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
             continue
@@ -178,17 +181,20 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
             continue
         # built in a canonical order; each new node goes right after the last of its sources (literals need no
         # place: selection materialises them where they are used)
-        order = sorted(terms, key=pos.__getitem__)
-        acc: UOp | None = None
-        for leaf in order:
-            coef = _wrap(terms[leaf], i.dtype)
-            t = (
-                leaf
-                if coef == 1
-                else _place(UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype))), pos, placed, insert)
-            )
-            acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
-        assert acc is not None
+        # the lanes of an upcast block have the same terms: their shared part is built once
+        key = (i.dtype, *terms.items())
+        acc = shared.get(key)
+        if acc is None:
+            for leaf in sorted(terms, key=pos.__getitem__):
+                coef = _wrap(terms[leaf], i.dtype)
+                t = (
+                    leaf
+                    if coef == 1
+                    else _place(UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype))), pos, placed, insert)
+                )
+                acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
+            assert acc is not None
+            shared[key] = acc
         new_i = _place(UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))), pos, placed, insert) if const else acc
         if new_i is i:
             continue

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from speck.codegen.x86.operands import Imm, Label, Mem, Reg, Sym
 
-PTR_NAMES = {1: "BYTE", 2: "WORD", 4: "DWORD", 8: "QWORD", 16: "XMMWORD", 32: "YMMWORD"}
+PTR_NAMES = {1: "BYTE", 2: "WORD", 4: "DWORD", 8: "QWORD", 16: "XMMWORD", 32: "YMMWORD", 64: "ZMMWORD"}
 
 # VEX compare predicates (Intel SDM vol. 2A, CMPPS, table 3-1): objdump folds imm8 into the mnemonic.
 CMP_PREDICATES = (

@@ -23,18 +23,22 @@ GPR_NAMES: dict[int, tuple[str, ...]] = {1: GPR8, 2: GPR16, 4: GPR32, 8: GPR64}
 
 @dataclass(frozen=True)
 class Reg:
-    """A physical register: kind "gpr" (size 1/2/4/8 bytes) or "vec" (size 16 = xmm, 32 = ymm), number 0..15."""
+    """A physical register: kind "gpr" (size 1/2/4/8 bytes, number 0..15) or "vec" (size 16 = xmm, 32 = ymm,
+    64 = zmm; number 0..31, where zmm and 16..31 exist only in AVX-512's EVEX encoding)."""
 
     kind: str
     num: int
     size: int
 
     def __post_init__(self) -> None:
-        ok_size = self.size in GPR_NAMES if self.kind == "gpr" else self.kind == "vec" and self.size in (16, 32)
-        if not ok_size or not 0 <= self.num < 16:
+        if self.kind == "gpr":
+            ok = self.size in GPR_NAMES and 0 <= self.num < 16
+        else:
+            ok = self.kind == "vec" and self.size in (16, 32, 64) and 0 <= self.num < 32
+        if not ok:
             raise ValueError(
-                f"Reg: expected kind 'gpr' with size 1/2/4/8 or 'vec' with size 16/32 and num 0..15, "
-                f"got kind={self.kind!r} num={self.num} size={self.size}"
+                f"Reg: expected kind 'gpr' with size 1/2/4/8 and num 0..15, or 'vec' with size 16/32/64 and num "
+                f"0..31, got kind={self.kind!r} num={self.num} size={self.size}"
             )
 
     @property
@@ -42,20 +46,25 @@ class Reg:
         """The Intel-syntax register name (eax, r9b, xmm12, ymm3)."""
         if self.kind == "gpr":
             return GPR_NAMES[self.size][self.num]
-        return ("xmm" if self.size == 16 else "ymm") + str(self.num)
+        return ("xmm" if self.size == 16 else "ymm" if self.size == 32 else "zmm") + str(self.num)
 
     def __hash__(self) -> int:
         # equal registers have equal (kind, num, size); mixing the small ints directly is about twice as fast as the
         # generated hash of a field tuple, and instruction encodings are looked up by hashing their operands
-        return self.num | self.size << 4 | (self.kind == "vec") << 10
+        return self.num | self.size << 5 | (self.kind == "vec") << 12
 
     def sized(self, size: int) -> Reg:
         """The same register viewed at another width (eax.sized(8) is rax, xmm3.sized(32) is ymm3)."""
         return Reg(self.kind, self.num, size)
 
     @property
+    def evex_only(self) -> bool:
+        """zmm, or a vector register numbered 16..31: only an EVEX (AVX-512) encoding can name it."""
+        return self.kind == "vec" and (self.size == 64 or self.num >= 16)
+
+    @property
     def ext(self) -> int:
-        """The high bit of the register number (goes into REX/VEX R, X or B)."""
+        """Bit 3 of the register number (goes into REX/VEX R, X or B)."""
         return self.num >> 3
 
     @property
@@ -85,6 +94,11 @@ def ymm(num: int) -> Reg:
     return Reg("vec", num, 32)
 
 
+def zmm(num: int) -> Reg:
+    """The 512-bit vector register zmm<num> (AVX-512, 0..31)."""
+    return Reg("vec", num, 64)
+
+
 RSP = gpr("rsp")
 CL = gpr("cl")
 
@@ -97,6 +111,8 @@ class Mem:
 
     `size` is the access width in bytes; it is needed only when no register operand implies it (e.g. `add DWORD PTR
     [rdi], 1`) and for instructions whose memory width depends on it (vcvtsi2ss from memory).
+    `broadcast`: AVX-512 embedded broadcast - one float32 read and repeated in every lane (`DWORD PTR [rdi]{1to16}`);
+    only an EVEX encoding has it.
     """
 
     base: AnyReg | None = None
@@ -105,10 +121,11 @@ class Mem:
     disp: int = 0
     size: int | None = None
     symbol: str | None = None
+    broadcast: bool = False
 
     def __init__(
         self, base: AnyReg | None = None, index: AnyReg | None = None, scale: int = 1, disp: int = 0,
-        size: int | None = None, symbol: str | None = None,
+        size: int | None = None, symbol: str | None = None, broadcast: bool = False,
     ) -> None:  # fmt: skip
         if scale not in (1, 2, 4, 8):
             raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {scale}")
@@ -128,14 +145,15 @@ class Mem:
         _set_disp(self, disp)
         _set_size(self, size)
         _set_symbol(self, symbol)
+        _set_broadcast(self, broadcast)
 
     def with_size(self, size: int | None) -> Mem:
         """The same address with another access width."""
-        return Mem(self.base, self.index, self.scale, self.disp, size, self.symbol)
+        return Mem(self.base, self.index, self.scale, self.disp, size, self.symbol, self.broadcast)
 
 
-_set_base, _set_index, _set_scale, _set_disp, _set_size, _set_symbol = (
-    Mem.__dict__[name].__set__ for name in ("base", "index", "scale", "disp", "size", "symbol")
+_set_base, _set_index, _set_scale, _set_disp, _set_size, _set_symbol, _set_broadcast = (
+    Mem.__dict__[name].__set__ for name in ("base", "index", "scale", "disp", "size", "symbol", "broadcast")
 )
 
 

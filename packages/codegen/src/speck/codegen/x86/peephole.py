@@ -106,7 +106,7 @@ def _rename(o: Operand, m: dict[int, VReg]) -> Operand:
                                and o.index.id in m):  # fmt: skip
         base = m[o.base.id].sized(8) if isinstance(o.base, VReg) and o.base.id in m else o.base
         index = m[o.index.id].sized(8) if isinstance(o.index, VReg) and o.index.id in m else o.index
-        return Mem(base, index, o.scale, o.disp, o.size, o.symbol)
+        return Mem(base, index, o.scale, o.disp, o.size, o.symbol, o.broadcast)
     return o
 
 

@@ -37,4 +37,4 @@ def vec_bytes(count: int) -> int:
 
 def mem_at(mem: Mem, offset: int, size: int | None) -> Mem:
     """mem moved by `offset` bytes, accessing `size` bytes."""
-    return Mem(mem.base, mem.index, mem.scale, mem.disp + offset, size, mem.symbol)
+    return Mem(mem.base, mem.index, mem.scale, mem.disp + offset, size, mem.symbol, mem.broadcast)
