@@ -21,7 +21,7 @@ ARGS = ["--model", "cnn", "--steps", str(STEPS), "--batch", "128", "--lr", "0.00
 
 
 def _accuracy_on(device: str) -> float:
-    prev = Device.DEFAULT
+    prev = Device._default  # the assigned default (None: $DEV decides), restored as it was
     Device.DEFAULT = device
     try:
         return train.main(ARGS)
