@@ -55,6 +55,8 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     override_gradient(out.uop, (x.uop,), rule)
 
 
+_LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
+
 class ElementwiseMixin:
     """Elementwise methods of Tensor."""
 
@@ -312,6 +314,10 @@ class ElementwiseMixin:
         a, b = self._broadcasted(y, reverse)
         a._need_int_or_bool("bitwise_xor")
         return a._alu(Ops.XOR, b)
+
+    def xor(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """The older name of bitwise_xor."""
+        return self.bitwise_xor(y, reverse)
 
     def bitwise_not(self: Tensor) -> Tensor:
         self._need_int_or_bool("bitwise_not")
@@ -612,6 +618,14 @@ class ElementwiseMixin:
         return -((-a)._alu(Ops.MAX, -b))
 
     def lerp(self: Tensor, end: TensorOrScalar, weight: TensorOrScalar) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        if self.dtype == dtypes.uint8 and isinstance(weight, Tensor):
+            # images: fixed point with a 7-bit weight in int16, rounded to nearest (uint8 arithmetic would wrap)
+            w = (weight * (1 << _LERP_BITS) + 0.5).cast(dtypes.int16)
+            a = self.cast(dtypes.int16)
+            step = (Tensor(end, dtype=dtypes.int16) if not isinstance(end, Tensor) else end.cast(dtypes.int16)) - a
+            return (a + ((step * w + (1 << (_LERP_BITS - 1))) >> _LERP_BITS)).cast(dtypes.uint8)
         return self + (end - self) * weight
 
     def copysign(self: Tensor, other: TensorOrScalar) -> Tensor:

@@ -46,8 +46,11 @@ class IndexingMixin:
             if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
                 # 0-d int tensors as slice bounds: their values (read now)
                 it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
+            if isinstance(it, np.integer):
+                it = int(it)
             if isinstance(it, (list, np.ndarray)):
-                it = Tensor(it, device=self.device)
+                # an empty list selects nothing: an int index (Tensor([]) would be float)
+                it = Tensor(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
             if isinstance(it, Tensor) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
                 nz = np.nonzero(it.numpy())
