@@ -156,3 +156,40 @@ def test_op_count_with_a_loop_index_is_bounded_by_its_maximum() -> None:
     r = UOp.range(5, 0)
     assert _infer_count(sym_infer, r * 3 + 2, {}) == 14
     assert _infer_count(sym_infer, UOp.variable("n", 1, 9) * 2, {"n": 4}) == 8
+
+
+@pytest.mark.parametrize(
+    "shape,mask_shape,lead",
+    [((3,), (2,), 0), ((3,), (4,), 0), ((3, 4), (2,), 1), ((3, 4), (4, 3), 0), ((2, 3, 4), (3, 5), 1)],
+)
+def test_bool_mask_of_the_wrong_shape_is_index_error(shape: tuple[int, ...], mask_shape: tuple[int, ...],
+                                                      lead: int) -> None:  # fmt: skip
+    t = Tensor(np.zeros(shape, np.float32))
+    mask = Tensor(np.ones(mask_shape, bool))
+    with pytest.raises(IndexError, match="boolean index did not match"):
+        t[(slice(None),) * lead + (mask,)]
+    with pytest.raises(IndexError, match="boolean index did not match"):
+        t[(slice(None),) * lead + (np.ones(mask_shape, bool).tolist(),)] if len(mask_shape) == 1 else t[mask]
+
+
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.data())
+def test_bool_mask_of_the_right_shape_matches_numpy(shape: list[int], data: st.DataObject) -> None:
+    a = np.arange(int(np.prod(shape))).reshape(shape).astype(np.int32)
+    lead = data.draw(st.integers(0, len(shape) - 1))
+    m = np.array(data.draw(st.lists(st.booleans(), min_size=shape[lead], max_size=shape[lead])))
+    idx = (slice(None),) * lead + (m,)
+    np.testing.assert_equal(Tensor(a)[(slice(None),) * lead + (Tensor(m),)].numpy(), a[idx])
+
+
+def test_true_division_and_float_math_of_ints_follow_default_float() -> None:
+    old = dtypes.default_float
+    try:
+        dtypes.default_float = dtypes.float16
+        a = np.array([1, 4, 9], np.int32)
+        for got, ref in [(Tensor(a) / 2, a / 2), (Tensor(a).sqrt(), np.sqrt(a)), (7 / Tensor(a), 7 / a)]:
+            assert got.dtype == dtypes.float16
+            np.testing.assert_allclose(got.numpy(), ref.astype(np.float16), rtol=1e-3)
+        assert (Tensor([1.0], dtype=dtypes.float32) / 2).dtype == dtypes.float32  # a concrete float stays
+    finally:
+        dtypes.default_float = old
+    assert (Tensor([1]) / 2).dtype == dtypes.float32

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
 from speck.tensor.multi import MultiUOp, multi_alu
-from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -54,6 +54,12 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
 
     override_gradient(out.uop, (x.uop,), rule)
 
+
+
+def _upper_float(dt: DType) -> DType:
+    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a concrete float,
+    else the default float (read live: users set dtypes.default_float)."""
+    return dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
 
 _LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
 
@@ -140,7 +146,7 @@ class ElementwiseMixin:
             return a._floordiv(b)
         if rounding_mode is not None:
             raise RuntimeError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-        ft = least_upper_float(a.dtype)
+        ft = _upper_float(a.dtype)
         a, b = a.cast(ft), b.cast(ft)
         return a._alu(Ops.FDIV, b)
 
@@ -403,7 +409,7 @@ class ElementwiseMixin:
 
     # ---------------- unary math ----------------
     def _float(self: Tensor) -> Tensor:
-        return self.cast(least_upper_float(self.dtype))
+        return self.cast(_upper_float(self.dtype))
 
     def neg(self: Tensor) -> Tensor:
         return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)

@@ -32,6 +32,21 @@ def _identity(mode: str, dtype: Any) -> Any:
     return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
 
 
+def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | None) -> None:
+    """A boolean mask indexes len(mask) dims from pos and must have exactly their sizes (numpy's rule)."""
+    if pos is None:  # after an ellipsis the mask's dims are not known here; the later shape checks apply
+        return
+    dims = shape[pos : pos + len(mask)]
+    if len(dims) < len(mask):
+        raise IndexError(f"too many indices: a boolean mask of shape {mask} from dim {pos} of a tensor of shape {shape}")
+    for i, (d, m) in enumerate(zip(dims, mask)):
+        if d != m:
+            raise IndexError(
+                f"boolean index did not match the indexed tensor along dim {pos + i}: the dim is {d} but the "
+                f"corresponding boolean dim is {m}; the mask must have the shape {tuple(dims)}"
+            )
+
+
 class IndexingMixin:
     """Indexing methods of Tensor."""
 
@@ -42,6 +57,7 @@ class IndexingMixin:
 
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
+        pos: int | None = 0  # the dim the next index applies to (None after an ellipsis: counted from the end)
         for it in items:
             if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
                 # 0-d int tensors as slice bounds: their values (read now)
@@ -53,6 +69,8 @@ class IndexingMixin:
                 it = Tensor(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
             if isinstance(it, Tensor) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
+                _check_mask_shape(self.shape, it.shape, pos)
+                pos = None if pos is None else pos + it.ndim
                 nz = np.nonzero(it.numpy())
                 out.extend(Tensor(n.astype(np.int32), device=self.device) for n in nz)
                 continue
@@ -64,6 +82,10 @@ class IndexingMixin:
                 raise IndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
                                  "Ellipsis, a list or an int/bool tensor")  # fmt: skip
             out.append(it)
+            if it is Ellipsis:
+                pos = None
+            elif it is not None and pos is not None:
+                pos += 1
         consumed = sum(1 for it in out if it is not None and it is not Ellipsis)
         if sum(1 for it in out if it is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
