@@ -193,3 +193,47 @@ def test_true_division_and_float_math_of_ints_follow_default_float() -> None:
     finally:
         dtypes.default_float = old
     assert (Tensor([1]) / 2).dtype == dtypes.float32
+
+
+def test_values_computed_only_from_opted_out_tensors_get_no_grad() -> None:
+    rng = np.random.default_rng(3)
+    xa, ma, wa = (rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (3, 4), (4, 5)])
+    x, m = Tensor(xa, requires_grad=False), Tensor(ma, requires_grad=False)
+    w = Tensor(wa, requires_grad=True)
+    tmp = x.mul(m)
+    mm = tmp.matmul(w)
+    scaled = tmp * 2  # a Python scalar does not make it need a gradient
+    assert tmp.requires_grad is False and scaled.requires_grad is False and mm.requires_grad is True
+    (mm.relu().sum() + scaled.sum()).backward()
+    assert x.grad is None and m.grad is None and tmp.grad is None and scaled.grad is None
+    assert mm.grad is not None and w.grad is not None
+    xm = xa * ma
+    ref = xm.T @ (xm @ wa > 0).astype(np.float32)
+    np.testing.assert_allclose(w.grad.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_op_results_combine_requires_grad_and_detach_opts_out() -> None:
+    a, n, f = Tensor([1.0], requires_grad=True), Tensor([1.0]), Tensor([1.0], requires_grad=False)
+    assert (a + f).requires_grad is True and (f + a).requires_grad is True
+    assert (n + f).requires_grad is None and (f + n).requires_grad is None and (f + f).requires_grad is False
+    assert f.exp().reshape(1, 1).requires_grad is False and a.sum().requires_grad is True
+    assert a.detach().requires_grad is False
+    # a leaf without any flag still gets its gradient (no requires_grad needed)
+    x = Tensor([1.0, 2.0])
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+
+
+@pytest.mark.parametrize("n", [1500, 3000])
+def test_long_op_chains_realize_and_differentiate(n: int) -> None:
+    base = Tensor([1.0, 2.0])
+    parts = [base * i for i in range(n)]
+    total = sum(parts[1:], parts[0])  # a chain of n additions
+    ref = sum(range(n)) * np.array([1.0, 2.0])
+    np.testing.assert_allclose(total.numpy(), ref, rtol=1e-6)
+    x = Tensor([1.0])
+    y = x
+    for _ in range(n // 3):
+        y = y * 1.001
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.001 ** (n // 3)], rtol=1e-4)

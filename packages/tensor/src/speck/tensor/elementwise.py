@@ -87,10 +87,9 @@ class ElementwiseMixin:
         if not isinstance(y, Tensor):
             dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
             dt = dtypes.as_concrete(dt) if dt.is_weak else dt
-            if not match_dtype or dt == x.dtype:
-                yt = Tensor(y, device=x.device, dtype=dt)
-            else:
-                yt = Tensor(y, device=x.device, dtype=dt)
+            # (a Python scalar operand never needs a gradient: it leaves the result's requires_grad to x)
+            yt = Tensor(y, device=x.device, dtype=dt, requires_grad=False)
+            if match_dtype and dt != x.dtype:
                 x = x.cast(dt)
         else:
             yt = y
@@ -114,11 +113,16 @@ class ElementwiseMixin:
 
     def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
         if len(srcs) == 1 and type(yu := srcs[0].uop) is not MultiUOp:  # one plain operand (no loops: the hot path)
-            return self._new(self.uop.alu(op, yu))
-        if any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
-            return self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
-        u = self.uop.alu(op, *[s.uop for s in srcs])
-        return self._new(u)
+            out = self._new(self.uop.alu(op, yu))
+        elif any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
+            out = self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
+        else:
+            out = self._new(self.uop.alu(op, *[s.uop for s in srcs]))
+        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
+            flags = [s.requires_grad for s in srcs]
+            if True in flags or (out.requires_grad is False and None in flags):
+                out.requires_grad = True if True in flags else None
+        return out
 
     def _binop(self: Tensor, op: Ops, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)

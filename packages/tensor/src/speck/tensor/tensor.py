@@ -61,6 +61,10 @@ from speck.uop import DType, Ops, UOp, dtypes, sint, validate_shape
 from speck.uop.helpers import prod
 
 Scalar = int | float | bool
+
+# the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
+# tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 DTypeLike = DType | str
 # a device name, or a tuple of them for a tensor sharded over several devices
 DeviceLike = str | tuple[str, ...] | list[str]
@@ -295,7 +299,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
             dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
         t._uop, t._ver, t._device = u, Tensor._write_epoch, dev
-        t.requires_grad, t.grad, t.is_param = None, None, True
+        # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
+        t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
         return t
 
@@ -436,8 +441,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
         if isinstance(self.uop, MultiUOp):
-            return self._new(self.uop.detach())
-        return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+            t = self._new(self.uop.detach())
+        else:
+            t = self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        t.requires_grad = False
+        return t
 
     def to(self, device: DeviceLike | None) -> Tensor:
         """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
