@@ -237,3 +237,40 @@ def test_long_op_chains_realize_and_differentiate(n: int) -> None:
         y = y * 1.001
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.001 ** (n // 3)], rtol=1e-4)
+
+
+@given(st.integers(0, 1), st.sampled_from([None, "sum_self", "sum_noself"]), st.integers(0, 2**31 - 1))
+def test_scatter_with_gradients_matches_the_write_kernel_and_differentiates(dim: int, mode: str | None,
+                                                                            seed: int) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((4, 5)).astype(np.float32)
+    idx = rng.integers(0, base.shape[dim], (3, 4))
+    src = rng.standard_normal((3, 5)).astype(np.float32)
+    weight = rng.standard_normal((4, 5)).astype(np.float32)
+
+    def run(t: Tensor, s: Tensor) -> Tensor:
+        if mode is None:
+            return t.scatter(dim, Tensor(idx), s)
+        return t.scatter_reduce(dim, Tensor(idx), s, "sum", include_self=mode == "sum_self")
+
+    fast = run(Tensor(base), Tensor(src)).numpy()  # no gradients asked: the O(k) write kernel
+    t, s = Tensor(base, requires_grad=True), Tensor(src, requires_grad=True)
+    out = run(t, s)
+    np.testing.assert_allclose(out.numpy(), fast, rtol=1e-6, atol=1e-6)
+    (run(t, s) * Tensor(weight)).sum().backward()
+    # reference gradients from the definition: where each src element lands, and which self elements survive
+    gs, gt = np.zeros_like(src), weight.copy()
+    last: dict[tuple[int, int], tuple[int, int]] = {}
+    for i in range(3):
+        for j in range(4):
+            tgt = (idx[i, j], j) if dim == 0 else (i, idx[i, j])
+            last[tgt] = (i, j)
+            if mode is not None:
+                gs[i, j] = weight[tgt]
+            if mode != "sum_self":
+                gt[tgt] = 0.0
+    if mode is None:
+        for tgt, (i, j) in last.items():
+            gs[i, j] = weight[tgt]
+    np.testing.assert_allclose(s.grad.numpy(), gs, rtol=1e-6)
+    np.testing.assert_allclose(t.grad.numpy(), gt, rtol=1e-6)

@@ -284,6 +284,10 @@ class IndexingMixin:
                 raise AssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                      f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
+        if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
+            # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
+            # (one-hot, O(n*k)) form
+            return self._scatter_dense(d, index, s, mode, include_self)
         pos = self._scatter_positions(d, index)
         if mode is None:
             return self._scatter_node(pos, s, None)
@@ -297,6 +301,27 @@ class IndexingMixin:
         if not include_self:  # the original counts nowhere something lands: start those from the identity
             base = self._scatter_node(pos, s._const_like(_identity(mode, self.dtype))._broadcast_to(s.shape), None)
         return base._scatter_node(pos, s, mode)
+
+    def _scatter_dense(self: Tensor, d: int, index: Tensor, s: Tensor, mode: str | None, include_self: bool) -> Tensor:
+        """scatter (mode None: the last duplicate along d wins) or scatter_reduce 'sum' from elementwise ops and
+        sums over a one-hot of index, so gradients reach self and src."""
+        from speck.tensor.tensor import Tensor
+
+        n = as_int(self.shape[d])
+        # index and src with d moved last, compared against every target position along d: (..., k, n)
+        ix, sv = index.transpose(d, -1).unsqueeze(-1), s.transpose(d, -1).unsqueeze(-1)
+        hit = ix == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+        if mode is None:  # only the last index element naming a target writes it
+            hit = hit & (hit.int().flip(-2).cumsum(-2).flip(-2) == 1)
+        vals = hit.where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
+        written = hit.any(-2)
+        # back to self's layout; positions off dim d beyond index's extent get nothing
+        vals, written = vals.transpose(d, -1), written.transpose(d, -1)
+        pads = tuple((0, as_int(a) - as_int(b)) for a, b in zip(self.shape, vals.shape))
+        vals, written = vals.pad(pads), written.pad(pads, value=False)
+        if mode is None:
+            return written.where(vals, self)
+        return self + vals if include_self else written.where(vals, self)
 
     def _scatter_positions(self: Tensor, d: int, index: Tensor) -> Tensor:
         """int32, index's shape: 1 + the flat position in self each index element names (its own coordinates,
