@@ -55,13 +55,16 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     override_gradient(out.uop, (x.uop,), rule)
 
 
-
 def _upper_float(dt: DType) -> DType:
     """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a concrete float,
     else the default float (read live: users set dtypes.default_float)."""
-    return dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
+    return (
+        dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
+    )
+
 
 _LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
+
 
 class ElementwiseMixin:
     """Elementwise methods of Tensor."""

@@ -38,7 +38,9 @@ def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | 
         return
     dims = shape[pos : pos + len(mask)]
     if len(dims) < len(mask):
-        raise IndexError(f"too many indices: a boolean mask of shape {mask} from dim {pos} of a tensor of shape {shape}")
+        raise IndexError(
+            f"too many indices: a boolean mask of shape {mask} from dim {pos} of a tensor of shape {shape}"
+        )
     for i, (d, m) in enumerate(zip(dims, mask)):
         if d != m:
             raise IndexError(

@@ -259,7 +259,7 @@ def compiled_program_count() -> int:
 
 
 # ---------------- running ----------------
-def _infer_count(sym_infer: Any, v: Any, var_vals: dict) -> int:
+def _infer_count(sym_infer: Any, v: Any, var_vals: dict[str, int]) -> int:
     """A symbolic op/byte count at these variable values; a loop whose trip count depends on an outer loop's index
     (pooling windows clipped at the edges) leaves a RANGE in the count, which is bounded by its maximum instead."""
     try:
