@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
 from speck.tensor.multi import MultiUOp, multi_alu
-from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -55,6 +55,17 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     override_gradient(out.uop, (x.uop,), rule)
 
 
+def _upper_float(dt: DType) -> DType:
+    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a concrete float,
+    else the default float (read live: users set dtypes.default_float)."""
+    return (
+        dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
+    )
+
+
+_LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
+
+
 class ElementwiseMixin:
     """Elementwise methods of Tensor."""
 
@@ -79,10 +90,9 @@ class ElementwiseMixin:
         if not isinstance(y, Tensor):
             dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
             dt = dtypes.as_concrete(dt) if dt.is_weak else dt
-            if not match_dtype or dt == x.dtype:
-                yt = Tensor(y, device=x.device, dtype=dt)
-            else:
-                yt = Tensor(y, device=x.device, dtype=dt)
+            # (a Python scalar operand never needs a gradient: it leaves the result's requires_grad to x)
+            yt = Tensor(y, device=x.device, dtype=dt, requires_grad=False)
+            if match_dtype and dt != x.dtype:
                 x = x.cast(dt)
         else:
             yt = y
@@ -106,11 +116,16 @@ class ElementwiseMixin:
 
     def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
         if len(srcs) == 1 and type(yu := srcs[0].uop) is not MultiUOp:  # one plain operand (no loops: the hot path)
-            return self._new(self.uop.alu(op, yu))
-        if any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
-            return self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
-        u = self.uop.alu(op, *[s.uop for s in srcs])
-        return self._new(u)
+            out = self._new(self.uop.alu(op, yu))
+        elif any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
+            out = self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
+        else:
+            out = self._new(self.uop.alu(op, *[s.uop for s in srcs]))
+        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
+            flags = [s.requires_grad for s in srcs]
+            if True in flags or (out.requires_grad is False and None in flags):
+                out.requires_grad = True if True in flags else None
+        return out
 
     def _binop(self: Tensor, op: Ops, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
@@ -138,7 +153,7 @@ class ElementwiseMixin:
             return a._floordiv(b)
         if rounding_mode is not None:
             raise RuntimeError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-        ft = least_upper_float(a.dtype)
+        ft = _upper_float(a.dtype)
         a, b = a.cast(ft), b.cast(ft)
         return a._alu(Ops.FDIV, b)
 
@@ -313,6 +328,10 @@ class ElementwiseMixin:
         a._need_int_or_bool("bitwise_xor")
         return a._alu(Ops.XOR, b)
 
+    def xor(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
+        """The older name of bitwise_xor."""
+        return self.bitwise_xor(y, reverse)
+
     def bitwise_not(self: Tensor) -> Tensor:
         self._need_int_or_bool("bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self.bitwise_xor(-1)
@@ -397,7 +416,7 @@ class ElementwiseMixin:
 
     # ---------------- unary math ----------------
     def _float(self: Tensor) -> Tensor:
-        return self.cast(least_upper_float(self.dtype))
+        return self.cast(_upper_float(self.dtype))
 
     def neg(self: Tensor) -> Tensor:
         return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
@@ -612,6 +631,14 @@ class ElementwiseMixin:
         return -((-a)._alu(Ops.MAX, -b))
 
     def lerp(self: Tensor, end: TensorOrScalar, weight: TensorOrScalar) -> Tensor:
+        from speck.tensor.tensor import Tensor
+
+        if self.dtype == dtypes.uint8 and isinstance(weight, Tensor):
+            # images: fixed point with a 7-bit weight in int16, rounded to nearest (uint8 arithmetic would wrap)
+            w = (weight * (1 << _LERP_BITS) + 0.5).cast(dtypes.int16)
+            a = self.cast(dtypes.int16)
+            step = (Tensor(end, dtype=dtypes.int16) if not isinstance(end, Tensor) else end.cast(dtypes.int16)) - a
+            return (a + ((step * w + (1 << (_LERP_BITS - 1))) >> _LERP_BITS)).cast(dtypes.uint8)
         return self + (end - self) * weight
 
     def copysign(self: Tensor, other: TensorOrScalar) -> Tensor:

@@ -32,6 +32,23 @@ def _identity(mode: str, dtype: Any) -> Any:
     return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
 
 
+def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | None) -> None:
+    """A boolean mask indexes len(mask) dims from pos and must have exactly their sizes (numpy's rule)."""
+    if pos is None:  # after an ellipsis the mask's dims are not known here; the later shape checks apply
+        return
+    dims = shape[pos : pos + len(mask)]
+    if len(dims) < len(mask):
+        raise IndexError(
+            f"too many indices: a boolean mask of shape {mask} from dim {pos} of a tensor of shape {shape}"
+        )
+    for i, (d, m) in enumerate(zip(dims, mask)):
+        if d != m:
+            raise IndexError(
+                f"boolean index did not match the indexed tensor along dim {pos + i}: the dim is {d} but the "
+                f"corresponding boolean dim is {m}; the mask must have the shape {tuple(dims)}"
+            )
+
+
 class IndexingMixin:
     """Indexing methods of Tensor."""
 
@@ -42,14 +59,20 @@ class IndexingMixin:
 
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
+        pos: int | None = 0  # the dim the next index applies to (None after an ellipsis: counted from the end)
         for it in items:
             if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
                 # 0-d int tensors as slice bounds: their values (read now)
                 it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
+            if isinstance(it, np.integer):
+                it = int(it)
             if isinstance(it, (list, np.ndarray)):
-                it = Tensor(it, device=self.device)
+                # an empty list selects nothing: an int index (Tensor([]) would be float)
+                it = Tensor(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
             if isinstance(it, Tensor) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
+                _check_mask_shape(self.shape, it.shape, pos)
+                pos = None if pos is None else pos + it.ndim
                 nz = np.nonzero(it.numpy())
                 out.extend(Tensor(n.astype(np.int32), device=self.device) for n in nz)
                 continue
@@ -61,6 +84,10 @@ class IndexingMixin:
                 raise IndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
                                  "Ellipsis, a list or an int/bool tensor")  # fmt: skip
             out.append(it)
+            if it is Ellipsis:
+                pos = None
+            elif it is not None and pos is not None:
+                pos += 1
         consumed = sum(1 for it in out if it is not None and it is not Ellipsis)
         if sum(1 for it in out if it is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
@@ -259,6 +286,10 @@ class IndexingMixin:
                 raise AssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                      f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
+        if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
+            # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
+            # (one-hot, O(n*k)) form
+            return self._scatter_dense(d, index, s, mode, include_self)
         pos = self._scatter_positions(d, index)
         if mode is None:
             return self._scatter_node(pos, s, None)
@@ -272,6 +303,27 @@ class IndexingMixin:
         if not include_self:  # the original counts nowhere something lands: start those from the identity
             base = self._scatter_node(pos, s._const_like(_identity(mode, self.dtype))._broadcast_to(s.shape), None)
         return base._scatter_node(pos, s, mode)
+
+    def _scatter_dense(self: Tensor, d: int, index: Tensor, s: Tensor, mode: str | None, include_self: bool) -> Tensor:
+        """scatter (mode None: the last duplicate along d wins) or scatter_reduce 'sum' from elementwise ops and
+        sums over a one-hot of index, so gradients reach self and src."""
+        from speck.tensor.tensor import Tensor
+
+        n = as_int(self.shape[d])
+        # index and src with d moved last, compared against every target position along d: (..., k, n)
+        ix, sv = index.transpose(d, -1).unsqueeze(-1), s.transpose(d, -1).unsqueeze(-1)
+        hit = ix == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+        if mode is None:  # only the last index element naming a target writes it
+            hit = hit & (hit.int().flip(-2).cumsum(-2).flip(-2) == 1)
+        vals = hit.where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
+        written = hit.any(-2)
+        # back to self's layout; positions off dim d beyond index's extent get nothing
+        vals, written = vals.transpose(d, -1), written.transpose(d, -1)
+        pads = tuple((0, as_int(a) - as_int(b)) for a, b in zip(self.shape, vals.shape))
+        vals, written = vals.pad(pads), written.pad(pads, value=False)
+        if mode is None:
+            return written.where(vals, self)
+        return self + vals if include_self else written.where(vals, self)
 
     def _scatter_positions(self: Tensor, d: int, index: Tensor) -> Tensor:
         """int32, index's shape: 1 + the flat position in self each index element names (its own coordinates,

@@ -173,11 +173,14 @@ class MovementMixin:
         """transpose(): swaps dims 0 and 1 only (a (2, 3, 4) tensor becomes (3, 2, 4), unlike numpy's .T)."""
         return self.transpose()
 
-    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if not (isinstance(s, int) and s == 1)))
         if self.ndim == 0:
             return self
+        if not isinstance(dim, int):  # several dims: each size-1 one among them goes
+            ds = {self._resolve_dim(d) for d in dim}
+            return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
         d = self._resolve_dim(dim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
 

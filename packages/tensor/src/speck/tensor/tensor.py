@@ -61,6 +61,10 @@ from speck.uop import DType, Ops, UOp, dtypes, sint, validate_shape
 from speck.uop.helpers import prod
 
 Scalar = int | float | bool
+
+# the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
+# tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 DTypeLike = DType | str
 # a device name, or a tuple of them for a tensor sharded over several devices
 DeviceLike = str | tuple[str, ...] | list[str]
@@ -165,6 +169,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
         """Mark this tensor as an optimizer parameter (True) or a buffer that optimizers only realize (False)."""
         self.is_param = flag
+        return self
+
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
+        """Set requires_grad in place (False: backward() never fills this tensor's .grad). Returns self."""
+        self.requires_grad = requires_grad
         return self
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -290,7 +299,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
             dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
         t._uop, t._ver, t._device = u, Tensor._write_epoch, dev
-        t.requires_grad, t.grad, t.is_param = None, None, True
+        # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
+        t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
         return t
 
@@ -331,7 +341,7 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
                 t.uop = view
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
-                if sys.getrefcount(u) > 2:
+                if sys.getrefcount(u) > 2 and not _is_const_graph(u):
                     realized_cache[u] = view
                 return
         run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
@@ -344,7 +354,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             t = pending[0]
             items, view = schedule_with_cache(t.uop, t.device)
             run_schedule(items)
-            realized_cache[t.uop] = view
+            if not _is_const_graph(t.uop):
+                realized_cache[t.uop] = view
             t.uop = view
             return
         targets = []
@@ -356,7 +367,8 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
             targets.append((t, sched.realize(t.uop)))
         run_schedule(sched.items)
         for t, v in targets:
-            realized_cache[t.uop] = v
+            if not _is_const_graph(t.uop):
+                realized_cache[t.uop] = v
             t.uop = v
 
     @staticmethod
@@ -429,8 +441,11 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
     def detach(self) -> Tensor:
         """The same values with no gradient flowing back through them."""
         if isinstance(self.uop, MultiUOp):
-            return self._new(self.uop.detach())
-        return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+            t = self._new(self.uop.detach())
+        else:
+            t = self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        t.requires_grad = False
+        return t
 
     def to(self, device: DeviceLike | None) -> Tensor:
         """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
@@ -519,6 +534,21 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         buf = new_buffer_uop(dev, int(size), dt)
         t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
         return t
+
+    @staticmethod
+    def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
+        """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
+        must outlive the tensor's use)."""
+        import ctypes
+
+        dt = _dt(kw.get("dtype")) or dtypes.default_float
+        if dt.fmt is None:
+            raise RuntimeError(f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast")
+        sh = validate_shape(argfix(shape))
+        n = int(prod(sh)) * dt.itemsize
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
+        return Tensor(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
+                      requires_grad=kw.get("requires_grad"))  # fmt: skip
 
     @staticmethod
     def invalids(*shape: Any, **kw: Any) -> Tensor:
@@ -797,6 +827,17 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
         return
     u = multi.per_device(devs, lambda d: Tensor(data, device=d, dtype=dtype))
     t.uop, t._device = u, devs
+
+
+def _is_const_graph(u: UOp) -> builtins.bool:
+    """A constant seen through views: hash-consing makes every such node shared by all graphs using that value, so a
+    realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody)."""
+    while u.op in _VIEW_OPS and u.src:
+        u = u.src[0]
+    return u.op is Ops.CONST
+
+
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
 
 
 def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
