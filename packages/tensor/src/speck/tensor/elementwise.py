@@ -631,7 +631,7 @@ class ElementwiseMixin:
         return -((-a)._alu(Ops.MAX, -b))
 
     def lerp(self: Tensor, end: TensorOrScalar, weight: TensorOrScalar) -> Tensor:
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         if self.dtype == dtypes.uint8 and isinstance(weight, Tensor):
             # images: fixed point with a 7-bit weight in int16, rounded to nearest (uint8 arithmetic would wrap)

@@ -307,7 +307,7 @@ class IndexingMixin:
     def _scatter_dense(self: Tensor, d: int, index: Tensor, s: Tensor, mode: str | None, include_self: bool) -> Tensor:
         """scatter (mode None: the last duplicate along d wins) or scatter_reduce 'sum' from elementwise ops and
         sums over a one-hot of index, so gradients reach self and src."""
-        from speck.tensor.tensor import Tensor
+        from speck.tensor.hook import Tensor
 
         n = as_int(self.shape[d])
         # index and src with d moved last, compared against every target position along d: (..., k, n)

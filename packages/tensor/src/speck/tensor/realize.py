@@ -259,15 +259,6 @@ def compiled_program_count() -> int:
 
 
 # ---------------- running ----------------
-def _infer_count(sym_infer: Any, v: Any, var_vals: dict[str, int]) -> int:
-    """A symbolic op/byte count at these variable values; a loop whose trip count depends on an outer loop's index
-    (pooling windows clipped at the edges) leaves a RANGE in the count, which is bounded by its maximum instead."""
-    try:
-        return int(sym_infer(v, var_vals))
-    except RuntimeError:
-        return int(v.vmax)
-
-
 def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
     """(ops, bytes) of one run from codegen's estimates of the program (ProgramSpec.estimates): fixed per program
     unless variables change the loop sizes. The numpy fallback has no program and counts nothing."""
@@ -278,7 +269,7 @@ def _cached_estimate(prog: Any, it: ScheduleItem) -> tuple[int, int]:
         from speck.uop.symbolic import sym_infer
 
         e = prog.spec.estimates
-        ops, mem = (v if isinstance(v, int) else _infer_count(sym_infer, v, it.var_vals) for v in (e.ops, e.mem))
+        ops, mem = (v if isinstance(v, int) else int(sym_infer(v, it.var_vals)) for v in (e.ops, e.mem))
         est = (ops, mem)
         if not it.var_vals:
             prog._est = est

@@ -2,14 +2,14 @@
 reads data) schedules them into kernels and runs them. Names, arguments, broadcasting and dtype promotion follow
 tinygrad's Tensor; numpy is the numeric reference.
 
-The class is split along its seams: creation and the core live here, elementwise math in `elementwise.py`,
-reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, nn ops in `nnops.py`, random numbers
-in `random.py`: mixins that reach the class through `speck.tensor.hook` (registered below), never importing this."""
+The class is split along its seams: the core lives here, constructors in `creation.py`, elementwise math in
+`elementwise.py`, reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, nn ops in
+`nnops.py`, random numbers in `random.py`: mixins that reach the class through `speck.tensor.hook` (registered
+below), never importing this."""
 
 from __future__ import annotations
 
 import builtins
-import math
 import pathlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -20,10 +20,11 @@ import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
+from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix, as_int
+from speck.tensor.dims import as_int
 from speck.tensor.elementwise import ElementwiseMixin
-from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorValueError
+from speck.tensor.errors import TensorAssertionError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.live import track as _track
 from speck.tensor.movement import MovementMixin
@@ -38,7 +39,6 @@ from speck.tensor.nodes import (
     _dt,
     _from_nested,
     _from_numpy,
-    _iota_uop,
     _np_cast,
     _scalar_dtype,
 )
@@ -57,7 +57,7 @@ from speck.tensor.writes import _DEFERRED
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
-from speck.uop import DType, Ops, UOp, dtypes, sint, validate_shape
+from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.helpers import prod
 
 Scalar = int | float | bool
@@ -77,7 +77,7 @@ _schedule_with_cache: Any = None
 _realize_graph: Any = None
 
 
-class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin):
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
     __slots__ = ("_uop", "_ver", "_device", "requires_grad", "grad", "is_param", "__weakref__")
@@ -520,157 +520,6 @@ class Tensor(ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixi
         out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
         return out
 
-    # ---------------- creation ----------------
-    @staticmethod
-    def empty(*shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
-        """An uninitialised tensor (a fresh buffer)."""
-        sh = validate_shape(argfix(*shape))
-        dt = _dt(dtype) or dtypes.default_float
-        if isinstance(device, (tuple, list)):
-            devs = multi.canonical_devices(device)
-            return Tensor(multi.per_device(devs, lambda d: Tensor.empty(*sh, device=d, dtype=dt)))
-        dev = canonical(device)
-        size = prod(max_dim(s) for s in sh)
-        buf = new_buffer_uop(dev, int(size), dt)
-        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
-        return t
-
-    @staticmethod
-    def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
-        """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
-        must outlive the tensor's use)."""
-        import ctypes
-
-        dt = _dt(kw.get("dtype")) or dtypes.default_float
-        if dt.fmt is None:
-            raise RuntimeError(f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast")
-        sh = validate_shape(argfix(shape))
-        n = int(prod(sh)) * dt.itemsize
-        raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
-        return Tensor(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
-                      requires_grad=kw.get("requires_grad"))  # fmt: skip
-
-    @staticmethod
-    def invalids(*shape: Any, **kw: Any) -> Tensor:
-        """A tensor whose values are undefined until something writes them (a custom kernel's output): empty()."""
-        return Tensor.empty(*shape, **kw)
-
-    @staticmethod
-    def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
-             **kw: Any) -> Tensor:  # fmt: skip
-        """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""
-        sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
-        if any(isinstance(s, int) and s < 0 for s in sh):
-            raise RuntimeError(f"shape {sh} has a negative dimension")
-        dt = _dt(dtype) or _scalar_dtype(fill_value)
-        if isinstance(fill_value, Tensor):
-            c = fill_value.cast(dt) if fill_value.device == canonical(device) else fill_value.to(device).cast(dt)
-            if c.ndim:
-                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {c.shape}")
-        else:
-            c = Tensor(fill_value, device=device, dtype=dt)
-        out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
-        out.requires_grad = kw.get("requires_grad")
-        return out
-
-    @staticmethod
-    def zeros(*shape: Any, **kw: Any) -> Tensor:
-        return Tensor.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
-
-    @staticmethod
-    def ones(*shape: Any, **kw: Any) -> Tensor:
-        return Tensor.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
-
-    @staticmethod
-    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
-        """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
-        when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise TensorValueError("arange: step must not be 0")
-        n = max(math.ceil((stop - start) / step), 0)
-        last = start + (n - 1) * step if n else start
-        ints = all(isinstance(x, int) for x in (start, stop, step))
-        dt = _dt(kw.pop("dtype", None))
-        if dt is None:
-            dt = dtypes.default_int if ints else dtypes.default_float
-            if ints and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
-                dt = dtypes.int64
-        elif not dtypes.is_float(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
-            raise TensorOverflowError(f"arange({start}, {stop}, {step}) doesn't fit {dt} "
-                                      f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
-        if isinstance(kw.get("device"), (tuple, list)):
-            devs = multi.canonical_devices(kw.pop("device"))
-            return Tensor(multi.per_device(devs, lambda d: Tensor.arange(start, stop, step, dtype=dt, device=d, **kw)))
-        if n == 0:
-            return Tensor.empty(0, dtype=dt, **kw)
-        dev = canonical(kw.get("device"))
-        idx = Tensor(_iota_uop(n, dev), device=dev)
-        if dtypes.is_float(dt):
-            return (idx.cast(dt) * step + start).cast(dt)
-        return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
-
-    @staticmethod
-    def const(value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
-        """A 0-d constant (dtype from the value unless given)."""
-        return Tensor(value, device=device, dtype=dtype)
-
-    def const_like(self, value: Scalar) -> Tensor:
-        """value broadcast to self's shape, with self's dtype and device (no buffer)."""
-        return Tensor.full(self.shape, value, dtype=self.dtype, device=self.device)
-
-    @staticmethod
-    def linspace(start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
-        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        if steps < 0:
-            raise TensorValueError(f"linspace: steps must be >= 0, got {steps}")
-        if dt == dtypes.bool:
-            raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
-        if steps == 1:
-            return Tensor([start], dtype=dt, **kw)
-        return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
-                ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
-
-    @staticmethod
-    def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
-        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        m = n if m is None else m
-        if n < 0 or m < 0:
-            raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
-        r = Tensor.arange(n, **kw).unsqueeze(1)
-        c = Tensor.arange(m, **kw).unsqueeze(0)
-        return (r == c).cast(dt)
-
-    def full_like(self, fill_value: Scalar, **kw: Any) -> Tensor:
-        if isinstance(self.uop, MultiUOp):
-            _no_device_for_sharded(self, kw)
-            return multi.shard_like(Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
-                                                device=self.uop.device), self)  # fmt: skip
-        dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
-        return Tensor.full(self.shape, fill_value, dtype=dt, device=dev)
-
-    def zeros_like(self, **kw: Any) -> Tensor:
-        return self.full_like(0, **kw)
-
-    def ones_like(self, **kw: Any) -> Tensor:
-        return self.full_like(1, **kw)
-
-    def empty_like(self, **kw: Any) -> Tensor:
-        if isinstance(self.uop, MultiUOp):
-            return self._like_shards(
-                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
-            )
-        return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
-
-    def _like_shards(self, make: Any, kw: dict[str, Any]) -> Tensor:
-        """A new tensor sharded like this one, each shard made by make(shard uop, device, index) independently."""
-        u = self.uop
-        assert isinstance(u, MultiUOp)
-        _no_device_for_sharded(self, kw)
-        return Tensor(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
-                                    u.device))  # fmt: skip
-
     # ---------------- multi-tensor constructors ----------------
     @staticmethod
     def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
@@ -838,12 +687,6 @@ def _is_const_graph(u: UOp) -> builtins.bool:
 
 
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
-
-
-def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
-    if "device" in kw:
-        raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
-                           f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
 
 
 def _materialize_buffer(b: UOp) -> Any:

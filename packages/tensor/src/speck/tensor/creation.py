@@ -1,0 +1,221 @@
+# mypy: disable-error-code="misc"
+# (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
+# mixin that Tensor subclasses as "misc" - that is the only error silenced here)
+"""Creation: empty, from_blob, full, zeros, ones, arange, linspace, eye, const and the *_like constructors. The
+methods are added to Tensor as a mixin like the other op modules'; they build results through the registered class
+(speck.tensor.hook), not by importing tensor.py."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from speck.codegen.numeric import storage_np as np_dtype
+from speck.tensor import multi
+from speck.tensor.device import canonical
+from speck.tensor.dims import argfix
+from speck.tensor.errors import TensorOverflowError, TensorValueError
+from speck.tensor.multi import MultiUOp
+from speck.tensor.nodes import _dt, _iota_uop, _scalar_dtype
+from speck.tensor.schedule import max_dim, new_buffer_uop
+from speck.uop import DType, dtypes, validate_shape
+from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+Scalar = int | float | bool
+DTypeLike = DType | str
+DeviceLike = str | tuple[str, ...] | list[str]
+
+
+class CreationMixin:
+    """Constructors of Tensor."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def empty(*shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+        """An uninitialised tensor (a fresh buffer)."""
+        from speck.tensor.hook import Tensor
+
+        sh = validate_shape(argfix(*shape))
+        dt = _dt(dtype) or dtypes.default_float
+        if isinstance(device, (tuple, list)):
+            devs = multi.canonical_devices(device)
+            return Tensor(multi.per_device(devs, lambda d: Tensor.empty(*sh, device=d, dtype=dt)))
+        dev = canonical(device)
+        size = prod(max_dim(s) for s in sh)
+        buf = new_buffer_uop(dev, int(size), dt)
+        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
+        return t
+
+    @staticmethod
+    def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
+        """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
+        must outlive the tensor's use)."""
+        import ctypes
+
+        from speck.tensor.hook import Tensor
+
+        dt = _dt(kw.get("dtype")) or dtypes.default_float
+        if dt.fmt is None:
+            raise RuntimeError(f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast")
+        sh = validate_shape(argfix(shape))
+        n = int(prod(sh)) * dt.itemsize
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
+        return Tensor(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
+                      requires_grad=kw.get("requires_grad"))  # fmt: skip
+
+    @staticmethod
+    def invalids(*shape: Any, **kw: Any) -> Tensor:
+        """A tensor whose values are undefined until something writes them (a custom kernel's output): empty()."""
+        from speck.tensor.hook import Tensor
+
+        return Tensor.empty(*shape, **kw)
+
+    @staticmethod
+    def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
+             **kw: Any) -> Tensor:  # fmt: skip
+        """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""
+        from speck.tensor.hook import Tensor
+
+        sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+        if any(isinstance(s, int) and s < 0 for s in sh):
+            raise RuntimeError(f"shape {sh} has a negative dimension")
+        dt = _dt(dtype) or _scalar_dtype(fill_value)
+        if isinstance(fill_value, Tensor):
+            c = fill_value.cast(dt) if fill_value.device == canonical(device) else fill_value.to(device).cast(dt)
+            if c.ndim:
+                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {c.shape}")
+        else:
+            c = Tensor(fill_value, device=device, dtype=dt)
+        out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
+        out.requires_grad = kw.get("requires_grad")
+        return out
+
+    @staticmethod
+    def zeros(*shape: Any, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        return Tensor.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+
+    @staticmethod
+    def ones(*shape: Any, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        return Tensor.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+
+    @staticmethod
+    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
+        """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
+        when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
+        from speck.tensor.hook import Tensor
+
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise TensorValueError("arange: step must not be 0")
+        n = max(math.ceil((stop - start) / step), 0)
+        last = start + (n - 1) * step if n else start
+        ints = all(isinstance(x, int) for x in (start, stop, step))
+        dt = _dt(kw.pop("dtype", None))
+        if dt is None:
+            dt = dtypes.default_int if ints else dtypes.default_float
+            if ints and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
+                dt = dtypes.int64
+        elif not dtypes.is_float(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
+            raise TensorOverflowError(f"arange({start}, {stop}, {step}) doesn't fit {dt} "
+                                      f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
+        if isinstance(kw.get("device"), (tuple, list)):
+            devs = multi.canonical_devices(kw.pop("device"))
+            return Tensor(multi.per_device(devs, lambda d: Tensor.arange(start, stop, step, dtype=dt, device=d, **kw)))
+        if n == 0:
+            return Tensor.empty(0, dtype=dt, **kw)
+        dev = canonical(kw.get("device"))
+        idx = Tensor(_iota_uop(n, dev), device=dev)
+        if dtypes.is_float(dt):
+            return (idx.cast(dt) * step + start).cast(dt)
+        return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
+
+    @staticmethod
+    def const(value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+        """A 0-d constant (dtype from the value unless given)."""
+        from speck.tensor.hook import Tensor
+
+        return Tensor(value, device=device, dtype=dtype)
+
+    def const_like(self: Tensor, value: Scalar) -> Tensor:
+        """value broadcast to self's shape, with self's dtype and device (no buffer)."""
+        from speck.tensor.hook import Tensor
+
+        return Tensor.full(self.shape, value, dtype=self.dtype, device=self.device)
+
+    @staticmethod
+    def linspace(start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        if steps < 0:
+            raise TensorValueError(f"linspace: steps must be >= 0, got {steps}")
+        if dt == dtypes.bool:
+            raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
+        if steps == 1:
+            return Tensor([start], dtype=dt, **kw)
+        return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
+                ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
+        r = Tensor.arange(n, **kw).unsqueeze(1)
+        c = Tensor.arange(m, **kw).unsqueeze(0)
+        return (r == c).cast(dt)
+
+    def full_like(self: Tensor, fill_value: Scalar, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        if isinstance(self.uop, MultiUOp):
+            _no_device_for_sharded(self, kw)
+            return multi.shard_like(Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
+                                                device=self.uop.device), self)  # fmt: skip
+        dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
+        return Tensor.full(self.shape, fill_value, dtype=dt, device=dev)
+
+    def zeros_like(self: Tensor, **kw: Any) -> Tensor:
+        return self.full_like(0, **kw)
+
+    def ones_like(self: Tensor, **kw: Any) -> Tensor:
+        return self.full_like(1, **kw)
+
+    def empty_like(self: Tensor, **kw: Any) -> Tensor:
+        from speck.tensor.hook import Tensor
+
+        if isinstance(self.uop, MultiUOp):
+            return self._like_shards(
+                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
+            )
+        return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
+
+    def _like_shards(self: Tensor, make: Any, kw: dict[str, Any]) -> Tensor:
+        """A new tensor sharded like this one, each shard made by make(shard uop, device, index) independently."""
+        from speck.tensor.hook import Tensor
+
+        u = self.uop
+        assert isinstance(u, MultiUOp)
+        _no_device_for_sharded(self, kw)
+        return Tensor(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
+                                    u.device))  # fmt: skip
+
+
+def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
+    if "device" in kw:
+        raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
+                           f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
