@@ -269,3 +269,16 @@ def test_cast_folding_equals_numpy(src: DType, dst: DType, data: st.DataObject) 
         want = NP[src].type(UOp.const(src, v).arg).astype(NP[dst])
     want_py = float(want) if dtypes.is_float(dst) else int(want)
     assert _same(c.arg, want_py), (src, dst, v, c.arg, want_py)
+
+
+@pytest.mark.parametrize("dt", [d for d in dtypes.all if d not in dtypes.fp8s] + [dtypes.bool])
+def test_dtype_min_max_attributes_are_the_range_numpy_gives(dt: DType) -> None:
+    """`dt.min`/`dt.max` (attributes, as tinygrad code reads them) agree with numpy's range of the same type."""
+    if dt == dtypes.bool:
+        assert (dt.min, dt.max) == (False, True)
+        return
+    if dtypes.is_float(dt):
+        assert (dt.min, dt.max) == (-math.inf, math.inf)
+        return
+    info = np.iinfo(np.dtype(dt.fmt))
+    assert (dt.min, dt.max) == (int(info.min), int(info.max)) == (dtypes.min(dt), dtypes.max(dt))

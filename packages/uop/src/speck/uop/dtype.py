@@ -68,6 +68,16 @@ class DType:
         """Bytes of the whole (possibly vector) value."""
         return self.itemsize * self.count
 
+    @property
+    def min(self) -> ConstType:
+        """The smallest value of the type (`dtypes.min(self)`): an int, -inf, or False."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> ConstType:
+        """The largest value of the type (`dtypes.max(self)`): an int, inf, or True."""
+        return dtypes.max(self)
+
     def vec(self, count: int) -> DType:
         """The vector type of `count` elements of this scalar type (count 1 is the scalar itself)."""
         if self.count != 1:
