@@ -24,9 +24,11 @@ import subprocess
 import sys
 import time
 
+import _host  # noqa: F401  (first: unsets the OpenBLAS overrides before numpy loads)
 import numpy as np
+from train import jit_train_step
 
-from speck.tensor import Context, Tensor, TinyJit
+from speck.tensor import Context, Tensor
 from speck.tensor.examples.train import MODELS
 from speck.tensor.nn.optim import Adam
 from speck.tensor.nn.state import get_parameters
@@ -116,14 +118,7 @@ def cnn_step_images_s(devices: tuple[str, ...], batch: int, steps: int) -> float
         x, y = x.shard(devices, 0), y.shard(devices, 0)
     x, y = x.realize(), y.realize()
 
-    @TinyJit
-    def step(xb: Tensor, yb: Tensor) -> Tensor:
-        with Tensor.train():
-            opt.zero_grad()
-            loss = model(xb).sparse_categorical_crossentropy(yb)
-            loss.backward()
-            opt.step(loss)
-        return loss
+    step = jit_train_step(model, opt)
 
     for _ in range(2):  # run and capture
         step(x, y).item()

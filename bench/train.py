@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import _host
 import numpy as np
@@ -34,14 +35,8 @@ TARGET_MS = {"mlp": 2.0, "cnn": 150.0}
 FIRST_TARGET_S = {"cnn": 1.0}
 
 
-def make_step(name: str, batch: int) -> Callable[[], Tensor]:
-    """The main job's jitted training step (Adam) for one model on a fixed random batch: call it to run a step."""
-    Tensor.manual_seed(0)
-    model = MODELS[name]()
-    opt = Adam(get_parameters(model), lr=1e-3)
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
+def jit_train_step(model: Any, opt: Any) -> Any:
+    """The main job's training step (forward, cross-entropy, backward, optimizer step) under TinyJit."""
 
     @TinyJit
     def step(xb: Tensor, yb: Tensor) -> Tensor:
@@ -51,6 +46,20 @@ def make_step(name: str, batch: int) -> Callable[[], Tensor]:
             loss.backward()
             opt.step(loss)
         return loss
+
+    return step
+
+
+def make_step(name: str, batch: int) -> Callable[[], Tensor]:
+    """The main job's jitted training step (Adam) for one model on a fixed random batch: call it to run a step."""
+    Tensor.manual_seed(0)
+    model = MODELS[name]()
+    opt = Adam(get_parameters(model), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
+
+    step = jit_train_step(model, opt)
 
     return lambda: step(x, y)
 

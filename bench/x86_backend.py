@@ -34,7 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _host  # noqa: F401  (first: unsets the OpenBLAS overrides before numpy loads)
 import numpy as np
+from train import jit_train_step
 
 from speck.codegen import KernelInfo
 from speck.codegen.pipeline import full_rewrite_to_sink
@@ -140,7 +142,7 @@ def compile_times(ast: UOp, repeats: int) -> tuple[float, float]:
 def cnn_step(device: str, batch: int = 128) -> Callable[[], float]:
     """A jitted CNN training step on `device` (model, optimizer and data of its own); calling it runs one step."""
     from speck.hcq import Device
-    from speck.tensor import Tensor, TinyJit
+    from speck.tensor import Tensor
     from speck.tensor.examples.train import MODELS
     from speck.tensor.nn.optim import Adam
     from speck.tensor.nn.state import get_parameters
@@ -157,14 +159,7 @@ def cnn_step(device: str, batch: int = 128) -> Callable[[], float]:
     finally:
         Device.DEFAULT = prev
 
-    @TinyJit
-    def step(xb: Tensor, yb: Tensor) -> Tensor:
-        with Tensor.train():
-            opt.zero_grad()
-            loss = model(xb).sparse_categorical_crossentropy(yb)
-            loss.backward()
-            opt.step(loss)
-        return loss
+    step = jit_train_step(model, opt)
 
     return lambda: float(step(x, y).item())
 
