@@ -128,7 +128,7 @@ def _run(spec, device: str, inputs: list[np.ndarray], out_size: int) -> np.ndarr
     prog = dev.load_program(spec)
     assert isinstance(prog, Runtime)
     out = Buffer(device, out_size, dtypes.float32)
-    bufs = [out] + [Buffer(device, len(x), dtypes.float32).copyin(memoryview(x)) for x in inputs]
+    bufs = [out] + [Buffer(device, len(x), dtypes.float32).copyin(x) for x in inputs]
     prog(*bufs, wait=True)
     return out.numpy().view(np.float32).copy()
 

@@ -4,6 +4,7 @@ speck.uop's dtypes plus the numpy (and, for code that compares with torch, torch
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from typing import Any
 
@@ -57,8 +58,7 @@ _TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fn
 def _to_torch_dtype(dtype: DType) -> Any:
     """The torch dtype with dtype's layout, or None where torch (this version) has none. torch is imported here, on
     first use: it is never a dependency of speck."""
-    import torch
-
+    torch = importlib.import_module("torch")
     if dtype not in CONCRETE_SCALARS:
         return None
     return getattr(torch, _TORCH_NAMES.get(dtype.name, dtype.name), None)
@@ -117,6 +117,7 @@ def fp8_to_float(x: int, dtype: DType) -> float:
 
 __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
-    "ImageDType", "PtrDType", "_from_np_dtype", "_to_np_dtype", "_to_torch_dtype", "imagef", "imageh", "can_lossless_cast", "dtypes", "float_to_fp8", "fp8_to_float",
+    "ImageDType", "PtrDType", "_from_np_dtype", "_to_np_dtype", "_to_torch_dtype", "can_lossless_cast", "dtypes",
+    "float_to_fp8", "fp8_to_float", "imagef", "imageh",
     "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

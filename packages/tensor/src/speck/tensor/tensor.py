@@ -23,8 +23,8 @@ from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical
-from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.dims import as_int
+from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError
 from speck.tensor.indexing import IndexingMixin
