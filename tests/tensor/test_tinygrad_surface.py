@@ -30,10 +30,25 @@ from speck.tensor import Context, Device, Tensor, TinyJit, dtypes
 from speck.tensor.codegen import full_rewrite, full_rewrite_to_sink, get_program
 from speck.tensor.codegen.opt import KernelOptError, Opt, OptOps
 from speck.tensor.device import CompileError, LRUAllocator, Runtime
-from speck.tensor.dtype import DTYPES_DICT, ImageDType, _to_np_dtype, _to_torch_dtype, imagef, imageh
+from speck.tensor.dtype import (
+    DTYPES_DICT,
+    ImageDType,
+    _from_torch_dtype,
+    _to_np_dtype,
+    _to_torch_dtype,
+    imagef,
+    imageh,
+)
 from speck.tensor.engine.memory import memory_planner
-from speck.tensor.engine.realize import capturing
-from speck.tensor.helpers import ContextVar, Target, TracingKey, cpu_time_execution
+from speck.tensor.engine.realize import capturing, method_cache
+from speck.tensor.helpers import (
+    ContextVar,
+    Target,
+    TracingKey,
+    cpu_time_execution,
+    get_single_element,
+    memsize_to_str,
+)
 from speck.tensor.nn.datasets import CIFAR_BATCHES, CIFAR_TAR, DatasetError, cifar
 from speck.tensor.renderer import Renderer
 from speck.tensor.renderer.cstyle import ClangRenderer, CStyleLanguage
@@ -51,13 +66,14 @@ from speck.tensor.uop.symbolic import sym, symbolic, symbolic_simple
 # module -> names a tinygrad test file imports from it (the probe of issue 15, plus the names around them)
 IMPORTS = {
     "tinygrad.helpers": "CPU_LLVM AMD_LLVM WINDOWS AMX TracingKey cpu_time_execution DEVECTORIZE Target QUANTIZE "
-    "FUSE_ARANGE DISABLE_COMPILER_CACHE getenv Context DEBUG GlobalCounters",
-    "tinygrad.dtype": "_to_torch_dtype ImageDType _to_np_dtype dtypes DType PtrDType",
+    "FUSE_ARANGE DISABLE_COMPILER_CACHE getenv Context DEBUG GlobalCounters get_single_element memsize_to_str",
+    "tinygrad.dtype": "_to_torch_dtype _from_torch_dtype ImageDType _to_np_dtype dtypes DType PtrDType DTypeLike "
+    "Invalid InvalidType can_safe_cast",
     "tinygrad.tensor": "Tensor _to_np_dtype _METADATA all_tensors",
     "tinygrad.device": "CompileError Runtime LRUAllocator Allocator Compiler Compiled Device Buffer",
-    "tinygrad.engine.realize": "get_program capturing run_schedule lower_schedule CompiledRunner ExecItem",
+    "tinygrad.engine.realize": "get_program capturing method_cache run_schedule lower_schedule CompiledRunner ExecItem",
     "tinygrad.engine.memory": "memory_planner",
-    "tinygrad.uop.ops": "track_rewrites smin smax sym_infer UOp Ops graph_rewrite",
+    "tinygrad.uop.ops": "track_rewrites smin smax sym_infer UOp Ops graph_rewrite exec_alu python_alu",
     "tinygrad.uop.symbolic": "sym symbolic symbolic_simple",
     "tinygrad.uop.spec": "type_verify",
     "tinygrad.codegen": "full_rewrite full_rewrite_to_sink get_program",
@@ -244,6 +260,9 @@ def test_to_torch_dtype_maps_names_and_imports_torch_lazily(monkeypatch: pytest.
     assert _to_torch_dtype(dtypes.fp8e4m3) == "torch.float8_e4m3fn"
     assert _to_torch_dtype(dtypes.uint16) is None  # this (fake) torch has no uint16
     assert _to_torch_dtype(dtypes.weakint) is None
+    assert _from_torch_dtype("torch.bfloat16") is dtypes.bfloat16 and _from_torch_dtype("torch.int64") is dtypes.int64
+    with pytest.raises(KeyError):
+        _from_torch_dtype("torch.complex64")
 
 
 def test_image_dtypes_are_distinct_markers() -> None:
@@ -320,6 +339,28 @@ def test_cpu_time_execution_and_target() -> None:
     assert str(Target.parse("CPU:X86")) == "CPU:X86" and Target.parse_all("CPU;NULL")[1].device == "NULL"
     with pytest.raises(RuntimeError, match="INTERFACE"):
         Target.parse("a:b:c:d")
+
+
+@given(st.integers(0, 1 << 50) | st.sampled_from([1023, 1024, 1048575, 1048576, (1 << 30) - 1]))
+def test_memsize_to_str_reads_back_the_size(n: int) -> None:
+    num, unit = memsize_to_str(n).split()
+    scale = 1024 ** ["B", "KB", "MB", "GB", "TB"].index(unit)
+    assert abs(float(num) * scale - n) <= 0.005 * scale and (float(num) < 1024 or unit == "TB")
+
+
+def test_get_single_element() -> None:
+    assert get_single_element((7,)) == 7
+    with pytest.raises(ValueError, match="found 2"):
+        get_single_element([1, 2])
+
+
+def test_method_cache_holds_compiled_programs_and_can_be_cleared() -> None:
+    a = Tensor(np.arange(5, dtype=np.float32)).realize()
+    np.testing.assert_allclose((a * 7 - 2).numpy(), np.arange(5) * 7 - 2)
+    assert method_cache  # the kernel just run was compiled into it
+    method_cache.clear()
+    np.testing.assert_allclose((a * 7 - 2).numpy(), np.arange(5) * 7 - 2)
+    assert method_cache
 
 
 # ---------------- nn.datasets.cifar ----------------

@@ -18,6 +18,8 @@ from speck.uop.dtype import (
     AddrSpace,
     ConstType,
     DType,
+    Invalid,
+    InvalidType,
     PtrDType,
     _fp8_bits,
     _fp8_from_bits,
@@ -29,6 +31,10 @@ from speck.uop.dtype import (
     to_dtype,
     truncate,
 )
+
+DTypeLike = DType | str
+# tinygrad's older name for the same question: can every value of the first dtype be represented in the second
+can_safe_cast = can_lossless_cast
 
 # every named dtype, by its canonical name (no aliases, no weak or void)
 DTYPES_DICT: dict[str, DType] = {
@@ -62,6 +68,14 @@ def _to_torch_dtype(dtype: DType) -> Any:
     if dtype not in CONCRETE_SCALARS:
         return None
     return getattr(torch, _TORCH_NAMES.get(dtype.name, dtype.name), None)
+
+
+def _from_torch_dtype(torch_dtype: Any) -> DType:
+    """The speck dtype of a torch dtype (the inverse of `_to_torch_dtype`); KeyError for those speck has not."""
+    for dt in CONCRETE_SCALARS:
+        if _to_torch_dtype(dt) == torch_dtype:
+            return dt
+    raise KeyError(f"torch dtype {torch_dtype} has no speck equivalent")
 
 
 class ImageDType(PtrDType):
@@ -117,7 +131,8 @@ def fp8_to_float(x: int, dtype: DType) -> float:
 
 __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
-    "ImageDType", "PtrDType", "_from_np_dtype", "_to_np_dtype", "_to_torch_dtype", "can_lossless_cast", "dtypes",
+    "DTypeLike", "ImageDType", "Invalid", "InvalidType", "PtrDType", "_from_np_dtype", "_from_torch_dtype",
+    "_to_np_dtype", "_to_torch_dtype", "can_lossless_cast", "can_safe_cast", "dtypes",
     "float_to_fp8", "fp8_to_float", "imagef", "imageh",
     "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

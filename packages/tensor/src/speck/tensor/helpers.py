@@ -184,6 +184,24 @@ def cpu_time_execution(fn: Callable[[], Any], enable: bool) -> float | None:
     return time.perf_counter() - st if enable else None
 
 
+def get_single_element(xs: Any) -> Any:
+    """The one element of a sequence; ValueError naming the length when it has another number of elements."""
+    items = list(xs)
+    if len(items) != 1:
+        raise ValueError(f"expected exactly one element, found {len(items)}")
+    return items[0]
+
+
+def memsize_to_str(nbytes: int) -> str:
+    """A byte count with a binary-sized unit: '512.00 B', '1.50 KB', '2.00 GB' (1 KB = 1024 B)."""
+    size, unit = float(nbytes), "B"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if round(abs(size), 2) < 1024 or unit == "TB":  # so 1048575 bytes reads 1.00 MB, not 1024.00 KB
+            break
+        size /= 1024
+    return f"{size:.2f} {unit}"
+
+
 @dataclass(frozen=True)
 class TracingKey:
     """The name a traced rewrite is shown under (`display_name`), the keys it is looked up by, and what it returned.
@@ -239,5 +257,5 @@ __all__ = [
     "partition", "pluralize", "polyN", "round_down", "strip_parens", "suppress_finalizing", "time_to_str",
     "to_function_name", "to_mv", "tqdm", "trange", "word_wrap", "CPU_COUNT",
     "AMD_LLVM", "AMX", "CPU_LLVM", "DEVECTORIZE", "DISABLE_COMPILER_CACHE", "FUSE_ARANGE", "PTX", "QUANTIZE", "WINDOWS",
-    "Target", "TracingKey", "cpu_time_execution",
+    "Target", "TracingKey", "cpu_time_execution", "get_single_element", "memsize_to_str",
 ]  # fmt: skip

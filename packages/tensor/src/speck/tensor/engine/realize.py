@@ -140,9 +140,11 @@ class _Capturing(Sequence[Any]):
 
 
 capturing = _Capturing()
+# the compiled programs, keyed by (device, kernel AST); clearing it makes the next realization compile again
+method_cache = _realize._program_cache
 
 
 __all__ = [
     "BufferCopy", "CompiledRunner", "ExecItem", "Runner", "exec_items", "get_buffer", "get_runner",
-    "capturing", "get_program", "kernel_name", "lower_schedule", "lower_schedule_item", "run_schedule",
+    "capturing", "get_program", "kernel_name", "method_cache", "lower_schedule", "lower_schedule_item", "run_schedule",
 ]  # fmt: skip

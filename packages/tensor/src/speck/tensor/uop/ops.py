@@ -14,6 +14,7 @@ from speck.uop import (
     UOp,
     UPat,
     dtypes,
+    exec_alu,
     graph_rewrite,
     graph_rewrite_map,
     resolve,
@@ -22,6 +23,7 @@ from speck.uop import (
     ssimplify,
 )
 from speck.uop.symbolic import sym_infer as _sym_infer
+from speck.uop.uop import python_alu
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,6 +66,6 @@ def track_rewrites(name: Callable[..., Any] | bool = True, replay: bool = False)
 
 
 __all__ = [
-    "AxisType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "UOp", "UPat", "Variable", "graph_rewrite",
-    "graph_rewrite_map", "resolve", "sint", "smax", "smin", "ssimplify", "sym_infer", "track_rewrites",
+    "AxisType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "UOp", "UPat", "Variable", "exec_alu", "graph_rewrite",
+    "graph_rewrite_map", "python_alu", "resolve", "sint", "smax", "smin", "ssimplify", "sym_infer", "track_rewrites",
 ]  # fmt: skip
