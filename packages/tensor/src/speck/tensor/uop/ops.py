@@ -66,6 +66,7 @@ def track_rewrites(name: Callable[..., Any] | bool = True, replay: bool = False)
 
 
 __all__ = [
-    "AxisType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "UOp", "UPat", "Variable", "exec_alu", "graph_rewrite",
-    "graph_rewrite_map", "python_alu", "resolve", "sint", "smax", "smin", "ssimplify", "sym_infer", "track_rewrites",
+    "AxisType", "GroupOp", "KernelInfo", "Ops", "PatternMatcher", "UOp", "UPat", "Variable", "exec_alu",
+    "graph_rewrite", "graph_rewrite_map", "python_alu", "resolve", "sint", "smax", "smin", "ssimplify", "sym_infer",
+    "track_rewrites",
 ]  # fmt: skip
