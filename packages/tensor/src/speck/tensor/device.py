@@ -4,12 +4,18 @@ device computes with."""
 from __future__ import annotations
 
 from speck.codegen.compiler import Compiler
-from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase
+from speck.codegen.errors import CompileError
+from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase, Program
 from speck.uop import DType
 
 # tinygrad's names for the same classes: a device object's base class, buffer options
 Compiled = DeviceBase
 BufferSpec = BufferOptions
+# what `Device[name].runtime(fn_name, lib)` returns: a loaded program (speck.hcq.Program and its per-device kinds)
+Runtime = Program
+# speck's one Allocator keeps freed allocations for reuse (the LRU setting) on every device whose cache_cap > 0
+# (DISK's is 0); tinygrad names that kind LRUAllocator
+LRUAllocator = Allocator
 
 
 def default_device() -> str:
@@ -33,6 +39,7 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 
 
 __all__ = [
-    "Allocator", "Buffer", "BufferSpec", "Compiled", "Compiler", "Device", "canonical", "default_device",
+    "Allocator", "Buffer", "BufferSpec", "CompileError", "Compiled", "Compiler", "Device", "LRUAllocator", "Runtime",
+    "canonical", "default_device",
     "is_dtype_supported",
 ]  # fmt: skip

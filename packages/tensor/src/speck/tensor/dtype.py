@@ -1,19 +1,25 @@
 """The dtype namespace a tinygrad user imports (`from tinygrad.dtype import dtypes, DType, least_upper_dtype`):
-speck.uop's dtypes plus the numpy conversions speck.tensor uses."""
+speck.uop's dtypes plus the numpy (and, for code that compares with torch, torch) conversions."""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import math
 from typing import Any
 
 import numpy as np
 
 from speck.uop.dtype import (
+    CONCRETE_SCALARS,
     DEFAULT_FLOAT,
     DEFAULT_INT,
     FP8_FORMATS,
     AddrSpace,
     ConstType,
     DType,
+    Invalid,
+    InvalidType,
     PtrDType,
     _fp8_bits,
     _fp8_from_bits,
@@ -25,6 +31,10 @@ from speck.uop.dtype import (
     to_dtype,
     truncate,
 )
+
+DTypeLike = DType | str
+# tinygrad's older name for the same question: can every value of the first dtype be represented in the second
+can_safe_cast = can_lossless_cast
 
 # every named dtype, by its canonical name (no aliases, no weak or void)
 DTYPES_DICT: dict[str, DType] = {
@@ -46,6 +56,62 @@ def _from_np_dtype(npdtype: Any) -> DType:
     return DTYPES_DICT[name]
 
 
+# speck dtype name -> torch attribute where the names differ (the others are spelled alike)
+_TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fnuz": "float8_e4m3fnuz",
+                "fp8e5m2fnuz": "float8_e5m2fnuz"}  # fmt: skip
+
+
+def _to_torch_dtype(dtype: DType) -> Any:
+    """The torch dtype with dtype's layout, or None where torch (this version) has none. torch is imported here, on
+    first use: it is never a dependency of speck."""
+    torch = importlib.import_module("torch")
+    if dtype not in CONCRETE_SCALARS:
+        return None
+    return getattr(torch, _TORCH_NAMES.get(dtype.name, dtype.name), None)
+
+
+def _from_torch_dtype(torch_dtype: Any) -> DType:
+    """The speck dtype of a torch dtype (the inverse of `_to_torch_dtype`); KeyError for those speck has not."""
+    for dt in CONCRETE_SCALARS:
+        if _to_torch_dtype(dt) == torch_dtype:
+            return dt
+    raise KeyError(f"torch dtype {torch_dtype} has no speck equivalent")
+
+
+class ImageDType(PtrDType):
+    """tinygrad's dtype of a texture (an image of `shape`, float16 or float32 texels) on GPUs with image units. No
+    speck device has textures, so no buffer or kernel ever has this dtype; it exists so code can ask
+    `isinstance(dt, ImageDType)` (always False for speck's dtypes). Made with `imagef(shape)` / `imageh(shape)`."""
+
+    __slots__ = ("shape",)
+    shape: tuple[int, ...]
+
+    def __init__(self, base: DType, shape: tuple[int, ...]) -> None:
+        super().__init__(base, AddrSpace.GLOBAL, 1, math.prod(shape))
+        object.__setattr__(self, "shape", tuple(shape))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_image, (self.base, self.shape))
+
+    def __repr__(self) -> str:
+        return f"dtypes.{'imageh' if self.base == dtypes.float16 else 'imagef'}({self.shape})"
+
+
+@functools.cache
+def _image(base: DType, shape: tuple[int, ...]) -> ImageDType:
+    return ImageDType(base, shape)
+
+
+def imagef(shape: tuple[int, ...]) -> ImageDType:
+    """The float32 image dtype of `shape` (see ImageDType: no speck device computes with it)."""
+    return _image(dtypes.float32, tuple(shape))
+
+
+def imageh(shape: tuple[int, ...]) -> ImageDType:
+    """The float16 image dtype of `shape` (see ImageDType: no speck device computes with it)."""
+    return _image(dtypes.float16, tuple(shape))
+
+
 def _fp8_format(dtype: DType) -> Any:
     if dtype not in FP8_FORMATS:
         raise ValueError(f"{dtype} is not an fp8 dtype; use one of {', '.join(str(d) for d in FP8_FORMATS)}")
@@ -65,6 +131,8 @@ def fp8_to_float(x: int, dtype: DType) -> float:
 
 __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
-    "PtrDType", "_from_np_dtype", "_to_np_dtype", "can_lossless_cast", "dtypes", "float_to_fp8", "fp8_to_float",
+    "DTypeLike", "ImageDType", "Invalid", "InvalidType", "PtrDType", "_from_np_dtype", "_from_torch_dtype",
+    "_to_np_dtype", "_to_torch_dtype", "can_lossless_cast", "can_safe_cast", "dtypes",
+    "float_to_fp8", "fp8_to_float", "imagef", "imageh",
     "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

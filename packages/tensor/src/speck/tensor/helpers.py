@@ -10,7 +10,8 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from speck.codegen.lower.decompositions import TRANSCENDENTAL
@@ -65,11 +66,17 @@ from speck.tensor.settings import (
     ALLOW_DEVICE_USAGE,
     ALLOW_TF32,
     ALLREDUCE_CAST,
+    AMD_LLVM,
+    AMX,
     CAPTURING,
     CHECK_OOB,
+    CPU_LLVM,
+    DEVECTORIZE,
+    DISABLE_COMPILER_CACHE,
     DISALLOW_BROADCAST,
     EMULATED_DTYPES,
     FLOAT16,
+    FUSE_ARANGE,
     FUSE_OPTIM,
     IMAGE,
     JIT,
@@ -80,6 +87,8 @@ from speck.tensor.settings import (
     NO_COLOR,
     NO_MEMORY_PLANNER,
     NOLOCALS,
+    PTX,
+    QUANTIZE,
     REDUCEOP_SPLIT_THRESHOLD,
     RING,
     RING_ALLREDUCE_THRESHOLD,
@@ -114,6 +123,7 @@ from speck.uop.helpers import (
 
 OSX = sys.platform == "darwin"
 WIN = sys.platform == "win32"
+WINDOWS = WIN
 LINUX = sys.platform.startswith("linux")
 CI = os.environ.get("CI", "") != ""
 ARCH_X86 = platform.machine() in ("x86_64", "AMD64")
@@ -167,6 +177,71 @@ def cpu_time() -> Iterator[list[float]]:
         out[0] = time.process_time() - t0
 
 
+def cpu_time_execution(fn: Callable[[], Any], enable: bool) -> float | None:
+    """Call fn(); return the wall seconds it took when `enable`, else None (how a runtime times one launch)."""
+    st = time.perf_counter()
+    fn()
+    return time.perf_counter() - st if enable else None
+
+
+def get_single_element(xs: Any) -> Any:
+    """The one element of a sequence; ValueError naming the length when it has another number of elements."""
+    items = list(xs)
+    if len(items) != 1:
+        raise ValueError(f"expected exactly one element, found {len(items)}")
+    return items[0]
+
+
+def memsize_to_str(nbytes: int) -> str:
+    """A byte count with a binary-sized unit: '512.00 B', '1.50 KB', '2.00 GB' (1 KB = 1024 B)."""
+    size, unit = float(nbytes), "B"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if round(abs(size), 2) < 1024 or unit == "TB":  # so 1048575 bytes reads 1.00 MB, not 1024.00 KB
+            break
+        size /= 1024
+    return f"{size:.2f} {unit}"
+
+
+@dataclass(frozen=True)
+class TracingKey:
+    """The name a traced rewrite is shown under (`display_name`), the keys it is looked up by, and what it returned.
+    speck keeps no rewrite traces (see speck.tensor.uop.ops.track_rewrites), so this only carries names."""
+
+    display_name: str
+    keys: tuple[Any, ...] = ()
+    ret: Any = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One DEV target, `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`: device and renderer upper-cased, arch kept as written,
+    every part optional ("" when absent). `Target.parse("CPU:LLVM")`; `str()` writes it back."""
+
+    device: str = ""
+    renderer: str = ""
+    arch: str = ""
+    interface: str = ""
+
+    @staticmethod
+    def parse(text: str) -> Target:
+        if text.count("+") > 1 or text.count(":") > 2:
+            raise RuntimeError(f"DEV target {text!r}: expected [INTERFACE+]DEVICE[:RENDERER[:ARCH]] (one '+', two ':')")
+        interface, _, rest = text.strip().rpartition("+")
+        device, _, rest = rest.partition(":")
+        renderer, _, arch = rest.partition(":")
+        return Target(device.upper(), renderer.upper(), arch, interface)
+
+    @staticmethod
+    def parse_all(text: str) -> list[Target]:
+        """Every target of a DEV setting (targets are separated by ';')."""
+        return [Target.parse(t) for t in text.split(";") if t.strip()]
+
+    def __str__(self) -> str:
+        out = f"{self.interface}+" if self.interface else ""
+        out += self.device + (f":{self.renderer}" if self.renderer or self.arch else "")
+        return out + (f":{self.arch}" if self.arch else "")
+
+
 __all__ = [
     "ALL2ALL", "ALLOW_DEVICE_USAGE", "ALLOW_TF32", "ALLREDUCE_CAST", "ARCH_X86", "BEAM", "CACHELEVEL", "CAPTURING",
     "CHECK_OOB", "CI", "DEBUG", "DEFAULT_FLOAT", "DEFAULT_INT", "DEV", "DISALLOW_BROADCAST", "EMULATED_DTYPES",
@@ -181,4 +256,6 @@ __all__ = [
     "i2u", "init_c_var", "is_numpy_ndarray", "lo32", "make_tuple", "merge_dicts", "mv_address", "next_power2",
     "partition", "pluralize", "polyN", "round_down", "strip_parens", "suppress_finalizing", "time_to_str",
     "to_function_name", "to_mv", "tqdm", "trange", "word_wrap", "CPU_COUNT",
+    "AMD_LLVM", "AMX", "CPU_LLVM", "DEVECTORIZE", "DISABLE_COMPILER_CACHE", "FUSE_ARANGE", "PTX", "QUANTIZE", "WINDOWS",
+    "Target", "TracingKey", "cpu_time_execution", "get_single_element", "memsize_to_str",
 ]  # fmt: skip

@@ -51,3 +51,27 @@ def count() -> int:
     """Live registered tensors (sweeps dead references first)."""
     _sweep()
     return len(_refs)
+
+
+class LiveTensors:
+    """tinygrad's `all_tensors` (a dict keyed by weak references to every live Tensor, values None) as a read-only
+    view of this registry: iterating yields a weak reference per live tensor, oldest first; `len()` counts them."""
+
+    def __iter__(self) -> Iterator[weakref.ref[Tensor]]:
+        return (weakref.ref(t) for t in tensors())
+
+    def __len__(self) -> int:
+        return count()
+
+    def __contains__(self, ref: object) -> bool:
+        target = ref() if isinstance(ref, weakref.ref) else ref
+        return target is not None and any(t is target for t in tensors())
+
+    def keys(self) -> Iterator[weakref.ref[Tensor]]:
+        return iter(self)
+
+    def values(self) -> Iterator[None]:
+        return (None for _ in tensors())
+
+    def items(self) -> Iterator[tuple[weakref.ref[Tensor], None]]:
+        return ((r, None) for r in self)

@@ -51,3 +51,16 @@ EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "")
 CHECK_OOB = ContextVar("CHECK_OOB", 0)
 VALIDATE_WITH_CPU = ContextVar("VALIDATE_WITH_CPU", 0)
 NO_COLOR = ContextVar("NO_COLOR", 0)
+# tinygrad's switches for backends and passes speck does not have; read from the environment like every setting so
+# code that tests them runs, and they change nothing: CPU_LLVM/AMD_LLVM pick LLVM for tinygrad's CPU/AMD devices
+# (speck picks the CPU backend with DEV=CPU:LLVM, CPU:CLANG or CPU:X86), AMX is Apple's matrix unit, PTX CUDA's
+# assembly renderer, DEVECTORIZE/FUSE_ARANGE/QUANTIZE tinygrad passes (speck devectorizes for each renderer as it
+# needs), DISABLE_COMPILER_CACHE tinygrad's compile cache (speck's is off with CACHELEVEL=0)
+CPU_LLVM = ContextVar("CPU_LLVM", 0)
+AMD_LLVM = ContextVar("AMD_LLVM", 0)
+AMX = ContextVar("AMX", 0)
+PTX = ContextVar("PTX", 0)
+DEVECTORIZE = ContextVar("DEVECTORIZE", 1)
+FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)
+QUANTIZE = ContextVar("QUANTIZE", 0)
+DISABLE_COMPILER_CACHE = ContextVar("DISABLE_COMPILER_CACHE", 0)

@@ -10,6 +10,7 @@ below), never importing this."""
 from __future__ import annotations
 
 import builtins
+import contextvars
 import pathlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -23,9 +24,11 @@ from speck.tensor import hook, multi
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical
 from speck.tensor.dims import as_int
+from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError
 from speck.tensor.indexing import IndexingMixin
+from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
 from speck.tensor.movement import MovementMixin
 from speck.tensor.multi import MultiUOp
@@ -694,5 +697,10 @@ def _materialize_buffer(b: UOp) -> Any:
 
     return get_buffer(b)
 
+
+# tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)
+# and `_METADATA` (the Metadata of the op being built; speck records no per-op metadata, so nothing sets it)
+all_tensors = _LiveTensors()
+_METADATA: contextvars.ContextVar[Any] = contextvars.ContextVar("_METADATA", default=None)
 
 hook.register(Tensor)

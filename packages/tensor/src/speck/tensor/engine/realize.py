@@ -6,12 +6,13 @@ lines, TinyJit recording)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from speck.codegen.kernel_info import kernel_name
 from speck.tensor import realize as _realize
+from speck.tensor.codegen import get_program
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import ScheduleItem
 from speck.uop import UOp
@@ -119,7 +120,31 @@ def exec_items(jit_cache: list[tuple[str, Any]]) -> list[ExecItem]:
     return out
 
 
+class _Capturing(Sequence[Any]):
+    """tinygrad's `capturing` list, read-only: one entry (the list of calls being recorded) while a TinyJit captures
+    and CAPTURING is on, else empty, so `if capturing:` tells whether realizations are being recorded. Captures are
+    started by TinyJit only; appending a capturer of one's own is not supported."""
+
+    def _current(self) -> list[Any]:
+        rec = _realize.recording()
+        return [] if rec is None else [rec]
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._current()[i]
+
+    def __repr__(self) -> str:
+        return f"capturing({'recording' if self else 'idle'})"
+
+
+capturing = _Capturing()
+# the compiled programs, keyed by (device, kernel AST); clearing it makes the next realization compile again
+method_cache = _realize._program_cache
+
+
 __all__ = [
     "BufferCopy", "CompiledRunner", "ExecItem", "Runner", "exec_items", "get_buffer", "get_runner",
-    "kernel_name", "lower_schedule", "lower_schedule_item", "run_schedule",
+    "capturing", "get_program", "kernel_name", "method_cache", "lower_schedule", "lower_schedule_item", "run_schedule",
 ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Datasets: MNIST and Fashion-MNIST from IDX files.
+"""Datasets: MNIST and Fashion-MNIST from IDX files, CIFAR-10 from its binary tarball (`cifar`, at the end).
 
 Files are looked up, in order, in `$SPECK_DATASETS/<name>`, `~/.cache/speck/datasets/<name>` and (Fashion-MNIST
 only) `/usr/share/datasets/fashion-mnist`, where Debian's `dataset-fashion-mnist` package installs the full 60k/10k
@@ -147,3 +147,57 @@ def mnist(fashion: bool = False, device: str | None = None) -> tuple[Tensor, Ten
     arrays = load_arrays("fashion-mnist" if fashion else "mnist")
     kw: dict[str, Any] = {} if device is None else {"device": device}
     return tuple(Tensor(a, **kw).realize() for a in arrays)  # type: ignore[return-value]
+
+
+# CIFAR-10's binary distribution: 5 training batches and a test batch of records (1 label byte, then 3x32x32 pixel
+# bytes, channel-major), read straight from the tarball (no pickled Python objects involved)
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+CIFAR_TAR = "cifar-10-binary.tar.gz"
+CIFAR_RECORD = 1 + 3 * 32 * 32
+CIFAR_BATCHES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin")
+
+
+def read_cifar_tar(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(X_train, Y_train, X_test, Y_test) from CIFAR-10's binary tarball: images uint8 (N, 3, 32, 32), labels int32."""
+    import tarfile
+
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = {pathlib.PurePosixPath(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            parts: list[np.ndarray] = []
+            for fname in CIFAR_BATCHES:
+                if fname not in members:
+                    raise DatasetError(f"{path}: no {fname} in the archive (is it {CIFAR_TAR}?); delete it and retry")
+                f = tar.extractfile(members[fname])
+                raw = f.read() if f is not None else b""
+                if not raw or len(raw) % CIFAR_RECORD:
+                    raise DatasetError(
+                        f"{path}: {fname} has {len(raw)} bytes, not a whole number of {CIFAR_RECORD}-byte records; "
+                        "delete it and retry"
+                    )
+                parts.append(np.frombuffer(raw, np.uint8).reshape(-1, CIFAR_RECORD))
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise DatasetError(f"{path}: not a readable gzip tarball ({e}); delete it and retry") from e
+    train, test = np.concatenate(parts[:5]), parts[5]
+    return (train[:, 1:].reshape(-1, 3, 32, 32).copy(), train[:, 0].astype(np.int32),
+            test[:, 1:].reshape(-1, 3, 32, 32).copy(), test[:, 0].astype(np.int32))  # fmt: skip
+
+
+def cifar(device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """CIFAR-10 as realized tensors: X uint8 (N, 3, 32, 32), Y int32 (N,) (50000 train, 10000 test images). The
+    tarball is looked up like MNIST's files (folder `cifar-10`) and downloaded into the cache when missing."""
+    from speck.tensor.tensor import Tensor
+
+    path = next((d / CIFAR_TAR for d in search_dirs("cifar-10") if (d / CIFAR_TAR).is_file()), None)
+    if path is None:
+        dirs = search_dirs("cifar-10")
+        dest = dirs[0] if os.environ.get("SPECK_DATASETS") else dirs[1]
+        dest.mkdir(parents=True, exist_ok=True)
+        path = dest / CIFAR_TAR
+        try:
+            _fetch(CIFAR_URL, path)
+        except (urllib.error.URLError, OSError, TimeoutError) as e:
+            tried = "\n  ".join(str(d) for d in dirs)
+            raise DatasetError(f"{CIFAR_TAR} not found in:\n  {tried}\nand downloading {CIFAR_URL} failed: {e}") from e
+    kw: dict[str, Any] = {} if device is None else {"device": device}
+    return tuple(Tensor(a, **kw).realize() for a in read_cifar_tar(path))  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""tinygrad.runtime.support: runtime helpers under tinygrad's names (`compiler_cuda`)."""
