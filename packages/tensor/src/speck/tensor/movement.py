@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import argfix, as_int
 from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
-from speck.uop import sint, validate_shape
+from speck.uop import UOp, sint, validate_shape
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -94,12 +94,14 @@ class MovementMixin:
         pads = _normalize_pads(padding, self.ndim)
         if mode not in ("constant", "reflect", "replicate", "circular"):
             raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
-        # negative pads crop first
-        if any(b < 0 or a < 0 for b, a in pads):
+        # negative pads crop first (a symbolic pad is a size, never negative)
+        if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
             t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
             return t.pad(tuple((max(b, 0), max(a, 0)) for b, a in pads), mode, value)
-        if all(b == 0 and a == 0 for b, a in pads):
+        if all(isinstance(b, int) and b == 0 and isinstance(a, int) and a == 0 for b, a in pads):
             return self
+        if mode != "constant" and not all(isinstance(x, int) for p in pads for x in p):
+            raise TensorNotImplementedError(f"{mode} pad needs int amounts, got the symbolic pads {pads}")
         if mode == "constant":
             out = self._new(self.uop.pad(pads))
             if value != 0:
@@ -211,11 +213,11 @@ class MovementMixin:
         ts = [t.cast(dt) for t in ts if not (isinstance(t.shape[d], int) and t.shape[d] == 0)] or [ts[0].cast(dt)]
         if len(ts) == 1:
             return ts[0]
-        total = sum(as_int(t.shape[d]) for t in ts)
+        total: sint = sum(t.shape[d] for t in ts)
         out: Tensor | None = None
-        off = 0
+        off: sint = 0
         for t in ts:
-            n = as_int(t.shape[d])
+            n = t.shape[d]
             p = t.pad(tuple((off, total - off - n) if i == d else (0, 0) for i in range(t.ndim)))
             out = p if out is None else out + p if dt.name != "bool" else (out | p)
             off += n
@@ -460,12 +462,17 @@ class MovementMixin:
         return mask.where(self, self._const_like(0))
 
 
+def _pad_amount(x: Any) -> sint:
+    """An int pad amount, or a symbolic one (a bound Variable or an expression of them) kept as it is."""
+    return x if isinstance(x, UOp) else int(x)
+
+
 def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     p = tuple(padding)
     if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
         if len(p) != ndim:
             raise TensorValueError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
-        return tuple((0, 0) if x is None else (int(x[0]), int(x[1])) for x in p)
+        return tuple((0, 0) if x is None else (_pad_amount(x[0]), _pad_amount(x[1])) for x in p)
     if len(p) % 2 or len(p) // 2 > ndim:
         raise TensorValueError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
     pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]

@@ -357,11 +357,12 @@ class _Kernel:
                 if isinstance(b, int) and isinstance(a, int) and b == 0 and a == 0:
                     pidx.append(i)
                     continue
-                ni = i - b if b != 0 else i
+                before = not (isinstance(b, int) and b == 0)
+                ni = i - _unbind_shape(b, vv) if before else i
                 pidx.append(ni)
-                if b != 0:
+                if before:
                     conds.append(ni >= 0)
-                conds.append(ni < s)
+                conds.append(ni < _unbind_shape(s, vv))
             if not conds:
                 return self.lower(src, tuple(pidx), valid, bcast, in_reduce)
             cond = conds[0]

@@ -833,10 +833,30 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
 def _sadd(*xs: sint) -> sint:
     if all_int(xs):
         return sum(xs)
-    return ssimplify(sum((_as_uop(x) for x in xs[1:]), _as_uop(xs[0])))
+    return _canonical_sum(ssimplify(sum((_as_uop(x) for x in xs[1:]), _as_uop(xs[0]))))
 
 
 def _ssub(a: sint, b: sint) -> sint:
     if isinstance(a, int) and isinstance(b, int):
         return a - b
-    return ssimplify(_as_uop(a) - _as_uop(b))
+    return _canonical_sum(ssimplify(_as_uop(a) - _as_uop(b)))
+
+
+def _canonical_sum(x: sint) -> sint:
+    """A symbolic dim that is a sum, with its terms in one order (by their text, constant last): i+j and j+i are the
+    same dim, and shapes compare structurally (broadcasting, cat of symbolic parts)."""
+    if isinstance(x, int) or x.op is not Ops.ADD:
+        return x
+    terms: list[UOp] = []
+    stack = [x]
+    while stack:
+        u = stack.pop()
+        if u.op is Ops.ADD:
+            stack.extend(u.src)
+        else:
+            terms.append(u)
+    terms.sort(key=lambda t: (t.op is Ops.CONST, t.render()))
+    out = terms[0]
+    for t in terms[1:]:
+        out = UOp(Ops.ADD, out.dtype, (out, t))
+    return out
