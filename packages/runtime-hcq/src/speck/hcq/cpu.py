@@ -31,6 +31,7 @@ from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.queue import EXEC
 from speck.hcq.registry import numbered, register_device
+from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
 from speck.uop import ContextVar
 
 if TYPE_CHECKING:
@@ -276,6 +277,9 @@ class CPUProgram(Program):
         """The ctypes function for a call with `nbufs` pointers and `nvars` int32 values (+ core_start/core_end)."""
         fn = self._fns.get((nbufs, nvars))
         if fn is None:
+            if nbufs + nvars + 2 > CTYPES_MAX_ARGS:  # more than ctypes can call: through the trampoline
+                fn = self._fns[(nbufs, nvars)] = WordCall(self.address, nbufs + nvars + 2)
+                return fn
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbufs), *([ctypes.c_int32] * (nvars + 2)))
             fn = self._fns[(nbufs, nvars)] = proto(self.address)
         return fn
