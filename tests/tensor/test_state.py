@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from speck.tensor import Tensor, dtypes, nn
+from speck.tensor.dtype import _from_np_dtype
 from speck.tensor.nn.safetensors import SafetensorsError
 from speck.tensor.nn.state import (
     get_parameters,
@@ -132,7 +133,50 @@ def test_safetensors_bfloat16_round_trip(tmp_path: pathlib.Path) -> None:
     assert back.dtype == dtypes.bfloat16 and back.shape == (5,)
     np.testing.assert_array_equal(back.bitcast(dtypes.uint16).numpy(), bits)
     # values: bfloat16 is the top half of a float32
-    np.testing.assert_array_equal(back.float().numpy(), (bits.astype(np.uint32) << 16).view(np.float32))
+    with pytest.raises(RuntimeError, match="runs no kernels"):  # a DISK view computes nothing
+        back.float().numpy()
+    np.testing.assert_array_equal(back.to("CPU").float().numpy(), (bits.astype(np.uint32) << 16).view(np.float32))
+
+
+def test_safe_load_gives_lazy_views_of_the_file(tmp_path: pathlib.Path) -> None:
+    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([7, -8, 9], dtype=np.int64),
+              "c": np.array([1, 2, 3], dtype=np.uint8), "d": np.array([0.5, -1.5], dtype=np.float16)}  # fmt: skip
+    path = tmp_path / "lazy.safetensors"
+    safe_save({k: Tensor(v) for k, v in arrays.items()}, path)
+    loaded = safe_load(path)
+    assert all(t.device == f"DISK:{path.resolve()}" for t in loaded.values())
+    assert {k: (t.shape, t.dtype) for k, t in loaded.items()} == {
+        k: (v.shape, _from_np_dtype(v.dtype)) for k, v in arrays.items()
+    }
+    # nothing was read yet: bytes written into the file after safe_load are what the views give
+    _, data_start, header = safe_load_metadata(path)
+    lo, _ = header["b"]["data_offsets"]
+    with open(path, "r+b") as f:
+        f.seek(data_start + lo)
+        f.write(np.array([70], dtype=np.int64).tobytes())
+    arrays["b"][0] = 70
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(loaded[k].to("CPU").numpy(), v)
+    # a DISK tensor of the file works as the argument too
+    np.testing.assert_array_equal(safe_load(Tensor(path))["a"].numpy(), arrays["a"])
+    with pytest.raises(SafetensorsError, match="1-D uint8 DISK tensor"):
+        safe_load(Tensor([1, 2, 3]))
+
+
+@pytest.mark.parametrize("start,stop,dt", [(4, 12, np.int32), (1, 9, np.uint16), (3, 7, np.float32), (8, 24, np.int64)])
+def test_disk_bitcast_of_a_slice_reads_those_bytes(tmp_path: pathlib.Path, start: int, stop: int, dt: type) -> None:
+    raw = np.random.default_rng(start).integers(0, 256, 32, dtype=np.uint8)
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(raw.tobytes())
+    t = Tensor(path)[start:stop].bitcast(_from_np_dtype(np.dtype(dt)))
+    assert t.device.startswith("DISK")
+    np.testing.assert_array_equal(t.to("CPU").numpy(), raw[start:stop].view(dt))
+    rows = Tensor(path).reshape(4, 8)[1:3].bitcast(_from_np_dtype(np.dtype(np.int16)))
+    np.testing.assert_array_equal(rows.numpy(), raw.reshape(4, 8)[1:3].copy().view(np.int16))
+    with pytest.raises(RuntimeError, match="contiguous view"):
+        Tensor(path).reshape(4, 8)[:, 1:5].bitcast(_from_np_dtype(np.dtype(np.int32)))
+    with pytest.raises(RuntimeError, match="don't split"):
+        Tensor(path)[0:6].bitcast(_from_np_dtype(np.dtype(np.int32)))
 
 
 def test_safetensors_file_layout(tmp_path: pathlib.Path) -> None:

@@ -46,7 +46,7 @@ def get_buffer(buf: UOp) -> Any:
             _Buffer = Buffer
         if (region := buffer_views.get(buf)) is not None:  # a region of another buffer's memory
             base, offset = region
-            b = get_buffer(base).view(int(buf.arg), buf.dtype, offset * buf.dtype.itemsize)
+            b = get_buffer(base).view(int(buf.arg), buf.dtype, offset)
         else:
             b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
         buffer_map[buf] = b

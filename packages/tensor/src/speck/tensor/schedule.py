@@ -70,15 +70,15 @@ def _schedule_rule(op: Ops) -> Callable[[Scheduler, UOp], UOp]:
     return rule
 
 
-# BUFFER -> (base BUFFER, element offset): a buffer that is a region of another one's memory (an allreduce writes
-# each reduced chunk straight into its place in the result)
+# BUFFER -> (base BUFFER, byte offset): a buffer that is a region of another one's memory (an allreduce writes each
+# reduced chunk straight into its place in the result; a DISK bitcast views a file's bytes as another dtype)
 buffer_views: weakref.WeakKeyDictionary[UOp, tuple[UOp, int]] = weakref.WeakKeyDictionary()
 
 
 def view_buffer_uop(base: UOp, offset: int, size: int) -> UOp:
     """A new BUFFER naming elements [offset, offset + size) of base's memory."""
     buf = new_buffer_uop(buffer_device(base), size, base.dtype)
-    buffer_views[buf] = (base, offset)
+    buffer_views[buf] = (base, offset * base.dtype.itemsize)
     return buf
 
 

@@ -549,10 +549,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         assert dt is not None
         if dt == self.dtype:
             return self
+        on_disk = isinstance(self.device, str) and self.device.startswith("DISK")
+        if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
+            return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
         if dt.itemsize == self.dtype.itemsize:
             return self._new(self.uop.bitcast(dt))
-        if self.device.startswith("DISK"):
-            return self._disk_bitcast(dt)
         return self._bitcast_resize(dt)
 
     def _bitcast_resize(self, dt: DType) -> Tensor:
@@ -577,15 +578,22 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return out if dt == u_dst else out.bitcast(dt)
 
     def _disk_bitcast(self, dt: DType) -> Tensor:
-        """A whole DISK buffer reinterpreted as dt (no data moves: the file is the storage)."""
-        bb = base_buffer(self.uop)
-        if bb is None or view_offset(self.uop) != 0 or self.ndim != 1 or as_int(self.shape[0]) != int(bb.arg):
-            raise RuntimeError(f"bitcast of a DISK tensor to another item size needs the whole 1-D file tensor, got a "
-                               f"view of shape {self.shape}; bitcast first, then slice")  # fmt: skip
-        nbytes = int(bb.arg) * self.dtype.itemsize
-        if nbytes % dt.itemsize:
-            raise RuntimeError(f"bitcast: {nbytes} bytes of {self.device} don't split into {dt} items")
-        return self._new(new_buffer_uop(self.device, nbytes // dt.itemsize, dt))
+        """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data
+        moves: the file is the storage)."""
+        from speck.tensor.schedule import buffer_views
+
+        bb, off = base_buffer(self.uop), view_offset(self.uop)
+        if bb is None or off is None or not self.ndim:
+            raise RuntimeError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
+                               f"{self.shape}; slice contiguous rows (or move it to a device) first")  # fmt: skip
+        src, last = self.dtype.itemsize, as_int(self.shape[-1])
+        nbytes, byte_off = as_int(self.numel()) * src, off * src
+        if (last * src) % dt.itemsize:
+            raise RuntimeError(f"bitcast {self.dtype} {self.shape} -> {dt} on {self.device}: the last dim's "
+                               f"{last * src} bytes don't split into whole {dt.itemsize}-byte items")  # fmt: skip
+        view = new_buffer_uop(self.device, nbytes // dt.itemsize, dt)
+        buffer_views[view] = (bb, byte_off)
+        return self._new(view).reshape(*self.shape[:-1], last * src // dt.itemsize)
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)

@@ -120,14 +120,22 @@ def _raw_numpy(t: Tensor) -> np.ndarray:
     return t.contiguous().numpy()
 
 
-def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
-    """Load a safetensors file. The file is memory-mapped through the DISK device (speck.hcq) and each tensor is
-    read from a zero-copy view of the mapping straight into a buffer on `device` (default device if None). A device
-    that streams files itself (`load_file`: USB) gets the file's data section in one allocation, streamed from disk,
-    and each tensor is a view of it."""
+def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) -> dict[str, Tensor]:
+    """Load a safetensors file (a path, or a 1-D uint8 DISK tensor of it).
+
+    With no `device`, each tensor is a lazy view into the file on the DISK device: nothing is read until it is used
+    (`.to(device)`, `.numpy()`, `load_state_dict`); arithmetic needs a move to a compute device first. With a `device`,
+    each tensor is read from a zero-copy view of the memory-mapped file straight into a buffer there; a device that
+    streams files itself (`load_file`: USB) gets the file's data section in one allocation, each tensor a view of
+    it."""
     from speck.hcq import Buffer
 
+    if isinstance(path, Tensor):
+        path = _disk_file_of(path)
     entries, _, size = read_header(os.fspath(path))
+    if device is None:
+        file = Tensor(pathlib.Path(path))
+        return {name: _disk_view(file, e) for name, e in entries.items()}
     if (streamed := _load_streamed(os.fspath(path), entries, device)) is not None:
         return streamed
     disk = Buffer(f"DISK:{os.fspath(path)}", size, np.uint8)
@@ -143,6 +151,22 @@ def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[s
             arr = disk.view(e.nbytes // e.dtype.itemsize, np.dtype(e.dtype.fmt), e.offset).numpy()
             out[name] = Tensor(arr.reshape(e.shape), device=device, dtype=e.dtype)
     return out
+
+
+def _disk_view(file: Tensor, e: TensorEntry) -> Tensor:
+    """Entry e of a safetensors file as a view of the file's DISK tensor (no data read)."""
+    if e.nbytes == 0:
+        return Tensor.empty(*e.shape, dtype=e.dtype, device=file.device)
+    return file[e.offset : e.offset + e.nbytes].bitcast(e.dtype).reshape(e.shape)
+
+
+def _disk_file_of(t: Tensor) -> str:
+    """The file path behind a whole-file 1-D uint8 DISK tensor (what safe_load accepts besides a path)."""
+    dev = t.device
+    if not isinstance(dev, str) or not dev.startswith("DISK:") or t.dtype != dtypes.uint8 or t.ndim != 1:
+        raise SafetensorsError(f"safe_load takes a path or a 1-D uint8 DISK tensor of the file, got a {t.dtype} tensor "
+                               f"of shape {t.shape} on {dev}")  # fmt: skip
+    return dev.removeprefix("DISK:")
 
 
 def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | None) -> dict[str, Tensor] | None:
