@@ -36,11 +36,10 @@ DTypeLike = DType | str
 # tinygrad's older name for the same question: can every value of the first dtype be represented in the second
 can_safe_cast = can_lossless_cast
 
-# every named dtype, by its canonical name (no aliases, no weak or void)
-DTYPES_DICT: dict[str, DType] = {
-    k: v for k, v in dtypes.fields().items() if k == v.name and not v.is_weak and v != dtypes.void
-}
-INVERSE_DTYPES_DICT: dict[str, str] = {v.name: k for k, v in DTYPES_DICT.items()}
+# every storage dtype by each of its attribute names on `dtypes` (aliases included; no weak types, no void)
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if not v.is_weak and v != dtypes.void}
+# a dtype's C-like name -> the attribute its repr shows
+INVERSE_DTYPES_DICT: dict[str, str] = {v.name: v.short_name for v in DTYPES_DICT.values()}
 
 
 def _to_np_dtype(dtype: DType) -> type | None:
