@@ -55,9 +55,9 @@ def _from_np_dtype(npdtype: Any) -> DType:
     return DTYPES_DICT[name]
 
 
-# speck dtype name -> torch attribute where the names differ (the others are spelled alike)
-_TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fnuz": "float8_e4m3fnuz",
-                "fp8e5m2fnuz": "float8_e5m2fnuz"}  # fmt: skip
+# torch's attribute for the dtypes numpy has no name for (the others are spelled as numpy spells them)
+_TORCH_NAMES = {dtypes.bfloat16: "bfloat16", dtypes.fp8e4m3: "float8_e4m3fn", dtypes.fp8e5m2: "float8_e5m2",
+                dtypes.fp8e4m3fnuz: "float8_e4m3fnuz", dtypes.fp8e5m2fnuz: "float8_e5m2fnuz"}  # fmt: skip
 
 
 def _to_torch_dtype(dtype: DType) -> Any:
@@ -66,7 +66,8 @@ def _to_torch_dtype(dtype: DType) -> Any:
     torch = importlib.import_module("torch")
     if dtype not in CONCRETE_SCALARS:
         return None
-    return getattr(torch, _TORCH_NAMES.get(dtype.name, dtype.name), None)
+    name = _TORCH_NAMES[dtype] if dtype in _TORCH_NAMES else np.dtype(dtype.fmt).name
+    return getattr(torch, name, None)
 
 
 def _from_torch_dtype(torch_dtype: Any) -> DType:
