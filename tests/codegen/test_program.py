@@ -19,7 +19,7 @@ def listing(uops: list[UOp]) -> str:
     for i, u in enumerate(uops):
         arg = "" if u.arg is None or u.op is Ops.SINK else f" {u.arg}"
         srcs = " ".join(f"%{pos[s]}" for s in u.src)
-        lines.append(f"%{i} {u.op.name} {u.dtype.name if u.dtype.count == 1 else u.dtype}{arg} {srcs}".rstrip())
+        lines.append(f"%{i} {u.op.name} {u.dtype.short_name if u.dtype.count == 1 else u.dtype}{arg} {srcs}".rstrip())
     return "\n".join(lines)
 
 
@@ -31,17 +31,17 @@ def scale_kernel() -> UOp:
 
 
 GOLDEN_SCALE = """\
-%0 PARAM float32 0
-%1 PARAM float32 1
+%0 PARAM float 0
+%1 PARAM float 1
 %2 CONST weakint 10
-%3 CAST int32 %2
+%3 CAST int %2
 %4 CONST weakfloat 3.0
-%5 CAST float32 %4
-%6 RANGE int32 (0, AxisType.GLOBAL) %3
-%7 INDEX float32 %0 %6
-%8 INDEX float32 %1 %6
-%9 LOAD float32 %8
-%10 MUL float32 %9 %5
+%5 CAST float %4
+%6 RANGE int (0, AxisType.GLOBAL) %3
+%7 INDEX float %0 %6
+%8 INDEX float %1 %6
+%9 LOAD float %8
+%10 MUL float %9 %5
 %11 STORE void %7 %10
 %12 END void %11 %6
 %13 SINK void %12"""
@@ -59,33 +59,33 @@ def rowsum_kernel() -> UOp:
 
 
 GOLDEN_ROWMAX = """\
-%0 PARAM int32 0
-%1 PARAM int32 1
+%0 PARAM int 0
+%1 PARAM int 1
 %2 CONST weakint 3
-%3 CAST int32 %2
-%4 DEFINE_REG int32 0
+%3 CAST int %2
+%4 DEFINE_REG int 0
 %5 CONST weakint 0
-%6 CAST int32 %5
+%6 CAST int %5
 %7 CONST weakint -2147483648
-%8 CAST int32 %7
+%8 CAST int %7
 %9 CONST weakint 4
-%10 CAST int32 %9
-%11 RANGE int32 (0, AxisType.GLOBAL) %3
-%12 INDEX int32 %0 %11
-%13 INDEX int32 %4 %6
+%10 CAST int %9
+%11 RANGE int (0, AxisType.GLOBAL) %3
+%12 INDEX int %0 %11
+%13 INDEX int %4 %6
 %14 STORE void %13 %8
-%15 MUL int32 %11 %10
-%16 RANGE int32 (1, AxisType.REDUCE) %10
-%17 INDEX int32 %4 %6
-%18 LOAD int32 %17
-%19 ADD int32 %15 %16
-%20 INDEX int32 %1 %19
-%21 LOAD int32 %20
-%22 MAX int32 %18 %21
+%15 MUL int %11 %10
+%16 RANGE int (1, AxisType.REDUCE) %10
+%17 INDEX int %4 %6
+%18 LOAD int %17
+%19 ADD int %15 %16
+%20 INDEX int %1 %19
+%21 LOAD int %20
+%22 MAX int %18 %21
 %23 STORE void %17 %22
 %24 END void %23 %16
-%25 INDEX int32 %4 %6
-%26 LOAD int32 %25
+%25 INDEX int %4 %6
+%26 LOAD int %25
 %27 STORE void %12 %26
 %28 END void %27 %11
 %29 SINK void %28"""
@@ -125,7 +125,7 @@ def test_renderer_names_op_dtype_and_itself() -> None:
         name = "nosqrt"
         supported_ops = GroupOp.ALU - {Ops.SQRT}
 
-    with pytest.raises(UnsupportedOpError, match=r"'nosqrt' cannot express SQRT on dtypes.float32"):
+    with pytest.raises(UnsupportedOpError, match=r"'nosqrt' cannot express SQRT on dtypes.float;"):
         _sqrt_prog(NoSqrt())
 
 

@@ -107,7 +107,7 @@ def test_c_literal_golden(case: tuple[Any, DType, str]) -> None:
 def _literal_program(dt: DType, cases: list[tuple[Any, DType, str]]) -> list[UOp]:
     out = buf(0, dt, len(cases))
     stores = [store(idx(out, cc(i, dtypes.int32)), UOp.cconst(v, dt)) for i, (v, _, _) in enumerate(cases)]
-    return linear(*stores, name=f"lits_{dt.name}")
+    return linear(*stores, name=f"lits_{dt.short_name}")
 
 
 @pytest.mark.parametrize("dt", sorted({c[1] for c in LITERALS}, key=lambda d: d.name), ids=lambda d: d.name)

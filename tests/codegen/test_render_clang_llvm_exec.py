@@ -263,7 +263,7 @@ def test_casts_from(src: DType) -> None:
     x = load(idx(buf(0, src, n), r))
     targets = [dt for dt in ALL_DTYPES if dt != src]
     stores = [store(idx(buf(i + 1, dt, n), r), UOp(Ops.CAST, dt, (x,))) for i, dt in enumerate(targets)]
-    uops = _multi_store_program(f"cast_{src.name}", r, stores)
+    uops = _multi_store_program(f"cast_{src.short_name}", r, stores)
     inputs = [values_of(src, n)] + [np.zeros(n, nm.storage_np(dt)) for dt in targets]
     check_program(uops, inputs, splits=False)
 
@@ -298,7 +298,7 @@ def test_int_binary_ops(dt: DType) -> None:
         stores.append(store(idx(buf(i + 2, out_dt, n), r), alu(op, xa, xb)))
     neg = store(idx(buf(len(_BIN_INT) + 2, dt, n), r), alu(Ops.NEG, xa))
     stores.append(neg)
-    uops = _multi_store_program(f"ints_{dt.name}", r, stores)
+    uops = _multi_store_program(f"ints_{dt.short_name}", r, stores)
     outs = [
         np.zeros(n, nm.storage_np(dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt)) for op in _BIN_INT
     ]
@@ -324,7 +324,7 @@ def test_float_ops(dt: DType) -> None:
         stores.append(store(idx(buf(i + 2, out_dt, n), r), v))
     cond = alu(Ops.CMPLT, xa, xb)
     stores.append(store(idx(buf(len(ops) + 2, dt, n), r), UOp(Ops.WHERE, dt, (cond, xa, xb))))
-    uops = _multi_store_program(f"floats_{dt.name}", r, stores)
+    uops = _multi_store_program(f"floats_{dt.short_name}", r, stores)
     outs = [np.zeros(n, nm.storage_np(dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dt)) for op in ops]
     check_program(uops, [a, b, *outs, np.zeros(n, nm.storage_np(dt))], splits=False)
 
@@ -338,7 +338,7 @@ def test_narrow_float_compare_and_select(dt: DType) -> None:
     stores = [store(idx(buf(i + 2, dtypes.bool, n), r), alu(op, xa, xb))
               for i, op in enumerate((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ))]  # fmt: skip
     stores.append(store(idx(buf(5, dt, n), r), UOp(Ops.WHERE, dt, (alu(Ops.CMPLT, xb, xa), xa, xb))))
-    uops = _multi_store_program(f"narrow_{dt.name}", r, stores)
+    uops = _multi_store_program(f"narrow_{dt.short_name}", r, stores)
     outs = [np.zeros(n, np.bool_) for _ in range(3)] + [np.zeros(n, nm.storage_np(dt))]
     check_program(uops, [a, b, *outs], splits=False)
 
@@ -450,7 +450,7 @@ def test_vector_casts_and_loads_of_narrow_types(dt: DType) -> None:
     back = UOp(Ops.CAST, dt.vec(8), (alu(Ops.MUL, f, UOp.stack(*[cc(1.5, dtypes.float32)] * 8)),))
     st = store(idx(buf(0, dt, 8 * n), base), back)
     st2 = store(idx(buf(2, dtypes.float32, 8 * n), base), f)
-    uops = linear(r, st, st2, end(st2, r), name=f"vcast_{dt.name}")
+    uops = linear(r, st, st2, end(st2, r), name=f"vcast_{dt.short_name}")
     check_program(uops, [np.zeros(8 * n, nm.storage_np(dt)), values_of(dt, 8 * n), np.zeros(8 * n, np.float32)])
 
 
@@ -494,10 +494,10 @@ def test_sliced_range_is_int64() -> None:
 @pytest.mark.parametrize("renderer", [ClangRenderer(), LLVMRenderer()], ids=lambda r: r.name)
 def test_unsupported_op_names_op_dtype_renderer(renderer: Any) -> None:
     uops = elementwise("bad", [dtypes.float32], dtypes.float32, 4, lambda x: UOp(Ops.EXP2, dtypes.float32, (x,)))
-    with pytest.raises(UnsupportedOpError, match=rf"'{renderer.name}'.*EXP2.*float32"):
+    with pytest.raises(UnsupportedOpError, match=rf"'{renderer.name}'.*EXP2.*float"):
         renderer.render(uops)
     uops = elementwise("bad2", [dtypes.int32] * 2, dtypes.int32, 4, lambda a, b: alu(Ops.FDIV, a, b))
-    with pytest.raises(RuntimeError, match=rf"'{renderer.name}'.*FDIV.*int32"):
+    with pytest.raises(RuntimeError, match=rf"'{renderer.name}'.*FDIV.*int"):
         renderer.render(uops)
 
 
@@ -548,7 +548,7 @@ def test_native_vector_compare_select_max_and_casts(dt: DType) -> None:
     outs = [(sel, dt), (mx, dt), (as_f32, dtypes.float32), (as_i8, dtypes.int8), (bsel, dtypes.bool)]
     stores = [store(idx(buf(i + 3, odt, lanes * n), base), v) for i, (v, odt) in enumerate(outs)]
     stores.append(store(idx(buf(0, dt, lanes * n), base), b))
-    uops = _multi_store_program(f"nvec_{dt.name}", r, stores)
+    uops = _multi_store_program(f"nvec_{dt.short_name}", r, stores)
     bufs = [values_of(dt, lanes * n, seed=11), values_of(dt, lanes * n, seed=12)]
     outs_np = [np.zeros(lanes * n, nm.storage_np(odt)) for _, odt in outs]
     src = check_program(uops, [np.zeros(lanes * n, nm.storage_np(dt)), *bufs, *outs_np])

@@ -94,7 +94,7 @@ def test_python_protocol() -> None:
         with pytest.raises(TypeError):
             f(Tensor([1]))  # type: ignore[arg-type]
     assert [x.item() for x in t] == [1, 2, 3] and list(Tensor(5)) == []
-    assert repr(t).startswith("<Tensor <UOp CPU (3,) dtypes.int32> on CPU with grad None")
+    assert repr(t).startswith("<Tensor <UOp CPU (3,) dtypes.int> on CPU with grad None")
     z = Tensor.zeros(2, 3)
     assert z.size() == (2, 3) and z.size(-1) == 3 and z.max_shape == (2, 3) and z.max_numel() == 6
 

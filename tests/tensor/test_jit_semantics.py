@@ -290,7 +290,7 @@ def test_changed_shape_dtype_device_raise() -> None:
     _captured(f, Tensor(arr(2, 3)))
     with pytest.raises(JitError, match=r"args mismatch.*captured shape \(2, 3\).*got shape \(3, 3\)"):
         f(Tensor(arr(3, 3)))
-    with pytest.raises(JitError, match="float32.*int32"):
+    with pytest.raises(JitError, match="dtypes.float.*dtypes.int"):
         f(Tensor(np.ones((2, 3), dtype=np.int32)))
     with pytest.raises(JitError, match="on CPU.*on PYTHON"):
         f(Tensor(arr(2, 3)).to("PYTHON"))

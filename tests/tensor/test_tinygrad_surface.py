@@ -252,12 +252,13 @@ def test_to_np_dtype_matches_numpy_layouts() -> None:
 
 def test_to_torch_dtype_maps_names_and_imports_torch_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("torch")
-    for n in ("float32", "bfloat16", "int64", "bool", "float8_e4m3fn", "float8_e5m2"):
+    for n in ("float32", "bfloat16", "int64", "uint8", "bool", "float8_e4m3fn", "float8_e5m2"):
         setattr(fake, n, f"torch.{n}")
     monkeypatch.setitem(sys.modules, "torch", fake)
     assert _to_torch_dtype(dtypes.float32) == "torch.float32"
     assert _to_torch_dtype(dtypes.bfloat16) == "torch.bfloat16"
     assert _to_torch_dtype(dtypes.fp8e4m3) == "torch.float8_e4m3fn"
+    assert _to_torch_dtype(dtypes.uint8) == "torch.uint8"  # numpy's spelling, not the C name "unsigned char"
     assert _to_torch_dtype(dtypes.uint16) is None  # this (fake) torch has no uint16
     assert _to_torch_dtype(dtypes.weakint) is None
     assert _from_torch_dtype("torch.bfloat16") is dtypes.bfloat16 and _from_torch_dtype("torch.int64") is dtypes.int64

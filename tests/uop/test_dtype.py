@@ -60,6 +60,29 @@ def test_aliases() -> None:
         to_dtype("float7")
 
 
+# (dtype, repr, C-like name): repr shows the short attribute users type, `name` the C spelling
+NAMES = [
+    (dtypes.bool, "dtypes.bool", "bool"), (dtypes.int8, "dtypes.char", "signed char"),
+    (dtypes.uint8, "dtypes.uchar", "unsigned char"), (dtypes.int16, "dtypes.short", "short"),
+    (dtypes.uint16, "dtypes.ushort", "unsigned short"), (dtypes.int32, "dtypes.int", "int"),
+    (dtypes.uint32, "dtypes.uint", "unsigned int"), (dtypes.int64, "dtypes.long", "long"),
+    (dtypes.uint64, "dtypes.ulong", "unsigned long"), (dtypes.float16, "dtypes.half", "half"),
+    (dtypes.bfloat16, "dtypes.bfloat16", "__bf16"), (dtypes.float32, "dtypes.float", "float"),
+    (dtypes.float64, "dtypes.double", "double"), (dtypes.fp8e4m3, "dtypes.fp8e4m3", "float8_e4m3"),
+    (dtypes.fp8e5m2fnuz, "dtypes.fp8e5m2fnuz", "float8_e5m2fnuz"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dt,rep,name", NAMES, ids=[n[1] for n in NAMES])
+def test_repr_and_c_name(dt: DType, rep: str, name: str) -> None:
+    assert repr(dt) == str(dt) == rep and dt.name == name
+    assert eval(rep, {"dtypes": dtypes}) is dt  # the repr is the expression that gives the dtype back
+    assert to_dtype(name) is dt and to_dtype(rep.removeprefix("dtypes.").upper()) is dt
+    assert pickle.loads(pickle.dumps(dt)) is dt and pickle.loads(pickle.dumps(dt.vec(4))) is dt.vec(4)
+    assert repr(dt.vec(4)) == f"{rep}.vec(4)"
+    assert dt.short_name.isidentifier()  # renderers build helper names from it
+
+
 @pytest.mark.parametrize(
     "v,src,dst,want",
     [(3000000000, dtypes.int32, dtypes.uint32, 3000000000), (70000, dtypes.int16, dtypes.uint16, 4464),

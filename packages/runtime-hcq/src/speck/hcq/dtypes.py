@@ -48,7 +48,9 @@ def dtype_info(dtype: Any) -> DTypeInfo:
         return dtype
     if isinstance(dtype, DType) and not isinstance(dtype, PtrDType) and dtype.count == 1 and not dtype.is_weak:
         storage = np.dtype(storage_np(dtype)) if dtype.itemsize else None
-        info = DTypeInfo(dtype.itemsize, dtype.fmt or None, dtype.name, storage)
+        # numpy's name ("float32") where the type has a struct format; DType.name is the C spelling ("float")
+        name = np.dtype(dtype.fmt).name if dtype.fmt else dtype.short_name
+        info = DTypeInfo(dtype.itemsize, dtype.fmt or None, name, storage)
     elif hasattr(dtype, "itemsize") and hasattr(dtype, "fmt"):
         info = DTypeInfo(int(dtype.itemsize), dtype.fmt or None, str(getattr(dtype, "name", dtype)))
     else:

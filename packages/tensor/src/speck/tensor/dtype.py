@@ -36,11 +36,10 @@ DTypeLike = DType | str
 # tinygrad's older name for the same question: can every value of the first dtype be represented in the second
 can_safe_cast = can_lossless_cast
 
-# every named dtype, by its canonical name (no aliases, no weak or void)
-DTYPES_DICT: dict[str, DType] = {
-    k: v for k, v in dtypes.fields().items() if k == v.name and not v.is_weak and v != dtypes.void
-}
-INVERSE_DTYPES_DICT: dict[str, str] = {v.name: k for k, v in DTYPES_DICT.items()}
+# every storage dtype by each of its attribute names on `dtypes` (aliases included; no weak types, no void)
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if not v.is_weak and v != dtypes.void}
+# a dtype's C-like name -> the attribute its repr shows
+INVERSE_DTYPES_DICT: dict[str, str] = {v.name: v.short_name for v in DTYPES_DICT.values()}
 
 
 def _to_np_dtype(dtype: DType) -> type | None:
@@ -56,9 +55,9 @@ def _from_np_dtype(npdtype: Any) -> DType:
     return DTYPES_DICT[name]
 
 
-# speck dtype name -> torch attribute where the names differ (the others are spelled alike)
-_TORCH_NAMES = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fnuz": "float8_e4m3fnuz",
-                "fp8e5m2fnuz": "float8_e5m2fnuz"}  # fmt: skip
+# torch's attribute for the dtypes numpy has no name for (the others are spelled as numpy spells them)
+_TORCH_NAMES = {dtypes.bfloat16: "bfloat16", dtypes.fp8e4m3: "float8_e4m3fn", dtypes.fp8e5m2: "float8_e5m2",
+                dtypes.fp8e4m3fnuz: "float8_e4m3fnuz", dtypes.fp8e5m2fnuz: "float8_e5m2fnuz"}  # fmt: skip
 
 
 def _to_torch_dtype(dtype: DType) -> Any:
@@ -67,7 +66,8 @@ def _to_torch_dtype(dtype: DType) -> Any:
     torch = importlib.import_module("torch")
     if dtype not in CONCRETE_SCALARS:
         return None
-    return getattr(torch, _TORCH_NAMES.get(dtype.name, dtype.name), None)
+    name = _TORCH_NAMES[dtype] if dtype in _TORCH_NAMES else np.dtype(dtype.fmt).name
+    return getattr(torch, name, None)
 
 
 def _from_torch_dtype(torch_dtype: Any) -> DType:

@@ -478,7 +478,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.fmt is None:
             return self.cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
-            raise RuntimeError(f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first")
+            raise TensorAssertionError(
+                f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
+            )
         shape = tuple(as_int(s) for s in self.shape)
         from speck.tensor import realize
 

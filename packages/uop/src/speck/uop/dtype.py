@@ -61,7 +61,15 @@ class DType:
                                                                          other.count)  # fmt: skip
 
     def __repr__(self) -> str:
-        return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+        base = f"dtypes.{self.short_name}"
+        return base if self.count == 1 else f"{base}.vec({self.count})"
+
+    @property
+    def short_name(self) -> str:
+        """The scalar type's attribute name on `dtypes` ("float", "uchar", "fp8e4m3"): what repr shows, and an
+        identifier renderers can build helper names from (`name` is the C-like spelling, with spaces)."""
+        s = self.scalar().name
+        return _ATTR_OF_NAME.get(s, s)
 
     @property
     def nbytes(self) -> int:
@@ -213,23 +221,23 @@ class dtypes(metaclass=_DtypesMeta):
     void: Final = _d(-1, 0, "void", None)
     bool: Final = _d(0, 1, "bool", "?")
     weakint: Final = _d(1, 8, "weakint", None)
-    int8: Final = _d(2, 1, "int8", "b")
-    uint8: Final = _d(3, 1, "uint8", "B")
-    int16: Final = _d(4, 2, "int16", "h")
-    uint16: Final = _d(5, 2, "uint16", "H")
-    int32: Final = _d(6, 4, "int32", "i")
-    uint32: Final = _d(7, 4, "uint32", "I")
-    int64: Final = _d(8, 8, "int64", "q")
-    uint64: Final = _d(9, 8, "uint64", "Q")
+    int8: Final = _d(2, 1, "signed char", "b")
+    uint8: Final = _d(3, 1, "unsigned char", "B")
+    int16: Final = _d(4, 2, "short", "h")
+    uint16: Final = _d(5, 2, "unsigned short", "H")
+    int32: Final = _d(6, 4, "int", "i")
+    uint32: Final = _d(7, 4, "unsigned int", "I")
+    int64: Final = _d(8, 8, "long", "q")
+    uint64: Final = _d(9, 8, "unsigned long", "Q")
     weakfloat: Final = _d(10, 8, "weakfloat", None)
-    fp8e4m3: Final = _d(11, 1, "fp8e4m3", None)
-    fp8e5m2: Final = _d(12, 1, "fp8e5m2", None)
-    fp8e4m3fnuz: Final = _d(13, 1, "fp8e4m3fnuz", None)
-    fp8e5m2fnuz: Final = _d(14, 1, "fp8e5m2fnuz", None)
-    float16: Final = _d(15, 2, "float16", "e")
-    bfloat16: Final = _d(16, 2, "bfloat16", None)
-    float32: Final = _d(17, 4, "float32", "f")
-    float64: Final = _d(18, 8, "float64", "d")
+    fp8e4m3: Final = _d(11, 1, "float8_e4m3", None)
+    fp8e5m2: Final = _d(12, 1, "float8_e5m2", None)
+    fp8e4m3fnuz: Final = _d(13, 1, "float8_e4m3fnuz", None)
+    fp8e5m2fnuz: Final = _d(14, 1, "float8_e5m2fnuz", None)
+    float16: Final = _d(15, 2, "half", "e")
+    bfloat16: Final = _d(16, 2, "__bf16", None)
+    float32: Final = _d(17, 4, "float", "f")
+    float64: Final = _d(18, 8, "double", "d")
 
     # aliases users expect
     half = float16
@@ -373,6 +381,12 @@ _FLOATS = frozenset(
     ]
 )
 _BY_NAME = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+# `name` is the C-like type name ("float", "unsigned char", "__bf16"); repr shows the short attribute a user types
+_ATTR_OF_NAME = {
+    "signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
+    "unsigned long": "ulong", "__bf16": "bfloat16", **{f"float8_{k[3:]}": k for k in _BY_NAME if k.startswith("fp8")},
+}  # fmt: skip
+_BY_C_NAME = {v.name: v for v in _BY_NAME.values()}
 
 
 ALL_SCALARS: tuple[DType, ...] = tuple(sorted(set(_BY_NAME.values()) - {dtypes.void}))
@@ -380,11 +394,12 @@ CONCRETE_SCALARS: tuple[DType, ...] = tuple(d for d in ALL_SCALARS if not d.is_w
 
 
 def to_dtype(x: DType | str) -> DType:
-    """Accept a DType or a name ('float32', 'half', ...)."""
+    """Accept a DType, an attribute name of `dtypes` in any case ('float32', 'HALF', ...) or a C-like `DType.name`
+    ('unsigned char')."""
     if isinstance(x, DType):
         return x
-    if isinstance(x, str) and (x in _BY_NAME or x.lower() in _BY_NAME):
-        return _BY_NAME[x] if x in _BY_NAME else _BY_NAME[x.lower()]
+    if isinstance(x, str) and (dt := _BY_NAME.get(x) or _BY_NAME.get(x.lower()) or _BY_C_NAME.get(x)) is not None:
+        return dt
     raise UnknownDTypeError(f"unknown dtype {x!r}; expected one of {', '.join(sorted(_BY_NAME))}")
 
 

@@ -53,7 +53,7 @@ def _pieces(u: UOp) -> list[Piece]:
     if op is Ops.CAST:
         if u.src[0].op is Ops.CONST and u.dtype.is_weak:
             return [s[0]]
-        return [f"{u.dtype.scalar().name}(", s[0], ")"]
+        return [f"{u.dtype.short_name}(", s[0], ")"]
     if op in _INFIX and len(s) == 2:
         c = u.src[1]
         if op is Ops.ADD and c.op is Ops.CONST and type(c.arg) in (int, float) and c.arg < 0:

@@ -62,7 +62,7 @@ _CTYPE: dict[DType, str] = {
     dtypes.uint64: "unsigned long",
     dtypes.float16: "_Float16",
     dtypes.bfloat16: "__speck_bf16",
-    **{d: f"__speck_{d.name}" for d in FP8_FORMATS},
+    **{d: f"__speck_{d.short_name}" for d in FP8_FORMATS},
     dtypes.float32: "float",
     dtypes.float64: "double",
 }
@@ -79,7 +79,7 @@ _VSHORT: dict[DType, str] = {
     dtypes.uint64: "u64",
     dtypes.float16: "f16",
     dtypes.bfloat16: "bf16",
-    **{d: d.name for d in FP8_FORMATS},
+    **{d: d.short_name for d in FP8_FORMATS},
     dtypes.float32: "f32",
     dtypes.float64: "f64",
 }
@@ -160,8 +160,8 @@ def c_literal(v: Any, dt: DType) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # prelude: typedefs and helpers, emitted on demand, in this order
 
-_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", **{d: f"__speck_f64_to_{d.name}" for d in FP8_FORMATS}}
-_FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", **{d: f"__speck_{d.name}_to_f32" for d in FP8_FORMATS}}
+_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", **{d: f"__speck_f64_to_{d.short_name}" for d in FP8_FORMATS}}
+_FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", **{d: f"__speck_{d.short_name}_to_f32" for d in FP8_FORMATS}}
 
 _BF16_HELPERS = """typedef unsigned short __speck_bf16;
 static inline float __speck_bf16_to_f32(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; \
@@ -178,7 +178,7 @@ _FP8 = FP8_FORMATS
 
 def _fp8_helpers(dt: DType) -> str:
     """Decoder (exact, to float) and encoder (from double, round to nearest even, saturating) of one fp8 format."""
-    f, nm = FP8_FORMATS[dt], dt.name
+    f, nm = FP8_FORMATS[dt], dt.short_name
     emax, mmask = (1 << f.ebits) - 1, (1 << f.mbits) - 1
     if f.kind == "fn":
         special = 'if ((b & 0x7Fu) == 0x7Fu) return __builtin_nanf("");'

@@ -154,7 +154,7 @@ _FP8 = FP8_FORMATS
 
 def _fp8_helpers(dt: DType) -> str:
     """Decoder (exact, to float) and encoder (from double, round to nearest even, saturating) of one fp8 format."""
-    f, nm = FP8_FORMATS[dt], dt.name
+    f, nm = FP8_FORMATS[dt], dt.short_name
     eb, mb, bias, maxv, nanb, sub = f.ebits, f.mbits, f.bias, f.max, f.nan_bits, 2.0 ** (1 - f.bias - f.mbits)
     emax = (1 << eb) - 1
     if f.kind == "fn":
@@ -344,8 +344,8 @@ class _LLKernel:
 
     def helper(self, key: str) -> str:
         if "fp8" in key:
-            dt = next(d for d in FP8_FORMATS if key.endswith(d.name) or key.startswith(d.name + "_"))
-            self.helpers[dt.name] = _fp8_helpers(dt)
+            dt = next(d for d in FP8_FORMATS if key.endswith(d.short_name) or key.startswith(d.short_name + "_"))
+            self.helpers[dt.short_name] = _fp8_helpers(dt)
             self.intrinsics["@llvm.fabs.f64"] = "declare double @llvm.fabs.f64(double)"
         else:
             self.helpers[key] = _HELPERS[key]
@@ -600,7 +600,7 @@ class _LLKernel:
             x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i16 {a})"))
             return self.cast(x, vec(dtypes.float32), to_dt)
         if fr in _FP8:
-            h = self.helper(f"{fr.name}_to_f32")
+            h = self.helper(f"{fr.short_name}_to_f32")
             x = self.lanewise(x, fr_dt, vec(dtypes.float32), lambda a: self.ins(f"call float {h}(i8 {a})"))
             return self.cast(x, vec(dtypes.float32), to_dt)
         if to == dtypes.bfloat16:
@@ -609,7 +609,7 @@ class _LLKernel:
             return self.lanewise(x, vec(dtypes.float32), to_dt, lambda a: self.ins(f"call i16 {h}(float {a})"))
         if to in _FP8:
             x = self.cast(x, fr_dt, vec(dtypes.float64))
-            h = self.helper(f"f64_to_{to.name}")
+            h = self.helper(f"f64_to_{to.short_name}")
             return self.lanewise(x, vec(dtypes.float64), to_dt, lambda a: self.ins(f"call i8 {h}(double {a})"))
         if to == dtypes.float16 and fr not in (dtypes.float32, dtypes.bool):
             x = self.cast(x, fr_dt, vec(dtypes.float64))
