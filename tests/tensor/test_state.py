@@ -229,3 +229,13 @@ def test_model_save_load_round_trip(tmp_path: pathlib.Path) -> None:
     load_state_dict(b, safe_load(path))
     x = Tensor(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32))
     np.testing.assert_array_equal(b.fc(x).numpy(), a.fc(x).numpy())
+
+
+def test_to_disk_writes_an_existing_file_again(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "again.bin"
+    for vals in ([1, 2, 3], [-4, 5, -6]):  # the second write finds the file there, as large as needed
+        Tensor(vals, dtype=dtypes.int32).to(f"disk:{path}").realize()
+        assert np.fromfile(path, dtype=np.int32).tolist() == vals
+    # reading it back never changes it
+    assert Tensor.empty(3, dtype=dtypes.int32, device=f"disk:{path}").to("CPU").tolist() == [-4, 5, -6]
+    assert np.fromfile(path, dtype=np.int32).tolist() == [-4, 5, -6]

@@ -6,6 +6,7 @@ reference interpreter (speck.codegen.interpret.eval_ast) on zero-copy views of t
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,12 +49,24 @@ def get_buffer(buf: UOp) -> Any:
             base, offset = region
             b = get_buffer(base).view(int(buf.arg), buf.dtype, offset)
         else:
-            b = _Buffer(buffer_device(buf), int(buf.arg), buf.dtype)  # speck dtype: what codegen's BufferArgs name
+            dev = buffer_device(buf)  # speck dtype below: what codegen's BufferArgs name
+            b = _Buffer(dev, int(buf.arg), buf.dtype, _disk_options(dev)) if dev[:5] == "DISK:" else \
+                _Buffer(dev, int(buf.arg), buf.dtype)  # fmt: skip
         buffer_map[buf] = b
     return b
 
 
 _Buffer: Any = None  # speck.hcq.Buffer, imported on first use (a function-level import costs on every call)
+
+
+def _disk_options(device: str) -> Any:
+    """A tensor's file is mapped read-write when we may write it (`.to("disk:...")` and assign write to existing files,
+    as tinygrad users expect); speck.hcq's own default maps an existing file read-only. Data is only ever written by
+    an explicit copy into the tensor: reads never change the file."""
+    from speck.hcq import BufferOptions
+
+    path = device[5:]
+    return BufferOptions(writable=True) if not os.path.exists(path) or os.access(path, os.W_OK) else None
 
 
 def buffer_numpy(buf: UOp) -> np.ndarray:
