@@ -1,4 +1,4 @@
-"""`CompilePool`: compiles many sources at once, LLVM in worker processes.
+"""`CompilePool`: compiles many sources at once, LLVM and x86 in worker processes.
 
 A cold CNN training step lowers its 103 kernels on the main thread (Python: it holds the GIL) while they compile.
 LLVM in this process compiled badly next to that: llvmlite runs one LLVM call at a time per process (a global
@@ -8,8 +8,8 @@ thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt el
 returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
 worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
 itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
-a reader that hands the answers to their futures and writes the cache. Compilers without a recipe (gcc/clang run
-as subprocesses already; x86's is trivial) compile on `lanes` threads here.
+a reader that hands the answers to their futures and writes the cache. LLVMCompiler and X86Compiler have recipes;
+compilers without one (gcc/clang run as subprocesses already) compile on `lanes` threads here.
 
 The worker is a fresh interpreter (not a fork: the parent has threads) that imports only the compiler modules,
 rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
@@ -56,16 +56,23 @@ def default_lanes() -> int:
 @dataclass(frozen=True)
 class WorkerRecipe:
     """How a worker process rebuilds a compiler: `module.cls(**kwargs)` with `env` set first; the result's `flags`
-    must equal `flags` (else the worker refuses to compile: it would not build the same objects)."""
+    must equal `flags` (else the worker refuses to compile: it would not build the same objects). `packages`: the
+    packages among those the worker registers without their __init__ (see _BOOT) that this compiler needs whole
+    (the x86 compiler reads its source back into speck.uop UOps)."""
 
     module: str
     cls: str
     kwargs: tuple[tuple[str, Any], ...]
     env: tuple[tuple[str, str], ...]
     flags: tuple[str, ...]
+    packages: tuple[str, ...] = ()
 
     def build(self) -> Compiler:
         os.environ.update(dict(self.env))
+        for name in self.packages:
+            if getattr(sys.modules.get(name), "__speck_light__", False):
+                del sys.modules[name]  # the real package runs its __init__; its loaded submodules are reused
+                importlib.import_module(name)
         compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
         if tuple(compiler.flags) != self.flags:
             raise RuntimeError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
@@ -79,13 +86,14 @@ class WorkerError(RuntimeError):
 # The worker's bootstrap: the parent's import path, and speck.uop / speck.codegen / speck.codegen.compiler registered
 # without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy): the worker
 # needs only the compiler modules and speck.uop.helpers (the cache's setting), and a light import keeps its
-# start-up (which competes with the lowering it runs beside) cheap.
+# start-up (which competes with the lowering it runs beside) cheap. A recipe names the packages it needs whole.
 _BOOT = """
 import sys, types
 sys.path[:] = {path!r}
 for name, path in {packages!r}:
     module = types.ModuleType(name)
     module.__path__ = path
+    module.__speck_light__ = True
     sys.modules[name] = module
 from speck.codegen.compiler.pool import serve
 serve()
