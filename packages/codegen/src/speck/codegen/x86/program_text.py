@@ -37,37 +37,43 @@ _OPS = {op.name: op for op in Ops}
 def dump_program(uops: list[UOp], fp_contract: bool) -> str:
     """The source text of a linear program (see the module docstring). Raises X86UnsupportedError (so the backend
     registry takes the fallback backend for this kernel) for an arg it has no spelling for."""
-    pos: dict[UOp, int] = {}
+    pos: dict[UOp, str] = {}
     lines = [f"# speck x86 program {kernel_name(uops[-1]) if uops else 'kernel'}: {len(uops)} uops, "
              f"fp_contract={int(fp_contract)}"]  # fmt: skip
-    dtype_text, arg_text = _DTYPE_TEXT, _ARG_TEXT
+    dtype_text, op_name = _DTYPE_TEXT, _OP_NAME
     for i, u in enumerate(uops):
-        pos[u] = i
+        n = pos[u] = str(i)
         dt = dtype_text.get(u.dtype)
         if dt is None:
             dt = dtype_text[u.dtype] = repr(u.dtype)
         arg = u.arg
-        key = (type(arg), arg) if _cacheable(arg) else None
-        a = None if key is None else arg_text.get(key)
-        if a is None:
-            a = _json(arg, u)
-            if key is not None:
-                arg_text[key] = a
+        # most args are None or a plain int (ALU ops, CONST, PARAM): spelled inline, the rest through _arg_text
+        a = "null" if arg is None else str(arg) if type(arg) is int else _arg_text(arg, u)
         tag = "null" if u.tag is None else _json(u.tag, u)
-        lines.append(f"{i}\t{u.op.name}\t{dt}\t{','.join([str(pos[s]) for s in u.src])}\t{a}\t{tag}")
+        lines.append(f"{n}\t{op_name[u.op]}\t{dt}\t{','.join([pos[s] for s in u.src])}\t{a}\t{tag}")
     return "\n".join(lines)
 
 
+_OP_NAME = {op: op.name for op in Ops}
 _DTYPE_TEXT: dict[DType, str] = {}  # DTypes are interned: spell each once
-_ARG_TEXT: dict[tuple[type, Any], str] = {}  # (type, arg) -> text, for args equal only when spelled alike (no floats)
+_ARG_TEXT: dict[tuple[type, Any], str] = {}  # (type, arg) -> text, for args equal only when spelled alike
 _ARG_TEXT_LIMIT = 1 << 16
 
 
-def _cacheable(arg: Any) -> bool:
+def _arg_text(arg: Any, u: UOp) -> str:
+    """The JSON of an arg, remembered for tuples of ints (GEP lanes) and RANGE args (never for floats: 0.0 == -0.0
+    but they spell differently)."""
     t = type(arg)
-    if t is int or t is bool or arg is None or t is str:
-        return len(_ARG_TEXT) < _ARG_TEXT_LIMIT
-    return t is tuple and all(type(x) is int for x in arg) and len(_ARG_TEXT) < _ARG_TEXT_LIMIT
+    cacheable = t is tuple and all(type(x) is int or isinstance(x, enum.Enum) for x in arg)
+    if not cacheable:
+        return _json(arg, u)
+    key = (t, arg)
+    a = _ARG_TEXT.get(key)
+    if a is None:
+        a = _json(arg, u)
+        if len(_ARG_TEXT) < _ARG_TEXT_LIMIT:
+            _ARG_TEXT[key] = a
+    return a
 
 
 def _json(value: Any, u: UOp) -> str:
@@ -107,7 +113,7 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
         raise CompileError("x86", f"the header says {count} uops but {len(lines) - 1} lines follow; the program "
                            "text was edited or truncated", src)  # fmt: skip
     uops: list[UOp] = []
-    dtype_of, arg_of = _DTYPE_OF, _ARG_OF
+    append, dtype_of, arg_of, ops = uops.append, _DTYPE_OF, _ARG_OF, _OPS
     for n, ln in enumerate(lines[1:], 2):  # (line numbers of the text, its header being line 1)
         try:
             i, op, dt, srcs, arg, tag = ln.split("\t")
@@ -116,13 +122,19 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
             dtype = dtype_of.get(dt)
             if dtype is None:
                 dtype = dtype_of[dt] = _parse_dtype(dt)
-            value = arg_of.get(arg, _MISSING)
-            if value is _MISSING:
+            if arg == "null":
+                value = None
+            elif (value := arg_of.get(arg, _MISSING)) is _MISSING:
                 value = _decode(json.loads(arg))
                 if len(arg_of) < _ARG_TEXT_LIMIT:
                     arg_of[arg] = value
-            src_t = tuple([uops[int(k)] for k in srcs.split(",")]) if srcs else ()
-            uops.append(UOp(_OPS[op], dtype, src_t, value, None if tag == "null" else _decode(json.loads(tag))))
+            if not srcs:
+                src_t: tuple[UOp, ...] = ()
+            elif "-" in srcs:
+                raise ValueError(f"negative source index in {srcs!r}")
+            else:  # (a source not yet read: IndexError)
+                src_t = tuple([uops[int(k)] for k in srcs.split(",")]) if "," in srcs else (uops[int(srcs)],)
+            append(UOp(ops[op], dtype, src_t, value, None if tag == "null" else _decode(json.loads(tag))))
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise CompileError("x86", f"line {n} of the x86 program is not a UOp ({type(e).__name__}: {e}): "
                                f"{ln[:200]!r}", src) from e  # fmt: skip
