@@ -24,7 +24,7 @@ from speck.codegen.x86.compiler import backend_digest
 from speck.codegen.x86.program_text import dump_program, load_program
 from speck.uop import AddrSpace, AxisType, UOp, dtypes
 from test_x86_kernels import without_narrow_floats
-from test_x86_select import GOLDEN_KERNELS
+from test_x86_select import GOLDEN_KERNELS, unselectable_program
 
 BOOT_TIMEOUT = 120.0  # seconds a worker may take to start on a loaded machine (a bound, not a measurement)
 
@@ -102,6 +102,23 @@ def test_compile_pool_workers_build_the_same_x86_objects() -> None:
     finally:
         p.shutdown()
     assert libs == [c.compile_uncached(s) for s in srcs]
+
+
+def test_a_worker_compiles_a_late_refusal_on_the_fallback_and_stays_up() -> None:
+    """The selector refuses only once there (an int32 vector load): a worker builds the fallback's (LLVM's) object,
+    the same bytes as here, and keeps compiling x86 afterwards."""
+    c = X86Compiler()
+    srcs = [X86Renderer().render(unselectable_program()), X86Renderer().render(lowered(GOLDEN_KERNELS["row_sum"]()))]
+    p = CompilePool(1)
+    try:
+        p.start_workers()
+        assert p.wait_ready(BOOT_TIMEOUT), "the compile worker did not start"
+        libs = [p.submit(c, s).result() for s in srcs]
+        assert [w.compiled for w in p.workers()] == [2]
+    finally:
+        p.shutdown()
+    assert libs == [c.compile_uncached(s) for s in srcs]
+    assert read_listing(libs[0]) is None and read_listing(libs[1]) is not None
 
 
 def test_the_cache_identity_names_the_backend_sources(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -160,14 +160,19 @@ def test_loop_bounds_are_immediates() -> None:
     assert re.search(r"cmp\s+\w+,0x64", src)  # the reduce range end, 100
 
 
-def test_unselectable_op_names_op_dtype_and_kernel() -> None:
-    """int32 vectors have no vector registers here (the renderer declares 1 lane), so a hand-built one is refused by
-    the selector; compiled, the kernel goes to the registry's fallback (LLVM) and still computes the right result."""
+def unselectable_program() -> list[UOp]:
+    """A hand-built program with an int32 vector load: the selector has no rule for it."""
     i4 = dtypes.int32.vec(4)
     r = rng(4, 0)
     v = load(idx(buf(1, dtypes.int32, 16), alu(Ops.MUL, r, cc(4, dtypes.int32))), i4)
     st = store(idx(buf(0, dtypes.int32, 4), r), UOp(Ops.GEP, dtypes.int32, (v,), (1,)))
-    uops = linear(r, st, end(st, r), name="vecky")
+    return linear(r, st, end(st, r), name="vecky")
+
+
+def test_unselectable_op_names_op_dtype_and_kernel() -> None:
+    """int32 vectors have no vector registers here (the renderer declares 1 lane), so a hand-built one is refused by
+    the selector; compiled, the kernel goes to the registry's fallback (LLVM) and still computes the right result."""
+    uops = unselectable_program()
     with pytest.raises(RuntimeError, match=r"no selection rule for LOAD on dtypes.int.vec\(4\) in kernel 'vecky'"):
         render_x86(uops)
     lib = X86Compiler().compile(X86Renderer().render(uops))

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -69,24 +70,37 @@ class WorkerRecipe:
 
     def build(self) -> Compiler:
         os.environ.update(dict(self.env))
-        for name in self.packages:
-            if getattr(sys.modules.get(name), "__speck_light__", False):
-                del sys.modules[name]  # the real package runs its __init__; its loaded submodules are reused
-                importlib.import_module(name)
+        import_whole(self.packages)
         compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
         if tuple(compiler.flags) != self.flags:
             raise RuntimeError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
         return compiler
 
 
+def import_whole(names: Sequence[str] = ()) -> None:
+    """Import for real the packages a worker registered without their __init__ (see _BOOT): those named, or every one
+    when none is named (code that needs a package's own names - a compiler's rare path - calls it first). A no-op
+    outside a worker. Every stub named goes before any is imported again (a package's __init__ imports its
+    subpackages); the submodules already loaded are reused."""
+    light = [n for n, m in list(sys.modules.items()) if getattr(m, "__speck_light__", False)]
+    todo = [n for n in light if not names or n in names]
+    for name in todo:
+        del sys.modules[name]
+    for name in todo:
+        importlib.import_module(name)
+
+
 class WorkerError(RuntimeError):
     """A worker process died, could not start, or could not rebuild the compiler."""
 
 
-# The worker's bootstrap: the parent's import path, and speck.uop / speck.codegen / speck.codegen.compiler registered
-# without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy): the worker
-# needs only the compiler modules and speck.uop.helpers (the cache's setting), and a light import keeps its
-# start-up (which competes with the lowering it runs beside) cheap. A recipe names the packages it needs whole.
+# The worker's bootstrap: the parent's import path, and speck.uop, speck.codegen and its subpackages (_LIGHT)
+# registered without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy,
+# the optimizer, the lowering passes): the worker needs only the compiler modules and speck.uop.helpers (the cache's
+# setting), and a light import keeps its start-up (which competes with the lowering it runs beside) cheap. A recipe
+# names the packages it needs whole (`WorkerRecipe.packages`).
+_LIGHT = ("speck.uop", "speck.codegen", "speck.codegen.compiler", "speck.codegen.x86", "speck.codegen.opt",
+          "speck.codegen.lower", "speck.codegen.renderer")  # fmt: skip
 _BOOT = """
 import sys, types
 sys.path[:] = {path!r}
@@ -141,7 +155,7 @@ class _Worker:
     """One worker process and its pipes."""
 
     def __init__(self) -> None:
-        packages = [(name, _package_path(name)) for name in ("speck.uop", "speck.codegen", "speck.codegen.compiler")]
+        packages = [(name, _package_path(name)) for name in _LIGHT]
         boot = _BOOT.format(path=[p for p in sys.path if isinstance(p, str)], packages=packages)
         # site still runs: import hooks of editable installs come from its .pth files
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -384,4 +398,4 @@ class CompilePool:
                 "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
 
 
-__all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "serve"]
+__all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "import_whole", "serve"]

@@ -1,6 +1,6 @@
 """X86Compiler: the `compile` step of the CPU:X86 device - an X86Renderer program text -> the relocatable ELF object.
 
-Compiling is the backend proper (speck.codegen.x86.renderer.render_x86: legalize, select, allocate, encode, ELF), so
+Compiling is the backend proper (speck.codegen.x86.backend.render_x86: legalize, select, allocate, encode, ELF), so
 it runs where LLVM's compiles run: in CompilePool worker processes (`worker_recipe`) beside the lowering thread, or
 here. Objects are cached on disk like LLVM's (namespace compile/x86), keyed by the program text and `flags`, which
 name a digest of the backend's own source files: a changed backend never reuses an object an older one built. The
@@ -17,7 +17,7 @@ import pathlib
 from typing import TYPE_CHECKING
 
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.compiler.pool import WorkerRecipe
+from speck.codegen.compiler.pool import WorkerRecipe, import_whole
 from speck.codegen.errors import UnsupportedOpError
 from speck.codegen.x86.elf_object import read_listing
 
@@ -51,8 +51,8 @@ class X86Compiler(Compiler):
         self.flags: tuple[str, ...] = (f"backend={_DIGEST[0]}",)
 
     def compile_uncached(self, src: str) -> bytes:
+        from speck.codegen.x86.backend import render_x86
         from speck.codegen.x86.program_text import load_program
-        from speck.codegen.x86.renderer import render_x86
 
         uops, fp_contract = load_program(src)
         try:
@@ -73,6 +73,7 @@ class X86Compiler(Compiler):
 
 
 def _compile_on_fallback(uops: list[UOp], fp_contract: bool, refusal: UnsupportedOpError) -> bytes:
+    import_whole()  # in a worker: the fallback's renderer needs the packages the worker left light
     from speck.codegen.backends import get_backend
     from speck.uop import DEBUG
 

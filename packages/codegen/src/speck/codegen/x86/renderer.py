@@ -6,7 +6,7 @@ refusal below) and writes the linear program as source text (speck.codegen.x86.p
 `X86Compiler.compile(src)` reads it back and runs the backend - legalize -> select -> allocate -> encode - and
 returns the ELF object, which also carries the function's Intel-syntax listing (laid out like `objdump -d -M intel`,
 with the .rodata constants and relocations in its header): `X86Compiler().disassemble(lib)`. `render_x86(uops)` is
-that whole backend on a linear program, with per-stage times.
+that whole backend on a linear program, with per-stage times (speck.codegen.x86.backend).
 
 Capabilities declared to the pipeline: float32 and bool vectors of up to 8 lanes (one ymm register; bools as lane
 masks; AVX2, no AVX-512), every other dtype scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial
@@ -18,68 +18,18 @@ naming op, dtype and kernel) first thing in `render`, so a backend registry can 
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
-from speck.codegen.x86.alloc import allocate_function
-from speck.codegen.x86.assembler import Assembled, assemble
-from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.legalize import check_dtypes, legalize
+from speck.codegen.x86.backend import X86Rendering, listing_text, render_x86
+from speck.codegen.x86.legalize import check_dtypes
 from speck.codegen.x86.program_text import dump_program
-from speck.codegen.x86.select import select
 from speck.uop import DType, Ops, PatternMatcher, UOp, dtypes
 
 X86_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 """No instruction computes these: the pipeline's polynomial decompositions (exact like the interpreter) are used."""
-
-
-@dataclass
-class X86Rendering:
-    """Everything one kernel's trip through the backend produced, with per-stage times in seconds. `obj` carries
-    `listing` (its .speck.listing section)."""
-
-    name: str
-    obj: bytes
-    asm: Assembled
-    rodata: bytes
-    listing: str
-    times: dict[str, float] = field(default_factory=dict)
-
-
-def listing_text(name: str, asm: Assembled, rodata: bytes) -> str:
-    """The Intel-syntax listing (objdump layout) of the function, preceded by the object's rodata/relocations."""
-    head = [f"# speck x86-64 kernel {name}: {len(asm.code)} bytes of code"]
-    if rodata:
-        head.append(f"# .rodata {rodata.hex()}")
-    for r in asm.relocations:
-        head.append(f"# .reloc {r.offset:#x} {r.kind} {r.symbol} {r.addend}")
-    return "\n".join(head) + f"\n{0:016x} <{name}>:\n" + asm.listing
-
-
-def render_x86(uops: list[UOp], fp_contract: bool = False) -> X86Rendering:
-    """Run the backend on a linear program (KERNEL_CONTRACT.md section 2): legalize, select, allocate registers,
-    encode, write the ELF object (with its listing). Raises X86UnsupportedError (an UnsupportedOpError) naming op,
-    dtype and kernel for anything it cannot select.
-    `fp_contract`: fuse a*b+c into one FMA (rounded once)."""
-    name = kernel_name(uops[-1]) if uops else "kernel"
-    t0 = time.perf_counter()
-    legal = legalize(uops, name)
-    t1 = time.perf_counter()
-    items, rodata = select(legal, name, fp_contract)
-    t2 = time.perf_counter()
-    fn = allocate_function(items)
-    t3 = time.perf_counter()
-    asm = assemble(fn.items)
-    t4 = time.perf_counter()
-    listing = listing_text(name, asm, rodata)
-    obj = write_elf_object(name, asm.code, asm.relocations, rodata, listing)
-    t5 = time.perf_counter()
-    times = {"legalize": t1 - t0, "select": t2 - t1, "allocate": t3 - t2, "encode": t4 - t3, "elf": t5 - t4}
-    return X86Rendering(name, obj, asm, rodata, listing, times)
 
 
 class X86Renderer(Renderer):
