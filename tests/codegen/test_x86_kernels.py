@@ -331,12 +331,12 @@ def test_unsupported_dtype_names_op_dtype_and_kernel(monkeypatch: pytest.MonkeyP
     # an UnsupportedOpError carrying op and dtype, raised before selection: a registry can take LLVM for the kernel
     from speck.codegen.pipeline import full_rewrite_to_sink
     from speck.codegen.renderer import UnsupportedOpError
-    from speck.codegen.x86 import renderer as x86_renderer
+    from speck.codegen.x86 import backend as x86_backend
 
     uops = full_rewrite_to_sink(ast, X86Renderer())
     selected: list[object] = []
-    real_select = x86_renderer.select
-    monkeypatch.setattr(x86_renderer, "select", lambda *a: selected.append(a) or real_select(*a))
+    real_select = x86_backend.select
+    monkeypatch.setattr(x86_backend, "select", lambda *a: selected.append(a) or real_select(*a))
     with pytest.raises(UnsupportedOpError) as err:
         X86Renderer().render(uops)
     assert (err.value.op, err.value.dtype.scalar()) == (Ops.LOAD, dtypes.float16) and selected == []
