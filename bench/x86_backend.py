@@ -4,22 +4,26 @@ Rows, all in one process unless said otherwise, both backends as the devices bui
 FP_CONTRACT is on, the default):
 - kernels: the three micro-kernels and matmul 1024, lowered once per backend with the heuristic's opts for that
   renderer (the `opts` columns: what each applied), run on the same hcq buffers, medians of interleaved launches;
-  compile: the backend's own work (x86: legalize+select+allocate+encode+ELF+listing; LLVM: render + O2 compile,
-  cache off), both run in this process on this thread and measured in CPU seconds of the thread (time.thread_time:
-  on a shared host wall time mostly measures the other processes; llvmlite compiles on the calling thread);
+  compile: the backend's own work, render + compile with the cache off (x86: program text written and read back,
+  legalize+select+allocate+encode+ELF+listing; LLVM: IR text + O2 compile), both run in this process on this thread
+  and measured in CPU seconds of the thread (time.thread_time: on a shared host wall time mostly measures the other
+  processes; llvmlite compiles on the calling thread);
 - CNN step: the main job's model (batch 128, Adam, TinyJit), one model per device, steps interleaved in rounds;
 - CNN compile: every kernel of the step, rendered and compiled by each backend (lowering shared, not counted), CPU
-  seconds as above. x86's encoder keeps a per-process cache of instruction encodings, warm here (the CNN step rows
-  ran the same kernels); a cold process pays ~0.15 s more for the step's ~3800 distinct forms. The tensor path
-  compiles LLVM in worker processes (speck.codegen.compiler.pool) - the same work on other cores; this row counts
-  the work, the first-step row the wall time a user waits;
+  seconds as above. x86's encoder keeps a per-process cache of instruction encodings, warmed here by one untimed
+  pass (a compile worker has it warm after its first kernels); a cold process pays ~0.15 s more for the step's
+  ~3800 distinct forms. The tensor path
+  compiles both backends in worker processes (speck.codegen.compiler.pool) - the same work on other cores; this row
+  counts the work, the first-step row the wall time a user waits;
 - first CNN step: a fresh process per backend with a cold compile cache (CACHELEVEL=0), alternating, medians of the
   wall time (the target) and, for reference, the CPU seconds spent: the process's own plus the compile workers'
-  (LLVM's compiles run there in parallel with the lowering; x86 renders on the lowering thread: no workers).
+  (both backends compile there in parallel with the lowering, which stays on the main thread).
+The quickest run that still prints the first-step and compile rows: `--small --repeats 3 --rounds 2` (one fresh
+process per backend for the first step; use more rounds for a verdict on a busy host).
 Targets (issue 21): CNN step and matmul 1024 on CPU:X86 <= 1.3x LLVM's time, first CNN step <= 0.6x, CNN compile
 >= 5x faster. This VM's speed drifts by 10-20% for minutes at a time: ratios of interleaved runs are what count.
 
-    python3 bench/x86_backend.py [--repeats N] [--small] [--rounds N] [--no-cnn]
+    python3 bench/x86_backend.py [--repeats N] [--small] [--rounds N] [--no-cnn] [--first-only]
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ def compile_times(ast: UOp, repeats: int) -> tuple[float, float]:
     lr, xr = rs["CPU"], rs["CPU:X86"]
     xc, lc = X86Compiler(), LLVMCompiler()
     uops_x, uops_l = full_rewrite_to_sink(ast, xr), full_rewrite_to_sink(ast, lr)
-    x86 = _median(lambda: xc.compile(xr.render(uops_x)), 3 * repeats, time.thread_time)
+    x86 = _median(lambda: xc.compile_uncached(xr.render(uops_x)), 3 * repeats, time.thread_time)
     llvm = _median(lambda: lc.compile_uncached(lr.render(uops_l)), max(3, repeats // 3), time.thread_time)
     return x86, llvm
 
@@ -195,7 +199,9 @@ def cnn_compile(asts: list[UOp]) -> tuple[float, float, int]:
 
     rs = renderers()
     total = {"CPU": 0.0, "CPU:X86": 0.0}
-    compilers = {"CPU": LLVMCompiler().compile_uncached, "CPU:X86": X86Compiler().compile}
+    compilers = {"CPU": LLVMCompiler().compile_uncached, "CPU:X86": X86Compiler().compile_uncached}
+    for ast in asts:  # x86's encoder cache warm, as the docstring says (the step rows compiled in the workers)
+        compilers["CPU:X86"](rs["CPU:X86"].render(full_rewrite_to_sink(ast, rs["CPU:X86"])))
     for ast in asts:
         for d, r in rs.items():
             uops = full_rewrite_to_sink(ast, r)
@@ -246,7 +252,25 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="small sizes (a quick smoke run)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of CNN steps / first-step processes")
     ap.add_argument("--no-cnn", action="store_true", help="only the kernels")
+    ap.add_argument("--first-only", action="store_true", help="only the CNN compile and first-step rows")
     args = ap.parse_args()
+    if not args.first_only:
+        kernel_and_step_rows(args)
+    if args.no_cnn:
+        return
+    cx, cl, n = cnn_compile(cnn_kernels())
+    print(f"CNN compile ({n} kernels, lowering excluded, CPU time): LLVM {1e3 * cl:.0f} ms, x86 {1e3 * cx:.0f} ms, "
+          f"{cl / cx:.1f}x faster; target >= 5x: {_verdict(cl / cx >= 5)}")  # fmt: skip
+    first, spent = first_steps(max(1, args.rounds // 2))
+    r = first["CPU:X86"] / first["CPU"]
+    print(f"first CNN step (fresh process, cold cache, wall): LLVM {first['CPU']:.2f} s, x86 {first['CPU:X86']:.2f} s, "
+          f"{r:.2f}x; target <= 0.6x: {_verdict(r <= 0.6)}")  # fmt: skip
+    print(f"  CPU spent (process + compile workers): LLVM {spent['CPU']:.2f} s, x86 {spent['CPU:X86']:.2f} s, "
+          f"{spent['CPU:X86'] / spent['CPU']:.2f}x")  # fmt: skip
+
+
+def kernel_and_step_rows(args: argparse.Namespace) -> None:
+    """The micro-kernel rows, matmul 1024 and (unless --no-cnn) the CNN step row."""
     scale = 16 if args.small else 1
     kernels = {
         "elementwise 16M f32": elementwise((1 << 24) // scale),
@@ -274,15 +298,6 @@ def main() -> None:
     r = steps["CPU:X86"] / steps["CPU"]
     print(f"\nCNN step (batch 128): LLVM {1e3 * steps['CPU']:.1f} ms, x86 {1e3 * steps['CPU:X86']:.1f} ms, "
           f"{r:.2f}x; target <= 1.3x: {_verdict(r <= 1.3)}")  # fmt: skip
-    cx, cl, n = cnn_compile(cnn_kernels())
-    print(f"CNN compile ({n} kernels, lowering excluded, CPU time): LLVM {1e3 * cl:.0f} ms, x86 {1e3 * cx:.0f} ms, "
-          f"{cl / cx:.1f}x faster; target >= 5x: {_verdict(cl / cx >= 5)}")  # fmt: skip
-    first, spent = first_steps(max(1, args.rounds // 2))
-    r = first["CPU:X86"] / first["CPU"]
-    print(f"first CNN step (fresh process, cold cache, wall): LLVM {first['CPU']:.2f} s, x86 {first['CPU:X86']:.2f} s, "
-          f"{r:.2f}x; target <= 0.6x: {_verdict(r <= 0.6)}")  # fmt: skip
-    print(f"  CPU spent (process + LLVM's compile workers): LLVM {spent['CPU']:.2f} s, x86 {spent['CPU:X86']:.2f} s, "
-          f"{spent['CPU:X86'] / spent['CPU']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """The x86 backend's fast paths give exactly what the plain paths give (no timing here: bench/x86_backend.py times it).
 
-- X86Renderer.render hands its object to X86Compiler.compile: that object must equal the one parsed back from the
-  listing text, and an edited or forgotten listing must still be parsed;
 - operand_roles (hot in the peephole and the allocator) against a direct reading of the operand-role contract, on
   random instructions;
 - the cached `phys` registers and the identity hash of X86Op behave like freshly built values;
@@ -24,9 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.codegen.program import to_program
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86 import X86Compiler, X86Renderer, encoder, parse_listing, write_elf_object
+from speck.codegen.x86 import encoder
 from speck.codegen.x86.alloc import (
     READS_AND_WRITES,
     READS_ONLY,
@@ -37,7 +34,6 @@ from speck.codegen.x86.alloc import (
     operand_roles,
 )
 from speck.codegen.x86.assembler import assemble
-from speck.codegen.x86.compiler import _RECENT_LIMIT, recall_object, remember_object
 from speck.codegen.x86.encoder import EncodingError, encode, encode_uncached
 from speck.codegen.x86.listing import render_listing
 from speck.codegen.x86.operands import GPR64, Imm, Inst, Label, Mem, Operand, Reg, gpr, rodata, ymm
@@ -45,30 +41,6 @@ from speck.codegen.x86.ops import X86Op
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import phys
 from test_x86_encoding import TEMPLATES, rand_operand
-from test_x86_select import elementwise_add, row_sum
-
-
-def _parsed_object(listing: str) -> bytes:
-    name, code, relocs, rodata = parse_listing(listing)
-    return write_elf_object(name, code, relocs, rodata)
-
-
-def test_render_hands_compile_the_object_parsing_would_build() -> None:
-    for ast in (elementwise_add(), row_sum()):
-        listing = X86Renderer().render(to_program(ast, X86Renderer(), optimize=False).uops)
-        assert recall_object(listing) is not None
-        assert X86Compiler().compile(listing) == _parsed_object(listing)
-
-
-def test_unknown_listings_are_parsed_and_the_hand_over_is_bounded() -> None:
-    listing = X86Renderer().render(to_program(row_sum(), X86Renderer(), optimize=False).uops)
-    expected = _parsed_object(listing)
-    edited = listing.replace("\n", "\n\n", 1)  # same code, different text: not remembered, parsed
-    assert recall_object(edited) is None and X86Compiler().compile(edited) == expected
-    for k in range(_RECENT_LIMIT + 1):
-        remember_object(f"# not a listing {k}", b"")
-    assert recall_object(listing) is None  # pushed out by newer entries
-    assert X86Compiler().compile(listing) == expected
 
 
 def _vregs_of(o: object) -> list[VReg]:

@@ -1,4 +1,4 @@
-"""`CompilePool`: compiles many sources at once, LLVM in worker processes.
+"""`CompilePool`: compiles many sources at once, LLVM and x86 in worker processes.
 
 A cold CNN training step lowers its 103 kernels on the main thread (Python: it holds the GIL) while they compile.
 LLVM in this process compiled badly next to that: llvmlite runs one LLVM call at a time per process (a global
@@ -8,8 +8,8 @@ thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt el
 returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
 worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
 itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
-a reader that hands the answers to their futures and writes the cache. Compilers without a recipe (gcc/clang run
-as subprocesses already; x86's is trivial) compile on `lanes` threads here.
+a reader that hands the answers to their futures and writes the cache. LLVMCompiler and X86Compiler have recipes;
+compilers without one (gcc/clang run as subprocesses already) compile on `lanes` threads here.
 
 The worker is a fresh interpreter (not a fork: the parent has threads) that imports only the compiler modules,
 rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -56,36 +57,57 @@ def default_lanes() -> int:
 @dataclass(frozen=True)
 class WorkerRecipe:
     """How a worker process rebuilds a compiler: `module.cls(**kwargs)` with `env` set first; the result's `flags`
-    must equal `flags` (else the worker refuses to compile: it would not build the same objects)."""
+    must equal `flags` (else the worker refuses to compile: it would not build the same objects). `packages`: the
+    packages among those the worker registers without their __init__ (see _BOOT) that this compiler needs whole
+    (the x86 compiler reads its source back into speck.uop UOps)."""
 
     module: str
     cls: str
     kwargs: tuple[tuple[str, Any], ...]
     env: tuple[tuple[str, str], ...]
     flags: tuple[str, ...]
+    packages: tuple[str, ...] = ()
 
     def build(self) -> Compiler:
         os.environ.update(dict(self.env))
+        import_whole(self.packages)
         compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
         if tuple(compiler.flags) != self.flags:
             raise RuntimeError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
         return compiler
 
 
+def import_whole(names: Sequence[str] = ()) -> None:
+    """Import for real the packages a worker registered without their __init__ (see _BOOT): those named, or every one
+    when none is named (code that needs a package's own names - a compiler's rare path - calls it first). A no-op
+    outside a worker. Every stub named goes before any is imported again (a package's __init__ imports its
+    subpackages); the submodules already loaded are reused."""
+    light = [n for n, m in list(sys.modules.items()) if getattr(m, "__speck_light__", False)]
+    todo = [n for n in light if not names or n in names]
+    for name in todo:
+        del sys.modules[name]
+    for name in todo:
+        importlib.import_module(name)
+
+
 class WorkerError(RuntimeError):
     """A worker process died, could not start, or could not rebuild the compiler."""
 
 
-# The worker's bootstrap: the parent's import path, and speck.uop / speck.codegen / speck.codegen.compiler registered
-# without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy): the worker
-# needs only the compiler modules and speck.uop.helpers (the cache's setting), and a light import keeps its
-# start-up (which competes with the lowering it runs beside) cheap.
+# The worker's bootstrap: the parent's import path, and speck.uop, speck.codegen and its subpackages (_LIGHT)
+# registered without running their __init__ (which import the whole IR, every renderer, the interpreter and numpy,
+# the optimizer, the lowering passes): the worker needs only the compiler modules and speck.uop.helpers (the cache's
+# setting), and a light import keeps its start-up (which competes with the lowering it runs beside) cheap. A recipe
+# names the packages it needs whole (`WorkerRecipe.packages`).
+_LIGHT = ("speck.uop", "speck.codegen", "speck.codegen.compiler", "speck.codegen.x86", "speck.codegen.opt",
+          "speck.codegen.lower", "speck.codegen.renderer")  # fmt: skip
 _BOOT = """
 import sys, types
 sys.path[:] = {path!r}
 for name, path in {packages!r}:
     module = types.ModuleType(name)
     module.__path__ = path
+    module.__speck_light__ = True
     sys.modules[name] = module
 from speck.codegen.compiler.pool import serve
 serve()
@@ -133,7 +155,7 @@ class _Worker:
     """One worker process and its pipes."""
 
     def __init__(self) -> None:
-        packages = [(name, _package_path(name)) for name in ("speck.uop", "speck.codegen", "speck.codegen.compiler")]
+        packages = [(name, _package_path(name)) for name in _LIGHT]
         boot = _BOOT.format(path=[p for p in sys.path if isinstance(p, str)], packages=packages)
         # site still runs: import hooks of editable installs come from its .pth files
         self.proc = subprocess.Popen([sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -376,4 +398,4 @@ class CompilePool:
                 "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
 
 
-__all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "serve"]
+__all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "import_whole", "serve"]

@@ -1,9 +1,10 @@
 """speck's built-in x86-64 backend: machine instructions, encoder, Intel-syntax listing, ELF object writer, and the
 x86 side of register allocation (operand roles, frame layout, System V register roles).
 
-As a codegen backend (the CPU:X86 device): `X86Renderer` runs legalize (legalize.py) -> select (select.py,
-select_vector.py: pattern tables keyed by op and operand class) -> allocate -> encode on a linear program and
-returns an Intel-syntax listing carrying the machine code; `X86Compiler().compile(listing)` gives the ELF object.
+As a codegen backend (the CPU:X86 device): `X86Renderer` writes a linear program as source text (program_text.py)
+and `X86Compiler().compile(src)` runs legalize (legalize.py) -> select (select.py, select_vector.py: pattern tables
+keyed by op and operand class) -> allocate -> encode on it and returns the ELF object, in a CompilePool worker
+process when the tensor path compiles ahead; `X86Compiler().disassemble(lib)` is the object's Intel-syntax listing.
 
 Pipeline for a hand-built or selected instruction list on virtual registers:
 `allocate_function` (regalloc + prologue/epilogue) -> `assemble` (layout, jumps, relocations, listing) ->
@@ -13,8 +14,8 @@ Pipeline for a hand-built or selected instruction list on virtual registers:
 from speck.codegen.errors import EncodingError
 from speck.codegen.x86.alloc import AllocatedFunction, LoopBegin, LoopEnd, allocate_function, build_object
 from speck.codegen.x86.assembler import Assembled, Assembler, assemble
-from speck.codegen.x86.compiler import X86Compiler, parse_listing
-from speck.codegen.x86.elf_object import ConstPool, write_elf_object
+from speck.codegen.x86.compiler import X86Compiler
+from speck.codegen.x86.elf_object import ConstPool, read_listing, write_elf_object
 from speck.codegen.x86.encoder import Relocation, encode
 from speck.codegen.x86.operands import Imm, IncomingStackArg, Inst, Label, Mem, Reg, Sym, gpr, ins, rodata, xmm, ymm
 from speck.codegen.x86.ops import X86Op
@@ -24,5 +25,5 @@ __all__ = [
     "AllocatedFunction", "Assembled", "Assembler", "ConstPool", "EncodingError", "Imm", "IncomingStackArg", "Inst",
     "Label", "LoopBegin", "LoopEnd", "Mem", "Reg", "Relocation", "Sym", "X86Op", "allocate_function", "assemble",
     "build_object", "encode", "X86Compiler", "X86Renderer", "X86Rendering", "render_x86",
-    "parse_listing", "gpr", "ins", "rodata", "write_elf_object", "xmm", "ymm",
+    "gpr", "ins", "read_listing", "rodata", "write_elf_object", "xmm", "ymm",
 ]  # fmt: skip

@@ -1,88 +1,89 @@
-"""X86Compiler: the `compile` step of the CPU:X86 device - an X86Renderer listing -> the relocatable ELF object.
+"""X86Compiler: the `compile` step of the CPU:X86 device - an X86Renderer program text -> the relocatable ELF object.
 
-The listing already holds the encoded bytes of every instruction plus the .rodata constants and relocations (see
-speck.codegen.x86.renderer), so compiling is reading them back and wrapping them with the ELF writer: no stage of
-the backend runs twice and nothing is cached on disk (it takes microseconds). A listing X86Renderer.render has just
-returned skips even that: the renderer leaves its object behind (`remember_object`) and compile hands it back."""
+Compiling is the backend proper (speck.codegen.x86.backend.render_x86: legalize, select, allocate, encode, ELF), so
+it runs where LLVM's compiles run: in CompilePool worker processes (`worker_recipe`) beside the lowering thread, or
+here. Objects are cached on disk like LLVM's (namespace compile/x86), keyed by the program text and `flags`, which
+name a digest of the backend's own source files: a changed backend never reuses an object an older one built. The
+object carries the function's listing (`disassemble`).
+
+A kernel the selector refuses only once it gets there (SelectionError: an UnsupportedOpError) is compiled by the
+fallback backend of the registry's X86 entry (LLVM) from the same program, said under DEBUG>=2: the renderer
+already refused what it can tell up front, and a kernel must not fail on CPU:X86 that the device can run."""
 
 from __future__ import annotations
 
-import re
-import threading
+import hashlib
+import pathlib
+from typing import TYPE_CHECKING
 
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import CompileError
-from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.encoder import Relocation
+from speck.codegen.compiler.pool import WorkerRecipe, import_whole
+from speck.codegen.errors import UnsupportedOpError
+from speck.codegen.x86.elf_object import read_listing
 
-_HEAD = re.compile(r"^# speck x86-64 kernel (\w+):")
-_LINE = re.compile(r"^\s*([0-9a-f]+):\t([0-9a-f ]+?)\s*\t")
+if TYPE_CHECKING:
+    from speck.uop import UOp
 
-
-def parse_listing(src: str) -> tuple[str, bytes, list[Relocation], bytes]:
-    """(function name, code bytes, relocations, rodata) of an X86Renderer listing; CompileError when the text is
-    not one (it names what was expected)."""
-    lines = src.splitlines()
-    m = _HEAD.match(lines[0]) if lines else None
-    if m is None:
-        raise CompileError("x86", "expected an X86Renderer listing starting with '# speck x86-64 kernel <name>:'; "
-                           "render the kernel with speck.codegen.x86.X86Renderer", src)  # fmt: skip
-    name = m.group(1)
-    code = bytearray()
-    relocs: list[Relocation] = []
-    rodata = b""
-    for ln in lines[1:]:
-        if ln.startswith("# .rodata "):
-            rodata = bytes.fromhex(ln.split()[2])
-        elif ln.startswith("# .reloc "):
-            _, _, off, kind, sym, addend = ln.split()
-            relocs.append(Relocation(int(off, 16), kind, sym, int(addend)))
-        elif (lm := _LINE.match(ln)) is not None:
-            if int(lm.group(1), 16) != len(code):
-                raise CompileError("x86", f"listing line at offset {lm.group(1)} does not follow the previous one "
-                                   f"(expected {len(code):x}); the listing was edited or truncated", src)  # fmt: skip
-            code += bytes.fromhex(lm.group(2))
-    return name, bytes(code), relocs, rodata
+_BACKEND_FILES = ("x86/*.py", "regalloc.py", "renderer/common.py")  # what builds an object from a program text
 
 
-# Objects X86Renderer.render just built, keyed by the listing it returned: the usual render -> compile hand-over then
-# skips parsing the text back (the object is exactly what parsing would rebuild - the listing is its full description;
-# an edited listing is a different key and is parsed). A few entries suffice: compile follows render directly.
-_RECENT_LIMIT = 32
-_recent: dict[str, bytes] = {}
-_recent_lock = threading.Lock()
+def backend_digest() -> str:
+    """A digest of the source files that turn a program text into an object (the cache key's compiler identity)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pattern in _BACKEND_FILES:
+        for path in sorted(root.glob(pattern)):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
-def remember_object(listing: str, obj: bytes) -> None:
-    """Record the object `listing` describes, so compiling that listing returns it without parsing (bounded FIFO)."""
-    with _recent_lock:
-        _recent[listing] = obj
-        while len(_recent) > _RECENT_LIMIT:
-            del _recent[next(iter(_recent))]
-
-
-def recall_object(listing: str) -> bytes | None:
-    """The object remembered for exactly this listing text, or None."""
-    with _recent_lock:
-        return _recent.get(listing)
+_DIGEST: list[str] = []  # computed once per process
 
 
 class X86Compiler(Compiler):
-    """Listing -> ELF object (see the module docstring). `disassemble(lib)` gives objdump's Intel listing."""
+    """Program text -> ELF object (see the module docstring). `disassemble(lib)` gives the encoder's listing."""
 
     name = "x86"
-    flags: tuple[str, ...] = ()
 
-    def compile(self, src: str) -> bytes:
-        """Build the object from the listing (never cached: rebuilding is cheaper than a cache lookup)."""
-        return self.compile_uncached(src)
+    def __init__(self) -> None:
+        if not _DIGEST:
+            _DIGEST.append(backend_digest())
+        self.flags: tuple[str, ...] = (f"backend={_DIGEST[0]}",)
 
     def compile_uncached(self, src: str) -> bytes:
-        obj = recall_object(src)
-        if obj is not None:
-            return obj
-        name, code, relocs, rodata = parse_listing(src)
-        return write_elf_object(name, code, relocs, rodata)
+        from speck.codegen.x86.backend import render_x86
+        from speck.codegen.x86.program_text import load_program
+
+        uops, fp_contract = load_program(src)
+        try:
+            return render_x86(uops, fp_contract).obj
+        except UnsupportedOpError as e:
+            return _compile_on_fallback(uops, fp_contract, e)
+
+    def worker_recipe(self) -> WorkerRecipe:
+        """How a CompilePool worker process rebuilds this compiler (the worker imports speck.uop for real: the
+        program text is read back into UOps)."""
+        return WorkerRecipe(type(self).__module__, type(self).__qualname__, (), (), self.flags, ("speck.uop",))
+
+    def disassemble(self, lib: bytes) -> str:
+        """The listing the encoder wrote into the object (objdump's text, instruction for instruction); objdump's
+        own listing for an object without one (the fallback backend's)."""
+        listing = read_listing(lib)
+        return listing if listing is not None else super().disassemble(lib)
 
 
-__all__ = ["X86Compiler", "parse_listing", "recall_object", "remember_object"]
+def _compile_on_fallback(uops: list[UOp], fp_contract: bool, refusal: UnsupportedOpError) -> bytes:
+    import_whole()  # in a worker: the fallback's renderer needs the packages the worker left light
+    from speck.codegen.backends import get_backend
+    from speck.uop import DEBUG
+
+    fallback = get_backend("X86").fallback
+    if fallback is None:
+        raise refusal
+    be = get_backend(fallback)
+    if DEBUG >= 2:
+        print(f"speck.codegen: x86 refused a kernel while selecting ({refusal}); compiling it with {fallback}")
+    return be.compiler.compile_uncached(be.renderer.render(uops))
+
+
+__all__ = ["X86Compiler", "backend_digest"]

@@ -1,7 +1,9 @@
 """Relocatable ELF64 x86-64 object writer (ET_REL) for one kernel function.
 
-Layout: .text (the function), .rodata (constants referenced RIP-relative), .rela.text, .symtab, .strtab, .shstrtab and
-an empty .note.GNU-stack (so linkers do not assume an executable stack). The symbol table holds the two section symbols
+Layout: .text (the function), .rodata (constants referenced RIP-relative), .rela.text, .symtab, .strtab, .shstrtab, an
+empty .note.GNU-stack (so linkers do not assume an executable stack) and, when given, .speck.listing: the encoder's
+Intel-syntax listing of the function (not loaded: no SHF_ALLOC; `read_listing` gets it back, so the object carries its
+own listing wherever it was compiled or cached). The symbol table holds the two section symbols
 (relocations against .rodata point at the section symbol plus an offset), the kernel as a global FUNC, and every other
 referenced name as an undefined global (expf, memcpy, ...) for the loader to resolve. Field layouts follow the System V
 gABI ("Object Files") and the x86-64 psABI (relocation types R_X86_64_PC32 = 2, R_X86_64_PLT32 = 4).
@@ -54,7 +56,12 @@ class _StrTab:
         return off
 
 
-def write_elf_object(name: str, code: bytes, relocations: Sequence[Relocation] = (), rodata: bytes = b"") -> bytes:
+LISTING_SECTION = ".speck.listing"
+
+
+def write_elf_object(
+    name: str, code: bytes, relocations: Sequence[Relocation] = (), rodata: bytes = b"", listing: str = ""
+) -> bytes:
     """Build an ET_REL x86-64 object defining the global function `name` (the whole of `code`).
 
     Relocation symbols ".rodata" and ".text" resolve to those sections, `name` to the function itself, anything else
@@ -95,6 +102,8 @@ def write_elf_object(name: str, code: bytes, relocations: Sequence[Relocation] =
         (".shstrtab", SHT_STRTAB, 0, b"", 0, 0, 1, 0),
         (".note.GNU-stack", SHT_PROGBITS, 0, b"", 0, 0, 1, 0),
     ]
+    if listing:
+        sections.append((LISTING_SECTION, SHT_PROGBITS, 0, listing.encode(), 0, 0, 1, 0))
     names = [shstrtab.add(s[0]) for s in sections]
     body = bytearray()
     offsets = []
@@ -115,3 +124,22 @@ def write_elf_object(name: str, code: bytes, relocations: Sequence[Relocation] =
     shstrndx = 1 + [s[0] for s in sections].index(".shstrtab")
     ehdr = _EHDR.pack(ident, ET_REL, EM_X86_64, 1, 0, 0, shoff, 0, _EHDR.size, 0, 0, _SHDR.size, len(headers), shstrndx)
     return ehdr + bytes(body) + b"".join(headers)
+
+
+def read_listing(obj: bytes) -> str | None:
+    """The .speck.listing section of an object `write_elf_object` built (None when it has none); ValueError when
+    `obj` is not a little-endian ELF64 object or its section table points outside it."""
+    if len(obj) < _EHDR.size or obj[:6] != b"\x7fELF\x02\x01":
+        raise ValueError(f"read_listing: expected an ELF64 little-endian object, got {obj[:6]!r}...")
+    ehdr = _EHDR.unpack_from(obj)
+    shoff, shnum, shstrndx = ehdr[6], ehdr[12], ehdr[13]
+    if shoff + shnum * _SHDR.size > len(obj) or shstrndx >= shnum:
+        raise ValueError(f"read_listing: section table ({shnum} entries at {shoff:#x}) is outside the "
+                         f"{len(obj)}-byte object")  # fmt: skip
+    headers = [_SHDR.unpack_from(obj, shoff + k * _SHDR.size) for k in range(shnum)]
+    names_at, names_size = headers[shstrndx][4], headers[shstrndx][5]
+    names = obj[names_at : names_at + names_size]
+    for h in headers:
+        if names[h[0] : names.find(b"\0", h[0])].decode() == LISTING_SECTION:
+            return obj[h[4] : h[4] + h[5]].decode()
+    return None

@@ -68,6 +68,25 @@ def _has_no_register(dt: DType) -> bool:
     return r
 
 
+def _refusal(u: UOp, bad: DType, kernel: str) -> X86UnsupportedError:
+    return X86UnsupportedError(
+        f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend handles "
+        f"{', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for half, bfloat16 and fp8)",
+        u.op,
+        bad,
+    )
+
+
+def check_dtypes(uops: list[UOp], kernel: str) -> None:
+    """Raise X86UnsupportedError (naming op, dtype and kernel) for the first value without a register class: the
+    renderer's early refusal, before the kernel is handed to the compiler (legalize checks the same)."""
+    for u in uops:
+        if u.op is not Ops.CONST and (_NO_REGISTER.get(u.dtype) is not False or u.op in _OPERAND_CHECKED):
+            bad = unsupported_dtype(u)
+            if bad is not None:
+                raise _refusal(u, bad, kernel)
+
+
 def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     """Apply `pm_x86_legalize` to each UOp of a linear program (sources first, so rewritten nodes are seen by their
     users) and check every dtype; returns the new linear list. Raises X86UnsupportedError naming op, dtype and kernel
@@ -82,13 +101,7 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
         ok = u.op is Ops.CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
         bad = None if ok else unsupported_dtype(u)
         if bad is not None:
-            raise X86UnsupportedError(
-                f"x86 backend: no selection rule for {u.op.name} on {bad} in kernel {kernel!r}; the x86 backend "
-                f"handles {', '.join(sorted(d.name for d in SUPPORTED_SCALARS))} (use the CPU/LLVM device for "
-                "half, bfloat16 and fp8)",
-                u.op,
-                bad,
-            )
+            raise _refusal(u, bad, kernel)
         nu = u
         if new and any(s in new for s in u.src):
             nu = u.replace(src=tuple([new.get(s, s) for s in u.src]))
@@ -227,6 +240,6 @@ _PURE_INDEX_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.SHL, Ops.SUB, Ops.CAST})
 
 
 __all__ = [
-    "SUPPORTED_SCALARS", "X86UnsupportedError", "legalize", "pm_x86_legalize", "split_index_constants",
+    "SUPPORTED_SCALARS", "X86UnsupportedError", "check_dtypes", "legalize", "pm_x86_legalize", "split_index_constants",
     "unsupported_dtype",
 ]  # fmt: skip
