@@ -299,8 +299,12 @@ class CapturedJit:
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
     plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
-    # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__)
-    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int]] | None = field(default=None, repr=False, compare=False)
+    # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
+    # the plan last, when those values are the capture's and the returned shapes show them (replay's work is then
+    # plan.run(mapping, {}) alone)
+    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int], ReplayPlan | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "plan": None, "fast": None}
@@ -425,7 +429,10 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    cap.replay(fast[1], fast[2])
+                    if (plan := fast[3]) is not None and realize.CAPTURE is None:
+                        plan.run(fast[1], {})
+                    else:
+                        cap.replay(fast[1], fast[2])
                     return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
         inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
@@ -514,7 +521,8 @@ class TinyJit(Generic[R]):
         if args and not cloned and len(inputs.named) == len(args) and all(a.__class__ is Tensor for a in args):
             nodes = tuple(a.uop for a in args)
             if not any(type(u) is MultiUOp for u in nodes):
-                cap.fast = (nodes, mapping, var_vals)
+                plain = var_vals == cap.var_vals and var_vals == (cap.ret_var_vals or cap.var_vals)
+                cap.fast = (nodes, mapping, var_vals, cap.plan if plain else None)
         return cap.ret  # type: ignore[no-any-return]
 
 
@@ -534,6 +542,7 @@ class _Batch:
     def __init__(self, device: Any, calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> None:
         self.device, self.calls, self.input_bufs = device, calls, set(input_bufs)
         self.graph: Any = None
+        self.replay: Any = None
         self.failed = False  # building the graph raised: replay these calls one by one
         self.refs: list[weakref.ref[UOp]] = []
         self.inputs: list[tuple[int, UOp]] = []  # (position in uops, captured BUFFER) of the jit's inputs
@@ -541,6 +550,13 @@ class _Batch:
         self.where: list[list[tuple[int, int]]] = []  # per uop: (argument table index, byte offset) it fills
         self.last: list[int] = []
         self.last_bufs: list[Any] = []  # the Buffers the table's addresses were taken from (a Buffer never moves)
+        # in a steady state (the same mapping, buffers unchanged) the keys buffer_map's dict holds for last_bufs'
+        # BUFFERs (inputs mapped): looking a key up by the very object stored skips comparing two weak references,
+        # which compares their UOps through a Python-level __eq__ (UOp defines rich comparisons); None: not known
+        self.keys: list[Any] | None = None
+        self.keys_mapping: dict[UOp, UOp] | None = None  # the mapping `keys` hold the inputs of
+        self.prev_mapping: dict[UOp, UOp] | None = None  # the previous run's
+        self.scanned: list[Any] | None = None  # the last_bufs a scan for keys was made for
         self.count, self.ops, self.mem = 0, 0, 0
 
     def build(self) -> None:
@@ -570,6 +586,7 @@ class _Batch:
             self.where[index[u]].append((k, off))
         self.last = [0] * len(self.uops)  # the first run writes every address
         self.graph = g
+        self.replay = getattr(g, "replay", None)  # an untimed run, where the graph class has one
 
     def run(self, mapping: dict[UOp, UOp]) -> None:
         if self.graph is None:
@@ -585,11 +602,30 @@ class _Batch:
             self.refs = [weakref.ref(u) for u in self.uops]
             self.inputs = [(i, u) for i, u in enumerate(self.uops) if u in self.input_bufs]
         data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
+        if mapping is self.keys_mapping and self.keys is not None:  # the replay hot path
+            if list(map(data.get, self.keys)) == self.last_bufs:
+                if self.replay is None or profile.enabled():
+                    return self._launch()
+                self.replay()  # (_launch's untimed branch, inlined)
+                gc = GlobalCounters
+                gc.kernel_count += self.count
+                gc.global_ops += self.ops
+                gc.global_mem += self.mem
+                return None
+        self.keys = self.keys_mapping = None
         bufs = list(map(data.get, self.refs))
         for i, u in self.inputs:
             bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
+            # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
+            # too, find the stored keys (a scan of buffer_map: once, not again after it failed for these buffers)
+            if mapping is self.prev_mapping and self.scanned is not self.last_bufs:
+                self.keys = _stored_keys([mapping.get(u, u) for u in self.uops])
+                self.keys_mapping = mapping if self.keys is not None else None
+                self.scanned = self.last_bufs
+            self.prev_mapping = mapping
             return self._launch()
+        self.prev_mapping = mapping
         ptrs = []
         for i, b in enumerate(bufs):
             if b is None:  # not created yet: make it
@@ -607,16 +643,32 @@ class _Batch:
         self._launch()
 
     def _launch(self) -> None:
-        p0 = profile.now_ns() if profile.enabled() else 0
-        t = self.graph.run()
-        if p0:
+        gc = GlobalCounters
+        if profile.enabled() or self.replay is None:
+            p0 = profile.now_ns()
+            gc.time_sum_s += self.graph.run()
             profile.record("graph", self.graph.name, self.device.name, p0, profile.now_ns(), self.ops, self.mem,
                            kernels=self.count)  # fmt: skip
-        gc = GlobalCounters
+        else:
+            self.replay()  # (kernel time is measured where it is shown: PROFILE, DEBUG>=2 replays call by call)
         gc.kernel_count += self.count
         gc.global_ops += self.ops
         gc.global_mem += self.mem
-        gc.time_sum_s += t
+
+
+def _stored_keys(uops: list[UOp]) -> list[Any] | None:
+    """The weak references buffer_map's dict holds as keys for `uops` (in order); None when one has no entry or the
+    dict changed while it was read (a dying buffer's entry went away)."""
+    want = {id(u): i for i, u in enumerate(uops)}
+    keys: list[Any] = [None] * len(uops)
+    try:
+        for k in list(buffer_map_data):
+            i = want.get(id(k()))
+            if i is not None and k() is uops[i]:
+                keys[i] = k
+    except RuntimeError:
+        return None
+    return keys if all(k is not None for k in keys) else None
 
 
 def _launch(prog: Any, it: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -735,6 +787,8 @@ class ReplayPlan:
         if run:
             self._flush(run, run_dev)
         self.devices = {b.device for kind, b in self.steps if kind == "batch"}
+        # the common plan, one batch and nothing else (a step on one device): run's short route
+        self.single: _Batch | None = self.steps[0][1] if len(self.steps) == 1 and self.steps[0][0] == "batch" else None
 
     def _flush(self, run: list[tuple[str, Any]], dev: Any) -> None:
         if any(k == "kernel" for k, _ in run):
@@ -755,6 +809,14 @@ class ReplayPlan:
     def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Replay every captured call with the BUFFERs in `mapping` swapped in and the Variables in `var_vals`
         (empty: the values of the capture)."""
+        b = self.single
+        if b is not None and BATCH and JIT.value < 2 and DEBUG.value < 2 and not b.device.profile and not b.failed:
+            if realize._inflight:  # copies between devices still arriving (sharded tensors)
+                realize.wait_copies_into(b.device.name)
+            b.run(mapping)
+            if realize._inflight:
+                realize.wait_copies()
+            return
         if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or self._profiled():
             for kind, item in self.calls:
                 _replay_one(kind, item, mapping, var_vals)
