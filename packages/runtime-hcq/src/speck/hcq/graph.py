@@ -456,7 +456,8 @@ class CPUGraph:
                 table[i] = min(table[i], nw)
             arr = (ctypes.c_uint64 * max(len(table), 1))(*table)
             # worker 0 alone (nw 1) runs speck_graph_run_packed on these
-            packed = (ctypes.c_uint64 * 6)(ctypes.addressof(arr), len(self._fns), self._args_addr, self._sync_addr, 0, 1)
+            words = (ctypes.addressof(arr), len(self._fns), self._args_addr, self._sync_addr, 0, 1)
+            packed = (ctypes.c_uint64 * 6)(*words)
             got = self._tables[nw] = (arr, ctypes.addressof(arr), packed, ctypes.addressof(packed))
         return got[1]
 
