@@ -480,16 +480,16 @@ class CPUGraph:
         if nw is None:  # still measuring: alternate the two candidates, one worker first
             nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
         self._last_workers = nw
-        sync = self._sync
-        sync[0] = 0
-        sync[1] = nw
         got = self._tables.get(nw)
         if got is None:
             self._table(nw)
             got = self._tables[nw]
-        if nw <= 1:
+        if nw <= 1:  # worker 0 alone: its table has no split command, so no barrier reads the sync words
             _interp[2](got[3])
         else:
+            sync = self._sync
+            sync[0] = 0
+            sync[1] = nw
             self.device.pool.run(_interp[1], (got[1], len(self._fns), self._args_addr, self._sync_addr), nw, nw)
 
     def submit(self) -> None:
@@ -531,14 +531,17 @@ class CPUGraph:
 
     def replay(self) -> None:
         """run() without the elapsed time: a graph whose worker count is settled (one worker does it all, or a fixed
-        `workers`) is submitted and waited for without reading the clock; one still choosing runs as run()."""
+        `workers`) is submitted and waited for without reading the clock; one still choosing runs as run(). Waits
+        for this graph's engine only (run() synchronizes the whole device)."""
         if self.workers is None and (self._chosen is None or self.nworkers > 1):
             self.run()
             return
         if _interp is None:
             _interpreter()
-        self._engine.submit_exec(self._submission)
-        self.device.synchronize()
+        e = self._engine
+        e.submit_exec(self._submission)
+        if e.timeline.mem[0] < e.submitted or e.error is not None:  # queued behind other work, or an error latched
+            self.device.synchronize()
 
     def run_timed(self) -> list[tuple[str, float]]:
         """Run once (waiting) with worker 0 reading the monotonic clock before the first and after every command

@@ -618,7 +618,7 @@ class _Batch:
             bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
             # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
-            # too, find the stored keys (a scan of buffer_map: once, not again after it failed for these buffers)
+            # too, find the stored keys (once, not again after it failed for these buffers)
             if mapping is self.prev_mapping and self.scanned is not self.last_bufs:
                 self.keys = _stored_keys([mapping.get(u, u) for u in self.uops])
                 self.keys_mapping = mapping if self.keys is not None else None
@@ -657,18 +657,16 @@ class _Batch:
 
 
 def _stored_keys(uops: list[UOp]) -> list[Any] | None:
-    """The weak references buffer_map's dict holds as keys for `uops` (in order); None when one has no entry or the
-    dict changed while it was read (a dying buffer's entry went away)."""
-    want = {id(u): i for i, u in enumerate(uops)}
-    keys: list[Any] = [None] * len(uops)
-    try:
-        for k in list(buffer_map_data):
-            i = want.get(id(k()))
-            if i is not None and k() is uops[i]:
-                keys[i] = k
-    except RuntimeError:
-        return None
-    return keys if all(k is not None for k in keys) else None
+    """The weak references buffer_map's dict holds as keys for `uops` (in order): among each UOp's weak references
+    the one carrying buffer_map's removal callback. None when one has no entry (or the dict is not CPython's)."""
+    remove = getattr(buffer_map, "_remove", None)
+    keys = []
+    for u in uops:
+        got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove]
+        if remove is None or len(got) != 1 or buffer_map_data.get(got[0]) is None:
+            return None
+        keys.append(got[0])
+    return keys
 
 
 def _launch(prog: Any, it: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
