@@ -556,7 +556,7 @@ class _Batch:
         self.keys: list[Any] | None = None
         self.keys_mapping: dict[UOp, UOp] | None = None  # the mapping `keys` hold the inputs of
         self.prev_mapping: dict[UOp, UOp] | None = None  # the previous run's
-        self.scanned: list[Any] | None = None  # the last_bufs a scan for keys was made for
+        self.keys_tried: list[Any] | None = None  # the last_bufs keys were looked for (not again when none found)
         self.count, self.ops, self.mem = 0, 0, 0
 
     def build(self) -> None:
@@ -619,10 +619,10 @@ class _Batch:
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
             # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
             # too, find the stored keys (once, not again after it failed for these buffers)
-            if mapping is self.prev_mapping and self.scanned is not self.last_bufs:
+            if mapping is self.prev_mapping and self.keys_tried is not self.last_bufs:
                 self.keys = _stored_keys([mapping.get(u, u) for u in self.uops])
                 self.keys_mapping = mapping if self.keys is not None else None
-                self.scanned = self.last_bufs
+                self.keys_tried = self.last_bufs
             self.prev_mapping = mapping
             return self._launch()
         self.prev_mapping = mapping
