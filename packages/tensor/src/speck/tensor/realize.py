@@ -365,7 +365,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
 # kernel compiled is the per-op hot path: `(a+b).realize()` again and again, a training step's ops. It skips building
 # ScheduleItems and run_schedule's per-item work: each kernel's hcq program, static launch size, buffer slots in launch
 # order and estimates are looked up once per plan, and its kernels are submitted back to back with one synchronize
-# at the end (the general path waits for every kernel to time it). Kernel time is only measured where it is shown
+# at the end (the general path waits for every kernel to time it), or - small kernels, from the plan's second run -
+# as one device graph whose argument table gets the buffers' addresses. Kernel time is only measured where it is shown
 # (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0, copies in flight, plans with copies
 # or variables, or a program cache that no longer holds the plan's programs - take the general path.
 class _FastPlan:
