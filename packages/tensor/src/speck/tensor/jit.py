@@ -300,9 +300,9 @@ class CapturedJit:
     plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
     # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
-    # the plan last, when those values are the capture's and the returned shapes show them (replay's work is then
+    # last whether those values are the capture's and the returned shapes show them (replay's work is then
     # plan.run(mapping, {}) alone)
-    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int], ReplayPlan | None] | None = field(
+    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int], bool] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -429,7 +429,7 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if (plan := fast[3]) is not None and realize.CAPTURE is None:
+                    if fast[3] and (plan := cap.plan) is not None and realize.CAPTURE is None:
                         plan.run(fast[1], {})
                     else:
                         cap.replay(fast[1], fast[2])
@@ -522,7 +522,7 @@ class TinyJit(Generic[R]):
             nodes = tuple(a.uop for a in args)
             if not any(type(u) is MultiUOp for u in nodes):
                 plain = var_vals == cap.var_vals and var_vals == (cap.ret_var_vals or cap.var_vals)
-                cap.fast = (nodes, mapping, var_vals, cap.plan if plain else None)
+                cap.fast = (nodes, mapping, var_vals, plain)
         return cap.ret  # type: ignore[no-any-return]
 
 
