@@ -210,3 +210,26 @@ def test_warm_plan_graph_from_threads() -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_warm_plan_without_a_graph_launches_kernel_by_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph that can't be prepared (say the interpreter does not compile) leaves the plan on kernel-by-kernel
+    launches: no error reaches realize, results and counts stay right."""
+    from speck.hcq import HCQError
+    from speck.hcq.graph import CPUGraph
+
+    def broken(self: CPUGraph) -> None:
+        raise HCQError("could not build the CPU graph interpreter: test")
+
+    monkeypatch.setattr(CPUGraph, "prepare", broken)
+    rng = np.random.default_rng(8)
+    a = Tensor(rng.standard_normal((2, 7)).astype(np.float32)).realize()
+    b = Tensor(rng.standard_normal((2, 7)).astype(np.float32)).realize()
+    deltas = []
+    for _ in range(4):
+        k0 = GlobalCounters.kernel_count
+        out = (a.exp() * b + a).realize()
+        deltas.append(GlobalCounters.kernel_count - k0)
+        np.testing.assert_allclose(out.numpy(), np.exp(a.numpy()) * b.numpy() + a.numpy(), rtol=1e-5, atol=1e-6)
+    assert deltas[0] >= 1 and len(set(deltas)) == 1
+    assert _plan_of((a.exp() * b + a).uop).graph is False  # type: ignore[attr-defined]

@@ -529,6 +529,12 @@ class CPUGraph:
                     self._chosen, self._trials = None, {1: [], self.nworkers: []}
         return dt
 
+    def prepare(self) -> None:
+        """Build the command tables and the native interpreter now, raising what building raises (HCQError when the
+        interpreter can't be compiled), so that later runs only launch."""
+        self._build()
+        _interpreter()
+
     def replay(self) -> None:
         """run() without the elapsed time: a graph whose worker count is settled (one worker does it all, or a fixed
         `workers`) is submitted and waited for without reading the clock; one still choosing runs as run(). Waits

@@ -584,6 +584,8 @@ class _Batch:
                 self.uops.append(u)
                 self.where.append([])
             self.where[index[u]].append((k, off))
+        if hasattr(g, "prepare"):
+            g.prepare()  # (an interpreter that can't be built fails here: run() then replays call by call)
         self.last = [0] * len(self.uops)  # the first run writes every address
         self.graph = g
         self.replay = getattr(g, "replay", None)  # an untimed run, where the graph class has one

@@ -464,7 +464,7 @@ def _plan_graph(fp: _FastPlan, calls: list[list[Any]]) -> tuple[Any, Any, tuple[
     a kernel would split across workers (its own launch picks the split), or building fails."""
     dev = fp.device
     graph_cls = getattr(dev, "graph", None)
-    if graph_cls is None or not hasattr(graph_cls, "replay"):
+    if graph_cls is None or not hasattr(graph_cls, "replay") or not hasattr(graph_cls, "prepare"):
         return False
     for (_, _, hcq_prog, _, _, _), hb in zip(fp.kernels, calls):
         if not graph_cls.supports(hcq_prog, len(hb)) or dev.choose_threads(hcq_prog, hb) != 1:
@@ -475,6 +475,7 @@ def _plan_graph(fp: _FastPlan, calls: list[list[Any]]) -> tuple[Any, Any, tuple[
         for (_, prog, hcq_prog, _, _, _), hb in zip(fp.kernels, calls):
             cmd = graph.add_exec(hcq_prog, hb, prog.static_gs, threads=1)
             where.append(tuple(graph.arg_index(cmd, j) for j in range(len(hb))))
+        graph.prepare()  # (an interpreter that can't be built fails here, not in a later realize)
         table = graph.args  # (built now: no command is added later, so the table stays this one)
     except Exception as e:  # e.g. no llvmlite for the graph interpreter: the kernels keep launching one by one
         if DEBUG >= 1:
