@@ -153,7 +153,10 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
                 f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
                 " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
             )
-    if tensors:
+    # (inputs that all are buffers or views of one already leave realize_all nothing to do but build an empty
+    # schedule)
+    if tensors and (_DEFERRED or _pending_writes() or any(type(t.uop) is not UOp or base_buffer(t.uop) is None
+                                                          for t in tensors)):  # fmt: skip
         Tensor.realize_all(*tensors)
     seen: dict[UOp, str] = {}
     for name, t in inputs.named:
@@ -184,27 +187,21 @@ def _buf(t: Tensor) -> UOp:
 
 
 def _is_whole_buffer(t: Tensor) -> bool:
-    # only reshapes over the buffer: the view starts at element 0 (view_offset, which builds index expressions,
-    # is not needed; this runs for every input of every call)
-    if not _row_major(t.uop):
-        return False
-    bb = base_buffer(t.uop)
-    if bb is None:
-        return False
-    if all(isinstance(s, int) for s in t.shape):
-        return int(bb.arg) == int(prod(t.shape))
-    from speck.tensor.schedule import max_dim
-
-    return int(bb.arg) == int(prod(max_dim(s) for s in t.shape))  # symbolic: the buffer holds the largest size
-
-
-def _row_major(u: UOp) -> bool:
-    """Only reshapes between the buffer and the view (no permute/expand/shrink/flip/pad)."""
+    """Only reshapes between t and its BUFFER (no permute/expand/shrink/flip/pad: the view starts at element 0, so
+    view_offset, which builds index expressions, is not needed) and as many elements. Runs for every input of every
+    checked call."""
+    u = t.uop
     while u.op is not Ops.BUFFER:
-        if u.op not in (Ops.RESHAPE, Ops.DETACH):
+        if u.op is not Ops.RESHAPE and u.op is not Ops.DETACH:
             return False
         u = u.src[0]
-    return True
+    shape = t.shape
+    for s in shape:
+        if type(s) is not int:
+            from speck.tensor.schedule import max_dim
+
+            return int(u.arg) == int(prod(max_dim(s) for s in shape))  # symbolic: the buffer holds the largest size
+    return int(u.arg) == prod(shape)
 
 
 def _returned_tensors(ret: Any, strict: bool = True) -> list[Tensor]:
@@ -544,15 +541,17 @@ class _Batch:
         self.graph: Any = None
         self.replay: Any = None
         self.failed = False  # building the graph raised: replay these calls one by one
-        self.refs: list[weakref.ref[UOp]] = []
+        self.refs: list[Any] = []
         self.inputs: list[tuple[int, UOp]] = []  # (position in uops, captured BUFFER) of the jit's inputs
         self.uops: list[UOp] = []  # every BUFFER the batch's commands read or write, once
         self.where: list[list[tuple[int, int]]] = []  # per uop: (argument table index, byte offset) it fills
         self.last: list[int] = []
         self.last_bufs: list[Any] = []  # the Buffers the table's addresses were taken from (a Buffer never moves)
-        # in a steady state (the same mapping, buffers unchanged) the keys buffer_map's dict holds for last_bufs'
-        # BUFFERs (inputs mapped): looking a key up by the very object stored skips comparing two weak references,
-        # which compares their UOps through a Python-level __eq__ (UOp defines rich comparisons); None: not known
+        # refs: per BUFFER, buffer_map's own key once the first run made every entry (see _stored_key), else its
+        # plain weak reference; the inputs' entries are looked up through the mapping of each run
+        self.keyed = False
+        # in a steady state (the same mapping, buffers unchanged) refs with the mapped inputs' stored keys; None:
+        # not known
         self.keys: list[Any] | None = None
         self.keys_mapping: dict[UOp, UOp] | None = None  # the mapping `keys` hold the inputs of
         self.prev_mapping: dict[UOp, UOp] | None = None  # the previous run's
@@ -615,6 +614,11 @@ class _Batch:
                 gc.global_mem += self.mem
                 return None
         self.keys = self.keys_mapping = None
+        if not self.keyed and self.last_bufs:  # every BUFFER has its entry now: look the others up by stored keys
+            inputs = {i for i, _ in self.inputs}
+            self.refs = [r if i in inputs or (k := _stored_key(u)) is None else k
+                         for i, (u, r) in enumerate(zip(self.uops, self.refs))]  # fmt: skip
+            self.keyed = True
         bufs = list(map(data.get, self.refs))
         for i, u in self.inputs:
             bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
@@ -622,8 +626,11 @@ class _Batch:
             # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
             # too, find the stored keys (once, not again after it failed for these buffers)
             if mapping is self.prev_mapping and self.keys_tried is not self.last_bufs:
-                self.keys = _stored_keys([mapping.get(u, u) for u in self.uops])
-                self.keys_mapping = mapping if self.keys is not None else None
+                keys = list(self.refs)
+                for i, u in self.inputs:
+                    keys[i] = _stored_key(mapping.get(u, u))
+                if None not in keys:
+                    self.keys, self.keys_mapping = keys, mapping
                 self.keys_tried = self.last_bufs
             self.prev_mapping = mapping
             return self._launch()
@@ -658,17 +665,14 @@ class _Batch:
         gc.global_mem += self.mem
 
 
-def _stored_keys(uops: list[UOp]) -> list[Any] | None:
-    """The weak references buffer_map's dict holds as keys for `uops` (in order): among each UOp's weak references
-    the one carrying buffer_map's removal callback. None when one has no entry (or the dict is not CPython's)."""
+def _stored_key(u: UOp) -> Any:
+    """The weak reference buffer_map's dict holds as u's key (among u's weak references, the one carrying
+    buffer_map's removal callback), or None (no entry, or not CPython's WeakKeyDictionary). A lookup by the stored
+    object itself skips comparing two weak references, which compares their UOps through a Python-level __eq__
+    (UOp defines rich comparisons); a key that is no longer the stored one still finds the entry, by that compare."""
     remove = getattr(buffer_map, "_remove", None)
-    keys = []
-    for u in uops:
-        got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove]
-        if remove is None or len(got) != 1 or buffer_map_data.get(got[0]) is None:
-            return None
-        keys.append(got[0])
-    return keys
+    got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove] if remove is not None else []
+    return got[0] if len(got) == 1 else None
 
 
 def _launch(prog: Any, it: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
