@@ -201,7 +201,7 @@ def _is_whole_buffer(t: Tensor) -> bool:
             from speck.tensor.schedule import max_dim
 
             return int(u.arg) == int(prod(max_dim(s) for s in shape))  # symbolic: the buffer holds the largest size
-    return int(u.arg) == prod(shape)
+    return bool(int(u.arg) == prod(shape))
 
 
 def _returned_tensors(ret: Any, strict: bool = True) -> list[Tensor]:
