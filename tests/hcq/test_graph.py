@@ -377,3 +377,6 @@ def test_replay_equals_run_and_waits_when_queued(progs: dict[str, CPUProgram], c
     g.set_arg(c0, 1, B.ptr)  # swapped buffers reach replays as runs
     g.replay()
     np.testing.assert_array_equal(O.numpy(), (xs[1] + xs[1]) * 3 + np.arange(n, dtype=np.float32))
+    g.add_exec(progs["add"], [O, O, A], (n, 1, 1), threads=1)  # a command appended after replays runs too
+    g.replay()
+    np.testing.assert_array_equal(O.numpy(), (xs[1] + xs[1]) * 3 + np.arange(n, dtype=np.float32) + xs[2])

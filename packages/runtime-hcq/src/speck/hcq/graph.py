@@ -306,6 +306,9 @@ class CPUGraph:
         self._cmds: list[int] | None = None  # the command table (threads resolved), None: rebuild
         # workers -> (command table, its address, worker 0's packed arguments, their address)
         self._tables: dict[int, tuple[Any, int, Any, int]] = {}
+        # the packed arguments' address once the tables are built for one worker and no command splits (nworkers 1,
+        # every count fixed: nothing a run could choose), 0 otherwise: launch's short route
+        self._solo = 0
         self._args: Any = None
         self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
         self._built_for = -1  # device.threads the command table was resolved for
@@ -352,6 +355,7 @@ class CPUGraph:
         self._offsets.append(len(self._words))
         self._words.extend(int(w) & 0xFFFFFFFFFFFFFFFF for w in words)
         self._cmds = None  # rebuild the tables on the next run
+        self._solo = 0
         return len(self._fns) - 1
 
     def add_kernel(
@@ -439,6 +443,7 @@ class CPUGraph:
             self._args = (ctypes.c_uint64 * max(len(self._words), 1))(*self._words)
         self._cmds = table
         self._tables = {}
+        self._solo = 0
         self._args_addr = ctypes.addressof(self._args)
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
@@ -471,6 +476,9 @@ class CPUGraph:
     # -- running ------------------------------------------------------------------------------------------------
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run every command now (the engine calls this for the graph's exec command)."""
+        if self._solo:
+            _interp[2](self._solo)  # type: ignore[index]  # (_solo is set after a launch made _interp)
+            return
         if _interp is None:
             _interpreter()
         assert _interp is not None
@@ -486,6 +494,8 @@ class CPUGraph:
             got = self._tables[nw]
         if nw <= 1:  # worker 0 alone: its table has no split command, so no barrier reads the sync words
             _interp[2](got[3])
+            if self.nworkers == 1 and self._fixed:
+                self._solo = got[3]
         else:
             sync = self._sync
             sync[0] = 0
