@@ -342,3 +342,41 @@ def test_a_confirmed_clear_choice_is_measured_more_rarely() -> None:
     assert next_retune_interval(4 * RETUNE_EVERY, 1, 2, clear) == RETUNE_EVERY  # the choice changed
     close = {1: [0.15 * CLEAR_MARGIN * 0.99], 2: [0.15]}
     assert next_retune_interval(4 * RETUNE_EVERY, 2, 2, close) == RETUNE_EVERY
+
+
+def test_replay_equals_run_and_waits_when_queued(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
+    """replay() (untimed: one worker does it all, launched through the packed entry point) computes what run()
+    computes, runs as one exec command, and a replay queued behind a blocked submission returns only after the
+    graph has run there."""
+    from speck.hcq import Signal
+
+    rng = np.random.default_rng(9)
+    n = 64
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    A, B, O = buf(xs[0]), buf(xs[1]), Buffer("CPU", n, np.float32)
+    g = CPUGraph(cpu)
+    c0 = g.add_exec(progs["add"], [O, A, B], (n, 1, 1), threads=1)
+    g.add_exec(progs["scale"], [O, O], (n, 1, 1), vals=(3,), threads=1)
+    want = (xs[0] + xs[1]) * 3 + np.arange(n, dtype=np.float32)
+    engine = cpu.engines["compute"]
+    for _ in range(3):
+        O.copyin(np.zeros(n, np.float32))
+        before = engine.submitted
+        g.replay()
+        assert engine.submitted == before + 1 and engine.idle
+        np.testing.assert_array_equal(O.numpy(), want)
+    assert g.chosen_workers == 1
+    gate = Signal(name="graph_replay_gate")
+    cpu.hw_queue().wait(gate, 1).copy(A, buf(xs[2]), A.nbytes).submit(cpu)  # A := xs[2] once the gate opens
+    import threading
+
+    threading.Timer(0.05, gate.set, (1,)).start()
+    g.replay()  # queued behind the blocked copy: returns after both ran
+    assert gate.value == 1 and engine.idle
+    np.testing.assert_array_equal(O.numpy(), (xs[2] + xs[1]) * 3 + np.arange(n, dtype=np.float32))
+    g.set_arg(c0, 1, B.ptr)  # swapped buffers reach replays as runs
+    g.replay()
+    np.testing.assert_array_equal(O.numpy(), (xs[1] + xs[1]) * 3 + np.arange(n, dtype=np.float32))
+    g.add_exec(progs["add"], [O, O, A], (n, 1, 1), threads=1)  # a command appended after replays runs too
+    g.replay()
+    np.testing.assert_array_equal(O.numpy(), (xs[1] + xs[1]) * 3 + np.arange(n, dtype=np.float32) + xs[2])

@@ -178,3 +178,42 @@ def test_shape_change_error_unchanged_with_batching() -> None:
     _, _, step = _train("mlp", "batched", steps=3)
     with pytest.raises(jit.JitError, match=r"captured shape \(6, 1, 10, 10\)"):
         step(Tensor(np.zeros((5, 1, 10, 10), np.float32)), Tensor(np.zeros(5, np.int32)))
+
+
+def test_steady_replays_read_the_storage_as_it_is_now() -> None:
+    """Replays with the very same input tensors take the short route (no input checks, buffer keys found once);
+    they still read every buffer's storage as it is at the call: a weight the function reads (not an input) given
+    other storage by an assign, or by replacing its buffer_map entry directly, is read from the new storage. Every
+    replay counts its kernels."""
+    from speck.tensor.realize import get_buffer
+    from speck.tensor.schedule import base_buffer, buffer_map
+
+    rng = np.random.default_rng(11)
+    w_np, x_np = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    w, x = Tensor(w_np).realize(), Tensor(x_np).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return ((x + 1).contiguous() * w).contiguous() - x
+
+    for _ in range(4):
+        np.testing.assert_allclose(f(x).numpy(), (x_np + 1) * w_np - x_np, rtol=1e-6)
+    GlobalCounters.reset()
+    f(x)
+    per_replay = GlobalCounters.kernel_count
+    f(x)
+    assert per_replay >= 3 and GlobalCounters.kernel_count == 2 * per_replay
+    assert f.plan is not None and f.plan.single is not None and f.plan.single.keys is not None  # the short route
+    wbuf = base_buffer(w.uop)
+    assert wbuf is not None
+    for how in ("assign", "buffer_map"):
+        new_np = rng.standard_normal(8).astype(np.float32)
+        old_storage = get_buffer(wbuf)
+        if how == "assign":
+            w.assign(Tensor(new_np).realize())
+            w.realize()
+        else:
+            buffer_map[wbuf] = get_buffer(base_buffer(Tensor(new_np).realize().uop))  # type: ignore[arg-type]
+        assert base_buffer(w.uop) is wbuf and get_buffer(wbuf) is not old_storage  # the same BUFFER, new storage
+        for _ in range(3):
+            np.testing.assert_allclose(f(x).numpy(), (x_np + 1) * new_np - x_np, rtol=1e-6)

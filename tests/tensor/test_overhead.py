@@ -154,3 +154,82 @@ def test_buffer_options_hash_and_lru_reuse() -> None:
     alloc.free(first, 64, opts)
     assert alloc.alloc(64, BufferOptions(writable=True)) is first  # an equal options object finds the cached one
     assert alloc.mem_used == 64 and alloc.cached == 0
+
+
+def _plan_of(u: object) -> object:
+    found = schedule_mod.cached_plan(u, "CPU")  # type: ignore[arg-type]
+    assert found is not None and found[2] is not None
+    return found[2].fast
+
+
+def test_warm_plan_graph_equals_kernel_by_kernel_launches() -> None:
+    """From its second warm run a plan of small kernels launches as one CPU graph: a multi-kernel plan (softmax)
+    on new inputs and fresh intermediates each run gives numpy's result, counts what the kernel-by-kernel launch
+    counts, and an input whose storage a kernel refuses still raises the launch's error."""
+    rng = np.random.default_rng(3)
+    xs = [Tensor(rng.standard_normal((3, 5)).astype(np.float32)).realize() for _ in range(6)]
+    deltas, outs = [], []
+    for x in xs:
+        k0 = GlobalCounters.kernel_count
+        outs.append(x.softmax(-1).realize())
+        deltas.append(GlobalCounters.kernel_count - k0)
+    fp = _plan_of(xs[0].softmax(-1).uop)
+    assert isinstance(fp.graph, tuple)  # type: ignore[attr-defined]  # the graph route is in use
+    assert len(set(deltas)) == 1 and deltas[0] >= 2
+    for x, o in zip(xs, outs):
+        v = x.numpy()
+        e = np.exp(v - v.max(-1, keepdims=True))
+        np.testing.assert_allclose(o.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_warm_plan_graph_from_threads() -> None:
+    """Threads realizing the same structure at once (one of them through the plan's graph, the others launching
+    kernel by kernel while its table is in use) each get their own result."""
+    import threading
+
+    rng = np.random.default_rng(4)
+    pairs = [(rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)) for _ in range(4)]
+    for x, y in pairs[:1]:
+        a, b = Tensor(x).realize(), Tensor(y).realize()
+        for _ in range(3):
+            (a * b + a).realize()
+    assert isinstance(_plan_of((a * b + a).uop).graph, tuple)  # type: ignore[attr-defined]
+    errors: list[BaseException] = []
+
+    def work(x: np.ndarray, y: np.ndarray) -> None:
+        try:
+            a, b = Tensor(x).realize(), Tensor(y).realize()
+            for _ in range(200):
+                np.testing.assert_allclose((a * b + a).realize().numpy(), x * y + x, rtol=1e-5, atol=1e-6)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=p) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_warm_plan_without_a_graph_launches_kernel_by_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph that can't be prepared (say the interpreter does not compile) leaves the plan on kernel-by-kernel
+    launches: no error reaches realize, results and counts stay right."""
+    from speck.hcq import HCQError
+    from speck.hcq.graph import CPUGraph
+
+    def broken(self: CPUGraph) -> None:
+        raise HCQError("could not build the CPU graph interpreter: test")
+
+    monkeypatch.setattr(CPUGraph, "prepare", broken)
+    rng = np.random.default_rng(8)
+    a = Tensor(rng.standard_normal((2, 7)).astype(np.float32)).realize()
+    b = Tensor(rng.standard_normal((2, 7)).astype(np.float32)).realize()
+    deltas = []
+    for _ in range(4):
+        k0 = GlobalCounters.kernel_count
+        out = (a.exp() * b + a).realize()
+        deltas.append(GlobalCounters.kernel_count - k0)
+        np.testing.assert_allclose(out.numpy(), np.exp(a.numpy()) * b.numpy() + a.numpy(), rtol=1e-5, atol=1e-6)
+    assert deltas[0] >= 1 and len(set(deltas)) == 1
+    assert _plan_of((a.exp() * b + a).uop).graph is False  # type: ignore[attr-defined]

@@ -210,6 +210,30 @@ next:
 exit:
   ret void
 }}
+
+; speck_graph_run with its six arguments read from six words at %p (cmds, ncmds, args, sync, worker, worker_end):
+; ctypes converts one argument instead of six, which is most of a small graph's launch cost
+define void @speck_graph_run_packed(ptr %p) {{
+entry:
+  %cw = load i64, ptr %p, align 8
+  %cmds = inttoptr i64 %cw to ptr
+  %p1 = getelementptr i64, ptr %p, i64 1
+  %ncmds = load i64, ptr %p1, align 8
+  %p2 = getelementptr i64, ptr %p, i64 2
+  %aw = load i64, ptr %p2, align 8
+  %args = inttoptr i64 %aw to ptr
+  %p3 = getelementptr i64, ptr %p, i64 3
+  %sw = load i64, ptr %p3, align 8
+  %sync = inttoptr i64 %sw to ptr
+  %p4 = getelementptr i64, ptr %p, i64 4
+  %w64 = load i64, ptr %p4, align 8
+  %w = trunc i64 %w64 to i32
+  %p5 = getelementptr i64, ptr %p, i64 5
+  %we64 = load i64, ptr %p5, align 8
+  %we = trunc i64 %we64 to i32
+  call void @speck_graph_run(ptr %cmds, i64 %ncmds, ptr %args, ptr %sync, i32 %w, i32 %we)
+  ret void
+}}
 """
     )
 
@@ -217,8 +241,10 @@ exit:
 _RUN_PROTO = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32
 )
+_PACKED_PROTO = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _interp_lock = threading.Lock()
-_interp: tuple[Any, Any] | None = None  # (LoadedObject kept alive, ctypes function)
+# (LoadedObject kept alive, speck_graph_run, speck_graph_run_packed) as ctypes functions
+_interp: tuple[Any, Any, Any] | None = None
 _memmove_addr: int | None = None
 
 
@@ -240,7 +266,11 @@ def _interpreter() -> Any:
                         image = load_elf(compiler.recompile(src), default_libraries(), name="speck_graph_run")
                 except Exception as e:
                     raise HCQError(f"could not build the CPU graph interpreter: {e}") from e
-                _interp = (image, _RUN_PROTO(image.address("speck_graph_run")))
+                _interp = (
+                    image,
+                    _RUN_PROTO(image.address("speck_graph_run")),
+                    _PACKED_PROTO(image.address("speck_graph_run_packed")),
+                )
     return _interp[1]
 
 
@@ -274,7 +304,11 @@ class CPUGraph:
         self._offsets: list[int] = []
         self._words: list[int] = []
         self._cmds: list[int] | None = None  # the command table (threads resolved), None: rebuild
-        self._tables: dict[int, tuple[Any, int]] = {}
+        # workers -> (command table, its address, worker 0's packed arguments, their address)
+        self._tables: dict[int, tuple[Any, int, Any, int]] = {}
+        # the packed arguments' address once the tables are built for one worker and no command splits (nworkers 1,
+        # every count fixed: nothing a run could choose), 0 otherwise: launch's short route
+        self._solo = 0
         self._args: Any = None
         self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
         self._built_for = -1  # device.threads the command table was resolved for
@@ -321,6 +355,7 @@ class CPUGraph:
         self._offsets.append(len(self._words))
         self._words.extend(int(w) & 0xFFFFFFFFFFFFFFFF for w in words)
         self._cmds = None  # rebuild the tables on the next run
+        self._solo = 0
         return len(self._fns) - 1
 
     def add_kernel(
@@ -408,6 +443,7 @@ class CPUGraph:
             self._args = (ctypes.c_uint64 * max(len(self._words), 1))(*self._words)
         self._cmds = table
         self._tables = {}
+        self._solo = 0
         self._args_addr = ctypes.addressof(self._args)
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
@@ -424,7 +460,10 @@ class CPUGraph:
             for i in range(4, len(table), _CMD_WORDS):
                 table[i] = min(table[i], nw)
             arr = (ctypes.c_uint64 * max(len(table), 1))(*table)
-            got = self._tables[nw] = (arr, ctypes.addressof(arr))
+            # worker 0 alone (nw 1) runs speck_graph_run_packed on these
+            words = (ctypes.addressof(arr), len(self._fns), self._args_addr, self._sync_addr, 0, 1)
+            packed = (ctypes.c_uint64 * 6)(*words)
+            got = self._tables[nw] = (arr, ctypes.addressof(arr), packed, ctypes.addressof(packed))
         return got[1]
 
     @property
@@ -437,22 +476,31 @@ class CPUGraph:
     # -- running ------------------------------------------------------------------------------------------------
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run every command now (the engine calls this for the graph's exec command)."""
-        fn = _interp[1] if _interp is not None else _interpreter()
+        if self._solo:
+            _interp[2](self._solo)  # type: ignore[index]  # (_solo is set after a launch made _interp)
+            return
+        if _interp is None:
+            _interpreter()
+        assert _interp is not None
         if self._cmds is None or not self._fixed:
             self._build()
         nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
         if nw is None:  # still measuring: alternate the two candidates, one worker first
             nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
         self._last_workers = nw
-        sync = self._sync
-        sync[0] = 0
-        sync[1] = nw
         got = self._tables.get(nw)
-        table = got[1] if got is not None else self._table(nw)
-        if nw <= 1:
-            fn(table, len(self._fns), self._args_addr, self._sync_addr, 0, 1)
+        if got is None:
+            self._table(nw)
+            got = self._tables[nw]
+        if nw <= 1:  # worker 0 alone: its table has no split command, so no barrier reads the sync words
+            _interp[2](got[3])
+            if self.nworkers == 1 and self._fixed:
+                self._solo = got[3]
         else:
-            self.device.pool.run(fn, (table, len(self._fns), self._args_addr, self._sync_addr), nw, nw)
+            sync = self._sync
+            sync[0] = 0
+            sync[1] = nw
+            self.device.pool.run(_interp[1], (got[1], len(self._fns), self._args_addr, self._sync_addr), nw, nw)
 
     def submit(self) -> None:
         """Submit the batch as one exec command to the device's compute engine (without waiting)."""
@@ -490,6 +538,26 @@ class CPUGraph:
                     self._previous = self._chosen
                     self._chosen, self._trials = None, {1: [], self.nworkers: []}
         return dt
+
+    def prepare(self) -> None:
+        """Build the command tables and the native interpreter now, raising what building raises (HCQError when the
+        interpreter can't be compiled), so that later runs only launch."""
+        self._build()
+        _interpreter()
+
+    def replay(self) -> None:
+        """run() without the elapsed time: a graph whose worker count is settled (one worker does it all, or a fixed
+        `workers`) is submitted and waited for without reading the clock; one still choosing runs as run(). Waits
+        for this graph's engine only (run() synchronizes the whole device)."""
+        if self.workers is None and (self._chosen is None or self.nworkers > 1):
+            self.run()
+            return
+        if _interp is None:
+            _interpreter()
+        e = self._engine
+        e.submit_exec(self._submission)
+        if e.timeline.mem[0] < e.submitted or e.error is not None:  # queued behind other work, or an error latched
+            self.device.synchronize()
 
     def run_timed(self) -> list[tuple[str, float]]:
         """Run once (waiting) with worker 0 reading the monotonic clock before the first and after every command

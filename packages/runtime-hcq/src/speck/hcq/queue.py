@@ -173,7 +173,10 @@ class Engine:
             self.timeline.set(seq)
             self._after_inline(None)
             raise
-        self.timeline.set(seq)
+        tl = self.timeline
+        tl.mem[0] = seq  # (Signal.set inlined: seq only grows; set() wakes the waiters there are)
+        if tl._waiters:
+            tl.set(seq)
         lock.acquire()
         if not self._pending:
             self._busy = False

@@ -153,7 +153,10 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
                 f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
                 " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
             )
-    if tensors:
+    # (inputs that all are buffers or views of one already leave realize_all nothing to do but build an empty
+    # schedule)
+    if tensors and (_DEFERRED or _pending_writes() or any(type(t.uop) is not UOp or base_buffer(t.uop) is None
+                                                          for t in tensors)):  # fmt: skip
         Tensor.realize_all(*tensors)
     seen: dict[UOp, str] = {}
     for name, t in inputs.named:
@@ -184,27 +187,21 @@ def _buf(t: Tensor) -> UOp:
 
 
 def _is_whole_buffer(t: Tensor) -> bool:
-    # only reshapes over the buffer: the view starts at element 0 (view_offset, which builds index expressions,
-    # is not needed; this runs for every input of every call)
-    if not _row_major(t.uop):
-        return False
-    bb = base_buffer(t.uop)
-    if bb is None:
-        return False
-    if all(isinstance(s, int) for s in t.shape):
-        return int(bb.arg) == int(prod(t.shape))
-    from speck.tensor.schedule import max_dim
-
-    return int(bb.arg) == int(prod(max_dim(s) for s in t.shape))  # symbolic: the buffer holds the largest size
-
-
-def _row_major(u: UOp) -> bool:
-    """Only reshapes between the buffer and the view (no permute/expand/shrink/flip/pad)."""
+    """Only reshapes between t and its BUFFER (no permute/expand/shrink/flip/pad: the view starts at element 0, so
+    view_offset, which builds index expressions, is not needed) and as many elements. Runs for every input of every
+    checked call."""
+    u = t.uop
     while u.op is not Ops.BUFFER:
-        if u.op not in (Ops.RESHAPE, Ops.DETACH):
+        if u.op is not Ops.RESHAPE and u.op is not Ops.DETACH:
             return False
         u = u.src[0]
-    return True
+    shape = t.shape
+    for s in shape:
+        if type(s) is not int:
+            from speck.tensor.schedule import max_dim
+
+            return int(u.arg) == int(prod(max_dim(s) for s in shape))  # symbolic: the buffer holds the largest size
+    return bool(int(u.arg) == prod(shape))
 
 
 def _returned_tensors(ret: Any, strict: bool = True) -> list[Tensor]:
@@ -299,8 +296,12 @@ class CapturedJit:
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
     plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
-    # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__)
-    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int]] | None = field(default=None, repr=False, compare=False)
+    # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
+    # last whether those values are the capture's and the returned shapes show them (replay's work is then
+    # plan.run(mapping, {}) alone)
+    fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int], bool] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "plan": None, "fast": None}
@@ -425,7 +426,10 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    cap.replay(fast[1], fast[2])
+                    if fast[3] and (plan := cap.plan) is not None and realize.CAPTURE is None:
+                        plan.run(fast[1], {})
+                    else:
+                        cap.replay(fast[1], fast[2])
                     return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
         inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
@@ -514,7 +518,8 @@ class TinyJit(Generic[R]):
         if args and not cloned and len(inputs.named) == len(args) and all(a.__class__ is Tensor for a in args):
             nodes = tuple(a.uop for a in args)
             if not any(type(u) is MultiUOp for u in nodes):
-                cap.fast = (nodes, mapping, var_vals)
+                plain = var_vals == cap.var_vals and var_vals == (cap.ret_var_vals or cap.var_vals)
+                cap.fast = (nodes, mapping, var_vals, plain)
         return cap.ret  # type: ignore[no-any-return]
 
 
@@ -534,13 +539,23 @@ class _Batch:
     def __init__(self, device: Any, calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> None:
         self.device, self.calls, self.input_bufs = device, calls, set(input_bufs)
         self.graph: Any = None
+        self.replay: Any = None
         self.failed = False  # building the graph raised: replay these calls one by one
-        self.refs: list[weakref.ref[UOp]] = []
+        self.refs: list[Any] = []
         self.inputs: list[tuple[int, UOp]] = []  # (position in uops, captured BUFFER) of the jit's inputs
         self.uops: list[UOp] = []  # every BUFFER the batch's commands read or write, once
         self.where: list[list[tuple[int, int]]] = []  # per uop: (argument table index, byte offset) it fills
         self.last: list[int] = []
         self.last_bufs: list[Any] = []  # the Buffers the table's addresses were taken from (a Buffer never moves)
+        # refs: per BUFFER, buffer_map's own key once the first run made every entry (see _stored_key), else its
+        # plain weak reference; the inputs' entries are looked up through the mapping of each run
+        self.keyed = False
+        # in a steady state (the same mapping, buffers unchanged) refs with the mapped inputs' stored keys; None:
+        # not known
+        self.keys: list[Any] | None = None
+        self.keys_mapping: dict[UOp, UOp] | None = None  # the mapping `keys` hold the inputs of
+        self.prev_mapping: dict[UOp, UOp] | None = None  # the previous run's
+        self.keys_tried: list[Any] | None = None  # the last_bufs keys were looked for (not again when none found)
         self.count, self.ops, self.mem = 0, 0, 0
 
     def build(self) -> None:
@@ -568,8 +583,11 @@ class _Batch:
                 self.uops.append(u)
                 self.where.append([])
             self.where[index[u]].append((k, off))
+        if hasattr(g, "prepare"):
+            g.prepare()  # (an interpreter that can't be built fails here: run() then replays call by call)
         self.last = [0] * len(self.uops)  # the first run writes every address
         self.graph = g
+        self.replay = getattr(g, "replay", None)  # an untimed run, where the graph class has one
 
     def run(self, mapping: dict[UOp, UOp]) -> None:
         if self.graph is None:
@@ -585,11 +603,38 @@ class _Batch:
             self.refs = [weakref.ref(u) for u in self.uops]
             self.inputs = [(i, u) for i, u in enumerate(self.uops) if u in self.input_bufs]
         data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
+        if mapping is self.keys_mapping and self.keys is not None:  # the replay hot path
+            if list(map(data.get, self.keys)) == self.last_bufs:
+                if self.replay is None or profile.enabled():
+                    return self._launch()
+                self.replay()  # (_launch's untimed branch, inlined)
+                gc = GlobalCounters
+                gc.kernel_count += self.count
+                gc.global_ops += self.ops
+                gc.global_mem += self.mem
+                return None
+        self.keys = self.keys_mapping = None
+        if not self.keyed and self.last_bufs:  # every BUFFER has its entry now: look the others up by stored keys
+            inputs = {i for i, _ in self.inputs}
+            self.refs = [r if i in inputs or (k := _stored_key(u)) is None else k
+                         for i, (u, r) in enumerate(zip(self.uops, self.refs))]  # fmt: skip
+            self.keyed = True
         bufs = list(map(data.get, self.refs))
         for i, u in self.inputs:
             bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
         if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
+            # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
+            # too, find the stored keys (once, not again after it failed for these buffers)
+            if mapping is self.prev_mapping and self.keys_tried is not self.last_bufs:
+                keys = list(self.refs)
+                for i, u in self.inputs:
+                    keys[i] = _stored_key(mapping.get(u, u))
+                if None not in keys:
+                    self.keys, self.keys_mapping = keys, mapping
+                self.keys_tried = self.last_bufs
+            self.prev_mapping = mapping
             return self._launch()
+        self.prev_mapping = mapping
         ptrs = []
         for i, b in enumerate(bufs):
             if b is None:  # not created yet: make it
@@ -607,16 +652,27 @@ class _Batch:
         self._launch()
 
     def _launch(self) -> None:
-        p0 = profile.now_ns() if profile.enabled() else 0
-        t = self.graph.run()
-        if p0:
+        gc = GlobalCounters
+        if profile.enabled() or self.replay is None:
+            p0 = profile.now_ns()
+            gc.time_sum_s += self.graph.run()
             profile.record("graph", self.graph.name, self.device.name, p0, profile.now_ns(), self.ops, self.mem,
                            kernels=self.count)  # fmt: skip
-        gc = GlobalCounters
+        else:
+            self.replay()  # (kernel time is measured where it is shown: PROFILE, DEBUG>=2 replays call by call)
         gc.kernel_count += self.count
         gc.global_ops += self.ops
         gc.global_mem += self.mem
-        gc.time_sum_s += t
+
+
+def _stored_key(u: UOp) -> Any:
+    """The weak reference buffer_map's dict holds as u's key (among u's weak references, the one carrying
+    buffer_map's removal callback), or None (no entry, or not CPython's WeakKeyDictionary). A lookup by the stored
+    object itself skips comparing two weak references, which compares their UOps through a Python-level __eq__
+    (UOp defines rich comparisons); a key that is no longer the stored one still finds the entry, by that compare."""
+    remove = getattr(buffer_map, "_remove", None)
+    got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove] if remove is not None else []
+    return got[0] if len(got) == 1 else None
 
 
 def _launch(prog: Any, it: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -735,6 +791,8 @@ class ReplayPlan:
         if run:
             self._flush(run, run_dev)
         self.devices = {b.device for kind, b in self.steps if kind == "batch"}
+        # the common plan, one batch and nothing else (a step on one device): run's short route
+        self.single: _Batch | None = self.steps[0][1] if len(self.steps) == 1 and self.steps[0][0] == "batch" else None
 
     def _flush(self, run: list[tuple[str, Any]], dev: Any) -> None:
         if any(k == "kernel" for k, _ in run):
@@ -755,6 +813,14 @@ class ReplayPlan:
     def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Replay every captured call with the BUFFERs in `mapping` swapped in and the Variables in `var_vals`
         (empty: the values of the capture)."""
+        b = self.single
+        if b is not None and BATCH and JIT.value < 2 and DEBUG.value < 2 and not b.device.profile and not b.failed:
+            if realize._inflight:  # copies between devices still arriving (sharded tensors)
+                realize.wait_copies_into(b.device.name)
+            b.run(mapping)
+            if realize._inflight:
+                realize.wait_copies()
+            return
         if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or self._profiled():
             for kind, item in self.calls:
                 _replay_one(kind, item, mapping, var_vals)

@@ -7,6 +7,7 @@ reference interpreter (speck.codegen.interpret.eval_ast) on zero-copy views of t
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -364,11 +365,12 @@ def run_schedule(items: list[ScheduleItem]) -> None:
 # kernel compiled is the per-op hot path: `(a+b).realize()` again and again, a training step's ops. It skips building
 # ScheduleItems and run_schedule's per-item work: each kernel's hcq program, static launch size, buffer slots in launch
 # order and estimates are looked up once per plan, and its kernels are submitted back to back with one synchronize
-# at the end (the general path waits for every kernel to time it). Kernel time is only measured where it is shown
+# at the end (the general path waits for every kernel to time it), or - small kernels, from the plan's second run -
+# as one device graph whose argument table gets the buffers' addresses. Kernel time is only measured where it is shown
 # (DEBUG>=2, PROFILE), and those - like a TinyJit capture, ALLOW_DEVICE_USAGE=0, copies in flight, plans with copies
 # or variables, or a program cache that no longer holds the plan's programs - take the general path.
 class _FastPlan:
-    __slots__ = ("device", "fresh", "kernels", "out_ref", "out_shape", "plan")
+    __slots__ = ("device", "fresh", "graph", "kernels", "lock", "out_ref", "out_shape", "plan", "runs")
 
     def __init__(self, plan: Plan, kernels: list[tuple[tuple[str, UOp], Any, Any, tuple[int, ...], int, int]]):
         self.plan, self.fresh, self.out_ref = plan, plan.fresh, plan.out_ref
@@ -377,6 +379,13 @@ class _FastPlan:
         self.device = kernels[-1][2].device  # the hcq device they run on (a plan without copies stays on one)
         out_size = plan.fresh[~plan.out_ref][1]
         self.out_shape = None if plan.shape == (out_size,) else plan.shape  # the output's view: a reshape or none
+        # from the second run on, plans of single-threaded kernels launch as one device graph (one native call with
+        # one argument, where a kernel's own launch converts every address through ctypes): (graph, its argument
+        # table, the table index of each kernel's buffers); False when the plan can't have one. `lock`: one thread
+        # rewrites the table at a time (another one meanwhile launches kernel by kernel)
+        self.graph: tuple[Any, Any, tuple[tuple[int, ...], ...]] | bool | None = None
+        self.lock = threading.Lock()
+        self.runs = 0
 
 
 def _fast_plan(plan: Plan, inputs: list[UOp]) -> _FastPlan | bool:
@@ -413,7 +422,8 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
         fresh.append(u)
         fresh_bufs.append(fb)
     bm, gc = buffer_map_data, GlobalCounters
-    for _, prog, hcq_prog, refs, ops, mem in fp.kernels:
+    calls = []
+    for _, _, _, refs, _, _ in fp.kernels:
         hb = []
         for r in refs:
             if r < 0:
@@ -422,13 +432,56 @@ def _run_fast(fp: _FastPlan, inputs: list[UOp]) -> UOp | None:
                 hb.append(b)
             else:
                 hb.append(get_buffer(inputs[r]))
-        hcq_prog.enqueue(hb, prog.static_gs)  # (a call gives buffers without memory their memory)
+        calls.append(hb)
+    g = fp.graph
+    if g is not None and g is not False and fp.lock.acquire(blocking=False):
+        try:
+            graph, table, where = g  # type: ignore[misc]
+            for (_, _, hcq_prog, _, _, _), hb, slots in zip(fp.kernels, calls, where):
+                hcq_prog.check_args(hb, ())  # what each launch checks (a buffer's storage may be anything)
+                for k, b in zip(slots, hb):
+                    table[k] = b.ptr  # (.ptr gives a buffer without memory its memory)
+            graph.replay()  # (waits for the graph) the schedule is done when realize returns
+        finally:
+            fp.lock.release()
+    else:
+        for (_, prog, hcq_prog, _, _, _), hb in zip(fp.kernels, calls):
+            hcq_prog.enqueue(hb, prog.static_gs)  # (a call gives buffers without memory their memory)
+        fp.device.synchronize()  # (cheap when the engine ran them inline) the schedule is done when realize returns
+        fp.runs += 1
+        if g is None and fp.runs >= 2:
+            fp.graph = _plan_graph(fp, calls)
+    for _, _, _, _, ops, mem in fp.kernels:
         gc.kernel_count += 1
         gc.global_ops += ops
         gc.global_mem += mem
-    fp.device.synchronize()  # (cheap when the engine ran them inline) the schedule is done when realize returns
     out = fresh[~fp.out_ref]
     return out if fp.out_shape is None else out.reshape(fp.out_shape)
+
+
+def _plan_graph(fp: _FastPlan, calls: list[list[Any]]) -> tuple[Any, Any, tuple[tuple[int, ...], ...]] | bool:
+    """A device graph of a plan's kernels on the buffers they just ran on; False when the device has no graph class,
+    a kernel would split across workers (its own launch picks the split), or building fails."""
+    dev = fp.device
+    graph_cls = getattr(dev, "graph", None)
+    if graph_cls is None or not hasattr(graph_cls, "replay") or not hasattr(graph_cls, "prepare"):
+        return False
+    for (_, _, hcq_prog, _, _, _), hb in zip(fp.kernels, calls):
+        if not graph_cls.supports(hcq_prog, len(hb)) or dev.choose_threads(hcq_prog, hb) != 1:
+            return False
+    try:
+        graph = graph_cls(dev, name=f"plan[{len(fp.kernels)}]")
+        where = []
+        for (_, prog, hcq_prog, _, _, _), hb in zip(fp.kernels, calls):
+            cmd = graph.add_exec(hcq_prog, hb, prog.static_gs, threads=1)
+            where.append(tuple(graph.arg_index(cmd, j) for j in range(len(hb))))
+        graph.prepare()  # (an interpreter that can't be built fails here, not in a later realize)
+        table = graph.args  # (built now: no command is added later, so the table stays this one)
+    except Exception as e:  # e.g. no llvmlite for the graph interpreter: the kernels keep launching one by one
+        if DEBUG >= 1:
+            print(f"speck.tensor: the warm path launches {len(fp.kernels)} kernel(s) one by one: {e!r}")
+        return False
+    return graph, table, tuple(where)
 
 
 def realize_graph(u: UOp, device: str) -> UOp:

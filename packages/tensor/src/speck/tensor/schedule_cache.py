@@ -74,6 +74,19 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
         elif ref(n) in rc:
             return None
         else:
+            for s in n.src:
+                if s not in ids and s.op is not buffer:
+                    break
+            else:  # every source is a BUFFER or seen: number them and n now, in the order the stack would
+                for s in n.src:
+                    if s not in ids:
+                        parts.append(("B", s.dtype, s.arg, s.src[1].arg, len(inputs)))
+                        inputs.append(s)
+                        ids[s] = len(ids)
+                ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
+                parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
+                ids[n] = len(ids)
+                continue
             stack.append((n, True))
             for s in reversed(n.src):
                 if s not in ids:
