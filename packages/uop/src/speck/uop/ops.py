@@ -8,6 +8,10 @@ import enum
 class Ops(enum.Enum):
     """Every UOp operation. Declaration order is the stable sort order used by linearization tie-breaks."""
 
+    # members are singletons compared by identity: hash them by identity in C (Enum's own __hash__ is Python code
+    # hashing the name, paid on every UOp created)
+    __hash__ = object.__hash__
+
     # ---- graph structure ----
     SINK = enum.auto()  # root: sources are the things that must happen
     GROUP = enum.auto()  # several effects treated as one
