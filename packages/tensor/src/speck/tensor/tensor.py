@@ -646,6 +646,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         return custom_kernel((self, *others), fxn, grad_fxn)
 
+    def keccak(self, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
+        """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
+        from speck.tensor.keccak import keccak
+
+        return keccak(self, cfg)
+
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
             raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
