@@ -10,6 +10,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 
+from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.uop import sint
 
@@ -235,4 +236,5 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
             grads[s] = grads[s] + sg if s in grads else sg
+        mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.tensor.errors import KernelCountException as KernelCountException
+from speck.tensor.metadata import kernel_metadata
+from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
@@ -112,6 +114,8 @@ class ScheduleItem:
     bufs: tuple[UOp, ...]
     var_vals: dict[str, int] = field(default_factory=dict)
     copy_offset: int = 0  # element offset into the source buffer of a copy
+    # the Tensor ops fused into the kernel (speck.tensor.metadata; () when unknown: copies, replayed cached plans)
+    metadata: tuple[Metadata, ...] = ()
 
 
 def contiguous_index(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
@@ -555,7 +559,8 @@ class Scheduler:
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
-            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
+            meta = kernel_metadata(src, self.materialized)
+            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=meta))
         self.done[u] = view
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
@@ -632,7 +637,8 @@ class Scheduler:
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
-            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
+            meta = kernel_metadata(value, self.materialized)
+            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=meta))
             return
 
     def _copy(self, u: UOp, into: UOp | None = None) -> UOp:

@@ -30,6 +30,7 @@ from speck.tensor.errors import TensorAssertionError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
+from speck.tensor.metadata import record as _record_metadata
 from speck.tensor.movement import MovementMixin
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nnops import NNMixin
@@ -305,6 +306,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
         t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
+        _record_metadata(u)
         return t
 
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
