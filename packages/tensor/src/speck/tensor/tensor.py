@@ -648,6 +648,26 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         return custom_kernel((self, *others), fxn, grad_fxn)
 
+    def callify(self, *others: Tensor) -> Tensor:
+        """Make the pending computation of self and others one self-contained call, rewiring them to its outputs
+        (values unchanged; see speck.tensor.function.callify). Returns self."""
+        from speck.tensor.function import callify
+
+        callify(self, *others)
+        return self
+
+    def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, int]]:
+        """(the ScheduleItems realizing self and others would run, in order; the bound Variables' values)."""
+        from speck.tensor.function import linear_with_vars
+
+        return linear_with_vars(self, *others)
+
+    def schedule_linear(self, *others: Tensor) -> list[Any]:
+        """linear_with_vars without Variables (TensorAssertionError when the program reads some)."""
+        from speck.tensor.function import schedule_linear
+
+        return schedule_linear(self, *others)
+
     def keccak(self, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
         """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
         from speck.tensor.keccak import keccak
