@@ -10,6 +10,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 
+from speck.tensor.dims import as_int
 from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.helpers import prod
@@ -125,7 +126,7 @@ def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
     picked = g.flatten().gather(0, p - 1)  # position -1 (a skipped element) gathers 0
     if ret.arg == "sum":
         return (ctx, None, picked.reshape(value.shape).uop)
-    ids = Tensor.arange(1, int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
+    ids = Tensor.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
     owner = Tensor.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
     won = owner.gather(0, p - 1) == ids
     gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)

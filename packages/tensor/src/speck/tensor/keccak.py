@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from speck.tensor.dims import as_int
 from speck.tensor.schedule import base_buffer
 from speck.uop import UOp, dtypes
 
@@ -102,7 +103,7 @@ def keccak_f(state: Tensor) -> Tensor:
     """Keccak-f[1600] on a (..., 25) uint64 state: 24 rounds, one realized kernel each."""
     from speck.tensor.hook import Tensor
 
-    lead = state.shape[:-1]
+    lead = tuple(as_int(s) for s in state.shape[:-1])
     template, state_ph, rc_ph = _round_template(lead, state.device)
     a = state.reshape(*lead, 5, 5)
     if base_buffer(a.uop) is None:  # (realizing a view of a buffer again would schedule nothing)
@@ -178,7 +179,7 @@ def keccak(t: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
         raise ValueError("keccak hashes over the last dim: expected at least 1 dim, got a 0-d tensor")
     if t.dtype != dtypes.uint8:  # the elements' bytes, little-endian
         t = t.bitcast(dtypes.uint8)
-    lead, n = t.shape[:-1], int(t.shape[-1])
+    lead, n = tuple(as_int(s) for s in t.shape[:-1]), as_int(t.shape[-1])
     # pad10*1 with the domain bits: dsbyte right after the message, 0x80 or-ed into the last byte of the last block
     nblocks = n // rate + 1
     pad = np.zeros(nblocks * rate - n, np.uint8)

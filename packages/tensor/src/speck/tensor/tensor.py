@@ -656,7 +656,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         callify(self, *others)
         return self
 
-    def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, int]]:
+    def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
         """(the ScheduleItems realizing self and others would run, in order; the bound Variables' values)."""
         from speck.tensor.function import linear_with_vars
 
@@ -668,7 +668,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         return schedule_linear(self, *others)
 
-    def keccak(self, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
+    def keccak(self, cfg: str | tuple[builtins.int, builtins.int] = "sha3_256") -> Tensor:
         """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
         from speck.tensor.keccak import keccak
 

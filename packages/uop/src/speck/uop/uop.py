@@ -735,8 +735,8 @@ class UOp(_Slots):
         return u
 
     @property
-    def device(self) -> str | None:
-        """The device a tensor-level node lives on: the nearest BUFFER's device or COPY's target below it, or None
+    def device(self) -> Any:
+        """The device (str) a tensor-level node lives on: the nearest BUFFER's device or COPY's target below it, or None
         when the graph names no device (device-less constants)."""
         stack, seen = [self], set()
         while stack:

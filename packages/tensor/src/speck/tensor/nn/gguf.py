@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from speck.tensor.dims import as_int
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -194,7 +195,7 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
 
 def _read_header(t: Tensor, what: str) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int]], int]:
     """Parse the header, reading the file's first bytes (growing the read until the header fits)."""
-    size = int(t.shape[0])
+    size = as_int(t.shape[0])
     n = min(size, 1 << 20)
     while True:
         try:
@@ -214,7 +215,7 @@ def gguf_load(tensor: Tensor | str | os.PathLike[str]) -> tuple[dict[str, Any], 
     if t.ndim != 1 or t.dtype != dtypes.uint8:
         raise ValueError(f"gguf_load needs a 1-d uint8 tensor of the file's bytes, got {t.dtype} {t.shape}")
     kv, infos, start = _read_header(t, what)
-    size = int(t.shape[0])
+    size = as_int(t.shape[0])
     dev = None if str(t.device).startswith("DISK") else t.device
     state: dict[str, Tensor] = {}
     for name, dims, gtype, off in infos:
