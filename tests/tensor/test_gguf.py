@@ -220,3 +220,14 @@ def test_bad_files(tmp_path: pathlib.Path) -> None:
         gguf_load(Tensor(p))
     with pytest.raises(ValueError, match="1-d uint8"):
         gguf_load(Tensor(np.zeros((2, 2), np.float32)))
+
+
+def test_header_larger_than_the_first_read(tmp_path: pathlib.Path) -> None:
+    """A vocabulary of a few MB in the metadata: the header is read in growing pieces until it fits."""
+    vocab = [f"token_{i:06d}" for i in range(120_000)]  # ~2 MB of strings
+    vals = RNG.standard_normal(8).astype(np.float32)
+    p = tmp_path / "big.gguf"
+    write_gguf(p, [("tokenizer.ggml.tokens", 9, (8, vocab))], [("w", (8,), 0, vals.tobytes())])
+    kv, sd = gguf_load(Tensor(p))
+    assert kv["tokenizer.ggml.tokens"] == vocab
+    np.testing.assert_array_equal(sd["w"].numpy(), vals)
