@@ -231,3 +231,11 @@ def test_header_larger_than_the_first_read(tmp_path: pathlib.Path) -> None:
     kv, sd = gguf_load(Tensor(p))
     assert kv["tokenizer.ggml.tokens"] == vocab
     np.testing.assert_array_equal(sd["w"].numpy(), vals)
+
+
+def test_llm_module_path(tmp_path: pathlib.Path) -> None:
+    from speck.tensor.llm.gguf import gguf_load as llm_gguf_load
+
+    p = tmp_path / "l.gguf"
+    write_gguf(p, [("a", 4, 7)], [])
+    assert llm_gguf_load(p) == ({"a": 7}, {})
