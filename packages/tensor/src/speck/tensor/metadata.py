@@ -20,9 +20,9 @@ from speck.uop.uop import register_service
 
 # graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node)
 node_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
-# its backing dict keyed by weak references (CPython's `.data`; a UOp's weak reference exists already): the per-op
+# its backing dict keyed by weak references (the scheduler reads it too) (CPython's `.data`; a UOp's weak reference exists already): the per-op
 # check looks keys up without the WeakKeyDictionary's Python frames
-_node_data: dict[weakref.ref[UOp], Metadata] = node_metadata.data  # type: ignore[attr-defined]
+node_metadata_data: dict[weakref.ref[UOp], Metadata] = node_metadata.data  # type: ignore[attr-defined]
 _ref = weakref.ref
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -45,7 +45,7 @@ def _code_info(code: CodeType) -> tuple[bool, str | None, bool]:
 def record(u: UOp) -> None:
     """Remember which Tensor op (the outermost one on the stack) made u."""
     level = TRACEMETA.value
-    if not level or type(u) is not UOp or _ref(u) in _node_data:
+    if not level or type(u) is not UOp or _ref(u) in node_metadata_data:
         return
     f: Any = sys._getframe(2)
     name, backward = None, False
@@ -64,29 +64,13 @@ def record(u: UOp) -> None:
 def mark_backward(forward: UOp, grads: list[UOp]) -> None:
     """Name the nodes a gradient rule of `forward` just built (those with no op of their own yet) after forward's
     op, marked backward."""
-    if (m := _node_data.get(_ref(forward))) is None or not TRACEMETA.value:
+    if (m := node_metadata_data.get(_ref(forward))) is None or not TRACEMETA.value:
         return
     bw = Metadata(m.name, m.caller, True)
     for g in grads:
-        for n in g.toposort(gate=lambda x: _ref(x) not in _node_data and x.op is not Ops.BUFFER):
-            if _ref(n) not in _node_data and n.op not in (Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE):
+        for n in g.toposort(gate=lambda x: _ref(x) not in node_metadata_data and x.op is not Ops.BUFFER):
+            if _ref(n) not in node_metadata_data and n.op not in (Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE):
                 node_metadata[n] = bw
-
-
-def kernel_metadata(root: UOp, stop: Any) -> tuple[Metadata, ...]:
-    """The Tensor ops of the nodes a kernel computes: root's graph down to buffers and nodes `stop(node)` says are
-    computed elsewhere (materialized values), in graph order without repeats."""
-    if not node_metadata:
-        return ()
-    out: dict[Metadata, None] = {}
-
-    def own(x: UOp) -> bool:
-        return x is root or (x.op is not Ops.BUFFER and stop(x) is None)
-
-    for n in root.toposort(gate=own):
-        if own(n) and (m := node_metadata.get(n)) is not None:
-            out[m] = None
-    return tuple(out)
 
 
 def _uop_buffer(buf: UOp) -> Any:
