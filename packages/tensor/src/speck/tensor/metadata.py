@@ -20,8 +20,8 @@ from speck.uop.uop import register_service
 
 # graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node)
 node_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
-# its backing dict keyed by weak references (the scheduler reads it too) (CPython's `.data`; a UOp's weak reference exists already): the per-op
-# check looks keys up without the WeakKeyDictionary's Python frames
+# its backing dict keyed by weak references (CPython's `.data`; a UOp's weak reference exists already): the per-op
+# check and the scheduler look keys up without the WeakKeyDictionary's Python frames
 node_metadata_data: dict[weakref.ref[UOp], Metadata] = node_metadata.data  # type: ignore[attr-defined]
 _ref = weakref.ref
 
