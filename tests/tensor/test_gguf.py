@@ -109,12 +109,30 @@ def ref_block(gtype: int, blk: bytes) -> list[float]:
                     pos = 128 * half + 32 * k + lane
                     y[pos] = d * scales[pos // 16] * (qs[k] - 32)
         return y
+    if gtype == 23:  # IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]; 8 sub-blocks of 32 with 6-bit scales - 32
+        d, sh, sl, qs = _h(blk[0:2]), int.from_bytes(blk[2:4], "little"), blk[4:8], blk[8:136]
+        levels = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+        out = []
+        for ib in range(8):
+            ls = ((sl[ib // 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)
+            out += [d * (ls - 32) * levels[(qs[16 * ib + j % 16] >> (4 * (j // 16))) & 15] for j in range(32)]
+        return out
+    if gtype == 39:  # MXFP4: e8m0 exponent byte, 16 bytes of fp4 e2m1 nibbles (low nibbles first)
+        scale = 2.0 ** (blk[0] - 127)
+
+        def fp4(v: int) -> float:
+            e, m = (v >> 1) & 3, v & 1
+            mag = m * 0.5 if e == 0 else (1 + m / 2) * 2.0 ** (e - 1)
+            return -mag if v & 8 else mag
+
+        return [scale * fp4((blk[1 + j % 16] >> (4 * (j // 16))) & 15) for j in range(32)]
     raise AssertionError(gtype)
 
 
 # type -> (block elements, block bytes, byte offsets of the f16 fields)
 BLOCKS = {2: (32, 18, [0]), 3: (32, 20, [0, 2]), 6: (32, 22, [0]), 7: (32, 24, [0, 2]), 8: (32, 34, [0]),
-          12: (256, 144, [0, 2]), 13: (256, 176, [0, 2]), 14: (256, 210, [208])}  # fmt: skip
+          12: (256, 144, [0, 2]), 13: (256, 176, [0, 2]), 14: (256, 210, [208]), 23: (256, 136, [0]),
+          39: (32, 17, [])}  # fmt: skip
 
 
 def random_blocks(gtype: int, nblocks: int) -> bytes:
@@ -125,6 +143,8 @@ def random_blocks(gtype: int, nblocks: int) -> bytes:
         blk = bytearray(RNG.integers(0, 256, bsize, dtype=np.uint8).tobytes())
         for o in f16s:
             blk[o : o + 2] = np.float16(RNG.uniform(-2, 2)).tobytes()
+        if gtype == 39:  # an exponent byte whose power of two stays finite in float32
+            blk[0] = int(RNG.integers(100, 150))
         out += blk
     return bytes(out)
 
@@ -239,3 +259,19 @@ def test_llm_module_path(tmp_path: pathlib.Path) -> None:
     p = tmp_path / "l.gguf"
     write_gguf(p, [("a", 4, 7)], [])
     assert llm_gguf_load(p) == ({"a": 7}, {})
+
+
+def test_split_model_parts_merge_when_loaded_by_path(tmp_path: pathlib.Path) -> None:
+    a, b = RNG.standard_normal(4).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    kv0 = [("split.no", 2, 0), ("split.count", 2, 2), ("general.name", 8, "m")]
+    write_gguf(tmp_path / "m-00001-of-00002.gguf", kv0, [("a", (4,), 0, a.tobytes())])
+    write_gguf(tmp_path / "m-00002-of-00002.gguf", [("split.no", 2, 1)], [("b", (3, 2), 0, b.tobytes())])
+    kv, sd = gguf_load(tmp_path / "m-00002-of-00002.gguf")
+    assert kv["general.name"] == "m" and sorted(sd) == ["a", "b"]
+    np.testing.assert_array_equal(sd["a"].numpy(), a)
+    np.testing.assert_array_equal(sd["b"].numpy(), b)
+    _, one = gguf_load(Tensor(tmp_path / "m-00002-of-00002.gguf"))  # a tensor is one file: no merging
+    assert sorted(one) == ["b"]
+    (tmp_path / "m-00001-of-00002.gguf").unlink()
+    with pytest.raises(FileNotFoundError, match="00001-of-00002"):
+        gguf_load(str(tmp_path / "m-00002-of-00002.gguf"))

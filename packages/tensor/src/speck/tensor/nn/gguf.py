@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -148,6 +149,34 @@ def _q6_k(b: Tensor) -> Tensor:
     return _f16(b[:, 208:210]) * scales * q.reshape(-1, 256).float()
 
 
+# fp4 e2m1 (1 sign, 2 exponent, 1 mantissa bit; exponent 0 is subnormal) by nibble
+_FP4_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+# the 16 non-uniform levels of IQ4_NL / IQ4_XS nibbles
+_IQ4_LEVELS: list[float] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+
+
+def _lookup(q: Tensor, table: list[float]) -> Tensor:
+    """table[q] for small integer codes q (a 16-entry table: a gather folded to a direct load)."""
+    levels = Tensor(table, device=q.device, dtype=dtypes.float32)
+    return levels.reshape(1, -1).expand(q.shape[0], -1).gather(1, q.cast(dtypes.int32))
+
+
+def _mxfp4(b: Tensor) -> Tensor:
+    # a shared power-of-two scale 2^(e - 127) (e8m0), then 32 fp4 values: low nibbles first
+    scale = (b[:, 0:1].cast(dtypes.int32) - 127).float().exp2()
+    return scale * _lookup(_nibbles(b[:, 1:17]), _FP4_E2M1)
+
+
+def _iq4_xs(b: Tensor) -> Tensor:
+    # 8 sub-blocks of 32 with 6-bit scales (low 4 bits in the nibbles of scales_l, high 2 bits in scales_h), offset 32
+    sh = b[:, 2:4].bitcast(dtypes.uint16).cast(dtypes.int32)
+    low = (b[:, 4:8].reshape(-1, 4, 1) >> Tensor([0, 4], device=b.device, dtype=dtypes.uint8).reshape(1, 1, 2)) & 0xF
+    high = (sh >> (Tensor.arange(8, device=b.device, dtype=dtypes.int32) * 2)) & 3
+    ls = low.reshape(-1, 8).cast(dtypes.int32) | (high << 4)
+    q = _lookup(_nibbles(b[:, 8:136].reshape(-1, 16)).reshape(-1, 32), _IQ4_LEVELS).reshape(-1, 8, 32)
+    return (_f16(b[:, 0:2]).unsqueeze(-1) * (ls - 32).float().unsqueeze(-1) * q).reshape(-1, 256)
+
+
 # ggml type id -> (name, elements per block, bytes per block, dequantize)
 QUANTIZED: dict[int, tuple[str, int, int, Callable[[Tensor], Tensor]]] = {
     2: ("Q4_0", 32, 18, _q4_0),
@@ -158,6 +187,8 @@ QUANTIZED: dict[int, tuple[str, int, int, Callable[[Tensor], Tensor]]] = {
     12: ("Q4_K", 256, 144, _q4_k),
     13: ("Q5_K", 256, 176, _q5_k),
     14: ("Q6_K", 256, 210, _q6_k),
+    23: ("IQ4_XS", 256, 136, _iq4_xs),
+    39: ("MXFP4", 32, 17, _mxfp4),
 }
 # ggml type id -> the dtype stored as is
 NATIVE: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 24: dtypes.int8, 25: dtypes.int16, 26: dtypes.int32,
@@ -206,11 +237,30 @@ def _read_header(t: Tensor, what: str) -> tuple[dict[str, Any], list[tuple[str, 
             n = min(size, 4 * n)
 
 
+# llama.cpp's split files: <prefix>-00001-of-00003.gguf
+_SPLIT = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
 def gguf_load(tensor: Tensor | str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Read a GGUF file (a 1-d uint8 tensor of its bytes, e.g. Tensor(path) or Tensor.from_url(url), or a path):
     (metadata key -> value, tensor name -> Tensor). Shapes are outermost first (ggml lists dims innermost first);
-    quantized tensors come back dequantized to float32, lazily."""
-    t = Tensor(pathlib.Path(tensor)) if isinstance(tensor, (str, os.PathLike)) else tensor
+    quantized tensors come back dequantized to float32, lazily. A path to one part of a split model
+    (`name-00001-of-00003.gguf`) loads every part: the metadata of the first, the tensors of all."""
+    if isinstance(tensor, (str, os.PathLike)):
+        path = pathlib.Path(tensor)
+        if (m := _SPLIT.match(path.name)) is not None and int(m["count"]) > 1:
+            count = int(m["count"])
+            parts = [path.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+            if missing := [str(p) for p in parts if not p.is_file()]:
+                raise FileNotFoundError(f"gguf_load({path}): split model parts missing: {missing}")
+            loaded = [_load_one(Tensor(p)) for p in parts]
+            state = {k: v for _, sd in loaded for k, v in sd.items()}
+            return loaded[0][0], state
+        return _load_one(Tensor(path))
+    return _load_one(tensor)
+
+
+def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
     what = f"gguf_load({t.device})"
     if t.ndim != 1 or t.dtype != dtypes.uint8:
         raise ValueError(f"gguf_load needs a 1-d uint8 tensor of the file's bytes, got {t.dtype} {t.shape}")
