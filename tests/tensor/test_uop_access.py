@@ -90,3 +90,14 @@ def test_copy_items_have_empty_metadata() -> None:
     x = Tensor(np.arange(4, dtype=np.float32), device="CPU").realize()
     (item,) = x.to("CPU:1").schedule()
     assert item.ast is None and item.metadata == ()
+
+
+def test_shared_constants_do_not_carry_another_ops_name() -> None:
+    """Constants are hash-consed across graphs: the 0 that another live graph's op made must not name relu's
+    kernel."""
+    other = Tensor(RNG.standard_normal(8).astype(np.float32))
+    keep = other.maximum(0.0)  # alive during the test: its graph holds the shared constant 0
+    x = Tensor(RNG.standard_normal(8).astype(np.float32)).realize()
+    (si,) = (x.relu() * 2).schedule()
+    assert [m.name for m in si.metadata] == ["relu", "__mul__"]
+    assert keep.shape == (8,)

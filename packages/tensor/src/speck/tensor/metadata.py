@@ -42,10 +42,21 @@ def _code_info(code: CodeType) -> tuple[bool, str | None, bool]:
     return info
 
 
+def _shared_constant(u: UOp) -> bool:
+    """A constant seen through views: hash-consing shares such nodes among all graphs using the value, so they
+    belong to no one op."""
+    while u.op in _VIEWS and u.src:
+        u = u.src[0]
+    return u.op in (Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER)
+
+
+_VIEWS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
+
+
 def record(u: UOp) -> None:
     """Remember which Tensor op (the outermost one on the stack) made u."""
     level = TRACEMETA.value
-    if not level or type(u) is not UOp or _ref(u) in node_metadata_data:
+    if not level or type(u) is not UOp or _ref(u) in node_metadata_data or _shared_constant(u):
         return
     f: Any = sys._getframe(2)
     name, backward = None, False
@@ -69,7 +80,7 @@ def mark_backward(forward: UOp, grads: list[UOp]) -> None:
     bw = Metadata(m.name, m.caller, True)
     for g in grads:
         for n in g.toposort(gate=lambda x: _ref(x) not in node_metadata_data and x.op is not Ops.BUFFER):
-            if _ref(n) not in node_metadata_data and n.op not in (Ops.BUFFER, Ops.DEVICE, Ops.UNIQUE):
+            if _ref(n) not in node_metadata_data and not _shared_constant(n):
                 node_metadata[n] = bw
 
 
