@@ -90,3 +90,64 @@ def test_scatter_is_a_copy_and_one_pass_over_the_indices() -> None:
         t.assign(t.scatter_reduce(0, ti, ts, "sum")).realize()
     np.testing.assert_allclose(t.numpy(), ref, rtol=1e-6)
     np.testing.assert_allclose(view.numpy(), ref[:10], rtol=1e-6)
+
+
+# ---------------- gradients of the O(k) scatter (inputs that did not ask for gradients when scattered) ----------------
+def _linear_grads(f: object, args: list[np.ndarray]) -> list[np.ndarray]:
+    """d sum(f(*args)) / d args by unit perturbations: exact for f linear in its arguments, which scatter (set,
+    sum, mean) followed by a product with fixed weights is."""
+    fn = f  # type: ignore[assignment]
+    at = fn(*args).sum()  # type: ignore[operator]
+    out = []
+    for i, a in enumerate(args):
+        g = np.zeros(a.shape)
+        for p in np.ndindex(*a.shape):
+            b = [x.copy() for x in args]
+            b[i][p] += 1.0
+            g[p] = fn(*b).sum() - at  # type: ignore[operator]
+        out.append(g)
+    return out
+
+
+@pytest.mark.parametrize("mode,include_self", [("set", True), ("sum", True), ("sum", False), ("mean", True),
+                                               ("mean", False)])  # fmt: skip
+def test_scatter_gradient_matches_reference(mode: str, include_self: bool) -> None:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 5))
+    src = rng.standard_normal((3, 4))
+    idx = rng.integers(-1, 6, (3, 4))  # duplicates and out-of-range (-1, 5) indices
+    w = rng.standard_normal((3, 5))
+
+    def ref(xv: np.ndarray, sv: np.ndarray) -> np.ndarray:
+        return _reference(xv, 1, idx, sv, mode, include_self).astype(np.float64) * w
+
+    want_x, want_src = _linear_grads(ref, [x, src])
+    tx, tsrc = Tensor(x.astype(np.float32)), Tensor(src.astype(np.float32))  # no requires_grad: the O(k) scatter
+    ti = Tensor(idx.astype(np.int32))
+    out = tx.scatter(1, ti, tsrc) if mode == "set" else tx.scatter_reduce(1, ti, tsrc, mode, include_self=include_self)
+    (out * Tensor(w.astype(np.float32))).sum().backward()
+    assert tx.grad is not None and tsrc.grad is not None
+    np.testing.assert_allclose(tx.grad.numpy(), want_x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tsrc.grad.numpy(), want_src, rtol=1e-5, atol=1e-6)
+
+
+def test_setitem_gradient_reaches_values_and_the_kept_base() -> None:
+    rng = np.random.default_rng(8)
+    base, vals, w = rng.standard_normal(6), rng.standard_normal(3), rng.standard_normal(6)
+    idx = np.array([4, 1, 4])  # a duplicate: the last write wins
+    tb, tv = Tensor(base.astype(np.float32)), Tensor(vals.astype(np.float32))
+    x = tb * 2
+    x[Tensor(idx.astype(np.int32))] = tv
+    tw = Tensor(w.astype(np.float32), requires_grad=True)
+    gb, gv = (x * tw).sum().gradient(tb, tv)
+    kept = np.ones(6)
+    kept[idx] = 0
+    np.testing.assert_allclose(gb.numpy(), 2 * w * kept, rtol=1e-6)
+    np.testing.assert_allclose(gv.numpy(), [0.0, w[1], w[4]], rtol=1e-6)
+
+
+def test_scatter_gradient_of_other_reductions_is_a_clear_error() -> None:
+    x, s = Tensor(np.ones((2, 3), np.float32)), Tensor(np.ones((2, 2), np.float32))
+    out = x.scatter_reduce(1, Tensor(np.zeros((2, 2), np.int32)), s, "amax")
+    with pytest.raises(RuntimeError, match="reduce='amax'"):
+        (out * Tensor(np.ones((2, 3), np.float32), requires_grad=True)).sum().backward()

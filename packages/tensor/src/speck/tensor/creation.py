@@ -53,6 +53,21 @@ class CreationMixin:
         return t
 
     @staticmethod
+    def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
+        """The content of url as a DISK tensor (uint8 unless dtype= is given; kw go to Tensor()): downloaded into
+        the download cache once (speck.tensor.pyutils.fetch), `gunzip` storing the decompressed body. A file://
+        url or local path is read where it is (decompressed into the cache when gunzip)."""
+        import pathlib
+
+        from speck.tensor.hook import Tensor
+        from speck.tensor.pyutils import fetch
+
+        path = fetch(url, gunzip=gunzip)
+        if gunzip and (url.startswith(("/", ".", "file://"))):
+            path = _gunzip_local(path)
+        return Tensor(pathlib.Path(path), **kw)
+
+    @staticmethod
     def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
         """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
         must outlive the tensor's use)."""
@@ -219,3 +234,29 @@ def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
     if "device" in kw:
         raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
                            f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
+
+
+def _gunzip_local(path: Any) -> Any:
+    """A local gzip file decompressed into the download cache (once per file content)."""
+    import gzip
+    import hashlib
+    import pathlib
+    import tempfile
+
+    from speck.codegen.cache import cache_root
+
+    src = pathlib.Path(path)
+    try:
+        raw = src.read_bytes()
+        data = gzip.decompress(raw)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"from_url: no file at {src}") from e
+    except (OSError, EOFError) as e:
+        raise ValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
+    out = cache_root() / "downloads" / (hashlib.md5(raw).hexdigest() + ".gunzip")
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, delete=False) as f:
+            f.write(data)
+        pathlib.Path(f.name).replace(out)
+    return out

@@ -27,8 +27,9 @@ from typing import Any
 
 from speck.tensor import schedule
 from speck.tensor.errors import FunctionError as FunctionError
+from speck.tensor.errors import TensorAssertionError
 from speck.tensor.realize import DeviceUsageError
-from speck.tensor.schedule import buffer_device, buffer_map, max_dim, new_buffer_uop
+from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
 from speck.tensor.tensor import Tensor
 from speck.uop import Context, Ops, UOp
 from speck.uop.helpers import prod
@@ -168,6 +169,51 @@ class _Capture:
         return outs[0] if self.single else tuple(outs)
 
 
+# ---------------- callify, linear_with_vars, schedule_linear (TENSOR_API 13.3) ----------------
+def callify(*tensors: Tensor) -> None:
+    """Turn the pending computation of `tensors` into one self-contained call: a Function (precompiled: each output
+    in a buffer of its own) over the buffers the graphs read, called once on them; the tensors are rewired to the
+    call's outputs. Values and dtypes stay as they were; realized tensors are left alone."""
+    from speck.tensor.multi import MultiUOp
+
+    pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
+    if any(isinstance(t.uop, MultiUOp) for t in pending):
+        raise NotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
+    if not pending:
+        return
+    graphs = [t.uop for t in pending]
+    bufs = list(dict.fromkeys(n for g in graphs for n in g.toposort() if n.op is Ops.BUFFER))
+    inputs = [Tensor(b, device=buffer_device(b)) for b in bufs]
+
+    def body(*xs: Tensor) -> tuple[Tensor, ...]:
+        mapping = {b: x.uop for b, x in zip(bufs, xs)}
+        return tuple(Tensor(g.substitute(mapping), device=t.device) for g, t in zip(graphs, pending))
+
+    body.__qualname__ = "callify"
+    outs = Function(body, precompile=True)(*inputs)
+    for t, o in zip(pending, outs):
+        t.uop = o.uop
+
+
+def linear_with_vars(*tensors: Tensor) -> tuple[list[schedule.ScheduleItem], dict[str, int]]:
+    """The program realizing `tensors` would run, in order (kernels and copies as ScheduleItems), and the values of
+    the bound Variables it reads; nothing runs and the tensors stay as they are."""
+    if not tensors:
+        return [], {}
+    items, var_vals = tensors[0].schedule_with_vars(*tensors[1:])
+    return items, var_vals
+
+
+def schedule_linear(*tensors: Tensor) -> list[schedule.ScheduleItem]:
+    """linear_with_vars for a program without Variables (TensorAssertionError when it reads bound Variables: use
+    linear_with_vars and pass their values)."""
+    items, var_vals = linear_with_vars(*tensors)
+    if var_vals:
+        raise TensorAssertionError(f"schedule_linear: the program reads the Variables {sorted(var_vals)}; use "
+                                   "linear_with_vars to get their values with it")  # fmt: skip
+    return items
+
+
 def _describe_value(x: Any) -> str:
     if isinstance(x, (tuple, list)):
         return f"a {type(x).__name__} of ({', '.join(type(v).__name__ for v in x)})"
@@ -199,4 +245,4 @@ def _has_contents(cell: Any) -> bool:
     return True
 
 
-__all__ = ["Function", "FunctionError", "function"]
+__all__ = ["Function", "FunctionError", "callify", "function", "linear_with_vars", "schedule_linear"]

@@ -10,7 +10,10 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 
+from speck.tensor.dims import as_int
+from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.helpers import prod
 from speck.uop.uop import sint
 
 
@@ -104,6 +107,33 @@ def _copy_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     return (back,) + (None,) * (len(ret.src) - 1)
 
 
+def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
+    """ASSIGN(base, pos, value, arg=reduce), the O(k) scatter (speck.tensor.indexing._scatter_node, setitem): the
+    gradient reaches base where nothing was written (everywhere for a 'sum' scatter) and each value element from the
+    position it landed on, when it is the last writer there (any contributor for 'sum'); pos gets none."""
+    if len(ret.src) != 3:
+        return None
+    from speck.tensor.hook import Tensor
+
+    base, pos, value = ret.src
+    if ret.arg not in (None, "sum"):
+        raise RuntimeError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
+                           "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
+    dev = uop_device(ret)
+    g = Tensor(ctx, device=dev)
+    p = Tensor(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
+    n = int(prod(base.shape))
+    picked = g.flatten().gather(0, p - 1)  # position -1 (a skipped element) gathers 0
+    if ret.arg == "sum":
+        return (ctx, None, picked.reshape(value.shape).uop)
+    ids = Tensor.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
+    owner = Tensor.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
+    won = owner.gather(0, p - 1) == ids
+    gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)
+    gbase = (owner > 0).reshape(base.shape).where(g._const_like(0), g)
+    return (gbase.uop, None, gvalue.uop)
+
+
 def uop_device(u: UOp) -> str:
     """The device a tensor-level node computes on: that of the first buffer, copy or device it reaches."""
     for n in u.toposort(gate=lambda x: x.op not in (Ops.BUFFER, Ops.COPY)):
@@ -165,6 +195,7 @@ pm_gradient = PatternMatcher(
         (UPat((Ops.CONTIGUOUS, Ops.AFTER), name="ret"), lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1)),
         (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,) * len(ret.src)),
         (UPat(Ops.COPY, name="ret"), _copy_grad),
+        (UPat(Ops.ASSIGN, name="ret"), _scatter_grad),
     ]
 )
 
@@ -235,4 +266,5 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
             grads[s] = grads[s] + sg if s in grads else sg
+        mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.tensor.errors import KernelCountException as KernelCountException
+from speck.tensor.metadata import node_metadata_data
+from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
@@ -112,6 +114,8 @@ class ScheduleItem:
     bufs: tuple[UOp, ...]
     var_vals: dict[str, int] = field(default_factory=dict)
     copy_offset: int = 0  # element offset into the source buffer of a copy
+    # the Tensor ops fused into the kernel (speck.tensor.metadata; () when unknown: copies, replayed cached plans)
+    metadata: tuple[Metadata, ...] = ()
 
 
 def contiguous_index(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
@@ -250,6 +254,7 @@ class _Kernel:
         self.reduce_dims: list[sint] = []
         self.var_vals: dict[str, int] = {}
         self.root: UOp | None = None  # the value this kernel stores (never re-materialized from inside)
+        self.meta: dict[Metadata, None] = {}  # the Tensor ops of the nodes fused into this kernel, in order
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.bufs:
@@ -263,6 +268,10 @@ class _Kernel:
             return r
         r = self._lower(u, idx, valid, bcast, in_reduce)
         self.memo[key] = r
+        # a node computed here (not read from a buffer of its own) names its Tensor op, sources first
+        if node_metadata_data and (m := node_metadata_data.get(weakref.ref(u))) is not None and m not in self.meta \
+                and self.sched.materialized(u) is None:  # fmt: skip
+            self.meta[m] = None
         return r
 
     def _lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
@@ -555,7 +564,7 @@ class Scheduler:
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
-            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
+            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=tuple(k.meta)))
         self.done[u] = view
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
@@ -578,16 +587,17 @@ class Scheduler:
         view = self.materialize(UOp(Ops.CONTIGUOUS, base.dtype, (base,), "clone", ("scatter", id(u))))
         out = base_buffer(view)
         assert out is not None and view_offset(view) == 0
-        self.write(out, value, pos=pos, reduce=u.arg)
+        self.write(out, value, pos=pos, reduce=u.arg, op_meta=node_metadata_data.get(weakref.ref(u)))
         self.done[u] = view
         return view
 
     def write(self, buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
-              reduce: str | None = None) -> None:  # fmt: skip
+              reduce: str | None = None, op_meta: Metadata | None = None) -> None:  # fmt: skip
         """Schedule a kernel that stores `value` into the realized `buf` in place: through the view chain `target`
         over buf (parallel: a view without broadcasts writes each element once), or at the 1-based positions `pos`
         (0: skip) in index order on one thread (so the last duplicate wins), combining with the old contents when
-        `reduce` names a SCATTER_REDUCE op. Values that read buf at another place than they write are computed
+        `reduce` names a SCATTER_REDUCE op (`op_meta`: the Tensor op the write implements, first in the kernel's
+        metadata). Values that read buf at another place than they write are computed
         into a buffer of their own first, so no element is read after this kernel overwrote it."""
         shape = value.shape
         if any(isinstance(s, int) and s == 0 for s in shape):
@@ -632,7 +642,8 @@ class Scheduler:
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
-            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals))
+            meta = tuple(k.meta) if op_meta is None else (op_meta, *[m for m in k.meta if m != op_meta])
+            self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=meta))
             return
 
     def _copy(self, u: UOp, into: UOp | None = None) -> UOp:

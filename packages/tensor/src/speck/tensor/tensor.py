@@ -30,6 +30,7 @@ from speck.tensor.errors import TensorAssertionError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
+from speck.tensor.metadata import record as _record_metadata
 from speck.tensor.movement import MovementMixin
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nnops import NNMixin
@@ -305,6 +306,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
         t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
+        _record_metadata(u)
         return t
 
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
@@ -645,6 +647,32 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         from speck.tensor.custom_kernel import custom_kernel
 
         return custom_kernel((self, *others), fxn, grad_fxn)
+
+    def callify(self, *others: Tensor) -> Tensor:
+        """Make the pending computation of self and others one self-contained call, rewiring them to its outputs
+        (values unchanged; see speck.tensor.function.callify). Returns self."""
+        from speck.tensor.function import callify
+
+        callify(self, *others)
+        return self
+
+    def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
+        """(the ScheduleItems realizing self and others would run, in order; the bound Variables' values)."""
+        from speck.tensor.function import linear_with_vars
+
+        return linear_with_vars(self, *others)
+
+    def schedule_linear(self, *others: Tensor) -> list[Any]:
+        """linear_with_vars without Variables (TensorAssertionError when the program reads some)."""
+        from speck.tensor.function import schedule_linear
+
+        return schedule_linear(self, *others)
+
+    def keccak(self, cfg: str | tuple[builtins.int, builtins.int] = "sha3_256") -> Tensor:
+        """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
+        from speck.tensor.keccak import keccak
+
+        return keccak(self, cfg)
 
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:

@@ -43,14 +43,16 @@ _SERVICES: dict[str, Any] = {}
 
 
 def register_service(name: str, value: Any) -> None:
-    """Provide `name` (graph_rewrite, symbolic, symbolic_simple, render_uop) to UOp's methods."""
+    """Provide `name` (graph_rewrite, symbolic, symbolic_simple, render_uop; uop_buffer, BUFFER node -> device buffer,
+    from the layer that owns buffers) to UOp's methods."""
     _SERVICES[name] = value
 
 
 def _service(name: str) -> Any:
     if (value := _SERVICES.get(name)) is None:
-        raise RuntimeError(f"UOp needs {name!r}, which speck.uop registers on import: import speck.uop (not only "
-                           "speck.uop.uop) before using UOp.simplify/rewrite/render")  # fmt: skip
+        raise RuntimeError(f"UOp needs {name!r}, which is registered on import: import speck.uop (not only "
+                           "speck.uop.uop) before using UOp.simplify/rewrite/render, and speck.tensor before reading "
+                           "UOp.buffer/realized")  # fmt: skip
     return value
 
 
@@ -722,6 +724,51 @@ class UOp(_Slots):
     def size(self) -> sint:
         out: sint = prod(self.shape)
         return out
+
+    # ---------------- tensor-level access (what a tinygrad user reads on `t.uop`) ----------------
+    @property
+    def base(self) -> UOp:
+        """The node under this one's chain of movement ops (a view's BUFFER, or the computation it views)."""
+        u = self
+        while u.op in GroupOp.Movement:
+            u = u.src[0]
+        return u
+
+    @property
+    def device(self) -> Any:
+        """The device (str) a tensor-level node lives on: the nearest BUFFER's device or COPY's target below it, or None
+        when the graph names no device (device-less constants)."""
+        stack, seen = [self], set()
+        while stack:
+            u = stack.pop()
+            if u.op is Ops.BUFFER and len(u.src) > 1:
+                return str(u.src[1].arg)
+            if u.op in (Ops.COPY, Ops.DEVICE):
+                return str(u.arg)
+            for s in reversed(u.src):
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return None
+
+    @property
+    def is_realized(self) -> bool:
+        """True when this node is (a view of) a BUFFER: its value is storage, not a pending computation."""
+        return self.base.op is Ops.BUFFER
+
+    @property
+    def realized(self) -> Any:
+        """The device buffer behind a realized node (from the layer that owns buffers: service 'uop_buffer'), or
+        None when the node is still a computation."""
+        return _service("uop_buffer")(self.base) if self.is_realized else None
+
+    @property
+    def buffer(self) -> Any:
+        """The device buffer behind a realized node; RuntimeError for a pending computation."""
+        if not self.is_realized:
+            raise RuntimeError(f"UOp.buffer: this node is not realized (its base is a {self.base.op} computation); "
+                               "realize the tensor first, or read t.uop.realized (None here)")  # fmt: skip
+        return _service("uop_buffer")(self.base)
 
     # ---------------- bounds ----------------
     @property

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
+from speck.tensor.nn.gguf import gguf_load
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -218,6 +219,7 @@ def dtype_of(name: str) -> DType:
 
 
 __all__ = [
-    "StateDictKeyError", "StateDictShapeError", "TensorIO", "get_parameters", "get_state_dict", "load_state_dict",
+    "StateDictKeyError", "StateDictShapeError", "TensorIO", "get_parameters", "get_state_dict", "gguf_load",
+    "load_state_dict",
     "safe_load", "safe_load_metadata", "safe_save", "tar_extract", "torch_load", "zip_extract",
 ]  # fmt: skip

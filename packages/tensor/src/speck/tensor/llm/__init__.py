@@ -1,0 +1,1 @@
+"""tinygrad's `tinygrad.llm` module path: the GGUF reader lives in speck.tensor.nn.gguf."""

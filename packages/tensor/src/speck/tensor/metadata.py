@@ -1,0 +1,93 @@
+"""Which Tensor op made a graph node (tinygrad's Metadata), so a ScheduleItem can name the ops fused into its kernel.
+
+Tensor._new records, for each node it wraps, the outermost public Tensor method on the call stack (`relu`, not the
+`maximum` relu calls) and, with TRACEMETA >= 2, the user's file:line that called it. Nodes made inside backward()
+are marked `backward`. TRACEMETA=0 records nothing. The UOp access hooks (`t.uop.buffer`) are registered here too:
+speck.uop asks the layer that owns buffers for them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from types import CodeType
+from typing import Any
+
+from speck.tensor.pyutils import Metadata
+from speck.tensor.settings import TRACEMETA
+from speck.uop import Ops, UOp
+from speck.uop.uop import register_service
+
+# graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node)
+node_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
+# its backing dict keyed by weak references (CPython's `.data`; a UOp's weak reference exists already): the per-op
+# check and the scheduler look keys up without the WeakKeyDictionary's Python frames
+node_metadata_data: dict[weakref.ref[UOp], Metadata] = node_metadata.data  # type: ignore[attr-defined]
+_ref = weakref.ref
+
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_NN = _PKG + "nn" + os.sep
+_BACKWARD_FILES = ("autograd.py", "gradient.py")
+# code object -> (inside speck.tensor's op modules, a public method name or None, a backward module)
+_CODE_INFO: dict[CodeType, tuple[bool, str | None, bool]] = {}
+
+
+def _code_info(code: CodeType) -> tuple[bool, str | None, bool]:
+    if (info := _CODE_INFO.get(code)) is None:
+        fn, name = code.co_filename, code.co_name
+        inside = fn.startswith(_PKG) and not fn.startswith(_NN)
+        public = not name.startswith("_") or (name.startswith("__") and name.endswith("__") and name != "__init__")
+        info = _CODE_INFO[code] = (inside, name if inside and public and name != "<lambda>" else None,
+                                   fn.endswith(_BACKWARD_FILES))  # fmt: skip
+    return info
+
+
+def _shared_constant(u: UOp) -> bool:
+    """A constant seen through views: hash-consing shares such nodes among all graphs using the value, so they
+    belong to no one op."""
+    while u.op in _VIEWS and u.src:
+        u = u.src[0]
+    return u.op in (Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER)
+
+
+_VIEWS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
+
+
+def record(u: UOp) -> None:
+    """Remember which Tensor op (the outermost one on the stack) made u."""
+    level = TRACEMETA.value
+    if not level or type(u) is not UOp or _ref(u) in node_metadata_data or _shared_constant(u):
+        return
+    f: Any = sys._getframe(2)
+    name, backward = None, False
+    while f is not None:
+        inside, public, bw = _code_info(f.f_code)
+        if not inside:
+            break
+        name, backward = public or name, backward or bw
+        f = f.f_back
+    if name is None:
+        return
+    caller = f"{f.f_code.co_filename}:{f.f_lineno}" if level >= 2 and f is not None else ""
+    node_metadata[u] = Metadata(name, caller, backward)
+
+
+def mark_backward(forward: UOp, grads: list[UOp]) -> None:
+    """Name the nodes a gradient rule of `forward` just built (those with no op of their own yet) after forward's
+    op, marked backward."""
+    if (m := node_metadata_data.get(_ref(forward))) is None or not TRACEMETA.value:
+        return
+    bw = Metadata(m.name, m.caller, True)
+    for g in grads:
+        for n in g.toposort(gate=lambda x: _ref(x) not in node_metadata_data and x.op is not Ops.BUFFER):
+            if _ref(n) not in node_metadata_data and not _shared_constant(n):
+                node_metadata[n] = bw
+
+
+def _uop_buffer(buf: UOp) -> Any:
+    from speck.tensor.realize import get_buffer
+
+    return get_buffer(buf)
+
+
+register_service("uop_buffer", _uop_buffer)

@@ -1,0 +1,108 @@
+"""Tensor.from_url: a DISK tensor over the downloaded (cached) file; served locally (file:// and a loopback
+http.server in a thread), never from the internet."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import pathlib
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, dtypes
+
+RNG = np.random.default_rng(2)
+
+
+@pytest.fixture
+def cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(root))
+    return root
+
+
+class _Server:
+    """A loopback HTTP server in a daemon thread serving `files` (path -> bytes), counting the GETs."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files, self.gets = files, 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.gets += 1
+                body = owner.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    s = _Server({})
+    yield s
+    s.close()
+
+
+def test_from_url_http_downloads_into_the_cache_once(cache: pathlib.Path, server: _Server) -> None:
+    data = RNG.integers(0, 256, 1000, dtype=np.uint8)
+    server.files["/blob.bin"] = data.tobytes()
+    t = Tensor.from_url(server.base + "/blob.bin")
+    assert str(t.device).startswith("DISK:") and t.dtype == dtypes.uint8 and t.shape == (1000,)
+    assert str(cache) in str(t.device)  # the file lives in the download cache
+    np.testing.assert_array_equal(t.to("CPU").numpy(), data)
+    t2 = Tensor.from_url(server.base + "/blob.bin")
+    np.testing.assert_array_equal(t2.to("CPU").numpy(), data)
+    assert server.gets == 1  # the second call read the cache
+
+
+def test_from_url_gunzip_and_dtype(cache: pathlib.Path, server: _Server) -> None:
+    vals = RNG.standard_normal(64).astype(np.float32)
+    server.files["/w.gz"] = gzip.compress(vals.tobytes())
+    t = Tensor.from_url(server.base + "/w.gz", gunzip=True, dtype=dtypes.float32)
+    assert t.shape == (64,) and t.dtype == dtypes.float32
+    np.testing.assert_array_equal(t.to("CPU").numpy(), vals)
+
+
+def test_from_url_file_url(tmp_path: pathlib.Path, cache: pathlib.Path) -> None:
+    data = RNG.integers(0, 256, 77, dtype=np.uint8)
+    f = tmp_path / "local.bin"
+    f.write_bytes(data.tobytes())
+    t = Tensor.from_url(f"file://{f}")
+    assert str(t.device).startswith("DISK:")
+    np.testing.assert_array_equal(t[10:20].to("CPU").numpy(), data[10:20])
+    gz = tmp_path / "local.bin.gz"
+    gz.write_bytes(gzip.compress(data.tobytes()))
+    tg = Tensor.from_url(f"file://{gz}", gunzip=True)
+    np.testing.assert_array_equal(tg.to("CPU").numpy(), data)
+
+
+def test_from_url_errors(tmp_path: pathlib.Path, cache: pathlib.Path, server: _Server) -> None:
+    with pytest.raises(ConnectionError, match="missing"):
+        Tensor.from_url(server.base + "/missing")
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(ValueError, match="gzip"):
+        Tensor.from_url(f"file://{bad}", gunzip=True)
+    with pytest.raises(FileNotFoundError, match="nothere"):
+        Tensor.from_url(f"file://{tmp_path}/nothere.gz", gunzip=True)

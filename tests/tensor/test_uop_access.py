@@ -1,0 +1,103 @@
+"""What a tinygrad user reads on `t.uop` (base, device, is_realized, buffer, realized, shape, dtype) and the Tensor
+ops a ScheduleItem names in `.metadata`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Context, Tensor, dtypes
+from speck.tensor.helpers import Metadata
+from speck.uop import Ops, UOp
+
+RNG = np.random.default_rng(5)
+
+
+def test_realized_tensor_exposes_its_buffer() -> None:
+    a = RNG.standard_normal((3, 4)).astype(np.float32)
+    t = (Tensor(a) * 2).realize()
+    u = t.uop
+    assert u.is_realized and u.base.op is Ops.BUFFER
+    assert u.shape == (3, 4) and u.dtype == dtypes.float32 and u.device == t.device
+    np.testing.assert_array_equal(u.buffer.numpy().reshape(3, 4), a * 2)
+    assert bytes(u.buffer.as_buffer()) == (a * 2).tobytes()
+    assert u.realized is u.buffer
+
+
+def test_pending_computation_is_not_realized() -> None:
+    t = Tensor(RNG.standard_normal(5).astype(np.float32)) + 1
+    assert not t.uop.is_realized and t.uop.realized is None
+    assert t.uop.device == t.device  # read from the buffer the graph reads
+    with pytest.raises(RuntimeError, match="not realized"):
+        _ = t.uop.buffer
+    t.realize()
+    assert t.uop.is_realized and t.uop.realized is not None
+
+
+def test_view_shares_base_with_its_buffer() -> None:
+    t = Tensor(np.arange(12, dtype=np.int32)).realize()
+    v = t.reshape(3, 4).permute(1, 0)[1:3]
+    assert v.uop.base is t.uop.base and v.uop.is_realized
+    assert v.uop.shape == (2, 3) and v.uop.base.shape == (12,)
+    np.testing.assert_array_equal(v.uop.buffer.numpy(), np.arange(12))  # the whole buffer, not the view
+
+
+def test_device_of_graphs() -> None:
+    assert UOp.const(dtypes.int32, 3).device is None  # a graph naming no device
+    t = Tensor.full((2,), 3.0, device="CPU:1") * 2
+    assert t.uop.device == t.device == "CPU:1"
+    moved = Tensor(np.ones(3, np.float32)).to("CPU:1")
+    assert moved.uop.device == "CPU:1"  # a copy's target, not its source's device
+
+
+def test_schedule_item_metadata_names_the_fused_ops() -> None:
+    x = Tensor(RNG.standard_normal(8).astype(np.float32)).realize()
+    (si,) = (x.relu() * 2).schedule()
+    names = [m.name for m in si.metadata]
+    assert names == ["relu", "__mul__"]  # relu's own maximum/where are not listed: the outermost op names them
+    assert all(isinstance(m, Metadata) and not m.backward and m.caller == "" for m in si.metadata)
+
+
+def test_schedule_metadata_per_kernel() -> None:
+    x = Tensor(RNG.standard_normal((4, 4)).astype(np.float32)).realize()
+    s = (x.exp().sum(1, keepdim=True) + x).contiguous().softmax()
+    items = s.schedule()
+    assert len(items) >= 2
+    assert {m.name for m in items[0].metadata} >= {"exp", "sum"}
+    assert any("softmax" in {m.name for m in it.metadata} for it in items)
+    assert all("softmax" not in {m.name for m in it.metadata} for it in items[:1])
+
+
+def test_backward_kernels_are_marked() -> None:
+    x = Tensor(RNG.standard_normal(6).astype(np.float32), requires_grad=True)
+    (x * x).sum().backward()
+    assert x.grad is not None
+    metas = [m for it in x.grad.schedule() for m in it.metadata]
+    assert metas and any(m.backward for m in metas)
+
+
+def test_tracemeta_levels() -> None:
+    x = Tensor(RNG.standard_normal(5).astype(np.float32)).realize()
+    with Context(TRACEMETA=0):
+        assert (x.sqrt() + 7).schedule()[0].metadata == ()
+    with Context(TRACEMETA=2):
+        (si,) = (x.sin() - 3).schedule()
+    assert [m.name for m in si.metadata] == ["sin", "__sub__"]
+    assert all(m.caller.startswith(__file__) and m.caller.rsplit(":", 1)[1].isdigit() for m in si.metadata)
+
+
+def test_copy_items_have_empty_metadata() -> None:
+    x = Tensor(np.arange(4, dtype=np.float32), device="CPU").realize()
+    (item,) = x.to("CPU:1").schedule()
+    assert item.ast is None and item.metadata == ()
+
+
+def test_shared_constants_do_not_carry_another_ops_name() -> None:
+    """Constants are hash-consed across graphs: the 0 that another live graph's op made must not name relu's
+    kernel."""
+    other = Tensor(RNG.standard_normal(8).astype(np.float32))
+    keep = other.maximum(0.0)  # alive during the test: its graph holds the shared constant 0
+    x = Tensor(RNG.standard_normal(8).astype(np.float32)).realize()
+    (si,) = (x.relu() * 2).schedule()
+    assert [m.name for m in si.metadata] == ["relu", "__mul__"]
+    assert keep.shape == (8,)
