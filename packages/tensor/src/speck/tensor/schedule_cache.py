@@ -133,7 +133,8 @@ def schedule_with_cache(
             return ~made[b]
 
         recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items)
-        out_ref = ref(out_buf)
-        if ok and sched.items:
-            _schedule_cache[found[0]] = Plan(recipe, tuple(specs), out_ref, view.shape)
+        if ok and sched.items:  # (out_buf is a BUFFER when ok: a view of a view is not planned)
+            out_ref = ref(out_buf)
+            if ok:
+                _schedule_cache[found[0]] = Plan(recipe, tuple(specs), out_ref, view.shape)
     return sched.items, view
