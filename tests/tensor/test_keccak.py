@@ -140,3 +140,32 @@ def test_keccak_bad_cfg_is_value_error(cfg: object) -> None:
 def test_keccak_0d_is_value_error() -> None:
     with pytest.raises(ValueError, match="at least 1 dim"):
         Tensor(np.uint8(3)).keccak()
+
+
+def _tree_hash(data: bytes, chunk: int = 1024) -> bytes:
+    """Tensor.hash's tree with hashlib: shake_128 of zero-padded chunks, level by level, then of root and length."""
+    level = data
+    while True:
+        k = max(1, -(-len(level) // chunk))
+        level += bytes(k * chunk - len(level))
+        level = b"".join(hashlib.shake_128(level[i * chunk : (i + 1) * chunk]).digest(16) for i in range(k))
+        if k == 1:
+            return hashlib.shake_128(level + len(data).to_bytes(8, "little")).digest(16)
+
+
+@pytest.mark.parametrize("n", [0, 5, 2500])  # empty, one chunk, three chunks (two levels)
+def test_hash_is_the_tree_hash_of_the_bytes(n: int) -> None:
+    a = RNG.standard_normal(n).astype(np.float32)
+    h = Tensor(a).hash()
+    assert h.dtype == dtypes.uint8 and h.shape == (16,)
+    assert h.numpy().tobytes() == _tree_hash(a.tobytes())
+
+
+def test_hash_depends_on_bytes_and_length_only() -> None:
+    a = RNG.integers(0, 256, 40, dtype=np.uint8)
+    h = Tensor(a).hash().numpy()
+    assert (Tensor(a.view(np.int32).reshape(2, 5)).hash().numpy() == h).all()  # same bytes, other dtype and shape
+    b = a.copy()
+    b[17] ^= 1
+    assert (Tensor(b).hash().numpy() != h).any()
+    assert (Tensor(np.concatenate([a, np.zeros(8, np.uint8)])).hash().numpy() != h).any()  # zero padding differs

@@ -200,3 +200,30 @@ def keccak(t: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
         outs.append(state.bitcast(dtypes.uint8)[..., :rate])
     out = outs[0].cat(*outs[1:], dim=-1) if len(outs) > 1 else outs[0]
     return out[..., :digest]
+
+
+HASH_CHUNK = 1024  # bytes per leaf of Tensor.hash's tree: 7 shake_128 blocks, so one level is 7 * 25 round kernels
+
+
+def tensor_hash(t: Tensor) -> Tensor:
+    """A 16-byte tree hash of t's bytes (row-major, little-endian), as uint8: the bytes, zero-padded to whole
+    HASH_CHUNK-byte chunks, are hashed chunk by chunk with shake_128 (16-byte digests, every chunk of a level at once);
+    the concatenated digests are the next level, until one digest is left; the result is shake_128 of that digest and
+    the byte count (8 bytes, little-endian), so zero-padding never makes two lengths hash alike."""
+    from speck.tensor.hook import Tensor
+
+    data = t.contiguous().flatten()
+    if data.dtype != dtypes.uint8:
+        data = data.bitcast(dtypes.uint8)
+    nbytes = as_int(data.shape[0])
+    level = data
+    while True:
+        n = as_int(level.shape[0])
+        chunks = max(1, -(-n // HASH_CHUNK))
+        if chunks * HASH_CHUNK != n:
+            level = level.pad(((0, chunks * HASH_CHUNK - n),))
+        level = level.reshape(chunks, HASH_CHUNK).keccak("shake_128").flatten()
+        if chunks == 1:
+            break
+    length = Tensor(np.frombuffer(nbytes.to_bytes(8, "little"), np.uint8).copy(), device=level.device)
+    return level.cat(length).keccak("shake_128")

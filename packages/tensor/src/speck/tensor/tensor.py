@@ -674,6 +674,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         return keccak(self, cfg)
 
+    def hash(self) -> Tensor:
+        """A 16-byte (uint8) tree hash of the whole tensor's bytes (see speck.tensor.keccak.tensor_hash)."""
+        from speck.tensor.keccak import tensor_hash
+
+        return tensor_hash(self)
+
     def replace(self, x: Tensor) -> Tensor:
         if x.shape != self.shape:
             raise TensorAssertionError(f"replace: shape {x.shape} does not match {self.shape}")
