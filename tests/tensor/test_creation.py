@@ -154,6 +154,19 @@ def test_debug_output_lines(capsys: pytest.CaptureFixture[str]) -> None:
     assert GlobalCounters.mem_used >= 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("device", ["CPU", "CPU:X86"])
+def test_debug_4_prints_the_source_and_7_the_machine_code(capsys: pytest.CaptureFixture[str], device: str) -> None:
+    a = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    mnemonics = ("vmulss", "vfmadd", "mulss", "vmulps", "mulps")  # the multiply, as machine code
+    with Context(DEBUG=4):
+        (a * 5 - 2).realize()  # a new kernel: compiled here, so its source is printed
+    out = capsys.readouterr().out
+    assert "5" in out and not any(w in out for w in mnemonics)
+    with Context(DEBUG=7):
+        (a * 7 - 3).realize()
+    assert any(w in capsys.readouterr().out for w in mnemonics)
+
+
 def test_errors_leave_tensors_usable() -> None:
     t = Tensor([1, 2, 3])
     with pytest.raises(RuntimeError, match="unknown dtype"):

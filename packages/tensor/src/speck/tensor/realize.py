@@ -159,7 +159,11 @@ def _compile(ast: UOp, device: str) -> Any:
     if DEBUG >= 3:
         print(ast)
     if DEBUG >= 4 and isinstance(prog, _CompiledProgram):
-        print(prog.spec.src)
+        print(prog.spec.src)  # the program source (C, LLVM IR, or the x86 backend's program text)
+        if DEBUG >= 7 and prog.spec.lib is not None:  # the machine code, from the device's compiler
+            from speck.hcq import Device
+
+            print(Device[device].compiler.disassemble(prog.spec.lib))
     _program_cache[key] = prog
     return prog
 
