@@ -11,6 +11,7 @@ expensive work): the x86 backend falls back to LLVM for forms it does not select
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable
@@ -154,17 +155,18 @@ def _clang_compiler() -> Compiler:
     return ClangCompiler()
 
 
+# The x86 backend's modules are loaded by name, like a plugin's: its compiler looks its fallback up in this registry
+# (a kernel it refuses late, while selecting, compiles on LLVM), so the registry must not import them.
 def _x86_renderer() -> Renderer:
-    from speck.codegen.x86.renderer import X86Renderer
-
-    # fused multiply-add as on the LLVM path (FP_CONTRACT=1 by default): about 1.5x on convolutions and matmuls
-    return X86Renderer(fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0"))
+    renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
+        fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0")  # fused multiply-add, as the LLVM path
+    )
+    return renderer
 
 
 def _x86_compiler() -> Compiler:
-    from speck.codegen.x86.compiler import X86Compiler
-
-    return X86Compiler()
+    compiler: Compiler = importlib.import_module("speck.codegen.x86.compiler").X86Compiler()
+    return compiler
 
 
 def _python_renderer() -> Renderer:

@@ -23,16 +23,18 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speck.tensor import schedule
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
-from speck.tensor.tensor import Tensor
 from speck.uop import Context, Ops, UOp
 from speck.uop.helpers import prod
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
 
 
 class _PlaceholderStorage:
@@ -84,6 +86,8 @@ class Function:
 def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
     """A hashable key of the arguments' structure: tensors by (position, shape, dtype, device), collecting them
     into `inputs` in order (each once); other values by value when hashable, else by identity."""
+    from speck.tensor.hook import Tensor
+
     if isinstance(x, Tensor):
         if id(x) not in seen:
             seen[id(x)] = len(inputs)
@@ -113,6 +117,8 @@ class _Capture:
     """The body traced once for one input signature: its outputs over placeholder views of the inputs."""
 
     def __init__(self, f: Function, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> None:
+        from speck.tensor.hook import Tensor
+
         start = next(schedule._unique_counter)  # buffers made from here on are the body's own
         self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
         for k, t in enumerate(inputs):
@@ -158,6 +164,8 @@ class _Capture:
                                 "to capture them as implicit inputs")  # fmt: skip
 
     def __call__(self, inputs: list[Tensor]) -> Any:
+        from speck.tensor.hook import Tensor
+
         mapping: dict[UOp, UOp] = {}
         for (buf, view), t in zip(self.views, inputs):
             mapping[view] = t.uop
@@ -174,6 +182,7 @@ def callify(*tensors: Tensor) -> None:
     """Turn the pending computation of `tensors` into one self-contained call: a Function (precompiled: each output
     in a buffer of its own) over the buffers the graphs read, called once on them; the tensors are rewired to the
     call's outputs. Values and dtypes stay as they were; realized tensors are left alone."""
+    from speck.tensor.hook import Tensor
     from speck.tensor.multi import MultiUOp
 
     pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
@@ -222,6 +231,8 @@ def _describe_value(x: Any) -> str:
 
 def _describe_buffer(buf: UOp, fn: Callable[..., Any]) -> str:
     """A buffer the body read, named after the closure variables and globals of fn whose tensors hold it."""
+    from speck.tensor.hook import Tensor
+
     names: list[str] = []
     code = getattr(fn, "__code__", None)
     candidates: list[tuple[str, Any]] = []

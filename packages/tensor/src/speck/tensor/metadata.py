@@ -16,7 +16,6 @@ from typing import Any
 from speck.tensor.pyutils import Metadata
 from speck.tensor.settings import TRACEMETA
 from speck.uop import Ops, UOp
-from speck.uop.uop import register_service
 
 # graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node)
 node_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
@@ -82,12 +81,3 @@ def mark_backward(forward: UOp, grads: list[UOp]) -> None:
         for n in g.toposort(gate=lambda x: _ref(x) not in node_metadata_data and x.op is not Ops.BUFFER):
             if _ref(n) not in node_metadata_data and not _shared_constant(n):
                 node_metadata[n] = bw
-
-
-def _uop_buffer(buf: UOp) -> Any:
-    from speck.tensor.realize import get_buffer
-
-    return get_buffer(buf)
-
-
-register_service("uop_buffer", _uop_buffer)

@@ -34,6 +34,7 @@ from speck.tensor.schedule_cache import Plan, cached_plan, schedule_with_cache
 from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
 from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
 from speck.uop.helpers import prod
+from speck.uop.uop import register_service
 
 
 # ---------------- buffers ----------------
@@ -58,6 +59,7 @@ def get_buffer(buf: UOp) -> Any:
 
 
 _Buffer: Any = None  # speck.hcq.Buffer, imported on first use (a function-level import costs on every call)
+register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
 
 
 def _disk_options(device: str) -> Any:
