@@ -559,17 +559,36 @@ def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
 # ---------------- copies between devices ----------------
 # A copy from one device to another is a command on the destination's HCQ copy engine, run on that engine's own
 # thread (a memmove without the GIL on CPU devices), so it overlaps with the kernels the schedule runs next on
-# this thread. It waits on the source device's timelines (the work that produced its data); a kernel, a replayed
-# call or a host read that needs the copied buffer waits on the copy engine's timeline for it. Every schedule and
+# this thread. It waits for the work that produced its data (the source device's kernels, copies into the source's
+# memory); a kernel, a replayed call or a host read that needs the copied memory waits on the copy engine's timeline
+# for it (any copy in flight that writes part of it: _copies_into). Every schedule and
 # TinyJit replay ends with its copies complete, so nothing outlives the call that started it.
-_inflight: dict[UOp, tuple[Any, int]] = {}  # destination BUFFER -> (copy engine's timeline signal, value)
+_inflight: dict[UOp, tuple[Any, int, UOp, int, int]] = {}  # destination BUFFER -> (copy engine's timeline signal,
+# value, and the memory the copy writes as _extent gives it)
+
+
+def _extent(b: UOp) -> tuple[UOp, int, int]:
+    """(root BUFFER, first element, end) of the memory BUFFER b names: a region of another buffer's (an allreduce's
+    chunks, schedule.view_buffer_uop), or all of its own."""
+    lo, n = 0, int(b.arg)
+    while (region := buffer_views.get(b)) is not None:
+        b, off = region
+        lo += off
+    return b, lo, lo + n
+
+
+def _copies_into(bufs: Sequence[UOp]) -> list[UOp]:
+    """The destinations of copies in flight that write memory of any of `bufs` (the same buffer, a region of it, or
+    a buffer it is a region of)."""
+    ext = [_extent(b) for b in bufs]
+    return [d for d, (_, _, root, lo, hi) in _inflight.items() if any(r is root and a < hi and lo < e for r, a, e in ext)]
 
 
 def wait_copies(bufs: Sequence[UOp] | None = None) -> None:
     """Wait for the copies in flight into `bufs` (every copy when None)."""
-    for b in list(_inflight) if bufs is None else bufs:
+    for b in list(_inflight) if bufs is None else _copies_into(bufs):
         if (w := _inflight.pop(b, None)) is not None:
-            sig, value = w
+            sig, value = w[0], w[1]
             sig.wait(value)
             if sig.error is not None:
                 raise RuntimeError(f"a copy into {b.src[1].arg} failed: {sig.error}") from sig.error
@@ -582,7 +601,9 @@ def wait_copies_into(device: str) -> None:
 
 def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
     """Submit dst <- src[offset:] (elements) to dst's device's copy engine; False when the devices can't (a
-    device whose memory the host can't map, DISK)."""
+    device whose memory the host can't map, DISK). The copy waits for the source device's kernels and for the
+    copies in flight into the source's memory only: waiting for all the source device's copies would chain the
+    copies of one ring step one after another (each device receives while it sends)."""
     sdev, ddev = sb.dev, db.dev
     if not (sdev.backend_name and ddev.backend_name and sdev.host_visible == ddev.host_visible):
         return False
@@ -590,19 +611,16 @@ def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
     sb.ensure_allocated()
     db.ensure_allocated()
     view = sb if offset == 0 and sb.nbytes == nbytes else sb.view(int(dst.arg), sb.dtype, offset * src.dtype.itemsize)
-    if dst in _inflight:
-        wait_copies((dst,))
     q = ddev.hw_queue("copy")
-    for eng in sdev.engines.values():  # the work that produced the source (a copy into it included)
-        if eng.timeline.mem[0] < eng.submitted:
-            q.wait(eng.timeline, eng.submitted)
+    eng = sdev.engines["compute"]
+    if eng.timeline.mem[0] < eng.submitted:
+        q.wait(eng.timeline, eng.submitted)
+    if _inflight:
+        for d in _copies_into((src,)):
+            q.wait(_inflight[d][0], _inflight[d][1])
     engine = ddev.engines["copy"]
     q.copy(db, view, nbytes).submit(ddev, background=True)
-    done = (engine.timeline, engine.submitted)
-    b: UOp | None = dst
-    while b is not None:  # a copy into a region of a buffer: readers of the whole buffer wait for it too
-        _inflight[b] = done
-        b = buffer_views[b][0] if b in buffer_views else None
+    _inflight[dst] = (engine.timeline, engine.submitted, *_extent(dst))
     return True
 
 
