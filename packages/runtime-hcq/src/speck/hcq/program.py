@@ -60,7 +60,8 @@ class Program:
     """A kernel loaded on a device. Call it with Buffers: `prog(*bufs, global_size=(n, 1, 1), vals=(v0, ...),
     wait=True)` validates the arguments (count, device, dtype, size - raising ProgramArgumentError naming them,
     before touching any memory), submits one exec command to the device's compute engine and, with `wait`,
-    waits for that engine (not for the device's copy engine) and returns the elapsed seconds. `raw_args` gives the argument tuple an HWQueue.exec takes."""
+    waits for that engine (not for the device's copy engine) and returns the elapsed seconds. `raw_args` gives the
+    argument tuple an HWQueue.exec takes."""
 
     def __init__(
         self,

@@ -581,7 +581,8 @@ def _copies_into(bufs: Sequence[UOp]) -> list[UOp]:
     """The destinations of copies in flight that write memory of any of `bufs` (the same buffer, a region of it, or
     a buffer it is a region of)."""
     ext = [_extent(b) for b in bufs]
-    return [d for d, (_, _, root, lo, hi) in _inflight.items() if any(r is root and a < hi and lo < e for r, a, e in ext)]
+    return [d for d, (_, _, root, lo, hi) in _inflight.items()
+            if any(r is root and a < hi and lo < e for r, a, e in ext)]  # fmt: skip
 
 
 def wait_copies(bufs: Sequence[UOp] | None = None) -> None:
