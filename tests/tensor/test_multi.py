@@ -350,3 +350,29 @@ def test_kernel_reading_a_region_waits_for_the_copy_into_its_base() -> None:
     finally:
         realize_mod._inflight.clear()
         realize_mod._inflight.update(saved)
+
+
+def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a schedule over several CPU devices queues each kernel on its device's compute engine (run by that engine's
+    # thread, beside the other devices' kernels and the copies) instead of running them one by one on this thread
+    import threading
+
+    from speck.hcq.cpu import CPUProgram
+
+    seen: list[tuple[str, str]] = []
+    launch = CPUProgram.launch
+
+    def spy(self: CPUProgram, *args: object) -> None:
+        seen.append((self.device.name, threading.current_thread().name))
+        launch(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CPUProgram, "launch", spy)
+    a = _np((4, 4096), seed=3)
+    x = _sharded(a, CPU4, 0)
+    seen.clear()
+    with Context(RING=2, ALL2ALL=0):
+        s = x.sum(0).realize()
+    np.testing.assert_allclose(s.numpy(), a.sum(0), rtol=1e-5, atol=1e-6)
+    assert len(seen) == 4 * 3  # the reduce-scatter's adds
+    assert {d for d, _ in seen} == set(CPU4)
+    assert all(t.startswith(f"hcq-{d}:compute") for d, t in seen), seen
