@@ -647,9 +647,9 @@ _inflight: dict[UOp, tuple[Any, int, UOp, int, int]] = {}  # destination BUFFER 
 
 
 def _extent(b: UOp) -> tuple[UOp, int, int]:
-    """(root BUFFER, first element, end) of the memory BUFFER b names: a region of another buffer's (an allreduce's
-    chunks, schedule.view_buffer_uop), or all of its own."""
-    lo, n = 0, int(b.arg)
+    """(root BUFFER, first byte, end byte) of the memory BUFFER b names: a region of another buffer's (an
+    allreduce's chunks, schedule.view_buffer_uop), or all of its own."""
+    lo, n = 0, int(b.arg) * b.dtype.itemsize
     while (region := buffer_views.get(b)) is not None:
         b, off = region
         lo += off
