@@ -117,3 +117,52 @@ def test_small_kernels_stay_on_the_calling_thread(cpu: CPUDevice) -> None:
     assert cpu.choose_threads(prog, small) is None
     prog.est_flops = 10  # estimates win over buffer sizes
     assert cpu.choose_threads(prog, big) == 1
+
+
+def test_waited_kernel_does_not_wait_for_the_devices_copies(progs: dict[str, CPUProgram]) -> None:
+    # prog(wait=True) waits for the compute engine only: a copy of a later allreduce step queued on the device's
+    # copy engine (blocked on a gate here) must not hold a kernel of this step back
+    import threading
+
+    from speck.hcq.signal import Signal
+
+    dev = Device["CPU"]
+    a = np.arange(64, dtype=np.float32)
+    A, O = fresh(dev, a), Buffer("CPU", 64, np.float32)
+    gate = Signal(0, name="gate")
+    dev.hw_queue("copy").wait(gate, 1).submit(dev, background=True)
+    release = threading.Timer(60.0, gate.set, (1,))  # (only so that a wrong implementation fails instead of hanging)
+    release.start()
+    try:
+        progs["scale"](O, A, global_size=(64, 1, 1), vals=(2,), wait=True)
+        assert gate.value == 0, "the kernel waited for the copy engine"
+    finally:
+        release.cancel()
+        gate.set(1)
+        dev.synchronize()
+    np.testing.assert_array_equal(O.numpy(), a * 2 + np.arange(64, dtype=np.float32))
+
+
+def test_cpu_devices_share_one_core_budget() -> None:
+    # every CPU device launches on the one shared pool: two devices launching at once from two threads never run
+    # more slices at a time than one launch's thread count (the second launch waits for the pool)
+    import threading
+    import time
+
+    assert Device["CPU"].pool is Device["CPU:1"].pool is POOL
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def fn(start: int, end: int) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.002)  # (holds the slice so that launches from the two threads would overlap if they could)
+        with lock:
+            running[0] -= 1
+
+    threads = [threading.Thread(target=POOL.run, args=(fn, (), 8, 2)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] == 2

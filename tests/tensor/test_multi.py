@@ -295,3 +295,84 @@ def test_copies_run_on_the_destination_copy_engine() -> None:
     assert engine.submitted == before + 1  # CPU -> CPU:1 went through CPU:1's copy queue
     assert engine.idle and not realize_mod._inflight  # the schedule ended with its copies complete
     np.testing.assert_allclose(out.numpy(), a.sum(0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_kernel_count_all_gather_copies_in_place(n: int) -> None:
+    # each device's partial sum of its rows (one kernel), then reduce-scatter: one add kernel per received chunk;
+    # all-gather: copies straight into the result's regions, no kernel (kernel_count counts the copies too)
+    devs = ("NULL", *(f"NULL:{i}" for i in range(1, n)))
+    x = Tensor.empty(2 * n, 1000, device="NULL").shard(devs, 0).realize()
+    with Context(RING=2, ALL2ALL=0), assert_kernel_count(n + n * (n - 1) + 2 * n * (n - 1)):
+        x.sum(0).realize()
+
+
+def test_copy_waits_for_its_source_not_for_other_copies_into_the_source_device() -> None:
+    # a ring step has every device receive while it sends: a copy out of CPU:2 must not wait for CPU:2's copy
+    # engine (blocked here on a gate) unless a copy into the memory it reads is in flight there
+    import threading
+
+    from speck.hcq.signal import Signal
+
+    a = _np((64,))
+    src = Tensor(a, device="CPU:2").realize()
+    gate, dev = Signal(0, name="gate"), Device["CPU:2"]
+    dev.hw_queue("copy").wait(gate, 1).submit(dev, background=True)
+    release = threading.Timer(60.0, gate.set, (1,))  # (only so that a wrong implementation fails instead of hanging)
+    release.start()
+    try:
+        got = src.to("CPU:3").numpy()
+        assert gate.value == 0, "the copy waited for an unrelated copy on its source device's copy engine"
+    finally:
+        release.cancel()
+        gate.set(1)
+        dev.synchronize()
+    np.testing.assert_array_equal(got, a)
+
+
+def test_kernel_reading_a_region_waits_for_the_copy_into_its_base() -> None:
+    # in-flight copies are matched by the memory they write: a whole buffer overlaps each of its regions
+    from speck.tensor.schedule import new_buffer_uop, view_buffer_uop
+
+    whole = new_buffer_uop("CPU:1", 8, dtypes.float32)
+    lo, hi = view_buffer_uop(whole, 0, 4), view_buffer_uop(whole, 4, 4)
+    inner = view_buffer_uop(hi, 2, 2)
+    other = new_buffer_uop("CPU:1", 8, dtypes.float32)
+    saved = dict(realize_mod._inflight)
+    realize_mod._inflight.clear()
+    try:
+        realize_mod._inflight[lo] = (None, 0, *realize_mod._extent(lo))
+        assert realize_mod._copies_into([whole]) == [lo]
+        assert realize_mod._copies_into([hi, inner, other]) == []
+        realize_mod._inflight.clear()
+        realize_mod._inflight[whole] = (None, 0, *realize_mod._extent(whole))
+        assert realize_mod._copies_into([inner]) == [whole] and realize_mod._copies_into([other]) == []
+    finally:
+        realize_mod._inflight.clear()
+        realize_mod._inflight.update(saved)
+
+
+def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a schedule over several CPU devices queues each kernel on its device's compute engine (run by that engine's
+    # thread, beside the other devices' kernels and the copies) instead of running them one by one on this thread
+    import threading
+
+    from speck.hcq.cpu import CPUProgram
+
+    seen: list[tuple[str, str]] = []
+    launch = CPUProgram.launch
+
+    def spy(self: CPUProgram, *args: object) -> None:
+        seen.append((self.device.name, threading.current_thread().name))
+        launch(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CPUProgram, "launch", spy)
+    a = _np((4, 4096), seed=3)
+    x = _sharded(a, CPU4, 0)
+    seen.clear()
+    with Context(RING=2, ALL2ALL=0):
+        s = x.sum(0).realize()
+    np.testing.assert_allclose(s.numpy(), a.sum(0), rtol=1e-5, atol=1e-6)
+    assert len(seen) == 4 * 3  # the reduce-scatter's adds
+    assert {d for d, _ in seen} == set(CPU4)
+    assert all(t.startswith(f"hcq-{d}:compute") for d, t in seen), seen

@@ -60,7 +60,8 @@ class Program:
     """A kernel loaded on a device. Call it with Buffers: `prog(*bufs, global_size=(n, 1, 1), vals=(v0, ...),
     wait=True)` validates the arguments (count, device, dtype, size - raising ProgramArgumentError naming them,
     before touching any memory), submits one exec command to the device's compute engine and, with `wait`,
-    synchronizes and returns the elapsed seconds. `raw_args` gives the argument tuple an HWQueue.exec takes."""
+    waits for that engine (not for the device's copy engine) and returns the elapsed seconds. `raw_args` gives the
+    argument tuple an HWQueue.exec takes."""
 
     def __init__(
         self,
@@ -205,8 +206,14 @@ class Program:
             self._engine.submit([(EXEC, self, args, gs, threads)])
             return None
         t0 = time.perf_counter()
-        self._engine.submit([(EXEC, self, args, gs, threads)])
-        dev.synchronize()
+        eng = self._engine
+        eng.submit([(EXEC, self, args, gs, threads)])
+        # this kernel's completion, not the device's copies in flight (they order through their own signals: a
+        # kernel of one step of an allreduce must not wait for the next step's copy into the same device)
+        if eng.timeline.mem[0] < eng.submitted:
+            eng.timeline.wait(eng.submitted)
+        if eng.error is not None:
+            dev.synchronize()  # raises the latched error
         return time.perf_counter() - t0
 
     def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:

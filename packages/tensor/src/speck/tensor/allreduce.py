@@ -92,6 +92,13 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
             return on(j, copy_uop(v, devices[j], devices[i]))
         return on(j, copy_uop(on(i, v.cast(wire)), devices[j], devices[i])).cast(dtype)
 
+    def send_into(v: UOp, j: int, i: int, into: UOp) -> None:
+        """send(v, j, i) written into the BUFFER `into` on device j (a copy straight into it, without a wire dtype)."""
+        if wire is None:
+            on(j, copy_uop(v, devices[j], devices[i]), into)
+        else:
+            on(j, send(v, j, i), into)
+
     def rounded(v: UOp) -> UOp:  # what a device keeps of a value the others receive through the wire
         return v if wire is None else v.cast(wire).cast(dtype)
 
@@ -109,20 +116,27 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
         region = [[view_buffer_uop(o, lo, hi - lo) for lo, hi in bounds] for o in outs]
         if spec.algo == "ring":
             # reduce-scatter: at step s device i sends its running reduction of chunk i-s to device i+1, which adds
-            # its own piece; after N-1 steps device i holds the whole reduction of chunk i+1 (in its result)
+            # its own piece; after N-1 steps device i holds the whole reduction of chunk i+1 (in its result).
+            # all-gather: at step s device i passes the reduced chunk i+1-s on to device i+1, into its result.
+            # Each copy is scheduled right after the kernel that made what it sends, so it runs (on the receiver's
+            # copy engine) while the kernels of the other devices run; the all-gather copies wait for one another
+            # through their signals, not through this thread.
             acc = [row[:] for row in chunk]
+            got = [send(acc[i][i], (i + 1) % n, i) for i in range(n)]  # step 0's copies, by sender
             for s in range(n - 1):
-                moves = [(i, (i + 1) % n, (i - s) % n) for i in range(n)]
-                got = [send(acc[i][c], j, i) for i, j, c in moves]
-                for (_, j, c), g in zip(moves, got):
-                    last = s == n - 2
-                    acc[j][c] = on(j, rounded(g.alu(op, acc[j][c])) if last else g.alu(op, acc[j][c]),
-                                   region[j][c] if last else None)  # fmt: skip
-            # all-gather: at step s device i passes the reduced chunk i+1-s on to device i+1, into its result
-            for s in range(n - 1):
+                last, sent = s == n - 2, got[:]
+                for i in range(n):
+                    j, c = (i + 1) % n, (i - s) % n
+                    total = sent[i].alu(op, acc[j][c])
+                    acc[j][c] = on(j, rounded(total) if last else total, region[j][c] if last else None)
+                    if not last:  # j sends on what it just reduced (step s+1 moves chunk j-(s+1) = c from j)
+                        got[j] = send(acc[j][c], (j + 1) % n, j)
+                    else:  # j's chunk c = j+1 is complete: the first all-gather step passes it on
+                        send_into(region[j][c], (j + 1) % n, j, region[(j + 1) % n][c])
+            for s in range(1, n - 1):
                 for i in range(n):
                     c, j = (i + 1 - s) % n, (i + 1) % n
-                    on(j, send(region[i][c], j, i), region[j][c])
+                    send_into(region[i][c], j, i, region[j][c])
         else:  # all2all: device c reduces chunk c from every device, then sends it to every device
             recv = [[send(chunk[i][c], c, i) for i in range(n)] for c in range(n)]
             for c in range(n):

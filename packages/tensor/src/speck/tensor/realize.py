@@ -127,17 +127,33 @@ class _CompiledProgram:
             else None
         )
 
-    def run(self, bufs: Sequence[UOp], var_vals: dict[str, int]) -> float:
+    def _launch(self, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(global size, variable values) of a launch."""
         gs = self.static_gs
-        vals: tuple[int, ...] = ()
-        if gs is None:
-            from speck.uop.symbolic import sym_infer
+        if gs is not None:
+            return gs, ()
+        from speck.uop.symbolic import sym_infer
 
-            gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
-            vals = tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
+        gs = tuple(int(sym_infer(g, var_vals)) if isinstance(g, UOp) else int(g) for g in self.spec.global_size)
+        return gs, tuple(var_vals[v.arg[0]] if isinstance(v, UOp) else var_vals[v[0]] for v in self.spec.vars)
+
+    def run(self, bufs: Sequence[UOp], var_vals: dict[str, int]) -> float:
+        gs, vals = self._launch(var_vals)
         # (an hcq program call gives buffers without memory their memory)
         t = self.prog(*[get_buffer(bufs[s]) for s in self.slots], global_size=gs, vals=vals, wait=True)
         return float(t) if t is not None else 0.0
+
+    def submit(self, bufs: Sequence[UOp], var_vals: dict[str, int], waits: Sequence[tuple[Any, int]]) -> None:
+        """Queue the kernel on its device's compute engine thread after the signals `waits` (copies into its
+        buffers) without waiting for it: a schedule over several devices runs their kernels side by side."""
+        gs, vals = self._launch(var_vals)
+        prog, dev = self.prog, self.device
+        hb = [get_buffer(bufs[s]) for s in self.slots]
+        prog.check_args(hb, vals)
+        q = dev.hw_queue()
+        for sig, value in waits:
+            q.wait(sig, value)
+        q.exec(prog, prog.raw_args(hb, vals), gs, dev.choose_threads(prog, hb)).submit(dev, background=True)
 
 
 def _compile(ast: UOp, device: str) -> Any:
@@ -335,10 +351,13 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         if COMPILE_THREADS:
             _compile_ahead(items)
     capture = recording()
+    queued = _side_by_side(items)  # devices whose kernels this schedule queues without waiting for them
     for it in items:
         if it.ast is None:
             if capture is not None:
                 capture.append(("copy", it))
+            if queued and it.bufs[0].src[1].arg == it.bufs[1].src[1].arg:  # a copy within a device runs here
+                _wait_compute(queued)
             _run_copy(it)
             continue
         device = str(it.bufs[0].src[1].arg)  # buffer_device, inlined: this loop is the per-op hot path
@@ -349,10 +368,18 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             for b in it.bufs:  # a replay maps these buffers: have them all exist now
                 get_buffer(b)
             capture.append(("kernel", (prog, it)))
-        if _inflight:
-            wait_copies(it.bufs)
-        t0 = profile.now_ns() if profile.enabled() else 0
-        t = prog.run(it.bufs, it.var_vals)
+        t0 = 0
+        if queued is not None and type(prog) is _CompiledProgram:
+            queued.add(prog.device)
+            prog.submit(it.bufs, it.var_vals, [_inflight[d][:2] for d in _copies_into(it.bufs)] if _inflight else ())
+            t = 0.0  # (not timed: it runs on the device's engine thread while this thread goes on)
+        else:
+            if queued:  # a kernel run here reads what the queued kernels of its device write
+                _wait_compute(queued)
+            if _inflight:
+                wait_copies(it.bufs)
+            t0 = profile.now_ns() if profile.enabled() else 0
+            t = prog.run(it.bufs, it.var_vals)
         ops, mem = _cached_estimate(prog, it)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += ops
@@ -362,8 +389,60 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             profile.record("kernel", prog.name, device, t0, profile.now_ns(), ops, mem)
         if DEBUG.value >= 2:
             _debug_line(device, prog.name, len(it.bufs), t, ops, mem)
+    if queued:
+        _wait_compute(queued, raise_errors=True)
     if _inflight:
         wait_copies()
+
+
+def _side_by_side(items: list[ScheduleItem]) -> set[Any] | None:
+    """An empty set to collect devices in when the schedule's kernels should be queued on their devices' engines
+    rather than run one by one on this thread: kernels on several devices that all run on host memory (an allreduce:
+    each device's kernels then run beside the others' and beside the copies), and nothing that times each kernel
+    (DEBUG>=2, PROFILE). Else None."""
+    if DEBUG.value >= 2 or profile.enabled():
+        return None
+    first: Any = None
+    for it in items:
+        if it.ast is not None:
+            d = it.bufs[0].src[1].arg
+            if first is None:
+                first = d
+            elif d != first:
+                break
+    else:
+        return None
+    for it in items:
+        for b in it.bufs:
+            if not _host_kernel_device(str(b.src[1].arg)):
+                return None
+    return set()
+
+
+def _host_kernel_device(name: str) -> bool:
+    """name runs compiled kernels on host memory (a CPU device)."""
+    if (ok := _host_kernel_devices.get(name)) is None:
+        from speck.hcq import Device
+
+        dev = Device[name]
+        ok = _host_kernel_devices[name] = bool(dev.backend_name) and dev.host_visible and "compute" in dev.engines
+    return ok
+
+
+_host_kernel_devices: dict[str, bool] = {}
+
+
+def _wait_compute(devices: set[Any], raise_errors: bool = False) -> None:
+    """Wait until the kernels queued on `devices` (by a schedule run side by side) have run; raise_errors: a failed
+    one's error (the engine latched it), after waiting for every device."""
+    for dev in devices:
+        eng = dev.engines["compute"]
+        if eng.timeline.mem[0] < eng.submitted:
+            eng.timeline.wait(eng.submitted)
+    if raise_errors:
+        for dev in devices:
+            if dev.engines["compute"].error is not None:
+                dev.synchronize()  # raises it
 
 
 # ---------------- the warm path ----------------
@@ -561,17 +640,37 @@ def replay(kind: str, item: Any, mapping: dict[UOp, UOp]) -> None:
 # ---------------- copies between devices ----------------
 # A copy from one device to another is a command on the destination's HCQ copy engine, run on that engine's own
 # thread (a memmove without the GIL on CPU devices), so it overlaps with the kernels the schedule runs next on
-# this thread. It waits on the source device's timelines (the work that produced its data); a kernel, a replayed
-# call or a host read that needs the copied buffer waits on the copy engine's timeline for it. Every schedule and
+# this thread. It waits for the work that produced its data (the source device's kernels, copies into the source's
+# memory); a kernel, a replayed call or a host read that needs the copied memory waits on the copy engine's timeline
+# for it (any copy in flight that writes part of it: _copies_into). Every schedule and
 # TinyJit replay ends with its copies complete, so nothing outlives the call that started it.
-_inflight: dict[UOp, tuple[Any, int]] = {}  # destination BUFFER -> (copy engine's timeline signal, value)
+_inflight: dict[UOp, tuple[Any, int, UOp, int, int]] = {}  # destination BUFFER -> (copy engine's timeline signal,
+# value, and the memory the copy writes as _extent gives it)
+
+
+def _extent(b: UOp) -> tuple[UOp, int, int]:
+    """(root BUFFER, first byte, end byte) of the memory BUFFER b names: a region of another buffer's (an
+    allreduce's chunks, schedule.view_buffer_uop), or all of its own."""
+    lo, n = 0, int(b.arg) * b.dtype.itemsize
+    while (region := buffer_views.get(b)) is not None:
+        b, off = region
+        lo += off
+    return b, lo, lo + n
+
+
+def _copies_into(bufs: Sequence[UOp]) -> list[UOp]:
+    """The destinations of copies in flight that write memory of any of `bufs` (the same buffer, a region of it, or
+    a buffer it is a region of)."""
+    ext = [_extent(b) for b in bufs]
+    return [d for d, (_, _, root, lo, hi) in _inflight.items()
+            if any(r is root and a < hi and lo < e for r, a, e in ext)]  # fmt: skip
 
 
 def wait_copies(bufs: Sequence[UOp] | None = None) -> None:
     """Wait for the copies in flight into `bufs` (every copy when None)."""
-    for b in list(_inflight) if bufs is None else bufs:
+    for b in list(_inflight) if bufs is None else _copies_into(bufs):
         if (w := _inflight.pop(b, None)) is not None:
-            sig, value = w
+            sig, value = w[0], w[1]
             sig.wait(value)
             if sig.error is not None:
                 raise RuntimeError(f"a copy into {b.src[1].arg} failed: {sig.error}") from sig.error
@@ -584,7 +683,9 @@ def wait_copies_into(device: str) -> None:
 
 def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
     """Submit dst <- src[offset:] (elements) to dst's device's copy engine; False when the devices can't (a
-    device whose memory the host can't map, DISK)."""
+    device whose memory the host can't map, DISK). The copy waits for the source device's kernels and for the
+    copies in flight into the source's memory only: waiting for all the source device's copies would chain the
+    copies of one ring step one after another (each device receives while it sends)."""
     sdev, ddev = sb.dev, db.dev
     if not (sdev.backend_name and ddev.backend_name and sdev.host_visible == ddev.host_visible):
         return False
@@ -592,19 +693,16 @@ def _async_copy(dst: UOp, src: UOp, sb: Any, db: Any, offset: int) -> bool:
     sb.ensure_allocated()
     db.ensure_allocated()
     view = sb if offset == 0 and sb.nbytes == nbytes else sb.view(int(dst.arg), sb.dtype, offset * src.dtype.itemsize)
-    if dst in _inflight:
-        wait_copies((dst,))
     q = ddev.hw_queue("copy")
-    for eng in sdev.engines.values():  # the work that produced the source (a copy into it included)
+    for eng in (sdev.engines["compute"], ddev.engines["compute"]):  # kernels that write the source or may use dst
         if eng.timeline.mem[0] < eng.submitted:
             q.wait(eng.timeline, eng.submitted)
+    if _inflight:
+        for d in _copies_into((src,)):
+            q.wait(_inflight[d][0], _inflight[d][1])
     engine = ddev.engines["copy"]
     q.copy(db, view, nbytes).submit(ddev, background=True)
-    done = (engine.timeline, engine.submitted)
-    b: UOp | None = dst
-    while b is not None:  # a copy into a region of a buffer: readers of the whole buffer wait for it too
-        _inflight[b] = done
-        b = buffer_views[b][0] if b in buffer_views else None
+    _inflight[dst] = (engine.timeline, engine.submitted, *_extent(dst))
     return True
 
 
