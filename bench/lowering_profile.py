@@ -36,6 +36,7 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from train import make_step
 
+    import speck.codegen.lowered_cache as lowered_cache
     import speck.codegen.pipeline as pipeline
     import speck.codegen.program as program
     import speck.tensor.realize as realize
@@ -76,6 +77,8 @@ def main() -> None:
         setattr(mod, attr, wrapper)
 
     timed(pipeline, "linearize", "linearize")
+    for attr in ("lowered_key", "get", "put"):
+        timed(lowered_cache, attr, f"lowered cache: {attr}")
     timed(realize, "_compile_ahead", "TOTAL lower+render (compile_ahead)")
     orig_to_program = program.to_program
 
@@ -87,7 +90,6 @@ def main() -> None:
             src = orig_render(uops)
             stages["render"] += time.thread_time() - t
             counts["render"] += 1
-            sources.append((uops[-1].arg.name if hasattr(uops[-1].arg, "name") else "?", src))
             return src
 
         renderer.render = render
@@ -96,6 +98,7 @@ def main() -> None:
             spec = orig_to_program(ast, renderer, *args, **kw)
             stages["to_program"] += time.thread_time() - t
             counts["to_program"] += 1
+            sources.append((spec.name, spec.src))  # also when the lowered-kernel cache served it
             return spec
         finally:
             del renderer.render
@@ -114,8 +117,11 @@ def main() -> None:
         prof.disable()
     main_cpu = time.thread_time() - c0
     stats = realize.compile_pool_stats()
+    t = time.thread_time()
+    flushed = lowered_cache.flush()
+    print(f"lowered-kernel cache: {flushed} entries written after the step in {time.thread_time() - t:.3f} s CPU")
     print(
-        f"first {a.model} step: main thread {main_cpu:.3f} s CPU; {len(sources)} kernels rendered; "
+        f"first {a.model} step: main thread {main_cpu:.3f} s CPU; {len(sources)} kernels lowered, {counts['render']} rendered; "
         f"compile pool {stats.get('submitted', 0):.0f} compiles, {stats.get('cpu_s', 0):.2f} s CPU"
     )
     total = stages["to_program"]
