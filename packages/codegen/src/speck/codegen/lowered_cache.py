@@ -18,6 +18,7 @@ import atexit
 import enum
 import hashlib
 import io
+import os
 import pathlib
 import pickle
 import threading
@@ -140,7 +141,7 @@ def loads(blob: bytes) -> Any:
 
     class _Unpickler(pickle.Unpickler):
         def persistent_load(self, pid: Any) -> UOp:
-            return nodes[pid]
+            return nodes[int(pid)]
 
     return _Unpickler(io.BytesIO(payload)).load()
 
@@ -159,6 +160,7 @@ def get(key: str, renderer: Renderer) -> Any:
 # entries are written when the process exits (or at `flush()`), not while kernels are lowered: pickling a program
 # costs about as much as a tenth of lowering it, and a cold first step is the time that matters
 _pending: dict[tuple[str, str], tuple[Renderer, Any]] = {}
+_owner: list[int] = [os.getpid()]  # a forked child inherits the queue: the parent writes it, not the child
 _pending_lock = threading.Lock()
 _registered: list[bool] = []
 FLUSH_AT = 512  # queued entries that are written at once (a long session doesn't hold every program until exit)
@@ -167,6 +169,9 @@ FLUSH_AT = 512  # queued entries that are written at once (a long session doesn'
 def put(key: str, renderer: Renderer, value: Any) -> None:
     """Queue `value` as the entry for `key`; it is written at `flush()` (at the latest when the process exits)."""
     with _pending_lock:
+        if os.getpid() != _owner[0]:  # queued in a forked child: this process owns its own queue
+            _pending.clear()
+            _owner[0] = os.getpid()
         _pending[(renderer.name, key)] = (renderer, value)
         if not _registered:
             _registered.append(True)
@@ -179,7 +184,7 @@ def put(key: str, renderer: Renderer, value: Any) -> None:
 def flush() -> int:
     """Write every queued entry (see `put`); returns how many were written."""
     with _pending_lock:
-        todo = list(_pending.items())
+        todo = list(_pending.items()) if os.getpid() == _owner[0] else []
         _pending.clear()
     written = 0
     for (_, key), (renderer, value) in todo:
