@@ -36,7 +36,10 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from train import make_step
 
-    import speck.codegen.lowered_cache as lowered_cache
+    try:
+        import speck.codegen.lowered_cache as lowered_cache
+    except ImportError:  # a checkout from before the lowered-kernel cache (bench/compare_lowering.py runs those)
+        lowered_cache = None
     import speck.codegen.pipeline as pipeline
     import speck.codegen.program as program
     import speck.tensor.realize as realize
@@ -77,7 +80,7 @@ def main() -> None:
         setattr(mod, attr, wrapper)
 
     timed(pipeline, "linearize", "linearize")
-    for attr in ("lowered_key", "get", "put"):
+    for attr in ("lowered_key", "get", "put") if lowered_cache is not None else ():
         timed(lowered_cache, attr, f"lowered cache: {attr}")
     timed(realize, "_compile_ahead", "TOTAL lower+render (compile_ahead)")
     orig_to_program = program.to_program
@@ -117,11 +120,13 @@ def main() -> None:
         prof.disable()
     main_cpu = time.thread_time() - c0
     stats = realize.compile_pool_stats()
-    t = time.thread_time()
-    flushed = lowered_cache.flush()
-    print(f"lowered-kernel cache: {flushed} entries written after the step in {time.thread_time() - t:.3f} s CPU")
+    if lowered_cache is not None:
+        t = time.thread_time()
+        flushed = lowered_cache.flush()
+        print(f"lowered-kernel cache: {flushed} entries written after the step in {time.thread_time() - t:.3f} s CPU")
     print(
-        f"first {a.model} step: main thread {main_cpu:.3f} s CPU; {len(sources)} kernels lowered, {counts['render']} rendered; "
+        f"first {a.model} step: main thread {main_cpu:.3f} s CPU; {len(sources)} kernels lowered, "
+        f"{counts['render']} rendered; "
         f"compile pool {stats.get('submitted', 0):.0f} compiles, {stats.get('cpu_s', 0):.2f} s CPU"
     )
     total = stages["to_program"]
