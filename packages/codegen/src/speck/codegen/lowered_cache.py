@@ -39,12 +39,10 @@ _DIGEST: list[str] = []  # the lowering code's digest, computed once per process
 def sources_digest() -> str:
     """A digest of every source file of speck.uop and speck.codegen (all of them take part in lowering)."""
     if not _DIGEST:
-        import speck.codegen
         import speck.uop
 
         h = hashlib.sha256()
-        for pkg in (speck.uop, speck.codegen):
-            root = pathlib.Path(str(pkg.__file__)).resolve().parent
+        for root in (pathlib.Path(str(speck.uop.__file__)).resolve().parent, pathlib.Path(__file__).resolve().parent):
             for path in sorted(root.rglob("*.py")):
                 h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
         _DIGEST.append(h.hexdigest())
