@@ -150,3 +150,17 @@ def test_flat_table_round_trip_keeps_shared_nodes_and_tags() -> None:
     back = lowered_cache.loads(lowered_cache.dumps(value, value[0]))
     assert all(p is q for p, q in zip(back[0], value[0]))
     assert back[1]["size"] is value[1]["size"] and back[2] == value[2]
+
+
+def test_key_does_not_depend_on_which_settings_are_registered(cache: None) -> None:
+    from speck.uop.helpers import ContextVar
+
+    r = LLVMRenderer()
+    before = lowered_cache.lowered_key(scale_kernel(), r, True)
+    extra = ContextVar("SPECK_TEST_LOWERED_CACHE_SETTING", 0)  # a module imported later registers its settings
+    try:
+        assert lowered_cache.lowered_key(scale_kernel(), r, True) == before  # at its default: as if unregistered
+        extra.value = 1
+        assert lowered_cache.lowered_key(scale_kernel(), r, True) != before
+    finally:
+        ContextVar._registry.pop(extra.key)

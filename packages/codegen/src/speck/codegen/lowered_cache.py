@@ -4,8 +4,9 @@
 The compile cache is keyed by the rendered source, so a run with a warm cache still lowered and rendered every kernel
 just to find its object (the main job's first CNN step: ~1.9 s of the ~2.5 s its main thread spends). This key is
 known before lowering starts. It covers everything lowering reads: the AST (its pickle, a flat node table), the
-renderer's class and settings (instance and class data attributes), every speck setting (ContextVar), and a digest
-of speck.uop's and speck.codegen's source files, so a changed setting or an upgrade never reuses an older result.
+renderer's class and settings (instance and class data attributes), every speck setting (ContextVar) not at its
+default, and a digest of speck.uop's and speck.codegen's source files, so a changed setting or an upgrade never
+reuses an older result.
 
 Lowering always runs when SPEC=1 (the stages' checks were asked for), DEBUG>=3 (their output was), BEAM searches
 (`beam_timer`), or CACHELEVEL=0. An entry that can't be read back is a miss: the kernel is lowered again and the
@@ -82,7 +83,9 @@ def _renderer_settings(renderer: Renderer) -> str:
 def lowered_key(ast: UOp, renderer: Renderer, optimize: bool) -> str:
     """The cache key of lowering `ast` for `renderer` in this process's settings."""
     h = hashlib.sha256()
-    settings = ";".join(f"{k}={v.value!r}" for k, v in sorted(ContextVar._registry.items()))
+    # settings away from their defaults: one not registered yet (its module not imported) is at its default too,
+    # so the key doesn't depend on what happens to be imported
+    settings = ";".join(f"{k}={v.value!r}" for k, v in sorted(ContextVar._registry.items()) if v.value != v.default)
     cls = type(renderer)
     for part in (sources_digest(), f"{cls.__module__}.{cls.__qualname__}", renderer.name, _renderer_settings(renderer),
                  settings, f"optimize={optimize}"):  # fmt: skip
