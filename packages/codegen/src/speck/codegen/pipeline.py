@@ -22,7 +22,7 @@ from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
 from speck.codegen.lower.simplify import pm_simplify
 from speck.codegen.lower.spec_check import verify_stage
 from speck.codegen.opt import optimize_kernel
-from speck.uop import DEBUG, GroupOp, UOp, graph_rewrite
+from speck.uop import DEBUG, GroupOp, UOp, graph_rewrite, rewrites_anything
 
 if TYPE_CHECKING:
     from speck.codegen.opt.search import KernelTimer
@@ -74,16 +74,20 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     if (reducing := ReduceLowering(sink)).has_reduce:  # half of all kernels have no REDUCE: no walk for them
         sink = graph_rewrite(sink, pm_lower_reduce, ctx=reducing, name="lower_reduce")
     sink = st.done("lower_reduce", sink)
-    # vectors wider than the renderer's registers (or any vector, for scalar renderers) are split
-    sink = graph_rewrite(sink, pm_devectorize, ctx=Devectorizer(renderer), name="devectorize")
+    # vectors wider than the renderer's registers (or any vector, for scalar renderers) are split (a flat scan first:
+    # on a vector renderer most kernels have nothing to split or fold, and the scan is far cheaper than the walk)
+    if rewrites_anything(sink, pm_devectorize, devec := Devectorizer(renderer)):
+        sink = graph_rewrite(sink, pm_devectorize, ctx=devec, name="devectorize")
     sink = st.done("devectorize", sink)
     # Invalid (gated indexing) becomes an explicit bool gate on INDEX and an alternative value on LOAD (a scan for
     # Invalid is cheaper than the rewrite's walk, and most kernels have none)
     if has_gates(sink):
         sink = graph_rewrite(sink, pm_explicit_gates, name="explicit_gates")
     sink = st.done("explicit_gates", sink)
-    # ops the renderer cannot express are rewritten in terms of ones it can (polynomials, 32-bit threefry, ...)
-    sink = graph_rewrite(sink, pm_decompose, ctx=Decomposer(renderer), name="decompositions")
+    # ops the renderer cannot express are rewritten in terms of ones it can (polynomials, 32-bit threefry, ...);
+    # most kernels have none (scanned first, as for devectorize)
+    if rewrites_anything(sink, pm_decompose, decomposer := Decomposer(renderer)):
+        sink = graph_rewrite(sink, pm_decompose, ctx=decomposer, name="decompositions")
     sink = st.done("decompositions", sink)
     # weakint index math gets a concrete width: int32 unless bounds need int64
     sink = graph_rewrite(sink, pm_lower_index_dtype, ctx=IndexLowering(renderer.supports_int64, renderer.name),

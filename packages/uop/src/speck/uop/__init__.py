@@ -27,7 +27,7 @@ from speck.uop.dtype import (
 )
 from speck.uop.helpers import CACHELEVEL, DEBUG, SPEC, Context, ContextVar, getenv
 from speck.uop.ops import GroupOp, Ops
-from speck.uop.rewrite import graph_rewrite, graph_rewrite_map
+from speck.uop.rewrite import graph_rewrite, graph_rewrite_map, rewrites_anything
 from speck.uop.uop import AxisType, UOp, exec_alu, resolve, sint, smax, ssimplify, validate_shape
 from speck.uop.upat import PatternMatcher, UPat
 
@@ -58,6 +58,7 @@ __all__ = [
     "getenv",
     "graph_rewrite",
     "graph_rewrite_map",
+    "rewrites_anything",
     "least_upper_dtype",
     "least_upper_float",
     "resolve",

@@ -59,6 +59,19 @@ def graph_rewrite(
     return _rewrite(root, pm, ctx, bottom_up, name, walk)[root]
 
 
+def rewrites_anything(root: UOp, pm: PatternMatcher, ctx: Any = None) -> bool:
+    """Whether `graph_rewrite(root, pm, ctx)` in the default order would change the graph: some rule fires on a node
+    as it is. Exact when the rules keep no state in ctx: a node whose sources are unchanged is seen as it is, so when
+    no rule fires on any node, nothing is rebuilt. A flat loop over the toposort (cached on a SINK) is much cheaper
+    than the rewrite's walk, and the lowering pipeline has stages that leave most kernels as they are."""
+    get = pm.op_table().get
+    for u in root.toposort():
+        f = get(u.op)
+        if f is not None and f(u, ctx) is not None:
+            return True
+    return False
+
+
 def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | None,
                          replace: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:  # fmt: skip
     """The default order (sources first, then the node, then whatever a rule returned), specialised because it is

@@ -140,7 +140,7 @@ class _Slots:
     """The storage of a UOp. A node is born as a `_Fresh` (plain attribute writes, the fastest way CPython fills
     slots) and becomes a `UOp`, whose __setattr__ refuses every write, by a class switch: same layout."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_ck", "_bounds", "_shape", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_ck", "_bounds", "_shape", "_topo", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -149,6 +149,7 @@ class _Slots:
     _ck: tuple[Any, ...]
     _bounds: tuple[Any, Any] | None  # (vmin, vmax), computed on first use
     _shape: Any  # 0: not computed yet; None: no tensor shape; else the shape tuple
+    _topo: tuple[Any, ...] | None  # a SINK's toposort without itself, computed on first use (see UOp.toposort)
 
 
 class _Fresh(_Slots):
@@ -183,7 +184,7 @@ class UOp(_Slots):
             return ret
         fresh = object.__new__(_Fresh)
         fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = op, dtype, src, arg, tag
-        fresh._ck, fresh._bounds, fresh._shape = ck, None, 0
+        fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
         fresh.__class__ = UOp  # type: ignore[assignment]
         self: UOp = fresh  # type: ignore[assignment]
         UOp._cache[ck] = weakref.ref(self)
@@ -222,7 +223,17 @@ class UOp(_Slots):
     # ---------------- traversal ----------------
     def toposort(self, gate: Callable[[UOp], bool] | None = None) -> list[UOp]:
         """Every node reachable from self, sources before users (deterministic order). `gate(u)` False stops the
-        walk below u (u itself is still included)."""
+        walk below u (u itself is still included). A SINK keeps its full order: the lowering pipeline asks a kernel's
+        SINK for it dozens of times (opt heuristics, stage checks), and the graph below a node never changes. The
+        cache leaves the SINK itself out, so it holds no reference cycle."""
+        if gate is None and self.op is Ops.SINK:
+            if (below := self._topo) is None:
+                below = tuple(self._toposort(None)[:-1])
+                object.__setattr__(self, "_topo", below)
+            return [*below, self]
+        return self._toposort(gate)
+
+    def _toposort(self, gate: Callable[[UOp], bool] | None) -> list[UOp]:
         out: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:

@@ -41,7 +41,16 @@ class Devectorizer:
 
 
 def _lanes(x: UOp, lanes: tuple[int, ...]) -> UOp:
-    return x.gep(*lanes) if x.dtype.count > 1 else x
+    if x.dtype.count == 1:
+        return x
+    if x.op is Ops.STACK and len(lanes) > 1:
+        # a source split earlier is a STACK of GEPs of its parts: when the lanes are exactly one part, take it
+        # (what gep + stack_of_geps would reach, without building the STACK in between)
+        first = x.src[lanes[0]]
+        if first.op is Ops.GEP and first.arg == (0,) and (p := first.src[0]).dtype.count == len(lanes):
+            if all((g := x.src[i]).op is Ops.GEP and g.src[0] is p and g.arg == (k,) for k, i in enumerate(lanes)):
+                return p
+    return x.gep(*lanes)
 
 
 def _reassemble(parts: list[UOp]) -> UOp:

@@ -21,20 +21,28 @@ def _is_linear_node(u: UOp) -> bool:
 
 def _mergeable(sink: UOp, a: UOp, b: UOp, nb: int) -> bool:
     nodes = sink.toposort()
+    reach: dict[UOp, bool] = {}  # does the node's subgraph contain a or b (one pass, sources first)
+    for u in nodes:
+        reach[u] = u is a or u is b or any(reach[s] for s in u.src)
     for u in nodes:
         if u.op in (Ops.END, Ops.REDUCE) or _is_linear_node(u):
             continue
         for s in u.src:
             if s is not a and s is not b and not (_is_linear_node(s) and s.dtype == a.dtype):
                 continue
-            if s is not a and s is not b and not any(x is a or x is b for x in s.toposort()):
+            if not reach[s]:
                 continue
             terms, _ = linear_terms(s)
             if terms.get(a, 0) != nb * terms.get(b, 0):
                 return False
-            if any(t is not a and t is not b and (a in t.toposort() or b in t.toposort()) for t in terms):
+            if any(t is not a and t is not b and _reaches(reach, t, a, b) for t in terms):
                 return False
     return True
+
+
+def _reaches(reach: dict[UOp, bool], t: UOp, a: UOp, b: UOp) -> bool:
+    r = reach.get(t)  # terms are nodes of the graph; the walk is only a guard
+    return r if r is not None else any(x is a or x is b for x in t.toposort())
 
 
 def merge_ranges(sink: UOp) -> UOp:

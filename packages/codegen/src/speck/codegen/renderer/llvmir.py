@@ -679,12 +679,15 @@ class _LLKernel:
         s = dt.scalar()
         a = [self.operand(x) for x in u.src]
         t = ltype(dt)
-        fail = UnsupportedOpError(self.r.name, op, s, "no LLVM form for this op on this dtype")
+
+        def fail(s: DType = s) -> UnsupportedOpError:  # built only when raised (alu runs for every ALU op)
+            return UnsupportedOpError(self.r.name, op, s, "no LLVM form for this op on this dtype")
+
         if op is Ops.WHERE:
             return self.ins(f"select {self.typed(u.src[0])}, {t} {a[1]}, {t} {a[2]}", "v")
         if s in _STORAGE:
             if op not in GroupOp.Comparison:
-                raise fail
+                raise fail()
             a = [self.cast(x, dt, dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32) for x in a]
             s, dt = dtypes.float32, (dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32)
             t = ltype(dt)
@@ -693,7 +696,7 @@ class _LLKernel:
                 cc = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
                 return self.ins(f"fcmp {cc} {t} {a[0]}, {a[1]}", "v")
             if s == dtypes.float16:
-                raise fail  # half arithmetic arrives widened to float (supports_float16 is False)
+                raise fail()  # half arithmetic arrives widened to float (supports_float16 is False)
             simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
             if op in simple:
                 flag = " contract" if self.r.fp_contract and op is not Ops.FDIV else ""
@@ -711,7 +714,7 @@ class _LLKernel:
                 bt = ltype(dtypes.bool.vec(dt.count) if dt.count > 1 else dtypes.bool)
                 c = self.ins(f"or {bt} {gt}, {nan}")
                 return self.ins(f"select {bt} {c}, {t} {a[1]}, {t} {a[0]}", "v")
-            raise fail
+            raise fail()
         signed = not dtypes.is_unsigned(s) and s != dtypes.bool
         if op in GroupOp.Comparison:
             cc = {Ops.CMPLT: "slt" if signed else "ult", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
@@ -723,7 +726,7 @@ class _LLKernel:
                 return self.ins(f"{table[op]} {t} {a[0]}, {a[1]}", "v")
             if op is Ops.NEG:
                 return self.ins(f"xor {t} {a[0]}, {self.splat(True, dt)}", "v")
-            raise fail
+            raise fail()
         return self.int_alu(u, op, s, dt, a, signed)
 
     def int_alu(self, u: UOp, op: Ops, s: DType, dt: DType, a: list[str], signed: bool) -> str:
