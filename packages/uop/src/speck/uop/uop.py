@@ -900,19 +900,25 @@ def _ssub(a: sint, b: sint) -> sint:
     return _canonical_sum(ssimplify(_as_uop(a) - _as_uop(b)))
 
 
+def add_terms(u: UOp) -> list[UOp]:
+    """The operands of a tree of ADDs (u itself when it is not an ADD)."""
+    out: list[UOp] = []
+    stack = [u]
+    while stack:
+        t = stack.pop()
+        if t.op is Ops.ADD:
+            stack.extend(t.src)
+        else:
+            out.append(t)
+    return out
+
+
 def _canonical_sum(x: sint) -> sint:
     """A symbolic dim that is a sum, with its terms in one order (by their text, constant last): i+j and j+i are the
     same dim, and shapes compare structurally (broadcasting, cat of symbolic parts)."""
     if isinstance(x, int) or x.op is not Ops.ADD:
         return x
-    terms: list[UOp] = []
-    stack = [x]
-    while stack:
-        u = stack.pop()
-        if u.op is Ops.ADD:
-            stack.extend(u.src)
-        else:
-            terms.append(u)
+    terms = add_terms(x)
     terms.sort(key=lambda t: (t.op is Ops.CONST, t.render()))
     out = terms[0]
     for t in terms[1:]:

@@ -18,19 +18,9 @@ from __future__ import annotations
 
 from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes
 from speck.uop.symbolic import conjuncts
+from speck.uop.uop import add_terms
 
 _LOOP_AXES = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.THREAD, AxisType.LOOP)
-
-
-def _terms(u: UOp) -> list[UOp]:
-    out, stack = [], [u]
-    while stack:
-        t = stack.pop()
-        if t.op is Ops.ADD:
-            stack.extend(t.src)
-        else:
-            out.append(t)
-    return out
 
 
 def _gate_of_term(v: UOp) -> UOp | None:
@@ -79,7 +69,7 @@ def _bound(clause: UOp, r: UOp, red: UOp) -> tuple[str, UOp] | None:
     lhs, c = (a, b) if const_right else (b, a)
     if c.op is not Ops.CONST or type(c.arg) is not int:
         return None
-    terms = _terms(lhs)
+    terms = add_terms(lhs)
     if sum(t is r for t in terms) != 1:
         return None
     rest = [t for t in terms if t is not r]
