@@ -3,7 +3,8 @@
 
 Independence: instructions are decoded by GNU objdump (`objdump -d -r -M intel --no-show-raw-insn` on the ELF object),
 not by speck's encoder tables, and each mnemonic's semantics are written from the Intel SDM (codegen_x86emu_ops.py:
-integer and control flow; codegen_x86emu_vec.py: SSE/AVX/AVX2/FMA/AVX-512 vectors and opmasks). A wrong encoding,
+integer and control flow; codegen_x86emu_vec.py: vector arithmetic, compares, conversions, moves;
+codegen_x86emu_lanes.py: shuffles, permutes, broadcasts and opmasks). A wrong encoding,
 selection or register allocation therefore shows up as a wrong result rather than being decoded back by the same
 tables that produced it.
 
@@ -32,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-import codegen_x86emu_vec  # noqa: F401  (registers the vector and opmask rules)
+import codegen_x86emu_lanes  # noqa: F401  (registers the lane-moving vector and opmask rules)
+import codegen_x86emu_vec  # noqa: F401  (registers the arithmetic vector rules)
 from codegen_x86emu_ops import (
     M64,
     RULES,
@@ -332,7 +334,8 @@ def decode_object(obj: bytes) -> Program:
         elif (r := _RELOC_LINE.match(line)) is not None:
             reloc_syms[(sec, int(r.group(1), 16))] = re.split(r"[+-]0x", r.group(3).strip())[0]
         elif (ln := _LINE.match(line)) is not None:
-            rows.append((sec, int(ln.group(1), 16), re.split(r"\s+#", ln.group(2))[0].strip()))
+            text = re.split(r"\s+#", ln.group(2))[0].strip()
+            rows.append((sec, int(ln.group(1), 16), re.sub(r"\s+", " ", text)))
     insts: list[Decoded] = []
     for j, (si, off, text) in enumerate(rows):
         s = sections[si]
@@ -360,7 +363,7 @@ def decode_object(obj: bytes) -> Program:
                 raise d.fail(f"mnemonic {d.mn!r} has no semantics in the emulator")
             d.form = _form(d)
             d.run = builder(d)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             if not isinstance(e, EmulationError):  # an emulator bug: still name the instruction
                 e = d.fail(f"decoding failed ({type(e).__name__}: {e})")
             d.run = _raiser(e)  # decoding problems surface when (and only if) the instruction runs
@@ -466,28 +469,29 @@ def _run(prog: Program, m: Machine, entry: int, max_instructions: int) -> list[i
     steps = 0
     d = insts[pc]
     try:
-        while True:
-            d = insts[pc]
-            counts[pc] += 1
-            nxt = d.run(m)  # type: ignore[misc]
-            if nxt is None:
-                pc += 1
-                if pc == len(insts) or insts[pc].addr != d.next_addr:
-                    raise EmulationError("execution ran off the end of its section")
-            else:
-                if nxt == RETURN_SENTINEL:
-                    break
-                target = index.get(nxt)
-                if target is None:
-                    if nxt in prog.externals:
-                        raise EmulationError(f"control transfer to external symbol {prog.externals[nxt]!r}")
-                    raise EmulationError(f"control transfer to {nxt:#x}, which is not an instruction of the object")
-                pc = target
-            steps += 1
-            if steps > max_instructions:
-                raise EmulationError(f"more than {max_instructions} instructions executed (an endless loop?)")
+        with np.errstate(all="ignore"):
+            while True:
+                d = insts[pc]
+                counts[pc] += 1
+                nxt = d.run(m)  # type: ignore[misc]
+                if nxt is None:
+                    pc += 1
+                    if pc == len(insts) or insts[pc].addr != d.next_addr:
+                        raise EmulationError("execution ran off the end of its section")
+                else:
+                    if nxt == RETURN_SENTINEL:
+                        break
+                    target = index.get(nxt)
+                    if target is None:
+                        if nxt in prog.externals:
+                            raise EmulationError(f"control transfer to external symbol {prog.externals[nxt]!r}")
+                        raise EmulationError(f"control transfer to {nxt:#x}, which is not an instruction of the object")
+                    pc = target
+                steps += 1
+                if steps > max_instructions:
+                    raise EmulationError(f"more than {max_instructions} instructions executed (an endless loop?)")
     except EmulationError as e:
         raise EmulationError(f"{e}\n  at {d.addr - CODE_BASE:#x} (address {d.addr:#x}): `{d.text}`") from None
-    except Exception as e:  # noqa: BLE001  (an emulator bug: still name the instruction)
+    except Exception as e:
         raise EmulationError(f"internal error {type(e).__name__}: {e}\n  at {d.addr:#x}: `{d.text}`") from e
     return counts

@@ -64,7 +64,7 @@ def kbits(m: Machine, d: Decoded) -> int | None:
     return m.k[d.mask] if d.mask else None
 
 
-def _width(d: Decoded, o: object) -> int:
+def vec_width(d: Decoded, o: object) -> int:
     if isinstance(o, VecReg):
         return o.size
     if isinstance(o, Mem) and o.size and not o.bcast:
@@ -155,7 +155,7 @@ def fix_nan(r: np.ndarray, *srcs: np.ndarray) -> np.ndarray:
     return out.view(r.dtype)
 
 
-def _ops(d: Decoded, *counts: int) -> list:
+def operands(d: Decoded, *counts: int) -> list:
     if len(d.ops) not in counts:
         raise d.fail(f"{d.mn} with {len(d.ops)} operands (expected {' or '.join(map(str, counts))})")
     return d.ops
@@ -186,16 +186,15 @@ def _packed(fn: Callable[..., np.ndarray], dt: np.dtype, nan: bool, unary: bool 
     es = dt.itemsize
 
     def build(d: Decoded) -> Run:
-        ops = _ops(d, 2 if unary else 3)
-        w = _width(d, ops[0])
+        ops = operands(d, 2 if unary else 3)
+        w = vec_width(d, ops[0])
         srcs = [vsrc(d, o, w, es) for o in ops[1:]]
         st = vdst(d, ops[0], w, es)
 
         def run(m: Machine) -> None:
             kb = kbits(m, d)
             xs = [s(m, kb).view(dt) for s in srcs]
-            with np.errstate(all="ignore"):
-                r = fn(*xs)
+            r = fn(*xs)  # (the run loop holds np.errstate(all="ignore"): IEEE results, no warnings)
             st(m, (fix_nan(r, *xs) if nan else r).view(U8), kb)
 
         return run
@@ -208,7 +207,7 @@ def _scalar(fn: Callable[..., np.ndarray], dt: np.dtype, nan: bool, unary: bool 
     es = dt.itemsize
 
     def build(d: Decoded) -> Run:
-        dst, a, b = _ops(d, 3)
+        dst, a, b = operands(d, 3)
         la, lb, st = vsrc(d, a, 16, es), vsrc(d, b, es, es), vdst(d, dst, 16, 16)
         if not isinstance(dst, VecReg) or dst.size != 16:
             raise d.fail("scalar ops write an xmm register")
@@ -218,8 +217,7 @@ def _scalar(fn: Callable[..., np.ndarray], dt: np.dtype, nan: bool, unary: bool 
             kb = kbits(m, d)
             r, y = la(m, None), lb(m, kb)[:es].view(dt)
             x = r[:es].view(dt)
-            with np.errstate(all="ignore"):
-                v = fn(y) if unary else fn(x, y)
+            v = fn(y) if unary else fn(x, y)
             v = (fix_nan(v, y) if unary else fix_nan(v, x, y)) if nan else v
             if kb is not None and not kb & 1:
                 v = np.zeros(1, dt) if d.zero else m.vec[n, :es].view(dt).copy()
@@ -265,8 +263,8 @@ def _shift_imm(kind: str, es: int) -> Callable[[Decoded], Run]:
     dt, bits = (SINT if kind == "sra" else UINT)[es], es * 8
 
     def build(d: Decoded) -> Run:
-        dst, src, cnt = _ops(d, 3)
-        w = _width(d, dst)
+        dst, src, cnt = operands(d, 3)
+        w = vec_width(d, dst)
         ls, st = vsrc(d, src, w, es), vdst(d, dst, w, es)
         lc = None if isinstance(cnt, Imm) else vsrc(d, cnt, 16, 16)
 
@@ -304,9 +302,8 @@ CMP_PREDICATES = ("eq", "lt", "le", "unord", "neq", "nlt", "nle", "ord", "eq_uq"
 def float_predicate(imm: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """VCMPPS imm8 (SDM table 3-1); bit 4 only selects signalling vs quiet, which does not change the result."""
     un = np.isnan(a) | np.isnan(b)
-    with np.errstate(all="ignore"):
-        return [a == b, a < b, a <= b, un, ~(a == b), ~(a < b), ~(a <= b), ~un, (a == b) | un, ~(a >= b), ~(a > b),
-                np.zeros(a.shape, bool), (a != b) & ~un, a >= b, a > b, np.ones(a.shape, bool)][imm & 15]  # fmt: skip
+    return [a == b, a < b, a <= b, un, ~(a == b), ~(a < b), ~(a <= b), ~un, (a == b) | un, ~(a >= b), ~(a > b),
+            np.zeros(a.shape, bool), (a != b) & ~un, a >= b, a > b, np.ones(a.shape, bool)][imm & 15]  # fmt: skip
 
 
 INT_PREDICATES = ("eq", "lt", "le", "false", "neq", "nlt", "nle", "true")
@@ -321,7 +318,7 @@ def _compare(pred: Callable[[int, np.ndarray, np.ndarray], np.ndarray], dt: np.d
     es = dt.itemsize
 
     def build(d: Decoded) -> Run:
-        ops = list(_ops(d, 3, 4))
+        ops = list(operands(d, 3, 4))
         p = imm
         if len(ops) == 4:
             if p is not None or not isinstance(ops[3], Imm):
@@ -330,7 +327,7 @@ def _compare(pred: Callable[[int, np.ndarray, np.ndarray], np.ndarray], dt: np.d
         if p is None:
             raise d.fail("comparison without a predicate")
         dst, a, b = ops
-        w = 16 if scalar else _width(d, a)
+        w = 16 if scalar else vec_width(d, a)
         n_lanes = 1 if scalar else w // es
         la, lb = vsrc(d, a, w, es), vsrc(d, b, es if scalar else w, es)
         if isinstance(dst, KReg):
@@ -376,7 +373,7 @@ RULES["vpcmpgtq"] = _compare(int_predicate, SINT[8], 6)
 
 @rule("vucomiss", "vucomisd", "vcomiss", "vcomisd")
 def _ucomi(d: Decoded) -> Run:
-    a, b = _ops(d, 2)
+    a, b = operands(d, 2)
     es = 4 if d.mn.endswith("s") else 8
     dt = FLT[es]
     la, lb = vsrc(d, a, es, es), vsrc(d, b, es, es)
@@ -394,7 +391,7 @@ def _ucomi(d: Decoded) -> Run:
 
 @rule("vmovmskps", "vmovmskpd")
 def _movmsk(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
+    dst, src = operands(d, 2)
     if not isinstance(dst, Gpr) or not isinstance(src, VecReg):
         raise d.fail("vmovmsk takes a GPR destination and a vector register")
     es = 4 if d.mn.endswith("ps") else 8
@@ -413,9 +410,9 @@ def _movmsk(d: Decoded) -> Run:
 
 @rule("vblendvps", "vblendvpd")
 def _blendv(d: Decoded) -> Run:
-    dst, a, b, sel = _ops(d, 4)
+    dst, a, b, sel = operands(d, 4)
     es = 4 if d.mn.endswith("ps") else 8
-    w = _width(d, dst)
+    w = vec_width(d, dst)
     la, lb, ls, st = vsrc(d, a, w, es), vsrc(d, b, w, es), vsrc(d, sel, w, es), vdst(d, dst, w, es)
     dt = SINT[es]
 
@@ -428,9 +425,9 @@ def _blendv(d: Decoded) -> Run:
 @rule("vblendmps", "vblendmpd", "vpblendmd", "vpblendmq")
 def _blendm(d: Decoded) -> Run:
     """dest = k ? src2 : src1 per lane (merge-masking selects src1; {z} zeroes the unselected lanes)."""
-    dst, a, b = _ops(d, 3)
+    dst, a, b = operands(d, 3)
     es = 8 if d.mn.endswith(("pd", "q")) else 4
-    w = _width(d, dst)
+    w = vec_width(d, dst)
     la, lb, st, dt, n = vsrc(d, a, w, es), vsrc(d, b, w, es), vdst(d, dst, w, es), UINT[es], w // es
 
     def run(m: Machine) -> None:
@@ -474,14 +471,15 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _fma(order: str, neg_prod: bool, sub: bool, dt: np.dtype, scalar: bool) -> Callable[[Decoded], Run]:
     """vf[n]madd/vf[n]msub{132,213,231}: operands 1,2,3 = (dest, vvvv, r/m); order gives which multiply and which
-    is added (231: op2*op3 + op1). NaN results: the first NaN operand in operand order 1, 2, 3."""
+    is added (231: op2*op3 + op1). A NaN result is the first NaN of multiplicand, multiplier, addend, quietened
+    and not negated (SDM vol. 1 table 14-17 "FMA Numeric Behavior")."""
     es = dt.itemsize
     i, j, k = (int(c) - 1 for c in order)
     fma = fma32 if es == 4 else fma64
 
     def build(d: Decoded) -> Run:
-        ops = _ops(d, 3)
-        w = 16 if scalar else _width(d, ops[0])
+        ops = operands(d, 3)
+        w = 16 if scalar else vec_width(d, ops[0])
         loads = [vsrc(d, ops[0], w, es), vsrc(d, ops[1], w, es), vsrc(d, ops[2], es if scalar else w, es)]
         st = vdst(d, ops[0], w, es)
         n = 1 if scalar else w // es
@@ -491,7 +489,7 @@ def _fma(order: str, neg_prod: bool, sub: bool, dt: np.dtype, scalar: bool) -> C
             raw = [ld(m, kb) for ld in loads]
             xs = [r.view(dt)[:n] for r in raw]
             x, y, z = xs[i], xs[j], xs[k]
-            r = fix_nan(fma(-x if neg_prod else x, y, -z if sub else z), *xs)
+            r = fix_nan(fma(-x if neg_prod else x, y, -z if sub else z), x, y, z)
             if scalar:
                 if kb is not None and not kb & 1:
                     r = np.zeros(1, dt) if d.zero else xs[0][:1]
@@ -528,8 +526,8 @@ def _move_es(mn: str) -> int:
 @rule("vmovups", "vmovaps", "vmovupd", "vmovapd", "vmovdqu", "vmovdqa", "vmovdqu8", "vmovdqu16", "vmovdqu32",
       "vmovdqu64", "vmovdqa32", "vmovdqa64")  # fmt: skip
 def _move(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    w = _width(d, src if isinstance(src, VecReg) else dst)
+    dst, src = operands(d, 2)
+    w = vec_width(d, src if isinstance(src, VecReg) else dst)
     es, aligned = _move_es(d.mn), "mova" in d.mn or "dqa" in d.mn
     ld, st = vsrc(d, src, w, es), vdst(d, dst, w, es)
     mem = dst if isinstance(dst, Mem) else src if isinstance(src, Mem) else None
@@ -546,7 +544,7 @@ def _move(d: Decoded) -> Run:
 @rule("vmovss", "vmovsd")
 def _move_scalar(d: Decoded) -> Run:
     es = 4 if d.mn == "vmovss" else 8
-    ops = _ops(d, 2, 3)
+    ops = operands(d, 2, 3)
     if len(ops) == 3:  # reg-reg merge: low element from src2, bits 127:es from src1
         dst, a, b = ops
         la, lb, st = vsrc(d, a, 16, 16), vsrc(d, b, 16, 16), vdst(d, dst, 16, 16)
@@ -590,7 +588,7 @@ def _move_scalar(d: Decoded) -> Run:
 @rule("vmovd", "vmovq")
 def _move_gpr(d: Decoded) -> Run:
     es = 4 if d.mn == "vmovd" else 8
-    dst, src = _ops(d, 2)
+    dst, src = operands(d, 2)
     if isinstance(dst, VecReg):
         st = vdst(d, dst, 16, 16)
         if isinstance(src, (Gpr, Mem)) and not (isinstance(src, Mem) and src.size not in (None, es)):
@@ -656,8 +654,8 @@ _PACKED_CVT: dict[str, tuple[int, int, Callable[[np.ndarray], np.ndarray], np.dt
 
 def _packed_cvt(d: Decoded) -> Run:
     ses, des, fn, sdt = _PACKED_CVT[d.mn]
-    dst, src = _ops(d, 2)
-    w = _width(d, dst)
+    dst, src = operands(d, 2)
+    w = vec_width(d, dst)
     sw = w * ses // des
     ld, st = vsrc(d, src, sw, ses), vdst(d, dst, w, des)
     if isinstance(src, VecReg) and src.size != max(sw, 16):
@@ -676,7 +674,7 @@ for _mn in _PACKED_CVT:
 
 @rule("vcvtsi2ss", "vcvtsi2sd", "vcvtusi2ss", "vcvtusi2sd")
 def _cvt_int_to_scalar(d: Decoded) -> Run:
-    dst, a, src = _ops(d, 3)
+    dst, a, src = operands(d, 3)
     dt = FLT[4] if d.mn.endswith("ss") else FLT[8]
     if not isinstance(src, (Gpr, Mem)) or not src.size:
         raise d.fail(f"{d.mn}: the integer source needs a size")
@@ -695,7 +693,7 @@ def _cvt_int_to_scalar(d: Decoded) -> Run:
 
 @rule("vcvttss2si", "vcvttsd2si", "vcvtss2si", "vcvtsd2si", "vcvttss2usi", "vcvttsd2usi")
 def _cvt_scalar_to_int(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
+    dst, src = operands(d, 2)
     if not isinstance(dst, Gpr) or dst.size not in (4, 8):
         raise d.fail(f"{d.mn} writes a 32/64-bit GPR")
     es = 4 if "ss2" in d.mn else 8
@@ -710,7 +708,7 @@ def _cvt_scalar_to_int(d: Decoded) -> Run:
 
 @rule("vcvtss2sd", "vcvtsd2ss")
 def _cvt_scalar_float(d: Decoded) -> Run:
-    dst, a, b = _ops(d, 3)
+    dst, a, b = operands(d, 3)
     ses, des = (4, 8) if d.mn == "vcvtss2sd" else (8, 4)
     la, lb, st = vsrc(d, a, 16, 16), vsrc(d, b, ses, ses), vdst(d, dst, 16, 16)
 
@@ -743,7 +741,7 @@ def _round(dt: np.dtype, scalar: bool) -> Callable[[Decoded], Run]:
     es = dt.itemsize
 
     def build(d: Decoded) -> Run:
-        ops = _ops(d, 4 if scalar else 3)
+        ops = operands(d, 4 if scalar else 3)
         imm = ops[-1]
         if not isinstance(imm, Imm):
             raise d.fail("rounding needs an imm8")
@@ -762,7 +760,7 @@ def _round(dt: np.dtype, scalar: bool) -> Callable[[Decoded], Run]:
 
             return run_s
         dst, src = ops[:2]
-        w = _width(d, dst)
+        w = vec_width(d, dst)
         ld, st = vsrc(d, src, w, es), vdst(d, dst, w, es)
 
         def run(m: Machine) -> None:
@@ -776,506 +774,3 @@ def _round(dt: np.dtype, scalar: bool) -> Callable[[Decoded], Run]:
 
 for _sfx, _dt, _sc in (("ps", FLT[4], False), ("pd", FLT[8], False), ("ss", FLT[4], True), ("sd", FLT[8], True)):
     RULES[f"vround{_sfx}"] = RULES[f"vrndscale{_sfx}"] = _round(_dt, _sc)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# broadcasts, shuffles, permutes, lane inserts/extracts, packs
-
-
-@rule("vbroadcastss", "vbroadcastsd", "vpbroadcastb", "vpbroadcastw", "vpbroadcastd", "vpbroadcastq")
-def _broadcast(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    es = {"b": 1, "w": 2, "d": 4, "q": 8, "ss": 4, "sd": 8}[d.mn[len("vpbroadcast"):] if d.mn.startswith("vp")
-                                                             else d.mn[-2:]]  # fmt: skip
-    w = _width(d, dst)
-    st = vdst(d, dst, w, es)
-    if isinstance(src, Gpr):
-        get = src.get
-
-        def elem_gpr(m: Machine) -> np.ndarray:
-            return np.frombuffer((get(m) & MASK[es]).to_bytes(es, "little"), U8)
-
-        elem = elem_gpr
-    else:
-        ld = vsrc(d, src, es, es)
-
-        def elem_vec(m: Machine) -> np.ndarray:
-            return ld(m, None)[:es]
-
-        elem = elem_vec
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        st(m, np.tile(elem(m), w // es), kb)
-
-    return run
-
-
-def _chunk(mn: str) -> tuple[int, int]:
-    """(chunk bytes, element bytes) of vinsert/vextract/vbroadcast lane forms: ...128, ...32x4, ...64x4, ..."""
-    if mn.endswith("128"):
-        return 16, 4
-    es, count = (int(x) for x in mn[-4:].lstrip("fi").split("x")) if "x" in mn[-4:] else (32, 4)
-    return es // 8 * count, es // 8
-
-
-@rule("vinsertf128", "vinserti128", "vinsertf32x4", "vinserti32x4", "vinsertf64x2", "vinserti64x2", "vinsertf32x8",
-      "vinserti32x8", "vinsertf64x4", "vinserti64x4")  # fmt: skip
-def _insert_lane(d: Decoded) -> Run:
-    dst, a, b, imm = _ops(d, 4)
-    cb, es = _chunk(d.mn)
-    w = _width(d, dst)
-    la, lb, st = vsrc(d, a, w, es), vsrc(d, b, cb, cb), vdst(d, dst, w, es)
-    at = (imm.value % (w // cb)) * cb  # type: ignore[union-attr]
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        r = la(m, None)
-        r[at : at + cb] = lb(m, None)
-        st(m, r, kb)
-
-    return run
-
-
-@rule("vextractf128", "vextracti128", "vextractf32x4", "vextracti32x4", "vextractf64x2", "vextracti64x2",
-      "vextractf32x8", "vextracti32x8", "vextractf64x4", "vextracti64x4")  # fmt: skip
-def _extract_lane(d: Decoded) -> Run:
-    dst, src, imm = _ops(d, 3)
-    cb, es = _chunk(d.mn)
-    w = _width(d, src)
-    ld, st = vsrc(d, src, w, es), vdst(d, dst, cb, es)
-    at = (imm.value % (w // cb)) * cb  # type: ignore[union-attr]
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        st(m, ld(m, None)[at : at + cb], kb)
-
-    return run
-
-
-@rule("vbroadcastf128", "vbroadcasti128", "vbroadcastf32x4", "vbroadcasti32x4", "vbroadcastf32x8",
-      "vbroadcasti32x8", "vbroadcastf64x4", "vbroadcasti64x4")  # fmt: skip
-def _broadcast_lane(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    cb, es = _chunk(d.mn)
-    w = _width(d, dst)
-    ld, st = vsrc(d, src, cb, cb), vdst(d, dst, w, es)
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        st(m, np.tile(ld(m, None), w // cb), kb)
-
-    return run
-
-
-def _per_lane(d: Decoded, es: int, nsrc: int,
-              pick: Callable[[list[np.ndarray], np.ndarray | None], np.ndarray], imm_last: bool) -> Run:  # fmt: skip
-    """A shuffle computed per 128-bit lane: `pick(sources as (lanes, elements-per-lane) arrays, control)`."""
-    ops = _ops(d, nsrc + 1 + imm_last)
-    dst = ops[0]
-    w = _width(d, dst)
-    loads = [vsrc(d, o, w, es) for o in ops[1 : 1 + nsrc]]
-    st, dt, per = vdst(d, dst, w, es), UINT[es], 16 // es
-    imm = ops[-1].value if imm_last else None  # type: ignore[union-attr]
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        xs = [ld(m, kb if i == nsrc - 1 else None).view(dt).reshape(-1, per) for i, ld in enumerate(loads)]
-        st(m, np.ascontiguousarray(pick(xs, imm)).reshape(-1).view(U8), kb)
-
-    return run
-
-
-def _imm_idx(imm: int, per: int, bits: int) -> np.ndarray:
-    return np.array([(imm >> (bits * i)) & ((1 << bits) - 1) for i in range(per)])
-
-
-@rule("vpermilps", "vpermilpd", "vpshufd")
-def _permil(d: Decoded) -> Run:
-    es = 8 if d.mn == "vpermilpd" else 4
-    per = 16 // es
-    if isinstance(d.ops[-1], Imm):
-        return _per_lane(d, es, 1, lambda xs, imm: xs[0][:, _imm_idx(imm, per, 2 if es == 4 else 1)], True)  # type: ignore[arg-type]
-
-    def by_vector(xs: list[np.ndarray], _: np.ndarray | None) -> np.ndarray:
-        sel = (xs[1] & 3) if es == 4 else ((xs[1] >> 1) & 1)  # vpermilpd's control is bit 1 of each qword
-        return np.take_along_axis(xs[0], sel.astype(np.intp), axis=1)
-
-    return _per_lane(d, es, 2, by_vector, False)
-
-
-@rule("vshufps")
-def _shufps(d: Decoded) -> Run:
-    def pick(xs: list[np.ndarray], imm: np.ndarray | None) -> np.ndarray:
-        i = _imm_idx(int(imm), 4, 2)  # type: ignore[arg-type]
-        return np.stack([xs[0][:, i[0]], xs[0][:, i[1]], xs[1][:, i[2]], xs[1][:, i[3]]], axis=1)
-
-    return _per_lane(d, 4, 2, pick, True)
-
-
-@rule("vunpcklps", "vunpckhps", "vunpcklpd", "vunpckhpd")
-def _unpack(d: Decoded) -> Run:
-    es = 4 if d.mn.endswith("ps") else 8
-    half = 8 // es
-    hi = "unpckh" in d.mn
-
-    def pick(xs: list[np.ndarray], _: np.ndarray | None) -> np.ndarray:
-        a, b = (x[:, half:] if hi else x[:, :half] for x in xs)
-        return np.stack([a, b], axis=2).reshape(a.shape[0], -1)
-
-    return _per_lane(d, es, 2, pick, False)
-
-
-@rule("vmovshdup", "vmovsldup")
-def _dup(d: Decoded) -> Run:
-    idx = np.array([1, 1, 3, 3] if d.mn == "vmovshdup" else [0, 0, 2, 2])
-    return _per_lane(d, 4, 1, lambda xs, _: xs[0][:, idx], False)
-
-
-@rule("vhaddps", "vhaddpd")
-def _hadd(d: Decoded) -> Run:
-    es = 4 if d.mn.endswith("ps") else 8
-    dt = FLT[es]
-
-    def pick(xs: list[np.ndarray], _: np.ndarray | None) -> np.ndarray:
-        a, b = (x.view(dt) for x in xs)
-        with np.errstate(all="ignore"):
-            sa, sb = a[:, 0::2] + a[:, 1::2], b[:, 0::2] + b[:, 1::2]
-        return np.concatenate([fix_nan(sa, a[:, 0::2], a[:, 1::2]), fix_nan(sb, b[:, 0::2], b[:, 1::2])],
-                              axis=1).view(UINT[es])  # fmt: skip
-
-    return _per_lane(d, es, 2, pick, False)
-
-
-@rule("vmovhlps", "vmovlhps")
-def _movhl(d: Decoded) -> Run:
-    dst, a, b = _ops(d, 3)
-    la, lb, st = vsrc(d, a, 16, 16), vsrc(d, b, 16, 16), vdst(d, dst, 16, 16)
-    hl = d.mn == "vmovhlps"
-
-    def run(m: Machine) -> None:
-        x, y = la(m, None), lb(m, None)
-        st(m, np.concatenate([y[8:], x[8:]]) if hl else np.concatenate([x[:8], y[:8]]), None)
-
-    return run
-
-
-@rule("vinsertps")
-def _insertps(d: Decoded) -> Run:
-    dst, a, b, imm = _ops(d, 4)
-    v = imm.value  # type: ignore[union-attr]
-    la, lb, st = vsrc(d, a, 16, 16), vsrc(d, b, 16 if isinstance(b, VecReg) else 4, 4), vdst(d, dst, 16, 16)
-    s = (v >> 6) & 3 if isinstance(b, VecReg) else 0
-    t, zmask = (v >> 4) & 3, v & 15
-
-    def run(m: Machine) -> None:
-        r = la(m, None).view(np.uint32).copy()
-        r[t] = lb(m, None).view(np.uint32)[s]
-        r[[i for i in range(4) if zmask >> i & 1]] = 0
-        st(m, r.view(U8), None)
-
-    return run
-
-
-@rule("vextractps", "vpextrd", "vpextrq")
-def _extract_elem(d: Decoded) -> Run:
-    dst, src, imm = _ops(d, 3)
-    es = 8 if d.mn == "vpextrq" else 4
-    if not isinstance(src, VecReg) or not isinstance(dst, (Gpr, Mem)):
-        raise d.fail(f"unsupported {d.mn} form")
-    i = imm.value % (16 // es)  # type: ignore[union-attr]
-    put = dst.set if isinstance(dst, Gpr) else Mem(dst.base, dst.index, dst.scale, dst.disp, es, dst.rip, False).set
-
-    def run(m: Machine) -> None:
-        put(m, int.from_bytes(m.vec[src.num, i * es : (i + 1) * es].tobytes(), "little"))
-
-    return run
-
-
-@rule("vpinsrd", "vpinsrq", "vpinsrb", "vpinsrw")
-def _insert_elem(d: Decoded) -> Run:
-    dst, a, src, imm = _ops(d, 4)
-    es = {"b": 1, "w": 2, "d": 4, "q": 8}[d.mn[-1]]
-    if not isinstance(src, (Gpr, Mem)):
-        raise d.fail(f"unsupported {d.mn} form")
-    i = imm.value % (16 // es)  # type: ignore[union-attr]
-    la, st = vsrc(d, a, 16, 16), vdst(d, dst, 16, 16)
-    get = src.get if isinstance(src, Gpr) else Mem(src.base, src.index, src.scale, src.disp, es, src.rip, False).get
-
-    def run(m: Machine) -> None:
-        r = la(m, None)
-        r[i * es : (i + 1) * es] = np.frombuffer((get(m) & MASK[es]).to_bytes(es, "little"), U8)
-        st(m, r, None)
-
-    return run
-
-
-@rule("vpermps", "vpermd", "vpermpd", "vpermq")
-def _perm(d: Decoded) -> Run:
-    """vpermps dst, idx, table (full-width cross-lane); vpermpd/vpermq with an imm8 pick within each 256 bits."""
-    es = 8 if d.mn in ("vpermpd", "vpermq") else 4
-    ops = _ops(d, 3)
-    dst = ops[0]
-    w = _width(d, dst)
-    n, dt = w // es, UINT[es]
-    st = vdst(d, dst, w, es)
-    if isinstance(ops[2], Imm):
-        ld = vsrc(d, ops[1], w, es)
-        sel = np.array([(i // 4) * 4 + ((ops[2].value >> (2 * (i % 4))) & 3) for i in range(n)])
-
-        def run_imm(m: Machine) -> None:
-            kb = kbits(m, d)
-            st(m, ld(m, kb).view(dt)[sel].view(U8), kb)
-
-        return run_imm
-    li, lt = vsrc(d, ops[1], w, es), vsrc(d, ops[2], w, es)
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        st(m, lt(m, kb).view(dt)[li(m, None).view(dt) % n].view(U8), kb)
-
-    return run
-
-
-@rule("vpermt2ps", "vpermt2d", "vpermt2pd", "vpermt2q", "vpermi2ps", "vpermi2d", "vpermi2pd", "vpermi2q")
-def _perm2(d: Decoded) -> Run:
-    """Two-table permutes: t2 = dst(table 1), idx, table 2; i2 = dst(indices), table 1, table 2. Index bit log2(n)
-    picks the table; masked-off lanes keep the destination (indices for i2, table 1 for t2)."""
-    dst, a, b = _ops(d, 3)
-    es = 8 if d.mn.endswith(("pd", "q")) else 4
-    w = _width(d, dst)
-    n, dt = w // es, UINT[es]
-    ld, la, lb, st = vsrc(d, dst, w, es), vsrc(d, a, w, es), vsrc(d, b, w, es), vdst(d, dst, w, es)
-    t2 = "permt2" in d.mn
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        x0, x1, x2 = ld(m, None).view(dt), la(m, None).view(dt), lb(m, kb).view(dt)
-        idx, t1, tb2 = (x1, x0, x2) if t2 else (x0, x1, x2)
-        i = (idx % (2 * n)).astype(np.intp)
-        st(m, np.where(i >= n, tb2[i % n], t1[i % n]).view(U8), kb)
-
-    return run
-
-
-def _saturate(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    info = np.iinfo(dt)
-    return np.clip(x, info.min, info.max).astype(dt)
-
-
-@rule("vpackssdw", "vpacksswb", "vpackusdw", "vpackuswb")
-def _pack(d: Decoded) -> Run:
-    es = 4 if d.mn.endswith("dw") else 2
-    out = {("ss", 4): SINT[2], ("ss", 2): SINT[1], ("us", 4): UINT[2], ("us", 2): UINT[1]}[(d.mn[5:7], es)]
-
-    def pick(xs: list[np.ndarray], _: np.ndarray | None) -> np.ndarray:
-        a, b = (_saturate(x.view(SINT[es]).astype(np.int64), out) for x in xs)
-        return np.concatenate([a, b], axis=1).view(UINT[es])
-
-    return _per_lane(d, es, 2, pick, False)
-
-
-@rule(*(f"vpmov{s}x{a}{b}" for s in "sz" for a, b in ("bw", "bd", "bq", "wd", "wq", "dq")))
-def _extend(d: Decoded) -> Run:
-    sz = {"b": 1, "w": 2, "d": 4, "q": 8}
-    ses, des, signed = sz[d.mn[-2]], sz[d.mn[-1]], d.mn[5] == "s"
-    dst, src = _ops(d, 2)
-    w = _width(d, dst)
-    ld, st = vsrc(d, src, w * ses // des, ses), vdst(d, dst, w, des)
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        st(m, ld(m, None).view((SINT if signed else UINT)[ses]).astype((SINT if signed else UINT)[des]).view(U8), kb)
-
-    return run
-
-
-@rule(*(f"vpmov{s}{a}{b}" for s in ("", "s", "us") for a, b in ("db", "dw", "qd", "qb", "qw", "wb")))
-def _narrow(d: Decoded) -> Run:
-    """EVEX down-converts: truncate, or saturate signed (s) / unsigned (us); the destination is w*des/ses bytes."""
-    sz = {"b": 1, "w": 2, "d": 4, "q": 8}
-    ses, des, kind = sz[d.mn[-2]], sz[d.mn[-1]], d.mn[5:-2]
-    dst, src = _ops(d, 2)
-    if not isinstance(src, VecReg):
-        raise d.fail(f"{d.mn} reads a vector register")
-    w = src.size
-    ow = w * des // ses
-    ld = vsrc(d, src, w, ses)
-    st = vdst(d, dst, max(ow, 16) if isinstance(dst, VecReg) else ow, des)
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        x = ld(m, None)
-        if kind == "us":
-            r = _saturate(x.view(UINT[ses]).astype(np.uint64), UINT[des]).view(U8)
-        elif kind == "s":
-            r = _saturate(x.view(SINT[ses]).astype(np.int64), SINT[des]).view(U8)
-        else:
-            r = x.view(UINT[ses]).astype(UINT[des]).view(U8)
-        if isinstance(dst, VecReg) and ow < 16:
-            r = np.concatenate([r, np.zeros(16 - ow, U8)])
-        st(m, r, kb)
-
-    return run
-
-
-@rule("vpternlogd", "vpternlogq")
-def _ternlog(d: Decoded) -> Run:
-    """Bit i of the result is imm8[(dst_i << 2) | (src1_i << 1) | src2_i]."""
-    dst, a, b, imm = _ops(d, 4)
-    es = 4 if d.mn.endswith("d") else 8
-    w = _width(d, dst)
-    l0, la, lb, st = vsrc(d, dst, w, es), vsrc(d, a, w, es), vsrc(d, b, w, es), vdst(d, dst, w, es)
-    v = imm.value  # type: ignore[union-attr]
-
-    def run(m: Machine) -> None:
-        kb = kbits(m, d)
-        x, y, z = l0(m, None), la(m, None), lb(m, kb)
-        r = np.zeros(w, U8)
-        for t in range(8):
-            if v >> t & 1:
-                r |= (x if t & 4 else ~x) & (y if t & 2 else ~y) & (z if t & 1 else ~z)
-        st(m, r, kb)
-
-    return run
-
-
-@rule("vptest")
-def _ptest(d: Decoded) -> Run:
-    a, b = _ops(d, 2)
-    w = _width(d, a)
-    la, lb = vsrc(d, a, w, 8), vsrc(d, b, w, 8)
-
-    def run(m: Machine) -> None:
-        x, y = la(m, None), lb(m, None)
-        m.zf, m.cf = not (x & y).any(), not (~x & y).any()
-        m.of = m.sf = m.pf = False
-
-    return run
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# opmask registers
-
-
-K_WIDTH = {"b": 8, "w": 16, "d": 32, "q": 64}
-
-
-def _kget(d: Decoded, o: object, bits: int) -> Callable[[Machine], int]:
-    if isinstance(o, KReg):
-        n = o.num
-        return lambda m: m.k[n] & ((1 << bits) - 1)
-    if isinstance(o, (Gpr, Mem)):
-        get = o.get if isinstance(o, Gpr) else Mem(o.base, o.index, o.scale, o.disp, bits // 8, o.rip, False).get
-        return lambda m: get(m) & ((1 << bits) - 1)
-    raise d.fail("expected an opmask, GPR or memory operand")
-
-
-@rule(*(f"kmov{s}" for s in K_WIDTH))
-def _kmov(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    bits = K_WIDTH[d.mn[-1]]
-    get = _kget(d, src, bits)
-    if isinstance(dst, KReg):
-        n = dst.num
-
-        def run_k(m: Machine) -> None:
-            m.k[n] = get(m)  # zero-extended
-
-        return run_k
-    if isinstance(dst, Gpr):
-        return lambda m: dst.set(m, get(m))  # a 32/64-bit GPR destination: zero-extended
-    if isinstance(dst, Mem):
-        put = Mem(dst.base, dst.index, dst.scale, dst.disp, max(bits // 8, 1), dst.rip, False).set
-        return lambda m: put(m, get(m))
-    raise d.fail(f"unsupported {d.mn} form")
-
-
-_KLOGIC: dict[str, Callable[[int, int], int]] = {
-    "kand": lambda a, b: a & b, "kandn": lambda a, b: ~a & b, "kor": lambda a, b: a | b,
-    "kxor": lambda a, b: a ^ b, "kxnor": lambda a, b: ~(a ^ b),
-}  # fmt: skip
-
-
-@rule(*(f"{op}{s}" for op in _KLOGIC for s in K_WIDTH))
-def _klogic(d: Decoded) -> Run:
-    dst, a, b = _ops(d, 3)
-    bits = K_WIDTH[d.mn[-1]]
-    fn, ga, gb = _KLOGIC[d.mn[:-1]], _kget(d, a, bits), _kget(d, b, bits)
-    if not isinstance(dst, KReg):
-        raise d.fail(f"{d.mn} writes an opmask")
-    n, mask = dst.num, (1 << bits) - 1
-
-    def run(m: Machine) -> None:
-        m.k[n] = fn(ga(m), gb(m)) & mask
-
-    return run
-
-
-@rule(*(f"knot{s}" for s in K_WIDTH), *(f"kshift{lr}{s}" for lr in "lr" for s in K_WIDTH))
-def _kunary(d: Decoded) -> Run:
-    ops = _ops(d, 2 if d.mn.startswith("knot") else 3)
-    dst, src = ops[:2]
-    bits = K_WIDTH[d.mn[-1]]
-    get, mask = _kget(d, src, bits), (1 << bits) - 1
-    if not isinstance(dst, KReg):
-        raise d.fail(f"{d.mn} writes an opmask")
-    n = dst.num
-    if d.mn.startswith("knot"):
-        fn: Callable[[int], int] = lambda v: ~v
-    else:
-        c = ops[2].value  # type: ignore[union-attr]
-        fn = (lambda v: v << c) if d.mn.startswith("kshiftl") else (lambda v: v >> c)
-
-    def run(m: Machine) -> None:
-        m.k[n] = fn(get(m)) & mask if not (len(ops) == 3 and ops[2].value >= bits) else 0  # type: ignore[union-attr]
-
-    return run
-
-
-@rule(*(f"kortest{s}" for s in K_WIDTH), *(f"ktest{s}" for s in K_WIDTH))
-def _ktest(d: Decoded) -> Run:
-    a, b = _ops(d, 2)
-    bits = K_WIDTH[d.mn[-1]]
-    ga, gb, mask, ortest = _kget(d, a, bits), _kget(d, b, bits), (1 << bits) - 1, d.mn.startswith("kortest")
-
-    def run(m: Machine) -> None:
-        x, y = ga(m), gb(m)
-        if ortest:
-            m.zf, m.cf = (x | y) == 0, (x | y) == mask
-        else:
-            m.zf, m.cf = (x & y) == 0, (~x & y & mask) == 0
-        m.of = m.sf = m.pf = False
-
-    return run
-
-
-@rule("vpmovm2d", "vpmovm2q", "vpmovm2b", "vpmovm2w")
-def _mask_to_vec(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    es = {"b": 1, "w": 2, "d": 4, "q": 8}[d.mn[-1]]
-    if not isinstance(src, KReg):
-        raise d.fail(f"{d.mn} reads an opmask")
-    w = _width(d, dst)
-    st, dt = vdst(d, dst, w, es), UINT[es]
-
-    def run(m: Machine) -> None:
-        st(m, np.where(lanes(m.k[src.num], w // es), dt.type(MASK[es]), dt.type(0)).view(U8), None)
-
-    return run
-
-
-@rule("vpmovd2m", "vpmovq2m", "vpmovb2m", "vpmovw2m")
-def _vec_to_mask(d: Decoded) -> Run:
-    dst, src = _ops(d, 2)
-    es = {"b": 1, "w": 2, "d": 4, "q": 8}[d.mn[-3]]
-    if not isinstance(dst, KReg) or not isinstance(src, VecReg):
-        raise d.fail(f"unsupported {d.mn} form")
-
-    def run(m: Machine) -> None:
-        m.k[dst.num] = to_bits(m.vec[src.num, : src.size].view(SINT[es]) < 0)
-
-    return run
-
-
-_ = M64

@@ -105,3 +105,376 @@ def test_vector_kernels_emulated_match_native(name: str) -> None:
     ast, inputs = tk._vector_kernels()[name]
     stats = agree_with_native(tk.x86_program(ast), inputs, {})
     assert any(f.split()[0].startswith("v") and "ymm" in f for f in stats.forms), stats.forms
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# tiny objects: speck's encoder (EVEX forms it has) and GNU as (forms it has not yet)
+
+F32 = np.float32
+SPECIALS32 = np.array([0.0, -0.0, 1.0, -1.5, 3.0e38, -3.0e38, 1e-45, np.inf, -np.inf, np.nan, 2.5, -7.25, 1e-3,
+                       65504.0, -0.1, 123456.78], F32)  # fmt: skip
+
+
+def gas_object(body: str, name: str = "kern") -> bytes:
+    """Assemble Intel-syntax `body` as function `name` with GNU as (a test tool only)."""
+    import pathlib
+    import subprocess
+    import tempfile
+
+    if shutil.which("as") is None:
+        pytest.skip("GNU as assembles the masked EVEX test objects")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, obj = pathlib.Path(tmp) / "k.s", pathlib.Path(tmp) / "k.o"
+        src.write_text(f".text\n.globl {name}\n.type {name},@function\n{name}:\n{body}\n")
+        proc = subprocess.run(["as", "--64", "-msyntax=intel", "-mnaked-reg", "-o", str(obj), str(src)],
+                              capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return obj.read_bytes()
+
+
+def native(lib: bytes, name: str, args: list[np.ndarray | int]) -> None:
+    """Call `name` natively (for the VEX forms this host can run), arrays by pointer, ints as int32."""
+    import ctypes
+
+    types = [ctypes.c_void_p if isinstance(a, np.ndarray) else ctypes.c_int32 for a in args]
+    fn = ctypes.CFUNCTYPE(None, *types)(tk.link(lib, name))
+    fn(*[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
+
+
+def rng_f32(seed: int, n: int) -> np.ndarray:
+    g = np.random.default_rng(seed)
+    x = (g.normal(size=n) * 10).astype(F32)
+    x[g.integers(0, n, n // 4)] = g.choice(SPECIALS32, n // 4)
+    return x
+
+
+def fma_exact(a: float, b: float, c: float, dt: type) -> float:
+    """a*b + c rounded once to `dt` (an exact rational reference, no float arithmetic involved)."""
+    from fractions import Fraction
+
+    a, b, c = float(a), float(b), float(c)
+    if not all(np.isfinite([a, b, c])):
+        return float(dt(a * b + c))  # float64: a float32 product is exact there, only infinities/NaNs remain
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:
+        return float(dt(a) * dt(b) + dt(c))
+    if dt is np.float64:
+        return float(exact)
+    # round to nearest-even at float32 precision by scaling to an integer significand
+    import math
+
+    e = math.floor(math.log2(abs(exact)))
+    while Fraction(2) ** e > abs(exact):
+        e -= 1
+    while Fraction(2) ** (e + 1) <= abs(exact):
+        e += 1
+    q = max(e, -126) - 23  # quantum: 24-bit significand, float32 subnormals below 2**-126
+    return float(round(exact / Fraction(2) ** q) * Fraction(2) ** q)  # Fraction.__round__: ties to even
+
+
+@pytest.mark.parametrize("width", [64, 32, 16])
+def test_evex_arithmetic_from_speck_encoder(width: int) -> None:
+    """zmm/ymm/xmm with registers 16-31, embedded broadcast and FMA, encoded by speck's EVEX encoder."""
+    from speck.codegen.x86.assembler import assemble
+    from speck.codegen.x86.elf_object import write_elf_object
+    from speck.codegen.x86.operands import Inst, Mem, Reg, gpr
+    from speck.codegen.x86.ops import X86Op as O
+
+    v = lambda n: Reg("vec", n, width)
+    rdi, rsi, rdx, rcx = (gpr(r) for r in ("rdi", "rsi", "rdx", "rcx"))
+    code = [
+        Inst(O.VMOVUPS, (v(1), Mem(rsi))),
+        Inst(O.VMOVUPS, (v(17), Mem(rdx))),
+        Inst(O.VADDPS, (v(2), v(1), v(17))),
+        Inst(O.VMULPS, (v(30), v(2), Mem(rcx, broadcast=True))),
+        Inst(O.VMOVUPS, (v(31), v(30))),
+        Inst(O.VFMADD231PS, (v(31), v(1), v(17))),
+        Inst(O.VMAXPS, (v(20), v(1), v(17))),
+        Inst(O.VBROADCASTSS, (v(21), Mem(rcx))),
+        Inst(O.VDIVPS, (v(21), v(1), v(21))),
+        Inst(O.VMOVUPS, (Mem(rdi), v(30))),
+        Inst(O.VMOVUPS, (Mem(rdi, disp=width), v(31))),
+        Inst(O.VMOVUPS, (Mem(rdi, disp=2 * width), v(20))),
+        Inst(O.VMOVUPS, (Mem(rdi, disp=3 * width), v(21))),
+        Inst(O.RET, ()),
+    ]
+    asm = assemble(code)
+    lib = write_elf_object("evex_arith", asm.code, asm.relocations)
+    n = width // 4
+    a, b, s = rng_f32(1, n), rng_f32(2, n), np.array([1.75], F32)
+    out = np.zeros(4 * n, F32)
+    stats = emulate(lib, "evex_arith", [out, a, b, s])
+    with np.errstate(all="ignore"):
+        prod = (a + b) * s[0]
+        fma = np.array([fma_exact(x, y, z, F32) for x, y, z in zip(a, b, prod)], F32)
+        mx = np.where(a > b, a, b)
+        div = a / s[0]
+    for got, want in ((out[:n], prod), (out[n : 2 * n], fma), (out[2 * n : 3 * n], mx), (out[3 * n :], div)):
+        assert tk.same_bits(got, want, tk.dtypes.float32), (got, want)
+    name = {64: "zmm", 32: "ymm", 16: "xmm"}[width]
+    assert f"vmulps {name},{name},m32bcst" in stats.forms and f"vfmadd231ps {name},{name},{name}" in stats.forms
+
+
+MASKED = """
+    kmovw k1, ecx
+    vmovups zmm0{k1}{z}, [rsi]
+    vmovups zmm1, [rdx]
+    vaddps zmm1{k1}, zmm1, zmm0
+    vmovups [rdi]{k1}, zmm1
+    vmulps zmm2{k1}{z}, zmm0, DWORD PTR [rdx]{1to16}
+    vmovups [rdi+64], zmm2
+    ret
+"""
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 10, 16])
+def test_masked_loads_and_stores_touch_only_enabled_lanes(count: int) -> None:
+    """A {k}{z} load of `count` floats from a buffer that holds exactly `count`: lanes past it would fault (the
+    buffer's neighbours are unmapped), masked-off lanes neither fault nor change memory."""
+    lib = gas_object(MASKED)
+    k = (1 << count) - 1
+    a = rng_f32(3, count)
+    b = rng_f32(4, 16)
+    out = np.full(32, 9.0, F32)
+    stats = emulate(lib, "kern", [out, a, b, k])
+    lanes = np.arange(16) < count
+    a16 = np.zeros(16, F32)
+    a16[:count] = a
+    with np.errstate(all="ignore"):
+        want_lo = np.where(lanes, b + a16, 9.0).astype(F32)
+        want_hi = np.where(lanes, a16 * b[0], 0.0).astype(F32)
+    assert tk.same_bits(out[:16], want_lo, tk.dtypes.float32)
+    assert tk.same_bits(out[16:], want_hi, tk.dtypes.float32)
+    assert {"vmovups zmm{k}{z},m512", "vmovups m512{k},zmm", "vmulps zmm{k}{z},zmm,m32bcst"} <= set(stats.forms)
+    if count < 16:  # the same load without its mask reads past the buffer
+        with pytest.raises(EmulationError, match=r"outside mapped memory[\s\S]*vmovups zmm0,ZMMWORD PTR \[rsi\]"):
+            emulate(gas_object(MASKED.replace("zmm0{k1}{z}", "zmm0")), "kern", [out, a, b, k])
+
+
+def _kbits(out: np.ndarray) -> list[int]:
+    return [int(x) for x in out.view(np.uint32)]
+
+
+FLOAT_PREDICATES = {"lt": lambda a, b: a < b, "unord": lambda a, b: np.isnan(a) | np.isnan(b),
+                    "neq": lambda a, b: ~(a == b), "ge": lambda a, b: a >= b, "nle": lambda a, b: ~(a <= b),
+                    "eq_uq": lambda a, b: (a == b) | np.isnan(a) | np.isnan(b)}  # fmt: skip
+
+
+@pytest.mark.parametrize("pred", sorted(FLOAT_PREDICATES))
+def test_compares_into_opmasks_and_opmask_logic(pred: str) -> None:
+    """vcmpps/vpcmpd into k registers, k logic, kortestw flags, kmov to a GPR, and blend/select by mask."""
+    imm = [p for p in ("eq", "lt", "le", "unord", "neq", "nlt", "nle", "ord", "eq_uq")].index(pred) if pred != "ge" \
+        else 13  # fmt: skip
+    lib = gas_object(f"""
+    vmovups zmm0, [rsi]
+    vmovups zmm1, [rdx]
+    vcmpps k1, zmm0, zmm1, {imm}
+    vpcmpd k2, zmm0, zmm1, 1
+    kandw k3, k1, k2
+    korw k4, k1, k2
+    kxorw k5, k1, k2
+    knotw k6, k1
+    kmovw eax, k1
+    mov [rdi], eax
+    kmovw [rdi+4], k3
+    kmovw eax, k4
+    mov [rdi+8], eax
+    kmovw eax, k5
+    mov [rdi+12], eax
+    kmovw eax, k6
+    mov [rdi+16], eax
+    kortestw k1, k1
+    setz BYTE PTR [rdi+20]
+    setc BYTE PTR [rdi+24]
+    vcmpps k7{{k2}}, zmm0, zmm1, {imm}
+    kmovw [rdi+28], k7
+    vblendmps zmm3{{k1}}, zmm0, zmm1
+    vmovups [rdi+64], zmm3
+    vpblendmd zmm4{{k2}}{{z}}, zmm0, zmm1
+    vmovups [rdi+128], zmm4
+    ret
+""")
+    a, b = rng_f32(5, 16), rng_f32(6, 16)
+    b[::3] = a[::3]
+    out = np.zeros(48, F32)
+    stats = emulate(lib, "kern", [out, a, b])
+
+    def bits(x: np.ndarray) -> int:
+        return sum(1 << i for i, t in enumerate(x) if t)
+
+    with np.errstate(all="ignore"):
+        k1, k2 = bits(FLOAT_PREDICATES[pred](a, b)), bits(a.view(np.int32) < b.view(np.int32))
+    got = _kbits(out[:8])
+    assert got[:5] == [k1, k1 & k2, k1 | k2, k1 ^ k2, ~k1 & 0xFFFF]
+    assert got[5] == (k1 == 0) and got[6] == (k1 == 0xFFFF) and got[7] == k1 & k2
+    sel = np.array([k1 >> i & 1 for i in range(16)], bool)
+    assert tk.same_bits(out[16:32], np.where(sel, b, a), tk.dtypes.float32)
+    sel2 = np.array([k2 >> i & 1 for i in range(16)], bool)
+    np.testing.assert_array_equal(out[32:48].view(np.uint32), np.where(sel2, b.view(np.uint32), 0))
+    assert {"vcmpps k,zmm,zmm,imm", "vpcmpltd k,zmm,zmm", "kortestw k,k", "vblendmps zmm{k},zmm,zmm"} <= set(
+        stats.forms) or any(f.startswith("vcmp") and f.endswith("ps k,zmm,zmm") for f in stats.forms)  # fmt: skip
+
+
+def test_permutes_broadcasts_and_upper_zeroing() -> None:
+    lib = gas_object("""
+    vmovups zmm0, [rsi]
+    vmovups zmm1, [rdx]
+    vmovdqu32 zmm2, [rcx]
+    vpermps zmm3, zmm2, zmm0
+    vmovups [rdi], zmm3
+    vmovdqa64 zmm4, zmm2
+    vpermt2ps zmm4, zmm2, zmm1
+    vmovups zmm5, zmm2
+    vpermi2ps zmm5, zmm0, zmm1
+    vpermt2ps zmm0, zmm2, zmm1
+    vmovups [rdi+64], zmm0
+    vmovups [rdi+128], zmm5
+    vpbroadcastd zmm6, r8d
+    vmovups [rdi+192], zmm6
+    vpternlogd zmm7, zmm7, zmm7, 0xff
+    vaddps xmm7, xmm1, xmm1
+    vmovups [rdi+256], zmm7
+    vpternlogd zmm16, zmm16, zmm16, 0xff
+    vaddps xmm16, xmm1, xmm1
+    vmovups [rdi+320], zmm16
+    vextractf32x8 ymm8, zmm1, 1
+    vinsertf32x4 zmm9, zmm1, xmm1, 3
+    vmovups [rdi+384], ymm8
+    vmovups [rdi+448], zmm9
+    vcvttps2dq zmm10, zmm1
+    vmovdqu32 [rdi+512], zmm10
+    ret
+""")
+    a, b = rng_f32(7, 16), rng_f32(8, 16)
+    idx = np.random.default_rng(9).integers(0, 64, 16).astype(np.int32)  # bits above 4 (t2/i2: above 5) ignored
+    out = np.zeros(16 * 9, F32)
+    emulate(lib, "kern", [out, a, b, idx, -12345])
+    u = lambda x: x.view(np.uint32)
+    both = np.concatenate([a, b])
+    np.testing.assert_array_equal(u(out[:16]), u(a[idx % 16]))
+    np.testing.assert_array_equal(u(out[16:32]), u(both[idx % 32]))  # t2: table 1 = the old destination (a)
+    np.testing.assert_array_equal(u(out[32:48]), u(both[idx % 32]))  # i2: indices in the destination
+    np.testing.assert_array_equal(out[48:64].view(np.int32), np.full(16, -12345))
+    for at in (64, 80):  # the VEX and the EVEX xmm write both zero bits 511:128
+        assert tk.same_bits(out[at : at + 4], b[:4] + b[:4], tk.dtypes.float32) and not out[at + 4 : at + 16].any()
+    np.testing.assert_array_equal(u(out[96:104]), u(b[8:]))
+    np.testing.assert_array_equal(u(out[112:128]), u(np.concatenate([b[:12], b[:4]])))
+    with np.errstate(all="ignore"):
+        t = np.trunc(b.astype(np.float64))
+        want = np.where((t >= -(2.0**31)) & (t < 2.0**31), np.nan_to_num(t), -(2.0**31)).astype(np.int64)
+    np.testing.assert_array_equal(out[128:144].view(np.int32), want.astype(np.int32))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# VEX forms this host runs: exact bits (NaN payloads included) against the CPU
+
+VEX_NUMERICS = """
+    vmovups ymm0, [rsi]
+    vmovups ymm1, [rdx]
+    vaddps ymm2, ymm0, ymm1
+    vmovups [rdi], ymm2
+    vmulps ymm2, ymm0, ymm1
+    vmovups [rdi+32], ymm2
+    vdivps ymm2, ymm0, ymm1
+    vmovups [rdi+64], ymm2
+    vsqrtps ymm2, ymm0
+    vmovups [rdi+96], ymm2
+    vmaxps ymm2, ymm0, ymm1
+    vmovups [rdi+128], ymm2
+    vminps ymm2, ymm1, ymm0
+    vmovups [rdi+160], ymm2
+    vmovups ymm2, ymm1
+    vfmadd231ps ymm2, ymm0, ymm0
+    vmovups [rdi+192], ymm2
+    vcvttps2dq ymm2, ymm0
+    vmovups [rdi+224], ymm2
+    vroundps ymm2, ymm0, 0
+    vmovups [rdi+256], ymm2
+    vcvtps2pd ymm3, xmm0
+    vcvtpd2ps xmm2, ymm3
+    vmovups [rdi+288], xmm2
+    vcmpnltps ymm2, ymm0, ymm1
+    vmovups [rdi+320], ymm2
+    vsubss xmm2, xmm0, xmm1
+    vmovss [rdi+352], xmm2
+    vcvttss2si rax, xmm0
+    mov [rdi+356], eax
+    vcvtsi2ss xmm2, xmm2, rax
+    vmovss [rdi+360], xmm2
+    vzeroupper
+    ret
+"""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vex_numerics_bit_exact_with_native(seed: int) -> None:
+    """NaN payloads, default NaNs, signed zeros, max/min operand order, FMA rounding, integer-indefinite: all bits."""
+    lib = gas_object(VEX_NUMERICS)
+    a, b = rng_f32(10 + seed, 8), rng_f32(20 + seed, 8)
+    g = np.random.default_rng(seed)
+    payload = (0x7F800001 + g.integers(0, 0x7FFFFF, 8)).astype(np.uint32) | (g.integers(0, 2, 8) << 31).astype(
+        np.uint32)  # fmt: skip
+    a[g.random(8) < 0.3] = payload.view(F32)[g.random(8) < 0.3][:1] if (g.random(8) < 0.3).any() else a[0]
+    b[1::3] = payload.view(F32)[1::3]  # signalling and quiet NaNs with payloads
+    a[[0, 2]], b[[0, 2]] = [0.0, -0.0], [-0.0, 0.0]  # max/min of equal zeros: the second source
+    want, got = np.zeros(96, F32), np.zeros(96, F32)
+    native(lib, "kern", [want, a, b])
+    emulate(lib, "kern", [got, a, b])
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the emulator's numerics against exact references
+
+
+def test_fma32_is_single_rounded() -> None:
+    """float64 product + float64 add, then a cast, rounds twice; round-to-odd does not."""
+    from codegen_x86emu_vec import fma32, fma64
+
+    a = np.array([1 + 2.0**-12], F32)
+    c = np.array([2.0**-60], F32)
+    naive = (a.astype(np.float64) * a + c).astype(F32)
+    exact = fma_exact(float(a[0]), float(a[0]), float(c[0]), F32)
+    assert exact != float(naive[0])  # the double-rounding case this method exists for
+    assert float(fma32(a, a, c)[0]) == exact
+    g = np.random.default_rng(11)
+    for scale in (1.0, 2.0**-70, 2.0**60):
+        x, y = rng_f32(30, 300), (g.normal(size=300) * scale).astype(F32)
+        z = -(x.astype(np.float64) * y).astype(F32) * F32(1 + 2.0**-20)  # cancellation-heavy addends
+        got = fma32(x, y, z)
+        for i in range(300):
+            want = fma_exact(float(x[i]), float(y[i]), float(z[i]), F32)
+            assert got[i] == want or (np.isnan(got[i]) and np.isnan(want)), (x[i], y[i], z[i], got[i], want)
+    x64, y64 = np.array([1 + 2.0**-30]), np.array([1 - 2.0**-30])
+    assert fma64(x64, y64, np.array([-1.0]))[0] == -(2.0**-60)  # the product's low bits survive
+
+
+def test_truncating_conversion_indefinite_values() -> None:
+    from codegen_x86emu_vec import trunc_to_int
+
+    x = np.array([np.nan, np.inf, -np.inf, 2.0**31, -(2.0**31), -(2.0**31) - 1, 2.0**31 - 0.5, -0.9, 1e300])
+    np.testing.assert_array_equal(trunc_to_int(x, 32), [-(2**31), -(2**31), -(2**31), -(2**31), -(2**31),
+                                                        -(2**31), 2**31 - 1, 0, -(2**31)])  # fmt: skip
+    np.testing.assert_array_equal(trunc_to_int(x, 32, unsigned=True)[[0, 1, 3, 7]], [2**32 - 1, 2**32 - 1,
+                                                                                     2**31, 0])  # fmt: skip
+    np.testing.assert_array_equal(trunc_to_int(np.array([2.0**63, -(2.0**63)]), 64), [-(2**63), -(2**63)])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# refusals: clear errors naming the instruction
+
+
+def test_unknown_instruction_external_call_and_wild_access_are_errors() -> None:
+    with pytest.raises(EmulationError, match=r"'cpuid' has no semantics[\s\S]*cpuid"):
+        emulate(gas_object("cpuid\nret"), "kern", [])
+    with pytest.raises(EmulationError, match=r"external symbol 'expf'"):
+        emulate(gas_object("sub rsp, 8\ncall expf\nadd rsp, 8\nret"), "kern", [])
+    with pytest.raises(EmulationError, match=r"read of 4 bytes at 0x[0-9a-f]+ outside mapped memory[\s\S]*"
+                                             r"mov eax,DWORD PTR \[rdi\+0x40\]"):  # fmt: skip
+        emulate(gas_object("mov eax, [rdi+64]\nret"), "kern", [np.zeros(16, F32)])
+    with pytest.raises(EmulationError, match=r"\{rn-sae\}"):
+        emulate(gas_object("vaddps zmm0, zmm1, zmm2, {rn-sae}\nret"), "kern", [])
+    with pytest.raises(EmulationError, match="not 64-byte aligned"):
+        emulate(gas_object("vmovaps zmm0, [rdi+4]\nret"), "kern", [np.zeros(32, F32)])
+    with pytest.raises(EmulationError, match="not a function|is not defined"):
+        emulate(gas_object("ret"), "other", [])
