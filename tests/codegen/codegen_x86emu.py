@@ -135,6 +135,7 @@ class Program:
     images: list[tuple[int, bytes, str, bool]]  # (address, bytes, section name, writable)
     insts: list[Decoded]
     index: dict[int, int]
+    falls: list[int]  # index of the next instruction in the same section, -1 at a section's end
     symbols: dict[str, int]
     externals: dict[int, str]
 
@@ -370,8 +371,9 @@ def decode_object(obj: bytes) -> Program:
             d.form = d.form or d.mn
         insts.append(d)
     index = {d.addr: i for i, d in enumerate(insts)}
+    falls = [i + 1 if i + 1 < len(insts) and insts[i + 1].addr == d.next_addr else -1 for i, d in enumerate(insts)]
     images = [(s.addr, s.data, s.name, bool(s.flags & SHF_WRITE)) for s in sections if s.flags & SHF_ALLOC]
-    prog = Program(images, insts, index, defined, externals)
+    prog = Program(images, insts, index, falls, defined, externals)
     if len(_CACHE) > 64:
         _CACHE.clear()
     _CACHE[key] = prog
@@ -404,7 +406,7 @@ class EmuStats:
 ARG_REGS = (7, 6, 2, 1, 8, 9)  # rdi, rsi, rdx, rcx, r8, r9
 
 
-def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_instructions: int = 50_000_000,
+def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_jumps: int = 10_000_000,
             poison_upper: bool = True) -> EmuStats:  # fmt: skip
     """Run function `name` of ELF object `lib` on `args` (numpy arrays become pointers to mapped copies, written
     back in place afterwards; ints are int32 arguments). Raises EmulationError for anything it cannot run."""
@@ -447,7 +449,7 @@ def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_instruc
     m.gpr[4] = sp
     for r, v in zip(ARG_REGS, values):
         m.gpr[r] = v
-    counts = _run(prog, m, prog.symbols[name], max_instructions)
+    counts = _run(prog, m, prog.symbols[name], max_jumps)
     for a, addr in buffers:
         if a.size:
             a.view(np.uint8).reshape(-1)[:] = mem.read(addr, a.nbytes)
@@ -460,36 +462,36 @@ def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_instruc
     return stats
 
 
-def _run(prog: Program, m: Machine, entry: int, max_instructions: int) -> list[int]:
-    insts, index = prog.insts, prog.index
+def _run(prog: Program, m: Machine, entry: int, max_jumps: int) -> list[int]:
+    insts, index, falls = prog.insts, prog.index, prog.falls
     counts = [0] * len(insts)
     pc = index.get(entry)
     if pc is None:
         raise EmulationError(f"entry {entry:#x} is not an instruction boundary")
-    steps = 0
+    jumps = 0  # an endless loop must keep jumping: counting taken transfers bounds the run
     d = insts[pc]
     try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # IEEE results without numpy's warnings (x86 masks FP exceptions too)
             while True:
                 d = insts[pc]
                 counts[pc] += 1
                 nxt = d.run(m)  # type: ignore[misc]
                 if nxt is None:
-                    pc += 1
-                    if pc == len(insts) or insts[pc].addr != d.next_addr:
+                    pc = falls[pc]
+                    if pc < 0:
                         raise EmulationError("execution ran off the end of its section")
-                else:
-                    if nxt == RETURN_SENTINEL:
-                        break
-                    target = index.get(nxt)
-                    if target is None:
-                        if nxt in prog.externals:
-                            raise EmulationError(f"control transfer to external symbol {prog.externals[nxt]!r}")
-                        raise EmulationError(f"control transfer to {nxt:#x}, which is not an instruction of the object")
-                    pc = target
-                steps += 1
-                if steps > max_instructions:
-                    raise EmulationError(f"more than {max_instructions} instructions executed (an endless loop?)")
+                    continue
+                if nxt == RETURN_SENTINEL:
+                    break
+                target = index.get(nxt)
+                if target is None:
+                    if nxt in prog.externals:
+                        raise EmulationError(f"control transfer to external symbol {prog.externals[nxt]!r}")
+                    raise EmulationError(f"control transfer to {nxt:#x}, which is not an instruction of the object")
+                pc = target
+                jumps += 1
+                if jumps > max_jumps:
+                    raise EmulationError(f"more than {max_jumps} jumps taken (an endless loop?)")
     except EmulationError as e:
         raise EmulationError(f"{e}\n  at {d.addr - CODE_BASE:#x} (address {d.addr:#x}): `{d.text}`") from None
     except Exception as e:

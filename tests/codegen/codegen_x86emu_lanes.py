@@ -509,3 +509,21 @@ def _vec_to_mask(d: Decoded) -> Run:
         m.k[dst.num] = to_bits(m.vec[src.num, : src.size].view(SINT[es]) < 0)
 
     return run
+
+
+@rule("vptestmd", "vptestmq", "vptestnmd", "vptestnmq")
+def _ptestm(d: Decoded) -> Run:
+    """k = (src1 & src2) != 0 per lane (vptestnm: == 0), ANDed with the write mask."""
+    dst, a, b = operands(d, 3)
+    es = 4 if d.mn.endswith("d") else 8
+    if not isinstance(dst, KReg):
+        raise d.fail(f"{d.mn} writes an opmask")
+    w = vec_width(d, a)
+    la, lb, dt, neg = vsrc(d, a, w, es), vsrc(d, b, w, es), UINT[es], "nm" in d.mn
+
+    def run(m: Machine) -> None:
+        kb = kbits(m, d)
+        nz = (la(m, None).view(dt) & lb(m, kb).view(dt)) != 0
+        m.k[dst.num] = to_bits(~nz if neg else nz) & (kb if kb is not None else MASK[8])
+
+    return run
