@@ -490,3 +490,288 @@ def test_every_backend_mnemonic_has_semantics() -> None:
                "vpcmpd": "vpcmpltd"}  # fmt: skip
     missing = [op.value for op in X86Op if op.value not in RULES or spelled.get(op.value, op.value) not in RULES]
     assert not missing, f"mnemonics without emulator semantics: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# every form the backend emits on AVX2, one instruction at a time, against this CPU (flags included where defined)
+
+# `instruction(s) ; flags compared` (o c z s p; flags an instruction leaves undefined are left out). Registers in:
+# ymm0, ymm1, ymm2, ymm3 = the vector input; rax, rcx, r8, r9, rdx = the integer input; rsi = the vector input's
+# address (memory sources), rbx = the output's (memory destinations at [rbx+96]); flags from `cmp rax, rcx`.
+NATIVE_CASES = """
+vaddps ymm2, ymm0, ymm1 ; oczsp
+vsubps xmm2, xmm0, xmm1 ; oczsp
+vmulps ymm2, ymm0, YMMWORD PTR [rsi+32] ; oczsp
+vdivps ymm2, ymm0, ymm1 ; oczsp
+vmaxps ymm2, ymm0, ymm1 ; oczsp
+vminps ymm2, ymm1, ymm0 ; oczsp
+vsqrtps ymm2, ymm0 ; oczsp
+vandps ymm2, ymm0, ymm1 ; oczsp
+vandnps ymm2, ymm0, ymm1 ; oczsp
+vorps xmm2, xmm0, xmm1 ; oczsp
+vxorps ymm2, ymm0, ymm1 ; oczsp
+vaddpd ymm2, ymm0, ymm1 ; oczsp
+vsubpd ymm2, ymm0, ymm1 ; oczsp
+vmulpd ymm2, ymm0, ymm1 ; oczsp
+vdivpd xmm2, xmm0, xmm1 ; oczsp
+vmaxpd ymm2, ymm0, ymm1 ; oczsp
+vminpd ymm2, ymm0, ymm1 ; oczsp
+vsqrtpd ymm2, ymm0 ; oczsp
+vandpd ymm2, ymm0, ymm1 ; oczsp
+vandnpd ymm2, ymm0, ymm1 ; oczsp
+vorpd ymm2, ymm0, ymm1 ; oczsp
+vxorpd ymm2, ymm0, ymm1 ; oczsp
+vaddss xmm2, xmm0, xmm1 ; oczsp
+vsubss xmm2, xmm0, DWORD PTR [rsi+36] ; oczsp
+vmulss xmm2, xmm0, xmm1 ; oczsp
+vdivss xmm2, xmm0, xmm1 ; oczsp
+vmaxss xmm2, xmm0, xmm1 ; oczsp
+vminss xmm2, xmm0, xmm1 ; oczsp
+vsqrtss xmm2, xmm0, xmm1 ; oczsp
+vaddsd xmm2, xmm0, xmm1 ; oczsp
+vsubsd xmm2, xmm0, QWORD PTR [rsi+40] ; oczsp
+vmulsd xmm2, xmm0, xmm1 ; oczsp
+vdivsd xmm2, xmm0, xmm1 ; oczsp
+vmaxsd xmm2, xmm0, xmm1 ; oczsp
+vminsd xmm2, xmm0, xmm1 ; oczsp
+vsqrtsd xmm2, xmm0, xmm1 ; oczsp
+vcmpltps ymm2, ymm0, ymm1 ; oczsp
+vcmpunordps ymm2, ymm0, ymm1 ; oczsp
+vcmpneqps ymm2, ymm0, ymm1 ; oczsp
+vcmpnltps ymm2, ymm0, ymm1 ; oczsp
+vcmpeq_uqps ymm2, ymm0, ymm1 ; oczsp
+vcmpge_oqpd ymm2, ymm0, ymm1 ; oczsp
+vcmpngtpd ymm2, ymm0, ymm1 ; oczsp
+vcmpeqss xmm2, xmm0, xmm1 ; oczsp
+vcmplesd xmm2, xmm0, xmm1 ; oczsp
+vcmpps ymm2, ymm0, ymm1, 0x1e ; oczsp
+vblendvps ymm2, ymm0, ymm1, ymm3 ; oczsp
+vblendvpd ymm2, ymm0, ymm1, ymm3 ; oczsp
+vucomiss xmm0, xmm1 ; oczsp
+vucomisd xmm0, xmm1 ; oczsp
+vcvtsi2ss xmm2, xmm0, eax ; oczsp
+vcvtsi2ss xmm2, xmm0, rax ; oczsp
+vcvtsi2sd xmm2, xmm0, rcx ; oczsp
+vcvtsi2sd xmm2, xmm0, DWORD PTR [rsi+8] ; oczsp
+vcvttss2si eax, xmm0 ; oczsp
+vcvttss2si rax, xmm1 ; oczsp
+vcvttsd2si ecx, xmm0 ; oczsp
+vcvttsd2si rcx, xmm1 ; oczsp
+vcvtss2sd xmm2, xmm0, xmm1 ; oczsp
+vcvtsd2ss xmm2, xmm0, xmm1 ; oczsp
+vcvtdq2ps ymm2, ymm0 ; oczsp
+vcvttps2dq ymm2, ymm0 ; oczsp
+vbroadcastss ymm2, xmm0 ; oczsp
+vbroadcastss ymm2, DWORD PTR [rsi+12] ; oczsp
+vpbroadcastd ymm2, xmm1 ; oczsp
+vinsertps xmm2, xmm0, xmm1, 0x9c ; oczsp
+vinsertps xmm2, xmm0, DWORD PTR [rsi+8], 0x21 ; oczsp
+vpermilps ymm2, ymm0, 0x1b ; oczsp
+vpermilps ymm2, ymm0, ymm1 ; oczsp
+vmovmskps eax, ymm0 ; oczsp
+vpackssdw ymm2, ymm0, ymm1 ; oczsp
+vpacksswb ymm2, ymm0, ymm1 ; oczsp
+vpabsb ymm2, ymm0 ; oczsp
+vpmovzxbd ymm2, xmm0 ; oczsp
+vpmovzxbd ymm2, QWORD PTR [rsi+3] ; oczsp
+vextractps eax, xmm0, 2 ; oczsp
+vextractps DWORD PTR [rbx+96], xmm1, 3 ; oczsp
+vpinsrd xmm2, xmm0, ecx, 3 ; oczsp
+vpextrd eax, xmm1, 1 ; oczsp
+vinsertf128 ymm2, ymm0, xmm1, 1 ; oczsp
+vinsertf128 ymm2, ymm0, XMMWORD PTR [rsi+16], 0 ; oczsp
+vextractf128 xmm2, ymm0, 1 ; oczsp
+vextractf128 XMMWORD PTR [rbx+96], ymm1, 1 ; oczsp
+vpaddd ymm2, ymm0, ymm1 ; oczsp
+vpsubd ymm2, ymm0, ymm1 ; oczsp
+vpmulld ymm2, ymm0, ymm1 ; oczsp
+vpand ymm2, ymm0, ymm1 ; oczsp
+vpandn ymm2, ymm0, ymm1 ; oczsp
+vpor ymm2, ymm0, ymm1 ; oczsp
+vpxor xmm2, xmm0, xmm1 ; oczsp
+vpcmpeqd ymm2, ymm0, ymm1 ; oczsp
+vpcmpgtd ymm2, ymm0, ymm1 ; oczsp
+vpslld ymm2, ymm0, 5 ; oczsp
+vpslld ymm2, ymm0, 33 ; oczsp
+vpsrld ymm2, ymm0, 31 ; oczsp
+vpsrad ymm2, ymm0, 40 ; oczsp
+vpsrad ymm2, ymm0, 3 ; oczsp
+vpslld ymm2, ymm0, xmm1 ; oczsp
+vpsrld ymm2, ymm0, xmm3 ; oczsp
+vfmadd231ps ymm2, ymm0, ymm1 ; oczsp
+vfmadd231ps xmm2, xmm0, XMMWORD PTR [rsi+48] ; oczsp
+vfmadd231pd ymm2, ymm0, ymm1 ; oczsp
+vfmadd231ss xmm2, xmm0, xmm1 ; oczsp
+vfmadd231sd xmm2, xmm0, xmm1 ; oczsp
+vroundps ymm2, ymm0, 0 ; oczsp
+vroundps ymm2, ymm0, 1 ; oczsp
+vroundps ymm2, ymm0, 2 ; oczsp
+vroundps ymm2, ymm0, 0xb ; oczsp
+vroundpd ymm2, ymm0, 4 ; oczsp
+vroundss xmm2, xmm0, xmm1, 1 ; oczsp
+vroundsd xmm2, xmm0, xmm1, 2 ; oczsp
+vmovss xmm2, xmm0, xmm1 ; oczsp
+vmovss xmm2, DWORD PTR [rsi+4] ; oczsp
+vmovss DWORD PTR [rbx+96], xmm1 ; oczsp
+vmovsd xmm2, xmm0, xmm1 ; oczsp
+vmovsd xmm2, QWORD PTR [rsi+8] ; oczsp
+vmovd xmm2, ecx ; oczsp
+vmovd eax, xmm1 ; oczsp
+vmovd DWORD PTR [rbx+96], xmm0 ; oczsp
+vmovq xmm2, rcx ; oczsp
+vmovq rax, xmm1 ; oczsp
+vmovq xmm2, xmm0 ; oczsp
+vmovups ymm2, YMMWORD PTR [rsi+4] ; oczsp
+vmovups YMMWORD PTR [rbx+100], ymm0 ; oczsp
+vmovaps ymm2, ymm1 ; oczsp
+vmovapd xmm2, xmm1 ; oczsp
+vmovupd ymm2, ymm0 ; oczsp
+vmovdqu ymm2, YMMWORD PTR [rsi+8] ; oczsp
+vzeroupper ; oczsp
+add eax, ecx ; oczsp
+add al, cl ; oczsp
+add r8, 0x7fffffff ; oczsp
+sub rax, rcx ; oczsp
+sub cx, ax ; oczsp
+sub eax, -1 ; oczsp
+and eax, ecx ; oczsp
+or rax, r9 ; oczsp
+xor eax, eax ; oczsp
+xor rcx, -0x80 ; oczsp
+cmp eax, ecx ; oczsp
+cmp r8b, al ; oczsp
+cmp rax, 0x7f ; oczsp
+test eax, ecx ; oczsp
+test r9b, 0x81 ; oczsp
+inc eax ; oczsp
+dec rcx ; oczsp
+neg eax ; oczsp
+neg r9 ; oczsp
+not rax ; oczsp
+imul eax, ecx ; oc
+imul rax, rcx ; oc
+imul r8d, ecx, 0x1234 ; oc
+imul rcx ; oc
+mul ecx ; oc
+mul rcx ; oc
+xor edx, edx\\nor ecx, 1\\ndiv ecx ;
+xor edx, edx\\nor rcx, 1\\ndiv rcx ;
+shr ecx, 1\\nor ecx, 1\\ncdq\\nidiv ecx ;
+shr rcx, 1\\nor rcx, 1\\ncqo\\nidiv rcx ;
+cdq ; oczsp
+cqo ; oczsp
+shl eax, 5 ; czsp
+shl rax, cl ; czsp
+shr eax, 7 ; czsp
+shr r9, cl ; czsp
+sar eax, 3 ; czsp
+sar rax, cl ; czsp
+shl eax, 1 ; oczsp
+sar ecx, 1 ; oczsp
+rol eax, 7 ; c
+ror rax, 13 ; c
+movzx eax, cl ; oczsp
+movzx ecx, ax ; oczsp
+movsx rax, cl ; oczsp
+movsx eax, cx ; oczsp
+movsxd rax, ecx ; oczsp
+movzx eax, BYTE PTR [rsi+5] ; oczsp
+lea rax, [rcx+r8*4+0x10] ; oczsp
+lea eax, [rcx+rcx*2-0x3] ; oczsp
+cmovl eax, ecx ; oczsp
+cmovb rax, rcx ; oczsp
+cmove eax, DWORD PTR [rsi+4] ; oczsp
+cmovg r8d, r9d ; oczsp
+setg al ; oczsp
+seta cl ; oczsp
+setp BYTE PTR [rbx+96] ; oczsp
+jl 1f\\nmov eax, 1\\n1: ; oczsp
+jbe 1f\\nmov eax, 1\\n1: ; oczsp
+jp 1f\\nmov eax, 1\\n1: ; oczsp
+push rcx\\npop rax ; oczsp
+movabs rax, 0x123456789abcdef ; oczsp
+mov DWORD PTR [rbx+96], ecx ; oczsp
+mov r9, QWORD PTR [rsi+8] ; oczsp
+mov WORD PTR [rbx+98], 0x1234 ; oczsp
+add DWORD PTR [rbx+96], ecx ; oczsp
+nop ; oczsp
+"""
+
+_CASES = [line.rsplit(";", 1) for line in NATIVE_CASES.strip().splitlines()]
+_FLAG_BYTES = {"o": 0, "c": 1, "z": 2, "s": 3, "p": 4}
+
+
+def _native_cases_object() -> bytes:
+    body = []
+    for i, (insts, _) in enumerate(_CASES):
+        body.append(f"""
+.globl case{i}
+case{i}:
+    push rbx
+    mov rbx, rdi
+    vmovups ymm0, [rsi]
+    vmovups ymm1, [rsi+32]
+    vmovups ymm2, [rsi+64]
+    vmovups ymm3, [rsi+96]
+    mov rax, [rdx]
+    mov rcx, [rdx+8]
+    mov r8, [rdx+16]
+    mov r9, [rdx+24]
+    mov rdx, [rdx+32]
+    cmp rax, rcx
+    {insts.strip().replace(chr(92) + "n", chr(10) + "    ")}
+    seto BYTE PTR [rbx+160]
+    setb BYTE PTR [rbx+161]
+    sete BYTE PTR [rbx+162]
+    sets BYTE PTR [rbx+163]
+    setp BYTE PTR [rbx+164]
+    vmovups [rbx], ymm2
+    vmovups [rbx+32], ymm3
+    mov [rbx+64], rax
+    mov [rbx+72], rcx
+    mov [rbx+80], r8
+    mov [rbx+88], r9
+    mov [rbx+168], rdx
+    pop rbx
+    vzeroupper
+    ret
+""")
+    return gas_object("".join(body), name="native_cases")
+
+
+def _native_inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    g = np.random.default_rng(seed)
+    kind = seed % 3
+    if kind == 0:
+        vec = rng_f32(seed, 32)
+    elif kind == 1:
+        v64 = (g.normal(size=16) * 1e3).astype(np.float64)
+        v64[g.integers(0, 16, 6)] = g.choice([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0**63, -(2.0**31), 1e-310,
+                                              0.5, 2.5, -1.5, 4503599627370497.0], 6)  # fmt: skip
+        vec = v64.view(F32)
+    else:
+        vec = g.choice(np.array([0, 1, -1, 2**31 - 1, -(2**31), 255, -129, 32767, 7, 40, 33, 0x7FC00001],
+                                dtype=np.int64), 32).astype(np.int32).view(F32)  # fmt: skip
+    edge = [0, 1, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 0x80, 0xFF, 5, 33, 64, -7, 0xDEADBEEF]
+    ints = np.array([int(g.choice(edge)) if g.random() < 0.6 else int(g.integers(-(2**63), 2**63 - 1))
+                     for _ in range(5)], dtype=np.int64)  # fmt: skip
+    return vec, ints
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_single_instructions_bit_exact_with_native(seed: int) -> None:
+    """Each form of NATIVE_CASES runs natively and emulated from the same registers: vector and integer results,
+    memory destinations and the flags the instruction defines must match bit for bit."""
+    lib = _native_cases_object()
+    vec, ints = _native_inputs(seed)
+    bad = []
+    for i, (insts, flags) in enumerate(_CASES):
+        want, got = np.zeros(176, np.uint8), np.zeros(176, np.uint8)
+        native(lib, f"case{i}", [want, vec, ints])
+        emulate(lib, f"case{i}", [got, vec, ints])
+        keep = np.ones(176, bool)
+        keep[160:165] = [f in flags for f in "oczsp"]
+        if not np.array_equal(got[keep], want[keep]):
+            diff = np.flatnonzero((got != want) & keep)
+            bad.append(f"{insts.strip()!r}: bytes {diff.tolist()[:8]} emulated {got[diff][:8]} native {want[diff][:8]}")
+    assert not bad, "\n".join(bad)
