@@ -733,7 +733,8 @@ def round_imm(x: np.ndarray, imm: int) -> np.ndarray:
     scale = imm >> 4
     with np.errstate(all="ignore"):
         r = fn(x * x.dtype.type(2.0**scale)) / x.dtype.type(2.0**scale) if scale else fn(x)
-    r = np.where(np.isinf(x) | (x == 0), x, r)  # infinities and zeros (with their sign) pass through
+    integral = np.abs(x) >= 2.0 ** (np.finfo(x.dtype).nmant - scale)  # no fraction bits left (and x*2**M may overflow)
+    r = np.where(np.isinf(x) | (x == 0) | integral, x, r)  # those, infinities and zeros (signed) pass through
     return fix_nan(r.astype(x.dtype), x)
 
 
