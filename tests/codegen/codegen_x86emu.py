@@ -419,14 +419,24 @@ def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_jumps: 
     mem.map(STACK_TOP - STACK_SIZE, bytes(STACK_SIZE), "stack")
     values: list[int] = []
     buffers: list[tuple[np.ndarray, int]] = []
+    mapped: dict[tuple[int, int], int] = {}  # (host address, bytes) -> fake address: one array passed twice aliases
     at = BUFFER_BASE
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray):
             if not a.flags.c_contiguous:
                 raise ValueError(f"emulate: argument {i} must be a C-contiguous array (got strides {a.strides})")
+            host = (a.__array_interface__["data"][0], a.nbytes)
+            if host in mapped:
+                values.append(mapped[host])
+                continue
+            for (h, n), _ in mapped.items():
+                if a.nbytes and n and h < host[0] + a.nbytes and host[0] < h + n:
+                    raise ValueError(f"emulate: argument {i} partly overlaps an earlier array argument; pass the "
+                                     "same array or disjoint ones")  # fmt: skip
             mem.map(at, a.view(np.uint8).reshape(-1).tobytes() if a.size else b"", f"arg{i}")
             buffers.append((a, at))
             values.append(at)
+            mapped[host] = at
             at += a.nbytes + 0x10000  # unmapped gaps between buffers: overruns fault
             at += -at % 4096
         elif isinstance(a, (int, np.integer)):
@@ -452,7 +462,11 @@ def emulate(lib: bytes, name: str, args: Sequence[np.ndarray | int], max_jumps: 
     counts = _run(prog, m, prog.symbols[name], max_jumps)
     for a, addr in buffers:
         if a.size:
-            a.view(np.uint8).reshape(-1)[:] = mem.read(addr, a.nbytes)
+            after = mem.read(addr, a.nbytes)
+            if a.flags.writeable:
+                a.view(np.uint8).reshape(-1)[:] = after
+            elif not np.array_equal(after, a.view(np.uint8).reshape(-1)):
+                raise EmulationError(f"the kernel wrote to a read-only array argument (mapped at {addr:#x})")
     stats = EmuStats()
     for i, c in enumerate(counts):
         if c:

@@ -859,3 +859,36 @@ helper:
     assert args[0][:2].view(np.int32).tolist() == [5 - 9, 7000 - 80000]
     assert args[0][2] == 5 and args[0][3] != 0  # int32 arguments arrive with junk in bits 63:32 (the ABI allows it)
     assert stats.mnemonics["call"] == 1 and stats.mnemonics["ret"] == 2
+
+
+def test_opmask_widths_shifts_and_aliased_arguments() -> None:
+    lib = gas_object("""
+    mov eax, 0xF0F0
+    kmovw k1, eax
+    kmovb k2, k1
+    kmovb [rdi], k2
+    kshiftrw k3, k1, 4
+    kmovw [rdi+2], k3
+    kshiftlw k4, k1, 12
+    kmovw [rdi+4], k4
+    mov rax, -2
+    kmovq k5, rax
+    kmovd ecx, k5
+    mov [rdi+8], ecx
+    kmovq [rdi+16], k5
+    kxnorw k6, k1, k1
+    kmovw [rdi+6], k6
+    ktestw k1, k3
+    setz BYTE PTR [rdi+24]
+    setc BYTE PTR [rdi+25]
+    mov eax, [rsi+2]
+    mov [rdi+28], eax
+    ret
+""")
+    out = np.zeros(32, np.uint8)
+    emulate(lib, "kern", [out, out])  # the same array twice: one mapping, so [rsi+2] reads what [rdi+2] got
+    u16 = out[:8].view(np.uint16)
+    assert out[0] == 0xF0 and u16[1] == 0x0F0F and u16[2] == 0 and u16[3] == 0xFFFF
+    assert out[8:12].view(np.uint32)[0] == 0xFFFF_FFFE and out[16:24].view(np.uint64)[0] == 2**64 - 2
+    assert out[24] == ((0xF0F0 & 0x0F0F) == 0) and out[25] == ((~0xF0F0 & 0x0F0F & 0xFFFF) == 0)
+    assert out[28:32].tolist() == [0x0F, 0x0F, 0, 0]
