@@ -123,7 +123,7 @@ def read_elf(obj: bytes) -> tuple[list[Section], list[Symbol], list[tuple[int, i
 CODE_BASE = 0x40_0000
 EXTERN_BASE = 0x30_0000  # within +-2 GiB of the code: PC32/PLT32 relocations reach it
 BUFFER_BASE = 0x1_0000_0000
-STACK_TOP, STACK_SIZE = 0x7FFF_0000_0000, 1 << 20
+STACK_TOP, STACK_SIZE = 0x7FFF_0000_0000, 1 << 18
 RETURN_SENTINEL = 0x7FFF_DEAD_0000
 JUNK_UPPER = 0xDEAD_BEEF << 32
 
@@ -254,14 +254,18 @@ def _parse_operand(tok: str, d: Decoded, rip_value: int | None, sec_addr: int) -
             raise d.fail(f"memory operand size {kw!r} is not supported")
         size = _SIZES[kw] if kw else None
         bcast = bcast or kind == "BCST"
-        base = index = None
+        base = index = vindex = None
         scale, disp, rip = 1, 0, None
         for sign, term in re.findall(r"([+-]?)([^+-]+)", inner.replace(" ", "")):
             if term == "rip":
                 rip = True
             elif "*" in term:
                 reg, sc = term.split("*")
-                index, scale = _gpr64(reg, d), int(sc)
+                scale = int(sc)
+                if (vi := _VEC.match(reg)) is not None:
+                    vindex = int(vi.group(2))
+                else:
+                    index = _gpr64(reg, d)
             elif term in _GPRS:
                 base = _gpr64(term, d)
             elif re.fullmatch(r"0x[0-9a-f]+|\d+", term):
@@ -272,7 +276,7 @@ def _parse_operand(tok: str, d: Decoded, rip_value: int | None, sec_addr: int) -
             # RIP-relative: next_ip + disp32; a relocated field's value replaces objdump's (unrelocated) disp
             return Mem(None, None, 1, 0, size, (d.next_addr + (rip_value if rip_value is not None else disp)) & M64,
                        bcast)  # fmt: skip
-        return Mem(base, index, scale, disp, size, None, bcast)
+        return Mem(base, index, scale, disp, size, None, bcast, vindex)
     raise d.fail(f"operand {tok!r} is not understood")
 
 

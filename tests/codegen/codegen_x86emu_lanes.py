@@ -527,3 +527,39 @@ def _ptestm(d: Decoded) -> Run:
         m.k[dst.num] = to_bits(~nz if neg else nz) & (kb if kb is not None else MASK[8])
 
     return run
+
+
+@rule("vgatherdps", "vpgatherdd", "vgatherdpd", "vpgatherdq")
+def _gather(d: Decoded) -> Run:
+    """Gathers with dword indices: lane i = [base + index_i*scale + disp] for the enabled lanes (VEX: the sign bit
+    of the mask register's lane; EVEX: the {k} bit), the other lanes keep the destination; the mask (register or
+    k) is cleared afterwards (SDM VGATHERDPS: a completed gather leaves an all-zero mask)."""
+    ops = operands(d, 2, 3)
+    dst, src = ops[0], ops[1]
+    vmask = ops[2] if len(ops) == 3 else None
+    if not isinstance(dst, VecReg) or not isinstance(src, Mem) or src.vindex is None:
+        raise d.fail(f"{d.mn} takes a vector destination and a vector-indexed (VSIB) memory operand")
+    if (vmask is None) == (d.mask == 0) or (vmask is not None and not isinstance(vmask, VecReg)):
+        raise d.fail(f"{d.mn} needs exactly one of a vector mask operand (VEX) or an opmask {{k}} (EVEX)")
+    es = 4 if d.mn.endswith(("ps", "dd")) else 8
+    w, vi, scale = dst.size, src.vindex, src.scale
+    n = w // es
+
+    def run(m: Machine) -> None:
+        base = (m.gpr[src.base] if src.base is not None else 0) + src.disp
+        idx = m.vec[vi, : 4 * n].view(np.int32)
+        if vmask is not None:
+            enabled = m.vec[vmask.num, :w].view(SINT[es]) < 0
+        else:
+            enabled = lanes(m.k[d.mask], n)
+        r = m.vec[dst.num, :w].copy()
+        for i in np.flatnonzero(enabled):
+            r[i * es : (i + 1) * es] = m.mem.read((base + int(idx[i]) * scale) & 0xFFFF_FFFF_FFFF_FFFF, es)
+        m.vec[dst.num, :w] = r
+        m.vec[dst.num, w:] = 0
+        if vmask is not None:
+            m.vec[vmask.num] = 0
+        else:
+            m.k[d.mask] = 0
+
+    return run

@@ -134,14 +134,17 @@ class Mem:
     """[base + index*scale + disp] (or next_ip + disp for RIP-relative: `rip` holds the resolved absolute address);
     size = the access width in bytes (None for lea's untyped operand); bcast = an EVEX embedded broadcast element."""
 
-    __slots__ = ("base", "index", "scale", "disp", "size", "rip", "bcast")
+    __slots__ = ("base", "index", "scale", "disp", "size", "rip", "bcast", "vindex")
 
     def __init__(self, base: int | None, index: int | None, scale: int, disp: int, size: int | None,
-                 rip: int | None, bcast: bool) -> None:  # fmt: skip
+                 rip: int | None, bcast: bool, vindex: int | None = None) -> None:  # fmt: skip
         self.base, self.index, self.scale, self.disp, self.size, self.rip, self.bcast = (
             base, index, scale, disp, size, rip, bcast)  # fmt: skip
+        self.vindex = vindex  # VSIB (gathers): the number of the vector register holding the indices
 
     def ea(self, m: Machine) -> int:
+        if self.vindex is not None:
+            raise EmulationError("a vector-indexed (VSIB) address is only valid in a gather")
         if self.rip is not None:
             return self.rip
         a = self.disp
