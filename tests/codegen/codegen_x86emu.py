@@ -166,10 +166,10 @@ def _load(obj: bytes) -> tuple[list[Section], dict[str, int], dict[int, str], di
         sym_addr.append(a)
     images = {i: bytearray(s.data) for i, s in enumerate(sections) if s.flags & SHF_ALLOC}
     fields: dict[int, dict[int, int]] = {i: {} for i in images}
-    for target, off, sym, rtype, addend in relocs:
+    for target, off, sym_index, rtype, addend in relocs:
         if target not in images:
             continue  # relocations of non-loaded sections (debug info) do not matter here
-        s_val, p = sym_addr[sym], sections[target].addr + off
+        s_val, p = sym_addr[sym_index], sections[target].addr + off
         if rtype in (R_PC32, R_PLT32):
             v, size = s_val + addend - p, 4
             if not -(2**31) <= v < 2**31:
@@ -332,10 +332,10 @@ def decode_object(obj: bytes) -> Program:
     reloc_syms: dict[tuple[int, int], str] = {}
     sec = -1
     for line in _objdump(obj).splitlines():
-        if (s := _SECTION.match(line)) is not None:
-            if s.group(1) not in by_name:
-                raise EmulationError(f"objdump disassembled section {s.group(1)!r} that the ELF reader did not find")
-            sec = by_name[s.group(1)][0]
+        if (hdr := _SECTION.match(line)) is not None:
+            if hdr.group(1) not in by_name:
+                raise EmulationError(f"objdump disassembled section {hdr.group(1)!r} that the ELF reader did not find")
+            sec = by_name[hdr.group(1)][0]
         elif (r := _RELOC_LINE.match(line)) is not None:
             reloc_syms[(sec, int(r.group(1), 16))] = re.split(r"[+-]0x", r.group(3).strip())[0]
         elif (ln := _LINE.match(line)) is not None:
@@ -343,9 +343,9 @@ def decode_object(obj: bytes) -> Program:
             rows.append((sec, int(ln.group(1), 16), re.sub(r"\s+", " ", text)))
     insts: list[Decoded] = []
     for j, (si, off, text) in enumerate(rows):
-        s = sections[si]
-        nxt = rows[j + 1][1] if j + 1 < len(rows) and rows[j + 1][0] == si else len(s.data)
-        d = Decoded(s.addr + off, s.addr + nxt, text, "", [])
+        section = sections[si]
+        nxt = rows[j + 1][1] if j + 1 < len(rows) and rows[j + 1][0] == si else len(section.data)
+        d = Decoded(section.addr + off, section.addr + nxt, text, "", [])
         words = text.split(None, 1)
         while words and words[0] in _IGNORED_PREFIXES and len(words) > 1:
             words = words[1].split(None, 1)
@@ -361,7 +361,9 @@ def decode_object(obj: bytes) -> Program:
                 d.mn, d.ops = "nop", []
             else:
                 d.ops = (
-                    [_parse_operand(t, d, rip_value, s.addr) for t in _split_operands(words[1])] if words[1:] else []
+                    [_parse_operand(t, d, rip_value, section.addr) for t in _split_operands(words[1])]
+                    if words[1:]
+                    else []
                 )
             builder = RULES.get(d.mn)
             if builder is None:
