@@ -946,3 +946,139 @@ def test_evex_gather_with_opmask() -> None:
     emulate(lib, "kern", [out, np.concatenate([idx.view(F32), init]), table, k])
     np.testing.assert_array_equal(out[:16].view(np.uint32), np.where(sel, table[idx % 40], init).view(np.uint32))
     assert out[16:].view(np.uint32)[0] == 0  # k1 cleared by the completed gather
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# EVEX lane-wise forms against this CPU's VEX forms: the zmm result must be the two ymm halves the CPU computes,
+# write-masked ({k} merge or {k}{z} zero) lane by lane
+
+EVEX_VS_VEX = [  # (EVEX form with zmm2{MASK} destination, the VEX sequence computing ymm2 from ymm0, ymm1, ymm2)
+    ("vaddps zmm2{MASK}, zmm0, zmm1", "vaddps ymm2, ymm0, ymm1"),
+    ("vsubps zmm2{MASK}, zmm1, zmm0", "vsubps ymm2, ymm1, ymm0"),
+    ("vmulps zmm2{MASK}, zmm0, zmm1", "vmulps ymm2, ymm0, ymm1"),
+    ("vdivps zmm2{MASK}, zmm0, zmm1", "vdivps ymm2, ymm0, ymm1"),
+    ("vmaxps zmm2{MASK}, zmm0, zmm1", "vmaxps ymm2, ymm0, ymm1"),
+    ("vminps zmm2{MASK}, zmm1, zmm0", "vminps ymm2, ymm1, ymm0"),
+    ("vsqrtps zmm2{MASK}, zmm0", "vsqrtps ymm2, ymm0"),
+    ("vfmadd231ps zmm2{MASK}, zmm0, zmm1", "vfmadd231ps ymm2, ymm0, ymm1"),
+    ("vfmadd231ps zmm2{MASK}, zmm0, DWORD BCST [rdx]", "vbroadcastss ymm3, [rdx]\nvfmadd231ps ymm2, ymm0, ymm3"),
+    ("vmulps zmm2{MASK}, zmm1, DWORD BCST [rdx+4]", "vbroadcastss ymm3, [rdx+4]\nvmulps ymm2, ymm1, ymm3"),
+    ("vcvttps2dq zmm2{MASK}, zmm0", "vcvttps2dq ymm2, ymm0"),
+    ("vcvtdq2ps zmm2{MASK}, zmm1", "vcvtdq2ps ymm2, ymm1"),
+    ("vrndscaleps zmm2{MASK}, zmm0, 0x1", "vroundps ymm2, ymm0, 0x1"),
+    ("vrndscaleps zmm2{MASK}, zmm0, 0x4", "vroundps ymm2, ymm0, 0x4"),
+    ("vpaddd zmm2{MASK}, zmm0, zmm1", "vpaddd ymm2, ymm0, ymm1"),
+    ("vpsubd zmm2{MASK}, zmm0, zmm1", "vpsubd ymm2, ymm0, ymm1"),
+    ("vpmulld zmm2{MASK}, zmm0, zmm1", "vpmulld ymm2, ymm0, ymm1"),
+    ("vpandd zmm2{MASK}, zmm0, zmm1", "vpand ymm2, ymm0, ymm1"),
+    ("vpandnd zmm2{MASK}, zmm0, zmm1", "vpandn ymm2, ymm0, ymm1"),
+    ("vpord zmm2{MASK}, zmm0, zmm1", "vpor ymm2, ymm0, ymm1"),
+    ("vpxord zmm2{MASK}, zmm0, zmm1", "vpxor ymm2, ymm0, ymm1"),
+    ("vxorps zmm2{MASK}, zmm0, zmm1", "vxorps ymm2, ymm0, ymm1"),
+    ("vpslld zmm2{MASK}, zmm0, 0x7", "vpslld ymm2, ymm0, 0x7"),
+    ("vpsrad zmm2{MASK}, zmm1, 0x21", "vpsrad ymm2, ymm1, 0x21"),
+    ("vpermilps zmm2{MASK}, zmm0, 0x4e", "vpermilps ymm2, ymm0, 0x4e"),
+    ("vpermilps zmm2{MASK}, zmm0, zmm1", "vpermilps ymm2, ymm0, ymm1"),
+    ("vmovaps zmm2{MASK}, zmm0", "vmovaps ymm2, ymm0"),
+    ("vmovups zmm2{MASK}, zmm1", "vmovups ymm2, ymm1"),
+]
+
+
+def _evex_vs_vex_objects() -> tuple[bytes, bytes]:
+    evex, vex = [], []
+    for i, (e, v) in enumerate(EVEX_VS_VEX):
+        for tag, mask in (("m", "{k1}"), ("z", "{k1}{z}"), ("n", "")):
+            evex.append(f"""
+.globl e{i}{tag}
+e{i}{tag}:
+    kmovw k1, ecx
+    vmovups zmm0, [rsi]
+    vmovups zmm1, [rsi+64]
+    vmovups zmm2, [rsi+128]
+    {e.replace("{MASK}", mask)}
+    vmovups [rdi], zmm2
+    ret
+""")
+        vex.append(f"""
+.globl v{i}
+v{i}:
+    vmovups ymm0, [rsi]
+    vmovups ymm1, [rsi+32]
+    vmovups ymm2, [rsi+64]
+    {v.replace(chr(10), chr(10) + "    ")}
+    vmovups [rdi], ymm2
+    vzeroupper
+    ret
+""")
+    return gas_object("".join(evex), name="evex_cases"), gas_object("".join(vex), name="vex_cases")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_evex_lanewise_forms_match_the_cpus_vex_halves(seed: int) -> None:
+    evex, vex = _evex_vs_vex_objects()
+    g = np.random.default_rng(seed)
+    a, b, c = (rng_f32(50 + 3 * seed + j, 16) for j in range(3))
+    if seed == 2:  # integer lanes: shifts, multiplies and conversions of ints
+        a, b = (g.choice(np.array([0, 1, -1, 7, 2**31 - 1, -(2**31), 1 << 24, 99], np.int64), 16).astype(np.int32)
+                .view(F32) for _ in range(2))  # fmt: skip
+    bcast = rng_f32(60 + seed, 2)
+    k = int(g.integers(0, 1 << 16))
+    sel = np.array([k >> i & 1 for i in range(16)], bool)
+    bad = []
+    for i, (e, _) in enumerate(EVEX_VS_VEX):
+        halves = []
+        for h in (slice(0, 8), slice(8, 16)):
+            out = np.zeros(8, F32)
+            native(vex, f"v{i}", [out, np.concatenate([a[h], b[h], c[h]]), bcast])
+            halves.append(out)
+        full = np.concatenate(halves).view(np.uint32)
+        for tag, want in (("m", np.where(sel, full, c.view(np.uint32))), ("z", np.where(sel, full, 0)), ("n", full)):
+            got = np.zeros(16, F32)
+            emulate(evex, f"e{i}{tag}", [got, np.concatenate([a, b, c]), bcast, k])
+            if not np.array_equal(got.view(np.uint32), want):
+                bad.append(f"{e} ({tag}): lanes {np.flatnonzero(got.view(np.uint32) != want).tolist()}")
+    assert not bad, "\n".join(bad)
+
+
+def test_all_32_compare_predicates_match_the_cpu() -> None:
+    """vcmpps imm 0..31: the VEX vector-mask form natively and emulated, and the EVEX form into k (with and
+    without a write mask) emulated; all must give the CPU's lane bits."""
+    vex = gas_object("".join(f"""
+.globl v{p}
+v{p}:
+    vmovups ymm0, [rsi]
+    vmovups ymm1, [rsi+32]
+    vcmpps ymm2, ymm0, ymm1, {p}
+    vmovmskps eax, ymm2
+    mov [rdi], eax
+    vzeroupper
+    ret
+""" for p in range(32)), name="vex_cmp")  # fmt: skip
+    evex = gas_object("".join(f"""
+.globl e{p}
+e{p}:
+    kmovw k1, edx
+    vmovups zmm0, [rsi]
+    vmovups zmm1, [rsi+64]
+    vcmpps k2, zmm0, zmm1, {p}
+    vcmpps k3{{k1}}, zmm0, zmm1, {p}
+    kmovw [rdi], k2
+    kmovw [rdi+4], k3
+    ret
+""" for p in range(32)), name="evex_cmp")  # fmt: skip
+    a, b = rng_f32(70, 16), rng_f32(71, 16)
+    b[::4] = a[::4]
+    a[[1, 6]], b[[1, 6]] = [0.0, np.nan], [-0.0, np.nan]
+    k = 0b1011_0110_0101_1110
+    for p in range(32):
+        halves = []
+        for h in (slice(0, 8), slice(8, 16)):
+            out, emu = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
+            native(vex, f"v{p}", [out, np.concatenate([a[h], b[h]])])
+            emulate(vex, f"v{p}", [emu, np.concatenate([a[h], b[h]])])
+            assert emu[0] == out[0], (p, h)
+            halves.append(int(out[0]))
+        want = halves[0] | halves[1] << 8
+        got = np.zeros(2, np.uint32)
+        emulate(evex, f"e{p}", [got, np.concatenate([a, b]), k])
+        assert got.tolist() == [want, want & k], p
