@@ -563,3 +563,70 @@ def _gather(d: Decoded) -> Run:
             m.k[d.mask] = 0
 
     return run
+
+
+@rule("vpshufb")
+def _pshufb(d: Decoded) -> Run:
+    """Per 128-bit lane: byte i = src[lane][ctl_i & 15], or 0 when bit 7 of ctl_i is set."""
+
+    def pick(xs: list[np.ndarray], _: np.ndarray | None) -> np.ndarray:
+        src, ctl = xs
+        return np.where(ctl & 0x80, 0, np.take_along_axis(src, (ctl & 15).astype(np.intp), axis=1)).astype(np.uint8)
+
+    return _per_lane(d, 1, 2, pick, False)
+
+
+@rule("vpblendvb")
+def _pblendvb(d: Decoded) -> Run:
+    dst, a, b, sel = operands(d, 4)
+    w = vec_width(d, dst)
+    la, lb, ls, st = vsrc(d, a, w, 1), vsrc(d, b, w, 1), vsrc(d, sel, w, 1), vdst(d, dst, w, 1)
+
+    def run(m: Machine) -> None:
+        st(m, np.where(ls(m, None) & 0x80, lb(m, None), la(m, None)).astype(np.uint8), None)
+
+    return run
+
+
+@rule("vpmovmskb")
+def _pmovmskb(d: Decoded) -> Run:
+    dst, src = operands(d, 2)
+    if not isinstance(dst, Gpr) or not isinstance(src, VecReg):
+        raise d.fail("vpmovmskb takes a GPR destination and a vector register")
+
+    def run(m: Machine) -> None:
+        dst.set(m, to_bits(m.vec[src.num, : src.size] >= 0x80))
+
+    return run
+
+
+@rule("vcvtph2ps", "vcvtps2ph")
+def _half(d: Decoded) -> Run:
+    """F16C conversions: half -> float exactly; float -> half rounded to nearest-even (imm8 bit 2 = MXCSR's mode,
+    also nearest here; the directed modes are refused)."""
+    ops = operands(d, 2 if d.mn == "vcvtph2ps" else 3)
+    if d.mn == "vcvtph2ps":
+        dst, src = ops
+        w = vec_width(d, dst)
+        ld, st = vsrc(d, src, w // 2, 2), vdst(d, dst, w, 4)
+
+        def run_up(m: Machine) -> None:
+            kb = kbits(m, d)
+            st(m, ld(m, None).view(np.float16).astype(np.float32).view(U8), kb)
+
+        return run_up
+    dst, src, imm = ops
+    if not isinstance(imm, Imm) or not (imm.value & 4 or imm.value & 3 == 0):
+        raise d.fail("vcvtps2ph with a directed rounding mode is not supported")
+    w = vec_width(d, src)
+    ld = vsrc(d, src, w, 4)
+    st = vdst(d, dst, max(w // 2, 16) if isinstance(dst, VecReg) else w // 2, 2)
+
+    def run_down(m: Machine) -> None:
+        kb = kbits(m, d)
+        r = ld(m, None).view(np.float32).astype(np.float16).view(U8)
+        if isinstance(dst, VecReg) and r.size < 16:
+            r = np.concatenate([r, np.zeros(16 - r.size, U8)])
+        st(m, r, kb)
+
+    return run_down

@@ -250,11 +250,16 @@ INT_BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], int,
     "vpminud": (np.minimum, 4, False), "vpsllvd": (lambda a, b: np.where(b < 32, a << (b & 31), 0), 4, False),
     "vpsrlvd": (lambda a, b: np.where(b < 32, a >> (b & 31), 0), 4, False),
     "vpsravd": (lambda a, b: a >> np.minimum(b.view(np.uint32), 31).astype(np.int32), 4, True),
+    "vpaddb": (np.add, 1, False), "vpaddw": (np.add, 2, False), "vpsubb": (np.subtract, 1, False),
+    "vpsubw": (np.subtract, 2, False), "vpmullw": (np.multiply, 2, True), "vpmaxsb": (np.maximum, 1, True),
+    "vpminsb": (np.minimum, 1, True), "vpmaxub": (np.maximum, 1, False), "vpminub": (np.minimum, 1, False),
+    "vpmaxsw": (np.maximum, 2, True), "vpminsw": (np.minimum, 2, True),
 }  # fmt: skip
 for _mn, (_fn, _es, _signed) in INT_BINARY.items():
     RULES[_mn] = _packed(_fn, (SINT if _signed else UINT)[_es], False)
 RULES["vpabsd"] = _packed(np.abs, SINT[4], False, unary=True)
 RULES["vpabsb"] = _packed(np.abs, SINT[1], False, unary=True)
+RULES["vpabsw"] = _packed(np.abs, SINT[2], False, unary=True)
 
 
 def _shift_imm(kind: str, es: int) -> Callable[[Decoded], Run]:
@@ -286,6 +291,7 @@ def _shift_imm(kind: str, es: int) -> Callable[[Decoded], Run]:
 
 
 for _k in ("sll", "srl", "sra"):
+    RULES[f"vp{_k}w"] = _shift_imm(_k, 2)
     RULES[f"vp{_k}d"] = _shift_imm(_k, 4)
     if _k != "sra":
         RULES[f"vp{_k}q"] = _shift_imm(_k, 8)
@@ -368,6 +374,8 @@ for _u, _tab in (("", SINT), ("u", UINT)):
             if _p not in ("false", "true"):
                 RULES[f"vpcmp{_p}{_u}{_sfx}"] = _compare(int_predicate, _tab[_es], _i)
 RULES["vpcmpgtd"] = _compare(int_predicate, SINT[4], 6)
+RULES["vpcmpeqb"], RULES["vpcmpgtb"] = _compare(int_predicate, SINT[1], 0), _compare(int_predicate, SINT[1], 6)
+RULES["vpcmpeqw"], RULES["vpcmpgtw"] = _compare(int_predicate, SINT[2], 0), _compare(int_predicate, SINT[2], 6)
 RULES["vpcmpgtq"] = _compare(int_predicate, SINT[8], 6)
 
 

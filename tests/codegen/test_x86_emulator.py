@@ -628,6 +628,59 @@ vmovapd xmm2, xmm1 ; oczsp
 vmovupd ymm2, ymm0 ; oczsp
 vmovdqu ymm2, YMMWORD PTR [rsi+8] ; oczsp
 vzeroupper ; oczsp
+vpaddb ymm2, ymm0, ymm1 ; oczsp
+vpaddw ymm2, ymm0, ymm1 ; oczsp
+vpsubb ymm2, ymm0, ymm1 ; oczsp
+vpsubw ymm2, ymm0, ymm1 ; oczsp
+vpmullw ymm2, ymm0, ymm1 ; oczsp
+vpmaxsb ymm2, ymm0, ymm1 ; oczsp
+vpminub ymm2, ymm0, ymm1 ; oczsp
+vpmaxsw ymm2, ymm0, ymm1 ; oczsp
+vpabsw ymm2, ymm0 ; oczsp
+vpcmpeqb ymm2, ymm0, ymm1 ; oczsp
+vpcmpgtw ymm2, ymm0, ymm1 ; oczsp
+vpsllw ymm2, ymm0, 3 ; oczsp
+vpsraw ymm2, ymm0, 17 ; oczsp
+vpsrlw ymm2, ymm0, 9 ; oczsp
+vpshufb ymm2, ymm0, ymm1 ; oczsp
+vpblendvb ymm2, ymm0, ymm1, ymm3 ; oczsp
+vpmovmskb eax, ymm0 ; oczsp
+vpackusdw ymm2, ymm0, ymm1 ; oczsp
+vpackuswb ymm2, ymm0, ymm1 ; oczsp
+vpmovsxbd ymm2, xmm0 ; oczsp
+vpmovzxwd ymm2, xmm1 ; oczsp
+vcvtph2ps ymm2, xmm0 ; oczsp
+vcvtps2ph xmm2, ymm0, 0 ; oczsp
+vcvtps2ph XMMWORD PTR [rbx+96], ymm1, 4 ; oczsp
+vshufps ymm2, ymm0, ymm1, 0x4e ; oczsp
+vunpcklps ymm2, ymm0, ymm1 ; oczsp
+vunpckhps ymm2, ymm0, ymm1 ; oczsp
+vmovhlps xmm2, xmm0, xmm1 ; oczsp
+vmovlhps xmm2, xmm0, xmm1 ; oczsp
+vhaddps ymm2, ymm0, ymm1 ; oczsp
+vmovshdup ymm2, ymm0 ; oczsp
+vpermps ymm2, ymm1, ymm0 ; oczsp
+vpermd ymm2, ymm1, ymm0 ; oczsp
+vpermpd ymm2, ymm0, 0x1b ; oczsp
+vpshufd ymm2, ymm0, 0x93 ; oczsp
+vptest ymm0, ymm1 ; oczsp
+vcvtps2pd ymm2, xmm0 ; oczsp
+vcvtpd2ps xmm2, ymm0 ; oczsp
+vcvtdq2pd ymm2, xmm1 ; oczsp
+vcvttpd2dq xmm2, ymm0 ; oczsp
+vcvtps2dq ymm2, ymm0 ; oczsp
+vbroadcastsd ymm2, xmm0 ; oczsp
+vpbroadcastb ymm2, xmm1 ; oczsp
+vpbroadcastq ymm2, QWORD PTR [rsi+8] ; oczsp
+vbroadcastf128 ymm2, XMMWORD PTR [rsi+16] ; oczsp
+vinserti128 ymm2, ymm0, xmm1, 1 ; oczsp
+vextracti128 xmm2, ymm1, 1 ; oczsp
+vpsllvd ymm2, ymm0, ymm1 ; oczsp
+vpsravd ymm2, ymm0, ymm1 ; oczsp
+vfmsub231ps ymm2, ymm0, ymm1 ; oczsp
+vfnmadd213ps ymm2, ymm0, ymm1 ; oczsp
+vfmadd132sd xmm2, xmm0, xmm1 ; oczsp
+vcomiss xmm0, xmm1 ; oczsp
 add eax, ecx ; oczsp
 add al, cl ; oczsp
 add r8, 0x7fffffff ; oczsp
