@@ -26,6 +26,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from codegen_x86emu_ops import (
     Mem,
     Memory,
     Operand,
+    Run,
     Target,
     VecReg,
 )
@@ -341,6 +343,7 @@ def decode_object(obj: bytes) -> Program:
         elif (ln := _LINE.match(line)) is not None:
             text = re.split(r"\s+#", ln.group(2))[0].strip()
             rows.append((sec, int(ln.group(1), 16), re.sub(r"\s+", " ", text)))
+    reloc_at = {si: sorted(f) for si, f in fields.items()}  # relocated field offsets per section
     insts: list[Decoded] = []
     for j, (si, off, text) in enumerate(rows):
         section = sections[si]
@@ -350,7 +353,8 @@ def decode_object(obj: bytes) -> Program:
         while words and words[0] in _IGNORED_PREFIXES and len(words) > 1:
             words = words[1].split(None, 1)
         d.mn = words[0] if words else ""
-        in_inst = [o for o in fields[si] if off <= o < nxt]
+        at = bisect_left(reloc_at[si], off)
+        in_inst = reloc_at[si][at : bisect_left(reloc_at[si], nxt, at)]
         rip_value = fields[si][in_inst[0]] if in_inst else None
         try:
             if d.mn in ("call", "jmp") and in_inst:  # a relocated direct call: its target is the symbol's
@@ -365,6 +369,8 @@ def decode_object(obj: bytes) -> Program:
                     if words[1:]
                     else []
                 )
+                if in_inst and not any(isinstance(o, Mem) and o.rip is not None for o in d.ops):
+                    raise d.fail("a relocation outside a RIP-relative operand (absolute address) is not supported")
             builder = RULES.get(d.mn)
             if builder is None:
                 raise d.fail(f"mnemonic {d.mn!r} has no semantics in the emulator")
@@ -386,7 +392,7 @@ def decode_object(obj: bytes) -> Program:
     return prog
 
 
-def _raiser(e: EmulationError):  # type: ignore[no-untyped-def]
+def _raiser(e: EmulationError) -> Run:
     def run(m: Machine) -> None:
         raise e
 

@@ -4,7 +4,8 @@ Semantics follow the Intel SDM vol. 2 instruction pages; each rule is a builder 
 RULES: it receives one decoded instruction (`Decoded`: mnemonic, parsed operands, opmask decoration) and returns the
 closure the run loop calls with the `Machine` - operands are bound once at decode time, so executing an instruction is
 one Python call. A closure returns None to fall through or the absolute address to continue at (jumps, call, ret).
-Vector and opmask rules live in codegen_x86emu_vec.py and register into the same table.
+Vector rules live in codegen_x86emu_vec.py (arithmetic, compares, conversions, moves) and codegen_x86emu_lanes.py
+(shuffles, permutes, broadcasts, gathers, opmasks); they register into the same table.
 """
 
 from __future__ import annotations
