@@ -82,6 +82,31 @@ def test_corpus_emulated_matches_native(case: tuple[UOp, list[np.ndarray], dict[
     emu_check(ast, inputs, var_vals, optimize=False)
 
 
+@given(kernel_asts(max_depth=2))
+@settings(max_examples=60, deadline=None)
+def test_corpus_with_fused_multiply_add_emulated_matches_native(
+    case: tuple[UOp, list[np.ndarray], dict[str, int]],
+) -> None:
+    """fp_contract: a*b+c selected as vfmadd231 (register and memory operands), rounded once on both sides."""
+    from speck.codegen.program import to_program
+    from speck.codegen.x86 import X86Compiler, X86Renderer
+
+    ast, inputs, var_vals = case
+    ast, inputs = tk.without_narrow_floats(ast, inputs)
+    spec = to_program(ast, X86Renderer(fp_contract=True), X86Compiler())
+    agree_with_native(spec, inputs, var_vals)
+    AGREED.append(spec.name)
+
+
+@pytest.mark.slow
+@given(kernel_asts())
+@settings(deadline=None)
+def test_corpus_deep_emulated_matches_native(case: tuple[UOp, list[np.ndarray], dict[str, int]]) -> None:
+    ast, inputs, var_vals = case
+    ast, inputs = tk.without_narrow_floats(ast, inputs)
+    emu_check(ast, inputs, var_vals)
+
+
 HAND_WRITTEN: list[Callable[[], None]] = [
     tk.test_elementwise_all_int_ops_on_special_values,
     tk.test_float_ops_and_casts_on_special_values,
