@@ -630,3 +630,62 @@ def _half(d: Decoded) -> Run:
         st(m, r, kb)
 
     return run_down
+
+
+@rule("vscatterdps", "vpscatterdd", "vscatterdpd", "vpscatterdq")
+def _scatter(d: Decoded) -> Run:
+    """[base + index_i*scale + disp] = src lane i for the {k}-enabled lanes, lowest lane first (a later lane wins an
+    overlap); k is cleared afterwards. Masked-off lanes are never addressed."""
+    dst, src = operands(d, 2)
+    if not isinstance(dst, Mem) or dst.vindex is None or not isinstance(src, VecReg) or not d.mask:
+        raise d.fail(f"{d.mn} takes a vector-indexed (VSIB) memory destination with an opmask and a vector source")
+    es = 4 if d.mn.endswith(("ps", "dd")) else 8
+    n, vi = src.size // es, dst.vindex
+
+    def run(m: Machine) -> None:
+        base = (m.gpr[dst.base] if dst.base is not None else 0) + dst.disp
+        idx, data = m.vec[vi, : 4 * n].view(np.int32), m.vec[src.num, : src.size].copy()
+        for i in np.flatnonzero(lanes(m.k[d.mask], n)):
+            m.mem.write((base + int(idx[i]) * dst.scale) & 0xFFFF_FFFF_FFFF_FFFF, data[i * es : (i + 1) * es])
+        m.k[d.mask] = 0
+
+    return run
+
+
+@rule("vshuff32x4", "vshuff64x2", "vshufi32x4", "vshufi64x2")
+def _shuffle_128(d: Decoded) -> Run:
+    """Whole 128-bit lanes: the low half of the destination's lanes from src1, the high half from src2, each picked
+    by an imm8 field (2 bits per lane at zmm, 1 bit at ymm)."""
+    dst, a, b, imm = operands(d, 4)
+    es = 4 if "32x4" in d.mn else 8
+    w = vec_width(d, dst)
+    nl = w // 16
+    bits = 2 if nl == 4 else 1
+    v = imm.value  # type: ignore[union-attr]
+    picks = [(v >> (bits * i)) & ((1 << bits) - 1) for i in range(nl)]
+    la, lb, st = vsrc(d, a, w, es), vsrc(d, b, w, es), vdst(d, dst, w, es)
+
+    def run(m: Machine) -> None:
+        kb = kbits(m, d)
+        x, y = la(m, None).reshape(nl, 16), lb(m, kb).reshape(nl, 16)
+        st(m, np.concatenate([(x if i < nl // 2 else y)[p] for i, p in enumerate(picks)]), kb)
+
+    return run
+
+
+@rule("valignd", "valignq")
+def _align(d: Decoded) -> Run:
+    """Elements imm .. imm+n-1 of the 2n-element concatenation src1:src2 (src2 the low half)."""
+    dst, a, b, imm = operands(d, 4)
+    es = 4 if d.mn == "valignd" else 8
+    w = vec_width(d, dst)
+    n = w // es
+    shift = imm.value % n  # type: ignore[union-attr]
+    la, lb, st, dt = vsrc(d, a, w, es), vsrc(d, b, w, es), vdst(d, dst, w, es), UINT[es]
+
+    def run(m: Machine) -> None:
+        kb = kbits(m, d)
+        both = np.concatenate([lb(m, kb).view(dt), la(m, None).view(dt)])
+        st(m, both[shift : shift + n].view(U8), kb)
+
+    return run
