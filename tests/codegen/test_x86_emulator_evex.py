@@ -500,3 +500,39 @@ def test_evex_scatter_128_bit_lane_shuffles_and_align() -> None:
                                                                  lanes4(other)[1]])))  # fmt: skip
     np.testing.assert_array_equal(u(out[16:24]), u(np.concatenate([src[4:8], other[0:4]])))
     np.testing.assert_array_equal(u(out[32:48]), u(np.concatenate([other, src])[3:19]))
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_evex_masked_scalar_forms_and_high_registers(k: int) -> None:
+    """Scalar ops act on lane 0 only: with its mask bit clear they keep (merge) or zero ({z}) that lane; bits 127:32
+    come from the first source; registers 16-31 work like the others."""
+    lib = gas_object("""
+    kmovw k1, ecx
+    vmovups xmm17, [rsi]
+    vmovups xmm18, [rsi+16]
+    vmovups xmm19, [rsi+32]
+    vmovaps xmm20, xmm19
+    vaddss xmm19{k1}, xmm17, xmm18
+    vmulss xmm20{k1}{z}, xmm17, DWORD PTR [rsi+16]
+    vmovups [rdi], xmm19
+    vmovups [rdi+16], xmm20
+    vmovss xmm21{k1}{z}, DWORD PTR [rdx]
+    vmovups [rdi+32], xmm21
+    vmovss DWORD PTR [rdi+48]{k1}, xmm17
+    vmovaps xmm22, xmm19
+    vfmadd231ss xmm22{k1}, xmm17, xmm18
+    vmovups [rdi+64], xmm22
+    ret
+""")
+    a, b, c = rng_f32(80, 4), rng_f32(81, 4), rng_f32(82, 4)
+    out = np.full(20, 7.0, F32)
+    emulate(lib, "kern", [out, np.concatenate([a, b, c]), np.zeros(0, F32) if not k else np.array([3.5], F32), k])
+    u = lambda x: np.asarray(x, F32).view(np.uint32)
+    with np.errstate(all="ignore"):
+        lane0 = [a[0] + b[0], a[0] * b[0], F32(3.5), a[0], fma_exact(a[0], b[0], a[0] + b[0], F32)]
+    np.testing.assert_array_equal(u(out[0:4]), u([lane0[0] if k else c[0], *a[1:]]))
+    np.testing.assert_array_equal(u(out[4:8]), u([lane0[1] if k else 0.0, *a[1:]]))
+    np.testing.assert_array_equal(u(out[8:12]), u([lane0[2] if k else 0.0, 0, 0, 0]))
+    assert u(out[12:13])[0] == u([lane0[3] if k else 7.0])[0]  # a masked-off store leaves memory alone
+    # xmm22 starts as xmm19 (lane 0: a0+b0, or c0 when masked off), the FMA adds a0*b0 to it under the same mask
+    assert tk.same_bits(out[16:17], np.array([lane0[4] if k else c[0]], F32), tk.dtypes.float32)
