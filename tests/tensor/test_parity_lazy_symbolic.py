@@ -1,0 +1,100 @@
+"""tinygrad parity: host data is a pending copy until realized (`Tensor(ndarray).uop.is_realized` is False), arange
+with a Variable bound, and the Renderer/ProgramSpec fields tinygrad users read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Device, Tensor, Variable, assert_kernel_count, dtypes
+from speck.tensor.engine.realize import lower_schedule_item
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("make", [lambda a: Tensor(a), lambda a: Tensor(a.tolist())])
+def test_host_data_is_pending_until_realized(make: object) -> None:
+    a = RNG.integers(-50, 50, (3, 4)).astype(np.int32)
+    t = make(a)  # type: ignore[operator]
+    assert not t.uop.is_realized and t.uop.realized is None
+    assert t.shape == (3, 4) and t.dtype == dtypes.int32 and t.device == Device.DEFAULT
+    with assert_kernel_count(0):  # the data already sits in its buffer: realizing runs nothing
+        t.realize()
+    assert t.uop.is_realized
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_views_of_pending_host_data_share_its_buffer() -> None:
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    t = Tensor(a)
+    v, r = t[1:3], t.reshape(24)
+    with assert_kernel_count(0):
+        Tensor.realize(v, r, t)
+    assert v.uop.base is t.uop.base is r.uop.base
+    np.testing.assert_array_equal(v.numpy(), a[1:3])
+    np.testing.assert_array_equal(r.numpy(), a.reshape(24))
+
+
+def test_pending_host_data_computes_and_takes_writes() -> None:
+    a = RNG.standard_normal(6).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a) * Tensor(b) + 1).numpy(), a * b + 1, rtol=1e-6)
+    t = Tensor(a)
+    t += 2
+    np.testing.assert_allclose(t.numpy(), a + 2, rtol=1e-6)
+    s = Tensor(a)
+    s[2] = 7.0
+    expected = a.copy()
+    expected[2] = 7.0
+    np.testing.assert_array_equal(s.numpy(), expected)
+    g = Tensor(a, requires_grad=True)
+    (g * g).sum().backward()
+    assert g.grad is not None
+    np.testing.assert_allclose(g.grad.numpy(), 2 * a, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_arange_with_a_variable_end(n: int) -> None:
+    v = Variable("n", 1, 10).bind(n)
+    t = Tensor.arange(v)
+    assert t.shape[0] is v and t.dtype == dtypes.default_int
+    assert t.sum().item() == np.arange(n).sum()
+    assert (t.float() * 0.5).sum().item() == pytest.approx((np.arange(n) * 0.5).sum())
+    x = Tensor.ones(v).contiguous() + t  # shapes agree symbolically
+    assert x.sum().item() == pytest.approx((np.arange(n) + 1).sum())
+
+
+@pytest.mark.parametrize("n", [2, 5, 10])
+def test_arange_with_variable_bounds_and_steps(n: int) -> None:
+    v = Variable("m", 1, 10).bind(n)
+    for start, stop, step in [(1, v, 1), (0, v, 2), (0, v, 3), (v, 0, -1), (v, -3, -2)]:
+        ref = np.arange(
+            n if start is v else start, n if stop is v else stop, step  # type: ignore[arg-type]
+        )
+        got = Tensor.arange(start, stop, step)
+        assert got.sum().item() == ref.sum(), (start, stop, step)
+        assert (got * got).sum().item() == (ref * ref).sum(), (start, stop, step)
+
+
+def test_arange_with_a_variable_rejects_float_bounds() -> None:
+    v = Variable("k", 1, 10).bind(3)
+    with pytest.raises(TypeError, match="Variable"):
+        Tensor.arange(0.5, v)
+    with pytest.raises(TypeError, match="concrete int step"):
+        Tensor.arange(0, 10, v)
+
+
+def test_renderer_fields_tinygrad_users_read() -> None:
+    r = Device[Device.DEFAULT].renderer
+    assert isinstance(r.suffix, str) and r.device == "CPU"
+    assert r.has_local is False and r.has_shared is False and r.local_max is None and r.shared_max == 0
+    assert r.supports_float4 == r.has_vectors and list(r.tensor_cores) == []
+
+
+def test_program_spec_ins_outs_globals() -> None:
+    a, b = Tensor(RNG.standard_normal(8).astype(np.float32)), Tensor(RNG.standard_normal(8).astype(np.float32))
+    a.realize(), b.realize()
+    (si,) = (a + b).schedule()
+    p = lower_schedule_item(si).prg.p
+    assert p is not None and p.function_name == p.name and p.name in p.src
+    assert p.outs == [0] and sorted(p.ins) == [1, 2] and p.globals == [0, 1, 2]
