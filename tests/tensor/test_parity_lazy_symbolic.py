@@ -98,3 +98,28 @@ def test_program_spec_ins_outs_globals() -> None:
     p = lower_schedule_item(si).prg.p
     assert p is not None and p.function_name == p.name and p.name in p.src
     assert p.outs == [0] and sorted(p.ins) == [1, 2] and p.globals == [0, 1, 2]
+
+
+def test_train_mode_entered_without_a_with_block() -> None:
+    import gc
+
+    assert Tensor.training is False
+    ctx = Tensor.train()
+    ctx.__enter__()
+    del ctx
+    gc.collect()  # dropping the context object doesn't leave training mode
+    try:
+        assert Tensor.training is True
+        x = Tensor.ones(2000).dropout(0.5).numpy()
+        assert 0.4 < float((x == 0).mean()) < 0.6 and set(np.unique(x).tolist()) == {0.0, 2.0}
+    finally:
+        Tensor.train(False).__enter__()  # back to evaluation mode (Tensor.training and the TRAINING setting)
+    with Tensor.train(), Tensor.test():  # nested: test() inside train() switches it off, and back
+        assert Tensor.training is False
+    assert Tensor.training is False
+
+    @Tensor.train()
+    def inside() -> bool:
+        return bool(Tensor.training)
+
+    assert inside() and inside() and Tensor.training is False

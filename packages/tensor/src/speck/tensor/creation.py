@@ -21,8 +21,8 @@ from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _iota_uop, _scalar_dtype
 from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, UOp, dtypes, sint, validate_shape
-from speck.uop.uop import ssimplify
 from speck.uop.helpers import prod
+from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
