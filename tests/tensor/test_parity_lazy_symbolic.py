@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speck.tensor import Device, Tensor, Variable, assert_kernel_count, dtypes
+from speck.tensor import Device, Tensor, TinyJit, Variable, assert_kernel_count, dtypes
 from speck.tensor.engine.realize import lower_schedule_item
 
 RNG = np.random.default_rng(11)
@@ -123,3 +123,29 @@ def test_train_mode_entered_without_a_with_block() -> None:
         return bool(Tensor.training)
 
     assert inside() and inside() and Tensor.training is False
+
+
+@pytest.mark.parametrize("const", [lambda: Tensor(3.0), lambda: Tensor.ones(4), lambda: Tensor.full((2, 2), 7)])
+def test_jit_rejects_constant_inputs(const: object) -> None:
+    from speck.tensor.errors import JitError
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    with pytest.raises(JitError, match="cannot be constants"):
+        f(const())  # type: ignore[operator]
+    x = Tensor.ones(4).contiguous().realize()  # the same values in a buffer are a fine input
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), np.full(4, 2.0, np.float32))
+
+
+def test_pickling_a_jit_before_capture_is_an_assertion_error() -> None:
+    import pickle
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x + 1
+
+    with pytest.raises(AssertionError, match="has not captured yet"):
+        pickle.dumps(f)

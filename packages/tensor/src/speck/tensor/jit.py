@@ -153,6 +153,11 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
                 f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
                 " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
             )
+        if type(t.uop) is UOp and t.uop.base.op is Ops.CONST:  # Tensor(3.0), Tensor.ones(4): no buffer to swap
+            raise JitError(
+                f"JIT inputs cannot be constants: {name} is a constant (shape {t.shape}) with no buffer; make it "
+                "one with .contiguous().realize() (or pass it as a Python value)"
+            )
     # (inputs that all are buffers or views of one already leave realize_all nothing to do but build an empty
     # schedule)
     if tensors and (_DEFERRED or _pending_writes() or any(type(t.uop) is not UOp or base_buffer(t.uop) is None
