@@ -149,3 +149,22 @@ def test_pickling_a_jit_before_capture_is_an_assertion_error() -> None:
 
     with pytest.raises(AssertionError, match="has not captured yet"):
         pickle.dumps(f)
+
+
+def test_get_state_dict_prefix_is_prepended_as_given() -> None:
+    from speck.tensor import nn
+    from speck.tensor.nn.state import get_state_dict
+
+    class Model:
+        def __init__(self) -> None:
+            self.layers = [nn.Linear(1, 2), nn.Linear(2, 1)]
+            self.heads = {"out": nn.Linear(1, 1)}
+
+    m = Model()
+    plain = list(get_state_dict(m))
+    assert plain == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "heads.out.weight",
+                     "heads.out.bias"]  # fmt: skip
+    assert list(get_state_dict(m, prefix="model.")) == ["model." + k for k in plain]
+    assert list(get_state_dict(m, prefix="m")) == ["m" + k for k in plain]  # tinygrad adds no dot of its own
+    t = Tensor([1.0])
+    assert get_state_dict(t) == {"": t} and get_state_dict({"a": [t]}, prefix="p.") == {"p.a.0": t}
