@@ -168,3 +168,32 @@ def test_get_state_dict_prefix_is_prepended_as_given() -> None:
     assert list(get_state_dict(m, prefix="m")) == ["m" + k for k in plain]  # tinygrad adds no dot of its own
     t = Tensor([1.0])
     assert get_state_dict(t) == {"": t} and get_state_dict({"a": [t]}, prefix="p.") == {"p.a.0": t}
+
+
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("//=", lambda a, b: a // b), ("**=", lambda a, b: a**b), ("&=", lambda a, b: a & b),
+        ("|=", lambda a, b: a | b), ("^=", lambda a, b: a ^ b), ("<<=", lambda a, b: a << b),
+        (">>=", lambda a, b: a >> b),
+    ],
+)  # fmt: skip
+def test_inplace_int_operators_write_into_the_tensor(op: str, ref: object) -> None:
+    a = RNG.integers(1, 50, 6).astype(np.int32)
+    b = RNG.integers(1, 4, 6).astype(np.int32)
+    x = Tensor(a).realize()
+    alias = x
+    ns = {"x": x, "y": Tensor(b)}
+    exec(f"x {op} y", ns)
+    assert ns["x"] is alias  # the same object, written in place
+    np.testing.assert_array_equal(alias.numpy(), ref(a, b))  # type: ignore[operator]
+
+
+def test_inplace_matmul_writes_into_the_tensor() -> None:
+    a = RNG.standard_normal((3, 3)).astype(np.float32)
+    b = RNG.standard_normal((3, 3)).astype(np.float32)
+    x = Tensor(a).realize()
+    alias = x
+    x @= Tensor(b)
+    assert x is alias
+    np.testing.assert_allclose(alias.numpy(), a @ b, rtol=1e-5, atol=1e-6)

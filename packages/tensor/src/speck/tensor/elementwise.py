@@ -261,6 +261,31 @@ class ElementwiseMixin:
     def __itruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
         return self.assign(self / y)
 
+    # the other in-place operators also write into self (Python's fallback `x = x op y` would rebind the name only)
+    def __ifloordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self // y)
+
+    def __ipow__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self**y)
+
+    def __iand__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self & y)
+
+    def __ior__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self | y)
+
+    def __ixor__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self ^ y)
+
+    def __ilshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self << y)
+
+    def __irshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self >> y)
+
+    def __imatmul__(self: Tensor, y: Tensor) -> Tensor:
+        return self.assign(self.matmul(y))
+
     # ---------------- comparisons ----------------
     def __lt__(self: Tensor, y: TensorOrScalar) -> Tensor:
         a, b = self._broadcasted(y)
