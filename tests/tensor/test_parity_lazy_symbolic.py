@@ -197,3 +197,20 @@ def test_inplace_matmul_writes_into_the_tensor() -> None:
     x @= Tensor(b)
     assert x is alias
     np.testing.assert_allclose(alias.numpy(), a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_int64_with_uint64_computes_in_the_default_float() -> None:
+    a = np.array([3, -4, 5], np.int64)
+    b = np.array([2, 7, 2**40], np.uint64)
+    ta, tb = Tensor(a), Tensor(b)
+    expected = a.astype(np.float32) + b.astype(np.float32)
+    out = ta + tb
+    assert out.dtype == dtypes.default_float
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    cat = ta.cat(tb)
+    assert cat.dtype == dtypes.default_float
+    np.testing.assert_allclose(cat.numpy(), np.concatenate([a, b.astype(np.float64)]).astype(np.float32), rtol=1e-6)
+    mm = ta.reshape(1, 3) @ tb.reshape(3, 1)
+    assert mm.dtype == dtypes.default_float
+    np.testing.assert_allclose(mm.numpy(), a.astype(np.float32).reshape(1, 3) @ b.astype(np.float32).reshape(3, 1),
+                               rtol=1e-5)  # fmt: skip

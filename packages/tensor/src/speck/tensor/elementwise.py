@@ -98,6 +98,7 @@ class ElementwiseMixin:
             yt = y
             if match_dtype and yt.dtype != x.dtype:
                 dt = least_upper_dtype(x.dtype, yt.dtype)
+                dt = dtypes.as_concrete(dt) if dt.is_weak else dt  # int64 + uint64 -> the default float
                 x, yt = x.cast(dt), yt.cast(dt)
         if reverse:
             x, yt = yt, x
