@@ -214,3 +214,14 @@ def test_int64_with_uint64_computes_in_the_default_float() -> None:
     assert mm.dtype == dtypes.default_float
     np.testing.assert_allclose(mm.numpy(), a.astype(np.float32).reshape(1, 3) @ b.astype(np.float32).reshape(3, 1),
                                rtol=1e-5)  # fmt: skip
+
+
+def test_one_draw_is_not_two_smaller_draws_but_seeding_repeats_it() -> None:
+    Tensor.manual_seed(3)
+    six = Tensor.rand(6).numpy()
+    Tensor.manual_seed(3)
+    halves = np.concatenate([Tensor.rand(3).numpy(), Tensor.rand(3).numpy()])
+    Tensor.manual_seed(3)
+    again = Tensor.rand(6).numpy()
+    assert not np.array_equal(six, halves[:6])
+    np.testing.assert_array_equal(six, again)
