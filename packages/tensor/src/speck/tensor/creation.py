@@ -20,7 +20,7 @@ from speck.tensor.errors import TensorOverflowError, TensorValueError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _iota_uop, _scalar_dtype
 from speck.tensor.schedule import max_dim, new_buffer_uop
-from speck.uop import DType, UOp, dtypes, sint, validate_shape
+from speck.uop import DType, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
 from speck.uop.uop import ssimplify
 
@@ -265,7 +265,7 @@ def _gunzip_local(path: Any) -> Any:
     return out
 
 
-def _symbolic_arange(start: sint, stop: sint, step: Any, **kw: Any) -> Tensor:
+def _symbolic_arange(start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
     """arange with a Variable start or stop (a symbolic length): integer bounds, a concrete int step, the default
     int dtype unless given. Its length must be >= 0 for every value the Variables may take."""
     from speck.tensor.hook import Tensor
