@@ -18,8 +18,10 @@ from speck.uop.alu import threefry2x32
 
 
 def _ref_rand(seed: int, counter: int, n: int) -> np.ndarray:
-    """Tensor.rand's n values drawn at `counter` under `seed`: top 24 bits of threefry(counter + i, seed)."""
-    return np.array([(threefry2x32(counter + i, seed) >> 40) * 2.0**-24 for i in range(n)], dtype=np.float32)
+    """Tensor.rand's n values drawn at `counter` under `seed`: top 24 bits of threefry(counter + i, key), the key
+    being the seed with the draw's size mixed in (so a draw of 6 is not two draws of 3)."""
+    key = seed ^ (n * 0xD1B54A32D192ED03 & 0xFFFFFFFFFFFFFFFF)
+    return np.array([(threefry2x32(counter + i, key) >> 40) * 2.0**-24 for i in range(n)], dtype=np.float32)
 
 
 def _run(fn: Callable[[], Any], calls: int, seed: int) -> list[np.ndarray]:

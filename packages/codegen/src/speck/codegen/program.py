@@ -61,6 +61,24 @@ class ProgramSpec:
     def var_names(self) -> list[str]:
         return [v.arg[0] for v in self.vars]
 
+    # tinygrad's ProgramSpec names for what `buffers` holds: argument slots, those written, those read
+    @property
+    def globals(self) -> list[int]:
+        return [b.slot for b in self.buffers]
+
+    @property
+    def outs(self) -> list[int]:
+        return [b.slot for b in self.buffers if b.role in ("out", "inout")]
+
+    @property
+    def ins(self) -> list[int]:
+        return [b.slot for b in self.buffers if b.role in ("in", "inout")]
+
+    @property
+    def function_name(self) -> str:
+        """The symbol the rendered source defines (the kernel's name)."""
+        return self.name
+
 
 def buffer_args(uops: list[UOp]) -> list[BufferArg]:
     """Buffer parameters of a program with their roles (stored to -> out, loaded -> in, both -> inout)."""

@@ -10,7 +10,6 @@ root itself (it gets 1). No flag is needed; `requires_grad=False` and `detach()`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
@@ -29,18 +28,25 @@ def is_training() -> bool:
     return bool(Tensor.training) or bool(TRAINING)
 
 
-@contextlib.contextmanager
-def train(mode: bool = True) -> Iterator[None]:
+class train(contextlib.ContextDecorator):
     """Training mode for the block: dropout is active, batch-norm updates its running statistics, and optimizer
-    steps are allowed. Same as Context(TRAINING=1)."""
-    from speck.tensor.hook import Tensor
+    steps are allowed. Same as Context(TRAINING=1). Also a decorator; `__enter__` alone switches the mode until
+    `__exit__` (the object holds no generator that dropping it would close)."""
 
-    old, old_cv = Tensor.training, TRAINING.value
-    Tensor.training, TRAINING.value = mode, int(mode)
-    try:
-        yield
-    finally:
-        Tensor.training, TRAINING.value = old, old_cv
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = mode
+        self.saved: list[tuple[bool, int]] = []
+
+    def __enter__(self) -> None:
+        from speck.tensor.hook import Tensor
+
+        self.saved.append((Tensor.training, TRAINING.value))
+        Tensor.training, TRAINING.value = self.mode, int(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        from speck.tensor.hook import Tensor
+
+        Tensor.training, TRAINING.value = self.saved.pop()
 
 
 def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:

@@ -20,8 +20,9 @@ from speck.tensor.errors import TensorOverflowError, TensorValueError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _iota_uop, _scalar_dtype
 from speck.tensor.schedule import max_dim, new_buffer_uop
-from speck.uop import DType, dtypes, validate_shape
+from speck.uop import DType, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
+from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -133,6 +134,8 @@ class CreationMixin:
             start, stop = 0, start
         if step == 0:
             raise TensorValueError("arange: step must not be 0")
+        if any(isinstance(x, UOp) for x in (start, stop, step)):
+            return _symbolic_arange(start, stop, step, **kw)
         n = max(math.ceil((stop - start) / step), 0)
         last = start + (n - 1) * step if n else start
         ints = all(isinstance(x, int) for x in (start, stop, step))
@@ -260,3 +263,23 @@ def _gunzip_local(path: Any) -> Any:
             f.write(data)
         pathlib.Path(f.name).replace(out)
     return out
+
+
+def _symbolic_arange(start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
+    """arange with a Variable start or stop (a symbolic length): integer bounds, a concrete int step, the default
+    int dtype unless given. Its length must be >= 0 for every value the Variables may take."""
+    from speck.tensor.hook import Tensor
+
+    if isinstance(step, UOp) or not all(isinstance(x, (int, UOp)) for x in (start, stop, step)):
+        raise TypeError(
+            f"arange with a Variable bound needs int start/stop and a concrete int step, got start={start!r}, "
+            f"stop={stop!r}, step={step!r}"
+        )
+    if isinstance(kw.get("device"), (tuple, list)):
+        raise TensorValueError("arange with a Variable bound can't be placed on several devices at once")
+    dt = _dt(kw.pop("dtype", None)) or dtypes.default_int
+    span = stop - start if step > 0 else start - stop
+    n = ssimplify(span if abs(step) == 1 else (span + (abs(step) - 1)) // abs(step))
+    dev = canonical(kw.get("device"))
+    idx = Tensor(_iota_uop(n, dev), device=dev).cast(dt)
+    return idx * step + start if (step, start) != (1, 0) else idx

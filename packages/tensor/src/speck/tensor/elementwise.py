@@ -98,6 +98,7 @@ class ElementwiseMixin:
             yt = y
             if match_dtype and yt.dtype != x.dtype:
                 dt = least_upper_dtype(x.dtype, yt.dtype)
+                dt = dtypes.as_concrete(dt) if dt.is_weak else dt  # int64 + uint64 -> the default float
                 x, yt = x.cast(dt), yt.cast(dt)
         if reverse:
             x, yt = yt, x
@@ -260,6 +261,31 @@ class ElementwiseMixin:
 
     def __itruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
         return self.assign(self / y)
+
+    # the other in-place operators also write into self (Python's fallback `x = x op y` would rebind the name only)
+    def __ifloordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self // y)
+
+    def __ipow__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self**y)
+
+    def __iand__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self & y)
+
+    def __ior__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self | y)
+
+    def __ixor__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self ^ y)
+
+    def __ilshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self << y)
+
+    def __irshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        return self.assign(self >> y)
+
+    def __imatmul__(self: Tensor, y: Tensor) -> Tensor:
+        return self.assign(self.matmul(y))
 
     # ---------------- comparisons ----------------
     def __lt__(self: Tensor, y: TensorOrScalar) -> Tensor:

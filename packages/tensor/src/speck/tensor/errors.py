@@ -93,3 +93,7 @@ class DistributedError(RuntimeError, TensorError):
 
 class TensorPickleError(pickle.PicklingError, RuntimeError, TensorError):
     """A tensor, buffer or TinyJit that can't be pickled (or unpickled here), with the reason."""
+
+
+class JitNotCapturedError(TensorPickleError, AssertionError):
+    """Pickling a TinyJit before it captured (tinygrad raises AssertionError there)."""

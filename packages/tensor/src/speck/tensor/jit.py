@@ -153,6 +153,11 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
                 f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
                 " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
             )
+        if type(t.uop) is UOp and t.uop.op is Ops.CONST:  # Tensor(3.0): a Python scalar, no buffer to swap
+            raise JitError(
+                f"JIT inputs must be real buffers: {name} is a Python scalar constant; make it one with "
+                "Tensor([x]) or .contiguous().realize() (or pass it as a Python value)"
+            )
     # (inputs that all are buffers or views of one already leave realize_all nothing to do but build an empty
     # schedule)
     if tensors and (_DEFERRED or _pending_writes() or any(type(t.uop) is not UOp or base_buffer(t.uop) is None

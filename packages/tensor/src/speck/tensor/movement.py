@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import argfix, as_int
 from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
-from speck.uop import UOp, sint, validate_shape
+from speck.uop import UOp, dtypes, sint, validate_shape
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class MovementMixin:
                 raise TensorAssertionError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
         from speck.uop import least_upper_dtype
 
-        dt = least_upper_dtype(*[t.dtype for t in ts])
+        dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))  # (int64 with uint64: weak float)
         ts = [t.cast(dt) for t in ts if not (isinstance(t.shape[d], int) and t.shape[d] == 0)] or [ts[0].cast(dt)]
         if len(ts) == 1:
             return ts[0]

@@ -109,7 +109,7 @@ class NNMixin:
         if dtype is None and out.dtype != w.dtype:  # the result has the operands' dtype (int8 stays int8)
             from speck.uop import least_upper_dtype
 
-            out = out.cast(least_upper_dtype(self.dtype, weight.dtype))
+            out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))
         out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
         if bias is not None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor import realize
+from speck.tensor.errors import JitNotCapturedError
 from speck.tensor.errors import TensorPickleError as TensorPickleError
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, new_buffer_uop
 from speck.uop import Ops, UOp
@@ -168,8 +169,9 @@ def reduce_jit(jit: TinyJit[Any]) -> tuple[Any, ...]:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or "jit"
     cap = jit.captured
     if cap is None:
-        raise TensorPickleError(f"can't pickle TinyJit {name}: it has not captured yet (call it {max(1, 2 - jit.cnt)} "
-                                "more time(s) first; a JIT pickles its captured kernels, not code)")  # fmt: skip
+        calls = max(1, 2 - jit.cnt)
+        raise JitNotCapturedError(f"can't pickle TinyJit {name}: it has not captured yet (call it {calls} more "
+                                  "time(s) first; a JIT pickles its captured kernels, not code)")  # fmt: skip
     state = {f.name: _swap_buffers(getattr(cap, f.name)) for f in fields(cap) if f.name != "plan"}
     return (_load_jit, (type(jit), type(cap), state, jit.prune))
 

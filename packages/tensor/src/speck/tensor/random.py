@@ -83,9 +83,10 @@ class RandomMixin:
         dev = canonical(device)
         nxt = Tensor(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
         ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
-        key = nxt.shrink(((0, 1),)).expand(n)
-        if stream:  # the shards of a sharded draw: independent streams from the same seed and counters
-            key = key ^ (stream * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF)
+        # the draw's size is mixed into the key (as the split of tinygrad's counters into two halves does): rand(6)
+        # is not rand(3) followed by rand(3); the shards of a sharded draw (stream) get independent streams too
+        mix = (n * 0xD1B54A32D192ED03 ^ stream * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        key = nxt.shrink(((0, 1),)).expand(n) ^ mix
         return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
 
     @staticmethod

@@ -373,7 +373,7 @@ class ReduceMixin:
         k1, k2 = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k1 != k2:
             raise RuntimeError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
-        dt = least_upper_dtype(x.dtype, w.dtype)
+        dt = dtypes.as_concrete(least_upper_dtype(x.dtype, w.dtype))  # (int64 with uint64: weak float)
         x, w = x.cast(dt), w.cast(dt)
         xv, wv = x.ndim == 1, w.ndim == 1
         if xv:
@@ -470,7 +470,7 @@ class ReduceMixin:
             if c not in sizes:
                 raise RuntimeError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
         full = list(out) + sorted(c for c in sizes if c not in out)
-        dt = least_upper_dtype(*[t.dtype for t in ts])
+        dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))
         prodt: Tensor | None = None
         for s_, t in zip(subs, ts):
             tt = t.cast(dt).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(dt)

@@ -95,6 +95,40 @@ def base_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+def staged(view: UOp) -> UOp:
+    """Host data (a list or numpy array) already copied into its device buffer, shown as the pending copy it is
+    until realized (tinygrad: `Tensor(data).uop.is_realized` is False before `.realize()`). The marker is a COPY to
+    the buffer's own device: realizing it takes the buffer itself (no kernel, no copy, no counters)."""
+    bb = base_buffer(view)
+    assert bb is not None, "staged() wraps a view of a BUFFER"
+    dev = buffer_device(bb)
+    return UOp(Ops.COPY, view.dtype, (view, UOp(Ops.DEVICE, arg=dev)), dev)
+
+
+def is_staged(u: UOp) -> bool:
+    """A staged() marker: a COPY of a realized buffer's view to the buffer's own device (nothing else makes one)."""
+    if u.op is not Ops.COPY:
+        return False
+    bb = base_buffer(u.src[0])
+    return bb is not None and buffer_device(bb) == u.arg
+
+
+def unstage(u: UOp) -> UOp:
+    """u with a staged() marker under its movement ops replaced by the buffer view it marks (u itself otherwise):
+    realizing a view of staged data is the same view of its buffer."""
+    chain = []
+    x = u
+    while x.op in _MOVEMENT or x.op is Ops.DETACH:
+        chain.append(x)
+        x = x.src[0]
+    if not is_staged(x):
+        return u
+    out = x.src[0]
+    for m in reversed(chain):
+        out = m.replace(src=(out, *m.src[1:]))
+    return out
+
+
 _MOVEMENT = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
 _ELEMENTWISE = frozenset(
     {
@@ -502,6 +536,8 @@ class Scheduler:
             return u
         if (v := self.materialized(u)) is not None:
             return v
+        if (v := unstage(u)) is not u:
+            return v
         self.count_uses(u)
         if u.op is Ops.RESHAPE and u.src[0].op is Ops.CONTIGUOUS and type(u.src[0].arg) in self.custom:
             return self.materialize(u.src[0]).reshape(u.shape)  # (a reshaped allreduce result: its buffer, viewed)
@@ -516,7 +552,7 @@ class Scheduler:
             assert into is None, "custom nodes choose their own buffers"
             view: UOp = custom(self, u)
             return view
-        src = u.src[0] if u.op is Ops.CONTIGUOUS else u
+        src = unstage(u.src[0]) if u.op is Ops.CONTIGUOUS else u
         # a contiguous view of a realized buffer (reshape, contiguous shrink) is free
         if (
             u.op is Ops.CONTIGUOUS
@@ -647,6 +683,9 @@ class Scheduler:
             return
 
     def _copy(self, u: UOp, into: UOp | None = None) -> UOp:
+        if into is None and is_staged(u):
+            self.done[u] = u.src[0]
+            return u.src[0]
         outer, self.device = self.device, self._device_of(u.src[0])
         try:
             src_view = self.realize(u.src[0])

@@ -55,6 +55,8 @@ from speck.tensor.schedule import (
     new_buffer_uop,
     realized_cache,
     realized_data,
+    staged,
+    unstage,
     view_offset,
 )
 from speck.tensor.writes import _DEFERRED
@@ -156,7 +158,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
             return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
-        self.uop = _from_numpy(arr, dt, dev)
+        self.uop = staged(_from_numpy(arr, dt, dev)) if arr.size else _from_numpy(arr, dt, dev)
 
     @property
     def uop(self) -> UOp:
@@ -338,6 +340,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
+        for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
+            if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
+                t.uop = v
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
             u = t.uop

@@ -8,7 +8,7 @@ that differ and implement `render`."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from speck.codegen.errors import UnsupportedOpError
 from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
@@ -38,6 +38,8 @@ class Renderer:
       has_local: workgroup-local memory and LOCAL ranges exist (False on CPUs: the optimizer won't emit LOCAL).
       has_threads: the CPU ABI core slicing applies: the outermost GLOBAL range is split across worker threads.
       global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
+      suffix, has_shared, local_max, global_prod_max, shared_max, tensor_cores: tinygrad's Renderer fields (read
+        by its users, not by speck's pipeline), declared at what CPU renderers have.
       extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
         a pattern into a machine idiom); None for none.
     Derived (properties a subclass may override):
@@ -60,6 +62,14 @@ class Renderer:
     has_local: ClassVar[bool] = False
     has_threads: ClassVar[bool] = True
     global_max: ClassVar[tuple[int, ...] | None] = None
+    # tinygrad's Renderer fields its users read, at what a CPU renderer has: no workgroup-shared memory, no
+    # workgroup size limit, no tensor cores (supports_float4 follows has_vectors)
+    suffix: ClassVar[str] = ""
+    has_shared: ClassVar[bool] = False
+    local_max: ClassVar[tuple[int, ...] | None] = None
+    global_prod_max: ClassVar[tuple[int, ...] | None] = None
+    shared_max: ClassVar[int] = 0
+    tensor_cores: ClassVar[tuple[Any, ...]] = ()
     extra_matcher: ClassVar[PatternMatcher | None] = None
 
     def supported_dtypes(self) -> set[DType]:
@@ -69,6 +79,11 @@ class Renderer:
         from speck.uop.dtype import CONCRETE_SCALARS
 
         return {d for d in CONCRETE_SCALARS if self.supports_int64 or d not in (dtypes.int64, dtypes.uint64)}
+
+    @property
+    def supports_float4(self) -> bool:
+        """tinygrad's name: whether programs may use 4-wide float vectors."""
+        return self.has_vectors
 
     @property
     def register_blocking(self) -> bool:

@@ -21,14 +21,16 @@ from speck.uop import DType, dtypes
 
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
     """Every Tensor reachable from obj through attributes, lists, tuples and dicts, keyed by dotted path
-    (e.g. "layers.0.weight"), in a deterministic order. Shared tensors appear under every path that reaches them."""
+    (e.g. "layers.0.weight"), in a deterministic order. Shared tensors appear under every path that reaches them.
+    `prefix` is put in front of every key as given, as tinygrad does (`prefix="model."` -> "model.layers.0.weight");
+    the dots around a whole key are stripped."""
     out: dict[str, Tensor] = {}
     stack: list[tuple[str, Any]] = [(prefix, obj)]
     seen: set[int] = set()
     while stack:
         path, o = stack.pop()
         if isinstance(o, tensor_type):
-            out[path] = o  # type: ignore[assignment]  # tensor_type is Tensor or a subclass
+            out[path.strip(".")] = o  # type: ignore[assignment]  # tensor_type is Tensor or a subclass
             continue
         if id(o) in seen or isinstance(o, (str, bytes, int, float, bool, type(None), np.ndarray)):
             continue
@@ -42,7 +44,7 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
         else:
             continue
         for k, v in reversed(items):
-            stack.append((f"{path}.{k}" if path else k, v))
+            stack.append((f"{path}{k}.", v))
     return out
 
 

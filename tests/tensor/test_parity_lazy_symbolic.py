@@ -1,0 +1,225 @@
+"""tinygrad parity: host data is a pending copy until realized (`Tensor(ndarray).uop.is_realized` is False), arange
+with a Variable bound, and the Renderer/ProgramSpec fields tinygrad users read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Device, Tensor, TinyJit, Variable, assert_kernel_count, dtypes
+from speck.tensor.engine.realize import lower_schedule_item
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("make", [lambda a: Tensor(a), lambda a: Tensor(a.tolist())])
+def test_host_data_is_pending_until_realized(make: object) -> None:
+    a = RNG.integers(-50, 50, (3, 4)).astype(np.int32)
+    t = make(a)  # type: ignore[operator]
+    assert not t.uop.is_realized and t.uop.realized is None
+    assert t.shape == (3, 4) and t.dtype == dtypes.int32 and t.device == Device.DEFAULT
+    with assert_kernel_count(0):  # the data already sits in its buffer: realizing runs nothing
+        t.realize()
+    assert t.uop.is_realized
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_views_of_pending_host_data_share_its_buffer() -> None:
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    t = Tensor(a)
+    v, r = t[1:3], t.reshape(24)
+    with assert_kernel_count(0):
+        Tensor.realize(v, r, t)
+    assert v.uop.base is t.uop.base is r.uop.base
+    np.testing.assert_array_equal(v.numpy(), a[1:3])
+    np.testing.assert_array_equal(r.numpy(), a.reshape(24))
+
+
+def test_pending_host_data_computes_and_takes_writes() -> None:
+    a = RNG.standard_normal(6).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a) * Tensor(b) + 1).numpy(), a * b + 1, rtol=1e-6)
+    t = Tensor(a)
+    t += 2
+    np.testing.assert_allclose(t.numpy(), a + 2, rtol=1e-6)
+    s = Tensor(a)
+    s[2] = 7.0
+    expected = a.copy()
+    expected[2] = 7.0
+    np.testing.assert_array_equal(s.numpy(), expected)
+    g = Tensor(a, requires_grad=True)
+    (g * g).sum().backward()
+    assert g.grad is not None
+    np.testing.assert_allclose(g.grad.numpy(), 2 * a, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_arange_with_a_variable_end(n: int) -> None:
+    v = Variable("n", 1, 10).bind(n)
+    t = Tensor.arange(v)
+    assert t.shape[0] is v and t.dtype == dtypes.default_int
+    assert t.sum().item() == np.arange(n).sum()
+    assert (t.float() * 0.5).sum().item() == pytest.approx((np.arange(n) * 0.5).sum())
+    x = Tensor.ones(v).contiguous() + t  # shapes agree symbolically
+    assert x.sum().item() == pytest.approx((np.arange(n) + 1).sum())
+
+
+@pytest.mark.parametrize("n", [2, 5, 10])
+def test_arange_with_variable_bounds_and_steps(n: int) -> None:
+    v = Variable("m", 1, 10).bind(n)
+    for start, stop, step in [(1, v, 1), (0, v, 2), (0, v, 3), (v, 0, -1), (v, -3, -2)]:
+        lo, hi = (n if start is v else start), (n if stop is v else stop)
+        ref = np.arange(lo, hi, step)
+        got = Tensor.arange(start, stop, step)
+        assert got.sum().item() == ref.sum(), (start, stop, step)
+        assert (got * got).sum().item() == (ref * ref).sum(), (start, stop, step)
+
+
+def test_arange_with_a_variable_rejects_float_bounds() -> None:
+    v = Variable("k", 1, 10).bind(3)
+    with pytest.raises(TypeError, match="Variable"):
+        Tensor.arange(0.5, v)
+    with pytest.raises(TypeError, match="concrete int step"):
+        Tensor.arange(0, 10, v)
+
+
+def test_renderer_fields_tinygrad_users_read() -> None:
+    r = Device[Device.DEFAULT].renderer
+    assert isinstance(r.suffix, str) and r.device == "CPU"
+    assert r.has_local is False and r.has_shared is False and r.local_max is None and r.shared_max == 0
+    assert r.supports_float4 == r.has_vectors and list(r.tensor_cores) == []
+
+
+def test_program_spec_ins_outs_globals() -> None:
+    a, b = Tensor(RNG.standard_normal(8).astype(np.float32)), Tensor(RNG.standard_normal(8).astype(np.float32))
+    a.realize(), b.realize()
+    (si,) = (a + b).schedule()
+    p = lower_schedule_item(si).prg.p
+    assert p is not None and p.function_name == p.name and p.name in p.src
+    assert p.outs == [0] and sorted(p.ins) == [1, 2] and p.globals == [0, 1, 2]
+
+
+def test_train_mode_entered_without_a_with_block() -> None:
+    import gc
+
+    assert Tensor.training is False
+    ctx = Tensor.train()
+    ctx.__enter__()
+    del ctx
+    gc.collect()  # dropping the context object doesn't leave training mode
+    try:
+        assert Tensor.training is True
+        x = Tensor.ones(2000).dropout(0.5).numpy()
+        assert 0.4 < float((x == 0).mean()) < 0.6 and set(np.unique(x).tolist()) == {0.0, 2.0}
+    finally:
+        Tensor.train(False).__enter__()  # back to evaluation mode (Tensor.training and the TRAINING setting)
+    with Tensor.train(), Tensor.test():  # nested: test() inside train() switches it off, and back
+        assert Tensor.training is False
+    assert Tensor.training is False
+
+    @Tensor.train()
+    def inside() -> bool:
+        return bool(Tensor.training)
+
+    assert inside() and inside() and Tensor.training is False
+
+
+def test_jit_rejects_python_scalar_inputs_but_takes_filled_tensors() -> None:
+    from speck.tensor.errors import JitError
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    with pytest.raises(JitError, match="real buffers"):
+        f(Tensor(3.0))  # device-less in tinygrad's model: nothing a replay could swap
+    # full/ones make buffers (TENSOR_API 4.2: buffer=True): fine inputs, and each call's values are used
+    for v in (1.0, 2.0, 3.0, 4.0):
+        np.testing.assert_array_equal(f(Tensor.full((4,), v)).numpy(), np.full(4, 2 * v, np.float32))
+
+
+def test_pickling_a_jit_before_capture_is_an_assertion_error() -> None:
+    import pickle
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x + 1
+
+    with pytest.raises(AssertionError, match="has not captured yet"):
+        pickle.dumps(f)
+
+
+def test_get_state_dict_prefix_is_prepended_as_given() -> None:
+    from speck.tensor import nn
+    from speck.tensor.nn.state import get_state_dict
+
+    class Model:
+        def __init__(self) -> None:
+            self.layers = [nn.Linear(1, 2), nn.Linear(2, 1)]
+            self.heads = {"out": nn.Linear(1, 1)}
+
+    m = Model()
+    plain = list(get_state_dict(m))
+    assert plain == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "heads.out.weight",
+                     "heads.out.bias"]  # fmt: skip
+    assert list(get_state_dict(m, prefix="model.")) == ["model." + k for k in plain]
+    assert list(get_state_dict(m, prefix="m")) == ["m" + k for k in plain]  # tinygrad adds no dot of its own
+    t = Tensor([1.0])
+    assert get_state_dict(t) == {"": t} and get_state_dict({"a": [t]}, prefix="p.") == {"p.a.0": t}
+
+
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("//=", lambda a, b: a // b), ("**=", lambda a, b: a**b), ("&=", lambda a, b: a & b),
+        ("|=", lambda a, b: a | b), ("^=", lambda a, b: a ^ b), ("<<=", lambda a, b: a << b),
+        (">>=", lambda a, b: a >> b),
+    ],
+)  # fmt: skip
+def test_inplace_int_operators_write_into_the_tensor(op: str, ref: object) -> None:
+    a = RNG.integers(1, 50, 6).astype(np.int32)
+    b = RNG.integers(1, 4, 6).astype(np.int32)
+    x = Tensor(a).realize()
+    alias = x
+    ns = {"x": x, "y": Tensor(b)}
+    exec(f"x {op} y", ns)
+    assert ns["x"] is alias  # the same object, written in place
+    np.testing.assert_array_equal(alias.numpy(), ref(a, b))  # type: ignore[operator]
+
+
+def test_inplace_matmul_writes_into_the_tensor() -> None:
+    a = RNG.standard_normal((3, 3)).astype(np.float32)
+    b = RNG.standard_normal((3, 3)).astype(np.float32)
+    x = Tensor(a).realize()
+    alias = x
+    x @= Tensor(b)
+    assert x is alias
+    np.testing.assert_allclose(alias.numpy(), a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_int64_with_uint64_computes_in_the_default_float() -> None:
+    a = np.array([3, -4, 5], np.int64)
+    b = np.array([2, 7, 2**40], np.uint64)
+    ta, tb = Tensor(a), Tensor(b)
+    expected = a.astype(np.float32) + b.astype(np.float32)
+    out = ta + tb
+    assert out.dtype == dtypes.default_float
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+    cat = ta.cat(tb)
+    assert cat.dtype == dtypes.default_float
+    np.testing.assert_allclose(cat.numpy(), np.concatenate([a, b.astype(np.float64)]).astype(np.float32), rtol=1e-6)
+    mm = ta.reshape(1, 3) @ tb.reshape(3, 1)
+    assert mm.dtype == dtypes.default_float
+    np.testing.assert_allclose(mm.numpy(), a.astype(np.float32).reshape(1, 3) @ b.astype(np.float32).reshape(3, 1),
+                               rtol=1e-5)  # fmt: skip
+
+
+def test_one_draw_is_not_two_smaller_draws_but_seeding_repeats_it() -> None:
+    Tensor.manual_seed(3)
+    six = Tensor.rand(6).numpy()
+    Tensor.manual_seed(3)
+    halves = np.concatenate([Tensor.rand(3).numpy(), Tensor.rand(3).numpy()])
+    Tensor.manual_seed(3)
+    again = Tensor.rand(6).numpy()
+    assert not np.array_equal(six, halves[:6])
+    np.testing.assert_array_equal(six, again)
