@@ -26,7 +26,7 @@ from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
-from speck.codegen.x86.regs import _PHYS, X86_64_SYSV, phys
+from speck.codegen.x86.regs import X86_64_SYSV, SizedRegs, phys, sized_regs
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,6 @@ def _is_copy(inst: Inst) -> bool:
 
 _REG_TYPES = (VReg, Reg)
 _FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
-_phys_get = _PHYS.get  # phys()'s cache, read inline by the rewrite loop (a miss falls back to phys())
 _KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
 
@@ -176,7 +175,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
     uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
-                   for o in it.operands) or any(v.vreg.cls == "vec" for rl in alloc.reloads for v in rl)  # fmt: skip
+                   for o in it.operands) or any(rl.vreg.cls == "vec" for rls in alloc.reloads.values() for rl in rls)  # fmt: skip
 
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)
@@ -188,12 +187,12 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
         r = phys(reg, 8)
         return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
 
-    def sub(o: Operand, regs: dict[int, str]) -> Operand:
+    def sub(o: Operand, regs: dict[int, SizedRegs]) -> Operand:
         if isinstance(o, Mem):
             b, x = o.base, o.index
             if isinstance(b, VReg) or isinstance(x, VReg):
-                base = phys(regs[b.id], 8) if isinstance(b, VReg) else b
-                index = phys(regs[x.id], 8) if isinstance(x, VReg) else x
+                base = regs[b.id][8] if isinstance(b, VReg) else b
+                index = regs[x.id][8] if isinstance(x, VReg) else x
                 return Mem(base, index, o.scale, o.disp, o.size, o.symbol, o.broadcast)
             return o
         if isinstance(o, IncomingStackArg):
@@ -206,9 +205,13 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
     append = out.append
-    for item, view, regs, reloads, spills in zip(items, views, alloc.regs, alloc.reloads, alloc.spills):
-        if reloads:
-            for rl in reloads:
+    # each value's register at every width it is named at (one table per register): instructions name values in
+    # their homes except where a spilled value is reloaded (alloc.at)
+    home = {vid: sized_regs(loc) for vid, loc in alloc.home.items() if isinstance(loc, str)}
+    at, reloads, spills = alloc.at, alloc.reloads, alloc.spills
+    for i, (item, view) in enumerate(zip(items, views)):
+        if i in reloads:
+            for rl in reloads[i]:
                 append(move(True, rl.vreg.cls, rl.reg, rl.slot))
         if type(item) is not Inst:
             if isinstance(item, Label):
@@ -225,13 +228,14 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
                 out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
                 if uses_ymm:
                     append(Inst(X86Op.VZEROUPPER))
+        regs = home if i not in at else {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([(_phys_get((regs[o.id], o.size)) or phys(regs[o.id], o.size)) if type(o) is VReg
-                     else o if isinstance(o, _KEPT) else sub(o, regs) for o in item.operands])  # fmt: skip
+        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if isinstance(o, _KEPT) else sub(o, regs)
+                     for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
             append(Inst(op, ops))
-        if spills:
-            for sp in spills:
+        if i in spills:
+            for sp in spills[i]:
                 append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 
