@@ -481,8 +481,11 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
         for v in pending:
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
-            tmp = next((r for r in cls.scratch if r not in avoid
-                        and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1))), None)  # fmt: skip
+            tmp = None
+            for r in cls.scratch:
+                if r not in avoid and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1)):
+                    tmp = r
+                    break
             if tmp is None:  # all reserved scratch taken: any register nothing occupies at this instruction
                 point_free = [r for r in cls.allocatable if r not in avoid
                               and not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)

@@ -103,7 +103,7 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
         if bad is not None:
             raise _refusal(u, bad, kernel)
         nu = u
-        if new and any(s in new for s in u.src):
+        if new and not new.keys().isdisjoint(u.src):
             nu = u.replace(src=tuple([new.get(s, s) for s in u.src]))
         rule = rules.get(nu.op)
         if rule is not None and (r := rule(nu, None)) is not None:
@@ -182,6 +182,13 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
     placed: dict[UOp, int] = {}  # new node -> the index of the uop it goes right after
     rewrite: dict[UOp, UOp] = {}
     shared: dict[tuple[Any, ...], UOp] = {}  # (dtype, *terms) -> the shared part built for them
+    literals: dict[tuple[int, DType], UOp] = {}
+
+    def literal(v: int, dt: DType) -> UOp:
+        if (lit := literals.get((v, dt))) is None:
+            lit = literals[(v, dt)] = UOp.cconst(v, dt)
+        return lit
+
     for u in uops:
         if u.op is not Ops.INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
             continue
@@ -200,30 +207,27 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
         if acc is None:
             for leaf in sorted(terms, key=pos.__getitem__):
                 coef = _wrap(terms[leaf], i.dtype)
-                t = (
-                    leaf
-                    if coef == 1
-                    else _place(UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype))), pos, placed, insert)
-                )
+                t = leaf if coef == 1 else _place(UOp(Ops.MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
                 acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
             assert acc is not None
             shared[key] = acc
-        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))), pos, placed, insert) if const else acc
+        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert) if const else acc
         if new_i is i:
             continue
-        rewrite[u] = u.replace(src=(u.src[0], new_i, *u.src[2:]))
+        rewrite[u] = UOp(u.op, u.dtype, (u.src[0], new_i, *u.src[2:]), u.arg, u.tag)
     if not rewrite:
         return uops
     out: list[UOp] = []
     swapped: dict[UOp, UOp] = {}
     for k, u in enumerate(uops):
         nu = rewrite.get(u, u)
-        if swapped and any(s in swapped for s in nu.src):
-            nu = nu.replace(src=tuple(swapped.get(s, s) for s in nu.src))
+        if swapped and not swapped.keys().isdisjoint(nu.src):  # (a set operation: no generator per node)
+            nu = UOp(nu.op, nu.dtype, tuple([swapped.get(s, s) for s in nu.src]), nu.arg, nu.tag)
         if nu is not u:
             swapped[u] = nu
         out.append(nu)
-        out += insert.get(k, ())
+        if k in insert:
+            out += insert[k]
     # drop index arithmetic nothing reads any more (users come after their sources: one backward pass)
     used: set[UOp] = set()
     keep: list[UOp] = []
