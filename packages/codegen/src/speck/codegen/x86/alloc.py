@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg, _set_roles
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
 from speck.codegen.x86.regs import X86_64_SYSV, SizedRegs, phys, sized_regs
 
@@ -50,6 +50,11 @@ READS_AND_WRITES = frozenset({
     X86Op.VFMADD231PD,
 } | CMOVCC_OPS)  # fmt: skip
 ZEROING_IDIOMS = frozenset({X86Op.XOR, X86Op.SUB, X86Op.VXORPS, X86Op.VXORPD, X86Op.VPXOR})
+# the role of a register operand 0 by op, from the sets above (one lookup per instruction); imul by operand count:
+# `imul r` reads it (rdx:rax = rax * r), `imul d, s` reads and writes d, `imul d, s, imm` only writes d
+_READ, _WRITTEN, _READ_WRITTEN = "read", "written", "read+written"
+_FIRST_OPERAND = {**dict.fromkeys(READS_ONLY, _READ), **dict.fromkeys(READS_AND_WRITES, _READ_WRITTEN)}
+_IMUL_FIRST_OPERAND = {1: _READ, 2: _READ_WRITTEN, 3: _WRITTEN}
 
 
 def _vregs(o: Operand) -> list[VReg]:
@@ -67,7 +72,7 @@ def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
     roles = inst._roles
     if roles is None:
         roles = _operand_roles(inst)
-        object.__setattr__(inst, "_roles", roles)  # Inst is frozen; this slot is a cache, not part of its value
+        _set_roles(inst, roles)  # Inst is frozen; this slot is a cache, not part of its value
     return roles
 
 
@@ -95,12 +100,10 @@ def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
         if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
             defs.append(first)
             return tuple(defs), tuple(v for v in uses if v.id != fid)
-        if op in READS_ONLY or (op is X86Op.IMUL and len(ops) == 1):
+        role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not X86Op.IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
+        if role is not _WRITTEN:
             uses.append(first)
-        elif op in READS_AND_WRITES or (op is X86Op.IMUL and len(ops) == 2):
-            uses.append(first)
-            defs.append(first)
-        else:
+        if role is not _READ:
             defs.append(first)
     elif isinstance(first, Mem):
         if isinstance(first.base, VReg):

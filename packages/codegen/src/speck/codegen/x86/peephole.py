@@ -58,21 +58,24 @@ def fold_copies(items: list[Item]) -> list[Item]:
         drop.add(i)
     if not rename:
         return items
-    # only the items naming a renamed value change; every other item is kept as it is
-    touched = {j for vid in rename for j in occ[vid]} - drop
-    out: list[Item] = []
-    for i, it in enumerate(items):
-        if i in drop:
-            continue
-        if i in touched:
-            assert isinstance(it, Inst)
-            ops = tuple([_rename(o, rename) for o in it.operands])
-            if any(a is not b for a, b in zip(ops, it.operands)):
-                if i in copies and ops[0] == ops[1]:  # became a copy of a value onto itself
-                    continue
-                it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
-        out.append(it)
-    return out
+    # only the items naming a renamed value change: rewrite those in place, then cut the dropped copies out
+    out = list(items)
+    for j in {j for vid in rename for j in occ[vid]} - drop:
+        it = out[j]
+        assert isinstance(it, Inst)
+        ops = tuple([_rename(o, rename) for o in it.operands])
+        if any(a is not b for a, b in zip(ops, it.operands)):
+            if j in copies and ops[0] == ops[1]:  # became a copy of a value onto itself
+                drop.add(j)
+                continue
+            out[j] = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
+    kept: list[Item] = []
+    done = 0
+    for j in sorted(drop):
+        kept += out[done:j]
+        done = j + 1
+    kept += out[done:]
+    return kept
 
 
 def _is_candidate(it: Inst) -> bool:
