@@ -466,19 +466,23 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     touching = sorted({i for where in (*uses_at.values(), *defs_at.values()) for i in where})
     for i in touching:
         ins, at_i = instrs[i], at.setdefault(i, {})
-        names = ins.uses + ins.defs
-        # the registers this instruction's values already have (in their homes, or hoisted reloads)
-        held = {loc for v in names if isinstance(loc := at_i.get(v.id, home[v.id]), str)}
-        pending = [v for v in dict.fromkeys(names) if not isinstance(at_i.get(v.id, home[v.id]), str)]
+        # the registers this instruction's values already have (in their homes, or hoisted reloads), and the values
+        # that still need one (each once, sources first)
+        held: set[str] = set()
+        pending: dict[int, VReg] = {}
+        for v in ins.uses + ins.defs:
+            loc = at_i.get(v.id, home[v.id])
+            if isinstance(loc, str):
+                held.add(loc)
+            elif v.id not in pending:
+                pending[v.id] = v
         if not pending:
             continue  # every spilled value here has its hoisted register
         read_scratch: set[str] = set()
         written_scratch: set[str] = set()
         use_ids = {u.id for u in ins.uses}
         def_ids = {d.id for d in ins.defs}
-        if len(pending) > 1:
-            pending.sort(key=lambda v: v.id not in use_ids)  # sources first
-        for v in pending:
+        for v in pending.values():
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
             tmp = None

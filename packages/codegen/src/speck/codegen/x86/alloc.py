@@ -67,13 +67,8 @@ def _vregs(o: Operand) -> list[VReg]:
 
 def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
     """(defs, uses) of an instruction, including its implicit registers."""
-    # asked by the copy-folding peephole and again by allocation for the same instruction objects: an Inst is
-    # immutable, so the answer is kept in its private `_roles` slot
-    roles = inst._roles
-    if roles is None:
-        roles = _operand_roles(inst)
-        _set_roles(inst, roles)  # Inst is frozen; this slot is a cache, not part of its value
-    return roles
+    view = ra_view(inst)
+    return view.defs, view.uses
 
 
 def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
@@ -115,24 +110,22 @@ def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
 
 def ra_view(item: Item) -> RAInstr:
     """Describe one item to the register allocator."""
-    if isinstance(item, Inst):
-        defs, uses = operand_roles(item)
-        return RAInstr(defs, uses, item.clobbers, None, _is_copy(item))  # (positional: built per instruction)
+    if type(item) is Inst:
+        # asked by the copy-folding peephole and again by allocation for the same instruction objects: an Inst is
+        # immutable, so the answer is kept in its private `_roles` slot (a cache, not part of its value)
+        view = item._roles
+        if view is None:
+            defs, uses = _operand_roles(item)
+            ops = item.operands
+            copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
+            view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
+            _set_roles(item, view)
+        return view
     if isinstance(item, LoopBegin):
         return _RA_LOOP_BEGIN
     if isinstance(item, LoopEnd):
         return _RA_LOOP_END
     return _RA_NOTHING  # a label
-
-
-def _ra_view_fast(item: Item) -> RAInstr:
-    """ra_view for allocate_function's loop: the copy test only for two-operand moves."""
-    if type(item) is Inst:
-        roles = item._roles or operand_roles(item)
-        ops = item.operands
-        copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
-        return RAInstr(roles[0], roles[1], item.clobbers, None, copy)
-    return ra_view(item)
 
 
 # RAInstr is immutable: the register-free items share one description each
@@ -173,7 +166,7 @@ class AllocatedFunction:
 
 def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
-    views = [_ra_view_fast(it) for it in items]
+    views = [ra_view(it) for it in items]
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
@@ -183,12 +176,19 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)
 
+    moves: dict[tuple[bool, str, str, int], Inst] = {}  # the same reload or spill recurs (instructions are immutable)
+
     def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
-        if cls == "vec":  # whole ymm: the slot holds any vector width
-            r = phys(reg, 32)
-            return Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
-        r = phys(reg, 8)
-        return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
+        key = (load, cls, reg, offset)
+        if (inst := moves.get(key)) is None:
+            if cls == "vec":  # whole ymm: the slot holds any vector width
+                r = phys(reg, 32)
+                inst = Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
+            else:
+                r = phys(reg, 8)
+                inst = Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
+            moves[key] = inst
+        return inst
 
     def sub(o: Operand, regs: dict[int, SizedRegs]) -> Operand:
         if isinstance(o, Mem):

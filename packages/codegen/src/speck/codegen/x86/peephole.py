@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86.alloc import Item, operand_roles
+from speck.codegen.x86.alloc import Item, ra_view
 from speck.codegen.x86.operands import Inst, Mem, Operand
 from speck.codegen.x86.ops import X86Op as O
 
@@ -30,8 +30,8 @@ def fold_copies(items: list[Item]) -> list[Item]:
         if not isinstance(it, Inst):
             mark += 1
             continue
-        defs, uses = operand_roles(it)  # (kept on the instruction: allocation asks again)
-        for v in defs + uses:
+        view = ra_view(it)  # (kept on the instruction: allocation asks again)
+        for v in view.defs + view.uses:
             where = occ.get(v.id)
             if where is not None and (not where or where[-1] != i):  # an id named twice by one item: recorded once
                 where.append(i)
@@ -48,7 +48,7 @@ def fold_copies(items: list[Item]) -> list[Item]:
             continue
         defining = items[first]
         assert isinstance(defining, Inst)
-        first_defs = [v.id for v in operand_roles(defining)[0]]
+        first_defs = [v.id for v in ra_view(defining).defs]
         if src.id not in first_defs or marks[i] != marks[first]:
             continue
         # D may be read by S's defining instruction (it reads before it writes) but not touched in between
