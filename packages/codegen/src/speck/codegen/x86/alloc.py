@@ -41,6 +41,10 @@ class LoopEnd:
 
 Item = Inst | Label | LoopBegin | LoopEnd
 
+# ops tested per instruction, as module constants: in Python 3.11 each `X86Op.X` goes through the enum metaclass's
+# __getattr__ hook, several times the cost of reading a global
+_MOV, _IMUL = X86Op.MOV, X86Op.IMUL
+
 # Role of operand 0 when it is a register (operands 1.. are always read; a memory operand 0 is a store).
 READS_ONLY = frozenset({X86Op.CMP, X86Op.TEST, X86Op.PUSH, X86Op.VUCOMISS, X86Op.VUCOMISD, X86Op.IDIV, X86Op.DIV,
                         X86Op.MUL, X86Op.JMP, X86Op.CALL} | JCC_OPS)  # fmt: skip
@@ -95,7 +99,7 @@ def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
         if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
             defs.append(first)
             return tuple(defs), tuple(v for v in uses if v.id != fid)
-        role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not X86Op.IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
+        role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not _IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
         if role is not _WRITTEN:
             uses.append(first)
         if role is not _READ:
@@ -117,7 +121,7 @@ def ra_view(item: Item) -> RAInstr:
         if view is None:
             defs, uses = _operand_roles(item)
             ops = item.operands
-            copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
+            copy = len(ops) == 2 and (item.op is _MOV or item.op in FULL_COPIES) and _is_copy(item)
             view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
             _set_roles(item, view)
         return view
@@ -140,13 +144,13 @@ FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOV
 def _is_copy(inst: Inst) -> bool:
     """A whole-register copy (a 64-bit mov or a vector move between registers); 32-bit movs zero-extend, so are not."""
     ops = inst.operands
-    if len(ops) != 2 or (inst.op is not X86Op.MOV and inst.op not in FULL_COPIES):
+    if len(ops) != 2 or (inst.op is not _MOV and inst.op not in FULL_COPIES):
         return False
     dst, src = ops
     if not isinstance(dst, _REG_TYPES) or not isinstance(src, _REG_TYPES):
         return False
     op = inst.op
-    return (op is X86Op.MOV and dst.size == src.size == 8) or (op in FULL_COPIES and dst.size == src.size)
+    return (op is _MOV and dst.size == src.size == 8) or (op in FULL_COPIES and dst.size == src.size)
 
 
 _REG_TYPES = (VReg, Reg)

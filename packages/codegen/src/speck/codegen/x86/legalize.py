@@ -20,6 +20,10 @@ from typing import Any
 from speck.codegen.errors import X86UnsupportedError
 from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
+# enum members read in the per-node loops below, as module constants: in Python 3.11 each `Ops.X` goes through the
+# enum metaclass's __getattr__ hook, several times the cost of reading a global
+_CONST, _CAST, _INDEX, _ADD, _MUL, _SHL, _REG = Ops.CONST, Ops.CAST, Ops.INDEX, Ops.ADD, Ops.MUL, Ops.SHL, AddrSpace.REG
+
 SUPPORTED_SCALARS: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
     dtypes.uint64, dtypes.float32, dtypes.float64,
@@ -81,7 +85,7 @@ def check_dtypes(uops: list[UOp], kernel: str) -> None:
     """Raise X86UnsupportedError (naming op, dtype and kernel) for the first value without a register class: the
     renderer's early refusal, before the kernel is handed to the compiler (legalize checks the same)."""
     for u in uops:
-        if u.op is not Ops.CONST and (_NO_REGISTER.get(u.dtype) is not False or u.op in _OPERAND_CHECKED):
+        if u.op is not _CONST and (_NO_REGISTER.get(u.dtype) is not False or u.op in _OPERAND_CHECKED):
             bad = unsupported_dtype(u)
             if bad is not None:
                 raise _refusal(u, bad, kernel)
@@ -98,7 +102,7 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     for u in uops:
         # the full check only where it can fail: a dtype not yet known to have registers, or an op whose operand
         # dtypes are checked too (most UOps have a dtype seen before and are settled by one lookup)
-        ok = u.op is Ops.CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
+        ok = u.op is _CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
         bad = None if ok else unsupported_dtype(u)
         if bad is not None:
             raise _refusal(u, bad, kernel)
@@ -131,14 +135,14 @@ def _affine(u: UOp, memo: dict[UOp, tuple[dict[UOp, int], int]]) -> tuple[dict[U
     res: tuple[dict[UOp, int], int]
     if (lit := _literal(u)) is not None:
         res = ({}, lit)
-    elif u.op is Ops.ADD and u.dtype in _INDEX_INTS:
+    elif u.op is _ADD and u.dtype in _INDEX_INTS:
         (ta, ca), (tb, cb) = _affine(u.src[0], memo), _affine(u.src[1], memo)
         terms = dict(ta)
         for leaf, v in tb.items():
             terms[leaf] = terms.get(leaf, 0) + v
         res = ({leaf: v for leaf, v in terms.items() if v}, ca + cb)
-    elif u.op in (Ops.MUL, Ops.SHL) and u.dtype in _INDEX_INTS and (k := _literal(u.src[1])) is not None:
-        f = k if u.op is Ops.MUL else (1 << k if 0 <= k < 32 else None)
+    elif (u.op is _MUL or u.op is _SHL) and u.dtype in _INDEX_INTS and (k := _literal(u.src[1])) is not None:
+        f = k if u.op is _MUL else (1 << k if 0 <= k < 32 else None)
         if f is None:
             res = ({u: 1}, 0)
         else:
@@ -152,7 +156,7 @@ def _affine(u: UOp, memo: dict[UOp, tuple[dict[UOp, int], int]]) -> tuple[dict[U
 
 def _literal(u: UOp) -> int | None:
     """The value of an integer casted const, else None."""
-    if u.op is Ops.CAST and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
+    if u.op is _CAST and u.src[0].op is _CONST and isinstance(u.src[0].arg, int):
         return int(u.src[0].arg)
     return None
 
@@ -190,10 +194,10 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
         return lit
 
     for u in uops:
-        if u.op is not Ops.INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
+        if u.op is not _INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
             continue
         buf = u.src[0].dtype
-        if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG:
+        if not isinstance(buf, PtrDType) or buf.addrspace is _REG:
             continue
         terms, const = _affine(i, memo)
         const = _wrap(const, i.dtype)

@@ -85,10 +85,11 @@ def _is_candidate(it: Inst) -> bool:
     dst, src = it.operands
     if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
         return False
-    return it.op is not O.MOV or dst.size == src.size == 8
+    return it.op is not _MOV or dst.size == src.size == 8
 
 
 _COPY_OPS = frozenset({O.MOV, O.VMOVAPS})
+_MOV = O.MOV  # (a global: attribute access on an enum class is slow in Python 3.11)
 
 
 def _touched(where: list[int], first: int, i: int, written_at_first: bool) -> bool:
