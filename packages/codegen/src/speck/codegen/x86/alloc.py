@@ -175,7 +175,8 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
     uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
-                   for o in it.operands) or any(rl.vreg.cls == "vec" for rls in alloc.reloads.values() for rl in rls)  # fmt: skip
+                   for o in it.operands)  # fmt: skip
+    uses_ymm = uses_ymm or any(rl.vreg.cls == "vec" for rls in alloc.reloads.values() for rl in rls)
 
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)

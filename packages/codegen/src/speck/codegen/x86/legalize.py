@@ -211,7 +211,11 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
         if acc is None:
             for leaf in sorted(terms, key=pos.__getitem__):
                 coef = _wrap(terms[leaf], i.dtype)
-                t = leaf if coef == 1 else _place(UOp(Ops.MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
+                t = (
+                    leaf
+                    if coef == 1
+                    else _place(UOp(Ops.MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
+                )
                 acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
             assert acc is not None
             shared[key] = acc

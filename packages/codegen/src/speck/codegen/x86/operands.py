@@ -211,9 +211,7 @@ class Inst:
     clobbers: frozenset[str] = frozenset()
     # the register allocator's view (defs, uses, copy), filled in on first use by `alloc.ra_view`: the peephole
     # and the allocator both ask for every instruction. Not part of the value (no equality, hash or repr).
-    _roles: RAInstr | None = field(
-        default=None, init=False, compare=False, hash=False, repr=False
-    )
+    _roles: RAInstr | None = field(default=None, init=False, compare=False, hash=False, repr=False)
 
     def __init__(
         self, op: X86Op, operands: tuple[Operand, ...] = (), implicit_uses: tuple[AnyReg, ...] = (),
