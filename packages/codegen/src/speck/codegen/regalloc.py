@@ -153,10 +153,10 @@ class Allocation:
     def reg(self, i: int, vid: int) -> str:
         """The physical register instruction i uses for value `vid` (one it names)."""
         here = self.at.get(i)
-        loc = here.get(vid) if here is not None else None
-        if loc is None:
-            loc = self.home[vid]
-            assert isinstance(loc, str), f"v{vid} is spilled; instruction {i} does not name it"
+        if here is not None and vid in here:
+            return here[vid]
+        loc = self.home[vid]
+        assert isinstance(loc, str), f"v{vid} is spilled; instruction {i} does not name it"
         return loc
 
 

@@ -31,18 +31,19 @@ class Assembled:
     @property
     def lines(self) -> list[ListingLine]:
         """The listing line of every item."""
-        return [ListingLine(pc, b"", e.name + ":") if type(e) is Label else ListingLine(pc, e.raw, e.text, e.comment,
-                e.body) for pc, e in zip(self.pcs, self.placed)]  # fmt: skip
+        return [ListingLine(pc, b"", e.name + ":") if isinstance(e, Label) else ListingLine(pc, e.raw, e.text,
+                e.comment, e.body) for pc, e in zip(self.pcs, self.placed)]  # fmt: skip
 
     @property
     def listing(self) -> str:
         """The listing as text, laid out like `objdump -d -M intel` (render_listing's layout, made here straight from
         the encodings: every render lists every instruction)."""
-        return "\n".join([f"{pc:016x} <{e.name}>:" if type(e) is Label else f"{pc:8x}:\t{e.body}"
+        return "\n".join([f"{pc:016x} <{e.name}>:" if isinstance(e, Label) else f"{pc:8x}:\t{e.body}"
                           for pc, e in zip(self.pcs, self.placed)]) + "\n"  # fmt: skip
 
 
 _TO_LABELS = JCC_OPS | {X86Op.JMP, X86Op.CALL}  # ops that may target a label
+_LATE = Encoded(b"", "")  # the place of an item encoded once the layout is known
 
 
 def assemble(items: Sequence[Inst | Label]) -> Assembled:
@@ -83,7 +84,7 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
         else:
             enc = encode(it)
             size = len(enc.raw)
-        placed.append(it)  # (replaced by its encoding below)
+        placed.append(_LATE)  # (replaced by its encoding below)
         sizes.append(size)
     for i, name in branches:
         if name not in label_at:
