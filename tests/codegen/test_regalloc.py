@@ -48,14 +48,14 @@ def run_program(instrs: list[RAInstr], alloc=None) -> list[tuple[int, int, int]]
     while i < len(instrs):
         ins = instrs[i]
         if alloc is not None:
-            for rl in alloc.reloads[i]:
+            for rl in alloc.reloads.get(i, []):
                 phys[rl.reg] = mem.get(rl.slot, -2)
         args = []
         for v in ins.uses:
             if alloc is None:
                 val = virt.get(v.id, 1000 + v.id)  # live-in values (arguments) are 1000 + id
             else:
-                reg = alloc.regs[i][v.id]
+                reg = alloc.reg(i, v.id)
                 if v.fixed is not None:
                     assert reg == v.fixed
                 val = phys.get(reg, -1)
@@ -69,9 +69,9 @@ def run_program(instrs: list[RAInstr], alloc=None) -> list[tuple[int, int, int]]
             if alloc is None:
                 virt[d.id] = result + k
             else:
-                phys[alloc.regs[i][d.id]] = result + k
+                phys[alloc.reg(i, d.id)] = result + k
         if alloc is not None:
-            for sp in alloc.spills[i]:
+            for sp in alloc.spills.get(i, []):
                 mem[sp.slot] = phys[sp.reg]
         if ins.marker == "loop_end":
             trips[i] = trips.get(i, 0) + 1
@@ -153,7 +153,7 @@ def test_no_two_live_values_share_a_register(seed: int) -> None:
             if v1 < v2 and s1 <= e2 and s2 <= e1:
                 assert h1 != h2, f"v{v1} and v{v2} overlap ({s1}..{e1}, {s2}..{e2}) but share {h1}"
     # every register an instruction writes that is callee-saved is reported
-    written = {r for m in alloc.regs for r in m.values()}
+    written = {alloc.reg(i, v.id) for i, ins in enumerate(instrs) for v in ins.defs + ins.uses}
     assert set(alloc.callee_saved) == written & TINY.callee_saved
 
 
@@ -203,7 +203,7 @@ def test_pressure_spills_and_loop_invariant_reload_is_hoisted() -> None:
     alloc = allocate(instrs, TINY)
     assert isinstance(alloc.home[0], int), "the value with the fewest accesses per position is spilled"
     assert [r.vreg.id for r in alloc.reloads[begin]] == [0]
-    assert alloc.reloads[begin + 1] == [] and alloc.regs[begin + 1][0] == alloc.reloads[begin][0].reg
+    assert begin + 1 not in alloc.reloads and alloc.reg(begin + 1, 0) == alloc.reloads[begin][0].reg
     assert run_program(instrs, alloc) == run_program(instrs)
 
 

@@ -134,20 +134,30 @@ class Spill:
 class Allocation:
     """Result of `allocate`.
 
-    regs[i] maps every vreg id referenced by instruction i to the physical register to use there; reloads[i] go
-    immediately before instruction i and spills[i] immediately after it. `home` is each value's location over its
-    interval (a register name, or an int stack slot offset). `frame_size` is the bytes of spill slots; `callee_saved`
-    lists the callee-saved registers the code writes (the prologue must save them), in the target's preference order.
+    `home` is each value's location over its interval (a register name, or an int stack slot offset); instruction i
+    names a value in its home register except where `at[i]` says otherwise (a spilled value's reload register
+    there). `reloads[i]` go immediately before instruction i and `spills[i]` immediately after it (both only for the
+    instructions that have some). `frame_size` is the bytes of spill slots; `callee_saved` lists the callee-saved
+    registers the code writes (the prologue must save them), in the target's preference order.
     """
 
-    regs: list[dict[int, str]]
-    reloads: list[list[Reload]]
-    spills: list[list[Spill]]
     home: dict[int, str | int]
+    at: dict[int, dict[int, str]]
+    reloads: dict[int, list[Reload]]
+    spills: dict[int, list[Spill]]
     callee_saved: tuple[str, ...]
     frame_size: int
     intervals: dict[int, tuple[int, int]] = field(default_factory=dict)
     loops: list[tuple[int, int]] = field(default_factory=list)
+
+    def reg(self, i: int, vid: int) -> str:
+        """The physical register instruction i uses for value `vid` (one it names)."""
+        here = self.at.get(i)
+        if here is not None and vid in here:
+            return here[vid]
+        loc = self.home[vid]
+        assert isinstance(loc, str), f"v{vid} is spilled; instruction {i} does not name it"
+        return loc
 
 
 def _overlaps(ranges: Sequence[tuple[int, int]], s: int, e: int) -> bool:
@@ -162,19 +172,21 @@ def _is_free(r: str, taken: set[str], blocked: dict[str, list[tuple[int, int]]],
     return r not in taken and (r not in blocked or not _overlaps(blocked[r], s, e))
 
 
-def find_loops(instrs: Sequence[RAInstr]) -> list[tuple[int, int]]:
-    """Pair loop_begin/loop_end markers into (begin index, end index), outer loops first."""
+def find_loops(instrs: Sequence[RAInstr], markers: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """Pair loop_begin/loop_end markers into (begin index, end index), outer loops first. `markers`: the indices of
+    the instructions that carry one, when the caller knows them (all instructions are looked at otherwise)."""
     stack: list[int] = []
     loops: list[tuple[int, int]] = []
-    for i, ins in enumerate(instrs):
-        if ins.marker == "loop_begin":
+    for i in range(len(instrs)) if markers is None else markers:
+        marker = instrs[i].marker
+        if marker == "loop_begin":
             stack.append(i)
-        elif ins.marker == "loop_end":
+        elif marker == "loop_end":
             if not stack:
                 raise RegAllocError(f"instruction {i}: loop_end without a matching loop_begin")
             loops.append((stack.pop(), i))
-        elif ins.marker is not None:
-            raise RegAllocError(f"instruction {i}: unknown marker {ins.marker!r}; expected loop_begin or loop_end")
+        elif marker is not None:
+            raise RegAllocError(f"instruction {i}: unknown marker {marker!r}; expected loop_begin or loop_end")
     if stack:
         raise RegAllocError(f"instruction {stack[-1]}: loop_begin without a matching loop_end")
     return sorted(loops)
@@ -182,8 +194,6 @@ def find_loops(instrs: Sequence[RAInstr]) -> list[tuple[int, int]]:
 
 def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """Live interval [start, end] (in positions 2i / 2i+1) of every vreg id, extended over loops as described above."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
     # id -> the positions it is accessed at: 2i for a read by instruction i, 2i+1 for a write (odd: a write)
     occurrences: dict[int, list[int]] = {}
     for i, ins in enumerate(instrs):
@@ -197,6 +207,13 @@ def live_intervals(instrs: Sequence[RAInstr], loops: Sequence[tuple[int, int]]) 
                 occurrences[v.id] = [2 * i + 1]
             else:
                 occ.append(2 * i + 1)
+    return _intervals(occurrences, loops)
+
+
+def _intervals(occurrences: dict[int, list[int]], loops: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """live_intervals from each value's access positions (ascending)."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
     # (each list is in position order already: instructions in order, an instruction's reads before its writes)
     for vid, occ in occurrences.items():
         # read before any write: live-in at function entry (incoming arguments)
@@ -298,38 +315,51 @@ def _linear_scan(
 def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
     # one pass: each value's VReg (checked for one class), its spill weight (accesses, each counting
-    # 10 ** loop nesting depth) and the value a register copy defines it from
+    # 10 ** loop nesting depth), the positions it is accessed at (live_intervals), the value a register copy defines
+    # it from, and where the loop markers and clobbering instructions are
     info: dict[int, VReg] = {}
     weight: dict[int, float] = {}
+    occurrences: dict[int, list[int]] = {}
     copied_from: dict[int, int] = {}
+    markers: list[int] = []
+    clobbering: list[int] = []
     classes = target.classes
     depth = 0
     w = 1.0
     for i, ins in enumerate(instrs):
         if ins.marker is not None:
+            markers.append(i)
             depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
             w = 10.0**depth
             continue
-        for v in ins.defs + ins.uses:
-            seen = info.get(v.id)
-            if seen is None:
-                if v.cls not in classes:
+        if ins.clobbers:
+            clobbering.append(i)
+        pos = 2 * i  # reads first, then writes at 2i+1
+        for vs in (ins.uses, ins.defs):
+            for v in vs:
+                occ = occurrences.get(v.id)
+                if occ is None:
+                    if v.cls not in classes:
+                        raise RegAllocError(
+                            f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}"
+                        )
+                    info[v.id] = v
+                    weight[v.id] = w
+                    occurrences[v.id] = [pos]
+                    continue
+                seen = info[v.id]
+                if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
                     raise RegAllocError(
-                        f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}"
+                        f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
+                        f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
                     )
-                info[v.id] = v
-                weight[v.id] = w
-                continue
-            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
-                raise RegAllocError(
-                    f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
-                    f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
-                )
-            weight[v.id] += w
+                weight[v.id] += w
+                occ.append(pos)
+            pos += 1
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
             copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
-    loops = find_loops(instrs)
-    intervals = live_intervals(instrs, loops)
+    loops = find_loops(instrs, markers)
+    intervals = _intervals(occurrences, loops)
 
     # registers owned by fixed values, and single-instruction clobbers
     blocked: dict[str, list[tuple[int, int]]] = {}
@@ -345,8 +375,8 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                     )
             fixed_owner.setdefault(v.fixed, []).append((s, e, vid))
             blocked.setdefault(v.fixed, []).append((s, e))
-    for i, ins in enumerate(instrs):
-        for r in ins.clobbers:
+    for i in clobbering:
+        for r in instrs[i].clobbers:
             blocked.setdefault(r, []).append((2 * i + 1, 2 * i + 1))
             for s, e, other in fixed_owner.get(r, []):
                 if s < 2 * i + 1 <= e:
@@ -390,11 +420,10 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             frame += size
         home[vid] = slots[vid]
 
-    in_reg = {vid: loc for vid, loc in home.items() if isinstance(loc, str)}
-    regs: list[dict[int, str]] = [{v.id: in_reg[v.id] for v in ins.defs + ins.uses if v.id in in_reg}
-                                  for ins in instrs]  # fmt: skip
-    reloads: list[list[Reload]] = [[] for _ in instrs]
-    spills: list[list[Spill]] = [[] for _ in instrs]
+    # registers of spilled values where the code names them (reload registers), by instruction
+    at: dict[int, dict[int, str]] = {}
+    reloads: dict[int, list[Reload]] = {}
+    spills: dict[int, list[Spill]] = {}
 
     # loop-invariant spilled values: one reload before the loop if a register is free across all of it. Where each
     # spilled value is read and written (instruction indices, ascending) answers "does the loop body touch it" by
@@ -404,11 +433,11 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     if spilled:
         for i, ins in enumerate(instrs):
             for v in ins.uses:
-                if (at := uses_at.get(v.id)) is not None and (not at or at[-1] != i):
-                    at.append(i)
+                if (where := uses_at.get(v.id)) is not None and (not where or where[-1] != i):
+                    where.append(i)
             for v in ins.defs:
-                if (at := defs_at.get(v.id)) is not None and (not at or at[-1] != i):
-                    at.append(i)
+                if (where := defs_at.get(v.id)) is not None and (not where or where[-1] != i):
+                    where.append(i)
     for vid in spilled:
         s, e = intervals[vid]
         cls = target.classes[info[vid].cls]
@@ -426,32 +455,41 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             if hold is None:
                 continue
             assigned.setdefault(hold, []).append((lo, hi))
-            reloads[b].append(Reload(info[vid], hold, slots[vid]))
+            reloads.setdefault(b, []).append(Reload(info[vid], hold, slots[vid]))
             for j in u_at[first_use:past_uses]:
-                regs[j][vid] = hold
+                at.setdefault(j, {})[vid] = hold
             hoisted.append((b, end))
 
     # remaining references to spilled values: a scratch register per operand. An instruction reads all its sources
     # before writing its results, so a value it only writes may reuse the scratch of a value it only reads.
     # Only the instructions naming a spilled value are visited (with no spill every operand has a register).
-    touching = sorted({i for at in (*uses_at.values(), *defs_at.values()) for i in at})
+    touching = sorted({i for where in (*uses_at.values(), *defs_at.values()) for i in where})
     for i in touching:
-        ins, regs_i = instrs[i], regs[i]
-        if all(v.id in regs_i for v in ins.uses) and all(v.id in regs_i for v in ins.defs):
+        ins, at_i = instrs[i], at.setdefault(i, {})
+        # the registers this instruction's values already have (in their homes, or hoisted reloads), and the values
+        # that still need one (each once, sources first)
+        held: set[str] = set()
+        pending: dict[int, VReg] = {}
+        for v in ins.uses + ins.defs:
+            loc = at_i.get(v.id, home[v.id])
+            if isinstance(loc, str):
+                held.add(loc)
+            elif v.id not in pending:
+                pending[v.id] = v
+        if not pending:
             continue  # every spilled value here has its hoisted register
-        held = set(regs_i.values())
         read_scratch: set[str] = set()
         written_scratch: set[str] = set()
         use_ids = {u.id for u in ins.uses}
         def_ids = {d.id for d in ins.defs}
-        pending = [v for v in dict.fromkeys(ins.uses + ins.defs) if v.id not in regs_i]
-        if len(pending) > 1:
-            pending.sort(key=lambda v: v.id not in use_ids)  # sources first
-        for v in pending:
+        for v in pending.values():
             cls = target.classes[v.cls]
             avoid = held | written_scratch | (read_scratch if v.id in use_ids else set())
-            tmp = next((r for r in cls.scratch if r not in avoid
-                        and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1))), None)  # fmt: skip
+            tmp = None
+            for r in cls.scratch:
+                if r not in avoid and (r not in blocked or not _overlaps(blocked[r], 2 * i, 2 * i + 1)):
+                    tmp = r
+                    break
             if tmp is None:  # all reserved scratch taken: any register nothing occupies at this instruction
                 point_free = [r for r in cls.allocatable if r not in avoid
                               and not _overlaps(blocked.get(r, []), 2 * i, 2 * i + 1)
@@ -462,15 +500,15 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
                     f"instruction {i}: more spilled {cls.name} operands than scratch registers "
                     f"({len(cls.scratch)}) and no free register; split the instruction"
                 )
-            regs[i][v.id] = tmp
+            at_i[v.id] = tmp
             if v.id in use_ids:
                 read_scratch.add(tmp)
-                reloads[i].append(Reload(info[v.id], tmp, slots[v.id]))
+                reloads.setdefault(i, []).append(Reload(info[v.id], tmp, slots[v.id]))
             if v.id in def_ids:
                 written_scratch.add(tmp)
-                spills[i].append(Spill(info[v.id], tmp, slots[v.id]))
+                spills.setdefault(i, []).append(Spill(info[v.id], tmp, slots[v.id]))
 
-    written = {r for m in regs for r in m.values()} | {r.reg for rl in reloads for r in rl}
+    written = {loc for loc in home.values() if isinstance(loc, str)} | {r for m in at.values() for r in m.values()}
     order_all = [r for c in target.classes.values() for r in c.allocatable + c.scratch]
     callee = tuple(r for r in order_all if r in written and r in target.callee_saved)
-    return Allocation(regs, reloads, spills, home, callee, frame, intervals, loops)
+    return Allocation(home, {i: m for i, m in at.items() if m}, reloads, spills, callee, frame, intervals, loops)

@@ -79,16 +79,29 @@ def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     name = kernel_name(uops[-1])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise RuntimeError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
-    buffers = sorted(
-        (u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0]
-    )
+    # one pass over the program (enum members read once: `Ops.X` is slow in Python 3.11, see _PARAM)
+    params: list[UOp] = []
+    written: set[UOp] = set()
+    variables: list[UOp] = []
+    for u in uops:
+        if (op := u.op) is _PARAM:
+            params.append(u)
+        elif op is _STORE and u.src[0].op is _INDEX:
+            written.add(u.src[0].src[0])
+        elif op is _DEFINE_VAR:
+            variables.append(u)
+    buffers = sorted(params, key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0])
     for b in buffers:
         if not isinstance(b.dtype, PtrDType):
             raise RuntimeError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters must be "
                                "DEFINE_VARs in a program")  # fmt: skip
-    written = frozenset(u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX)
-    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]))
-    return KernelSignature(name, tuple(buffers), written, tuple(variables), outer_global_range(uops))
+    variables.sort(key=lambda u: str(u.arg[0]))
+    return KernelSignature(name, tuple(buffers), frozenset(written), tuple(variables), outer_global_range(uops))
+
+
+# enum members kernel_signature reads per node, as module constants: in Python 3.11 each `Ops.X` goes through the
+# enum metaclass's __getattr__ hook, several times the cost of reading a global
+_PARAM, _STORE, _INDEX, _DEFINE_VAR = Ops.PARAM, Ops.STORE, Ops.INDEX, Ops.DEFINE_VAR
 
 
 def int_fits(u: UOp) -> bool:

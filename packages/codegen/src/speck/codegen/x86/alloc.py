@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg, _set_roles
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
-from speck.codegen.x86.regs import _PHYS, X86_64_SYSV, phys
+from speck.codegen.x86.regs import X86_64_SYSV, SizedRegs, phys, sized_regs
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class LoopEnd:
 
 Item = Inst | Label | LoopBegin | LoopEnd
 
+# ops tested per instruction, as module constants: in Python 3.11 each `X86Op.X` goes through the enum metaclass's
+# __getattr__ hook, several times the cost of reading a global
+_MOV, _IMUL = X86Op.MOV, X86Op.IMUL
+
 # Role of operand 0 when it is a register (operands 1.. are always read; a memory operand 0 is a store).
 READS_ONLY = frozenset({X86Op.CMP, X86Op.TEST, X86Op.PUSH, X86Op.VUCOMISS, X86Op.VUCOMISD, X86Op.IDIV, X86Op.DIV,
                         X86Op.MUL, X86Op.JMP, X86Op.CALL} | JCC_OPS)  # fmt: skip
@@ -50,6 +54,11 @@ READS_AND_WRITES = frozenset({
     X86Op.VFMADD231PD,
 } | CMOVCC_OPS)  # fmt: skip
 ZEROING_IDIOMS = frozenset({X86Op.XOR, X86Op.SUB, X86Op.VXORPS, X86Op.VXORPD, X86Op.VPXOR})
+# the role of a register operand 0 by op, from the sets above (one lookup per instruction); imul by operand count:
+# `imul r` reads it (rdx:rax = rax * r), `imul d, s` reads and writes d, `imul d, s, imm` only writes d
+_READ, _WRITTEN, _READ_WRITTEN = "read", "written", "read+written"
+_FIRST_OPERAND = {**dict.fromkeys(READS_ONLY, _READ), **dict.fromkeys(READS_AND_WRITES, _READ_WRITTEN)}
+_IMUL_FIRST_OPERAND = {1: _READ, 2: _READ_WRITTEN, 3: _WRITTEN}
 
 
 def _vregs(o: Operand) -> list[VReg]:
@@ -62,13 +71,8 @@ def _vregs(o: Operand) -> list[VReg]:
 
 def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
     """(defs, uses) of an instruction, including its implicit registers."""
-    # asked by the copy-folding peephole and again by allocation for the same instruction objects: an Inst is
-    # immutable, so the answer is kept in its private `_roles` slot
-    roles = inst._roles
-    if roles is None:
-        roles = _operand_roles(inst)
-        object.__setattr__(inst, "_roles", roles)  # Inst is frozen; this slot is a cache, not part of its value
-    return roles
+    view = ra_view(inst)
+    return view.defs, view.uses
 
 
 def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
@@ -95,12 +99,10 @@ def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
         if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
             defs.append(first)
             return tuple(defs), tuple(v for v in uses if v.id != fid)
-        if op in READS_ONLY or (op is X86Op.IMUL and len(ops) == 1):
+        role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not _IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
+        if role is not _WRITTEN:
             uses.append(first)
-        elif op in READS_AND_WRITES or (op is X86Op.IMUL and len(ops) == 2):
-            uses.append(first)
-            defs.append(first)
-        else:
+        if role is not _READ:
             defs.append(first)
     elif isinstance(first, Mem):
         if isinstance(first.base, VReg):
@@ -112,24 +114,22 @@ def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
 
 def ra_view(item: Item) -> RAInstr:
     """Describe one item to the register allocator."""
-    if isinstance(item, Inst):
-        defs, uses = operand_roles(item)
-        return RAInstr(defs, uses, item.clobbers, None, _is_copy(item))  # (positional: built per instruction)
+    if type(item) is Inst:
+        # asked by the copy-folding peephole and again by allocation for the same instruction objects: an Inst is
+        # immutable, so the answer is kept in its private `_roles` slot (a cache, not part of its value)
+        view = item._roles
+        if view is None:
+            defs, uses = _operand_roles(item)
+            ops = item.operands
+            copy = len(ops) == 2 and (item.op is _MOV or item.op in FULL_COPIES) and _is_copy(item)
+            view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
+            _set_roles(item, view)
+        return view
     if isinstance(item, LoopBegin):
         return _RA_LOOP_BEGIN
     if isinstance(item, LoopEnd):
         return _RA_LOOP_END
     return _RA_NOTHING  # a label
-
-
-def _ra_view_fast(item: Item) -> RAInstr:
-    """ra_view for allocate_function's loop: the copy test only for two-operand moves."""
-    if type(item) is Inst:
-        roles = item._roles or operand_roles(item)
-        ops = item.operands
-        copy = len(ops) == 2 and (item.op is X86Op.MOV or item.op in FULL_COPIES) and _is_copy(item)
-        return RAInstr(roles[0], roles[1], item.clobbers, None, copy)
-    return ra_view(item)
 
 
 # RAInstr is immutable: the register-free items share one description each
@@ -144,18 +144,17 @@ FULL_COPIES = frozenset({X86Op.VMOVAPS, X86Op.VMOVUPS, X86Op.VMOVAPD, X86Op.VMOV
 def _is_copy(inst: Inst) -> bool:
     """A whole-register copy (a 64-bit mov or a vector move between registers); 32-bit movs zero-extend, so are not."""
     ops = inst.operands
-    if len(ops) != 2 or (inst.op is not X86Op.MOV and inst.op not in FULL_COPIES):
+    if len(ops) != 2 or (inst.op is not _MOV and inst.op not in FULL_COPIES):
         return False
     dst, src = ops
     if not isinstance(dst, _REG_TYPES) or not isinstance(src, _REG_TYPES):
         return False
     op = inst.op
-    return (op is X86Op.MOV and dst.size == src.size == 8) or (op in FULL_COPIES and dst.size == src.size)
+    return (op is _MOV and dst.size == src.size == 8) or (op in FULL_COPIES and dst.size == src.size)
 
 
 _REG_TYPES = (VReg, Reg)
 _FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
-_phys_get = _PHYS.get  # phys()'s cache, read inline by the rewrite loop (a miss falls back to phys())
 _KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
 
 
@@ -171,29 +170,37 @@ class AllocatedFunction:
 
 def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     """Allocate registers for a whole function body and add the System V prologue/epilogue (at every RET)."""
-    views = [_ra_view_fast(it) for it in items]
+    views = [ra_view(it) for it in items]
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
     uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
-                   for o in it.operands) or any(v.vreg.cls == "vec" for rl in alloc.reloads for v in rl)  # fmt: skip
+                   for o in it.operands)  # fmt: skip
+    uses_ymm = uses_ymm or any(rl.vreg.cls == "vec" for rls in alloc.reloads.values() for rl in rls)
 
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)
 
-    def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
-        if cls == "vec":  # whole ymm: the slot holds any vector width
-            r = phys(reg, 32)
-            return Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
-        r = phys(reg, 8)
-        return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
+    moves: dict[tuple[bool, str, str, int], Inst] = {}  # the same reload or spill recurs (instructions are immutable)
 
-    def sub(o: Operand, regs: dict[int, str]) -> Operand:
+    def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
+        key = (load, cls, reg, offset)
+        if (inst := moves.get(key)) is None:
+            if cls == "vec":  # whole ymm: the slot holds any vector width
+                r = phys(reg, 32)
+                inst = Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
+            else:
+                r = phys(reg, 8)
+                inst = Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))
+            moves[key] = inst
+        return inst
+
+    def sub(o: Operand, regs: dict[int, SizedRegs]) -> Operand:
         if isinstance(o, Mem):
             b, x = o.base, o.index
             if isinstance(b, VReg) or isinstance(x, VReg):
-                base = phys(regs[b.id], 8) if isinstance(b, VReg) else b
-                index = phys(regs[x.id], 8) if isinstance(x, VReg) else x
+                base = regs[b.id][8] if isinstance(b, VReg) else b
+                index = regs[x.id][8] if isinstance(x, VReg) else x
                 return Mem(base, index, o.scale, o.disp, o.size, o.symbol, o.broadcast)
             return o
         if isinstance(o, IncomingStackArg):
@@ -206,9 +213,13 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     if frame:
         out.append(Inst(X86Op.SUB, (RSP, Imm(frame))))
     append = out.append
-    for item, view, regs, reloads, spills in zip(items, views, alloc.regs, alloc.reloads, alloc.spills):
-        if reloads:
-            for rl in reloads:
+    # each value's register at every width it is named at (one table per register): instructions name values in
+    # their homes except where a spilled value is reloaded (alloc.at)
+    home = {vid: sized_regs(loc) for vid, loc in alloc.home.items() if isinstance(loc, str)}
+    at, reloads, spills = alloc.at, alloc.reloads, alloc.spills
+    for i, (item, view) in enumerate(zip(items, views)):
+        if i in reloads:
+            for rl in reloads[i]:
                 append(move(True, rl.vreg.cls, rl.reg, rl.slot))
         if type(item) is not Inst:
             if isinstance(item, Label):
@@ -225,13 +236,14 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
                 out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
                 if uses_ymm:
                     append(Inst(X86Op.VZEROUPPER))
+        regs = home if i not in at else {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([(_phys_get((regs[o.id], o.size)) or phys(regs[o.id], o.size)) if type(o) is VReg
-                     else o if isinstance(o, _KEPT) else sub(o, regs) for o in item.operands])  # fmt: skip
+        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if isinstance(o, _KEPT) else sub(o, regs)
+                     for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
             append(Inst(op, ops))
-        if spills:
-            for sp in spills:
+        if i in spills:
+            for sp in spills[i]:
                 append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
 

@@ -12,27 +12,38 @@ from itertools import accumulate
 
 from speck.codegen.errors import EncodingError
 from speck.codegen.x86.encoder import _ENCODED, Encoded, Relocation, encode, fits_signed
-from speck.codegen.x86.listing import ListingLine, render_listing
+from speck.codegen.x86.listing import ListingLine
 from speck.codegen.x86.operands import Inst, Label, Operand
 from speck.codegen.x86.ops import JCC_OPS, X86Op
 
 
 @dataclass(frozen=True)
 class Assembled:
-    """The output of `assemble`: machine code, relocations (offsets into `code`), label addresses, listing lines."""
+    """The output of `assemble`: machine code, relocations (offsets into `code`), label addresses, and for listing
+    every item's address (`pcs`, plus the end) with its encoding or, for a label, the Label itself (`placed`)."""
 
     code: bytes
     relocations: tuple[Relocation, ...]
     labels: dict[str, int]
-    lines: tuple[ListingLine, ...]
+    pcs: list[int]
+    placed: list[Encoded | Label]
+
+    @property
+    def lines(self) -> list[ListingLine]:
+        """The listing line of every item."""
+        return [ListingLine(pc, b"", e.name + ":") if isinstance(e, Label) else ListingLine(pc, e.raw, e.text,
+                e.comment, e.body) for pc, e in zip(self.pcs, self.placed)]  # fmt: skip
 
     @property
     def listing(self) -> str:
-        """The listing as text, laid out like `objdump -d -M intel`."""
-        return render_listing(list(self.lines))
+        """The listing as text, laid out like `objdump -d -M intel` (render_listing's layout, made here straight from
+        the encodings: every render lists every instruction)."""
+        return "\n".join([f"{pc:016x} <{e.name}>:" if isinstance(e, Label) else f"{pc:8x}:\t{e.body}"
+                          for pc, e in zip(self.pcs, self.placed)]) + "\n"  # fmt: skip
 
 
 _TO_LABELS = JCC_OPS | {X86Op.JMP, X86Op.CALL}  # ops that may target a label
+_LATE = Encoded(b"", "")  # the place of an item encoded once the layout is known
 
 
 def assemble(items: Sequence[Inst | Label]) -> Assembled:
@@ -41,9 +52,11 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
     Branches start as rel8 and are widened to rel32 only when their target is out of reach; the layout is
     recomputed until no branch changes size.
     """
-    # one pass sorts the items: labels (0 bytes), branches to labels (sized by the layout loop), calls to labels
-    # (rel32, encoded once placed) and everything else, encoded now (position-independent)
-    fixed: list[Encoded | None] = [None] * len(items)
+    # one pass encodes everything position-independent (nearly all items) and sizes the rest: labels (0 bytes),
+    # branches to labels (sized by the layout loop) and calls, which are encoded once placed (the listing shows a
+    # call's target address)
+    placed: list[Encoded | Label] = []
+    late: list[int] = []  # items encoded at their final address: branches and calls
     branches: list[tuple[int, str]] = []  # (item index, target label)
     sizes: list[int] = []  # bytes of each item in the current layout (labels 0)
     label_at: dict[str, int] = {}  # label -> item index
@@ -53,50 +66,40 @@ def assemble(items: Sequence[Inst | Label]) -> Assembled:
             if it.name in label_at:
                 raise EncodingError(f"assemble: label {it.name!r} is defined twice")
             label_at[it.name] = i
+            placed.append(it)
             sizes.append(0)
             continue
         if it.op not in _TO_LABELS:
-            enc = fixed[i] = cached((it.op, it.operands)) or encode(it)
+            enc = cached((it.op, it.operands)) or encode(it)
+            placed.append(enc)
             sizes.append(len(enc.raw))
             continue
+        late.append(i)
         target = it.operands[0] if it.operands else None
         if isinstance(target, Label) and it.op is not X86Op.CALL:
             branches.append((i, target.name))
-            sizes.append(2)  # rel8 until proven out of reach
+            size = 2  # rel8 until proven out of reach
         elif isinstance(target, Label):
-            sizes.append(5)
+            size = 5
         else:
-            enc = fixed[i] = encode(it)
-            sizes.append(len(enc.raw))
+            enc = encode(it)
+            size = len(enc.raw)
+        placed.append(_LATE)  # (replaced by its encoding below)
+        sizes.append(size)
     for i, name in branches:
         if name not in label_at:
             raise EncodingError(f"{items[i]!r}: label {name!r} is not defined")
     pcs, labels, long = _layout(items, sizes, branches, label_at)
-    code = bytearray()
-    relocs: list[Relocation] = []
-    lines: list[ListingLine] = []
-    for i, item in enumerate(items):
-        pc = len(code)
-        assert pc == pcs[i]
-        placed = fixed[i]
-        if placed is not None and item.op is not X86Op.CALL:  # type: ignore[union-attr]  # (encoded above: an Inst)
-            if placed.reloc is not None:
-                r = placed.reloc
-                relocs.append(Relocation(pc + r.offset, r.kind, r.symbol, r.addend))
-            lines.append(ListingLine(pc, placed.raw, placed.text, placed.comment, placed.body))
-            code += placed.raw
-            continue
-        if isinstance(item, Label):
-            lines.append(ListingLine(pc, b"", item.name + ":"))
-            continue
-        # branches, and calls (whose listing shows the target address), are encoded at their final address
-        enc = placed if placed is not None and item.op is not X86Op.CALL else encode(item, pc, labels, i in long)
-        if enc.reloc is not None:
-            r = enc.reloc
-            relocs.append(Relocation(pc + r.offset, r.kind, r.symbol, r.addend))
-        lines.append(ListingLine(pc, enc.raw, enc.text, enc.comment, enc.body))
-        code += enc.raw
-    return Assembled(bytes(code), tuple(relocs), labels, tuple(lines))
+    for i in late:
+        item = items[i]
+        assert isinstance(item, Inst)
+        enc = placed[i] = encode(item, pcs[i], labels, i in long)
+        assert len(enc.raw) == sizes[i], f"{item!r}: encoded in {len(enc.raw)} bytes, laid out in {sizes[i]}"
+    relocs = tuple([Relocation(pcs[i] + r.offset, r.kind, r.symbol, r.addend) for i, e in enumerate(placed)
+                    if type(e) is Encoded and (r := e.reloc) is not None])  # fmt: skip
+    code = b"".join([e.raw for e in placed if type(e) is Encoded])
+    assert len(code) == pcs[-1]
+    return Assembled(code, relocs, labels, pcs, placed)
 
 
 def _layout(

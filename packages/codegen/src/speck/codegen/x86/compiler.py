@@ -12,8 +12,11 @@ already refused what it can tell up front, and a kernel must not fail on CPU:X86
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import pathlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from speck.codegen.compiler.base import Compiler
@@ -54,11 +57,12 @@ class X86Compiler(Compiler):
         from speck.codegen.x86.backend import render_x86
         from speck.codegen.x86.program_text import load_program
 
-        uops, fp_contract = load_program(src)
-        try:
-            return render_x86(uops, fp_contract).obj
-        except UnsupportedOpError as e:
-            return _compile_on_fallback(uops, fp_contract, e)
+        with _cyclic_gc_paused():
+            uops, fp_contract = load_program(src)
+            try:
+                return render_x86(uops, fp_contract).obj
+            except UnsupportedOpError as e:
+                return _compile_on_fallback(uops, fp_contract, e)
 
     def worker_recipe(self) -> WorkerRecipe:
         """How a CompilePool worker process rebuilds this compiler (the worker imports speck.uop for real: the
@@ -70,6 +74,21 @@ class X86Compiler(Compiler):
         own listing for an object without one (the fallback backend's)."""
         listing = read_listing(lib)
         return listing if listing is not None else super().disassemble(lib)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the backend runs. A kernel makes some 10^5 short-lived objects (UOps,
+    instructions, operands) and no reference cycles (tests/codegen/test_x86_program_text.py checks it): refcounting
+    frees them all, and collections triggered by their allocation would only traverse the process's long-lived
+    objects to find nothing. Cycles made meanwhile elsewhere are collected once it is back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _compile_on_fallback(uops: list[UOp], fp_contract: bool, refusal: UnsupportedOpError) -> bytes:

@@ -20,6 +20,10 @@ from typing import Any
 from speck.codegen.errors import X86UnsupportedError
 from speck.uop import AddrSpace, DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
+# enum members read in the per-node loops below, as module constants: in Python 3.11 each `Ops.X` goes through the
+# enum metaclass's __getattr__ hook, several times the cost of reading a global
+_CONST, _CAST, _INDEX, _ADD, _MUL, _SHL, _REG = Ops.CONST, Ops.CAST, Ops.INDEX, Ops.ADD, Ops.MUL, Ops.SHL, AddrSpace.REG
+
 SUPPORTED_SCALARS: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
     dtypes.uint64, dtypes.float32, dtypes.float64,
@@ -81,7 +85,7 @@ def check_dtypes(uops: list[UOp], kernel: str) -> None:
     """Raise X86UnsupportedError (naming op, dtype and kernel) for the first value without a register class: the
     renderer's early refusal, before the kernel is handed to the compiler (legalize checks the same)."""
     for u in uops:
-        if u.op is not Ops.CONST and (_NO_REGISTER.get(u.dtype) is not False or u.op in _OPERAND_CHECKED):
+        if u.op is not _CONST and (_NO_REGISTER.get(u.dtype) is not False or u.op in _OPERAND_CHECKED):
             bad = unsupported_dtype(u)
             if bad is not None:
                 raise _refusal(u, bad, kernel)
@@ -98,12 +102,12 @@ def legalize(uops: list[UOp], kernel: str) -> list[UOp]:
     for u in uops:
         # the full check only where it can fail: a dtype not yet known to have registers, or an op whose operand
         # dtypes are checked too (most UOps have a dtype seen before and are settled by one lookup)
-        ok = u.op is Ops.CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
+        ok = u.op is _CONST or (_NO_REGISTER.get(u.dtype) is False and u.op not in _OPERAND_CHECKED)
         bad = None if ok else unsupported_dtype(u)
         if bad is not None:
             raise _refusal(u, bad, kernel)
         nu = u
-        if new and any(s in new for s in u.src):
+        if new and not new.keys().isdisjoint(u.src):
             nu = u.replace(src=tuple([new.get(s, s) for s in u.src]))
         rule = rules.get(nu.op)
         if rule is not None and (r := rule(nu, None)) is not None:
@@ -131,14 +135,14 @@ def _affine(u: UOp, memo: dict[UOp, tuple[dict[UOp, int], int]]) -> tuple[dict[U
     res: tuple[dict[UOp, int], int]
     if (lit := _literal(u)) is not None:
         res = ({}, lit)
-    elif u.op is Ops.ADD and u.dtype in _INDEX_INTS:
+    elif u.op is _ADD and u.dtype in _INDEX_INTS:
         (ta, ca), (tb, cb) = _affine(u.src[0], memo), _affine(u.src[1], memo)
         terms = dict(ta)
         for leaf, v in tb.items():
             terms[leaf] = terms.get(leaf, 0) + v
         res = ({leaf: v for leaf, v in terms.items() if v}, ca + cb)
-    elif u.op in (Ops.MUL, Ops.SHL) and u.dtype in _INDEX_INTS and (k := _literal(u.src[1])) is not None:
-        f = k if u.op is Ops.MUL else (1 << k if 0 <= k < 32 else None)
+    elif (u.op is _MUL or u.op is _SHL) and u.dtype in _INDEX_INTS and (k := _literal(u.src[1])) is not None:
+        f = k if u.op is _MUL else (1 << k if 0 <= k < 32 else None)
         if f is None:
             res = ({u: 1}, 0)
         else:
@@ -152,7 +156,7 @@ def _affine(u: UOp, memo: dict[UOp, tuple[dict[UOp, int], int]]) -> tuple[dict[U
 
 def _literal(u: UOp) -> int | None:
     """The value of an integer casted const, else None."""
-    if u.op is Ops.CAST and u.src[0].op is Ops.CONST and isinstance(u.src[0].arg, int):
+    if u.op is _CAST and u.src[0].op is _CONST and isinstance(u.src[0].arg, int):
         return int(u.src[0].arg)
     return None
 
@@ -182,11 +186,18 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
     placed: dict[UOp, int] = {}  # new node -> the index of the uop it goes right after
     rewrite: dict[UOp, UOp] = {}
     shared: dict[tuple[Any, ...], UOp] = {}  # (dtype, *terms) -> the shared part built for them
+    literals: dict[tuple[int, DType], UOp] = {}
+
+    def literal(v: int, dt: DType) -> UOp:
+        if (lit := literals.get((v, dt))) is None:
+            lit = literals[(v, dt)] = UOp.cconst(v, dt)
+        return lit
+
     for u in uops:
-        if u.op is not Ops.INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
+        if u.op is not _INDEX or len(u.src) < 2 or (i := u.src[1]).dtype not in _INDEX_INTS:
             continue
         buf = u.src[0].dtype
-        if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG:
+        if not isinstance(buf, PtrDType) or buf.addrspace is _REG:
             continue
         terms, const = _affine(i, memo)
         const = _wrap(const, i.dtype)
@@ -203,27 +214,28 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
                 t = (
                     leaf
                     if coef == 1
-                    else _place(UOp(Ops.MUL, i.dtype, (leaf, UOp.cconst(coef, i.dtype))), pos, placed, insert)
+                    else _place(UOp(Ops.MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
                 )
                 acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
             assert acc is not None
             shared[key] = acc
-        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, UOp.cconst(const, i.dtype))), pos, placed, insert) if const else acc
+        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert) if const else acc
         if new_i is i:
             continue
-        rewrite[u] = u.replace(src=(u.src[0], new_i, *u.src[2:]))
+        rewrite[u] = UOp(u.op, u.dtype, (u.src[0], new_i, *u.src[2:]), u.arg, u.tag)
     if not rewrite:
         return uops
     out: list[UOp] = []
     swapped: dict[UOp, UOp] = {}
     for k, u in enumerate(uops):
         nu = rewrite.get(u, u)
-        if swapped and any(s in swapped for s in nu.src):
-            nu = nu.replace(src=tuple(swapped.get(s, s) for s in nu.src))
+        if swapped and not swapped.keys().isdisjoint(nu.src):  # (a set operation: no generator per node)
+            nu = UOp(nu.op, nu.dtype, tuple([swapped.get(s, s) for s in nu.src]), nu.arg, nu.tag)
         if nu is not u:
             swapped[u] = nu
         out.append(nu)
-        out += insert.get(k, ())
+        if k in insert:
+            out += insert[k]
     # drop index arithmetic nothing reads any more (users come after their sources: one backward pass)
     used: set[UOp] = set()
     keep: list[UOp] = []

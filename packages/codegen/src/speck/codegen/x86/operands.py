@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Union
 from speck.codegen.x86.ops import X86Op
 
 if TYPE_CHECKING:
-    from speck.codegen.regalloc import VReg
+    from speck.codegen.regalloc import RAInstr, VReg
 
 GPR64 = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi") + tuple(f"r{i}" for i in range(8, 16))
 GPR32 = ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi") + tuple(f"r{i}d" for i in range(8, 16))
@@ -209,11 +209,9 @@ class Inst:
     implicit_uses: tuple[AnyReg, ...] = ()
     implicit_defs: tuple[AnyReg, ...] = ()
     clobbers: frozenset[str] = frozenset()
-    # (defs, uses) as register allocation reads them, filled in on first use by `alloc.operand_roles`: the peephole
+    # the register allocator's view (defs, uses, copy), filled in on first use by `alloc.ra_view`: the peephole
     # and the allocator both ask for every instruction. Not part of the value (no equality, hash or repr).
-    _roles: tuple[tuple[VReg, ...], tuple[VReg, ...]] | None = field(
-        default=None, init=False, compare=False, hash=False, repr=False
-    )
+    _roles: RAInstr | None = field(default=None, init=False, compare=False, hash=False, repr=False)
 
     def __init__(
         self, op: X86Op, operands: tuple[Operand, ...] = (), implicit_uses: tuple[AnyReg, ...] = (),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from speck.codegen.regalloc import VReg
-from speck.codegen.x86.alloc import Item, operand_roles
+from speck.codegen.x86.alloc import Item, ra_view
 from speck.codegen.x86.operands import Inst, Mem, Operand
 from speck.codegen.x86.ops import X86Op as O
 
@@ -30,8 +30,8 @@ def fold_copies(items: list[Item]) -> list[Item]:
         if not isinstance(it, Inst):
             mark += 1
             continue
-        defs, uses = operand_roles(it)  # (kept on the instruction: allocation asks again)
-        for v in defs + uses:
+        view = ra_view(it)  # (kept on the instruction: allocation asks again)
+        for v in view.defs + view.uses:
             where = occ.get(v.id)
             if where is not None and (not where or where[-1] != i):  # an id named twice by one item: recorded once
                 where.append(i)
@@ -48,7 +48,7 @@ def fold_copies(items: list[Item]) -> list[Item]:
             continue
         defining = items[first]
         assert isinstance(defining, Inst)
-        first_defs = [v.id for v in operand_roles(defining)[0]]
+        first_defs = [v.id for v in ra_view(defining).defs]
         if src.id not in first_defs or marks[i] != marks[first]:
             continue
         # D may be read by S's defining instruction (it reads before it writes) but not touched in between
@@ -58,21 +58,24 @@ def fold_copies(items: list[Item]) -> list[Item]:
         drop.add(i)
     if not rename:
         return items
-    # only the items naming a renamed value change; every other item is kept as it is
-    touched = {j for vid in rename for j in occ[vid]} - drop
-    out: list[Item] = []
-    for i, it in enumerate(items):
-        if i in drop:
-            continue
-        if i in touched:
-            assert isinstance(it, Inst)
-            ops = tuple([_rename(o, rename) for o in it.operands])
-            if any(a is not b for a, b in zip(ops, it.operands)):
-                if i in copies and ops[0] == ops[1]:  # became a copy of a value onto itself
-                    continue
-                it = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
-        out.append(it)
-    return out
+    # only the items naming a renamed value change: rewrite those in place, then cut the dropped copies out
+    out = list(items)
+    for j in {j for vid in rename for j in occ[vid]} - drop:
+        it = out[j]
+        assert isinstance(it, Inst)
+        ops = tuple([_rename(o, rename) for o in it.operands])
+        if any(a is not b for a, b in zip(ops, it.operands)):
+            if j in copies and ops[0] == ops[1]:  # became a copy of a value onto itself
+                drop.add(j)
+                continue
+            out[j] = Inst(it.op, ops, it.implicit_uses, it.implicit_defs, it.clobbers)
+    kept: list[Item] = []
+    done = 0
+    for j in sorted(drop):
+        kept += out[done:j]
+        done = j + 1
+    kept += out[done:]
+    return kept
 
 
 def _is_candidate(it: Inst) -> bool:
@@ -82,10 +85,11 @@ def _is_candidate(it: Inst) -> bool:
     dst, src = it.operands
     if not (isinstance(dst, VReg) and isinstance(src, VReg)) or dst.fixed or src.fixed:
         return False
-    return it.op is not O.MOV or dst.size == src.size == 8
+    return it.op is not _MOV or dst.size == src.size == 8
 
 
 _COPY_OPS = frozenset({O.MOV, O.VMOVAPS})
+_MOV = O.MOV  # (a global: attribute access on an enum class is slow in Python 3.11)
 
 
 def _touched(where: list[int], first: int, i: int, written_at_first: bool) -> bool:

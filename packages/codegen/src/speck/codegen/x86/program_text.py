@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import re
 from typing import Any
 
@@ -47,10 +48,18 @@ def dump_program(uops: list[UOp], fp_contract: bool) -> str:
         if dt is None:
             dt = dtype_text[u.dtype] = repr(u.dtype)
         arg = u.arg
-        # most args are None or a plain int (ALU ops, CONST, PARAM): spelled inline, the rest through _arg_text
-        a = "null" if arg is None else str(arg) if type(arg) is int else _arg_text(arg, u)
-        tag = "null" if u.tag is None else _json(u.tag, u)
-        lines.append(f"{n}\t{op_name[u.op]}\t{dt}\t{','.join([pos[s] for s in u.src])}\t{a}\t{tag}")
+        # most args are None or a plain int (ALU ops, CONST, PARAM) or float (CONST): spelled inline, the rest (and
+        # tags) through _arg_text
+        if arg is None:
+            a = "null"
+        elif type(arg) is int:
+            a = str(arg)
+        elif type(arg) is float and math.isfinite(arg):
+            a = repr(arg)  # (json's spelling of a finite float)
+        else:
+            a = _arg_text(arg, u)
+        tag = "null" if u.tag is None else _arg_text(u.tag, u)
+        lines.append(f"{n}\t{op_name[u.op]}\t{dt}\t{','.join(map(pos.__getitem__, u.src))}\t{a}\t{tag}")
     return "\n".join(lines)
 
 
@@ -61,10 +70,10 @@ _ARG_TEXT_LIMIT = 1 << 16
 
 
 def _arg_text(arg: Any, u: UOp) -> str:
-    """The JSON of an arg, remembered for tuples of ints (GEP lanes) and RANGE args (never for floats: 0.0 == -0.0
-    but they spell differently)."""
+    """The JSON of an arg or tag, remembered for tuples of ints, strs and enums (GEP lanes, RANGE args, tags); never
+    for floats (0.0 == -0.0 but they spell differently) or bools (True == 1)."""
     t = type(arg)
-    cacheable = t is tuple and all(type(x) is int or isinstance(x, enum.Enum) for x in arg)
+    cacheable = t is tuple and all(type(x) is int or type(x) is str or isinstance(x, enum.Enum) for x in arg)
     if not cacheable:
         return _json(arg, u)
     key = (t, arg)

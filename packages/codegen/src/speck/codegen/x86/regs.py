@@ -50,6 +50,29 @@ def phys(name: str, size: int) -> Reg:
 _PHYS: dict[tuple[str, int], Reg] = {}
 
 
+class SizedRegs(dict[int, Reg]):
+    """One allocator register at every operand width: size -> Reg (filled on first use of each width)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __missing__(self, size: int) -> Reg:
+        r = self[size] = phys(self.name, size)
+        return r
+
+
+def sized_regs(name: str) -> SizedRegs:
+    """The width -> Reg table of allocator register `name` (one per register and process: Regs are immutable)."""
+    t = _SIZED.get(name)
+    if t is None:
+        t = _SIZED[name] = SizedRegs(name)
+    return t
+
+
+_SIZED: dict[str, SizedRegs] = {}
+
+
 def arg_vreg(index: int, vid: int, size: int = 8) -> VReg:
     """A virtual register pinned to the System V register of integer argument `index` (0..5)."""
     if not 0 <= index < len(ARG_REGS):
