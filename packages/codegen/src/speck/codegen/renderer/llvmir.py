@@ -18,12 +18,12 @@ Vectors are `<n x T>`; widths above `max_vector_bytes` (32, AVX2) are split by t
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import struct
 from typing import Any, ClassVar
 
+from speck.codegen.cpu_features import host_vector_bytes
 from speck.codegen.errors import NoTypeError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
@@ -245,20 +245,6 @@ def _fp8_helpers(dt: DType) -> str:
   ret i8 %out
 }}"""
     return to_f32 + "\n" + from_f64
-
-
-@functools.cache
-def host_vector_bytes() -> int:
-    """Widest vector register of this host in bytes: 64 with AVX-512F, else 32 (AVX2 and the default elsewhere).
-    Read from /proc/cpuinfo so the renderer needs no llvmlite."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return 64 if "avx512f" in line.split() else 32
-    except OSError:
-        pass
-    return 32
 
 
 _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
