@@ -274,6 +274,7 @@ class LLVMRenderer(Renderer):
         if mvb not in (16, 32, 64):
             raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}")
         self.max_vector_bytes = mvb  # type: ignore[misc]
+        self.vector_registers = 32 if mvb == 64 else 16  # type: ignore[misc]  # AVX-512 names zmm0..31
         self.fp_contract = fp_contract
 
     def supports(self, op: Ops, dtype: DType) -> bool:

@@ -175,15 +175,15 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
-    uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
-                   for o in it.operands) or any(v.vreg.cls == "vec" for rl in alloc.reloads for v in rl)  # fmt: skip
+    uses_ymm = any(isinstance(o, _REG_TYPES) and o.size >= 32 for it in items if isinstance(it, Inst)
+                   for o in it.operands) or any(v.vreg.cls != "gpr" for rl in alloc.reloads for v in rl)  # fmt: skip
 
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)
 
     def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
-        if cls == "vec":  # whole ymm: the slot holds any vector width
-            r = phys(reg, 32)
+        if cls != "gpr":  # the whole ymm (zmm for class zvec): the slot holds any vector width
+            r = phys(reg, 64 if cls == "zvec" else 32)
             return Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
         r = phys(reg, 8)
         return Inst(X86Op.MOV, (r, slot(offset, 8)) if load else (slot(offset, 8), r))

@@ -35,6 +35,7 @@ from speck.codegen.renderer.common import divisor_safe, kernel_signature, shift_
 from speck.codegen.x86 import select_cast as sc
 from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
+from speck.codegen.x86 import select_zmm as sz
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
@@ -83,6 +84,8 @@ def _dtype_class(dt: DType) -> str:
         return "none"
     s = dt.scalar()
     if dt.count > 1:
+        if dt.count > 8 and s in (dtypes.float32, dtypes.bool):  # AVX-512: a zmm register
+            return "zvec" if s == dtypes.float32 else "kvec"
         return "fvec" if s == dtypes.float32 else "bvec" if s == dtypes.bool else "vec"
     return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
 
@@ -167,7 +170,7 @@ class Selector:
             if (
                 u.op is not Ops.ADD
                 or not dtypes.is_float(u.dtype)
-                or (u.dtype.count > 1 and u.dtype.count not in (4, 8))
+                or (u.dtype.count > 1 and u.dtype.count not in (4, 8, 16))
             ):
                 continue
             for m, acc in ((u.src[1], u.src[0]), (u.src[0], u.src[1])):
@@ -216,7 +219,7 @@ class Selector:
                 continue
             dt = u.dtype
             if dt.count > 1:
-                ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8)
+                ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8, 16)
             else:
                 ok = dt.itemsize in (4, 8) and dt != dtypes.bool
             if us[0].op is Ops.MUL and dtypes.is_int(dt):
@@ -253,8 +256,9 @@ class Selector:
         return VReg(self.nid, "gpr", 8)
 
     def vec(self, size: int = 16) -> VReg:
+        """A fresh vector register: xmm/ymm of class "vec", or a zmm (size 64) of the AVX-512 class "zvec"."""
         self.nid += 1
-        return VReg(self.nid, "vec", size)
+        return VReg(self.nid, "zvec" if size == 64 else "vec", size)
 
     def label(self) -> Label:
         self.nlabel += 1
@@ -344,7 +348,7 @@ class Selector:
         return view
 
     def copy(self, dst: VReg, src: VReg) -> None:
-        if dst.cls == "vec":
+        if dst.cls != "gpr":
             self.emit(O.VMOVAPS, dst, self.at_size(src, dst.size))
         else:
             self.emit(O.MOV, self.at_size(dst, 8), self.at_size(src, 8))
@@ -489,7 +493,7 @@ class Selector:
         if dt.count > 1:
             if v is None:
                 r = self.vec(vec_bytes(dt.count))
-                self.emit(O.VXORPS, r, r, r)
+                self.emit(O.VPXORD if r.size == 64 else O.VXORPS, r, r, r)
             else:
                 r = sm.mask(self, v) if s == dtypes.bool else self.reg(v)
             if s == dtypes.bool:
@@ -542,7 +546,7 @@ class Selector:
         """`count` contiguous float32s from mem into a fresh register, reading exactly those bytes (3, 5, 6 and 7
         lanes are put together from an xmm, a pair and a single)."""
         d = self.vec(vec_bytes(count))
-        if count in (4, 8):
+        if count in (4, 8, 16):
             self.emit(O.VMOVUPS, d, mem.with_size(None))
         elif count <= 2:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, d, mem.with_size(4 * count))
@@ -558,7 +562,7 @@ class Selector:
 
     def store_lanes(self, mem: Mem, r: VReg, count: int) -> None:
         """Store lanes 0..count-1 of r to `count` contiguous float32s at mem, writing exactly those bytes."""
-        if count in (4, 8):
+        if count in (4, 8, 16):
             self.emit(O.VMOVUPS, mem.with_size(None), r.sized(vec_bytes(count)))
         elif count <= 2:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, mem.with_size(4 * count), r.sized(16))
@@ -617,9 +621,12 @@ class Selector:
             if self.last_use.get(u, 0) <= self.next_store(idx, self.pos[u]):
                 self.val[u] = slot
             else:
-                d = self.vec() if slot.cls == "vec" else self.gpr()
+                d = self.vec(slot.size) if slot.cls != "gpr" else self.gpr()
                 self.copy(d, slot)
                 self.val[u] = d
+            return
+        if len(idx.src) > 2 and u.dtype.count > 8 and not is_cconst(idx.src[2]):  # AVX-512: an opmask gate
+            self.val[u] = sz.gated_load(self, self.address(idx), idx.src[2], u.src[1] if len(u.src) > 1 else None)
             return
         if len(idx.src) > 2:
             mem = self.gated_address(idx, u.src[1] if len(u.src) > 1 else None, u.dtype)
@@ -636,6 +643,9 @@ class Selector:
         if idx.src[0].dtype.addrspace is AddrSpace.REG:
             slot = self.reg_slot(idx, v.dtype)
             self.copy(slot, self.reg(v))
+            return
+        if len(idx.src) > 2 and v.dtype.count > 8 and not is_cconst(idx.src[2]):  # AVX-512: an opmask gate
+            sz.gated_store(self, self.address(idx), idx.src[2], self.reg(v))
             return
         mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
         self.store_value(mem, v, v.dtype)
@@ -942,7 +952,7 @@ def _nonneg(u: UOp) -> bool:
 
 
 Rule = Callable[[Selector, UOp], None]
-_I, _B, _F, _N, _V, _M = "int", "bool", "float", "none", "fvec", "bvec"
+_I, _B, _F, _N, _V, _M, _Z, _K = "int", "bool", "float", "none", "fvec", "bvec", "zvec", "kvec"
 SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, c): Selector.sel_nothing for op in (Ops.CONST, Ops.DEFINE_REG, Ops.NOOP, Ops.BARRIER, Ops.GROUP)
        for c in (_I, _B, _F, _N)},
@@ -980,6 +990,14 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.CAST, _M): sm.sel_mask_from_float,
     **{(op, _M): sm.sel_mask_logic for op in sm.MASK_LOGIC},
     **{(op, _M): sm.sel_mask_cmp for op in GroupOp.Comparison},
+    # 16-lane float32 and bool vectors in zmm registers (AVX-512, select_zmm.py)
+    (Ops.LOAD, _Z): Selector.sel_load, **{(op, _Z): sv.sel_vec_binary for op in sv.PACKED},
+    **{(op, _Z): sz.sel_zunary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
+    (Ops.MAX, _Z): sz.sel_zmax, (Ops.WHERE, _Z): sz.sel_zwhere, (Ops.WHERE, _K): sz.sel_zwhere,
+    (Ops.STACK, _Z): sz.sel_zstack, (Ops.GEP, _Z): sv.sel_gep, (Ops.CAST, _Z): sz.sel_zcast,
+    **{(op, _Z): sz.sel_zcmp for op in GroupOp.Comparison},
+    **{(op, _K): sz.sel_klogic for op in (*sz.MASK_LOGIC, Ops.CMPNE, Ops.CMPLT)},
+    (Ops.NEG, _K): sz.sel_knot, (Ops.CAST, _K): sz.sel_kfrom_float,
 }  # fmt: skip
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (an UnsupportedOpError)."""
 
@@ -990,4 +1008,6 @@ def select(uops: list[UOp], kernel: str, fp_contract: bool = False) -> tuple[lis
     return Selector(uops, kernel, fp_contract).run()
 
 
-__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32"]
+zmm_refusal = sz.zmm_refusal
+
+__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32", "zmm_refusal"]
