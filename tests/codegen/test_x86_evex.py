@@ -64,7 +64,8 @@ def _random_insts(rnd: random.Random) -> list[Inst]:
                     "INS": (dst, _vec(rnd, 64), rm),
                 }[f.openc]
                 if f.openc == "VMI" or op in IMM_OPS:
-                    ops += (Imm(rnd.randrange(32) if op is X86Op.VCMPPS else rnd.randrange(256)),)
+                    top = {X86Op.VCMPPS: 32, X86Op.VPCMPD: 8}.get(op, 256)
+                    ops += (Imm(rnd.randrange(top)),)
                 if rnd.random() < 0.4:  # write masking: {z} only where the destination is a register
                     zero = rnd.random() < 0.5 and isinstance(ops[0], Reg) and ops[0].kind == "vec"
                     ops += (Opmask(rnd.randrange(1, 8), zero),)
@@ -76,7 +77,7 @@ def _random_insts(rnd: random.Random) -> list[Inst]:
     return insts
 
 
-IMM_OPS = frozenset({X86Op.VCMPPS, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4, X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4})
+IMM_OPS = frozenset({X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4, X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4})
 
 
 @settings(max_examples=max(4, settings.default.max_examples // 5), phases=(Phase.explicit, Phase.reuse, Phase.generate))

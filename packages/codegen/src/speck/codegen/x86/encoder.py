@@ -811,6 +811,7 @@ EVEX_TABLE: dict[X86Op, tuple[EvexForm, ...]] = {
     X86Op.VPORD: (_E("RVM", 1, 1, 0xEB),),  # EVEX.512.66.0F.W0 EB /r
     X86Op.VCMPPS: (_E("KVM", 0, 1, 0xC2),),  # EVEX.512.0F.W0 C2 /r ib: k1 {k2}, zmm, zmm/m512/m32bcst, imm8
     X86Op.VPTESTMD: (_E("KVM", 1, 2, 0x27),),  # EVEX.512.66.0F38.W0 27 /r
+    X86Op.VPCMPD: (_E("KVM", 1, 3, 0x1F),),  # EVEX.512.66.0F3A.W0 1F /r ib
     X86Op.VRNDSCALEPS: (_E("RM", 1, 3, 0x08),),  # EVEX.512.66.0F3A.W0 08 /r ib
     X86Op.VPSRLD: (_E("VMI", 1, 1, 0x72, ext=2),),  # EVEX.512.66.0F.W0 72 /2 ib
     X86Op.VPSLLD: (_E("VMI", 1, 1, 0x72, ext=6),),  # EVEX.512.66.0F.W0 72 /6 ib
@@ -823,6 +824,7 @@ EVEX_TABLE: dict[X86Op, tuple[EvexForm, ...]] = {
 }  # fmt: skip
 
 _CMP_OPS = frozenset({X86Op.VCMPPS})
+INT_CMP_PREDICATES = ("eq", "lt", "le", "", "neq", "nlt", "nle", "")  # vpcmpd imm8 (signed dword compare)
 _EVEX_ONLY = frozenset(EVEX_TABLE) - frozenset(VEX_TABLE) | {X86Op.KMOVW}  # AVX-512 instructions at any width
 # (reg field, vvvv, r/m, the operand whose width is the vector length) by operand encoding; None: not present
 _EVEX_SLOTS: dict[str, tuple[int | None, int | None, int, int]] = {
@@ -863,7 +865,7 @@ def _encode_evex(inst: Inst) -> Encoded:
     if imm_op is not None:
         ops = ops[:-1]
     f = _evex_form(inst, ops, forms)
-    wants_imm = f.openc in ("VMI",) or inst.op in (X86Op.VCMPPS, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4,
+    wants_imm = f.openc in ("VMI",) or inst.op in (X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4,
                                                    X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4)  # fmt: skip
     if wants_imm != (imm_op is not None):
         raise EncodingError(f"{inst!r}: {inst.op.name} {'takes' if wants_imm else 'takes no'} imm8 operand")
@@ -924,6 +926,11 @@ def _encode_evex(inst: Inst) -> Encoded:
             if not 0 <= imm_op.value < 32:
                 raise EncodingError(f"{inst!r}: compare predicate must be in [0, 32), got {imm_op.value}")
             mnemonic = "vcmp" + CMP_PREDICATES[imm_op.value] + mnemonic[4:]
+        elif inst.op is X86Op.VPCMPD:
+            if not 0 <= imm_op.value < 8:
+                raise EncodingError(f"{inst!r}: integer compare predicate must be in [0, 8), got {imm_op.value}")
+            if INT_CMP_PREDICATES[imm_op.value]:  # objdump folds all but 'false'/'true' into the mnemonic
+                mnemonic = "vpcmp" + INT_CMP_PREDICATES[imm_op.value] + "d"
     # objdump (binutils 2.40) spells a broadcast element `DWORD BCST [..]` and the mask after the destination
     text_ops = []
     for o in ops:
@@ -932,7 +939,7 @@ def _encode_evex(inst: Inst) -> Encoded:
                         format_operand(o, mem_size, 8))  # fmt: skip
     if mask is not None:
         text_ops[0] += f"{{k{mask.k}}}" + ("{z}" if mask.zero else "")
-    if imm_op is not None and inst.op not in _CMP_OPS:
+    if imm_op is not None and not (inst.op in _CMP_OPS or (inst.op is X86Op.VPCMPD and mnemonic != "vpcmpd")):
         text_ops.append(format_operand(imm_op, None, 8))
     return _finish(inst, head, modrm, rip_at, imm, format_instruction(mnemonic, text_ops))
 

@@ -206,6 +206,7 @@ class X86Op(Enum):
     VPANDND = "vpandnd"
     VPORD = "vpord"
     VPTESTMD = "vptestmd"
+    VPCMPD = "vpcmpd"
     VRNDSCALEPS = "vrndscaleps"
     VEXTRACTF64X4 = "vextractf64x4"
     VINSERTF64X4 = "vinsertf64x4"

@@ -644,9 +644,6 @@ class Selector:
             slot = self.reg_slot(idx, v.dtype)
             self.copy(slot, self.reg(v))
             return
-        if len(idx.src) > 2 and v.dtype.count > 8 and not is_cconst(idx.src[2]):  # AVX-512: an opmask gate
-            sz.gated_store(self, self.address(idx), idx.src[2], self.reg(v))
-            return
         mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
         self.store_value(mem, v, v.dtype)
 
@@ -997,7 +994,7 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.STACK, _Z): sz.sel_zstack, (Ops.GEP, _Z): sv.sel_gep, (Ops.CAST, _Z): sz.sel_zcast,
     **{(op, _Z): sz.sel_zcmp for op in GroupOp.Comparison},
     **{(op, _K): sz.sel_klogic for op in (*sz.MASK_LOGIC, Ops.CMPNE, Ops.CMPLT)},
-    (Ops.NEG, _K): sz.sel_knot, (Ops.CAST, _K): sz.sel_kfrom_float,
+    (Ops.NEG, _K): sz.sel_knot, (Ops.CAST, _K): sz.sel_kfrom_float, (Ops.STACK, _K): sz.sel_kstack,
 }  # fmt: skip
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (an UnsupportedOpError)."""
 

@@ -5,15 +5,16 @@ meets a VEX-only instruction: every instruction touching it is a 512-bit EVEX fo
 and its parts move to the VEX world through vextractf64x4/vextractf32x4 into ordinary ("vec") registers.
 
 A bool.vec(16) is held like the AVX2 lane masks: a zmm whose 32-bit lanes are all ones (true) or zero. Opmask
-registers carry a mask only between two adjacent instructions (a compare or vptestmd into k1, then the masked
+registers carry a mask only between two adjacent instructions (a compare into k1, then the masked
 instruction using it), so they need no allocation: k1 is written and read by consecutive instructions of one rule.
 
 - arithmetic: vaddps/vsubps/vmulps/vdivps/vfmadd231ps (select_vector's rules at zmm width), vsqrtps, vrndscaleps
   (TRUNC), vpxord with a broadcast sign mask (NEG), MAX as vmaxps + vcmpunordps k1 + vblendmps (NaN propagation);
-- compares: vcmpps k1 then vmovups zmm{k1}{z} of all-ones; WHERE: vptestmd k1 of the mask, vblendmps;
+- compares: vcmpps k1 then vmovups zmm{k1}{z} of all-ones; WHERE: vpcmpneqd k1 of the mask, vblendmps;
   mask logic vpandd/vpord/vpxord/vpandnd; CAST bool -> float: vpandd with a broadcast 1.0;
-- LOAD/STORE of 16 contiguous float32s: vmovups; gated (scalar gate) as vmovups zmm{k1}{z} / vmovups [mem]{k1}
-  with k1 all ones or all zero (masked-off lanes never fault);
+- LOAD/STORE of 16 contiguous float32s: vmovups; a gated load (scalar gate) as vmovups zmm{k1}{z} with k1 all
+  ones or all zero (masked-off lanes never fault); a gated store (the pipeline splits those into lanes; a whole one
+  would take the AVX2 path's address select into the 64-byte red-zone scratch slot);
 - STACK: a .rodata literal, vbroadcastss of one value, or four xmm quarters joined by vinsertf128/vinsertf64x4;
 - GEP: lanes of a zmm through vextractf32x4/vextractf64x4, then the xmm/ymm rules.
 `zmm_refusal` says up front which 16-lane forms these rules do not take (the renderer refuses such a kernel, and the
@@ -72,8 +73,8 @@ def from_k1(sel: Selector) -> VReg:
 
 
 def to_k1(sel: Selector, m: VReg) -> None:
-    """k1 = the lanes of mask m that are set (any bit of the dword)."""
-    sel.emit(O.VPTESTMD, K1, m, m)
+    """k1 = the lanes of mask m that are set (dword != 0)."""
+    sel.emit(O.VPCMPD, K1, m, bcast_const(sel, 0), Imm(4))
 
 
 def gate_to_k1(sel: Selector, gate: UOp) -> None:
@@ -201,16 +202,6 @@ def sel_zgep(sel: Selector, u: UOp) -> None:
         return
     r = sel.reg(x)
     n = len(lanes)
-    if n == 8 and lanes in (tuple(range(8)), tuple(range(8, 16))):
-        sel.val[u] = half(sel, r, lanes[0] // 8)
-        return
-    if n == 4 and lanes[0] % 4 == 0 and lanes == tuple(range(lanes[0], lanes[0] + 4)):
-        sel.val[u] = quarter(sel, r, lanes[0] // 4)
-        return
-    if len(set(lanes)) == 1:  # one lane in every lane: broadcast it from its quarter
-        sel.val[u] = _broadcast_lane(sel, quarter(sel, r, lanes[0] // 4), lanes[0] % 4, 16 if n <= 4 else 32 if n <= 8
-                                     else 64)  # fmt: skip
-        return
     cache: dict[int, VReg] = {}
 
     def lane(k: int) -> VReg:
@@ -220,6 +211,16 @@ def sel_zgep(sel: Selector, u: UOp) -> None:
 
     if n == 1:
         sel.val[u] = lane(lanes[0])
+        return
+    if n == 8 and lanes in (tuple(range(8)), tuple(range(8, 16))):
+        sel.val[u] = half(sel, r, lanes[0] // 8)
+        return
+    if n == 4 and lanes[0] % 4 == 0 and lanes == tuple(range(lanes[0], lanes[0] + 4)):
+        sel.val[u] = quarter(sel, r, lanes[0] // 4)
+        return
+    if len(set(lanes)) == 1:  # one lane in every lane: broadcast it from its quarter
+        sel.val[u] = _broadcast_lane(sel, quarter(sel, r, lanes[0] // 4), lanes[0] % 4, 16 if n <= 4 else 32 if n <= 8
+                                     else 64)  # fmt: skip
         return
     parts = []
     for h in range(0, n, 4):
@@ -260,6 +261,24 @@ def sel_knot(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
+def sel_kstack(sel: Selector, u: UOp) -> None:
+    """A STACK of 16 scalar bools (0/1 in general registers): bit i of a general register is lane i, moved to k1
+    (kmovw) and widened to a lane mask."""
+    bits = sel.gpr()
+    const_bits = sum(1 << i for i, b in enumerate(u.src) if is_cconst(b) and sel.const_value(b))
+    sel.emit(O.MOV, bits.sized(4), Imm(const_bits))
+    for i, b in enumerate(u.src):
+        if is_cconst(b):
+            continue
+        t = sel.gpr()
+        sel.emit(O.MOV, t.sized(4), sel.reg(b).sized(4))
+        if i:
+            sel.emit(O.SHL, t.sized(4), Imm(i))
+        sel.emit(O.OR, bits.sized(4), t.sized(4))
+    sel.emit(O.KMOVW, K1, bits.sized(4))
+    sel.val[u] = from_k1(sel)
+
+
 def sel_kfrom_float(sel: Selector, u: UOp) -> None:
     """CAST float32.vec(16) -> bool: x != 0 (NaN is true)."""
     z = sel.vec(64)
@@ -274,8 +293,9 @@ def gated_load(sel: Selector, mem: Mem, gate: UOp, alt: UOp | None) -> VReg:
     gate_to_k1(sel, gate)
     d = sel.vec(64)
     sel.emit(O.VMOVUPS, d, mem.with_size(None), ON_K1_ZERO)
-    if alt is None or (is_cconst(alt) and sel.const_value(alt) == 0 and not _negative_zero(sel, alt)):
-        return d
+    if alt is None or all(is_cconst(x) and sel.const_value(x) == 0 and not _negative_zero(sel, x)
+                          for x in (alt.src if alt.op is Ops.STACK else (alt,))):  # fmt: skip
+        return d  # {z} already put +0.0 in the gated-off lanes
     out = sel.vec(64)
     other = sel.reg(alt)
     sel.emit(O.VBLENDMPS, out, other, d, ON_K1)
@@ -287,17 +307,12 @@ def _negative_zero(sel: Selector, u: UOp) -> bool:
     return isinstance(v, float) and str(v).startswith("-")
 
 
-def gated_store(sel: Selector, mem: Mem, gate: UOp, v: VReg) -> None:
-    """Store the 16 lanes of v where the scalar gate holds (nothing at all when it does not)."""
-    gate_to_k1(sel, gate)
-    sel.emit(O.VMOVUPS, mem.with_size(None), v, ON_K1)
-
-
 # ---- what the rules above take ---------------------------------------------------------------------------------------
+# (before legalization: RECIPROCAL becomes FDIV, bool ADD/MAX/MUL/SUB become OR/AND/XOR)
 _FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.SQRT, Ops.TRUNC, Ops.MAX, Ops.WHERE,
-                        Ops.LOAD, Ops.STACK, Ops.GEP, Ops.CAST, Ops.CONST})  # fmt: skip
-_BOOL_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.WHERE, Ops.CAST, Ops.CMPNE, Ops.CMPLT, Ops.CONST,
-                       *GroupOp.Comparison})  # fmt: skip
+                        Ops.LOAD, Ops.STACK, Ops.GEP, Ops.CAST, Ops.CONST, Ops.RECIPROCAL})  # fmt: skip
+_BOOL_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.WHERE, Ops.CAST, Ops.CONST, Ops.STACK, Ops.ADD,
+                       Ops.MAX, Ops.MUL, Ops.SUB, *GroupOp.Comparison})  # fmt: skip
 _USERS = frozenset({Ops.GEP, Ops.STORE, Ops.CAST, Ops.WHERE, Ops.INDEX, Ops.LOAD, Ops.NOOP, *GroupOp.ALU})
 
 
@@ -316,7 +331,7 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
                     return u, "only bool vectors cast to float32 vectors"
             else:
                 if u.op not in _BOOL_OPS:
-                    return u, "16-lane bool vectors are computed, not loaded, built or stored"
+                    return u, "16-lane bool vectors are computed, not loaded or stored"
                 if u.op in GroupOp.Comparison and u.src[0].dtype.scalar() == dtypes.bool and u.op is Ops.CMPEQ:
                     return u, "no == of bool vectors on zmm"
                 if u.op is Ops.CAST and u.src[0].dtype.scalar() != dtypes.float32:
@@ -338,7 +353,7 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
 
 
 __all__ = [
-    "gated_load", "gated_store", "is_wide", "sel_kcmp_float", "sel_kfrom_float", "sel_klogic", "sel_knot",
-    "sel_zcast", "sel_zcmp", "sel_zgep", "sel_zmax", "sel_zstack", "sel_zunary", "sel_zwhere", "zmask",
+    "gated_load", "is_wide", "sel_kcmp_float", "sel_kfrom_float", "sel_klogic", "sel_knot",
+    "sel_kstack", "sel_zcast", "sel_zcmp", "sel_zgep", "sel_zmax", "sel_zstack", "sel_zunary", "sel_zwhere", "zmask",
     "zmm_refusal",
 ]  # fmt: skip
