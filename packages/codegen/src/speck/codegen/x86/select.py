@@ -116,7 +116,7 @@ def _barrier(u: UOp) -> bool:
 
 
 _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
-_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
+_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK})  # the UOps whose users selection asks about
 
 
 class Selector:
@@ -157,6 +157,7 @@ class Selector:
         self.fused_muls = {m for _, m in self.fma.values()}
         self.mem_operands = self._foldable_loads(users)
         self.bcast_loads = self._broadcast_loads(users)
+        self.bcast_stacks = self._embedded_broadcasts(users)
         self.core: tuple[VReg, VReg] | None = None
         self.consts: dict[UOp, Any] = {}
         self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
@@ -200,6 +201,35 @@ class Selector:
                 continue
             out.add(u)
         return out
+
+    def _embedded_broadcasts(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
+        """16-lane STACKs repeating one global, ungated float32 LOAD read only there, whose users are all 16-lane
+        MULs (fused into an FMA or not): each MUL reads the element as an AVX-512 embedded broadcast
+        (`vfmadd231ps zmm, zmm, DWORD BCST [..]`), so neither the load nor the broadcast is an instruction of its own;
+        no store, loop boundary or other effect lies between the load and the last of those reads."""
+        out: set[UOp] = set()
+        for u in self.uops:
+            if u.op is not Ops.STACK or u.dtype != dtypes.float32.vec(16) or any(x is not u.src[0] for x in u.src):
+                continue
+            ld = u.src[0]
+            if ld.op is not Ops.LOAD or len(ld.src) != 1 or len(ld.src[0].src) != 2 or ld.dtype != dtypes.float32:
+                continue
+            buf = ld.src[0].src[0].dtype
+            if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG or set(users.get(ld, [])) != {u}:
+                continue
+            us = set(users.get(u, []))
+            if not us or any(m.op is not Ops.MUL or m.src[0] is m.src[1] for m in us):
+                continue
+            last = max(max(self.pos[a] for a in users[m]) if m in self.fused_muls else self.pos[m] for m in us)
+            if any(_barrier(x) for x in self.uops[self.pos[ld] + 1 : last]):
+                continue
+            out.add(u)
+        return out
+
+    def bcast_operand(self, u: UOp) -> Mem:
+        """The memory operand of an embedded-broadcast STACK (see _embedded_broadcasts): its element, {1to16}."""
+        m = self.address(u.src[0].src[0])
+        return Mem(m.base, m.index, m.scale, m.disp, None, m.symbol, True)
 
     def _foldable_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
         """Global, ungated LOADs whose only user is a two-operand ALU op that can read them as its memory operand
@@ -387,7 +417,8 @@ class Selector:
         for v, a in zip(sig.variables, args[len(sig.buffers) :]):
             self.val[v] = a
         self.core = (args[-2], args[-1])
-        skipped = self.folded | self.fused_muls | self.bcast_loads  # selected by their users
+        skipped = self.folded | self.fused_muls | self.bcast_loads | self.bcast_stacks  # selected by their users
+        skipped |= {x.src[0] for x in self.bcast_stacks}
         for u in self.uops:
             if (u.op in _ARGUMENTS and u in self.val) or u in skipped:
                 continue
@@ -830,12 +861,13 @@ class Selector:
         is copied on into acc's register (an accumulator update)."""
         acc, m = self.fma[u]
         b, c = m.src
-        if b in self.mem_operands or is_cconst(b):
+        if b in self.mem_operands or is_cconst(b) or b in self.bcast_stacks:
             b, c = c, b
         n = u.dtype.count
         if n > 1:
             d = self.vec(vec_bytes(n))
-            src: Operand = self.mem_operand(c) if c in self.mem_operands else self.reg(c)
+            src: Operand = (self.mem_operand(c) if c in self.mem_operands else
+                            self.bcast_operand(c) if c in self.bcast_stacks else self.reg(c))  # fmt: skip
             op = O.VFMADD231PS
         else:
             d = self.vec()

@@ -43,10 +43,11 @@ def sel_vec_binary(sel: Selector, u: UOp) -> None:
         sel.sel_fma(u)
         return
     a, b = u.src
-    if a in sel.mem_operands and u.op in _COMMUTATIVE:
+    if (a in sel.mem_operands or a in sel.bcast_stacks) and u.op in _COMMUTATIVE:
         a, b = b, a
     d = sel.vec(_width(u.dtype.count))
-    sel.emit(PACKED[u.op], d, sel.reg(a), sel.mem_operand(b) if b in sel.mem_operands else sel.reg(b))
+    src = sel.mem_operand(b) if b in sel.mem_operands else sel.bcast_operand(b) if b in sel.bcast_stacks else sel.reg(b)
+    sel.emit(PACKED[u.op], d, sel.reg(a), src)
     sel.val[u] = d
 
 
