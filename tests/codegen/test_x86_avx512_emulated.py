@@ -12,6 +12,7 @@ masks (compares, bool logic, WHERE, casts), NaN-propagating MAX (relu), and padd
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -166,3 +167,20 @@ def test_padded_rows_use_opmask_loads() -> None:
     spec, stats = check_both(ast, ins)
     assert "kmovw" in stats.mnemonics
     assert "{k1}{z}" in asm(spec) and "vextractf32x4" in stats.mnemonics
+
+
+def test_relu_fused_select_and_hoisted_literal() -> None:
+    """relu is one vmaxps against the literal (no NaN blend: a NaN input is vmaxps' second operand); a compare read
+    only by a WHERE goes straight into k1 for the vblendmps; the 1.0 of RECIPROCAL is broadcast once, before the
+    loop. All of it emulated against the interpreter, NaNs and signed zeros included."""
+    a, b = _pairs()
+    n = len(a)
+    r = UOp.range(n, 0, AxisType.GLOBAL)
+    xa, xb = (UOp.param(k, dtypes.float32.ptr(n)).index(r).load() for k in (1, 2))
+    relu = UOp.param(0, dtypes.float32.ptr(n)).index(r).store(xa.alu(Ops.MAX, UOp.const(dtypes.float32, 0.0)))
+    sel = UOp.param(3, dtypes.float32.ptr(n)).index(r).store((xa < xb).where(xa, xb) + xa.alu(Ops.RECIPROCAL))
+    spec, stats = check_both(_k("relu16", relu.end(r), sel.end(r)), [np.zeros(n, np.float32), a, b,
+                                                                     np.zeros(n, np.float32)])  # fmt: skip
+    body = asm(spec).split("<.L1>:")[1].split("<.L2>:")[0]
+    assert body.count("vmaxps") == 1 and "vcmpunordps" not in body and "rip" not in body
+    assert re.search(r"vcmpltps k1,zmm\d+,zmm\d+\n.*vblendmps zmm\d+\{k1\}", body)

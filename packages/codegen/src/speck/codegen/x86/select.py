@@ -116,7 +116,7 @@ def _barrier(u: UOp) -> bool:
 
 
 _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
-_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK})  # the UOps whose users selection asks about
+_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK, *GroupOp.Comparison})  # the UOps whose users selection asks about
 
 
 class Selector:
@@ -158,6 +158,9 @@ class Selector:
         self.mem_operands = self._foldable_loads(users)
         self.bcast_loads = self._broadcast_loads(users)
         self.bcast_stacks = self._embedded_broadcasts(users)
+        self.kfused = sz.fused_compares(uops, users)  # 16-lane compares selected at their WHERE (into k1)
+        self.entry = 0  # where loop-invariant zmm constants go (after the arguments are read), see reg
+        self.hoisted: dict[UOp, VReg] = {}
         self.core: tuple[VReg, VReg] | None = None
         self.consts: dict[UOp, Any] = {}
         self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
@@ -333,7 +336,8 @@ class Selector:
         return rodata(self.pool.add(raw, align), len(raw))
 
     def reg(self, u: UOp) -> VReg:
-        """u's value in a register (casted consts are materialised into a fresh one at each use)."""
+        """u's value in a register (casted consts are materialised into a fresh one at each use; a zmm literal once,
+        before any loop)."""
         known = self.val.get(u)
         if known is not None:
             return known
@@ -341,8 +345,12 @@ class Selector:
             if u.dtype.count > 1:  # a vector literal with one value (legalize's 1.0 of a vector RECIPROCAL)
                 if u.dtype.scalar() != dtypes.float32:
                     raise self.fail(u, "only float32 vectors have vector registers")
-                d = self.vec(vec_bytes(u.dtype.count))
-                self.emit(O.VBROADCASTSS, d, self.fconst(u))
+                d = self.hoisted.get(u) or self.vec(vec_bytes(u.dtype.count))
+                if d.size == 64 and u not in self.hoisted:  # (zmm: 14 registers of its own) once, at the entry
+                    self.items.insert(self.entry, Inst(O.VBROADCASTSS, (d, self.fconst(u))))
+                    self.hoisted[u] = d
+                elif d.size < 64:
+                    self.emit(O.VBROADCASTSS, d, self.fconst(u))
                 return d
             if dtypes.is_float(u.dtype):
                 d = self.vec()
@@ -417,7 +425,8 @@ class Selector:
         for v, a in zip(sig.variables, args[len(sig.buffers) :]):
             self.val[v] = a
         self.core = (args[-2], args[-1])
-        skipped = self.folded | self.fused_muls | self.bcast_loads | self.bcast_stacks  # selected by their users
+        self.entry = len(self.items)
+        skipped = self.folded | self.fused_muls | self.bcast_loads | self.bcast_stacks | self.kfused
         skipped |= {x.src[0] for x in self.bcast_stacks}
         for u in self.uops:
             if (u.op in _ARGUMENTS and u in self.val) or u in skipped:

@@ -101,9 +101,27 @@ def sel_zunary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
+def splat_value(sel: Selector, u: UOp) -> float | None:
+    """The value of a literal with one value in every lane (a casted const, or a STACK of equal ones), else None."""
+    if is_cconst(u):
+        return float(sel.const_value(u))
+    if u.op is Ops.STACK and all(is_cconst(s) for s in u.src):
+        vals = {float(sel.const_value(s)) for s in u.src}
+        return vals.pop() if len(vals) == 1 else None
+    return None
+
+
 def sel_zmax(sel: Selector, u: UOp) -> None:
     # numpy.maximum lane by lane: vmaxps(b, a) = b > a ? b : a, then b wherever b is NaN
-    ra, rb = sel.reg(u.src[0]), sel.reg(u.src[1])
+    a, b = u.src
+    if splat_value(sel, a) is not None and splat_value(sel, b) is None:
+        a, b = b, a
+    if (v := splat_value(sel, b)) is not None and v == v:  # a literal that is not NaN (relu's 0)
+        d = sel.vec(64)
+        sel.emit(O.VMAXPS, d, sel.reg(b), sel.reg(a))  # a NaN a is the second operand: vmaxps returns it
+        sel.val[u] = d
+        return
+    ra, rb = sel.reg(a), sel.reg(b)
     t, d = sel.vec(64), sel.vec(64)
     sel.emit(O.VMAXPS, t, rb, ra)
     sel.emit(O.VCMPPS, K1, rb, rb, Imm(3))
@@ -111,9 +129,24 @@ def sel_zmax(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
+def fused_compares(uops: list[UOp], users: dict[UOp, list[UOp]]) -> set[UOp]:
+    """16-lane float32 compares whose one user is a WHERE reading them as its condition: the WHERE emits the
+    compare into k1 right before its vblendmps, so the mask never becomes a register."""
+    out: set[UOp] = set()
+    for u in uops:
+        if u.op in GroupOp.Comparison and u.src[0].dtype == dtypes.float32.vec(ZMM_LANES):
+            us = users.get(u, [])
+            if len(us) == 1 and us[0].op is Ops.WHERE and us[0].src[0] is u and u not in us[0].src[1:]:
+                out.add(u)
+    return out
+
+
 def sel_zwhere(sel: Selector, u: UOp) -> None:
     c, a, b = u.src
-    to_k1(sel, zmask(sel, c))
+    if c in sel.kfused:
+        sel.emit(O.VCMPPS, K1, sel.reg(c.src[0]), sel.reg(c.src[1]), Imm(FLOAT_CMP_PREDICATE[c.op]))
+    else:
+        to_k1(sel, zmask(sel, c))
     d = sel.vec(64)
     sel.emit(O.VBLENDMPS, d, zmask(sel, b) if is_wide_bool(u) else sel.reg(b),
              zmask(sel, a) if is_wide_bool(u) else sel.reg(a), ON_K1)  # fmt: skip
