@@ -37,6 +37,7 @@ def avx512_program(ast: UOp, fp_contract: bool = True) -> tuple[bytes, str]:
 
 def assert_listing_is_objdumps(obj: bytes, listing: str) -> None:
     """Every instruction line of the encoder's listing equals objdump's decoding of the object's bytes."""
+
     def jumps(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:  # objdump -d prints targets without 0x
         return [(o, re.sub(r"^(j\w+|call) 0x", r"\1 ", t)) for o, t in lines]
 

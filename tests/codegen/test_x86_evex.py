@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from speck.codegen.x86.assembler import assemble
 from speck.codegen.x86.encoder import EVEX_TABLE, EncodingError, encode
 from speck.codegen.x86.objdump import disassemble_raw, normalise
-from speck.codegen.x86.operands import Imm, Inst, Mem, Opmask, Operand, Reg, gpr, kreg, rodata, xmm, ymm, zmm
+from speck.codegen.x86.operands import Imm, Inst, Mem, Operand, Opmask, Reg, gpr, kreg, rodata, xmm, ymm, zmm
 from speck.codegen.x86.ops import X86Op
 
 # displacements around the disp8 edges, in units of the two compression scales (4 and 64 bytes) and off them
@@ -59,8 +59,13 @@ def _random_insts(rnd: random.Random) -> list[Inst]:
                     rm = _vec(rnd, width) if rnd.random() < 0.3 else _mem(rnd, f.broadcast and rnd.random() < 0.5)
                 k = kreg(rnd.randrange(8))
                 ops: tuple[Operand, ...] = {
-                    "RVM": (dst, _vec(rnd, width), rm), "KVM": (k, _vec(rnd, width), rm), "RM": (dst, rm),
-                    "BC": (dst, rm), "MR": (_mem(rnd, False), dst), "VMI": (dst, rm), "PRT": (rm, dst),
+                    "RVM": (dst, _vec(rnd, width), rm),
+                    "KVM": (k, _vec(rnd, width), rm),
+                    "RM": (dst, rm),
+                    "BC": (dst, rm),
+                    "MR": (_mem(rnd, False), dst),
+                    "VMI": (dst, rm),
+                    "PRT": (rm, dst),
                     "INS": (dst, _vec(rnd, 64), rm),
                 }[f.openc]
                 if f.openc == "VMI" or op in IMM_OPS:
@@ -77,7 +82,9 @@ def _random_insts(rnd: random.Random) -> list[Inst]:
     return insts
 
 
-IMM_OPS = frozenset({X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4, X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4})
+IMM_OPS = frozenset(
+    {X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4, X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4}
+)
 
 
 @settings(max_examples=max(4, settings.default.max_examples // 5), phases=(Phase.explicit, Phase.reuse, Phase.generate))

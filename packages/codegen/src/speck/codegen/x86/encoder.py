@@ -16,7 +16,7 @@ from dataclasses import field as dataclass_field
 
 from speck.codegen.errors import EncodingError
 from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_mem, format_operand, listing_body
-from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Opmask, Operand, Reg, Sym
+from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Opmask, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
 
 
@@ -191,6 +191,7 @@ def _is_rm(o: Operand) -> bool:
 
 
 _PHYSICAL = (Reg, Mem, Imm, Label, Sym, Opmask)
+_LISTED = (Reg, Mem, Imm, Label, Sym)  # operands listed on their own (an Opmask follows its destination)
 
 
 def _require(inst: Inst, ok: bool, expected: str) -> None:
@@ -210,7 +211,7 @@ def _require(inst: Inst, ok: bool, expected: str) -> None:
 
 
 def _text(inst: Inst, mem_size: int | None, imm_bits: int) -> str:
-    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, _PHYSICAL)]
+    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, _LISTED)]
     return format_instruction(inst.op.value, ops)
 
 
@@ -872,15 +873,15 @@ def _encode_evex(inst: Inst) -> Encoded:
     reg_i, vvvv_i, rm_i, len_i = _EVEX_SLOTS[f.openc]
     vec = _evex_vec(inst, ops[len_i], "vector")
     width = vec.size
-    reg_o = ops[reg_i] if reg_i is not None else None
-    vvvv_o = ops[vvvv_i] if vvvv_i is not None else None
-    rm = ops[rm_i]
-    if f.openc == "KVM":
-        if not isinstance(reg_o, Reg) or reg_o.kind != "k":
+    reg_o: Reg | None = None
+    if reg_i is not None:
+        o = ops[reg_i]
+        if f.openc == "KVM" and not (isinstance(o, Reg) and o.kind == "k"):
             raise EncodingError(f"{inst!r}: the destination of {inst.op.name} must be an opmask register k0..k7")
-    elif reg_o is not None:
-        _evex_vec(inst, reg_o, "register")
-    if vvvv_o is not None and _evex_vec(inst, vvvv_o, "first source").size != width:
+        reg_o = o if f.openc == "KVM" else _evex_vec(inst, o, "register")  # type: ignore[assignment]
+    vvvv_o = _evex_vec(inst, ops[vvvv_i], "first source") if vvvv_i is not None else None
+    rm = ops[rm_i]
+    if vvvv_o is not None and vvvv_o.size != width:
         raise EncodingError(f"{inst!r}: vector operands mix widths; use one of xmm/ymm/zmm throughout")
     part = f.part
     if f.openc in ("PRT", "INS"):
@@ -906,10 +907,10 @@ def _encode_evex(inst: Inst) -> Encoded:
         raise EncodingError(f"{inst!r}: a compare into an opmask register takes no {{z}}")
     ll = {16: 0, 32: 1, 64: 2}[width]
     mem_size = 4 if bcast else part or width
-    x, b, modrm, rip_at = _evex_modrm(f.ext if reg_o is None else _reg(reg_o).num, rm, mem_size, inst)
-    rnum = f.ext if reg_o is None else _reg(reg_o).num
+    rnum = f.ext if reg_o is None else reg_o.num
+    x, b, modrm, rip_at = _evex_modrm(rnum, rm, mem_size, inst)
     r, r_hi = (rnum >> 3) & 1, rnum >> 4
-    v = _reg(vvvv_o).num if vvvv_o is not None else 0
+    v = vvvv_o.num if vvvv_o is not None else 0
     aaa = mask.k if mask is not None else 0
     z = int(mask is not None and mask.zero)
     p0 = ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | ((r_hi ^ 1) << 4) | f.mm

@@ -13,10 +13,11 @@ host, 8 (one ymm register) with AVX2 (bools as lane masks), every other dtype sc
 CPU (speck.codegen.cpu_features: AVX-512 when it has avx512f and X86_AVX512 is not 0; `X86Renderer(avx512=...)`
 fixes it); the AVX-512 renderer declares 64-byte vectors and 32 vector registers, and refuses a kernel whose 16-lane
 values use a form the zmm selector lacks (ZmmRefusal) before any work: the backend registry then renders that kernel
-with the AVX2 renderer (backend X86_AVX2). Every other dtype is scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial
-decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays False) but handled;
-no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an UnsupportedOpError
-naming op, dtype and kernel) first thing in `render`, so a backend registry can run that kernel on LLVM instead.
+with the AVX2 renderer (backend X86_AVX2). Every other dtype is scalar; no EXP2/LOG2/SIN instruction (the pipeline's
+exact polynomial decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays
+False) but handled; no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an
+UnsupportedOpError naming op, dtype and kernel) first thing in `render`, so a backend registry can run that kernel on
+LLVM instead.
 `X86Renderer(fp_contract=True)` fuses a*b+c into FMA instructions.
 """
 

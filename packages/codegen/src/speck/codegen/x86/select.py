@@ -116,7 +116,9 @@ def _barrier(u: UOp) -> bool:
 
 
 _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
-_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK, *GroupOp.Comparison})  # the UOps whose users selection asks about
+_USERS_ASKED = frozenset(
+    {Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK, *GroupOp.Comparison}
+)  # the UOps whose users selection asks about
 
 
 class Selector:

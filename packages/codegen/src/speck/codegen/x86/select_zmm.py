@@ -358,7 +358,7 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
             if u.dtype.count != ZMM_LANES:
                 return u, f"{u.dtype.count} lanes (only 8 or 16 fit a register)"
             if u.dtype.scalar() == dtypes.float32:
-                if u.op not in _FLOAT_OPS and not (u.op in GroupOp.Comparison):
+                if u.op not in _FLOAT_OPS and u.op not in GroupOp.Comparison:
                     return u, "no zmm rule"
                 if u.op is Ops.CAST and u.src[0].dtype.scalar() != dtypes.bool:
                     return u, "only bool vectors cast to float32 vectors"
