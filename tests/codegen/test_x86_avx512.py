@@ -115,3 +115,29 @@ def test_corpus_builds_avx512_objects_or_refuses(case: tuple[UOp, list, dict]) -
     assert read_listing(obj) == listing
     assert_listing_is_objdumps(obj, listing)
     assert not _NARROW_EVEX.search(listing), "a 128/256-bit EVEX form needs AVX512VL"
+
+
+def test_odd_wide_vectors_are_refused_and_run_on_avx2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """12 lanes fit no register: the AVX-512 renderer refuses the kernel up front, and the registry's X86 backend
+    gives it to the AVX2 renderer, whose object runs here and matches the interpreter."""
+    import numpy as np
+
+    from speck.codegen.interpret import run_program
+    from speck.codegen.opt import Opt, OptOps
+    from test_x86_kernels import run_x86
+
+    n = 48
+    r = UOp.range(n, 0, AxisType.GLOBAL)
+    x = UOp.param(1, dtypes.float32.ptr(n)).index(r).load()
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(n)).index(r).store(x * x + 1.0).end(r),
+                   arg=KernelInfo(name="odd12", opts=(Opt(OptOps.UPCAST, 0, 12),)))  # fmt: skip
+    with pytest.raises(ZmmRefusal, match="12 lanes"):
+        to_program(ast, X86Renderer(avx512=True), None)
+    be = get_backend("X86")
+    monkeypatch.setattr(be, "_renderer", X86Renderer(avx512=True))
+    spec = be.to_program(ast)
+    ins = [np.zeros(n, np.float32), np.random.default_rng(0).standard_normal(n).astype(np.float32)]
+    want = [b.copy() for b in ins]
+    run_program(spec.uops, want, {})
+    assert "zmm" not in X86Compiler().disassemble(spec.lib or b"")
+    np.testing.assert_allclose(run_x86(spec, ins, {})[0], want[0], rtol=1e-6)  # (the registry's FP_CONTRACT: FMA)

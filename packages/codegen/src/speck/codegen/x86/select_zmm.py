@@ -357,6 +357,8 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
         if is_wide(u):
             if u.dtype.count != ZMM_LANES:
                 return u, f"{u.dtype.count} lanes (only 8 or 16 fit a register)"
+            if u.op is Ops.WHERE and not is_wide(u.src[0]):
+                return u, "a WHERE of 16-lane values takes a 16-lane condition"
             if u.dtype.scalar() == dtypes.float32:
                 if u.op not in _FLOAT_OPS and u.op not in GroupOp.Comparison:
                     return u, "no zmm rule"
