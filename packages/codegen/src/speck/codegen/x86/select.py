@@ -10,7 +10,8 @@ Value conventions (what every rule may assume about its sources and must guarant
   sign-extended (signed types) or zero-extended (unsigned, bool = 0/1) to 32 bits, with the upper 32 bits zero; so
   32-bit compare/divide/shift work unchanged on narrow types and a non-negative index is already a valid 64-bit
   index. 8-byte values use the whole register. Pointers are 64-bit.
-- float32/float64 scalars live in the low lane of an xmm register.
+- float32/float64 scalars live in the low lane of an xmm register; float32 vectors in xmm/ymm registers (class
+  "vec"), 16-lane ones (AVX-512) in zmm16..31 (class "zvec", select_zmm.py); bool vectors as lane masks alike.
 - literals appear only as casted consts and are never computed: they become imm8/imm32 operands where an
   instruction form takes one (int64 fitting int32 -> imm32, uint64 fitting uint32 -> imm32, else MOVABS into a
   register), float literals are RIP-relative .rodata operands; RANGE bounds are immediates.
