@@ -226,6 +226,9 @@ class Selector:
             us = set(users.get(u, []))
             if not us or any(m.op is not Ops.MUL or m.src[0] is m.src[1] for m in us):
                 continue
+            # the MUL's other operand must be a register: an instruction has one r/m operand
+            if any((m.src[1] if m.src[0] is u else m.src[0]) in self.mem_operands | out for m in us):
+                continue
             last = max(max(self.pos[a] for a in users[m]) if m in self.fused_muls else self.pos[m] for m in us)
             if any(_barrier(x) for x in self.uops[self.pos[ld] + 1 : last]):
                 continue
