@@ -6,6 +6,7 @@ same lowered program bit for bit (fp_contract off), and the unoptimized AST with
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from speck.codegen.interpret import eval_ast
 from speck.codegen.opt import Opt, OptOps
 from speck.codegen.program import to_program
 from speck.codegen.x86 import X86Compiler, X86Renderer
-from speck.uop import AxisType, DType, Ops, UOp, dtypes
+from speck.uop import AxisType, Context, DType, Ops, UOp, dtypes
 from test_opt_perf import (
     bufs,
     channel_sum,
@@ -29,6 +30,15 @@ from test_opt_perf import (
     single_channel_weight_grad,
 )
 from test_x86_kernels import _k, asm, check, pytestmark, run_x86  # noqa: F401  (pytestmark: gcc links the objects)
+
+
+@pytest.fixture(autouse=True)
+def _avx2() -> Iterator[None]:
+    """These tests check AVX2 forms (ymm broadcasts, vblendvps masks): on an AVX-512 host too (test_x86_avx512*.py
+    covers the zmm path)."""
+    with Context(X86_AVX512=0):
+        yield
+
 
 BLOCKED = {
     "matmul_64x32x256": lambda: matmul(64, 32, 256),

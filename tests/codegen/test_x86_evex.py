@@ -1,5 +1,6 @@
-"""AVX-512 (EVEX) encodings: every float32 form of EVEX_TABLE, at zmm/ymm/xmm width, over all 32 vector registers,
-memory operands with displacements on and off the disp8*N grid, and embedded broadcasts, round-trips through binutils
+"""AVX-512 (EVEX) encodings: every form of EVEX_TABLE, at zmm/ymm/xmm width, over all 32 vector registers and the 8
+opmask registers, memory operands with displacements on and off the disp8*N grid, embedded broadcasts, and write
+masking ({k}, {k}{z}), plus kmovw, round-trips through binutils
 objdump (which decodes EVEX on any host): the encoder's listing equals objdump's text at the same offsets.
 
 This host has no AVX-512 (no avx512f in /proc/cpuinfo), so these encodings are checked as bytes and text only; no test
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from speck.codegen.x86.assembler import assemble
 from speck.codegen.x86.encoder import EVEX_TABLE, EncodingError, encode
 from speck.codegen.x86.objdump import disassemble_raw, normalise
-from speck.codegen.x86.operands import Inst, Mem, Reg, gpr, rodata, xmm, ymm, zmm
+from speck.codegen.x86.operands import Imm, Inst, Mem, Operand, Opmask, Reg, gpr, kreg, rodata, xmm, ymm, zmm
 from speck.codegen.x86.ops import X86Op
 
 # displacements around the disp8 edges, in units of the two compression scales (4 and 64 bytes) and off them
@@ -44,19 +45,46 @@ def _random_insts(rnd: random.Random) -> list[Inst]:
     for op, forms in EVEX_TABLE.items():
         for f in forms:
             for width in (64, 64, 32, 16):
+                if f.openc in ("PRT", "INS"):
+                    width = 64  # parts of a zmm register
                 dst = _vec(rnd, width)
-                if f.disp_n == 4:  # vbroadcastss: an xmm or a 32-bit element
-                    src = xmm(rnd.randrange(32)) if rnd.random() < 0.5 else _mem(rnd, False)
+                rm: Reg | Mem
+                if f.openc == "BC":  # vbroadcastss: an xmm or a 32-bit element
+                    rm = xmm(rnd.randrange(32)) if rnd.random() < 0.5 else _mem(rnd, False)
+                elif f.openc in ("PRT", "INS"):
+                    rm = Reg("vec", rnd.randrange(32), f.part) if rnd.random() < 0.4 else _mem(rnd, False)
+                elif f.openc == "VMI" and width < 64:  # (a narrow shift from memory would take the VEX path)
+                    rm = Reg("vec", rnd.randrange(16, 32), width)
                 else:
-                    src = _vec(rnd, width) if rnd.random() < 0.3 else _mem(rnd, f.broadcast and rnd.random() < 0.5)
-                if f.openc == "RVM":
-                    ops: tuple[Reg | Mem, ...] = (dst, _vec(rnd, width), src)
-                elif f.openc == "RM":
-                    ops = (dst, src)
-                else:
-                    ops = (_mem(rnd, False), dst)
+                    rm = _vec(rnd, width) if rnd.random() < 0.3 else _mem(rnd, f.broadcast and rnd.random() < 0.5)
+                k = kreg(rnd.randrange(8))
+                ops: tuple[Operand, ...] = {
+                    "RVM": (dst, _vec(rnd, width), rm),
+                    "KVM": (k, _vec(rnd, width), rm),
+                    "RM": (dst, rm),
+                    "BC": (dst, rm),
+                    "MR": (_mem(rnd, False), dst),
+                    "VMI": (dst, rm),
+                    "PRT": (rm, dst),
+                    "INS": (dst, _vec(rnd, 64), rm),
+                }[f.openc]
+                if f.openc == "VMI" or op in IMM_OPS:
+                    top = {X86Op.VCMPPS: 32, X86Op.VPCMPD: 8}.get(op, 256)
+                    ops += (Imm(rnd.randrange(top)),)
+                if rnd.random() < 0.4:  # write masking: {z} only where the destination is a register
+                    zero = rnd.random() < 0.5 and isinstance(ops[0], Reg) and ops[0].kind == "vec"
+                    ops += (Opmask(rnd.randrange(1, 8), zero),)
                 insts.append(Inst(op, ops))
+    for _ in range(4):  # opmask <-> general register
+        g = Reg("gpr", rnd.randrange(16), 4)
+        k = kreg(rnd.randrange(8))
+        insts.append(Inst(X86Op.KMOVW, (k, g) if rnd.random() < 0.5 else (g, k)))
     return insts
+
+
+IMM_OPS = frozenset(
+    {X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4, X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4}
+)
 
 
 @settings(max_examples=max(4, settings.default.max_examples // 5), phases=(Phase.explicit, Phase.reuse, Phase.generate))
@@ -95,6 +123,11 @@ def test_relocation_of_a_rip_relative_evex_operand() -> None:
         (Inst(X86Op.VMOVUPS, (zmm(1), Mem(gpr("rax"), broadcast=True))), "no embedded-broadcast"),
         (Inst(X86Op.VADDSS, (xmm(1), xmm(2), xmm(20))), "has none"),  # a VEX-only op never gets a wrong VEX byte
         (Inst(X86Op.VBROADCASTSS, (zmm(1), ymm(2))), "xmm register"),
+        (Inst(X86Op.VMOVUPS, (Mem(gpr("rax")), zmm(1), Opmask(1, True))), "merge masking only"),
+        (Inst(X86Op.VCMPPS, (zmm(1), zmm(2), zmm(3), Imm(1))), "opmask register"),
+        (Inst(X86Op.VCMPPS, (kreg(1), zmm(2), zmm(3))), "takes imm8"),
+        (Inst(X86Op.VEXTRACTF64X4, (xmm(1), zmm(2), Imm(1))), "256-bit part"),
+        (Inst(X86Op.KMOVW, (kreg(1), gpr("rax"))), "32-bit general register"),
     ],
 )
 def test_bad_evex_operands_raise(inst: Inst, fragment: str) -> None:
@@ -108,3 +141,6 @@ def test_register_numbers() -> None:
         Reg("gpr", 16, 8)
     with pytest.raises(ValueError, match="0..31"):
         Reg("vec", 32, 64)
+    assert kreg(7).name == "k7"
+    with pytest.raises(ValueError, match="k0 encodes"):
+        Opmask(0)

@@ -91,11 +91,13 @@ class Backend:
             return to_program(ast, self.renderer, self.compiler if compile else None, beam_timer=beam_timer,
                               beam_tag=beam_tag)  # fmt: skip
         except UnsupportedOpError as e:
-            if self.fallback is None:
+            # a refusal may name the backend to try first (the AVX-512 x86 renderer's: the AVX2 one)
+            fallback = getattr(e, "fallback", None) or self.fallback
+            if fallback is None:
                 raise
             if DEBUG >= 2:
-                print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {self.fallback}")
-            return get_backend(self.fallback).to_program(ast, compile, beam_timer, beam_tag)
+                print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {fallback}")
+            return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
 
     def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
         """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""
@@ -164,6 +166,13 @@ def _x86_renderer() -> Renderer:
     return renderer
 
 
+def _x86_avx2_renderer() -> Renderer:
+    renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
+        fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0"), avx512=False
+    )
+    return renderer
+
+
 def _x86_compiler() -> Compiler:
     compiler: Compiler = importlib.import_module("speck.codegen.x86.compiler").X86Compiler()
     return compiler
@@ -178,6 +187,8 @@ def _python_renderer() -> Renderer:
 register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler))
 register_backend(Backend("CLANG", _clang_renderer, _clang_compiler))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM"))
+# the AVX2 x86 renderer: takes the kernels the AVX-512 one refuses (ZmmRefusal names it), LLVM those it refuses
+register_backend(Backend("X86_AVX2", _x86_avx2_renderer, _x86_compiler, fallback="LLVM"))
 register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
 # NULL runs nothing: programs are rendered (C is the cheapest renderer) so scheduling and counting are real
 register_backend(Backend("NULL", _clang_renderer, lambda: IdentityCompiler("null")))

@@ -18,12 +18,12 @@ Vectors are `<n x T>`; widths above `max_vector_bytes` (32, AVX2) are split by t
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import struct
 from typing import Any, ClassVar
 
+from speck.codegen.cpu_features import host_vector_bytes
 from speck.codegen.errors import NoTypeError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
@@ -247,20 +247,6 @@ def _fp8_helpers(dt: DType) -> str:
     return to_f32 + "\n" + from_f64
 
 
-@functools.cache
-def host_vector_bytes() -> int:
-    """Widest vector register of this host in bytes: 64 with AVX-512F, else 32 (AVX2 and the default elsewhere).
-    Read from /proc/cpuinfo so the renderer needs no llvmlite."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return 64 if "avx512f" in line.split() else 32
-    except OSError:
-        pass
-    return 32
-
-
 _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
 
 
@@ -288,6 +274,7 @@ class LLVMRenderer(Renderer):
         if mvb not in (16, 32, 64):
             raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}")
         self.max_vector_bytes = mvb  # type: ignore[misc]
+        self.vector_registers = 32 if mvb == 64 else 16  # type: ignore[misc]  # AVX-512 names zmm0..31
         self.fp_contract = fp_contract
 
     def supports(self, op: Ops, dtype: DType) -> bool:

@@ -174,9 +174,9 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     alloc = allocate(views, X86_64_SYSV)
     pushed = alloc.callee_saved
     frame = alloc.frame_size + (-(8 + 8 * len(pushed) + alloc.frame_size) % 16)
-    uses_ymm = any(isinstance(o, _REG_TYPES) and o.size == 32 for it in items if isinstance(it, Inst)
+    uses_ymm = any(isinstance(o, _REG_TYPES) and o.size >= 32 for it in items if isinstance(it, Inst)
                    for o in it.operands)  # fmt: skip
-    uses_ymm = uses_ymm or any(rl.vreg.cls == "vec" for rls in alloc.reloads.values() for rl in rls)
+    uses_ymm = uses_ymm or any(rl.vreg.cls != "gpr" for rls in alloc.reloads.values() for rl in rls)
 
     def slot(offset: int, size: int | None) -> Mem:
         return Mem(RSP, disp=offset, size=size)
@@ -186,8 +186,8 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     def move(load: bool, cls: str, reg: str, offset: int) -> Inst:
         key = (load, cls, reg, offset)
         if (inst := moves.get(key)) is None:
-            if cls == "vec":  # whole ymm: the slot holds any vector width
-                r = phys(reg, 32)
+            if cls != "gpr":  # the whole ymm (zmm for class zvec): the slot holds any vector width
+                r = phys(reg, 64 if cls == "zvec" else 32)
                 inst = Inst(X86Op.VMOVUPS, (r, slot(offset, None)) if load else (slot(offset, None), r))
             else:
                 r = phys(reg, 8)

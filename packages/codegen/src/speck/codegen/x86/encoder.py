@@ -16,7 +16,7 @@ from dataclasses import field as dataclass_field
 
 from speck.codegen.errors import EncodingError
 from speck.codegen.x86.listing import CMP_PREDICATES, format_instruction, format_mem, format_operand, listing_body
-from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Reg, Sym
+from speck.codegen.x86.operands import CL, Imm, Inst, Label, Mem, Operand, Opmask, Reg, Sym
 from speck.codegen.x86.ops import CMOVCC_OPS, COND_CODE, JCC_OPS, SETCC_OPS, X86Op
 
 
@@ -190,7 +190,8 @@ def _is_rm(o: Operand) -> bool:
     return isinstance(o, Mem) or (isinstance(o, Reg) and o.kind == "gpr")
 
 
-_PHYSICAL = (Reg, Mem, Imm, Label, Sym)
+_PHYSICAL = (Reg, Mem, Imm, Label, Sym, Opmask)
+_LISTED = (Reg, Mem, Imm, Label, Sym)  # operands listed on their own (an Opmask follows its destination)
 
 
 def _require(inst: Inst, ok: bool, expected: str) -> None:
@@ -210,7 +211,7 @@ def _require(inst: Inst, ok: bool, expected: str) -> None:
 
 
 def _text(inst: Inst, mem_size: int | None, imm_bits: int) -> str:
-    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, _PHYSICAL)]
+    ops = [format_operand(o, mem_size, imm_bits) for o in inst.operands if isinstance(o, _LISTED)]
     return format_instruction(inst.op.value, ops)
 
 
@@ -512,7 +513,8 @@ def encode_uncached(inst: Inst) -> Encoded:
     """Encode one non-branch instruction from scratch (what `encode` caches). Raises EncodingError for operands no
     form of the op accepts, and for jumps/calls, which need `encode`'s address and labels."""
     op = inst.op
-    if any((type(o) is Reg and o.evex_only) or (type(o) is Mem and o.broadcast) for o in inst.operands):
+    if op in _EVEX_ONLY or any((type(o) is Reg and o.evex_only) or (type(o) is Mem and o.broadcast)
+                               or type(o) is Opmask for o in inst.operands):  # fmt: skip
         return _encode_evex(inst)
     if op in VEX_TABLE:
         return _encode_vex(inst, VEX_TABLE[op])
@@ -762,39 +764,73 @@ VEX_TABLE: dict[X86Op, tuple[VexForm, ...]] = _vex_table([
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# AVX-512 (EVEX, Intel SDM vol. 2A, section 2.7): float32 zmm forms, the 32 vector registers, embedded broadcast.
-# Used for any instruction naming zmm, xmm16..31/ymm16..31 or a broadcast memory operand; no opmask ({k}) yet, and
-# instruction selection does not emit these forms yet (it targets AVX2).
+# AVX-512 (EVEX, Intel SDM vol. 2A, section 2.7): float32 zmm forms, the 32 vector registers, embedded broadcast and
+# opmask write masking (an `Opmask` last operand: `{k1}`, `{k1}{z}`). Used for any instruction naming zmm,
+# xmm16..31/ymm16..31, an opmask register or operand, or a broadcast memory operand. AVX-512F only (no DQ/BW/VL
+# extension is needed by any form here, apart from the xmm/ymm widths of the 128/256-bit forms, which are AVX512VL
+# and are used only by register numbers 16..31 of the narrow forms).
 
 
 @dataclass(frozen=True)
 class EvexForm:
-    """One EVEX form (W0 throughout: float32): operand encoding (RVM: dst, src1 in vvvv, src2 r/m; RM: dst, r/m;
-    MR: r/m destination, src), prefix fields (pp: 0 none, 1 66; mm: 1 0F, 2 0F38), opcode, whether the r/m memory
-    operand may be a broadcast, and the disp8*N scale of a memory operand when fixed (a scalar element: 4), else the
-    vector's byte width."""
+    """One EVEX form: operand encoding (openc, below), prefix fields (pp: 0 none, 1 66, 2 F3; mm: 1 0F, 2 0F38,
+    3 0F3A), opcode, W, whether the r/m memory operand may be a broadcast, the width in bytes of a part operand
+    (insert/extract/down-convert: 16 or 32; 4 for vbroadcastss' scalar source), and a ModRM.reg extension (VMI).
+
+    Operand encodings (Intel order; an Imm and then an Opmask may follow):
+      RVM: vec dst (reg), vec src1 (vvvv), vec/mem src2 (r/m)     RM: vec dst, vec/mem src     MR: mem dst, vec src
+      KVM: k dst (reg), vec src1 (vvvv), vec/mem src2             VMI: vec dst (vvvv), vec/mem src (r/m), imm8
+      PRT: part reg/mem dst (r/m), vec src (reg) - extract, down-convert
+      INS: vec dst, vec src1 (vvvv), part reg/mem src2 (r/m)      BC: vec dst, xmm/m32 src (vbroadcastss)
+    """
 
     openc: str
     pp: int
     mm: int
     opcode: int
     broadcast: bool = True
-    disp_n: int | None = None
+    w: int = 0
+    part: int = 0
+    ext: int = 0
 
 
+_E = EvexForm
 # op -> its forms, tried in order: the first whose operand kinds fit (a store names memory first)
 EVEX_TABLE: dict[X86Op, tuple[EvexForm, ...]] = {
-    X86Op.VADDPS: (EvexForm("RVM", 0, 1, 0x58),),  # EVEX.512.0F.W0 58 /r
-    X86Op.VSUBPS: (EvexForm("RVM", 0, 1, 0x5C),),
-    X86Op.VMULPS: (EvexForm("RVM", 0, 1, 0x59),),
-    X86Op.VDIVPS: (EvexForm("RVM", 0, 1, 0x5E),),
-    X86Op.VMAXPS: (EvexForm("RVM", 0, 1, 0x5F),),
-    X86Op.VMINPS: (EvexForm("RVM", 0, 1, 0x5D),),
-    X86Op.VSQRTPS: (EvexForm("RM", 0, 1, 0x51),),
-    X86Op.VFMADD231PS: (EvexForm("RVM", 1, 2, 0xB8),),  # EVEX.512.66.0F38.W0 B8 /r
-    X86Op.VMOVUPS: (EvexForm("RM", 0, 1, 0x10, False), EvexForm("MR", 0, 1, 0x11, False)),
-    X86Op.VMOVAPS: (EvexForm("RM", 0, 1, 0x28, False), EvexForm("MR", 0, 1, 0x29, False)),
-    X86Op.VBROADCASTSS: (EvexForm("RM", 1, 2, 0x18, False, 4),),  # zmm, xmm/m32 (Tuple1 Scalar)
+    X86Op.VADDPS: (_E("RVM", 0, 1, 0x58),),  # EVEX.512.0F.W0 58 /r
+    X86Op.VSUBPS: (_E("RVM", 0, 1, 0x5C),),
+    X86Op.VMULPS: (_E("RVM", 0, 1, 0x59),),
+    X86Op.VDIVPS: (_E("RVM", 0, 1, 0x5E),),
+    X86Op.VMAXPS: (_E("RVM", 0, 1, 0x5F),),
+    X86Op.VMINPS: (_E("RVM", 0, 1, 0x5D),),
+    X86Op.VSQRTPS: (_E("RM", 0, 1, 0x51),),
+    X86Op.VFMADD231PS: (_E("RVM", 1, 2, 0xB8),),  # EVEX.512.66.0F38.W0 B8 /r
+    X86Op.VBLENDMPS: (_E("RVM", 1, 2, 0x65),),  # EVEX.512.66.0F38.W0 65 /r
+    X86Op.VPXORD: (_E("RVM", 1, 1, 0xEF),),  # EVEX.512.66.0F.W0 EF /r
+    X86Op.VPANDD: (_E("RVM", 1, 1, 0xDB),),  # EVEX.512.66.0F.W0 DB /r
+    X86Op.VPANDND: (_E("RVM", 1, 1, 0xDF),),  # EVEX.512.66.0F.W0 DF /r
+    X86Op.VPORD: (_E("RVM", 1, 1, 0xEB),),  # EVEX.512.66.0F.W0 EB /r
+    X86Op.VCMPPS: (_E("KVM", 0, 1, 0xC2),),  # EVEX.512.0F.W0 C2 /r ib: k1 {k2}, zmm, zmm/m512/m32bcst, imm8
+    X86Op.VPTESTMD: (_E("KVM", 1, 2, 0x27),),  # EVEX.512.66.0F38.W0 27 /r
+    X86Op.VPCMPD: (_E("KVM", 1, 3, 0x1F),),  # EVEX.512.66.0F3A.W0 1F /r ib
+    X86Op.VRNDSCALEPS: (_E("RM", 1, 3, 0x08),),  # EVEX.512.66.0F3A.W0 08 /r ib
+    X86Op.VPSRLD: (_E("VMI", 1, 1, 0x72, ext=2),),  # EVEX.512.66.0F.W0 72 /2 ib
+    X86Op.VPSLLD: (_E("VMI", 1, 1, 0x72, ext=6),),  # EVEX.512.66.0F.W0 72 /6 ib
+    X86Op.VMOVUPS: (_E("RM", 0, 1, 0x10, False), _E("MR", 0, 1, 0x11, False)),
+    X86Op.VMOVAPS: (_E("RM", 0, 1, 0x28, False), _E("MR", 0, 1, 0x29, False)),
+    X86Op.VBROADCASTSS: (_E("BC", 1, 2, 0x18, False, part=4),),  # EVEX.512.66.0F38.W0 18 /r: zmm, xmm/m32
+    X86Op.VEXTRACTF64X4: (_E("PRT", 1, 3, 0x1B, False, 1, 32),),  # EVEX.512.66.0F3A.W1 1B /r ib
+    X86Op.VINSERTF64X4: (_E("INS", 1, 3, 0x1A, False, 1, 32),),  # EVEX.512.66.0F3A.W1 1A /r ib
+    X86Op.VEXTRACTF32X4: (_E("PRT", 1, 3, 0x19, False, 0, 16),),  # EVEX.512.66.0F3A.W0 19 /r ib
+}  # fmt: skip
+
+_CMP_OPS = frozenset({X86Op.VCMPPS})
+INT_CMP_PREDICATES = ("eq", "lt", "le", "", "neq", "nlt", "nle", "")  # vpcmpd imm8 (signed dword compare)
+_EVEX_ONLY = frozenset(EVEX_TABLE) - frozenset(VEX_TABLE) | {X86Op.KMOVW}  # AVX-512 instructions at any width
+# (reg field, vvvv, r/m, the operand whose width is the vector length) by operand encoding; None: not present
+_EVEX_SLOTS: dict[str, tuple[int | None, int | None, int, int]] = {
+    "RVM": (0, 1, 2, 0), "KVM": (0, 1, 2, 1), "RM": (0, None, 1, 0), "MR": (1, None, 0, 1), "VMI": (None, 0, 1, 0),
+    "PRT": (1, None, 0, 1), "INS": (0, 1, 2, 0), "BC": (0, None, 1, 0),
 }  # fmt: skip
 
 
@@ -804,51 +840,122 @@ def _evex_vec(inst: Inst, o: Operand, what: str) -> Reg:
     return o
 
 
+def _evex_form(inst: Inst, ops: tuple[Operand, ...], forms: tuple[EvexForm, ...]) -> EvexForm:
+    store = bool(ops) and isinstance(ops[0], Mem)
+    for f in forms:
+        n = 3 if f.openc in ("RVM", "KVM", "INS") else 2
+        if (f.openc == "MR") == store or f.openc == "PRT":
+            if len(ops) == n:
+                return f
+    raise EncodingError(f"{inst!r}: expected {' or '.join(f.openc for f in forms)} operands for the EVEX form")
+
+
 def _encode_evex(inst: Inst) -> Encoded:
+    if inst.op is X86Op.KMOVW:
+        return _encode_kmov(inst)
     forms = EVEX_TABLE.get(inst.op)
     if forms is None:
         known = ", ".join(o.name for o in EVEX_TABLE)
-        raise EncodingError(f"{inst!r}: zmm, xmm16-31/ymm16-31 and broadcast memory need an EVEX (AVX-512) form; "
-                            f"{inst.op.name} has none (EVEX forms: {known})")  # fmt: skip
+        raise EncodingError(f"{inst!r}: zmm, xmm16-31/ymm16-31, opmasks and broadcast memory need an EVEX (AVX-512) "
+                            f"form; {inst.op.name} has none (EVEX forms: {known})")  # fmt: skip
     ops = inst.operands
-    store = len(ops) == 2 and isinstance(ops[0], Mem)
-    f = next((f for f in forms if (f.openc == "MR") == store and len(ops) == (3 if f.openc == "RVM" else 2)), None)
-    if f is None:
-        raise EncodingError(f"{inst!r}: expected {' or '.join(f.openc for f in forms)} operands for the EVEX form")
-    if f.openc == "MR":
-        reg, vvvv, rm = _evex_vec(inst, ops[1], "source"), None, ops[0]
-    elif f.openc == "RM":
-        reg, vvvv, rm = _evex_vec(inst, ops[0], "destination"), None, ops[1]
-    else:
-        reg, vvvv, rm = _evex_vec(inst, ops[0], "destination"), _evex_vec(inst, ops[1], "first source"), ops[2]
-    width = reg.size
-    if f.disp_n == 4 and isinstance(rm, Reg):  # vbroadcastss zmm, xmm: the source is an xmm at any width
+    mask = ops[-1] if ops and isinstance(ops[-1], Opmask) else None
+    if mask is not None:
+        ops = ops[:-1]
+    imm_op = ops[-1] if ops and isinstance(ops[-1], Imm) else None
+    if imm_op is not None:
+        ops = ops[:-1]
+    f = _evex_form(inst, ops, forms)
+    wants_imm = f.openc in ("VMI",) or inst.op in (X86Op.VCMPPS, X86Op.VPCMPD, X86Op.VRNDSCALEPS, X86Op.VEXTRACTF64X4,
+                                                   X86Op.VINSERTF64X4, X86Op.VEXTRACTF32X4)  # fmt: skip
+    if wants_imm != (imm_op is not None):
+        raise EncodingError(f"{inst!r}: {inst.op.name} {'takes' if wants_imm else 'takes no'} imm8 operand")
+    reg_i, vvvv_i, rm_i, len_i = _EVEX_SLOTS[f.openc]
+    vec = _evex_vec(inst, ops[len_i], "vector")
+    width = vec.size
+    reg_o: Reg | None = None
+    if reg_i is not None:
+        o = ops[reg_i]
+        if f.openc == "KVM" and not (isinstance(o, Reg) and o.kind == "k"):
+            raise EncodingError(f"{inst!r}: the destination of {inst.op.name} must be an opmask register k0..k7")
+        reg_o = o if f.openc == "KVM" else _evex_vec(inst, o, "register")  # type: ignore[assignment]
+    vvvv_o = _evex_vec(inst, ops[vvvv_i], "first source") if vvvv_i is not None else None
+    rm = ops[rm_i]
+    if vvvv_o is not None and vvvv_o.size != width:
+        raise EncodingError(f"{inst!r}: vector operands mix widths; use one of xmm/ymm/zmm throughout")
+    part = f.part
+    if f.openc in ("PRT", "INS"):
+        if width != 64 or isinstance(rm, Reg) and (rm.kind != "vec" or rm.size != part):
+            raise EncodingError(f"{inst!r}: {inst.op.name} moves a {8 * part}-bit part of a zmm register")
+        if reg_o is not None and f.openc == "INS" and reg_o.size != 64:
+            raise EncodingError(f"{inst!r}: vector operands mix widths; the destination must be a zmm register")
+    elif f.openc == "BC" and isinstance(rm, Reg):  # vbroadcastss zmm, xmm: the source is an xmm at any width
         if rm.kind != "vec" or rm.size != 16:
             raise EncodingError(f"{inst!r}: the broadcast source must be an xmm register or a 32-bit memory operand")
-    elif isinstance(rm, Reg) and (rm.kind != "vec" or rm.size != width) or vvvv is not None and vvvv.size != width:
+    elif isinstance(rm, Reg) and (rm.kind != "vec" or rm.size != width) or reg_o is not None and (
+            f.openc != "KVM" and reg_o.size != width):  # fmt: skip
         raise EncodingError(f"{inst!r}: vector operands mix widths; use one of xmm/ymm/zmm throughout")
     if not isinstance(rm, (Reg, Mem)):
         raise EncodingError(f"{inst!r}: expected a vector register or memory operand, got {rm!r}")
+    _require(inst, True, "")
     bcast = isinstance(rm, Mem) and rm.broadcast
     if bcast and not f.broadcast:
         raise EncodingError(f"{inst!r}: {inst.op.name} has no embedded-broadcast form")
+    if mask is not None and mask.zero and isinstance(ops[0], Mem):
+        raise EncodingError(f"{inst!r}: a store takes merge masking only ({{k}}, not {{z}})")
+    if mask is not None and f.openc == "KVM" and mask.zero:
+        raise EncodingError(f"{inst!r}: a compare into an opmask register takes no {{z}}")
     ll = {16: 0, 32: 1, 64: 2}[width]
-    n = 4 if bcast else f.disp_n or width  # disp8*N: the displacement is stored divided by the access size
-    x, b, modrm, rip_at = _evex_modrm(reg.num, rm, n, inst)
-    r, r_hi = (reg.num >> 3) & 1, reg.num >> 4
-    v = vvvv.num if vvvv is not None else 0
+    mem_size = 4 if bcast else part or width
+    rnum = f.ext if reg_o is None else reg_o.num
+    x, b, modrm, rip_at = _evex_modrm(rnum, rm, mem_size, inst)
+    r, r_hi = (rnum >> 3) & 1, rnum >> 4
+    v = vvvv_o.num if vvvv_o is not None else 0
+    aaa = mask.k if mask is not None else 0
+    z = int(mask is not None and mask.zero)
     p0 = ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | ((r_hi ^ 1) << 4) | f.mm
-    p1 = ((~v & 15) << 3) | 0b100 | f.pp  # W0: every form here is float32
-    p2 = (ll << 5) | (bcast << 4) | (((v >> 4) ^ 1) << 3)
+    p1 = (f.w << 7) | ((~v & 15) << 3) | 0b100 | f.pp
+    p2 = (z << 7) | (ll << 5) | (bcast << 4) | (((v >> 4) ^ 1) << 3) | aaa
     head = bytes([0x62, p0, p1, p2, f.opcode])
-    mem_size = 4 if bcast or f.disp_n == 4 else width
-    # objdump (binutils 2.40) spells a broadcast element `DWORD BCST [..]`
+    imm = b""
+    mnemonic = inst.op.value
+    if imm_op is not None:
+        if not -128 <= imm_op.value < 256:
+            raise EncodingError(f"{inst!r}: imm8 {imm_op.value} out of range [-128, 256)")
+        imm = bytes([imm_op.value & 0xFF])
+        if inst.op in _CMP_OPS:
+            if not 0 <= imm_op.value < 32:
+                raise EncodingError(f"{inst!r}: compare predicate must be in [0, 32), got {imm_op.value}")
+            mnemonic = "vcmp" + CMP_PREDICATES[imm_op.value] + mnemonic[4:]
+        elif inst.op is X86Op.VPCMPD:
+            if not 0 <= imm_op.value < 8:
+                raise EncodingError(f"{inst!r}: integer compare predicate must be in [0, 8), got {imm_op.value}")
+            if INT_CMP_PREDICATES[imm_op.value]:  # objdump folds all but 'false'/'true' into the mnemonic
+                mnemonic = "vpcmp" + INT_CMP_PREDICATES[imm_op.value] + "d"
+    # objdump (binutils 2.40) spells a broadcast element `DWORD BCST [..]` and the mask after the destination
     text_ops = []
     for o in ops:
-        assert isinstance(o, (Reg, Mem))  # (checked above: the forms take vector registers and memory only)
+        assert isinstance(o, (Reg, Mem))  # (checked above: the forms take registers and memory only)
         text_ops.append("DWORD BCST " + format_mem(o, None) if isinstance(o, Mem) and bcast else
                         format_operand(o, mem_size, 8))  # fmt: skip
-    return _finish(inst, head, modrm, rip_at, b"", format_instruction(inst.op.value, text_ops))
+    if mask is not None:
+        text_ops[0] += f"{{k{mask.k}}}" + ("{z}" if mask.zero else "")
+    if imm_op is not None and not (inst.op in _CMP_OPS or (inst.op is X86Op.VPCMPD and mnemonic != "vpcmpd")):
+        text_ops.append(format_operand(imm_op, None, 8))
+    return _finish(inst, head, modrm, rip_at, imm, format_instruction(mnemonic, text_ops))
+
+
+def _encode_kmov(inst: Inst) -> Encoded:
+    """KMOVW k, r32 (VEX.L0.0F.W0 92 /r) and KMOVW r32, k (VEX.L0.0F.W0 93 /r): a 16-lane mask to and from the low 16
+    bits of a general register."""
+    ops = inst.operands
+    _require(inst, len(ops) == 2 and all(isinstance(o, Reg) for o in ops), "(k, r32) or (r32, k)")
+    dst, src = _reg(ops[0]), _reg(ops[1])
+    if dst.kind == "k" and src.kind == "gpr" and src.size == 4:
+        return _vex(inst, 0, 1, 0, 0, 0x92, dst.num, 0, src, b"", _text(inst, None, 8))
+    if dst.kind == "gpr" and dst.size == 4 and src.kind == "k":
+        return _vex(inst, 0, 1, 0, 0, 0x93, dst.num, 0, src, b"", _text(inst, None, 8))
+    raise EncodingError(f"{inst!r}: kmovw moves between an opmask register and a 32-bit general register")
 
 
 def _evex_modrm(reg_num: int, rm: Reg | Mem, n: int, inst: Inst) -> tuple[int, int, bytes, int | None]:

@@ -23,8 +23,9 @@ GPR_NAMES: dict[int, tuple[str, ...]] = {1: GPR8, 2: GPR16, 4: GPR32, 8: GPR64}
 
 @dataclass(frozen=True)
 class Reg:
-    """A physical register: kind "gpr" (size 1/2/4/8 bytes, number 0..15) or "vec" (size 16 = xmm, 32 = ymm,
-    64 = zmm; number 0..31, where zmm and 16..31 exist only in AVX-512's EVEX encoding)."""
+    """A physical register: kind "gpr" (size 1/2/4/8 bytes, number 0..15), "vec" (size 16 = xmm, 32 = ymm,
+    64 = zmm; number 0..31, where zmm and 16..31 exist only in AVX-512's EVEX encoding) or "k" (an AVX-512 opmask
+    register k0..k7, size 8)."""
 
     kind: str
     num: int
@@ -33,12 +34,14 @@ class Reg:
     def __post_init__(self) -> None:
         if self.kind == "gpr":
             ok = self.size in GPR_NAMES and 0 <= self.num < 16
+        elif self.kind == "k":
+            ok = self.size == 8 and 0 <= self.num < 8
         else:
             ok = self.kind == "vec" and self.size in (16, 32, 64) and 0 <= self.num < 32
         if not ok:
             raise ValueError(
-                f"Reg: expected kind 'gpr' with size 1/2/4/8 and num 0..15, or 'vec' with size 16/32/64 and num "
-                f"0..31, got kind={self.kind!r} num={self.num} size={self.size}"
+                f"Reg: expected kind 'gpr' with size 1/2/4/8 and num 0..15, 'vec' with size 16/32/64 and num "
+                f"0..31, or 'k' with size 8 and num 0..7, got kind={self.kind!r} num={self.num} size={self.size}"
             )
 
     @property
@@ -46,12 +49,14 @@ class Reg:
         """The Intel-syntax register name (eax, r9b, xmm12, ymm3)."""
         if self.kind == "gpr":
             return GPR_NAMES[self.size][self.num]
+        if self.kind == "k":
+            return f"k{self.num}"
         return ("xmm" if self.size == 16 else "ymm" if self.size == 32 else "zmm") + str(self.num)
 
     def __hash__(self) -> int:
         # equal registers have equal (kind, num, size); mixing the small ints directly is about twice as fast as the
         # generated hash of a field tuple, and instruction encodings are looked up by hashing their operands
-        return self.num | self.size << 5 | (self.kind == "vec") << 12
+        return self.num | self.size << 5 | (self.kind == "vec") << 12 | (self.kind == "k") << 13
 
     def sized(self, size: int) -> Reg:
         """The same register viewed at another width (eax.sized(8) is rax, xmm3.sized(32) is ymm3)."""
@@ -60,7 +65,7 @@ class Reg:
     @property
     def evex_only(self) -> bool:
         """zmm, or a vector register numbered 16..31: only an EVEX (AVX-512) encoding can name it."""
-        return self.kind == "vec" and (self.size == 64 or self.num >= 16)
+        return (self.kind == "vec" and (self.size == 64 or self.num >= 16)) or self.kind == "k"
 
     @property
     def ext(self) -> int:
@@ -97,6 +102,26 @@ def ymm(num: int) -> Reg:
 def zmm(num: int) -> Reg:
     """The 512-bit vector register zmm<num> (AVX-512, 0..31)."""
     return Reg("vec", num, 64)
+
+
+def kreg(num: int) -> Reg:
+    """The AVX-512 opmask register k<num> (0..7; k0 as a mask means "no mask")."""
+    return Reg("k", num, 8)
+
+
+@dataclass(frozen=True)
+class Opmask:
+    """AVX-512 write masking of an EVEX instruction, given as its last operand: lanes where opmask register k
+    (k1..k7) is clear keep the destination's old value, or become zero when `zero` ({z}; registers only).
+    The register is physical: selection uses opmasks only between adjacent instructions, so they need no
+    allocation."""
+
+    k: int
+    zero: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k < 8:
+            raise ValueError(f"Opmask: k must be 1..7 (k0 encodes 'no mask'), got {self.k}")
 
 
 RSP = gpr("rsp")
@@ -192,7 +217,7 @@ class IncomingStackArg:
     size: int = 8
 
 
-Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym, IncomingStackArg]
+Operand = Union[Reg, "VReg", Mem, Imm, Label, Sym, IncomingStackArg, Opmask]
 
 
 @dataclass(frozen=True, slots=True, init=False)

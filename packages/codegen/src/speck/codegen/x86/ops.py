@@ -199,6 +199,19 @@ class X86Op(Enum):
     VROUNDPS = "vroundps"
     VROUNDPD = "vroundpd"
     VZEROUPPER = "vzeroupper"
+    # AVX-512F (EVEX-encoded; KMOVW is VEX-encoded): zmm-only logic, opmask moves/tests, 256/128-bit lane moves
+    VBLENDMPS = "vblendmps"
+    VPXORD = "vpxord"
+    VPANDD = "vpandd"
+    VPANDND = "vpandnd"
+    VPORD = "vpord"
+    VPTESTMD = "vptestmd"
+    VPCMPD = "vpcmpd"
+    VRNDSCALEPS = "vrndscaleps"
+    VEXTRACTF64X4 = "vextractf64x4"
+    VINSERTF64X4 = "vinsertf64x4"
+    VEXTRACTF32X4 = "vextractf32x4"
+    KMOVW = "kmovw"
 
 
 CONDITIONS: tuple[str, ...] = ("o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")

@@ -1,9 +1,9 @@
 """x86-64 glue for the target-independent register allocator: register classes, System V roles, name lookup.
 
-Allocator register names are the 64-bit GPR names and xmm0..xmm15; `phys` turns a name and an operand width into the
-encoder's `Reg` (rax at 4 bytes is eax, xmm3 at 32 bytes is ymm3). Scratch registers are kept out of allocation so a
-spilled operand can always be reloaded; r10/r11 are chosen because no System V role (arguments, returns, division,
-shift count) ever pins them.
+Allocator register names are the 64-bit GPR names and xmm0..xmm31 (16..31 in the AVX-512 class "zvec"); `phys`
+turns a name and an operand width into the encoder's `Reg` (rax at 4 bytes is eax, xmm3 at 32 bytes is ymm3).
+Scratch registers are kept out of allocation so a spilled operand can always be reloaded; r10/r11 are chosen because
+no System V role (arguments, returns, division, shift count) ever pins them.
 """
 
 from __future__ import annotations
@@ -21,14 +21,17 @@ GPR = RegClass(
 VEC = RegClass(
     "vec", allocatable=tuple(f"xmm{i}" for i in range(13)), scratch=("xmm13", "xmm14", "xmm15"), slot_size=32
 )
+# AVX-512: zmm values live in the 16 registers only EVEX can name, so a zmm value never shares a register with the
+# VEX-encoded xmm/ymm code (whose instructions have no EVEX form) and both classes allocate independently
+ZVEC = RegClass("zvec", allocatable=tuple(f"xmm{i}" for i in range(16, 30)), scratch=("xmm30", "xmm31"), slot_size=64)
 
 CALLEE_SAVED = frozenset({"rbx", "rbp", "r12", "r13", "r14", "r15"})
-X86_64_SYSV = RegTarget({"gpr": GPR, "vec": VEC}, CALLEE_SAVED)
+X86_64_SYSV = RegTarget({"gpr": GPR, "vec": VEC, "zvec": ZVEC}, CALLEE_SAVED)
 
 ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
 """System V integer/pointer argument registers, in argument order."""
 FLOAT_ARG_REGS = tuple(f"xmm{i}" for i in range(8))
-CALL_CLOBBERS = frozenset(set(GPR.allocatable + GPR.scratch) - CALLEE_SAVED) | frozenset(f"xmm{i}" for i in range(16))
+CALL_CLOBBERS = frozenset(set(GPR.allocatable + GPR.scratch) - CALLEE_SAVED) | frozenset(f"xmm{i}" for i in range(32))
 """Registers a System V call may destroy (all vector registers, the caller-saved GPRs)."""
 
 
@@ -40,7 +43,7 @@ def phys(name: str, size: int) -> Reg:
         if name.startswith("xmm"):
             r = Reg("vec", int(name[3:]), size)
         elif name not in GPR64:
-            raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm15")
+            raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm31")
         else:
             r = Reg("gpr", GPR64.index(name), size)
         _PHYS[(name, size)] = r

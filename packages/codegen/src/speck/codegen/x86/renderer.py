@@ -8,11 +8,16 @@ returns the ELF object, which also carries the function's Intel-syntax listing (
 with the .rodata constants and relocations in its header): `X86Compiler().disassemble(lib)`. `render_x86(uops)` is
 that whole backend on a linear program, with per-stage times (speck.codegen.x86.backend).
 
-Capabilities declared to the pipeline: float32 and bool vectors of up to 8 lanes (one ymm register; bools as lane
-masks; AVX2, no AVX-512), every other dtype scalar; no EXP2/LOG2/SIN instruction (the pipeline's exact polynomial
-decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays False) but handled;
-no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an UnsupportedOpError
-naming op, dtype and kernel) first thing in `render`, so a backend registry can run that kernel on LLVM instead.
+Capabilities declared to the pipeline: float32 and bool vectors of up to 16 lanes (one zmm register) on an AVX-512
+host, 8 (one ymm register) with AVX2 (bools as lane masks), every other dtype scalar. The instruction set follows the
+CPU (speck.codegen.cpu_features: AVX-512 when it has avx512f and X86_AVX512 is not 0; `X86Renderer(avx512=...)`
+fixes it); the AVX-512 renderer declares 64-byte vectors and 32 vector registers, and refuses a kernel whose 16-lane
+values use a form the zmm selector lacks (ZmmRefusal) before any work: the backend registry then renders that kernel
+with the AVX2 renderer (backend X86_AVX2). Every other dtype is scalar; no EXP2/LOG2/SIN instruction (the pipeline's
+exact polynomial decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays
+False) but handled; no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an
+UnsupportedOpError naming op, dtype and kernel) first thing in `render`, so a backend registry can run that kernel on
+LLVM instead.
 `X86Renderer(fp_contract=True)` fuses a*b+c into FMA instructions.
 """
 
@@ -20,39 +25,71 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from speck.codegen.cpu_features import host_has_avx512f, x86_avx512_enabled
+from speck.codegen.errors import X86UnsupportedError
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.x86.backend import X86Rendering, listing_text, render_x86
 from speck.codegen.x86.legalize import check_dtypes
 from speck.codegen.x86.program_text import dump_program
+from speck.codegen.x86.select import zmm_refusal
 from speck.uop import DType, Ops, PatternMatcher, UOp, dtypes
 
 X86_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 """No instruction computes these: the pipeline's polynomial decompositions (exact like the interpreter) are used."""
 
 
+class ZmmRefusal(X86UnsupportedError):
+    """A kernel whose 16-lane values the AVX-512 selector cannot take: `fallback` names the backend that renders it
+    instead (the AVX2 x86 renderer, whose 8-lane vectors it selects; LLVM after that)."""
+
+    fallback = "X86_AVX2"
+
+
 class X86Renderer(Renderer):
-    """speck's x86-64 backend (AVX2 + FMA host, System V, CPU_ABI.md): float32 and bool vectors of up to 8 lanes,
-    every other dtype scalar (the pipeline devectorizes it); half/bfloat16/fp8 values are refused early
-    (X86UnsupportedError naming op and dtype); EXP2/LOG2/SIN come from the pipeline's decompositions."""
+    """speck's x86-64 backend (AVX2 + FMA host, AVX-512F where the CPU has it; System V, CPU_ABI.md): float32 and
+    bool vectors of up to 16 (AVX-512) or 8 (AVX2) lanes, every other dtype scalar (the pipeline devectorizes it);
+    half/bfloat16/fp8 values are refused early (X86UnsupportedError naming op and dtype); EXP2/LOG2/SIN come from the
+    pipeline's decompositions."""
 
     name: ClassVar[str] = "x86"
     device: ClassVar[str] = "CPU"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - X86_UNSUPPORTED
     has_vectors: ClassVar[bool] = True
-    max_vector_bytes: ClassVar[int] = 32
     supports_float16: ClassVar[bool] = False
     supports_int64: ClassVar[bool] = True
+    # the host's instruction set as data (lowered-program cache keys hold a renderer's data attributes: a cache
+    # shared between an AVX-512 and an AVX2 host must not mix their programs)
+    host_isa: ClassVar[str] = "avx512f" if host_has_avx512f() else "avx2"
 
     # decompositions (exp2/log2/sin polynomials) run after devectorization and may build bool/int vectors again:
     # split those once more at the very end (the rewrite context is the renderer itself, see `width`)
     extra_matcher: ClassVar[PatternMatcher | None] = pm_devectorize
 
-    def __init__(self, fp_contract: bool = False) -> None:
+    def __init__(self, fp_contract: bool = False, avx512: bool | None = None) -> None:
         """`fp_contract`: fuse a*b+c into one FMA instruction, rounded once (as LLVMRenderer(fp_contract=True)); results
-        may differ from the exact default in the last bit; about twice the multiply-add throughput."""
+        may differ from the exact default in the last bit; about twice the multiply-add throughput.
+        `avx512`: select AVX-512 (zmm, opmasks) or AVX2; None follows the host and the X86_AVX512 setting at each
+        use (speck.codegen.cpu_features.x86_avx512_enabled). True on a host without avx512f builds objects that
+        host cannot run (for listings and emulation)."""
         self.fp_contract = fp_contract
+        self.avx512 = avx512
+
+    @property
+    def uses_avx512(self) -> bool:
+        """Whether this renderer shapes programs for AVX-512 (16-lane float32 vectors in zmm registers)."""
+        return x86_avx512_enabled() if self.avx512 is None else self.avx512
+
+    @property
+    def max_vector_bytes(self) -> int:  # type: ignore[override]
+        """64 (zmm) with AVX-512, else 32 (ymm)."""
+        return 64 if self.uses_avx512 else 32
+
+    @property
+    def vector_registers(self) -> int:  # type: ignore[override]
+        """32 vector registers with AVX-512 (EVEX names zmm16..31), else 16."""
+        return 32 if self.uses_avx512 else 16
 
     def extra_context(self) -> Any:
         """The renderer_extra stage devectorizes again (after decompositions made new wide values), by this
@@ -60,15 +97,21 @@ class X86Renderer(Renderer):
         return Devectorizer(self)
 
     def max_vec_lanes(self, dtype: DType) -> int:
-        """float32 and bool get 8 lanes (one ymm register; bools as 32-bit lane masks, lane for lane with the floats
-        they compare and select); every other dtype is devectorized to scalars."""
+        """float32 and bool get 16 lanes with AVX-512 (one zmm register), else 8 (one ymm register; bools as 32-bit
+        lane masks, lane for lane with the floats they compare and select); every other dtype is devectorized to
+        scalars."""
         return self.max_vector_bytes // 4 if dtype.scalar() in (dtypes.float32, dtypes.bool) else 1
 
     def render(self, uops: list[UOp]) -> str:
         """The kernel's source text (speck.codegen.x86.program_text), after the early refusal of values without a
         register class; `X86Compiler().compile(src)` runs the backend on it."""
-        check_dtypes(uops, kernel_name(uops[-1]) if uops else "kernel")
+        name = kernel_name(uops[-1]) if uops else "kernel"
+        check_dtypes(uops, name)
+        if self.max_vector_bytes > 32 and (why := zmm_refusal(uops)) is not None:
+            u, reason = why
+            raise ZmmRefusal(f"x86 backend: the AVX-512 selector does not take {u.op.name} on {u.dtype} in kernel "
+                             f"{name!r} ({reason}); rendering it for AVX2", u.op, u.dtype)  # fmt: skip
         return dump_program(uops, self.fp_contract)
 
 
-__all__ = ["X86Renderer", "X86Rendering", "X86_UNSUPPORTED", "listing_text", "render_x86"]
+__all__ = ["X86Renderer", "X86Rendering", "X86_UNSUPPORTED", "ZmmRefusal", "listing_text", "render_x86"]

@@ -10,7 +10,8 @@ Value conventions (what every rule may assume about its sources and must guarant
   sign-extended (signed types) or zero-extended (unsigned, bool = 0/1) to 32 bits, with the upper 32 bits zero; so
   32-bit compare/divide/shift work unchanged on narrow types and a non-negative index is already a valid 64-bit
   index. 8-byte values use the whole register. Pointers are 64-bit.
-- float32/float64 scalars live in the low lane of an xmm register.
+- float32/float64 scalars live in the low lane of an xmm register; float32 vectors in xmm/ymm registers (class
+  "vec"), 16-lane ones (AVX-512) in zmm16..31 (class "zvec", select_zmm.py); bool vectors as lane masks alike.
 - literals appear only as casted consts and are never computed: they become imm8/imm32 operands where an
   instruction form takes one (int64 fitting int32 -> imm32, uint64 fitting uint32 -> imm32, else MOVABS into a
   register), float literals are RIP-relative .rodata operands; RANGE bounds are immediates.
@@ -35,6 +36,7 @@ from speck.codegen.renderer.common import divisor_safe, kernel_signature, shift_
 from speck.codegen.x86 import select_cast as sc
 from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
+from speck.codegen.x86 import select_zmm as sz
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
 from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
@@ -83,6 +85,8 @@ def _dtype_class(dt: DType) -> str:
         return "none"
     s = dt.scalar()
     if dt.count > 1:
+        if dt.count > 8 and s in (dtypes.float32, dtypes.bool):  # AVX-512: a zmm register
+            return "zvec" if s == dtypes.float32 else "kvec"
         return "fvec" if s == dtypes.float32 else "bvec" if s == dtypes.bool else "vec"
     return "bool" if s == dtypes.bool else "float" if dtypes.is_float(s) else "int"
 
@@ -113,7 +117,9 @@ def _barrier(u: UOp) -> bool:
 
 
 _VECTOR_SCALARS = frozenset({dtypes.float32, dtypes.bool})  # the dtypes whose vectors have vector registers
-_USERS_ASKED = frozenset({Ops.ADD, Ops.LOAD, Ops.MUL})  # the UOps whose users selection asks about
+_USERS_ASKED = frozenset(
+    {Ops.ADD, Ops.LOAD, Ops.MUL, Ops.STACK, *GroupOp.Comparison}
+)  # the UOps whose users selection asks about
 
 
 class Selector:
@@ -154,6 +160,10 @@ class Selector:
         self.fused_muls = {m for _, m in self.fma.values()}
         self.mem_operands = self._foldable_loads(users)
         self.bcast_loads = self._broadcast_loads(users)
+        self.bcast_stacks = self._embedded_broadcasts(users)
+        self.kfused = sz.fused_compares(uops, users)  # 16-lane compares selected at their WHERE (into k1)
+        self.entry = 0  # where loop-invariant zmm constants go (after the arguments are read), see reg
+        self.hoisted: dict[UOp, VReg] = {}
         self.core: tuple[VReg, VReg] | None = None
         self.consts: dict[UOp, Any] = {}
         self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
@@ -167,7 +177,7 @@ class Selector:
             if (
                 u.op is not Ops.ADD
                 or not dtypes.is_float(u.dtype)
-                or (u.dtype.count > 1 and u.dtype.count not in (4, 8))
+                or (u.dtype.count > 1 and u.dtype.count not in (4, 8, 16))
             ):
                 continue
             for m, acc in ((u.src[1], u.src[0]), (u.src[0], u.src[1])):
@@ -198,6 +208,38 @@ class Selector:
             out.add(u)
         return out
 
+    def _embedded_broadcasts(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
+        """16-lane STACKs repeating one global, ungated float32 LOAD read only there, whose users are all 16-lane
+        MULs (fused into an FMA or not): each MUL reads the element as an AVX-512 embedded broadcast
+        (`vfmadd231ps zmm, zmm, DWORD BCST [..]`), so neither the load nor the broadcast is an instruction of its own;
+        no store, loop boundary or other effect lies between the load and the last of those reads."""
+        out: set[UOp] = set()
+        for u in self.uops:
+            if u.op is not Ops.STACK or u.dtype != dtypes.float32.vec(16) or any(x is not u.src[0] for x in u.src):
+                continue
+            ld = u.src[0]
+            if ld.op is not Ops.LOAD or len(ld.src) != 1 or len(ld.src[0].src) != 2 or ld.dtype != dtypes.float32:
+                continue
+            buf = ld.src[0].src[0].dtype
+            if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG or set(users.get(ld, [])) != {u}:
+                continue
+            us = set(users.get(u, []))
+            if not us or any(m.op is not Ops.MUL or m.src[0] is m.src[1] for m in us):
+                continue
+            # the MUL's other operand must be a register: an instruction has one r/m operand
+            if any((m.src[1] if m.src[0] is u else m.src[0]) in self.mem_operands | out for m in us):
+                continue
+            last = max(max(self.pos[a] for a in users[m]) if m in self.fused_muls else self.pos[m] for m in us)
+            if any(_barrier(x) for x in self.uops[self.pos[ld] + 1 : last]):
+                continue
+            out.add(u)
+        return out
+
+    def bcast_operand(self, u: UOp) -> Mem:
+        """The memory operand of an embedded-broadcast STACK (see _embedded_broadcasts): its element, {1to16}."""
+        m = self.address(u.src[0].src[0])
+        return Mem(m.base, m.index, m.scale, m.disp, None, m.symbol, True)
+
     def _foldable_loads(self, users: dict[UOp, list[UOp]]) -> set[UOp]:
         """Global, ungated LOADs whose only user is a two-operand ALU op that can read them as its memory operand
         (`add eax, DWORD PTR [..]`, `vaddps ymm0, ymm1, YMMWORD PTR [..]`), with no store, loop boundary or other
@@ -216,7 +258,7 @@ class Selector:
                 continue
             dt = u.dtype
             if dt.count > 1:
-                ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8)
+                ok = dt.scalar() == dtypes.float32 and dt.count in (4, 8, 16)
             else:
                 ok = dt.itemsize in (4, 8) and dt != dtypes.bool
             if us[0].op is Ops.MUL and dtypes.is_int(dt):
@@ -253,8 +295,9 @@ class Selector:
         return VReg(self.nid, "gpr", 8)
 
     def vec(self, size: int = 16) -> VReg:
+        """A fresh vector register: xmm/ymm of class "vec", or a zmm (size 64) of the AVX-512 class "zvec"."""
         self.nid += 1
-        return VReg(self.nid, "vec", size)
+        return VReg(self.nid, "zvec" if size == 64 else "vec", size)
 
     def label(self) -> Label:
         self.nlabel += 1
@@ -299,7 +342,8 @@ class Selector:
         return rodata(self.pool.add(raw, align), len(raw))
 
     def reg(self, u: UOp) -> VReg:
-        """u's value in a register (casted consts are materialised into a fresh one at each use)."""
+        """u's value in a register (casted consts are materialised into a fresh one at each use; a zmm literal once,
+        before any loop)."""
         known = self.val.get(u)
         if known is not None:
             return known
@@ -307,8 +351,12 @@ class Selector:
             if u.dtype.count > 1:  # a vector literal with one value (legalize's 1.0 of a vector RECIPROCAL)
                 if u.dtype.scalar() != dtypes.float32:
                     raise self.fail(u, "only float32 vectors have vector registers")
-                d = self.vec(vec_bytes(u.dtype.count))
-                self.emit(O.VBROADCASTSS, d, self.fconst(u))
+                d = self.hoisted.get(u) or self.vec(vec_bytes(u.dtype.count))
+                if d.size == 64 and u not in self.hoisted:  # (zmm: 14 registers of its own) once, at the entry
+                    self.items.insert(self.entry, Inst(O.VBROADCASTSS, (d, self.fconst(u))))
+                    self.hoisted[u] = d
+                elif d.size < 64:
+                    self.emit(O.VBROADCASTSS, d, self.fconst(u))
                 return d
             if dtypes.is_float(u.dtype):
                 d = self.vec()
@@ -344,7 +392,7 @@ class Selector:
         return view
 
     def copy(self, dst: VReg, src: VReg) -> None:
-        if dst.cls == "vec":
+        if dst.cls != "gpr":
             self.emit(O.VMOVAPS, dst, self.at_size(src, dst.size))
         else:
             self.emit(O.MOV, self.at_size(dst, 8), self.at_size(src, 8))
@@ -383,7 +431,9 @@ class Selector:
         for v, a in zip(sig.variables, args[len(sig.buffers) :]):
             self.val[v] = a
         self.core = (args[-2], args[-1])
-        skipped = self.folded | self.fused_muls | self.bcast_loads  # selected by their users
+        self.entry = len(self.items)
+        skipped = self.folded | self.fused_muls | self.bcast_loads | self.bcast_stacks | self.kfused
+        skipped |= {x.src[0] for x in self.bcast_stacks}
         for u in self.uops:
             if (u.op in _ARGUMENTS and u in self.val) or u in skipped:
                 continue
@@ -489,7 +539,7 @@ class Selector:
         if dt.count > 1:
             if v is None:
                 r = self.vec(vec_bytes(dt.count))
-                self.emit(O.VXORPS, r, r, r)
+                self.emit(O.VPXORD if r.size == 64 else O.VXORPS, r, r, r)
             else:
                 r = sm.mask(self, v) if s == dtypes.bool else self.reg(v)
             if s == dtypes.bool:
@@ -542,7 +592,7 @@ class Selector:
         """`count` contiguous float32s from mem into a fresh register, reading exactly those bytes (3, 5, 6 and 7
         lanes are put together from an xmm, a pair and a single)."""
         d = self.vec(vec_bytes(count))
-        if count in (4, 8):
+        if count in (4, 8, 16):
             self.emit(O.VMOVUPS, d, mem.with_size(None))
         elif count <= 2:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, d, mem.with_size(4 * count))
@@ -558,7 +608,7 @@ class Selector:
 
     def store_lanes(self, mem: Mem, r: VReg, count: int) -> None:
         """Store lanes 0..count-1 of r to `count` contiguous float32s at mem, writing exactly those bytes."""
-        if count in (4, 8):
+        if count in (4, 8, 16):
             self.emit(O.VMOVUPS, mem.with_size(None), r.sized(vec_bytes(count)))
         elif count <= 2:
             self.emit(O.VMOVSS if count == 1 else O.VMOVSD, mem.with_size(4 * count), r.sized(16))
@@ -617,9 +667,12 @@ class Selector:
             if self.last_use.get(u, 0) <= self.next_store(idx, self.pos[u]):
                 self.val[u] = slot
             else:
-                d = self.vec() if slot.cls == "vec" else self.gpr()
+                d = self.vec(slot.size) if slot.cls != "gpr" else self.gpr()
                 self.copy(d, slot)
                 self.val[u] = d
+            return
+        if len(idx.src) > 2 and u.dtype.count > 8 and not is_cconst(idx.src[2]):  # AVX-512: an opmask gate
+            self.val[u] = sz.gated_load(self, self.address(idx), idx.src[2], u.src[1] if len(u.src) > 1 else None)
             return
         if len(idx.src) > 2:
             mem = self.gated_address(idx, u.src[1] if len(u.src) > 1 else None, u.dtype)
@@ -823,12 +876,13 @@ class Selector:
         is copied on into acc's register (an accumulator update)."""
         acc, m = self.fma[u]
         b, c = m.src
-        if b in self.mem_operands or is_cconst(b):
+        if b in self.mem_operands or is_cconst(b) or b in self.bcast_stacks:
             b, c = c, b
         n = u.dtype.count
         if n > 1:
             d = self.vec(vec_bytes(n))
-            src: Operand = self.mem_operand(c) if c in self.mem_operands else self.reg(c)
+            src: Operand = (self.mem_operand(c) if c in self.mem_operands else
+                            self.bcast_operand(c) if c in self.bcast_stacks else self.reg(c))  # fmt: skip
             op = O.VFMADD231PS
         else:
             d = self.vec()
@@ -942,7 +996,7 @@ def _nonneg(u: UOp) -> bool:
 
 
 Rule = Callable[[Selector, UOp], None]
-_I, _B, _F, _N, _V, _M = "int", "bool", "float", "none", "fvec", "bvec"
+_I, _B, _F, _N, _V, _M, _Z, _K = "int", "bool", "float", "none", "fvec", "bvec", "zvec", "kvec"
 SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     **{(op, c): Selector.sel_nothing for op in (Ops.CONST, Ops.DEFINE_REG, Ops.NOOP, Ops.BARRIER, Ops.GROUP)
        for c in (_I, _B, _F, _N)},
@@ -980,6 +1034,14 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.CAST, _M): sm.sel_mask_from_float,
     **{(op, _M): sm.sel_mask_logic for op in sm.MASK_LOGIC},
     **{(op, _M): sm.sel_mask_cmp for op in GroupOp.Comparison},
+    # 16-lane float32 and bool vectors in zmm registers (AVX-512, select_zmm.py)
+    (Ops.LOAD, _Z): Selector.sel_load, **{(op, _Z): sv.sel_vec_binary for op in sv.PACKED},
+    **{(op, _Z): sz.sel_zunary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
+    (Ops.MAX, _Z): sz.sel_zmax, (Ops.WHERE, _Z): sz.sel_zwhere, (Ops.WHERE, _K): sz.sel_zwhere,
+    (Ops.STACK, _Z): sz.sel_zstack, (Ops.GEP, _Z): sv.sel_gep, (Ops.CAST, _Z): sz.sel_zcast,
+    **{(op, _Z): sz.sel_zcmp for op in GroupOp.Comparison},
+    **{(op, _K): sz.sel_klogic for op in (*sz.MASK_LOGIC, Ops.CMPNE, Ops.CMPLT)},
+    (Ops.NEG, _K): sz.sel_knot, (Ops.CAST, _K): sz.sel_kfrom_float, (Ops.STACK, _K): sz.sel_kstack,
 }  # fmt: skip
 """(op, operand class) -> the rule selecting it. Anything missing raises SelectionError (an UnsupportedOpError)."""
 
@@ -990,4 +1052,6 @@ def select(uops: list[UOp], kernel: str, fp_contract: bool = False) -> tuple[lis
     return Selector(uops, kernel, fp_contract).run()
 
 
-__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32"]
+zmm_refusal = sz.zmm_refusal
+
+__all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32", "zmm_refusal"]

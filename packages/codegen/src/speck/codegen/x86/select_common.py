@@ -31,8 +31,8 @@ def is_cconst(u: UOp) -> bool:
 
 
 def vec_bytes(count: int) -> int:
-    """Register width of a float32 vector: xmm up to 4 lanes, ymm for 8."""
-    return 16 if count <= 4 else 32
+    """Register width of a float32 vector: xmm up to 4 lanes, ymm up to 8, zmm (AVX-512) for 16."""
+    return 16 if count <= 4 else 32 if count <= 8 else 64
 
 
 def mem_at(mem: Mem, offset: int, size: int | None) -> Mem:

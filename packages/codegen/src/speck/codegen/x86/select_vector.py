@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
-from speck.codegen.x86.select_common import mem_at
+from speck.codegen.x86.select_common import mem_at, vec_bytes
 from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
 
@@ -31,7 +31,7 @@ _COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL})  # (a set: Ops compare slowly with 
 
 
 def _width(count: int) -> int:
-    return 16 if count <= 4 else 32
+    return vec_bytes(count)
 
 
 def _is_cconst(u: UOp) -> bool:
@@ -43,10 +43,11 @@ def sel_vec_binary(sel: Selector, u: UOp) -> None:
         sel.sel_fma(u)
         return
     a, b = u.src
-    if a in sel.mem_operands and u.op in _COMMUTATIVE:
+    if (a in sel.mem_operands or a in sel.bcast_stacks) and u.op in _COMMUTATIVE:
         a, b = b, a
     d = sel.vec(_width(u.dtype.count))
-    sel.emit(PACKED[u.op], d, sel.reg(a), sel.mem_operand(b) if b in sel.mem_operands else sel.reg(b))
+    src = sel.mem_operand(b) if b in sel.mem_operands else sel.bcast_operand(b) if b in sel.bcast_stacks else sel.reg(b)
+    sel.emit(PACKED[u.op], d, sel.reg(a), src)
     sel.val[u] = d
 
 
@@ -144,6 +145,11 @@ def sel_gep(sel: Selector, u: UOp) -> None:
     x = u.src[0]
     if x.dtype.scalar() not in (dtypes.float32, dtypes.bool):
         raise sel.fail(u, "only float32 and bool vectors have vector registers")
+    if x.dtype.count > 8 and x not in sel.bcast_loads:  # lanes of a zmm (AVX-512)
+        from speck.codegen.x86.select_zmm import sel_zgep
+
+        sel_zgep(sel, u)
+        return
     lanes = tuple(u.arg)
     if len(lanes) == 1 and x.dtype.scalar() == dtypes.bool:  # a scalar bool from a lane mask
         sel.val[u] = mask_lane(sel, mask(sel, x), lanes[0])
