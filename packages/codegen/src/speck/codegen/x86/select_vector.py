@@ -145,11 +145,6 @@ def sel_gep(sel: Selector, u: UOp) -> None:
     x = u.src[0]
     if x.dtype.scalar() not in (dtypes.float32, dtypes.bool):
         raise sel.fail(u, "only float32 and bool vectors have vector registers")
-    if x.dtype.count > 8 and x not in sel.bcast_loads:  # lanes of a zmm (AVX-512)
-        from speck.codegen.x86.select_zmm import sel_zgep
-
-        sel_zgep(sel, u)
-        return
     lanes = tuple(u.arg)
     if len(lanes) == 1 and x.dtype.scalar() == dtypes.bool:  # a scalar bool from a lane mask
         sel.val[u] = mask_lane(sel, mask(sel, x), lanes[0])

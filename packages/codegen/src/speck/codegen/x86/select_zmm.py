@@ -29,6 +29,7 @@ from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem, Opmask, kreg
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.select_common import is_cconst
+from speck.codegen.x86.select_vector import _broadcast_lane, _lane, sel_gep, sel_stack
 from speck.uop import GroupOp, Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -176,8 +177,6 @@ def sel_zcast(sel: Selector, u: UOp) -> None:
 def sel_zstack(sel: Selector, u: UOp) -> None:
     srcs = u.src
     if all(is_cconst(s) for s in srcs) or all(s is srcs[0] for s in srcs):
-        from speck.codegen.x86.select_vector import sel_stack
-
         sel_stack(sel, u)  # a literal (.rodata) or one value in every lane (vbroadcastss): any width
         return
     quarters = []
@@ -216,10 +215,16 @@ def half(sel: Selector, x: VReg, h: int) -> VReg:
     return d
 
 
+def sel_any_gep(sel: Selector, u: UOp) -> None:
+    """GEP of any vector: lanes of a zmm here, of a ymm/xmm (or a broadcast load) in select_vector."""
+    if u.src[0].dtype.count > 8 and u.src[0] not in sel.bcast_loads:
+        sel_zgep(sel, u)
+    else:
+        sel_gep(sel, u)
+
+
 def sel_zgep(sel: Selector, u: UOp) -> None:
     """Lanes of a 16-lane float32 vector (or one lane of a bool vector, as a scalar bool)."""
-    from speck.codegen.x86.select_vector import _broadcast_lane, _lane
-
     x = u.src[0]
     lanes = tuple(u.arg)
     if x.dtype.scalar() == dtypes.bool:
@@ -388,7 +393,7 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
 
 
 __all__ = [
-    "gated_load", "is_wide", "sel_kcmp_float", "sel_kfrom_float", "sel_klogic", "sel_knot",
+    "gated_load", "is_wide", "sel_any_gep", "sel_kcmp_float", "sel_kfrom_float", "sel_klogic", "sel_knot",
     "sel_kstack", "sel_zcast", "sel_zcmp", "sel_zgep", "sel_zmax", "sel_zstack", "sel_zunary", "sel_zwhere", "zmask",
     "zmm_refusal",
 ]  # fmt: skip
