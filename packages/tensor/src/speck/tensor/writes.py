@@ -32,6 +32,7 @@ from speck.tensor.schedule import (
     buffer_map,
     new_buffer_uop,
     realized_cache,
+    unstage,
     view_offset,
 )
 from speck.uop import Ops, UOp, dtypes
@@ -325,8 +326,9 @@ def _fresh() -> int:
 
 
 def _whole_source(value: UOp, buf: UOp) -> UOp | None:
-    """The buffer holding `value` when it is a whole, row-major realized buffer of buf's size, else None."""
-    u = value
+    """The buffer holding `value` when it is a whole, row-major realized buffer of buf's size, else None (host data
+    staged into a buffer counts: its buffer is taken as it is)."""
+    u = unstage(value)
     while u.op in (Ops.RESHAPE, Ops.DETACH):
         u = u.src[0]
     if u.op is Ops.BUFFER and int(u.arg) == int(buf.arg) and u.dtype == buf.dtype:
