@@ -18,11 +18,11 @@ def outer_global_range(uops: Sequence[UOp]) -> UOp | None:
     program has none)."""
     depth = 0
     for u in uops:
-        if u.op is Ops.RANGE:
+        if u.op is _RANGE:
             if depth == 0 and u.arg[-1] is AxisType.GLOBAL:
                 return u
             depth += 1
-        elif u.op is Ops.END:
+        elif u.op is _END:
             depth -= 1
     return None
 
@@ -102,6 +102,7 @@ def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
 # enum members kernel_signature reads per node, as module constants: in Python 3.11 each `Ops.X` goes through the
 # enum metaclass's __getattr__ hook, several times the cost of reading a global
 _PARAM, _STORE, _INDEX, _DEFINE_VAR = Ops.PARAM, Ops.STORE, Ops.INDEX, Ops.DEFINE_VAR
+_RANGE, _END = Ops.RANGE, Ops.END
 
 
 def int_fits(u: UOp) -> bool:

@@ -214,12 +214,12 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
                 t = (
                     leaf
                     if coef == 1
-                    else _place(UOp(Ops.MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
+                    else _place(UOp(_MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
                 )
-                acc = t if acc is None else _place(UOp(Ops.ADD, i.dtype, (acc, t)), pos, placed, insert)
+                acc = t if acc is None else _place(UOp(_ADD, i.dtype, (acc, t)), pos, placed, insert)
             assert acc is not None
             shared[key] = acc
-        new_i = _place(UOp(Ops.ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert) if const else acc
+        new_i = _place(UOp(_ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert) if const else acc
         if new_i is i:
             continue
         rewrite[u] = UOp(u.op, u.dtype, (u.src[0], new_i, *u.src[2:]), u.arg, u.tag)

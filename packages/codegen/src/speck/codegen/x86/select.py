@@ -50,6 +50,12 @@ from speck.uop import AddrSpace, DType, GroupOp, Ops, PtrDType, UOp, cast_value,
 # keeps its spill slots at non-negative rsp offsets, so nothing else ever uses these bytes)
 SCRATCH = Mem(RSP, disp=-64)
 
+# ops tested per UOp, as module constants: in Python 3.11 each `Ops.X` / `O.X` goes through the enum metaclass's
+# __getattr__ hook, several times the cost of reading a global
+_ADD, _MUL, _SUB, _LOAD, _STORE, _STACK, _GEP, _INDEX, _WHERE = (
+    Ops.ADD, Ops.MUL, Ops.SUB, Ops.LOAD, Ops.STORE, Ops.STACK, Ops.GEP, Ops.INDEX, Ops.WHERE)  # fmt: skip
+_MOV, _VMOVAPS = O.MOV, O.VMOVAPS
+
 INT_ALU: dict[Ops, O] = {Ops.ADD: O.ADD, Ops.SUB: O.SUB, Ops.MUL: O.IMUL, Ops.AND: O.AND, Ops.OR: O.OR,
                          Ops.XOR: O.XOR}  # fmt: skip
 """Two-address integer ALU ops (reg, reg/imm32)."""
@@ -70,7 +76,7 @@ SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
 
 def op_class(u: UOp) -> str:
     """The operand class a selection rule is keyed on: int, bool, float, or none (non-value ops)."""
-    dt = u.src[0].dtype if u.op in GroupOp.Comparison else (u.src[1].dtype if u.op is Ops.WHERE else u.dtype)
+    dt = u.src[0].dtype if u.op in GroupOp.Comparison else (u.src[1].dtype if u.op is _WHERE else u.dtype)
     cls = _CLASS_OF.get(dt)
     if cls is None:
         cls = _CLASS_OF[dt] = _dtype_class(dt)
@@ -110,7 +116,7 @@ _BARRIERS = frozenset({Ops.STORE, Ops.RANGE, Ops.END})  # a load read later as a
 
 def _barrier(u: UOp) -> bool:
     """A store to memory or a loop boundary (stores to accumulator registers touch no memory)."""
-    if u.op is Ops.STORE:
+    if u.op is _STORE:
         buf = u.src[0].src[0].dtype
         return not (isinstance(buf, PtrDType) and buf.addrspace is AddrSpace.REG)
     return u.op in _BARRIERS
@@ -141,10 +147,13 @@ class Selector:
         self.last_use: dict[UOp, int] = {}
         users: dict[UOp, list[UOp]] = {}
         adds: list[UOp] = []
+        self.loads: list[UOp] = []  # (the passes below look at these ops only)
+        self.stacks: list[UOp] = []
+        of_op = {_ADD: adds, _LOAD: self.loads, _STACK: self.stacks}
         for i, u in enumerate(uops):
             self.pos[u] = i
-            if u.op is Ops.ADD:
-                adds.append(u)
+            if (bucket := of_op.get(u.op)) is not None:
+                bucket.append(u)
             for s in u.src:
                 self.last_use[s] = i
                 if s.op in _USERS_ASKED:
@@ -152,11 +161,11 @@ class Selector:
         self.outer: UOp | None = None  # the RANGE sliced across cores (known once run() reads the signature)
         # ADD(x, const) used only as global indices: folded into the addressing mode's displacement
         self.folded = {u for u in adds if dtypes.is_int(u.dtype) and is_cconst(u.src[1])
-                       and users.get(u) and all(x.op is Ops.INDEX and x.src[1] is u and x.src[0] is not u
+                       and users.get(u) and all(x.op is _INDEX and x.src[1] is u and x.src[0] is not u
                        and isinstance(x.src[0].dtype, PtrDType) and x.src[0].dtype.addrspace is not AddrSpace.REG
                        for x in users[u])}  # fmt: skip
         # ADD(acc, MUL(b, c)) -> acc + b*c in one FMA (rounded once) when fp_contract allows it: ADD -> (acc, MUL)
-        self.fma: dict[UOp, tuple[UOp, UOp]] = self._fusable_adds(users) if fp_contract else {}
+        self.fma: dict[UOp, tuple[UOp, UOp]] = self._fusable_adds(adds, users) if fp_contract else {}
         self.fused_muls = {m for _, m in self.fma.values()}
         self.mem_operands = self._foldable_loads(users)
         self.bcast_loads = self._broadcast_loads(users)
@@ -169,19 +178,15 @@ class Selector:
         self.stores_at: dict[tuple[UOp, ...], list[int]] | None = None  # see next_store
         self.views: dict[tuple[int, int], VReg] = {}  # see at_size
 
-    def _fusable_adds(self, users: dict[UOp, list[UOp]]) -> dict[UOp, tuple[UOp, UOp]]:
+    def _fusable_adds(self, adds: list[UOp], users: dict[UOp, list[UOp]]) -> dict[UOp, tuple[UOp, UOp]]:
         """Float ADDs one of whose operands is a MUL used only there (float32/float64 scalars, float32 vectors of a
         whole register): the MUL is not selected, the ADD becomes a vfmadd231 of the MUL's operands."""
         out: dict[UOp, tuple[UOp, UOp]] = {}
-        for u in self.uops:
-            if (
-                u.op is not Ops.ADD
-                or not dtypes.is_float(u.dtype)
-                or (u.dtype.count > 1 and u.dtype.count not in (4, 8, 16))
-            ):
+        for u in adds:
+            if not dtypes.is_float(u.dtype) or (u.dtype.count > 1 and u.dtype.count not in (4, 8, 16)):
                 continue
             for m, acc in ((u.src[1], u.src[0]), (u.src[0], u.src[1])):
-                if m.op is Ops.MUL and m is not acc and users.get(m) == [u] and m not in out:
+                if m.op is _MUL and m is not acc and users.get(m) == [u] and m not in out:
                     out[u] = (acc, m)
                     break
         return out
@@ -191,8 +196,8 @@ class Selector:
         broadcasts of a short-span load): never loaded whole, each GEP reads its lane from memory (vbroadcastss /
         vmovss), with no store, loop boundary or other effect between the load and that GEP."""
         out: set[UOp] = set()
-        for u in self.uops:
-            if u.op is not Ops.LOAD or u.dtype.count == 1 or len(u.src) != 1 or len(u.src[0].src) != 2:
+        for u in self.loads:
+            if u.dtype.count == 1 or len(u.src) != 1 or len(u.src[0].src) != 2:
                 continue
             buf = u.src[0].src[0]
             if u.dtype.scalar() != dtypes.float32:
@@ -200,7 +205,7 @@ class Selector:
             if not isinstance(buf.dtype, PtrDType) or buf.dtype.addrspace is AddrSpace.REG:
                 continue
             us = users.get(u, [])
-            if not us or not all(g.op is Ops.GEP and len(set(g.arg)) == 1 for g in us):
+            if not us or not all(g.op is _GEP and len(set(g.arg)) == 1 for g in us):
                 continue
             lo = self.pos[u]
             if any(_barrier(x) for x in self.uops[lo + 1 : max(self.pos[g] for g in us)]):
@@ -214,17 +219,17 @@ class Selector:
         (`vfmadd231ps zmm, zmm, DWORD BCST [..]`), so neither the load nor the broadcast is an instruction of its own;
         no store, loop boundary or other effect lies between the load and the last of those reads."""
         out: set[UOp] = set()
-        for u in self.uops:
-            if u.op is not Ops.STACK or u.dtype != dtypes.float32.vec(16) or any(x is not u.src[0] for x in u.src):
+        for u in self.stacks:
+            if u.dtype != dtypes.float32.vec(16) or any(x is not u.src[0] for x in u.src):
                 continue
             ld = u.src[0]
-            if ld.op is not Ops.LOAD or len(ld.src) != 1 or len(ld.src[0].src) != 2 or ld.dtype != dtypes.float32:
+            if ld.op is not _LOAD or len(ld.src) != 1 or len(ld.src[0].src) != 2 or ld.dtype != dtypes.float32:
                 continue
             buf = ld.src[0].src[0].dtype
             if not isinstance(buf, PtrDType) or buf.addrspace is AddrSpace.REG or set(users.get(ld, [])) != {u}:
                 continue
             us = set(users.get(u, []))
-            if not us or any(m.op is not Ops.MUL or m.src[0] is m.src[1] for m in us):
+            if not us or any(m.op is not _MUL or m.src[0] is m.src[1] for m in us):
                 continue
             # the MUL's other operand must be a register: an instruction has one r/m operand
             if any((m.src[1] if m.src[0] is u else m.src[0]) in self.mem_operands | out for m in us):
@@ -246,8 +251,8 @@ class Selector:
         effect between the load and that op (so reading later reads the same value)."""
         out: set[UOp] = set()
         taken: set[UOp] = set()  # users that already read one load from memory (an instruction has one r/m operand)
-        for u in self.uops:
-            if u.op is not Ops.LOAD or len(u.src) != 1 or len(idx_src := u.src[0].src) != 2:
+        for u in self.loads:
+            if len(u.src) != 1 or len(idx_src := u.src[0].src) != 2:
                 continue
             if not isinstance(idx_src[0].dtype, PtrDType) or idx_src[0].dtype.addrspace is AddrSpace.REG:
                 continue
@@ -393,9 +398,9 @@ class Selector:
 
     def copy(self, dst: VReg, src: VReg) -> None:
         if dst.cls != "gpr":
-            self.emit(O.VMOVAPS, dst, self.at_size(src, dst.size))
+            self.emit(_VMOVAPS, dst, self.at_size(src, dst.size))
         else:
-            self.emit(O.MOV, self.at_size(dst, 8), self.at_size(src, 8))
+            self.emit(_MOV, self.at_size(dst, 8), self.at_size(src, 8))
 
     def extend(self, d: VReg, dt: DType) -> None:
         """Re-establish the register convention of a narrow integer after a 32-bit op (sign/zero-extend)."""
@@ -644,7 +649,7 @@ class Selector:
         if self.stores_at is None:
             self.stores_at = {}
             for j, x in enumerate(self.uops):
-                if x.op is Ops.STORE:
+                if x.op is _STORE:
                     self.stores_at.setdefault(x.src[0].src, []).append(j)
         where = self.stores_at.get(idx.src, [])
         k = bisect_right(where, after)
@@ -697,11 +702,11 @@ class Selector:
     def sel_int_binary(self, u: UOp) -> None:
         a, b = u.src
         size = osize(u.dtype)
-        if (is_cconst(a) or a in self.mem_operands) and u.op is not Ops.SUB:
+        if (is_cconst(a) or a in self.mem_operands) and u.op is not _SUB:
             a, b = b, a
         d = self.gpr()
         src = self.mem_operand(b) if b in self.mem_operands else self.ioperand(b, size)
-        if u.op is Ops.MUL and isinstance(src, Imm):  # three-operand imul: no copy first
+        if u.op is _MUL and isinstance(src, Imm):  # three-operand imul: no copy first
             self.emit(O.IMUL, self.at_size(d, size), self.at_size(self.reg(a), size), src)
         else:
             self.copy(d, self.reg(a))

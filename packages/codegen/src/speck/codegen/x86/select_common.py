@@ -27,7 +27,12 @@ def osize(dt: DType) -> int:
 
 def is_cconst(u: UOp) -> bool:
     """A casted const CAST(dt, CONST(v))."""
-    return u.op is Ops.CAST and u.src[0].op is Ops.CONST
+    return u.op is _CAST and u.src[0].op is _CONST
+
+
+# (module constants: in Python 3.11 each `Ops.X` goes through the enum metaclass's __getattr__ hook, several times the
+# cost of reading a global)
+_CAST, _CONST = Ops.CAST, Ops.CONST
 
 
 def vec_bytes(count: int) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
-from speck.codegen.x86.select_common import mem_at, vec_bytes
+from speck.codegen.x86.select_common import is_cconst, mem_at, vec_bytes
 from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
 
@@ -32,10 +32,6 @@ _COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL})  # (a set: Ops compare slowly with 
 
 def _width(count: int) -> int:
     return vec_bytes(count)
-
-
-def _is_cconst(u: UOp) -> bool:
-    return u.op is Ops.CAST and u.src[0].op is Ops.CONST
 
 
 def sel_vec_binary(sel: Selector, u: UOp) -> None:
@@ -98,7 +94,7 @@ def sel_stack(sel: Selector, u: UOp) -> None:
     n = u.dtype.count
     w = _width(n)
     srcs = u.src
-    if all(_is_cconst(s) for s in srcs):  # a vector literal: one .rodata constant
+    if all(is_cconst(s) for s in srcs):  # a vector literal: one .rodata constant
         vals = [float(sel.const_value(s)) for s in srcs]
         vals += [0.0] * (w // 4 - n)
         raw = struct.pack(f"<{w // 4}f", *vals)
@@ -108,7 +104,7 @@ def sel_stack(sel: Selector, u: UOp) -> None:
         return
     if all(s is srcs[0] for s in srcs):  # one value in every lane
         d = sel.vec(w)
-        src: Operand = sel.fconst(srcs[0]).with_size(4) if _is_cconst(srcs[0]) else sel.reg(srcs[0])
+        src: Operand = sel.fconst(srcs[0]).with_size(4) if is_cconst(srcs[0]) else sel.reg(srcs[0])
         sel.emit(O.VBROADCASTSS, d, src)
         sel.val[u] = d
         return

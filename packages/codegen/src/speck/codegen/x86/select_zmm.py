@@ -352,42 +352,46 @@ _FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.SQRT, 
 _BOOL_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.WHERE, Ops.CAST, Ops.CONST, Ops.STACK, Ops.ADD,
                        Ops.MAX, Ops.MUL, Ops.SUB, *GroupOp.Comparison})  # fmt: skip
 _USERS = frozenset({Ops.GEP, Ops.STORE, Ops.CAST, Ops.WHERE, Ops.INDEX, Ops.LOAD, Ops.NOOP, *GroupOp.ALU})
+# ops zmm_refusal tests per UOp, as module constants: in Python 3.11 each `Ops.X` goes through the enum metaclass's
+# __getattr__ hook, several times the cost of reading a global
+_INDEX, _WHERE, _CAST, _CMPEQ, _STORE, _GEP, _LOAD = (
+    Ops.INDEX, Ops.WHERE, Ops.CAST, Ops.CMPEQ, Ops.STORE, Ops.GEP, Ops.LOAD)  # fmt: skip
 
 
 def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
     """The first UOp of a program with a 16-lane form the zmm rules do not take, and why; None when they take all
     of it. Checked by the AVX-512 renderer before any work, so the kernel can be rendered for AVX2 instead."""
     for u in uops:
-        wide_srcs = [s for s in u.src if is_wide(s) and s.op is not Ops.INDEX]
+        wide_srcs = [s for s in u.src if is_wide(s) and s.op is not _INDEX]
         if is_wide(u):
             if u.dtype.count != ZMM_LANES:
                 return u, f"{u.dtype.count} lanes (only 8 or 16 fit a register)"
-            if u.op is Ops.WHERE and not is_wide(u.src[0]):
+            if u.op is _WHERE and not is_wide(u.src[0]):
                 return u, "a WHERE of 16-lane values takes a 16-lane condition"
             if u.dtype.scalar() == dtypes.float32:
                 if u.op not in _FLOAT_OPS and u.op not in GroupOp.Comparison:
                     return u, "no zmm rule"
-                if u.op is Ops.CAST and u.src[0].dtype.scalar() != dtypes.bool:
+                if u.op is _CAST and u.src[0].dtype.scalar() != dtypes.bool:
                     return u, "only bool vectors cast to float32 vectors"
             else:
                 if u.op not in _BOOL_OPS:
                     return u, "16-lane bool vectors are computed, not loaded or stored"
-                if u.op in GroupOp.Comparison and u.src[0].dtype.scalar() == dtypes.bool and u.op is Ops.CMPEQ:
+                if u.op in GroupOp.Comparison and u.src[0].dtype.scalar() == dtypes.bool and u.op is _CMPEQ:
                     return u, "no == of bool vectors on zmm"
-                if u.op is Ops.CAST and u.src[0].dtype.scalar() != dtypes.float32:
+                if u.op is _CAST and u.src[0].dtype.scalar() != dtypes.float32:
                     return u, "bool vectors come from float32 vectors only"
         for s in wide_srcs:
             if s.dtype.count != ZMM_LANES:
                 return u, f"{s.dtype.count} lanes (only 8 or 16 fit a register)"
             if u.op not in _USERS:
                 return u, f"{u.op.name} of a 16-lane vector"
-            if s.dtype.scalar() == dtypes.bool and u.op is Ops.STORE:
+            if s.dtype.scalar() == dtypes.bool and u.op is _STORE:
                 return u, "stores of 16-lane bool vectors"
-            if u.op is Ops.GEP and s.dtype.scalar() == dtypes.bool and (len(u.arg) != 1):
+            if u.op is _GEP and s.dtype.scalar() == dtypes.bool and (len(u.arg) != 1):
                 return u, "lanes of a 16-lane bool vector are taken one at a time"
-        if u.op is Ops.LOAD and is_wide(u) and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count != 1:
+        if u.op is _LOAD and is_wide(u) and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count != 1:
             return u, "a gate per lane"
-        if u.op is Ops.STORE and is_wide(u.src[1]) and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count != 1:
+        if u.op is _STORE and is_wide(u.src[1]) and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count != 1:
             return u, "a gate per lane"
     return None
 
