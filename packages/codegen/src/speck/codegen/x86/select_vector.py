@@ -108,14 +108,7 @@ def sel_stack(sel: Selector, u: UOp) -> None:
         sel.emit(O.VBROADCASTSS, d, src)
         sel.val[u] = d
         return
-    halves = []
-    for h in range(0, n, 4):
-        part = sel.vec(16)
-        sel.emit(O.VMOVAPS, part, sel.reg(srcs[h]))
-        for i, s in enumerate(srcs[h + 1 : h + 4], start=1):
-            sel.emit(O.VINSERTPS, part, part, sel.reg(s), Imm(i << 4))
-        halves.append(part)
-    sel.val[u] = _join(sel, halves)
+    sel.val[u] = _join(sel, xmm_quarters(sel, srcs[:n]))
 
 
 def _lane(sel: Selector, x: VReg, k: int) -> VReg:
@@ -135,6 +128,18 @@ def sel_vec_cast(sel: Selector, u: UOp) -> None:
     if not is_mask(u.src[0]):
         raise sel.fail(u, f"only bool vectors cast to float32 vectors (got {u.src[0].dtype})")
     float_from_mask(sel, u)
+
+
+def xmm_quarters(sel: Selector, srcs: tuple[UOp, ...]) -> list[VReg]:
+    """Scalars gathered four at a time into xmm registers (vinsertps), for a wider vector to join."""
+    parts = []
+    for h in range(0, len(srcs), 4):
+        part = sel.vec(16)
+        sel.emit(O.VMOVAPS, part, sel.reg(srcs[h]))
+        for i, s in enumerate(srcs[h + 1 : h + 4], start=1):
+            sel.emit(O.VINSERTPS, part, part, sel.reg(s), Imm(i << 4))
+        parts.append(part)
+    return parts
 
 
 def sel_gep(sel: Selector, u: UOp) -> None:
@@ -201,6 +206,7 @@ __all__ = [
     "sel_stack",
     "sel_vec_binary",
     "sel_vec_max",
+    "xmm_quarters",
     "sel_vec_unary",
     "sel_vec_where",
 ]

@@ -29,7 +29,7 @@ from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem, Opmask, kreg
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.select_common import is_cconst
-from speck.codegen.x86.select_vector import _broadcast_lane, _lane, sel_gep, sel_stack
+from speck.codegen.x86.select_vector import _broadcast_lane, _lane, sel_gep, sel_stack, xmm_quarters
 from speck.uop import GroupOp, Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -179,14 +179,7 @@ def sel_zstack(sel: Selector, u: UOp) -> None:
     if all(is_cconst(s) for s in srcs) or all(s is srcs[0] for s in srcs):
         sel_stack(sel, u)  # a literal (.rodata) or one value in every lane (vbroadcastss): any width
         return
-    quarters = []
-    for h in range(0, ZMM_LANES, 4):
-        part = sel.vec(16)
-        sel.emit(O.VMOVAPS, part, sel.reg(srcs[h]))
-        for i, s in enumerate(srcs[h + 1 : h + 4], start=1):
-            sel.emit(O.VINSERTPS, part, part, sel.reg(s), Imm(i << 4))
-        quarters.append(part)
-    sel.val[u] = join(sel, quarters)
+    sel.val[u] = join(sel, xmm_quarters(sel, srcs[:ZMM_LANES]))
 
 
 def join(sel: Selector, quarters: list[VReg]) -> VReg:
