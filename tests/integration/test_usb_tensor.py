@@ -72,7 +72,8 @@ def vram_bytes(t: Tensor) -> bytes:
 
 
 def arrays(dtype: type) -> st.SearchStrategy[np.ndarray]:
-    return hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6))
+    # (at least 1-d: a 0-d array makes a device-less constant, which .to() leaves where it is - TENSOR_API 0.2)
+    return hnp.arrays(dtype, hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=6))
 
 
 # ---------------- registration ----------------

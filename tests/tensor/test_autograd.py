@@ -21,8 +21,14 @@ from tensor_helpers import FEW, SOME
 H = 1e-6
 
 
+def _tensor(a: np.ndarray, **kw: Any) -> Tensor:
+    """A tensor of a's values with a device: a 0-d array alone would make a device-less constant, which takes no
+    gradient (TENSOR_API 0.2), so a 0-d input is a view of a 1-element buffer."""
+    return Tensor(a, **kw) if a.ndim else Tensor(a.reshape(1), **kw).reshape(())
+
+
 def _forward(fn: Callable[..., Tensor], arrs: list[np.ndarray]) -> np.ndarray:
-    return fn(*[Tensor(a) for a in arrs]).numpy().astype(np.float64)
+    return fn(*[_tensor(a) for a in arrs]).numpy().astype(np.float64)
 
 
 def gradcheck(fn: Callable[..., Tensor], *arrs: np.ndarray, wrt: tuple[int, ...] | None = None, seed: int = 0,
@@ -31,7 +37,7 @@ def gradcheck(fn: Callable[..., Tensor], *arrs: np.ndarray, wrt: tuple[int, ...]
     arrs_l = [np.asarray(a, dtype=np.float64) for a in arrs]
     wrt = tuple(range(len(arrs_l))) if wrt is None else wrt
     rng = np.random.default_rng(seed)
-    ts = [Tensor(a, requires_grad=i in wrt) for i, a in enumerate(arrs_l)]
+    ts = [_tensor(a, requires_grad=i in wrt) for i, a in enumerate(arrs_l)]
     out = fn(*ts)
     assert out.dtype == dtypes.float64, f"the graph left float64 ({out.dtype}); finite differences need float64"
     r = rng.standard_normal(out.shape)

@@ -14,7 +14,7 @@ from tensor_helpers import assert_matches
 
 
 @pytest.mark.parametrize("data,dtype", [
-    (3, dtypes.int32), (2.5, dtypes.float32), (True, dtypes.bool), ([1, 2, 3], dtypes.int32),
+    (3, dtypes.weakint), (2.5, dtypes.weakfloat), (True, dtypes.bool), ([1, 2, 3], dtypes.int32),
     ([1.0, 2], dtypes.float32), ([[True, False]], dtypes.bool), ((1, (2)), dtypes.int32), ([], dtypes.float32),
     (b"\x01\x02\xff", dtypes.uint8),
 ])  # fmt: skip

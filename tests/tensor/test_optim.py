@@ -197,7 +197,7 @@ def test_optimizer_marks_params_and_skips_frozen() -> None:
 
 
 def test_scalar_parameter() -> None:
-    p = Tensor(np.float32(2.0))
+    p = Tensor.full((), 2.0)  # (Tensor(2.0) is a device-less literal: it takes no gradient, TENSOR_API 0.2)
     opt = optim.Adam([p], lr=0.1)
     with Tensor.train():
         for _ in range(3):

@@ -1,5 +1,6 @@
-"""The import-time surface of issue 28 §1, as tinygrad test files meet it: `tinygrad_style/import_surface.py` is a
-tinygrad-style unittest module that reads `helpers.DEV`, `ContextVar.tolist`, the dtype module's conversions,
+"""tinygrad-style unittest modules (`tinygrad_style/*.py`) run unchanged through the alias, each of their tests
+reported as one test here. `import_surface.py` is issue 28 §1, the import-time surface as tinygrad test files meet
+it: a module that reads `helpers.DEV`, `ContextVar.tolist`, the dtype module's conversions,
 `Renderer.code_for_op`/`.device` and the signatures users call at import time; it runs here through
 `python -m speck.tensor.compat` (the alias, in a subprocess so it does not leak), and each of its tests is reported
 as one test of this file. The in-process tests below check the same names' properties more broadly."""
@@ -17,22 +18,27 @@ from hypothesis import strategies as st
 
 from speck.tensor.helpers import DEV, Context, ContextVar, Target
 
-SCRIPT = Path(__file__).parent / "tinygrad_style" / "import_surface.py"
-NAMES = sorted(set(re.findall(r"^    def (test_\w+)\(self", SCRIPT.read_text(), re.M)))
+MODULES = sorted(p for p in (Path(__file__).parent / "tinygrad_style").glob("*.py") if p.name != "__init__.py")
+_TEST = re.compile(r"^    def (test_\w+)\(self", re.M)
+CASES = [(m.stem, n) for m in MODULES for n in sorted(set(_TEST.findall(m.read_text())))]
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, str]:
-    proc = subprocess.run([sys.executable, "-m", "speck.tensor.compat", str(SCRIPT), "-v"], capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
-    out = dict(re.findall(r"^(test_\w+) \(.*?\) \.\.\. (\w+)", proc.stderr, re.M))
-    assert out, proc.stderr
+def results() -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for m in MODULES:
+        proc = subprocess.run([sys.executable, "-m", "speck.tensor.compat", str(m), "-v"], capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        found = re.findall(r"^(test_\w+) \(.*?\) \.\.\. (\w+)", proc.stderr, re.M)
+        assert found, proc.stderr
+        out.update({(m.stem, name): status for name, status in found})
     return out
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_tinygrad_style_module_passes_under_the_alias(results: dict[str, str], name: str) -> None:
-    assert results.get(name) == "ok", f"{name}: {results.get(name)}"
+@pytest.mark.parametrize("module, name", CASES)
+def test_tinygrad_style_module_passes_under_the_alias(results: dict[tuple[str, str], str], module: str,
+                                                      name: str) -> None:  # fmt: skip
+    assert results.get((module, name)) == "ok", f"{module}.{name}: {results.get((module, name))}"
 
 
 _field = st.text(alphabet="abcxyz019_", min_size=0, max_size=5)

@@ -43,7 +43,8 @@ def _buffers(t: Tensor) -> list[UOp]:
 )
 def test_realized_roundtrip(shape: tuple[int, ...], dtype: Any, protocol: int) -> None:
     ref = (_rand(*shape, seed=len(shape)) * 10).astype(np.dtype(dtype.fmt) if dtype != dtypes.bool else np.bool_)
-    t = Tensor(ref, dtype=dtype).realize()
+    # (a 0-d array alone is a device-less constant, which has no buffer: a 0-d view of one element has)
+    t = Tensor(ref.reshape(-1), dtype=dtype).reshape(shape).realize()
     data = pickle.dumps(t, protocol=protocol)
     used = GlobalCounters.mem_used_bytes()
     with assert_kernel_count(0):  # the data is copied in: no kernel
@@ -53,6 +54,13 @@ def test_realized_roundtrip(shape: tuple[int, ...], dtype: Any, protocol: int) -
     np.testing.assert_array_equal(got, ref)
     assert GlobalCounters.mem_used_bytes() >= used  # allocated at load, on the original device
     assert _buffers(back) != _buffers(t)  # its own buffer
+
+
+@pytest.mark.parametrize("value", [3, 2.5, True, 2**40])
+def test_device_less_literals_roundtrip_device_less(value: Any) -> None:
+    t = Tensor(value)
+    back = pickle.loads(pickle.dumps(t))
+    assert back.device is None and back.dtype == t.dtype and back.item() == value
 
 
 def test_out_of_band_buffers() -> None:

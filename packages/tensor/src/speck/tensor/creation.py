@@ -18,8 +18,9 @@ from speck.tensor.device import canonical
 from speck.tensor.dims import argfix
 from speck.tensor.errors import TensorOverflowError, TensorValueError
 from speck.tensor.multi import MultiUOp
-from speck.tensor.nodes import _dt, _iota_uop, _scalar_dtype
+from speck.tensor.nodes import _dt, _iota_uop, const_tensor
 from speck.tensor.schedule import max_dim, new_buffer_uop
+from speck.tensor.weak import materialized
 from speck.uop import DType, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
 from speck.uop.uop import ssimplify
@@ -94,20 +95,36 @@ class CreationMixin:
 
     @staticmethod
     def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
-             **kw: Any) -> Tensor:  # fmt: skip
-        """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized)."""
+             buffer: bool = True, **kw: Any) -> Tensor:  # fmt: skip
+        """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized), on
+        `device`. Its dtype is the fill's made concrete (an int beyond the default int: int64). buffer=False: a
+        device-less constant instead, whose literal dtype stays weak."""
         from speck.tensor.hook import Tensor
 
         sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise RuntimeError(f"shape {sh} has a negative dimension")
-        dt = _dt(dtype) or _scalar_dtype(fill_value)
+        if isinstance(device, (tuple, list)):
+            if buffer:  # replicated: the constant built on every device
+                devs = multi.canonical_devices(device)
+                out = Tensor(multi.per_device(devs, lambda d: Tensor.full(sh, fill_value, device=d, dtype=dtype)))
+                out.requires_grad = kw.get("requires_grad")
+                return out
+            device = None
         if isinstance(fill_value, Tensor):
-            c = fill_value.cast(dt) if fill_value.device == canonical(device) else fill_value.to(device).cast(dt)
-            if c.ndim:
-                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {c.shape}")
+            if fill_value.ndim:
+                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {fill_value.shape}")
+            c = fill_value if dtype is None else fill_value.cast(dtype)
+            if buffer and c.device is None:
+                c = c._materialized(canonical(device))
+            elif buffer:
+                c = c.cast(materialized(c.uop)) if c.dtype.is_weak else c
+                c = c.to(device) if device is not None else c
         else:
-            c = Tensor(fill_value, device=device, dtype=dt)
+            c = Tensor(fill_value, dtype=_dt(dtype, weak_ok=True))
+            if buffer:
+                c = c.cast(materialized(c.uop)) if c.dtype.is_weak else c
+                c = const_tensor(c.uop.arg, c.dtype, canonical(device))
         out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
         out.requires_grad = kw.get("requires_grad")
         return out
@@ -136,6 +153,7 @@ class CreationMixin:
             raise TensorValueError("arange: step must not be 0")
         if any(isinstance(x, UOp) for x in (start, stop, step)):
             return _symbolic_arange(start, stop, step, **kw)
+        devless = kw.get("device") is None  # no device given: device-less (it takes the device of what it meets)
         n = max(math.ceil((stop - start) / step), 0)
         last = start + (n - 1) * step if n else start
         ints = all(isinstance(x, int) for x in (start, stop, step))
@@ -150,20 +168,21 @@ class CreationMixin:
         if isinstance(kw.get("device"), (tuple, list)):
             devs = multi.canonical_devices(kw.pop("device"))
             return Tensor(multi.per_device(devs, lambda d: Tensor.arange(start, stop, step, dtype=dt, device=d, **kw)))
-        if n == 0:
-            return Tensor.empty(0, dtype=dt, **kw)
         dev = canonical(kw.get("device"))
+        if n == 0:
+            return Tensor.full((0,), 0, dtype=dt, device=dev, buffer=not devless)
         idx = Tensor(_iota_uop(n, dev), device=dev)
+        idx._device = None if devless else dev
         if dtypes.is_float(dt):
             return (idx.cast(dt) * step + start).cast(dt)
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
     @staticmethod
     def const(value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
-        """A 0-d constant (dtype from the value unless given)."""
+        """A 0-d device-less constant (dtype from the value unless given: weak for an int or float)."""
         from speck.tensor.hook import Tensor
 
-        return Tensor(value, device=device, dtype=dtype)
+        return Tensor(value, dtype=dtype)
 
     def const_like(self: Tensor, value: Scalar) -> Tensor:
         """value broadcast to self's shape, with self's dtype and device (no buffer)."""
@@ -181,7 +200,7 @@ class CreationMixin:
         if dt == dtypes.bool:
             raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
         if steps == 1:
-            return Tensor([start], dtype=dt, **kw)
+            return Tensor.full((1,), start, dtype=dt, device=kw.get("device"), buffer=kw.get("device") is not None)
         return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
                 ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
 

@@ -11,8 +11,10 @@ import weakref
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
-from speck.tensor.multi import MultiUOp, multi_alu
+from speck.tensor.multi import MultiUOp, _on_device, multi_alu
+from speck.tensor.weak import fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
+from speck.uop.dtype import WEAK_DTYPES, strong_dtype
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -56,13 +58,15 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
 
 
 def _upper_float(dt: DType) -> DType:
-    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a concrete float,
-    else the default float (read live: users set dtypes.default_float)."""
-    return (
-        dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
-    )
+    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a float (weakfloat
+    included), weakfloat for a weakint literal (it stays weak), else the default float (read live: users set
+    dtypes.default_float)."""
+    if dtypes.is_float(dt):
+        return dt
+    return dtypes.weakfloat if dt is dtypes.weakint else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
 
 
+_CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 _LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
 
 
@@ -74,38 +78,64 @@ class ElementwiseMixin:
     # ---------------- broadcasting ----------------
     def _broadcasted(self: Tensor, y: TensorOrScalar, reverse: bool = False,
                      match_dtype: bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """self and y as two tensors of one shape, one device and (match_dtype) their joined dtype. A Python scalar
+        is a weak literal: it takes self's dtype (`int8_t + 3` is int8; an int that doesn't fit raises), and
+        weak operands stay weak until they meet a concrete dtype. A device-less operand takes the other's device."""
         if y.__class__ is self.__class__ and not reverse:  # the per-op hot path: nothing to convert or broadcast
             xu, yu = self.uop, y.uop
-            if xu.dtype is yu.dtype and xu.shape == yu.shape:  # (dtypes are interned)
-                return self, y
+            if xu.dtype is yu.dtype and xu.shape == yu.shape and self._device is not None and y._device is not None:
+                return self, y  # (dtypes are interned)
         from speck.tensor.hook import Tensor
 
         x: Tensor = self
         if not isinstance(y, Tensor):
             if not isinstance(y, (int, float, bool)):
                 if hasattr(y, "__len__") or hasattr(y, "dtype"):
-                    y = Tensor(y, device=x.device)
+                    y = Tensor(y, device=x.device) if not isinstance(y, UOp) else Tensor(y)
                 else:
                     raise RuntimeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
         if not isinstance(y, Tensor):
             dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
-            dt = dtypes.as_concrete(dt) if dt.is_weak else dt
+            if dt in WEAK_DTYPES and type(x.uop) is MultiUOp:
+                dt = strong_dtype(dt)  # sharded tensors are never weak: no per-shard literal graphs
             # (a Python scalar operand never needs a gradient: it leaves the result's requires_grad to x)
-            yt = Tensor(y, device=x.device, dtype=dt, requires_grad=False)
+            yt = x._const_like(y, dt)
+            yt.requires_grad = False
             if match_dtype and dt != x.dtype:
-                x = x.cast(dt)
+                x = x._joined(dt)
         else:
             yt = y
             if match_dtype and yt.dtype != x.dtype:
                 dt = least_upper_dtype(x.dtype, yt.dtype)
-                dt = dtypes.as_concrete(dt) if dt.is_weak else dt  # int64 + uint64 -> the default float
-                x, yt = x.cast(dt), yt.cast(dt)
+                if dt in WEAK_DTYPES and (type(x.uop) is MultiUOp or type(yt.uop) is MultiUOp):
+                    dt = strong_dtype(dt)
+                x, yt = x._joined(dt), yt._joined(dt)
+            if x._device != yt._device:
+                x, yt = x._on_device_of(yt), yt._on_device_of(x)
         if reverse:
             x, yt = yt, x
         if x.shape != yt.shape:
             sh = broadcast_shape(x.shape, yt.shape)
             x, yt = x._broadcast_to(sh), yt._broadcast_to(sh)
         return x, yt
+
+    def _joined(self: Tensor, dt: DType) -> Tensor:
+        """self in the dtype a join gave: a weak self meeting a concrete dtype is computed in it, its int literals
+        checked to fit (an implicit conversion never wraps); otherwise a cast."""
+        if self.dtype is dt:
+            return self
+        if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:
+            return self._new(retype(self.uop, dt))
+        return self.cast(dt)
+
+    def _on_device_of(self: Tensor, other: Tensor) -> Tensor:
+        """A device-less self rebuilt on other's device (other sharded: left device-less, sharded ops replicate
+        it); a tensor with a device is itself."""
+        if self._device is not None or other._device is None or type(other._device) is tuple:
+            return self
+        from speck.tensor.hook import Tensor
+
+        return Tensor(_on_device(self.uop, other._device), device=other._device)
 
     def _broadcast_to(self: Tensor, shape: tuple[Any, ...]) -> Tensor:
         if self.shape == tuple(shape):
@@ -116,6 +146,12 @@ class ElementwiseMixin:
         return t.expand(shape)
 
     def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
+        if self._uop.dtype in WEAK_DTYPES:  # a literal's graph: folded when constant, concrete before a comparison
+            if op in _CMP:
+                dt = materialized(self.uop)
+                return self._joined(dt)._alu(op, *[s._joined(dt) for s in srcs])
+            if (c := fold(op, self.dtype, (self.uop, *[s.uop for s in srcs]))) is not None:
+                return self._new(c)
         if len(srcs) == 1 and type(yu := srcs[0].uop) is not MultiUOp:  # one plain operand (no loops: the hot path)
             out = self._new(self.uop.alu(op, yu))
         elif any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
@@ -360,7 +396,9 @@ class ElementwiseMixin:
 
     def bitwise_not(self: Tensor) -> Tensor:
         self._need_int_or_bool("bitwise_not")
-        return self.logical_not() if self.dtype == dtypes.bool else self.bitwise_xor(-1)
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self.bitwise_xor(dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)  # all ones
 
     def logical_not(self: Tensor) -> Tensor:
         b = self if self.dtype == dtypes.bool else self != 0
@@ -425,9 +463,13 @@ class ElementwiseMixin:
             xt, yt = x._broadcasted(y)
         elif isinstance(y, Tensor):
             yt, xt = y._broadcasted(x)
-        else:
-            dt = dtypes.as_concrete(least_upper_dtype(_py_dtype(x), _py_dtype(y)))
-            xt, yt = Tensor(x, device=self.device, dtype=dt), Tensor(y, device=self.device, dtype=dt)
+        else:  # two literals: weak (`(t > 0).where(1, 0)` is weakint), on the condition's device
+            dt = least_upper_dtype(_py_dtype(x), _py_dtype(y))
+            if dt in WEAK_DTYPES and type(self.uop) is MultiUOp:
+                dt = strong_dtype(dt)
+            xt, yt = self._const_like(x, dt), self._const_like(y, dt)
+        cond = cond._on_device_of(xt)._on_device_of(yt)  # (a device-less condition takes the values' device)
+        xt, yt = xt._on_device_of(cond), yt._on_device_of(cond)
         sh = broadcast_shape(cond.shape, xt.shape, yt.shape)
         cond, xt, yt = cond._broadcast_to(sh), xt._broadcast_to(sh), yt._broadcast_to(sh)
         if any(type(t.uop) is MultiUOp for t in (cond, xt, yt)):

@@ -40,12 +40,13 @@ if TYPE_CHECKING:
 class _PlaceholderStorage:
     """What buffer_map holds for a placeholder while (and after) a body is traced: reading it is an error."""
 
-    def __init__(self, fname: str, what: str) -> None:
+    def __init__(self, fname: str, what: str, why: str = "") -> None:
         self.fname, self.what = fname, what
+        self.why = why or (f"@function {fname}: the body read the data of {what}; a body is traced once on "
+                           "placeholders and can't read values (.numpy(), .item())")  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:
-        raise DeviceUsageError(f"@function {self.fname}: the body read the data of {self.what}; a body is "
-                               "traced once on placeholders and can't read values (.numpy(), .item())")  # fmt: skip
+        raise DeviceUsageError(self.why)
 
 
 def function(fn: Callable[..., Any] | None = None, *, precompile: bool = False, precompile_backward: bool = False,

@@ -407,7 +407,8 @@ class IndexingMixin:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
-        return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device)).where(1, 0).cast(dtypes.int32)
+        # literal 1s and 0s: weakint (TENSOR_API 3.3), read as the default int, adopting the dtype they meet
+        return (self.unsqueeze(-1) == Tensor.arange(num_classes)).where(1, 0)
 
     @staticmethod
     def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:

@@ -399,6 +399,12 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
 
     if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
         raise RuntimeError(f"shard needs a tuple of devices, got {devices!r}; use .to(device) for one device")
+    if t.device is None:  # device-less: it combines with sharded tensors as it is (replicated where it meets them)
+        return t
+    if t.dtype.is_weak:  # sharded tensors hold storage: a literal's dtype is made concrete first
+        from speck.tensor.weak import materialized
+
+        t = t.cast(materialized(t.uop))
     devs = canonical_devices(devices)
     if len(devs) == 1:
         return t.to(devs[0])
@@ -425,7 +431,10 @@ def _keep_flags(src: Tensor, dst: Tensor) -> Tensor:
 
 
 def shard_like(t: Tensor, y: Tensor) -> Tensor:
-    """`Tensor.shard_like`: t placed like y (y's devices and axis; y on one device: t moved there)."""
+    """`Tensor.shard_like`: t placed like y (y's devices and axis; y on one device: t moved there; y device-less:
+    t as it is)."""
+    if y.device is None:
+        return t
     if not isinstance(y.uop, MultiUOp):
         return t.to(str(y.device))
     if isinstance(t.uop, MultiUOp):
@@ -518,7 +527,17 @@ def assign(t: Tensor, x: Any) -> Tensor:
 
     tu = t.uop
     if not isinstance(x, Tensor):
-        x = Tensor(x, device=t.device, dtype=t.dtype)
+        x = Tensor(x, dtype=t.dtype)
+    if x.dtype != t.dtype:  # a literal's (weak) value joins into the target's dtype; anything else is a mismatch
+        from speck.uop import least_upper_dtype
+
+        if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
+            raise RuntimeError(f"assign dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                               f"value with .cast({t.dtype}) first")  # fmt: skip
+        x = x._joined(t.dtype)
+    if x.device is None and isinstance(tu, MultiUOp):  # device-less: built on every device, placed like t
+        u = x.uop if x.shape == t.shape else x.uop.reshape((1,) * (len(t.shape) - x.ndim) + x.shape).expand(t.shape)
+        x = Tensor(MultiUOp.leaf(_plain_to_shards(u, tu.axis, tu.device), tu.axis, tu.device))
     if x.shape != t.shape:
         if x.ndim == 0:
             x = x.expand(t.shape)
@@ -534,7 +553,6 @@ def assign(t: Tensor, x: Any) -> Tensor:
     if xu.axis != tu.axis or xu.device != tu.device:
         raise RuntimeError(f"assign: the value is sharded over {xu.device} on axis {xu.axis}, the target over "
                            f"{tu.device} on axis {tu.axis}; reshard it with .shard_like(target)")  # fmt: skip
-    x = x.cast(t.dtype)
     if not isinstance(x.uop, MultiUOp) or not x.uop.is_realized:
         x = x.contiguous().realize()
     xu = x.uop

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
-from speck.tensor.errors import TensorValueError
-from speck.tensor.schedule import new_buffer_uop
+from speck.tensor.errors import TensorOverflowError, TensorValueError
+from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
 
 _NP_TO_DT: dict[Any, DType] = {
@@ -27,8 +27,9 @@ _NP_TO_DT: dict[Any, DType] = {
 _clone_counter = itertools.count()
 
 
-def _dt(x: DType | str | None) -> DType | None:
-    """A dtype argument (DType, name, numpy type or dtype) as the DType a tensor can have; None stays None."""
+def _dt(x: DType | str | None, weak_ok: bool = False) -> DType | None:
+    """A dtype argument (DType, name, numpy type or dtype) as the DType a tensor can have; None stays None. Weak
+    dtypes only where `weak_ok` (casts, Python scalars): storage needs a width."""
     if x is None:
         return None
     if isinstance(x, type) and issubclass(x, np.generic):
@@ -36,15 +37,17 @@ def _dt(x: DType | str | None) -> DType | None:
     if isinstance(x, np.dtype):
         x = _NP_TO_DT[x]
     d = to_dtype(x)
-    if d.is_weak or d == dtypes.void:
-        raise RuntimeError(f"tensors can't have dtype {d}; use a concrete dtype such as float32 or int32")
+    if d == dtypes.void or (d.is_weak and not weak_ok):
+        raise TensorValueError(f"tensors with storage can't have dtype {d}; use a concrete dtype such as float32 or "
+                               "int32")  # fmt: skip
     return d
 
 
 def _iota_uop(n: sint, device: str) -> UOp:
-    """A lazy int32 [0, 1, ..., n-1]: an IOTA marker the scheduler lowers straight to the dimension's index (no
-    memory, no reduce), reshaped to give it a shape."""
-    return UOp(Ops.NOOP, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
+    """A lazy [0, 1, ..., n-1]: an IOTA marker the scheduler lowers straight to the dimension's index (no memory, no
+    reduce), reshaped to give it a shape. int32, or int64 when n - 1 is beyond int32 (never a wrapped position)."""
+    dt = dtypes.int32 if max_dim(n) - 1 <= dtypes.max(dtypes.int32) else dtypes.int64
+    return UOp(Ops.NOOP, dt, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
 
 
 def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
@@ -63,18 +66,28 @@ def copy_uop(u: UOp, dst: str, src: str) -> UOp:
     return u if dst == src else UOp(Ops.COPY, u.dtype, (u, UOp(Ops.DEVICE, arg=dst)), dst)
 
 
-def _scalar_dtype(x: int | float | bool) -> DType:
-    if isinstance(x, bool):
-        return dtypes.bool
-    if isinstance(x, int):
-        return dtypes.default_int
-    return dtypes.default_float
-
-
 def _const_uop(value: int | float | bool, dtype: DType, device: str) -> UOp:
+    """A 0-d constant of dtype on device (a weak dtype keeps the Python value exactly, converted to its kind)."""
     from speck.uop.dtype import cast_value
 
-    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), cast_value(value, dtype))
+    v = cast_value(value, dtype) if not dtype.is_weak else (int(value) if dtype is dtypes.weakint else float(value))
+    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), v)
+
+
+def const_tensor(value: int | float | bool, dtype: DType | None, device: Any) -> Any:
+    """A 0-d constant Tensor of dtype (default: the literal's own, weak for int/float) on device; device None makes
+    it device-less. Internal code uses this for constants that belong to a device (Tensor(scalar) ignores
+    device=); the Python int must fit an int dtype (a literal never wraps silently)."""
+    from speck.tensor.device import default_device
+    from speck.tensor.hook import Tensor
+    from speck.tensor.weak import check_fits
+
+    dt = dtypes.from_py(value) if dtype is None else dtype
+    check_fits(value, dt)
+    home = default_device() if device is None else device
+    t = Tensor(_const_uop(value, dt, home), device=home)
+    t._device = device
+    return t
 
 
 def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
@@ -101,8 +114,13 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
         dt = dtypes.default_float
     try:
         arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
-    except (ValueError, OverflowError) as e:
+    except OverflowError as e:
+        raise TensorOverflowError(f"can't make a Tensor from this nested sequence: an int is beyond int64 ({e}); "
+                                  "give its values as floats or split them") from None  # fmt: skip
+    except ValueError as e:
         raise TensorValueError(f"can't make a Tensor from this nested sequence: {e}") from None
+    if dtypes.is_int(dt) and arr.size and (int(arr.min()) < dtypes.min(dt) or int(arr.max()) > dtypes.max(dt)):
+        dt = dtypes.int64  # ints beyond the default int make an int64 tensor (as numpy and torch do), never wrap
     return arr, dt
 
 

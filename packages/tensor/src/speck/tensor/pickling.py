@@ -135,7 +135,7 @@ def _restore_custom_kernel_gradients(u: UOp) -> None:
 def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
     """Tensor.__reduce__: graph (with buffer records), device, requires_grad, grad and is_param. A sharded tensor
     (device a tuple) pickles its values and sharding instead, and is sharded the same way again on load."""
-    if not isinstance(t.device, str):
+    if isinstance(t.device, tuple):
         rest = (t.requires_grad, t.grad, t.is_param)
         return (_load_sharded, (t.numpy(), t.dtype, tuple(t.device), getattr(t.uop, "axis", None), *rest))
     return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad, t.is_param))
@@ -150,7 +150,7 @@ def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: 
     return t
 
 
-def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None, grad: Tensor | None,
+def _load_tensor(u: UOp | _GraphRecord, device: str | None, requires_grad: bool | None, grad: Tensor | None,
                  is_param: bool = True) -> Tensor:  # fmt: skip
     from speck.tensor.hook import Tensor
 
@@ -158,6 +158,8 @@ def _load_tensor(u: UOp | _GraphRecord, device: str, requires_grad: bool | None,
         u = u.u
     t = Tensor(u, device=device, requires_grad=requires_grad)
     t.grad, t.is_param = grad, is_param
+    if device is None:  # a device-less tensor (a constant's graph, on whatever device is the default now)
+        t._device = None
     return t
 
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorNotImplementedError, TensorValueError
+from speck.tensor.weak import materialized
 from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
+from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -74,7 +76,13 @@ class ReduceMixin:
             raise RuntimeError(f"axis {axis} repeats a dim")
         return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
 
+    def _concrete(self: Tensor) -> Tensor:
+        """self at a concrete dtype: reductions and scans first make a weak (literal) tensor concrete, at the dtype
+        it reads as (default int/float; int64 for int literals beyond the default int)."""
+        return self._joined(materialized(self.uop)) if self._uop.dtype in WEAK_DTYPES else self
+
     def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+        self = self._concrete()
         axes = self._axes(axis)
         if self.ndim == 0:
             return self
@@ -122,6 +130,7 @@ class ReduceMixin:
         """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
         from speck.tensor.nodes import _dt
 
+        self = self._concrete()
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
         narrow = self.dtype in (dtypes.float16, dtypes.bfloat16) or dtypes.is_fp8(self.dtype)
@@ -131,6 +140,7 @@ class ReduceMixin:
         """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
         from speck.tensor.nodes import _dt
 
+        self = self._concrete()
         acc = _dt(dtype) or sum_acc_dtype(self.dtype)
         ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
         return ret.cast(self.dtype) if dtype is None else ret
@@ -153,6 +163,7 @@ class ReduceMixin:
         return prod(self.shape[a] for a in self._axes(axis))
 
     def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        self = self._concrete()
         ft = least_upper_float(self.dtype)
         n = self._count(axis)
         s = self.cast(ft).sum(axis, keepdim)
@@ -228,6 +239,7 @@ class ReduceMixin:
         """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
         from speck.tensor.hook import Tensor
 
+        self = self._concrete()
         d = self._resolve_dim(axis)
         if self.ndim == 0:
             return self
@@ -374,7 +386,7 @@ class ReduceMixin:
         if k1 != k2:
             raise RuntimeError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
         dt = dtypes.as_concrete(least_upper_dtype(x.dtype, w.dtype))  # (int64 with uint64: weak float)
-        x, w = x.cast(dt), w.cast(dt)
+        x, w = x._joined(dt), w._joined(dt)
         xv, wv = x.ndim == 1, w.ndim == 1
         if xv:
             x = x.unsqueeze(0)

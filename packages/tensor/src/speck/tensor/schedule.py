@@ -364,7 +364,7 @@ class _Kernel:
         vv = self.var_vals
         if op is Ops.RESHAPE:
             if src.op is Ops.NOOP and src.arg == "iota":
-                return idx[0].cast(dtypes.int32)
+                return idx[0].cast(src.dtype)  # (int64 for an iota longer than int32 can count)
             new_shape = tuple(_unbind_shape(s, vv) for s in u.arg)
             if src.op is Ops.BUFFER:
                 return self.lower(src, (contiguous_index(idx, new_shape),), valid, bcast, in_reduce)

@@ -22,7 +22,7 @@ import numpy as np
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor.creation import CreationMixin
-from speck.tensor.device import canonical
+from speck.tensor.device import canonical, default_device
 from speck.tensor.dims import as_int
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -44,7 +44,7 @@ from speck.tensor.nodes import (
     _from_nested,
     _from_numpy,
     _np_cast,
-    _scalar_dtype,
+    const_tensor,
 )
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
@@ -59,11 +59,13 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
+from speck.tensor.weak import materialized, retype
 from speck.tensor.writes import _DEFERRED
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
 from speck.uop import DType, Ops, UOp, dtypes, sint
+from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
 
 Scalar = int | float | bool
@@ -105,9 +107,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         dtype: DTypeLike | None = None,
         requires_grad: bool | None = None,
     ) -> None:
+        if data is None or type(data) in (bool, int, float) or (isinstance(data, (np.ndarray, np.generic))
+                                                               and np.ndim(data) == 0):  # fmt: skip
+            _init_scalar(self, data, dtype, requires_grad)
+            return
         if isinstance(device, (tuple, list)) or isinstance(data, MultiUOp):
             _init_multi(self, data, device, dtype, requires_grad)
             return
+        if isinstance(data, UOp) and device is None:  # a graph node: on the device its graph names
+            device = multi.device_of(data)
         dev = canonical(device)
         dt = _dt(dtype)
         self.requires_grad, self.grad, self.is_param = requires_grad, None, True
@@ -119,16 +127,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if isinstance(data, Tensor):
             self.uop = data.uop if dt is None else data.cast(dt).uop
             return
-        if data is None:
-            data = 0.0
         if isinstance(data, pathlib.Path):
             self.uop = _disk_tensor(data, dt or dtypes.uint8)
             self._device = f"DISK:{data.resolve()}"
             if device is not None:
                 self.uop, self._device = self.to(dev).uop, dev
-            return
-        if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-            self.uop = _const_uop(data, dt or _scalar_dtype(data), dev)
             return
         if isinstance(data, (bytes, bytearray, memoryview)):
             # the bytes reinterpreted as dt (len // itemsize elements)
@@ -140,7 +143,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             if dt != bits:
                 self.uop = self.uop.bitcast(dt)
             return
-        elif isinstance(data, np.ndarray) or isinstance(data, np.generic):
+        elif isinstance(data, np.ndarray):
             arr = np.asarray(data)
             if arr.dtype not in _NP_TO_DT:
                 raise RuntimeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
@@ -176,6 +179,26 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Mark this tensor as an optimizer parameter (True) or a buffer that optimizers only realize (False)."""
         self.is_param = flag
         return self
+
+    def as_param(self, slot: builtins.int = 0) -> Tensor:
+        """A placeholder for this tensor as parameter number `slot` of a traced function or kernel: a buffer of the
+        same shape, dtype and device that has no data (reading it raises). A weak or device-less tensor has no
+        storage a parameter could stand for: RuntimeError."""
+        from speck.tensor.function import _PlaceholderStorage
+        from speck.tensor.schedule import buffer_map
+
+        if self._device is None or self.dtype.is_weak or isinstance(self.uop, MultiUOp):
+            what = "device-less" if self._device is None else "sharded" if isinstance(self.uop, MultiUOp) else "weak"
+            raise RuntimeError(f"as_param needs a tensor with storage on one device; this one is {what} "
+                               f"({self.dtype} on {self.device}): clone() it onto a device first")  # fmt: skip
+        size = as_int(prod(max_dim(s) for s in self.shape))
+        buf = new_buffer_uop(self._device, size, self.dtype)
+        what = f"parameter {slot} (shape {self.shape}, {self.dtype})"
+        buffer_map[buf] = _PlaceholderStorage("as_param", what, f"{what} is a placeholder made by as_param(): it has "
+                                              "no data to read; bind a real tensor in its place")  # fmt: skip
+        out = Tensor(buf.reshape(self.shape) if self.shape != (size,) else buf, device=self._device)
+        out.is_param = self.is_param
+        return out
 
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Tensor:
         """Set requires_grad in place (False: backward() never fills this tensor's .grad). Returns self."""
@@ -260,6 +283,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return n
 
     def element_size(self) -> int:
+        if self.dtype.is_weak:
+            raise RuntimeError(f"a {self.dtype} tensor has no element size (a Python literal's dtype has no storage "
+                               "width); cast it to a concrete dtype first")  # fmt: skip
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
@@ -312,7 +338,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return t
 
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
-        return Tensor(v, device=self.device, dtype=dtype or self.dtype)
+        """A 0-d constant of dtype (default self's) where self is (device-less for device-less or sharded self)."""
+        dev = self._device
+        out: Tensor = const_tensor(v, dtype or self.dtype, None if type(dev) is tuple else dev)
+        return out
 
     # ---------------- realization ----------------
     def realize(self, *lst: Tensor) -> Tensor:
@@ -323,6 +352,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
         global _run_schedule, _schedule_with_cache, _realize_graph
+        if any(t._device is None or t._uop.dtype in WEAK_DTYPES for t in tensors):
+            # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)
+            tensors = tuple(t for t in tensors if t._device is not None and t._uop.dtype not in WEAK_DTYPES)
         if _run_schedule is None:  # imported once here, not per call: realize() is the per-op hot path
             from speck.tensor.realize import realize_graph, run_schedule
             from speck.tensor.schedule_cache import schedule_with_cache
@@ -423,7 +455,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return items, {k: v for it in items for k, v in it.var_vals.items()}
 
     def contiguous(self) -> Tensor:
-        """A tensor materialised in its own row-major buffer (free when it already is one)."""
+        """A tensor materialised in its own row-major buffer (free when it already is one). Device-less and weak
+        tensors have no buffer to give: they are returned as they are."""
+        if self._device is None or self.dtype.is_weak:
+            return self
         if isinstance(self.uop, MultiUOp):
             return self if self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None else self._new(self.uop.contiguous())
         if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None):
@@ -438,7 +473,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def clone(self, device: str | None = None) -> Tensor:
         """A copy in a new buffer of its own (a fresh tag keeps two clones of one tensor from sharing a buffer), on
         `device` if given; .grad is cloned too and is_param kept."""
-        src = self.to(device) if device is not None else self
+        src = self._materialized(canonical(device) if isinstance(device, str) else default_device())
+        src = src.to(device) if device is not None else src
         if isinstance(src.uop, MultiUOp):
             out = src._new(src.uop.contiguous("clone", next(_clone_counter)))
         else:
@@ -460,11 +496,16 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def to(self, device: DeviceLike | None) -> Tensor:
         """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
         sharded tensor moved to one device is gathered there."""
+        if self._device is None:  # device-less: it takes the device of what it meets (tinygrad returns it as is)
+            return self
         if isinstance(device, (tuple, list)) or isinstance(self.uop, MultiUOp):
             return multi.to(self, device)
         dev = canonical(device)
         if dev == self.device:
             return self
+        if self.dtype.is_weak:
+            raise RuntimeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
+                               "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
         out = self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), dev), dev)
         out.is_param = self.is_param  # .grad moves along (to_ keeps the moved one)
         if self.grad is not None:
@@ -479,6 +520,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _buffer_data(self) -> np.ndarray:
         """The row-major data as a numpy array of the concrete shape (a copy). bfloat16 and fp8, which numpy
         lacks, are read as float32 (exact)."""
+        if self._device is None or self.dtype.is_weak:  # computed at the default dtype (device-less: on CPU)
+            return self._materialized("CPU" if self._device is None else self._device)._buffer_data()
         if isinstance(self.uop, MultiUOp):
             out: np.ndarray = multi.numpy(self)
             return out
@@ -548,14 +591,30 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
-        dt = _dt(dtype)
+        dt = _dt(dtype, weak_ok=True)
         assert dt is not None
-        return self if dt == self.dtype else self._new(self.uop.cast(dt))
+        if dt == self.dtype:
+            return self
+        if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:  # a literal's graph computed in dt
+            return self._new(retype(self.uop, dt, implicit=False))
+        return self._new(self.uop.cast(dt))
+
+    def _materialized(self, device: Any) -> Tensor:
+        """This tensor at a concrete dtype (weak: the default one) with a device (device-less: rebuilt on
+        `device`): what storage, reads and clones of it hold."""
+        t = self.cast(materialized(self.uop)) if self.dtype.is_weak else self
+        if t._device is None:
+            u = multi._on_device(t.uop, device) if not isinstance(device, tuple) else t.uop
+            t = Tensor(u, device=device)
+        return t
 
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
-        dt = _dt(dtype)
+        dt = _dt(dtype, weak_ok=True)
         assert dt is not None
+        if dt.is_weak or self.dtype.is_weak:
+            raise RuntimeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to a "
+                               "concrete dtype first")  # fmt: skip
         if dt == self.dtype:
             return self
         on_disk = isinstance(self.device, str) and self.device.startswith("DISK")
@@ -696,6 +755,21 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         from speck.tensor.pickling import reduce_tensor
 
         return reduce_tensor(self)
+
+
+def _init_scalar(t: Tensor, data: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:
+    """Tensor(Python scalar, None or 0-d array): a device-less 0-d constant (device= is ignored; it takes the device
+    of the tensors it meets). An int or float literal is weak (weakint, weakfloat) unless dtype= is given."""
+    if isinstance(data, (np.ndarray, np.generic)):
+        arr = np.asarray(data)
+        if arr.dtype not in _NP_TO_DT:
+            raise RuntimeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+        data, dtype = arr.item(), dtype or _NP_TO_DT[arr.dtype]
+    dt = _dt(dtype, weak_ok=True) or dtypes.from_py(0.0 if data is None else data)
+    t.requires_grad, t.grad, t.is_param = requires_grad, None, True
+    t._device = None
+    _track(t)
+    t.uop = _const_uop(0.0 if data is None else data, dt, default_device())
 
 
 def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:

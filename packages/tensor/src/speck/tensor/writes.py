@@ -439,17 +439,23 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
     """x as a tensor of t's dtype and device, broadcast to `shape` (spec: dtype and device must match, a weak
     dtype is cast, non-tensors are converted)."""
     from speck.tensor.hook import Tensor
+    from speck.uop import least_upper_dtype
 
     if not isinstance(x, Tensor):
-        made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
+        made: Tensor = t._const_like(x) if isinstance(x, (int, float, bool)) else Tensor(x, device=t.device,
+                                                                                          dtype=t.dtype)  # fmt: skip
         return made
-    if x.device != t.device:
-        x = x.to(t.device)  # a copy (speck's tests move data this way: tinygrad would raise here)
     if x.dtype != t.dtype:
-        if not getattr(x.dtype, "is_weak", False):
+        # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
+        # anything else is a mismatch (weakfloat -> int8 would drop the fraction)
+        if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
             raise RuntimeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
                                f"value with .cast({t.dtype}) first")  # fmt: skip
-        x = x.cast(t.dtype)
+        x = x._joined(t.dtype)
+    if x.device is None:
+        x = x._on_device_of(t)
+    elif x.device != t.device:
+        x = x.to(t.device)  # a copy (speck's tests move data this way: tinygrad would raise here)
     out: Tensor = x
     return out
 
@@ -489,10 +495,21 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
     return u, buf
 
 
+def _give_storage(t: Tensor) -> None:
+    """A write target that is a literal (weak) or device-less becomes a concrete tensor first: the default dtype, on
+    the default device."""
+    if t.device is None or t.dtype.is_weak:
+        from speck.tensor.device import default_device
+
+        m = t._materialized(default_device())
+        t.uop, t._device = m.uop, m.device
+
+
 def assign(t: Tensor, x: Any) -> Tensor:
     """Tensor.assign (see its docstring and the module docstring)."""
     if id(x) == id(t):  # self-assign: nothing changes
         return t
+    _give_storage(t)
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
     u = t.uop
     buf = view_base(u)
@@ -577,8 +594,9 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     value."""
     from speck.tensor.hook import Tensor
 
-    if getattr(t.dtype, "is_weak", False):
+    if t.dtype.is_weak:
         raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+    _give_storage(t)
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)

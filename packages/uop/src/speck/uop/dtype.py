@@ -105,7 +105,8 @@ class DType:
 
     @property
     def is_weak(self) -> bool:
-        return self.scalar().name in ("weakint", "weakfloat")
+        """A Python-literal dtype (weakint, weakfloat): no storage width, it adopts the dtype it meets."""
+        return (self._scalar or self) in WEAK_DTYPES
 
     @property
     def bitsize(self) -> int:
@@ -151,6 +152,10 @@ class PtrDType(DType):
 
     def scalar(self) -> PtrDType:
         return self if self.v == 1 else _ptr_cache(self.base, self.addrspace, 1, self.size)
+
+    @property
+    def is_weak(self) -> bool:
+        return self.base.is_weak
 
     @property
     def nbytes(self) -> int:
@@ -377,6 +382,7 @@ _INTS = frozenset(
         dtypes.uint64,
     ]
 )
+WEAK_DTYPES: frozenset[DType] = frozenset((dtypes.weakint, dtypes.weakfloat))
 _UINTS = frozenset([dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64])
 _FLOATS = frozenset(
     [
@@ -454,9 +460,21 @@ def least_upper_dtype(*ds: DType) -> DType:
 
     Weak dtypes lose to concrete ones: least_upper_dtype(int8, weakint) is int8, and (int32, weakfloat) is weakfloat,
     which `least_upper_float`/`as_concrete` turn into the default float."""
+    if len(ds) == 2:  # every binary op joins its operands' dtypes: answered from a table after the first time
+        return _join2(ds[0].scalar(), ds[1].scalar())
     if not ds:
         raise RuntimeError("least_upper_dtype needs at least one dtype")
-    common = set.intersection(*[set(_upper_set(d.scalar())) for d in ds])
+    return _join(frozenset(d.scalar() for d in ds))
+
+
+@functools.cache
+def _join2(a: DType, b: DType) -> DType:
+    return _join(frozenset((a, b)))
+
+
+@functools.cache
+def _join(ds: frozenset[DType]) -> DType:
+    common = set.intersection(*[set(_upper_set(d)) for d in ds])
     # the least element of the common set is the one whose own upper set contains all the others
     for cand in sorted(common, key=lambda d: len(_upper_set(d)), reverse=True):
         if all(c in _upper_set(cand) for c in common):
