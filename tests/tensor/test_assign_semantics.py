@@ -201,8 +201,10 @@ def test_assign_errors() -> None:
         x.assign(Tensor(np.zeros(3, np.float32)))
     with pytest.raises(RuntimeError, match="assign dtype mismatch"):
         x.assign(Tensor(np.zeros(4, np.int32)))
+    with pytest.raises(RuntimeError, match="assign device mismatch"):  # another device (TENSOR_API 4.6): move it first
+        x.assign(Tensor(np.ones(4, np.float32), device="PYTHON"))
     assert x.tolist() == [0, 0, 0, 0]
-    x.assign(Tensor(np.ones(4, np.float32), device="PYTHON"))  # another device: copied over
+    x.assign(Tensor(np.ones(4, np.float32), device="PYTHON").to(x.device))
     assert x.tolist() == [1, 1, 1, 1]
 
 

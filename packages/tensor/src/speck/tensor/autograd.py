@@ -86,8 +86,8 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
 
 
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-    """d(root)/d(target) for each target, as lazy tensors; `.grad` is not touched. A target root does not depend
-    on gets zeros of its shape."""
+    """d(root)/d(target) for each target, as lazy tensors with the target's shape (0-d included); `.grad` is not
+    touched. Root and targets must be concrete floats (RuntimeError); a non-scalar root needs `gradient=`."""
     from speck.tensor.hook import Tensor
 
     _check_float(root, "tensor being differentiated")
@@ -95,7 +95,9 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
         _check_float(t, "target")
     seed = _seed(root, gradient, "gradient()")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
-    return [Tensor(_grad_or_zeros(grads, t), device=t.device) for t in targets]
+    # a target the root does not depend on gets device-less zeros of its shape (they take any device they meet)
+    return [Tensor(g, device=t.device) if (g := grads.get(t.uop)) is not None else
+            Tensor.full(t.shape, 0.0, dtype=t.dtype, buffer=False) for t in targets]  # fmt: skip
 
 
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:

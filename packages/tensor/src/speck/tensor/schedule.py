@@ -575,7 +575,13 @@ class Scheduler:
         if u.op is Ops.ASSIGN:
             return self._scatter(u)
         if u.op is Ops.AFTER:  # an argument after a custom kernel ran on it: the kernel gets a schedule item
-            v = _schedule_rule(u.op)(self, u)
+            if u.src[1].op is not Ops.KERNEL:  # `x.after(*deps)`: x's value, once the dependencies are computed
+                for dep in u.src[1:]:
+                    if dep.has_shape:
+                        self.realize(dep)
+                v = self.done[u] = self.realize(u.src[0])
+            else:
+                v = _schedule_rule(u.op)(self, u)
             return v if into is None else self._copy_into(v, into)
         shape = u.shape
         device = self.device if self.device is not None else self._device_of(u)

@@ -506,6 +506,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.is_weak:
             raise RuntimeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
                                "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
+        from speck.tensor.disk import HOST, host_graph, is_disk, is_view, needs_host
+
+        if is_disk(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
+            host = Tensor(host_graph(self.uop), device=HOST)
+            return host if dev == HOST else host.to(dev)
         out = self._new(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev)), dev), dev)
         out.is_param = self.is_param  # .grad moves along (to_ keeps the moved one)
         if self.grad is not None:
@@ -533,6 +538,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             )
         shape = tuple(as_int(s) for s in self.shape)
         from speck.tensor import realize
+        from speck.tensor.disk import HOST, host_graph, is_disk, is_view, needs_host
+
+        if is_disk(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file: on CPU
+            return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
 
         if realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
             realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")

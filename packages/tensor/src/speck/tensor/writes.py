@@ -340,13 +340,17 @@ def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
     import numpy as np
 
+    from speck.tensor.disk import HOST, host_graph, needs_host
     from speck.tensor.hook import Tensor
     from speck.tensor.realize import buffer_numpy
 
     value = w.value
     while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
         value = value.src[0]  # a copy onto the disk: take what is copied
-    data = Tensor(value, device=_device_of(value)).numpy()
+    # (computed where it is; a value the disk device would have to compute - a constant, a strided read of the
+    # file - is computed on the host)
+    data = (Tensor(host_graph(value), device=HOST) if needs_host(value) else Tensor(value, device=_device_of(value))
+            ).numpy()  # fmt: skip
     mem = buffer_numpy(w.buf)
     if w.target is None and w.pos is None:
         mem[:] = data.reshape(-1).view(mem.dtype)
@@ -454,8 +458,11 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         x = x._joined(t.dtype)
     if x.device is None:
         x = x._on_device_of(t)
+    elif x.device != t.device and (is_disk(t.device) or is_disk(x.device)):
+        x = x.to(t.device)  # to or from a file: a copy (the bytes are written or read)
     elif x.device != t.device:
-        x = x.to(t.device)  # a copy (speck's tests move data this way: tinygrad would raise here)
+        raise RuntimeError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move the "
+                           f"value with .to({t.device!r}) first")  # fmt: skip
     out: Tensor = x
     return out
 
@@ -495,6 +502,12 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
     return u, buf
 
 
+def is_disk(device: object) -> bool:
+    from speck.tensor.disk import is_disk as _is_disk
+
+    return _is_disk(device)
+
+
 def _give_storage(t: Tensor) -> None:
     """A write target that is a literal (weak) or device-less becomes a concrete tensor first: the default dtype, on
     the default device."""
@@ -520,6 +533,8 @@ def assign(t: Tensor, x: Any) -> Tensor:
             return t
         _realize_base(base, t.device)  # views of a lazy value: give it memory the write can go through
     u, buf = _writable(t, "can't assign")
+    if xt.uop is u:  # the view's own current contents (`x[i] += 1` stores x[i] back into itself): nothing to write
+        return t
     value = xt.uop if xt.dtype == buf.dtype else xt.uop.bitcast(buf.dtype)
     if is_whole(u, buf) and _scatter_in_place(value, buf):
         return t
@@ -596,10 +611,18 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
 
     if t.dtype.is_weak:
         raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+    if isinstance(t.device, tuple):
+        raise RuntimeError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with .to(device), "
+                           "write there and shard again (or build the new value and assign it)")  # fmt: skip
     _give_storage(t)
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
+    if is_disk(t.device) and _advanced(idx):
+        raise RuntimeError(
+            f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
+            "through views: slices, ints, reshapes); move it to a device, write there and assign back"
+        )
     if buf is not None and not _advanced(idx):
         view = t[idx]
         view.assign(_broadcast(val, view.shape, "setitem"))

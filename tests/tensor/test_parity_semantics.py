@@ -1,0 +1,235 @@
+"""The semantics of issue 28 §3 owned here, each against TENSOR_API: assign (kernel counts of the common patterns,
+chained assigns onto unrealized targets, the RuntimeError cases of 4.6, buffer identity), setitem's RuntimeError
+cases (6.2), sharded assign and symbolic bounds on sharded tensors (12.2), DISK without a compute renderer (4.1),
+`gradient()` shapes and errors (5), and the realize identities of 4.5."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import Tensor, Variable, dtypes
+from speck.tensor.schedule import KernelCountException, assert_kernel_count, base_buffer
+
+DEVS = ("CPU", "CPU:1")
+
+
+def _realized(*shape: int, dtype: Any = np.float32) -> Tensor:
+    return Tensor(np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)).realize()
+
+
+# ---------------- assign ----------------
+@pytest.mark.parametrize("name, write, kernels", [
+    ("in-place add", lambda x: x.__iadd__(1), 1),
+    ("slice assign", lambda x: x[1:3].assign(Tensor([[5.0] * 4] * 2)), 1),
+    ("row += through setitem", lambda x: x.__setitem__(1, x[1] + 2), 1),
+    ("x[:, 1:3] += 1", lambda x: x.__setitem__((slice(None), slice(1, 3)), x[:, 1:3].__iadd__(1)), 1),
+    ("constant", lambda x: x.assign(3.0), 1),
+    ("self-assign", lambda x: x.assign(x), 0),
+    ("two chained updates", lambda x: x.assign(x + 1).assign(x * 2), 2),
+    ("index-tensor setitem", lambda x: x.__setitem__(Tensor([0, 2]), 7.0), 1),
+])  # fmt: skip
+def test_assign_kernel_counts(name: str, write: Any, kernels: int) -> None:
+    x = _realized(4, 4)
+    ref = x.numpy()
+    write(x)
+    with assert_kernel_count(kernels):
+        x.realize()
+    assert x.numpy().shape == ref.shape
+
+
+def test_a_wrong_kernel_count_raises_kernel_count_exception() -> None:
+    x = _realized(4)
+    x += 1
+    with pytest.raises(KernelCountException), assert_kernel_count(5):
+        x.realize()
+
+
+def test_assign_keeps_the_buffer_and_every_view_sees_the_write() -> None:
+    x = _realized(6)
+    bb, view = base_buffer(x.uop), x[2:4]
+    x.assign(x * 10).realize()
+    assert base_buffer(x.uop) is bb and x.uop.is_realized
+    assert view.tolist() == [20.0, 30.0] and x.tolist() == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+    x[1:3].assign(Tensor([-1.0, -2.0])).realize()
+    assert base_buffer(x.uop) is bb and view.tolist() == [-2.0, 30.0]
+
+
+def test_chained_assigns_onto_unrealized_targets_run_like_eager_code() -> None:
+    a = Tensor.ones(4).contiguous()
+    a.assign(a + 1)
+    a.assign(a * 2)
+    assert a.tolist() == [4.0] * 4
+    b = Tensor([1.0, 2.0])
+    c = b * 1  # computed before the write: keeps the old value, however late it is read (TENSOR_API A: not matched)
+    b += 1
+    assert b.tolist() == [2.0, 3.0] and c.tolist() == [1.0, 2.0]
+    d = Tensor.empty(3)
+    d.assign(Tensor([1.0, 2.0, 3.0])).assign(d + 1)
+    assert d.tolist() == [2.0, 3.0, 4.0]
+    e = (Tensor([1.0, 2.0]) * 2).uop.after(Tensor.zeros(2).contiguous().uop)  # an ordering node users build
+    assert Tensor(e).tolist() == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    (lambda x: x.assign(Tensor(np.zeros(3, np.float32))), ValueError, "broadcast"),
+    (lambda x: x.assign(Tensor(np.zeros(4, np.int32))), RuntimeError, "assign dtype mismatch"),
+    (lambda x: x.assign(Tensor([1, 2, 3, 4]) * 0.5 + Tensor([1.0]).half()), RuntimeError, "assign dtype mismatch"),
+    (lambda x: x.assign(Tensor(np.ones(4, np.float32), device="CPU:1")), RuntimeError, "device mismatch"),
+    (lambda x: x.cast(dtypes.int8).assign(Tensor([1, 2, 3, 4]) * 0.5), RuntimeError, "assign dtype mismatch"),
+])  # fmt: skip
+def test_assign_runtime_errors(bad: Any, exc: type, match: str) -> None:
+    x = _realized(4)
+    with pytest.raises(exc, match=match):
+        bad(x)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]  # nothing was written
+
+
+# ---------------- setitem ----------------
+@pytest.mark.parametrize("bad, exc, match", [
+    (lambda x: x.__setitem__(0, Tensor([1, 2, 3, 4])), RuntimeError, "setitem dtype mismatch"),
+    (lambda x: x.__setitem__(0, Tensor([1.0, 2.0])), ValueError, "broadcast"),
+    (lambda x: x.__setitem__(0, Tensor([1.0] * 4, device="CPU:1")), RuntimeError, "device mismatch"),
+    (lambda x: x.cast(dtypes.uint8).__setitem__(0, 300), OverflowError, "doesn't fit"),
+])  # fmt: skip
+def test_setitem_runtime_errors(bad: Any, exc: type, match: str) -> None:
+    x = _realized(2, 4)
+    with pytest.raises(exc, match=match):
+        bad(x)
+    np.testing.assert_array_equal(x.numpy(), np.arange(8, dtype=np.float32).reshape(2, 4))
+
+
+def test_setitem_into_weak_and_sharded_targets_raises() -> None:
+    with pytest.raises(RuntimeError, match="weak"):
+        (Tensor([1, 2]) * 0.5)[0] = 1.0
+    s = _realized(4).shard(DEVS, 0)
+    for idx in (1, slice(0, 2), Tensor([1])):
+        with pytest.raises(RuntimeError, match="sharded"):
+            s[idx] = 5.0
+
+
+def test_setitem_converts_python_values_and_gives_device_less_targets_storage() -> None:
+    x = Tensor([1, 2, 3]).realize()
+    x[1] = 2.5  # a Python float into an int tensor: converted (TENSOR_API 6.2)
+    assert x.tolist() == [1, 2, 3]
+    a = Tensor.arange(4)
+    a[0] = 9  # device-less: storage on the default device first
+    assert a.device is not None and a.tolist() == [9, 1, 2, 3]
+
+
+# ---------------- several devices ----------------
+def test_sharded_assign_needs_the_same_sharding_and_dtype() -> None:
+    s = _realized(4, 2).shard(DEVS, 0)
+    with pytest.raises(RuntimeError, match="axis"):
+        s.assign(_realized(4, 2).shard(DEVS, 1))
+    with pytest.raises(RuntimeError, match="assign dtype mismatch"):
+        s.assign(Tensor(np.zeros((4, 2), np.int32)).shard(DEVS, 0))
+    s.assign(7.0)  # a literal (device-less): placed like the target
+    assert s.device == DEVS and s.tolist() == [[7.0, 7.0]] * 4
+    s.assign(Tensor.arange(8).reshape(4, 2).float())
+    s.assign(s * 2).realize()
+    np.testing.assert_array_equal(s.numpy(), np.arange(8).reshape(4, 2) * 2)
+    assert s.uop.axis == 0
+
+
+@given(st.integers(1, 6))
+def test_symbolic_bounds_on_sharded_tensors(n: int) -> None:
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = Variable("n", 1, 6).bind(n)
+    s = Tensor(x).shard(DEVS, axis=0)
+    part = s[:, :v]
+    np.testing.assert_array_equal(part.sum(1).numpy(), x[:, :n].sum(1))
+    np.testing.assert_array_equal(part.max(1).numpy(), x[:, :n].max(1))
+    assert part.sum().item() == x[:, :n].sum()
+    np.testing.assert_array_equal(s.pad(((0, 0), (0, v))).sum(1).numpy(), x.sum(1))
+    np.testing.assert_array_equal(Tensor(x)[:, :v].shard(DEVS, 0).mean(1).numpy(), x[:, :n].mean(1))
+    with pytest.raises(RuntimeError, match="uneven"):
+        Tensor(x)[:, :v].shard(DEVS, 1)
+
+
+# ---------------- DISK ----------------
+@pytest.fixture
+def disk(tmp_path: Path) -> tuple[Path, Tensor]:
+    p = tmp_path / "w.bin"
+    p.write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    return p, Tensor(p, dtype=dtypes.float32)
+
+
+def _file(p: Path) -> np.ndarray:
+    return np.frombuffer(p.read_bytes(), np.float32)
+
+
+def test_disk_slices_and_strided_views_read_without_computing_on_disk(disk: tuple[Path, Tensor]) -> None:
+    _, t = disk
+    ref = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(t[3:7].numpy(), ref[3:7])
+    np.testing.assert_array_equal(t[::3].numpy(), ref[::3])
+    np.testing.assert_array_equal(t.reshape(4, 4)[1:3, ::-2].numpy(), ref.reshape(4, 4)[1:3, ::-2])
+    np.testing.assert_array_equal(t[1::2].to("CPU:1").numpy(), ref[1::2])
+    assert t[1::2].to("CPU").device == "CPU"
+
+
+def test_disk_writes_of_constants_and_computed_values(disk: tuple[Path, Tensor]) -> None:
+    p, t = disk
+    ref = np.arange(16, dtype=np.float32)
+    t[4:6].assign(5.0)  # a constant: computed on CPU, its bytes written
+    t[8:10] = 3.0
+    t[10:12] = Tensor([1, 2]) * 0.5
+    t[::4].assign(-1.0)  # through a strided view
+    t[0:2].assign(Tensor([7.0, 8.0]))  # from another device: copied
+    ref[4:6], ref[8:10], ref[10:12], ref[::4], ref[0:2] = 5, 3, [0.5, 1], -1, [7, 8]
+    np.testing.assert_array_equal(_file(p), ref)
+    with pytest.raises(RuntimeError, match="index tensors"):
+        t[Tensor([1, 2])] = 1.0
+
+
+def test_disk_bitcasts_are_views_of_the_file(disk: tuple[Path, Tensor]) -> None:
+    _, t = disk
+    ref = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(t.bitcast(dtypes.int32).numpy(), ref.view(np.int32))
+    np.testing.assert_array_equal(t[2:4].bitcast(dtypes.uint8).numpy(), ref[2:4].view(np.uint8))
+    np.testing.assert_array_equal(t.reshape(4, 4)[1].bitcast(dtypes.uint16).to("CPU").numpy(), ref[4:8].view(np.uint16))
+
+
+# ---------------- gradients ----------------
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (2, 3)])
+def test_gradient_has_the_target_shape(shape: tuple[int, ...]) -> None:
+    a = np.arange(1, int(np.prod(shape)) + 1, dtype=np.float32).reshape(shape)
+    x = Tensor(a.reshape(-1)).reshape(shape)  # (a 0-d view of a buffer: Tensor(0-d array) is a device-less literal)
+    (gx,) = (x * x).sum().gradient(x)
+    assert gx.shape == shape
+    np.testing.assert_allclose(gx.numpy(), 2 * a)
+    (gz,) = (x * 2).sum().gradient(Tensor.ones(*shape))  # not in the graph: device-less zeros of its shape
+    assert gz.shape == shape and gz.device is None and not gz.numpy().any()
+
+
+def test_gradient_errors_for_non_differentiable_targets() -> None:
+    x = Tensor([1.0, 2.0])
+    y = (x * 3).sum()
+    with pytest.raises(RuntimeError, match="only float Tensors have gradient"):
+        y.gradient(Tensor([1, 2]))
+    with pytest.raises(RuntimeError, match="weak"):
+        (x * (Tensor([1, 2]) * 0.5)).sum().gradient(Tensor([1, 2]) * 0.5)
+    with pytest.raises(RuntimeError, match="only float Tensors have gradient"):
+        (Tensor([1, 2]) * 2).sum().gradient(x)
+    with pytest.raises(AssertionError):
+        (x * 3).gradient(x)
+    (g,) = (x * 3).gradient(x, gradient=Tensor([1.0, 2.0]))
+    assert g.tolist() == [3.0, 6.0]
+
+
+# ---------------- realize ----------------
+def test_realize_identities() -> None:
+    a, b = Tensor([1.0, 2.0]) * 2, Tensor([3.0]) + 1
+    assert a.realize() is a and a.uop.is_realized
+    assert Tensor.realize(b, a) is b and b.uop.is_realized
+    c, d = Tensor([1.0]) * 3, Tensor([2.0]) * 3
+    c.realize(d)  # the others are realized too
+    assert c.uop.is_realized and d.uop.is_realized
+    for lit in (Tensor(3), Tensor.arange(4), Tensor([1, 2]) * 0.5):
+        assert lit.realize() is lit and not lit.uop.is_realized  # no storage: nothing to realize
