@@ -138,8 +138,10 @@ def main() -> None:
             for key, v in (("insts", n), ("vgpr", kernel.vgpr_count), ("lds", kernel.group_segment_fixed_size),
                            ("scratch", kernel.private_segment_fixed_size)):  # fmt: skip
                 most[key] = max(most[key], v)
-    print(f"\ncompile of the {len(asts)} kernels (render + compile, lowering excluded, CPU s of this thread): "
-          f"AMD {total['AMD']:.2f} s, LLVM CPU {total['CPU']:.2f} s, AMD/CPU {total['AMD'] / total['CPU']:.2f}x")
+    print(
+        f"\ncompile of the {len(asts)} kernels (render + compile, lowering excluded, CPU s of this thread): "
+        f"AMD {total['AMD']:.2f} s, LLVM CPU {total['CPU']:.2f} s, AMD/CPU {total['AMD'] / total['CPU']:.2f}x"
+    )
     print(f"largest: {most['insts']} instructions, {most['vgpr']} VGPRs, {most['lds']} LDS bytes, "
           f"{most['scratch']} scratch bytes per work-item")  # fmt: skip
 
