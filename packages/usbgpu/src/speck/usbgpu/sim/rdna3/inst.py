@@ -1,0 +1,63 @@
+"""A decoded instruction: its encoding, mnemonic, LLVM-syntax disassembly and a closure that executes it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from speck.usbgpu.errors import EmulationError
+
+if TYPE_CHECKING:
+    from speck.usbgpu.sim.rdna3.wave import Waves
+
+# instruction classes counted in Stats (a cycle model weighs them): scalar ALU, vector ALU, transcendental VALU,
+# scalar memory, vector memory, LDS, branches, waits, barriers, end of program, no-ops
+KINDS = ("salu", "valu", "trans", "smem", "vmem", "lds", "branch", "wait", "barrier", "end", "nop")
+
+
+@dataclass(eq=False)
+class Inst:
+    """One instruction at `pc`. `run(w)` executes it for a group of waves (ordinary instructions); control flow
+    (`kind` branch/barrier/end/wait) is carried out by the dispatcher from `target`, `cond` and `run`."""
+
+    pc: int
+    words: tuple[int, ...]
+    enc: str
+    op: int
+    name: str
+    operands: str
+    kind: str
+    run: Callable[[Waves], None] | None = None
+    vregs: frozenset[int] = frozenset()  # VGPRs read or written (checked against outstanding loads)
+    sregs: frozenset[int] = frozenset()
+    target: int | None = None  # branch target
+    cond: Callable[[Waves], np.ndarray] | None = None  # per-wave "taken" for conditional branches
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return 4 * len(self.words)
+
+    @property
+    def text(self) -> str:
+        return f"{self.name} {self.operands}".rstrip()
+
+    def __str__(self) -> str:
+        words = " ".join(f"{x:08X}" for x in self.words)
+        return f"{self.text:60s} // {self.pc:012X}: {words}"
+
+
+def unimplemented(name: str, detail: str = "") -> Callable[[Waves], None]:
+    """An executor that stops the dispatch: the emulator never skips an instruction."""
+
+    def run(w: Waves) -> None:
+        raise EmulationError(f"{name} is not implemented by the RDNA3 emulator{detail}", mnemonic=name)
+
+    return run
+
+
+def vgpr_range(r: int, count: int) -> frozenset[int]:
+    return frozenset(range(r, r + count))
