@@ -512,16 +512,21 @@ def decode_vop3p(pc: int, fetch: Fetch) -> Inst:
     literal = words[2] if uses_literal else None
     tys = [TYPES[t] for t in row.srcs]
     parts = [_vdst_text(vdst, TYPES[row.dst] if row.dst and row.kind == "mix" else None)]
-    parts += [vector_text(c, 32, literal) for c in src[:ns]]
-    default_hi = 0 if row.kind == "mix" else (1 << ns) - 1
+    mix = row.kind == "mix"
+    for i, c in enumerate(src[:ns]):  # V_FMA_MIX* print neg (and neg_hi, which means abs there) on the operand
+        t = vector_text(c, 32, literal)
+        if mix and neg_hi >> i & 1:
+            t = f"|{t}|"
+        parts.append(f"-{t}" if mix and neg >> i & 1 else t)
+    default_hi = 0 if mix else (1 << ns) - 1
     mods = []
     if opsel:
         mods.append(f"op_sel:{_bitlist(opsel, ns)}")
     if (opsel_hi & ((1 << ns) - 1)) != default_hi:
         mods.append(f"op_sel_hi:{_bitlist(opsel_hi, ns)}")
-    if neg:
+    if neg and not mix:
         mods.append(f"neg_lo:{_bitlist(neg, ns)}")
-    if neg_hi:
+    if neg_hi and not mix:
         mods.append(f"neg_hi:{_bitlist(neg_hi, ns)}")
     if clamp:
         mods.append("clamp")
@@ -629,8 +634,6 @@ def decode_vopd(pc: int, fetch: Fetch) -> Inst:
     texts = []
     for row, f in halves:
         ops = [f"v{f.vdst}"] + [vector_text(c, 32, literal) for c in f.srcs]
-        if row.kind == "cndmask":
-            ops.append("vcc_lo")
         texts.append(f"{row.name} {', '.join(ops)}")
     inst = Inst(pc, words, "VOPD", opx, halves[0][0].name, "", "valu")
     inst.operands = texts[0][len(halves[0][0].name) + 1 :] + " :: " + texts[1]
