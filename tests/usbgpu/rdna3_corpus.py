@@ -160,6 +160,16 @@ def cases() -> list[Case]:
         out.append(Case(f"{fn}_f32", ir, f32, f32, f32, _f64ref(lambda a, b, r=ref: r(a)), ulp))
     ir = _elementwise("rcp_f32", f32, f32, f32, "  %r = fdiv float 1.0, %x")
     out.append(Case("rcp_f32", ir, f32, f32, f32, _wrap(lambda a, b: np.float32(1) / a, np.float32)))
+    d = "double"
+    for op, ref_ in (("fadd", np.add), ("fmul", np.multiply), ("fdiv", np.divide)):
+        ir = _elementwise(f"{op}_f64", d, d, d, f"  %r = {op} double %x, %y")
+        out.append(Case(f"{op}_f64", ir, d, d, d, _wrap(ref_, np.float64), tags=("f64",)))
+    decl = "declare double @llvm.fma.f64(double, double, double)"
+    ir = _elementwise("fma_f64", d, d, d, "  %r = call double @llvm.fma.f64(double %x, double %y, double %x)", decl)
+    out.append(Case("fma_f64", ir, d, d, d, _fma64_ref, tags=("f64",)))
+    decl = "declare double @llvm.sqrt.f64(double)"
+    ir = _elementwise("sqrt_f64", d, d, d, "  %r = call double @llvm.sqrt.f64(double %x)", decl)
+    out.append(Case("sqrt_f64", ir, d, d, d, _wrap(lambda a, b: np.sqrt(a), np.float64), tags=("f64",)))
     decl = "declare float @llvm.fma.f32(float, float, float)"
     ir = _elementwise("fma_f32", f32, f32, f32, "  %r = call float @llvm.fma.f32(float %x, float %y, float %x)", decl)
     out.append(Case("fma_f32", ir, f32, f32, f32, _f64ref(lambda a, b: a * b + a)))
@@ -310,6 +320,24 @@ def _revolutions(f: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray,
             return np.where(t == 0, t if f is np.sin else 1.0, r).astype(np.float32)
 
     return run
+
+
+def _fma64_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a*b + a for float64, exactly rounded (Python's exact rationals; numpy has no fused multiply-add)."""
+    from fractions import Fraction
+
+    out = np.empty(len(a))
+    for k, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        if not (np.isfinite(x) and np.isfinite(y)) or x == 0 or y == 0:
+            with np.errstate(all="ignore"):
+                out[k] = np.float64(x) * np.float64(y) + np.float64(x)
+            continue
+        v = Fraction(x) * Fraction(y) + Fraction(x)
+        try:
+            out[k] = float(v)
+        except OverflowError:
+            out[k] = np.inf if v > 0 else -np.inf
+    return out
 
 
 def _bf16_round(f: np.ndarray) -> np.ndarray:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from rdna3_corpus import cases
 from rdna3_llvm import compile_ir, objdump
-
 from speck.usbgpu.sim.rdna3 import disassemble
 from speck.usbgpu.sim.rdna3.codeobject import parse_code_object
 

@@ -17,15 +17,14 @@ CASES = {c.name: c for c in cases()}
 
 
 def ulp_diff(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Distance in units in the last place between same-typed floats (NaN vs NaN counts as 0)."""
+    """Distance in units in the last place between same-typed floats (NaN vs NaN counts as 0; +0 vs -0 as 0)."""
     bits = {2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    top = np.iinfo(bits).max
     xi, yi = x.view(bits).astype(np.int64), y.view(bits).astype(np.int64)
-    sign = 1 << (8 * x.dtype.itemsize - 1)
-    xi = np.where(xi < 0, -(xi + sign), xi)  # map to a monotonic integer line (two's complement of magnitude)
-    yi = np.where(yi < 0, -(yi + sign), yi)
-    d = np.abs(xi - yi)
-    both_nan = np.isnan(x) & np.isnan(y)
-    return np.where(both_nan, 0, d)
+    # magnitudes on one integer line, negatives mirrored: adjacent floats are adjacent integers
+    xm = np.where(xi < 0, -(xi & top), xi).astype(np.float64)
+    ym = np.where(yi < 0, -(yi & top), yi).astype(np.float64)
+    return np.where(np.isnan(x) & np.isnan(y), 0.0, np.abs(xm - ym))
 
 
 def run_case(c: Case, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,29 @@ def round_to_odd_f64(p: np.ndarray, c: np.ndarray) -> Any:
 
 
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Fused a*b+c rounded once, for float32 or float16 operands (all the same dtype)."""
+    """Fused a*b+c rounded once (float16, float32 or float64 operands, all the same dtype)."""
     dt = np.result_type(a, b, c)
+    if dt == F64:
+        return _fma64(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
     p = np.asarray(a, F64) * np.asarray(b, F64)  # exact: 24+24 bits fit in 53
     s = round_to_odd_f64(p, np.asarray(c, F64))
     return nan_fix(s.astype(dt), a, b, c)
+
+
+def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float64 fma: exact rational arithmetic per lane (float(Fraction) rounds correctly), numpy for the lanes with
+    an infinity, a NaN or a zero product (where the plain expression is already exact)."""
+    a, b, c = np.broadcast_arrays(a, b, c)
+    with np.errstate(all="ignore"):
+        res = np.array(a * b + c, dtype=F64)
+    exact = np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & (a != 0) & (b != 0)
+    for k in zip(*np.nonzero(exact)):
+        value = Fraction(float(a[k])) * Fraction(float(b[k])) + Fraction(float(c[k]))
+        try:
+            res[k] = float(value) if value != 0 else 0.0  # an exact cancellation is +0 in round-to-nearest
+        except OverflowError:
+            res[k] = np.inf if value > 0 else -np.inf
+    return nan_fix(res, a, b, c)
 
 
 def arith(op: str) -> Callable[[Any, Any], Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -278,37 +279,45 @@ def _exponent(x: np.ndarray) -> Any:
     return ((x.view(fl.BITS[x.dtype]) >> fl.BITS[x.dtype].type(bits[0])) & fl.BITS[x.dtype].type(bits[1])).astype(I64)
 
 
+# V_DIV_SCALE / V_DIV_FMAS per format: (exponent gap meaning "quotient near overflow", scale exponent, smallest
+# normal, "numerator tiny" exponent)
+_DIV_LIMITS = {F32: (96, 64, 2.0**-126, 23), F64: (768, 128, 2.0**-1022, 53)}
+
+
 def _div_scale(w: Waves, s0: Any, d: Any, n: Any) -> tuple[Any, Any]:
-    """V_DIV_SCALE_F32 (S0 = the operand to scale, S1 = denominator, S2 = numerator): scale n/d away from denormal
-    intermediates; VCC says the quotient needs post-scaling by V_DIV_FMAS_F32.
+    """V_DIV_SCALE_F32/F64 (S0 = the operand to scale, S1 = denominator, S2 = numerator): scale n/d away from
+    denormal intermediates; VCC says the quotient needs post-scaling by V_DIV_FMAS.
 
     The reference's pseudo-code tests "1/S1 == DENORM.f64", which never holds for a float32 S1, and scales the huge-
     denominator case up; neither would let LLVM's division macro divide by values above 2**126 (V_RCP_F32 flushes a
-    denormal reciprocal). We test float32's denormal range instead and scale such a denominator down: the choice that
-    makes LLVM's macro correctly rounded (tests/usbgpu checks the macro against exact division)."""
-    s0, d, n = np.broadcast_arrays(np.asarray(s0, F32), np.asarray(d, F32), np.asarray(n, F32))
+    denormal reciprocal). We test the format's denormal range instead and scale such a denominator down: the choice
+    that makes LLVM's macro correctly rounded (tests/usbgpu checks the macro against exact division)."""
+    s0, d, n = np.broadcast_arrays(np.asarray(s0), np.asarray(d), np.asarray(n))
+    dt = s0.dtype
+    gap, scale, tiny_f, tiny_exp = _DIV_LIMITS[dt]
     ed, en = _exponent(d), _exponent(n)
-    tiny = np.float64(2.0**-126)
+    tiny = np.float64(tiny_f)
     d64, n64 = d.astype(F64), n.astype(F64)
     with np.errstate(all="ignore"):
         rcp_tiny = np.abs(1.0 / d64) < tiny
         quot = np.abs((n / d).astype(F64))
     quot_tiny = (quot < tiny) & (quot != 0)
     d_tiny = (np.abs(d64) < tiny) & (d != 0)
-    up = np.ldexp(s0.astype(F64), 64).astype(F32)
-    down = np.ldexp(s0.astype(F64), -64).astype(F32)
-    is_d, is_n = s0.view(U32) == d.view(U32), s0.view(U32) == n.view(U32)
+    up = np.ldexp(s0, scale).astype(dt)
+    down = np.ldexp(s0, -scale).astype(dt)
+    bits = fl.BITS[dt]
+    is_d, is_n = s0.view(bits) == d.view(bits), s0.view(bits) == n.view(bits)
     res = s0.copy()
     vcc = np.zeros(s0.shape, dtype=bool)
     done = (n64 == 0) | (d64 == 0)
-    res = np.where(done, np.float32(np.nan), res)
+    res = np.where(done, dt.type(np.nan), res)
     steps = [  # (condition, VCC, scaled value, which operand is scaled: None = whichever S0 is)
-        (en - ed >= 96, True, up, is_d),  # quotient near overflow: scale the denominator up
+        (en - ed >= gap, True, up, is_d),  # quotient near overflow: scale the denominator up
         (d_tiny, False, up, None),  # denormal denominator: scale both
         (rcp_tiny & quot_tiny, True, down, is_d),  # huge denominator, tiny quotient: scale the denominator down
         (rcp_tiny, False, down, None),  # huge denominator: scale both down
         (quot_tiny, True, up, is_n),  # tiny quotient: scale the numerator up
-        (en <= 23, False, up, None),  # tiny numerator: scale both
+        (en <= tiny_exp, False, up, None),  # tiny numerator: scale both
     ]
     for cond, sets_vcc, value, which in steps:
         hit = ~done & cond
@@ -320,14 +329,27 @@ def _div_scale(w: Waves, s0: Any, d: Any, n: Any) -> tuple[Any, Any]:
 
 
 def _div_fmas(w: Waves, a: Any, b: Any, c: Any, vcc: np.ndarray) -> Any:
-    """V_DIV_FMAS_F32: fma, and where VCC is set the quotient's post-scale folded in before the one rounding:
-    by 2**64 when the scaled quotient (S2) is at least 1 (V_DIV_SCALE_F32 scaled the denominator up for a huge
-    quotient), else by 2**-64 (it scaled the numerator up, or the denominator down, for a tiny one). The reference
-    writes a fixed 2**32, which restores neither case."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
+    """V_DIV_FMAS_F32/F64: fma, and where VCC is set the quotient's post-scale folded in before the one rounding:
+    up (2**64 for float32, 2**128 for float64) when the scaled quotient S2 is at least 1 (V_DIV_SCALE scaled the
+    denominator up for a huge quotient), else down by the same factor (it scaled the numerator up, or the
+    denominator down, for a tiny one). The reference writes a fixed 2**32 (2**64), which restores neither case."""
+    a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
+    dt = a.dtype
+    scale = _DIV_LIMITS[dt][1]
+    if dt == F64:  # exact product and sum, then scale and round once (the scale is exact in the rational)
+        res = fl.fma(a, b, c)
+        where = np.nonzero(vcc & np.isfinite(res) & (res != 0))
+        for k in zip(*where):
+            value = Fraction(float(a[k])) * Fraction(float(b[k])) + Fraction(float(c[k]))
+            value *= Fraction(2) ** (scale if abs(c[k]) >= 1 else -scale)
+            try:
+                res[k] = float(value)
+            except OverflowError:
+                res[k] = np.inf if value > 0 else -np.inf
+        return res
     exact = fl.round_to_odd_f64(a.astype(F64) * b.astype(F64), c.astype(F64))
-    scale = np.where(np.abs(c) >= 1, 64, -64)
-    scaled = np.where(vcc, np.ldexp(exact, np.where(vcc, scale, 0)), exact)
+    shift = np.where(np.abs(c) >= 1, scale, -scale)
+    scaled = np.where(vcc, np.ldexp(exact, np.where(vcc, shift, 0)), exact)
     return fl.nan_fix(scaled.astype(F32), a, b, c)
 
 
@@ -541,7 +563,7 @@ VOP3: dict[int, VOp] = {
     0x211: _op("v_bfe_i32", "i32", "u32 u32 u32", _bfe(True)),
     0x212: _op("v_bfi_b32", "b32", "b32 b32 b32", lambda w, a, b, c: (a & b) | (~a & c)),
     0x213: _op("v_fma_f32", "f32", "f32 f32 f32", _fma),
-    0x214: _op("v_fma_f64", "f64", "f64 f64 f64", None),
+    0x214: _op("v_fma_f64", "f64", "f64 f64 f64", _fma),
     0x215: _op("v_lerp_u8", "u32", "u32 u32 u32", None),
     0x216: _op("v_alignbit_b32", "b32", "b32 b32 u32", _alignbit),
     0x217: _op("v_alignbyte_b32", "b32", "b32 b32 u32", _alignbyte),
@@ -554,7 +576,7 @@ VOP3: dict[int, VOp] = {
     0x227: _op("v_div_fixup_f32", "f32", "f32 f32 f32", _div_fixup),
     0x228: _op("v_div_fixup_f64", "f64", "f64 f64 f64", _div_fixup),
     0x237: _op("v_div_fmas_f32", "f32", "f32 f32 f32", _div_fmas, "div_fmas"),
-    0x238: _op("v_div_fmas_f64", "f64", "f64 f64 f64", None, "div_fmas"),
+    0x238: _op("v_div_fmas_f64", "f64", "f64 f64 f64", _div_fmas, "div_fmas"),
     0x239: _op("v_msad_u8", "u32", "u32 u32 u32", None),
     0x23A: _op("v_qsad_pk_u16_u8", "b64", "b64 b32 b64", None),
     0x23B: _op("v_mqsad_pk_u16_u8", "b64", "b64 b32 b64", None),
@@ -588,7 +610,7 @@ VOP3: dict[int, VOp] = {
     0x266: _op("v_dot2_f16_f16", "f16", "b32 b32 f16", None),
     0x267: _op("v_dot2_bf16_bf16", "b16", "b32 b32 b16", None),
     0x2FC: _op("v_div_scale_f32", "f32", "f32 f32 f32", _div_scale, "carry"),
-    0x2FD: _op("v_div_scale_f64", "f64", "f64 f64 f64", None, "carry"),
+    0x2FD: _op("v_div_scale_f64", "f64", "f64 f64 f64", _div_scale, "carry"),
     0x2FE: _op("v_mad_u64_u32", "u64", "u32 u32 u64", _mad_u64, "carry"),
     0x2FF: _op("v_mad_i64_i32", "i64", "i32 i32 i64", _mad_i64, "carry"),
     0x300: _op("v_add_co_u32", "u32", "u32 u32", _add_co, "carry"),
@@ -623,7 +645,7 @@ VOP3: dict[int, VOp] = {
     0x328: _op("v_mul_f64", "f64", "f64 f64", _arith("multiply")),
     0x329: _op("v_min_f64", "f64", "f64 f64", _minmax(False)),
     0x32A: _op("v_max_f64", "f64", "f64 f64", _minmax(True)),
-    0x32B: _op("v_ldexp_f64", "f64", "f64 i32", None),
+    0x32B: _op("v_ldexp_f64", "f64", "f64 i32", _ldexp),
     0x32C: _op("v_mul_lo_u32", "u32", "u32 u32", lambda w, a, b: (np.asarray(a) * np.asarray(b)).astype(U32)),
     0x32D: _op(
         "v_mul_hi_u32", "u32", "u32 u32", lambda w, a, b: (_wide(a).astype(U64) * _wide(b).astype(U64)) >> U64(32)
