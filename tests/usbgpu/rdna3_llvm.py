@@ -99,3 +99,28 @@ def kernel(name: str, args: str, body: str, decls: str = "") -> str:
     )
     head = f"{ids}\ndeclare void @llvm.amdgcn.s.barrier()\n{decls}\n"
     return f"{head}define amdgpu_kernel void @{name}({args}) {{\n{body}\n}}\n"
+
+
+def asm_kernel(body: str, name: str = "k", vgprs: int = 8, extra: str = "") -> str:
+    """A gfx1100 kernel in assembly: `body` runs with the kernarg pointer in s[0:1] (the only user SGPRs) and the
+    workgroup id x in s2."""
+    return f"""
+.text
+.globl {name}
+.p2align 8
+.type {name},@function
+{name}:
+{body}
+  s_endpgm
+.rodata
+.p2align 6
+.amdhsa_kernel {name}
+  .amdhsa_next_free_vgpr {vgprs}
+  .amdhsa_next_free_sgpr 16
+  .amdhsa_user_sgpr_kernarg_segment_ptr 1
+  .amdhsa_user_sgpr_count 2
+  .amdhsa_system_sgpr_workgroup_id_x 1
+  .amdhsa_wavefront_size32 1
+{extra}
+.end_amdhsa_kernel
+"""

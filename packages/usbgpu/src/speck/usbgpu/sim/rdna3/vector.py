@@ -93,8 +93,8 @@ def _writer(ty: Ty | None, vdst: int | None, dst_hi: bool) -> Callable[[Waves, A
     return write64
 
 
-def _post(ty: Ty | None, f: Fields, kind: str) -> Callable[[Waves, Any], Any]:
-    """Output modifiers (omod, clamp) and output denormal flushing for a result of type `ty`."""
+def _post(ty: Ty | None, f: Fields, kind: str, float_mode: bool = True) -> Callable[[Waves, Any], Any]:
+    """Output modifiers (omod, clamp) and, for float arithmetic, output denormal flushing per MODE."""
     if ty is None:
         return lambda w, res: res
     if f.omod and not ty.is_float:
@@ -121,7 +121,7 @@ def _post(ty: Ty | None, f: Fields, kind: str) -> Callable[[Waves, Any], Any]:
             if scale is not None:
                 res = fl.nan_fix(res * ty.dtype.type(scale), res)
             mode = w.mode.denorm32 if ty.bits == 32 else w.mode.denorm16_64
-            if mode in (0, 1):
+            if float_mode and mode in (0, 1):
                 res = fl.flush(res)
         if clamp is not None:
             res = clamp(res)
@@ -165,7 +165,7 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
         tys.append(dty)
     fn, fm = row.fn, row.float_mode and any(t.is_float for t in tys)
     write = _writer(dty, f.vdst, f.dst_hi)
-    post = _post(dty, f, kind)
+    post = _post(dty, f, kind, row.float_mode)
 
     def sources(w: Waves) -> list[Any]:
         vals = [r(w) for r in readers]
@@ -673,7 +673,7 @@ def _staged(row: VOp, f: Fields) -> Callable[[Waves], tuple[Callable[[Waves, Any
     fn = row.fn
     assert fn is not None
     write = _writer(dty, f.vdst, False)
-    post = _post(dty, f, row.kind)
+    post = _post(dty, f, row.kind, row.float_mode)
     mask = _mask_reader(None, None) if row.kind == "cndmask" else None
     fm = row.float_mode
 
