@@ -23,8 +23,9 @@ PACKAGES: dict[str, tuple[str, list[str]]] = {
 }
 EXISTING = [p for p in PACKAGES if (ROOT / "packages" / p / "pyproject.toml").exists()]
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.24"]  # numpy is the numeric reference in tests
-# usbgpu's tests also build its sdist and wheel (offline: no build isolation) and draw the CLI's progress bar
-EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60"]}
+# usbgpu's tests also build its sdist and wheel (offline: no build isolation), draw the CLI's progress bar and compile
+# the RDNA3 emulator's test kernels with llvmlite (linked by LLVM 16's ld.lld, which the README's command installs)
+EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60", "llvmlite>=0.42"]}
 
 
 def _editable(folders: list[str]) -> list[str]:

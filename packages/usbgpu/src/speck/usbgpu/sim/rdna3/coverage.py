@@ -1,52 +1,82 @@
-"""Which mnemonics the emulator implements, from the opcode tables (the closing figure: implemented / seen)."""
+"""Which mnemonics the emulator implements, found by decoding one instance of every opcode of every table (so the
+answer comes from the executors themselves), and the closing figure: implemented / seen in a corpus."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from functools import cache
+
 from speck.usbgpu.sim.rdna3 import salu, scalar, valu, vmem
+from speck.usbgpu.sim.rdna3.decode import decode_words
+from speck.usbgpu.sim.rdna3.inst import Unimplemented, base_mnemonic
+
+# field values for the synthetic instances: v1/v2/v3 sources, v2 (or s2) destinations, sbase s[2:3], saddr off
+_V3 = (0x103 << 18) | (0x102 << 9) | 0x101
 
 
-def coverage() -> dict[str, tuple[set[str], set[str]]]:
+def _instances() -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(family, words) for one instance of each opcode the tables know."""
+    for op in salu.SOP2:
+        yield "SOP2", (0x80000000 | op << 23 | 2 << 16 | 3 << 8 | 4, 0)
+    for op in salu.SOP1:
+        yield "SOP1", (0xBE800000 | 2 << 16 | op << 8 | 4, 0)
+    for op in salu.SOPC:
+        yield "SOPC", (0xBF000000 | op << 16 | 3 << 8 | 4, 0)
+    for op in salu.SOPK:
+        yield "SOPK", (0xB0000000 | op << 23 | 124 << 16, 0)
+    for op in salu.SOPP:
+        yield "SOPP", (0xBF800000 | op << 16,)
+    for op in scalar.SMEM:
+        yield "SMEM", (0xF4000000 | op << 18 | 2 << 6 | 1, 0xF8000000)
+    for op in valu.VOP1:
+        yield "VOP1", (0x7E000000 | 2 << 17 | op << 9 | 0x101, 0)
+    for op in valu.VOP2:
+        yield "VOP2", (op << 25 | 2 << 17 | 3 << 9 | 0x101, 0)
+    for op in valu.VOPC:
+        yield "VOPC", (0x7C000000 | op << 17 | 3 << 9 | 0x101, 0)
+    for op in valu.VOP3:
+        yield "VOP3", (0xD4000000 | op << 16 | 2, _V3, 0)
+    for op in valu.VOP3P:
+        yield "VOP3P", (0xCC000000 | op << 16 | 1 << 14 | 2, 3 << 27 | _V3, 0)
+    for opx in valu.VOPD_X:
+        yield "VOPD", (0xC8000000 | opx << 22 | 4 << 17 | 3 << 9 | 0x101, 8 << 24 | 3 << 17 | 5 << 9 | 0x104, 0)
+    for opy in valu.VOPD_Y:
+        yield "VOPD", (0xC8000000 | 4 << 22 | opy << 17 | 3 << 9 | 0x101, 8 << 24 | 3 << 17 | 5 << 9 | 0x104, 0)
+    for op in {**vmem.DS_OPS, **vmem.DS_OTHER}:
+        yield "DS", (0xD8000000 | op << 18, 5 << 24 | 3 << 8 | 2)
+    for seg in vmem.SEGMENTS:
+        atomics = vmem.FLAT_ATOMICS if vmem.SEGMENTS[seg] != "scratch" else {}  # scratch has no atomics
+        for op in {**vmem.FLAT_OPS, **atomics}:
+            yield "FLAT", (0xDC000000 | op << 18 | seg << 16, 5 << 24 | 0x7C << 16 | 3 << 8 | 2)
+    for op in vmem.MUBUF_NOPS:
+        yield "MUBUF", (0xE0000000 | op << 18, 0)
+
+
+@cache
+def coverage() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     """Per encoding family: (mnemonics implemented, mnemonics known by name but not implemented)."""
-    out: dict[str, tuple[set[str], set[str]]] = {}
-
-    def add(family: str, name: str, implemented: bool) -> None:
-        done, todo = out.setdefault(family, (set(), set()))
-        (done if implemented else todo).add(name)
-
-    for family, table in (("SOP1", salu.SOP1), ("SOP2", salu.SOP2), ("SOPC", salu.SOPC), ("SOPK", salu.SOPK)):
-        for row in table.values():
-            add(family, row.name, row.fn is not None or row.name in _SALU_BY_DISPATCHER)
-    for name in salu.SOPP.values():
-        add("SOPP", name, name in _SOPP_DONE)
-    for name, count in scalar.SMEM.values():
-        add("SMEM", name, count != 0)
-    for family, vtable in (("VOP1", valu.VOP1), ("VOP2", valu.VOP2), ("VOP3", valu.VOP3), ("VOPC", valu.VOPC)):
-        for vrow in vtable.values():
-            add(family, vrow.name, vrow.fn is not None or vrow.name in _LANE_DONE)
-    for vrow in valu.VOP3P.values():
-        add("VOP3P", vrow.name, vrow.fn is not None)
-    for vrow in {**valu.VOPD_X, **valu.VOPD_Y}.values():
-        add("VOPD", vrow.name, vrow.fn is not None)
-    for seg, prefix in vmem.SEGMENTS.items():
-        for mop in vmem.FLAT_OPS.values():
-            add("FLAT", f"{prefix}_{mop.name}", True)
-        for atomic in vmem.FLAT_ATOMICS.values():
-            add("FLAT", f"{prefix}_{atomic}", False)
-        del seg
-    for dop in vmem.DS_OPS.values():
-        add("DS", dop.name, True)
-    for name in vmem.DS_OTHER.values():
-        add("DS", name, False)
-    for name in vmem.MUBUF_NOPS.values():
-        add("MUBUF", name, True)
-    return out
+    done: dict[str, set[str]] = {}
+    todo: dict[str, set[str]] = {}
+    for family, words in _instances():
+        inst = decode_words(0, words)
+        name = base_mnemonic(inst.name)
+        if inst.name.startswith("v_dual_"):  # a VOPD instance names both halves
+            names = [base_mnemonic(part.split()[0]) for part in inst.text.split(" :: ")]
+        else:
+            names = [name]
+        missing = isinstance(inst.run, Unimplemented)
+        for n in names:
+            (todo if missing else done).setdefault(family, set()).add(n)
+    families = sorted(set(done) | set(todo))
+    return {f: (frozenset(done.get(f, set())), frozenset(todo.get(f, set()) - done.get(f, set()))) for f in families}
 
 
-_SALU_BY_DISPATCHER = {"s_getpc_b64", "s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32", "s_waitcnt_vscnt"}
-_SALU_BY_DISPATCHER |= {"s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt"}
-_SOPP_DONE = {"s_nop", "s_clause", "s_delay_alu", "s_waitcnt_depctr", "s_set_inst_prefetch_distance", "s_sleep"}
-_SOPP_DONE |= {"s_setprio", "s_icache_inv", "s_incperflevel", "s_decperflevel", "s_ttracedata", "s_ttracedata_imm"}
-_SOPP_DONE |= {"s_waitcnt", "s_denorm_mode", "s_round_mode", "s_trap", "s_endpgm", "s_barrier", "s_sendmsg"}
-_SOPP_DONE |= {"s_branch", "s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_vccz", "s_cbranch_vccnz"}
-_SOPP_DONE |= {"s_cbranch_execz", "s_cbranch_execnz"}
-_LANE_DONE = {"v_readfirstlane_b32", "v_readlane_b32", "v_writelane_b32", "v_swap_b32"}
+def implemented() -> frozenset[str]:
+    return frozenset().union(*(d for d, _ in coverage().values()))
+
+
+def coverage_of(mnemonics: Iterable[str]) -> tuple[int, int, list[str]]:
+    """(implemented, seen, the missing ones) for the mnemonics a corpus contains (encoding suffixes ignored)."""
+    seen = {base_mnemonic(m) for m in mnemonics}
+    missing = sorted(seen - implemented())
+    return len(seen) - len(missing), len(seen), missing

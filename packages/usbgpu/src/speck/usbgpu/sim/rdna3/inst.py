@@ -50,13 +50,26 @@ class Inst:
         return f"{self.text:60s} // {self.pc:012X}: {words}"
 
 
+class Unimplemented:
+    """The executor of an instruction the emulator does not implement: it stops the dispatch (never a skip)."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        self.name, self.detail = name, detail
+
+    def __call__(self, w: Waves) -> None:
+        raise EmulationError(f"{self.name} is not implemented by the RDNA3 emulator{self.detail}", mnemonic=self.name)
+
+
 def unimplemented(name: str, detail: str = "") -> Callable[[Waves], None]:
-    """An executor that stops the dispatch: the emulator never skips an instruction."""
+    return Unimplemented(name, detail)
 
-    def run(w: Waves) -> None:
-        raise EmulationError(f"{name} is not implemented by the RDNA3 emulator{detail}", mnemonic=name)
 
-    return run
+def base_mnemonic(name: str) -> str:
+    """The mnemonic without LLVM's encoding suffix (v_add_f32_e32 -> v_add_f32)."""
+    for suffix in ("_e64_dpp", "_dpp", "_e32", "_e64"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def vgpr_range(r: int, count: int) -> frozenset[int]:

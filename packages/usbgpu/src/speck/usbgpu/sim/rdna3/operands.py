@@ -153,7 +153,17 @@ def _sreg(code: int, bits: int) -> Reader:
         value = base if code in (SHARED_BASE, PRIVATE_BASE) else base + APERTURE_SIZE - 1
         const = np.uint64(value) if bits == 64 else np.uint32(value >> 32)  # a 32-bit read gives the high half
         return _const_reader(const)
-    raise EmulationError(f"source operand code {code} ({scalar_text(code)}) is not implemented")
+    return _bad_operand(code)
+
+
+def _bad_operand(code: int) -> Reader:
+    """A reader for an operand code the emulator cannot read: decoding still succeeds (the disassembly shows the
+    code), executing stops with EmulationError."""
+
+    def read(w: Waves) -> np.ndarray:
+        raise EmulationError(f"source operand code {code} ({scalar_text(code)}) is not implemented")
+
+    return read
 
 
 def vector_reader(

@@ -414,7 +414,7 @@ def _mad_i64(w: Waves, a: Any, b: Any, c: Any) -> tuple[Any, Any]:
 # ---------------------------------------------------------------- VOP2 (also VOP3 0x100 + op)
 VOP2: dict[int, VOp] = {
     1: _op("v_cndmask_b32", "f32", "f32 f32", _cndmask, "cndmask", float_mode=False),
-    2: _op("v_dot2acc_f32_f16", "f32", "b32 b32", None, "mac"),
+    2: _op("v_dot2acc_f32_f16", "f32", "b32 b32", lambda w, a, b, d: _dot2_f16(w, a, b, d), "mac", float_mode=False),
     3: _op("v_add_f32", "f32", "f32 f32", _arith("add")),
     4: _op("v_sub_f32", "f32", "f32 f32", _arith("subtract")),
     5: _op("v_subrev_f32", "f32", "f32 f32", lambda w, a, b: fl.arith("subtract")(b, a)),
@@ -770,13 +770,17 @@ def _fma_mix(w: Waves, a: Any, b: Any, c: Any) -> Any:
     return fl.fma(np.asarray(a, F32), np.asarray(b, F32), np.asarray(c, F32))
 
 
+def _dot2_f16(w: Waves, a: Any, b: Any, c: Any) -> Any:
+    return _dot2_f32(lambda h: np.asarray(h).astype(U16).view(F16))(w, a, b, c)
+
+
 def _dot2_f32(conv: Callable[[Any], Any]) -> Callable[..., Any]:
     def run(w: Waves, a: Any, b: Any, c: Any) -> Any:
         a = np.asarray(a).astype(U32)
         b = np.asarray(b).astype(U32)
         lo = conv(a & U32(0xFFFF)).astype(F64) * conv(b & U32(0xFFFF)).astype(F64)
         hi = conv(a >> U32(16)).astype(F64) * conv(b >> U32(16)).astype(F64)
-        # the ISA does not say how the three terms round; one rounding of the exact sum is what a fused dot does
+        # the reference does not say how the three terms round: we round the exact sum once (a fused dot product)
         return fl.nan_fix(fl.round_to_odd_f64(lo + hi, np.asarray(c).astype(F64)).astype(F32), c)
 
     return run
@@ -802,7 +806,7 @@ VOP3P: dict[int, VOp] = {
     16: _op("v_pk_mul_f16", "f16", "f16 f16", _arith("multiply"), "packed"),
     17: _op("v_pk_min_f16", "f16", "f16 f16", _minmax(False), "packed"),
     18: _op("v_pk_max_f16", "f16", "f16 f16", _minmax(True), "packed"),
-    19: _op("v_dot2_f32_f16", "f32", "b32 b32 f32", _dot2_f32(lambda h: h.astype(U16).view(F16)), float_mode=False),
+    19: _op("v_dot2_f32_f16", "f32", "b32 b32 f32", _dot2_f16, float_mode=False),
     22: _op("v_dot4_i32_iu8", "i32", "b32 b32 i32", None),
     23: _op("v_dot4_u32_u8", "u32", "b32 b32 u32", None),
     24: _op("v_dot8_i32_iu4", "i32", "b32 b32 i32", None),

@@ -157,7 +157,9 @@ class Waves:
     def wait(self, counter: str, allowed: int) -> None:
         """Retire the oldest loads of `counter` until at most `allowed` remain outstanding."""
         mine = [p for p in self.pending if p.counter == counter]
-        for p in mine[: max(0, len(mine) - allowed)]:
+        if len(mine) <= allowed:
+            return
+        for p in mine[: len(mine) - allowed]:
             self.pending.remove(p)
             self._retire(p)
         self.pending_v = {r for p in self.pending if p.vector for r in p.regs}
