@@ -19,8 +19,8 @@ Interfaces
 - ``Stats``: workgroups, waves, wave-instructions executed in all and ``by_mnemonic`` / ``by_kind`` (salu, valu,
   trans, smem, vmem, lds, branch, wait, barrier, end, nop), bytes read and written, LDS bytes; ``cycles(cost)`` folds a
   per-kind (or per-mnemonic) cost table into a cycle estimate.
-- ``disassemble(code, base)``; ``coverage()`` (mnemonics implemented, per encoding) and ``coverage_of(mnemonics)``
-  (implemented / seen for a corpus).
+- ``disassemble(code, base)``, ``disassemble_kernel(code_object, kernel)``; ``coverage()`` (mnemonics implemented,
+  per encoding) and ``coverage_of(mnemonics)`` (implemented / seen for a corpus).
 
 Errors (speck.usbgpu.errors): EmulationError (an instruction or encoding not implemented, named by mnemonic or raw
 words, with the kernel and pc), ShaderMemoryFault (address, size, space and the nearest mapping: the hardware's page
@@ -33,7 +33,7 @@ spaces, LDS, scratch).
 """
 
 from speck.usbgpu.sim.rdna3.coverage import coverage, coverage_of
-from speck.usbgpu.sim.rdna3.decode import disassemble
+from speck.usbgpu.sim.rdna3.decode import disassemble, disassemble_kernel
 from speck.usbgpu.sim.rdna3.dispatch import DispatchPacket, Stats, dispatch, run
 from speck.usbgpu.sim.rdna3.memory import FlatMemory, ShaderMemory
 
@@ -45,6 +45,7 @@ __all__ = [
     "coverage",
     "coverage_of",
     "disassemble",
+    "disassemble_kernel",
     "dispatch",
     "run",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
+from speck.usbgpu.sim.rdna3.codeobject import parse_code_object
 from speck.usbgpu.sim.rdna3.inst import Inst, unimplemented
 from speck.usbgpu.sim.rdna3.scalar import decode_smem, decode_sop1, decode_sop2, decode_sopc, decode_sopk, decode_sopp
 from speck.usbgpu.sim.rdna3.vector import decode_vop1, decode_vop2, decode_vop3, decode_vop3p, decode_vopc, decode_vopd
@@ -100,4 +101,17 @@ def disassemble(code: bytes, base: int = 0) -> list[Inst]:
         inst = decode_at(base + pc, read)
         out.append(inst)
         pc += inst.size
+    return out
+
+
+def disassemble_kernel(code_object: bytes, kernel: str) -> list[Inst]:
+    """The instructions of `kernel` in an HSA code object: from its entry to the s_code_end padding LLVM puts after
+    the text (or the end of the image)."""
+    co = parse_code_object(code_object)
+    entry, _ = co.kernel(kernel)
+    out = []
+    for inst in disassemble(co.image[entry:], entry):
+        if inst.name == "s_code_end":
+            break
+        out.append(inst)
     return out
