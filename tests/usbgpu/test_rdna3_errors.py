@@ -136,3 +136,11 @@ def test_a_damaged_code_object_raises_a_named_error_never_a_crash(data: st.DataO
             max_instructions=100_000)  # fmt: skip
     except (CodeObjectError, ShaderError):
         pass  # EmulationError, faults and hazards are ShaderErrors: a flipped bit may make any of them
+
+
+def test_a_scalar_destination_is_not_a_vector_register() -> None:
+    """v_readfirstlane_b32 s2, v3 writes s2, not v2: an outstanding load into v2 is no hazard for it."""
+    mem = FlatMemory()
+    buf = mem.alloc(np.arange(32, dtype=np.uint32), "buf")
+    body = LOAD_ARG + "  global_load_b32 v2, v1, s[4:5]\n  v_readfirstlane_b32 s2, v3\n  s_waitcnt vmcnt(0)"
+    run_asm(body, mem, struct.pack("<Q", buf))

@@ -87,7 +87,15 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     if dt == F64:
         return _fma64(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
     p = np.asarray(a, F64) * np.asarray(b, F64)  # exact: 24+24 bits fit in 53
-    s = round_to_odd_f64(p, np.asarray(c, F64))
+    c64 = np.asarray(c, F64)
+    s = p + c64
+    # Rounding s (already rounded once) to dt can only go wrong where s sits exactly on a midpoint of dt (or is so
+    # small that dt's rounding point moves into the denormal range): only those lanes need the round-to-odd sum.
+    drop = {F32: 29, F16: 42}[dt]
+    low = s.view(U64) & np.uint64((1 << drop) - 1)
+    risky = (low == np.uint64(1 << (drop - 1))) | (np.abs(s) < TINY[dt] * 4)
+    if risky.any():
+        s = np.where(risky, round_to_odd_f64(p, c64), s)
     return nan_fix(s.astype(dt), a, b, c)
 
 

@@ -41,11 +41,13 @@ class ShaderMemory(Protocol):
 
 @dataclass
 class Region:
-    """One mapping of FlatMemory: `data` (a uint8 array the caller may keep and read) lives at `address`."""
+    """One mapping of FlatMemory: `data` (a uint8 array the caller may keep and read) lives at `address`; `words`
+    views the same bytes as uint32 (the storage is padded to whole dwords) for fast aligned accesses."""
 
     address: int
     data: np.ndarray
     name: str
+    words: np.ndarray
 
     @property
     def end(self) -> int:
@@ -64,6 +66,7 @@ class FlatMemory:
         self.regions: list[Region] = []
         self._starts: list[int] = []
         self._bounds = (np.zeros(0, np.uint64), np.zeros(0, np.uint64))  # starts and ends, for vector lookups
+        self._last: Region | None = None
         self._next = base
         self.guard = guard
 
@@ -76,7 +79,10 @@ class FlatMemory:
         for r in self.regions[max(0, i - 1) : i + 1]:
             if address < r.end and r.address < address + len(arr):
                 raise ValueError(f"mapping {name or 'region'} at {address:#x} overlaps {r}")
-        self.regions.insert(i, Region(address, arr, name))
+        store = np.zeros(-(-len(arr) // 4) * 4, dtype=np.uint8)
+        store[: len(arr)] = arr
+        arr = store[: len(arr)]
+        self.regions.insert(i, Region(address, arr, name, store.view(np.uint32)))
         self._starts.insert(i, address)
         self._bounds = (
             np.array(self._starts, dtype=np.uint64),
@@ -109,13 +115,21 @@ class FlatMemory:
     def gather(self, addresses: np.ndarray, size: int) -> np.ndarray:
         out = np.empty((len(addresses), size), dtype=np.uint8)
         for region, sel, offsets in self._split(addresses, size, "read"):
-            out[sel] = region.data[offsets[:, None] + np.arange(size)]
+            if size % 4 == 0 and not (offsets & 3).any():  # whole aligned dwords: index the uint32 view
+                words = region.words[(offsets >> 2)[:, None] + np.arange(size // 4)]
+                out[sel] = words.view(np.uint8).reshape(-1, size)
+            else:
+                out[sel] = region.data[offsets[:, None] + np.arange(size)]
         return out
 
     def scatter(self, addresses: np.ndarray, data: np.ndarray) -> None:
         size = data.shape[1]
         for region, sel, offsets in self._split(addresses, size, "write"):
-            region.data[offsets[:, None] + np.arange(size)] = data[sel]
+            if size % 4 == 0 and not (offsets & 3).any():
+                words = np.ascontiguousarray(data[sel]).view(np.uint32).reshape(-1, size // 4)
+                region.words[(offsets >> 2)[:, None] + np.arange(size // 4)] = words
+            else:
+                region.data[offsets[:, None] + np.arange(size)] = data[sel]
 
     def _split(
         self, addresses: np.ndarray, size: int, kind: str
@@ -133,6 +147,16 @@ class FlatMemory:
     def _regions_for(self, addresses: np.ndarray, size: int, kind: str) -> tuple[list[Region], np.ndarray]:
         """The regions the accesses fall in and, per access, the index into that list; faults on any miss."""
         addresses = np.asarray(addresses, dtype=np.uint64)
+        last = self._last
+        if last is not None and len(addresses):  # most accesses hit the region the previous one did
+            if int(addresses.min()) >= last.address and int(addresses.max()) + size <= last.end:
+                return [last], np.zeros(len(addresses), dtype=np.int64)
+        regions, index = self._lookup(addresses, size, kind)
+        if len(regions) == 1:
+            self._last = regions[0]
+        return regions, index
+
+    def _lookup(self, addresses: np.ndarray, size: int, kind: str) -> tuple[list[Region], np.ndarray]:
         starts, ends = self._bounds
         idx = np.searchsorted(starts, addresses, side="right").astype(np.int64) - 1
         ok = idx >= 0

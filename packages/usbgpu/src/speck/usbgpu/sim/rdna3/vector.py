@@ -371,7 +371,8 @@ def _e32(
         inst.run = build_valu(row, f)
     else:
         inst.run = build_valu(row, f)
-    inst.vregs = _vregs(row, f)
+    # a scalar destination (readfirstlane) is no VGPR
+    inst.vregs = _vregs(row, f) if row.name != "v_readfirstlane_b32" else _vregs(row, Fields(None, f.srcs))
     inst.sregs |= _sregs(f.srcs, tys)
     return inst
 
@@ -471,6 +472,9 @@ def decode_vop3(pc: int, fetch: Fetch) -> Inst:
     inst = Inst(pc, words, enc, op, name, "", "trans" if row.kind == "trans" else "valu")
     inst.vregs = _vregs(row, f)
     inst.sregs = _sregs(f.srcs, tys)
+    if row.name in ("v_readlane_b32", "v_readfirstlane_b32"):  # the destination is an SGPR
+        inst.vregs = _vregs(row, Fields(None, f.srcs))
+        inst.sregs |= frozenset({vdst}) if vdst < 106 else frozenset()
     if row.name == "v_readlane_b32":
         inst.operands = f"{scalar_text(vdst)}, {vector_text(src[0])}, {scalar_text(src[1], 32, literal)}"
         inst.run = _readlane(src[0], src[1], vdst, literal)

@@ -87,10 +87,19 @@ def _narrow(values: np.ndarray, op: MemOp) -> np.ndarray:
     return np.ascontiguousarray(v).view(np.uint8).reshape(-1, 4)[:, : op.size]
 
 
+def active(w: Waves, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The active lanes' elements of a (n, 32) array, in (wave, lane) order."""
+    return values.reshape(-1) if w.exec_full() else values[mask]
+
+
 def _deliver(w: Waves, counter: str, vdst: int, data: np.ndarray, mask: np.ndarray, op: MemOp) -> None:
     """Queue a load's data (k active lanes, in (wave, lane) order) for the registers from vdst on."""
     values = []
+    full_exec = w.exec_full()
     for k in range(data.shape[1]):
+        if full_exec:
+            values.append(np.ascontiguousarray(data[:, k]).reshape(w.n, 32))
+            continue
         full = np.zeros((w.n, 32), dtype=np.uint32)
         full[mask] = data[:, k]
         values.append(full)
@@ -101,7 +110,7 @@ def _deliver(w: Waves, counter: str, vdst: int, data: np.ndarray, mask: np.ndarr
 
 def _data(w: Waves, reg: int, dwords: int, mask: np.ndarray) -> np.ndarray:
     """The active lanes' store data: (k, dwords) uint32."""
-    return np.stack([w.v[reg + k][mask] for k in range(dwords)], axis=1)
+    return np.stack([active(w, w.v[reg + k], mask) for k in range(dwords)], axis=1)
 
 
 def decode_flat(pc: int, fetch: Fetch) -> Inst:
@@ -142,14 +151,14 @@ def decode_flat(pc: int, fetch: Fetch) -> Inst:
         if seg == 1:
             a = np.zeros(int(mask.sum()), dtype=np.int64)
             if vaddr_used:
-                a = a + w.v[addr][mask].astype(np.int64)
+                a = a + active(w, w.v[addr], mask).astype(np.int64)
             if has_saddr:
-                a = a + np.broadcast_to(w.s[saddr][:, None], mask.shape)[mask].astype(np.int64)
+                a = a + active(w, np.broadcast_to(w.s[saddr][:, None], mask.shape), mask).astype(np.int64)
             return ((a + offset) & 0xFFFFFFFF).astype(np.uint64)  # a 32-bit per-lane offset
         if has_saddr:
-            base = np.broadcast_to(w.read_s64(saddr)[:, None], mask.shape)[mask]
-            return base + w.v[addr][mask].astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
-        lo, hi = w.v[addr][mask].astype(np.uint64), w.v[addr + 1][mask].astype(np.uint64)
+            base = active(w, np.broadcast_to(w.read_s64(saddr)[:, None], mask.shape), mask)
+            return base + active(w, w.v[addr], mask).astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+        lo, hi = active(w, w.v[addr], mask).astype(np.uint64), active(w, w.v[addr + 1], mask).astype(np.uint64)
         return (lo | (hi << np.uint64(32))) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
 
     def run(w: Waves) -> None:
@@ -273,8 +282,8 @@ def decode_ds(pc: int, fetch: Fetch) -> Inst:
 
     def run(w: Waves) -> None:
         mask = w.exec_mask()
-        base = w.v[addr][mask].astype(np.int64)
-        wgs = np.broadcast_to(w.wg[:, None], mask.shape)[mask]
+        base = active(w, w.v[addr], mask).astype(np.int64)
+        wgs = active(w, np.broadcast_to(w.wg[:, None], mask.shape), mask)
         if dop.load:  # the address adder is 32 bits wide: vaddr + offset wraps
             parts = [_widen(w.launch.lds_load(wgs, (base + o) & 0xFFFFFFFF, dop.size), mop) for o in offsets]
             _deliver(w, "lgkm", vdst, np.concatenate(parts, axis=1), mask, mop)
