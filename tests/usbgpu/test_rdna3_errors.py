@@ -19,8 +19,10 @@ from speck.usbgpu.errors import (
     CodeObjectError,
     EmulationError,
     ShaderError,
+    ShaderHang,
     ShaderHazardError,
     ShaderMemoryFault,
+    ShaderTrap,
     UsbError,
 )
 from speck.usbgpu.sim.rdna3 import FlatMemory, run
@@ -97,10 +99,12 @@ def test_loads_complete_in_order_at_the_wait() -> None:
 
 
 def test_s_trap_and_runaway_kernels_stop_the_dispatch() -> None:
-    with pytest.raises(ShaderError, match="s_trap 2"):
+    with pytest.raises(ShaderTrap, match="s_trap 2") as trap:
         run_asm("  s_trap 2")
-    with pytest.raises(ShaderError, match="max_instructions"):
+    assert trap.value.code == 2 and trap.value.kernel == "k" and trap.value.pc is not None
+    with pytest.raises(ShaderHang, match="max_instructions") as hang:
         run_asm("loop:\n  s_branch loop", max_instructions=10_000)
+    assert hang.value.mnemonic == "s_branch" and isinstance(hang.value, ShaderError)
 
 
 CODE = compile_ir({x.name: x for x in cases()}["fadd_f32"].ir)

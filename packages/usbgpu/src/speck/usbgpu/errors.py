@@ -27,8 +27,10 @@ __all__ = [
     "PcieLinkError",
     "PcieSetupError",
     "ShaderError",
+    "ShaderHang",
     "ShaderHazardError",
     "ShaderMemoryFault",
+    "ShaderTrap",
     "TlpCompletionError",
     "TlpError",
     "VramAllocError",
@@ -480,6 +482,22 @@ class ShaderHazardError(ShaderError):
     """A register was used while a memory load into it was still outstanding (no s_waitcnt before the use)."""
 
     hint = "the hardware would return stale data: the kernel needs an s_waitcnt before this use"
+
+
+class ShaderTrap(ShaderError):
+    """The kernel executed s_trap (LLVM's llvm.trap / llvm.debugtrap); `code` is its immediate."""
+
+    hint = "a trap stops the queue: the kernel asked for it (an assertion or llvm.trap)"
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(f"the kernel executed s_trap {code}", mnemonic="s_trap")
+
+
+class ShaderHang(ShaderError):
+    """A dispatch ran more wave-instructions than its budget (`max_instructions`): on hardware, a hung queue."""
+
+    hint = "the queue would never finish: look for a loop whose exit condition never holds"
 
 
 class CodeObjectError(BridgeError, ValueError):

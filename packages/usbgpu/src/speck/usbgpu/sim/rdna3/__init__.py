@@ -24,8 +24,9 @@ Interfaces
 
 Errors (speck.usbgpu.errors): EmulationError (an instruction or encoding not implemented, named by mnemonic or raw
 words, with the kernel and pc), ShaderMemoryFault (address, size, space and the nearest mapping: the hardware's page
-fault), ShaderHazardError (a register read while a load into it is outstanding: no s_waitcnt), ShaderError (s_trap,
-an instruction budget exceeded), CodeObjectError (a corrupt or foreign code object).
+fault), ShaderHazardError (a register read while a load into it is outstanding: no s_waitcnt), ShaderTrap (s_trap),
+ShaderHang (more wave-instructions than max_instructions), CodeObjectError (a corrupt or foreign code object); all
+but the last are ShaderErrors carrying `kernel`, `pc` and `mnemonic`.
 
 What is modelled and how: see floats.py (rounding, NaNs, denormals, transcendentals), wave.py (register files, EXEC,
 outstanding loads and s_waitcnt), dispatch.py (initial state, lockstep wave groups, barriers) and vmem.py (address

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from speck.usbgpu.errors import EmulationError, ShaderError, ShaderMemoryFault
+from speck.usbgpu.errors import EmulationError, ShaderError, ShaderHang, ShaderMemoryFault
 from speck.usbgpu.sim.rdna3.codeobject import CodeObject, parse_code_object
 from speck.usbgpu.sim.rdna3.decode import decode_at
 from speck.usbgpu.sim.rdna3.inst import Inst
@@ -381,8 +381,8 @@ class _Scheduler:
             _KIND_OF.setdefault(inst.name, inst.kind)
             self.executed += n
             if self.budget is not None and self.executed > self.budget:
-                raise ShaderError(
-                    f"more than {self.budget} wave-instructions executed (max_instructions): a hung kernel?",
+                raise ShaderHang(
+                    f"more than {self.budget} wave-instructions executed (max_instructions)",
                     kernel=launch.kernel,
                     pc=w.pc,
                     mnemonic=inst.name,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from speck.usbgpu.errors import EmulationError, ShaderError
+from speck.usbgpu.errors import EmulationError, ShaderTrap
 from speck.usbgpu.sim.rdna3.inst import Inst, unimplemented
 from speck.usbgpu.sim.rdna3.operands import LITERAL, NULL_CODE, scalar_reader, scalar_text
 from speck.usbgpu.sim.rdna3.salu import SOP1, SOP2, SOPC, SOPK, SOPP, SOp
@@ -270,7 +270,7 @@ _NOPS |= {"s_setprio", "s_icache_inv", "s_incperflevel", "s_decperflevel", "s_tt
 
 def _trap(imm: int) -> Callable[[Waves], None]:
     def run(w: Waves) -> None:
-        raise ShaderError(f"the kernel executed s_trap {imm} (a trap stops the queue)", mnemonic="s_trap")
+        raise ShaderTrap(imm)
 
     return run
 
