@@ -114,10 +114,11 @@ class UsbGpu:
         except BaseException:
             usb.close()
             raise
-        self._copy = CopyEngine(self._ctx) if self._ctx.profile is not None else None  # copies need a profile
+        self._copy = CopyEngine(self._ctx) if self._ctx.ready else None  # copies need the bring-up
         self._broken: str | None = None
         self.session = next(_SESSIONS)
         self._allocs: dict[int, VramBuffer] = {}
+        self._mapped: set[int] = set()  # buffers (by address) the GPU's page tables map; only queued jobs touch it
         self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
         self._heap_lock = threading.Lock()
         self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
@@ -133,6 +134,7 @@ class UsbGpu:
         f4gate: bool | None = None,
         poll_limit: int | None = None,
         zero_copy: bool | None = None,
+        unverified: bool | None = None,
     ) -> UsbGpu:
         """Open the `index`-th bridge (or the simulator), bring the PCIe link, the BARs and the GPU's queue up.
 
@@ -144,7 +146,9 @@ class UsbGpu:
         `mode` selects the copy-in ("g3" pipelined, default; "g0" serial; env USB_COPYIN), `f4gate=False` the
         0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0), `poll_limit` the number of fence polls before
         GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each chunk staged into one bulk transfer; env
-        USB_ZEROCOPY=0) instead of payload sent straight from `data`.
+        USB_ZEROCOPY=0) instead of payload sent straight from `data`. `unverified=True` (env
+        SPECK_USBGPU_UNVERIFIED=1) runs the register-writing bring-up on a board it was not verified on (any real card
+        today); without it such a card is identified and then left alone, and copies raise GpuBringUpUnverified.
 
         A bridge is opened by one session at a time: a second open in this process, or in another process, raises
         DeviceInUseError before anything is sent to the device.
@@ -152,12 +156,12 @@ class UsbGpu:
         from speck.usbgpu.transport import UsbTransport
 
         index = _count(index, "device index")
-        for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy)):
+        for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy), ("unverified", unverified)):
             if flag is not None and not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True, False or None, got {flag!r}")
         if mode is not None and not isinstance(mode, str):
             raise TypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
-        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy)
+        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy, unverified)
         if sim is False:
             usb = UsbTransport.open(index, sim=None, hardware_only=True)
             return cls(usb, options, None)
@@ -212,7 +216,7 @@ class UsbGpu:
 
     def _engine(self) -> CopyEngine:
         if self._copy is None:
-            self._copy = CopyEngine(self._ctx)  # raises GpuBringUpNotImplemented on a GPU without a profile
+            self._copy = CopyEngine(self._ctx)  # raises GpuBringUpUnverified where the bring-up did not run
         return self._copy
 
     # ------------------------------------------------------------------ memory
@@ -232,11 +236,21 @@ class UsbGpu:
 
         def release() -> None:
             self._check_buffer(buf, 0, 0, "free")
+            if buf.va in self._mapped:
+                self._mapped.discard(buf.va)
+                self._ctx.unmap_heap(buf.va, buf.size)
             with self._heap_lock:
                 self._ctx.heap.free(buf.va)
                 del self._allocs[buf.va]
 
         self._queue.run(release)
+
+    def _mapped_then(self, buf: VramBuffer, fn: Callable[[], None]) -> None:
+        """Map `buf` into the GPU's VM before its first use by the GPU, then run `fn` (inside the operation)."""
+        if buf.va not in self._mapped:
+            self._ctx.map_heap(buf.va, buf.size)
+            self._mapped.add(buf.va)
+        fn()
 
     def _check_buffer(self, buf: object, offset: int, nbytes: int, verb: str) -> VramBuffer:
         if not isinstance(buf, VramBuffer):
@@ -316,7 +330,7 @@ class UsbGpu:
         mv = self._bytes_view(data, "copyin")
         self._check_buffer(buf, offset, len(mv), "copyin")
         self._live()
-        self._ctx.require_profile("copyin")
+        self._ctx.require_ready("copyin")
 
         def job(handle: CopyHandle | None) -> None:
             if handle is not None and handle.cancel_requested:
@@ -325,7 +339,7 @@ class UsbGpu:
             engine = self._engine()
             hook = self._hook("copyin", len(mv), progress, handle)
             run = engine.copyin_g0 if self._ctx.options.mode == "g0" else engine.copyin_g3
-            self._execute("copyin", len(mv), lambda: run(buf.va + offset, mv, hook))
+            self._execute("copyin", len(mv), lambda: self._mapped_then(buf, lambda: run(buf.va + offset, mv, hook)))
 
         return job, len(mv)
 
@@ -338,7 +352,7 @@ class UsbGpu:
             raise TypeError("copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one")
         self._check_buffer(buf, offset, len(mv), "copyout")
         self._live()
-        self._ctx.require_profile("copyout")
+        self._ctx.require_ready("copyout")
 
         def job(handle: CopyHandle | None) -> None:
             if handle is not None and handle.cancel_requested:
@@ -346,7 +360,9 @@ class UsbGpu:
             self._check_buffer(buf, offset, len(mv), "copyout")
             engine = self._engine()
             hook = self._hook("copyout", len(mv), progress, handle)
-            self._execute("copyout", len(mv), lambda: engine.copyout(mv, buf.va + offset, hook))
+            self._execute(
+                "copyout", len(mv), lambda: self._mapped_then(buf, lambda: engine.copyout(mv, buf.va + offset, hook))
+            )
 
         return job, len(mv)
 

@@ -33,10 +33,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from speck.usbgpu.amd.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
 from speck.usbgpu.bridge import EP_OUT, SECTOR, SLOT, Bridge, Transport, ends_on_window, f4_reached
-from speck.usbgpu.errors import F4BailError, GpuFenceTimeout
-from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, GpuContext
-from speck.usbgpu.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
+from speck.usbgpu.errors import F4BailError, GpuFenceTimeout, UsbTimeoutError
+from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, SYS_VA, GpuContext
 
 BUF_SIZE = 0x40000  # one G3 bounce buffer (16 slots)
 CP_SIZE = BUF_SIZE - 0x4000  # chunk payload: the last slot carries the sentinels
@@ -135,7 +135,8 @@ class CopyEngine:
 
     def __init__(self, ctx: GpuContext) -> None:
         self.ctx = ctx
-        aperture = ctx.require_profile("copies").sys_aperture
+        ctx.require_ready("copies")
+        aperture = SYS_VA
         self._sram_va = aperture + SRAM_PCIE  # GPU VA of the bounce SRAM (buffer b at + b * BUF_SIZE)
         self._flags_va = aperture + SQ_PCIE + 0x800  # full0, full1, first0, first1
         self._cq_va = aperture + CQ_PCIE
@@ -519,7 +520,13 @@ class CopyEngine:
             batch += write32(self._cq_va + 12, 0)
             batch += fence(timeline.va, value)
             ring.submit(batch)
-            got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
+            try:
+                got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
+            except UsbTimeoutError:
+                # The IN stream starts only when the SDMA copy reaches the CQ trigger: a stuck queue times the
+                # transfer out. Name the queue when it reported a fault or hang.
+                self.ctx.check_queues(f"copy-out of {size} bytes")
+                raise
             out[off : off + size] = memoryview(got)[:size]
             self._shadow_note(0, got)
             progress(off + size)
