@@ -9,7 +9,6 @@ from speck.usbgpu.amd import bringup
 from speck.usbgpu.amd.layout import RING_VA
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.sdma import DOORBELL_INDEX
-from speck.usbgpu.amd.vm import PageTables
 from speck.usbgpu.sim.device import SimDevice
 
 
@@ -26,12 +25,18 @@ class DirectBus:
         self.dev.gpu.mmio_write(address, value)
 
 
-def bring_up(dev: SimDevice) -> tuple[Mmio, PageTables]:
-    """Bus mastering on, then the driver's bring-up steps (NBIO, GMC and page tables, IH, SDMA0 queue 0)."""
+def ring_doorbell(dev: SimDevice, index: int, value: int) -> None:
+    dev.gpu.doorbell_write(4 * index, value & 0xFFFFFFFF)
+    dev.gpu.doorbell_write(4 * index + 4, value >> 32)
+
+
+def bring_up(dev: SimDevice) -> tuple[Mmio, bringup.Card]:
+    """Bus mastering on, then the driver's bring-up steps (NBIO, GMC and page tables, IH, SDMA0 queue 0, MEC,
+    compute queue)."""
     dev.fabric.gpu.set_dword(0x04, 0x7)
     mmio = Mmio(DirectBus(dev), 0, 1 << 20, dev.gpu.regs.bases)
-    tables, _ = bringup.bring_up(mmio, dev.gpu.bar0_write, [])
-    return mmio, tables
+    card = bringup.bring_up(mmio, dev.gpu.bar0_write, lambda i, v: ring_doorbell(dev, i, v), [])
+    return mmio, card
 
 
 def submit(dev: SimDevice, packets: list[int], run_ms: int = 10) -> None:
@@ -40,7 +45,5 @@ def submit(dev: SimDevice, packets: list[int], run_ms: int = 10) -> None:
     dev.gpu.bar0_write(RING_VA, data)
     wptr = struct.pack("<Q", len(data))
     dev.gpu.bar0_write(RING_VA + (1 << 20) + 8, wptr)
-    index = 2 * DOORBELL_INDEX
-    dev.gpu.doorbell_write(4 * index, len(data))
-    dev.gpu.doorbell_write(4 * index + 4, 0)
+    ring_doorbell(dev, 2 * DOORBELL_INDEX, len(data))
     dev.wait(None, run_ms)

@@ -58,7 +58,7 @@ def test_the_opt_in_brings_an_unverified_board_up(via_env: bool, monkeypatch: py
     if via_env:
         monkeypatch.setenv("SPECK_USBGPU_UNVERIFIED", "1")
     with UsbGpu.open(sim=dev, unverified=None if via_env else True) as gpu:
-        assert gpu.context.ready and gpu.context.steps[-1] == "sdma"
+        assert gpu.context.ready and gpu.context.steps[-1] == "compute queue"
         buf = gpu.alloc(5000)
         gpu.copyin(buf, b"y" * 5000)
         out = bytearray(5000)
@@ -70,7 +70,16 @@ def test_the_opt_in_brings_an_unverified_board_up(via_env: bool, monkeypatch: py
 def test_a_verified_board_is_brought_up_through_bar5() -> None:
     dev = SimDevice()
     with UsbGpu.open(sim=dev) as gpu:
-        assert gpu.context.ready and gpu.context.steps == ["pcie", "discovery", "nbio", "gmc", "ih", "sdma"]
+        assert gpu.context.ready and gpu.context.steps == [
+            "pcie",
+            "discovery",
+            "nbio",
+            "gmc",
+            "ih",
+            "sdma",
+            "cp",
+            "compute queue",
+        ]
     assert dev.stats["mmio_writes"] > 0 and dev.sdma.enabled and not dev.sdma.halted
 
 

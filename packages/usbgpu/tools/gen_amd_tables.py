@@ -273,7 +273,7 @@ PM4_PACKETS: dict[str, tuple[int, dict[str, PM4_FIELD]]] = {
             "coher_cntl": (1, 0, 31),
             "engine_sel": (1, 31, 1),
             "coher_size": (2, 0, 32),
-            "coher_size_hi": (3, 0, 8),
+            "coher_size_hi": (3, 0, 24),  # gfx_v11_0_emit_mem_sync writes 24 bits
             "coher_base_lo": (4, 0, 32),
             "coher_base_hi": (5, 0, 24),
             "poll_interval": (6, 0, 16),

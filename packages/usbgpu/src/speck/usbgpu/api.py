@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from speck.usbgpu.amd.compute import KernelCode
+from speck.usbgpu.amd.layout import KERNARG_POOL
 from speck.usbgpu.bridge import Transport
+from speck.usbgpu.compute import DEFAULT_TIMEOUT_S, ComputeEngine, QueueStatus
 from speck.usbgpu.copyin import CopyEngine, Progress
-from speck.usbgpu.errors import CopyCancelledError, DeviceUnusableError
+from speck.usbgpu.errors import CopyCancelledError, DeviceUnusableError, GpuFault, GpuHang
 from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
 from speck.usbgpu.opqueue import CopyHandle, OpQueue
 
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from speck.usbgpu.sim.device import SimDevice
     from speck.usbgpu.sim.model_api import UsbDeviceModel
 
-__all__ = ["CopyHandle", "ProgressCallback", "UsbGpu", "VramBuffer"]
+__all__ = ["CopyHandle", "KernelCode", "ProgressCallback", "QueueStatus", "UsbGpu", "VramBuffer"]
 
 _BufferLike = bytes | bytearray | memoryview
 ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes in all), called from the thread running the copy
@@ -119,6 +122,8 @@ class UsbGpu:
         self.session = next(_SESSIONS)
         self._allocs: dict[int, VramBuffer] = {}
         self._mapped: set[int] = set()  # buffers (by address) the GPU's page tables map; only queued jobs touch it
+        self._unmapped: dict[int, VramBuffer] = {}  # allocated, mapped by the next operation that reaches the GPU
+        self._compute: ComputeEngine | None = None
         self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
         self._heap_lock = threading.Lock()
         self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
@@ -227,6 +232,7 @@ class UsbGpu:
         with self._heap_lock:
             buf = VramBuffer(self._ctx.heap.alloc(nbytes), nbytes, self.session)
             self._allocs[buf.va] = buf
+            self._unmapped[buf.va] = buf
         return buf
 
     def free(self, buf: VramBuffer) -> None:
@@ -236,6 +242,8 @@ class UsbGpu:
 
         def release() -> None:
             self._check_buffer(buf, 0, 0, "free")
+            with self._heap_lock:
+                self._unmapped.pop(buf.va, None)
             if buf.va in self._mapped:
                 self._mapped.discard(buf.va)
                 self._ctx.unmap_heap(buf.va, buf.size)
@@ -245,11 +253,20 @@ class UsbGpu:
 
         self._queue.run(release)
 
+    def _map_new(self) -> None:
+        """Map every buffer allocated since the last operation into the GPU's VM (run inside an operation: the GPU
+        reaches any live buffer from then on, whatever a kernel's arguments point at)."""
+        if not self._ctx.ready:
+            return
+        with self._heap_lock:
+            bufs, self._unmapped = list(self._unmapped.values()), {}
+        if bufs:
+            self._ctx.map_heap([(b.va, b.size) for b in bufs])
+            self._mapped.update(b.va for b in bufs)
+
     def _mapped_then(self, buf: VramBuffer, fn: Callable[[], None]) -> None:
-        """Map `buf` into the GPU's VM before its first use by the GPU, then run `fn` (inside the operation)."""
-        if buf.va not in self._mapped:
-            self._ctx.map_heap(buf.va, buf.size)
-            self._mapped.add(buf.va)
+        """Map new buffers into the GPU's VM, then run `fn` (inside the operation)."""
+        self._map_new()
         fn()
 
     def _check_buffer(self, buf: object, offset: int, nbytes: int, verb: str) -> VramBuffer:
@@ -322,6 +339,104 @@ class UsbGpu:
     def synchronize(self) -> None:
         """Return once every operation issued before this call has finished; DeviceUnusableError if one failed."""
         self._queue.run(self._live)
+
+    # ------------------------------------------------------------------ compute
+    def _engine_compute(self) -> ComputeEngine:
+        """The session's compute queue (its staging pool is allocated on first use)."""
+        if self._compute is None:
+            self._ctx.require_ready("compute")
+            pool = self._ctx.heap.alloc(KERNARG_POOL)
+            self._ctx.map_heap([(pool, KERNARG_POOL)])
+            self._compute = ComputeEngine(self._ctx, (pool, KERNARG_POOL))
+            if self._copy is not None:
+                self._copy.after = self._compute_fence
+        return self._compute
+
+    def _compute_fence(self) -> tuple[int, int] | None:
+        """(signal address, value) copies must wait for on the GPU before touching VRAM (the last submission)."""
+        c = self._compute
+        return None if c is None or not c.submitted else (c.signal.va, c.submitted)
+
+    def _compute_op(self, what: str, fn: Callable[[ComputeEngine], Any]) -> Any:
+        """Run `fn` on the compute queue as an operation of this session. A fault or hang of the queue raises
+        GpuFault / GpuHang and leaves the session usable (reset_queue() restarts the queue); anything else that
+        fails mid-operation leaves it unusable, as a failed copy does."""
+        self._ctx.require_ready(what)
+
+        def job() -> Any:
+            self._live()
+            try:
+                self._map_new()
+                return fn(self._engine_compute())
+            except (GpuFault, GpuHang):
+                raise
+            except BaseException as exc:
+                if not isinstance(exc, ValueError | TypeError):  # argument errors are caught before the device
+                    self._broken = f"{what}: {type(exc).__name__}: {exc}"
+                raise
+
+        return self._queue.run(job)
+
+    def upload(self, code: bytes | bytearray | memoryview) -> VramBuffer:
+        """Copy a code object's loaded image (code and kernel descriptors) into VRAM; returns its buffer. A kernel's
+        KernelCode.entry is the buffer's address plus the entry's offset in the image (256-byte aligned)."""
+        mv = self._bytes_view(code, "upload")
+        buf = self.alloc(len(mv))
+        self.copyin(buf, mv)
+        return buf
+
+    def launch_packets(
+        self, code: KernelCode, grid: Sequence[int], block: Sequence[int], kernargs: bytes = b""
+    ) -> list[int]:
+        """The PM4 of one dispatch (its kernarg segment and dispatch packet staged in VRAM), for a batch built by
+        the caller and submitted with submit(..., batch=True)."""
+        return list(self._compute_op("dispatch", lambda c: c.launch(code, grid, block, kernargs)))
+
+    def dispatch(
+        self,
+        code: KernelCode,
+        grid: Sequence[int],
+        block: Sequence[int],
+        kernargs: bytes = b"",
+        *,
+        wait: bool = False,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> int:
+        """Run `grid` workgroups of `block` threads of `code` with `kernargs`; returns the compute timeline value
+        that signals its completion (`wait=True` also waits for it, up to `timeout` seconds of GPU time)."""
+
+        def go(c: ComputeEngine) -> int:
+            value = c.submit(c.launch(code, grid, block, kernargs))
+            if wait:
+                c.wait(value, timeout)
+            return value
+
+        return int(self._compute_op("dispatch", go))
+
+    def submit(self, packets: Sequence[int], *, batch: bool = False) -> int:
+        """Submit PM4 packets to the compute queue, followed by a RELEASE_MEM of the next timeline value (returned).
+        `batch=True` stages them as one indirect buffer: one INDIRECT_BUFFER packet and one doorbell."""
+        body = list(packets)
+        return int(self._compute_op("submit", lambda c: c.submit(body, batch=batch)))
+
+    def wait(self, value: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """Return once the compute timeline reached `value`. GpuFault if a queue reported a fault, GpuHang if one
+        hung or nothing signalled within `timeout` seconds of GPU time (both name the queue)."""
+        self._compute_op("wait", lambda c: c.wait(value, timeout))
+
+    def completed(self) -> int:
+        """The last compute timeline value the GPU signalled."""
+        return int(self._compute_op("completed", lambda c: c.completed()))
+
+    def queue_status(self) -> QueueStatus:
+        """The compute queue's state: active, read/write pointers, signalled/submitted values, fault records."""
+        status: QueueStatus = self._compute_op("queue_status", lambda c: c.status())
+        return status
+
+    def reset_queue(self) -> None:
+        """Dequeue and re-create the compute queue: whatever it ran or was stuck on is dropped, its fault records
+        are cleared, and waits for dropped work return. The session stays usable."""
+        self._compute_op("reset_queue", lambda c: c.reset())
 
     def _copyin_job(
         self, buf: VramBuffer, data: _BufferLike, offset: int, progress: ProgressCallback | None

@@ -151,6 +151,8 @@ class CopyEngine:
         self._poll_limit = ctx.options.poll_limit
         self._zero_copy = ctx.options.zero_copy
         self._segment_cache: dict[int, list[tuple[int, int, int | None]]] = {}
+        # (signal address, value) of compute work copies must wait for on the GPU (cross-queue), if any
+        self.after: Callable[[], tuple[int, int] | None] = lambda: None
 
     # ------------------------------------------------------------------ SRAM shadow (stale sentinel look-alikes)
     def _shadow_forget(self, start: int, end: int) -> None:
@@ -263,7 +265,7 @@ class CopyEngine:
     def _ring_batch(self, dest: int, chunks: list[Chunk]) -> list[int]:
         """The copy-in's SDMA batch: wait for earlier GPU work, every chunk's packets, then one timeline FENCE."""
         timeline = self.ctx.timeline
-        packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE)
+        packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE) + self._after_compute()
         templates: dict[int, list[int]] = {}
         for ch in chunks:
             if len(ch.parts) == 2 and ch.length == CP_SIZE:
@@ -284,6 +286,11 @@ class CopyEngine:
                 packets += self._chunk_packets(ch, dest + ch.src_off)
         packets += fence(timeline.va, timeline.next())
         return packets
+
+    def _after_compute(self) -> list[int]:
+        """POLL_REGMEM on the compute timeline: the copy waits on the GPU for every dispatch issued before it."""
+        fence = self.after()
+        return [] if fence is None else poll_regmem(fence[0], fence[1], FUNC_GE)
 
     def _chunk_packets(self, ch: Chunk, dest: int) -> list[int]:
         """One chunk's SDMA packets: per part POLL EQ sentinel + COPY (+ first-part flag FENCE), then the full flag."""
@@ -493,7 +500,7 @@ class CopyEngine:
             self.usb.bulk_out(EP_OUT, wire, 1000)
             self._shadow_note(0, wire)
             value = timeline.next()
-            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE) + self._after_compute()
             batch += copy_linear(self._sram_va, dest + off, size)
             batch += fence(timeline.va, value)
             ring.submit(batch)
@@ -515,7 +522,7 @@ class CopyEngine:
             size = min(COPYOUT_CHUNK, n - off)
             self.bridge.arm_read(size)
             value = timeline.next()
-            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE) + self._after_compute()
             batch += copy_linear(src + off, self._sram_va, size)
             batch += write32(self._cq_va + 12, 0)
             batch += fence(timeline.va, value)

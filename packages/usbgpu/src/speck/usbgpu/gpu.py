@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from speck.usbgpu.amd import bringup, discovery
+from speck.usbgpu.amd.compute import ComputeQueue
 from speck.usbgpu.amd.ih import GpuFaultRecord, IhRing, describe
 from speck.usbgpu.amd.layout import (
     CQ_PCIE,
@@ -31,6 +32,7 @@ from speck.usbgpu.amd.layout import (
 )
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.sdma import SdmaRing, Timeline
+from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.amd.vm import HUGE, PageTables
 from speck.usbgpu.bridge import GPU_BUS, Bridge, PcieInfo, Transport
 from speck.usbgpu.errors import GpuBringUpUnverified, GpuFault, GpuHang, PcieSetupError
@@ -38,6 +40,7 @@ from speck.usbgpu.vram import VramHeap
 
 __all__ = ["CQ_PCIE", "HEAP_VA", "RING_VA", "SQ_PCIE", "SRAM_PCIE", "SYS_VA", "GpuContext", "GpuOptions"]
 
+GPU_CLOCK_NS = 10  # CP_MES_MTIME counts the 100 MHz reference clock
 ALLOC_ALIGN = 0x1000
 DEFAULT_POLL_LIMIT = 100_000
 
@@ -114,6 +117,7 @@ class GpuContext:
         self.steps: list[str] = ["pcie", "discovery"]
         self.ih: IhRing | None = None
         self.tables: PageTables | None = None
+        self.compute: ComputeQueue | None = None
         self._mapped: dict[int, int] = {}  # 2 MiB page index of the heap -> live allocations on it
         if self.board is not None or options.unverified:
             self._bring_up()
@@ -145,22 +149,29 @@ class GpuContext:
     def _vram_write(self, offset: int, data: bytes) -> None:
         self.bridge.stream_write(self.vram_bar + offset, data)
 
+    def _ring_doorbell(self, index: int, value: int) -> None:
+        """A 64-bit doorbell at dword `index` of BAR2 (low dword first: the high one commits it)."""
+        self.bridge.stream_write(self.doorbell_bar + 4 * index, value.to_bytes(8, "little"))
+
     def _bring_up(self) -> None:
-        self.tables, self.fb = bringup.bring_up(self.mmio, self._vram_write, self.steps)
+        card = bringup.bring_up(self.mmio, self._vram_write, self._ring_doorbell, self.steps)
+        self.tables, self.fb, self.compute = card.tables, card.fb, card.compute
         self.ih = IhRing(self.mmio, self.bridge, self.vram_bar, IH_RING_VA, IH_RING_SIZE)
         self._vram_write(SIGNAL_PAGE_VA, bytes(16))
         self.timeline.value = 1
         self.ring.put_value = 0
 
     # ------------------------------------------------------------------ VRAM mappings
-    def map_heap(self, va: int, size: int) -> None:
-        """Make [va, va + size) of the heap reachable by the GPU (2 MiB pages, shared by allocations)."""
+    def map_heap(self, ranges: list[tuple[int, int]]) -> None:
+        """Make the heap ranges (va, size) reachable by the GPU: their 2 MiB pages, shared by allocations, are
+        mapped, then one TLB invalidation covers them all."""
         assert self.tables is not None
         new = []
-        for page in range(va // HUGE, (va + max(size, 1) - 1) // HUGE + 1):
-            self._mapped[page] = self._mapped.get(page, 0) + 1
-            if self._mapped[page] == 1:
-                new.append(page)
+        for va, size in ranges:
+            for page in range(va // HUGE, (va + max(size, 1) - 1) // HUGE + 1):
+                self._mapped[page] = self._mapped.get(page, 0) + 1
+                if self._mapped[page] == 1:
+                    new.append(page)
         for page in new:
             self.tables.map_vram(page * HUGE, page * HUGE, HUGE)
         if new:
@@ -181,6 +192,16 @@ class GpuContext:
         if gone:
             self.tables.flush()
             bringup.invalidate_tlb(self.mmio, bringup.VMID)
+
+    def gpu_time_ns(self) -> int:
+        """The GPU's clock (CP_MES_MTIME, 100 MHz) in ns: what waits bounded in time measure."""
+        m = self.mmio
+        for _ in range(3):  # the high word must not move while the low one is read
+            hi = m.read(GC.CP_MES_MTIME_HI)
+            lo = m.read(GC.CP_MES_MTIME_LO)
+            if m.read(GC.CP_MES_MTIME_HI) == hi:
+                return (hi << 32 | lo) * GPU_CLOCK_NS
+        return (hi << 32 | lo) * GPU_CLOCK_NS
 
     # ------------------------------------------------------------------ queue health
     def poll_faults(self) -> list[GpuFaultRecord]:

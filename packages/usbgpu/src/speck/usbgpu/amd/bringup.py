@@ -1,8 +1,8 @@
 """The steps that bring an RDNA3 card up far enough for its queues to run, each to the public amdgpu formats:
 identification from the IP discovery table, NBIO (doorbells, framebuffer access), the GMC (framebuffer and system
 apertures, L1 TLB / L2, the VM context speck uses and its page tables, TLB invalidation), the IH ring, and SDMA0
-queue 0. The order and register values follow the Linux drivers (nbio_v4_3.c, gfxhub_v3_0.c, mmhub_v3_0.c,
-ih_v6_0.c, sdma_v6_0.c); speck's own choices are noted where they differ.
+queue 0, the MEC and speck's compute queue. The order and register values follow the Linux drivers (nbio_v4_3.c,
+gfxhub_v3_0.c, mmhub_v3_0.c, ih_v6_0.c, sdma_v6_0.c, gfx_v11_0.c); speck's own choices are noted where they differ.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from speck.usbgpu.amd import discovery, layout
+from speck.usbgpu.amd.compute import ComputeLayout, ComputeQueue
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.sdma import DOORBELL_INDEX, RING_SIZE
 from speck.usbgpu.amd.tables import CONST, GC, MMHUB, NBIO, OSSSYS
@@ -235,10 +236,29 @@ def setup_ih(m: Mmio, ring: int, size: int, wptr: int) -> None:
     )
 
 
-def bring_up(m: Mmio, write_vram: Callable[[int, bytes], None], steps: list[str]) -> tuple[PageTables, FbInfo]:
+def start_mec(m: Mmio) -> None:
+    """Release MEC pipe 0 from reset and halt (gfx_v11_0_cp_compute_enable, RS64)."""
+    m.update(GC.CP_MEC_RS64_CNTL, MEC_HALT=0, MEC_PIPE0_RESET=0, MEC_PIPE0_ACTIVE=1, MEC_INVALIDATE_ICACHE=0)
+
+
+@dataclass
+class Card:
+    """What the bring-up leaves: the page tables, the framebuffer location, the compute queue."""
+
+    tables: PageTables
+    fb: FbInfo
+    compute: ComputeQueue
+
+
+def bring_up(
+    m: Mmio,
+    write_vram: Callable[[int, bytes], None],
+    ring_doorbell: Callable[[int, int], None],
+    steps: list[str],
+) -> Card:
     """Everything past identification that writes the card, in order (each finished step is appended to
-    `steps`): NBIO, GMC with the driver's page tables, the IH ring, SDMA0 queue 0. Returns the page tables and the
-    framebuffer location."""
+    `steps`): NBIO, GMC with the driver's page tables, the IH ring, SDMA0 queue 0, the MEC, the compute queue.
+    `ring_doorbell(dword index, value)` writes a 64-bit doorbell."""
     L = layout
     setup_nbio(m)
     steps.append("nbio")
@@ -258,4 +278,25 @@ def bring_up(m: Mmio, write_vram: Callable[[int, bytes], None], steps: list[str]
     write_vram(L.QUEUE_PAGE_VA, bytes(16))
     setup_sdma_queue(m, SdmaQueue(L.RING_VA, RING_SIZE, L.QUEUE_PAGE_VA, L.QUEUE_PAGE_VA + 8, 2 * DOORBELL_INDEX))
     steps.append("sdma")
-    return tables, fb
+    start_mec(m)
+    steps.append("cp")
+    compute = ComputeQueue(
+        m,
+        ComputeLayout(
+            ring=L.COMPUTE_RING_VA,
+            ring_bytes=L.COMPUTE_RING_SIZE,
+            rptr_report=L.COMPUTE_PAGE_VA,
+            wptr_poll=L.COMPUTE_PAGE_VA + 8,
+            eop=L.EOP_VA,
+            mqd_vram=L.MQD_VA,
+            doorbell=L.COMPUTE_DOORBELL,
+            vmid=VMID,
+        ),
+        write_vram,
+        ring_doorbell,
+        lambda offset: fb.base + offset,
+    )
+    write_vram(L.COMPUTE_SIGNAL_VA, bytes(16))
+    compute.setup()
+    steps.append("compute queue")
+    return Card(tables, fb, compute)

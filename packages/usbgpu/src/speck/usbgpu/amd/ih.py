@@ -13,6 +13,18 @@ from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.tables import CONST, CP_RING_ID, GC, GFXHUB_CLIENT_IDS, IH_ENTRY, OSSSYS
 
 ENTRY_BYTES = 4 * IH_ENTRY.dwords
+# A CP error interrupt's data words as speck's simulated card writes them: the packet header and the read pointer
+# (the hardware keeps the header in CP_MEC_ME1_HEADER_DUMP).
+# An SQ interrupt's data words as the simulated card writes them: src_data0 names what stopped the wave, src_data1/2
+# hold its program counter. (A real card's SQ interrupt words identify the wave instead; reading its PC takes
+# SQ_IND_INDEX/DATA accesses this driver does not make, so on hardware the kind below reads "shader error".)
+SQ_ILLEGAL_INSTRUCTION, SQ_MEMORY_VIOLATION, SQ_TRAP, SQ_OTHER = 1, 2, 3, 4
+SQ_KINDS = {
+    SQ_ILLEGAL_INSTRUCTION: "illegal instruction",
+    SQ_MEMORY_VIOLATION: "memory violation",
+    SQ_TRAP: "trap",
+    SQ_OTHER: "shader error",
+}
 _SRC = CONST
 # (client, source) -> (queue it concerns, what happened, is it a hang rather than a fault)
 _EVENTS: dict[tuple[int, int], tuple[str, str, bool]] = {
@@ -132,6 +144,13 @@ def describe(entry: IhEntry, mmio: Mmio | None) -> GpuFaultRecord | None:
     queue, kind, hang = known
     if not queue:
         queue = cp_queue_name(entry.ring_id) if entry.client_id == CONST.SOC21_IH_CLIENTID_GRBM_CP else "GPU"
+    if entry.src_id == CONST.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
+        pc = entry.src_data[1] | entry.src_data[2] << 32
+        what = SQ_KINDS.get(entry.src_data[0], "shader error")
+        return GpuFaultRecord(queue, f"shader {what}", hang, vmid=entry.vmid, detail=f"wave at pc {pc:#x}")
+    if entry.client_id == CONST.SOC21_IH_CLIENTID_GRBM_CP:
+        detail = f"packet header {entry.src_data[0]:#010x} at read pointer {entry.src_data[1]}"
+        return GpuFaultRecord(queue, kind, hang, vmid=entry.vmid, detail=detail)
     if kind != "page fault":
         detail = f"interrupt source {entry.src_id}, data {', '.join(f'{d:#x}' for d in entry.src_data)}"
         return GpuFaultRecord(queue, kind, hang, vmid=entry.vmid, detail=detail)

@@ -186,16 +186,23 @@ CHECK_EVERY = 64  # timeline polls between looks at the queue's health while wai
 
 
 class Timeline:
-    """A timeline signal: a 16-byte VRAM slot (u64 value, u64 timestamp) the GPU's FENCE writes advance.
+    """A timeline signal: a 16-byte VRAM slot (u64 value, u64 timestamp) the GPU's FENCE / RELEASE_MEM advance.
 
     `check(what)`, when given, looks at the queue's health (its interrupts) and raises GpuHang/GpuFault naming the
-    queue; waits call it every CHECK_EVERY polls and before giving up, so a hung queue is named, not timed out."""
+    queue; waits call it every CHECK_EVERY polls and before giving up, so a hung queue is named, not timed out.
+    `clock()` gives the GPU's time in ns, for waits bounded in time rather than in polls."""
 
     def __init__(
-        self, bars: BarWriter, va: int, vram_bar: int, poll_limit: int, check: Callable[[str], None] | None = None
+        self,
+        bars: BarWriter,
+        va: int,
+        vram_bar: int,
+        poll_limit: int,
+        check: Callable[[str], None] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.bars, self.va, self.vram_bar, self.poll_limit = bars, va, vram_bar, poll_limit
-        self.check = check
+        self.check, self.clock = check, clock
         self.value = 1  # the next value to signal; value - 1 has been (or will be) signalled already
 
     def reset(self) -> None:
@@ -213,19 +220,32 @@ class Timeline:
         self.value += 1
         return value
 
-    def wait(self, target: int, what: str) -> None:
-        """Poll until the signal reaches `target`; the poll budget restarts whenever the value moves."""
+    @staticmethod
+    def reached(current: int, target: int) -> bool:
+        return (current - target) & 0xFFFFFFFF < 0x80000000
+
+    def wait(self, target: int, what: str, timeout_ns: float | None = None) -> None:
+        """Poll until the signal reaches `target`. Without `timeout_ns` the poll budget bounds the wait and
+        restarts whenever the value moves; with it (and a clock) the wait ends after that much GPU time."""
+        timed = timeout_ns is not None and self.clock is not None
+        deadline = self.clock() + timeout_ns if timed and self.clock is not None and timeout_ns is not None else 0.0
         last, budget, polls = -1, self.poll_limit, 0
-        while budget > 0:
+        while timed or budget > 0:
             current = self.read()
-            if (current - target) & 0xFFFFFFFF < 0x80000000:
+            if self.reached(current, target):
                 return
             if current != last:
                 last, budget = current, self.poll_limit
             budget -= 1
             polls += 1
-            if self.check is not None and polls % CHECK_EVERY == 0:
-                self.check(what)
+            if polls % CHECK_EVERY == 0:
+                if self.check is not None:
+                    self.check(what)
+                if timed and self.clock is not None and self.clock() > deadline:
+                    break
         if self.check is not None:
             self.check(what)
-        raise GpuFenceTimeout(what, f"Wait timeout: timeline at {last}, want {target} after {self.poll_limit} polls")
+        limit = (
+            f"{timeout_ns / 1e9:g} s of GPU time" if timed and timeout_ns is not None else f"{self.poll_limit} polls"
+        )
+        raise GpuFenceTimeout(what, f"Wait timeout: timeline at {last}, want {target} after {limit}")

@@ -1259,7 +1259,7 @@ class PM4_PACKETS:
             "coher_cntl": (1, 0, 0x1F),
             "engine_sel": (1, 0x1F, 1),
             "coher_size": (2, 0, 0x20),
-            "coher_size_hi": (3, 0, 8),
+            "coher_size_hi": (3, 0, 0x18),
             "coher_base_lo": (4, 0, 0x20),
             "coher_base_hi": (5, 0, 0x18),
             "poll_interval": (6, 0, 0x10),

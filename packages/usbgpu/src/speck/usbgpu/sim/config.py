@@ -68,6 +68,16 @@ class SimTiming:
     f4_wait_limit_ns: float = 2.0e9  # 0xF4 gives up (bails) after this long
     link_power_on_ns: float = 300.0e6  # 0xF3(1): fw waits for 3 stable LTSSM samples before answering
     quantum: int = 16384  # granularity of modelled data movement (link and SDMA copies)
+    # the command processor and the shader core (a Navi 31: 96 CUs = 192 SIMD32 at ~2.5 GHz)
+    cp_packet_ns: float = 200.0  # decode cost per PM4 packet
+    gpu_clock_hz: float = 2.5e9
+    simds: int = 192
+    dispatch_overhead_ns: float = 3_000.0  # launch + drain of a dispatch, however small
+    # cycles per wave-instruction by kind (speck.usbgpu.sim.rdna3 Stats.by_kind); unlisted kinds cost 1
+    cycle_costs: dict[str, float] = field(
+        default_factory=lambda: {"valu": 1.0, "salu": 1.0, "trans": 4.0, "smem": 4.0, "vmem": 8.0, "lds": 2.0}
+    )
+    dispatch_max_instructions: int = 50_000_000  # more wave-instructions than this: the dispatch is hung
 
 
 FaultMode = Literal["error", "short", "timeout", "stall"]

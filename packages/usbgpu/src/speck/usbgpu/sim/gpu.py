@@ -18,6 +18,7 @@ from speck.usbgpu.amd import discovery
 from speck.usbgpu.amd.tables import CONST, GC, GFXHUB_CLIENT_IDS, IP_HWID, MMHUB, MP, NBIO, SIM_IP_BASES
 from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import SimFaults, SimTiming
+from speck.usbgpu.sim.cp import CommandProcessor
 from speck.usbgpu.sim.ih import InterruptHandler
 from speck.usbgpu.sim.memory import BridgeMemory, SparseMemory
 from speck.usbgpu.sim.regfile import RegisterFile
@@ -67,7 +68,11 @@ class GpuModel:
         self.vm = GpuVm(self.regs, self.vram.read)
         self.ih = InterruptHandler(self.regs, self.write_mc, self.ticks)
         self.sdma = SdmaEngine(self)
-        self.memory_listeners: list[Callable[[str, int, int], None]] = [self.sdma.memory_changed]
+        self.cp = CommandProcessor(self)
+        self.memory_listeners: list[Callable[[str, int, int], None]] = [
+            self.sdma.memory_changed,
+            self.cp.memory_changed,
+        ]
         self.refused: list[str] = []  # bring-up steps something needed before they were done
         self._doorbell_low: dict[int, int] = {}
         self._rsmu_index = 0
@@ -141,7 +146,7 @@ class GpuModel:
         return 0
 
     def _doorbell_targets(self) -> list[Callable[[int, int], bool]]:
-        return [self._sdma_doorbell]
+        return [self._sdma_doorbell, self.cp.doorbell]
 
     def _sdma_doorbell(self, index: int, value: int) -> bool:
         regs = self.regs

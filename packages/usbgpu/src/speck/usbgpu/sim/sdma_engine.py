@@ -13,12 +13,12 @@ genuinely races them; every SRAM read is checked against the provenance tag of t
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from speck.usbgpu.amd.tables import CONST, GC, PM4, SDMA, SDMA_PACKETS
 from speck.usbgpu.sim.config import SECTOR, SRAM_PCIE, SRAM_SIZE
+from speck.usbgpu.sim.cp import COMPARE
 from speck.usbgpu.sim.vm import SYSTEM, VmFault
 
 if TYPE_CHECKING:
@@ -27,15 +27,6 @@ if TYPE_CHECKING:
 RETRY_FOREVER = 0xFFF
 WATCHDOG_UNIT_NS = 100e6  # SDMA0_WATCHDOG_CNTL.QUEUE_HANG_COUNT counts 100 ms (sdma_v6_0.c)
 _P = SDMA_PACKETS
-_COMPARE: dict[int, Callable[[int, int], bool]] = {
-    PM4.WAIT_FUNCTION_ALWAYS: lambda v, r: True,
-    PM4.WAIT_FUNCTION_LT: lambda v, r: v < r,
-    PM4.WAIT_FUNCTION_LE: lambda v, r: v <= r,
-    PM4.WAIT_FUNCTION_EQ: lambda v, r: v == r,
-    PM4.WAIT_FUNCTION_NE: lambda v, r: v != r,
-    PM4.WAIT_FUNCTION_GE: lambda v, r: v >= r,
-    PM4.WAIT_FUNCTION_GT: lambda v, r: v > r,
-}
 
 
 def addr64(lo: int, hi: int) -> int:
@@ -339,7 +330,7 @@ class SdmaEngine:
             return
         poll.recheck_scheduled = False
         value = struct.unpack("<I", self.gpu.read_space(poll.space, poll.phys, 4))[0]
-        if _COMPARE.get(poll.func, _COMPARE[PM4.WAIT_FUNCTION_ALWAYS])(value & poll.mask, poll.ref & poll.mask):
+        if COMPARE.get(poll.func, COMPARE[PM4.WAIT_FUNCTION_ALWAYS])(value & poll.mask, poll.ref & poll.mask):
             self._poll = None
             # A satisfied EQ poll on the bounce SRAM is a sentinel: the next copy out of SRAM must read data from
             # the same arm (provenance) that wrote the sentinel.
