@@ -23,8 +23,11 @@ PACKAGES: dict[str, tuple[str, list[str]]] = {
 }
 EXISTING = [p for p in PACKAGES if (ROOT / "packages" / p / "pyproject.toml").exists()]
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.24"]  # numpy is the numeric reference in tests
-# usbgpu's tests also build its sdist and wheel (offline: no build isolation) and draw the CLI's progress bar
-EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60"]}
+# usbgpu's tests also build its sdist and wheel (offline: no build isolation) and draw the CLI's progress bar;
+# codegen's and hcq's AMD code-object tests decode the metadata note with msgpack (next to speck's own decoder, and
+# LLVM 16's llvm-objdump/ld.lld/llvm-readelf, which the README's test command installs with apt)
+EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60"], "codegen": ["msgpack>=1"],
+                    "runtime-hcq": ["msgpack>=1"]}  # fmt: skip
 
 
 def _editable(folders: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.lower.expander import index_offset
 from speck.codegen.lower.simplify import pm_simplify
 from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes, graph_rewrite
 
@@ -68,6 +69,25 @@ def output_axes(sink: UOp) -> list[UOp]:
 def reduce_axes(sink: UOp) -> list[UOp]:
     return sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE},
                   key=lambda r: r.arg[:-1])  # fmt: skip
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+    """d idx / d r as a constant, or None when it isn't one."""
+    return index_offset(idx, idx.substitute({r: r + 1}))
+
+
+def pow2_amount(n: int, limit: int) -> int:
+    """The largest power of two dividing n, at most `limit`."""
+    amt = 1
+    while amt * 2 <= limit and n % (amt * 2) == 0:
+        amt *= 2
+    return amt
+
+
+def unmasked_index(ix: UOp) -> UOp:
+    """The index expression of INDEX ix without its validity gate."""
+    i = ix.src[1]
+    return i.src[1] if i.op is Ops.WHERE else i
 
 
 def const_size(r: UOp) -> int | None:
@@ -182,8 +202,31 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer | None = None) -> UOp:
         if renderer is None or not renderer.has_local:
             raise OptError(f"{opt}: {opt.op.name} needs local memory; renderer "
                            f"{getattr(renderer, 'name', None)!r} has none (CPU targets use THREAD/UPCAST)")  # fmt: skip
-        raise OptError(f"{opt}: {opt.op.name} is not implemented for renderers with local memory yet")
+        if opt.op is OptOps.LOCAL:
+            r = pick(outs, opt.axis)
+            if r.arg[-1] is not AxisType.GLOBAL:
+                raise OptError(f"{opt}: LOCAL splits a GLOBAL axis, axis {r.arg} is {r.arg[-1].name}")
+            sink = _split(sink, r, amt, AxisType.LOCAL)
+        else:
+            sink = _split(sink, pick(reds, opt.axis), amt, AxisType.GROUP_REDUCE, outer_first=opt.op is OptOps.GROUP)
+        _check_workgroup(sink, opt, renderer)
+        return sink
     raise OptError(f"unknown opt {opt}")
+
+
+def workgroup_size(sink: UOp) -> int:
+    """Work-items per workgroup: the product of the LOCAL and GROUP_REDUCE ranges (each is a work-item id)."""
+    n = 1
+    for u in sink.toposort():
+        if u.op is Ops.RANGE and u.arg[-1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE):
+            n *= const_size(u) or 1
+    return n
+
+
+def _check_workgroup(sink: UOp, opt: Opt, renderer: Renderer) -> None:
+    limit = getattr(renderer, "max_workgroup_size", None)
+    if limit is not None and (n := workgroup_size(sink)) > limit:
+        raise OptError(f"{opt}: the workgroup would have {n} work-items; renderer {renderer.name!r} allows {limit}")
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], renderer: Renderer | None = None) -> UOp:
