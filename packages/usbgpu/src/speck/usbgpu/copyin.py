@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from speck.usbgpu.amd.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
 from speck.usbgpu.bridge import EP_OUT, SECTOR, SLOT, Bridge, Transport, ends_on_window, f4_reached
-from speck.usbgpu.errors import F4BailError, GpuFenceTimeout, UsbTimeoutError
+from speck.usbgpu.errors import F4BailError, GpuFault, GpuFenceTimeout, GpuHang, UsbTimeoutError
 from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, SYS_VA, GpuContext
 
 BUF_SIZE = 0x40000  # one G3 bounce buffer (16 slots)
@@ -529,10 +529,13 @@ class CopyEngine:
             ring.submit(batch)
             try:
                 got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
-            except UsbTimeoutError:
+            except UsbTimeoutError as exc:
                 # The IN stream starts only when the SDMA copy reaches the CQ trigger: a stuck queue times the
                 # transfer out. Name the queue when it reported a fault or hang.
-                self.ctx.check_queues(f"copy-out of {size} bytes")
+                try:
+                    self.ctx.check_queues(f"copy-out of {size} bytes")
+                except (GpuFault, GpuHang) as named:
+                    raise named from exc
                 raise
             out[off : off + size] = memoryview(got)[:size]
             self._shadow_note(0, got)

@@ -438,7 +438,10 @@ class GpuFault(BridgeError):
     """A GPU queue stopped on a fault (a page fault, a bad packet, an illegal instruction). `record` describes it:
     the queue, the kind, the faulting address and access when known. Reset the queue (or reopen) to continue."""
 
-    hint = "the queue is stopped: UsbGpu.reset_queue() (or reopening the device) makes it usable again"
+    hint = (
+        "the queue is stopped: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
+        "resets every queue"
+    )
 
     def __init__(self, operation: str, record: object, detail: str = "") -> None:
         self.record = record
@@ -449,7 +452,10 @@ class GpuHang(GpuFenceTimeout):
     """A GPU queue made no progress within the timeout (or its hang watchdog fired); `queue` names it and `status`
     says what it was doing."""
 
-    hint = "the queue is hung: UsbGpu.reset_queue() (or reopening the device) makes it usable again"
+    hint = (
+        "the queue is hung: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
+        "resets every queue"
+    )
 
     def __init__(self, operation: str, queue: str, status: str, detail: str = "") -> None:
         self.queue, self.status = queue, status

@@ -151,6 +151,8 @@ def describe(entry: IhEntry, mmio: Mmio | None) -> GpuFaultRecord | None:
     if entry.client_id == CONST.SOC21_IH_CLIENTID_GRBM_CP:
         detail = f"packet header {entry.src_data[0]:#010x} at read pointer {entry.src_data[1]}"
         return GpuFaultRecord(queue, kind, hang, vmid=entry.vmid, detail=detail)
+    if queue.startswith("SDMA") and kind != "page fault":
+        return GpuFaultRecord(queue, kind, hang, vmid=entry.vmid, detail=f"read pointer {entry.src_data[0]:#x}")
     if kind != "page fault":
         detail = f"interrupt source {entry.src_id}, data {', '.join(f'{d:#x}' for d in entry.src_data)}"
         return GpuFaultRecord(queue, kind, hang, vmid=entry.vmid, detail=detail)
