@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from speck.usbgpu.amd import bringup
+from speck.usbgpu.amd import bringup, ucode
 from speck.usbgpu.amd.layout import RING_VA
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.sdma import DOORBELL_INDEX
@@ -31,11 +31,13 @@ def ring_doorbell(dev: SimDevice, index: int, value: int) -> None:
 
 
 def bring_up(dev: SimDevice) -> tuple[Mmio, bringup.Card]:
-    """Bus mastering on, then the driver's bring-up steps (NBIO, GMC and page tables, IH, SDMA0 queue 0, MEC,
-    compute queue)."""
+    """Bus mastering on, then the driver's bring-up steps (NBIO, GMC and page tables, IH, firmware through the PSP,
+    SDMA0 queue 0, MEC, compute queue)."""
     dev.fabric.gpu.set_dword(0x04, 0x7)
     mmio = Mmio(DirectBus(dev), 0, 1 << 20, dev.gpu.regs.bases)
-    card = bringup.bring_up(mmio, dev.gpu.bar0_write, lambda i, v: ring_doorbell(dev, i, v), [])
+    io = bringup.VramIo(dev.gpu.bar0_write, dev.gpu.vram.read)
+    firmware = ucode.load(dev.firmware_files())
+    card = bringup.bring_up(mmio, io, lambda i, v: ring_doorbell(dev, i, v), firmware, dev.gpu.vram.size, [])
     return mmio, card
 
 

@@ -76,11 +76,15 @@ def test_a_verified_board_is_brought_up_through_bar5() -> None:
             "nbio",
             "gmc",
             "ih",
+            "firmware",
             "sdma",
             "cp",
             "compute queue",
         ]
     assert dev.stats["mmio_writes"] > 0 and dev.sdma.enabled and not dev.sdma.halted
+    psp = dev.gpu.psp
+    assert psp.sos_alive and psp.rlc_autoloaded and psp.smu_running and dev.violations == []
+    assert {0x47, 0x48, 0x59, 0x5E, 0x8, 0x44, 0x45, 0x12} == set(psp.loaded)  # GFX_FW_TYPE_* of the images
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,8 @@ IH_SRC_GFX = "include/ivsrcid/gfx/irqsrcs_gfx_11_0_0.h"
 IH_C = "amdgpu/amdgpu_ih.c"
 IP_OFFSET = "include/sienna_cichlid_ip_offset.h"
 GFXHUB_C = "amdgpu/gfxhub_v3_0.c"
+PSP_H = "amdgpu/amdgpu_psp.h"
+SMU_MSG = "pm/swsmu/inc/pmfw_if/smu_v13_0_0_ppsmc.h"
 
 # ---------------------------------------------------------------------------------------------------- what speck uses
 REGISTERS: dict[str, list[str]] = {
@@ -391,6 +393,7 @@ STRUCTS: dict[str, list[str]] = {  # member -> structs (with what they nest)
     DISCOVERY: ["binary_header", "ip_discovery_header", "die_header", "ip_v3"],
     UCODE: [
         "common_firmware_header",
+        "psp_fw_bin_desc",
         "gfx_firmware_header_v2_0",
         "sdma_firmware_header_v2_0",
         "mes_firmware_header_v1_0",
@@ -422,6 +425,9 @@ DEFINES: dict[str, list[str]] = {  # member -> #define names (integers)
         "ATHUB_HWID",
         "CLKA_HWID",
     ],
+    PSP_H: ["PSP_FENCE_BUFFER_SIZE", "PSP_CMD_BUFFER_SIZE", "PSP_1_MEG"],
+    PSP_IF: ["PSP_GFX_CMD_BUF_VERSION", "PSP_ERR_UNKNOWN_COMMAND"],
+    SMU_MSG: ["PPSMC_MSG_TestMessage", "PPSMC_MSG_GetSmuVersion", "PPSMC_Result_OK"],
     VM_H: [
         "AMDGPU_PTE_VALID",
         "AMDGPU_PTE_SYSTEM",
@@ -479,6 +485,19 @@ ENUMS: dict[str, list[tuple[str, list[str]]]] = {  # member -> (enum, the member
                 "GFX_FW_TYPE_RS64_MEC_P0_STACK",
                 "GFX_FW_TYPE_SMU",
             ],
+        ),
+    ],
+    PSP_H: [
+        (
+            "psp_bootloader_cmd",
+            ["PSP_BL__LOAD_SYSDRV", "PSP_BL__LOAD_SOSDRV", "PSP_BL__LOAD_KEY_DATABASE", "PSP_BL__LOAD_TOS_SPL_TABLE"],
+        ),
+        ("psp_ring_type", ["PSP_RING_TYPE__KM"]),
+    ],
+    UCODE: [
+        (
+            "psp_fw_type",
+            ["PSP_FW_TYPE_PSP_SOS", "PSP_FW_TYPE_PSP_SYS_DRV", "PSP_FW_TYPE_PSP_KDB", "PSP_FW_TYPE_PSP_SPL"],
         ),
     ],
     DOORBELL_H: [
@@ -1096,6 +1115,8 @@ def all_members() -> set[str]:
         IH_SRC_GFX,
         IP_OFFSET,
         GFXHUB_C,
+        PSP_H,
+        SMU_MSG,
     }
     return members
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,7 @@ class UsbGpu:
         poll_limit: int | None = None,
         zero_copy: bool | None = None,
         unverified: bool | None = None,
+        firmware: str | os.PathLike[str] | Mapping[str, bytes] | None = None,
     ) -> UsbGpu:
         """Open the `index`-th bridge (or the simulator), bring the PCIe link, the BARs and the GPU's queue up.
 
@@ -154,6 +156,8 @@ class UsbGpu:
         USB_ZEROCOPY=0) instead of payload sent straight from `data`. `unverified=True` (env
         SPECK_USBGPU_UNVERIFIED=1) runs the register-writing bring-up on a board it was not verified on (any real card
         today); without it such a card is identified and then left alone, and copies raise GpuBringUpUnverified.
+        `firmware`: where the AMD firmware files come from - a directory (default /lib/firmware/amdgpu, env
+        SPECK_AMDGPU_FIRMWARE) or {file name: bytes}; a simulated card hands over its own set.
 
         A bridge is opened by one session at a time: a second open in this process, or in another process, raises
         DeviceInUseError before anything is sent to the device.
@@ -166,7 +170,8 @@ class UsbGpu:
                 raise TypeError(f"{name} must be True, False or None, got {flag!r}")
         if mode is not None and not isinstance(mode, str):
             raise TypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
-        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy, unverified)
+        source = os.fspath(firmware) if isinstance(firmware, os.PathLike) else firmware
+        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy, unverified, source)
         if sim is False:
             usb = UsbTransport.open(index, sim=None, hardware_only=True)
             return cls(usb, options, None)
@@ -176,6 +181,10 @@ class UsbGpu:
             from speck.usbgpu.sim.shim import installed_models
 
             models = list(installed_models())
+        if options.firmware is None:  # a simulated card brings its own firmware files
+            for model in models or []:
+                if f"usb:{model.bus}-{model.address}" == getattr(usb, "name", "") and hasattr(model, "firmware_files"):
+                    options = replace(options, firmware=model.firmware_files())
         return cls(usb, options, models)
 
     # ------------------------------------------------------------------ properties

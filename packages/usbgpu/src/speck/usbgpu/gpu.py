@@ -12,9 +12,10 @@ it, copies raise GpuBringUpUnverified and nothing past the BARs is ever written.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from speck.usbgpu.amd import bringup, discovery
+from speck.usbgpu.amd import bringup, discovery, ucode
 from speck.usbgpu.amd.compute import ComputeQueue
 from speck.usbgpu.amd.ih import GpuFaultRecord, IhRing, describe
 from speck.usbgpu.amd.layout import (
@@ -58,6 +59,7 @@ class GpuOptions:
     poll_limit: int = DEFAULT_POLL_LIMIT  # E4 / timeline reads before "GPU fence timeout"
     zero_copy: bool = True  # G3 payload straight from the caller's buffer (False: one staged transfer per chunk)
     unverified: bool = False  # run the register-writing bring-up on a board it was never verified on
+    firmware: str | Mapping[str, bytes] | None = None  # directory or {file: bytes}; None: /lib/firmware/amdgpu
 
     @classmethod
     def from_env(
@@ -67,9 +69,10 @@ class GpuOptions:
         poll_limit: int | None = None,
         zero_copy: bool | None = None,
         unverified: bool | None = None,
+        firmware: str | Mapping[str, bytes] | None = None,
     ) -> GpuOptions:
         """Explicit arguments win over the environment (USB_COPYIN=g0|g3, USB_F4GATE=0|1, USB_ZEROCOPY=0|1,
-        SPECK_USBGPU_UNVERIFIED=1)."""
+        SPECK_USBGPU_UNVERIFIED=1, SPECK_AMDGPU_FIRMWARE=<directory>)."""
         mode = mode or os.environ.get("USB_COPYIN", "g3").lower()
         if mode not in ("g3", "g0"):
             raise ValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
@@ -84,7 +87,9 @@ class GpuOptions:
         if poll_limit is not None and poll_limit <= 0:
             raise ValueError(f"poll_limit must be positive, got {poll_limit}")
         limit = DEFAULT_POLL_LIMIT if poll_limit is None else poll_limit
-        return cls(mode, f4gate, limit, zero_copy, unverified)
+        if firmware is None:
+            firmware = os.environ.get("SPECK_AMDGPU_FIRMWARE") or None
+        return cls(mode, f4gate, limit, zero_copy, unverified, firmware)
 
 
 class GpuContext:
@@ -154,7 +159,9 @@ class GpuContext:
         self.bridge.stream_write(self.doorbell_bar + 4 * index, value.to_bytes(8, "little"))
 
     def _bring_up(self) -> None:
-        card = bringup.bring_up(self.mmio, self._vram_write, self._ring_doorbell, self.steps)
+        firmware = ucode.load(self.options.firmware)
+        io = bringup.VramIo(self._vram_write, self._vram_read)
+        card = bringup.bring_up(self.mmio, io, self._ring_doorbell, firmware, self.vram_size, self.steps)
         self.tables, self.fb, self.compute = card.tables, card.fb, card.compute
         self.ih = IhRing(self.mmio, self.bridge, self.vram_bar, IH_RING_VA, IH_RING_SIZE)
         self._vram_write(SIGNAL_PAGE_VA, bytes(16))

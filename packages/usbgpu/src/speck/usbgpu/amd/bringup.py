@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speck.usbgpu.amd import discovery, layout
+from speck.usbgpu.amd import discovery, layout, ucode
 from speck.usbgpu.amd.compute import ComputeLayout, ComputeQueue
 from speck.usbgpu.amd.mmio import Mmio
+from speck.usbgpu.amd.psp import Psp, PspMemory, smu_alive
 from speck.usbgpu.amd.sdma import DOORBELL_INDEX, RING_SIZE
 from speck.usbgpu.amd.tables import CONST, GC, MMHUB, NBIO, OSSSYS
 from speck.usbgpu.amd.vm import PageTables
@@ -250,15 +251,53 @@ class Card:
     compute: ComputeQueue
 
 
+def halt_engines(m: Mmio) -> None:
+    """Stop SDMA0 (ring off, halted) and the MEC before their firmware is (re)loaded."""
+    m.update(GC.SDMA0_QUEUE0_RB_CNTL, RB_ENABLE=0)
+    m.update(GC.SDMA0_F32_CNTL, HALT=1)
+    m.update(GC.CP_MEC_RS64_CNTL, MEC_HALT=1)
+
+
+def load_firmware(m: Mmio, fb: FbInfo, vram_size: int, firmware: ucode.FirmwareSet, io: VramIo) -> list[str]:
+    """The PSP loads the secure OS (if it is not running) and every image; then the SMU must answer. Returns what
+    was loaded."""
+    base = vram_size - layout.PSP_BELOW_TOP
+    mem = PspMemory(
+        ring=base + layout.PSP_RING,
+        ring_bytes=layout.PSP_RING_BYTES,
+        cmd=base + layout.PSP_CMD,
+        fence=base + layout.PSP_FENCE,
+        fw_pri=base + layout.PSP_FW_PRI,
+        fw_pri_bytes=layout.PSP_FW_PRI_BYTES,
+        tmr=base + layout.PSP_TMR,
+    )
+    psp = Psp(m, mem, lambda offset: fb.base + offset, io.write, io.read)
+    halt_engines(m)
+    psp.load_all(firmware)
+    smu_alive(m)
+    return psp.loaded
+
+
+@dataclass(frozen=True)
+class VramIo:
+    """How bring-up reaches VRAM (through BAR0): write(offset, data), read(offset, n)."""
+
+    write: Callable[[int, bytes], None]
+    read: Callable[[int, int], bytes]
+
+
 def bring_up(
     m: Mmio,
-    write_vram: Callable[[int, bytes], None],
+    io: VramIo,
     ring_doorbell: Callable[[int, int], None],
+    firmware: ucode.FirmwareSet,
+    vram_size: int,
     steps: list[str],
 ) -> Card:
     """Everything past identification that writes the card, in order (each finished step is appended to
-    `steps`): NBIO, GMC with the driver's page tables, the IH ring, SDMA0 queue 0, the MEC, the compute queue.
-    `ring_doorbell(dword index, value)` writes a 64-bit doorbell."""
+    `steps`): NBIO, GMC with the driver's page tables, the IH ring, firmware through the PSP, SDMA0 queue 0, the
+    MEC, the compute queue. `ring_doorbell(dword index, value)` writes a 64-bit doorbell."""
+    write_vram = io.write
     L = layout
     setup_nbio(m)
     steps.append("nbio")
@@ -275,6 +314,8 @@ def bring_up(
     write_vram(L.IH_WPTR_VA, bytes(4))
     setup_ih(m, fb.base + L.IH_RING_VA, L.IH_RING_SIZE, fb.base + L.IH_WPTR_VA)
     steps.append("ih")
+    load_firmware(m, fb, vram_size, firmware, io)
+    steps.append("firmware")
     write_vram(L.QUEUE_PAGE_VA, bytes(16))
     setup_sdma_queue(m, SdmaQueue(L.RING_VA, RING_SIZE, L.QUEUE_PAGE_VA, L.QUEUE_PAGE_VA + 8, 2 * DOORBELL_INDEX))
     steps.append("sdma")

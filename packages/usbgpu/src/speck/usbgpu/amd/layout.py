@@ -31,6 +31,13 @@ COMPUTE_DOORBELL = 2 * CONST.AMDGPU_NAVI10_DOORBELL_MEC_RING0  # dword index of 
 DRIVER_MAPPED = (RING_VA, 2 * MIB)  # what the GPU reaches of the driver's area
 PT_POOL = (4 * MIB, 8 * MIB)
 HEAP_VA = 8 * MIB
+# The PSP's buffers, 64 MiB below the top of VRAM (offsets from that base): its ring, a command buffer, a fence,
+# a 1 MiB-aligned staging buffer for firmware images and its trusted memory region.
+PSP_BELOW_TOP = 64 * MIB
+PSP_RING, PSP_RING_BYTES = 0, 0x1000
+PSP_CMD, PSP_FENCE = 0x10000, 0x20000
+PSP_FW_PRI, PSP_FW_PRI_BYTES = 1 * MIB, 8 * MIB
+PSP_TMR = 16 * MIB
 KERNARG_POOL = 2 * MIB  # kernarg segments and indirect buffers come from heap allocations this size
 TOP_RESERVED = 64 * MIB  # the discovery table and firmware regions in the top of VRAM
 SYS_VA = 0x7000_0000_0000  # GPU virtual address of bridge PCIe address 0

@@ -6,6 +6,7 @@ Members (below drivers/gpu/drm/amd/) and their sha256:
     amdgpu/amdgpu_discovery.c 84d95016a2c41b3a72dc7cd64b8c2adab266fbd0641d2b6903179b63d8792f4e
     amdgpu/amdgpu_discovery.h ae107185da839b6edda6af07cb112e9ae463c3cf6c135d3288acfba343c35cf3
     amdgpu/amdgpu_doorbell.h 5be18a6bce42879b959a05b19ed8904190f0105eb5bb5e3637a3138ec73903ae
+    amdgpu/amdgpu_psp.h 24dcf71d112b012f8d3cebb64b2b670e051b66325a797adbffb4bc149b125504
     amdgpu/amdgpu_ucode.h 3a5be28d2fefdba7aeaf3abe33b3d91f9a5c87f8779dbf2ae99cd219fe5322b1
     amdgpu/amdgpu_vm.h 2157c7b4d09ad6f681168f2c0657ec9f06914e3021c9bc637bb2712d680bf786
     amdgpu/gfxhub_v3_0.c bcd2f578ad0c7eb3ae84befc75efbff48b0bae0bd46dc95f1e4e6e1133e8d76d
@@ -30,6 +31,7 @@ Members (below drivers/gpu/drm/amd/) and their sha256:
     include/soc15_ih_clientid.h 2dd2345bebcdaffb055620ba05dbdb577b26b694fce34744b4e3319eec236575
     include/soc21_enum.h 38180a3a0b49d4cb1f3ced4df45e0d2fb1963fb928d8ec6ed5eb4ed9c9c42099
     include/v11_structs.h 2945f31e9b26535a83e8c7a7642ae1a8afd61c73cc15a651d73ca8248d424804
+    pm/swsmu/inc/pmfw_if/smu_v13_0_0_ppsmc.h bd5e5dfb7e65cd6c985e13afd42e41ec2881aa923310a48e32a7179fc298fa38
 """
 
 from __future__ import annotations
@@ -1571,6 +1573,17 @@ class STRUCTS:
         },
     )
 
+    psp_fw_bin_desc = Struct(
+        "psp_fw_bin_desc",
+        0x10,
+        {
+            "fw_type": (0, "I", 1, 0, 0),
+            "fw_version": (4, "I", 1, 0, 0),
+            "offset_bytes": (8, "I", 1, 0, 0),
+            "size_bytes": (0xC, "I", 1, 0, 0),
+        },
+    )
+
     gfx_firmware_header_v2_0 = Struct(
         "gfx_firmware_header_v2_0",
         0x3C,
@@ -1617,17 +1630,6 @@ class STRUCTS:
             "mes_uc_start_addr_hi": (0x3C, "I", 1, 0, 0),
             "mes_data_start_addr_lo": (0x40, "I", 1, 0, 0),
             "mes_data_start_addr_hi": (0x44, "I", 1, 0, 0),
-        },
-    )
-
-    psp_fw_bin_desc = Struct(
-        "psp_fw_bin_desc",
-        0x10,
-        {
-            "fw_type": (0, "I", 1, 0, 0),
-            "fw_version": (4, "I", 1, 0, 0),
-            "offset_bytes": (8, "I", 1, 0, 0),
-            "size_bytes": (0xC, "I", 1, 0, 0),
         },
     )
 
@@ -2427,6 +2429,14 @@ class CONST:
     DF_HWID = 0x2E
     ATHUB_HWID = 0x23
     CLKA_HWID = 6
+    PSP_FENCE_BUFFER_SIZE = 0x1000
+    PSP_CMD_BUFFER_SIZE = 0x1000
+    PSP_1_MEG = 0x100000
+    PSP_GFX_CMD_BUF_VERSION = 1
+    PSP_ERR_UNKNOWN_COMMAND = 0x100
+    PPSMC_MSG_TestMessage = 1
+    PPSMC_MSG_GetSmuVersion = 2
+    PPSMC_Result_OK = 1
     AMDGPU_PTE_VALID = 1
     AMDGPU_PTE_SYSTEM = 2
     AMDGPU_PTE_SNOOPED = 4
@@ -2474,6 +2484,15 @@ class CONST:
     GFX_FW_TYPE_RS64_MEC = 0x59
     GFX_FW_TYPE_RS64_MEC_P0_STACK = 0x5E
     GFX_FW_TYPE_SMU = 0x12
+    PSP_BL__LOAD_SYSDRV = 0x10000
+    PSP_BL__LOAD_SOSDRV = 0x20000
+    PSP_BL__LOAD_KEY_DATABASE = 0x80000
+    PSP_BL__LOAD_TOS_SPL_TABLE = 0x10000000
+    PSP_RING_TYPE__KM = 2
+    PSP_FW_TYPE_PSP_SOS = 1
+    PSP_FW_TYPE_PSP_SYS_DRV = 2
+    PSP_FW_TYPE_PSP_KDB = 3
+    PSP_FW_TYPE_PSP_SPL = 5
     AMDGPU_NAVI10_DOORBELL_KIQ = 0
     AMDGPU_NAVI10_DOORBELL_MEC_RING0 = 3
     AMDGPU_NAVI10_DOORBELL_USERQUEUE_END = 0x8A

@@ -113,6 +113,7 @@ class CommandProcessor:
         regs.on_write(GC.CP_HQD_DEQUEUE_REQUEST, self._dequeue_written)
         regs.on_read(GC.CP_HQD_PQ_RPTR, self._rptr_read)
         regs.on_read(GC.CP_HQD_ACTIVE, self._active_read)
+        regs.on_write(GC.CP_MEC_RS64_CNTL, self._mec_written)
         self._shader_core: Any = None
 
     # --- registers ---
@@ -128,6 +129,15 @@ class CommandProcessor:
 
     def _active_read(self) -> int:
         return int(self._selected() in self.queues)
+
+    def _mec_written(self, new: int, old: int) -> None:
+        if not GC.CP_MEC_RS64_CNTL.get(new, "MEC_HALT"):
+            missing = self.gpu.psp.missing_for("mec")
+            if missing:
+                self.gpu.refuse(
+                    f"the MEC released from halt without its firmware ({missing}; bring-up step 'firmware')"
+                )
+                self.gpu.regs.set(GC.CP_MEC_RS64_CNTL, GC.CP_MEC_RS64_CNTL.encode(new, MEC_HALT=1))
 
     @property
     def mec_halted(self) -> bool:

@@ -113,7 +113,9 @@ class SimDevice(BridgeFirmware):
     default marks the simulated GPU (the driver then uses its simulator profile); HARDWARE_LIKE_SUBSYSTEM makes it
     look like a real board, for which the driver must do nothing past link and BAR setup and reading the discovery
     table (unless opened with the unverified-board opt-in). `gpu_ips` replaces the IP blocks (name -> version) the
-    card lists in its discovery table.
+    card lists in its discovery table. `firmware` is the set of firmware files the card's PSP accepts (default: a
+    synthetic set with valid headers, speck.usbgpu.amd.ucode.synthetic_files); `firmware_files()` hands it to a
+    driver opening the card.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class SimDevice(BridgeFirmware):
         vram_size: int = 8 * GIB,
         gpu_subsystem: int = SIM_GPU_SUBSYSTEM,
         gpu_ips: dict[str, tuple[int, int, int]] | None = None,
+        firmware: dict[str, bytes] | None = None,
     ) -> None:
         self.vid, self.pid, self.bus, self.address = vid, pid, bus, address
         self.manufacturer, self.product = "tiny", product
@@ -140,7 +143,7 @@ class SimDevice(BridgeFirmware):
         self.mem = BridgeMemory()
         self.dma = SramDmaEngine(self.mem)
         self.fabric = PcieFabric(vram_size, gpu_subsystem)
-        self.gpu = GpuModel(self, vram_size, gpu_ips)
+        self.gpu = GpuModel(self, vram_size, gpu_ips, firmware)
         self.stream: F0Stream | None = None
         self.violations: list[str] = []
         self.stats: dict[str, int] = {
@@ -251,6 +254,10 @@ class SimDevice(BridgeFirmware):
     def now_ns(self) -> float:
         """Current virtual time in nanoseconds."""
         return self.clock.now
+
+    def firmware_files(self) -> dict[str, bytes]:
+        """The firmware files this card's PSP accepts (what a driver opening it loads)."""
+        return dict(self.gpu.firmware_files)
 
     @property
     def vram(self) -> SparseMemory:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from speck.usbgpu.amd import discovery
+from speck.usbgpu.amd import discovery, ucode
 from speck.usbgpu.amd.tables import CONST, GC, GFXHUB_CLIENT_IDS, IP_HWID, MMHUB, MP, NBIO, SIM_IP_BASES
 from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import SimFaults, SimTiming
 from speck.usbgpu.sim.cp import CommandProcessor
 from speck.usbgpu.sim.ih import InterruptHandler
 from speck.usbgpu.sim.memory import BridgeMemory, SparseMemory
+from speck.usbgpu.sim.psp import Psp
 from speck.usbgpu.sim.regfile import RegisterFile
 from speck.usbgpu.sim.sdma_engine import SdmaEngine
 from speck.usbgpu.sim.vm import VRAM, GpuVm, VmFault
@@ -58,7 +59,13 @@ class GpuHost(Protocol):
 
 
 class GpuModel:
-    def __init__(self, host: GpuHost, vram_size: int, ips: dict[str, tuple[int, int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        host: GpuHost,
+        vram_size: int,
+        ips: dict[str, tuple[int, int, int]] | None = None,
+        firmware: dict[str, bytes] | None = None,
+    ) -> None:
         self.host = host
         self.clock, self.timing, self.faults = host.clock, host.timing, host.faults
         self.vram = SparseMemory(vram_size)
@@ -69,6 +76,8 @@ class GpuModel:
         self.ih = InterruptHandler(self.regs, self.write_mc, self.ticks)
         self.sdma = SdmaEngine(self)
         self.cp = CommandProcessor(self)
+        self.firmware_files = ucode.synthetic_files() if firmware is None else firmware
+        self.psp = Psp(self, self.firmware_files)
         self.memory_listeners: list[Callable[[str, int, int], None]] = [
             self.sdma.memory_changed,
             self.cp.memory_changed,

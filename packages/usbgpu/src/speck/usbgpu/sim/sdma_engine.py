@@ -82,7 +82,7 @@ class SdmaEngine:
         # GPU had matched stale data (see SimDevice._check_late_sentinels).
         self.passed_sentinels: dict[int, int] = {}
         regs.on_write(GC.SDMA0_QUEUE0_RB_CNTL, self._rb_cntl_written)
-        regs.on_write(GC.SDMA0_F32_CNTL, lambda new, old: self._kick())
+        regs.on_write(GC.SDMA0_F32_CNTL, self._f32_written)
         regs.on_write(GC.SDMA0_QUEUE0_RB_WPTR, self._wptr_written)
         regs.on_write(GC.SDMA0_QUEUE0_RB_RPTR, lambda new, old: self._set_rptr(new))
         regs.on_read(GC.SDMA0_QUEUE0_RB_RPTR, lambda: self.rptr & 0xFFFFFFFF)
@@ -136,6 +136,15 @@ class SdmaEngine:
         if enabled:
             self._writeback()
             self._kick()
+
+    def _f32_written(self, new: int, old: int) -> None:
+        if not GC.SDMA0_F32_CNTL.get(new, "HALT"):
+            missing = self.gpu.psp.missing_for("sdma")
+            if missing:
+                self.gpu.refuse(f"SDMA0 released from halt without its firmware ({missing}; bring-up step 'firmware')")
+                self.gpu.regs.set(GC.SDMA0_F32_CNTL, GC.SDMA0_F32_CNTL.encode(new, HALT=1))
+                return
+        self._kick()
 
     def _set_rptr(self, value: int) -> None:
         self.rptr = value
