@@ -168,7 +168,7 @@ def test_a_write_to_unmapped_memory_is_a_page_fault_naming_address_and_access(
     with pytest.raises(GpuFault, match=f"page fault at GPU address {bad:#x} .write., VMID 1") as e:
         gpu.wait(v, timeout=0.05)
     record = e.value.record
-    assert record.address == bad and record.access == "write" and record.queue == "compute"  # type: ignore[attr-defined]
+    assert record.address == bad and record.access == "write" and record.queue == "compute me1 pipe0 queue0"  # type: ignore[attr-defined]
     gpu.reset_queue()
     buf = gpu.alloc(64)
     gpu.wait(gpu.submit(pm4.write_data(buf.va, [3])))

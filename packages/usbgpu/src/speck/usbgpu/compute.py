@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from speck.usbgpu.amd import pm4
 from speck.usbgpu.amd.bringup import VMID
 from speck.usbgpu.amd.compute import KernelCode, Launch, aql_packet, dispatch_packets, scratch_bytes
-from speck.usbgpu.amd.ih import GpuFaultRecord
+from speck.usbgpu.amd.ih import COMPUTE_QUEUE, GpuFaultRecord
 from speck.usbgpu.amd.layout import COMPUTE_PAGE_VA, COMPUTE_SIGNAL_VA
 from speck.usbgpu.amd.sdma import Timeline
 from speck.usbgpu.amd.tables import GC
@@ -56,7 +56,7 @@ class QueueStatus:
 class ComputeEngine:
     """The session's compute queue. `pool` = (GPU address, bytes) of VRAM to stage kernargs and IBs in."""
 
-    queue_name = "compute me1 pipe0 queue0"
+    queue_name = COMPUTE_QUEUE
 
     def __init__(self, ctx: GpuContext, pool: tuple[int, int]) -> None:
         ctx.require_ready("compute")

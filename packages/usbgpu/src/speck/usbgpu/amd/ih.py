@@ -9,6 +9,7 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from speck.usbgpu.amd.compute import ME, PIPE, QUEUE
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.tables import CONST, CP_RING_ID, GC, GFXHUB_CLIENT_IDS, IH_ENTRY, OSSSYS
 
@@ -49,14 +50,15 @@ _EVENTS: dict[tuple[int, int], tuple[str, str, bool]] = {
 }
 
 
-# GFX hub clients -> the speck queue whose work they do
+# GFX hub clients -> the speck queue whose work they do (speck runs one compute queue)
+COMPUTE_QUEUE = f"compute me{ME} pipe{PIPE} queue{QUEUE}"
 _CLIENT_QUEUES = {
     "SDMA0": "SDMA0 queue 0",
-    "CPC": "compute",
-    "CPF": "compute",
-    "TCP": "compute",
-    "SQC (data)": "compute",
-    "SQC (inst)": "compute",
+    "CPC": COMPUTE_QUEUE,
+    "CPF": COMPUTE_QUEUE,
+    "TCP": COMPUTE_QUEUE,
+    "SQC (data)": COMPUTE_QUEUE,
+    "SQC (inst)": COMPUTE_QUEUE,
 }
 
 

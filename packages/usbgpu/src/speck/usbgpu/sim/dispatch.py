@@ -83,9 +83,10 @@ def run_dispatch(gpu: GpuModel, hqd: Hqd, dim: tuple[int, int, int], initiator: 
         if isinstance(exc, getattr(errors, "ShaderMemoryFault", ())):
             detail = f"shader page fault: {memory.fault}" if memory.fault else f"shader memory violation: {exc}"
             return _sq(SQ_MEMORY_VIOLATION, detail, getattr(exc, "pc", None))
-        if "max_instructions" in str(exc):
+        if isinstance(exc, getattr(errors, "ShaderHang", ())):
             return Outcome(hang=f"dispatch hung: {exc}")
-        return _sq(SQ_TRAP if "trap" in str(exc) else SQ_OTHER, f"shader stopped: {exc}", getattr(exc, "pc", None))
+        kind = SQ_TRAP if isinstance(exc, getattr(errors, "ShaderTrap", ())) else SQ_OTHER
+        return _sq(kind, f"shader stopped: {exc}", getattr(exc, "pc", None))
     except Exception as exc:  # a bug in the emulator: stop the queue, never let it out of the model
         gpu.violation(f"the shader-core emulator failed on {packet.kernel}: {type(exc).__name__}: {exc}")
         return _sq(SQ_OTHER, f"emulator failure: {type(exc).__name__}: {exc}", None)
