@@ -22,8 +22,12 @@ __all__ = [
     "DeviceUnusableError",
     "EmulationError",
     "F4BailError",
-    "GpuBringUpNotImplemented",
+    "GpuBringUpError",
+    "GpuBringUpUnverified",
+    "GpuFault",
     "GpuFenceTimeout",
+    "GpuHang",
+    "GpuNotSupported",
     "PcieLinkError",
     "PcieSetupError",
     "ShaderError",
@@ -416,8 +420,53 @@ class DeviceUnusableError(BridgeError):
     hint = "close it and open the device again (UsbGpu.open)"
 
 
-class GpuBringUpNotImplemented(BridgeError):
-    """The GPU has no profile (real hardware): copies would need firmware bring-up this driver does not do."""
+class GpuBringUpError(BridgeError):
+    """A step of bringing the GPU up failed: a bad discovery table, firmware that is missing or malformed, a
+    management processor (PSP) that did not answer; `operation` names the step."""
+
+
+class GpuNotSupported(GpuBringUpError):
+    """The PCIe function behind the bridge is not a GPU speck drives (checked before anything is written to it)."""
+
+    hint = "speck.usbgpu drives AMD RDNA3 cards (GC 11.0.x, SDMA 6.0.x) behind an ASM2464-class bridge"
+
+
+class GpuBringUpUnverified(GpuBringUpError):
+    """The card was never verified with speck's bring-up, and the caller did not opt in to running it anyway."""
+
+    hint = (
+        "bring-up (firmware loading through the PSP, GMC/VM setup, queue programming) follows the public amdgpu "
+        "formats but was verified only against speck's simulator; to run it on this card at your own risk, open it "
+        "with UsbGpu.open(unverified=True) or set SPECK_USBGPU_UNVERIFIED=1"
+    )
+
+
+class GpuFault(BridgeError):
+    """A GPU queue stopped on a fault (a page fault, a bad packet, an illegal instruction). `record` describes it:
+    the queue, the kind, the faulting address and access when known. Reset the queue (or reopen) to continue."""
+
+    hint = (
+        "the queue is stopped: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
+        "resets every queue"
+    )
+
+    def __init__(self, operation: str, record: object, detail: str = "") -> None:
+        self.record = record
+        super().__init__(operation, str(record), detail)
+
+
+class GpuHang(GpuFenceTimeout):
+    """A GPU queue made no progress within the timeout (or its hang watchdog fired); `queue` names it and `status`
+    says what it was doing."""
+
+    hint = (
+        "the queue is hung: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
+        "resets every queue"
+    )
+
+    def __init__(self, operation: str, queue: str, status: str, detail: str = "") -> None:
+        self.queue, self.status = queue, status
+        super().__init__(operation, f"{queue} hung: {status}", detail)
 
 
 class CopyCancelledError(BridgeError):
