@@ -14,6 +14,7 @@ from speck.usbgpu.errors import (
     DeviceUnusableError,
     F4BailError,
     GpuFenceTimeout,
+    GpuHang,
     PcieLinkError,
     TlpError,
     TransferShortError,
@@ -128,7 +129,7 @@ def test_hung_gpu_fence_surfaces_in_bounded_time(f4gate: bool) -> None:
     with pytest.raises(expected) as info:
         gpu.copyin(buf, DATA)  # type: ignore[arg-type]
     assert "reopen" in str(info.value)
-    assert dev.now_ns - start < BOUND_NS and dev.sdma.hung
+    assert dev.now_ns - start < BOUND_NS and not dev.sdma.idle  # the engine stopped with work left
     gpu.close()
     dev.faults.gpu_hang_after_packets = None
     reopen_and_verify(dev, f4gate=f4gate)
@@ -299,3 +300,20 @@ def test_events_scheduled_before_a_pipe_reset_are_dropped(how: str) -> None:
     assert dev.now_ns - start >= nbytes / link * 1e9
     usb.close()
     assert not [v for v in dev.violations if "nothing armed" not in v]
+
+
+def test_a_gpu_hang_during_copyout_is_named_not_a_bare_usb_timeout() -> None:
+    """The SDMA engine stops mid-copy-out: its hang watchdog (10 s) raises SDMA_QUEUE_HANG, and the copy-out - whose
+    IN stream never starts - reports GpuHang naming the queue instead of the bulk IN's UsbTimeoutError."""
+    dev = SimDevice()
+    gpu, buf = warm(dev)
+    gpu.copyin(buf, DATA)  # type: ignore[arg-type]
+    dev.faults.gpu_hang_after_packets = 1  # the copy-out batch's POLL runs, its COPY never does
+    start = dev.now_ns
+    with pytest.raises(GpuHang, match=r"SDMA0 queue 0 hung: queue hang") as info:
+        gpu.copyout(bytearray(N), buf)  # type: ignore[arg-type]
+    assert info.value.queue == "SDMA0 queue 0" and isinstance(info.value.__cause__, UsbTimeoutError)
+    assert dev.now_ns - start < 12e9  # the watchdog period plus the bulk IN's timeout running alongside
+    gpu.close()
+    dev.faults.gpu_hang_after_packets = None
+    reopen_and_verify(dev)
