@@ -72,8 +72,8 @@ def gpu_dims(sink: UOp, renderer: Renderer) -> UOp:
         if not ranges:
             continue
         for d, group in enumerate(_group(ranges, getattr(renderer, limit_name), prefix, renderer)):
-            size: sint = 1
-            for r in group:
+            size: sint = _size(group[0])
+            for r in group[1:]:
                 size = size * _size(r)
             sp = UOp.special(size, f"{prefix}{d}")
             stride: sint = 1
