@@ -28,11 +28,13 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "numpy>=1.24"]  # numpy is the n
 # c_backend-marked tests under each
 C_COMPILERS = ("gcc", "clang")
 C_BACKEND_SESSIONS = ("codegen", "runtime-hcq", "tensor")
-# usbgpu's tests also build its sdist and wheel (offline: no build isolation) and draw the CLI's progress bar;
+# usbgpu's tests also build its sdist and wheel (offline: no build isolation), draw the CLI's progress bar and compile
+# the RDNA3 emulator's test kernels with llvmlite (linked by LLVM 16's ld.lld, which the README's command installs);
 # codegen's and hcq's AMD code-object tests decode the metadata note with msgpack (next to speck's own decoder, and
-# LLVM 16's llvm-objdump/ld.lld/llvm-readelf, which the README's test command installs with apt)
-EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60"], "codegen": ["msgpack>=1"],
-                    "runtime-hcq": ["msgpack>=1"]}  # fmt: skip
+# LLVM 16's llvm-objdump/ld.lld/llvm-readelf, which the README's test command installs with apt), and codegen's run
+# its code objects on the RDNA3 emulator (speck-usbgpu[sim], a test tool: codegen never imports usbgpu)
+EXTRA_TEST_TOOLS = {"usbgpu": ["build>=1", "setuptools>=64", "wheel", "tqdm>=4.60", "llvmlite>=0.42"],
+                    "codegen": ["msgpack>=1", "-e", "packages/usbgpu[sim]"], "runtime-hcq": ["msgpack>=1"]}  # fmt: skip
 
 
 def _editable(folders: list[str]) -> list[str]:

@@ -16,9 +16,11 @@ from typing import NamedTuple
 
 __all__ = [
     "BridgeError",
+    "CodeObjectError",
     "CopyCancelledError",
     "DeviceInUseError",
     "DeviceUnusableError",
+    "EmulationError",
     "F4BailError",
     "GpuBringUpError",
     "GpuBringUpUnverified",
@@ -28,6 +30,11 @@ __all__ = [
     "GpuNotSupported",
     "PcieLinkError",
     "PcieSetupError",
+    "ShaderError",
+    "ShaderHang",
+    "ShaderHazardError",
+    "ShaderMemoryFault",
+    "ShaderTrap",
     "TlpCompletionError",
     "TlpError",
     "VramAllocError",
@@ -466,3 +473,83 @@ class CopyCancelledError(BridgeError):
     """An asynchronous copy was cancelled (its UsbGpu was closed) before or while it ran."""
 
     hint = "the device state is unknown after a cancelled copy: open it again (UsbGpu.open)"
+
+
+# --- shader-core errors (the RDNA3 emulator, speck.usbgpu.sim.rdna3) ---
+# Raised where the GPU would stop the queue: an instruction the emulator does not implement, a memory access outside
+# every mapping (the hardware's page fault), a register read while a load into it is still outstanding.
+
+
+class ShaderError(BridgeError):
+    """The emulated shader core stopped a dispatch; `kernel`, `pc` and `mnemonic` say where (when known)."""
+
+    hint = "the dispatch stopped like a faulting queue: fix the kernel (or the emulator) and dispatch again"
+
+    def __init__(self, message: str, *, kernel: str = "", pc: int | None = None, mnemonic: str = "") -> None:
+        self.message, self.kernel, self.pc, self.mnemonic = message, kernel, pc, mnemonic
+        super().__init__("shader dispatch", message)
+
+    def add_context(self, kernel: str, pc: int, mnemonic: str) -> None:
+        """Fill in where the error happened (the run loop knows; the instruction's semantics do not)."""
+        self.kernel = self.kernel or kernel
+        self.pc = pc if self.pc is None else self.pc
+        self.mnemonic = self.mnemonic or mnemonic
+        self.args = (self._format(),)
+
+    def _format(self) -> str:
+        where = self.kernel or "<kernel>"
+        if self.pc is not None:
+            where += f" at pc {self.pc:#x}"
+        if self.mnemonic:
+            where += f" ({self.mnemonic})"
+        return f"{where}: {self.message}; {self.hint}"
+
+    def __str__(self) -> str:
+        return self._format()
+
+
+class EmulationError(ShaderError, NotImplementedError):
+    """An instruction or encoding the RDNA3 emulator does not implement (named by mnemonic or raw words)."""
+
+    hint = "the emulator never skips an instruction: implement it in speck.usbgpu.sim.rdna3 (see its coverage())"
+
+
+class ShaderMemoryFault(ShaderError):
+    """A shader access outside every mapped region (global/flat/scalar memory), the LDS allocation or scratch.
+
+    `address`, `size`, `space` and `region` (the nearest mapping, or the segment's bounds) describe the access."""
+
+    hint = "on hardware this is a page fault that stops the queue: check the kernel's indexing and buffer sizes"
+
+    def __init__(self, message: str, *, address: int, size: int, space: str, region: str = "") -> None:
+        self.address, self.size, self.space, self.region = address, size, space, region
+        text = f"{space} access of {size} bytes at {address:#x} {message}"
+        super().__init__(text + (f" ({region})" if region else ""))
+
+
+class ShaderHazardError(ShaderError):
+    """A register was used while a memory load into it was still outstanding (no s_waitcnt before the use)."""
+
+    hint = "the hardware would return stale data: the kernel needs an s_waitcnt before this use"
+
+
+class ShaderTrap(ShaderError):
+    """The kernel executed s_trap (LLVM's llvm.trap / llvm.debugtrap); `code` is its immediate."""
+
+    hint = "a trap stops the queue: the kernel asked for it (an assertion or llvm.trap)"
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(f"the kernel executed s_trap {code}", mnemonic="s_trap")
+
+
+class ShaderHang(ShaderError):
+    """A dispatch ran more wave-instructions than its budget (`max_instructions`): on hardware, a hung queue."""
+
+    hint = "the queue would never finish: look for a loop whose exit condition never holds"
+
+
+class CodeObjectError(BridgeError, ValueError):
+    """A code object (ELF64 for EM_AMDGPU) is malformed, truncated, or lacks the kernel or its descriptor."""
+
+    hint = "pass an HSA code object (amdgcn-amd-amdhsa ELF shared object) that defines <kernel> and <kernel>.kd"
