@@ -132,7 +132,7 @@ def _post(ty: Ty | None, f: Fields, kind: str, float_mode: bool = True) -> Calla
 
 def _pack_mask(w: Waves, bits: Any) -> np.ndarray:
     """(n, 32) bools (active lanes only) -> (n,) uint32 lane masks."""
-    b = np.broadcast_to(np.asarray(bits, dtype=bool), (w.n, 32)) & w.exec_mask()
+    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes
     return np.packbits(b, axis=1, bitorder="little").view("<u4").reshape(w.n).astype(np.uint32)
 
 
