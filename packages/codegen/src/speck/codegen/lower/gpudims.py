@@ -24,7 +24,7 @@ GRID_DIMS = 3
 # which ranges become which kind of hardware id: the prefix of its SPECIAL's name, and the renderer's limit on it
 _KINDS: tuple[tuple[tuple[AxisType, ...], str, str], ...] = (
     ((AxisType.GLOBAL,), "gidx", "global_max"),
-    ((AxisType.LOCAL,), "lidx", "local_max"),
+    ((AxisType.LOCAL, AxisType.GROUP_REDUCE), "lidx", "local_max"),
 )
 
 

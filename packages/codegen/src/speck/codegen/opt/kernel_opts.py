@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.expander import index_offset
+from speck.codegen.lower.gates import and_gate
 from speck.codegen.lower.simplify import pm_simplify
-from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes, graph_rewrite
+from speck.uop import AxisType, Ops, UOp, dtypes, graph_rewrite
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -152,11 +153,7 @@ def _padto(sink: UOp, r: UOp, amt: int) -> UOp:
     for u in sink.toposort():
         nu = u.replace(src=tuple(new.get(s, s) for s in u.src)) if any(s in new for s in u.src) else u
         if nu.op is Ops.INDEX and len(nu.src) == 2 and nr in nu.src[1].toposort():
-            i = nu.src[1]
-            if i.op is Ops.WHERE and i.src[2].op is Ops.CONST and isinstance(i.src[2].arg, InvalidType):
-                nu = nu.replace(src=(nu.src[0], (i.src[0] & ok).where(i.src[1], i.src[2])))
-            else:
-                nu = nu.replace(src=(nu.src[0], i.valid(ok)))
+            nu = nu.replace(src=(nu.src[0], and_gate(nu.src[1], ok)))
         if nu is not u:
             new[u] = nu
     return new.get(sink, sink)

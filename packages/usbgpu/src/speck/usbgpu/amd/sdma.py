@@ -10,6 +10,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from speck.usbgpu.amd.regdefs import Packet
 from speck.usbgpu.amd.tables import CONST, PM4, SDMA, SDMA_PACKETS
 from speck.usbgpu.errors import GpuFenceTimeout
 
@@ -38,32 +39,47 @@ def nop(extra_dwords: int = 0) -> list[int]:
     return _P.NOP.encode([0], op=SDMA.OP_NOP, count=extra_dwords) + [0] * extra_dwords
 
 
+# The copy paths build thousands of packets per copy: each builder fills a template made once from the table, at
+# the dword positions the table gives (the generic Packet.encode checks every field and is several times slower).
+def _dw(packet: Packet, field: str) -> int:
+    return packet.fields[field][0]
+
+
+_COPY = _P.COPY_LINEAR.encode(op=SDMA.OP_COPY, sub_op=SDMA.SUBOP_COPY_LINEAR)
+_COPY_AT = [
+    _dw(_P.COPY_LINEAR, f) for f in ("count", "src_addr_31_0", "src_addr_63_32", "dst_addr_31_0", "dst_addr_63_32")
+]
+_WRITE = _P.WRITE_UNTILED.encode(op=SDMA.OP_WRITE, sub_op=SDMA.SUBOP_WRITE_LINEAR)[:-1]  # without data0
+_WRITE_AT = [_dw(_P.WRITE_UNTILED, f) for f in ("dst_addr_31_0", "dst_addr_63_32", "count")]
+_FENCE_AT = [_dw(_P.FENCE, f) for f in ("addr_31_0", "addr_63_32", "data")]
+_POLL_AT = [_dw(_P.POLL_REGMEM, f) for f in ("addr_31_0", "addr_63_32", "value", "mask")]
+assert _P.WRITE_UNTILED.fields["count"][1:] == (0, 20) and _P.COPY_LINEAR.fields["count"][1] == 0
+
+
 def copy_linear(src: int, dst: int, nbytes: int) -> list[int]:
     """COPY_LINEAR, 7 dwords: count = bytes - 1, parameter 0, source and destination addresses."""
     if not 0 < nbytes <= MAX_COPY:
         raise ValueError(f"one COPY_LINEAR moves 1..{MAX_COPY} bytes, got {nbytes}")
-    s_lo, s_hi = _lo_hi(src)
-    d_lo, d_hi = _lo_hi(dst)
-    return _P.COPY_LINEAR.encode(
-        op=SDMA.OP_COPY,
-        sub_op=SDMA.SUBOP_COPY_LINEAR,
-        count=nbytes - 1,
-        src_addr_31_0=s_lo,
-        src_addr_63_32=s_hi,
-        dst_addr_31_0=d_lo,
-        dst_addr_63_32=d_hi,
+    out = _COPY.copy()
+    c, sl, sh, dl, dh = _COPY_AT
+    out[c], out[sl], out[sh], out[dl], out[dh] = (
+        nbytes - 1,
+        src & 0xFFFFFFFF,
+        src >> 32 & 0xFFFFFFFF,
+        dst & 0xFFFFFFFF,
+        dst >> 32 & 0xFFFFFFFF,
     )
+    return out
 
 
 def write_linear(dst: int, dwords: Sequence[int]) -> list[int]:
     """WRITE_UNTILED (linear), 4 + n dwords: destination, n - 1, then the data dwords."""
     if not 0 < len(dwords) <= MAX_WRITE:
         raise ValueError(f"WRITE_LINEAR writes 1..{MAX_WRITE} dwords, got {len(dwords)}")
-    lo, hi = _lo_hi(dst)
-    head = _P.WRITE_UNTILED.encode(
-        op=SDMA.OP_WRITE, sub_op=SDMA.SUBOP_WRITE_LINEAR, dst_addr_31_0=lo, dst_addr_63_32=hi, count=len(dwords) - 1
-    )
-    return head[:-1] + [d & 0xFFFFFFFF for d in dwords]  # the layout's data0 is the first data dword
+    out = _WRITE.copy()
+    lo, hi, count = _WRITE_AT
+    out[lo], out[hi], out[count] = dst & 0xFFFFFFFF, dst >> 32 & 0xFFFFFFFF, len(dwords) - 1
+    return out + [d & 0xFFFFFFFF for d in dwords]
 
 
 def write64(dst: int, value: int) -> list[int]:
@@ -78,8 +94,13 @@ def write32(dst: int, value: int) -> list[int]:
 
 def fence(addr: int, value: int, mtype: int = FENCE_MTYPE_UC) -> list[int]:
     """FENCE, 4 dwords: writes the low 32 bits of `value` at `addr`."""
-    lo, hi = _lo_hi(addr)
-    return _P.FENCE.encode(op=SDMA.OP_FENCE, mtype=mtype & 7, addr_31_0=lo, addr_63_32=hi, data=value & 0xFFFFFFFF)
+    out = _P.FENCE.encode(op=SDMA.OP_FENCE, mtype=mtype & 7) if mtype != FENCE_MTYPE_UC else _FENCE_UC.copy()
+    lo, hi, data = _FENCE_AT
+    out[lo], out[hi], out[data] = addr & 0xFFFFFFFF, addr >> 32 & 0xFFFFFFFF, value & 0xFFFFFFFF
+    return out
+
+
+_FENCE_UC = _P.FENCE.encode(op=SDMA.OP_FENCE, mtype=FENCE_MTYPE_UC)
 
 
 def poll_regmem(
@@ -93,18 +114,24 @@ def poll_regmem(
     """POLL_REGMEM on memory (mem_poll = 1), 6 dwords: stall until (dword & mask) <func> ref."""
     if addr & 3:
         raise ValueError(f"POLL_REGMEM address must be dword aligned, got {addr:#x}")
-    lo, hi = _lo_hi(addr)
-    return _P.POLL_REGMEM.encode(
-        op=SDMA.OP_POLL_REGMEM,
-        func=func & 7,
-        mem_poll=1,
-        addr_31_0=lo,
-        addr_63_32=hi,
-        value=ref & 0xFFFFFFFF,
-        mask=mask & 0xFFFFFFFF,
-        interval=interval & 0xFFFF,
-        retry_count=retry & RETRY_FOREVER,
+    key = (func & 7, interval & 0xFFFF, retry & RETRY_FOREVER)
+    template = _POLLS.get(key)
+    if template is None:
+        template = _POLLS[key] = _P.POLL_REGMEM.encode(
+            op=SDMA.OP_POLL_REGMEM, func=key[0], mem_poll=1, interval=key[1], retry_count=key[2]
+        )
+    out = template.copy()
+    lo, hi, value, msk = _POLL_AT
+    out[lo], out[hi], out[value], out[msk] = (
+        addr & 0xFFFFFFFF,
+        addr >> 32 & 0xFFFFFFFF,
+        ref & 0xFFFFFFFF,
+        mask & 0xFFFFFFFF,
     )
+    return out
+
+
+_POLLS: dict[tuple[int, int, int], list[int]] = {}
 
 
 def trap(context: int = 0) -> list[int]:
