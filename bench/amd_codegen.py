@@ -5,8 +5,8 @@ Columns: the launch (workgroups x work-items), the opts the GPU heuristic chose,
 (LLVM's AMDGPU assembly, instruction lines only), VGPRs and SGPRs (the code object's metadata, as speck.hcq.hsaco
 reads it), LDS bytes (group segment) and scratch bytes per work-item (spills), compile time (render + LLVM + the code
 object writer, CPU seconds of this thread, medians over --repeats; lowering is excluded and shared by both
-backends), and instructions the RDNA3 emulator executed for the kernel on the step's shapes ("-" until
-speck.usbgpu.sim.rdna3 exists; --emulate runs it, which takes a while).
+backends), and wave-instructions the RDNA3 emulator executed for the kernel on the step's shapes ("-" without
+--emulate, which runs it and takes a while: the batch-128 convolutions run billions of work-item instructions).
 
     python3 bench/amd_codegen.py [--repeats N] [--emulate] [--write-golden]
 
@@ -73,17 +73,18 @@ def instructions(listing: str, name: str) -> int:
     return sum(1 for ln in body.splitlines() if ln.startswith("\t") and not ln.startswith(("\t.", "\t;")))
 
 
-def emulated_instructions(spec: Any) -> int | None:
-    """Instructions the RDNA3 emulator executes running `spec` once on zero-filled buffers, or None while the
-    emulator (speck.usbgpu.sim.rdna3, `run(code_object, kernel, grid, block, kernargs, memory)`) is not installed."""
-    try:
-        from speck.usbgpu.sim import rdna3  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    count = getattr(rdna3, "count_instructions", None)
-    if count is None:
-        return None
-    return int(count(spec))
+def emulated_instructions(spec: Any) -> int:
+    """Wave-instructions the RDNA3 emulator (speck.usbgpu.sim.rdna3, needs speck-usbgpu[sim]) executes running `spec`
+    once on zero-filled buffers (bench/rdna3_emulator.py's `emulate`)."""
+    import numpy as np
+    from rdna3_emulator import emulate
+
+    from speck.codegen.numeric import storage_np
+
+    by_slot = {b.slot: b for b in spec.buffers}
+    bufs = [np.zeros(by_slot[k].size, storage_np(by_slot[k].dtype)) if k in by_slot else np.zeros(1, np.uint8)
+            for k in range(max(by_slot, default=-1) + 1)]  # fmt: skip
+    return int(emulate(spec, bufs, {})[1].instructions)
 
 
 def main() -> None:
