@@ -88,8 +88,8 @@ def bench_mode(mode: str, nbytes: int, repeat: int, data: bytes) -> tuple[Run, R
     from speck.usbgpu.transport import UsbTransport
 
     mb = nbytes / 1e6
-    options = GpuOptions.from_env(mode)
     dev = SimDevice()
+    options = GpuOptions.from_env(mode, firmware=dev.firmware_files())
     recorder = Recorder(UsbTransport.open(sim=[dev]))
     gpu = UsbGpu(recorder, options, [dev])  # type: ignore[arg-type]
     buf = gpu.alloc(nbytes)

@@ -63,13 +63,24 @@ register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind 
 
 
 def _disk_options(device: str) -> Any:
-    """A tensor's file is mapped read-write when we may write it (`.to("disk:...")` and assign write to existing files,
-    as tinygrad users expect); speck.hcq's own default maps an existing file read-only. Data is only ever written by
-    an explicit copy into the tensor: reads never change the file."""
+    """A DISK tensor's existing file is mapped read-only: reading never changes it, and a file shorter than the tensor
+    (truncated since it was opened) is an error, not extended with zeros. A file the tensor creates is mapped
+    read-write. Writes (`.to("disk:...")`, assign) map the file read-write first: `writable_disk`."""
     from speck.hcq import BufferOptions
 
-    path = device[5:]
-    return BufferOptions(writable=True) if not os.path.exists(path) or os.access(path, os.W_OK) else None
+    return BufferOptions(writable=not os.path.exists(device[5:]))
+
+
+def writable_disk(b: Any) -> None:
+    """Before a write into DISK buffer b (a copy or an assign): its file mapped read-write (extended to the buffer's
+    size if shorter: the write makes it that long)."""
+    from speck.hcq import BufferOptions
+
+    base = b.base
+    if not base.is_allocated:
+        base.options = BufferOptions(writable=True)
+    elif not base.opaque.writable:
+        base.opaque.make_writable()
 
 
 def buffer_numpy(buf: UOp) -> np.ndarray:
@@ -722,6 +733,8 @@ def _run_copy(it: ScheduleItem) -> None:
                 _debug_line(buffer_device(dst), f"copy {n * dst.dtype.itemsize}B from {buffer_device(src)}", 2,
                             time.perf_counter() - t0, 0, 0)  # fmt: skip
             return
+    if buffer_device(dst)[:5] == "DISK:":
+        writable_disk(db)
     # a device that moves data itself (USB: its copy queue) defines transfer(dest, src) and does copies to or from it
     transfer = getattr(db.dev, "transfer", None) or getattr(sb.dev, "transfer", None)
     if transfer is not None:

@@ -27,6 +27,9 @@ ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
 # > 0: allocating a buffer of more elements raises RuntimeError
 MAX_BUFFER_SIZE = ContextVar("MAX_BUFFER_SIZE", 0)
+# the most bytes one archive (zip/tar) member may expand to when decompressed, and all of an archive's members
+# together (torch_load, zip_extract): a small deflated file can't fill memory; raise it for trusted large files
+MAX_DECOMPRESSED_BYTES = ContextVar("MAX_DECOMPRESSED_BYTES", 4 << 30)
 # optimizers' default for fused=
 FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
 USE_ATOMICS = ContextVar("USE_ATOMICS", 0)

@@ -342,7 +342,7 @@ def _run_disk(w: Write) -> None:
 
     from speck.tensor.disk import HOST, host_graph, needs_host
     from speck.tensor.hook import Tensor
-    from speck.tensor.realize import buffer_numpy
+    from speck.tensor.realize import buffer_numpy, get_buffer, writable_disk
 
     value = w.value
     while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
@@ -351,6 +351,7 @@ def _run_disk(w: Write) -> None:
     # file - is computed on the host)
     data = (Tensor(host_graph(value), device=HOST) if needs_host(value) else Tensor(value, device=_device_of(value))
             ).numpy()  # fmt: skip
+    writable_disk(get_buffer(w.buf))
     mem = buffer_numpy(w.buf)
     if w.target is None and w.pos is None:
         mem[:] = data.reshape(-1).view(mem.dtype)

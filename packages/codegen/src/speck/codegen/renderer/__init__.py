@@ -46,6 +46,11 @@ class Renderer:
       global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
       suffix, has_shared, local_max, global_prod_max, shared_max, tensor_cores: tinygrad's Renderer fields (read
         by its users, not by speck's pipeline), declared at what CPU renderers have.
+      max_workgroup_size: work-items one workgroup may have in all (None: no workgroups, on CPUs); LOCAL/GROUP opts
+        that would exceed it are refused.
+      wave_size: work-items that execute in lockstep as one hardware thread (32 on RDNA3 in wave32 mode; 1 on CPUs).
+      vgpr_budget: 32-bit registers per work-item the GPU heuristic keeps upcast values within (0 on CPUs, whose
+        budget is `vector_registers`).
       extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
         a pattern into a machine idiom); None for none.
     Derived (properties a subclass may override):
@@ -79,6 +84,9 @@ class Renderer:
     global_prod_max: ClassVar[tuple[int, ...] | None] = None
     shared_max: ClassVar[int] = 0
     tensor_cores: ClassVar[tuple[Any, ...]] = ()
+    max_workgroup_size: ClassVar[int | None] = None
+    wave_size: ClassVar[int] = 1
+    vgpr_budget: ClassVar[int] = 0
     extra_matcher: ClassVar[PatternMatcher | None] = None
 
     def supported_dtypes(self) -> set[DType]:
