@@ -107,14 +107,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         dtype: DTypeLike | None = None,
         requires_grad: bool | None = None,
     ) -> None:
-        if data is None or type(data) in (bool, int, float) or (isinstance(data, (np.ndarray, np.generic))
-                                                               and np.ndim(data) == 0):  # fmt: skip
+        tp = type(data)
+        if tp in _SCALAR_TYPES or (tp is np.ndarray and not data.shape):  # (type tests: this is a per-tensor path)
             _init_scalar(self, data, dtype, requires_grad)
             return
         if isinstance(device, (tuple, list)) or isinstance(data, MultiUOp):
             _init_multi(self, data, device, dtype, requires_grad)
             return
-        if isinstance(data, UOp) and device is None:  # a graph node: on the device its graph names
+        if device is None and tp is UOp:  # a graph node: on the device its graph names
             device = multi.device_of(data)
         dev = canonical(device)
         dt = _dt(dtype)
@@ -456,9 +456,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one). Device-less and weak
-        tensors have no buffer to give: they are returned as they are."""
+        tensors have no buffer to give: a plain new tensor of the same graph."""
         if self._device is None or self.dtype.is_weak:
-            return self
+            return self._new(self.uop)
         if isinstance(self.uop, MultiUOp):
             return self if self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None else self._new(self.uop.contiguous())
         if self.uop.op is Ops.BUFFER or (self.uop.op is Ops.CONTIGUOUS and self.uop.arg is None):
@@ -764,6 +764,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         from speck.tensor.pickling import reduce_tensor
 
         return reduce_tensor(self)
+
+
+# what Tensor(x) makes a device-less 0-d constant of: Python scalars, None, numpy scalars (and 0-d arrays)
+_SCALAR_TYPES = frozenset({bool, int, float, type(None), *(np.dtype(d).type for d in _NP_TO_DT), np.float64})
 
 
 def _init_scalar(t: Tensor, data: Any, dtype: DTypeLike | None, requires_grad: bool | None) -> None:

@@ -459,8 +459,8 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         x = x._joined(t.dtype)
     if x.device is None:
         x = x._on_device_of(t)
-    elif x.device != t.device and (is_disk(t.device) or is_disk(x.device)):
-        x = x.to(t.device)  # to or from a file: a copy (the bytes are written or read)
+    elif x.device != t.device and (_storage_only(t.device) or _storage_only(x.device)):
+        x = x.to(t.device)  # to or from storage (a file, USB memory): a copy, the bytes written or read
     elif x.device != t.device:
         raise RuntimeError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move the "
                            f"value with .to({t.device!r}) first")  # fmt: skip
@@ -507,6 +507,14 @@ def is_disk(device: object) -> bool:
     from speck.tensor.disk import is_disk as _is_disk
 
     return _is_disk(device)
+
+
+def _storage_only(device: object) -> bool:
+    """A device that stores and copies but runs no kernels (DISK, USB): data reaches it only by copies, so an assign
+    from another device is one."""
+    from speck.tensor.device import Device
+
+    return isinstance(device, str) and (is_disk(device) or not Device[device].backend_name)
 
 
 def _give_storage(t: Tensor) -> None:
