@@ -54,7 +54,8 @@ elif case == "dispatch":
     # emulator runs, so the signal comes from a thread after a second of real time, as a Ctrl-C would.
     sys.path.insert(0, TESTS_DIR)
     from rdna3_llvm import compile_ir
-    from simgpu import SPIN, load_kernel
+    from speck.usbgpu.sim.kernels import SPIN
+    from speck.usbgpu.sim.loader import load_kernel
 
     spin = load_kernel(gpu, compile_ir(SPIN), "spin")
 
@@ -86,7 +87,7 @@ except KeyboardInterrupt as exc:
     out["cause"] = repr(exc.__cause__)
 except BaseException as exc:
     out["raised"] = f"{type(exc).__name__}: {exc}"
-out["dispatches"] = len(dev.gpu.cp.dispatch_stats)  # dispatches that ran to their end
+out["dispatches"] = dev.gpu.cp.dispatches_run  # dispatches that ran to their end
 out["stored"] = [repr(shim.take_exception()), repr(getattr(shim, "take_interrupt", lambda: None)())]
 if case == "right after a completion":
     shim.lib = real
