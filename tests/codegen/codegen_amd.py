@@ -6,6 +6,7 @@ output buffer (zeros), the others hold values for which every op is defined."""
 from __future__ import annotations
 
 import shutil
+import struct
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -147,6 +148,22 @@ CASTS = ((dtypes.float32, dtypes.float16), (dtypes.float16, dtypes.float32), (dt
          (dtypes.float32, dtypes.fp8e4m3))  # fmt: skip
 
 
+def metadata_note(elf: bytes) -> dict[str, Any]:
+    """The NT_AMDGPU_METADATA note of a code object, decoded by the msgpack package (not speck's decoder)."""
+    import msgpack
+
+    shoff, shnum = struct.unpack_from("<Q", elf, 40)[0], struct.unpack_from("<H", elf, 60)[0]
+    for k in range(shnum):
+        _, sh_type, _, _, off, size, _, _, _, _ = struct.unpack_from("<IIQQQQIIQQ", elf, shoff + 64 * k)
+        if sh_type == 7:  # SHT_NOTE
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, off)
+            assert elf[off + 12 : off + 12 + namesz] == b"AMDGPU\0" and ntype == 32
+            desc = off + 12 + namesz + (-namesz % 4)
+            value: dict[str, Any] = msgpack.unpackb(elf[desc : desc + descsz])
+            return value
+    raise AssertionError("no note section")
+
+
 @cache
 def amd_compiler() -> Any:
     """One gfx1100 compiler for a test session (its target machine is built once)."""
@@ -199,4 +216,15 @@ def amd_corpus(seed: int = 0) -> list[tuple[UOp, list[np.ndarray], dict[str, int
 CORPUS = amd_corpus()
 CORPUS_IDS = [ast.arg.name for ast, _, _ in CORPUS]
 
-__all__ = ["CORPUS", "CORPUS_IDS", "TOOLS", "amd_compiler", "amd_corpus", "corpus_spec", "damaged", "tool", "values"]
+__all__ = [
+    "CORPUS",
+    "CORPUS_IDS",
+    "TOOLS",
+    "amd_compiler",
+    "amd_corpus",
+    "corpus_spec",
+    "damaged",
+    "metadata_note",
+    "tool",
+    "values",
+]

@@ -16,7 +16,6 @@ import subprocess
 import tempfile
 from typing import Any
 
-import msgpack
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -30,9 +29,13 @@ from codegen_amd import (
     damaged,
     elementwise,
     four_axes,
+    full_sum,
     matmul,
+    metadata_note,
     reduce,
+    symbolic,
     tool,
+    values,
 )
 from codegen_helpers import assert_same, out_dtype, run_ast, run_prog
 from speck.codegen.backends import get_backend
@@ -139,24 +142,11 @@ def _loaded_end(elf: bytes) -> int:
     return max(ends)
 
 
-def _metadata_note(elf: bytes) -> dict[str, Any]:
-    shoff, shnum = struct.unpack_from("<Q", elf, 40)[0], struct.unpack_from("<H", elf, 60)[0]
-    for k in range(shnum):
-        _, sh_type, _, _, off, size, _, _, _, _ = struct.unpack_from("<IIQQQQIIQQ", elf, shoff + 64 * k)
-        if sh_type == 7:  # SHT_NOTE
-            namesz, descsz, ntype = struct.unpack_from("<III", elf, off)
-            assert elf[off + 12 : off + 12 + namesz] == b"AMDGPU\0" and ntype == 32
-            desc = off + 12 + namesz + (-namesz % 4)
-            value: dict[str, Any] = msgpack.unpackb(elf[desc : desc + descsz])
-            return value
-    raise AssertionError("no note section")
-
-
 @pytest.mark.parametrize("i", range(0, len(CORPUS), 4), ids=IDS[::4])
-def test_llvm_readelf_reads_the_metadata_note(i: int) -> None:
+def test_llvm_readelf_reads_themetadata_note(i: int) -> None:
     spec = _spec(i)
     assert spec.lib is not None
-    md = _metadata_note(spec.lib)
+    md = metadata_note(spec.lib)
     (kernel,) = md["amdhsa.kernels"]
     assert kernel[".name"] == spec.name and kernel[".symbol"] == f"{spec.name}.kd"
     assert kernel[".wavefront_size"] == 32 and md["amdhsa.target"] == "amdgcn-amd-amdhsa--gfx1100"
@@ -181,7 +171,7 @@ def test_each_arch_is_a_backend_with_its_own_e_flags(arch: str) -> None:
     assert spec.lib is not None and spec.local_size is not None
     assert struct.unpack_from("<I", spec.lib, 48)[0] & 0xFF == EF_AMDGPU_MACH[arch]
     assert spec.lib[7] == 64 and spec.lib[8] == 3  # ELFOSABI_AMDGPU_HSA, code object v5
-    assert _metadata_note(spec.lib)["amdhsa.target"] == f"amdgcn-amd-amdhsa--{arch}"
+    assert metadata_note(spec.lib)["amdhsa.target"] == f"amdgcn-amd-amdhsa--{arch}"
     with _file(spec.lib) as f:  # LLVM 16 predates gfx1150 (RDNA3.5): its wave32 code decodes as gfx1100's
         assert "s_endpgm" in _run([tool("objdump"), f"--mcpu={'gfx1100' if arch == 'gfx1150' else arch}", "-d", f.name])
 
@@ -303,3 +293,49 @@ def test_writer_fails_cleanly_on_damaged_input(data: st.DataObject) -> None:
         link_code_object(damaged(data, _compiler().relocatable(_spec(0).src), 4), "ew")
     except CodeObjectLinkError as e:
         assert "AMDGPU object 'ew'" in str(e)
+
+
+@pytest.mark.parametrize(
+    "ast,opts",
+    [
+        (full_sum(1024), (Opt(OptOps.GROUP, 0, 64),)),
+        (reduce(Ops.MAX, 24, 64), (Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUP, 0, 16))),
+        (reduce(Ops.ADD, 32, 64), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.GROUPTOP, 0, 16))),
+        (reduce(Ops.MUL, 8, 48, dtypes.int32), (Opt(OptOps.GROUP, 0, 16), Opt(OptOps.GROUP, 0, 3))),
+        (matmul(32, 32, 64), (Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.GROUP, 0, 8), Opt(OptOps.UPCAST, 0, 2))),
+    ],
+    ids=["sum", "max_local", "upcast_grouptop", "int_two_groups", "matmul"],
+)
+def test_grouped_reductions_go_through_lds(ast: UOp, opts: tuple[Opt, ...]) -> None:
+    ast = ast.replace(arg=KernelInfo(ast.arg.name, opts=opts))
+    spec = to_program(ast, AMDGPURenderer(), _compiler())
+    assert spec.applied_opts == opts and spec.local_size is not None
+    lds = sum(u.dtype.size * u.dtype.base.itemsize for u in spec.uops if u.op is Ops.DEFINE_LOCAL)  # type: ignore[attr-defined]
+    assert any(u.op is Ops.BARRIER for u in spec.uops) and lds > 0
+    assert (
+        "addrspace(3)" in spec.src and "@llvm.amdgcn.s.barrier()" in spec.src and 'syncscope("workgroup")' in spec.src
+    )
+    assert spec.lib is not None and metadata_note(spec.lib)["amdhsa.kernels"][0][".group_segment_fixed_size"] == lds
+    rng = np.random.default_rng(1)
+    params = sorted({u for u in ast.toposort() if u.op is Ops.PARAM}, key=lambda p: p.arg)
+    bufs = [values(rng, p.dtype.base, p.dtype.size, positive=True) for p in params]  # type: ignore[attr-defined]
+    exact = not dtypes.is_float(out_dtype(ast))
+    assert_same(run_ast(ast, bufs, {}), run_prog(spec, bufs, {}), out_dtype(ast), exact=exact)
+
+
+def test_heuristic_groups_long_reductions_of_few_outputs() -> None:
+    spec = to_program(full_sum(4096), AMDGPURenderer())
+    assert [o.op for o in spec.applied_opts] == [OptOps.GROUP] and spec.local_size == (64, 1, 1)
+    spec = to_program(matmul(64, 64, 64), AMDGPURenderer())
+    assert OptOps.UPCAST in [o.op for o in spec.applied_opts] and OptOps.GROUP not in [o.op for o in spec.applied_opts]
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 50])
+def test_symbolic_sizes_get_full_waves_with_the_tail_gated_off(n: int) -> None:
+    ast = symbolic(50)
+    spec = to_program(ast, AMDGPURenderer())
+    assert spec.local_size == (32, 1, 1) and spec.launch_dims({"n": n}) == (-(-n // 32), 1, 1)
+    bufs = [np.full(50, -1.0, np.float32), np.arange(50, dtype=np.float32)]
+    got = run_prog(spec, bufs, {"n": n})
+    np.testing.assert_array_equal(got, run_ast(ast, bufs, {"n": n}))
+    assert (got[n:] == -1.0).all()  # work-items past the end store nothing

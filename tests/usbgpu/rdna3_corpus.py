@@ -233,6 +233,11 @@ def cases() -> list[Case]:
             out.append(
                 Case(f"cmp_{pred}_{ty}", _elementwise(f"cmp_{pred}_{ty}", ty, ty, ty, expr), ty, ty, ty, ref_cmp)
             )
+    # a wave-uniform value: lane 0 of each wave (all of its lanes are active: 200 elements, waves of 32)
+    rfl = "declare i32 @llvm.amdgcn.readfirstlane.i32(i32)"
+    expr = "  %f = call i32 @llvm.amdgcn.readfirstlane.i32(i32 %x)\n  %r = add i32 %f, %y"
+    ir = _elementwise("readfirstlane_i32", "i32", "i32", "i32", expr, rfl)
+    out.append(Case("readfirstlane_i32", ir, "i32", "i32", "i32", lambda a, b: a[np.arange(len(a)) // 32 * 32] + b))
     # casts
     # (name = <llvm op>_<from>_<to>, result type, source type, numpy reference; None: the bf16 references below)
     casts: list[tuple[str, str, str, Callable[[np.ndarray], np.ndarray] | None]] = [

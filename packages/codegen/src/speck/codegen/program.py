@@ -206,13 +206,14 @@ def global_size(uops: list[UOp]) -> tuple[sint, ...]:
     return tuple(dims)
 
 
-def launch_size(uops: list[UOp]) -> tuple[tuple[sint, ...], tuple[int, ...] | None]:
-    """(global_size, local_size) of a program. A GPU program (SPECIAL ids, speck.codegen.lower.gpudims) launches
-    global_size workgroups (x, y, z) of local_size work-items: the sizes of its gidx<d> and lidx<d> ids (1 for a
-    dimension without one). A CPU program has no local size; its global_size is `global_size(uops)`."""
-    specials = {u.arg: u for u in uops if u.op is Ops.SPECIAL}
-    if not specials:
+def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int, ...] | None]:
+    """(global_size, local_size) of a program. A GPU program (`gpu`: lowered for a renderer with workgroups; its ids
+    are SPECIALs, speck.codegen.lower.gpudims) launches global_size workgroups (x, y, z) of local_size work-items: the
+    sizes of its gidx<d> and lidx<d> ids (1 for a dimension without one). A CPU program has no local size; its
+    global_size is `global_size(uops)`."""
+    if not gpu:
         return global_size(uops), None
+    specials = {u.arg: u for u in uops if u.op is Ops.SPECIAL}
 
     def dims(prefix: str) -> list[sint]:
         return [_trip(specials[f"{prefix}{d}"]) if f"{prefix}{d}" in specials else 1 for d in range(3)]
@@ -266,7 +267,7 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
         t2 = time.perf_counter()
         info = uops[-1].arg if isinstance(uops[-1].arg, KernelInfo) else KernelInfo()
         name, applied = info.name, info.applied_opts
-        (gsize, lsize), bufs, est = launch_size(uops), buffer_args(uops), estimate(uops)
+        (gsize, lsize), bufs, est = launch_size(uops, renderer.has_local), buffer_args(uops), estimate(uops)
         kvars = sorted([u for u in uops if u.op is Ops.DEFINE_VAR], key=lambda v: v.arg[0])
         if cached:
             lowered_cache.put(key, renderer, (name, src, uops, gsize, lsize, bufs, kvars, est, applied))

@@ -286,6 +286,8 @@ class MovementMixin:
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
         reps = argfix(repeats, *args)
+        if any(not isinstance(r, int) or r < 0 for r in reps):
+            raise TensorValueError(f"repeat counts must be integers >= 0, got {reps}")
         if len(reps) < self.ndim:
             raise TensorValueError(
                 f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}"
