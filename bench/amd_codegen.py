@@ -5,10 +5,11 @@ Columns: the launch (workgroups x work-items), the opts the GPU heuristic chose,
 (LLVM's AMDGPU assembly, instruction lines only), VGPRs and SGPRs (the code object's metadata, as speck.hcq.hsaco
 reads it), LDS bytes (group segment) and scratch bytes per work-item (spills), compile time (render + LLVM + the code
 object writer, CPU seconds of this thread, medians over --repeats; lowering is excluded and shared by both
-backends), and wave-instructions the RDNA3 emulator executed for the kernel on the step's shapes ("-" without
---emulate, which runs it and takes a while: the batch-128 convolutions run billions of work-item instructions).
+backends), and wave-instructions the RDNA3 emulator (speck.usbgpu.sim.rdna3) executed running the kernel on the
+step's shapes with --emulate: for kernels whose iteration space is at most --emulate-max points ("-" for the others:
+the 5x5 convolutions' weight gradients take hours at 0.5 M wave-instructions/s).
 
-    python3 bench/amd_codegen.py [--repeats N] [--emulate] [--write-golden]
+    python3 bench/amd_codegen.py [--repeats N] [--emulate [--emulate-max N]] [--write-golden]
 
 `--write-golden` stores the step's kernel ASTs as tests/codegen/golden/amd/cnn_step.pkl, the corpus the AMD tests
 compile (run it again when the tensor frontend changes the step's kernels)."""
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import pathlib
 import statistics
 import sys
@@ -27,7 +29,7 @@ from typing import Any
 import _host  # first: unsets the OpenBLAS overrides before numpy loads
 
 from speck.codegen.lowered_cache import dumps
-from speck.uop import UOp
+from speck.uop import Ops, UOp
 
 GOLDEN = pathlib.Path(__file__).resolve().parent.parent / "tests" / "codegen" / "golden" / "amd" / "cnn_step.pkl"
 
@@ -73,24 +75,30 @@ def instructions(listing: str, name: str) -> int:
     return sum(1 for ln in body.splitlines() if ln.startswith("\t") and not ln.startswith(("\t.", "\t;")))
 
 
-def emulated_instructions(spec: Any) -> int:
-    """Wave-instructions the RDNA3 emulator (speck.usbgpu.sim.rdna3, needs speck-usbgpu[sim]) executes running `spec`
-    once on zero-filled buffers (bench/rdna3_emulator.py's `emulate`)."""
-    import numpy as np
-    from rdna3_emulator import emulate
+def points(ast: UOp) -> int:
+    """The kernel's iteration space: the product of its ranges' sizes (what emulating it costs, roughly)."""
+    return math.prod(int(u.src[0].arg) for u in ast.toposort() if u.op is Ops.RANGE)
 
-    from speck.codegen.numeric import storage_np
 
-    by_slot = {b.slot: b for b in spec.buffers}
-    bufs = [np.zeros(by_slot[k].size, storage_np(by_slot[k].dtype)) if k in by_slot else np.zeros(1, np.uint8)
-            for k in range(max(by_slot, default=-1) + 1)]  # fmt: skip
-    return int(emulate(spec, bufs, {})[1].instructions)
+def emulated_instructions(spec: Any, ast: UOp) -> int:
+    """Wave-instructions the RDNA3 emulator (speck.usbgpu.sim.rdna3, through bench/rdna3_emulator.py's `emulate`)
+    executes running `spec` once on random inputs."""
+    from rdna3_emulator import emulate, inputs
+
+    _, stats = emulate(spec, inputs(ast, 0), {})
+    return int(stats.instructions)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3, help="compiles per kernel and backend (median CPU time)")
-    ap.add_argument("--emulate", action="store_true", help="run each kernel in the RDNA3 emulator (slow)")
+    ap.add_argument("--emulate", action="store_true", help="run the kernels in the RDNA3 emulator (slow)")
+    ap.add_argument(
+        "--emulate-max",
+        type=int,
+        default=1_000_000,
+        help="emulate only kernels whose iteration space is at most this (the convolutions take hours)",
+    )
     ap.add_argument("--write-golden", action="store_true", help=f"store the step's kernel ASTs in {GOLDEN}")
     args = ap.parse_args()
 
@@ -128,7 +136,7 @@ def main() -> None:
             }  # fmt: skip
             for k, v in times.items():
                 total[k] += v
-            emulated = emulated_instructions(spec) if args.emulate else None
+            emulated = emulated_instructions(spec, ast) if args.emulate and points(ast) <= args.emulate_max else None
             grid = "x".join(str(g) for g in spec.launch_dims())
             block = "x".join(str(b) for b in spec.local_size or (1, 1, 1))
             opts = " ".join(f"{o.op.name}{o.axis}:{o.arg}" for o in spec.applied_opts)

@@ -33,6 +33,7 @@ from codegen_amd import (
     matmul,
     metadata_note,
     reduce,
+    symbolic,
     tool,
     values,
 )
@@ -327,3 +328,14 @@ def test_heuristic_groups_long_reductions_of_few_outputs() -> None:
     assert [o.op for o in spec.applied_opts] == [OptOps.GROUP] and spec.local_size == (64, 1, 1)
     spec = to_program(matmul(64, 64, 64), AMDGPURenderer())
     assert OptOps.UPCAST in [o.op for o in spec.applied_opts] and OptOps.GROUP not in [o.op for o in spec.applied_opts]
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 50])
+def test_symbolic_sizes_get_full_waves_with_the_tail_gated_off(n: int) -> None:
+    ast = symbolic(50)
+    spec = to_program(ast, AMDGPURenderer())
+    assert spec.local_size == (32, 1, 1) and spec.launch_dims({"n": n}) == (-(-n // 32), 1, 1)
+    bufs = [np.full(50, -1.0, np.float32), np.arange(50, dtype=np.float32)]
+    got = run_prog(spec, bufs, {"n": n})
+    np.testing.assert_array_equal(got, run_ast(ast, bufs, {"n": n}))
+    assert (got[n:] == -1.0).all()  # work-items past the end store nothing

@@ -7,6 +7,7 @@ programs in the interpreter to what the kernel means (eval_ast)."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 import subprocess
 import tempfile
@@ -29,11 +30,7 @@ MAX_RUN_POINTS = 1_000_000
 
 
 def _points(ast: UOp) -> int:
-    n = 1
-    for u in ast.toposort():
-        if u.op is Ops.RANGE:
-            n *= int(u.src[0].arg)
-    return n
+    return math.prod(int(u.src[0].arg) for u in ast.toposort() if u.op is Ops.RANGE)
 
 
 def test_the_step_has_129_kernels() -> None:

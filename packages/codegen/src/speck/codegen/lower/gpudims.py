@@ -1,14 +1,15 @@
 """Parallel ranges -> hardware indexes, for renderers that launch a grid of workgroups (`Renderer.has_local`).
 
 On a GPU the output ranges are not loops: every (workgroup, work-item) pair of the launch grid runs the kernel
-once. This stage replaces each GLOBAL range by a workgroup id `SPECIAL("gidx<d>")` and each LOCAL range by a
-work-item id `SPECIAL("lidx<d>")` (d = 0, 1, 2 for x, y, z; src[0] is the dimension's size), and drops those ranges
-from the ENDs that closed them. The innermost range (the last by axis id: the one the store is contiguous along,
-after the optimizer) becomes x, so neighbouring lanes of a wave touch neighbouring addresses. More ranges than the
+once. This stage replaces each GLOBAL range by a workgroup id `SPECIAL("gidx<d>")` and each LOCAL or GROUP_REDUCE
+range (after lower/group_reduce.py) by a work-item id `SPECIAL("lidx<d>")` (d = 0, 1, 2 for x, y, z; src[0] is the
+dimension's size), and drops those ranges from the ENDs that closed them. The last range by axis id (for work-items:
+the last split the optimizer made, which the GPU heuristic makes the one along which accesses are contiguous)
+becomes x, so neighbouring lanes of a wave touch neighbouring addresses. More ranges than the
 grid has dimensions, or a dimension larger than the renderer's `global_max`/`local_max` allows, are folded
 together: one id then covers several ranges, recovered by division and remainder.
 
-The launch is then `global_size` workgroups of `local_size` work-items (speck.codegen.program.launch_dims)."""
+The launch is then `global_size` workgroups of `local_size` work-items (speck.codegen.program.launch_size)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def gpu_dims(sink: UOp, renderer: Renderer) -> UOp:
         if not ranges:
             continue
         for d, group in enumerate(_group(ranges, getattr(renderer, limit_name), prefix, renderer)):
-            size: sint = 1
-            for r in group:
+            size: sint = _size(group[0])
+            for r in group[1:]:
                 size = size * _size(r)
             sp = UOp.special(size, f"{prefix}{d}")
             stride: sint = 1

@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
 WORKGROUP = 128  # work-items per workgroup the heuristic aims for: 4 waves of 32
 MIN_OUTPUTS = 8192  # fewer outputs than this leave the GPU idle: split long reductions across work-items
-MIN_GROUPED_REDUCE = 256  # reduction length worth splitting
+MIN_GROUPED_REDUCE = 128  # reduction length worth splitting
 GROUP_MAX = 64  # work-items one reduction is split across
 UPCAST_MAX = 4  # outputs per axis in a work-item's register block
+SYMBOLIC = 32  # work-items along an output axis of symbolic size (one wave; the last workgroup's tail is gated off)
 
 
 class _Planner:
@@ -76,7 +77,7 @@ def _loads(sink: UOp) -> list[UOp]:
 def gpu_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     """UPCAST/GROUP/LOCAL opts for a GPU target (see the module docstring)."""
     stores = [u for u in sink.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
-    outs = [r for r in output_axes(sink) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
+    outs = [r for r in output_axes(sink) if r.arg[-1] is AxisType.GLOBAL]
     if not stores:
         return []
     plan = _Planner(sink, renderer)
@@ -85,7 +86,7 @@ def gpu_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     contiguous = [r for r in outs if stride(store_idx, r) == 1]
     n_out = 1
     for r in outs:
-        n_out *= const_size(r) or 1
+        n_out *= const_size(r) or int(r.src[0].vmax)
     n_red = 1
     for r in reds:
         n_red *= const_size(r) or 1
@@ -119,7 +120,8 @@ def gpu_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     order = contiguous[-1:] + [r for r in reversed(outs) if r not in contiguous[-1:]]
     local: dict[tuple[int, ...], int] = {}
     for r in order:
-        amt = pow2_amount(plan.size(r.arg[:-1]), budget)
+        # a symbolic size is split with gated work-items past its end (kernel_opts._split_symbolic)
+        amt = pow2_amount(plan.size(r.arg[:-1]), budget) if const_size(r) is not None else min(SYMBOLIC, budget)
         if amt > 1:
             local[r.arg[:-1]] = amt
             budget //= amt

@@ -147,16 +147,31 @@ def _padto(sink: UOp, r: UOp, amt: int) -> UOp:
     if m == n:
         raise OptError(f"axis {r.arg} of size {n} is already a multiple of {amt}")
     nr = UOp.range(m, r.arg[:-1], r.arg[-1], r.dtype)
-    sink = replace_range(sink, r, [nr], nr)
-    ok = nr < n
+    return _gate_indexes(replace_range(sink, r, [nr], nr), {nr}, nr < n)
+
+
+def _gate_indexes(sink: UOp, ranges: set[UOp], ok: UOp) -> UOp:
+    """Every INDEX whose address depends on one of `ranges` gated by `ok` as well (loads read 0, stores skip)."""
     new: dict[UOp, UOp] = {}
     for u in sink.toposort():
         nu = u.replace(src=tuple(new.get(s, s) for s in u.src)) if any(s in new for s in u.src) else u
-        if nu.op is Ops.INDEX and len(nu.src) == 2 and nr in nu.src[1].toposort():
+        if nu.op is Ops.INDEX and len(nu.src) == 2 and ranges & set(nu.src[1].toposort()):
             nu = nu.replace(src=(nu.src[0], and_gate(nu.src[1], ok)))
         if nu is not u:
             new[u] = nu
     return new.get(sink, sink)
+
+
+def _split_symbolic(sink: UOp, r: UOp, amt: int, inner_type: AxisType) -> UOp:
+    """Split a range of symbolic size n into ceil(n / amt) * amt: r = outer*amt + inner, every access gated by
+    r < n (the work-items past the end of a GPU's last workgroup do nothing)."""
+    if amt <= 1:
+        raise OptError(f"amount {amt} does not split axis {r.arg} of symbolic size {r.src[0]}")
+    n, wi = r.src[0], dtypes.weakint
+    inner = UOp.range(amt, _next_axis(sink), inner_type, wi)
+    outer = UOp.range((n + (amt - 1)) // amt, r.arg[:-1], r.arg[-1], wi)
+    expr = outer * amt + inner
+    return _gate_indexes(replace_range(sink, r, [outer, inner], expr), {outer, inner}, expr < n)
 
 
 def _swap(sink: UOp, a: UOp, b: UOp) -> UOp:
@@ -203,7 +218,8 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer | None = None) -> UOp:
             r = pick(outs, opt.axis)
             if r.arg[-1] is not AxisType.GLOBAL:
                 raise OptError(f"{opt}: LOCAL splits a GLOBAL axis, axis {r.arg} is {r.arg[-1].name}")
-            sink = _split(sink, r, amt, AxisType.LOCAL)
+            split = _split if const_size(r) is not None else _split_symbolic  # a symbolic size: gated work-items
+            sink = split(sink, r, amt, AxisType.LOCAL)
         else:
             sink = _split(sink, pick(reds, opt.axis), amt, AxisType.GROUP_REDUCE, outer_first=opt.op is OptOps.GROUP)
         _check_workgroup(sink, opt, renderer)
