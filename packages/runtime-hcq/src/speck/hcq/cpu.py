@@ -29,7 +29,6 @@ from speck.hcq.errors import ProgramArgumentError
 from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS, CPUGraph, next_retune_interval
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
-from speck.hcq.queue import EXEC
 from speck.hcq.registry import numbered, register_device
 from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
 from speck.uop import ContextVar
@@ -291,15 +290,6 @@ class CPUProgram(Program):
             args.append(b.ptr)
         return (*args, *vals)
 
-    def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:
-        """Program.enqueue with the thread choice and argument packing inlined (the per-op path of speck.tensor):
-        a kernel estimated small runs on one thread, as CPUDevice.choose_threads decides."""
-        self.check_args(bufs, ())
-        if threads is None:
-            threads = 1 if self._small else self.device.choose_threads(self, bufs)
-        fn = self._fn if self._fn is not None else self.function(len(bufs), 0)
-        self._engine.submit_exec((EXEC, self, (fn, *[b.ptr for b in bufs]), global_size, threads))
-
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1)).
         A small kernel on one thread is one call: it ends long before an interrupt would need pieces."""
@@ -369,28 +359,6 @@ class CPUDevice(DeviceBase):
         for b in bufs:
             total += b.nbytes
         return None if total >= PARALLEL_MIN_BYTES else 1
-
-    def run_batch(self, calls: Sequence[tuple[Any, ...]], timing: bool = True) -> list[tuple[str, float]]:
-        """DeviceBase.run_batch through a CPU graph (speck.hcq.graph): every call is checked first, then all of
-        them run as one exec command, timed per kernel inside it without a launch per kernel. Calls the graph
-        can't hold (programs other than CPUPrograms) take the generic path."""
-        from speck.hcq.errors import HCQError
-        from speck.hcq.graph import MAX_ARGS
-
-        if not all(isinstance(c[0], CPUProgram) and len(c[1]) + len(c[3] if len(c) > 3 else ()) <= MAX_ARGS
-                   for c in calls):  # fmt: skip
-            return super().run_batch(calls, timing)
-        g = CPUGraph(self, name="batch")
-        for c in calls:
-            prog = c[0]
-            if prog.device is not self:
-                raise HCQError(f"run_batch on {self.name}: program {prog.name!r} is loaded on {prog.device.name}")
-            g.add_exec(prog, c[1], c[2], c[3] if len(c) > 3 else ())
-        g.workers = self.threads  # each kernel splits as the device chooses (no timing trials for a one-off batch)
-        if timing:
-            return g.run_timed()
-        g.run()
-        return [(name, 0.0) for name in g.names]
 
     def _copy_raw(self, dest: int, src: int, nbytes: int) -> None:
         ctypes.memmove(dest, src, nbytes)
