@@ -3,9 +3,9 @@ from the code's syntax alone (nothing is imported or run). Run it to print them:
 
     python tests/integration/house.py
 
-- launch sites: functions that hand a kernel or a batch of kernels to a device (submit an exec command, call a loaded
-  program, run or replay a device graph, call a device's batch). The runner (speck.hcq.runner) is the one that
-  should, beside the device primitives it uses (the engine's executor, the programs' and graphs' own methods).
+- launch sites: functions that hand a kernel or a batch of kernels to a device by hand (submit an exec command, run
+  or replay a device graph, call a device's batch). The runner (speck.hcq.runner) is the one that should, beside
+  the device primitives it uses (the engine's executor, the programs' and graphs' own methods).
 - counter sites: functions that add to GlobalCounters.kernel_count.
 - function-level imports: import statements inside a function body (TYPE_CHECKING blocks left out), per package.
 - import cycles: strongly connected groups of modules, counting imports made by string (importlib.import_module,
@@ -23,7 +23,7 @@ from pathlib import Path
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 
 # the attribute calls that launch kernels on a device
-LAUNCH_CALLS = frozenset({"submit_exec", "enqueue", "run_batch", "exec", "replay", "add_exec", "add_kernel", "launch"})
+LAUNCH_CALLS = frozenset({"submit_exec", "enqueue", "run_batch", "add_exec", "add_kernel", "launch"})
 # the modules allowed to make them: the runner and the device layer's own primitives (an engine runs its commands, a
 # graph launches its interpreter, a program its kernel)
 LAUNCH_HOMES = frozenset({"speck.hcq.runner", "speck.hcq.queue", "speck.hcq.graph", "speck.hcq.cpu",
@@ -85,27 +85,22 @@ def _trees() -> dict[str, ast.AST]:
 
 
 def launch_sites(trees: dict[str, ast.AST] | None = None) -> list[str]:
-    """module:function of every function outside LAUNCH_HOMES that launches kernels (see the module docstring)."""
+    """module:function of every function outside LAUNCH_HOMES that launches kernels by hand: submits an exec command
+    (HWQueue.exec, Engine.submit_exec), enqueues or launches a program, adds commands to a device graph or runs one
+    (a `graph`'s replay/run), or runs a device's batch. (Calling a loaded program is the runner's one-call plan.)"""
     out = []
     for mod, tree in (trees or _trees()).items():
         if mod in LAUNCH_HOMES or not mod.startswith(("speck.tensor", "speck.hcq")):
             continue
         for name, fn in _functions(tree):
             for n in _own_nodes(fn):
-                if not isinstance(n, ast.Call):
+                if not isinstance(n, ast.Call) or not isinstance(f := n.func, ast.Attribute):
                     continue
-                f = n.func
+                receiver = ast.unparse(f.value).lower()
                 if (
-                    isinstance(f, ast.Attribute)
-                    and f.attr in LAUNCH_CALLS
-                    and f.attr != "exec"
-                    or (isinstance(f, ast.Attribute) and f.attr == "exec" and len(n.args) >= 2)
-                ):
-                    out.append(f"{mod}:{name}")
-                    break
-                # a loaded program called directly: prog(...), self.prog(...), hcq_prog(...)
-                if (isinstance(f, ast.Name) and f.id.endswith("prog")) or (
-                    isinstance(f, ast.Attribute) and f.attr in ("prog", "prg")
+                    f.attr in LAUNCH_CALLS
+                    or (f.attr == "exec" and len(n.args) >= 2)
+                    or (f.attr in ("replay", "run") and "graph" in receiver)
                 ):
                     out.append(f"{mod}:{name}")
                     break

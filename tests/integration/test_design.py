@@ -177,3 +177,44 @@ def test_the_import_check_sees_a_module_that_needs_another_first(tmp_path: Path)
     assert r.returncode == 0, r.stderr[-3000:]
     failed = json.loads(r.stdout.strip().splitlines()[-1])
     assert list(failed) == ["speckfake.user"] and "KeyError" in failed["speckfake.user"]
+
+
+# ---------------- one execution path (tests/integration/house.py counts) ----------------
+def _fake_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> None:
+    """Point house's module table at fake modules (name -> source)."""
+    import house
+
+    fake = {}
+    for name, src in files.items():
+        (tmp_path / f"{name.replace('.', '_')}.py").write_text(src)
+        fake[name] = tmp_path / f"{name.replace('.', '_')}.py"
+    monkeypatch.setattr(house, "MODULES", fake)
+
+
+def test_the_launch_counters_see_a_launch_and_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks below can fail: a tensor module submitting an exec command or running a device graph by hand,
+    and a function adding to kernel_count, are found."""
+    import house
+
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.fast": "def go(q, prog):\n    q.exec(prog, (), (1,))\n\ndef more(g):\n    g.graph.replay()\n",
+        "speck.tensor.count": "def bump(gc):\n    gc.kernel_count += 1\n",
+        "speck.hcq.runner": "def run(q, prog):\n    q.exec(prog, (), (1,))\n",
+    })  # fmt: skip
+    assert house.launch_sites() == ["speck.tensor.fast:go", "speck.tensor.fast:more"]
+    assert house.counter_sites() == ["speck.tensor.count:bump"]
+
+
+def test_one_runner_launches_everything() -> None:
+    """No code outside speck.hcq's runner (and the device primitives it drives) launches kernels by hand: eager
+    realize, the warm path, TinyJit replays, multi-device schedules and direct program calls all run plans."""
+    import house
+
+    sites = house.launch_sites()
+    assert not sites, f"kernels launched outside speck.hcq.runner: {sites}"
+
+
+def test_counters_grow_in_one_place() -> None:
+    import house
+
+    assert house.counter_sites() == ["speck.hcq.runner:count_run"]

@@ -8,10 +8,12 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.hcq import runner
 from speck.hcq.allocator import Allocator, check_copy_size
 from speck.hcq.errors import ElfLinkError, HCQError
 from speck.hcq.queue import Engine, HWQueue, ProfileEvent
-from speck.uop import DEBUG, ContextVar
+from speck.hcq.runner import PROFILE
+from speck.uop import DEBUG
 
 if TYPE_CHECKING:
     from speck.codegen.backends import Backend
@@ -19,11 +21,6 @@ if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
-
-
-# record a ProfileEvent per executed command on devices opened while it is on (also PROFILE=<path>: any non-empty
-# value other than "0" turns it on; speck.tensor writes the trace there at exit)
-PROFILE = ContextVar("PROFILE", "0")
 
 
 def _profile_enabled() -> bool:
@@ -229,8 +226,6 @@ class DeviceBase:
         """Run many kernels as one plan through the runner (speck.hcq.runner) and wait. `calls` holds (program,
         buffers, global_size[, vals]) tuples; every call is checked before anything runs. Returns [(program name,
         seconds)] per kernel (0.0 each when timing=False)."""
-        from speck.hcq import runner
-
         bufs: list[Any] = []
         plan_calls = []
         for c in calls:

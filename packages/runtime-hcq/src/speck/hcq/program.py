@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speck.hcq import runner
 from speck.hcq.buffer import Buffer
 from speck.hcq.dtypes import DTypeInfo, dtype_info
-from speck.hcq.errors import ProgramArgumentError
-from speck.hcq import runner
+from speck.hcq.errors import HCQError, ProgramArgumentError
 
 if TYPE_CHECKING:
     from speck.hcq.device import DeviceBase
@@ -206,5 +206,23 @@ class Program:
         """Run the kernel now on the calling thread (devices' executors call this)."""
         raise NotImplementedError
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A program pickles as its device's name and the ProgramSpec it was loaded from (compiled object included);
+        unpickling loads it again there."""
+        if self.spec is None or getattr(self.spec, "lib", None) is None:
+            raise HCQError(f"can't pickle program {self.name!r}: it was not loaded from a ProgramSpec with its "
+                           "compiled object (load it with Device.load_program)")  # fmt: skip
+        return (_load_program, (self.device.name, self.spec))
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on {self.device.name}>"
+
+
+def _load_program(device: str, spec: Any) -> Program:
+    from speck.hcq.registry import Device
+
+    try:
+        return Device[device].load_program(spec)
+    except Exception as e:
+        raise HCQError(f"can't unpickle program {spec.name!r}: device {device!r} can't load it here "
+                       f"({type(e).__name__}: {e})") from e  # fmt: skip

@@ -30,15 +30,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from speck.hcq.counters import GlobalCounters
-from speck.hcq.device import PROFILE
 from speck.hcq.errors import HCQError
 from speck.hcq.queue import EXEC
-from speck.uop import DEBUG, UOp
+from speck.uop import DEBUG, ContextVar, UOp
 from speck.uop.symbolic import sym_infer
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
+
+
+# record every call (kernels, copies) as an Event, and a ProfileEvent per command on devices opened while it is on;
+# PROFILE=<path> (any value but "", "0", "1") also has speck.tensor write the trace there at exit
+PROFILE = ContextVar("PROFILE", "0")
 
 
 # ---------------- calls ----------------
@@ -82,10 +86,10 @@ Call = Exec | Copy | Host
 
 def reads_writes(call: Call) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(slots read, slots written) by a call (host work reads and writes all of its slots)."""
-    if type(call) is Exec:
-        w = call.writes
-        return tuple(s for i, s in enumerate(call.args) if i not in w), tuple(s for i, s in enumerate(call.args) if i in w)
-    if type(call) is Copy:
+    if isinstance(call, Exec):
+        w, args = call.writes, call.args
+        return tuple(s for i, s in enumerate(args) if i not in w), tuple(s for i, s in enumerate(args) if i in w)
+    if isinstance(call, Copy):
         return (call.src,), (call.dst,)
     return call.args, call.args
 
@@ -132,6 +136,16 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
     )
 
 
+def count_run(kernels: int, copies: int, ops: int, mem: int, t: float = 0.0) -> None:
+    """The one place GlobalCounters grow: what a run (or one call of it) ran."""
+    gc = GlobalCounters
+    gc.kernel_count += kernels
+    gc.copy_count += copies
+    gc.global_ops += ops
+    gc.global_mem += mem
+    gc.time_sum_s += t
+
+
 # ---------------- plans ----------------
 class Plan:
     """Calls over `nslots` buffer slots (see the module docstring). `batch_from`: the run from which calls are
@@ -162,8 +176,8 @@ class Plan:
 
 def _symbolic(c: Exec) -> bool:
     gs = c.global_size if c.global_size is not None else c.program.global_size
-    return isinstance(c.ops, UOp) or isinstance(c.mem, UOp) or (
-        gs is not None and not all(isinstance(g, int) for g in gs)
+    return (
+        isinstance(c.ops, UOp) or isinstance(c.mem, UOp) or (gs is not None and not all(isinstance(g, int) for g in gs))
     )
 
 
@@ -179,7 +193,7 @@ class Batch:
         self.failed = False  # building raised: its calls run one by one
         self.slots: tuple[int, ...] = ()
         self.fills: list[list[tuple[int, int]]] = []
-        self.last: list[Any] = []  # the Buffers the table's addresses were taken from (a Buffer never moves)
+        self.last: list[int] = []  # the slots' addresses the table holds
         self.table: Any = None
         self.kernels, self.ops, self.mem = sum(1 for c in calls if type(c) is Exec), 0, 0
 
@@ -210,17 +224,17 @@ class Batch:
                 fill(cmd, 1, c.src, c.offset)
         g.prepare()  # (an interpreter that can't be built fails here: the calls then run one by one)
         self.slots, self.fills = tuple(where), fills
-        self.last = [bufs[s] for s in self.slots]
+        self.last = [bufs[s].ptr for s in self.slots]
         self.table, self.graph = g.args, g
 
     def bind(self, bufs: Sequence[Buffer]) -> None:
-        """Point the argument table at `bufs` (only the words of slots bound to other Buffers than last time)."""
-        cur = [bufs[s] for s in self.slots]
-        if cur != self.last:  # (compared by identity: Buffers define no equality)
+        """Point the argument table at `bufs` (only the words of slots whose address changed; the batch keeps
+        addresses, not Buffers, so the buffers of one run die when their tensors do)."""
+        cur = [bufs[s].ptr for s in self.slots]  # (.ptr gives a buffer without memory its memory)
+        if cur != self.last:
             table = self.table
-            for b, old, where in zip(cur, self.last, self.fills):
-                if b is not old:
-                    p = b.ptr  # (.ptr gives a buffer without memory its memory)
+            for p, old, where in zip(cur, self.last, self.fills):
+                if p != old:
                     for k, off in where:
                         table[k] = p + off
             self.last = cur
@@ -233,35 +247,35 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
     Returns when every call has completed (`wait=False`: once every call is submitted); with `timing`, the seconds
     each call took. `count`: add what ran to GlobalCounters (a program called directly is not counted)."""
     b = plan.single
-    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 and not b.device.profile:
-        # the short route: one batch, nothing to time (tracing times the graph as a whole)
+    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 and not b.device.profile \
+            and PROFILE.value in ("", "0", 0):  # fmt: skip
+        # the short route: one batch, nothing to time
         if plan.lock.acquire(blocking=False):
             try:
                 b.bind(bufs)
-                if PROFILE.value in ("", "0", 0):
-                    b.graph.replay()
-                else:
-                    _traced_graph(b)
+                b.graph.replay()
             finally:
                 plan.lock.release()
-            gc = GlobalCounters
-            gc.kernel_count += b.kernels
-            gc.global_ops += b.ops
-            gc.global_mem += b.mem
+            count_run(b.kernels, 0, b.ops, b.mem)
             return None
     return _run(plan, bufs, var_vals or {}, wait, timing, count)
 
 
 def _run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int], wait: bool, timing: bool,
          count: bool) -> list[float] | None:  # fmt: skip
-    timed = timing or DEBUG.value >= 2 or any(c.program.device.profile for c in plan.calls if type(c) is Exec)
+    # (timed: every call on its own, timed, printed under DEBUG>=2 and recorded under PROFILE)
+    timed = timing or DEBUG.value >= 2 or tracing() or any(c.program.device.profile for c in plan.calls
+                                                             if type(c) is Exec)  # fmt: skip
     plan.runs += 1
     steps: Sequence[Call | Batch] = plan.calls
-    if not timed and wait and plan.runs > plan.batch_from:
+    if wait and plan.runs > plan.batch_from:
         if plan.steps is None:
-            _batch(plan, bufs, var_vals)
-        assert plan.steps is not None
-        steps = plan.steps
+            with plan.lock:  # (one thread builds the graphs)
+                if plan.steps is None:
+                    _batch(plan, bufs, var_vals)
+        if not timed:  # (timed runs go call by call)
+            assert plan.steps is not None
+            steps = plan.steps
     times: list[float] | None = [] if timing else None
     run = _Run(plan, bufs, var_vals, timed, times, count)
     try:
@@ -298,13 +312,6 @@ def _estimate(x: Any, c: Exec, var_vals: Mapping[str, int]) -> int:
     if isinstance(x, UOp):
         return int(sym_infer(x, {**dict(c.vals), **var_vals}))
     return int(x)
-
-
-def _traced_graph(b: Batch) -> float:
-    p0 = time.perf_counter_ns()
-    t = float(b.graph.run())
-    record("graph", b.graph.name, b.device.name, p0, time.perf_counter_ns(), b.ops, b.mem, kernels=b.kernels)
-    return t
 
 
 class _Run:
@@ -345,7 +352,7 @@ class _Run:
         if self.inflight:
             self._wait_copies(c.args)
         eng = dev.engines["compute"]
-        if not self.timed and not self.trace:
+        if not self.timed:
             eng.submit([cmd])  # (an idle engine runs it on this thread; finish() waits for a busy one)
             self._count(1, 0, ops, mem, 0.0)
             return
@@ -373,17 +380,9 @@ class _Run:
             self._wait_copies([s for s, (_, _, root, _, _) in self.inflight.items() if root.dev is b.device])
         with self.plan.lock:
             b.bind(self.bufs)
-            if self.trace:
-                t = _traced_graph(b)
-                if self.counted:
-                    GlobalCounters.time_sum_s += t
-            else:
-                b.graph.replay()
+            b.graph.replay()
         if self.counted:
-            gc = GlobalCounters
-            gc.kernel_count += b.kernels
-            gc.global_ops += b.ops
-            gc.global_mem += b.mem
+            count_run(b.kernels, 0, b.ops, b.mem)
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def copy(self, c: Copy) -> None:
@@ -485,14 +484,8 @@ class _Run:
     def _count(self, kernels: int, copies: int, ops: int, mem: int, t: float) -> None:
         if self.times is not None:
             self.times.append(t)
-        if not self.counted:
-            return
-        gc = GlobalCounters
-        gc.kernel_count += kernels
-        gc.copy_count += copies
-        gc.global_ops += ops
-        gc.global_mem += mem
-        gc.time_sum_s += t
+        if self.counted:
+            count_run(kernels, copies, ops, mem, t)
 
     def _wait_queued(self, raise_errors: bool = False) -> None:
         """Wait until the kernels queued side by side have run; raise_errors: a failed one's error (the engine
@@ -598,7 +591,7 @@ def _graph_device(plan: Plan, c: Call, bufs: Sequence[Buffer], var_vals: Mapping
     if type(c) is Exec:
         prog = c.program
         dev = prog.device
-        graph = dev.graph
+        graph: Any = dev.graph
         if graph is None or plan.symbolic and (c.vals or _symbolic(c)):  # a graph fixes sizes and values
             return None
         if not graph.supports(prog, len(c.args) + len(c.vals)):
@@ -629,12 +622,14 @@ def device_runs(calls: Sequence[Call], bufs: Sequence[Buffer]) -> list[Call]:
     for i, c in enumerate(calls):
         r, w = reads_writes(c)
         reads, writes = {id(bufs[s].base) for s in r}, {id(bufs[s].base) for s in w}
-        if type(c) is Host:
-            dev: Any = None
+        dev: Any = None
+        if isinstance(c, Exec):
+            dev = c.program.device
+        elif isinstance(c, Copy):
+            dev = bufs[c.dst].dev
+        else:
             reads.add(host)
             writes.add(host)
-        else:
-            dev = c.program.device if type(c) is Exec else bufs[c.dst].dev
         deps = [last_write[b] for b in reads | writes if b in last_write]
         deps += [j for b in writes for j in readers.get(b, ())]
         phase.append(max((phase[d] + (devs[d] is not dev) for d in deps), default=0))

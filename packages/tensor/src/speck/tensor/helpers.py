@@ -17,8 +17,8 @@ from typing import Any
 from speck.codegen.lower.decompositions import TRANSCENDENTAL
 from speck.codegen.opt import BEAM, NOOPT
 from speck.hcq.cpu import NUM_CPU_THREADS
-from speck.hcq.device import PROFILE
 from speck.hcq.registry import DEV
+from speck.hcq.runner import PROFILE
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
 from speck.tensor.pyutils import (
