@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from speck.hcq.counters import GlobalCounters
+from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
 from speck.hcq.queue import EXEC
 from speck.uop import DEBUG, ContextVar, UOp
@@ -138,26 +138,30 @@ def _debug_line(device: str, name: str, nbufs: int, t: float, ops: int, mem: int
 
 def count_run(kernels: int, copies: int, ops: int, mem: int, t: float = 0.0) -> None:
     """The one place GlobalCounters grow: what a run (or one call of it) ran."""
-    gc = GlobalCounters
-    gc.kernel_count += kernels
-    gc.copy_count += copies
-    gc.global_ops += ops
-    gc.global_mem += mem
-    gc.time_sum_s += t
+    c = COUNTS
+    c.kernel_count += kernels
+    c.global_ops += ops
+    c.global_mem += mem
+    if copies:
+        c.copy_count += copies
+    if t:
+        c.time_sum_s += t
 
 
 # ---------------- plans ----------------
 class Plan:
-    """Calls over `nslots` buffer slots (see the module docstring). `batch_from`: the run from which calls are
-    batched into device graphs (0: from the first run, as a captured TinyJit step; 1: from the second, so an eager
-    op run once builds no graph). `split_in_graph`: kernels that split across a device's workers join graphs too
-    (a captured step's graph tunes one split for its whole batch); else they launch on their own and pick their own
-    split (an eager op's big kernel)."""
+    """Calls over `nslots` buffer slots (see the module docstring). `replayed`: a captured step (TinyJit), replayed
+    many times on buffers that outlive its runs, rather than an eager schedule run on new buffers each time. A
+    replayed plan batches from its first run (an eager one from its second: an op run once builds no graph), its
+    graphs take kernels that split across a device's workers too (the graph tunes one split for the whole batch;
+    an eager op's big kernel launches on its own and picks its own split), and its graphs keep the Buffers they were
+    bound to, rebinding on a change of identity (an eager plan's keep addresses: its buffers die with their
+    tensors). `batch_from` (the run from which calls are batched) may be changed between runs."""
 
-    def __init__(self, calls: Sequence[Call], nslots: int, name: str = "plan", batch_from: int = 1,
-                 split_in_graph: bool = False) -> None:  # fmt: skip
+    def __init__(self, calls: Sequence[Call], nslots: int, name: str = "plan", replayed: bool = False) -> None:
         self.calls = tuple(calls)
-        self.nslots, self.name, self.batch_from, self.split_in_graph = nslots, name, batch_from, split_in_graph
+        self.nslots, self.name, self.replayed = nslots, name, replayed
+        self.batch_from = 0 if replayed else 1
         self.runs = 0
         # what a run counts when nothing in it depends on the variables (None: count call by call)
         self.static_counts: tuple[int, int, int, int] | None = None
@@ -183,12 +187,16 @@ def _symbolic(c: Exec) -> bool:
 
 class Batch:
     """Consecutive calls of a plan on one device, run as one graph of the device's graph class. The argument table
-    holds buffer addresses; `fills[i]` lists (table index, byte offset) of the graph's i-th slot, `slots`."""
+    holds buffer addresses; `fills[i]` lists (table index, byte offset) of the graph's i-th slot, `slots`. `hold`:
+    keep the bound Buffers and compare by identity (a replayed plan's), else keep addresses."""
 
-    __slots__ = ("calls", "device", "failed", "fills", "graph", "kernels", "last", "mem", "ops", "slots", "table")
+    __slots__ = ("calls", "device", "every", "failed", "fills", "graph", "hold", "kernels", "last", "last_bufs",
+                 "mem", "ops", "slots", "table")  # fmt: skip
 
-    def __init__(self, device: Any, calls: list[Call]) -> None:
-        self.device, self.calls = device, calls
+    def __init__(self, device: Any, calls: list[Call], hold: bool = False) -> None:
+        self.device, self.calls, self.hold = device, calls, hold
+        self.every = False  # slots are 0..n-1 of an n-slot plan: a run's buffer list is the batch's as it is
+        self.last_bufs: list[Any] = []
         self.graph: Any = None
         self.failed = False  # building raised: its calls run one by one
         self.slots: tuple[int, ...] = ()
@@ -224,12 +232,18 @@ class Batch:
                 fill(cmd, 1, c.src, c.offset)
         g.prepare()  # (an interpreter that can't be built fails here: the calls then run one by one)
         self.slots, self.fills = tuple(where), fills
+        self.every = self.slots == tuple(range(len(bufs)))
         self.last = [bufs[s].ptr for s in self.slots]
+        self.last_bufs = [bufs[s] for s in self.slots] if self.hold else []
         self.table, self.graph = g.args, g
 
     def bind(self, bufs: Sequence[Buffer]) -> None:
-        """Point the argument table at `bufs` (only the words of slots whose address changed; the batch keeps
-        addresses, not Buffers, so the buffers of one run die when their tensors do)."""
+        """Point the argument table at `bufs` (only the words of slots whose address changed)."""
+        if self.hold:  # the same Buffers (compared by identity) hold the same addresses: a Buffer never moves
+            held = bufs if self.every else [bufs[s] for s in self.slots]
+            if held == self.last_bufs:
+                return
+            self.last_bufs = list(held)
         cur = [bufs[s].ptr for s in self.slots]  # (.ptr gives a buffer without memory its memory)
         if cur != self.last:
             table = self.table
@@ -558,7 +572,7 @@ def _batch(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int]) -> N
 
     def flush() -> None:
         if any(type(c) is Exec for c in run):
-            b = Batch(run_dev, list(run))
+            b = Batch(run_dev, list(run), hold=plan.replayed)
             try:
                 b.build(bufs)
             except Exception as e:  # e.g. no llvmlite for the interpreter: these calls run one by one instead
@@ -596,7 +610,7 @@ def _graph_device(plan: Plan, c: Call, bufs: Sequence[Buffer], var_vals: Mapping
             return None
         if not graph.supports(prog, len(c.args) + len(c.vals)):
             return None
-        if not plan.split_in_graph and dev.choose_threads(prog, [bufs[s] for s in c.args]) != 1:
+        if not plan.replayed and dev.choose_threads(prog, [bufs[s] for s in c.args]) != 1:
             return None
         return dev
     if type(c) is not Copy:

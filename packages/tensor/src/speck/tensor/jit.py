@@ -299,9 +299,13 @@ class CapturedJit:
     _inputs: list[tuple[int, UOp]] = field(default_factory=list, repr=False, compare=False)
     _keys: list[Any] = field(default_factory=list, repr=False, compare=False)
     _keyed: bool = field(default=False, repr=False, compare=False)
+    # the last mapping a replay ran with and every slot's key under it (the inputs' mapped BUFFERs' included)
+    _mapped: dict[UOp, UOp] | None = field(default=None, repr=False, compare=False)
+    _mapped_keys: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False}
+        return {**self.__dict__, "plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False,
+                "_mapped": None, "_mapped_keys": []}  # fmt: skip
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
@@ -322,7 +326,12 @@ class CapturedJit:
             plan = self._build()
         plan.batch_from = 0 if BATCH and JIT.value < 2 else 1 << 62  # (read at each replay: JIT=2 replays call by call)
         data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with keys made once
-        bufs: list[Any] = list(map(data.get, self._keys))
+        if mapping is self._mapped:  # the same mapping again (TinyJit's unchecked replays): the keys are ready
+            bufs: list[Any] = list(map(data.get, self._mapped_keys))
+            if None not in bufs:
+                _runner.run(plan, bufs, var_vals)
+                return
+        bufs = list(map(data.get, self._keys))
         for i, u in self._inputs:
             bufs[i] = data.get(_ref(mapping.get(u, u)))
         if None in bufs:  # not created yet (the first replay): make them
@@ -330,14 +339,18 @@ class CapturedJit:
                 if b is None:
                     u = self._uops[i]
                     bufs[i] = realize.get_buffer(mapping.get(u, u))
-            if not self._keyed:  # every BUFFER has its entry now: look them up by the keys stored there
-                self._keys = [k if (k := _stored_key(u)) is not None else _ref(u) for u in self._uops]
-                self._keyed = True
+        if not self._keyed:  # every BUFFER has its entry now: look them up by the keys stored there
+            self._keys = [k if (k := _stored_key(u)) is not None else _ref(u) for u in self._uops]
+            self._keyed = True
+        keys = list(self._keys)
+        for i, u in self._inputs:
+            keys[i] = _stored_key(mapping.get(u, u))
+        self._mapped, self._mapped_keys = (mapping, keys) if None not in keys else (None, [])
         _runner.run(plan, bufs, var_vals)
 
     def _build(self) -> Plan:
         calls, uops = realize.link(self.jit_cache)
-        self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", batch_from=0, split_in_graph=True)
+        self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
         self._uops = uops
         slot = {u: i for i, u in enumerate(uops)}
         self._inputs = [(slot[u], u) for u in self.input_bufs if u in slot]

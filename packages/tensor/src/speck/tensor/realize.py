@@ -61,7 +61,8 @@ def get_buffer(buf: UOp) -> Any:
     return b
 
 
-register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+register_service("uop_buffer", get_buffer)
+_unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
 
 
 def _file_options(device: str) -> Any:
@@ -404,18 +405,19 @@ def realize_graph(u: UOp, device: str) -> UOp:
     A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones."""
     found = cached_plan(u, device)
     if found is not None and (sched := found[2]) is not None and CAPTURE is None and ALLOW_DEVICE_USAGE.value:
-        plan = _runnable(sched)
-        if plan is not None:
+        plan = sched.plan if sched.generation == _program_cache.generation else None
+        if plan is not None or (plan := _runnable(sched)) is not None:
             data = buffer_map_data
             bufs = []
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
-            fresh = [_HcqBuffer(d, n, dt) for d, n, dt in sched.fresh]
-            _runner.run(plan, bufs + fresh)
+            for d, n, dt in sched.fresh:
+                bufs.append(_HcqBuffer(d, n, dt))
+            _runner.run(plan, bufs)
             d, n, dt = sched.fresh[~sched.out_ref]
             out = new_buffer_uop(d, n, dt)
-            buffer_map[out] = fresh[~sched.out_ref]
+            data[_ref(out, _unmap)] = bufs[sched.ninputs + ~sched.out_ref]  # (buffer_map[out] = ..., inlined)
             return sched.output_view(out)
     items, view = schedule_with_cache(u, device, found)
     execute(items)

@@ -326,13 +326,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
-        for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
-            if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
-                t.uop = v
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
             u = t.uop
-            if type(u) is UOp and base_buffer(u) is None and _ref(u) not in realized_data:
+            if type(u) is UOp:
+                if base_buffer(u) is not None:
+                    return
+                if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
+                    t.uop = u = v
+                    if base_buffer(u) is not None:
+                        return
+            if type(u) is UOp and _ref(u) not in realized_data:
                 view = _realize.realize_graph(u, t._device)
                 t.uop = view
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
@@ -340,6 +344,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u):
                     realized_cache[u] = view
                 return
+        for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
+            if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
+                t.uop = v
         if any(type(t.uop) is MultiUOp for t in tensors):
             multi.realize_all(tensors)
             return
