@@ -218,3 +218,23 @@ def test_counters_grow_in_one_place() -> None:
     import house
 
     assert house.counter_sites() == ["speck.hcq.runner:count_run"]
+
+
+def test_the_name_check_finder_sees_a_device_name_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import house
+
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.a": "def f(d):\n    return d.startswith('DISK')\n",
+        "speck.tensor.b": "def g(dev):\n    return dev.name == 'CPU' or 'USB:' in (dev.name,)\n",
+        "speck.tensor.c": "def h(dev):\n    return dev.file_backed\n",
+    })  # fmt: skip
+    assert house.device_name_checks() == ["speck.tensor.a:2", "speck.tensor.b:2"]
+
+
+def test_no_code_branches_on_a_device_or_renderer_name() -> None:
+    """Devices and renderers declare what they can do (file_backed, runs_kernels, host_visible, graph; a renderer's
+    registers_are_cpu; a backend's host): code asks those, never a name."""
+    import house
+
+    checks = house.device_name_checks()
+    assert not checks, f"tests of a device or renderer name: {checks}"

@@ -53,6 +53,7 @@ class Backend:
     make_compiler: Callable[[], Compiler]
     fallback: str | None = None
     aliases: tuple[str, ...] = ()
+    host: bool = False  # its programs are native code for this machine: a CPU device can be built on it (CPU:<name>)
     _renderer: Renderer | None = field(default=None, repr=False)
     _compiler: Compiler | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -131,6 +132,12 @@ def backend_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def host_backends() -> tuple[str, ...]:
+    """The backends whose programs run on this machine's CPU (each names a CPU device: CPU:<name>), in the order
+    they were registered."""
+    return tuple(name for name, b in _REGISTRY.items() if b.host)
+
+
 # ---------------- the built-in backends ----------------
 def _llvm_renderer() -> Renderer:
     from speck.codegen.renderer.llvmir import LLVMRenderer
@@ -184,9 +191,9 @@ def _python_renderer() -> Renderer:
     return PythonRenderer()
 
 
-register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler))
-register_backend(Backend("CLANG", _clang_renderer, _clang_compiler))
-register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM"))
+register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler, host=True))
+register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
+register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))
 # the AVX2 x86 renderer: takes the kernels the AVX-512 one refuses (ZmmRefusal names it), LLVM those it refuses
 register_backend(Backend("X86_AVX2", _x86_avx2_renderer, _x86_compiler, fallback="LLVM"))
 register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
@@ -194,4 +201,5 @@ register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("p
 register_backend(Backend("NULL", _clang_renderer, lambda: IdentityCompiler("null")))
 
 
-__all__ = ["Backend", "IdentityCompiler", "UnknownBackendError", "backend_names", "get_backend", "register_backend"]
+__all__ = ["Backend", "IdentityCompiler", "UnknownBackendError", "backend_names", "get_backend", "host_backends",
+           "register_backend"]  # fmt: skip

@@ -76,6 +76,7 @@ class Allocator:
 
     def __init__(self, device: str, limit: int | None = None, cache_cap: int = 1 << 30) -> None:
         self.device, self.limit, self.cache_cap = device, limit, cache_cap
+        self.limit_setting = ""  # the setting that raises `limit` (named in out-of-memory errors), if any
         self.mem_used = 0
         self.cached = 0
         self.peak = 0
@@ -108,9 +109,8 @@ class Allocator:
                 if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
                     self._drop_cache()
                     if self.mem_used + nbytes > self.limit:
-                        raise OutOfMemoryError(
-                            self.device, nbytes, max(self.limit - self.mem_used, 0), f"limit {self.limit} bytes"
-                        )
+                        raise OutOfMemoryError(self.device, nbytes, max(self.limit - self.mem_used, 0),
+                                               f"limit {self.limit} bytes", self.limit_setting)  # fmt: skip
             return self._alloc_new(nbytes, options)
         finally:
             if self._pending:
@@ -128,7 +128,8 @@ class Allocator:
                 opaque = self._alloc(nbytes, options)
             except (MemoryError, OSError) as e2:
                 avail = self.limit - self.mem_used if self.limit is not None else available_ram()
-                raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}") from None
+                raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}",
+                                       self.limit_setting) from None  # fmt: skip
         with self._lock:
             self._account(nbytes)
         return opaque

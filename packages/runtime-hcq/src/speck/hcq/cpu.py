@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.codegen.backends import host_backends
 from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
@@ -326,10 +327,11 @@ class CPUDevice(DeviceBase):
 
     def __init__(self, name: str) -> None:
         suffix = name.partition(":")[2]
-        self.backend_name = suffix if suffix in CPU_BACKENDS else "LLVM"
+        self.backend_name = suffix if suffix in host_backends() else host_backends()[0]
         limit_env = os.environ.get("CPU_MEM_LIMIT")
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
+        self.allocator.limit_setting = "CPU_MEM_LIMIT"
         self._threads: int | None = None
         self.libraries: list[Library] | None = None
 
@@ -381,11 +383,10 @@ class CPUDevice(DeviceBase):
         super()._copy(dest, src, nbytes)
 
 
-CPU_BACKENDS = ("LLVM", "CLANG", "X86")  # CPU:<backend> is a CPU device pinned to that codegen backend
-
-
 def _cpu_suffix(rest: str) -> str | None:
-    return rest.upper() if rest.upper() in CPU_BACKENDS else numbered(rest)
+    """CPU:<n>, or CPU:<backend> for each backend of the codegen registry that declares itself a host one (a CPU
+    device pinned to that backend)."""
+    return rest.upper() if rest.upper() in host_backends() else numbered(rest)
 
 
-register_device("CPU", CPUDevice, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in CPU_BACKENDS)))
+register_device("CPU", CPUDevice, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in host_backends())))

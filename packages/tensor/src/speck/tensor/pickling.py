@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor import realize
+from speck.tensor.device import file_backed
 from speck.tensor.errors import JitNotCapturedError
 from speck.tensor.errors import TensorPickleError as TensorPickleError
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, new_buffer_uop
@@ -47,7 +48,7 @@ class _BufferRecord:
         buf = self.ref()
         assert buf is not None, "a record outlived its BUFFER while being pickled"
         device = buffer_device(buf)
-        if device.startswith("DISK"):
+        if file_backed(device):  # the file is the data: pickled by path
             return (_load_buffer, (device, buf.arg, buf.dtype, None))
         storage = buffer_map.get(buf)
         if storage is not None and not hasattr(type(storage), "copyout"):
@@ -73,13 +74,11 @@ def _record(buf: UOp) -> _BufferRecord:
 def _load_buffer(device: str, size: int, dtype: Any, data: np.ndarray | None) -> UOp:
     """A new BUFFER on `device` holding `data` (allocated and filled now: no kernel)."""
     try:
-        from speck.hcq import Device
-
-        Device[device]
+        on_file = file_backed(device)
     except Exception as e:
         raise TensorPickleError(f"can't unpickle a {dtype} buffer of {size} element(s): its device {device!r} can't "
                                 f"be opened here ({type(e).__name__}: {e})") from e  # fmt: skip
-    if device.startswith("DISK"):
+    if on_file:
         path = device.partition(":")[2]
         need = size * dtype.itemsize
         if not os.path.isfile(path) or os.path.getsize(path) < need:

@@ -23,7 +23,7 @@ from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor import realize as _realize
 from speck.tensor.creation import CreationMixin
-from speck.tensor.device import canonical
+from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -522,7 +522,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         assert dt is not None
         if dt == self.dtype:
             return self
-        on_disk = isinstance(self.device, str) and self.device.startswith("DISK")
+        on_disk = file_backed(self.device)
         if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
             return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
         if dt.itemsize == self.dtype.itemsize:

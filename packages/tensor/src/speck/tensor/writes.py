@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.device import file_backed
 from speck.tensor.live import tensors
 from speck.tensor.schedule import (
     _MOVEMENT,
@@ -151,7 +152,7 @@ def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = No
     w = Write(Tensor._write_epoch, buf, snap, value, target, pos, reduce)
     _log.append(w)
     _pending.append(w)
-    if buffer_device(buf).upper().startswith("DISK"):
+    if file_backed(buffer_device(buf)):
         flush()
 
 
@@ -242,7 +243,7 @@ def _run(w: Write) -> None:
 
     buf = w.buf
     dev = buffer_device(buf)
-    if dev.upper().startswith("DISK"):
+    if file_backed(dev):
         _run_disk(w)
         return
     keep_old = _snapshot_needed(w)
@@ -336,7 +337,7 @@ def _run_disk(w: Write) -> None:
     from speck.tensor.realize import buffer_numpy
 
     value = w.value
-    while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
+    while value.op in (Ops.COPY,) and file_backed(str(value.arg)):
         value = value.src[0]  # a copy onto the disk: take what is copied
     data = Tensor(value, device=_device_of(value)).numpy()
     mem = buffer_numpy(w.buf)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -32,7 +33,7 @@ def _file_tensor(fn: FileLike) -> Tensor:
 
 
 def _host_bytes(t: Tensor) -> bytes:
-    return bytes(t.to("CPU").numpy().tobytes()) if str(t.device).startswith("DISK") else bytes(t.numpy().tobytes())
+    return bytes(t.to("CPU").numpy().tobytes()) if file_backed(t.device) else bytes(t.numpy().tobytes())
 
 
 class TensorIO(io.RawIOBase):
@@ -136,7 +137,7 @@ def _rebuild_tensor(storage: Tensor, offset: int, shape: tuple[int, ...], stride
     # permuted or broadcast strides: gather on the host, then a tensor of the materialized values
     if storage.dtype == dtypes.bfloat16:
         raise AssertionError("torch_load: a bfloat16 tensor with non-contiguous strides is not supported")
-    flat = storage.to("CPU").numpy() if str(storage.device).startswith("DISK") else storage.numpy()
+    flat = storage.to("CPU").numpy() if file_backed(storage.device) else storage.numpy()
     arr = np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in stride))
     return Tensor(np.ascontiguousarray(arr), dtype=storage.dtype)
 
@@ -186,8 +187,8 @@ class _TorchUnpickler(pickle.Unpickler):
 
 def _as_dtype(raw: Tensor, dtype: DType, numel: int) -> Tensor:
     """A uint8 file slice as numel elements of dtype."""
-    if dtype.fmt is None or str(raw.device).startswith("DISK"):
-        host = raw.to("CPU") if str(raw.device).startswith("DISK") else raw
+    if dtype.fmt is None or file_backed(raw.device):
+        host = raw.to("CPU") if file_backed(raw.device) else raw
         return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)[:numel]
     return raw.bitcast(dtype)[:numel]
 
