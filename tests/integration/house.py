@@ -29,7 +29,7 @@ LAUNCH_CALLS = frozenset({"submit_exec", "enqueue", "run_batch", "add_exec", "ad
 LAUNCH_HOMES = frozenset({"speck.hcq.runner", "speck.hcq.queue", "speck.hcq.graph", "speck.hcq.cpu",
                           "speck.hcq.program", "speck.hcq.python_device", "speck.hcq.null"})  # fmt: skip
 # the settings modules: the only code that reads the environment for settings
-SETTINGS_HOMES = frozenset({"speck.uop.settings", "speck.uop.helpers"})
+SETTINGS_HOMES = frozenset({"speck.uop.settings", "speck.uop.helpers", "speck.usbgpu.settings"})
 DEVICE_KINDS = ("DISK", "USB", "CPU", "NULL", "PYTHON", "NPY", "AMD", "CUDA", "METAL", "GPU")
 
 
@@ -146,12 +146,18 @@ def _nested_imports(node: ast.AST, in_fn: bool) -> int:
     return n
 
 
+def _called(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+_IMPORTERS = frozenset({"import_module", "__import__", "find_spec"})  # calls that import a module named by a string
 _MODULE_STRING = re.compile(r"^speck(\.[a-z_0-9]+)+$")
 
 
 def imports(name: str, tree: ast.AST, is_pkg: bool) -> set[str]:
-    """The modules of the tree that `name` imports, at module level, inside functions or by string (a literal module
-    path like "speck.codegen.x86.compiler", also as "module:attr"); imports under `if TYPE_CHECKING:` never run."""
+    """The modules of the tree that `name` imports, at module level, inside functions or by string (importlib's
+    import_module("speck.codegen.x86.compiler") and the like); imports under `if TYPE_CHECKING:` never run."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -170,16 +176,17 @@ def imports(name: str, tree: ast.AST, is_pkg: bool) -> set[str]:
                     base = ".".join(pkg + ([base] if base else []))
                 for a in child.names:  # `from pkg import mod` imports the submodule mod
                     found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
-            elif isinstance(child, ast.Constant) and isinstance(child.value, str):
-                text = child.value.partition(":")[0]
-                # (a package naming its own submodules for lazy attributes, or a module naming a package it lies in,
-                # is not a hidden import: Python imports a module's packages before the module anyway)
-                if (
-                    _MODULE_STRING.match(text)
-                    and text in MODULES
-                    and not (text.startswith(name + ".") or name.startswith(text + "."))
-                ):
-                    found.add(text)
+            elif isinstance(child, ast.Call) and _called(child) in _IMPORTERS:
+                for a in child.args[:1]:
+                    text = a.value.partition(":")[0] if isinstance(a, ast.Constant) and isinstance(a.value, str) else ""
+                    # (a package naming its own submodules for lazy attributes, or a module naming a package it lies
+                    # in, is not a hidden import: Python imports a module's packages before the module anyway)
+                    if (
+                        _MODULE_STRING.match(text)
+                        and text in MODULES
+                        and not (text.startswith(name + ".") or name.startswith(text + "."))
+                    ):
+                        found.add(text)
             visit(child)
 
     visit(tree)
@@ -279,6 +286,48 @@ def device_name_checks(trees: dict[str, ast.AST] | None = None) -> list[str]:
     return sorted(set(out))
 
 
+def declared_settings(trees: dict[str, ast.AST] | None = None) -> dict[str, tuple[str, str]]:
+    """setting name -> (declaring module, the variable holding it), from the `declare("NAME", ...)` calls (a
+    `var=X` argument names the variable; a declaration inside a comprehension names the collection it fills)."""
+    out: dict[str, tuple[str, str]] = {}
+    for mod, tree in (trees or _trees()).items():
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Assign) or len(n.targets) != 1 or not isinstance(n.targets[0], ast.Name):
+                continue
+            target = n.targets[0].id
+            for call in ast.walk(n.value):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in (
+                    "declare", "_noop"
+                ):  # fmt: skip
+                    first = call.args[0] if call.args else None
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        var = next((ast.unparse(k.value) for k in call.keywords if k.arg == "var"), target)
+                        out[first.value] = (mod, var)
+    return out
+
+
+def unread_settings() -> list[str]:
+    """Declared settings that are not no-ops and whose declared readers don't read them: a reader must mention the
+    setting's variable (or its name). Imports the packages (the only count that does)."""
+    import importlib
+
+    for pkg in ("speck.uop", "speck.codegen", "speck.hcq", "speck.tensor"):
+        importlib.import_module(pkg)
+    from speck.uop.settings import TABLE
+
+    where = declared_settings()
+    out = []
+    for name, setting in TABLE.items():
+        if setting.noop:
+            continue
+        var = where.get(name, ("", name))[1]
+        words = {var, name, var.split(".")[-1]}
+        if not any(MODULES.get(r) and any(re.search(rf"\b{re.escape(w)}\b", MODULES[r].read_text()) for w in words)
+                   for r in setting.readers):  # fmt: skip
+            out.append(name)
+    return sorted(out)
+
+
 def main() -> None:
     trees = _trees()
     launches = launch_sites(trees)
@@ -303,13 +352,8 @@ def main() -> None:
     print(f"device-name checks: {len(names)}")
     for s in names:
         print(f"  {s}")
-    try:  # settings need the packages importable (the only count that imports them)
-        from speck.uop.settings import unread_settings  # type: ignore[import-not-found]
-
-        unread = unread_settings()
-        print(f"settings without readers (not declared no-ops): {len(unread)} {sorted(unread)}")
-    except ImportError:
-        print("settings without readers: no settings table (speck.uop.settings) yet")
+    unread = unread_settings()
+    print(f"settings without readers (not declared no-ops): {len(unread)} {unread}")
 
 
 if __name__ == "__main__":

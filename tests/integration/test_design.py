@@ -238,3 +238,58 @@ def test_no_code_branches_on_a_device_or_renderer_name() -> None:
 
     checks = house.device_name_checks()
     assert not checks, f"tests of a device or renderer name: {checks}"
+
+
+# ---------------- one settings table ----------------
+def test_no_module_reads_the_environment_for_a_setting() -> None:
+    """Settings are declared in the table (speck.uop.settings; speck.usbgpu's own): no other module reads os.environ
+    or getenv for one."""
+    import house
+
+    reads = house.environment_reads()
+    assert not reads, f"environment reads outside the settings modules: {reads}"
+
+
+def test_the_environment_read_finder_sees_a_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import house
+
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.a": "import os\nX = os.environ.get('X')\n",
+        "speck.tensor.b": "import os\nY = os.environ['Y']\nfrom speck.uop import getenv\nZ = getenv('Z', 0)\n",
+        "speck.uop.settings": "import os\nW = os.environ.get('W')\n",
+    })  # fmt: skip
+    assert house.environment_reads() == ["speck.tensor.a:2", "speck.tensor.b:2", "speck.tensor.b:4"]
+
+
+def test_every_setting_is_read_or_declared_a_no_op() -> None:
+    """A declared setting that nothing reads must say why it changes nothing (a name kept for tinygrad's users)."""
+    import house
+
+    unread = house.unread_settings()
+    assert not unread, f"settings whose declared readers don't read them: {unread}"
+
+
+def test_every_declared_setting_works_with_context() -> None:
+    import speck.tensor  # noqa: F401  (declares every setting)
+    from speck.uop import Context, ContextVar
+    from speck.uop.settings import TABLE
+
+    assert len(TABLE) > 60
+    for name, setting in TABLE.items():
+        var = ContextVar.get(name)
+        with Context(**{name: setting.default}):
+            assert var.value == setting.default
+    with pytest.raises(KeyError, match="unknown setting 'JIT_BATCHH'"):
+        Context(JIT_BATCHH=0).__enter__()
+
+
+def test_a_live_setting_follows_the_environment_and_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speck.codegen.settings import CACHE_DIR
+    from speck.uop import Context
+
+    monkeypatch.setenv("SPECK_CACHE_DIR", "/tmp/a")
+    assert CACHE_DIR.value == "/tmp/a"
+    with Context(SPECK_CACHE_DIR="/tmp/b"):
+        assert CACHE_DIR.value == "/tmp/b"
+    monkeypatch.setenv("SPECK_CACHE_DIR", "/tmp/c")
+    assert CACHE_DIR.value == "/tmp/c"  # the Context's value did not stick

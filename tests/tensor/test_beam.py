@@ -18,7 +18,7 @@ from speck.tensor import realize as R
 def fresh(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     return tmp_path
 
 

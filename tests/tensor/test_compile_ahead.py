@@ -26,7 +26,7 @@ def fresh_programs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
     monkeypatch.setattr(R, "_ahead", {})
-    monkeypatch.setattr(R, "COMPILE_THREADS", 1)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 1)
     yield
 
 
@@ -79,7 +79,7 @@ def test_ahead_compiled_objects_equal_serial_ones(spy: SpyCompiler) -> None:
 
 
 def test_serial_mode_compiles_on_the_calling_thread(spy: SpyCompiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     out, want = softmax_net(1)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
     assert spy.calls and all(t == threading.current_thread().name for _, t in spy.calls)
@@ -87,7 +87,7 @@ def test_serial_mode_compiles_on_the_calling_thread(spy: SpyCompiler, monkeypatc
 
 def _kernel_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the kernels the schedule of softmax_net(seed) compiles, in run order (a serial dry run)."""
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     dry = SpyCompiler(Device["CPU"].compiler)
     with monkeypatch.context() as m:
         m.setattr(Device["CPU"].backend, "_compiler", dry)
@@ -102,7 +102,7 @@ def _failure(seed: int, reject: str, threads: int, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(Device["CPU"].backend, "_compiler", s)
     monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
     monkeypatch.setattr(R, "_ahead", {})
-    monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", threads)
     out, _ = softmax_net(seed)
     GlobalCounters.reset()
     with pytest.raises(CompileError) as ei:
@@ -138,7 +138,7 @@ def test_lowering_error_is_raised_when_its_kernel_runs(monkeypatch: pytest.Monke
     for threads in (0, 1):
         monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
         monkeypatch.setattr(R, "_ahead", {})
-        monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+        monkeypatch.setattr(R.COMPILE_THREADS, "value", threads)
         out, _ = softmax_net(3)
         GlobalCounters.reset()
         with pytest.raises(RuntimeError, match=f"lowering {reject} failed on purpose") as ei:

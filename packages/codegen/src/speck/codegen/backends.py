@@ -12,7 +12,6 @@ expensive work): the x86 backend falls back to LLVM for forms it does not select
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import UnknownBackendError, UnsupportedOpError
+from speck.codegen.settings import FP_CONTRACT
 
 if TYPE_CHECKING:
     from speck.codegen.program import ProgramSpec
@@ -143,7 +143,7 @@ def _llvm_renderer() -> Renderer:
     from speck.codegen.renderer.llvmir import LLVMRenderer
 
     # FP_CONTRACT=1 (the default, as BLAS libraries do): the renderer may fuse a*b+c into one FMA
-    return LLVMRenderer(fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0"))
+    return LLVMRenderer(fp_contract=bool(FP_CONTRACT.value))
 
 
 def _llvm_compiler() -> Compiler:
@@ -168,14 +168,14 @@ def _clang_compiler() -> Compiler:
 # (a kernel it refuses late, while selecting, compiles on LLVM), so the registry must not import them.
 def _x86_renderer() -> Renderer:
     renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
-        fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0")  # fused multiply-add, as the LLVM path
+        fp_contract=bool(FP_CONTRACT.value)  # fused multiply-add, as the LLVM path
     )
     return renderer
 
 
 def _x86_avx2_renderer() -> Renderer:
     renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
-        fp_contract=os.environ.get("FP_CONTRACT", "1") not in ("", "0"), avx512=False
+        fp_contract=bool(FP_CONTRACT.value), avx512=False
     )
     return renderer
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from speck.hcq.errors import CopySizeError, HCQError, OutOfMemoryError
 from speck.hcq.memory import HostMemory
+from speck.hcq.settings import LRU
 
 
 class _GlobalMemory:
@@ -141,11 +142,12 @@ class Allocator:
         MEMORY.add(nbytes)
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
-        """Give an allocation back: into the LRU cache when options.lru, else to the OS. Safe from a finalizer
+        """Give an allocation back: into the LRU cache when options.lru (and the LRU setting), else to the OS. Safe
+        from a finalizer
         that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
         thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
         lock = self._lock
-        if options.lru and nbytes <= self.cache_cap and not self._pending and lock.acquire(blocking=False):
+        if options.lru and nbytes <= self.cache_cap and LRU.value and not self._pending and lock.acquire(False):
             # the hot path (_release_pending for one allocation, inlined): into the LRU cache
             try:
                 self.mem_used -= nbytes
@@ -190,7 +192,7 @@ class Allocator:
                 opaque, nbytes, options = pending.pop()
                 self.mem_used -= nbytes
                 freed += nbytes
-                if not (options.lru and nbytes <= self.cache_cap):
+                if not (options.lru and nbytes <= self.cache_cap and LRU.value):
                     self._free(opaque, nbytes, options)
                     continue
                 key = (nbytes, options)

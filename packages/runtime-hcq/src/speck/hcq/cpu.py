@@ -31,27 +31,29 @@ from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS, CPUGraph, next_retune_inter
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.registry import numbered, register_device
+from speck.hcq.settings import CHUNK_S as _CHUNK_S
+from speck.hcq.settings import CPU_MEM_LIMIT, NUM_CPU_THREADS
+from speck.hcq.settings import PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
+from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
+from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
 from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
-from speck.uop import ContextVar
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
 
 # kernels touching less than this many bytes and doing fewer estimated flops run on one thread: waking workers
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
-PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
-PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
+PARALLEL_MIN_BYTES = int(_PARALLEL_MIN_BYTES.value)
+PARALLEL_MIN_FLOPS = int(_PARALLEL_MIN_FLOPS.value)
 # a slice is run in pieces that grow until one takes about this long: the delay before an interrupt is honoured
-CHUNK_S = float(os.environ.get("CPU_CHUNK_S", "0.05"))
+CHUNK_S = float(_CHUNK_S.value)
 # a kernel split across workers is cut into this many parts per worker, taken in turn: on a shared machine a worker
 # whose core runs another process delays the kernel by one part, not by its whole slice (a+b over 16M float32 with
 # the second core busy: static halves wait for the slow one)
-PARTS_PER_THREAD = int(os.environ.get("CPU_PARTS_PER_THREAD", "8"))
+PARTS_PER_THREAD = int(_PARTS_PER_THREAD.value)
 # ...for kernels estimated at least this big (a part is a call of its own: smaller kernels keep one slice per worker)
 PARTS_MIN_BYTES = 16 << 20
 PARTS_MIN_FLOPS = 1 << 26
-# worker threads per CPU device (0: the cores this process may run on); CPU_THREADS is the older spelling
-NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS", "0") or 0))
 
 
 def usable_cores() -> int:
@@ -328,7 +330,7 @@ class CPUDevice(DeviceBase):
     def __init__(self, name: str) -> None:
         suffix = name.partition(":")[2]
         self.backend_name = suffix if suffix in host_backends() else host_backends()[0]
-        limit_env = os.environ.get("CPU_MEM_LIMIT")
+        limit_env = str(CPU_MEM_LIMIT.value)
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
         self.allocator.limit_setting = "CPU_MEM_LIMIT"

@@ -12,7 +12,7 @@ from speck.hcq import runner
 from speck.hcq.allocator import Allocator, check_copy_size
 from speck.hcq.errors import ElfLinkError, HCQError
 from speck.hcq.queue import Engine, HWQueue, ProfileEvent
-from speck.hcq.runner import PROFILE
+from speck.hcq.settings import PROFILE
 from speck.uop import DEBUG
 
 if TYPE_CHECKING:

@@ -16,7 +16,6 @@ exec command, so queue order, signals and `synchronize` behave as for a single k
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from speck.hcq.buffer import Buffer
 from speck.hcq.errors import ElfLinkError, HCQError, ProgramArgumentError
 from speck.hcq.queue import EXEC
+from speck.hcq.settings import CPU_GRAPH_WORKERS
 
 if TYPE_CHECKING:
     from speck.hcq.cpu import CPUDevice, CPUProgram
@@ -317,7 +317,7 @@ class CPUGraph:
         self.nworkers = 1  # the most workers any command splits across
         # worker count for runs: None chooses by timing the first runs (see run); 1 runs every command on worker 0;
         # $CPU_GRAPH_WORKERS sets it for every new graph
-        self.workers: int | None = int(os.environ.get("CPU_GRAPH_WORKERS", "0") or 0) or None
+        self.workers: int | None = int(CPU_GRAPH_WORKERS.value) or None
         self._chosen: int | None = None
         self._last_workers = 1
         self._since_tuned = 0

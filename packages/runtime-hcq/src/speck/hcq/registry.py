@@ -13,13 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.errors import DeviceNotFoundError
-from speck.uop import ContextVar
+from speck.hcq.settings import DEV
 
 if TYPE_CHECKING:
     from speck.hcq.device import DeviceBase
-
-# the default device, as a DEV target ("CPU", "CPU:X86", "NULL"; see parse_dev); "" means CPU
-DEV = ContextVar("DEV", "")
 
 
 # ---------------- device kinds: the plugin hook ----------------

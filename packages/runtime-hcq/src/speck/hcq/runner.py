@@ -32,17 +32,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
 from speck.hcq.queue import EXEC
-from speck.uop import DEBUG, ContextVar, UOp
+from speck.hcq.settings import PROFILE
+from speck.uop import DEBUG, UOp
 from speck.uop.symbolic import sym_infer
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
-
-
-# record every call (kernels, copies) as an Event, and a ProfileEvent per command on devices opened while it is on;
-# PROFILE=<path> (any value but "", "0", "1") also has speck.tensor write the trace there at exit
-PROFILE = ContextVar("PROFILE", "0")
 
 
 # ---------------- calls ----------------

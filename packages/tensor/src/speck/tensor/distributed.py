@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.errors import DistributedError as DistributedError
+from speck.tensor.settings import MPI_BUCKET_BYTES, MPI_TIMEOUT
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
-BUCKET_BYTES = int(os.environ.get("SPECK_MPI_BUCKET_BYTES", str(4 << 20)))
+BUCKET_BYTES = int(MPI_BUCKET_BYTES.value)
 
 
 @dataclass
@@ -82,7 +83,7 @@ def init(timeout: float | None = None) -> None:
     MPI = _mpi()
     comm = MPI.COMM_WORLD
     comm.Set_errhandler(MPI.ERRORS_RETURN)  # an error comes back as an exception instead of aborting the job
-    limit = float(os.environ.get("SPECK_MPI_TIMEOUT", "120")) if timeout is None else timeout
+    limit = float(MPI_TIMEOUT.value) if timeout is None else timeout
     w = _World(MPI, comm, comm.Get_rank(), comm.Get_size(), [], limit)
     me = np.array([os.getpid()], dtype=np.int64)
     pids = np.zeros(w.size, dtype=np.int64)

@@ -33,19 +33,16 @@ from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad us
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data
-from speck.tensor.settings import JIT
+from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
 from speck.tensor.writes import _DEFERRED
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
-from speck.uop import Ops, UOp, getenv
+from speck.uop import Ops, UOp
 from speck.uop.helpers import prod
 
-# 0: replay every captured call on its own (the per-kernel path), e.g. to compare; read at each replay
-BATCH = getenv("JIT_BATCH", 1)
 # 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
-UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 R = TypeVar("R")
 
@@ -53,7 +50,7 @@ R = TypeVar("R")
 def check_read_allowed(what: str) -> None:
     """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
     Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
-    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
+    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER.value:
         raise JitError(
             f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
             "replays). Return the tensor from the jitted function and read it outside, or run the read under "
@@ -324,7 +321,7 @@ class CapturedJit:
         plan = self.plan
         if plan is None:
             plan = self._build()
-        plan.batch_from = 0 if BATCH and JIT.value < 2 else 1 << 62  # (read at each replay: JIT=2 replays call by call)
+        plan.batch_from = 0 if JIT.value < 2 else 1 << 62  # (read at each replay: JIT=2 replays call by call)
         data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with keys made once
         if mapping is self._mapped:  # the same mapping again (TinyJit's unchecked replays): the keys are ready
             bufs: list[Any] = list(map(data.get, self._mapped_keys))

@@ -18,7 +18,8 @@ import os
 import time
 from typing import Any
 
-from speck.hcq.runner import EVENTS, PROFILE, Event, tracing
+from speck.hcq.runner import EVENTS, Event, tracing
+from speck.hcq.settings import PROFILE
 
 
 def enabled() -> bool:

@@ -9,7 +9,6 @@ modules'; they build results through the registered class (speck.tensor.hook), n
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorVal
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
 from speck.tensor.schedule import base_buffer, view_offset
+from speck.tensor.settings import SEED
 from speck.uop import DType, Ops, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 DTypeLike = DType | str
 
-_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF))}
+_RNG: dict[str, int] = {"seed": int(SEED.value) if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF}
 # device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
 # in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
 _RNG_STATE: dict[str, UOp] = {}

@@ -39,8 +39,17 @@ from speck.tensor.schedule import (
     realized_cache,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
-from speck.tensor.settings import ALLOW_DEVICE_USAGE, CAPTURING
-from speck.uop import DEBUG, GroupOp, Ops, UOp, getenv
+from speck.tensor.settings import (
+    ALLOW_DEVICE_USAGE,
+    CAPTURING,
+    COMPILE_THREADS,
+    MAX_BUFFER_SIZE,
+    NUMPY_FALLBACK,
+    NUMPY_FALLBACK_LIMIT,
+    PROGRAM_CACHE,
+    USE_CODEGEN,
+)
+from speck.uop import DEBUG, GroupOp, Ops, UOp
 from speck.uop.helpers import prod
 from speck.uop.symbolic import sym_infer
 from speck.uop.uop import register_service
@@ -56,9 +65,17 @@ def get_buffer(buf: UOp) -> Any:
             b = get_buffer(base).view(int(buf.arg), buf.dtype, offset)
         else:
             dev = buffer_device(buf)  # speck dtype below: what codegen's BufferArgs name
+            if MAX_BUFFER_SIZE.value:
+                check_buffer_size(int(buf.arg), buf.dtype, dev)
             b = _HcqBuffer(dev, int(buf.arg), buf.dtype, _file_options(dev))
         buffer_map[buf] = b
     return b
+
+
+def check_buffer_size(n: int, dtype: Any, device: str) -> None:
+    if n > (limit := int(MAX_BUFFER_SIZE.value)) > 0:
+        raise RuntimeError(f"a buffer of {n} {dtype} elements on {device} is larger than MAX_BUFFER_SIZE={limit}; "
+                           "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
 register_service("uop_buffer", get_buffer)
@@ -92,12 +109,8 @@ def buffer_numpy(buf: UOp) -> np.ndarray:
 
 
 # ---------------- programs ----------------
-# 1: when codegen can't compile a kernel, run it through the numpy evaluator instead of raising. Off by default so
-# a codegen gap is a visible error, never a silently slow (or differently rounded) result.
-COMPILE_FALLBACK = getenv("SPECK_NUMPY_FALLBACK", 0)
-USE_CODEGEN = getenv("SPECK_CODEGEN", 1)
-NUMPY_FALLBACK_LIMIT = getenv("SPECK_NUMPY_FALLBACK_LIMIT", 1 << 27)  # grid points the evaluator may materialise
-PROGRAM_CACHE_SIZE = getenv("SPECK_PROGRAM_CACHE", 1024)  # loaded programs kept; the least recently used go first
+# SPECK_NUMPY_FALLBACK=1: when codegen can't compile a kernel, run it through the reference interpreter instead of
+# raising. Off by default so a codegen gap is a visible error, never a silently slow (or differently rounded) result.
 
 
 class Kernel:
@@ -132,10 +145,10 @@ class Interpret:
 
     def __call__(self, bufs: list[Any], var_vals: Mapping[str, int]) -> None:
         grid = prod(int(sym_infer(r.src[0], dict(var_vals))) for r in self.ast.toposort() if r.op is Ops.RANGE)
-        if grid > NUMPY_FALLBACK_LIMIT:
+        if grid > NUMPY_FALLBACK_LIMIT.value:
             raise RuntimeError(
                 f"kernel {self.name} has {grid} iterations, too many for the numpy fallback (limit "
-                f"{NUMPY_FALLBACK_LIMIT}); codegen could not compile it: {self.reason}"
+                f"{NUMPY_FALLBACK_LIMIT.value}); codegen could not compile it: {self.reason}"
             )
         eval_ast(self.ast, [host_array(b, dt) for b, dt in zip(bufs, self.dtypes)], dict(var_vals))
 
@@ -176,7 +189,7 @@ class ProgramCache(OrderedDict[tuple[str, UOp], Any]):
 
 # keyed by the AST node itself: ASTs are hash-consed, so rebuilding the same kernel gives the same object and the
 # lookup is a dict hit (the cache keeps the AST alive); the content hash `ast.key` is for on-disk caches
-_program_cache = ProgramCache(PROGRAM_CACHE_SIZE)
+_program_cache = ProgramCache(int(PROGRAM_CACHE.value))
 
 
 def program(device: str, ast: UOp) -> Kernel | Interpret:
@@ -187,11 +200,11 @@ def program(device: str, ast: UOp) -> Kernel | Interpret:
     if device not in _KERNEL_DEVICES:
         _check_runs_kernels(device, ast)  # before the numpy fallback could compute it on the host
     prog: Kernel | Interpret
-    if USE_CODEGEN:
+    if USE_CODEGEN.value:
         try:
             prog = _compile_codegen(ast, device)
         except Exception as e:  # opt-in fallback (SPECK_NUMPY_FALLBACK=1), said under DEBUG
-            if not COMPILE_FALLBACK:
+            if not NUMPY_FALLBACK.value:
                 raise
             if DEBUG >= 1:
                 print(f"speck.tensor: codegen could not compile {kernel_name(ast)} for {device}: {e!r}; using numpy")
@@ -222,7 +235,7 @@ def _compile_codegen(ast: UOp, device: str) -> Kernel:
 def _beam_args(dev: Any) -> dict[str, Any]:
     """With BEAM>=1, kernels are searched by timing candidates on their own device (Device.time_program), cached on
     disk under the device's name and architecture."""
-    from speck.codegen.opt import BEAM
+    from speck.codegen.settings import BEAM
 
     return {"beam_timer": dev.time_program, "beam_tag": f"{dev.name}|{dev.arch}"} if BEAM >= 1 else {}
 
@@ -267,7 +280,6 @@ def _check_runs_kernels(device: str, ast: UOp) -> None:
 # of lowering, ~3 s of LLVM CPU for 103 kernels; one in-process LLVM thread was the critical path). gcc/clang compile
 # on the pool's threads. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at most 4); 0 compiles each
 # kernel when it is first run instead.
-COMPILE_THREADS = getenv("SPECK_COMPILE_THREADS", -1)
 _ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
 _compile_pool: Any = None
 
@@ -279,12 +291,12 @@ def _compile_ahead(kernels: Iterable[tuple[str, UOp]]) -> None:
     error (or the numpy fallback) happens where it would without compiling ahead."""
     global _compile_pool
     todo = {key: None for key in kernels if key not in _program_cache and key not in _ahead}
-    if len(todo) < 2 or not USE_CODEGEN or not COMPILE_THREADS:
+    if len(todo) < 2 or not USE_CODEGEN.value or not COMPILE_THREADS.value:
         return
     if _compile_pool is None:
         from speck.codegen.compiler.pool import CompilePool
 
-        _compile_pool = CompilePool(None if COMPILE_THREADS < 0 else COMPILE_THREADS)
+        _compile_pool = CompilePool(None if COMPILE_THREADS.value < 0 else int(COMPILE_THREADS.value))
     inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
     for device, ast in todo:
         try:
@@ -412,6 +424,9 @@ def realize_graph(u: UOp, device: str) -> UOp:
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
+            if MAX_BUFFER_SIZE.value:
+                for d, n, dt in sched.fresh:
+                    check_buffer_size(n, dt, d)
             for d, n, dt in sched.fresh:
                 bufs.append(_HcqBuffer(d, n, dt))
             _runner.run(plan, bufs)

@@ -18,7 +18,8 @@ from speck.tensor.schedule import (
     new_buffer_uop,
     realized_data,
 )
-from speck.uop import Ops, UOp, getenv
+from speck.tensor.settings import PROGRAM_CACHE, SCACHE
+from speck.uop import Ops, UOp
 
 
 @dataclass(eq=False)
@@ -70,7 +71,7 @@ class _LRU(OrderedDict[Any, CachedSchedule]):
             self.popitem(last=False)
 
 
-_schedule_cache = _LRU(getenv("SPECK_PROGRAM_CACHE", 1024))
+_schedule_cache = _LRU(int(PROGRAM_CACHE.value))
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
@@ -120,6 +121,8 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
 
 def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | None] | None:
     """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
+    if not SCACHE.value:
+        return None
     sig = _signature(u)
     if sig is None:
         return None
@@ -138,7 +141,7 @@ def schedule_with_cache(
         return found[2].instantiate(found[1])
     sched = Scheduler(device)
     view = sched.realize(u)
-    if found is not None and view.op in (Ops.RESHAPE, Ops.BUFFER):
+    if found is not None and SCACHE.value and view.op in (Ops.RESHAPE, Ops.BUFFER):
         out_buf = view if view.op is Ops.BUFFER else view.src[0]
         in_pos = {b: i for i, b in enumerate(found[1])}
         made: dict[UOp, int] = {}

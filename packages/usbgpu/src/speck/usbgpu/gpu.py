@@ -11,12 +11,12 @@ ever written to it, and the copy paths raise GpuBringUpNotImplemented.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from speck.usbgpu.bridge import GPU_BUS, Bridge, PcieInfo, Transport
 from speck.usbgpu.errors import GpuBringUpNotImplemented, PcieSetupError
 from speck.usbgpu.sdma import DOORBELL_INDEX, RING_SIZE, SdmaRing, Timeline
+from speck.usbgpu.settings import COPYIN, F4GATE, ZEROCOPY
 from speck.usbgpu.vram import VramHeap
 
 SRAM_PCIE, SQ_PCIE, CQ_PCIE = 0x200000, 0x820000, 0x822000
@@ -103,13 +103,13 @@ class GpuOptions:
         zero_copy: bool | None = None,
     ) -> GpuOptions:
         """Explicit arguments win over the environment (USB_COPYIN=g0|g3, USB_F4GATE=0|1, USB_ZEROCOPY=0|1)."""
-        mode = mode or os.environ.get("USB_COPYIN", "g3").lower()
+        mode = mode or COPYIN.value.lower()
         if mode not in ("g3", "g0"):
             raise ValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
         if f4gate is None:
-            f4gate = os.environ.get("USB_F4GATE", "1") != "0"
+            f4gate = F4GATE.value != "0"
         if zero_copy is None:
-            zero_copy = os.environ.get("USB_ZEROCOPY", "1") != "0"
+            zero_copy = ZEROCOPY.value != "0"
         if poll_limit is not None and (isinstance(poll_limit, bool) or not isinstance(poll_limit, int)):
             raise TypeError(f"poll_limit must be an int, got {type(poll_limit).__name__}")
         if poll_limit is not None and poll_limit <= 0:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from speck.codegen.errors import CacheEntryError, CacheWarning
+from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
 
 MAGIC = b"SPECKCAC"
@@ -48,7 +49,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 def cache_root() -> pathlib.Path:
     """Where speck's on-disk caches live: `$SPECK_CACHE_DIR`, else `~/.cache/speck`."""
-    root = os.environ.get("SPECK_CACHE_DIR")
+    root = str(CACHE_DIR.value)
     return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
 
 
@@ -179,7 +180,7 @@ class DiskCache:
         if not cache_enabled():
             return None
         check_name(key, "key")
-        name = os.path.join(os.environ.get("SPECK_CACHE_DIR") or cache_root(), self.namespace, key)  # no Path: hot
+        name = os.path.join(str(CACHE_DIR.value) or cache_root(), self.namespace, key)  # no Path: hot
         try:
             with open(name, "rb") as f:
                 blob = f.read()
