@@ -6,8 +6,10 @@
     spec = be.to_program(ast)             # lowered, rendered and compiled for this backend
 
 A new backend is one `register_backend(Backend(name, renderer_factory, compiler_factory))` call. `fallback` names
-the backend that renders a kernel this backend's renderer refuses early (raising UnsupportedOpError before doing
-expensive work): the x86 backend falls back to LLVM for forms it does not select, one kernel at a time."""
+the backend that renders a kernel this backend refuses: its renderer early (UnsupportedOpError, before expensive
+work), or its compiler late (CompileRefused: the x86 selector meets a form it has no rule for). The registry decides
+before the object exists, so a program's source always describes its object: the x86 backend falls back to LLVM
+for forms it does not select, one kernel at a time."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import UnknownBackendError, UnsupportedOpError
+from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
 from speck.codegen.settings import FP_CONTRACT
 
 if TYPE_CHECKING:
@@ -86,19 +88,27 @@ class Backend:
         goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates.
         `beam_timer`/`beam_tag`: BEAM's candidate timer and its device's name (see speck.codegen.opt.search)."""
         from speck.codegen.program import to_program
-        from speck.uop import DEBUG
 
         try:
             return to_program(ast, self.renderer, self.compiler if compile else None, beam_timer=beam_timer,
                               beam_tag=beam_tag)  # fmt: skip
-        except UnsupportedOpError as e:
-            # a refusal may name the backend to try first (the AVX-512 x86 renderer's: the AVX2 one)
-            fallback = getattr(e, "fallback", None) or self.fallback
-            if fallback is None:
-                raise
-            if DEBUG >= 2:
-                print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {fallback}")
-            return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
+        except (UnsupportedOpError, CompileRefused) as e:
+            return self.refused(ast, e, compile, beam_timer, beam_tag)
+
+    def refused(self, ast: UOp, refusal: Exception, compile: bool = True, beam_timer: Any = None,
+                beam_tag: str = "") -> ProgramSpec:  # fmt: skip
+        """The program of a kernel this backend refused (its renderer, or its compiler later: a compile ahead's
+        CompileRefused comes here), from the backend the refusal names or this one's fallback; the refusal is raised
+        again when there is none."""
+        from speck.uop import DEBUG
+
+        # a refusal may name the backend to try first (the AVX-512 x86 renderer's: the AVX2 one)
+        fallback = getattr(refusal, "fallback", None) or self.fallback
+        if fallback is None:
+            raise refusal
+        if DEBUG >= 2:
+            print(f"speck.codegen: {self.name} refused a kernel ({refusal}); rendering it with {fallback}")
+        return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
 
     def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
         """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""

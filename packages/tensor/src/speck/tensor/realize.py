@@ -20,6 +20,7 @@ from weakref import ref as _ref
 
 import numpy as np
 
+from speck.codegen.errors import CompileRefused
 from speck.codegen.interpret import eval_ast
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.numeric import storage_np
@@ -224,9 +225,12 @@ def program(device: str, ast: UOp) -> Kernel | Interpret:
 def _compile_codegen(ast: UOp, device: str) -> Kernel:
     dev = Device[device]
     ahead = _ahead.pop((device, ast), None)
-    if ahead is not None:  # lowered by _compile_ahead; its object comes from the compile thread
+    if ahead is not None:  # lowered by _compile_ahead; its object comes from the compile pool
         spec, fut = ahead
-        spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial compile would
+        try:
+            spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial one would
+        except CompileRefused as e:  # the compiler refused it late: the registry renders it with the fallback
+            spec = dev.backend.refused(ast, e, **_beam_args(dev))
     else:
         spec = dev.backend.to_program(ast, **_beam_args(dev))
     return Kernel(spec, dev.load_program(spec), ast)
