@@ -29,7 +29,9 @@ LAUNCH_CALLS = frozenset({"submit_exec", "enqueue", "run_batch", "add_exec", "ad
 LAUNCH_HOMES = frozenset({"speck.hcq.runner", "speck.hcq.queue", "speck.hcq.graph", "speck.hcq.cpu",
                           "speck.hcq.program", "speck.hcq.python_device", "speck.hcq.null"})  # fmt: skip
 # the settings modules: the only code that reads the environment for settings
-SETTINGS_HOMES = frozenset({"speck.uop.settings", "speck.uop.helpers", "speck.usbgpu.settings"})
+# (speck.usbgpu._build_helper is a build script: it runs in the build backend, before any speck package imports)
+SETTINGS_HOMES = frozenset({"speck.uop.settings", "speck.uop.helpers", "speck.usbgpu.settings",
+                            "speck.usbgpu._build_helper"})  # fmt: skip
 DEVICE_KINDS = ("DISK", "USB", "CPU", "NULL", "PYTHON", "NPY", "AMD", "CUDA", "METAL", "GPU")
 
 

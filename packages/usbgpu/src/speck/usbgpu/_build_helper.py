@@ -18,9 +18,6 @@ from pathlib import Path
 
 from cffi import FFI
 
-from speck.usbgpu.settings import C_HELPERS as C_HELPERS_DIR
-from speck.usbgpu.settings import CC, CFLAGS
-
 # The C sources of both modules, in c_helpers/ (the repository's top level, or the copy inside an sdist).
 C_HELPER_FILES = (
     "usbgpu_helper.c",
@@ -44,7 +41,7 @@ COMPILER_PACKAGES = (
 def find_c_helpers() -> Path:
     """c_helpers/ next to src/ (inside an sdist) or at the repository root (two levels above packages/usbgpu)."""
     here = Path(__file__).resolve()
-    candidates = [Path(C_HELPERS_DIR.value)] if C_HELPERS_DIR.is_set else []
+    candidates = [Path(os.environ["SPECK_C_HELPERS"])] if os.environ.get("SPECK_C_HELPERS") else []
     candidates += [p / "c_helpers" for p in here.parents]
     for c in candidates:
         if all((c / n).is_file() for n in C_HELPER_FILES):
@@ -67,7 +64,7 @@ def require_c_compiler() -> None:
     compiler = new_compiler()
     customize_compiler(compiler)
     command = list(getattr(compiler, "compiler_so", None) or ["cc"])
-    where = "the CC environment variable" if CC.is_set else "Python's build configuration (sysconfig CC)"
+    where = "the CC environment variable" if os.environ.get("CC") else "Python's build configuration (sysconfig CC)"
     if shutil.which(command[0]) is None:
         raise DistutilsPlatformError(
             f"speck-usbgpu needs a C compiler to build its two C extensions (the async USB helper and the "
@@ -94,7 +91,7 @@ def _package_version() -> str:
 C_HELPERS = find_c_helpers()
 VERSION = _package_version()
 # SPECK_USBGPU_CFLAGS adds flags for development builds (e.g. "-fsanitize=address -g").
-_CFLAGS = ["-O2", "-Wall", "-Wno-unused-function", *CFLAGS.value.split()]
+_CFLAGS = ["-O2", "-Wall", "-Wno-unused-function", *os.environ.get("SPECK_USBGPU_CFLAGS", "").split()]
 _LDFLAGS = [f for f in _CFLAGS if f.startswith("-fsanitize")]
 
 ffibuilder = FFI()

@@ -1,7 +1,8 @@
-"""speck.usbgpu's settings, the only code of the package that reads the environment. speck.usbgpu stands alone (it
-imports no other speck package), so its table is its own, shaped like speck.uop.settings': each setting declared
-once with its default, the modules that read it and what it does. All are read at each use: the simulator and the
-test harnesses set them for the process as it runs."""
+"""speck.usbgpu's settings, the only code of the package that reads the environment at run time (the build script,
+_build_helper.py, runs in the build backend before the package is importable and reads its own build knobs:
+SPECK_C_HELPERS, CC, SPECK_USBGPU_CFLAGS). speck.usbgpu stands alone (it imports no other speck package), so its
+table is its own, shaped like speck.uop.settings': each setting declared once with its default, the modules that read
+it and what it does. All are read at each use: the simulator and the test harnesses set them as the process runs."""
 
 from __future__ import annotations
 
@@ -36,14 +37,6 @@ def declare(name: str, default: str, readers: tuple[str, ...], doc: str) -> Sett
     return s
 
 
-C_HELPERS = declare("SPECK_C_HELPERS", "", ("speck.usbgpu._build_helper",), "where the c_helpers sources are")
-CC = declare("CC", "", ("speck.usbgpu._build_helper",), "the C compiler building the helper (named in errors)")
-CFLAGS = declare(
-    "SPECK_USBGPU_CFLAGS",
-    "",
-    ("speck.usbgpu._build_helper",),
-    "extra flags for development builds of the helper (e.g. -fsanitize=address -g)",
-)
 LOCK_DIR = declare("SPECK_USB_LOCK_DIR", "", ("speck.usbgpu.devlock",), "where device lock files go (default /tmp)")
 COPYIN = declare("USB_COPYIN", "g3", ("speck.usbgpu.gpu",), "the copy-in mode: g3 or g0")
 F4GATE = declare("USB_F4GATE", "1", ("speck.usbgpu.gpu",), "0: no F4 gate")
