@@ -81,6 +81,7 @@ def is_relocatable_x86_64(obj: bytes) -> bool:
 
 
 @needs_cc
+@pytest.mark.c_backend
 @pytest.mark.parametrize("make, src", [(lambda: LLVMCompiler(), ADD_IR), (lambda: ClangCompiler(), ADD_C)])
 def test_compilers_produce_objects_that_compute(make, src: str) -> None:  # type: ignore[no-untyped-def]
     obj = make().compile(src)
@@ -149,6 +150,7 @@ def test_llvm_compile_error_has_the_message_and_source() -> None:
 
 
 @needs_cc
+@pytest.mark.c_backend
 def test_c_compile_error_has_the_message_and_source() -> None:
     bad = "void k(float *o) {\n  o[0] = undefined_thing;\n}\n" + "\n".join(f"// line {i}" for i in range(40))
     with pytest.raises(CompileError) as ei:
@@ -159,6 +161,7 @@ def test_c_compile_error_has_the_message_and_source() -> None:
 
 
 @needs_cc
+@pytest.mark.c_backend
 def test_clang_flags_are_documented_and_used() -> None:
     c = ClangCompiler()
     doc = ClangCompiler.__doc__ or ""

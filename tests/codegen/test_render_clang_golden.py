@@ -78,10 +78,10 @@ LITERALS: list[tuple[Any, DType, str]] = [
     (200, dtypes.uint8, "(unsigned char)200"),
     (-300, dtypes.int16, "(short)-300"),
     (65535, dtypes.uint16, "(unsigned short)65535"),
-    (1.0, dtypes.float16, "(_Float16)1.0f"),
-    (0.1, dtypes.float16, "(_Float16)0.099975586f"),
-    (70000.0, dtypes.float16, "(_Float16)__builtin_inff()"),
-    (math.nan, dtypes.float16, '(_Float16)__builtin_nanf("")'),
+    (1.0, dtypes.float16, "__speck_f32_to_f16(1.0f)"),
+    (0.1, dtypes.float16, "__speck_f32_to_f16(0.099975586f)"),
+    (70000.0, dtypes.float16, "__speck_f32_to_f16(__builtin_inff())"),
+    (math.nan, dtypes.float16, '__speck_f32_to_f16(__builtin_nanf(""))'),
     (1.0, dtypes.bfloat16, "__speck_f32_to_bf16(1.0f)"),
     (0.1, dtypes.bfloat16, "__speck_f32_to_bf16(0.100097656f)"),
     (-math.inf, dtypes.bfloat16, "__speck_f32_to_bf16(-__builtin_inff())"),
@@ -223,7 +223,8 @@ def test_kernel_golden(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_golden_kernels_compile_to_objects(name: str, tmp_path: pathlib.Path, monkeypatch: Any) -> None:
+def test_golden_kernels_compile_to_objects(name: str, tmp_path: pathlib.Path, monkeypatch: Any, c_compiler: str
+                                           ) -> None:  # fmt: skip
     """Each golden is valid C for the production compiler (an ELF relocatable defining the kernel symbol) and,
     rendered as LLVM IR, compiles through LLVMCompiler too. Neither object needs any external symbol: no libgcc
     half/bfloat helpers (__nehf2, __extendhfdf2, __truncdfhf2...), no libm, nothing for the loader to resolve."""
@@ -243,7 +244,7 @@ def test_golden_kernels_compile_to_objects(name: str, tmp_path: pathlib.Path, mo
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_golden_kernels_run_like_the_interpreter(name: str) -> None:
+def test_golden_kernels_run_like_the_interpreter(name: str, c_compiler: str) -> None:
     uops = KERNELS[name]()
     g = np.random.default_rng(7)
     bufs = []

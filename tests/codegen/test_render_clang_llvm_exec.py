@@ -29,7 +29,7 @@ from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, cast_value, dtypes
 
 # the interpreter's numpy casts of out-of-range values warn by design; the results are still exact
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"), pytest.mark.c_backend]
 
 # ---------------------------------------------------------------------------------------------------------------------
 # building linear programs by hand

@@ -58,7 +58,10 @@ def program(device: str, kernel: str) -> Program:
     return Device[device].load_program(to_program(ast, renderer_for(device)))
 
 
-@pytest.mark.parametrize("device", DEVICES)
+C_MARKED = [pytest.param(d, marks=pytest.mark.c_backend) if d == "CPU:CLANG" else d for d in DEVICES]
+
+
+@pytest.mark.parametrize("device", C_MARKED)
 def test_saxpy_matches_numpy(device: str) -> None:
     prog = program(device, "saxpy")
     rng = np.random.default_rng(0)
@@ -70,6 +73,7 @@ def test_saxpy_matches_numpy(device: str) -> None:
     np.testing.assert_array_equal(O.numpy(), x * np.float32(2) + y)
 
 
+@pytest.mark.c_backend
 @pytest.mark.slow  # lowering + three compilers on the first example, then the interpreter per slice
 @given(n=st.integers(1, ROWS), threads=st.integers(1, 5), seed=st.integers(0, 2**16))
 @settings(max_examples=10)  # the PYTHON device interprets every slice: keep the example count small

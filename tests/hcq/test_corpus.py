@@ -66,6 +66,7 @@ def run_on(
 
 
 @pytest.mark.slow  # three lowerings and compilations per example
+@pytest.mark.c_backend
 @given(case=kernel_asts(max_depth=2), threads=st.integers(1, 4))
 @settings(max_examples=25)
 def test_corpus_agrees_across_devices(case: tuple[Any, list[np.ndarray], dict[str, int]], threads: int) -> None:

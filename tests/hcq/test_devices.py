@@ -154,6 +154,7 @@ needs_cc = pytest.mark.skipif(
 
 
 @needs_cc
+@pytest.mark.c_backend
 def test_clang_device_runs_c_kernels() -> None:
     dev = Device["CPU:CLANG"]
     prog = dev.runtime("add", dev.compiler.compile(ADD_C))
@@ -318,6 +319,7 @@ def test_spec_for_another_renderer_is_refused() -> None:
 
 
 @needs_cc
+@pytest.mark.c_backend
 @given(n=st.integers(1, 5000), threads=st.integers(1, 4), seed=st.integers(0, 2**16))
 @settings(max_examples=25)
 def test_llvm_and_clang_devices_agree(n: int, threads: int, seed: int) -> None:

@@ -129,7 +129,8 @@ def base(path: str) -> Base:
     return gcc_base() if path == "gcc" else codegen_base(path)
 
 
-PATHS = ["llvm", pytest.param("clang", marks=needs_gcc), "x86", pytest.param("gcc", marks=needs_gcc)]
+PATHS = ["llvm", pytest.param("clang", marks=[needs_gcc, pytest.mark.c_backend]), "x86",
+         pytest.param("gcc", marks=needs_gcc)]  # fmt: skip
 
 
 def check_no_wx(image: object, maps: bool = True) -> None:

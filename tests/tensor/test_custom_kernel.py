@@ -17,7 +17,7 @@ from speck.tensor.custom_kernel import CustomKernelError
 from speck.uop import AddrSpace, AxisType, UOp
 from tensor_helpers import FEW
 
-DEVICES = ["CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON"]
+DEVICES = ["CPU:LLVM", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
 
 
 # ---------------- kernels ----------------

@@ -562,6 +562,7 @@ def test_pooling_with_one_or_three_dim_kernels_takes_int_options_per_dim() -> No
     np.testing.assert_allclose(Tensor(y).max_pool2d((2, 2, 2)).numpy(), want)
 
 
+@pytest.mark.c_backend
 def test_conv_weight_gradients_on_the_c_backend_match_llvm() -> None:
     # the 5x5 weight gradient is register-blocked by 5 rows: 5-lane vectors, which C renders as 4 + 1 lanes
     from speck.tensor.nn.state import get_parameters

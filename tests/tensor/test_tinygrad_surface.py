@@ -149,7 +149,10 @@ def _run(spec, device: str, inputs: list[np.ndarray], out_size: int) -> np.ndarr
     return out.numpy().view(np.float32).copy()
 
 
-@pytest.mark.parametrize("device, renderer", [("CPU", None), ("CPU:CLANG", ClangRenderer), ("CPU:LLVM", LLVMRenderer)])
+@pytest.mark.parametrize(
+    "device, renderer",
+    [("CPU", None), pytest.param("CPU:CLANG", ClangRenderer, marks=pytest.mark.c_backend), ("CPU:LLVM", LLVMRenderer)],
+)
 def test_get_program_of_a_schedule_item_compiles_and_runs(device: str, renderer: type | None) -> None:
     ast, x, want = _schedule_item_ast()
     spec = get_program(ast, renderer() if renderer is not None else None)
@@ -157,6 +160,7 @@ def test_get_program_of_a_schedule_item_compiles_and_runs(device: str, renderer:
     np.testing.assert_allclose(_run(spec, device, [x], len(x)), want, rtol=1e-6)
 
 
+@pytest.mark.c_backend
 def test_get_program_applies_the_given_opts_and_rejects_bad_ones() -> None:
     ast, x, want = _schedule_item_ast()
     upcast = get_program(ast, ClangRenderer(), opts=[Opt(OptOps.UPCAST, 0, 4)])
@@ -192,6 +196,7 @@ def test_renderer_classes_are_the_devices_renderers() -> None:
         PTXRenderer()
 
 
+@pytest.mark.c_backend
 def test_compile_errors_are_compile_error() -> None:
     with pytest.raises(CompileError):
         Device["CPU:CLANG"].compiler.compile("this is not C {")

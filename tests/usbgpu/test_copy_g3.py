@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from speck.usbgpu.amd.sdma import nop
 from speck.usbgpu.api import UsbGpu
 from speck.usbgpu.copyin import CP_SIZE, CopyEngine
-from speck.usbgpu.sdma import nop
 from speck.usbgpu.sim.config import SimFaults, SimTiming
 from speck.usbgpu.sim.device import SimDevice
 
@@ -298,8 +298,11 @@ def test_copyin_larger_than_one_ring_build_runs_in_passes(monkeypatch: pytest.Mo
 
 
 def test_ring_batch_is_fence_flags_and_one_timeline_fence_and_templates_match_fresh_packets() -> None:
+    from speck.usbgpu.amd.sdma import FUNC_GE, fence, poll_regmem
+    from speck.usbgpu.amd.tables import SDMA
     from speck.usbgpu.copyin import PART
-    from speck.usbgpu.sdma import FUNC_GE, OP_COPY, OP_FENCE, OP_POLL_REGMEM, OP_WRITE, fence, poll_regmem
+
+    OP_COPY, OP_FENCE, OP_POLL_REGMEM, OP_WRITE = SDMA.OP_COPY, SDMA.OP_FENCE, SDMA.OP_POLL_REGMEM, SDMA.OP_WRITE
 
     with UsbGpu.open(sim=SimDevice()) as gpu:
         engine, timeline = gpu._copy, gpu.context.timeline

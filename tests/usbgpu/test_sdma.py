@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.usbgpu import sdma
+from speck.usbgpu.amd import sdma
 from speck.usbgpu.errors import GpuFenceTimeout
 
 addr64 = st.integers(0, 2**48 - 1)

@@ -8,9 +8,11 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simgpu import bring_up, submit
+from speck.usbgpu.amd.layout import SYS_VA
+from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.sim.config import (
     CQ_PCIE,
-    GPU_SYS_APERTURE,
     SQ_PCIE,
     SRAM_PCIE,
     SimFaults,
@@ -19,7 +21,8 @@ from speck.usbgpu.sim.config import (
 from speck.usbgpu.sim.device import SimDevice
 from speck.usbgpu.sim.model_api import TransferResult, TransferStatus, UsbDeviceModel
 
-SYS = GPU_SYS_APERTURE
+SYS = SYS_VA
+HEAP = 0x380000  # free VRAM inside the driver area the bring-up maps (VA = VRAM offset)
 
 
 def ctrl(
@@ -149,7 +152,7 @@ def test_read_arm_streams_only_after_a_gpu_write_to_the_cq_page() -> None:
     assert ctrl(d, 0x40, 0xF2, 2 | 0x8000, 1 << 8).status == TransferStatus.COMPLETED
     assert bulk_in(d, 1024, timeout_ms=20).status == TransferStatus.TIMED_OUT
     tid = d.submit("bulk", 0x81, None, b"", 1024, 1000)
-    d.gpu_write(SYS + CQ_PCIE + 12, bytes(4))
+    d.bus_write(CQ_PCIE + 12, bytes(4))
     res = dict(d.wait([tid], 1000))[tid]
     assert res.status == TransferStatus.COMPLETED and res.data == bytes(range(256)) * 4
 
@@ -160,7 +163,7 @@ def test_f4_packing_example_and_blocking_until_the_flag_reaches_the_target() -> 
     d.fabric.gpu.set_dword(0x04, 0x7)
     tid = d.submit("control", 0, struct.pack("<BBHHH", 0xC0, 0xF4, 0x0BE2, 0x9010, 32), b"", 32, 30000)
     assert d.wait([tid], 100) == [] and d.dma.current is None  # still blocked after 100 ms
-    d.gpu_write(SYS + SQ_PCIE + 0x818, struct.pack("<Q", 0x105))  # buffer 1 first-part flag, low byte 5
+    d.bus_write(SQ_PCIE + 0x818, struct.pack("<Q", 0x105))  # buffer 1 first-part flag, low byte 5
     res = dict(d.wait([tid], 1000))[tid]
     assert res.status == TransferStatus.COMPLETED and res.data[24] == 0x05
     arm = d.dma.current
@@ -184,12 +187,9 @@ def test_f4_bails_after_the_wait_limit_without_arming() -> None:
 
 
 # ---------------------------------------------------------------- SDMA engine, fed packets directly
-def _gpu_with_ring(d: SimDevice, packets: list[int], ring: int = 0x10000, run_ms: int = 10) -> None:
-    d.fabric.gpu.set_dword(0x04, 0x7)
-    d.vram.write(ring, struct.pack(f"<{len(packets)}I", *packets))
-    d.sdma.configure(ring, 0x1000, True)
-    d.sdma.doorbell(len(packets) * 4)
-    d.wait(None, run_ms)
+def _gpu_with_ring(d: SimDevice, packets: list[int], run_ms: int = 10) -> None:
+    bring_up(d)
+    submit(d, packets, run_ms)
 
 
 def _write64(addr: int, value: int) -> list[int]:
@@ -200,21 +200,25 @@ def _poll(addr: int, ref: int, func: int, mask: int = 0xFFFFFFFF) -> list[int]:
     return [8 | func << 28 | 1 << 31, addr & 0xFFFFFFFF, addr >> 32, ref, mask, 4 | 0xFFF << 16]
 
 
+A, B, C, D = HEAP + 0x2000, HEAP + 0x2100, HEAP + 0x3000, HEAP + 0x4000
+
+
 def test_engine_executes_nop_write_fence_trap_timestamp_and_copy() -> None:
     d = SimDevice()
-    d.vram.write(0x3000, bytes(range(200)))
+    d.vram.write(C, bytes(range(200)))
     packets = [0, 0 | 2 << 16, 0, 0]  # one-dword NOP, NOP with two extra dwords
-    packets += _write64(0x2000, 0x1122334455667788)
-    packets += [5 | 3 << 16, 0x2010, 0, 0xCAFE]  # FENCE
+    packets += _write64(A, 0x1122334455667788)
+    packets += [5 | 3 << 16, A + 0x10, 0, 0xCAFE]  # FENCE
     packets += [6, 7]  # TRAP
-    packets += [13 | 2 << 8, 0x2020, 0]  # TIMESTAMP
-    packets += [1, 199, 0, 0x3000, 0, 0x4000, 0]  # COPY_LINEAR 200 bytes
+    packets += [13 | 2 << 8, A + 0x20, 0]  # TIMESTAMP
+    packets += [1, 199, 0, C, 0, D, 0]  # COPY_LINEAR 200 bytes
     _gpu_with_ring(d, packets)
-    assert d.vram.read(0x2000, 8) == struct.pack("<Q", 0x1122334455667788)
-    assert d.vram.read(0x2010, 4) == struct.pack("<I", 0xCAFE)
-    assert d.sdma.traps == 1 and struct.unpack("<Q", d.vram.read(0x2020, 8))[0] > 0
-    assert d.vram.read(0x4000, 200) == bytes(range(200))
-    assert d.sdma.rptr == len(packets) * 4 and d.sdma.status & 1
+    assert d.vram.read(A, 8) == struct.pack("<Q", 0x1122334455667788)
+    assert d.vram.read(A + 0x10, 4) == struct.pack("<I", 0xCAFE)
+    assert d.sdma.traps == 1 and struct.unpack("<Q", d.vram.read(A + 0x20, 8))[0] > 0
+    assert d.vram.read(D, 200) == bytes(range(200))
+    assert d.sdma.rptr == len(packets) * 4 and d.sdma.idle
+    assert d.gpu.ih.posted[-1].src_id == 49 and d.gpu.ih.posted[-1].src_data[0] == 7  # SDMA_TRAP, its context
     assert d.violations == []
 
 
@@ -237,26 +241,43 @@ _FUNCS = {
 )
 def test_poll_regmem_compares_masked_dword(func: int, value: int, ref: int, mask: int) -> None:
     d = SimDevice()
-    d.vram.write(0x2000, struct.pack("<I", value))
-    _gpu_with_ring(d, _poll(0x2000, ref, func, mask) + _write64(0x2100, 1))
+    d.vram.write(A, struct.pack("<I", value))
+    _gpu_with_ring(d, _poll(A, ref, func, mask) + _write64(B, 1))
     passed = _FUNCS[func](value & mask, ref & mask)
-    assert (d.vram.read(0x2100, 8) == struct.pack("<Q", 1)) == passed
+    assert (d.vram.read(B, 8) == struct.pack("<Q", 1)) == passed
     candidates = [v & 0xFFFFFFFF for v in (ref, ref + 1, ref - 1, 0, 0xFFFFFFFF, ~ref)]
     satisfying = [v for v in candidates if _FUNCS[func](v & mask, ref & mask)]
     if not passed and satisfying:  # a stalled poll resumes once the memory satisfies it
-        d.gpu_write(0x2000, struct.pack("<I", satisfying[0]))
+        d.gpu.bar0_write(A, struct.pack("<I", satisfying[0]))
         d.wait(None, 1)
-        assert d.vram.read(0x2100, 8) == struct.pack("<Q", 1)
+        assert d.vram.read(B, 8) == struct.pack("<Q", 1)
 
 
 def test_stalled_poll_hits_the_watchdog_and_marks_the_queue_hung() -> None:
-    d = SimDevice(timing=SimTiming(watchdog_ns=5e6))
-    _gpu_with_ring(d, _poll(0x2000, 1, 3) + _write64(0x2100, 1))
+    d = SimDevice()
+    mmio, _ = bring_up(d)
+    mmio.update(GC.SDMA0_WATCHDOG_CNTL, QUEUE_HANG_COUNT=1)  # 100 ms
+    submit(d, _poll(A, 1, 3) + _write64(B, 1), run_ms=50)
+    assert not d.sdma.hung
+    d.wait(None, 100)
+    assert d.sdma.hung and GC.SDMA0_QUEUE0_CONTEXT_STATUS.get(mmio.read(GC.SDMA0_QUEUE0_CONTEXT_STATUS), "EXCEPTION")
+    assert d.gpu.ih.posted[-1].src_id == 55  # GFX_11_0_0__SRCID__SDMA_QUEUE_HANG
+    d.gpu.bar0_write(A, struct.pack("<I", 1))
     d.wait(None, 10)
-    assert d.sdma.hung and d.sdma.status & 2
-    d.vram.write(0x2000, struct.pack("<I", 1))
-    d.wait(None, 10)
-    assert d.vram.read(0x2100, 8) == bytes(8)
+    assert d.vram.read(B, 8) == bytes(8)
+
+
+def test_an_unmapped_address_faults_the_queue_with_a_record() -> None:
+    d = SimDevice()
+    mmio, _ = bring_up(d)
+    submit(d, _write64(0x40_0000_0000, 5) + _write64(B, 1))  # nothing is mapped at 256 GiB
+    assert d.sdma.hung and d.vram.read(B, 8) == bytes(8)  # the queue stopped at the faulting packet
+    status = mmio.read(GC.GCVM_L2_PROTECTION_FAULT_STATUS)
+    reg = GC.GCVM_L2_PROTECTION_FAULT_STATUS
+    assert reg.get(status, "RW") == 1 and reg.get(status, "VMID") == 1 and reg.get(status, "MAPPING_ERROR") == 1
+    assert mmio.read(GC.GCVM_L2_PROTECTION_FAULT_ADDR_LO32) == 0x40_0000_0000 >> 12 & 0xFFFFFFFF
+    sources = [i.src_id for i in d.gpu.ih.posted]
+    assert 0 in sources and 60 in sources  # UTCL2 fault and SDMA_PAGE_FAULT
 
 
 def test_gpu_copy_of_a_part_overwritten_before_it_was_copied_is_a_violation() -> None:
@@ -265,7 +286,7 @@ def test_gpu_copy_of_a_part_overwritten_before_it_was_copied_is_a_violation() ->
     # part of 64 KiB at slot 0 with its sentinel sector right behind it
     arm_out(d, 129, 0, 5)
     bulk_out(d, b"\x11" * 0x10000 + struct.pack("<I", 0x51000001) + bytes(508))
-    copy = [1, 0xFFFF, 0, src & 0xFFFFFFFF, src >> 32, 0x8000, 0]
+    copy = [1, 0xFFFF, 0, src & 0xFFFFFFFF, src >> 32, D, 0]
     _gpu_with_ring(d, _poll(src + 0x10000, 0x51000001, 3) + copy, run_ms=0)
     assert d.violations == []
     arm_out(d, 128, 0, 4)

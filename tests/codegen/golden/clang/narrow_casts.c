@@ -6,6 +6,23 @@ static inline unsigned short __speck_f32_to_bf16(float f) {
   if (f != f) return (unsigned short)(0x7FC0u | ((u >> 16) & 0x8000u));
   return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
+#if defined(__FLT16_MAX__) && !defined(SPECK_NO_FLOAT16)
+typedef _Float16 __speck_f16;
+static inline __speck_f16 __speck_f32_to_f16(float f) { return (_Float16)f; }
+#else
+typedef unsigned short __speck_f16;
+static inline __speck_f16 __speck_f32_to_f16(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  unsigned int s = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return (unsigned short)(s | 0x7E00u | ((a >> 13) & 0x3FFu));
+  if (a >= 0x477FF000u) return (unsigned short)(s | 0x7C00u);
+  if (a >= 0x38800000u) { a -= 0x38000000u; return (unsigned short)(s | ((a + 0xFFFu + ((a >> 13) & 1u)) >> 13)); }
+  if (a < 0x33000000u) return (unsigned short)s;
+  unsigned int m = (a & 0x7FFFFFu) | 0x800000u, sh = 126u - (a >> 23), q = m >> sh, r = m & ((1u << sh) - 1u);
+  unsigned int h = 1u << (sh - 1u);
+  return (unsigned short)(s | (q + (r > h || (r == h && (q & 1u)))));
+}
+#endif
 typedef unsigned char __speck_fp8e4m3;
 static inline float __speck_fp8e4m3_to_f32(unsigned char b) {
   unsigned int e = (b >> 3) & 15u, m = b & 7u;
@@ -36,7 +53,7 @@ static inline unsigned char __speck_f64_to_fp8e4m3(double x) {
 }
 /* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc
    fold comparisons of converted halves back into _Float16 comparisons, lowered to libgcc calls (__nehf2) */
-static inline float __speck_f16_to_f32(_Float16 h) {
+static inline float __speck_f16_to_f32(__speck_f16 h) {
   unsigned short b; __builtin_memcpy(&b, &h, 2);
   unsigned int s = (unsigned int)(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu, u;
   if (e == 31u) u = s | 0x7F800000u | (m << 13);
@@ -46,8 +63,8 @@ static inline float __speck_f16_to_f32(_Float16 h) {
   float f; __builtin_memcpy(&f, &u, 4); return f;
 }
 /* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half,
-   so the second rounding is exact), then let the hardware round to half */
-static inline _Float16 __speck_f64_to_f16(double x) {
+   so the second rounding is exact), then round to half */
+static inline __speck_f16 __speck_f64_to_f16(double x) {
   float f = (float)x;
   if ((double)f != x && x == x) {
     unsigned int u; __builtin_memcpy(&u, &f, 4);
@@ -55,7 +72,7 @@ static inline _Float16 __speck_f64_to_f16(double x) {
     u |= 1u;
     __builtin_memcpy(&f, &u, 4);
   }
-  return (_Float16)f;
+  return __speck_f32_to_f16(f);
 }
 /* float -> integer as the interpreter does it: truncate toward zero and wrap modulo 2**64 (then to the target
    width); NaN and inf give 0. Defined for every input, unlike a C cast; the reduction below is exact. */
@@ -65,9 +82,9 @@ static inline unsigned long __speck_f2i(double x) {
   return x < 0 ? -(unsigned long)(-x) : (unsigned long)x;
 }
 
-void narrow_casts(__speck_bf16* restrict data0, const _Float16* restrict data1, __speck_fp8e4m3* restrict data2, _Float16* restrict data3, unsigned char* restrict data4, int core_start, int core_end) {
+void narrow_casts(__speck_bf16* restrict data0, const __speck_f16* restrict data1, __speck_fp8e4m3* restrict data2, __speck_f16* restrict data3, unsigned char* restrict data4, int core_start, int core_end) {
   for (int ridx0 = core_start; ridx0 < core_end; ridx0++) {
-    _Float16 val0 = data1[ridx0];
+    __speck_f16 val0 = data1[ridx0];
     float cast0 = __speck_f16_to_f32(val0);
     __speck_bf16 cast1 = __speck_f32_to_bf16(cast0);
     data0[ridx0] = cast1;
@@ -75,7 +92,7 @@ void narrow_casts(__speck_bf16* restrict data0, const _Float16* restrict data1, 
     data2[ridx0] = cast2;
     float alu0 = __builtin_sqrtf(cast0);
     double cast3 = (double)alu0;
-    _Float16 cast4 = __speck_f64_to_f16(cast3);
+    __speck_f16 cast4 = __speck_f64_to_f16(cast3);
     data3[ridx0] = cast4;
     unsigned char cast5 = (unsigned char)__speck_f2i(cast0);
     data4[ridx0] = cast5;

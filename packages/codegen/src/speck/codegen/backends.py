@@ -1,5 +1,6 @@
 """The backend registry: one name -> one renderer and one compiler. A device names its backend ("LLVM", "CLANG",
-"X86", "PYTHON", "NULL") and gets both from here; nothing else keeps a table of renderer names.
+"X86", "PYTHON", "NULL"; "AMD" for RDNA3 GPUs, gfx1100, or "AMD_GFX1101"/"AMD_GFX1102"/"AMD_GFX1150") and gets both
+from here; nothing else keeps a table of renderer names.
 
     from speck.codegen.backends import get_backend
     be = get_backend("llvm")              # names are case-insensitive
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
+from speck.codegen.renderer.amdgpu import ARCHS
 from speck.codegen.settings import FP_CONTRACT
 
 if TYPE_CHECKING:
@@ -152,8 +154,7 @@ def host_backends() -> tuple[str, ...]:
 def _llvm_renderer() -> Renderer:
     from speck.codegen.renderer.llvmir import LLVMRenderer
 
-    # FP_CONTRACT=1 (the default, as BLAS libraries do): the renderer may fuse a*b+c into one FMA
-    return LLVMRenderer(fp_contract=bool(FP_CONTRACT.value))
+    return LLVMRenderer(fp_contract=_fp_contract())
 
 
 def _llvm_compiler() -> Compiler:
@@ -178,14 +179,14 @@ def _clang_compiler() -> Compiler:
 # (a kernel it refuses late, while selecting, compiles on LLVM), so the registry must not import them.
 def _x86_renderer() -> Renderer:
     renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
-        fp_contract=bool(FP_CONTRACT.value)  # fused multiply-add, as the LLVM path
+        fp_contract=_fp_contract()  # fused multiply-add, as the LLVM path
     )
     return renderer
 
 
 def _x86_avx2_renderer() -> Renderer:
     renderer: Renderer = importlib.import_module("speck.codegen.x86.renderer").X86Renderer(
-        fp_contract=bool(FP_CONTRACT.value), avx512=False
+        fp_contract=_fp_contract(), avx512=False
     )
     return renderer
 
@@ -201,6 +202,29 @@ def _python_renderer() -> Renderer:
     return PythonRenderer()
 
 
+def _fp_contract() -> bool:
+    # FP_CONTRACT=1 (the default, as BLAS libraries do): renderers may fuse a*b+c into one FMA; 0 rounds every op
+    return bool(FP_CONTRACT.value)
+
+
+def _amd_backend(arch: str) -> Backend:
+    """The AMD GPU backend for one RDNA3 arch: LLVM IR for amdgcn-amd-amdhsa, compiled to an HSA code object."""
+
+    def renderer() -> Renderer:
+        from speck.codegen.renderer.amdgpu import AMDGPURenderer
+
+        return AMDGPURenderer(arch, fp_contract=_fp_contract())
+
+    def compiler() -> Compiler:
+        from speck.codegen.compiler.amdgpu import AMDGPUCompiler
+
+        return AMDGPUCompiler(arch)
+
+    default = arch == ARCHS[0]
+    return Backend("AMD" if default else f"AMD_{arch.upper()}", renderer, compiler,
+                   aliases=(f"AMD_{arch.upper()}",) if default else ())  # fmt: skip
+
+
 register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler, host=True))
 register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))
@@ -209,6 +233,8 @@ register_backend(Backend("X86_AVX2", _x86_avx2_renderer, _x86_compiler, fallback
 register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
 # NULL runs nothing: programs are rendered (C is the cheapest renderer) so scheduling and counting are real
 register_backend(Backend("NULL", _clang_renderer, lambda: IdentityCompiler("null")))
+for _arch in ARCHS:  # the RDNA3 GPUs the AMD renderer serves (the first, gfx1100, is backend "AMD")
+    register_backend(_amd_backend(_arch))
 
 
 __all__ = ["Backend", "IdentityCompiler", "UnknownBackendError", "backend_names", "get_backend", "host_backends",

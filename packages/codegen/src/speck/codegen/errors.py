@@ -84,6 +84,11 @@ class CompileError(CodegenError, RuntimeError):
         self.compiler, self.diagnostics, self.src = compiler, message, src
 
 
+class CodeObjectLinkError(CodegenError, ValueError):
+    """An AMDGPU relocatable object the code-object writer cannot link into an HSA code object (an unexpected section,
+    relocation or symbol). The message names the object's kernel, the place and what was expected."""
+
+
 class UnknownBackendError(CodegenError, KeyError):
     """A backend name that is not registered; the message lists the registered ones."""
 
@@ -108,6 +113,7 @@ class CacheWarning(UserWarning):
 __all__ = [
     "CacheEntryError",
     "CacheWarning",
+    "CodeObjectLinkError",
     "CodegenError",
     "CompileError",
     "EncodingError",

@@ -6,7 +6,12 @@ checked by running before and after it.
 sequentially in loop order (the order a lowered program accumulates in). `run_program` executes the linear UOp
 list SIMT-style: the outermost GLOBAL range is not looped but carried as the leading axis of every value (the
 iterations are independent by the CPU ABI), inner ranges loop in Python. Values are 2-D arrays
-(batch-or-1, lanes); vectors are the lanes."""
+(batch-or-1, lanes); vectors are the lanes.
+
+A GPU program (one with SPECIAL workgroup/work-item ids, speck.codegen.lower.gpudims) runs the same way with every
+work-item of the launch grid as a row, all in lockstep: its loops are uniform (their trip counts don't depend on the
+ids), so executing each UOp for every work-item before the next one also honours every BARRIER. DEFINE_LOCAL
+buffers exist once per workgroup."""
 
 from __future__ import annotations
 
@@ -240,7 +245,13 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
             end_of[open_stack.pop()] = i
     pos_of = {u: i for i, u in enumerate(uops)}
     nbatch = 1
-    if batched is not None:
+    grid = _Grid.of(uops, vals, bufs, var_vals)
+    if grid is not None:
+        if core_range is not None:
+            raise RuntimeError("run_program: core_range slices a CPU program's outer range; a GPU program (with "
+                               "SPECIAL ids) runs its whole launch grid")  # fmt: skip
+        nbatch, batched = grid.rows, None
+    elif batched is not None:
         # registers defined before the batched range opens still need one row per batched iteration: evaluate the
         # range end (pure, batch-independent) up front to size them
         for n in batched.src[0].toposort():
@@ -254,7 +265,12 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
         u = uops[pc]
         op = u.op
         if op is Ops.RANGE:
-            end = int(np.asarray(vals[u.src[0]]).reshape(-1)[0])
+            ends = np.asarray(vals[u.src[0]]).reshape(-1)
+            if ends.size > 1 and (ends != ends[0]).any():
+                raise RuntimeError(f"run_program: RANGE {u.arg} has a trip count that differs between work-items "
+                                   f"({int(ends.min())}..{int(ends.max())}); the interpreter runs GPU programs in "
+                                   "lockstep and needs uniform loops")  # fmt: skip
+            end = int(ends[0])
             if u is batched:
                 lo, hi = (0, end) if core_range is None else (max(0, core_range[0]), min(end, core_range[1]))
                 if hi <= lo:
@@ -286,14 +302,14 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
                     continue
             pc += 1
             continue
-        _exec_one(u, vals, bufs, var_vals, nbatch)
+        _exec_one(u, vals, bufs, var_vals, nbatch, grid)
         if op is Ops.SINK:
             break
         pc += 1
 
 
 def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_vals: dict[str, int],
-              nbatch: int) -> None:  # fmt: skip
+              nbatch: int, grid: _Grid | None = None) -> None:  # fmt: skip
     op = u.op
     if op is Ops.CONST:
         if isinstance(u.arg, InvalidType):
@@ -308,6 +324,22 @@ def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_val
         vals[u] = np.array([[var_vals[u.arg[0]]]], dtype=nm.storage_np(u.dtype))
     elif op is Ops.PARAM:
         vals[u] = ("buf", _slot(u)) if isinstance(u.dtype, PtrDType) else None
+    elif op is Ops.SPECIAL:
+        if grid is None or u.arg not in grid.ids:
+            raise _unknown_special(u)
+        vals[u] = grid.ids[u.arg]
+    elif op is Ops.DEFINE_LOCAL:
+        assert isinstance(u.dtype, PtrDType)
+        if grid is None:
+            raise RuntimeError("run_program: DEFINE_LOCAL (workgroup memory) in a program without a launch grid")
+        nwg = grid.workgroups
+        vals[u] = (
+            "local",
+            (
+                np.zeros(nwg * u.dtype.size * u.dtype.base.count, nm.storage_np(u.dtype.base)),
+                u.dtype.size * u.dtype.base.count,
+            ),
+        )
     elif op is Ops.DEFINE_REG:
         assert isinstance(u.dtype, PtrDType)
         base = u.dtype.base
@@ -319,10 +351,10 @@ def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_val
     elif op is Ops.LOAD:
         (kind, ref), idx, gate = vals[u.src[0]]
         alt = vals[u.src[1]] if len(u.src) > 1 else None
-        vals[u] = _load(u, kind, ref, idx, gate, alt, bufs)
+        vals[u] = _load(u, kind, ref, idx, gate, alt, bufs, grid)
     elif op is Ops.STORE:
         (kind, ref), idx, gate = vals[u.src[0]]
-        _store(u, kind, ref, idx, gate, vals[u.src[1]], bufs)
+        _store(u, kind, ref, idx, gate, vals[u.src[1]], bufs, grid)
     elif op in GroupOp.ALU:
         vals[u] = nm.alu(op, u.dtype, *[vals[s] for s in u.src], src_dt=u.src[0].dtype)
     elif op is Ops.CAST:
@@ -345,7 +377,21 @@ def _positions(idx: np.ndarray, n: int) -> np.ndarray:
     return idx.reshape(idx.shape[0], 1) + np.arange(n, dtype=np.int64).reshape(1, n)
 
 
-def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, bufs: dict[int, np.ndarray]) -> Any:
+def _local_positions(u: UOp, ref: Any, idx: np.ndarray, n: int, gate: Any, grid: _Grid | None) -> Any:
+    """A DEFINE_LOCAL access: (the flat array of every workgroup's copy, positions in it); raises when a work-item
+    reaches outside its own workgroup's buffer."""
+    assert grid is not None  # DEFINE_LOCAL refused to exist without one
+    arr, size = ref
+    wg = grid.workgroup_of_row
+    pos = np.broadcast_to(_positions(idx, n), (wg.shape[0], n))
+    live = pos if gate is None else pos[np.broadcast_to(np.asarray(gate).reshape(-1, 1), pos.shape)]
+    if live.size and (live.min() < 0 or live.max() >= size):
+        raise _oob(u, live, size)
+    return arr, np.where((pos >= 0) & (pos < size), pos, 0) + wg.reshape(-1, 1) * size
+
+
+def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, bufs: dict[int, np.ndarray],
+          grid: _Grid | None = None) -> Any:  # fmt: skip
     n = u.dtype.count
     if kind == "reg":
         reg = ref
@@ -354,9 +400,11 @@ def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, buf
         if gate is not None:
             raise RuntimeError("run_program: gated register loads are not part of the program form")
         return reg[np.arange(rows).reshape(-1, 1), pos]
-    buf = bufs[ref]
     base = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
-    pos = _positions(idx, n)
+    if kind == "local":
+        buf, pos = _local_positions(u, ref, idx, n, gate, grid)
+    else:
+        buf, pos = bufs[ref], _positions(idx, n)
     if gate is not None:
         g = np.asarray(gate).reshape(-1, 1)
         pos, g = np.broadcast_arrays(pos, g)
@@ -370,7 +418,8 @@ def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, buf
     return v
 
 
-def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bufs: dict[int, np.ndarray]) -> None:
+def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bufs: dict[int, np.ndarray],
+           grid: _Grid | None = None) -> None:  # fmt: skip
     v = np.asarray(val)
     if kind == "reg":
         reg = ref
@@ -384,10 +433,12 @@ def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bu
         else:
             reg[np.arange(rows).reshape(-1, 1), pos] = vv
         return
-    buf = bufs[ref]
     base = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
     n = v.shape[1] if v.ndim == 2 else 1
-    pos = _positions(idx, n)
+    if kind == "local":
+        buf, pos = _local_positions(u, ref, idx, n, gate, grid)
+    else:
+        buf, pos = bufs[ref], _positions(idx, n)
     shp = np.broadcast_shapes(pos.shape, v.shape)
     pos, vv = np.broadcast_to(pos, shp), np.broadcast_to(nm.to_storage(v, base), shp)
     if gate is not None:
@@ -397,6 +448,48 @@ def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bu
     if pos.size and (pos.min() < 0 or pos.max() >= buf.size):
         raise _oob(u, pos, buf.size)
     buf[pos] = vv
+
+
+class _Grid:
+    """The launch grid of a GPU program: every work-item is a row, workgroup-major (row = workgroup * local size +
+    work-item), and each SPECIAL id is a column of those rows."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+        dims = {p: [sizes.get(f"{p}{d}", 1) for d in range(3)] for p in ("gidx", "lidx")}
+        nwg, nloc = int(np.prod(dims["gidx"])), int(np.prod(dims["lidx"]))
+        self.rows = nwg * nloc
+        row = np.arange(self.rows, dtype=np.int64)
+        self.workgroups = nwg
+        self.workgroup_of_row = row // nloc
+        self.ids: dict[str, np.ndarray] = {}
+        for p, flat in (("gidx", row // nloc), ("lidx", row % nloc)):
+            stride = 1
+            for d, n in enumerate(dims[p]):
+                self.ids[f"{p}{d}"] = ((flat // stride) % n).astype(np.int32).reshape(-1, 1)
+                stride *= n
+
+    @staticmethod
+    def of(
+        uops: list[UOp], vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_vals: dict[str, int]
+    ) -> _Grid | None:
+        """The grid of a program with SPECIAL ids (their sizes evaluated first), else None."""
+        specials = [u for u in uops if u.op is Ops.SPECIAL]
+        if not specials:
+            return None
+        sizes: dict[str, int] = {}
+        for sp in specials:
+            if sp.arg[:4] not in ("gidx", "lidx") or not sp.arg[4:].isdigit() or int(sp.arg[4:]) > 2:
+                raise _unknown_special(sp)
+            for n in sp.src[0].toposort():
+                _exec_one(n, vals, bufs, var_vals, 1)
+            sizes[sp.arg] = int(np.asarray(vals[sp.src[0]]).reshape(-1)[0])
+        return _Grid(sizes)
+
+
+def _unknown_special(u: UOp) -> RuntimeError:
+    return RuntimeError(f"run_program: SPECIAL {u.arg!r} is not a GPU id the interpreter knows (gidx0-2 workgroup ids, "
+                       "lidx0-2 work-item ids)")  # fmt: skip
 
 
 __all__ = ["as_buffer", "eval_ast", "run_program"]

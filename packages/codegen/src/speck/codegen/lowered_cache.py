@@ -34,7 +34,7 @@ from speck.uop.settings import LiveVar
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
 
-VERSION = 1  # the entries' payload layout
+VERSION = 2  # the entries' payload layout (2: the local size joined the tuple)
 _DIGEST: list[str] = []  # the lowering code's digest, computed once per process
 
 

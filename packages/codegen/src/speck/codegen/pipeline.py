@@ -17,6 +17,8 @@ from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.lower.expander import expand_vectors
 from speck.codegen.lower.gated_ranges import tighten_gated_reductions
 from speck.codegen.lower.gates import has_gates, pm_explicit_gates
+from speck.codegen.lower.gpudims import gpu_dims
+from speck.codegen.lower.group_reduce import group_reduces
 from speck.codegen.lower.index import IndexLowering, pm_lower_index_dtype
 from speck.codegen.lower.reduce import ReduceLowering, pm_lower_reduce
 from speck.codegen.lower.simplify import pm_simplify
@@ -63,6 +65,11 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
         sink = optimize_kernel(sink, renderer, beam_timer, beam_tag)
         sink = graph_rewrite(sink, pm_simplify, name="simplify_after_opts")
         sink = st.done("apply_opts", sink)
+    # on a GPU (a renderer with local memory) the parallel ranges are the launch grid: workgroup and work-item ids
+    # (a reduction split across work-items sums their parts through workgroup memory first)
+    if renderer.has_local:
+        sink = st.done("group_reduce", group_reduces(sink, renderer))
+        sink = st.done("gpu_dims", gpu_dims(sink, renderer))
     # a sum over taps that read only zero padding (a transposed convolution's borders) skips them: the gate bounds
     # the reduction loop
     if (tight := tighten_gated_reductions(sink)) is not sink:

@@ -35,7 +35,8 @@ class ProgramSpec:
     """A lowered, rendered (and optionally compiled) kernel: everything a runtime needs to launch it.
 
     global_size[0] is the extent of the outermost GLOBAL range, the dimension the CPU ABI slices across workers
-    (ints, or weakint UOps of variables); local_size is None on CPUs. vars are the DEFINE_VAR UOps in argument
+    (ints, or weakint UOps of variables); local_size is None on CPUs. A GPU program launches global_size
+    workgroups (x, y, z) of local_size work-items each (see `launch_size`). vars are the DEFINE_VAR UOps in argument
     order (by name); buffers are ordered by slot."""
 
     name: str
@@ -205,6 +206,24 @@ def global_size(uops: list[UOp]) -> tuple[sint, ...]:
     return tuple(dims)
 
 
+def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int, ...] | None]:
+    """(global_size, local_size) of a program. A GPU program (`gpu`: lowered for a renderer with workgroups; its ids
+    are SPECIALs, speck.codegen.lower.gpudims) launches global_size workgroups (x, y, z) of local_size work-items: the
+    sizes of its gidx<d> and lidx<d> ids (1 for a dimension without one). A CPU program has no local size; its
+    global_size is `global_size(uops)`."""
+    if not gpu:
+        return global_size(uops), None
+    specials = {u.arg: u for u in uops if u.op is Ops.SPECIAL}
+
+    def dims(prefix: str) -> list[sint]:
+        return [_trip(specials[f"{prefix}{d}"]) if f"{prefix}{d}" in specials else 1 for d in range(3)]
+
+    local = [x for x in dims("lidx") if isinstance(x, int)]
+    if len(local) != 3:
+        raise RuntimeError(f"a GPU program's workgroup size must be constant, got {dims('lidx')}")
+    return tuple(dims("gidx")), tuple(local)
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Lowering builds tens of thousands of short-lived nodes, and the cyclic collector's passes over them (and over
@@ -236,7 +255,7 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     key = lowered_cache.lowered_key(ast, renderer, optimize) if cached else ""
     hit = lowered_cache.get(key, renderer) if cached else None
     if hit is not None:
-        name, src, uops, gsize, bufs, kvars, est, applied = hit
+        name, src, uops, gsize, lsize, bufs, kvars, est, applied = hit
         t1 = t2 = time.perf_counter()
     else:
         # BEAM times a candidate kernel by rendering it (with its opts fixed) and handing the ProgramSpec to beam_timer
@@ -248,10 +267,10 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
         t2 = time.perf_counter()
         info = uops[-1].arg if isinstance(uops[-1].arg, KernelInfo) else KernelInfo()
         name, applied = info.name, info.applied_opts
-        gsize, bufs, est = global_size(uops), buffer_args(uops), estimate(uops)
+        (gsize, lsize), bufs, est = launch_size(uops, renderer.has_local), buffer_args(uops), estimate(uops)
         kvars = sorted([u for u in uops if u.op is Ops.DEFINE_VAR], key=lambda v: v.arg[0])
         if cached:
-            lowered_cache.put(key, renderer, (name, src, uops, gsize, bufs, kvars, est, applied))
+            lowered_cache.put(key, renderer, (name, src, uops, gsize, lsize, bufs, kvars, est, applied))
     lib = compiler.compile(src) if compiler is not None else None
     t3 = time.perf_counter()
     if DEBUG >= 2:
@@ -262,7 +281,7 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
         src=src,
         uops=uops,
         global_size=gsize,
-        local_size=None,
+        local_size=lsize,
         buffers=bufs,
         vars=kvars,
         estimates=est,
@@ -273,4 +292,4 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     )
 
 
-__all__ = ["BufferArg", "ProgramSpec", "buffer_args", "estimate", "global_size", "to_program"]
+__all__ = ["BufferArg", "ProgramSpec", "buffer_args", "estimate", "global_size", "launch_size", "to_program"]

@@ -72,3 +72,11 @@ CC = declare("CC", "", OWNER, ("speck.codegen.compiler.clang",), "the C compiler
 OBJDUMP = declare(
     "OBJDUMP", "objdump", OWNER, ("speck.codegen.compiler.base",), "binutils' objdump (disassembly)", live=True
 )
+LLVM_OBJDUMP = declare(
+    "LLVM_OBJDUMP",
+    "",
+    OWNER,
+    ("speck.codegen.compiler.amdgpu",),
+    "the llvm-objdump disassembling AMD code objects",
+    live=True,
+)

@@ -298,7 +298,7 @@ class NullAllocator(Allocator):
 class DiskMapping:
     """A file mapped into memory: `mv` is read-only when the mapping is."""
 
-    __slots__ = ("file", "mm", "mv", "path", "writable")
+    __slots__ = ("file", "mm", "mv", "nbytes", "path", "writable")
 
     def __init__(self, path: str, nbytes: int, writable: bool | None) -> None:
         exists = os.path.exists(path)
@@ -308,17 +308,29 @@ class DiskMapping:
             writable = not (exists and size >= nbytes)
         if not writable and size < nbytes:
             raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading")
-        self.path, self.writable = path, writable
-        self.file = open(path, "r+b" if exists and writable else "w+b" if writable else "rb")
-        if writable and size < nbytes:
-            self.file.truncate(nbytes)
-        if nbytes == 0:
+        self.path, self.nbytes = path, nbytes
+        self._map(open(path, "r+b" if exists and writable else "w+b" if writable else "rb"), size, writable)
+
+    def _map(self, file: Any, size: int, writable: bool) -> None:
+        self.file, self.writable = file, writable
+        if writable and size < self.nbytes:
+            self.file.truncate(self.nbytes)
+        if self.nbytes == 0:
             self.mm = None
             self.mv = memoryview(b"") if not writable else memoryview(bytearray())
             return
         access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.mm = mmap.mmap(self.file.fileno(), nbytes, access=access)
+        self.mm = mmap.mmap(self.file.fileno(), self.nbytes, access=access)
         self.mv = memoryview(self.mm)
+
+    def make_writable(self) -> None:
+        """Map the file read-write from now on (extending it to the mapping's size if it is shorter): for a caller
+        that mapped it for reading and is about to write it. Views taken before keep showing the same file pages
+        (both mappings are shared), read-only."""
+        if not self.writable:
+            old = self.file
+            self._map(open(self.path, "r+b"), os.path.getsize(self.path), True)
+            old.close()  # (the old mapping, still referenced by views, keeps its own handle on the file)
 
 
 class DiskAllocator(Allocator):

@@ -28,8 +28,10 @@ from speck.hcq.libs import Library
 from speck.hcq.memory import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, CodeMemory
 from speck.uop.helpers import round_up
 
-EM_X86_64, EM_AARCH64 = 62, 183
+EM_X86_64, EM_AARCH64, EM_AMDGPU = 62, 183, 224
+ET_REL, ET_DYN = 1, 3
 SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 8, 9
+SHT_NOTE, SHT_DYNSYM = 7, 11
 SHT_INIT_ARRAY, SHT_FINI_ARRAY, SHT_PREINIT_ARRAY, SHT_X86_64_UNWIND = 14, 15, 16, 0x70000001
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
 SHN_UNDEF, SHN_ABS, SHN_COMMON = 0, 0xFFF1, 0xFFF2
@@ -58,6 +60,7 @@ class Section:
     info: int
     align: int
     entsize: int
+    addr: int = 0  # sh_addr: 0 in relocatable objects, the load address in shared objects
 
 
 @dataclass
@@ -97,20 +100,22 @@ def _label(name: str) -> str:
 @dataclass
 class ElfObject:
     """A parsed relocatable object: its sections, symbol table and, per target section index, its relocations.
-    `label` names it in errors ("ELF object 'E_4'")."""
+    `label` names it in errors ("ELF object 'E_4'"); `error` is the exception class `fail` raises (ElfLinkError or
+    a subclass, e.g. speck.hcq.hsaco's CodeObjectError)."""
 
     data: bytes
     sections: list[Section]
     symbols: list[Symbol]
     relocations: dict[int, list[Relocation]] = field(default_factory=dict)
     label: str = "ELF object"
+    error: type[ElfLinkError] = ElfLinkError
 
     def section_bytes(self, s: Section) -> bytes:
         return b"" if s.type == SHT_NOBITS else self.data[s.offset : s.offset + s.size]
 
     def fail(self, message: str) -> NoReturn:
-        """Raise ElfLinkError naming this object."""
-        raise ElfLinkError(f"{self.label}: {message}")
+        """Raise ElfLinkError (or this object's `error` class) naming this object."""
+        raise self.error(f"{self.label}: {message}")
 
     def symbol_name(self, i: int) -> str:
         """A readable name for symbol `i`: its own name, else the section it stands for, else its index."""
@@ -130,13 +135,33 @@ def _cstr(obj: ElfObject, table: bytes, off: int, table_name: str, what: str) ->
     return table[off:end].decode(errors="replace")
 
 
-def parse_elf(data: bytes, name: str = "") -> ElfObject:
-    """Parse a little-endian ELF64 relocatable x86-64 object. Everything read is bounds-checked: anything else than
-    such an object, and any header, table or entry that is truncated, points outside the file or holds a value the
-    loader can't honour, raises ElfLinkError naming the object (`name`: the kernel or cache key), the place (section,
-    entry, offset) and what was expected."""
+@dataclass(frozen=True)
+class ElfKind:
+    """What `parse_elf` accepts: the machine and file type (named in errors, with advice), which symbol table to read
+    (SHT_SYMTAB, or SHT_DYNSYM in a shared object) and the machine's relocation kinds by number (named `prefix` +
+    kind in messages)."""
+
+    machine: int = EM_X86_64
+    machine_name: str = "x86-64"
+    file_type: int = ET_REL
+    file_type_name: str = "a relocatable object (ET_REL=1)"
+    file_type_advice: str = "; compile with -c"
+    symtab_type: int = SHT_SYMTAB
+    relocations: dict[int, str] = field(default_factory=lambda: R_X86_64)
+    prefix: str = "R_X86_64_"
+
+
+X86_64_OBJECT = ElfKind()
+
+
+def parse_elf(data: bytes, name: str = "", kind: ElfKind = X86_64_OBJECT,
+              error: type[ElfLinkError] = ElfLinkError) -> ElfObject:  # fmt: skip
+    """Parse a little-endian ELF64 object of `kind` (default: a relocatable x86-64 object). Everything read is
+    bounds-checked: anything else than such an object, and any header, table or entry that is truncated, points
+    outside the file or holds a value the loader can't honour, raises ElfLinkError (or `error`, a subclass) naming
+    the object (`name`: the kernel or cache key), the place (section, entry, offset) and what was expected."""
     data = bytes(data)
-    obj = ElfObject(data, [], [], label=_label(name))
+    obj = ElfObject(data, [], [], label=_label(name), error=error)
     n = len(data)
     if data[:4] != b"\x7fELF":
         obj.fail(f"not an ELF object: expected magic b'\\x7fELF', got {data[:4]!r} ({n} bytes)")
@@ -150,12 +175,15 @@ def parse_elf(data: bytes, name: str = "") -> ElfObject:
     )
     if data[6] != 1 or e_version != 1:
         obj.fail(f"expected ELF version 1, got EI_VERSION={data[6]} (offset 0x6), e_version={e_version} (offset 0x14)")
-    if e_type != 1:
-        obj.fail(f"expected a relocatable object (ET_REL=1), got e_type={e_type} (offset 0x10); compile with -c")
-    if e_machine == EM_AARCH64:
-        obj.fail("AArch64 objects are not supported by speck's ELF loader (x86-64 only)")
-    if e_machine != EM_X86_64:
-        obj.fail(f"expected an x86-64 object (e_machine={EM_X86_64}), got e_machine={e_machine} (offset 0x12)")
+    if e_type != kind.file_type:
+        obj.fail(f"expected {kind.file_type_name}, got e_type={e_type} (offset 0x10){kind.file_type_advice}")
+    if e_machine == EM_AARCH64 and kind.machine != EM_AARCH64:
+        obj.fail(f"AArch64 objects are not supported by speck's ELF loader ({kind.machine_name} only)")
+    if e_machine != kind.machine:
+        obj.fail(
+            f"expected an {kind.machine_name} object (e_machine={kind.machine}), got e_machine={e_machine} "
+            "(offset 0x12)"
+        )
     if e_shentsize != _SHDR.size:
         obj.fail(f"e_shentsize (offset 0x3a) is {e_shentsize}, expected {_SHDR.size} (ELF64 section headers)")
     if e_shnum == 0:
@@ -179,11 +207,11 @@ def parse_elf(data: bytes, name: str = "") -> ElfObject:
     sections = obj.sections
     for i, r in enumerate(raw):
         nm = _cstr(obj, names, r[0], ".shstrtab", f"section #{i}")
-        sections.append(Section(i, nm, r[1], r[2], r[4], r[5], r[6], r[7], max(r[8], 1), r[9]))
+        sections.append(Section(i, nm, r[1], r[2], r[4], r[5], r[6], r[7], max(r[8], 1), r[9], r[3]))
 
-    symtabs = [s for s in sections if s.type == SHT_SYMTAB]
+    symtabs = [s for s in sections if s.type == kind.symtab_type]
     if len(symtabs) > 1:
-        obj.fail(f"{len(symtabs)} symbol tables ({', '.join(s.name for s in symtabs)}); a relocatable object has one")
+        obj.fail(f"{len(symtabs)} symbol tables ({', '.join(s.name for s in symtabs)}); an object has one")
     for st in symtabs:
         if st.entsize != _SYM.size or st.size % _SYM.size:
             obj.fail(f"section {st.name}: entries of {st.entsize} bytes in {st.size} bytes; expected {_SYM.size}-byte "
@@ -201,16 +229,17 @@ def parse_elf(data: bytes, name: str = "") -> ElfObject:
                 obj.fail(f"{where}: section index {st_shndx:#x} is reserved (extended indexes are not supported)")
             if st_shndx < SHN_LORESERVE and st_shndx >= len(sections):
                 obj.fail(f"{where}: section index {st_shndx} is past the {len(sections)} sections")
-            if 0 < st_shndx < len(sections) and st_value + st_size > sections[st_shndx].size:
+            if 0 < st_shndx < len(sections) and not 0 <= st_value - sections[st_shndx].addr <= \
+                    sections[st_shndx].size - st_size:  # fmt: skip
                 sec = sections[st_shndx]
                 obj.fail(f"{where}: it spans [{st_value:#x}, {st_value + st_size:#x}) of section {sec.name}, which "
-                         f"is {sec.size:#x} bytes")  # fmt: skip
+                         f"covers [{sec.addr:#x}, {sec.addr + sec.size:#x})")  # fmt: skip
             obj.symbols.append(Symbol(nm, st_info >> 4, st_info & 0xF, st_shndx, st_value, st_size))
 
     symtab_index = symtabs[0].index if symtabs else -1
     for s in sections:
         if s.type == SHT_REL:
-            obj.fail(f"section {s.name}: REL relocations (without addends) are not used on x86-64")
+            obj.fail(f"section {s.name}: REL relocations (without addends) are not used on {kind.machine_name}")
         if s.type != SHT_RELA:
             continue
         if s.entsize != _RELA.size or s.size % _RELA.size:
@@ -227,17 +256,17 @@ def parse_elf(data: bytes, name: str = "") -> ElfObject:
         for k, off in enumerate(range(s.offset, s.offset + s.size, _RELA.size)):
             r_offset, r_info, r_addend = _RELA.unpack_from(data, off)
             where = f"relocation #{k} of {s.name} (offset {off:#x})"
-            kind = R_X86_64.get(r_info & 0xFFFFFFFF)
-            if kind is None:
+            rkind = kind.relocations.get(r_info & 0xFFFFFFFF)
+            if rkind is None:
                 obj.fail(f"{where}: unsupported relocation type {r_info & 0xFFFFFFFF} at {target.name}+{r_offset:#x}; "
-                         f"supported: {', '.join('R_X86_64_' + t for t in R_X86_64.values())}")  # fmt: skip
+                         f"supported: {', '.join(kind.prefix + t for t in kind.relocations.values())}")  # fmt: skip
             if r_info >> 32 >= len(obj.symbols):
                 obj.fail(f"{where}: symbol index {r_info >> 32}, but the symbol table has {len(obj.symbols)} symbols")
-            width = _WIDTH.get(kind, 4)
+            width = _WIDTH.get(rkind, 4)
             if r_offset + width > target.size:
-                obj.fail(f"{where}: R_X86_64_{kind} patches {width} bytes at {r_offset:#x}, outside section "
+                obj.fail(f"{where}: {kind.prefix}{rkind} patches {width} bytes at {r_offset:#x}, outside section "
                          f"{target.name} ({target.size:#x} bytes)")  # fmt: skip
-            relocs.append(Relocation(r_offset, r_info >> 32, kind, r_addend))
+            relocs.append(Relocation(r_offset, r_info >> 32, rkind, r_addend))
     return obj
 
 

@@ -57,6 +57,11 @@ class ElfLinkError(HCQError):
     """An ELF object could not be loaded: unsupported format or relocation, undefined symbol, out-of-range fixup."""
 
 
+class CodeObjectError(ElfLinkError, ValueError):
+    """An HSA code object (an AMDGPU ELF shared object) that is truncated, corrupt or not one: the message names the
+    object, the place (header, section, note, descriptor, metadata field) and what was expected."""
+
+
 class ElfSymbolError(ElfLinkError, KeyError):
     """A symbol asked of a loaded object (the kernel's function) that the object does not define. A KeyError too, so
     lookups can treat it as a missing key; an ElfLinkError, so a loader that retries a bad object sees it."""

@@ -6,6 +6,7 @@ group (each entry point is a function that calls register_device), and speck.ten
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -13,10 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.errors import DeviceNotFoundError
-from speck.hcq.settings import DEV
+from speck.uop.helpers import DEV, Target
 
 if TYPE_CHECKING:
     from speck.hcq.device import DeviceBase
+
+# DEV (speck.uop.helpers) names the default device as targets ("CPU", "CPU:X86", "USB+NULL"; see parse_dev)
 
 
 # ---------------- device kinds: the plugin hook ----------------
@@ -117,16 +120,13 @@ def canonicalize(name: str) -> str:
     return f"{kind.name}:{suffix}" if suffix else kind.name
 
 
-def parse_dev(target: str) -> str:
-    """The default device named by a DEV setting: `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`, several targets split by
-    ';' (the first is used). A CPU renderer picks the CPU device built on that backend ("CPU:X86")."""
-    first = target.split(";")[0].strip()
-    if first.count("+") > 1 or first.count(":") > 2:
-        raise RuntimeError(f"DEV={target!r}: expected [INTERFACE+]DEVICE[:RENDERER[:ARCH]] (one '+', two ':' at most)")
-    first = first.rpartition("+")[2]
-    dev, _, rest = first.partition(":")
-    renderer = rest.partition(":")[0]
-    return canonicalize(f"{dev}:{renderer}" if renderer else (dev or "CPU"))
+@functools.lru_cache(maxsize=64)  # Device.DEFAULT is read whenever a tensor is made without a device
+def parse_dev(target: str | Target) -> str:
+    """The default device named by a DEV target (text `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`, several split by ';':
+    the first is used). A CPU renderer picks the CPU device built on that backend ("CPU:X86")."""
+    first = target if isinstance(target, Target) else Target.parse_all(target)[0]
+    dev = first.device or "CPU"
+    return canonicalize(f"{dev}:{first.renderer}" if first.renderer else dev)
 
 
 class _DeviceRegistry:
@@ -161,7 +161,7 @@ class _DeviceRegistry:
     @property
     def DEFAULT(self) -> str:
         """The default device: what was assigned to Device.DEFAULT, else the DEV setting, else "CPU"."""
-        return self._default if self._default is not None else parse_dev(str(DEV.value) or "CPU")
+        return self._default if self._default is not None else parse_dev(DEV.value[0])
 
     @DEFAULT.setter
     def DEFAULT(self, name: str | None) -> None:

@@ -408,6 +408,8 @@ class _Run:
             return
         if self.queued:
             self._wait_queued()
+        if db.dev.file_backed:  # (a file's buffer is mapped for reading until something writes it)
+            db.make_writable()
         src = sb if c.offset == 0 and sb.nbytes == c.nbytes else sb.view(c.nbytes, _BYTE, c.offset)
         transfer = getattr(db.dev, "transfer", None) or getattr(sb.dev, "transfer", None)
         if transfer is not None:  # a device that moves data itself (through its own copy queue)

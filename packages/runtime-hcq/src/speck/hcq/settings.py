@@ -5,7 +5,6 @@ from __future__ import annotations
 from speck.uop.settings import declare
 
 OWNER = "speck.hcq"
-DEV = declare("DEV", "", OWNER, ("speck.hcq.registry",), "the default device as a DEV target (CPU, CPU:X86, NULL...)")
 PROFILE = declare(
     "PROFILE",
     "0",

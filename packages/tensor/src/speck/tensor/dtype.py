@@ -25,11 +25,20 @@ from speck.uop.dtype import (
     _fp8_from_bits,
     can_lossless_cast,
     dtypes,
+    float_to_bf16,
+    float_to_fp16,
+    from_storage_scalar,
     least_upper_dtype,
     least_upper_float,
+    storage_fmt_for_dtype,
+    strong_dtype,
     sum_acc_dtype,
     to_dtype,
+    to_storage_scalar,
     truncate,
+    truncate_bf16,
+    truncate_fp16,
+    weak_dtype,
 )
 
 DTypeLike = DType | str
@@ -133,6 +142,7 @@ __all__ = [
     "DEFAULT_FLOAT", "DEFAULT_INT", "DTYPES_DICT", "INVERSE_DTYPES_DICT", "AddrSpace", "ConstType", "DType",
     "DTypeLike", "ImageDType", "Invalid", "InvalidType", "PtrDType", "_from_np_dtype", "_from_torch_dtype",
     "_to_np_dtype", "_to_torch_dtype", "can_lossless_cast", "can_safe_cast", "dtypes",
-    "float_to_fp8", "fp8_to_float", "imagef", "imageh",
+    "float_to_bf16", "float_to_fp16", "float_to_fp8", "fp8_to_float", "from_storage_scalar", "imagef", "imageh",
+    "storage_fmt_for_dtype", "strong_dtype", "to_storage_scalar", "truncate_bf16", "truncate_fp16", "weak_dtype",
     "least_upper_dtype", "least_upper_float", "sum_acc_dtype", "to_dtype", "truncate",
 ]  # fmt: skip

@@ -56,6 +56,24 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     override_gradient(out.uop, (x.uop,), rule)
 
 
+# 2/pi in 24-bit pieces (bits 1-24, 25-48, ... of its binary expansion, each an exact float64; their sum is 2/pi to
+# 216 bits, checked by tests/tensor/test_unary_specials.py): enough for x up to float32's largest, 2**128
+_TWO_OVER_PI_24 = [float.fromhex(h) for h in ("0x1.45f306p-1", "0x1.b93910p-26", "0x1.529fc0p-52", "0x1.3abe88p-75",
+                                              "0x1.ea69bap-97", "0x1.81b6c4p-121", "0x1.2b3278p-145",
+                                              "0x1.0e4104p-170", "0x1.fca2c6p-193")]  # fmt: skip
+# Taylor coefficients (lowest degree first, after the leading x) of asin and erf / (2 / sqrt(pi)) in x^2
+_ASIN_SERIES = [1 / 6, 3 / 40, 5 / 112, 35 / 1152, 63 / 2816]
+_ERF_SERIES = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(1, 9)]
+
+
+def _poly(x: Tensor, coeffs: list[float]) -> Tensor:
+    """sum(c_k * x^(k+1)) for k = 0, 1, ...: the series' terms after the first, by Horner."""
+    out = x * coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        out = (out + c) * x
+    return out
+
+
 def _upper_float(dt: DType) -> DType:
     """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a concrete float,
     else the default float (read live: users set dtypes.default_float)."""
@@ -479,32 +497,57 @@ class ElementwiseMixin:
     def log10(self: Tensor) -> Tensor:
         return self.log2() * (math.log(2) / math.log(10))
 
+    def _quadrants(self: Tensor, shift: int = 0) -> Tensor:
+        """x * 2/pi + shift reduced to [-2, 2] (quarter turns), in float64, exactly enough for every float32 x (the
+        largest too): Payne-Hanek reduction with 2/pi in 24-bit pieces, each product with x's 24-bit significand
+        exact in float64 and reduced mod 4 exactly, so sin(1e30) is sin(1e30), not inf."""
+        a = self.float().cast(dtypes.float64)
+        total = a * 0 + shift
+        for c in _TWO_OVER_PI_24:
+            t = a * c
+            total = total + (t - 4 * (t * 0.25).trunc())
+        return total - 4 * (total * 0.25).round()
+
+    def _turns_sin(self: Tensor, shift: int) -> Tensor:
+        """sin(x + shift * pi/2) of a float32 (or narrower) x, reduced first: sin of an angle in [-pi, pi]."""
+        return (self._quadrants(shift) * (math.pi / 2))._alu(Ops.SIN)
+
     def sin(self: Tensor) -> Tensor:
-        return self._float()._alu(Ops.SIN)
+        """float32 and narrower: exact argument reduction (`_quadrants`), then sin of the reduced angle in float64;
+        float64: the SIN op's own reduction (accurate for |x| <= 6e6)."""
+        x = self._float()
+        return x._alu(Ops.SIN) if x.dtype == dtypes.float64 else x._turns_sin(0).cast(x.dtype)
 
     def cos(self: Tensor) -> Tensor:
-        """1 - 2 sin(x/2)^2: its absolute error stays at a float32 ulp where cos is near 0 (sin(pi/2 - x) rounds
-        pi/2 - x first, an error of up to ulp(x) / 2: 4e-6 at x = 100). Half/bf16 compute in float32."""
+        """float32 and narrower: sin of the reduced angle shifted by a quarter turn, exactly (so cos is accurate
+        near its zeros, where sin(pi/2 - x) would round pi/2 - x first). float64: 1 - 2 sin(x/2)^2, its absolute
+        error a float64 ulp."""
         x = self._float()
-        if x.dtype.itemsize < 4:
-            return x.float().cos().cast(x.dtype)
+        if x.dtype != dtypes.float64:
+            return x._turns_sin(1).cast(x.dtype)
         s = (x * 0.5).sin()
         return 1 - 2 * s * s
 
     def tan(self: Tensor) -> Tensor:
-        return self.sin() / self.cos()
+        x = self._float()
+        if x.dtype == dtypes.float64:
+            return x.sin() / x.cos()
+        return (x._turns_sin(0) / x._turns_sin(1)).cast(x.dtype)
 
     def asin(self: Tensor) -> Tensor:
-        # Abramowitz & Stegun 4.4.46 on |x|, odd symmetry restores the sign (|error| < 2e-8)
+        # |x| < 1/4: the Taylor series (relative error < 1e-9); beyond, Abramowitz & Stegun 4.4.46 on |x| (absolute
+        # error < 2e-8, which would be all of asin(1e-8)); odd symmetry restores the sign
         x = self._float()
         a = x.abs()
+        small = a < 0.25
+        s, b = small.where(a, 0.0), small.where(0.5, a)  # each branch sees only its own inputs
         coeffs = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
                   -0.2145988016, 1.5707963050)  # fmt: skip
-        p = a * 0 + coeffs[0]
+        p = b * 0 + coeffs[0]
         for c in coeffs[1:]:
-            p = p * a + c
-        r = (math.pi / 2) - (1 - a).sqrt() * p
-        return x.sign() * r
+            p = p * b + c
+        r = small.where(s + s * _poly(s * s, _ASIN_SERIES), (math.pi / 2) - (1 - b).sqrt() * p)
+        return (x < 0).where(-r, r)
 
     def acos(self: Tensor) -> Tensor:
         return (math.pi / 2) - self.asin()
@@ -521,24 +564,33 @@ class ElementwiseMixin:
         return inner.where(small, big)
 
     def sinh(self: Tensor) -> Tensor:
-        # e^x / 2 as e^(x - ln 2): finite up to x = 89.4 (e^x alone overflows float32 at 88.7)
+        # |x| < 1: (expm1(x) - expm1(-x)) / 2, no cancellation; beyond, e^x / 2 as e^(x - ln 2): finite up to
+        # x = 89.4 (e^x alone overflows float32 at 88.7)
         x = self._float()
-        return (x - math.log(2)).exp() - (-x - math.log(2)).exp()
+        small = x.abs() < 1
+        s, b = small.where(x, 0.0), small.where(1.0, x)  # each branch sees only its own inputs
+        return small.where((s._expm1() - (-s)._expm1()) * 0.5, (b - math.log(2)).exp() - (-b - math.log(2)).exp())
 
     def cosh(self: Tensor) -> Tensor:
         x = self._float()
         return (x - math.log(2)).exp() + (-x - math.log(2)).exp()
 
     def tanh(self: Tensor) -> Tensor:
-        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+        # -u / (u + 2) with u = expm1(-2|x|) in (-1, 0]: no cancellation near 0, no overflow for large |x|
+        x = self._float()
+        u = (x.abs() * -2.0)._expm1()
+        r = -u / (u + 2.0)
+        return (x < 0).where(-r, r)
 
     def asinh(self: Tensor) -> Tensor:
         x = self._float()
         a = x.abs()
-        # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a)
+        # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a); below, log1p(a +
+        # a^2 / (1 + sqrt(1 + a^2))), which keeps asinh(1e-8) = 1e-8
         big = a > 2.0**28
         ab, asm = big.where(a, 1.0), big.where(1.0, a)  # each branch sees only its own inputs (finite gradients)
-        return x.sign() * big.where(ab.log() + math.log(2), (asm + (asm * asm + 1).sqrt()).log())
+        r = big.where(ab.log() + math.log(2), (asm + asm * asm / ((asm * asm + 1).sqrt() + 1))._log1p())
+        return (x < 0).where(-r, r)
 
     def acosh(self: Tensor) -> Tensor:
         x = self._float()
@@ -549,7 +601,7 @@ class ElementwiseMixin:
 
     def atanh(self: Tensor) -> Tensor:
         x = self._float()
-        return ((1 + x) / (1 - x)).log() * 0.5
+        return (x._log1p() - (-x)._log1p()) * 0.5  # atanh(1e-8) = 1e-8 (not 0), and exact 1 - x near 1
 
     def sigmoid(self: Tensor) -> Tensor:
         x = self._float()
@@ -558,12 +610,37 @@ class ElementwiseMixin:
         return out
 
     def erf(self: Tensor) -> Tensor:
-        # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+        # |x| < 1/2: the Taylor series (relative error < 1e-10); beyond, Abramowitz & Stegun 7.1.26 (absolute error
+        # < 1.5e-7, which would be all of erf(1e-8))
         x = self._float()
         a = x.abs()
-        t = 1.0 / (1.0 + 0.3275911 * a)
+        small = a < 0.5
+        s, b = small.where(a, 0.0), small.where(1.0, a)  # each branch sees only its own inputs
+        t = 1.0 / (1.0 + 0.3275911 * b)
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        return x.sign() * (1.0 - poly * (-(a * a)).exp())
+        r = small.where((s + s * _poly(s * s, _ERF_SERIES)) * (2 / math.sqrt(math.pi)), 1.0 - poly * (-(b * b)).exp())
+        return (x < 0).where(-r, r)
+
+    def _expm1(self: Tensor) -> Tensor:
+        """e^x - 1 without the cancellation of exp(x) - 1 near 0 (Kahan): (u - 1) * x / log(u) with u = e^x, whose
+        rounding error cancels; x itself where u rounds to 1, and u - 1 where it is -1 or inf."""
+        x = self._float()
+        u = x.exp()
+        d = u - 1
+        edge = (d == 0) | (d == -1) | u.isinf()  # (-1: u is below half an ulp of 1, where log(u) is inexact)
+        # the ratio's inputs are made harmless on the edges, so that its gradient there is 0, not 0 * inf = NaN
+        ratio = edge.where(0.0, d) * edge.where(0.0, x) / edge.where(math.e, u).log()
+        return (d == 0).where(x, edge.where(d, ratio))
+
+    def _log1p(self: Tensor) -> Tensor:
+        """log(1 + v) without the cancellation near 0: log(w) * v / (w - 1) with w = 1 + v (the rounding of w
+        cancels); v itself where w rounds to 1, log(w) where w is 0, negative or inf."""
+        v = self._float()
+        w = v + 1
+        d = w - 1
+        edge = (d == 0) | (w <= 0) | w.isinf()
+        ratio = edge.where(math.e, w).log() * edge.where(0.0, v) / edge.where(1.0, d)
+        return (d == 0).where(v, edge.where(w.log(), ratio))
 
     def abs(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
@@ -576,8 +653,9 @@ class ElementwiseMixin:
         z = self._const_like(0)
         if dtypes.is_unsigned(self.dtype):
             return (self != 0).where(self._const_like(1), z)
-        # only +-0 gives 0: NaN gives 1 (tinygrad's documented value, TENSOR_API 7.1)
-        return (self < 0).where(self._const_like(-1), (self == 0).where(z, self._const_like(1)))
+        # NaN gives NaN, as numpy and torch do (tinygrad gives 1: a silent wrong value); +-0 gives 0
+        one = (self > 0).where(self._const_like(1), self.detach() if dtypes.is_float(self.dtype) else z)
+        return (self < 0).where(self._const_like(-1), (self == 0).where(z, one))
 
     def trunc(self: Tensor) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -678,10 +756,10 @@ class ElementwiseMixin:
         return neg.where(-a.abs(), a.abs())
 
     def logaddexp(self: Tensor, other: TensorOrScalar) -> Tensor:
+        # max + log1p(exp(min - max)): log(1 + tiny) would round the tiny term away (softplus(-20) = 0)
         a, b = self._float()._broadcasted(other)
-        m = a.maximum(b)
-        mf = m.isinf().where(0.0, m)
-        return ((a - mf).exp() + (b - mf).exp()).log() + mf
+        m, n = a.maximum(b), a.minimum(b)
+        return m + m.isinf().where(0.0, n - m).exp()._log1p()
 
     def pow(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         """x ** y with numpy's dtype rules: exact for int ** int (negative exponents give 0, 1 or -1), negative
@@ -769,7 +847,8 @@ class ElementwiseMixin:
             return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         if approximate != "tanh":
             raise RuntimeError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
-        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+        # 0.5 * x * (1 + tanh(z)) = x * sigmoid(2z): the same value without 1 + tanh(z) cancelling for negative x
+        return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).sigmoid()
 
     def silu(self: Tensor) -> Tensor:
         return self * self.sigmoid()
@@ -778,7 +857,7 @@ class ElementwiseMixin:
         return self.silu()
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * (self._nonpositive().exp() - 1))
+        return (self > 0).where(self, alpha * self._nonpositive()._expm1())
 
     def _nonpositive(self: Tensor) -> Tensor:
         """min(x, 0) with no gradient where x > 0: for the exp branch of elu-like functions, which must not see

@@ -57,8 +57,30 @@ class DatasetError(RuntimeError, TensorError):
     """A dataset file is missing, truncated or not an IDX file."""
 
 
-class SafetensorsError(RuntimeError, TensorError):
+class CheckpointError(ValueError, RuntimeError, TensorError):
+    """A model file that can't be read as its format says (malformed, truncated, hostile or beyond a size limit);
+    the message names the file and what is wrong. Base of each format's error class."""
+
+
+class SafetensorsError(CheckpointError):
     """A safetensors file is malformed; the message names the file and what is wrong."""
+
+
+class GGUFError(CheckpointError):
+    """A GGUF file is malformed, truncated, or uses a type gguf_load can't read."""
+
+
+class ArchiveError(CheckpointError):
+    """A tar or zip archive that is malformed, or a member that expands beyond MAX_DECOMPRESSED_BYTES."""
+
+
+class TorchLoadError(CheckpointError):
+    """A PyTorch checkpoint that is malformed: bad pickle, a missing storage, a view outside its storage..."""
+
+
+class UnsafePickleError(TorchLoadError, pickle.UnpicklingError):
+    """A checkpoint's pickle names a global that torch_load does not allow (like torch.load(weights_only=True)):
+    raised when the name is read, before anything it would run."""
 
 
 class CustomKernelError(RuntimeError, TensorError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speck.codegen.settings import BEAM, NOOPT, TRANSCENDENTAL
-from speck.hcq.settings import DEV, LRU, NUM_CPU_THREADS, PROFILE
+from speck.hcq.settings import LRU, NUM_CPU_THREADS, PROFILE
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
 from speck.tensor.pyutils import (
@@ -105,9 +105,11 @@ from speck.uop.dtype import DEFAULT_FLOAT, DEFAULT_INT
 from speck.uop.helpers import (
     CACHELEVEL,
     DEBUG,
+    DEV,
     SPEC,
     Context,
     ContextVar,
+    Target,
     all_int,
     all_same,
     argsort,
@@ -208,36 +210,6 @@ class TracingKey:
     display_name: str
     keys: tuple[Any, ...] = ()
     ret: Any = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """One DEV target, `[INTERFACE+]DEVICE[:RENDERER[:ARCH]]`: device and renderer upper-cased, arch kept as written,
-    every part optional ("" when absent). `Target.parse("CPU:LLVM")`; `str()` writes it back."""
-
-    device: str = ""
-    renderer: str = ""
-    arch: str = ""
-    interface: str = ""
-
-    @staticmethod
-    def parse(text: str) -> Target:
-        if text.count("+") > 1 or text.count(":") > 2:
-            raise RuntimeError(f"DEV target {text!r}: expected [INTERFACE+]DEVICE[:RENDERER[:ARCH]] (one '+', two ':')")
-        interface, _, rest = text.strip().rpartition("+")
-        device, _, rest = rest.partition(":")
-        renderer, _, arch = rest.partition(":")
-        return Target(device.upper(), renderer.upper(), arch, interface)
-
-    @staticmethod
-    def parse_all(text: str) -> list[Target]:
-        """Every target of a DEV setting (targets are separated by ';')."""
-        return [Target.parse(t) for t in text.split(";") if t.strip()]
-
-    def __str__(self) -> str:
-        out = f"{self.interface}+" if self.interface else ""
-        out += self.device + (f":{self.renderer}" if self.renderer or self.arch else "")
-        return out + (f":{self.arch}" if self.arch else "")
 
 
 __all__ = [

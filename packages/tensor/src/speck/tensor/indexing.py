@@ -348,26 +348,55 @@ class IndexingMixin:
 
         return self._new(UOp(Ops.ASSIGN, self.dtype, (self.uop, pos.uop, value.uop), reduce))
 
-    def masked_select(self: Tensor, mask: Tensor) -> Tensor:
-        """The elements where mask (broadcast) is true, as a 1-D tensor (data-dependent: reads the mask)."""
+    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.
+        size=None reads the mask (a data-dependent length); size=N gives exactly N elements without reading data:
+        the selection truncated, or padded with fill_value."""
         from speck.tensor.elementwise import broadcast_shape
         from speck.tensor.hook import Tensor
 
-        x, m = self, mask
-
-        sh = broadcast_shape(x.shape, m.shape)
-        x, m = x._broadcast_to(sh), m.bool()._broadcast_to(sh)
+        if mask.dtype != dtypes.bool:
+            raise RuntimeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
+        sh = broadcast_shape(self.shape, mask.shape)
+        x, m = self._broadcast_to(sh).flatten(), mask._broadcast_to(sh).flatten()
+        if size is not None:
+            return x._select_sized(m, size, fill_value)
         pos = np.flatnonzero(m.numpy()).astype(np.int32)
-        return x.flatten()[Tensor(pos, device=self.device)] if pos.size else Tensor.empty(0, dtype=self.dtype,
-                                                                                        device=self.device)  # fmt: skip
+        return x[Tensor(pos, device=self.device)] if pos.size else Tensor.empty(0, dtype=self.dtype,
+                                                                                device=self.device)  # fmt: skip
 
-    def nonzero(self: Tensor) -> Tensor:
-        """(count, ndim) int32 coordinates of the nonzero elements (data-dependent: reads the tensor)."""
+    def _select_sized(self: Tensor, m: Tensor, size: int, fill_value: Any) -> Tensor:
+        """The elements of 1-D self where 1-D bool m is true, placed in order into `size` slots that start as
+        fill_value (extra selected elements are dropped): one scatter to 1-based positions, lazy."""
         from speck.tensor.hook import Tensor
 
-        nz = np.argwhere(self.numpy()).astype(np.int32)
-        return Tensor(nz.reshape(-1, self.ndim), device=self.device) if nz.size else Tensor.empty(
-            0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
+        if not isinstance(size, int) or size < 0:
+            raise TensorValueError(f"size must be an int >= 0, got {size!r}")
+        rank = m.cast(dtypes.int32).cumsum(0)  # 1-based slot of each selected element
+        pos = (m & (rank <= size)).where(rank, 0)
+        out = Tensor.full((size,), fill_value, dtype=self.dtype, device=self.device)
+        return out._scatter_node(pos, self, None) if size and self.shape[0] else out
+
+    def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """(count, ndim) int32 coordinates of the nonzero elements, in row-major order. size=None reads the tensor
+        (a data-dependent count); size=N gives N rows without reading data, padded with fill_value or truncated."""
+        from speck.tensor.hook import Tensor
+
+        if size is None:
+            nz = np.argwhere(self.numpy()).astype(np.int32)
+            return Tensor(nz.reshape(-1, self.ndim), device=self.device) if nz.size else Tensor.empty(
+                0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
+        m = (self != 0).flatten()
+        coords = [
+            Tensor.arange(as_int(n), device=self.device, dtype=dtypes.int32)
+            .reshape([-1 if k == d else 1 for k in range(self.ndim)])
+            ._broadcast_to(self.shape)
+            .flatten()
+            for d, n in enumerate(self.shape)
+        ]
+        if not coords:  # 0-d: one row of no coordinates if the value is nonzero (`size` rows either way)
+            return Tensor.empty(size, 0, dtype=dtypes.int32, device=self.device)
+        return Tensor.stack(*[c._select_sized(m, size, fill_value) for c in coords], dim=1)
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         from speck.tensor.hook import Tensor

@@ -286,6 +286,8 @@ class MovementMixin:
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
         reps = argfix(repeats, *args)
+        if any(not isinstance(r, int) or r < 0 for r in reps):
+            raise TensorValueError(f"repeat counts must be integers >= 0, got {reps}")
         if len(reps) < self.ndim:
             raise TensorValueError(
                 f"repeat needs at least {self.ndim} repeat counts for shape {self.shape}, got {reps}"
@@ -308,12 +310,12 @@ class MovementMixin:
         out = t.reshape(s[: d + 1] + (1,) + s[d + 1 :]).expand(s[: d + 1] + (repeats,) + s[d + 1 :])
         return out.reshape(s[:d] + (s[d] * repeats,) + s[d + 1 :])
 
-    def pad_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
-        """Pad at the end of each dim up to shape (None keeps a dim)."""
+    def pad_to(self: Tensor, shape: Any, *args: Any, value: float = 0.0) -> Tensor:
+        """Pad at the end of each dim up to shape (None keeps a dim) with `value`."""
         new = argfix(shape, *args)
         if len(new) != self.ndim:
             raise RuntimeError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
-        return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)))
+        return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)), value=value)
 
     def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Keep the first `shape` elements of each dim (None keeps a dim)."""

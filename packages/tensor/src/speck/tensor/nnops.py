@@ -23,6 +23,14 @@ def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
     return (x,) * n if isinstance(x, int) else tuple(x)
 
 
+def _window_args(op: str, **args: tuple[int, ...]) -> None:
+    """Kernel sizes, strides and dilations of a windowed op are positive ints (numpy and torch refuse 0 and negative
+    ones; here 0 divided by zero and dilation 0 silently made windows of one element)."""
+    for name, vals in args.items():
+        if not all(isinstance(v, int) and v >= 1 for v in vals):
+            raise TensorValueError(f"{op}: {name} must be positive integers, got {vals}")
+
+
 def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: tuple[int, ...],
                   stride: tuple[int, ...]) -> list[tuple[int, int]]:  # fmt: skip
     """Per spatial dim (before, after) padding; 'same' pads so the output size equals ceil(input / stride)."""
@@ -79,7 +87,8 @@ class NNMixin:
                stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                padding: int | str | tuple[int, ...] = 0, dtype: Any = None) -> Tensor:  # fmt: skip
         """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
-        *k); works for 1-d and 3-d too. padding may be 'same'. dtype: accumulation and result dtype."""
+        *k); works for 1-d and 3-d too. padding may be 'same'; a negative amount crops the input (as pad() does).
+        stride and dilation are positive. dtype: accumulation and result dtype."""
         nsp = len(weight.shape) - 2
         if len(self.shape) != nsp + 2:
             raise TensorAssertionError(
@@ -94,6 +103,7 @@ class NNMixin:
                 f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
             )
         st, dl = _pair(stride, nsp), _pair(dilation, nsp)
+        _window_args("conv2d", stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
@@ -127,6 +137,7 @@ class NNMixin:
         cin, cout_g = weight.shape[:2]
         k = tuple(as_int(d) for d in weight.shape[2:])
         st, dl, op = (_pair(v, nsp) for v in (stride, dilation, output_padding))
+        _window_args("conv_transpose2d", stride=st, dilation=dl)
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
                for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip
@@ -190,6 +201,7 @@ class NNMixin:
         k = _pair(kernel_size)
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
+        _window_args("max_pool2d", kernel_size=k, stride=st, dilation=dl)
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
         red = tuple(range(-len(k), 0))
@@ -223,6 +235,7 @@ class NNMixin:
         k = _pair(kernel_size)
         nsp = len(k)
         st, dl = (_pair(v, nsp) for v in (stride if stride is not None else k, dilation))
+        _window_args("max_unpool2d", kernel_size=k, stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
         if output_size is None:
             output_size = tuple((as_int(self.shape[i - nsp]) - 1) * st[i] - pads[i][0] - pads[i][1] +
@@ -248,6 +261,7 @@ class NNMixin:
 
         k = _pair(kernel_size)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
+        _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
         red = tuple(range(-len(k), 0))
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, 0.0)
@@ -328,7 +342,7 @@ class NNMixin:
         return out
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * ((self._nonpositive() / alpha).exp() - 1))
+        return (self > 0).where(self, alpha * (self._nonpositive() / alpha)._expm1())
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         return gamma * self.elu(alpha)
@@ -340,7 +354,7 @@ class NNMixin:
         return self * self.softplus().tanh()
 
     def hardswish(self: Tensor) -> Tensor:
-        return self * (self + 3).relu6() * (1 / 6)
+        return self * ((self + 3).relu6() * (1 / 6))  # the factor first: x * 6 overflows at the largest x
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         return (alpha * self + beta).clip(0.0, 1.0)  # (a difference of two relus is inf - inf = NaN at x = inf)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
-from speck.tensor.errors import TensorValueError
+from speck.tensor.errors import TensorTypeError, TensorValueError
 from speck.tensor.schedule import new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
 
@@ -87,10 +87,15 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
         x = stack.pop()
         if isinstance(x, (list, tuple)):
             stack.extend(x)
+        elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints were read as bools)
+            stack.append(x.tolist())
         elif isinstance(x, Tensor):
             raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
-        else:
+        elif isinstance(x, (bool, int, float, np.bool_, np.number)):
             flat.append(x)
+        else:  # numpy would make strings or objects of these, torch refuses them
+            raise TensorTypeError(f"can't make a Tensor from a sequence holding {type(x).__name__} {x!r:.40}; "
+                                  "expected numbers or bools, in (nested) lists or tuples")  # fmt: skip
     if any(isinstance(x, float) or isinstance(x, np.floating) for x in flat):
         dt = dtypes.default_float
     elif any(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):

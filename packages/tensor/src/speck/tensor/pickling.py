@@ -13,7 +13,11 @@ loaded JIT replays at once without tracing (its function is not pickled: reset()
 UOps, DTypes and Variables pickle by themselves (hash-consed/interned again on load); PatternMatchers by their
 module-level name.
 
-What can't be pickled raises TensorPickleError naming the object and the reason."""
+What can't be pickled raises TensorPickleError naming the object and the reason.
+
+Only unpickle what you or someone you trust pickled: these pickles carry code (a captured TinyJit's compiled kernels
+run as they are, and pickle itself calls whatever the stream names), so loading a hostile one runs its author's code.
+Exchange weights as safetensors (nn.state.safe_save / safe_load), which hold only data."""
 
 from __future__ import annotations
 

@@ -79,21 +79,25 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
                            "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
-register_service("uop_buffer", get_buffer)
-_unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+_unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)
 
 
 def _file_options(device: str) -> Any:
-    """A tensor's file is mapped read-write when we may write it (`.to("disk:...")` and assign write to existing files,
-    as tinygrad users expect); speck.hcq's own default maps an existing file read-only. Data is only ever written by
-    an explicit copy into the tensor: reads never change the file. None for devices that are not file-backed."""
-    dev = Device[device]
-    if not dev.file_backed:
+    """A file-backed tensor's existing file is mapped read-only: reading never changes it, and a file shorter than the
+    tensor (truncated since it was opened) is an error, not extended with zeros. A file the tensor creates is mapped
+    read-write. Writes (`.to("disk:...")`, assign) map the file read-write first (Buffer.make_writable; the runner
+    does it before a copy into a file-backed buffer). None for devices that are not file-backed."""
+    if not Device[device].file_backed:
         return None
     from speck.hcq import BufferOptions
 
-    path = device.partition(":")[2]
-    return BufferOptions(writable=True) if not os.path.exists(path) or os.access(path, os.W_OK) else None
+    return BufferOptions(writable=not os.path.exists(device.partition(":")[2]))
+
+
+def writable_disk(b: Any) -> None:
+    """Before a write into a file-backed buffer b: its file mapped read-write (speck.hcq's Buffer.make_writable)."""
+    b.make_writable()
 
 
 def host_array(b: Any, dtype: Any) -> np.ndarray:

@@ -136,15 +136,24 @@ class ReduceMixin:
         return ret.cast(self.dtype) if dtype is None else ret
 
     def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        self._nonempty("max", axis)
         return self._reduce(Ops.MAX, axis, keepdim)
 
+    def _nonempty(self: Tensor, op: str, axis: Any) -> None:
+        """max and min over zero elements have no value (numpy and torch raise; tinygrad's -inf would be a silent
+        wrong value). Internal reductions that want the identity (any, softmax of nothing) call _reduce."""
+        if self.ndim and any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in self._axes(axis)):
+            raise TensorValueError(f"{op}() of an empty axis (axis {axis}, shape {self.shape}) has no value: "
+                                   "reduce a non-empty axis or check the size first")  # fmt: skip
+
     def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        self._nonempty("min", axis)
         if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
             return self.bitwise_not().max(axis, keepdim).bitwise_not()
         return -((-self).max(axis, keepdim))
 
     def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return self.bool().max(axis, keepdim)
+        return self.bool()._reduce(Ops.MAX, axis, keepdim)
 
     def all(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
@@ -187,7 +196,7 @@ class ReduceMixin:
             return Tensor(0, dtype=dtypes.int32, device=self.device)
         n = as_int(self.shape[d])
         if n == 0:
-            raise RuntimeError(f"argmax over a zero-size dim of shape {self.shape}")
+            raise TensorValueError(f"argmax over an empty axis (axis {axis}, shape {self.shape}) has no value")
         m = self.max(d, keepdim=True)
         rev = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
         hit = (self == m) | (self.isnan() if dtypes.is_float(self.dtype) else False)
@@ -199,19 +208,19 @@ class ReduceMixin:
         return x.argmax(axis, keepdim)
 
     def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        m = self.max(axis, keepdim=True)
+        m = self._reduce(Ops.MAX, axis, keepdim=True)  # (of nothing: -inf, and the sum of nothing is log 0)
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in self._axes(axis)))
 
     def softmax(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        e = (x - x.max(axis, keepdim=True)).exp()
+        e = (x - x._reduce(Ops.MAX, axis, keepdim=True)).exp()  # (an empty axis: an empty result)
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        m = x - x.max(axis, keepdim=True)
+        m = x - x._reduce(Ops.MAX, axis, keepdim=True)
         return m - m.exp().sum(axis, keepdim=True).log()
 
     def softmin(self: Tensor, axis: int = -1, dtype: Any = None) -> Tensor:
@@ -248,7 +257,7 @@ class ReduceMixin:
             r = mask.where(xs, xs._const_like(1)).prod(-1)
         else:
             lo = -math.inf if dtypes.is_float(xs.dtype) else dtypes.min(xs.dtype)
-            r = mask.where(xs, xs._const_like(lo)).max(-1)
+            r = mask.where(xs, xs._const_like(lo))._reduce(Ops.MAX, -1)
         return r.transpose(d, -1) if d != self.ndim - 1 else r
 
     def _blocked_scan(self: Tensor, op: str) -> Tensor:

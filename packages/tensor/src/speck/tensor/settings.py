@@ -67,6 +67,13 @@ MAX_BUFFER_SIZE = declare(
     ("speck.tensor.realize",),
     "> 0: a buffer of more elements raises RuntimeError when it is made",
 )
+MAX_DECOMPRESSED_BYTES = declare(
+    "MAX_DECOMPRESSED_BYTES",
+    4 << 30,
+    T,
+    ("speck.tensor.nn.checkpoints",),
+    "the most bytes one archive (zip/tar) member, and all of an archive's members together, may expand to",
+)
 FUSE_OPTIM = declare("FUSE_OPTIM", 0, T, ("speck.tensor.nn.optim",), "optimizers' default for fused=")
 DISALLOW_BROADCAST = declare(
     "DISALLOW_BROADCAST",

@@ -334,12 +334,13 @@ def _run_disk(w: Write) -> None:
     import numpy as np
 
     from speck.tensor.hook import Tensor
-    from speck.tensor.realize import buffer_numpy
+    from speck.tensor.realize import buffer_numpy, get_buffer, writable_disk
 
     value = w.value
     while value.op in (Ops.COPY,) and file_backed(str(value.arg)):
         value = value.src[0]  # a copy onto the disk: take what is copied
     data = Tensor(value, device=_device_of(value)).numpy()
+    writable_disk(get_buffer(w.buf))
     mem = buffer_numpy(w.buf)
     if w.target is None and w.pos is None:
         mem[:] = data.reshape(-1).view(mem.dtype)

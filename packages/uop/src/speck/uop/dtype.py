@@ -310,6 +310,17 @@ class dtypes(metaclass=_DtypesMeta):
         raise RuntimeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
 
     @staticmethod
+    def as_const(val: Any, dtype: DType) -> Any:
+        """val as the Python value a constant of dtype holds: bool, int or float (a tuple converts each element).
+        Ints and floats are converted, not wrapped or rounded to the width (that is `truncate`)."""
+        if isinstance(val, tuple):
+            return tuple(dtypes.as_const(x, dtype) for x in val)
+        if isinstance(val, InvalidType):
+            return val
+        s = dtype.scalar()
+        return bool(val) if s == dtypes.bool else int(val) if s in _INTS else float(val)
+
+    @staticmethod
     def min(dt: DType) -> ConstType:
         """Smallest value of dt (-inf for floats; weak types are unbounded and report -inf)."""
         s = dt.scalar()
@@ -459,6 +470,21 @@ def least_upper_dtype(*ds: DType) -> DType:
     return min(minimal, key=lambda d: d.priority)
 
 
+def strong_dtype(dt: DType) -> DType:
+    """The concrete dtype a weak one materializes as: weakint -> dtypes.default_int, weakfloat ->
+    dtypes.default_float (read when called); any other dtype is itself."""
+    return dtypes.as_concrete(dt) if dt.is_weak else dt
+
+
+def weak_dtype(dt: DType) -> DType:
+    """The weak (literal) kind of dt: a float dtype -> weakfloat, an int dtype -> weakint, anything else itself."""
+    s = dt.scalar()
+    if isinstance(dt, PtrDType) or s == dtypes.bool:
+        return dt
+    weak = dtypes.weakfloat if s in _FLOATS else dtypes.weakint if s in _INTS else None
+    return dt if weak is None else weak.vec(dt.count)
+
+
 def least_upper_float(dt: DType) -> DType:
     """The float dtype an op like sqrt/exp produces from dt (ints and weak floats become the default float)."""
     return dt if dtypes.is_float(dt) and not dt.is_weak else least_upper_dtype(dt, dtypes.weakfloat, dtypes.float32)
@@ -498,6 +524,21 @@ def _bf16_bits(x: float) -> int:
 
 def _bf16(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<I", _bf16_bits(x) << 16))[0])
+
+
+def truncate_fp16(x: float) -> float:
+    """x rounded to the nearest float16 value (round to nearest even; beyond float16's range -> +-inf)."""
+    return _f16(float(x))
+
+
+def float_to_bf16(x: float) -> float:
+    """x rounded to the nearest bfloat16 value (round to nearest even via float32; inf and NaN kept)."""
+    return _bf16(float(x))
+
+
+# the same conversions under the other names tinygrad's dtype module has for them
+float_to_fp16 = truncate_fp16
+truncate_bf16 = float_to_bf16
 
 
 class Fp8Format(NamedTuple):
@@ -648,6 +689,27 @@ def from_bits(bits: int, dt: DType) -> ConstType:
         return _fp8_from_bits(bits & 0xFF, FP8_FORMATS[s])
     assert s.fmt is not None
     return float(struct.unpack("<" + s.fmt, (bits & ((1 << (8 * s.itemsize)) - 1)).to_bytes(s.itemsize, "little"))[0])
+
+
+def storage_fmt_for_dtype(dt: DType) -> str | None:
+    """The struct format a dtype's values are stored with: its own `fmt`, or the unsigned int of its width for the
+    formats struct has none for (bfloat16 'H', fp8 'B'); None for weak dtypes and void."""
+    s = dt.scalar()
+    if s.fmt is not None or s.is_weak or s == dtypes.void:
+        return s.fmt
+    return {1: "B", 2: "H"}[s.itemsize]
+
+
+def to_storage_scalar(x: ConstType, dt: DType) -> ConstType:
+    """x as stored under storage_fmt_for_dtype(dt): the bit pattern (an int) for bfloat16 and fp8, else x."""
+    s = dt.scalar()
+    return to_bits(x, s) if s.fmt is None and not s.is_weak and s != dtypes.void else x
+
+
+def from_storage_scalar(x: ConstType, dt: DType) -> ConstType:
+    """The inverse of to_storage_scalar: the value of a stored bfloat16/fp8 bit pattern, else x."""
+    s = dt.scalar()
+    return from_bits(int(x), s) if s.fmt is None and not s.is_weak and s != dtypes.void else x
 
 
 def bitcast(v: ConstType, from_dt: DType, to_dt: DType) -> ConstType:

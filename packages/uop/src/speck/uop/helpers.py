@@ -4,6 +4,7 @@ and a few sequence utilities. Standard library only."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Sequence
@@ -76,6 +77,17 @@ class ContextVar:
     def restore(self, state: Any) -> None:
         self.value = state
 
+    def tolist(self, obj: Any = None) -> list[Any]:
+        """A string setting of comma-separated names as a list (`"long,half"` -> `["long", "half"]`; empty -> `[]`);
+        with `obj`, each name looked up as an attribute of it (`EMULATED_DTYPES.tolist(dtypes)` -> dtypes)."""
+        names = [n.strip() for n in str(self.value).split(",") if n.strip()]
+        if obj is None:
+            return names
+        missing = [n for n in names if not hasattr(obj, n)]
+        if missing:
+            raise AttributeError(f"{self.key}={self.value!r}: {obj!r} has no {', '.join(map(repr, missing))}")
+        return [getattr(obj, n) for n in names]
+
     @staticmethod
     def get(key: str) -> ContextVar:
         """Look up a defined ContextVar by name."""
@@ -108,11 +120,110 @@ class Context(contextlib.ContextDecorator):
             ContextVar._registry[k].restore(v)
 
 
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One DEV target, `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`: device and renderer upper-cased, interface,
+    indices and arch kept as written, every part "" when absent. `Target.parse("usb:0,1+amd:llvm:gfx950")`;
+    repr() and str() write the syntax back (`Target.parse(repr(t)) == t`)."""
+
+    device: str = ""
+    renderer: str = ""
+    arch: str = ""
+    interface: str = ""
+    indices: str = ""
+
+    @staticmethod
+    def parse(text: str) -> Target:
+        head, plus, body = text.strip().rpartition("+")
+        if head.count("+") or body.count(":") > 2 or head.count(":") > 1:
+            raise RuntimeError(f"DEV target {text!r}: expected [INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]] "
+                               "(at most one '+', two ':' after it)")  # fmt: skip
+        interface, _, indices = head.partition(":")
+        device, _, rest = body.partition(":")
+        renderer, _, arch = rest.partition(":")
+        return Target(device.upper(), renderer.upper(), arch, interface, indices)
+
+    @staticmethod
+    def parse_all(text: str) -> list[Target]:
+        """Every target of a DEV setting (targets are separated by ';'); `[Target()]` for an empty one."""
+        return [Target.parse(t) for t in text.split(";") if t.strip()] or [Target()]
+
+    def replacedefault(self, **defaults: str) -> Target:
+        """This target with each empty field among `defaults` filled from it (set fields are kept)."""
+        return dataclasses.replace(self, **{k: v for k, v in defaults.items() if not getattr(self, k)})
+
+    def __str__(self) -> str:
+        out = f"{self.interface}{':' + self.indices if self.indices else ''}+" if self.interface or self.indices else ""
+        out += self.device + (f":{self.renderer}" if self.renderer or self.arch else "")
+        return out + (f":{self.arch}" if self.arch else "")
+
+    __repr__ = __str__
+
+
+def _first_target_field(name: str) -> Any:
+    """A property of TargetVar reading field `name` of its first target."""
+    return property(lambda self: getattr(self.value[0], name), doc=f'The first DEV target\'s {name} ("" if unset).')
+
+
+class TargetVar(ContextVar):
+    """The DEV setting: its value is the list of `Target`s its text names (`DEV.value`, `[Target()]` when unset);
+    assigning a string, a Target or a list of them re-parses. Other attributes (`DEV.device`, `.renderer`, `.arch`,
+    `.interface`, `.indices`) read the first target and are "" when DEV is unset. Text is parsed when first read, so
+    a malformed DEV raises RuntimeError where it is used, not at import."""
+
+    _source: Any
+    _parsed: list[Target] | None
+
+    @property
+    def value(self) -> list[Target]:
+        if self._parsed is None:
+            src = self._source
+            if isinstance(src, Target):
+                self._parsed = [src]
+            elif isinstance(src, (list, tuple)):
+                self._parsed = [t if isinstance(t, Target) else Target.parse(str(t)) for t in src] or [Target()]
+            else:
+                self._parsed = Target.parse_all(str(src))
+        return self._parsed
+
+    @value.setter
+    def value(self, v: Any) -> None:
+        self._source, self._parsed = v, None
+
+    device = _first_target_field("device")
+    renderer = _first_target_field("renderer")
+    arch = _first_target_field("arch")
+    interface = _first_target_field("interface")
+    indices = _first_target_field("indices")
+
+    def target(self, devtype: str, **defaults: str) -> Target:
+        """The Target selecting device type `devtype`: the first naming it, else the first with no device, else
+        `Target(device=devtype)`; empty fields filled from `defaults`, device set to `devtype`."""
+        dt = devtype.upper()
+        ts = self.value
+        t = next((t for t in ts if t.device == dt), None) or next((t for t in ts if not t.device), Target())
+        return dataclasses.replace(t.replacedefault(**defaults), device=dt)
+
+    def __bool__(self) -> bool:
+        return any(t != Target() for t in self.value)
+
+    def __eq__(self, x: object) -> bool:
+        return self.value == x or (isinstance(x, str) and repr(self) == x)
+
+    __hash__ = ContextVar.__hash__
+
+    def __repr__(self) -> str:
+        return ";".join(map(repr, self.value)) if self else ""
+
+
 DEBUG = ContextVar("DEBUG", 0)
 SPEC = ContextVar("SPEC", 0)
 PMCOMPILE = ContextVar("PMCOMPILE", 1)
 # 0 turns off every on-disk cache (compiled objects, BEAM winners); any value >= 1 enables them
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
+# the target devices, `[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]]`, several split by ';' (the first is the default)
+DEV = TargetVar("DEV", "")
+DEV.default = [Target()]
 
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any:

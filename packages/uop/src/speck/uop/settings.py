@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from speck.uop.helpers import CACHELEVEL, DEBUG, PMCOMPILE, SPEC, ContextVar
+from speck.uop.helpers import CACHELEVEL, DEBUG, DEV, PMCOMPILE, SPEC, ContextVar
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,5 @@ declare("SPEC", 0, "speck.uop", ("speck.codegen.pipeline",), "check the UOp spec
 declare("PMCOMPILE", 1, "speck.uop", ("speck.uop.upat",), "compile pattern matchers to Python", var=PMCOMPILE)
 declare("CACHELEVEL", 2, "speck.uop", ("speck.codegen.cache.store",), "0 turns off every on-disk cache",
         var=CACHELEVEL)  # fmt: skip
+declare("DEV", "", "speck.uop", ("speck.hcq.registry",), "the default device as DEV targets: "
+        "[INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]], ';'-separated", var=DEV)  # fmt: skip

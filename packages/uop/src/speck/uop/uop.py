@@ -284,8 +284,13 @@ class UOp(_Slots):
 
     # ---------------- constructors ----------------
     @staticmethod
-    def const(dtype: DType, b: ConstType | InvalidType | tuple[Any, ...], src: tuple[UOp, ...] = ()) -> UOp:
-        """A constant of dtype. A tuple builds a STACK of consts; the value is truncated to dtype exactly."""
+    def const(dtype: DType, b: ConstType | InvalidType | tuple[Any, ...], src: tuple[UOp, ...] = (),
+              device: str | None = None, shape: tuple[sint, ...] | None = None) -> UOp:  # fmt: skip
+        """A constant of dtype. A tuple builds a STACK of consts; the value is truncated to dtype exactly. With
+        `device` it is a tensor-level constant on that device, broadcast to `shape` when given."""
+        if device is not None or shape is not None:
+            c = UOp.const(dtype, b, (UOp(Ops.DEVICE, arg=device),) if device is not None else src)
+            return c if not shape else c.reshape((1,) * len(shape)).expand(tuple(shape))
         if dtype is dtypes.weakint and type(b) is int:  # index arithmetic: the common case
             return UOp(Ops.CONST, dtype, src, b)
         if isinstance(b, tuple):

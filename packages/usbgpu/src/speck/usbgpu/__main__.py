@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from speck.usbgpu.api import UsbGpu
 from speck.usbgpu.bridge import Bridge
 from speck.usbgpu.errors import UsbError
-from speck.usbgpu.gpu import GPU_PROFILES
+from speck.usbgpu.gpu import VERIFIED_BOARDS
 
 PROGRESS_BAR_BYTES = 64_000_000  # copies larger than this show a progress bar
 
@@ -40,11 +40,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         if topo.gpu_ids is not None and topo.subsystem is not None:
             vendor, device, sub = topo.gpu_ids & 0xFFFF, topo.gpu_ids >> 16, topo.subsystem
             print(f"gpu       {vendor:04x}:{device:04x} on bus 4, subsystem {sub & 0xFFFF:04x}:{sub >> 16:04x}")
-            profile = GPU_PROFILES.get((vendor, device, sub))
+            board = VERIFIED_BOARDS.get((vendor, device, sub))
             print(
-                f"profile   {profile.name} (copies supported)"
-                if profile
-                else "profile   none: GPU bring-up is not implemented for this GPU, copies are refused"
+                f"board     {board} (bring-up verified: copies supported)"
+                if board
+                else "board     unverified: bring-up runs only with UsbGpu.open(unverified=True) / "
+                "SPECK_USBGPU_UNVERIFIED=1, copies are refused otherwise"
             )
             for index, address in sorted(topo.bars.items()):
                 print(f"BAR{index}      {address:#014x}")

@@ -17,15 +17,27 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from speck.usbgpu.amd.compute import KernelCode
+from speck.usbgpu.amd.layout import KERNARG_POOL
 from speck.usbgpu.bridge import Transport
+from speck.usbgpu.compute import DEFAULT_TIMEOUT_S, ComputeEngine, QueueStatus
 from speck.usbgpu.copyin import CopyEngine, Progress
-from speck.usbgpu.errors import CopyCancelledError, DeviceUnusableError
+from speck.usbgpu.errors import (
+    CopyCancelledError,
+    DeviceUnusableError,
+    F4BailError,
+    GpuFault,
+    GpuFenceTimeout,
+    GpuHang,
+    UsbTimeoutError,
+)
 from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
 from speck.usbgpu.opqueue import CopyHandle, OpQueue
 
@@ -34,7 +46,7 @@ if TYPE_CHECKING:
     from speck.usbgpu.sim.device import SimDevice
     from speck.usbgpu.sim.model_api import UsbDeviceModel
 
-__all__ = ["CopyHandle", "ProgressCallback", "UsbGpu", "VramBuffer"]
+__all__ = ["CopyHandle", "KernelCode", "ProgressCallback", "QueueStatus", "UsbGpu", "VramBuffer"]
 
 _BufferLike = bytes | bytearray | memoryview
 ProgressCallback = Callable[[int, int], None]  # (bytes done, bytes in all), called from the thread running the copy
@@ -114,13 +126,18 @@ class UsbGpu:
         except BaseException:
             usb.close()
             raise
-        self._copy = CopyEngine(self._ctx) if self._ctx.profile is not None else None  # copies need a profile
+        self._copy = CopyEngine(self._ctx) if self._ctx.ready else None  # copies need the bring-up
         self._broken: str | None = None
         self.session = next(_SESSIONS)
         self._allocs: dict[int, VramBuffer] = {}
+        self._mapped: set[int] = set()  # buffers (by address) the GPU's page tables map; only queued jobs touch it
+        self._unmapped: dict[int, VramBuffer] = {}  # allocated, mapped by the next operation that reaches the GPU
+        self._compute: ComputeEngine | None = None
         self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
         self._heap_lock = threading.Lock()
         self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
+        if self.sim is not None:
+            self._ctx.explain = self.sim.gpu.explain
         self._queue = OpQueue(f"UsbGpu {self.name}")
 
     @classmethod
@@ -133,6 +150,8 @@ class UsbGpu:
         f4gate: bool | None = None,
         poll_limit: int | None = None,
         zero_copy: bool | None = None,
+        unverified: bool | None = None,
+        firmware: str | os.PathLike[str] | Mapping[str, bytes] | None = None,
     ) -> UsbGpu:
         """Open the `index`-th bridge (or the simulator), bring the PCIe link, the BARs and the GPU's queue up.
 
@@ -144,7 +163,11 @@ class UsbGpu:
         `mode` selects the copy-in ("g3" pipelined, default; "g0" serial; env USB_COPYIN), `f4gate=False` the
         0xF2 + E4 fence gate instead of 0xF4 (env USB_F4GATE=0), `poll_limit` the number of fence polls before
         GpuFenceTimeout, `zero_copy=False` the reference G3 wire (each chunk staged into one bulk transfer; env
-        USB_ZEROCOPY=0) instead of payload sent straight from `data`.
+        USB_ZEROCOPY=0) instead of payload sent straight from `data`. `unverified=True` (env
+        SPECK_USBGPU_UNVERIFIED=1) runs the register-writing bring-up on a board it was not verified on (any real card
+        today); without it such a card is identified and then left alone, and copies raise GpuBringUpUnverified.
+        `firmware`: where the AMD firmware files come from - a directory (default /lib/firmware/amdgpu, env
+        SPECK_AMDGPU_FIRMWARE) or {file name: bytes}; a simulated card hands over its own set.
 
         A bridge is opened by one session at a time: a second open in this process, or in another process, raises
         DeviceInUseError before anything is sent to the device.
@@ -152,12 +175,13 @@ class UsbGpu:
         from speck.usbgpu.transport import UsbTransport
 
         index = _count(index, "device index")
-        for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy)):
+        for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy), ("unverified", unverified)):
             if flag is not None and not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True, False or None, got {flag!r}")
         if mode is not None and not isinstance(mode, str):
             raise TypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
-        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy)
+        source = os.fspath(firmware) if isinstance(firmware, os.PathLike) else firmware
+        options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy, unverified, source)
         if sim is False:
             usb = UsbTransport.open(index, sim=None, hardware_only=True)
             return cls(usb, options, None)
@@ -167,6 +191,10 @@ class UsbGpu:
             from speck.usbgpu.sim.shim import installed_models
 
             models = list(installed_models())
+        if options.firmware is None:  # a simulated card brings its own firmware files
+            for model in models or []:
+                if f"usb:{model.bus}-{model.address}" == getattr(usb, "name", "") and hasattr(model, "firmware_files"):
+                    options = replace(options, firmware=model.firmware_files())
         return cls(usb, options, models)
 
     # ------------------------------------------------------------------ properties
@@ -212,7 +240,7 @@ class UsbGpu:
 
     def _engine(self) -> CopyEngine:
         if self._copy is None:
-            self._copy = CopyEngine(self._ctx)  # raises GpuBringUpNotImplemented on a GPU without a profile
+            self._copy = CopyEngine(self._ctx)  # raises GpuBringUpUnverified where the bring-up did not run
         return self._copy
 
     # ------------------------------------------------------------------ memory
@@ -223,6 +251,7 @@ class UsbGpu:
         with self._heap_lock:
             buf = VramBuffer(self._ctx.heap.alloc(nbytes), nbytes, self.session)
             self._allocs[buf.va] = buf
+            self._unmapped[buf.va] = buf
         return buf
 
     def free(self, buf: VramBuffer) -> None:
@@ -233,10 +262,31 @@ class UsbGpu:
         def release() -> None:
             self._check_buffer(buf, 0, 0, "free")
             with self._heap_lock:
+                self._unmapped.pop(buf.va, None)
+            if buf.va in self._mapped:
+                self._mapped.discard(buf.va)
+                self._ctx.unmap_heap(buf.va, buf.size)
+            with self._heap_lock:
                 self._ctx.heap.free(buf.va)
                 del self._allocs[buf.va]
 
         self._queue.run(release)
+
+    def _map_new(self) -> None:
+        """Map every buffer allocated since the last operation into the GPU's VM (run inside an operation: the GPU
+        reaches any live buffer from then on, whatever a kernel's arguments point at)."""
+        if not self._ctx.ready:
+            return
+        with self._heap_lock:
+            bufs, self._unmapped = list(self._unmapped.values()), {}
+        if bufs:
+            self._ctx.map_heap([(b.va, b.size) for b in bufs])
+            self._mapped.update(b.va for b in bufs)
+
+    def _mapped_then(self, buf: VramBuffer, fn: Callable[[], None]) -> None:
+        """Map new buffers into the GPU's VM, then run `fn` (inside the operation)."""
+        self._map_new()
+        fn()
 
     def _check_buffer(self, buf: object, offset: int, nbytes: int, verb: str) -> VramBuffer:
         if not isinstance(buf, VramBuffer):
@@ -309,6 +359,104 @@ class UsbGpu:
         """Return once every operation issued before this call has finished; DeviceUnusableError if one failed."""
         self._queue.run(self._live)
 
+    # ------------------------------------------------------------------ compute
+    def _engine_compute(self) -> ComputeEngine:
+        """The session's compute queue (its staging pool is allocated on first use)."""
+        if self._compute is None:
+            self._ctx.require_ready("compute")
+            pool = self._ctx.heap.alloc(KERNARG_POOL)
+            self._ctx.map_heap([(pool, KERNARG_POOL)])
+            self._compute = ComputeEngine(self._ctx, (pool, KERNARG_POOL))
+            if self._copy is not None:
+                self._copy.after = self._compute_fence
+        return self._compute
+
+    def _compute_fence(self) -> tuple[int, int] | None:
+        """(signal address, value) copies must wait for on the GPU before touching VRAM (the last submission)."""
+        c = self._compute
+        return None if c is None or not c.submitted else (c.signal.va, c.submitted)
+
+    def _compute_op(self, what: str, fn: Callable[[ComputeEngine], Any]) -> Any:
+        """Run `fn` on the compute queue as an operation of this session. A fault or hang of the queue raises
+        GpuFault / GpuHang and leaves the session usable (reset_queue() restarts the queue); anything else that
+        fails mid-operation leaves it unusable, as a failed copy does."""
+        self._ctx.require_ready(what)
+
+        def job() -> Any:
+            self._live()
+            try:
+                self._map_new()
+                return fn(self._engine_compute())
+            except (GpuFault, GpuHang):
+                raise
+            except BaseException as exc:
+                if not isinstance(exc, ValueError | TypeError):  # argument errors are caught before the device
+                    self._broken = f"{what}: {type(exc).__name__}: {exc}"
+                raise
+
+        return self._queue.run(job)
+
+    def upload(self, code: bytes | bytearray | memoryview) -> VramBuffer:
+        """Copy a code object's loaded image (code and kernel descriptors) into VRAM; returns its buffer. A kernel's
+        KernelCode.entry is the buffer's address plus the entry's offset in the image (256-byte aligned)."""
+        mv = self._bytes_view(code, "upload")
+        buf = self.alloc(len(mv))
+        self.copyin(buf, mv)
+        return buf
+
+    def launch_packets(
+        self, code: KernelCode, grid: Sequence[int], block: Sequence[int], kernargs: bytes = b""
+    ) -> list[int]:
+        """The PM4 of one dispatch (its kernarg segment and dispatch packet staged in VRAM), for a batch built by
+        the caller and submitted with submit(..., batch=True)."""
+        return list(self._compute_op("dispatch", lambda c: c.launch(code, grid, block, kernargs)))
+
+    def dispatch(
+        self,
+        code: KernelCode,
+        grid: Sequence[int],
+        block: Sequence[int],
+        kernargs: bytes = b"",
+        *,
+        wait: bool = False,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> int:
+        """Run `grid` workgroups of `block` threads of `code` with `kernargs`; returns the compute timeline value
+        that signals its completion (`wait=True` also waits for it, up to `timeout` seconds of GPU time)."""
+
+        def go(c: ComputeEngine) -> int:
+            value = c.submit(c.launch(code, grid, block, kernargs))
+            if wait:
+                c.wait(value, timeout)
+            return value
+
+        return int(self._compute_op("dispatch", go))
+
+    def submit(self, packets: Sequence[int], *, batch: bool = False) -> int:
+        """Submit PM4 packets to the compute queue, followed by a RELEASE_MEM of the next timeline value (returned).
+        `batch=True` stages them as one indirect buffer: one INDIRECT_BUFFER packet and one doorbell."""
+        body = list(packets)
+        return int(self._compute_op("submit", lambda c: c.submit(body, batch=batch)))
+
+    def wait(self, value: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """Return once the compute timeline reached `value`. GpuFault if a queue reported a fault, GpuHang if one
+        hung or nothing signalled within `timeout` seconds of GPU time (both name the queue)."""
+        self._compute_op("wait", lambda c: c.wait(value, timeout))
+
+    def completed(self) -> int:
+        """The last compute timeline value the GPU signalled."""
+        return int(self._compute_op("completed", lambda c: c.completed()))
+
+    def queue_status(self) -> QueueStatus:
+        """The compute queue's state: active, read/write pointers, signalled/submitted values, fault records."""
+        status: QueueStatus = self._compute_op("queue_status", lambda c: c.status())
+        return status
+
+    def reset_queue(self) -> None:
+        """Dequeue and re-create the compute queue: whatever it ran or was stuck on is dropped, its fault records
+        are cleared, and waits for dropped work return. The session stays usable."""
+        self._compute_op("reset_queue", lambda c: c.reset())
+
     def _copyin_job(
         self, buf: VramBuffer, data: _BufferLike, offset: int, progress: ProgressCallback | None
     ) -> tuple[Callable[[CopyHandle | None], None], int]:
@@ -316,7 +464,7 @@ class UsbGpu:
         mv = self._bytes_view(data, "copyin")
         self._check_buffer(buf, offset, len(mv), "copyin")
         self._live()
-        self._ctx.require_profile("copyin")
+        self._ctx.require_ready("copyin")
 
         def job(handle: CopyHandle | None) -> None:
             if handle is not None and handle.cancel_requested:
@@ -325,7 +473,7 @@ class UsbGpu:
             engine = self._engine()
             hook = self._hook("copyin", len(mv), progress, handle)
             run = engine.copyin_g0 if self._ctx.options.mode == "g0" else engine.copyin_g3
-            self._execute("copyin", len(mv), lambda: run(buf.va + offset, mv, hook))
+            self._execute("copyin", len(mv), lambda: self._mapped_then(buf, lambda: run(buf.va + offset, mv, hook)))
 
         return job, len(mv)
 
@@ -338,7 +486,7 @@ class UsbGpu:
             raise TypeError("copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one")
         self._check_buffer(buf, offset, len(mv), "copyout")
         self._live()
-        self._ctx.require_profile("copyout")
+        self._ctx.require_ready("copyout")
 
         def job(handle: CopyHandle | None) -> None:
             if handle is not None and handle.cancel_requested:
@@ -346,7 +494,9 @@ class UsbGpu:
             self._check_buffer(buf, offset, len(mv), "copyout")
             engine = self._engine()
             hook = self._hook("copyout", len(mv), progress, handle)
-            self._execute("copyout", len(mv), lambda: engine.copyout(mv, buf.va + offset, hook))
+            self._execute(
+                "copyout", len(mv), lambda: self._mapped_then(buf, lambda: engine.copyout(mv, buf.va + offset, hook))
+            )
 
         return job, len(mv)
 
@@ -371,7 +521,13 @@ class UsbGpu:
         """Run one copy on the device; any failure (including Ctrl-C) leaves the session unusable until reopened."""
         self._live()
         try:
-            fn()
+            try:
+                fn()
+            except (GpuFenceTimeout, UsbTimeoutError, F4BailError) as exc:  # GpuHang included
+                culprit = self._stuck_behind_compute(f"{kind} of {total} bytes", exc)
+                if culprit is None:
+                    raise
+                raise culprit from exc
         except BaseException as exc:
             what = f"{kind} of {total} bytes"
             self._broken = f"{what}: {type(exc).__name__}: {exc}"
@@ -379,6 +535,17 @@ class UsbGpu:
                 exc.add_note(INTERRUPTED.format(what=f"the {what}", done=self._bytes_done, total=total))
                 self._broken = f"{what}: interrupted (KeyboardInterrupt) after {self._bytes_done} bytes"
             raise
+
+    def _stuck_behind_compute(self, what: str, exc: BaseException) -> GpuFault | GpuHang | None:
+        """A copy waits on the GPU for the compute work issued before it: when it timed out (or its SDMA queue was
+        declared hung) while that work never finished, the compute queue is what hung - name it."""
+        c = self._compute
+        if c is None or (isinstance(exc, GpuHang) and exc.queue == c.queue_name):
+            return None
+        try:
+            return c.blocking(what)
+        except Exception:  # the device cannot be asked (gone, broken): report the copy's own error
+            return None
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

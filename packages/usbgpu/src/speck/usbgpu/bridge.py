@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -321,8 +322,11 @@ class Bridge:
         return reply
 
     # ------------------------------------------------------------------ PCIe setup
-    def setup_pcie(self) -> PcieInfo:
-        """Configure bridges on buses 0..3, find the GPU on bus 4, grow BAR0 with ReBAR and place every BAR."""
+    def setup_pcie(self, check: Callable[[int, int, int], None] | None = None) -> PcieInfo:
+        """Configure bridges on buses 0..3, find the GPU on bus 4, grow BAR0 with ReBAR and place every BAR.
+
+        `check(vendor, device, class_code)` vets the function behind the bridge before anything is written to it;
+        its memory decoding is off while its BARs are resized and placed, then memory and bus mastering go on."""
         for bus in range(GPU_BUS):
             self.cfg_write(bus, 0x18, 0 | (bus + 1) << 8 | GPU_BUS << 16)
             self.cfg_write(bus, 0x20, 0xFFFF << 16 | MEM_WINDOW_BASE >> 16)  # memory window 0x1000_0000 ..
@@ -334,6 +338,9 @@ class Bridge:
         vendor, device = ids & 0xFFFF, ids >> 16
         if vendor in (0xFFFF, 0x0000):
             raise PcieSetupError("PCIe enumeration", f"no device on bus {GPU_BUS} (id {ids:#010x})")
+        if check is not None:
+            check(vendor, device, self.cfg_read(GPU_BUS, 0x08) >> 8)
+        self.cfg_write(GPU_BUS, 0x04, 0)  # no decoding while BARs move
         rebar = self._grow_rebar()
         bars = self._place_bars(self._size_bars())
         self.cfg_write(GPU_BUS, 0x04, CMD_IO_MEM_MASTER)

@@ -33,10 +33,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from speck.usbgpu.amd.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
 from speck.usbgpu.bridge import EP_OUT, SECTOR, SLOT, Bridge, Transport, ends_on_window, f4_reached
-from speck.usbgpu.errors import F4BailError, GpuFenceTimeout
-from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, GpuContext
-from speck.usbgpu.sdma import FUNC_EQ, FUNC_GE, copy_linear, fence, poll_regmem, write32
+from speck.usbgpu.errors import F4BailError, GpuFault, GpuFenceTimeout, GpuHang, UsbTimeoutError
+from speck.usbgpu.gpu import CQ_PCIE, SQ_PCIE, SRAM_PCIE, SYS_VA, GpuContext
 
 BUF_SIZE = 0x40000  # one G3 bounce buffer (16 slots)
 CP_SIZE = BUF_SIZE - 0x4000  # chunk payload: the last slot carries the sentinels
@@ -135,7 +135,8 @@ class CopyEngine:
 
     def __init__(self, ctx: GpuContext) -> None:
         self.ctx = ctx
-        aperture = ctx.require_profile("copies").sys_aperture
+        ctx.require_ready("copies")
+        aperture = SYS_VA
         self._sram_va = aperture + SRAM_PCIE  # GPU VA of the bounce SRAM (buffer b at + b * BUF_SIZE)
         self._flags_va = aperture + SQ_PCIE + 0x800  # full0, full1, first0, first1
         self._cq_va = aperture + CQ_PCIE
@@ -150,6 +151,8 @@ class CopyEngine:
         self._poll_limit = ctx.options.poll_limit
         self._zero_copy = ctx.options.zero_copy
         self._segment_cache: dict[int, list[tuple[int, int, int | None]]] = {}
+        # (signal address, value) of compute work copies must wait for on the GPU (cross-queue), if any
+        self.after: Callable[[], tuple[int, int] | None] = lambda: None
 
     # ------------------------------------------------------------------ SRAM shadow (stale sentinel look-alikes)
     def _shadow_forget(self, start: int, end: int) -> None:
@@ -262,7 +265,7 @@ class CopyEngine:
     def _ring_batch(self, dest: int, chunks: list[Chunk]) -> list[int]:
         """The copy-in's SDMA batch: wait for earlier GPU work, every chunk's packets, then one timeline FENCE."""
         timeline = self.ctx.timeline
-        packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE)
+        packets = poll_regmem(timeline.va, timeline.value - 1, FUNC_GE) + self._after_compute()
         templates: dict[int, list[int]] = {}
         for ch in chunks:
             if len(ch.parts) == 2 and ch.length == CP_SIZE:
@@ -283,6 +286,11 @@ class CopyEngine:
                 packets += self._chunk_packets(ch, dest + ch.src_off)
         packets += fence(timeline.va, timeline.next())
         return packets
+
+    def _after_compute(self) -> list[int]:
+        """POLL_REGMEM on the compute timeline: the copy waits on the GPU for every dispatch issued before it."""
+        fence = self.after()
+        return [] if fence is None else poll_regmem(fence[0], fence[1], FUNC_GE)
 
     def _chunk_packets(self, ch: Chunk, dest: int) -> list[int]:
         """One chunk's SDMA packets: per part POLL EQ sentinel + COPY (+ first-part flag FENCE), then the full flag."""
@@ -492,7 +500,7 @@ class CopyEngine:
             self.usb.bulk_out(EP_OUT, wire, 1000)
             self._shadow_note(0, wire)
             value = timeline.next()
-            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE) + self._after_compute()
             batch += copy_linear(self._sram_va, dest + off, size)
             batch += fence(timeline.va, value)
             ring.submit(batch)
@@ -514,12 +522,21 @@ class CopyEngine:
             size = min(COPYOUT_CHUNK, n - off)
             self.bridge.arm_read(size)
             value = timeline.next()
-            batch = poll_regmem(timeline.va, value - 1, FUNC_GE)
+            batch = poll_regmem(timeline.va, value - 1, FUNC_GE) + self._after_compute()
             batch += copy_linear(src + off, self._sram_va, size)
             batch += write32(self._cq_va + 12, 0)
             batch += fence(timeline.va, value)
             ring.submit(batch)
-            got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
+            try:
+                got = self.bridge.bulk_in_exact(_round_up(size, SECTOR), BULK_TIMEOUT_MS, f"copy-out of {size} bytes")
+            except UsbTimeoutError as exc:
+                # The IN stream starts only when the SDMA copy reaches the CQ trigger: a stuck queue times the
+                # transfer out. Name the queue when it reported a fault or hang.
+                try:
+                    self.ctx.check_queues(f"copy-out of {size} bytes")
+                except (GpuFault, GpuHang) as named:
+                    raise named from exc
+                raise
             out[off : off + size] = memoryview(got)[:size]
             self._shadow_note(0, got)
             progress(off + size)

@@ -16,14 +16,25 @@ from typing import NamedTuple
 
 __all__ = [
     "BridgeError",
+    "CodeObjectError",
     "CopyCancelledError",
     "DeviceInUseError",
     "DeviceUnusableError",
+    "EmulationError",
     "F4BailError",
-    "GpuBringUpNotImplemented",
+    "GpuBringUpError",
+    "GpuBringUpUnverified",
+    "GpuFault",
     "GpuFenceTimeout",
+    "GpuHang",
+    "GpuNotSupported",
     "PcieLinkError",
     "PcieSetupError",
+    "ShaderError",
+    "ShaderHang",
+    "ShaderHazardError",
+    "ShaderMemoryFault",
+    "ShaderTrap",
     "TlpCompletionError",
     "TlpError",
     "VramAllocError",
@@ -409,11 +420,136 @@ class DeviceUnusableError(BridgeError):
     hint = "close it and open the device again (UsbGpu.open)"
 
 
-class GpuBringUpNotImplemented(BridgeError):
-    """The GPU has no profile (real hardware): copies would need firmware bring-up this driver does not do."""
+class GpuBringUpError(BridgeError):
+    """A step of bringing the GPU up failed: a bad discovery table, firmware that is missing or malformed, a
+    management processor (PSP) that did not answer; `operation` names the step."""
+
+
+class GpuNotSupported(GpuBringUpError):
+    """The PCIe function behind the bridge is not a GPU speck drives (checked before anything is written to it)."""
+
+    hint = "speck.usbgpu drives AMD RDNA3 cards (GC 11.0.x, SDMA 6.0.x) behind an ASM2464-class bridge"
+
+
+class GpuBringUpUnverified(GpuBringUpError):
+    """The card was never verified with speck's bring-up, and the caller did not opt in to running it anyway."""
+
+    hint = (
+        "bring-up (firmware loading through the PSP, GMC/VM setup, queue programming) follows the public amdgpu "
+        "formats but was verified only against speck's simulator; to run it on this card at your own risk, open it "
+        "with UsbGpu.open(unverified=True) or set SPECK_USBGPU_UNVERIFIED=1"
+    )
+
+
+class GpuFault(BridgeError):
+    """A GPU queue stopped on a fault (a page fault, a bad packet, an illegal instruction). `record` describes it:
+    the queue, the kind, the faulting address and access when known. Reset the queue (or reopen) to continue."""
+
+    hint = (
+        "the queue is stopped: UsbGpu.reset_queue() restarts the compute queue; after a failed copy, or to reset "
+        "every queue, reopen the device (UsbGpu.open)"
+    )
+
+    def __init__(self, operation: str, record: object, detail: str = "") -> None:
+        self.record = record
+        super().__init__(operation, str(record), detail)
+
+
+class GpuHang(GpuFenceTimeout):
+    """A GPU queue made no progress within the timeout (or its hang watchdog fired); `queue` names it and `status`
+    says what it was doing."""
+
+    hint = (
+        "the queue is hung: UsbGpu.reset_queue() restarts the compute queue; after a failed copy, or to reset every "
+        "queue, reopen the device (UsbGpu.open)"
+    )
+
+    def __init__(self, operation: str, queue: str, status: str, detail: str = "") -> None:
+        self.queue, self.status = queue, status
+        super().__init__(operation, f"{queue} hung: {status}", detail)
 
 
 class CopyCancelledError(BridgeError):
     """An asynchronous copy was cancelled (its UsbGpu was closed) before or while it ran."""
 
     hint = "the device state is unknown after a cancelled copy: open it again (UsbGpu.open)"
+
+
+# --- shader-core errors (the RDNA3 emulator, speck.usbgpu.sim.rdna3) ---
+# Raised where the GPU would stop the queue: an instruction the emulator does not implement, a memory access outside
+# every mapping (the hardware's page fault), a register read while a load into it is still outstanding.
+
+
+class ShaderError(BridgeError):
+    """The emulated shader core stopped a dispatch; `kernel`, `pc` and `mnemonic` say where (when known)."""
+
+    hint = "the dispatch stopped like a faulting queue: fix the kernel (or the emulator) and dispatch again"
+
+    def __init__(self, message: str, *, kernel: str = "", pc: int | None = None, mnemonic: str = "") -> None:
+        self.message, self.kernel, self.pc, self.mnemonic = message, kernel, pc, mnemonic
+        super().__init__("shader dispatch", message)
+
+    def add_context(self, kernel: str, pc: int, mnemonic: str) -> None:
+        """Fill in where the error happened (the run loop knows; the instruction's semantics do not)."""
+        self.kernel = self.kernel or kernel
+        self.pc = pc if self.pc is None else self.pc
+        self.mnemonic = self.mnemonic or mnemonic
+        self.args = (self._format(),)
+
+    def _format(self) -> str:
+        where = self.kernel or "<kernel>"
+        if self.pc is not None:
+            where += f" at pc {self.pc:#x}"
+        if self.mnemonic:
+            where += f" ({self.mnemonic})"
+        return f"{where}: {self.message}; {self.hint}"
+
+    def __str__(self) -> str:
+        return self._format()
+
+
+class EmulationError(ShaderError, NotImplementedError):
+    """An instruction or encoding the RDNA3 emulator does not implement (named by mnemonic or raw words)."""
+
+    hint = "the emulator never skips an instruction: implement it in speck.usbgpu.sim.rdna3 (see its coverage())"
+
+
+class ShaderMemoryFault(ShaderError):
+    """A shader access outside every mapped region (global/flat/scalar memory), the LDS allocation or scratch.
+
+    `address`, `size`, `space` and `region` (the nearest mapping, or the segment's bounds) describe the access."""
+
+    hint = "on hardware this is a page fault that stops the queue: check the kernel's indexing and buffer sizes"
+
+    def __init__(self, message: str, *, address: int, size: int, space: str, region: str = "") -> None:
+        self.address, self.size, self.space, self.region = address, size, space, region
+        text = f"{space} access of {size} bytes at {address:#x} {message}"
+        super().__init__(text + (f" ({region})" if region else ""))
+
+
+class ShaderHazardError(ShaderError):
+    """A register was used while a memory load into it was still outstanding (no s_waitcnt before the use)."""
+
+    hint = "the hardware would return stale data: the kernel needs an s_waitcnt before this use"
+
+
+class ShaderTrap(ShaderError):
+    """The kernel executed s_trap (LLVM's llvm.trap / llvm.debugtrap); `code` is its immediate."""
+
+    hint = "a trap stops the queue: the kernel asked for it (an assertion or llvm.trap)"
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(f"the kernel executed s_trap {code}", mnemonic="s_trap")
+
+
+class ShaderHang(ShaderError):
+    """A dispatch ran more wave-instructions than its budget (`max_instructions`): on hardware, a hung queue."""
+
+    hint = "the queue would never finish: look for a loop whose exit condition never holds"
+
+
+class CodeObjectError(BridgeError, ValueError):
+    """A code object (ELF64 for EM_AMDGPU) is malformed, truncated, or lacks the kernel or its descriptor."""
+
+    hint = "pass an HSA code object (amdgcn-amd-amdhsa ELF shared object) that defines <kernel> and <kernel>.kd"

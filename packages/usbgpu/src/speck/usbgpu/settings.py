@@ -41,5 +41,9 @@ LOCK_DIR = declare("SPECK_USB_LOCK_DIR", "", ("speck.usbgpu.devlock",), "where d
 COPYIN = declare("USB_COPYIN", "g3", ("speck.usbgpu.gpu",), "the copy-in mode: g3 or g0")
 F4GATE = declare("USB_F4GATE", "1", ("speck.usbgpu.gpu",), "0: no F4 gate")
 ZEROCOPY = declare("USB_ZEROCOPY", "1", ("speck.usbgpu.gpu",), "0: no zero-copy transfers")
+UNVERIFIED = declare(
+    "SPECK_USBGPU_UNVERIFIED", "0", ("speck.usbgpu.gpu",), "1: run the GPU bring-up steps not verified on hardware yet"
+)
+FIRMWARE = declare("SPECK_AMDGPU_FIRMWARE", "", ("speck.usbgpu.gpu",), "a directory of AMD GPU firmware files")
 LIBUSB_PATH = declare("SPECK_LIBUSB_PATH", "", ("speck.usbgpu.transport",), "the libusb-1.0 library to load")
 USB_SIM = declare("SPECK_USB_SIM", "", ("speck.usbgpu.transport",), "n: n simulated bridges instead of real ones")

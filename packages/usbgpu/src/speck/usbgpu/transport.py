@@ -406,6 +406,8 @@ class UsbTransport:
         )
         if rc < 0:
             raise self._error(rc, _control_op("IN", request, value, index, length))
+        if self.simulated:
+            _deliver()
         self.stats.control_transfers += 1
         self.stats.control_in_bytes += rc
         if rc != length:
@@ -424,6 +426,8 @@ class UsbTransport:
         )
         if rc < 0:
             raise self._error(rc, _control_op("OUT", request, value, index, length))
+        if self.simulated:
+            _deliver()
         self.stats.control_transfers += 1
         self.stats.control_out_bytes += rc
         if rc != length:
@@ -446,6 +450,8 @@ class UsbTransport:
                 rc = self._libusb_bulk(self._handle_p, endpoint, address, nbytes, ctypes.byref(sent), timeout_ms)
         if rc < 0:
             raise self._error(rc, f"bulk OUT 0x{endpoint:02x} ({nbytes} bytes)", f"{sent.value}/{nbytes} bytes sent")
+        if self.simulated:
+            _deliver()
         self.stats.bulk_out_transfers += 1
         self.stats.bulk_out_bytes += sent.value
         if sent.value != nbytes:
@@ -464,6 +470,8 @@ class UsbTransport:
         rc = self._libusb_bulk(self._handle_p, endpoint | 0x80, buf, length, ctypes.byref(got), timeout_ms)
         if rc < 0:
             raise self._error(rc, f"bulk IN 0x{endpoint:02x} ({length} bytes)", f"{got.value}/{length} bytes received")
+        if self.simulated:
+            _deliver()
         self.stats.bulk_in_transfers += 1
         self.stats.bulk_in_bytes += got.value
         return buf.raw[: got.value]
@@ -492,6 +500,8 @@ class UsbTransport:
         except errors.UsbError as exc:
             _reraise_model_exception(self.simulated, exc)
             raise
+        if self.simulated:
+            _deliver()
         stats = self.stats
         stats.async_submits += 1
         stats.bulk_out_transfers += 1
@@ -508,6 +518,8 @@ class UsbTransport:
         except errors.UsbError as exc:
             _reraise_model_exception(self.simulated, exc)
             raise
+        if self.simulated:
+            _deliver()
 
     def is_done(self, tag: int) -> bool:
         """Whether async tag `tag` has completed (without waiting or raising the latch)."""
@@ -556,12 +568,23 @@ def _describe(exc: Any) -> str:
     return f"{err.libusb_name} ({err.libusb_message})" + (f"; {err.hint}" if err.hint else "")
 
 
+def _deliver() -> None:
+    """In the simulator: raise what the models' callbacks caught during the call that just returned."""
+    from speck.usbgpu.sim import shim
+
+    shim.deliver()
+
+
 def _reraise_model_exception(simulated: bool, cause: BaseException) -> None:
-    """In the simulator, an exception the model raised (not a ModelError) is the real cause: raise it."""
+    """In the simulator, an interrupt that landed in a model (Ctrl-C) is raised as itself; an exception the model
+    raised (not a ModelError) is the real cause of the failed call: raise it."""
     if not simulated:
         return
     from speck.usbgpu.sim import shim
 
+    interrupt = shim.take_interrupt()
+    if interrupt is not None:
+        raise interrupt from None
     model_exc = shim.take_exception()
     if model_exc is not None:
         raise model_exc from cause

@@ -64,17 +64,25 @@ def info(namespaces: Sequence[str]) -> int:
 
 
 def verify(namespaces: Sequence[str], delete: bool) -> int:
-    """Exit status 1 when an entry is damaged or a temporary file is left over; old-format entries are listed but
-    are no damage (speck ignores them and rewrites them when next used)."""
+    """Exit status 1 when an entry is damaged or a temporary file is left over (without --delete), or when --delete
+    could not remove one; old-format entries are listed but are no damage (speck ignores them and rewrites them
+    when next used)."""
     files = _selected(list(scan()), namespaces)
     listed = [f for f in files if f.kind != "entry"]
     print(f"speck caches: {_where()}")
+    failed = 0
     for f in listed:
         why = f.problem.reason if f.problem is not None else "temporary file of a write in progress or interrupted"
         label = {"old": "old format", "tmp": "temporary"}.get(_kind(f), _kind(f))
-        print(f"{'removed ' if delete else ''}{label}: {f.path}: {why}")
-        if delete:
-            _unlink(f.path)
+        if not delete:
+            print(f"{label}: {f.path}: {why}")
+            continue
+        try:
+            f.path.unlink()
+            print(f"removed {label}: {f.path}: {why}")
+        except OSError as e:
+            failed += 1
+            print(f"could not remove {label}: {f.path}: {why} ({e.strerror or e})")
     old = sum(_kind(f) == "old" for f in listed)
     bad = len(listed) - old
     intact = len(files) - len(listed)
@@ -82,8 +90,10 @@ def verify(namespaces: Sequence[str], delete: bool) -> int:
         print(f"verified {intact} entries: all intact")
         return 0
     if delete:
-        print(f"verified {len(files)} files: {intact} intact, {len(listed)} removed")
-        return 0
+        print(f"verified {len(files)} files: {intact} intact, {len(listed) - failed} removed"
+              + (f", could not remove {failed} (see above: the cache or its files are not writable by you)"
+                 if failed else ""))  # fmt: skip
+        return 1 if failed else 0
     print(f"verified {len(files)} files: {intact} intact, {old} in an old format, {bad} damaged or left over. speck "
           "treats them as misses (it recomputes and rewrites them); `verify --delete` removes them now")  # fmt: skip
     return 1 if bad else 0

@@ -12,7 +12,9 @@ place (readers see a whole entry or none). The file is a fixed header, the key, 
     SHA-256 of everything else in the file   32 bytes (header fields, key, data)
 
 A reader trusts nothing: an empty, short, foreign, old-format, moved (key differs from the file name) or damaged
-entry is a miss, never an exception and never wrong data, and the next `put` replaces it. Each such entry is reported
+entry is a miss, never an exception and never wrong data, and the next `put` replaces it. Entries are opened as
+regular files of at most MAX_ENTRY_BYTES only (without following a symlink, without blocking on a FIFO): a FIFO,
+symlink, directory, device or oversized file in an entry's place is a miss too. Each such entry is reported
 with one CacheWarning per process naming the file (old-format entries, which an upgrade leaves behind by the hundred,
 with one warning per namespace directory). A crash mid-write leaves at most a `.tmp-*` file, which `clear` removes.
 
@@ -21,10 +23,12 @@ in the environment, or `Context(CACHELEVEL=0)`) turns every cache off."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pathlib
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -43,6 +47,10 @@ _HEAD = struct.Struct("<8sHHHHQ")  # magic, format, version, key length, reserve
 _DIGEST = 32
 HEADER_SIZE = _HEAD.size + _DIGEST
 TMP_PREFIX = ".tmp-"
+# the largest entry file read or written: entries are compiled objects and lowered programs (KiB to a few MiB)
+MAX_ENTRY_BYTES = 1 << 30
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
 # keys and namespace parts are plain file names: no separators, no leading dot (temporary files start with one)
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
@@ -117,6 +125,30 @@ def decode_entry(blob: bytes, path: str | pathlib.Path, key: str | None = None, 
     return bytes(data)
 
 
+def read_entry_file(path: str | pathlib.Path) -> bytes:
+    """The bytes of the entry file at path, opened as a regular file only: a symlink is not followed and a FIFO never
+    blocks (O_NOFOLLOW | O_NONBLOCK), and at most MAX_ENTRY_BYTES are read. Raises FileNotFoundError when there is
+    no such file, CacheEntryError (an EntryProblem saying what is there instead) for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise FileNotFoundError(e.errno, e.strerror, str(path)) from None
+        if e.errno == errno.ELOOP:
+            _bad(path, "a symlink, not a regular file (speck writes none; it is not followed)")
+        _bad(path, f"unreadable: {e.strerror}")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _bad(path, f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'a special file')})")
+        if st.st_size > MAX_ENTRY_BYTES:
+            _bad(path, f"{st.st_size} bytes, more than the {MAX_ENTRY_BYTES}-byte ceiling of an entry")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(st.st_size + 1)  # (a file that grew meanwhile: decoding sees the length mismatch)
+    finally:
+        os.close(fd)
+
+
 def _foreign(blob: bytes, path: str | pathlib.Path) -> NoReturn:
     if blob.startswith(b"\x7fELF") or (str(path).endswith(".json") and blob[:1] in (b"[", b"{")):
         _bad(path, "a bare entry written by speck before entries carried a checksummed header", old=True)
@@ -182,12 +214,9 @@ class DiskCache:
         check_name(key, "key")
         name = os.path.join(str(CACHE_DIR.value) or cache_root(), self.namespace, key)  # no Path: hot
         try:
-            with open(name, "rb") as f:
-                blob = f.read()
-        except OSError:  # missing or unreadable: a plain miss
+            return decode_entry(read_entry_file(name), name, key, self.version)
+        except FileNotFoundError:  # no entry: a plain miss
             return None
-        try:
-            return decode_entry(blob, name, key, self.version)
         except CacheEntryError as e:
             _warn_once(e.problem)
             return None
@@ -199,6 +228,8 @@ class DiskCache:
             return False
         path = self.path(key)
         blob = encode_entry(key, bytes(data), self.version)
+        if len(blob) > MAX_ENTRY_BYTES:  # it could never be read back
+            return False
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,9 +255,10 @@ class DiskCache:
             return False
 
     def keys(self) -> list[str]:
-        """The keys that have an entry file (usable or not), sorted."""
+        """The keys that have something in their entry's place (an entry file, usable or not, or anything else that
+        `get` treats as a miss), sorted."""
         try:
-            return sorted(p.name for p in self.directory.iterdir() if p.is_file() and _NAME.fullmatch(p.name))
+            return sorted(p.name for p in self.directory.iterdir() if _NAME.fullmatch(p.name))
         except OSError:
             return []
 
@@ -236,7 +268,9 @@ class DiskCache:
         for key in self.keys():
             path = self.path(key)
             try:
-                decode_entry(path.read_bytes(), path, key, self.version)
+                decode_entry(read_entry_file(path), path, key, self.version)
+            except FileNotFoundError:  # removed meanwhile
+                continue
             except CacheEntryError as e:
                 problems.append(e.problem)
             except OSError as e:
@@ -298,8 +332,8 @@ def scan(root: pathlib.Path | None = None) -> Iterator[ScannedFile]:
                 if name.startswith(TMP_PREFIX):
                     yield ScannedFile(path, ns, size, "tmp")
                     continue
-                blob = path.read_bytes()
-            except OSError:
+                blob = read_entry_file(path)
+            except (OSError, CacheEntryError):  # gone, or not a regular file of bounded size: not speck's
                 continue
             if not legacy and not (blob and MAGIC.startswith(blob[: len(MAGIC)])):
                 continue  # not speck's

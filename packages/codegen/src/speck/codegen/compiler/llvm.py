@@ -74,6 +74,36 @@ def _llvm() -> Any:
     return llvm
 
 
+def parse_module(src: str, compiler: str, triple: str, data_layout: str) -> Any:
+    """Parse and verify LLVM IR text into a module for `triple`; CompileError (naming `compiler`) with LLVM's message
+    when it is invalid. Each module gets a private LLVM context: the global one must not be shared across threads."""
+    llvm = _llvm()
+    try:
+        mod = llvm.parse_assembly(src, context=llvm.create_context())
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(compiler, str(e), src) from None
+    mod.triple = triple
+    mod.data_layout = data_layout
+    return mod
+
+
+_all_targets = False
+
+
+def llvm_all_targets() -> Any:
+    """llvmlite with every target it was built with initialised (not just the host's): what a cross compiler for
+    a GPU needs."""
+    global _all_targets
+    llvm = _llvm()
+    with _init_lock:
+        if not _all_targets:
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            _all_targets = True
+    return llvm
+
+
 class LLVMCompiler(Compiler):
     """Compiles textual LLVM IR for the host CPU (its name and feature string from LLVM's host detection),
     optimizes it, and emits a position-independent (reloc=pic, small code model) relocatable ELF object with the
@@ -123,14 +153,7 @@ class LLVMCompiler(Compiler):
 
     def _optimized_module(self, src: str) -> Any:
         llvm = _llvm()
-        try:
-            # a private context per module: LLVM's global context must not be shared across threads
-            mod = llvm.parse_assembly(src, context=llvm.create_context())
-            mod.verify()
-        except RuntimeError as e:
-            raise CompileError("llvm (llvmlite)", str(e), src) from None
-        mod.triple = self.triple
-        mod.data_layout = self._data_layout
+        mod = parse_module(src, "llvm (llvmlite)", self.triple, self._data_layout)
         if self.opt == 0:
             return mod
         pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)

@@ -16,6 +16,14 @@ def _is_invalid(u: UOp) -> bool:
     return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
 
 
+def and_gate(index: UOp, cond: UOp) -> UOp:
+    """An index expression valid only where `cond` also holds: `index.valid(cond)`, or the conjunction with the gate
+    `index` already has."""
+    if index.op is Ops.WHERE and _is_invalid(index.src[2]):
+        return (index.src[0] & cond).where(index.src[1], index.src[2])
+    return index.valid(cond)
+
+
 def _lift_where(a: UOp) -> UOp | None:
     """op(.., WHERE(c, x, Invalid), ..) -> WHERE(c, op(.., x, ..), Invalid)."""
     if a.op is Ops.WHERE:

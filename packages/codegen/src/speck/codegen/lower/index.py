@@ -46,6 +46,8 @@ def _lower_node(ctx: IndexLowering, u: UOp) -> UOp | None:
         return u.replace(dtype=dtypes.int32)
     if u.op is Ops.RANGE:
         return u.replace(dtype=ctx.pick(u, 0, int(u.src[0].vmax)), src=(u.src[0],))
+    if u.op is Ops.SPECIAL:  # a GPU's workgroup and work-item ids are 32-bit registers
+        return u.replace(dtype=dtypes.int32)
     if u.op is Ops.CAST:  # a cast to weakint of a concrete int: keep its value, at the width its bounds need
         return u.src[0].cast(ctx.pick(u, int(u.vmin), int(u.vmax)))
     if u.op in GroupOp.ALU:

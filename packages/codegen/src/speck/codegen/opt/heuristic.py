@@ -20,30 +20,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from speck.codegen.lower.expander import index_offset
-from speck.codegen.opt.kernel_opts import Opt, OptOps, const_size, output_axes, reduce_axes
+from speck.codegen.opt.gpu_heuristic import gpu_optimizations
+from speck.codegen.opt.kernel_opts import (
+    Opt,
+    OptOps,
+    const_size,
+    output_axes,
+    reduce_axes,
+)
+from speck.codegen.opt.kernel_opts import (
+    pow2_amount as _pow2_amount,
+)
+from speck.codegen.opt.kernel_opts import (
+    stride as _stride,
+)
+from speck.codegen.opt.kernel_opts import (
+    unmasked_index as _index_of,
+)
 from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, graph_rewrite
 from speck.uop.symbolic import conjuncts, symbolic
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
-
-
-def _stride(idx: UOp, r: UOp) -> int | None:
-    """d idx / d r as a constant, or None when it isn't one."""
-    return index_offset(idx, idx.substitute({r: r + 1}))
-
-
-def _pow2_amount(n: int, limit: int) -> int:
-    amt = 1
-    while amt * 2 <= limit and n % (amt * 2) == 0:
-        amt *= 2
-    return amt
-
-
-def _index_of(ix: UOp) -> UOp:
-    i = ix.src[1]
-    return i.src[1] if i.op is Ops.WHERE else i
 
 
 ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators of the 16 AVX2 registers
@@ -307,6 +305,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     else UPCAST the innermost contiguous output axis to the vector width of the output dtype, else UNROLL the
     innermost contiguous reduce axis; SWAP a tiny outermost GLOBAL axis with a large one so the worker split has
     something to divide."""
+    if renderer.has_local:  # a GPU: workgroups, not CPU vectors and threads
+        return gpu_optimizations(sink, renderer)
     opts: list[Opt] = []
     stores = [u for u in sink.toposort() if u.op is Ops.STORE]
     if not stores:

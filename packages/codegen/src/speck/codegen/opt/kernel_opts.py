@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.errors import OptError
 from speck.codegen.kernel_info import KernelInfo
+from speck.codegen.lower.expander import index_offset
+from speck.codegen.lower.gates import and_gate
 from speck.codegen.lower.simplify import pm_simplify
-from speck.uop import AxisType, InvalidType, Ops, UOp, dtypes, graph_rewrite
+from speck.uop import AxisType, Ops, UOp, dtypes, graph_rewrite
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -68,6 +70,25 @@ def output_axes(sink: UOp) -> list[UOp]:
 def reduce_axes(sink: UOp) -> list[UOp]:
     return sorted({u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE},
                   key=lambda r: r.arg[:-1])  # fmt: skip
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+    """d idx / d r as a constant, or None when it isn't one."""
+    return index_offset(idx, idx.substitute({r: r + 1}))
+
+
+def pow2_amount(n: int, limit: int) -> int:
+    """The largest power of two dividing n, at most `limit`."""
+    amt = 1
+    while amt * 2 <= limit and n % (amt * 2) == 0:
+        amt *= 2
+    return amt
+
+
+def unmasked_index(ix: UOp) -> UOp:
+    """The index expression of INDEX ix without its validity gate."""
+    i = ix.src[1]
+    return i.src[1] if i.op is Ops.WHERE else i
 
 
 def const_size(r: UOp) -> int | None:
@@ -126,20 +147,31 @@ def _padto(sink: UOp, r: UOp, amt: int) -> UOp:
     if m == n:
         raise OptError(f"axis {r.arg} of size {n} is already a multiple of {amt}")
     nr = UOp.range(m, r.arg[:-1], r.arg[-1], r.dtype)
-    sink = replace_range(sink, r, [nr], nr)
-    ok = nr < n
+    return _gate_indexes(replace_range(sink, r, [nr], nr), {nr}, nr < n)
+
+
+def _gate_indexes(sink: UOp, ranges: set[UOp], ok: UOp) -> UOp:
+    """Every INDEX whose address depends on one of `ranges` gated by `ok` as well (loads read 0, stores skip)."""
     new: dict[UOp, UOp] = {}
     for u in sink.toposort():
         nu = u.replace(src=tuple(new.get(s, s) for s in u.src)) if any(s in new for s in u.src) else u
-        if nu.op is Ops.INDEX and len(nu.src) == 2 and nr in nu.src[1].toposort():
-            i = nu.src[1]
-            if i.op is Ops.WHERE and i.src[2].op is Ops.CONST and isinstance(i.src[2].arg, InvalidType):
-                nu = nu.replace(src=(nu.src[0], (i.src[0] & ok).where(i.src[1], i.src[2])))
-            else:
-                nu = nu.replace(src=(nu.src[0], i.valid(ok)))
+        if nu.op is Ops.INDEX and len(nu.src) == 2 and ranges & set(nu.src[1].toposort()):
+            nu = nu.replace(src=(nu.src[0], and_gate(nu.src[1], ok)))
         if nu is not u:
             new[u] = nu
     return new.get(sink, sink)
+
+
+def _split_symbolic(sink: UOp, r: UOp, amt: int, inner_type: AxisType) -> UOp:
+    """Split a range of symbolic size n into ceil(n / amt) * amt: r = outer*amt + inner, every access gated by
+    r < n (the work-items past the end of a GPU's last workgroup do nothing)."""
+    if amt <= 1:
+        raise OptError(f"amount {amt} does not split axis {r.arg} of symbolic size {r.src[0]}")
+    n, wi = r.src[0], dtypes.weakint
+    inner = UOp.range(amt, _next_axis(sink), inner_type, wi)
+    outer = UOp.range((n + (amt - 1)) // amt, r.arg[:-1], r.arg[-1], wi)
+    expr = outer * amt + inner
+    return _gate_indexes(replace_range(sink, r, [outer, inner], expr), {outer, inner}, expr < n)
 
 
 def _swap(sink: UOp, a: UOp, b: UOp) -> UOp:
@@ -182,8 +214,32 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer | None = None) -> UOp:
         if renderer is None or not renderer.has_local:
             raise OptError(f"{opt}: {opt.op.name} needs local memory; renderer "
                            f"{getattr(renderer, 'name', None)!r} has none (CPU targets use THREAD/UPCAST)")  # fmt: skip
-        raise OptError(f"{opt}: {opt.op.name} is not implemented for renderers with local memory yet")
+        if opt.op is OptOps.LOCAL:
+            r = pick(outs, opt.axis)
+            if r.arg[-1] is not AxisType.GLOBAL:
+                raise OptError(f"{opt}: LOCAL splits a GLOBAL axis, axis {r.arg} is {r.arg[-1].name}")
+            split = _split if const_size(r) is not None else _split_symbolic  # a symbolic size: gated work-items
+            sink = split(sink, r, amt, AxisType.LOCAL)
+        else:
+            sink = _split(sink, pick(reds, opt.axis), amt, AxisType.GROUP_REDUCE, outer_first=opt.op is OptOps.GROUP)
+        _check_workgroup(sink, opt, renderer)
+        return sink
     raise OptError(f"unknown opt {opt}")
+
+
+def workgroup_size(sink: UOp) -> int:
+    """Work-items per workgroup: the product of the LOCAL and GROUP_REDUCE ranges (each is a work-item id)."""
+    n = 1
+    for u in sink.toposort():
+        if u.op is Ops.RANGE and u.arg[-1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE):
+            n *= const_size(u) or 1
+    return n
+
+
+def _check_workgroup(sink: UOp, opt: Opt, renderer: Renderer) -> None:
+    limit = getattr(renderer, "max_workgroup_size", None)
+    if limit is not None and (n := workgroup_size(sink)) > limit:
+        raise OptError(f"{opt}: the workgroup would have {n} work-items; renderer {renderer.name!r} allows {limit}")
 
 
 def apply_opts(sink: UOp, opts: tuple[Opt, ...] | list[Opt], renderer: Renderer | None = None) -> UOp:

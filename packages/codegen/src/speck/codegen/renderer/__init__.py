@@ -8,10 +8,14 @@ that differ and implement `render`."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from speck.codegen.errors import UnsupportedOpError
-from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes
+from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes, exec_alu
+from speck.uop.alu import python_alu
 
 # ALU ops every backend is expected to express directly; the pipeline decomposes the others (THREEFRY into 32-bit
 # integer ops, POW into exp2/log2, MULACC into MUL+ADD) unless a renderer adds them to `supported_ops`.
@@ -42,9 +46,16 @@ class Renderer:
       global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
       suffix, has_shared, local_max, global_prod_max, shared_max, tensor_cores: tinygrad's Renderer fields (read
         by its users, not by speck's pipeline), declared at what CPU renderers have.
+      max_workgroup_size: work-items one workgroup may have in all (None: no workgroups, on CPUs); LOCAL/GROUP opts
+        that would exceed it are refused.
+      wave_size: work-items that execute in lockstep as one hardware thread (32 on RDNA3 in wave32 mode; 1 on CPUs).
+      vgpr_budget: 32-bit registers per work-item the GPU heuristic keeps upcast values within (0 on CPUs, whose
+        budget is `vector_registers`).
       extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
         a pattern into a machine idiom); None for none.
     Derived (properties a subclass may override):
+      code_for_op: tinygrad's name for the ops a backend renders natively, as a read-only dict keyed by the Ops of
+        `supported_ops` (users test `Ops.SQRT in renderer.code_for_op`); each value is the op's Python semantics.
       register_blocking: whether the optimizer register-blocks matmul-like reductions (blocks of outputs kept in
         vector registers across the reduction): CPU renderers with vectors.
       odd_vector_widths: vectors of any lane count (3, 5, 6...) render as efficiently as power-of-two ones; False
@@ -75,6 +86,9 @@ class Renderer:
     global_prod_max: ClassVar[tuple[int, ...] | None] = None
     shared_max: ClassVar[int] = 0
     tensor_cores: ClassVar[tuple[Any, ...]] = ()
+    max_workgroup_size: ClassVar[int | None] = None
+    wave_size: ClassVar[int] = 1
+    vgpr_budget: ClassVar[int] = 0
     extra_matcher: ClassVar[PatternMatcher | None] = None
 
     def supported_dtypes(self) -> set[DType]:
@@ -84,6 +98,10 @@ class Renderer:
         from speck.uop.dtype import CONCRETE_SCALARS
 
         return {d for d in CONCRETE_SCALARS if self.supports_int64 or d not in (dtypes.int64, dtypes.uint64)}
+
+    @property
+    def code_for_op(self) -> Mapping[Ops, Callable[..., Any]]:
+        return _code_for_op(self.supported_ops)
 
     @property
     def supports_float4(self) -> bool:
@@ -145,6 +163,11 @@ class Renderer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+@functools.cache
+def _code_for_op(ops: frozenset[Ops]) -> Mapping[Ops, Callable[..., Any]]:
+    return MappingProxyType({op: python_alu.get(op) or functools.partial(exec_alu, op) for op in sorted(ops)})
 
 
 __all__ = ["DEFAULT_SUPPORTED_OPS", "Renderer", "UnsupportedOpError"]

@@ -12,9 +12,13 @@ Semantics (each choice matches the reference interpreter / speck.uop's exact fol
   returns 0 for x/0 and x%0 and wraps MIN/-1, instead of trapping. Shifts by an amount outside [0, bits) give 0
   (-1 for an arithmetic right shift of a negative value), again through a guard only when the bounds need it.
 - MAX propagates NaN (`b > a || b != b ? b : a`); CMPLT is false and CMPNE true on NaN (C's own comparisons).
-- float16 is `_Float16` storage (arithmetic arrives already widened to float by the pipeline), read through an
-  exact integer decoder and written with `(_Float16)` from float (F16C); float64 -> float16 rounds to odd at float
-  precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2, __extendhfdf2...).
+- float16 is storage (arithmetic arrives already widened to float by the pipeline), read through an exact integer
+  decoder. Whether the compiler has `_Float16` is detected by the compiler itself, in the preprocessor
+  (`__FLT16_MAX__`, defined exactly where the type exists; gcc 12 has it on x86, clang 14 has not): with it, halves
+  are `_Float16` written with `(_Float16)` from float (F16C); without it (or with `-DSPECK_NO_FLOAT16`) they are
+  `unsigned short` bits written by an integer encoder that rounds to nearest even and quiets NaNs the way F16C
+  does, so both give the same bits and one rendered source serves every compiler. float64 -> float16 rounds to odd
+  at float precision first, which is exact. This keeps objects free of libgcc half helpers (__nehf2...).
 - bfloat16 and fp8 are integer storage with conversion helpers (round to nearest even; fp8 saturates finite
   overflow; the layouts come from speck.uop's FP8_FORMATS table).
 - Float -> integer casts truncate and wrap modulo 2**64 like the interpreter (NaN/inf give 0) through a
@@ -60,7 +64,7 @@ _CTYPE: dict[DType, str] = {
     dtypes.uint32: "unsigned int",
     dtypes.int64: "long",
     dtypes.uint64: "unsigned long",
-    dtypes.float16: "_Float16",
+    dtypes.float16: "__speck_f16",
     dtypes.bfloat16: "__speck_bf16",
     **{d: f"__speck_{d.short_name}" for d in FP8_FORMATS},
     dtypes.float32: "float",
@@ -131,7 +135,8 @@ def _special_float(v: float, single: bool) -> str | None:
 
 def c_literal(v: Any, dt: DType) -> str:
     """The C spelling of value v (already truncated to scalar dtype dt): `1.0f`, `1.0`, `1`, `1l`, `1u`, `1ul`,
-    `(short)1`, `(_Float16)1.0f`, `__speck_f32_to_bf16(1.0f)`, `__builtin_inff()`... Each reads back exactly."""
+    `(short)1`, `__speck_f32_to_f16(1.0f)`, `__speck_f32_to_bf16(1.0f)`, `__builtin_inff()`... Each reads back
+    exactly."""
     dt = dt.scalar()
     if dt == dtypes.bool:
         return "1" if v else "0"
@@ -152,15 +157,14 @@ def c_literal(v: Any, dt: DType) -> str:
     f = _special_float(v, True) or _f32_text(v)  # every narrower format holds values exactly representable in float
     if dt == dtypes.float32:
         return f
-    if dt == dtypes.float16:
-        return f"(_Float16){f}"
     return f"{_TO_STORAGE[dt]}({f})"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # prelude: typedefs and helpers, emitted on demand, in this order
 
-_TO_STORAGE = {dtypes.bfloat16: "__speck_f32_to_bf16", **{d: f"__speck_f64_to_{d.short_name}" for d in FP8_FORMATS}}
+_TO_STORAGE = {dtypes.float16: "__speck_f32_to_f16", dtypes.bfloat16: "__speck_f32_to_bf16",
+               **{d: f"__speck_f64_to_{d.short_name}" for d in FP8_FORMATS}}  # fmt: skip
 _FROM_STORAGE = {dtypes.bfloat16: "__speck_bf16_to_f32", **{d: f"__speck_{d.short_name}_to_f32" for d in FP8_FORMATS}}
 
 _BF16_HELPERS = """typedef unsigned short __speck_bf16;
@@ -219,9 +223,29 @@ static inline unsigned char __speck_f64_to_{nm}(double x) {{
 }}"""
 
 
+# half: _Float16 where the compiler has it (its conversion from float is F16C's vcvtps2ph), else 16-bit storage and an
+# integer encoder giving the same bits: round to nearest even, overflow to inf, NaN quieted keeping its top payload bits
+_F16_TYPE = """#if defined(__FLT16_MAX__) && !defined(SPECK_NO_FLOAT16)
+typedef _Float16 __speck_f16;
+static inline __speck_f16 __speck_f32_to_f16(float f) { return (_Float16)f; }
+#else
+typedef unsigned short __speck_f16;
+static inline __speck_f16 __speck_f32_to_f16(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  unsigned int s = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return (unsigned short)(s | 0x7E00u | ((a >> 13) & 0x3FFu));
+  if (a >= 0x477FF000u) return (unsigned short)(s | 0x7C00u);
+  if (a >= 0x38800000u) { a -= 0x38000000u; return (unsigned short)(s | ((a + 0xFFFu + ((a >> 13) & 1u)) >> 13)); }
+  if (a < 0x33000000u) return (unsigned short)s;
+  unsigned int m = (a & 0x7FFFFFu) | 0x800000u, sh = 126u - (a >> 23), q = m >> sh, r = m & ((1u << sh) - 1u);
+  unsigned int h = 1u << (sh - 1u);
+  return (unsigned short)(s | (q + (r > h || (r == h && (q & 1u)))));
+}
+#endif"""
+
 _F16_TO_F32 = """/* half -> float by integer decoding (exact). Deliberately opaque: a plain (float) conversion lets gcc
    fold comparisons of converted halves back into _Float16 comparisons, lowered to libgcc calls (__nehf2) */
-static inline float __speck_f16_to_f32(_Float16 h) {
+static inline float __speck_f16_to_f32(__speck_f16 h) {
   unsigned short b; __builtin_memcpy(&b, &h, 2);
   unsigned int s = (unsigned int)(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu, u;
   if (e == 31u) u = s | 0x7F800000u | (m << 13);
@@ -232,8 +256,8 @@ static inline float __speck_f16_to_f32(_Float16 h) {
 }"""
 
 _F64_TO_F16 = """/* double -> half without libgcc: round to odd at float precision (float keeps 13 more bits than half,
-   so the second rounding is exact), then let the hardware round to half */
-static inline _Float16 __speck_f64_to_f16(double x) {
+   so the second rounding is exact), then round to half */
+static inline __speck_f16 __speck_f64_to_f16(double x) {
   float f = (float)x;
   if ((double)f != x && x == x) {
     unsigned int u; __builtin_memcpy(&u, &f, 4);
@@ -241,7 +265,7 @@ static inline _Float16 __speck_f64_to_f16(double x) {
     u |= 1u;
     __builtin_memcpy(&f, &u, 4);
   }
-  return (_Float16)f;
+  return __speck_f32_to_f16(f);
 }"""
 
 
@@ -346,7 +370,9 @@ class _CKernel:
         s = dt.scalar()
         if s not in _CTYPE:
             raise NoTypeError(self.r.name, dt)
-        if s == dtypes.bfloat16:
+        if s == dtypes.float16:
+            self.need("f16", _F16_TYPE)
+        elif s == dtypes.bfloat16:
             self.need("bf16", _BF16_HELPERS)
         elif s in _FP8:
             self.need(f"fp8_{s.name}", _fp8_helpers(s))
@@ -594,7 +620,7 @@ class _CKernel:
             return f"{_TO_STORAGE[to]}({self._to_float(x, fr, dtypes.float64)})"
         if to == dtypes.float16:
             if fr == dtypes.float32 or fr == dtypes.bool:
-                return f"(_Float16)(float){x}" if fr == dtypes.bool else f"(_Float16){x}"
+                return f"__speck_f32_to_f16((float){x})" if fr == dtypes.bool else f"__speck_f32_to_f16({x})"
             self.need("f64_to_f16", _F64_TO_F16)
             return f"__speck_f64_to_f16({self._to_float(x, fr, dtypes.float64)})"
         return self._to_float(x, fr, to) if dtypes.is_float(to) else self._to_intlike(x, fr, to)
@@ -602,6 +628,7 @@ class _CKernel:
     def decode(self, x: str, fr: DType) -> str:
         """x of a storage format or half as a float expression."""
         if fr == dtypes.float16:
+            self.need_dtype(fr)
             self.need("f16_to_f32", _F16_TO_F32)
             return f"__speck_f16_to_f32({x})"
         self.need_dtype(fr)

@@ -289,7 +289,11 @@ class LLVMRenderer(Renderer):
 
 
 class _LLKernel:
-    """The state of rendering one program: SSA names, the current basic block, allocas, and helpers in use."""
+    """The state of rendering one program: SSA names, the current basic block, allocas, and helpers in use.
+    Targets other than the host CPU subclass it for their ABI (speck.codegen.renderer.amdgpu): the signature,
+    pointer address spaces, and the UOps only they have (hardware ids, workgroup memory, barriers)."""
+
+    alloca_space = ""  # `, addrspace(N)` where the target keeps stack slots in an address space of their own
 
     def __init__(self, r: LLVMRenderer, uops: list[UOp]) -> None:
         self.r, self.uops = r, uops
@@ -368,37 +372,63 @@ class _LLKernel:
         return llvm_literal(v, dt)
 
     # ---- main ----
-    def render(self) -> str:
-        sig = self.sig
+    def ptr_type(self, buf: UOp) -> str:
+        """The LLVM type of a pointer into `buf` (a PARAM, DEFINE_REG or DEFINE_LOCAL, or an AFTER of one): one flat
+        address space on the CPU; targets with several (the GPU's global, LDS, private) override this."""
+        return "ptr"
+
+    def signature(self) -> list[str]:
+        """The function's comment and `define` line (the CPU ABI, CPU_ABI.md): buffers, variables, core slice."""
+        params = self.buffer_params("ptr") + [f"i32 {nm}" for nm in self.variable_names()]
+        params += ["i32 %core_start", "i32 %core_end"]
+        return [*self.kernel_comment(), f"define void @{self.sig.name}({', '.join(params)}) #0 {{"]
+
+    def buffer_params(self, ptr: str) -> list[str]:
+        """Name the buffer PARAMs (`%data<slot>`) and return their parameters: `ptr` noalias, readonly unless
+        written."""
         params: list[str] = []
-        for b in sig.buffers:
-            nm = f"%data{b.arg if isinstance(b.arg, int) else b.arg[0]}"
-            self.names[b] = nm
-            params.append(f"ptr noalias {'' if b in sig.written else 'readonly '}{nm}")
-        for i, v in enumerate(sig.variables):
+        for b in self.sig.buffers:
+            nm = self.names[b] = f"%data{b.arg if isinstance(b.arg, int) else b.arg[0]}"
+            params.append(f"{ptr} noalias {'' if b in self.sig.written else 'readonly '}{nm}")
+        return params
+
+    def variable_names(self) -> list[str]:
+        """Name the DEFINE_VARs (int32 by-value arguments, in name order) and return their SSA names."""
+        out = []
+        for i, v in enumerate(self.sig.variables):
             if v.dtype != dtypes.int32:
-                raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the CPU ABI")
+                raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the kernel ABI")
             nm = f"%var.{v.arg[0]}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(v.arg[0])) else f"%var{i}"
             self.names[v] = nm
-            params.append(f"{ltype(v.dtype)} {nm}")
-        params += ["i32 %core_start", "i32 %core_end"]
+            out.append(nm)
+        return out
+
+    def kernel_comment(self) -> list[str]:
+        var_names = ", ".join(f"{self.names[v]}={v.arg[0]}" for v in self.sig.variables)
+        return [f"; kernel {self.sig.name}" + (f" (variables: {var_names})" if var_names else "")]
+
+    def module_tail(self) -> list[str]:
+        """What follows the function: helpers, intrinsic declarations, attribute groups."""
+        return [
+            *self.helpers.values(),
+            *self.intrinsics.values(),
+            'attributes #0 = { nounwind "frame-pointer"="none" }',
+        ]
+
+    def render(self) -> str:
+        head = self.signature()
         for u in self.uops:
             try:
                 self.render_uop(u)
             except NoTypeError as e:
                 raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.loops:
-            raise RuntimeError(f"renderer 'llvm': {len(self.loops)} RANGE(s) are never closed by an END")
-        var_names = ", ".join(f"{self.names[v]}={v.arg[0]}" for v in sig.variables)
-        out = [f"; kernel {sig.name}" + (f" (variables: {var_names})" if var_names else "")]
-        out.append(f"define void @{sig.name}({', '.join(params)}) #0 {{")
-        out.append("entry:")
+            raise RuntimeError(f"renderer {self.r.name!r}: {len(self.loops)} RANGE(s) are never closed by an END")
+        out = [*head, "entry:"]
         out += ["  " + a for a in self.allocas]
         out += self.lines
         out += ["  ret void", "}", ""]
-        out += list(self.helpers.values())
-        out += list(self.intrinsics.values())
-        out.append('attributes #0 = { nounwind "frame-pointer"="none" }')
+        out += self.module_tail()
         return "\n".join(out) + "\n"
 
     def render_uop(self, u: UOp) -> None:
@@ -423,7 +453,7 @@ class _LLKernel:
             nm = self.names[u] = f"%acc{len(self.allocas)}"
             base = u.dtype.base
             self.allocas.append(f"{nm} = alloca {ltype(base, mem=True)}, i32 {max(1, u.dtype.size)}, "
-                                f"align {max(1, base.nbytes)}")  # fmt: skip
+                                f"align {max(1, base.nbytes)}{self.alloca_space}")  # fmt: skip
         elif op is Ops.LOAD:
             self.render_load(u)
         elif op is Ops.STORE:
@@ -470,8 +500,8 @@ class _LLKernel:
             raise RuntimeError(f"renderer 'llvm': INDEX with a vector of offsets ({off.dtype}) is not a program form")
         base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
         # no `inbounds`: a gated INDEX may point anywhere while its gate is false
-        self.names[u] = self.ins(f"getelementptr {ltype(base, mem=True)}, ptr {self.operand(buf)}, {self.typed(off)}",
-                                 "p")  # fmt: skip
+        gep = f"getelementptr {ltype(base, mem=True)}, {self.ptr_type(buf)} {self.operand(buf)}, {self.typed(off)}"
+        self.names[u] = self.ins(gep, "p")
 
     def _access(self, u: UOp, idx: UOp, vdt: DType) -> int:
         """The alignment of a LOAD/STORE of vdt through idx (checks the access is the element type or a vector)."""
@@ -487,7 +517,7 @@ class _LLKernel:
 
     def _load_value(self, u: UOp, ptr: str, align: int) -> str:
         mt = ltype(u.dtype, mem=True)
-        v = self.ins(f"load {mt}, ptr {ptr}, align {align}", "ld")
+        v = self.ins(f"load {mt}, {self.ptr_type(u.src[0].src[0])} {ptr}, align {align}", "ld")
         if u.dtype.scalar() == dtypes.bool:
             v = self.ins(f"icmp ne {mt} {v}, {'zeroinitializer' if u.dtype.count > 1 else '0'}")
         return v
@@ -525,7 +555,9 @@ class _LLKernel:
         v = self.operand(val)
         if val.dtype.scalar() == dtypes.bool:
             v = self.ins(f"zext {ltype(val.dtype)} {v} to {ltype(val.dtype, mem=True)}")
-        self.emit(f"store {ltype(val.dtype, mem=True)} {v}, ptr {self.operand(idx)}, align {align}")
+        self.emit(
+            f"store {ltype(val.dtype, mem=True)} {v}, {self.ptr_type(idx.src[0])} {self.operand(idx)}, align {align}"
+        )
         if n is not None:
             self.emit(f"br label %{n}_join")
             self.label(f"{n}_join")
@@ -682,7 +714,7 @@ class _LLKernel:
             if op in GroupOp.Comparison:
                 cc = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
                 return self.ins(f"fcmp {cc} {t} {a[0]}, {a[1]}", "v")
-            if s == dtypes.float16:
+            if s == dtypes.float16 and not self.r.supports_float16:
                 raise fail()  # half arithmetic arrives widened to float (supports_float16 is False)
             simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
             if op in simple:

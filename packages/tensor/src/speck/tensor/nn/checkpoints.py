@@ -1,6 +1,13 @@
 """Reading other checkpoint containers without their libraries: `tar_extract`/`zip_extract` (members as uint8
 tensors), `TensorIO` (a file object over a uint8 tensor) and `torch_load` (PyTorch checkpoints: the zip format and
-the legacy pickle stream, read with a restricted unpickler - no torch import, no arbitrary code).
+the legacy pickle stream).
+
+These files may come from anyone, so nothing in them is trusted. Every pickle goes through one restricted unpickler
+that resolves only the names a checkpoint of tensors needs (an allow-list like torch.load(weights_only=True)); any
+other name raises UnsafePickleError as soon as it is read, before anything could call it. Every tensor view (shape,
+strides, offset) is checked against its storage, every storage against the bytes in the file, and a deflated zip
+member may expand to at most MAX_DECOMPRESSED_BYTES. Whatever is wrong ends in a named error: ArchiveError for the
+containers, TorchLoadError (UnsafePickleError) for checkpoints; both are CheckpointErrors.
 
 Stored (uncompressed) members are slices of the file tensor (DISK views read when used); deflated zip members are
 decompressed on the host."""
@@ -15,13 +22,16 @@ import pickle
 import struct
 import tarfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
+from speck.tensor.errors import ArchiveError, CheckpointError, TorchLoadError, UnsafePickleError
+from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -34,6 +44,22 @@ def _file_tensor(fn: FileLike) -> Tensor:
 
 def _host_bytes(t: Tensor) -> bytes:
     return bytes(t.to("CPU").numpy().tobytes()) if file_backed(t.device) else bytes(t.numpy().tobytes())
+
+
+@contextmanager
+def named_errors(error: type[CheckpointError], what: str, passing: tuple[type[BaseException], ...] = ()
+                 ) -> Iterator[None]:  # fmt: skip
+    """Turn whatever a parser of untrusted bytes raises (zipfile, tarfile, pickle, struct, a RecursionError of a
+    deeply nested structure...) into `error` naming `what`; CheckpointErrors and `passing` pass through as they
+    are."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except passing:
+        raise
+    except Exception as e:
+        raise error(f"{what}: {type(e).__name__}: {e}") from e
 
 
 class TensorIO(io.RawIOBase):
@@ -58,6 +84,11 @@ class TensorIO(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
+    def read(self, size: int | None = -1) -> bytes:
+        # never more than what is left: a reader asking for 2**60 bytes (a pickle's claimed length) gets the rest
+        left = max(0, as_int(self.t.shape[0]) - self.pos)
+        return super().read(left if size is None or size < 0 else min(size, left)) or b""
+
     def readinto(self, buffer: Any) -> int:
         n = min(len(buffer), as_int(self.t.shape[0]) - self.pos)
         if n <= 0:
@@ -70,23 +101,46 @@ class TensorIO(io.RawIOBase):
 def tar_extract(fn: FileLike) -> dict[str, Tensor]:
     """The regular files of a tar archive, by member name, as uint8 tensors (slices of the archive)."""
     t = _file_tensor(fn)
-    with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
-        return {m.name: t[m.offset_data : m.offset_data + m.size] for m in tar if m.isfile()}
+    size = as_int(t.shape[0])
+    with named_errors(ArchiveError, f"tar_extract({fn}): not a readable tar archive"):
+        with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
+            members = [m for m in tar if m.isfile()]
+    out: dict[str, Tensor] = {}
+    for m in members:
+        if m.offset_data + m.size > size:
+            raise ArchiveError(f"tar_extract({fn}): member {m.name!r} needs bytes [{m.offset_data}, "
+                               f"{m.offset_data + m.size}) of a {size}-byte archive; it is truncated")  # fmt: skip
+        out[m.name] = t[m.offset_data : m.offset_data + m.size]
+    return out
 
 
 def zip_extract(fn: FileLike) -> dict[str, Tensor]:
     """The members of a zip archive, by name, as uint8 tensors: stored members are slices of the archive, deflated
-    ones are decompressed on the host."""
+    ones are decompressed on the host (each, and all together, at most MAX_DECOMPRESSED_BYTES)."""
     t = _file_tensor(fn)
+    size, ceiling, expanded = as_int(t.shape[0]), int(MAX_DECOMPRESSED_BYTES.value), 0
     out: dict[str, Tensor] = {}
-    with zipfile.ZipFile(TensorIO(t)) as zf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            if info.compress_type == zipfile.ZIP_STORED:
-                start = _zip_data_offset(t, info)
-                out[info.filename] = t[start : start + info.file_size]
-            else:
+    with named_errors(ArchiveError, f"zip_extract({fn}): not a readable zip archive"):
+        with zipfile.ZipFile(TensorIO(t)) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                if info.compress_type == zipfile.ZIP_STORED:
+                    start = _zip_data_offset(t, info)
+                    if start + info.file_size > size:
+                        end = start + info.file_size
+                        raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} needs bytes [{start}, {end}) "
+                                           f"of a {size}-byte archive; it is truncated")  # fmt: skip
+                    out[info.filename] = t[start : start + info.file_size]
+                    continue
+                expanded += info.file_size  # zipfile never inflates a member past the size its header gives
+                if expanded > ceiling:
+                    raise ArchiveError(
+                        f"zip_extract({fn}): member {info.filename!r} expands to {info.file_size} bytes, and the "
+                        f"archive's deflated members to {expanded} bytes so far: more than MAX_DECOMPRESSED_BYTES="
+                        f"{ceiling}. If you trust the file, raise it (MAX_DECOMPRESSED_BYTES=<bytes> in the "
+                        "environment, or Context(MAX_DECOMPRESSED_BYTES=...))"
+                    )
                 out[info.filename] = Tensor(np.frombuffer(zf.read(info), dtype=np.uint8).copy())
     return out
 
@@ -113,133 +167,46 @@ _TORCH_DTYPES: dict[str, DType] = {
 }  # fmt: skip
 
 
-class _Dummy:
-    """Stands in for a class a checkpoint names that torch_load does not know (its state is kept, unused)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args, self.kwargs = args, kwargs
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-
-def _rebuild_tensor(storage: Tensor, offset: int, shape: tuple[int, ...], stride: tuple[int, ...], *_: Any) -> Tensor:
-    """A tensor from its storage (a flat tensor of the storage dtype), element offset, shape and strides."""
-    shape, stride = tuple(shape), tuple(stride)
+def _rebuild_tensor(storage: Any, offset: Any, shape: Any, stride: Any, *_: Any) -> Tensor:
+    """A tensor from its storage (a flat tensor of the storage dtype), element offset, shape and strides, each
+    checked: every element the view reaches must lie inside the storage."""
+    if not isinstance(storage, Tensor) or storage.ndim != 1:
+        raise TorchLoadError(f"torch_load: a tensor's storage is {type(storage).__name__}, not a storage")
+    n = as_int(storage.shape[0])
+    shape, stride = _ints(shape, "shape"), _ints(stride, "stride")
+    offset = _ints((offset,), "storage offset")[0]
+    if len(shape) != len(stride):
+        raise TorchLoadError(f"torch_load: a tensor has shape {shape} but strides {stride} (one per dimension)")
     numel = 1
     for s in shape:
         numel *= s
-    contiguous = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+    last = offset + sum((s - 1) * st for s, st in zip(shape, stride)) if numel else offset - 1
+    if last >= n or offset > n:
+        raise TorchLoadError(f"torch_load: a tensor view (shape {shape}, strides {stride}, offset {offset}) "
+                             f"reaches element {max(last, offset)} of a storage of {n} elements; the file is "
+                             "corrupt")  # fmt: skip
     if numel == 0:
         return Tensor.zeros(*shape, dtype=storage.dtype)
+    contiguous = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     if stride == contiguous or numel == 1:
         return storage[offset : offset + numel].reshape(shape)
-    # permuted or broadcast strides: gather on the host, then a tensor of the materialized values
-    if storage.dtype == dtypes.bfloat16:
-        raise AssertionError("torch_load: a bfloat16 tensor with non-contiguous strides is not supported")
-    flat = storage.to("CPU").numpy() if file_backed(storage.device) else storage.numpy()
-    arr = np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in stride))
-    return Tensor(np.ascontiguousarray(arr), dtype=storage.dtype)
+    # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them
+    bits = storage if storage.dtype.fmt is not None else storage.bitcast(dtypes.uint16)
+    flat = bits.to("CPU").numpy() if file_backed(bits.device) else bits.numpy()
+    arr = np.ascontiguousarray(np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in
+                                                                                             stride)))  # fmt: skip
+    return Tensor(arr, dtype=storage.dtype) if storage.dtype.fmt is not None else Tensor(arr).bitcast(storage.dtype)
+
+
+def _ints(v: Any, what: str) -> tuple[int, ...]:
+    """v as a tuple of non-negative ints (a torch.Size, tuple or list), else TorchLoadError."""
+    if not isinstance(v, (tuple, list)) or not all(type(x) is int and x >= 0 for x in v):
+        raise TorchLoadError(f"torch_load: a tensor's {what} is {v!r}; expected non-negative integers")
+    return tuple(v)
 
 
 def _rebuild_parameter(data: Any, *_: Any) -> Any:
     return data
-
-
-class _StorageType:
-    def __init__(self, dtype: DType) -> None:
-        self.dtype = dtype
-
-
-class _TorchUnpickler(pickle.Unpickler):
-    """Resolves the torch names a checkpoint uses to speck stand-ins; persistent ids load storages via `storage`."""
-
-    def __init__(self, f: Any, storage: Callable[[DType, str, int], Tensor]) -> None:
-        super().__init__(f)
-        self.storage = storage
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("torch"):
-            if name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
-                return _rebuild_any
-            if name == "_rebuild_parameter":
-                return _rebuild_parameter
-            if name in _STORAGES:
-                return _StorageType(_STORAGES[name])
-            if name in _TORCH_DTYPES:
-                return _TORCH_DTYPES[name]
-            return _Dummy
-        if module == "collections" and name == "OrderedDict":
-            return collections.OrderedDict
-        if module in ("builtins", "__builtin__") and name in ("set", "frozenset", "slice", "tuple", "list", "dict"):
-            return getattr(__builtins__ if isinstance(__builtins__, dict) else __builtins__, name, _Dummy)
-        return _Dummy
-
-    def persistent_load(self, pid: Any) -> Any:
-        if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
-            raise pickle.UnpicklingError(f"torch_load: unsupported persistent id {pid!r}")
-        kind, key, numel = pid[1], str(pid[2]), int(pid[4])
-        dtype = kind.dtype if isinstance(kind, _StorageType) else kind if isinstance(kind, DType) else None
-        if dtype is None:
-            raise pickle.UnpicklingError(f"torch_load: storage {key} has an unknown type {kind!r}")
-        return self.storage(dtype, key, numel)
-
-
-def _as_dtype(raw: Tensor, dtype: DType, numel: int) -> Tensor:
-    """A uint8 file slice as numel elements of dtype."""
-    if dtype.fmt is None or file_backed(raw.device):
-        host = raw.to("CPU") if file_backed(raw.device) else raw
-        return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)[:numel]
-    return raw.bitcast(dtype)[:numel]
-
-
-def torch_load(fn: FileLike) -> Any:
-    """Load a PyTorch checkpoint (zip format or legacy pickle stream) without PyTorch: the unpickled structure with
-    tensors in place of torch tensors. Unknown classes become inert stand-ins."""
-    t = _file_tensor(fn)
-    head = _host_bytes(t[:4]) if as_int(t.shape[0]) >= 4 else b""
-    if head == b"PK\x03\x04":
-        members = zip_extract(t)
-        pkl = next((k for k in members if k.endswith("data.pkl")), None)
-        if pkl is None:
-            raise ValueError(f"torch_load: {fn} is a zip file without a data.pkl; not a PyTorch checkpoint")
-        prefix = pkl[: -len("data.pkl")]
-
-        def zip_storage(dtype: DType, key: str, numel: int) -> Tensor:
-            return _as_dtype(members[f"{prefix}data/{key}"], dtype, numel)
-
-        return _TorchUnpickler(io.BytesIO(_host_bytes(members[pkl])), zip_storage).load()
-    return _legacy_load(t, fn)
-
-
-def _legacy_load(t: Tensor, fn: FileLike) -> Any:
-    """The pre-1.6 format: magic, protocol and system-info pickles, the object pickle, the list of storage keys, then
-    each storage as an 8-byte element count and its bytes."""
-    f = TensorIO(t)
-    wanted: dict[str, tuple[DType, int]] = {}
-
-    def legacy_storage(dtype: DType, key: str, numel: int) -> Tensor:
-        wanted[key] = (dtype, numel)
-        return _Pending(key)  # type: ignore[return-value]
-
-    try:
-        magic = pickle.load(f)
-    except Exception as e:
-        raise ValueError(f"torch_load: {fn} is neither a zip nor a legacy PyTorch checkpoint ({e})") from e
-    if magic != 0x1950A86A20F9469CFC6C:
-        raise ValueError(f"torch_load: {fn} has no PyTorch magic number; not a (legacy) PyTorch checkpoint")
-    pickle.load(f)
-    pickle.load(f)
-    obj = _TorchUnpickler(f, legacy_storage).load()
-    keys = pickle.load(f)
-    storages: dict[str, Tensor] = {}
-    for key in keys:
-        dtype, _ = wanted[str(key)]
-        (n,) = struct.unpack("<q", f.read(8))
-        start = f.tell()
-        storages[str(key)] = _as_dtype(t[start : start + n * dtype.itemsize], dtype, n)
-        f.seek(start + n * dtype.itemsize)
-    return _resolve(obj, storages)
 
 
 class _Pending:
@@ -247,16 +214,6 @@ class _Pending:
 
     def __init__(self, key: str) -> None:
         self.key = key
-
-
-def _resolve(obj: Any, storages: dict[str, Tensor]) -> Any:
-    if isinstance(obj, _LegacyTensor):
-        return _rebuild_tensor(storages[obj.storage.key], *obj.args)
-    if isinstance(obj, dict):
-        return type(obj)((k, _resolve(v, storages)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_resolve(v, storages) for v in obj)
-    return obj
 
 
 class _LegacyTensor:
@@ -267,6 +224,173 @@ class _LegacyTensor:
 def _rebuild_any(storage: Any, *args: Any) -> Any:
     """Rebuild now when the storage is loaded (zip format), later when it follows the pickle (legacy format)."""
     return _LegacyTensor(storage, *args) if isinstance(storage, _Pending) else _rebuild_tensor(storage, *args)
+
+
+class _StorageType:
+    def __init__(self, dtype: DType) -> None:
+        self.dtype = dtype
+
+
+def _encode(s: Any, encoding: Any = "utf-8") -> bytes:
+    """`_codecs.encode` as protocol-2 pickles use it to spell bytes (only text encodings: no codec that expands)."""
+    if not isinstance(s, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
+        raise UnsafePickleError(f"torch_load: _codecs.encode({type(s).__name__}, {encoding!r}) is not a bytes literal")
+    return s.encode(encoding)
+
+
+# The names a checkpoint of tensors needs, and what each resolves to: everything else is refused
+_BUILTINS = {"set": set, "frozenset": frozenset, "slice": slice, "tuple": tuple, "list": list, "dict": dict,
+             "bytearray": bytearray, "complex": complex}  # fmt: skip
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("_codecs", "encode"): _encode,
+    **{(m, k): v for m in ("builtins", "__builtin__") for k, v in _BUILTINS.items()},
+}
+_TORCH_NAMES: dict[str, Any] = {
+    "_rebuild_tensor_v2": _rebuild_any, "_rebuild_tensor": _rebuild_any,
+    "_rebuild_parameter": _rebuild_parameter, "Size": tuple,
+    **{k: _StorageType(v) for k, v in _STORAGES.items()}, **_TORCH_DTYPES,
+}  # fmt: skip
+
+
+class _TorchUnpickler(pickle.Unpickler):
+    """The one unpickler of every pickle torch_load reads: names resolve through _ALLOWED and _TORCH_NAMES (torch's
+    rebuild functions, storage classes and dtypes, in any torch module), anything else is an UnsafePickleError;
+    persistent ids load storages through `storage` (None: a pickle that may have none)."""
+
+    def __init__(self, f: Any, storage: Callable[[DType, str, int], Tensor] | None) -> None:
+        super().__init__(f)
+        self.storage = storage
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module == "torch" or module.startswith("torch.")) and name in _TORCH_NAMES:
+            return _TORCH_NAMES[name]
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[module, name]
+        raise UnsafePickleError(
+            f"torch_load: the checkpoint's pickle names {module}.{name}, which torch_load does not load (it reads "
+            "tensors, numbers, strings and containers, like torch.load(weights_only=True)); nothing was run. If you "
+            "trust the file, load it with torch and save the tensors as safetensors"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self.storage is None or not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise TorchLoadError(f"torch_load: unsupported persistent id {pid!r}")
+        kind, key, numel = pid[1], pid[2], pid[4]
+        dtype = kind.dtype if isinstance(kind, _StorageType) else kind if isinstance(kind, DType) else None
+        if dtype is None or not isinstance(key, (str, int)) or type(numel) is not int or numel < 0:
+            raise TorchLoadError(f"torch_load: malformed storage reference {pid!r}")
+        return self.storage(dtype, str(key), numel)
+
+
+def _unpickle(f: Any, storage: Callable[[DType, str, int], Tensor] | None, what: str) -> Any:
+    with named_errors(TorchLoadError, f"torch_load: {what} is not a readable pickle"):
+        return _TorchUnpickler(f, storage).load()
+
+
+def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
+    """A uint8 file slice as numel elements of dtype (TorchLoadError when the slice holds fewer bytes)."""
+    have = as_int(raw.shape[0])
+    if have < numel * dtype.itemsize:
+        raise TorchLoadError(f"torch_load: {what} holds {have} bytes, but the checkpoint says it has {numel} "
+                             f"{dtype} elements ({numel * dtype.itemsize} bytes); the file is truncated or "
+                             "corrupt")  # fmt: skip
+    if numel == 0:
+        return Tensor.empty(0, dtype=dtype)
+    raw = raw[: numel * dtype.itemsize]
+    if dtype.fmt is None or file_backed(raw.device):
+        host = raw.to("CPU") if file_backed(raw.device) else raw
+        return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)
+    return raw.bitcast(dtype)
+
+
+def torch_load(fn: FileLike) -> Any:
+    """Load a PyTorch checkpoint (zip format or legacy pickle stream) without PyTorch: the unpickled structure with
+    tensors in place of torch tensors. Only tensors, numbers, strings and containers are loaded (see the module
+    docstring); anything else, or anything malformed, raises a TorchLoadError."""
+    t = _file_tensor(fn)
+    head = _host_bytes(t[:4]) if as_int(t.shape[0]) >= 4 else b""
+    if head == b"PK\x03\x04":
+        members = zip_extract(t)
+        pkl = next((k for k in members if k.endswith("data.pkl")), None)
+        if pkl is None:
+            raise TorchLoadError(f"torch_load: {fn} is a zip file without a data.pkl; not a PyTorch checkpoint")
+        prefix = pkl[: -len("data.pkl")]
+
+        def zip_storage(dtype: DType, key: str, numel: int) -> Tensor:
+            if (raw := members.get(f"{prefix}data/{key}")) is None:
+                raise TorchLoadError(f"torch_load: {fn} has no member {prefix}data/{key} for the storage its pickle "
+                                     "names; the file is incomplete")  # fmt: skip
+            return _as_dtype(raw, dtype, numel, f"storage {key}")
+
+        return _unpickle(io.BytesIO(_host_bytes(members[pkl])), zip_storage, f"{fn}'s {pkl}")
+    return _legacy_load(t, fn)
+
+
+def _legacy_load(t: Tensor, fn: FileLike) -> Any:
+    """The pre-1.6 format: magic, protocol and system-info pickles, the object pickle, the list of storage keys, then
+    each storage as an 8-byte element count and its bytes."""
+    f = io.BufferedReader(TensorIO(t), 1 << 16)  # the unpickler reads an opcode at a time: not a tensor read each
+    wanted: dict[str, tuple[DType, int]] = {}
+
+    def legacy_storage(dtype: DType, key: str, numel: int) -> Tensor:
+        wanted[key] = (dtype, numel)
+        return _Pending(key)  # type: ignore[return-value]
+
+    try:
+        magic = _unpickle(f, None, str(fn))
+    except UnsafePickleError:
+        raise
+    except TorchLoadError as e:
+        raise TorchLoadError(f"torch_load: {fn} is neither a zip nor a legacy PyTorch checkpoint ({e})") from e
+    if type(magic) is not int or magic != 0x1950A86A20F9469CFC6C:
+        raise TorchLoadError(f"torch_load: {fn} has no PyTorch magic number; not a (legacy) PyTorch checkpoint")
+    _unpickle(f, None, f"{fn}'s protocol version")
+    _unpickle(f, None, f"{fn}'s system information")
+    obj = _unpickle(f, legacy_storage, f"{fn}'s object")
+    keys = _unpickle(f, None, f"{fn}'s storage keys")
+    if not isinstance(keys, list):
+        raise TorchLoadError(f"torch_load: {fn}'s storage keys are a {type(keys).__name__}, not a list")
+    size = as_int(t.shape[0])
+    storages: dict[str, Tensor] = {}
+    for key in keys:
+        if str(key) not in wanted:
+            raise TorchLoadError(f"torch_load: {fn} stores storage {key!r}, which its object never names")
+        dtype, numel = wanted[str(key)]
+        count = f.read(8)
+        (n,) = struct.unpack("<q", count) if len(count) == 8 else (-1,)
+        start = f.tell()
+        if n < 0 or start + n * dtype.itemsize > size:
+            raise TorchLoadError(f"torch_load: {fn} is truncated: storage {key!r} ({n} {dtype} elements at byte "
+                                 f"{start}) does not fit in its {size} bytes")  # fmt: skip
+        storages[str(key)] = _as_dtype(t[start : start + n * dtype.itemsize], dtype, numel, f"storage {key}")
+        f.seek(start + n * dtype.itemsize)
+    missing = sorted(set(wanted) - set(storages))
+    if missing:
+        raise TorchLoadError(f"torch_load: {fn} names storages {missing} but does not hold them")
+    with named_errors(TorchLoadError, f"torch_load: {fn}'s object"):  # a RecursionError of a too deeply nested object
+        return _resolve(obj, storages, {})
+
+
+def _resolve(obj: Any, storages: dict[str, Tensor], memo: dict[int, Any]) -> Any:
+    """obj with its pending tensors rebuilt; shared and self-containing lists and dicts stay shared."""
+    if isinstance(obj, _LegacyTensor):
+        return _rebuild_tensor(storages[obj.storage.key], *obj.args)
+    if id(obj) in memo:
+        return memo[id(obj)]
+    if isinstance(obj, dict):
+        out: Any = type(obj)()
+        memo[id(obj)] = out
+        out.update((k, _resolve(v, storages, memo)) for k, v in obj.items())
+        return out
+    if isinstance(obj, list):
+        lst: list[Any] = []
+        memo[id(obj)] = lst
+        lst.extend(_resolve(v, storages, memo) for v in obj)
+        return lst
+    if isinstance(obj, tuple):
+        return tuple(_resolve(v, storages, memo) for v in obj)
+    return obj
 
 
 __all__ = ["TensorIO", "tar_extract", "torch_load", "zip_extract"]

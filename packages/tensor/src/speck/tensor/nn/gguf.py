@@ -19,6 +19,8 @@ from typing import Any
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
+from speck.tensor.errors import GGUFError
+from speck.tensor.nn.checkpoints import named_errors
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -28,6 +30,11 @@ DEFAULT_ALIGNMENT = 32
 # metadata value type -> struct format of one scalar (8: string, 9: array are read by _Reader.value)
 _SCALARS: dict[int, str] = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
                             12: "<d"}  # fmt: skip
+
+
+# the fewest bytes one array element of each value type takes (a string: its length; an array: type and count)
+_MIN_SIZE = {**{k: struct.calcsize(f) for k, f in _SCALARS.items()}, 8: 8, 9: 12}
+MAX_ARRAY_DEPTH = 4  # arrays of arrays: llama.cpp writes none; a deep nest is an attack on the parser's recursion
 
 
 class _Truncated(Exception):
@@ -55,17 +62,21 @@ class _Reader:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"GGUF: a string at byte {self.pos - len(raw)} is not UTF-8 ({e})") from e
+            raise GGUFError(f"GGUF: a string at byte {self.pos - len(raw)} is not UTF-8 ({e})") from e
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
         if vtype == 8:
             return self.string()
         if vtype == 9:
             etype, count = self.unpack("<I"), self.unpack("<Q")
-            return [self.value(etype) for _ in range(count)]
-        raise ValueError(f"GGUF: unknown metadata value type {vtype} at byte {self.pos - 4}; expected 0..12")
+            if etype == 9 and depth >= MAX_ARRAY_DEPTH:
+                raise GGUFError(f"GGUF: arrays nested more than {MAX_ARRAY_DEPTH} deep at byte {self.pos - 12}")
+            if count * _MIN_SIZE.get(etype, 1) > len(self.data) - self.pos:
+                raise _Truncated  # (checked first: a count of 2**60 is not looped over)
+            return [self.value(etype, depth + 1) for _ in range(count)]
+        raise GGUFError(f"GGUF: unknown metadata value type {vtype} at byte {self.pos - 4}; expected 0..12")
 
 
 # ---------------- dequantization: ggml type -> (block elements, block bytes, blocks (n, bytes) uint8 -> (n, elems))
@@ -202,13 +213,13 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
     r = _Reader(data)
     magic = r.take(4)
     if magic != GGUF_MAGIC:
-        raise ValueError(f"{what}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+        raise GGUFError(f"{what}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     version = r.unpack("<I")
     if version not in (2, 3):
-        raise ValueError(f"{what}: GGUF version {version} is not supported; expected 2 or 3")
+        raise GGUFError(f"{what}: GGUF version {version} is not supported; expected 2 or 3")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     if n_tensors > size or n_kv > size:
-        raise ValueError(f"{what}: header claims {n_tensors} tensors and {n_kv} metadata entries in {size} bytes")
+        raise GGUFError(f"{what}: header claims {n_tensors} tensors and {n_kv} metadata entries in {size} bytes")
     kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
@@ -221,7 +232,7 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
         infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))
     align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(align, int) or align <= 0:
-        raise ValueError(f"{what}: general.alignment must be a positive integer, got {align!r}")
+        raise GGUFError(f"{what}: general.alignment must be a positive integer, got {align!r}")
     return kv, infos, r.pos + (-r.pos % align)
 
 
@@ -231,10 +242,11 @@ def _read_header(t: Tensor, what: str) -> tuple[dict[str, Any], list[tuple[str, 
     n = min(size, 1 << 20)
     while True:
         try:
-            return _parse_header(t[:n].data().tobytes(), size, what)
+            with named_errors(GGUFError, f"{what}: malformed header", (_Truncated,)):
+                return _parse_header(t[:n].data().tobytes(), size, what)
         except _Truncated:
             if n >= size:
-                raise ValueError(f"{what}: truncated GGUF file: the header runs past its {size} bytes") from None
+                raise GGUFError(f"{what}: truncated GGUF file: the header runs past its {size} bytes") from None
             n = min(size, 4 * n)
 
 
@@ -264,7 +276,7 @@ def gguf_load(tensor: Tensor | str | os.PathLike[str]) -> tuple[dict[str, Any], 
 def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
     what = f"gguf_load({t.device})"
     if t.ndim != 1 or t.dtype != dtypes.uint8:
-        raise ValueError(f"gguf_load needs a 1-d uint8 tensor of the file's bytes, got {t.dtype} {t.shape}")
+        raise GGUFError(f"gguf_load needs a 1-d uint8 tensor of the file's bytes, got {t.dtype} {t.shape}")
     kv, infos, start = _read_header(t, what)
     size = as_int(t.shape[0])
     dev = None if file_backed(t.device) else t.device
@@ -279,16 +291,16 @@ def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
         elif gtype in QUANTIZED:
             qname, block, bsize, _ = QUANTIZED[gtype]
             if numel % block:
-                raise ValueError(f"{what}: tensor {name!r} ({qname}) has {numel} elements, not a multiple of the "
+                raise GGUFError(f"{what}: tensor {name!r} ({qname}) has {numel} elements, not a multiple of the "
                                  f"{block}-element block")  # fmt: skip
             nbytes = numel // block * bsize
         else:
             known = sorted([f"{v[0]}({k})" for k, v in QUANTIZED.items()] + [f"{v}({k})" for k, v in NATIVE.items()])
-            raise ValueError(f"{what}: tensor {name!r} has ggml type {gtype}, which gguf_load can't dequantize; "
+            raise GGUFError(f"{what}: tensor {name!r} has ggml type {gtype}, which gguf_load can't dequantize; "
                              f"supported: {', '.join(known)}")  # fmt: skip
         lo = start + off
         if lo + nbytes > size:
-            raise ValueError(f"{what}: truncated GGUF file: tensor {name!r} needs bytes [{lo}, {lo + nbytes}) of a "
+            raise GGUFError(f"{what}: truncated GGUF file: tensor {name!r} needs bytes [{lo}, {lo + nbytes}) of a "
                              f"{size}-byte file")  # fmt: skip
         raw = t[lo : lo + nbytes].to(dev)
         if gtype in NATIVE:

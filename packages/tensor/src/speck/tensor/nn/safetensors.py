@@ -71,7 +71,9 @@ def encode_header(entries: Mapping[str, tuple[DType, tuple[int, ...], int]], met
 
 
 def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[str, str], int]:
-    """Parse and validate the header: (entries by name with absolute offsets, metadata, file size)."""
+    """Parse and validate the header: (entries by name with absolute offsets, metadata, file size). Everything the
+    file claims is checked (types, non-negative dims, ordered offsets inside the file); anything wrong is a
+    SafetensorsError. One pass over the entries: linear in their number."""
     p = pathlib.Path(path)
     size = p.stat().st_size
     with open(p, "rb") as f:
@@ -83,24 +85,26 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
             raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
         try:
             header = json.loads(f.read(hlen))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise SafetensorsError(f"{p}: header is not valid JSON ({e})") from e
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
     if not isinstance(header, dict):
         raise SafetensorsError(f"{p}: header must be a JSON object, found {type(header).__name__}")
-    metadata = header.pop("__metadata__", {}) or {}
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SafetensorsError(f"{p}: __metadata__ must map strings to strings, found {metadata!r:.200}")
     base = 8 + hlen
     entries: dict[str, TensorEntry] = {}
     for name, info in header.items():
-        try:
-            dt = ST_DTYPES[info["dtype"]]
-            shape = tuple(int(s) for s in info["shape"])
-            start, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise SafetensorsError(f"{p}: entry {name!r} is malformed ({info!r}): {e}") from e
+        dt, shape, offsets = _entry_fields(info)
+        if dt is None or shape is None or offsets is None:
+            raise SafetensorsError(f"{p}: entry {name!r} is malformed ({info!r:.200}); expected "
+                                   '{"dtype": one of ' f"{sorted(ST_DTYPES)}, " '"shape": [non-negative ints], '
+                                   '"data_offsets": [start, end]}')  # fmt: skip
+        start, end = offsets
         numel = 1
         for s in shape:
             numel *= s
-        if end - start != numel * dt.itemsize or start < 0 or base + end > size:
+        if end - start != numel * dt.itemsize or not 0 <= start <= end or base + end > size:
             raise SafetensorsError(
                 f"{p}: tensor {name!r} ({info['dtype']} {list(shape)}) claims bytes [{start}, {end}) of the data "
                 f"section, which needs {numel * dt.itemsize} bytes within {size - base}; the file is corrupt or "
@@ -108,3 +112,17 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
             )
         entries[name] = TensorEntry(name, dt, shape, base + start, end - start)
     return entries, dict(metadata), size
+
+
+def _entry_fields(info: Any) -> tuple[DType | None, tuple[int, ...] | None, tuple[int, int] | None]:
+    """(dtype, shape, (start, end)) of one header entry; None for each field that is missing or of the wrong type
+    (JSON has no int type of its own: true, 1.5 and "2" are not sizes)."""
+    if not isinstance(info, dict):
+        return None, None, None
+    name, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    dt = ST_DTYPES.get(name) if isinstance(name, str) else None
+    if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
+        shape = None
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(x) is int for x in offsets)):
+        offsets = None
+    return dt, None if shape is None else tuple(shape), None if offsets is None else (offsets[0], offsets[1])

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from speck.codegen.kernel_info import KernelInfo
 from speck.uop import (
     AxisType,
+    DType,
     GroupOp,
     Ops,
     PatternMatcher,
@@ -28,9 +29,9 @@ from speck.uop.uop import python_alu
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def Variable(name: str, min_val: int, max_val: int) -> UOp:
-    """A symbolic size in [min_val, max_val] (tinygrad's UOp.variable)."""
-    return UOp.variable(name, min_val, max_val)
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
+    """A symbolic int in [min_val, max_val] of `dtype` (an index by default; tinygrad's UOp.variable)."""
+    return UOp.variable(name, min_val, max_val, dtype)
 
 
 def smin(*xs: sint) -> sint:

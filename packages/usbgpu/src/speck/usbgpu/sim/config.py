@@ -1,8 +1,9 @@
 """Timing knobs, fault switches and the fixed address map of the simulated bridge + GPU (PROTOCOL.md 2 and 7).
 
-The constants here are the simulator's own restatement of the protocol: the driver (speck.usbgpu.bridge/sdma)
+The bridge constants here are the simulator's own restatement of the protocol: the driver (speck.usbgpu.bridge)
 keeps its own copy on purpose, so a wrong number on either side shows up as a failing differential test instead of
-agreeing with itself.
+agreeing with itself. The GPU's registers and packet formats are not restated: both sides read them from the
+generated speck.usbgpu.amd.tables.
 """
 
 from __future__ import annotations
@@ -30,32 +31,18 @@ LTSSM_L0 = 0x78
 LTSSM_DETECT = 0x01
 FLAGS_XDATA = 0xA800  # four u64 fence flags (G3): full0, full1, first0, first1
 
-# --- GPU side (simulator address translation; real hardware sets this up with GMMU page tables) ---
-GPU_SYS_APERTURE = 1 << 47  # GPU VA = GPU_SYS_APERTURE + bridge PCIe address reaches the bridge's SRAM/SQ/CQ
+# --- the GPU behind the bridge ---
 GPU_VENDOR = 0x1002
-GPU_DEVICE = 0x744C
+GPU_DEVICE = 0x744C  # Navi 31 (Radeon RX 7900 XTX)
+GPU_CLASS = 0x030000  # VGA-compatible display controller
 BRIDGE_VENDOR = 0x1B21
 BRIDGE_DEVICE = 0x2464
 GPU_BUS = 4
-# PCI subsystem id (config 0x2C: id << 16 | vendor) by which the driver recognises the simulated GPU and selects its
-# profile (the stand-in queue registers below). A SimDevice given any other value looks like a real GPU to it.
+# PCI subsystem id (config 0x2C: id << 16 | vendor) of speck's simulated board. The driver runs the same bring-up on
+# every card; only on boards it was verified against (this one) does it run without the explicit opt-in for
+# unverified hardware. A SimDevice given another subsystem looks like an unverified real card to it.
 SIM_GPU_SUBSYSTEM = 0x0051 << 16 | 0x5EED
-HARDWARE_LIKE_SUBSYSTEM = 0x0E3B << 16 | 0x1002  # e.g. a board of the GPU vendor's own: no driver profile
-DOORBELL_SDMA0 = 256  # doorbell index of SDMA0 queue 0; the host writes 64 bits at BAR2 + index * 8
-
-# Simulator-defined MMIO registers in BAR5 (byte offsets). The real register map of an RDNA3 SDMA engine is
-# programmed by firmware bring-up, which is out of scope; the simulator exposes this small, documented stand-in.
-MMIO_ID = 0x0000  # read-only: GPU device id << 16 | vendor id
-MMIO_SDMA_RB_BASE_LO = 0x1000  # ring base VA >> 8, low 32 bits
-MMIO_SDMA_RB_BASE_HI = 0x1004
-MMIO_SDMA_RB_CNTL = 0x1008  # bit 0 enable; bits 6:1 log2(ring size in dwords); writing disables/resets the queue
-MMIO_SDMA_RPTR_ADDR_LO = 0x100C  # VRAM VA where the engine writes its read pointer back (u64, bytes)
-MMIO_SDMA_RPTR_ADDR_HI = 0x1010
-MMIO_SDMA_WPTR_ADDR_LO = 0x1014  # VRAM VA of the write-pointer word (u64, bytes)
-MMIO_SDMA_WPTR_ADDR_HI = 0x1018
-MMIO_SDMA_DOORBELL = 0x101C  # doorbell offset in dwords (index * 2)
-MMIO_SDMA_STATUS = 0x1020  # read-only: bit 0 idle, bit 1 hung, bit 2 polling
-MMIO_SDMA_RPTR = 0x1024  # read-only: current read pointer (low 32 bits)
+HARDWARE_LIKE_SUBSYSTEM = 0x0E3B << 16 | 0x1002  # e.g. a board of the GPU vendor's own
 
 
 @dataclass
@@ -80,8 +67,18 @@ class SimTiming:
     arm_switch_ns: float = 0.0  # end of one arm's sectors -> the latched arm accepting data
     f4_wait_limit_ns: float = 2.0e9  # 0xF4 gives up (bails) after this long
     link_power_on_ns: float = 300.0e6  # 0xF3(1): fw waits for 3 stable LTSSM samples before answering
-    watchdog_ns: float | None = 10.0e9  # a POLL stalled this long marks the SDMA queue hung (None = never)
     quantum: int = 16384  # granularity of modelled data movement (link and SDMA copies)
+    # the command processor and the shader core (a Navi 31: 96 CUs = 192 SIMD32 at ~2.5 GHz)
+    cp_packet_ns: float = 200.0  # decode cost per PM4 packet
+    gpu_clock_hz: float = 2.5e9
+    simds: int = 192
+    dispatch_overhead_ns: float = 3_000.0  # launch + drain of a dispatch, however small
+    # cycles per wave-instruction by kind (speck.usbgpu.sim.rdna3 Stats.by_kind); unlisted kinds cost 1
+    cycle_costs: dict[str, float] = field(
+        default_factory=lambda: {"valu": 1.0, "salu": 1.0, "trans": 4.0, "smem": 4.0, "vmem": 8.0, "lds": 2.0}
+    )
+    vram_bytes_per_s: float = 960e9  # a dispatch takes at least its global memory traffic at this rate (GDDR6)
+    dispatch_max_instructions: int = 50_000_000  # more wave-instructions than this: the dispatch is hung
 
 
 FaultMode = Literal["error", "short", "timeout", "stall"]

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import (
-    GPU_SYS_APERTURE,
     SECTOR,
     SIM_GPU_SUBSYSTEM,
+    SRAM_PCIE,
     SimFaults,
     SimTiming,
     TransferFault,
@@ -36,6 +36,7 @@ from speck.usbgpu.sim.firmware import (
     F0Stream,
     Stall,
 )
+from speck.usbgpu.sim.gpu import GpuModel
 from speck.usbgpu.sim.memory import BridgeMemory, SparseMemory
 from speck.usbgpu.sim.model_api import (
     DeviceDescriptors,
@@ -48,6 +49,7 @@ from speck.usbgpu.sim.model_api import (
 )
 from speck.usbgpu.sim.pcie import PcieFabric
 from speck.usbgpu.sim.sdma_engine import SdmaEngine
+from speck.usbgpu.sim.vm import SYSTEM
 
 LIBUSB_ERROR_NO_DEVICE = -4
 LIBUSB_ERROR_INVALID_PARAM = -2
@@ -109,7 +111,11 @@ class SimDevice(BridgeFirmware):
     on it, so two processes opening simulated devices with the same serial model two openers of one bridge. By
     default every SimDevice gets a fresh random serial. `gpu_subsystem` is the GPU's PCI subsystem id: the
     default marks the simulated GPU (the driver then uses its simulator profile); HARDWARE_LIKE_SUBSYSTEM makes it
-    look like a real board, for which the driver must do nothing past link and BAR setup.
+    look like a real board, for which the driver must do nothing past link and BAR setup and reading the discovery
+    table (unless opened with the unverified-board opt-in). `gpu_ips` replaces the IP blocks (name -> version) the
+    card lists in its discovery table. `firmware` is the set of firmware files the card's PSP accepts (default: a
+    synthetic set with valid headers, speck.usbgpu.amd.ucode.synthetic_files); `firmware_files()` hands it to a
+    driver opening the card.
     """
 
     def __init__(
@@ -125,6 +131,8 @@ class SimDevice(BridgeFirmware):
         product: str = "custom v0.1",
         vram_size: int = 8 * GIB,
         gpu_subsystem: int = SIM_GPU_SUBSYSTEM,
+        gpu_ips: dict[str, tuple[int, int, int]] | None = None,
+        firmware: dict[str, bytes] | None = None,
     ) -> None:
         self.vid, self.pid, self.bus, self.address = vid, pid, bus, address
         self.manufacturer, self.product = "tiny", product
@@ -135,8 +143,7 @@ class SimDevice(BridgeFirmware):
         self.mem = BridgeMemory()
         self.dma = SramDmaEngine(self.mem)
         self.fabric = PcieFabric(vram_size, gpu_subsystem)
-        self.vram = SparseMemory(vram_size)
-        self.sdma = SdmaEngine(self)
+        self.gpu = GpuModel(self, vram_size, gpu_ips, firmware)
         self.stream: F0Stream | None = None
         self.violations: list[str] = []
         self.stats: dict[str, int] = {
@@ -160,6 +167,7 @@ class SimDevice(BridgeFirmware):
                 "arms",
                 "power_requests",
                 "mmio_writes",
+                "gpu_config_writes",
                 "full_window_corruptions",
             )
         }
@@ -246,6 +254,19 @@ class SimDevice(BridgeFirmware):
     def now_ns(self) -> float:
         """Current virtual time in nanoseconds."""
         return self.clock.now
+
+    def firmware_files(self) -> dict[str, bytes]:
+        """The firmware files this card's PSP accepts (what a driver opening it loads)."""
+        return dict(self.gpu.firmware_files)
+
+    @property
+    def vram(self) -> SparseMemory:
+        """The GPU's VRAM (offsets are VRAM addresses; speck's driver maps VRAM offset x at GPU virtual address x)."""
+        return self.gpu.vram
+
+    @property
+    def sdma(self) -> SdmaEngine:
+        return self.gpu.sdma
 
     def read_vram(self, addr: int, n: int) -> bytes:
         """Backdoor VRAM read for tests (no virtual time)."""
@@ -651,7 +672,7 @@ class SimDevice(BridgeFirmware):
                 self.dma.deposit(chunk)
                 if self.sdma.passed_sentinels:
                     self._check_late_sentinels(start, n)
-                self.sdma.memory_changed(GPU_SYS_APERTURE + 0x200000 + start, n)
+                self.gpu.memory_changed(SYSTEM, SRAM_PCIE + start, n)
                 if self.dma.current.remaining == 0:
                     self._retire_out_arm()
             elif route == "stream" and self.stream is not None:
@@ -710,8 +731,7 @@ class SimDevice(BridgeFirmware):
         data = bytes(chunk) + bytes(-len(chunk) % 4)
         hit = self.fabric.decode(stream.addr, len(data))
         if hit is not None and hit[0] == 0 and hit[1] % 4 == 0:  # whole run inside VRAM: one bulk write
-            self.vram.write(hit[1], data)
-            self.sdma.memory_changed(hit[1], len(data))
+            self.gpu.bar0_write(hit[1], data)
         else:
             for i in range(0, len(data), 4):
                 self._mem_write(stream.addr + i, data[i : i + 4])

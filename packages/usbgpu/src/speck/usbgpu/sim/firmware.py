@@ -12,22 +12,8 @@ from dataclasses import dataclass
 from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import (
     CQ_PCIE,
-    GPU_DEVICE,
-    GPU_SYS_APERTURE,
-    GPU_VENDOR,
     LTSSM_DETECT,
     LTSSM_L0,
-    MMIO_ID,
-    MMIO_SDMA_DOORBELL,
-    MMIO_SDMA_RB_BASE_HI,
-    MMIO_SDMA_RB_BASE_LO,
-    MMIO_SDMA_RB_CNTL,
-    MMIO_SDMA_RPTR,
-    MMIO_SDMA_RPTR_ADDR_HI,
-    MMIO_SDMA_RPTR_ADDR_LO,
-    MMIO_SDMA_STATUS,
-    MMIO_SDMA_WPTR_ADDR_HI,
-    MMIO_SDMA_WPTR_ADDR_LO,
     SQ_PCIE,
     SRAM_PCIE,
     SRAM_SIZE,
@@ -37,9 +23,9 @@ from speck.usbgpu.sim.config import (
     SimTiming,
 )
 from speck.usbgpu.sim.dma import SramArm, SramDmaEngine
-from speck.usbgpu.sim.memory import BridgeMemory, SparseMemory
+from speck.usbgpu.sim.gpu import GpuModel
+from speck.usbgpu.sim.memory import BridgeMemory
 from speck.usbgpu.sim.pcie import CPL_SC, CPL_UR, PcieFabric
-from speck.usbgpu.sim.sdma_engine import SdmaEngine
 
 REQ_XDATA_READ, REQ_XDATA_WRITE, REQ_TLP, REQ_ARM, REQ_POWER, REQ_FENCE_ARM = 0xE4, 0xE5, 0xF0, 0xF2, 0xF3, 0xF4
 E4_MAX_REPLY = 512  # SuperSpeed EP0 buffer
@@ -67,8 +53,7 @@ class BridgeFirmware:
     mem: BridgeMemory
     dma: SramDmaEngine
     fabric: PcieFabric
-    vram: SparseMemory
-    sdma: SdmaEngine
+    gpu: GpuModel
     stream: F0Stream | None
     violations: list[str]
     stats: dict[str, int]
@@ -77,7 +62,6 @@ class BridgeFirmware:
         self.ltssm = LTSSM_DETECT
         self.mem.xdata[XDATA_LTSSM] = self.ltssm
         self.completion = bytes(8)
-        self.mmio: dict[int, int] = {}
 
     def violation(self, message: str) -> None:
         """Record a protocol violation (tests assert the list stays empty)."""
@@ -164,7 +148,11 @@ class BridgeFirmware:
             if cs is None:
                 return 0, CPL_UR, False
             if fmt & 0x40:
-                self.fabric.config_write(cs, reg, value, byte_enable)
+                if cs is self.fabric.gpu:
+                    self.stats["gpu_config_writes"] += 1
+                unsafe = self.fabric.config_write(cs, reg, value, byte_enable)
+                if unsafe:
+                    self.violation(unsafe)
                 return 0, CPL_SC, False
             return cs.read(reg), CPL_SC, True
         if fmt & 0xDF == 0x40:  # posted memory write
@@ -182,10 +170,11 @@ class BridgeFirmware:
         if hit is None:
             return None
         bar, off = hit
+        vram = self.gpu.vram
         if bar == 0:
-            return int(struct.unpack("<I", self.vram.read(off & ~3, 4))[0]) if off + 4 <= self.vram.size else 0
+            return int(struct.unpack("<I", vram.read(off & ~3, 4))[0]) if off + 4 <= vram.size else 0
         if bar == 5:
-            return self._mmio_read(off & ~3)
+            return self.gpu.mmio_read(off & ~3)
         return 0
 
     def _mem_write(self, addr: int, data: bytes, byte_enable: int = 0xF) -> bool:
@@ -198,76 +187,36 @@ class BridgeFirmware:
         off &= ~3
         if bar == 0:
             if byte_enable != 0xF:
-                old = bytearray(self.vram.read(off, 4))
+                old = bytearray(self.gpu.vram.read(off, 4))
                 for i in range(4):
                     if byte_enable >> i & 1:
                         old[i] = data[i]
                 data = bytes(old)
-            self.vram.write(off, data)
-            self.sdma.memory_changed(off, 4)
+            self.gpu.bar0_write(off, data)
         elif bar == 2:
-            self._doorbell_write(off, int(struct.unpack("<I", data)[0]))
+            self.stats["doorbells"] += self.gpu.doorbell_write(off, int(struct.unpack("<I", data)[0]))
         elif bar == 5:
-            self._mmio_write(off, int(struct.unpack("<I", data)[0]))
+            self.stats["mmio_writes"] += 1
+            self.gpu.mmio_write(off, int(struct.unpack("<I", data)[0]))
         return True
 
-    def _doorbell_write(self, off: int, value: int) -> None:
-        db = self.mmio.get(MMIO_SDMA_DOORBELL, 0) * 4
-        self.mmio[0x10_0000 + off] = value  # remember doorbell dwords (outside the MMIO register range)
-        if off == db + 4:  # the high dword completes the 64-bit doorbell write
-            self.stats["doorbells"] += 1
-            self.sdma.doorbell(self.mmio.get(0x10_0000 + db, 0) | value << 32)
+    # --- what the GPU's DMA reaches over PCIe (GpuHost) ---
+    def bus_read(self, pcie: int, n: int) -> bytes:
+        """A GPU read of `n` bytes at PCIe bus address `pcie` (the bridge's memory)."""
+        region = self._gpu_bridge_region(pcie, n)
+        if region is None:
+            return bytes(n)
+        buf, off = region
+        return bytes(buf[off : off + n])
 
-    def _mmio_read(self, off: int) -> int:
-        if off == MMIO_ID:
-            return GPU_DEVICE << 16 | GPU_VENDOR
-        if off == MMIO_SDMA_STATUS:
-            return self.sdma.status
-        if off == MMIO_SDMA_RPTR:
-            return self.sdma.rptr & 0xFFFFFFFF
-        return self.mmio.get(off, 0)
-
-    def _mmio_write(self, off: int, value: int) -> None:
-        self.stats["mmio_writes"] += 1
-        self.mmio[off] = value
-        reg = self.mmio.get
-        if off == MMIO_SDMA_RB_CNTL:
-            base = (reg(MMIO_SDMA_RB_BASE_LO, 0) | reg(MMIO_SDMA_RB_BASE_HI, 0) << 32) << 8
-            size = 4 << (value >> 1 & 0x3F)
-            self.sdma.rptr_addr = reg(MMIO_SDMA_RPTR_ADDR_LO, 0) | reg(MMIO_SDMA_RPTR_ADDR_HI, 0) << 32
-            self.sdma.wptr_addr = reg(MMIO_SDMA_WPTR_ADDR_LO, 0) | reg(MMIO_SDMA_WPTR_ADDR_HI, 0) << 32
-            self.sdma.configure(base, size, bool(value & 1))
-
-    # --- what the GPU's DMA reaches (GpuSystem) ---
-    def gpu_read(self, va: int, n: int) -> bytes:
-        """A GPU (SDMA) read of `n` bytes at GPU virtual address `va`."""
-        if va + n <= self.vram.size:
-            return self.vram.read(va, n)
-        if va >= GPU_SYS_APERTURE:
-            region = self._gpu_bridge_region(va, n)
-            if region is not None:
-                buf, off = region
-                return bytes(buf[off : off + n])
-        else:
-            self.violation(f"GPU read of unmapped address {va:#x}+{n:#x}")
-        return bytes(n)
-
-    def gpu_write(self, va: int, data: bytes) -> None:
-        """A GPU (SDMA) write at GPU virtual address `va`, with the side effects of the bridge pages."""
+    def bus_write(self, pcie: int, data: bytes) -> None:
+        """A GPU write at PCIe bus address `pcie`, with the side effects of the bridge pages."""
         n = len(data)
-        if va + n <= self.vram.size:
-            self.vram.write(va, data)
-            self.sdma.memory_changed(va, n)
-            return
-        if va < GPU_SYS_APERTURE:
-            self.violation(f"GPU write to unmapped address {va:#x}+{n:#x}")
-            return
-        region = self._gpu_bridge_region(va, n)
+        region = self._gpu_bridge_region(pcie, n)
         if region is None:
             return
         buf, off = region
         buf[off : off + n] = data
-        self.sdma.memory_changed(va, n)
         if buf is self.mem.sram:
             self.mem.tag_sram(off, n, self.mem.write_gen)
             self.mem.write_gen -= 1
@@ -276,8 +225,7 @@ class BridgeFirmware:
         elif buf is self.mem.cq:
             self._cq_written()
 
-    def _gpu_bridge_region(self, va: int, n: int) -> tuple[bytearray, int] | None:
-        pcie = va - GPU_SYS_APERTURE
+    def _gpu_bridge_region(self, pcie: int, n: int) -> tuple[bytearray, int] | None:
         if not self.fabric.gpu_bus_master:
             self.violation(f"GPU DMA to bridge address {pcie:#x} with bus mastering disabled")
             return None

@@ -18,8 +18,8 @@ from speck.usbgpu.sim.config import (
     XDATA_SRAM_SIZE,
 )
 
-_VRAM_PAGE_BITS = 20  # 1 MiB pages, allocated on first write (gigabytes of VRAM cost nothing until touched)
-_VRAM_PAGE = 1 << _VRAM_PAGE_BITS
+VRAM_PAGE_BITS = 20  # 1 MiB pages, allocated on first write (gigabytes of VRAM cost nothing until touched)
+_VRAM_PAGE = 1 << VRAM_PAGE_BITS
 
 
 class SparseMemory:
@@ -46,6 +46,13 @@ class SparseMemory:
                 out[pos : pos + take] = data[off : off + take]
             pos += take
         return bytes(out)
+
+    def page(self, index: int, create: bool) -> bytearray | None:
+        """The backing store of page `index` (None if never written, unless `create`)."""
+        buf = self._pages.get(index)
+        if buf is None and create:
+            buf = self._pages[index] = bytearray(_VRAM_PAGE)
+        return buf
 
     def write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
         """Store `data` at `addr`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from speck.usbgpu.sim.config import BRIDGE_DEVICE, BRIDGE_VENDOR, GPU_BUS, GPU_DEVICE, GPU_VENDOR
+from speck.usbgpu.sim.config import BRIDGE_DEVICE, BRIDGE_VENDOR, GPU_BUS, GPU_CLASS, GPU_DEVICE, GPU_VENDOR
 
 CPL_SC, CPL_UR, CPL_CRS, CPL_CA = 0, 1, 2, 4
 CMD_MEM, CMD_MASTER = 0x2, 0x4
@@ -85,7 +85,7 @@ def _bridge_config() -> ConfigSpace:
 def _gpu_config(vram_size: int, bar0_initial: int, subsystem: int) -> ConfigSpace:
     cs = ConfigSpace()
     cs.set_dword(0x00, GPU_DEVICE << 16 | GPU_VENDOR)
-    cs.set_dword(0x08, 0x03000000)  # class: VGA-compatible display controller
+    cs.set_dword(0x08, GPU_CLASS << 8)  # class code in bits 31:8 (revision 0)
     cs.set_dword(0x2C, subsystem)  # subsystem vendor (bits 15:0) and id (31:16), read-only
     cs.wmask[0x04] = 0x0000_0007
     cs.bars[0x10] = (bar0_initial, 0xC)  # BAR0: VRAM, 64-bit prefetchable
@@ -127,14 +127,20 @@ class PcieFabric:
             return None
         return self.gpu if bus == GPU_BUS else self.bridges[bus]
 
-    def config_write(self, cs: ConfigSpace, reg: int, value: int, byte_enable: int) -> None:
-        """Config write with the GPU's ReBAR control side effect."""
+    def config_write(self, cs: ConfigSpace, reg: int, value: int, byte_enable: int) -> str | None:
+        """Config write with the GPU's ReBAR control side effect. Returns what was unsafe about it, if anything
+        (resizing or moving a BAR of the GPU while it decodes memory)."""
         self._cache = None
+        unsafe = None
+        dword = reg & ~3
+        if cs is self.gpu and cs.dword(0x04) & CMD_MEM and (dword in cs.bars or dword - 4 in cs.bars or dword == 0x108):
+            unsafe = f"GPU config write {value:#010x} to {dword:#x} (a BAR or ReBAR control) with memory decoding on"
         cs.write(reg, value, byte_enable)
         if cs is self.gpu and reg & ~3 == 0x108:
             encoded = cs.dword(0x108) >> 8 & 0x3F
             if cs.dword(0x104) >> (encoded + 4) & 1:
                 cs.resize_bar(0x10, 1 << (encoded + 20))
+        return unsafe
 
     def _bridge_windows(self, br: ConfigSpace) -> tuple[tuple[int, int], ...]:
         if not br.dword(0x04) & CMD_MEM:

@@ -1,56 +1,43 @@
-"""The GPU's SDMA queue as the simulator runs it: fetch real sdma_6_0_0 packets from the VRAM ring and execute them.
+"""SDMA 6.0 engine 0, queue 0, as the simulator runs it: programmed through its real registers (SDMA0_QUEUE0_RB_*,
+DOORBELL*, F32_CNTL, WATCHDOG_CNTL), fetching real sdma_6_0_0 packets from its ring through the GPU's page tables
+(RB_CNTL.RB_VMID) and executing NOP, COPY_LINEAR, WRITE_UNTILED, FENCE, POLL_REGMEM, TRAP, TIMESTAMP(GET_GLOBAL)
+and CONSTANT_FILL.
 
-Executed: NOP, COPY_LINEAR, WRITE_LINEAR, FENCE, POLL_REGMEM (memory polls with all comparison functions and a
-mask), TRAP, TIMESTAMP(GET_GLOBAL). A POLL that is not satisfied stalls the engine until the polled dword changes
-(retry 0xFFF = wait forever), with an optional watchdog that marks the queue hung. Copies move data in quanta at the
-modelled SDMA bandwidth, so a host writing the bounce SRAM at the same time genuinely races them; every SRAM read
-is checked against the provenance tag of the sentinel the copy was gated on.
+A POLL that is not satisfied stalls the engine until the polled dword changes (retry 0xFFF = forever); the queue's
+watchdog (QUEUE_HANG_COUNT x 100 ms) turns a stall into a hang with an SDMA_QUEUE_HANG interrupt. A translation fault
+stops the queue with an SDMA_PAGE_FAULT interrupt and the GFX hub's fault registers latched; an unknown opcode stops
+it too. Copies move data in quanta at the modelled bandwidth, so a host writing the bounce SRAM at the same time
+genuinely races them; every SRAM read is checked against the provenance tag of the sentinel the copy was gated on.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-from speck.usbgpu.sim.clock import VirtualClock
-from speck.usbgpu.sim.config import GPU_SYS_APERTURE, SECTOR, SRAM_PCIE, SRAM_SIZE, SimFaults, SimTiming
-from speck.usbgpu.sim.memory import BridgeMemory
+from speck.usbgpu.amd.tables import CONST, GC, PM4, SDMA, SDMA_PACKETS
+from speck.usbgpu.sim.config import SECTOR, SRAM_PCIE, SRAM_SIZE
+from speck.usbgpu.sim.cp import COMPARE
+from speck.usbgpu.sim.vm import SYSTEM, VmFault
 
-OP_NOP, OP_COPY, OP_WRITE, OP_FENCE, OP_TRAP, OP_POLL, OP_TIMESTAMP = 0, 1, 2, 5, 6, 8, 13
+if TYPE_CHECKING:
+    from speck.usbgpu.sim.gpu import GpuModel
+
 RETRY_FOREVER = 0xFFF
-_COMPARE: dict[int, Callable[[int, int], bool]] = {
-    0: lambda v, r: True,
-    1: lambda v, r: v < r,
-    2: lambda v, r: v <= r,
-    3: lambda v, r: v == r,
-    4: lambda v, r: v != r,
-    5: lambda v, r: v >= r,
-    6: lambda v, r: v > r,
-}
+WATCHDOG_UNIT_NS = 100e6  # SDMA0_WATCHDOG_CNTL.QUEUE_HANG_COUNT counts 100 ms (sdma_v6_0.c)
+_P = SDMA_PACKETS
 
 
-class GpuSystem(Protocol):
-    """What the engine needs from the rest of the simulator."""
-
-    clock: VirtualClock
-    timing: SimTiming
-    faults: SimFaults
-    mem: BridgeMemory
-
-    def gpu_read(self, va: int, n: int) -> bytes: ...
-
-    def gpu_write(self, va: int, data: bytes) -> None: ...
-
-    def violation(self, message: str) -> None: ...
-
-    def pending_out_range(self) -> tuple[int, int] | None: ...
+def addr64(lo: int, hi: int) -> int:
+    return lo | hi << 32
 
 
 @dataclass
 class _Poll:
-    addr: int
+    va: int
+    space: str
+    phys: int
     ref: int
     mask: int
     func: int
@@ -70,25 +57,12 @@ class _Copy:
     pos: int = 0
 
 
-def _sram_span(va: int, n: int) -> tuple[int, int] | None:
-    """SRAM sector range [s0, s1) read by a GPU access, or None if it does not touch the bounce SRAM."""
-    pcie = va - GPU_SYS_APERTURE
-    if va < GPU_SYS_APERTURE or not (SRAM_PCIE <= pcie < SRAM_PCIE + SRAM_SIZE):
-        return None
-    off = pcie - SRAM_PCIE
-    return off // SECTOR, (off + n + SECTOR - 1) // SECTOR
-
-
 class SdmaEngine:
-    """SDMA0 queue 0: ring registers, read/write pointers, doorbell and the packet interpreter."""
+    """SDMA0 queue 0: register state, read/write pointers, doorbell and the packet interpreter."""
 
-    def __init__(self, system: GpuSystem) -> None:
-        self.sys = system
-        self.ring_base = 0
-        self.ring_size = 0
-        self.enabled = False
-        self.rptr_addr: int | None = None
-        self.wptr_addr: int | None = None
+    def __init__(self, gpu: GpuModel) -> None:
+        self.gpu = gpu
+        regs = gpu.regs
         self.rptr = 0
         self.wptr = 0
         self.hung = False
@@ -107,50 +81,131 @@ class SdmaEngine:
         # SRAM offset -> dword of sentinel polls that passed; if the host later writes the same value there, the
         # GPU had matched stale data (see SimDevice._check_late_sentinels).
         self.passed_sentinels: dict[int, int] = {}
+        regs.on_write(GC.SDMA0_QUEUE0_RB_CNTL, self._rb_cntl_written)
+        regs.on_write(GC.SDMA0_F32_CNTL, self._f32_written)
+        regs.on_write(GC.SDMA0_QUEUE0_RB_WPTR, self._wptr_written)
+        regs.on_write(GC.SDMA0_QUEUE0_RB_RPTR, lambda new, old: self._set_rptr(new))
+        regs.on_read(GC.SDMA0_QUEUE0_RB_RPTR, lambda: self.rptr & 0xFFFFFFFF)
+        regs.on_read(GC.SDMA0_QUEUE0_RB_RPTR_HI, lambda: self.rptr >> 32)
+        regs.on_read(GC.SDMA0_STATUS_REG, self._status)
+        regs.on_read(GC.SDMA0_QUEUE0_CONTEXT_STATUS, self._context_status)
 
     # --- registers ---
-    def configure(self, ring_base: int, ring_size: int, enabled: bool) -> None:
-        """(Re)program the ring; any state of the previous queue (stalled poll, copy in progress) is dropped."""
-        self.epoch += 1
-        self.ring_base, self.ring_size, self.enabled = ring_base, ring_size, enabled
-        self.rptr = self.wptr = 0
-        self.hung, self.hang_reason = False, ""
-        self._busy, self._poll, self._copy, self._expect_gen = False, None, None, None
-        self.passed_sentinels.clear()
-        self._writeback()
+    def _reg(self, reg: object) -> int:
+        return self.gpu.regs.get(reg)  # type: ignore[arg-type]
 
     @property
-    def status(self) -> int:
-        idle = self.rptr == self.wptr and not self._busy and self._poll is None and self._copy is None
-        return int(idle) | int(self.hung) << 1 | int(self._poll is not None) << 2
+    def enabled(self) -> bool:
+        return bool(GC.SDMA0_QUEUE0_RB_CNTL.get(self._reg(GC.SDMA0_QUEUE0_RB_CNTL), "RB_ENABLE"))
+
+    @property
+    def halted(self) -> bool:
+        return bool(GC.SDMA0_F32_CNTL.get(self._reg(GC.SDMA0_F32_CNTL), "HALT"))
+
+    @property
+    def vmid(self) -> int:
+        return GC.SDMA0_QUEUE0_RB_CNTL.get(self._reg(GC.SDMA0_QUEUE0_RB_CNTL), "RB_VMID")
+
+    @property
+    def ring_base(self) -> int:
+        return addr64(self._reg(GC.SDMA0_QUEUE0_RB_BASE), self._reg(GC.SDMA0_QUEUE0_RB_BASE_HI)) << 8
+
+    @property
+    def ring_size(self) -> int:
+        return 4 << GC.SDMA0_QUEUE0_RB_CNTL.get(self._reg(GC.SDMA0_QUEUE0_RB_CNTL), "RB_SIZE")
+
+    def _rptr_addr(self) -> int | None:
+        if not GC.SDMA0_QUEUE0_RB_CNTL.get(self._reg(GC.SDMA0_QUEUE0_RB_CNTL), "RPTR_WRITEBACK_ENABLE"):
+            return None
+        return addr64(self._reg(GC.SDMA0_QUEUE0_RB_RPTR_ADDR_LO), self._reg(GC.SDMA0_QUEUE0_RB_RPTR_ADDR_HI))
+
+    def _wptr_poll_addr(self) -> int | None:
+        cntl = self._reg(GC.SDMA0_QUEUE0_RB_CNTL)
+        if not GC.SDMA0_QUEUE0_RB_CNTL.get(cntl, "F32_WPTR_POLL_ENABLE"):
+            return None
+        return addr64(self._reg(GC.SDMA0_QUEUE0_RB_WPTR_POLL_ADDR_LO), self._reg(GC.SDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI))
+
+    def _rb_cntl_written(self, new: int, old: int) -> None:
+        enabled = GC.SDMA0_QUEUE0_RB_CNTL.get(new, "RB_ENABLE")
+        if not enabled or not GC.SDMA0_QUEUE0_RB_CNTL.get(old, "RB_ENABLE"):
+            # disabling (or enabling) the ring drops whatever the previous queue was doing
+            self.epoch += 1
+            self.hung, self.hang_reason = False, ""
+            self._busy, self._poll, self._copy, self._expect_gen = False, None, None, None
+            self.passed_sentinels.clear()
+        if enabled:
+            self._writeback()
+            self._kick()
+
+    def _f32_written(self, new: int, old: int) -> None:
+        if not GC.SDMA0_F32_CNTL.get(new, "HALT"):
+            missing = self.gpu.psp.missing_for("sdma")
+            if missing:
+                self.gpu.refuse(f"SDMA0 released from halt without its firmware ({missing}; bring-up step 'firmware')")
+                self.gpu.regs.set(GC.SDMA0_F32_CNTL, GC.SDMA0_F32_CNTL.encode(new, HALT=1))
+                return
+        self._kick()
+
+    def _set_rptr(self, value: int) -> None:
+        self.rptr = value
+
+    def _wptr_written(self, new: int, old: int) -> None:
+        self.wptr = new | self._reg(GC.SDMA0_QUEUE0_RB_WPTR_HI) << 32
+        if GC.SDMA0_QUEUE0_MINOR_PTR_UPDATE.get(self._reg(GC.SDMA0_QUEUE0_MINOR_PTR_UPDATE), "ENABLE"):
+            return  # the driver is setting the pointers up, not submitting
+        self._kick()
+
+    def _status(self) -> int:
+        idle = self.idle
+        return GC.SDMA0_STATUS_REG.encode(IDLE=int(idle), RB_EMPTY=int(self.rptr == self.wptr), RB_CMD_IDLE=int(idle))
+
+    def _context_status(self) -> int:
+        return GC.SDMA0_QUEUE0_CONTEXT_STATUS.encode(IDLE=int(self.idle), EXCEPTION=4 if self.hung else 0)
+
+    @property
+    def idle(self) -> bool:
+        return self.rptr == self.wptr and not self._busy and self._poll is None and self._copy is None
+
+    @property
+    def polling(self) -> bool:
+        return self._poll is not None
 
     def doorbell(self, value: int) -> None:
-        """The host rang the doorbell with the new write pointer (a monotonic byte count)."""
+        """The host rang the queue's doorbell with the new write pointer (a monotonic byte count)."""
         self.doorbells += 1
-        if self.wptr_addr is not None:
-            word = struct.unpack("<Q", self.sys.gpu_read(self.wptr_addr, 8))[0]
+        poll = self._wptr_poll_addr()
+        if poll is not None:
+            try:
+                word = struct.unpack("<Q", self.gpu.read(self.vmid, poll, 8))[0]
+            except VmFault as fault:
+                self._fault(fault, "reading the write-pointer shadow")
+                return
             if word != value:
-                self.sys.violation(f"doorbell value {value:#x} differs from the wptr word {word:#x} in VRAM")
+                self.gpu.violation(f"SDMA doorbell value {value:#x} differs from the wptr shadow {word:#x} in memory")
         if value < self.wptr:
-            self.sys.violation(f"doorbell moved the write pointer backwards ({self.wptr:#x} -> {value:#x})")
-        if self.ring_size and value - self.rptr > self.ring_size:
-            self.sys.violation(f"doorbell {value:#x} is more than a ring ({self.ring_size:#x}) ahead of rptr")
+            self.gpu.violation(f"SDMA doorbell moved the write pointer backwards ({self.wptr:#x} -> {value:#x})")
+        if self.enabled and value - self.rptr > self.ring_size:
+            self.gpu.violation(f"SDMA doorbell {value:#x} is more than a ring ({self.ring_size:#x}) ahead of rptr")
         self.wptr = value
         self._kick()
 
     # --- execution ---
     def _kick(self, delay: float = 0.0) -> None:
-        if self.enabled and not self.hung and not self._busy and self._poll is None and self.rptr < self.wptr:
+        if not self.enabled or self.halted or self.hung or self._busy or self._poll is not None:
+            return
+        if self.rptr < self.wptr:
             self._busy = True
             epoch = self.epoch
-            self.sys.clock.at(self.sys.clock.now + delay + self.sys.timing.sdma_packet_ns, lambda: self._step(epoch))
+            clock = self.gpu.clock
+            clock.at(clock.now + delay + self.gpu.timing.sdma_packet_ns, lambda: self._step(epoch))
 
     def _ring_dwords(self, offset: int, count: int) -> tuple[int, ...]:
-        off = (self.rptr + 4 * offset) % self.ring_size
-        first = min(count * 4, self.ring_size - off)
-        raw = self.sys.gpu_read(self.ring_base + off, first)
+        size = self.ring_size
+        off = (self.rptr + 4 * offset) % size
+        first = min(count * 4, size - off)
+        raw = self.gpu.read(self.vmid, self.ring_base + off, first)
         if first < count * 4:  # a packet crossing the ring end wraps (the driver avoids this with NOP fill)
-            raw += self.sys.gpu_read(self.ring_base, count * 4 - first)
+            raw += self.gpu.read(self.vmid, self.ring_base, count * 4 - first)
         return struct.unpack(f"<{count}I", raw)
 
     def _advance(self, ndwords: int) -> None:
@@ -160,78 +215,119 @@ class SdmaEngine:
         self._kick()
 
     def _writeback(self) -> None:
-        if self.rptr_addr is not None:
-            self.sys.gpu_write(self.rptr_addr, struct.pack("<Q", self.rptr))
+        addr = self._rptr_addr()
+        if addr is not None:
+            try:
+                self.gpu.write(self.vmid, addr, struct.pack("<Q", self.rptr))
+            except VmFault as fault:
+                self._fault(fault, "writing back the read pointer")
 
-    def _hang(self, reason: str) -> None:
+    def _hang(self, reason: str, src_id: int = CONST.GFX_11_0_0__SRCID__SDMA_QUEUE_HANG) -> None:
         self.hung, self.hang_reason = True, reason
         self._busy, self._poll, self._copy = False, None, None
+        self.gpu.ih.post(CONST.SOC21_IH_CLIENTID_GFX, src_id, vmid=self.vmid, src_data=(self.rptr & 0xFFFFFFFF,))
+
+    def _fault(self, fault: VmFault, doing: str) -> None:
+        """A translation fault stops the queue: latch it in the hub, post SDMA_PAGE_FAULT (and the UTCL2 fault)."""
+        self.gpu.report_vm_fault(fault, client="SDMA0")
+        self._hang(f"{fault} while {doing}", CONST.GFX_11_0_0__SRCID__SDMA_PAGE_FAULT)
 
     def _step(self, epoch: int) -> None:
         if epoch != self.epoch or self.hung:
             return
-        faults = self.sys.faults
+        faults = self.gpu.faults
         if faults.gpu_hang_after_packets is not None:
             if faults.gpu_hang_after_packets <= 0:
-                self._hang("injected GPU hang")
+                self._stop_dead()
                 return
             faults.gpu_hang_after_packets -= 1
         self.packets += 1
+        try:
+            self._execute()
+        except VmFault as fault:
+            self._fault(fault, f"executing the packet at rptr {self.rptr:#x}")
+
+    def _stop_dead(self) -> None:
+        """Injected hang: the engine stops; its watchdog reports it after the hang period."""
+        self._busy = False
+        self._poll = _Poll(0, "", 0, 0, 0, 0, -1, 0.0, -1)  # occupies the engine so nothing else runs
+        self._arm_watchdog(-1, "injected GPU hang: the engine stopped")
+
+    def _execute(self) -> None:
         header = self._ring_dwords(0, 1)[0]
-        op = header & 0xFF
-        if op == OP_NOP:
-            self._advance(1 + (header >> 16 & 0x3FFF))
-        elif op == OP_COPY:
-            self._start_copy(self._ring_dwords(0, 7))
-        elif op == OP_WRITE:
-            hdr = self._ring_dwords(0, 4)
-            n = (hdr[3] & 0xFFFFF) + 1
-            words = self._ring_dwords(4, n)
-            self._later_write(hdr[1] | hdr[2] << 32, struct.pack(f"<{n}I", *words), 4 + n)
-        elif op == OP_FENCE:
-            pkt = self._ring_dwords(0, 4)
-            self._later_write(pkt[1] | pkt[2] << 32, struct.pack("<I", pkt[3]), 4)
-        elif op == OP_POLL:
-            self._start_poll(self._ring_dwords(0, 6))
-        elif op == OP_TRAP:
+        op = _P.NOP.get([header], "op")
+        if op == SDMA.OP_NOP:
+            self._advance(1 + _P.NOP.get([header], "count"))
+        elif op == SDMA.OP_COPY:
+            self._start_copy(self._ring_dwords(0, _P.COPY_LINEAR.dwords))
+        elif op == SDMA.OP_WRITE:
+            hdr = self._ring_dwords(0, _P.WRITE_UNTILED.dwords - 1)
+            n = _P.WRITE_UNTILED.get(hdr, "count") + 1
+            words = self._ring_dwords(_P.WRITE_UNTILED.dwords - 1, n)
+            dst = addr64(_P.WRITE_UNTILED.get(hdr, "dst_addr_31_0"), _P.WRITE_UNTILED.get(hdr, "dst_addr_63_32"))
+            self._later_write(dst, struct.pack(f"<{n}I", *words), _P.WRITE_UNTILED.dwords - 1 + n)
+        elif op == SDMA.OP_FENCE:
+            pkt = self._ring_dwords(0, _P.FENCE.dwords)
+            dst = addr64(_P.FENCE.get(pkt, "addr_31_0"), _P.FENCE.get(pkt, "addr_63_32"))
+            self._later_write(dst, struct.pack("<I", _P.FENCE.get(pkt, "data")), _P.FENCE.dwords)
+        elif op == SDMA.OP_POLL_REGMEM:
+            self._start_poll(self._ring_dwords(0, _P.POLL_REGMEM.dwords))
+        elif op == SDMA.OP_TRAP:
             self.traps += 1
-            self._advance(2)
-        elif op == OP_TIMESTAMP:
-            pkt = self._ring_dwords(0, 3)
-            ticks = int(self.sys.clock.now // 10)  # 100 MHz global counter
-            self._later_write(pkt[1] | pkt[2] << 32, struct.pack("<Q", ticks), 3)
+            ctx = _P.TRAP.get(self._ring_dwords(0, _P.TRAP.dwords), "int_context")
+            self.gpu.ih.post(CONST.SOC21_IH_CLIENTID_GFX, CONST.GFX_11_0_0__SRCID__SDMA_TRAP, src_data=(ctx,))
+            self._advance(_P.TRAP.dwords)
+        elif op == SDMA.OP_TIMESTAMP:
+            pkt = self._ring_dwords(0, _P.TIMESTAMP_GET_GLOBAL.dwords)
+            lo, hi = _P.TIMESTAMP_GET_GLOBAL.mask("write_addr_31_3")
+            dst = (pkt[lo] & hi) | _P.TIMESTAMP_GET_GLOBAL.get(pkt, "write_addr_63_32") << 32
+            self._later_write(dst, struct.pack("<Q", self.gpu.ticks()), _P.TIMESTAMP_GET_GLOBAL.dwords)
+        elif op == SDMA.OP_CONST_FILL:
+            pkt = self._ring_dwords(0, _P.CONSTANT_FILL.dwords)
+            dst = addr64(_P.CONSTANT_FILL.get(pkt, "dst_addr_31_0"), _P.CONSTANT_FILL.get(pkt, "dst_addr_63_32"))
+            n = _P.CONSTANT_FILL.get(pkt, "count") + 1
+            data = struct.pack("<I", _P.CONSTANT_FILL.get(pkt, "src_data_31_0")) * (n // 4 + 1)
+            self._later_write(dst, data[:n], _P.CONSTANT_FILL.dwords)
         else:
-            self.sys.violation(f"unknown SDMA opcode {op} (header {header:#010x}) at rptr {self.rptr:#x}")
-            self._hang(f"unknown SDMA opcode {op}")
+            self.gpu.violation(f"unknown SDMA opcode {op} (header {header:#010x}) at rptr {self.rptr:#x}")
+            self._hang(f"unknown SDMA opcode {op} at rptr {self.rptr:#x}")
 
     def _later_write(self, addr: int, data: bytes, ndwords: int) -> None:
         epoch = self.epoch
 
         def land() -> None:
-            if epoch != self.epoch:
+            if epoch != self.epoch or self.hung:
                 return
-            self.sys.gpu_write(addr, data)
+            try:
+                self.gpu.write(self.vmid, addr, data)
+            except VmFault as fault:
+                self._fault(fault, f"writing {len(data)} bytes at {addr:#x}")
+                return
             self._advance(ndwords)
 
-        self.sys.clock.at(self.sys.clock.now + self.sys.timing.gpu_write_ns, land)
+        clock = self.gpu.clock
+        clock.at(clock.now + self.gpu.timing.gpu_write_ns, land)
 
     # --- POLL_REGMEM ---
     def _start_poll(self, pkt: tuple[int, ...]) -> None:
-        header = pkt[0]
-        func, mem_poll = header >> 28 & 0x7, header >> 31 & 1
-        if not mem_poll:
-            self.sys.violation("POLL_REGMEM of a register (mem_poll=0) is not modelled")
+        p = _P.POLL_REGMEM
+        if not p.get(pkt, "mem_poll"):
+            self.gpu.violation("POLL_REGMEM of a register (mem_poll=0) is not modelled")
             self._hang("register poll")
             return
-        retry = pkt[5] >> 16 & 0xFFF
+        va = addr64(p.get(pkt, "addr_31_0"), p.get(pkt, "addr_63_32"))
+        space, phys, _ = self.gpu.vm.translate(self.vmid, va, write=False)
+        retry = p.get(pkt, "retry_count")
         self._poll_token += 1
         self._poll = _Poll(
-            addr=pkt[1] | pkt[2] << 32,
-            ref=pkt[3],
-            mask=pkt[4],
-            func=func,
+            va=va,
+            space=space,
+            phys=phys,
+            ref=p.get(pkt, "value"),
+            mask=p.get(pkt, "mask"),
+            func=p.get(pkt, "func"),
             retries_left=-1 if retry == RETRY_FOREVER else retry,
-            interval_ns=float(pkt[5] & 0xFFFF) * 1000.0,  # interval unit taken as 1 us [protocol: unit uncertain]
+            interval_ns=float(p.get(pkt, "interval")) * 1000.0,  # interval unit taken as 1 us [unit uncertain]
             token=self._poll_token,
         )
         self._busy = False
@@ -239,65 +335,78 @@ class SdmaEngine:
 
     def _check_poll(self, first: bool = False) -> None:
         poll = self._poll
-        if poll is None or self.hung:
+        if poll is None or self.hung or poll.token < 0:
             return
         poll.recheck_scheduled = False
-        value = struct.unpack("<I", self.sys.gpu_read(poll.addr, 4))[0]
-        if _COMPARE[poll.func](value & poll.mask, poll.ref & poll.mask):
+        value = struct.unpack("<I", self.gpu.read_space(poll.space, poll.phys, 4))[0]
+        if COMPARE.get(poll.func, COMPARE[PM4.WAIT_FUNCTION_ALWAYS])(value & poll.mask, poll.ref & poll.mask):
             self._poll = None
             # A satisfied EQ poll on the bounce SRAM is a sentinel: the next copy out of SRAM must read data from
             # the same arm (provenance) that wrote the sentinel.
-            span = _sram_span(poll.addr, 4)
-            if span is not None and poll.func == 3:
-                self._expect_gen = self.sys.mem.sector_gen[span[0]]
-                self.passed_sentinels[poll.addr - GPU_SYS_APERTURE - SRAM_PCIE] = value
+            sram = _sram_offset(poll.space, poll.phys)
+            if sram is not None and poll.func == PM4.WAIT_FUNCTION_EQ:
+                self._expect_gen = self.gpu.host.mem.sector_gen[sram // SECTOR]
+                self.passed_sentinels[sram] = value
             self._busy = True
-            self._advance(6)
+            self._advance(_P.POLL_REGMEM.dwords)
             return
         if first:
             self.poll_stalls += 1
-            watchdog = self.sys.timing.watchdog_ns
-            if watchdog is not None:
-                token, epoch = poll.token, self.epoch
-                self.sys.clock.at(self.sys.clock.now + watchdog, lambda: self._watchdog(token, epoch))
+            self._arm_watchdog(poll.token, f"POLL_REGMEM at {poll.va:#x} unsatisfied for the watchdog period")
         if poll.retries_left >= 0:
             if poll.retries_left == 0:  # finite retries exhausted: the packet completes unsatisfied
                 self._poll = None
                 self._busy = True
-                self._advance(6)
+                self._advance(_P.POLL_REGMEM.dwords)
                 return
             poll.retries_left -= 1
             poll.recheck_scheduled = True
-            self.sys.clock.at(self.sys.clock.now + max(poll.interval_ns, 1.0), self._check_poll)
+            clock = self.gpu.clock
+            clock.at(clock.now + max(poll.interval_ns, 1.0), self._check_poll)
 
-    def _watchdog(self, token: int, epoch: int) -> None:
-        if epoch == self.epoch and self._poll is not None and self._poll.token == token:
-            self._hang(f"POLL_REGMEM at {self._poll.addr:#x} unsatisfied for the watchdog period")
+    def _arm_watchdog(self, token: int, reason: str) -> None:
+        count = GC.SDMA0_WATCHDOG_CNTL.get(self._reg(GC.SDMA0_WATCHDOG_CNTL), "QUEUE_HANG_COUNT")
+        if not count:
+            return
+        epoch = self.epoch
+        clock = self.gpu.clock
 
-    def memory_changed(self, va: int, n: int) -> None:
-        """Something wrote [va, va+n): a stalled POLL on that dword re-checks after the recheck delay."""
+        def fire() -> None:
+            if epoch == self.epoch and not self.hung and self._poll is not None and self._poll.token == token:
+                self._hang(reason)
+
+        clock.at(clock.now + count * WATCHDOG_UNIT_NS, fire)
+
+    def memory_changed(self, space: str, addr: int, n: int) -> None:
+        """Something wrote [addr, addr+n) of `space`: a stalled POLL on that dword re-checks after the recheck delay."""
         poll = self._poll
-        if poll is None or poll.recheck_scheduled or not (va < poll.addr + 4 and poll.addr < va + n):
+        if poll is None or poll.recheck_scheduled or poll.space != space:
+            return
+        if not (addr < poll.phys + 4 and poll.phys < addr + n):
             return
         poll.recheck_scheduled = True
-        self.sys.clock.at(self.sys.clock.now + self.sys.timing.poll_recheck_ns, self._check_poll)
+        clock = self.gpu.clock
+        clock.at(clock.now + self.gpu.timing.poll_recheck_ns, self._check_poll)
 
     # --- COPY_LINEAR ---
     def _start_copy(self, pkt: tuple[int, ...]) -> None:
-        size = (pkt[1] & 0x3FFFFFFF) + 1
-        src, dst = pkt[3] | pkt[4] << 32, pkt[5] | pkt[6] << 32
-        span = _sram_span(src, size)
+        p = _P.COPY_LINEAR
+        size = p.get(pkt, "count") + 1
+        src = addr64(p.get(pkt, "src_addr_31_0"), p.get(pkt, "src_addr_63_32"))
+        dst = addr64(p.get(pkt, "dst_addr_31_0"), p.get(pkt, "dst_addr_63_32"))
         expect, snapshot = None, None
-        if span is not None:
+        space, phys, _ = self.gpu.vm.translate(self.vmid, src, write=False)
+        sram = _sram_offset(space, phys)
+        if sram is not None:
             if self._expect_gen is not None:
                 expect = self._expect_gen
             else:
-                snapshot = list(self.sys.mem.sector_gen[span[0] : span[1]])
-                pending = self.sys.pending_out_range()
-                s_off = (src - GPU_SYS_APERTURE) - SRAM_PCIE
-                if pending is not None and pending[0] < s_off + size and s_off < pending[1]:
-                    self.sys.violation(
-                        f"GPU copy from SRAM {s_off:#x}+{size:#x} started while the armed OUT transfer still has "
+                mem = self.gpu.host.mem
+                snapshot = list(mem.sector_gen[sram // SECTOR : (sram + size + SECTOR - 1) // SECTOR])
+                pending = self.gpu.host.pending_out_range()
+                if pending is not None and pending[0] < sram + size and sram < pending[1]:
+                    self.gpu.violation(
+                        f"GPU copy from SRAM {sram:#x}+{size:#x} started while the armed OUT transfer still has "
                         f"to fill SRAM [{pending[0]:#x}, {pending[1]:#x})"
                     )
         self._expect_gen = None
@@ -308,30 +417,37 @@ class SdmaEngine:
         copy = self._copy
         if epoch != self.epoch or copy is None:
             return
-        n = min(self.sys.timing.quantum, copy.size - copy.pos)
-        when = self.sys.clock.now + n * 1e9 / self.sys.timing.sdma_bytes_per_s
+        n = min(self.gpu.timing.quantum, copy.size - copy.pos)
+        clock = self.gpu.clock
+        when = clock.now + n * 1e9 / self.gpu.timing.sdma_bytes_per_s
 
         def move() -> None:
-            if epoch != self.epoch or self._copy is not copy:
+            if epoch != self.epoch or self._copy is not copy or self.hung:
                 return
-            self._check_sram_read(copy, copy.src + copy.pos, n)
-            self.sys.gpu_write(copy.dst + copy.pos, self.sys.gpu_read(copy.src + copy.pos, n))
+            try:
+                pieces = self.gpu.vm.ranges(self.vmid, copy.src + copy.pos, n, write=False)
+                for space, addr, length in pieces:
+                    self._check_sram_read(copy, space, addr, length)
+                data = b"".join(self.gpu.read_space(space, addr, length) for space, addr, length in pieces)
+                self.gpu.write(self.vmid, copy.dst + copy.pos, data)
+            except VmFault as fault:
+                self._fault(fault, f"copying {copy.size} bytes from {copy.src:#x} to {copy.dst:#x}")
+                return
             copy.pos += n
             self.bytes_copied += n
             if copy.pos >= copy.size:
                 self._copy = None
-                self._advance(7)
+                self._advance(_P.COPY_LINEAR.dwords)
             else:
                 self._copy_quantum(epoch)
 
-        self.sys.clock.at(when, move)
+        clock.at(when, move)
 
-    def _check_sram_read(self, copy: _Copy, va: int, n: int) -> None:
-        span = _sram_span(va, n)
-        if span is None:
+    def _check_sram_read(self, copy: _Copy, space: str, addr: int, n: int) -> None:
+        off = _sram_offset(space, addr)
+        if off is None:
             return
-        gens = self.sys.mem.sector_gen[span[0] : span[1]]
-        off = va - GPU_SYS_APERTURE - SRAM_PCIE
+        gens = self.gpu.host.mem.sector_gen[off // SECTOR : (off + n + SECTOR - 1) // SECTOR]
         if copy.expect_gen is not None:
             if gens.count(copy.expect_gen) == len(gens):
                 return
@@ -340,12 +456,19 @@ class SdmaEngine:
                 what = "host overwrote SRAM data the GPU had not copied yet"
             else:
                 what = "GPU read a part before its data/sentinel landed"
-            self.sys.violation(
+            self.gpu.violation(
                 f"{what}: SRAM {off:#x}+{n:#x} holds data of arm {bad}, the sentinel polled was from arm "
                 f"{copy.expect_gen}"
             )
         elif copy.snapshot is not None:
-            first = (copy.src - GPU_SYS_APERTURE - SRAM_PCIE) // SECTOR
-            before = copy.snapshot[span[0] - first : span[1] - first]
+            first = self.gpu.vm.translate(self.vmid, copy.src, write=False)[1] - SRAM_PCIE
+            before = copy.snapshot[off // SECTOR - first // SECTOR : (off + n + SECTOR - 1) // SECTOR - first // SECTOR]
             if list(gens) != before:
-                self.sys.violation(f"host overwrote SRAM {off:#x}+{n:#x} while an ungated GPU copy was reading it")
+                self.gpu.violation(f"host overwrote SRAM {off:#x}+{n:#x} while an ungated GPU copy was reading it")
+
+
+def _sram_offset(space: str, addr: int) -> int | None:
+    """Offset into the bridge's bounce SRAM of a system (PCIe bus) address, or None."""
+    if space == SYSTEM and SRAM_PCIE <= addr < SRAM_PCIE + SRAM_SIZE:
+        return addr - SRAM_PCIE
+    return None

@@ -6,7 +6,11 @@ that reaches a device arrives as a cffi callback below and is forwarded to the m
 
 Exceptions: a model raising ModelError(code) makes the libusb call return `code`. Any other exception (a bug,
 or a protocol violation the model detected) makes the call return LIBUSB_ERROR_OTHER and is kept here;
-the transport re-raises it (take_exception) so it fails the test that caused it.
+the transport re-raises it (take_exception) so it fails the test that caused it. A KeyboardInterrupt (Ctrl-C lands
+in model code, since that is where a simulated transfer spends its time) or SystemExit also makes the call return
+LIBUSB_ERROR_OTHER - so no C loop carries on as after an interrupted system call - and the transport raises it as
+itself the moment the libusb call returns, whether the call failed or not (`deliver`): it never waits for a later,
+unrelated error to surface.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ __all__ = [
     "library_path",
     "model_seconds",
     "reset_model_seconds",
+    "deliver",
     "take_exception",
+    "take_interrupt",
     "uninstall",
 ]
 
@@ -48,6 +54,7 @@ LIBUSB_ERROR_OTHER = -99
 
 _models: list[UsbDeviceModel] = []
 _pending: list[BaseException] = []
+_interrupts: list[BaseException] = []  # KeyboardInterrupt / SystemExit caught in a callback, not yet delivered
 _ops = ffi.new("struct fakeusb_ops *")
 # CPU seconds this thread spent inside model callbacks, so benchmarks can report the driver's own cost without the
 # simulator's (thread CPU time, not wall time: other processes sharing the cores must not count).
@@ -171,6 +178,29 @@ def take_exception() -> BaseException | None:
     return exc
 
 
+def take_interrupt() -> BaseException | None:
+    """A KeyboardInterrupt or SystemExit that landed in a model callback since the last call (then forgotten)."""
+    if not _interrupts:
+        return None
+    exc = _interrupts[0]
+    _interrupts.clear()
+    return exc
+
+
+def deliver() -> None:
+    """Raise what a callback of the libusb call that just returned caught: an interrupt first (as itself), else a
+    model's exception. The transport calls this after every call into the fake libusb."""
+    if _interrupts:
+        exc = take_interrupt()
+        _pending.clear()  # whatever the interrupted model was in the middle of is moot
+        assert exc is not None
+        raise exc
+    if _pending:
+        model_exc = take_exception()
+        assert model_exc is not None
+        raise model_exc
+
+
 def counters() -> dict[str, int]:
     """Fake-libusb resource counters, for leak and ordering checks in tests."""
     return {
@@ -209,8 +239,14 @@ def _timed(fn: Callable[..., int]) -> Callable[..., int]:
 def _fail(exc: BaseException) -> int:
     if isinstance(exc, ModelError):
         return exc.code if exc.code < 0 else LIBUSB_ERROR_OTHER
-    _pending.append(exc)
+    (_pending if isinstance(exc, Exception) else _interrupts).append(exc)
     return LIBUSB_ERROR_OTHER
+
+
+def _escaped(exc_type: type[BaseException], exc: BaseException, traceback: object) -> int:
+    """cffi's handler for an exception that escaped a callback's own handling (one landing in `_timed`'s
+    bookkeeping): keep it like any other and fail the call."""
+    return _fail(exc)
 
 
 def _model(dev: int) -> UsbDeviceModel:
@@ -336,4 +372,4 @@ for _name, _fn in (
     ("fakeusb_py_cancel", _py_cancel),
     ("fakeusb_py_wait", _py_wait),
 ):
-    ffi.def_extern(name=_name)(_timed(_fn))
+    ffi.def_extern(name=_name, onerror=_escaped)(_timed(_fn))
