@@ -9,7 +9,6 @@ from speck.usbgpu.amd import bringup, ucode
 from speck.usbgpu.amd.layout import RING_VA
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.sdma import DOORBELL_INDEX
-from speck.usbgpu.api import KernelCode, UsbGpu
 from speck.usbgpu.sim.device import SimDevice
 
 
@@ -50,55 +49,3 @@ def submit(dev: SimDevice, packets: list[int], run_ms: int = 10) -> None:
     dev.gpu.bar0_write(RING_VA + (1 << 20) + 8, wptr)
     ring_doorbell(dev, 2 * DOORBELL_INDEX, len(data))
     dev.wait(None, run_ms)
-
-
-# a gfx1100 kernel that spins until *flag == 12345 (nobody writes it): a dispatch that never ends
-SPIN = """
-define amdgpu_kernel void @spin(ptr addrspace(1) %flag) {
-entry:
-  br label %loop
-loop:
-  %v = load volatile i32, ptr addrspace(1) %flag
-  %z = icmp eq i32 %v, 12345
-  br i1 %z, label %done, label %loop
-done:
-  ret void
-}
-"""
-
-# reads in[tid + off] (a 64-bit element offset): an offset past the allocation is a page fault
-OOB = """
-declare i32 @llvm.amdgcn.workitem.id.x()
-define amdgpu_kernel void @oob(ptr addrspace(1) %out, ptr addrspace(1) %in, i64 %off) {
-  %tid = call i32 @llvm.amdgcn.workitem.id.x()
-  %t = zext i32 %tid to i64
-  %i = add i64 %t, %off
-  %pi = getelementptr float, ptr addrspace(1) %in, i64 %i
-  %v = load float, ptr addrspace(1) %pi
-  %po = getelementptr float, ptr addrspace(1) %out, i32 %tid
-  store float %v, ptr addrspace(1) %po
-  ret void
-}
-"""
-
-
-def load_kernel(gpu: UsbGpu, code_object: bytes, name: str) -> KernelCode:
-    """Upload a code object's image and describe kernel `name` from its kernel descriptor, as a loader does (the
-    emulator's code-object reader stands in for the runtime's)."""
-    from speck.usbgpu.sim.rdna3.codeobject import parse_code_object
-
-    co = parse_code_object(code_object)
-    entry, kd = co.kernel(name)
-    image = gpu.upload(co.image)
-    return KernelCode(
-        entry=image.va + entry,
-        rsrc1=kd.rsrc1,
-        rsrc2=kd.rsrc2,
-        rsrc3=kd.rsrc3,
-        user_sgprs=[s for s, on in kd.user_sgpr_flags.items() if on],
-        group_segment_size=kd.group_segment_fixed_size,
-        private_segment_size=kd.private_segment_fixed_size,
-        kernarg_size=kd.kernarg_size,
-        name=name,
-        dynamic_stack=kd.uses_dynamic_stack,
-    )

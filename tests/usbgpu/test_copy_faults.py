@@ -10,7 +10,6 @@ from collections.abc import Callable
 import pytest
 
 from rdna3_llvm import asm_kernel, assemble, compile_ir
-from simgpu import OOB, SPIN, load_kernel
 from speck.usbgpu.api import KernelCode, UsbGpu, VramBuffer
 from speck.usbgpu.bridge import VENDOR_REQUESTS
 from speck.usbgpu.copyin import CP_SIZE
@@ -32,6 +31,8 @@ from speck.usbgpu.errors import (
 )
 from speck.usbgpu.sim.config import SimFaults, SimTiming, TransferFault
 from speck.usbgpu.sim.device import SimDevice
+from speck.usbgpu.sim.kernels import OOB, SPIN
+from speck.usbgpu.sim.loader import load_kernel
 
 N = 4 * CP_SIZE + 1234
 DATA = random.Random(9).randbytes(N)

@@ -14,28 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdna3_corpus import EPILOGUE, NP, PROLOGUE, cases, special_floats
+from rdna3_corpus import NP, cases, special_floats
 from rdna3_llvm import asm_kernel, assemble, compile_ir, kernel
-from simgpu import OOB, SPIN, load_kernel
 from speck.usbgpu.amd import pm4
 from speck.usbgpu.api import UsbGpu
 from speck.usbgpu.errors import GpuFault, GpuHang
 from speck.usbgpu.sim.config import SimTiming
 from speck.usbgpu.sim.device import SimDevice
-
-# out[i] = in[i] * a + b for i < n, 64 threads per workgroup
-AXPB = kernel(
-    "axpb",
-    "ptr addrspace(1) %out, ptr addrspace(1) %in, float %a, float %b, i32 %n",
-    f"""{PROLOGUE}
-  %pi = getelementptr float, ptr addrspace(1) %in, i32 %i
-  %v = load float, ptr addrspace(1) %pi
-  %m = fmul float %v, %a
-  %r = fadd float %m, %b
-  %po = getelementptr float, ptr addrspace(1) %out, i32 %i
-  store float %r, ptr addrspace(1) %po
-{EPILOGUE}""",
-)
+from speck.usbgpu.sim.kernels import AXPB, OOB, SPIN
+from speck.usbgpu.sim.loader import load_kernel
 
 # a 2-D grid: out[y * width + x] = (workgroup y, workgroup x, thread y, thread x) packed in bytes
 GRID2D = kernel(
@@ -214,7 +201,7 @@ def test_modelled_dispatch_time_is_deterministic_and_grows_with_the_work() -> No
             assert np.array_equal(read_back(gpu, out, 32, np.uint32), expect)
             t0, t1 = struct.unpack("<QQ", read_back(gpu, stamps, 16, np.uint8).tobytes())
             timing = dev.gpu.timing
-            stats = dev.gpu.cp.dispatch_stats[-1]
+            stats = dev.gpu.cp.last_dispatch
             return (t1 - t0) * pm4.TIMESTAMP_NS, stats.cycles(timing.cycle_costs) / timing.gpu_clock_hz * 1e9
 
     short, short_model = elapsed_ns(10)
@@ -223,6 +210,24 @@ def test_modelled_dispatch_time_is_deterministic_and_grows_with_the_work() -> No
     assert long_model > 100 * short_model
     # one wave: the extra time is the extra instructions' cycles, to the timestamps' resolution
     assert abs((long - short) - (long_model - short_model)) <= 2 * pm4.TIMESTAMP_NS
+
+
+def test_a_memory_bound_dispatch_takes_its_traffic_at_the_vram_bandwidth() -> None:
+    timing = SimTiming(vram_bytes_per_s=1e9)  # slow memory: the dispatch is bound by its traffic (64 KiB each way)
+    dev = SimDevice(timing=timing)
+    with UsbGpu.open(sim=dev) as gpu:
+        n = 16384
+        code = load_kernel(gpu, compile_ir(AXPB), "axpb")
+        src, dst, stamps = gpu.alloc(4 * n), gpu.alloc(4 * n), gpu.alloc(16)
+        launch = gpu.launch_packets(code, (n // 64,), (64,), axpb_args(dst.va, src.va, 1, 0, n))
+        gpu.wait(gpu.submit(pm4.timestamp(stamps.va) + launch + pm4.timestamp(stamps.va + 8)))
+        t0, t1 = struct.unpack("<QQ", read_back(gpu, stamps, 16, np.uint8).tobytes())
+        stats = dev.gpu.cp.last_dispatch
+        assert stats.bytes_written == 4 * n and stats.bytes_read >= 4 * n  # + each wave's kernarg loads
+        memory_ns = (stats.bytes_read + stats.bytes_written) / timing.vram_bytes_per_s * 1e9
+        assert memory_ns > stats.cycles(timing.cycle_costs) / timing.simds / timing.gpu_clock_hz * 1e9
+        # timestamp to timestamp: the dispatch (launch overhead + its traffic) and the packets around it
+        assert memory_ns + timing.dispatch_overhead_ns <= (t1 - t0) * pm4.TIMESTAMP_NS <= memory_ns + 10_000
 
 
 def test_a_read_outside_every_mapping_is_a_page_fault_naming_address_and_queue(gpu: UsbGpu) -> None:

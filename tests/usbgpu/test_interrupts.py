@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from rdna3_llvm import compile_ir
+from speck.usbgpu.sim.kernels import SPIN
+
 CHILD = r"""
 import json, os, signal, struct, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -52,11 +55,10 @@ if case == "right after a completion":
 elif case == "dispatch":
     # A kernel that spins for ever (its budget is hours of emulation): virtual time stands still while the
     # emulator runs, so the signal comes from a thread after a second of real time, as a Ctrl-C would.
-    sys.path.insert(0, TESTS_DIR)
-    from rdna3_llvm import compile_ir
-    from simgpu import SPIN, load_kernel
+    from speck.usbgpu.sim.loader import load_kernel
 
-    spin = load_kernel(gpu, compile_ir(SPIN), "spin")
+    with open(sys.argv[2], "rb") as f:  # the spinning kernel's code object, compiled by the parent
+        spin = load_kernel(gpu, f.read(), "spin")
 
     def interrupt():
         global when
@@ -86,7 +88,7 @@ except KeyboardInterrupt as exc:
     out["cause"] = repr(exc.__cause__)
 except BaseException as exc:
     out["raised"] = f"{type(exc).__name__}: {exc}"
-out["dispatches"] = len(dev.gpu.cp.dispatch_stats)  # dispatches that ran to their end
+out["dispatches"] = dev.gpu.cp.dispatches_run  # dispatches that ran to their end
 out["stored"] = [repr(shim.take_exception()), repr(getattr(shim, "take_interrupt", lambda: None)())]
 if case == "right after a completion":
     shim.lib = real
@@ -102,10 +104,11 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("case", ["compute wait", "copyin", "copyout", "right after a completion", "dispatch"])
-def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str) -> None:
+def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str, tmp_path: Path) -> None:
+    spin = tmp_path / "spin.co"
+    spin.write_bytes(compile_ir(SPIN))
     # the timeout only guards against a hang (a lost interrupt would poll for an hour of GPU time)
-    child = CHILD.replace("TESTS_DIR", repr(str(Path(__file__).parent)))
-    run = subprocess.run([sys.executable, "-c", child, case], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", CHILD, case, str(spin)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["raised"] == "KeyboardInterrupt", out

@@ -40,9 +40,7 @@ def run_case(c: Case, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     groups = -(-c.n // c.block)
     run(so, c.name, (groups, 1, 1), (c.block, 1, 1), struct.pack("<QQQi", po, pa, pb, c.n), mem)
     got = mem.array(po, out_dt, c.n)
-    with np.errstate(over="ignore", invalid="ignore"):  # the special values overflow casts, as on the GPU
-        want = np.asarray(c.ref(a, b)).astype(out_dt)
-    return got, want
+    return got, np.asarray(c.ref(a, b)).astype(out_dt)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

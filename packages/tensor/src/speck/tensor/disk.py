@@ -7,6 +7,7 @@ DISK are made on CPU, and a copy onto a DISK device is the value copied. Reads, 
 
 from __future__ import annotations
 
+from speck.tensor.device import file_backed
 from speck.tensor.schedule import base_buffer, buffer_device, view_offset
 from speck.uop import GroupOp, Ops, UOp
 
@@ -14,7 +15,8 @@ HOST = "CPU"
 
 
 def is_disk(device: object) -> bool:
-    return isinstance(device, str) and device.upper().startswith("DISK")
+    """A DEVICE node's or tensor's device that keeps its buffers in a file (speck.tensor.device.file_backed)."""
+    return isinstance(device, str) and file_backed(device)
 
 
 def is_view(u: UOp) -> bool:

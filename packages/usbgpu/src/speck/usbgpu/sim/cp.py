@@ -110,7 +110,9 @@ class CommandProcessor:
         self.gpu = gpu
         self.queues: dict[Queue, Hqd] = {}
         self.records: list[str] = []  # what stopped queues, for tests (the driver reads the IH ring)
-        self.dispatch_stats: list[Any] = []
+        self.last_dispatch: Any = None  # the emulator's Stats of the last dispatch that ran to its end
+        self.dispatches_run = 0  # such dispatches, and their wave-instructions, since power-on
+        self.instructions = 0
         regs = gpu.regs
         regs.on_write(GC.CP_HQD_ACTIVE, self._active_written)
         regs.on_write(GC.CP_HQD_DEQUEUE_REQUEST, self._dequeue_written)
@@ -133,6 +135,11 @@ class CommandProcessor:
             f"waiting (WAIT_REG_MEM) for the dword at {w.space} {w.phys:#x} & {w.mask:#x} {_FUNCTION[w.function]} "
             f"{w.ref:#x}; it holds {value:#x}"
         )
+
+    def ran(self, stats: Any) -> None:
+        self.last_dispatch = stats
+        self.dispatches_run += 1
+        self.instructions += stats.instructions
 
     # --- registers ---
     def _selected(self) -> Queue:
