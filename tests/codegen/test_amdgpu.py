@@ -49,7 +49,7 @@ from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.program import to_program
 from speck.codegen.renderer.amdgpu import AMDGPURenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer
-from speck.uop import AxisType, Ops, UOp, dtypes
+from speck.uop import AxisType, Context, Ops, UOp, dtypes
 
 IDS = CORPUS_IDS
 EF_AMDGPU_MACH = {"gfx1100": 0x41, "gfx1101": 0x46, "gfx1102": 0x47, "gfx1150": 0x43}
@@ -339,3 +339,21 @@ def test_symbolic_sizes_get_full_waves_with_the_tail_gated_off(n: int) -> None:
     got = run_prog(spec, bufs, {"n": n})
     np.testing.assert_array_equal(got, run_ast(ast, bufs, {"n": n}))
     assert (got[n:] == -1.0).all()  # work-items past the end store nothing
+
+
+def test_compile_pool_workers_build_the_same_code_objects() -> None:
+    from speck.codegen.compiler.pool import CompilePool
+
+    spec = to_program(matmul(), AMDGPURenderer())
+    compiler = AMDGPUCompiler("gfx1101")
+    recipe = compiler.worker_recipe()
+    assert recipe.build().flags == compiler.flags
+    pool = CompilePool(lanes=1)
+    try:
+        with Context(CACHELEVEL=0):  # a real compile, in the lane's worker process
+            lib = pool.submit(compiler, spec.src).result()
+        assert pool.workers()
+    finally:
+        pool.shutdown()
+    assert lib == compiler.compile_uncached(spec.src)
+    assert "s_endpgm" in compiler.disassemble(lib)  # not compiled here: llvm-objdump lists it
