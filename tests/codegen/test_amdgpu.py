@@ -357,3 +357,21 @@ def test_compile_pool_workers_build_the_same_code_objects() -> None:
         pool.shutdown()
     assert lib == compiler.compile_uncached(spec.src)
     assert "s_endpgm" in compiler.disassemble(lib)  # not compiled here: llvm-objdump lists it
+
+
+def test_beam_search_tries_workgroups_and_grouped_reductions_on_a_gpu() -> None:
+    from speck.codegen.opt.search import beam_search, candidate_actions
+
+    r = AMDGPURenderer()
+    acts = candidate_actions(opt_base(reduce(Ops.ADD, 32, 64)), r)
+    assert Opt(OptOps.LOCAL, 0, 32) in acts and Opt(OptOps.GROUP, 0, 16) in acts and Opt(OptOps.GROUPTOP, 0, 8) in acts
+    assert not any(a.op is OptOps.THREAD for a in acts)
+    assert not any(a.op in (OptOps.LOCAL, OptOps.GROUP) for a in candidate_actions(opt_base(reduce(Ops.ADD))))
+
+    def timer(cand: UOp) -> float:  # a "device" where bigger workgroups are faster
+        return 1.0 / float(np.prod(to_program(cand, r).local_size or (1,)))
+
+    ast = elementwise(dtypes.float32, 1024)
+    opts = beam_search(ast, r, 2, timer, use_cache=False)
+    spec = to_program(ast.replace(arg=KernelInfo("ew_beam", opts=opts)), r)
+    assert np.prod(spec.local_size or (1,)) > 128  # better than the heuristic's 128 by this timer
