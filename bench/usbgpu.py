@@ -8,7 +8,12 @@ exactly the same work with nothing (no libusb, no fake libusb, no model) behind 
 The tensor-level row loads a safetensors file of the same size to the `USB:SIM` tensor device (speck.tensor:
 safe_load streams disk -> pinned staging -> VRAM with G3) and compares it, in the same run on the same simulated
 bridge, with one raw G3 copy-in of the file's data section (interleaved rounds, medians).
-Run: python3 bench/usbgpu.py [--size N] [--repeat R]
+The compute rows dispatch a real gfx1100 kernel (out = x * a + b over 4096 floats, 128 waves; LLVM via speck.codegen's
+AMDGPU compiler) through PM4 on the simulated compute queue: one dispatch per doorbell against the same dispatches
+batched in one indirect buffer (one doorbell), interleaved rounds, medians. Simulated time covers the whole path (USB
+transfers for kernargs, ring and doorbell, the modelled GPU time, the fence); the GPU's own time per dispatch is
+read from RELEASE_MEM timestamps; emulated wave-instructions per second is the shader-core emulator's host speed.
+Run: python3 bench/usbgpu.py [--size N] [--repeat R] [--dispatches K]
 """
 
 from __future__ import annotations
@@ -182,10 +187,120 @@ def bench_tensor_load(nbytes: int, repeat: int) -> TensorLoad:
                       med(w for _, w in load), med(copyins), ok)  # fmt: skip
 
 
+@dataclass
+class Compute:
+    dispatch_us: float  # simulated time per dispatch, submit to signal, host side included
+    gpu_us: float  # GPU time per dispatch between RELEASE_MEM timestamps around the dispatches
+    wall_ms: float  # host wall time per dispatch (the emulator runs in this process)
+    instr_per_s: float  # emulated wave-instructions per host second
+    doorbells: float  # compute doorbells per round
+
+
+def bench_compute(dispatches: int, repeat: int) -> tuple[Compute, Compute, bool]:
+    """K dispatches of one kernel per round: each submitted to the ring on its own, or all in one IB batch."""
+    import struct
+
+    import numpy as np
+
+    from speck.codegen.compiler.amdgpu import AMDGPUCompiler
+    from speck.usbgpu.amd import pm4
+    from speck.usbgpu.sim.kernels import AXPB
+    from speck.usbgpu.sim.loader import load_kernel
+
+    n, a, b = 4096, np.float32(1.5), np.float32(-0.25)
+    dev = SimDevice()
+    with UsbGpu.open(sim=dev) as gpu:
+        code = load_kernel(gpu, AMDGPUCompiler().compile(AXPB), "axpb")
+        x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+        src, dst, stamps = gpu.alloc(x.nbytes), gpu.alloc(x.nbytes), gpu.alloc(16)
+        gpu.copyin(src, x.tobytes())
+        launch = gpu.launch_packets(code, (n // 64,), (64,), struct.pack("<QQffI", dst.va, src.va, a, b, n))
+        rounds: dict[str, list[Compute]] = {"ring": [], "batch": []}
+        for _ in range(repeat):
+            for how in rounds:  # interleaved, so host noise hits both alike
+                work = [launch] * dispatches
+                d0, v0, t0, i0 = dev.stats["doorbells"], dev.now_ns, time.perf_counter(), dev.gpu.cp.instructions
+                if how == "ring":
+                    gpu.submit(pm4.timestamp(stamps.va))
+                    for packets in work:
+                        gpu.submit(packets)
+                    value = gpu.submit(pm4.timestamp(stamps.va + 8))
+                else:
+                    value = gpu.submit(
+                        pm4.timestamp(stamps.va) + sum(work, []) + pm4.timestamp(stamps.va + 8), batch=True
+                    )
+                gpu.wait(value)
+                wall, virtual = time.perf_counter() - t0, (dev.now_ns - v0) / 1e3
+                t = struct.unpack("<QQ", bytes(dev.read_vram(stamps.va, 16)))
+                rounds[how].append(
+                    Compute(
+                        virtual / dispatches,
+                        (t[1] - t[0]) * pm4.TIMESTAMP_NS / 1e3 / dispatches,
+                        wall * 1e3 / dispatches,
+                        (dev.gpu.cp.instructions - i0) / wall,
+                        dev.stats["doorbells"] - d0,
+                    )
+                )
+        out = bytearray(x.nbytes)
+        gpu.copyout(out, dst)
+        ok = np.array_equal(np.frombuffer(out, np.float32), x * a + b) and not dev.violations
+    fields = Compute.__dataclass_fields__
+    med = {k: Compute(**{f: statistics.median(getattr(r, f) for r in v) for f in fields}) for k, v in rounds.items()}
+    return med["ring"], med["batch"], ok
+
+
+@dataclass
+class EndToEnd:
+    copyin_ms: float  # simulated
+    compute_ms: float  # simulated: dispatch submitted to its signal
+    copyout_ms: float  # simulated
+    gpu_us: float  # the dispatch's own GPU time (RELEASE_MEM timestamps)
+    wall_s: float  # host wall time of the three
+    instructions: int  # emulated wave-instructions
+    ok: bool
+
+
+def bench_end_to_end(nbytes: int) -> EndToEnd:
+    """A float32 tensor of `nbytes`: G3 copy-in, out = x * a + b on the GPU (one dispatch), copy-out. Simulated
+    time is deterministic, so one run is shown."""
+    import struct
+
+    import numpy as np
+
+    from speck.codegen.compiler.amdgpu import AMDGPUCompiler
+    from speck.usbgpu.amd import pm4
+    from speck.usbgpu.sim.kernels import AXPB
+    from speck.usbgpu.sim.loader import load_kernel
+
+    n = nbytes // 4 // 64 * 64
+    a, b = np.float32(1.5), np.float32(-0.25)
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    dev = SimDevice()
+    with UsbGpu.open(sim=dev) as gpu:
+        code = load_kernel(gpu, AMDGPUCompiler().compile(AXPB), "axpb")
+        src, dst, stamps = gpu.alloc(x.nbytes), gpu.alloc(x.nbytes), gpu.alloc(16)
+        gpu.copyin(src, x[:1024].tobytes())  # one-time bounce-buffer init, as in the copy rows
+        launch = gpu.launch_packets(code, (n // 64,), (64,), struct.pack("<QQffI", dst.va, src.va, a, b, n))
+        out = bytearray(x.nbytes)
+        t0, v0 = time.perf_counter(), dev.now_ns
+        gpu.copyin(src, x)
+        v1 = dev.now_ns
+        gpu.wait(gpu.submit(pm4.timestamp(stamps.va) + launch + pm4.timestamp(stamps.va + 8)))
+        v2 = dev.now_ns
+        gpu.copyout(out, dst)
+        v3, wall = dev.now_ns, time.perf_counter() - t0
+        t = struct.unpack("<QQ", bytes(dev.read_vram(stamps.va, 16)))
+        ok = np.array_equal(np.frombuffer(out, np.float32), x * a + b) and not dev.violations
+        instructions = dev.gpu.cp.last_dispatch.instructions
+    gpu_us = (t[1] - t[0]) * pm4.TIMESTAMP_NS / 1e3
+    return EndToEnd((v1 - v0) / 1e6, (v2 - v1) / 1e6, (v3 - v2) / 1e6, gpu_us, wall, instructions, ok)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=64_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dispatches", type=int, default=16)
     args = parser.parse_args()
     data = os.urandom(args.size)
     link = SimDevice().timing.link_bytes_per_s / 1e6
@@ -228,6 +343,26 @@ def main() -> None:
     print(f"{'safe_load(device=USB)':<26}{t.load_mb_per_s:9.1f}{t.load_wall_s:13.2f}  {'yes' if t.ok else 'NO'}")
     print(f"safe_load / raw copyin   {t.load_mb_per_s / t.raw_mb_per_s:6.3f}x  (target >= 0.95x; simulated time; "
           f"{t.copyins:.0f} G3 copy-ins of <= 16 MiB staged chunks)")  # fmt: skip
+    ring, batch, ok = bench_compute(args.dispatches, args.repeat)
+    print()
+    print(f"compute: {args.dispatches} dispatches of a gfx1100 kernel (4096 floats, 128 waves) per round through PM4, "
+          f"median of {args.repeat}, interleaved")  # fmt: skip
+    print(f"{'op':<22}{'sim us/disp':>12}{'GPU us/disp':>12}{'disp/s (sim)':>13}{'wall ms/disp':>13}"
+          f"{'wave-instr/s':>13}{'doorbells':>10}  ok")  # fmt: skip
+    for name, c in (("one per doorbell", ring), ("IB batch", batch)):
+        print(f"{name:<22}{c.dispatch_us:12.1f}{c.gpu_us:12.2f}{1e6 / c.dispatch_us:13.0f}{c.wall_ms:13.1f}"
+              f"{c.instr_per_s:13.0f}{c.doorbells:10.0f}  {'yes' if ok else 'NO'}")  # fmt: skip
+    print(f"IB batch / one per doorbell: {ring.dispatch_us / batch.dispatch_us:.2f}x dispatches per simulated second")
+    e = bench_end_to_end(args.size)
+    total = e.copyin_ms + e.compute_ms + e.copyout_ms
+    print()
+    print(
+        f"end to end: a {args.size / 1e6:.0f} MB float32 tensor copied in, x * 1.5 - 0.25 on the GPU (one "
+        f"dispatch, {e.instructions} wave-instructions), copied out; simulated ms, deterministic: one run"
+    )
+    print(f"{'copyin':>10}{'compute':>10}{'GPU us':>9}{'copyout':>10}{'total':>10}{'MB/s':>9}{'host wall s':>13}  ok")
+    print(f"{e.copyin_ms:10.1f}{e.compute_ms:10.2f}{e.gpu_us:9.1f}{e.copyout_ms:10.1f}{total:10.1f}"
+          f"{args.size / 1e3 / total:9.1f}{e.wall_s:13.1f}  {'yes' if e.ok else 'NO'}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The AMD backend's code objects run on the RDNA3 emulator (speck.usbgpu.sim.rdna3) and give the reference
 interpreter's results: every kernel of the AMD corpus (elementwise ops of every dtype, division, casts and bitcasts,
 transcendentals, gated loads, reductions, a matmul, more axes than grid dimensions, symbolic sizes) and the
-hypothesis kernel corpus, compiled for gfx1100. Bit for bit: the AMD renderer computes the transcendentals with
+hypothesis kernel corpus, compiled for gfx1100; and the emulator's decoder reads every corpus kernel as llvm-objdump-16
+does. Bit for bit: the AMD renderer computes the transcendentals with
 speck's decompositions and LLVM's division and square root sequences are correctly rounded."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from hypothesis import given
 
 from codegen_amd import CORPUS, CORPUS_IDS, amd_compiler, corpus_spec
 from codegen_helpers import assert_same, out_dtype, run_prog
-from codegen_rdna3 import run_emulated
+from codegen_rdna3 import objdump_mismatches, run_emulated
 from codegen_strategies import kernel_asts
 from speck.codegen.program import to_program
 from speck.codegen.renderer.amdgpu import AMDGPURenderer
@@ -28,6 +29,13 @@ def test_emulated_gpu_program_matches_the_interpreter(i: int) -> None:
     got, stats = run_emulated(spec, bufs, var_vals)
     assert_same(want, got[0], out_dtype(ast), exact=True)
     assert stats.instructions > 0 and stats.waves >= 1
+
+
+@pytest.mark.parametrize("i", range(len(CORPUS)), ids=CORPUS_IDS)
+def test_emulator_decodes_the_corpus_as_llvm_objdump_does(i: int) -> None:
+    spec = corpus_spec(i)
+    problems = objdump_mismatches(spec.lib)
+    assert not problems, "\n".join(problems[:20])
 
 
 def test_every_mnemonic_of_the_corpus_is_implemented() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from codegen_amd import amd_compiler, values
 from codegen_helpers import assert_same, out_dtype, run_prog
-from codegen_rdna3 import run_emulated
+from codegen_rdna3 import objdump_mismatches, run_emulated
 
 from speck.codegen.numeric import storage_np
 from speck.codegen.program import ProgramSpec, to_program
@@ -105,3 +105,10 @@ def test_every_mnemonic_of_the_step_is_implemented() -> None:
         seen.update(inst.name for inst in disassemble_kernel(spec(i).lib or b"", spec(i).function_name))
     done, total, missing = coverage_of(seen)
     assert not missing, f"{done}/{total} mnemonics implemented; missing: {missing}"
+
+
+def test_emulator_decodes_every_step_kernel_as_llvm_objdump_does() -> None:
+    problems = []
+    for i in range(len(step_kernels())):
+        problems += [f"kernel {i} {spec(i).name}: {p}" for p in objdump_mismatches(spec(i).lib or b"")]
+    assert not problems, "\n".join(problems[:20])

@@ -233,6 +233,11 @@ def cases() -> list[Case]:
             out.append(
                 Case(f"cmp_{pred}_{ty}", _elementwise(f"cmp_{pred}_{ty}", ty, ty, ty, expr), ty, ty, ty, ref_cmp)
             )
+    # a wave-uniform value: lane 0 of each wave (all of its lanes are active: 200 elements, waves of 32)
+    rfl = "declare i32 @llvm.amdgcn.readfirstlane.i32(i32)"
+    expr = "  %f = call i32 @llvm.amdgcn.readfirstlane.i32(i32 %x)\n  %r = add i32 %f, %y"
+    ir = _elementwise("readfirstlane_i32", "i32", "i32", "i32", expr, rfl)
+    out.append(Case("readfirstlane_i32", ir, "i32", "i32", "i32", lambda a, b: a[np.arange(len(a)) // 32 * 32] + b))
     # casts
     # (name = <llvm op>_<from>_<to>, result type, source type, numpy reference; None: the bf16 references below)
     casts: list[tuple[str, str, str, Callable[[np.ndarray], np.ndarray] | None]] = [
@@ -266,10 +271,11 @@ def cases() -> list[Case]:
                 return rng.uniform(lo, lim, n).astype(NP[frm])
             return special_floats(rng, n, ty)
 
-        if ref1 is None:
-            ref = _bf16_ref(name)
-        else:
-            ref = (lambda f: lambda a, b: f(a))(ref1)
+        def cast_ref(a: np.ndarray, b: np.ndarray, f: Callable[[np.ndarray], np.ndarray] | None = ref1) -> np.ndarray:
+            assert f is not None
+            with np.errstate(all="ignore"):  # the special values overflow casts on purpose, as on the GPU
+                return f(a)
+
         out.append(
             Case(
                 name,
@@ -277,7 +283,7 @@ def cases() -> list[Case]:
                 to,
                 frm,
                 frm,
-                ref,
+                _bf16_ref(name) if ref1 is None else cast_ref,
                 inputs=inputs_cast if in_range else None,
                 tags=("cast",),
             )

@@ -1,26 +1,21 @@
 """Test kernels for the RDNA3 emulator, built with independent tools: LLVM IR compiled by llvmlite for
-amdgcn-amd-amdhsa gfx1100, or assembly by llvm-mc-16, linked into HSA code objects by ld.lld-16; llvm-objdump-16 gives
-the reference disassembly. (llvm-16 and lld-16 are Debian packages the test command installs.)"""
+amdgcn-amd-amdhsa gfx1100, or assembly by llvm-mc-16, linked into HSA code objects by ld.lld-16 (llvm-16 and lld-16
+are Debian packages the test command installs; the llvm-objdump-16 cross-check is tests/codegen/codegen_rdna3.py's,
+shared with codegen's tests)."""
 
 from __future__ import annotations
 
 import functools
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from codegen_rdna3 import tool
+
 CPU = "gfx1100"
 TRIPLE = "amdgcn-amd-amdhsa"
 COV5 = '!llvm.module.flags = !{!900}\n!900 = !{i32 1, !"amdhsa_code_object_version", i32 500}\n'
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise RuntimeError(f"{name} is not installed: the RDNA3 emulator tests need Debian's llvm-16 and lld-16")
-    return path
 
 
 def _link(obj: bytes) -> bytes:
@@ -72,24 +67,6 @@ def encode(line: str) -> list[int]:
     assert m is not None, out
     raw = bytes(int(x, 16) for x in m.group(1).split(","))
     return [int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)]
-
-
-_LINE = re.compile(r"^\s+(\S.*?)\s*// ([0-9A-F]{12}): ((?:[0-9A-F]{8} ?)+)")
-
-
-def objdump(so: bytes) -> list[tuple[int, str]]:
-    """(address, instruction text) for every instruction llvm-objdump-16 prints in .text."""
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "k.so").write_bytes(so)
-        out = subprocess.run(
-            [tool("llvm-objdump-16"), f"--mcpu={CPU}", "-d", "k.so"], cwd=d, check=True, capture_output=True, text=True
-        ).stdout
-    rows = []
-    for line in out.splitlines():
-        m = _LINE.match(line)
-        if m:
-            rows.append((int(m.group(2), 16), m.group(1)))
-    return rows
 
 
 def kernel(name: str, args: str, body: str, decls: str = "") -> str:

@@ -184,7 +184,12 @@ def test_a_queue_stuck_on_a_wait_is_a_hang_within_the_timeout(session: tuple[Usb
         gpu.wait(v, timeout=0.2)
     assert 0.2e9 <= dev.now_ns - start < 0.3e9  # bounded in (virtual) GPU time
     assert e.value.queue == "compute me1 pipe0 queue0"
+    # the simulator adds what holds the queue up: the wait, its dword (at the buffer's VRAM page) and its value
+    assert "simulator: waiting (WAIT_REG_MEM) for the dword at vram" in e.value.status
+    assert "== 0x1; it holds 0x0" in e.value.status
+    assert gpu.queue_status().hung
     gpu.reset_queue()
+    assert not gpu.queue_status().hung
     assert gpu.completed() == v  # the dropped work counts as signalled
     gpu.wait(gpu.submit(pm4.write_data(buf.va + 8, [1])))
 

@@ -4,15 +4,19 @@ reopening, the next copy-in is correct."""
 from __future__ import annotations
 
 import random
+import struct
+from collections.abc import Callable
 
 import pytest
 
-from speck.usbgpu.api import UsbGpu
+from rdna3_llvm import asm_kernel, assemble, compile_ir
+from speck.usbgpu.api import KernelCode, UsbGpu, VramBuffer
 from speck.usbgpu.bridge import VENDOR_REQUESTS
 from speck.usbgpu.copyin import CP_SIZE
 from speck.usbgpu.errors import (
     DeviceUnusableError,
     F4BailError,
+    GpuFault,
     GpuFenceTimeout,
     GpuHang,
     PcieLinkError,
@@ -27,6 +31,8 @@ from speck.usbgpu.errors import (
 )
 from speck.usbgpu.sim.config import SimFaults, SimTiming, TransferFault
 from speck.usbgpu.sim.device import SimDevice
+from speck.usbgpu.sim.kernels import OOB, SPIN
+from speck.usbgpu.sim.loader import load_kernel
 
 N = 4 * CP_SIZE + 1234
 DATA = random.Random(9).randbytes(N)
@@ -316,4 +322,58 @@ def test_a_gpu_hang_during_copyout_is_named_not_a_bare_usb_timeout() -> None:
     assert dev.now_ns - start < 12e9  # the watchdog period plus the bulk IN's timeout running alongside
     gpu.close()
     dev.faults.gpu_hang_after_packets = None
+    reopen_and_verify(dev)
+
+
+# Kernels that go wrong on the GPU: each stops the compute queue; the error is named whether the dispatch is waited
+# for or the next copy-out (which waits on the GPU for the compute work before it) runs into it. After a waited
+# dispatch a queue reset recovers the session; a failed copy leaves it unusable (its SDMA work is stuck behind the
+# compute queue) and reopening recovers.
+def _oob(gpu: UsbGpu, buf: VramBuffer) -> tuple[KernelCode, bytes]:
+    return load_kernel(gpu, compile_ir(OOB), "oob"), struct.pack("<QQQ", buf.va, buf.va, 1 << 36)
+
+
+def _asm(body: str) -> Callable[[UsbGpu, VramBuffer], tuple[KernelCode, bytes]]:
+    return lambda gpu, buf: (load_kernel(gpu, assemble(asm_kernel(body)), "k"), struct.pack("<Q", buf.va))
+
+
+def _spin(gpu: UsbGpu, buf: VramBuffer) -> tuple[KernelCode, bytes]:
+    return load_kernel(gpu, compile_ir(SPIN), "spin"), struct.pack("<Q", buf.va)
+
+
+KERNEL_FAULTS = {
+    "out-of-bounds read": (_oob, GpuFault, r"compute me1 pipe0 queue0: page fault at GPU address 0x\w+ \(read\)"),
+    "illegal instruction": (_asm("  v_cubeid_f32 v0, v1, v2, v3"), GpuFault, "shader illegal instruction"),
+    "s_trap": (_asm("  s_trap 2"), GpuFault, "shader trap"),
+    "hang": (_spin, GpuHang, r"compute me1 pipe0 queue0 hung: .*simulator: dispatch hung"),
+}
+
+
+@pytest.mark.parametrize("then", ["wait", "copyout", "copyin"])
+@pytest.mark.parametrize("case", list(KERNEL_FAULTS))
+def test_a_kernel_fault_is_named_in_bounded_time_and_a_queue_reset_recovers(case: str, then: str) -> None:
+    make, error, match = KERNEL_FAULTS[case]
+    dev = SimDevice(timing=SimTiming(dispatch_max_instructions=20_000))
+    gpu, buf = warm(dev)
+    code, args = make(gpu, buf)  # type: ignore[operator]
+    start = dev.now_ns
+    with pytest.raises(error, match=match):  # type: ignore[call-overload]
+        gpu.dispatch(code, (1,), (32,), args, wait=then == "wait", timeout=1.0)  # type: ignore[attr-defined]
+        if then == "copyout":
+            gpu.copyout(bytearray(N), buf)  # type: ignore[attr-defined]
+        elif then == "copyin":
+            gpu.copyin(buf, DATA)  # type: ignore[attr-defined]
+    assert dev.now_ns - start < BOUND_NS
+    if then == "wait":
+        status = gpu.queue_status()  # type: ignore[attr-defined]
+        assert status.hung if error is GpuHang else status.faulted
+        gpu.reset_queue()  # type: ignore[attr-defined]
+        gpu.copyin(buf, DATA)  # type: ignore[attr-defined]
+        out = bytearray(N)
+        gpu.copyout(out, buf)  # type: ignore[attr-defined]
+        assert out == DATA
+    else:
+        with pytest.raises(DeviceUnusableError, match="earlier operation failed"):
+            gpu.queue_status()  # type: ignore[attr-defined]
+    gpu.close()  # type: ignore[attr-defined]
     reopen_and_verify(dev)

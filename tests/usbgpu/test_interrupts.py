@@ -3,7 +3,8 @@ where the simulated transfer spends its time - raises KeyboardInterrupt from tha
 never kept for a later, unrelated error, and the device works again after reopening.
 
 Each case runs in a child process that installs Python's default SIGINT handler itself (whatever disposition it
-inherited), and raises SIGINT from an event of the simulator's clock, so the interrupt lands at a known virtual time.
+inherited), and raises SIGINT from an event of the simulator's clock, so the interrupt lands at a known virtual time;
+during a dispatch (the shader-core emulator runs while virtual time stands still) a thread sends it, as Ctrl-C would.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from rdna3_llvm import compile_ir
+from speck.usbgpu.sim.kernels import SPIN
+
 CHILD = r"""
-import json, signal, sys
+import json, os, signal, struct, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from speck.usbgpu.amd import pm4
 from speck.usbgpu.amd.tables import PM4
@@ -47,11 +52,27 @@ if case == "right after a completion":
 
     shim.lib = Lib()
     dev.clock.at(when, lambda: setattr(Lib, "armed", True))
+elif case == "dispatch":
+    # A kernel that spins for ever (its budget is hours of emulation): virtual time stands still while the
+    # emulator runs, so the signal comes from a thread after a second of real time, as a Ctrl-C would.
+    from speck.usbgpu.sim.loader import load_kernel
+
+    with open(sys.argv[2], "rb") as f:  # the spinning kernel's code object, compiled by the parent
+        spin = load_kernel(gpu, f.read(), "spin")
+
+    def interrupt():
+        global when
+        when = dev.now_ns
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Timer(1.0, interrupt).start()
 else:
     dev.clock.at(when, lambda: signal.raise_signal(signal.SIGINT))
 out = {"case": case}
 try:
-    if case == "compute wait":  # the queue waits on memory nobody writes: the host polls for a long time
+    if case == "dispatch":
+        gpu.dispatch(spin, (1,), (32,), struct.pack("<Q", buf.va), wait=True, timeout=3600.0)
+    elif case == "compute wait":  # the queue waits on memory nobody writes: the host polls for a long time
         value = gpu.submit(pm4.wait_reg_mem(buf.va, 1, PM4.WAIT_FUNCTION_EQ))
         gpu.wait(value, timeout=3600.0)
     elif case == "copyin":  # the pipelined copy-in: async bulk transfers through the C helper
@@ -67,6 +88,7 @@ except KeyboardInterrupt as exc:
     out["cause"] = repr(exc.__cause__)
 except BaseException as exc:
     out["raised"] = f"{type(exc).__name__}: {exc}"
+out["dispatches"] = dev.gpu.cp.dispatches_run  # dispatches that ran to their end
 out["stored"] = [repr(shim.take_exception()), repr(getattr(shim, "take_interrupt", lambda: None)())]
 if case == "right after a completion":
     shim.lib = real
@@ -81,10 +103,12 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("case", ["compute wait", "copyin", "copyout", "right after a completion"])
-def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str) -> None:
+@pytest.mark.parametrize("case", ["compute wait", "copyin", "copyout", "right after a completion", "dispatch"])
+def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str, tmp_path: Path) -> None:
+    spin = tmp_path / "spin.co"
+    spin.write_bytes(compile_ir(SPIN))
     # the timeout only guards against a hang (a lost interrupt would poll for an hour of GPU time)
-    run = subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", CHILD, case, str(spin)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["raised"] == "KeyboardInterrupt", out
@@ -92,3 +116,4 @@ def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str
     assert out["cause"] == "None", out  # raised as itself, not as the cause of a libusb error
     assert out["stored"] == ["None", "None"], out  # nothing kept to resurface later
     assert out["reopened"], out
+    assert out["dispatches"] == 0, out  # the spinning dispatch was stopped, not run out

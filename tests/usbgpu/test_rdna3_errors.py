@@ -45,6 +45,12 @@ def test_an_unimplemented_instruction_names_itself_and_the_kernel() -> None:
     assert isinstance(err, NotImplementedError) and isinstance(err, UsbError)
 
 
+def test_only_the_vgpr_release_message_is_implemented() -> None:
+    run_asm("  s_sendmsg sendmsg(MSG_DEALLOC_VGPRS)")  # what LLVM ends long kernels with
+    with pytest.raises(EmulationError, match="s_sendmsg"):
+        run_asm("  s_sendmsg sendmsg(MSG_INTERRUPT)")
+
+
 def test_an_unsupported_encoding_names_its_words() -> None:
     with pytest.raises(EmulationError, match="MIMG"):
         run_asm("  image_load v[0:3], v0, s[0:7] dmask:0xf dim:SQ_RSRC_IMG_1D")

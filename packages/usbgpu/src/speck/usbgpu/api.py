@@ -29,7 +29,15 @@ from speck.usbgpu.amd.layout import KERNARG_POOL
 from speck.usbgpu.bridge import Transport
 from speck.usbgpu.compute import DEFAULT_TIMEOUT_S, ComputeEngine, QueueStatus
 from speck.usbgpu.copyin import CopyEngine, Progress
-from speck.usbgpu.errors import CopyCancelledError, DeviceUnusableError, GpuFault, GpuHang
+from speck.usbgpu.errors import (
+    CopyCancelledError,
+    DeviceUnusableError,
+    F4BailError,
+    GpuFault,
+    GpuFenceTimeout,
+    GpuHang,
+    UsbTimeoutError,
+)
 from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
 from speck.usbgpu.opqueue import CopyHandle, OpQueue
 
@@ -128,6 +136,8 @@ class UsbGpu:
         self._bytes_done = 0  # progress of the copy running now (quoted when it is interrupted)
         self._heap_lock = threading.Lock()
         self.name: str = getattr(usb, "name", "?")  # "usb:<bus>-<address>"
+        if self.sim is not None:
+            self._ctx.explain = self.sim.gpu.explain
         self._queue = OpQueue(f"UsbGpu {self.name}")
 
     @classmethod
@@ -511,7 +521,13 @@ class UsbGpu:
         """Run one copy on the device; any failure (including Ctrl-C) leaves the session unusable until reopened."""
         self._live()
         try:
-            fn()
+            try:
+                fn()
+            except (GpuFenceTimeout, UsbTimeoutError, F4BailError) as exc:  # GpuHang included
+                culprit = self._stuck_behind_compute(f"{kind} of {total} bytes", exc)
+                if culprit is None:
+                    raise
+                raise culprit from exc
         except BaseException as exc:
             what = f"{kind} of {total} bytes"
             self._broken = f"{what}: {type(exc).__name__}: {exc}"
@@ -519,6 +535,17 @@ class UsbGpu:
                 exc.add_note(INTERRUPTED.format(what=f"the {what}", done=self._bytes_done, total=total))
                 self._broken = f"{what}: interrupted (KeyboardInterrupt) after {self._bytes_done} bytes"
             raise
+
+    def _stuck_behind_compute(self, what: str, exc: BaseException) -> GpuFault | GpuHang | None:
+        """A copy waits on the GPU for the compute work issued before it: when it timed out (or its SDMA queue was
+        declared hung) while that work never finished, the compute queue is what hung - name it."""
+        c = self._compute
+        if c is None or (isinstance(exc, GpuHang) and exc.queue == c.queue_name):
+            return None
+        try:
+            return c.blocking(what)
+        except Exception:  # the device cannot be asked (gone, broken): report the copy's own error
+            return None
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -20,7 +20,7 @@ from speck.usbgpu.amd.layout import COMPUTE_PAGE_VA, COMPUTE_SIGNAL_VA
 from speck.usbgpu.amd.sdma import Timeline
 from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.errors import GpuFault, GpuFenceTimeout, GpuHang
-from speck.usbgpu.gpu import GpuContext
+from speck.usbgpu.gpu import GpuContext, stopped_queue_error
 
 POOL_ALIGN = 256  # kernarg segments want 16, AQL packets 64; 256 keeps every staged object cache-line aligned
 DEFAULT_TIMEOUT_S = 10.0
@@ -82,9 +82,7 @@ class ComputeEngine:
         """Raise GpuFault / GpuHang if the interrupt ring reports a stopped queue (compute or SDMA)."""
         for record in self.ctx.poll_faults():
             self.faults.append(record)
-            if record.hang:
-                raise GpuHang(what, record.queue, record.kind + (f"; {record.detail}" if record.detail else ""))
-            raise GpuFault(what, record)
+            raise stopped_queue_error(what, record)
 
     # ------------------------------------------------------------------ staging
     def stage(self, data: bytes) -> int:
@@ -179,12 +177,30 @@ class ComputeEngine:
             raise
         except GpuFenceTimeout as exc:
             st = self.status()
-            raise GpuHang(
-                what,
-                self.queue_name,
+            kind = (
                 f"no signal {value} after {timeout_s:g} s of GPU time (signal at {st.completed}, read pointer "
-                f"{st.rptr} of {st.wptr} dwords)",
-            ) from exc
+                f"{st.rptr} of {st.wptr} dwords)"
+            )
+            record = self.ctx.explained(GpuFaultRecord(self.queue_name, kind, True))
+            self.faults.append(record)  # the driver now takes the queue as hung until it is reset
+            raise stopped_queue_error(what, record) from exc
+
+    def blocking(self, what: str) -> GpuFault | GpuHang | None:
+        """This queue's error when it has not reached its last submission (which copies wait for on the GPU): the
+        fault it reported, or GpuHang. None when it is done. Called when a copy failed waiting."""
+        if not self.submitted or Timeline.reached(self.signal.read(), self.submitted):
+            return None
+        st = self.status()
+        reported = [f for f in st.faults if f.queue == self.queue_name]
+        if reported:
+            return stopped_queue_error(what, reported[0])  # the first since the last reset: the cause
+        kind = (
+            f"signal {self.submitted}, which the copy waited for on the GPU, never came (signal at {st.completed}, "
+            f"read pointer {st.rptr} of {st.wptr} dwords)"
+        )
+        record = self.ctx.explained(GpuFaultRecord(self.queue_name, kind, True))
+        self.faults.append(record)
+        return stopped_queue_error(what, record)
 
     def status(self) -> QueueStatus:
         """Read the queue's state (registers, read pointer, signal) and any new interrupts (kept in `faults`)."""

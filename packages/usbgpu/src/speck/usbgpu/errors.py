@@ -446,8 +446,8 @@ class GpuFault(BridgeError):
     the queue, the kind, the faulting address and access when known. Reset the queue (or reopen) to continue."""
 
     hint = (
-        "the queue is stopped: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
-        "resets every queue"
+        "the queue is stopped: UsbGpu.reset_queue() restarts the compute queue; after a failed copy, or to reset "
+        "every queue, reopen the device (UsbGpu.open)"
     )
 
     def __init__(self, operation: str, record: object, detail: str = "") -> None:
@@ -460,8 +460,8 @@ class GpuHang(GpuFenceTimeout):
     says what it was doing."""
 
     hint = (
-        "the queue is hung: UsbGpu.reset_queue() restarts the compute queue, reopening the device (UsbGpu.open) "
-        "resets every queue"
+        "the queue is hung: UsbGpu.reset_queue() restarts the compute queue; after a failed copy, or to reset every "
+        "queue, reopen the device (UsbGpu.open)"
     )
 
     def __init__(self, operation: str, queue: str, status: str, detail: str = "") -> None:

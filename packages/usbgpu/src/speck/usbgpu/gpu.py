@@ -12,8 +12,8 @@ it, copies raise GpuBringUpUnverified and nothing past the BARs is ever written.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from speck.usbgpu.amd import bringup, discovery, ucode
 from speck.usbgpu.amd.compute import ComputeQueue
@@ -32,6 +32,7 @@ from speck.usbgpu.amd.layout import (
     TOP_RESERVED,
 )
 from speck.usbgpu.amd.mmio import Mmio
+from speck.usbgpu.amd.pm4 import TIMESTAMP_NS
 from speck.usbgpu.amd.sdma import SdmaRing, Timeline
 from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.amd.vm import HUGE, PageTables
@@ -39,15 +40,31 @@ from speck.usbgpu.bridge import GPU_BUS, Bridge, PcieInfo, Transport
 from speck.usbgpu.errors import GpuBringUpUnverified, GpuFault, GpuHang, PcieSetupError
 from speck.usbgpu.vram import VramHeap
 
-__all__ = ["CQ_PCIE", "HEAP_VA", "RING_VA", "SQ_PCIE", "SRAM_PCIE", "SYS_VA", "GpuContext", "GpuOptions"]
+__all__ = [
+    "CQ_PCIE",
+    "HEAP_VA",
+    "RING_VA",
+    "SQ_PCIE",
+    "SRAM_PCIE",
+    "SYS_VA",
+    "GpuContext",
+    "GpuOptions",
+    "stopped_queue_error",
+]
 
-GPU_CLOCK_NS = 10  # CP_MES_MTIME counts the 100 MHz reference clock
 ALLOC_ALIGN = 0x1000
 DEFAULT_POLL_LIMIT = 100_000
 
 # (vendor, device, subsystem) of boards the bring-up was verified on: speck's simulated board only.
 SIM_SUBSYSTEM = 0x0051 << 16 | 0x5EED
 VERIFIED_BOARDS: dict[tuple[int, int, int], str] = {(0x1002, 0x744C, SIM_SUBSYSTEM): "speck's simulated Navi 31"}
+
+
+def stopped_queue_error(what: str, record: GpuFaultRecord) -> GpuFault | GpuHang:
+    """The named error of a queue the interrupt ring reported stopped: GpuHang for a hang, GpuFault otherwise."""
+    if record.hang:
+        return GpuHang(what, record.queue, record.kind + (f"; {record.detail}" if record.detail else ""))
+    return GpuFault(what, record)
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,9 @@ class GpuContext:
         heap_end = min(self.vram_visible, self.vram_size - TOP_RESERVED)
         self.heap = VramHeap(HEAP_VA, heap_end, ALLOC_ALIGN)
         self.faults: list[GpuFaultRecord] = []
+        # a simulated card's own account of why a queue stopped (what the emulator saw: the instruction, the kernel),
+        # added to the fault records; hardware reports only what its interrupt and fault registers hold
+        self.explain: Callable[[str], str] | None = None
         self.steps: list[str] = ["pcie", "discovery"]
         self.ih: IhRing | None = None
         self.tables: PageTables | None = None
@@ -207,8 +227,8 @@ class GpuContext:
             hi = m.read(GC.CP_MES_MTIME_HI)
             lo = m.read(GC.CP_MES_MTIME_LO)
             if m.read(GC.CP_MES_MTIME_HI) == hi:
-                return (hi << 32 | lo) * GPU_CLOCK_NS
-        return (hi << 32 | lo) * GPU_CLOCK_NS
+                return (hi << 32 | lo) * TIMESTAMP_NS
+        return (hi << 32 | lo) * TIMESTAMP_NS
 
     # ------------------------------------------------------------------ queue health
     def poll_faults(self) -> list[GpuFaultRecord]:
@@ -216,12 +236,18 @@ class GpuContext:
         if self.ih is None:
             return []
         found = [r for r in (describe(e, self.mmio) for e in self.ih.poll()) if r is not None]
+        found = [self.explained(r) for r in found]
         self.faults += found
         return found
+
+    def explained(self, record: GpuFaultRecord) -> GpuFaultRecord:
+        """`record` with a simulated card's own account of the stop added to its detail (hardware: unchanged)."""
+        account = self.explain(record.queue) if self.explain is not None else ""
+        if not account:
+            return record
+        return replace(record, detail="; ".join(filter(None, (record.detail, f"simulator: {account}"))))
 
     def check_queues(self, what: str) -> None:
         """Raise GpuHang / GpuFault for the first queue the interrupt ring reports stopped."""
         for record in self.poll_faults():
-            if record.hang:
-                raise GpuHang(what, record.queue, record.kind + (f"; {record.detail}" if record.detail else ""))
-            raise GpuFault(what, record)
+            raise stopped_queue_error(what, record)

@@ -37,6 +37,7 @@ USER_SGPRS: dict[str, int] = {
     "private_segment_size": 1,
 }
 # hsa_kernel_dispatch_packet_t (HSA Platform System Architecture spec): what a dispatch pointer points at.
+DYNAMIC_STACK_BYTES = 1024  # per lane for a kernel with dynamic stack use (HIP's default per-thread stack limit)
 AQL_PACKET = struct.Struct("<HHHHHHIIIIIQQQQ")
 AQL_KERNEL_DISPATCH = 2  # HSA_PACKET_TYPE_KERNEL_DISPATCH
 
@@ -47,7 +48,9 @@ class KernelCode:
     code-object loader reads it: `entry` is the GPU virtual address of the first instruction (the descriptor's
     address + kernel_code_entry_byte_offset; 256-byte aligned), `rsrc1/2/3` its COMPUTE_PGM_RSRC* values,
     `user_sgprs` the enabled user SGPRs (names of USER_SGPRS, any order), `group_segment_size` the static LDS
-    bytes, `private_segment_size` the scratch bytes per lane, `kernarg_size` the kernarg segment's size."""
+    bytes, `private_segment_size` the scratch bytes per lane, `kernarg_size` the kernarg segment's size,
+    `dynamic_stack` the descriptor's uses_dynamic_stack bit (the launch then reserves DYNAMIC_STACK_BYTES more
+    scratch per lane, as HIP's default stack limit does)."""
 
     entry: int
     rsrc1: int
@@ -59,6 +62,12 @@ class KernelCode:
     kernarg_size: int = 0
     wave32: bool = True
     name: str = "kernel"
+    dynamic_stack: bool = False
+
+    @property
+    def scratch_per_lane(self) -> int:
+        """Scratch bytes each lane gets: the static private segment plus the dynamic stack reservation."""
+        return self.private_segment_size + (DYNAMIC_STACK_BYTES if self.dynamic_stack else 0)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.user_sgprs if s not in USER_SGPRS]
@@ -102,7 +111,7 @@ def aql_packet(code: KernelCode, launch: Launch, kernel_object: int = 0) -> byte
         *b,
         0,
         *threads,
-        code.private_segment_size,
+        code.scratch_per_lane,
         code.group_segment_size,
         kernel_object,
         launch.kernargs,
@@ -132,7 +141,7 @@ def user_sgpr_values(code: KernelCode, launch: Launch) -> list[int]:
         elif name == "flat_scratch_init":
             out += [launch.scratch_base & 0xFFFFFFFF, launch.scratch_base >> 32]
         else:
-            out += [code.private_segment_size]
+            out += [code.scratch_per_lane]
     return out
 
 
@@ -145,18 +154,18 @@ def scratch_waves(code: KernelCode, launch: Launch) -> int:
 
 def scratch_bytes(code: KernelCode, launch: Launch) -> int:
     """Bytes of scratch buffer a launch of `code` needs (0 without private segment)."""
-    if not code.private_segment_size:
+    if not code.scratch_per_lane:
         return 0
     return scratch_waves(code, launch) * _wave_granules(code) * SCRATCH_WAVE_GRANULE
 
 
 def _wave_granules(code: KernelCode) -> int:
-    return -(-code.private_segment_size * WAVE_LANES // SCRATCH_WAVE_GRANULE)
+    return -(-code.scratch_per_lane * WAVE_LANES // SCRATCH_WAVE_GRANULE)
 
 
 def scratch_ring_size(code: KernelCode, launch: Launch) -> int:
     """COMPUTE_TMPRING_SIZE for a launch: the waves the scratch ring holds and each wave's scratch."""
-    if not code.private_segment_size:
+    if not code.scratch_per_lane:
         return 0
     return GC.COMPUTE_TMPRING_SIZE.encode(0, WAVES=scratch_waves(code, launch), WAVESIZE=_wave_granules(code))
 
@@ -175,11 +184,10 @@ def dispatch_packets(code: KernelCode, launch: Launch, gc_base: int) -> list[int
     out += pm4.set_sh_reg(GC.COMPUTE_PGM_RSRC1, [code.rsrc1, rsrc2], gc_base)
     out += pm4.set_sh_reg(GC.COMPUTE_PGM_RSRC3, [code.rsrc3], gc_base)
     out += pm4.set_sh_reg(GC.COMPUTE_TMPRING_SIZE, [scratch_ring_size(code, launch)], gc_base)
-    if code.private_segment_size:
+    if code.scratch_per_lane:
         if not launch.scratch_base:
             raise ValueError(
-                f"{code.name} uses {code.private_segment_size} bytes of scratch per lane: the launch needs a "
-                "scratch buffer"
+                f"{code.name} uses {code.scratch_per_lane} bytes of scratch per lane: the launch needs a scratch buffer"
             )
         base = launch.scratch_base >> 8
         out += pm4.set_sh_reg(GC.COMPUTE_DISPATCH_SCRATCH_BASE_LO, [base & 0xFFFFFFFF, base >> 32], gc_base)

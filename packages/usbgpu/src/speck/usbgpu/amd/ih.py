@@ -27,10 +27,11 @@ SQ_KINDS = {
     SQ_OTHER: "shader error",
 }
 _SRC = CONST
+SDMA_QUEUE = "SDMA0 queue 0"  # the one SDMA queue speck runs
 # (client, source) -> (queue it concerns, what happened, is it a hang rather than a fault)
 _EVENTS: dict[tuple[int, int], tuple[str, str, bool]] = {
-    (CONST.SOC21_IH_CLIENTID_GFX, _SRC.GFX_11_0_0__SRCID__SDMA_QUEUE_HANG): ("SDMA0 queue 0", "queue hang", True),
-    (CONST.SOC21_IH_CLIENTID_GFX, _SRC.GFX_11_0_0__SRCID__SDMA_PAGE_FAULT): ("SDMA0 queue 0", "page fault", False),
+    (CONST.SOC21_IH_CLIENTID_GFX, _SRC.GFX_11_0_0__SRCID__SDMA_QUEUE_HANG): (SDMA_QUEUE, "queue hang", True),
+    (CONST.SOC21_IH_CLIENTID_GFX, _SRC.GFX_11_0_0__SRCID__SDMA_PAGE_FAULT): (SDMA_QUEUE, "page fault", False),
     (CONST.SOC21_IH_CLIENTID_GFX, _SRC.GFX_11_0_0__SRCID__UTCL2_FAULT): ("", "page fault", False),
     (CONST.SOC21_IH_CLIENTID_GRBM_CP, _SRC.GFX_11_0_0__SRCID__CP_BAD_OPCODE_ERROR): ("", "bad PM4 opcode", False),
     (CONST.SOC21_IH_CLIENTID_GRBM_CP, _SRC.GFX_11_0_0__SRCID__CP_PM4_PKT_RSVD_BIT_ERROR): (
@@ -53,7 +54,7 @@ _EVENTS: dict[tuple[int, int], tuple[str, str, bool]] = {
 # GFX hub clients -> the speck queue whose work they do (speck runs one compute queue)
 COMPUTE_QUEUE = f"compute me{ME} pipe{PIPE} queue{QUEUE}"
 _CLIENT_QUEUES = {
-    "SDMA0": "SDMA0 queue 0",
+    "SDMA0": SDMA_QUEUE,
     "CPC": COMPUTE_QUEUE,
     "CPF": COMPUTE_QUEUE,
     "TCP": COMPUTE_QUEUE,

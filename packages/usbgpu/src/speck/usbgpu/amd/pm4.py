@@ -15,6 +15,8 @@ from speck.usbgpu.amd.tables import EVENT, PM4, PM4_PACKETS
 _H = PM4_PACKETS.HEADER
 MAX_BODY = 1 << _H.fields["count"][2]  # the count field holds body dwords - 1
 IB_MAX_DWORDS = (1 << PM4_PACKETS.INDIRECT_BUFFER.fields["ib_size"][2]) - 1
+# the GPU clock of RELEASE_MEM and SDMA timestamps and CP_MES_MTIME: the 100 MHz reference clock
+TIMESTAMP_NS = 10
 
 
 def header(opcode: int, body_dwords: int) -> int:
@@ -84,6 +86,18 @@ def release_mem(addr: int, value: int, interrupt: bool = False, data64: bool = T
     once all earlier work finished, optionally raising an end-of-pipe interrupt (gfx_v11_0_ring_emit_fence)."""
     if addr & (7 if data64 else 3):
         raise ValueError(f"RELEASE_MEM address {addr:#x} must be {'8' if data64 else '4'}-byte aligned")
+    sel = PM4.RELEASE_DATA_SEL_DATA64 if data64 else PM4.RELEASE_DATA_SEL_DATA32
+    return _release(addr, sel, value, interrupt)
+
+
+def timestamp(addr: int) -> list[int]:
+    """RELEASE_MEM of the GPU clock (64 bits, TIMESTAMP_NS per tick) at `addr` once all earlier work finished."""
+    if addr & 7:
+        raise ValueError(f"a timestamp address {addr:#x} must be 8-byte aligned")
+    return _release(addr, PM4.RELEASE_DATA_SEL_GPU_CLOCK, 0, False)
+
+
+def _release(addr: int, data_sel: int, value: int, interrupt: bool) -> list[int]:
     lo, hi = _lo_hi(addr)
     p = PM4_PACKETS.RELEASE_MEM
     out = p.encode(
@@ -94,7 +108,7 @@ def release_mem(addr: int, value: int, interrupt: bool = False, data64: bool = T
         gcr_glm_inv=1,
         gcr_glm_wb=1,
         cache_policy=3,
-        data_sel=PM4.RELEASE_DATA_SEL_DATA64 if data64 else PM4.RELEASE_DATA_SEL_DATA32,
+        data_sel=data_sel,
         int_sel=PM4.RELEASE_INT_SEL_AFTER_WRITE_CONFIRM if interrupt else PM4.RELEASE_INT_SEL_NONE,
         addr_lo=lo,
         addr_hi=hi,

@@ -77,6 +77,7 @@ class SimTiming:
     cycle_costs: dict[str, float] = field(
         default_factory=lambda: {"valu": 1.0, "salu": 1.0, "trans": 4.0, "smem": 4.0, "vmem": 8.0, "lds": 2.0}
     )
+    vram_bytes_per_s: float = 960e9  # a dispatch takes at least its global memory traffic at this rate (GDDR6)
     dispatch_max_instructions: int = 50_000_000  # more wave-instructions than this: the dispatch is hung
 
 

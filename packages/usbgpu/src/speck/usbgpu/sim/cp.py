@@ -41,6 +41,9 @@ COMPARE: dict[int, Callable[[int, int], bool]] = {
     PM4.WAIT_FUNCTION_GE: lambda v, r: v >= r,
     PM4.WAIT_FUNCTION_GT: lambda v, r: v > r,
 }
+_FUNCTION = {PM4.WAIT_FUNCTION_ALWAYS: "(always)", PM4.WAIT_FUNCTION_LT: "<", PM4.WAIT_FUNCTION_LE: "<=",
+             PM4.WAIT_FUNCTION_EQ: "==", PM4.WAIT_FUNCTION_NE: "!=", PM4.WAIT_FUNCTION_GE: ">=",
+             PM4.WAIT_FUNCTION_GT: ">"}  # fmt: skip
 # the MQD fields the CP reads back on activation, with the HQD register each must equal
 _MQD_CHECKS: tuple[tuple[str, Reg], ...] = (
     ("cp_hqd_pq_base_lo", GC.CP_HQD_PQ_BASE),
@@ -107,7 +110,9 @@ class CommandProcessor:
         self.gpu = gpu
         self.queues: dict[Queue, Hqd] = {}
         self.records: list[str] = []  # what stopped queues, for tests (the driver reads the IH ring)
-        self.dispatch_stats: list[Any] = []
+        self.last_dispatch: Any = None  # the emulator's Stats of the last dispatch that ran to its end
+        self.dispatches_run = 0  # such dispatches, and their wave-instructions, since power-on
+        self.instructions = 0
         regs = gpu.regs
         regs.on_write(GC.CP_HQD_ACTIVE, self._active_written)
         regs.on_write(GC.CP_HQD_DEQUEUE_REQUEST, self._dequeue_written)
@@ -115,6 +120,26 @@ class CommandProcessor:
         regs.on_read(GC.CP_HQD_ACTIVE, self._active_read)
         regs.on_write(GC.CP_MEC_RS64_CNTL, self._mec_written)
         self._shader_core: Any = None
+
+    def account(self, queue: str) -> str:
+        """What stopped or holds up `queue` (e.g. "compute me1 pipe0 queue0"), as the model sees it; "" if nothing
+        does."""
+        hqd = next((h for h in self.queues.values() if h.name == queue), None)
+        if hqd is None:
+            return ""
+        if hqd.stopped or hqd.wait is None:
+            return hqd.stopped
+        w = hqd.wait
+        value = int.from_bytes(self.gpu.read_space(w.space, w.phys, 4), "little")
+        return (
+            f"waiting (WAIT_REG_MEM) for the dword at {w.space} {w.phys:#x} & {w.mask:#x} {_FUNCTION[w.function]} "
+            f"{w.ref:#x}; it holds {value:#x}"
+        )
+
+    def ran(self, stats: Any) -> None:
+        self.last_dispatch = stats
+        self.dispatches_run += 1
+        self.instructions += stats.instructions
 
     # --- registers ---
     def _selected(self) -> Queue:

@@ -3,7 +3,8 @@
 command processor makes of the result - modelled time from the instruction counts, or a fault, or a hang.
 
 Time: the emulator counts wave-instructions by kind; each kind costs SimTiming.cycle_costs cycles, the waves share
-SimTiming.simds SIMDs at SimTiming.gpu_clock_hz, plus a fixed launch/drain overhead. A dispatch that executes more
+SimTiming.simds SIMDs at SimTiming.gpu_clock_hz; a dispatch takes the longer of that and its global memory traffic at
+SimTiming.vram_bytes_per_s (a roofline), plus a fixed launch/drain overhead. A dispatch that executes more
 than SimTiming.dispatch_max_instructions wave-instructions is taken to be hung: it never completes.
 """
 
@@ -92,6 +93,7 @@ def run_dispatch(gpu: GpuModel, hqd: Hqd, dim: tuple[int, int, int], initiator: 
         return _sq(SQ_OTHER, f"emulator failure: {type(exc).__name__}: {exc}", None)
     cycles = stats.cycles(timing.cycle_costs)
     parallel = min(max(stats.waves, 1), timing.simds)
-    duration = timing.dispatch_overhead_ns + cycles / parallel / timing.gpu_clock_hz * 1e9
-    gpu.cp.dispatch_stats.append(stats)
+    memory_ns = (stats.bytes_read + stats.bytes_written) / timing.vram_bytes_per_s * 1e9
+    duration = timing.dispatch_overhead_ns + max(cycles / parallel / timing.gpu_clock_hz * 1e9, memory_ns)
+    gpu.cp.ran(stats)
     return Outcome(duration_ns=duration, instructions=stats.instructions)

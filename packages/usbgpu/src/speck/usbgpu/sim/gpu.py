@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from speck.usbgpu.amd import discovery, ucode
+from speck.usbgpu.amd.ih import SDMA_QUEUE
+from speck.usbgpu.amd.pm4 import TIMESTAMP_NS
 from speck.usbgpu.amd.tables import CONST, GC, GFXHUB_CLIENT_IDS, IP_HWID, MMHUB, MP, NBIO, SIM_IP_BASES
 from speck.usbgpu.sim.clock import VirtualClock
 from speck.usbgpu.sim.config import SimFaults, SimTiming
@@ -27,7 +29,6 @@ from speck.usbgpu.sim.sdma_engine import SdmaEngine
 from speck.usbgpu.sim.vm import VRAM, GpuVm, VmFault
 
 FB_BASE = 0x80_0000_0000  # where the card's firmware puts the framebuffer in its MC address space
-TICK_NS = 10.0  # the 100 MHz GPU clock (CP_MES_MTIME, RELEASE_MEM/SDMA timestamps)
 # The IP blocks (and versions) the simulated card lists in its discovery table.
 SIM_IPS: dict[str, tuple[int, int, int]] = {
     "GC": (11, 0, 0),
@@ -111,9 +112,15 @@ class GpuModel:
         ]
         self.vram.write(vram_size - CONST.DISCOVERY_TMR_OFFSET, discovery.build(blocks))
 
+    def explain(self, queue: str) -> str:
+        """The model's own account of why `queue` (named as the driver names it) stopped; "" if it did not."""
+        if queue == SDMA_QUEUE:
+            return self.sdma.hang_reason
+        return self.cp.account(queue)
+
     # --- time ---
     def ticks(self) -> int:
-        return int(self.clock.now / TICK_NS)
+        return int(self.clock.now / TIMESTAMP_NS)
 
     def violation(self, message: str) -> None:
         self.host.violation(message)

@@ -26,6 +26,8 @@ def _instances() -> Iterator[tuple[str, tuple[int, ...]]]:
         yield "SOPK", (0xB0000000 | op << 23 | 124 << 16, 0)
     for op in salu.SOPP:
         yield "SOPP", (0xBF800000 | op << 16,)
+    # s_sendmsg is implemented for the one message LLVM sends (before s_endpgm): the others raise EmulationError
+    yield "SOPP", (0xBF800000 | 54 << 16 | scalar.MSG_DEALLOC_VGPRS,)
     for op in scalar.SMEM:
         yield "SMEM", (0xF4000000 | op << 18 | 2 << 6 | 1, 0xF8000000)
     for op in valu.VOP1:

@@ -147,14 +147,16 @@ class FlatMemory:
     def _regions_for(self, addresses: np.ndarray, size: int, kind: str) -> tuple[list[Region], np.ndarray]:
         """The regions the accesses fall in and, per access, the index into that list; faults on any miss."""
         addresses = np.asarray(addresses, dtype=np.uint64)
-        last = self._last
-        if last is not None and len(addresses):  # most accesses hit the region the previous one did
-            if int(addresses.min()) >= last.address and int(addresses.max()) + size <= last.end:
+        if len(addresses):  # the common case, one instruction touching one buffer: two scalar lookups
+            lo, hi = int(addresses.min()), int(addresses.max())
+            last = self._last
+            if last is None or lo < last.address or hi + size > last.end:
+                i = bisect.bisect_right(self._starts, lo) - 1
+                last = self.regions[i] if i >= 0 else None
+            if last is not None and lo >= last.address and hi + size <= last.end:
+                self._last = last
                 return [last], np.zeros(len(addresses), dtype=np.int64)
-        regions, index = self._lookup(addresses, size, kind)
-        if len(regions) == 1:
-            self._last = regions[0]
-        return regions, index
+        return self._lookup(addresses, size, kind)
 
     def _lookup(self, addresses: np.ndarray, size: int, kind: str) -> tuple[list[Region], np.ndarray]:
         starts, ends = self._bounds

@@ -31,7 +31,9 @@ class SOp:
 
 
 def _set_scc(w: Waves, cond: Any) -> None:
-    w.scc = np.broadcast_to(np.asarray(cond, dtype=bool), (w.n,)).copy()
+    scc = np.empty(w.n, dtype=bool)
+    scc[:] = cond  # one value for all waves, or one per wave
+    w.scc = scc
 
 
 def _u(x: Any, bits: int = 32) -> Any:

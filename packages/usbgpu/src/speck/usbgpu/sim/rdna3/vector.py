@@ -42,7 +42,7 @@ Fetch = Callable[[int], int]
 F16, F32 = fl.F16, fl.F32
 VOP3SD_OPS = {0x120, 0x121, 0x122, 0x2FC, 0x2FD, 0x2FE, 0x2FF, 0x300, 0x301, 0x302}
 NO_E32_SUFFIX = {"v_swap_b32", "v_permlane64_b32", "v_swaprel_b32", "v_dot2acc_f32_f16", "v_pk_fmac_f16"}
-NO_E32_SUFFIX |= {"v_fmamk_f32", "v_fmaak_f32", "v_fmamk_f16", "v_fmaak_f16"}
+NO_E32_SUFFIX |= {"v_fmamk_f32", "v_fmaak_f32", "v_fmamk_f16", "v_fmaak_f16", "v_readfirstlane_b32"}
 OMOD_SCALE = {1: 2.0, 2: 4.0, 3: 0.5}
 OMOD_TEXT = {1: "mul:2", 2: "mul:4", 3: "div:2"}
 
@@ -132,7 +132,7 @@ def _post(ty: Ty | None, f: Fields, kind: str, float_mode: bool = True) -> Calla
 
 def _pack_mask(w: Waves, bits: Any) -> np.ndarray:
     """(n, 32) bools (active lanes only) -> (n,) uint32 lane masks."""
-    b = np.broadcast_to(np.asarray(bits, dtype=bool), (w.n, 32)) & w.exec_mask()
+    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes
     return np.packbits(b, axis=1, bitorder="little").view("<u4").reshape(w.n).astype(np.uint32)
 
 
