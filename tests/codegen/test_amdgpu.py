@@ -179,6 +179,7 @@ def test_each_arch_is_a_backend_with_its_own_e_flags(arch: str) -> None:
 def test_renderer_declares_what_the_optimizer_and_pipeline_read() -> None:
     r = get_backend("AMD").renderer
     assert (r.has_local, r.has_shared, r.has_threads, r.device) == (True, True, False, "AMD")
+    assert not r.registers_are_cpu and not r.register_blocking  # the GPU heuristic, not the CPU's register blocks
     assert (r.shared_max, r.wave_size, r.max_workgroup_size, r.local_max) == (65536, 32, 1024, (1024, 1024, 1024))
     assert r.global_max is not None and r.global_max[0] == 2**31 - 1
     for dt in (dtypes.float32, dtypes.float16, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.bool):

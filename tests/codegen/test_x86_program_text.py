@@ -104,21 +104,27 @@ def test_compile_pool_workers_build_the_same_x86_objects() -> None:
     assert libs == [c.compile_uncached(s) for s in srcs]
 
 
-def test_a_worker_compiles_a_late_refusal_on_the_fallback_and_stays_up() -> None:
-    """The selector refuses only once there (an int32 vector load): a worker builds the fallback's (LLVM's) object,
-    the same bytes as here, and keeps compiling x86 afterwards."""
+def test_a_worker_reports_a_late_refusal_and_stays_up() -> None:
+    """The selector refuses only once there (an int32 vector load): a worker reports CompileRefused, as a compile
+    here raises it (the registry renders the kernel with its fallback), and keeps compiling x86 afterwards."""
+    from speck.codegen.errors import CompileRefused
+
     c = X86Compiler()
-    srcs = [X86Renderer().render(unselectable_program()), X86Renderer().render(lowered(GOLDEN_KERNELS["row_sum"]()))]
+    refused = X86Renderer().render(unselectable_program())
+    fine = X86Renderer().render(lowered(GOLDEN_KERNELS["row_sum"]()))
     p = CompilePool(1)
     try:
         p.start_workers()
         assert p.wait_ready(BOOT_TIMEOUT), "the compile worker did not start"
-        libs = [p.submit(c, s).result() for s in srcs]
-        assert [w.compiled for w in p.workers()] == [2]
+        with pytest.raises(CompileRefused, match="no selection rule"):
+            p.submit(c, refused).result()
+        lib = p.submit(c, fine).result()
+        assert [w.compiled for w in p.workers()] == [1]
     finally:
         p.shutdown()
-    assert libs == [c.compile_uncached(s) for s in srcs]
-    assert read_listing(libs[0]) is None and read_listing(libs[1]) is not None
+    with pytest.raises(CompileRefused):
+        c.compile_uncached(refused)
+    assert lib == c.compile_uncached(fine) and read_listing(lib) is not None
 
 
 def test_the_cache_identity_names_the_backend_sources(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -171,11 +171,18 @@ def unselectable_program() -> list[UOp]:
 
 def test_unselectable_op_names_op_dtype_and_kernel() -> None:
     """int32 vectors have no vector registers here (the renderer declares 1 lane), so a hand-built one is refused by
-    the selector; compiled, the kernel goes to the registry's fallback (LLVM) and still computes the right result."""
+    the selector; compiling it raises CompileRefused (the registry then renders it with the fallback, LLVM, whose
+    program computes the right result)."""
+    from speck.codegen.backends import get_backend
+    from speck.codegen.errors import CompileRefused
+
     uops = unselectable_program()
     with pytest.raises(RuntimeError, match=r"no selection rule for LOAD on dtypes.int.vec\(4\) in kernel 'vecky'"):
         render_x86(uops)
-    lib = X86Compiler().compile(X86Renderer().render(uops))
+    with pytest.raises(CompileRefused, match=r"no selection rule for LOAD on dtypes.int.vec\(4\)"):
+        X86Compiler().compile(X86Renderer().render(uops))
+    fallback = get_backend(get_backend("X86").fallback or "")
+    lib = fallback.compiler.compile(fallback.renderer.render(uops))
     assert read_listing(lib) is None  # LLVM's object, not the encoder's
     src = np.arange(16, dtype=np.int32) * 3 - 7
     want, got = [np.zeros(4, np.int32), src.copy()], [np.zeros(4, np.int32), src.copy()]

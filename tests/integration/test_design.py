@@ -3,119 +3,37 @@ own in a fresh interpreter (a module that only works after some other import hid
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import house
 import pytest
 
-PACKAGES = Path(__file__).resolve().parents[2] / "packages"
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the five packages by dotted name (a package by its __init__.py)."""
-    out: dict[str, Path] = {}
-    for f in sorted(PACKAGES.glob("*/src/speck/**/*.py")):
-        parts = f.parts[f.parts.index("src") + 1 :]
-        out[".".join(parts)[: -len(".py")].removesuffix(".__init__")] = f
-    return out
-
-
-MODULES = _modules()
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return "TYPE_CHECKING" in ast.unparse(test)
-
-
-def _imports(name: str, path: Path) -> set[str]:
-    """The modules of the tree that `name` imports, at module level or inside functions; imports under
-    `if TYPE_CHECKING:` are left out (they never run)."""
-    is_pkg = path.name == "__init__.py"
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(a.name for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:  # relative: resolved against this module's package
-                    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
-                    pkg = pkg[: len(pkg) - child.level + 1]
-                    base = ".".join(pkg + ([base] if base else []))
-                for a in child.names:  # `from pkg import mod` imports the submodule mod
-                    found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
-    return {m for m in found if m in MODULES and m != name}
-
-
-def import_cycles() -> list[list[str]]:
-    """Strongly connected components (more than one module) of the tree's import graph (Tarjan, iterative)."""
-    graph = {n: sorted(_imports(n, p)) for n, p in MODULES.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = len(index)
-                stack.append(v)
-                on_stack.add(v)
-            if i < len(graph[v]):
-                work.append((v, i + 1))
-                w = graph[v][i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-            if work:  # v is done: its parent takes its low link
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return out
+PACKAGES = house.PACKAGES
+MODULES = house.MODULES
 
 
 def test_the_cycle_finder_sees_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check below can fail: two modules importing each other (one inside a function) form a cycle, and a
-    TYPE_CHECKING import does not."""
+    """The check below can fail: two modules importing each other (one inside a function, one by name through
+    importlib) form a cycle, and a TYPE_CHECKING import does not."""
     (tmp_path / "a.py").write_text("import speck.x.b\n")
     (tmp_path / "b.py").write_text("def f():\n    from speck.x import a\n")
     (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import speck.x.a\n")
-    fake = {f"speck.x.{m}": tmp_path / f"{m}.py" for m in "abc"}
-    monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
-    assert import_cycles() == [["speck.x.a", "speck.x.b"]]
+    (tmp_path / "d.py").write_text("import importlib\nM = importlib.import_module('speck.x.e')\n")
+    (tmp_path / "e.py").write_text("def g():\n    import speck.x.d\n")
+    fake = {f"speck.x.{m}": tmp_path / f"{m}.py" for m in "abcde"}
+    monkeypatch.setattr(house, "MODULES", fake)
+    assert house.import_cycles() == [["speck.x.a", "speck.x.b"], ["speck.x.d", "speck.x.e"]]
 
 
 def test_no_import_cycles() -> None:
     """Layers inside a package are one-way too: a module that needs something from a module above it gets it
-    through a registration hook (speck.tensor.hook, schedule.register_schedule_rule), not by importing it."""
-    cycles = import_cycles()
+    through a registration hook (speck.tensor.hook, schedule.register_schedule_rule), not by importing it (at load
+    time, in a function, or by name through importlib)."""
+    cycles = house.import_cycles()
     assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
 
 
@@ -177,3 +95,103 @@ def test_the_import_check_sees_a_module_that_needs_another_first(tmp_path: Path)
     assert r.returncode == 0, r.stderr[-3000:]
     failed = json.loads(r.stdout.strip().splitlines()[-1])
     assert list(failed) == ["speckfake.user"] and "KeyError" in failed["speckfake.user"]
+
+
+# ---------------- one execution path (tests/integration/house.py counts) ----------------
+def _fake_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> None:
+    """Point house's module table at fake modules (name -> source)."""
+    fake = {}
+    for name, src in files.items():
+        (tmp_path / f"{name.replace('.', '_')}.py").write_text(src)
+        fake[name] = tmp_path / f"{name.replace('.', '_')}.py"
+    monkeypatch.setattr(house, "MODULES", fake)
+
+
+def test_the_launch_counters_see_a_launch_and_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks below can fail: a tensor module submitting an exec command or running a device graph by hand,
+    and a function adding to kernel_count, are found."""
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.fast": "def go(q, prog):\n    q.exec(prog, (), (1,))\n\ndef more(g):\n    g.graph.replay()\n",
+        "speck.tensor.count": "def bump(gc):\n    gc.kernel_count += 1\n",
+        "speck.hcq.runner": "def run(q, prog):\n    q.exec(prog, (), (1,))\n",
+    })  # fmt: skip
+    assert house.launch_sites() == ["speck.tensor.fast:go", "speck.tensor.fast:more"]
+    assert house.counter_sites() == ["speck.tensor.count:bump"]
+
+
+def test_one_runner_launches_everything() -> None:
+    """No code outside speck.hcq's runner (and the device primitives it drives) launches kernels by hand: eager
+    realize, the warm path, TinyJit replays, multi-device schedules and direct program calls all run plans."""
+    sites = house.launch_sites()
+    assert not sites, f"kernels launched outside speck.hcq.runner: {sites}"
+
+
+def test_counters_grow_in_one_place() -> None:
+    assert house.counter_sites() == ["speck.hcq.runner:count_run"]
+
+
+def test_the_name_check_finder_sees_a_device_name_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.a": "def f(d):\n    return d.startswith('DISK')\n",
+        "speck.tensor.b": "def g(dev):\n    return dev.name == 'CPU' or 'USB:' in (dev.name,)\n",
+        "speck.tensor.c": "def h(dev):\n    return dev.file_backed\n",
+    })  # fmt: skip
+    assert house.device_name_checks() == ["speck.tensor.a:2", "speck.tensor.b:2"]
+
+
+def test_no_code_branches_on_a_device_or_renderer_name() -> None:
+    """Devices and renderers declare what they can do (file_backed, runs_kernels, host_visible, graph; a renderer's
+    registers_are_cpu; a backend's host): code asks those, never a name."""
+    checks = house.device_name_checks()
+    assert not checks, f"tests of a device or renderer name: {checks}"
+
+
+# ---------------- one settings table ----------------
+def test_no_module_reads_the_environment_for_a_setting() -> None:
+    """Settings are declared in the table (speck.uop.settings; speck.usbgpu's own): no other module reads os.environ
+    or getenv for one."""
+    reads = house.environment_reads()
+    assert not reads, f"environment reads outside the settings modules: {reads}"
+
+
+def test_the_environment_read_finder_sees_a_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.a": "import os\nX = os.environ.get('X')\n",
+        "speck.tensor.b": "import os\nY = os.environ['Y']\nfrom speck.uop import getenv\nZ = getenv('Z', 0)\n",
+        "speck.uop.settings": "import os\nW = os.environ.get('W')\n",
+    })  # fmt: skip
+    assert house.environment_reads() == ["speck.tensor.a:2", "speck.tensor.b:2", "speck.tensor.b:4"]
+
+
+def test_every_setting_is_read_or_declared_a_no_op() -> None:
+    """A declared setting that nothing reads must say why it changes nothing (a name kept for tinygrad's users)."""
+    unread = house.unread_settings()
+    assert not unread, f"settings whose declared readers don't read them: {unread}"
+
+
+def test_every_declared_setting_works_with_context() -> None:
+    import speck.tensor  # noqa: F401  (declares every setting)
+    from speck.uop import Context, ContextVar
+    from speck.uop.settings import TABLE
+
+    assert len(TABLE) > 60
+    for name in TABLE:
+        var = ContextVar.get(name)
+        before = var.value
+        with Context(**{name: before}):
+            assert var.value == before
+        assert var.value == before
+    with pytest.raises(KeyError, match="unknown setting 'JIT_BATCHH'"):
+        Context(JIT_BATCHH=0).__enter__()
+
+
+def test_a_live_setting_follows_the_environment_and_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speck.codegen.settings import CACHE_DIR
+    from speck.uop import Context
+
+    monkeypatch.setenv("SPECK_CACHE_DIR", "/tmp/a")
+    assert CACHE_DIR.value == "/tmp/a"
+    with Context(SPECK_CACHE_DIR="/tmp/b"):
+        assert CACHE_DIR.value == "/tmp/b"
+    monkeypatch.setenv("SPECK_CACHE_DIR", "/tmp/c")
+    assert CACHE_DIR.value == "/tmp/c"  # the Context's value did not stick

@@ -279,7 +279,7 @@ def test_compute_on_usb_is_refused_before_anything_runs(make, op: str) -> None: 
 def test_no_silent_cpu_fallback_even_with_the_numpy_evaluator_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from speck.tensor import realize
 
-    monkeypatch.setattr(realize, "COMPILE_FALLBACK", 1)
+    monkeypatch.setattr(realize.NUMPY_FALLBACK, "value", 1)
     t = Tensor(np.ones(8, np.float32)).to("USB").realize()
     with pytest.raises(UsbComputeNotImplemented, match=r"kernel \S+ \(MUL\)"):
         (t * 3).numpy()

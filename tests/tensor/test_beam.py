@@ -17,8 +17,8 @@ from speck.tensor import realize as R
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(R, "_program_cache", {})
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     return tmp_path
 
 
@@ -46,7 +46,7 @@ def test_beam_times_candidates_on_the_device_and_caches_the_winner(fresh, monkey
     assert list((fresh / "beam").iterdir()), "the winner is cached on disk"
 
     # the same kernel again, with no compiled program in memory: answered from the cache, nothing is timed
-    monkeypatch.setattr(R, "_program_cache", {})
+    monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
     timed.clear()
     out2, want2 = _matmul(64, 1)
     with Context(BEAM=2):

@@ -7,7 +7,7 @@ import pytest
 
 from speck.tensor import GlobalCounters, Tensor, Variable, assert_kernel_count, dtypes
 from speck.tensor.function import callify, linear_with_vars, schedule_linear
-from speck.tensor.realize import run_schedule
+from speck.tensor.realize import execute
 from speck.uop import Ops
 
 RNG = np.random.default_rng(13)
@@ -76,7 +76,7 @@ def test_linear_with_vars_does_not_run() -> None:
     assert GlobalCounters.kernel_count == before and var_vals == {}
     assert items and all(it.ast is not None for it in items)
     assert not t.uop.is_realized  # the tensor still holds its computation
-    run_schedule(items)  # the program is runnable as it is
+    execute(items)  # the program is runnable as it is
     assert GlobalCounters.kernel_count == before + len(items)
 
 

@@ -24,9 +24,9 @@ from speck.tensor import GlobalCounters, Tensor
 def fresh_programs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every kernel compiles again (empty program cache, empty disk cache) and compile-ahead is on."""
     monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(R, "_program_cache", {})
+    monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
     monkeypatch.setattr(R, "_ahead", {})
-    monkeypatch.setattr(R, "COMPILE_THREADS", 1)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 1)
     yield
 
 
@@ -69,7 +69,7 @@ def softmax_net(seed: int) -> tuple[Tensor, np.ndarray]:
 def test_ahead_compiled_objects_equal_serial_ones(spy: SpyCompiler) -> None:
     out, want = softmax_net(0)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
-    progs = [p for p in R._program_cache.values() if isinstance(p, R._CompiledProgram)]
+    progs = [p for p in R._program_cache.values() if isinstance(p, R.Kernel)]
     assert len(progs) >= 2
     background = [n for n, t in spy.calls if t.startswith("speck-compile")]
     assert len(background) >= 2  # the kernels of the schedule went through the compile thread
@@ -79,7 +79,7 @@ def test_ahead_compiled_objects_equal_serial_ones(spy: SpyCompiler) -> None:
 
 
 def test_serial_mode_compiles_on_the_calling_thread(spy: SpyCompiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     out, want = softmax_net(1)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
     assert spy.calls and all(t == threading.current_thread().name for _, t in spy.calls)
@@ -87,11 +87,11 @@ def test_serial_mode_compiles_on_the_calling_thread(spy: SpyCompiler, monkeypatc
 
 def _kernel_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the kernels the schedule of softmax_net(seed) compiles, in run order (a serial dry run)."""
-    monkeypatch.setattr(R, "COMPILE_THREADS", 0)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)
     dry = SpyCompiler(Device["CPU"].compiler)
     with monkeypatch.context() as m:
         m.setattr(Device["CPU"].backend, "_compiler", dry)
-        m.setattr(R, "_program_cache", {})
+        m.setattr(R, "_program_cache", R.ProgramCache(1024))
         softmax_net(seed)[0].numpy()
     return [n for n, _ in dry.calls]
 
@@ -100,9 +100,9 @@ def _failure(seed: int, reject: str, threads: int, monkeypatch: pytest.MonkeyPat
     """(error message, kernels run before it, compile calls) of running softmax_net(seed) with `reject` failing."""
     s = SpyCompiler(Device["CPU"].compiler, reject=reject)
     monkeypatch.setattr(Device["CPU"].backend, "_compiler", s)
-    monkeypatch.setattr(R, "_program_cache", {})
+    monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
     monkeypatch.setattr(R, "_ahead", {})
-    monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", threads)
     out, _ = softmax_net(seed)
     GlobalCounters.reset()
     with pytest.raises(CompileError) as ei:
@@ -119,7 +119,7 @@ def test_background_compile_error_surfaces_at_its_kernel(monkeypatch: pytest.Mon
     assert ahead_msg == serial_msg  # the same error, naming the kernel (its source's first line)
     assert f"kernel {reject} rejected on purpose" in ahead_msg and f"; kernel {reject}" in ahead_msg
     assert any(n == reject and t.startswith("speck-compile") for n, t in calls)  # it failed in the background
-    assert ahead_ran == serial_ran == len(names) - 1  # and the kernels before it ran
+    assert ahead_ran == serial_ran == 0  # a plan is made whole before it runs: nothing ran
 
 
 def test_lowering_error_is_raised_when_its_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,15 +136,15 @@ def test_lowering_error_is_raised_when_its_kernel_runs(monkeypatch: pytest.Monke
     monkeypatch.setattr(program_mod, "to_program", failing)
     results = []
     for threads in (0, 1):
-        monkeypatch.setattr(R, "_program_cache", {})
+        monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
         monkeypatch.setattr(R, "_ahead", {})
-        monkeypatch.setattr(R, "COMPILE_THREADS", threads)
+        monkeypatch.setattr(R.COMPILE_THREADS, "value", threads)
         out, _ = softmax_net(3)
         GlobalCounters.reset()
         with pytest.raises(RuntimeError, match=f"lowering {reject} failed on purpose") as ei:
             out.numpy()
         results.append((str(ei.value), GlobalCounters.kernel_count))
-    assert results[0] == results[1] == (f"lowering {reject} failed on purpose", 1)
+    assert results[0] == results[1] == (f"lowering {reject} failed on purpose", 0)  # raised before anything ran
 
 
 def test_ahead_compiles_in_worker_processes_give_the_same_objects(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,7 +159,7 @@ def test_ahead_compiles_in_worker_processes_give_the_same_objects(monkeypatch: p
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
     finally:
         pool.shutdown()
-    progs = [p for p in R._program_cache.values() if isinstance(p, R._CompiledProgram)]
+    progs = [p for p in R._program_cache.values() if isinstance(p, R.Kernel)]
     assert len(progs) >= 2 and sum(w.compiled for w in pool.workers()) == len(progs)  # all built by the workers
     compiler = Device["CPU"].backend.compiler
     for p in progs:

@@ -385,7 +385,7 @@ def test_data_read_during_capture_raises(read: str, monkeypatch: pytest.MonkeyPa
     f(Tensor(arr(3)))  # the warm-up may read
     with pytest.raises(JitError, match="during TinyJit capture"):
         f(Tensor(arr(3)))
-    monkeypatch.setattr(jit_mod, "UNSAFE_ALLOW_JIT_BUFFER", 1)
+    monkeypatch.setattr(jit_mod.UNSAFE_ALLOW_JIT_BUFFER, "value", 1)
     f(Tensor(arr(3)))
     assert f.captured is not None
 

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.hcq import Device
+from speck.hcq import Device, runner
 from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count, dtypes
-from speck.tensor import realize as realize_mod
 from speck.tensor.allreduce import choose_algorithm
 from speck.tensor.multi import MultiUOp
 from tensor_helpers import FEW
@@ -35,20 +34,20 @@ class CopySpy:
         self.nbytes: list[int] = []
 
     def __enter__(self) -> CopySpy:
-        self.orig = realize_mod._run_copy
+        self.orig = runner._Run.copy
 
-        def spy(it: realize_mod.ScheduleItem) -> None:
-            src, dst = (realize_mod.buffer_device(b) for b in (it.bufs[1], it.bufs[0]))
+        def spy(run: runner._Run, c: runner.Copy) -> None:
+            src, dst = run.bufs[c.src].device, run.bufs[c.dst].device
             if src != dst:
                 self.pairs.append((src, dst))
-                self.nbytes.append(int(it.bufs[0].arg) * it.bufs[0].dtype.itemsize)
-            self.orig(it)
+                self.nbytes.append(c.nbytes)
+            self.orig(run, c)
 
-        realize_mod._run_copy = spy  # type: ignore[assignment]
+        runner._Run.copy = spy  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        realize_mod._run_copy = self.orig  # type: ignore[assignment]
+        runner._Run.copy = self.orig  # type: ignore[method-assign]
 
 
 # ---------------- placement ----------------
@@ -293,7 +292,7 @@ def test_copies_run_on_the_destination_copy_engine() -> None:
     before = engine.submitted
     out = x.sum(0).realize()
     assert engine.submitted == before + 1  # CPU -> CPU:1 went through CPU:1's copy queue
-    assert engine.idle and not realize_mod._inflight  # the schedule ended with its copies complete
+    assert engine.idle  # the schedule ended with its copies complete
     np.testing.assert_allclose(out.numpy(), a.sum(0), rtol=1e-6)
 
 
@@ -332,24 +331,18 @@ def test_copy_waits_for_its_source_not_for_other_copies_into_the_source_device()
 
 def test_kernel_reading_a_region_waits_for_the_copy_into_its_base() -> None:
     # in-flight copies are matched by the memory they write: a whole buffer overlaps each of its regions
-    from speck.tensor.schedule import new_buffer_uop, view_buffer_uop
+    from speck.hcq import Buffer
 
-    whole = new_buffer_uop("CPU:1", 8, dtypes.float32)
-    lo, hi = view_buffer_uop(whole, 0, 4), view_buffer_uop(whole, 4, 4)
-    inner = view_buffer_uop(hi, 2, 2)
-    other = new_buffer_uop("CPU:1", 8, dtypes.float32)
-    saved = dict(realize_mod._inflight)
-    realize_mod._inflight.clear()
-    try:
-        realize_mod._inflight[lo] = (None, 0, *realize_mod._extent(lo))
-        assert realize_mod._copies_into([whole]) == [lo]
-        assert realize_mod._copies_into([hi, inner, other]) == []
-        realize_mod._inflight.clear()
-        realize_mod._inflight[whole] = (None, 0, *realize_mod._extent(whole))
-        assert realize_mod._copies_into([inner]) == [whole] and realize_mod._copies_into([other]) == []
-    finally:
-        realize_mod._inflight.clear()
-        realize_mod._inflight.update(saved)
+    whole = Buffer("CPU:1", 8, np.float32)
+    lo, hi = whole.view(4, np.float32, 0), whole.view(4, np.float32, 16)
+    inner = hi.view(2, np.float32, 8)
+    other = Buffer("CPU:1", 8, np.float32)
+    run = runner._Run(runner.Plan([], 5), [whole, lo, hi, inner, other], {}, False, None, True)
+    run.inflight = {1: ("copy into lo", 1, *runner._extent(lo))}
+    assert run._waits([0]) == [("copy into lo", 1)]
+    assert run._waits([2, 3, 4]) == []
+    run.inflight = {0: ("copy into whole", 1, *runner._extent(whole))}
+    assert run._waits([3]) == [("copy into whole", 1)] and run._waits([4]) == []
 
 
 def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pytest.MonkeyPatch) -> None:

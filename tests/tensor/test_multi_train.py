@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.tensor import GlobalCounters, Tensor, TinyJit, dtypes, nn
+from speck.tensor import GlobalCounters, Tensor, TinyJit, nn
 from speck.tensor.examples import train
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nn.optim import SGD, Adam
@@ -177,32 +177,30 @@ def test_speck_train_data_parallel_matches_one_device(tmp_path) -> None:  # type
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 5), st.booleans()), min_size=1,
                 max_size=24))  # fmt: skip
 def test_replay_order_groups_devices_and_keeps_every_dependency(spec: list[tuple[int, int, int, bool]]) -> None:
-    """device_runs on random copies/assigns between buffers on three devices: the same calls, every conflicting
+    """The runner's device_runs on random copies between buffers on three devices: the same calls, every conflicting
     pair (read after write, write after read or write) still in order, and no more device switches than before."""
-    from speck.tensor.jit import _access, device_runs
-    from speck.tensor.schedule import ScheduleItem, new_buffer_uop
+    from speck.hcq import Buffer
+    from speck.hcq.runner import Copy, device_runs, reads_writes
 
     devs = ("NULL", "NULL:1", "NULL:2")
-    bufs = {(d, k): new_buffer_uop(d, 4, dtypes.float32) for d in devs for k in range(6)}
-    calls: list[tuple[str, object]] = []
+    slot = {(d, k): i for i, (d, k) in enumerate((d, k) for d in devs for k in range(6))}
+    bufs = [Buffer(d, 4, np.float32) for d, _ in slot]
+    calls = []
     for dev, dst, src, cross in spec:
         d, s = devs[dev], devs[(dev + 1) % 3] if cross else devs[dev]
-        if cross:
-            calls.append(("copy", ScheduleItem(None, (bufs[(d, dst)], bufs[(s, src)]))))
-        else:
-            calls.append(("assign", (bufs[(d, dst)], bufs[(s, src)])))
-    out = device_runs(calls)  # type: ignore[arg-type]
+        calls.append(Copy(slot[(d, dst)], slot[(s, src)], 0, 16))
+    out = device_runs(calls, bufs)
     assert sorted(map(id, out)) == sorted(map(id, calls))
     pos = {id(c): i for i, c in enumerate(out)}
-    acc = [_access(k, it) for k, it in calls]
+    acc = [tuple(map(set, reads_writes(c))) for c in calls]
     for i in range(len(calls)):
         for j in range(i + 1, len(calls)):
-            (_, ri, wi), (_, rj, wj) = acc[i], acc[j]
+            (ri, wi), (rj, wj) = acc[i], acc[j]
             if wi & (rj | wj) or ri & wj:
                 assert pos[id(calls[i])] < pos[id(calls[j])]
 
     def switches(cs: list) -> int:  # type: ignore[type-arg]
-        ds = [_access(k, it)[0] for k, it in cs]
+        ds = [bufs[c.dst].device for c in cs]
         return sum(a != b for a, b in zip(ds, ds[1:]))
 
     assert switches(out) <= switches(calls)

@@ -154,7 +154,7 @@ def test_cleared_program_cache_takes_the_general_path_and_recompiles(monkeypatch
     a, b = Tensor(np.ones(4, np.float32)).realize(), Tensor(np.full(4, 5, np.float32)).realize()
     for _ in range(3):
         (a * b + a).realize()
-    monkeypatch.setattr(realize_mod, "_program_cache", {})
+    monkeypatch.setattr(realize_mod, "_program_cache", realize_mod.ProgramCache(16))
     _same((a * b + a).numpy(), np.full(4, 6, np.float32))
     assert realize_mod.compiled_program_count() == 1  # compiled again into the new cache
     _same((a * b + a).numpy(), np.full(4, 6, np.float32))

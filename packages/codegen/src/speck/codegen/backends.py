@@ -7,13 +7,14 @@ from here; nothing else keeps a table of renderer names.
     spec = be.to_program(ast)             # lowered, rendered and compiled for this backend
 
 A new backend is one `register_backend(Backend(name, renderer_factory, compiler_factory))` call. `fallback` names
-the backend that renders a kernel this backend's renderer refuses early (raising UnsupportedOpError before doing
-expensive work): the x86 backend falls back to LLVM for forms it does not select, one kernel at a time."""
+the backend that renders a kernel this backend refuses: its renderer early (UnsupportedOpError, before expensive
+work), or its compiler late (CompileRefused: the x86 selector meets a form it has no rule for). The registry decides
+before the object exists, so a program's source always describes its object: the x86 backend falls back to LLVM
+for forms it does not select, one kernel at a time."""
 
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import UnknownBackendError, UnsupportedOpError
+from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
+from speck.codegen.settings import FP_CONTRACT
 
 if TYPE_CHECKING:
     from speck.codegen.program import ProgramSpec
@@ -55,6 +57,7 @@ class Backend:
     make_compiler: Callable[[], Compiler]
     fallback: str | None = None
     aliases: tuple[str, ...] = ()
+    host: bool = False  # its programs are native code for this machine: a CPU device can be built on it (CPU:<name>)
     _renderer: Renderer | None = field(default=None, repr=False)
     _compiler: Compiler | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -87,19 +90,27 @@ class Backend:
         goes to the fallback backend when there is one (said under DEBUG>=2); otherwise the error propagates.
         `beam_timer`/`beam_tag`: BEAM's candidate timer and its device's name (see speck.codegen.opt.search)."""
         from speck.codegen.program import to_program
-        from speck.uop import DEBUG
 
         try:
             return to_program(ast, self.renderer, self.compiler if compile else None, beam_timer=beam_timer,
                               beam_tag=beam_tag)  # fmt: skip
-        except UnsupportedOpError as e:
-            # a refusal may name the backend to try first (the AVX-512 x86 renderer's: the AVX2 one)
-            fallback = getattr(e, "fallback", None) or self.fallback
-            if fallback is None:
-                raise
-            if DEBUG >= 2:
-                print(f"speck.codegen: {self.name} refused a kernel ({e}); rendering it with {fallback}")
-            return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
+        except (UnsupportedOpError, CompileRefused) as e:
+            return self.refused(ast, e, compile, beam_timer, beam_tag)
+
+    def refused(self, ast: UOp, refusal: Exception, compile: bool = True, beam_timer: Any = None,
+                beam_tag: str = "") -> ProgramSpec:  # fmt: skip
+        """The program of a kernel this backend refused (its renderer, or its compiler later: a compile ahead's
+        CompileRefused comes here), from the backend the refusal names or this one's fallback; the refusal is raised
+        again when there is none."""
+        from speck.uop import DEBUG
+
+        # a refusal may name the backend to try first (the AVX-512 x86 renderer's: the AVX2 one)
+        fallback = getattr(refusal, "fallback", None) or self.fallback
+        if fallback is None:
+            raise refusal
+        if DEBUG >= 2:
+            print(f"speck.codegen: {self.name} refused a kernel ({refusal}); rendering it with {fallback}")
+        return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
 
     def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
         """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""
@@ -131,6 +142,12 @@ def get_backend(name: str) -> Backend:
 
 def backend_names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def host_backends() -> tuple[str, ...]:
+    """The backends whose programs run on this machine's CPU (each names a CPU device: CPU:<name>), in the order
+    they were registered."""
+    return tuple(name for name, b in _REGISTRY.items() if b.host)
 
 
 # ---------------- the built-in backends ----------------
@@ -187,7 +204,7 @@ def _python_renderer() -> Renderer:
 
 def _fp_contract() -> bool:
     # FP_CONTRACT=1 (the default, as BLAS libraries do): renderers may fuse a*b+c into one FMA; 0 rounds every op
-    return os.environ.get("FP_CONTRACT", "1") not in ("", "0")
+    return bool(FP_CONTRACT.value)
 
 
 def _amd_backend(arch: str) -> Backend:
@@ -208,9 +225,9 @@ def _amd_backend(arch: str) -> Backend:
                    aliases=(f"AMD_{arch.upper()}",) if default else ())  # fmt: skip
 
 
-register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler))
-register_backend(Backend("CLANG", _clang_renderer, _clang_compiler))
-register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM"))
+register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler, host=True))
+register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
+register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))
 # the AVX2 x86 renderer: takes the kernels the AVX-512 one refuses (ZmmRefusal names it), LLVM those it refuses
 register_backend(Backend("X86_AVX2", _x86_avx2_renderer, _x86_compiler, fallback="LLVM"))
 register_backend(Backend("PYTHON", _python_renderer, lambda: IdentityCompiler("python")))
@@ -220,11 +237,5 @@ for _arch in ARCHS:  # the RDNA3 GPUs the AMD renderer serves (the first, gfx110
     register_backend(_amd_backend(_arch))
 
 
-__all__ = [
-    "Backend",
-    "IdentityCompiler",
-    "UnknownBackendError",
-    "backend_names",
-    "get_backend",
-    "register_backend",
-]
+__all__ = ["Backend", "IdentityCompiler", "UnknownBackendError", "backend_names", "get_backend", "host_backends",
+           "register_backend"]  # fmt: skip

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from speck.uop import ContextVar
-
-X86_AVX512 = ContextVar("X86_AVX512", 1)
+from speck.codegen.settings import X86_AVX512
 
 
 @functools.cache

@@ -49,6 +49,13 @@ class X86UnsupportedError(UnsupportedOpError):
         self.renderer, self.op, self.dtype = "x86", op, dtype
 
 
+class CompileRefused(CodegenError, RuntimeError):
+    """A compiler refused a kernel its renderer accepted (the x86 selector meets a form it has no rule for, which the
+    renderer can't tell up front). The backend registry then renders the kernel again with the backend's fallback,
+    so a program's source always describes its object. Carries the refusal's message (it crosses process
+    boundaries: compile workers)."""
+
+
 class SelectionError(X86UnsupportedError):
     """No x86 selection rule for an op/dtype (the message names op, dtype and kernel)."""
 

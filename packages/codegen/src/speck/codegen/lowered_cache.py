@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from speck.codegen.cache.store import DiskCache, cache_enabled
 from speck.uop import DEBUG, SPEC, UOp
 from speck.uop.helpers import ContextVar
+from speck.uop.settings import LiveVar
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -84,8 +85,10 @@ def lowered_key(ast: UOp, renderer: Renderer, optimize: bool) -> str:
     """The cache key of lowering `ast` for `renderer` in this process's settings."""
     h = hashlib.sha256()
     # settings away from their defaults: one not registered yet (its module not imported) is at its default too,
-    # so the key doesn't depend on what happens to be imported
-    settings = ";".join(f"{k}={v.value!r}" for k, v in sorted(ContextVar._registry.items()) if v.value != v.default)
+    # so the key doesn't depend on what happens to be imported; settings read at each use name places and tools
+    # (cache directories, library paths), not what lowering does
+    settings = ";".join(f"{k}={v.value!r}" for k, v in sorted(ContextVar._registry.items())
+                        if not isinstance(v, LiveVar) and v.value != v.default)  # fmt: skip
     cls = type(renderer)
     for part in (sources_digest(), f"{cls.__module__}.{cls.__qualname__}", renderer.name, _renderer_settings(renderer),
                  settings, f"optimize={optimize}"):  # fmt: skip

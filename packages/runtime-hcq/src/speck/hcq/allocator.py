@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from speck.hcq.errors import CopySizeError, HCQError, OutOfMemoryError
 from speck.hcq.memory import HostMemory
+from speck.hcq.settings import LRU
 
 
 class _GlobalMemory:
@@ -76,6 +77,7 @@ class Allocator:
 
     def __init__(self, device: str, limit: int | None = None, cache_cap: int = 1 << 30) -> None:
         self.device, self.limit, self.cache_cap = device, limit, cache_cap
+        self.limit_setting = ""  # the setting that raises `limit` (named in out-of-memory errors), if any
         self.mem_used = 0
         self.cached = 0
         self.peak = 0
@@ -108,9 +110,8 @@ class Allocator:
                 if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
                     self._drop_cache()
                     if self.mem_used + nbytes > self.limit:
-                        raise OutOfMemoryError(
-                            self.device, nbytes, max(self.limit - self.mem_used, 0), f"limit {self.limit} bytes"
-                        )
+                        raise OutOfMemoryError(self.device, nbytes, max(self.limit - self.mem_used, 0),
+                                               f"limit {self.limit} bytes", self.limit_setting)  # fmt: skip
             return self._alloc_new(nbytes, options)
         finally:
             if self._pending:
@@ -128,7 +129,8 @@ class Allocator:
                 opaque = self._alloc(nbytes, options)
             except (MemoryError, OSError) as e2:
                 avail = self.limit - self.mem_used if self.limit is not None else available_ram()
-                raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}") from None
+                raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}",
+                                       self.limit_setting) from None  # fmt: skip
         with self._lock:
             self._account(nbytes)
         return opaque
@@ -140,11 +142,12 @@ class Allocator:
         MEMORY.add(nbytes)
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
-        """Give an allocation back: into the LRU cache when options.lru, else to the OS. Safe from a finalizer
+        """Give an allocation back: into the LRU cache when options.lru (and the LRU setting), else to the OS. Safe
+        from a finalizer
         that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
         thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
         lock = self._lock
-        if options.lru and nbytes <= self.cache_cap and not self._pending and lock.acquire(blocking=False):
+        if options.lru and nbytes <= self.cache_cap and LRU.value and not self._pending and lock.acquire(False):
             # the hot path (_release_pending for one allocation, inlined): into the LRU cache
             try:
                 self.mem_used -= nbytes
@@ -189,7 +192,7 @@ class Allocator:
                 opaque, nbytes, options = pending.pop()
                 self.mem_used -= nbytes
                 freed += nbytes
-                if not (options.lru and nbytes <= self.cache_cap):
+                if not (options.lru and nbytes <= self.cache_cap and LRU.value):
                     self._free(opaque, nbytes, options)
                     continue
                 key = (nbytes, options)

@@ -129,6 +129,15 @@ class Buffer:
         except Exception:  # a buffer whose __init__ raised, or interpreter shutdown (the allocator may be gone)
             pass
 
+    def make_writable(self) -> None:
+        """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write
+        (extended to the buffer's size if shorter: the write makes it that long)."""
+        base = self.base
+        if not base.is_allocated:
+            base.options = BufferOptions(writable=True)
+        elif not getattr(base.opaque, "writable", True):
+            base.opaque.make_writable()
+
     @property
     def opaque(self) -> Any:
         """The allocator's handle for the memory holding this buffer (allocating if needed)."""

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.codegen.backends import host_backends
 from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
@@ -29,29 +30,30 @@ from speck.hcq.errors import ProgramArgumentError
 from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS, CPUGraph, next_retune_interval
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
-from speck.hcq.queue import EXEC
 from speck.hcq.registry import numbered, register_device
+from speck.hcq.settings import CHUNK_S as _CHUNK_S
+from speck.hcq.settings import CPU_MEM_LIMIT, NUM_CPU_THREADS
+from speck.hcq.settings import PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
+from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
+from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
 from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
-from speck.uop import ContextVar
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
 
 # kernels touching less than this many bytes and doing fewer estimated flops run on one thread: waking workers
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
-PARALLEL_MIN_BYTES = int(os.environ.get("CPU_PARALLEL_MIN_BYTES", str(1 << 20)))
-PARALLEL_MIN_FLOPS = int(os.environ.get("CPU_PARALLEL_MIN_FLOPS", str(1 << 18)))
+PARALLEL_MIN_BYTES = int(_PARALLEL_MIN_BYTES.value)
+PARALLEL_MIN_FLOPS = int(_PARALLEL_MIN_FLOPS.value)
 # a slice is run in pieces that grow until one takes about this long: the delay before an interrupt is honoured
-CHUNK_S = float(os.environ.get("CPU_CHUNK_S", "0.05"))
+CHUNK_S = float(_CHUNK_S.value)
 # a kernel split across workers is cut into this many parts per worker, taken in turn: on a shared machine a worker
 # whose core runs another process delays the kernel by one part, not by its whole slice (a+b over 16M float32 with
 # the second core busy: static halves wait for the slow one)
-PARTS_PER_THREAD = int(os.environ.get("CPU_PARTS_PER_THREAD", "8"))
+PARTS_PER_THREAD = int(_PARTS_PER_THREAD.value)
 # ...for kernels estimated at least this big (a part is a call of its own: smaller kernels keep one slice per worker)
 PARTS_MIN_BYTES = 16 << 20
 PARTS_MIN_FLOPS = 1 << 26
-# worker threads per CPU device (0: the cores this process may run on); CPU_THREADS is the older spelling
-NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", int(os.environ.get("CPU_THREADS", "0") or 0))
 
 
 def usable_cores() -> int:
@@ -291,15 +293,6 @@ class CPUProgram(Program):
             args.append(b.ptr)
         return (*args, *vals)
 
-    def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:
-        """Program.enqueue with the thread choice and argument packing inlined (the per-op path of speck.tensor):
-        a kernel estimated small runs on one thread, as CPUDevice.choose_threads decides."""
-        self.check_args(bufs, ())
-        if threads is None:
-            threads = 1 if self._small else self.device.choose_threads(self, bufs)
-        fn = self._fn if self._fn is not None else self.function(len(bufs), 0)
-        self._engine.submit_exec((EXEC, self, (fn, *[b.ptr for b in bufs]), global_size, threads))
-
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run now: one call per worker slice of global_size[0] (a kernel with no global dimension gets (0, 1)).
         A small kernel on one thread is one call: it ends long before an interrupt would need pieces."""
@@ -336,10 +329,11 @@ class CPUDevice(DeviceBase):
 
     def __init__(self, name: str) -> None:
         suffix = name.partition(":")[2]
-        self.backend_name = suffix if suffix in CPU_BACKENDS else "LLVM"
-        limit_env = os.environ.get("CPU_MEM_LIMIT")
+        self.backend_name = suffix if suffix in host_backends() else host_backends()[0]
+        limit_env = str(CPU_MEM_LIMIT.value)
         limit = parse_bytes(limit_env) if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
+        self.allocator.limit_setting = "CPU_MEM_LIMIT"
         self._threads: int | None = None
         self.libraries: list[Library] | None = None
 
@@ -370,28 +364,6 @@ class CPUDevice(DeviceBase):
             total += b.nbytes
         return None if total >= PARALLEL_MIN_BYTES else 1
 
-    def run_batch(self, calls: Sequence[tuple[Any, ...]], timing: bool = True) -> list[tuple[str, float]]:
-        """DeviceBase.run_batch through a CPU graph (speck.hcq.graph): every call is checked first, then all of
-        them run as one exec command, timed per kernel inside it without a launch per kernel. Calls the graph
-        can't hold (programs other than CPUPrograms) take the generic path."""
-        from speck.hcq.errors import HCQError
-        from speck.hcq.graph import MAX_ARGS
-
-        if not all(isinstance(c[0], CPUProgram) and len(c[1]) + len(c[3] if len(c) > 3 else ()) <= MAX_ARGS
-                   for c in calls):  # fmt: skip
-            return super().run_batch(calls, timing)
-        g = CPUGraph(self, name="batch")
-        for c in calls:
-            prog = c[0]
-            if prog.device is not self:
-                raise HCQError(f"run_batch on {self.name}: program {prog.name!r} is loaded on {prog.device.name}")
-            g.add_exec(prog, c[1], c[2], c[3] if len(c) > 3 else ())
-        g.workers = self.threads  # each kernel splits as the device chooses (no timing trials for a one-off batch)
-        if timing:
-            return g.run_timed()
-        g.run()
-        return [(name, 0.0) for name in g.names]
-
     def _copy_raw(self, dest: int, src: int, nbytes: int) -> None:
         ctypes.memmove(dest, src, nbytes)
 
@@ -413,11 +385,10 @@ class CPUDevice(DeviceBase):
         super()._copy(dest, src, nbytes)
 
 
-CPU_BACKENDS = ("LLVM", "CLANG", "X86")  # CPU:<backend> is a CPU device pinned to that codegen backend
-
-
 def _cpu_suffix(rest: str) -> str | None:
-    return rest.upper() if rest.upper() in CPU_BACKENDS else numbered(rest)
+    """CPU:<n>, or CPU:<backend> for each backend of the codegen registry that declares itself a host one (a CPU
+    device pinned to that backend)."""
+    return rest.upper() if rest.upper() in host_backends() else numbered(rest)
 
 
-register_device("CPU", CPUDevice, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in CPU_BACKENDS)))
+register_device("CPU", CPUDevice, suffix=_cpu_suffix, forms=("CPU", "CPU:<n>", *(f"CPU:{b}" for b in host_backends())))

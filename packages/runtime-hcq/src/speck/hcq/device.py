@@ -8,11 +8,12 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.hcq import runner
 from speck.hcq.allocator import Allocator, check_copy_size
 from speck.hcq.errors import ElfLinkError, HCQError
-from speck.hcq.queue import EXEC, TIMESTAMP, Engine, HWQueue, ProfileEvent
-from speck.hcq.signal import Signal
-from speck.uop import DEBUG, ContextVar
+from speck.hcq.queue import Engine, HWQueue, ProfileEvent
+from speck.hcq.settings import PROFILE
+from speck.uop import DEBUG
 
 if TYPE_CHECKING:
     from speck.codegen.backends import Backend
@@ -20,11 +21,6 @@ if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
-
-
-# record a ProfileEvent per executed command on devices opened while it is on (also PROFILE=<path>: any non-empty
-# value other than "0" turns it on; speck.tensor writes the trace there at exit)
-PROFILE = ContextVar("PROFILE", "0")
 
 
 def _profile_enabled() -> bool:
@@ -38,16 +34,28 @@ class DeviceBase:
     plus `runtime(name, lib) -> Program`. `graph` is the class that batches many kernels into one launch (TinyJit
     replays use it), or None."""
 
+    # capabilities: what the device can do, declared by its class (code asks these, never the device's name)
     backend_name: str = ""  # the speck.codegen backend this device's programs come from ("" : runs no kernels)
     host_visible = True  # buffers can be viewed from the host without a copy
     any_renderer = False  # load_program accepts programs from every renderer (NULL: it runs none of them)
-    graph: type | None = None
+    file_backed = False  # buffers are regions of a file (DISK): data, not memory the device holds
+    graph: type | None = None  # the class batching many calls into one launch (speck.hcq.runner), or None
 
     def __init__(self, name: str, allocator: Allocator) -> None:
         self.name, self.allocator = name, allocator
         self.engines: dict[str, Engine] = {"compute": Engine(self, "compute"), "copy": Engine(self, "copy")}
         self._engine_list = list(self.engines.values())
         self.profile = _profile_enabled()
+
+    @property
+    def runs_kernels(self) -> bool:
+        """Whether programs run here (the device names a codegen backend)."""
+        return bool(self.backend_name)
+
+    @property
+    def counts_memory(self) -> bool:
+        """Whether the memory its buffers hold counts as used device memory (a file's bytes do not)."""
+        return not self.file_backed
 
     # -- identity -------------------------------------------------------------------------------------------------
     @property
@@ -215,30 +223,26 @@ class DeviceBase:
                 return
 
     def run_batch(self, calls: Sequence[tuple[Any, ...]], timing: bool = True) -> list[tuple[str, float]]:
-        """Submit many kernels as one queue and wait. `calls` holds (program, buffers, global_size[, vals]) tuples;
-        every call is checked before anything is submitted. Returns [(program name, seconds)] per kernel from
-        timestamps taken around each exec (0.0 each when timing=False)."""
-        progs: list[tuple[Program, tuple[Any, ...], tuple[int, ...], int | None]] = []
+        """Run many kernels as one plan through the runner (speck.hcq.runner) and wait. `calls` holds (program,
+        buffers, global_size[, vals]) tuples; every call is checked before anything runs. Returns [(program name,
+        seconds)] per kernel (0.0 each when timing=False)."""
+        bufs: list[Any] = []
+        plan_calls = []
         for c in calls:
-            prog, bufs, gs = c[0], c[1], c[2]
-            vals = c[3] if len(c) > 3 else ()
+            prog, hb, gs = c[0], list(c[1]), c[2]
+            vals = tuple(c[3]) if len(c) > 3 else ()
             if prog.device is not self:
                 raise HCQError(f"run_batch on {self.name}: program {prog.name!r} is loaded on {prog.device.name}")
-            prog.check_args(bufs, vals)
-            progs.append((prog, prog.raw_args(bufs, vals), gs, self.choose_threads(prog, bufs)))
-        q = self.hw_queue()
-        stamps = [Signal(name=f"{self.name}:batch{i}") for i in range(len(progs) + 1)] if timing else []
-        for i, (prog, args, gs, threads) in enumerate(progs):
-            if timing and i == 0:
-                q.cmds.append((TIMESTAMP, stamps[0]))
-            q.cmds.append((EXEC, prog, args, gs, threads))
-            if timing:
-                q.cmds.append((TIMESTAMP, stamps[i + 1]))
-        q.submit(self)
-        self.synchronize()
+            prog.check_args(hb, vals)
+            names = prog.var_names or [f"var{i}" for i in range(len(vals))]
+            plan_calls.append(runner.Exec(prog, tuple(range(len(bufs), len(bufs) + len(hb))), tuple(zip(names, vals)),
+                                          tuple(gs)))  # fmt: skip
+            bufs += hb
+        plan = runner.Plan(plan_calls, len(bufs), name="batch")
+        times = runner.run(plan, bufs, timing=True, count=False) if timing else None
         if not timing:
-            return [(p.name, 0.0) for p, *_ in progs]
-        return [(p.name, (stamps[i + 1].timestamp - stamps[i].timestamp) * 1e-9) for i, (p, *_) in enumerate(progs)]
+            runner.run(plan, bufs, count=False)
+        return [(c[0].name, times[i] if times else 0.0) for i, c in enumerate(calls)]
 
     # -- copy commands (called by the engines) --------------------------------------------------------------
     def _copy(self, dest: Any, src: Any, nbytes: int) -> None:

@@ -17,6 +17,8 @@ from speck.hcq.registry import register_device
 class DiskDevice(DeviceBase):
     """A file as device memory. It runs no programs; copy its buffers to a compute device first."""
 
+    file_backed = True
+
     def __init__(self, name: str) -> None:
         self.path = name.partition(":")[2]
         super().__init__(name, DiskAllocator(name, self.path))

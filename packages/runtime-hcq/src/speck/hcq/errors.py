@@ -23,12 +23,12 @@ class SignalTimeoutError(HCQError, TimeoutError):
 class OutOfMemoryError(HCQError, MemoryError):
     """An allocation did not fit in the device's memory (after the LRU cache of freed allocations was emptied)."""
 
-    def __init__(self, device: str, requested: int, available: int, detail: str = "") -> None:
+    def __init__(self, device: str, requested: int, available: int, detail: str = "", limit_setting: str = "") -> None:
         super().__init__(
             f"out of memory on {device}: requested {requested} bytes, {available} bytes available"
             + (f" ({detail})" if detail else "")
             + "; free some buffers"
-            + (", or raise CPU_MEM_LIMIT" if device.startswith("CPU") else "")
+            + (f", or raise {limit_setting}" if limit_setting else "")
         )
         self.device, self.requested, self.available = device, requested, available
 

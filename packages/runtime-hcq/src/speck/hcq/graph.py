@@ -16,7 +16,6 @@ exec command, so queue order, signals and `synchronize` behave as for a single k
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from speck.hcq.buffer import Buffer
 from speck.hcq.errors import ElfLinkError, HCQError, ProgramArgumentError
 from speck.hcq.queue import EXEC
+from speck.hcq.settings import CPU_GRAPH_WORKERS
 
 if TYPE_CHECKING:
     from speck.hcq.cpu import CPUDevice, CPUProgram
@@ -313,11 +313,11 @@ class CPUGraph:
         self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
         self._built_for = -1  # device.threads the command table was resolved for
         self._fixed = False  # every command has its own worker count: the table does not depend on device.threads
-        self._submission = (EXEC, self, (), (1, 1, 1), None)  # the exec command submit() hands the engine
+        self._submission = [(EXEC, self, (), (1, 1, 1), None)]  # the one-exec submission submit() hands the engine
         self.nworkers = 1  # the most workers any command splits across
         # worker count for runs: None chooses by timing the first runs (see run); 1 runs every command on worker 0;
         # $CPU_GRAPH_WORKERS sets it for every new graph
-        self.workers: int | None = int(os.environ.get("CPU_GRAPH_WORKERS", "0") or 0) or None
+        self.workers: int | None = int(CPU_GRAPH_WORKERS.value) or None
         self._chosen: int | None = None
         self._last_workers = 1
         self._since_tuned = 0
@@ -506,7 +506,7 @@ class CPUGraph:
         """Submit the batch as one exec command to the device's compute engine (without waiting)."""
         if _interp is None:
             _interpreter()  # compile errors surface here, not inside the engine
-        self._engine.submit_exec(self._submission)
+        self._engine.submit(self._submission)
 
     def run(self) -> float:
         """Submit, wait for completion, and return the elapsed seconds. While no worker count is chosen, the
@@ -517,7 +517,7 @@ class CPUGraph:
         t0 = time.perf_counter()
         if _interp is None:
             _interpreter()  # (submit(), inlined: compile errors surface here, not inside the engine)
-        self._engine.submit_exec(self._submission)
+        self._engine.submit(self._submission)
         self.device.synchronize()
         dt = time.perf_counter() - t0
         if (
@@ -555,7 +555,7 @@ class CPUGraph:
         if _interp is None:
             _interpreter()
         e = self._engine
-        e.submit_exec(self._submission)
+        e.submit(self._submission)
         if e.timeline.mem[0] < e.submitted or e.error is not None:  # queued behind other work, or an error latched
             self.device.synchronize()
 

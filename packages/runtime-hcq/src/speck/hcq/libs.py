@@ -8,7 +8,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
+
+from speck.hcq.settings import LIBC_PATH, LIBGCC_S_PATH, LIBM_PATH
+
+# the settings naming a library to load instead of the one found, by library name
+LIBRARY_PATHS = {"m": LIBM_PATH, "gcc_s": LIBGCC_S_PATH, "c": LIBC_PATH}
 
 # sonames tried when ctypes.util.find_library finds nothing (it needs ldconfig or a compiler)
 _FALLBACK_SONAMES: dict[str, tuple[str, ...]] = {
@@ -40,8 +44,8 @@ class Library:
 def find_library(name: str) -> str | None:
     """The path or soname of library `name` ("m" for libm): `$LIB<NAME>_PATH` (LIBM_PATH) if set, else
     ctypes.util.find_library, else a known soname that loads. None when nothing is found."""
-    if env := os.environ.get(f"LIB{name.upper()}_PATH"):
-        return env
+    if (setting := LIBRARY_PATHS.get(name)) is not None and (path := str(setting.value)):
+        return path
     if found := ctypes.util.find_library(name):
         return found
     for so in _FALLBACK_SONAMES.get(name, (f"lib{name}.so",)):

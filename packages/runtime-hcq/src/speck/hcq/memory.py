@@ -65,16 +65,25 @@ def mprotect(addr: int, size: int, prot: int) -> None:
         raise OSError(err, f"mprotect({addr:#x}, {size}, {prot}) failed: {os.strerror(err)}")
 
 
+def _unmap(addr: int, size: int) -> None:
+    _libc.munmap(addr, size)
+    CodeMemory.live -= 1
+
+
 class CodeMemory:
     """A private anonymous mapping for one loaded object: starts read-write so the loader can copy sections and apply
     relocations, then `seal()` gives each page range its final protection (code R-X, constants R--, data RW-).
-    `low=True` places it in the first 2 GiB (MAP_32BIT) for objects with absolute 32-bit relocations."""
+    `low=True` places it in the first 2 GiB (MAP_32BIT) for objects with absolute 32-bit relocations. `live`
+    counts the mappings not unmapped yet."""
+
+    live = 0
 
     def __init__(self, size: int, low: bool = False) -> None:
         self.size = round_up(max(size, 1), PAGE)
         self.addr = _mmap_raw(self.size, low)
         self.sealed = False
-        self._finalizer = weakref.finalize(self, _libc.munmap, self.addr, self.size)
+        CodeMemory.live += 1
+        self._finalizer = weakref.finalize(self, _unmap, self.addr, self.size)
 
     def write(self, offset: int, data: bytes) -> None:
         """Copy `data` into the mapping at `offset` (only before sealing)."""

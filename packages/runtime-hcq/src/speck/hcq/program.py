@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speck.hcq import runner
 from speck.hcq.buffer import Buffer
 from speck.hcq.dtypes import DTypeInfo, dtype_info
-from speck.hcq.errors import ProgramArgumentError
-from speck.hcq.queue import EXEC
+from speck.hcq.errors import HCQError, ProgramArgumentError
 
 if TYPE_CHECKING:
     from speck.hcq.device import DeviceBase
@@ -194,40 +193,36 @@ class Program:
         wait: bool = False,
         threads: int | None = None,
     ) -> float | None:
-        self.check_args(bufs, vals)
-        gs = global_size if global_size is not None else (self.global_size or (1, 1, 1))
-        if global_size is None and self._symbolic_size:
-            gs = self.launch_dims(vals)
-        dev = self.device
-        if threads is None:
-            threads = dev.choose_threads(self, bufs)
-        args = self.raw_args(bufs, vals)
-        if not wait:
-            self._engine.submit([(EXEC, self, args, gs, threads)])
-            return None
-        t0 = time.perf_counter()
-        eng = self._engine
-        eng.submit([(EXEC, self, args, gs, threads)])
-        # this kernel's completion, not the device's copies in flight (they order through their own signals: a
-        # kernel of one step of an allreduce must not wait for the next step's copy into the same device)
-        if eng.timeline.mem[0] < eng.submitted:
-            eng.timeline.wait(eng.submitted)
-        if eng.error is not None:
-            dev.synchronize()  # raises the latched error
-        return time.perf_counter() - t0
-
-    def enqueue(self, bufs: Sequence[Buffer], global_size: tuple[int, ...], threads: int | None = None) -> None:
-        """`self(*bufs, global_size=global_size, threads=threads)` for a program without variables, with the buffers
-        in a list: the same checks, one exec command submitted without waiting (the per-op path of speck.tensor,
-        where a call's argument packing costs as much as the checks)."""
-        self.check_args(bufs, ())
-        if threads is None:
-            threads = self.device.choose_threads(self, bufs)
-        self._engine.submit_exec((EXEC, self, self.raw_args(bufs), global_size, threads))
+        """Run the program once on `bufs` through the runner (a one-call plan; not counted in GlobalCounters, which
+        count what tensors run). With `wait`, returns the seconds it took."""
+        names = self.var_names or [f"var{i}" for i in range(len(vals))]
+        call = runner.Exec(self, tuple(range(len(bufs))), tuple(zip(names, vals)), global_size, threads)
+        if len(vals) != len(names):  # the check names the mismatch (zip above would drop values)
+            self.check_args(bufs, vals)
+        times = runner.run(runner.Plan([call], len(bufs), name=self.name), bufs, wait=wait, timing=wait, count=False)
+        return times[0] if times else None
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Run the kernel now on the calling thread (devices' executors call this)."""
         raise NotImplementedError
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A program pickles as its device's name and the ProgramSpec it was loaded from (compiled object included);
+        unpickling loads it again there."""
+        if self.spec is None or getattr(self.spec, "lib", None) is None:
+            raise HCQError(f"can't pickle program {self.name!r}: it was not loaded from a ProgramSpec with its "
+                           "compiled object (load it with Device.load_program)")  # fmt: skip
+        return (_load_program, (self.device.name, self.spec))
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} on {self.device.name}>"
+
+
+def _load_program(device: str, spec: Any) -> Program:
+    from speck.hcq.registry import Device
+
+    try:
+        return Device[device].load_program(spec)
+    except Exception as e:
+        raise HCQError(f"can't unpickle program {spec.name!r}: device {device!r} can't load it here "
+                       f"({type(e).__name__}: {e})") from e  # fmt: skip

@@ -125,7 +125,8 @@ class Engine:
     # -- doorbell -----------------------------------------------------------------------------------------------
     def submit(self, cmds: list[Command], background: bool = False) -> None:
         """Accept one submission (the doorbell). Runs it on the calling thread when the engine is idle, unless
-        `background` asks for the engine's own thread."""
+        `background` asks for the engine's own thread. One exec command on an idle engine (the runner's launches:
+        a kernel, a device graph) is launched directly, without the general command loop."""
         lock = self._lock  # a plain lock on the hot path: Condition's context manager is Python code
         lock.acquire()
         self.submitted += 1
@@ -139,11 +140,24 @@ class Engine:
         if background:
             self._after_inline((cmds, 0, seq))
             return
-        try:
-            stopped_at = self._run(cmds, 0, seq, inline=True)
-        except BaseException:
-            self._after_inline(None)
-            raise
+        if len(cmds) == 1 and (c := cmds[0])[0] == EXEC and not self.profile and c[1].device is self.device:
+            try:
+                c[1].launch(c[2], c[3], c[4])
+            except BaseException:
+                self.timeline.set(seq)
+                self._after_inline(None)
+                raise
+            tl = self.timeline
+            tl.mem[0] = seq  # (Signal.set inlined: seq only grows; set() wakes the waiters there are)
+            if tl._waiters:
+                tl.set(seq)
+            stopped_at = -1
+        else:
+            try:
+                stopped_at = self._run(cmds, 0, seq, inline=True)
+            except BaseException:
+                self._after_inline(None)
+                raise
         if stopped_at < 0:
             lock.acquire()
             if not self._pending:
@@ -152,38 +166,6 @@ class Engine:
                 return
             lock.release()
         self._after_inline((cmds, stopped_at, seq) if stopped_at >= 0 else None)
-
-    def submit_exec(self, cmd: Command) -> None:
-        """submit([cmd]) for one EXEC command of a program on this engine's device: the per-kernel path of an idle
-        engine (speck.tensor's warm realize, a TinyJit replay's graph) runs it here without the general command
-        loop; a busy engine, PROFILE and errors take exactly submit's route."""
-        lock = self._lock
-        lock.acquire()
-        if self._busy or self.profile:
-            lock.release()
-            self.submit([cmd])
-            return
-        self.submitted += 1
-        seq = self.submitted
-        self._busy = True
-        lock.release()
-        try:
-            cmd[1].launch(cmd[2], cmd[3], cmd[4])
-        except BaseException:
-            self.timeline.set(seq)
-            self._after_inline(None)
-            raise
-        tl = self.timeline
-        tl.mem[0] = seq  # (Signal.set inlined: seq only grows; set() wakes the waiters there are)
-        if tl._waiters:
-            tl.set(seq)
-        lock.acquire()
-        if not self._pending:
-            self._busy = False
-            lock.release()
-            return
-        lock.release()
-        self._after_inline(None)
 
     def _after_inline(self, deferred: tuple[list[Command], int, int] | None) -> None:
         with self._cond:

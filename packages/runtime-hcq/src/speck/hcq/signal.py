@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
 import threading
 import time
 
 from speck.hcq.errors import HCQError, SignalTimeoutError
+from speck.hcq.settings import HCQ_TIMEOUT
 
 _ids = itertools.count()
 
 
 def default_timeout() -> float:
     """Seconds a synchronize/wait blocks before raising SignalTimeoutError: `$HCQ_TIMEOUT`, default 600."""
-    return float(os.environ.get("HCQ_TIMEOUT", "600"))
+    return float(HCQ_TIMEOUT.value)
 
 
 class Signal:

@@ -9,6 +9,7 @@ from speck.tensor._siblings import check_sibling_versions
 check_sibling_versions()
 
 from speck.tensor import helpers  # noqa: E402  (defines every setting, so Context knows them all)
+from speck.tensor import profile as _profile  # noqa: E402, F401  (writes the trace at exit under PROFILE=<path>)
 from speck.tensor._version import __version__  # noqa: E402
 from speck.tensor.compat import install_alias_finder  # noqa: E402
 from speck.tensor.counters import GlobalCounters  # noqa: E402

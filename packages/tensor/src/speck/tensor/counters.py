@@ -1,46 +1,5 @@
-"""GlobalCounters: what has run since the last reset (kernels, device copies, estimated ops and bytes, kernel time)
-and the memory live buffers hold, in total and per device."""
+"""GlobalCounters (tinygrad's `helpers.GlobalCounters`): speck.hcq's counters, which its runner keeps."""
 
-from __future__ import annotations
+from speck.hcq.counters import GlobalCounters
 
-from typing import Any
-
-
-class _MemUsed:
-    """Class-level properties reading speck.hcq's accounting at access time."""
-
-    def __init__(self, per_device: bool) -> None:
-        self.per_device = per_device
-
-    def __get__(self, obj: Any, owner: Any) -> Any:
-        from speck.hcq import Device
-        from speck.hcq.allocator import MEMORY
-
-        if not self.per_device:
-            return MEMORY.used
-        return {name: Device[name].mem_used for name in Device.opened if not name.startswith("DISK")}
-
-
-class GlobalCounters:
-    """Totals since the last `reset()`: `kernel_count` (programs run, device copies included), `copy_count`
-    (device-to-device copies), `global_ops` (estimated operations), `global_mem` (estimated bytes moved),
-    `time_sum_s` (kernel seconds, measured under DEBUG>=2 or PROFILE). `mem_used` is the bytes live buffers hold
-    now (every device but DISK), `mem_used_per_device` the same by device name; reset() leaves those alone."""
-
-    kernel_count: int = 0
-    copy_count: int = 0
-    global_ops: int = 0
-    global_mem: int = 0
-    time_sum_s: float = 0.0
-    mem_used: Any = _MemUsed(per_device=False)
-    mem_used_per_device: Any = _MemUsed(per_device=True)
-
-    @staticmethod
-    def reset() -> None:
-        GlobalCounters.kernel_count = GlobalCounters.copy_count = 0
-        GlobalCounters.global_ops = GlobalCounters.global_mem = 0
-        GlobalCounters.time_sum_s = 0.0
-
-    @classmethod
-    def mem_used_bytes(cls) -> int:
-        return int(cls.mem_used)
+__all__ = ["GlobalCounters"]

@@ -30,6 +30,12 @@ def canonical(device: str | None) -> str:
     return str(Device.canonicalize(device))
 
 
+def file_backed(device: object) -> bool:
+    """Whether `device` (a device name) keeps its buffers in a file (DISK: data to copy to a compute device, not
+    memory kernels run on), as the device declares. A tuple of devices (a sharded tensor) is not."""
+    return isinstance(device, str) and Device[device].file_backed
+
+
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     """Whether tensors of `dtype` can be computed on `device` (default: the default device)."""
     dev = Device[canonical(device)]

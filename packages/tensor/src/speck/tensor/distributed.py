@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.errors import DistributedError as DistributedError
+from speck.tensor.settings import MPI_BUCKET_BYTES, MPI_TIMEOUT
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
-BUCKET_BYTES = int(os.environ.get("SPECK_MPI_BUCKET_BYTES", str(4 << 20)))
+BUCKET_BYTES = int(MPI_BUCKET_BYTES.value)
 
 
 @dataclass
@@ -82,7 +83,7 @@ def init(timeout: float | None = None) -> None:
     MPI = _mpi()
     comm = MPI.COMM_WORLD
     comm.Set_errhandler(MPI.ERRORS_RETURN)  # an error comes back as an exception instead of aborting the job
-    limit = float(os.environ.get("SPECK_MPI_TIMEOUT", "120")) if timeout is None else timeout
+    limit = float(MPI_TIMEOUT.value) if timeout is None else timeout
     w = _World(MPI, comm, comm.Get_rank(), comm.Get_size(), [], limit)
     me = np.array([os.getpid()], dtype=np.int64)
     pids = np.zeros(w.size, dtype=np.int64)
@@ -155,10 +156,8 @@ def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> lis
         return ts
     Tensor.realize_all(*ts)
     places = [pl for pl in (_place(t, kind) for t in ts) if pl[2] > 0]
-    run = _runner(w, kind, op, root, places)
-    run([b for b, _, _ in places])
-    if (rec := realize.recording()) is not None:  # TinyJit: replay the collective on the same buffers
-        rec.append(("host", (run, [b for b, _, _ in places])))
+    # a runner Host call (recorded for TinyJit: replays run the collective on the same buffers)
+    realize.host_call(_runner(w, kind, op, root, places), [b for b, _, _ in places], kind)
     realized_cache.clear()  # values computed from the old contents are stale
     return ts
 
@@ -189,14 +188,14 @@ def _place(t: Tensor, kind: str) -> tuple[UOp, int, int]:
 
 
 def _runner(w: _World, kind: str, op: str, root: int, places: list[tuple[UOp, int, int]]) -> Callable[..., None]:
-    """The collective on the given buffers as a function of the BUFFERs (TinyJit maps inputs to new ones)."""
-    from speck.tensor.realize import buffer_numpy
+    """The collective as a runner Host function of the places' hcq Buffers (TinyJit maps inputs to new ones)."""
+    from speck.tensor.realize import host_array
 
-    offs = [(off, n) for _, off, n in places]
+    offs = [(off, n, b.dtype) for b, off, n in places]
     MPI = w.MPI
 
-    def run(bufs: list[UOp]) -> None:
-        views = [buffer_numpy(b)[off : off + n] for b, (off, n) in zip(bufs, offs)]
+    def run(bufs: list[Any], var_vals: Any = None) -> None:
+        views = [host_array(b, dt)[off : off + n] for b, (off, n, dt) in zip(bufs, offs)]
         buckets = _buckets(views)
         packed = [np.concatenate(b) if len(b) > 1 else b[0] for b in buckets]
 

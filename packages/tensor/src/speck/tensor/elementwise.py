@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.errors import TensorIndexError
 from speck.tensor.multi import MultiUOp, multi_alu
+from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
 
 if TYPE_CHECKING:
@@ -99,6 +100,10 @@ class ElementwiseMixin:
         from speck.tensor.hook import Tensor
 
         x: Tensor = self
+        if DISALLOW_BROADCAST.value and isinstance(y, Tensor) and x.shape != y.shape:
+            raise RuntimeError(f"implicit broadcasting of shapes {x.shape} and {y.shape} is off "
+                               "(DISALLOW_BROADCAST=1); "
+                               "expand the operands to one shape first")  # fmt: skip
         if not isinstance(y, Tensor):
             if not isinstance(y, (int, float, bool)):
                 if hasattr(y, "__len__") or hasattr(y, "dtype"):

@@ -5,6 +5,7 @@ where they belong (speck.uop, speck.codegen, speck.hcq, speck.tensor.settings); 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import platform
 import sys
@@ -14,10 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from speck.codegen.lower.decompositions import TRANSCENDENTAL
-from speck.codegen.opt import BEAM, NOOPT
-from speck.hcq.cpu import NUM_CPU_THREADS
-from speck.hcq.device import PROFILE
+from speck.codegen.settings import BEAM, NOOPT, TRANSCENDENTAL
+from speck.hcq.settings import LRU, NUM_CPU_THREADS, PROFILE
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
 from speck.tensor.pyutils import (
@@ -80,7 +79,6 @@ from speck.tensor.settings import (
     IMAGE,
     JIT,
     JIT_BATCH_SIZE,
-    LRU,
     MAX_BUFFER_SIZE,
     MAX_KERNEL_BUFFERS,
     NO_COLOR,
@@ -102,6 +100,7 @@ from speck.tensor.settings import (
     VIZ,
     WINO,
 )
+from speck.tensor.settings import CI as _CI
 from speck.uop.dtype import DEFAULT_FLOAT, DEFAULT_INT
 from speck.uop.helpers import (
     CACHELEVEL,
@@ -126,7 +125,7 @@ OSX = sys.platform == "darwin"
 WIN = sys.platform == "win32"
 WINDOWS = WIN
 LINUX = sys.platform.startswith("linux")
-CI = os.environ.get("CI", "") != ""
+CI = str(_CI.value) != ""
 ARCH_X86 = platform.machine() in ("x86_64", "AMD64")
 CPU_COUNT = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
@@ -139,7 +138,7 @@ def unwrap(x: Any) -> Any:
 
 def temp(name: str, append_user: bool = False) -> str:
     """A path in the system's temporary directory."""
-    return os.path.join(tempfile.gettempdir(), f"{name}.{os.getenv('USER', 'user')}" if append_user else name)
+    return os.path.join(tempfile.gettempdir(), f"{name}.{getpass.getuser()}" if append_user else name)
 
 
 def colored(st: str, color: str | None, background: bool = False) -> str:

@@ -24,26 +24,25 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from weakref import ref as _ref
 
-from speck.tensor import multi, profile, realize
-from speck.tensor.counters import GlobalCounters
+from speck.hcq import runner as _runner
+from speck.hcq.runner import Copy, Plan, reads_writes
+from speck.tensor import multi, realize
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
-from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, buffer_map_data
-from speck.tensor.settings import JIT
+from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data
+from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
 from speck.tensor.writes import _DEFERRED
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
-from speck.uop import DEBUG, Ops, UOp, getenv
+from speck.uop import Ops, UOp
 from speck.uop.helpers import prod
 
-# 0: replay every captured call on its own (the per-kernel path), e.g. to compare; read at each replay
-BATCH = getenv("JIT_BATCH", 1)
 # 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
-UNSAFE_ALLOW_JIT_BUFFER = getenv("UNSAFE_ALLOW_JIT_BUFFER", 0)
 
 R = TypeVar("R")
 
@@ -51,7 +50,7 @@ R = TypeVar("R")
 def check_read_allowed(what: str) -> None:
     """Data reads (numpy/tolist/item/data) can't be part of a capture: a replay would not redo them. Called by
     Tensor reads; raises JitError while a TinyJit captures (unless CAPTURING=0 or UNSAFE_ALLOW_JIT_BUFFER=1)."""
-    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER:
+    if realize.recording() is not None and not UNSAFE_ALLOW_JIT_BUFFER.value:
         raise JitError(
             f"{what} during TinyJit capture: a replay would not read the data again (the function is not called on "
             "replays). Return the tensor from the jitted function and read it outside, or run the read under "
@@ -231,39 +230,22 @@ def _returned_tensors(ret: Any, strict: bool = True) -> list[Tensor]:
 
 
 # ---------------- the capture ----------------
-def _kernel_writes(ast: UOp) -> frozenset[int]:
-    """The PARAM slots a kernel stores to."""
-    got = _WRITES.get(ast)
-    if got is None:
-        slots = set()
-        for u in ast.toposort():
-            if u.op is Ops.STORE:
-                slots |= {int(p.arg) for p in u.src[0].toposort() if p.op is Ops.PARAM}
-        got = _WRITES[ast] = frozenset(slots)
-    return got
+Entry = tuple[Any, tuple[UOp, ...]]  # a runner call over the BUFFERs beside it (speck.tensor.realize.Entry)
 
 
-_WRITES: weakref.WeakKeyDictionary[UOp, frozenset[int]] = weakref.WeakKeyDictionary()
-
-
-def _reads_writes(kind: str, item: Any) -> tuple[set[UOp], set[UOp]]:
+def _reads_writes(entry: Entry) -> tuple[set[UOp], set[UOp]]:
     """The BUFFERs a captured call reads and the ones it writes."""
-    if kind == "kernel":
-        _, it = item
-        w = _kernel_writes(it.ast)
-        return {b for i, b in enumerate(it.bufs) if i not in w}, {b for i, b in enumerate(it.bufs) if i in w}
-    if kind == "host":  # host work on buffers (an MPI collective): reads and writes them all
-        return set(item[1]), set(item[1])
-    dst, src = item if kind == "assign" else item.bufs
-    return {src}, {dst}
+    call, bufs = entry
+    r, w = reads_writes(call)
+    return {bufs[i] for i in r}, {bufs[i] for i in w}
 
 
-def prune_calls(calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> list[tuple[str, Any]]:
+def prune_calls(calls: list[Entry], input_bufs: list[UOp]) -> list[Entry]:
     """The calls a replay must run: those whose results can differ between replays. A buffer's contents vary when
     it is an input, is written by a varying call, or carries state (a call writes it after it was read: an update
     of a parameter or counter); a call varies when it reads a varying buffer or writes a buffer a varying call
     writes. The others computed the same values at the capture, and their buffers keep them."""
-    rw = [_reads_writes(k, it) for k, it in calls]
+    rw = [_reads_writes(e) for e in calls]
     first_read: dict[UOp, int] = {}
     for i, (r, _) in enumerate(rw):
         for b in r:
@@ -287,11 +269,12 @@ def prune_calls(calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> list[tup
 @dataclass
 class CapturedJit:
     """A capture: the recorded calls and what replays need to check and rebind. Plain data (no functions), so it
-    can be serialized; `plan` (the batched graphs) is derived and rebuilt on the first replay."""
+    can be serialized; `plan` (the runner Plan of the calls, whose batches are the device graphs) is derived and
+    rebuilt on the first replay."""
 
     ret: Any  # the capture call's return value; every replay returns these same objects, refilled
-    jit_cache: list[tuple[str, Any]]  # the calls a replay runs, in order: ("kernel", (program, ScheduleItem)),
-    # ("copy", ScheduleItem) or ("assign", (dst BUFFER, src BUFFER))
+    jit_cache: list[Entry]  # the calls a replay runs, in order: runner calls (kernels, copies - Tensor.assign's
+    # buffer swaps among them - and host work) over the BUFFERs beside them
     input_bufs: list[UOp]  # the capture's input BUFFERs, in input order
     expected_names: list[str]
     expected_sigs: list[InputSig]
@@ -299,47 +282,87 @@ class CapturedJit:
     var_vals: dict[str, int]  # the Variables' values the capture ran with (the recorded calls hold them)
     written: frozenset[UOp]  # BUFFERs the calls write: an input that is one of them is copied before a replay
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
-    plan: ReplayPlan | None = field(default=None, repr=False, compare=False)
+    plan: Plan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
     # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
     # last whether those values are the capture's and the returned shapes show them (replay's work is then
-    # plan.run(mapping, {}) alone)
+    # run(mapping) alone)
     fast: tuple[tuple[UOp, ...], dict[UOp, UOp], dict[str, int], bool] | None = field(
         default=None, repr=False, compare=False
     )
+    # the plan's BUFFERs by slot, the slots of the inputs (with their captured BUFFER), and per slot the key
+    # buffer_map's dict holds it under (see _stored_key; the plain weak reference until every entry exists)
+    _uops: list[UOp] = field(default_factory=list, repr=False, compare=False)
+    _inputs: list[tuple[int, UOp]] = field(default_factory=list, repr=False, compare=False)
+    _keys: list[Any] = field(default_factory=list, repr=False, compare=False)
+    _keyed: bool = field(default=False, repr=False, compare=False)
+    # the last mapping a replay ran with and every slot's key under it (the inputs' mapped BUFFERs' included)
+    _mapped: dict[UOp, UOp] | None = field(default=None, repr=False, compare=False)
+    _mapped_keys: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "plan": None, "fast": None}
+        return {**self.__dict__, "plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False,
+                "_mapped": None, "_mapped_keys": []}  # fmt: skip
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
-        # inside another TinyJit's capture: record the calls too
-        if realize.CAPTURE is not None and (rec := realize.recording()) is not None:
-            for kind, item in self.jit_cache:
-                kind, item = _rebound(kind, item, mapping, var_vals)
-                rec.append((kind, item))
-                realize.replay(kind, item, {})
+        vv = var_vals if var_vals != self.var_vals else {}
+        if realize.CAPTURE is not None and realize.recording() is not None:  # inside another TinyJit's capture
+            realize.run_entries([(c, tuple(mapping.get(b, b) for b in bufs)) for c, bufs in self.jit_cache], vv)
         else:
-            if self.plan is None:
-                self.plan = ReplayPlan(self.jit_cache, self.input_bufs)
-            self.plan.run(mapping, var_vals if var_vals != self.var_vals else {})
+            self.run(mapping, vv)
         if var_vals != (self.ret_var_vals or self.var_vals):
             _rebind_outputs(_returned_tensors(self.ret), var_vals)
             self.ret_var_vals = dict(var_vals)
 
+    def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int] | None = None) -> None:
+        """The plan on the capture's buffers with the inputs in `mapping` swapped in: the warm path's run, with the
+        buffers of the capture instead of new ones."""
+        plan = self.plan
+        if plan is None:
+            plan = self._build()
+        plan.batch_from = 0 if JIT.value < 2 else 1 << 62  # (read at each replay: JIT=2 replays call by call)
+        data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with keys made once
+        if mapping is self._mapped:  # the same mapping again (TinyJit's unchecked replays): the keys are ready
+            bufs: list[Any] = list(map(data.get, self._mapped_keys))
+            if None not in bufs:
+                _runner.run(plan, bufs, var_vals)
+                return
+        bufs = list(map(data.get, self._keys))
+        for i, u in self._inputs:
+            bufs[i] = data.get(_ref(mapping.get(u, u)))
+        if None in bufs:  # not created yet (the first replay): make them
+            for i, b in enumerate(bufs):
+                if b is None:
+                    u = self._uops[i]
+                    bufs[i] = realize.get_buffer(mapping.get(u, u))
+        if not self._keyed:  # every BUFFER has its entry now: look them up by the keys stored there
+            self._keys = [k if (k := _stored_key(u)) is not None else _ref(u) for u in self._uops]
+            self._keyed = True
+        keys = list(self._keys)
+        for i, u in self._inputs:
+            keys[i] = _stored_key(mapping.get(u, u))
+        self._mapped, self._mapped_keys = (mapping, keys) if None not in keys else (None, [])
+        _runner.run(plan, bufs, var_vals)
 
-def _rebound(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> tuple[str, Any]:
-    """A captured call with its buffers mapped and its Variables at var_vals (as a call of its own)."""
-    if kind == "assign":
-        return kind, tuple(mapping.get(b, b) for b in item)
-    it = item if kind == "copy" else item[1]
-    new = ScheduleItem(
-        it.ast,
-        tuple(mapping.get(b, b) for b in it.bufs),
-        {k: var_vals.get(k, v) for k, v in it.var_vals.items()},
-        it.copy_offset,
-    )
-    return kind, (new if kind == "copy" else (item[0], new))
+    def _build(self) -> Plan:
+        calls, uops = realize.link(self.jit_cache)
+        self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
+        self._uops = uops
+        slot = {u: i for i, u in enumerate(uops)}
+        self._inputs = [(slot[u], u) for u in self.input_bufs if u in slot]
+        self._keys = [_ref(u) for u in uops]
+        return self.plan
+
+
+def _stored_key(u: UOp) -> Any:
+    """The weak reference buffer_map's dict holds as u's key (among u's weak references, the one carrying
+    buffer_map's removal callback), or None (no entry, or not CPython's WeakKeyDictionary). A lookup by the stored
+    object itself skips comparing two weak references, which compares their UOps through a Python-level __eq__
+    (UOp defines rich comparisons); a key that is no longer the stored one still finds the entry, by that compare."""
+    remove = getattr(buffer_map, "_remove", None)
+    got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove] if remove is not None else []
+    return got[0] if len(got) == 1 else None
 
 
 def _rebind_outputs(outs: list[Tensor], var_vals: dict[str, int]) -> None:
@@ -397,8 +420,8 @@ class TinyJit(Generic[R]):
         return exec_items(self.captured.jit_cache) if self.captured is not None else []
 
     @property
-    def plan(self) -> ReplayPlan | None:
-        """The replay's grouping into batches (built at the first replay)."""
+    def plan(self) -> Plan | None:
+        """The runner Plan replays run (built at the first replay; its `batches` are the device graphs)."""
         return self.captured.plan if self.captured is not None else None
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -431,8 +454,8 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if fast[3] and (plan := cap.plan) is not None and realize.CAPTURE is None:
-                        plan.run(fast[1], {})
+                    if fast[3] and cap.plan is not None and realize.CAPTURE is None:
+                        cap.run(fast[1])
                     else:
                         cap.replay(fast[1], fast[2])
                     return cap.ret  # type: ignore[no-any-return]
@@ -456,7 +479,7 @@ class TinyJit(Generic[R]):
                 "function unjitted, or capture it before the outer one"
             )
         assert self.fxn is not None
-        calls: list[tuple[str, Any]] = []
+        calls: list[Entry] = []
         realize.CAPTURE = calls
         try:
             ret = self.fxn(*args, **kwargs)
@@ -473,16 +496,19 @@ class TinyJit(Generic[R]):
                 "didn't JIT anything! The function ran no kernel and no copy while it was captured (its "
                 "outputs were computed before, or it returns its inputs); there is nothing to replay"
             )
-        # Tensor.assign made the target buffer share the new value's storage; replays must not write into the
-        # target while kernels still read its old value, so the new value gets storage of its own again and the
-        # replay copies it over at the point the assign happened
-        for kind, item in calls:
-            if kind == "assign" and item[0] is not item[1]:
-                buffer_map.pop(item[1], None)
+        # Tensor.assign made the target buffer share the new value's storage (a copy recorded between two BUFFERs
+        # with one Buffer); replays must not write into the target while kernels still read its old value, so the
+        # new value gets storage of its own again and the replay copies it over at the point the assign happened
+        data = buffer_map_data
+        for call, bufs in calls:
+            if type(call) is Copy and bufs[0] is not bufs[1]:
+                dst, src = data.get(_ref(bufs[0])), data.get(_ref(bufs[1]))
+                if dst is not None and dst is src:
+                    buffer_map.pop(bufs[1], None)
         input_bufs = [_buf(t) for _, t in inputs.named]
         if self.prune:
             calls = prune_calls(calls, input_bufs)
-        written = frozenset(b for k, it in calls for b in _reads_writes(k, it)[1]) - set(input_bufs)
+        written = frozenset(b for e in calls for b in _reads_writes(e)[1]) - set(input_bufs)
         self.captured = CapturedJit(
             ret, calls, input_bufs, [n for n, _ in inputs.named], sigs, inputs.layout, dict(inputs.var_vals), written
         )
@@ -531,323 +557,3 @@ class TinyJit(Generic[R]):
 def _show_layout(x: CapturedJit | _Inputs) -> str:
     npos, kw, kinds = x.expected_layout if isinstance(x, CapturedJit) else x.layout
     return f"{npos} positional {list(kinds[:npos])}, keywords {list(kw)}"
-
-
-# ---------------- batched replay ----------------
-class _Batch:
-    """Consecutive captured kernels and copies on one device, replayed as one graph of the device's graph class
-    (`device.graph`; speck.hcq's CPUGraph on CPU devices: one native call per worker instead of a Python launch per
-    kernel). The graph's argument table holds buffer addresses;
-    each run looks the buffers up again (inputs are swapped, Tensor.assign outside the step may give a BUFFER
-    other storage) and rewrites only the table entries whose address changed."""
-
-    def __init__(self, device: Any, calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> None:
-        self.device, self.calls, self.input_bufs = device, calls, set(input_bufs)
-        self.graph: Any = None
-        self.replay: Any = None
-        self.failed = False  # building the graph raised: replay these calls one by one
-        self.refs: list[Any] = []
-        self.inputs: list[tuple[int, UOp]] = []  # (position in uops, captured BUFFER) of the jit's inputs
-        self.uops: list[UOp] = []  # every BUFFER the batch's commands read or write, once
-        self.where: list[list[tuple[int, int]]] = []  # per uop: (argument table index, byte offset) it fills
-        self.last: list[int] = []
-        self.last_bufs: list[Any] = []  # the Buffers the table's addresses were taken from (a Buffer never moves)
-        # refs: per BUFFER, buffer_map's own key once the first run made every entry (see _stored_key), else its
-        # plain weak reference; the inputs' entries are looked up through the mapping of each run
-        self.keyed = False
-        # in a steady state (the same mapping, buffers unchanged) refs with the mapped inputs' stored keys; None:
-        # not known
-        self.keys: list[Any] | None = None
-        self.keys_mapping: dict[UOp, UOp] | None = None  # the mapping `keys` hold the inputs of
-        self.prev_mapping: dict[UOp, UOp] | None = None  # the previous run's
-        self.keys_tried: list[Any] | None = None  # the last_bufs keys were looked for (not again when none found)
-        self.count, self.ops, self.mem = 0, 0, 0
-
-    def build(self) -> None:
-        """Make the graph from the captured calls and the buffers as they are now."""
-        g = self.device.graph(self.device, name=f"jit[{len(self.calls)}]")
-        index: dict[UOp, int] = {}
-        fills: list[tuple[int, UOp, int]] = []  # (table index, uop, byte offset)
-        for kind, item in self.calls:
-            if kind == "kernel":
-                prog, it = item
-                bufs = [it.bufs[s] for s in prog.slots]
-                hb = [realize.get_buffer(b) for b in bufs]
-                gs, vals = _launch(prog, it)
-                cmd = g.add_exec(prog.prog, hb, gs, vals)
-                fills += [(g.arg_index(cmd, j), b, 0) for j, b in enumerate(bufs)]
-                ops, mem = realize._cached_estimate(prog, it)
-                self.count, self.ops, self.mem = self.count + 1, self.ops + ops, self.mem + mem
-            else:
-                dst, src, off, nbytes = _copy_args(kind, item)
-                cmd = g.add_copy(realize.get_buffer(dst).ptr, realize.get_buffer(src).ptr + off, nbytes)
-                fills += [(g.arg_index(cmd, 0), dst, 0), (g.arg_index(cmd, 1), src, off)]
-        for k, u, off in fills:
-            if u not in index:
-                index[u] = len(self.uops)
-                self.uops.append(u)
-                self.where.append([])
-            self.where[index[u]].append((k, off))
-        if hasattr(g, "prepare"):
-            g.prepare()  # (an interpreter that can't be built fails here: run() then replays call by call)
-        self.last = [0] * len(self.uops)  # the first run writes every address
-        self.graph = g
-        self.replay = getattr(g, "replay", None)  # an untimed run, where the graph class has one
-
-    def run(self, mapping: dict[UOp, UOp]) -> None:
-        if self.graph is None:
-            try:
-                self.build()
-            except Exception as e:  # e.g. no llvmlite for the interpreter: these calls replay one by one instead
-                self.failed = True
-                if DEBUG >= 1:
-                    print(f"speck.tensor: TinyJit replays {len(self.calls)} calls one by one, batching failed: {e!r}")
-                for kind, item in self.calls:
-                    realize.replay(kind, item, mapping)  # raises again if a call itself is at fault
-                return
-            self.refs = [weakref.ref(u) for u in self.uops]
-            self.inputs = [(i, u) for i, u in enumerate(self.uops) if u in self.input_bufs]
-        data = buffer_map_data  # the WeakKeyDictionary's own dict: one C lookup per buffer with refs made once
-        if mapping is self.keys_mapping and self.keys is not None:  # the replay hot path
-            if list(map(data.get, self.keys)) == self.last_bufs:
-                if self.replay is None or profile.enabled():
-                    return self._launch()
-                self.replay()  # (_launch's untimed branch, inlined)
-                gc = GlobalCounters
-                gc.kernel_count += self.count
-                gc.global_ops += self.ops
-                gc.global_mem += self.mem
-                return None
-        self.keys = self.keys_mapping = None
-        if not self.keyed and self.last_bufs:  # every BUFFER has its entry now: look the others up by stored keys
-            inputs = {i for i, _ in self.inputs}
-            self.refs = [r if i in inputs or (k := _stored_key(u)) is None else k
-                         for i, (u, r) in enumerate(zip(self.uops, self.refs))]  # fmt: skip
-            self.keyed = True
-        bufs = list(map(data.get, self.refs))
-        for i, u in self.inputs:
-            bufs[i] = data.get(weakref.ref(mapping.get(u, u)))
-        if bufs == self.last_bufs:  # the same Buffer objects (compared by identity): their memory has not moved
-            # the same mapping (TinyJit's unchecked replays) on the same buffers again: the next runs probably are
-            # too, find the stored keys (once, not again after it failed for these buffers)
-            if mapping is self.prev_mapping and self.keys_tried is not self.last_bufs:
-                keys = list(self.refs)
-                for i, u in self.inputs:
-                    keys[i] = _stored_key(mapping.get(u, u))
-                if None not in keys:
-                    self.keys, self.keys_mapping = keys, mapping
-                self.keys_tried = self.last_bufs
-            self.prev_mapping = mapping
-            return self._launch()
-        self.prev_mapping = mapping
-        ptrs = []
-        for i, b in enumerate(bufs):
-            if b is None:  # not created yet: make it
-                u = self.uops[i]
-                b = bufs[i] = realize.get_buffer(mapping.get(u, u))
-            ptrs.append(b.ptr)  # .ptr allocates a buffer that has no memory yet
-        if ptrs != self.last:
-            table = self.graph.args
-            for p, q, where in zip(ptrs, self.last, self.where):
-                if p != q:
-                    for k, off in where:
-                        table[k] = p + off
-            self.last = ptrs
-        self.last_bufs = bufs
-        self._launch()
-
-    def _launch(self) -> None:
-        gc = GlobalCounters
-        if profile.enabled() or self.replay is None:
-            p0 = profile.now_ns()
-            gc.time_sum_s += self.graph.run()
-            profile.record("graph", self.graph.name, self.device.name, p0, profile.now_ns(), self.ops, self.mem,
-                           kernels=self.count)  # fmt: skip
-        else:
-            self.replay()  # (kernel time is measured where it is shown: PROFILE, DEBUG>=2 replays call by call)
-        gc.kernel_count += self.count
-        gc.global_ops += self.ops
-        gc.global_mem += self.mem
-
-
-def _stored_key(u: UOp) -> Any:
-    """The weak reference buffer_map's dict holds as u's key (among u's weak references, the one carrying
-    buffer_map's removal callback), or None (no entry, or not CPython's WeakKeyDictionary). A lookup by the stored
-    object itself skips comparing two weak references, which compares their UOps through a Python-level __eq__
-    (UOp defines rich comparisons); a key that is no longer the stored one still finds the entry, by that compare."""
-    remove = getattr(buffer_map, "_remove", None)
-    got = [r for r in weakref.getweakrefs(u) if r.__callback__ is remove] if remove is not None else []
-    return got[0] if len(got) == 1 else None
-
-
-def _launch(prog: Any, it: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(global size, variable values) of a captured kernel call (fixed for its captured var_vals)."""
-    if prog.static_gs is not None:
-        return prog.static_gs, ()
-    from speck.uop.symbolic import sym_infer
-
-    spec = prog.spec
-    gs = tuple(int(sym_infer(g, it.var_vals)) if isinstance(g, UOp) else int(g) for g in spec.global_size)
-    vals = tuple(it.var_vals[v.arg[0]] if isinstance(v, UOp) else it.var_vals[v[0]] for v in spec.vars)
-    return gs, vals
-
-
-def _copy_args(kind: str, item: Any) -> tuple[UOp, UOp, int, int]:
-    """(dst, src, byte offset into src, bytes) of a captured assign or copy."""
-    if kind == "assign":
-        dst, src = item
-        return dst, src, 0, int(dst.arg) * dst.dtype.itemsize
-    dst, src = item.bufs
-    return dst, src, item.copy_offset * src.dtype.itemsize, int(dst.arg) * dst.dtype.itemsize
-
-
-def _batch_device(kind: str, item: Any) -> Any:
-    """The device a captured call can join a graph on (one whose `graph` class takes it), or None when it must
-    replay on its own."""
-    from speck.hcq import Device
-
-    if kind == "kernel":
-        prog, it = item
-        if not isinstance(prog, realize._CompiledProgram) or prog.device.graph is None:
-            return None
-        if it.var_vals:  # a graph fixes launch sizes and variable values; these change with the bound Variables
-            return None
-        return prog.device if prog.device.graph.supports(prog.prog, len(prog.slots) + len(prog.spec.vars)) else None
-    if kind not in ("assign", "copy"):
-        return None
-    dst, src, off, nbytes = _copy_args(kind, item)
-    if dst.dtype.itemsize != src.dtype.itemsize or off < 0 or off + nbytes > int(src.arg) * src.dtype.itemsize:
-        return None  # the per-call path raises the error this deserves
-    if kind == "assign" and int(dst.arg) != int(src.arg):
-        return None
-    ddev, sdev = buffer_device(dst), buffer_device(src)
-    if ddev != sdev:
-        return None
-    dev = Device[ddev]
-    return dev if dev.graph is not None and dev.host_visible else None
-
-
-def _access(kind: str, item: Any) -> tuple[str, set[UOp], set[UOp]]:
-    """(device, BUFFERs read, BUFFERs written) of a captured call; a region of a buffer counts as the buffer, and
-    host calls all write one pseudo-buffer (they keep their order)."""
-    from speck.tensor.schedule import buffer_views
-
-    def root(b: UOp) -> UOp:
-        while b in buffer_views:
-            b = buffer_views[b][0]
-        return b
-
-    reads, writes = _reads_writes(kind, item)
-    reads, writes = {root(b) for b in reads}, {root(b) for b in writes}
-    if kind == "host":
-        return "", reads | {_HOST}, writes | {_HOST}
-    dst = item[1].bufs[0] if kind == "kernel" else item[0] if kind == "assign" else item.bufs[0]
-    return buffer_device(dst), reads, writes
-
-
-_HOST = UOp(Ops.NOOP, arg="host work")  # a pseudo-buffer every host call writes: they keep their order
-
-
-def device_runs(calls: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The calls reordered so that each device's work is contiguous where dependencies allow (a sharded step
-    interleaves its devices call by call, which would split it into one-kernel graphs). A call's phase is the
-    number of device changes along its longest chain of dependencies (read after write, write after read or
-    write, on the same buffer); calls are ordered by (phase, device, capture order), which keeps every dependency
-    in order. One device's calls keep their order unchanged."""
-    phase: list[int] = []
-    devs: list[str] = []
-    last_write: dict[UOp, int] = {}
-    readers: dict[UOp, list[int]] = {}
-    for i, (kind, item) in enumerate(calls):
-        dev, reads, writes = _access(kind, item)
-        deps = [last_write[b] for b in reads | writes if b in last_write]
-        deps += [r for b in writes for r in readers.get(b, ())]
-        phase.append(max((phase[d] + (devs[d] != dev) for d in deps), default=0))
-        devs.append(dev)
-        for b in reads:
-            readers.setdefault(b, []).append(i)
-        for b in writes:
-            last_write[b], readers[b] = i, []
-    if len(set(devs)) <= 1:
-        return calls
-    return [calls[i] for i in sorted(range(len(calls)), key=lambda i: (phase[i], devs[i], i))]
-
-
-class ReplayPlan:
-    """A capture's calls grouped for replay: runs of consecutive calls on one device with a graph become _Batches (a run
-    must hold a kernel to be worth a graph); everything else replays one call at a time through realize.replay.
-    Under DEBUG>=2 or PROFILE=1 every call replays on its own, so per-kernel timing stays available."""
-
-    def __init__(self, calls: list[tuple[str, Any]], input_bufs: list[UOp]) -> None:
-        self.calls, self.input_bufs = calls, input_bufs
-        self.steps: list[tuple[str, Any]] = []
-        run: list[tuple[str, Any]] = []
-        run_dev: Any = None
-        for kind, item in device_runs(calls):
-            dev = _batch_device(kind, item)
-            if run and dev is not run_dev:
-                self._flush(run, run_dev)
-                run = []
-            if dev is None:
-                self.steps.append((kind, item))
-            else:
-                run.append((kind, item))
-                run_dev = dev
-        if run:
-            self._flush(run, run_dev)
-        self.devices = {b.device for kind, b in self.steps if kind == "batch"}
-        # the common plan, one batch and nothing else (a step on one device): run's short route
-        self.single: _Batch | None = self.steps[0][1] if len(self.steps) == 1 and self.steps[0][0] == "batch" else None
-
-    def _flush(self, run: list[tuple[str, Any]], dev: Any) -> None:
-        if any(k == "kernel" for k, _ in run):
-            self.steps.append(("batch", _Batch(dev, run, self.input_bufs)))
-        else:
-            self.steps.extend(run)
-
-    def _profiled(self) -> bool:
-        for d in self.devices:
-            if d.profile:
-                return True
-        return False
-
-    @property
-    def batches(self) -> list[_Batch]:
-        return [b for kind, b in self.steps if kind == "batch"]
-
-    def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
-        """Replay every captured call with the BUFFERs in `mapping` swapped in and the Variables in `var_vals`
-        (empty: the values of the capture)."""
-        b = self.single
-        if b is not None and BATCH and JIT.value < 2 and DEBUG.value < 2 and not b.device.profile and not b.failed:
-            if realize._inflight:  # copies between devices still arriving (sharded tensors)
-                realize.wait_copies_into(b.device.name)
-            b.run(mapping)
-            if realize._inflight:
-                realize.wait_copies()
-            return
-        if not BATCH or JIT.value >= 2 or DEBUG.value >= 2 or self._profiled():
-            for kind, item in self.calls:
-                _replay_one(kind, item, mapping, var_vals)
-            if realize._inflight:
-                realize.wait_copies()
-            return
-        for kind, item in self.steps:
-            if kind != "batch":
-                _replay_one(kind, item, mapping, var_vals)
-            elif item.failed:
-                for k, it in item.calls:
-                    realize.replay(k, it, mapping)
-            else:
-                if realize._inflight:  # copies between devices still arriving (sharded tensors)
-                    realize.wait_copies_into(item.device.name)
-                item.run(mapping)
-        if realize._inflight:
-            realize.wait_copies()
-
-
-def _replay_one(kind: str, item: Any, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
-    if var_vals and kind == "kernel" and item[1].var_vals:
-        kind, item = _rebound(kind, item, mapping, var_vals)
-        mapping = {}
-    realize.replay(kind, item, mapping)

@@ -461,8 +461,8 @@ def per_device(devices: tuple[str, ...], make: Any, axis: int | None = None) -> 
 def realize_all(tensors: Sequence[Tensor]) -> None:
     """Realize plain and sharded tensors in one schedule (shared work, an allreduce feeding several outputs, is
     computed once); every sharded tensor then holds a leaf over its shards' buffers."""
-    from speck.tensor.realize import run_schedule
-    from speck.tensor.schedule import Scheduler, base_buffer, realized_cache
+    from speck.tensor.realize import realize_targets
+    from speck.tensor.schedule import base_buffer
 
     targets: list[tuple[Tensor, list[tuple[UOp, str]]]] = []
     for t in tensors:
@@ -474,22 +474,9 @@ def realize_all(tensors: Sequence[Tensor]) -> None:
             targets.append((t, [(u, str(t.device))]))
     if not targets:
         return
-    sched = Scheduler()
-    for _, parts in targets:
-        for u, _ in parts:
-            sched.count_uses(u)
-    views: list[list[UOp]] = []
-    for _, parts in targets:
-        vs = []
-        for u, d in parts:
-            sched.device = d
-            vs.append(sched.realize(u))
-        views.append(vs)
-    run_schedule(sched.items)
-    for (t, parts), vs in zip(targets, views):
-        for (u, _), v in zip(parts, vs):
-            if u is not v:
-                realized_cache[u] = v
+    views = iter(realize_targets([p for _, parts in targets for p in parts]))
+    for t, parts in targets:
+        vs = [next(views) for _ in parts]
         if isinstance(t.uop, MultiUOp):
             t.uop = MultiUOp.leaf(vs, t.uop.axis, t.uop.device)
         else:

@@ -21,7 +21,6 @@ Exchange weights as safetensors (nn.state.safe_save / safe_load), which hold onl
 
 from __future__ import annotations
 
-import copyreg
 import os
 import weakref
 from dataclasses import fields, replace
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor import realize
+from speck.tensor.device import file_backed
 from speck.tensor.errors import JitNotCapturedError
 from speck.tensor.errors import TensorPickleError as TensorPickleError
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, new_buffer_uop
@@ -52,7 +52,7 @@ class _BufferRecord:
         buf = self.ref()
         assert buf is not None, "a record outlived its BUFFER while being pickled"
         device = buffer_device(buf)
-        if device.startswith("DISK"):
+        if file_backed(device):  # the file is the data: pickled by path
             return (_load_buffer, (device, buf.arg, buf.dtype, None))
         storage = buffer_map.get(buf)
         if storage is not None and not hasattr(type(storage), "copyout"):
@@ -78,13 +78,11 @@ def _record(buf: UOp) -> _BufferRecord:
 def _load_buffer(device: str, size: int, dtype: Any, data: np.ndarray | None) -> UOp:
     """A new BUFFER on `device` holding `data` (allocated and filled now: no kernel)."""
     try:
-        from speck.hcq import Device
-
-        Device[device]
+        on_file = file_backed(device)
     except Exception as e:
         raise TensorPickleError(f"can't unpickle a {dtype} buffer of {size} element(s): its device {device!r} can't "
                                 f"be opened here ({type(e).__name__}: {e})") from e  # fmt: skip
-    if device.startswith("DISK"):
+    if on_file:
         path = device.partition(":")[2]
         need = size * dtype.itemsize
         if not os.path.isfile(path) or os.path.getsize(path) < need:
@@ -176,7 +174,8 @@ def reduce_jit(jit: TinyJit[Any]) -> tuple[Any, ...]:
         calls = max(1, 2 - jit.cnt)
         raise JitNotCapturedError(f"can't pickle TinyJit {name}: it has not captured yet (call it {calls} more "
                                   "time(s) first; a JIT pickles its captured kernels, not code)")  # fmt: skip
-    state = {f.name: _swap_buffers(getattr(cap, f.name)) for f in fields(cap) if f.name != "plan"}
+    state = {f.name: _swap_buffers(getattr(cap, f.name)) for f in fields(cap) if f.init and not f.name.startswith("_")
+             and f.name not in ("plan", "fast")}  # fmt: skip
     return (_load_jit, (type(jit), type(cap), state, jit.prune))
 
 
@@ -189,6 +188,8 @@ def _swap_buffers(x: Any) -> Any:
         return _GraphRecord(x) if any(n.op is Ops.BUFFER for n in x.toposort()) else x
     if isinstance(x, ScheduleItem):
         return replace(x, bufs=tuple(_swap_buffers(b) for b in x.bufs))
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a runner call (a named tuple)
+        return type(x)(*(_swap_buffers(v) for v in x))
     if isinstance(x, (tuple, list, set, frozenset)):
         return type(x)(_swap_buffers(v) for v in x)
     if isinstance(x, dict):
@@ -199,32 +200,5 @@ def _swap_buffers(x: Any) -> Any:
 def _load_jit(jit_cls: Any, cap_cls: Any, state: dict[str, Any], prune: bool) -> Any:
     return jit_cls(None, captured=cap_cls(**state), prune=prune)
 
-
-# ---------------- compiled programs (inside a TinyJit's calls) ----------------
-def _reduce_compiled(p: realize._CompiledProgram) -> tuple[Any, ...]:
-    spec = p.spec
-    if spec.lib is None:
-        raise TensorPickleError(f"can't pickle program {p.name}: it has no compiled object")
-    return (_load_compiled, (str(p.device.name), spec))
-
-
-def _load_compiled(device: str, spec: Any) -> realize._CompiledProgram:
-    from speck.hcq import Device
-
-    try:
-        dev = Device[device]
-        prog = dev.load_program(spec)
-    except Exception as e:
-        raise TensorPickleError(f"can't unpickle program {spec.name}: device {device!r} can't load it here "
-                                f"({type(e).__name__}: {e})") from e  # fmt: skip
-    return realize._CompiledProgram(spec, prog, dev)
-
-
-def _reduce_numpy_program(p: realize._NumpyProgram) -> tuple[Any, ...]:
-    return (realize._NumpyProgram, (p.ast, p.reason))
-
-
-copyreg.pickle(realize._CompiledProgram, _reduce_compiled)
-copyreg.pickle(realize._NumpyProgram, _reduce_numpy_program)
 
 __all__ = ["TensorPickleError", "reduce_jit", "reduce_tensor"]

@@ -16,40 +16,15 @@ import atexit
 import json
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from speck.hcq.device import PROFILE
-
-
-@dataclass(frozen=True)
-class Event:
-    """One executed command: `kind` is "kernel", "copy" or "graph"; times are perf_counter_ns."""
-
-    kind: str
-    name: str
-    device: str
-    queue: str
-    start_ns: int
-    end_ns: int
-    ops: int = 0
-    nbytes: int = 0
-    kernels: int = 0  # for a graph replay: how many kernels it ran
-
-
-EVENTS: list[Event] = []
+from speck.hcq.runner import EVENTS, Event, tracing
+from speck.hcq.settings import PROFILE
 
 
 def enabled() -> bool:
     """Whether the PROFILE setting asks for recording (any value but "" and "0")."""
-    v = PROFILE.value
-    return v not in ("", "0", 0)
-
-
-def record(kind: str, name: str, device: str, start_ns: int, end_ns: int, ops: int = 0, nbytes: int = 0,
-           kernels: int = 0, queue: str | None = None) -> None:  # fmt: skip
-    EVENTS.append(Event(kind, name, device, queue or ("copy" if kind == "copy" else "compute"), start_ns, end_ns,
-                        ops, nbytes, kernels))  # fmt: skip
+    return tracing()
 
 
 def clear() -> None:

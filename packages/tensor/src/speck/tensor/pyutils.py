@@ -9,7 +9,6 @@ import ctypes
 import functools
 import gzip
 import hashlib
-import os
 import pathlib
 import pickle
 import re
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
+from speck.tensor.settings import DISABLE_HTTP_CACHE
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -348,7 +348,7 @@ def trange(n: int, **kwargs: Any) -> tqdm[int]:
 
 # ---------------- downloads ----------------
 def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None = None, gunzip: bool = False,
-          allow_caching: bool = not os.environ.get("DISABLE_HTTP_CACHE")) -> pathlib.Path:  # fmt: skip
+          allow_caching: bool | None = None) -> pathlib.Path:  # fmt: skip
     """Download url into the cache (`<cache root>/downloads[/subdir]/<name or hash of url>`) once and return the
     path; `gunzip` stores the decompressed body. A `file://` url or local path is returned as is. Offline or failing
     downloads raise ConnectionError naming the url and the cause."""
@@ -361,6 +361,8 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
     else:
         fn = str(name) if name else hashlib.md5(url.encode()).hexdigest() + (".gunzip" if gunzip else "")
         fp = cache_root() / "downloads" / (subdir or "") / fn
+    if allow_caching is None:
+        allow_caching = not DISABLE_HTTP_CACHE.value
     if fp.is_file() and allow_caching:
         return fp
     fp.parent.mkdir(parents=True, exist_ok=True)

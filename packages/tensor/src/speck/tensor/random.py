@@ -9,7 +9,6 @@ modules'; they build results through the registered class (speck.tensor.hook), n
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorVal
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
 from speck.tensor.schedule import base_buffer, view_offset
+from speck.tensor.settings import SEED
 from speck.uop import DType, Ops, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 DTypeLike = DType | str
 
-_RNG: dict[str, int] = {"seed": int(os.environ.get("SEED", int(time.time()) & 0xFFFFFFFF))}
+_RNG: dict[str, int] = {"seed": int(SEED.value) if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF}
 # device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
 # in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
 _RNG_STATE: dict[str, UOp] = {}
@@ -236,11 +236,8 @@ def _rng_store(dst: UOp, src: UOp) -> None:
     """Copy src's contents into the counter buffer dst in place, recorded for TinyJit replays as the same copy.
     A copy, not Tensor.assign's storage swap: dst must never share storage with a buffer a lazy draw reads."""
     from speck.tensor import realize
-    from speck.tensor.schedule import ScheduleItem
 
-    realize.get_buffer(dst).copy_from(realize.get_buffer(src))
-    if (rec := realize.recording()) is not None:
-        rec.append(("copy", ScheduleItem(None, (dst, src))))
+    realize.run_entries([realize.copy_entry(dst, src)])
 
 
 def _rng_advance(n: int, device: str) -> UOp:
@@ -249,8 +246,7 @@ def _rng_advance(n: int, device: str) -> UOp:
     counter buffer. The increment comes in as a tiny buffer so one compiled kernel serves every draw size. This
     schedules directly instead of through realize(), which would also apply pending deferred updates early."""
     from speck.tensor.hook import Tensor
-    from speck.tensor.realize import run_schedule
-    from speck.tensor.schedule_cache import schedule_with_cache
+    from speck.tensor.realize import realize_graph
 
     state = _rng_state(device)
     if (step := _RNG_STEP.get((device, n))) is None:
@@ -258,8 +254,7 @@ def _rng_advance(n: int, device: str) -> UOp:
             _RNG_STEP.clear()
         inc = _from_numpy(np.array([0, n], dtype=np.uint64), dtypes.uint64, device)
         step = _RNG_STEP[(device, n)] = (Tensor(state, device=device) + Tensor(inc, device=device)).uop
-    items, view = schedule_with_cache(step, device)
-    run_schedule(items)
+    view = realize_graph(step, device)
     nxt = base_buffer(view)
     assert nxt is not None and nxt is not state and view_offset(view) == 0
     _rng_store(state, nxt)

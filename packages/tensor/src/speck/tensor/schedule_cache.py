@@ -5,6 +5,7 @@ numbered in order of appearance, and replays the kernel list with fresh output/i
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,27 +18,32 @@ from speck.tensor.schedule import (
     new_buffer_uop,
     realized_data,
 )
+from speck.tensor.settings import PROGRAM_CACHE, SCACHE
 from speck.uop import Ops, UOp
 
 
 @dataclass(eq=False)
-class Plan:
-    """A cached schedule: kernels as (ast, buffer refs, var_vals, copy offset), the fresh buffers to make as (device,
-    size, dtype), the output's ref and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh
-    buffer. `fast` belongs to the realize engine (its precomputed launches for this plan, built on first use)."""
+class CachedSchedule:
+    """A cached schedule: kernels and copies as (ast, buffer refs, var_vals, copy offset in elements, device,
+    bytes copied, the copy source's item size), the fresh buffers to make as (device, size, dtype), the output's ref
+    and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh buffer. `plan` and `generation`
+    belong to the realize engine (the runner Plan of this schedule, made on first use, and the program-cache
+    generation its programs come from)."""
 
-    recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int], ...]
+    recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int, str, int, int], ...]
     fresh: tuple[tuple[str, Any, Any], ...]
     out_ref: int
     shape: Any
-    fast: Any = None
+    ninputs: int
+    plan: Any = None
+    generation: int = -1
 
     def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
         """The schedule items over `inputs` and fresh buffers, and the view of the output."""
         fresh = [new_buffer_uop(d, n, dt) for d, n, dt in self.fresh]
         items = [
             ScheduleItem(ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off)
-            for ast, refs, vv, off in self.recipe
+            for ast, refs, vv, off, _, _, _ in self.recipe
         ]
         return items, self.output_view(fresh[~self.out_ref])
 
@@ -45,8 +51,27 @@ class Plan:
         return out_buf.reshape(self.shape) if self.shape != (out_buf.arg,) else out_buf
 
 
-_schedule_cache: dict[Any, Plan] = {}
-SCHEDULE_CACHE_MAX = 4096
+class _LRU(OrderedDict[Any, CachedSchedule]):
+    """The schedule cache: at most `size` schedules, the least recently used dropped first (with the programs only
+    its plan still held)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        got = super().get(key, default)
+        if got is not default:
+            self.move_to_end(key)
+        return got
+
+    def __setitem__(self, key: Any, value: CachedSchedule) -> None:
+        super().__setitem__(key, value)
+        while len(self) > max(self.size, 1):
+            self.popitem(last=False)
+
+
+_schedule_cache = _LRU(int(PROGRAM_CACHE.value))
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
@@ -94,8 +119,10 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     return tuple(parts), inputs
 
 
-def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], Plan | None] | None:
+def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | None] | None:
     """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
+    if not SCACHE.value:
+        return None
     sig = _signature(u)
     if sig is None:
         return None
@@ -104,7 +131,7 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], Plan | None] | Non
 
 
 def schedule_with_cache(
-    u: UOp, device: str, found: tuple[Any, list[UOp], Plan | None] | None = None
+    u: UOp, device: str, found: tuple[Any, list[UOp], CachedSchedule | None] | None = None
 ) -> tuple[list[ScheduleItem], UOp]:
     """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph.
     `found` is cached_plan(u, device) when the caller already looked it up."""
@@ -114,7 +141,7 @@ def schedule_with_cache(
         return found[2].instantiate(found[1])
     sched = Scheduler(device)
     view = sched.realize(u)
-    if found is not None and len(_schedule_cache) < SCHEDULE_CACHE_MAX and view.op in (Ops.RESHAPE, Ops.BUFFER):
+    if found is not None and SCACHE.value and view.op in (Ops.RESHAPE, Ops.BUFFER):
         out_buf = view if view.op is Ops.BUFFER else view.src[0]
         in_pos = {b: i for i, b in enumerate(found[1])}
         made: dict[UOp, int] = {}
@@ -132,9 +159,11 @@ def schedule_with_cache(
                 specs.append((buffer_device(b), b.arg, b.dtype))
             return ~made[b]
 
-        recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset) for it in sched.items)
+        recipe = tuple((it.ast, tuple(ref(b) for b in it.bufs), it.var_vals, it.copy_offset, buffer_device(it.bufs[0]),
+                        int(it.bufs[0].arg) * it.bufs[0].dtype.itemsize, it.bufs[-1].dtype.itemsize)
+                       for it in sched.items)  # fmt: skip
         if ok and sched.items:  # (out_buf is a BUFFER when ok: a view of a view is not planned)
             out_ref = ref(out_buf)
             if ok:
-                _schedule_cache[found[0]] = Plan(recipe, tuple(specs), out_ref, view.shape)
+                _schedule_cache[found[0]] = CachedSchedule(recipe, tuple(specs), out_ref, view.shape, len(found[1]))
     return sched.items, view

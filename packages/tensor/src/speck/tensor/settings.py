@@ -1,69 +1,176 @@
-"""The settings speck.tensor reads (tinygrad's names and meanings). Each is a speck.uop ContextVar: created once
-from the same-named environment variable or its default, scoped with `Context(NAME=value)`, writable through
-`.value`. Settings of lower layers live there (DEBUG, SPEC, CACHELEVEL in speck.uop; BEAM, NOOPT, TRANSCENDENTAL in
-speck.codegen; DEV, PROFILE, NUM_CPU_THREADS in speck.hcq); speck.tensor.helpers exports them all."""
+"""The settings speck.tensor reads (tinygrad's names and meanings), declared in speck.uop's settings table: each is a
+ContextVar created once from the same-named environment variable or its default, scoped with `Context(NAME=value)`,
+writable through `.value`. Settings of lower layers are declared there (DEBUG, SPEC, CACHELEVEL in speck.uop; BEAM,
+NOOPT, TRANSCENDENTAL in speck.codegen; DEV, PROFILE, NUM_CPU_THREADS, LRU in speck.hcq); speck.tensor.helpers
+exports them all."""
 
 from __future__ import annotations
 
-from speck.uop import ContextVar
+from speck.uop.settings import declare
 
-# 0: TinyJit just calls the function; 1: capture and replay, batching kernels into device graphs; 2: capture and
-# replay kernel by kernel
-JIT = ContextVar("JIT", 1)
-JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)
-# while a TinyJit captures, realizations are recorded for replay; Context(CAPTURING=0) runs them unrecorded
-CAPTURING = ContextVar("CAPTURING", 1)
-# dropout, BatchNorm batch statistics and optimizer steps
-TRAINING = ContextVar("TRAINING", 0)
-# split reductions whose input/output ratio is at least REDUCEOP_SPLIT_THRESHOLD into two kernels
-SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
-REDUCEOP_SPLIT_THRESHOLD = ContextVar("REDUCEOP_SPLIT_THRESHOLD", 32768)
-# allreduce algorithm across devices: RING 0 naive, 1 ring for large buffers, 2 always ring; ALL2ALL likewise
-RING = ContextVar("RING", 1)
-ALL2ALL = ContextVar("ALL2ALL", 0)
-RING_ALLREDUCE_THRESHOLD = ContextVar("RING_ALLREDUCE_THRESHOLD", 256000)
-ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)
-# 0 forbids opening devices other than DISK/NPY/PYTHON (used while tracing @function bodies)
-ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
-# > 0: allocating a buffer of more elements raises RuntimeError
-MAX_BUFFER_SIZE = ContextVar("MAX_BUFFER_SIZE", 0)
-# the most bytes one archive (zip/tar) member may expand to when decompressed, and all of an archive's members
-# together (torch_load, zip_extract): a small deflated file can't fill memory; raise it for trusted large files
-MAX_DECOMPRESSED_BYTES = ContextVar("MAX_DECOMPRESSED_BYTES", 4 << 30)
-# optimizers' default for fused=
-FUSE_OPTIM = ContextVar("FUSE_OPTIM", 0)
-USE_ATOMICS = ContextVar("USE_ATOMICS", 0)
-# 1: implicit broadcasting in elementwise ops raises RuntimeError
-DISALLOW_BROADCAST = ContextVar("DISALLOW_BROADCAST", 0)
-TRACEMETA = ContextVar("TRACEMETA", 1)
-LRU = ContextVar("LRU", 1)
-VIZ = ContextVar("VIZ", 0)
+T = "speck.tensor"
 
-# accepted for compatibility; they select code paths speck's CPU backends do not have, so they change nothing
-IMAGE = ContextVar("IMAGE", 0)
-FLOAT16 = ContextVar("FLOAT16", 0)
-WINO = ContextVar("WINO", 0)
-TC = ContextVar("TC", 1)
-TC_SELECT = ContextVar("TC_SELECT", -1)
-TC_OPT = ContextVar("TC_OPT", 0)
-ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
-NOLOCALS = ContextVar("NOLOCALS", 0)
-NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
-MAX_KERNEL_BUFFERS = ContextVar("MAX_KERNEL_BUFFERS", 0)
-EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "")
-CHECK_OOB = ContextVar("CHECK_OOB", 0)
-VALIDATE_WITH_CPU = ContextVar("VALIDATE_WITH_CPU", 0)
-NO_COLOR = ContextVar("NO_COLOR", 0)
-# tinygrad's switches for backends and passes speck does not have; read from the environment like every setting so
-# code that tests them runs, and they change nothing: CPU_LLVM/AMD_LLVM pick LLVM for tinygrad's CPU/AMD devices
-# (speck picks the CPU backend with DEV=CPU:LLVM, CPU:CLANG or CPU:X86), AMX is Apple's matrix unit, PTX CUDA's
-# assembly renderer, DEVECTORIZE/FUSE_ARANGE/QUANTIZE tinygrad passes (speck devectorizes for each renderer as it
-# needs), DISABLE_COMPILER_CACHE tinygrad's compile cache (speck's is off with CACHELEVEL=0)
-CPU_LLVM = ContextVar("CPU_LLVM", 0)
-AMD_LLVM = ContextVar("AMD_LLVM", 0)
-AMX = ContextVar("AMX", 0)
-PTX = ContextVar("PTX", 0)
-DEVECTORIZE = ContextVar("DEVECTORIZE", 1)
-FUSE_ARANGE = ContextVar("FUSE_ARANGE", 0)
-QUANTIZE = ContextVar("QUANTIZE", 0)
-DISABLE_COMPILER_CACHE = ContextVar("DISABLE_COMPILER_CACHE", 0)
+
+def _noop(name: str, default: object, why: str) -> object:
+    """A tinygrad setting kept so code that sets or reads it runs; it selects nothing here (`why`)."""
+    return declare(name, default, T, (), why, noop=why)
+
+
+# ---------------- read ----------------
+JIT = declare(
+    "JIT",
+    1,
+    T,
+    ("speck.tensor.jit",),
+    "0: TinyJit calls the function; 1: capture and replay, each run of "
+    "a device's calls one device graph; 2: capture and replay call by call",
+)
+CAPTURING = declare(
+    "CAPTURING",
+    1,
+    T,
+    ("speck.tensor.realize",),
+    "while a TinyJit captures, realizations are recorded; 0: they run unrecorded",
+)
+TRAINING = declare("TRAINING", 0, T, ("speck.tensor.autograd",), "dropout, BatchNorm batch statistics, optimizer steps")
+SPLIT_REDUCEOP = declare(
+    "SPLIT_REDUCEOP",
+    1,
+    T,
+    ("speck.tensor.reduce",),
+    "split reductions whose input/output ratio is at least REDUCEOP_SPLIT_THRESHOLD in two",
+)
+REDUCEOP_SPLIT_THRESHOLD = declare("REDUCEOP_SPLIT_THRESHOLD", 32768, T, ("speck.tensor.reduce",), "see SPLIT_REDUCEOP")
+RING = declare("RING", 1, T, ("speck.tensor.allreduce",), "allreduce: 0 naive, 1 ring for large buffers, 2 ring")
+ALL2ALL = declare("ALL2ALL", 0, T, ("speck.tensor.allreduce",), "allreduce: 1 all-to-all for large buffers, 2 always")
+RING_ALLREDUCE_THRESHOLD = declare(
+    "RING_ALLREDUCE_THRESHOLD",
+    256000,
+    T,
+    ("speck.tensor.allreduce",),
+    "elements from which RING=1/ALL2ALL=1 pick their algorithm",
+)
+ALLREDUCE_CAST = declare(
+    "ALLREDUCE_CAST", 1, T, ("speck.tensor.allreduce",), "allreduce transfers narrow dtypes widened"
+)
+ALLOW_DEVICE_USAGE = declare(
+    "ALLOW_DEVICE_USAGE",
+    1,
+    T,
+    ("speck.tensor.realize",),
+    "0 forbids running kernels (an @function body is traced, not run)",
+)
+MAX_BUFFER_SIZE = declare(
+    "MAX_BUFFER_SIZE",
+    0,
+    T,
+    ("speck.tensor.realize",),
+    "> 0: a buffer of more elements raises RuntimeError when it is made",
+)
+MAX_DECOMPRESSED_BYTES = declare(
+    "MAX_DECOMPRESSED_BYTES",
+    4 << 30,
+    T,
+    ("speck.tensor.nn.checkpoints",),
+    "the most bytes one archive (zip/tar) member, and all of an archive's members together, may expand to",
+)
+FUSE_OPTIM = declare("FUSE_OPTIM", 0, T, ("speck.tensor.nn.optim",), "optimizers' default for fused=")
+DISALLOW_BROADCAST = declare(
+    "DISALLOW_BROADCAST",
+    0,
+    T,
+    ("speck.tensor.elementwise",),
+    "1: implicit broadcasting in elementwise ops raises RuntimeError",
+)
+TRACEMETA = declare("TRACEMETA", 1, T, ("speck.tensor.metadata",), "tag graph nodes with the Tensor method making them")
+SCACHE = declare("SCACHE", 1, T, ("speck.tensor.schedule_cache",), "0: no in-process schedule cache")
+NUMPY_FALLBACK = declare(
+    "SPECK_NUMPY_FALLBACK",
+    0,
+    T,
+    ("speck.tensor.realize",),
+    "1: a kernel codegen can't compile runs through codegen's reference interpreter",
+)
+NUMPY_FALLBACK_LIMIT = declare(
+    "SPECK_NUMPY_FALLBACK_LIMIT",
+    1 << 27,
+    T,
+    ("speck.tensor.realize",),
+    "grid points the interpreter may take on for one kernel",
+)
+USE_CODEGEN = declare("SPECK_CODEGEN", 1, T, ("speck.tensor.realize",), "0: every kernel runs in the interpreter")
+COMPILE_THREADS = declare(
+    "SPECK_COMPILE_THREADS",
+    -1,
+    T,
+    ("speck.tensor.realize",),
+    "lanes compiling a schedule's new kernels ahead (-1: one per core, at most 4; 0: none)",
+)
+PROGRAM_CACHE = declare(
+    "SPECK_PROGRAM_CACHE",
+    1024,
+    T,
+    ("speck.tensor.realize", "speck.tensor.schedule_cache"),
+    "loaded programs (and cached schedules) kept; the least recently used go first",
+)
+UNSAFE_ALLOW_JIT_BUFFER = declare(
+    "UNSAFE_ALLOW_JIT_BUFFER",
+    0,
+    T,
+    ("speck.tensor.jit",),
+    "1: reading data inside a TinyJit capture is allowed (the capture call's value)",
+)
+SEED = declare("SEED", -1, T, ("speck.tensor.random",), "the random seed (-1: from the clock)")
+OPTIM_DTYPE = declare("OPTIM_DTYPE", "float32", T, ("speck.tensor.nn.optim",), "optimizer state dtype")
+CONST_LR = declare("CONST_LR", 0, T, ("speck.tensor.nn.optim",), "1: learning rates are baked into kernels")
+MPI_BUCKET_BYTES = declare(
+    "SPECK_MPI_BUCKET_BYTES",
+    4 << 20,
+    T,
+    ("speck.tensor.distributed",),
+    "bytes of small tensors packed into one MPI message",
+)
+MPI_TIMEOUT = declare(
+    "SPECK_MPI_TIMEOUT",
+    120.0,
+    T,
+    ("speck.tensor.distributed",),
+    "seconds an MPI collective may take before it is reported stuck",
+)
+DATASETS = declare(
+    "SPECK_DATASETS", "", T, ("speck.tensor.nn.datasets",), "where datasets are looked for first", live=True
+)
+DISABLE_HTTP_CACHE = declare("DISABLE_HTTP_CACHE", 0, T, ("speck.tensor.pyutils",), "1: fetch() downloads again")
+CI = declare("CI", "", T, ("speck.tensor.helpers",), "set by CI systems (tinygrad's helpers.CI)")
+
+# ---------------- kept for tinygrad's users: they select nothing here ----------------
+JIT_BATCH_SIZE = _noop("JIT_BATCH_SIZE", 32, "JIT=1 batches each run of a device's consecutive calls into one graph")
+USE_ATOMICS = _noop("USE_ATOMICS", 0, "Embedding's backward is a gather's gradient; CPU backends have no atomics")
+VIZ = _noop("VIZ", 0, "no graph viewer; PROFILE records and writes traces")
+IMAGE = _noop("IMAGE", 0, "no image dtypes on CPU backends")
+FLOAT16 = _noop("FLOAT16", 0, "half precision follows the tensors' dtypes")
+WINO = _noop("WINO", 0, "convolutions are not rewritten to Winograd's")
+TC = _noop("TC", 1, "no tensor cores on CPU backends")
+TC_SELECT = _noop("TC_SELECT", -1, "no tensor cores on CPU backends")
+TC_OPT = _noop("TC_OPT", 0, "no tensor cores on CPU backends")
+ALLOW_TF32 = _noop("ALLOW_TF32", 0, "no TF32 on CPU backends")
+NOLOCALS = _noop("NOLOCALS", 0, "CPU backends have no local (workgroup) memory")
+NO_MEMORY_PLANNER = _noop("NO_MEMORY_PLANNER", 0, "no schedule-level memory planner (allocator caches reuse memory)")
+MAX_KERNEL_BUFFERS = _noop("MAX_KERNEL_BUFFERS", 0, "CPU kernels take any number of buffers")
+EMULATED_DTYPES = _noop("EMULATED_DTYPES", "", "each renderer declares the dtypes it computes in wider ones")
+CHECK_OOB = _noop("CHECK_OOB", 0, "no z3 bounds proofs")
+VALIDATE_WITH_CPU = _noop("VALIDATE_WITH_CPU", 0, "every device is checked against numpy in the tests instead")
+NO_COLOR = _noop("NO_COLOR", 0, "DEBUG output has no colors")
+CPU_LLVM = _noop("CPU_LLVM", 0, "DEV=CPU:LLVM picks the LLVM backend")
+AMD_LLVM = _noop("AMD_LLVM", 0, "no AMD device yet")
+AMX = _noop("AMX", 0, "Apple's matrix unit")
+PTX = _noop("PTX", 0, "CUDA's assembly renderer")
+DEVECTORIZE = _noop("DEVECTORIZE", 1, "speck devectorizes for each renderer as it needs")
+FUSE_ARANGE = _noop("FUSE_ARANGE", 0, "a tinygrad pass speck does not have")
+QUANTIZE = _noop("QUANTIZE", 0, "a tinygrad pass speck does not have")
+DISABLE_COMPILER_CACHE = _noop("DISABLE_COMPILER_CACHE", 0, "CACHELEVEL=0 turns speck's compile cache off")
+SUM_DTYPE = _noop("SUM_DTYPE", "", "float sums accumulate in float32 and up, by the dtype rules")
+IGNORE_JIT_FIRST_BEAM = _noop("IGNORE_JIT_FIRST_BEAM", 0, "BEAM applies to every compile alike")
+NULL_ALLOW_COPYOUT = _noop("NULL_ALLOW_COPYOUT", 0, "NULL buffers read back as zeros")
+JITBEAM = _noop("JITBEAM", 0, "BEAM applies to every compile alike")
+CCACHE = _noop("CCACHE", 1, "CACHELEVEL=0 turns speck's compile cache off")

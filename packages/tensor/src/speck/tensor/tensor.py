@@ -21,8 +21,9 @@ import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
+from speck.tensor import realize as _realize
 from speck.tensor.creation import CreationMixin
-from speck.tensor.device import canonical
+from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -49,7 +50,6 @@ from speck.tensor.nodes import (
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
-    Scheduler,
     base_buffer,
     max_dim,
     new_buffer_uop,
@@ -74,13 +74,6 @@ sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 DTypeLike = DType | str
 # a device name, or a tuple of them for a tensor sharded over several devices
 DeviceLike = str | tuple[str, ...] | list[str]
-
-
-# speck.tensor.realize.run_schedule, schedule.schedule_with_cache and realize.realize_graph, bound on the first
-# realize_all
-_run_schedule: Any = None
-_schedule_with_cache: Any = None
-_realize_graph: Any = None
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin):
@@ -322,13 +315,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        global _run_schedule, _schedule_with_cache, _realize_graph
-        if _run_schedule is None:  # imported once here, not per call: realize() is the per-op hot path
-            from speck.tensor.realize import realize_graph, run_schedule
-            from speck.tensor.schedule_cache import schedule_with_cache
-
-            _run_schedule, _schedule_with_cache, _realize_graph = run_schedule, schedule_with_cache, realize_graph
-
         if _DEFERRED:
             Tensor._realize_with_deferred(tensors)
             return
@@ -340,46 +326,34 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
-        for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
-            if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
-                t.uop = v
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
             u = t.uop
-            if type(u) is UOp and base_buffer(u) is None and _ref(u) not in realized_data:
-                view = _realize_graph(u, t._device)
+            if type(u) is UOp:
+                if base_buffer(u) is not None:
+                    return
+                if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
+                    t.uop = u = v
+                    if base_buffer(u) is not None:
+                        return
+            if type(u) is UOp and _ref(u) not in realized_data:
+                view = _realize.realize_graph(u, t._device)
                 t.uop = view
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
-                if sys.getrefcount(u) > 2 and not _is_const_graph(u):
+                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u):
                     realized_cache[u] = view
                 return
-        run_schedule, schedule_with_cache = _run_schedule, _schedule_with_cache
+        for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
+            if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
+                t.uop = v
         if any(type(t.uop) is MultiUOp for t in tensors):
             multi.realize_all(tensors)
             return
         pending = [t for t in tensors if base_buffer(t.uop) is None]
-        if len(pending) == 1 and realized_cache.get(pending[0].uop) is None:
-            # the common case: one tensor, scheduled through the structural schedule cache
-            t = pending[0]
-            items, view = schedule_with_cache(t.uop, t.device)
-            run_schedule(items)
-            if not _is_const_graph(t.uop):
-                realized_cache[t.uop] = view
-            t.uop = view
-            return
-        targets = []
-        sched = Scheduler()
-        for t in pending:
-            sched.count_uses(t.uop)
-        for t in pending:
-            sched.device = t.device
-            targets.append((t, sched.realize(t.uop)))
-        run_schedule(sched.items)
-        for t, v in targets:
-            if not _is_const_graph(t.uop):
-                realized_cache[t.uop] = v
-            t.uop = v
+        if pending:
+            for t, v in zip(pending, _realize.realize_targets([(t.uop, t.device) for t in pending])):
+                t.uop = v
 
     @staticmethod
     def _realize_with_deferred(tensors: Sequence[Tensor]) -> None:
@@ -409,13 +383,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
-        sched = Scheduler()
-        for shard, _ in parts:
-            sched.count_uses(shard)
-        for shard, dev in parts:
-            sched.device = dev
-            sched.realize(shard)
-        return sched.items
+        return _realize.schedule_targets(parts)[0]
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, int]]:
         """(schedule(*lst), the values of the bound Variables its items use)."""
@@ -489,10 +457,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
             )
         shape = tuple(as_int(s) for s in self.shape)
-        from speck.tensor import realize
-
-        if realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
-            realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+        if _realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
+            _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
         self.realize()
@@ -506,10 +472,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         assert off is not None
         bb = base_buffer(u)
         assert bb is not None
-        from speck.tensor.realize import buffer_numpy
-
         n = prod(shape)
-        return np.array(buffer_numpy(bb)[off : off + n]).reshape(shape)
+        return np.array(_realize.buffer_numpy(bb)[off : off + n]).reshape(shape)
 
     def numpy(self) -> np.ndarray:
         """The values as a new numpy array."""
@@ -558,7 +522,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         assert dt is not None
         if dt == self.dtype:
             return self
-        on_disk = isinstance(self.device, str) and self.device.startswith("DISK")
+        on_disk = file_backed(self.device)
         if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
             return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
         if dt.itemsize == self.dtype.itemsize:
@@ -730,21 +694,8 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
     t.uop, t._device = u, devs
 
 
-def _is_const_graph(u: UOp) -> builtins.bool:
-    """A constant seen through views: hash-consing makes every such node shared by all graphs using that value, so a
-    realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody)."""
-    while u.op in _VIEW_OPS and u.src:
-        u = u.src[0]
-    return u.op is Ops.CONST
-
-
-_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
-
-
 def _materialize_buffer(b: UOp) -> Any:
-    from speck.tensor.realize import get_buffer
-
-    return get_buffer(b)
+    return _realize.get_buffer(b)
 
 
 # tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)

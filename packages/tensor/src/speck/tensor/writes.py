@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.device import file_backed
 from speck.tensor.live import tensors
 from speck.tensor.schedule import (
     _MOVEMENT,
@@ -151,7 +152,7 @@ def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = No
     w = Write(Tensor._write_epoch, buf, snap, value, target, pos, reduce)
     _log.append(w)
     _pending.append(w)
-    if buffer_device(buf).upper().startswith("DISK"):
+    if file_backed(buffer_device(buf)):
         flush()
 
 
@@ -191,21 +192,15 @@ def _reads_write(u: UOp, w: Write) -> bool:
 _capture_snaps: list[tuple[list[Any], int, UOp, UOp]] = []
 
 
-def finish_capture(calls: list[tuple[str, Any]]) -> None:
+def finish_capture(calls: list[tuple[Any, tuple[UOp, ...]]]) -> None:
     """Make a capture replay the snapshots it reads: a snapshot that a captured call reads gets a captured copy
     from its buffer at the point of its write (one that nothing reads needs none)."""
+    from speck.tensor.realize import copy_entry
+
     for capture, at, snap, buf in reversed(_capture_snaps):
-        if capture is calls and any(snap in _call_bufs(kind, item) for kind, item in calls[at:]):
-            calls.insert(at, ("copy", ScheduleItem(None, (snap, buf))))
+        if capture is calls and any(snap in bufs for _, bufs in calls[at:]):
+            calls.insert(at, copy_entry(snap, buf))
     _capture_snaps.clear()
-
-
-def _call_bufs(kind: str, item: Any) -> tuple[UOp, ...]:
-    if kind == "kernel":
-        return tuple(item[1].bufs)
-    if kind == "copy":
-        return tuple(item.bufs)
-    return tuple(item)
 
 
 def _snapshot_needed(w: Write) -> bool:
@@ -248,7 +243,7 @@ def _run(w: Write) -> None:
 
     buf = w.buf
     dev = buffer_device(buf)
-    if dev.upper().startswith("DISK"):
+    if file_backed(dev):
         _run_disk(w)
         return
     keep_old = _snapshot_needed(w)
@@ -257,7 +252,7 @@ def _run(w: Write) -> None:
         src = _whole_source(w.value, buf)
         if src is buf:  # the buffer's own contents: only a snapshot may need them as they are
             if keep_old:
-                realize.run_schedule([ScheduleItem(None, (w.snap, buf))])
+                realize.execute([ScheduleItem(None, (w.snap, buf))])
             return
         if src is not None:  # the value already lives in a buffer of its own: share its memory (no copy)
             if keep_old and buf in buffer_map:
@@ -265,8 +260,7 @@ def _run(w: Write) -> None:
             buffer_map[buf] = realize.get_buffer(src)
             for a, b in ((buf, src), (src, buf)):  # until one of them is written in place (_unshare)
                 _shared.setdefault(a, []).append(weakref.ref(b))
-            if (rec := realize.recording()) is not None:  # TinyJit replays this as a copy src -> buf
-                rec.append(("assign", (buf, src)))
+            realize.record(*realize.copy_entry(buf, src))  # TinyJit replays this as a copy src -> buf
         else:
             view = sched.realize(w.value)
             new = view if view.op is Ops.BUFFER else view.src[0]
@@ -275,20 +269,19 @@ def _run(w: Write) -> None:
                 sched = Scheduler(dev)
                 view = sched.materialize(UOp(Ops.CONTIGUOUS, w.value.dtype, (w.value,), "clone", _fresh()))
                 new = view if view.op is Ops.BUFFER else view.src[0]
-            realize.run_schedule(sched.items)
+            realize.execute(sched.items)
             assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
             buffer_map[buf] = realize.get_buffer(new)
             # TinyJit replays this swap as a copy new -> buf (it gives `new` storage of its own again)
-            if (rec := realize.recording()) is not None:
-                rec.append(("assign", (buf, new)))
+            realize.record(*realize.copy_entry(buf, new))
     else:
         _unshare(buf)
         if keep_old:
             sched.items.append(ScheduleItem(None, (w.snap, buf)))
         sched.write(buf, w.value, target=w.target, pos=w.pos, reduce=w.reduce)
-        realize.run_schedule(sched.items)
+        realize.execute(sched.items)
     realized_cache.clear()  # cached graph values held in this buffer, or read from it, are stale
 
 
@@ -308,7 +301,7 @@ def _unshare(buf: UOp) -> None:
     held = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
     buffer_map[held] = mem
     buffer_map.pop(buf)
-    realize.run_schedule([ScheduleItem(None, (buf, held))])
+    realize.execute([ScheduleItem(None, (buf, held))])
 
 
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
@@ -344,7 +337,7 @@ def _run_disk(w: Write) -> None:
     from speck.tensor.realize import buffer_numpy, get_buffer, writable_disk
 
     value = w.value
-    while value.op in (Ops.COPY,) and str(value.arg).upper().startswith("DISK"):
+    while value.op in (Ops.COPY,) and file_backed(str(value.arg)):
         value = value.src[0]  # a copy onto the disk: take what is copied
     data = Tensor(value, device=_device_of(value)).numpy()
     writable_disk(get_buffer(w.buf))

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from speck.uop.errors import UnknownDTypeError as UnknownDTypeError
 from speck.uop.helpers import ContextVar
+from speck.uop.settings import declare
 
 ConstType = float | int | bool
 
@@ -211,8 +212,10 @@ def _default_setting(cv: ContextVar, kind: str) -> DType:
 
 
 # dtype names (any alias, any case) for Python float/int literals and lists, rand, arange and weak values
-DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
-DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+DEFAULT_FLOAT = declare(
+    "DEFAULT_FLOAT", "float32", "speck.uop", ("speck.uop.dtype",), "the dtype of float literals and lists"
+)
+DEFAULT_INT = declare("DEFAULT_INT", "int32", "speck.uop", ("speck.uop.dtype",), "the dtype of int literals and lists")
 
 
 class dtypes(metaclass=_DtypesMeta):

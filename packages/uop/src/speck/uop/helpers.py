@@ -70,6 +70,13 @@ class ContextVar:
     def __repr__(self) -> str:
         return f"ContextVar({self.key}={self.value})"
 
+    def save(self) -> Any:
+        """What `Context` restores on exit (the value; a setting read at each use keeps its override instead)."""
+        return self.value
+
+    def restore(self, state: Any) -> None:
+        self.value = state
+
     def tolist(self, obj: Any = None) -> list[Any]:
         """A string setting of comma-separated names as a list (`"long,half"` -> `["long", "half"]`; empty -> `[]`);
         with `obj`, each name looked up as an attribute of it (`EMULATED_DTYPES.tolist(dtypes)` -> dtypes)."""
@@ -104,13 +111,13 @@ class Context(contextlib.ContextDecorator):
             ContextVar.get(k)  # every name is checked before any value changes
         for k, v in self.kwargs.items():
             cv = ContextVar._registry[k]
-            self.old[k] = cv.value
+            self.old[k] = cv.save()
             cv.value = v
         return self
 
     def __exit__(self, *exc: object) -> None:
         for k, v in self.old.items():
-            ContextVar._registry[k].value = v
+            ContextVar._registry[k].restore(v)
 
 
 @dataclasses.dataclass(frozen=True)

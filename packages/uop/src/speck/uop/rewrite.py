@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from speck.uop.helpers import DEBUG, ContextVar
+from speck.uop.helpers import DEBUG
+from speck.uop.settings import declare
 from speck.uop.uop import UOp, register_service
 from speck.uop.upat import PatternMatcher, _wants_ctx
 
-REWRITE_LIMIT = ContextVar("REWRITE_LIMIT", 1000)  # successive rewrites of one node before we call it a loop
+REWRITE_LIMIT = declare(
+    "REWRITE_LIMIT",
+    1000,
+    "speck.uop",
+    ("speck.uop.rewrite",),
+    "successive rewrites of one node before graph_rewrite calls it a loop",
+)
 
 
 def _describe_rule(pm: PatternMatcher, u: UOp, ctx: Any) -> str:

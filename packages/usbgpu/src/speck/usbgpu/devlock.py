@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from speck.usbgpu.errors import DeviceInUseError
+from speck.usbgpu.settings import LOCK_DIR
 
 try:
     import fcntl
@@ -29,7 +30,7 @@ _GUARD = threading.Lock()
 
 def lock_dir() -> Path:
     """Where lock files go: $SPECK_USB_LOCK_DIR, else the system temporary directory."""
-    return Path(os.environ.get("SPECK_USB_LOCK_DIR") or tempfile.gettempdir())
+    return Path(LOCK_DIR.value or tempfile.gettempdir())
 
 
 def lock_path(identity: str) -> Path:

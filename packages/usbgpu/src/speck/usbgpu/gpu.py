@@ -11,7 +11,6 @@ it, copies raise GpuBringUpUnverified and nothing past the BARs is ever written.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -38,6 +37,7 @@ from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.amd.vm import HUGE, PageTables
 from speck.usbgpu.bridge import GPU_BUS, Bridge, PcieInfo, Transport
 from speck.usbgpu.errors import GpuBringUpUnverified, GpuFault, GpuHang, PcieSetupError
+from speck.usbgpu.settings import COPYIN, F4GATE, FIRMWARE, UNVERIFIED, ZEROCOPY
 from speck.usbgpu.vram import VramHeap
 
 __all__ = [
@@ -90,22 +90,22 @@ class GpuOptions:
     ) -> GpuOptions:
         """Explicit arguments win over the environment (USB_COPYIN=g0|g3, USB_F4GATE=0|1, USB_ZEROCOPY=0|1,
         SPECK_USBGPU_UNVERIFIED=1, SPECK_AMDGPU_FIRMWARE=<directory>)."""
-        mode = mode or os.environ.get("USB_COPYIN", "g3").lower()
+        mode = mode or COPYIN.value.lower()
         if mode not in ("g3", "g0"):
             raise ValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
         if f4gate is None:
-            f4gate = os.environ.get("USB_F4GATE", "1") != "0"
+            f4gate = F4GATE.value != "0"
         if zero_copy is None:
-            zero_copy = os.environ.get("USB_ZEROCOPY", "1") != "0"
+            zero_copy = ZEROCOPY.value != "0"
         if unverified is None:
-            unverified = os.environ.get("SPECK_USBGPU_UNVERIFIED", "0") == "1"
+            unverified = UNVERIFIED.value == "1"
         if poll_limit is not None and (isinstance(poll_limit, bool) or not isinstance(poll_limit, int)):
             raise TypeError(f"poll_limit must be an int, got {type(poll_limit).__name__}")
         if poll_limit is not None and poll_limit <= 0:
             raise ValueError(f"poll_limit must be positive, got {poll_limit}")
         limit = DEFAULT_POLL_LIMIT if poll_limit is None else poll_limit
         if firmware is None:
-            firmware = os.environ.get("SPECK_AMDGPU_FIRMWARE") or None
+            firmware = FIRMWARE.value or None
         return cls(mode, f4gate, limit, zero_copy, unverified, firmware)
 
 

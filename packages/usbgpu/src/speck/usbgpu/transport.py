@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -24,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from speck.usbgpu import errors, helper
 from speck.usbgpu.devlock import DeviceLock
+from speck.usbgpu.settings import LIBUSB_PATH, USB_SIM
 from speck.usbgpu.sim.model_api import UsbDeviceModel
 
 __all__ = [
@@ -85,7 +85,7 @@ def loaded_libusb() -> tuple[LibusbKind, str] | None:
 
 def _real_libusb_path() -> str:
     """A system libusb-1.0 if one is installed, else the one bundled with the libusb-package wheel."""
-    override = os.environ.get("SPECK_LIBUSB_PATH")
+    override = LIBUSB_PATH.value
     if override:
         return override
     system = ctypes.util.find_library("usb-1.0")
@@ -138,7 +138,7 @@ def _load_libusb(kind: LibusbKind, path: str) -> None:
 
 def sim_from_env() -> int:
     """How many simulated bridges SPECK_USB_SIM asks for: 0 when unset/"0", n for "n", 1 for any other value."""
-    value = os.environ.get("SPECK_USB_SIM", "").strip()
+    value = USB_SIM.value.strip()
     if value in ("", "0"):
         return 0
     return int(value) if value.isdigit() else 1

@@ -4,12 +4,12 @@ every entry is intact, and removing them. Only files that are speck's are counte
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 from collections.abc import Sequence
 
 from speck.codegen.cache.store import ScannedFile, cache_enabled, cache_root, scan
+from speck.codegen.settings import CACHE_DIR
 
 
 def _size(n: int) -> str:
@@ -36,7 +36,7 @@ def _selected(files: list[ScannedFile], namespaces: Sequence[str]) -> list[Scann
 
 
 def _where() -> str:
-    env = os.environ.get("SPECK_CACHE_DIR")
+    env = str(CACHE_DIR.value)
     state = "on" if cache_enabled() else "off (CACHELEVEL=0)"
     where = "$SPECK_CACHE_DIR" if env else "default; set $SPECK_CACHE_DIR to move it"
     return f"{cache_root()} ({where}); caching {state}"

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from speck.codegen.errors import CacheEntryError, CacheWarning
+from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
 
 MAGIC = b"SPECKCAC"
@@ -56,7 +57,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 def cache_root() -> pathlib.Path:
     """Where speck's on-disk caches live: `$SPECK_CACHE_DIR`, else `~/.cache/speck`."""
-    root = os.environ.get("SPECK_CACHE_DIR")
+    root = str(CACHE_DIR.value)
     return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "speck"
 
 
@@ -211,7 +212,7 @@ class DiskCache:
         if not cache_enabled():
             return None
         check_name(key, "key")
-        name = os.path.join(os.environ.get("SPECK_CACHE_DIR") or cache_root(), self.namespace, key)  # no Path: hot
+        name = os.path.join(str(CACHE_DIR.value) or cache_root(), self.namespace, key)  # no Path: hot
         try:
             return decode_entry(read_entry_file(name), name, key, self.version)
         except FileNotFoundError:  # no entry: a plain miss

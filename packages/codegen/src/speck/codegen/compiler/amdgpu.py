@@ -10,7 +10,6 @@ installed."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.code_object import link_code_object
 from speck.codegen.compiler.llvm import _llvmlite_version, llvm_all_targets, parse_module
 from speck.codegen.compiler.pool import WorkerRecipe
+from speck.codegen.settings import LLVM_OBJDUMP
 
 TRIPLE = "amdgcn-amd-amdhsa"
 # the GPUs the AMD backend compiles for (LLVM's -mcpu names; the registry has one backend per arch, the first is
@@ -110,7 +110,7 @@ class AMDGPUCompiler(Compiler):
 def _objdumps() -> list[str]:
     """llvm-objdump candidates: $LLVM_OBJDUMP, then versioned ones newest first (RDNA3 needs LLVM 15 or later; an
     unversioned llvm-objdump may be older), then the unversioned one."""
-    env = os.environ.get("LLVM_OBJDUMP", "")
+    env = str(LLVM_OBJDUMP.value)
     return [env] * bool(env) + [f"llvm-objdump-{v}" for v in range(30, 14, -1)] + ["llvm-objdump"]
 
 

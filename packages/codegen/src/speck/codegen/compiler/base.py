@@ -9,13 +9,13 @@ re-creating compilers."""
 from __future__ import annotations
 
 import hashlib
-import os
 import pathlib
 import shutil
 import subprocess
 import tempfile
 
 from speck.codegen.cache import DiskCache, cache_enabled, cache_root
+from speck.codegen.settings import OBJDUMP
 
 
 def cache_dir() -> pathlib.Path:
@@ -26,7 +26,7 @@ def cache_dir() -> pathlib.Path:
 def disassemble_object(lib: bytes, objdump_flags: tuple[str, ...] = ("-d", "-r", "--no-show-raw-insn")) -> str:
     """Disassemble an ELF object with binutils `objdump` (Intel syntax) and return its listing; raises a
     RuntimeError saying what to install when objdump is missing."""
-    objdump = shutil.which(os.environ.get("OBJDUMP", "objdump"))
+    objdump = shutil.which(str(OBJDUMP.value))
     if objdump is None:
         raise RuntimeError("disassemble needs binutils' objdump on PATH (or OBJDUMP=/path/to/objdump); none was found")
     with tempfile.NamedTemporaryFile(suffix=".o") as f:

@@ -9,6 +9,7 @@ import tempfile
 
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import CompileError
+from speck.codegen.settings import CC
 
 # The exact flags, shared by clang and gcc (both accept all of them):
 #   -x c -std=gnu11        the source is C with GNU vector extensions
@@ -29,7 +30,7 @@ CLANG_FLAGS: tuple[str, ...] = (
 
 def find_c_compiler() -> str | None:
     """The C compiler to use: `$CC` if set, else `clang` on PATH, else `gcc`; None when there is none."""
-    if cc := os.environ.get("CC"):
+    if cc := str(CC.value):
         return shutil.which(cc)
     return shutil.which("clang") or shutil.which("gcc")
 

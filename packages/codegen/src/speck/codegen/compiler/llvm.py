@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.errors import CompileError
+from speck.codegen.settings import LLVM_PIPELINE, LLVM_UNROLL_THRESHOLD
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -44,7 +44,7 @@ UNROLL_THRESHOLD = 300
 
 
 def _unroll_threshold() -> int:
-    v = os.environ.get("SPECK_LLVM_UNROLL_THRESHOLD", "")
+    v = str(LLVM_UNROLL_THRESHOLD.value)
     if not v:
         return UNROLL_THRESHOLD
     if not v.isdigit():
@@ -122,7 +122,7 @@ class LLVMCompiler(Compiler):
                  pipeline: str | None = None) -> None:  # fmt: skip
         if opt not in (0, 1, 2, 3):
             raise ValueError(f"LLVMCompiler opt level must be 0..3, got {opt!r}")
-        pipeline = pipeline if pipeline is not None else os.environ.get("SPECK_LLVM_PIPELINE", "") or "kernel"
+        pipeline = pipeline if pipeline is not None else str(LLVM_PIPELINE.value) or "kernel"
         if pipeline not in PIPELINES:
             raise ValueError(
                 f"LLVMCompiler pipeline must be one of {', '.join(PIPELINES)} (from the argument or "

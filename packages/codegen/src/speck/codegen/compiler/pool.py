@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from speck.codegen.cache import cache_enabled
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import CompileError
+from speck.codegen.errors import CompileError, CompileRefused
 
 DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
 DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
@@ -138,6 +138,8 @@ def serve() -> None:
             reply: tuple[Any, ...] = ("ok", lib, time.thread_time() - t)
         except CompileError as e:
             reply = ("compile_error", e.compiler, e.diagnostics)
+        except CompileRefused as e:  # the registry renders it again with the backend's fallback
+            reply = ("refused", str(e))
         except Exception as e:  # anything else means this worker can't stand in for the parent's compiler
             reply = ("error", f"{type(e).__name__}: {e}")
         pickle.dump(reply, out)
@@ -190,6 +192,8 @@ class _Worker:
             return bytes(reply[1])
         if reply[0] == "compile_error":
             raise CompileError(reply[1], reply[2], src)
+        if reply[0] == "refused":
+            raise CompileRefused(reply[1])
         raise WorkerError(f"compile worker {self.proc.pid} could not compile: {reply[-1]}")
 
     def close(self) -> None:
@@ -278,7 +282,7 @@ class _Lane:
                 self.slots.release()
                 try:
                     lib = worker.result(reply, job.src)
-                except CompileError as e:
+                except (CompileError, CompileRefused) as e:
                     job.future.set_exception(e)
                     continue
                 except WorkerError:

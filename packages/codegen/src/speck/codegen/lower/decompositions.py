@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from speck.codegen.lower import transcendental as tr
-from speck.uop import ContextVar, DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.codegen.settings import TRANSCENDENTAL
+from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.alu import threefry_rounds
 from speck.uop.symbolic import fold_alu, fold_cast
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 # >=2: exp2/log2/sin always use the polynomial decompositions, even where the renderer has them (to test them);
 # 0 and 1 behave alike: software only where the renderer lacks the op
-TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 _SOFTWARE_WHEN_FORCED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
 

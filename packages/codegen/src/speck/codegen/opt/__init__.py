@@ -14,13 +14,11 @@ from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptOps, apply_opt, apply_opts, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
 from speck.codegen.opt.search import KernelTimer, beam_search
-from speck.uop import ContextVar, UOp
+from speck.codegen.settings import BEAM, NOOPT
+from speck.uop import UOp
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
-
-BEAM = ContextVar("BEAM", 0)
-NOOPT = ContextVar("NOOPT", 0)  # 1: no heuristic optimizations (explicit opts and BEAM still apply)
 
 
 def opt_base(sink: UOp) -> UOp:

@@ -24,7 +24,8 @@ from speck.codegen.lower.simplify import pm_simplify
 from speck.codegen.opt.heuristic import hand_coded_optimizations
 from speck.codegen.opt.kernel_opts import Opt, OptOps, apply_opts, const_size, output_axes, reduce_axes
 from speck.codegen.opt.merge import merge_ranges
-from speck.uop import DEBUG, ContextVar, UOp, graph_rewrite
+from speck.codegen.settings import BEAM_TIMEOUT, IGNORE_BEAM_CACHE
+from speck.uop import DEBUG, UOp, graph_rewrite
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 # seconds one run of a kernel takes, given the kernel AST with its opts (KernelInfo.opts; dont_opt for none) set:
 # the caller lowers, compiles and runs it on the device it cares about (math.inf when that fails)
 KernelTimer = Callable[[UOp], float]
-BEAM_TIMEOUT = ContextVar("BEAM_TIMEOUT", 60.0)  # seconds of search per kernel
-IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
 LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128)  # work-items per workgroup along one axis BEAM tries on a GPU
 GROUP_AMOUNTS = (4, 8, 16, 32, 64)  # work-items a reduction is split across
 

@@ -69,6 +69,8 @@ class Renderer:
     has_vectors: ClassVar[bool] = False
     max_vector_bytes: ClassVar[int] = 32
     vector_registers: ClassVar[int] = 16
+    # vectors live in a CPU's registers (register blocking pays); the Python reference renderer's do not
+    registers_are_cpu: ClassVar[bool] = True
     supports_float16: ClassVar[bool] = False
     supports_bfloat16: ClassVar[bool] = False
     supports_fp8: ClassVar[bool] = False
@@ -110,7 +112,7 @@ class Renderer:
     def register_blocking(self) -> bool:
         """Register blocking pays where vectors are a CPU's registers; the Python reference renderer (device PYTHON)
         and scalar renderers keep the plain heuristic."""
-        return self.has_vectors and self.device == "CPU"
+        return self.has_vectors and self.registers_are_cpu
 
     @property
     def pow2_vectors(self) -> bool:

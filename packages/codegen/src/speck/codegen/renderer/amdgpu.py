@@ -62,6 +62,7 @@ class AMDGPURenderer(LLVMRenderer):
     has_local: ClassVar[bool] = True
     has_shared: ClassVar[bool] = True
     has_threads: ClassVar[bool] = False
+    registers_are_cpu: ClassVar[bool] = False  # its vectors are a work-item's VGPRs: no CPU register blocking
     supports_float16: ClassVar[bool] = True
     supports_bfloat16: ClassVar[bool] = False  # RDNA3 has bf16 only in WMMA/dot instructions
     # workgroups: at most 1024 work-items in all; grid: workgroup ids are 32-bit, y and z kept to 16 bits

@@ -30,6 +30,7 @@ class PythonRenderer(Renderer):
     device = "PYTHON"
     supported_ops = GroupOp.ALU
     has_vectors = True
+    registers_are_cpu = False
     max_vector_bytes = 32
     supports_float16 = True
     supports_bfloat16 = True

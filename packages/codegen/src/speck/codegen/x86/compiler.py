@@ -6,9 +6,9 @@ here. Objects are cached on disk like LLVM's (namespace compile/x86), keyed by t
 name a digest of the backend's own source files: a changed backend never reuses an object an older one built. The
 object carries the function's listing (`disassemble`).
 
-A kernel the selector refuses only once it gets there (SelectionError: an UnsupportedOpError) is compiled by the
-fallback backend of the registry's X86 entry (LLVM) from the same program, said under DEBUG>=2: the renderer
-already refused what it can tell up front, and a kernel must not fail on CPU:X86 that the device can run."""
+A kernel the selector refuses only once it gets there (SelectionError) raises CompileRefused: the backend registry
+(speck.codegen.backends, which loads this module by name) renders it again with the X86 entry's fallback (LLVM), so
+the program's source describes the object it gets, and a kernel does not fail on CPU:X86 that the device can run."""
 
 from __future__ import annotations
 
@@ -17,15 +17,11 @@ import gc
 import hashlib
 import pathlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.compiler.pool import WorkerRecipe, import_whole
-from speck.codegen.errors import UnsupportedOpError
+from speck.codegen.compiler.pool import WorkerRecipe
+from speck.codegen.errors import CompileRefused, UnsupportedOpError
 from speck.codegen.x86.elf_object import read_listing
-
-if TYPE_CHECKING:
-    from speck.uop import UOp
 
 _BACKEND_FILES = ("x86/*.py", "regalloc.py", "renderer/common.py")  # what builds an object from a program text
 
@@ -61,8 +57,8 @@ class X86Compiler(Compiler):
             uops, fp_contract = load_program(src)
             try:
                 return render_x86(uops, fp_contract).obj
-            except UnsupportedOpError as e:
-                return _compile_on_fallback(uops, fp_contract, e)
+            except UnsupportedOpError as e:  # (the registry takes it to the fallback)
+                raise CompileRefused(str(e)) from e
 
     def worker_recipe(self) -> WorkerRecipe:
         """How a CompilePool worker process rebuilds this compiler (the worker imports speck.uop for real: the
@@ -89,20 +85,6 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _compile_on_fallback(uops: list[UOp], fp_contract: bool, refusal: UnsupportedOpError) -> bytes:
-    import_whole()  # in a worker: the fallback's renderer needs the packages the worker left light
-    from speck.codegen.backends import get_backend
-    from speck.uop import DEBUG
-
-    fallback = get_backend("X86").fallback
-    if fallback is None:
-        raise refusal
-    be = get_backend(fallback)
-    if DEBUG >= 2:
-        print(f"speck.codegen: x86 refused a kernel while selecting ({refusal}); compiling it with {fallback}")
-    return be.compiler.compile_uncached(be.renderer.render(uops))
 
 
 __all__ = ["X86Compiler", "backend_digest"]

@@ -1,7 +1,7 @@
 """The realize engine under tinygrad's module name. The code that runs schedules is speck.tensor.realize; this module
 adds tinygrad's object view of it: a `Runner` per kind of call (`CompiledRunner` for a kernel, `BufferCopy` for a
 copy between buffers), an `ExecItem` (a runner with its buffers) per scheduled call, and `lower_schedule` turning
-ScheduleItems into ExecItems. Running an ExecItem goes through the same path as `run_schedule` (counters, DEBUG
+ScheduleItems into ExecItems. Running an ExecItem goes through the same path as every realize (counters, DEBUG
 lines, TinyJit recording)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.codegen.kernel_info import kernel_name
+from speck.hcq.runner import Copy, Exec, Host
 from speck.tensor import realize as _realize
 from speck.tensor.codegen import get_program
 from speck.tensor.realize import get_buffer
@@ -29,16 +30,21 @@ class Runner:
 
 
 class CompiledRunner(Runner):
-    """A compiled kernel (or, where codegen could not compile it, the numpy evaluator standing in for one). `p` is
-    the codegen ProgramSpec when there is one; `prg` the loaded program."""
+    """A compiled kernel (or, where codegen could not compile it, the numpy evaluator standing in for one): `call`
+    is its runner call over its own arguments, `slots` which of a ScheduleItem's buffers those are. `p` is the
+    codegen ProgramSpec when there is one; `prg` the compiled program."""
 
-    def __init__(self, program: Any, device: str) -> None:
+    def __init__(self, program: Any, device: str, call: Any = None, slots: tuple[int, ...] = ()) -> None:
         super().__init__(program.name, device)
-        self.prg = program
+        self.prg, self.call, self.slots = program, call, slots
         self.p = getattr(program, "spec", None)
 
     def __call__(self, bufs: list[UOp], var_vals: dict[str, int] | None = None, wait: bool = False) -> float:
-        return float(self.prg.run(bufs, var_vals or {}))
+        if self.call is None:  # a kernel of a schedule: bufs in its PARAM order
+            _realize.execute([ScheduleItem(self.prg.ast, tuple(bufs), dict(var_vals or {}))])
+        else:  # a captured call: bufs in its argument order
+            _realize.run_entries([(self.call, tuple(bufs[s] for s in self.slots))], var_vals)
+        return 0.0
 
 
 class BufferCopy(Runner):
@@ -64,7 +70,7 @@ class ExecItem:
         si = self.si
         if var_vals:
             si = ScheduleItem(si.ast, si.bufs, {**si.var_vals, **var_vals}, si.copy_offset)
-        _realize.run_schedule([si])
+        _realize.execute([si])
         return None
 
 
@@ -74,7 +80,7 @@ def _device(buf: UOp) -> str:
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for `ast` on `device` (compiled once, then cached)."""
-    return CompiledRunner(_realize._compile(ast, device), device)
+    return CompiledRunner(_realize.program(device, ast), device)
 
 
 def lower_schedule_item(si: ScheduleItem) -> ExecItem:
@@ -99,24 +105,24 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None =
     """Execute a schedule in order (its Variables at var_vals where given)."""
     if var_vals:
         schedule = [ScheduleItem(si.ast, si.bufs, {**si.var_vals, **var_vals}, si.copy_offset) for si in schedule]
-    _realize.run_schedule(list(schedule))
+    _realize.execute(list(schedule))
 
 
-def exec_items(jit_cache: list[tuple[str, Any]]) -> list[ExecItem]:
+def exec_items(jit_cache: list[tuple[Any, tuple[UOp, ...]]]) -> list[ExecItem]:
     """A TinyJit capture's recorded calls as ExecItems (its `jit_cache`)."""
     out: list[ExecItem] = []
-    for kind, item in jit_cache:
-        if kind == "kernel":
-            prog, si = item
-            out.append(ExecItem(CompiledRunner(prog, _device(si.bufs[0])), list(si.bufs), si))
-        elif kind in ("copy", "assign"):
-            si = item if kind == "copy" else ScheduleItem(None, tuple(item))
-            dst, src = si.bufs
-            runner = BufferCopy(int(dst.arg) * dst.dtype.itemsize, _device(dst), _device(src))
-            out.append(ExecItem(runner, list(si.bufs), si))
-        else:  # a host function (an MPI collective)
-            host = Runner(kind, _device(item[1][0]) if item[1] else "")
-            out.append(ExecItem(host, list(item[1]), ScheduleItem(None, ())))
+    for call, bufs in jit_cache:
+        if isinstance(call, Copy):
+            dst, src = bufs[call.dst], bufs[call.src]
+            runner: Runner = BufferCopy(call.nbytes, _device(dst), _device(src))
+            si = ScheduleItem(None, (dst, src), {}, call.offset // max(src.dtype.itemsize, 1))
+        elif isinstance(call, Host) and not call.kernel:  # a host function (an MPI collective)
+            runner, si = Runner(call.name, _device(bufs[0]) if bufs else ""), ScheduleItem(None, ())
+        else:
+            prog = call.program if isinstance(call, Exec) else call.fn
+            runner = CompiledRunner(prog, _device(bufs[0]), call, tuple(range(len(bufs))))
+            si = ScheduleItem(getattr(prog, "ast", None), tuple(bufs), dict(getattr(call, "vals", ())))
+        out.append(ExecItem(runner, list(bufs), si))
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.errors import ArchiveError, CheckpointError, TorchLoadError, UnsafePickleError
 from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
@@ -42,7 +43,7 @@ def _file_tensor(fn: FileLike) -> Tensor:
 
 
 def _host_bytes(t: Tensor) -> bytes:
-    return bytes(t.to("CPU").numpy().tobytes()) if str(t.device).startswith("DISK") else bytes(t.numpy().tobytes())
+    return bytes(t.to("CPU").numpy().tobytes()) if file_backed(t.device) else bytes(t.numpy().tobytes())
 
 
 @contextmanager
@@ -191,7 +192,7 @@ def _rebuild_tensor(storage: Any, offset: Any, shape: Any, stride: Any, *_: Any)
         return storage[offset : offset + numel].reshape(shape)
     # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them
     bits = storage if storage.dtype.fmt is not None else storage.bitcast(dtypes.uint16)
-    flat = bits.to("CPU").numpy() if str(bits.device).startswith("DISK") else bits.numpy()
+    flat = bits.to("CPU").numpy() if file_backed(bits.device) else bits.numpy()
     arr = np.ascontiguousarray(np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in
                                                                                              stride)))  # fmt: skip
     return Tensor(arr, dtype=storage.dtype) if storage.dtype.fmt is not None else Tensor(arr).bitcast(storage.dtype)
@@ -297,8 +298,8 @@ def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
     if numel == 0:
         return Tensor.empty(0, dtype=dtype)
     raw = raw[: numel * dtype.itemsize]
-    if dtype.fmt is None or str(raw.device).startswith("DISK"):
-        host = raw.to("CPU") if str(raw.device).startswith("DISK") else raw
+    if dtype.fmt is None or file_backed(raw.device):
+        host = raw.to("CPU") if file_backed(raw.device) else raw
         return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)
     return raw.bitcast(dtype)
 

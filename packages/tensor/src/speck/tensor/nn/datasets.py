@@ -9,7 +9,6 @@ and reported with their path."""
 from __future__ import annotations
 
 import gzip
-import os
 import pathlib
 import struct
 import urllib.error
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.errors import DatasetError as DatasetError
+from speck.tensor.settings import DATASETS
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -71,7 +71,7 @@ def read_idx(path: pathlib.Path) -> np.ndarray:
 def search_dirs(name: str) -> list[pathlib.Path]:
     """Where files of dataset `name` are looked for, in order."""
     dirs = []
-    if env := os.environ.get("SPECK_DATASETS"):
+    if env := str(DATASETS.value):
         dirs.append(pathlib.Path(env) / name)
     dirs.append(pathlib.Path.home() / ".cache" / "speck" / "datasets" / name)
     if name == "fashion-mnist":
@@ -88,7 +88,7 @@ def _find(name: str, fname: str) -> pathlib.Path | None:
 
 
 def _download(name: str, fname: str) -> pathlib.Path:
-    dest_dir = search_dirs(name)[1] if not os.environ.get("SPECK_DATASETS") else search_dirs(name)[0]
+    dest_dir = search_dirs(name)[1] if not DATASETS.value else search_dirs(name)[0]
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / (fname + ".gz")
     errors = []
@@ -191,7 +191,7 @@ def cifar(device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     path = next((d / CIFAR_TAR for d in search_dirs("cifar-10") if (d / CIFAR_TAR).is_file()), None)
     if path is None:
         dirs = search_dirs("cifar-10")
-        dest = dirs[0] if os.environ.get("SPECK_DATASETS") else dirs[1]
+        dest = dirs[0] if DATASETS.value else dirs[1]
         dest.mkdir(parents=True, exist_ok=True)
         path = dest / CIFAR_TAR
         try:

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.errors import GGUFError
 from speck.tensor.nn.checkpoints import named_errors
@@ -278,7 +279,7 @@ def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
         raise GGUFError(f"gguf_load needs a 1-d uint8 tensor of the file's bytes, got {t.dtype} {t.shape}")
     kv, infos, start = _read_header(t, what)
     size = as_int(t.shape[0])
-    dev = None if str(t.device).startswith("DISK") else t.device
+    dev = None if file_backed(t.device) else t.device
     state: dict[str, Tensor] = {}
     for name, dims, gtype, off in infos:
         numel = 1

@@ -13,14 +13,16 @@ from collections.abc import Sequence
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import OptimizerError as OptimizerError
+from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
+from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
 from speck.tensor.tensor import Tensor
-from speck.uop import DType, dtypes, getenv, least_upper_dtype, to_dtype
+from speck.uop import DType, dtypes, least_upper_dtype, to_dtype
 
 # the dtype optimizer state (momentum, moments) is kept and computed in, at least (float64 params keep float64)
-OPTIM_DTYPE: DType = to_dtype(getenv("OPTIM_DTYPE", "float32"))
+OPTIM_DTYPE: DType = to_dtype(str(_OPTIM_DTYPE.value))
 # 1: the learning rate is a constant of the graph instead of a tensor input (a schedule can't change it)
-CONST_LR = getenv("CONST_LR", 0)
+CONST_LR = int(_CONST_LR.value)
 
 
 class Optimizer:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.device import file_backed
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import gguf_load
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
@@ -172,10 +173,10 @@ def _disk_view(file: Tensor, e: TensorEntry) -> Tensor:
 def _disk_file_of(t: Tensor) -> str:
     """The file path behind a whole-file 1-D uint8 DISK tensor (what safe_load accepts besides a path)."""
     dev = t.device
-    if not isinstance(dev, str) or not dev.startswith("DISK:") or t.dtype != dtypes.uint8 or t.ndim != 1:
+    if not file_backed(dev) or t.dtype != dtypes.uint8 or t.ndim != 1:
         raise SafetensorsError(f"safe_load takes a path or a 1-D uint8 DISK tensor of the file, got a {t.dtype} tensor "
                                f"of shape {t.shape} on {dev}")  # fmt: skip
-    return dev.removeprefix("DISK:")
+    return str(dev).partition(":")[2]  # (a file-backed device is named KIND:<path>)
 
 
 def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | None) -> dict[str, Tensor] | None:

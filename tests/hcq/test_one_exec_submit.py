@@ -1,6 +1,6 @@
-"""Engine.submit_exec, the one-exec doorbell of the warm paths (Program.enqueue, CPUGraph.run): it must behave
-exactly like submit([cmd]): ordered after pending work, errors raised and the engine usable again, the timeline
-advanced, PROFILE events recorded."""
+"""Engine.submit's one-exec route (a single exec command on an idle engine is launched without the command loop: the
+runner's kernel launches, a CPU graph's run): it must behave exactly like the general route: ordered after pending
+work, errors raised and the engine usable again, the timeline advanced, PROFILE events recorded."""
 
 from __future__ import annotations
 
@@ -29,16 +29,16 @@ def test_enqueue_runs_inline_and_advances_the_timeline(add_prog, cpu: CPUDevice)
     out, a, b, x, y = _bufs(1000)
     eng = cpu.engines["compute"]
     before = eng.submitted
-    add_prog.enqueue([out, a, b], (1000, 1, 1))
+    add_prog(out, a, b, global_size=(1000, 1, 1))
     assert eng.submitted == before + 1 and eng.idle  # ran on this thread, timeline at the new sequence number
     np.testing.assert_array_equal(out.numpy(), x + y)
 
 
 def test_exec_waits_behind_a_blocked_submission(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
     out, a, b, x, y = _bufs(256)
-    gate = Signal(name="submit_exec_gate")
+    gate = Signal(name="one_exec_gate")
     cpu.hw_queue().wait(gate, 1).copy(a, b, a.nbytes).submit(cpu)  # a := b, once the gate opens
-    add_prog.enqueue([out, a, b], (256, 1, 1))  # must run after the copy although the engine is blocked now
+    add_prog(out, a, b, global_size=(256, 1, 1))  # must run after the copy although the engine is blocked now
     gate.set(1)
     cpu.synchronize(timeout=10)
     np.testing.assert_array_equal(out.numpy(), y + y)
@@ -46,10 +46,10 @@ def test_exec_waits_behind_a_blocked_submission(add_prog, cpu: CPUDevice) -> Non
 
 def test_exec_queued_behind_a_compute_wait_keeps_order(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
     out, a, b, x, y = _bufs(128)
-    gate = Signal(name="submit_exec_gate2")
+    gate = Signal(name="one_exec_gate2")
     cpu.hw_queue().wait(gate, 1).exec(add_prog, add_prog.raw_args([a, a, b]), (128, 1, 1)).submit(cpu)  # a += b
     eng = cpu.engines["compute"]
-    eng.submit_exec((EXEC, add_prog, add_prog.raw_args([out, a, b]), (128, 1, 1), None))  # out = a + b, after
+    eng.submit([(EXEC, add_prog, add_prog.raw_args([out, a, b]), (128, 1, 1), None)])  # out = a + b, after
     assert not eng.idle  # both wait for the gate
     gate.set(1)
     cpu.synchronize(timeout=10)
@@ -61,15 +61,15 @@ def test_failing_exec_raises_and_the_engine_stays_usable(add_prog, cpu: CPUDevic
         name, device = "exploding", cpu
 
         def launch(self, args, global_size, threads):  # type: ignore[no-untyped-def]
-            raise RuntimeError("submit_exec boom")
+            raise RuntimeError("one-exec boom")
 
     eng = cpu.engines["compute"]
-    with pytest.raises(RuntimeError, match="submit_exec boom"):
-        eng.submit_exec((EXEC, Exploding(), (), (1, 1, 1), None))
+    with pytest.raises(RuntimeError, match="one-exec boom"):
+        eng.submit([(EXEC, Exploding(), (), (1, 1, 1), None)])
     assert eng.idle
     cpu.synchronize(timeout=10)
     out, a, b, x, y = _bufs(64)
-    add_prog.enqueue([out, a, b], (64, 1, 1))
+    add_prog(out, a, b, global_size=(64, 1, 1))
     cpu.synchronize(timeout=10)
     np.testing.assert_array_equal(out.numpy(), x + y)
 
@@ -80,7 +80,7 @@ def test_profiled_exec_is_recorded(add_prog, cpu: CPUDevice) -> None:  # type: i
     try:
         eng = cpu.engines["compute"]
         n = len(eng.events)
-        add_prog.enqueue([out, a, b], (64, 1, 1))
+        add_prog(out, a, b, global_size=(64, 1, 1))
         cpu.synchronize(timeout=10)
         assert [(e.kind, e.name) for e in eng.events[n:]] == [("exec", "add")]
     finally:
