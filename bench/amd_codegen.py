@@ -108,7 +108,7 @@ def main() -> None:
     from speck.hcq.hsaco import parse_code_object
     from speck.uop import Context
 
-    print(_host.describe())
+    _host.describe()
     t0 = time.perf_counter()
     asts = step_kernels()
     print(f"{len(asts)} kernels in the CNN training step (collected in {time.perf_counter() - t0:.1f} s)")

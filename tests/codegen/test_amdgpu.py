@@ -49,7 +49,7 @@ from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.program import to_program
 from speck.codegen.renderer.amdgpu import AMDGPURenderer
 from speck.codegen.renderer.llvmir import LLVMRenderer
-from speck.uop import AxisType, Ops, UOp, dtypes
+from speck.uop import AxisType, Context, Ops, UOp, dtypes
 
 IDS = CORPUS_IDS
 EF_AMDGPU_MACH = {"gfx1100": 0x41, "gfx1101": 0x46, "gfx1102": 0x47, "gfx1150": 0x43}
@@ -179,6 +179,7 @@ def test_each_arch_is_a_backend_with_its_own_e_flags(arch: str) -> None:
 def test_renderer_declares_what_the_optimizer_and_pipeline_read() -> None:
     r = get_backend("AMD").renderer
     assert (r.has_local, r.has_shared, r.has_threads, r.device) == (True, True, False, "AMD")
+    assert not r.registers_are_cpu and not r.register_blocking  # the GPU heuristic, not the CPU's register blocks
     assert (r.shared_max, r.wave_size, r.max_workgroup_size, r.local_max) == (65536, 32, 1024, (1024, 1024, 1024))
     assert r.global_max is not None and r.global_max[0] == 2**31 - 1
     for dt in (dtypes.float32, dtypes.float16, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.bool):
@@ -339,3 +340,39 @@ def test_symbolic_sizes_get_full_waves_with_the_tail_gated_off(n: int) -> None:
     got = run_prog(spec, bufs, {"n": n})
     np.testing.assert_array_equal(got, run_ast(ast, bufs, {"n": n}))
     assert (got[n:] == -1.0).all()  # work-items past the end store nothing
+
+
+def test_compile_pool_workers_build_the_same_code_objects() -> None:
+    from speck.codegen.compiler.pool import CompilePool
+
+    spec = to_program(matmul(), AMDGPURenderer())
+    compiler = AMDGPUCompiler("gfx1101")
+    recipe = compiler.worker_recipe()
+    assert recipe.build().flags == compiler.flags
+    pool = CompilePool(lanes=1)
+    try:
+        with Context(CACHELEVEL=0):  # a real compile, in the lane's worker process
+            lib = pool.submit(compiler, spec.src).result()
+        assert pool.workers()
+    finally:
+        pool.shutdown()
+    assert lib == compiler.compile_uncached(spec.src)
+    assert "s_endpgm" in compiler.disassemble(lib)  # not compiled here: llvm-objdump lists it
+
+
+def test_beam_search_tries_workgroups_and_grouped_reductions_on_a_gpu() -> None:
+    from speck.codegen.opt.search import beam_search, candidate_actions
+
+    r = AMDGPURenderer()
+    acts = candidate_actions(opt_base(reduce(Ops.ADD, 32, 64)), r)
+    assert Opt(OptOps.LOCAL, 0, 32) in acts and Opt(OptOps.GROUP, 0, 16) in acts and Opt(OptOps.GROUPTOP, 0, 8) in acts
+    assert not any(a.op is OptOps.THREAD for a in acts)
+    assert not any(a.op in (OptOps.LOCAL, OptOps.GROUP) for a in candidate_actions(opt_base(reduce(Ops.ADD))))
+
+    def timer(cand: UOp) -> float:  # a "device" where bigger workgroups are faster
+        return 1.0 / float(np.prod(to_program(cand, r).local_size or (1,)))
+
+    ast = elementwise(dtypes.float32, 1024)
+    opts = beam_search(ast, r, 2, timer, use_cache=False)
+    spec = to_program(ast.replace(arg=KernelInfo("ew_beam", opts=opts)), r)
+    assert np.prod(spec.local_size or (1,)) > 128  # better than the heuristic's 128 by this timer

@@ -3,7 +3,8 @@
 `python3 bench/amd_codegen.py --write-golden`) all compile for gfx1100 to code objects llvm-objdump decodes, within
 the hardware's limits; those whose iteration space is at most MAX_RUN_POINTS (104 of them: every elementwise,
 normalization, classifier and optimizer kernel and the smaller reductions; not the 3x3/5x5 convolutions) run as GPU
-programs in the interpreter to what the kernel means (eval_ast)."""
+programs in the interpreter to what the kernel means (eval_ast); test_amdgpu_cnn_emulated.py runs the same ones on
+the RDNA3 emulator."""
 
 from __future__ import annotations
 

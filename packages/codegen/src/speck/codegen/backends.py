@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
-from speck.codegen.renderer.amdgpu import ARCHS
 from speck.codegen.settings import FP_CONTRACT
 
 if TYPE_CHECKING:

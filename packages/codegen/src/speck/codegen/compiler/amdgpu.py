@@ -19,9 +19,14 @@ from typing import Any
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.code_object import link_code_object
 from speck.codegen.compiler.llvm import _llvmlite_version, llvm_all_targets, parse_module
+from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.settings import LLVM_OBJDUMP
 
 TRIPLE = "amdgcn-amd-amdhsa"
+# the GPUs the AMD backend compiles for (LLVM's -mcpu names; the registry has one backend per arch, the first is
+# "AMD"): gfx1101/gfx1102 are gfx1100's smaller siblings (same ISA, fewer compute units), gfx1150 (RDNA3.5) runs
+# the same wave32 code
+ARCHS: tuple[str, ...] = ("gfx1100", "gfx1101", "gfx1102", "gfx1150")
 # LLVM 20+ compile 16-bit values on RDNA3 to its "true16" forms (operands in the 16-bit halves of VGPRs, v0.h/v0.l),
 # which LLVM 16's disassembler cannot decode; the "fake16" forms keep each 16-bit value in a whole VGPR. Both are
 # RDNA3 machine code; speck emits the fake16 ones, which every tool (and a simpler emulator) reads.
@@ -34,8 +39,6 @@ class AMDGPUCompiler(Compiler):
     HSA code object (bytes). Compiles are serialized per compiler (its target machine is shared)."""
 
     def __init__(self, arch: str = "gfx1100", opt: int = 2) -> None:
-        from speck.codegen.renderer.amdgpu import ARCHS
-
         if arch not in ARCHS:
             raise ValueError(f"AMDGPUCompiler arch must be one of {', '.join(ARCHS)}, got {arch!r}")
         if opt not in (0, 1, 2, 3):
@@ -49,6 +52,12 @@ class AMDGPUCompiler(Compiler):
         self._data_layout = str(self._tm.target_data)
         self._lock = threading.Lock()
         self._sources: dict[str, str] = {}  # sha256 of a code object -> the IR it was compiled from (listings)
+
+    def worker_recipe(self) -> WorkerRecipe:
+        """How a CompilePool worker process rebuilds this compiler (same arch and level, so the same objects). An
+        object compiled there is listed by llvm-objdump (`disassemble`): this process never saw its source."""
+        return WorkerRecipe(type(self).__module__, type(self).__qualname__, (("arch", self.arch), ("opt", self.opt)),
+                            (), tuple(self.flags))  # fmt: skip
 
     def _optimized_module(self, src: str) -> Any:
         llvm = llvm_all_targets()
@@ -112,4 +121,4 @@ def _kernel_label(src: str) -> str:
     return ""
 
 
-__all__ = ["FEATURES", "TRIPLE", "AMDGPUCompiler"]
+__all__ = ["ARCHS", "FEATURES", "TRIPLE", "AMDGPUCompiler"]

@@ -41,6 +41,7 @@ MIN_OUTPUTS = 8192  # fewer outputs than this leave the GPU idle: split long red
 MIN_GROUPED_REDUCE = 128  # reduction length worth splitting
 GROUP_MAX = 64  # work-items one reduction is split across
 UPCAST_MAX = 4  # outputs per axis in a work-item's register block
+ELEMENTWISE_VECTOR = 4  # outputs per work-item of a large elementwise kernel
 SYMBOLIC = 32  # work-items along an output axis of symbolic size (one wave; the last workgroup's tail is gated off)
 
 
@@ -101,6 +102,13 @@ def gpu_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
                 if amt > 1 and n_out // amt >= 4 * WORKGROUP and plan.add(OptOps.UPCAST, r.arg[:-1], amt):
                     lanes_left //= amt
                     n_out //= amt
+    # elementwise kernels with plenty of outputs: a vector of the contiguous axis per work-item (one 128-bit load and
+    # store per buffer instead of four, and a quarter of the address arithmetic)
+    if not reds and contiguous and n_out >= ELEMENTWISE_VECTOR * MIN_OUTPUTS:
+        r = contiguous[-1]
+        if pow2_amount(const_size(r) or 1, ELEMENTWISE_VECTOR) == ELEMENTWISE_VECTOR:
+            if plan.add(OptOps.UPCAST, r.arg[:-1], ELEMENTWISE_VECTOR):
+                n_out //= ELEMENTWISE_VECTOR
     # 2. grouped reductions when the outputs are few
     group: list[tuple[tuple[int, ...], int, OptOps]] = []
     if reds and n_out < MIN_OUTPUTS and n_red >= MIN_GROUPED_REDUCE:

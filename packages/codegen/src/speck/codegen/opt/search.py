@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 # seconds one run of a kernel takes, given the kernel AST with its opts (KernelInfo.opts; dont_opt for none) set:
 # the caller lowers, compiles and runs it on the device it cares about (math.inf when that fails)
 KernelTimer = Callable[[UOp], float]
+LOCAL_AMOUNTS = (2, 4, 8, 16, 32, 64, 128)  # work-items per workgroup along one axis BEAM tries on a GPU
+GROUP_AMOUNTS = (4, 8, 16, 32, 64)  # work-items a reduction is split across
 
 
 # winners as JSON lists of opts in speck.codegen.cache's integrity-checked store; version 2: the first one there
@@ -54,8 +56,10 @@ def _read_cached(key: str) -> tuple[Opt, ...] | None:
         return None
 
 
-def candidate_actions(sink: UOp) -> list[Opt]:
-    """Every single action worth trying on this kernel."""
+def candidate_actions(sink: UOp, renderer: Renderer | None = None) -> list[Opt]:
+    """Every single action worth trying on this kernel: on a renderer with workgroups (`has_local`), workgroup splits
+    (LOCAL) and grouped reductions (GROUP/GROUPTOP) instead of CPU thread splits (THREAD)."""
+    gpu = renderer is not None and renderer.has_local
     acts: list[Opt] = []
     outs, reds = output_axes(sink), reduce_axes(sink)
     for i, r in enumerate(outs):
@@ -63,7 +67,11 @@ def candidate_actions(sink: UOp) -> list[Opt]:
         for a in (2, 3, 4, 8, 16):
             if n is not None and n % a == 0 and n > 1:
                 acts.append(Opt(OptOps.UPCAST, i, a))
-                acts.append(Opt(OptOps.THREAD, i, a))
+                if not gpu:
+                    acts.append(Opt(OptOps.THREAD, i, a))
+        for a in LOCAL_AMOUNTS if gpu else ():
+            if n is not None and n % a == 0:
+                acts.append(Opt(OptOps.LOCAL, i, a))
         for j in range(i + 1, len(outs)):
             acts.append(Opt(OptOps.SWAP, i, j))
     for i, r in enumerate(reds):
@@ -71,6 +79,9 @@ def candidate_actions(sink: UOp) -> list[Opt]:
         for a in (2, 4, 8):
             if n is not None and n % a == 0 and n > 1:
                 acts.append(Opt(OptOps.UNROLL, i, a))
+        for a in GROUP_AMOUNTS if gpu else ():
+            if n is not None and n % a == 0:
+                acts += [Opt(OptOps.GROUP, i, a), Opt(OptOps.GROUPTOP, i, a)]
     return acts
 
 
@@ -110,7 +121,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int, timer: KernelTimer, ma
                 cur = apply_opts(base, opts, renderer)
             except OptError:
                 continue
-            for a in candidate_actions(cur):
+            for a in candidate_actions(cur, renderer):
                 nxt = opts + (a,)
                 if nxt in seen:
                     continue

@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.renderer.llvmir import LLVMRenderer, _LLKernel, ltype
 from speck.uop import AddrSpace, DType, Ops, PtrDType, UOp, dtypes
 
-# the GPUs the renderer serves (LLVM's -mcpu names; the registry's AMD backends, one per arch): gfx1101/gfx1102 are
-# gfx1100's smaller siblings (same ISA, fewer compute units); gfx1150 (RDNA3.5) runs the same wave32 code
-ARCHS: tuple[str, ...] = ("gfx1100", "gfx1101", "gfx1102", "gfx1150")
 CODE_OBJECT_VERSION = 5  # HSA code object v5 (readable by LLVM 16's tools and ROCm's loader)
 
 _WORKGROUP_ID = {"gidx0": "workgroup.id.x", "gidx1": "workgroup.id.y", "gidx2": "workgroup.id.z"}
@@ -64,6 +62,7 @@ class AMDGPURenderer(LLVMRenderer):
     has_local: ClassVar[bool] = True
     has_shared: ClassVar[bool] = True
     has_threads: ClassVar[bool] = False
+    registers_are_cpu: ClassVar[bool] = False  # its vectors are a work-item's VGPRs: no CPU register blocking
     supports_float16: ClassVar[bool] = True
     supports_bfloat16: ClassVar[bool] = False  # RDNA3 has bf16 only in WMMA/dot instructions
     # workgroups: at most 1024 work-items in all; grid: workgroup ids are 32-bit, y and z kept to 16 bits
