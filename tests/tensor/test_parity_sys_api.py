@@ -22,6 +22,7 @@ from speck.tensor.dtype import float_to_fp8, fp8_to_float
 from speck.tensor.engine.jit import graph_class
 from speck.tensor.engine.realize import BufferCopy, CompiledRunner, ExecItem, lower_schedule, run_schedule
 from speck.tensor.nn.state import TensorIO, tar_extract, torch_load, zip_extract
+from speck.uop import Ops
 
 
 def test_sequence_and_string_helpers() -> None:
@@ -117,6 +118,9 @@ def test_jit_cache_is_exec_items() -> None:
     cache = f.jit_cache
     assert cache and all(isinstance(ei, ExecItem) for ei in cache)
     assert all(isinstance(ei.prg, (CompiledRunner, BufferCopy)) for ei in cache)
+    # each kernel's ExecItem carries the kernel's AST (what tools that re-lower a capture read)
+    kernels = [ei for ei in cache if isinstance(ei.prg, CompiledRunner)]
+    assert kernels and all(ei.si.ast is not None and ei.si.ast.op is Ops.SINK for ei in kernels)
     from speck.tensor import Device
 
     assert graph_class(Device[Device.DEFAULT]) is Device[Device.DEFAULT].graph

@@ -121,7 +121,8 @@ def exec_items(jit_cache: list[tuple[Any, tuple[UOp, ...]]]) -> list[ExecItem]:
         else:
             prog = call.program if isinstance(call, Exec) else call.fn
             runner = CompiledRunner(prog, _device(bufs[0]), call, tuple(range(len(bufs))))
-            si = ScheduleItem(getattr(prog, "ast", None), tuple(bufs), dict(getattr(call, "vals", ())))
+            spec = getattr(prog, "spec", None)  # a device Program's ProgramSpec holds the kernel AST
+            si = ScheduleItem(getattr(spec, "ast", None), tuple(bufs), dict(getattr(call, "vals", ())))
         out.append(ExecItem(runner, list(bufs), si))
     return out
 
