@@ -307,7 +307,7 @@ class CapturedJit:
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
         vv = var_vals if var_vals != self.var_vals else {}
-        if realize.CAPTURE is not None and realize.recording() is not None:  # inside another TinyJit's capture
+        if realize.recording() is not None:  # inside another TinyJit's capture
             realize.run_entries([(c, tuple(mapping.get(b, b) for b in bufs)) for c, bufs in self.jit_cache], vv)
         else:
             self.run(mapping, vv)
@@ -454,7 +454,7 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if fast[3] and cap.plan is not None and realize.CAPTURE is None:
+                    if fast[3] and cap.plan is not None and realize.capture() is None:
                         cap.run(fast[1])
                     else:
                         cap.replay(fast[1], fast[2])
@@ -472,7 +472,7 @@ class TinyJit(Generic[R]):
         return self._capture(args, kwargs, inputs, sigs)
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
-        if realize.CAPTURE is not None:
+        if realize.capture() is not None:
             self.cnt -= 1
             raise RuntimeError(
                 "a TinyJit can't capture while another one captures (nested TinyJit): call the inner "
@@ -480,7 +480,7 @@ class TinyJit(Generic[R]):
             )
         assert self.fxn is not None
         calls: list[Entry] = []
-        realize.CAPTURE = calls
+        realize.set_capture(calls)
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
@@ -488,7 +488,7 @@ class TinyJit(Generic[R]):
             self.cnt -= 1  # the next call captures again
             raise
         finally:
-            realize.CAPTURE = None
+            realize.set_capture(None)
         _finish_capture(calls)
         if not calls:
             self.cnt -= 1
