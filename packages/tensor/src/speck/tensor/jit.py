@@ -6,7 +6,10 @@ with the new inputs' buffers swapped in. The returned tensors are the captured o
 deep in list/tuple/dict arguments; they must keep the shapes, dtypes and devices of the capture, except that sizes
 given by bound Variables (in input shapes, or Variables passed as arguments) may change: one capture serves every
 value, the kernels get the new values at each replay. Non-tensor arguments are baked in (only their layout is
-checked). Calls the capture can't serve raise JitError.
+checked). Calls the capture can't serve raise JitError. `captured.free_intermediates()` gives back the memory
+of the buffers every replay computes from scratch until the next replay.
+
+Captures are per thread: a capture records the realizations of the thread running the jitted function only.
 
 Random numbers (Tensor.rand, dropout, ...) replay fresh: each draw reads the device's counter buffer as a kernel
 input and advances it in place, so the captured kernels and copies keep advancing it, and N calls draw exactly
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from weakref import ref as _ref
 
+from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Plan, reads_writes
 from speck.tensor import multi, realize
@@ -282,6 +286,9 @@ class CapturedJit:
     var_vals: dict[str, int]  # the Variables' values the capture ran with (the recorded calls hold them)
     written: frozenset[UOp]  # BUFFERs the calls write: an input that is one of them is copied before a replay
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
+    # BUFFERs every replay computes from scratch: memory the capture made (none when a recorded call first wrote
+    # them), first touched by a call writing them; never inputs. free_intermediates gives their memory back
+    intermediates: frozenset[UOp] = frozenset()
     plan: Plan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
     # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
@@ -299,10 +306,33 @@ class CapturedJit:
     # the last mapping a replay ran with and every slot's key under it (the inputs' mapped BUFFERs' included)
     _mapped: dict[UOp, UOp] | None = field(default=None, repr=False, compare=False)
     _mapped_keys: list[Any] = field(default_factory=list, repr=False, compare=False)
+    # returned tensors' storage while free_intermediates has their memory (buffer_map holds _FreedOutput meanwhile)
+    _freed: dict[UOp, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False,
-                "_mapped": None, "_mapped_keys": []}  # fmt: skip
+        return {**self.__dict__, **self._derived()}
+
+    def _derived(self) -> dict[str, Any]:
+        """The derived state (what replays rebuild) at its initial values."""
+        return {"plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False, "_mapped": None,
+                "_mapped_keys": []}  # fmt: skip
+
+    def free_intermediates(self) -> None:
+        """Give back the memory of the buffers every replay computes from scratch (intermediates and returned
+        tensors; not inputs, not state that carries over between replays such as assign targets, not what
+        prune=True computed once). The next replay allocates them again. Until then the returned tensors can't be
+        read (JitError); the capture itself is kept (no tracing or compiling again)."""
+        data = buffer_map_data
+        outs = {b for t in _returned_tensors(self.ret) for b in _tensor_buffers(t)}
+        for u in self.intermediates:
+            hb = data.get(_ref(u))
+            if type(hb) is not _HcqBuffer:  # never made (or already freed)
+                continue
+            hb.deallocate()
+            if u in outs:
+                self._freed[u] = hb
+                buffer_map[u] = _FreedOutput()
+        self.__dict__.update(self._derived())  # the plan is rebuilt (and the memory allocated) at the next replay
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
@@ -346,6 +376,10 @@ class CapturedJit:
         _runner.run(plan, bufs, var_vals)
 
     def _build(self) -> Plan:
+        if self._freed:  # after free_intermediates: the returned tensors get their storage back (memory on use)
+            for u, hb in self._freed.items():
+                buffer_map[u] = hb
+            self._freed.clear()
         calls, uops = realize.link(self.jit_cache)
         self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
         self._uops = uops
@@ -353,6 +387,42 @@ class CapturedJit:
         self._inputs = [(slot[u], u) for u in self.input_bufs if u in slot]
         self._keys = [_ref(u) for u in uops]
         return self.plan
+
+
+class _FreedOutput:
+    """What buffer_map holds for a returned tensor's buffer after free_intermediates, until the next replay: any use
+    of it is an error (its memory is gone; reading it would show whatever reuses that memory). A pickle of the
+    capture stores no data for it (like any buffer without memory)."""
+
+    is_allocated = False
+
+    def copyout(self, dest: Any) -> Any:
+        return self.__getattr__("copyout")
+
+    def __getattr__(self, name: str) -> Any:
+        raise JitError(
+            "this tensor was returned by a TinyJit whose captured.free_intermediates() gave its memory back; call "
+            "the jitted function again (the replay computes it anew) before reading it, or keep a copy "
+            "(.clone().realize()) made before freeing"
+        )
+
+
+def _tensor_buffers(t: Tensor) -> list[UOp]:
+    """The BUFFERs holding a (realized) tensor: one, or one per shard."""
+    u = t.uop
+    got = [base_buffer(s) for s in (u.shards if isinstance(u, MultiUOp) else (u,))]
+    return [b for b in got if b is not None]
+
+
+def _intermediates(calls: list[Entry], fresh: set[UOp], input_bufs: list[UOp]) -> frozenset[UOp]:
+    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write."""
+    seen: set[UOp] = set(input_bufs)
+    out: set[UOp] = set()
+    for e in calls:
+        r, w = _reads_writes(e)
+        out |= (w - r - seen) & fresh
+        seen |= r | w
+    return frozenset(out)
 
 
 def _stored_key(u: UOp) -> Any:
@@ -480,7 +550,8 @@ class TinyJit(Generic[R]):
             )
         assert self.fxn is not None
         calls: list[Entry] = []
-        realize.set_capture(calls)
+        fresh: set[UOp] = set()
+        realize.set_capture(calls, fresh)
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
@@ -509,9 +580,9 @@ class TinyJit(Generic[R]):
         if self.prune:
             calls = prune_calls(calls, input_bufs)
         written = frozenset(b for e in calls for b in _reads_writes(e)[1]) - set(input_bufs)
-        self.captured = CapturedJit(
-            ret, calls, input_bufs, [n for n, _ in inputs.named], sigs, inputs.layout, dict(inputs.var_vals), written
-        )
+        names, var_vals = [n for n, _ in inputs.named], dict(inputs.var_vals)
+        temps = _intermediates(calls, fresh, input_bufs)
+        self.captured = CapturedJit(ret, calls, input_bufs, names, sigs, inputs.layout, var_vals, written, {}, temps)
         return ret
 
     def _replay(self, inputs: _Inputs, args: tuple[Any, ...] = ()) -> R:

@@ -388,6 +388,7 @@ def run_entries(entries: Sequence[Entry], var_vals: Mapping[str, int] | None = N
     """Link calls over BUFFERs into a plan and run it (recorded when a TinyJit captures)."""
     if (rec := recording()) is not None:
         rec.extend(entries)
+        _note_fresh(entries)
     calls, uops = link(entries)
     _runner.run(Plan(calls, len(uops), name=f"{len(calls)} calls"), [get_buffer(u) for u in uops], var_vals)
 
@@ -456,6 +457,9 @@ def realize_graph(u: UOp, device: str) -> UOp:
 # function only (another thread's realizations run, unrecorded, while it captures)
 class _CaptureState(threading.local):
     calls: list[Entry] | None = None
+    # BUFFERs that had no memory when a recorded call first wrote them: their contents are made by the capture
+    # (TinyJit's free_intermediates may give their memory back between replays)
+    fresh: set[UOp] | None = None
 
 
 _capture_state = _CaptureState()
@@ -466,9 +470,22 @@ def capture() -> list[Entry] | None:
     return _capture_state.calls
 
 
-def set_capture(calls: list[Entry] | None) -> None:
-    """Start (a list) or end (None) this thread's capture (TinyJit only)."""
-    _capture_state.calls = calls
+def set_capture(calls: list[Entry] | None, fresh: set[UOp] | None = None) -> None:
+    """Start (a list, and the set to note fresh outputs in) or end (None) this thread's capture (TinyJit only)."""
+    _capture_state.calls, _capture_state.fresh = calls, fresh
+
+
+def _note_fresh(entries: Sequence[Entry]) -> None:
+    """Note the BUFFERs these recorded calls write that hold no memory yet (before they run)."""
+    fresh = _capture_state.fresh
+    if fresh is None:
+        return
+    data = buffer_map_data
+    for call, bufs in entries:
+        for i in _runner.reads_writes(call)[1]:
+            hb = data.get(_ref(bufs[i]))
+            if hb is None or (type(hb) is _HcqBuffer and not hb.is_allocated):
+                fresh.add(bufs[i])
 
 
 def recording() -> list[Entry] | None:
@@ -482,6 +499,7 @@ def record(call: Any, bufs: Sequence[UOp]) -> None:
     """Record a call made outside `execute` (a buffer swap, host work) for TinyJit replays, if a capture records."""
     if (rec := recording()) is not None:
         rec.append((call, tuple(bufs)))
+        _note_fresh(rec[-1:])
 
 
 def _reads_unchecked(what: str) -> None:
