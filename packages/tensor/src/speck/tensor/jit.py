@@ -69,18 +69,68 @@ realize.register_read_check(check_read_allowed)  # Tensor reads call it (tensor.
 @dataclass(frozen=True)
 class InputSig:
     """What a replay needs unchanged of one tensor input: its shape (symbolic dims with their Variables unbound,
-    so bound values may change), dtype and device."""
+    so bound values may change), dtype and device, and its view structure: None for a whole buffer, else the view
+    chain down to the buffer (ops and arguments, Variables unbound)."""
 
     shape: tuple[Any, ...]
     dtype: Any
     device: str
+    view: tuple[Any, ...] | None = None
 
     def describe(self) -> str:
-        return f"shape {tuple(_show_dim(s) for s in self.shape)} {self.dtype} on {self.device}"
+        return f"shape {tuple(_show_dim(s) for s in self.shape)} {self.dtype} on {self.device}{_show_view(self.view)}"
 
 
 def _show_dim(s: Any) -> Any:
-    return s if isinstance(s, int) else s.arg[0] if isinstance(s, UOp) and s.op is Ops.DEFINE_VAR else s.render()
+    if isinstance(s, int):
+        return s
+    if isinstance(s, UOp) and s.op is Ops.DEFINE_VAR:
+        name, lo, hi = s.arg
+        return f"{name}[{lo}..{hi}]"
+    return s.render()
+
+
+def _show_view(view: tuple[Any, ...] | None) -> str:
+    if view is None:
+        return " (a whole buffer)"
+    *chain, (_, size, _) = view
+    ops = ", ".join(f"{op.name.lower()} {tuple(_show_dim(d) if isinstance(d, UOp) else d for d in arg)}"
+                    if isinstance(arg, tuple) else op.name.lower() for op, arg in chain)  # fmt: skip
+    return f" (a view of a {size}-element buffer: {ops})"
+
+
+def _unbound(x: Any) -> Any:
+    """x (a movement op's argument) with every bound Variable replaced by the Variable."""
+    if isinstance(x, UOp):
+        binds = [u for u in x.toposort() if u.op is Ops.BIND]
+        return x.substitute({b: b.src[0] for b in binds}) if binds else x
+    return tuple(_unbound(y) for y in x) if isinstance(x, tuple) else x
+
+
+def _is_view(t: Tensor) -> bool:
+    """t is a chain of views (movement ops, detach) over a BUFFER."""
+    u = t.uop
+    if type(u) is not UOp:
+        return False
+    while u.op is not Ops.BUFFER:
+        if u.op not in _VIEW_CHAIN or not u.src:
+            return False
+        u = u.src[0]
+    return True
+
+
+_VIEW_CHAIN = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+
+
+def _view_structure(t: Tensor) -> tuple[Any, ...]:
+    """The chain of views from t down to its BUFFER (op, argument; Variables unbound), then the buffer's size."""
+    out: list[Any] = []
+    u = t.uop
+    while u.op is not Ops.BUFFER:
+        out.append((u.op, _unbound(u.arg)))
+        u = u.src[0]
+    out.append((Ops.BUFFER, int(u.arg), u.dtype))
+    return tuple(out)
 
 
 @dataclass
@@ -126,7 +176,7 @@ def _gather(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Inputs:
     return _Inputs(named, var_vals, (len(args), tuple(sorted(kwargs)), tuple(layout)))
 
 
-def _signature(t: Tensor, var_vals: dict[str, int]) -> InputSig:
+def _signature(t: Tensor, var_vals: dict[str, int], view: tuple[Any, ...] | None = None) -> InputSig:
     """t's signature; the values of Variables bound in its shape go into var_vals."""
     shape: list[Any] = []
     for s in t.shape:
@@ -143,13 +193,16 @@ def _signature(t: Tensor, var_vals: dict[str, int]) -> InputSig:
                 )
             var_vals[var.arg[0]] = val
         shape.append(s.substitute({b: b.src[0] for b in binds}) if binds else s)
-    return InputSig(tuple(shape), t.dtype, t.device)
+    return InputSig(tuple(shape), t.dtype, t.device, view)
 
 
 def _prepare(inputs: _Inputs) -> list[InputSig]:
     """Make every input a whole realized buffer of its own (realizing lazy ones, copying views) and check it can be
     one: virtual (constant-only or weak) inputs and one buffer passed twice raise JitError. Returns the signatures."""
     tensors = [t for _, t in inputs.named]
+    # passed as views of a realized buffer (not a whole one): the view structure is part of the signature (a lazy
+    # graph, contiguous() included, counts as a buffer of its own, whatever its realization shares memory with)
+    views = [_view_structure(t) if _is_view(t) and not _is_whole_buffer(t) else None for t in tensors]
     for name, t in inputs.named:
         if t.device is None or t.dtype.is_weak:
             raise JitError(
@@ -185,7 +238,7 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
             # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer), and
             # replays would then read the slice the capture saw
             t.uop = t.clone().realize().uop
-    return [_signature(t, inputs.var_vals) for _, t in inputs.named]
+    return [_signature(t, inputs.var_vals, v) for (_, t), v in zip(inputs.named, views)]
 
 
 def _buf(t: Tensor) -> UOp:
@@ -604,7 +657,7 @@ class TinyJit(Generic[R]):
             if sig != want:
                 raise JitError(
                     f"args mismatch: jitted function input {name} changed: captured {want.describe()}, got "
-                    f"{sig.describe()}; the capture only serves the same shapes, dtypes and devices "
+                    f"{sig.describe()}; the capture only serves the same shapes, dtypes, devices and views "
                     "(call .reset() to capture again)"
                 )
             new = _buf(t)
