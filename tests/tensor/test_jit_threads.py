@@ -177,3 +177,44 @@ def test_pending_writes_and_deferred_updates_stay_in_their_thread() -> None:
         np.testing.assert_array_equal(g(Tensor(np.full(2, v, dtype=np.float32))).numpy(), np.full(2, 2 * v))
     np.testing.assert_array_equal(t.numpy(), np.full(3, 5, dtype=np.float32))  # replays did not add again
     np.testing.assert_array_equal(u.numpy(), np.full(3, 7, dtype=np.float32))
+
+
+def _train_bn(seed: int, steps: int = 40) -> tuple[list[float], np.ndarray, np.ndarray]:
+    """A jitted training step with BatchNorm (its running statistics are deferred updates) and SGD."""
+    import speck.tensor.nn.state  # noqa: F401  (nn.state)
+    from speck.tensor import nn
+    from speck.tensor.nn.optim import SGD
+
+    rng = np.random.default_rng(seed)
+    lin, bn = nn.Linear(3, 4), nn.BatchNorm(4)
+    lin.weight.assign(Tensor(rng.standard_normal((4, 3)).astype(np.float32))).realize()
+    lin.bias.assign(Tensor(rng.standard_normal(4).astype(np.float32))).realize()
+    opt = SGD(nn.state.get_parameters(lin), lr=0.05)
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = bn(lin(x)).square().mean() + lin(x).mean()
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+    losses = [float(step(Tensor(rng.standard_normal((8, 3)).astype(np.float32))).numpy()) for _ in range(steps)]
+    return losses, bn.running_mean.numpy().copy(), lin.weight.numpy().copy()
+
+
+def test_two_threads_train_with_deferred_updates_as_one_thread_does() -> None:
+    want = {k: _train_bn(k) for k in (0, 1)}
+    got: dict[int, tuple[list[float], np.ndarray, np.ndarray]] = {}
+
+    def worker(k: int) -> Callable[[], None]:
+        def run() -> None:
+            got[k] = _train_bn(k)
+
+        return run
+
+    _run_threads(worker(0), worker(1))
+    for k in (0, 1):
+        for w, g in zip(want[k], got[k]):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
