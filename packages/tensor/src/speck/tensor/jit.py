@@ -93,10 +93,9 @@ def _show_dim(s: Any) -> Any:
 def _show_view(view: tuple[Any, ...] | None) -> str:
     if view is None:
         return " (a whole buffer)"
-    *chain, (_, size, _) = view
     ops = ", ".join(f"{op.name.lower()} {tuple(_show_dim(d) if isinstance(d, UOp) else d for d in arg)}"
-                    if isinstance(arg, tuple) else op.name.lower() for op, arg in chain)  # fmt: skip
-    return f" (a view of a {size}-element buffer: {ops})"
+                    if isinstance(arg, tuple) else op.name.lower() for op, arg in reversed(view))  # fmt: skip
+    return f" (a view of a buffer: {ops})"
 
 
 def _unbound(x: Any) -> Any:
@@ -123,13 +122,15 @@ _VIEW_CHAIN = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRI
 
 
 def _view_structure(t: Tensor) -> tuple[Any, ...]:
-    """The chain of views from t down to its BUFFER (op, argument; Variables unbound), then the buffer's size."""
+    """The chain of views from t down to its BUFFER (op, argument; Variables unbound). The buffer's size is not part
+    of it (a view of a buffer whose size is a bound Variable's multiple has one structure for every value)."""
     out: list[Any] = []
     u = t.uop
     while u.op is not Ops.BUFFER:
-        out.append((u.op, _unbound(u.arg)))
+        # (detach is no view; of consecutive reshapes only the outermost one counts: they compose into it)
+        if u.op is not Ops.DETACH and not (u.op is Ops.RESHAPE and out and out[-1][0] is Ops.RESHAPE):
+            out.append((u.op, _unbound(u.arg)))
         u = u.src[0]
-    out.append((Ops.BUFFER, int(u.arg), u.dtype))
     return tuple(out)
 
 
