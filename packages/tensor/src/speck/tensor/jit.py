@@ -373,7 +373,8 @@ class CapturedJit:
 
     def free_intermediates(self) -> None:
         """Give back the memory of the buffers every replay computes from scratch (intermediates and returned
-        tensors; not inputs, not state that carries over between replays such as assign targets, not what
+        tensors; not inputs, not state that carries over between replays - assign targets and the values assigned
+        to them -, not what
         prune=True computed once). The next replay allocates them again. Until then the returned tensors can't be
         read (JitError); the capture itself is kept (no tracing or compiling again)."""
         data = buffer_map_data
@@ -386,7 +387,8 @@ class CapturedJit:
             if u in outs:
                 self._freed[u] = hb
                 buffer_map[u] = _FreedOutput()
-        self.__dict__.update(self._derived())  # the plan is rebuilt (and the memory allocated) at the next replay
+        # the plan is rebuilt (and the memory allocated) at the next replay; the unchecked replay's inputs stay
+        self.__dict__.update({**self._derived(), "fast": self.fast})
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
@@ -469,13 +471,18 @@ def _tensor_buffers(t: Tensor) -> list[UOp]:
 
 
 def _intermediates(calls: list[Entry], fresh: set[UOp], input_bufs: list[UOp]) -> frozenset[UOp]:
-    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write."""
+    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write, except the new values
+    Tensor.assign copies into a target that is kept (they are part of the state update: tinygrad writes those in
+    place, and keeps them)."""
     seen: set[UOp] = set(input_bufs)
     out: set[UOp] = set()
     for e in calls:
         r, w = _reads_writes(e)
         out |= (w - r - seen) & fresh
         seen |= r | w
+    for call, bufs in calls:
+        if type(call) is Copy and bufs[call.dst] not in out:
+            out.discard(bufs[call.src])
     return frozenset(out)
 
 
