@@ -37,6 +37,39 @@ class TensorNotImplementedError(NotImplementedError, TensorError):
     """A mode tinygrad doesn't implement (NotImplementedError is already a RuntimeError)."""
 
 
+class TensorKeyError(KeyError, TensorError):
+    """A name with no entry (a numpy or torch dtype with no speck equivalent); the message lists what exists."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TensorZeroDivisionError(ZeroDivisionError, ValueError, TensorError):
+    """A size that can't be inferred because it would divide by zero (reshape's -1 next to a 0 dim, as in
+    tinygrad); a ValueError too, like the other bad reshapes."""
+
+
+class TensorFileNotFoundError(FileNotFoundError, TensorError):
+    """A file that a Tensor, a loader or from_url was pointed at does not exist."""
+
+
+class FetchError(ConnectionError, TensorError):
+    """A download (fetch, from_url) failed: no connection, or an HTTP error status."""
+
+
+class TensorImportError(ImportError, TensorError):
+    """speck.tensor can't be imported as installed (a sibling package too old, a hook used before registration)."""
+
+
+class TensorRuntimeError(RuntimeError, TensorError):
+    """An operation that can't run in the current state rather than because of one bad argument: the interpreter
+    lacks something speck.tensor needs, a module is already imported, a graph node no rule handles."""
+
+
+class GradientError(RuntimeError, TensorError):
+    """A gradient that can't be computed: a non-float tensor, an op with no gradient rule."""
+
+
 class JitError(RuntimeError, TensorError):
     """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
 
@@ -45,7 +78,7 @@ class JitResetError(JitError, AssertionError):
     """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""
 
 
-class GradientSeedError(RuntimeError, AssertionError, TensorError):
+class GradientSeedError(GradientError, AssertionError):
     """A non-scalar tensor was differentiated without a `gradient=` seed (an AssertionError in tinygrad too)."""
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
-from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
+from speck.tensor.errors import TensorFileNotFoundError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
 
@@ -103,7 +103,7 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
         elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints were read as bools)
             stack.append(x.tolist())
         elif isinstance(x, Tensor):
-            raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
+            raise TensorTypeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
         elif isinstance(x, (bool, int, float, np.bool_, np.number)):
             flat.append(x)
         else:  # numpy would make strings or objects of these, torch refuses them
@@ -146,5 +146,5 @@ def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
     """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
     p = path.resolve()
     if not p.is_file():
-        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
+        raise TensorFileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
     return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.tensor.errors import KernelCountException as KernelCountException
+from speck.tensor.errors import TensorRuntimeError
 from speck.tensor.metadata import node_metadata_data
 from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
@@ -34,7 +35,7 @@ def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UO
     """The dict a WeakKeyDictionary keeps its entries in, keyed by weak references (CPython's `.data`)."""
     data = getattr(d, "data", None)
     if not isinstance(data, dict):
-        raise RuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
+        raise TensorRuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
     return data
 
 
@@ -67,8 +68,8 @@ def register_schedule_rule(op: Ops, rule: Callable[[Scheduler, UOp], UOp]) -> No
 
 def _schedule_rule(op: Ops) -> Callable[[Scheduler, UOp], UOp]:
     if (rule := _SCHEDULE_RULES.get(op)) is None:
-        raise RuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when imported "
-                           "(import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
+        raise TensorRuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when "
+                                 "imported (import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
     return rule
 
 
@@ -357,7 +358,7 @@ class _Kernel:
             return val.reduce(*rngs, op=rop)
         if op in _MOVEMENT:
             return self._movement(u, idx, valid, bcast, in_reduce)
-        raise RuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
+        raise TensorRuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
 
     def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
         op, src = u.op, u.src[0]

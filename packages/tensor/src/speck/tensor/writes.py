@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.device import file_backed
+from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
 from speck.tensor.schedule import (
     _MOVEMENT,
@@ -447,16 +448,16 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
         # anything else is a mismatch (weakfloat -> int8 would drop the fraction)
         if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
-            raise RuntimeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
-                               f"value with .cast({t.dtype}) first")  # fmt: skip
+            raise TensorTypeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                                  f"value with .cast({t.dtype}) first")  # fmt: skip
         x = x._joined(t.dtype)
     if x.device is None:
         x = x._on_device_of(t)
     elif x.device != t.device and (_storage_only(t.device) or _storage_only(x.device)):
         x = x.to(t.device)  # to or from storage (a file, USB memory): a copy, the bytes written or read
     elif x.device != t.device:
-        raise RuntimeError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move the "
-                           f"value with .to({t.device!r}) first")  # fmt: skip
+        raise TensorValueError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move "
+                               f"the value with .to({t.device!r}) first")  # fmt: skip
     out: Tensor = x
     return out
 
@@ -485,8 +486,8 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
     assert buf is not None
     if has_broadcast(u):
         if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
-            raise RuntimeError(f"{what} through a broadcast (expanded) view: several of its elements are one "
-                               "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
+            raise TensorValueError(f"{what} through a broadcast (expanded) view: several of its elements are one "
+                                   "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
         from speck.tensor.hook import Tensor
 
         t.uop = Tensor(_clone(u), device=t.device).realize().uop
@@ -606,16 +607,17 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     from speck.tensor.hook import Tensor
 
     if t.dtype.is_weak:
-        raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+        raise TensorTypeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
     if isinstance(t.device, tuple):
-        raise RuntimeError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with .to(device), "
-                           "write there and shard again (or build the new value and assign it)")  # fmt: skip
+        raise ShardingError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with "
+                            ".to(device), write there and shard again (or build the new value and assign "
+                            "it)")  # fmt: skip
     _give_storage(t)
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
     if file_backed(t.device) and _advanced(idx):
-        raise RuntimeError(
+        raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
             "through views: slices, ints, reshapes); move it to a device, write there and assign back"
         )
