@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pickle
 
+from speck.hcq.errors import DeviceNotFoundError
+from speck.uop.errors import UnknownDTypeError
+
 
 class TensorError(Exception):
     """Base of every exception speck.tensor defines (each also derives from the builtin class users catch)."""
@@ -35,6 +38,16 @@ class TensorOverflowError(OverflowError, RuntimeError, TensorError):
 
 class TensorNotImplementedError(NotImplementedError, TensorError):
     """A mode tinygrad doesn't implement (NotImplementedError is already a RuntimeError)."""
+
+
+class TensorDTypeError(UnknownDTypeError, TensorError):
+    """A dtype argument that names no dtype (a string, a numpy type with no speck equivalent). Also speck.uop's
+    UnknownDTypeError (an AttributeError and a RuntimeError), which the lookup raised."""
+
+
+class UnknownDeviceError(DeviceNotFoundError, TensorError):
+    """A device name no backend registers; the message lists the known ones. Also speck.hcq's DeviceNotFoundError
+    (a KeyError and an HCQError), which the lookup raised."""
 
 
 class TensorKeyError(KeyError, TensorError):
@@ -114,6 +127,17 @@ class TorchLoadError(CheckpointError):
 class UnsafePickleError(TorchLoadError, pickle.UnpicklingError):
     """A checkpoint's pickle names a global that torch_load does not allow (like torch.load(weights_only=True)):
     raised when the name is read, before anything it would run."""
+
+
+class StateDictKeyError(RuntimeError, KeyError, TensorError):
+    """A model key is missing from the state dict (strict loading)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class StateDictShapeError(RuntimeError, ValueError, TensorError):
+    """A state-dict tensor's shape differs from the model tensor's."""
 
 
 class CustomKernelError(RuntimeError, TensorError):
