@@ -509,7 +509,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
-        if _realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
+        if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
