@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 
-from speck.tensor import Device, GlobalCounters, Tensor, dtypes
+from speck.tensor import Context, Device, GlobalCounters, Tensor, dtypes
 from speck.tensor.engine.realize import lower_schedule_item
 
 N = 100
@@ -80,3 +81,19 @@ def test_global_mem_scales_with_the_dtype() -> None:
         (a @ b).realize()
         mem[dt] = GlobalCounters.global_mem
     assert mem[dtypes.half] * 2 == mem[dtypes.float32]
+
+
+def test_allreduce_cast_moves_and_writes_the_narrow_dtype() -> None:
+    """ALLREDUCE_CAST: the partial sums of a bfloat16 tensor are written and sent as bfloat16 (the partial kernel
+    narrows them itself), so less memory moves than without; the result is the same."""
+    x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32) % 7
+    mem, out = {}, {}
+    for cast in (0, 1):
+        t = Tensor(x, device=DEVS[0]).cast(dtypes.bfloat16).realize().shard(DEVS, axis=0).realize()
+        GlobalCounters.reset()
+        with Context(ALLREDUCE_CAST=cast, SCACHE=0):
+            r = t.sum(0).realize()
+        mem[cast], out[cast] = GlobalCounters.global_mem, r.float().numpy()
+    assert mem[1] < mem[0]
+    np.testing.assert_array_equal(out[0], x.sum(0))
+    np.testing.assert_array_equal(out[1], x.sum(0))

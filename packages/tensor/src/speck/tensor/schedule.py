@@ -477,6 +477,12 @@ class Scheduler:
                 for s in x.src:
                     self._uses[s] = self._uses.get(s, 0) + 1
 
+    def only_consumer(self, consumer: UOp, u: UOp) -> None:
+        """`consumer` (about to be realized) is the one kernel reading u, whatever else lists u as a source (a
+        custom node's views of it): u is fused into it like a value with one consumer."""
+        self.count_uses(consumer)
+        self._uses[u] = 1
+
     def shared_reduce(self, u: UOp) -> bool:
         """u has more than one consumer and computing it (fused) runs a reduction that isn't realized yet."""
         if self._uses.get(u, 0) < 2 or u.op not in _ELEMENTWISE and u.op not in _MOVEMENT and u.op is not \
