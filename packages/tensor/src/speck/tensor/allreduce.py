@@ -108,9 +108,9 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
             copies = [[send(pv[i], j, i) if i != j else pv[i] for i in range(n)] for j in range(n)]
         else:  # the partial kernels write the wire dtype (no kernel of its own to narrow them); all widen it
             narrowed = [p.cast(wire) for p in partials]
-            for p, c in zip(partials, narrowed):
-                sched.only_consumer(c, p)  # (each result node lists every partial: only the narrowing reads them)
-            pw = [on(i, c) for i, c in enumerate(narrowed)]
+            for p, nw in zip(partials, narrowed):
+                sched.only_consumer(nw, p)  # (each result node lists every partial: only the narrowing reads them)
+            pw = [on(i, nw) for i, nw in enumerate(narrowed)]
             copies = [[(on(j, copy_uop(pw[i], devices[j], devices[i])) if i != j else pw[i]).cast(dtype)
                        for i in range(n)] for j in range(n)]  # fmt: skip
         for j in range(n):
