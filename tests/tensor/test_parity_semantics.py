@@ -233,3 +233,15 @@ def test_realize_identities() -> None:
     assert c.uop.is_realized and d.uop.is_realized
     for lit in (Tensor(3), Tensor.arange(4), Tensor([1, 2]) * 0.5):
         assert lit.realize() is lit and not lit.uop.is_realized  # no storage: nothing to realize
+
+
+@given(st.integers(1, 4))
+def test_reshape_of_a_symbolic_sharded_tensor_keeps_the_shard_boundary(n: int) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    rows = Variable("rows", 1, 4).bind(n)
+    s = Tensor(x).shard(DEVS, axis=1)[:rows]
+    r = s.reshape(rows, 1, 2)
+    assert r.uop.axis == 2
+    np.testing.assert_array_equal(r.sum(0).numpy(), x[:n].reshape(n, 1, 2).sum(0))
+    with pytest.raises(RuntimeError, match="shard boundary"):
+        s.reshape(rows * 2)
