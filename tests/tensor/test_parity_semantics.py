@@ -245,3 +245,28 @@ def test_reshape_of_a_symbolic_sharded_tensor_keeps_the_shard_boundary(n: int) -
     np.testing.assert_array_equal(r.sum(0).numpy(), x[:n].reshape(n, 1, 2).sum(0))
     with pytest.raises(RuntimeError, match="shard boundary"):
         s.reshape(rows * 2)
+
+
+def test_assign_keeps_the_device_buffer_object() -> None:
+    """`t.uop.base.realized` (the device Buffer) is the same object before and after a whole-tensor assign, and a
+    view's buffer sees the new contents; a snapshot of the old value still reads it."""
+    a, b = _realized(20, 20), _realized(20, 20)
+    ba, bb = a.uop.base.realized, b.uop.base.realized
+    old = a * 1  # built before the write: keeps the old value
+    a += b
+    a.realize()
+    assert a.uop.base.realized is ba and ba is not bb
+    np.testing.assert_array_equal(a.numpy(), np.arange(400, dtype=np.float32).reshape(20, 20) * 2)
+    np.testing.assert_array_equal(old.numpy(), np.arange(400, dtype=np.float32).reshape(20, 20))
+    x = Tensor([0]).realize()
+    buf = x.uop.base.realized
+    for _ in range(5):
+        x += 1
+    x.realize()
+    assert x.item() == 5 and x.uop.base.realized is buf
+    t = _realized(4, 4).permute(1, 0)
+    tb = t.uop.base.realized
+    t += _realized(4, 4)
+    t.realize()
+    assert t.uop.base.realized is tb
+    np.testing.assert_array_equal(t.numpy(), np.arange(16).reshape(4, 4).T + np.arange(16).reshape(4, 4))

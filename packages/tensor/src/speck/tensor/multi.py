@@ -595,5 +595,5 @@ def _same_size(a: sint, b: sint) -> bool:
     to 0)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    d = ssimplify(a - b)  # type: ignore[operator]
+    d = ssimplify(a - b)
     return isinstance(d, int) and d == 0

@@ -271,6 +271,8 @@ def _run(w: Write) -> None:
                 new = view if view.op is Ops.BUFFER else view.src[0]
             realize.execute(sched.items)
             assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
+            if _take_memory(buf, new, w if keep_old else None):
+                return
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
             buffer_map[buf] = realize.get_buffer(new)
@@ -302,6 +304,29 @@ def _unshare(buf: UOp) -> None:
     buffer_map[held] = mem
     buffer_map.pop(buf)
     realize.execute([ScheduleItem(None, (buf, held))])
+
+
+def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
+    """buf takes the memory its new value was computed into, keeping its device Buffer object (what
+    `t.uop.base.realized` returns stays the same after `t.assign(...)`, as tinygrad's users check); the value's
+    BUFFER then names that object too, and the old memory goes to the snapshot (if one is needed) or is freed.
+    Not while a TinyJit captures (its replay re-creates the hand-over with a copy) or when the memory can't move."""
+    from speck.tensor import realize
+
+    old = buffer_map.get(buf)
+    if old is None or realize.recording() is not None:
+        return False
+    fresh = realize.get_buffer(new)
+    if fresh is old or old.base is not old or fresh.base is not fresh or not old.is_allocated:
+        return False
+    if (old.dev, old.nbytes, old.options) != (fresh.dev, fresh.nbytes, fresh.options):
+        return False
+    old.exchange_memory(fresh)  # fresh now holds buf's old contents
+    if snap_for is not None:
+        buffer_map[snap_for.snap] = fresh
+    buffer_map[new] = old
+    realized_cache.clear()
+    return True
 
 
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
