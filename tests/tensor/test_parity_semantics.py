@@ -270,3 +270,18 @@ def test_assign_keeps_the_device_buffer_object() -> None:
     t.realize()
     assert t.uop.base.realized is tb
     np.testing.assert_array_equal(t.numpy(), np.arange(16).reshape(4, 4).T + np.arange(16).reshape(4, 4))
+
+
+def test_after_a_store_writes_before_the_read() -> None:
+    """`t.uop.after(t.uop.store(v))` (tinygrad's explicit write-then-read node) writes v through the target view."""
+    t = Tensor.zeros(10).contiguous().realize()
+    t.uop = t.uop.after(t.uop.store((t + 1).uop))
+    assert t.tolist() == [1.0] * 10 and t.tolist() == [1.0] * 10
+    t = Tensor.zeros(10).contiguous().realize()
+    t.uop = t.uop.after(t[:5].uop.after(t[:5].uop.store(Tensor.ones(5).uop)))
+    assert t.tolist() == [1.0] * 5 + [0.0] * 5
+    a, b = (Tensor(Tensor([0]).realize().uop.buf_uop) for _ in range(2))
+    Tensor.realize(a.contiguous().assign(1), b.contiguous().assign(2))
+    assert (a + b).item() == 3
+    with pytest.raises(RuntimeError, match="buf_uop"):
+        _ = (Tensor([1.0]) * 2).uop.buf_uop

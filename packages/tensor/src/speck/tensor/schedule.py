@@ -583,7 +583,9 @@ class Scheduler:
         if u.op is Ops.AFTER:  # an argument after a custom kernel ran on it: the kernel gets a schedule item
             if u.src[1].op is not Ops.KERNEL:  # `x.after(*deps)`: x's value, once the dependencies are computed
                 for dep in u.src[1:]:
-                    if dep.has_shape:
+                    if dep.op is Ops.STORE and dep.src[0].has_shape:  # `x.after(x.store(v))`: write v into x first
+                        self._store(dep)
+                    elif dep.has_shape:
                         self.realize(dep)
                 v = self.done[u] = self.realize(u.src[0])
             else:
@@ -638,6 +640,21 @@ class Scheduler:
         self.write(out, value, pos=pos, reduce=u.arg, op_meta=node_metadata_data.get(weakref.ref(u)))
         self.done[u] = view
         return view
+
+    def _store(self, st: UOp) -> None:
+        """A tensor-level STORE(target, value): value written through the view `target` of a realized buffer."""
+        target, value = st.src[0], st.src[1]
+        while target.op is Ops.AFTER:
+            target = target.src[0]
+        buf = base_buffer(target)
+        if buf is None:
+            raise RuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
+                               "computation; realize it first")  # fmt: skip
+        if value.shape != target.shape or value.dtype != target.dtype:
+            raise RuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target {target.shape} "
+                               f"{target.dtype}; broadcast and cast it first")  # fmt: skip
+        self.write(buf, value, target=target)
+        realized_cache.clear()  # values computed from buf's old contents are stale
 
     def write(self, buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
               reduce: str | None = None, op_meta: Metadata | None = None) -> None:  # fmt: skip

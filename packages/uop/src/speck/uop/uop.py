@@ -777,6 +777,14 @@ class UOp(_Slots):
         return None
 
     @property
+    def buf_uop(self) -> UOp:
+        """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
+        if (b := self.base).op is not Ops.BUFFER:
+            raise RuntimeError(f"UOp.buf_uop: this node is a pending {b.op} computation, not a view of a buffer; "
+                               "realize the tensor first")  # fmt: skip
+        return b
+
+    @property
     def is_realized(self) -> bool:
         """True when this node is (a view of) a BUFFER: its value is storage, not a pending computation."""
         return self.base.op is Ops.BUFFER
