@@ -285,3 +285,13 @@ def test_after_a_store_writes_before_the_read() -> None:
     assert (a + b).item() == 3
     with pytest.raises(RuntimeError, match="buf_uop"):
         _ = (Tensor([1.0]) * 2).uop.buf_uop
+
+
+@pytest.mark.parametrize("src, dst, n", [(np.uint8, np.int64, 16), (np.int32, np.int16, 4), (np.float32, np.uint8, 3)])
+def test_assign_through_a_bitcast_to_another_item_size_writes_the_source(src: Any, dst: Any, n: int) -> None:
+    a = Tensor(np.zeros(n, src)).realize()
+    view = a.bitcast({np.int64: dtypes.int64, np.int16: dtypes.int16, np.uint8: dtypes.uint8}[dst])
+    value = np.arange(1, view.shape[0] + 1).astype(dst) * 37
+    view.assign(Tensor(value))
+    np.testing.assert_array_equal(a.numpy(), value.view(src))  # the write reached the buffer, byte for byte
+    np.testing.assert_array_equal(view.numpy(), value)

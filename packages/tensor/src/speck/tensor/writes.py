@@ -71,6 +71,9 @@ _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictiona
 _EMPTY: frozenset[UOp] = frozenset()
 # in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
 _DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
+# the graph of a bitcast to another item size (a computation over its source's bits) -> the source it reads, so an
+# assign through it writes the source (x.bitcast(int64).assign(v) on a uint8 buffer stores v's bytes)
+RESIZED_BITCASTS: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 # ---------------- graph queries ----------------
@@ -542,6 +545,11 @@ def _give_storage(t: Tensor) -> None:
 def assign(t: Tensor, x: Any) -> Tensor:
     """Tensor.assign (see its docstring and the module docstring)."""
     if id(x) == id(t):  # self-assign: nothing changes
+        return t
+    if (src := RESIZED_BITCASTS.get(t.uop)) is not None:  # through a bitcast to another item size: into its source
+        source = t._new(src)
+        assign(source, _broadcast(_value(t, x, "assign"), t.shape, "assign").bitcast(src.dtype))
+        t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
