@@ -87,6 +87,7 @@ _epoch_lock = threading.Lock()  # (write epochs are unique across threads)
 # graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
 _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
 _EMPTY: frozenset[UOp] = frozenset()
+<<<<<<< HEAD
 
 
 class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
@@ -119,6 +120,13 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
 _DEFERRED = _ThreadDeferred()
+=======
+# in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
+_DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
+# the graph of a bitcast to another item size (a computation over its source's bits) -> the source it reads, so an
+# assign through it writes the source (x.bitcast(int64).assign(v) on a uint8 buffer stores v's bytes)
+RESIZED_BITCASTS: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+>>>>>>> h/parity
 
 
 # ---------------- graph queries ----------------
@@ -322,6 +330,8 @@ def _run(w: Write) -> None:
                 new = view if view.op is Ops.BUFFER else view.src[0]
             realize.execute(sched.items)
             assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
+            if _take_memory(buf, new, w if keep_old else None):
+                return
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
             buffer_map[buf] = realize.get_buffer(new)
@@ -353,6 +363,29 @@ def _unshare(buf: UOp) -> None:
     buffer_map[held] = mem
     buffer_map.pop(buf)
     realize.execute([ScheduleItem(None, (buf, held))])
+
+
+def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
+    """buf takes the memory its new value was computed into, keeping its device Buffer object (what
+    `t.uop.base.realized` returns stays the same after `t.assign(...)`, as tinygrad's users check); the value's
+    BUFFER then names that object too, and the old memory goes to the snapshot (if one is needed) or is freed.
+    Not while a TinyJit captures (its replay re-creates the hand-over with a copy) or when the memory can't move."""
+    from speck.tensor import realize
+
+    old = buffer_map.get(buf)
+    if old is None or realize.recording() is not None:
+        return False
+    fresh = realize.get_buffer(new)
+    if fresh is old or old.base is not old or fresh.base is not fresh or not old.is_allocated:
+        return False
+    if (old.dev, old.nbytes, old.options) != (fresh.dev, fresh.nbytes, fresh.options):
+        return False
+    old.exchange_memory(fresh)  # fresh now holds buf's old contents
+    if snap_for is not None:
+        buffer_map[snap_for.snap] = fresh
+    buffer_map[new] = old
+    realized_cache.clear()
+    return True
 
 
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
@@ -568,6 +601,11 @@ def _give_storage(t: Tensor) -> None:
 def assign(t: Tensor, x: Any) -> Tensor:
     """Tensor.assign (see its docstring and the module docstring)."""
     if id(x) == id(t):  # self-assign: nothing changes
+        return t
+    if (src := RESIZED_BITCASTS.get(t.uop)) is not None:  # through a bitcast to another item size: into its source
+        source = t._new(src)
+        assign(source, _broadcast(_value(t, x, "assign"), t.shape, "assign").bitcast(src.dtype))
+        t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
