@@ -87,7 +87,6 @@ _epoch_lock = threading.Lock()  # (write epochs are unique across threads)
 # graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
 _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
 _EMPTY: frozenset[UOp] = frozenset()
-<<<<<<< HEAD
 
 
 class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
@@ -120,13 +119,9 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
 _DEFERRED = _ThreadDeferred()
-=======
-# in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
-_DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
 # the graph of a bitcast to another item size (a computation over its source's bits) -> the source it reads, so an
 # assign through it writes the source (x.bitcast(int64).assign(v) on a uint8 buffer stores v's bytes)
 RESIZED_BITCASTS: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
->>>>>>> h/parity
 
 
 # ---------------- graph queries ----------------
