@@ -605,7 +605,7 @@ class TinyJit(Generic[R]):
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
         if realize.capture() is not None:
             self.cnt -= 1
-            raise RuntimeError(
+            raise JitError(
                 "a TinyJit can't capture while another one captures (nested TinyJit): call the inner "
                 "function unjitted, or capture it before the outer one"
             )

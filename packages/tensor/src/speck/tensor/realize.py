@@ -30,6 +30,7 @@ from speck.hcq import Device
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Exec, Host, Plan
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
+from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
@@ -76,8 +77,8 @@ def get_buffer(buf: UOp) -> Any:
 
 def check_buffer_size(n: int, dtype: Any, device: str) -> None:
     if n > (limit := int(MAX_BUFFER_SIZE.value)) > 0:
-        raise RuntimeError(f"a buffer of {n} {dtype} elements on {device} is larger than MAX_BUFFER_SIZE={limit}; "
-                           "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
+        raise TensorValueError(f"a buffer of {n} {dtype} elements on {device} is larger than MAX_BUFFER_SIZE={limit}; "
+                               "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
 register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
@@ -152,7 +153,7 @@ class Interpret:
     def __call__(self, bufs: list[Any], var_vals: Mapping[str, int]) -> None:
         grid = prod(int(sym_infer(r.src[0], dict(var_vals))) for r in self.ast.toposort() if r.op is Ops.RANGE)
         if grid > NUMPY_FALLBACK_LIMIT.value:
-            raise RuntimeError(
+            raise TensorRuntimeError(
                 f"kernel {self.name} has {grid} iterations, too many for the numpy fallback (limit "
                 f"{NUMPY_FALLBACK_LIMIT.value}); codegen could not compile it: {self.reason}"
             )

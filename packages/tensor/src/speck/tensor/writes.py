@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.device import file_backed
+from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
 from speck.tensor.schedule import (
     _MOVEMENT,
@@ -118,6 +119,9 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
 _DEFERRED = _ThreadDeferred()
+# the graph of a bitcast to another item size (a computation over its source's bits) -> the source it reads, so an
+# assign through it writes the source (x.bitcast(int64).assign(v) on a uint8 buffer stores v's bytes)
+RESIZED_BITCASTS: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 # ---------------- graph queries ----------------
@@ -321,6 +325,8 @@ def _run(w: Write) -> None:
                 new = view if view.op is Ops.BUFFER else view.src[0]
             realize.execute(sched.items)
             assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
+            if _take_memory(buf, new, w if keep_old else None):
+                return
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
             buffer_map[buf] = realize.get_buffer(new)
@@ -352,6 +358,29 @@ def _unshare(buf: UOp) -> None:
     buffer_map[held] = mem
     buffer_map.pop(buf)
     realize.execute([ScheduleItem(None, (buf, held))])
+
+
+def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
+    """buf takes the memory its new value was computed into, keeping its device Buffer object (what
+    `t.uop.base.realized` returns stays the same after `t.assign(...)`, as tinygrad's users check); the value's
+    BUFFER then names that object too, and the old memory goes to the snapshot (if one is needed) or is freed.
+    Not while a TinyJit captures (its replay re-creates the hand-over with a copy) or when the memory can't move."""
+    from speck.tensor import realize
+
+    old = buffer_map.get(buf)
+    if old is None or realize.recording() is not None:
+        return False
+    fresh = realize.get_buffer(new)
+    if fresh is old or old.base is not old or fresh.base is not fresh or not old.is_allocated:
+        return False
+    if (old.dev, old.nbytes, old.options) != (fresh.dev, fresh.nbytes, fresh.options):
+        return False
+    old.exchange_memory(fresh)  # fresh now holds buf's old contents
+    if snap_for is not None:
+        buffer_map[snap_for.snap] = fresh
+    buffer_map[new] = old
+    realized_cache.clear()
+    return True
 
 
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
@@ -497,16 +526,16 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
         # anything else is a mismatch (weakfloat -> int8 would drop the fraction)
         if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
-            raise RuntimeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
-                               f"value with .cast({t.dtype}) first")  # fmt: skip
+            raise TensorTypeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                                  f"value with .cast({t.dtype}) first")  # fmt: skip
         x = x._joined(t.dtype)
     if x.device is None:
         x = x._on_device_of(t)
     elif x.device != t.device and (_storage_only(t.device) or _storage_only(x.device)):
         x = x.to(t.device)  # to or from storage (a file, USB memory): a copy, the bytes written or read
     elif x.device != t.device:
-        raise RuntimeError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move the "
-                           f"value with .to({t.device!r}) first")  # fmt: skip
+        raise TensorValueError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move "
+                               f"the value with .to({t.device!r}) first")  # fmt: skip
     out: Tensor = x
     return out
 
@@ -535,8 +564,8 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
     assert buf is not None
     if has_broadcast(u):
         if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
-            raise RuntimeError(f"{what} through a broadcast (expanded) view: several of its elements are one "
-                               "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
+            raise TensorValueError(f"{what} through a broadcast (expanded) view: several of its elements are one "
+                                   "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
         from speck.tensor.hook import Tensor
 
         t.uop = Tensor(_clone(u), device=t.device).realize().uop
@@ -567,6 +596,11 @@ def _give_storage(t: Tensor) -> None:
 def assign(t: Tensor, x: Any) -> Tensor:
     """Tensor.assign (see its docstring and the module docstring)."""
     if id(x) == id(t):  # self-assign: nothing changes
+        return t
+    if (src := RESIZED_BITCASTS.get(t.uop)) is not None:  # through a bitcast to another item size: into its source
+        source = t._new(src)
+        assign(source, _broadcast(_value(t, x, "assign"), t.shape, "assign").bitcast(src.dtype))
+        t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
@@ -656,16 +690,17 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     from speck.tensor.hook import Tensor
 
     if t.dtype.is_weak:
-        raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+        raise TensorTypeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
     if isinstance(t.device, tuple):
-        raise RuntimeError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with .to(device), "
-                           "write there and shard again (or build the new value and assign it)")  # fmt: skip
+        raise ShardingError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with "
+                            ".to(device), write there and shard again (or build the new value and assign "
+                            "it)")  # fmt: skip
     _give_storage(t)
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
     if file_backed(t.device) and _advanced(idx):
-        raise RuntimeError(
+        raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
             "through views: slices, ints, reshapes); move it to a device, write there and assign back"
         )
