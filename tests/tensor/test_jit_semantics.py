@@ -462,3 +462,42 @@ def test_realized_inputs_reshaped_to_a_symbolic_shape_replay() -> None:
         got = f(Tensor(a).realize().reshape(3, vi), Tensor(b).realize().reshape(vi, 5)).numpy()
         np.testing.assert_allclose(got, a @ b + 1, rtol=1e-5, atol=1e-5)
     assert f.captured is not None and len(f.captured.jit_cache) == 1
+
+
+# ---------------- data-dependent sizes ----------------
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 7), st.integers(2, 4), st.integers(-3, 3))
+def test_nonzero_and_masked_select_with_size_replay_like_numpy(size: int, cols: int, fill: int) -> None:
+    """With size= the result has a fixed shape, so the capture serves every input: the first `size` hits in
+    row-major order, padded with fill_value, as numpy computes them."""
+
+    @TinyJit
+    def f(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+        return x.nonzero(size=size, fill_value=fill), x.masked_select(m, size=size, fill_value=fill)
+
+    rng = np.random.default_rng(size * 100 + cols * 10 + fill)
+    for _ in range(5):
+        x = rng.integers(-2, 3, (3, cols)).astype(np.int32) * rng.integers(0, 2, (3, cols)).astype(np.int32)
+        m = rng.integers(0, 2, (3, cols)).astype(bool)
+        nz, sel = f(Tensor(x), Tensor(m))
+        want_nz = np.full((size, 2), fill, dtype=np.int64)
+        hits = np.argwhere(x)[:size]
+        want_nz[: len(hits)] = hits
+        want_sel = np.full(size, fill, dtype=np.int32)
+        picked = x[m][:size]
+        want_sel[: len(picked)] = picked
+        np.testing.assert_array_equal(nz.numpy(), want_nz)
+        np.testing.assert_array_equal(sel.numpy(), want_sel)
+    assert f.captured is not None
+
+
+@pytest.mark.parametrize("op", ["nonzero", "masked_select"])
+def test_data_dependent_size_without_size_raises_at_capture(op: str) -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x.nonzero() if op == "nonzero" else x.masked_select(x > 0)
+
+    x = Tensor(np.array([1.0, 0.0, 2.0], np.float32))
+    f(x)  # the warm-up computes it eagerly
+    with pytest.raises(JitError, match="during TinyJit capture"):
+        f(x)
