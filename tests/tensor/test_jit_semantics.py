@@ -501,3 +501,22 @@ def test_data_dependent_size_without_size_raises_at_capture(op: str) -> None:
     f(x)  # the warm-up computes it eagerly
     with pytest.raises(JitError, match="during TinyJit capture"):
         f(x)
+
+
+def test_view_inputs_stay_views_of_their_buffer() -> None:
+    """An input passed as a view of a realized buffer is read through a copy during the call, and is that view again
+    afterwards: it sees later writes to its buffer, and calling again with the same view object reads them."""
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * 2).realize()
+
+    data = np.arange(10, dtype=np.float32)
+    base = Tensor(data).realize()
+    v = base[2:5]
+    for _ in range(5):
+        np.testing.assert_array_equal(f(v).numpy(), data[2:5] * 2)
+        base.assign(base + 1).realize()
+        data = data + 1
+        np.testing.assert_array_equal(v.numpy(), data[2:5])
+    assert f.captured is not None

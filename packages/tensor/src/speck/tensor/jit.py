@@ -141,6 +141,14 @@ class _Inputs:
     named: list[tuple[str, Tensor]]
     var_vals: dict[str, int]
     layout: tuple[Any, ...]
+    # inputs given a copy of their own for the call (views of a realized buffer), with the view they were: they are
+    # views again after the call (so they keep seeing writes to their buffer)
+    views: list[tuple[Tensor, UOp]] = field(default_factory=list)
+
+    def restore(self) -> None:
+        for t, u in self.views:
+            t.uop = u
+        self.views.clear()
 
 
 def _kind(x: Any) -> Any:
@@ -238,6 +246,7 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
         if not _is_whole_buffer(t):
             # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer), and
             # replays would then read the slice the capture saw
+            inputs.views.append((t, t.uop))
             t.uop = t.clone().realize().uop
     return [_signature(t, inputs.var_vals, v) for (_, t), v in zip(inputs.named, views)]
 
@@ -592,15 +601,18 @@ class TinyJit(Generic[R]):
                     return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
         inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
-        if self.captured is not None:
-            return self._replay(inputs, () if kwargs else args)
-        sigs = _prepare(inputs)
-        assert self.fxn is not None
-        if self.cnt == 1:
-            ret = self.fxn(*args, **kwargs)
-            Tensor.realize_all(*_returned_tensors(ret, strict=False))  # with none, still applies deferred updates
-            return ret
-        return self._capture(args, kwargs, inputs, sigs)
+        try:
+            if self.captured is not None:
+                return self._replay(inputs, () if kwargs else args)
+            sigs = _prepare(inputs)
+            assert self.fxn is not None
+            if self.cnt == 1:
+                ret = self.fxn(*args, **kwargs)
+                Tensor.realize_all(*_returned_tensors(ret, strict=False))  # with none, still applies deferred updates
+                return ret
+            return self._capture(args, kwargs, inputs, sigs)
+        finally:
+            inputs.restore()
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
         if realize.capture() is not None:
