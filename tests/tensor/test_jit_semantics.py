@@ -520,3 +520,20 @@ def test_view_inputs_stay_views_of_their_buffer() -> None:
         data = data + 1
         np.testing.assert_array_equal(v.numpy(), data[2:5])
     assert f.captured is not None
+
+
+def test_sharded_view_inputs_stay_views_of_their_buffers() -> None:
+    devs = ("CPU", "CPU:1")
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * 2).realize()
+
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    base = Tensor(data).shard(devs, axis=0).realize()
+    v = base[:, 2:5]
+    for _ in range(4):
+        np.testing.assert_array_equal(f(v).numpy(), data[:, 2:5] * 2)
+        base.assign(base + 1).realize()
+        data = data + 1
+        np.testing.assert_array_equal(v.numpy(), data[:, 2:5])

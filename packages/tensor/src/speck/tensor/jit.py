@@ -600,8 +600,8 @@ class TinyJit(Generic[R]):
                         cap.replay(fast[1], fast[2])
                     return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
-        inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
         try:
+            inputs.named[:] = multi.jit_inputs(inputs.named, inputs.views)  # a sharded input: one input per shard
             if self.captured is not None:
                 return self._replay(inputs, () if kwargs else args)
             sigs = _prepare(inputs)
