@@ -27,6 +27,16 @@ def _as_bytes_view(data: Any) -> memoryview:
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
+class _Moves:
+    """How many times Buffer.exchange_memory moved memory between Buffer objects: a plan that binds Buffers by
+    identity (a replayed graph's argument table) re-reads their addresses when this changed."""
+
+    count = 0
+
+
+MOVES = _Moves()
+
+
 class Buffer:
     """`size` elements of `dtype` on `device` (a device name; canonicalised). Memory is allocated on first use
     (copyin, a kernel call, `ensure_allocated`), taken from the device allocator's LRU cache when possible, and
@@ -140,6 +150,7 @@ class Buffer:
         other.ensure_allocated()
         self._opaque, other._opaque = other._opaque, self._opaque
         self._addr_of = other._addr_of = None
+        MOVES.count += 1
 
     def make_writable(self) -> None:
         """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write

@@ -31,8 +31,10 @@ from speck.tensor.schedule import (
     Scheduler,
     buffer_device,
     buffer_map,
+    buffer_views,
     new_buffer_uop,
     realized_cache,
+    realized_data,
     unstage,
     view_offset,
 )
@@ -287,7 +289,27 @@ def _run(w: Write) -> None:
             sched.items.append(ScheduleItem(None, (w.snap, buf)))
         sched.write(buf, w.value, target=w.target, pos=w.pos, reduce=w.reduce)
         realize.execute(sched.items)
-    realized_cache.clear()  # cached graph values held in this buffer, or read from it, are stale
+    _invalidate(buf)  # cached graph values held in this buffer, or read from it, are stale
+
+
+_INVALIDATE_SCAN_LIMIT = 4096  # a bigger cache is cleared (the scan would cost more than recomputing)
+
+
+def _invalidate(buf: UOp) -> None:
+    """Drop the cached realized values a write to buf makes stale: those read from buf, or held in it (or in a region
+    of its memory). The others stay: a chain of writes reusing one shared value (an LLM's KV-cache updates fed by
+    one projection) computes it once."""
+    data = realized_data
+    if len(data) > _INVALIDATE_SCAN_LIMIT:
+        realized_cache.clear()
+        return
+    for r, v in list(data.items()):
+        u = r()
+        if u is None:
+            continue
+        touched = buffers_read(u) | buffers_read(v)
+        if buf in touched or any((reg := buffer_views.get(b)) is not None and reg[0] is buf for b in touched):
+            data.pop(r, None)
 
 
 # BUFFER -> BUFFERs a whole-buffer assign made it share memory with (x.assign(y) of a realized y costs no copy)
