@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen import lowered_cache
+from speck.codegen.errors import ProgramFormError
 from speck.codegen.kernel_info import Estimates, KernelInfo
 from speck.codegen.renderer.common import outer_global_range
 from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
@@ -235,7 +236,7 @@ def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int
 
     local = [x for x in dims("lidx") if isinstance(x, int)]
     if len(local) != 3:
-        raise RuntimeError(f"a GPU program's workgroup size must be constant, got {dims('lidx')}")
+        raise ProgramFormError(f"a GPU program's workgroup size must be constant, got {dims('lidx')}")
     return tuple(dims("gidx")), tuple(local)
 
 

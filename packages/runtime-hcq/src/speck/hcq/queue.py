@@ -201,7 +201,7 @@ class Engine:
                     self._run(cmds, start, seq, inline=False)
                 except BaseException as e:  # latched: raised by the next synchronize
                     self.error = e
-                del cmds  # (emptied by _run: an idle thread holds no buffers)
+                del cmds  # an idle thread holds no submission (nor the buffers its commands name)
 
     @property
     def idle(self) -> bool:
@@ -248,10 +248,12 @@ class Engine:
                     c[1].fail(e)
             self.timeline.set(seq)
             raise
-        # the commands hold their buffers: let go of them before anyone waiting for this submission wakes (a freed
-        # tensor's memory is then free, and counted so, once synchronize returns)
+        # the commands hold their buffers: drop this frame's reference before anyone waiting for this submission
+        # wakes (a freed tensor's memory is then free, and counted so, once synchronize returns). Only a queue's own
+        # per-submission copy is emptied: other lists are the submitter's (a device graph submits the same one on
+        # every run)
         c = ()
-        if type(cmds) is Submission:  # (a list the submitter keeps, a device graph's, is left as it is)
+        if type(cmds) is Submission:
             cmds.clear()
         self.timeline.set(seq)
         return -1

@@ -19,6 +19,7 @@ from speck.codegen.settings import BEAM, IGNORE_BEAM_CACHE, NOOPT, TRANSCENDENTA
 from speck.hcq.settings import LRU, NUM_CPU_THREADS, PROFILE
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
+from speck.tensor.errors import TensorValueError
 from speck.tensor.pyutils import (
     Metadata,
     Profiling,
@@ -193,7 +194,7 @@ def get_single_element(xs: Any) -> Any:
     """The one element of a sequence; ValueError naming the length when it has another number of elements."""
     items = list(xs)
     if len(items) != 1:
-        raise ValueError(f"expected exactly one element, found {len(items)}")
+        raise TensorValueError(f"expected exactly one element, found {len(items)}")
     return items[0]
 
 

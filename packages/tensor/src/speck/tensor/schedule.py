@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.tensor.errors import KernelCountException as KernelCountException
+from speck.tensor.errors import TensorRuntimeError
 from speck.tensor.metadata import node_metadata_data
 from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
@@ -38,7 +39,7 @@ def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UO
     """The dict a WeakKeyDictionary keeps its entries in, keyed by weak references (CPython's `.data`)."""
     data = getattr(d, "data", None)
     if not isinstance(data, dict):
-        raise RuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
+        raise TensorRuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
     return data
 
 
@@ -71,8 +72,8 @@ def register_schedule_rule(op: Ops, rule: Callable[[Scheduler, UOp], UOp]) -> No
 
 def _schedule_rule(op: Ops) -> Callable[[Scheduler, UOp], UOp]:
     if (rule := _SCHEDULE_RULES.get(op)) is None:
-        raise RuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when imported "
-                           "(import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
+        raise TensorRuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when "
+                                 "imported (import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
     return rule
 
 
@@ -361,7 +362,7 @@ class _Kernel:
             return val.reduce(*rngs, op=rop)
         if op in _MOVEMENT:
             return self._movement(u, idx, valid, bcast, in_reduce)
-        raise RuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
+        raise TensorRuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
 
     def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
         op, src = u.op, u.src[0]
@@ -654,11 +655,11 @@ class Scheduler:
             target = target.src[0]
         buf = base_buffer(target)
         if buf is None:
-            raise RuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
-                               "computation; realize it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
+                                     "computation; realize it first")  # fmt: skip
         if value.shape != target.shape or value.dtype != target.dtype:
-            raise RuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target {target.shape} "
-                               f"{target.dtype}; broadcast and cast it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target "
+                                     f"{target.shape} {target.dtype}; broadcast and cast it first")  # fmt: skip
         self.write(buf, value, target=target)
         realized_cache.clear()  # values computed from buf's old contents are stale
 
