@@ -130,6 +130,18 @@ class Buffer:
         except Exception:  # a buffer whose __init__ raised, or interpreter shutdown (the allocator may be gone)
             pass
 
+    def exchange_memory(self, other: Buffer) -> None:
+        """Swap the memory of two allocated base buffers of one size on one device (each object keeps its identity
+        and its views; what was in one is now in the other). Accounting is unchanged: both allocations stay live."""
+        if self._base is not None or other._base is not None:
+            raise HCQValueError("exchange_memory: views share their base's memory; exchange the bases")
+        if (self.dev, self.nbytes, self.options) != (other.dev, other.nbytes, other.options):
+            raise HCQValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
+        self.ensure_allocated()
+        other.ensure_allocated()
+        self._opaque, other._opaque = other._opaque, self._opaque
+        self._addr_of = other._addr_of = None
+
     def make_writable(self) -> None:
         """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write
         (extended to the buffer's size if shorter: the write makes it that long)."""

@@ -20,6 +20,7 @@ from speck.tensor.nodes import copy_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import ConstType
 from speck.uop.helpers import prod
+from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -182,7 +183,7 @@ class MultiUOp(UOp):
         n = len(self.shards)
         before = prod(self.shape[:a])
         for k, s in enumerate(shape):
-            if prod(shape[:k]) == before and isinstance(s, int) and s % n == 0 and s >= n:
+            if _same_size(prod(shape[:k]), before) and isinstance(s, int) and s % n == 0 and s >= n:
                 piece = tuple(s // n if d == k else x for d, x in enumerate(shape))
                 return self._new(Ops.RESHAPE, (self,), shape, [u.reshape(piece) for u in self.shards], k)
         raise ShardingError(
@@ -588,3 +589,12 @@ def _whole(t: Tensor) -> bool:
         u = u.src[0]
     bb = base_buffer(t.uop)
     return u.op is Ops.BUFFER and bb is not None and int(bb.arg) == int(prod(t.shape))
+
+
+def _same_size(a: sint, b: sint) -> bool:
+    """a and b are the same size for every value of the Variables in them (symbolic sizes: their difference folds
+    to 0)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    d = ssimplify(a - b)
+    return isinstance(d, int) and d == 0

@@ -509,7 +509,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
-        if _realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
+        if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
@@ -616,7 +616,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             shifts = Tensor([8 * src * k for k in range(r)], dtype=u_dst, device=self.device)
             words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
             out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
-        return out if dt == u_dst else out.bitcast(dt)
+        out = out if dt == u_dst else out.bitcast(dt)
+        from speck.tensor.writes import RESIZED_BITCASTS
+
+        RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
+        return out
 
     def _disk_bitcast(self, dt: DType) -> Tensor:
         """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data

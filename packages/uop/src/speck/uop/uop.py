@@ -650,8 +650,17 @@ class UOp(_Slots):
         return self.logical_not() if self.dtype.scalar() == dtypes.bool else self ^ -1
 
     def __bool__(self) -> bool:
+        # a condition its bounds decide has that truth value (`if start_pos > 0:` with a Variable bound to 1..8)
+        if self.dtype.scalar() in (dtypes.bool, dtypes.weakint) or dtypes.is_int(self.dtype.scalar()):
+            # a bound Variable counts with its whole range, not the value bound now (a TinyJit replay binds others)
+            binds = {u: u.src[0] for u in self.toposort() if u.op is Ops.BIND}
+            u = self.substitute(binds) if binds else self
+            lo, hi = u.vmin, u.vmax
+            if lo == hi and not isinstance(lo, InvalidType):
+                return bool(lo)
         raise UOpTypeError(
-            f"a {self.op} UOp has no truth value; use resolve(x) to decide it from bounds, or build a comparison UOp"
+            f"a {self.op} UOp has no truth value its bounds decide; use resolve(x, default) to pick one, or build a "
+            "comparison UOp"
         )
 
     def eq(self, x: UOp | ConstType) -> UOp:
@@ -767,6 +776,14 @@ class UOp(_Slots):
                     seen.add(s)
                     stack.append(s)
         return None
+
+    @property
+    def buf_uop(self) -> UOp:
+        """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
+        if (b := self.base).op is not Ops.BUFFER:
+            raise UOpValueError(f"UOp.buf_uop: this node is a pending {b.op} computation, not a view of a buffer; "
+                               "realize the tensor first")  # fmt: skip
+        return b
 
     @property
     def is_realized(self) -> bool:
