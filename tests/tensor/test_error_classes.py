@@ -15,8 +15,9 @@ import pytest
 from speck.hcq.errors import DeviceNotFoundError
 from speck.tensor import Tensor
 from speck.tensor.errors import TensorError
+from speck.tensor.nn import Linear
 from speck.tensor.nn.optim import SGD
-from speck.tensor.nn.state import safe_load, torch_load
+from speck.tensor.nn.state import safe_load, safe_save, torch_load
 from speck.uop.errors import UnknownDTypeError
 
 
@@ -58,6 +59,9 @@ CASES: list[tuple[str, tuple[type[BaseException], ...], Callable[[pathlib.Path],
     ("malformed torch checkpoint", (ValueError, RuntimeError), _truncated_torch),
     ("bool floor division", (TypeError, RuntimeError), lambda _: Tensor([True]) // Tensor([True])),
     ("negative learning rate", (ValueError,), lambda _: SGD([Tensor.ones(2, requires_grad=True)], lr=-1.0)),
+    ("an optimizer of non-tensors", (TypeError,), lambda _: SGD([1, 2])),
+    ("a Linear of no inputs", (ValueError,), lambda _: Linear(-1, 2)),
+    ("safe_save of a non-tensor", (TypeError,), lambda tmp: safe_save({"a": 1}, tmp / "a.safetensors")),
 ]
 
 
