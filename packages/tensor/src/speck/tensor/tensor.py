@@ -565,7 +565,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
         dt = _dt(dtype, weak_ok=True)
-        assert dt is not None
+        if dt is None:
+            raise TensorTypeError("cast needs a dtype (a DType, its name or a numpy type), got None")
         if dt == self.dtype:
             return self
         if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:  # a literal's graph computed in dt
@@ -584,7 +585,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
         dt = _dt(dtype, weak_ok=True)
-        assert dt is not None
+        if dt is None:
+            raise TensorTypeError("bitcast needs a dtype (a DType, its name or a numpy type), got None")
         if dt.is_weak or self.dtype.is_weak:
             raise TensorTypeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to "
                                   "a concrete dtype first")  # fmt: skip

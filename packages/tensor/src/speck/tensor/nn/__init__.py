@@ -31,6 +31,9 @@ class Linear:
     """y = x @ W.T + b with W (out, in) ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        if in_features < 1 or out_features < 0:
+            raise TensorValueError(f"Linear needs in_features >= 1 and out_features >= 0, got {in_features} and "
+                                   f"{out_features}")  # fmt: skip
         bound = 1 / math.sqrt(in_features)
         self.weight = Tensor.uniform(out_features, in_features, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_features, low=-bound, high=bound) if bias else None

@@ -75,6 +75,8 @@ def decode_words(pc: int, words: tuple[int, ...]) -> Inst:
 
 
 class _NeedMore(Exception):
+    """The decoder needs `k` more instruction words (internal: caught by decode, which fetches them)."""
+
     def __init__(self, k: int) -> None:
         self.k = k
 
