@@ -110,7 +110,7 @@ class Buffer:
             self._base.ensure_allocated()
             return self
         if self._opaque is not None:
-            raise BufferStateError(f"{self!r} is already allocated")
+            raise BufferStateError(f"{self!r} is already allocated; allocate() once, or use ensure_allocated()")
         self._opaque = opaque if opaque is not None else self.dev.allocator.alloc(self.nbytes, self.options)
         return self
 
