@@ -39,7 +39,7 @@ from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
-from speck.tensor.writes import _DEFERRED
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -586,7 +586,7 @@ class TinyJit(Generic[R]):
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
         cap = self.captured
-        if cap is not None and (fast := cap.fast) is not None and not kwargs and not _DEFERRED:
+        if cap is not None and (fast := cap.fast) is not None and not kwargs and not (DEFERRED_ANY[0] and _DEFERRED):
             # the replay hot path: the same input nodes as the last checked replay (nodes are immutable, so shapes,
             # dtypes, devices and buffers are the same too); deferred updates would have to run first
             nodes, epoch = fast[0], Tensor._write_epoch
