@@ -36,6 +36,7 @@ from speck.tensor import multi, realize
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
+from speck.tensor.realize import _capture_state  # (this thread's capture, read on the replay hot path)
 from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
@@ -596,7 +597,7 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if fast[3] and cap.plan is not None and realize.capture() is None:
+                    if fast[3] and cap.plan is not None and _capture_state.calls is None:
                         cap.run(fast[1])
                     else:
                         cap.replay(fast[1], fast[2])
