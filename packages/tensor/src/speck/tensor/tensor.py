@@ -60,7 +60,7 @@ from speck.tensor.schedule import (
     view_offset,
 )
 from speck.tensor.weak import materialized, retype
-from speck.tensor.writes import _DEFERRED
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
@@ -347,7 +347,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if any(t._device is None or t._uop.dtype in WEAK_DTYPES for t in tensors):
             # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)
             tensors = tuple(t for t in tensors if t._device is not None and t._uop.dtype not in WEAK_DTYPES)
-        if _DEFERRED:
+        if DEFERRED_ANY[0] and _DEFERRED:
             Tensor._realize_with_deferred(tensors)
             return
         if _pending_writes():

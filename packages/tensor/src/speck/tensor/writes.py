@@ -91,6 +91,17 @@ _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictiona
 _EMPTY: frozenset[UOp] = frozenset()
 
 
+# deferred updates waiting in all threads: hot paths test `DEFERRED_ANY[0] and _DEFERRED` (no per-thread lookup
+# when no thread has any, the common case)
+DEFERRED_ANY = [0]
+_deferred_lock = threading.Lock()
+
+
+def _count_deferred(n: int) -> None:
+    with _deferred_lock:
+        DEFERRED_ANY[0] += n
+
+
 class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
     """The running thread's deferred updates (a dict per thread, read through this one object)."""
 
@@ -98,10 +109,14 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
         return _thread.deferred[k]
 
     def __setitem__(self, k: int, v: tuple[Tensor, Tensor]) -> None:
-        _thread.deferred[k] = v
+        d = _thread.deferred
+        if k not in d:
+            _count_deferred(1)
+        d[k] = v
 
     def __delitem__(self, k: int) -> None:
         del _thread.deferred[k]
+        _count_deferred(-1)
 
     def __iter__(self) -> Iterator[int]:
         return iter(_thread.deferred)
@@ -110,13 +125,17 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
         return len(_thread.deferred)
 
     def __bool__(self) -> bool:
-        return bool(_thread.deferred)
+        return DEFERRED_ANY[0] != 0 and bool(_thread.deferred)
 
     def __contains__(self, k: object) -> bool:
         return k in _thread.deferred
 
     def clear(self) -> None:
-        _thread.deferred.clear()
+        d = _thread.deferred
+        n = len(d)
+        d.clear()
+        if n:
+            _count_deferred(-n)
 
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
