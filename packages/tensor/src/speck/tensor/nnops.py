@@ -385,6 +385,7 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
+        from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
         if not 0.0 <= label_smoothing <= 1.0:
@@ -392,7 +393,9 @@ class NNMixin:
         log_probs = self.log_softmax(axis=-1)
         c = as_int(self.shape[-1])
         mask = Y != ignore_index
-        y = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
+        labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index)
+        y = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         y = y * mask.reshape(*Y.shape, 1)
         loss_t = -(log_probs * y).sum(axis=-1)
         smooth = -(log_probs.mean(axis=-1)) * mask
