@@ -13,7 +13,7 @@ naming the op, the index and the bound, and clears the record."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # the ops that check their indices, by the code stored in the record (code = position + 1; 0: nothing recorded)
 OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "sparse_categorical_crossentropy")
-# int32 slots of a record: op code, the index found, low, high, dim (-1: none)
+# int32 slots of a record: op code, the index found, low, high, dim (-1: none) (speck.tensor.schedule writes it)
 RECORD = 8
 
 _records: dict[str, UOp] = {}  # device -> the BUFFER of its record (created with the first check on the device)
@@ -107,10 +107,3 @@ def describe(rec: list[int], device: str) -> str:
     return (f"{op}: {what} {index} is out of bounds for {where} (valid: {low}..{high - 1}) on {device}; found by the "
             "device-side index check in a kernel run since the last data read. Fix the index tensor (CHECK_OOB=0 "
             "turns the check off: out-of-range indices then read 0 and writes to them are dropped)")  # fmt: skip
-
-
-def check_store_values(arg: tuple[Any, ...], index: UOp) -> tuple[UOp, ...]:
-    """The int32 values a kernel stores in the record slots 0.. for a violation of the CHECK with `arg` at `index`."""
-    code, low, high, dim, _ = arg
-    i32 = dtypes.int32
-    return (UOp.const(i32, code), index.cast(i32), UOp.const(i32, low), UOp.const(i32, high), UOp.const(i32, dim))

@@ -371,8 +371,6 @@ class _Kernel:
         goes into the device's record buffer. Each check sits in the kernel's loop nest (placed in the loops its index
         depends on); an index read inside a reduction gets loops of its own over copies of the reduced ranges (a
         range has exactly one END)."""
-        from speck.tensor.bounds import check_store_values
-
         out: list[UOp] = []
         zero = UOp.const(dtypes.weakint, 0)
         for (v, valid), c in self.checks.items():
@@ -396,7 +394,10 @@ class _Kernel:
             inner = {r: UOp.range(r.src[0], next(self.axis), AxisType.LOOP) for r in used if r not in live}
             if inner:
                 bad, v = bad.substitute(inner), v.substitute(inner)
-            vals = check_store_values(c.arg, v)
+            # the record's int32 slots: op code, the index found, low, high, dim
+            code, _, _, dim, _ = c.arg
+            vals = [UOp.const(dtypes.int32, x) for x in (code, low, high, dim)]
+            vals.insert(1, v.cast(dtypes.int32))
             eff = UOp.group(*[rec.index(UOp.const(dtypes.weakint, j).valid(bad)).store(x) for j, x in enumerate(vals)])
             if inner:
                 eff = eff.end(*inner.values())
