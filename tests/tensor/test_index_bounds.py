@@ -219,3 +219,24 @@ def test_kernel_count_of_gather_is_unchanged() -> None:
     x, i = Tensor(X).realize(), _idx([[0, 1], [2, 3], [3, 3]]).realize()
     with assert_kernel_count(1):
         x.gather(1, i).realize()
+
+
+BACKENDS = ["CPU:LLVM", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
+
+
+@pytest.mark.parametrize("device", BACKENDS)
+def test_every_cpu_backend_runs_the_check(device: str) -> None:
+    t = Tensor(X, device=device)
+    assert_matches(t[Tensor(np.array([2, -1], np.int32), device=device)].numpy(), X[[2, -1]])
+    with pytest.raises(IndexOutOfBoundsError, match=rf"^gather: index 9 .* on {device}"):
+        t.gather(1, Tensor(np.array([[0], [9], [1]], np.int32), device=device)).numpy()
+    with pytest.raises(IndexOutOfBoundsError, match=r"^sparse_categorical_crossentropy: label 5 "):
+        t[:, :3].sparse_categorical_crossentropy(Tensor(np.array([0, 1, 5], np.int32), device=device)).numpy()
+    with pytest.raises(IndexOutOfBoundsError, match=r"^scatter: index 7 "):
+        t.scatter(1, Tensor(np.array([[7]], np.int32), device=device), 1.0).numpy()
+
+
+def test_the_interpreter_runs_the_check() -> None:
+    with Context(SPECK_CODEGEN=0):  # every kernel through codegen's AST interpreter
+        with pytest.raises(IndexOutOfBoundsError, match=r"^Embedding: index 4 is out of bounds for size 4"):
+            nn.Embedding(4, 2)(_idx([[0, 4]])).numpy()
