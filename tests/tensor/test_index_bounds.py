@@ -210,9 +210,11 @@ def test_index_dtypes_whose_values_all_fit_are_not_checked() -> None:
     i = Tensor(np.array([0, 255, 7], np.uint8))
     assert not any(u.op is Ops.CHECK for u in t[i].uop.toposort())
     assert_matches(t[i].numpy(), np.array([0, 255, 7], np.float32))
-    big = Tensor(np.array([3, 2**31 - 1], np.int64)).cast(dtypes.int64)
-    with pytest.raises(IndexOutOfBoundsError, match="getitem"):
+    big = Tensor(np.array([3, 2**40], np.int64)).cast(dtypes.int64)
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 2147483647 or more is out of bounds"):
         t[big].numpy()
+    with pytest.raises(IndexOutOfBoundsError, match=r"^gather: index -2147483648 or less is out of bounds"):
+        t.gather(0, Tensor(np.array([-(2**40)], np.int64))).numpy()
 
 
 def test_kernel_count_of_gather_is_unchanged() -> None:

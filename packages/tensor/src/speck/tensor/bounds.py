@@ -96,6 +96,7 @@ def raise_recorded(host_only: bool = False) -> None:
 def describe(rec: list[int], device: str) -> str:
     """The message of a record: which op, which index, which bound."""
     code, index, low, high, dim = rec
+    shown = f"{index} or more" if index == 2**31 - 1 else f"{index} or less" if index == -(2**31) else str(index)
     op = OPS[code - 1] if 0 < code <= len(OPS) else f"op #{code}"
     where = f"dim {dim} with size {high}" if dim >= 0 else f"size {high}"
     if op == "sparse_categorical_crossentropy":
@@ -104,6 +105,6 @@ def describe(rec: list[int], device: str) -> str:
         what, where = "class index", f"num_classes={high}"
     else:
         what = "index"
-    return (f"{op}: {what} {index} is out of bounds for {where} (valid: {low}..{high - 1}) on {device}; found by the "
+    return (f"{op}: {what} {shown} is out of bounds for {where} (valid: {low}..{high - 1}) on {device}; found by the "
             "device-side index check in a kernel run since the last data read. Fix the index tensor (CHECK_OOB=0 "
             "turns the check off: out-of-range indices then read 0 and writes to them are dropped)")  # fmt: skip

@@ -223,6 +223,7 @@ def max_dim(x: sint) -> int:
 
 
 _REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+I32_MAX = 2**31 - 1
 # elementwise ops per element from which a value a reduction reads through an expand is realized first (2: a
 # convolution over relu(x + bias) reads its input 800 times per output; one op, like a scale, stays fused)
 RECOMPUTE_LIMIT = 2
@@ -397,7 +398,12 @@ class _Kernel:
             # the record's int32 slots: op code, the index found, low, high, dim
             code, _, _, dim, _ = c.arg
             vals = [UOp.const(dtypes.int32, x) for x in (code, low, high, dim)]
-            vals.insert(1, v.cast(dtypes.int32))
+            i32 = v
+            if dtypes.max(dt) > I32_MAX:  # a wider index is recorded clamped to int32 (the message says "or more")
+                i32 = i32.minimum(UOp.const(dt, I32_MAX))
+            if dtypes.min(dt) < -I32_MAX - 1:
+                i32 = i32.maximum(UOp.const(dt, -I32_MAX - 1))
+            vals.insert(1, i32.cast(dtypes.int32))
             eff = UOp.group(*[rec.index(UOp.const(dtypes.weakint, j).valid(bad)).store(x) for j, x in enumerate(vals)])
             if inner:
                 eff = eff.end(*inner.values())
