@@ -93,10 +93,11 @@ def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int, s
     return first, statistics.median(times), GlobalCounters.kernel_count, detail
 
 
-def bench_check_oob(name: str, batch: int, rounds: int = 9) -> tuple[float, float]:
+def bench_check_oob(name: str, batch: int) -> tuple[float, float]:
     """(median step s with CHECK_OOB=1, with CHECK_OOB=0) of one model's jitted training step: the two steps are
     built and captured under their setting (it decides the graph), then timed in alternating rounds of about
-    50 ms (at least 3 steps) each, so a slow spell of the machine hits both alike."""
+    50 ms (at least 3 steps) each, so a slow spell of the machine hits both alike; as many rounds as fit in about
+    10 s (9 to 99)."""
     made = {}
     for check in (1, 0):
         with Context(CHECK_OOB=check):
@@ -106,7 +107,9 @@ def bench_check_oob(name: str, batch: int, rounds: int = 9) -> tuple[float, floa
         made[check] = step
     t0 = time.perf_counter()
     made[1]().item()
-    steps = max(3, int(0.05 / (time.perf_counter() - t0)))
+    one = time.perf_counter() - t0
+    steps = max(3, int(0.05 / one))
+    rounds = min(99, max(9, int(10 / (2 * steps * one))))
     times: dict[int, list[float]] = {1: [], 0: []}
     for r in range(rounds):
         for check in (1, 0) if r % 2 == 0 else (0, 1):
