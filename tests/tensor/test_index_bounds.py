@@ -242,3 +242,35 @@ def test_the_interpreter_runs_the_check() -> None:
     with Context(SPECK_CODEGEN=0):  # every kernel through codegen's AST interpreter
         with pytest.raises(IndexOutOfBoundsError, match=r"^Embedding: index 4 is out of bounds for size 4"):
             nn.Embedding(4, 2)(_idx([[0, 4]])).numpy()
+
+
+EMB = nn.Embedding(5, 2)
+JITTED: list[tuple[str, Callable[[Tensor], Tensor], np.ndarray, np.ndarray]] = [
+    ("getitem", lambda i: Tensor(X)[i], np.array([2, -3], np.int32), np.array([0, 3], np.int32)),
+    ("gather", lambda i: Tensor(X).gather(1, i.reshape(1, 2)), np.array([3, -4], np.int32), np.array([4, 0], np.int32)),
+    ("scatter", lambda i: Tensor(X).scatter(1, i.reshape(1, 2), 0.0), np.array([3, 1], np.int32),
+     np.array([-1, 0], np.int32)),
+    ("Embedding", lambda i: EMB(i), np.array([4, 0], np.int32), np.array([5, 0], np.int32)),
+    ("one_hot", lambda i: i.one_hot(5).cast(dtypes.int32), np.array([4, 0], np.int32), np.array([0, 6], np.int32)),
+    ("sparse_categorical_crossentropy", lambda i: Tensor(X[:2]).sparse_categorical_crossentropy(i),
+     np.array([3, 0], np.int32), np.array([0, 4], np.int32)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", JITTED, ids=[c[0] for c in JITTED])
+def test_every_op_raises_under_tinyjit_replay(
+    case: tuple[str, Callable[[Tensor], Tensor], np.ndarray, np.ndarray],
+) -> None:
+    op, fn, good, bad = case
+
+    @TinyJit
+    def f(i: Tensor) -> Tensor:
+        return fn(i).realize()
+
+    want = fn(Tensor(good)).numpy()
+    for _ in range(3):  # run, capture, replay
+        assert_matches(f(Tensor(good.copy())).numpy(), want)
+    assert f.captured is not None
+    with pytest.raises(IndexOutOfBoundsError, match=rf"^{op}: "):
+        f(Tensor(bad.copy()))
+    assert_matches(f(Tensor(good.copy())).numpy(), want)  # in range again: no error, same values
