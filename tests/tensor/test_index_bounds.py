@@ -274,3 +274,13 @@ def test_every_op_raises_under_tinyjit_replay(
     with pytest.raises(IndexOutOfBoundsError, match=rf"^{op}: "):
         f(Tensor(bad.copy()))
     assert_matches(f(Tensor(good.copy())).numpy(), want)  # in range again: no error, same values
+
+
+def test_a_pickled_lazy_graph_keeps_its_check() -> None:
+    import pickle
+
+    good = pickle.loads(pickle.dumps(Tensor(X)[_idx([0, 2])]))
+    assert_matches(good.numpy(), X[[0, 2]])
+    bad = pickle.loads(pickle.dumps(Tensor(X)[_idx([0, 7])]))  # the record is the loading process's own
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 7 "):
+        bad.numpy()

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from speck.tensor.errors import IndexOutOfBoundsError
+from speck.tensor.realize import get_buffer
+from speck.tensor.schedule import buffer_device, new_buffer_uop
 from speck.tensor.settings import CHECK_OOB
 from speck.uop import Ops, UOp, dtypes
 
@@ -55,9 +57,6 @@ def checked(t: Tensor, op: str, low: int, high: int, dim: int | None = None, all
 def record_buffer(device: str) -> UOp:
     """The BUFFER a device's kernels record the first violation in (zeroed; one per device, kept for the process)."""
     if (buf := _records.get(device)) is None:
-        from speck.tensor.realize import get_buffer
-        from speck.tensor.schedule import new_buffer_uop
-
         buf = new_buffer_uop(device, RECORD, dtypes.int32)
         hb = get_buffer(buf)
         hb.ensure_allocated()
@@ -66,6 +65,11 @@ def record_buffer(device: str) -> UOp:
         if hb.dev.host_visible:
             _views[device] = hb.numpy()
     return buf
+
+
+def is_record(buf: UOp) -> bool:
+    """buf is a device's record buffer (pickles as a reference to the loading process's own)."""
+    return _records.get(buffer_device(buf)) is buf
 
 
 def raise_recorded(host_only: bool = False) -> None:
@@ -82,13 +86,9 @@ def raise_recorded(host_only: bool = False) -> None:
         elif host_only:
             continue
         else:
-            from speck.tensor.realize import get_buffer
-
             rec = [int(x) for x in get_buffer(buf).numpy()[:5]]
             if not rec[0]:
                 continue
-        from speck.tensor.realize import get_buffer
-
         get_buffer(buf).copyin(np.zeros(RECORD, np.int32))
         raise IndexOutOfBoundsError(describe(rec, device))
 
