@@ -284,3 +284,10 @@ def test_a_pickled_lazy_graph_keeps_its_check() -> None:
     bad = pickle.loads(pickle.dumps(Tensor(X)[_idx([0, 7])]))  # the record is the loading process's own
     with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 7 "):
         bad.numpy()
+
+
+def test_getitem_names_the_users_dim() -> None:
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 9 is out of bounds for dim 1 with size 4"):
+        Tensor(X)[0, _idx([9])].numpy()  # (the int removes dim 0 before the tensor index applies)
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index -4 is out of bounds for dim 0 with size 3"):
+        Tensor(X)[None, _idx([-4]), 1:].numpy()

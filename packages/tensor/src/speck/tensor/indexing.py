@@ -111,8 +111,11 @@ class IndexingMixin:
         dim = 0  # current dim in t
         final_shape: list[Any] = []
         adv: list[tuple[int, Tensor]] = []  # (dim in t, index tensor)
+        user_dims: list[int] = []  # the dim of self each index tensor indexes (what an out-of-range error names)
+        src_dim = -1
         adv_positions: list[int] = []  # position in final shape where each advanced index appeared
         for it in items:
+            src_dim += it is not None
             if it is None:
                 t = t.unsqueeze(dim)
                 dim += 1
@@ -156,12 +159,13 @@ class IndexingMixin:
                 continue
             # integer tensor (advanced)
             adv.append((dim, it))
+            user_dims.append(src_dim)
             adv_positions.append(len(final_shape))
             final_shape.append(None)
             dim += 1
         if not adv:
             return t
-        return t._advanced(adv, adv_positions, op)
+        return t._advanced(adv, adv_positions, op, user_dims)
 
     def _symbolic_slice(self: Tensor, dim: int, sl: slice) -> Tensor:
         """A step-1 slice where the bounds or the dim are symbolic: a shrink with symbolic bounds (negative int bounds
@@ -180,7 +184,8 @@ class IndexingMixin:
             return self
         return self._slice_dim(dim, start, stop)
 
-    def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int], op: str) -> Tensor:
+    def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int], op: str,
+                  user_dims: list[int]) -> Tensor:  # fmt: skip
         """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape); an index
         outside [-n, n) is an error (found on the device: speck.tensor.bounds)."""
         from speck.tensor.bounds import checked
@@ -199,7 +204,7 @@ class IndexingMixin:
             n = self.shape[d]
             if not isinstance(n, int):
                 raise TensorIndexError("integer-tensor indexing of a symbolic dim is not supported")
-            ii = checked(ix, op, -n, n, d)._broadcast_to(bshape).cast(dtypes.int32)
+            ii = checked(ix, op, -n, n, user_dims[k])._broadcast_to(bshape).cast(dtypes.int32)
             ii = (ii < 0).where(ii + n, ii)
             ar = Tensor.arange(n, device=self.device)
             shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
