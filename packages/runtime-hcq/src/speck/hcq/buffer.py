@@ -134,9 +134,9 @@ class Buffer:
         """Swap the memory of two allocated base buffers of one size on one device (each object keeps its identity
         and its views; what was in one is now in the other). Accounting is unchanged: both allocations stay live."""
         if self._base is not None or other._base is not None:
-            raise ValueError("exchange_memory: views share their base's memory; exchange the bases")
+            raise HCQValueError("exchange_memory: views share their base's memory; exchange the bases")
         if (self.dev, self.nbytes, self.options) != (other.dev, other.nbytes, other.options):
-            raise ValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
+            raise HCQValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
         self.ensure_allocated()
         other.ensure_allocated()
         self._opaque, other._opaque = other._opaque, self._opaque

@@ -196,7 +196,7 @@ class Engine:
                     self._run(cmds, start, seq, inline=False)
                 except BaseException as e:  # latched: raised by the next synchronize
                     self.error = e
-                del cmds  # (emptied by _run: an idle thread holds no buffers)
+                del cmds  # an idle thread holds no submission (nor the buffers its commands name)
 
     @property
     def idle(self) -> bool:
@@ -243,9 +243,9 @@ class Engine:
                     c[1].fail(e)
             self.timeline.set(seq)
             raise
-        # the commands hold their buffers: let go of them before anyone waiting for this submission wakes (a freed
-        # tensor's memory is then free, and counted so, once synchronize returns)
+        # the commands hold their buffers: drop this frame's reference before anyone waiting for this submission
+        # wakes (a freed tensor's memory is then free, and counted so, once synchronize returns). The list itself is
+        # the submitter's (a runner Plan submits the same list on every run), so it is never emptied here.
         c = ()
-        cmds.clear()
         self.timeline.set(seq)
         return -1

@@ -704,11 +704,11 @@ class Scheduler:
             target = target.src[0]
         buf = base_buffer(target)
         if buf is None:
-            raise RuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
-                               "computation; realize it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
+                                     "computation; realize it first")  # fmt: skip
         if value.shape != target.shape or value.dtype != target.dtype:
-            raise RuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target {target.shape} "
-                               f"{target.dtype}; broadcast and cast it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target "
+                                     f"{target.shape} {target.dtype}; broadcast and cast it first")  # fmt: skip
         self.write(buf, value, target=target)
         realized_cache.clear()  # values computed from buf's old contents are stale
 
