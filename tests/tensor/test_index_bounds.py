@@ -291,3 +291,12 @@ def test_getitem_names_the_users_dim() -> None:
         Tensor(X)[0, _idx([9])].numpy()  # (the int removes dim 0 before the tensor index applies)
     with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index -4 is out of bounds for dim 0 with size 3"):
         Tensor(X)[None, _idx([-4]), 1:].numpy()
+
+
+def test_device_less_indices_are_checked_on_the_data_device() -> None:
+    assert_matches(Tensor(X)[Tensor(1)].numpy(), X[1])
+    assert_matches(Tensor(X)[Tensor.arange(3) - 1].numpy(), X[[-1, 0, 1]])
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 5 is out of bounds for dim 0 with size 3"):
+        Tensor(X)[Tensor(5)].numpy()
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 3 is out of bounds"):
+        Tensor(X)[Tensor.arange(4)].numpy()

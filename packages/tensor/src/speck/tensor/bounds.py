@@ -35,23 +35,36 @@ _records: dict[str, UOp] = {}  # device -> the BUFFER of its record (created wit
 _views: dict[str, np.ndarray] = {}  # device -> a zero-copy view of the record, on host-visible devices
 
 
-def checked(t: Tensor, op: str, low: int, high: int, dim: int | None = None, allow: int | None = None) -> Tensor:
+def checked(
+    t: Tensor,
+    op: str,
+    low: int,
+    high: int,
+    dim: int | None = None,
+    allow: int | None = None,
+    device: str | tuple[str, ...] | None = None,
+) -> Tensor:
     """t (an int tensor of indices) marked to be checked where a kernel reads it: every element must be in
     [low, high) (or equal `allow`: sparse_categorical_crossentropy's ignore_index) or the next data read raises
-    IndexOutOfBoundsError naming `op`, the index and the bound. t itself when CHECK_OOB=0 or nothing can be out of
-    range (the dtype's values all fit, a sharded or file-backed tensor, which runs no checking kernels)."""
+    IndexOutOfBoundsError naming `op`, the index and the bound. `device`: where the indexed data lives (a
+    device-less index, `Tensor(5)`, is checked there). t itself when CHECK_OOB=0 or nothing can be out of range
+    (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or a file-backed one
+    (no kernels run there)."""
     from speck.tensor.device import file_backed
     from speck.tensor.multi import MultiUOp
 
+    if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not dtypes.is_int(t.dtype):
+        return t
+    dev = t._device if t._device is not None else device
+    if not isinstance(dev, str) or file_backed(dev):
+        return t
+    if t.dtype.is_weak:  # a Python int index (weakint): checked at the default int
+        t = t.cast(dtypes.default_int)
     dt = t.dtype
-    if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not isinstance(t.device, str) or dt.is_weak:
-        return t
-    if not dtypes.is_int(dt) or file_backed(t.device) or t._device is None:
-        return t
     if low <= dtypes.min(dt) and high > dtypes.max(dt):
         return t
     arg = (OPS.index(op) + 1, low, high, -1 if dim is None else dim, allow)
-    return t._new(UOp(Ops.CHECK, dt, (t.uop, record_buffer(t.device)), arg))
+    return t._new(UOp(Ops.CHECK, dt, (t.uop, record_buffer(dev)), arg))
 
 
 def record_buffer(device: str) -> UOp:

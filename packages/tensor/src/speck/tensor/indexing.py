@@ -204,7 +204,7 @@ class IndexingMixin:
             n = self.shape[d]
             if not isinstance(n, int):
                 raise TensorIndexError("integer-tensor indexing of a symbolic dim is not supported")
-            ii = checked(ix, op, -n, n, user_dims[k])._broadcast_to(bshape).cast(dtypes.int32)
+            ii = checked(ix, op, -n, n, user_dims[k], device=self.device)._broadcast_to(bshape).cast(dtypes.int32)
             ii = (ii < 0).where(ii + n, ii)
             ar = Tensor.arange(n, device=self.device)
             shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
@@ -246,7 +246,7 @@ class IndexingMixin:
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         n = as_int(self.shape[d])
-        ii = checked(index, "gather", -n, n, d)
+        ii = checked(index, "gather", -n, n, d, device=self.device)
         if not dtypes.is_unsigned(ii.dtype):
             ii = (ii < 0).where(ii + n, ii)  # negatives wrap once
         return self._take(d, ii)
@@ -314,7 +314,7 @@ class IndexingMixin:
                 raise TensorAssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                            f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
-        index = checked(index, "scatter", 0, as_int(self.shape[d]), d)
+        index = checked(index, "scatter", 0, as_int(self.shape[d]), d, device=self.device)
         if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
             # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
             # (one-hot, O(n*k)) form

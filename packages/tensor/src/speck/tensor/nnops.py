@@ -394,7 +394,7 @@ class NNMixin:
         c = as_int(self.shape[-1])
         mask = Y != ignore_index
         # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
-        labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index)
+        labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index, device=self.device)
         y = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         y = y * mask.reshape(*Y.shape, 1)
         loss_t = -(log_probs * y).sum(axis=-1)

@@ -672,7 +672,7 @@ def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     inner = int(prod(rest))
     from speck.tensor.bounds import checked
 
-    w = checked(idx, "setitem", -n0, n0, 0).cast(dtypes.int32)
+    w = checked(idx, "setitem", -n0, n0, 0, device=t.device).cast(dtypes.int32)
     w = (w < 0).where(w + n0, w)
     ok = w.cast(dtypes.uint32) < n0  # 0 <= w < n0 in one compare (a negative w is a huge unsigned one)
     first = ok.where(w * inner + 1, 0)  # 1-based position of each selected row's first element, 0: out of range

@@ -224,7 +224,7 @@ class Embedding:
         if not dtypes.is_int(idx.dtype):
             raise TensorTypeError(f"Embedding indices must be integers, got {idx.dtype}")
         # an index outside [0, vocab_size) is an error, found on the device (speck.tensor.bounds)
-        ix = checked(idx, "Embedding", 0, self.vocab_sz)
+        ix = checked(idx, "Embedding", 0, self.vocab_sz, device=self.weight.device)
         onehot = ix.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
         return onehot.cast(self.weight.dtype) @ self.weight
 
