@@ -29,6 +29,10 @@ _unique_counter = itertools.count()
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# `.contiguous()` nodes a Scheduler gave a buffer of their own -> that buffer's view; when the kernel filling it runs
+# (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of another graph holding it
+# reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a buffer its tensors keep)
+contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:
@@ -675,6 +679,8 @@ class Scheduler:
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
             self.done[src] = view
+            if u.arg is None and into is None:
+                contiguous_made[u] = view  # a user's .contiguous(): later realizes read it (once it has run)
         return view
 
     def _copy_into(self, v: UOp, into: UOp) -> UOp:
