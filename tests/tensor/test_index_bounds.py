@@ -44,6 +44,7 @@ BAD: list[tuple[str, int, str, Callable[[], Tensor]]] = [
     ("one_hot", 4, "num_classes=4", lambda: _idx([0, 4, 1]).one_hot(4)),
     ("sparse_categorical_crossentropy", 3, "3 classes",
      lambda: Tensor(X[:, :3]).sparse_categorical_crossentropy(_idx([0, 3, 1]))),
+    ("nll_loss", -2, "4 classes", lambda: Tensor(X).log_softmax(-1).nll_loss(_idx([0, -2, 1]), ignore_index=-1)),
 ]  # fmt: skip
 
 

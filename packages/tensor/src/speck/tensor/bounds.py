@@ -1,11 +1,12 @@
 """Bounds checks of index tensors, run on the device (CHECK_OOB, on by default).
 
 An op that reads or writes at the positions an index tensor holds (getitem and setitem with tensors, gather,
-scatter, one_hot, Embedding, sparse_categorical_crossentropy labels) marks the index with `checked(...)`: a CHECK
-node whose value is the index itself and whose arg names the op and the valid range. The scheduler lowers it to
-nothing in the value path and adds, to the same kernel, a store guarded by "index outside [low, high) and the
-record still empty" of (op, index, low, high, dim) into a small record buffer per device (`_Kernel.check_effects`).
-So the check adds no kernel, no synchronization and no host round-trip; the cost is a compare per index element.
+scatter, one_hot, Embedding, sparse_categorical_crossentropy and nll_loss labels) marks the index with
+`checked(...)`: a CHECK node whose value is the index itself and whose arg names the op and the valid range. The
+scheduler lowers it to nothing in the value path and adds, to the same kernel, a store guarded by "index outside
+[low, high) and the record still empty" of (op, index, low, high, dim) into a small record buffer per device
+(`_Kernel.check_effects`). So the check adds no kernel, no synchronization and no host round-trip; the cost is a
+compare per index element.
 
 The record is looked at where speck synchronizes anyway: every data read (numpy/tolist/item/data) and the end of
 a TinyJit replay on a host-visible device. A violation found there raises IndexOutOfBoundsError (an IndexError)
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 # the ops that check their indices, by the code stored in the record (code = position + 1; 0: nothing recorded)
-OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "sparse_categorical_crossentropy")
+OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "sparse_categorical_crossentropy", "nll_loss")
 # int32 slots of a record: op code, the index found, low, high, dim (-1: none) (speck.tensor.schedule writes it)
 RECORD = 8
 
@@ -112,7 +113,7 @@ def describe(rec: list[int], device: str) -> str:
     shown = f"{index} or more" if index == 2**31 - 1 else f"{index} or less" if index == -(2**31) else str(index)
     op = OPS[code - 1] if 0 < code <= len(OPS) else f"op #{code}"
     where = f"dim {dim} with size {high}" if dim >= 0 else f"size {high}"
-    if op == "sparse_categorical_crossentropy":
+    if op in ("sparse_categorical_crossentropy", "nll_loss"):
         what, where = "label", f"{high} classes"
     elif op == "one_hot":
         what, where = "class index", f"num_classes={high}"

@@ -424,11 +424,13 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
+        from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
         self = self._classes_last()
         c = as_int(self.shape[-1])
-        onehot = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)
+        onehot = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
         if ignore_index is not None:
             w = w * (Y != ignore_index).reshape(*Y.shape, 1)
