@@ -301,3 +301,11 @@ def test_device_less_indices_are_checked_on_the_data_device() -> None:
         Tensor(X)[Tensor(5)].numpy()
     with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 3 is out of bounds"):
         Tensor(X)[Tensor.arange(4)].numpy()
+
+
+def test_no_record_on_a_device_that_runs_no_kernels(tmp_path: Any) -> None:
+    from speck.tensor import bounds
+
+    disk = Tensor(np.array([0, 7], np.int32)).to(f"disk:{tmp_path / 'idx.bin'}")
+    assert bounds.checked(disk, "getitem", -3, 3) is disk  # no CHECK node, no record buffer on the file
+    assert not any(d.startswith("disk:") for d in bounds._records)

@@ -49,15 +49,15 @@ def checked(
     [low, high) (or equal `allow`: sparse_categorical_crossentropy's ignore_index) or the next data read raises
     IndexOutOfBoundsError naming `op`, the index and the bound. `device`: where the indexed data lives (a
     device-less index, `Tensor(5)`, is checked there). t itself when CHECK_OOB=0 or nothing can be out of range
-    (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or a file-backed one
-    (no kernels run there)."""
-    from speck.tensor.device import file_backed
+    (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or one on a device that
+    runs no kernels (a file, USB)."""
+    from speck.tensor.device import Device
     from speck.tensor.multi import MultiUOp
 
     if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not dtypes.is_int(t.dtype):
         return t
     dev = t._device if t._device is not None else device
-    if not isinstance(dev, str) or file_backed(dev):
+    if not isinstance(dev, str) or not Device[dev].runs_kernels:  # (a record there would cost a copy per read)
         return t
     if t.dtype.is_weak:  # a Python int index (weakint): checked at the default int
         t = t.cast(dtypes.default_int)
