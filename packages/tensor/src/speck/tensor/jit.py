@@ -33,6 +33,7 @@ from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Plan, reads_writes
 from speck.tensor import multi, realize
+from speck.tensor.bounds import raise_recorded
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
@@ -412,6 +413,7 @@ class CapturedJit:
         if var_vals != (self.ret_var_vals or self.var_vals):
             _rebind_outputs(_returned_tensors(self.ret), var_vals)
             self.ret_var_vals = dict(var_vals)
+        raise_recorded(host_only=True)  # an out-of-range index the replay met (speck.tensor.bounds)
 
     def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int] | None = None) -> None:
         """The plan on the capture's buffers with the inputs in `mapping` swapped in: the warm path's run, with the

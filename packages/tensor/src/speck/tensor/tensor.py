@@ -22,6 +22,7 @@ import numpy as np
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor import realize as _realize
+from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical, default_device, file_backed
 from speck.tensor.dims import as_int
@@ -525,7 +526,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         bb = base_buffer(u)
         assert bb is not None
         n = prod(shape)
-        return np.array(_realize.buffer_numpy(bb)[off : off + n]).reshape(shape)
+        out = np.array(_realize.buffer_numpy(bb)[off : off + n]).reshape(shape)
+        raise_recorded()  # an out-of-range index some kernel met since the last read (speck.tensor.bounds)
+        return out
 
     def numpy(self) -> np.ndarray:
         """The values as a new numpy array."""

@@ -728,7 +728,9 @@ def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     if not isinstance(n0, int) or not all(isinstance(d, int) for d in rest):
         return None
     inner = int(prod(rest))
-    w = idx.cast(dtypes.int32)
+    from speck.tensor.bounds import checked
+
+    w = checked(idx, "setitem", -n0, n0, 0, device=t.device).cast(dtypes.int32)
     w = (w < 0).where(w + n0, w)
     ok = w.cast(dtypes.uint32) < n0  # 0 <= w < n0 in one compare (a negative w is a huge unsigned one)
     first = ok.where(w * inner + 1, 0)  # 1-based position of each selected row's first element, 0: out of range
@@ -770,14 +772,14 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         from speck.tensor.nodes import _iota_uop
 
         n = int(prod(t.shape))
-        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)[idx]
+        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)._getitem(idx, "setitem")
         vb = _broadcast(val, own.shape, "setitem")
         t.uop = UOp(Ops.ASSIGN, t.dtype, (t.uop, own.uop, vb.uop), None)
         return
     u, buf = _writable(t, "can't setitem")
     sel = _row_positions(t, idx) if is_whole(u, buf) else None
     if sel is None:
-        sel = Tensor(positions(u, buf, t.device), device=t.device)[idx]
+        sel = Tensor(positions(u, buf, t.device), device=t.device)._getitem(idx, "setitem")
     vb = _broadcast(val, sel.shape, "setitem")
     value = vb.uop if vb.dtype == buf.dtype else vb.uop.bitcast(buf.dtype)
     record(buf, value, pos=sel.uop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
@@ -225,7 +226,9 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):
             raise TensorTypeError(f"Embedding indices must be integers, got {idx.dtype}")
-        onehot = idx.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
+        # an index outside [0, vocab_size) is an error, found on the device (speck.tensor.bounds)
+        ix = checked(idx, "Embedding", 0, self.vocab_sz, device=self.weight.device)
+        onehot = ix.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
         return onehot.cast(self.weight.dtype) @ self.weight
 
 
