@@ -173,17 +173,63 @@ class AMDProgram(Program):
 
 @dataclass
 class _Cmd:
-    prog: AMDProgram
+    prog: AMDProgram | None  # None: a copy of `nbytes` bytes (words: destination, source address)
     grid: tuple[int, ...]
     start: int  # first word of its arguments in the table
     nwords: int
+    nbytes: int = 0
+
+
+# A copy inside a graph is a kernel (the compute queue runs it in order with the others, behind the same doorbell):
+# one element of `{t}` per work-item, 256 work-items per workgroup, n elements.
+COPY_BLOCK = 256
+_COPY_IR = """; kernel {name}
+define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %dst, ptr addrspace(1) noalias readonly %src, i32 %n) #0 \
+!reqd_work_group_size !0 {{
+entry:
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %b = mul i32 %g, {block}
+  %i = add i32 %b, %l
+  %in = icmp ult i32 %i, %n
+  br i1 %in, label %copy, label %done
+copy:
+  %ps = getelementptr {t}, ptr addrspace(1) %src, i32 %i
+  %v = load {t}, ptr addrspace(1) %ps, align {a}
+  %pd = getelementptr {t}, ptr addrspace(1) %dst, i32 %i
+  store {t} %v, ptr addrspace(1) %pd, align {a}
+  br label %done
+done:
+  ret void
+}}
+
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+attributes #0 = {{ nounwind "amdgpu-flat-work-group-size"="1,{block}" "uniform-work-group-size"="true" \
+"amdgpu-no-implicitarg-ptr" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr" "amdgpu-no-dispatch-id" \
+"amdgpu-no-lds-kernel-id" "amdgpu-no-hostcall-ptr" "amdgpu-no-heap-ptr" "amdgpu-no-multigrid-sync-arg" \
+"amdgpu-no-default-queue" "amdgpu-no-completion-action" "amdgpu-no-workgroup-id-y" "amdgpu-no-workgroup-id-z" \
+"amdgpu-no-workitem-id-y" "amdgpu-no-workitem-id-z" }}
+!0 = !{{i32 {block}, i32 1, i32 1}}
+!llvm.module.flags = !{{!1}}
+!1 = !{{i32 1, !"amdhsa_code_object_version", i32 500}}
+""".replace("\\\n", "")
+
+
+def copy_source(width: int) -> tuple[str, str]:
+    """(kernel name, LLVM IR) of the graph's copy kernel moving `width`-byte elements (1 or 4)."""
+    t = {1: "i8", 4: "i32"}[width]
+    name = f"speck_copy_b{8 * width}"
+    return name, _COPY_IR.format(name=name, t=t, a=width, block=COPY_BLOCK)
 
 
 class AMDGraph:
     """A batch of launches on one AMD device (speck.hcq.runner's graph interface): `args` is the argument table (a
     list of 64-bit words: every command's buffer addresses then variables), rewritten in place between runs; a replay
     writes each command's kernarg segment, puts every dispatch into one indirect buffer behind one doorbell, and
-    waits for its signal."""
+    waits for its signal. Copies between buffers of the device join the graph as copy kernels (`device_copies`)."""
+
+    device_copies = True  # the runner may put copies within the device's memory into the graph
 
     def __init__(self, device: AMDDevice, name: str = "graph") -> None:
         self.device, self.name = device, name
@@ -206,7 +252,12 @@ class AMDGraph:
         return len(self.cmds) - 1
 
     def add_copy(self, dest: int, src: int, nbytes: int) -> int:
-        raise HCQError(f"{self.device.name} graphs hold kernels only (copies go through its copy queue)")
+        """Append a copy of `nbytes` bytes between two addresses of this device's memory (a copy kernel)."""
+        if nbytes < 0 or nbytes >= 2**31:
+            raise ValueError(f"a graph copy moves 0 to 2**31-1 bytes, got {nbytes}")
+        self.cmds.append(_Cmd(None, (), len(self.args), 2, nbytes))
+        self.args.extend((int(dest), int(src)))
+        return len(self.cmds) - 1
 
     def arg_index(self, cmd: int, j: int) -> int:
         return self.cmds[cmd].start + j
@@ -220,7 +271,11 @@ class AMDGraph:
         dev, args = self.device, self.args
         packets: list[int] = []
         for c in self.cmds:
-            pk = c.prog.packets(args[c.start : c.start + c.nwords], c.grid)
+            words = args[c.start : c.start + c.nwords]
+            if c.prog is None:
+                pk = self._copy_packets(words[0], words[1], c.nbytes)
+            else:
+                pk = c.prog.packets(words, c.grid)
             if pk is not None:
                 packets += pk
         dev.synchronize_if_busy()  # (eager launches submitted through the engine go first: the queue is in order)
@@ -228,6 +283,12 @@ class AMDGraph:
             dev.submitted = dev.link.submit(packets, True)
         dev.graph_runs += 1
         dev.synchronize()
+
+    def _copy_packets(self, dest: int, src: int, nbytes: int) -> Any:
+        width = 4 if not (dest | src | nbytes) & 3 else 1  # (bound addresses may change between runs: checked each)
+        n = nbytes // width
+        prog = self.device.copy_program(width)
+        return prog.packets((dest, src, n), (-(-n // COPY_BLOCK),))
 
     def run(self) -> float:
         import time
@@ -257,6 +318,7 @@ class AMDDevice(DeviceBase):
         self.submitted = 0  # the compute timeline value of the last submission
         self.graph_runs = 0
         self._retired: list[Any] = []  # uploaded images of dropped programs, freed at the next synchronize
+        self._copies: dict[int, AMDProgram] = {}
 
     @property
     def arch(self) -> str:
@@ -268,6 +330,14 @@ class AMDDevice(DeviceBase):
                 f"{self.name}.runtime({name!r}) expects an HSA code object as bytes, got {type(lib).__name__}"
             )
         return AMDProgram(self, name, bytes(lib), **spec)
+
+    def copy_program(self, width: int) -> AMDProgram:
+        """The copy kernel for `width`-byte elements (compiled with the device's compiler, loaded once)."""
+        prog = self._copies.get(width)
+        if prog is None:
+            name, src = copy_source(width)
+            prog = self._copies[width] = self.runtime(name, self.compiler.compile(src))
+        return prog
 
     def choose_threads(self, prog: Program, bufs: Sequence[Buffer]) -> int | None:
         return 1  # (the runner batches calls a device runs on one "thread": every launch here may join a graph)
