@@ -155,6 +155,23 @@ def test_usb_without_hardware_or_simulator_says_how_to_simulate() -> None:
     assert "cannot open USB" in r.stdout and "USB:SIM" in r.stdout and "SPECK_USB_SIM" in r.stdout
 
 
+def test_on_an_unverified_card_opening_usb_names_the_bring_up_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user with a real card sees today: the bring-up safety gate, before anything is written to the GPU."""
+    from speck.tensor.usb import open_usb
+    from speck.usbgpu.api import UsbGpu
+    from speck.usbgpu.sim import HARDWARE_LIKE_SUBSYSTEM
+    from speck.usbgpu.sim.device import SimDevice
+
+    board = SimDevice(gpu_subsystem=HARDWARE_LIKE_SUBSYSTEM)  # looks like a real board to the driver
+    real_open = UsbGpu.open
+    monkeypatch.setattr(UsbGpu, "open", classmethod(lambda cls, index=0, sim=None, **kw: real_open(index, sim=board)))
+    with pytest.raises(HCQError, match="cannot open USB: GpuBringUpUnverified") as e:
+        open_usb("USB")
+    assert "SPECK_USBGPU_UNVERIFIED=1" in str(e.value) and "GPU 1002:744c" in str(e.value)
+    assert board.stats["mmio_writes"] == 0 and board.gpu.regs.writes == 0  # no register of the GPU was written
+    real_open(0, sim=board).close()  # the session was closed: the bridge opens again
+
+
 # ---------------- storage and copies ----------------
 @given(data=st.sampled_from(NP_DTYPES).flatmap(arrays))
 def test_to_usb_places_the_bytes_in_vram_and_back_matches_numpy(data: np.ndarray) -> None:

@@ -286,6 +286,11 @@ def open_usb(name: str) -> UsbDevice:
             gpu = UsbGpu.open(0, sim=default_devices(max(1, _sim_bridges_from_env())))
         else:
             gpu = UsbGpu.open(int(suffix or 0))
+        try:  # a card the bring-up did not run on (no opt-in) can neither copy nor compute: refuse it now
+            gpu.context.require_ready(f"opening {name}")
+        except UsbError:
+            gpu.close()
+            raise
     except UsbError as e:
         raise DeviceUnavailableError(
             f"cannot open {name}: {type(e).__name__}: {e}. For the simulator use USB:SIM, or set SPECK_USB_SIM=<n> "
