@@ -155,21 +155,22 @@ def test_usb_without_hardware_or_simulator_says_how_to_simulate() -> None:
     assert "cannot open USB" in r.stdout and "USB:SIM" in r.stdout and "SPECK_USB_SIM" in r.stdout
 
 
-def test_on_an_unverified_card_opening_usb_names_the_bring_up_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a user with a real card sees today: the bring-up safety gate, before anything is written to the GPU."""
-    from speck.tensor.usb import open_usb
-    from speck.usbgpu.api import UsbGpu
-    from speck.usbgpu.sim import HARDWARE_LIKE_SUBSYSTEM
-    from speck.usbgpu.sim.device import SimDevice
-
-    board = SimDevice(gpu_subsystem=HARDWARE_LIKE_SUBSYSTEM)  # looks like a real board to the driver
-    real_open = UsbGpu.open
-    monkeypatch.setattr(UsbGpu, "open", classmethod(lambda cls, index=0, sim=None, **kw: real_open(index, sim=board)))
-    with pytest.raises(HCQError, match="cannot open USB: GpuBringUpUnverified") as e:
-        open_usb("USB")
-    assert "SPECK_USBGPU_UNVERIFIED=1" in str(e.value) and "GPU 1002:744c" in str(e.value)
-    assert board.stats["mmio_writes"] == 0 and board.gpu.regs.writes == 0  # no register of the GPU was written
-    real_open(0, sim=board).close()  # the session was closed: the bridge opens again
+def test_on_an_unverified_card_opening_usb_names_the_bring_up_opt_in() -> None:
+    """What a user with a real card sees today: the bring-up safety gate, before anything is written to the GPU (in
+    a process of its own: a bus with that board replaces this process's simulated bridges)."""
+    r = _run(
+        "from speck.tensor.usb import open_usb\nfrom speck.usbgpu.api import UsbGpu\n"
+        "from speck.usbgpu.sim import HARDWARE_LIKE_SUBSYSTEM\nfrom speck.usbgpu.sim.device import SimDevice\n"
+        "board = SimDevice(gpu_subsystem=HARDWARE_LIKE_SUBSYSTEM)  # looks like a real board to the driver\n"
+        "real_open = UsbGpu.open\n"
+        "UsbGpu.open = classmethod(lambda cls, index=0, sim=None, **kw: real_open(index, sim=board))\n"
+        "try:\n    open_usb('USB')\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+        "assert board.stats['mmio_writes'] == 0 and board.gpu.regs.writes == 0\n"
+        "real_open(0, sim=board).close()  # the refused session was closed: the bridge opens again\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("DeviceUnavailableError cannot open USB: GpuBringUpUnverified: opening USB failed: GPU")
+    assert "SPECK_USBGPU_UNVERIFIED=1" in r.stdout and "1002:744c" in r.stdout
 
 
 # ---------------- storage and copies ----------------

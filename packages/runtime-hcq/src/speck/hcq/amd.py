@@ -31,7 +31,7 @@ from speck.hcq.program import Program
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
 
-_PTR, _I32 = struct.Struct("<Q"), struct.Struct("<i")
+_PTR = struct.Struct("<Q")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class AmdLink(Protocol):
     """The card, as the AMD device uses it. Handles returned by `alloc` are opaque to hcq except through `address`.
     `launch_packets` returns the PM4 of one dispatch (its kernarg segment staged on the card); `submit` queues
     packets and a signal of the returned compute timeline value (batch: in one indirect buffer behind one doorbell);
-    `wait` returns once the timeline reached a value, raising the link's named error for a faulted or hung queue."""
+    `wait` returns once the timeline reached a value, raising the link's named error for a faulted or hung queue;
+    `reset_queue` restarts a stopped compute queue (the work it dropped counts as done)."""
 
     def alloc(self, nbytes: int) -> Any: ...
     def free(self, handle: Any) -> None: ...
@@ -69,6 +70,7 @@ class AmdLink(Protocol):
     def submit(self, packets: Any, batch: bool) -> int: ...
     def wait(self, value: int) -> None: ...
     def completed(self) -> int: ...
+    def reset_queue(self) -> None: ...
     def heap_bytes(self) -> int: ...
 
 
@@ -95,11 +97,11 @@ class LinkAllocator(Allocator):
         self.link.copyout(dest, opaque, offset)
 
 
-def _kernarg_layout(k: Kernel) -> tuple[list[int], list[int]]:
-    """(offsets of the pointer arguments, offsets of the int32 arguments) in the kernarg segment, from the code
-    object's metadata; hidden arguments are left zero."""
+def _kernarg_layout(k: Kernel) -> tuple[list[int], list[tuple[int, int]]]:
+    """(offsets of the pointer arguments, (offset, size) of the integer arguments) in the kernarg segment, from the
+    code object's metadata; hidden arguments are left zero."""
     ptrs = [a.offset for a in k.args if a.value_kind == "global_buffer"]
-    vals = [a.offset for a in k.args if a.value_kind == "by_value"]
+    vals = [(a.offset, a.size) for a in k.args if a.value_kind == "by_value"]
     return ptrs, vals
 
 
@@ -147,8 +149,8 @@ class AMDProgram(Program):
         seg = bytearray(self.kernarg_size)
         for off, w in zip(self.ptr_offsets, words):
             _PTR.pack_into(seg, off, w & 0xFFFFFFFFFFFFFFFF)
-        for off, w in zip(self.val_offsets, words[np_:]):
-            _I32.pack_into(seg, off, w)
+        for (off, size), w in zip(self.val_offsets, words[np_:]):
+            seg[off : off + size] = (w & ((1 << (8 * size)) - 1)).to_bytes(size, "little")  # two's complement
         return bytes(seg)
 
     def packets(self, words: Sequence[int], global_size: Sequence[int]) -> Any:
@@ -285,10 +287,7 @@ class AMDGraph:
         dev.synchronize()
 
     def _copy_packets(self, dest: int, src: int, nbytes: int) -> Any:
-        width = 4 if not (dest | src | nbytes) & 3 else 1  # (bound addresses may change between runs: checked each)
-        n = nbytes // width
-        prog = self.device.copy_program(width)
-        return prog.packets((dest, src, n), (-(-n // COPY_BLOCK),))
+        return self.device.copy_packets(dest, src, nbytes)  # (bound addresses may change between runs: chosen each)
 
     def run(self) -> float:
         import time
@@ -339,11 +338,30 @@ class AMDDevice(DeviceBase):
             prog = self._copies[width] = self.runtime(name, self.compiler.compile(src))
         return prog
 
+    def copy_packets(self, dest: int, src: int, nbytes: int) -> Any:
+        """The dispatch copying `nbytes` bytes from VRAM address `src` to `dest` (dwords when all are aligned)."""
+        width = 4 if not (dest | src | nbytes) & 3 else 1
+        n = nbytes // width
+        return self.copy_program(width).packets((dest, src, n), (-(-n // COPY_BLOCK),))
+
+    def copy_in_memory(self, dest: int, src: int, nbytes: int) -> None:
+        """Submit a copy between two VRAM addresses (a copy kernel: in order with the kernels, no wait)."""
+        pk = self.copy_packets(dest, src, nbytes)
+        if pk is not None:
+            self.submitted = max(self.submitted, self.link.submit(pk, False))
+
     def choose_threads(self, prog: Program, bufs: Sequence[Buffer]) -> int | None:
         return 1  # (the runner batches calls a device runs on one "thread": every launch here may join a graph)
 
     def retire(self, image: Any) -> None:
         self._retired.append(image)
+
+    def reset(self) -> None:
+        """Restart the compute queue after a fault or hang (GpuFault / GpuHang from the link): the work it dropped
+        counts as done (its outputs are undefined) and the device takes new work."""
+        self.link.reset_queue()
+        for e in self.engines.values():
+            e.error = None
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for the engines, then for the GPU's compute timeline to reach the last submission (GpuFault /

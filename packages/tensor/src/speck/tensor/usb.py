@@ -61,6 +61,15 @@ class UsbLink:
     def __init__(self, gpu: UsbGpu) -> None:
         self.gpu = gpu
         self._codes: dict[AmdKernel, KernelCode] = {}
+        self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
+        self.stopped: Exception | None = None  # the GpuFault / GpuHang that stopped the compute queue, until a reset
+
+    def _settle(self) -> None:
+        """Wait on the host for the compute work submitted so far before a copy: a copy that waited for it on the GPU
+        would fail with the queue's fault, and the driver treats a failed copy as a broken session (reopen); raised
+        from here, GpuFault / GpuHang leave the session usable after a queue reset."""
+        if self.submitted > self.done:
+            self.wait(self.submitted)
 
     def heap_bytes(self) -> int:
         heap = self.gpu.context.heap  # what alloc can hand out: the byte limit behind the hcq out-of-memory error
@@ -86,12 +95,15 @@ class UsbLink:
         return handle.va
 
     def copyin(self, handle: VramBuffer, offset: int, src: memoryview) -> None:
+        self._settle()
         self.gpu.copyin(handle, src, offset)
 
     def copyout(self, dest: memoryview, handle: VramBuffer, offset: int) -> None:
+        self._settle()
         self.gpu.copyout(dest, handle, offset)
 
     def upload(self, image: bytes) -> VramBuffer:
+        self._settle()
         return self.gpu.upload(image)
 
     def launch_packets(self, kernel: AmdKernel, grid: Sequence[int], block: Sequence[int], kernargs: bytes) -> Any:
@@ -108,13 +120,27 @@ class UsbLink:
         return self.gpu.launch_packets(code, grid, block, kernargs)
 
     def submit(self, packets: Any, batch: bool) -> int:
-        return self.gpu.submit(packets, batch=batch)
+        self.submitted = self.gpu.submit(packets, batch=batch)
+        return self.submitted
 
     def wait(self, value: int) -> None:
-        self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
+        from speck.usbgpu.errors import GpuFault, GpuHang
+
+        if self.stopped is not None:  # the driver reports a stop once: until a reset, every wait names it again
+            raise self.stopped
+        try:
+            self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
+        except (GpuFault, GpuHang) as e:
+            self.stopped = e
+            raise
+        self.done = max(self.done, value)
 
     def completed(self) -> int:
         return self.gpu.completed()
+
+    def reset_queue(self) -> None:
+        self.gpu.reset_queue()
+        self.done, self.stopped = self.submitted, None
 
 
 class _Staging:
@@ -148,6 +174,8 @@ class UsbDevice(AMDDevice):
     """A GPU behind a USB bridge as an hcq AMD device (speck.hcq.amd over a UsbLink): VRAM buffers, kernels from the
     AMD backend dispatched through the driver's PM4 compute queue, a copy queue of G3 copy-ins and copy-outs. `gpu`
     is the driver session (speck.usbgpu.api.UsbGpu)."""
+
+    link: UsbLink
 
     def __init__(self, name: str, gpu: UsbGpu) -> None:
         self.gpu = gpu
@@ -199,23 +227,25 @@ class UsbDevice(AMDDevice):
                 raise HCQError(f"{self.name} streams files into its own buffers only, not into {dest!r}")
             self._stream_file(dest, src, nbytes)
             return
+        link = self.link
         if dest.dev is self:
-            if src.dev.host_visible:
-                self.gpu.copyin(
-                    dest.opaque, src.dev.allocator.as_memoryview(src.opaque, src.offset, nbytes), dest.offset
-                )
+            if src.dev is self:  # within this VRAM: a copy kernel on the compute queue, in order with the kernels
+                self.copy_in_memory(dest.ptr, src.ptr, nbytes)
                 return
-            tmp = memoryview(bytearray(nbytes))  # VRAM to VRAM (this or another bridge) goes through the host
+            if src.dev.host_visible:
+                link.copyin(dest.opaque, dest.offset, src.dev.allocator.as_memoryview(src.opaque, src.offset, nbytes))
+                return
+            tmp = memoryview(bytearray(nbytes))  # from another bridge's VRAM: through the host
             src.dev.allocator.copyout(tmp, src.opaque, src.offset)
-            self.gpu.copyin(dest.opaque, tmp, dest.offset)
+            link.copyin(dest.opaque, dest.offset, tmp)
             return
         if src.dev is not self:
             raise HCQError(f"{self.name} copy command between {src!r} and {dest!r}: neither is on this device")
         if dest.dev.host_visible:
-            self.gpu.copyout(dest.dev.allocator.as_memoryview(dest.opaque, dest.offset, nbytes), src.opaque, src.offset)
+            link.copyout(dest.dev.allocator.as_memoryview(dest.opaque, dest.offset, nbytes), src.opaque, src.offset)
             return
         tmp = memoryview(bytearray(nbytes))
-        self.gpu.copyout(tmp, src.opaque, src.offset)
+        link.copyout(tmp, src.opaque, src.offset)
         dest.dev.allocator.copyin(dest.opaque, dest.offset, tmp)
 
     def _stream_file(self, dest: Buffer, src: FileRange, nbytes: int) -> None:
@@ -225,6 +255,7 @@ class UsbDevice(AMDDevice):
             return
         chunk = min(STAGING_CHUNK, nbytes)
         vbuf = dest.opaque
+        self.link._settle()
         with self._stream_lock, open(src.path, "rb", buffering=0) as f:
             fd = f.fileno()
             if hasattr(os, "posix_fadvise"):
