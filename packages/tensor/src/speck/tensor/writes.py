@@ -634,7 +634,7 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
 
 
 def _storage_only(device: object) -> bool:
-    """A device that stores and copies but runs no kernels (DISK, USB): data reaches it only by copies, so an assign
+    """A device that stores and copies but runs no kernels (DISK): data reaches it only by copies, so an assign
     from another device is one."""
     from speck.tensor.device import Device
 
