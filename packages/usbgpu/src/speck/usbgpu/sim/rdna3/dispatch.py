@@ -106,22 +106,19 @@ class Stats:
 _KIND_OF: dict[str, str] = {}  # mnemonic -> kind, filled as instructions execute
 
 
-class Launch:
-    """One batch of workgroups in flight: memory, their LDS and scratch, and the decoded program."""
+FETCH_BLOCK = 256  # instruction fetch reads code in aligned blocks this size (inside one 4 KiB page)
 
-    def __init__(
-        self, packet: DispatchPacket, memory: ShaderMemory, n_wg: int, waves: int, lds_bytes: int, stats: Stats
-    ) -> None:
-        self.packet, self.memory, self.stats = packet, memory, stats
-        self.kernel = packet.kernel
-        self.lds_bytes = lds_bytes
-        self.lds = np.zeros((n_wg, max(lds_bytes, 4)), dtype=np.uint8)
-        self.scratch_per_lane = packet.scratch_per_lane
-        self._scratch: np.ndarray | None = None
-        self.total_waves = waves
+
+class Code:
+    """A dispatch's instruction fetch: the decoded program by pc (shared by its batches of workgroups) and the code
+    blocks read so far. The first fetch of each block reads its word alone (so a fault names that address, as a
+    word-by-word fetch would), then the whole block in one read (the same page, so mapped too)."""
+
+    def __init__(self, memory: ShaderMemory) -> None:
+        self.memory = memory
         self.program: dict[int, Inst] = {}
+        self._blocks: dict[int, bytes] = {}
 
-    # ---- instruction fetch ----
     def inst(self, pc: int) -> Inst:
         inst = self.program.get(pc)
         if inst is None:
@@ -130,12 +127,56 @@ class Launch:
         return inst
 
     def _read_word(self, address: int) -> int:
+        base = address & ~(FETCH_BLOCK - 1)
+        block = self._blocks.get(base)
+        if block is None:
+            word = self._read(address, 4)
+            try:
+                block = self.memory.read(base, FETCH_BLOCK)
+            except ShaderMemoryFault:  # the mapping ends inside the block: fetch word by word here
+                return int.from_bytes(word, "little")
+            self._blocks[base] = block
+        off = address - base
+        if off + 4 > FETCH_BLOCK:  # an unaligned word straddling two blocks
+            return int.from_bytes(self._read(address, 4), "little")
+        return int.from_bytes(block[off : off + 4], "little")
+
+    def _read(self, address: int, size: int) -> bytes:
         try:
-            return int.from_bytes(self.memory.read(address, 4), "little")
+            return self.memory.read(address, size)
         except ShaderMemoryFault as e:
             raise ShaderMemoryFault(
                 "(instruction fetch)", address=address, size=4, space="code", region=e.region
             ) from None
+
+
+class Launch:
+    """One batch of workgroups in flight: memory, their LDS and scratch, and the decoded program."""
+
+    def __init__(
+        self,
+        packet: DispatchPacket,
+        memory: ShaderMemory,
+        n_wg: int,
+        waves: int,
+        lds_bytes: int,
+        stats: Stats,
+        code: Code | None = None,
+    ) -> None:
+        self.packet, self.memory, self.stats = packet, memory, stats
+        self.kernel = packet.kernel
+        self.lds_bytes = lds_bytes
+        self.lds = np.zeros((n_wg, max(lds_bytes, 4)), dtype=np.uint8)
+        self.scratch_per_lane = packet.scratch_per_lane
+        self._scratch: np.ndarray | None = None
+        self.total_waves = waves
+        self.code = Code(memory) if code is None else code
+        self.program = self.code.program
+
+    # ---- instruction fetch ----
+    def inst(self, pc: int) -> Inst:
+        inst = self.program.get(pc)
+        return self.code.inst(pc) if inst is None else inst
 
     # ---- global / flat / scalar memory ----
     def load(self, addresses: np.ndarray, size: int, space: str) -> np.ndarray:
@@ -201,7 +242,7 @@ class Launch:
         ]
 
     # ---- LDS ----
-    def _lds_index(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
+    def _lds_check(self, addresses: np.ndarray, size: int) -> None:
         bad = (addresses < 0) | (addresses + size > self.lds_bytes)
         if bad.any():
             a = int(addresses[np.argmax(bad)])
@@ -212,15 +253,33 @@ class Launch:
                 space="lds",
                 region=f"{self.lds_bytes} bytes allocated (COMPUTE_PGM_RSRC2.LDS_SIZE)",
             )
+
+    def _lds_words(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
+        """Dword indexes into the LDS (as uint32) for accesses of whole aligned dwords, else None (byte path)."""
+        if size % 4 or (addresses & 3).any():
+            return None
+        start = (wgs * (self.lds.shape[1] >> 2) + (addresses >> 2))[:, None]
+        return start if size == 4 else start + np.arange(size >> 2)
+
+    def _lds_index(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
         return (wgs * self.lds.shape[1] + addresses)[:, None] + np.arange(size)
 
     def lds_load(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
+        self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
+        words = self._lds_words(wgs, addresses, size)
+        if words is not None:  # the row length is a multiple of 512 bytes, so the uint32 view lines up
+            return self.lds.view(np.uint32).reshape(-1)[words].view(np.uint8)
         return self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)]
 
     def lds_store(self, wgs: np.ndarray, addresses: np.ndarray, data: np.ndarray) -> None:
         size = data.shape[1]
+        self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
+        words = self._lds_words(wgs, addresses, size)
+        if words is not None:  # fancy assignment: a later lane wins an overlap, as on the byte path
+            self.lds.view(np.uint32).reshape(-1)[words] = np.ascontiguousarray(data).view(np.uint32)
+            return
         self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)] = data
 
     # ---- scratch (private memory, per lane) ----
@@ -321,6 +380,7 @@ def _merge(a: Waves, b: Waves) -> Waves:
             [np.concatenate([x, y]) for x, y in zip(p.values, q.values)],
             None if p.mask is None or q.mask is None else np.concatenate([p.mask, q.mask]),
             p.half,
+            p.full and q.full,
         )
         for p, q in zip(a.pending, b.pending)
     ]
@@ -476,11 +536,12 @@ def dispatch(
     stats = Stats(kernel=packet.kernel)
     per_wg = -(-int(dims.prod()) // LANES)
     chunk = max(1, max_group_waves // per_wg)
+    code = Code(memory)
     with np.errstate(all="ignore"):
         for first in range(0, len(ids), chunk):
             sel = slice(first, first + chunk)
             k = len(ids[sel])
-            launch = Launch(packet, memory, k, k * per_wg, lds_bytes, stats)
+            launch = Launch(packet, memory, k, k * per_wg, lds_bytes, stats, code)
             waves = _initial_waves(launch, packet, ids[sel] + np.array(start), threads[sel], block3)
             stats.workgroups += k
             stats.waves += waves.n

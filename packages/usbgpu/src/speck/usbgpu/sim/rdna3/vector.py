@@ -164,8 +164,13 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
         readers.append(vector_reader(256 + f.vdst, dty, None, hi=f.dst_hi))
         tys.append(dty)
     fn, fm = row.fn, row.float_mode and any(t.is_float for t in tys)
+    if kind == "sat" and not f.clamp and row.wrap is not None:
+        fn = row.wrap
     write = _writer(dty, f.vdst, f.dst_hi)
     post = _post(dty, f, kind, row.float_mode)
+    if kind in ("plain", "mac", "fmamk", "fmaak", "trans", "sat") and _plain32(dty, f):
+        assert dty is not None and f.vdst is not None
+        return _plain32_run(fn, readers, tys, fm, row.float_mode, dty, f.vdst)
 
     def sources(w: Waves) -> list[Any]:
         vals = [r(w) for r in readers]
@@ -208,6 +213,33 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
 
         return carry
     raise EmulationError(f"{row.name}: instruction kind {kind!r} has no executor")
+
+
+def _plain32(dty: Ty | None, f: Fields) -> bool:
+    """A 32-bit result written whole with no output modifier: what _plain32_run does without _post/_writer."""
+    return dty is not None and f.vdst is not None and dty.bits == 32 and not f.clamp and not f.omod
+
+
+def _plain32_run(
+    fn: Callable[..., Any], readers: list[Reader], tys: list[Ty], fm: bool, float_mode: bool, dty: Ty, vdst: int
+) -> Callable[[Waves], None]:
+    """The executor of the commonest VALU form (a 32-bit result, no clamp/omod): _post and _writer inlined."""
+    dt, flush_out = dty.dtype, dty.is_float and float_mode
+
+    def run(w: Waves) -> None:
+        m = w.mode
+        if fm and (m.denorm32 != 3 or m.denorm16_64 != 3):
+            res = fn(w, *_flush_in([r(w) for r in readers], tys, w))
+        else:
+            res = fn(w, *[r(w) for r in readers])
+        res = np.asarray(res)
+        if res.dtype != dt:
+            res = res.astype(dt)
+        if flush_out and m.denorm32 in (0, 1):
+            res = fl.flush(res)
+        w.write_v(vdst, res.view(np.uint32))
+
+    return run
 
 
 # ---------------------------------------------------------------- cross-lane instructions
@@ -674,7 +706,7 @@ def _staged(row: VOp, f: Fields) -> Callable[[Waves], tuple[Callable[[Waves, Any
         assert f.vdst is not None
         readers.append(vector_reader(256 + f.vdst, dty, None))
         tys = [*tys, dty]
-    fn = row.fn
+    fn = row.wrap if row.kind == "sat" and row.wrap is not None else row.fn
     assert fn is not None
     write = _writer(dty, f.vdst, False)
     post = _post(dty, f, row.kind, row.float_mode)

@@ -105,7 +105,7 @@ def _deliver(w: Waves, counter: str, vdst: int, data: np.ndarray, mask: np.ndarr
         values.append(full)
     if op.d16 >= 0:
         values = [v & np.uint32(0xFFFF) for v in values]
-    w.issue(Pending(counter, True, list(range(vdst, vdst + len(values))), values, mask, op.d16))
+    w.issue(Pending(counter, True, list(range(vdst, vdst + len(values))), values, mask, op.d16, full_exec))
 
 
 def _data(w: Waves, reg: int, dwords: int, mask: np.ndarray) -> np.ndarray:

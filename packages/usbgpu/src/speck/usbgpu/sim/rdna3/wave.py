@@ -39,6 +39,7 @@ class Pending:
     values: list[np.ndarray]  # per register: (n, 32) uint32 for VGPRs, (n,) uint32 for SGPRs
     mask: np.ndarray | None  # (n, 32) bool for VGPRs (lanes that were active), None for SGPRs
     half: int = -1  # -1: whole registers; 0/1: only the low/high 16 bits (d16 loads)
+    full: bool = False  # every lane was active (mask is all true): retiring is a plain copy
 
     def take(self, idx: np.ndarray) -> Pending:
         return Pending(
@@ -48,6 +49,7 @@ class Pending:
             [v[idx] for v in self.values],
             None if self.mask is None else self.mask[idx],
             self.half,
+            self.full,
         )
 
 
@@ -171,6 +173,8 @@ class Waves:
                 self.write_s(r, val)
             elif p.half >= 0:
                 self.write_v16(r, bool(p.half), val, p.mask)
+            elif p.full:
+                self.v[r] = val
             else:
                 np.copyto(self.v[r], val, where=p.mask)
 
