@@ -194,6 +194,7 @@ class FlatMemory:
 
 def _rows(region: Region, offsets: np.ndarray, size: int) -> np.ndarray:
     """(k, size) uint8: the bytes at each offset into `region` (bounds already checked)."""
+    rows: np.ndarray
     if size % 4 == 0 and not (offsets & 3).any():  # dword-aligned: the windows at a 4-byte stride
         rows = region.windows(size, 4)[offsets >> 2]
     else:
