@@ -186,6 +186,9 @@ def vector_reader(
         return raw
     if code >= 256:
         r = code - 256
+        if bits == 32 and not (absm or negm):  # the commonest operand: one view of the register
+            dtype32 = ty.dtype
+            return (lambda w: w.v[r]) if dtype32 == np.uint32 else (lambda w: w.v[r].view(dtype32))
         if bits == 32:
             get: Reader = lambda w: w.v[r]
         elif bits == 64:

@@ -42,8 +42,8 @@ def _op(name: str, dst: str | None, srcs: str, fn: Callable[..., Any] | None, ki
 
 # ---------------------------------------------------------------- helpers
 def _arith(op: str) -> Callable[..., Any]:
-    f = fl.arith(op)
-    return lambda w, a, b: f(a, b)
+    f, nan_fix = getattr(np, op), fl.nan_fix  # fl.arith without its errstate (dispatch() silences IEEE flags)
+    return lambda w, a, b: nan_fix(f(a, b), a, b)
 
 
 def _minmax(want_max: bool) -> Callable[..., Any]:

@@ -220,26 +220,42 @@ def _plain32(dty: Ty | None, f: Fields) -> bool:
     return dty is not None and f.vdst is not None and dty.bits == 32 and not f.clamp and not f.omod
 
 
-def _plain32_run(
-    fn: Callable[..., Any], readers: list[Reader], tys: list[Ty], fm: bool, float_mode: bool, dty: Ty, vdst: int
-) -> Callable[[Waves], None]:
-    """The executor of the commonest VALU form (a 32-bit result, no clamp/omod): _post and _writer inlined."""
+def _compute32(
+    fn: Callable[..., Any],
+    readers: list[Reader],
+    tys: list[Ty],
+    fm: bool,
+    float_mode: bool,
+    dty: Ty,
+    mask: Callable[[Waves], np.ndarray] | None = None,
+) -> Callable[[Waves], np.ndarray]:
+    """The 32-bit result bits of a VALU op with no output modifier (_post and _writer inlined): MODE's input
+    flushing for float sources, the result in the destination type, output flushing for float results."""
     dt, flush_out = dty.dtype, dty.is_float and float_mode
 
-    def run(w: Waves) -> None:
+    def compute(w: Waves) -> np.ndarray:
         m = w.mode
+        vals = [r(w) for r in readers]
         if fm and (m.denorm32 != 3 or m.denorm16_64 != 3):
-            res = fn(w, *_flush_in([r(w) for r in readers], tys, w))
-        else:
-            res = fn(w, *[r(w) for r in readers])
-        res = np.asarray(res)
+            vals = _flush_in(vals, tys, w)
+        if mask is not None:
+            vals.append(mask(w))
+        res = np.asarray(fn(w, *vals))
         if res.dtype != dt:
             res = res.astype(dt)
         if flush_out and m.denorm32 in (0, 1):
             res = fl.flush(res)
-        w.write_v(vdst, res.view(np.uint32))
+        return res.view(np.uint32)
 
-    return run
+    return compute
+
+
+def _plain32_run(
+    fn: Callable[..., Any], readers: list[Reader], tys: list[Ty], fm: bool, float_mode: bool, dty: Ty, vdst: int
+) -> Callable[[Waves], None]:
+    """The executor of the commonest VALU form (a 32-bit result, no clamp/omod)."""
+    compute = _compute32(fn, readers, tys, fm, float_mode, dty)
+    return lambda w: w.write_v(vdst, compute(w))
 
 
 # ---------------------------------------------------------------- cross-lane instructions
@@ -686,42 +702,34 @@ def _dual(halves: list[tuple[VOp, Fields]]) -> Callable[[Waves], None]:
     for row, f in halves:
         if row.fn is None:
             return unimplemented(row.name)
-        # run each half against a copy-on-write view: compute with the real registers, write afterwards
-        staged.append((row, f, _staged(row, f)))
+        assert f.vdst is not None
+        staged.append((f.vdst, _staged(row, f)))
+    (dx, x), (dy, y) = staged
 
     def run(w: Waves) -> None:
-        results = [compute(w) for _, _, compute in staged]
-        for (_, _, _), (writer, value) in zip(staged, results):
-            writer(w, value)
+        rx, ry = x(w), y(w)
+        w.write_v(dx, rx)
+        w.write_v(dy, ry)
 
     return run
 
 
-def _staged(row: VOp, f: Fields) -> Callable[[Waves], tuple[Callable[[Waves, Any], None], Any]]:
-    """A VOPD half split into compute (returns the value) and write."""
+def _staged(row: VOp, f: Fields) -> Callable[[Waves], np.ndarray]:
+    """A VOPD half's compute: its 32-bit result bits (every VOPD opcode writes one 32-bit VGPR)."""
     tys = [TYPES[t] for t in row.srcs]
     readers = [vector_reader(c, t, f.literal) for c, t in zip(f.srcs, tys)]
     dty = TYPES[row.dst or "b32"]
+    if dty.bits != 32:
+        raise EmulationError(f"{row.name}: a VOPD half with a {dty.bits}-bit result is not implemented")
     if row.kind == "mac":
         assert f.vdst is not None
         readers.append(vector_reader(256 + f.vdst, dty, None))
         tys = [*tys, dty]
     fn = row.wrap if row.kind == "sat" and row.wrap is not None else row.fn
     assert fn is not None
-    write = _writer(dty, f.vdst, False)
-    post = _post(dty, f, row.kind, row.float_mode)
     mask = _mask_reader(None, None) if row.kind == "cndmask" else None
-    fm = row.float_mode
-
-    def compute(w: Waves) -> tuple[Callable[[Waves, Any], None], Any]:
-        vals = [r(w) for r in readers]
-        if fm and (w.mode.denorm32 != 3):
-            vals = _flush_in(vals, tys, w)
-        if mask is not None:
-            vals.append(mask(w))
-        return write, post(w, fn(w, *vals))
-
-    return compute
+    fm = row.float_mode and any(t.is_float for t in tys)
+    return _compute32(fn, readers, tys, fm, row.float_mode, dty, mask)
 
 
 _ = LANE_IDS

@@ -124,10 +124,12 @@ class Waves:
     def write_v(self, r: int, value: np.ndarray | np.integer | int, mask: np.ndarray | None = None) -> None:
         """Write VGPR r in the active lanes (or in `mask`'s lanes)."""
         if mask is None:
-            if self.exec_full():
+            if self._exec_mask is None:
+                self.exec_mask()
+            if self._exec_full:
                 self.v[r] = value
                 return
-            mask = self.exec_mask()
+            mask = self._exec_mask
         np.copyto(self.v[r], value, where=mask, casting="unsafe")
 
     def write_v16(self, r: int, hi: bool, value: np.ndarray, mask: np.ndarray | None = None) -> None:
