@@ -408,6 +408,7 @@ class _Scheduler:
         self.runnable: list[Waves] = []
         self.parked: list[Waves] = []
         self.executed = 0
+        self.counts: dict[int, int] = {}  # wave-instructions per pc, folded into Stats by run()
 
     def add(self, w: Waves) -> None:
         for k, other in enumerate(self.runnable):
@@ -417,40 +418,55 @@ class _Scheduler:
         self.runnable.append(w)
 
     def run(self) -> None:
-        while self.runnable or self.parked:
-            if not self.runnable:  # every wave has reached a barrier or ended: release them all
-                parked, self.parked = self.parked, []
-                for w in parked:
-                    self.add(w)
-            self.runnable.sort(key=lambda g: g.pc)
-            w = self.runnable.pop(0)
-            self._advance(w)
+        try:
+            while self.runnable or self.parked:
+                if not self.runnable:  # every wave has reached a barrier or ended: release them all
+                    parked, self.parked = self.parked, []
+                    for w in parked:
+                        self.add(w)
+                self.runnable.sort(key=lambda g: g.pc)
+                w = self.runnable.pop(0)
+                self._advance(w)
+        finally:
+            self._fold_counts()
+
+    def _fold_counts(self) -> None:
+        """Wave-instructions per pc (what the loop counts) into Stats.by_mnemonic / by_kind."""
+        stats, program = self.launch.stats, self.launch.code.program
+        for pc, count in self.counts.items():
+            inst = program[pc]
+            stats.by_mnemonic[inst.name] += count
+            stats.by_kind[inst.kind] += count
+            _KIND_OF.setdefault(inst.name, inst.kind)
+        self.counts.clear()
 
     def _advance(self, w: Waves) -> None:
         """Run group w until it ends, parks, or passes the pc of another runnable group (then it yields)."""
-        launch, stats = self.launch, self.launch.stats
+        launch, code, counts, budget, trace = self.launch, self.launch.code, self.counts, self.budget, self.trace
+        program = code.program
         others = {g.pc for g in self.runnable}
+        n = len(w.wg)
         while True:
-            if w.pc in others and any(_compatible(g, w) for g in self.runnable):
+            pc = w.pc
+            if pc in others and any(_compatible(g, w) for g in self.runnable):
                 self.add(w)
                 return
-            inst = launch.inst(w.pc)
-            n = w.n
-            stats.by_mnemonic[inst.name] += n
-            stats.by_kind[inst.kind] += n
-            _KIND_OF.setdefault(inst.name, inst.kind)
+            inst = program.get(pc)
+            if inst is None:
+                inst = code.inst(pc)
+            counts[pc] = counts.get(pc, 0) + n
             self.executed += n
-            if self.budget is not None and self.executed > self.budget:
+            if budget is not None and self.executed > budget:
                 raise ShaderHang(
-                    f"more than {self.budget} wave-instructions executed (max_instructions)",
+                    f"more than {budget} wave-instructions executed (max_instructions)",
                     kernel=launch.kernel,
-                    pc=w.pc,
+                    pc=pc,
                     mnemonic=inst.name,
                 )
+            kind = inst.kind
             try:
-                if (w.pending_v or w.pending_s) and inst.kind != "wait":
+                if (w.pending_v or w.pending_s) and kind != "wait":
                     w.check_hazard(inst.vregs, inst.sregs)
-                kind = inst.kind
                 if kind == "branch":
                     if inst.run is not None:
                         inst.run(w)
@@ -466,6 +482,7 @@ class _Scheduler:
                     else:
                         fall = w.take(np.nonzero(~taken)[0], w.pc + inst.size)
                         w = w.take(np.nonzero(taken)[0], inst.target)
+                        n = len(w.wg)
                         self.add(fall)
                     others = {g.pc for g in self.runnable}
                     if others and w.pc > min(others):
@@ -480,9 +497,9 @@ class _Scheduler:
                     return
                 assert inst.run is not None
                 inst.run(w)
-                if self.trace is not None:
-                    self.trace(inst, w)
-                w.pc += inst.size
+                if trace is not None:
+                    trace(inst, w)
+                w.pc = pc + 4 * len(inst.words)
             except ShaderError as e:
                 e.add_context(launch.kernel, w.pc, inst.name)
                 raise

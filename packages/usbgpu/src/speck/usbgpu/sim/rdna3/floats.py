@@ -36,7 +36,7 @@ SIGN: dict[DType, Any] = {F16: np.uint16(0x8000), F32: np.uint32(0x80000000), F6
 TINY: dict[DType, Any] = {F16: np.float16(2.0**-14), F32: np.float32(2.0**-126), F64: np.float64(2.0**-1022)}
 
 
-_any = np.logical_or.reduce  # ndarray.any without its Python-level wrapper
+_min = np.minimum.reduce
 
 
 def quieted(x: np.ndarray) -> np.ndarray:
@@ -49,9 +49,9 @@ def quieted(x: np.ndarray) -> np.ndarray:
 def nan_fix(res: np.ndarray, *srcs: np.ndarray) -> np.ndarray:
     """Give NaN results the ISA's NaN: the first NaN operand quieted, else the default NaN."""
     res = np.asarray(res)
-    bad = np.isnan(res)
-    if not _any(bad, axis=None):
+    if not res.size or not np.isnan(_min(res, axis=None)):  # np.minimum propagates NaNs: one pass, no mask
         return res
+    bad = np.isnan(res)
     dt = res.dtype
     out = np.broadcast_to(res.view(BITS[dt]), bad.shape).copy()
     todo = bad.copy()
