@@ -287,6 +287,8 @@ def _div_fixup(w: Waves, q: Any, d: Any, n: Any) -> Any:
     sign = np.signbit(d) ^ np.signbit(n)
     inf, zero = dt.type(np.inf), dt.type(0)
     res = np.where(sign, -np.abs(q), np.abs(q))
+    if dt != F16 and _ordinary_fixup(q, d, n):  # no special case applies to any lane: the signed quotient
+        return res.astype(dt)
     if dt != F16:
         max_exp = {F32: 255, F64: 2047}[dt]
         gap = {F32: -150, F64: -1075}[dt]
@@ -298,6 +300,35 @@ def _div_fixup(w: Waves, q: Any, d: Any, n: Any) -> Any:
     res = np.where(bad, fl.DEFAULT_NAN[dt].view(dt), res)
     res = np.where(np.isnan(d), fl.quieted(d), res)
     return np.where(np.isnan(n), fl.quieted(n), res).astype(dt)
+
+
+# per format: (exponent bias, "quotient underflows" exponent gap of V_DIV_FIXUP, "numerator tiny" of V_DIV_SCALE)
+_BIAS = {F32: (127, -150, 23), F64: (1023, -1075, 53)}
+
+
+def _ordinary_fixup(q: np.ndarray, d: np.ndarray, n: np.ndarray) -> bool:
+    """No lane of V_DIV_FIXUP meets a special case: d and n normal (neither zero, denormal, infinite nor NaN), q
+    finite, and the exponent gap above the underflow limit. Then every np.where of the general path keeps the
+    signed quotient."""
+    bias, gap, _ = _BIAS[q.dtype]
+    ed, en = _exponent(d), _exponent(n)
+    top = 2 * bias  # the largest finite exponent field
+    return bool(((ed >= 1) & (ed <= top) & (en >= 1) & (en <= top) & (_exponent(q) <= top) & (en - ed >= gap)).all())
+
+
+def _ordinary_scale(d: np.ndarray, n: np.ndarray) -> bool:
+    """No lane of V_DIV_SCALE needs scaling: d normal with |d| < 2**(bias-1) (so 1/d is not tiny), n normal and
+    finite above the "tiny numerator" exponent, and n/d within (2**-(bias-1), 2**gap). Each step's condition is then
+    false (|n/d| > 2**(en-ed-1), and rounding to the format keeps it at or above the smallest normal)."""
+    bias, _, tiny_exp = _BIAS[d.dtype]
+    gap = _DIV_LIMITS[d.dtype][0]
+    ed, en = _exponent(d), _exponent(n)
+    diff = en - ed
+    return bool(
+        (
+            (ed >= 1) & (ed <= 2 * bias - 2) & (en > tiny_exp) & (en <= 2 * bias) & (diff >= 2 - bias) & (diff < gap)
+        ).all()
+    )
 
 
 def _exponent(x: np.ndarray) -> Any:
@@ -321,6 +352,8 @@ def _div_scale(w: Waves, s0: Any, d: Any, n: Any) -> tuple[Any, Any]:
     that makes LLVM's macro correctly rounded (tests/usbgpu checks the macro against exact division)."""
     s0, d, n = np.broadcast_arrays(np.asarray(s0), np.asarray(d), np.asarray(n))
     dt = s0.dtype
+    if _ordinary_scale(d, n):  # the common case: nothing to scale, VCC clear
+        return s0.copy(), np.zeros(s0.shape, dtype=bool)
     gap, scale, tiny_f, tiny_exp = _DIV_LIMITS[dt]
     ed, en = _exponent(d), _exponent(n)
     tiny = np.float64(tiny_f)
@@ -375,6 +408,8 @@ def _div_fmas(w: Waves, a: Any, b: Any, c: Any, vcc: np.ndarray) -> Any:
                 res[k] = np.inf if value > 0 else -np.inf
         return res
     exact = fl.round_to_odd_f64(a.astype(F64) * b.astype(F64), c.astype(F64))
+    if not vcc.any():  # no post-scale anywhere
+        return fl.nan_fix(exact.astype(F32), a, b, c)
     shift = np.where(np.abs(c) >= 1, scale, -scale)
     scaled = np.where(vcc, np.ldexp(exact, np.where(vcc, shift, 0)), exact)
     return fl.nan_fix(scaled.astype(F32), a, b, c)
