@@ -166,7 +166,10 @@ def test_non_tensor_arguments_are_baked_in() -> None:
     np.testing.assert_allclose(f(Tensor(x), 5.0).numpy(), x * 2.0, rtol=1e-6)  # the capture's value
 
 
-def test_lazy_and_view_inputs_are_realized_and_copied() -> None:
+def test_lazy_inputs_are_realized_and_views_keep_their_structure() -> None:
+    """A lazy input (contiguous() of a slice included) is a buffer of its own; an input passed as a view of a realized
+    buffer has its view structure in the signature (TENSOR_API 11.3): the same view of another buffer replays, the
+    same shape at another offset (or a whole buffer instead of a view) is an args mismatch."""
     base = arr(6, 5)
     t = Tensor(base).realize()
 
@@ -175,8 +178,21 @@ def test_lazy_and_view_inputs_are_realized_and_copied() -> None:
         return a * 10
 
     for i in range(4):
-        np.testing.assert_allclose(f(t[i : i + 2, ::2]).numpy(), base[i : i + 2, ::2] * 10, rtol=1e-6)
         np.testing.assert_allclose(f(t[i : i + 2, ::2] + 1).numpy(), (base[i : i + 2, ::2] + 1) * 10, rtol=1e-6)
+        np.testing.assert_allclose(f(t[i : i + 2, ::2].contiguous()).numpy(), base[i : i + 2, ::2] * 10, rtol=1e-6)
+
+    @TinyJit
+    def g(a: Tensor) -> Tensor:
+        return a * 10
+
+    for _ in range(4):
+        other = arr(6, 5)
+        np.testing.assert_allclose(g(Tensor(other).realize()[1:3, ::2]).numpy(), other[1:3, ::2] * 10, rtol=1e-6)
+    with pytest.raises(JitError, match=r"args mismatch.*a view of a 30-element buffer.*shrink"):
+        g(t[2:4, ::2])  # another offset
+    with pytest.raises(JitError, match=r"args mismatch.*a whole buffer"):
+        g(Tensor(arr(2, 3)))
+    np.testing.assert_allclose(g(t[1:3, ::2]).numpy(), base[1:3, ::2] * 10, rtol=1e-6)  # still usable
 
 
 def test_implicit_inputs_see_in_place_updates() -> None:
@@ -410,3 +426,23 @@ def test_nested_capture_raises_but_captured_inner_replays_inside() -> None:
         x = arr(3)
         np.testing.assert_allclose(outer(Tensor(x)).numpy(), x * 2 + 1, rtol=1e-6)
     assert outer.captured is not None
+
+
+def test_changed_variable_set_raises_naming_the_variables() -> None:
+    """The Variables of an input's symbolic shape (name and range) are part of its signature; the message shows
+    both sides' ranges."""
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a + 1).sum().realize()
+
+    data = arr(20)
+    for n in (2, 3):
+        np.testing.assert_allclose(f(Tensor(data[:10]).realize()[: Variable("i", 1, 10).bind(n)]).numpy(),
+                                   (data[:n] + 1).sum(), rtol=1e-5)  # fmt: skip
+    with pytest.raises(JitError, match=r"args mismatch.*captured shape \('i\[1\.\.10\]',\).*got shape \(3,\)"):
+        f(Tensor(data[:3]))
+    with pytest.raises(JitError, match=r"captured shape \('i\[1\.\.10\]',\).*got shape \('j\[1\.\.10\]',\)"):
+        f(Tensor(data[:10]).realize()[: Variable("j", 1, 10).bind(3)])
+    with pytest.raises(JitError, match=r"captured shape \('i\[1\.\.10\]',\).*got shape \('i\[1\.\.20\]',\)"):
+        f(Tensor(data).realize()[: Variable("i", 1, 20).bind(3)])

@@ -310,9 +310,10 @@ def test_jit_views_and_keywords_stay_checked(monkeypatch: pytest.MonkeyPatch) ->
     y = Tensor(np.ones(4, np.float32)).realize()
     checks = _count_checks(monkeypatch)
     for k in range(4):
+        src = Tensor(base_np + k).realize()
+        _same(f(src[4:8], y).numpy(), base_np[4:8] + k - 1)  # a view: copied into a buffer of its own
         lo = k % 2 * 4
-        _same(f(base[lo : lo + 4], y).numpy(), base_np[lo : lo + 4] - 1)  # a view: copied into a buffer of its own
-        _same(g(x=base[:4].contiguous(), y=y).numpy(), base_np[:4] - 1)
+        _same(g(x=base[lo : lo + 4].contiguous(), y=y).numpy(), base_np[lo : lo + 4] - 1)
     assert len(checks) == 8  # neither a fresh view nor keyword arguments skip the checks
 
 

@@ -233,3 +233,65 @@ def test_realize_identities() -> None:
     assert c.uop.is_realized and d.uop.is_realized
     for lit in (Tensor(3), Tensor.arange(4), Tensor([1, 2]) * 0.5):
         assert lit.realize() is lit and not lit.uop.is_realized  # no storage: nothing to realize
+
+
+@given(st.integers(1, 4))
+def test_reshape_of_a_symbolic_sharded_tensor_keeps_the_shard_boundary(n: int) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    rows = Variable("rows", 1, 4).bind(n)
+    s = Tensor(x).shard(DEVS, axis=1)[:rows]
+    r = s.reshape(rows, 1, 2)
+    assert r.uop.axis == 2
+    np.testing.assert_array_equal(r.sum(0).numpy(), x[:n].reshape(n, 1, 2).sum(0))
+    with pytest.raises(RuntimeError, match="shard boundary"):
+        s.reshape(rows * 2)
+
+
+def test_assign_keeps_the_device_buffer_object() -> None:
+    """`t.uop.base.realized` (the device Buffer) is the same object before and after a whole-tensor assign, and a
+    view's buffer sees the new contents; a snapshot of the old value still reads it."""
+    a, b = _realized(20, 20), _realized(20, 20)
+    ba, bb = a.uop.base.realized, b.uop.base.realized
+    old = a * 1  # built before the write: keeps the old value
+    a += b
+    a.realize()
+    assert a.uop.base.realized is ba and ba is not bb
+    np.testing.assert_array_equal(a.numpy(), np.arange(400, dtype=np.float32).reshape(20, 20) * 2)
+    np.testing.assert_array_equal(old.numpy(), np.arange(400, dtype=np.float32).reshape(20, 20))
+    x = Tensor([0]).realize()
+    buf = x.uop.base.realized
+    for _ in range(5):
+        x += 1
+    x.realize()
+    assert x.item() == 5 and x.uop.base.realized is buf
+    t = _realized(4, 4).permute(1, 0)
+    tb = t.uop.base.realized
+    t += _realized(4, 4)
+    t.realize()
+    assert t.uop.base.realized is tb
+    np.testing.assert_array_equal(t.numpy(), np.arange(16).reshape(4, 4).T + np.arange(16).reshape(4, 4))
+
+
+def test_after_a_store_writes_before_the_read() -> None:
+    """`t.uop.after(t.uop.store(v))` (tinygrad's explicit write-then-read node) writes v through the target view."""
+    t = Tensor.zeros(10).contiguous().realize()
+    t.uop = t.uop.after(t.uop.store((t + 1).uop))
+    assert t.tolist() == [1.0] * 10 and t.tolist() == [1.0] * 10
+    t = Tensor.zeros(10).contiguous().realize()
+    t.uop = t.uop.after(t[:5].uop.after(t[:5].uop.store(Tensor.ones(5).uop)))
+    assert t.tolist() == [1.0] * 5 + [0.0] * 5
+    a, b = (Tensor(Tensor([0]).realize().uop.buf_uop) for _ in range(2))
+    Tensor.realize(a.contiguous().assign(1), b.contiguous().assign(2))
+    assert (a + b).item() == 3
+    with pytest.raises(RuntimeError, match="buf_uop"):
+        _ = (Tensor([1.0]) * 2).uop.buf_uop
+
+
+@pytest.mark.parametrize("src, dst, n", [(np.uint8, np.int64, 16), (np.int32, np.int16, 4), (np.float32, np.uint8, 3)])
+def test_assign_through_a_bitcast_to_another_item_size_writes_the_source(src: Any, dst: Any, n: int) -> None:
+    a = Tensor(np.zeros(n, src)).realize()
+    view = a.bitcast({np.int64: dtypes.int64, np.int16: dtypes.int16, np.uint8: dtypes.uint8}[dst])
+    value = np.arange(1, view.shape[0] + 1).astype(dst) * 37
+    view.assign(Tensor(value))
+    np.testing.assert_array_equal(a.numpy(), value.view(src))  # the write reached the buffer, byte for byte
+    np.testing.assert_array_equal(view.numpy(), value)

@@ -190,3 +190,13 @@ def test_threefry_known_answers(ctr: tuple[int, int], key: tuple[int, int], want
     assert exec_alu(Ops.THREEFRY, dtypes.uint64, [x, k]) == y
     folded = UOp.const(dtypes.uint64, x).threefry(UOp.const(dtypes.uint64, k)).simplify()
     assert folded.op is Ops.CONST and folded.arg == y
+
+
+def test_a_condition_its_bounds_decide_has_that_truth_value() -> None:
+    v = UOp.variable("v", 1, 8)
+    assert bool(v > 0) and not bool(v < 1) and bool(v.bind(3) >= 1)
+    assert bool(v * 2 + 1 != 0)
+    with pytest.raises(RuntimeError, match="no truth value"):
+        bool(v.bind(3) > 3)  # decided by the value bound now only: a replay with another value would differ
+    with pytest.raises(RuntimeError, match="no truth value"):
+        bool(v)

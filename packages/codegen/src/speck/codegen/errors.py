@@ -49,6 +49,13 @@ class X86UnsupportedError(UnsupportedOpError):
         self.renderer, self.op, self.dtype = "x86", op, dtype
 
 
+class ZmmRefusal(X86UnsupportedError):
+    """A kernel whose 16-lane values the AVX-512 selector cannot take: `fallback` names the backend that renders it
+    instead (the AVX2 x86 renderer, whose 8-lane vectors it selects; LLVM after that)."""
+
+    fallback = "X86_AVX2"
+
+
 class CompileRefused(CodegenError, RuntimeError):
     """A compiler refused a kernel its renderer accepted (the x86 selector meets a form it has no rule for, which the
     renderer can't tell up front). The backend registry then renders the kernel again with the backend's fallback,
@@ -105,6 +112,36 @@ class CacheEntryError(CodegenError):
         self.problem = problem
 
 
+class CodegenValueError(CodegenError, ValueError):
+    """A bad argument value: a compiler or renderer option outside its range, an x86 operand or register that does
+    not exist, a cache name or payload version out of range, text that is not the x86 program format."""
+
+
+class ProgramFormError(CodegenError, RuntimeError):
+    """A kernel AST or linear program outside the program form (KERNEL_CONTRACT.md): an op a stage does not take, a
+    loop that is never closed, a value used before it is defined. Raised by the lowering stages, the renderers and
+    the reference interpreter; the message names the stage and the UOp."""
+
+
+class RunArgumentError(CodegenError, RuntimeError, ValueError):
+    """Arguments to the reference interpreter (eval_ast, run_program) that do not match the program: buffers of the
+    wrong kind or count, a variable without a value."""
+
+
+class ToolError(CodegenError, RuntimeError):
+    """An external tool a compiler needs (a C compiler, objdump, llvm-objdump) is not installed or failed; the
+    message says which and how to install or point at it."""
+
+
+class WorkerError(CodegenError, RuntimeError):
+    """A compile worker process died, could not start, or could not rebuild the compiler."""
+
+
+class CacheEntryMissing(FileNotFoundError, CodegenError):
+    """No cache entry file at the path (internal to the store: readers turn it into a miss). A FileNotFoundError
+    first, so it carries errno and the path like the OS's own."""
+
+
 class CacheWarning(UserWarning):
     """An on-disk cache entry was unusable (corrupt, truncated, moved, or written by an older format) and was treated
     as a miss: the result is recomputed and the entry rewritten. Nothing is wrong with the results."""
@@ -112,16 +149,23 @@ class CacheWarning(UserWarning):
 
 __all__ = [
     "CacheEntryError",
+    "CacheEntryMissing",
     "CacheWarning",
     "CodeObjectLinkError",
     "CodegenError",
+    "CodegenValueError",
     "CompileError",
     "EncodingError",
     "NoTypeError",
     "OptError",
+    "ProgramFormError",
     "RegAllocError",
+    "RunArgumentError",
     "SelectionError",
+    "ToolError",
     "UnknownBackendError",
     "UnsupportedOpError",
+    "WorkerError",
     "X86UnsupportedError",
+    "ZmmRefusal",
 ]

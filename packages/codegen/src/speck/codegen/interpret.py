@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen import numeric as nm
+from speck.codegen.errors import ProgramFormError, RunArgumentError
 from speck.codegen.renderer.common import batched_range, outer_global_range
 from speck.uop import AddrSpace, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
 
@@ -32,12 +33,12 @@ def as_buffer(b: BufferLike, dt: DType, what: str) -> np.ndarray:
     npt = nm.storage_np(dt)
     if isinstance(b, np.ndarray):
         if not b.flags.c_contiguous:
-            raise RuntimeError(f"{what}: buffers must be C-contiguous numpy arrays or memoryviews")
+            raise RunArgumentError(f"{what}: buffers must be C-contiguous numpy arrays or memoryviews")
         arr = b.reshape(-1)
         return arr if arr.dtype == np.dtype(npt) else arr.view(npt)
     if isinstance(b, (memoryview, bytearray)):
         return np.frombuffer(b, dtype=npt)
-    raise RuntimeError(f"{what}: expected a numpy array or memoryview buffer, got {type(b).__name__}")
+    raise RunArgumentError(f"{what}: expected a numpy array or memoryview buffer, got {type(b).__name__}")
 
 
 def _buffers_by_slot(params: list[UOp], buffers: Sequence[BufferLike]) -> dict[int, np.ndarray]:
@@ -45,11 +46,11 @@ def _buffers_by_slot(params: list[UOp], buffers: Sequence[BufferLike]) -> dict[i
     for p in params:
         slot = p.arg if isinstance(p.arg, int) else p.arg[0]
         if slot >= len(buffers):
-            raise RuntimeError(f"kernel uses buffer slot {slot} but only {len(buffers)} buffers were passed")
+            raise RunArgumentError(f"kernel uses buffer slot {slot} but only {len(buffers)} buffers were passed")
         assert isinstance(p.dtype, PtrDType)
         arr = as_buffer(buffers[slot], p.dtype.base, f"buffer {slot}")
         if p.dtype.size >= 0 and arr.size < p.dtype.size:
-            raise RuntimeError(
+            raise RunArgumentError(
                 f"buffer {slot} holds {arr.size} elements of {p.dtype.base}; kernel needs {p.dtype.size}"
             )
         out[slot] = arr
@@ -104,7 +105,7 @@ def eval_ast(ast: UOp, buffers: Sequence[BufferLike], var_vals: dict[str, int] |
             vals[u] = _INVALID if isinstance(u.arg, InvalidType) else nm.const_array(u.arg, u.dtype).reshape((1,) * nd)
         elif op is Ops.DEFINE_VAR:
             if u.arg[0] not in var_vals:
-                raise RuntimeError(f"eval_ast: no value for variable {u.arg[0]!r}; pass it in var_vals")
+                raise RunArgumentError(f"eval_ast: no value for variable {u.arg[0]!r}; pass it in var_vals")
             vals[u] = np.array(var_vals[u.arg[0]], dtype=np.int64).reshape((1,) * nd)
         elif op is Ops.RANGE:
             end = int(np.asarray(vals[u.src[0]]).reshape(-1)[0])
@@ -143,7 +144,7 @@ def eval_ast(ast: UOp, buffers: Sequence[BufferLike], var_vals: dict[str, int] |
             elif a is _INVALID and not isinstance(b, _Masked):
                 vals[u] = _Masked(b, np.logical_not(c))
             else:
-                raise RuntimeError(f"eval_ast: unsupported gated index shape at {u.op} (nested Invalid)")
+                raise ProgramFormError(f"eval_ast: unsupported gated index shape at {u.op} (nested Invalid)")
         elif op in GroupOp.ALU:
             srcs = [vals[s] for s in u.src]
             if any(s is _INVALID for s in srcs):
@@ -181,7 +182,7 @@ def eval_ast(ast: UOp, buffers: Sequence[BufferLike], var_vals: dict[str, int] |
         elif op in (Ops.SINK, Ops.GROUP, Ops.AFTER):
             vals[u] = None
         else:
-            raise RuntimeError(f"eval_ast: {op} is not part of a kernel AST (stage: eval_ast)")
+            raise ProgramFormError(f"eval_ast: {op} is not part of a kernel AST (stage: eval_ast)")
     for u in nodes:  # stores not wrapped in END (kernels with no output ranges)
         if u.op is Ops.STORE and not any(u in p.src for p in nodes if p.op is Ops.END):
             _ast_store_one(u, vals, (1,) * nd)
@@ -220,7 +221,7 @@ def _ast_store_one(st: UOp, vals: dict[UOp, Any], shape: tuple[int, ...]) -> Non
 def _program_uops(spec_or_uops: Any) -> list[UOp]:
     uops = getattr(spec_or_uops, "uops", spec_or_uops)
     if not isinstance(uops, (list, tuple)) or not uops or not isinstance(uops[0], UOp):
-        raise RuntimeError("run_program expects a ProgramSpec or a non-empty list of UOps (a linearized program)")
+        raise RunArgumentError("run_program expects a ProgramSpec or a non-empty list of UOps (a linearized program)")
     return list(uops)
 
 
@@ -241,15 +242,15 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
             open_stack.append(i)
         elif u.op is Ops.END:
             if not open_stack:
-                raise RuntimeError(f"run_program: END at position {i} closes no open RANGE")
+                raise ProgramFormError(f"run_program: END at position {i} closes no open RANGE")
             end_of[open_stack.pop()] = i
     pos_of = {u: i for i, u in enumerate(uops)}
     nbatch = 1
     grid = _Grid.of(uops, vals, bufs, var_vals)
     if grid is not None:
         if core_range is not None:
-            raise RuntimeError("run_program: core_range slices a CPU program's outer range; a GPU program (with "
-                               "SPECIAL ids) runs its whole launch grid")  # fmt: skip
+            raise ProgramFormError("run_program: core_range slices a CPU program's outer range; a GPU program (with "
+                                   "SPECIAL ids) runs its whole launch grid")  # fmt: skip
         nbatch, batched = grid.rows, None
     elif batched is not None:
         # registers defined before the batched range opens still need one row per batched iteration: evaluate the
@@ -267,9 +268,9 @@ def run_program(spec_or_uops: Any, buffers: Sequence[BufferLike], var_vals: dict
         if op is Ops.RANGE:
             ends = np.asarray(vals[u.src[0]]).reshape(-1)
             if ends.size > 1 and (ends != ends[0]).any():
-                raise RuntimeError(f"run_program: RANGE {u.arg} has a trip count that differs between work-items "
-                                   f"({int(ends.min())}..{int(ends.max())}); the interpreter runs GPU programs in "
-                                   "lockstep and needs uniform loops")  # fmt: skip
+                raise ProgramFormError(f"run_program: RANGE {u.arg} has a trip count that differs between work-items "
+                                       f"({int(ends.min())}..{int(ends.max())}); the interpreter runs GPU programs in "
+                                       "lockstep and needs uniform loops")  # fmt: skip
             end = int(ends[0])
             if u is batched:
                 lo, hi = (0, end) if core_range is None else (max(0, core_range[0]), min(end, core_range[1]))
@@ -313,14 +314,14 @@ def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_val
     op = u.op
     if op is Ops.CONST:
         if isinstance(u.arg, InvalidType):
-            raise RuntimeError("run_program: an Invalid CONST reached a program (gates must be explicit)")
+            raise ProgramFormError("run_program: an Invalid CONST reached a program (gates must be explicit)")
         vals[u] = u.arg  # weak literal: only ever read by its CAST
     elif op is Ops.CAST and u.src[0].op is Ops.CONST:
         vals[u] = nm.const_array(u.src[0].arg, u.dtype).reshape(1, 1) if u.dtype.count == 1 else \
             np.full((1, u.dtype.count), nm.const_array(u.src[0].arg, u.dtype.scalar()))  # fmt: skip
     elif op is Ops.DEFINE_VAR:
         if u.arg[0] not in var_vals:
-            raise RuntimeError(f"run_program: no value for variable {u.arg[0]!r}; pass it in var_vals")
+            raise RunArgumentError(f"run_program: no value for variable {u.arg[0]!r}; pass it in var_vals")
         vals[u] = np.array([[var_vals[u.arg[0]]]], dtype=nm.storage_np(u.dtype))
     elif op is Ops.PARAM:
         vals[u] = ("buf", _slot(u)) if isinstance(u.dtype, PtrDType) else None
@@ -331,7 +332,7 @@ def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_val
     elif op is Ops.DEFINE_LOCAL:
         assert isinstance(u.dtype, PtrDType)
         if grid is None:
-            raise RuntimeError("run_program: DEFINE_LOCAL (workgroup memory) in a program without a launch grid")
+            raise ProgramFormError("run_program: DEFINE_LOCAL (workgroup memory) in a program without a launch grid")
         nwg = grid.workgroups
         vals[u] = (
             "local",
@@ -370,7 +371,7 @@ def _exec_one(u: UOp, vals: dict[UOp, Any], bufs: dict[int, np.ndarray], var_val
     elif op in (Ops.SINK, Ops.NOOP, Ops.BARRIER):
         vals[u] = None
     else:
-        raise RuntimeError(f"run_program: {op} is not part of the program form (KERNEL_CONTRACT.md section 2)")
+        raise ProgramFormError(f"run_program: {op} is not part of the program form (KERNEL_CONTRACT.md section 2)")
 
 
 def _positions(idx: np.ndarray, n: int) -> np.ndarray:
@@ -398,7 +399,7 @@ def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, buf
         rows = reg.shape[0]
         pos = np.broadcast_to(_positions(idx, n), (rows, n))
         if gate is not None:
-            raise RuntimeError("run_program: gated register loads are not part of the program form")
+            raise ProgramFormError("run_program: gated register loads are not part of the program form")
         return reg[np.arange(rows).reshape(-1, 1), pos]
     base = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
     if kind == "local":

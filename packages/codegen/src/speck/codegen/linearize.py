@@ -8,6 +8,7 @@ Finally AFTER and GROUP (ordering-only nodes) are dropped and the nodes that ref
 
 from __future__ import annotations
 
+from speck.codegen.errors import ProgramFormError
 from speck.codegen.lower.ranges import RangeScope
 from speck.uop import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -86,12 +87,14 @@ def linearize(sink: UOp) -> list[UOp]:
         if u.op is Ops.END:
             r = u.src[1]
             if r in ends and ends[r] is not u:
-                raise RuntimeError(f"linearize: RANGE axis {r.arg} is closed by two different ENDs; each loop needs "
-                                   "exactly one END (merge the effects into one END)")  # fmt: skip
+                raise ProgramFormError(f"linearize: RANGE axis {r.arg} is closed by two different ENDs; each loop "
+                                       "needs exactly one END (merge the effects into one END)")  # fmt: skip
             ends[r] = u
     for u in order:
         if u.op is Ops.RANGE and u not in ends:
-            raise RuntimeError(f"linearize: RANGE axis {u.arg} is used but never closed by an END (stage linearize)")
+            raise ProgramFormError(
+                f"linearize: RANGE axis {u.arg} is used but never closed by an END (stage linearize)"
+            )
     # path of each range = its enclosing loops, outermost first
     path: dict[UOp, tuple[UOp, ...]] = {}
 
@@ -101,7 +104,7 @@ def linearize(sink: UOp) -> list[UOp]:
         if r in path:
             return path[r]
         if r in visiting:
-            raise RuntimeError(f"linearize: RANGE axis {r.arg} and an enclosing range are nested in both orders")
+            raise ProgramFormError(f"linearize: RANGE axis {r.arg} and an enclosing range are nested in both orders")
         visiting.add(r)
         outer = (ctx[ends[r].src[0]] | ctx[r]) - {r}
         path[r] = _chain(r, outer, {o: range_path(o) for o in outer}) + (r,)
@@ -158,8 +161,8 @@ def _chain(u: UOp, rs: frozenset[UOp], path: dict[UOp, tuple[UOp, ...]]) -> tupl
     p = path[deepest]
     if not rs <= set(p):
         names = sorted(str(r.arg) for r in rs - set(p))
-        raise RuntimeError(f"linearize: {u.op.name} depends on ranges {names} that are not loops around its "
-                           f"innermost range {deepest.arg}; ranges from sibling loops can't meet")  # fmt: skip
+        raise ProgramFormError(f"linearize: {u.op.name} depends on ranges {names} that are not loops around its "
+                               f"innermost range {deepest.arg}; ranges from sibling loops can't meet")  # fmt: skip
     return p
 
 

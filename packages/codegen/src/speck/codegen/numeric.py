@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.codegen.errors import ProgramFormError
 from speck.uop import DType, Ops, dtypes, truncate
 from speck.uop.alu import threefry_rounds
 
@@ -46,7 +47,7 @@ def storage_np(dt: DType) -> Any:
     """numpy type a buffer of scalar dtype dt is stored as (bit patterns for bfloat16/fp8)."""
     s = dt.scalar()
     if s not in _NP_STORAGE:
-        raise RuntimeError(f"no numpy storage type for {dt}; expected a concrete scalar dtype")
+        raise ProgramFormError(f"no numpy storage type for {dt}; expected a concrete scalar dtype")
     return _NP_STORAGE[s]
 
 
@@ -164,7 +165,7 @@ def bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     """BITCAST semantics: reinterpret the bits of each element (same element size)."""
     bits = to_storage(x, src)
     if src.scalar().itemsize != dst.scalar().itemsize:
-        raise RuntimeError(f"bitcast between different element sizes {src} -> {dst} is not supported here")
+        raise ProgramFormError(f"bitcast between different element sizes {src} -> {dst} is not supported here")
     return from_storage(np.ascontiguousarray(bits).view(storage_np(dst)), dst)
 
 
@@ -265,7 +266,7 @@ def alu(op: Ops, dt: DType, *srcs: np.ndarray, src_dt: DType | None = None) -> n
             Ops.XOR: np.bitwise_xor, Ops.OR: np.bitwise_or, Ops.AND: np.bitwise_and,
         }  # fmt: skip
         if op not in binops:
-            raise RuntimeError(f"interpreter: no semantics for {op.name} on {dt}")
+            raise ProgramFormError(f"interpreter: no semantics for {op.name} on {dt}")
         r = binops[op](*xs)
         if s in _EMULATED:
             return round_to(r, s)
@@ -281,7 +282,7 @@ def identity_element(op: Ops, dt: DType) -> Any:
     if op is Ops.MAX:
         v = dtypes.min(dt.scalar())
         return -math.inf if dtypes.is_float(dt) else v
-    raise RuntimeError(f"no identity element for reduce op {op}")
+    raise ProgramFormError(f"no identity element for reduce op {op}")
 
 
 __all__ = [

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speck.codegen import lowered_cache
+from speck.codegen.errors import ProgramFormError
 from speck.codegen.kernel_info import Estimates, KernelInfo
 from speck.codegen.renderer.common import outer_global_range
 from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
@@ -104,13 +105,22 @@ def _slot(p: UOp) -> int:
 
 
 def estimate(uops: list[UOp]) -> Estimates:
-    """Count ALU ops and global-memory bytes, multiplying by the trip counts of enclosing loops (symbolic when a
-    loop end is a variable expression)."""
+    """Count ALU ops and loaded bytes (lds), multiplying by the trip counts of enclosing loops (symbolic when a
+    loop end is a variable expression). `mem` is the global memory a run touches: per buffer, its loads and its
+    stores each count at most the buffer's size (a matmul reads each input once as far as memory traffic goes, as
+    tinygrad's estimate says: GlobalCounters.global_mem is proportional to the data, not to the loop nest)."""
     mult: sint = 1
     stack: list[sint] = []
     ops: sint = 0
-    mem: sint = 0
     lds: sint = 0
+    touched: dict[tuple[int, Ops], sint] = {}
+    cap: dict[int, int] = {}
+    # address arithmetic is not the kernel's work (tinygrad's estimate leaves it out too): ALU ops that only feed an
+    # INDEX (or a gate) are not counted
+    dont_count: set[UOp] = set()
+    for u in uops:
+        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
+            dont_count.update(u.src[0].toposort(lambda x: x.op not in (Ops.LOAD, Ops.RANGE)))
 
     def mul(a: sint, b: sint) -> sint:
         if isinstance(a, int) and isinstance(b, int):
@@ -128,15 +138,21 @@ def estimate(uops: list[UOp]) -> Estimates:
             mult = mul(mult, _trip(u))
         elif u.op is Ops.END:
             mult = stack.pop()
-        elif u.op in GroupOp.ALU:
+        elif u.op in GroupOp.ALU and u not in dont_count:
             ops = add(ops, mul(mult, u.dtype.count))
         elif u.op in (Ops.LOAD, Ops.STORE):
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             nbytes = dt.itemsize * dt.count
-            if u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
-                mem = add(mem, mul(mult, nbytes))
+            if u.src[0].op is Ops.INDEX and (p := u.src[0].src[0]).op is Ops.PARAM:
+                key = (_slot(p), u.op)
+                touched[key] = add(touched.get(key, 0), mul(mult, nbytes))
+                if isinstance(p.dtype, PtrDType) and p.dtype.size > 0:
+                    cap[key[0]] = p.dtype.size * p.dtype.base.itemsize
             if u.op is Ops.LOAD:
                 lds = add(lds, mul(mult, nbytes))
+    mem: sint = 0
+    for (slot, _), n in touched.items():
+        mem = add(mem, min(n, cap[slot]) if isinstance(n, int) and slot in cap else n)
     return Estimates(_simp(ops), _simp(mem), _simp(lds))
 
 
@@ -220,7 +236,7 @@ def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int
 
     local = [x for x in dims("lidx") if isinstance(x, int)]
     if len(local) != 3:
-        raise RuntimeError(f"a GPU program's workgroup size must be constant, got {dims('lidx')}")
+        raise ProgramFormError(f"a GPU program's workgroup size must be constant, got {dims('lidx')}")
     return tuple(dims("gidx")), tuple(local)
 
 

@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from speck.hcq.errors import CopySizeError, HCQError, OutOfMemoryError
+from speck.hcq.errors import CopySizeError, HCQError, HCQValueError, OutOfMemoryError
 from speck.hcq.memory import HostMemory
 from speck.hcq.settings import LRU
 
@@ -56,7 +56,7 @@ def parse_bytes(text: str) -> int:
     try:
         return int(float(t[:-1] if mult > 1 else t) * mult)
     except ValueError:
-        raise ValueError(f"cannot read {text!r} as a byte count; use e.g. 1073741824, 512M or 2G") from None
+        raise HCQValueError(f"cannot read {text!r} as a byte count; use e.g. 1073741824, 512M or 2G") from None
 
 
 def available_ram() -> int:
@@ -93,7 +93,7 @@ class Allocator:
         """An allocation of `nbytes` (from the LRU cache when one of that size and options is there). Raises
         OutOfMemoryError with the requested and available sizes when it cannot fit."""
         if nbytes < 0:
-            raise ValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
+            raise HCQValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
         key = (nbytes, options)
         try:
             with self._lock:

@@ -9,6 +9,7 @@ import numpy as np
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.dtypes import _cache as _info_cache
+from speck.hcq.errors import BufferStateError, HCQValueError
 from speck.hcq.registry import Device
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ _open_devices = Device._open  # the registry's opened devices by every name they
 def _as_bytes_view(data: Any) -> memoryview:
     mv = data if isinstance(data, memoryview) else memoryview(data)
     if not mv.c_contiguous:
-        raise ValueError(
+        raise HCQValueError(
             f"expected C-contiguous host memory, got a non-contiguous {mv.format!r} view of shape {mv.shape}"
         )
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
@@ -61,7 +62,7 @@ class Buffer:
         preallocate: bool = False,
     ) -> None:
         if size < 0:
-            raise ValueError(f"buffer size must be >= 0 elements, got {size}")
+            raise HCQValueError(f"buffer size must be >= 0 elements, got {size}")
         if base is not None:
             self.dev: DeviceBase = base.dev
         elif (dev := _open_devices.get(device)) is not None:  # an opened device by its name: one dict lookup
@@ -83,7 +84,7 @@ class Buffer:
         self._addr = 0  # cached device address, valid while the base's allocation is `_addr_of`
         self._addr_of: Any = None
         if base is not None and (offset < 0 or offset + self.nbytes > base.nbytes):
-            raise ValueError(
+            raise HCQValueError(
                 f"view of {self.nbytes} bytes at offset {offset} does not fit in a {base.nbytes}-byte buffer"
             )
         if preallocate:
@@ -105,7 +106,7 @@ class Buffer:
             self._base.ensure_allocated()
             return self
         if self._opaque is not None:
-            raise RuntimeError(f"{self!r} is already allocated")
+            raise BufferStateError(f"{self!r} is already allocated")
         self._opaque = opaque if opaque is not None else self.dev.allocator.alloc(self.nbytes, self.options)
         return self
 
@@ -128,6 +129,18 @@ class Buffer:
                 self.dev.allocator.free(opaque, self.nbytes, self.options)
         except Exception:  # a buffer whose __init__ raised, or interpreter shutdown (the allocator may be gone)
             pass
+
+    def exchange_memory(self, other: Buffer) -> None:
+        """Swap the memory of two allocated base buffers of one size on one device (each object keeps its identity
+        and its views; what was in one is now in the other). Accounting is unchanged: both allocations stay live."""
+        if self._base is not None or other._base is not None:
+            raise ValueError("exchange_memory: views share their base's memory; exchange the bases")
+        if (self.dev, self.nbytes, self.options) != (other.dev, other.nbytes, other.options):
+            raise ValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
+        self.ensure_allocated()
+        other.ensure_allocated()
+        self._opaque, other._opaque = other._opaque, self._opaque
+        self._addr_of = other._addr_of = None
 
     def make_writable(self) -> None:
         """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write
@@ -211,7 +224,9 @@ class Buffer:
         if (allow_zero_copy or force_zero_copy) and self.dev.host_visible:
             return self.as_memoryview(raw=True)
         if force_zero_copy:
-            raise RuntimeError(f"{self!r}: the host cannot map this device's memory; a zero-copy view is impossible")
+            raise BufferStateError(
+                f"{self!r}: the host cannot map this device's memory; a zero-copy view is impossible"
+            )
         return self.copyout(bytearray(self.nbytes))
 
     def numpy(self) -> np.ndarray:

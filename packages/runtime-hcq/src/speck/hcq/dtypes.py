@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
+from speck.hcq.errors import HCQTypeError
 from speck.uop import DType, PtrDType
 
 
@@ -29,7 +30,9 @@ class DTypeInfo:
         if self.storage is not None:
             return self.storage
         if self.fmt is None:
-            raise TypeError(f"dtype {self.name} has no numpy equivalent (no struct format); view it as bytes instead")
+            raise HCQTypeError(
+                f"dtype {self.name} has no numpy equivalent (no struct format); view it as bytes instead"
+            )
         return np.dtype(self.fmt)
 
 
@@ -57,11 +60,11 @@ def dtype_info(dtype: Any) -> DTypeInfo:
         try:
             nd = np.dtype(dtype)
         except TypeError:
-            raise TypeError(
+            raise HCQTypeError(
                 f"expected a dtype (an object with .itemsize and .fmt, or a numpy dtype), got {dtype!r}"
             ) from None
         if nd.fields is not None or nd.subdtype is not None or nd.itemsize == 0:
-            raise TypeError(f"expected a scalar dtype, got the structured/unsized numpy dtype {nd}")
+            raise HCQTypeError(f"expected a scalar dtype, got the structured/unsized numpy dtype {nd}")
         info = DTypeInfo(nd.itemsize, nd.char if nd.char != "?" else "?", nd.name)
     try:
         _cache[dtype] = info

@@ -68,3 +68,29 @@ class ElfSymbolError(ElfLinkError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
+
+
+class HCQValueError(HCQError, ValueError):
+    """A bad argument value: a negative size, a view outside its buffer, a byte count that can't be read, a device
+    kind name that isn't one, a timeline signal set backwards."""
+
+
+class HCQTypeError(HCQError, TypeError):
+    """An argument of the wrong kind: a dtype with no numpy equivalent, a kernel call with the wrong argument count."""
+
+
+class BufferStateError(HCQError):
+    """A buffer used in a way its state does not allow (allocated twice, a host view of memory the host can't map)."""
+
+
+class GraphArgumentError(HCQError, IndexError):
+    """A graph command's argument index outside that command's arguments."""
+
+
+class LibraryLoadError(HCQError, OSError):
+    """A shared library a device needs could not be found or opened; the message names the setting to point at it."""
+
+
+class HostMappingError(OSError, HCQError):
+    """The OS refused to map or protect host memory (mmap, mprotect); `errno` says why. An OSError first, so the
+    allocator's retry and the caller's `except OSError` see it as the OS's refusal."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq.buffer import Buffer
-from speck.hcq.errors import ElfLinkError, HCQError, ProgramArgumentError
+from speck.hcq.errors import ElfLinkError, GraphArgumentError, HCQError, HCQValueError, ProgramArgumentError
 from speck.hcq.queue import EXEC
 from speck.hcq.settings import CPU_GRAPH_WORKERS
 
@@ -391,7 +391,7 @@ class CPUGraph:
     def add_copy(self, dest: int, src: int, nbytes: int) -> int:
         """Append a copy of `nbytes` bytes from address `src` to address `dest` (memmove, on worker 0)."""
         if nbytes < 0:
-            raise ValueError(f"a copy moves >= 0 bytes, got {nbytes}")
+            raise HCQValueError(f"a copy moves >= 0 bytes, got {nbytes}")
         return self._add(_memmove(), f"copy {nbytes}B", [dest, src, nbytes], 1, 1)
 
     def add_buffer_copy(self, dest: Buffer, src: Buffer) -> int:
@@ -413,7 +413,9 @@ class CPUGraph:
         k = self._offsets[cmd] + j
         end = self._offsets[cmd + 1] if cmd + 1 < len(self._offsets) else len(self._words)
         if j < 0 or k >= end:
-            raise IndexError(f"command {cmd} ({self._names[cmd]!r}) has {end - self._offsets[cmd]} arguments, not {j}")
+            raise GraphArgumentError(
+                f"command {cmd} ({self._names[cmd]!r}) has {end - self._offsets[cmd]} arguments, not {j}"
+            )
         self._words[k] = value & 0xFFFFFFFFFFFFFFFF
         if self._args is not None:
             self._args[k] = value & 0xFFFFFFFFFFFFFFFF

@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import functools
 
+from speck.hcq.errors import LibraryLoadError
 from speck.hcq.settings import LIBC_PATH, LIBGCC_S_PATH, LIBM_PATH
 
 # the settings naming a library to load instead of the one found, by library name
@@ -62,11 +63,11 @@ def load_library(name: str) -> Library:
     """Open library `name` (see find_library); raises RuntimeError naming the library and the override variable."""
     path = find_library(name)
     if path is None:
-        raise RuntimeError(f"library lib{name} not found; set LIB{name.upper()}_PATH=/path/to/lib{name}.so")
+        raise LibraryLoadError(f"library lib{name} not found; set LIB{name.upper()}_PATH=/path/to/lib{name}.so")
     try:
         return Library(path)
     except OSError as e:
-        raise RuntimeError(f"could not open lib{name} at {path!r}: {e}") from None
+        raise LibraryLoadError(f"could not open lib{name} at {path!r}: {e}") from None
 
 
 def default_libraries() -> list[Library]:

@@ -9,6 +9,7 @@ import mmap
 import os
 import weakref
 
+from speck.hcq.errors import HostMappingError
 from speck.uop.helpers import round_up
 
 PAGE = mmap.PAGESIZE
@@ -52,7 +53,7 @@ def _mmap_raw(size: int, low: bool) -> int:
     addr = _libc.mmap(None, size, PROT_READ | PROT_WRITE, flags, -1, 0)
     if addr is None or addr == _MAP_FAILED:
         err = ctypes.get_errno()
-        raise OSError(err, f"mmap of {size} bytes{' below 2 GiB' if low else ''} failed: {os.strerror(err)}")
+        raise HostMappingError(err, f"mmap of {size} bytes{' below 2 GiB' if low else ''} failed: {os.strerror(err)}")
     return int(addr)
 
 
@@ -62,7 +63,7 @@ def mprotect(addr: int, size: int, prot: int) -> None:
         return
     if _libc.mprotect(addr, size, prot) != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"mprotect({addr:#x}, {size}, {prot}) failed: {os.strerror(err)}")
+        raise HostMappingError(err, f"mprotect({addr:#x}, {size}, {prot}) failed: {os.strerror(err)}")
 
 
 def _unmap(addr: int, size: int) -> None:

@@ -196,6 +196,7 @@ class Engine:
                     self._run(cmds, start, seq, inline=False)
                 except BaseException as e:  # latched: raised by the next synchronize
                     self.error = e
+                del cmds  # (emptied by _run: an idle thread holds no buffers)
 
     @property
     def idle(self) -> bool:
@@ -242,5 +243,9 @@ class Engine:
                     c[1].fail(e)
             self.timeline.set(seq)
             raise
+        # the commands hold their buffers: let go of them before anyone waiting for this submission wakes (a freed
+        # tensor's memory is then free, and counted so, once synchronize returns)
+        c = ()
+        cmds.clear()
         self.timeline.set(seq)
         return -1

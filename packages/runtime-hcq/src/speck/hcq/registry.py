@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.errors import DeviceNotFoundError
+from speck.hcq.errors import DeviceNotFoundError, HCQValueError
 from speck.uop.helpers import DEV, Target
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def register_device(
     default suffix rule accepts NAME and NAME:<n>; `probe=False` for kinds `get_available_devices` must not open."""
     kind_name = name.upper()
     if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
-        raise ValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
+        raise HCQValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
     kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"), probe)
     _KINDS[kind_name] = kind
     return kind

@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 
-from speck.hcq.errors import HCQError, SignalTimeoutError
+from speck.hcq.errors import HCQError, HCQValueError, SignalTimeoutError
 from speck.hcq.settings import HCQ_TIMEOUT
 
 _ids = itertools.count()
@@ -47,7 +47,7 @@ class Signal:
     def set(self, value: int, stamp: bool = False) -> None:
         """Write `value` (>= the current value: timelines never go back) and wake waiters."""
         if value < self.mem[0]:
-            raise ValueError(f"signal {self.name!r} is a timeline: cannot go back from {self.mem[0]} to {value}")
+            raise HCQValueError(f"signal {self.name!r} is a timeline: cannot go back from {self.mem[0]} to {value}")
         if stamp:
             self.mem[1] = time.perf_counter_ns()
         self.mem[0] = value

@@ -11,6 +11,7 @@ import ctypes
 import threading
 from typing import Any
 
+from speck.hcq.errors import HCQTypeError
 from speck.hcq.memory import PROT_EXEC, PROT_READ, CodeMemory
 
 CTYPES_MAX_ARGS = 1024  # ctypes refuses CFUNCTYPE prototypes with more arguments
@@ -79,7 +80,7 @@ class WordCall:
 
     def __call__(self, *args: Any) -> None:
         if len(args) != self.nargs:
-            raise TypeError(f"kernel call at {self.address:#x} takes {self.nargs} arguments, got {len(args)}")
+            raise HCQTypeError(f"kernel call at {self.address:#x} takes {self.nargs} arguments, got {len(args)}")
         words = (ctypes.c_int64 * max(len(args), 6))(*[_word(a) for a in args])
         self._call(self.address, words, len(args))
 

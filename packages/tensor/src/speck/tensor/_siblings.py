@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from speck.tensor.errors import TensorImportError
+
 # the floors declared in pyproject.toml, by distribution name
 SIBLING_FLOORS: dict[str, str] = {"speck-uop": "0.1", "speck-codegen": "0.1", "speck-runtime-hcq": "0.1"}
 
@@ -38,7 +40,7 @@ def check_sibling_versions(floors: dict[str, str] | None = None) -> None:
         except metadata.PackageNotFoundError:
             continue
         if too_old(have, floor):
-            raise ImportError(
+            raise TensorImportError(
                 f"speck-tensor {__version__} needs {dist}>={floor}, but {dist} {have} is installed; "
                 f"upgrade it: pip install -U '{dist}>={floor}'"
             )

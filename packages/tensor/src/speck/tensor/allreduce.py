@@ -102,15 +102,24 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
     def rounded(v: UOp) -> UOp:  # what a device keeps of a value the others receive through the wire
         return v if wire is None else v.cast(wire).cast(dtype)
 
-    pv = [on(i, p) for i, p in enumerate(partials)]
     if spec.algo == "naive":  # every device copies every other partial and reduces all of them in one kernel
-        copies = [[send(pv[i], j, i) if i != j else rounded(pv[i]) for i in range(n)] for j in range(n)]
+        if wire is None:
+            pv = [on(i, p) for i, p in enumerate(partials)]
+            copies = [[send(pv[i], j, i) if i != j else pv[i] for i in range(n)] for j in range(n)]
+        else:  # the partial kernels write the wire dtype (no kernel of its own to narrow them); all widen it
+            narrowed = [p.cast(wire) for p in partials]
+            for p, nw in zip(partials, narrowed):
+                sched.only_consumer(nw, p)  # (each result node lists every partial: only the narrowing reads them)
+            pw = [on(i, nw) for i, nw in enumerate(narrowed)]
+            copies = [[(on(j, copy_uop(pw[i], devices[j], devices[i])) if i != j else pw[i]).cast(dtype)
+                       for i in range(n)] for j in range(n)]  # fmt: skip
         for j in range(n):
             total = copies[j][0]
             for i in range(1, n):
                 total = total.alu(op, copies[j][i])
             on(j, total, outs[j])
     else:
+        pv = [on(i, p) for i, p in enumerate(partials)]
         bounds = [(numel * c // n, numel * (c + 1) // n) for c in range(n)]
         chunk = [[v.reshape((numel,)).shrink((b,)) for b in bounds] for v in pv]  # chunk[device][chunk]
         region = [[view_buffer_uop(o, lo, hi - lo) for lo, hi in bounds] for o in outs]

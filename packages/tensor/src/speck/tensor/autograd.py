@@ -13,6 +13,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
+from speck.tensor.errors import GradientError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.settings import TRAINING
@@ -66,12 +67,12 @@ def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
 
 def _check_float(t: Tensor, role: str) -> None:
     if not dtypes.is_float(t.dtype):
-        raise RuntimeError(
+        raise GradientError(
             f"only float Tensors have gradient: the {role} is {t.dtype} (gradients need a float dtype; "
             "cast it with .float() first)"
         )
     if t.dtype.is_weak:
-        raise RuntimeError(
+        raise GradientError(
             f"cannot take gradient wrt a weak Tensor (the {role} has dtype {t.dtype}, a Python-literal dtype with "
             "no storage width); cast it to a concrete float dtype first"
         )

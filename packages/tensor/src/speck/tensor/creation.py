@@ -16,7 +16,13 @@ from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix
-from speck.tensor.errors import TensorOverflowError, TensorValueError
+from speck.tensor.errors import (
+    ShardingError,
+    TensorFileNotFoundError,
+    TensorOverflowError,
+    TensorTypeError,
+    TensorValueError,
+)
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _iota_uop, const_tensor
 from speck.tensor.schedule import max_dim, new_buffer_uop
@@ -79,7 +85,9 @@ class CreationMixin:
 
         dt = _dt(kw.get("dtype")) or dtypes.default_float
         if dt.fmt is None:
-            raise RuntimeError(f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast")
+            raise TensorTypeError(
+                f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast"
+            )
         sh = validate_shape(argfix(shape))
         n = int(prod(sh)) * dt.itemsize
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
@@ -103,7 +111,7 @@ class CreationMixin:
 
         sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
-            raise RuntimeError(f"shape {sh} has a negative dimension")
+            raise TensorValueError(f"shape {sh} has a negative dimension")
         if isinstance(device, (tuple, list)):
             if buffer:  # replicated: the constant built on every device
                 devs = multi.canonical_devices(device)
@@ -254,8 +262,8 @@ class CreationMixin:
 
 def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
     if "device" in kw:
-        raise RuntimeError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
-                           f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
+        raise ShardingError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
+                            f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
 
 
 def _gunzip_local(path: Any) -> Any:
@@ -272,9 +280,9 @@ def _gunzip_local(path: Any) -> Any:
         raw = src.read_bytes()
         data = gzip.decompress(raw)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"from_url: no file at {src}") from e
+        raise TensorFileNotFoundError(f"from_url: no file at {src}") from e
     except (OSError, EOFError) as e:
-        raise ValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
+        raise TensorValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
     out = cache_root() / "downloads" / (hashlib.md5(raw).hexdigest() + ".gunzip")
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +298,7 @@ def _symbolic_arange(start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
     from speck.tensor.hook import Tensor
 
     if isinstance(step, UOp) or not all(isinstance(x, (int, UOp)) for x in (start, stop, step)):
-        raise TypeError(
+        raise TensorTypeError(
             f"arange with a Variable bound needs int start/stop and a concrete int step, got start={start!r}, "
             f"stop={stop!r}, step={step!r}"
         )

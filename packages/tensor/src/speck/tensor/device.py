@@ -6,6 +6,8 @@ from __future__ import annotations
 from speck.codegen.compiler import Compiler
 from speck.codegen.errors import CompileError
 from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase, Program
+from speck.hcq.errors import DeviceNotFoundError
+from speck.tensor.errors import UnknownDeviceError
 from speck.uop import DType
 
 # tinygrad's names for the same classes: a device object's base class, buffer options
@@ -27,7 +29,10 @@ def canonical(device: str | None) -> str:
     """Canonical device name ('cpu' -> 'CPU'); None means the default device."""
     if device is None:
         return default_device()
-    return str(Device.canonicalize(device))
+    try:
+        return str(Device.canonicalize(device))
+    except DeviceNotFoundError as e:  # raised again as a TensorError too, so `except TensorError` sees bad input
+        raise UnknownDeviceError(str(e)) from None
 
 
 def file_backed(device: object) -> bool:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.errors import DistributedError as DistributedError
+from speck.tensor.errors import TensorValueError
 from speck.tensor.settings import MPI_BUCKET_BYTES, MPI_TIMEOUT
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def allreduce_(tensors: Sequence[Tensor], op: str = "sum") -> list[Tensor]:
     """Sum (op="sum") or average (op="mean") each tensor across all ranks, in place: afterwards every rank holds
     the same values. Tensors are realized first; each must be on one host-visible device (CPU). Returns them."""
     if op not in ("sum", "mean"):
-        raise ValueError(f"allreduce_ op must be 'sum' or 'mean', got {op!r}")
+        raise TensorValueError(f"allreduce_ op must be 'sum' or 'mean', got {op!r}")
     return _collective(tensors, "allreduce", op, 0)
 
 
@@ -141,7 +142,7 @@ def broadcast_(tensors: Sequence[Tensor], root: int = 0) -> list[Tensor]:
     """Overwrite each tensor with rank `root`'s values, in place (parameters at the start of training)."""
     w = _get()
     if not 0 <= root < w.size:
-        raise ValueError(f"broadcast_ root must be a rank in [0, {w.size}), got {root}")
+        raise TensorValueError(f"broadcast_ root must be a rank in [0, {w.size}), got {root}")
     return _collective(tensors, "broadcast", "", root)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.tensor.errors import TensorKeyError, TensorValueError
 from speck.uop.dtype import (
     CONCRETE_SCALARS,
     DEFAULT_FLOAT,
@@ -60,7 +61,7 @@ def _from_np_dtype(npdtype: Any) -> DType:
     """The speck dtype of a numpy dtype (by name); KeyError for kinds speck has not (complex, str, object...)."""
     name = np.dtype(npdtype).name
     if name not in DTYPES_DICT:
-        raise KeyError(f"numpy dtype {name!r} has no speck equivalent; use one of {', '.join(DTYPES_DICT)}")
+        raise TensorKeyError(f"numpy dtype {name!r} has no speck equivalent; use one of {', '.join(DTYPES_DICT)}")
     return DTYPES_DICT[name]
 
 
@@ -84,7 +85,7 @@ def _from_torch_dtype(torch_dtype: Any) -> DType:
     for dt in CONCRETE_SCALARS:
         if _to_torch_dtype(dt) == torch_dtype:
             return dt
-    raise KeyError(f"torch dtype {torch_dtype} has no speck equivalent")
+    raise TensorKeyError(f"torch dtype {torch_dtype} has no speck equivalent")
 
 
 class ImageDType(PtrDType):
@@ -123,7 +124,7 @@ def imageh(shape: tuple[int, ...]) -> ImageDType:
 
 def _fp8_format(dtype: DType) -> Any:
     if dtype not in FP8_FORMATS:
-        raise ValueError(f"{dtype} is not an fp8 dtype; use one of {', '.join(str(d) for d in FP8_FORMATS)}")
+        raise TensorValueError(f"{dtype} is not an fp8 dtype; use one of {', '.join(str(d) for d in FP8_FORMATS)}")
     return FP8_FORMATS[dtype]
 
 

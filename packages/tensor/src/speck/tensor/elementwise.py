@@ -10,7 +10,7 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
-from speck.tensor.errors import TensorIndexError
+from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
 from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.tensor.weak import fold, materialized, retype
@@ -34,7 +34,7 @@ def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
         non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
         if len(non1) > 1:
             raise TensorIndexError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together "
-                               f"(dims {dims} differ and none is 1)")  # fmt: skip
+                                   f"(dims {dims} differ and none is 1)")  # fmt: skip
         out.append(non1.pop() if non1 else 1)
     return tuple(out)
 
@@ -108,15 +108,15 @@ class ElementwiseMixin:
 
         x: Tensor = self
         if DISALLOW_BROADCAST.value and isinstance(y, Tensor) and x.shape != y.shape:
-            raise RuntimeError(f"implicit broadcasting of shapes {x.shape} and {y.shape} is off "
-                               "(DISALLOW_BROADCAST=1); "
-                               "expand the operands to one shape first")  # fmt: skip
+            raise TensorValueError(f"implicit broadcasting of shapes {x.shape} and {y.shape} is off "
+                                   "(DISALLOW_BROADCAST=1); "
+                                   "expand the operands to one shape first")  # fmt: skip
         if not isinstance(y, Tensor):
             if not isinstance(y, (int, float, bool)):
                 if hasattr(y, "__len__") or hasattr(y, "dtype"):
                     y = Tensor(y, device=x.device) if not isinstance(y, UOp) else Tensor(y)
                 else:
-                    raise RuntimeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
+                    raise TensorTypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
         if not isinstance(y, Tensor):
             dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
             if dt in WEAK_DTYPES and type(x.uop) is MultiUOp:
@@ -164,7 +164,7 @@ class ElementwiseMixin:
         if self.shape == tuple(shape):
             return self
         if self.ndim > len(shape):
-            raise RuntimeError(f"can't broadcast shape {self.shape} to {tuple(shape)}: too many dims")
+            raise TensorValueError(f"can't broadcast shape {self.shape} to {tuple(shape)}: too many dims")
         t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
         return t.expand(shape)
 
@@ -212,7 +212,7 @@ class ElementwiseMixin:
         if rounding_mode == "floor":
             return a._floordiv(b)
         if rounding_mode is not None:
-            raise RuntimeError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+            raise TensorValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         ft = _upper_float(a.dtype)
         a, b = a.cast(ft), b.cast(ft)
         return a._alu(Ops.FDIV, b)
@@ -225,7 +225,7 @@ class ElementwiseMixin:
             adjust = (r != 0) & ((r < 0) != (b < 0))
             return q - adjust.cast(q.dtype)
         if a.dtype == dtypes.bool:
-            raise RuntimeError("floor division of bool tensors is not supported")
+            raise TensorTypeError("floor division of bool tensors is not supported")
         return (a / b).floor()
 
     def idiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
@@ -396,7 +396,7 @@ class ElementwiseMixin:
     # ---------------- logic and bits ----------------
     def _need_int_or_bool(self: Tensor, what: str) -> None:
         if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
-            raise RuntimeError(f"{what} needs an int or bool tensor, got {self.dtype}")
+            raise TensorTypeError(f"{what} needs an int or bool tensor, got {self.dtype}")
 
     def bitwise_and(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
@@ -459,13 +459,13 @@ class ElementwiseMixin:
 
     def lshift(self: Tensor, y: TensorOrScalar) -> Tensor:
         if not dtypes.is_int(self.dtype):
-            raise RuntimeError(f"lshift needs an int tensor, got {self.dtype}")
+            raise TensorTypeError(f"lshift needs an int tensor, got {self.dtype}")
         a, b = self._broadcasted(y, match_dtype=False)
         return a._alu(Ops.SHL, b.cast(a.dtype))
 
     def rshift(self: Tensor, y: TensorOrScalar) -> Tensor:
         if not dtypes.is_int(self.dtype):
-            raise RuntimeError(f"rshift needs an int tensor, got {self.dtype}")
+            raise TensorTypeError(f"rshift needs an int tensor, got {self.dtype}")
         a, b = self._broadcasted(y, match_dtype=False)
         return a._alu(Ops.SHR, b.cast(a.dtype))
 
@@ -480,7 +480,9 @@ class ElementwiseMixin:
         from speck.tensor.hook import Tensor
 
         if self.dtype != dtypes.bool:
-            raise RuntimeError(f"where needs a bool condition, got {self.dtype}; compare first (e.g. (t != 0).where)")
+            raise TensorTypeError(
+                f"where needs a bool condition, got {self.dtype}; compare first (e.g. (t != 0).where)"
+            )
         cond = self
         if isinstance(x, Tensor):
             xt, yt = x._broadcasted(y)
@@ -756,7 +758,7 @@ class ElementwiseMixin:
 
     def clip(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
         if min_ is None and max_ is None:
-            raise RuntimeError("clip needs at least one of min_ or max_")
+            raise TensorValueError("clip needs at least one of min_ or max_")
         out = self
         if min_ is not None:
             out = out.maximum(min_)
@@ -809,7 +811,7 @@ class ElementwiseMixin:
 
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if isinstance(y, int) and y < 0 and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
-                raise RuntimeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
+                raise TensorTypeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
             if isinstance(y, int) or float(y).is_integer():
                 if dtypes.is_int(self.dtype) and isinstance(y, float):
                     return self._float().pow(y)
@@ -888,7 +890,7 @@ class ElementwiseMixin:
         if approximate == "none":
             return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         if approximate != "tanh":
-            raise RuntimeError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
+            raise TensorValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
         # 0.5 * x * (1 + tanh(z)) = x * sigmoid(2z): the same value without 1 + tanh(z) cancelling for negative x
         return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).sigmoid()
 

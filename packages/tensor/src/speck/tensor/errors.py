@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pickle
 
+from speck.hcq.errors import DeviceNotFoundError
+from speck.uop.errors import UnknownDTypeError
+
 
 class TensorError(Exception):
     """Base of every exception speck.tensor defines (each also derives from the builtin class users catch)."""
@@ -37,6 +40,49 @@ class TensorNotImplementedError(NotImplementedError, TensorError):
     """A mode tinygrad doesn't implement (NotImplementedError is already a RuntimeError)."""
 
 
+class TensorDTypeError(UnknownDTypeError, TensorError):
+    """A dtype argument that names no dtype (a string, a numpy type with no speck equivalent). Also speck.uop's
+    UnknownDTypeError (an AttributeError and a RuntimeError), which the lookup raised."""
+
+
+class UnknownDeviceError(DeviceNotFoundError, TensorError):
+    """A device name no backend registers; the message lists the known ones. Also speck.hcq's DeviceNotFoundError
+    (a KeyError and an HCQError), which the lookup raised."""
+
+
+class TensorKeyError(KeyError, TensorError):
+    """A name with no entry (a numpy or torch dtype with no speck equivalent); the message lists what exists."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TensorZeroDivisionError(ZeroDivisionError, ValueError, TensorError):
+    """A size that can't be inferred because it would divide by zero (reshape's -1 next to a 0 dim, as in
+    tinygrad); a ValueError too, like the other bad reshapes."""
+
+
+class TensorFileNotFoundError(FileNotFoundError, TensorError):
+    """A file that a Tensor, a loader or from_url was pointed at does not exist."""
+
+
+class FetchError(ConnectionError, TensorError):
+    """A download (fetch, from_url) failed: no connection, or an HTTP error status."""
+
+
+class TensorImportError(ImportError, TensorError):
+    """speck.tensor can't be imported as installed (a sibling package too old, a hook used before registration)."""
+
+
+class TensorRuntimeError(RuntimeError, TensorError):
+    """An operation that can't run in the current state rather than because of one bad argument: the interpreter
+    lacks something speck.tensor needs, a module is already imported, a graph node no rule handles."""
+
+
+class GradientError(RuntimeError, TensorError):
+    """A gradient that can't be computed: a non-float tensor, an op with no gradient rule."""
+
+
 class JitError(RuntimeError, TensorError):
     """A jitted function was called in a way its capture can't serve, or did something a capture can't record."""
 
@@ -45,7 +91,7 @@ class JitResetError(JitError, AssertionError):
     """reset() of a TinyJit that has no function (an unpickled capture): it could never capture again."""
 
 
-class GradientSeedError(RuntimeError, AssertionError, TensorError):
+class GradientSeedError(GradientError, AssertionError):
     """A non-scalar tensor was differentiated without a `gradient=` seed (an AssertionError in tinygrad too)."""
 
 
@@ -81,6 +127,17 @@ class TorchLoadError(CheckpointError):
 class UnsafePickleError(TorchLoadError, pickle.UnpicklingError):
     """A checkpoint's pickle names a global that torch_load does not allow (like torch.load(weights_only=True)):
     raised when the name is read, before anything it would run."""
+
+
+class StateDictKeyError(RuntimeError, KeyError, TensorError):
+    """A model key is missing from the state dict (strict loading)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class StateDictShapeError(RuntimeError, ValueError, TensorError):
+    """A state-dict tensor's shape differs from the model tensor's."""
 
 
 class CustomKernelError(RuntimeError, TensorError):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor import schedule
 from speck.tensor.errors import FunctionError as FunctionError
-from speck.tensor.errors import TensorAssertionError
+from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
 from speck.uop import Context, Ops, UOp
@@ -188,7 +188,7 @@ def callify(*tensors: Tensor) -> None:
 
     pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
     if any(isinstance(t.uop, MultiUOp) for t in pending):
-        raise NotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
+        raise TensorNotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
     if not pending:
         return
     graphs = [t.uop for t in pending]

@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable, Iterable
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.helpers import prod
@@ -117,8 +118,8 @@ def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
 
     base, pos, value = ret.src
     if ret.arg not in (None, "sum"):
-        raise RuntimeError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
-                           "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
+        raise GradientError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
+                            "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
     dev = uop_device(ret)
     g = Tensor(ctx, device=dev)
     p = Tensor(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
@@ -141,7 +142,7 @@ def uop_device(u: UOp) -> str:
             return str(n.src[1].arg)
         if n.op in (Ops.COPY, Ops.DEVICE):
             return str(n.arg)
-    raise RuntimeError(f"can't tell which device a {u.op} node computes on (it reaches no buffer or device)")
+    raise GradientError(f"can't tell which device a {u.op} node computes on (it reaches no buffer or device)")
 
 
 pm_gradient = PatternMatcher(
@@ -259,7 +260,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             # a leaf: nothing to pass its gradient on to (a realized sharded tensor's node has no sources either)
             if not srcs or u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.UNIQUE):
                 continue
-            raise RuntimeError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
+            raise GradientError(f"no gradient rule for {u.op}; it can't be differentiated (detach() its input)")
         for s, sg in zip(srcs, local):
             if sg is None:
                 continue

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from speck.codegen.settings import BEAM, NOOPT, TRANSCENDENTAL
+from speck.codegen.settings import BEAM, IGNORE_BEAM_CACHE, NOOPT, TRANSCENDENTAL
 from speck.hcq.settings import LRU, NUM_CPU_THREADS, PROFILE
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.dims import argfix
+from speck.tensor.errors import TensorValueError
 from speck.tensor.pyutils import (
     Metadata,
     Profiling,
@@ -67,6 +68,7 @@ from speck.tensor.settings import (
     AMD_LLVM,
     AMX,
     CAPTURING,
+    CCACHE,
     CHECK_OOB,
     CPU_LLVM,
     DEVECTORIZE,
@@ -76,9 +78,11 @@ from speck.tensor.settings import (
     FLOAT16,
     FUSE_ARANGE,
     FUSE_OPTIM,
+    IGNORE_JIT_FIRST_BEAM,
     IMAGE,
     JIT,
     JIT_BATCH_SIZE,
+    JITBEAM,
     MAX_BUFFER_SIZE,
     MAX_KERNEL_BUFFERS,
     NO_COLOR,
@@ -89,12 +93,14 @@ from speck.tensor.settings import (
     REDUCEOP_SPLIT_THRESHOLD,
     RING,
     RING_ALLREDUCE_THRESHOLD,
+    SCACHE,
     SPLIT_REDUCEOP,
     TC,
     TC_OPT,
     TC_SELECT,
     TRACEMETA,
     TRAINING,
+    UNSAFE_ALLOW_JIT_BUFFER,
     USE_ATOMICS,
     VALIDATE_WITH_CPU,
     VIZ,
@@ -188,7 +194,7 @@ def get_single_element(xs: Any) -> Any:
     """The one element of a sequence; ValueError naming the length when it has another number of elements."""
     items = list(xs)
     if len(items) != 1:
-        raise ValueError(f"expected exactly one element, found {len(items)}")
+        raise TensorValueError(f"expected exactly one element, found {len(items)}")
     return items[0]
 
 
@@ -227,5 +233,6 @@ __all__ = [
     "partition", "pluralize", "polyN", "round_down", "strip_parens", "suppress_finalizing", "time_to_str",
     "to_function_name", "to_mv", "tqdm", "trange", "word_wrap", "CPU_COUNT",
     "AMD_LLVM", "AMX", "CPU_LLVM", "DEVECTORIZE", "DISABLE_COMPILER_CACHE", "FUSE_ARANGE", "PTX", "QUANTIZE", "WINDOWS",
+    "CCACHE", "IGNORE_BEAM_CACHE", "IGNORE_JIT_FIRST_BEAM", "JITBEAM", "SCACHE", "UNSAFE_ALLOW_JIT_BUFFER",
     "Target", "TracingKey", "cpu_time_execution", "get_single_element", "memsize_to_str",
 ]  # fmt: skip

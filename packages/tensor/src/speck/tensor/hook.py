@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.errors import TensorImportError
+
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor as Tensor
 
@@ -19,6 +21,6 @@ def register(cls: type) -> None:
 
 def __getattr__(name: str) -> Any:  # only reached before register()
     if name == "Tensor":
-        raise ImportError("speck.tensor.hook: no Tensor class registered yet; import speck.tensor (tensor.py "
-                          "registers it) before calling a Tensor method module")  # fmt: skip
+        raise TensorImportError("speck.tensor.hook: no Tensor class registered yet; import speck.tensor (tensor.py "
+                                "registers it) before calling a Tensor method module")  # fmt: skip
     raise AttributeError(f"module 'speck.tensor.hook' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorAssertionError, TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorTypeError, TensorValueError
 from speck.uop import UOp, dtypes
 
 if TYPE_CHECKING:
@@ -38,12 +38,12 @@ def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | 
         return
     dims = shape[pos : pos + len(mask)]
     if len(dims) < len(mask):
-        raise IndexError(
+        raise TensorIndexError(
             f"too many indices: a boolean mask of shape {mask} from dim {pos} of a tensor of shape {shape}"
         )
     for i, (d, m) in enumerate(zip(dims, mask)):
         if d != m:
-            raise IndexError(
+            raise TensorIndexError(
                 f"boolean index did not match the indexed tensor along dim {pos + i}: the dim is {d} but the "
                 f"corresponding boolean dim is {m}; the mask must have the shape {tuple(dims)}"
             )
@@ -77,12 +77,12 @@ class IndexingMixin:
                 out.extend(Tensor(n.astype(np.int32), device=self.device) for n in nz)
                 continue
             if isinstance(it, Tensor) and not dtypes.is_int(it.dtype):
-                raise IndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
+                raise TensorIndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
             if isinstance(it, bool):
-                raise IndexError("a Python bool is not a valid index; use a boolean tensor mask")
+                raise TensorIndexError("a Python bool is not a valid index; use a boolean tensor mask")
             if not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
-                raise IndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
-                                 "Ellipsis, a list or an int/bool tensor")  # fmt: skip
+                raise TensorIndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
+                                       "Ellipsis, a list or an int/bool tensor")  # fmt: skip
             out.append(it)
             if it is Ellipsis:
                 pos = None
@@ -90,9 +90,9 @@ class IndexingMixin:
                 pos += 1
         consumed = sum(1 for it in out if it is not None and it is not Ellipsis)
         if sum(1 for it in out if it is Ellipsis) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
+            raise TensorIndexError("an index can only have a single ellipsis ('...')")
         if consumed > self.ndim:
-            raise IndexError(f"too many indices for tensor of shape {self.shape}: {consumed} were indexed")
+            raise TensorIndexError(f"too many indices for tensor of shape {self.shape}: {consumed} were indexed")
         if Ellipsis in [x for x in out if x is Ellipsis]:
             i = next(k for k, x in enumerate(out) if x is Ellipsis)
             out = out[:i] + [slice(None)] * (self.ndim - consumed) + out[i + 1 :]
@@ -126,9 +126,9 @@ class IndexingMixin:
                 continue
             if isinstance(it, int):
                 if not isinstance(size, int):
-                    raise IndexError("integer indexing of a symbolic dim is not supported")
+                    raise TensorIndexError("integer indexing of a symbolic dim is not supported")
                 if not -size <= it < size:
-                    raise IndexError(f"index {it} is out of bounds for dim {dim} with size {size}")
+                    raise TensorIndexError(f"index {it} is out of bounds for dim {dim} with size {size}")
                 i = it + size if it < 0 else it
                 t = t._slice_dim(dim, i, i + 1)
                 t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
@@ -162,7 +162,7 @@ class IndexingMixin:
         """A step-1 slice where the bounds or the dim are symbolic: a shrink with symbolic bounds (negative int bounds
         count from the end; no clamping, so bounds must be in range)."""
         if sl.step not in (None, 1):
-            raise TypeError(f"a slice with symbolic bounds or of a symbolic dim needs step 1, got {sl.step}")
+            raise TensorTypeError(f"a slice with symbolic bounds or of a symbolic dim needs step 1, got {sl.step}")
         size = self.shape[dim]
 
         def bound(x: Any, default: Any) -> Any:
@@ -192,7 +192,7 @@ class IndexingMixin:
             n = self.shape[d]
             ii = ix._broadcast_to(bshape).cast(dtypes.int32)
             if not isinstance(n, int):
-                raise IndexError("integer-tensor indexing of a symbolic dim is not supported")
+                raise TensorIndexError("integer-tensor indexing of a symbolic dim is not supported")
             ii = (ii < 0).where(ii + n, ii)
             ar = Tensor.arange(n, device=self.device)
             shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
@@ -230,7 +230,7 @@ class IndexingMixin:
 
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
-            raise RuntimeError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
+            raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
                 raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at "
@@ -252,7 +252,7 @@ class IndexingMixin:
         if reduce is None:
             return self._scatter(dim, index, src, None, True)
         if reduce not in ("add", "multiply"):
-            raise TypeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise TensorTypeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         return self._scatter(dim, index, src, "sum" if reduce == "add" else "prod", True)
 
     def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
@@ -260,7 +260,7 @@ class IndexingMixin:
         """Combine src into self at index along dim with sum, prod, mean, amax or amin (torch semantics): every
         duplicate takes part; include_self=False leaves the original out where something was scattered."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise RuntimeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+            raise TensorValueError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
         return self._scatter(dim, index, src, reduce, include_self)
 
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
@@ -269,22 +269,22 @@ class IndexingMixin:
 
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
-            raise RuntimeError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
+            raise TensorValueError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
         if not dtypes.is_int(index.dtype):
-            raise RuntimeError(f"scatter: index must be an int tensor, got {index.dtype}")
+            raise TensorTypeError(f"scatter: index must be an int tensor, got {index.dtype}")
         if index.device != self.device:
-            raise RuntimeError(f"scatter: index is on {index.device}, self on {self.device}")
+            raise TensorValueError(f"scatter: index is on {index.device}, self on {self.device}")
         s = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
         if s.dtype != self.dtype:
-            raise RuntimeError(f"scatter: src dtype {s.dtype} differs from self's {self.dtype}; cast it first")
+            raise TensorTypeError(f"scatter: src dtype {s.dtype} differs from self's {self.dtype}; cast it first")
         if s.ndim == 0:
             s = s._broadcast_to(index.shape)
         if s.ndim != self.ndim:
-            raise RuntimeError(f"scatter: src has {s.ndim} dims, self has {self.ndim}")
+            raise TensorValueError(f"scatter: src has {s.ndim} dims, self has {self.ndim}")
         for i, (a, b, c) in enumerate(zip(index.shape, s.shape, self.shape)):
             if a > b or (i != d and a > c):
-                raise AssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
-                                     f"{d}, in self {self.shape}")  # fmt: skip
+                raise TensorAssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
+                                           f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
         if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
             # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
@@ -356,7 +356,7 @@ class IndexingMixin:
         from speck.tensor.hook import Tensor
 
         if mask.dtype != dtypes.bool:
-            raise RuntimeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
+            raise TensorTypeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
         sh = broadcast_shape(self.shape, mask.shape)
         x, m = self._broadcast_to(sh).flatten(), mask._broadcast_to(sh).flatten()
         if size is not None:
@@ -402,7 +402,7 @@ class IndexingMixin:
         from speck.tensor.hook import Tensor
 
         if not dtypes.is_int(self.dtype):
-            raise RuntimeError(f"one_hot needs an int tensor, got {self.dtype}")
+            raise TensorTypeError(f"one_hot needs an int tensor, got {self.dtype}")
         if num_classes < -1:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
@@ -413,7 +413,7 @@ class IndexingMixin:
     @staticmethod
     def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         if indexing not in ("ij", "xy"):
-            raise RuntimeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise TensorValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         ts = [t.flatten() for t in tensors]
         shape = tuple(as_int(t.shape[0]) for t in ts)
         out = []
@@ -427,5 +427,7 @@ class IndexingMixin:
 def _scalar_index(t: Tensor) -> int:
     """The value of a 0-d int tensor used as a slice bound."""
     if t.ndim != 0 or not dtypes.is_int(t.dtype):
-        raise IndexError(f"slice bounds must be ints, bound Variables or 0-d int tensors, got {t.dtype} {t.shape}")
+        raise TensorIndexError(
+            f"slice bounds must be ints, bound Variables or 0-d int tensors, got {t.dtype} {t.shape}"
+        )
     return int(t.item())

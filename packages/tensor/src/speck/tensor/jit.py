@@ -6,7 +6,10 @@ with the new inputs' buffers swapped in. The returned tensors are the captured o
 deep in list/tuple/dict arguments; they must keep the shapes, dtypes and devices of the capture, except that sizes
 given by bound Variables (in input shapes, or Variables passed as arguments) may change: one capture serves every
 value, the kernels get the new values at each replay. Non-tensor arguments are baked in (only their layout is
-checked). Calls the capture can't serve raise JitError.
+checked). Calls the capture can't serve raise JitError. `captured.free_intermediates()` gives back the memory
+of the buffers every replay computes from scratch until the next replay.
+
+Captures are per thread: a capture records the realizations of the thread running the jitted function only.
 
 Random numbers (Tensor.rand, dropout, ...) replay fresh: each draw reads the device's counter buffer as a kernel
 input and advances it in place, so the captured kernels and copies keep advancing it, and N calls draw exactly
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from weakref import ref as _ref
 
+from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Plan, reads_writes
 from speck.tensor import multi, realize
@@ -65,18 +69,68 @@ realize.register_read_check(check_read_allowed)  # Tensor reads call it (tensor.
 @dataclass(frozen=True)
 class InputSig:
     """What a replay needs unchanged of one tensor input: its shape (symbolic dims with their Variables unbound,
-    so bound values may change), dtype and device."""
+    so bound values may change), dtype and device, and its view structure: None for a whole buffer, else the view
+    chain down to the buffer (ops and arguments, Variables unbound)."""
 
     shape: tuple[Any, ...]
     dtype: Any
     device: str
+    view: tuple[Any, ...] | None = None
 
     def describe(self) -> str:
-        return f"shape {tuple(_show_dim(s) for s in self.shape)} {self.dtype} on {self.device}"
+        return f"shape {tuple(_show_dim(s) for s in self.shape)} {self.dtype} on {self.device}{_show_view(self.view)}"
 
 
 def _show_dim(s: Any) -> Any:
-    return s if isinstance(s, int) else s.arg[0] if isinstance(s, UOp) and s.op is Ops.DEFINE_VAR else s.render()
+    if isinstance(s, int):
+        return s
+    if isinstance(s, UOp) and s.op is Ops.DEFINE_VAR:
+        name, lo, hi = s.arg
+        return f"{name}[{lo}..{hi}]"
+    return s.render()
+
+
+def _show_view(view: tuple[Any, ...] | None) -> str:
+    if view is None:
+        return " (a whole buffer)"
+    *chain, (_, size, _) = view
+    ops = ", ".join(f"{op.name.lower()} {tuple(_show_dim(d) if isinstance(d, UOp) else d for d in arg)}"
+                    if isinstance(arg, tuple) else op.name.lower() for op, arg in chain)  # fmt: skip
+    return f" (a view of a {size}-element buffer: {ops})"
+
+
+def _unbound(x: Any) -> Any:
+    """x (a movement op's argument) with every bound Variable replaced by the Variable."""
+    if isinstance(x, UOp):
+        binds = [u for u in x.toposort() if u.op is Ops.BIND]
+        return x.substitute({b: b.src[0] for b in binds}) if binds else x
+    return tuple(_unbound(y) for y in x) if isinstance(x, tuple) else x
+
+
+def _is_view(t: Tensor) -> bool:
+    """t is a chain of views (movement ops, detach) over a BUFFER."""
+    u = t.uop
+    if type(u) is not UOp:
+        return False
+    while u.op is not Ops.BUFFER:
+        if u.op not in _VIEW_CHAIN or not u.src:
+            return False
+        u = u.src[0]
+    return True
+
+
+_VIEW_CHAIN = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+
+
+def _view_structure(t: Tensor) -> tuple[Any, ...]:
+    """The chain of views from t down to its BUFFER (op, argument; Variables unbound), then the buffer's size."""
+    out: list[Any] = []
+    u = t.uop
+    while u.op is not Ops.BUFFER:
+        out.append((u.op, _unbound(u.arg)))
+        u = u.src[0]
+    out.append((Ops.BUFFER, int(u.arg), u.dtype))
+    return tuple(out)
 
 
 @dataclass
@@ -122,7 +176,7 @@ def _gather(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Inputs:
     return _Inputs(named, var_vals, (len(args), tuple(sorted(kwargs)), tuple(layout)))
 
 
-def _signature(t: Tensor, var_vals: dict[str, int]) -> InputSig:
+def _signature(t: Tensor, var_vals: dict[str, int], view: tuple[Any, ...] | None = None) -> InputSig:
     """t's signature; the values of Variables bound in its shape go into var_vals."""
     shape: list[Any] = []
     for s in t.shape:
@@ -139,13 +193,16 @@ def _signature(t: Tensor, var_vals: dict[str, int]) -> InputSig:
                 )
             var_vals[var.arg[0]] = val
         shape.append(s.substitute({b: b.src[0] for b in binds}) if binds else s)
-    return InputSig(tuple(shape), t.dtype, t.device)
+    return InputSig(tuple(shape), t.dtype, t.device, view)
 
 
 def _prepare(inputs: _Inputs) -> list[InputSig]:
     """Make every input a whole realized buffer of its own (realizing lazy ones, copying views) and check it can be
     one: virtual (constant-only or weak) inputs and one buffer passed twice raise JitError. Returns the signatures."""
     tensors = [t for _, t in inputs.named]
+    # passed as views of a realized buffer (not a whole one): the view structure is part of the signature (a lazy
+    # graph, contiguous() included, counts as a buffer of its own, whatever its realization shares memory with)
+    views = [_view_structure(t) if _is_view(t) and not _is_whole_buffer(t) else None for t in tensors]
     for name, t in inputs.named:
         if t.device is None or t.dtype.is_weak:
             raise JitError(
@@ -181,7 +238,7 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
             # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer), and
             # replays would then read the slice the capture saw
             t.uop = t.clone().realize().uop
-    return [_signature(t, inputs.var_vals) for _, t in inputs.named]
+    return [_signature(t, inputs.var_vals, v) for (_, t), v in zip(inputs.named, views)]
 
 
 def _buf(t: Tensor) -> UOp:
@@ -282,6 +339,9 @@ class CapturedJit:
     var_vals: dict[str, int]  # the Variables' values the capture ran with (the recorded calls hold them)
     written: frozenset[UOp]  # BUFFERs the calls write: an input that is one of them is copied before a replay
     ret_var_vals: dict[str, int] = field(default_factory=dict)  # the values the returned tensors' shapes show
+    # BUFFERs every replay computes from scratch: memory the capture made (none when a recorded call first wrote
+    # them), first touched by a call writing them; never inputs. free_intermediates gives their memory back
+    intermediates: frozenset[UOp] = frozenset()
     plan: Plan | None = field(default=None, repr=False, compare=False)
     # the last checked replay's positional tensor arguments (their nodes), buffer mapping and Variable values: a call
     # with the very same nodes would pass every check again, so it replays with them unchecked (TinyJit.__call__);
@@ -299,15 +359,38 @@ class CapturedJit:
     # the last mapping a replay ran with and every slot's key under it (the inputs' mapped BUFFERs' included)
     _mapped: dict[UOp, UOp] | None = field(default=None, repr=False, compare=False)
     _mapped_keys: list[Any] = field(default_factory=list, repr=False, compare=False)
+    # returned tensors' storage while free_intermediates has their memory (buffer_map holds _FreedOutput meanwhile)
+    _freed: dict[UOp, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False,
-                "_mapped": None, "_mapped_keys": []}  # fmt: skip
+        return {**self.__dict__, **self._derived()}
+
+    def _derived(self) -> dict[str, Any]:
+        """The derived state (what replays rebuild) at its initial values."""
+        return {"plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False, "_mapped": None,
+                "_mapped_keys": []}  # fmt: skip
+
+    def free_intermediates(self) -> None:
+        """Give back the memory of the buffers every replay computes from scratch (intermediates and returned
+        tensors; not inputs, not state that carries over between replays such as assign targets, not what
+        prune=True computed once). The next replay allocates them again. Until then the returned tensors can't be
+        read (JitError); the capture itself is kept (no tracing or compiling again)."""
+        data = buffer_map_data
+        outs = {b for t in _returned_tensors(self.ret) for b in _tensor_buffers(t)}
+        for u in self.intermediates:
+            hb = data.get(_ref(u))
+            if type(hb) is not _HcqBuffer:  # never made (or already freed)
+                continue
+            hb.deallocate()
+            if u in outs:
+                self._freed[u] = hb
+                buffer_map[u] = _FreedOutput()
+        self.__dict__.update(self._derived())  # the plan is rebuilt (and the memory allocated) at the next replay
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
         vv = var_vals if var_vals != self.var_vals else {}
-        if realize.CAPTURE is not None and realize.recording() is not None:  # inside another TinyJit's capture
+        if realize.recording() is not None:  # inside another TinyJit's capture
             realize.run_entries([(c, tuple(mapping.get(b, b) for b in bufs)) for c, bufs in self.jit_cache], vv)
         else:
             self.run(mapping, vv)
@@ -346,6 +429,10 @@ class CapturedJit:
         _runner.run(plan, bufs, var_vals)
 
     def _build(self) -> Plan:
+        if self._freed:  # after free_intermediates: the returned tensors get their storage back (memory on use)
+            for u, hb in self._freed.items():
+                buffer_map[u] = hb
+            self._freed.clear()
         calls, uops = realize.link(self.jit_cache)
         self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
         self._uops = uops
@@ -353,6 +440,42 @@ class CapturedJit:
         self._inputs = [(slot[u], u) for u in self.input_bufs if u in slot]
         self._keys = [_ref(u) for u in uops]
         return self.plan
+
+
+class _FreedOutput:
+    """What buffer_map holds for a returned tensor's buffer after free_intermediates, until the next replay: any use
+    of it is an error (its memory is gone; reading it would show whatever reuses that memory). A pickle of the
+    capture stores no data for it (like any buffer without memory)."""
+
+    is_allocated = False
+
+    def copyout(self, dest: Any) -> Any:
+        return self.__getattr__("copyout")
+
+    def __getattr__(self, name: str) -> Any:
+        raise JitError(
+            "this tensor was returned by a TinyJit whose captured.free_intermediates() gave its memory back; call "
+            "the jitted function again (the replay computes it anew) before reading it, or keep a copy "
+            "(.clone().realize()) made before freeing"
+        )
+
+
+def _tensor_buffers(t: Tensor) -> list[UOp]:
+    """The BUFFERs holding a (realized) tensor: one, or one per shard."""
+    u = t.uop
+    got = [base_buffer(s) for s in (u.shards if isinstance(u, MultiUOp) else (u,))]
+    return [b for b in got if b is not None]
+
+
+def _intermediates(calls: list[Entry], fresh: set[UOp], input_bufs: list[UOp]) -> frozenset[UOp]:
+    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write."""
+    seen: set[UOp] = set(input_bufs)
+    out: set[UOp] = set()
+    for e in calls:
+        r, w = _reads_writes(e)
+        out |= (w - r - seen) & fresh
+        seen |= r | w
+    return frozenset(out)
 
 
 def _stored_key(u: UOp) -> Any:
@@ -454,7 +577,7 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if fast[3] and cap.plan is not None and realize.CAPTURE is None:
+                    if fast[3] and cap.plan is not None and realize.capture() is None:
                         cap.run(fast[1])
                     else:
                         cap.replay(fast[1], fast[2])
@@ -472,15 +595,16 @@ class TinyJit(Generic[R]):
         return self._capture(args, kwargs, inputs, sigs)
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
-        if realize.CAPTURE is not None:
+        if realize.capture() is not None:
             self.cnt -= 1
-            raise RuntimeError(
+            raise JitError(
                 "a TinyJit can't capture while another one captures (nested TinyJit): call the inner "
                 "function unjitted, or capture it before the outer one"
             )
         assert self.fxn is not None
         calls: list[Entry] = []
-        realize.CAPTURE = calls
+        fresh: set[UOp] = set()
+        realize.set_capture(calls, fresh)
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
@@ -488,7 +612,7 @@ class TinyJit(Generic[R]):
             self.cnt -= 1  # the next call captures again
             raise
         finally:
-            realize.CAPTURE = None
+            realize.set_capture(None)
         _finish_capture(calls)
         if not calls:
             self.cnt -= 1
@@ -509,9 +633,9 @@ class TinyJit(Generic[R]):
         if self.prune:
             calls = prune_calls(calls, input_bufs)
         written = frozenset(b for e in calls for b in _reads_writes(e)[1]) - set(input_bufs)
-        self.captured = CapturedJit(
-            ret, calls, input_bufs, [n for n, _ in inputs.named], sigs, inputs.layout, dict(inputs.var_vals), written
-        )
+        names, var_vals = [n for n, _ in inputs.named], dict(inputs.var_vals)
+        temps = _intermediates(calls, fresh, input_bufs)
+        self.captured = CapturedJit(ret, calls, input_bufs, names, sigs, inputs.layout, var_vals, written, {}, temps)
         return ret
 
     def _replay(self, inputs: _Inputs, args: tuple[Any, ...] = ()) -> R:
@@ -533,7 +657,7 @@ class TinyJit(Generic[R]):
             if sig != want:
                 raise JitError(
                     f"args mismatch: jitted function input {name} changed: captured {want.describe()}, got "
-                    f"{sig.describe()}; the capture only serves the same shapes, dtypes and devices "
+                    f"{sig.describe()}; the capture only serves the same shapes, dtypes, devices and views "
                     "(call .reset() to capture again)"
                 )
             new = _buf(t)

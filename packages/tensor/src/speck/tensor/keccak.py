@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from speck.tensor.dims import as_int
+from speck.tensor.errors import TensorValueError
 from speck.tensor.schedule import base_buffer
 from speck.uop import UOp, dtypes
 
@@ -157,15 +158,15 @@ def _rotation_buffer(device: str) -> Tensor:
 def _config(cfg: str | tuple[int, int]) -> tuple[int, int]:
     if isinstance(cfg, str):
         if cfg not in KECCAK_CONFIGS:
-            raise ValueError(f"keccak: unknown cfg {cfg!r}; expected one of {sorted(KECCAK_CONFIGS)} or a "
-                             "(rate, dsbyte) tuple")  # fmt: skip
+            raise TensorValueError(f"keccak: unknown cfg {cfg!r}; expected one of {sorted(KECCAK_CONFIGS)} or a "
+                                   "(rate, dsbyte) tuple")  # fmt: skip
         return KECCAK_CONFIGS[cfg]
     if not (isinstance(cfg, tuple) and len(cfg) == 2 and all(isinstance(v, int) for v in cfg)):
-        raise ValueError(f"keccak: cfg must be a name or a (rate, dsbyte) tuple of ints, got {cfg!r}")
+        raise TensorValueError(f"keccak: cfg must be a name or a (rate, dsbyte) tuple of ints, got {cfg!r}")
     rate, dsbyte = cfg
     if not (0 < rate < 200 and rate % 8 == 0) or not 0 < dsbyte < 256:
-        raise ValueError(f"keccak: rate must be a multiple of 8 in (0, 200) bytes and dsbyte a byte in (0, 256), got "
-                         f"rate={rate}, dsbyte={dsbyte}")  # fmt: skip
+        raise TensorValueError(f"keccak: rate must be a multiple of 8 in (0, 200) bytes and dsbyte a byte in (0, 256), "
+                               f"got rate={rate}, dsbyte={dsbyte}")  # fmt: skip
     return rate, dsbyte
 
 
@@ -176,7 +177,7 @@ def keccak(t: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
 
     rate, dsbyte = _config(cfg)
     if t.ndim == 0:
-        raise ValueError("keccak hashes over the last dim: expected at least 1 dim, got a 0-d tensor")
+        raise TensorValueError("keccak hashes over the last dim: expected at least 1 dim, got a 0-d tensor")
     if t.dtype != dtypes.uint8:  # the elements' bytes, little-endian
         t = t.bitcast(dtypes.uint8)
     lead, n = tuple(as_int(s) for s in t.shape[:-1]), as_int(t.shape[-1])

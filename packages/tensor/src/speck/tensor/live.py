@@ -31,20 +31,23 @@ def track(t: Tensor) -> None:
 
 def _sweep() -> None:
     global _sweep_at
-    _refs[:] = [r for r in _refs if r() is not None]
+    n = len(_refs)  # (in place over the entries seen: tensors another thread registers meanwhile are kept)
+    _refs[:n] = [r for r in _refs[:n] if r() is not None]
     _sweep_at = max(_MIN_SWEEP, 2 * len(_refs))
 
 
 def tensors() -> Iterator[Tensor]:
     """Every live registered tensor, oldest first (a snapshot: tensors made while iterating are not included)."""
     for r in list(_refs):
-        if (t := r()) is not None:
+        # (a tensor another thread is still constructing has no graph yet: not yielded)
+        if (t := r()) is not None and hasattr(t, "_uop"):
             yield t
 
 
 def untrack(t: Tensor) -> None:
     """Forget a tensor (it stays usable but no registry-driven behaviour reaches it; unpickled tensors use this)."""
-    _refs[:] = [r for r in _refs if r() is not None and r() is not t]
+    n = len(_refs)
+    _refs[:n] = [r for r in _refs[:n] if r() is not None and r() is not t]
 
 
 def count() -> int:

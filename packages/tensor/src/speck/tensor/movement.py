@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import argfix, as_int
-from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorNotImplementedError, TensorValueError
+from speck.tensor.errors import (
+    TensorAssertionError,
+    TensorIndexError,
+    TensorNotImplementedError,
+    TensorValueError,
+    TensorZeroDivisionError,
+)
 from speck.uop import UOp, dtypes, sint, validate_shape
 from speck.uop.helpers import prod
 
@@ -40,20 +46,22 @@ class MovementMixin:
         new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
         validate_shape(new)
         if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-            raise RuntimeError(f"reshape to {new}: only one dimension can be -1")
+            raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
         if any(isinstance(s, int) and s < -1 for s in new):
-            raise RuntimeError(f"reshape to {new}: dimensions must be >= 0 (or one -1)")
+            raise TensorValueError(f"reshape to {new}: dimensions must be >= 0 (or one -1)")
         numel = self.numel()
         if any(isinstance(s, int) and s == -1 for s in new):
             rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
             if isinstance(rest, int) and isinstance(numel, int):
                 if rest == 0:
-                    raise ZeroDivisionError(f"reshape {self.shape} to {new}: -1 can't be inferred next to a 0 dim")
+                    raise TensorZeroDivisionError(
+                        f"reshape {self.shape} to {new}: -1 can't be inferred next to a 0 dim"
+                    )
                 if numel % rest != 0:
                     raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
                 new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
             else:
-                raise RuntimeError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
+                raise TensorValueError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
         nn = prod(new)
         if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
             raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
@@ -67,7 +75,9 @@ class MovementMixin:
     def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
         o = tuple(self._resolve_dim(d) for d in argfix(order, *args))
         if sorted(o) != list(range(self.ndim)):
-            raise RuntimeError(f"permute order {o} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+            raise TensorValueError(
+                f"permute order {o} is not a permutation of the {self.ndim} dims of shape {self.shape}"
+            )
         if o == tuple(range(self.ndim)):
             return self
         return self._new(self.uop.permute(o))
@@ -158,7 +168,7 @@ class MovementMixin:
         ax = [self._resolve_dim(d) for d in argfix(axis, *args)]
         axes = set(ax)
         if len(axes) != len(ax):
-            raise RuntimeError(f"flip axes {ax} repeat a dim")
+            raise TensorValueError(f"flip axes {ax} repeat a dim")
         if not axes:
             return self
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
@@ -264,13 +274,13 @@ class MovementMixin:
         sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         if dims is None:
             if len(sh) != 1:
-                raise RuntimeError(f"roll with dims=None needs one shift, got {sh}")
+                raise TensorValueError(f"roll with dims=None needs one shift, got {sh}")
             if any(isinstance(s, int) and s == 0 for s in self.shape):
                 return self
             return self.flatten().roll(sh[0], 0).reshape(self.shape)
         ds = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(sh) != len(ds):
-            raise RuntimeError(f"roll: shifts {sh} and dims {ds} must have the same length")
+            raise TensorValueError(f"roll: shifts {sh} and dims {ds} must have the same length")
         ds = tuple(self._resolve_dim(d) for d in ds)
         if any(isinstance(s, int) and s == 0 for s in self.shape):
             return self
@@ -314,14 +324,14 @@ class MovementMixin:
         """Pad at the end of each dim up to shape (None keeps a dim) with `value`."""
         new = argfix(shape, *args)
         if len(new) != self.ndim:
-            raise RuntimeError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
+            raise TensorValueError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
         return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)), value=value)
 
     def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Keep the first `shape` elements of each dim (None keeps a dim)."""
         new = argfix(shape, *args)
         if len(new) != self.ndim:
-            raise RuntimeError(f"shrink_to {new} needs {self.ndim} dims for shape {self.shape}")
+            raise TensorValueError(f"shrink_to {new} needs {self.ndim} dims for shape {self.shape}")
         return self.shrink(tuple(None if n is None else (0, n) for n in new))
 
     def _stride_dim(self: Tensor, d: int, step: int) -> Tensor:
@@ -342,7 +352,7 @@ class MovementMixin:
             return self.reshape(1).unfold(0, size, step).reshape(-1)
         n = as_int(self.shape[d])
         if size > n or size < 0 or step <= 0:
-            raise RuntimeError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
+            raise TensorValueError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
         nw = (n - size) // step + 1
         if n == 0 or size == 0:  # degenerate: the concatenation of (empty) slices is already cheap
             wins = [self._slice_dim(d, i * step, i * step + size).unsqueeze(d) for i in range(nw)]
@@ -414,7 +424,7 @@ class MovementMixin:
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
         if a == b:
-            raise RuntimeError(f"diagonal dims must differ, got {dim1} and {dim2}")
+            raise TensorValueError(f"diagonal dims must differ, got {dim1} and {dim2}")
         rest = [i for i in range(self.ndim) if i not in (a, b)]
         t = self.permute(rest + [a, b])
         n, m = as_int(t.shape[-2]), as_int(t.shape[-1])
@@ -455,7 +465,7 @@ class MovementMixin:
 
     def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
         if self.ndim < 2:
-            raise RuntimeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+            raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
         from speck.tensor.hook import Tensor
 
         r = Tensor.arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.errors import ShardingError as ShardingError
+from speck.tensor.errors import TensorTypeError, TensorValueError
 from speck.tensor.nodes import copy_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import ConstType
 from speck.uop.helpers import prod
+from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -32,7 +34,7 @@ def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
 
     out = tuple(canonical(d) for d in devices)
     if len(set(out)) != len(out):
-        raise RuntimeError(f"devices {tuple(devices)} name the same device twice ({out}); each shard needs its own")
+        raise TensorValueError(f"devices {tuple(devices)} name the same device twice ({out}); each shard needs its own")
     return out
 
 
@@ -181,7 +183,7 @@ class MultiUOp(UOp):
         n = len(self.shards)
         before = prod(self.shape[:a])
         for k, s in enumerate(shape):
-            if prod(shape[:k]) == before and isinstance(s, int) and s % n == 0 and s >= n:
+            if _same_size(prod(shape[:k]), before) and isinstance(s, int) and s % n == 0 and s >= n:
                 piece = tuple(s // n if d == k else x for d, x in enumerate(shape))
                 return self._new(Ops.RESHAPE, (self,), shape, [u.reshape(piece) for u in self.shards], k)
         raise ShardingError(
@@ -243,7 +245,7 @@ class MultiUOp(UOp):
     # ---------------- reductions ----------------
     def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
-            raise RuntimeError(f"reduce op must be ADD, MUL or MAX, got {op}")
+            raise TensorValueError(f"reduce op must be ADD, MUL or MAX, got {op}")
         axes = tuple(sorted({a for a in axes if self.shape[a] != 1}))
         if not axes:
             return self
@@ -329,7 +331,7 @@ def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> Multi
         return u.to_devices(devices, axis)
     size, n = u.shape[axis], len(devices)
     if not isinstance(size, int) or size % n != 0:
-        raise RuntimeError(
+        raise ShardingError(
             f"multi axis uneven: axis {axis} of shape {u.shape} has size {size}, which does not split evenly over "
             f"{n} devices; pad or shrink it to a multiple of {n}, or shard another axis"
         )
@@ -382,7 +384,7 @@ def _shards_as(x: UOp, axis: int | None, devices: tuple[str, ...]) -> list[UOp]:
 def _plain_to_shards(u: UOp, axis: int | None, devices: tuple[str, ...]) -> list[UOp]:
     bufs = {str(n.src[1].arg) for n in u.toposort() if n.op is Ops.BUFFER}
     if bufs:
-        raise RuntimeError(
+        raise ShardingError(
             f"all buffers must be on the same device: a tensor on {', '.join(sorted(bufs))} can't be combined with "
             f"one sharded over {devices}; move it with .to({devices}) (replicated) or .shard({devices}, axis)"
         )
@@ -398,7 +400,7 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     from speck.tensor.hook import Tensor
 
     if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
-        raise RuntimeError(f"shard needs a tuple of devices, got {devices!r}; use .to(device) for one device")
+        raise TensorTypeError(f"shard needs a tuple of devices, got {devices!r}; use .to(device) for one device")
     if t.device is None:  # device-less: it combines with sharded tensors as it is (replicated where it meets them)
         return t
     if t.dtype.is_weak:  # sharded tensors hold storage: a literal's dtype is made concrete first
@@ -409,7 +411,7 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     if len(devs) == 1:
         return t.to(devs[0])
     if isinstance(t.uop, MultiUOp):
-        raise RuntimeError(
+        raise ShardingError(
             f"this tensor is already sharded over {t.uop.device} (axis {t.uop.axis}); re-sharding a multi-device "
             "tensor is not supported: gather it with .to(device) and shard that, or use shard_like"
         )
@@ -519,8 +521,8 @@ def assign(t: Tensor, x: Any) -> Tensor:
         from speck.uop import least_upper_dtype
 
         if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
-            raise RuntimeError(f"assign dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
-                               f"value with .cast({t.dtype}) first")  # fmt: skip
+            raise TensorTypeError(f"assign dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                                  f"value with .cast({t.dtype}) first")  # fmt: skip
         x = x._joined(t.dtype)
     if x.device is None and isinstance(tu, MultiUOp):  # device-less: built on every device, placed like t
         u = x.uop if x.shape == t.shape else x.uop.reshape((1,) * (len(t.shape) - x.ndim) + x.shape).expand(t.shape)
@@ -529,17 +531,17 @@ def assign(t: Tensor, x: Any) -> Tensor:
         if x.ndim == 0:
             x = x.expand(t.shape)
         else:
-            raise RuntimeError(f"assign: shape {x.shape} does not match the target's shape {t.shape}")
+            raise TensorValueError(f"assign: shape {x.shape} does not match the target's shape {t.shape}")
     if not isinstance(tu, MultiUOp):
-        raise RuntimeError(f"assign: a sharded value (over {x.device}) can't be assigned to a tensor on {t.device}; "
-                           "gather it with .to(device) first")  # fmt: skip
+        raise ShardingError(f"assign: a sharded value (over {x.device}) can't be assigned to a tensor on {t.device}; "
+                            "gather it with .to(device) first")  # fmt: skip
     if not isinstance(x.uop, MultiUOp):
         x = shard_like(x, t)
     xu = x.uop
     assert isinstance(xu, MultiUOp)
     if xu.axis != tu.axis or xu.device != tu.device:
-        raise RuntimeError(f"assign: the value is sharded over {xu.device} on axis {xu.axis}, the target over "
-                           f"{tu.device} on axis {tu.axis}; reshard it with .shard_like(target)")  # fmt: skip
+        raise ShardingError(f"assign: the value is sharded over {xu.device} on axis {xu.axis}, the target over "
+                            f"{tu.device} on axis {tu.axis}; reshard it with .shard_like(target)")  # fmt: skip
     if not isinstance(x.uop, MultiUOp) or not x.uop.is_realized:
         x = x.contiguous().realize()
     xu = x.uop
@@ -587,3 +589,12 @@ def _whole(t: Tensor) -> bool:
         u = u.src[0]
     bb = base_buffer(t.uop)
     return u.op is Ops.BUFFER and bb is not None and int(bb.arg) == int(prod(t.shape))
+
+
+def _same_size(a: sint, b: sint) -> bool:
+    """a and b are the same size for every value of the Variables in them (symbolic sizes: their difference folds
+    to 0)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    d = ssimplify(a - b)
+    return isinstance(d, int) and d == 0

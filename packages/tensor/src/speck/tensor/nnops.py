@@ -409,8 +409,8 @@ class NNMixin:
             yp = y * (1 - label_smoothing) + label_smoothing / c
             return _reduce(-(x.log_softmax(axis=-1) * yp).sum(axis=-1), reduction, None)
         if y.shape != x.shape[:-1]:
-            raise RuntimeError(f"cross_entropy: target shape {Y.shape} must be the input's {self.shape} without the "
-                               "class dim (indices) or equal to it (probabilities)")  # fmt: skip
+            raise TensorValueError(f"cross_entropy: target shape {Y.shape} must be the input's {self.shape} without "
+                                   "the class dim (indices) or equal to it (probabilities)")  # fmt: skip
         return x.sparse_categorical_crossentropy(y, ignore_index, label_smoothing, reduction)
 
     def _classes_last(self: Tensor) -> Tensor:
@@ -457,7 +457,7 @@ class NNMixin:
         qk = (self @ key.transpose(-2, -1)) * s
         if is_causal:
             if attn_mask is not None:
-                raise RuntimeError("pass either attn_mask or is_causal=True, not both")
+                raise TensorValueError("pass either attn_mask or is_causal=True, not both")
             lq, lk = self.shape[-2], key.shape[-2]
             attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:

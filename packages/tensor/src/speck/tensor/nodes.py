@@ -12,9 +12,16 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
-from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
+from speck.tensor.errors import (
+    TensorDTypeError,
+    TensorFileNotFoundError,
+    TensorOverflowError,
+    TensorTypeError,
+    TensorValueError,
+)
 from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
+from speck.uop.errors import UnknownDTypeError
 
 _NP_TO_DT: dict[Any, DType] = {
     np.dtype(np.bool_): dtypes.bool, np.dtype(np.int8): dtypes.int8, np.dtype(np.uint8): dtypes.uint8,
@@ -33,10 +40,15 @@ def _dt(x: DType | str | None, weak_ok: bool = False) -> DType | None:
     if x is None:
         return None
     if isinstance(x, type) and issubclass(x, np.generic):
-        x = _NP_TO_DT[np.dtype(x)]
+        x = np.dtype(x)
     if isinstance(x, np.dtype):
+        if x not in _NP_TO_DT:
+            raise TensorDTypeError(f"numpy dtype {x} has no speck equivalent; use a numeric or bool dtype")
         x = _NP_TO_DT[x]
-    d = to_dtype(x)
+    try:
+        d = to_dtype(x)
+    except UnknownDTypeError as e:
+        raise TensorDTypeError(str(e)) from None
     if d == dtypes.void or (d.is_weak and not weak_ok):
         raise TensorValueError(f"tensors with storage can't have dtype {d}; use a concrete dtype such as float32 or "
                                "int32")  # fmt: skip
@@ -103,7 +115,7 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
         elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints were read as bools)
             stack.append(x.tolist())
         elif isinstance(x, Tensor):
-            raise RuntimeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
+            raise TensorTypeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
         elif isinstance(x, (bool, int, float, np.bool_, np.number)):
             flat.append(x)
         else:  # numpy would make strings or objects of these, torch refuses them
@@ -146,5 +158,5 @@ def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
     """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
     p = path.resolve()
     if not p.is_file():
-        raise FileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
+        raise TensorFileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
     return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)

@@ -22,6 +22,7 @@ Exchange weights as safetensors (nn.state.safe_save / safe_load), which hold onl
 from __future__ import annotations
 
 import os
+import pickle
 import weakref
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,9 @@ class _BufferRecord:
         self.ref = weakref.ref(buf)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        return self.__reduce_ex__(2)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         buf = self.ref()
         assert buf is not None, "a record outlived its BUFFER while being pickled"
         device = buffer_device(buf)
@@ -58,10 +62,12 @@ class _BufferRecord:
         if storage is not None and not hasattr(type(storage), "copyout"):
             raise TensorPickleError(f"can't pickle a {buf.dtype} buffer of {buf.arg} element(s) on {device}: it is "
                                     f"{storage!r}, not device memory (an @function placeholder?)")  # fmt: skip
-        data = None
+        data: Any = None
         if storage is not None and storage.is_allocated:
-            data = np.empty(storage.nbytes, dtype=np.uint8)
-            storage.copyout(data)
+            raw = bytearray(storage.nbytes)
+            storage.copyout(raw)
+            # plain bytes (no numpy objects in the stream): out-of-band capable with protocol 5
+            data = pickle.PickleBuffer(raw) if isinstance(protocol, int) and protocol >= 5 else bytes(raw)
         return (_load_buffer, (device, buf.arg, buf.dtype, data))
 
 
@@ -75,7 +81,7 @@ def _record(buf: UOp) -> _BufferRecord:
     return rec
 
 
-def _load_buffer(device: str, size: int, dtype: Any, data: np.ndarray | None) -> UOp:
+def _load_buffer(device: str, size: int, dtype: Any, data: Any) -> UOp:
     """A new BUFFER on `device` holding `data` (allocated and filled now: no kernel)."""
     try:
         on_file = file_backed(device)
@@ -139,6 +145,13 @@ def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
     (device a tuple) pickles its values and sharding instead, and is sharded the same way again on load."""
     if isinstance(t.device, tuple):
         rest = (t.requires_grad, t.grad, t.is_param)
+        from speck.tensor.multi import MultiUOp
+
+        u = t.uop
+        if isinstance(u, MultiUOp) and u.op is Ops.NOOP and u.is_realized:
+            # realized: its per-device buffers (through records, so a JIT in the same pickle replays into them)
+            shards = tuple(_GraphRecord(s) for s in u.shards)
+            return (_load_shards, (shards, u.axis, tuple(u.device), *rest))
         return (_load_sharded, (t.numpy(), t.dtype, tuple(t.device), getattr(t.uop, "axis", None), *rest))
     return (_load_tensor, (_GraphRecord(t.uop), t.device, t.requires_grad, t.grad, t.is_param))
 
@@ -149,6 +162,17 @@ def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: 
 
     t = Tensor(data, device=devices[0], dtype=dtype).shard(devices, axis)
     t.requires_grad, t.grad, t.is_param = requires_grad, grad, is_param
+    return t
+
+
+def _load_shards(shards: tuple[UOp | _GraphRecord, ...], axis: int | None, devices: tuple[str, ...],
+                 requires_grad: bool | None, grad: Tensor | None, is_param: bool) -> Tensor:  # fmt: skip
+    from speck.tensor.hook import Tensor
+    from speck.tensor.multi import MultiUOp
+
+    plain = tuple(s.u if isinstance(s, _GraphRecord) else s for s in shards)
+    t = Tensor(MultiUOp.leaf(plain, axis, devices), requires_grad=requires_grad)
+    t.grad, t.is_param = grad, is_param
     return t
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
+from speck.tensor.errors import FetchError, TensorTypeError, TensorValueError
 from speck.tensor.settings import DISABLE_HTTP_CACHE
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ def merge_dicts(ds: Iterable[dict[T, U]]) -> dict[T, U]:
     for d in ds:
         for k, v in d.items():
             if k in out and out[k] != v:
-                raise ValueError(f"merge_dicts: key {k!r} has two values, {out[k]!r} and {v!r}")
+                raise TensorValueError(f"merge_dicts: key {k!r} has two values, {out[k]!r} and {v!r}")
             out[k] = v
     return out
 
@@ -310,7 +311,7 @@ class tqdm(Iterator[T]):
 
     def __next__(self) -> T:
         if self._it is None:
-            raise TypeError("tqdm without an iterable cannot be iterated; call update(n)")
+            raise TensorTypeError("tqdm without an iterable cannot be iterated; call update(n)")
         try:
             x = next(self._it)
         except StopIteration:
@@ -369,10 +370,10 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
     try:
         with urllib.request.urlopen(url, timeout=10) as r:
             if r.status != 200:
-                raise ConnectionError(f"fetch {url}: HTTP status {r.status}")
+                raise FetchError(f"fetch {url}: HTTP status {r.status}")
             data = r.read()
     except (urllib.error.URLError, OSError) as e:
-        raise ConnectionError(f"fetch {url} failed ({e}); check the network or put the file at {fp} yourself") from e
+        raise FetchError(f"fetch {url} failed ({e}); check the network or put the file at {fp} yourself") from e
     if gunzip:
         data = gzip.decompress(data)
     with tempfile.NamedTemporaryFile(dir=fp.parent, delete=False) as f:

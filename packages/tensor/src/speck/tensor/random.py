@@ -95,7 +95,7 @@ class RandomMixin:
         from speck.tensor.hook import Tensor
 
         if isinstance(device, (tuple, list)):
-            raise ValueError(
+            raise TensorValueError(
                 f"rand can't make a tensor over several devices {tuple(device)}; make one on a single "
                 "device and .shard() it, or use rand_like on a sharded tensor (independent shards)"
             )

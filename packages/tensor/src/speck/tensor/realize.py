@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ from speck.hcq import Device
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Exec, Host, Plan
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
+from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
@@ -75,8 +77,8 @@ def get_buffer(buf: UOp) -> Any:
 
 def check_buffer_size(n: int, dtype: Any, device: str) -> None:
     if n > (limit := int(MAX_BUFFER_SIZE.value)) > 0:
-        raise RuntimeError(f"a buffer of {n} {dtype} elements on {device} is larger than MAX_BUFFER_SIZE={limit}; "
-                           "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
+        raise TensorValueError(f"a buffer of {n} {dtype} elements on {device} is larger than MAX_BUFFER_SIZE={limit}; "
+                               "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
 register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
@@ -151,7 +153,7 @@ class Interpret:
     def __call__(self, bufs: list[Any], var_vals: Mapping[str, int]) -> None:
         grid = prod(int(sym_infer(r.src[0], dict(var_vals))) for r in self.ast.toposort() if r.op is Ops.RANGE)
         if grid > NUMPY_FALLBACK_LIMIT.value:
-            raise RuntimeError(
+            raise TensorRuntimeError(
                 f"kernel {self.name} has {grid} iterations, too many for the numpy fallback (limit "
                 f"{NUMPY_FALLBACK_LIMIT.value}); codegen could not compile it: {self.reason}"
             )
@@ -387,6 +389,7 @@ def run_entries(entries: Sequence[Entry], var_vals: Mapping[str, int] | None = N
     """Link calls over BUFFERs into a plan and run it (recorded when a TinyJit captures)."""
     if (rec := recording()) is not None:
         rec.extend(entries)
+        _note_fresh(entries)
     calls, uops = link(entries)
     _runner.run(Plan(calls, len(uops), name=f"{len(calls)} calls"), [get_buffer(u) for u in uops], var_vals)
 
@@ -424,7 +427,8 @@ def realize_graph(u: UOp, device: str) -> UOp:
     """Compute u (a single-device graph, not realized yet) on `device`; returns the view of the buffer holding it.
     A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones."""
     found = cached_plan(u, device)
-    if found is not None and (sched := found[2]) is not None and CAPTURE is None and ALLOW_DEVICE_USAGE.value:
+    sched = found[2] if found is not None else None
+    if found is not None and sched is not None and _capture_state.calls is None and ALLOW_DEVICE_USAGE.value:
         plan = sched.plan if sched.generation == _program_cache.generation else None
         if plan is not None or (plan := _runnable(sched)) is not None:
             data = buffer_map_data
@@ -448,21 +452,55 @@ def realize_graph(u: UOp, device: str) -> UOp:
 
 
 # ---------------- TinyJit captures ----------------
-# TinyJit sets this to a list while it captures: every call `execute` runs is recorded as an Entry (a runner call and
-# its BUFFERs), Tensor.assign records its buffer swaps as copies, host work on buffers (speck.tensor.distributed's
-# MPI collectives) as Host calls
-CAPTURE: list[Entry] | None = None
+# TinyJit sets a list while it captures: every call `execute` runs is recorded as an Entry (a runner call and its
+# BUFFERs), Tensor.assign records its buffer swaps as copies, host work on buffers (speck.tensor.distributed's MPI
+# collectives) as Host calls. Per thread: a capture records the realizations of the thread that runs the jitted
+# function only (another thread's realizations run, unrecorded, while it captures)
+class _CaptureState(threading.local):
+    calls: list[Entry] | None = None
+    # BUFFERs that had no memory when a recorded call first wrote them: their contents are made by the capture
+    # (TinyJit's free_intermediates may give their memory back between replays)
+    fresh: set[UOp] | None = None
+
+
+_capture_state = _CaptureState()
+
+
+def capture() -> list[Entry] | None:
+    """The list this thread's TinyJit capture records into (None when this thread captures nothing)."""
+    return _capture_state.calls
+
+
+def set_capture(calls: list[Entry] | None, fresh: set[UOp] | None = None) -> None:
+    """Start (a list, and the set to note fresh outputs in) or end (None) this thread's capture (TinyJit only)."""
+    _capture_state.calls, _capture_state.fresh = calls, fresh
+
+
+def _note_fresh(entries: Sequence[Entry]) -> None:
+    """Note the BUFFERs these recorded calls write that hold no memory yet (before they run)."""
+    fresh = _capture_state.fresh
+    if fresh is None:
+        return
+    data = buffer_map_data
+    for call, bufs in entries:
+        for i in _runner.reads_writes(call)[1]:
+            hb = data.get(_ref(bufs[i]))
+            if hb is None or (type(hb) is _HcqBuffer and not hb.is_allocated):
+                fresh.add(bufs[i])
 
 
 def recording() -> list[Entry] | None:
-    """The list a TinyJit capture records calls into, or None when nothing records (no capture, or CAPTURING=0)."""
-    return CAPTURE if CAPTURE is not None and CAPTURING.value else None
+    """The list this thread's TinyJit capture records calls into, or None when nothing records (no capture in this
+    thread, or CAPTURING=0)."""
+    calls = _capture_state.calls
+    return calls if calls is not None and CAPTURING.value else None
 
 
 def record(call: Any, bufs: Sequence[UOp]) -> None:
     """Record a call made outside `execute` (a buffer swap, host work) for TinyJit replays, if a capture records."""
     if (rec := recording()) is not None:
         rec.append((call, tuple(bufs)))
+        _note_fresh(rec[-1:])
 
 
 def _reads_unchecked(what: str) -> None:

@@ -73,7 +73,7 @@ class ReduceMixin:
         ax = (axis,) if isinstance(axis, int) else tuple(axis)
         out = tuple(self._resolve_dim(a) for a in ax)
         if len(set(out)) != len(out):
-            raise RuntimeError(f"axis {axis} repeats a dim")
+            raise TensorValueError(f"axis {axis} repeats a dim")
         return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
 
     def _concrete(self: Tensor) -> Tensor:
@@ -390,10 +390,10 @@ class ReduceMixin:
 
         x = self
         if x.ndim == 0 or w.ndim == 0:
-            raise RuntimeError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
+            raise TensorValueError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
         k1, k2 = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k1 != k2:
-            raise RuntimeError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
+            raise TensorValueError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
         dt = dtypes.as_concrete(least_upper_dtype(x.dtype, w.dtype))  # (int64 with uint64: weak float)
         x, w = x._joined(dt), w._joined(dt)
         xv, wv = x.ndim == 1, w.ndim == 1
@@ -472,7 +472,7 @@ class ReduceMixin:
         subs: list[str] = []
         for s_, t in zip(ins, operands):
             if len(s_) != t.ndim:
-                raise RuntimeError(f"einsum {formula!r}: operand {s_!r} has {len(s_)} letters for shape {t.shape}")
+                raise TensorValueError(f"einsum {formula!r}: operand {s_!r} has {len(s_)} letters for shape {t.shape}")
             while len(set(s_)) != len(s_):  # a repeated letter: keep only the diagonal of those two dims
                 c = next(c for c in s_ if s_.count(c) > 1)
                 p = s_.index(c)
@@ -485,11 +485,11 @@ class ReduceMixin:
         for s_, t in zip(subs, ts):
             for c, n in zip(s_, t.shape):
                 if c in sizes and sizes[c] != n and n != 1 and sizes[c] != 1:
-                    raise RuntimeError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
+                    raise TensorValueError(f"einsum {formula!r}: letter {c!r} has sizes {sizes[c]} and {n}")
                 sizes[c] = n if c not in sizes or sizes[c] == 1 else sizes[c]
         for c in out:
             if c not in sizes:
-                raise RuntimeError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
+                raise TensorValueError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
         full = list(out) + sorted(c for c in sizes if c not in out)
         dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))
         prodt: Tensor | None = None

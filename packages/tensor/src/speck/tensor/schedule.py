@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speck.tensor.errors import KernelCountException as KernelCountException
+from speck.tensor.errors import TensorRuntimeError
 from speck.tensor.metadata import node_metadata_data
 from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
@@ -34,7 +35,7 @@ def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UO
     """The dict a WeakKeyDictionary keeps its entries in, keyed by weak references (CPython's `.data`)."""
     data = getattr(d, "data", None)
     if not isinstance(data, dict):
-        raise RuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
+        raise TensorRuntimeError("speck.tensor needs CPython's WeakKeyDictionary (its entries in a .data dict)")
     return data
 
 
@@ -67,8 +68,8 @@ def register_schedule_rule(op: Ops, rule: Callable[[Scheduler, UOp], UOp]) -> No
 
 def _schedule_rule(op: Ops) -> Callable[[Scheduler, UOp], UOp]:
     if (rule := _SCHEDULE_RULES.get(op)) is None:
-        raise RuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when imported "
-                           "(import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
+        raise TensorRuntimeError(f"no schedule rule for {op}: the module that makes such nodes registers one when "
+                                 "imported (import speck.tensor.custom_kernel for AFTER)")  # fmt: skip
     return rule
 
 
@@ -357,7 +358,7 @@ class _Kernel:
             return val.reduce(*rngs, op=rop)
         if op in _MOVEMENT:
             return self._movement(u, idx, valid, bcast, in_reduce)
-        raise RuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
+        raise TensorRuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
 
     def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
         op, src = u.op, u.src[0]
@@ -477,6 +478,12 @@ class Scheduler:
                 for s in x.src:
                     self._uses[s] = self._uses.get(s, 0) + 1
 
+    def only_consumer(self, consumer: UOp, u: UOp) -> None:
+        """`consumer` (about to be realized) is the one kernel reading u, whatever else lists u as a source (a
+        custom node's views of it): u is fused into it like a value with one consumer."""
+        self.count_uses(consumer)
+        self._uses[u] = 1
+
     def shared_reduce(self, u: UOp) -> bool:
         """u has more than one consumer and computing it (fused) runs a reduction that isn't realized yet."""
         if self._uses.get(u, 0) < 2 or u.op not in _ELEMENTWISE and u.op not in _MOVEMENT and u.op is not \
@@ -577,7 +584,9 @@ class Scheduler:
         if u.op is Ops.AFTER:  # an argument after a custom kernel ran on it: the kernel gets a schedule item
             if u.src[1].op is not Ops.KERNEL:  # `x.after(*deps)`: x's value, once the dependencies are computed
                 for dep in u.src[1:]:
-                    if dep.has_shape:
+                    if dep.op is Ops.STORE and dep.src[0].has_shape:  # `x.after(x.store(v))`: write v into x first
+                        self._store(dep)
+                    elif dep.has_shape:
                         self.realize(dep)
                 v = self.done[u] = self.realize(u.src[0])
             else:
@@ -632,6 +641,21 @@ class Scheduler:
         self.write(out, value, pos=pos, reduce=u.arg, op_meta=node_metadata_data.get(weakref.ref(u)))
         self.done[u] = view
         return view
+
+    def _store(self, st: UOp) -> None:
+        """A tensor-level STORE(target, value): value written through the view `target` of a realized buffer."""
+        target, value = st.src[0], st.src[1]
+        while target.op is Ops.AFTER:
+            target = target.src[0]
+        buf = base_buffer(target)
+        if buf is None:
+            raise RuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
+                               "computation; realize it first")  # fmt: skip
+        if value.shape != target.shape or value.dtype != target.dtype:
+            raise RuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target {target.shape} "
+                               f"{target.dtype}; broadcast and cast it first")  # fmt: skip
+        self.write(buf, value, target=target)
+        realized_cache.clear()  # values computed from buf's old contents are stale
 
     def write(self, buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
               reduce: str | None = None, op_meta: Metadata | None = None) -> None:  # fmt: skip

@@ -27,7 +27,7 @@ from speck.tensor.device import canonical, default_device, file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
-from speck.tensor.errors import TensorAssertionError
+from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.indexing import IndexingMixin
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
@@ -139,13 +139,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         elif isinstance(data, np.ndarray):
             arr = np.asarray(data)
             if arr.dtype not in _NP_TO_DT:
-                raise RuntimeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+                raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
             dt = dt or _NP_TO_DT[arr.dtype]
         elif isinstance(data, (list, tuple)):
             arr, inferred = _from_nested(data)
             dt = dt or inferred
         else:
-            raise RuntimeError(
+            raise TensorTypeError(
                 f"can't make a Tensor from {type(data).__name__}; expected a Python scalar, list, tuple, bytes, "
                 "numpy array, UOp or Tensor"
             )
@@ -182,8 +182,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         if self._device is None or self.dtype.is_weak or isinstance(self.uop, MultiUOp):
             what = "device-less" if self._device is None else "sharded" if isinstance(self.uop, MultiUOp) else "weak"
-            raise RuntimeError(f"as_param needs a tensor with storage on one device; this one is {what} "
-                               f"({self.dtype} on {self.device}): clone() it onto a device first")  # fmt: skip
+            raise TensorValueError(f"as_param needs a tensor with storage on one device; this one is {what} "
+                                   f"({self.dtype} on {self.device}): clone() it onto a device first")  # fmt: skip
         size = as_int(prod(max_dim(s) for s in self.shape))
         buf = new_buffer_uop(self._device, size, self.dtype)
         what = f"parameter {slot} (shape {self.shape}, {self.dtype})"
@@ -277,8 +277,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def element_size(self) -> int:
         if self.dtype.is_weak:
-            raise RuntimeError(f"a {self.dtype} tensor has no element size (a Python literal's dtype has no storage "
-                               "width); cast it to a concrete dtype first")  # fmt: skip
+            raise TensorTypeError(f"a {self.dtype} tensor has no element size (a Python literal's dtype has no storage "
+                                  "width); cast it to a concrete dtype first")  # fmt: skip
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
@@ -298,7 +298,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise TensorTypeError("len() of a 0-d tensor")
         return as_int(self.shape[0])
 
     def __repr__(self) -> str:
@@ -309,14 +309,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return id(self)
 
     def __bool__(self) -> bool:
-        raise TypeError("the truth value of a Tensor is ambiguous (it would need a device read); use .item(), or "
-                        ".any()/.all() then .item()")  # fmt: skip
+        raise TensorTypeError("the truth value of a Tensor is ambiguous (it would need a device read); use .item(), or "
+                              ".any()/.all() then .item()")  # fmt: skip
 
     def __iter__(self) -> Iterator[Tensor]:
         return (self[i] for i in range(len(self))) if self.ndim else iter(())
 
     def __delitem__(self, idx: Any) -> None:
-        raise TypeError("Tensor doesn't support item deletion; build a new tensor (e.g. cat the parts to keep)")
+        raise TensorTypeError("Tensor doesn't support item deletion; build a new tensor (e.g. cat the parts to keep)")
 
     def _new(self, u: UOp, device: str | None = None) -> Tensor:
         t = Tensor.__new__(Tensor)
@@ -403,7 +403,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         as what that realize computes: a state update (BatchNorm's running statistics) costs no pass of its own
         over the graph it reads. A second deferred update of the same tensor applies the first one now."""
         if x.shape != self.shape:
-            raise RuntimeError(f"assign_deferred: shape {x.shape} does not match the target's shape {self.shape}")
+            raise TensorValueError(f"assign_deferred: shape {x.shape} does not match the target's shape {self.shape}")
         if id(self) in _DEFERRED:
             Tensor._realize_with_deferred(())
         _DEFERRED[id(self)] = (self, x)
@@ -472,8 +472,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if dev == self.device:
             return self
         if self.dtype.is_weak:
-            raise RuntimeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
-                               "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
+            raise TensorTypeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
+                                  "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
         from speck.tensor.disk import HOST, host_graph, is_view, needs_host
 
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
@@ -509,7 +509,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
-        if _realize.CAPTURE is not None:  # reading inside a TinyJit capture: a replay would not read again
+        if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
@@ -586,8 +586,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         dt = _dt(dtype, weak_ok=True)
         assert dt is not None
         if dt.is_weak or self.dtype.is_weak:
-            raise RuntimeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to a "
-                               "concrete dtype first")  # fmt: skip
+            raise TensorTypeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to "
+                                  "a concrete dtype first")  # fmt: skip
         if dt == self.dtype:
             return self
         on_disk = file_backed(self.device)
@@ -602,8 +602,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         (int32[2] -> uint8[8]); built from shifts on unsigned words so it stays lazy and fuses."""
         src, isz = self.dtype.itemsize, dt.itemsize
         if not self.ndim or (src < isz and as_int(self.shape[-1]) * src % isz):
-            raise RuntimeError(f"bitcast {self.dtype} {self.shape} -> {dt}: the last dim's {src}-byte items don't "
-                               f"split into whole {isz}-byte ones")  # fmt: skip
+            raise TensorValueError(f"bitcast {self.dtype} {self.shape} -> {dt}: the last dim's {src}-byte items don't "
+                                   f"split into whole {isz}-byte ones")  # fmt: skip
         u_src, u_dst = _UINT_OF_SIZE[src], _UINT_OF_SIZE[isz]
         x = self.bitcast(u_src) if self.dtype != u_src else self
         if src > isz:  # split each word into src // isz smaller ones, lowest bytes first
@@ -616,7 +616,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             shifts = Tensor([8 * src * k for k in range(r)], dtype=u_dst, device=self.device)
             words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
             out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
-        return out if dt == u_dst else out.bitcast(dt)
+        out = out if dt == u_dst else out.bitcast(dt)
+        from speck.tensor.writes import RESIZED_BITCASTS
+
+        RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
+        return out
 
     def _disk_bitcast(self, dt: DType) -> Tensor:
         """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data
@@ -625,13 +629,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
         bb, off = base_buffer(self.uop), view_offset(self.uop)
         if bb is None or off is None or not self.ndim:
-            raise RuntimeError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
-                               f"{self.shape}; slice contiguous rows (or move it to a device) first")  # fmt: skip
+            raise TensorValueError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
+                                   f"{self.shape}; slice contiguous rows (or move it to a device) first")  # fmt: skip
         src, last = self.dtype.itemsize, as_int(self.shape[-1])
         nbytes, byte_off = as_int(self.numel()) * src, off * src
         if (last * src) % dt.itemsize:
-            raise RuntimeError(f"bitcast {self.dtype} {self.shape} -> {dt} on {self.device}: the last dim's "
-                               f"{last * src} bytes don't split into whole {dt.itemsize}-byte items")  # fmt: skip
+            raise TensorValueError(f"bitcast {self.dtype} {self.shape} -> {dt} on {self.device}: the last dim's "
+                                   f"{last * src} bytes don't split into whole {dt.itemsize}-byte items")  # fmt: skip
         view = new_buffer_uop(self.device, nbytes // dt.itemsize, dt)
         buffer_views[view] = (bb, byte_off)
         return self._new(view).reshape(*self.shape[:-1], last * src // dt.itemsize)
@@ -740,7 +744,7 @@ def _init_scalar(t: Tensor, data: Any, dtype: DTypeLike | None, requires_grad: b
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
         if arr.dtype not in _NP_TO_DT:
-            raise RuntimeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+            raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
         data, dtype = arr.item(), dtype or _NP_TO_DT[arr.dtype]
     dt = _dt(dtype, weak_ok=True) or dtypes.from_py(0.0 if data is None else data)
     t.requires_grad, t.grad, t.is_param = requires_grad, None, True

@@ -18,12 +18,14 @@ when a live graph still reads them. DISK buffers are written immediately."""
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.device import file_backed
+from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
 from speck.tensor.schedule import (
     _MOVEMENT,
@@ -56,6 +58,7 @@ class Write:
     target: UOp | None = None
     pos: UOp | None = None
     reduce: str | None = None
+    ran: bool = False  # run (no longer pending in its thread)
 
 
 def live() -> list[Tensor]:
@@ -64,13 +67,61 @@ def live() -> list[Tensor]:
     return list(tensors())
 
 
-_pending: list[Write] = []  # recorded, not run yet, in program order
-_log: list[Write] = []  # writes that a live tensor built before them may still be rebound for, by epoch
+class _ThreadWrites(threading.local):
+    """What one thread has recorded and not run yet. Per thread: a realize runs its own thread's writes (program
+    order is a thread's order), so another thread's writes never run - or get recorded - inside this thread's
+    TinyJit capture."""
+
+    def __init__(self) -> None:
+        self.pending: list[Write] = []  # recorded, not run yet, in program order
+        # in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
+        self.deferred: dict[int, tuple[Tensor, Tensor]] = {}
+        # TinyJit captures: (the capture, position in it, snapshot, buffer) of each snapshot filled by handing it the
+        # buffer's old memory, which a replay would not do again
+        self.capture_snaps: list[tuple[list[Any], int, UOp, UOp]] = []
+
+
+_thread = _ThreadWrites()
+_log: list[Write] = []  # writes that a live tensor built before them may still be rebound for, by epoch (all threads)
+_epoch_lock = threading.Lock()  # (write epochs are unique across threads)
 # graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
 _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
 _EMPTY: frozenset[UOp] = frozenset()
-# in-place updates waiting for the next realize (Tensor.assign_deferred): id(target) -> (target, new value)
-_DEFERRED: dict[int, tuple[Tensor, Tensor]] = {}
+
+
+class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
+    """The running thread's deferred updates (a dict per thread, read through this one object)."""
+
+    def __getitem__(self, k: int) -> tuple[Tensor, Tensor]:
+        return _thread.deferred[k]
+
+    def __setitem__(self, k: int, v: tuple[Tensor, Tensor]) -> None:
+        _thread.deferred[k] = v
+
+    def __delitem__(self, k: int) -> None:
+        del _thread.deferred[k]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(_thread.deferred)
+
+    def __len__(self) -> int:
+        return len(_thread.deferred)
+
+    def __bool__(self) -> bool:
+        return bool(_thread.deferred)
+
+    def __contains__(self, k: object) -> bool:
+        return k in _thread.deferred
+
+    def clear(self) -> None:
+        _thread.deferred.clear()
+
+
+# in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
+_DEFERRED = _ThreadDeferred()
+# the graph of a bitcast to another item size (a computation over its source's bits) -> the source it reads, so an
+# assign through it writes the source (x.bitcast(int64).assign(v) on a uint8 buffer stores v's bytes)
+RESIZED_BITCASTS: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 # ---------------- graph queries ----------------
@@ -147,17 +198,19 @@ def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = No
     """Queue a write to buf (see Write). Graphs built before it now read the old value (through refresh)."""
     from speck.tensor.hook import Tensor
 
-    Tensor._write_epoch += 1
+    with _epoch_lock:
+        Tensor._write_epoch += 1
+        epoch = Tensor._write_epoch
     snap = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
-    w = Write(Tensor._write_epoch, buf, snap, value, target, pos, reduce)
+    w = Write(epoch, buf, snap, value, target, pos, reduce)
     _log.append(w)
-    _pending.append(w)
+    _thread.pending.append(w)
     if file_backed(buffer_device(buf)):
         flush()
 
 
 def pending() -> bool:
-    return bool(_pending)
+    return bool(_thread.pending)
 
 
 def flush(targets: Sequence[Tensor] = ()) -> None:
@@ -167,6 +220,7 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
     from speck.tensor.hook import Tensor
 
     early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
+    _pending = _thread.pending
     while _pending:
         w = _pending[0]
         due = [t for t in early if t._ver < w.epoch and _reads_write(t._uop, w)]
@@ -178,6 +232,7 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
             done = {id(t) for t in due}
             early = [t for t in early if id(t) not in done]
         _pending.pop(0)
+        w.ran = True
         _run(w)
     _collect()
 
@@ -187,20 +242,16 @@ def _reads_write(u: UOp, w: Write) -> bool:
     return w.buf in reads or w.snap in reads
 
 
-# TinyJit captures: (position in the capture, snapshot, buffer) of each snapshot filled by handing it the buffer's
-# old memory, which a replay would not do again
-_capture_snaps: list[tuple[list[Any], int, UOp, UOp]] = []
-
-
 def finish_capture(calls: list[tuple[Any, tuple[UOp, ...]]]) -> None:
     """Make a capture replay the snapshots it reads: a snapshot that a captured call reads gets a captured copy
     from its buffer at the point of its write (one that nothing reads needs none)."""
     from speck.tensor.realize import copy_entry
 
-    for capture, at, snap, buf in reversed(_capture_snaps):
+    snaps = _thread.capture_snaps
+    for capture, at, snap, buf in reversed(snaps):
         if capture is calls and any(snap in bufs for _, bufs in calls[at:]):
             calls.insert(at, copy_entry(snap, buf))
-    _capture_snaps.clear()
+    snaps.clear()
 
 
 def _snapshot_needed(w: Write) -> bool:
@@ -214,7 +265,8 @@ def _snapshot_needed(w: Write) -> bool:
         reads = buffers_read(u)
         if snap in reads or (t._ver < w.epoch and w.buf in reads):
             return True
-    return any(snap in buffers_read(p.value) or (p.pos is not None and snap in buffers_read(p.pos)) for p in _pending)
+    return any(snap in buffers_read(p.value) or (p.pos is not None and snap in buffers_read(p.pos))
+               for p in _thread.pending)  # fmt: skip
 
 
 def _collect() -> None:
@@ -234,7 +286,9 @@ def _collect() -> None:
             oldest = min(oldest, t._ver)
         else:
             t._ver = epoch
-    _log[:] = [w for w in _log if w.epoch > oldest or w in _pending]
+    # (in place over the entries seen, so entries another thread appends meanwhile are kept)
+    n = len(_log)
+    _log[:n] = [w for w in _log[:n] if w.epoch > oldest or not w.ran]
 
 
 # ---------------- running a write ----------------
@@ -271,6 +325,8 @@ def _run(w: Write) -> None:
                 new = view if view.op is Ops.BUFFER else view.src[0]
             realize.execute(sched.items)
             assert new.op is Ops.BUFFER and int(new.arg) == int(buf.arg)
+            if _take_memory(buf, new, w if keep_old else None):
+                return
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
             buffer_map[buf] = realize.get_buffer(new)
@@ -304,11 +360,34 @@ def _unshare(buf: UOp) -> None:
     realize.execute([ScheduleItem(None, (buf, held))])
 
 
+def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
+    """buf takes the memory its new value was computed into, keeping its device Buffer object (what
+    `t.uop.base.realized` returns stays the same after `t.assign(...)`, as tinygrad's users check); the value's
+    BUFFER then names that object too, and the old memory goes to the snapshot (if one is needed) or is freed.
+    Not while a TinyJit captures (its replay re-creates the hand-over with a copy) or when the memory can't move."""
+    from speck.tensor import realize
+
+    old = buffer_map.get(buf)
+    if old is None or realize.recording() is not None:
+        return False
+    fresh = realize.get_buffer(new)
+    if fresh is old or old.base is not old or fresh.base is not fresh or not old.is_allocated:
+        return False
+    if (old.dev, old.nbytes, old.options) != (fresh.dev, fresh.nbytes, fresh.options):
+        return False
+    old.exchange_memory(fresh)  # fresh now holds buf's old contents
+    if snap_for is not None:
+        buffer_map[snap_for.snap] = fresh
+    buffer_map[new] = old
+    realized_cache.clear()
+    return True
+
+
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
     """The buffer's old memory becomes the snapshot's (no copy)."""
     buffer_map[w.snap] = buffer_map[w.buf]
     if capture is not None:
-        _capture_snaps.append((capture, len(capture), w.snap, w.buf))
+        _thread.capture_snaps.append((capture, len(capture), w.snap, w.buf))
 
 
 _clone_ids = iter(range(1 << 62))
@@ -447,16 +526,16 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
         # anything else is a mismatch (weakfloat -> int8 would drop the fraction)
         if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
-            raise RuntimeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
-                               f"value with .cast({t.dtype}) first")  # fmt: skip
+            raise TensorTypeError(f"{what} dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
+                                  f"value with .cast({t.dtype}) first")  # fmt: skip
         x = x._joined(t.dtype)
     if x.device is None:
         x = x._on_device_of(t)
     elif x.device != t.device and (_storage_only(t.device) or _storage_only(x.device)):
         x = x.to(t.device)  # to or from storage (a file, USB memory): a copy, the bytes written or read
     elif x.device != t.device:
-        raise RuntimeError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move the "
-                           f"value with .to({t.device!r}) first")  # fmt: skip
+        raise TensorValueError(f"{what} device mismatch: the target is on {t.device}, the value on {x.device}; move "
+                               f"the value with .to({t.device!r}) first")  # fmt: skip
     out: Tensor = x
     return out
 
@@ -485,8 +564,8 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
     assert buf is not None
     if has_broadcast(u):
         if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
-            raise RuntimeError(f"{what} through a broadcast (expanded) view: several of its elements are one "
-                               "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
+            raise TensorValueError(f"{what} through a broadcast (expanded) view: several of its elements are one "
+                                   "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
         from speck.tensor.hook import Tensor
 
         t.uop = Tensor(_clone(u), device=t.device).realize().uop
@@ -517,6 +596,11 @@ def _give_storage(t: Tensor) -> None:
 def assign(t: Tensor, x: Any) -> Tensor:
     """Tensor.assign (see its docstring and the module docstring)."""
     if id(x) == id(t):  # self-assign: nothing changes
+        return t
+    if (src := RESIZED_BITCASTS.get(t.uop)) is not None:  # through a bitcast to another item size: into its source
+        source = t._new(src)
+        assign(source, _broadcast(_value(t, x, "assign"), t.shape, "assign").bitcast(src.dtype))
+        t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
@@ -606,16 +690,17 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     from speck.tensor.hook import Tensor
 
     if t.dtype.is_weak:
-        raise RuntimeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
+        raise TensorTypeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
     if isinstance(t.device, tuple):
-        raise RuntimeError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with .to(device), "
-                           "write there and shard again (or build the new value and assign it)")  # fmt: skip
+        raise ShardingError(f"setitem on a tensor sharded over {t.device} is not supported; gather it with "
+                            ".to(device), write there and shard again (or build the new value and assign "
+                            "it)")  # fmt: skip
     _give_storage(t)
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
     if file_backed(t.device) and _advanced(idx):
-        raise RuntimeError(
+        raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
             "through views: slices, ints, reshapes); move it to a device, write there and assign back"
         )

@@ -10,6 +10,7 @@ import math
 import struct
 from typing import Any, Final, Literal, NamedTuple
 
+from speck.uop.errors import ImmutableError, SettingError, UOpTypeError, UOpValueError
 from speck.uop.errors import UnknownDTypeError as UnknownDTypeError
 from speck.uop.helpers import ContextVar
 from speck.uop.settings import declare
@@ -50,7 +51,7 @@ class DType:
             object.__setattr__(self, k, v)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("DType is immutable")
+        raise ImmutableError("DType is immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._scalar is not None:
@@ -90,11 +91,11 @@ class DType:
     def vec(self, count: int) -> DType:
         """The vector type of `count` elements of this scalar type (count 1 is the scalar itself)."""
         if self.count != 1:
-            raise RuntimeError(f"can't vectorize {self}: it is already a vector")
+            raise UOpValueError(f"can't vectorize {self}: it is already a vector")
         if count == 1:
             return self
         if self.name == "void":
-            raise RuntimeError(f"can't vectorize {self}: void has no values")
+            raise UOpValueError(f"can't vectorize {self}: void has no values")
         return _vec_cache(self, count)
 
     def scalar(self) -> DType:
@@ -148,7 +149,7 @@ class PtrDType(DType):
 
     def vec(self, count: int) -> DType:
         if self.v != 1:
-            raise RuntimeError(f"can't vectorize {self}: it is already a vector of pointers")
+            raise UOpValueError(f"can't vectorize {self}: it is already a vector of pointers")
         return self if count == 1 else _ptr_cache(self.base, self.addrspace, count, self.size)
 
     def scalar(self) -> PtrDType:
@@ -212,7 +213,7 @@ def _default_setting(cv: ContextVar, kind: str) -> DType:
     v = cv.value
     dt = v if isinstance(v, DType) else to_dtype(str(v).lower())
     if (kind == "float") != dtypes.is_float(dt) or dt.is_weak or dt == dtypes.bool:
-        raise ValueError(f"{cv.key}={v!r} is not a concrete {kind} dtype; use e.g. {cv.default}")
+        raise SettingError(f"{cv.key}={v!r} is not a concrete {kind} dtype; use e.g. {cv.default}")
     return dt
 
 
@@ -312,7 +313,7 @@ class dtypes(metaclass=_DtypesMeta):
             return dtypes.weakint
         if isinstance(x, (list, tuple)):
             return dtypes.as_concrete(max((dtypes.from_py(e) for e in x), default=dtypes.weakfloat))
-        raise RuntimeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
+        raise UOpTypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
 
     @staticmethod
     def as_const(val: Any, dtype: DType) -> Any:
@@ -356,7 +357,7 @@ class dtypes(metaclass=_DtypesMeta):
             **{d: (f.ebits, f.mbits) for d, f in FP8_FORMATS.items()},
         }
         if dt.scalar() not in table:
-            raise ValueError(f"finfo needs a concrete float dtype, got {dt}")
+            raise UOpValueError(f"finfo needs a concrete float dtype, got {dt}")
         return table[dt.scalar()]
 
     @staticmethod
@@ -466,7 +467,7 @@ def least_upper_dtype(*ds: DType) -> DType:
     if len(ds) == 2:  # every binary op joins its operands' dtypes: answered from a table after the first time
         return _join2(ds[0].scalar(), ds[1].scalar())
     if not ds:
-        raise RuntimeError("least_upper_dtype needs at least one dtype")
+        raise UOpValueError("least_upper_dtype needs at least one dtype")
     return _join(frozenset(d.scalar() for d in ds))
 
 
@@ -734,7 +735,7 @@ def bitcast(v: ConstType, from_dt: DType, to_dt: DType) -> ConstType:
     """Reinterpret the bits of v (of from_dt) as to_dt. The source value is truncated to its own dtype first:
     int32 3000000000 -> uint32 3000000000; int16 70000 -> uint16 4464; uint32 -5 -> int32 -5."""
     if from_dt.scalar().itemsize != to_dt.scalar().itemsize or from_dt.is_weak or to_dt.is_weak:
-        raise RuntimeError(f"bitcast needs concrete dtypes of equal size, got {from_dt} -> {to_dt}")
+        raise UOpValueError(f"bitcast needs concrete dtypes of equal size, got {from_dt} -> {to_dt}")
     return from_bits(to_bits(v, from_dt), to_dt)
 
 

@@ -1,5 +1,6 @@
-"""Exceptions speck.uop defines, under one base class. Most bad input to the IR raises the builtin class users
-expect (RuntimeError for a malformed graph); the classes here are for errors a caller tells apart."""
+"""Every exception speck.uop raises on purpose, under one base class: `except UOpError` catches them all. Each also
+derives from the builtin class users expect (ValueError for a bad value, IndexError for a bad index...) and, where
+speck raised a RuntimeError before, from RuntimeError too, so code catching either keeps working."""
 
 from __future__ import annotations
 
@@ -11,3 +12,46 @@ class UOpError(Exception):
 class UnknownDTypeError(AttributeError, RuntimeError, UOpError):
     """An unknown dtype name: an AttributeError like a missing `dtypes.<name>` (tinygrad's lookup), and a
     RuntimeError like speck's other bad-argument errors."""
+
+
+class UOpValueError(ValueError, RuntimeError, UOpError):
+    """A bad value for an argument of the IR's builders (a variable's bounds, a reduce op, a shape, a dtype that
+    can't be vectorized): a ValueError, and a RuntimeError like speck's earlier errors."""
+
+
+class UOpTypeError(TypeError, RuntimeError, UOpError):
+    """An argument of the wrong kind (a UOp where a Python value belongs, a float literal for an int dtype)."""
+
+
+class UOpIndexError(IndexError, RuntimeError, UOpError):
+    """A buffer view indexed with the wrong number, kind or range of indices."""
+
+
+class ImmutableError(AttributeError, UOpError):
+    """An attribute set on an immutable object (a UOp, a DType): build a new one instead (an AttributeError, like a
+    frozen dataclass's)."""
+
+
+class SpecError(RuntimeError, UOpError):
+    """A graph that breaks the UOp spec (type_verify); the message names the node and the rule."""
+
+
+class UOpStateError(RuntimeError, UOpError):
+    """An operation the IR can't do in its current state: a registry not filled yet (speck.uop only partly
+    imported), a node that is not realized, a pickle naming something that is no longer a PatternMatcher."""
+
+
+class SettingError(ValueError, RuntimeError, UOpError):
+    """A setting declared twice or given a value it can't take (an environment variable of the wrong type, a DEV
+    target that doesn't parse); the message names the setting and what it accepts."""
+
+
+class UnknownSettingError(KeyError, SettingError):
+    """A setting name that is not declared; the message lists the declared ones."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SettingAttributeError(AttributeError, SettingError):
+    """A list setting naming something its namespace doesn't have (`EMULATED_DTYPES=long,nope`)."""

@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from speck.uop.errors import SettingAttributeError, SettingError, UnknownSettingError
+
 T = TypeVar("T")
 
 
@@ -31,12 +33,12 @@ class ContextVar:
 
     def __init__(self, key: str, default: Any) -> None:
         if key in ContextVar._registry:
-            raise RuntimeError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
+            raise SettingError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
         raw = os.environ.get(key)
         try:
             value = default if raw is None else type(default)(raw)
         except ValueError:
-            raise ValueError(f"environment variable {key}={raw!r} is not a {type(default).__name__}") from None
+            raise SettingError(f"environment variable {key}={raw!r} is not a {type(default).__name__}") from None
         self.key, self.default, self.value = key, default, value
         ContextVar._registry[key] = self
 
@@ -85,14 +87,16 @@ class ContextVar:
             return names
         missing = [n for n in names if not hasattr(obj, n)]
         if missing:
-            raise AttributeError(f"{self.key}={self.value!r}: {obj!r} has no {', '.join(map(repr, missing))}")
+            raise SettingAttributeError(f"{self.key}={self.value!r}: {obj!r} has no {', '.join(map(repr, missing))}")
         return [getattr(obj, n) for n in names]
 
     @staticmethod
     def get(key: str) -> ContextVar:
         """Look up a defined ContextVar by name."""
         if key not in ContextVar._registry:
-            raise KeyError(f"unknown setting {key!r}; known settings: {', '.join(sorted(ContextVar._registry))}")
+            raise UnknownSettingError(
+                f"unknown setting {key!r}; known settings: {', '.join(sorted(ContextVar._registry))}"
+            )
         return ContextVar._registry[key]
 
 
@@ -136,7 +140,7 @@ class Target:
     def parse(text: str) -> Target:
         head, plus, body = text.strip().rpartition("+")
         if head.count("+") or body.count(":") > 2 or head.count(":") > 1:
-            raise RuntimeError(f"DEV target {text!r}: expected [INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]] "
+            raise SettingError(f"DEV target {text!r}: expected [INTERFACE[:INDICES]+]DEVICE[:RENDERER[:ARCH]] "
                                "(at most one '+', two ':' after it)")  # fmt: skip
         interface, _, indices = head.partition(":")
         device, _, rest = body.partition(":")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from speck.uop.errors import SettingError
 from speck.uop.helpers import CACHELEVEL, DEBUG, DEV, PMCOMPILE, SPEC, ContextVar
 
 
@@ -43,7 +44,7 @@ class LiveVar(ContextVar):
 
     def __init__(self, key: str, default: Any) -> None:  # (no super().__init__: the value is read at each use)
         if key in ContextVar._registry:
-            raise RuntimeError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
+            raise SettingError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
         self.key, self.default, self._override = key, default, LiveVar._UNSET
         ContextVar._registry[key] = self
 
@@ -70,7 +71,7 @@ def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: st
     """Declare a setting and return its ContextVar (`var`: one made before this table existed). `also`: an older
     spelling read when NAME is not set."""
     if name in TABLE:
-        raise RuntimeError(f"setting {name!r} is declared twice ({TABLE[name].owner} and {owner}); import it instead")
+        raise SettingError(f"setting {name!r} is declared twice ({TABLE[name].owner} and {owner}); import it instead")
     TABLE[name] = Setting(name, default, owner, tuple(readers), doc, noop, live)
     if var is not None:
         return var

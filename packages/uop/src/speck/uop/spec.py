@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from speck.uop.dtype import DType, InvalidType, PtrDType, dtypes
+from speck.uop.errors import SpecError
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.uop import AxisType, UOp
 from speck.uop.upat import PatternMatcher, UPat
@@ -394,7 +395,7 @@ def type_verify(root: UOp | list[UOp], spec: PatternMatcher) -> None:
         if verdict is True:
             continue
         if verdict is None:
-            raise RuntimeError(
+            raise SpecError(
                 f"type_verify: node {i} {_describe(u)} is not allowed here: no rule of this spec accepts {u.op.name}"
             )
-        raise RuntimeError(f"type_verify: node {i} {_describe(u)} breaks rule '{name}': {verdict}")
+        raise SpecError(f"type_verify: node {i} {_describe(u)} breaks rule '{name}': {verdict}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from speck.uop.bounds import _compute_bounds
 from speck.uop.dtype import ALL_SCALARS, ConstType, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
+from speck.uop.errors import UOpValueError
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.uop import UOp, exec_alu, register_service
 from speck.uop.upat import PatternMatcher, UPat
@@ -479,7 +480,7 @@ def sym_infer(u: UOp, var_vals: dict[str, int]) -> Any:
             vals[n] = n.arg
         elif n.op is Ops.DEFINE_VAR:
             if n.arg[0] not in var_vals:
-                raise RuntimeError(f"no value for variable {n.arg[0]!r}; have {sorted(var_vals)}")
+                raise UOpValueError(f"no value for variable {n.arg[0]!r}; have {sorted(var_vals)}")
             vals[n] = var_vals[n.arg[0]]
         elif n.op is Ops.BIND:
             vals[n] = n.src[1].arg
@@ -490,7 +491,7 @@ def sym_infer(u: UOp, var_vals: dict[str, int]) -> Any:
         elif n.op is Ops.CAST:
             vals[n] = cast_value(vals[n.src[0]], n.dtype)
         else:
-            raise RuntimeError(f"sym_infer can't evaluate {n.op}")
+            raise UOpValueError(f"sym_infer can't evaluate {n.op}")
     return vals[u]
 
 

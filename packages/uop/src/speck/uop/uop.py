@@ -28,6 +28,7 @@ from speck.uop.dtype import (
     cast_value,
     dtypes,
 )
+from speck.uop.errors import ImmutableError, UOpIndexError, UOpStateError, UOpTypeError, UOpValueError
 from speck.uop.helpers import all_int, prod
 from speck.uop.ops import GroupOp, Ops
 
@@ -50,9 +51,9 @@ def register_service(name: str, value: Any) -> None:
 
 def _service(name: str) -> Any:
     if (value := _SERVICES.get(name)) is None:
-        raise RuntimeError(f"UOp needs {name!r}, which is registered on import: import speck.uop (not only "
-                           "speck.uop.uop) before using UOp.simplify/rewrite/render, and speck.tensor before reading "
-                           "UOp.buffer/realized")  # fmt: skip
+        raise UOpStateError(f"UOp needs {name!r}, which is registered on import: import speck.uop (not only "
+                            "speck.uop.uop) before using UOp.simplify/rewrite/render, and speck.tensor before reading "
+                            "UOp.buffer/realized")  # fmt: skip
     return value
 
 
@@ -94,12 +95,12 @@ def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...
     for d in shape:
         if isinstance(d, UOp):
             if not (dtypes.is_int(d.dtype) and d.dtype.count == 1):
-                raise RuntimeError(f"{what} must be int, got a {d.dtype} UOp in {tuple(shape)}")
+                raise UOpTypeError(f"{what} must be int, got a {d.dtype} UOp in {tuple(shape)}")
             out.append(d)
         elif isinstance(d, int) and not isinstance(d, bool):
             out.append(d)
         else:
-            raise RuntimeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
+            raise UOpTypeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
     return tuple(out)
 
 
@@ -199,7 +200,7 @@ class UOp(_Slots):
             pass
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"UOp is immutable: can't set {name!r}; use .replace(...) to build a new node")
+        raise ImmutableError(f"UOp is immutable: can't set {name!r}; use .replace(...) to build a new node")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the whole graph as a flat table (sources by position), so deep graphs pickle without recursion; unpickling
@@ -296,7 +297,7 @@ class UOp(_Slots):
         if isinstance(b, tuple):
             return UOp.stack(*[UOp.const(dtype.scalar(), x) for x in b])
         if isinstance(b, UOp):
-            raise RuntimeError(f"UOp.const expects a Python value, got a UOp {b.op}")
+            raise UOpTypeError(f"UOp.const expects a Python value, got a UOp {b.op}")
         if dtype.count > 1 and not isinstance(dtype, PtrDType):
             return UOp.stack(*[UOp.const(dtype.scalar(), b)] * dtype.count)
         if not isinstance(b, InvalidType):
@@ -308,7 +309,7 @@ class UOp(_Slots):
         """The casted const `CAST(dtype, CONST(b, from_py(b)))`: the width lives on the CAST, the value on a weak
         CONST. Every literal in a program takes this form."""
         if isinstance(b, float) and dtypes.is_int(dtype):
-            raise RuntimeError(f"cconst: float literal {b!r} for int dtype {dtype}; convert the value first")
+            raise UOpTypeError(f"cconst: float literal {b!r} for int dtype {dtype}; convert the value first")
         if not isinstance(b, bool) and dtype.scalar() == dtypes.bool:
             b = bool(b)
         if dtypes.is_float(dtype) and isinstance(b, int) and not isinstance(b, bool):
@@ -322,10 +323,10 @@ class UOp(_Slots):
         if len(srcs) == 1:
             return srcs[0]
         if not srcs:
-            raise RuntimeError("UOp.stack needs at least one source")
+            raise UOpValueError("UOp.stack needs at least one source")
         dt = srcs[0].dtype
         if any(s.dtype != dt for s in srcs):
-            raise RuntimeError(f"UOp.stack sources must share a dtype, got {[s.dtype for s in srcs]}")
+            raise UOpTypeError(f"UOp.stack sources must share a dtype, got {[s.dtype for s in srcs]}")
         return UOp(Ops.STACK, dt.vec(len(srcs)) if not isinstance(dt, PtrDType) else dt.vec(len(srcs)), srcs)
 
     @staticmethod
@@ -344,13 +345,13 @@ class UOp(_Slots):
     def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
         """A symbolic integer variable with inclusive bounds."""
         if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
-            raise RuntimeError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
+            raise UOpValueError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
         if (
             dtypes.is_int(dtype)
             and not dtype.is_weak
             and not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype)
         ):
-            raise RuntimeError(
+            raise UOpValueError(
                 f"variable {name!r}: bounds [{min_val}, {max_val}] don't fit {dtype} "
                 f"([{dtypes.min(dtype)}, {dtypes.max(dtype)}]); pick a wider dtype or narrower bounds"
             )
@@ -359,21 +360,21 @@ class UOp(_Slots):
     def bind(self, val: int) -> UOp:
         """Bind a DEFINE_VAR to a value within its bounds."""
         if self.op is not Ops.DEFINE_VAR:
-            raise RuntimeError(f"only a variable can be bound, not {self.op}")
+            raise UOpValueError(f"only a variable can be bound, not {self.op}")
         name, lo, hi = self.arg
         if not isinstance(val, int) or not lo <= val <= hi:
-            raise RuntimeError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
+            raise UOpValueError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
 
     def unbind(self) -> tuple[UOp, int]:
         if self.op is not Ops.BIND:
-            raise RuntimeError(f"unbind needs a BIND, got {self.op}")
+            raise UOpValueError(f"unbind needs a BIND, got {self.op}")
         return self.src[0], self.src[1].arg
 
     @property
     def expr(self) -> str:
         if self.op is not Ops.DEFINE_VAR:
-            raise RuntimeError(f"expr is the name of a variable, this is {self.op}")
+            raise UOpValueError(f"expr is the name of a variable, this is {self.op}")
         return str(self.arg[0])
 
     @staticmethod
@@ -399,7 +400,7 @@ class UOp(_Slots):
             return self.src[int(idx[0].arg)]
         if not isinstance(self.dtype, PtrDType) and self.dtype.count > 1:
             if not all(isinstance(i, int) for i in idx):
-                raise RuntimeError("indexing a vector value needs constant lane numbers")
+                raise UOpValueError("indexing a vector value needs constant lane numbers")
             return self.gep(*[int(i) for i in idx])  # type: ignore[arg-type]
         srcs = [self] + [_as_uop(i) for i in idx] + ([gate] if gate is not None else [])
         dt = self.dtype
@@ -438,13 +439,13 @@ class UOp(_Slots):
     def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
         """Kernel-level reduction of self over `ranges` with op (ADD, MUL or MAX)."""
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
-            raise RuntimeError(f"reduce op must be ADD, MUL or MAX, got {op}")
+            raise UOpValueError(f"reduce op must be ADD, MUL or MAX, got {op}")
         return self if not ranges else UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
 
     def reduce_axis(self, op: Ops, axes: tuple[int, ...]) -> UOp:
         """Tensor-level reduction over axes (keeps reduced dims as 1)."""
         if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
-            raise RuntimeError(f"reduce op must be ADD, MUL or MAX, got {op}")
+            raise UOpValueError(f"reduce op must be ADD, MUL or MAX, got {op}")
         axes = tuple(sorted(set(a for a in axes if resolve(self.shape[a] != 1 if isinstance(self.shape[a], int)
                                                             else True))))  # fmt: skip
         return self if not axes else UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
@@ -459,7 +460,7 @@ class UOp(_Slots):
         addrspace=REG makes register storage number `slot` instead (an accumulator local to the kernel)."""
         sh = validate_shape(shape, "placeholder shape")
         if not all_int(sh):
-            raise RuntimeError(f"placeholder shape must be concrete ints, got {sh}")
+            raise UOpValueError(f"placeholder shape must be concrete ints, got {sh}")
         op = Ops.DEFINE_REG if addrspace is AddrSpace.REG else Ops.PARAM
         return UOp(op, dtype.ptr(int(prod(sh)), addrspace), (), (slot, sh))
 
@@ -468,12 +469,12 @@ class UOp(_Slots):
         element: usable as a value (it is loaded) and as the target of `.store(v)` / `.set(v)`. Slices (step 1)
         keep their dims and give a smaller view, e.g. `src[g, :]`."""
         if not isinstance(self.dtype, PtrDType) or not self.has_shape:
-            raise RuntimeError(f"only a buffer view (a placeholder with a shape) can be indexed, not a {self.op} "
-                               f"of dtype {self.dtype}")  # fmt: skip
+            raise UOpValueError(f"only a buffer view (a placeholder with a shape) can be indexed, not a {self.op} "
+                                f"of dtype {self.dtype}")  # fmt: skip
         shape = self.shape
         idxs = idx if isinstance(idx, tuple) else (idx,)
         if len(idxs) > len(shape):
-            raise IndexError(f"{len(idxs)} indices for a buffer view of shape {shape}")
+            raise UOpIndexError(f"{len(idxs)} indices for a buffer view of shape {shape}")
         idxs = idxs + (slice(None),) * (len(shape) - len(idxs))
         fixed: list[UOp | slice] = []
         for i, d in zip(idxs, shape):
@@ -481,15 +482,15 @@ class UOp(_Slots):
                 fixed.append(i)
             elif isinstance(i, UOp):
                 if not dtypes.is_int(i.dtype):
-                    raise IndexError(f"buffer index must be an int UOp, got dtype {i.dtype}")
+                    raise UOpIndexError(f"buffer index must be an int UOp, got dtype {i.dtype}")
                 fixed.append(i)
             elif isinstance(i, int) and not isinstance(i, bool):
                 n = i + d if i < 0 and isinstance(d, int) else i
                 if isinstance(d, int) and not 0 <= n < d:
-                    raise IndexError(f"index {i} is out of bounds for a dim of size {d} (view shape {shape})")
+                    raise UOpIndexError(f"index {i} is out of bounds for a dim of size {d} (view shape {shape})")
                 fixed.append(_as_uop(n))
             else:
-                raise IndexError(f"buffer index must be an int, a UOp or a slice, got {i!r} ({type(i).__name__})")
+                raise UOpIndexError(f"buffer index must be an int, a UOp or a slice, got {i!r} ({type(i).__name__})")
         if not any(isinstance(i, slice) for i in fixed):
             return UOp(Ops.INDEX, self.dtype.base, (self, *fixed))  # type: ignore[arg-type]
         bounds: list[tuple[sint, sint]] = []
@@ -497,10 +498,10 @@ class UOp(_Slots):
         for i, d in zip(fixed, shape):
             if isinstance(i, slice):
                 if not isinstance(d, int):
-                    raise IndexError(f"slicing needs concrete dims, got {d}")
+                    raise UOpIndexError(f"slicing needs concrete dims, got {d}")
                 start, stop, step = i.indices(d)
                 if step != 1:
-                    raise IndexError(f"buffer views slice with step 1 only, got step {step}")
+                    raise UOpIndexError(f"buffer views slice with step 1 only, got step {step}")
                 bounds.append((start, max(start, stop)))
                 keep.append(max(0, stop - start))
             else:
@@ -508,13 +509,13 @@ class UOp(_Slots):
         return self.shrink(tuple(bounds)).reshape(tuple(keep))
 
     def __iter__(self) -> Any:
-        raise TypeError("a UOp is not iterable (indexing a buffer view gives elements, not a sequence)")
+        raise UOpTypeError("a UOp is not iterable (indexing a buffer view gives elements, not a sequence)")
 
     def set(self, val: UOp | ConstType, end: UOp | tuple[UOp, ...] | list[UOp] = ()) -> UOp:
         """On an indexed element `C[i]`: store val there (closing the ranges in `end` around the store) and return
         the buffer view after that store, so later reads see it: `C = C[i].set(C.after(r)[i] + x, end=r)`."""
         if self.op is not Ops.INDEX or isinstance(self.dtype, PtrDType):
-            raise RuntimeError(f"set() stores into an indexed buffer element (C[i].set(v)), not a {self.op}")
+            raise UOpValueError(f"set() stores into an indexed buffer element (C[i].set(v)), not a {self.op}")
         ends = tuple(end) if isinstance(end, (tuple, list)) else (end,)
         return self.src[0].after(self.store(val).end(*ends))
 
@@ -524,7 +525,7 @@ class UOp(_Slots):
         lanes = [self]
         for r in ranges:
             if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST:
-                raise RuntimeError(f"contract needs RANGEs of constant size, got {r.op}")
+                raise UOpValueError(f"contract needs RANGEs of constant size, got {r.op}")
             lanes = [x.substitute({r: UOp.const(r.dtype, v)}) for x in lanes for v in range(int(r.src[0].arg))]
         return UOp.stack(*lanes)
 
@@ -649,8 +650,17 @@ class UOp(_Slots):
         return self.logical_not() if self.dtype.scalar() == dtypes.bool else self ^ -1
 
     def __bool__(self) -> bool:
-        raise RuntimeError(
-            f"a {self.op} UOp has no truth value; use resolve(x) to decide it from bounds, or build a comparison UOp"
+        # a condition its bounds decide has that truth value (`if start_pos > 0:` with a Variable bound to 1..8)
+        if self.dtype.scalar() in (dtypes.bool, dtypes.weakint) or dtypes.is_int(self.dtype.scalar()):
+            # a bound Variable counts with its whole range, not the value bound now (a TinyJit replay binds others)
+            binds = {u: u.src[0] for u in self.toposort() if u.op is Ops.BIND}
+            u = self.substitute(binds) if binds else self
+            lo, hi = u.vmin, u.vmax
+            if lo == hi and not isinstance(lo, InvalidType):
+                return bool(lo)
+        raise UOpTypeError(
+            f"a {self.op} UOp has no truth value its bounds decide; use resolve(x, default) to pick one, or build a "
+            "comparison UOp"
         )
 
     def eq(self, x: UOp | ConstType) -> UOp:
@@ -665,7 +675,7 @@ class UOp(_Slots):
     def where(self, a: UOp | ConstType, b: UOp | ConstType) -> UOp:
         """Select a where self is true, else b (a Python scalar takes the other branch's dtype)."""
         if not isinstance(a, UOp) and not isinstance(b, UOp):
-            raise RuntimeError("where needs at least one UOp branch to take a dtype from")
+            raise UOpValueError("where needs at least one UOp branch to take a dtype from")
         ua = a if isinstance(a, UOp) else b.ufix(a)  # type: ignore[union-attr]
         ub = b if isinstance(b, UOp) else ua.ufix(b)
         return UOp(Ops.WHERE, ua.dtype, (self, ua, ub))
@@ -727,7 +737,7 @@ class UOp(_Slots):
         if s == 0:
             s = _compute_shapes(self)
         if s is None:
-            raise RuntimeError(f"{self.op} node has no tensor shape")
+            raise UOpValueError(f"{self.op} node has no tensor shape")
         return s  # type: ignore[no-any-return]
 
     @property
@@ -768,6 +778,14 @@ class UOp(_Slots):
         return None
 
     @property
+    def buf_uop(self) -> UOp:
+        """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
+        if (b := self.base).op is not Ops.BUFFER:
+            raise RuntimeError(f"UOp.buf_uop: this node is a pending {b.op} computation, not a view of a buffer; "
+                               "realize the tensor first")  # fmt: skip
+        return b
+
+    @property
     def is_realized(self) -> bool:
         """True when this node is (a view of) a BUFFER: its value is storage, not a pending computation."""
         return self.base.op is Ops.BUFFER
@@ -782,8 +800,8 @@ class UOp(_Slots):
     def buffer(self) -> Any:
         """The device buffer behind a realized node; RuntimeError for a pending computation."""
         if not self.is_realized:
-            raise RuntimeError(f"UOp.buffer: this node is not realized (its base is a {self.base.op} computation); "
-                               "realize the tensor first, or read t.uop.realized (None here)")  # fmt: skip
+            raise UOpStateError(f"UOp.buffer: this node is not realized (its base is a {self.base.op} computation); "
+                                "realize the tensor first, or read t.uop.realized (None here)")  # fmt: skip
         return _service("uop_buffer")(self.base)
 
     # ---------------- bounds ----------------

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from speck.uop.dtype import ConstType, DType
+from speck.uop.errors import UOpStateError, UOpValueError
 from speck.uop.helpers import PMCOMPILE
 from speck.uop.ops import GroupOp, Ops
 from speck.uop.uop import UOp
@@ -45,7 +46,7 @@ class UPat:
         self.dtype: tuple[DType, ...] | None = (dtype,) if isinstance(dtype, DType) else dtype
         self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
         if name == "ctx":
-            raise RuntimeError("a UPat can't be named 'ctx': that name is reserved for the rewrite context")
+            raise UOpValueError("a UPat can't be named 'ctx': that name is reserved for the rewrite context")
         self.src = src
         self.src_repeat: UPat | None = src if isinstance(src, UPat) else None
         self.src_orders: list[tuple[UPat, ...]] | None = None
@@ -528,5 +529,7 @@ def _root_ops(pat: UPat) -> tuple[Ops, ...]:
 def _pattern_matcher_named(module: str, name: str) -> PatternMatcher:
     pm = getattr(importlib.import_module(module), name, None)
     if not isinstance(pm, PatternMatcher):
-        raise RuntimeError(f"unpickling a PatternMatcher: {module}.{name} is {type(pm).__name__}, not a PatternMatcher")
+        raise UOpStateError(
+            f"unpickling a PatternMatcher: {module}.{name} is {type(pm).__name__}, not a PatternMatcher"
+        )
     return pm

@@ -36,6 +36,9 @@ from speck.usbgpu.errors import (
     GpuFault,
     GpuFenceTimeout,
     GpuHang,
+    UsbGpuTypeError,
+    UsbGpuUsageError,
+    UsbGpuValueError,
     UsbTimeoutError,
 )
 from speck.usbgpu.gpu import HEAP_VA, GpuContext, GpuOptions
@@ -95,8 +98,10 @@ def _sim_models(sim: object) -> list[UsbDeviceModel] | None:
         bad = [type(m).__name__ for m in models if not isinstance(m, UsbDeviceModel)]
         if not bad:
             return models
-        raise TypeError(f"sim=[...] must hold device models (SimDevice or UsbDeviceModel); found {', '.join(bad)}")
-    raise TypeError(
+        raise UsbGpuTypeError(
+            f"sim=[...] must hold device models (SimDevice or UsbDeviceModel); found {', '.join(bad)}"
+        )
+    raise UsbGpuTypeError(
         "sim must be None (hardware, or the simulator when SPECK_USB_SIM is set), False (hardware only), True (a "
         f"new simulated device), a SimTiming, a SimFaults, a SimDevice or a list of device models; got {sim!r}"
     )
@@ -105,13 +110,13 @@ def _sim_models(sim: object) -> list[UsbDeviceModel] | None:
 def _count(value: object, what: str) -> int:
     """`value` as a non-negative int (any integer type, not bool or float), else a TypeError/ValueError."""
     if isinstance(value, bool):
-        raise TypeError(f"{what} must be an int, got a bool ({value!r})")
+        raise UsbGpuTypeError(f"{what} must be an int, got a bool ({value!r})")
     try:
         n = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
+        raise UsbGpuTypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
     if n < 0:
-        raise ValueError(f"{what} must be >= 0, got {n}")
+        raise UsbGpuValueError(f"{what} must be >= 0, got {n}")
     return int(n)
 
 
@@ -177,9 +182,9 @@ class UsbGpu:
         index = _count(index, "device index")
         for name, flag in (("f4gate", f4gate), ("zero_copy", zero_copy), ("unverified", unverified)):
             if flag is not None and not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True, False or None, got {flag!r}")
+                raise UsbGpuTypeError(f"{name} must be True, False or None, got {flag!r}")
         if mode is not None and not isinstance(mode, str):
-            raise TypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
+            raise UsbGpuTypeError(f"mode must be 'g3' or 'g0', got {mode!r}")
         source = os.fspath(firmware) if isinstance(firmware, os.PathLike) else firmware
         options = GpuOptions.from_env(mode, f4gate, poll_limit, zero_copy, unverified, source)
         if sim is False:
@@ -290,9 +295,9 @@ class UsbGpu:
 
     def _check_buffer(self, buf: object, offset: int, nbytes: int, verb: str) -> VramBuffer:
         if not isinstance(buf, VramBuffer):
-            raise TypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
+            raise UsbGpuTypeError(f"{verb} needs a VramBuffer from UsbGpu.alloc, got {type(buf).__name__}")
         if buf.owner != self.session:
-            raise ValueError(f"{verb}: the VramBuffer belongs to another UsbGpu session; allocate it on this one")
+            raise UsbGpuValueError(f"{verb}: the VramBuffer belongs to another UsbGpu session; allocate it on this one")
         if self._allocs.get(buf.va) is not buf:  # identity: a copy or a stale handle never passes for a live one
             what = (
                 "it points into the driver's own VRAM (SDMA ring, queue pointers, timeline signal)"
@@ -301,12 +306,12 @@ class UsbGpu:
                 if buf.va not in self._allocs
                 else "it was freed and its VRAM handed out again, or was not made by UsbGpu.alloc"
             )
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"{verb}: {buf} is not a live allocation of this UsbGpu ({what}); use a buffer returned by "
                 "UsbGpu.alloc and not yet freed"
             )
         if offset + nbytes > buf.size:
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"{verb} of {nbytes} bytes at offset {offset} does not fit the {buf.size}-byte buffer; "
                 "allocate a larger buffer or use a smaller offset"
             )
@@ -317,9 +322,9 @@ class UsbGpu:
         try:
             view = memoryview(data)  # type: ignore[arg-type]
         except TypeError:
-            raise TypeError(f"{verb} needs a bytes-like object, got {type(data).__name__}") from None
+            raise UsbGpuTypeError(f"{verb} needs a bytes-like object, got {type(data).__name__}") from None
         if not view.contiguous:
-            raise ValueError(f"{verb} needs a contiguous buffer; copy the strided view first (bytes(view))")
+            raise UsbGpuValueError(f"{verb} needs a contiguous buffer; copy the strided view first (bytes(view))")
         return view.cast("B")
 
     # ------------------------------------------------------------------ copies
@@ -483,7 +488,9 @@ class UsbGpu:
         offset = _count(offset, "copyout offset")
         mv = self._bytes_view(out, "copyout")
         if mv.readonly:
-            raise TypeError("copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one")
+            raise UsbGpuTypeError(
+                "copyout needs a writable buffer (bytearray or writable memoryview), got a read-only one"
+            )
         self._check_buffer(buf, offset, len(mv), "copyout")
         self._live()
         self._ctx.require_ready("copyout")
@@ -554,7 +561,7 @@ class UsbGpu:
         if self._usb is None:
             return
         if self._queue.in_operation():
-            raise RuntimeError(
+            raise UsbGpuUsageError(
                 "UsbGpu.close() called from inside one of its operations (a progress callback?); to abort a copy "
                 "from its progress callback, raise an exception there, then close"
             )

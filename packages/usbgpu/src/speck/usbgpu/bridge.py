@@ -19,6 +19,7 @@ from speck.usbgpu.errors import (
     TlpError,
     TransferShortReadError,
     UsbError,
+    UsbGpuValueError,
 )
 
 REQ_XDATA_READ, REQ_XDATA_WRITE, REQ_TLP, REQ_ARM, REQ_POWER, REQ_FENCE_ARM = 0xE4, 0xE5, 0xF0, 0xF2, 0xF3, 0xF4
@@ -80,9 +81,9 @@ def pack_f4(sectors: int, slot_start: int, num_slots: int, buffer: int, target: 
     (0x0BE2, 0x9010).
     """
     if not 0 < sectors <= 0x1FF:
-        raise ValueError(f"0xF4 sector count must be 1..511 (a bounce buffer is < 256 KiB), got {sectors}")
+        raise UsbGpuValueError(f"0xF4 sector count must be 1..511 (a bounce buffer is < 256 KiB), got {sectors}")
     if not 0 < num_slots < 64 or not 0 <= slot_start < 32 or buffer not in (0, 1):
-        raise ValueError(f"0xF4 slots {slot_start}+{num_slots} / buffer {buffer} out of range")
+        raise UsbGpuValueError(f"0xF4 slots {slot_start}+{num_slots} / buffer {buffer} out of range")
     target &= 0xFF
     return sectors | (target & 0x7F) << 9, slot_start | num_slots << 8 | (target >> 7) << 14 | buffer << 15
 
@@ -211,7 +212,7 @@ class Bridge:
         after 1 ms up to 10 times; a completion with UR/CA/CRS status raises TlpCompletionError.
         """
         if not 1 <= size <= 4 or (address & 3) + size > 4:
-            raise ValueError(f"TLP of {size} bytes at {address:#x} crosses a dword")
+            raise UsbGpuValueError(f"TLP of {size} bytes at {address:#x} crosses a dword")
         shift = 8 * (address & 3)
         byte_enable = ((1 << size) - 1) << (address & 3)
         aligned = address & ~3
@@ -266,7 +267,7 @@ class Bridge:
         if n == 0:
             return
         if n % 4:
-            raise ValueError(f"0xF0 stream writes move whole dwords; {n} bytes is not a multiple of 4")
+            raise UsbGpuValueError(f"0xF0 stream writes move whole dwords; {n} bytes is not a multiple of 4")
         payload = struct.pack("<III", address & 0xFFFFFFFF, address >> 32, n // 4)
         self._out(REQ_TLP, 0x60 | 0x0F << 8, 1, payload, 5000, "stream write of {} bytes at {:#x}", n, address)
         self.usb.bulk_out(EP_OUT, data, 5000)
@@ -274,7 +275,7 @@ class Bridge:
     def stream_read(self, address: int, n: int) -> bytes:
         """0xF0 mode 2: read `n` bytes (a multiple of 4) of PCIe memory through EP 0x81."""
         if n % 4 or n <= 0:
-            raise ValueError(f"0xF0 stream reads move whole dwords; {n} bytes is not a positive multiple of 4")
+            raise UsbGpuValueError(f"0xF0 stream reads move whole dwords; {n} bytes is not a positive multiple of 4")
         payload = struct.pack("<III", address & 0xFFFFFFFF, address >> 32, n // 4)
         what = f"stream read of {n} bytes at {address:#x}"
         self._out(REQ_TLP, 0x20 | 0x0F << 8, 2, payload, 5000, what)
@@ -293,7 +294,7 @@ class Bridge:
         sectors = -(-nbytes // SECTOR)
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slot_start + slots > 32:
-            raise ValueError(f"0xF2 arm of {nbytes} bytes from slot {slot_start} does not fit the 512 KiB SRAM")
+            raise UsbGpuValueError(f"0xF2 arm of {nbytes} bytes from slot {slot_start} does not fit the 512 KiB SRAM")
         _refuse_full_window(slot_start, nbytes)
         self._out(
             REQ_ARM, sectors, slot_start | slots << 8, b"", 1000, "write of {} bytes at slot {}", nbytes, slot_start
@@ -304,7 +305,7 @@ class Bridge:
         sectors = -(-nbytes // SECTOR)
         slots = -(-nbytes // SLOT)
         if not 0 < sectors <= 0x7FFF or slots > 32:
-            raise ValueError(f"0xF2 read arm of {nbytes} bytes does not fit the 512 KiB SRAM")
+            raise UsbGpuValueError(f"0xF2 read arm of {nbytes} bytes does not fit the 512 KiB SRAM")
         self._out(REQ_ARM, sectors | 0x8000, slots << 8, b"", 1000, "read of {} bytes", nbytes)
 
     def arm_fenced(self, nbytes: int, slot_start: int, buffer: int, target: int) -> bytes:
@@ -465,7 +466,7 @@ def _named(exc: UsbError, request: int, what: str) -> UsbError:
 def _refuse_full_window(slot_start: int, nbytes: int) -> None:
     """Driver invariant: no OUT arm ends on a 256 KiB boundary (the data path pads or splits instead)."""
     if ends_on_window(slot_start, nbytes):
-        raise ValueError(
+        raise UsbGpuValueError(
             f"an OUT arm of {nbytes} bytes from slot {slot_start} would end on a 256 KiB window boundary, where "
             "the bridge may corrupt the last sector; pad the transfer by one sector"
         )

@@ -19,7 +19,7 @@ from speck.usbgpu.amd.ih import COMPUTE_QUEUE, GpuFaultRecord
 from speck.usbgpu.amd.layout import COMPUTE_PAGE_VA, COMPUTE_SIGNAL_VA
 from speck.usbgpu.amd.sdma import Timeline
 from speck.usbgpu.amd.tables import GC
-from speck.usbgpu.errors import GpuFault, GpuFenceTimeout, GpuHang
+from speck.usbgpu.errors import GpuFault, GpuFenceTimeout, GpuHang, UsbGpuValueError
 from speck.usbgpu.gpu import GpuContext, stopped_queue_error
 
 POOL_ALIGN = 256  # kernarg segments want 16, AQL packets 64; 256 keeps every staged object cache-line aligned
@@ -89,7 +89,7 @@ class ComputeEngine:
         """Copy `data` into the pool (after the work that used the space before has finished); its GPU address."""
         n = -(-max(len(data), 1) // POOL_ALIGN) * POOL_ALIGN
         if n > self.pool_size:
-            raise ValueError(f"{len(data)} bytes do not fit the {self.pool_size}-byte staging pool")
+            raise UsbGpuValueError(f"{len(data)} bytes do not fit the {self.pool_size}-byte staging pool")
         if self._pool_pos + n > self.pool_size:
             self.stats["pool_drains"] += 1
             self.wait(self.submitted, DEFAULT_TIMEOUT_S, "reusing the kernarg/IB pool")
@@ -106,7 +106,7 @@ class ComputeEngine:
         bx, by, bz = (int(x) for x in (*block, 1, 1, 1)[:3])
         g, b = (gx, gy, gz), (bx, by, bz)
         if any(n < 1 for n in g):
-            raise ValueError(f"{code.name}: grid {g} needs at least one workgroup per axis")
+            raise UsbGpuValueError(f"{code.name}: grid {g} needs at least one workgroup per axis")
         args = bytes(kernargs).ljust(max(code.kernarg_size, len(kernargs)), b"\0")
         kernarg_va = self.stage(args) if args else 0
         self.dispatch_id += 1

@@ -18,16 +18,23 @@ __all__ = [
     "BridgeError",
     "CodeObjectError",
     "CopyCancelledError",
+    "CopyWaitTimeout",
     "DeviceInUseError",
     "DeviceUnusableError",
     "EmulationError",
     "F4BailError",
+    "FieldError",
     "GpuBringUpError",
     "GpuBringUpUnverified",
     "GpuFault",
     "GpuFenceTimeout",
     "GpuHang",
     "GpuNotSupported",
+    "HelperBuildMismatch",
+    "HelperImportError",
+    "LIBUSB_ERRORS",
+    "LIBUSB_TRANSFER_STATUSES",
+    "LibusbLoadError",
     "PcieLinkError",
     "PcieSetupError",
     "ShaderError",
@@ -35,13 +42,10 @@ __all__ = [
     "ShaderHazardError",
     "ShaderMemoryFault",
     "ShaderTrap",
+    "SimAccessError",
+    "SimNotImplementedError",
     "TlpCompletionError",
     "TlpError",
-    "VramAllocError",
-    "LIBUSB_ERRORS",
-    "LIBUSB_TRANSFER_STATUSES",
-    "HelperBuildMismatch",
-    "LibusbLoadError",
     "TransferCancelledError",
     "TransferError",
     "TransferFailedError",
@@ -56,6 +60,10 @@ __all__ = [
     "UsbClosedError",
     "UsbDeviceNotFound",
     "UsbError",
+    "UsbGpuError",
+    "UsbGpuTypeError",
+    "UsbGpuUsageError",
+    "UsbGpuValueError",
     "UsbInterruptedError",
     "UsbInvalidParamError",
     "UsbIoError",
@@ -69,6 +77,7 @@ __all__ = [
     "UsbPipeError",
     "UsbTimeoutError",
     "UsbWaitTimeout",
+    "VramAllocError",
     "error_for_code",
     "error_for_status",
 ]
@@ -165,7 +174,12 @@ LIBUSB_TRANSFER_STATUSES: tuple[tuple[LibusbCode, str], ...] = (
 )
 
 
-class UsbError(Exception):
+class UsbGpuError(Exception):
+    """Base of every exception speck.usbgpu raises on purpose: `except UsbGpuError` catches them all. USB-, bridge-
+    and GPU-level failures are UsbErrors; bad arguments and misuse derive from the builtin class users expect too."""
+
+
+class UsbError(UsbGpuError):
     """Base of every USB-level error raised by speck.usbgpu."""
 
     code: int = 0
@@ -338,8 +352,46 @@ class UsbLibraryConflict(LibusbLoadError):
     """A different libusb (real vs simulator) is already loaded; one process can use only one."""
 
 
-class HelperBuildMismatch(ImportError):
+class HelperImportError(UsbGpuError, ImportError):
+    """The compiled async USB helper (speck.usbgpu._helper) is missing: the package was not built."""
+
+
+class HelperBuildMismatch(HelperImportError):
     """The compiled helper was built for a different speck-usbgpu version than the Python code importing it."""
+
+
+# --- bad arguments and misuse ---
+
+
+class UsbGpuValueError(UsbGpuError, ValueError):
+    """A bad argument value: a size, alignment, mode or index out of range, a buffer of another session; the message
+    names the argument, the range it takes and the value given."""
+
+
+class UsbGpuTypeError(UsbGpuError, TypeError):
+    """An argument of the wrong kind (a non-int size, a read-only buffer to copy into, a non-model in sim=[...])."""
+
+
+class FieldError(UsbGpuValueError):
+    """A field name that the register, packet or structure does not have, or a value that does not fit its field."""
+
+
+class UsbGpuUsageError(UsbGpuError, RuntimeError):
+    """A call made where it is not allowed: closing a UsbGpu or issuing a synchronous operation from inside one of
+    its own operations (a progress callback), declaring a setting twice."""
+
+
+class CopyWaitTimeout(UsbGpuError, TimeoutError):
+    """An asynchronous copy's wait(timeout) gave up while the copy kept running (wait again, or close to cancel)."""
+
+
+class SimAccessError(UsbGpuError, IndexError):
+    """The simulator's memory (bridge SRAM, VRAM) was accessed outside its size."""
+
+
+class SimNotImplementedError(UsbGpuError, NotImplementedError):
+    """Something the simulator does not model (an access spanning discontiguous pages, a page table entry past the
+    end of VRAM); on hardware it would do something, so the simulator stops rather than guess."""
 
 
 def error_for_code(code: int, operation: str, libusb_message: str | None = None, detail: str = "") -> UsbError:

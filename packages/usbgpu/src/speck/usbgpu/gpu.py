@@ -36,7 +36,14 @@ from speck.usbgpu.amd.sdma import SdmaRing, Timeline
 from speck.usbgpu.amd.tables import GC
 from speck.usbgpu.amd.vm import HUGE, PageTables
 from speck.usbgpu.bridge import GPU_BUS, Bridge, PcieInfo, Transport
-from speck.usbgpu.errors import GpuBringUpUnverified, GpuFault, GpuHang, PcieSetupError
+from speck.usbgpu.errors import (
+    GpuBringUpUnverified,
+    GpuFault,
+    GpuHang,
+    PcieSetupError,
+    UsbGpuTypeError,
+    UsbGpuValueError,
+)
 from speck.usbgpu.settings import COPYIN, F4GATE, FIRMWARE, UNVERIFIED, ZEROCOPY
 from speck.usbgpu.vram import VramHeap
 
@@ -92,7 +99,7 @@ class GpuOptions:
         SPECK_USBGPU_UNVERIFIED=1, SPECK_AMDGPU_FIRMWARE=<directory>)."""
         mode = mode or COPYIN.value.lower()
         if mode not in ("g3", "g0"):
-            raise ValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
+            raise UsbGpuValueError(f"copy-in mode must be 'g3' or 'g0', got {mode!r}")
         if f4gate is None:
             f4gate = F4GATE.value != "0"
         if zero_copy is None:
@@ -100,9 +107,9 @@ class GpuOptions:
         if unverified is None:
             unverified = UNVERIFIED.value == "1"
         if poll_limit is not None and (isinstance(poll_limit, bool) or not isinstance(poll_limit, int)):
-            raise TypeError(f"poll_limit must be an int, got {type(poll_limit).__name__}")
+            raise UsbGpuTypeError(f"poll_limit must be an int, got {type(poll_limit).__name__}")
         if poll_limit is not None and poll_limit <= 0:
-            raise ValueError(f"poll_limit must be positive, got {poll_limit}")
+            raise UsbGpuValueError(f"poll_limit must be positive, got {poll_limit}")
         limit = DEFAULT_POLL_LIMIT if poll_limit is None else poll_limit
         if firmware is None:
             firmware = FIRMWARE.value or None

@@ -18,7 +18,7 @@ from speck.usbgpu._version import __version__
 try:
     from speck.usbgpu._helper import ffi, lib
 except ImportError as exc:  # pragma: no cover - only without a built package
-    raise ImportError(
+    raise errors.HelperImportError(
         "speck.usbgpu._helper (the compiled async USB helper) is missing: install the package with "
         "`pip install packages/usbgpu` (or `pip install -e packages/usbgpu`) so setup.py builds it"
     ) from exc

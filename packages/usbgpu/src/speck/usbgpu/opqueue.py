@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
+from speck.usbgpu.errors import CopyWaitTimeout, UsbGpuUsageError
+
 T = TypeVar("T")
 
 
@@ -39,7 +41,7 @@ class CopyHandle:
         first (the copy keeps running). Ctrl-C here interrupts only the wait: the copy keeps running until it ends
         or its UsbGpu is closed."""
         if not self._finished.wait(timeout):
-            raise TimeoutError(
+            raise CopyWaitTimeout(
                 f"{self.kind} of {self.nbytes} bytes still running after {timeout} s ({self.bytes_done} bytes done)"
             )
         if self._error is not None:
@@ -76,7 +78,7 @@ class OpQueue:
     def run(self, fn: Callable[[], T]) -> T:
         """Run `fn` in this thread after every operation issued before it, and before any issued after it."""
         if self.in_operation():
-            raise RuntimeError(
+            raise UsbGpuUsageError(
                 f"{self.name}: a synchronous operation was issued from inside another one (a progress callback?); "
                 "it would wait for itself - issue it after the running operation returns"
             )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from speck.usbgpu.errors import UsbGpuUsageError
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -32,7 +34,7 @@ TABLE: dict[str, Setting] = {}
 
 def declare(name: str, default: str, readers: tuple[str, ...], doc: str) -> Setting:
     if name in TABLE:
-        raise RuntimeError(f"setting {name!r} is declared twice; import it instead")
+        raise UsbGpuUsageError(f"setting {name!r} is declared twice; import it instead")
     s = TABLE[name] = Setting(name, default, readers, doc)
     return s
 

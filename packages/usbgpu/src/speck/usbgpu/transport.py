@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from speck.usbgpu import errors, helper
 from speck.usbgpu.devlock import DeviceLock
+from speck.usbgpu.errors import UsbGpuValueError
 from speck.usbgpu.settings import LIBUSB_PATH, USB_SIM
 from speck.usbgpu.sim.model_api import UsbDeviceModel
 
@@ -255,7 +256,7 @@ class UsbTransport:
         detach it and reset the device; set configuration 1; claim interface 0; select alt setting 0.
         """
         if index < 0:
-            raise ValueError(f"device index must be >= 0, got {index}")
+            raise UsbGpuValueError(f"device index must be >= 0, got {index}")
         if sim is None and not hardware_only and sim_from_env():
             sim = _default_sim_models(sim_from_env())
         if sim is not None:

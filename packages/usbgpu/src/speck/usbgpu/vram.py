@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from speck.usbgpu.errors import VramAllocError
+from speck.usbgpu.errors import UsbGpuValueError, VramAllocError
 
 
 class VramHeap:
@@ -12,7 +12,7 @@ class VramHeap:
 
     def __init__(self, start: int, end: int, align: int) -> None:
         if start % align or end <= start:
-            raise ValueError(f"VRAM heap [{start:#x}, {end:#x}) must be non-empty and {align:#x}-aligned")
+            raise UsbGpuValueError(f"VRAM heap [{start:#x}, {end:#x}) must be non-empty and {align:#x}-aligned")
         self.start, self.end, self.align = start, end, align
         self._free_starts: list[int] = [start]  # sorted; parallel to _free_sizes
         self._free_sizes: list[int] = [end - start]

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
-from speck.codegen.errors import CacheEntryError, CacheWarning
+from speck.codegen.errors import CacheEntryError, CacheEntryMissing, CacheWarning, CodegenValueError
 from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
 
@@ -133,7 +133,7 @@ def read_entry_file(path: str | pathlib.Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise FileNotFoundError(e.errno, e.strerror, str(path)) from None
+            raise CacheEntryMissing(e.errno, e.strerror, str(path)) from None
         if e.errno == errno.ELOOP:
             _bad(path, "a symlink, not a regular file (speck writes none; it is not followed)")
         _bad(path, f"unreadable: {e.strerror}")
@@ -179,8 +179,8 @@ def _warn_once(problem: EntryProblem) -> None:
 def check_name(name: str, what: str) -> str:
     """`name` if it can be a key or namespace part (a plain file name), else ValueError saying what is allowed."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"cache {what} must be 1-128 characters of [A-Za-z0-9_.-] not starting with '.' or '-', "
-                         f"got {name!r}")  # fmt: skip
+        raise CodegenValueError(f"cache {what} must be 1-128 characters of [A-Za-z0-9_.-] not starting with '.' or "
+                                f"'-', got {name!r}")  # fmt: skip
     return name
 
 
@@ -195,7 +195,7 @@ class DiskCache:
         for part in namespace.split("/"):
             check_name(part, "namespace part")
         if not 0 <= version < 1 << 16:
-            raise ValueError(f"cache payload version must fit 16 bits, got {version}")
+            raise CodegenValueError(f"cache payload version must fit 16 bits, got {version}")
         self.namespace, self.version = namespace, version
 
     @property

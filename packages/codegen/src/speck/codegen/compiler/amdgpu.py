@@ -20,6 +20,7 @@ from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.code_object import link_code_object
 from speck.codegen.compiler.llvm import _llvmlite_version, llvm_all_targets, parse_module
 from speck.codegen.compiler.pool import WorkerRecipe
+from speck.codegen.errors import CodegenValueError, ToolError
 from speck.codegen.settings import LLVM_OBJDUMP
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -40,9 +41,9 @@ class AMDGPUCompiler(Compiler):
 
     def __init__(self, arch: str = "gfx1100", opt: int = 2) -> None:
         if arch not in ARCHS:
-            raise ValueError(f"AMDGPUCompiler arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+            raise CodegenValueError(f"AMDGPUCompiler arch must be one of {', '.join(ARCHS)}, got {arch!r}")
         if opt not in (0, 1, 2, 3):
-            raise ValueError(f"AMDGPUCompiler opt level must be 0..3, got {opt!r}")
+            raise CodegenValueError(f"AMDGPUCompiler opt level must be 0..3, got {opt!r}")
         llvm = llvm_all_targets()
         self.arch, self.opt = arch, opt
         self.name = f"amdgpu-{arch}"
@@ -95,15 +96,15 @@ class AMDGPUCompiler(Compiler):
             return self.to_asm(src)
         objdump = next(filter(None, map(shutil.which, _objdumps())), None)
         if objdump is None:
-            raise RuntimeError(f"{self.name}: this code object was not compiled by this compiler (its listing is "
-                               "LLVM's assembly of the source) and no llvm-objdump is on PATH to disassemble it; "
-                               "install llvm (llvm-objdump) or set LLVM_OBJDUMP")  # fmt: skip
+            raise ToolError(f"{self.name}: this code object was not compiled by this compiler (its listing is "
+                            "LLVM's assembly of the source) and no llvm-objdump is on PATH to disassemble it; "
+                            "install llvm (llvm-objdump) or set LLVM_OBJDUMP")  # fmt: skip
         with tempfile.NamedTemporaryFile(suffix=".hsaco") as f:
             f.write(lib)
             f.flush()
             proc = subprocess.run([objdump, f"--mcpu={self.arch}", "-d", f.name], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"{objdump} failed on a {len(lib)}-byte code object: {proc.stderr.strip()}")
+            raise ToolError(f"{objdump} failed on a {len(lib)}-byte code object: {proc.stderr.strip()}")
         return proc.stdout
 
 

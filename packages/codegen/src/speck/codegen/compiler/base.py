@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 
 from speck.codegen.cache import DiskCache, cache_enabled, cache_root
+from speck.codegen.errors import ToolError
 from speck.codegen.settings import OBJDUMP
 
 
@@ -28,13 +29,13 @@ def disassemble_object(lib: bytes, objdump_flags: tuple[str, ...] = ("-d", "-r",
     RuntimeError saying what to install when objdump is missing."""
     objdump = shutil.which(str(OBJDUMP.value))
     if objdump is None:
-        raise RuntimeError("disassemble needs binutils' objdump on PATH (or OBJDUMP=/path/to/objdump); none was found")
+        raise ToolError("disassemble needs binutils' objdump on PATH (or OBJDUMP=/path/to/objdump); none was found")
     with tempfile.NamedTemporaryFile(suffix=".o") as f:
         f.write(lib)
         f.flush()
         proc = subprocess.run([objdump, *objdump_flags, "-M", "intel", f.name], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"objdump failed on a {len(lib)}-byte object: {proc.stderr.strip()}")
+        raise ToolError(f"objdump failed on a {len(lib)}-byte object: {proc.stderr.strip()}")
     return proc.stdout
 
 

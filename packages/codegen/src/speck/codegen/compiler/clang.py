@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import CompileError
+from speck.codegen.errors import CompileError, ToolError
 from speck.codegen.settings import CC
 
 # The exact flags, shared by clang and gcc (both accept all of them):
@@ -45,7 +45,7 @@ class ClangCompiler(Compiler):
     def __init__(self, cc: str | None = None, extra_flags: tuple[str, ...] = ()) -> None:
         found = shutil.which(cc) if cc else find_c_compiler()
         if found is None:
-            raise RuntimeError(
+            raise ToolError(
                 f"ClangCompiler needs a C compiler: {'`' + cc + '` was' if cc else 'neither clang nor gcc is'} not "
                 "found on PATH; install clang or gcc, set CC=/path/to/cc, or use the LLVM compiler (llvmlite)"
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.pool import WorkerRecipe
-from speck.codegen.errors import CompileError
+from speck.codegen.errors import CodegenValueError, CompileError
 from speck.codegen.settings import LLVM_PIPELINE, LLVM_UNROLL_THRESHOLD
 
 _init_lock = threading.Lock()
@@ -48,7 +48,7 @@ def _unroll_threshold() -> int:
     if not v:
         return UNROLL_THRESHOLD
     if not v.isdigit():
-        raise ValueError(
+        raise CodegenValueError(
             f"$SPECK_LLVM_UNROLL_THRESHOLD must be a non-negative integer (LLVM's default is 150), got {v!r}"
         )
     return int(v)
@@ -121,10 +121,10 @@ class LLVMCompiler(Compiler):
     def __init__(self, opt: int = 2, cpu: str | None = None, features: str | None = None,
                  pipeline: str | None = None) -> None:  # fmt: skip
         if opt not in (0, 1, 2, 3):
-            raise ValueError(f"LLVMCompiler opt level must be 0..3, got {opt!r}")
+            raise CodegenValueError(f"LLVMCompiler opt level must be 0..3, got {opt!r}")
         pipeline = pipeline if pipeline is not None else str(LLVM_PIPELINE.value) or "kernel"
         if pipeline not in PIPELINES:
-            raise ValueError(
+            raise CodegenValueError(
                 f"LLVMCompiler pipeline must be one of {', '.join(PIPELINES)} (from the argument or "
                 f"$SPECK_LLVM_PIPELINE), got {pipeline!r}"
             )

@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from speck.codegen.cache import cache_enabled
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.errors import CompileError, CompileRefused
+from speck.codegen.errors import CompileError, CompileRefused, WorkerError
 
 DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
 DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
@@ -73,7 +73,7 @@ class WorkerRecipe:
         import_whole(self.packages)
         compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
         if tuple(compiler.flags) != self.flags:
-            raise RuntimeError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
+            raise WorkerError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")
         return compiler
 
 
@@ -88,10 +88,6 @@ def import_whole(names: Sequence[str] = ()) -> None:
         del sys.modules[name]
     for name in todo:
         importlib.import_module(name)
-
-
-class WorkerError(RuntimeError):
-    """A worker process died, could not start, or could not rebuild the compiler."""
 
 
 # The worker's bootstrap: the parent's import path, and speck.uop, speck.codegen and its subpackages (_LIGHT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from speck.codegen.errors import ProgramFormError
 from speck.uop import AxisType, GroupOp, InvalidType, Ops, PtrDType, UOp, dtypes
 from speck.uop.affine import linear_terms
 
@@ -31,7 +32,9 @@ class _Val:
 def _size(r: UOp) -> int:
     end = r.src[0]
     if end.op is not Ops.CONST or not isinstance(end.arg, int):
-        raise RuntimeError(f"expand: {r.arg[-1].name} range axis {r.arg[:-1]} needs a constant size, found {end.op}")
+        raise ProgramFormError(
+            f"expand: {r.arg[-1].name} range axis {r.arg[:-1]} needs a constant size, found {end.op}"
+        )
     return int(end.arg)
 
 
@@ -112,7 +115,9 @@ class _Expander:
         if op is Ops.STORE:
             return self.store(u, srcs, axes)
         if op is Ops.SINK or op is Ops.GROUP:
-            raise RuntimeError(f"expand: {op.name} source still varies over expand ranges {[_key(a) for a in axes]}")
+            raise ProgramFormError(
+                f"expand: {op.name} source still varies over expand ranges {[_key(a) for a in axes]}"
+            )
         lanes_mode = lanes_only(u.dtype) or any(s.lanes is not None for s in srcs)
         if lanes_mode:
             per = [self.as_lanes(s, axes) for s in srcs]
@@ -123,7 +128,7 @@ class _Expander:
                 return _Val(axes, vec=UOp.stack(*lanes))
             return _Val(axes, lanes=lanes)
         if u.dtype.count != 1 or op not in GroupOp.ALU | {Ops.CAST, Ops.BITCAST}:
-            raise RuntimeError(f"expand: can't vectorize {op.name} of {u.dtype} over expand ranges")
+            raise ProgramFormError(f"expand: can't vectorize {op.name} of {u.dtype} over expand ranges")
         n = self.nlanes(axes)
         vs = tuple(self.as_vec(s, axes) for s in srcs)
         return _Val(axes, vec=UOp(op, u.dtype.vec(n), vs, u.arg))
@@ -193,7 +198,7 @@ class _Expander:
         if u.op is Ops.END:
             body = self.memo[u.src[0]]
             if body.axes:
-                raise RuntimeError("expand: an END's effect still varies over expand ranges")
+                raise ProgramFormError("expand: an END's effect still varies over expand ranges")
             eff = body.vec
             assert eff is not None
             rs = [self.memo[r].vec for r in rngs]

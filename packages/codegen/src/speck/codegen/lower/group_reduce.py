@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from speck.codegen.errors import UnsupportedOpError
+from speck.codegen.errors import ProgramFormError, UnsupportedOpError
 from speck.codegen.lower.gates import and_gate
 from speck.codegen.lower.ranges import RangeScope
 from speck.uop import AddrSpace, AxisType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
@@ -39,7 +39,7 @@ class _Grouping:
 def _size(r: UOp) -> int:
     e = r.src[0]
     if e.op is not Ops.CONST or not isinstance(e.arg, int):
-        raise RuntimeError(f"group_reduce: range {r.arg} needs a constant size to be a work-item id, got {e}")
+        raise ProgramFormError(f"group_reduce: range {r.arg} needs a constant size to be a work-item id, got {e}")
     return int(e.arg)
 
 

@@ -3,6 +3,7 @@ width, int32 unless its bounds need int64; a by-value variable is always int32 (
 
 from __future__ import annotations
 
+from speck.codegen.errors import ProgramFormError
 from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -18,7 +19,7 @@ class IndexLowering:
         if _I32_MIN <= lo and hi <= _I32_MAX:
             return dtypes.int32
         if not self.allow_int64:
-            raise RuntimeError(
+            raise ProgramFormError(
                 f"index expression {u.op.name} spans [{lo}, {hi}], beyond int32, and renderer "
                 f"{self.renderer_name!r} has no int64; split the buffer or use a renderer with int64 support"
             )
@@ -42,7 +43,7 @@ def _lower_node(ctx: IndexLowering, u: UOp) -> UOp | None:
     if u.op is Ops.DEFINE_VAR:
         name, lo, hi = u.arg
         if not (_I32_MIN <= lo and hi <= _I32_MAX):
-            raise RuntimeError(f"variable {name!r} has bounds [{lo}, {hi}]; by-value variables must fit int32")
+            raise ProgramFormError(f"variable {name!r} has bounds [{lo}, {hi}]; by-value variables must fit int32")
         return u.replace(dtype=dtypes.int32)
     if u.op is Ops.RANGE:
         return u.replace(dtype=ctx.pick(u, 0, int(u.src[0].vmax)), src=(u.src[0],))

@@ -3,6 +3,7 @@ graphs in flight, `spec_program` for the final linear program. Errors name the s
 
 from __future__ import annotations
 
+from speck.codegen.errors import ProgramFormError
 from speck.uop import SPEC, UOp
 
 
@@ -15,4 +16,4 @@ def verify_stage(graph: UOp | list[UOp], stage: str, program: bool = False, forc
     try:
         type_verify(graph, spec_program if program else spec_kernel)
     except RuntimeError as e:
-        raise RuntimeError(f"spec check after stage {stage!r} failed: {e}") from e
+        raise ProgramFormError(f"spec check after stage {stage!r} failed: {e}") from e

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from speck.codegen.compiler.amdgpu import ARCHS
+from speck.codegen.errors import CodegenValueError, ProgramFormError
 from speck.codegen.renderer.llvmir import LLVMRenderer, _LLKernel, ltype
 from speck.uop import AddrSpace, DType, Ops, PtrDType, UOp, dtypes
 
@@ -76,7 +77,7 @@ class AMDGPURenderer(LLVMRenderer):
 
     def __init__(self, arch: str = "gfx1100", fp_contract: bool = False) -> None:
         if arch not in ARCHS:
-            raise ValueError(f"AMDGPURenderer arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+            raise CodegenValueError(f"AMDGPURenderer arch must be one of {', '.join(ARCHS)}, got {arch!r}")
         self.arch = arch
         self.max_vector_bytes = 16  # type: ignore[misc]
         self.vector_registers = self.vgpr_budget  # type: ignore[misc]
@@ -124,7 +125,7 @@ class _AMDKernel(_LLKernel):
             if u.op is Ops.SPECIAL and u.arg in _WORKITEM_ID:
                 ok, n = self.cconst(u.src[0])
                 if not ok:
-                    raise RuntimeError(f"renderer 'amdgpu': work-item id {u.arg} has a size that is not a constant")
+                    raise ProgramFormError(f"renderer 'amdgpu': work-item id {u.arg} has a size that is not a constant")
                 self.local_size[int(u.arg[-1])] = int(n)
         define = f"define amdgpu_kernel void @{self.sig.name}({', '.join(params)}) #0 !reqd_work_group_size !0 {{"
         return [*self.kernel_comment(), define]
@@ -148,8 +149,8 @@ class _AMDKernel(_LLKernel):
         op = u.op
         if op is Ops.SPECIAL:
             if u.arg not in _IDS:
-                raise RuntimeError(f"renderer 'amdgpu': SPECIAL {u.arg!r} is not a workgroup id (gidx0-2) or a "
-                                   "work-item id (lidx0-2)")  # fmt: skip
+                raise ProgramFormError(f"renderer 'amdgpu': SPECIAL {u.arg!r} is not a workgroup id (gidx0-2) or a "
+                                       "work-item id (lidx0-2)")  # fmt: skip
             fn = f"@llvm.amdgcn.{_IDS[u.arg]}"
             self.intrinsics[fn] = f"declare i32 {fn}()"
             self.ids_used.add(u.arg)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from speck.codegen.errors import ProgramFormError
 from speck.codegen.kernel_info import kernel_name
 from speck.uop import AxisType, Ops, PtrDType, UOp, cast_value, dtypes
 
@@ -46,8 +47,8 @@ def casted_const(u: UOp) -> tuple[bool, Any]:
         c = u.src[0]
         if c.dtype.is_weak or c.dtype == dtypes.bool:
             if c.dtype is not dtypes.from_py(c.arg):
-                raise RuntimeError(f"casted const {u.dtype} has inner CONST {c.arg!r} of dtype {c.dtype}; expected "
-                                   f"{dtypes.from_py(c.arg)} (from_py of the value)")  # fmt: skip
+                raise ProgramFormError(f"casted const {u.dtype} has inner CONST {c.arg!r} of dtype {c.dtype}; expected "
+                                       f"{dtypes.from_py(c.arg)} (from_py of the value)")  # fmt: skip
             return True, cast_value(c.arg, u.dtype.scalar())
     return False, None
 
@@ -75,10 +76,10 @@ class KernelSignature:
 def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     """Analyse a linearized program for the CPU ABI (CPU_ABI.md); raises RuntimeError on a malformed program."""
     if not uops or uops[-1].op is not Ops.SINK:
-        raise RuntimeError(f"renderer {renderer!r}: a program must be a linear UOp list ending in SINK")
+        raise ProgramFormError(f"renderer {renderer!r}: a program must be a linear UOp list ending in SINK")
     name = kernel_name(uops[-1])
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise RuntimeError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
+        raise ProgramFormError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
     # one pass over the program (enum members read once: `Ops.X` is slow in Python 3.11, see _PARAM)
     params: list[UOp] = []
     written: set[UOp] = set()
@@ -93,8 +94,8 @@ def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     buffers = sorted(params, key=lambda u: u.arg if isinstance(u.arg, int) else u.arg[0])
     for b in buffers:
         if not isinstance(b.dtype, PtrDType):
-            raise RuntimeError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters must be "
-                               "DEFINE_VARs in a program")  # fmt: skip
+            raise ProgramFormError(f"renderer {renderer!r}: PARAM {b.arg} has dtype {b.dtype}; by-value parameters "
+                                   "must be DEFINE_VARs in a program")  # fmt: skip
     variables.sort(key=lambda u: str(u.arg[0]))
     return KernelSignature(name, tuple(buffers), frozenset(written), tuple(variables), outer_global_range(uops))
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from speck.codegen.errors import NoTypeError, UnsupportedOpError
+from speck.codegen.errors import NoTypeError, ProgramFormError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import (
     bare_const_error,
@@ -408,8 +408,8 @@ class _CKernel:
             return lit
         if u.op is Ops.CONST:
             raise bare_const_error(u, self.r.name)
-        raise RuntimeError(f"renderer 'clang': {u.op} (dtype {u.dtype}) is used before it is defined; the program is "
-                           "not in linearized order")  # fmt: skip
+        raise ProgramFormError(f"renderer 'clang': {u.op} (dtype {u.dtype}) is used before it is defined; the "
+                               "program is not in linearized order")  # fmt: skip
 
     def lane(self, u: UOp, i: int) -> str:
         """Lane i of a vector operand (scalars broadcast)."""
@@ -425,8 +425,8 @@ class _CKernel:
         """(buffer, offset) of an INDEX: element `buffer[offset]`, address `(buffer + offset)`."""
         buf, off = idx.src[0], idx.src[1]
         if off.dtype.count > 1:
-            raise RuntimeError(f"renderer 'clang': INDEX with a vector of offsets ({off.dtype}) is not a program form; "
-                               "devectorize gathers before rendering")  # fmt: skip
+            raise ProgramFormError(f"renderer 'clang': INDEX with a vector of offsets ({off.dtype}) is not a program "
+                                   "form; devectorize gathers before rendering")  # fmt: skip
         return self.operand(buf), self.operand(off)
 
     # ---- main loop ----
@@ -458,7 +458,7 @@ class _CKernel:
             except NoTypeError as e:
                 raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.depth != 1:
-            raise RuntimeError(f"renderer 'clang': {self.depth - 1} RANGE(s) are never closed by an END")
+            raise ProgramFormError(f"renderer 'clang': {self.depth - 1} RANGE(s) are never closed by an END")
         head = f"void {sig.name}({', '.join(params)}) {{"
         prelude = "\n".join(self.prelude.values())
         return (prelude + "\n\n" if prelude else "") + head + "\n" + "\n".join(self.lines) + "\n}\n"
@@ -505,7 +505,7 @@ class _CKernel:
         """(element text `buf[off]` or, for an unaligned vector access through memcpy, address text, whether it is
         such a vector access)."""
         if idx.op is not Ops.INDEX:
-            raise RuntimeError(f"renderer 'clang': {u.op} must address memory through an INDEX, got {idx.op}")
+            raise ProgramFormError(f"renderer 'clang': {u.op} must address memory through an INDEX, got {idx.op}")
         base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
         vdt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
         b, off = self.pointer(idx)
@@ -513,8 +513,8 @@ class _CKernel:
             return f"{b}[{off}]", False
         if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
             return f"({b} + {off})", True
-        raise RuntimeError(f"renderer 'clang': {u.op} of {vdt} through a pointer to {base}; expected the element type "
-                           "or a vector of it")  # fmt: skip
+        raise ProgramFormError(f"renderer 'clang': {u.op} of {vdt} through a pointer to {base}; expected the element "
+                               "type or a vector of it")  # fmt: skip
 
     def render_load(self, u: UOp) -> None:
         idx = u.src[0]
@@ -575,8 +575,8 @@ class _CKernel:
         elif op in GroupOp.ALU:
             expr = self.alu_expr(u)
         else:
-            raise RuntimeError(f"renderer 'clang' cannot express {op} (dtype {u.dtype}): it is not part of the program "
-                               "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+            raise ProgramFormError(f"renderer 'clang' cannot express {op} (dtype {u.dtype}): it is not part of the "
+                                   "program form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
         prefix = "alu" if op in GroupOp.ALU else _PREFIX.get(op, "tmp")
         nm = self.names[u] = self.fresh(prefix)
         self.emit(f"{t} {nm} = {expr};")

@@ -24,7 +24,7 @@ import struct
 from typing import Any, ClassVar
 
 from speck.codegen.cpu_features import host_vector_bytes
-from speck.codegen.errors import NoTypeError, UnsupportedOpError
+from speck.codegen.errors import CodegenValueError, NoTypeError, ProgramFormError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
 from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
@@ -272,7 +272,9 @@ class LLVMRenderer(Renderer):
         multiply-then-add in convolutions and matmuls)."""
         mvb = host_vector_bytes() if max_vector_bytes is None else max_vector_bytes
         if mvb not in (16, 32, 64):
-            raise ValueError(f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}")
+            raise CodegenValueError(
+                f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}"
+            )
         self.max_vector_bytes = mvb  # type: ignore[misc]
         self.vector_registers = 32 if mvb == 64 else 16  # type: ignore[misc]  # AVX-512 names zmm0..31
         self.fp_contract = fp_contract
@@ -362,8 +364,8 @@ class _LLKernel:
             return lit
         if u.op is Ops.CONST:
             raise bare_const_error(u, self.r.name)
-        raise RuntimeError(f"renderer 'llvm': {u.op} (dtype {u.dtype}) is used before it is defined; the program is "
-                           "not in linearized order")  # fmt: skip
+        raise ProgramFormError(f"renderer 'llvm': {u.op} (dtype {u.dtype}) is used before it is defined; the program "
+                               "is not in linearized order")  # fmt: skip
 
     def typed(self, u: UOp) -> str:
         return f"{ltype(u.dtype)} {self.operand(u)}"
@@ -423,7 +425,7 @@ class _LLKernel:
             except NoTypeError as e:
                 raise UnsupportedOpError(self.r.name, u.op, e.dtype, "the renderer has no type for it") from None
         if self.loops:
-            raise RuntimeError(f"renderer {self.r.name!r}: {len(self.loops)} RANGE(s) are never closed by an END")
+            raise ProgramFormError(f"renderer {self.r.name!r}: {len(self.loops)} RANGE(s) are never closed by an END")
         out = [*head, "entry:"]
         out += ["  " + a for a in self.allocas]
         out += self.lines
@@ -484,8 +486,8 @@ class _LLKernel:
 
     def close_range(self, r: UOp) -> None:
         if not self.loops or self.loops[-1][0] is not r:
-            raise RuntimeError("renderer 'llvm': END closes a RANGE that is not the innermost open one; ranges must "
-                               "nest")  # fmt: skip
+            raise ProgramFormError("renderer 'llvm': END closes a RANGE that is not the innermost open one; ranges "
+                                   "must nest")  # fmt: skip
         _, lbl = self.loops.pop()
         nm, t = self.names[r], ltype(r.dtype)
         self.emit(f"br label %{lbl}_latch")
@@ -497,7 +499,9 @@ class _LLKernel:
     def render_index(self, u: UOp) -> None:
         buf, off = u.src[0], u.src[1]
         if off.dtype.count > 1:
-            raise RuntimeError(f"renderer 'llvm': INDEX with a vector of offsets ({off.dtype}) is not a program form")
+            raise ProgramFormError(
+                f"renderer 'llvm': INDEX with a vector of offsets ({off.dtype}) is not a program form"
+            )
         base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
         # no `inbounds`: a gated INDEX may point anywhere while its gate is false
         gep = f"getelementptr {ltype(base, mem=True)}, {self.ptr_type(buf)} {self.operand(buf)}, {self.typed(off)}"
@@ -506,14 +510,14 @@ class _LLKernel:
     def _access(self, u: UOp, idx: UOp, vdt: DType) -> int:
         """The alignment of a LOAD/STORE of vdt through idx (checks the access is the element type or a vector)."""
         if idx.op is not Ops.INDEX:
-            raise RuntimeError(f"renderer 'llvm': {u.op} must address memory through an INDEX, got {idx.op}")
+            raise ProgramFormError(f"renderer 'llvm': {u.op} must address memory through an INDEX, got {idx.op}")
         base = idx.src[0].dtype.base if isinstance(idx.src[0].dtype, PtrDType) else idx.src[0].dtype
         if vdt == base:
             return max(1, base.scalar().itemsize)
         if vdt.count > 1 and vdt.scalar() == base.scalar() and base.count == 1:
             return max(1, base.itemsize)
-        raise RuntimeError(f"renderer 'llvm': {u.op} of {vdt} through a pointer to {base}; expected the element type "
-                           "or a vector of it")  # fmt: skip
+        raise ProgramFormError(f"renderer 'llvm': {u.op} of {vdt} through a pointer to {base}; expected the element "
+                               "type or a vector of it")  # fmt: skip
 
     def _load_value(self, u: UOp, ptr: str, align: int) -> str:
         mt = ltype(u.dtype, mem=True)
@@ -592,8 +596,8 @@ class _LLKernel:
             return self.cast(self.operand(u.src[0]), u.src[0].dtype, u.dtype)
         if op in GroupOp.ALU:
             return self.alu(u)
-        raise RuntimeError(f"renderer 'llvm' cannot express {op} (dtype {u.dtype}): it is not part of the program "
-                           "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+        raise ProgramFormError(f"renderer 'llvm' cannot express {op} (dtype {u.dtype}): it is not part of the program "
+                               "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
 
     def lanewise(self, x: str, fr: DType, to: DType, fn: Any) -> str:
         """Apply scalar function fn(x_lane) -> value of to.scalar() to each lane of vector x (for helper calls)."""

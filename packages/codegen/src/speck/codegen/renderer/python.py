@@ -17,6 +17,7 @@ import numpy as np
 
 from speck.codegen import interpret as it
 from speck.codegen import numeric as nm
+from speck.codegen.errors import ProgramFormError, RunArgumentError
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.renderer import Renderer
 from speck.codegen.renderer.common import batched_range, outer_global_range
@@ -105,7 +106,7 @@ class PythonRenderer(Renderer):
             elif op is Ops.GEP:
                 emit(f"v{i} = np.asarray({args})[:, {list(u.arg)!r}]")
             else:
-                raise RuntimeError(f"PythonRenderer: {op} is not part of the program form; can't render it")
+                raise ProgramFormError(f"PythonRenderer: {op} is not part of the program form; can't render it")
         return "\n".join(lines) + "\n"
 
 
@@ -149,7 +150,7 @@ class PythonRuntime:
 
     def var(self, name: str, npt: Any) -> np.ndarray:
         if name not in self.var_vals:
-            raise RuntimeError(f"python kernel: no value for variable {name!r}; pass it in var_vals")
+            raise RunArgumentError(f"python kernel: no value for variable {name!r}; pass it in var_vals")
         return np.array([[self.var_vals[name]]], dtype=npt)
 
     def reg(self, u: UOp) -> tuple[str, np.ndarray]:

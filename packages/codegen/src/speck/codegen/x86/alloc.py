@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from speck.codegen.errors import CodegenValueError
 from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
@@ -205,7 +206,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
             return o
         if isinstance(o, IncomingStackArg):
             if o.index < 6:
-                raise ValueError(f"IncomingStackArg({o.index}): arguments 0..5 arrive in registers")
+                raise CodegenValueError(f"IncomingStackArg({o.index}): arguments 0..5 arrive in registers")
             return Mem(RSP, disp=frame + 8 * len(pushed) + 8 + 8 * (o.index - 6), size=o.size)
         return o
 

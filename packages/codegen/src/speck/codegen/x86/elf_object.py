@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from speck.codegen.errors import CodegenValueError
 from speck.codegen.x86.encoder import Relocation
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
@@ -68,7 +69,7 @@ def write_elf_object(
     becomes an undefined global. Raises ValueError for an unknown relocation kind or an offset outside the code.
     """
     if not name.isidentifier():
-        raise ValueError(f"write_elf_object: function name must be a C identifier, got {name!r}")
+        raise CodegenValueError(f"write_elf_object: function name must be a C identifier, got {name!r}")
     strtab, shstrtab = _StrTab(), _StrTab()
     # symbols: null, section .text, section .rodata, then globals (the function, then externals)
     symbols = [
@@ -82,11 +83,13 @@ def write_elf_object(
     relas = []
     for r in relocations:
         if r.kind not in RELOC_TYPES:
-            raise ValueError(
+            raise CodegenValueError(
                 f"write_elf_object: unknown relocation kind {r.kind!r}; expected one of {list(RELOC_TYPES)}"
             )
         if not 0 <= r.offset <= len(code) - 4:
-            raise ValueError(f"write_elf_object: relocation offset {r.offset} is outside the {len(code)}-byte code")
+            raise CodegenValueError(
+                f"write_elf_object: relocation offset {r.offset} is outside the {len(code)}-byte code"
+            )
         if r.symbol not in sym_index:
             sym_index[r.symbol] = len(symbols)
             symbols.append(_SYM.pack(strtab.add(r.symbol), (STB_GLOBAL << 4) | STT_NOTYPE, 0, 0, 0, 0))
@@ -130,12 +133,12 @@ def read_listing(obj: bytes) -> str | None:
     """The .speck.listing section of an object `write_elf_object` built (None when it has none); ValueError when
     `obj` is not a little-endian ELF64 object or its section table points outside it."""
     if len(obj) < _EHDR.size or obj[:6] != b"\x7fELF\x02\x01":
-        raise ValueError(f"read_listing: expected an ELF64 little-endian object, got {obj[:6]!r}...")
+        raise CodegenValueError(f"read_listing: expected an ELF64 little-endian object, got {obj[:6]!r}...")
     ehdr = _EHDR.unpack_from(obj)
     shoff, shnum, shstrndx = ehdr[6], ehdr[12], ehdr[13]
     if shoff + shnum * _SHDR.size > len(obj) or shstrndx >= shnum:
-        raise ValueError(f"read_listing: section table ({shnum} entries at {shoff:#x}) is outside the "
-                         f"{len(obj)}-byte object")  # fmt: skip
+        raise CodegenValueError(f"read_listing: section table ({shnum} entries at {shoff:#x}) is outside the "
+                                f"{len(obj)}-byte object")  # fmt: skip
     headers = [_SHDR.unpack_from(obj, shoff + k * _SHDR.size) for k in range(shnum)]
     names_at, names_size = headers[shstrndx][4], headers[shstrndx][5]
     names = obj[names_at : names_at + names_size]

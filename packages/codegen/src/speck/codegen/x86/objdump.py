@@ -12,6 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from speck.codegen.errors import ToolError
+
 
 def normalise(text: str) -> str:
     """Drop objdump/listing comments (`# 0x..`, `<sym+off>`) and collapse whitespace."""
@@ -31,10 +33,10 @@ def parse_objdump(out: str) -> list[tuple[int, str]]:
 
 def _objdump(args: list[str]) -> str:
     if shutil.which("objdump") is None:
-        raise RuntimeError("objdump: not found on PATH; install binutils to cross-check x86 encodings")
+        raise ToolError("objdump: not found on PATH; install binutils to cross-check x86 encodings")
     proc = subprocess.run(["objdump", *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"objdump {' '.join(args)} failed: {proc.stderr.strip()}")
+        raise ToolError(f"objdump {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
+from speck.codegen.errors import CodegenValueError
 from speck.codegen.x86.ops import X86Op
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class Reg:
         else:
             ok = self.kind == "vec" and self.size in (16, 32, 64) and 0 <= self.num < 32
         if not ok:
-            raise ValueError(
+            raise CodegenValueError(
                 f"Reg: expected kind 'gpr' with size 1/2/4/8 and num 0..15, 'vec' with size 16/32/64 and num "
                 f"0..31, or 'k' with size 8 and num 0..7, got kind={self.kind!r} num={self.num} size={self.size}"
             )
@@ -86,7 +87,7 @@ def gpr(name: str) -> Reg:
     for size, names in GPR_NAMES.items():
         if name in names:
             return Reg("gpr", names.index(name), size)
-    raise ValueError(f"gpr: unknown register name {name!r}; expected one of {', '.join(GPR64 + GPR32)}, ...")
+    raise CodegenValueError(f"gpr: unknown register name {name!r}; expected one of {', '.join(GPR64 + GPR32)}, ...")
 
 
 def xmm(num: int) -> Reg:
@@ -121,7 +122,7 @@ class Opmask:
 
     def __post_init__(self) -> None:
         if not 1 <= self.k < 8:
-            raise ValueError(f"Opmask: k must be 1..7 (k0 encodes 'no mask'), got {self.k}")
+            raise CodegenValueError(f"Opmask: k must be 1..7 (k0 encodes 'no mask'), got {self.k}")
 
 
 RSP = gpr("rsp")
@@ -153,16 +154,18 @@ class Mem:
         size: int | None = None, symbol: str | None = None, broadcast: bool = False,
     ) -> None:  # fmt: skip
         if scale not in (1, 2, 4, 8):
-            raise ValueError(f"Mem: scale must be 1, 2, 4 or 8, got {scale}")
+            raise CodegenValueError(f"Mem: scale must be 1, 2, 4 or 8, got {scale}")
         if not -(2**31) <= disp < 2**31:
-            raise ValueError(
+            raise CodegenValueError(
                 f"Mem: displacement {disp} does not fit a signed 32-bit field; materialise it in a "
                 "register and use it as the index"
             )
         if symbol is not None and (base is not None or index is not None):
-            raise ValueError("Mem: a RIP-relative reference (symbol set) cannot also have a base or index register")
+            raise CodegenValueError(
+                "Mem: a RIP-relative reference (symbol set) cannot also have a base or index register"
+            )
         if symbol is None and base is None and index is None:
-            raise ValueError("Mem: expected a base register, an index register or a symbol; got none of them")
+            raise CodegenValueError("Mem: expected a base register, an index register or a symbol; got none of them")
         # frozen: written through the slots' descriptors, as Inst.__init__ does
         _set_base(self, base)
         _set_index(self, index)

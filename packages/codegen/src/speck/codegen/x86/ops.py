@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from speck.codegen.errors import CodegenValueError
+
 
 class X86Op(Enum):
     """One x86-64 machine instruction mnemonic (value = the Intel-syntax mnemonic)."""
@@ -238,4 +240,4 @@ def invert_condition(op: X86Op) -> X86Op:
     for prefix in ("cmov", "set", "j"):
         if op in COND_CODE and op.value.startswith(prefix):
             return X86Op(prefix + _INVERSE[op.value[len(prefix) :]])
-    raise ValueError(f"invert_condition: expected a Jcc/SETcc/CMOVcc op, got {op.name}")
+    raise CodegenValueError(f"invert_condition: expected a Jcc/SETcc/CMOVcc op, got {op.name}")

@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-from speck.codegen.errors import CompileError, X86UnsupportedError
+from speck.codegen.errors import CodegenValueError, CompileError, X86UnsupportedError
 from speck.codegen.kernel_info import KernelInfo, kernel_name
 from speck.codegen.opt.kernel_opts import Opt, OptOps
 from speck.uop import AddrSpace, AxisType, DType, Ops, UOp, dtypes
@@ -127,7 +127,7 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
         try:
             i, op, dt, srcs, arg, tag = ln.split("\t")
             if int(i) != n - 2:
-                raise ValueError(f"expected UOp {n - 2}, found {i}")
+                raise CodegenValueError(f"expected UOp {n - 2}, found {i}")
             dtype = dtype_of.get(dt)
             if dtype is None:
                 dtype = dtype_of[dt] = _parse_dtype(dt)
@@ -140,7 +140,7 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
             if not srcs:
                 src_t: tuple[UOp, ...] = ()
             elif "-" in srcs:
-                raise ValueError(f"negative source index in {srcs!r}")
+                raise CodegenValueError(f"negative source index in {srcs!r}")
             else:  # (a source not yet read: IndexError)
                 src_t = tuple([uops[int(k)] for k in srcs.split(",")]) if "," in srcs else (uops[int(srcs)],)
             append(UOp(ops[op], dtype, src_t, value, None if tag == "null" else _decode(json.loads(tag))))
@@ -161,10 +161,10 @@ def _parse_dtype(text: str) -> DType:
     """A dtype from its repr: `dtypes.<name>` then `.vec(n)` / `.ptr(size=n, addrspace=AddrSpace.X)` steps."""
     m = re.match(r"^dtypes\.(\w+)", text)
     if m is None:
-        raise ValueError(f"not a dtype: {text!r}")
+        raise CodegenValueError(f"not a dtype: {text!r}")
     dt: DType = getattr(dtypes, m.group(1))
     if not isinstance(dt, DType):
-        raise ValueError(f"not a dtype: {text!r}")
+        raise CodegenValueError(f"not a dtype: {text!r}")
     end = m.end()
     for step in _DTYPE_STEP.finditer(text, end):
         if step.start() != end:
@@ -175,10 +175,10 @@ def _parse_dtype(text: str) -> DType:
         else:
             p = _PTR_ARGS.match(step.group(2))
             if p is None:
-                raise ValueError(f"not a pointer dtype: {text!r}")
+                raise CodegenValueError(f"not a pointer dtype: {text!r}")
             dt = dt.ptr(int(p.group(1)) if p.group(1) else -1, AddrSpace[p.group(2)])
     if end != len(text):
-        raise ValueError(f"not a dtype: {text!r}")
+        raise CodegenValueError(f"not a dtype: {text!r}")
     return dt
 
 
@@ -189,7 +189,7 @@ def _decode(v: Any) -> Any:
         return v
     (kind, body), *rest = v.items()
     if rest:
-        raise ValueError(f"a tagged value has one key, found {list(v)}")
+        raise CodegenValueError(f"a tagged value has one key, found {list(v)}")
     if kind == "enum":
         cls, _, name = body.partition(".")
         return _ENUMS[cls][name]
@@ -200,7 +200,7 @@ def _decode(v: Any) -> Any:
         return Opt(OptOps[op], axis, arg)
     if kind == "KernelInfo":
         return KernelInfo(**{k: _decode(x) for k, x in body.items()})
-    raise ValueError(f"unknown tagged value {kind!r}")
+    raise CodegenValueError(f"unknown tagged value {kind!r}")
 
 
 __all__ = ["dump_program", "load_program"]

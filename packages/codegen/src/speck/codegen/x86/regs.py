@@ -8,6 +8,7 @@ no System V role (arguments, returns, division, shift count) ever pins them.
 
 from __future__ import annotations
 
+from speck.codegen.errors import CodegenValueError
 from speck.codegen.regalloc import RegClass, RegTarget, VReg
 from speck.codegen.x86.operands import GPR64, Reg
 
@@ -43,7 +44,9 @@ def phys(name: str, size: int) -> Reg:
         if name.startswith("xmm"):
             r = Reg("vec", int(name[3:]), size)
         elif name not in GPR64:
-            raise ValueError(f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm31")
+            raise CodegenValueError(
+                f"phys: unknown x86-64 register {name!r}; expected a 64-bit GPR name or xmm0..xmm31"
+            )
         else:
             r = Reg("gpr", GPR64.index(name), size)
         _PHYS[(name, size)] = r
@@ -79,7 +82,7 @@ _SIZED: dict[str, SizedRegs] = {}
 def arg_vreg(index: int, vid: int, size: int = 8) -> VReg:
     """A virtual register pinned to the System V register of integer argument `index` (0..5)."""
     if not 0 <= index < len(ARG_REGS):
-        raise ValueError(
+        raise CodegenValueError(
             f"arg_vreg: integer argument {index} is not passed in a register (only 0..5 are); "
             "load it with IncomingStackArg"
         )

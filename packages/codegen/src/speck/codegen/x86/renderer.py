@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from speck.codegen.cpu_features import host_has_avx512f, x86_avx512_enabled
-from speck.codegen.errors import X86UnsupportedError
+from speck.codegen.errors import ZmmRefusal
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
@@ -38,13 +38,6 @@ from speck.uop import DType, Ops, PatternMatcher, UOp, dtypes
 
 X86_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 """No instruction computes these: the pipeline's polynomial decompositions (exact like the interpreter) are used."""
-
-
-class ZmmRefusal(X86UnsupportedError):
-    """A kernel whose 16-lane values the AVX-512 selector cannot take: `fallback` names the backend that renders it
-    instead (the AVX2 x86 renderer, whose 8-lane vectors it selects; LLVM after that)."""
-
-    fallback = "X86_AVX2"
 
 
 class X86Renderer(Renderer):

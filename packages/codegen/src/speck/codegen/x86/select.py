@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speck.codegen.errors import SelectionError
+from speck.codegen.errors import CodegenValueError, ProgramFormError, SelectionError
 from speck.codegen.regalloc import VReg
 from speck.codegen.renderer.common import divisor_safe, kernel_signature, shift_safe
 from speck.codegen.x86 import select_cast as sc
@@ -378,8 +378,8 @@ class Selector:
             else:
                 self.emit(O.MOVABS, d, Imm(v))
             return d
-        raise RuntimeError(f"x86 backend: {u.op.name} ({u.dtype}) is used before it is defined in kernel "
-                           f"{self.kernel!r}; the program is not in linear order")  # fmt: skip
+        raise ProgramFormError(f"x86 backend: {u.op.name} ({u.dtype}) is used before it is defined in kernel "
+                               f"{self.kernel!r}; the program is not in linear order")  # fmt: skip
 
     def ioperand(self, u: UOp, size: int) -> Operand:
         """u as the source operand of an integer op: an immediate when possible, else a register."""
@@ -971,7 +971,7 @@ def signed_magic32(d: int) -> tuple[int, int]:
     """(M, s) with trunc(n / d) == (mulhs(n, M) [+ n when M < 0]) >> s, plus 1 for negative n, for every int32 n;
     d >= 2 (Hacker's Delight, "Signed Division by Divisors >= 2"). M is returned as a signed 32-bit value."""
     if d < 2 or d >= 2**31:
-        raise ValueError(f"signed_magic32: divisor must be in [2, 2**31), got {d}")
+        raise CodegenValueError(f"signed_magic32: divisor must be in [2, 2**31), got {d}")
     two31 = 2**31
     anc = two31 - 1 - two31 % d
     p = 31

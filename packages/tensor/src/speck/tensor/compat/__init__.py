@@ -23,6 +23,8 @@ import sys
 import types
 from collections.abc import Sequence
 
+from speck.tensor.errors import TensorRuntimeError
+
 _ROOT = "speck.tensor"
 
 
@@ -69,7 +71,9 @@ def install_tinygrad_alias(name: str = "tinygrad") -> types.ModuleType:
     mod = importlib.import_module(_ROOT)
     existing = sys.modules.get(name)
     if existing is not None and existing is not mod:
-        raise RuntimeError(f"a module named {name!r} is already imported ({existing!r}); alias it before importing it")
+        raise TensorRuntimeError(
+            f"a module named {name!r} is already imported ({existing!r}); alias it before importing it"
+        )
     install_alias_finder()
     sys.modules[name] = mod
     return mod

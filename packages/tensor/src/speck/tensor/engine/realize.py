@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speck.codegen.kernel_info import kernel_name
+from speck.codegen.kernel_info import Estimates, kernel_name
 from speck.hcq.runner import Copy, Exec, Host
 from speck.tensor import realize as _realize
 from speck.tensor.codegen import get_program
@@ -39,6 +39,11 @@ class CompiledRunner(Runner):
         self.prg, self.call, self.slots = program, call, slots
         self.p = getattr(program, "spec", None)
 
+    @property
+    def estimates(self) -> Estimates:
+        """The program's cost estimates (ops, global memory touched, bytes loaded); zeros without a ProgramSpec."""
+        return getattr(self.p, "estimates", None) or Estimates()
+
     def __call__(self, bufs: list[UOp], var_vals: dict[str, int] | None = None, wait: bool = False) -> float:
         if self.call is None:  # a kernel of a schedule: bufs in its PARAM order
             _realize.execute([ScheduleItem(self.prg.ast, tuple(bufs), dict(var_vals or {}))])
@@ -53,6 +58,11 @@ class BufferCopy(Runner):
     def __init__(self, nbytes: int, dest_device: str, src_device: str) -> None:
         super().__init__(f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}", dest_device)
         self.nbytes = nbytes
+
+    @property
+    def estimates(self) -> Estimates:
+        """A copy moves its bytes and computes nothing."""
+        return Estimates(0, self.nbytes, self.nbytes)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorAssertionError, TensorTypeError
+from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
 from speck.tensor.tensor import Tensor
 from speck.uop import dtypes
@@ -47,7 +47,7 @@ class Conv2d:
                  padding: int | str | tuple[int, ...] = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
                  ndim: int = 2) -> None:  # fmt: skip
         if in_channels % groups or out_channels % groups:
-            raise RuntimeError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
+            raise TensorValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         if isinstance(padding, str):  # 'same'/'valid' (any case): checked now, resolved to explicit amounts
@@ -169,7 +169,7 @@ class GroupNorm:
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
         if num_channels % num_groups:
-            raise RuntimeError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
+            raise TensorValueError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
         self.weight = _fresh(Tensor.ones(num_channels)) if affine else None
         self.bias = _fresh(Tensor.zeros(num_channels)) if affine else None

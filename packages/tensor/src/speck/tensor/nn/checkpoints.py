@@ -30,7 +30,7 @@ import numpy as np
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import ArchiveError, CheckpointError, TorchLoadError, UnsafePickleError
+from speck.tensor.errors import ArchiveError, CheckpointError, TensorValueError, TorchLoadError, UnsafePickleError
 from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -67,7 +67,7 @@ class TensorIO(io.RawIOBase):
 
     def __init__(self, t: Tensor) -> None:
         if len(t.shape) != 1 or t.dtype != dtypes.uint8:
-            raise ValueError(f"TensorIO needs a 1-D uint8 tensor, got shape {t.shape} {t.dtype}")
+            raise TensorValueError(f"TensorIO needs a 1-D uint8 tensor, got shape {t.shape} {t.dtype}")
         self.t, self.pos = t, 0
 
     def readable(self) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import GGUFError
+from speck.tensor.errors import GGUFError, TensorFileNotFoundError
 from speck.tensor.nn.checkpoints import named_errors
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -265,7 +265,7 @@ def gguf_load(tensor: Tensor | str | os.PathLike[str]) -> tuple[dict[str, Any], 
             count = int(m["count"])
             parts = [path.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
             if missing := [str(p) for p in parts if not p.is_file()]:
-                raise FileNotFoundError(f"gguf_load({path}): split model parts missing: {missing}")
+                raise TensorFileNotFoundError(f"gguf_load({path}): split model parts missing: {missing}")
             loaded = [_load_one(Tensor(p)) for p in parts]
             state = {k: v for _, sd in loaded for k, v in sd.items()}
             return loaded[0][0], state

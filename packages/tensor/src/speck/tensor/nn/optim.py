@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import OptimizerError as OptimizerError
+from speck.tensor.errors import TensorValueError
 from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
@@ -34,7 +35,7 @@ class Optimizer:
     ) -> None:
         lr_value = None if isinstance(lr, Tensor) else float(lr)
         if lr_value is not None and lr_value < 0:
-            raise ValueError(f"learning rate must be >= 0, got {lr}")
+            raise TensorValueError(f"learning rate must be >= 0, got {lr}")
         unique = list(dict.fromkeys(params))  # identity: Tensor hashes by id
         self.params = [p for p in unique if p.is_param and p.requires_grad is not False]
         self.buffers = [p for p in unique if not (p.is_param and p.requires_grad is not False)]
@@ -74,7 +75,7 @@ class Optimizer:
         from speck.tensor.autograd import is_training
 
         if not is_training():
-            raise RuntimeError(
+            raise OptimizerError(
                 "optimizer step outside training mode: wrap the training step in `with Tensor.train():` "
                 "(or Context(TRAINING=1)); evaluation must not update parameters"
             )
@@ -241,9 +242,9 @@ class LARS(Optimizer):
         fused: bool | None = None,
     ) -> None:
         if momentum < 0:
-            raise ValueError(f"momentum must be >= 0, got {momentum}")
+            raise TensorValueError(f"momentum must be >= 0, got {momentum}")
         if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            raise TensorValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr, device, fused)
         self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
         self.pre_wd, self.tcoef = pre_wd, tcoef
@@ -371,7 +372,7 @@ class LAMB(Optimizer):
         fused: bool | None = None,
     ) -> None:
         if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            raise TensorValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t, self.b2_t = (

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.device import file_backed
+from speck.tensor.errors import StateDictKeyError, StateDictShapeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import gguf_load
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
@@ -55,17 +56,6 @@ def get_parameters(obj: Any) -> list[Tensor]:
     for t in get_state_dict(obj).values():
         out.setdefault(id(t), t)
     return list(out.values())
-
-
-class StateDictKeyError(RuntimeError, KeyError):
-    """A model key is missing from the state dict (strict loading)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class StateDictShapeError(RuntimeError, ValueError):
-    """A state-dict tensor's shape differs from the model tensor's."""
 
 
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,

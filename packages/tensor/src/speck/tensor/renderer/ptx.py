@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from speck.codegen.renderer import Renderer
+from speck.tensor.errors import TensorNotImplementedError
 
 
 class PTXRenderer(Renderer):
@@ -15,7 +16,7 @@ class PTXRenderer(Renderer):
     device = "CUDA"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("speck has no PTX renderer (it has no CUDA device); render with a CPU backend")
+        raise TensorNotImplementedError("speck has no PTX renderer (it has no CUDA device); render with a CPU backend")
 
 
 __all__ = ["PTXRenderer"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from speck.usbgpu.amd import pm4
 from speck.usbgpu.amd.mmio import Mmio
 from speck.usbgpu.amd.tables import GC, STRUCTS
+from speck.usbgpu.errors import UsbGpuValueError
 
 _MQD = STRUCTS.v11_compute_mqd
 ME, PIPE, QUEUE = 1, 0, 0  # MEC 1 (me 1), pipe 0, queue 0: the queue speck runs its dispatches on
@@ -72,17 +73,17 @@ class KernelCode:
     def __post_init__(self) -> None:
         unknown = [s for s in self.user_sgprs if s not in USER_SGPRS]
         if unknown:
-            raise ValueError(f"{self.name}: unknown user SGPRs {unknown}; known: {', '.join(USER_SGPRS)}")
+            raise UsbGpuValueError(f"{self.name}: unknown user SGPRs {unknown}; known: {', '.join(USER_SGPRS)}")
         if self.entry & 0xFF:
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"{self.name}: code at {self.entry:#x} is not 256-byte aligned (COMPUTE_PGM_LO drops 8 bits)"
             )
         if not self.wave32:
-            raise ValueError(f"{self.name} is compiled for wave64; speck dispatches wave32 kernels")
+            raise UsbGpuValueError(f"{self.name} is compiled for wave64; speck dispatches wave32 kernels")
         count = sum(USER_SGPRS[s] for s in self.user_sgprs)
         declared = GC.COMPUTE_PGM_RSRC2.get(self.rsrc2, "USER_SGPR")
         if count > declared:  # LLVM may reserve more than the enabled ones (they load as 0)
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"{self.name}: the enabled user SGPRs ({', '.join(self.user_sgprs) or 'none'}) take {count} SGPRs "
                 f"but COMPUTE_PGM_RSRC2.USER_SGPR is {declared}"
             )
@@ -130,10 +131,10 @@ def user_sgpr_values(code: KernelCode, launch: Launch) -> list[int]:
             out += [0, 0, 0, 0]  # gfx11 uses architected flat scratch: the buffer descriptor is unused
         elif name == "dispatch_ptr":
             if not launch.dispatch_packet:
-                raise ValueError(f"{code.name} reads its dispatch pointer: the launch needs a dispatch packet")
+                raise UsbGpuValueError(f"{code.name} reads its dispatch pointer: the launch needs a dispatch packet")
             out += [launch.dispatch_packet & 0xFFFFFFFF, launch.dispatch_packet >> 32]
         elif name == "queue_ptr":
-            raise ValueError(f"{code.name} reads an HSA queue pointer; speck's PM4 queue has no amd_queue_t")
+            raise UsbGpuValueError(f"{code.name} reads an HSA queue pointer; speck's PM4 queue has no amd_queue_t")
         elif name == "kernarg_segment_ptr":
             out += [launch.kernargs & 0xFFFFFFFF, launch.kernargs >> 32]
         elif name == "dispatch_id":
@@ -174,9 +175,9 @@ def dispatch_packets(code: KernelCode, launch: Launch, gc_base: int) -> list[int
     """SET_SH_REG of the COMPUTE_* state `code` needs for `launch`, then DISPATCH_DIRECT."""
     for n, axis in zip(launch.block, "xyz"):
         if not 1 <= n <= 1024:
-            raise ValueError(f"{code.name}: block {axis} of {n} threads (1..1024)")
+            raise UsbGpuValueError(f"{code.name}: block {axis} of {n} threads (1..1024)")
     if launch.block[0] * launch.block[1] * launch.block[2] > 1024:
-        raise ValueError(f"{code.name}: a workgroup of {launch.block} threads exceeds 1024")
+        raise UsbGpuValueError(f"{code.name}: a workgroup of {launch.block} threads exceeds 1024")
     lds_blocks = -(-code.group_segment_size // LDS_GRANULE)
     rsrc2 = GC.COMPUTE_PGM_RSRC2.encode(code.rsrc2, LDS_SIZE=lds_blocks)
     user = user_sgpr_values(code, launch)
@@ -186,7 +187,7 @@ def dispatch_packets(code: KernelCode, launch: Launch, gc_base: int) -> list[int
     out += pm4.set_sh_reg(GC.COMPUTE_TMPRING_SIZE, [scratch_ring_size(code, launch)], gc_base)
     if code.scratch_per_lane:
         if not launch.scratch_base:
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"{code.name} uses {code.scratch_per_lane} bytes of scratch per lane: the launch needs a scratch buffer"
             )
         base = launch.scratch_base >> 8
@@ -337,7 +338,7 @@ class ComputeQueue:
         L = self.layout
         size_dw = L.ring_bytes // 4
         if len(packets) >= size_dw:
-            raise ValueError(f"{len(packets)} dwords do not fit the {size_dw}-dword compute ring; use an IB")
+            raise UsbGpuValueError(f"{len(packets)} dwords do not fit the {size_dw}-dword compute ring; use an IB")
         data = struct.pack(f"<{len(packets)}I", *(p & 0xFFFFFFFF for p in packets))
         start = self.wptr % size_dw
         first = min(len(packets), size_dw - start)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from speck.usbgpu.amd.regdefs import Reg
 from speck.usbgpu.amd.tables import EVENT, PM4, PM4_PACKETS
+from speck.usbgpu.errors import UsbGpuValueError
 
 _H = PM4_PACKETS.HEADER
 MAX_BODY = 1 << _H.fields["count"][2]  # the count field holds body dwords - 1
@@ -22,7 +23,7 @@ TIMESTAMP_NS = 10
 def header(opcode: int, body_dwords: int) -> int:
     """A type-3 header for a compute queue (PACKET3_COMPUTE: the shader-type bit set)."""
     if not 1 <= body_dwords <= MAX_BODY:
-        raise ValueError(f"a PM4 packet body holds 1..{MAX_BODY} dwords, got {body_dwords}")
+        raise UsbGpuValueError(f"a PM4 packet body holds 1..{MAX_BODY} dwords, got {body_dwords}")
     return _H.encode(type=PM4.PACKET_TYPE3, opcode=opcode, count=body_dwords - 1, shader_type=1)[0]
 
 
@@ -45,7 +46,7 @@ def set_sh_reg(reg: Reg, values: Sequence[int], gc_base: int) -> list[int]:
     the discovery table): SH registers are addressed from PACKET3_SET_SH_REG_START."""
     offset = gc_base + reg.offset - PM4.SET_SH_REG_START
     if reg.ip != "GC" or reg.base_idx != 0 or offset < 0:
-        raise ValueError(f"{reg.name} is not a shader (SH) register of GC")
+        raise UsbGpuValueError(f"{reg.name} is not a shader (SH) register of GC")
     p = PM4_PACKETS.SET_SH_REG
     out = p.encode(reg_offset=offset)
     out[0] = header(PM4.SET_SH_REG, 1 + len(values))
@@ -85,7 +86,7 @@ def release_mem(addr: int, value: int, interrupt: bool = False, data64: bool = T
     """RELEASE_MEM at the end of the pipe: write back the caches, then write `value` (64 or low 32 bits) at `addr`
     once all earlier work finished, optionally raising an end-of-pipe interrupt (gfx_v11_0_ring_emit_fence)."""
     if addr & (7 if data64 else 3):
-        raise ValueError(f"RELEASE_MEM address {addr:#x} must be {'8' if data64 else '4'}-byte aligned")
+        raise UsbGpuValueError(f"RELEASE_MEM address {addr:#x} must be {'8' if data64 else '4'}-byte aligned")
     sel = PM4.RELEASE_DATA_SEL_DATA64 if data64 else PM4.RELEASE_DATA_SEL_DATA32
     return _release(addr, sel, value, interrupt)
 
@@ -93,7 +94,7 @@ def release_mem(addr: int, value: int, interrupt: bool = False, data64: bool = T
 def timestamp(addr: int) -> list[int]:
     """RELEASE_MEM of the GPU clock (64 bits, TIMESTAMP_NS per tick) at `addr` once all earlier work finished."""
     if addr & 7:
-        raise ValueError(f"a timestamp address {addr:#x} must be 8-byte aligned")
+        raise UsbGpuValueError(f"a timestamp address {addr:#x} must be 8-byte aligned")
     return _release(addr, PM4.RELEASE_DATA_SEL_GPU_CLOCK, 0, False)
 
 
@@ -124,7 +125,7 @@ def wait_reg_mem(
 ) -> list[int]:
     """WAIT_REG_MEM on memory: the queue stalls until (dword at `addr` & mask) <function> ref."""
     if addr & 3:
-        raise ValueError(f"WAIT_REG_MEM address {addr:#x} must be dword aligned")
+        raise UsbGpuValueError(f"WAIT_REG_MEM address {addr:#x} must be dword aligned")
     lo, hi = _lo_hi(addr)
     p = PM4_PACKETS.WAIT_REG_MEM
     out = p.encode(
@@ -143,7 +144,7 @@ def wait_reg_mem(
 def indirect_buffer(addr: int, ndwords: int, vmid: int) -> list[int]:
     """INDIRECT_BUFFER: run `ndwords` of PM4 at `addr` (in VM `vmid`), then continue after this packet."""
     if addr & 3 or not 0 < ndwords <= IB_MAX_DWORDS:
-        raise ValueError(f"an indirect buffer needs a dword-aligned address and 1..{IB_MAX_DWORDS} dwords")
+        raise UsbGpuValueError(f"an indirect buffer needs a dword-aligned address and 1..{IB_MAX_DWORDS} dwords")
     lo, hi = _lo_hi(addr)
     p = PM4_PACKETS.INDIRECT_BUFFER
     out = p.encode(ib_base_lo=lo, ib_base_hi=hi, ib_size=ndwords, valid=1, vmid=vmid)
@@ -154,7 +155,7 @@ def indirect_buffer(addr: int, ndwords: int, vmid: int) -> list[int]:
 def write_data(addr: int, dwords: Sequence[int], confirm: bool = True) -> list[int]:
     """WRITE_DATA to memory (asynchronously, confirmed when `confirm`): `dwords` at `addr`."""
     if addr & 3 or not dwords:
-        raise ValueError("WRITE_DATA needs a dword-aligned address and at least one dword")
+        raise UsbGpuValueError("WRITE_DATA needs a dword-aligned address and at least one dword")
     lo, hi = _lo_hi(addr)
     p = PM4_PACKETS.WRITE_DATA
     out = p.encode(dst_sel=PM4.WRITE_DST_SEL_MEMORY, wr_confirm=int(confirm), dst_addr_lo=lo, dst_addr_hi=hi)

@@ -10,15 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from speck.usbgpu.errors import FieldError as FieldError
+
 _FORMATS = {"B": 1, "H": 2, "I": 4, "Q": 8}
 
 
 def _mask(width: int) -> int:
     return (1 << width) - 1
-
-
-class FieldError(ValueError):
-    """A field name that the register, packet or structure does not have, or a value that does not fit its field."""
 
 
 def _check_value(owner: str, name: str, value: int, width: int) -> int:

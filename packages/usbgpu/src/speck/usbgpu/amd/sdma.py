@@ -12,7 +12,7 @@ from typing import Protocol
 
 from speck.usbgpu.amd.regdefs import Packet
 from speck.usbgpu.amd.tables import CONST, PM4, SDMA, SDMA_PACKETS
-from speck.usbgpu.errors import GpuFenceTimeout
+from speck.usbgpu.errors import GpuFenceTimeout, UsbGpuValueError
 
 _P = SDMA_PACKETS
 # POLL_REGMEM compares as PM4's WAIT_REG_MEM does (the SDMA header names no values of its own)
@@ -35,7 +35,7 @@ def _lo_hi(addr: int) -> tuple[int, int]:
 def nop(extra_dwords: int = 0) -> list[int]:
     """NOP: the header's count counts the dwords that follow (an all-zero dword is a one-dword NOP)."""
     if not 0 <= extra_dwords < 1 << _P.NOP.fields["count"][2]:
-        raise ValueError(f"NOP can skip 0..16383 extra dwords, got {extra_dwords}")
+        raise UsbGpuValueError(f"NOP can skip 0..16383 extra dwords, got {extra_dwords}")
     return _P.NOP.encode([0], op=SDMA.OP_NOP, count=extra_dwords) + [0] * extra_dwords
 
 
@@ -59,7 +59,7 @@ assert _P.WRITE_UNTILED.fields["count"][1:] == (0, 20) and _P.COPY_LINEAR.fields
 def copy_linear(src: int, dst: int, nbytes: int) -> list[int]:
     """COPY_LINEAR, 7 dwords: count = bytes - 1, parameter 0, source and destination addresses."""
     if not 0 < nbytes <= MAX_COPY:
-        raise ValueError(f"one COPY_LINEAR moves 1..{MAX_COPY} bytes, got {nbytes}")
+        raise UsbGpuValueError(f"one COPY_LINEAR moves 1..{MAX_COPY} bytes, got {nbytes}")
     out = _COPY.copy()
     c, sl, sh, dl, dh = _COPY_AT
     out[c], out[sl], out[sh], out[dl], out[dh] = (
@@ -75,7 +75,7 @@ def copy_linear(src: int, dst: int, nbytes: int) -> list[int]:
 def write_linear(dst: int, dwords: Sequence[int]) -> list[int]:
     """WRITE_UNTILED (linear), 4 + n dwords: destination, n - 1, then the data dwords."""
     if not 0 < len(dwords) <= MAX_WRITE:
-        raise ValueError(f"WRITE_LINEAR writes 1..{MAX_WRITE} dwords, got {len(dwords)}")
+        raise UsbGpuValueError(f"WRITE_LINEAR writes 1..{MAX_WRITE} dwords, got {len(dwords)}")
     out = _WRITE.copy()
     lo, hi, count = _WRITE_AT
     out[lo], out[hi], out[count] = dst & 0xFFFFFFFF, dst >> 32 & 0xFFFFFFFF, len(dwords) - 1
@@ -113,7 +113,7 @@ def poll_regmem(
 ) -> list[int]:
     """POLL_REGMEM on memory (mem_poll = 1), 6 dwords: stall until (dword & mask) <func> ref."""
     if addr & 3:
-        raise ValueError(f"POLL_REGMEM address must be dword aligned, got {addr:#x}")
+        raise UsbGpuValueError(f"POLL_REGMEM address must be dword aligned, got {addr:#x}")
     key = (func & 7, interval & 0xFFFF, retry & RETRY_FOREVER)
     template = _POLLS.get(key)
     if template is None:
@@ -185,7 +185,7 @@ class SdmaRing:
         """Write a batch into the ring (one stream; a zero-filled tail first if it would cross the ring end)."""
         data = to_bytes(packets)
         if len(data) >= self.size:
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"an SDMA batch of {len(data)} bytes does not fit the {self.size}-byte ring; split the copy-in"
             )
         offset = self.put_value % self.size

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from speck.usbgpu.amd.tables import CONST
-from speck.usbgpu.errors import VramAllocError
+from speck.usbgpu.errors import UsbGpuValueError, VramAllocError
 
 ENTRIES = 512
 TABLE_BYTES = ENTRIES * 8
@@ -88,7 +88,7 @@ class PageTables:
         """Map [va, va + size) to VRAM offsets [vram, vram + size) in 2 MiB pages (all three 2 MiB aligned)."""
         self._check(va, size, HUGE)
         if vram % HUGE:
-            raise ValueError(f"VRAM offset {vram:#x} is not 2 MiB aligned")
+            raise UsbGpuValueError(f"VRAM offset {vram:#x} is not 2 MiB aligned")
         for off in range(0, size, HUGE):
             pdb0 = self._pdb0(va + off)
             pte = (self.vram_base + vram + off) & ADDRESS_MASK | VRAM_FLAGS | CONST.AMDGPU_PDE_PTE
@@ -114,7 +114,7 @@ class PageTables:
     @staticmethod
     def _check(va: int, size: int, align: int) -> None:
         if va % align or size % align or size <= 0 or va + size > VA_LIMIT:
-            raise ValueError(f"mapping [{va:#x}, +{size:#x}) must be {align:#x} aligned and below {VA_LIMIT:#x}")
+            raise UsbGpuValueError(f"mapping [{va:#x}, +{size:#x}) must be {align:#x} aligned and below {VA_LIMIT:#x}")
 
     def flush(self) -> int:
         """Write the changed entries to VRAM (runs of adjacent entries as one write); returns how many."""

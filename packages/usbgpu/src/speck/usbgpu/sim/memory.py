@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 
+from speck.usbgpu.errors import SimAccessError
 from speck.usbgpu.sim.config import (
     CQ_PCIE,
     PAGE,
@@ -31,7 +32,7 @@ class SparseMemory:
 
     def _check(self, addr: int, n: int) -> None:
         if addr < 0 or n < 0 or addr + n > self.size:
-            raise IndexError(f"access [{addr:#x}, {addr + n:#x}) outside memory of {self.size:#x} bytes")
+            raise SimAccessError(f"access [{addr:#x}, {addr + n:#x}) outside memory of {self.size:#x} bytes")
 
     def read(self, addr: int, n: int) -> bytes:
         """Return `n` bytes at `addr`."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.usbgpu import errors
+from speck.usbgpu.errors import SimNotImplementedError
 from speck.usbgpu.sim.memory import VRAM_PAGE_BITS
 from speck.usbgpu.sim.vm import VRAM, VmFault
 
@@ -67,7 +68,7 @@ class ShaderMemory:
             except VmFault as fault:
                 self._raise(VmFault(fault.vmid, last, fault.write, fault.reason), size)
             if (space != VRAM) != bool(system[inverse[lane]]) or end_phys != int(phys[lane]) + size - 1:
-                raise NotImplementedError(f"a {size}-byte access at {va:#x} spans physically discontiguous pages")
+                raise SimNotImplementedError(f"a {size}-byte access at {va:#x} spans physically discontiguous pages")
         return phys, system[inverse]
 
     def _page(self, index: int, create: bool) -> np.ndarray | None:
@@ -97,7 +98,7 @@ class ShaderMemory:
             return
         offsets = phys[lanes]
         if int(offsets.max()) + size > self.gpu.vram.size:
-            raise NotImplementedError("a page table entry points past the end of VRAM")
+            raise SimNotImplementedError("a page table entry points past the end of VRAM")
         vpage = offsets >> np.uint64(VRAM_PAGE_BITS)
         lane_index = np.nonzero(lanes)[0]
         for index in np.unique(vpage).tolist():

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from speck.usbgpu.errors import UsbGpuValueError
 from speck.usbgpu.sim.model_api import (
     LIBUSB_SPEED_SUPER,
     DeviceDescriptors,
@@ -150,7 +151,7 @@ def install(models: Sequence[UsbDeviceModel]) -> str:
             model.bus, model.address, desc.speed, device_descriptor_bytes(desc), configs, len(configs)
         )
         if index != i:
-            raise ValueError(
+            raise UsbGpuValueError(
                 f"fake libusb rejected simulated device {i} ({model.vid:04x}:{model.pid:04x}): error {index}; "
                 "its descriptors() must describe consistent configurations (at most 64 devices)"
             )
@@ -326,7 +327,7 @@ def _py_submit(
         kind_name: Literal["control", "bulk"] = "control" if kind == lib.FAKEUSB_KIND_CONTROL else "bulk"
         transfer_id = model.submit(kind_name, endpoint, setup_bytes, payload, in_length, timeout_ms)
         if transfer_id < 0:
-            raise ValueError(f"model.submit returned a negative transfer id {transfer_id}; ids must be >= 0")
+            raise UsbGpuValueError(f"model.submit returned a negative transfer id {transfer_id}; ids must be >= 0")
         return transfer_id
     except BaseException as exc:
         return _fail(exc)

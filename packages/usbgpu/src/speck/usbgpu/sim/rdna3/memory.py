@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from speck.usbgpu.errors import ShaderMemoryFault
+from speck.usbgpu.errors import ShaderMemoryFault, UsbGpuValueError
 
 _U8 = np.dtype(np.uint8)
 
@@ -85,11 +85,13 @@ class FlatMemory:
         """Map `data` (bytes, an array viewed as bytes, or a size for zeros) at `address`; returns its byte array."""
         arr = _as_bytes(data)
         if address < 0 or address + len(arr) > 1 << 64 or len(arr) == 0:
-            raise ValueError(f"cannot map {len(arr)} bytes at {address:#x}: need a non-empty range inside 64 bits")
+            raise UsbGpuValueError(
+                f"cannot map {len(arr)} bytes at {address:#x}: need a non-empty range inside 64 bits"
+            )
         i = bisect.bisect_right(self._starts, address)
         for r in self.regions[max(0, i - 1) : i + 1]:
             if address < r.end and r.address < address + len(arr):
-                raise ValueError(f"mapping {name or 'region'} at {address:#x} overlaps {r}")
+                raise UsbGpuValueError(f"mapping {name or 'region'} at {address:#x} overlaps {r}")
         store = np.zeros(-(-len(arr) // 4) * 4, dtype=np.uint8)
         store[: len(arr)] = arr
         arr = store[: len(arr)]
