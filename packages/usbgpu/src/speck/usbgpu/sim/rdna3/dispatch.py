@@ -29,7 +29,7 @@ from speck.usbgpu.sim.rdna3.decode import decode_at
 from speck.usbgpu.sim.rdna3.inst import Inst
 from speck.usbgpu.sim.rdna3.memory import FlatMemory, ShaderMemory
 from speck.usbgpu.sim.rdna3.operands import APERTURE_SIZE, PRIVATE_APERTURE, SHARED_APERTURE
-from speck.usbgpu.sim.rdna3.wave import EXEC, LANES, Mode, Pending, Waves
+from speck.usbgpu.sim.rdna3.wave import EXEC, LANES, Mode, Pending, Waves, to_waves
 
 # COMPUTE_DISPATCH_INITIATOR bits (gc_11_0_0_sh_mask.h)
 COMPUTE_SHADER_EN, FORCE_START_AT_000 = 1 << 0, 1 << 2
@@ -474,7 +474,7 @@ class _Scheduler:
                     if inst.cond is None:
                         taken = None
                     else:
-                        taken = np.broadcast_to(np.asarray(inst.cond(w), dtype=bool), (n,))
+                        taken = to_waves(np.asarray(inst.cond(w), dtype=bool), n)
                     if taken is None or taken.all():
                         w.pc = inst.target
                     elif not taken.any():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -192,7 +193,7 @@ def vector_reader(
         if bits == 32:
             get: Reader = lambda w: w.v[r]
         elif bits == 64:
-            get = lambda w: w.v[r].astype(np.uint64) | (w.v[r + 1].astype(np.uint64) << np.uint64(32))
+            get = lambda w: pair64(w.v[r], w.v[r + 1])
         elif hi:
             get = lambda w: (w.v[r] >> np.uint32(16)).astype(np.uint16)
         else:
@@ -208,6 +209,25 @@ def vector_reader(
     if ty.is_float and (absm or negm):
         return lambda w: _apply_mods(get(w), bits, absm, negm).view(dtype)
     return lambda w: get(w).view(dtype)
+
+
+def pair64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Two uint32 register arrays as one uint64 array (lo | hi << 32): two strided copies into the halves of a
+    little-endian uint64 (no shifts, no temporaries)."""
+    out = np.empty(lo.shape, np.uint64)
+    halves = out[..., None].view(np.uint32)
+    halves[..., 0] = lo
+    halves[..., 1] = hi
+    return out
+
+
+def split64(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A uint64 array's low and high 32-bit halves, as views (the inverse of pair64)."""
+    halves = np.ascontiguousarray(bits)[..., None].view(np.uint32)
+    return halves[..., 0], halves[..., 1]
+
+
+assert sys.byteorder == "little", "pair64/split64 view uint64 as (lo, hi) uint32 pairs"
 
 
 def _const_reader(value: Any) -> Reader:

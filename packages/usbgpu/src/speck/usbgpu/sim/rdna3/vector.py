@@ -32,11 +32,12 @@ from speck.usbgpu.sim.rdna3.operands import (
     Ty,
     scalar_reader,
     scalar_text,
+    split64,
     vector_reader,
     vector_text,
 )
 from speck.usbgpu.sim.rdna3.valu import VOP1, VOP2, VOP3, VOP3P, VOPC, VOPD_X, VOPD_Y, VOp
-from speck.usbgpu.sim.rdna3.wave import EXEC, LANE_IDS, VCC, Waves
+from speck.usbgpu.sim.rdna3.wave import EXEC, LANE_IDS, VCC, Waves, to_waves
 
 Fetch = Callable[[int], int]
 F16, F32 = fl.F16, fl.F32
@@ -85,8 +86,7 @@ def _writer(ty: Ty | None, vdst: int | None, dst_hi: bool) -> Callable[[Waves, A
         return lambda w, res: w.write_v16(r, dst_hi, np.asarray(res).astype(dt, copy=False).view(np.uint16))
 
     def write64(w: Waves, res: Any) -> None:
-        bits = np.asarray(res).astype(dt, copy=False).view(np.uint64)
-        lo, hi = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32), (bits >> np.uint64(32)).astype(np.uint32)
+        lo, hi = split64(np.asarray(res).astype(dt, copy=False).view(np.uint64))
         w.write_v(r, lo)
         w.write_v(r + 1, hi)
 
@@ -140,7 +140,7 @@ def _mask_reader(code: int | None, literal: int | None) -> Callable[[Waves], np.
     if code is None or code == VCC:
         return lambda w: w.lane_mask_from(w.s[VCC])
     get = scalar_reader(code, 32, literal)
-    return lambda w: w.lane_mask_from(np.broadcast_to(np.asarray(get(w)), (w.n,)))
+    return lambda w: w.lane_mask_from(to_waves(get(w), w.n))
 
 
 def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:

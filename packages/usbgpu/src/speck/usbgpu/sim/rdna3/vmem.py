@@ -21,7 +21,7 @@ import numpy as np
 
 from speck.usbgpu.sim.rdna3.inst import Inst, unimplemented, vgpr_range
 from speck.usbgpu.sim.rdna3.operands import APERTURE_SIZE, NULL_CODE, PRIVATE_APERTURE, SHARED_APERTURE, scalar_text
-from speck.usbgpu.sim.rdna3.wave import Pending, Waves
+from speck.usbgpu.sim.rdna3.wave import Pending, Waves, per_lane
 
 Fetch = Callable[[int], int]
 SEGMENTS = {0: "flat", 1: "scratch", 2: "global"}
@@ -153,10 +153,10 @@ def decode_flat(pc: int, fetch: Fetch) -> Inst:
             if vaddr_used:
                 a = a + active(w, w.v[addr], mask).astype(np.int64)
             if has_saddr:
-                a = a + active(w, np.broadcast_to(w.s[saddr][:, None], mask.shape), mask).astype(np.int64)
+                a = a + active(w, per_lane(w.s[saddr]), mask).astype(np.int64)
             return ((a + offset) & 0xFFFFFFFF).astype(np.uint64)  # a 32-bit per-lane offset
         if has_saddr:
-            base = active(w, np.broadcast_to(w.read_s64(saddr)[:, None], mask.shape), mask)
+            base = active(w, per_lane(w.read_s64(saddr)), mask)
             return base + active(w, w.v[addr], mask).astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
         lo, hi = active(w, w.v[addr], mask).astype(np.uint64), active(w, w.v[addr + 1], mask).astype(np.uint64)
         return (lo | (hi << np.uint64(32))) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
@@ -283,7 +283,7 @@ def decode_ds(pc: int, fetch: Fetch) -> Inst:
     def run(w: Waves) -> None:
         mask = w.exec_mask()
         base = active(w, w.v[addr], mask).astype(np.int64)
-        wgs = active(w, np.broadcast_to(w.wg[:, None], mask.shape), mask)
+        wgs = active(w, per_lane(w.wg), mask)
         if dop.load:  # the address adder is 32 bits wide: vaddr + offset wraps
             parts = [_widen(w.launch.lds_load(wgs, (base + o) & 0xFFFFFFFF, dop.size), mop) for o in offsets]
             _deliver(w, "lgkm", vdst, np.concatenate(parts, axis=1), mask, mop)

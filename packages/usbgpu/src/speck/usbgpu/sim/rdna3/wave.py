@@ -29,6 +29,20 @@ LANE_BITS = np.uint32(1) << np.arange(LANES, dtype=np.uint32)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
 
+def to_waves(x: Any, n: int) -> Any:
+    """A per-wave value (n,) or a scalar as an (n,) array (np.broadcast_to only when the shape differs: it is slow)."""
+    x = np.asarray(x)
+    return x if x.shape == (n,) else np.broadcast_to(x, (n,))
+
+
+def per_lane(x: np.ndarray) -> np.ndarray:
+    """A per-wave (n,) array as a read-only (n, 32) view, every lane of a wave seeing its value."""
+    x = np.ascontiguousarray(x)
+    view = np.ndarray((len(x), LANES), x.dtype, buffer=x, strides=(x.itemsize, 0))
+    view.flags.writeable = False
+    return view
+
+
 @dataclass
 class Pending:
     """A load in flight: its counter ('vm' or 'lgkm'), destination registers and data (per register, lane mask)."""
