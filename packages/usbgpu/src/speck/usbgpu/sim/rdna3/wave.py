@@ -29,6 +29,25 @@ LANE_BITS = np.uint32(1) << np.arange(LANES, dtype=np.uint32)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
 
+def lane_ones(mask: np.ndarray) -> np.ndarray:
+    """(n, 32) bool -> uint32 all ones where set, zero elsewhere."""
+    ones = mask.astype(np.uint32)
+    np.negative(ones, out=ones)  # 1 -> 0xFFFFFFFF (modulo 2**32)
+    return ones
+
+
+def masked_store(dst: np.ndarray, value: Any, ones: np.ndarray) -> None:
+    """dst = value where `ones` (lane_ones) is set, else unchanged; in place, in three passes of plain integer
+    arithmetic (np.copyto with where= is several times slower). `value` is cast as np.copyto(casting="unsafe")
+    would."""
+    value = np.asarray(value)
+    if value.dtype != np.uint32:
+        value = value.astype(np.uint32)
+    diff = np.bitwise_xor(dst, value)
+    np.bitwise_and(diff, ones, out=diff)
+    np.bitwise_xor(dst, diff, out=dst)
+
+
 def to_waves(x: Any, n: int) -> Any:
     """A per-wave value (n,) or a scalar as an (n,) array (np.broadcast_to only when the shape differs: it is slow)."""
     x = np.asarray(x)
@@ -99,6 +118,7 @@ class Waves:
     pending_s: set[int] = field(default_factory=set)
     _exec_mask: np.ndarray | None = None
     _exec_full: bool = False
+    _exec_m32: np.ndarray | None = None  # (n, 32) uint32: all ones in the active lanes (for masked writes)
 
     @property
     def n(self) -> int:
@@ -110,6 +130,7 @@ class Waves:
         if self._exec_mask is None:
             self._exec_mask = (self.s[EXEC][:, None] & LANE_BITS) != 0
             self._exec_full = bool((self.s[EXEC] == 0xFFFFFFFF).all())
+            self._exec_m32 = None
         return self._exec_mask
 
     def exec_full(self) -> bool:
@@ -143,8 +164,11 @@ class Waves:
             if self._exec_full:
                 self.v[r] = value
                 return
-            mask = self._exec_mask
-        np.copyto(self.v[r], value, where=mask, casting="unsafe")
+            if self._exec_m32 is None:
+                self._exec_m32 = lane_ones(self.exec_mask())
+            masked_store(self.v[r], value, self._exec_m32)
+            return
+        masked_store(self.v[r], value, lane_ones(mask))
 
     def write_v16(self, r: int, hi: bool, value: np.ndarray, mask: np.ndarray | None = None) -> None:
         """Write the low or high 16 bits of VGPR r, keeping the other half."""
@@ -192,7 +216,8 @@ class Waves:
             elif p.full:
                 self.v[r] = val
             else:
-                np.copyto(self.v[r], val, where=p.mask)
+                assert p.mask is not None
+                masked_store(self.v[r], val, lane_ones(p.mask))
 
     # ---- splitting ----
     def take(self, idx: np.ndarray, pc: int) -> Waves:
