@@ -60,9 +60,11 @@ def step_kernels(batch: int) -> list[tuple[UOp, dict[str, int]]]:
     y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
     for _ in range(2):  # run, then capture
         step(x, y).item()
-    assert step.captured is not None
-    calls = [call[1] for kind, call in step.captured.jit_cache if kind == "kernel"]
-    return list({item.ast: dict(item.var_vals) for item in reversed(calls)}.items())[::-1]
+    out: dict[UOp, dict[str, int]] = {}
+    for ei in step.jit_cache:  # the capture's calls as ExecItems; copies have no AST
+        if ei.si.ast is not None:
+            out.setdefault(ei.si.ast, dict(ei.si.var_vals))
+    return list(out.items())
 
 
 def inputs(ast: UOp, seed: int) -> list[np.ndarray]:

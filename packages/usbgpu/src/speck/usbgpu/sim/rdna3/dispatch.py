@@ -167,6 +167,7 @@ class Launch:
         self.kernel = packet.kernel
         self.lds_bytes = lds_bytes
         self.lds = np.zeros((n_wg, max(lds_bytes, 4)), dtype=np.uint8)
+        self._lds_views: dict[tuple[int, int], np.ndarray] = {}
         self.scratch_per_lane = packet.scratch_per_lane
         self._scratch: np.ndarray | None = None
         self.total_waves = waves
@@ -254,33 +255,34 @@ class Launch:
                 region=f"{self.lds_bytes} bytes allocated (COMPUTE_PGM_RSRC2.LDS_SIZE)",
             )
 
-    def _lds_words(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
-        """Dword indexes into the LDS (as uint32) for accesses of whole aligned dwords, else None (byte path)."""
-        if size % 4 or (addresses & 3).any():
-            return None
-        start = (wgs * (self.lds.shape[1] >> 2) + (addresses >> 2))[:, None]
-        return start if size == 4 else start + np.arange(size >> 2)
+    def _lds_items(self, size: int, stride: int) -> np.ndarray:
+        """The LDS of every workgroup as overlapping `size`-byte void items starting every `stride` bytes (see
+        FlatMemory's windows): one fancy index moves a whole access per lane."""
+        view = self._lds_views.get((size, stride))
+        if view is None:
+            count = max((self.lds.size - size) // stride + 1, 0)
+            view = np.ndarray((count,), np.dtype(f"V{size}"), buffer=self.lds, strides=(stride,))
+            self._lds_views[(size, stride)] = view
+        return view
 
-    def _lds_index(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
-        return (wgs * self.lds.shape[1] + addresses)[:, None] + np.arange(size)
+    def _lds_at(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> tuple[np.ndarray, Any]:
+        flat = wgs * self.lds.shape[1] + addresses
+        if not (flat & 3).any():  # the row length is a multiple of 4 bytes, so dword alignment carries over
+            return self._lds_items(size, 4), flat >> 2
+        return self._lds_items(size, 1), flat
 
     def lds_load(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
         self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
-        words = self._lds_words(wgs, addresses, size)
-        if words is not None:  # the row length is a multiple of 512 bytes, so the uint32 view lines up
-            return self.lds.view(np.uint32).reshape(-1)[words].view(np.uint8)
-        return self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)]
+        items, index = self._lds_at(wgs, addresses, size)
+        return items[index].view(np.uint8).reshape(-1, size)
 
     def lds_store(self, wgs: np.ndarray, addresses: np.ndarray, data: np.ndarray) -> None:
         size = data.shape[1]
         self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
-        words = self._lds_words(wgs, addresses, size)
-        if words is not None:  # fancy assignment: a later lane wins an overlap, as on the byte path
-            self.lds.view(np.uint32).reshape(-1)[words] = np.ascontiguousarray(data).view(np.uint32)
-            return
-        self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)] = data
+        items, index = self._lds_at(wgs, addresses, size)
+        items[index] = np.ascontiguousarray(data).view(f"V{size}").reshape(-1)  # a later lane wins an overlap
 
     # ---- scratch (private memory, per lane) ----
     def _scratch_index(self, rows: np.ndarray, addresses: np.ndarray, size: int) -> np.ndarray:
