@@ -176,7 +176,7 @@ def vector_reader(
     absm: bool = False,
     negm: bool = False,
 ) -> Reader:
-    """A reader of a VALU source as `ty` (shape (n, 32), (n, 1) or a scalar), with VOP3's abs/neg applied to floats
+    """A reader of a VALU source as `ty` (shape (n, 32), (1,) or a scalar), with VOP3's abs/neg applied to floats
     by flipping bits (so NaN payloads survive). `hi` takes the high 16 bits of a 32-bit register for 16-bit types."""
     bits = ty.bits
     const = constant_bits(code, bits, ty.is_float, ty.signed, literal)
@@ -202,13 +202,21 @@ def vector_reader(
         sget = _sreg(code, 64 if bits == 64 else 32)
         if bits == 16:
             shift = np.uint32(16 if hi else 0)
-            get = lambda w: np.asarray(sget(w) >> shift).astype(np.uint16)[..., None]
+            get = lambda w: _lanes(np.asarray(sget(w) >> shift).astype(np.uint16))
         else:
-            get = lambda w: np.asarray(sget(w))[..., None]
+            get = lambda w: _lanes(sget(w))
     dtype = ty.dtype
     if ty.is_float and (absm or negm):
         return lambda w: _apply_mods(get(w), bits, absm, negm).view(dtype)
     return lambda w: get(w).view(dtype)
+
+
+def _lanes(x: Any) -> np.ndarray:
+    """A scalar operand for a VALU op: per-wave values (n,) repeated into a contiguous (n, 32) array (numpy runs
+    (n, 1)-against-(n, 32) broadcasts in inner loops of 32 lanes, several times slower than contiguous operands);
+    a value common to every wave stays a one-element array."""
+    x = np.asarray(x)
+    return np.repeat(x[:, None], 32, axis=1) if x.ndim == 1 else x[..., None]
 
 
 def pair64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -29,6 +29,12 @@ LANE_BITS = np.uint32(1) << np.arange(LANES, dtype=np.uint32)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
 
+def unpack_lanes(bits: Any) -> np.ndarray:
+    """(n,) uint32 lane masks -> (n, 32) bool, lane i = bit i (np.unpackbits: one C pass, no (n, 1) broadcast)."""
+    words = np.ascontiguousarray(bits, dtype="<u4").reshape(-1)
+    return np.unpackbits(words.view(np.uint8), bitorder="little").view(np.bool_).reshape(len(words), LANES)
+
+
 def lane_ones(mask: np.ndarray) -> np.ndarray:
     """(n, 32) bool -> uint32 all ones where set, zero elsewhere."""
     ones = mask.astype(np.uint32)
@@ -128,7 +134,7 @@ class Waves:
     def exec_mask(self) -> np.ndarray:
         """(n, 32) bool: the active lanes."""
         if self._exec_mask is None:
-            self._exec_mask = (self.s[EXEC][:, None] & LANE_BITS) != 0
+            self._exec_mask = unpack_lanes(self.s[EXEC])
             self._exec_full = bool((self.s[EXEC] == 0xFFFFFFFF).all())
             self._exec_m32 = None
         return self._exec_mask
@@ -179,7 +185,7 @@ class Waves:
 
     def lane_mask_from(self, bits: np.ndarray) -> Any:
         """(n,) uint32 lane masks -> (n, 32) bool."""
-        return (np.asarray(bits, dtype=np.uint32).reshape(-1, 1) & LANE_BITS) != 0
+        return unpack_lanes(bits)
 
     # ---- outstanding loads ----
     def check_hazard(self, vregs: frozenset[int], sregs: frozenset[int]) -> None:
