@@ -139,7 +139,7 @@ class FlatMemory:
         size = data.shape[1]
         for region, sel, offsets in self._split(addresses, size, "write"):
             rows = np.ascontiguousarray(data[sel]).view(f"V{size}").reshape(-1)
-            if size % 4 == 0 and not (offsets & 3).any():  # dword-aligned: the windows at a 4-byte stride
+            if size % 4 == 0 and _dword_aligned(offsets):  # dword-aligned: the windows at a 4-byte stride
                 region.windows(size, 4)[offsets >> 2] = rows
             else:
                 region.windows(size, 1)[offsets] = rows
@@ -147,10 +147,11 @@ class FlatMemory:
     def _split(
         self, addresses: np.ndarray, size: int, kind: str
     ) -> list[tuple[Region, slice | np.ndarray, np.ndarray]]:
+        addresses = np.asarray(addresses, dtype=np.uint64)
         regions, index = self._regions_for(addresses, size, kind)
         if len(regions) == 1:
             r = regions[0]
-            return [(r, slice(None), (addresses - np.uint64(r.address)).astype(np.int64))]
+            return [(r, slice(None), (addresses - np.uint64(r.address)).view(np.int64))]  # (in range: < 2**63)
         out: list[tuple[Region, slice | np.ndarray, np.ndarray]] = []
         for k, r in enumerate(regions):
             sel = np.nonzero(index == k)[0]
@@ -194,10 +195,15 @@ class FlatMemory:
         return f"nearest mapping: {best}"
 
 
+def _dword_aligned(offsets: np.ndarray) -> bool:
+    """Every offset a multiple of 4 (one OR-reduction pass)."""
+    return not len(offsets) or not int(np.bitwise_or.reduce(offsets)) & 3
+
+
 def _rows(region: Region, offsets: np.ndarray, size: int) -> np.ndarray:
     """(k, size) uint8: the bytes at each offset into `region` (bounds already checked)."""
     rows: np.ndarray
-    if size % 4 == 0 and not (offsets & 3).any():  # dword-aligned: the windows at a 4-byte stride
+    if size % 4 == 0 and _dword_aligned(offsets):  # dword-aligned: the windows at a 4-byte stride
         rows = region.windows(size, 4)[offsets >> 2]
     else:
         rows = region.windows(size, 1)[offsets]

@@ -20,8 +20,15 @@ from typing import Any
 import numpy as np
 
 from speck.usbgpu.sim.rdna3.inst import Inst, unimplemented, vgpr_range
-from speck.usbgpu.sim.rdna3.operands import APERTURE_SIZE, NULL_CODE, PRIVATE_APERTURE, SHARED_APERTURE, scalar_text
-from speck.usbgpu.sim.rdna3.wave import Pending, Waves, per_lane
+from speck.usbgpu.sim.rdna3.operands import (
+    APERTURE_SIZE,
+    NULL_CODE,
+    PRIVATE_APERTURE,
+    SHARED_APERTURE,
+    pair64,
+    scalar_text,
+)
+from speck.usbgpu.sim.rdna3.wave import EXEC, Pending, Waves, per_lane
 
 Fetch = Callable[[int], int]
 SEGMENTS = {0: "flat", 1: "scratch", 2: "global"}
@@ -158,12 +165,12 @@ def decode_flat(pc: int, fetch: Fetch) -> Inst:
         if has_saddr:
             base = active(w, per_lane(w.read_s64(saddr)), mask)
             return base + active(w, w.v[addr], mask).astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
-        lo, hi = active(w, w.v[addr], mask).astype(np.uint64), active(w, w.v[addr + 1], mask).astype(np.uint64)
-        return (lo | (hi << np.uint64(32))) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+        a64 = pair64(active(w, w.v[addr], mask), active(w, w.v[addr + 1], mask))
+        return a64 + np.uint64(offset & 0xFFFFFFFFFFFFFFFF) if offset else a64
 
     def run(w: Waves) -> None:
         mask = w.exec_mask()
-        if not mask.any():
+        if not w.s[EXEC].any():  # (the per-wave EXEC words: 32 times fewer than the lanes)
             if mop.load:
                 _deliver(w, "vm", vdst, np.zeros((0, dwords), np.uint32), mask, mop)
             return
