@@ -251,3 +251,24 @@ def test_signal_ordered_queues_always_complete_in_dependency_order(steps) -> Non
     for engine in range(4):  # each engine executes its submissions in order
         mine = [i for i, st_ in enumerate(steps) if st_[0] == engine]
         assert [pos[i] for i in mine] == sorted(pos[i] for i in mine)
+
+
+def test_a_submitted_command_list_is_left_intact_for_the_next_submission(cpu: CPUDevice) -> None:
+    """A runner Plan submits the same command list on every run: running it (inline or on the engine's thread)
+    must not empty it, or the next run of the plan silently launches nothing."""
+    from speck.hcq.queue import EXEC
+
+    launches: list[int] = []
+
+    class Counting:
+        name, device = "counting", cpu
+
+        def launch(self, args, global_size, threads):  # type: ignore[no-untyped-def]
+            launches.append(1)
+
+    cmds = [(EXEC, Counting(), (), (1, 1, 1), None), (EXEC, Counting(), (), (1, 1, 1), None)]
+    engine = cpu.engines["compute"]
+    for background in (False, True, True, False):
+        engine.submit(cmds, background)
+        cpu.synchronize(timeout=10)
+    assert len(cmds) == 2 and len(launches) == 8

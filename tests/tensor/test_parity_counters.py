@@ -97,3 +97,46 @@ def test_allreduce_cast_moves_and_writes_the_narrow_dtype() -> None:
     assert mem[1] < mem[0]
     np.testing.assert_array_equal(out[0], x.sum(0))
     np.testing.assert_array_equal(out[1], x.sum(0))
+
+
+def test_a_realized_contiguous_is_not_computed_again() -> None:
+    """A `.contiguous()` realized as part of one tensor is read from its buffer by later realizes (tinygrad keeps it
+    as the buffer its tensors hold), also across a chain of pending writes fed by one shared projection (an LLM's
+    KV-cache updates): the work grows with the layers, not with their square."""
+    x, w = Tensor.ones(16, 16).contiguous().realize(), Tensor(np.arange(256).reshape(16, 16) / 256).float().realize()
+    sh = (x @ w).contiguous()
+    GlobalCounters.reset()
+    (sh + 1).realize()
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_allclose((sh * 2).numpy(), (np.ones((16, 16)) @ (np.arange(256).reshape(16, 16) / 256)) * 2,
+                               rtol=1e-6)  # fmt: skip
+    assert GlobalCounters.kernel_count == 3  # only the multiply: sh's buffer is read
+    d, n = 8, 6
+    caches = [Tensor.zeros(4, d).contiguous().realize() for _ in range(n)]
+    ws = [Tensor.full((d, 2 * d), 0.5).contiguous().realize() for _ in range(n)]
+    h, ref_h, ref_c = Tensor.ones(1, d).contiguous().realize(), np.ones((1, d)), np.zeros((4, d))
+    for i in range(n):
+        shared = (h @ ws[i]).contiguous()
+        caches[i][0:1].assign(shared[:, :d])
+        h = shared[:, d:] + caches[i][:1]
+        s = ref_h @ np.full((d, 2 * d), 0.5)
+        ref_c = np.zeros((4, d))
+        ref_c[0:1] = s[:, :d]
+        ref_h = s[:, d:] + ref_c[:1]
+    GlobalCounters.reset()
+    out = caches[-1][:1].contiguous().realize()
+    assert GlobalCounters.kernel_count <= 2 * n + 1
+    np.testing.assert_allclose(out.numpy(), ref_c[:1], rtol=1e-6)
+
+
+def test_a_cached_contiguous_follows_writes_to_what_it_read() -> None:
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    sh = (x * 2).contiguous()
+    (sh + 1).realize()
+    x += 1  # sh was made before the write: it keeps the value of its time
+    after = (x * 2).contiguous()  # made after: reads the new x
+    assert sh.tolist() == [2.0, 4.0, 6.0] and after.tolist() == [4.0, 6.0, 8.0]
+    c = Tensor([5.0, 6.0]).contiguous()
+    c.realize()
+    c[0] = 0.0  # a write into the contiguous's own buffer: every later read sees it
+    assert c.tolist() == [0.0, 6.0] and (c + 0).tolist() == [0.0, 6.0]

@@ -295,3 +295,42 @@ def test_assign_through_a_bitcast_to_another_item_size_writes_the_source(src: An
     view.assign(Tensor(value))
     np.testing.assert_array_equal(a.numpy(), value.view(src))  # the write reached the buffer, byte for byte
     np.testing.assert_array_equal(view.numpy(), value)
+
+
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2), st.integers(0, 2), st.integers(-3, 3)), max_size=14))
+def test_random_write_programs_match_eager_numpy(program: list[tuple[int, int, int, int]]) -> None:
+    """Whole assigns (computed, or from another realized tensor: memory shared until written), slice writes,
+    setitem, realizes and values read later, against numpy run eagerly: a write never leaks into another tensor and
+    every value keeps the contents of its time (the device Buffer a whole assign keeps must not be shared)."""
+    ref = [np.arange(4, dtype=np.float32) * (k + 1) for k in range(3)]
+    ts = [Tensor(r.copy()).realize() for r in ref]
+    later: list[tuple[Tensor, np.ndarray]] = []
+    views: list[tuple[Tensor, int]] = []
+    for op, i, j, c in program:
+        if op == 0:
+            ts[i].assign(ts[i] * c + ts[j])
+            ref[i] = ref[i] * c + ref[j]
+        elif op == 1 and i != j:
+            ts[i].assign(ts[j].realize())
+            ref[i] = ref[j].copy()
+        elif op == 2:
+            ts[i][1:3] = ts[j][0:2] + c
+            ref[i][1:3] = ref[j][0:2] + c
+        elif op == 3:
+            ts[i] += c
+            ref[i] = ref[i] + c
+        elif op == 4:
+            later.append((ts[i] * 2 + c, ref[i] * 2 + c))
+        elif op == 5:
+            views.append((ts[i][1:3], i))  # a pure view: sees every later write
+        elif op == 6:
+            ts[i][Tensor([j, 3 - j])] = float(c)
+            ref[i][[j, 3 - j]] = c
+        else:
+            ts[i].realize()
+    for t, r in zip(ts, ref):
+        np.testing.assert_array_equal(t.numpy(), r)
+    for t, r in later:
+        np.testing.assert_array_equal(t.numpy(), r)
+    for v, k in views:
+        np.testing.assert_array_equal(v.numpy(), ref[k][1:3])

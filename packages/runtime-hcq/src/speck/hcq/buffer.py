@@ -50,6 +50,10 @@ class Buffer:
         "_addr_of",
     )
 
+    # counts the times a live Buffer's memory moved (exchange_memory, deallocate): whoever keeps Buffers bound by
+    # identity (a replayed plan's device graph) checks addresses again when it changed
+    moves = 0
+
     def __init__(
         self,
         device: str,
@@ -106,7 +110,7 @@ class Buffer:
             self._base.ensure_allocated()
             return self
         if self._opaque is not None:
-            raise BufferStateError(f"{self!r} is already allocated")
+            raise BufferStateError(f"{self!r} is already allocated; allocate() once, or use ensure_allocated()")
         self._opaque = opaque if opaque is not None else self.dev.allocator.alloc(self.nbytes, self.options)
         return self
 
@@ -121,6 +125,7 @@ class Buffer:
         if self._base is None and self._opaque is not None:
             opaque, self._opaque = self._opaque, None
             self.dev.allocator.free(opaque, self.nbytes, self.options)
+            Buffer.moves += 1  # (its next memory may be elsewhere)
 
     def __del__(self) -> None:
         try:
@@ -134,13 +139,14 @@ class Buffer:
         """Swap the memory of two allocated base buffers of one size on one device (each object keeps its identity
         and its views; what was in one is now in the other). Accounting is unchanged: both allocations stay live."""
         if self._base is not None or other._base is not None:
-            raise ValueError("exchange_memory: views share their base's memory; exchange the bases")
+            raise HCQValueError("exchange_memory: views share their base's memory; exchange the bases")
         if (self.dev, self.nbytes, self.options) != (other.dev, other.nbytes, other.options):
-            raise ValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
+            raise HCQValueError(f"exchange_memory: {self!r} and {other!r} differ in device, size or options")
         self.ensure_allocated()
         other.ensure_allocated()
         self._opaque, other._opaque = other._opaque, self._opaque
         self._addr_of = other._addr_of = None
+        Buffer.moves += 1
 
     def make_writable(self) -> None:
         """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write

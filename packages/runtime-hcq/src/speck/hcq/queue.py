@@ -48,6 +48,11 @@ class ProfileEvent:
     end_ns: int
 
 
+class Submission(list):  # type: ignore[type-arg]
+    """A copy of a queue's commands made for one submission: the engine empties it once done, so the buffers its
+    commands name are free as soon as the submission completes."""
+
+
 class HWQueue:
     """A list of commands for one engine ("compute" or "copy"); the builder methods return the queue so they chain:
     `HWQueue().wait(s, 1).exec(prog, args, (n, 1, 1)).signal(s, 2).submit(dev)`. A queue may be submitted more
@@ -98,7 +103,7 @@ class HWQueue:
         returns (idle CPU engine) or may continue asynchronously; order with signals or device.synchronize().
         `background=True` never runs the commands on the calling thread (a copy between devices then overlaps with
         what the caller does next)."""
-        device.engines[self.engine].submit(list(self.cmds), background)
+        device.engines[self.engine].submit(Submission(self.cmds), background)
         return self
 
 
@@ -196,7 +201,7 @@ class Engine:
                     self._run(cmds, start, seq, inline=False)
                 except BaseException as e:  # latched: raised by the next synchronize
                     self.error = e
-                del cmds  # (emptied by _run: an idle thread holds no buffers)
+                del cmds  # an idle thread holds no submission (nor the buffers its commands name)
 
     @property
     def idle(self) -> bool:
@@ -243,9 +248,12 @@ class Engine:
                     c[1].fail(e)
             self.timeline.set(seq)
             raise
-        # the commands hold their buffers: let go of them before anyone waiting for this submission wakes (a freed
-        # tensor's memory is then free, and counted so, once synchronize returns)
+        # the commands hold their buffers: drop this frame's reference before anyone waiting for this submission
+        # wakes (a freed tensor's memory is then free, and counted so, once synchronize returns). Only a queue's own
+        # per-submission copy is emptied: other lists are the submitter's (a device graph submits the same one on
+        # every run)
         c = ()
-        cmds.clear()
+        if type(cmds) is Submission:
+            cmds.clear()
         self.timeline.set(seq)
         return -1

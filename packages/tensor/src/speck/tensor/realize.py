@@ -34,10 +34,12 @@ from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
+    base_buffer,
     buffer_device,
     buffer_map,
     buffer_map_data,
     buffer_views,
+    contiguous_made,
     new_buffer_uop,
     realized_cache,
 )
@@ -383,6 +385,17 @@ def execute(items: Sequence[ScheduleItem]) -> None:
         _compile_ahead((str(it.bufs[0].src[1].arg), it.ast) for it in items if it.ast is not None)
     entries = [lower(it) for it in items]
     run_entries(entries)
+    if contiguous_made:
+        _remember_contiguous(items)
+
+
+def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
+    """The `.contiguous()` nodes whose buffers these items filled read those buffers from now on (realized_cache)."""
+    written = {it.bufs[0] for it in items if it.bufs}
+    for u, view in list(contiguous_made.items()):
+        if base_buffer(view) in written:
+            del contiguous_made[u]
+            realized_cache[u] = view
 
 
 def run_entries(entries: Sequence[Entry], var_vals: Mapping[str, int] | None = None) -> None:

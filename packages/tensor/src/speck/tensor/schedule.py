@@ -29,6 +29,10 @@ _unique_counter = itertools.count()
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# `.contiguous()` nodes a Scheduler gave a buffer of their own -> that buffer's view; when the kernel filling it runs
+# (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of another graph holding it
+# reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a buffer its tensors keep)
+contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
 def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:
@@ -620,6 +624,8 @@ class Scheduler:
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
             self.done[src] = view
+            if u.arg is None and into is None:
+                contiguous_made[u] = view  # a user's .contiguous(): later realizes read it (once it has run)
         return view
 
     def _copy_into(self, v: UOp, into: UOp) -> UOp:
@@ -649,11 +655,11 @@ class Scheduler:
             target = target.src[0]
         buf = base_buffer(target)
         if buf is None:
-            raise RuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
-                               "computation; realize it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: the target must be (a view of) a realized buffer, got a {target.op} "
+                                     "computation; realize it first")  # fmt: skip
         if value.shape != target.shape or value.dtype != target.dtype:
-            raise RuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target {target.shape} "
-                               f"{target.dtype}; broadcast and cast it first")  # fmt: skip
+            raise TensorRuntimeError(f"STORE: value {value.shape} {value.dtype} doesn't match the target "
+                                     f"{target.shape} {target.dtype}; broadcast and cast it first")  # fmt: skip
         self.write(buf, value, target=target)
         realized_cache.clear()  # values computed from buf's old contents are stale
 

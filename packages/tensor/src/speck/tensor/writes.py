@@ -33,8 +33,10 @@ from speck.tensor.schedule import (
     Scheduler,
     buffer_device,
     buffer_map,
+    buffer_views,
     new_buffer_uop,
     realized_cache,
+    realized_data,
     unstage,
     view_offset,
 )
@@ -311,7 +313,7 @@ def _run(w: Write) -> None:
         if src is not None:  # the value already lives in a buffer of its own: share its memory (no copy)
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
-            buffer_map[buf] = realize.get_buffer(src)
+            _map(buf, realize.get_buffer(src), src)
             for a, b in ((buf, src), (src, buf)):  # until one of them is written in place (_unshare)
                 _shared.setdefault(a, []).append(weakref.ref(b))
             realize.record(*realize.copy_entry(buf, src))  # TinyJit replays this as a copy src -> buf
@@ -329,7 +331,7 @@ def _run(w: Write) -> None:
                 return
             if keep_old and buf in buffer_map:
                 _hand_over(w, realize.recording())
-            buffer_map[buf] = realize.get_buffer(new)
+            _map(buf, realize.get_buffer(new), new)
             # TinyJit replays this swap as a copy new -> buf (it gives `new` storage of its own again)
             realize.record(*realize.copy_entry(buf, new))
     else:
@@ -338,7 +340,27 @@ def _run(w: Write) -> None:
             sched.items.append(ScheduleItem(None, (w.snap, buf)))
         sched.write(buf, w.value, target=w.target, pos=w.pos, reduce=w.reduce)
         realize.execute(sched.items)
-    realized_cache.clear()  # cached graph values held in this buffer, or read from it, are stale
+    _invalidate(buf)  # cached graph values held in this buffer, or read from it, are stale
+
+
+_INVALIDATE_SCAN_LIMIT = 4096  # a bigger cache is cleared (the scan would cost more than recomputing)
+
+
+def _invalidate(buf: UOp) -> None:
+    """Drop the cached realized values a write to buf makes stale: those read from buf, or held in it (or in a region
+    of its memory). The others stay: a chain of writes reusing one shared value (an LLM's KV-cache updates fed by
+    one projection) computes it once."""
+    data = realized_data
+    if len(data) > _INVALIDATE_SCAN_LIMIT:
+        realized_cache.clear()
+        return
+    for r, v in list(data.items()):
+        u = r()
+        if u is None:
+            continue
+        touched = buffers_read(u) | buffers_read(v)
+        if buf in touched or any((reg := buffer_views.get(b)) is not None and reg[0] is buf for b in touched):
+            data.pop(r, None)
 
 
 # BUFFER -> BUFFERs a whole-buffer assign made it share memory with (x.assign(y) of a realized y costs no copy)
@@ -351,13 +373,25 @@ def _unshare(buf: UOp) -> None:
     from speck.tensor import realize
 
     mem = buffer_map.get(buf)
-    others = [o for r in _shared.pop(buf, []) if (o := r()) is not None and buffer_map.get(o) is mem]
+    refs = [*_shared.pop(buf, []), *(_holders.get(mem, ()) if mem is not None else ())]
+    others = [o for r in refs if (o := r()) is not None and o is not buf and buffer_map.get(o) is mem]
     if mem is None or not others:
         return
     held = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
-    buffer_map[held] = mem
+    _map(held, mem)
     buffer_map.pop(buf)
     realize.execute([ScheduleItem(None, (buf, held))])
+
+
+# device Buffer object -> the BUFFER nodes the writes made name it (besides the one it was made for): a whole write
+# moves new memory into a Buffer object only when no other BUFFER names it
+_holders: weakref.WeakKeyDictionary[Any, list[weakref.ReferenceType[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def _map(u: UOp, mem: Any, *also: UOp) -> None:
+    """buffer_map[u] = mem, remembering that u (and `also`, which name mem already) hold it."""
+    buffer_map[u] = mem
+    _holders.setdefault(mem, []).extend(weakref.ref(x) for x in (u, *also))
 
 
 def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
@@ -370,6 +404,9 @@ def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
     old = buffer_map.get(buf)
     if old is None or realize.recording() is not None:
         return False
+    if any((o := r()) is not None and o is not buf and buffer_map.get(o) is old for r in _holders.get(old, ())):
+        return False  # another BUFFER names this memory object (x.assign(y) of a realized y, a snapshot): it keeps
+        # what it holds now
     fresh = realize.get_buffer(new)
     if fresh is old or old.base is not old or fresh.base is not fresh or not old.is_allocated:
         return False
@@ -377,15 +414,17 @@ def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
         return False
     old.exchange_memory(fresh)  # fresh now holds buf's old contents
     if snap_for is not None:
-        buffer_map[snap_for.snap] = fresh
-    buffer_map[new] = old
+        _map(snap_for.snap, fresh)
+    _map(new, old, buf)
+    for a, b in ((buf, new), (new, buf)):  # shared until one of them is written (as a whole: _take_memory; in place:
+        _shared.setdefault(a, []).append(weakref.ref(b))  # _unshare)
     realized_cache.clear()
     return True
 
 
 def _hand_over(w: Write, capture: list[tuple[str, Any]] | None) -> None:
     """The buffer's old memory becomes the snapshot's (no copy)."""
-    buffer_map[w.snap] = buffer_map[w.buf]
+    _map(w.snap, buffer_map[w.buf], w.buf)
     if capture is not None:
         _thread.capture_snaps.append((capture, len(capture), w.snap, w.buf))
 

@@ -781,7 +781,7 @@ class UOp(_Slots):
     def buf_uop(self) -> UOp:
         """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
         if (b := self.base).op is not Ops.BUFFER:
-            raise RuntimeError(f"UOp.buf_uop: this node is a pending {b.op} computation, not a view of a buffer; "
+            raise UOpValueError(f"UOp.buf_uop: this node is a pending {b.op} computation, not a view of a buffer; "
                                "realize the tensor first")  # fmt: skip
         return b
 
