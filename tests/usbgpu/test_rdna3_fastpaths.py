@@ -1,8 +1,9 @@
 """The RDNA3 emulator's fast paths give the general paths' bits: the division macro's shortcuts (V_DIV_SCALE and
 V_DIV_FIXUP when no lane meets a special case) against the general code on the same lanes, the 32-bit carry adds
-against 64-bit arithmetic, FlatMemory's overlapping-window gathers against byte indexing, the decode cache against a
-fresh decode (and new code at the same address), and whole dispatches run as one wide lockstep group against the same
-dispatch one wave per group (same memory, same Stats)."""
+against 64-bit arithmetic, 64-bit shifts by a constant in 32-bit halves against the uint64 path, FlatMemory's
+overlapping-window gathers against byte indexing, the decode cache against a fresh decode (and new code at the same
+address), and whole dispatches run as one wide lockstep group against the same dispatch one wave per group (same
+memory, same Stats)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from rdna3_llvm import compile_ir
 from speck.usbgpu.sim.rdna3 import FlatMemory, Stats, run, valu
 from speck.usbgpu.sim.rdna3.decode import decode_at
 
-dispatch_mod = importlib.import_module("speck.usbgpu.sim.rdna3.dispatch")  # (the package's `dispatch` is the function)
+dispatch_mod = importlib.import_module("speck.usbgpu.sim.rdna3.dispatch")
+vector_mod = importlib.import_module("speck.usbgpu.sim.rdna3.vector")  # (the package's `dispatch` is the function)
 
 
 def f64_lanes() -> st.SearchStrategy[np.ndarray]:
@@ -197,3 +199,36 @@ def test_one_wide_group_and_one_wave_per_group_agree(name: str, monkeypatch: pyt
         results.append((mem.array(po, out_dt, c.n).tobytes(), _stats(stats)))
         monkeypatch.setattr(dispatch_mod, "dispatch", real)
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("op", [0x33C, 0x33D])
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 16, 31, 32, 33, 63, 64])
+def test_64_bit_shifts_by_a_constant_match_the_uint64_path(op: int, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """v_lshlrev_b64 / v_lshrrev_b64 v[4:5], k, v[2:3] in 32-bit halves against the generic 64-bit executor, with
+    some lanes inactive (they keep their old bits)."""
+    row = valu.VOP3[op]
+    rng = np.random.default_rng(k)
+    regs = rng.integers(0, 2**32, (8, 3, 32), dtype=np.uint64).astype(np.uint32)
+    exec_words = np.array([0xFFFFFFFF, 0x0F0F00F1, 0], np.uint32)
+    fields = vector_mod.Fields(4, [128 + k, 256 + 2])
+    outs = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(vector_mod, "_shift64_const", lambda row, f: None)
+        run_inst = vector_mod.build_valu(row, fields)
+        w = waves(regs.copy(), exec_words)
+        with np.errstate(all="ignore"):
+            run_inst(w)
+        outs.append(w.v.copy())
+    assert (outs[0] == outs[1]).all()
+
+
+def waves(v: np.ndarray, exec_words: np.ndarray) -> Any:
+    from speck.usbgpu.sim.rdna3.dispatch import DispatchPacket, Launch
+    from speck.usbgpu.sim.rdna3.wave import EXEC, Mode, Waves
+
+    n = v.shape[1]
+    launch = Launch(DispatchPacket(0, 0, 0, 0), FlatMemory(), 1, n, 0, Stats())
+    s = np.zeros((128, n), np.uint32)
+    s[EXEC] = exec_words
+    return Waves(launch, s, v, np.zeros(n, bool), np.zeros(n, np.int64), np.arange(n), 0, Mode())

@@ -168,6 +168,9 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
         fn = row.wrap
     write = _writer(dty, f.vdst, f.dst_hi)
     post = _post(dty, f, kind, row.float_mode)
+    shift = _shift64_const(row, f)
+    if shift is not None:
+        return shift
     if kind in ("plain", "mac", "fmamk", "fmaak", "trans", "sat") and _plain32(dty, f):
         assert dty is not None and f.vdst is not None
         return _plain32_run(fn, readers, tys, fm, row.float_mode, dty, f.vdst)
@@ -213,6 +216,38 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
 
         return carry
     raise EmulationError(f"{row.name}: instruction kind {kind!r} has no executor")
+
+
+_SHIFTS64 = {"v_lshlrev_b64": "l", "v_lshrrev_b64": "r"}
+
+
+def _shift64_const(row: VOp, f: Fields) -> Callable[[Waves], None] | None:
+    """V_LSHLREV_B64 / V_LSHRREV_B64 by an inline constant of a VGPR pair (address arithmetic), in 32-bit halves:
+    the same bits as the uint64 path without assembling and splitting 64-bit lanes. None for any other form."""
+    side = _SHIFTS64.get(row.name)
+    src = f.srcs[1] if len(f.srcs) == 2 else 0
+    if side is None or f.vdst is None or f.clamp or f.omod or src < 256 or not 128 <= f.srcs[0] <= 192:
+        return None
+    if any(f.absm) or any(f.negm):
+        return None
+    k, r, d = (f.srcs[0] - 128) & 63, src - 256, f.vdst  # inline integers 0..64; the ISA uses the low 6 bits
+
+    def run(w: Waves) -> None:
+        lo, hi = w.v[r], w.v[r + 1]
+        if k == 0:
+            new_lo, new_hi = lo.copy(), hi.copy()
+        elif k < 32 and side == "l":
+            new_lo, new_hi = lo << np.uint32(k), (hi << np.uint32(k)) | (lo >> np.uint32(32 - k))
+        elif k < 32:
+            new_lo, new_hi = (lo >> np.uint32(k)) | (hi << np.uint32(32 - k)), hi >> np.uint32(k)
+        elif side == "l":
+            new_lo, new_hi = np.zeros_like(lo), lo << np.uint32(k - 32)
+        else:
+            new_lo, new_hi = hi >> np.uint32(k - 32), np.zeros_like(hi)
+        w.write_v(d, new_lo)
+        w.write_v(d + 1, new_hi)
+
+    return run
 
 
 def _plain32(dty: Ty | None, f: Fields) -> bool:

@@ -214,6 +214,7 @@ class Waves:
         self.pending_s = {r for p in self.pending if not p.vector for r in p.regs}
 
     def _retire(self, p: Pending) -> None:
+        ones = None
         for r, val in zip(p.regs, p.values):
             if not p.vector:
                 self.write_s(r, val)
@@ -223,7 +224,9 @@ class Waves:
                 self.v[r] = val
             else:
                 assert p.mask is not None
-                masked_store(self.v[r], val, lane_ones(p.mask))
+                if ones is None:  # once per load, not per register
+                    ones = lane_ones(p.mask)
+                masked_store(self.v[r], val, ones)
 
     # ---- splitting ----
     def take(self, idx: np.ndarray, pc: int) -> Waves:
