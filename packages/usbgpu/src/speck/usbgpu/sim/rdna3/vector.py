@@ -132,8 +132,9 @@ def _post(ty: Ty | None, f: Fields, kind: str, float_mode: bool = True) -> Calla
 
 def _pack_mask(w: Waves, bits: Any) -> np.ndarray:
     """(n, 32) bools (active lanes only) -> (n,) uint32 lane masks."""
-    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes
-    return np.packbits(b, axis=1, bitorder="little").view("<u4").reshape(w.n).astype(np.uint32)
+    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes: (n, 32) out
+    # rows of 32 bools are 4 bytes each: packing the flat array gives the same words, several times faster than axis=1
+    return np.packbits(b.reshape(-1), bitorder="little").view("<u4").astype(np.uint32, copy=False)
 
 
 def _mask_reader(code: int | None, literal: int | None) -> Callable[[Waves], np.ndarray]:
