@@ -180,12 +180,14 @@ class Launch:
         return self.code.inst(pc) if inst is None else inst
 
     # ---- global / flat / scalar memory ----
-    def load(self, addresses: np.ndarray, size: int, space: str) -> np.ndarray:
+    def load(self, addresses: np.ndarray, size: int, space: str, lanes: int | None = None) -> np.ndarray:
+        """`size` bytes at each address; `lanes`: how many of them the instruction reads (the others repeat an
+        active lane's address to keep the result lane-shaped), for Stats.bytes_read."""
         try:
             data = self.memory.gather(addresses, size)
         except ShaderMemoryFault as e:
             raise ShaderMemoryFault("(read)", address=e.address, size=size, space=space, region=e.region) from None
-        self.stats.bytes_read += data.size
+        self.stats.bytes_read += data.size if lanes is None else lanes * size
         return data
 
     def store(self, addresses: np.ndarray, data: np.ndarray, space: str) -> None:
