@@ -232,3 +232,18 @@ def waves(v: np.ndarray, exec_words: np.ndarray) -> Any:
     s = np.zeros((128, n), np.uint32)
     s[EXEC] = exec_words
     return Waves(launch, s, v, np.zeros(n, bool), np.zeros(n, np.int64), np.arange(n), 0, Mode())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0**-140, -(2.0**-149), 3.5, 1e-30, -2.5e38]), min_size=96,
+                max_size=96))  # fmt: skip
+def test_fma_skips_round_to_odd_only_where_it_changes_nothing(vals: list[float]) -> None:
+    """fl.fma takes the round-to-odd sum only on risky lanes; forcing it on every lane gives the same bits (exact
+    zeros, tiny and huge values, both signs)."""
+    from speck.usbgpu.sim.rdna3 import floats as fl
+
+    a, b, c = (np.array(vals[k::3], np.float32) for k in range(3))
+    with np.errstate(all="ignore"):
+        p, c64 = a.astype(np.float64) * b.astype(np.float64), c.astype(np.float64)
+        forced = fl.nan_fix(fl.round_to_odd_f64(p, c64).astype(np.float32), a, b, c)
+        assert same_bits(fl.fma(a, b, c), forced)

@@ -94,9 +94,11 @@ def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     s = p + c64
     # Rounding s (already rounded once) to dt can only go wrong where s sits exactly on a midpoint of dt (or is so
     # small that dt's rounding point moves into the denormal range): only those lanes need the round-to-odd sum.
+    # An exact zero is not risky: p and c are multiples of 2**-298 (2**-48 for float16), so a nonzero exact sum is
+    # at least that and never rounds to a float64 zero; s == 0 is the exact sum, with IEEE's sign, in any format.
     drop = {F32: 29, F16: 42}[dt]
     low = s.view(U64) & np.uint64((1 << drop) - 1)
-    risky = (low == np.uint64(1 << (drop - 1))) | (np.abs(s) < TINY[dt] * 4)
+    risky = (low == np.uint64(1 << (drop - 1))) | ((np.abs(s) < TINY[dt] * 4) & (s != 0))
     if risky.any():
         s = np.where(risky, round_to_odd_f64(p, c64), s)
     return nan_fix(s.astype(dt), a, b, c)
