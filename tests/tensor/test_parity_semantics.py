@@ -334,3 +334,18 @@ def test_random_write_programs_match_eager_numpy(program: list[tuple[int, int, i
         np.testing.assert_array_equal(t.numpy(), r)
     for v, k in views:
         np.testing.assert_array_equal(v.numpy(), ref[k][1:3])
+
+
+def test_disk_writes_of_python_values_land_where_they_are_written(tmp_path: Path) -> None:
+    """Lists and arrays written into a DISK tensor are staged on the host (a buffer made on the file's device would
+    be the file itself: writing [3] into row 1 wrote row 0 too); a lazy copy onto a file is written first."""
+    dt = Tensor([[1], [2]]).to(f"disk:{tmp_path / 'a'}")
+    dt[1] = [3]
+    assert dt.tolist() == [[1], [3]] and (tmp_path / "a").read_bytes() == np.array([1, 3], np.int32).tobytes()
+    t = Tensor.empty(10, device=f"disk:{tmp_path / 'b'}", dtype=dtypes.int64)
+    for i in range(5):
+        t[2 * i : 2 * i + 2].assign(np.array([3, i]))
+    assert t.tolist() == [3, 0, 3, 1, 3, 2, 3, 3, 3, 4]
+    h = Tensor.empty(16, device=f"disk:{tmp_path / 'c'}", dtype=dtypes.uint8)
+    h[0:8].bitcast(dtypes.int64).assign([12345])
+    assert int.from_bytes(h[0:8].data(), "little") == 12345 and h[8:].tolist() == [0] * 8

@@ -558,8 +558,13 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
     from speck.uop import least_upper_dtype
 
     if not isinstance(x, Tensor):
-        made: Tensor = t._const_like(x) if isinstance(x, (int, float, bool)) else Tensor(x, device=t.device,
-                                                                                          dtype=t.dtype)  # fmt: skip
+        if isinstance(x, (int, float, bool)):
+            return t._const_like(x)
+        if file_backed(t.device):  # (staged on the host: a buffer on the file's device would be the file itself)
+            from speck.tensor.disk import HOST
+
+            return Tensor(x, device=HOST, dtype=t.dtype).to(t.device)
+        made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
         return made
     if x.dtype != t.dtype:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
@@ -738,6 +743,10 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
+    if buf is None and file_backed(t.device):  # (a lazy copy onto a file: the file is written, then through views)
+        t.realize()
+        u = t.uop
+        buf = view_base(u)
     if file_backed(t.device) and _advanced(idx):
         raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
