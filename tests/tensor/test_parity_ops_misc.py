@@ -263,3 +263,15 @@ def test_scatter_with_gradients_matches_the_write_kernel_and_differentiates(dim:
             gs[i, j] = weight[tgt]
     np.testing.assert_allclose(s.grad.numpy(), gs, rtol=1e-6)
     np.testing.assert_allclose(t.grad.numpy(), gt, rtol=1e-6)
+
+
+def test_bitcast_from_and_to_bool_is_the_bytes() -> None:
+    """bool's bytes are 0 and 1 (numpy's view): bitcasts from and to bool compile everywhere (a 1-bit bitcast was
+    refused by every renderer), and an assign through one writes the source."""
+    b = np.array([True, False, True, True, False, False, True, False])
+    np.testing.assert_array_equal(Tensor(b).bitcast(dtypes.uint8).numpy(), b.view(np.uint8))
+    np.testing.assert_array_equal(Tensor(b).bitcast(dtypes.int16).numpy(), b.view(np.int16))
+    np.testing.assert_array_equal(Tensor(b.view(np.uint8)).bitcast(dtypes.bool).numpy(), b)
+    a = Tensor(b).realize()
+    a.bitcast(dtypes.int8).assign(Tensor(np.arange(8) % 2, dtype=dtypes.int8))
+    np.testing.assert_array_equal(a.numpy(), (np.arange(8) % 2).astype(bool))

@@ -593,6 +593,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         on_disk = file_backed(self.device)
         if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
             return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
+        if dt.itemsize == self.dtype.itemsize and (dt == dtypes.bool or self.dtype == dtypes.bool):
+            # bool's bytes are 0 and 1: reinterpreting them is a conversion (no backend has a 1-bit bitcast)
+            out = self.cast(dt) if dt != dtypes.bool else self != 0
+            from speck.tensor.writes import RESIZED_BITCASTS
+
+            RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
+            return out
         if dt.itemsize == self.dtype.itemsize:
             return self._new(self.uop.bitcast(dt))
         return self._bitcast_resize(dt)
