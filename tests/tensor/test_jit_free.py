@@ -104,3 +104,24 @@ def test_a_freed_capture_pickles_and_replays() -> None:
     x = arr(32)
     np.testing.assert_allclose(g(Tensor(x)).numpy(), _want(x, e), rtol=1e-5)
     np.testing.assert_allclose(f(Tensor(x)).numpy(), _want(x, e), rtol=1e-5)
+
+
+def test_free_of_a_pure_state_update_gives_nothing_back() -> None:
+    """x += y returning x: the target is state and the new value is its update (tinygrad writes it in place): nothing
+    is freed, and later replays keep accumulating."""
+    x = Tensor(np.array([1], dtype=np.int32)).realize()
+
+    @TinyJit
+    def f(y: Tensor) -> Tensor:
+        nonlocal x
+        x += y
+        return x
+
+    for _ in range(5):
+        f(Tensor(np.array([1], dtype=np.int32)))
+    assert x.item() == 6 and f.captured is not None
+    before = GlobalCounters.mem_used
+    f.captured.free_intermediates()
+    assert before - GlobalCounters.mem_used == 0
+    f(Tensor(np.array([2], dtype=np.int32)))
+    assert x.item() == 8

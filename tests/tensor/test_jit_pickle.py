@@ -117,3 +117,22 @@ def test_protocol_5_carries_buffer_contents_out_of_band() -> None:
     np.testing.assert_allclose(g(Tensor(x)).numpy(), x * w, rtol=1e-6)
     h = pickle.loads(pickle.dumps(f, protocol=2))  # and in band with an old protocol
     np.testing.assert_allclose(h(Tensor(x)).numpy(), x * w, rtol=1e-6)
+
+
+def test_symbolic_capture_replays_every_bound_value_after_loading() -> None:
+    from speck.tensor import Variable
+
+    w = arr(10)
+    wt = Tensor(w).realize()
+
+    @TinyJit
+    def f(x: Tensor, n: Any) -> Tensor:
+        return (x[:n] * wt[:n]).sum().realize()
+
+    for k in (2, 3):
+        f(Tensor(arr(10)), Variable("n", 1, 10).bind(k))
+    g = pickle.loads(pickle.dumps(f))
+    for k in (1, 7, 10, 4):
+        x = arr(10)
+        np.testing.assert_allclose(g(Tensor(x), Variable("n", 1, 10).bind(k)).numpy(), (x[:k] * w[:k]).sum(),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip

@@ -188,7 +188,7 @@ def test_lazy_inputs_are_realized_and_views_keep_their_structure() -> None:
     for _ in range(4):
         other = arr(6, 5)
         np.testing.assert_allclose(g(Tensor(other).realize()[1:3, ::2]).numpy(), other[1:3, ::2] * 10, rtol=1e-6)
-    with pytest.raises(JitError, match=r"args mismatch.*a view of a 30-element buffer.*shrink"):
+    with pytest.raises(JitError, match=r"args mismatch.*a view of a buffer: reshape \(6, 5\), shrink"):
         g(t[2:4, ::2])  # another offset
     with pytest.raises(JitError, match=r"args mismatch.*a whole buffer"):
         g(Tensor(arr(2, 3)))
@@ -446,3 +446,94 @@ def test_changed_variable_set_raises_naming_the_variables() -> None:
         f(Tensor(data[:10]).realize()[: Variable("j", 1, 10).bind(3)])
     with pytest.raises(JitError, match=r"captured shape \('i\[1\.\.10\]',\).*got shape \('i\[1\.\.20\]',\)"):
         f(Tensor(data).realize()[: Variable("i", 1, 20).bind(3)])
+
+
+def test_realized_inputs_reshaped_to_a_symbolic_shape_replay() -> None:
+    """A realized (3, n) buffer reshaped to (3, i) with i bound to n: one view structure for every n (the buffer's
+    size is not part of it), so one capture serves them all; a matmul over the symbolic axis matches numpy."""
+
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a @ b + 1).realize()
+
+    for n in (1, 2, 3, 4, 7, 2):
+        vi = Variable("i", 1, 10).bind(n)
+        a, b = arr(3, n), arr(n, 5)
+        got = f(Tensor(a).realize().reshape(3, vi), Tensor(b).realize().reshape(vi, 5)).numpy()
+        np.testing.assert_allclose(got, a @ b + 1, rtol=1e-5, atol=1e-5)
+    assert f.captured is not None and len(f.captured.jit_cache) == 1
+
+
+# ---------------- data-dependent sizes ----------------
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 7), st.integers(2, 4), st.integers(-3, 3))
+def test_nonzero_and_masked_select_with_size_replay_like_numpy(size: int, cols: int, fill: int) -> None:
+    """With size= the result has a fixed shape, so the capture serves every input: the first `size` hits in
+    row-major order, padded with fill_value, as numpy computes them."""
+
+    @TinyJit
+    def f(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+        return x.nonzero(size=size, fill_value=fill), x.masked_select(m, size=size, fill_value=fill)
+
+    rng = np.random.default_rng(size * 100 + cols * 10 + fill)
+    for _ in range(5):
+        x = rng.integers(-2, 3, (3, cols)).astype(np.int32) * rng.integers(0, 2, (3, cols)).astype(np.int32)
+        m = rng.integers(0, 2, (3, cols)).astype(bool)
+        nz, sel = f(Tensor(x), Tensor(m))
+        want_nz = np.full((size, 2), fill, dtype=np.int64)
+        hits = np.argwhere(x)[:size]
+        want_nz[: len(hits)] = hits
+        want_sel = np.full(size, fill, dtype=np.int32)
+        picked = x[m][:size]
+        want_sel[: len(picked)] = picked
+        np.testing.assert_array_equal(nz.numpy(), want_nz)
+        np.testing.assert_array_equal(sel.numpy(), want_sel)
+    assert f.captured is not None
+
+
+@pytest.mark.parametrize("op", ["nonzero", "masked_select"])
+def test_data_dependent_size_without_size_raises_at_capture(op: str) -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x.nonzero() if op == "nonzero" else x.masked_select(x > 0)
+
+    x = Tensor(np.array([1.0, 0.0, 2.0], np.float32))
+    f(x)  # the warm-up computes it eagerly
+    with pytest.raises(JitError, match="during TinyJit capture"):
+        f(x)
+
+
+def test_view_inputs_stay_views_of_their_buffer() -> None:
+    """An input passed as a view of a realized buffer is read through a copy during the call, and is that view again
+    afterwards: it sees later writes to its buffer, and calling again with the same view object reads them."""
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * 2).realize()
+
+    data = np.arange(10, dtype=np.float32)
+    base = Tensor(data).realize()
+    v = base[2:5]
+    for _ in range(5):
+        np.testing.assert_array_equal(f(v).numpy(), data[2:5] * 2)
+        base.assign(base + 1).realize()
+        data = data + 1
+        np.testing.assert_array_equal(v.numpy(), data[2:5])
+    assert f.captured is not None
+
+
+def test_sharded_view_inputs_stay_views_of_their_buffers() -> None:
+    devs = ("CPU", "CPU:1")
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a * 2).realize()
+
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    base = Tensor(data).shard(devs, axis=0).realize()
+    v = base[:, 2:5]
+    for _ in range(4):
+        np.testing.assert_array_equal(f(v).numpy(), data[:, 2:5] * 2)
+        base.assign(base + 1).realize()
+        data = data + 1
+        np.testing.assert_array_equal(v.numpy(), data[:, 2:5])

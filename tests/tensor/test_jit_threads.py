@@ -192,20 +192,18 @@ def _train_bn(seed: int, steps: int = 40) -> tuple[list[float], np.ndarray, np.n
     opt = SGD(nn.state.get_parameters(lin), lr=0.05)
 
     @TinyJit
-    def step(x: Tensor) -> Tensor:
-        with Tensor.train():
-            opt.zero_grad()
-            loss = bn(lin(x)).square().mean() + lin(x).mean()
-            loss.backward()
-            opt.step()
-            return loss.realize()
+    def step(x: Tensor) -> Tensor:  # (in training mode: set by the caller, process-wide)
+        opt.zero_grad()
+        loss = bn(lin(x)).square().mean() + lin(x).mean()
+        loss.backward()
+        opt.step()
+        return loss.realize()
 
     losses = [float(step(Tensor(rng.standard_normal((8, 3)).astype(np.float32))).numpy()) for _ in range(steps)]
     return losses, bn.running_mean.numpy().copy(), lin.weight.numpy().copy()
 
 
 def test_two_threads_train_with_deferred_updates_as_one_thread_does() -> None:
-    want = {k: _train_bn(k) for k in (0, 1)}
     got: dict[int, tuple[list[float], np.ndarray, np.ndarray]] = {}
 
     def worker(k: int) -> Callable[[], None]:
@@ -214,7 +212,11 @@ def test_two_threads_train_with_deferred_updates_as_one_thread_does() -> None:
 
         return run
 
-    _run_threads(worker(0), worker(1))
+    # training mode is a process-wide setting: entered once here, not by each thread (a `with` in two threads
+    # would restore each other's values)
+    with Tensor.train():
+        want = {k: _train_bn(k) for k in (0, 1)}
+        _run_threads(worker(0), worker(1))
     for k in (0, 1):
         for w, g in zip(want[k], got[k]):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)

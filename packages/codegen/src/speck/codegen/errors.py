@@ -128,6 +128,11 @@ class RunArgumentError(CodegenError, RuntimeError, ValueError):
     wrong kind or count, a variable without a value."""
 
 
+class OutOfBoundsAccessError(CodegenError, RuntimeError, IndexError):
+    """A kernel run by the reference interpreter read or wrote outside its buffer; the message names the op, the
+    index and the buffer's size."""
+
+
 class ToolError(CodegenError, RuntimeError):
     """An external tool a compiler needs (a C compiler, objdump, llvm-objdump) is not installed or failed; the
     message says which and how to install or point at it."""
@@ -158,6 +163,7 @@ __all__ = [
     "EncodingError",
     "NoTypeError",
     "OptError",
+    "OutOfBoundsAccessError",
     "ProgramFormError",
     "RegAllocError",
     "RunArgumentError",

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen import numeric as nm
-from speck.codegen.errors import ProgramFormError, RunArgumentError
+from speck.codegen.errors import OutOfBoundsAccessError, ProgramFormError, RunArgumentError
 from speck.codegen.renderer.common import batched_range, outer_global_range
 from speck.uop import AddrSpace, DType, GroupOp, InvalidType, Ops, PtrDType, UOp
 
@@ -61,10 +61,10 @@ def _slot(p: UOp) -> int:
     return int(p.arg if isinstance(p.arg, int) else p.arg[0])
 
 
-def _oob(u: UOp, pos: np.ndarray, size: int) -> RuntimeError:
+def _oob(u: UOp, pos: np.ndarray, size: int) -> OutOfBoundsAccessError:
     bad = pos[(pos < 0) | (pos >= size)]
-    return RuntimeError(f"interpreter: {u.op.name} reads/writes out of bounds at index {int(bad.flat[0])} of a "
-                        f"{size}-element buffer (node {u.op} {u.dtype})")  # fmt: skip
+    return OutOfBoundsAccessError(f"interpreter: {u.op.name} reads/writes out of bounds at index "
+                                  f"{int(bad.flat[0])} of a {size}-element buffer (node {u.op} {u.dtype})")  # fmt: skip
 
 
 # ============================ unlowered ASTs ============================
@@ -488,9 +488,9 @@ class _Grid:
         return _Grid(sizes)
 
 
-def _unknown_special(u: UOp) -> RuntimeError:
-    return RuntimeError(f"run_program: SPECIAL {u.arg!r} is not a GPU id the interpreter knows (gidx0-2 workgroup ids, "
-                       "lidx0-2 work-item ids)")  # fmt: skip
+def _unknown_special(u: UOp) -> ProgramFormError:
+    return ProgramFormError(f"run_program: SPECIAL {u.arg!r} is not a GPU id the interpreter knows (gidx0-2 "
+                            "workgroup ids, lidx0-2 work-item ids)")  # fmt: skip
 
 
 __all__ = ["as_buffer", "eval_ast", "run_program"]

@@ -28,16 +28,6 @@ def _as_bytes_view(data: Any) -> memoryview:
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
-class _Moves:
-    """How many times Buffer.exchange_memory moved memory between Buffer objects: a plan that binds Buffers by
-    identity (a replayed graph's argument table) re-reads their addresses when this changed."""
-
-    count = 0
-
-
-MOVES = _Moves()
-
-
 class Buffer:
     """`size` elements of `dtype` on `device` (a device name; canonicalised). Memory is allocated on first use
     (copyin, a kernel call, `ensure_allocated`), taken from the device allocator's LRU cache when possible, and
@@ -59,6 +49,10 @@ class Buffer:
         "_addr",
         "_addr_of",
     )
+
+    # counts the times a live Buffer's memory moved (exchange_memory, deallocate): whoever keeps Buffers bound by
+    # identity (a replayed plan's device graph) checks addresses again when it changed
+    moves = 0
 
     def __init__(
         self,
@@ -116,7 +110,7 @@ class Buffer:
             self._base.ensure_allocated()
             return self
         if self._opaque is not None:
-            raise BufferStateError(f"{self!r} is already allocated")
+            raise BufferStateError(f"{self!r} is already allocated; allocate() once, or use ensure_allocated()")
         self._opaque = opaque if opaque is not None else self.dev.allocator.alloc(self.nbytes, self.options)
         return self
 
@@ -131,6 +125,7 @@ class Buffer:
         if self._base is None and self._opaque is not None:
             opaque, self._opaque = self._opaque, None
             self.dev.allocator.free(opaque, self.nbytes, self.options)
+            Buffer.moves += 1  # (its next memory may be elsewhere)
 
     def __del__(self) -> None:
         try:
@@ -151,7 +146,7 @@ class Buffer:
         other.ensure_allocated()
         self._opaque, other._opaque = other._opaque, self._opaque
         self._addr_of = other._addr_of = None
-        MOVES.count += 1
+        Buffer.moves += 1
 
     def make_writable(self) -> None:
         """Before an explicit write into a buffer of a file-backed device mapped for reading: map its file read-write

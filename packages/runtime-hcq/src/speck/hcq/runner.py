@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from speck.hcq.buffer import MOVES
+from speck.hcq.buffer import Buffer as _Buffer
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
 from speck.hcq.queue import EXEC
@@ -194,7 +194,7 @@ class Batch:
         self.device, self.calls, self.hold = device, calls, hold
         self.every = False  # slots are 0..n-1 of an n-slot plan: a run's buffer list is the batch's as it is
         self.last_bufs: list[Any] = []
-        self.moves = MOVES.count  # (Buffer.exchange_memory's count when last_bufs' addresses were read)
+        self.moves = -1  # Buffer.moves when last_bufs were bound
         self.graph: Any = None
         self.failed = False  # building raised: its calls run one by one
         self.slots: tuple[int, ...] = ()
@@ -233,16 +233,16 @@ class Batch:
         self.every = self.slots == tuple(range(len(bufs)))
         self.last = [bufs[s].ptr for s in self.slots]
         self.last_bufs = [bufs[s] for s in self.slots] if self.hold else []
-        self.moves = MOVES.count
+        self.moves = _Buffer.moves
         self.table, self.graph = g.args, g
 
     def bind(self, bufs: Sequence[Buffer]) -> None:
         """Point the argument table at `bufs` (only the words of slots whose address changed)."""
-        if self.hold:  # the same Buffers (compared by identity) hold the same addresses, unless memory moved
+        if self.hold:  # the same Buffers (compared by identity) hold the same addresses unless memory moved since
             held = bufs if self.every else [bufs[s] for s in self.slots]
-            if held == self.last_bufs and self.moves == MOVES.count:
+            if held == self.last_bufs and self.moves == _Buffer.moves:
                 return
-            self.last_bufs, self.moves = list(held), MOVES.count
+            self.last_bufs, self.moves = list(held), _Buffer.moves
         cur = [bufs[s].ptr for s in self.slots]  # (.ptr gives a buffer without memory its memory)
         if cur != self.last:
             table = self.table

@@ -93,10 +93,9 @@ def _show_dim(s: Any) -> Any:
 def _show_view(view: tuple[Any, ...] | None) -> str:
     if view is None:
         return " (a whole buffer)"
-    *chain, (_, size, _) = view
     ops = ", ".join(f"{op.name.lower()} {tuple(_show_dim(d) if isinstance(d, UOp) else d for d in arg)}"
-                    if isinstance(arg, tuple) else op.name.lower() for op, arg in chain)  # fmt: skip
-    return f" (a view of a {size}-element buffer: {ops})"
+                    if isinstance(arg, tuple) else op.name.lower() for op, arg in reversed(view))  # fmt: skip
+    return f" (a view of a buffer: {ops})"
 
 
 def _unbound(x: Any) -> Any:
@@ -123,13 +122,15 @@ _VIEW_CHAIN = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRI
 
 
 def _view_structure(t: Tensor) -> tuple[Any, ...]:
-    """The chain of views from t down to its BUFFER (op, argument; Variables unbound), then the buffer's size."""
+    """The chain of views from t down to its BUFFER (op, argument; Variables unbound). The buffer's size is not part
+    of it (a view of a buffer whose size is a bound Variable's multiple has one structure for every value)."""
     out: list[Any] = []
     u = t.uop
     while u.op is not Ops.BUFFER:
-        out.append((u.op, _unbound(u.arg)))
+        # (detach is no view; of consecutive reshapes only the outermost one counts: they compose into it)
+        if u.op is not Ops.DETACH and not (u.op is Ops.RESHAPE and out and out[-1][0] is Ops.RESHAPE):
+            out.append((u.op, _unbound(u.arg)))
         u = u.src[0]
-    out.append((Ops.BUFFER, int(u.arg), u.dtype))
     return tuple(out)
 
 
@@ -140,6 +141,14 @@ class _Inputs:
     named: list[tuple[str, Tensor]]
     var_vals: dict[str, int]
     layout: tuple[Any, ...]
+    # inputs given a copy of their own for the call (views of a realized buffer), with the view they were: they are
+    # views again after the call (so they keep seeing writes to their buffer)
+    views: list[tuple[Tensor, UOp]] = field(default_factory=list)
+
+    def restore(self) -> None:
+        for t, u in self.views:
+            t.uop = u
+        self.views.clear()
 
 
 def _kind(x: Any) -> Any:
@@ -237,6 +246,7 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
         if not _is_whole_buffer(t):
             # a copy of its own: contiguous() of a contiguous slice is free (a view into the same buffer), and
             # replays would then read the slice the capture saw
+            inputs.views.append((t, t.uop))
             t.uop = t.clone().realize().uop
     return [_signature(t, inputs.var_vals, v) for (_, t), v in zip(inputs.named, views)]
 
@@ -372,7 +382,8 @@ class CapturedJit:
 
     def free_intermediates(self) -> None:
         """Give back the memory of the buffers every replay computes from scratch (intermediates and returned
-        tensors; not inputs, not state that carries over between replays such as assign targets, not what
+        tensors; not inputs, not state that carries over between replays - assign targets and the values assigned
+        to them -, not what
         prune=True computed once). The next replay allocates them again. Until then the returned tensors can't be
         read (JitError); the capture itself is kept (no tracing or compiling again)."""
         data = buffer_map_data
@@ -385,7 +396,8 @@ class CapturedJit:
             if u in outs:
                 self._freed[u] = hb
                 buffer_map[u] = _FreedOutput()
-        self.__dict__.update(self._derived())  # the plan is rebuilt (and the memory allocated) at the next replay
+        # the plan is rebuilt (and the memory allocated) at the next replay; the unchecked replay's inputs stay
+        self.__dict__.update({**self._derived(), "fast": self.fast})
 
     def replay(self, mapping: dict[UOp, UOp], var_vals: dict[str, int]) -> None:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
@@ -468,13 +480,18 @@ def _tensor_buffers(t: Tensor) -> list[UOp]:
 
 
 def _intermediates(calls: list[Entry], fresh: set[UOp], input_bufs: list[UOp]) -> frozenset[UOp]:
-    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write."""
+    """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write, except the new values
+    Tensor.assign copies into a target that is kept (they are part of the state update: tinygrad writes those in
+    place, and keeps them)."""
     seen: set[UOp] = set(input_bufs)
     out: set[UOp] = set()
     for e in calls:
         r, w = _reads_writes(e)
         out |= (w - r - seen) & fresh
         seen |= r | w
+    for call, bufs in calls:
+        if type(call) is Copy and bufs[call.dst] not in out:
+            out.discard(bufs[call.src])
     return frozenset(out)
 
 
@@ -583,16 +600,19 @@ class TinyJit(Generic[R]):
                         cap.replay(fast[1], fast[2])
                     return cap.ret  # type: ignore[no-any-return]
         inputs = _gather(args, kwargs)
-        inputs.named[:] = multi.jit_inputs(inputs.named)  # a sharded input is one input per shard
-        if self.captured is not None:
-            return self._replay(inputs, () if kwargs else args)
-        sigs = _prepare(inputs)
-        assert self.fxn is not None
-        if self.cnt == 1:
-            ret = self.fxn(*args, **kwargs)
-            Tensor.realize_all(*_returned_tensors(ret, strict=False))  # with none, still applies deferred updates
-            return ret
-        return self._capture(args, kwargs, inputs, sigs)
+        try:
+            inputs.named[:] = multi.jit_inputs(inputs.named, inputs.views)  # a sharded input: one input per shard
+            if self.captured is not None:
+                return self._replay(inputs, () if kwargs else args)
+            sigs = _prepare(inputs)
+            assert self.fxn is not None
+            if self.cnt == 1:
+                ret = self.fxn(*args, **kwargs)
+                Tensor.realize_all(*_returned_tensors(ret, strict=False))  # with none, still applies deferred updates
+                return ret
+            return self._capture(args, kwargs, inputs, sigs)
+        finally:
+            inputs.restore()
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: _Inputs, sigs: list[InputSig]) -> R:
         if realize.capture() is not None:

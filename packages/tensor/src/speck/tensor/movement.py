@@ -168,7 +168,7 @@ class MovementMixin:
         ax = [self._resolve_dim(d) for d in argfix(axis, *args)]
         axes = set(ax)
         if len(axes) != len(ax):
-            raise TensorValueError(f"flip axes {ax} repeat a dim")
+            raise TensorValueError(f"flip axes {ax} repeat a dim; name each dim at most once")
         if not axes:
             return self
         return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))

@@ -558,9 +558,11 @@ def assign(t: Tensor, x: Any) -> Tensor:
     return t
 
 
-def jit_inputs(named: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
+def jit_inputs(named: list[tuple[str, Tensor]], views: list[tuple[Tensor, UOp]] | None = None,
+               ) -> list[tuple[str, Tensor]]:  # fmt: skip
     """TinyJit inputs with every sharded tensor replaced by one plain tensor per shard (each a whole buffer: a
-    shard that is a view gets a buffer of its own first, written back into the sharded tensor)."""
+    shard that is a view gets a buffer of its own first, set into the sharded tensor for the call; the tensor and
+    its view go into `views`, for TinyJit to restore after the call)."""
     from speck.tensor.hook import Tensor
 
     if not any(isinstance(t.uop, MultiUOp) for _, t in named):
@@ -576,6 +578,8 @@ def jit_inputs(named: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
         parts = [Tensor(s, device=d) for s, d in zip(u.shards, u.device)]
         if not all(_whole(p) for p in parts):  # (contiguous() of a contiguous view would be the same view)
             parts = [p if _whole(p) else p.clone().realize() for p in parts]
+            if views is not None:
+                views.append((t, u))
             t.uop = u = MultiUOp.leaf([p.uop for p in parts], u.axis, u.device)
         out += [(f"{name} shard {i} on {d}", p) for i, (p, d) in enumerate(zip(parts, u.device))]
     return out

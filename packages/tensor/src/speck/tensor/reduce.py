@@ -73,7 +73,7 @@ class ReduceMixin:
         ax = (axis,) if isinstance(axis, int) else tuple(axis)
         out = tuple(self._resolve_dim(a) for a in ax)
         if len(set(out)) != len(out):
-            raise TensorValueError(f"axis {axis} repeats a dim")
+            raise TensorValueError(f"axis {axis} repeats a dim; name each dim at most once")
         return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
 
     def _concrete(self: Tensor) -> Tensor:

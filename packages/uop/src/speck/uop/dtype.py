@@ -51,7 +51,7 @@ class DType:
             object.__setattr__(self, k, v)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise ImmutableError("DType is immutable")
+        raise ImmutableError(f"DType is immutable: can't set {name!r}; build another dtype (dtype.vec(n), dtype.ptr())")
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._scalar is not None:

@@ -36,6 +36,11 @@ class SpecError(RuntimeError, UOpError):
     """A graph that breaks the UOp spec (type_verify); the message names the node and the rule."""
 
 
+class RewriteLoopError(RuntimeError, UOpError):
+    """graph_rewrite did not reach a fixed point (a rule, or two, keep rewriting a node); the message names the last
+    rule applied."""
+
+
 class UOpStateError(RuntimeError, UOpError):
     """An operation the IR can't do in its current state: a registry not filled yet (speck.uop only partly
     imported), a node that is not realized, a pickle naming something that is no longer a PatternMatcher."""

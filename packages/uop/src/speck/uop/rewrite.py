@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from speck.uop.errors import RewriteLoopError
 from speck.uop.helpers import DEBUG
 from speck.uop.settings import declare
 from speck.uop.uop import UOp, register_service
@@ -30,10 +31,10 @@ def _describe_rule(pm: PatternMatcher, u: UOp, ctx: Any) -> str:
     return "<unknown rule>"
 
 
-def _loop_error(pm: PatternMatcher, u: UOp, ctx: Any, name: str | None) -> RuntimeError:
+def _loop_error(pm: PatternMatcher, u: UOp, ctx: Any, name: str | None) -> RewriteLoopError:
     rule = _describe_rule(pm, u, ctx)
     where = f" in rewrite {name!r}" if name else ""
-    return RuntimeError(
+    return RewriteLoopError(
         f"graph_rewrite{where} did not reach a fixed point: node {u.op} was rewritten more than {REWRITE_LIMIT.value} "
         f"times in a row (or the rewrites far outnumber the graph's nodes); the last rule applied was {rule}. "
         "Two rules probably undo each other, or a rule keeps growing the graph."

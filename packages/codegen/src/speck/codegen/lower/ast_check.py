@@ -3,6 +3,7 @@ clean-up every stage relies on afterwards (ranges folded to constants by simplif
 
 from __future__ import annotations
 
+from speck.codegen.errors import ProgramFormError
 from speck.uop import AxisType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat
 
 _AST_OPS = frozenset(
@@ -11,9 +12,9 @@ _AST_OPS = frozenset(
 ) | GroupOp.ALU  # fmt: skip
 
 
-def convention_error(stage: str, u: UOp, expected: str) -> RuntimeError:
+def convention_error(stage: str, u: UOp, expected: str) -> ProgramFormError:
     """The error every stage raises for an AST that breaks the kernel conventions: names node, stage and rule."""
-    return RuntimeError(
+    return ProgramFormError(
         f"kernel AST convention violated (stage {stage!r}): node {u.op.name} dtype={u.dtype!r} arg={u.arg!r} with "
         f"{len(u.src)} sources: expected {expected}. See packages/codegen/README.md 'Kernel AST conventions'."
     )

@@ -53,9 +53,9 @@ def casted_const(u: UOp) -> tuple[bool, Any]:
     return False, None
 
 
-def bare_const_error(u: UOp, renderer: str) -> RuntimeError:
+def bare_const_error(u: UOp, renderer: str) -> ProgramFormError:
     """The error a renderer raises when it meets a CONST outside a casted const."""
-    return RuntimeError(
+    return ProgramFormError(
         f"renderer {renderer!r} got a bare CONST {u.arg!r} of dtype {u.dtype}: programs must spell every literal as a "
         f"casted const CAST(dt, CONST(v, from_py(v))) (see IR.md); run the pipeline's casted-const stage first"
     )
