@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from speck.tensor import Tensor, Variable, dtypes
 from speck.tensor.schedule import KernelCountException, assert_kernel_count, base_buffer
+from speck.uop import Ops
 
 DEVS = ("CPU", "CPU:1")
 
@@ -349,3 +350,30 @@ def test_disk_writes_of_python_values_land_where_they_are_written(tmp_path: Path
     h = Tensor.empty(16, device=f"disk:{tmp_path / 'c'}", dtype=dtypes.uint8)
     h[0:8].bitcast(dtypes.int64).assign([12345])
     assert int.from_bytes(h[0:8].data(), "little") == 12345 and h[8:].tolist() == [0] * 8
+
+
+def test_gradients_of_implicitly_broadcast_sources_have_their_shape() -> None:
+    """A graph node combining a 0-d source with a bigger one (no EXPAND node between) passes the source a gradient
+    summed back to its shape; a seed with the root's elements in another shape is accepted."""
+    x, w = Tensor([1.0, 2.0, 3.0]), Tensor(2.0, dtype=dtypes.float32)
+    (dw,) = Tensor(x.uop.alu(Ops.MUL, w.uop)).sum().gradient(w)
+    assert dw.shape == () and dw.item() == 6.0
+    cond, p = Tensor([True, False, True]), Tensor(4.0, dtype=dtypes.float32)
+    (dp,) = Tensor(cond.uop.alu(Ops.WHERE, x.uop, p.uop)).sum().gradient(p)
+    assert dp.shape == () and dp.item() == 1.0
+    s = Tensor(0.5, dtype=dtypes.float32)
+    sin = s.sin()
+    (ds,) = (Tensor(x.uop.alu(Ops.MUL, sin.uop)).sum() + sin).gradient(s)
+    assert ds.shape == () and abs(ds.item() - 7 * np.cos(0.5)) < 1e-5
+    (dx,) = (x * x).sum().gradient(x, gradient=Tensor([3.0]))
+    assert dx.tolist() == [6.0, 12.0, 18.0]
+    with pytest.raises(RuntimeError, match="broadcast"):
+        (x * x).gradient(x, gradient=Tensor([1.0, 2.0]))
+
+
+def test_a_clone_of_a_detached_tensor_gets_a_gradient() -> None:
+    base = Tensor([1.0, 2.0, 3.0, 4.0])
+    x = base.detach().clone()
+    (x * 2.0).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [2.0] * 4
+    assert base.grad is None or base.grad.tolist() == [0.0] * 4  # detach blocks the flow back to base

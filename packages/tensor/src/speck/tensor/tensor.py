@@ -448,6 +448,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         else:
             out = src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
         out.is_param = self.is_param
+        if out.requires_grad is False:
+            out.requires_grad = None  # a clone of a detached value is a new leaf: it gets .grad (detach opted out)
         if src.grad is not None:
             out.grad = src.grad.clone()
         return out
