@@ -275,3 +275,21 @@ def test_bitcast_from_and_to_bool_is_the_bytes() -> None:
     a = Tensor(b).realize()
     a.bitcast(dtypes.int8).assign(Tensor(np.arange(8) % 2, dtype=dtypes.int8))
     np.testing.assert_array_equal(a.numpy(), (np.arange(8) % 2).astype(bool))
+
+
+def test_a_graph_naming_no_device_is_a_device_less_tensor() -> None:
+    from speck.tensor.uop.ops import UOp
+
+    t = Tensor(UOp.const(dtypes.float, 2.0))
+    u = t.uop
+    assert t.device is None and t.uop.device is None and "<UOp None" in repr(t)
+    assert t.realize() is t and t.uop is u  # realize is a no-op for a device-less tensor
+    assert (t + Tensor([1.0, 2.0])).tolist() == [3.0, 4.0] and t.item() == 2.0
+
+
+def test_rand_rejects_unknown_keywords() -> None:
+    with pytest.raises(TypeError, match="generator"):
+        Tensor.rand(5, generator="foo")
+    with pytest.raises(TypeError):
+        Tensor.randn(5, nonsense=1)
+    assert Tensor.rand(3, contiguous=False).shape == (3,)

@@ -108,11 +108,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             _init_multi(self, data, device, dtype, requires_grad)
             return
         if device is None and tp is UOp:  # a graph node: on the device its graph names
-            device = multi.device_of(data)
+            # (a graph naming no device - UOp.const(...) - is a device-less tensor)
+            device = multi.device_of(data) if data.device is not None else None
         dev = canonical(device)
         dt = _dt(dtype)
         self.requires_grad, self.grad, self.is_param = requires_grad, None, True
-        self._device: Any = dev
+        self._device: Any = dev if device is not None or tp is not UOp else None
         _track(self)
         if isinstance(data, UOp):
             self.uop = data
