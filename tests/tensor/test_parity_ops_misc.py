@@ -293,3 +293,12 @@ def test_rand_rejects_unknown_keywords() -> None:
     with pytest.raises(TypeError):
         Tensor.randn(5, nonsense=1)
     assert Tensor.rand(3, contiguous=False).shape == (3,)
+
+
+def test_has_buffer_identity() -> None:
+    from speck.tensor.uop.ops import UOp
+
+    assert Tensor([1.0]).realize().uop.has_buffer_identity() and not (Tensor([1.0]) * 2).uop.has_buffer_identity()
+    assert Tensor(UOp.const(dtypes.float, 2.0)).clone().uop.has_buffer_identity()
+    e = Tensor.ones(4, 8).shard(("CPU", "CPU:1"), axis=0).empty_like()
+    assert e.uop.axis == 0 and e.uop.has_buffer_identity()

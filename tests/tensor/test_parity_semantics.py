@@ -377,3 +377,16 @@ def test_a_clone_of_a_detached_tensor_gets_a_gradient() -> None:
     (x * 2.0).sum().backward()
     assert x.grad is not None and x.grad.tolist() == [2.0] * 4
     assert base.grad is None or base.grad.tolist() == [0.0] * 4  # detach blocks the flow back to base
+
+
+def test_reading_a_view_of_a_pending_copy_onto_a_file(tmp_path: Path) -> None:
+    """`x.to("disk:...")[10:20]` read (or moved) before the copy ran: the copy writes the file first (the file's device
+    computes nothing), then the slice is read from it."""
+    ref = np.arange(30, dtype=np.float32) * 1.5
+    t = (Tensor(ref) * 1).to(f"disk:{tmp_path / 'a'}")
+    a = t[10:20]
+    np.testing.assert_array_equal(a.numpy(), ref[10:20])
+    np.testing.assert_array_equal(a.to("CPU").numpy(), ref[10:20])
+    assert (tmp_path / "a").read_bytes() == ref.tobytes()
+    u = (Tensor(ref) + 0).to(f"disk:{tmp_path / 'b'}")[::3]
+    np.testing.assert_array_equal(u.to("CPU:1").numpy(), ref[::3])

@@ -477,8 +477,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.is_weak:
             raise TensorTypeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
                                   "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host
+        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
+        if file_backed(self._device) and not is_view(self.uop):
+            write_pending_copy(self)
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             host = Tensor(host_graph(self.uop), device=HOST)
             return host if dev == HOST else host.to(dev)
@@ -508,8 +510,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
             )
         shape = tuple(as_int(s) for s in self.shape)
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host
+        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
+        if file_backed(self._device) and not is_view(self.uop):
+            write_pending_copy(self)
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again

@@ -777,6 +777,12 @@ class UOp(_Slots):
                     stack.append(s)
         return None
 
+    def has_buffer_identity(self) -> bool:
+        """This node names storage of its own: (a view of) a BUFFER, or a node that gets a buffer of its own when
+        realized (a contiguous copy, a clone, a write's result)."""
+        b = self.base
+        return b.op in (Ops.BUFFER, Ops.CONTIGUOUS, Ops.AFTER)
+
     @property
     def buf_uop(self) -> UOp:
         """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
