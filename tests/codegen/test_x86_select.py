@@ -24,7 +24,7 @@ from speck.codegen.x86 import X86Compiler, X86Renderer, render_x86
 from speck.codegen.x86.elf_object import read_listing
 from speck.codegen.x86.objdump import disassemble_object, normalise, parse_objdump
 from speck.codegen.x86.select import SELECTION_TABLE, op_class, signed_magic32
-from speck.uop import AxisType, Ops, UOp, dtypes
+from speck.uop import AxisType, Context, Ops, UOp, dtypes
 from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 from test_x86_kernels import asm, check, link
 
@@ -143,13 +143,15 @@ def test_immediates_from_casted_consts() -> None:
 
 
 def test_displacements_fold_into_addresses() -> None:
-    """in[i + 3] reads [base + i*4 + 0xc] (disp8); in[i + 100] uses a disp32."""
+    """in[i + 3] reads [base + i*4 + 0xc] (disp8); in[i + 100] uses a disp32. AVX2 code (8 lanes: a loop with an
+    index register) also on an AVX-512 host, where 16 lanes would cover the kernel without one."""
     n = 16
     r = UOp.range(n, 0, AxisType.GLOBAL)
     src = UOp.param(1, dtypes.float32.ptr(n + 100))
     v = src.index(r + 3).load() + src.index(r + 100).load()
     ast = _k("disp", UOp.param(0, dtypes.float32.ptr(n)).index(r).store(v).end(r))
-    spec = check(ast, [np.zeros(n, np.float32), np.arange(n + 100, dtype=np.float32)], {})
+    with Context(X86_AVX512=0):
+        spec = check(ast, [np.zeros(n, np.float32), np.arange(n + 100, dtype=np.float32)], {})
     assert re.search(r"\[rsi\+r\w+\*4\+0xc\]", asm(spec)) and re.search(r"\*4\+0x190\]", asm(spec))
     line = next(ln for ln in asm(spec).splitlines() if "*4+0xc]" in ln)
     assert line.split("\t")[1].split()[-1] == "0c"  # one displacement byte
