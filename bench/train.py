@@ -1,12 +1,17 @@
 """Training-step benchmark: first-step (schedule + compile + run) and steady-state step time of the main job's
 models at batch 128 under Adam and TinyJit, with images/s.
 
-Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N] [--warm-cache]. The default measures all three
-models (the classic CNN is the main job's). Issue targets: CNN step < 150 ms, MLP step < 2 ms, first CNN step with a
-cold compile cache <= 1 s. The first step includes scheduling, lowering and compiling every kernel: it runs with an
-empty compile cache (a fresh SPECK_CACHE_DIR for this process) unless --warm-cache uses the usual one, and a line
-under each model says where its time went: the main thread's CPU (scheduling and lowering; the LLVM compiles run
-meanwhile on the compile lanes, one per core, lanes past the first in worker processes) and the compiles' CPU.
+Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N] [--warm-cache] [--oob-models mlp,cnn]
+[--oob-only]. The default measures all three models (the classic CNN is the main job's). Issue targets: CNN step <
+150 ms, MLP step < 2 ms, first CNN step with a cold compile cache <= 1 s. The first step includes scheduling,
+lowering and compiling every kernel: it runs with an empty compile cache (a fresh SPECK_CACHE_DIR for this process)
+unless --warm-cache uses the usual one, and a line under each model says where its time went: the main thread's CPU
+(scheduling and lowering; the LLVM compiles run meanwhile on the compile lanes, one per core, lanes past the first
+in worker processes) and the compiles' CPU.
+
+The "bounds check" rows give the cost of CHECK_OOB (the device-side check of index tensors; here the labels of the
+cross-entropy): the steady step with the check on and off, built as two jitted steps and timed in interleaved
+rounds, medians, as a ratio (target: under 1.03).
 
 The last line is a reference for the host's speed at the time: numpy's float32 1024x1024 matmul, measured before
 and after the models. This VM's cores slow down for minutes at a time (by 10-20%), and the step times move with
@@ -25,13 +30,14 @@ from typing import Any
 import _host
 import numpy as np
 
-from speck.tensor import GlobalCounters, Tensor, TinyJit
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit
 from speck.tensor.examples.train import MODELS
 from speck.tensor.nn.optim import Adam
 from speck.tensor.nn.state import get_parameters
 from speck.tensor.realize import compile_pool_stats
 
 TARGET_MS = {"mlp": 2.0, "cnn": 150.0}
+OOB_TARGET = 1.03  # CHECK_OOB=1 step time / CHECK_OOB=0 step time
 FIRST_TARGET_S = {"cnn": 1.0}
 
 
@@ -87,6 +93,35 @@ def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int, s
     return first, statistics.median(times), GlobalCounters.kernel_count, detail
 
 
+def bench_check_oob(name: str, batch: int) -> tuple[float, float]:
+    """(median step s with CHECK_OOB=1, with CHECK_OOB=0) of one model's jitted training step: the two steps are
+    built and captured under their setting (it decides the graph), then timed in alternating rounds of about
+    50 ms (at least 3 steps) each, so a slow spell of the machine hits both alike; as many rounds as fit in about
+    10 s (9 to 99)."""
+    made = {}
+    for check in (1, 0):
+        with Context(CHECK_OOB=check):
+            step = make_step(name, batch)
+            step().item()  # the eager run
+            step().item()  # the capture
+        made[check] = step
+    t0 = time.perf_counter()
+    made[1]().item()
+    one = time.perf_counter() - t0
+    steps = max(3, int(0.05 / one))
+    rounds = min(99, max(9, int(10 / (2 * steps * one))))
+    times: dict[int, list[float]] = {1: [], 0: []}
+    for r in range(rounds):
+        for check in (1, 0) if r % 2 == 0 else (0, 1):
+            step = made[check]
+            step().item()  # (warm: the other step ran last)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step().item()
+            times[check].append((time.perf_counter() - t0) / steps)
+    return statistics.median(times[1]), statistics.median(times[0])
+
+
 def host_gflops(reps: int = 7) -> float:
     """numpy's float32 1024x1024 matmul rate (median of reps): how fast the machine is right now."""
     a = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
@@ -108,6 +143,8 @@ def main() -> None:
     ap.add_argument(
         "--warm-cache", action="store_true", help="first step with the usual compile cache, not an empty one"
     )
+    ap.add_argument("--oob-models", default="mlp,cnn", help="models whose CHECK_OOB cost is measured ('': none)")
+    ap.add_argument("--oob-only", action="store_true", help="only the CHECK_OOB cost rows")
     args = ap.parse_args()
     cold = None if args.warm_cache else tempfile.TemporaryDirectory(prefix="speck-bench-cold-")  # removed at exit
     if cold is not None:
@@ -116,7 +153,7 @@ def main() -> None:
     cache = "warm (usual)" if args.warm_cache else "cold (empty)"
     print(f"{'model':10s} {'batch':>5s} {'first s':>8s} {'step ms':>9s} {'images/s':>9s} {'kernels':>7s} "
           f"{'target ms':>9s} {'first target s':>14s}   compile cache: {cache}")  # fmt: skip
-    for name in args.models.split(","):
+    for name in [] if args.oob_only else args.models.split(","):
         if name not in MODELS:
             raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}")
         first, step_s, kernels, detail = bench_model(name, args.batch, args.steps)
@@ -125,6 +162,12 @@ def main() -> None:
               f"{'' if target is None else f'{target:9.1f}':>9s} "
               f"{'' if first_target is None else f'{first_target:14.1f}':>14s}")  # fmt: skip
         print(f"{'':10s} {detail}")
+    for name in filter(None, args.oob_models.split(",")):
+        if name not in MODELS:
+            raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(sorted(MODELS))}")
+        on, off = bench_check_oob(name, args.batch)
+        print(f"bounds check {name:10s} step {on * 1e3:8.3f} ms with CHECK_OOB=1, {off * 1e3:8.3f} ms with "
+              f"CHECK_OOB=0: ratio {on / off:.3f} (target < {OOB_TARGET})")  # fmt: skip
     print(
         f"host reference: numpy float32 matmul 1024 at {before:.1f} GFLOPS before the models, {host_gflops():.1f} "
         "after (about 80 on a quiet machine)"

@@ -13,7 +13,11 @@ AMDGPU compiler) through PM4 on the simulated compute queue: one dispatch per do
 batched in one indirect buffer (one doorbell), interleaved rounds, medians. Simulated time covers the whole path (USB
 transfers for kernargs, ring and doorbell, the modelled GPU time, the fence); the GPU's own time per dispatch is
 read from RELEASE_MEM timestamps; emulated wave-instructions per second is the shader-core emulator's host speed.
-Run: python3 bench/usbgpu.py [--size N] [--repeat R] [--dispatches K]
+The tensor compute rows run speck.tensor on the `USB:SIM` device (kernels from the AMD backend, speck.hcq.amd over the
+driver): eager kernels per second, a jitted training step of the main job's model (each replay one indirect buffer
+and one doorbell) with its simulated time, emulated instructions and host wall time, and a 64 MB tensor copied in,
+computed on and copied out.
+Run: python3 bench/usbgpu.py [--size N] [--repeat R] [--dispatches K] [--train-model M] [--train-batch B]
 """
 
 from __future__ import annotations
@@ -296,12 +300,104 @@ def bench_end_to_end(nbytes: int) -> EndToEnd:
     return EndToEnd((v1 - v0) / 1e6, (v2 - v1) / 1e6, (v3 - v2) / 1e6, gpu_us, wall, instructions, ok)
 
 
+@dataclass
+class TensorCompute:
+    kernels_per_s_sim: float  # eager kernels per simulated second (launch, kernargs, doorbell, signal; host side too)
+    kernels_per_s_wall: float  # the same per host second (tensor frontend + driver + emulator)
+    step_sim_ms: float  # one replayed training step, simulated
+    step_wall_s: float
+    step_instructions: int
+    step_dispatches: int
+    step_doorbells: float
+    e2e_ms: tuple[float, float, float]  # simulated copy-in, compute, copy-out of the big tensor
+    e2e_wall_s: float
+    ok: bool
+
+
+def _sim_ns(dev: Any) -> int:
+    return int(dev.gpu.sim.now_ns)
+
+
+def bench_tensor_compute(nbytes: int, model: str, batch: int, steps: int) -> TensorCompute:
+    """speck.tensor on USB:SIM: eager kernels, a jitted Adam step of `model` on `batch` images (the last of `steps`
+    replays measured), and a float32 tensor of `nbytes` through copy-in, x * 1.5 - 0.25, copy-out."""
+    import numpy as np
+
+    from speck.tensor import Device, Tensor, TinyJit
+    from speck.tensor.examples.train import MODELS
+    from speck.tensor.nn.optim import Adam
+    from speck.tensor.nn.state import get_parameters
+
+    name = "USB:SIM"
+    dev: Any = Device[name]
+    cp, stats = dev.gpu.sim.gpu.cp, dev.gpu._engine_compute().stats
+    # eager kernels: 32 elementwise kernels in a row on a small tensor (programs cached after the first)
+    t = Tensor(np.ones(256, np.float32)).to(name).realize()
+    (t + 1).realize()
+    v0, w0 = _sim_ns(dev), time.perf_counter()
+    for i in range(32):
+        t = (t * 1.0001 + i).realize()
+    dev.synchronize()
+    eager_sim, eager_wall = (_sim_ns(dev) - v0) / 1e9, time.perf_counter() - w0
+    # a training step under TinyJit
+    Tensor.manual_seed(0)
+    net = MODELS[model]()
+    params = get_parameters(net)
+    for p in params:
+        p.replace(p.to(name)).realize()
+    opt = Adam(params, lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).to(name).realize()
+    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).to(name).realize()
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = net(x).sparse_categorical_crossentropy(y)
+            loss.backward()
+            opt.step()
+        return loss.realize()
+
+    losses = []
+    for i in range(steps):
+        if i == steps - 1:
+            v0, w0, i0, d0, b0 = _sim_ns(dev), time.perf_counter(), cp.instructions, stats["dispatches"], \
+                stats["submissions"]  # fmt: skip
+        losses.append(step(x, y).item())
+    step_sim, step_wall = (_sim_ns(dev) - v0) / 1e6, time.perf_counter() - w0
+    step_instr, step_disp, step_bells = cp.instructions - i0, stats["dispatches"] - d0, stats["submissions"] - b0
+    # end to end
+    n = nbytes // 4
+    big = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    w0, v0 = time.perf_counter(), _sim_ns(dev)
+    u = Tensor(big).to(name).realize()
+    v1 = _sim_ns(dev)
+    r = (u * 1.5 - 0.25).realize()
+    dev.synchronize()
+    v2 = _sim_ns(dev)
+    out = r.numpy()
+    v3, e2e_wall = _sim_ns(dev), time.perf_counter() - w0
+    # (the kernel may fuse the multiply-add: within one rounding of numpy's two-step result)
+    ok = bool(np.allclose(out, big * np.float32(1.5) - np.float32(0.25), rtol=1e-6, atol=1e-6))
+    ok = ok and all(np.isfinite(losses))
+    ok = ok and losses[-1] < losses[0] and not dev.gpu.sim.violations
+    return TensorCompute(32 / eager_sim, 32 / eager_wall, step_sim, step_wall, step_instr, step_disp,
+                         step_bells, ((v1 - v0) / 1e6, (v2 - v1) / 1e6, (v3 - v2) / 1e6), e2e_wall, ok)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=64_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dispatches", type=int, default=16)
+    parser.add_argument("--train-model", default="small-cnn", help="model of the training-step row (cnn: minutes)")
+    parser.add_argument("--train-batch", type=int, default=32)
+    parser.add_argument("--only-tensor", action="store_true", help="only the tensor compute rows")
     args = parser.parse_args()
+    if args.only_tensor:
+        print_tensor_compute(args)
+        return
     data = os.urandom(args.size)
     link = SimDevice().timing.link_bytes_per_s / 1e6
     results = {mode: bench_mode(mode, args.size, args.repeat, data) for mode in ("g3", "g0")}
@@ -363,6 +459,23 @@ def main() -> None:
     print(f"{'copyin':>10}{'compute':>10}{'GPU us':>9}{'copyout':>10}{'total':>10}{'MB/s':>9}{'host wall s':>13}  ok")
     print(f"{e.copyin_ms:10.1f}{e.compute_ms:10.2f}{e.gpu_us:9.1f}{e.copyout_ms:10.1f}{total:10.1f}"
           f"{args.size / 1e3 / total:9.1f}{e.wall_s:13.1f}  {'yes' if e.ok else 'NO'}")  # fmt: skip
+    print_tensor_compute(args)
+
+
+def print_tensor_compute(args: Any) -> None:
+    tc = bench_tensor_compute(args.size, args.train_model, args.train_batch, steps=3)
+    print()
+    print("tensor compute on USB:SIM (speck.tensor -> AMD backend -> speck.hcq.amd -> PM4 -> RDNA3 emulator)")
+    print(f"eager kernels/s          {tc.kernels_per_s_sim:9.0f} simulated   {tc.kernels_per_s_wall:7.1f} host wall")
+    print(f"training step ({args.train_model}, batch {args.train_batch}, Adam, TinyJit replay): "
+          f"{tc.step_sim_ms:.1f} ms simulated, {tc.step_dispatches} dispatches, {tc.step_doorbells:.0f} doorbell(s), "
+          f"{tc.step_instructions} wave-instructions, {tc.step_wall_s:.1f} s host wall "
+          f"({tc.step_instructions / tc.step_wall_s:.0f} emulated wave-instructions/s)")  # fmt: skip
+    cin, comp, cout = tc.e2e_ms
+    total = cin + comp + cout
+    print(f"end to end (tensor): {args.size / 1e6:.0f} MB copyin {cin:.1f} ms, x * 1.5 - 0.25 {comp:.1f} ms, copyout "
+          f"{cout:.1f} ms: {total:.1f} ms simulated ({args.size / 1e3 / total:.1f} MB/s), {tc.e2e_wall_s:.1f} s host "
+          f"wall  {'ok' if tc.ok else 'NOT OK'}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from codegen_helpers import assert_same, out_dtype, run_ast, run_prog
 from speck.codegen import KernelInfo, PythonRenderer, to_program
+from speck.codegen.interpret import eval_ast, run_program
 from speck.codegen.opt import Opt, OptError, OptOps, apply_opts, beam_search, hand_coded_optimizations, opt_base
 from speck.codegen.pipeline import full_rewrite_to_sink
 from speck.codegen.program import ProgramSpec
@@ -227,3 +228,22 @@ def test_ignore_beam_cache_searches_again(tmp_path, monkeypatch) -> None:  # typ
     with Context(IGNORE_BEAM_CACHE=1):
         beam_search(matvec(name="beami"), PythonRenderer(), 2, timer=_on_spec(timer))
     assert len(calls) == 2 * n
+
+
+def test_a_gated_store_whose_upcast_lane_is_never_valid_is_dropped() -> None:
+    # out[r] = 2r everywhere and side[r] = r + 1 only for r < 3: upcast by 4, the gate of side's lane 3 folds to false
+    # and its store must vanish (an INDEX left with a bare Invalid used to reach index lowering and fail there)
+    r = UOp.range(4, 0, AxisType.GLOBAL)
+    out, side = UOp.param(0, dtypes.int32.ptr(4)), UOp.param(1, dtypes.int32.ptr(4))
+    ri = r.cast(dtypes.int32)
+    ast = UOp.sink(out.index(r).store(ri * 2).end(r), side.index(r.valid(r < 3)).store(ri + 1).end(r),
+                   arg=KernelInfo("gated"))  # fmt: skip
+    bufs = [np.zeros(4, np.int32), np.full(4, 9, np.int32)]
+    eval_ast(ast, bufs, {})
+    assert bufs[1].tolist() == [1, 2, 3, 9]
+    with Context(SPEC=1):
+        uops = full_rewrite_to_sink(ast.replace(arg=ast.arg.replace(opts=(Opt(OptOps.UPCAST, 0, 4),))),
+                                    PythonRenderer())  # fmt: skip
+    bufs = [np.zeros(4, np.int32), np.full(4, 9, np.int32)]
+    run_program(uops, bufs, {})
+    assert bufs[0].tolist() == [0, 2, 4, 6] and bufs[1].tolist() == [1, 2, 3, 9]

@@ -1,6 +1,6 @@
 """The USB GPU as a tensor device (speck.tensor.usb over speck.usbgpu), against the simulator: registration through
 speck.hcq's plugin hook and the `speck.devices` entry point, tensors stored in (simulated) VRAM and copied with G3,
-timeline ordering, streamed safe_load / load_state_dict, and the error for compute on USB.
+timeline ordering, streamed safe_load / load_state_dict, and kernels computed on the emulated GPU.
 
 Every test runs with SPECK_USB_SIM=2 (two simulated bridges: USB and USB:1; USB:SIM is USB). What is claimed to be
 in VRAM is read back behind the driver's back from the simulator's memory, not only through a round trip."""
@@ -28,7 +28,7 @@ from speck.tensor.device import is_dtype_supported
 from speck.tensor.nn.state import load_state_dict, safe_load, safe_save
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import base_buffer
-from speck.tensor.usb import UsbComputeNotImplemented, UsbDevice
+from speck.tensor.usb import UsbDevice
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC_PATH = os.pathsep.join(
@@ -155,6 +155,24 @@ def test_usb_without_hardware_or_simulator_says_how_to_simulate() -> None:
     assert "cannot open USB" in r.stdout and "USB:SIM" in r.stdout and "SPECK_USB_SIM" in r.stdout
 
 
+def test_on_an_unverified_card_opening_usb_names_the_bring_up_opt_in() -> None:
+    """What a user with a real card sees today: the bring-up safety gate, before anything is written to the GPU (in
+    a process of its own: a bus with that board replaces this process's simulated bridges)."""
+    r = _run(
+        "from speck.tensor.usb import open_usb\nfrom speck.usbgpu.api import UsbGpu\n"
+        "from speck.usbgpu.sim import HARDWARE_LIKE_SUBSYSTEM\nfrom speck.usbgpu.sim.device import SimDevice\n"
+        "board = SimDevice(gpu_subsystem=HARDWARE_LIKE_SUBSYSTEM)  # looks like a real board to the driver\n"
+        "real_open = UsbGpu.open\n"
+        "UsbGpu.open = classmethod(lambda cls, index=0, sim=None, **kw: real_open(index, sim=board))\n"
+        "try:\n    open_usb('USB')\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+        "assert board.stats['mmio_writes'] == 0 and board.gpu.regs.writes == 0\n"
+        "real_open(0, sim=board).close()  # the refused session was closed: the bridge opens again\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("DeviceUnavailableError cannot open USB: GpuBringUpUnverified: opening USB failed: GPU")
+    assert "SPECK_USBGPU_UNVERIFIED=1" in r.stdout and "1002:744c" in r.stdout
+
+
 # ---------------- storage and copies ----------------
 @given(data=st.sampled_from(NP_DTYPES).flatmap(arrays))
 def test_to_usb_places_the_bytes_in_vram_and_back_matches_numpy(data: np.ndarray) -> None:
@@ -203,8 +221,10 @@ def test_empty_on_usb_then_assign(dtype: dtypes) -> None:  # type: ignore[valid-
     assert e.device == "USB" and e.shape == (4, 5) and e.numpy().shape == (4, 5) and e.numpy().dtype == npdt
     first = (rng.standard_normal((4, 5)) * 50).astype(npdt)
     GlobalCounters.reset()
-    e.assign(Tensor(first)).realize()  # from the CPU: one copy, no kernel on USB (assign is lazy: realize runs it)
-    assert GlobalCounters.copy_count == 1 and GlobalCounters.kernel_count == 1  # kernel_count includes device copies
+    with pytest.raises(RuntimeError, match="device mismatch"):  # USB computes: another device's value is moved first
+        e.assign(Tensor(first))
+    e.assign(Tensor(first).to("USB")).realize()  # one copy from the CPU (assign is lazy: realize runs it)
+    assert GlobalCounters.copy_count == 1
     assert vram_bytes(e) == first.tobytes()
     np.testing.assert_array_equal(e.numpy(), first)
     second = (first[::-1] + 1).astype(npdt)
@@ -213,7 +233,7 @@ def test_empty_on_usb_then_assign(dtype: dtypes) -> None:  # type: ignore[valid-
     e.assign(second.tolist())
     np.testing.assert_array_equal(e.numpy(), second)
     with pytest.raises(RuntimeError, match="shape"):
-        e.assign(Tensor(np.zeros((5, 4), npdt)))
+        e.assign(Tensor(np.zeros((5, 4), npdt)).to("USB"))
 
 
 # ---------------- ordering ----------------
@@ -255,44 +275,60 @@ def test_transfer_waits_for_the_work_producing_its_source() -> None:
     np.testing.assert_array_equal(out, final)
 
 
-# ---------------- no compute on USB ----------------
-@pytest.mark.parametrize(
-    "make, op",
-    [
-        (lambda t: t + 1, "ADD"),
-        (lambda t: t.sum(0) * 2, "REDUCE ADD"),
-        (lambda t: t.exp(), "EXP2"),
-        (lambda t: t.T.contiguous(), "data movement"),
-    ],
-)
-def test_compute_on_usb_is_refused_before_anything_runs(make, op: str) -> None:  # type: ignore[no-untyped-def]
+# ---------------- compute on USB ----------------
+def dispatches(dev: UsbDevice) -> int:
+    """Dispatches the driver programmed on the compute queue (PM4 DISPATCH_DIRECT) so far."""
+    return int(dev.gpu._engine_compute().stats["dispatches"])
+
+
+def test_the_done_when_example_computes_on_the_emulated_gpu() -> None:
     dev = usb()
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    submitted, bulk = dev.engines["copy"].submitted, dev.gpu.sim.stats["bulk_out_transfers"]
-    with pytest.raises(UsbComputeNotImplemented) as info:
-        make(Tensor(a).to("USB")).realize()  # the schedule: copy to USB, then a kernel there
-    msg = str(info.value)
-    assert op in msg and "on USB" in msg and "bring-up" in msg and "not implemented" in msg
-    assert "storage and copies" in msg and "safe_load" in msg and "to('CPU')" in msg
-    assert dev.engines["copy"].submitted == submitted and dev.gpu.sim.stats["bulk_out_transfers"] == bulk
+    cp = dev.gpu.sim.gpu.cp  # the simulated command processor: what it ran in the RDNA3 emulator
+    before, ran, instructions = dispatches(dev), cp.dispatches_run, cp.instructions
+    out = (Tensor([1.0, 2.0]).to("USB:SIM") + 1).numpy()
+    np.testing.assert_array_equal(out, np.array([2.0, 3.0], np.float32))
+    assert dispatches(dev) == before + 1  # one kernel, dispatched through PM4 over the simulated link
+    assert cp.dispatches_run == ran + 1 and cp.instructions > instructions
 
 
-def test_no_silent_cpu_fallback_even_with_the_numpy_evaluator_on(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t + 1,
+        lambda t: t.sum(0) * 2,
+        lambda t: t.exp(),
+        lambda t: t.T.contiguous(),
+        lambda t: t.reshape(4, 3),
+        lambda t: t[1:, ::2],
+        lambda t: t.max(1),
+    ],
+    ids=["add", "sum", "exp", "transpose", "reshape", "slice", "max"],
+)
+def test_compute_on_usb_matches_cpu_and_runs_on_the_gpu(make) -> None:  # type: ignore[no-untyped-def]
+    dev = usb()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    before = dispatches(dev)
+    got = make(Tensor(a).to("USB")).realize()
+    assert got.device == "USB"
+    np.testing.assert_allclose(got.numpy(), make(Tensor(a)).numpy(), rtol=1e-6, atol=1e-6)
+    assert dispatches(dev) > before
+
+
+def test_no_cpu_fallback_even_with_the_numpy_evaluator_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from speck.tensor import realize
 
     monkeypatch.setattr(realize.NUMPY_FALLBACK, "value", 1)
+    dev = usb()
     t = Tensor(np.ones(8, np.float32)).to("USB").realize()
-    with pytest.raises(UsbComputeNotImplemented, match=r"kernel \S+ \(MUL\)"):
-        (t * 3).numpy()
-    with pytest.raises(UsbComputeNotImplemented):
-        Tensor.zeros(4, device="USB").realize()  # a constant fill is a kernel too
-    np.testing.assert_array_equal(Tensor.zeros(4).to("USB").numpy(), np.zeros(4, np.float32))  # the suggested way
+    before = dispatches(dev)
+    np.testing.assert_array_equal((t * 3).numpy(), np.full(8, 3, np.float32))
+    np.testing.assert_array_equal(Tensor.zeros(4, device="USB").numpy(), np.zeros(4, np.float32))  # a fill kernel
+    assert dispatches(dev) == before + 2
 
 
-def test_usb_reports_no_compute_capabilities() -> None:
-    assert not is_dtype_supported(dtypes.float32, "USB")
-    with pytest.raises(UsbComputeNotImplemented):
-        usb().renderer  # noqa: B018
+def test_usb_reports_the_amd_backend_capabilities() -> None:
+    assert is_dtype_supported(dtypes.float32, "USB") and usb().runs_kernels and not usb().host_visible
+    assert usb().renderer.arch == "gfx1100" and not usb().renderer.registers_are_cpu
 
 
 # ---------------- safetensors and state dicts ----------------

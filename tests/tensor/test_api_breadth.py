@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.tensor import Tensor, Variable, dtypes, nn
+from speck.tensor import Context, Tensor, Variable, dtypes, nn
 from speck.uop import truncate
 from tensor_helpers import FEW, SOME, arrays, assert_matches
 
@@ -372,7 +372,10 @@ def test_nn_layers() -> None:
     assert out.dtype == dtypes.float32
     xf = x.astype(np.float32)
     assert_matches(out.numpy(), (xf / np.sqrt((xf**2).mean(-1, keepdims=True) + 1e-6)).astype(np.float16), atol=1e-3)
-    assert nn.Embedding(4, 3)(Tensor([7])).tolist() == [[0.0, 0.0, 0.0]]
+    with pytest.raises(IndexError, match=r"^Embedding: index 7 is out of bounds for size 4"):
+        nn.Embedding(4, 3)(Tensor([7])).tolist()
+    with Context(CHECK_OOB=0):  # unchecked: an out-of-range index gives a zero row
+        assert nn.Embedding(4, 3)(Tensor([7])).tolist() == [[0.0, 0.0, 0.0]]
     assert nn.LSTMCell(2, 3).bias_ih.tolist() == [0.0] * 12  # type: ignore[union-attr]
 
 

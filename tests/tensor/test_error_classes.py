@@ -15,8 +15,9 @@ import pytest
 from speck.hcq.errors import DeviceNotFoundError
 from speck.tensor import Tensor
 from speck.tensor.errors import TensorError
+from speck.tensor.nn import Linear
 from speck.tensor.nn.optim import SGD
-from speck.tensor.nn.state import safe_load, torch_load
+from speck.tensor.nn.state import safe_load, safe_save, torch_load
 from speck.uop.errors import UnknownDTypeError
 
 
@@ -49,11 +50,18 @@ CASES: list[tuple[str, tuple[type[BaseException], ...], Callable[[pathlib.Path],
     ("index out of range", (IndexError, RuntimeError), lambda _: Tensor([1, 2])[5]),
     ("too many indices", (IndexError,), lambda _: Tensor.ones(2, 2)[0, 0, 0]),
     ("dim out of range", (IndexError,), lambda _: Tensor.ones(2, 3).sum(5)),
+    ("a float axis", (TypeError,), lambda _: Tensor.ones(2, 3).sum(1.5)),
+    ("cast to None", (TypeError,), lambda _: Tensor.ones(2).cast(None)),
     ("missing file", (FileNotFoundError,), lambda tmp: Tensor(tmp / "nothere")),
+    ("safe_load of a missing file", (FileNotFoundError,), lambda tmp: safe_load(tmp / "nothere.safetensors")),
+    ("torch_load of a missing file", (FileNotFoundError,), lambda tmp: torch_load(tmp / "nothere.pth")),
     ("malformed safetensors", (ValueError, RuntimeError), _bad_safetensors),
     ("malformed torch checkpoint", (ValueError, RuntimeError), _truncated_torch),
     ("bool floor division", (TypeError, RuntimeError), lambda _: Tensor([True]) // Tensor([True])),
     ("negative learning rate", (ValueError,), lambda _: SGD([Tensor.ones(2, requires_grad=True)], lr=-1.0)),
+    ("an optimizer of non-tensors", (TypeError,), lambda _: SGD([1, 2])),
+    ("a Linear of no inputs", (ValueError,), lambda _: Linear(-1, 2)),
+    ("safe_save of a non-tensor", (TypeError,), lambda tmp: safe_save({"a": 1}, tmp / "a.safetensors")),
 ]
 
 

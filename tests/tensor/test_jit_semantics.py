@@ -167,9 +167,10 @@ def test_non_tensor_arguments_are_baked_in() -> None:
 
 
 def test_lazy_inputs_are_realized_and_views_keep_their_structure() -> None:
-    """A lazy input (contiguous() of a slice included) is a buffer of its own; an input passed as a view of a realized
-    buffer has its view structure in the signature (TENSOR_API 11.3): the same view of another buffer replays, the
-    same shape at another offset (or a whole buffer instead of a view) is an args mismatch."""
+    """A lazy input (contiguous() of a slice included) and a contiguous range of a buffer are buffers of their own; an
+    input passed as a strided view of a realized buffer has its view structure in the signature (TENSOR_API 11.3):
+    the same view of another buffer replays, the same shape at another offset (or a whole buffer instead of a view)
+    is an args mismatch."""
     base = arr(6, 5)
     t = Tensor(base).realize()
 
@@ -180,6 +181,14 @@ def test_lazy_inputs_are_realized_and_views_keep_their_structure() -> None:
     for i in range(4):
         np.testing.assert_allclose(f(t[i : i + 2, ::2] + 1).numpy(), (base[i : i + 2, ::2] + 1) * 10, rtol=1e-6)
         np.testing.assert_allclose(f(t[i : i + 2, ::2].contiguous()).numpy(), base[i : i + 2, ::2] * 10, rtol=1e-6)
+
+    @TinyJit
+    def h(a: Tensor) -> Tensor:
+        return a * 10
+
+    for i in range(4):  # contiguous ranges (what contiguous().realize() of a row slice is): buffers of their own
+        np.testing.assert_allclose(h(t[i : i + 2].contiguous().realize()).numpy(), base[i : i + 2] * 10, rtol=1e-6)
+        np.testing.assert_allclose(h(t[i + 1 : i + 3]).numpy(), base[i + 1 : i + 3] * 10, rtol=1e-6)
 
     @TinyJit
     def g(a: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from speck.tensor import Tensor, dtypes, nn
+from speck.tensor import Context, Tensor, dtypes, nn
 from speck.tensor.nn.state import get_state_dict
 from tensor_helpers import assert_matches
 
@@ -154,13 +154,19 @@ def test_conv2d_with_an_empty_batch_differentiates() -> None:
     assert_matches(gw.numpy(), np.zeros((4, 3, 3, 3)))
 
 
-def test_gather_negative_and_out_of_range_indices_give_zero() -> None:
+def test_gather_negative_indices_wrap_and_out_of_range_ones_raise() -> None:
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     idx = np.array([[0, -1, 3, 4], [2, 1, -4, 0]], np.int32)
-    got = Tensor(x).gather(1, Tensor(idx[:, :3])).numpy()
-    ok = (idx[:, :3] >= 0) & (idx[:, :3] < 4)
-    ref = np.where(ok, np.take_along_axis(x[:2], np.clip(idx[:, :3], 0, 3), 1), 0)
-    assert_matches(got, ref)
+    # negatives count from the end, as numpy's take_along_axis
+    assert_matches(Tensor(x).gather(1, Tensor(idx[:, :3])).numpy(), np.take_along_axis(x[:2], idx[:, :3], 1))
+    bad = idx.copy()
+    bad[1, 2] = -5
+    with pytest.raises(IndexError, match="^gather: index -5 is out of bounds for dim 1 with size 4"):
+        Tensor(x).gather(1, Tensor(bad)).numpy()
+    with Context(CHECK_OOB=0):  # unchecked: an index outside [-4, 4) reads 0
+        got = Tensor(x).gather(1, Tensor(bad)).numpy()
+    ok = (bad >= -4) & (bad < 4)
+    assert_matches(got, np.where(ok, np.take_along_axis(x[:2], np.where(ok, bad, 0), 1), 0))
     with pytest.raises(AssertionError):
         Tensor(x).gather(1, Tensor(np.zeros((4, 2), np.int32)))  # 4 rows > 3: bigger than self off dim 1
 

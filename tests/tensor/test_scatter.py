@@ -1,7 +1,7 @@
 """scatter / scatter_reduce against a plain Python reference: random dims, shapes and duplicate indices (the last
 duplicate along dim wins for plain scatter; every duplicate takes part in reductions), include_self, out-of-range
-indices ignored, and the work: one scatter kernel over the k index elements (plus a copy of self), not a pass over
-self per index."""
+indices an IndexError (ignored with CHECK_OOB=0), and the work: one scatter kernel over the k index elements (plus a
+copy of self), not a pass over self per index."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.tensor import Tensor
+from speck.tensor import Context, Tensor
+from speck.tensor.errors import IndexOutOfBoundsError
 from speck.tensor.schedule import assert_kernel_count
 
 
@@ -41,12 +42,20 @@ def test_scatter_matches_reference(data: st.DataObject, mode: str, include_self:
     x = rng.integers(-4, 5, shape).astype(np.float32)
     idx = rng.integers(-1, shape[dim] + 1, ishape).astype(np.int32)  # duplicates and out-of-range values
     src = rng.integers(-4, 5, ishape).astype(np.float32)
-    if mode == "set":
-        got = Tensor(x).scatter(dim, Tensor(idx), Tensor(src))
-        include_self = True
+
+    def run() -> np.ndarray:
+        if mode == "set":
+            return Tensor(x).scatter(dim, Tensor(idx), Tensor(src)).numpy()
+        return Tensor(x).scatter_reduce(dim, Tensor(idx), Tensor(src), mode, include_self=include_self).numpy()
+
+    ref = _reference(x, dim, idx, src, mode, include_self or mode == "set")
+    if ((idx < 0) | (idx >= shape[dim])).any():
+        with pytest.raises(IndexOutOfBoundsError, match="^scatter: index"):
+            run()
+        with Context(CHECK_OOB=0):  # unchecked: out-of-range indices are ignored
+            np.testing.assert_allclose(run(), ref, rtol=1e-6)
     else:
-        got = Tensor(x).scatter_reduce(dim, Tensor(idx), Tensor(src), mode, include_self=include_self)
-    np.testing.assert_allclose(got.numpy(), _reference(x, dim, idx, src, mode, include_self), rtol=1e-6)
+        np.testing.assert_allclose(run(), ref, rtol=1e-6)
 
 
 def test_scatter_scalar_src_and_reduce_names() -> None:
@@ -124,11 +133,16 @@ def test_scatter_gradient_matches_reference(mode: str, include_self: bool) -> No
     want_x, want_src = _linear_grads(ref, [x, src])
     tx, tsrc = Tensor(x.astype(np.float32)), Tensor(src.astype(np.float32))  # no requires_grad: the O(k) scatter
     ti = Tensor(idx.astype(np.int32))
-    out = tx.scatter(1, ti, tsrc) if mode == "set" else tx.scatter_reduce(1, ti, tsrc, mode, include_self=include_self)
-    (out * Tensor(w.astype(np.float32))).sum().backward()
-    assert tx.grad is not None and tsrc.grad is not None
-    np.testing.assert_allclose(tx.grad.numpy(), want_x, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(tsrc.grad.numpy(), want_src, rtol=1e-5, atol=1e-6)
+    with Context(CHECK_OOB=0):  # (out-of-range indices are an error with the check on: ignored without it)
+        out = (
+            tx.scatter(1, ti, tsrc)
+            if mode == "set"
+            else tx.scatter_reduce(1, ti, tsrc, mode, include_self=include_self)
+        )
+        (out * Tensor(w.astype(np.float32))).sum().backward()
+        assert tx.grad is not None and tsrc.grad is not None
+        np.testing.assert_allclose(tx.grad.numpy(), want_x, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(tsrc.grad.numpy(), want_src, rtol=1e-5, atol=1e-6)
 
 
 def test_setitem_gradient_reaches_values_and_the_kept_base() -> None:

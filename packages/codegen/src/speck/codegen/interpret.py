@@ -440,10 +440,12 @@ def _store(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, val: Any, bu
         buf, pos = _local_positions(u, ref, idx, n, gate, grid)
     else:
         buf, pos = bufs[ref], _positions(idx, n)
-    shp = np.broadcast_shapes(pos.shape, v.shape)
+    g0 = None if gate is None else np.asarray(gate).reshape(-1, 1)
+    # (the gate's rows count too: lanes with their own gates may store to one uniform address, the last one wins)
+    shp = np.broadcast_shapes(pos.shape, v.shape) if g0 is None else np.broadcast_shapes(pos.shape, v.shape, g0.shape)
     pos, vv = np.broadcast_to(pos, shp), np.broadcast_to(nm.to_storage(v, base), shp)
-    if gate is not None:
-        g = np.broadcast_to(np.asarray(gate).reshape(-1, 1), shp)
+    if g0 is not None:
+        g = np.broadcast_to(g0, shp)
         pos, vv = pos[g], vv[g]
     pos, vv = pos.reshape(-1), vv.reshape(-1)
     if pos.size and (pos.min() < 0 or pos.max() >= buf.size):

@@ -18,8 +18,8 @@ and the variables to values and runs the calls:
 
 A device joins by what it declares, never by its name: `graph` (a class with `supports(prog, nargs)`, `add_exec`,
 `add_copy`, `arg_index`, `args` - the argument table, a mutable sequence of 64-bit words - `prepare`, `replay` and
-`run`), `host_visible`, `runs_kernels`, `engines`, and optionally `transfer(dest, src)` for a device that moves data
-itself."""
+`run`; `device_copies` True when it copies within a device whose memory the host cannot see), `host_visible`,
+`runs_kernels`, `engines`, and optionally `transfer(dest, src)` for a device that moves data itself."""
 
 from __future__ import annotations
 
@@ -619,8 +619,12 @@ def _graph_device(plan: Plan, c: Call, bufs: Sequence[Buffer], var_vals: Mapping
     db, sb = bufs[c.dst], bufs[c.src]
     if db.dev is not sb.dev or c.offset < 0 or c.offset + c.nbytes > sb.nbytes or c.nbytes > db.nbytes:
         return None  # (the call-by-call path raises the error this deserves)
-    dev = db.dev
-    return dev if dev.graph is not None and dev.host_visible and not hasattr(dev, "transfer") else None
+    dev, graph = db.dev, db.dev.graph
+    if graph is None:
+        return None
+    if getattr(graph, "device_copies", False):  # the graph copies within the device's memory itself
+        return dev
+    return dev if dev.host_visible and not hasattr(dev, "transfer") else None
 
 
 def device_runs(calls: Sequence[Call], bufs: Sequence[Buffer]) -> list[Call]:

@@ -24,6 +24,11 @@ class TensorIndexError(IndexError, RuntimeError, TensorError):
     """A dim, index or shape that is out of range or doesn't broadcast."""
 
 
+class IndexOutOfBoundsError(TensorIndexError):
+    """An index tensor held a value outside the indexed dim (found by the device-side check CHECK_OOB turns on,
+    raised at the next read of data): the message names the op, the index and the bound."""
+
+
 class TensorAssertionError(AssertionError, RuntimeError, TensorError):
     """A violated precondition that tinygrad checks with `assert` (cat shapes, item() of several elements...)."""
 

@@ -124,12 +124,12 @@ def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
     g = Tensor(ctx, device=dev)
     p = Tensor(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
     n = int(prod(base.shape))
-    picked = g.flatten().gather(0, p - 1)  # position -1 (a skipped element) gathers 0
+    picked = g.flatten()._take(0, p - 1)  # position -1 (a skipped element) takes 0
     if ret.arg == "sum":
         return (ctx, None, picked.reshape(value.shape).uop)
     ids = Tensor.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
     owner = Tensor.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
-    won = owner.gather(0, p - 1) == ids
+    won = owner._take(0, p - 1) == ids
     gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)
     gbase = (owner > 0).reshape(base.shape).where(g._const_like(0), g)
     return (gbase.uop, None, gvalue.uop)

@@ -101,13 +101,21 @@ class IndexingMixin:
         return out
 
     def __getitem__(self: Tensor, idx: Any) -> Tensor:
+        return self._getitem(idx, "getitem")
+
+    def _getitem(self: Tensor, idx: Any, op: str) -> Tensor:
+        """self[idx]; `op` names the user's op in the error an out-of-range index tensor raises (setitem selects
+        its positions through this)."""
         items = self._normalize_index(idx)
         t = self
         dim = 0  # current dim in t
         final_shape: list[Any] = []
         adv: list[tuple[int, Tensor]] = []  # (dim in t, index tensor)
+        user_dims: list[int] = []  # the dim of self each index tensor indexes (what an out-of-range error names)
+        src_dim = -1
         adv_positions: list[int] = []  # position in final shape where each advanced index appeared
         for it in items:
+            src_dim += it is not None
             if it is None:
                 t = t.unsqueeze(dim)
                 dim += 1
@@ -159,12 +167,13 @@ class IndexingMixin:
                 continue
             # integer tensor (advanced)
             adv.append((dim, it))
+            user_dims.append(src_dim)
             adv_positions.append(len(final_shape))
             final_shape.append(None)
             dim += 1
         if not adv:
             return t
-        return t._advanced(adv, adv_positions)
+        return t._advanced(adv, adv_positions, op, user_dims)
 
     def _symbolic_slice(self: Tensor, dim: int, sl: slice) -> Tensor:
         """A step-1 slice where the bounds or the dim are symbolic: a shrink with symbolic bounds (negative int bounds
@@ -183,8 +192,11 @@ class IndexingMixin:
             return self
         return self._slice_dim(dim, start, stop)
 
-    def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int]) -> Tensor:
-        """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape)."""
+    def _advanced(self: Tensor, adv: list[tuple[int, Tensor]], positions: list[int], op: str,
+                  user_dims: list[int]) -> Tensor:  # fmt: skip
+        """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape); an index
+        outside [-n, n) is an error (found on the device: speck.tensor.bounds)."""
+        from speck.tensor.bounds import checked
         from speck.tensor.elementwise import broadcast_shape
         from speck.tensor.hook import Tensor
 
@@ -198,9 +210,9 @@ class IndexingMixin:
         mask: Tensor | None = None
         for k, (d, ix) in enumerate(adv):
             n = self.shape[d]
-            ii = ix._broadcast_to(bshape).cast(dtypes.int32)
             if not isinstance(n, int):
                 raise TensorIndexError("integer-tensor indexing of a symbolic dim is not supported")
+            ii = checked(ix, op, -n, n, user_dims[k], device=self.device)._broadcast_to(bshape).cast(dtypes.int32)
             ii = (ii < 0).where(ii + n, ii)
             ar = Tensor.arange(n, device=self.device)
             shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
@@ -233,10 +245,25 @@ class IndexingMixin:
         setitem(self, idx, value)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
-        """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere)."""
-        from speck.tensor.hook import Tensor
+        """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere). A negative
+        index counts from the end (numpy's take_along_axis); one outside [-n, n) is an error, found on the device
+        (speck.tensor.bounds; with CHECK_OOB=0 it reads 0)."""
+        from speck.tensor.bounds import checked
 
         d = self._resolve_dim(dim)
+        if index.ndim != self.ndim:
+            raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
+        n = as_int(self.shape[d])
+        ii = checked(index, "gather", -n, n, d, device=self.device)
+        if not dtypes.is_unsigned(ii.dtype):
+            ii = (ii < 0).where(ii + n, ii)  # negatives wrap once
+        return self._take(d, ii)
+
+    def _take(self: Tensor, d: int, index: Tensor) -> Tensor:
+        """gather along dim d without the bounds check or negative wrap: an index outside [0, n) reads 0 (what
+        internal users that mark skipped elements with -1 rely on)."""
+        from speck.tensor.hook import Tensor
+
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
@@ -248,8 +275,7 @@ class IndexingMixin:
         # move dim to the end of x: x[..., k]; index[..., i at d]
         xk = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n) with d's slot replaced
         ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        # an index outside [0, n), negative ones included (no wrap-around), matches nothing: 0 (TENSOR_API 6.3)
-        m = ii == Tensor.arange(n, device=self.device)
+        m = ii == Tensor.arange(n, device=self.device)  # an index outside [0, n) matches nothing: 0
         out = m.where(xk, xk._const_like(0)).sum(-1, dtype=self.dtype) if self.dtype != dtypes.bool else \
             (m & xk).any(-1)  # fmt: skip
         return out.transpose(d, -1)
@@ -272,7 +298,9 @@ class IndexingMixin:
         return self._scatter(dim, index, src, reduce, include_self)
 
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
-        """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node."""
+        """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node. An
+        index outside [0, n) is an error, found on the device (speck.tensor.bounds; with CHECK_OOB=0 it is ignored)."""
+        from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
         d = self._resolve_dim(dim)
@@ -294,6 +322,7 @@ class IndexingMixin:
                 raise TensorAssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                            f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))
+        index = checked(index, "scatter", 0, as_int(self.shape[d]), d, device=self.device)
         if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
             # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
             # (one-hot, O(n*k)) form
@@ -415,8 +444,11 @@ class IndexingMixin:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
+        from speck.tensor.bounds import checked
+
+        idx = checked(self, "one_hot", 0, num_classes)
         # literal 1s and 0s: weakint (TENSOR_API 3.3), read as the default int, adopting the dtype they meet
-        return (self.unsqueeze(-1) == Tensor.arange(num_classes)).where(1, 0)
+        return (idx.unsqueeze(-1) == Tensor.arange(num_classes)).where(1, 0)
 
     @staticmethod
     def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:

@@ -33,13 +33,15 @@ from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Plan, reads_writes
 from speck.tensor import multi, realize
+from speck.tensor.bounds import raise_recorded
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
-from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data
+from speck.tensor.realize import _capture_state  # (this thread's capture, read on the replay hot path)
+from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
-from speck.tensor.writes import _DEFERRED
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -209,9 +211,11 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
     """Make every input a whole realized buffer of its own (realizing lazy ones, copying views) and check it can be
     one: virtual (constant-only or weak) inputs and one buffer passed twice raise JitError. Returns the signatures."""
     tensors = [t for _, t in inputs.named]
-    # passed as views of a realized buffer (not a whole one): the view structure is part of the signature (a lazy
-    # graph, contiguous() included, counts as a buffer of its own, whatever its realization shares memory with)
-    views = [_view_structure(t) if _is_view(t) and not _is_whole_buffer(t) else None for t in tensors]
+    # passed as a strided view of a realized buffer: the view structure is part of the signature. A lazy graph and
+    # a contiguous range of a buffer count as buffers of their own (contiguous() of a contiguous slice is that
+    # range, realized or not)
+    views = [_view_structure(t) if _is_view(t) and not _is_whole_buffer(t) and view_offset(t.uop) is None else None
+             for t in tensors]  # fmt: skip
     for name, t in inputs.named:
         if t.device is None or t.dtype.is_weak:
             raise JitError(
@@ -409,6 +413,7 @@ class CapturedJit:
         if var_vals != (self.ret_var_vals or self.var_vals):
             _rebind_outputs(_returned_tensors(self.ret), var_vals)
             self.ret_var_vals = dict(var_vals)
+        raise_recorded(host_only=True)  # an out-of-range index the replay met (speck.tensor.bounds)
 
     def run(self, mapping: dict[UOp, UOp], var_vals: dict[str, int] | None = None) -> None:
         """The plan on the capture's buffers with the inputs in `mapping` swapped in: the warm path's run, with the
@@ -584,7 +589,7 @@ class TinyJit(Generic[R]):
         if not JIT.value and self.fxn is not None:
             return self.fxn(*args, **kwargs)
         cap = self.captured
-        if cap is not None and (fast := cap.fast) is not None and not kwargs and not _DEFERRED:
+        if cap is not None and (fast := cap.fast) is not None and not kwargs and not (DEFERRED_ANY[0] and _DEFERRED):
             # the replay hot path: the same input nodes as the last checked replay (nodes are immutable, so shapes,
             # dtypes, devices and buffers are the same too); deferred updates would have to run first
             nodes, epoch = fast[0], Tensor._write_epoch
@@ -594,7 +599,7 @@ class TinyJit(Generic[R]):
                     if a.__class__ is not Tensor or a._ver != epoch or a._uop is not u:
                         break
                 else:
-                    if fast[3] and cap.plan is not None and realize.capture() is None:
+                    if fast[3] and cap.plan is not None and _capture_state.calls is None:
                         cap.run(fast[1])
                     else:
                         cap.replay(fast[1], fast[2])

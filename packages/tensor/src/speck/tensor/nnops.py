@@ -385,6 +385,7 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
+        from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
         if not 0.0 <= label_smoothing <= 1.0:
@@ -392,7 +393,9 @@ class NNMixin:
         log_probs = self.log_softmax(axis=-1)
         c = as_int(self.shape[-1])
         mask = Y != ignore_index
-        y = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
+        labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index, device=self.device)
+        y = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         y = y * mask.reshape(*Y.shape, 1)
         loss_t = -(log_probs * y).sum(axis=-1)
         smooth = -(log_probs.mean(axis=-1)) * mask
@@ -421,11 +424,13 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
+        from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
         self = self._classes_last()
         c = as_int(self.shape[-1])
-        onehot = (Y.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)
+        onehot = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
         w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
         if ignore_index is not None:
             w = w * (Y != ignore_index).reshape(*Y.shape, 1)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor import realize
+from speck.tensor.bounds import is_record, record_buffer
 from speck.tensor.device import file_backed
 from speck.tensor.errors import JitNotCapturedError
 from speck.tensor.errors import TensorPickleError as TensorPickleError
@@ -56,6 +57,8 @@ class _BufferRecord:
         buf = self.ref()
         assert buf is not None, "a record outlived its BUFFER while being pickled"
         device = buffer_device(buf)
+        if is_record(buf):  # a bounds-check record: the loading process's own (where its reads look)
+            return (record_buffer, (device,))
         if file_backed(device):  # the file is the data: pickled by path
             return (_load_buffer, (device, buf.arg, buf.dtype, None))
         storage = buffer_map.get(buf)

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorNotImplementedError, TensorValueError
+from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.weak import materialized
 from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
 from speck.uop.dtype import WEAK_DTYPES
@@ -70,7 +70,11 @@ class ReduceMixin:
     def _axes(self: Tensor, axis: Any) -> tuple[int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        ax = (axis,) if isinstance(axis, int) else tuple(axis)
+        try:
+            ax = (axis,) if isinstance(axis, int) else tuple(axis)
+        except TypeError:  # not iterable: a float, a tensor...
+            raise TensorTypeError(f"axis must be an int, a sequence of ints or None, got {type(axis).__name__} "
+                                  f"{axis!r}") from None  # fmt: skip
         out = tuple(self._resolve_dim(a) for a in ax)
         if len(set(out)) != len(out):
             raise TensorValueError(f"axis {axis} repeats a dim; name each dim at most once")

@@ -228,6 +228,7 @@ def max_dim(x: sint) -> int:
 
 
 _REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+I32_MAX = 2**31 - 1
 # elementwise ops per element from which a value a reduction reads through an expand is realized first (2: a
 # convolution over relu(x + bias) reads its input 800 times per output; one op, like a scale, stays fused)
 RECOMPUTE_LIMIT = 2
@@ -294,6 +295,8 @@ class _Kernel:
         self.var_vals: dict[str, int] = {}
         self.root: UOp | None = None  # the value this kernel stores (never re-materialized from inside)
         self.meta: dict[Metadata, None] = {}  # the Tensor ops of the nodes fused into this kernel, in order
+        # index bounds checks met (speck.tensor.bounds): (lowered index, its validity gate) -> the CHECK node
+        self.checks: dict[tuple[UOp, UOp | None], UOp] = {}
 
     def param(self, buf: UOp) -> UOp:
         if buf not in self.bufs:
@@ -335,6 +338,10 @@ class _Kernel:
             return self.lower(view, idx, valid, bcast, in_reduce)
         if op in (Ops.DETACH,):
             return self.lower(u.src[0], idx, valid, bcast, in_reduce)
+        if op is Ops.CHECK:  # the index itself; the check becomes a guarded store of this kernel (check_effects)
+            v = self.lower(u.src[0], idx, valid, bcast, in_reduce)
+            self.checks.setdefault((v, valid), u)
+            return v
         if op in _ELEMENTWISE:
             # (float values only: an integer index and its bool compare are what fold_one_hot_sum turns into a
             # direct load)
@@ -363,6 +370,51 @@ class _Kernel:
         if op in _MOVEMENT:
             return self._movement(u, idx, valid, bcast, in_reduce)
         raise TensorRuntimeError(f"scheduler can't lower a {op} node (dtype {u.dtype}); this is a bug in speck.tensor")
+
+    def check_effects(self, live: list[UOp]) -> list[UOp]:
+        """The kernel's bounds checks as effects beside its store: where an index is out of range and the record is
+        still empty (read once per kernel run: the first violation recorded stays), (op, index, low, high, dim)
+        goes into the device's record buffer. Each check sits in the kernel's loop nest (placed in the loops its index
+        depends on); an index read inside a reduction gets loops of its own over copies of the reduced ranges (a
+        range has exactly one END)."""
+        out: list[UOp] = []
+        zero = UOp.const(dtypes.weakint, 0)
+        for (v, valid), c in self.checks.items():
+            _, low, high, _, allow = c.arg
+            dt = v.dtype
+            bad: UOp | None = None
+            if low > dtypes.min(dt):
+                bad = v < UOp.const(dt, low)
+            if high <= dtypes.max(dt):
+                over = v >= UOp.const(dt, high)
+                bad = over if bad is None else bad | over
+            if bad is None:
+                continue
+            if allow is not None and dtypes.min(dt) <= allow <= dtypes.max(dt):
+                bad = bad & v.ne(UOp.const(dt, allow))
+            if valid is not None:
+                bad = bad & valid
+            rec = self.param(c.src[1])
+            bad = bad & UOp(Ops.LOAD, dtypes.int32, (rec.index(zero),)).eq(UOp.const(dtypes.int32, 0))
+            used = [r for r in bad.toposort() if r.op is Ops.RANGE]
+            inner = {r: UOp.range(r.src[0], next(self.axis), AxisType.LOOP) for r in used if r not in live}
+            if inner:
+                bad, v = bad.substitute(inner), v.substitute(inner)
+            # the record's int32 slots: op code, the index found, low, high, dim
+            code, _, _, dim, _ = c.arg
+            vals = [UOp.const(dtypes.int32, x) for x in (code, low, high, dim)]
+            i32 = v
+            if dtypes.max(dt) > I32_MAX:  # a wider index is recorded clamped to int32 (the message says "or more")
+                i32 = i32.minimum(UOp.const(dt, I32_MAX))
+            if dtypes.min(dt) < -I32_MAX - 1:
+                i32 = i32.maximum(UOp.const(dt, -I32_MAX - 1))
+            vals.insert(1, i32.cast(dtypes.int32))
+            eff = UOp.group(*[rec.index(UOp.const(dtypes.weakint, j).valid(bad)).store(x) for j, x in enumerate(vals)])
+            if inner:
+                eff = eff.end(*inner.values())
+            # in the store's own loop nest (the linearizer merges ENDs of one range; a subset would be a second nest)
+            out.append(eff.end(*live) if live else eff)
+        return out
 
     def _movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, bcast: bool, in_reduce: bool) -> UOp:
         op, src = u.op, u.src[0]
@@ -505,7 +557,8 @@ class Scheduler:
             if x in self._has_reduce:
                 continue
             # a reduction read through an EXPAND gets a kernel of its own anyway (the bcast rule of _Kernel._lower)
-            fusable = x.op in _ELEMENTWISE or x.op in _MOVEMENT and x.op is not Ops.EXPAND or x.op is Ops.REDUCE_AXIS
+            fusable = x.op in _ELEMENTWISE or x.op in _MOVEMENT and x.op is not Ops.EXPAND or x.op is Ops.REDUCE_AXIS \
+                or x.op is Ops.CHECK  # fmt: skip
             if not fusable or self.materialized(x) is not None:
                 self._has_reduce[x] = False
             elif done:
@@ -614,7 +667,9 @@ class Scheduler:
             val = k.lower(src, idx, None, False, False)
             store = k.param(out).index(canonical_index(contiguous_index(idx, kshape))).store(val)
             live = [r for r in rngs if r is not None]
-            ast = UOp.sink(store.end(*live), arg=_kernel_info(_kernel_name(k.has_reduce, shape, k.reduce_dims)))
+            effects = k.check_effects(live) if k.checks else []
+            ast = UOp.sink(store.end(*live), *effects,
+                           arg=_kernel_info(_kernel_name(k.has_reduce, shape, k.reduce_dims)))  # fmt: skip
             item_vals: dict[str, int] = {}
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
@@ -709,7 +764,8 @@ class Scheduler:
             store = at.store(val)
             live = [r for r in rngs if r is not None]
             name = ("S_" if pos is not None else "W_") + "_".join(str(s) if isinstance(s, int) else "n" for s in shape)
-            ast = UOp.sink(store.end(*live), arg=_kernel_info(name))
+            effects = k.check_effects(live) if k.checks else []
+            ast = UOp.sink(store.end(*live), *effects, arg=_kernel_info(name))
             item_vals: dict[str, int] = {}
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}

@@ -32,6 +32,15 @@ CAPTURING = declare(
     ("speck.tensor.realize",),
     "while a TinyJit captures, realizations are recorded; 0: they run unrecorded",
 )
+CHECK_OOB = declare(
+    "CHECK_OOB",
+    1,
+    T,
+    ("speck.tensor.bounds",),
+    "index tensors (getitem, setitem, gather, scatter, one_hot, Embedding, sparse_categorical_crossentropy labels) are "
+    "bounds-checked inside the kernels that read them; a violation raises IndexOutOfBoundsError at the next data read. "
+    "0: no check code (an out-of-range index reads 0 or writes nothing)",
+)
 TRAINING = declare("TRAINING", 0, T, ("speck.tensor.autograd",), "dropout, BatchNorm batch statistics, optimizer steps")
 SPLIT_REDUCEOP = declare(
     "SPLIT_REDUCEOP",
@@ -41,6 +50,9 @@ SPLIT_REDUCEOP = declare(
     "split reductions whose input/output ratio is at least REDUCEOP_SPLIT_THRESHOLD in two",
 )
 REDUCEOP_SPLIT_THRESHOLD = declare("REDUCEOP_SPLIT_THRESHOLD", 32768, T, ("speck.tensor.reduce",), "see SPLIT_REDUCEOP")
+USB_KERNEL_TIMEOUT = declare("USB_KERNEL_TIMEOUT", 10.0, T, ("speck.tensor.usb",), "seconds of GPU time a USB "
+                             "device waits for its compute queue before raising GpuHang (the simulator's GPU time is "
+                             "modeled, so this is deterministic there)")  # fmt: skip
 RING = declare("RING", 1, T, ("speck.tensor.allreduce",), "allreduce: 0 naive, 1 ring for large buffers, 2 ring")
 ALL2ALL = declare("ALL2ALL", 0, T, ("speck.tensor.allreduce",), "allreduce: 1 all-to-all for large buffers, 2 always")
 RING_ALLREDUCE_THRESHOLD = declare(
@@ -158,7 +170,6 @@ NOLOCALS = _noop("NOLOCALS", 0, "CPU backends have no local (workgroup) memory")
 NO_MEMORY_PLANNER = _noop("NO_MEMORY_PLANNER", 0, "no schedule-level memory planner (allocator caches reuse memory)")
 MAX_KERNEL_BUFFERS = _noop("MAX_KERNEL_BUFFERS", 0, "CPU kernels take any number of buffers")
 EMULATED_DTYPES = _noop("EMULATED_DTYPES", "", "each renderer declares the dtypes it computes in wider ones")
-CHECK_OOB = _noop("CHECK_OOB", 0, "no z3 bounds proofs")
 VALIDATE_WITH_CPU = _noop("VALIDATE_WITH_CPU", 0, "every device is checked against numpy in the tests instead")
 NO_COLOR = _noop("NO_COLOR", 0, "DEBUG output has no colors")
 CPU_LLVM = _noop("CPU_LLVM", 0, "DEV=CPU:LLVM picks the LLVM backend")

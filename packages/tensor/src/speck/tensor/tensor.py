@@ -22,6 +22,7 @@ import numpy as np
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import hook, multi
 from speck.tensor import realize as _realize
+from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical, default_device, file_backed
 from speck.tensor.dims import as_int
@@ -60,7 +61,7 @@ from speck.tensor.schedule import (
     view_offset,
 )
 from speck.tensor.weak import materialized, retype
-from speck.tensor.writes import _DEFERRED
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
@@ -348,7 +349,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if any(t._device is None or t._uop.dtype in WEAK_DTYPES for t in tensors):
             # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)
             tensors = tuple(t for t in tensors if t._device is not None and t._uop.dtype not in WEAK_DTYPES)
-        if _DEFERRED:
+        if DEFERRED_ANY[0] and _DEFERRED:
             Tensor._realize_with_deferred(tensors)
             return
         if _pending_writes():
@@ -532,7 +533,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         bb = base_buffer(u)
         assert bb is not None
         n = prod(shape)
-        return np.array(_realize.buffer_numpy(bb)[off : off + n]).reshape(shape)
+        out = np.array(_realize.buffer_numpy(bb)[off : off + n]).reshape(shape)
+        raise_recorded()  # an out-of-range index some kernel met since the last read (speck.tensor.bounds)
+        return out
 
     def numpy(self) -> np.ndarray:
         """The values as a new numpy array."""
@@ -572,7 +575,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
         dt = _dt(dtype, weak_ok=True)
-        assert dt is not None
+        if dt is None:
+            raise TensorTypeError("cast needs a dtype (a DType, its name or a numpy type), got None")
         if dt == self.dtype:
             return self
         if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:  # a literal's graph computed in dt
@@ -591,7 +595,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
         dt = _dt(dtype, weak_ok=True)
-        assert dt is not None
+        if dt is None:
+            raise TensorTypeError("bitcast needs a dtype (a DType, its name or a numpy type), got None")
         if dt.is_weak or self.dtype.is_weak:
             raise TensorTypeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to "
                                   "a concrete dtype first")  # fmt: skip

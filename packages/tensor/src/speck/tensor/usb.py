@@ -1,11 +1,13 @@
 """The USB device: tensors stored in the VRAM of an AMD GPU behind a USB bridge, through speck.usbgpu.
 
-`USB` (and `USB:<n>` for the n-th bridge) is an hcq device whose allocator places buffers in VRAM
-(`UsbGpu.alloc/free`), whose copy queue moves data with the driver's G3 copy-in and its copy-out, and whose
-timeline signals order those copies against other devices' work and host reads. `USB:SIM` is the first simulated
-bridge (under `SPECK_USB_SIM=<n>` the bus those n bridges are on, so there `USB:SIM` is `USB`). It stores and moves
-data only: the GPU is not brought up far enough to run kernels, so a kernel scheduled on it is refused (see
-`UsbComputeNotImplemented`) before anything of its schedule runs.
+`USB` (and `USB:<n>` for the n-th bridge) is speck.hcq's AMD device (speck.hcq.amd) over a `UsbLink`: buffers in
+VRAM (`UsbGpu.alloc/free`), kernels from the AMD backend (gfx1100) uploaded once and dispatched with the driver's
+PM4 compute queue (a TinyJit replay is one indirect buffer and one doorbell), a copy queue that moves data with the
+driver's G3 copy-in and its copy-out, and timeline signals ordering those copies against other devices' work and
+host reads. `USB:SIM` is the first simulated bridge (under `SPECK_USB_SIM=<n>` the bus those n bridges are on, so
+there `USB:SIM` is `USB`), whose GPU runs the kernels in the RDNA3 emulator. On hardware, opening the device runs the
+driver's bring-up, which refuses the steps not verified on a real card unless SPECK_USBGPU_UNVERIFIED=1
+(`GpuBringUpUnverified`).
 
 Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the file is read with pread into two
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
@@ -20,43 +22,27 @@ import ctypes
 import importlib.util
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from speck.hcq.allocator import Allocator, BufferOptions, check_copy_size
+from speck.hcq.allocator import check_copy_size
+from speck.hcq.amd import AMDDevice, AmdKernel
 from speck.hcq.buffer import Buffer
 from speck.hcq.device import DeviceBase
 from speck.hcq.errors import DeviceUnavailableError, HCQError
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
+from speck.tensor.settings import USB_KERNEL_TIMEOUT
 
 if TYPE_CHECKING:
-    from speck.codegen.backends import Backend
+    from speck.usbgpu.amd.compute import KernelCode
     from speck.usbgpu.api import CopyHandle, UsbGpu, VramBuffer
 
 # One G3 copy-in per staging chunk: each copy-in costs about 0.7 ms of fixed link time (ring build, doorbell, first
 # arms, last flag), so chunks of 16 MiB keep a streamed load within ~2% of one copy-in of the same bytes (8 MiB: 6%).
 STAGING_CHUNK = 16 << 20
 SIM_SUFFIX = "SIM"
-
-WHAT_WORKS = (
-    "What works on USB is storage and copies: Tensor(data, device='USB'), t.to('USB'), t.to('CPU'), t.numpy(), "
-    "Tensor.empty(..., device='USB'), assign, safe_load(path, device='USB') and load_state_dict. Compute on the CPU "
-    "and move the result: (t.to('CPU') * 2).to('USB'); make constants there too: Tensor.zeros(4).to('USB')."
-)
-
-
-class UsbComputeNotImplemented(HCQError, NotImplementedError):
-    """A kernel was scheduled on a USB device. Running GPU kernels needs the AMD GPU bring-up (firmware, page tables,
-    compute queues) that speck.usbgpu does not implement; the message names the kernel and what works instead."""
-
-    def __init__(self, device: str, what: str) -> None:
-        super().__init__(
-            f"{what} cannot run on {device}: GPU kernels over USB need the AMD GPU bring-up (PSP/SMU and compute "
-            "firmware, GMMU page tables, compute queues), which is not implemented - speck.usbgpu only drives the "
-            f"bridge and the GPU's copy engine. Nothing was run and nothing falls back to the CPU. {WHAT_WORKS}"
-        )
-        self.device, self.what = device, what
 
 
 @dataclass(frozen=True)
@@ -67,15 +53,29 @@ class FileRange:
     offset: int
 
 
-class UsbAllocator(Allocator):
-    """VRAM through the driver: an allocation is the driver's VramBuffer; the host never sees it (copies only)."""
+class UsbLink:
+    """speck.hcq.amd's AmdLink over a speck.usbgpu session: VRAM and copies through the bridge (G3 copy-in,
+    copy-out), code images uploaded once, dispatches as the driver's PM4 (KernelCode from the hcq kernel's
+    descriptor fields), batches as one INDIRECT_BUFFER and one doorbell, waits on the compute timeline."""
 
-    def __init__(self, device: str, gpu: UsbGpu) -> None:
-        heap = gpu.context.heap  # what alloc can hand out: the byte limit behind the hcq out-of-memory error
-        super().__init__(device, limit=heap.end - heap.start)
+    def __init__(self, gpu: UsbGpu) -> None:
         self.gpu = gpu
+        self._codes: dict[AmdKernel, KernelCode] = {}
+        self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
+        self.stopped: Exception | None = None  # the GpuFault / GpuHang that stopped the compute queue, until a reset
 
-    def _alloc(self, nbytes: int, options: BufferOptions) -> VramBuffer:
+    def _settle(self) -> None:
+        """Wait on the host for the compute work submitted so far before a copy: a copy that waited for it on the GPU
+        would fail with the queue's fault, and the driver treats a failed copy as a broken session (reopen); raised
+        from here, GpuFault / GpuHang leave the session usable after a queue reset."""
+        if self.submitted > self.done:
+            self.wait(self.submitted)
+
+    def heap_bytes(self) -> int:
+        heap = self.gpu.context.heap  # what alloc can hand out: the byte limit behind the hcq out-of-memory error
+        return int(heap.end - heap.start)
+
+    def alloc(self, nbytes: int) -> VramBuffer:
         from speck.usbgpu.errors import VramAllocError
 
         try:
@@ -83,19 +83,64 @@ class UsbAllocator(Allocator):
         except VramAllocError as e:  # fragmentation: the base class drops its cache, retries, then reports
             raise MemoryError(str(e)) from e
 
-    def _free(self, opaque: VramBuffer, nbytes: int, options: BufferOptions) -> None:
+    def free(self, handle: VramBuffer) -> None:
         from speck.usbgpu.errors import UsbError
 
         try:
-            self.gpu.free(opaque)
-        except UsbError:  # a closed or failed session: its VRAM is gone with it, nothing left to give back
+            self.gpu.free(handle)
+        except (UsbError, ValueError):  # a closed or failed session: its VRAM is gone with it
             pass
 
-    def copyin(self, opaque: VramBuffer, offset: int, src: memoryview) -> None:
-        self.gpu.copyin(opaque, src, offset)
+    def address(self, handle: VramBuffer) -> int:
+        return handle.va
 
-    def copyout(self, dest: memoryview, opaque: VramBuffer, offset: int) -> None:
-        self.gpu.copyout(dest, opaque, offset)
+    def copyin(self, handle: VramBuffer, offset: int, src: memoryview) -> None:
+        self._settle()
+        self.gpu.copyin(handle, src, offset)
+
+    def copyout(self, dest: memoryview, handle: VramBuffer, offset: int) -> None:
+        self._settle()
+        self.gpu.copyout(dest, handle, offset)
+
+    def upload(self, image: bytes) -> VramBuffer:
+        self._settle()
+        return self.gpu.upload(image)
+
+    def launch_packets(self, kernel: AmdKernel, grid: Sequence[int], block: Sequence[int], kernargs: bytes) -> Any:
+        code = self._codes.get(kernel)
+        if code is None:
+            from speck.usbgpu.amd.compute import KernelCode
+
+            code = self._codes[kernel] = KernelCode(
+                entry=kernel.entry, rsrc1=kernel.rsrc1, rsrc2=kernel.rsrc2, rsrc3=kernel.rsrc3,
+                user_sgprs=kernel.user_sgprs, group_segment_size=kernel.group_segment_size,
+                private_segment_size=kernel.private_segment_size, kernarg_size=kernel.kernarg_size,
+                wave32=kernel.wave32, name=kernel.name, dynamic_stack=kernel.dynamic_stack,
+            )  # fmt: skip
+        return self.gpu.launch_packets(code, grid, block, kernargs)
+
+    def submit(self, packets: Any, batch: bool) -> int:
+        self.submitted = self.gpu.submit(packets, batch=batch)
+        return self.submitted
+
+    def wait(self, value: int) -> None:
+        from speck.usbgpu.errors import GpuFault, GpuHang
+
+        if self.stopped is not None:  # the driver reports a stop once: until a reset, every wait names it again
+            raise self.stopped
+        try:
+            self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
+        except (GpuFault, GpuHang) as e:
+            self.stopped = e
+            raise
+        self.done = max(self.done, value)
+
+    def completed(self) -> int:
+        return self.gpu.completed()
+
+    def reset_queue(self) -> None:
+        self.gpu.reset_queue()
+        self.done, self.stopped = self.submitted, None
 
 
 class _Staging:
@@ -125,31 +170,17 @@ def _read_exactly(fd: int, view: memoryview, pos: int, path: str, start: int, to
         got += n
 
 
-class UsbDevice(DeviceBase):
-    """A GPU behind a USB bridge as an hcq device: VRAM buffers, a copy queue of G3 copy-ins and copy-outs, no
-    kernels. `gpu` is the driver session (speck.usbgpu.api.UsbGpu)."""
+class UsbDevice(AMDDevice):
+    """A GPU behind a USB bridge as an hcq AMD device (speck.hcq.amd over a UsbLink): VRAM buffers, kernels from the
+    AMD backend dispatched through the driver's PM4 compute queue, a copy queue of G3 copy-ins and copy-outs. `gpu`
+    is the driver session (speck.usbgpu.api.UsbGpu)."""
 
-    backend_name = ""
-    host_visible = False
+    link: UsbLink
 
     def __init__(self, name: str, gpu: UsbGpu) -> None:
         self.gpu = gpu
-        super().__init__(name, UsbAllocator(name, gpu))
+        super().__init__(name, UsbLink(gpu))
         self._stream_lock = threading.Lock()  # one streamed load at a time per device (each uses 2 staging buffers)
-
-    # -- no kernels -----------------------------------------------------------------------------------------------
-    def kernel_error(self, what: str) -> UsbComputeNotImplemented:
-        """The error for `what` ("kernel E_4 (ADD)") scheduled here: the realize engine raises it before anything
-        of that schedule runs."""
-        return UsbComputeNotImplemented(self.name, what)
-
-    @property
-    def backend(self) -> Backend:
-        """USB runs no kernels: asking for its renderer or compiler raises UsbComputeNotImplemented."""
-        raise self.kernel_error("a kernel")
-
-    def runtime(self, name: str, lib: bytes, **spec: Any) -> NoReturn:
-        raise self.kernel_error(f"program {name!r}")
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def transfer(self, dest: Buffer, src: Buffer) -> None:
@@ -196,23 +227,25 @@ class UsbDevice(DeviceBase):
                 raise HCQError(f"{self.name} streams files into its own buffers only, not into {dest!r}")
             self._stream_file(dest, src, nbytes)
             return
+        link = self.link
         if dest.dev is self:
-            if src.dev.host_visible:
-                self.gpu.copyin(
-                    dest.opaque, src.dev.allocator.as_memoryview(src.opaque, src.offset, nbytes), dest.offset
-                )
+            if src.dev is self:  # within this VRAM: a copy kernel on the compute queue, in order with the kernels
+                self.copy_in_memory(dest.ptr, src.ptr, nbytes)
                 return
-            tmp = memoryview(bytearray(nbytes))  # VRAM to VRAM (this or another bridge) goes through the host
+            if src.dev.host_visible:
+                link.copyin(dest.opaque, dest.offset, src.dev.allocator.as_memoryview(src.opaque, src.offset, nbytes))
+                return
+            tmp = memoryview(bytearray(nbytes))  # from another bridge's VRAM: through the host
             src.dev.allocator.copyout(tmp, src.opaque, src.offset)
-            self.gpu.copyin(dest.opaque, tmp, dest.offset)
+            link.copyin(dest.opaque, dest.offset, tmp)
             return
         if src.dev is not self:
             raise HCQError(f"{self.name} copy command between {src!r} and {dest!r}: neither is on this device")
         if dest.dev.host_visible:
-            self.gpu.copyout(dest.dev.allocator.as_memoryview(dest.opaque, dest.offset, nbytes), src.opaque, src.offset)
+            link.copyout(dest.dev.allocator.as_memoryview(dest.opaque, dest.offset, nbytes), src.opaque, src.offset)
             return
         tmp = memoryview(bytearray(nbytes))
-        self.gpu.copyout(tmp, src.opaque, src.offset)
+        link.copyout(tmp, src.opaque, src.offset)
         dest.dev.allocator.copyin(dest.opaque, dest.offset, tmp)
 
     def _stream_file(self, dest: Buffer, src: FileRange, nbytes: int) -> None:
@@ -222,6 +255,7 @@ class UsbDevice(DeviceBase):
             return
         chunk = min(STAGING_CHUNK, nbytes)
         vbuf = dest.opaque
+        self.link._settle()
         with self._stream_lock, open(src.path, "rb", buffering=0) as f:
             fd = f.fileno()
             if hasattr(os, "posix_fadvise"):
@@ -283,6 +317,11 @@ def open_usb(name: str) -> UsbDevice:
             gpu = UsbGpu.open(0, sim=default_devices(max(1, _sim_bridges_from_env())))
         else:
             gpu = UsbGpu.open(int(suffix or 0))
+        try:  # a card the bring-up did not run on (no opt-in) can neither copy nor compute: refuse it now
+            gpu.context.require_ready(f"opening {name}")
+        except UsbError:
+            gpu.close()
+            raise
     except UsbError as e:
         raise DeviceUnavailableError(
             f"cannot open {name}: {type(e).__name__}: {e}. For the simulator use USB:SIM, or set SPECK_USB_SIM=<n> "

@@ -91,6 +91,17 @@ _reads: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictiona
 _EMPTY: frozenset[UOp] = frozenset()
 
 
+# deferred updates waiting in all threads: hot paths test `DEFERRED_ANY[0] and _DEFERRED` (no per-thread lookup
+# when no thread has any, the common case)
+DEFERRED_ANY = [0]
+_deferred_lock = threading.Lock()
+
+
+def _count_deferred(n: int) -> None:
+    with _deferred_lock:
+        DEFERRED_ANY[0] += n
+
+
 class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
     """The running thread's deferred updates (a dict per thread, read through this one object)."""
 
@@ -98,10 +109,14 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
         return _thread.deferred[k]
 
     def __setitem__(self, k: int, v: tuple[Tensor, Tensor]) -> None:
-        _thread.deferred[k] = v
+        d = _thread.deferred
+        if k not in d:
+            _count_deferred(1)
+        d[k] = v
 
     def __delitem__(self, k: int) -> None:
         del _thread.deferred[k]
+        _count_deferred(-1)
 
     def __iter__(self) -> Iterator[int]:
         return iter(_thread.deferred)
@@ -110,13 +125,17 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
         return len(_thread.deferred)
 
     def __bool__(self) -> bool:
-        return bool(_thread.deferred)
+        return DEFERRED_ANY[0] != 0 and bool(_thread.deferred)
 
     def __contains__(self, k: object) -> bool:
         return k in _thread.deferred
 
     def clear(self) -> None:
-        _thread.deferred.clear()
+        d = _thread.deferred
+        n = len(d)
+        d.clear()
+        if n:
+            _count_deferred(-n)
 
 
 # in-place updates waiting for the next realize (Tensor.assign_deferred), this thread's: id(target) -> (target, value)
@@ -620,7 +639,7 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
 
 
 def _storage_only(device: object) -> bool:
-    """A device that stores and copies but runs no kernels (DISK, USB): data reaches it only by copies, so an assign
+    """A device that stores and copies but runs no kernels (DISK): data reaches it only by copies, so an assign
     from another device is one."""
     from speck.tensor.device import Device
 
@@ -714,7 +733,9 @@ def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     if not isinstance(n0, int) or not all(isinstance(d, int) for d in rest):
         return None
     inner = int(prod(rest))
-    w = idx.cast(dtypes.int32)
+    from speck.tensor.bounds import checked
+
+    w = checked(idx, "setitem", -n0, n0, 0, device=t.device).cast(dtypes.int32)
     w = (w < 0).where(w + n0, w)
     ok = w.cast(dtypes.uint32) < n0  # 0 <= w < n0 in one compare (a negative w is a huge unsigned one)
     first = ok.where(w * inner + 1, 0)  # 1-based position of each selected row's first element, 0: out of range
@@ -760,14 +781,14 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         from speck.tensor.nodes import _iota_uop
 
         n = int(prod(t.shape))
-        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)[idx]
+        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)._getitem(idx, "setitem")
         vb = _broadcast(val, own.shape, "setitem")
         t.uop = UOp(Ops.ASSIGN, t.dtype, (t.uop, own.uop, vb.uop), None)
         return
     u, buf = _writable(t, "can't setitem")
     sel = _row_positions(t, idx) if is_whole(u, buf) else None
     if sel is None:
-        sel = Tensor(positions(u, buf, t.device), device=t.device)[idx]
+        sel = Tensor(positions(u, buf, t.device), device=t.device)._getitem(idx, "setitem")
     vb = _broadcast(val, sel.shape, "setitem")
     value = vb.uop if vb.dtype == buf.dtype else vb.uop.bitcast(buf.dtype)
     record(buf, value, pos=sel.uop)

@@ -276,6 +276,14 @@ def _same_dtype_1(x: UOp) -> Verdict:
     return True
 
 
+def _check(x: UOp) -> Verdict:
+    if len(x.src) != 2 or x.dtype is not x.src[0].dtype or x.src[1].op is not Ops.BUFFER:
+        return "CHECK takes (value, BUFFER recording a violation) and keeps the value's dtype"
+    if not (isinstance(x.arg, tuple) and len(x.arg) == 5 and all(isinstance(a, int) or a is None for a in x.arg)):
+        return f"CHECK arg must be (op code, low, high, dim, allowed value or None), found {x.arg!r}"
+    return True
+
+
 spec_tensor = PatternMatcher(
     _common
     + [
@@ -284,6 +292,7 @@ spec_tensor = PatternMatcher(
         (UPat(Ops.REDUCE_AXIS, name="x"), _reduce_axis),
         (UPat(Ops.COPY, name="x"), _copy),
         (UPat(Ops.BUFFER, name="x"), _buffer),
+        (UPat(Ops.CHECK, name="x"), _check),
         (UPat((Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.BUFFERIZE), name="x"), _same_dtype_1),
         (UPat((Ops.UNIQUE, Ops.DEVICE, Ops.KERNEL)), lambda: True),
     ]

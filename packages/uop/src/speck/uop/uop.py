@@ -871,7 +871,7 @@ def _uop_from_flat(flat: tuple[tuple[Any, ...], ...]) -> UOp:
 
 # ---------------- shapes ----------------
 _SHAPE_PASSTHROUGH = frozenset(
-    {Ops.CAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.AFTER, Ops.BITCAST} | GroupOp.ALU
+    {Ops.CAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.AFTER, Ops.BITCAST, Ops.CHECK} | GroupOp.ALU
 )
 
 

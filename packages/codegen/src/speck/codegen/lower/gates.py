@@ -3,11 +3,12 @@ gets its alternative value as a second source, so renderers never see Invalid.
 
     INDEX(buf, WHERE(c, idx, Invalid))  ->  INDEX(buf, idx, c)
     LOAD(INDEX(buf, idx, c))            ->  LOAD(INDEX(buf, idx, c), 0)
+    STORE(INDEX(buf, Invalid), v)       ->  nothing (an empty GROUP: a lane whose gate folded to false)
 ALU ops on a gated index are pushed inside the WHERE first (Invalid poisons every ALU result)."""
 
 from __future__ import annotations
 
-from speck.uop import GroupOp, InvalidType, Ops, PatternMatcher, UOp, UPat
+from speck.uop import GroupOp, InvalidType, Ops, PatternMatcher, UOp, UPat, dtypes
 
 _INVALID_CONST = UPat(Ops.CONST, name="inv", arg=None)
 
@@ -61,6 +62,12 @@ def _fully_invalid_load(ld: UOp) -> UOp | None:
     return None
 
 
+def _fully_invalid_store(st: UOp) -> UOp | None:
+    if st.src[0].op is Ops.INDEX and len(st.src[0].src) == 2 and _is_invalid(st.src[0].src[1]):
+        return UOp(Ops.GROUP, dtypes.void, ())
+    return None
+
+
 def has_gates(sink: UOp) -> bool:
     """Whether pm_explicit_gates can match anything in `sink`: every rule needs an Invalid or a gated INDEX."""
     return any((u.op is Ops.CONST and isinstance(u.arg, InvalidType)) or (u.op is Ops.INDEX and len(u.src) == 3)
@@ -73,6 +80,7 @@ pm_explicit_gates = PatternMatcher(
         (UPat(Ops.INDEX, name="idx"), _gate_index),
         (UPat(Ops.LOAD, name="ld"), _fully_invalid_load),
         (UPat(Ops.LOAD, name="ld"), _alt_for_gated_load),
+        (UPat(Ops.STORE, name="st"), _fully_invalid_store),
     ]
 )
 _ = _INVALID_CONST

@@ -4,6 +4,7 @@ evaluate on the test set, print accuracy and throughput, and save the weights as
     speck-train                      # or: python -m speck.tensor.examples.train
     speck-train --steps 200 --batch 128 --out weights.safetensors
     speck-train --devices 2          # data-parallel over CPU:0 and CPU:1 (each gets half of every batch)
+    speck-train --device USB:SIM --steps 20 --batch 32   # on the simulated USB GPU (kernels in the RDNA3 emulator)
     mpiexec -n 2 speck-train --distributed   # data-parallel over 2 processes (or hosts) with MPI
 """
 
@@ -88,10 +89,24 @@ def main(argv: list[str] | None = None) -> float:
         help="data-parallel over N CPU devices (CPU:0..N-1) or a comma-separated "
         "list of devices: parameters replicated, each batch split between them, gradients allreduced",
     )
+    ap.add_argument("--device", default="", help="the one device to train on (default: DEV, else CPU), e.g. USB:SIM")
     ap.add_argument("--distributed", action="store_true", help="data-parallel over the processes of an MPI job "
                     "(start with mpiexec; needs speck-tensor[mpi]): each rank takes its share of every batch, "
                     "gradients are averaged with MPI's allreduce; rank 0 prints, evaluates and saves")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.device:
+        if args.devices != "1":
+            ap.error("--device and --devices exclude each other: one device, or a data-parallel list")
+        prev = Device._default  # the assigned default (None: DEV decides), restored after the run
+        Device.DEFAULT = Device.canonicalize(args.device)
+        try:
+            return _main(args, ap)
+        finally:
+            Device.DEFAULT = prev
+    return _main(args, ap)
+
+
+def _main(args: Any, ap: argparse.ArgumentParser) -> float:
     devices = parse_devices(args.devices)
     dist: Any = None
     if args.distributed:
@@ -151,7 +166,7 @@ def main(argv: list[str] | None = None) -> float:
     t_start = time.perf_counter()
     bar = trange(args.steps, desc="train", unit="step", disable=args.quiet or rank != 0)
     try:
-        _train_loop(args, bar, opt, train_step, rng, n_train, rank, ranks, t_start)
+        losses = _train_loop(args, bar, opt, train_step, rng, n_train, rank, ranks, t_start)
     except Exception as e:
         if dist is None or not isinstance(e, dist.DistributedError):
             raise
@@ -177,6 +192,8 @@ def main(argv: list[str] | None = None) -> float:
     on += f" over {ranks} MPI ranks" if ranks > 1 else ""
     print(f"test accuracy {acc_test * 100:.2f}% on {n_test} images; trained {args.steps} steps of {args.batch}{on} in "
           f"{train_s:.1f} s ({images / train_s:.0f} images/s)")  # fmt: skip
+    if losses:
+        print(f"train loss {losses[0][1]:.4f} at step {losses[0][0]}, {losses[-1][1]:.4f} at step {losses[-1][0]}")
     if args.out:
         safe_save({k: v.cast(dtypes.float32) if v.dtype != dtypes.int32 else v for k, v in
                    get_state_dict(model).items()}, args.out, {"model": "fashion-mnist cnn"})  # fmt: skip
@@ -185,10 +202,12 @@ def main(argv: list[str] | None = None) -> float:
 
 
 def _train_loop(args: Any, bar: Any, opt: Any, train_step: Any, rng: Any, n_train: int, rank: int, ranks: int,
-                t_start: float) -> None:  # fmt: skip
-    """The training steps: each draws a batch of indices (the same on every rank; a rank keeps its share)."""
+                t_start: float) -> list[tuple[int, float]]:  # fmt: skip
+    """The training steps: each draws a batch of indices (the same on every rank; a rank keeps its share). Returns
+    (step, loss) of the steps whose loss was read (every 10th and the last, on rank 0)."""
     share = args.batch // ranks
     images = 0
+    losses: list[tuple[int, float]] = []
     for step in bar:
         if args.schedule == "cosine":  # the lr tensor is a kernel input, so the jitted step sees every new value
             opt.lr.assign(Tensor([args.lr * 0.5 * (1 + math.cos(math.pi * step / args.steps))], dtype=dtypes.float32))
@@ -197,7 +216,9 @@ def _train_loop(args: Any, bar: Any, opt: Any, train_step: Any, rng: Any, n_trai
         images += args.batch
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             elapsed = time.perf_counter() - t_start
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc.item():.3f}", img_s=f"{images / elapsed:.0f}")
+            losses.append((step, loss.item()))
+            bar.set_postfix(loss=f"{losses[-1][1]:.3f}", acc=f"{acc.item():.3f}", img_s=f"{images / elapsed:.0f}")
+    return losses
 
 
 def parse_devices(spec: str) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
@@ -31,6 +32,9 @@ class Linear:
     """y = x @ W.T + b with W (out, in) ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        if in_features < 1 or out_features < 0:
+            raise TensorValueError(f"Linear needs in_features >= 1 and out_features >= 0, got {in_features} and "
+                                   f"{out_features}")  # fmt: skip
         bound = 1 / math.sqrt(in_features)
         self.weight = Tensor.uniform(out_features, in_features, low=-bound, high=bound)
         self.bias = Tensor.uniform(out_features, low=-bound, high=bound) if bias else None
@@ -222,7 +226,9 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):
             raise TensorTypeError(f"Embedding indices must be integers, got {idx.dtype}")
-        onehot = idx.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
+        # an index outside [0, vocab_size) is an error, found on the device (speck.tensor.bounds)
+        ix = checked(idx, "Embedding", 0, self.vocab_sz, device=self.weight.device)
+        onehot = ix.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
         return onehot.cast(self.weight.dtype) @ self.weight
 
 

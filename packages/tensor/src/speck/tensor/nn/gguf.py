@@ -38,7 +38,8 @@ MAX_ARRAY_DEPTH = 4  # arrays of arrays: llama.cpp writes none; a deep nest is a
 
 
 class _Truncated(Exception):
-    """The header runs past the bytes read so far."""
+    """The header runs past the bytes read so far (internal: caught here, never reaches a caller; a file that is
+    really truncated raises GGUFError)."""
 
 
 class _Reader:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import OptimizerError as OptimizerError
-from speck.tensor.errors import TensorValueError
+from speck.tensor.errors import TensorTypeError, TensorValueError
 from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
@@ -37,6 +37,9 @@ class Optimizer:
         if lr_value is not None and lr_value < 0:
             raise TensorValueError(f"learning rate must be >= 0, got {lr}")
         unique = list(dict.fromkeys(params))  # identity: Tensor hashes by id
+        if bad := [p for p in unique if not isinstance(p, Tensor)]:
+            raise TensorTypeError(f"an optimizer takes a list of Tensors, got {type(bad[0]).__name__} {bad[0]!r}; pass "
+                                  "get_parameters(model)")  # fmt: skip
         self.params = [p for p in unique if p.is_param and p.requires_grad is not False]
         self.buffers = [p for p in unique if not (p.is_param and p.requires_grad is not False)]
         if not self.params:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speck.tensor.errors import SafetensorsError as SafetensorsError
+from speck.tensor.errors import TensorFileNotFoundError
 from speck.uop import DType, dtypes
 
 # safetensors dtype names <-> speck dtypes
@@ -75,6 +76,8 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
     file claims is checked (types, non-negative dims, ordered offsets inside the file); anything wrong is a
     SafetensorsError. One pass over the entries: linear in their number."""
     p = pathlib.Path(path)
+    if not p.is_file():
+        raise TensorFileNotFoundError(f"{p} is not a file: no safetensors file to read there; check the path")
     size = p.stat().st_size
     with open(p, "rb") as f:
         head = f.read(8)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.device import file_backed
-from speck.tensor.errors import StateDictKeyError, StateDictShapeError
+from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import gguf_load
 from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
@@ -95,6 +95,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
               ) -> None:  # fmt: skip
     """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
+    if bad := [name for name, t in tensors.items() if not isinstance(t, Tensor)]:
+        raise TensorTypeError(f"safe_save writes Tensors; {bad[0]!r} is a {type(tensors[bad[0]]).__name__}")
     arrays = {name: _raw_numpy(t) for name, t in tensors.items()}
     entries = {name: (tensors[name].dtype, tuple(a.shape), a.nbytes) for name, a in arrays.items()}
     header, _ = encode_header(entries, metadata)

@@ -41,7 +41,8 @@ class F0Stream:
 
 
 class Stall(Exception):
-    """The firmware rejects the request: the control transfer completes with STALL."""
+    """The firmware rejects the request: the control transfer completes with STALL (internal: the simulated device
+    turns it into the STALL status; it never leaves the simulator)."""
 
 
 class BridgeFirmware:

@@ -75,20 +75,36 @@ def decode_words(pc: int, words: tuple[int, ...]) -> Inst:
 
 
 class _NeedMore(Exception):
+    """The decoder needs `k` more instruction words (internal: caught by decode, which fetches them)."""
+
     def __init__(self, k: int) -> None:
         self.k = k
 
 
+# decoded instructions by (pc, first dword), for decode_at: a kernel dispatched again is not decoded again (the
+# remaining dwords are compared before a hit is used, so new code at the same address is decoded afresh)
+_DECODED: dict[tuple[int, int], tuple[tuple[int, ...], Inst]] = {}
+_DECODED_MAX = 1 << 16
+
+
 def decode_at(pc: int, read_word: Callable[[int], int]) -> Inst:
     """Decode the instruction at `pc`, reading only the dwords it needs through read_word(address)."""
-    words: list[int] = [read_word(pc)]
-    while True:
-        try:
-            inst = decode_words(pc, tuple(words))
-        except _NeedMore as e:
-            words.extend(read_word(pc + 4 * k) for k in range(len(words), e.k + 1))
-            continue
-        return inst
+    w0 = read_word(pc)
+    hit = _DECODED.get((pc, w0))
+    if hit is not None and all(read_word(pc + 4 * k) == w for k, w in enumerate(hit[0]) if k):
+        return hit[1]
+    words: list[int] = [w0]
+
+    def fetch(k: int) -> int:
+        while len(words) <= k:
+            words.append(read_word(pc + 4 * len(words)))
+        return words[k]
+
+    inst = decode(pc, fetch)
+    if len(_DECODED) >= _DECODED_MAX:
+        _DECODED.clear()
+    _DECODED[(pc, w0)] = (tuple(words), inst)  # every dword the decoder read, not only inst.words
+    return inst
 
 
 def disassemble(code: bytes, base: int = 0) -> list[Inst]:

@@ -29,7 +29,7 @@ from speck.usbgpu.sim.rdna3.decode import decode_at
 from speck.usbgpu.sim.rdna3.inst import Inst
 from speck.usbgpu.sim.rdna3.memory import FlatMemory, ShaderMemory
 from speck.usbgpu.sim.rdna3.operands import APERTURE_SIZE, PRIVATE_APERTURE, SHARED_APERTURE
-from speck.usbgpu.sim.rdna3.wave import EXEC, LANES, Mode, Pending, Waves
+from speck.usbgpu.sim.rdna3.wave import EXEC, LANES, Mode, Pending, Waves, to_waves
 
 # COMPUTE_DISPATCH_INITIATOR bits (gc_11_0_0_sh_mask.h)
 COMPUTE_SHADER_EN, FORCE_START_AT_000 = 1 << 0, 1 << 2
@@ -106,22 +106,19 @@ class Stats:
 _KIND_OF: dict[str, str] = {}  # mnemonic -> kind, filled as instructions execute
 
 
-class Launch:
-    """One batch of workgroups in flight: memory, their LDS and scratch, and the decoded program."""
+FETCH_BLOCK = 256  # instruction fetch reads code in aligned blocks this size (inside one 4 KiB page)
 
-    def __init__(
-        self, packet: DispatchPacket, memory: ShaderMemory, n_wg: int, waves: int, lds_bytes: int, stats: Stats
-    ) -> None:
-        self.packet, self.memory, self.stats = packet, memory, stats
-        self.kernel = packet.kernel
-        self.lds_bytes = lds_bytes
-        self.lds = np.zeros((n_wg, max(lds_bytes, 4)), dtype=np.uint8)
-        self.scratch_per_lane = packet.scratch_per_lane
-        self._scratch: np.ndarray | None = None
-        self.total_waves = waves
+
+class Code:
+    """A dispatch's instruction fetch: the decoded program by pc (shared by its batches of workgroups) and the code
+    blocks read so far. The first fetch of each block reads its word alone (so a fault names that address, as a
+    word-by-word fetch would), then the whole block in one read (the same page, so mapped too)."""
+
+    def __init__(self, memory: ShaderMemory) -> None:
+        self.memory = memory
         self.program: dict[int, Inst] = {}
+        self._blocks: dict[int, bytes] = {}
 
-    # ---- instruction fetch ----
     def inst(self, pc: int) -> Inst:
         inst = self.program.get(pc)
         if inst is None:
@@ -130,20 +127,67 @@ class Launch:
         return inst
 
     def _read_word(self, address: int) -> int:
+        base = address & ~(FETCH_BLOCK - 1)
+        block = self._blocks.get(base)
+        if block is None:
+            word = self._read(address, 4)
+            try:
+                block = self.memory.read(base, FETCH_BLOCK)
+            except ShaderMemoryFault:  # the mapping ends inside the block: fetch word by word here
+                return int.from_bytes(word, "little")
+            self._blocks[base] = block
+        off = address - base
+        if off + 4 > FETCH_BLOCK:  # an unaligned word straddling two blocks
+            return int.from_bytes(self._read(address, 4), "little")
+        return int.from_bytes(block[off : off + 4], "little")
+
+    def _read(self, address: int, size: int) -> bytes:
         try:
-            return int.from_bytes(self.memory.read(address, 4), "little")
+            return self.memory.read(address, size)
         except ShaderMemoryFault as e:
             raise ShaderMemoryFault(
                 "(instruction fetch)", address=address, size=4, space="code", region=e.region
             ) from None
 
+
+class Launch:
+    """One batch of workgroups in flight: memory, their LDS and scratch, and the decoded program."""
+
+    def __init__(
+        self,
+        packet: DispatchPacket,
+        memory: ShaderMemory,
+        n_wg: int,
+        waves: int,
+        lds_bytes: int,
+        stats: Stats,
+        code: Code | None = None,
+    ) -> None:
+        self.packet, self.memory, self.stats = packet, memory, stats
+        self.kernel = packet.kernel
+        self.lds_bytes = lds_bytes
+        self.lds = np.zeros((n_wg, max(lds_bytes, 4)), dtype=np.uint8)
+        self._lds_views: dict[tuple[int, int], np.ndarray] = {}
+        self.scratch_per_lane = packet.scratch_per_lane
+        self._scratch: np.ndarray | None = None
+        self.total_waves = waves
+        self.code = Code(memory) if code is None else code
+        self.program = self.code.program
+
+    # ---- instruction fetch ----
+    def inst(self, pc: int) -> Inst:
+        inst = self.program.get(pc)
+        return self.code.inst(pc) if inst is None else inst
+
     # ---- global / flat / scalar memory ----
-    def load(self, addresses: np.ndarray, size: int, space: str) -> np.ndarray:
+    def load(self, addresses: np.ndarray, size: int, space: str, lanes: int | None = None) -> np.ndarray:
+        """`size` bytes at each address; `lanes`: how many of them the instruction reads (the others repeat an
+        active lane's address to keep the result lane-shaped), for Stats.bytes_read."""
         try:
             data = self.memory.gather(addresses, size)
         except ShaderMemoryFault as e:
             raise ShaderMemoryFault("(read)", address=e.address, size=size, space=space, region=e.region) from None
-        self.stats.bytes_read += data.size
+        self.stats.bytes_read += data.size if lanes is None else lanes * size
         return data
 
     def store(self, addresses: np.ndarray, data: np.ndarray, space: str) -> None:
@@ -201,7 +245,7 @@ class Launch:
         ]
 
     # ---- LDS ----
-    def _lds_index(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
+    def _lds_check(self, addresses: np.ndarray, size: int) -> None:
         bad = (addresses < 0) | (addresses + size > self.lds_bytes)
         if bad.any():
             a = int(addresses[np.argmax(bad)])
@@ -212,16 +256,35 @@ class Launch:
                 space="lds",
                 region=f"{self.lds_bytes} bytes allocated (COMPUTE_PGM_RSRC2.LDS_SIZE)",
             )
-        return (wgs * self.lds.shape[1] + addresses)[:, None] + np.arange(size)
+
+    def _lds_items(self, size: int, stride: int) -> np.ndarray:
+        """The LDS of every workgroup as overlapping `size`-byte void items starting every `stride` bytes (see
+        FlatMemory's windows): one fancy index moves a whole access per lane."""
+        view = self._lds_views.get((size, stride))
+        if view is None:
+            count = max((self.lds.size - size) // stride + 1, 0)
+            view = np.ndarray((count,), np.dtype(f"V{size}"), buffer=self.lds, strides=(stride,))
+            self._lds_views[(size, stride)] = view
+        return view
+
+    def _lds_at(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> tuple[np.ndarray, Any]:
+        flat = wgs * self.lds.shape[1] + addresses
+        if not (flat & 3).any():  # the row length is a multiple of 4 bytes, so dword alignment carries over
+            return self._lds_items(size, 4), flat >> 2
+        return self._lds_items(size, 1), flat
 
     def lds_load(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any:
+        self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
-        return self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)]
+        items, index = self._lds_at(wgs, addresses, size)
+        return items[index].view(np.uint8).reshape(-1, size)
 
     def lds_store(self, wgs: np.ndarray, addresses: np.ndarray, data: np.ndarray) -> None:
         size = data.shape[1]
+        self._lds_check(addresses, size)
         self.stats.lds_bytes += len(addresses) * size
-        self.lds.reshape(-1)[self._lds_index(wgs, addresses, size)] = data
+        items, index = self._lds_at(wgs, addresses, size)
+        items[index] = np.ascontiguousarray(data).view(f"V{size}").reshape(-1)  # a later lane wins an overlap
 
     # ---- scratch (private memory, per lane) ----
     def _scratch_index(self, rows: np.ndarray, addresses: np.ndarray, size: int) -> np.ndarray:
@@ -321,6 +384,7 @@ def _merge(a: Waves, b: Waves) -> Waves:
             [np.concatenate([x, y]) for x, y in zip(p.values, q.values)],
             None if p.mask is None or q.mask is None else np.concatenate([p.mask, q.mask]),
             p.half,
+            p.full and q.full,
         )
         for p, q in zip(a.pending, b.pending)
     ]
@@ -348,6 +412,7 @@ class _Scheduler:
         self.runnable: list[Waves] = []
         self.parked: list[Waves] = []
         self.executed = 0
+        self.counts: dict[int, int] = {}  # wave-instructions per pc, folded into Stats by run()
 
     def add(self, w: Waves) -> None:
         for k, other in enumerate(self.runnable):
@@ -357,40 +422,55 @@ class _Scheduler:
         self.runnable.append(w)
 
     def run(self) -> None:
-        while self.runnable or self.parked:
-            if not self.runnable:  # every wave has reached a barrier or ended: release them all
-                parked, self.parked = self.parked, []
-                for w in parked:
-                    self.add(w)
-            self.runnable.sort(key=lambda g: g.pc)
-            w = self.runnable.pop(0)
-            self._advance(w)
+        try:
+            while self.runnable or self.parked:
+                if not self.runnable:  # every wave has reached a barrier or ended: release them all
+                    parked, self.parked = self.parked, []
+                    for w in parked:
+                        self.add(w)
+                self.runnable.sort(key=lambda g: g.pc)
+                w = self.runnable.pop(0)
+                self._advance(w)
+        finally:
+            self._fold_counts()
+
+    def _fold_counts(self) -> None:
+        """Wave-instructions per pc (what the loop counts) into Stats.by_mnemonic / by_kind."""
+        stats, program = self.launch.stats, self.launch.code.program
+        for pc, count in self.counts.items():
+            inst = program[pc]
+            stats.by_mnemonic[inst.name] += count
+            stats.by_kind[inst.kind] += count
+            _KIND_OF.setdefault(inst.name, inst.kind)
+        self.counts.clear()
 
     def _advance(self, w: Waves) -> None:
         """Run group w until it ends, parks, or passes the pc of another runnable group (then it yields)."""
-        launch, stats = self.launch, self.launch.stats
+        launch, code, counts, budget, trace = self.launch, self.launch.code, self.counts, self.budget, self.trace
+        program = code.program
         others = {g.pc for g in self.runnable}
+        n = len(w.wg)
         while True:
-            if w.pc in others and any(_compatible(g, w) for g in self.runnable):
+            pc = w.pc
+            if pc in others and any(_compatible(g, w) for g in self.runnable):
                 self.add(w)
                 return
-            inst = launch.inst(w.pc)
-            n = w.n
-            stats.by_mnemonic[inst.name] += n
-            stats.by_kind[inst.kind] += n
-            _KIND_OF.setdefault(inst.name, inst.kind)
+            inst = program.get(pc)
+            if inst is None:
+                inst = code.inst(pc)
+            counts[pc] = counts.get(pc, 0) + n
             self.executed += n
-            if self.budget is not None and self.executed > self.budget:
+            if budget is not None and self.executed > budget:
                 raise ShaderHang(
-                    f"more than {self.budget} wave-instructions executed (max_instructions)",
+                    f"more than {budget} wave-instructions executed (max_instructions)",
                     kernel=launch.kernel,
-                    pc=w.pc,
+                    pc=pc,
                     mnemonic=inst.name,
                 )
+            kind = inst.kind
             try:
-                if (w.pending_v or w.pending_s) and inst.kind != "wait":
+                if (w.pending_v or w.pending_s) and kind != "wait":
                     w.check_hazard(inst.vregs, inst.sregs)
-                kind = inst.kind
                 if kind == "branch":
                     if inst.run is not None:
                         inst.run(w)
@@ -398,7 +478,7 @@ class _Scheduler:
                     if inst.cond is None:
                         taken = None
                     else:
-                        taken = np.broadcast_to(np.asarray(inst.cond(w), dtype=bool), (n,))
+                        taken = to_waves(np.asarray(inst.cond(w), dtype=bool), n)
                     if taken is None or taken.all():
                         w.pc = inst.target
                     elif not taken.any():
@@ -406,6 +486,7 @@ class _Scheduler:
                     else:
                         fall = w.take(np.nonzero(~taken)[0], w.pc + inst.size)
                         w = w.take(np.nonzero(taken)[0], inst.target)
+                        n = len(w.wg)
                         self.add(fall)
                     others = {g.pc for g in self.runnable}
                     if others and w.pc > min(others):
@@ -420,9 +501,9 @@ class _Scheduler:
                     return
                 assert inst.run is not None
                 inst.run(w)
-                if self.trace is not None:
-                    self.trace(inst, w)
-                w.pc += inst.size
+                if trace is not None:
+                    trace(inst, w)
+                w.pc = pc + 4 * len(inst.words)
             except ShaderError as e:
                 e.add_context(launch.kernel, w.pc, inst.name)
                 raise
@@ -476,11 +557,12 @@ def dispatch(
     stats = Stats(kernel=packet.kernel)
     per_wg = -(-int(dims.prod()) // LANES)
     chunk = max(1, max_group_waves // per_wg)
+    code = Code(memory)
     with np.errstate(all="ignore"):
         for first in range(0, len(ids), chunk):
             sel = slice(first, first + chunk)
             k = len(ids[sel])
-            launch = Launch(packet, memory, k, k * per_wg, lds_bytes, stats)
+            launch = Launch(packet, memory, k, k * per_wg, lds_bytes, stats, code)
             waves = _initial_waves(launch, packet, ids[sel] + np.array(start), threads[sel], block3)
             stats.workgroups += k
             stats.waves += waves.n

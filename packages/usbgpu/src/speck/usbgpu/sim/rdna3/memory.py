@@ -9,7 +9,7 @@ ShaderMemoryFault with the address and the nearest mapping, as the hardware's pa
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -48,6 +48,17 @@ class Region:
     data: np.ndarray
     name: str
     words: np.ndarray
+    _windows: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    def windows(self, size: int, stride: int) -> np.ndarray:
+        """A writeable 1-D view of `size`-byte void items starting every `stride` bytes (overlapping): item i is the
+        access at byte offset i * stride, so one fancy index moves every lane's bytes (no (lanes, size) index)."""
+        view = self._windows.get((size, stride))
+        if view is None:
+            count = max((len(self.data) - size) // stride + 1, 0)
+            view = np.ndarray((count,), np.dtype(f"V{size}"), buffer=self.words, strides=(stride,))
+            self._windows[(size, stride)] = view
+        return view
 
     @property
     def end(self) -> int:
@@ -115,31 +126,32 @@ class FlatMemory:
         self.scatter(np.array([address], dtype=np.uint64), np.frombuffer(bytes(data), dtype=np.uint8)[None, :])
 
     def gather(self, addresses: np.ndarray, size: int) -> np.ndarray:
+        parts = self._split(addresses, size, "read")
+        if len(parts) == 1:  # one buffer: its rows are the answer
+            region, _, offsets = parts[0]
+            return _rows(region, offsets, size)
         out = np.empty((len(addresses), size), dtype=np.uint8)
-        for region, sel, offsets in self._split(addresses, size, "read"):
-            if size % 4 == 0 and not (offsets & 3).any():  # whole aligned dwords: index the uint32 view
-                words = region.words[(offsets >> 2)[:, None] + np.arange(size // 4)]
-                out[sel] = words.view(np.uint8).reshape(-1, size)
-            else:
-                out[sel] = region.data[offsets[:, None] + np.arange(size)]
+        for region, sel, offsets in parts:
+            out[sel] = _rows(region, offsets, size)
         return out
 
     def scatter(self, addresses: np.ndarray, data: np.ndarray) -> None:
         size = data.shape[1]
         for region, sel, offsets in self._split(addresses, size, "write"):
-            if size % 4 == 0 and not (offsets & 3).any():
-                words = np.ascontiguousarray(data[sel]).view(np.uint32).reshape(-1, size // 4)
-                region.words[(offsets >> 2)[:, None] + np.arange(size // 4)] = words
+            rows = np.ascontiguousarray(data[sel]).view(f"V{size}").reshape(-1)
+            if size % 4 == 0 and _dword_aligned(offsets):  # dword-aligned: the windows at a 4-byte stride
+                region.windows(size, 4)[offsets >> 2] = rows
             else:
-                region.data[offsets[:, None] + np.arange(size)] = data[sel]
+                region.windows(size, 1)[offsets] = rows
 
     def _split(
         self, addresses: np.ndarray, size: int, kind: str
     ) -> list[tuple[Region, slice | np.ndarray, np.ndarray]]:
+        addresses = np.asarray(addresses, dtype=np.uint64)
         regions, index = self._regions_for(addresses, size, kind)
         if len(regions) == 1:
             r = regions[0]
-            return [(r, slice(None), (addresses - np.uint64(r.address)).astype(np.int64))]
+            return [(r, slice(None), (addresses - np.uint64(r.address)).view(np.int64))]  # (in range: < 2**63)
         out: list[tuple[Region, slice | np.ndarray, np.ndarray]] = []
         for k, r in enumerate(regions):
             sel = np.nonzero(index == k)[0]
@@ -181,6 +193,21 @@ class FlatMemory:
             return "nothing is mapped"
         best = min(self.regions, key=lambda r: min(abs(address - r.address), abs(address - r.end)))
         return f"nearest mapping: {best}"
+
+
+def _dword_aligned(offsets: np.ndarray) -> bool:
+    """Every offset a multiple of 4 (one OR-reduction pass)."""
+    return not len(offsets) or not int(np.bitwise_or.reduce(offsets)) & 3
+
+
+def _rows(region: Region, offsets: np.ndarray, size: int) -> np.ndarray:
+    """(k, size) uint8: the bytes at each offset into `region` (bounds already checked)."""
+    rows: np.ndarray
+    if size % 4 == 0 and _dword_aligned(offsets):  # dword-aligned: the windows at a 4-byte stride
+        rows = region.windows(size, 4)[offsets >> 2]
+    else:
+        rows = region.windows(size, 1)[offsets]
+    return rows.view(np.uint8).reshape(-1, size)
 
 
 def _as_bytes(data: bytes | bytearray | np.ndarray | int) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -175,7 +176,7 @@ def vector_reader(
     absm: bool = False,
     negm: bool = False,
 ) -> Reader:
-    """A reader of a VALU source as `ty` (shape (n, 32), (n, 1) or a scalar), with VOP3's abs/neg applied to floats
+    """A reader of a VALU source as `ty` (shape (n, 32), (1,) or a scalar), with VOP3's abs/neg applied to floats
     by flipping bits (so NaN payloads survive). `hi` takes the high 16 bits of a 32-bit register for 16-bit types."""
     bits = ty.bits
     const = constant_bits(code, bits, ty.is_float, ty.signed, literal)
@@ -186,10 +187,13 @@ def vector_reader(
         return raw
     if code >= 256:
         r = code - 256
+        if bits == 32 and not (absm or negm):  # the commonest operand: one view of the register
+            dtype32 = ty.dtype
+            return (lambda w: w.v[r]) if dtype32 == np.uint32 else (lambda w: w.v[r].view(dtype32))
         if bits == 32:
             get: Reader = lambda w: w.v[r]
         elif bits == 64:
-            get = lambda w: w.v[r].astype(np.uint64) | (w.v[r + 1].astype(np.uint64) << np.uint64(32))
+            get = lambda w: pair64(w.v[r], w.v[r + 1])
         elif hi:
             get = lambda w: (w.v[r] >> np.uint32(16)).astype(np.uint16)
         else:
@@ -198,13 +202,40 @@ def vector_reader(
         sget = _sreg(code, 64 if bits == 64 else 32)
         if bits == 16:
             shift = np.uint32(16 if hi else 0)
-            get = lambda w: np.asarray(sget(w) >> shift).astype(np.uint16)[..., None]
+            get = lambda w: _lanes(np.asarray(sget(w) >> shift).astype(np.uint16))
         else:
-            get = lambda w: np.asarray(sget(w))[..., None]
+            get = lambda w: _lanes(sget(w))
     dtype = ty.dtype
     if ty.is_float and (absm or negm):
         return lambda w: _apply_mods(get(w), bits, absm, negm).view(dtype)
     return lambda w: get(w).view(dtype)
+
+
+def _lanes(x: Any) -> np.ndarray:
+    """A scalar operand for a VALU op: per-wave values (n,) repeated into a contiguous (n, 32) array (numpy runs
+    (n, 1)-against-(n, 32) broadcasts in inner loops of 32 lanes, several times slower than contiguous operands);
+    a value common to every wave stays a one-element array."""
+    x = np.asarray(x)
+    return np.repeat(x[:, None], 32, axis=1) if x.ndim == 1 else x[..., None]
+
+
+def pair64(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Two uint32 register arrays as one uint64 array (lo | hi << 32): two strided copies into the halves of a
+    little-endian uint64 (no shifts, no temporaries)."""
+    out = np.empty(lo.shape, np.uint64)
+    halves = out[..., None].view(np.uint32)
+    halves[..., 0] = lo
+    halves[..., 1] = hi
+    return out
+
+
+def split64(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A uint64 array's low and high 32-bit halves, as views (the inverse of pair64)."""
+    halves = np.ascontiguousarray(bits)[..., None].view(np.uint32)
+    return halves[..., 0], halves[..., 1]
+
+
+assert sys.byteorder == "little", "pair64/split64 view uint64 as (lo, hi) uint32 pairs"
 
 
 def _const_reader(value: Any) -> Reader:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from speck.usbgpu.sim.rdna3.wave import EXEC, Waves
+from speck.usbgpu.sim.rdna3.wave import EXEC, Waves, to_waves
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32 = 0xFFFFFFFF
@@ -235,7 +235,7 @@ SOP2: dict[int, SOp] = {
 
 def _count(bits: int, fn: Callable[[np.ndarray, int], np.ndarray], scc: bool = True) -> Callable[..., Any]:
     def run(w: Waves, a: Any) -> Any:
-        d = _u(fn(np.broadcast_to(_u(a, bits), (w.n,)), bits))
+        d = _u(fn(to_waves(_u(a, bits), w.n), bits))
         if scc:
             _set_scc(w, d != 0)
         return d
@@ -277,7 +277,7 @@ def _saveexec(combine: Callable[[np.ndarray, np.ndarray], np.ndarray], write_new
 
     def run(w: Waves, a: Any) -> Any:
         old = w.s[EXEC].copy()
-        new = _u(combine(np.broadcast_to(_u(a), (w.n,)), old))
+        new = _u(combine(to_waves(_u(a), w.n), old))
         w.write_s(EXEC, new)
         _set_scc(w, new != 0)
         return new if write_new else old
@@ -313,7 +313,7 @@ def _abs_i32(w: Waves, a: Any) -> Any:
 
 def _brev(bits: int) -> Callable[..., Any]:
     def run(w: Waves, a: Any) -> Any:
-        x = np.broadcast_to(_u(a, bits), (w.n,)).copy()
+        x = to_waves(_u(a, bits), w.n).copy()
         rev = np.unpackbits(x.view(np.uint8).reshape(w.n, -1), axis=1, bitorder="little")[:, ::-1]
         return np.packbits(rev, axis=1, bitorder="little").reshape(-1).view(U64 if bits == 64 else U32)
 

@@ -52,7 +52,7 @@ def _salu(
         value = fn(w, *[r(w) for r in readers])
         if value is not None and dst is not None:
             if dbits == 64:
-                w.write_s64(dst, np.broadcast_to(np.asarray(value, dtype=np.uint64), (w.n,)))
+                w.write_s64(dst, np.asarray(value, dtype=np.uint64))  # (a scalar broadcasts)
             else:
                 w.write_s(dst, np.asarray(value).astype(np.uint32))
 

@@ -33,6 +33,7 @@ class VOp:
     fn: Callable[..., Any] | None
     kind: str = "plain"
     float_mode: bool = True  # denormal flushing per MODE applies to float operands and results
+    wrap: Callable[..., Any] | None = None  # "sat" ops: the same result without clamp, in the operand type (faster)
 
 
 def _op(name: str, dst: str | None, srcs: str, fn: Callable[..., Any] | None, kind: str = "plain", **kw: Any) -> VOp:
@@ -41,8 +42,8 @@ def _op(name: str, dst: str | None, srcs: str, fn: Callable[..., Any] | None, ki
 
 # ---------------------------------------------------------------- helpers
 def _arith(op: str) -> Callable[..., Any]:
-    f = fl.arith(op)
-    return lambda w, a, b: f(a, b)
+    f, nan_fix = getattr(np, op), fl.nan_fix  # fl.arith without its errstate (dispatch() silences IEEE flags)
+    return lambda w, a, b: nan_fix(f(a, b), a, b)
 
 
 def _minmax(want_max: bool) -> Callable[..., Any]:
@@ -84,20 +85,46 @@ def _shift_amount(x: Any, bits: int) -> Any:
     return np.asarray(x).astype(U32) & U32(bits - 1)
 
 
+# (copy=False: operands already of the type are used in place; every result is a new array)
 def _lshl(bits: int, ut: type) -> Callable[..., Any]:
-    return lambda w, s, v: (np.asarray(v).astype(ut) << _shift_amount(s, bits).astype(ut)).astype(ut)
+    return lambda w, s, v: (np.asarray(v).astype(ut, copy=False) << _shift_amount(s, bits).astype(ut)).astype(
+        ut, copy=False
+    )
 
 
 def _lshr(bits: int, ut: type) -> Callable[..., Any]:
-    return lambda w, s, v: (np.asarray(v).astype(ut) >> _shift_amount(s, bits).astype(ut)).astype(ut)
+    return lambda w, s, v: (np.asarray(v).astype(ut, copy=False) >> _shift_amount(s, bits).astype(ut)).astype(
+        ut, copy=False
+    )
 
 
 def _ashr(bits: int, it: type) -> Callable[..., Any]:
-    return lambda w, s, v: (np.asarray(v).astype(it) >> _shift_amount(s, bits).astype(it)).astype(it)
+    return lambda w, s, v: (np.asarray(v).astype(it, copy=False) >> _shift_amount(s, bits).astype(it)).astype(
+        it, copy=False
+    )
 
 
 def _wide(x: Any) -> Any:
     return np.asarray(x).astype(I64)
+
+
+def _add3(w: Waves, a: Any, b: Any, c: Any) -> Any:
+    return _wide(a) + _wide(b) + _wide(c)
+
+
+def _wrap(op: str, dt: type) -> Callable[..., Any]:
+    """Integer add/sub of all sources modulo 2**bits in `dt` (what a "sat" op computes without clamp)."""
+
+    def run(w: Waves, *xs: Any) -> Any:
+        vals: list[Any] = [np.asarray(x, dt) for x in xs]
+        a, rest = vals[0], vals[1:]
+        if op == "r-":
+            return rest[0] - a
+        for b in rest:
+            a = a + b if op == "+" else a - b
+        return a
+
+    return run
 
 
 def _fma(w: Waves, a: Any, b: Any, c: Any) -> Any:
@@ -260,6 +287,8 @@ def _div_fixup(w: Waves, q: Any, d: Any, n: Any) -> Any:
     sign = np.signbit(d) ^ np.signbit(n)
     inf, zero = dt.type(np.inf), dt.type(0)
     res = np.where(sign, -np.abs(q), np.abs(q))
+    if dt != F16 and _ordinary_fixup(q, d, n):  # no special case applies to any lane: the signed quotient
+        return res.astype(dt)
     if dt != F16:
         max_exp = {F32: 255, F64: 2047}[dt]
         gap = {F32: -150, F64: -1075}[dt]
@@ -271,6 +300,35 @@ def _div_fixup(w: Waves, q: Any, d: Any, n: Any) -> Any:
     res = np.where(bad, fl.DEFAULT_NAN[dt].view(dt), res)
     res = np.where(np.isnan(d), fl.quieted(d), res)
     return np.where(np.isnan(n), fl.quieted(n), res).astype(dt)
+
+
+# per format: (exponent bias, "quotient underflows" exponent gap of V_DIV_FIXUP, "numerator tiny" of V_DIV_SCALE)
+_BIAS = {F32: (127, -150, 23), F64: (1023, -1075, 53)}
+
+
+def _ordinary_fixup(q: np.ndarray, d: np.ndarray, n: np.ndarray) -> bool:
+    """No lane of V_DIV_FIXUP meets a special case: d and n normal (neither zero, denormal, infinite nor NaN), q
+    finite, and the exponent gap above the underflow limit. Then every np.where of the general path keeps the
+    signed quotient."""
+    bias, gap, _ = _BIAS[q.dtype]
+    ed, en = _exponent(d), _exponent(n)
+    top = 2 * bias  # the largest finite exponent field
+    return bool(((ed >= 1) & (ed <= top) & (en >= 1) & (en <= top) & (_exponent(q) <= top) & (en - ed >= gap)).all())
+
+
+def _ordinary_scale(d: np.ndarray, n: np.ndarray) -> bool:
+    """No lane of V_DIV_SCALE needs scaling: d normal with |d| < 2**(bias-1) (so 1/d is not tiny), n normal and
+    finite above the "tiny numerator" exponent, and n/d within (2**-(bias-1), 2**gap). Each step's condition is then
+    false (|n/d| > 2**(en-ed-1), and rounding to the format keeps it at or above the smallest normal)."""
+    bias, _, tiny_exp = _BIAS[d.dtype]
+    gap = _DIV_LIMITS[d.dtype][0]
+    ed, en = _exponent(d), _exponent(n)
+    diff = en - ed
+    return bool(
+        (
+            (ed >= 1) & (ed <= 2 * bias - 2) & (en > tiny_exp) & (en <= 2 * bias) & (diff >= 2 - bias) & (diff < gap)
+        ).all()
+    )
 
 
 def _exponent(x: np.ndarray) -> Any:
@@ -294,6 +352,8 @@ def _div_scale(w: Waves, s0: Any, d: Any, n: Any) -> tuple[Any, Any]:
     that makes LLVM's macro correctly rounded (tests/usbgpu checks the macro against exact division)."""
     s0, d, n = np.broadcast_arrays(np.asarray(s0), np.asarray(d), np.asarray(n))
     dt = s0.dtype
+    if _ordinary_scale(d, n):  # the common case: nothing to scale, VCC clear
+        return s0.copy(), np.zeros(s0.shape, dtype=bool)
     gap, scale, tiny_f, tiny_exp = _DIV_LIMITS[dt]
     ed, en = _exponent(d), _exponent(n)
     tiny = np.float64(tiny_f)
@@ -348,6 +408,8 @@ def _div_fmas(w: Waves, a: Any, b: Any, c: Any, vcc: np.ndarray) -> Any:
                 res[k] = np.inf if value > 0 else -np.inf
         return res
     exact = fl.round_to_odd_f64(a.astype(F64) * b.astype(F64), c.astype(F64))
+    if not vcc.any():  # no post-scale anywhere
+        return fl.nan_fix(exact.astype(F32), a, b, c)
     shift = np.where(np.abs(c) >= 1, scale, -scale)
     scaled = np.where(vcc, np.ldexp(exact, np.where(vcc, shift, 0)), exact)
     return fl.nan_fix(scaled.astype(F32), a, b, c)
@@ -375,8 +437,9 @@ def _cndmask(w: Waves, a: Any, b: Any, mask: np.ndarray) -> Any:
 
 
 def _add_co(w: Waves, a: Any, b: Any) -> tuple[Any, Any]:
-    t = np.asarray(a).astype(U64) + np.asarray(b).astype(U64)
-    return t.astype(U32), t >= U64(1 << 32)
+    a, b = np.asarray(a, U32), np.asarray(b, U32)
+    t = a + b  # wraps modulo 2**32: it carried out exactly when the sum came out below an addend
+    return t, t < a
 
 
 def _sub_co(w: Waves, a: Any, b: Any) -> tuple[Any, Any]:
@@ -384,8 +447,9 @@ def _sub_co(w: Waves, a: Any, b: Any) -> tuple[Any, Any]:
 
 
 def _add_co_ci(w: Waves, a: Any, b: Any, cin: np.ndarray) -> tuple[Any, Any]:
-    t = np.asarray(a).astype(U64) + np.asarray(b).astype(U64) + cin.astype(U64)
-    return t.astype(U32), t >= U64(1 << 32)
+    a, b = np.asarray(a, U32), np.asarray(b, U32)
+    t = a + b + cin.astype(U32)  # modulo 2**32; with a carry-in, b + 1 in [1, 2**32] wraps iff t <= a
+    return t, np.where(cin, t <= a, t < a)
 
 
 def _sub_co_ci(w: Waves, a: Any, b: Any, cin: np.ndarray) -> tuple[Any, Any]:
@@ -441,9 +505,9 @@ VOP2: dict[int, VOp] = {
     32: _op("v_add_co_ci_u32", "u32", "u32 u32", _add_co_ci, "carry_in"),
     33: _op("v_sub_co_ci_u32", "u32", "u32 u32", _sub_co_ci, "carry_in"),
     34: _op("v_subrev_co_ci_u32", "u32", "u32 u32", lambda w, a, b, c: _sub_co_ci(w, b, a, c), "carry_in"),
-    37: _op("v_add_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(a) + _wide(b), "sat"),
-    38: _op("v_sub_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(a) - _wide(b), "sat"),
-    39: _op("v_subrev_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(b) - _wide(a), "sat"),
+    37: _op("v_add_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(a) + _wide(b), "sat", wrap=_wrap("+", U32)),
+    38: _op("v_sub_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(a) - _wide(b), "sat", wrap=_wrap("-", U32)),
+    39: _op("v_subrev_nc_u32", "u32", "u32 u32", lambda w, a, b: _wide(b) - _wide(a), "sat", wrap=_wrap("r-", U32)),
     43: _op("v_fmac_f32", "f32", "f32 f32", _fma, "mac"),
     44: _op("v_fmamk_f32", "f32", "f32 f32 f32", _fma, "fmamk"),
     45: _op("v_fmaak_f32", "f32", "f32 f32 f32", _fma, "fmaak"),
@@ -590,7 +654,7 @@ VOP3: dict[int, VOp] = {
     0x248: _op("v_fma_f16", "f16", "f16 f16 f16", _fma),
     0x253: _op("v_mad_i16", "i16", "i16 i16 i16", lambda w, a, b, c: _wide(a) * _wide(b) + _wide(c), "sat"),
     0x254: _op("v_div_fixup_f16", "f16", "f16 f16 f16", _div_fixup),
-    0x255: _op("v_add3_u32", "u32", "u32 u32 u32", lambda w, a, b, c: _wide(a) + _wide(b) + _wide(c), "sat"),
+    0x255: _op("v_add3_u32", "u32", "u32 u32 u32", _add3, "sat", wrap=_wrap("+", U32)),
     0x256: _op("v_lshl_or_b32", "b32", "b32 u32 b32", lambda w, a, b, c: (a << (b & U32(31))) | c),
     0x257: _op("v_and_or_b32", "b32", "b32 b32 b32", lambda w, a, b, c: (a & b) | c),
     0x258: _op("v_or3_b32", "b32", "b32 b32 b32", lambda w, a, b, c: a | b | c),
@@ -639,8 +703,8 @@ VOP3: dict[int, VOp] = {
     0x322: _op("v_cvt_pknorm_u16_f32", "b32", "f32 f32", None),
     0x323: _op("v_cvt_pk_u16_u32", "b32", "u32 u32", _cvt_pk(lambda x: np.minimum(x, U32(0xFFFF)).astype(U16))),
     0x324: _op("v_cvt_pk_i16_i32", "b32", "i32 i32", _cvt_pk(_sat_int(-(2**15), 2**15 - 1, I16))),
-    0x325: _op("v_sub_nc_i32", "i32", "i32 i32", lambda w, a, b: _wide(a) - _wide(b), "sat"),
-    0x326: _op("v_add_nc_i32", "i32", "i32 i32", lambda w, a, b: _wide(a) + _wide(b), "sat"),
+    0x325: _op("v_sub_nc_i32", "i32", "i32 i32", lambda w, a, b: _wide(a) - _wide(b), "sat", wrap=_wrap("-", I32)),
+    0x326: _op("v_add_nc_i32", "i32", "i32 i32", lambda w, a, b: _wide(a) + _wide(b), "sat", wrap=_wrap("+", I32)),
     0x327: _op("v_add_f64", "f64", "f64 f64", _arith("add")),
     0x328: _op("v_mul_f64", "f64", "f64 f64", _arith("multiply")),
     0x329: _op("v_min_f64", "f64", "f64 f64", _minmax(False)),
@@ -844,6 +908,6 @@ VOPD_X: dict[int, VOp] = {}
 for _k, (_n, _o) in _VOPD_BASE.items():
     VOPD_X[_k] = VOp(f"v_dual_{_n}", _o.dst, _o.srcs, _o.fn, _o.kind, _o.float_mode)
 VOPD_Y: dict[int, VOp] = dict(VOPD_X)
-VOPD_Y[16] = VOp("v_dual_add_nc_u32", "u32", ("u32", "u32"), VOP2[37].fn, "sat")
+VOPD_Y[16] = VOp("v_dual_add_nc_u32", "u32", ("u32", "u32"), VOP2[37].fn, "sat", wrap=VOP2[37].wrap)
 VOPD_Y[17] = VOp("v_dual_lshlrev_b32", "b32", ("u32", "b32"), VOP2[24].fn)
 VOPD_Y[18] = VOp("v_dual_and_b32", "b32", ("b32", "b32"), VOP2[27].fn)

@@ -32,11 +32,12 @@ from speck.usbgpu.sim.rdna3.operands import (
     Ty,
     scalar_reader,
     scalar_text,
+    split64,
     vector_reader,
     vector_text,
 )
 from speck.usbgpu.sim.rdna3.valu import VOP1, VOP2, VOP3, VOP3P, VOPC, VOPD_X, VOPD_Y, VOp
-from speck.usbgpu.sim.rdna3.wave import EXEC, LANE_IDS, VCC, Waves
+from speck.usbgpu.sim.rdna3.wave import EXEC, LANE_IDS, VCC, Waves, to_waves
 
 Fetch = Callable[[int], int]
 F16, F32 = fl.F16, fl.F32
@@ -85,8 +86,7 @@ def _writer(ty: Ty | None, vdst: int | None, dst_hi: bool) -> Callable[[Waves, A
         return lambda w, res: w.write_v16(r, dst_hi, np.asarray(res).astype(dt, copy=False).view(np.uint16))
 
     def write64(w: Waves, res: Any) -> None:
-        bits = np.asarray(res).astype(dt, copy=False).view(np.uint64)
-        lo, hi = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32), (bits >> np.uint64(32)).astype(np.uint32)
+        lo, hi = split64(np.asarray(res).astype(dt, copy=False).view(np.uint64))
         w.write_v(r, lo)
         w.write_v(r + 1, hi)
 
@@ -132,15 +132,16 @@ def _post(ty: Ty | None, f: Fields, kind: str, float_mode: bool = True) -> Calla
 
 def _pack_mask(w: Waves, bits: Any) -> np.ndarray:
     """(n, 32) bools (active lanes only) -> (n,) uint32 lane masks."""
-    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes
-    return np.packbits(b, axis=1, bitorder="little").view("<u4").reshape(w.n).astype(np.uint32)
+    b = np.asarray(bits, dtype=bool) & w.exec_mask()  # bits: (n, 32), or one value for all lanes: (n, 32) out
+    # rows of 32 bools are 4 bytes each: packing the flat array gives the same words, several times faster than axis=1
+    return np.packbits(b.reshape(-1), bitorder="little").view("<u4").astype(np.uint32, copy=False)
 
 
 def _mask_reader(code: int | None, literal: int | None) -> Callable[[Waves], np.ndarray]:
     if code is None or code == VCC:
         return lambda w: w.lane_mask_from(w.s[VCC])
     get = scalar_reader(code, 32, literal)
-    return lambda w: w.lane_mask_from(np.broadcast_to(np.asarray(get(w)), (w.n,)))
+    return lambda w: w.lane_mask_from(to_waves(get(w), w.n))
 
 
 def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
@@ -164,8 +165,16 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
         readers.append(vector_reader(256 + f.vdst, dty, None, hi=f.dst_hi))
         tys.append(dty)
     fn, fm = row.fn, row.float_mode and any(t.is_float for t in tys)
+    if kind == "sat" and not f.clamp and row.wrap is not None:
+        fn = row.wrap
     write = _writer(dty, f.vdst, f.dst_hi)
     post = _post(dty, f, kind, row.float_mode)
+    shift = _shift64_const(row, f)
+    if shift is not None:
+        return shift
+    if kind in ("plain", "mac", "fmamk", "fmaak", "trans", "sat") and _plain32(dty, f):
+        assert dty is not None and f.vdst is not None
+        return _plain32_run(fn, readers, tys, fm, row.float_mode, dty, f.vdst)
 
     def sources(w: Waves) -> list[Any]:
         vals = [r(w) for r in readers]
@@ -208,6 +217,81 @@ def build_valu(row: VOp, f: Fields) -> Callable[[Waves], None]:
 
         return carry
     raise EmulationError(f"{row.name}: instruction kind {kind!r} has no executor")
+
+
+_SHIFTS64 = {"v_lshlrev_b64": "l", "v_lshrrev_b64": "r"}
+
+
+def _shift64_const(row: VOp, f: Fields) -> Callable[[Waves], None] | None:
+    """V_LSHLREV_B64 / V_LSHRREV_B64 by an inline constant of a VGPR pair (address arithmetic), in 32-bit halves:
+    the same bits as the uint64 path without assembling and splitting 64-bit lanes. None for any other form."""
+    side = _SHIFTS64.get(row.name)
+    src = f.srcs[1] if len(f.srcs) == 2 else 0
+    if side is None or f.vdst is None or f.clamp or f.omod or src < 256 or not 128 <= f.srcs[0] <= 192:
+        return None
+    if any(f.absm) or any(f.negm):
+        return None
+    k, r, d = (f.srcs[0] - 128) & 63, src - 256, f.vdst  # inline integers 0..64; the ISA uses the low 6 bits
+
+    def run(w: Waves) -> None:
+        lo, hi = w.v[r], w.v[r + 1]
+        if k == 0:
+            new_lo, new_hi = lo.copy(), hi.copy()
+        elif k < 32 and side == "l":
+            new_lo, new_hi = lo << np.uint32(k), (hi << np.uint32(k)) | (lo >> np.uint32(32 - k))
+        elif k < 32:
+            new_lo, new_hi = (lo >> np.uint32(k)) | (hi << np.uint32(32 - k)), hi >> np.uint32(k)
+        elif side == "l":
+            new_lo, new_hi = np.zeros_like(lo), lo << np.uint32(k - 32)
+        else:
+            new_lo, new_hi = hi >> np.uint32(k - 32), np.zeros_like(hi)
+        w.write_v(d, new_lo)
+        w.write_v(d + 1, new_hi)
+
+    return run
+
+
+def _plain32(dty: Ty | None, f: Fields) -> bool:
+    """A 32-bit result written whole with no output modifier: what _plain32_run does without _post/_writer."""
+    return dty is not None and f.vdst is not None and dty.bits == 32 and not f.clamp and not f.omod
+
+
+def _compute32(
+    fn: Callable[..., Any],
+    readers: list[Reader],
+    tys: list[Ty],
+    fm: bool,
+    float_mode: bool,
+    dty: Ty,
+    mask: Callable[[Waves], np.ndarray] | None = None,
+) -> Callable[[Waves], np.ndarray]:
+    """The 32-bit result bits of a VALU op with no output modifier (_post and _writer inlined): MODE's input
+    flushing for float sources, the result in the destination type, output flushing for float results."""
+    dt, flush_out = dty.dtype, dty.is_float and float_mode
+
+    def compute(w: Waves) -> np.ndarray:
+        m = w.mode
+        vals = [r(w) for r in readers]
+        if fm and (m.denorm32 != 3 or m.denorm16_64 != 3):
+            vals = _flush_in(vals, tys, w)
+        if mask is not None:
+            vals.append(mask(w))
+        res = np.asarray(fn(w, *vals))
+        if res.dtype != dt:
+            res = res.astype(dt)
+        if flush_out and m.denorm32 in (0, 1):
+            res = fl.flush(res)
+        return res.view(np.uint32)
+
+    return compute
+
+
+def _plain32_run(
+    fn: Callable[..., Any], readers: list[Reader], tys: list[Ty], fm: bool, float_mode: bool, dty: Ty, vdst: int
+) -> Callable[[Waves], None]:
+    """The executor of the commonest VALU form (a 32-bit result, no clamp/omod)."""
+    compute = _compute32(fn, readers, tys, fm, float_mode, dty)
+    return lambda w: w.write_v(vdst, compute(w))
 
 
 # ---------------------------------------------------------------- cross-lane instructions
@@ -654,42 +738,34 @@ def _dual(halves: list[tuple[VOp, Fields]]) -> Callable[[Waves], None]:
     for row, f in halves:
         if row.fn is None:
             return unimplemented(row.name)
-        # run each half against a copy-on-write view: compute with the real registers, write afterwards
-        staged.append((row, f, _staged(row, f)))
+        assert f.vdst is not None
+        staged.append((f.vdst, _staged(row, f)))
+    (dx, x), (dy, y) = staged
 
     def run(w: Waves) -> None:
-        results = [compute(w) for _, _, compute in staged]
-        for (_, _, _), (writer, value) in zip(staged, results):
-            writer(w, value)
+        rx, ry = x(w), y(w)
+        w.write_v(dx, rx)
+        w.write_v(dy, ry)
 
     return run
 
 
-def _staged(row: VOp, f: Fields) -> Callable[[Waves], tuple[Callable[[Waves, Any], None], Any]]:
-    """A VOPD half split into compute (returns the value) and write."""
+def _staged(row: VOp, f: Fields) -> Callable[[Waves], np.ndarray]:
+    """A VOPD half's compute: its 32-bit result bits (every VOPD opcode writes one 32-bit VGPR)."""
     tys = [TYPES[t] for t in row.srcs]
     readers = [vector_reader(c, t, f.literal) for c, t in zip(f.srcs, tys)]
     dty = TYPES[row.dst or "b32"]
+    if dty.bits != 32:
+        raise EmulationError(f"{row.name}: a VOPD half with a {dty.bits}-bit result is not implemented")
     if row.kind == "mac":
         assert f.vdst is not None
         readers.append(vector_reader(256 + f.vdst, dty, None))
         tys = [*tys, dty]
-    fn = row.fn
+    fn = row.wrap if row.kind == "sat" and row.wrap is not None else row.fn
     assert fn is not None
-    write = _writer(dty, f.vdst, False)
-    post = _post(dty, f, row.kind, row.float_mode)
     mask = _mask_reader(None, None) if row.kind == "cndmask" else None
-    fm = row.float_mode
-
-    def compute(w: Waves) -> tuple[Callable[[Waves, Any], None], Any]:
-        vals = [r(w) for r in readers]
-        if fm and (w.mode.denorm32 != 3):
-            vals = _flush_in(vals, tys, w)
-        if mask is not None:
-            vals.append(mask(w))
-        return write, post(w, fn(w, *vals))
-
-    return compute
+    fm = row.float_mode and any(t.is_float for t in tys)
+    return _compute32(fn, readers, tys, fm, row.float_mode, dty, mask)
 
 
 _ = LANE_IDS

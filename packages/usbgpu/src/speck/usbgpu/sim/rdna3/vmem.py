@@ -20,8 +20,15 @@ from typing import Any
 import numpy as np
 
 from speck.usbgpu.sim.rdna3.inst import Inst, unimplemented, vgpr_range
-from speck.usbgpu.sim.rdna3.operands import APERTURE_SIZE, NULL_CODE, PRIVATE_APERTURE, SHARED_APERTURE, scalar_text
-from speck.usbgpu.sim.rdna3.wave import Pending, Waves
+from speck.usbgpu.sim.rdna3.operands import (
+    APERTURE_SIZE,
+    NULL_CODE,
+    PRIVATE_APERTURE,
+    SHARED_APERTURE,
+    pair64,
+    scalar_text,
+)
+from speck.usbgpu.sim.rdna3.wave import EXEC, Pending, Waves, per_lane
 
 Fetch = Callable[[int], int]
 SEGMENTS = {0: "flat", 1: "scratch", 2: "global"}
@@ -105,7 +112,7 @@ def _deliver(w: Waves, counter: str, vdst: int, data: np.ndarray, mask: np.ndarr
         values.append(full)
     if op.d16 >= 0:
         values = [v & np.uint32(0xFFFF) for v in values]
-    w.issue(Pending(counter, True, list(range(vdst, vdst + len(values))), values, mask, op.d16))
+    w.issue(Pending(counter, True, list(range(vdst, vdst + len(values))), values, mask, op.d16, full_exec))
 
 
 def _data(w: Waves, reg: int, dwords: int, mask: np.ndarray) -> np.ndarray:
@@ -147,25 +154,33 @@ def decode_flat(pc: int, fetch: Fetch) -> Inst:
     sregs = frozenset(range(saddr, saddr + (2 if seg == 2 else 1))) if has_saddr and saddr < 106 else frozenset()
     inst = Inst(pc, (w0, w1), "FLAT", op, name, text, "vmem", vregs=vregs, sregs=sregs)
 
-    def addresses(w: Waves, mask: np.ndarray) -> Any:
+    def addresses(w: Waves, mask: np.ndarray, every: bool = False) -> Any:
+        """The active lanes' addresses in (wave, lane) order, or with `every` (global only) all lanes'."""
+        if every:
+            pick: Callable[[np.ndarray], np.ndarray] = lambda x: x.reshape(-1)
+        else:
+            pick = lambda x: active(w, x, mask)
         if seg == 1:
             a = np.zeros(int(mask.sum()), dtype=np.int64)
             if vaddr_used:
                 a = a + active(w, w.v[addr], mask).astype(np.int64)
             if has_saddr:
-                a = a + active(w, np.broadcast_to(w.s[saddr][:, None], mask.shape), mask).astype(np.int64)
+                a = a + active(w, per_lane(w.s[saddr]), mask).astype(np.int64)
             return ((a + offset) & 0xFFFFFFFF).astype(np.uint64)  # a 32-bit per-lane offset
         if has_saddr:
-            base = active(w, np.broadcast_to(w.read_s64(saddr)[:, None], mask.shape), mask)
-            return base + active(w, w.v[addr], mask).astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
-        lo, hi = active(w, w.v[addr], mask).astype(np.uint64), active(w, w.v[addr + 1], mask).astype(np.uint64)
-        return (lo | (hi << np.uint64(32))) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+            base = pick(per_lane(w.read_s64(saddr)))
+            return base + pick(w.v[addr]).astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+        a64 = pair64(pick(w.v[addr]), pick(w.v[addr + 1]))
+        return a64 + np.uint64(offset & 0xFFFFFFFFFFFFFFFF) if offset else a64
 
     def run(w: Waves) -> None:
         mask = w.exec_mask()
-        if not mask.any():
+        if not w.s[EXEC].any():  # (the per-wave EXEC words: 32 times fewer than the lanes)
             if mop.load:
                 _deliver(w, "vm", vdst, np.zeros((0, dwords), np.uint32), mask, mop)
+            return
+        if seg == 2 and mop.load and not w.exec_full():
+            _global_load_lanes(w, mask, addresses(w, mask, every=True), vdst, mop)
             return
         a = addresses(w, mask)
         if seg == 1:
@@ -183,6 +198,20 @@ def decode_flat(pc: int, fetch: Fetch) -> Inst:
 
     inst.run = run
     return inst
+
+
+def _global_load_lanes(w: Waves, mask: np.ndarray, every: np.ndarray, vdst: int, op: MemOp) -> None:
+    """A global load under a partial EXEC without compacting the active lanes: inactive lanes read the first active
+    lane's address (already read, so no new fault and no other effect), the data stays lane-shaped, and retiring
+    writes only the active lanes. Stats count the active lanes' bytes."""
+    flat = mask.reshape(-1)
+    safe = every[int(np.argmax(flat))]
+    data = w.launch.load(np.where(flat, every, safe), op.size, "global", lanes=int(np.count_nonzero(flat)))
+    raw = _widen(data, op)
+    values = [np.ascontiguousarray(raw[:, k]).reshape(w.n, 32) for k in range(raw.shape[1])]
+    if op.d16 >= 0:
+        values = [v & np.uint32(0xFFFF) for v in values]
+    w.issue(Pending("vm", True, list(range(vdst, vdst + len(values))), values, mask, op.d16))
 
 
 def _lane_rows(w: Waves, mask: np.ndarray) -> Any:
@@ -283,7 +312,7 @@ def decode_ds(pc: int, fetch: Fetch) -> Inst:
     def run(w: Waves) -> None:
         mask = w.exec_mask()
         base = active(w, w.v[addr], mask).astype(np.int64)
-        wgs = active(w, np.broadcast_to(w.wg[:, None], mask.shape), mask)
+        wgs = active(w, per_lane(w.wg), mask)
         if dop.load:  # the address adder is 32 bits wide: vaddr + offset wraps
             parts = [_widen(w.launch.lds_load(wgs, (base + o) & 0xFFFFFFFF, dop.size), mop) for o in offsets]
             _deliver(w, "lgkm", vdst, np.concatenate(parts, axis=1), mask, mop)

@@ -29,6 +29,45 @@ LANE_BITS = np.uint32(1) << np.arange(LANES, dtype=np.uint32)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
 
+def unpack_lanes(bits: Any) -> np.ndarray:
+    """(n,) uint32 lane masks -> (n, 32) bool, lane i = bit i (np.unpackbits: one C pass, no (n, 1) broadcast)."""
+    words = np.ascontiguousarray(bits, dtype="<u4").reshape(-1)
+    return np.unpackbits(words.view(np.uint8), bitorder="little").view(np.bool_).reshape(len(words), LANES)
+
+
+def lane_ones(mask: np.ndarray) -> np.ndarray:
+    """(n, 32) bool -> uint32 all ones where set, zero elsewhere."""
+    ones = mask.astype(np.uint32)
+    np.negative(ones, out=ones)  # 1 -> 0xFFFFFFFF (modulo 2**32)
+    return ones
+
+
+def masked_store(dst: np.ndarray, value: Any, ones: np.ndarray) -> None:
+    """dst = value where `ones` (lane_ones) is set, else unchanged; in place, in three passes of plain integer
+    arithmetic (np.copyto with where= is several times slower). `value` is cast as np.copyto(casting="unsafe")
+    would."""
+    value = np.asarray(value)
+    if value.dtype != np.uint32:
+        value = value.astype(np.uint32)
+    diff = np.bitwise_xor(dst, value)
+    np.bitwise_and(diff, ones, out=diff)
+    np.bitwise_xor(dst, diff, out=dst)
+
+
+def to_waves(x: Any, n: int) -> Any:
+    """A per-wave value (n,) or a scalar as an (n,) array (np.broadcast_to only when the shape differs: it is slow)."""
+    x = np.asarray(x)
+    return x if x.shape == (n,) else np.broadcast_to(x, (n,))
+
+
+def per_lane(x: np.ndarray) -> np.ndarray:
+    """A per-wave (n,) array as a read-only (n, 32) view, every lane of a wave seeing its value."""
+    x = np.ascontiguousarray(x)
+    view = np.ndarray((len(x), LANES), x.dtype, buffer=x, strides=(x.itemsize, 0))
+    view.flags.writeable = False
+    return view
+
+
 @dataclass
 class Pending:
     """A load in flight: its counter ('vm' or 'lgkm'), destination registers and data (per register, lane mask)."""
@@ -39,6 +78,7 @@ class Pending:
     values: list[np.ndarray]  # per register: (n, 32) uint32 for VGPRs, (n,) uint32 for SGPRs
     mask: np.ndarray | None  # (n, 32) bool for VGPRs (lanes that were active), None for SGPRs
     half: int = -1  # -1: whole registers; 0/1: only the low/high 16 bits (d16 loads)
+    full: bool = False  # every lane was active (mask is all true): retiring is a plain copy
 
     def take(self, idx: np.ndarray) -> Pending:
         return Pending(
@@ -48,6 +88,7 @@ class Pending:
             [v[idx] for v in self.values],
             None if self.mask is None else self.mask[idx],
             self.half,
+            self.full,
         )
 
 
@@ -83,6 +124,7 @@ class Waves:
     pending_s: set[int] = field(default_factory=set)
     _exec_mask: np.ndarray | None = None
     _exec_full: bool = False
+    _exec_m32: np.ndarray | None = None  # (n, 32) uint32: all ones in the active lanes (for masked writes)
 
     @property
     def n(self) -> int:
@@ -92,8 +134,9 @@ class Waves:
     def exec_mask(self) -> np.ndarray:
         """(n, 32) bool: the active lanes."""
         if self._exec_mask is None:
-            self._exec_mask = (self.s[EXEC][:, None] & LANE_BITS) != 0
+            self._exec_mask = unpack_lanes(self.s[EXEC])
             self._exec_full = bool((self.s[EXEC] == 0xFFFFFFFF).all())
+            self._exec_m32 = None
         return self._exec_mask
 
     def exec_full(self) -> bool:
@@ -122,11 +165,16 @@ class Waves:
     def write_v(self, r: int, value: np.ndarray | np.integer | int, mask: np.ndarray | None = None) -> None:
         """Write VGPR r in the active lanes (or in `mask`'s lanes)."""
         if mask is None:
-            if self.exec_full():
+            if self._exec_mask is None:
+                self.exec_mask()
+            if self._exec_full:
                 self.v[r] = value
                 return
-            mask = self.exec_mask()
-        np.copyto(self.v[r], value, where=mask, casting="unsafe")
+            if self._exec_m32 is None:
+                self._exec_m32 = lane_ones(self.exec_mask())
+            masked_store(self.v[r], value, self._exec_m32)
+            return
+        masked_store(self.v[r], value, lane_ones(mask))
 
     def write_v16(self, r: int, hi: bool, value: np.ndarray, mask: np.ndarray | None = None) -> None:
         """Write the low or high 16 bits of VGPR r, keeping the other half."""
@@ -137,7 +185,7 @@ class Waves:
 
     def lane_mask_from(self, bits: np.ndarray) -> Any:
         """(n,) uint32 lane masks -> (n, 32) bool."""
-        return (np.asarray(bits, dtype=np.uint32).reshape(-1, 1) & LANE_BITS) != 0
+        return unpack_lanes(bits)
 
     # ---- outstanding loads ----
     def check_hazard(self, vregs: frozenset[int], sregs: frozenset[int]) -> None:
@@ -166,13 +214,19 @@ class Waves:
         self.pending_s = {r for p in self.pending if not p.vector for r in p.regs}
 
     def _retire(self, p: Pending) -> None:
+        ones = None
         for r, val in zip(p.regs, p.values):
             if not p.vector:
                 self.write_s(r, val)
             elif p.half >= 0:
                 self.write_v16(r, bool(p.half), val, p.mask)
+            elif p.full:
+                self.v[r] = val
             else:
-                np.copyto(self.v[r], val, where=p.mask)
+                assert p.mask is not None
+                if ones is None:  # once per load, not per register
+                    ones = lane_ones(p.mask)
+                masked_store(self.v[r], val, ones)
 
     # ---- splitting ----
     def take(self, idx: np.ndarray, pc: int) -> Waves:

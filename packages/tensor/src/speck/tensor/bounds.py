@@ -1,0 +1,124 @@
+"""Bounds checks of index tensors, run on the device (CHECK_OOB, on by default).
+
+An op that reads or writes at the positions an index tensor holds (getitem and setitem with tensors, gather,
+scatter, one_hot, Embedding, sparse_categorical_crossentropy and nll_loss labels) marks the index with
+`checked(...)`: a CHECK node whose value is the index itself and whose arg names the op and the valid range. The
+scheduler lowers it to nothing in the value path and adds, to the same kernel, a store guarded by "index outside
+[low, high) and the record still empty" of (op, index, low, high, dim) into a small record buffer per device
+(`_Kernel.check_effects`). So the check adds no kernel, no synchronization and no host round-trip; the cost is a
+compare per index element.
+
+The record is looked at where speck synchronizes anyway: every data read (numpy/tolist/item/data) and the end of
+a TinyJit replay on a host-visible device. A violation found there raises IndexOutOfBoundsError (an IndexError)
+naming the op, the index and the bound, and clears the record."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from speck.tensor.errors import IndexOutOfBoundsError
+from speck.tensor.realize import get_buffer
+from speck.tensor.schedule import buffer_device, new_buffer_uop
+from speck.tensor.settings import CHECK_OOB
+from speck.uop import Ops, UOp, dtypes
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
+
+# the ops that check their indices, by the code stored in the record (code = position + 1; 0: nothing recorded)
+OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "sparse_categorical_crossentropy", "nll_loss")
+# int32 slots of a record: op code, the index found, low, high, dim (-1: none) (speck.tensor.schedule writes it)
+RECORD = 8
+
+_records: dict[str, UOp] = {}  # device -> the BUFFER of its record (created with the first check on the device)
+_views: dict[str, np.ndarray] = {}  # device -> a zero-copy view of the record, on host-visible devices
+
+
+def checked(
+    t: Tensor,
+    op: str,
+    low: int,
+    high: int,
+    dim: int | None = None,
+    allow: int | None = None,
+    device: str | tuple[str, ...] | None = None,
+) -> Tensor:
+    """t (an int tensor of indices) marked to be checked where a kernel reads it: every element must be in
+    [low, high) (or equal `allow`: sparse_categorical_crossentropy's ignore_index) or the next data read raises
+    IndexOutOfBoundsError naming `op`, the index and the bound. `device`: where the indexed data lives (a
+    device-less index, `Tensor(5)`, is checked there). t itself when CHECK_OOB=0 or nothing can be out of range
+    (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or one on a device that
+    runs no kernels (a file, USB)."""
+    from speck.tensor.device import Device
+    from speck.tensor.multi import MultiUOp
+
+    if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not dtypes.is_int(t.dtype):
+        return t
+    dev = t._device if t._device is not None else device
+    if not isinstance(dev, str) or not Device[dev].runs_kernels:  # (a record there would cost a copy per read)
+        return t
+    if t.dtype.is_weak:  # a Python int index (weakint): checked at the default int
+        t = t.cast(dtypes.default_int)
+    dt = t.dtype
+    if low <= dtypes.min(dt) and high > dtypes.max(dt):
+        return t
+    arg = (OPS.index(op) + 1, low, high, -1 if dim is None else dim, allow)
+    return t._new(UOp(Ops.CHECK, dt, (t.uop, record_buffer(dev)), arg))
+
+
+def record_buffer(device: str) -> UOp:
+    """The BUFFER a device's kernels record the first violation in (zeroed; one per device, kept for the process)."""
+    if (buf := _records.get(device)) is None:
+        buf = new_buffer_uop(device, RECORD, dtypes.int32)
+        hb = get_buffer(buf)
+        hb.ensure_allocated()
+        hb.copyin(np.zeros(RECORD, np.int32))
+        _records[device] = buf
+        if hb.dev.host_visible:
+            _views[device] = hb.numpy()
+    return buf
+
+
+def is_record(buf: UOp) -> bool:
+    """buf is a device's record buffer (pickles as a reference to the loading process's own)."""
+    return _records.get(buffer_device(buf)) is buf
+
+
+def raise_recorded(host_only: bool = False) -> None:
+    """Raise IndexOutOfBoundsError if a kernel recorded an out-of-range index since the last look (clearing the
+    record). `host_only`: look only at devices whose memory the host maps (no copy, no wait)."""
+    if not _records:
+        return
+    for device, buf in _records.items():
+        view = _views.get(device)
+        if view is not None:
+            if not view[0]:
+                continue
+            rec = [int(x) for x in view[:5]]
+        elif host_only:
+            continue
+        else:
+            rec = [int(x) for x in get_buffer(buf).numpy()[:5]]
+            if not rec[0]:
+                continue
+        get_buffer(buf).copyin(np.zeros(RECORD, np.int32))
+        raise IndexOutOfBoundsError(describe(rec, device))
+
+
+def describe(rec: list[int], device: str) -> str:
+    """The message of a record: which op, which index, which bound."""
+    code, index, low, high, dim = rec
+    shown = f"{index} or more" if index == 2**31 - 1 else f"{index} or less" if index == -(2**31) else str(index)
+    op = OPS[code - 1] if 0 < code <= len(OPS) else f"op #{code}"
+    where = f"dim {dim} with size {high}" if dim >= 0 else f"size {high}"
+    if op in ("sparse_categorical_crossentropy", "nll_loss"):
+        what, where = "label", f"{high} classes"
+    elif op == "one_hot":
+        what, where = "class index", f"num_classes={high}"
+    else:
+        what = "index"
+    return (f"{op}: {what} {shown} is out of bounds for {where} (valid: {low}..{high - 1}) on {device}; found by the "
+            "device-side index check in a kernel run since the last data read. Fix the index tensor (CHECK_OOB=0 "
+            "turns the check off: out-of-range indices then read 0 and writes to them are dropped)")  # fmt: skip
