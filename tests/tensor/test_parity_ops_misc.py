@@ -6,6 +6,7 @@ and schedule_with_vars. References are numpy (or the definition written out)."""
 from __future__ import annotations
 
 import ctypes
+import pathlib
 
 import numpy as np
 import pytest
@@ -302,3 +303,11 @@ def test_has_buffer_identity() -> None:
     assert Tensor(UOp.const(dtypes.float, 2.0)).clone().uop.has_buffer_identity()
     e = Tensor.ones(4, 8).shard(("CPU", "CPU:1"), axis=0).empty_like()
     assert e.uop.axis == 0 and e.uop.has_buffer_identity()
+
+
+def test_safe_save_refuses_literal_dtypes(tmp_path: pathlib.Path) -> None:
+    from speck.tensor.nn.state import safe_save
+
+    with pytest.raises(ValueError, match="literal"):
+        safe_save({"a": Tensor([1, 2]) * 0.5}, tmp_path / "a.safetensors")
+    assert not (tmp_path / "a.safetensors").exists()
