@@ -390,3 +390,23 @@ def test_reading_a_view_of_a_pending_copy_onto_a_file(tmp_path: Path) -> None:
     assert (tmp_path / "a").read_bytes() == ref.tobytes()
     u = (Tensor(ref) + 0).to(f"disk:{tmp_path / 'b'}")[::3]
     np.testing.assert_array_equal(u.to("CPU:1").numpy(), ref[::3])
+
+
+def test_schedule_lists_the_pending_whole_assigns_of_a_tensor() -> None:
+    """`a.assign(a + 1).schedule()` lists the kernel computing the new value (it was empty: the write waits for the
+    next realize); running those items writes nothing a tensor holds, the assign still happens once."""
+    from speck.tensor.engine.realize import run_schedule
+
+    a = Tensor([1.0, 2.0]).realize()
+    a.assign(a + 1)
+    items = a.schedule()
+    assert len([it for it in items if it.ast is not None]) == 1
+    run_schedule(items)
+    assert a.tolist() == [2.0, 3.0]
+    b = Tensor([1.0, 2.0]).realize()
+    b += 1
+    b *= 2
+    assert len(b.schedule()) == 2 and b.tolist() == [4.0, 6.0]
+    c, d = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+    c.assign(d)
+    assert [it.ast for it in c.schedule()] == [None] and c.tolist() == [3.0, 4.0]  # a copy

@@ -417,7 +417,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
-        return _realize.schedule_targets(parts)[0]
+        from speck.tensor.writes import schedule_pending
+
+        # (the whole-tensor assigns still pending on these tensors' buffers come first: `a.assign(a + 1).schedule()`
+        # lists the kernel computing the new value)
+        return schedule_pending([u for u, _ in parts]) + _realize.schedule_targets(parts)[0]
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, int]]:
         """(schedule(*lst), the values of the bound Variables its items use)."""

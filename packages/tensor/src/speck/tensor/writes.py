@@ -258,6 +258,25 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
     _collect()
 
 
+def schedule_pending(targets: Sequence[UOp]) -> list[ScheduleItem]:
+    """The items computing the new values of the pending whole-buffer writes to the buffers `targets` read, without
+    running or dropping them (Tensor.schedule's view of them). Running these items changes no buffer a tensor
+    holds: the write itself still happens at the next realize (partial writes, which store in place, are not
+    listed)."""
+    bufs = frozenset().union(*(buffers_read(u) for u in targets)) if targets else frozenset()
+    items: list[ScheduleItem] = []
+    for w in _thread.pending:
+        if w.buf not in bufs or w.target is not None or w.pos is not None or file_backed(buffer_device(w.buf)):
+            continue
+        if (src := _whole_source(w.value, w.buf)) is not None:
+            items.append(ScheduleItem(None, (new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype), src)))
+            continue
+        sched = Scheduler(buffer_device(w.buf))
+        sched.materialize(UOp(Ops.CONTIGUOUS, w.value.dtype, (w.value,), "clone", _fresh()))
+        items += sched.items
+    return items
+
+
 def _reads_write(u: UOp, w: Write) -> bool:
     reads = buffers_read(u)
     return w.buf in reads or w.snap in reads
