@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from speck.hcq.allocator import Allocator, BufferOptions
 from speck.hcq.device import DeviceBase
-from speck.hcq.errors import HCQError, ProgramArgumentError
+from speck.hcq.errors import HCQError, HCQValueError, ProgramArgumentError
 from speck.hcq.hsaco import Kernel, parse_code_object
 from speck.hcq.program import Program
 
@@ -256,7 +256,7 @@ class AMDGraph:
     def add_copy(self, dest: int, src: int, nbytes: int) -> int:
         """Append a copy of `nbytes` bytes between two addresses of this device's memory (a copy kernel)."""
         if nbytes < 0 or nbytes >= 2**31:
-            raise ValueError(f"a graph copy moves 0 to 2**31-1 bytes, got {nbytes}")
+            raise HCQValueError(f"a graph copy moves 0 to 2**31-1 bytes, got {nbytes}")
         self.cmds.append(_Cmd(None, (), len(self.args), 2, nbytes))
         self.args.extend((int(dest), int(src)))
         return len(self.cmds) - 1
