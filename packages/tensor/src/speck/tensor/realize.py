@@ -392,10 +392,12 @@ def execute(items: Sequence[ScheduleItem]) -> None:
 def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     """The `.contiguous()` nodes whose buffers these items filled read those buffers from now on (realized_cache)."""
     written = {it.bufs[0] for it in items if it.bufs}
+    capturing = recording() is not None  # (a TinyJit replay refills a capture's buffers: they hold no fixed value)
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            realized_cache[u] = view
+            if not capturing:
+                realized_cache[u] = view
 
 
 def run_entries(entries: Sequence[Entry], var_vals: Mapping[str, int] | None = None) -> None:
