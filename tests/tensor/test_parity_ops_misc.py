@@ -311,3 +311,23 @@ def test_safe_save_refuses_literal_dtypes(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="literal"):
         safe_save({"a": Tensor([1, 2]) * 0.5}, tmp_path / "a.safetensors")
     assert not (tmp_path / "a.safetensors").exists()
+
+
+def test_from_blob_sees_later_changes_to_the_memory_and_never_frees_it() -> None:
+    """from_blob wraps the memory (no copy): a computation run after the owner changed it reads the new values, even
+    one structurally identical to an earlier one; dropping the tensor frees nothing and counts nothing."""
+    import gc
+
+    from speck.tensor import GlobalCounters
+
+    arr = np.zeros(4, np.int32)
+    gc.collect()
+    before = GlobalCounters.mem_used
+    t = Tensor.from_blob(arr.ctypes.data, (4,), dtype=dtypes.int32, device="CPU")
+    assert (t + 1).tolist() == [1, 1, 1, 1]
+    arr[:] = [0, 1, 2, 3]
+    assert (t + 1).tolist() == [1, 2, 3, 4] and t.tolist() == [0, 1, 2, 3]
+    (t * 2).realize()
+    del t
+    gc.collect()
+    assert GlobalCounters.mem_used == before and arr.tolist() == [0, 1, 2, 3]

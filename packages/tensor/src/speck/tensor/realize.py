@@ -41,6 +41,7 @@ from speck.tensor.schedule import (
     buffer_views,
     contiguous_made,
     new_buffer_uop,
+    reads_external,
     realized_cache,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
@@ -396,7 +397,7 @@ def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            if not capturing:
+            if not capturing and not reads_external(u):
                 realized_cache[u] = view
 
 
@@ -565,7 +566,7 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
         items, views = schedule_targets(targets)
     execute(items)
     for (u, _), v in zip(targets, views):
-        if u is not v and not is_const_graph(u):
+        if u is not v and not is_const_graph(u) and not reads_external(u):
             realized_cache[u] = v
     return views
 

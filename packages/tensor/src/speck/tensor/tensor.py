@@ -54,6 +54,7 @@ from speck.tensor.schedule import (
     base_buffer,
     max_dim,
     new_buffer_uop,
+    reads_external,
     realized_cache,
     realized_data,
     staged,
@@ -375,7 +376,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 t.uop = view
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
-                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u):
+                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                     realized_cache[u] = view
                 return
         for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
