@@ -331,3 +331,9 @@ def test_from_blob_sees_later_changes_to_the_memory_and_never_frees_it() -> None
     del t
     gc.collect()
     assert GlobalCounters.mem_used == before and arr.tolist() == [0, 1, 2, 3]
+
+
+def test_uop_shard() -> None:
+    u = Tensor(np.arange(8, dtype=np.float32)).realize().uop
+    assert u.shard(("CPU", "CPU:1")).axis is None and u.shard(("CPU", "CPU:1"), 0).axis == 0
+    np.testing.assert_array_equal(Tensor(u.shard(("CPU", "CPU:1"), 0)).numpy(), np.arange(8))

@@ -777,6 +777,12 @@ class UOp(_Slots):
                     stack.append(s)
         return None
 
+    def shard(self, devices: tuple[str, ...], axis: int | None = None) -> UOp:
+        """This tensor-level node split over `devices` along `axis` (None: replicated), as Tensor.shard does (the
+        layer that owns devices provides it: service 'uop_shard')."""
+        out: UOp = _service("uop_shard")(self, tuple(devices), axis)
+        return out
+
     def has_buffer_identity(self) -> bool:
         """This node names storage of its own: (a view of) a BUFFER, or a node that gets a buffer of its own when
         realized (a contiguous copy, a clone, a write's result)."""
