@@ -42,9 +42,7 @@ def reads_external(u: UOp) -> bool:
     """u's graph reads memory speck doesn't own (an external BUFFER)."""
     if not external_buffers:
         return False
-    from speck.tensor.writes import buffers_read
-
-    return any(b in external_buffers for b in buffers_read(u))
+    return any(n.op is Ops.BUFFER and n in external_buffers for n in u.toposort())
 
 
 def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:
