@@ -55,9 +55,6 @@ class Ops(enum.Enum):
     BUFFERIZE = enum.auto()  # materialize src[0] into a buffer over ranges src[1:]
     REDUCE_AXIS = enum.auto()  # tensor level: arg = (Ops, axes)
     REDUCE = enum.auto()  # kernel level: src = (value, *ranges reduced), arg = Ops (ADD/MUL/MAX)
-    # tensor level: src[0]'s value unchanged, each element checked against the bounds in arg; a violation is
-    # recorded in src[1], a BUFFER (speck.tensor.bounds)
-    CHECK = enum.auto()
 
     # ---- casts ----
     CAST = enum.auto()
@@ -98,6 +95,10 @@ class Ops(enum.Enum):
     # ---- machine level ----
     INS = enum.auto()  # a machine instruction of an ISA backend: arg = (opcode, extra)
     CUSTOM = enum.auto()  # renderer-specific text: arg = format string
+    # ---- appended (Ops pickle by value: a new member goes last, so stored graphs keep their meaning) ----
+    # tensor level: src[0]'s value unchanged, each element checked against the bounds in arg; a violation is
+    # recorded in src[1], a BUFFER (speck.tensor.bounds)
+    CHECK = enum.auto()
 
     IDIV = CDIV  # tinygrad-compatible aliases
     MOD = CMOD
