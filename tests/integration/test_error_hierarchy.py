@@ -40,8 +40,6 @@ ALLOWED_RAISES: dict[tuple[str, str], str] = {
 INTERNAL_CLASSES: dict[tuple[str, str], str] = {
     ("speck.tensor.nn.gguf", "_Truncated"): "gguf_load's signal for reading past the end; caught there and raised "
     "as GGUFError naming the file",
-    ("speck.tensor.usb", "UsbComputeNotImplemented"): "an HCQError of the USB device (its compiler/program "
-    "hooks), defined beside the device it belongs to",
     ("speck.usbgpu.sim.firmware", "Stall"): "the simulated firmware's signal to STALL a control transfer; the "
     "simulated device turns it into the STALL status, so it never leaves the simulator",
     ("speck.usbgpu.sim.model_api", "ModelError"): "the simulator model API's way for a device model to make a "

@@ -155,6 +155,16 @@ def test_usb_without_hardware_or_simulator_says_how_to_simulate() -> None:
     assert "cannot open USB" in r.stdout and "USB:SIM" in r.stdout and "SPECK_USB_SIM" in r.stdout
 
 
+def test_dev_usb_plus_amd_makes_the_usb_gpu_the_default_device() -> None:
+    r = _run(
+        "from speck.tensor import Device, Tensor\nt = Tensor([1.0, 2.0]) + 1\n"
+        "print(Device.DEFAULT, t.device, t.numpy().tolist())\n",
+        DEV="USB:SIM+AMD",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["USB:SIM", "USB:SIM", "[2.0,", "3.0]"]
+
+
 def test_on_an_unverified_card_opening_usb_names_the_bring_up_opt_in() -> None:
     """What a user with a real card sees today: the bring-up safety gate, before anything is written to the GPU (in
     a process of its own: a bus with that board replaces this process's simulated bridges)."""

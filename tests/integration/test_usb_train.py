@@ -1,7 +1,9 @@
 """The main job on the simulated USB GPU: `speck-train --device USB:SIM` (Adam under TinyJit, every kernel of the
 step dispatched through PM4 and run in the RDNA3 emulator, each replay one doorbell) trains like the same run on the
 CPU. The emulator runs about a million wave-instructions per second, so the CI variant is short: the small CNN, 4
-steps of 16 (the classic CNN at batch 32 costs minutes of emulation per step; bench/usbgpu.py reports it)."""
+steps of 16. The classic CNN at batch 32 (`speck-train --device USB:SIM --steps 20 --batch 32`) costs about 236M
+wave-instructions per step, 4-5 minutes of emulation on a 2-core machine: 3 steps gave the CPU's losses to 4 digits
+(2.9586 at step 0, 1.8339 at step 2); 20 steps take over an hour there."""
 
 from __future__ import annotations
 

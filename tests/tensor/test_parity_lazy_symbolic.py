@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from speck.tensor import Device, Tensor, TinyJit, Variable, assert_kernel_count, dtypes
 from speck.tensor.engine.realize import lower_schedule_item
@@ -223,3 +225,17 @@ def test_one_draw_is_not_two_smaller_draws_but_seeding_repeats_it() -> None:
     again = Tensor.rand(6).numpy()
     assert not np.array_equal(six, halves[:6])
     np.testing.assert_array_equal(six, again)
+
+
+@given(st.integers(3, 10))
+def test_negative_bounds_against_a_symbolic_dim_resolve_like_slice_indices(n: int) -> None:
+    x = np.arange(3 * 10 * 2, dtype=np.float32).reshape(3, 10, 2)
+    s = Tensor(x)[:, : Variable("i", 3, 10).bind(n)]
+    assert s[:, -3:-1].shape == (3, 2, 2) and s[:, -1].shape == (3, 2)  # sizes fold: (i-1) - (i-3) is 2
+    np.testing.assert_array_equal(s[:, -3:-1].numpy(), x[:, :n][:, -3:-1])
+    np.testing.assert_array_equal(s[:, -1].numpy(), x[:, :n][:, -1])
+    np.testing.assert_array_equal(s[:, 1].numpy(), x[:, 1])
+    with pytest.raises(IndexError):
+        s[:, -4]  # the dim can be 3 long
+    with pytest.raises(ValueError, match="bound to"):
+        Tensor(np.zeros(30, np.float32)).reshape(3, Variable("j", 1, 10).bind(2))

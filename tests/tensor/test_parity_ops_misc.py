@@ -6,6 +6,7 @@ and schedule_with_vars. References are numpy (or the definition written out)."""
 from __future__ import annotations
 
 import ctypes
+import pathlib
 
 import numpy as np
 import pytest
@@ -263,3 +264,76 @@ def test_scatter_with_gradients_matches_the_write_kernel_and_differentiates(dim:
             gs[i, j] = weight[tgt]
     np.testing.assert_allclose(s.grad.numpy(), gs, rtol=1e-6)
     np.testing.assert_allclose(t.grad.numpy(), gt, rtol=1e-6)
+
+
+def test_bitcast_from_and_to_bool_is_the_bytes() -> None:
+    """bool's bytes are 0 and 1 (numpy's view): bitcasts from and to bool compile everywhere (a 1-bit bitcast was
+    refused by every renderer), and an assign through one writes the source."""
+    b = np.array([True, False, True, True, False, False, True, False])
+    np.testing.assert_array_equal(Tensor(b).bitcast(dtypes.uint8).numpy(), b.view(np.uint8))
+    np.testing.assert_array_equal(Tensor(b).bitcast(dtypes.int16).numpy(), b.view(np.int16))
+    np.testing.assert_array_equal(Tensor(b.view(np.uint8)).bitcast(dtypes.bool).numpy(), b)
+    a = Tensor(b).realize()
+    a.bitcast(dtypes.int8).assign(Tensor(np.arange(8) % 2, dtype=dtypes.int8))
+    np.testing.assert_array_equal(a.numpy(), (np.arange(8) % 2).astype(bool))
+
+
+def test_a_graph_naming_no_device_is_a_device_less_tensor() -> None:
+    from speck.tensor.uop.ops import UOp
+
+    t = Tensor(UOp.const(dtypes.float, 2.0))
+    u = t.uop
+    assert t.device is None and t.uop.device is None and "<UOp None" in repr(t)
+    assert t.realize() is t and t.uop is u  # realize is a no-op for a device-less tensor
+    assert (t + Tensor([1.0, 2.0])).tolist() == [3.0, 4.0] and t.item() == 2.0
+
+
+def test_rand_rejects_unknown_keywords() -> None:
+    with pytest.raises(TypeError, match="generator"):
+        Tensor.rand(5, generator="foo")
+    with pytest.raises(TypeError):
+        Tensor.randn(5, nonsense=1)
+    assert Tensor.rand(3, contiguous=False).shape == (3,)
+
+
+def test_has_buffer_identity() -> None:
+    from speck.tensor.uop.ops import UOp
+
+    assert Tensor([1.0]).realize().uop.has_buffer_identity() and not (Tensor([1.0]) * 2).uop.has_buffer_identity()
+    assert Tensor(UOp.const(dtypes.float, 2.0)).clone().uop.has_buffer_identity()
+    e = Tensor.ones(4, 8).shard(("CPU", "CPU:1"), axis=0).empty_like()
+    assert e.uop.axis == 0 and e.uop.has_buffer_identity()
+
+
+def test_safe_save_refuses_literal_dtypes(tmp_path: pathlib.Path) -> None:
+    from speck.tensor.nn.state import safe_save
+
+    with pytest.raises(ValueError, match="literal"):
+        safe_save({"a": Tensor([1, 2]) * 0.5}, tmp_path / "a.safetensors")
+    assert not (tmp_path / "a.safetensors").exists()
+
+
+def test_from_blob_sees_later_changes_to_the_memory_and_never_frees_it() -> None:
+    """from_blob wraps the memory (no copy): a computation run after the owner changed it reads the new values, even
+    one structurally identical to an earlier one; dropping the tensor frees nothing and counts nothing."""
+    import gc
+
+    from speck.tensor import GlobalCounters
+
+    arr = np.zeros(4, np.int32)
+    gc.collect()
+    before = GlobalCounters.mem_used
+    t = Tensor.from_blob(arr.ctypes.data, (4,), dtype=dtypes.int32, device="CPU")
+    assert (t + 1).tolist() == [1, 1, 1, 1]
+    arr[:] = [0, 1, 2, 3]
+    assert (t + 1).tolist() == [1, 2, 3, 4] and t.tolist() == [0, 1, 2, 3]
+    (t * 2).realize()
+    del t
+    gc.collect()
+    assert GlobalCounters.mem_used == before and arr.tolist() == [0, 1, 2, 3]
+
+
+def test_uop_shard() -> None:
+    u = Tensor(np.arange(8, dtype=np.float32)).realize().uop
+    assert u.shard(("CPU", "CPU:1")).axis is None and u.shard(("CPU", "CPU:1"), 0).axis == 0
+    np.testing.assert_array_equal(Tensor(u.shard(("CPU", "CPU:1"), 0)).numpy(), np.arange(8))

@@ -63,6 +63,19 @@ class TestRam(unittest.TestCase):
             (Tensor.full((4,), 1.0, device="NULL") + 1).realize()
 
 
+class TestShardedWork(unittest.TestCase):
+    def test_half_moves_half_the_memory(self):
+        mem = {}
+        for dt in (dtypes.float, dtypes.half):
+            devs = ("NULL", "NULL:1")
+            a = Tensor.empty(32, 32, dtype=dt, device="NULL").shard(devs, axis=0)  # (each shard a view of a)
+            b = Tensor.empty(32, 32, dtype=dt, device="NULL").shard(devs, axis=None)
+            GlobalCounters.reset()
+            (a @ b).realize()
+            mem[dt] = GlobalCounters.global_mem
+        self.assertEqual(mem[dtypes.half] * 2, mem[dtypes.float])
+
+
 class TestEstimates(unittest.TestCase):
     def mem(self, t):
         return lower_schedule_item(t.schedule()[-1]).prg.estimates.mem

@@ -107,14 +107,17 @@ def _slot(p: UOp) -> int:
 def estimate(uops: list[UOp]) -> Estimates:
     """Count ALU ops and loaded bytes (lds), multiplying by the trip counts of enclosing loops (symbolic when a
     loop end is a variable expression). `mem` is the global memory a run touches: per buffer, its loads and its
-    stores each count at most the buffer's size (a matmul reads each input once as far as memory traffic goes, as
-    tinygrad's estimate says: GlobalCounters.global_mem is proportional to the data, not to the loop nest)."""
+    stores each count at most the part of the buffer their indices reach (a matmul reads each input once as far as
+    memory traffic goes, as tinygrad's estimate says: GlobalCounters.global_mem is proportional to the data, not to
+    the loop nest)."""
     mult: sint = 1
     stack: list[sint] = []
     ops: sint = 0
     lds: sint = 0
     touched: dict[tuple[int, Ops], sint] = {}
-    cap: dict[int, int] = {}
+    cap: dict[tuple[int, Ops], int] = {}
+    span: dict[tuple[int, Ops], tuple[int, int]] = {}
+    esz: dict[tuple[int, Ops], int] = {}
     # address arithmetic is not the kernel's work (tinygrad's estimate leaves it out too): ALU ops that only feed an
     # INDEX (or a gate) are not counted
     dont_count: set[UOp] = set()
@@ -144,15 +147,26 @@ def estimate(uops: list[UOp]) -> Estimates:
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             nbytes = dt.itemsize * dt.count
             if u.src[0].op is Ops.INDEX and (p := u.src[0].src[0]).op is Ops.PARAM:
-                key = (_slot(p), u.op)
+                key: tuple[int, Ops] = (_slot(p), u.op)
                 touched[key] = add(touched.get(key, 0), mul(mult, nbytes))
                 if isinstance(p.dtype, PtrDType) and p.dtype.size > 0:
-                    cap[key[0]] = p.dtype.size * p.dtype.base.itemsize
+                    cap.setdefault(key, p.dtype.size * p.dtype.base.itemsize)
+                    esz[key] = p.dtype.base.itemsize
+                # the elements the index can reach (a view's part of a bigger buffer reads only that part)
+                idx = u.src[0].src[1] if len(u.src[0].src) > 1 else None
+                lo, hi = (idx.vmin, idx.vmax) if idx is not None else (None, None)
+                if type(lo) is int and type(hi) is int:
+                    r = span.get(key)
+                    span[key] = (lo, hi + dt.count - 1) if r is None else (min(r[0], lo), max(r[1], hi + dt.count - 1))
             if u.op is Ops.LOAD:
                 lds = add(lds, mul(mult, nbytes))
     mem: sint = 0
-    for (slot, _), n in touched.items():
-        mem = add(mem, min(n, cap[slot]) if isinstance(n, int) and slot in cap else n)
+    for k, n in touched.items():
+        if isinstance(n, int) and k in cap:
+            if (r := span.get(k)) is not None:
+                cap[k] = min(cap[k], (r[1] - r[0] + 1) * esz[k])
+            n = min(n, cap[k])
+        mem = add(mem, n)
     return Estimates(_simp(ops), _simp(mem), _simp(lds))
 
 

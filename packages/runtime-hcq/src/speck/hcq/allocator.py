@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from speck.hcq.errors import CopySizeError, HCQError, HCQValueError, OutOfMemoryError
-from speck.hcq.memory import HostMemory
+from speck.hcq.memory import ExternalMemory, HostMemory
 from speck.hcq.settings import LRU
 
 
@@ -146,6 +146,8 @@ class Allocator:
         from a finalizer
         that runs while this allocator is busy (a garbage collection inside alloc on this thread, or another
         thread holding the lock): the free is queued and done by the lock's next holder, never waited for."""
+        if type(opaque) is ExternalMemory:  # (someone else's memory: never freed, cached or counted)
+            return
         lock = self._lock
         if options.lru and nbytes <= self.cache_cap and LRU.value and not self._pending and lock.acquire(False):
             # the hot path (_release_pending for one allocation, inlined): into the LRU cache

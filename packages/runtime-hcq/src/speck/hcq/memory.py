@@ -48,6 +48,18 @@ class HostMemory:
         self.mv = memoryview(self.mm)[:nbytes]
 
 
+class ExternalMemory:
+    """Host memory speck does not own (Tensor.from_blob): `addr` and a memoryview `mv` over `nbytes` at it. A Buffer
+    adopting it (Buffer.allocate(opaque)) never frees it, caches it or counts it as used: its owner keeps it alive."""
+
+    __slots__ = ("addr", "mv", "nbytes")
+    external = True
+
+    def __init__(self, addr: int, nbytes: int) -> None:
+        self.addr, self.nbytes = addr, nbytes
+        self.mv = memoryview((ctypes.c_uint8 * max(nbytes, 1)).from_address(addr)).cast("B")[:nbytes]
+
+
 def _mmap_raw(size: int, low: bool) -> int:
     flags = MAP_PRIVATE | MAP_ANONYMOUS | (MAP_32BIT if low else 0)
     addr = _libc.mmap(None, size, PROT_READ | PROT_WRITE, flags, -1, 0)

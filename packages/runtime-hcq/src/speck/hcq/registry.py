@@ -38,6 +38,7 @@ class DeviceKind:
     suffix: Callable[[str], str | None]
     forms: tuple[str, ...]
     probe: bool = True
+    serves: tuple[str, ...] = ()  # devices this kind is the interface to: DEV=<kind>+<device> opens this kind
 
 
 def numbered(rest: str) -> str | None:
@@ -58,13 +59,16 @@ def register_device(
     suffix: Callable[[str], str | None] = numbered,
     forms: Sequence[str] | None = None,
     probe: bool = True,
+    serves: Sequence[str] = (),
 ) -> DeviceKind:
     """Add (or replace) the device kind `name` ("USB"): `Device["USB:1"]` then calls `opener("USB:1")` once. The
-    default suffix rule accepts NAME and NAME:<n>; `probe=False` for kinds `get_available_devices` must not open."""
+    default suffix rule accepts NAME and NAME:<n>; `probe=False` for kinds `get_available_devices` must not open;
+    `serves`: the devices it is the interface to (USB serves AMD: DEV=USB+AMD, DEV=USB:1+AMD open USB, USB:1)."""
     kind_name = name.upper()
     if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
         raise HCQValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
-    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"), probe)
+    kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"), probe,
+                      tuple(d.upper() for d in serves))  # fmt: skip
     _KINDS[kind_name] = kind
     return kind
 
@@ -126,6 +130,10 @@ def parse_dev(target: str | Target) -> str:
     the first is used). A CPU renderer picks the CPU device built on that backend ("CPU:X86")."""
     first = target if isinstance(target, Target) else Target.parse_all(target)[0]
     dev = first.device or "CPU"
+    via = _KINDS.get(first.interface.upper()) if first.interface else None
+    if via is not None and dev in via.serves:  # the device through its interface ("USB+AMD": the USB kind)
+        index = first.indices.split(",")[0]
+        return canonicalize(f"{via.name}:{index}" if index else via.name)
     return canonicalize(f"{dev}:{first.renderer}" if first.renderer else dev)
 
 

@@ -61,7 +61,15 @@ def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
         one = UOp(Ops.CONST, root.dtype, (UOp(Ops.DEVICE, arg=root.device),), 1.0)
         return one
     if gradient.shape != root.shape:
-        raise GradientSeedError(f"{what}: the seed gradient has shape {gradient.shape}, expected {root.shape}")
+        # a seed with the root's elements in another shape ([3.0] for a 0-d root), or one that broadcasts to it
+        if gradient.numel() == root.numel():
+            gradient = gradient.reshape(root.shape)
+        else:
+            try:
+                gradient = gradient.expand(root.shape)
+            except (ValueError, IndexError, RuntimeError):
+                raise GradientSeedError(f"{what}: the seed gradient has shape {gradient.shape}, which doesn't "
+                                        f"broadcast to the root's shape {root.shape}") from None  # fmt: skip
     return gradient.uop if gradient.dtype == root.dtype else gradient.uop.cast(root.dtype)
 
 

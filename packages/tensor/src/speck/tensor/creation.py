@@ -90,6 +90,24 @@ class CreationMixin:
             )
         sh = validate_shape(argfix(shape))
         n = int(prod(sh)) * dt.itemsize
+        dev = canonical(kw.get("device"))
+        from speck.hcq import Buffer as HcqBuffer
+        from speck.hcq import Device
+        from speck.hcq.allocator import BufferOptions, HostAllocator
+        from speck.hcq.memory import ExternalMemory
+
+        if n and isinstance(Device[dev].allocator, HostAllocator):
+            # kernels of a host device read the memory itself: later changes to it are seen, nothing is copied
+            from speck.tensor.schedule import buffer_map, external_buffers
+
+            buf = new_buffer_uop(dev, int(prod(sh)), dt)
+            buffer_map[buf] = HcqBuffer(dev, int(prod(sh)), dt, BufferOptions(lru=False)).allocate(
+                ExternalMemory(ptr, n)
+            )
+            external_buffers.add(buf)
+            out = Tensor(buf.reshape(sh) if sh != (int(prod(sh)),) else buf, device=dev)
+            out.requires_grad = kw.get("requires_grad")
+            return out
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
         return Tensor(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
                       requires_grad=kw.get("requires_grad"))  # fmt: skip

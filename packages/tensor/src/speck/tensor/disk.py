@@ -55,3 +55,18 @@ def host_graph(u: UOp) -> UOp:
         return out
 
     return go(u)
+
+
+def write_pending_copy(t: object) -> None:
+    """t (a tensor on a file) viewing a copy onto the file that hasn't run (`x.to("disk:...")[10:20]`): run the copy
+    (the file gets the bytes) so t is a view of the file, which reads need (the file's device computes nothing)."""
+    from speck.tensor.hook import Tensor
+
+    assert isinstance(t, Tensor)
+    u = t.uop
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    if u.op is Ops.COPY and is_disk(u.arg) and base_buffer(u) is None:
+        whole = Tensor(u, device=t.device)
+        whole.realize()
+        t.uop = t.uop.substitute({u: whole.uop})

@@ -240,6 +240,21 @@ def _deepwalk(root: UOp, targets: set[UOp]) -> list[UOp]:
     return [u for u in order if on_path[u]]
 
 
+def _unbroadcast(g: UOp, src: UOp) -> UOp:
+    """g summed back to src's shape where src was broadcast implicitly (a graph node combining a () or size-1 source
+    with a bigger one, without an EXPAND node: its gradient has the bigger shape)."""
+    if not (g.has_shape and src.has_shape) or g.shape == src.shape:
+        return g
+    gs, ss = g.shape, src.shape
+    if len(ss) > len(gs) or not all(isinstance(d, int) for d in (*gs, *ss)):
+        return g
+    lead = len(gs) - len(ss)
+    axes = tuple(range(lead)) + tuple(lead + i for i, (a, b) in enumerate(zip(ss, gs[lead:])) if a == 1 and b != 1)
+    if any(a != b and a != 1 for a, b in zip(ss, gs[lead:])):
+        return g  # (not a broadcast: leave it to the rule that made it)
+    return g.reduce_axis(Ops.ADD, axes).reshape(ss) if axes else g.reshape(ss)
+
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
     """Gradient of `root` (seeded with root_grad) with respect to each target reachable from root.
 
@@ -266,6 +281,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
                 continue
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
+            sg = _unbroadcast(sg, s)
             grads[s] = grads[s] + sg if s in grads else sg
         mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -15,7 +15,7 @@ import numpy as np
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorTypeError, TensorValueError
-from speck.uop import UOp, dtypes
+from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -132,9 +132,17 @@ class IndexingMixin:
                 final_shape.append(t.shape[dim])
                 dim += 1
                 continue
+            if isinstance(it, int) and not isinstance(size, int):  # a symbolic dim: negatives count from its end
+                # (the shortest the dim can be: bound Variables count with their whole range)
+                least = size.substitute({b: b.src[0] for b in size.toposort() if b.op is Ops.BIND}).vmin
+                if not (-least <= it < least if it < 0 else 0 <= it < least):
+                    raise TensorIndexError(f"index {it} can be out of bounds for the symbolic dim {dim} (at least "
+                                           f"{least} long)")  # fmt: skip
+                pos: Any = size + it if it < 0 else it
+                t = t._slice_dim(dim, pos, pos + 1)
+                t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
+                continue
             if isinstance(it, int):
-                if not isinstance(size, int):
-                    raise TensorIndexError("integer indexing of a symbolic dim is not supported")
                 if not -size <= it < size:
                     raise TensorIndexError(f"index {it} is out of bounds for dim {dim} with size {size}")
                 i = it + size if it < 0 else it

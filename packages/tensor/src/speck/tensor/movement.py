@@ -18,7 +18,7 @@ from speck.tensor.errors import (
     TensorValueError,
     TensorZeroDivisionError,
 )
-from speck.uop import UOp, dtypes, sint, validate_shape
+from speck.uop import Ops, UOp, dtypes, sint, validate_shape
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -65,6 +65,10 @@ class MovementMixin:
         nn = prod(new)
         if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
             raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
+        if isinstance(nn, int) != isinstance(numel, int) and (bound := _bound_value(nn)) != _bound_value(numel):
+            # (a fixed size reshaped to a symbolic one must hold as many elements at the values bound now)
+            raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({bound} elements "
+                                   "at the values its Variables are bound to)")  # fmt: skip
         if new == self.shape:
             return self
         return self._new(self.uop.reshape(new))
@@ -522,3 +526,13 @@ def _rearrange_parse(formula: str) -> tuple[list[list[str]], list[list[str]]]:
 
     left, right = formula.split("->")
     return side(left), side(right)
+
+
+def _bound_value(x: Any) -> Any:
+    """x with every bound Variable at its bound value (an int when that decides it)."""
+    if not isinstance(x, UOp):
+        return x
+    from speck.uop.uop import ssimplify
+
+    binds = {b: b.src[1] for b in x.toposort() if b.op is Ops.BIND}
+    return ssimplify(x.substitute(binds)) if binds else x

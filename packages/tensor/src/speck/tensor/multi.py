@@ -136,6 +136,10 @@ class MultiUOp(UOp):
 
         return all(base_buffer(s) is not None for s in self.shards)
 
+    def has_buffer_identity(self) -> bool:
+        """Every shard names storage of its own (UOp.has_buffer_identity)."""
+        return all(s.has_buffer_identity() for s in self.shards)
+
     # ---------------- elementwise ----------------
     def alu(self, op: Ops, *src: UOp | ConstType) -> UOp:
         return multi_alu(op, self, *src)

@@ -64,12 +64,16 @@ def _iota_uop(n: sint, device: str) -> UOp:
 
 def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
     """A realized BUFFER holding arr (copied in now), viewed with arr's shape."""
+    from speck.tensor.device import file_backed
     from speck.tensor.realize import get_buffer
 
     size = int(arr.size)
     buf = new_buffer_uop(device, size, dt)
     if size:
-        get_buffer(buf).copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+        b = get_buffer(buf)
+        if file_backed(device):  # (a file is mapped read-only until something writes it)
+            b.make_writable()
+        b.copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
     return buf.reshape(arr.shape) if arr.shape != (size,) else buf
 
 

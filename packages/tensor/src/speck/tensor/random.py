@@ -99,6 +99,9 @@ class RandomMixin:
                 f"rand can't make a tensor over several devices {tuple(device)}; make one on a single "
                 "device and .shard() it, or use rand_like on a sharded tensor (independent shards)"
             )
+        if unknown := sorted(set(kw) - {"_stream", "contiguous", "requires_grad"}):
+            raise TensorTypeError(f"rand() got unexpected keyword arguments {unknown}; it takes shape, device=, dtype= "
+                                  "and contiguous=")  # fmt: skip
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
         if not dtypes.is_float(dt):

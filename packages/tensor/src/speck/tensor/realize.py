@@ -41,6 +41,7 @@ from speck.tensor.schedule import (
     buffer_views,
     contiguous_made,
     new_buffer_uop,
+    reads_external,
     realized_cache,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
@@ -84,6 +85,15 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
 
 
 register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+
+
+def _shard_uop(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
+    from speck.tensor.hook import Tensor
+
+    return Tensor(u).shard(devices, axis).uop
+
+
+register_service("uop_shard", _shard_uop)  # UOp.shard: Tensor.shard of the node
 _unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)
 
 
@@ -392,10 +402,12 @@ def execute(items: Sequence[ScheduleItem]) -> None:
 def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     """The `.contiguous()` nodes whose buffers these items filled read those buffers from now on (realized_cache)."""
     written = {it.bufs[0] for it in items if it.bufs}
+    capturing = recording() is not None  # (a TinyJit replay refills a capture's buffers: they hold no fixed value)
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            realized_cache[u] = view
+            if not capturing and not reads_external(u):
+                realized_cache[u] = view
 
 
 def run_entries(entries: Sequence[Entry], var_vals: Mapping[str, int] | None = None) -> None:
@@ -563,7 +575,7 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
         items, views = schedule_targets(targets)
     execute(items)
     for (u, _), v in zip(targets, views):
-        if u is not v and not is_const_graph(u):
+        if u is not v and not is_const_graph(u) and not reads_external(u):
             realized_cache[u] = v
     return views
 

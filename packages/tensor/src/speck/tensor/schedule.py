@@ -33,6 +33,16 @@ realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary(
 # (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of another graph holding it
 # reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a buffer its tensors keep)
 contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# BUFFERs over memory speck doesn't own (Tensor.from_blob): its owner may change it at any time, so no value computed
+# from it is remembered (realize.remembered)
+external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def reads_external(u: UOp) -> bool:
+    """u's graph reads memory speck doesn't own (an external BUFFER)."""
+    if not external_buffers:
+        return False
+    return any(n.op is Ops.BUFFER and n in external_buffers for n in u.toposort())
 
 
 def _backing_dict(d: weakref.WeakKeyDictionary[UOp, Any]) -> dict[weakref.ref[UOp], Any]:

@@ -54,6 +54,7 @@ from speck.tensor.schedule import (
     base_buffer,
     max_dim,
     new_buffer_uop,
+    reads_external,
     realized_cache,
     realized_data,
     staged,
@@ -109,11 +110,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             _init_multi(self, data, device, dtype, requires_grad)
             return
         if device is None and tp is UOp:  # a graph node: on the device its graph names
-            device = multi.device_of(data)
+            # (a graph naming no device - UOp.const(...) - is a device-less tensor)
+            device = multi.device_of(data) if data.device is not None else None
         dev = canonical(device)
         dt = _dt(dtype)
         self.requires_grad, self.grad, self.is_param = requires_grad, None, True
-        self._device: Any = dev
+        self._device: Any = dev if device is not None or tp is not UOp else None
         _track(self)
         if isinstance(data, UOp):
             self.uop = data
@@ -374,7 +376,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 t.uop = view
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
-                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u):
+                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                     realized_cache[u] = view
                 return
         for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
@@ -416,7 +418,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
-        return _realize.schedule_targets(parts)[0]
+        from speck.tensor.writes import schedule_pending
+
+        # (the whole-tensor assigns still pending on these tensors' buffers come first: `a.assign(a + 1).schedule()`
+        # lists the kernel computing the new value)
+        return schedule_pending([u for u, _ in parts]) + _realize.schedule_targets(parts)[0]
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, int]]:
         """(schedule(*lst), the values of the bound Variables its items use)."""
@@ -449,6 +455,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         else:
             out = src._new(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), "clone", next(_clone_counter)))
         out.is_param = self.is_param
+        if out.requires_grad is False:
+            out.requires_grad = None  # a clone of a detached value is a new leaf: it gets .grad (detach opted out)
         if src.grad is not None:
             out.grad = src.grad.clone()
         return out
@@ -475,8 +483,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.is_weak:
             raise TensorTypeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
                                   "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host
+        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
+        if file_backed(self._device) and not is_view(self.uop):
+            write_pending_copy(self)
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             host = Tensor(host_graph(self.uop), device=HOST)
             return host if dev == HOST else host.to(dev)
@@ -506,8 +516,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
             )
         shape = tuple(as_int(s) for s in self.shape)
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host
+        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
+        if file_backed(self._device) and not is_view(self.uop):
+            write_pending_copy(self)
         if file_backed(self._device) and is_view(self.uop) and needs_host(self.uop):  # a strided view of a file
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
@@ -598,6 +610,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         on_disk = file_backed(self.device)
         if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
             return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
+        if dt.itemsize == self.dtype.itemsize and (dt == dtypes.bool or self.dtype == dtypes.bool):
+            # bool's bytes are 0 and 1: reinterpreting them is a conversion (no backend has a 1-bit bitcast)
+            out = self.cast(dt) if dt != dtypes.bool else self != 0
+            from speck.tensor.writes import RESIZED_BITCASTS
+
+            RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
+            return out
         if dt.itemsize == self.dtype.itemsize:
             return self._new(self.uop.bitcast(dt))
         return self._bitcast_resize(dt)

@@ -338,4 +338,5 @@ def register() -> None:
             return
     except (ImportError, ValueError):  # a broken or blocked install counts as absent
         return
-    register_device("USB", open_usb, suffix=_usb_suffix, forms=("USB", "USB:<n>", f"USB:{SIM_SUFFIX}"), probe=False)
+    register_device("USB", open_usb, suffix=_usb_suffix, forms=("USB", "USB:<n>", f"USB:{SIM_SUFFIX}"), probe=False,
+                    serves=(AMDDevice.backend_name,))  # fmt: skip

@@ -258,6 +258,25 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
     _collect()
 
 
+def schedule_pending(targets: Sequence[UOp]) -> list[ScheduleItem]:
+    """The items computing the new values of the pending whole-buffer writes to the buffers `targets` read, without
+    running or dropping them (Tensor.schedule's view of them). Running these items changes no buffer a tensor
+    holds: the write itself still happens at the next realize (partial writes, which store in place, are not
+    listed)."""
+    bufs = frozenset().union(*(buffers_read(u) for u in targets)) if targets else frozenset()
+    items: list[ScheduleItem] = []
+    for w in _thread.pending:
+        if w.buf not in bufs or w.target is not None or w.pos is not None or file_backed(buffer_device(w.buf)):
+            continue
+        if (src := _whole_source(w.value, w.buf)) is not None:
+            items.append(ScheduleItem(None, (new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype), src)))
+            continue
+        sched = Scheduler(buffer_device(w.buf))
+        sched.materialize(UOp(Ops.CONTIGUOUS, w.value.dtype, (w.value,), "clone", _fresh()))
+        items += sched.items
+    return items
+
+
 def _reads_write(u: UOp, w: Write) -> bool:
     reads = buffers_read(u)
     return w.buf in reads or w.snap in reads
@@ -577,8 +596,13 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
     from speck.uop import least_upper_dtype
 
     if not isinstance(x, Tensor):
-        made: Tensor = t._const_like(x) if isinstance(x, (int, float, bool)) else Tensor(x, device=t.device,
-                                                                                          dtype=t.dtype)  # fmt: skip
+        if isinstance(x, (int, float, bool)):
+            return t._const_like(x)
+        if file_backed(t.device):  # (staged on the host: a buffer on the file's device would be the file itself)
+            from speck.tensor.disk import HOST
+
+            return Tensor(x, device=HOST, dtype=t.dtype).to(t.device)
+        made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
         return made
     if x.dtype != t.dtype:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
@@ -759,6 +783,10 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     val = _value(t, v, "setitem")
     u = t.uop
     buf = view_base(u)
+    if buf is None and file_backed(t.device):  # (a lazy copy onto a file: the file is written, then through views)
+        t.realize()
+        u = t.uop
+        buf = view_base(u)
     if file_backed(t.device) and _advanced(idx):
         raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "

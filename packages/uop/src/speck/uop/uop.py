@@ -777,6 +777,18 @@ class UOp(_Slots):
                     stack.append(s)
         return None
 
+    def shard(self, devices: tuple[str, ...], axis: int | None = None) -> UOp:
+        """This tensor-level node split over `devices` along `axis` (None: replicated), as Tensor.shard does (the
+        layer that owns devices provides it: service 'uop_shard')."""
+        out: UOp = _service("uop_shard")(self, tuple(devices), axis)
+        return out
+
+    def has_buffer_identity(self) -> bool:
+        """This node names storage of its own: (a view of) a BUFFER, or a node that gets a buffer of its own when
+        realized (a contiguous copy, a clone, a write's result)."""
+        b = self.base
+        return b.op in (Ops.BUFFER, Ops.CONTIGUOUS, Ops.AFTER)
+
     @property
     def buf_uop(self) -> UOp:
         """The BUFFER node a realized (view) node reads; RuntimeError for a pending computation."""
@@ -920,7 +932,37 @@ def _sadd(*xs: sint) -> sint:
 def _ssub(a: sint, b: sint) -> sint:
     if isinstance(a, int) and isinstance(b, int):
         return a - b
+    # as linear combinations of their terms first: (i-1) - (i-3) is 2 (the simplifier leaves (i+-3)*-1 alone)
+    la, lb = _linear(a), _linear(b)
+    if la is not None and lb is not None:
+        coeffs = dict(la[0])
+        for t, c in lb[0].items():
+            coeffs[t] = coeffs.get(t, 0) - c
+        const = la[1] - lb[1]
+        if not any(coeffs.values()):
+            return const
     return _canonical_sum(ssimplify(_as_uop(a) - _as_uop(b)))
+
+
+def _linear(x: sint) -> tuple[dict[UOp, int], int] | None:
+    """x as (term -> int coefficient, int constant) when it is a sum of int multiples of terms, else None."""
+    if isinstance(x, int):
+        return {}, x
+    coeffs: dict[UOp, int] = {}
+    const = 0
+    for t in add_terms(x):
+        if t.op is Ops.CONST and type(t.arg) is int:
+            const += t.arg
+        elif t.op is Ops.MUL and t.src[1].op is Ops.CONST and type(t.src[1].arg) is int:
+            inner = _linear(t.src[0])
+            if inner is None:
+                return None
+            for u, c in inner[0].items():
+                coeffs[u] = coeffs.get(u, 0) + c * t.src[1].arg
+            const += inner[1] * t.src[1].arg
+        else:
+            coeffs[t] = coeffs.get(t, 0) + 1
+    return coeffs, const
 
 
 def add_terms(u: UOp) -> list[UOp]:

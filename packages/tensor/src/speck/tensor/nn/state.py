@@ -97,6 +97,9 @@ def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metad
     """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
     if bad := [name for name, t in tensors.items() if not isinstance(t, Tensor)]:
         raise TensorTypeError(f"safe_save writes Tensors; {bad[0]!r} is a {type(tensors[bad[0]]).__name__}")
+    if weak := [name for name, t in tensors.items() if t.dtype.is_weak]:
+        raise SafetensorsError(f"safe_save: tensor {weak[0]!r} has the Python literal dtype {tensors[weak[0]].dtype}, "
+                               "which has no storage format; cast it to a concrete dtype first")  # fmt: skip
     arrays = {name: _raw_numpy(t) for name, t in tensors.items()}
     entries = {name: (tensors[name].dtype, tuple(a.shape), a.nbytes) for name, a in arrays.items()}
     header, _ = encode_header(entries, metadata)
