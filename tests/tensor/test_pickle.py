@@ -4,6 +4,7 @@ TinyJit replays after loading without tracing. Round trips run in this process a
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.tensor import GlobalCounters, Tensor, TinyJit, UOp, Variable, assert_kernel_count, dtypes
+from speck.tensor import Device, GlobalCounters, Tensor, TinyJit, UOp, Variable, assert_kernel_count, dtypes
 from speck.tensor.pickling import TensorPickleError
 from speck.uop import Ops, PatternMatcher, UPat
 from tensor_helpers import FEW
@@ -46,6 +47,10 @@ def test_realized_roundtrip(shape: tuple[int, ...], dtype: Any, protocol: int) -
     # (a 0-d array alone is a device-less constant, which has no buffer: a 0-d view of one element has)
     t = Tensor(ref.reshape(-1), dtype=dtype).reshape(shape).realize()
     data = pickle.dumps(t, protocol=protocol)
+    # earlier tests' buffers are freed when their submissions complete and when the collector runs: settle both, so
+    # the count below moves only by what the load allocates
+    Device[t.device].synchronize()
+    gc.collect()
     used = GlobalCounters.mem_used_bytes()
     with assert_kernel_count(0):  # the data is copied in: no kernel
         back = pickle.loads(data)
