@@ -117,3 +117,80 @@ def test_ctrl_c_inside_the_simulator_raises_keyboard_interrupt_at_once(case: str
     assert out["stored"] == ["None", "None"], out  # nothing kept to resurface later
     assert out["reopened"], out
     assert out["dispatches"] == 0, out  # the spinning dispatch was stopped, not run out
+
+
+AT_INSTRUCTION = r"""
+import json, signal, struct, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from speck.usbgpu.api import UsbGpu
+from speck.usbgpu.sim import shim
+from speck.usbgpu.sim.device import SimDevice
+from speck.usbgpu.sim.loader import load_kernel
+import importlib
+emulator = importlib.import_module("speck.usbgpu.sim.rdna3.dispatch")  # the module (the package exports its function)
+
+at = int(sys.argv[2])
+seen = {"signal_at": None, "sched": None}
+plain_init = emulator._Scheduler.__init__
+
+
+def init(self, launch, budget, trace=None):
+    # every non-branch instruction the emulator retires passes this trace: SIGINT is raised (as the kernel's
+    # delivery would, on the main thread) once `at` wave-instructions have run, and the count kept
+    def count(inst, w):
+        if seen["signal_at"] is None and self.executed >= at:
+            seen["signal_at"] = self.executed
+            signal.raise_signal(signal.SIGINT)
+
+    plain_init(self, launch, budget, count)
+    seen["sched"] = self
+
+
+emulator._Scheduler.__init__ = init
+dev = SimDevice()
+gpu = UsbGpu.open(sim=dev)
+buf = gpu.alloc(4096)
+with open(sys.argv[1], "rb") as f:
+    spin = load_kernel(gpu, f.read(), "spin")
+out = {}
+try:
+    gpu.dispatch(spin, (1,), (32,), struct.pack("<Q", buf.va), wait=True, timeout=3600.0)
+    out["raised"] = None
+except KeyboardInterrupt as exc:
+    out["raised"] = "KeyboardInterrupt"
+    out["cause"] = repr(exc.__cause__)
+out["signal_at"] = seen["signal_at"]
+out["executed"] = seen["sched"].executed  # wave-instructions the emulator ran in all
+out["dispatches"] = dev.gpu.cp.dispatches_run
+out["stored"] = [repr(shim.take_exception()), repr(shim.take_interrupt())]
+gpu.close()
+emulator._Scheduler.__init__ = plain_init
+with UsbGpu.open(sim=dev) as again:
+    b = again.alloc(4096)
+    again.copyin(b, b"q" * 4096)
+    back = bytearray(4096)
+    again.copyout(back, b)
+    out["reopened"] = bytes(back) == b"q" * 4096
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("at", [1, 20_000])
+def test_ctrl_c_stops_a_dispatch_within_a_few_emulated_instructions(at: int, tmp_path: Path) -> None:
+    """SIGINT raised at a known point of a dispatch that would spin for ever stops the emulator at that point: the
+    KeyboardInterrupt leaves the dispatch within one instruction of the group (32 wave-instructions), as itself,
+    nothing is kept for later, and the device works after reopening."""
+    spin = tmp_path / "spin.co"
+    spin.write_bytes(compile_ir(SPIN))
+    run = subprocess.run(
+        [sys.executable, "-c", AT_INSTRUCTION, str(spin), str(at)], capture_output=True, text=True, timeout=600
+    )  # the timeout only guards against a lost interrupt (the kernel's budget is hours of emulation)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["raised"] == "KeyboardInterrupt", out
+    assert out["signal_at"] is not None and out["signal_at"] >= at, out
+    assert out["executed"] - out["signal_at"] <= 32, out  # stopped within one instruction of the wave group
+    assert out["cause"] == "None", out
+    assert out["stored"] == ["None", "None"], out
+    assert out["dispatches"] == 0, out
+    assert out["reopened"], out
