@@ -375,7 +375,7 @@ class _Run:
             eng.timeline.wait(eng.submitted)
         if eng.error is not None:
             dev.synchronize()  # raises the latched error
-        dev.synchronize_if_busy()  # (a GPU's launch returns when queued: the time is until the kernel completed)
+        dev.wait_kernels()  # (a GPU's launch returns when queued: the time is until the kernel completed)
         t = time.perf_counter() - t0
         self._count(1, 0, ops, mem, t)
         if self.trace:
