@@ -19,7 +19,8 @@ and the variables to values and runs the calls:
 A device joins by what it declares, never by its name: `graph` (a class with `supports(prog, nargs)`, `add_exec`,
 `add_copy`, `arg_index`, `args` - the argument table, a mutable sequence of 64-bit words - `prepare`, `replay` and
 `run`; `device_copies` True when it copies within a device whose memory the host cannot see), `host_visible`,
-`runs_kernels`, `engines`, and optionally `transfer(dest, src)` for a device that moves data itself."""
+`runs_kernels`, `engines`, `wait_kernels()` (a timed launch waits with it), and optionally `transfer(dest, src)` for
+a device that moves data itself."""
 
 from __future__ import annotations
 
