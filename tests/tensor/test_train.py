@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -41,3 +43,16 @@ def test_train_learns_fashion_mnist(name: str, lr: str, tmp_path: pathlib.Path,
 def test_train_rejects_unknown_model() -> None:
     with pytest.raises(SystemExit):
         train.main(["--model", "resnet"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FASHION.is_dir() and not os.environ.get("CI"), reason="dataset-fashion-mnist not installed")
+def test_console_script_exits_zero_after_training(tmp_path: pathlib.Path) -> None:
+    # the installed `speck-train` command (next to this interpreter): a finished run is exit status 0 (a console
+    # script's return value is its exit status, so main's accuracy must not become it)
+    script = pathlib.Path(sys.executable).parent / "speck-train"
+    args = ["--model", "mlp", "--steps", "2", "--batch", "16", "--train-subset", "64", "--test-subset", "500",
+            "--out", "", "--quiet"]  # fmt: skip
+    done = subprocess.run([str(script), *args], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, f"speck-train exited {done.returncode}: {done.stderr[-2000:]}"
+    assert "test accuracy" in done.stdout

@@ -374,6 +374,10 @@ class AMDDevice(DeviceBase):
             for img in done:
                 self.link.free(img)
 
+    def wait_kernels(self) -> None:
+        if self.submitted and self.link.completed() < self.submitted:
+            self.link.wait(self.submitted)
+
     def synchronize_if_busy(self) -> None:
         super().synchronize_if_busy()
         if self.submitted and self.link.completed() < self.submitted:

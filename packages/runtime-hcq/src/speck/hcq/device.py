@@ -215,6 +215,11 @@ class DeviceBase:
                 err, e.error = e.error, None
                 raise HCQError(f"{self.name} {e.kind} engine: a submitted command failed: {err}") from err
 
+    def wait_kernels(self) -> None:
+        """Return once every kernel launched so far has run. A host engine has finished a launch when its command
+        returns, so there is nothing to wait for here (and never for the copy engine); a GPU device, whose launch
+        only queues the kernel, overrides this."""
+
     def synchronize_if_busy(self) -> None:
         """synchronize() when some engine still has work in flight (cheap when idle)."""
         for e in self.engines.values():

@@ -19,7 +19,8 @@ and the variables to values and runs the calls:
 A device joins by what it declares, never by its name: `graph` (a class with `supports(prog, nargs)`, `add_exec`,
 `add_copy`, `arg_index`, `args` - the argument table, a mutable sequence of 64-bit words - `prepare`, `replay` and
 `run`; `device_copies` True when it copies within a device whose memory the host cannot see), `host_visible`,
-`runs_kernels`, `engines`, and optionally `transfer(dest, src)` for a device that moves data itself."""
+`runs_kernels`, `engines`, `wait_kernels()` (a timed launch waits with it), and optionally `transfer(dest, src)` for
+a device that moves data itself."""
 
 from __future__ import annotations
 
@@ -375,7 +376,7 @@ class _Run:
             eng.timeline.wait(eng.submitted)
         if eng.error is not None:
             dev.synchronize()  # raises the latched error
-        dev.synchronize_if_busy()  # (a GPU's launch returns when queued: the time is until the kernel completed)
+        dev.wait_kernels()  # (a GPU's launch returns when queued: the time is until the kernel completed)
         t = time.perf_counter() - t0
         self._count(1, 0, ops, mem, t)
         if self.trace:

@@ -231,5 +231,11 @@ def parse_devices(spec: str) -> tuple[str, ...]:
     return tuple(Device.canonicalize(d.strip()) for d in spec.split(",") if d.strip())
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `speck-train` command: main() without its return value (a console script's return value is its exit
+    status, so returning the accuracy would exit with status 1)."""
     main()
+
+
+if __name__ == "__main__":
+    cli()
