@@ -43,8 +43,24 @@ class ShaderMemory:
 
     # --- translation ---
     def _physical(self, addresses: np.ndarray, size: int, write: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(VRAM offsets, mask of lanes in system memory) of `addresses`; lanes whose access crosses a 4 KiB page
-        are translated at both ends and must stay contiguous."""
+        """(VRAM offsets, mask of lanes in system memory) of `addresses`. Fast path: when the whole span the lanes
+        touch lies in the page (4 KiB or 2 MiB) that holds its first byte, one translation serves every lane - what
+        the per-page path would give, without its sort; otherwise (or on a fault, to name the faulting lane) that
+        path runs."""
+        if len(addresses):
+            lo, hi = int(addresses.min()), int(addresses.max()) + size
+            try:
+                space, base, left = self.gpu.vm.translate(self.vmid, lo, write)
+            except VmFault:
+                pass
+            else:
+                if hi - lo <= left:
+                    return addresses - np.uint64(lo) + np.uint64(base), np.full(len(addresses), space != VRAM)
+        return self._physical_pages(addresses, size, write)
+
+    def _physical_pages(self, addresses: np.ndarray, size: int, write: bool) -> tuple[np.ndarray, np.ndarray]:
+        """_physical lane by distinct 4 KiB page; lanes whose access crosses a page are translated at both ends and
+        must stay contiguous."""
         pages = addresses >> np.uint64(_PAGE_BITS)
         unique, inverse = np.unique(pages, return_inverse=True)
         bases = np.empty(len(unique), dtype=np.uint64)
@@ -101,7 +117,8 @@ class ShaderMemory:
             raise SimNotImplementedError("a page table entry points past the end of VRAM")
         vpage = offsets >> np.uint64(VRAM_PAGE_BITS)
         lane_index = np.nonzero(lanes)[0]
-        for index in np.unique(vpage).tolist():
+        first, last = int(vpage.min()), int(vpage.max())
+        for index in [first] if first == last else np.unique(vpage).tolist():  # (most accesses: one VRAM page)
             sel = vpage == np.uint64(index)
             within = (offsets[sel] & np.uint64(_VPAGE - 1)).astype(np.int64)
             rows = lane_index[sel]
