@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 import threading
 from pathlib import Path
 
-from speck.usbgpu.errors import DeviceInUseError
+from speck.usbgpu.errors import DeviceInUseError, LockFileError
 from speck.usbgpu.settings import LOCK_DIR
 
 try:
@@ -63,10 +64,26 @@ class DeviceLock:
             return None
         path = lock_path(identity)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # never through a symlink (one planted at this predictable name would make us write another file), never
+        # blocking on a FIFO, private to this user when we create it
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except PermissionError:  # made by another user: flock works on a read-only descriptor too
-            fd = os.open(path, os.O_RDONLY)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+            except PermissionError:  # made by another user: flock works on a read-only descriptor too
+                fd = os.open(path, os.O_RDONLY | flags)
+        except OSError as e:
+            raise LockFileError(
+                f"{operation}: cannot use the lock file {path} ({e.strerror}; a symlink is never followed); remove "
+                f"it, or point SPECK_USB_LOCK_DIR at a directory of your own"
+            ) from e
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise LockFileError(
+                f"{operation}: the lock file {path} is not a regular file; remove it, or point SPECK_USB_LOCK_DIR at "
+                "a directory of your own"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -77,9 +94,11 @@ class DeviceLock:
             raise DeviceInUseError(
                 operation, None, f"the bridge is in use by another process (pid {holder}, lock file {path})"
             ) from None
+        # the holder's pid, padded over any longer pid an earlier holder left; only into a file of this lock's own
+        # shape (one link, at most one pid line): a hard link to another file is never written
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            if st.st_nlink == 1 and st.st_size <= 32:
+                os.pwrite(fd, f"{os.getpid():<31}\n".encode(), 0)
         except OSError:
             pass  # read-only lock file: the lock holds, only the pid in the message is missing
         return fd

@@ -28,6 +28,7 @@ __all__ = [
     "GpuBringUpUnverified",
     "GpuFault",
     "GpuFenceTimeout",
+    "LockFileError",
     "GpuHang",
     "GpuNotSupported",
     "HelperBuildMismatch",
@@ -379,6 +380,11 @@ class FieldError(UsbGpuValueError):
 class UsbGpuUsageError(UsbGpuError, RuntimeError):
     """A call made where it is not allowed: closing a UsbGpu or issuing a synchronous operation from inside one of
     its own operations (a progress callback), declaring a setting twice."""
+
+
+class LockFileError(UsbGpuError, OSError):
+    """The device's lock file is not a regular file this process may use (a symlink, a FIFO, a directory): it is
+    never followed, truncated or written through; the message names the path and what to remove."""
 
 
 class CopyWaitTimeout(UsbGpuError, TimeoutError):
