@@ -248,6 +248,7 @@ int usbgpu_wait(usbgpu_pool *p, int64_t tag, unsigned int timeout_ms) {
         if (remaining < 0) remaining = 0;
         struct timeval tv = {(time_t)(remaining / 1e3), (suseconds_t)((remaining - 1e3 * (long)(remaining / 1e3)) * 1e3)};
         int r = g.handle_events_timeout_completed(p->context, &tv, &s->done);
+        if (r == LIBUSB_ERROR_INTERRUPTED && !s->done) return USBGPU_WAIT_INTERRUPTED;
         if (r < 0 && r != LIBUSB_ERROR_INTERRUPTED) return r;
         if (!s->done && remaining <= 0) return USBGPU_WAIT_TIMEOUT;
     }

@@ -10,13 +10,14 @@
 #include <stdint.h>
 
 /* Bumped when the C API below changes; checked by speck.usbgpu.helper together with the package version. */
-#define USBGPU_HELPER_ABI 1
+#define USBGPU_HELPER_ABI 2
 
 /* Return codes beyond libusb's own negative libusb_error values. */
 #define USBGPU_LATCHED (-1000)        /* an earlier transfer failed or came back short; see usbgpu_latched() */
 #define USBGPU_WAIT_TIMEOUT (-1001)   /* the tag is still in flight after the wait's timeout */
 #define USBGPU_NOT_LOADED (-1002)     /* usbgpu_load_libusb has not succeeded */
 #define USBGPU_CLOSED (-1003)         /* the pool is closing or closed */
+#define USBGPU_WAIT_INTERRUPTED (-1004) /* a signal interrupted the event loop: the caller runs its handlers, then waits again */
 
 typedef struct usbgpu_pool usbgpu_pool;
 
@@ -47,8 +48,9 @@ usbgpu_pool *usbgpu_pool_new(void *context, void *handle, int initial_transfers)
 int64_t usbgpu_submit_bulk_out(usbgpu_pool *pool, unsigned char endpoint, unsigned char *buffer, int length,
                                unsigned int timeout_ms);
 /* Pump events on the pool's own context until `tag` completes or timeout_ms passes. Returns 0, USBGPU_LATCHED
- * (also when the failure belongs to another tag), USBGPU_WAIT_TIMEOUT, or a negative libusb_error from the
- * event loop. */
+ * (also when the failure belongs to another tag), USBGPU_WAIT_TIMEOUT, USBGPU_WAIT_INTERRUPTED (a signal arrived:
+ * returned at once so that Ctrl-C reaches Python without waiting out the timeout), or a negative libusb_error from
+ * the event loop. */
 int usbgpu_wait(usbgpu_pool *pool, int64_t tag, unsigned int timeout_ms);
 /* 1 when the tag has completed (successfully or not), 0 while in flight, negative for a tag never issued. */
 int usbgpu_is_done(usbgpu_pool *pool, int64_t tag);

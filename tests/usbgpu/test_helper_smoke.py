@@ -7,12 +7,14 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import speck.usbgpu
 from speck.usbgpu import errors, helper
 from speck.usbgpu.sim import shim
+from speck.usbgpu.sim.model_api import ModelError
 from speck.usbgpu.transport import UsbTransport
 from test_transport_echo_model import EchoModel
 
@@ -33,9 +35,10 @@ def test_helper_imports_and_records_the_package_version_it_was_built_for() -> No
     from speck.usbgpu._helper import ffi, lib
 
     assert helper.HELPER_BUILT_FOR == speck.usbgpu.__version__ == ffi.string(lib.usbgpu_helper_version()).decode()
-    assert helper.HELPER_ABI == lib.USBGPU_HELPER_ABI == 1
-    codes = {lib.USBGPU_LATCHED, lib.USBGPU_WAIT_TIMEOUT, lib.USBGPU_NOT_LOADED, lib.USBGPU_CLOSED}
-    assert len(codes) == 4 and all(c < -99 for c in codes)  # never confused with a libusb_error
+    assert helper.HELPER_ABI == lib.USBGPU_HELPER_ABI == 2
+    codes = {lib.USBGPU_LATCHED, lib.USBGPU_WAIT_TIMEOUT, lib.USBGPU_NOT_LOADED, lib.USBGPU_CLOSED,
+             lib.USBGPU_WAIT_INTERRUPTED}  # fmt: skip
+    assert len(codes) == 5 and all(c < -99 for c in codes)  # never confused with a libusb_error
 
 
 def test_build_mismatch_message_names_both_versions_and_the_fix() -> None:
@@ -43,9 +46,9 @@ def test_build_mismatch_message_names_both_versions_and_the_fix() -> None:
         helper.check_build("0.0.9", 1, "0.1.0")
     text = str(info.value)
     assert "built for speck-usbgpu 0.0.9" in text and "package is 0.1.0" in text and "pip install" in text
-    with pytest.raises(errors.HelperBuildMismatch, match="helper ABI 2"):
-        helper.check_build("0.1.0", 2, "0.1.0")
-    helper.check_build("0.1.0", 1, "0.1.0")
+    with pytest.raises(errors.HelperBuildMismatch, match="helper ABI 1"):
+        helper.check_build("0.1.0", 1, "0.1.0")
+    helper.check_build("0.1.0", 2, "0.1.0")
 
 
 def test_helper_is_bound_to_the_library_the_transport_loaded(usb: UsbTransport) -> None:
@@ -113,3 +116,25 @@ def test_loading_a_library_that_is_not_libusb_fails_clearly() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert "missing: load libusb into the async helper failed: dlopen(/nonexistent/libusb-1.0.so) failed" in out.stdout
     assert "not libusb:" in out.stdout and "has no symbol libusb_alloc_transfer" in out.stdout
+
+
+def test_an_interrupted_wait_returns_to_python_then_resumes(
+    usb: UsbTransport, model: EchoModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal that interrupts libusb's event loop (LIBUSB_ERROR_INTERRUPTED, here from the model) returns the wait
+    to Python at once - where Ctrl-C raises KeyboardInterrupt instead of waiting out the transfer timeout - and any
+    other signal resumes the wait."""
+    real = model.wait
+    interrupted = [0]
+
+    def wait(transfer_ids: Any, timeout_ms: int) -> Any:
+        if interrupted[0] < 3:
+            interrupted[0] += 1
+            raise ModelError(-10)  # what poll() failing with EINTR gives libusb_handle_events
+        return real(transfer_ids, timeout_ms)
+
+    monkeypatch.setattr(model, "wait", wait)
+    tag = usb.submit_bulk_out(0x02, b"abc")
+    usb.wait(tag)
+    assert interrupted[0] == 3 and usb._pool.interrupted_waits == 3
+    assert model.received == [b"abc"]

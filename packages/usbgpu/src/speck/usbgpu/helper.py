@@ -8,6 +8,7 @@ failed or short completion is latched in C and raised by every later wait.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import deque
 from typing import Any
@@ -41,7 +42,7 @@ __all__ = [
 
 HELPER_ABI: int = lib.USBGPU_HELPER_ABI
 HELPER_BUILT_FOR: str = ffi.string(lib.usbgpu_helper_version()).decode()
-_EXPECTED_ABI = 1
+_EXPECTED_ABI = 2
 
 
 def check_build(built_for: str, abi: int, package_version: str = __version__) -> None:
@@ -110,6 +111,7 @@ class AsyncBulkPool:
         # locked against resizing, until the tag is known complete.
         self._buffers: deque[tuple[int, Any]] = deque()
         self._closed = False
+        self.interrupted_waits = 0  # waits a signal interrupted and that resumed (or raised, for Ctrl-C) in Python
         self._finalizer = weakref.finalize(self, _free_pool, pool, owners, 1000)
 
     def _check_open(self, operation: str) -> None:
@@ -156,7 +158,13 @@ class AsyncBulkPool:
         """Pump libusb events on the pool's own context until `tag` completes; raise any latched error."""
         if self._closed:
             self._check_open(f"wait for async bulk OUT tag {tag}")
+        deadline = time.monotonic() + timeout_ms / 1e3
         rc = lib.usbgpu_wait(self._pool, tag, timeout_ms)
+        while rc == lib.USBGPU_WAIT_INTERRUPTED:
+            # a signal interrupted the event loop: back in Python its handler has run (Ctrl-C raised
+            # KeyboardInterrupt above); any other signal resumes the wait for the time that is left
+            self.interrupted_waits += 1
+            rc = lib.usbgpu_wait(self._pool, tag, max(0, int((deadline - time.monotonic()) * 1e3)))
         if self._buffers:
             self._release_completed()
         if rc != 0:
