@@ -439,6 +439,9 @@ def main() -> None:
     print(f"{'safe_load(device=USB)':<26}{t.load_mb_per_s:9.1f}{t.load_wall_s:13.2f}  {'yes' if t.ok else 'NO'}")
     print(f"safe_load / raw copyin   {t.load_mb_per_s / t.raw_mb_per_s:6.3f}x  (target >= 0.95x; simulated time; "
           f"{t.copyins:.0f} G3 copy-ins of <= 16 MiB staged chunks)")  # fmt: skip
+    # next, while the tensor-level USB:SIM device is the simulated bus the rows above used (the raw rows below put
+    # bridges of their own on the bus, and the tensor device's would be gone)
+    print_tensor_compute(args)
     ring, batch, ok = bench_compute(args.dispatches, args.repeat)
     print()
     print(f"compute: {args.dispatches} dispatches of a gfx1100 kernel (4096 floats, 128 waves) per round through PM4, "
@@ -459,7 +462,6 @@ def main() -> None:
     print(f"{'copyin':>10}{'compute':>10}{'GPU us':>9}{'copyout':>10}{'total':>10}{'MB/s':>9}{'host wall s':>13}  ok")
     print(f"{e.copyin_ms:10.1f}{e.compute_ms:10.2f}{e.gpu_us:9.1f}{e.copyout_ms:10.1f}{total:10.1f}"
           f"{args.size / 1e3 / total:9.1f}{e.wall_s:13.1f}  {'yes' if e.ok else 'NO'}")  # fmt: skip
-    print_tensor_compute(args)
 
 
 def print_tensor_compute(args: Any) -> None:
