@@ -12,7 +12,7 @@ def rebuild_error(cls: type[BaseException], args: tuple[Any, ...]) -> BaseExcept
     solid: Any = cls  # the builtin base whose __new__ lays the instance out (OSError's for an OSError subclass)
     while solid.__module__ != "builtins":
         solid = solid.__base__
-    exc = solid.__new__(cls, *args)
+    exc: BaseException = solid.__new__(cls, *args)
     exc.args = args  # OSError.__new__ leaves them to __init__ when a subclass has its own
     return exc
 
