@@ -284,7 +284,7 @@ class AMDGraph:
         if packets:
             dev.submitted = dev.link.submit(packets, True)
         dev.graph_runs += 1
-        dev.synchronize()
+        dev.wait_idle()
 
     def _copy_packets(self, dest: int, src: int, nbytes: int) -> Any:
         return self.device.copy_packets(dest, src, nbytes)  # (bound addresses may change between runs: chosen each)
@@ -363,10 +363,10 @@ class AMDDevice(DeviceBase):
         for e in self.engines.values():
             e.error = None
 
-    def synchronize(self, timeout: float | None = None) -> None:
+    def wait_idle(self, timeout: float | None = None) -> None:
         """Wait for the engines, then for the GPU's compute timeline to reach the last submission (GpuFault /
         GpuHang from the link when the queue stopped)."""
-        super().synchronize(timeout)
+        super().wait_idle(timeout)
         if self.submitted:
             self.link.wait(self.submitted)
         if self._retired:
@@ -381,4 +381,4 @@ class AMDDevice(DeviceBase):
     def synchronize_if_busy(self) -> None:
         super().synchronize_if_busy()
         if self.submitted and self.link.completed() < self.submitted:
-            self.synchronize()
+            self.wait_idle()
