@@ -95,6 +95,12 @@ def record_buffer(device: str) -> UOp:
     return buf
 
 
+def forget(device: str) -> None:
+    """Drop a device's record (its memory is gone: the device was reopened); the next check makes a new one."""
+    _records.pop(device, None)
+    _views.pop(device, None)
+
+
 def is_record(buf: UOp) -> bool:
     """buf is a device's record buffer (pickles as a reference to the loading process's own)."""
     return _records.get(buffer_device(buf)) is buf
