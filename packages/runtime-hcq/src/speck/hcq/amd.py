@@ -88,7 +88,7 @@ class LinkAllocator(Allocator):
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
         if options.lru and not self.link.owns(opaque):  # a handle of a session the link left: never reused
-            options = replace(options, lru=False)
+            options = options._replace(lru=False)
         super().free(opaque, nbytes, options)
 
     def _free(self, opaque: Any, nbytes: int, options: BufferOptions) -> None:

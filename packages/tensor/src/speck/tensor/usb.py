@@ -93,7 +93,7 @@ class UsbLink:
         return DeviceUnavailableError(
             f"{verb} a buffer of {self.name} that was allocated before the device was reopened "
             f"(Device[{self.name!r}].reopen()): its data was lost with the old session; compute or load the "
-            "tensor again"
+            "tensor again (a TinyJit captured before the reopen: call its reset() first)"
         )
 
     def _settle(self) -> None:
@@ -268,7 +268,7 @@ class UsbDevice(AMDDevice):
         upload their code again); every buffer allocated before is lost - using a tensor stored on it raises
         DeviceUnavailableError - so compute or load those tensors again."""
         from speck.tensor import bounds
-        from speck.tensor.realize import buffer_map_data
+        from speck.tensor.schedule import buffer_map_data
 
         try:
             self.gpu.close()
