@@ -354,8 +354,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             Tensor._realize_with_deferred(tensors)
             return
         if _pending_writes():
-            # writes run in program order; a tensor made before some of them is computed just before them
-            _flush_writes(tensors)
+            # the writes these tensors depend on run first, in program order (the later ones stay pending); a tensor
+            # made before some of them is computed just before them
+            _flush_writes(tensors, needed_only=True)
         Tensor._realize_now(tensors)
 
     @staticmethod

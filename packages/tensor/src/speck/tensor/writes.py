@@ -234,15 +234,43 @@ def pending() -> bool:
     return bool(_thread.pending)
 
 
-def flush(targets: Sequence[Tensor] = ()) -> None:
-    """Run every recorded write, in order. Each of `targets` (tensors about to be realized) that was made before a
-    write and reads what it writes is computed just before that write, from the buffers as they are then - so it
-    needs no snapshot, and a TinyJit capture of it reads the live buffers."""
+def _needed(targets: Sequence[Tensor]) -> int:
+    """How many of the pending writes (a prefix, so program order holds) must run before `targets` are computed:
+    through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
+    read, so they stay pending (like tinygrad, where an assign runs when something that depends on it is
+    realized). A sharded target counts as needing them all."""
+    from speck.tensor.multi import MultiUOp
+
+    pend = _thread.pending
+    reads: set[UOp] = set()
+    for t in targets:
+        u = t._uop
+        if isinstance(u, MultiUOp):
+            return len(pend)
+        reads |= buffers_read(u)
+    if not reads:
+        return 0
+    for i in range(len(pend) - 1, -1, -1):
+        w = pend[i]
+        if w.buf in reads or w.snap in reads:
+            return i + 1
+    return 0
+
+
+def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
+    """Run the recorded writes in order: all of them, or with `needed_only` the prefix `targets` depend on (see
+    _needed). Each of `targets` (tensors about to be realized) that was made before a write and reads what it
+    writes is computed just before that write, from the buffers as they are then - so it needs no snapshot, and a
+    TinyJit capture of it reads the live buffers."""
     from speck.tensor.hook import Tensor
 
     early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
     _pending = _thread.pending
-    while _pending:
+    todo = _needed(targets) if needed_only else len(_pending)
+    if todo == 0:
+        return
+    while _pending and todo > 0:
+        todo -= 1
         w = _pending[0]
         due = [t for t in early if t._ver < w.epoch and _reads_write(t._uop, w)]
         if due:
