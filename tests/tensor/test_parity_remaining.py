@@ -3,9 +3,13 @@ documented behaviour: pending writes run when something depending on them is rea
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from speck.tensor import GlobalCounters, Tensor
+import numpy as np
+import pytest
+
+from speck.tensor import GlobalCounters, Tensor, dtypes
+from speck.tensor.errors import TensorTypeError
 
 
 def _realized(*shape: int) -> Tensor:
@@ -43,3 +47,33 @@ def test_old_value_read_after_skipped_write() -> None:
     np.testing.assert_equal(old.numpy(), np.arange(4))
     np.testing.assert_equal(a.numpy(), np.arange(4) + 10)
     np.testing.assert_equal(old.numpy(), np.arange(4))
+
+
+# ---------------- float-literal functions of int tensors are weakfloat (3.3) ----------------
+@pytest.mark.parametrize("fn", ["sigmoid", "tanh", "gelu", "silu"])
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.bool])
+def test_float_literal_functions_of_ints_are_weakfloat(fn: str, dt: Any) -> None:
+    x = np.array([0, 1, 3], dtype=np.int64)
+    t = Tensor(x.tolist(), dtype=dt)
+    out = getattr(t, fn)()
+    assert out.dtype == dtypes.weakfloat
+    ref = getattr(
+        Tensor(x.astype(np.float32).tolist() if dt != dtypes.bool else (x != 0).astype(np.float32).tolist()), fn
+    )()
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
+    assert out.numpy().dtype == np.float32  # read at the default float
+    assert (out + Tensor([1.0, 2.0, 3.0], dtype=dtypes.half)).dtype == dtypes.half  # weak: joins the strong dtype
+
+
+def test_exp_of_int_is_default_float() -> None:
+    assert Tensor([1, 2]).exp().dtype == dtypes.float32
+
+
+# ---------------- gather needs an int index ----------------
+def test_gather_float_index_is_type_error() -> None:
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(TypeError, match="gather: index must be an int tensor"):
+        x.gather(1, Tensor([[0.0, 1.0], [1.0, 0.0]]))
+    with pytest.raises(TensorTypeError):
+        x.gather(1, Tensor([[0.5, 1.0], [1.0, 0.0]]))
+    np.testing.assert_equal(x.gather(1, Tensor([[1, 0], [0, 0]])).numpy(), [[2, 1], [3, 3]])
