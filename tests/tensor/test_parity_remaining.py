@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speck.tensor import GlobalCounters, Tensor, dtypes
-from speck.tensor.errors import TensorTypeError
+from speck.tensor import GlobalCounters, Tensor, Variable, dtypes
+from speck.tensor.errors import TensorTypeError, TensorValueError
 
 
 def _realized(*shape: int) -> Tensor:
@@ -77,3 +77,28 @@ def test_gather_float_index_is_type_error() -> None:
     with pytest.raises(TensorTypeError):
         x.gather(1, Tensor([[0.5, 1.0], [1.0, 0.0]]))
     np.testing.assert_equal(x.gather(1, Tensor([[1, 0], [0, 0]])).numpy(), [[2, 1], [3, 3]])
+
+
+# ---------------- conv2d over a symbolic spatial size ----------------
+@pytest.mark.parametrize("width", [5, 8, 11])
+def test_conv2d_symbolic_width(width: int) -> None:
+    rng = np.random.default_rng(width)
+    xn = rng.random((2, 2, 7, 16), dtype=np.float32)
+    wn = rng.random((3, 2, 3, 3), dtype=np.float32)
+    v = Variable("w", 4, 16).bind(width)
+    out = Tensor(xn)[:, :, :, :v].conv2d(Tensor(wn), padding=1)
+    ref = Tensor(xn[..., :width]).conv2d(Tensor(wn), padding=1).numpy()
+    np.testing.assert_allclose(out[:, :, :, :width].numpy(), ref, rtol=1e-5, atol=1e-5)
+    # the weight gradient through the symbolic convolution matches the concrete one
+    w_sym, w_ref = Tensor(wn), Tensor(wn)
+    Tensor(xn)[:, :, :, :v].conv2d(w_sym).sum().backward()
+    Tensor(xn[..., :width]).conv2d(w_ref).sum().backward()
+    assert w_sym.grad is not None and w_ref.grad is not None
+    np.testing.assert_allclose(w_sym.grad.numpy(), w_ref.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_unfold_symbolic_needs_step_one() -> None:
+    x = Tensor(np.arange(16, dtype=np.float32))[: Variable("n", 4, 16).bind(9)]
+    with pytest.raises(TensorValueError, match="step 1"):
+        x.unfold(0, 2, 2)
+    np.testing.assert_equal(x.unfold(0, 3, 1)[:7].numpy(), np.lib.stride_tricks.sliding_window_view(np.arange(9), 3))
