@@ -102,3 +102,12 @@ def test_unfold_symbolic_needs_step_one() -> None:
     with pytest.raises(TensorValueError, match="step 1"):
         x.unfold(0, 2, 2)
     np.testing.assert_equal(x.unfold(0, 3, 1)[:7].numpy(), np.lib.stride_tricks.sliding_window_view(np.arange(9), 3))
+
+
+# ---------------- a bound variable's value ----------------
+def test_bound_variable_val() -> None:
+    v = Variable("start_pos", 0, 31).bind(7)
+    assert v.val == 7
+    assert Tensor.ones(32)[:v].sum().item() == 7
+    with pytest.raises(ValueError, match="unbind needs a BIND"):
+        _ = Variable("i", 0, 3).val
