@@ -111,3 +111,13 @@ def test_bound_variable_val() -> None:
     assert Tensor.ones(32)[:v].sum().item() == 7
     with pytest.raises(ValueError, match="unbind needs a BIND"):
         _ = Variable("i", 0, 3).val
+
+
+# ---------------- Python ints beyond int64 ----------------
+def test_uint64_values_beyond_int64() -> None:
+    big = 2**63 + 5
+    assert Tensor([big], dtype=dtypes.uint64).item() == big
+    t = Tensor([[2**64 - 1], [0]])
+    assert t.dtype == dtypes.uint64 and t.tolist() == [[2**64 - 1], [0]]
+    with pytest.raises(OverflowError):
+        Tensor([-1, 2**63])  # no dtype holds both
