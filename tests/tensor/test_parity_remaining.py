@@ -121,3 +121,26 @@ def test_uint64_values_beyond_int64() -> None:
     assert t.dtype == dtypes.uint64 and t.tolist() == [[2**64 - 1], [0]]
     with pytest.raises(OverflowError):
         Tensor([-1, 2**63])  # no dtype holds both
+
+
+# ---------------- schedule() lists pending partial writes too ----------------
+@pytest.mark.parametrize(
+    "write, expect",
+    [
+        (lambda t: t.__setitem__((slice(1, 3), 2), 5.0), lambda x: x.__setitem__((slice(1, 3), 2), 5.0)),
+        (lambda t: t.__setitem__(Tensor([1, 3]), 2.0), lambda x: x.__setitem__([1, 3], 2.0)),
+        (lambda t: t[1:3].assign(t[1:3] + 1), lambda x: x.__setitem__(slice(1, 3), x[1:3] + 1)),
+    ],
+)
+def test_schedule_lists_partial_write(write: Any, expect: Any) -> None:
+    from speck.tensor.engine.realize import run_schedule
+
+    t = _realized(4, 4)
+    ref = t.numpy()
+    write(t)
+    expect(ref)
+    items = t.schedule()
+    assert len(items) == 1  # the write's kernel
+    run_schedule(items)  # running the listed items writes nothing the tensor holds ...
+    np.testing.assert_equal(t.numpy(), ref)  # ... and the write still happens exactly once
+    np.testing.assert_equal(t.numpy(), ref)

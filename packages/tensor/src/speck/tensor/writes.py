@@ -287,14 +287,22 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
 
 
 def schedule_pending(targets: Sequence[UOp]) -> list[ScheduleItem]:
-    """The items computing the new values of the pending whole-buffer writes to the buffers `targets` read, without
-    running or dropping them (Tensor.schedule's view of them). Running these items changes no buffer a tensor
-    holds: the write itself still happens at the next realize (partial writes, which store in place, are not
-    listed)."""
+    """The items computing the pending writes to the buffers `targets` read, without running or dropping them
+    (Tensor.schedule's view of them: a kernel per write, as tinygrad lists an assign's). Running these items
+    changes no buffer a tensor holds: a whole-buffer write computes its new value into a buffer of its own, a
+    partial one (slice, setitem) stores into a scratch buffer of the target's size; the write itself still happens
+    when it is realized."""
     bufs = frozenset().union(*(buffers_read(u) for u in targets)) if targets else frozenset()
     items: list[ScheduleItem] = []
     for w in _thread.pending:
-        if w.buf not in bufs or w.target is not None or w.pos is not None or file_backed(buffer_device(w.buf)):
+        if w.buf not in bufs or file_backed(buffer_device(w.buf)):
+            continue
+        if w.target is not None or w.pos is not None:
+            scratch = new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype)
+            sched = Scheduler(buffer_device(w.buf))
+            target = w.target.substitute({w.buf: scratch}) if w.target is not None else None
+            sched.write(scratch, w.value, target=target, pos=w.pos, reduce=w.reduce)
+            items += sched.items
             continue
         if (src := _whole_source(w.value, w.buf)) is not None:
             items.append(ScheduleItem(None, (new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype), src)))
