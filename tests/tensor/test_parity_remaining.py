@@ -144,3 +144,17 @@ def test_schedule_lists_partial_write(write: Any, expect: Any) -> None:
     run_schedule(items)  # running the listed items writes nothing the tensor holds ...
     np.testing.assert_equal(t.numpy(), ref)  # ... and the write still happens exactly once
     np.testing.assert_equal(t.numpy(), ref)
+
+
+def test_unread_writes_do_not_pile_up() -> None:
+    """Writes to tensors that are dropped unread run once the queue is long, not never (their buffers are freed)."""
+    from speck.tensor import writes
+
+    for _ in range(3 * writes._MAX_PENDING):
+        t = _realized(8)
+        t += 1
+        del t
+    assert len(writes._thread.pending) <= writes._MAX_PENDING
+    b = _realized(4)
+    b += 2
+    np.testing.assert_equal(b.numpy(), np.arange(4) + 2)

@@ -226,8 +226,13 @@ def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = No
     w = Write(epoch, buf, snap, value, target, pos, reduce)
     _log.append(w)
     _thread.pending.append(w)
-    if file_backed(buffer_device(buf)):
+    # DISK writes happen at once; past _MAX_PENDING the queue runs too: a write nothing reads would otherwise wait
+    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call
+    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING:
         flush()
+
+
+_MAX_PENDING = 32
 
 
 def pending() -> bool:
