@@ -375,7 +375,7 @@ class _Run:
         if eng.timeline.mem[0] < eng.submitted:
             eng.timeline.wait(eng.submitted)
         if eng.error is not None:
-            dev.synchronize()  # raises the latched error
+            dev.wait_idle()  # raises the latched error
         dev.wait_kernels()  # (a GPU's launch returns when queued: the time is until the kernel completed)
         t = time.perf_counter() - t0
         self._count(1, 0, ops, mem, t)
@@ -515,7 +515,7 @@ class _Run:
         if raise_errors:
             for dev in self.queued:
                 if dev.engines["compute"].error is not None:
-                    dev.synchronize()  # raises it
+                    dev.wait_idle()  # raises it
 
     def finish(self, wait: bool, raise_errors: bool) -> None:
         """Every call completed (the run's copies and queued kernels included): nothing outlives run()."""
@@ -532,7 +532,7 @@ class _Run:
                 eng = dev.engines["compute"]
                 if eng.timeline.mem[0] < eng.submitted or eng.error is not None:
                     if raise_errors:
-                        dev.synchronize()
+                        dev.wait_idle()
                     else:
                         eng.timeline.wait(eng.submitted)
 
