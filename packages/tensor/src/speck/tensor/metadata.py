@@ -38,17 +38,19 @@ def metadata_of(u: UOp) -> Metadata | None:
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NN = _PKG + "nn" + os.sep
 _BACKWARD_FILES = ("autograd.py", "gradient.py")
-# code object -> (inside speck.tensor's op modules, a public method name or None, a backward module)
-_CODE_INFO: dict[CodeType, tuple[bool, str | None, bool]] = {}
+# id(code object) -> (inside speck.tensor's op modules, a public method name or None, a backward module, the code
+# object). Keyed by id: hashing a code object hashes its contents (bytecode, constants, names) on every lookup, which
+# made this per-op walk cost microseconds; the entry holds the code object, so its id is never reused while cached
+_CODE_INFO: dict[int, tuple[bool, str | None, bool, CodeType]] = {}
 
 
-def _code_info(code: CodeType) -> tuple[bool, str | None, bool]:
-    if (info := _CODE_INFO.get(code)) is None:
+def _code_info(code: CodeType) -> tuple[bool, str | None, bool, CodeType]:
+    if (info := _CODE_INFO.get(id(code))) is None or info[3] is not code:
         fn, name = code.co_filename, code.co_name
         inside = fn.startswith(_PKG) and not fn.startswith(_NN)
         public = not name.startswith("_") or (name.startswith("__") and name.endswith("__") and name != "__init__")
-        info = _CODE_INFO[code] = (inside, name if inside and public and name != "<lambda>" else None,
-                                   fn.endswith(_BACKWARD_FILES))  # fmt: skip
+        info = _CODE_INFO[id(code)] = (inside, name if inside and public and name != "<lambda>" else None,
+                                       fn.endswith(_BACKWARD_FILES), code)  # fmt: skip
     return info
 
 
@@ -78,7 +80,7 @@ def record(u: UOp) -> None:
     infos = _CODE_INFO
     while f is not None:
         code = f.f_code
-        if (info := infos.get(code)) is None:
+        if (info := infos.get(id(code))) is None:  # (an entry is always its id's own code object: see _CODE_INFO)
             info = _code_info(code)
         if not info[0]:
             break
