@@ -366,7 +366,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
-            u = t.uop
+            u = t._uop if t._ver == Tensor._write_epoch else t.uop  # (the uop property, without its frame)
             if type(u) is UOp:
                 if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
                     if base_buffer(u) is not None:
@@ -377,7 +377,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                             return
             if type(u) is UOp and _ref(u) not in realized_data:
                 view = _realize.realize_graph(u, t._device)
-                t.uop = view
+                t._uop, t._ver = view, Tensor._write_epoch  # (t.uop = view, without the setter's frame)
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
                 if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
