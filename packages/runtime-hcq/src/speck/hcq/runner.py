@@ -109,12 +109,13 @@ class Event:
 
 
 EVENTS: list[Event] = []
+_OFF = ("", "0", 0)  # PROFILE values that record nothing
 
 
 def tracing() -> bool:
     """Whether the PROFILE setting asks for recording (any value but "" and "0")."""
     v = PROFILE.value
-    return v not in ("", "0", 0)
+    return v not in _OFF
 
 
 def record(kind: str, name: str, device: str, start_ns: int, end_ns: int, ops: int = 0, nbytes: int = 0,
@@ -244,7 +245,8 @@ class Batch:
             if held == self.last_bufs and self.moves == _Buffer.moves:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
-        cur = [bufs[s].ptr for s in self.slots]  # (.ptr gives a buffer without memory its memory)
+        # (.ptr gives a buffer without memory its memory)
+        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):
@@ -261,8 +263,9 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
     Returns when every call has completed (`wait=False`: once every call is submitted); with `timing`, the seconds
     each call took. `count`: add what ran to GlobalCounters (a program called directly is not counted)."""
     b = plan.single
-    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 and not b.device.profile \
-            and PROFILE.value in ("", "0", 0):  # fmt: skip
+    # (device._profile: the device's profile property, read without its Python frame)
+    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 \
+            and not b.device._profile and PROFILE.value in _OFF:  # fmt: skip
         # the short route: one batch, nothing to time
         if plan.lock.acquire(blocking=False):
             try:
