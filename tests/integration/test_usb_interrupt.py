@@ -125,6 +125,7 @@ def attempt(fn):
 
 
 out["before_reopen"] = attempt(lambda: (Tensor(x).to("USB:SIM") + 1).numpy())
+out["reset"] = attempt(lambda: Device["USB:SIM"].reset())  # a queue reset can't bring a broken session back
 Device["USB:SIM"].reopen()
 y = rng.standard_normal((48, 48)).astype(np.float32)
 t = Tensor(y).to("USB:SIM")
@@ -152,6 +153,7 @@ def test_a_caught_ctrl_c_on_usb_sim_is_reported_and_reopen_recovers(mode: str) -
     before = out["before_reopen"]
     assert before is not None and "interrupted" in before and "KeyboardInterrupt" in before, out
     assert "Device['USB:SIM'].reopen()" in before, out
+    assert out["reset"] is not None and "Device['USB:SIM'].reopen()" in out["reset"], out
     assert out["add"] and out["matmul"] and out["reduce"] and out["after_old"], out
     for key in ("old_read", "old_in_kernel"):
         assert out[key] is not None and "before the device was reopened" in out[key], out
