@@ -21,7 +21,25 @@ def getenv(key: str, default: Any = 0) -> Any:
     value = os.environ.get(key)
     if value is None:
         return default
-    return type(default)(value)
+    return parse_setting(key, value, default)
+
+
+_KINDS = {int: ("an int", "an integer, e.g. {key}=1"), float: ("a float", "a number, e.g. {key}=1.5")}
+
+
+def parse_setting(key: str, raw: str, default: Any) -> Any:
+    """The environment value `raw` of setting `key` converted to the type of `default`; a value that isn't one is a
+    SettingError naming the setting, what it takes and what was found (never a silent fallback to the default)."""
+    kind = type(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        what, example = _KINDS.get(kind, (f"a {kind.__name__}", f"a {kind.__name__}"))
+        raise SettingError(f"environment variable {key}={raw!r} is not {what}: {key} takes "
+                           f"{example.format(key=key)}; fix its value or unset it") from None  # fmt: skip
+    if kind is float and value != value:  # NaN orders against nothing: a limit or timeout of NaN means nothing
+        raise SettingError(f"environment variable {key}={raw!r} is not a number: {key} takes a number, e.g. {key}=1.5")
+    return value
 
 
 class ContextVar:
@@ -35,10 +53,7 @@ class ContextVar:
         if key in ContextVar._registry:
             raise SettingError(f"ContextVar {key!r} is already defined; import it instead of defining it twice")
         raw = os.environ.get(key)
-        try:
-            value = default if raw is None else type(default)(raw)
-        except ValueError:
-            raise SettingError(f"environment variable {key}={raw!r} is not a {type(default).__name__}") from None
+        value = default if raw is None else parse_setting(key, raw, default)
         self.key, self.default, self.value = key, default, value
         ContextVar._registry[key] = self
 

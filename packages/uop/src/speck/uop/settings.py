@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speck.uop.errors import SettingError
-from speck.uop.helpers import CACHELEVEL, DEBUG, DEV, PMCOMPILE, SPEC, ContextVar
+from speck.uop.helpers import CACHELEVEL, DEBUG, DEV, PMCOMPILE, SPEC, ContextVar, parse_setting
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class LiveVar(ContextVar):
         if self._override is not LiveVar._UNSET:
             return self._override
         raw = os.environ.get(self.key)
-        return self.default if raw is None or raw == "" else type(self.default)(raw)
+        return self.default if raw is None or raw == "" else parse_setting(self.key, raw, self.default)
 
     @value.setter
     def value(self, v: Any) -> None:
@@ -78,7 +78,7 @@ def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: st
     if live:
         return LiveVar(name, default)
     if also and name not in os.environ and (raw := os.environ.get(also)):
-        default = type(default)(raw)
+        default = parse_setting(also, raw, default)
     return ContextVar(name, default)
 
 

@@ -1,0 +1,69 @@
+"""Environment values a setting can't take are SettingErrors naming the setting, what it takes and what was found:
+at import (ContextVar), at each use (a live setting) and through an older spelling (`also`); never a bare
+ValueError from deep inside, never a silent fallback to the default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.uop.errors import SettingError
+from speck.uop.helpers import ContextVar, parse_setting
+from speck.uop.settings import LiveVar, declare
+
+
+@pytest.mark.parametrize(("raw", "default"), [("abc", 0), ("2x", 0), ("1.5", 0), ("", 0), ("x", 1.0), ("nan", 1.0)])
+def test_a_value_of_the_wrong_type_names_the_setting_and_what_it_takes(raw: str, default: object) -> None:
+    with pytest.raises(SettingError) as ei:
+        parse_setting("SOME_SETTING", raw, default)
+    msg = str(ei.value)
+    assert f"SOME_SETTING={raw!r}" in msg
+    assert ("an integer" if isinstance(default, int) else "a number") in msg
+    assert isinstance(ei.value, ValueError)
+
+
+@given(st.integers(-(2**70), 2**70))
+def test_ints_and_floats_parse_as_python_does(n: int) -> None:
+    assert parse_setting("K", str(n), 0) == n
+    assert parse_setting("K", f" {n} ", 0) == n
+    assert parse_setting("K", str(n), 0.0) == float(n)
+    assert parse_setting("K", str(n), "") == str(n)
+
+
+def test_a_live_setting_raises_the_same_error_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    var = LiveVar("SPECK_TEST_LIVE_PARSE", 5)
+    try:
+        monkeypatch.setenv("SPECK_TEST_LIVE_PARSE", "7")
+        assert var.value == 7
+        monkeypatch.setenv("SPECK_TEST_LIVE_PARSE", "seven")
+        with pytest.raises(SettingError, match="SPECK_TEST_LIVE_PARSE='seven' is not an int"):
+            _ = var.value
+    finally:
+        ContextVar._registry.pop("SPECK_TEST_LIVE_PARSE", None)
+
+
+def test_an_older_spelling_raises_naming_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speck.uop.settings import TABLE
+
+    monkeypatch.delenv("SPECK_TEST_NEW_NAME", raising=False)
+    monkeypatch.setenv("SPECK_TEST_OLD_NAME", "lots")
+    try:
+        with pytest.raises(SettingError, match="SPECK_TEST_OLD_NAME='lots' is not an int"):
+            declare("SPECK_TEST_NEW_NAME", 3, "tests", (), "a test setting", also="SPECK_TEST_OLD_NAME")
+    finally:
+        TABLE.pop("SPECK_TEST_NEW_NAME", None)
+        ContextVar._registry.pop("SPECK_TEST_NEW_NAME", None)
+
+
+@pytest.mark.parametrize(("env", "needle"), [("DEBUG=abc", "DEBUG='abc' is not an int"), ("JIT=2x", "JIT='2x'")])
+def test_importing_with_a_bad_value_raises_a_setting_error(env: str, needle: str) -> None:
+    key, _, value = env.partition("=")
+    proc = subprocess.run([sys.executable, "-c", "import speck.tensor"], capture_output=True, text=True,
+                          env={**os.environ, key: value}, timeout=300)  # fmt: skip
+    assert proc.returncode != 0
+    assert "SettingError" in proc.stderr and needle in proc.stderr and "takes an integer" in proc.stderr
