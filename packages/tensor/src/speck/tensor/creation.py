@@ -8,6 +8,8 @@ methods are added to Tensor as a mixin like the other op modules'; they build re
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +39,26 @@ if TYPE_CHECKING:
 Scalar = int | float | bool
 DTypeLike = DType | str
 DeviceLike = str | tuple[str, ...] | list[str]
+
+
+def _count(fn: str, what: str, v: Any) -> int:
+    """v as an int size argument (Python or numpy int; a bool, float or string is a TensorTypeError: 2.5 rows is no
+    number of rows, and rounding it would be a silent guess)."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
+    return operator.index(v)
+
+
+def _bound(what: str, x: Any) -> int | float:
+    """An arange bound as a Python int or float (numpy scalars too: np.int64(3) is an int bound, as in numpy)."""
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if not isinstance(x, numbers.Real):
+        raise TensorTypeError(f"arange: {what} must be a real number, got {x!r} ({type(x).__name__})")
+    if not math.isfinite(x):
+        raise TensorValueError(f"arange: {what} must be finite, got {x}: a range with an infinite or NaN end has no "
+                               "size")  # fmt: skip
+    return float(x)
 
 
 class CreationMixin:
@@ -175,10 +197,13 @@ class CreationMixin:
 
         if stop is None:
             start, stop = 0, start
+        if any(isinstance(x, UOp) for x in (start, stop, step)):
+            if step == 0:
+                raise TensorValueError("arange: step must not be 0")
+            return _symbolic_arange(start, stop, step, **kw)
+        start, stop, step = (_bound(what, x) for what, x in (("start", start), ("stop", stop), ("step", step)))
         if step == 0:
             raise TensorValueError("arange: step must not be 0")
-        if any(isinstance(x, UOp) for x in (start, stop, step)):
-            return _symbolic_arange(start, stop, step, **kw)
         devless = kw.get("device") is None  # no device given: device-less (it takes the device of what it meets)
         n = max(math.ceil((stop - start) / step), 0)
         last = start + (n - 1) * step if n else start
@@ -221,6 +246,7 @@ class CreationMixin:
         from speck.tensor.hook import Tensor
 
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
+        steps = _count("linspace", "steps", steps)
         if steps < 0:
             raise TensorValueError(f"linspace: steps must be >= 0, got {steps}")
         if dt == dtypes.bool:
@@ -235,7 +261,8 @@ class CreationMixin:
         from speck.tensor.hook import Tensor
 
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        m = n if m is None else m
+        n = _count("eye", "n", n)
+        m = n if m is None else _count("eye", "m", m)
         if n < 0 or m < 0:
             raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
         r = Tensor.arange(n, **kw).unsqueeze(1)

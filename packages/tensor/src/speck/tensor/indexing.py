@@ -9,6 +9,7 @@ one-hot comparison against an arange and a sum, which fuses into one kernel."""
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,7 +65,9 @@ class IndexingMixin:
             if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
                 # 0-d int tensors as slice bounds: their values (read now)
                 it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
-            if isinstance(it, np.integer):
+            if isinstance(it, slice):
+                it = _checked_slice(it)
+            elif isinstance(it, np.integer):
                 it = int(it)
             if isinstance(it, (list, np.ndarray)):
                 # an empty list selects nothing: an int index (Tensor([]) would be float)
@@ -310,8 +313,10 @@ class IndexingMixin:
             raise TensorValueError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
         if not dtypes.is_int(index.dtype):
             raise TensorTypeError(f"scatter: index must be an int tensor, got {index.dtype}")
+        # a device-less operand (a constant's graph: Tensor.arange, Tensor.ones) takes the other's device
+        self, index = self._on_device_of(index), index._on_device_of(self)
         if index.device != self.device:
-            raise TensorValueError(f"scatter: index is on {index.device}, self on {self.device}")
+            raise TensorValueError(f"scatter: index is on {index.device}, self on {self.device}; move one with .to()")
         s = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
         if s.dtype != self.dtype:
             raise TensorTypeError(f"scatter: src dtype {s.dtype} differs from self's {self.dtype}; cast it first")
@@ -464,6 +469,22 @@ class IndexingMixin:
         if indexing == "xy" and len(ts) >= 2:
             out = [o.transpose(0, 1) for o in out]
         return tuple(out)
+
+
+def _checked_slice(sl: slice) -> slice:
+    """sl with int bounds (numpy ints taken as ints; symbolic ones kept); a float or string bound and a step of 0 are
+    errors here, as in numpy, rather than a builtin TypeError from deep in the slicing."""
+    parts = []
+    for what, x in (("start", sl.start), ("stop", sl.stop), ("step", sl.step)):
+        if x is None or isinstance(x, (int, UOp)):
+            parts.append(x)
+        elif hasattr(type(x), "__index__"):
+            parts.append(operator.index(x))
+        else:
+            raise TensorTypeError(f"slice {what} must be an int or None, got {x!r} ({type(x).__name__}) in {sl}")
+    if isinstance(parts[2], int) and parts[2] == 0:
+        raise TensorValueError(f"slice step cannot be zero (in {sl}); use a positive or negative step")
+    return slice(*parts)
 
 
 def _scalar_index(t: Tensor) -> int:

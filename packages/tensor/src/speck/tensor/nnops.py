@@ -8,10 +8,11 @@ and differentiates like any other expression."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorAssertionError, TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.uop import dtypes, least_upper_float
 
 if TYPE_CHECKING:
@@ -20,7 +21,28 @@ if TYPE_CHECKING:
 
 
 def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
-    return (x,) * n if isinstance(x, int) else tuple(x)
+    """An int argument repeated n times, or a sequence of ints as a tuple (numpy ints count as ints); anything else
+    (1.5, None, a float in a tuple) is a TensorTypeError: a window, stride or pad is a whole number of elements."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return (int(x),) * n
+    if not isinstance(x, (tuple, list)) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                   for v in x):  # fmt: skip
+        raise TensorTypeError(f"expected an int or a tuple of ints (a size in elements), got {x!r}; pass whole numbers")
+    return tuple(int(v) for v in x)
+
+
+def _pooled_dims(op: str, t: Tensor, k: tuple[int, ...]) -> None:
+    """A pool over k dims needs at least k dims to pool (a 1-D tensor under a 2-D kernel is no image)."""
+    if t.ndim < len(k):
+        raise TensorValueError(f"{op}: a {len(k)}-D kernel {k} pools the last {len(k)} dims, but the input has shape "
+                               f"{t.shape}; reshape it or pass a kernel of at most {t.ndim} dims")  # fmt: skip
+
+
+def _int_labels(op: str, y: Tensor) -> None:
+    """Class labels are ints: a float label (0.5, or 5.0 of 3 classes) would match no class and add 0 to the loss."""
+    if not dtypes.is_int(y.dtype):
+        raise TensorTypeError(f"{op}: labels must be an int tensor of class indices, got {y.dtype}; "
+                              "cast them with .cast('int32') (after checking they are whole numbers)")  # fmt: skip
 
 
 def _window_args(op: str, **args: tuple[int, ...]) -> None:
@@ -202,6 +224,7 @@ class NNMixin:
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
         _window_args("max_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _pooled_dims("max_pool2d", self, k)
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
         red = tuple(range(-len(k), 0))
@@ -236,6 +259,7 @@ class NNMixin:
         nsp = len(k)
         st, dl = (_pair(v, nsp) for v in (stride if stride is not None else k, dilation))
         _window_args("max_unpool2d", kernel_size=k, stride=st, dilation=dl)
+        _pooled_dims("max_unpool2d", self, k)
         pads = _conv_padding(padding, k, dl, st)
         if output_size is None:
             output_size = tuple((as_int(self.shape[i - nsp]) - 1) * st[i] - pads[i][0] - pads[i][1] +
@@ -262,6 +286,7 @@ class NNMixin:
         k = _pair(kernel_size)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
         _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _pooled_dims("avg_pool2d", self, k)
         red = tuple(range(-len(k), 0))
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, 0.0)
@@ -286,7 +311,11 @@ class NNMixin:
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         x = self
+        size = _pair(size, 1)
         nsp = len(size)
+        if nsp > self.ndim or any(n < 1 for n in size):
+            raise TensorValueError(f"interpolate: size {size} must be positive sizes for the last {nsp} of the input's "
+                                   f"{self.ndim} dims (shape {self.shape})")  # fmt: skip
         for i in range(nsp):
             ax = len(x.shape) - nsp + i
             n_in, n_out = as_int(x.shape[ax]), size[i]
@@ -390,6 +419,7 @@ class NNMixin:
 
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        _int_labels("sparse_categorical_crossentropy", Y)
         log_probs = self.log_softmax(axis=-1)
         c = as_int(self.shape[-1])
         mask = Y != ignore_index
@@ -427,6 +457,7 @@ class NNMixin:
         from speck.tensor.bounds import checked
         from speck.tensor.hook import Tensor
 
+        _int_labels("nll_loss", Y)
         self = self._classes_last()
         c = as_int(self.shape[-1])
         labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)

@@ -224,10 +224,16 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
     kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
+        if key in kv:  # (a second value would silently replace the first)
+            raise GGUFError(f"{what}: metadata key {key!r} appears twice; the file is corrupt")
         kv[key] = r.value(r.unpack("<I"))
     infos = []
+    names: set[str] = set()
     for _ in range(n_tensors):
         name = r.string()
+        if name in names:  # (one of the two tensors would be lost)
+            raise GGUFError(f"{what}: tensor name {name!r} appears twice; the file is corrupt")
+        names.add(name)
         ndim = r.unpack("<I")
         dims = tuple(r.unpack("<Q") for _ in range(ndim))
         infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))

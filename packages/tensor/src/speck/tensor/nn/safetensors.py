@@ -87,9 +87,11 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
         if hlen > MAX_HEADER or 8 + hlen > size:
             raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
         try:
-            header = json.loads(f.read(hlen))
+            header = _parse_json(f.read(hlen))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
+        except SafetensorsError as e:  # (raised without the path by _unique_keys)
+            raise SafetensorsError(f"{p}: {e}") from None
     if not isinstance(header, dict):
         raise SafetensorsError(f"{p}: header must be a JSON object, found {type(header).__name__}")
     metadata = header.pop("__metadata__", None) or {}
@@ -114,7 +116,42 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
                 "truncated"
             )
         entries[name] = TensorEntry(name, dt, shape, base + start, end - start)
+    _no_overlaps(p, entries, base)
     return entries, dict(metadata), size
+
+
+def _parse_json(raw: bytes) -> Any:
+    """The header's JSON; a key named twice in an object is a SafetensorsError (json keeps the last silently: a tensor
+    would be lost). Checking each object costs Python calls per entry, so it runs only when a cheap count can't rule
+    duplicates out: every entry spells "data_offsets" once, so a lost entry shows as an extra one (escapes and
+    __metadata__, whose keys the count doesn't see, take the exact check)."""
+    header = json.loads(raw)
+    if isinstance(header, dict):
+        n = len(header) - ("__metadata__" in header)
+        if b"\\" not in raw and b'"__metadata__"' not in raw and raw.count(b'"data_offsets"') == n:
+            return header
+    return json.loads(raw, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise SafetensorsError(f"the header names {k!r} twice (one entry would be lost); the file is corrupt")
+            seen.add(k)
+    return out
+
+
+def _no_overlaps(p: pathlib.Path, entries: Mapping[str, TensorEntry], base: int) -> None:
+    """No two tensors share bytes (the format lays them out one after another; a file where they overlap is
+    corrupt or crafted, and writing one tensor's view would change another). O(n log n) in the entries."""
+    spans = sorted([(e.offset, e.offset + e.nbytes, e.name) for e in entries.values() if e.nbytes])
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise SafetensorsError(f"{p}: tensors {a!r} and {b!r} overlap (bytes [{start - base}, {end - base}) of the "
+                                   "data section belong to both); the file is corrupt")  # fmt: skip
 
 
 def _entry_fields(info: Any) -> tuple[DType | None, tuple[int, ...] | None, tuple[int, int] | None]:

@@ -67,7 +67,13 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     the loaded tensors. Returns the model tensors loaded."""
     from speck.tensor.pyutils import tqdm
 
+    if not isinstance(state_dict, Mapping):
+        raise TensorTypeError(f"load_state_dict takes a mapping of names to Tensors, got a "
+                              f"{type(state_dict).__name__}; pass a dict such as safe_load(path) returns")  # fmt: skip
     model_sd = get_state_dict(model)
+    if bad := [k for k in model_sd if k in state_dict and not isinstance(state_dict[k], Tensor)]:
+        raise TensorTypeError(f"load_state_dict: state_dict[{bad[0]!r}] is a {type(state_dict[bad[0]]).__name__}, "
+                              "not a Tensor; wrap it with Tensor(...) first")  # fmt: skip
     missing = [k for k in model_sd if k not in state_dict]
     if strict and missing:
         raise StateDictKeyError(f"load_state_dict: missing keys: {missing} (pass strict=False to load what matches)")

@@ -1,0 +1,156 @@
+"""Hostile arguments across the Tensor surface: a float, string, NaN or infinity where a size is expected, a
+window op on a tensor with too few dims, float class labels, slices with a float bound or a zero step, scatter on a
+device-less tensor. Each is refused with the package's error class (also the builtin numpy raises) saying what
+was expected and what was found, where it used to be a bare builtin error or, worse, a silently wrong result
+(eye(2.5) was 3x3, linspace(0, 1, 2.5) had 3 steps, a 1-D avg_pool2d pooled its only dim, a float label of 5.0 out
+of 3 classes added 0 to the loss)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import Tensor
+from speck.tensor.errors import TensorError
+
+
+def _rejected(fn: Callable[[], Any], cls: type[BaseException], *words: str) -> str:
+    with pytest.raises(cls) as ei:
+        out = fn()
+        if isinstance(out, Tensor):
+            out.realize()
+    msg = str(ei.value)
+    assert isinstance(ei.value, TensorError), f"{type(ei.value).__name__}: {msg}"
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+    return msg
+
+
+# ---------------- sizes that are not whole numbers ----------------
+NOT_INTS = [2.5, 3.0, float("nan"), float("inf"), "3", None, True]
+
+
+@pytest.mark.parametrize("v", NOT_INTS)
+def test_eye_and_linspace_take_whole_numbers(v: Any) -> None:
+    _rejected(lambda: Tensor.eye(v), TypeError, "eye", "int", repr(v))
+    if v is not None:  # (m=None: m = n)
+        _rejected(lambda: Tensor.eye(2, v), TypeError, "eye", "int")
+    _rejected(lambda: Tensor.linspace(0, 1, v), TypeError, "linspace", "steps")
+
+
+@given(st.integers(0, 6), st.integers(0, 6))
+def test_eye_and_linspace_with_numpy_ints_match_numpy(n: int, m: int) -> None:
+    np.testing.assert_array_equal(Tensor.eye(np.int64(n), np.int32(m)).numpy(), np.eye(n, m, dtype=np.float32))
+    np.testing.assert_allclose(Tensor.linspace(0, 1, np.int64(n)).numpy(), np.linspace(0, 1, n, dtype=np.float32),
+                               rtol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("where", ["start", "stop", "step"])
+def test_arange_with_a_non_finite_bound_is_a_value_error(bad: float, where: str) -> None:
+    args = {"start": 0.0, "stop": 5.0, "step": 1.0, where: bad}
+    _rejected(lambda: Tensor.arange(args["start"], args["stop"], args["step"]), ValueError, "arange", where, "finite")
+
+
+@pytest.mark.parametrize("bad", ["5", None, [5], 1j])
+def test_arange_with_a_non_number_is_a_type_error(bad: Any) -> None:
+    _rejected(lambda: Tensor.arange(bad), TypeError, "arange", "stop", "real number")
+    _rejected(lambda: Tensor.arange(0, 5, bad), TypeError, "arange", "step")
+
+
+@given(st.integers(-20, 20), st.integers(-20, 20), st.integers(-5, 5).filter(bool))
+def test_arange_of_numpy_ints_is_an_int_range_like_numpy(start: int, stop: int, step: int) -> None:
+    got = Tensor.arange(np.int64(start), np.int32(stop), np.int16(step)).numpy()
+    want = np.arange(start, stop, step)
+    assert np.issubdtype(got.dtype, np.integer), got.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@given(st.floats(-50, 50), st.floats(-50, 50), st.floats(0.25, 8))
+def test_arange_of_numpy_floats_matches_python_floats(start: float, stop: float, step: float) -> None:
+    got = Tensor.arange(np.float64(start), np.float64(stop), np.float64(step)).numpy()
+    np.testing.assert_array_equal(got, Tensor.arange(start, stop, step).numpy())
+    assert len(got) == max(math.ceil((stop - start) / step), 0)
+
+
+# ---------------- windows, pools, interpolation ----------------
+X4 = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+
+
+@pytest.mark.parametrize("arg", ["stride", "dilation", "padding"])
+@pytest.mark.parametrize("v", [1.5, (1.5, 1), "2", None])
+def test_conv2d_window_arguments_must_be_ints(arg: str, v: Any) -> None:
+    if arg == "padding" and (v is None or v == "2"):
+        v = (1, 0.5)
+    w = Tensor.ones(3, 2, 2, 2)
+    _rejected(lambda: Tensor(X4).conv2d(w, **{arg: v}), TypeError, "int")
+
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("v", [2.5, (2, 2.0), "2"])
+def test_pool_kernel_sizes_must_be_ints(pool: str, v: Any) -> None:
+    _rejected(lambda: getattr(Tensor(X4), pool)(kernel_size=v), TypeError, "int")
+
+
+def test_numpy_int_window_arguments_are_ints() -> None:
+    got = Tensor(X4).max_pool2d(np.int64(2), stride=np.int32(2)).numpy()
+    np.testing.assert_array_equal(got, X4.reshape(1, 2, 2, 2, 2, 2).max(axis=(3, 5)))
+
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("shape", [(), (4,)])
+def test_a_pool_needs_as_many_dims_as_its_kernel(pool: str, shape: tuple[int, ...]) -> None:
+    _rejected(lambda: getattr(Tensor.ones(*shape), pool)(), ValueError, pool, "2-D kernel", str(shape))
+
+
+def test_a_pool_over_fewer_dims_still_pools_a_1d_tensor() -> None:
+    np.testing.assert_array_equal(Tensor(np.arange(6.0, dtype=np.float32)).max_pool2d((2,)).numpy(), [1, 3, 5])
+
+
+@pytest.mark.parametrize("size", [(0, 8), (-8, 8), (8, 8, 8, 8, 8), (8.5, 8), "8"])
+def test_interpolate_sizes_are_positive_ints_for_dims_that_exist(size: Any) -> None:
+    _rejected(lambda: Tensor(X4).interpolate(size), (ValueError, TypeError), "size" if size != "8" else "int")
+
+
+# ---------------- losses ----------------
+@pytest.mark.parametrize("labels", [[0.5, 1.0], [5.0, 1.0], [True, False]])
+def test_class_labels_must_be_ints(labels: list[Any]) -> None:
+    logits = Tensor(np.ones((2, 3), np.float32))
+    _rejected(lambda: logits.sparse_categorical_crossentropy(Tensor(labels)), TypeError, "labels", "int")
+    _rejected(lambda: logits.log_softmax(-1).nll_loss(Tensor(labels)), TypeError, "nll_loss", "int")
+    _rejected(lambda: logits.cross_entropy(Tensor(labels)), TypeError, "labels", "int")
+
+
+# ---------------- slices ----------------
+@pytest.mark.parametrize("sl", [slice(0.5, None), slice(None, "2"), slice(None, None, 1.0), slice(0, 2.0)])
+def test_slice_bounds_must_be_ints(sl: slice) -> None:
+    _rejected(lambda: Tensor([1, 2, 3])[sl], TypeError, "slice", "int or None")
+
+
+def test_a_zero_slice_step_is_a_value_error_like_numpy() -> None:
+    _rejected(lambda: Tensor([1, 2, 3])[::0], ValueError, "step", "zero")
+    _rejected(lambda: Tensor([1, 2, 3])[:: np.int64(0)], ValueError, "step", "zero")
+
+
+@given(st.integers(-5, 5) | st.none(), st.integers(-5, 5) | st.none(), st.integers(-3, 3).filter(bool) | st.none())
+def test_slices_with_numpy_int_bounds_match_numpy(a: int | None, b: int | None, c: int | None) -> None:
+    x = np.arange(4, dtype=np.int32)
+    wrap = [None if v is None else np.int64(v) for v in (a, b, c)]
+    np.testing.assert_array_equal(Tensor(x)[wrap[0] : wrap[1] : wrap[2]].numpy(), x[a:b:c])
+
+
+# ---------------- scatter on a device-less tensor ----------------
+def test_scatter_into_a_device_less_tensor_takes_the_index_device() -> None:
+    base = Tensor.arange(12).reshape(3, 4).float()  # (a constant's graph: it has no device of its own)
+    got = base.scatter(1, Tensor([[2], [0], [3]]), 9.0).numpy()
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.put_along_axis(want, np.array([[2], [0], [3]]), 9.0, axis=1)
+    np.testing.assert_array_equal(got, want)
+    got = Tensor.zeros(2, 3).contiguous().scatter(1, Tensor.arange(2).reshape(2, 1), 1.0).numpy()
+    np.testing.assert_array_equal(got, np.eye(2, 3, dtype=np.float32))
