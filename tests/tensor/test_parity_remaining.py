@@ -181,3 +181,13 @@ def test_sparse_crossentropy_with_uint8_labels() -> None:
     got = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)).item()
     ls = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(got, -ls[np.arange(6), labels].mean(), rtol=1e-5)
+
+
+def test_realize_of_nothing_runs_pending_writes() -> None:
+    from speck.tensor import writes
+
+    a = _realized(4)
+    a += 1
+    Tensor.realize_all()
+    assert not writes._thread.pending
+    np.testing.assert_equal(a.numpy(), np.arange(4) + 1)

@@ -265,10 +265,11 @@ def _needed(targets: Sequence[Tensor]) -> int:
     """How many of the pending writes (a prefix, so program order holds) must run before `targets` are computed:
     through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
     read, so they stay pending (like tinygrad, where an assign runs when something that depends on it is
-    realized). A sharded target counts as needing them all."""
-    from speck.tensor.multi import MultiUOp
-
+    realized). A sharded target counts as needing them all, and so does a realize of nothing (`realize_all()`: run
+    what is pending)."""
     pend = _thread.pending
+    if not targets:
+        return len(pend)
     reads: set[UOp] = set()
     for t in targets:
         u = t._uop
