@@ -154,3 +154,17 @@ def test_scatter_into_a_device_less_tensor_takes_the_index_device() -> None:
     np.testing.assert_array_equal(got, want)
     got = Tensor.zeros(2, 3).contiguous().scatter(1, Tensor.arange(2).reshape(2, 1), 1.0).numpy()
     np.testing.assert_array_equal(got, np.eye(2, 3, dtype=np.float32))
+
+
+# ---------------- element counts beyond int64 ----------------
+@given(st.lists(st.integers(1, 2**40), min_size=2, max_size=4).filter(lambda s: math.prod(s) > 2**63 - 1))
+def test_a_shape_of_more_elements_than_int64_counts_is_an_overflow_error(shape: list[int]) -> None:
+    # (a lazy full of 2**80 elements summed to 0.0: the kernel's int64 element count wrapped)
+    for make in (lambda: Tensor.full(tuple(shape), 1.0), lambda: Tensor.empty(*shape), lambda: Tensor.zeros(*shape)):
+        _rejected(make, OverflowError, "elements", "int64")
+
+
+@given(st.lists(st.integers(0, 2**31), min_size=1, max_size=3).filter(lambda s: math.prod(s) <= 2**63 - 1))
+def test_shapes_int64_can_count_stay_lazy_and_allowed(shape: list[int]) -> None:
+    assert Tensor.full(tuple(shape), 1.0).shape == tuple(shape)
+    assert Tensor.ones(*shape, 0).shape == (*shape, 0)

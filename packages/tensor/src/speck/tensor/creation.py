@@ -49,6 +49,22 @@ def _count(fn: str, what: str, v: Any) -> int:
     return operator.index(v)
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
+    """sh, if its element count fits int64 (kernels count elements in int64: a larger count wraps, and a sum over
+    2**80 ones came out 0.0); else a TensorOverflowError. Symbolic dims are bounded where they are bound."""
+    n = 1
+    for d in sh:
+        if isinstance(d, int):
+            n *= d
+    if n > INT64_MAX and all(isinstance(d, int) for d in sh):
+        raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
+                                  "can be that large: check the sizes")  # fmt: skip
+    return sh
+
+
 def _bound(what: str, x: Any) -> int | float:
     """An arange bound as a Python int or float (numpy scalars too: np.int64(3) is an int bound, as in numpy)."""
     if isinstance(x, numbers.Integral):
@@ -71,7 +87,7 @@ class CreationMixin:
         """An uninitialised tensor (a fresh buffer)."""
         from speck.tensor.hook import Tensor
 
-        sh = validate_shape(argfix(*shape))
+        sh = _countable(validate_shape(argfix(*shape)))
         dt = _dt(dtype) or dtypes.default_float
         if isinstance(device, (tuple, list)):
             devs = multi.canonical_devices(device)
@@ -152,6 +168,7 @@ class CreationMixin:
         sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise TensorValueError(f"shape {sh} has a negative dimension")
+        _countable(sh)
         if isinstance(device, (tuple, list)):
             if buffer:  # replicated: the constant built on every device
                 devs = multi.canonical_devices(device)
