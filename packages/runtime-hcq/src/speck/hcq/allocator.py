@@ -351,8 +351,8 @@ class DiskAllocator(Allocator):
     def _alloc(self, nbytes: int, options: BufferOptions) -> DiskMapping:
         try:
             return DiskMapping(self.path, nbytes, options.writable)
-        except OSError as e:
-            raise HCQError(f"cannot map {self.device} ({nbytes} bytes): {e}") from None
+        except (OSError, ValueError, OverflowError) as e:  # (mmap's ValueError: a file that can't grow, like /proc's)
+            raise HCQError(f"cannot map {self.device} ({nbytes} bytes): {type(e).__name__}: {e}") from None
 
     def as_memoryview(self, opaque: DiskMapping, offset: int, nbytes: int) -> memoryview:
         return opaque.mv[offset : offset + nbytes]
