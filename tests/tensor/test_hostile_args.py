@@ -168,3 +168,27 @@ def test_a_shape_of_more_elements_than_int64_counts_is_an_overflow_error(shape: 
 def test_shapes_int64_can_count_stay_lazy_and_allowed(shape: list[int]) -> None:
     assert Tensor.full(tuple(shape), 1.0).shape == tuple(shape)
     assert Tensor.ones(*shape, 0).shape == (*shape, 0)
+
+
+# ---------------- one_hot, from_blob ----------------
+@pytest.mark.parametrize("v", [2.5, True, "3", None])
+def test_one_hot_num_classes_must_be_an_int(v: Any) -> None:
+    _rejected(lambda: Tensor([0, 1]).one_hot(v), TypeError, "num_classes", "int")
+
+
+def test_one_hot_takes_numpy_ints() -> None:
+    np.testing.assert_array_equal(Tensor([0, 2]).one_hot(np.int64(3)).numpy(), np.eye(3, dtype=np.int32)[[0, 2]])
+
+
+@pytest.mark.parametrize(("ptr", "cls"), [(1.5, TypeError), (True, TypeError), ("0x10", TypeError), (0, ValueError),
+                                          (-1, ValueError), (2**64, ValueError), (8, ValueError)])  # fmt: skip
+def test_from_blob_refuses_addresses_that_would_crash_the_process(ptr: Any, cls: type[BaseException]) -> None:
+    # (address 8 and -1 used to segfault when the tensor was read; 0 read whatever the allocator gave)
+    _rejected(lambda: Tensor.from_blob(ptr, (4,), dtype="float32").numpy(), cls, "from_blob")
+
+
+@given(st.integers(0, 64), st.integers(0, 64))
+def test_from_blob_of_a_live_numpy_array_reads_it(start: int, n: int) -> None:
+    a = np.arange(128, dtype=np.float32)
+    got = Tensor.from_blob(a.ctypes.data + 4 * start, (n,), dtype="float32").numpy()
+    np.testing.assert_array_equal(got, a[start : start + n])

@@ -65,6 +65,28 @@ def _countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
     return sh
 
 
+def _mapped(ptr: int, n: int) -> bool:
+    """Whether every page of [ptr, ptr + n) is mapped in this process (Linux's mincore fails with ENOMEM on an
+    unmapped page; checked a GiB of addresses at a time). True where the OS can't tell us."""
+    import ctypes
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return True
+    mincore = ctypes.CDLL(None, use_errno=True).mincore
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page, chunk = mmap.PAGESIZE, 1 << 30
+    vec = ctypes.create_string_buffer(chunk // page + 1)
+    addr, end = ptr - ptr % page, ptr + n
+    while addr < end:
+        length = min(chunk, end - addr)
+        if mincore(addr, length, vec) != 0:
+            return False
+        addr += length
+    return True
+
+
 def _bound(what: str, x: Any) -> int | float:
     """An arange bound as a Python int or float (numpy scalars too: np.int64(3) is an int bound, as in numpy)."""
     if isinstance(x, numbers.Integral):
@@ -126,8 +148,15 @@ class CreationMixin:
             raise TensorTypeError(
                 f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast"
             )
-        sh = validate_shape(argfix(shape))
+        sh = _countable(validate_shape(argfix(shape)))
         n = int(prod(sh)) * dt.itemsize
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise TensorTypeError(f"from_blob: ptr must be an int address, got {ptr!r} ({type(ptr).__name__})")
+        if n and not 0 < ptr <= 2**64 - n:
+            raise TensorValueError(f"from_blob: ptr must be a non-null address with {n} bytes after it, got {ptr}")
+        if n and not _mapped(ptr, n):  # (reading an unmapped address kills the process)
+            raise TensorValueError(f"from_blob: the {n} bytes at {ptr:#x} are not mapped memory of this process; pass "
+                                   "the address of a live buffer (e.g. a numpy array's .ctypes.data)")  # fmt: skip
         dev = canonical(kw.get("device"))
         from speck.hcq import Buffer as HcqBuffer
         from speck.hcq import Device

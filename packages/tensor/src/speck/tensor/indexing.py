@@ -447,6 +447,10 @@ class IndexingMixin:
 
         if not dtypes.is_int(self.dtype):
             raise TensorTypeError(f"one_hot needs an int tensor, got {self.dtype}")
+        if isinstance(num_classes, bool) or not hasattr(type(num_classes), "__index__"):
+            raise TensorTypeError(f"one_hot: num_classes must be an int, got {num_classes!r} "
+                                  f"({type(num_classes).__name__})")  # fmt: skip
+        num_classes = operator.index(num_classes)
         if num_classes < -1:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
