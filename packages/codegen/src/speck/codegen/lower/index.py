@@ -1,5 +1,6 @@
 """Index dtype lowering: every weakint node (ranges, variables, index arithmetic, index constants) gets a concrete
-width, int32 unless its bounds need int64; a by-value variable is always int32 (the CPU ABI passes int32)."""
+width, int32 unless its bounds need int64 or the renderer asks for 64-bit index math (`Renderer.index_int64`); a
+by-value variable is always int32 (the CPU ABI passes int32)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
 class IndexLowering:
-    """Carries the renderer's int64 capability and remembers nothing else (rules are pure)."""
+    """Carries the renderer's int64 capability and preference and remembers nothing else (rules are pure).
+    `prefer_int64` (with `allow_int64`) gives index math int64 even where int32 holds every value."""
 
-    def __init__(self, allow_int64: bool, renderer_name: str) -> None:
+    def __init__(self, allow_int64: bool, renderer_name: str, prefer_int64: bool = False) -> None:
         self.allow_int64, self.renderer_name = allow_int64, renderer_name
+        self.prefer_int64 = prefer_int64 and allow_int64
 
     def pick(self, u: UOp, lo: int, hi: int) -> DType:
-        if _I32_MIN <= lo and hi <= _I32_MAX:
+        if _I32_MIN <= lo and hi <= _I32_MAX and not self.prefer_int64:
             return dtypes.int32
         if not self.allow_int64:
             raise ProgramFormError(
