@@ -53,12 +53,15 @@ def _lower_node(ctx: IndexLowering, u: UOp) -> UOp | None:
     if u.op is Ops.SPECIAL:  # a GPU's workgroup and work-item ids are 32-bit registers
         return u.replace(dtype=dtypes.int32)
     if u.op is Ops.CAST:  # a cast to weakint of a concrete int: keep its value, at the width its bounds need
-        return u.src[0].cast(ctx.pick(u, int(u.vmin), int(u.vmax)))
+        return u.src[0].cast(dtypes.int64 if ctx.prefer_int64 else ctx.pick(u, int(u.vmin), int(u.vmax)))
     if u.op in GroupOp.ALU:
         if any(s.dtype == dtypes.weakint for s in u.src[1 if u.op is Ops.WHERE else 0 :]):
             return None  # sources not lowered yet
-        lo, hi = u.vmin, u.vmax
-        dt = _widest(ctx.pick(u, lo, hi), *[s.dtype for s in u.src[1 if u.op is Ops.WHERE else 0 :]])
+        # (int64 by preference needs no bounds: computing them for every index node was most of this stage)
+        if ctx.prefer_int64:
+            dt = dtypes.int64
+        else:
+            dt = _widest(ctx.pick(u, u.vmin, u.vmax), *[s.dtype for s in u.src[1 if u.op is Ops.WHERE else 0 :]])
         srcs = tuple(s if (u.op is Ops.WHERE and i == 0) or s.dtype == dt else s.cast(dt) for i, s in enumerate(u.src))
         return UOp(u.op, dt, srcs, u.arg)
     return None
