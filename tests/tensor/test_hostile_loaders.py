@@ -120,3 +120,17 @@ def test_load_state_dict_values_must_be_tensors(value: Any) -> None:
 def test_load_state_dict_takes_a_mapping(sd: Any) -> None:
     with pytest.raises(TensorTypeError, match="takes a mapping"):
         load_state_dict(_Model(), sd, verbose=False)
+
+
+@pytest.mark.parametrize(("a", "b"), [((4, 0), (4, 8)), ((8, 0), (2, 16)), ((4, 32), (4, 32))])
+def test_overlapping_gguf_tensors_are_refused(tmp_path: pathlib.Path, a: tuple[int, int], b: tuple[int, int]) -> None:
+    t = _gguf(tmp_path / "o.gguf", _f32_info("w", *a) + _f32_info("v", *b), n_tensors=2)
+    with pytest.raises(GGUFError, match="overlap") as ei:
+        gguf_load(t)
+    assert "'w'" in str(ei.value) and "'v'" in str(ei.value)
+
+
+def test_adjacent_and_empty_gguf_tensors_load(tmp_path: pathlib.Path) -> None:
+    t = _gguf(tmp_path / "a.gguf", _f32_info("w", 4, 0) + _f32_info("v", 4, 16) + _f32_info("e", 0, 16), n_tensors=3)
+    got = gguf_load(t)[1]
+    assert [tuple(got[k].shape) for k in ("w", "v", "e")] == [(4,), (4,), (0,)]

@@ -288,6 +288,7 @@ def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
     size = as_int(t.shape[0])
     dev = None if file_backed(t.device) else t.device
     state: dict[str, Tensor] = {}
+    spans: list[tuple[int, int, str]] = []
     for name, dims, gtype, off in infos:
         numel = 1
         for d in dims:
@@ -309,12 +310,19 @@ def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
         if lo + nbytes > size:
             raise GGUFError(f"{what}: truncated GGUF file: tensor {name!r} needs bytes [{lo}, {lo + nbytes}) of a "
                              f"{size}-byte file")  # fmt: skip
+        if nbytes:
+            spans.append((lo, lo + nbytes, name))
         raw = t[lo : lo + nbytes].to(dev)
         if gtype in NATIVE:
             state[name] = raw.bitcast(NATIVE[gtype]).reshape(shape)
         else:
             _, block, bsize, dequant = QUANTIZED[gtype]
             state[name] = dequant(raw.reshape(numel // block, bsize)).reshape(shape)
+    spans.sort()
+    for (_, end, a), (lo, _, b) in zip(spans, spans[1:]):
+        if lo < end:  # (the format lays tensors out one after another; shared bytes mean a corrupt or crafted file)
+            raise GGUFError(f"{what}: tensors {a!r} and {b!r} overlap (file bytes [{lo}, {end}) belong to both); the "
+                            "file is corrupt")  # fmt: skip
     return kv, state
 
 
