@@ -192,3 +192,22 @@ def test_from_blob_of_a_live_numpy_array_reads_it(start: int, n: int) -> None:
     a = np.arange(128, dtype=np.float32)
     got = Tensor.from_blob(a.ctypes.data + 4 * start, (n,), dtype="float32").numpy()
     np.testing.assert_array_equal(got, a[start : start + n])
+
+
+# ---------------- 0-d numpy arrays as indices ----------------
+@given(st.integers(-4, 3), st.integers(-3, 2))
+def test_a_0d_int_array_indexes_like_its_value(i: int, j: int) -> None:
+    # (it was a bare "len() of unsized object" TypeError)
+    x = np.arange(12, dtype=np.int32).reshape(4, 3)
+    np.testing.assert_array_equal(Tensor(x)[np.array(i)].numpy(), x[np.array(i)])
+    np.testing.assert_array_equal(Tensor(x)[np.array(i), np.array(j)].numpy(), x[i, j])
+    t = Tensor(x.copy())
+    t[np.array(i)] = 99
+    want = x.copy()
+    want[i] = 99
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+@pytest.mark.parametrize("i", [np.array(1.5), np.array("a")])
+def test_a_0d_array_of_no_int_is_an_index_error(i: np.ndarray) -> None:
+    _rejected(lambda: Tensor([1, 2, 3])[i], IndexError, "invalid index")

@@ -67,7 +67,9 @@ class IndexingMixin:
                 it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
             if isinstance(it, slice):
                 it = _checked_slice(it)
-            elif isinstance(it, np.integer):
+            elif isinstance(it, np.ndarray) and it.ndim == 0:  # a 0-d array indexes as its value does (numpy)
+                it = it.item()
+            if isinstance(it, np.integer):
                 it = int(it)
             if isinstance(it, (list, np.ndarray)):
                 # an empty list selects nothing: an int index (Tensor([]) would be float)
