@@ -211,3 +211,23 @@ def test_a_0d_int_array_indexes_like_its_value(i: int, j: int) -> None:
 @pytest.mark.parametrize("i", [np.array(1.5), np.array("a")])
 def test_a_0d_array_of_no_int_is_an_index_error(i: np.ndarray) -> None:
     _rejected(lambda: Tensor([1, 2, 3])[i], IndexError, "invalid index")
+
+
+@pytest.mark.parametrize("bias", [(5,), (2, 2), ()])
+def test_conv_bias_needs_one_value_per_output_channel(bias: tuple[int, ...]) -> None:
+    # (a (5,) bias was a reshape error naming shapes the caller never wrote)
+    _rejected(lambda: Tensor(X4).conv2d(Tensor.ones(3, 2, 2, 2), bias=Tensor.ones(*bias)), AssertionError, "bias",
+              "(3,)", str(bias))  # fmt: skip
+
+
+def test_conv_bias_of_any_shape_with_cout_values_is_added_per_channel() -> None:
+    w, b = Tensor.ones(3, 2, 2, 2), np.array([1.0, 2.0, 3.0], np.float32)
+    base = Tensor(X4).conv2d(w).numpy()
+    for shape in ((3,), (1, 3, 1, 1)):
+        np.testing.assert_allclose(Tensor(X4).conv2d(w, bias=Tensor(b.reshape(shape))).numpy(),
+                                   base + b.reshape(1, 3, 1, 1))  # fmt: skip
+
+
+@pytest.mark.parametrize("wshape", [(3,), (3, 2)])
+def test_a_conv_weight_needs_a_kernel_dim(wshape: tuple[int, ...]) -> None:
+    _rejected(lambda: Tensor(X4).conv2d(Tensor.ones(*wshape)), AssertionError, "weight", "kernel dim", str(wshape))

@@ -112,6 +112,9 @@ class NNMixin:
         *k); works for 1-d and 3-d too. padding may be 'same'; a negative amount crops the input (as pad() does).
         stride and dilation are positive. dtype: accumulation and result dtype."""
         nsp = len(weight.shape) - 2
+        if nsp < 1:
+            raise TensorAssertionError(f"conv weight must be (Cout, Cin/groups, *kernel) with at least 1 kernel dim, "
+                                       f"got shape {weight.shape}")  # fmt: skip
         if len(self.shape) != nsp + 2:
             raise TensorAssertionError(
                 f"conv input must be (N, C, *spatial) with {nsp} spatial dims, got shape {self.shape}"
@@ -145,6 +148,9 @@ class NNMixin:
         out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
         if bias is not None:
+            if math.prod(bias.shape) != cout:
+                raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got "
+                                           f"shape {bias.shape}")  # fmt: skip
             out = out + bias.reshape(1, cout, *([1] * nsp))
         return out
 
