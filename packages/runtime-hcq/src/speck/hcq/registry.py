@@ -169,7 +169,14 @@ class _DeviceRegistry:
     @property
     def DEFAULT(self) -> str:
         """The default device: what was assigned to Device.DEFAULT, else the DEV setting, else "CPU"."""
-        return self._default if self._default is not None else parse_dev(DEV.value[0])
+        if self._default is not None:
+            return self._default
+        try:
+            return parse_dev(DEV.value[0])
+        except DeviceNotFoundError as e:  # (the name came from the environment: say which setting holds it)
+            dev = ";".join(str(t) for t in DEV.value)
+            raise DeviceNotFoundError(f"the DEV setting (DEV={dev}) names no device: {e}; set DEV to one of them or "
+                                      "unset it") from None  # fmt: skip
 
     @DEFAULT.setter
     def DEFAULT(self, name: str | None) -> None:
