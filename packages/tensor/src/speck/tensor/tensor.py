@@ -20,12 +20,14 @@ from weakref import ref as _ref
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
+from speck.tensor import elementwise as ew
 from speck.tensor import hook, multi
+from speck.tensor import movement as mv
 from speck.tensor import realize as _realize
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int
+from speck.tensor.dims import argfix, as_int
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
@@ -61,7 +63,7 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
-from speck.tensor.weak import materialized, retype
+from speck.tensor.weak import materialized
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -577,6 +579,405 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
         return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
 
+    # ---------------- elementwise primitives ----------------
+    # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
+    # operands into nodes (ew.promote applies the dtype, device and broadcasting rules), calls the function and makes
+    # the result a Tensor whose requires_grad is the operands' (True if any is True, else None if any is None).
+    def _operand(self, y: Any) -> Tensor | Scalar:
+        """y as the other operand of a binary op: a Tensor or Python scalar as it is; an array-like (list, numpy)
+        becomes a tensor on self's device, a UOp a tensor of its own."""
+        if isinstance(y, (Tensor, builtins.int, builtins.float)):
+            return y
+        if isinstance(y, UOp):
+            return Tensor(y)
+        if hasattr(y, "__len__") or hasattr(y, "dtype"):
+            return Tensor(y, device=self.device)
+        raise TensorTypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
+
+    def _binary(self, fn: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """fn(a, b, device) over self and y promoted to one shape, dtype and device (reverse: y first)."""
+        rg = self.requires_grad
+        if y.__class__ is Tensor and not reverse:  # the per-op hot path: nothing to convert or broadcast
+            xu, yu = self.uop, y.uop
+            if xu.dtype is yu.dtype and xu.shape == yu.shape and self._device is not None and y._device is not None:
+                out = self._new(fn(xu, yu, self._device))  # (dtypes are interned)
+                if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
+                    out.requires_grad = o
+                return out
+        if y.__class__ is not Tensor:
+            y = self._operand(y)
+        if isinstance(y, Tensor):
+            a, b, dev, _ = ew.promote(self.uop, self._device, y.uop, y._device, reverse)
+            o = y.requires_grad
+            if rg is not True and (o is True or (rg is False and o is None)):
+                rg = o
+        else:  # (a Python scalar never needs a gradient: it leaves the result's requires_grad to self)
+            a, b, dev, _ = ew.promote(self.uop, self._device, y, None, reverse)
+        out = self._new(fn(a, b, dev), dev)
+        out.requires_grad = rg
+        return out
+
+    def _unary(self, fn: Any, *args: Any) -> Tensor:
+        return self._new(fn(self.uop, self._device, *args))
+
+    def _broadcasted(self, y: Any, reverse: builtins.bool = False,
+                     match_dtype: builtins.bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """self and y as two tensors of one shape, one device and (match_dtype) their joined dtype: the operands
+        `_binary` computes on, for ops composed of several Tensor methods."""
+        y = self._operand(y)
+        yt = y if isinstance(y, Tensor) else None
+        a, b, adev, bdev = ew.promote(self.uop, self._device, y.uop if yt is not None else y,
+                                      yt._device if yt is not None else None, reverse, match_dtype)  # fmt: skip
+        x_side, y_side = (b, bdev) if reverse else (a, adev), (a, adev) if reverse else (b, bdev)
+        xt = self if x_side[0] is self.uop and x_side[1] is self._device else self._new(*x_side)
+        if yt is not None and y_side[0] is yt.uop and y_side[1] is yt._device:
+            ytt = yt
+        else:
+            ytt = self._new(*y_side)
+            ytt._device = y_side[1]
+            ytt.requires_grad = False if yt is None else yt.requires_grad
+        return (ytt, xt) if reverse else (xt, ytt)
+
+    def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
+        out = self._new(ew.alu(op, self.uop, *[s.uop for s in srcs]))
+        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
+            flags = [s.requires_grad for s in srcs]
+            if True in flags or (out.requires_grad is False and None in flags):
+                out.requires_grad = True if True in flags else None
+        return out
+
+    def _joined(self, dt: DType) -> Tensor:
+        return self if self.dtype is dt else self._new(ew.join(self.uop, dt))
+
+    def _on_device_of(self, other: Tensor) -> Tensor:
+        u, dev = ew.on_device_of(self.uop, self._device, other._device)
+        return self if dev is self._device else Tensor(u, device=dev)
+
+    def _broadcast_to(self, shape: tuple[Any, ...]) -> Tensor:
+        u = self.uop
+        return self if u.shape == tuple(shape) else self._new(ew.broadcast_to(u, tuple(shape)))
+
+    def _float(self) -> Tensor:
+        u = self.uop
+        return self if (f := ew.to_float(u)) is u else self._new(f)
+
+    def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.add, y, reverse)
+
+    def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.sub, y, reverse)
+
+    def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.mul, y, reverse)
+
+    def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
+        if rounding_mode is None:
+            return self._binary(ew.div, y, reverse)
+        return self._binary(lambda a, b, dev: ew.div(a, b, dev, rounding_mode), y, reverse)
+
+    def idiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
+        return self._binary(ew.idiv, y, reverse)
+
+    def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.floordiv, y, reverse)
+
+    def mod(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """Python/numpy remainder: the sign of the divisor."""
+        return self._binary(ew.mod, y, reverse)
+
+    def fmod(self, y: Any) -> Tensor:
+        """C remainder: the sign of the dividend."""
+        return self._binary(ew.fmod, y)
+
+    def maximum(self, y: Any) -> Tensor:
+        return self._binary(ew.maximum, y)
+
+    def minimum(self, y: Any) -> Tensor:
+        return self._binary(ew.minimum, y)
+
+    def __add__(self, y: Any) -> Tensor:
+        return self._binary(ew.add, y)
+
+    def __radd__(self, y: Any) -> Tensor:
+        return self._binary(ew.add, y, True)
+
+    def __sub__(self, y: Any) -> Tensor:
+        return self._binary(ew.sub, y)
+
+    def __rsub__(self, y: Any) -> Tensor:
+        return self._binary(ew.sub, y, True)
+
+    def __mul__(self, y: Any) -> Tensor:
+        return self._binary(ew.mul, y)
+
+    def __rmul__(self, y: Any) -> Tensor:
+        return self._binary(ew.mul, y, True)
+
+    def __truediv__(self, y: Any) -> Tensor:
+        return self._binary(ew.div, y)
+
+    def __rtruediv__(self, y: Any) -> Tensor:
+        return self._binary(ew.div, y, True)
+
+    def __floordiv__(self, y: Any) -> Tensor:
+        return self._binary(ew.floordiv, y)
+
+    def __rfloordiv__(self, y: Any) -> Tensor:
+        return self._binary(ew.floordiv, y, True)
+
+    def __mod__(self, y: Any) -> Tensor:
+        return self._binary(ew.mod, y)
+
+    def __rmod__(self, y: Any) -> Tensor:
+        return self._binary(ew.mod, y, True)
+
+    def __pow__(self, y: Any) -> Tensor:
+        return self.pow(y)
+
+    def __rpow__(self, y: Any) -> Tensor:
+        return self.pow(y, True)
+
+    def __neg__(self) -> Tensor:
+        return self._unary(ew.neg)
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
+
+    def __matmul__(self, y: Tensor) -> Tensor:
+        return self.matmul(y)
+
+    def __rmatmul__(self, y: Any) -> Tensor:
+        return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
+
+    # the in-place operators write into self (Python's fallback `x = x op y` would rebind the name only)
+    def __iadd__(self, y: Any) -> Tensor:
+        return self.assign(self + y)
+
+    def __isub__(self, y: Any) -> Tensor:
+        return self.assign(self - y)
+
+    def __imul__(self, y: Any) -> Tensor:
+        return self.assign(self * y)
+
+    def __itruediv__(self, y: Any) -> Tensor:
+        return self.assign(self / y)
+
+    def __ifloordiv__(self, y: Any) -> Tensor:
+        return self.assign(self // y)
+
+    def __ipow__(self, y: Any) -> Tensor:
+        return self.assign(self**y)
+
+    def __iand__(self, y: Any) -> Tensor:
+        return self.assign(self & y)
+
+    def __ior__(self, y: Any) -> Tensor:
+        return self.assign(self | y)
+
+    def __ixor__(self, y: Any) -> Tensor:
+        return self.assign(self ^ y)
+
+    def __ilshift__(self, y: Any) -> Tensor:
+        return self.assign(self << y)
+
+    def __irshift__(self, y: Any) -> Tensor:
+        return self.assign(self >> y)
+
+    def __imatmul__(self, y: Tensor) -> Tensor:
+        return self.assign(self.matmul(y))
+
+    def __lt__(self, y: Any) -> Tensor:
+        return self._binary(ew.lt, y)
+
+    def __gt__(self, y: Any) -> Tensor:
+        return self._binary(ew.lt, y, True)
+
+    def __ge__(self, y: Any) -> Tensor:
+        return self._binary(ew.ge, y)
+
+    def __le__(self, y: Any) -> Tensor:
+        return self._binary(ew.le, y)
+
+    def __eq__(self, y: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(ew.eq, y)
+
+    def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(ew.ne, y)
+
+    def eq(self, y: Any) -> Tensor:
+        return self._binary(ew.eq, y)
+
+    def ne(self, y: Any) -> Tensor:
+        return self._binary(ew.ne, y)
+
+    def lt(self, y: Any) -> Tensor:
+        return self._binary(ew.lt, y)
+
+    def gt(self, y: Any) -> Tensor:
+        return self._binary(ew.lt, y, True)
+
+    def le(self, y: Any) -> Tensor:
+        return self._binary(ew.le, y)
+
+    def ge(self, y: Any) -> Tensor:
+        return self._binary(ew.ge, y)
+
+    def bitwise_and(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_and, y, reverse)
+
+    def bitwise_or(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_or, y, reverse)
+
+    def bitwise_xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_xor, y, reverse)
+
+    def xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """The older name of bitwise_xor."""
+        return self._binary(ew.bitwise_xor, y, reverse)
+
+    def bitwise_not(self) -> Tensor:
+        return self._unary(ew.bitwise_not)
+
+    def logical_not(self) -> Tensor:
+        return self._unary(ew.logical_not)
+
+    def logical_and(self, y: Any) -> Tensor:
+        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())
+
+    def logical_or(self, y: Any) -> Tensor:
+        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())
+
+    def logical_xor(self, y: Any) -> Tensor:
+        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())
+
+    def __and__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_and, y)
+
+    def __rand__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_and, y, True)
+
+    def __or__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_or, y)
+
+    def __ror__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_or, y, True)
+
+    def __xor__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_xor, y)
+
+    def __rxor__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_xor, y, True)
+
+    def __invert__(self) -> Tensor:
+        return self._unary(ew.bitwise_not)
+
+    def _shift(self, op: Ops, y: Any) -> Tensor:
+        y = self._operand(y)
+        yt = y if isinstance(y, Tensor) else None
+        u, dev = ew.shift(op, self.uop, self._device, y if yt is None else yt.uop, None if yt is None else yt._device)
+        out = self._new(u, dev)
+        if yt is not None and out.requires_grad is not True and yt.requires_grad is not False:
+            out.requires_grad = True if yt.requires_grad else None
+        return out
+
+    def lshift(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHL, y)
+
+    def rshift(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHR, y)
+
+    def __lshift__(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHL, y)
+
+    def __rshift__(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHR, y)
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
+        if isinstance(x, Tensor):
+            y = x._operand(y)
+        elif isinstance(y, Tensor):
+            x = y._operand(x)
+        xt, yt = x if isinstance(x, Tensor) else None, y if isinstance(y, Tensor) else None
+        u, dev = ew.where(self.uop, self._device, x if xt is None else xt.uop, None if xt is None else xt._device,
+                          y if yt is None else yt.uop, None if yt is None else yt._device)  # fmt: skip
+        out = self._new(u, dev)
+        if dev is not self._device:  # (a device-less condition rebuilt on the values' device is a new tensor)
+            out.requires_grad = None
+        return out
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        return mask.where(v.cast(self.dtype), self)
+
+    def neg(self) -> Tensor:
+        return self._unary(ew.neg)
+
+    def reciprocal(self) -> Tensor:
+        return self._unary(ew.reciprocal)
+
+    def sqrt(self) -> Tensor:
+        return self._unary(ew.sqrt)
+
+    def exp2(self) -> Tensor:
+        return self._unary(ew.exp2)
+
+    def log2(self) -> Tensor:
+        return self._unary(ew.log2)
+
+    def trunc(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.trunc)
+
+    def floor(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.floor)
+
+    def ceil(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.ceil)
+
+    def isnan(self) -> Tensor:
+        return self._unary(ew.isnan)
+
+    def isinf(self, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
+        return self._unary(ew.isinf, detect_positive, detect_negative)
+
+    def isfinite(self) -> Tensor:
+        return self._unary(ew.isfinite)
+
+    # ---------------- movement primitives ----------------
+    # speck.tensor.movement's functions over UOps, wrapped: a view of self, or self when there is nothing to do
+    def _move(self, fn: Any, arg: Any) -> Tensor:
+        u = self.uop
+        return self if (out := fn(u, arg)) is u else self._new(out)
+
+    def _resolve_dim(self, dim: builtins.int, extra: builtins.int = 0) -> builtins.int:
+        return mv.resolve_dim(self.shape, dim, extra)
+
+    def reshape(self, shape: Any, *args: Any) -> Tensor:
+        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+        return self._move(mv.reshape, argfix(shape, *args))
+
+    def view(self, shape: Any, *args: Any) -> Tensor:
+        return self._move(mv.reshape, argfix(shape, *args))
+
+    def permute(self, order: Any, *args: Any) -> Tensor:
+        return self._move(mv.permute, argfix(order, *args))
+
+    def expand(self, shape: Any, *args: Any) -> Tensor:
+        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
+        return self._move(mv.expand, argfix(shape, *args))
+
+    def shrink(self, arg: Any) -> Tensor:
+        """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        return self._move(mv.shrink, arg)
+
+    def _slice_dim(self, d: builtins.int, start: sint, stop: sint) -> Tensor:
+        return self._move(mv.shrink, tuple((start, stop) if i == d else None for i in range(self.ndim)))
+
+    def flip(self, axis: Any, *args: Any) -> Tensor:
+        return self._move(mv.flip, argfix(axis, *args))
+
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
         dt = _dt(dtype, weak_ok=True)
@@ -584,9 +985,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             raise TensorTypeError("cast needs a dtype (a DType, its name or a numpy type), got None")
         if dt == self.dtype:
             return self
-        if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:  # a literal's graph computed in dt
-            return self._new(retype(self.uop, dt, implicit=False))
-        return self._new(self.uop.cast(dt))
+        return self._new(ew.cast(self.uop, dt))
 
     def _materialized(self, device: Any) -> Tensor:
         """This tensor at a concrete dtype (weak: the default one) with a device (device-less: rebuilt on
