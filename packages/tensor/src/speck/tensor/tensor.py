@@ -24,6 +24,7 @@ from speck.tensor import elementwise as ew
 from speck.tensor import hook, multi
 from speck.tensor import movement as mv
 from speck.tensor import realize as _realize
+from speck.tensor import reduce as rd
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
 from speck.tensor.device import canonical, default_device, file_backed
@@ -977,6 +978,32 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def flip(self, axis: Any, *args: Any) -> Tensor:
         return self._move(mv.flip, argfix(axis, *args))
+
+    # ---------------- reduction primitives ----------------
+    # speck.tensor.reduce's functions over UOps, wrapped
+    def _axes(self, axis: Any) -> tuple[builtins.int, ...]:
+        return rd.axes_of(self.shape, axis)
+
+    def _concrete(self) -> Tensor:
+        u = self.uop
+        return self if (c := rd.concrete(u)) is u else self._new(c)
+
+    def _reduced(self, u: UOp, dev: Any) -> Tensor:
+        out = self._new(u, dev)
+        if dev is None and self._device is not None:  # (an empty max of a sharded tensor: a device-less constant)
+            out._device, out.requires_grad = None, None
+        return out
+
+    def _reduce(self, op: Ops, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        return self._reduced(*rd.reduce(self.uop, self._device, op, axis, keepdim))
+
+    def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
+        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+        return self._reduced(*rd.sum_(self.uop, self._device, axis, keepdim, _dt(dtype)))
+
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
+        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
+        return self._reduced(*rd.prod_(self.uop, self._device, axis, keepdim, _dt(dtype)))
 
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
