@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from speck.tensor.device import Device
 from speck.tensor.errors import IndexOutOfBoundsError
+from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import buffer_device, new_buffer_uop
 from speck.tensor.settings import CHECK_OOB
@@ -51,9 +53,6 @@ def checked(
     device-less index, `Tensor(5)`, is checked there). t itself when CHECK_OOB=0 or nothing can be out of range
     (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or one on a device that
     runs no kernels (a file, USB)."""
-    from speck.tensor.device import Device
-    from speck.tensor.multi import MultiUOp
-
     if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not dtypes.is_int(t.dtype):
         return t
     dev = t._device if t._device is not None else device

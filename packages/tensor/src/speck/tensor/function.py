@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from speck.tensor import schedule
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
+from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
 from speck.uop import Context, Ops, UOp
@@ -183,9 +184,6 @@ def callify(*tensors: Tensor) -> None:
     """Turn the pending computation of `tensors` into one self-contained call: a Function (precompiled: each output
     in a buffer of its own) over the buffers the graphs read, called once on them; the tensors are rewired to the
     call's outputs. Values and dtypes stay as they were; realized tensors are left alone."""
-    from speck.tensor.hook import Tensor
-    from speck.tensor.multi import MultiUOp
-
     pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
     if any(isinstance(t.uop, MultiUOp) for t in pending):
         raise TensorNotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
@@ -193,11 +191,12 @@ def callify(*tensors: Tensor) -> None:
         return
     graphs = [t.uop for t in pending]
     bufs = list(dict.fromkeys(n for g in graphs for n in g.toposort() if n.op is Ops.BUFFER))
-    inputs = [Tensor(b, device=buffer_device(b)) for b in bufs]
+    cls = type(pending[0])
+    inputs = [cls(b, device=buffer_device(b)) for b in bufs]
 
     def body(*xs: Tensor) -> tuple[Tensor, ...]:
         mapping = {b: x.uop for b, x in zip(bufs, xs)}
-        return tuple(Tensor(g.substitute(mapping), device=t.device) for g, t in zip(graphs, pending))
+        return tuple(cls(g.substitute(mapping), device=t.device) for g, t in zip(graphs, pending))
 
     body.__qualname__ = "callify"
     outs = Function(body, precompile=True)(*inputs)

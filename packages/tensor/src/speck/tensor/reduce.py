@@ -15,7 +15,7 @@ from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, Tens
 from speck.tensor.movement import reshape, resolve_dim
 from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.tensor.weak import materialized
-from speck.uop import DType, Ops, UOp, dtypes, least_upper_float, sint, sum_acc_dtype
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float, sint, sum_acc_dtype
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
 
@@ -212,19 +212,17 @@ class ReduceMixin:
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum (over the flattened tensor when axis is None)."""
-        from speck.tensor.hook import Tensor
-
         if axis is None:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
         if self.ndim == 0:
-            return Tensor(0, dtype=dtypes.int32, device=self.device)
+            return type(self)(0, dtype=dtypes.int32, device=self.device)
         n = as_int(self.shape[d])
         if n == 0:
             raise TensorValueError(f"argmax over an empty axis (axis {axis}, shape {self.shape}) has no value")
         m = self.max(d, keepdim=True)
-        rev = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+        rev = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
         hit = (self == m) | (self.isnan() if dtypes.is_float(self.dtype) else False)
         idx = hit.where(rev, 0).max(d, keepdim)
         return (n - idx).cast(dtypes.int32)
@@ -261,8 +259,6 @@ class ReduceMixin:
     # ---------------- scans ----------------
     def _scan(self: Tensor, axis: int, op: str) -> Tensor:
         """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
-        from speck.tensor.hook import Tensor
-
         self = self._concrete()
         d = self._resolve_dim(axis)
         if self.ndim == 0:
@@ -275,8 +271,8 @@ class ReduceMixin:
             r = x._blocked_scan(op)
             return r.transpose(d, -1) if d != self.ndim - 1 else r
         xs = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))  # [..., i, j] = x[..., j]
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         mask = j <= i
         if op == "sum":
             r = mask.where(xs, xs._const_like(0)).sum(-1)
@@ -324,43 +320,37 @@ class ReduceMixin:
 
     def _first_index_of(self: Tensor, v: Tensor, axis: int) -> Tensor:
         """For each position i along axis: the smallest j <= i with self[j] == v[i] (v a running extreme)."""
-        from speck.tensor.hook import Tensor
-
         if self.ndim == 0:
-            return Tensor(0, dtype=dtypes.int32, device=self.device)
+            return type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(axis)
         n = as_int(self.shape[d])
         if n == 0:
             return self.cast(dtypes.int32)
         x, vv = self.transpose(d, -1), v.transpose(d, -1)
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         hit = (j <= i) & (x.unsqueeze(-2) == vv.unsqueeze(-1))  # [..., i, j]
         return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
         underflows the prefixes far below the axis maximum to log(0) = -inf."""
-        from speck.tensor.hook import Tensor
-
         x = self._float()
         d = x._resolve_dim(axis)
         if x.ndim == 0 or as_int(x.shape[d]) == 0:
             return x
         n = as_int(x.shape[d])
         xt = x.transpose(d, -1) if d != x.ndim - 1 else x
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         r = (j <= i).where(xt.unsqueeze(-2), -math.inf).logsumexp(-1)  # [..., i] = logsumexp of x[..., :i+1]
         return r.transpose(d, -1) if d != x.ndim - 1 else r
 
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
-        from speck.tensor.hook import Tensor
-
         if self.ndim == 0:
-            return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+            return self, type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
@@ -368,19 +358,19 @@ class ReduceMixin:
             return self, self.cast(dtypes.int32)
         xi = x.unsqueeze(-1)  # [..., i, 1]
         xj = x.unsqueeze(-2)  # [..., 1, j]
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         lt, eq = (xj > xi, xj == xi) if descending else (xj < xi, xj == xi)
         if dtypes.is_float(x.dtype):  # NaN sorts above +inf (last ascending, first descending, as in PyTorch)
             nj, ni = xj.isnan(), xi.isnan()
             lt = lt | ((nj & ni.logical_not()) if descending else (ni & nj.logical_not()))
             eq = eq | (nj & ni)
         rank = (lt | (eq & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i], a permutation of 0..n-1
-        p = Tensor.arange(n, device=self.device).reshape(1, n)
+        p = type(self).arange(n, device=self.device).reshape(1, n)
         sel = rank.unsqueeze(-1) == p  # [..., i, p]: element i lands at position p
         vals = sel.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype != dtypes.bool else \
             (sel & x.unsqueeze(-1)).any(-2)  # fmt: skip
-        idx = sel.where(Tensor.arange(n, device=self.device).reshape(n, 1), 0).sum(-2).cast(dtypes.int32)
+        idx = sel.where(type(self).arange(n, device=self.device).reshape(n, 1), 0).sum(-2).cast(dtypes.int32)
         if d != self.ndim - 1:
             vals, idx = vals.transpose(d, -1), idx.transpose(d, -1)
         return vals, idx
@@ -401,8 +391,6 @@ class ReduceMixin:
     # ---------------- linear algebra ----------------
     def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcasting of batch dims."""
-        from speck.uop import least_upper_dtype
-
         x = self
         if x.ndim == 0 or w.ndim == 0:
             raise TensorValueError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
@@ -463,8 +451,6 @@ class ReduceMixin:
         """numpy's einsum: explicit ('ij,jk->ik') or implicit output (letters seen once, alphabetical), '...' for
         broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
         The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
-        from speck.uop import least_upper_dtype
-
         f = formula.replace(" ", "")
         lhs, out = f.split("->") if "->" in f else (f, None)
         ins = lhs.split(",")

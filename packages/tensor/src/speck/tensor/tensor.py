@@ -10,6 +10,7 @@ below), never importing this."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import contextvars
 import pathlib
 import sys
@@ -49,12 +50,13 @@ from speck.tensor.nodes import (
     _from_nested,
     _from_numpy,
     _np_cast,
-    const_tensor,
 )
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
     base_buffer,
+    buffer_map,
+    buffer_views,
     max_dim,
     new_buffer_uop,
     reads_external,
@@ -64,8 +66,9 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
+from speck.tensor.settings import TRAINING
 from speck.tensor.weak import materialized
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
@@ -148,7 +151,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
             dt = dt or _NP_TO_DT[arr.dtype]
         elif isinstance(data, (list, tuple)):
-            arr, inferred = _from_nested(data)
+            arr, inferred = _from_nested(data, Tensor)
             dt = dt or inferred
         else:
             raise TensorTypeError(
@@ -184,7 +187,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         same shape, dtype and device that has no data (reading it raises). A weak or device-less tensor has no
         storage a parameter could stand for: RuntimeError."""
         from speck.tensor.function import _PlaceholderStorage
-        from speck.tensor.schedule import buffer_map
 
         if self._device is None or self.dtype.is_weak or isinstance(self.uop, MultiUOp):
             what = "device-less" if self._device is None else "sharded" if isinstance(self.uop, MultiUOp) else "weak"
@@ -247,15 +249,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def train(mode: builtins.bool = True) -> Any:
         """Context manager for training mode (dropout, batch-norm statistics, optimizer steps)."""
-        from speck.tensor.autograd import train
-
         return train(mode)
 
     @staticmethod
     def test(mode: builtins.bool = True) -> Any:
         """Context manager (and decorator) for evaluation mode: training off while mode is True."""
-        from speck.tensor.autograd import train
-
         return train(not mode)
 
     # ---------------- basic properties ----------------
@@ -339,8 +337,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
         """A 0-d constant of dtype (default self's) where self is (device-less for device-less or sharded self)."""
         dev = self._device
-        out: Tensor = const_tensor(v, dtype or self.dtype, None if type(dev) is tuple else dev)
-        return out
+        return Tensor._constant(v, dtype or self.dtype, None if type(dev) is tuple else dev)
+
+    @staticmethod
+    def _constant(value: Scalar, dtype: DType | None, device: Any) -> Tensor:
+        """A 0-d constant of dtype (default: the literal's own, weak for int/float) on device; device None makes it
+        device-less. Internal code uses this for constants that belong to a device (Tensor(scalar) ignores
+        device=); the Python int must fit an int dtype (a literal never wraps silently)."""
+        dt = dtypes.from_py(value) if dtype is None else dtype
+        home = default_device() if device is None else device
+        t = Tensor(ew.const(value, dt, home), device=home)
+        t._device = device
+        return t
 
     # ---------------- realization ----------------
     def realize(self, *lst: Tensor) -> Tensor:
@@ -421,7 +429,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
-        from speck.tensor.writes import schedule_pending
 
         # (the whole-tensor assigns still pending on these tensors' buffers come first: `a.assign(a + 1).schedule()`
         # lists the kernel computing the new value)
@@ -1039,7 +1046,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if dt.itemsize == self.dtype.itemsize and (dt == dtypes.bool or self.dtype == dtypes.bool):
             # bool's bytes are 0 and 1: reinterpreting them is a conversion (no backend has a 1-bit bitcast)
             out = self.cast(dt) if dt != dtypes.bool else self != 0
-            from speck.tensor.writes import RESIZED_BITCASTS
 
             RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
             return out
@@ -1067,7 +1073,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
             out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
         out = out if dt == u_dst else out.bitcast(dt)
-        from speck.tensor.writes import RESIZED_BITCASTS
 
         RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
         return out
@@ -1075,8 +1080,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _disk_bitcast(self, dt: DType) -> Tensor:
         """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data
         moves: the file is the storage)."""
-        from speck.tensor.schedule import buffer_views
-
         bb, off = base_buffer(self.uop), view_offset(self.uop)
         if bb is None or off is None or not self.ndim:
             raise TensorValueError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
@@ -1128,7 +1131,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         tensors computed before the write keep the values they were computed from (speck.tensor.writes)."""
         if isinstance(self.uop, MultiUOp) or isinstance(x, Tensor) and isinstance(x.uop, MultiUOp):
             return multi.assign(self, x)
-        from speck.tensor.writes import assign
 
         return assign(self, x)
 
@@ -1233,6 +1235,28 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
         return
     u = multi.per_device(devs, lambda d: Tensor(data, device=d, dtype=dtype))
     t.uop, t._device = u, devs
+
+
+def is_training() -> bool:
+    """Training mode: Tensor.training (set directly or by Tensor.train()) or the TRAINING setting."""
+    return bool(Tensor.training) or bool(TRAINING)
+
+
+class train(contextlib.ContextDecorator):
+    """Training mode for the block: dropout is active, batch-norm updates its running statistics, and optimizer
+    steps are allowed. Same as Context(TRAINING=1). Also a decorator; `__enter__` alone switches the mode until
+    `__exit__` (the object holds no generator that dropping it would close)."""
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = mode
+        self.saved: list[tuple[bool, int]] = []
+
+    def __enter__(self) -> None:
+        self.saved.append((Tensor.training, TRAINING.value))
+        Tensor.training, TRAINING.value = self.mode, int(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        Tensor.training, TRAINING.value = self.saved.pop()
 
 
 def _materialize_buffer(b: UOp) -> Any:
