@@ -448,6 +448,11 @@ class ElementwiseMixin:
     __slots__ = ()
 
     # ---------------- unary math ----------------
+    def _literal_float(self: Tensor) -> Tensor:
+        """self in float, as float-literal arithmetic makes it: a concrete int/bool tensor becomes weakfloat (TENSOR_API
+        3.3: tinygrad's sigmoid/tanh/gelu of an int tensor are weakfloat; reads give the default float)."""
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)
+
     def rsqrt(self: Tensor) -> Tensor:
         return self.sqrt().reciprocal()
 
@@ -543,7 +548,7 @@ class ElementwiseMixin:
 
     def tanh(self: Tensor) -> Tensor:
         # -u / (u + 2) with u = expm1(-2|x|) in (-1, 0]: no cancellation near 0, no overflow for large |x|
-        x = self._float()
+        x = self._literal_float()
         u = (x.abs() * -2.0)._expm1()
         r = -u / (u + 2.0)
         return (x < 0).where(-r, r)
@@ -570,7 +575,7 @@ class ElementwiseMixin:
         return (x._log1p() - (-x)._log1p()) * 0.5  # atanh(1e-8) = 1e-8 (not 0), and exact 1 - x near 1
 
     def sigmoid(self: Tensor) -> Tensor:
-        x = self._float()
+        x = self._literal_float()
         out = (1 + x.neg().exp()).reciprocal()
         _sigmoid_gradient(out, x)
         return out
