@@ -2,8 +2,8 @@
 # (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
 # mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Creation: empty, from_blob, full, zeros, ones, arange, linspace, eye, const and the *_like constructors. The
-methods are added to Tensor as a mixin like the other op modules'; they build results through the registered class
-(speck.tensor.hook), not by importing tensor.py."""
+methods are added to Tensor as a mixin like the other op modules'; the constructors are classmethods and build
+results with `cls` (methods with `type(self)`), never by importing tensor.py."""
 
 from __future__ import annotations
 

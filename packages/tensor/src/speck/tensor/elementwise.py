@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.device import default_device
 from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
+from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
 from speck.tensor.nodes import _const_uop
 from speck.tensor.settings import DISALLOW_BROADCAST
@@ -412,8 +413,6 @@ def isfinite(u: UOp, dev: Device) -> UOp:
 def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     """sigmoid differentiates as s * (1 - s). Walking 1 / (1 + exp(-x)) instead multiplies exp(-x) = inf by a zero
     gradient (NaN) once x < -88, and tanh and the losses built on sigmoid inherit that NaN."""
-    from speck.tensor.gradient import const_like, override_gradient
-
     node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
@@ -807,7 +806,6 @@ class ElementwiseMixin:
 def _relu_gradient(out: Tensor, x: Tensor) -> None:
     """relu's gradient is 0 at 0 (maximum's rule would split a tie in half). The forward stays one MAX, which
     fuses into the kernel computing x (a select would read x twice and make it a kernel of its own)."""
-    from speck.tensor.gradient import override_gradient
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
         return ((x > 0).where(out._new(g), 0.0).uop,)
@@ -818,7 +816,6 @@ def _relu_gradient(out: Tensor, x: Tensor) -> None:
 def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
     """x ** y differentiates as y * x ** (y - 1) (0 where y == 0) and x ** y * ln(x) (0 where x == 0), not through
     the exp2/log2 graph computing it, which gives NaN at x == 0."""
-    from speck.tensor.gradient import override_gradient
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
         gt, o = out._new(g), out._new(out.uop)

@@ -384,8 +384,6 @@ class MovementMixin:
     def _unfold_symbolic(self: Tensor, d: int, size: int, step: int) -> Tensor:
         """unfold along a symbolic dim: the `size` shifted slices stacked as the last dim (the affine re-read of the
         concrete path needs the row length as a number)."""
-        from speck.tensor.hook import Tensor
-
         n = self.shape[d]
         if step != 1 or size < 1:
             raise TensorValueError(
@@ -394,7 +392,7 @@ class MovementMixin:
             )
         nw = n - (size - 1)
         wins = [self._slice_dim(d, j, j + nw) for j in range(size)]
-        return Tensor.stack(*wins, dim=-1)
+        return type(self).stack(*wins, dim=-1)
 
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.

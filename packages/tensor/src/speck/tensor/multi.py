@@ -18,6 +18,7 @@ from speck.tensor.allreduce import allreduce
 from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.errors import TensorTypeError, TensorValueError
+from speck.tensor.gradient import override_gradient
 from speck.tensor.nodes import copy_uop
 from speck.tensor.realize import realize_targets
 from speck.tensor.schedule import base_buffer
@@ -313,8 +314,6 @@ def _as_multi(g: UOp, devices: tuple[str, ...]) -> MultiUOp:
 
 
 def _gradient_to(node: UOp, src: UOp, rule: Any) -> None:
-    from speck.tensor.gradient import override_gradient
-
     override_gradient(node, (src,), lambda g: (rule(g),))
 
 

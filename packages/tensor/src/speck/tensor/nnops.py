@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorValueError
+from speck.tensor.gradient import override_gradient
+from speck.tensor.pool_grad import max_pool_gradient
 from speck.tensor.settings import TRAINING
 from speck.uop import dtypes, least_upper_dtype, least_upper_float
 
@@ -204,7 +206,6 @@ class NNMixin:
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
         red = tuple(range(-len(k), 0))
         out = w.max(axis=red)
-        from speck.tensor.pool_grad import max_pool_gradient
 
         # elementwise when windows don't overlap (its geometry needs only the leading pads: out's shape has the rest)
         max_pool_gradient(out, self, k, st, dl, tuple(b for b, _ in pads))
@@ -471,8 +472,6 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     without first writing that tensor out; the transposed convolution of the output gradient is the same value as
     one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
     output positions (what the graph walk gives too)."""
-    from speck.tensor.gradient import override_gradient
-
     nsp = len(k)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
@@ -517,8 +516,6 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
 def _unpool_gradient(out: Tensor, x: Tensor, flat_idx: Tensor, pooled: tuple[Any, ...]) -> None:
     """max_unpool2d's gradient is the output gradient read back at each value's index: every pooled value moved to
     its position whole, also where overlapping windows put one value there twice (the forward keeps it once)."""
-    from speck.tensor.gradient import override_gradient
-
     nsp = len(pooled)
     idx_uop, device = flat_idx.uop, x.device
 

@@ -4,7 +4,8 @@
 """Random numbers: a counter-based generator (threefry2x32 of a per-device [seed, counter] buffer) and the
 distributions and initialisers built on it (rand, randn, randint, normal, uniform, the glorot/kaiming
 initialisers, randperm, multinomial, manual_seed). The methods are added to Tensor as a mixin like the other op
-modules'; they build results through the registered class (speck.tensor.hook), not by importing tensor.py."""
+modules'; the constructors are classmethods building results with `cls` (methods with `type(self)`), never by
+importing tensor.py."""
 
 from __future__ import annotations
 

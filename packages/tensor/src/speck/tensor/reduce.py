@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from speck.tensor.dims import as_int
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
+from speck.tensor.linalg import newton_schulz, qr, svd
 from speck.tensor.movement import reshape, resolve_dim
 from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.tensor.weak import materialized
@@ -422,20 +423,14 @@ class ReduceMixin:
 
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """(Q, R) by Householder reflections (batched over leading dims)."""
-        from speck.tensor.linalg import qr
-
         return qr(self)
 
     def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
-        from speck.tensor.linalg import svd
-
         return svd(self, full_matrices)
 
     def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
         """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""
-        from speck.tensor.linalg import newton_schulz
-
         return newton_schulz(self, steps, params, eps)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:

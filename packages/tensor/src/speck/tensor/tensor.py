@@ -2,10 +2,12 @@
 reads data) schedules them into kernels and runs them. Names, arguments, broadcasting and dtype promotion follow
 tinygrad's Tensor; numpy is the numeric reference.
 
-The class is split along its seams: the core lives here, constructors in `creation.py`, elementwise math in
-`elementwise.py`, reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, nn ops in
-`nnops.py`, random numbers in `random.py`: mixins that reach the class through `speck.tensor.hook` (registered
-below), never importing this."""
+The primitives are functions over UOps that this class wraps in one place: elementwise ops (`_binary`, `_unary` over
+`speck.tensor.elementwise`), movement (`_move` over `speck.tensor.movement`) and reductions (`_reduce`, `sum`, `prod`
+over `speck.tensor.reduce`). What is composed from Tensor methods lives in mixins split along the class's seams:
+constructors in `creation.py`, math in `elementwise.py`, reductions and linear algebra in `reduce.py`, movement in
+`movement.py`, indexing in `indexing.py`, nn ops in `nnops.py`, random numbers in `random.py`. They take the class
+from the tensor at hand (`type(self)`, `cls`), never importing this module."""
 
 from __future__ import annotations
 
@@ -26,14 +28,20 @@ from speck.tensor import hook, multi
 from speck.tensor import movement as mv
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
+from speck.tensor.autograd import backward
+from speck.tensor.autograd import gradient as _gradient
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
+from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
 from speck.tensor.dims import argfix, as_int
+from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.function import _PlaceholderStorage, callify, linear_with_vars, schedule_linear
 from speck.tensor.indexing import IndexingMixin
+from speck.tensor.keccak import keccak, tensor_hash
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
 from speck.tensor.metadata import record as _record_metadata
@@ -51,6 +59,7 @@ from speck.tensor.nodes import (
     _from_numpy,
     _np_cast,
 )
+from speck.tensor.pickling import reduce_tensor
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
@@ -187,8 +196,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """A placeholder for this tensor as parameter number `slot` of a traced function or kernel: a buffer of the
         same shape, dtype and device that has no data (reading it raises). A weak or device-less tensor has no
         storage a parameter could stand for: RuntimeError."""
-        from speck.tensor.function import _PlaceholderStorage
-
         if self._device is None or self.dtype.is_weak or isinstance(self.uop, MultiUOp):
             what = "device-less" if self._device is None else "sharded" if isinstance(self.uop, MultiUOp) else "weak"
             raise TensorValueError(f"as_param needs a tensor with storage on one device; this one is {what} "
@@ -211,14 +218,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Accumulate d(self)/d(t) into t.grad for every live float tensor t in self's graph (parameters,
         intermediates held in variables and self itself), except those made with requires_grad=False. Returns
         self."""
-        from speck.tensor.autograd import backward
-
         return backward(self, self._multi_seed(gradient))
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, as lazy tensors (self must be a scalar unless gradient= is given)."""
-        from speck.tensor.autograd import gradient as _gradient
-
         return _gradient(self, *targets, gradient=self._multi_seed(gradient))
 
     def _multi_seed(self, gradient: Tensor | None) -> Tensor | None:
@@ -498,7 +501,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.is_weak:
             raise TensorTypeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
                                   "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
         if file_backed(self._device) and not is_view(self.uop):
             write_pending_copy(self)
@@ -531,7 +533,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
             )
         shape = tuple(as_int(s) for s in self.shape)
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
         if file_backed(self._device) and not is_view(self.uop):
             write_pending_copy(self)
@@ -1142,40 +1143,28 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def custom_kernel(self, *others: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
         """Run a kernel written in UOps on (self, *others): `fxn` gets one buffer placeholder per tensor and returns
         a SINK of stores; the result is each tensor after the kernel (see speck.tensor.custom_kernel)."""
-        from speck.tensor.custom_kernel import custom_kernel
-
         return custom_kernel((self, *others), fxn, grad_fxn)
 
     def callify(self, *others: Tensor) -> Tensor:
         """Make the pending computation of self and others one self-contained call, rewiring them to its outputs
         (values unchanged; see speck.tensor.function.callify). Returns self."""
-        from speck.tensor.function import callify
-
         callify(self, *others)
         return self
 
     def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
         """(the ScheduleItems realizing self and others would run, in order; the bound Variables' values)."""
-        from speck.tensor.function import linear_with_vars
-
         return linear_with_vars(self, *others)
 
     def schedule_linear(self, *others: Tensor) -> list[Any]:
         """linear_with_vars without Variables (TensorAssertionError when the program reads some)."""
-        from speck.tensor.function import schedule_linear
-
         return schedule_linear(self, *others)
 
     def keccak(self, cfg: str | tuple[builtins.int, builtins.int] = "sha3_256") -> Tensor:
         """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
-        from speck.tensor.keccak import keccak
-
         return keccak(self, cfg)
 
     def hash(self) -> Tensor:
         """A 16-byte (uint8) tree hash of the whole tensor's bytes (see speck.tensor.keccak.tensor_hash)."""
-        from speck.tensor.keccak import tensor_hash
-
         return tensor_hash(self)
 
     def replace(self, x: Tensor) -> Tensor:
@@ -1186,8 +1175,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.pickling)."""
-        from speck.tensor.pickling import reduce_tensor
-
         return reduce_tensor(self)
 
 

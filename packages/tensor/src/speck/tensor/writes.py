@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 from speck.tensor import realize
 from speck.tensor.bounds import checked
 from speck.tensor.device import Device, default_device, file_backed
+from speck.tensor.disk import HOST, host_graph, needs_host
 from speck.tensor.elementwise import broadcast_shape
 from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
+from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _iota_uop
 from speck.tensor.realize import buffer_numpy, copy_entry, get_buffer, writable_disk
 from speck.tensor.schedule import (
@@ -247,8 +249,6 @@ def _needed(targets: Sequence[Tensor]) -> int:
     through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
     read, so they stay pending (like tinygrad, where an assign runs when something that depends on it is
     realized). A sharded target counts as needing them all."""
-    from speck.tensor.multi import MultiUOp
-
     pend = _thread.pending
     reads: set[UOp] = set()
     for t in targets:
@@ -525,7 +525,6 @@ def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
     import numpy as np
 
-    from speck.tensor.disk import HOST, host_graph, needs_host
     from speck.tensor.hook import Tensor
 
     value = w.value
@@ -630,8 +629,6 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
         if isinstance(x, (int, float, bool)):
             return t._const_like(x)
         if file_backed(t.device):  # (staged on the host: a buffer on the file's device would be the file itself)
-            from speck.tensor.disk import HOST
-
             return type(t)(x, device=HOST, dtype=t.dtype).to(t.device)
         made: Tensor = type(t)(x, device=t.device, dtype=t.dtype)
         return made

@@ -168,8 +168,6 @@ def _resharded_like(x: Tensor, p: Tensor) -> Tensor:
     """x laid out over p's devices like p when both are sharded differently: a replicated bias's gradient comes out
     sharded when the layer's output was (its sum over the batch keeps the feature split), and the update of p (or
     of state placed like p) must have p's sharding."""
-    from speck.tensor.multi import MultiUOp
-
     xu, pu = x.uop, p.uop
     if isinstance(xu, MultiUOp) and isinstance(pu, MultiUOp) and (xu.axis != pu.axis or xu.device != pu.device):
         return x.shard_like(p)
