@@ -808,41 +808,52 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def __imatmul__(self, y: Tensor) -> Tensor:
         return self.assign(self.matmul(y))
 
+    def _compare(self, fn: Any, y: Any, below: builtins.bool, above: builtins.bool,
+                 reverse: builtins.bool = False) -> Tensor:  # fmt: skip
+        """A comparison; a Python int y outside self's int dtype compares the same way for every element (`below`:
+        the result when y is below the dtype's range, `above`: above it), so the answer is exact without y as a
+        constant of that dtype, which would not fit (`uint8_labels != -1` is all True, as in numpy)."""
+        if type(y) is builtins.int and dtypes.is_int(dt := self.dtype) and not dt.is_weak:
+            if not dtypes.min(dt) <= y <= dtypes.max(dt):
+                false = self.zeros_like(dtype=dtypes.bool)
+                return false.logical_not() if (below if y < dtypes.min(dt) else above) else false
+        return self._binary(fn, y, reverse)
+
     def __lt__(self, y: Any) -> Tensor:
-        return self._binary(ew.lt, y)
+        return self._compare(ew.lt, y, False, True)
 
     def __gt__(self, y: Any) -> Tensor:
-        return self._binary(ew.lt, y, True)
+        return self._compare(ew.lt, y, True, False, True)
 
     def __ge__(self, y: Any) -> Tensor:
-        return self._binary(ew.ge, y)
+        return self._compare(ew.ge, y, True, False)
 
     def __le__(self, y: Any) -> Tensor:
-        return self._binary(ew.le, y)
+        return self._compare(ew.le, y, False, True)
 
     def __eq__(self, y: Any) -> Tensor:  # type: ignore[override]
-        return self._binary(ew.eq, y)
+        return self._compare(ew.eq, y, False, False)
 
     def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]
-        return self._binary(ew.ne, y)
+        return self._compare(ew.ne, y, True, True)
 
     def eq(self, y: Any) -> Tensor:
-        return self._binary(ew.eq, y)
+        return self._compare(ew.eq, y, False, False)
 
     def ne(self, y: Any) -> Tensor:
-        return self._binary(ew.ne, y)
+        return self._compare(ew.ne, y, True, True)
 
     def lt(self, y: Any) -> Tensor:
-        return self._binary(ew.lt, y)
+        return self._compare(ew.lt, y, False, True)
 
     def gt(self, y: Any) -> Tensor:
-        return self._binary(ew.lt, y, True)
+        return self._compare(ew.lt, y, True, False, True)
 
     def le(self, y: Any) -> Tensor:
-        return self._binary(ew.le, y)
+        return self._compare(ew.le, y, False, True)
 
     def ge(self, y: Any) -> Tensor:
-        return self._binary(ew.ge, y)
+        return self._compare(ew.ge, y, True, False)
 
     def bitwise_and(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         return self._binary(ew.bitwise_and, y, reverse)
