@@ -44,11 +44,11 @@ def test_no_import_cycles() -> None:
 # write queue's / realize's entry points that run on nodes)
 HOOK_READERS = frozenset({"speck.tensor.function", "speck.tensor.gradient", "speck.tensor.pickling",
                           "speck.tensor.realize", "speck.tensor.writes"})  # fmt: skip
-HOOK_READ_CEILING = 16
+HOOK_READ_CEILING = 14
 # import statements inside functions, per package: those that remain import optional or heavy dependencies late
 # (usbgpu, mpi4py, tqdm) or go upward inside the package (tensor.py's methods reaching autograd-like modules would
 # be cycles at load time); an import added only to break a cycle belongs at module level or in another layer
-FUNCTION_IMPORT_CEILINGS = {"speck.tensor": 65, "speck.codegen": 27, "speck.hcq": 16, "speck.uop": 2,
+FUNCTION_IMPORT_CEILINGS = {"speck.tensor": 60, "speck.codegen": 27, "speck.hcq": 16, "speck.uop": 2,
                             "speck.usbgpu": 28}  # fmt: skip
 
 

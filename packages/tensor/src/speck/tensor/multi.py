@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from speck.tensor.allreduce import allreduce
 from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
@@ -505,8 +507,6 @@ def realize_all(tensors: Sequence[Tensor]) -> None:
 def numpy(t: Tensor) -> Any:
     """The values of a sharded tensor: each shard read back from its device, joined on the host (reads are not
     device copies)."""
-    import numpy as np
-
     t.realize()
     u = t.uop
     assert isinstance(u, MultiUOp)

@@ -24,11 +24,13 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from speck.tensor import realize
 from speck.tensor.bounds import checked
 from speck.tensor.device import Device, default_device, file_backed
 from speck.tensor.disk import HOST, host_graph, needs_host
-from speck.tensor.elementwise import broadcast_shape
+from speck.tensor.elementwise import broadcast_shape, scalar_op
 from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
@@ -547,8 +549,6 @@ def _whole_source(value: UOp, buf: UOp) -> UOp | None:
 
 def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
-    import numpy as np
-
     from speck.tensor.hook import Tensor
 
     value = w.value
@@ -578,14 +578,12 @@ def _device_of(u: UOp) -> str:
 def positions(view: UOp, buf: UOp, device: str) -> UOp:
     """A lazy int32 graph shaped like `view` (a chain of views over buf): 1 + the flat index in buf of each
     element, 0 where the view has no element (padding)."""
-    from speck.tensor.hook import Tensor
-
     nodes: list[UOp] = []
     u = view
     while u is not buf:
         nodes.append(u)
         u = u.src[0]
-    p = (Tensor(_iota_uop(int(buf.arg), device), device=device) + 1).uop
+    p = scalar_op(Ops.ADD, _iota_uop(int(buf.arg), device), device, 1)
     for n in reversed(nodes):
         if n.op in _MOVEMENT:
             p = UOp(n.op, dtypes.int32, (p,), n.arg)
@@ -767,21 +765,15 @@ def _scatter_in_place(value: UOp, buf: UOp) -> bool:
     return True
 
 
-def _advanced(idx: Any) -> bool:
-    import numpy as np
-
-    from speck.tensor.hook import Tensor
-
+def _advanced(t: Tensor, idx: Any) -> bool:
     items = idx if isinstance(idx, tuple) else (idx,)
-    return any(isinstance(i, (list, np.ndarray, Tensor)) for i in items)
+    return any(isinstance(i, (list, np.ndarray, type(t))) for i in items)
 
 
 def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     """The common `x[index_tensor] = v` on a whole buffer: the positions of the selected rows by arithmetic (a few
     ops instead of getitem's one-hot gather, which folds to the same loads but costs more to build). None for
     any other index."""
-    import numpy as np
-
     if isinstance(idx, (list, np.ndarray)):
         arr = np.asarray(idx)
         if arr.dtype.kind not in "iu" or arr.ndim != 1:
@@ -825,12 +817,12 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         t.realize()
         u = t.uop
         buf = view_base(u)
-    if file_backed(t.device) and _advanced(idx):
+    if file_backed(t.device) and _advanced(t, idx):
         raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
             "through views: slices, ints, reshapes); move it to a device, write there and assign back"
         )
-    if buf is not None and not _advanced(idx):
+    if buf is not None and not _advanced(t, idx):
         view = t[idx]
         view.assign(_broadcast(val, view.shape, "setitem"))
         return
