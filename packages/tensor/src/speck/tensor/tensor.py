@@ -30,6 +30,7 @@ from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
 from speck.tensor.autograd import backward
 from speck.tensor.autograd import gradient as _gradient
+from speck.tensor.base import TensorBase
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
@@ -96,7 +97,9 @@ DTypeLike = DType | str
 DeviceLike = str | tuple[str, ...] | list[str]
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin):
+class Tensor(
+    TensorBase, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin
+):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
     __slots__ = ("_uop", "_ver", "_device", "requires_grad", "grad", "is_param", "__weakref__")
