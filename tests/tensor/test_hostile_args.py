@@ -231,3 +231,42 @@ def test_conv_bias_of_any_shape_with_cout_values_is_added_per_channel() -> None:
 @pytest.mark.parametrize("wshape", [(3,), (3, 2)])
 def test_a_conv_weight_needs_a_kernel_dim(wshape: tuple[int, ...]) -> None:
     _rejected(lambda: Tensor(X4).conv2d(Tensor.ones(*wshape)), AssertionError, "weight", "kernel dim", str(wshape))
+
+
+# ---------------- nested lists that never end ----------------
+def _self_holding() -> list[Any]:
+    x: list[Any] = []
+    x.append(x)
+    return x
+
+
+def _shared(depth: int, leaf: Any) -> Any:
+    x = leaf
+    for _ in range(depth):
+        x = [x, x]
+    return x
+
+
+@pytest.mark.parametrize("make", [_self_holding, lambda: _shared(60, [1.0]), lambda: _shared(60, []),
+                                  lambda: _shared(100, 1), lambda: [[1], _self_holding()]])  # fmt: skip
+def test_a_nest_that_holds_itself_or_claims_2_to_the_60_numbers_is_refused(make: Callable[[], Any]) -> None:
+    # (each used to loop forever: the walk over the nest had no end)
+    _rejected(lambda: Tensor(make()), ValueError, "nested sequence")
+
+
+nests = st.recursive(st.integers(-5, 5) | st.floats(-4, 4, width=32) | st.booleans(),
+                     lambda inner: st.lists(inner, max_size=4), max_leaves=24)  # fmt: skip
+
+
+@given(nests)
+def test_nested_lists_become_what_numpy_makes_or_a_value_error(data: Any) -> None:
+    try:
+        want = np.array(data)
+    except ValueError:
+        _rejected(lambda: Tensor(data), ValueError, "nested sequence")
+        return
+    if want.dtype == object:
+        return
+    got = Tensor(data).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6)

@@ -88,24 +88,62 @@ def _const_uop(value: int | float | bool, dtype: DType, device: str) -> UOp:
     return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), v)
 
 
+MAX_NEST = 64  # numpy's limit on dims
+MAX_NESTED_NUMBERS = 2**31  # 16 GiB of list pointers alone: more is a nest that shares its sublists
+
+
+def _nest_budget(data: Any) -> tuple[int, int]:
+    """(lists, numbers) a rectangular nest shaped like data's first elements holds (a 0-d array or scalar counts as a
+    number; the walk along first elements stops at MAX_NEST, where the nest is refused anyway)."""
+    lists, width, x = 0, 1, data
+    for _ in range(MAX_NEST + 1):
+        if isinstance(x, np.ndarray) and x.ndim:
+            return lists + width, width * x.size
+        if not isinstance(x, (list, tuple)):
+            return lists + 1, width
+        lists += width
+        width *= len(x)
+        if not x:
+            return lists, 0
+        x = x[0]
+    return lists, width
+
+
 def _from_nested(data: Any, tensor_type: type) -> tuple[np.ndarray, DType]:
     """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it (a tensor_type
     element is refused: Tensor.stack builds from tensors)."""
     flat: list[Any] = []
-    stack = [data]
+    # a rectangular nest has the shape its first elements give; one holding more lists or numbers than that is
+    # ragged (numpy refuses it below), so the walk stops there: a list holding itself, or one that shares its
+    # sublists 2**60 ways, would otherwise never end
+    max_lists, max_flat = _nest_budget(data)
+    if max(max_flat, max_lists) > MAX_NESTED_NUMBERS:  # (only a nest sharing its sublists claims this many)
+        raise TensorValueError(f"can't make a Tensor from a nested sequence of {max_flat} numbers in {max_lists} "
+                               f"lists (more than {MAX_NESTED_NUMBERS}); build large tensors from a numpy array or "
+                               "with Tensor.full")  # fmt: skip
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    lists = 0
     while stack:
-        x = stack.pop()
-        if isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints were read as bools)
-            stack.append(x.tolist())
-        elif isinstance(x, tensor_type):
-            raise TensorTypeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
-        elif isinstance(x, (bool, int, float, np.bool_, np.number)):
-            flat.append(x)
-        else:  # numpy would make strings or objects of these, torch refuses them
-            raise TensorTypeError(f"can't make a Tensor from a sequence holding {type(x).__name__} {x!r:.40}; "
-                                  "expected numbers or bools, in (nested) lists or tuples")  # fmt: skip
+        seq, depth = stack.pop()
+        lists += 1
+        if depth >= MAX_NEST or lists > max_lists or len(flat) > max_flat:
+            raise TensorValueError(
+                "can't make a Tensor from this nested sequence: it is ragged, nested more than "
+                f"{MAX_NEST} deep (numpy's limit on dims) or holds itself; give a rectangular nest of numbers"
+            )
+        for x in seq:
+            if isinstance(x, (list, tuple)):
+                stack.append((x, depth + 1))
+            elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints read as bools)
+                v = x.tolist()
+                stack.append((v, depth + 1)) if isinstance(v, list) else flat.append(v)
+            elif isinstance(x, tensor_type):
+                raise TensorTypeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
+            elif isinstance(x, (bool, int, float, np.bool_, np.number)):
+                flat.append(x)
+            else:  # numpy would make strings or objects of these, torch refuses them
+                raise TensorTypeError(f"can't make a Tensor from a sequence holding {type(x).__name__} {x!r:.40}; "
+                                      "expected numbers or bools, in (nested) lists or tuples")  # fmt: skip
     if any(isinstance(x, float) or isinstance(x, np.floating) for x in flat):
         dt = dtypes.default_float
     elif any(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in flat):
