@@ -12,6 +12,7 @@ from speck.hcq import Device, runner
 from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count, dtypes
 from speck.tensor.allreduce import choose_algorithm
 from speck.tensor.multi import MultiUOp
+from speck.uop import Ops
 from tensor_helpers import FEW
 
 CPU2 = ("CPU", "CPU:1")
@@ -369,3 +370,21 @@ def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pyt
     assert len(seen) == 4 * 3  # the reduce-scatter's adds
     assert {d for d, _ in seen} == set(CPU4)
     assert all(t.startswith(f"hcq-{d}:compute") for d, t in seen), seen
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_shards_on_the_source_device_do_not_alias_the_source(axis: int | None) -> None:
+    """Sharding a realized tensor over devices that include its own: the shard on its device is a copy (a view would
+    let writes through the sharded tensor change the source, and the source's writes change the shards)."""
+    src = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x = Tensor(src).contiguous().realize()
+    xs = x.shard(CPU2, axis=axis).realize()
+    xs.assign(xs * 10).realize()
+    np.testing.assert_array_equal(x.numpy(), src)
+    np.testing.assert_array_equal(xs.numpy(), src * 10)
+    x.assign(x + 1).realize()
+    np.testing.assert_array_equal(xs.numpy(), src * 10)
+    # a pending computation is sharded as it is (each shard computes it): nothing to copy
+    ys = (x * 2).shard(CPU2, axis=axis)
+    assert all(s.op is not Ops.CONTIGUOUS for s in ys.uop.shards)
+    np.testing.assert_array_equal(ys.numpy(), (src + 1) * 2)

@@ -260,3 +260,20 @@ def test_to_disk_writes_an_existing_file_again(tmp_path: pathlib.Path) -> None:
     # reading it back never changes it
     assert Tensor.empty(3, dtype=dtypes.int32, device=f"disk:{path}").to("CPU").tolist() == [-4, 5, -6]
     assert np.fromfile(path, dtype=np.int32).tolist() == [-4, 5, -6]
+
+
+def test_reading_a_loaded_file_leaves_no_open_file_behind(tmp_path: pathlib.Path) -> None:
+    """The DISK mapping keeps its own handle: no file object is left for the garbage collector to warn about
+    ("ResourceWarning: unclosed file" in the output of a user's test run)."""
+    import gc
+    import warnings
+
+    path = tmp_path / "w.safetensors"
+    safe_save({"a": Tensor([1.0, 2.0]), "b": Tensor([3, 4], dtype=dtypes.int8)}, path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = safe_load(path)
+        assert loaded["a"].to("CPU").tolist() == [1.0, 2.0] and loaded["b"].to("CPU").tolist() == [3, 4]
+        del loaded
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
