@@ -366,7 +366,8 @@ class TestShardedBuffersAreTheirOwn(unittest.TestCase):
         self.assertEqual(y.tolist(), [1.0, 2, 3, 4])
 
     def test_backward_after_training_another_model_on_the_same_device(self):
-        # (fails with "all buffers must be on the same device" in the second sharded backward)
+        # the broadcast constant of `* 1.0` is one interned node in both graphs (it failed with "all buffers must be
+        # on the same device" in the second sharded backward)
         em = Tensor.randn(10, 8, requires_grad=True).realize().shard_(DEVS)
         er = Tensor.randn(10, 8, requires_grad=True).realize()
         head_m, head_r = Tensor.randn(8, 10).contiguous().shard(DEVS), Tensor.randn(8, 10).realize()
