@@ -334,10 +334,11 @@ _shard_copies = itertools.count()
 
 
 def _own_copy(u: UOp, dst: str, src: str) -> UOp:
-    """u on dst as storage of the sharded tensor's own: a shard on the device a buffer already lives on is a copy
-    too (a view would alias the source: writes to either would show in the other). A pending computation is not
-    copied (the shard computes it)."""
-    if dst == src and u.has_buffer_identity():
+    """u on dst as storage of the sharded tensor's own (as tinygrad's shard copies): the shard on the source's own
+    device is a clone too. A view would alias the source's buffer, and a pending computation is interned: realized
+    through another tensor first, it would become that tensor's buffer. Either way writes to one would show in the
+    other."""
+    if dst == src:
         return UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", ("shard", next(_shard_copies)))
     return copy_uop(u, dst, src)
 
