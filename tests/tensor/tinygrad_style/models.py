@@ -348,6 +348,68 @@ class TestPrecisionAndSharding(unittest.TestCase):
             np.testing.assert_allclose(attend(q, sp).numpy(), ref.numpy(), atol=1e-5)
 
 
+# ---------------- schedulers, sharded batch-norm statistics, half-precision inference ----------------
+class TestTrainingExtras(unittest.TestCase):
+    def test_lr_tensor_schedule_drives_a_jitted_step(self):
+        w = Tensor([1.0, 2.0]).contiguous().realize()
+        opt = nn.optim.SGD([w], lr=0.1)
+        counter = Tensor([0], device=opt.device)
+
+        @TinyJit
+        def step():
+            with Tensor.train():
+                opt.zero_grad()
+                (w * w).sum().backward()
+                opt.step()
+            return w.realize()
+
+        ref = np.array([1.0, 2.0])
+        for _ in range(4):
+            counter.assign(counter + 1)
+            opt.lr.assign((counter < 3).where(counter * 0.05, 0.2 - counter * 0.02).cast(opt.lr.dtype))
+            Tensor.realize(counter, opt.lr)
+            c = counter.item()
+            ref = ref - (c * 0.05 if c < 3 else 0.2 - c * 0.02) * 2 * ref
+            np.testing.assert_allclose(step().numpy(), ref, rtol=1e-5)
+        opt.lr *= 0.5
+        self.assertAlmostEqual(opt.lr.item(), 0.06, places=6)
+
+    def test_unsynced_batchnorm_statistics_per_device(self):
+        n = len(DEVS)
+        running_mean = Tensor.zeros(n, 3).contiguous().shard(DEVS, axis=0)
+        x = Tensor.randn(4, 3, 2, 2)
+        xr = x.shard(DEVS, axis=0).reshape(n, -1, *x.shape[1:])
+        mean = xr.mean(axis=(1, 3, 4))
+        y = xr - mean.reshape(n, 1, -1, 1, 1)
+        var = (y * y).mean(axis=(1, 3, 4))
+        out = (y * (var + 1e-5).rsqrt().reshape(n, 1, -1, 1, 1)).reshape(x.shape)
+        running_mean.assign(0.9 * running_mean + 0.1 * mean.detach()).realize()
+        halves = x.numpy().reshape(n, -1, 3, 2, 2)
+        m, v = halves.mean((1, 3, 4)), halves.var((1, 3, 4))
+        ref = (halves - m[:, None, :, None, None]) / np.sqrt(v[:, None, :, None, None] + 1e-5)
+        np.testing.assert_allclose(out.numpy(), ref.reshape(4, 3, 2, 2), atol=1e-5)
+        np.testing.assert_allclose(running_mean.numpy(), 0.1 * m, atol=1e-6)
+
+    def test_half_inference_matches_float(self):
+        c1, c2, gn = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 3, stride=2), nn.GroupNorm(2, 8)
+        x = Tensor.randn(1, 3, 9, 9)
+        ref = c2(gn(c1(x)).silu()).numpy()
+        for p in get_parameters([c1, c2, gn]):
+            p.replace(p.half())
+        out = c2(gn(c1(x.half())).silu())
+        self.assertEqual(out.dtype, dtypes.half)
+        np.testing.assert_allclose(out.float().numpy(), ref, atol=3e-2, rtol=3e-2)
+        old = dtypes.default_float
+        dtypes.default_float = dtypes.float16
+        try:
+            emb, ln = nn.Embedding(5, 4), nn.LayerNorm(4)
+            y = ln(emb(Tensor([[1, 2]]))).softmax(-1)
+            self.assertEqual((emb.weight.dtype, y.dtype), (dtypes.half, dtypes.half))
+            np.testing.assert_allclose(y.float().sum(-1).numpy(), 1, atol=1e-2)
+        finally:
+            dtypes.default_float = old
+
+
 class TestShardedBuffersAreTheirOwn(unittest.TestCase):
     """A shard placed on the device its source buffer already lives on is a copy, not a view of the source: writes
     through either one must not show in the other (tinygrad copies; the sharded tensor owns its memory)."""
