@@ -259,6 +259,21 @@ def _unbroadcast(g: UOp, src: UOp) -> UOp:
     return g.reduce_axis(Ops.ADD, axes).reshape(ss) if axes else g.reshape(ss)
 
 
+def _add_contributions(prev: UOp, new: UOp, node: UOp) -> UOp:
+    return prev + new
+
+
+# How two gradient contributions to one node combine. speck.tensor.multi (above this module) registers its own: a
+# plain node (a constant) can be shared by a sharded graph and a one-device one (graph nodes are interned), and a
+# sharded contribution to it is gathered to the node's device first.
+_COMBINE: list[Callable[[UOp, UOp, UOp], UOp]] = [_add_contributions]
+
+
+def register_combine(fn: Callable[[UOp, UOp, UOp], UOp]) -> None:
+    """Make fn(prev, new, node) the way two gradient contributions to node add up (speck.tensor.multi, once)."""
+    _COMBINE[0] = fn
+
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
     """Gradient of `root` (seeded with root_grad) with respect to each target reachable from root.
 
@@ -286,6 +301,6 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
             sg = _unbroadcast(sg, s)
-            grads[s] = grads[s] + sg if s in grads else sg
+            grads[s] = _COMBINE[0](grads[s], sg, s) if s in grads else sg
         mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -11,6 +11,7 @@ custom gradient rules registered on logical nodes apply unchanged)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from speck.tensor.allreduce import allreduce
 from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.errors import TensorTypeError, TensorValueError
-from speck.tensor.gradient import override_gradient
+from speck.tensor.gradient import override_gradient, register_combine
 from speck.tensor.nodes import copy_uop
 from speck.tensor.realize import realize_targets
 from speck.tensor.schedule import base_buffer
@@ -315,6 +316,19 @@ def _as_multi(g: UOp, devices: tuple[str, ...]) -> MultiUOp:
     return MultiUOp.leaf(_plain_to_shards(g, None, devices), None, devices)
 
 
+def _combine_gradients(prev: UOp, new: UOp, node: UOp) -> UOp:
+    """prev + new, two gradient contributions to node; a sharded contribution to a plain one-device node (a shared
+    constant) is gathered to the node's device."""
+    if isinstance(prev, MultiUOp) != isinstance(new, MultiUOp) and not isinstance(node, MultiUOp):
+        dev = node.device
+        if isinstance(dev, str):
+            prev, new = (g.to_device(dev) if isinstance(g, MultiUOp) else g for g in (prev, new))
+    return prev + new
+
+
+register_combine(_combine_gradients)
+
+
 def _gradient_to(node: UOp, src: UOp, rule: Any) -> None:
     override_gradient(node, (src,), lambda g: (rule(g),))
 
@@ -323,10 +337,23 @@ def replicate(u: UOp, devices: tuple[str, ...], src_device: str) -> MultiUOp:
     """u (a plain graph on src_device) copied to every device (no copy where it already is)."""
     if isinstance(u, MultiUOp):
         return u.to_devices(devices, None)
-    shards = [copy_uop(u, d, src_device) for d in devices]
+    shards = [_own_copy(u, d, src_device) for d in devices]
     out = MultiUOp.make(Ops.COPY, (u,), devices, shards, None, devices)
     _gradient_to(out, u, lambda g: _as_multi(g, devices).to_device(src_device))
     return out
+
+
+_shard_copies = itertools.count()
+
+
+def _own_copy(u: UOp, dst: str, src: str) -> UOp:
+    """u on dst as storage of the sharded tensor's own (as tinygrad's shard copies): the shard on the source's own
+    device is a clone too. A view would alias the source's buffer, and a pending computation is interned: realized
+    through another tensor first, it would become that tensor's buffer. Either way writes to one would show in the
+    other."""
+    if dst == src:
+        return UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", ("shard", next(_shard_copies)))
+    return copy_uop(u, dst, src)
 
 
 def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> MultiUOp:
@@ -339,7 +366,7 @@ def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> Multi
             f"multi axis uneven: axis {axis} of shape {u.shape} has size {size}, which does not split evenly over "
             f"{n} devices; pad or shrink it to a multiple of {n}, or shard another axis"
         )
-    shards = [copy_uop(_piece(u, axis, n, i), d, src_device) for i, d in enumerate(devices)]
+    shards = [_own_copy(_piece(u, axis, n, i), d, src_device) for i, d in enumerate(devices)]
     out = MultiUOp.make(Ops.COPY, (u,), devices, shards, axis, devices)
     _gradient_to(out, u, lambda g: _as_multi(g, devices).to_device(src_device))
     return out
