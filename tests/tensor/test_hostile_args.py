@@ -89,13 +89,14 @@ def test_conv2d_window_arguments_must_be_ints(arg: str, v: Any) -> None:
     if arg == "padding" and (v is None or v == "2"):
         v = (1, 0.5)
     w = Tensor.ones(3, 2, 2, 2)
-    _rejected(lambda: Tensor(X4).conv2d(w, **{arg: v}), TypeError, "int")
+    _rejected(lambda: Tensor(X4).conv2d(w, **{arg: v}), TypeError, arg, "int", repr(v))
 
 
 @pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
 @pytest.mark.parametrize("v", [2.5, (2, 2.0), "2"])
 def test_pool_kernel_sizes_must_be_ints(pool: str, v: Any) -> None:
-    _rejected(lambda: getattr(Tensor(X4), pool)(kernel_size=v), TypeError, "int")
+    _rejected(lambda: getattr(Tensor(X4), pool)(kernel_size=v), TypeError, f"{pool} kernel_size", "int")
+    _rejected(lambda: getattr(Tensor(X4), pool)(stride=v), TypeError, f"{pool} stride", "int")
 
 
 def test_numpy_int_window_arguments_are_ints() -> None:

@@ -24,14 +24,15 @@ if TYPE_CHECKING:
     from speck.uop import UOp
 
 
-def _pair(x: int | tuple[int, ...], n: int = 2) -> tuple[int, ...]:
+def _pair(x: int | tuple[int, ...], n: int = 2, what: str = "a window argument") -> tuple[int, ...]:
     """An int argument repeated n times, or a sequence of ints as a tuple (numpy ints count as ints); anything else
     (1.5, None, a float in a tuple) is a TensorTypeError: a window, stride or pad is a whole number of elements."""
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return (int(x),) * n
     if not isinstance(x, (tuple, list)) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
                                                    for v in x):  # fmt: skip
-        raise TensorTypeError(f"expected an int or a tuple of ints (a size in elements), got {x!r}; pass whole numbers")
+        raise TensorTypeError(f"{what} must be an int or a tuple of ints (sizes in elements), got {x!r}; pass whole "
+                              "numbers")  # fmt: skip
     return tuple(int(v) for v in x)
 
 
@@ -74,7 +75,7 @@ def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: t
         return [(0, 0)] * len(k)
     if isinstance(padding, str):
         raise TensorValueError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
-    p = _pair(padding, len(k))
+    p = _pair(padding, len(k), "padding")
     if len(p) == 2 * len(k):  # (left, right, top, bottom) style, innermost dim first
         pairs = [(p[2 * i], p[2 * i + 1]) for i in range(len(k))][::-1]
         return pairs
@@ -131,7 +132,7 @@ class NNMixin:
                 f"conv channels don't match: input has {cin} channels, weight {tuple(weight.shape)} with groups="
                 f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
             )
-        st, dl = _pair(stride, nsp), _pair(dilation, nsp)
+        st, dl = _pair(stride, nsp, "conv2d stride"), _pair(dilation, nsp, "conv2d dilation")
         _window_args("conv2d", stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
@@ -166,7 +167,8 @@ class NNMixin:
         nsp = len(weight.shape) - 2
         cin, cout_g = weight.shape[:2]
         k = tuple(as_int(d) for d in weight.shape[2:])
-        st, dl, op = (_pair(v, nsp) for v in (stride, dilation, output_padding))
+        st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
+                      ((stride, "stride"), (dilation, "dilation"), (output_padding, "output_padding")))  # fmt: skip
         _window_args("conv_transpose2d", stride=st, dilation=dl)
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
@@ -226,9 +228,10 @@ class NNMixin:
         """Max over each window (stride defaults to kernel_size; padding is the dtype's minimum); with
         return_indices also the index of each max flattened over the pooled dims (as PyTorch returns, for
         max_unpool2d)."""
-        k = _pair(kernel_size)
+        k = _pair(kernel_size, 2, "max_pool2d kernel_size")
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
-        st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
+        st, dl = (_pair(v, len(k), f"max_pool2d {w}") for v, w in
+                  ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
         _window_args("max_pool2d", kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_pool2d", self, k)
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
@@ -256,9 +259,10 @@ class NNMixin:
         """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
         pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
         inverse of the pooling's size formula."""
-        k = _pair(kernel_size)
+        k = _pair(kernel_size, 2, "max_unpool2d kernel_size")
         nsp = len(k)
-        st, dl = (_pair(v, nsp) for v in (stride if stride is not None else k, dilation))
+        st, dl = (_pair(v, nsp, f"max_unpool2d {w}") for v, w in
+                  ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
         _window_args("max_unpool2d", kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_unpool2d", self, k)
         pads = _conv_padding(padding, k, dl, st)
@@ -282,8 +286,9 @@ class NNMixin:
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window. The divisor counts the window's elements inside the padded input
         (count_include_pad) or inside the input only; a ceil_mode extension never counts (as in PyTorch)."""
-        k = _pair(kernel_size)
-        st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
+        k = _pair(kernel_size, 2, "avg_pool2d kernel_size")
+        st, dl = (_pair(v, len(k), f"avg_pool2d {w}") for v, w in
+                  ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
         _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("avg_pool2d", self, k)
         red = tuple(range(-len(k), 0))
@@ -308,7 +313,7 @@ class NNMixin:
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         x = self
-        size = _pair(size, 1)
+        size = _pair(size, 1, "interpolate size")
         nsp = len(size)
         if nsp > self.ndim or any(n < 1 for n in size):
             raise TensorValueError(f"interpolate: size {size} must be positive sizes for the last {nsp} of the input's "
