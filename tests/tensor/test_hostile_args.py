@@ -271,3 +271,12 @@ def test_nested_lists_become_what_numpy_makes_or_a_value_error(data: Any) -> Non
     got = Tensor(data).numpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(-1, 4), (-2, -3), (3, -1, 0)])
+def test_negative_dims_are_refused_by_every_constructor(shape: tuple[int, ...]) -> None:
+    # (empty(-2, -3) made a 6-element tensor of shape (-2, -3))
+    a = np.zeros(16, np.float32)
+    for make in (lambda: Tensor.empty(*shape), lambda: Tensor.full(shape, 1.0), lambda: Tensor.zeros(*shape),
+                 lambda: Tensor.from_blob(a.ctypes.data, shape, dtype="float32")):  # fmt: skip
+        _rejected(make, ValueError, "negative dimension")

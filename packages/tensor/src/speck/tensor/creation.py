@@ -54,11 +54,14 @@ INT64_MAX = 2**63 - 1
 
 
 def _countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
-    """sh, if its element count fits int64 (kernels count elements in int64: a larger count wraps, and a sum over
-    2**80 ones came out 0.0); else a TensorOverflowError. Symbolic dims are bounded where they are bound."""
+    """sh, if no dim is negative (else a TensorValueError) and its element count fits int64 (kernels count elements
+    in int64: a larger count wraps, and a sum over 2**80 ones came out 0.0; else a TensorOverflowError). Symbolic
+    dims are bounded where they are bound."""
     n = 1
     for d in sh:
         if isinstance(d, int):
+            if d < 0:  # (empty(-2, -3) made a 6-element tensor of shape (-2, -3))
+                raise TensorValueError(f"shape {sh} has a negative dimension; sizes are >= 0")
             n *= d
     if n > INT64_MAX and all(isinstance(d, int) for d in sh):
         raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
