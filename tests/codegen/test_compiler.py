@@ -171,8 +171,16 @@ def test_clang_flags_are_documented_and_used() -> None:
 
 
 def test_missing_c_compiler_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="`no-such-cc-speck` was not found on PATH"):
+    with pytest.raises(RuntimeError, match="CC='no-such-cc-speck' is not an executable found on PATH"):
         ClangCompiler(cc="no-such-cc-speck")
+
+
+def test_missing_cc_setting_names_its_value() -> None:
+    # (CC=/nonexistent/cc read "neither clang nor gcc is not found on PATH": a double negative naming no CC)
+    with Context(CC="/nonexistent/cc"), pytest.raises(RuntimeError) as ei:
+        ClangCompiler()
+    msg = str(ei.value)
+    assert "CC='/nonexistent/cc'" in msg and "neither" not in msg and "set CC" in msg
 
 
 def test_base_compiler_requires_an_implementation() -> None:

@@ -45,9 +45,11 @@ class ClangCompiler(Compiler):
     def __init__(self, cc: str | None = None, extra_flags: tuple[str, ...] = ()) -> None:
         found = shutil.which(cc) if cc else find_c_compiler()
         if found is None:
+            want = cc or str(CC.value)  # (an explicit cc, else $CC; empty: clang/gcc were looked up on PATH)
+            what = f"CC={want!r} is not an executable found on PATH" if want else "no clang or gcc was found on PATH"
             raise ToolError(
-                f"ClangCompiler needs a C compiler: {'`' + cc + '` was' if cc else 'neither clang nor gcc is'} not "
-                "found on PATH; install clang or gcc, set CC=/path/to/cc, or use the LLVM compiler (llvmlite)"
+                f"ClangCompiler needs a C compiler, but {what}; install clang or gcc, set CC to the name or path of "
+                "an installed C compiler (or unset it), or use the LLVM compiler (llvmlite)"
             )
         self.cc = found
         ver = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.splitlines()
