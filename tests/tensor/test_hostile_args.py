@@ -280,3 +280,22 @@ def test_negative_dims_are_refused_by_every_constructor(shape: tuple[int, ...]) 
     for make in (lambda: Tensor.empty(*shape), lambda: Tensor.full(shape, 1.0), lambda: Tensor.zeros(*shape),
                  lambda: Tensor.from_blob(a.ctypes.data, shape, dtype="float32")):  # fmt: skip
         _rejected(make, ValueError, "negative dimension")
+
+
+# ---------------- expand: element counts and negative sizes ----------------
+def test_expand_past_int64_elements_is_an_overflow_error() -> None:
+    # (ones(1).expand(2**40, 2**40).sum().item() was 0.0: the int64 element count wrapped)
+    _rejected(lambda: Tensor.ones(1).expand(2**40, 2**40), OverflowError, "int64", "elements")
+    _rejected(lambda: Tensor.ones(1, 1).expand(2**32, 2**32), OverflowError, "int64")
+
+
+@pytest.mark.parametrize("n", [-2, -5])
+def test_expand_to_a_negative_size_is_a_value_error(n: int) -> None:
+    t = Tensor.ones(3, 4)
+    _rejected(lambda: t[0:1].expand(n, 4), ValueError, "expand", ">= 0", str(n))
+
+
+@given(st.integers(0, 4), st.integers(1, 3))
+def test_expand_with_valid_sizes_matches_numpy(n: int, m: int) -> None:
+    a = np.arange(m, dtype=np.float32).reshape(1, m)
+    np.testing.assert_array_equal(Tensor(a).expand(n, -1).numpy(), np.broadcast_to(a, (n, m)))

@@ -18,6 +18,7 @@ from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix
+from speck.tensor.dims import countable as _countable
 from speck.tensor.errors import (
     ShardingError,
     TensorFileNotFoundError,
@@ -48,25 +49,6 @@ def _count(fn: str, what: str, v: Any) -> int:
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
     return operator.index(v)
-
-
-INT64_MAX = 2**63 - 1
-
-
-def _countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
-    """sh, if no dim is negative (else a TensorValueError) and its element count fits int64 (kernels count elements
-    in int64: a larger count wraps, and a sum over 2**80 ones came out 0.0; else a TensorOverflowError). Symbolic
-    dims are bounded where they are bound."""
-    n = 1
-    for d in sh:
-        if isinstance(d, int):
-            if d < 0:  # (empty(-2, -3) made a 6-element tensor of shape (-2, -3))
-                raise TensorValueError(f"shape {sh} has a negative dimension; sizes are >= 0")
-            n *= d
-    if n > INT64_MAX and all(isinstance(d, int) for d in sh):
-        raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
-                                  "can be that large: check the sizes")  # fmt: skip
-    return sh
 
 
 def _mapped(ptr: int, n: int) -> bool:

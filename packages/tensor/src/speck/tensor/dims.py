@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speck.tensor.errors import TensorValueError
+from speck.tensor.errors import TensorOverflowError, TensorValueError
 from speck.uop import UOp
 
 
@@ -24,3 +24,22 @@ def as_int(x: Any) -> int:
             f"this operation needs a concrete size, got the symbolic dim {x.render()}; bind it first"
         )
     return int(x)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
+    """sh, if no dim is negative (else a TensorValueError) and its element count fits int64 (kernels count elements
+    in int64: a larger count wraps, and a sum over 2**80 ones came out 0.0; else a TensorOverflowError). Symbolic
+    dims are bounded where they are bound."""
+    n = 1
+    for d in sh:
+        if isinstance(d, int):
+            if d < 0:  # (empty(-2, -3) made a 6-element tensor of shape (-2, -3))
+                raise TensorValueError(f"shape {sh} has a negative dimension; sizes are >= 0")
+            n *= d
+    if n > INT64_MAX and all(isinstance(d, int) for d in sh):
+        raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
+                                  "can be that large: check the sizes")  # fmt: skip
+    return sh

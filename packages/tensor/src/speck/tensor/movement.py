@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import argfix, as_int
+from speck.tensor.dims import argfix, as_int, countable
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -84,6 +84,9 @@ def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
     t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
     tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
     validate_shape(tgt)
+    if any(isinstance(n, int) and n < 0 for n in tgt):  # (-2 failed late, in the renderer)
+        raise TensorValueError(f"expand {shape} to {new}: sizes must be >= 0 (or -1 to keep a dim)")
+    countable(tgt)  # (ones(1).expand(2**40, 2**40).sum() wrapped its int64 element count and came out 0.0)
     for s, n in zip(t.shape, tgt):
         if not (isinstance(s, int) and s == 1) and s is not n and s != n:
             raise TensorValueError(f"can't expand shape {shape} to {new}: dim {s} is not 1 and differs from {n}")
