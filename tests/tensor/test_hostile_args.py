@@ -299,3 +299,50 @@ def test_expand_to_a_negative_size_is_a_value_error(n: int) -> None:
 def test_expand_with_valid_sizes_matches_numpy(n: int, m: int) -> None:
     a = np.arange(m, dtype=np.float32).reshape(1, m)
     np.testing.assert_array_equal(Tensor(a).expand(n, -1).numpy(), np.broadcast_to(a, (n, m)))
+
+
+# ---------------- non-whole amounts in movement ops: refused, never truncated ----------------
+_T34: Callable[[], Tensor] = lambda: Tensor.ones(3, 4)
+NOT_WHOLE_MOVES: list[tuple[str, Callable[[Any], Any]]] = [
+    ("pad", lambda v: _T34().pad(((v, 0), (0, 0)))),  # (1.5 padded 1 row)
+    ("pad", lambda v: _T34().pad((v, 0))),
+    ("chunk", lambda v: _T34().chunk(v)),
+    ("tril", lambda v: _T34().tril(v)),
+    ("triu", lambda v: _T34().triu(v)),
+    ("pad_to", lambda v: _T34().pad_to(v, 5)),
+    ("shrink_to", lambda v: _T34().shrink_to(v, 4)),
+    ("shrink", lambda v: _T34().shrink(((v, 2), None))),  # (was an AttributeError)
+    ("topk", lambda v: Tensor([1.0, 2, 3]).topk(v)),
+    ("split", lambda v: _T34().split(v)),  # (was a bare TypeError)
+    ("split", lambda v: _T34().split([v, 1])),
+    ("roll", lambda v: _T34().roll(v, 0)),
+]
+
+
+@pytest.mark.parametrize("v", [1.5, 0.5, 2.0, "1", None])
+@pytest.mark.parametrize("name,fn", NOT_WHOLE_MOVES)
+def test_movement_amounts_must_be_whole_numbers(name: str, fn: Callable[[Any], Any], v: Any) -> None:
+    if v is None and name in ("pad_to", "shrink_to"):
+        return  # (None keeps the dim there)
+    _rejected(lambda: fn(v), TypeError, name, "int", repr(v))
+
+
+def test_pad_pair_with_a_third_amount_is_refused() -> None:
+    _rejected(lambda: _T34().pad(((1, 0, 2), (0, 0))), ValueError, "(before, after)", "(1, 0, 2)")
+    _rejected(lambda: _T34().shrink(((0, 1, 2), None)), ValueError, "(begin, end)")
+
+
+def test_split_with_a_negative_size_names_it() -> None:
+    _rejected(lambda: _T34().split([5, -2]), ValueError, "[5, -2]", ">= 0")
+
+
+@given(st.integers(-3, 3), st.integers(0, 2), st.integers(1, 4))
+def test_numpy_ints_work_where_ints_do(k: int, axis: int, s: int) -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor(a)
+    np.testing.assert_array_equal(t.tril(np.int64(k)).numpy(), np.tril(a, k))
+    np.testing.assert_array_equal(t.sum(axis=np.int64(axis % 2)).numpy(), a.sum(axis=axis % 2))
+    np.testing.assert_array_equal(t.roll(np.int32(k), np.int64(axis % 2)).numpy(), np.roll(a, k, axis % 2))
+    np.testing.assert_array_equal(t.pad(((np.int64(s), 0), (0, 0))).numpy(), np.pad(a, ((s, 0), (0, 0))))
+    np.testing.assert_array_equal(t.split(np.int64(s))[0].numpy(), a[:s])
+    np.testing.assert_array_equal(t.flip(np.int64(axis % 2)).numpy(), np.flip(a, axis % 2))

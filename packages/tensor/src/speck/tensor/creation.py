@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from speck.tensor import multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix
 from speck.tensor.dims import countable as _countable
+from speck.tensor.dims import whole as _count
 from speck.tensor.errors import (
     ShardingError,
     TensorFileNotFoundError,
@@ -41,14 +41,6 @@ if TYPE_CHECKING:
 Scalar = int | float | bool
 DTypeLike = DType | str
 DeviceLike = str | tuple[str, ...] | list[str]
-
-
-def _count(fn: str, what: str, v: Any) -> int:
-    """v as an int size argument (Python or numpy int; a bool, float or string is a TensorTypeError: 2.5 rows is no
-    number of rows, and rounding it would be a silent guess)."""
-    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
-        raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
-    return operator.index(v)
 
 
 def _mapped(ptr: int, n: int) -> bool:

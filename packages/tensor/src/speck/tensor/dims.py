@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
-from speck.tensor.errors import TensorOverflowError, TensorValueError
+from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
 from speck.uop import UOp
 
 
@@ -43,3 +44,16 @@ def countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
         raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
                                   "can be that large: check the sizes")  # fmt: skip
     return sh
+
+
+def whole(fn: str, what: str, v: Any) -> int:
+    """v as an int argument (Python or numpy int; a bool, float - even 3.0 - or string is a TensorTypeError: 2.5
+    rows is no number of rows, and rounding it would be a silent guess)."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
+    return operator.index(v)
+
+
+def whole_or_symbolic(fn: str, what: str, v: Any) -> Any:
+    """v as an int (see whole), or a symbolic size (a UOp) kept as it is."""
+    return v if type(v) is int or isinstance(v, UOp) else whole(fn, what, v)

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import argfix, as_int, countable
+from speck.tensor.dims import argfix, as_int, countable, whole, whole_or_symbolic
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 def resolve_dim(shape: tuple[sint, ...], dim: int, extra: int = 0) -> int:
     """dim (negative: from the end) as an index into shape plus `extra` new dims; IndexError when out of range."""
     n = len(shape) + extra
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise TensorIndexError(f"dim must be an int, got {dim!r}")
+    if type(dim) is not int:
+        if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+            raise TensorIndexError(f"dim must be an int, got {dim!r} ({type(dim).__name__})")
+        dim = dim.__index__()  # (a numpy int is an int here, as in numpy)
     if not -max(n, 1) <= dim < max(n, 1):
         raise TensorIndexError(f"dim {dim} is out of range for a tensor with {len(shape)} dims (shape "
                                f"{shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
@@ -103,7 +105,7 @@ def shrink(u: UOp, arg: Any) -> UOp:
     shape = u.shape
     if len(arg) != len(shape):
         raise TensorValueError(f"shrink needs {len(shape)} (begin, end) pairs for shape {shape}, got {arg}")
-    a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, shape))
+    a = tuple((0, s) if x is None else _shrink_pair(x, arg) for x, s in zip(arg, shape))
     for (b, e), s in zip(a, shape):
         if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
             raise TensorValueError(f"shrink {arg} out of bounds for shape {shape}")
@@ -253,7 +255,12 @@ class MovementMixin:
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
-        if isinstance(sizes, int):
+        if isinstance(sizes, (list, tuple)):
+            sizes = [whole("split", "each size", s) for s in sizes]
+            if any(s < 0 for s in sizes):
+                raise TensorValueError(f"split sizes {sizes} must all be >= 0 (and sum to dim {d} of size {n})")
+        else:
+            sizes = whole("split", "sizes (an int or a list of ints)", sizes)
             if sizes <= 0:
                 raise TensorAssertionError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
@@ -267,7 +274,7 @@ class MovementMixin:
 
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
         """Pieces of ceil(size / chunks) along dim (maybe fewer than chunks); a 0-size dim gives chunks empty ones."""
-        if chunks <= 0:
+        if whole("chunk", "chunks", chunks) <= 0:
             raise TensorAssertionError(f"chunks must be positive, got {chunks}")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
@@ -275,14 +282,14 @@ class MovementMixin:
 
     def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Rotate elements along dims; a tensor with a zero-size dim comes back unchanged."""
-        sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        sh = tuple(whole("roll", "a shift", s) for s in (shifts if isinstance(shifts, (list, tuple)) else (shifts,)))
         if dims is None:
             if len(sh) != 1:
                 raise TensorValueError(f"roll with dims=None needs one shift, got {sh}")
             if any(isinstance(s, int) and s == 0 for s in self.shape):
                 return self
             return self.flatten().roll(sh[0], 0).reshape(self.shape)
-        ds = (dims,) if isinstance(dims, int) else tuple(dims)
+        ds = tuple(dims) if isinstance(dims, (list, tuple)) else (dims,)
         if len(sh) != len(ds):
             raise TensorValueError(f"roll: shifts {sh} and dims {ds} must have the same length")
         ds = tuple(self._resolve_dim(d) for d in ds)
@@ -329,6 +336,7 @@ class MovementMixin:
         new = argfix(shape, *args)
         if len(new) != self.ndim:
             raise TensorValueError(f"pad_to {new} needs {self.ndim} dims for shape {self.shape}")
+        new = tuple(None if n is None else whole_or_symbolic("pad_to", "a size", n) for n in new)
         return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, new)), value=value)
 
     def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
@@ -336,6 +344,7 @@ class MovementMixin:
         new = argfix(shape, *args)
         if len(new) != self.ndim:
             raise TensorValueError(f"shrink_to {new} needs {self.ndim} dims for shape {self.shape}")
+        new = tuple(None if n is None else whole_or_symbolic("shrink_to", "a size", n) for n in new)
         return self.shrink(tuple(None if n is None else (0, n) for n in new))
 
     def _stride_dim(self: Tensor, d: int, step: int) -> Tensor:
@@ -481,6 +490,7 @@ class MovementMixin:
         return self._tri(diagonal, lower=False)
 
     def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+        diagonal = whole("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
         if self.ndim < 2:
             raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
         r = type(self).arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
@@ -490,8 +500,21 @@ class MovementMixin:
 
 
 def _pad_amount(x: Any) -> sint:
-    """An int pad amount, or a symbolic one (a bound Variable or an expression of them) kept as it is."""
-    return x if isinstance(x, UOp) else int(x)
+    """An int pad amount, or a symbolic one (a bound Variable or an expression of them) kept as it is (a float is
+    refused: pad(((1.5, 0), ...)) padded 1 row)."""
+    return whole_or_symbolic("pad", "a pad amount", x)
+
+
+def _pad_pair(x: Any, padding: Any) -> tuple[sint, sint]:
+    if len(x) != 2:  # (a third amount was ignored)
+        raise TensorValueError(f"pad {padding}: each dim takes a (before, after) pair, got {tuple(x)}")
+    return _pad_amount(x[0]), _pad_amount(x[1])
+
+
+def _shrink_pair(x: Any, arg: Any) -> tuple[sint, sint]:
+    if len(x) != 2:
+        raise TensorValueError(f"shrink {arg}: each dim takes a (begin, end) pair or None, got {tuple(x)}")
+    return whole_or_symbolic("shrink", "a bound", x[0]), whole_or_symbolic("shrink", "a bound", x[1])
 
 
 def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
@@ -499,10 +522,10 @@ def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
     if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
         if len(p) != ndim:
             raise TensorValueError(f"pad needs {ndim} (before, after) pairs, got {len(p)}: {padding}")
-        return tuple((0, 0) if x is None else (_pad_amount(x[0]), _pad_amount(x[1])) for x in p)
+        return tuple((0, 0) if x is None else _pad_pair(x, padding) for x in p)
     if len(p) % 2 or len(p) // 2 > ndim:
         raise TensorValueError(f"flat pad {padding} needs an even length of at most {2 * ndim}")
-    pairs = [(int(p[i]), int(p[i + 1])) for i in range(0, len(p), 2)]
+    pairs = [(whole("pad", "a pad amount", p[i]), whole("pad", "a pad amount", p[i + 1])) for i in range(0, len(p), 2)]
     pairs = pairs[::-1]
     return tuple([(0, 0)] * (ndim - len(pairs)) + pairs)
 

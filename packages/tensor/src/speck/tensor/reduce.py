@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
@@ -72,7 +72,7 @@ def axes_of(shape: tuple[sint, ...], axis: Any) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(len(shape)))
     try:
-        ax = (axis,) if isinstance(axis, int) else tuple(axis)
+        ax = (axis,) if isinstance(axis, int) or hasattr(type(axis), "__index__") else tuple(axis)
     except TypeError:  # not iterable: a float, a tensor...
         raise TensorTypeError(f"axis must be an int, a sequence of ints or None, got {type(axis).__name__} "
                               f"{axis!r}") from None  # fmt: skip
@@ -384,7 +384,7 @@ class ReduceMixin:
             raise TensorNotImplementedError("topk(sorted_=False) is not implemented; the result is always sorted")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
-        if not 0 <= k <= n:
+        if not 0 <= (k := whole("topk", "k", k)) <= n:
             raise TensorValueError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
         v, i = self.sort(d, descending=largest)
         return v._slice_dim(d, 0, k), i._slice_dim(d, 0, k)
