@@ -54,6 +54,6 @@ def whole(fn: str, what: str, v: Any) -> int:
     return operator.index(v)
 
 
-def whole_or_symbolic(fn: str, what: str, v: Any) -> Any:
+def whole_or_symbolic(fn: str, what: str, v: Any) -> int | UOp:
     """v as an int (see whole), or a symbolic size (a UOp) kept as it is."""
     return v if type(v) is int or isinstance(v, UOp) else whole(fn, what, v)
