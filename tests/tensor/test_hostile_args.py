@@ -346,3 +346,29 @@ def test_numpy_ints_work_where_ints_do(k: int, axis: int, s: int) -> None:
     np.testing.assert_array_equal(t.pad(((np.int64(s), 0), (0, 0))).numpy(), np.pad(a, ((s, 0), (0, 0))))
     np.testing.assert_array_equal(t.split(np.int64(s))[0].numpy(), a[:s])
     np.testing.assert_array_equal(t.flip(np.int64(axis % 2)).numpy(), np.flip(a, axis % 2))
+
+
+# ---------------- constructor data ----------------
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_bytes_that_are_no_whole_number_of_items_are_refused(n: int) -> None:
+    from speck.tensor import dtypes
+
+    # (b"abc" as int32 was an empty tensor)
+    _rejected(lambda: Tensor(bytes(range(n)), dtype=dtypes.int32), ValueError, "4 bytes", str(n))
+
+
+@given(st.binary(max_size=16).map(lambda b: b[: len(b) // 4 * 4]))
+def test_bytes_of_whole_items_match_numpy(b: bytes) -> None:
+    from speck.tensor import dtypes
+
+    np.testing.assert_array_equal(Tensor(b, dtype=dtypes.int32).numpy(), np.frombuffer(b, dtype="<i4"))
+
+
+@pytest.mark.parametrize("dt", [">f4", ">i4", ">i8", ">u2", ">f8", ">i2"])
+def test_big_endian_arrays_keep_their_values(dt: str) -> None:
+    a = (np.arange(12) - 3).astype(dt).reshape(3, 4)
+    if np.dtype(dt).kind == "u":
+        a = np.arange(12).astype(dt).reshape(3, 4)
+    out = Tensor(a).numpy()
+    np.testing.assert_array_equal(out, a)
+    assert out.dtype == a.dtype.newbyteorder("=")

@@ -149,10 +149,14 @@ class Tensor(
                 self.uop, self._device = self.to(dev).uop, dev
             return
         if isinstance(data, (bytes, bytearray, memoryview)):
-            # the bytes reinterpreted as dt (len // itemsize elements)
+            # the bytes reinterpreted as dt (len / itemsize elements)
             dt = dt or dtypes.uint8
             raw = np.frombuffer(bytes(data), dtype=np.uint8)
-            raw = raw[: len(raw) // dt.itemsize * dt.itemsize]
+            if len(raw) % dt.itemsize:  # (b"abc" as int32 was an empty tensor: the bytes were dropped)
+                raise TensorValueError(
+                    f"Tensor({type(data).__name__} of {len(raw)} bytes, dtype={dt}): {dt} items are {dt.itemsize} "
+                    f"bytes and {len(raw)} is no multiple of that; pass whole items (pad or slice the bytes)"
+                )
             bits = _UINT_OF_SIZE[dt.itemsize]
             self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
             if dt != bits:
@@ -160,6 +164,8 @@ class Tensor(
             return
         elif isinstance(data, np.ndarray):
             arr = np.asarray(data)
+            if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in _NP_TO_DT:
+                arr = arr.astype(arr.dtype.newbyteorder("="))  # (a '>f4' array: same values, native byte order)
             if arr.dtype not in _NP_TO_DT:
                 raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
             dt = dt or _NP_TO_DT[arr.dtype]
