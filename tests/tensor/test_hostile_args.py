@@ -372,3 +372,29 @@ def test_big_endian_arrays_keep_their_values(dt: str) -> None:
     out = Tensor(a).numpy()
     np.testing.assert_array_equal(out, a)
     assert out.dtype == a.dtype.newbyteorder("=")
+
+
+# ---------------- setitem of values an int tensor can't hold ----------------
+@pytest.mark.parametrize("v", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), [1.0, float("nan")]])
+def test_storing_nan_or_inf_into_an_int_tensor_is_refused_like_numpy(v: Any) -> None:
+    t2 = Tensor([1, 2, 3])
+    a = np.array([1, 2, 3])
+    with pytest.raises((ValueError, OverflowError)):
+        a[0 : np.ndim(v) + 1] = v  # numpy refuses too
+    _rejected(lambda: t2.__setitem__(slice(0, np.ndim(v) + 1), v), ValueError, "NaN or infinity")  # (stored 0)
+    np.testing.assert_array_equal(t2.numpy(), [1, 2, 3])
+
+
+@pytest.mark.parametrize("v", [None, [None, 1]])
+def test_storing_none_is_refused(v: Any) -> None:
+    t2 = Tensor([1.0, 2, 3])
+    _rejected(lambda: t2.__setitem__(slice(0, np.ndim(v) + 1 if v else 1), v), TypeError, "None")
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True, width=32))
+def test_float_and_bool_tensors_store_any_float_like_numpy(v: float) -> None:
+    for a in (np.array([1.0, 2.0], dtype=np.float32), np.array([True, False])):
+        t = Tensor(a.copy())
+        a[0] = v
+        t[0] = v
+        np.testing.assert_array_equal(t.numpy(), a)
