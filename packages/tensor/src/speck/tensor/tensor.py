@@ -80,6 +80,7 @@ from speck.tensor.schedule import (
 from speck.tensor.settings import TRAINING
 from speck.tensor.weak import materialized
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
+from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
@@ -110,9 +111,6 @@ class Tensor(
     is_param: bool
     training: bool = False
     no_grad: bool = False
-    # counts the in-place writes recorded so far (speck.tensor.writes); a tensor whose graph is older than a write
-    # to a buffer it reads is rebound to the value that buffer had (numpy order: reads see the value of their time)
-    _write_epoch: int = 0
 
     def __init__(
         self,
@@ -181,13 +179,13 @@ class Tensor(
     @property
     def uop(self) -> UOp:
         """The node of the computation graph this tensor is (a view of a BUFFER once realized)."""
-        if self._ver == Tensor._write_epoch:
+        if self._ver == _EPOCH[0]:
             return self._uop
         return _refresh(self)
 
     @uop.setter
     def uop(self, u: UOp) -> None:
-        self._uop, self._ver = u, Tensor._write_epoch
+        self._uop, self._ver = u, _EPOCH[0]
 
     # ---------------- autograd ----------------
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
@@ -334,7 +332,7 @@ class Tensor(
         dev = device or self._device
         if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
             dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
-        t._uop, t._ver, t._device = u, Tensor._write_epoch, dev
+        t._uop, t._ver, t._device = u, _EPOCH[0], dev
         # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
         t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
@@ -390,7 +388,7 @@ class Tensor(
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
-            u = t._uop if t._ver == Tensor._write_epoch else t.uop  # (the uop property, without its frame)
+            u = t._uop if t._ver == _EPOCH[0] else t.uop  # (the uop property, without its frame)
             if type(u) is UOp:
                 if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
                     if base_buffer(u) is not None:
@@ -401,7 +399,7 @@ class Tensor(
                             return
             if type(u) is UOp and _ref(u) not in realized_data:
                 view = _realize.realize_graph(u, t._device)
-                t._uop, t._ver = view, Tensor._write_epoch  # (t.uop = view, without the setter's frame)
+                t._uop, t._ver = view, _EPOCH[0]  # (t.uop = view, without the setter's frame)
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
                 if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
