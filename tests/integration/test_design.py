@@ -39,17 +39,17 @@ def test_no_import_cycles() -> None:
 
 
 # ---------------- layers without detours (tests/integration/house.py counts) ----------------
-# the functions that still read the Tensor class from speck.tensor.hook: each builds tensors with no tensor at hand
-# (pickle's loaders, the scatter gradient rule over bare nodes, realize's UOp.shard service); recognising a tensor
-# needs no class (`isinstance(x, speck.tensor.base.TensorBase)`), and the write queue carries the class of the tensor
-# written through
-HOOK_READERS = frozenset({"speck.tensor.gradient", "speck.tensor.pickling", "speck.tensor.realize"})
-HOOK_READ_CEILING = 5
+# the functions that still read the Tensor class from speck.tensor.hook: pickle's loaders, which build tensors with
+# no tensor at hand; recognising a tensor needs no class (`isinstance(x, speck.tensor.base.TensorBase)`), the write
+# queue carries the class of the tensor written through, and tensor.py registers the services that build tensors
+# from bare nodes (UOp.shard, the scatter's gradient rule) over its class
+HOOK_READERS = frozenset({"speck.tensor.pickling"})
+HOOK_READ_CEILING = 3
 # import statements inside speck.tensor's functions: those that remain import optional or heavy dependencies late
 # (usbgpu, mpi4py, tqdm, gzip), read the hook, or sit in modules whose imports other work owns; an import added
 # only to break a cycle belongs at module level or in another layer (tensor.py's methods reach the modules above
 # the op layer - autograd, function, keccak, pickling - at module level: those take the class from `type(t)`)
-TENSOR_FUNCTION_IMPORT_CEILING = 47
+TENSOR_FUNCTION_IMPORT_CEILING = 45
 
 
 def test_the_layer_counters_see_a_hook_read_and_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import functools
 import pathlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -24,8 +25,8 @@ import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import elementwise as ew
-from speck.tensor import hook, multi
 from speck.tensor import movement as mv
+from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
 from speck.tensor.autograd import backward
@@ -41,7 +42,8 @@ from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.function import _PlaceholderStorage, callify, linear_with_vars, schedule_linear
-from speck.tensor.indexing import IndexingMixin
+from speck.tensor.gradient import register_gradient_rule
+from speck.tensor.indexing import IndexingMixin, scatter_gradient
 from speck.tensor.keccak import keccak, tensor_hash
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
@@ -87,6 +89,7 @@ from speck.tensor.writes import refresh as _refresh
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
+from speck.uop.uop import register_service
 
 Scalar = int | float | bool
 
@@ -1278,4 +1281,11 @@ def _materialize_buffer(b: UOp) -> Any:
 all_tensors = _LiveTensors()
 _METADATA: contextvars.ContextVar[Any] = contextvars.ContextVar("_METADATA", default=None)
 
-hook.register(Tensor)
+
+def _shard_uop(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
+    return Tensor(u).shard(devices, axis).uop
+
+
+# the services of layers below that build tensors from bare nodes, with no tensor at hand to take the class from
+register_service("uop_shard", _shard_uop)  # UOp.shard: Tensor.shard of the node
+register_gradient_rule(Ops.ASSIGN, functools.partial(scatter_gradient, Tensor))  # the O(k) scatter's gradient
