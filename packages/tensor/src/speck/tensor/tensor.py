@@ -62,7 +62,6 @@ from speck.tensor.nodes import (
     _from_numpy,
     _np_cast,
 )
-from speck.tensor.pickling import reduce_tensor
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
@@ -80,6 +79,7 @@ from speck.tensor.schedule import (
     view_offset,
 )
 from speck.tensor.settings import TRAINING
+from speck.tensor.tensor_pickle import reduce_tensor
 from speck.tensor.weak import materialized
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
 from speck.tensor.writes import EPOCH as _EPOCH
@@ -1195,8 +1195,9 @@ class Tensor(
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.pickling)."""
-        return reduce_tensor(self)
+        """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.tensor_pickle). It loads as a
+        Tensor, as it always has (a subclass's instance too)."""
+        return reduce_tensor(self, Tensor)
 
 
 # what Tensor(x) makes a device-less 0-d constant of: Python scalars, None, numpy scalars (and 0-d arrays)
