@@ -275,3 +275,29 @@ def test_split_model_parts_merge_when_loaded_by_path(tmp_path: pathlib.Path) -> 
     (tmp_path / "m-00001-of-00002.gguf").unlink()
     with pytest.raises(FileNotFoundError, match="00001-of-00002"):
         gguf_load(str(tmp_path / "m-00002-of-00002.gguf"))
+
+
+@pytest.mark.parametrize("gtype", [2, 8, 14])
+def test_ggml_data_to_tensor_dequantizes_the_first_n_values(gtype: int) -> None:
+    from speck.tensor.nn.state import ggml_data_to_tensor  # the public name tinygrad's llama examples import
+
+    block, nblocks = BLOCKS[gtype][0], 3
+    raw = random_blocks(gtype, nblocks)
+    n = block * 2 + 5  # a count that ends mid-block
+    got = ggml_data_to_tensor(Tensor(np.frombuffer(raw, np.uint8)), n, gtype)
+    assert got.shape == (n,) and got.dtype == dtypes.float32
+    np.testing.assert_allclose(got.numpy(), ref_dequant(gtype, raw)[:n], rtol=1e-5, atol=1e-5)
+
+
+def test_ggml_data_to_tensor_native_and_bad_input() -> None:
+    from speck.tensor.errors import GGUFError
+    from speck.tensor.nn.state import ggml_data_to_tensor
+
+    f16 = RNG.standard_normal(9).astype(np.float16)
+    got = ggml_data_to_tensor(Tensor(np.frombuffer(f16.tobytes(), np.uint8)), 7, 1)
+    assert got.dtype == dtypes.float16
+    np.testing.assert_array_equal(got.numpy(), f16[:7])
+    with pytest.raises(GGUFError, match="ggml type 99"):
+        ggml_data_to_tensor(Tensor(np.zeros(8, np.uint8)), 2, 99)
+    with pytest.raises(GGUFError, match="need 40 bytes"):
+        ggml_data_to_tensor(Tensor(np.zeros(8, np.uint8)), 10, 0)

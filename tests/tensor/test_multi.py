@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speck.hcq import Device, runner
-from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count, dtypes
+from speck.tensor import Context, GlobalCounters, KernelCountException, Tensor, assert_kernel_count, dtypes, nn
 from speck.tensor.allreduce import choose_algorithm
 from speck.tensor.multi import MultiUOp
+from speck.tensor.nn.state import get_parameters
 from tensor_helpers import FEW
 
 CPU2 = ("CPU", "CPU:1")
@@ -369,3 +370,36 @@ def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pyt
     assert len(seen) == 4 * 3  # the reduce-scatter's adds
     assert {d for d, _ in seen} == set(CPU4)
     assert all(t.startswith(f"hcq-{d}:compute") for d, t in seen), seen
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_shards_on_the_source_device_do_not_alias_the_source(axis: int | None) -> None:
+    """Sharding a realized tensor over devices that include its own: the shard on its device is a copy (a view would
+    let writes through the sharded tensor change the source, and the source's writes change the shards)."""
+    src = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x = Tensor(src).contiguous().realize()
+    xs = x.shard(CPU2, axis=axis).realize()
+    xs.assign(xs * 10).realize()
+    np.testing.assert_array_equal(x.numpy(), src)
+    np.testing.assert_array_equal(xs.numpy(), src * 10)
+    x.assign(x + 1).realize()
+    np.testing.assert_array_equal(xs.numpy(), src * 10)
+    # a pending computation's shard gets memory of its own too: the same (interned) computation realized through
+    # another tensor (load_state_dict shares the pending initial values) must not become the shard's buffer
+    Tensor.manual_seed(4)
+    a, b = nn.Linear(6, 4), nn.Linear(6, 4)
+    for pa, pb in zip(get_parameters(a), get_parameters(b)):
+        pb.replace(pa).realize()
+    for pa in get_parameters(a):
+        pa.to_(CPU2)
+    inp = Tensor.randn(4, 6).realize()
+    oa, ob = nn.optim.SGD(get_parameters(a), lr=0.1), nn.optim.SGD(get_parameters(b), lr=0.1)
+    with Tensor.train():
+        for _ in range(2):
+            oa.zero_grad()
+            la = a(inp.shard(CPU2, axis=axis if axis is None else 0)).square().mean()
+            la.backward().realize(*oa.schedule_step())
+            ob.zero_grad()
+            lb = b(inp).square().mean()
+            lb.backward().realize(*ob.schedule_step())
+            np.testing.assert_allclose(la.item(), lb.item(), rtol=1e-6)

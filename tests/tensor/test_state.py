@@ -159,8 +159,29 @@ def test_safe_load_gives_lazy_views_of_the_file(tmp_path: pathlib.Path) -> None:
         np.testing.assert_array_equal(loaded[k].to("CPU").numpy(), v)
     # a DISK tensor of the file works as the argument too
     np.testing.assert_array_equal(safe_load(Tensor(path))["a"].numpy(), arrays["a"])
-    with pytest.raises(SafetensorsError, match="1-D uint8 DISK tensor"):
+    with pytest.raises(SafetensorsError, match="1-D uint8 tensor"):
         safe_load(Tensor([1, 2, 3]))
+
+
+def test_safe_load_of_the_file_bytes_in_a_compute_tensor(tmp_path: pathlib.Path) -> None:
+    """tinygrad's safe_load takes any uint8 tensor of the file (e.g. bytes fetched into memory), not only DISK."""
+    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([7, -(2**40)], dtype=np.int64),
+              "h": np.array([0.5, -1.5, 3.0], dtype=np.float16), "u": np.array([255, 1], dtype=np.uint8)}  # fmt: skip
+    path = tmp_path / "mem.safetensors"
+    safe_save({**{k: Tensor(v) for k, v in arrays.items()}, "bf": Tensor([1.0, -2.5]).cast(dtypes.bfloat16)}, path,
+              {"format": "pt"})  # fmt: skip
+    raw = Tensor(np.frombuffer(path.read_bytes(), np.uint8))
+    loaded = safe_load(raw)
+    assert list(loaded) == [*arrays, "bf"]
+    for k, v in arrays.items():
+        assert loaded[k].device == raw.device and loaded[k].shape == v.shape
+        np.testing.assert_array_equal(loaded[k].numpy(), v)
+    assert loaded["bf"].dtype == dtypes.bfloat16 and loaded["bf"].float().tolist() == [1.0, -2.5]
+    src, start, header = safe_load_metadata(raw)
+    assert src is raw and header["__metadata__"] == {"format": "pt"}
+    assert start == 8 + int.from_bytes(path.read_bytes()[:8], "little")
+    with pytest.raises(SafetensorsError, match="too short"):
+        safe_load(raw[:5].contiguous())
 
 
 @pytest.mark.parametrize("start,stop,dt", [(4, 12, np.int32), (1, 9, np.uint16), (3, 7, np.float32), (8, 24, np.int64)])
@@ -239,3 +260,20 @@ def test_to_disk_writes_an_existing_file_again(tmp_path: pathlib.Path) -> None:
     # reading it back never changes it
     assert Tensor.empty(3, dtype=dtypes.int32, device=f"disk:{path}").to("CPU").tolist() == [-4, 5, -6]
     assert np.fromfile(path, dtype=np.int32).tolist() == [-4, 5, -6]
+
+
+def test_reading_a_loaded_file_leaves_no_open_file_behind(tmp_path: pathlib.Path) -> None:
+    """The DISK mapping keeps its own handle: no file object is left for the garbage collector to warn about
+    ("ResourceWarning: unclosed file" in the output of a user's test run)."""
+    import gc
+    import warnings
+
+    path = tmp_path / "w.safetensors"
+    safe_save({"a": Tensor([1.0, 2.0]), "b": Tensor([3, 4], dtype=dtypes.int8)}, path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = safe_load(path)
+        assert loaded["a"].to("CPU").tolist() == [1.0, 2.0] and loaded["b"].to("CPU").tolist() == [3, 4]
+        del loaded
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

@@ -306,7 +306,7 @@ class NullAllocator(Allocator):
 class DiskMapping:
     """A file mapped into memory: `mv` is read-only when the mapping is."""
 
-    __slots__ = ("file", "mm", "mv", "nbytes", "path", "writable")
+    __slots__ = ("mm", "mv", "nbytes", "path", "writable")
 
     def __init__(self, path: str, nbytes: int, writable: bool | None) -> None:
         exists = os.path.exists(path)
@@ -320,25 +320,26 @@ class DiskMapping:
         self._map(open(path, "r+b" if exists and writable else "w+b" if writable else "rb"), size, writable)
 
     def _map(self, file: Any, size: int, writable: bool) -> None:
-        self.file, self.writable = file, writable
-        if writable and size < self.nbytes:
-            self.file.truncate(self.nbytes)
-        if self.nbytes == 0:
-            self.mm = None
-            self.mv = memoryview(b"") if not writable else memoryview(bytearray())
-            return
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.mm = mmap.mmap(self.file.fileno(), self.nbytes, access=access)
-        self.mv = memoryview(self.mm)
+        # the mapping holds its own handle on the file: the file object is closed here (left open, it would stay
+        # open until garbage collection, which warns "unclosed file" - in the user's test output)
+        with file:
+            self.writable = writable
+            if writable and size < self.nbytes:
+                file.truncate(self.nbytes)
+            if self.nbytes == 0:
+                self.mm = None
+                self.mv = memoryview(b"") if not writable else memoryview(bytearray())
+                return
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.mm = mmap.mmap(file.fileno(), self.nbytes, access=access)
+            self.mv = memoryview(self.mm)
 
     def make_writable(self) -> None:
         """Map the file read-write from now on (extending it to the mapping's size if it is shorter): for a caller
         that mapped it for reading and is about to write it. Views taken before keep showing the same file pages
         (both mappings are shared), read-only."""
-        if not self.writable:
-            old = self.file
+        if not self.writable:  # (the old mapping, still referenced by views, keeps its own handle on the file)
             self._map(open(self.path, "r+b"), os.path.getsize(self.path), True)
-            old.close()  # (the old mapping, still referenced by views, keeps its own handle on the file)
 
 
 class DiskAllocator(Allocator):

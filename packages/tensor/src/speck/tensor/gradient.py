@@ -247,6 +247,18 @@ def _unbroadcast(g: UOp, src: UOp) -> UOp:
     return g.reduce_axis(Ops.ADD, axes).reshape(ss) if axes else g.reshape(ss)
 
 
+def _accumulate(prev: UOp, new: UOp, node: UOp) -> UOp:
+    """prev + new, two gradient contributions to node. A plain node (a constant) can be shared by a sharded graph
+    and a one-device one (graph nodes are interned): its sharded contribution is gathered to the node's device."""
+    from speck.tensor.multi import MultiUOp
+
+    if isinstance(prev, MultiUOp) != isinstance(new, MultiUOp) and not isinstance(node, MultiUOp):
+        dev = node.device
+        if isinstance(dev, str):
+            prev, new = (g.to_device(dev) if isinstance(g, MultiUOp) else g for g in (prev, new))
+    return prev + new
+
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
     """Gradient of `root` (seeded with root_grad) with respect to each target reachable from root.
 
@@ -274,6 +286,6 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
             sg = _unbroadcast(sg, s)
-            grads[s] = grads[s] + sg if s in grads else sg
+            grads[s] = _accumulate(grads[s], sg, s) if s in grads else sg
         mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -11,6 +11,7 @@ custom gradient rules registered on logical nodes apply unchanged)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -323,10 +324,23 @@ def replicate(u: UOp, devices: tuple[str, ...], src_device: str) -> MultiUOp:
     """u (a plain graph on src_device) copied to every device (no copy where it already is)."""
     if isinstance(u, MultiUOp):
         return u.to_devices(devices, None)
-    shards = [copy_uop(u, d, src_device) for d in devices]
+    shards = [_own_copy(u, d, src_device) for d in devices]
     out = MultiUOp.make(Ops.COPY, (u,), devices, shards, None, devices)
     _gradient_to(out, u, lambda g: _as_multi(g, devices).to_device(src_device))
     return out
+
+
+_shard_copies = itertools.count()
+
+
+def _own_copy(u: UOp, dst: str, src: str) -> UOp:
+    """u on dst as storage of the sharded tensor's own (as tinygrad's shard copies): the shard on the source's own
+    device is a clone too. A view would alias the source's buffer, and a pending computation is interned: realized
+    through another tensor first, it would become that tensor's buffer. Either way writes to one would show in the
+    other."""
+    if dst == src:
+        return UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", ("shard", next(_shard_copies)))
+    return copy_uop(u, dst, src)
 
 
 def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> MultiUOp:
@@ -339,7 +353,7 @@ def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> Multi
             f"multi axis uneven: axis {axis} of shape {u.shape} has size {size}, which does not split evenly over "
             f"{n} devices; pad or shrink it to a multiple of {n}, or shard another axis"
         )
-    shards = [copy_uop(_piece(u, axis, n, i), d, src_device) for i, d in enumerate(devices)]
+    shards = [_own_copy(_piece(u, axis, n, i), d, src_device) for i, d in enumerate(devices)]
     out = MultiUOp.make(Ops.COPY, (u,), devices, shards, axis, devices)
     _gradient_to(out, u, lambda g: _as_multi(g, devices).to_device(src_device))
     return out

@@ -208,6 +208,27 @@ NATIVE: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 24: dtypes.int
                             27: dtypes.int64, 28: dtypes.float64, 30: dtypes.bfloat16}  # fmt: skip
 
 
+def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
+    """The first `n` values stored in `t` (a 1-d uint8 tensor of raw ggml data of type `ggml_type`) as a 1-d tensor:
+    native types bitcast to their dtype, quantized types dequantized to float32."""
+    if t.ndim != 1 or t.dtype != dtypes.uint8:
+        raise GGUFError(f"ggml_data_to_tensor needs a 1-d uint8 tensor of raw bytes, got {t.dtype} {t.shape}")
+    if ggml_type in NATIVE:
+        nbytes = n * NATIVE[ggml_type].itemsize
+    elif ggml_type in QUANTIZED:
+        _, block, bsize, dequant = QUANTIZED[ggml_type]
+        nbytes = -(-n // block) * bsize
+    else:
+        known = sorted([f"{v[0]}({k})" for k, v in QUANTIZED.items()] + [f"{v}({k})" for k, v in NATIVE.items()])
+        raise GGUFError(f"ggml_data_to_tensor: ggml type {ggml_type} is not supported; supported: {', '.join(known)}")
+    if as_int(t.shape[0]) < nbytes:
+        raise GGUFError(f"ggml_data_to_tensor: {n} values of ggml type {ggml_type} need {nbytes} bytes, got "
+                        f"{as_int(t.shape[0])}; pass fewer values or more data")  # fmt: skip
+    if ggml_type in NATIVE:
+        return t[:nbytes].bitcast(NATIVE[ggml_type])
+    return dequant(t[:nbytes].reshape(nbytes // bsize, bsize)).flatten()[:n]
+
+
 def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int,
                                                                                        int]], int]:  # fmt: skip
     """(metadata, [(name, ggml dims, type, offset)], data section start) from the file's first bytes."""
@@ -312,4 +333,4 @@ def _load_one(t: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
     return kv, state
 
 
-__all__ = ["gguf_load"]
+__all__ = ["ggml_data_to_tensor", "gguf_load"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,18 +78,29 @@ def read_header(path: str | pathlib.Path) -> tuple[dict[str, TensorEntry], dict[
     p = pathlib.Path(path)
     if not p.is_file():
         raise TensorFileNotFoundError(f"{p} is not a file: no safetensors file to read there; check the path")
-    size = p.stat().st_size
     with open(p, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise SafetensorsError(f"{p}: {size} bytes is too short for a safetensors file (no header length)")
-        (hlen,) = struct.unpack("<Q", head)
-        if hlen > MAX_HEADER or 8 + hlen > size:
-            raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
-        try:
-            header = json.loads(f.read(hlen))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
+
+        def read(offset: int, n: int) -> bytes:
+            f.seek(offset)
+            return f.read(n)
+
+        return parse_header(read, p.stat().st_size, str(p))
+
+
+def parse_header(read: Callable[[int, int], bytes], size: int, what: str
+                 ) -> tuple[dict[str, TensorEntry], dict[str, str], int]:  # fmt: skip
+    """read_header over any byte source: read(offset, n) gives n bytes of the `size`-byte file named `what`."""
+    p = what
+    head = read(0, 8) if size >= 8 else b""
+    if len(head) < 8:
+        raise SafetensorsError(f"{p}: {size} bytes is too short for a safetensors file (no header length)")
+    (hlen,) = struct.unpack("<Q", head)
+    if hlen > MAX_HEADER or 8 + hlen > size:
+        raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
+    try:
+        header = json.loads(read(8, hlen))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
     if not isinstance(header, dict):
         raise SafetensorsError(f"{p}: header must be a JSON object, found {type(header).__name__}")
     metadata = header.pop("__metadata__", None) or {}

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.device import canonical, file_backed
+from speck.tensor.dims import as_int
 from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
-from speck.tensor.nn.gguf import gguf_load
+from speck.tensor.nn.gguf import ggml_data_to_tensor, gguf_load
 from speck.tensor.nn.safetensors import ST_DTYPES, SafetensorsError, TensorEntry, encode_header, read_header
 from speck.tensor.pyutils import tqdm
 from speck.tensor.schedule import buffer_map, buffer_views, new_buffer_uop
@@ -120,7 +121,8 @@ def _raw_numpy(t: Tensor) -> np.ndarray:
 
 
 def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) -> dict[str, Tensor]:
-    """Load a safetensors file (a path, or a 1-D uint8 DISK tensor of it).
+    """Load a safetensors file (a path, or a 1-D uint8 tensor of its bytes: a DISK tensor of the file, or the bytes
+    on any device, e.g. Tensor(open(path, "rb").read())).
 
     With no `device`, each tensor is a lazy view into the file on the DISK device: nothing is read until it is used
     (`.to(device)`, `.numpy()`, `load_state_dict`); arithmetic needs a move to a compute device first. With a `device`,
@@ -130,6 +132,8 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
     from speck.hcq import Buffer
 
     if isinstance(path, Tensor):
+        if not file_backed(path.device):
+            return _load_from_bytes(path, device)
         path = _disk_file_of(path)
     entries, _, size = read_header(os.fspath(path))
     if device is None:
@@ -149,6 +153,31 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
         else:
             arr = disk.view(e.nbytes // e.dtype.itemsize, np.dtype(e.dtype.fmt), e.offset).numpy()
             out[name] = Tensor(arr.reshape(e.shape), device=device, dtype=e.dtype)
+    return out
+
+
+def _check_bytes(t: Tensor) -> None:
+    if t.dtype != dtypes.uint8 or t.ndim != 1:
+        raise SafetensorsError(f"safe_load takes a path or a 1-D uint8 tensor of the file's bytes, got a {t.dtype} "
+                               f"tensor of shape {t.shape} on {t.device}")  # fmt: skip
+
+
+def _header_of_bytes(t: Tensor) -> tuple[dict[str, TensorEntry], dict[str, str], int]:
+    """read_header of the safetensors file held in the 1-D uint8 tensor t (reads only the header's bytes)."""
+    from speck.tensor.nn.safetensors import parse_header
+
+    _check_bytes(t)
+    size = as_int(t.shape[0])
+    return parse_header(lambda o, n: t[o : o + n].data().tobytes(), size, f"safetensors bytes on {t.device}")
+
+
+def _load_from_bytes(t: Tensor, device: str | None) -> dict[str, Tensor]:
+    """safe_load of a file's bytes in a compute-device tensor: each entry a lazy slice of it, bitcast to its dtype."""
+    entries, _, _ = _header_of_bytes(t)
+    out = {}
+    for name, e in entries.items():
+        v = t[e.offset : e.offset + e.nbytes].bitcast(e.dtype).reshape(e.shape)
+        out[name] = v if device is None else v.to(device)
     return out
 
 
@@ -196,12 +225,20 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     return out
 
 
-def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
-    """(the file as a 1-D uint8 DISK tensor, byte offset of the data section, the JSON header as a dict with
-    `__metadata__` when present); the header is validated like safe_load does."""
+def safe_load_metadata(path: str | os.PathLike[str] | Tensor) -> tuple[Tensor, int, dict[str, Any]]:
+    """(the file as a 1-D uint8 tensor, byte offset of the data section, the JSON header as a dict with
+    `__metadata__` when present); the header is validated like safe_load does. `path` may also be a 1-D uint8 tensor
+    of the file's bytes (on DISK or any device)."""
     import json
     import struct
 
+    if isinstance(path, Tensor):
+        if file_backed(path.device):
+            path = _disk_file_of(path)
+        else:
+            _header_of_bytes(path)  # validation
+            (hlen,) = struct.unpack("<Q", path[:8].data().tobytes())
+            return path, 8 + hlen, json.loads(path[8 : 8 + hlen].data().tobytes())
     read_header(os.fspath(path))  # validation: a malformed file raises SafetensorsError here
     with open(path, "rb") as f:
         (hlen,) = struct.unpack("<Q", f.read(8))
@@ -217,7 +254,7 @@ def dtype_of(name: str) -> DType:
 
 
 __all__ = [
-    "StateDictKeyError", "StateDictShapeError", "TensorIO", "get_parameters", "get_state_dict", "gguf_load",
-    "load_state_dict",
+    "StateDictKeyError", "StateDictShapeError", "TensorIO", "get_parameters", "get_state_dict", "ggml_data_to_tensor",
+    "gguf_load", "load_state_dict",
     "safe_load", "safe_load_metadata", "safe_save", "tar_extract", "torch_load", "zip_extract",
 ]  # fmt: skip
