@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
@@ -249,13 +249,13 @@ def _unbroadcast(g: UOp, src: UOp) -> UOp:
 
 def _accumulate(prev: UOp, new: UOp, node: UOp) -> UOp:
     """prev + new, two gradient contributions to node. A plain node (a constant) can be shared by a sharded graph
-    and a one-device one (graph nodes are interned): its sharded contribution is gathered to the node's device."""
-    from speck.tensor.multi import MultiUOp
-
-    if isinstance(prev, MultiUOp) != isinstance(new, MultiUOp) and not isinstance(node, MultiUOp):
+    and a one-device one (graph nodes are interned): its sharded contribution is gathered to the node's device.
+    (A sharded node - speck.tensor.multi.MultiUOp, a module above this one - is told by its shards.)"""
+    sharded = (hasattr(prev, "shards"), hasattr(new, "shards"))
+    if sharded[0] != sharded[1] and not hasattr(node, "shards"):
         dev = node.device
         if isinstance(dev, str):
-            prev, new = (g.to_device(dev) if isinstance(g, MultiUOp) else g for g in (prev, new))
+            prev, new = (cast(Any, g).to_device(dev) if s else g for g, s in zip((prev, new), sharded))
     return prev + new
 
 
