@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
@@ -247,16 +247,19 @@ def _unbroadcast(g: UOp, src: UOp) -> UOp:
     return g.reduce_axis(Ops.ADD, axes).reshape(ss) if axes else g.reshape(ss)
 
 
-def _accumulate(prev: UOp, new: UOp, node: UOp) -> UOp:
-    """prev + new, two gradient contributions to node. A plain node (a constant) can be shared by a sharded graph
-    and a one-device one (graph nodes are interned): its sharded contribution is gathered to the node's device.
-    (A sharded node - speck.tensor.multi.MultiUOp, a module above this one - is told by its shards.)"""
-    sharded = (hasattr(prev, "shards"), hasattr(new, "shards"))
-    if sharded[0] != sharded[1] and not hasattr(node, "shards"):
-        dev = node.device
-        if isinstance(dev, str):
-            prev, new = (cast(Any, g).to_device(dev) if s else g for g, s in zip((prev, new), sharded))
+def _add_contributions(prev: UOp, new: UOp, node: UOp) -> UOp:
     return prev + new
+
+
+# How two gradient contributions to one node combine. speck.tensor.multi (above this module) registers its own: a
+# plain node (a constant) can be shared by a sharded graph and a one-device one (graph nodes are interned), and a
+# sharded contribution to it is gathered to the node's device first.
+_COMBINE: list[Callable[[UOp, UOp, UOp], UOp]] = [_add_contributions]
+
+
+def register_combine(fn: Callable[[UOp, UOp, UOp], UOp]) -> None:
+    """Make fn(prev, new, node) the way two gradient contributions to node add up (speck.tensor.multi, once)."""
+    _COMBINE[0] = fn
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
@@ -286,6 +289,6 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
             if sg.dtype != s.dtype and dtypes.is_float(s.dtype):
                 sg = sg.cast(s.dtype)
             sg = _unbroadcast(sg, s)
-            grads[s] = _accumulate(grads[s], sg, s) if s in grads else sg
+            grads[s] = _COMBINE[0](grads[s], sg, s) if s in grads else sg
         mark_backward(u, [grads[s] for s in srcs if s in grads])
     return {t: grads[t] for t in tset if t in grads}

@@ -21,7 +21,7 @@ from speck.tensor.allreduce import allreduce
 from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.errors import TensorTypeError, TensorValueError
-from speck.tensor.gradient import override_gradient
+from speck.tensor.gradient import override_gradient, register_combine
 from speck.tensor.nodes import copy_uop
 from speck.tensor.realize import realize_targets
 from speck.tensor.schedule import base_buffer
@@ -314,6 +314,19 @@ def _as_multi(g: UOp, devices: tuple[str, ...]) -> MultiUOp:
     if isinstance(g, MultiUOp):
         return g
     return MultiUOp.leaf(_plain_to_shards(g, None, devices), None, devices)
+
+
+def _combine_gradients(prev: UOp, new: UOp, node: UOp) -> UOp:
+    """prev + new, two gradient contributions to node; a sharded contribution to a plain one-device node (a shared
+    constant) is gathered to the node's device."""
+    if isinstance(prev, MultiUOp) != isinstance(new, MultiUOp) and not isinstance(node, MultiUOp):
+        dev = node.device
+        if isinstance(dev, str):
+            prev, new = (g.to_device(dev) if isinstance(g, MultiUOp) else g for g in (prev, new))
+    return prev + new
+
+
+register_combine(_combine_gradients)
 
 
 def _gradient_to(node: UOp, src: UOp, rule: Any) -> None:
