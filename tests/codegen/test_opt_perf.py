@@ -230,6 +230,39 @@ def test_unrolled_reduction_accumulates_vectors_and_combines_once() -> None:
     check_preserved(ast, r)
 
 
+def _combine_depth(u: UOp, memo: dict[UOp, int]) -> int:
+    """The longest chain of ALU ops from u back to the REDUCE it combines."""
+    if u in memo:
+        return memo[u]
+    if u.op is Ops.REDUCE:
+        d = 0
+    else:
+        d = max((_combine_depth(s, memo) for s in u.src), default=0) + (u.op is Ops.ADD or u.op is Ops.MAX)
+    memo[u] = d
+    return d
+
+
+@pytest.mark.parametrize("unroll", [16, 8, 6, 5])
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
+def test_unrolled_lanes_combine_as_a_tree_of_halves(unroll: int, op: Ops) -> None:
+    # x @ W.T blocked 2 x 4 outputs and unrolled by 16: the 16 lanes of every output combine in halves (16 -> 8 ->
+    # 4 -> 2 -> 1, four wide ops), not one lane after another (15 dependent ops gathering a lane from each
+    # accumulator); an odd count leaves one group over, joined last. Results stay the unoptimized kernel's.
+    r = LLVMRenderer(max_vector_bytes=64)
+    ast = matmul(4, 16 * unroll, 8, transposed_b=True) if op is Ops.ADD else rowsum(8, 8 * unroll, Ops.MAX)
+    opts = [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, unroll)]
+    if op is Ops.MAX:
+        opts = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, unroll)]
+    expanded = expand_vectors(apply_opts(opt_base(ast), opts, r))
+    store = next(u for u in expanded.toposort() if u.op is Ops.STORE)
+    depth = _combine_depth(store.src[1], {})
+    assert depth == {16: 4, 8: 3, 6: 3, 5: 3}[unroll]
+    inputs = bufs(ast, unroll)
+    want = run_ast(ast, inputs, {})
+    got = run_prog(full_rewrite_to_sink(ast.replace(arg=KernelInfo(name="mm", opts=tuple(opts))), r), inputs, {})
+    assert_same(want, got, dtypes.float32, exact=op is Ops.MAX)
+
+
 def test_fp_contract_fuses_multiply_add_and_stays_close() -> None:
     # fp_contract=True marks float add/sub/mul `contract` (LLVM may emit FMAs); the default stays exact
     ast = matmul(16, 64, 32)

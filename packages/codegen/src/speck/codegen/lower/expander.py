@@ -224,12 +224,7 @@ class _Expander:
                 for a in red_axes:
                     rkey = rkey * _size(a) + c[a]
                 groups.setdefault(rkey, [0] * self.nlanes(out_axes))[okey] = lane
-            acc: UOp | None = None
-            for rk in sorted(groups):
-                part = v.gep(*groups[rk])
-                acc = part if acc is None else acc.alu(u.arg, part)
-            assert acc is not None
-            v = acc
+            v = _combine_lanes(v, [groups[rk] for rk in sorted(groups)], u.arg)
         # a REDUCE over an expand range the value doesn't depend on: x op x op ... (n times)
         for r in xr:
             if r not in val.axes:
@@ -238,6 +233,28 @@ class _Expander:
                     v = v.alu(u.arg, base)
         res = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg) if rs else v  # type: ignore[arg-type]
         return _Val(out_axes, vec=res)
+
+
+def _combine_lanes(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
+    """Combine the lane groups of v (each: the lanes of one reduce position, one per output) with `op` as a tree of
+    halves: the first half of the groups with the second, as one wide op, then again on the result (whose lanes are
+    output-major, so each output's partial results stay together in one register). Done one group at a time, 8
+    accumulators of 16 lanes took 15 dependent 8-lane ops, each gathering a lane from every accumulator; halving
+    needs one two-register shuffle pair per output register and level. An odd group left over joins last."""
+    n = len(groups[0])
+    left: UOp | None = None
+    while len(groups) > 1:
+        if len(groups) % 2:
+            last = v.gep(*groups[-1])
+            left = last if left is None else last.alu(op, left)
+            groups = groups[:-1]
+        h = len(groups) // 2
+        lo = v.gep(*[groups[k][o] for o in range(n) for k in range(h)])
+        hi = v.gep(*[groups[h + k][o] for o in range(n) for k in range(h)])
+        v = lo.alu(op, hi)
+        groups = [[o * h + k for o in range(n)] for k in range(h)]
+    out = v if v.dtype.count == n and groups[0] == list(range(n)) else v.gep(*groups[0])
+    return out if left is None else out.alu(op, left)
 
 
 def lanes_only(dt: object) -> bool:
