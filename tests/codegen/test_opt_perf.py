@@ -123,6 +123,18 @@ def test_transposed_b_is_not_blocked_into_gathers() -> None:
     assert not any(o.op is OptOps.UNROLL for o in heuristic(matmul(8, 7, 32, transposed_b=True), r))
 
 
+def test_transposed_b_blocks_more_rows_with_32_registers() -> None:
+    # AVX-512's 32 registers hold 4 x 4 dot products (16 accumulators) where the lanes combine by wide shuffles
+    # (LLVM); x86's lane-by-lane combine and 16-register renderers keep 2 x 4
+    ast = matmul(8, 32, 32, transposed_b=True)
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=64)) == [
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 16)]  # fmt: skip
+    assert heuristic(ast, X86Renderer(avx512=True)) == [
+        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 16)]  # fmt: skip
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=32))[:2] == [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4)]
+    check_preserved(ast, LLVMRenderer(max_vector_bytes=64))
+
+
 def rowsum(n: int, k: int, op: Ops) -> UOp:
     i, r = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(k, 1, AxisType.REDUCE)
     x = UOp.param(1, dtypes.float32.ptr(n * k)).index(i * k + r).load()
@@ -253,10 +265,13 @@ def test_unrolled_lanes_combine_as_a_tree_of_halves(unroll: int, op: Ops) -> Non
     opts = [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, unroll)]
     if op is Ops.MAX:
         opts = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, unroll)]
-    expanded = expand_vectors(apply_opts(opt_base(ast), opts, r))
+    expanded = expand_vectors(apply_opts(opt_base(ast), opts, r), r.wide_shuffles)
     store = next(u for u in expanded.toposort() if u.op is Ops.STORE)
-    depth = _combine_depth(store.src[1], {})
-    assert depth == {16: 4, 8: 3, 6: 3, 5: 3}[unroll]
+    assert _combine_depth(store.src[1], {}) == {16: 4, 8: 3, 6: 3, 5: 3}[unroll]
+    # a renderer gathering lane by lane (x86) combines one group at a time: half the lanes moved
+    in_order = expand_vectors(apply_opts(opt_base(ast), opts, r), wide_shuffles=False)
+    store = next(u for u in in_order.toposort() if u.op is Ops.STORE)
+    assert _combine_depth(store.src[1], {}) == unroll - 1
     inputs = bufs(ast, unroll)
     want = run_ast(ast, inputs, {})
     got = run_prog(full_rewrite_to_sink(ast.replace(arg=KernelInfo(name="mm", opts=tuple(opts))), r), inputs, {})

@@ -43,7 +43,8 @@ def _key(r: UOp) -> tuple[int, ...]:
 
 
 class _Expander:
-    def __init__(self) -> None:
+    def __init__(self, wide_shuffles: bool = True) -> None:
+        self.wide_shuffles = wide_shuffles
         self.memo: dict[UOp, _Val] = {}
         self.maps: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[int]] = {}
 
@@ -224,7 +225,8 @@ class _Expander:
                 for a in red_axes:
                     rkey = rkey * _size(a) + c[a]
                 groups.setdefault(rkey, [0] * self.nlanes(out_axes))[okey] = lane
-            v = _combine_lanes(v, [groups[rk] for rk in sorted(groups)], u.arg)
+            parts = [groups[rk] for rk in sorted(groups)]
+            v = _combine_lanes(v, parts, u.arg) if self.wide_shuffles else _combine_in_order(v, parts, u.arg)
         # a REDUCE over an expand range the value doesn't depend on: x op x op ... (n times)
         for r in xr:
             if r not in val.axes:
@@ -233,6 +235,14 @@ class _Expander:
                     v = v.alu(u.arg, base)
         res = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg) if rs else v  # type: ignore[arg-type]
         return _Val(out_axes, vec=res)
+
+
+def _combine_in_order(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
+    """Combine the lane groups of v with `op` one group after another (each group: one lane per output)."""
+    acc = v.gep(*groups[0])
+    for g in groups[1:]:
+        acc = acc.alu(op, v.gep(*g))
+    return acc
 
 
 def _combine_lanes(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
@@ -332,8 +342,9 @@ def _split_gate(ix: UOp) -> tuple[UOp | None, UOp | None]:
     return ix, None
 
 
-def expand_vectors(sink: UOp) -> UOp:
-    """Expand every UPCAST/UNROLL range of `sink` into vector lanes (no-op when there are none)."""
+def expand_vectors(sink: UOp, wide_shuffles: bool = True) -> UOp:
+    """Expand every UPCAST/UNROLL range of `sink` into vector lanes (no-op when there are none). `wide_shuffles`
+    (Renderer.wide_shuffles): an unrolled reduction's lanes combine as a tree of halves, else one group at a time."""
     if not any(u.op is Ops.RANGE and u.arg[-1] in EXPAND_TYPES for u in sink.toposort()):
         return sink
-    return _Expander().run(sink)
+    return _Expander(wide_shuffles).run(sink)

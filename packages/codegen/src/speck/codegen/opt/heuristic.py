@@ -90,7 +90,10 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
-            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths)
+            # 32 registers hold a bigger block of dot products only where their lanes combine cheaply at the end
+            # (x86's lane-by-lane combine of 4 x 4 blocks: 346 -> 658 us)
+            registers = renderer.vector_registers if renderer.wide_shuffles else 16
+            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths, registers)
         climit = split
     gated = _gated_axes(sink, outs)
     block = _block(glob, outs, loads, col, lanes, climit, gated) if col is not None else None
@@ -212,7 +215,8 @@ def _reduce_size(sink: UOp) -> int:
     return n
 
 
-def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool) -> list[Opt] | None:
+def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool,
+                registers: int = 16) -> list[Opt] | None:  # fmt: skip
     """A reduction whose loads are strided along the contiguous output axis but contiguous along a reduce axis (row
     sums/maxes, dot products against rows): vector loads along the reduce axis (UNROLL), a few outputs at once
     (UPCAST, so the per-step horizontal combine fills a vector) instead of gathering lane by lane."""
@@ -238,15 +242,16 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
             camt = 1
         opts = [Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []
         # a second output axis one operand ignores (x @ W.T: W's rows are shared by every row of x) blocks too, so
-        # each loaded vector feeds several dot products: 2 x 4 of them per step (Linear forward 0.53 -> 0.40 ms at
-        # 128x784x128, the CNN's 576 -> 10 classifier 3x faster)
+        # each loaded vector feeds several dot products: 2 x 4 of them per step with 16 vector registers, 4 x 4
+        # with AVX-512's 32 (half the registers hold accumulators; Linear forward 0.53 -> 0.40 ms at 128x784x128
+        # with 2 x 4, then 239 -> 227 us single-core with 4 x 4 on AVX-512; the CNN's classifier 3x faster)
         outs = output_axes(sink)
         for i in reversed(range(len(outs))):
             r, nr = outs[i], const_size(outs[i])
             if i == col or nr is None or r.arg[-1] is not AxisType.GLOBAL:
                 continue
             if any(not _depends(ix, r) for ix in loads) and any(_depends(ix, r) for ix in loads):
-                if (ramt := _pow2_amount(nr, max(2, 2 * ROW_BLOCK // max(camt, 1)))) > 1:
+                if (ramt := _pow2_amount(nr, max(2, registers // 2 // max(camt, 1)))) > 1:
                     opts.insert(0, Opt(OptOps.UPCAST, i, ramt))
                 break
         return opts + [Opt(OptOps.UNROLL, j, uamt)]

@@ -61,6 +61,10 @@ class Renderer:
       odd_vector_widths: vectors of any lane count (3, 5, 6...) render as efficiently as power-of-two ones; False
         makes the optimizer avoid choosing them where it has a power-of-two alternative (it may still produce
         them, e.g. a register block of 5 rows).
+      wide_shuffles: a GEP gathering lanes from two vector registers costs about one instruction per register
+        (LLVM's shufflevector); the expander then combines an unrolled reduction's lanes as a tree of halves.
+        False (lane-by-lane gathers, as x86's selector does) keeps one lane group at a time, which moves half
+        as many lanes.
     """
 
     name: ClassVar[str] = "base"
@@ -118,6 +122,11 @@ class Renderer:
     def pow2_vectors(self) -> bool:
         """Vector types exist only for power-of-two lane counts (C's vector_size): devectorization splits a 5-lane
         value into 4 + 1 lanes for such renderers."""
+        return False
+
+    @property
+    def wide_shuffles(self) -> bool:
+        """False unless the renderer says otherwise (see the class docstring)."""
         return False
 
     @property
