@@ -6,7 +6,7 @@ import math
 import unittest
 
 import numpy as np
-from tinygrad import Device, Tensor, UOp, Variable, dtypes
+from tinygrad import Device, Tensor, UOp, Variable, dtypes, nn
 from tinygrad.dtype import (
     float_to_bf16,
     float_to_fp16,
@@ -175,6 +175,22 @@ class TestSignatures(unittest.TestCase):
     def test_pad_to_value(self):
         self.assertEqual(Tensor([[1, 2]]).pad_to((2, 3), value=7).tolist(), [[1, 2, 7], [7, 7, 7]])
         self.assertEqual(Tensor([[1.0]]).pad_to(None, 2).tolist(), [[1.0, 0.0]])
+
+
+class TestNNSubmodules(unittest.TestCase):
+    def test_optim_state_datasets_reachable_from_nn(self):
+        # model code does `from tinygrad import nn` and then reads nn.optim.Adam, nn.state.get_parameters
+        lin = nn.Linear(3, 2)
+        params = nn.state.get_parameters(lin)
+        self.assertEqual(len(params), 2)
+        opt = nn.optim.SGD(params, lr=0.5)
+        before = lin.weight.numpy().copy()
+        with Tensor.train():
+            opt.zero_grad()
+            lin(Tensor.ones(1, 3)).sum().backward()
+            opt.step()
+        np.testing.assert_allclose(lin.weight.numpy(), before - 0.5, rtol=1e-6)
+        self.assertTrue(callable(nn.datasets.mnist))
 
 
 if __name__ == "__main__":

@@ -254,6 +254,11 @@ class LSTMCell:
         return h, c
 
 
+# `from tinygrad import nn` users reach the optimizers, state helpers and datasets as nn.optim, nn.state, nn.datasets
+from speck.tensor.nn import datasets as datasets  # noqa: E402
+from speck.tensor.nn import optim as optim  # noqa: E402
+from speck.tensor.nn import state as state  # noqa: E402
+
 __all__ = [
     "BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Embedding",
     "GroupNorm", "InstanceNorm", "LSTMCell", "LayerNorm", "LayerNorm2d", "Linear", "RMSNorm",
