@@ -23,7 +23,7 @@ import re
 import struct
 from typing import Any, ClassVar
 
-from speck.codegen.cpu_features import host_vector_bytes
+from speck.codegen.cpu_features import llvm_vector_bytes
 from speck.codegen.errors import CodegenValueError, NoTypeError, ProgramFormError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
@@ -259,7 +259,7 @@ _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results d
 class LLVMRenderer(Renderer):
     """Textual LLVM IR for the host CPU (see the module docstring for the exact semantics). EXP2/LOG2/SIN are left
     to the pipeline's decompositions; SQRT/TRUNC are `llvm.sqrt`/`llvm.trunc`. Vectors up to 256 bits (AVX2), or
-    512 bits when the host has AVX-512F (see `host_vector_bytes`)."""
+    512 bits when the host has AVX-512F (see `llvm_vector_bytes`: the LLVM_VECTOR_BYTES setting may narrow them)."""
 
     name: ClassVar[str] = "llvm"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _LLVM_UNSUPPORTED
@@ -279,11 +279,11 @@ class LLVMRenderer(Renderer):
         return True
 
     def __init__(self, max_vector_bytes: int | None = None, fp_contract: bool = False) -> None:
-        """`max_vector_bytes`: widest vector to emit (16, 32 or 64 bytes); None detects the host (64 only with
-        AVX-512F, else 32). `fp_contract`: mark float add/sub/mul `contract`, letting LLVM fuse a*b+c into one FMA
-        (rounded once, so results may differ from the exact default in the last bit; about twice the throughput of
-        multiply-then-add in convolutions and matmuls)."""
-        mvb = host_vector_bytes() if max_vector_bytes is None else max_vector_bytes
+        """`max_vector_bytes`: widest vector to emit (16, 32 or 64 bytes); None: the LLVM_VECTOR_BYTES setting, else
+        the host's (64 only with AVX-512F, else 32). `fp_contract`: mark float add/sub/mul `contract`, letting LLVM
+        fuse a*b+c into one FMA (rounded once, so results may differ from the exact default in the last bit; about
+        twice the throughput of multiply-then-add in convolutions and matmuls)."""
+        mvb = llvm_vector_bytes() if max_vector_bytes is None else max_vector_bytes
         if mvb not in (16, 32, 64):
             raise CodegenValueError(
                 f"LLVMRenderer max_vector_bytes must be 16, 32 or 64 (bytes), got {max_vector_bytes!r}"
