@@ -35,7 +35,8 @@ class Renderer:
       max_vector_bytes: widest vector register in bytes (32 = 256-bit AVX2; 64 on AVX-512 hosts). Wider vectors
         are split by devectorization.
       vector_registers: how many vector registers the target has (16 with AVX2, 32 with AVX-512), for the optimizer
-        (its register blocks, 4 rows x 2 vectors, are sized for 16 and do not read it yet).
+        (matmul blocks, 4 rows x 2 vectors, are sized for 16; dot-product blocks of x @ W.T grow to 4 x 4 with 32
+        where `wide_shuffles`).
       supports_float16: arithmetic directly in float16; False -> half ALU ops are computed in float32 and rounded.
       supports_bfloat16: bfloat16 arithmetic natively; False -> bfloat16 ALU ops are computed in float32 and cast
         back (LOAD/STORE and CASTs of bfloat16 still reach the renderer, which converts the storage bits).
