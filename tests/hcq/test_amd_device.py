@@ -70,6 +70,9 @@ class RecordingLink:
     def heap_bytes(self) -> int:
         return 1 << 30
 
+    def owns(self, handle: Handle) -> bool:
+        return True
+
     def alloc(self, nbytes: int) -> Handle:
         h = Handle(self.next_va, nbytes)
         self.next_va += -(-max(nbytes, 1) // 4096) * 4096

@@ -51,11 +51,137 @@ def test_ctrl_c_during_a_usb_sim_matmul_ends_the_process_with_keyboard_interrupt
     run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     # an uncaught KeyboardInterrupt ends Python by SIGINT itself (a shell reports that as status 130)
     assert run.returncode == -signal.SIGINT, run.stderr[-3000:]
-    last = run.stderr.strip().splitlines()[-1]
-    assert last == "KeyboardInterrupt", run.stderr[-3000:]  # raised as itself, not as another error's cause
+    lines = run.stderr.strip().splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("KeyboardInterrupt"))
+    assert lines[last] == "KeyboardInterrupt", run.stderr[-3000:]  # raised as itself, not as another error's cause
+    # followed only by its note: the device must be reopened (Device[...].reopen()) before it is used again
+    assert all(line.startswith("speck.tensor: ") for line in lines[last + 1 :]), run.stderr[-3000:]
+    assert "Device['USB:SIM'].reopen()" in run.stderr, run.stderr[-3000:]
     assert "During handling" not in run.stderr and "direct cause" not in run.stderr, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["signal_at"] is not None, seen
     # the thread's signal reaches the main thread within a Python switch interval: a few hundred emulated
     # instructions at most, far fewer than the kernel still had to run
     assert seen["executed"] - seen["signal_at"] < 20_000, seen
+
+
+CAUGHT = r"""
+import importlib, json, signal, sys
+import numpy as np
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from speck.tensor import Device, Tensor
+from speck.hcq.errors import DeviceUnavailableError
+
+emulator = importlib.import_module("speck.usbgpu.sim.rdna3.dispatch")
+plain_init = emulator._Scheduler.__init__
+seen = {"signal_at": None, "armed": False}
+
+
+def init(self, launch, budget, trace=None):
+    def count(inst, w):
+        if seen["armed"] and seen["signal_at"] is None and self.executed >= int(sys.argv[1]):
+            seen["signal_at"] = self.executed
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C's handler would, on the main thread
+
+    plain_init(self, launch, budget, count)
+
+
+emulator._Scheduler.__init__ = init
+rng = np.random.default_rng(0)
+x = rng.standard_normal((48, 48)).astype(np.float32)
+kept = Tensor(x).to("USB:SIM").realize()
+out = {}
+seen["armed"] = True
+try:
+    (kept @ kept).sum().numpy()
+    out["raised"] = None
+except KeyboardInterrupt as exc:
+    out["raised"] = "KeyboardInterrupt"
+    out["notes"] = getattr(exc, "__notes__", [])
+seen["armed"] = False
+out["signal_at"] = seen["signal_at"]
+
+
+def attempt(fn):
+    try:
+        fn()
+        return None
+    except DeviceUnavailableError as e:
+        return str(e)
+
+
+out["before_reopen"] = attempt(lambda: (Tensor(x).to("USB:SIM") + 1).numpy())
+Device["USB:SIM"].reopen()
+y = rng.standard_normal((48, 48)).astype(np.float32)
+t = Tensor(y).to("USB:SIM")
+out["add"] = bool(np.allclose((t + 1).numpy(), y + 1))
+out["matmul"] = bool(np.allclose((t @ t).numpy(), y @ y, rtol=1e-4, atol=1e-4))
+out["reduce"] = bool(np.allclose((t * 2).sum(axis=1).numpy(), (y * 2).sum(axis=1), rtol=1e-4, atol=1e-4))
+out["old_read"] = attempt(lambda: kept.numpy())
+out["old_in_kernel"] = attempt(lambda: (kept + 1).numpy())
+out["after_old"] = bool(np.allclose((t - 3).numpy(), y - 3))  # a refused old tensor leaves the device usable
+print(json.dumps(out))
+"""
+
+
+def test_a_caught_ctrl_c_during_a_usb_sim_dispatch_is_reported_and_reopen_recovers() -> None:
+    """The child catches the KeyboardInterrupt of a dispatch: the device then refuses work with an error naming
+    Device[...].reopen() (never a silent result), reopen() brings it back (new computations match numpy), and a
+    tensor stored before the reopen raises when read or used (its VRAM went with the old session)."""
+    run = subprocess.run([sys.executable, "-c", CAUGHT, "2000"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["raised"] == "KeyboardInterrupt" and out["signal_at"] is not None, out
+    assert any("Device['USB:SIM'].reopen()" in n for n in out["notes"]), out
+    before = out["before_reopen"]
+    assert before is not None and "interrupted (KeyboardInterrupt)" in before, out
+    assert "Device['USB:SIM'].reopen()" in before, out
+    assert out["add"] and out["matmul"] and out["reduce"] and out["after_old"], out
+    for key in ("old_read", "old_in_kernel"):
+        assert out[key] is not None and "before the device was reopened" in out[key], out
+
+
+REOPEN = r"""
+import json
+import numpy as np
+from speck.tensor import Device, Tensor, TinyJit
+from speck.hcq.errors import DeviceUnavailableError, HCQError
+
+rng = np.random.default_rng(1)
+w = rng.standard_normal((16, 16)).astype(np.float32)
+
+
+@TinyJit
+def step(x: Tensor, m: Tensor) -> Tensor:
+    return (x @ m + 1).realize()
+
+
+m = Tensor(w).to("USB:SIM").realize()
+for _ in range(3):  # run, capture, replay
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    assert np.allclose(step(Tensor(x).to("USB:SIM"), m).numpy(), x @ w + 1, rtol=1e-4, atol=1e-4)
+out = {}
+Device["USB:SIM"].reopen()  # a healthy device reopens too
+x = rng.standard_normal((4, 16)).astype(np.float32)
+m2 = Tensor(w).to("USB:SIM").realize()
+try:
+    step(Tensor(x).to("USB:SIM"), m2).numpy()
+    out["replay"] = None
+except HCQError as e:
+    out["replay"] = f"{type(e).__name__}: {e}"
+step.reset()
+got = [step(Tensor(x).to("USB:SIM"), m2).numpy() for _ in range(3)]
+out["recaptured"] = all(bool(np.allclose(g, x @ w + 1, rtol=1e-4, atol=1e-4)) for g in got)
+print(json.dumps(out))
+"""
+
+
+def test_reopen_refuses_a_graph_captured_before_and_recaptures() -> None:
+    """A TinyJit captured on USB:SIM before Device[...].reopen() holds addresses of the old session's VRAM: its replay
+    raises (naming the reopen and TinyJit.reset) instead of running on foreign memory; after reset it captures again
+    and matches numpy."""
+    run = subprocess.run([sys.executable, "-c", REOPEN], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["replay"] is not None and "reopen" in out["replay"], out
+    assert out["recaptured"], out

@@ -309,3 +309,78 @@ def test_no_record_on_a_device_that_runs_no_kernels(tmp_path: Any) -> None:
     disk = Tensor(np.array([0, 7], np.int32)).to(f"disk:{tmp_path / 'idx.bin'}")
     assert bounds.checked(disk, "getitem", -3, 3) is disk  # no CHECK node, no record buffer on the file
     assert not any(d.startswith("disk:") for d in bounds._records)
+
+
+# ---------------- synchronize, sharded indices ----------------
+SHARDS = ("CPU:0", "CPU:1")
+
+
+def test_synchronize_raises_what_the_devices_kernels_recorded() -> None:
+    from speck.tensor import Device
+
+    bad = Tensor(X, device="CPU:1")[Tensor(np.array([0, 5], np.int32), device="CPU:1")].realize()  # no raise yet
+    Device["CPU"].synchronize()  # another device's record is empty: nothing to report there
+    with pytest.raises(IndexOutOfBoundsError, match=r"^getitem: index 5 is out of bounds for dim 0 .* on CPU:1"):
+        Device["CPU:1"].synchronize()
+    Device["CPU:1"].synchronize()  # reported once: the record was cleared
+    assert_matches(Tensor([1.0, 2.0], device="CPU:1").numpy(), np.array([1.0, 2.0], np.float32))
+    assert bad.shape == (2, 4)
+
+
+def test_synchronize_after_an_in_range_index_is_quiet() -> None:
+    from speck.tensor import Device
+
+    good = Tensor(X)[_idx([2, -3])].realize()
+    Device[good.device].synchronize()
+    assert_matches(good.numpy(), X[[2, -3]])
+
+
+def _sharded_embedding() -> nn.Embedding:
+    emb = nn.Embedding(10, 3)
+    emb.weight = Tensor(np.ones((10, 3), np.float32)).shard(SHARDS)
+    return emb
+
+
+SHARDED_BAD: list[tuple[str, int, Callable[[], Tensor]]] = [
+    ("gather", 4, lambda: Tensor(X[:2]).shard(SHARDS, axis=0).gather(
+        1, Tensor(np.array([[0, 4], [1, 1]], np.int32)).shard(SHARDS, axis=0))),
+    ("getitem", 5, lambda: Tensor(X).shard(SHARDS)[Tensor(np.array([0, 5], np.int32)).shard(SHARDS)]),
+    ("getitem", 5, lambda: Tensor(X).shard(SHARDS)[Tensor(5)]),  # a device-less index into sharded data
+    ("Embedding", 11,
+     lambda: _sharded_embedding()(Tensor(np.array([[1, 2], [3, 11]], np.int32)).shard(SHARDS, axis=0))),
+    ("one_hot", 4, lambda: Tensor(np.array([0, 1, 4, 2], np.int32)).shard(SHARDS, axis=0).one_hot(4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SHARDED_BAD, ids=[f"{c[0]}-{c[1]}" for c in SHARDED_BAD])
+def test_sharded_index_out_of_range_raises(case: tuple[str, int, Callable[[], Tensor]]) -> None:
+    op, index, fn = case
+    out = fn()
+    with pytest.raises(IndexOutOfBoundsError, match=rf"^{op}: .*{index} is out of bounds"):
+        out.numpy()
+    # every device's record was cleared (a replicated index recorded the violation on each): the next read is fine
+    assert_matches(Tensor(X).shard(SHARDS).sum().numpy(), X.sum())
+
+
+def test_sharded_index_out_of_range_raises_at_synchronize() -> None:
+    from speck.tensor import Device
+
+    idx = Tensor(np.array([[0, 1], [2, -9]], np.int32)).shard(SHARDS, axis=0)
+    Tensor(X[:2]).shard(SHARDS, axis=0).gather(1, idx).realize()
+    Device["CPU"].synchronize()  # the bad row is CPU:1's shard
+    with pytest.raises(IndexOutOfBoundsError, match=r"^gather: index -9 .* on CPU:1"):
+        Device["CPU:1"].synchronize()
+
+
+@given(st.lists(st.integers(-6, 6), min_size=2, max_size=8).filter(lambda v: len(v) % 2 == 0))
+@FEW
+def test_sharded_gather_matches_numpy_or_raises(vals: list[int]) -> None:
+    """A sharded gather is numpy's take_along_axis when every index is in range, else IndexOutOfBoundsError."""
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    idx = np.array(vals, np.int32).reshape(2, -1)
+    out = Tensor(data).shard(SHARDS, axis=0).gather(1, Tensor(idx).shard(SHARDS, axis=0))
+    if ((idx >= -4) & (idx < 4)).all():
+        assert_matches(out.numpy(), np.take_along_axis(data, idx, 1))
+    else:
+        with pytest.raises(IndexOutOfBoundsError, match=r"^gather: index -?\d+ is out of bounds for dim 1 with size 4"):
+            out.numpy()

@@ -101,3 +101,37 @@ def test_shared_constants_do_not_carry_another_ops_name() -> None:
     (si,) = (x.relu() * 2).schedule()
     assert [m.name for m in si.metadata] == ["relu", "__mul__"]
     assert keep.shape == (8,)
+
+
+def test_metadata_entries_die_with_their_nodes() -> None:
+    """A node's metadata entry goes when the node does (the per-op record keeps no dead node's entry), and a new node
+    made at a dead one's address never inherits its op name."""
+    from speck.tensor.metadata import metadata_of, node_metadata_data
+
+    x = Tensor(RNG.standard_normal(8).astype(np.float32)).realize()
+    before = len(node_metadata_data)
+    for _ in range(200):
+        (x.relu() * 2).exp()
+    assert len(node_metadata_data) <= before + 4
+    kept = [x * float(i) for i in range(50)]  # live nodes keep theirs
+    assert all(m is not None and m.name == "__mul__" for m in (metadata_of(t.uop) for t in kept))
+    for _ in range(50):
+        y = x.sqrt()
+        assert (m := metadata_of(y.uop)) is not None and m.name == "sqrt"
+        del y
+
+
+def test_metadata_names_ops_called_from_short_lived_code() -> None:
+    """The op-name walk caches what it learnt per code object by id: code made and dropped in a loop (exec'd
+    functions, whose ids CPython reuses) must still be told apart from speck's op methods."""
+    from speck.tensor.metadata import metadata_of
+
+    x = Tensor(RNG.standard_normal(8).astype(np.float32)).realize()
+    for i in range(50):
+        ns: dict[str, object] = {}
+        exec(f"def user_fn_{i}(t):\n    return t.exp2() * {i + 1}.5\n", ns)  # a fresh code object each time
+        fn = ns[f"user_fn_{i}"]
+        y = fn(x)  # type: ignore[operator]
+        assert (m := metadata_of(y.uop)) is not None and m.name == "__mul__"
+        assert (m := metadata_of(y.uop.src[0])) is not None and m.name == "exp2"
+        del fn, ns, y

@@ -28,6 +28,8 @@ NEEDS_SOURCE = (
 
 
 def _generator() -> object:
+    if str(GENERATOR.parent) not in sys.path:  # its pieces (the amdgen package) sit beside it, as when run as a script
+        sys.path.insert(0, str(GENERATOR.parent))
     spec = importlib.util.spec_from_file_location("gen_amd_tables", GENERATOR)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

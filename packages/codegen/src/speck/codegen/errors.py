@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from speck.uop.errors import reduce_error
+
 if TYPE_CHECKING:
     from speck.codegen.cache.store import EntryProblem
     from speck.uop import DType, Ops
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 class CodegenError(Exception):
     """Base class of speck.codegen's errors: `except CodegenError` catches everything the package raises on
     purpose."""
+
+    __reduce__ = reduce_error  # pickles class, args and attributes (errors cross process boundaries)
 
 
 class UnsupportedOpError(CodegenError, RuntimeError):

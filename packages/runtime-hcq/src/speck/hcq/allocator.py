@@ -105,7 +105,11 @@ class Allocator:
                     self.mem_used += nbytes  # _account, inlined
                     if self.mem_used > self.peak:
                         self.peak = self.mem_used
-                    MEMORY.add(nbytes)
+                    g = MEMORY
+                    with g.lock:  # (MEMORY.add, inlined: one Python call less per allocation)
+                        g.used += nbytes
+                        if g.used > g.peak:
+                            g.peak = g.used
                     return opaque
                 if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
                     self._drop_cache()
@@ -165,7 +169,9 @@ class Allocator:
                     self._evict()
             finally:
                 lock.release()
-                MEMORY.add(-nbytes)
+                g = MEMORY
+                with g.lock:  # (MEMORY.add(-nbytes), inlined)
+                    g.used -= nbytes
             if self._pending:  # queued by a finalizer meanwhile
                 self._flush_pending()
             return

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from speck.hcq.allocator import Allocator, BufferOptions
+from speck.hcq.allocator import DEFAULT_OPTIONS, Allocator, BufferOptions
 from speck.hcq.device import DeviceBase
 from speck.hcq.errors import HCQError, HCQValueError, ProgramArgumentError
 from speck.hcq.hsaco import Kernel, parse_code_object
@@ -58,7 +58,8 @@ class AmdLink(Protocol):
     `launch_packets` returns the PM4 of one dispatch (its kernarg segment staged on the card); `submit` queues
     packets and a signal of the returned compute timeline value (batch: in one indirect buffer behind one doorbell);
     `wait` returns once the timeline reached a value, raising the link's named error for a faulted or hung queue;
-    `reset_queue` restarts a stopped compute queue (the work it dropped counts as done)."""
+    `reset_queue` restarts a stopped compute queue (the work it dropped counts as done); `owns` says whether a handle
+    is one of the card session the link reaches now (a link reopened on a new session disowns the old one's)."""
 
     def alloc(self, nbytes: int) -> Any: ...
     def free(self, handle: Any) -> None: ...
@@ -72,6 +73,7 @@ class AmdLink(Protocol):
     def completed(self) -> int: ...
     def reset_queue(self) -> None: ...
     def heap_bytes(self) -> int: ...
+    def owns(self, handle: Any) -> bool: ...
 
 
 class LinkAllocator(Allocator):
@@ -83,6 +85,11 @@ class LinkAllocator(Allocator):
 
     def _alloc(self, nbytes: int, options: BufferOptions) -> Any:
         return self.link.alloc(nbytes)  # MemoryError when it does not fit: the base class retries, then reports
+
+    def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
+        if options.lru and not self.link.owns(opaque):  # a handle of a session the link left: never reused
+            options = options._replace(lru=False)
+        super().free(opaque, nbytes, options)
 
     def _free(self, opaque: Any, nbytes: int, options: BufferOptions) -> None:
         self.link.free(opaque)
@@ -124,7 +131,9 @@ class AMDProgram(Program):
         self.kernarg_size = max(kd.kernarg_size, k.kernarg_segment_size)
         local = getattr(spec.get("spec"), "local_size", None) or k.reqd_workgroup_size or (1, 1, 1)
         self.local_size = tuple(int(x) for x in (*local, 1, 1, 1)[:3])
+        self._co_image, self._code_address = co.image, k.code_address
         self._image = device.link.upload(co.image)
+        self._generation = device.generation  # the link session the image was uploaded to
         self.code = AmdKernel(
             entry=device.link.address(self._image) + k.code_address,
             rsrc1=kd.compute_pgm_rsrc1,
@@ -158,7 +167,15 @@ class AMDProgram(Program):
         grid = tuple(int(g) for g in (*global_size, 1, 1, 1)[:3])
         if 0 in grid:
             return None  # an empty launch runs nothing (a workgroup count of 0 is not a dispatch)
+        if self._generation != self.device.generation:  # the device was reopened: its VRAM lost the image
+            self._upload_again()
         return self.device.link.launch_packets(self.code, grid, self.local_size, self.kernargs(words))
+
+    def _upload_again(self) -> None:
+        link = self.device.link
+        self._image = link.upload(self._co_image)
+        self._generation = self.device.generation
+        self.code = replace(self.code, entry=link.address(self._image) + self._code_address)
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
         """Submit one dispatch (the engine calls this); the GPU runs it in queue order."""
@@ -235,6 +252,7 @@ class AMDGraph:
 
     def __init__(self, device: AMDDevice, name: str = "graph") -> None:
         self.device, self.name = device, name
+        self.generation = device.generation  # its argument table holds addresses of this link session's VRAM
         self.cmds: list[_Cmd] = []
         self.args: list[int] = []
 
@@ -271,6 +289,11 @@ class AMDGraph:
     def replay(self) -> None:
         """Submit every launch as one batch and wait for it."""
         dev, args = self.device, self.args
+        if self.generation != dev.generation:
+            raise HCQError(
+                f"{self.name} was built before {dev.name} was reopened: the buffers its argument table points at "
+                "were lost with the old session; capture it again (TinyJit.reset(), then call the function)"
+            )
         packets: list[int] = []
         for c in self.cmds:
             words = args[c.start : c.start + c.nwords]
@@ -284,7 +307,7 @@ class AMDGraph:
         if packets:
             dev.submitted = dev.link.submit(packets, True)
         dev.graph_runs += 1
-        dev.synchronize()
+        dev.wait_idle()
 
     def _copy_packets(self, dest: int, src: int, nbytes: int) -> Any:
         return self.device.copy_packets(dest, src, nbytes)  # (bound addresses may change between runs: chosen each)
@@ -316,6 +339,7 @@ class AMDDevice(DeviceBase):
         super().__init__(name, allocator if allocator is not None else LinkAllocator(name, link))
         self.submitted = 0  # the compute timeline value of the last submission
         self.graph_runs = 0
+        self.generation = 0  # counts the link's sessions (relinked): programs and graphs of an older one are stale
         self._retired: list[Any] = []  # uploaded images of dropped programs, freed at the next synchronize
         self._copies: dict[int, AMDProgram] = {}
 
@@ -356,6 +380,18 @@ class AMDDevice(DeviceBase):
     def retire(self, image: Any) -> None:
         self._retired.append(image)
 
+    def relinked(self) -> None:
+        """The link now reaches a new session with the card (speck.tensor's USB reopen): what lived in the old one's
+        VRAM is gone. Programs upload their image again at their next launch, graphs built before refuse to replay,
+        and the allocator's cache of freed allocations (old handles) is dropped."""
+        self.generation += 1
+        self.submitted = 0
+        self._retired.clear()
+        self._copies.clear()
+        for e in self.engines.values():
+            e.error = None
+        self.allocator.free_cache()
+
     def reset(self) -> None:
         """Restart the compute queue after a fault or hang (GpuFault / GpuHang from the link): the work it dropped
         counts as done (its outputs are undefined) and the device takes new work."""
@@ -363,10 +399,10 @@ class AMDDevice(DeviceBase):
         for e in self.engines.values():
             e.error = None
 
-    def synchronize(self, timeout: float | None = None) -> None:
+    def wait_idle(self, timeout: float | None = None) -> None:
         """Wait for the engines, then for the GPU's compute timeline to reach the last submission (GpuFault /
         GpuHang from the link when the queue stopped)."""
-        super().synchronize(timeout)
+        super().wait_idle(timeout)
         if self.submitted:
             self.link.wait(self.submitted)
         if self._retired:
@@ -381,4 +417,4 @@ class AMDDevice(DeviceBase):
     def synchronize_if_busy(self) -> None:
         super().synchronize_if_busy()
         if self.submitted and self.link.completed() < self.submitted:
-            self.synchronize()
+            self.wait_idle()

@@ -170,11 +170,14 @@ class Buffer:
         """The device address of the first element (what a kernel receives); allocates a buffer without memory."""
         base = self._base if self._base is not None else self
         opaque = base._opaque
-        if opaque is None:
-            opaque = base.allocate()._opaque
+        if opaque is None:  # (allocate(), inlined: a fresh output buffer gets its memory here)
+            allocator = self.dev.allocator
+            opaque = base._opaque = allocator.alloc(base.nbytes, base.options)
         elif opaque is self._addr_of:
             return self._addr
-        self._addr, self._addr_of = int(self.dev.allocator.address(opaque)) + self.offset, opaque
+        else:
+            allocator = self.dev.allocator
+        self._addr, self._addr_of = int(allocator.address(opaque)) + self.offset, opaque
         return self._addr
 
     def view(self, size: int, dtype: Any, offset: int = 0) -> Buffer:

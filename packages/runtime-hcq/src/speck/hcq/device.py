@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from speck.hcq import runner
@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
     from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
+
+
+# run, with the device, at the end of every synchronize() a user calls (not of speck's own waits, wait_idle): a
+# layer above reports there what the device's work recorded (speck.tensor: an out-of-range index, IndexOutOfBoundsError)
+SYNC_CHECKS: list[Callable[[DeviceBase], None]] = []
 
 
 def _profile_enabled() -> bool:
@@ -81,7 +86,7 @@ class DeviceBase:
     def finalize(self) -> None:
         """Wait for outstanding work; called for every opened device at interpreter exit."""
         try:
-            self.synchronize()
+            self.wait_idle()
         except HCQError:
             pass
 
@@ -206,6 +211,12 @@ class DeviceBase:
         return HWQueue(engine)
 
     def synchronize(self, timeout: float | None = None) -> None:
+        """Wait until everything submitted to this device has completed (wait_idle), then run the SYNC_CHECKS."""
+        self.wait_idle(timeout)
+        for check in SYNC_CHECKS:
+            check(self)
+
+    def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until everything submitted to this device has completed; raise a latched execution error, or
         SignalTimeoutError (naming the engine's timeline signal, the value awaited and seen) after `timeout` s."""
         for e in self._engine_list:
@@ -224,7 +235,7 @@ class DeviceBase:
         """synchronize() when some engine still has work in flight (cheap when idle)."""
         for e in self.engines.values():
             if e.timeline.mem[0] < e.submitted or e.error is not None:
-                self.synchronize()
+                self.wait_idle()
                 return
 
     def run_batch(self, calls: Sequence[tuple[Any, ...]], timing: bool = True) -> list[tuple[str, float]]:

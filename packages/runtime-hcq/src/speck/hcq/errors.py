@@ -3,9 +3,13 @@ and, where there is one, what to do about it."""
 
 from __future__ import annotations
 
+from speck.uop.errors import reduce_error
+
 
 class HCQError(RuntimeError):
     """Base class of speck.hcq's runtime errors."""
+
+    __reduce__ = reduce_error  # pickles class, args and attributes (errors cross process boundaries)
 
 
 class SignalTimeoutError(HCQError, TimeoutError):

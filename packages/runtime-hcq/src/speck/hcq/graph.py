@@ -520,7 +520,7 @@ class CPUGraph:
         if _interp is None:
             _interpreter()  # (submit(), inlined: compile errors surface here, not inside the engine)
         self._engine.submit(self._submission)
-        self.device.synchronize()
+        self.device.wait_idle()
         dt = time.perf_counter() - t0
         if (
             self.workers is None
@@ -559,7 +559,7 @@ class CPUGraph:
         e = self._engine
         e.submit(self._submission)
         if e.timeline.mem[0] < e.submitted or e.error is not None:  # queued behind other work, or an error latched
-            self.device.synchronize()
+            self.device.wait_idle()
 
     def run_timed(self) -> list[tuple[str, float]]:
         """Run once (waiting) with worker 0 reading the monotonic clock before the first and after every command
@@ -572,7 +572,7 @@ class CPUGraph:
         chosen, self._chosen = self._chosen, self.chosen_workers or 1
         try:
             self.submit()
-            self.device.synchronize()
+            self.device.wait_idle()
         finally:
             self._sync[2] = 0
             self._chosen = chosen

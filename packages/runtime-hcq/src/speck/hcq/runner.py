@@ -109,12 +109,13 @@ class Event:
 
 
 EVENTS: list[Event] = []
+_OFF = ("", "0", 0)  # PROFILE values that record nothing
 
 
 def tracing() -> bool:
     """Whether the PROFILE setting asks for recording (any value but "" and "0")."""
     v = PROFILE.value
-    return v not in ("", "0", 0)
+    return v not in _OFF
 
 
 def record(kind: str, name: str, device: str, start_ns: int, end_ns: int, ops: int = 0, nbytes: int = 0,
@@ -244,7 +245,8 @@ class Batch:
             if held == self.last_bufs and self.moves == _Buffer.moves:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
-        cur = [bufs[s].ptr for s in self.slots]  # (.ptr gives a buffer without memory its memory)
+        # (.ptr gives a buffer without memory its memory)
+        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):
@@ -261,8 +263,9 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
     Returns when every call has completed (`wait=False`: once every call is submitted); with `timing`, the seconds
     each call took. `count`: add what ran to GlobalCounters (a program called directly is not counted)."""
     b = plan.single
-    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 and not b.device.profile \
-            and PROFILE.value in ("", "0", 0):  # fmt: skip
+    # (device._profile: the device's profile property, read without its Python frame)
+    if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 \
+            and not b.device._profile and PROFILE.value in _OFF:  # fmt: skip
         # the short route: one batch, nothing to time
         if plan.lock.acquire(blocking=False):
             try:
@@ -375,7 +378,7 @@ class _Run:
         if eng.timeline.mem[0] < eng.submitted:
             eng.timeline.wait(eng.submitted)
         if eng.error is not None:
-            dev.synchronize()  # raises the latched error
+            dev.wait_idle()  # raises the latched error
         dev.wait_kernels()  # (a GPU's launch returns when queued: the time is until the kernel completed)
         t = time.perf_counter() - t0
         self._count(1, 0, ops, mem, t)
@@ -515,7 +518,7 @@ class _Run:
         if raise_errors:
             for dev in self.queued:
                 if dev.engines["compute"].error is not None:
-                    dev.synchronize()  # raises it
+                    dev.wait_idle()  # raises it
 
     def finish(self, wait: bool, raise_errors: bool) -> None:
         """Every call completed (the run's copies and queued kernels included): nothing outlives run()."""
@@ -532,7 +535,7 @@ class _Run:
                 eng = dev.engines["compute"]
                 if eng.timeline.mem[0] < eng.submitted or eng.error is not None:
                     if raise_errors:
-                        dev.synchronize()
+                        dev.wait_idle()
                     else:
                         eng.timeline.wait(eng.submitted)
 

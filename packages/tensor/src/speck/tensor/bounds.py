@@ -8,9 +8,12 @@ scheduler lowers it to nothing in the value path and adds, to the same kernel, a
 (`_Kernel.check_effects`). So the check adds no kernel, no synchronization and no host round-trip; the cost is a
 compare per index element.
 
-The record is looked at where speck synchronizes anyway: every data read (numpy/tolist/item/data) and the end of
-a TinyJit replay on a host-visible device. A violation found there raises IndexOutOfBoundsError (an IndexError)
-naming the op, the index and the bound, and clears the record."""
+The record is looked at where speck synchronizes anyway: every data read (numpy/tolist/item/data), the end of
+a TinyJit replay on a host-visible device, and `Device[...].synchronize()` (speck.hcq's SYNC_CHECKS; speck's own
+waits inside a realize do not look, so a realize never stops half-way). A violation found there raises
+IndexOutOfBoundsError (an IndexError) naming the op, the index and the bound, and clears the record.
+
+A sharded index (a MultiUOp) is checked shard by shard: each shard's CHECK records into its own device's record."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from speck.hcq.device import SYNC_CHECKS, DeviceBase
 from speck.tensor.errors import IndexOutOfBoundsError
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import buffer_device, new_buffer_uop
@@ -48,16 +52,17 @@ def checked(
     """t (an int tensor of indices) marked to be checked where a kernel reads it: every element must be in
     [low, high) (or equal `allow`: sparse_categorical_crossentropy's ignore_index) or the next data read raises
     IndexOutOfBoundsError naming `op`, the index and the bound. `device`: where the indexed data lives (a
-    device-less index, `Tensor(5)`, is checked there). t itself when CHECK_OOB=0 or nothing can be out of range
-    (the dtype's values all fit) or nothing would check it: a sharded index (not checked yet) or one on a device that
-    runs no kernels (a file, USB)."""
-    from speck.tensor.device import Device
-    from speck.tensor.multi import MultiUOp
+    device-less index, `Tensor(5)`, is checked there; on sharded data, replicated onto its devices). t itself when
+    CHECK_OOB=0 or nothing can be out of range (the dtype's values all fit) or nothing would check it: an index on
+    a device that runs no kernels (a file, USB)."""
+    from speck.tensor.device import Device, canonical
+    from speck.tensor.multi import MultiUOp, _plain_to_shards
 
-    if not CHECK_OOB.value or isinstance(t.uop, MultiUOp) or not dtypes.is_int(t.dtype):
+    if not CHECK_OOB.value or not dtypes.is_int(t.dtype):
         return t
     dev = t._device if t._device is not None else device
-    if not isinstance(dev, str) or not Device[dev].runs_kernels:  # (a record there would cost a copy per read)
+    devices = dev if isinstance(dev, tuple) else (dev,)
+    if not all(isinstance(d, str) and Device[d].runs_kernels for d in devices):  # (a record there: a copy per read)
         return t
     if t.dtype.is_weak:  # a Python int index (weakint): checked at the default int
         t = t.cast(dtypes.default_int)
@@ -65,7 +70,16 @@ def checked(
     if low <= dtypes.min(dt) and high > dtypes.max(dt):
         return t
     arg = (OPS.index(op) + 1, low, high, -1 if dim is None else dim, allow)
-    return t._new(UOp(Ops.CHECK, dt, (t.uop, record_buffer(dev)), arg))
+    if isinstance(dev, str):
+        return t._new(UOp(Ops.CHECK, dt, (t.uop, record_buffer(dev)), arg))
+    m = t.uop
+    if isinstance(m, MultiUOp):
+        pieces, axis, on = m.shards, m.axis, m.device
+    else:  # a device-less index (constants only) into sharded data: checked on every device it meets the data on
+        on = tuple(canonical(d) for d in devices)
+        pieces, axis = tuple(_plain_to_shards(m, None, on)), None
+    shards = [UOp(Ops.CHECK, dt, (s, record_buffer(d)), arg) for s, d in zip(pieces, on, strict=True)]
+    return t._new(MultiUOp.make(Ops.CHECK, (m,), arg, shards, axis, on))
 
 
 def record_buffer(device: str) -> UOp:
@@ -81,18 +95,25 @@ def record_buffer(device: str) -> UOp:
     return buf
 
 
+def forget(device: str) -> None:
+    """Drop a device's record (its memory is gone: the device was reopened); the next check makes a new one."""
+    _records.pop(device, None)
+    _views.pop(device, None)
+
+
 def is_record(buf: UOp) -> bool:
     """buf is a device's record buffer (pickles as a reference to the loading process's own)."""
     return _records.get(buffer_device(buf)) is buf
 
 
-def raise_recorded(host_only: bool = False) -> None:
-    """Raise IndexOutOfBoundsError if a kernel recorded an out-of-range index since the last look (clearing the
-    record). `host_only`: look only at devices whose memory the host maps (no copy, no wait)."""
+def raise_recorded(host_only: bool = False, device: str | None = None) -> None:
+    """Raise IndexOutOfBoundsError if a kernel recorded an out-of-range index since the last look (clearing every
+    device's record). `host_only`: look only at devices whose memory the host maps (no copy, no wait); `device`:
+    look only at that device's record."""
     if not _records:
         return
-    for device, buf in _records.items():
-        view = _views.get(device)
+    for dev, buf in _records.items() if device is None else ((device, _records[device]),):
+        view = _views.get(dev)
         if view is not None:
             if not view[0]:
                 continue
@@ -103,8 +124,18 @@ def raise_recorded(host_only: bool = False) -> None:
             rec = [int(x) for x in get_buffer(buf).numpy()[:5]]
             if not rec[0]:
                 continue
-        get_buffer(buf).copyin(np.zeros(RECORD, np.int32))
-        raise IndexOutOfBoundsError(describe(rec, device))
+        for other in _records.values():  # every device's: a replicated index recorded the same violation on each
+            get_buffer(other).copyin(np.zeros(RECORD, np.int32))
+        raise IndexOutOfBoundsError(describe(rec, dev))
+
+
+def _check_after_synchronize(device: DeviceBase) -> None:
+    """Device[...].synchronize() raises what the device's kernels recorded (its work is done: the record is final)."""
+    if device.name in _records:
+        raise_recorded(device=device.name)
+
+
+SYNC_CHECKS.append(_check_after_synchronize)
 
 
 def describe(rec: list[int], device: str) -> str:
@@ -120,5 +151,6 @@ def describe(rec: list[int], device: str) -> str:
     else:
         what = "index"
     return (f"{op}: {what} {shown} is out of bounds for {where} (valid: {low}..{high - 1}) on {device}; found by the "
-            "device-side index check in a kernel run since the last data read. Fix the index tensor (CHECK_OOB=0 "
-            "turns the check off: out-of-range indices then read 0 and writes to them are dropped)")  # fmt: skip
+            "device-side index check in a kernel run since the last data read or synchronize. Fix the index "
+            "tensor (CHECK_OOB=0 turns the check off: out-of-range indices then read 0 and writes to them are "
+            "dropped)")  # fmt: skip

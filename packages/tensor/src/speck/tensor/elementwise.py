@@ -511,6 +511,11 @@ class ElementwiseMixin:
     def _float(self: Tensor) -> Tensor:
         return self.cast(_upper_float(self.dtype))
 
+    def _literal_float(self: Tensor) -> Tensor:
+        """self in float, as float-literal arithmetic makes it: a concrete int/bool tensor becomes weakfloat (TENSOR_API
+        3.3: tinygrad's sigmoid/tanh/gelu of an int tensor are weakfloat; reads give the default float)."""
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)
+
     def neg(self: Tensor) -> Tensor:
         return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
 
@@ -621,7 +626,7 @@ class ElementwiseMixin:
 
     def tanh(self: Tensor) -> Tensor:
         # -u / (u + 2) with u = expm1(-2|x|) in (-1, 0]: no cancellation near 0, no overflow for large |x|
-        x = self._float()
+        x = self._literal_float()
         u = (x.abs() * -2.0)._expm1()
         r = -u / (u + 2.0)
         return (x < 0).where(-r, r)
@@ -648,7 +653,7 @@ class ElementwiseMixin:
         return (x._log1p() - (-x)._log1p()) * 0.5  # atanh(1e-8) = 1e-8 (not 0), and exact 1 - x near 1
 
     def sigmoid(self: Tensor) -> Tensor:
-        x = self._float()
+        x = self._literal_float()
         out = (1 + x.neg().exp()).reciprocal()
         _sigmoid_gradient(out, x)
         return out

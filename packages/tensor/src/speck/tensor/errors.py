@@ -9,11 +9,13 @@ from __future__ import annotations
 import pickle
 
 from speck.hcq.errors import DeviceNotFoundError
-from speck.uop.errors import UnknownDTypeError
+from speck.uop.errors import UnknownDTypeError, reduce_error
 
 
 class TensorError(Exception):
     """Base of every exception speck.tensor defines (each also derives from the builtin class users catch)."""
+
+    __reduce__ = reduce_error  # pickles class, args and attributes (errors cross process boundaries)
 
 
 class TensorValueError(ValueError, RuntimeError, TensorError):

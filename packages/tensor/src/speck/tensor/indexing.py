@@ -253,6 +253,8 @@ class IndexingMixin:
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
+        if not dtypes.is_int(index.dtype):  # a float index would be compared by value: 1.5 silently reads 0
+            raise TensorTypeError(f"gather: index must be an int tensor, got {index.dtype}; use .cast('int32')")
         n = as_int(self.shape[d])
         ii = checked(index, "gather", -n, n, d, device=self.device)
         if not dtypes.is_unsigned(ii.dtype):

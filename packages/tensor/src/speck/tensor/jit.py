@@ -633,6 +633,8 @@ class TinyJit(Generic[R]):
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
+            if _pending_writes():
+                _flush_writes()  # the function's writes the returns don't depend on belong to the capture too
         except BaseException:
             self.cnt -= 1  # the next call captures again
             raise

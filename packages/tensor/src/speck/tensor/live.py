@@ -18,13 +18,14 @@ if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 _refs: list[weakref.ref[Tensor]] = []
+_wref = weakref.ref  # (a module constant: track runs per op)
 _MIN_SWEEP = 4096
 _sweep_at = _MIN_SWEEP
 
 
 def track(t: Tensor) -> None:
     """Register a new tensor object (called by Tensor construction)."""
-    _refs.append(weakref.ref(t))
+    _refs.append(_wref(t))
     if len(_refs) > _sweep_at:
         _sweep()
 

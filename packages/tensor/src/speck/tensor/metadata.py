@@ -17,27 +17,40 @@ from speck.tensor.pyutils import Metadata
 from speck.tensor.settings import TRACEMETA
 from speck.uop import Ops, UOp
 
-# graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node)
-node_metadata: weakref.WeakKeyDictionary[UOp, Metadata] = weakref.WeakKeyDictionary()
-# its backing dict keyed by weak references (CPython's `.data`; a UOp's weak reference exists already): the per-op
-# check and the scheduler look keys up without the WeakKeyDictionary's Python frames
-node_metadata_data: dict[weakref.ref[UOp], Metadata] = node_metadata.data  # type: ignore[attr-defined]
+# graph node -> the Tensor op that made it (the first op wins: hash-consing gives x+1 made twice one node), keyed by
+# weak references. Recording is on the per-op hot path: a key's death callback is the dict's own `pop` (C, no Python
+# frame; tinygrad-style WeakKeyDictionary bookkeeping would cost a Python call per node made and per node dying). The
+# callback only fires while its weak reference is alive, i.e. while it is the entry's key (nobody else holds it)
+node_metadata_data: dict[weakref.ref[UOp], Metadata] = {}
 _ref = weakref.ref
+_drop = node_metadata_data.pop
+
+
+def _remember(u: UOp, m: Metadata) -> None:
+    node_metadata_data[_ref(u, _drop)] = m
+
+
+def metadata_of(u: UOp) -> Metadata | None:
+    """The Tensor op that made u (None when none was recorded)."""
+    return node_metadata_data.get(_ref(u))
+
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NN = _PKG + "nn" + os.sep
 _BACKWARD_FILES = ("autograd.py", "gradient.py")
-# code object -> (inside speck.tensor's op modules, a public method name or None, a backward module)
-_CODE_INFO: dict[CodeType, tuple[bool, str | None, bool]] = {}
+# id(code object) -> (inside speck.tensor's op modules, a public method name or None, a backward module, the code
+# object). Keyed by id: hashing a code object hashes its contents (bytecode, constants, names) on every lookup, which
+# made this per-op walk cost microseconds; the entry holds the code object, so its id is never reused while cached
+_CODE_INFO: dict[int, tuple[bool, str | None, bool, CodeType]] = {}
 
 
-def _code_info(code: CodeType) -> tuple[bool, str | None, bool]:
-    if (info := _CODE_INFO.get(code)) is None:
+def _code_info(code: CodeType) -> tuple[bool, str | None, bool, CodeType]:
+    if (info := _CODE_INFO.get(id(code))) is None or info[3] is not code:
         fn, name = code.co_filename, code.co_name
         inside = fn.startswith(_PKG) and not fn.startswith(_NN)
         public = not name.startswith("_") or (name.startswith("__") and name.endswith("__") and name != "__init__")
-        info = _CODE_INFO[code] = (inside, name if inside and public and name != "<lambda>" else None,
-                                   fn.endswith(_BACKWARD_FILES))  # fmt: skip
+        info = _CODE_INFO[id(code)] = (inside, name if inside and public and name != "<lambda>" else None,
+                                       fn.endswith(_BACKWARD_FILES), code)  # fmt: skip
     return info
 
 
@@ -52,23 +65,34 @@ def _shared_constant(u: UOp) -> bool:
 _VIEWS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})
 
 
+# (name, backward) -> its Metadata, when no caller is recorded (TRACEMETA=1): one object per op name, not one per node
+_SHARED: dict[tuple[str, bool], Metadata] = {}
+_CONSTISH = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER}) | _VIEWS
+
+
 def record(u: UOp) -> None:
     """Remember which Tensor op (the outermost one on the stack) made u."""
     level = TRACEMETA.value
-    if not level or type(u) is not UOp or _ref(u) in node_metadata_data or _shared_constant(u):
+    if not level or type(u) is not UOp or _ref(u) in node_metadata_data or (u.op in _CONSTISH and _shared_constant(u)):
         return
     f: Any = sys._getframe(2)
     name, backward = None, False
+    infos = _CODE_INFO
     while f is not None:
-        inside, public, bw = _code_info(f.f_code)
-        if not inside:
+        code = f.f_code
+        if (info := infos.get(id(code))) is None:  # (an entry is always its id's own code object: see _CODE_INFO)
+            info = _code_info(code)
+        if not info[0]:
             break
-        name, backward = public or name, backward or bw
+        name, backward = info[1] or name, backward or info[2]
         f = f.f_back
     if name is None:
         return
-    caller = f"{f.f_code.co_filename}:{f.f_lineno}" if level >= 2 and f is not None else ""
-    node_metadata[u] = Metadata(name, caller, backward)
+    if level >= 2 and f is not None:
+        m = Metadata(name, f"{f.f_code.co_filename}:{f.f_lineno}", backward)
+    elif (m := _SHARED.get((name, backward))) is None:  # type: ignore[assignment]
+        m = _SHARED[(name, backward)] = Metadata(name, "", backward)
+    _remember(u, m)
 
 
 def mark_backward(forward: UOp, grads: list[UOp]) -> None:
@@ -80,4 +104,4 @@ def mark_backward(forward: UOp, grads: list[UOp]) -> None:
     for g in grads:
         for n in g.toposort(gate=lambda x: _ref(x) not in node_metadata_data and x.op is not Ops.BUFFER):
             if _ref(n) not in node_metadata_data and not _shared_constant(n):
-                node_metadata[n] = bw
+                _remember(n, bw)

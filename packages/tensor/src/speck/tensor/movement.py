@@ -354,6 +354,8 @@ class MovementMixin:
         d = self._resolve_dim(dim)
         if self.ndim == 0:  # a 0-d tensor unfolds as its one element
             return self.reshape(1).unfold(0, size, step).reshape(-1)
+        if not isinstance(self.shape[d], int):
+            return self._unfold_symbolic(d, size, step)
         n = as_int(self.shape[d])
         if size > n or size < 0 or step <= 0:
             raise TensorValueError(f"unfold size {size} / step {step} invalid for dim {d} of size {n}")
@@ -369,7 +371,7 @@ class MovementMixin:
         last = self.ndim - 1
         x = self.transpose(d, last) if d != last else self
         lead = tuple(x.shape[:-1])
-        keep = tuple((0, as_int(s)) for s in lead)
+        keep = tuple((0, s) for s in lead)  # (a lead dim may be symbolic: conv2d over a variable width)
         reps = -(-size * (n + 1) // n)
         y = x.unsqueeze(-2).expand(*lead, reps, n).reshape(*lead, reps * n)
         y = y.shrink((*keep, (0, size * (n + 1)))).reshape(*lead, size, n + 1)
@@ -381,6 +383,21 @@ class MovementMixin:
         y = y.reshape(*lead, size, nw, step).shrink((*keep, (0, size), (0, nw), (0, 1))).reshape(*lead, size, nw)
         y = y.transpose(-1, -2)  # (..., nw, size)
         return y.transpose(d, last) if d != last else y
+
+    def _unfold_symbolic(self: Tensor, d: int, size: int, step: int) -> Tensor:
+        """unfold along a symbolic dim: the `size` shifted slices stacked as the last dim (the affine re-read of the
+        concrete path needs the row length as a number)."""
+        from speck.tensor.hook import Tensor
+
+        n = self.shape[d]
+        if step != 1 or size < 1:
+            raise TensorValueError(
+                f"unfold along the symbolic dim {d} ({n}) supports step 1 and size >= 1, got size {size}, step {step};"
+                " bind the variable to a number first"
+            )
+        nw = n - (size - 1)
+        wins = [self._slice_dim(d, j, j + nw) for j in range(size)]
+        return Tensor.stack(*wins, dim=-1)
 
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.

@@ -379,10 +379,26 @@ def _shards_as(x: UOp, axis: int | None, devices: tuple[str, ...]) -> list[UOp]:
         assert axis is not None
         return [_piece(s, axis, n, i) for i, s in enumerate(x.shards)]
     if axis is None:  # allgather: every device gets every shard
-        return [_concat([copy_uop(s, d, e) for s, e in zip(x.shards, devices)], x.axis) for d in devices]
+        return [_concat([_moved(s, None, n, 0, d, e) for s, e in zip(x.shards, devices)], x.axis) for d in devices]
     # reshard from x.axis to axis: device j gathers piece j (along axis) of every shard, joined along x.axis
-    return [_concat([copy_uop(_piece(s, axis, n, j), d, e) for s, e in zip(x.shards, devices)], x.axis)
+    return [_concat([_moved(s, axis, n, j, d, e) for s, e in zip(x.shards, devices)], x.axis)
             for j, d in enumerate(devices)]  # fmt: skip
+
+
+def _moved(s: UOp, axis: int | None, n: int, j: int, dst: str, src: str) -> UOp:
+    """Piece j of n of shard s along axis (all of it for None), copied from device src to dst. A broadcast shard
+    (a matmul operand expanded along the other operand's dims) is copied before its expand and expanded on dst:
+    copying the expanded view would move (and hold, in a TinyJit capture) a materialized broadcast per layer."""
+    if s.op is Ops.EXPAND and src != dst:
+        inner = s.src[0]
+        shape = s.shape
+        if axis is not None:
+            k = shape[axis] // n  # (shard sizes are checked when sharding)
+            shape = tuple(k if d == axis else v for d, v in enumerate(shape))
+            if inner.shape[axis] != 1:
+                inner = _piece(inner, axis, n, j)
+        return copy_uop(inner, dst, src).expand(shape)
+    return copy_uop(s if axis is None else _piece(s, axis, n, j), dst, src)
 
 
 def _plain_to_shards(u: UOp, axis: int | None, devices: tuple[str, ...]) -> list[UOp]:

@@ -497,6 +497,8 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
     osp = out.shape[2:]
+    if not all(isinstance(v, int) for v in (*x.shape[2:], *osp)):
+        return  # a symbolic spatial size: the graph's own gradient (the transposed convolution needs numbers)
     # rows at the end of the input no strided window reaches get no gradient: output_padding restores the size
     opad = tuple(as_int(xs) - ((as_int(o) - 1) * s + d * (kk - 1) + 1)
                  for xs, o, s, d, kk in zip(x.shape[2:], osp, st, dl, k))  # fmt: skip

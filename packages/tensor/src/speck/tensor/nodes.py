@@ -136,6 +136,8 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
     try:
         arr = np.array(data, dtype=np.float64 if dtypes.is_float(dt) else (np.int64 if dtypes.is_int(dt) else np.bool_))
     except OverflowError as e:
+        if dtypes.is_int(dt) and all(0 <= int(x) < 2**64 for x in flat):  # beyond int64 but non-negative: uint64
+            return np.array(data, dtype=np.uint64), dtypes.uint64
         raise TensorOverflowError(f"can't make a Tensor from this nested sequence: an int is beyond int64 ({e}); "
                                   "give its values as floats or split them") from None  # fmt: skip
     except ValueError as e:

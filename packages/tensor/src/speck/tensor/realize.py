@@ -470,7 +470,7 @@ def realize_graph(u: UOp, device: str) -> UOp:
             d, n, dt = sched.fresh[~sched.out_ref]
             out = new_buffer_uop(d, n, dt)
             data[_ref(out, _unmap)] = bufs[sched.ninputs + ~sched.out_ref]  # (buffer_map[out] = ..., inlined)
-            return sched.output_view(out)
+            return out if sched.shape == (n,) else out.reshape(sched.shape)  # (sched.output_view(out), inlined)
     items, view = schedule_with_cache(u, device, found)
     execute(items)
     return view

@@ -36,11 +36,12 @@ contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary
 # BUFFERs over memory speck doesn't own (Tensor.from_blob): its owner may change it at any time, so no value computed
 # from it is remembered (realize.remembered)
 external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
+_external_data: set[weakref.ref[UOp]] = external_buffers.data  # type: ignore[attr-defined]
 
 
 def reads_external(u: UOp) -> bool:
     """u's graph reads memory speck doesn't own (an external BUFFER)."""
-    if not external_buffers:
+    if not _external_data:  # (the WeakSet's backing set: its __len__ is Python code, and this runs per realize)
         return False
     return any(n.op is Ops.BUFFER and n in external_buffers for n in u.toposort())
 
@@ -64,7 +65,12 @@ def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
     """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
     if (dev := _device_uops.get(device)) is None:
         dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
-    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_counter)), dev), size)
+    return UOp(_BUFFER, dtype, (UOp(_UNIQUE, _VOID, (), next(_unique_counter)), dev), size)
+
+
+# enum members and dtypes the per-op paths use, as module constants (in Python 3.11 each `Ops.X` is an attribute
+# lookup through the enum's metaclass, about 70 ns)
+_BUFFER, _UNIQUE, _DETACH, _COPY, _VOID = Ops.BUFFER, Ops.UNIQUE, Ops.DETACH, Ops.COPY, dtypes.void
 
 
 # device name -> its DEVICE node, kept alive so making a BUFFER does not rebuild (and re-hash-cons) it every time
@@ -105,9 +111,9 @@ def buffer_device(buf: UOp) -> str:
 
 def base_buffer(u: UOp) -> UOp | None:
     """The BUFFER under a chain of movement ops, or None when u is not a pure view of a realized buffer."""
-    while u.op in _MOVEMENT or u.op is Ops.DETACH:
+    while u.op in _MOVEMENT or u.op is _DETACH:
         u = u.src[0]
-    return u if u.op is Ops.BUFFER else None
+    return u if u.op is _BUFFER else None
 
 
 def staged(view: UOp) -> UOp:
@@ -122,7 +128,7 @@ def staged(view: UOp) -> UOp:
 
 def is_staged(u: UOp) -> bool:
     """A staged() marker: a COPY of a realized buffer's view to the buffer's own device (nothing else makes one)."""
-    if u.op is not Ops.COPY:
+    if u.op is not _COPY:
         return False
     bb = base_buffer(u.src[0])
     return bb is not None and buffer_device(bb) == u.arg
@@ -133,7 +139,7 @@ def unstage(u: UOp) -> UOp:
     realizing a view of staged data is the same view of its buffer."""
     chain = []
     x = u
-    while x.op in _MOVEMENT or x.op is Ops.DETACH:
+    while x.op in _MOVEMENT or x.op is _DETACH:
         chain.append(x)
         x = x.src[0]
     if not is_staged(x):
@@ -145,6 +151,9 @@ def unstage(u: UOp) -> UOp:
 
 
 _MOVEMENT = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+# the ops of a node that may be a realized buffer's view or staged host data (base_buffer, unstage): any other node
+# is a computation still to run
+MAY_HOLD_DATA = _MOVEMENT | {Ops.DETACH, Ops.BUFFER, Ops.COPY}
 _ELEMENTWISE = frozenset(
     {
         Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.SUB,

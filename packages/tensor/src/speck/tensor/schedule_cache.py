@@ -4,10 +4,10 @@ numbered in order of appearance, and replays the kernel list with fresh output/i
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+from weakref import ref as _wref
 
 from speck.tensor.schedule import (
     ScheduleItem,
@@ -53,17 +53,11 @@ class CachedSchedule:
 
 class _LRU(OrderedDict[Any, CachedSchedule]):
     """The schedule cache: at most `size` schedules, the least recently used dropped first (with the programs only
-    its plan still held)."""
+    its plan still held). `get` is OrderedDict's own (C): cached_plan marks a hit most recently used."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        got = super().get(key, default)
-        if got is not default:
-            self.move_to_end(key)
-        return got
 
     def __setitem__(self, key: Any, value: CachedSchedule) -> None:
         super().__setitem__(key, value)
@@ -72,6 +66,9 @@ class _LRU(OrderedDict[Any, CachedSchedule]):
 
 
 _schedule_cache = _LRU(int(PROGRAM_CACHE.value))
+_get, _touch = _schedule_cache.get, _schedule_cache.move_to_end
+# enum members as module constants: in Python 3.11 each `Ops.X` is an attribute lookup through the enum's metaclass
+_BUFFER, _UNIQUE, _RESHAPE = Ops.BUFFER, Ops.UNIQUE, Ops.RESHAPE
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
@@ -82,7 +79,7 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     ids: dict[UOp, int] = {}
     inputs: list[UOp] = []
     parts: list[Any] = []
-    buffer, unique, rc, ref = Ops.BUFFER, Ops.UNIQUE, realized_data, weakref.ref
+    buffer, unique, rc, ref = _BUFFER, _UNIQUE, realized_data, _wref
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
         n, visited = stack.pop()
@@ -127,7 +124,10 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
     if sig is None:
         return None
     key = (sig[0], device)
-    return key, sig[1], _schedule_cache.get(key)
+    got: CachedSchedule | None = _get(key)
+    if got is not None:
+        _touch(key)
+    return key, sig[1], got
 
 
 def schedule_with_cache(

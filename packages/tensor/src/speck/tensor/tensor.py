@@ -51,6 +51,7 @@ from speck.tensor.nodes import (
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
+    MAY_HOLD_DATA,
     base_buffer,
     max_dim,
     new_buffer_uop,
@@ -347,15 +348,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
-        if any(t._device is None or t._uop.dtype in WEAK_DTYPES for t in tensors):
-            # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)
-            tensors = tuple(t for t in tensors if t._device is not None and t._uop.dtype not in WEAK_DTYPES)
+        for t in tensors:
+            if t._device is None or t._uop.dtype in WEAK_DTYPES:
+                # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)
+                tensors = tuple(t for t in tensors if t._device is not None and t._uop.dtype not in WEAK_DTYPES)
+                break
         if DEFERRED_ANY[0] and _DEFERRED:
             Tensor._realize_with_deferred(tensors)
             return
         if _pending_writes():
-            # writes run in program order; a tensor made before some of them is computed just before them
-            _flush_writes(tensors)
+            # the writes these tensors depend on run first, in program order (the later ones stay pending); a tensor
+            # made before some of them is computed just before them
+            _flush_writes(tensors, needed_only=True)
         Tensor._realize_now(tensors)
 
     @staticmethod
@@ -363,17 +367,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
-            u = t.uop
+            u = t._uop if t._ver == Tensor._write_epoch else t.uop  # (the uop property, without its frame)
             if type(u) is UOp:
-                if base_buffer(u) is not None:
-                    return
-                if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
-                    t.uop = u = v
+                if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
                     if base_buffer(u) is not None:
                         return
+                    if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
+                        t.uop = u = v
+                        if base_buffer(u) is not None:
+                            return
             if type(u) is UOp and _ref(u) not in realized_data:
                 view = _realize.realize_graph(u, t._device)
-                t.uop = view
+                t._uop, t._ver = view, Tensor._write_epoch  # (t.uop = view, without the setter's frame)
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
                 if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):

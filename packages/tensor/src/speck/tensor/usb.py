@@ -13,6 +13,11 @@ Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the fil
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
 other; the file is never held in host memory.
 
+Ctrl-C (or any failure that leaves the driver session in an unknown state, such as a KeyboardInterrupt caught in the
+middle of a dispatch or copy) makes every later use of the device raise DeviceUnavailableError saying so;
+`Device["USB:SIM"].reopen()` opens the bridge again on a new session. Tensors stored on it before lose their data:
+using them raises DeviceUnavailableError (never old or foreign bytes); compute or load them again.
+
 speck.hcq knows nothing of this module: it is registered with `speck.hcq.registry.register_device` when speck.tensor
 is imported and through the `speck.devices` entry point, and only when speck-usbgpu is installed."""
 
@@ -46,6 +51,14 @@ SIM_SUFFIX = "SIM"
 
 
 @dataclass(frozen=True)
+class LostBuffer:
+    """What a buffer of a device's earlier session holds after the device was reopened: its VRAM is gone."""
+
+    device: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class FileRange:
     """The source of a streamed copy: the bytes of the file at `path` from `offset` on."""
 
@@ -58,11 +71,30 @@ class UsbLink:
     copy-out), code images uploaded once, dispatches as the driver's PM4 (KernelCode from the hcq kernel's
     descriptor fields), batches as one INDIRECT_BUFFER and one doorbell, waits on the compute timeline."""
 
-    def __init__(self, gpu: UsbGpu) -> None:
-        self.gpu = gpu
+    def __init__(self, gpu: UsbGpu, name: str) -> None:
+        self.gpu, self.name = gpu, name
         self._codes: dict[AmdKernel, KernelCode] = {}
         self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
         self.stopped: Exception | None = None  # the GpuFault / GpuHang that stopped the compute queue, until a reset
+        self._guard = _SessionGuard(self)
+
+    def reconnect(self, gpu: UsbGpu) -> None:
+        """Use a new session (UsbDevice.reopen): handles of the old one are disowned (owns() is False)."""
+        self.gpu = gpu
+        self._codes.clear()
+        self.submitted = self.done = 0
+        self.stopped = None
+
+    def owns(self, handle: Any) -> bool:
+        return getattr(handle, "owner", None) == self.gpu.session
+
+    def _lost(self, handle: Any, verb: str) -> HCQError:
+        """The error for a handle of an earlier session (a LostBuffer, or a VramBuffer the reopen did not reach)."""
+        return DeviceUnavailableError(
+            f"{verb} a buffer of {self.name} that was allocated before the device was reopened "
+            f"(Device[{self.name!r}].reopen()): its data was lost with the old session; compute or load the "
+            "tensor again (a TinyJit captured before the reopen: call its reset() first)"
+        )
 
     def _settle(self) -> None:
         """Wait on the host for the compute work submitted so far before a copy: a copy that waited for it on the GPU
@@ -86,25 +118,36 @@ class UsbLink:
     def free(self, handle: VramBuffer) -> None:
         from speck.usbgpu.errors import UsbError
 
+        if not self.owns(handle):  # an earlier session's (or lost) buffer: its VRAM went with that session
+            return
         try:
             self.gpu.free(handle)
         except (UsbError, ValueError):  # a closed or failed session: its VRAM is gone with it
             pass
 
     def address(self, handle: VramBuffer) -> int:
+        if not self.owns(handle):
+            raise self._lost(handle, "a kernel was given")
         return handle.va
 
     def copyin(self, handle: VramBuffer, offset: int, src: memoryview) -> None:
-        self._settle()
-        self.gpu.copyin(handle, src, offset)
+        if not self.owns(handle):
+            raise self._lost(handle, "copying into")
+        with self._guard:
+            self._settle()
+            self.gpu.copyin(handle, src, offset)
 
     def copyout(self, dest: memoryview, handle: VramBuffer, offset: int) -> None:
-        self._settle()
-        self.gpu.copyout(dest, handle, offset)
+        if not self.owns(handle):
+            raise self._lost(handle, "reading")
+        with self._guard:
+            self._settle()
+            self.gpu.copyout(dest, handle, offset)
 
     def upload(self, image: bytes) -> VramBuffer:
-        self._settle()
-        return self.gpu.upload(image)
+        with self._guard:
+            self._settle()
+            return self.gpu.upload(image)
 
     def launch_packets(self, kernel: AmdKernel, grid: Sequence[int], block: Sequence[int], kernargs: bytes) -> Any:
         code = self._codes.get(kernel)
@@ -117,10 +160,12 @@ class UsbLink:
                 private_segment_size=kernel.private_segment_size, kernarg_size=kernel.kernarg_size,
                 wave32=kernel.wave32, name=kernel.name, dynamic_stack=kernel.dynamic_stack,
             )  # fmt: skip
-        return self.gpu.launch_packets(code, grid, block, kernargs)
+        with self._guard:
+            return self.gpu.launch_packets(code, grid, block, kernargs)
 
     def submit(self, packets: Any, batch: bool) -> int:
-        self.submitted = self.gpu.submit(packets, batch=batch)
+        with self._guard:
+            self.submitted = self.gpu.submit(packets, batch=batch)
         return self.submitted
 
     def wait(self, value: int) -> None:
@@ -129,18 +174,52 @@ class UsbLink:
         if self.stopped is not None:  # the driver reports a stop once: until a reset, every wait names it again
             raise self.stopped
         try:
-            self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
+            with self._guard:
+                self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
         except (GpuFault, GpuHang) as e:
             self.stopped = e
             raise
         self.done = max(self.done, value)
 
     def completed(self) -> int:
-        return self.gpu.completed()
+        with self._guard:
+            return self.gpu.completed()
 
     def reset_queue(self) -> None:
-        self.gpu.reset_queue()
+        with self._guard:
+            self.gpu.reset_queue()
         self.done, self.stopped = self.submitted, None
+
+
+class _SessionGuard:
+    """Around the link's driver calls: a session left unusable (DeviceUnusableError: an earlier failure or
+    interruption) is reported as the tensor-level DeviceUnavailableError naming Device[...].reopen(), and a
+    KeyboardInterrupt that broke the session gets a note saying so (it is raised as itself)."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, link: UsbLink) -> None:
+        self.link = link
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            return
+        from speck.usbgpu.errors import DeviceUnusableError
+
+        name = self.link.name
+        what = (
+            f"call Device[{name!r}].reopen() to open it again (tensors stored on it lose their data: compute or load "
+            "them again after the reopen)"
+        )
+        if isinstance(exc, DeviceUnusableError):
+            raise DeviceUnavailableError(
+                f"{name} can't be used: {exc.libusb_message}. The driver session is in an unknown state; {what}"
+            ) from exc
+        if isinstance(exc, KeyboardInterrupt) and not self.link.gpu.usable:
+            exc.add_note(f"speck.tensor: the interruption left {name} in an unknown state; {what}")
 
 
 class _Staging:
@@ -179,8 +258,30 @@ class UsbDevice(AMDDevice):
 
     def __init__(self, name: str, gpu: UsbGpu) -> None:
         self.gpu = gpu
-        super().__init__(name, UsbLink(gpu))
+        super().__init__(name, UsbLink(gpu, name))
         self._stream_lock = threading.Lock()  # one streamed load at a time per device (each uses 2 staging buffers)
+
+    # -- lifetime -------------------------------------------------------------------------------------------------
+    def reopen(self) -> None:
+        """Close the driver session and open the bridge again: the way back after a Ctrl-C (or another failure)
+        left the session unusable. The device object stays (Device[name] keeps returning it, compiled programs
+        upload their code again); every buffer allocated before is lost - using a tensor stored on it raises
+        DeviceUnavailableError - so compute or load those tensors again."""
+        from speck.tensor import bounds
+        from speck.tensor.schedule import buffer_map_data
+
+        try:
+            self.gpu.close()
+        except Exception:  # a session that can't even close (gone, broken): the new open takes the bridge over
+            pass
+        gpu = _open_gpu(self.name)
+        self.gpu = gpu
+        self.link.reconnect(gpu)
+        self.relinked()
+        for buf in list(buffer_map_data.values()):  # (their cached addresses would otherwise reach kernels)
+            if buf.dev is self and buf._base is None and buf._opaque is not None and not self.link.owns(buf._opaque):
+                buf._opaque, buf._addr_of = LostBuffer(self.name, buf.nbytes), None
+        bounds.forget(self.name)
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def transfer(self, dest: Buffer, src: Buffer) -> None:
@@ -306,6 +407,11 @@ def _sim_bridges_from_env() -> int:
 
 def open_usb(name: str) -> UsbDevice:
     """Open the bridge a canonical USB name denotes (driver errors become DeviceUnavailableError with the cause)."""
+    return UsbDevice(name, _open_gpu(name))
+
+
+def _open_gpu(name: str) -> UsbGpu:
+    """A driver session on the bridge a canonical USB name denotes."""
     from speck.usbgpu.api import UsbGpu
     from speck.usbgpu.errors import UsbError
 
@@ -327,7 +433,7 @@ def open_usb(name: str) -> UsbDevice:
             f"cannot open {name}: {type(e).__name__}: {e}. For the simulator use USB:SIM, or set SPECK_USB_SIM=<n> "
             "to make USB ... USB:<n-1> simulated bridges"
         ) from e
-    return UsbDevice(name, gpu)
+    return gpu
 
 
 def register() -> None:

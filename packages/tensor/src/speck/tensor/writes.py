@@ -226,23 +226,56 @@ def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = No
     w = Write(epoch, buf, snap, value, target, pos, reduce)
     _log.append(w)
     _thread.pending.append(w)
-    if file_backed(buffer_device(buf)):
+    # DISK writes happen at once; past _MAX_PENDING the queue runs too: a write nothing reads would otherwise wait
+    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call
+    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING:
         flush()
+
+
+_MAX_PENDING = 32
 
 
 def pending() -> bool:
     return bool(_thread.pending)
 
 
-def flush(targets: Sequence[Tensor] = ()) -> None:
-    """Run every recorded write, in order. Each of `targets` (tensors about to be realized) that was made before a
-    write and reads what it writes is computed just before that write, from the buffers as they are then - so it
-    needs no snapshot, and a TinyJit capture of it reads the live buffers."""
+def _needed(targets: Sequence[Tensor]) -> int:
+    """How many of the pending writes (a prefix, so program order holds) must run before `targets` are computed:
+    through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
+    read, so they stay pending (like tinygrad, where an assign runs when something that depends on it is
+    realized). A sharded target counts as needing them all."""
+    from speck.tensor.multi import MultiUOp
+
+    pend = _thread.pending
+    reads: set[UOp] = set()
+    for t in targets:
+        u = t._uop
+        if isinstance(u, MultiUOp):
+            return len(pend)
+        reads |= buffers_read(u)
+    if not reads:
+        return 0
+    for i in range(len(pend) - 1, -1, -1):
+        w = pend[i]
+        if w.buf in reads or w.snap in reads:
+            return i + 1
+    return 0
+
+
+def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
+    """Run the recorded writes in order: all of them, or with `needed_only` the prefix `targets` depend on (see
+    _needed). Each of `targets` (tensors about to be realized) that was made before a write and reads what it
+    writes is computed just before that write, from the buffers as they are then - so it needs no snapshot, and a
+    TinyJit capture of it reads the live buffers."""
     from speck.tensor.hook import Tensor
 
     early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
     _pending = _thread.pending
-    while _pending:
+    todo = _needed(targets) if needed_only else len(_pending)
+    if todo == 0:
+        return
+    while _pending and todo > 0:
+        todo -= 1
         w = _pending[0]
         due = [t for t in early if t._ver < w.epoch and _reads_write(t._uop, w)]
         if due:
@@ -259,14 +292,22 @@ def flush(targets: Sequence[Tensor] = ()) -> None:
 
 
 def schedule_pending(targets: Sequence[UOp]) -> list[ScheduleItem]:
-    """The items computing the new values of the pending whole-buffer writes to the buffers `targets` read, without
-    running or dropping them (Tensor.schedule's view of them). Running these items changes no buffer a tensor
-    holds: the write itself still happens at the next realize (partial writes, which store in place, are not
-    listed)."""
+    """The items computing the pending writes to the buffers `targets` read, without running or dropping them
+    (Tensor.schedule's view of them: a kernel per write, as tinygrad lists an assign's). Running these items
+    changes no buffer a tensor holds: a whole-buffer write computes its new value into a buffer of its own, a
+    partial one (slice, setitem) stores into a scratch buffer of the target's size; the write itself still happens
+    when it is realized."""
     bufs = frozenset().union(*(buffers_read(u) for u in targets)) if targets else frozenset()
     items: list[ScheduleItem] = []
     for w in _thread.pending:
-        if w.buf not in bufs or w.target is not None or w.pos is not None or file_backed(buffer_device(w.buf)):
+        if w.buf not in bufs or file_backed(buffer_device(w.buf)):
+            continue
+        if w.target is not None or w.pos is not None:
+            scratch = new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype)
+            sched = Scheduler(buffer_device(w.buf))
+            target = w.target.substitute({w.buf: scratch}) if w.target is not None else None
+            sched.write(scratch, w.value, target=target, pos=w.pos, reduce=w.reduce)
+            items += sched.items
             continue
         if (src := _whole_source(w.value, w.buf)) is not None:
             items.append(ScheduleItem(None, (new_buffer_uop(buffer_device(w.buf), int(w.buf.arg), w.buf.dtype), src)))

@@ -4,9 +4,29 @@ speck raised a RuntimeError before, from RuntimeError too, so code catching eith
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def rebuild_error(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    """Unpickle an exception without calling its __init__ (see reduce_error)."""
+    solid: Any = cls  # the builtin base whose __new__ lays the instance out (OSError's for an OSError subclass)
+    while solid.__module__ != "builtins":
+        solid = solid.__base__
+    exc: BaseException = solid.__new__(cls, *args)
+    exc.args = args  # OSError.__new__ leaves them to __init__ when a subclass has its own
+    return exc
+
+
+def reduce_error(self: BaseException) -> tuple[Any, ...]:
+    """Pickle an exception as its class, args and attributes. The default (class(*args)) calls __init__ with the
+    formatted message, which breaks every class whose __init__ takes other parameters than its args."""
+    return rebuild_error, (type(self), self.args), self.__dict__ or None
+
 
 class UOpError(Exception):
     """Base of every exception speck.uop defines (each also derives from the builtin class users catch)."""
+
+    __reduce__ = reduce_error
 
 
 class UnknownDTypeError(AttributeError, RuntimeError, UOpError):

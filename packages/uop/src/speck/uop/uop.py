@@ -372,6 +372,11 @@ class UOp(_Slots):
         return self.src[0], self.src[1].arg
 
     @property
+    def val(self) -> int:
+        """The value a bound variable (a BIND) holds: `Variable("i", 1, 9).bind(3).val == 3`."""
+        return int(self.unbind()[1])
+
+    @property
     def expr(self) -> str:
         if self.op is not Ops.DEFINE_VAR:
             raise UOpValueError(f"expr is the name of a variable, this is {self.op}")

@@ -220,6 +220,12 @@ class UsbGpu:
         return bool(getattr(self._usb, "simulated", False)) or self.sim is not None
 
     @property
+    def usable(self) -> bool:
+        """Whether operations are accepted: not closed, and no earlier failure or interruption (DeviceUnusableError
+        otherwise; close and open the device again)."""
+        return self._usb is not None and self._broken is None
+
+    @property
     def transport(self) -> Transport:
         return self._live()
 
@@ -395,7 +401,9 @@ class UsbGpu:
             except (GpuFault, GpuHang):
                 raise
             except BaseException as exc:
-                if not isinstance(exc, ValueError | TypeError):  # argument errors are caught before the device
+                if isinstance(exc, KeyboardInterrupt):
+                    self._broken = f"{what}: interrupted (KeyboardInterrupt)"
+                elif not isinstance(exc, ValueError | TypeError):  # argument errors are caught before the device
                     self._broken = f"{what}: {type(exc).__name__}: {exc}"
                 raise
 

@@ -12,7 +12,7 @@ surfaced.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "BridgeError",
@@ -175,9 +175,24 @@ LIBUSB_TRANSFER_STATUSES: tuple[tuple[LibusbCode, str], ...] = (
 )
 
 
+def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    """Unpickle an exception without calling its __init__ (see UsbGpuError.__reduce__)."""
+    solid: Any = cls  # the builtin base whose __new__ lays the instance out (OSError's for an OSError subclass)
+    while solid.__module__ != "builtins":
+        solid = solid.__base__
+    exc: BaseException = solid.__new__(cls, *args)
+    exc.args = args  # OSError.__new__ leaves them to __init__ when a subclass has its own
+    return exc
+
+
 class UsbGpuError(Exception):
     """Base of every exception speck.usbgpu raises on purpose: `except UsbGpuError` catches them all. USB-, bridge-
     and GPU-level failures are UsbErrors; bad arguments and misuse derive from the builtin class users expect too."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # class, args and attributes: the default (class(*args)) would pass the formatted message to __init__ as the
+        # operation, giving "... failed failed", and fails for classes whose __init__ takes other parameters
+        return _rebuild_error, (type(self), self.args), self.__dict__ or None
 
 
 class UsbError(UsbGpuError):

@@ -162,7 +162,20 @@ def _placed_like(state: Tensor, p: Tensor) -> Tensor:
 def _assign_later(target: Tensor, value: Tensor) -> None:
     """target takes value at the next realize, computed in that realize's schedule with every other queued update
     (so all of them read the values from before the step)."""
-    target.assign_deferred(value if value.dtype == target.dtype else value.cast(target.dtype))
+    value = value if value.dtype == target.dtype else value.cast(target.dtype)
+    target.assign_deferred(_resharded_like(value, target))
+
+
+def _resharded_like(x: Tensor, p: Tensor) -> Tensor:
+    """x laid out over p's devices like p when both are sharded differently: a replicated bias's gradient comes out
+    sharded when the layer's output was (its sum over the batch keeps the feature split), and the update of p (or
+    of state placed like p) must have p's sharding."""
+    from speck.tensor.multi import MultiUOp
+
+    xu, pu = x.uop, p.uop
+    if isinstance(xu, MultiUOp) and isinstance(pu, MultiUOp) and (xu.axis != pu.axis or xu.device != pu.device):
+        return x.shard_like(p)
+    return x
 
 
 def _owns_buffer(t: Tensor) -> bool:
@@ -188,7 +201,7 @@ def _owns_buffer(t: Tensor) -> bool:
 
 def _grad(p: Tensor, dtype: DType, contiguous: bool = True) -> Tensor:
     assert p.grad is not None
-    g = p.grad.detach()
+    g = _resharded_like(p.grad.detach(), p)
     g = g.cast(dtype) if g.dtype != dtype else g
     # one kernel computes the gradient; updates that read it twice (Adam's m and v) share it
     return g.contiguous() if contiguous else g
