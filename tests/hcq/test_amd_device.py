@@ -66,15 +66,17 @@ class RecordingLink:
         self.submits: list[tuple[list[int], bool]] = []
         self.value = 0
         self.resets = 0
+        self.session = 0  # a reopened card (speck.tensor's USB reopen) is a new session: older handles are disowned
 
     def heap_bytes(self) -> int:
         return 1 << 30
 
     def owns(self, handle: Handle) -> bool:
-        return True
+        return getattr(handle, "owner", None) == self.session
 
     def alloc(self, nbytes: int) -> Handle:
         h = Handle(self.next_va, nbytes)
+        h.owner = self.session  # type: ignore[attr-defined]
         self.next_va += -(-max(nbytes, 1) // 4096) * 4096
         self.mem[h.va] = bytearray(nbytes)
         return h
@@ -176,3 +178,30 @@ def test_reset_restarts_the_queue_and_wrong_objects_are_refused(dev: AMDDevice) 
     assert link(dev).resets == 1
     with pytest.raises(HCQError, match="HSA code object|AMDGPU|ELF"):
         dev.runtime("axk", b"\x7fELF not a code object")
+
+
+def test_relinked_uploads_programs_again_and_refuses_old_graphs_and_handles(dev: AMDDevice) -> None:
+    """After the link reaches a new session (a reopened card), programs upload their image again at the next launch,
+    a graph built before refuses to replay (its table holds the old session's addresses), and no allocation is
+    ever served a handle of the old session from the allocator's cache of freed buffers."""
+    prog = dev.runtime("inc", AMDGPUCompiler().compile(INC))
+    bufs = [Buffer(dev.name, 8, "int32").allocate() for _ in range(4)]
+    plan = runner.Plan([runner.Exec(prog, (0, 1), (), (1, 1, 1)), runner.Exec(prog, (2, 3), (), (1, 1, 1))], 4,
+                       replayed=True)  # fmt: skip
+    runner.run(plan, bufs)
+    assert plan.single is not None
+    cached = Buffer(dev.name, 8, "int32").allocate()
+    cached.deallocate()  # kept in the allocator's cache for the next 32-byte allocation
+    alive = Buffer(dev.name, 8, "int32").allocate()  # (served from that cache)
+    link(dev).session += 1
+    dev.relinked()
+    fresh = [Buffer(dev.name, 8, "int32").allocate() for _ in range(4)]
+    assert all(link(dev).owns(b.opaque) for b in fresh)
+    alive.deallocate()  # an old session's handle freed after the reopen: not cached for reuse either
+    assert link(dev).owns(Buffer(dev.name, 8, "int32").allocate().opaque)
+    with pytest.raises(HCQError, match="was built before .* was reopened"):
+        runner.run(plan, fresh)
+    uploads = len(link(dev).uploads)
+    runner.run(runner.Plan([runner.Exec(prog, (0, 1), (), (1, 1, 1))], 2), fresh[:2])
+    assert len(link(dev).uploads) == uploads + 1
+    assert link(dev).launches[-1][0].entry == link(dev).uploads[-1] + prog.kernel_info.code_address

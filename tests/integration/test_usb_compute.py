@@ -168,6 +168,20 @@ def test_indexing_and_scatter_match_cpu(dev: UsbDevice) -> None:
     close(got, want)
 
 
+def test_an_out_of_range_index_raises_at_synchronize(dev: UsbDevice) -> None:
+    """On the GPU a realize does not wait for its kernels: the bounds record the kernel wrote in VRAM is read by the
+    next Device[...].synchronize() (or data read), which raises; in-range indices still match the CPU."""
+    from speck.tensor.errors import IndexOutOfBoundsError
+
+    a = np.arange(40, dtype=np.float32).reshape(8, 5)
+    Tensor(a, device=USB)[Tensor(np.array([1, 9], np.int32), device=USB)].realize()  # queued: nothing read yet
+    with pytest.raises(IndexOutOfBoundsError, match=rf"^getitem: index 9 is out of bounds for dim 0 .* on {dev.name}"):
+        Device[USB].synchronize()
+    Device[USB].synchronize()  # reported once
+    got = Tensor(a, device=USB)[Tensor(np.array([7, -8], np.int32), device=USB)].numpy()
+    close(got, a[[7, -8]])
+
+
 def test_reshaped_sliced_indexed_usb_tensors_read_back(dev: UsbDevice) -> None:
     a = np.arange(12, dtype=np.float32)
     t = Tensor(a).to(USB).realize()

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 CHILD = r"""
 import importlib, json, os, signal, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -79,7 +81,7 @@ seen = {"signal_at": None, "armed": False}
 
 def init(self, launch, budget, trace=None):
     def count(inst, w):
-        if seen["armed"] and seen["signal_at"] is None and self.executed >= int(sys.argv[1]):
+        if seen["armed"] and seen["signal_at"] is None and self.executed >= 2000:
             seen["signal_at"] = self.executed
             signal.raise_signal(signal.SIGINT)  # as Ctrl-C's handler would, on the main thread
 
@@ -90,10 +92,22 @@ emulator._Scheduler.__init__ = init
 rng = np.random.default_rng(0)
 x = rng.standard_normal((48, 48)).astype(np.float32)
 kept = Tensor(x).to("USB:SIM").realize()
+mode = sys.argv[1]
+big_np = np.arange(2 << 20, dtype=np.float32)  # 8 MB: a copy of many bulk transfers
+big = Tensor(big_np).to("USB:SIM").realize() if mode == "copyout" else None
 out = {}
-seen["armed"] = True
 try:
-    (kept @ kept).sum().numpy()
+    if mode == "dispatch":  # from inside the emulated kernel
+        seen["armed"] = True
+        (kept @ kept).sum().numpy()
+    else:  # 2 ms of simulated time into the copy (the simulator's clock runs while the bus moves data)
+        sim = Device["USB:SIM"].gpu.sim
+        sim.clock.at(sim.now_ns + 2e6, lambda: signal.raise_signal(signal.SIGINT))
+        for _ in range(100):
+            if big is None:
+                Tensor(big_np).to("USB:SIM").realize()
+            else:
+                big.numpy()
     out["raised"] = None
 except KeyboardInterrupt as exc:
     out["raised"] = "KeyboardInterrupt"
@@ -111,6 +125,7 @@ def attempt(fn):
 
 
 out["before_reopen"] = attempt(lambda: (Tensor(x).to("USB:SIM") + 1).numpy())
+out["reset"] = attempt(lambda: Device["USB:SIM"].reset())  # a queue reset can't bring a broken session back
 Device["USB:SIM"].reopen()
 y = rng.standard_normal((48, 48)).astype(np.float32)
 t = Tensor(y).to("USB:SIM")
@@ -124,18 +139,21 @@ print(json.dumps(out))
 """
 
 
-def test_a_caught_ctrl_c_during_a_usb_sim_dispatch_is_reported_and_reopen_recovers() -> None:
-    """The child catches the KeyboardInterrupt of a dispatch: the device then refuses work with an error naming
-    Device[...].reopen() (never a silent result), reopen() brings it back (new computations match numpy), and a
-    tensor stored before the reopen raises when read or used (its VRAM went with the old session)."""
-    run = subprocess.run([sys.executable, "-c", CAUGHT, "2000"], capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize("mode", ["dispatch", "copyin", "copyout"])
+def test_a_caught_ctrl_c_on_usb_sim_is_reported_and_reopen_recovers(mode: str) -> None:
+    """The child catches the KeyboardInterrupt of a dispatch or copy: the device then refuses work with an error
+    naming Device[...].reopen() (never a silent result), reopen() brings it back (new computations match numpy), and
+    a tensor stored before the reopen raises when read or used (its VRAM went with the old session)."""
+    run = subprocess.run([sys.executable, "-c", CAUGHT, mode], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out["raised"] == "KeyboardInterrupt" and out["signal_at"] is not None, out
+    assert out["raised"] == "KeyboardInterrupt", out
+    assert mode != "dispatch" or out["signal_at"] is not None, out
     assert any("Device['USB:SIM'].reopen()" in n for n in out["notes"]), out
     before = out["before_reopen"]
-    assert before is not None and "interrupted (KeyboardInterrupt)" in before, out
+    assert before is not None and "interrupted" in before and "KeyboardInterrupt" in before, out
     assert "Device['USB:SIM'].reopen()" in before, out
+    assert out["reset"] is not None and "Device['USB:SIM'].reopen()" in out["reset"], out
     assert out["add"] and out["matmul"] and out["reduce"] and out["after_old"], out
     for key in ("old_read", "old_in_kernel"):
         assert out[key] is not None and "before the device was reopened" in out[key], out

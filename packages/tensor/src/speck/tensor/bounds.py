@@ -8,9 +8,11 @@ scheduler lowers it to nothing in the value path and adds, to the same kernel, a
 (`_Kernel.check_effects`). So the check adds no kernel, no synchronization and no host round-trip; the cost is a
 compare per index element.
 
-The record is looked at where speck synchronizes anyway: every data read (numpy/tolist/item/data), the end of
-a TinyJit replay on a host-visible device, and `Device[...].synchronize()` (speck.hcq's SYNC_CHECKS; speck's own
-waits inside a realize do not look, so a realize never stops half-way). A violation found there raises
+The record is looked at where the kernels are known to have run: every data read (numpy/tolist/item/data), the
+end of a realize (Tensor.realize / realize_all, outside a TinyJit capture) or TinyJit replay on a host-visible device
+(no wait: the host's kernels ran when the call returns; a GPU's record waits for the next read or synchronize), and
+`Device[...].synchronize()` (speck.hcq's SYNC_CHECKS; speck's own waits inside a realize do not look, so a realize
+never stops half-way). A violation found there raises
 IndexOutOfBoundsError (an IndexError) naming the op, the index and the bound, and clears the record.
 
 A sharded index (a MultiUOp) is checked shard by shard: each shard's CHECK records into its own device's record."""

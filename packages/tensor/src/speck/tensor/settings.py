@@ -38,8 +38,8 @@ CHECK_OOB = declare(
     T,
     ("speck.tensor.bounds",),
     "index tensors (getitem, setitem, gather, scatter, one_hot, Embedding, sparse_categorical_crossentropy labels) are "
-    "bounds-checked inside the kernels that read them; a violation raises IndexOutOfBoundsError at the next data read "
-    "or Device.synchronize(). "
+    "bounds-checked inside the kernels that read them; a violation raises IndexOutOfBoundsError at the next data read, "
+    "Device.synchronize() or (on a host device) realize. "
     "0: no check code (an out-of-range index reads 0 or writes nothing)",
 )
 TRAINING = declare("TRAINING", 0, T, ("speck.tensor.autograd",), "dropout, BatchNorm batch statistics, optimizer steps")

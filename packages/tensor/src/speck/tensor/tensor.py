@@ -348,6 +348,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
+        Tensor._realize_all(tensors)
+        if _realize.capture() is None:  # an out-of-range index its kernels met, where they ran synchronously (bounds)
+            raise_recorded(host_only=True)
+
+    @staticmethod
+    def _realize_all(tensors: tuple[Tensor, ...]) -> None:
         for t in tensors:
             if t._device is None or t._uop.dtype in WEAK_DTYPES:
                 # device-less and weak tensors have no storage: realizing them is a no-op (reads compute them)

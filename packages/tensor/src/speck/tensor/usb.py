@@ -278,9 +278,12 @@ class UsbDevice(AMDDevice):
         self.gpu = gpu
         self.link.reconnect(gpu)
         self.relinked()
-        for buf in list(buffer_map_data.values()):  # (their cached addresses would otherwise reach kernels)
+        # the old session's buffers hold a LostBuffer (as exchange_memory swaps memory: accounting unchanged, cached
+        # addresses dropped), so reading one or giving it to a kernel raises instead of reaching VRAM now reused
+        for buf in list(buffer_map_data.values()):
             if buf.dev is self and buf._base is None and buf._opaque is not None and not self.link.owns(buf._opaque):
                 buf._opaque, buf._addr_of = LostBuffer(self.name, buf.nbytes), None
+        Buffer.moves += 1  # (runner plans re-read the addresses of the buffers they hold)
         bounds.forget(self.name)
 
     # -- copies ---------------------------------------------------------------------------------------------------
