@@ -51,6 +51,24 @@ def test_compat_runner_runs_a_tinygrad_script(tmp_path) -> None:  # type: ignore
     assert abs(float(value) - 3.0) < 1e-5 and args == "['a', 'b']"
 
 
+def test_compat_runner_runs_pytest_and_code_like_python(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`-m module` (a test runner over tinygrad test files) and `-c code`, as `python` takes them."""
+    test = tmp_path / "test_user.py"
+    test.write_text(
+        "from tinygrad import Tensor\n\ndef test_add():\n    assert (Tensor([1, 2]) + 1).tolist() == [2, 3]\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "speck.tensor.compat", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(test)], capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "speck.tensor.compat", "-c",
+                           "import sys; from tinygrad import Tensor; print(Tensor([4]).tolist(), sys.argv[1:])", "x"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "[4] ['x']", proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "speck.tensor.compat", "-m"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode != 0 and "usage" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "name",
     ["DEBUG", "BEAM", "NOOPT", "JIT", "CACHELEVEL", "DEV", "DEFAULT_FLOAT", "SPLIT_REDUCEOP", "TRAINING",

@@ -158,3 +158,36 @@ def test_unread_writes_do_not_pile_up() -> None:
     b = _realized(4)
     b += 2
     np.testing.assert_equal(b.numpy(), np.arange(4) + 2)
+
+
+# ---------------- comparisons with ints outside the tensor's dtype ----------------
+@pytest.mark.parametrize("dt", [dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int32])
+@pytest.mark.parametrize("op", ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"])
+def test_compare_with_out_of_range_literal(dt: Any, op: str) -> None:
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    x = np.array([lo, 0, hi], dtype=np.int64)
+    t = Tensor(x.tolist(), dtype=dt)
+    for y in (lo - 1, hi + 1, -(2**40), 2**40, 0):
+        got = getattr(t, op)(y).numpy()
+        want = getattr(x, op)(y)
+        np.testing.assert_equal(got, want, err_msg=f"{dt} {op} {y}")
+
+
+def test_sparse_crossentropy_with_uint8_labels() -> None:
+    """MNIST's labels are uint8 and the default ignore_index is -1: no label is ignored."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((6, 10), dtype=np.float32)
+    labels = rng.integers(0, 10, 6).astype(np.uint8)
+    got = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)).item()
+    ls = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    np.testing.assert_allclose(got, -ls[np.arange(6), labels].mean(), rtol=1e-5)
+
+
+def test_realize_of_nothing_runs_pending_writes() -> None:
+    from speck.tensor import writes
+
+    a = _realized(4)
+    a += 1
+    Tensor.realize_all()
+    assert not writes._thread.pending
+    np.testing.assert_equal(a.numpy(), np.arange(4) + 1)

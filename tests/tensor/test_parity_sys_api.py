@@ -117,6 +117,7 @@ def test_jit_cache_is_exec_items() -> None:
         np.testing.assert_allclose(f(x).numpy(), x.numpy() * 2 + 1, rtol=1e-6)
     cache = f.jit_cache
     assert cache and all(isinstance(ei, ExecItem) for ei in cache)
+    assert f.captured is not None and [type(ei.prg) for ei in f.captured.jit_cache] == [type(ei.prg) for ei in cache]
     assert all(isinstance(ei.prg, (CompiledRunner, BufferCopy)) for ei in cache)
     # each kernel's ExecItem carries the kernel's AST (what tools that re-lower a capture read)
     kernels = [ei for ei in cache if isinstance(ei.prg, CompiledRunner)]

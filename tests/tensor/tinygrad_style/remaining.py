@@ -71,6 +71,24 @@ class TestShardedTraining(unittest.TestCase):
                 np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
 
 
+class TestShardedWrites(unittest.TestCase):
+    def test_value_before_write_keeps_old(self):
+        a = Tensor([1.0, 2.0, 3.0, 4.0]).shard(DEVS, axis=0).realize()
+        b = a * 2
+        a += 1
+        self.assertEqual(b.tolist(), [2.0, 4.0, 6.0, 8.0])
+        self.assertEqual(a.tolist(), [2.0, 3.0, 4.0, 5.0])
+
+
+class TestMnistLabels(unittest.TestCase):
+    def test_uint8_labels(self):
+        logits = Tensor.randn(4, 10)
+        labels = Tensor([1, 2, 3, 9], dtype=dtypes.uint8)
+        ref = logits.sparse_categorical_crossentropy(labels.cast(dtypes.int32)).item()
+        self.assertAlmostEqual(logits.sparse_categorical_crossentropy(labels).item(), ref, places=5)
+        self.assertEqual((labels != -1).tolist(), [True] * 4)
+
+
 class TestDtypesAndIndices(unittest.TestCase):
     def test_sigmoid_of_int_is_weak(self):
         self.assertEqual(Tensor([1, 2, 3]).sigmoid().dtype, dtypes.weakfloat)

@@ -347,31 +347,56 @@ class ElementwiseMixin:
         return self.assign(self.matmul(y))
 
     # ---------------- comparisons ----------------
+    def _cmp_out_of_range(self: Tensor, y: object, below: bool, above: bool) -> Tensor | None:
+        """self <op> y for a Python int y outside self's int dtype: every element compares the same way (`below`:
+        the result when y is below the dtype's range, `above`: above it), so the answer is exact without y as a
+        constant of that dtype (which would not fit: `uint8_labels != -1` is all True, as in numpy).
+        None when y fits (the ordinary path)."""
+        if type(y) is not int or not dtypes.is_int(self.dtype) or self.dtype.is_weak:
+            return None
+        dt = self.dtype
+        if dtypes.min(dt) <= y <= dtypes.max(dt):
+            return None
+        false = self.zeros_like(dtype=dtypes.bool)
+        return false.logical_not() if (below if y < dtypes.min(dt) else above) else false
+
     def __lt__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if (r := self._cmp_out_of_range(y, False, True)) is not None:
+            return r
         a, b = self._broadcasted(y)
         return a._alu(Ops.CMPLT, b)
 
     def __gt__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if (r := self._cmp_out_of_range(y, True, False)) is not None:
+            return r
         a, b = self._broadcasted(y, True)
         return a._alu(Ops.CMPLT, b)
 
     def __ge__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if (r := self._cmp_out_of_range(y, True, False)) is not None:
+            return r
         a, b = self._broadcasted(y)
         if dtypes.is_float(a.dtype):  # not (a < b) would be True for NaN
             return b._alu(Ops.CMPLT, a) | a._alu(Ops.CMPEQ, b)
         return a._alu(Ops.CMPLT, b).logical_not()
 
     def __le__(self: Tensor, y: TensorOrScalar) -> Tensor:
+        if (r := self._cmp_out_of_range(y, False, True)) is not None:
+            return r
         a, b = self._broadcasted(y)
         if dtypes.is_float(a.dtype):
             return a._alu(Ops.CMPLT, b) | a._alu(Ops.CMPEQ, b)
         return b._alu(Ops.CMPLT, a).logical_not()
 
     def __eq__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
+        if (r := self._cmp_out_of_range(y, False, False)) is not None:
+            return r
         a, b = self._broadcasted(y)
         return a._alu(Ops.CMPEQ, b)
 
     def __ne__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
+        if (r := self._cmp_out_of_range(y, True, True)) is not None:
+            return r
         a, b = self._broadcasted(y)
         return a._alu(Ops.CMPNE, b)
 

@@ -344,7 +344,7 @@ class CapturedJit:
     rebuilt on the first replay."""
 
     ret: Any  # the capture call's return value; every replay returns these same objects, refilled
-    jit_cache: list[Entry]  # the calls a replay runs, in order: runner calls (kernels, copies - Tensor.assign's
+    entries: list[Entry]  # the calls a replay runs, in order: runner calls (kernels, copies - Tensor.assign's
     # buffer swaps among them - and host work) over the BUFFERs beside them
     input_bufs: list[UOp]  # the capture's input BUFFERs, in input order
     expected_names: list[str]
@@ -384,6 +384,14 @@ class CapturedJit:
         return {"plan": None, "fast": None, "_uops": [], "_inputs": [], "_keys": [], "_keyed": False, "_mapped": None,
                 "_mapped_keys": []}  # fmt: skip
 
+    @property
+    def jit_cache(self) -> list[Any]:
+        """The recorded calls as ExecItems (tinygrad's `captured.jit_cache`: `.prg`, `.bufs`; the capture keeps them
+        as data in `entries`)."""
+        from speck.tensor.engine.realize import exec_items
+
+        return exec_items(self.entries)
+
     def free_intermediates(self) -> None:
         """Give back the memory of the buffers every replay computes from scratch (intermediates and returned
         tensors; not inputs, not state that carries over between replays - assign targets and the values assigned
@@ -407,7 +415,7 @@ class CapturedJit:
         """Run the calls with the BUFFERs in `mapping` swapped in and the Variables at `var_vals`."""
         vv = var_vals if var_vals != self.var_vals else {}
         if realize.recording() is not None:  # inside another TinyJit's capture
-            realize.run_entries([(c, tuple(mapping.get(b, b) for b in bufs)) for c, bufs in self.jit_cache], vv)
+            realize.run_entries([(c, tuple(mapping.get(b, b) for b in bufs)) for c, bufs in self.entries], vv)
         else:
             self.run(mapping, vv)
         if var_vals != (self.ret_var_vals or self.var_vals):
@@ -450,7 +458,7 @@ class CapturedJit:
             for u, hb in self._freed.items():
                 buffer_map[u] = hb
             self._freed.clear()
-        calls, uops = realize.link(self.jit_cache)
+        calls, uops = realize.link(self.entries)
         self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
         self._uops = uops
         slot = {u: i for i, u in enumerate(uops)}
@@ -560,9 +568,7 @@ class TinyJit(Generic[R]):
     @property
     def jit_cache(self) -> list[Any]:
         """The captured calls a replay runs, as ExecItems (tinygrad's view; the capture keeps them as data)."""
-        from speck.tensor.engine.realize import exec_items
-
-        return exec_items(self.captured.jit_cache) if self.captured is not None else []
+        return self.captured.jit_cache if self.captured is not None else []
 
     @property
     def plan(self) -> Plan | None:

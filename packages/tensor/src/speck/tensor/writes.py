@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from speck.tensor.device import file_backed
 from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
+from speck.tensor.multi import MultiUOp
 from speck.tensor.schedule import (
     _MOVEMENT,
     ScheduleItem,
@@ -154,6 +155,13 @@ def view_base(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+def is_view(u: UOp) -> bool:
+    """u is a pure view of a buffer (every shard of a sharded u is): it sees every write, never rebound."""
+    if isinstance(u, MultiUOp):
+        return all(view_base(s) is not None for s in u.shards)
+    return view_base(u) is not None
+
+
 def chain(u: UOp) -> list[UOp]:
     """u and the nodes it is a view of, down to the first one that is not a view (a BUFFER, or a lazy value)."""
     out = [u]
@@ -165,9 +173,12 @@ def chain(u: UOp) -> list[UOp]:
 
 
 def buffers_read(u: UOp) -> frozenset[UOp]:
-    """Every BUFFER u's graph reads (memoized per node)."""
+    """Every BUFFER u's graph reads (memoized per node; a sharded node reads what its shards read)."""
     if (r := _reads.get(u)) is not None:
         return r
+    if isinstance(u, MultiUOp):  # (its src is the logical graph: the shards are what runs)
+        parts = [buffers_read(s) for s in u.shards]
+        return frozenset().union(*parts) if parts else _EMPTY
     reads = _reads
     for n in u.toposort(gate=lambda x: x not in reads and x.op is not Ops.BUFFER):
         if n in reads:
@@ -181,6 +192,17 @@ def buffers_read(u: UOp) -> frozenset[UOp]:
     return reads[u]
 
 
+def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """u with the nodes of mapping replaced; a sharded node gets its shards substituted (UOp.substitute would walk
+    its logical graph, which does not run)."""
+    if isinstance(u, MultiUOp):
+        shards = [s.substitute(mapping) for s in u.shards]
+        if all(a is b for a, b in zip(shards, u.shards)):
+            return u
+        return MultiUOp.make(u.op, u.src, u.arg, shards, u.axis, u.device)
+    return u.substitute(mapping)
+
+
 # ---------------- rebinding stale graphs ----------------
 def refresh(t: Tensor) -> UOp:
     """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
@@ -189,7 +211,7 @@ def refresh(t: Tensor) -> UOp:
 
     u: UOp = t._uop
     ver, t._ver = t._ver, Tensor._write_epoch
-    if not _log or _log[-1].epoch <= ver or view_base(u) is not None:
+    if not _log or _log[-1].epoch <= ver or is_view(u):
         return u
     reads = buffers_read(u)
     if not reads:
@@ -199,7 +221,7 @@ def refresh(t: Tensor) -> UOp:
         if w.epoch > ver and w.buf in reads and w.buf not in mapping:
             mapping[w.buf] = w.snap
     if mapping:
-        u = u.substitute(mapping)
+        u = substitute(u, mapping)
         t._uop = u
     return u
 
@@ -207,7 +229,7 @@ def refresh(t: Tensor) -> UOp:
 def _affected(t: Tensor, epoch: int) -> bool:
     """t (built before `epoch`) reads a buffer some logged write since its graph was built changes."""
     u = t._uop
-    if view_base(u) is not None:
+    if is_view(u):
         return False
     reads = buffers_read(u)
     return bool(reads) and any(w.epoch > t._ver and w.buf in reads for w in _log if w.epoch <= epoch)
@@ -243,10 +265,11 @@ def _needed(targets: Sequence[Tensor]) -> int:
     """How many of the pending writes (a prefix, so program order holds) must run before `targets` are computed:
     through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
     read, so they stay pending (like tinygrad, where an assign runs when something that depends on it is
-    realized). A sharded target counts as needing them all."""
-    from speck.tensor.multi import MultiUOp
-
+    realized). A sharded target counts as needing them all, and so does a realize of nothing (`realize_all()`: run
+    what is pending)."""
     pend = _thread.pending
+    if not targets:
+        return len(pend)
     reads: set[UOp] = set()
     for t in targets:
         u = t._uop
@@ -269,7 +292,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
     TinyJit capture of it reads the live buffers."""
     from speck.tensor.hook import Tensor
 
-    early = [t for t in targets if t._ver < Tensor._write_epoch and view_base(t._uop) is None]
+    early = [t for t in targets if t._ver < Tensor._write_epoch and not is_view(t._uop)]
     _pending = _thread.pending
     todo = _needed(targets) if needed_only else len(_pending)
     if todo == 0:
@@ -281,7 +304,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
         if due:
             back = {p.snap: p.buf for p in _pending}  # a graph already rebound to a pending write's snapshot
             for t in due:
-                t.uop = t._uop.substitute(back)
+                t.uop = substitute(t._uop, back)
             Tensor._realize_now(due)
             done = {id(t) for t in due}
             early = [t for t in early if id(t) not in done]
@@ -341,7 +364,7 @@ def _snapshot_needed(w: Write) -> bool:
     snap = w.snap
     for t in live():
         u = t._uop
-        if view_base(u) is not None:
+        if is_view(u):
             continue
         reads = buffers_read(u)
         if snap in reads or (t._ver < w.epoch and w.buf in reads):

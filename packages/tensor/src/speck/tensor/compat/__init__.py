@@ -79,11 +79,25 @@ def install_tinygrad_alias(name: str = "tinygrad") -> types.ModuleType:
     return mod
 
 
+_USAGE = (
+    "usage: python -m speck.tensor.compat script.py [args...] | -m module [args...] | -c code [args...]  "
+    "(runs it with tinygrad -> speck)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m speck.tensor.compat script.py [args]`: run a script with `tinygrad` imports pointed at speck."""
+    """`python -m speck.tensor.compat script.py [args]`: run a script with `tinygrad` imports pointed at speck; like
+    python itself, `-m module` runs a module (`-m pytest test_ops.py`, `-m unittest ...`) and `-c code` a string."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        raise SystemExit("usage: python -m speck.tensor.compat script.py [args...]  (runs it with tinygrad -> speck)")
+    if not args or (args[0] in ("-m", "-c") and len(args) < 2):
+        raise SystemExit(_USAGE)
     install_tinygrad_alias()
-    sys.argv = args
-    runpy.run_path(args[0], run_name="__main__")
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[0] == "-c":
+        sys.argv = ["-c", *args[2:]]
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = args
+        runpy.run_path(args[0], run_name="__main__")
