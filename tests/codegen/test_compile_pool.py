@@ -169,3 +169,31 @@ def test_a_warm_cache_starts_no_worker(new_pool: Callable[[int], CompilePool]) -
     new = scaled_ir(60)
     assert p.submit(c, new).result() == c.compile_uncached(new)
     assert len(p.workers()) == 2  # the first miss starts them
+
+
+def test_an_llvm_worker_boots_light() -> None:
+    """A worker rebuilding LLVMCompiler from its recipe (which names no package to import whole) imports only the
+    compiler modules: not numpy, the x86 backend, the optimizer or the lowering passes. A cold CNN step starts two
+    workers beside the lowering; importing all of speck.codegen cost each ~0.4 s CPU and ~1 s before its first
+    compile."""
+    import pickle
+    import subprocess
+    import sys
+
+    recipe = LLVMCompiler().worker_recipe()
+    assert recipe.packages == ()
+    heavy = ["numpy", "speck.codegen.x86.select", "speck.codegen.opt.heuristic", "speck.codegen.lower.expander",
+             "speck.codegen.renderer.llvmir", "speck.codegen.pipeline"]  # fmt: skip
+    tail = (
+        "import pickle\n"
+        f"compiler = pickle.loads({pickle.dumps(recipe)!r}).build()\n"
+        "assert compiler.compile_uncached('define void @f() {\\nentry:\\n  ret void\\n}\\n')\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])\n"
+    )
+    boot = pool._BOOT.format(path=[p for p in sys.path if isinstance(p, str)],
+                             packages=[(n, pool._package_path(n)) for n in pool._LIGHT])  # fmt: skip
+    assert "serve()" in boot
+    script = boot.replace("from speck.codegen.compiler.pool import serve\nserve()", tail)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=BOOT_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -269,3 +269,102 @@ def test_unroll_threshold_is_in_the_flags_and_checked(monkeypatch: pytest.Monkey
         llvm_compiler._unroll_threshold()
     monkeypatch.setenv("SPECK_LLVM_UNROLL_THRESHOLD", "90")
     assert llvm_compiler._unroll_threshold() == 90
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# runtime unrolling: only in modules with more than one loop
+
+ONE_LOOP_IR = """
+define void @scale(ptr noalias %o, ptr noalias %a, i32 %s, i32 %e) {
+entry:
+  %s64 = sext i32 %s to i64
+  %e64 = sext i32 %e to i64
+  br label %head
+head:
+  %i = phi i64 [ %s64, %entry ], [ %n, %body ]
+  %c = icmp slt i64 %i, %e64
+  br i1 %c, label %body, label %exit
+body:
+  %off = mul nsw i64 %i, 8
+  %pa = getelementptr float, ptr %a, i64 %off
+  %va = load <8 x float>, ptr %pa, align 4
+  %r = fadd <8 x float> %va, %va
+  %po = getelementptr float, ptr %o, i64 %off
+  store <8 x float> %r, ptr %po, align 4
+  %n = add nsw i64 %i, 1
+  br label %head
+exit:
+  ret void
+}
+"""
+
+# the same body inside a second loop (over rows, n of them): two loop counters, two phis
+TWO_LOOP_IR = """
+define void @scale2(ptr noalias %o, ptr noalias %a, i32 %s, i32 %e) {
+entry:
+  %s64 = sext i32 %s to i64
+  %e64 = sext i32 %e to i64
+  br label %rows
+rows:
+  %r0 = phi i64 [ 0, %entry ], [ %rn, %latch ]
+  %rc = icmp slt i64 %r0, 4
+  br i1 %rc, label %head, label %exit
+head:
+  %i = phi i64 [ %s64, %rows ], [ %n, %body ]
+  %c = icmp slt i64 %i, %e64
+  br i1 %c, label %body, label %latch
+body:
+  %row = mul nsw i64 %r0, 4096
+  %col = mul nsw i64 %i, 8
+  %off = add nsw i64 %row, %col
+  %pa = getelementptr float, ptr %a, i64 %off
+  %va = load <8 x float>, ptr %pa, align 4
+  %r = fadd <8 x float> %va, %va
+  %po = getelementptr float, ptr %o, i64 %off
+  store <8 x float> %r, ptr %po, align 4
+  %n = add nsw i64 %i, 1
+  br label %head
+latch:
+  %rn = add nsw i64 %r0, 1
+  br label %rows
+exit:
+  ret void
+}
+"""
+
+
+def _loop_counters(ir: str) -> int:
+    """Loops in optimized IR: runtime unrolling adds a remainder loop (and an unrolled main loop) to the one."""
+    return len(re.findall(r"^\s+%\S+ = phi i64", ir, re.M))
+
+
+def test_one_loop_modules_are_not_runtime_unrolled_and_others_are() -> None:
+    import speck.codegen.compiler.llvm as llvm_compiler
+
+    c = LLVMCompiler()
+    assert not llvm_compiler.runtime_unrolls(ONE_LOOP_IR) and llvm_compiler.runtime_unrolls(TWO_LOOP_IR)
+    one, two = str(c._optimized_module(ONE_LOOP_IR)), str(c._optimized_module(TWO_LOOP_IR))
+    assert _loop_counters(one) == 1, one
+    assert "prol" in two or "epil" in two, two  # the inner loop got a remainder loop: it was runtime-unrolled
+    assert llvm_compiler.RUNTIME_UNROLL in c.flags  # the policy is part of every object's cache key
+
+
+@needs_cc
+def test_runtime_unroll_policy_objects_do_not_depend_on_compile_order() -> None:
+    """The policy sets a process-wide LLVM option per module: each module's object is the same whichever module was
+    compiled before it, and the unrolled and the plain loop compute the same sums."""
+    c = LLVMCompiler()
+    first = [c.compile_uncached(ONE_LOOP_IR), c.compile_uncached(TWO_LOOP_IR)]
+    again = [c.compile_uncached(TWO_LOOP_IR), c.compile_uncached(ONE_LOOP_IR)][::-1]
+    assert first == again
+    keep: list[Any] = []
+    a = np.arange(4 * 4096, dtype=np.float32)
+    for obj, name, n in ((first[0], "scale", 4096 // 8), (first[1], "scale2", 4096 // 8)):
+        out = np.zeros_like(a)
+        fn = getattr(load_object(obj, keep), name)
+        fn(out.ctypes.data_as(ctypes.c_void_p), a.ctypes.data_as(ctypes.c_void_p), ctypes.c_int32(3),
+           ctypes.c_int32(n))  # fmt: skip
+        rows = 1 if name == "scale" else 4
+        want = np.zeros_like(a).reshape(4, 4096)
+        want[:rows, 24:] = 2 * a.reshape(4, 4096)[:rows, 24:]
+        np.testing.assert_array_equal(out.reshape(4, 4096), want)

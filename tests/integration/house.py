@@ -8,6 +8,9 @@ from the code's syntax alone (nothing is imported or run). Run it to print them:
   the device primitives it uses (the engine's executor, the programs' and graphs' own methods).
 - counter sites: functions that add to GlobalCounters.kernel_count.
 - function-level imports: import statements inside a function body (TYPE_CHECKING blocks left out), per package.
+- hook readers: functions that read the Tensor class from speck.tensor.hook (a module tensor.py imports, even
+  lazily, can't import tensor.py back; it takes the class from a tensor at hand, `type(t)`, and only where it has
+  none reads the hook).
 - import cycles: strongly connected groups of modules, counting imports made by string (importlib.import_module,
   __import__, a "speck.x.y" module path stored in a table) as imports.
 - environment reads: os.environ / os.getenv / getenv(...) reads outside the settings modules.
@@ -133,6 +136,17 @@ def function_level_imports(trees: dict[str, ast.AST] | None = None) -> Counter[s
 
         counts[pkg] += _nested_imports(tree, False)
     return counts
+
+
+def hook_readers(trees: dict[str, ast.AST] | None = None) -> list[str]:
+    """module:function of every import of speck.tensor.hook's Tensor inside a function."""
+    out = []
+    for mod, tree in (trees or _trees()).items():
+        for name, fn in _functions(tree):
+            for n in _own_nodes(fn):
+                if isinstance(n, ast.ImportFrom) and n.module == "speck.tensor.hook":
+                    out.append(f"{mod}:{name}")
+    return sorted(out)
 
 
 def _nested_imports(node: ast.AST, in_fn: bool) -> int:
@@ -345,6 +359,10 @@ def main() -> None:
     for s in counters:
         print(f"  {s}")
     print(f"function-level imports: {sum(fli.values())} ({', '.join(f'{k} {v}' for k, v in sorted(fli.items()))})")
+    hooks = hook_readers(trees)
+    print(f"hook readers: {len(hooks)}")
+    for s in hooks:
+        print(f"  {s}")
     print(f"import cycles (string imports included): {len(cycles)}")
     for c in cycles:
         print(f"  {c}")

@@ -31,10 +31,56 @@ def test_the_cycle_finder_sees_a_cycle(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_no_import_cycles() -> None:
     """Layers inside a package are one-way too: a module that needs something from a module above it gets it
-    through a registration hook (speck.tensor.hook, schedule.register_schedule_rule), not by importing it (at load
-    time, in a function, or by name through importlib)."""
+    from an object it is handed (speck.tensor's op modules take the Tensor class from a tensor at hand, `type(t)`)
+    or through a registration hook (schedule.register_schedule_rule, and speck.tensor.hook where no tensor is at
+    hand), not by importing it (at load time, in a function, or by name through importlib)."""
     cycles = house.import_cycles()
     assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
+
+
+# ---------------- layers without detours (tests/integration/house.py counts) ----------------
+# the functions that still read the Tensor class from speck.tensor.hook: each builds tensors with no tensor at hand
+# (pickle's loaders, the scatter gradient rule over bare nodes, and the write queue's / realize's entry points that
+# run on nodes); recognising a tensor needs no class (`isinstance(x, speck.tensor.base.TensorBase)`)
+HOOK_READERS = frozenset({"speck.tensor.gradient", "speck.tensor.pickling", "speck.tensor.realize",
+                          "speck.tensor.writes"})  # fmt: skip
+HOOK_READ_CEILING = 10
+# import statements inside speck.tensor's functions: those that remain import optional or heavy dependencies late
+# (usbgpu, mpi4py, tqdm, gzip), read the hook, or sit in modules whose imports other work owns; an import added
+# only to break a cycle belongs at module level or in another layer (tensor.py's methods reach the modules above
+# the op layer - autograd, function, keccak, pickling - at module level: those take the class from `type(t)`)
+TENSOR_FUNCTION_IMPORT_CEILING = 56
+
+
+def test_the_layer_counters_see_a_hook_read_and_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks below can fail: a hook read inside a method and an import inside a function are found (a
+    TYPE_CHECKING import is not an import at run time)."""
+    _fake_tree(tmp_path, monkeypatch, {
+        "speck.tensor.ops": ("class M:\n    def f(self):\n        from speck.tensor.hook import Tensor\n"
+                             "        return Tensor\n"),
+        "speck.tensor.lazy": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
+                              "def g():\n    import json\n    return json\n"),
+    })  # fmt: skip
+    assert house.hook_readers() == ["speck.tensor.ops:M.f"]
+    assert house.function_level_imports() == {"speck.tensor": 2}
+
+
+def test_the_tensor_class_is_reached_without_detours() -> None:
+    """Modules get the Tensor class from a tensor they are handed (`type(t)`, a classmethod's `cls`); only the few
+    places with none read speck.tensor.hook."""
+    readers = house.hook_readers()
+    outside = sorted({r.split(":")[0] for r in readers} - HOOK_READERS)
+    assert not outside, f"new readers of speck.tensor.hook (take the class from a tensor at hand): {outside}"
+    assert len(readers) <= HOOK_READ_CEILING, f"{len(readers)} hook reads (at most {HOOK_READ_CEILING}): {readers}"
+
+
+def test_function_level_imports_stay_few() -> None:
+    n = house.function_level_imports()["speck.tensor"]
+    assert n <= TENSOR_FUNCTION_IMPORT_CEILING, (
+        f"{n} function-level imports in speck.tensor (at most "
+        f"{TENSOR_FUNCTION_IMPORT_CEILING}): move an import that only breaks "
+        "a cycle to module level"
+    )
 
 
 # Imports each module in a forked child of an interpreter that has loaded no speck module (third-party libraries are

@@ -332,7 +332,7 @@ def test_int_root_cannot_be_differentiated() -> None:
 
 def test_train_context_sets_and_restores() -> None:
     from speck.tensor import TRAINING, Context
-    from speck.tensor.autograd import is_training
+    from speck.tensor.tensor import is_training
 
     assert not is_training()
     with Tensor.train():

@@ -96,9 +96,9 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     if rewrites_anything(sink, pm_decompose, decomposer := Decomposer(renderer)):
         sink = graph_rewrite(sink, pm_decompose, ctx=decomposer, name="decompositions")
     sink = st.done("decompositions", sink)
-    # weakint index math gets a concrete width: int32 unless bounds need int64
-    sink = graph_rewrite(sink, pm_lower_index_dtype, ctx=IndexLowering(renderer.supports_int64, renderer.name),
-                         name="lower_index_dtype")  # fmt: skip
+    # weakint index math gets a concrete width: int32 unless bounds need int64 or the renderer prefers int64
+    indexing = IndexLowering(renderer.supports_int64, renderer.name, renderer.index_int64)
+    sink = graph_rewrite(sink, pm_lower_index_dtype, ctx=indexing, name="lower_index_dtype")
     sink = st.done("lower_index_dtype", sink)
     # every literal becomes CAST(dt, CONST(v, from_py(v))): renderers only ever see casted consts
     sink = graph_rewrite(sink, pm_casted_consts, name="casted_consts", walk=True)

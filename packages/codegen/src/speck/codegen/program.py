@@ -120,10 +120,16 @@ def estimate(uops: list[UOp]) -> Estimates:
     esz: dict[tuple[int, Ops], int] = {}
     # address arithmetic is not the kernel's work (tinygrad's estimate leaves it out too): ALU ops that only feed an
     # INDEX (or a gate) are not counted
+    # (one walk with a shared visited set: a gated toposort per access re-walked the shared index math each time)
     dont_count: set[UOp] = set()
-    for u in uops:
-        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
-            dont_count.update(u.src[0].toposort(lambda x: x.op not in (Ops.LOAD, Ops.RANGE)))
+    todo = [u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX]
+    while todo:
+        x = todo.pop()
+        if x in dont_count:
+            continue
+        dont_count.add(x)
+        if x.op is not Ops.LOAD and x.op is not Ops.RANGE:
+            todo.extend(x.src)
 
     def mul(a: sint, b: sint) -> sint:
         if isinstance(a, int) and isinstance(b, int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from speck.tensor._version import __version__
 from speck.tensor.errors import TensorImportError
 
 # the floors declared in pyproject.toml, by distribution name
@@ -32,8 +33,6 @@ def too_old(installed: str, floor: str) -> bool:
 def check_sibling_versions(floors: dict[str, str] | None = None) -> None:
     """Raise ImportError naming the package, both versions and the upgrade command when a sibling is too old.
     A sibling without distribution metadata (a source checkout on sys.path) is not checked."""
-    from speck.tensor._version import __version__
-
     for dist, floor in (floors or SIBLING_FLOORS).items():
         try:
             have = metadata.version(dist)

@@ -9,45 +9,16 @@ root itself (it gets 1). No flag is needed; `requires_grad=False` and `detach()`
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
 from speck.tensor.errors import GradientError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
-from speck.tensor.settings import TRAINING
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
-
-
-def is_training() -> bool:
-    from speck.tensor.hook import Tensor
-
-    return bool(Tensor.training) or bool(TRAINING)
-
-
-class train(contextlib.ContextDecorator):
-    """Training mode for the block: dropout is active, batch-norm updates its running statistics, and optimizer
-    steps are allowed. Same as Context(TRAINING=1). Also a decorator; `__enter__` alone switches the mode until
-    `__exit__` (the object holds no generator that dropping it would close)."""
-
-    def __init__(self, mode: bool = True) -> None:
-        self.mode = mode
-        self.saved: list[tuple[bool, int]] = []
-
-    def __enter__(self) -> None:
-        from speck.tensor.hook import Tensor
-
-        self.saved.append((Tensor.training, TRAINING.value))
-        Tensor.training, TRAINING.value = self.mode, int(self.mode)
-
-    def __exit__(self, *exc: object) -> None:
-        from speck.tensor.hook import Tensor
-
-        Tensor.training, TRAINING.value = self.saved.pop()
 
 
 def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
@@ -97,23 +68,19 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d(root)/d(target) for each target, as lazy tensors with the target's shape (0-d included); `.grad` is not
     touched. Root and targets must be concrete floats (RuntimeError); a non-scalar root needs `gradient=`."""
-    from speck.tensor.hook import Tensor
-
     _check_float(root, "tensor being differentiated")
     for t in targets:
         _check_float(t, "target")
     seed = _seed(root, gradient, "gradient()")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
     # a target the root does not depend on gets device-less zeros of its shape (they take any device they meet)
-    return [Tensor(g, device=t.device) if (g := grads.get(t.uop)) is not None else
-            Tensor.full(t.shape, 0.0, dtype=t.dtype, buffer=False) for t in targets]  # fmt: skip
+    return [type(root)(g, device=t.device) if (g := grads.get(t.uop)) is not None else
+            type(root).full(t.shape, 0.0, dtype=t.dtype, buffer=False) for t in targets]  # fmt: skip
 
 
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(root)/d(t) into t.grad for every live float tensor t in root's graph (see the module doc);
     returns root."""
-    from speck.tensor.hook import Tensor
-
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")
     nodes = set(root.uop.toposort())
@@ -127,7 +94,7 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
             _check_float(t, "tensor in the graph")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
     for t in targets:
-        g = Tensor(_grad_or_zeros(grads, t), device=t.device)
+        g = type(root)(_grad_or_zeros(grads, t), device=t.device)
         if t.grad is None:
             t.grad = g
         else:  # accumulate in place, so every holder of the .grad object sees the sum

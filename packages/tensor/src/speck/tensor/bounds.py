@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from speck.hcq.device import SYNC_CHECKS, DeviceBase
+from speck.tensor.device import Device, canonical
 from speck.tensor.errors import IndexOutOfBoundsError
+from speck.tensor.multi import MultiUOp, _plain_to_shards
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import buffer_device, new_buffer_uop
 from speck.tensor.settings import CHECK_OOB
@@ -57,9 +59,6 @@ def checked(
     device-less index, `Tensor(5)`, is checked there; on sharded data, replicated onto its devices). t itself when
     CHECK_OOB=0 or nothing can be out of range (the dtype's values all fit) or nothing would check it: an index on
     a device that runs no kernels (a file, USB)."""
-    from speck.tensor.device import Device, canonical
-    from speck.tensor.multi import MultiUOp, _plain_to_shards
-
     if not CHECK_OOB.value or not dtypes.is_int(t.dtype):
         return t
     dev = t._device if t._device is not None else device

@@ -2,8 +2,8 @@
 # (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
 # mixin that Tensor subclasses as "misc" - that is the only error silenced here)
 """Creation: empty, from_blob, full, zeros, ones, arange, linspace, eye, const and the *_like constructors. The
-methods are added to Tensor as a mixin like the other op modules'; they build results through the registered class
-(speck.tensor.hook), not by importing tensor.py."""
+methods are added to Tensor as a mixin like the other op modules'; the constructors are classmethods and build
+results with `cls` (methods with `type(self)`), never by importing tensor.py."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from speck.tensor.errors import (
     TensorValueError,
 )
 from speck.tensor.multi import MultiUOp
-from speck.tensor.nodes import _dt, _iota_uop, const_tensor
-from speck.tensor.schedule import max_dim, new_buffer_uop
+from speck.tensor.nodes import _dt, _iota_uop
+from speck.tensor.pyutils import fetch
+from speck.tensor.schedule import buffer_map, external_buffers, max_dim, new_buffer_uop
 from speck.tensor.weak import materialized
 from speck.uop import DType, UOp, dtypes, validate_shape
 from speck.uop.helpers import prod
@@ -44,44 +45,39 @@ class CreationMixin:
 
     __slots__ = ()
 
-    @staticmethod
-    def empty(*shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+    @classmethod
+    def empty(
+        cls: type[Tensor], *shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any
+    ) -> Tensor:
         """An uninitialised tensor (a fresh buffer)."""
-        from speck.tensor.hook import Tensor
-
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
         if isinstance(device, (tuple, list)):
             devs = multi.canonical_devices(device)
-            return Tensor(multi.per_device(devs, lambda d: Tensor.empty(*sh, device=d, dtype=dt)))
+            return cls(multi.per_device(devs, lambda d: cls.empty(*sh, device=d, dtype=dt)))
         dev = canonical(device)
         size = prod(max_dim(s) for s in sh)
         buf = new_buffer_uop(dev, int(size), dt)
-        t = Tensor(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
+        t = cls(buf.reshape(sh) if sh != (size,) else buf, device=dev, requires_grad=kw.get("requires_grad"))
         return t
 
-    @staticmethod
-    def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
+    @classmethod
+    def from_url(cls: type[Tensor], url: str, gunzip: bool = False, **kw: Any) -> Tensor:
         """The content of url as a DISK tensor (uint8 unless dtype= is given; kw go to Tensor()): downloaded into
         the download cache once (speck.tensor.pyutils.fetch), `gunzip` storing the decompressed body. A file://
         url or local path is read where it is (decompressed into the cache when gunzip)."""
         import pathlib
 
-        from speck.tensor.hook import Tensor
-        from speck.tensor.pyutils import fetch
-
         path = fetch(url, gunzip=gunzip)
         if gunzip and (url.startswith(("/", ".", "file://"))):
             path = _gunzip_local(path)
-        return Tensor(pathlib.Path(path), **kw)
+        return cls(pathlib.Path(path), **kw)
 
-    @staticmethod
-    def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
+    @classmethod
+    def from_blob(cls: type[Tensor], ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
         """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
         must outlive the tensor's use)."""
         import ctypes
-
-        from speck.tensor.hook import Tensor
 
         dt = _dt(kw.get("dtype")) or dtypes.default_float
         if dt.fmt is None:
@@ -98,46 +94,41 @@ class CreationMixin:
 
         if n and isinstance(Device[dev].allocator, HostAllocator):
             # kernels of a host device read the memory itself: later changes to it are seen, nothing is copied
-            from speck.tensor.schedule import buffer_map, external_buffers
 
             buf = new_buffer_uop(dev, int(prod(sh)), dt)
             buffer_map[buf] = HcqBuffer(dev, int(prod(sh)), dt, BufferOptions(lru=False)).allocate(
                 ExternalMemory(ptr, n)
             )
             external_buffers.add(buf)
-            out = Tensor(buf.reshape(sh) if sh != (int(prod(sh)),) else buf, device=dev)
+            out = cls(buf.reshape(sh) if sh != (int(prod(sh)),) else buf, device=dev)
             out.requires_grad = kw.get("requires_grad")
             return out
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)) if n else np.zeros(0, np.uint8)
-        return Tensor(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
+        return cls(raw.view(np_dtype(dt)).reshape(sh), device=kw.get("device"), dtype=dt,
                       requires_grad=kw.get("requires_grad"))  # fmt: skip
 
-    @staticmethod
-    def invalids(*shape: Any, **kw: Any) -> Tensor:
+    @classmethod
+    def invalids(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         """A tensor whose values are undefined until something writes them (a custom kernel's output): empty()."""
-        from speck.tensor.hook import Tensor
+        return cls.empty(*shape, **kw)
 
-        return Tensor.empty(*shape, **kw)
-
-    @staticmethod
-    def full(shape: Any, fill_value: Scalar, device: DeviceLike | None = None, dtype: DTypeLike | None = None,
-             buffer: bool = True, **kw: Any) -> Tensor:  # fmt: skip
+    @classmethod
+    def full(cls: type[Tensor], shape: Any, fill_value: Scalar, device: DeviceLike | None = None,
+             dtype: DTypeLike | None = None, buffer: bool = True, **kw: Any) -> Tensor:  # fmt: skip
         """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized), on
         `device`. Its dtype is the fill's made concrete (an int beyond the default int: int64). buffer=False: a
         device-less constant instead, whose literal dtype stays weak."""
-        from speck.tensor.hook import Tensor
-
         sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise TensorValueError(f"shape {sh} has a negative dimension")
         if isinstance(device, (tuple, list)):
             if buffer:  # replicated: the constant built on every device
                 devs = multi.canonical_devices(device)
-                out = Tensor(multi.per_device(devs, lambda d: Tensor.full(sh, fill_value, device=d, dtype=dtype)))
+                out = cls(multi.per_device(devs, lambda d: cls.full(sh, fill_value, device=d, dtype=dtype)))
                 out.requires_grad = kw.get("requires_grad")
                 return out
             device = None
-        if isinstance(fill_value, Tensor):
+        if isinstance(fill_value, cls):
             if fill_value.ndim:
                 raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got shape {fill_value.shape}")
             c = fill_value if dtype is None else fill_value.cast(dtype)
@@ -147,38 +138,32 @@ class CreationMixin:
                 c = c.cast(materialized(c.uop)) if c.dtype.is_weak else c
                 c = c.to(device) if device is not None else c
         else:
-            c = Tensor(fill_value, dtype=_dt(dtype, weak_ok=True))
+            c = cls(fill_value, dtype=_dt(dtype, weak_ok=True))
             if buffer:
                 c = c.cast(materialized(c.uop)) if c.dtype.is_weak else c
-                c = const_tensor(c.uop.arg, c.dtype, canonical(device))
+                c = cls._constant(c.uop.arg, c.dtype, canonical(device))
         out = c.reshape((1,) * len(sh)).expand(sh) if sh else c
         out.requires_grad = kw.get("requires_grad")
         return out
 
-    @staticmethod
-    def zeros(*shape: Any, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
+    @classmethod
+    def zeros(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        return cls.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
 
-        return Tensor.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+    @classmethod
+    def ones(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        return cls.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
 
-    @staticmethod
-    def ones(*shape: Any, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
-        return Tensor.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
-
-    @staticmethod
-    def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
+    @classmethod
+    def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
         """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
         when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
-        from speck.tensor.hook import Tensor
-
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise TensorValueError("arange: step must not be 0")
         if any(isinstance(x, UOp) for x in (start, stop, step)):
-            return _symbolic_arange(start, stop, step, **kw)
+            return _symbolic_arange(cls, start, stop, step, **kw)
         devless = kw.get("device") is None  # no device given: device-less (it takes the device of what it meets)
         n = max(math.ceil((stop - start) / step), 0)
         last = start + (n - 1) * step if n else start
@@ -193,64 +178,54 @@ class CreationMixin:
                                       f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
         if isinstance(kw.get("device"), (tuple, list)):
             devs = multi.canonical_devices(kw.pop("device"))
-            return Tensor(multi.per_device(devs, lambda d: Tensor.arange(start, stop, step, dtype=dt, device=d, **kw)))
+            return cls(multi.per_device(devs, lambda d: cls.arange(start, stop, step, dtype=dt, device=d, **kw)))
         dev = canonical(kw.get("device"))
         if n == 0:
-            return Tensor.full((0,), 0, dtype=dt, device=dev, buffer=not devless)
-        idx = Tensor(_iota_uop(n, dev), device=dev)
+            return cls.full((0,), 0, dtype=dt, device=dev, buffer=not devless)
+        idx = cls(_iota_uop(n, dev), device=dev)
         idx._device = None if devless else dev
         if dtypes.is_float(dt):
             return (idx.cast(dt) * step + start).cast(dt)
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
-    @staticmethod
-    def const(value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+    @classmethod
+    def const(cls: type[Tensor], value: Scalar, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
         """A 0-d device-less constant (dtype from the value unless given: weak for an int or float)."""
-        from speck.tensor.hook import Tensor
-
-        return Tensor(value, dtype=dtype)
+        return cls(value, dtype=dtype)
 
     def const_like(self: Tensor, value: Scalar) -> Tensor:
         """value broadcast to self's shape, with self's dtype and device (no buffer)."""
-        from speck.tensor.hook import Tensor
+        return type(self).full(self.shape, value, dtype=self.dtype, device=self.device)
 
-        return Tensor.full(self.shape, value, dtype=self.dtype, device=self.device)
-
-    @staticmethod
-    def linspace(start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, **kw: Any) -> Tensor:
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         if steps < 0:
             raise TensorValueError(f"linspace: steps must be >= 0, got {steps}")
         if dt == dtypes.bool:
             raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
         if steps == 1:
-            return Tensor.full((1,), start, dtype=dt, device=kw.get("device"), buffer=kw.get("device") is not None)
-        return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
+            return cls.full((1,), start, dtype=dt, device=kw.get("device"), buffer=kw.get("device") is not None)
+        return (cls.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
                 ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
 
-    @staticmethod
-    def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def eye(cls: type[Tensor], n: int, m: int | None = None, **kw: Any) -> Tensor:
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         m = n if m is None else m
         if n < 0 or m < 0:
             raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
-        r = Tensor.arange(n, **kw).unsqueeze(1)
-        c = Tensor.arange(m, **kw).unsqueeze(0)
+        r = cls.arange(n, **kw).unsqueeze(1)
+        c = cls.arange(m, **kw).unsqueeze(0)
         return (r == c).cast(dt)
 
     def full_like(self: Tensor, fill_value: Scalar, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
         if isinstance(self.uop, MultiUOp):
             _no_device_for_sharded(self, kw)
-            return multi.shard_like(Tensor.full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
+            return multi.shard_like(type(self).full(self.shape, fill_value, dtype=kw.pop("dtype", self.dtype),
                                                 device=self.uop.device), self)  # fmt: skip
         dt, dev = kw.pop("dtype", self.dtype), kw.pop("device", self.device)
-        return Tensor.full(self.shape, fill_value, dtype=dt, device=dev)
+        return type(self).full(self.shape, fill_value, dtype=dt, device=dev)
 
     def zeros_like(self: Tensor, **kw: Any) -> Tensor:
         return self.full_like(0, **kw)
@@ -259,22 +234,18 @@ class CreationMixin:
         return self.full_like(1, **kw)
 
     def empty_like(self: Tensor, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
         if isinstance(self.uop, MultiUOp):
             return self._like_shards(
-                lambda s, d, i: Tensor.empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
+                lambda s, d, i: type(self).empty(*s.shape, device=d, dtype=kw.get("dtype", self.dtype)), kw
             )
-        return Tensor.empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
+        return type(self).empty(self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device))
 
     def _like_shards(self: Tensor, make: Any, kw: dict[str, Any]) -> Tensor:
         """A new tensor sharded like this one, each shard made by make(shard uop, device, index) independently."""
-        from speck.tensor.hook import Tensor
-
         u = self.uop
         assert isinstance(u, MultiUOp)
         _no_device_for_sharded(self, kw)
-        return Tensor(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
+        return type(self)(MultiUOp.leaf([make(s, d, i).uop for i, (s, d) in enumerate(zip(u.shards, u.device))], u.axis,
                                     u.device))  # fmt: skip
 
 
@@ -310,11 +281,9 @@ def _gunzip_local(path: Any) -> Any:
     return out
 
 
-def _symbolic_arange(start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
+def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
     """arange with a Variable start or stop (a symbolic length): integer bounds, a concrete int step, the default
     int dtype unless given. Its length must be >= 0 for every value the Variables may take."""
-    from speck.tensor.hook import Tensor
-
     if isinstance(step, UOp) or not all(isinstance(x, (int, UOp)) for x in (start, stop, step)):
         raise TensorTypeError(
             f"arange with a Variable bound needs int start/stop and a concrete int step, got start={start!r}, "
@@ -326,5 +295,5 @@ def _symbolic_arange(start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:
     span = stop - start if step > 0 else start - stop
     n = ssimplify(span if abs(step) == 1 else (span + (abs(step) - 1)) // abs(step))
     dev = canonical(kw.get("device"))
-    idx = Tensor(_iota_uop(n, dev), device=dev).cast(dt)
+    idx = cls(_iota_uop(n, dev), device=dev).cast(dt)
     return idx * step + start if (step, start) != (1, 0) else idx

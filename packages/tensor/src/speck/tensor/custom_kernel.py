@@ -20,7 +20,18 @@ from typing import TYPE_CHECKING, Any
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.ranges import RangeScope
 from speck.tensor.errors import CustomKernelError as CustomKernelError
-from speck.tensor.schedule import register_schedule_rule
+from speck.tensor.gradient import override_gradient
+from speck.tensor.schedule import (
+    ScheduleItem,
+    _reshape_index,
+    base_buffer,
+    buffer_device,
+    buffer_map,
+    contiguous_index,
+    realized_cache,
+    register_schedule_rule,
+    view_offset,
+)
 from speck.uop import Ops, PtrDType, UOp, dtypes
 from speck.uop.helpers import prod
 
@@ -78,7 +89,6 @@ def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: 
     ck = CustomKernel(ast, writes, grad_fxn)
     call = UOp(Ops.KERNEL, dtypes.void, tuple(t.uop for t in tensors), ck)
     outs = [t._new(UOp(Ops.AFTER, t.dtype, (t.uop, call))) for t in tensors]
-    from speck.tensor.gradient import override_gradient
 
     for out in outs:
         override_gradient(out.uop, call.src, _gradient_rule(call, ck))
@@ -267,15 +277,11 @@ def lower_custom_kernel(sink: UOp, kname: str = "custom_kernel") -> tuple[UOp, f
 
 
 def _row_major(idx: list[UOp], shape: tuple[Any, ...]) -> UOp:
-    from speck.tensor.schedule import contiguous_index
-
     return contiguous_index(tuple(idx), shape)
 
 
 def _view_index(u: UOp, idx: list[UOp], gates: list[UOp]) -> list[UOp]:
     """Indices into u.src[0] of the element at idx of the movement view u (a pad adds a validity gate)."""
-    from speck.tensor.schedule import _reshape_index
-
     src_shape = u.src[0].shape
     if u.op is Ops.RESHAPE:
         return list(_reshape_index(tuple(idx), tuple(u.shape), tuple(src_shape)))
@@ -303,8 +309,6 @@ def _view_index(u: UOp, idx: list[UOp], gates: list[UOp]) -> list[UOp]:
 # ---------------- scheduling ----------------
 def schedule_custom_kernel(sched: Scheduler, u: UOp) -> UOp:
     """Schedule the KERNEL behind `u = AFTER(argument, KERNEL)` (once per call) and return u's buffer view."""
-    from speck.tensor.schedule import ScheduleItem, base_buffer, buffer_device, buffer_map, realized_cache, view_offset
-
     call = u.src[1]
     ck: CustomKernel = call.arg
     bufs: list[UOp] = []

@@ -7,9 +7,14 @@ DISK are made on CPU, and a copy onto a DISK device is the value copied. Reads, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from speck.tensor.device import file_backed
 from speck.tensor.schedule import base_buffer, buffer_device, view_offset
 from speck.uop import GroupOp, Ops, UOp
+
+if TYPE_CHECKING:
+    from speck.tensor.tensor import Tensor
 
 HOST = "CPU"
 
@@ -57,16 +62,13 @@ def host_graph(u: UOp) -> UOp:
     return go(u)
 
 
-def write_pending_copy(t: object) -> None:
+def write_pending_copy(t: Tensor) -> None:
     """t (a tensor on a file) viewing a copy onto the file that hasn't run (`x.to("disk:...")[10:20]`): run the copy
     (the file gets the bytes) so t is a view of the file, which reads need (the file's device computes nothing)."""
-    from speck.tensor.hook import Tensor
-
-    assert isinstance(t, Tensor)
     u = t.uop
     while u.op in GroupOp.Movement:
         u = u.src[0]
     if u.op is Ops.COPY and is_disk(u.arg) and base_buffer(u) is None:
-        whole = Tensor(u, device=t.device)
+        whole = type(t)(u, device=t.device)
         whole.realize()
         t.uop = t.uop.substitute({u: whole.uop})

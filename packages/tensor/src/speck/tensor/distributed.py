@@ -38,8 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor import realize
+from speck.tensor.device import Device
+from speck.tensor.dims import as_int
 from speck.tensor.errors import DistributedError as DistributedError
 from speck.tensor.errors import TensorValueError
+from speck.tensor.multi import MultiUOp
+from speck.tensor.realize import host_array
+from speck.tensor.schedule import base_buffer, realized_cache, view_offset
 from speck.tensor.settings import MPI_BUCKET_BYTES, MPI_TIMEOUT
 
 if TYPE_CHECKING:
@@ -147,8 +153,6 @@ def broadcast_(tensors: Sequence[Tensor], root: int = 0) -> list[Tensor]:
 
 
 def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> list[Tensor]:
-    from speck.tensor import realize
-    from speck.tensor.schedule import realized_cache
     from speck.tensor.tensor import Tensor
 
     w = _get()
@@ -165,11 +169,6 @@ def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> lis
 
 def _place(t: Tensor, kind: str) -> tuple[UOp, int, int]:
     """(BUFFER, element offset, element count) of a realized tensor's contiguous memory."""
-    from speck.tensor.device import Device
-    from speck.tensor.dims import as_int
-    from speck.tensor.multi import MultiUOp
-    from speck.tensor.schedule import base_buffer, view_offset
-
     if isinstance(t.uop, MultiUOp):
         raise DistributedError(
             f"{kind} takes tensors on one device, got one sharded over {t.uop.device}; a sharded tensor is reduced "
@@ -190,8 +189,6 @@ def _place(t: Tensor, kind: str) -> tuple[UOp, int, int]:
 
 def _runner(w: _World, kind: str, op: str, root: int, places: list[tuple[UOp, int, int]]) -> Callable[..., None]:
     """The collective as a runner Host function of the places' hcq Buffers (TinyJit maps inputs to new ones)."""
-    from speck.tensor.realize import host_array
-
     offs = [(off, n, b.dtype) for b, off, n in places]
     MPI = w.MPI
 

@@ -1,8 +1,18 @@
 # mypy: disable-error-code="misc"
 # (methods annotate `self: Tensor` so bodies type-check against the full class; mypy flags such self-types on a
 # mixin that Tensor subclasses as "misc" - that is the only error silenced here)
-"""Elementwise Tensor methods: broadcasting with dtype promotion, arithmetic and its reflected forms, comparisons,
-logic and bits, and the math functions built from the IR's few transcendental primitives (EXP2, LOG2, SIN, SQRT)."""
+"""Elementwise math in two layers.
+
+The primitives are plain functions over tensor-level UOps: `promote` applies the operand rules (a Python scalar is a
+weak literal taking the other operand's dtype, dtypes join by `least_upper_dtype`, a weak operand meeting a
+concrete dtype is computed in it, a device-less operand takes the other's device, shapes broadcast as numpy's), and
+the ops (`add`, `div`, `lt`, `where`, `sqrt`, ...) build the nodes, folding weak literals and running sharded
+operands per shard. The device is passed where a constant must be placed (None: device-less, a tuple: sharded).
+Tensor wraps them in one place (the "elementwise primitives" section of tensor.py: Tensor/scalar operands in, a
+Tensor with the operands' requires_grad out).
+
+`ElementwiseMixin` holds the math composed from those Tensor methods (exp, sin, erf, pow, the activations, ...):
+those compositions use the public Tensor API only, so the gradients they declare see the same graph users do."""
 
 from __future__ import annotations
 
@@ -10,10 +20,13 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
+from speck.tensor.device import default_device
 from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
+from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
+from speck.tensor.nodes import _const_uop
 from speck.tensor.settings import DISALLOW_BROADCAST
-from speck.tensor.weak import fold, materialized, retype
+from speck.tensor.weak import check_fits, fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
 from speck.uop.dtype import WEAK_DTYPES, strong_dtype
 
@@ -22,6 +35,9 @@ if TYPE_CHECKING:
 
 Scalar = int | float | bool
 TensorOrScalar = Union["Tensor", int, float, bool]
+# where a tensor lives: a device name, a tuple of them (sharded) or None (device-less: it takes the device of the
+# tensors it meets, and its constants sit on the default device until then)
+Device = Any
 
 
 def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -39,15 +55,364 @@ def broadcast_shape(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _py_dtype(x: Scalar) -> DType:
-    return dtypes.from_py(x)
+def _upper_float(dt: DType) -> DType:
+    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a float (weakfloat
+    included), weakfloat for a weakint literal (it stays weak), else the default float (read live: users set
+    dtypes.default_float)."""
+    if dtypes.is_float(dt):
+        return dt
+    return dtypes.weakfloat if dt is dtypes.weakint else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
+
+
+_CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+_LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
+
+
+# ---------------- operands: constants, dtypes, devices, shapes ----------------
+def const(v: Scalar, dt: DType, dev: Device) -> UOp:
+    """A 0-d constant of dt (a Python int must fit: a literal never wraps) on dev; a device-less or sharded dev
+    places it on the default device (sharded ops rebuild it on every device)."""
+    check_fits(v, dt)
+    return _const_uop(v, dt, dev if type(dev) is str else default_device())
+
+
+def fill(ref: UOp, v: Scalar, dev: Device, dt: DType | None = None) -> UOp:
+    """v as a constant of dt (default ref's dtype) in ref's shape."""
+    return broadcast_to(const(v, ref.dtype if dt is None else dt, dev), ref.shape)
+
+
+def cast(u: UOp, dt: DType) -> UOp:
+    """An explicit cast (Tensor.cast): a weak graph (literals) is computed in dt instead, its ints converted."""
+    if dt == u.dtype:
+        return u
+    if u.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:
+        return retype(u, dt, implicit=False)
+    return u.cast(dt)
+
+
+def join(u: UOp, dt: DType) -> UOp:
+    """u in the dtype a join gave: a weak u meeting a concrete dtype is computed in it, its int literals checked to
+    fit (an implicit conversion never wraps); otherwise a cast."""
+    if u.dtype is dt:
+        return u
+    if u.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:
+        return retype(u, dt)
+    return cast(u, dt)
+
+
+def to_float(u: UOp) -> UOp:
+    return cast(u, _upper_float(u.dtype))
+
+
+def on_device_of(u: UOp, dev: Device, other: Device) -> tuple[UOp, Device]:
+    """A device-less u rebuilt on other's device (other sharded or device-less: left as it is, sharded ops
+    replicate it); u with a device is itself."""
+    if dev is not None or other is None or type(other) is tuple:
+        return u, dev
+    return _on_device(u, other), other
+
+
+def broadcast_to(u: UOp, shape: tuple[Any, ...]) -> UOp:
+    sh = u.shape
+    if sh == shape:
+        return u
+    if len(sh) > len(shape):
+        raise TensorValueError(f"can't broadcast shape {sh} to {tuple(shape)}: too many dims")
+    if len(sh) < len(shape):
+        u = u.reshape((1,) * (len(shape) - len(sh)) + sh)
+    return u.expand(shape) if u.shape != shape else u
+
+
+def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse: bool = False,
+            match_dtype: bool = True) -> tuple[UOp, UOp, Device, Device]:  # fmt: skip
+    """x and y as two nodes of one shape, one device and (match_dtype) their joined dtype, with their devices
+    (reverse: y first). A Python scalar y is a weak literal: it takes x's dtype (`int8_t + 3` is int8; an int that
+    doesn't fit raises), and weak operands stay weak until they meet a concrete dtype. A device-less operand takes
+    the other's device."""
+    if not isinstance(y, UOp):
+        dt = least_upper_dtype(x.dtype, dtypes.from_py(y)) if match_dtype else x.dtype
+        if dt in WEAK_DTYPES and type(x) is MultiUOp:
+            dt = strong_dtype(dt)  # sharded tensors are never weak: no per-shard literal graphs
+        ydev = None if type(xdev) is tuple else xdev
+        y = const(y, dt, ydev)
+        if match_dtype and dt != x.dtype:
+            x = join(x, dt)
+    else:
+        if DISALLOW_BROADCAST.value and x.shape != y.shape:
+            raise TensorValueError(f"implicit broadcasting of shapes {x.shape} and {y.shape} is off "
+                                   "(DISALLOW_BROADCAST=1); expand the operands to one shape first")  # fmt: skip
+        if match_dtype and y.dtype != x.dtype:
+            dt = least_upper_dtype(x.dtype, y.dtype)
+            if dt in WEAK_DTYPES and (type(x) is MultiUOp or type(y) is MultiUOp):
+                dt = strong_dtype(dt)
+            x, y = join(x, dt), join(y, dt)
+        if xdev != ydev:
+            (x, xdev2), (y, ydev) = on_device_of(x, xdev, ydev), on_device_of(y, ydev, xdev)
+            xdev = xdev2
+    if reverse:
+        x, y, xdev, ydev = y, x, ydev, xdev
+    if x.shape != y.shape:
+        sh = broadcast_shape(x.shape, y.shape)
+        x, y = broadcast_to(x, sh), broadcast_to(y, sh)
+    return x, y, xdev, ydev
+
+
+# ---------------- the ALU ----------------
+def alu(op: Ops, x: UOp, *srcs: UOp) -> UOp:
+    """op over operands of one shape and dtype: a literal's graph is folded when constant (and made concrete before
+    a comparison); a sharded operand runs per shard (speck.tensor.multi)."""
+    if x.dtype in WEAK_DTYPES:
+        if op in _CMP:
+            dt = materialized(x)
+            return alu(op, join(x, dt), *[join(s, dt) for s in srcs])
+        if (c := fold(op, x.dtype, (x, *srcs))) is not None:
+            return c
+    if len(srcs) == 1 and type(srcs[0]) is not MultiUOp:  # one plain operand (no loops: the hot path)
+        return x.alu(op, srcs[0])
+    if any(type(s) is MultiUOp for s in srcs):
+        return multi_alu(op, x, *srcs)
+    return x.alu(op, *srcs)
+
+
+def scalar_op(op: Ops, x: UOp, dev: Device, v: Scalar) -> UOp:
+    """op between x and a Python scalar (the scalar's dtype joined with x's)."""
+    a, b, _, _ = promote(x, dev, v)
+    return alu(op, a, b)
+
+
+def select(c: UOp, x: UOp, y: UOp) -> UOp:
+    """x where c, else y: three nodes of one shape and device, x and y of one dtype."""
+    if type(c) is MultiUOp or type(x) is MultiUOp or type(y) is MultiUOp:
+        return multi_alu(Ops.WHERE, c, x, y)
+    return UOp(Ops.WHERE, x.dtype, (c, x, y))
+
+
+def where(c: UOp, cdev: Device, x: UOp | Scalar, xdev: Device, y: UOp | Scalar, ydev: Device) -> tuple[UOp, Device]:
+    """x where the bool c is true, else y (broadcast; x and y promoted to one dtype; two literals stay weak), with
+    the result's device (a device-less condition takes the values')."""
+    if c.dtype != dtypes.bool:
+        raise TensorTypeError(f"where needs a bool condition, got {c.dtype}; compare first (e.g. (t != 0).where)")
+    if isinstance(x, UOp):
+        xu, yu, xdev, ydev = promote(x, xdev, y, ydev)
+    elif isinstance(y, UOp):
+        yu, xu, ydev, xdev = promote(y, ydev, x, xdev)
+    else:  # two literals: weak (`(t > 0).where(1, 0)` is weakint), on the condition's device
+        dt = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+        if dt in WEAK_DTYPES and type(c) is MultiUOp:
+            dt = strong_dtype(dt)
+        xdev = ydev = None if type(cdev) is tuple else cdev
+        xu, yu = const(x, dt, xdev), const(y, dt, ydev)
+    c, cdev = on_device_of(c, cdev, xdev)
+    c, cdev = on_device_of(c, cdev, ydev)
+    (xu, xdev), (yu, ydev) = on_device_of(xu, xdev, cdev), on_device_of(yu, ydev, cdev)
+    sh = broadcast_shape(c.shape, xu.shape, yu.shape)
+    return select(broadcast_to(c, sh), broadcast_to(xu, sh), broadcast_to(yu, sh)), cdev
+
+
+# ---------------- arithmetic (operands promoted: one shape, dtype and device) ----------------
+def add(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.ADD, a, b)
+
+
+def mul(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.MUL, a, b)
+
+
+def sub(a: UOp, b: UOp, dev: Device) -> UOp:
+    if a.dtype == dtypes.bool:  # tinygrad's bool subtraction: a OR NOT b
+        return alu(Ops.OR, a, logical_not(b, dev))
+    return alu(Ops.SUB, a, b)
+
+
+def div(a: UOp, b: UOp, dev: Device, rounding_mode: str | None = None) -> UOp:
+    """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
+    if rounding_mode == "trunc":
+        return alu(Ops.CDIV, a, b) if dtypes.is_int(a.dtype) else trunc(div(a, b, dev), dev)
+    if rounding_mode == "floor":
+        return floordiv(a, b, dev)
+    if rounding_mode is not None:
+        raise TensorValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    ft = _upper_float(a.dtype)
+    return alu(Ops.FDIV, cast(a, ft), cast(b, ft))
+
+
+def idiv(a: UOp, b: UOp, dev: Device) -> UOp:
+    return div(a, b, dev, "trunc")
+
+
+def _sign_differs(r: UOp, b: UOp, dev: Device) -> UOp:
+    """r != 0 and r's sign differs from b's: where a truncated quotient/remainder needs the floor adjustment."""
+    flip = alu(Ops.CMPNE, scalar_op(Ops.CMPLT, r, dev, 0), scalar_op(Ops.CMPLT, b, dev, 0))
+    return alu(Ops.AND, scalar_op(Ops.CMPNE, r, dev, 0), flip)
+
+
+def floordiv(a: UOp, b: UOp, dev: Device) -> UOp:
+    if dtypes.is_int(a.dtype):
+        q = alu(Ops.CDIV, a, b)
+        return alu(Ops.SUB, q, cast(_sign_differs(alu(Ops.CMOD, a, b), b, dev), q.dtype))
+    if a.dtype == dtypes.bool:
+        raise TensorTypeError("floor division of bool tensors is not supported")
+    return floor(div(a, b, dev), dev)
+
+
+def _fmod_float(a: UOp, b: UOp, dev: Device) -> UOp:
+    # a finite dividend over an infinite divisor is the dividend itself (the quotient formula gives 0 * inf = NaN)
+    keep = alu(Ops.AND, isinf(b, dev), isfinite(a, dev))
+    return select(keep, a, alu(Ops.SUB, a, alu(Ops.MUL, trunc(div(a, b, dev), dev), b)))
+
+
+def mod(a: UOp, b: UOp, dev: Device) -> UOp:
+    """Python/numpy remainder: the sign of the divisor."""
+    r = alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
+    return select(_sign_differs(r, b, dev), add(r, b, dev), r)
+
+
+def fmod(a: UOp, b: UOp, dev: Device) -> UOp:
+    """C remainder: the sign of the dividend."""
+    return alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
+
+
+def maximum(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.OR if a.dtype == dtypes.bool else Ops.MAX, a, b)
+
+
+def minimum(a: UOp, b: UOp, dev: Device) -> UOp:
+    if a.dtype == dtypes.bool:
+        return alu(Ops.AND, a, b)
+    if dtypes.is_int(a.dtype):
+        return select(alu(Ops.CMPLT, a, b), a, b)
+    return neg(alu(Ops.MAX, neg(a, dev), neg(b, dev)), dev)
+
+
+# ---------------- comparisons ----------------
+def lt(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.CMPLT, a, b)
+
+
+def gt(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.CMPLT, b, a)
+
+
+def ge(a: UOp, b: UOp, dev: Device) -> UOp:
+    if dtypes.is_float(a.dtype):  # not (a < b) would be True for NaN
+        return alu(Ops.OR, alu(Ops.CMPLT, b, a), alu(Ops.CMPEQ, a, b))
+    return logical_not(alu(Ops.CMPLT, a, b), dev)
+
+
+def le(a: UOp, b: UOp, dev: Device) -> UOp:
+    if dtypes.is_float(a.dtype):
+        return alu(Ops.OR, alu(Ops.CMPLT, a, b), alu(Ops.CMPEQ, a, b))
+    return logical_not(alu(Ops.CMPLT, b, a), dev)
+
+
+def eq(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.CMPEQ, a, b)
+
+
+def ne(a: UOp, b: UOp, dev: Device) -> UOp:
+    return alu(Ops.CMPNE, a, b)
+
+
+# ---------------- logic and bits ----------------
+def _need_int_or_bool(u: UOp, what: str) -> None:
+    if not (dtypes.is_int(u.dtype) or u.dtype == dtypes.bool):
+        raise TensorTypeError(f"{what} needs an int or bool tensor, got {u.dtype}")
+
+
+def bitwise_and(a: UOp, b: UOp, dev: Device) -> UOp:
+    _need_int_or_bool(a, "bitwise_and")
+    return alu(Ops.AND, a, b)
+
+
+def bitwise_or(a: UOp, b: UOp, dev: Device) -> UOp:
+    _need_int_or_bool(a, "bitwise_or")
+    return alu(Ops.OR, a, b)
+
+
+def bitwise_xor(a: UOp, b: UOp, dev: Device) -> UOp:
+    _need_int_or_bool(a, "bitwise_xor")
+    return alu(Ops.XOR, a, b)
+
+
+def bitwise_not(u: UOp, dev: Device) -> UOp:
+    _need_int_or_bool(u, "bitwise_not")
+    if u.dtype == dtypes.bool:
+        return logical_not(u, dev)
+    a, b, _, _ = promote(u, dev, dtypes.max(u.dtype) if dtypes.is_unsigned(u.dtype) else -1)  # all ones
+    return bitwise_xor(a, b, dev)
+
+
+def logical_not(u: UOp, dev: Device) -> UOp:
+    b = u if u.dtype == dtypes.bool else scalar_op(Ops.CMPNE, u, dev, 0)
+    return alu(Ops.CMPNE, b, fill(b, True, None if type(dev) is tuple else dev, dtypes.bool))
+
+
+def shift(op: Ops, x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device) -> tuple[UOp, Device]:
+    """x << y (op SHL) or x >> y (SHR) in x's int dtype, with the result's device."""
+    if not dtypes.is_int(x.dtype):
+        raise TensorTypeError(f"{'lshift' if op is Ops.SHL else 'rshift'} needs an int tensor, got {x.dtype}")
+    a, b, adev, _ = promote(x, xdev, y, ydev, match_dtype=False)
+    return alu(op, a, cast(b, a.dtype)), adev
+
+
+# ---------------- unary primitives ----------------
+def neg(u: UOp, dev: Device) -> UOp:
+    return logical_not(u, dev) if u.dtype == dtypes.bool else alu(Ops.NEG, u)
+
+
+def reciprocal(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.RECIPROCAL, to_float(u))
+
+
+def sqrt(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.SQRT, to_float(u))
+
+
+def exp2(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.EXP2, to_float(u))
+
+
+def log2(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.LOG2, to_float(u))
+
+
+def trunc(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.TRUNC, u) if dtypes.is_float(u.dtype) else u
+
+
+def floor(u: UOp, dev: Device) -> UOp:
+    if not dtypes.is_float(u.dtype):
+        return u
+    t = trunc(u, dev)
+    return select(alu(Ops.CMPLT, u, t), scalar_op(Ops.SUB, t, dev, 1), t)
+
+
+def ceil(u: UOp, dev: Device) -> UOp:
+    if not dtypes.is_float(u.dtype):
+        return u
+    t = trunc(u, dev)
+    return select(alu(Ops.CMPLT, t, u), scalar_op(Ops.ADD, t, dev, 1), t)
+
+
+def isnan(u: UOp, dev: Device) -> UOp:
+    return alu(Ops.CMPNE, u, u) if dtypes.is_float(u.dtype) else fill(u, False, dev, dtypes.bool)
+
+
+def isinf(u: UOp, dev: Device, detect_positive: bool = True, detect_negative: bool = True) -> UOp:
+    if not dtypes.is_float(u.dtype):
+        return fill(u, False, dev, dtypes.bool)
+    pos = scalar_op(Ops.CMPEQ, u, dev, math.inf) if detect_positive else fill(u, False, dev, dtypes.bool)
+    neg_ = scalar_op(Ops.CMPEQ, u, dev, -math.inf) if detect_negative else fill(u, False, dev, dtypes.bool)
+    return alu(Ops.OR, pos, neg_)
+
+
+def isfinite(u: UOp, dev: Device) -> UOp:
+    return logical_not(alu(Ops.OR, isinf(u, dev), isnan(u, dev)), dev)
 
 
 def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
     """sigmoid differentiates as s * (1 - s). Walking 1 / (1 + exp(-x)) instead multiplies exp(-x) = inf by a zero
     gradient (NaN) once x < -88, and tanh and the losses built on sigmoid inherit that NaN."""
-    from speck.tensor.gradient import const_like, override_gradient
-
     node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
@@ -76,494 +441,25 @@ def _poly(x: Tensor, coeffs: list[float]) -> Tensor:
     return out
 
 
-def _upper_float(dt: DType) -> DType:
-    """The dtype float math (true division, sqrt, exp, ...) computes a dt operand in: dt if it is a float (weakfloat
-    included), weakfloat for a weakint literal (it stays weak), else the default float (read live: users set
-    dtypes.default_float)."""
-    if dtypes.is_float(dt):
-        return dt
-    return dtypes.weakfloat if dt is dtypes.weakint else least_upper_dtype(dt, dtypes.weakfloat, dtypes.default_float)
-
-
-_CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
-_LERP_BITS = 7  # fraction bits of lerp's fixed-point weight for uint8 tensors
-
-
 class ElementwiseMixin:
-    """Elementwise methods of Tensor."""
+    """The elementwise math of Tensor composed from its primitives (see the module docstring)."""
 
     __slots__ = ()
 
-    # ---------------- broadcasting ----------------
-    def _broadcasted(self: Tensor, y: TensorOrScalar, reverse: bool = False,
-                     match_dtype: bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
-        """self and y as two tensors of one shape, one device and (match_dtype) their joined dtype. A Python scalar
-        is a weak literal: it takes self's dtype (`int8_t + 3` is int8; an int that doesn't fit raises), and
-        weak operands stay weak until they meet a concrete dtype. A device-less operand takes the other's device."""
-        if y.__class__ is self.__class__ and not reverse:  # the per-op hot path: nothing to convert or broadcast
-            xu, yu = self.uop, y.uop
-            if xu.dtype is yu.dtype and xu.shape == yu.shape and self._device is not None and y._device is not None:
-                return self, y  # (dtypes are interned)
-        from speck.tensor.hook import Tensor
-
-        x: Tensor = self
-        if DISALLOW_BROADCAST.value and isinstance(y, Tensor) and x.shape != y.shape:
-            raise TensorValueError(f"implicit broadcasting of shapes {x.shape} and {y.shape} is off "
-                                   "(DISALLOW_BROADCAST=1); "
-                                   "expand the operands to one shape first")  # fmt: skip
-        if not isinstance(y, Tensor):
-            if not isinstance(y, (int, float, bool)):
-                if hasattr(y, "__len__") or hasattr(y, "dtype"):
-                    y = Tensor(y, device=x.device) if not isinstance(y, UOp) else Tensor(y)
-                else:
-                    raise TensorTypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
-        if not isinstance(y, Tensor):
-            dt = least_upper_dtype(x.dtype, _py_dtype(y)) if match_dtype else x.dtype
-            if dt in WEAK_DTYPES and type(x.uop) is MultiUOp:
-                dt = strong_dtype(dt)  # sharded tensors are never weak: no per-shard literal graphs
-            # (a Python scalar operand never needs a gradient: it leaves the result's requires_grad to x)
-            yt = x._const_like(y, dt)
-            yt.requires_grad = False
-            if match_dtype and dt != x.dtype:
-                x = x._joined(dt)
-        else:
-            yt = y
-            if match_dtype and yt.dtype != x.dtype:
-                dt = least_upper_dtype(x.dtype, yt.dtype)
-                if dt in WEAK_DTYPES and (type(x.uop) is MultiUOp or type(yt.uop) is MultiUOp):
-                    dt = strong_dtype(dt)
-                x, yt = x._joined(dt), yt._joined(dt)
-            if x._device != yt._device:
-                x, yt = x._on_device_of(yt), yt._on_device_of(x)
-        if reverse:
-            x, yt = yt, x
-        if x.shape != yt.shape:
-            sh = broadcast_shape(x.shape, yt.shape)
-            x, yt = x._broadcast_to(sh), yt._broadcast_to(sh)
-        return x, yt
-
-    def _joined(self: Tensor, dt: DType) -> Tensor:
-        """self in the dtype a join gave: a weak self meeting a concrete dtype is computed in it, its int literals
-        checked to fit (an implicit conversion never wraps); otherwise a cast."""
-        if self.dtype is dt:
-            return self
-        if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:
-            return self._new(retype(self.uop, dt))
-        return self.cast(dt)
-
-    def _on_device_of(self: Tensor, other: Tensor) -> Tensor:
-        """A device-less self rebuilt on other's device (other sharded: left device-less, sharded ops replicate
-        it); a tensor with a device is itself."""
-        if self._device is not None or other._device is None or type(other._device) is tuple:
-            return self
-        from speck.tensor.hook import Tensor
-
-        return Tensor(_on_device(self.uop, other._device), device=other._device)
-
-    def _broadcast_to(self: Tensor, shape: tuple[Any, ...]) -> Tensor:
-        if self.shape == tuple(shape):
-            return self
-        if self.ndim > len(shape):
-            raise TensorValueError(f"can't broadcast shape {self.shape} to {tuple(shape)}: too many dims")
-        t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
-        return t.expand(shape)
-
-    def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
-        if self._uop.dtype in WEAK_DTYPES:  # a literal's graph: folded when constant, concrete before a comparison
-            if op in _CMP:
-                dt = materialized(self.uop)
-                return self._joined(dt)._alu(op, *[s._joined(dt) for s in srcs])
-            if (c := fold(op, self.dtype, (self.uop, *[s.uop for s in srcs]))) is not None:
-                return self._new(c)
-        if len(srcs) == 1 and type(yu := srcs[0].uop) is not MultiUOp:  # one plain operand (no loops: the hot path)
-            out = self._new(self.uop.alu(op, yu))
-        elif any(type(s.uop) is MultiUOp for s in srcs):  # a sharded operand: run per shard (speck.tensor.multi)
-            out = self._new(multi_alu(op, self.uop, *[s.uop for s in srcs]))
-        else:
-            out = self._new(self.uop.alu(op, *[s.uop for s in srcs]))
-        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
-            flags = [s.requires_grad for s in srcs]
-            if True in flags or (out.requires_grad is False and None in flags):
-                out.requires_grad = True if True in flags else None
-        return out
-
-    def _binop(self: Tensor, op: Ops, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        return a._alu(op, b)
-
-    # ---------------- arithmetic ----------------
-    def add(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.ADD, y, reverse)
-
-    def sub(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        if a.dtype == dtypes.bool:  # tinygrad's bool subtraction: a OR NOT b
-            return a | b.logical_not()
-        return a._alu(Ops.SUB, b)
-
-    def mul(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.MUL, y, reverse)
-
-    def div(self: Tensor, y: TensorOrScalar, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
-        """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
-        a, b = self._broadcasted(y, reverse)
-        if rounding_mode == "trunc":
-            return a._alu(Ops.CDIV, b) if dtypes.is_int(a.dtype) else (a / b).trunc()
-        if rounding_mode == "floor":
-            return a._floordiv(b)
-        if rounding_mode is not None:
-            raise TensorValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-        ft = _upper_float(a.dtype)
-        a, b = a.cast(ft), b.cast(ft)
-        return a._alu(Ops.FDIV, b)
-
-    def _floordiv(self: Tensor, b: Tensor) -> Tensor:
-        a = self
-        if dtypes.is_int(a.dtype):
-            q = a._alu(Ops.CDIV, b)
-            r = a._alu(Ops.CMOD, b)
-            adjust = (r != 0) & ((r < 0) != (b < 0))
-            return q - adjust.cast(q.dtype)
-        if a.dtype == dtypes.bool:
-            raise TensorTypeError("floor division of bool tensors is not supported")
-        return (a / b).floor()
-
-    def idiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
-        return self.div(y, reverse, rounding_mode="trunc")
-
-    def floordiv(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        return a._floordiv(b)
-
-    def mod(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        """Python/numpy remainder: the sign of the divisor."""
-        a, b = self._broadcasted(y, reverse)
-        r = a._alu(Ops.CMOD, b) if dtypes.is_int(a.dtype) else a._fmod_float(b)
-        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-
-    def fmod(self: Tensor, y: TensorOrScalar) -> Tensor:
-        """C remainder: the sign of the dividend."""
-        a, b = self._broadcasted(y)
-        if dtypes.is_int(a.dtype):
-            return a._alu(Ops.CMOD, b)
-        return a._fmod_float(b)
-
-    def _fmod_float(self: Tensor, b: Tensor) -> Tensor:
-        # a finite dividend over an infinite divisor is the dividend itself (the quotient formula gives 0 * inf = NaN)
-        return (b.isinf() & self.isfinite()).where(self, self - (self / b).trunc() * b)
-
-    def __add__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.add(y)
-
-    def __radd__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.add(y, True)
-
-    def __sub__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.sub(y)
-
-    def __rsub__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.sub(y, True)
-
-    def __mul__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.mul(y)
-
-    def __rmul__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.mul(y, True)
-
-    def __truediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.div(y)
-
-    def __rtruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.div(y, True)
-
-    def __floordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.floordiv(y)
-
-    def __rfloordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.floordiv(y, True)
-
-    def __mod__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.mod(y)
-
-    def __rmod__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.mod(y, True)
-
-    def __pow__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.pow(y)
-
-    def __rpow__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.pow(y, True)
-
-    def __neg__(self: Tensor) -> Tensor:
-        return self.neg()
-
-    def __abs__(self: Tensor) -> Tensor:
-        return self.abs()
-
-    def __matmul__(self: Tensor, y: Tensor) -> Tensor:
-        return self.matmul(y)
-
-    def __rmatmul__(self: Tensor, y: Tensor) -> Tensor:
-        from speck.tensor.hook import Tensor
-
-        return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
-
-    def __iadd__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self + y)
-
-    def __isub__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self - y)
-
-    def __imul__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self * y)
-
-    def __itruediv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self / y)
-
-    # the other in-place operators also write into self (Python's fallback `x = x op y` would rebind the name only)
-    def __ifloordiv__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self // y)
-
-    def __ipow__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self**y)
-
-    def __iand__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self & y)
-
-    def __ior__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self | y)
-
-    def __ixor__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self ^ y)
-
-    def __ilshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self << y)
-
-    def __irshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.assign(self >> y)
-
-    def __imatmul__(self: Tensor, y: Tensor) -> Tensor:
-        return self.assign(self.matmul(y))
-
-    # ---------------- comparisons ----------------
-    def _cmp_out_of_range(self: Tensor, y: object, below: bool, above: bool) -> Tensor | None:
-        """self <op> y for a Python int y outside self's int dtype: every element compares the same way (`below`:
-        the result when y is below the dtype's range, `above`: above it), so the answer is exact without y as a
-        constant of that dtype (which would not fit: `uint8_labels != -1` is all True, as in numpy).
-        None when y fits (the ordinary path)."""
-        if type(y) is not int or not dtypes.is_int(self.dtype) or self.dtype.is_weak:
-            return None
-        dt = self.dtype
-        if dtypes.min(dt) <= y <= dtypes.max(dt):
-            return None
-        false = self.zeros_like(dtype=dtypes.bool)
-        return false.logical_not() if (below if y < dtypes.min(dt) else above) else false
-
-    def __lt__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if (r := self._cmp_out_of_range(y, False, True)) is not None:
-            return r
-        a, b = self._broadcasted(y)
-        return a._alu(Ops.CMPLT, b)
-
-    def __gt__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if (r := self._cmp_out_of_range(y, True, False)) is not None:
-            return r
-        a, b = self._broadcasted(y, True)
-        return a._alu(Ops.CMPLT, b)
-
-    def __ge__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if (r := self._cmp_out_of_range(y, True, False)) is not None:
-            return r
-        a, b = self._broadcasted(y)
-        if dtypes.is_float(a.dtype):  # not (a < b) would be True for NaN
-            return b._alu(Ops.CMPLT, a) | a._alu(Ops.CMPEQ, b)
-        return a._alu(Ops.CMPLT, b).logical_not()
-
-    def __le__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if (r := self._cmp_out_of_range(y, False, True)) is not None:
-            return r
-        a, b = self._broadcasted(y)
-        if dtypes.is_float(a.dtype):
-            return a._alu(Ops.CMPLT, b) | a._alu(Ops.CMPEQ, b)
-        return b._alu(Ops.CMPLT, a).logical_not()
-
-    def __eq__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
-        if (r := self._cmp_out_of_range(y, False, False)) is not None:
-            return r
-        a, b = self._broadcasted(y)
-        return a._alu(Ops.CMPEQ, b)
-
-    def __ne__(self: Tensor, y: TensorOrScalar) -> Tensor:  # type: ignore[override]
-        if (r := self._cmp_out_of_range(y, True, True)) is not None:
-            return r
-        a, b = self._broadcasted(y)
-        return a._alu(Ops.CMPNE, b)
-
-    def eq(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self == y
-
-    def ne(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self != y
-
-    def lt(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self < y
-
-    def gt(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self > y
-
-    def le(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self <= y
-
-    def ge(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self >= y
-
-    # ---------------- logic and bits ----------------
-    def _need_int_or_bool(self: Tensor, what: str) -> None:
-        if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
-            raise TensorTypeError(f"{what} needs an int or bool tensor, got {self.dtype}")
-
-    def bitwise_and(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        a._need_int_or_bool("bitwise_and")
-        return a._alu(Ops.AND, b)
-
-    def bitwise_or(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        a._need_int_or_bool("bitwise_or")
-        return a._alu(Ops.OR, b)
-
-    def bitwise_xor(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        a, b = self._broadcasted(y, reverse)
-        a._need_int_or_bool("bitwise_xor")
-        return a._alu(Ops.XOR, b)
-
-    def xor(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
-        """The older name of bitwise_xor."""
-        return self.bitwise_xor(y, reverse)
-
-    def bitwise_not(self: Tensor) -> Tensor:
-        self._need_int_or_bool("bitwise_not")
-        if self.dtype == dtypes.bool:
-            return self.logical_not()
-        return self.bitwise_xor(dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1)  # all ones
-
-    def logical_not(self: Tensor) -> Tensor:
-        b = self if self.dtype == dtypes.bool else self != 0
-        return b._alu(Ops.CMPNE, b._const_like(True, dtypes.bool)._broadcast_to(b.shape))
-
-    def logical_and(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())
-
-    def logical_or(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())
-
-    def logical_xor(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())
-
-    def __and__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_and(y)
-
-    def __rand__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_and(y, True)
-
-    def __or__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_or(y)
-
-    def __ror__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_or(y, True)
-
-    def __xor__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_xor(y)
-
-    def __rxor__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.bitwise_xor(y, True)
-
-    def __invert__(self: Tensor) -> Tensor:
-        return self.bitwise_not()
-
-    def lshift(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if not dtypes.is_int(self.dtype):
-            raise TensorTypeError(f"lshift needs an int tensor, got {self.dtype}")
-        a, b = self._broadcasted(y, match_dtype=False)
-        return a._alu(Ops.SHL, b.cast(a.dtype))
-
-    def rshift(self: Tensor, y: TensorOrScalar) -> Tensor:
-        if not dtypes.is_int(self.dtype):
-            raise TensorTypeError(f"rshift needs an int tensor, got {self.dtype}")
-        a, b = self._broadcasted(y, match_dtype=False)
-        return a._alu(Ops.SHR, b.cast(a.dtype))
-
-    def __lshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.lshift(y)
-
-    def __rshift__(self: Tensor, y: TensorOrScalar) -> Tensor:
-        return self.rshift(y)
-
-    def where(self: Tensor, x: TensorOrScalar, y: TensorOrScalar) -> Tensor:
-        """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
-        from speck.tensor.hook import Tensor
-
-        if self.dtype != dtypes.bool:
-            raise TensorTypeError(
-                f"where needs a bool condition, got {self.dtype}; compare first (e.g. (t != 0).where)"
-            )
-        cond = self
-        if isinstance(x, Tensor):
-            xt, yt = x._broadcasted(y)
-        elif isinstance(y, Tensor):
-            yt, xt = y._broadcasted(x)
-        else:  # two literals: weak (`(t > 0).where(1, 0)` is weakint), on the condition's device
-            dt = least_upper_dtype(_py_dtype(x), _py_dtype(y))
-            if dt in WEAK_DTYPES and type(self.uop) is MultiUOp:
-                dt = strong_dtype(dt)
-            xt, yt = self._const_like(x, dt), self._const_like(y, dt)
-        cond = cond._on_device_of(xt)._on_device_of(yt)  # (a device-less condition takes the values' device)
-        xt, yt = xt._on_device_of(cond), yt._on_device_of(cond)
-        sh = broadcast_shape(cond.shape, xt.shape, yt.shape)
-        cond, xt, yt = cond._broadcast_to(sh), xt._broadcast_to(sh), yt._broadcast_to(sh)
-        if any(type(t.uop) is MultiUOp for t in (cond, xt, yt)):
-            return cond._new(multi_alu(Ops.WHERE, cond.uop, xt.uop, yt.uop))
-        return cond._new(UOp(Ops.WHERE, xt.dtype, (cond.uop, xt.uop, yt.uop)))
-
-    def masked_fill(self: Tensor, mask: Tensor, value: TensorOrScalar) -> Tensor:
-        from speck.tensor.hook import Tensor
-
-        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
-        return mask.where(v.cast(self.dtype), self)
-
     # ---------------- unary math ----------------
-    def _float(self: Tensor) -> Tensor:
-        return self.cast(_upper_float(self.dtype))
-
     def _literal_float(self: Tensor) -> Tensor:
         """self in float, as float-literal arithmetic makes it: a concrete int/bool tensor becomes weakfloat (TENSOR_API
         3.3: tinygrad's sigmoid/tanh/gelu of an int tensor are weakfloat; reads give the default float)."""
         return self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)
 
-    def neg(self: Tensor) -> Tensor:
-        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
-
-    def reciprocal(self: Tensor) -> Tensor:
-        return self._float()._alu(Ops.RECIPROCAL)
-
-    def sqrt(self: Tensor) -> Tensor:
-        return self._float()._alu(Ops.SQRT)
-
     def rsqrt(self: Tensor) -> Tensor:
         return self.sqrt().reciprocal()
-
-    def exp2(self: Tensor) -> Tensor:
-        return self._float()._alu(Ops.EXP2)
 
     def exp(self: Tensor) -> Tensor:
         x = self._float()
         if x.dtype.itemsize < 4:  # half/bf16/fp8: x / ln2 rounded to 11 bits would cost ~|x| * 2**-11 relative error
             return x.float().exp().cast(x.dtype)
         return (x * (1 / math.log(2)))._alu(Ops.EXP2)
-
-    def log2(self: Tensor) -> Tensor:
-        return self._float()._alu(Ops.LOG2)
 
     def log(self: Tensor) -> Tensor:
         return self.log2() * math.log(2)
@@ -731,21 +627,6 @@ class ElementwiseMixin:
         one = (self > 0).where(self._const_like(1), self.detach() if dtypes.is_float(self.dtype) else z)
         return (self < 0).where(self._const_like(-1), (self == 0).where(z, one))
 
-    def trunc(self: Tensor) -> Tensor:
-        return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
-
-    def floor(self: Tensor) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self
-        t = self.trunc()
-        return (self < t).where(t - 1, t)
-
-    def ceil(self: Tensor) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self
-        t = self.trunc()
-        return (self > t).where(t + 1, t)
-
     def round(self: Tensor) -> Tensor:
         """Round half to even (numpy's rule)."""
         if not dtypes.is_float(self.dtype):
@@ -756,20 +637,6 @@ class ElementwiseMixin:
         odd = (t - (t / 2).trunc() * 2) != 0
         up = (frac.abs() > 0.5) | ((frac.abs() == 0.5) & odd)
         return up.where(t + s, t)
-
-    def isnan(self: Tensor) -> Tensor:
-        return self != self if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)._broadcast_to(
-            self.shape)  # fmt: skip
-
-    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
-        pos = (self == math.inf) if detect_positive else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
-        neg = (self == -math.inf) if detect_negative else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
-        return pos | neg
-
-    def isfinite(self: Tensor) -> Tensor:
-        return (self.isinf() | self.isnan()).logical_not()
 
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
@@ -799,23 +666,8 @@ class ElementwiseMixin:
     def clamp(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
         return self.clip(min_, max_)
 
-    def maximum(self: Tensor, y: TensorOrScalar) -> Tensor:
-        a, b = self._broadcasted(y)
-        if a.dtype == dtypes.bool:
-            return a | b
-        return a._alu(Ops.MAX, b)
-
-    def minimum(self: Tensor, y: TensorOrScalar) -> Tensor:
-        a, b = self._broadcasted(y)
-        if a.dtype == dtypes.bool:
-            return a & b
-        if dtypes.is_int(a.dtype):
-            return (a < b).where(a, b)
-        return -((-a)._alu(Ops.MAX, -b))
-
     def lerp(self: Tensor, end: TensorOrScalar, weight: TensorOrScalar) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+        Tensor = type(self)
         if self.dtype == dtypes.uint8 and isinstance(weight, Tensor):
             # images: fixed point with a 7-bit weight in int16, rounded to nearest (uint8 arithmetic would wrap)
             w = (weight * (1 << _LERP_BITS) + 0.5).cast(dtypes.int16)
@@ -954,7 +806,6 @@ class ElementwiseMixin:
 def _relu_gradient(out: Tensor, x: Tensor) -> None:
     """relu's gradient is 0 at 0 (maximum's rule would split a tie in half). The forward stays one MAX, which
     fuses into the kernel computing x (a select would read x twice and make it a kernel of its own)."""
-    from speck.tensor.gradient import override_gradient
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
         return ((x > 0).where(out._new(g), 0.0).uop,)
@@ -965,7 +816,6 @@ def _relu_gradient(out: Tensor, x: Tensor) -> None:
 def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
     """x ** y differentiates as y * x ** (y - 1) (0 where y == 0) and x ** y * ln(x) (0 where x == 0), not through
     the exp2/log2 graph computing it, which gives NaN at x == 0."""
-    from speck.tensor.gradient import override_gradient
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
         gt, o = out._new(g), out._new(out.uop)

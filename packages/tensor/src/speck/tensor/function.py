@@ -23,11 +23,13 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from speck.tensor import schedule
+from speck.tensor.base import TensorBase
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
+from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
 from speck.uop import Context, Ops, UOp
@@ -87,9 +89,8 @@ class Function:
 def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
     """A hashable key of the arguments' structure: tensors by (position, shape, dtype, device), collecting them
     into `inputs` in order (each once); other values by value when hashable, else by identity."""
-    from speck.tensor.hook import Tensor
-
-    if isinstance(x, Tensor):
+    if isinstance(x, TensorBase):
+        x = cast("Tensor", x)
         if id(x) not in seen:
             seen[id(x)] = len(inputs)
             inputs.append(x)
@@ -118,8 +119,6 @@ class _Capture:
     """The body traced once for one input signature: its outputs over placeholder views of the inputs."""
 
     def __init__(self, f: Function, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> None:
-        from speck.tensor.hook import Tensor
-
         start = next(schedule._unique_counter)  # buffers made from here on are the body's own
         self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
         for k, t in enumerate(inputs):
@@ -139,14 +138,15 @@ class _Capture:
         finally:
             for t, u in zip(inputs, saved):
                 t.uop = u
-        self.single = isinstance(ret, Tensor)
-        outs = (ret,) if isinstance(ret, Tensor) else ret
-        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, Tensor) for o in outs):
+        self.single = isinstance(ret, TensorBase)
+        outs = (ret,) if isinstance(ret, TensorBase) else ret
+        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, TensorBase) for o in outs):
             raise FunctionError(f"@function {f.name} must return a Tensor or a tuple of Tensors, got "
                                 f"{_describe_value(ret)}")  # fmt: skip
         if f.precompile:
             outs = tuple(o.contiguous() for o in outs)
         self.devices = [o.device for o in outs]
+        self.cls = type(outs[0])  # (the outputs' class: the tensors each call returns)
         self.body = UOp.sink(*[o.uop for o in outs])
         placeholders = {b for b, _ in self.views}
         implicit: list[UOp] = []
@@ -165,8 +165,6 @@ class _Capture:
                                 "to capture them as implicit inputs")  # fmt: skip
 
     def __call__(self, inputs: list[Tensor]) -> Any:
-        from speck.tensor.hook import Tensor
-
         mapping: dict[UOp, UOp] = {}
         for (buf, view), t in zip(self.views, inputs):
             mapping[view] = t.uop
@@ -174,7 +172,7 @@ class _Capture:
                 mapping[buf] = t.uop.reshape((int(buf.arg),))
         for b in self.fresh:
             mapping[b] = new_buffer_uop(buffer_device(b), b.arg, b.dtype)
-        outs = [Tensor(u, device=d) for u, d in zip(self.body.substitute(mapping).src, self.devices)]
+        outs = [self.cls(u, device=d) for u, d in zip(self.body.substitute(mapping).src, self.devices)]
         return outs[0] if self.single else tuple(outs)
 
 
@@ -183,9 +181,6 @@ def callify(*tensors: Tensor) -> None:
     """Turn the pending computation of `tensors` into one self-contained call: a Function (precompiled: each output
     in a buffer of its own) over the buffers the graphs read, called once on them; the tensors are rewired to the
     call's outputs. Values and dtypes stay as they were; realized tensors are left alone."""
-    from speck.tensor.hook import Tensor
-    from speck.tensor.multi import MultiUOp
-
     pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
     if any(isinstance(t.uop, MultiUOp) for t in pending):
         raise TensorNotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
@@ -193,11 +188,12 @@ def callify(*tensors: Tensor) -> None:
         return
     graphs = [t.uop for t in pending]
     bufs = list(dict.fromkeys(n for g in graphs for n in g.toposort() if n.op is Ops.BUFFER))
-    inputs = [Tensor(b, device=buffer_device(b)) for b in bufs]
+    cls = type(pending[0])
+    inputs = [cls(b, device=buffer_device(b)) for b in bufs]
 
     def body(*xs: Tensor) -> tuple[Tensor, ...]:
         mapping = {b: x.uop for b, x in zip(bufs, xs)}
-        return tuple(Tensor(g.substitute(mapping), device=t.device) for g, t in zip(graphs, pending))
+        return tuple(cls(g.substitute(mapping), device=t.device) for g, t in zip(graphs, pending))
 
     body.__qualname__ = "callify"
     outs = Function(body, precompile=True)(*inputs)
@@ -232,8 +228,6 @@ def _describe_value(x: Any) -> str:
 
 def _describe_buffer(buf: UOp, fn: Callable[..., Any]) -> str:
     """A buffer the body read, named after the closure variables and globals of fn whose tensors hold it."""
-    from speck.tensor.hook import Tensor
-
     names: list[str] = []
     code = getattr(fn, "__code__", None)
     candidates: list[tuple[str, Any]] = []
@@ -243,7 +237,7 @@ def _describe_buffer(buf: UOp, fn: Callable[..., Any]) -> str:
         glb = getattr(fn, "__globals__", {})
         candidates += [(n, glb[n]) for n in code.co_names if n in glb]
     for name, val in candidates:
-        if isinstance(val, Tensor) and buf in val.uop.toposort():
+        if isinstance(val, TensorBase) and buf in cast("Tensor", val).uop.toposort():
             names.append(repr(name))
     what = f"a {buf.dtype} buffer of {buf.arg} element(s) on {buffer_device(buf)}"
     return f"{' / '.join(names)} ({what})" if names else what

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import GradientError
@@ -16,6 +17,9 @@ from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.helpers import prod
 from speck.uop.uop import sint
+
+if TYPE_CHECKING:
+    pass
 
 
 def const_like(x: UOp, v: float | int | bool) -> UOp:
@@ -112,10 +116,10 @@ def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
     """ASSIGN(base, pos, value, arg=reduce), the O(k) scatter (speck.tensor.indexing._scatter_node, setitem): the
     gradient reaches base where nothing was written (everywhere for a 'sum' scatter) and each value element from the
     position it landed on, when it is the last writer there (any contributor for 'sum'); pos gets none."""
-    if len(ret.src) != 3:
-        return None
     from speck.tensor.hook import Tensor
 
+    if len(ret.src) != 3:
+        return None
     base, pos, value = ret.src
     if ret.arg not in (None, "sum"):
         raise GradientError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "

@@ -1,7 +1,9 @@
-"""The Tensor class, for the modules that define its methods and build its results (elementwise, movement, reduce,
-indexing, nnops, random, writes, multi, autograd, ...). tensor.py composes the class from those modules and
-registers it here once it is built; they read it as `from speck.tensor.hook import Tensor` when called. So they
-depend on this small module, not on tensor.py, which depends on them: no import cycle."""
+"""The Tensor class for the few functions below tensor.py that build tensors with no tensor at hand to take the
+class from (pickle's loaders, the scatter gradient rule, the write queue, realize's UOp.shard service): tensor.py
+registers the class here once it is built, and they read it as `from speck.tensor.hook import Tensor` when called.
+Everything else takes the class from the tensor it is handed (`type(t)`, a constructor classmethod's `cls`) and
+recognises tensors with `isinstance(x, speck.tensor.base.TensorBase)`; tests/integration/test_design.py holds the
+list of readers."""
 
 from __future__ import annotations
 

@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
+from speck.tensor.elementwise import broadcast_shape
 from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorTypeError, TensorValueError
+from speck.tensor.writes import setitem
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -55,32 +58,32 @@ class IndexingMixin:
     __slots__ = ()
 
     def _normalize_index(self: Tensor, idx: Any) -> list[Any]:
-        from speck.tensor.hook import Tensor
-
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
         pos: int | None = 0  # the dim the next index applies to (None after an ellipsis: counted from the end)
         for it in items:
-            if isinstance(it, slice) and any(isinstance(x, Tensor) for x in (it.start, it.stop, it.step)):
+            if isinstance(it, slice) and any(isinstance(x, type(self)) for x in (it.start, it.stop, it.step)):
                 # 0-d int tensors as slice bounds: their values (read now)
-                it = slice(*[_scalar_index(x) if isinstance(x, Tensor) else x for x in (it.start, it.stop, it.step)])
+                it = slice(
+                    *[_scalar_index(x) if isinstance(x, type(self)) else x for x in (it.start, it.stop, it.step)]
+                )
             if isinstance(it, np.integer):
                 it = int(it)
             if isinstance(it, (list, np.ndarray)):
                 # an empty list selects nothing: an int index (Tensor([]) would be float)
-                it = Tensor(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
-            if isinstance(it, Tensor) and it.dtype == dtypes.bool:
+                it = type(self)(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
+            if isinstance(it, type(self)) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
                 _check_mask_shape(self.shape, it.shape, pos)
                 pos = None if pos is None else pos + it.ndim
                 nz = np.nonzero(it.numpy())
-                out.extend(Tensor(n.astype(np.int32), device=self.device) for n in nz)
+                out.extend(type(self)(n.astype(np.int32), device=self.device) for n in nz)
                 continue
-            if isinstance(it, Tensor) and not dtypes.is_int(it.dtype):
+            if isinstance(it, type(self)) and not dtypes.is_int(it.dtype):
                 raise TensorIndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
             if isinstance(it, bool):
                 raise TensorIndexError("a Python bool is not a valid index; use a boolean tensor mask")
-            if not (it is None or it is Ellipsis or isinstance(it, (int, slice, Tensor, UOp))):
+            if not (it is None or it is Ellipsis or isinstance(it, (int, slice, type(self), UOp))):
                 raise TensorIndexError(f"invalid index {it!r} of type {type(it).__name__}; expected int, slice, None, "
                                        "Ellipsis, a list or an int/bool tensor")  # fmt: skip
             out.append(it)
@@ -196,10 +199,6 @@ class IndexingMixin:
                   user_dims: list[int]) -> Tensor:  # fmt: skip
         """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape); an index
         outside [-n, n) is an error (found on the device: speck.tensor.bounds)."""
-        from speck.tensor.bounds import checked
-        from speck.tensor.elementwise import broadcast_shape
-        from speck.tensor.hook import Tensor
-
         bshape = broadcast_shape(*[ix.shape for _, ix in adv])
         dims = [d for d, _ in adv]
         rest = [i for i in range(self.ndim) if i not in dims]
@@ -214,7 +213,7 @@ class IndexingMixin:
                 raise TensorIndexError("integer-tensor indexing of a symbolic dim is not supported")
             ii = checked(ix, op, -n, n, user_dims[k], device=self.device)._broadcast_to(bshape).cast(dtypes.int32)
             ii = (ii < 0).where(ii + n, ii)
-            ar = Tensor.arange(n, device=self.device)
+            ar = type(self).arange(n, device=self.device)
             shape_k = tuple(n if j == k else 1 for j in range(len(adv)))
             m = ii.reshape(bshape + (1,) * len(adv)) == ar.reshape((1,) * nb + shape_k)
             mask = m if mask is None else (mask & m)
@@ -240,16 +239,12 @@ class IndexingMixin:
     def __setitem__(self: Tensor, idx: Any, value: Any) -> None:
         """x[idx] = value: basic indices write through the view x[idx]; index tensors store the selected elements
         with a scatter kernel (O(k) for k elements, the last duplicate wins) - see speck.tensor.writes."""
-        from speck.tensor.writes import setitem
-
         setitem(self, idx, value)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere). A negative
         index counts from the end (numpy's take_along_axis); one outside [-n, n) is an error, found on the device
         (speck.tensor.bounds; with CHECK_OOB=0 it reads 0)."""
-        from speck.tensor.bounds import checked
-
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
@@ -264,8 +259,6 @@ class IndexingMixin:
     def _take(self: Tensor, d: int, index: Tensor) -> Tensor:
         """gather along dim d without the bounds check or negative wrap: an index outside [0, n) reads 0 (what
         internal users that mark skipped elements with -1 rely on)."""
-        from speck.tensor.hook import Tensor
-
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
@@ -277,7 +270,7 @@ class IndexingMixin:
         # move dim to the end of x: x[..., k]; index[..., i at d]
         xk = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n) with d's slot replaced
         ii = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        m = ii == Tensor.arange(n, device=self.device)  # an index outside [0, n) matches nothing: 0
+        m = ii == type(self).arange(n, device=self.device)  # an index outside [0, n) matches nothing: 0
         out = m.where(xk, xk._const_like(0)).sum(-1, dtype=self.dtype) if self.dtype != dtypes.bool else \
             (m & xk).any(-1)  # fmt: skip
         return out.transpose(d, -1)
@@ -302,9 +295,6 @@ class IndexingMixin:
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
         """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node. An
         index outside [0, n) is an error, found on the device (speck.tensor.bounds; with CHECK_OOB=0 it is ignored)."""
-        from speck.tensor.bounds import checked
-        from speck.tensor.hook import Tensor
-
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
             raise TensorValueError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
@@ -312,7 +302,7 @@ class IndexingMixin:
             raise TensorTypeError(f"scatter: index must be an int tensor, got {index.dtype}")
         if index.device != self.device:
             raise TensorValueError(f"scatter: index is on {index.device}, self on {self.device}")
-        s = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
+        s = src if isinstance(src, type(self)) else type(self)(src, device=self.device, dtype=self.dtype)
         if s.dtype != self.dtype:
             raise TensorTypeError(f"scatter: src dtype {s.dtype} differs from self's {self.dtype}; cast it first")
         if s.ndim == 0:
@@ -334,8 +324,8 @@ class IndexingMixin:
             return self._scatter_node(pos, s, None)
         if mode == "mean":
             total = self._scatter(d, index, s, "sum", include_self)
-            ones = Tensor.ones(index.shape, dtype=dtypes.int32, device=self.device)
-            count = Tensor.zeros(self.shape, dtype=dtypes.int32, device=self.device)._scatter_node(pos, ones, "sum")
+            ones = type(self).ones(index.shape, dtype=dtypes.int32, device=self.device)
+            count = type(self).zeros(self.shape, dtype=dtypes.int32, device=self.device)._scatter_node(pos, ones, "sum")
             count = count + 1 if include_self else count.maximum(1)
             return (total / count).cast(self.dtype)
         base = self
@@ -346,12 +336,10 @@ class IndexingMixin:
     def _scatter_dense(self: Tensor, d: int, index: Tensor, s: Tensor, mode: str | None, include_self: bool) -> Tensor:
         """scatter (mode None: the last duplicate along d wins) or scatter_reduce 'sum' from elementwise ops and
         sums over a one-hot of index, so gradients reach self and src."""
-        from speck.tensor.hook import Tensor
-
         n = as_int(self.shape[d])
         # index and src with d moved last, compared against every target position along d: (..., k, n)
         ix, sv = index.transpose(d, -1).unsqueeze(-1), s.transpose(d, -1).unsqueeze(-1)
-        hit = ix == Tensor.arange(n, device=self.device, dtype=ix.dtype)
+        hit = ix == type(self).arange(n, device=self.device, dtype=ix.dtype)
         if mode is None:  # only the last index element naming a target writes it
             hit = hit & (hit.int().flip(-2).cumsum(-2).flip(-2) == 1)
         vals = hit.where(sv, sv._const_like(0)).sum(-2, dtype=self.dtype)
@@ -367,15 +355,13 @@ class IndexingMixin:
     def _scatter_positions(self: Tensor, d: int, index: Tensor) -> Tensor:
         """int32, index's shape: 1 + the flat position in self each index element names (its own coordinates,
         with index's value along d), 0 for a value outside [0, self.shape[d])."""
-        from speck.tensor.hook import Tensor
-
         shape = [as_int(n) for n in self.shape]
         strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
         ix = index.cast(dtypes.int32)
         pos = ix * strides[d] + 1
         for j, n in enumerate(index.shape):
             if j != d and as_int(n) > 1:
-                ar = Tensor.arange(as_int(n), device=self.device)
+                ar = type(self).arange(as_int(n), device=self.device)
                 pos = pos + ar.reshape([-1 if k == j else 1 for k in range(self.ndim)]) * strides[j]
         return ((ix >= 0) & (ix < shape[d])).where(pos, 0)
 
@@ -383,17 +369,12 @@ class IndexingMixin:
         """self with value's elements stored at the 1-based flat positions pos (0 skips), in index order, combined
         with what is there when reduce names one (schedule._COMBINE): the scheduler runs it as one kernel over
         value's elements on top of a copy of self."""
-        from speck.uop import Ops, UOp
-
         return self._new(UOp(Ops.ASSIGN, self.dtype, (self.uop, pos.uop, value.uop), reduce))
 
     def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.
         size=None reads the mask (a data-dependent length); size=N gives exactly N elements without reading data:
         the selection truncated, or padded with fill_value."""
-        from speck.tensor.elementwise import broadcast_shape
-        from speck.tensor.hook import Tensor
-
         if mask.dtype != dtypes.bool:
             raise TensorTypeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
         sh = broadcast_shape(self.shape, mask.shape)
@@ -401,56 +382,50 @@ class IndexingMixin:
         if size is not None:
             return x._select_sized(m, size, fill_value)
         pos = np.flatnonzero(m.numpy()).astype(np.int32)
-        return x[Tensor(pos, device=self.device)] if pos.size else Tensor.empty(0, dtype=self.dtype,
+        return x[type(self)(pos, device=self.device)] if pos.size else type(self).empty(0, dtype=self.dtype,
                                                                                 device=self.device)  # fmt: skip
 
     def _select_sized(self: Tensor, m: Tensor, size: int, fill_value: Any) -> Tensor:
         """The elements of 1-D self where 1-D bool m is true, placed in order into `size` slots that start as
         fill_value (extra selected elements are dropped): one scatter to 1-based positions, lazy."""
-        from speck.tensor.hook import Tensor
-
         if not isinstance(size, int) or size < 0:
             raise TensorValueError(f"size must be an int >= 0, got {size!r}")
         rank = m.cast(dtypes.int32).cumsum(0)  # 1-based slot of each selected element
         pos = (m & (rank <= size)).where(rank, 0)
-        out = Tensor.full((size,), fill_value, dtype=self.dtype, device=self.device)
+        out = type(self).full((size,), fill_value, dtype=self.dtype, device=self.device)
         return out._scatter_node(pos, self, None) if size and self.shape[0] else out
 
     def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """(count, ndim) int32 coordinates of the nonzero elements, in row-major order. size=None reads the tensor
         (a data-dependent count); size=N gives N rows without reading data, padded with fill_value or truncated."""
-        from speck.tensor.hook import Tensor
-
         if size is None:
             nz = np.argwhere(self.numpy()).astype(np.int32)
-            return Tensor(nz.reshape(-1, self.ndim), device=self.device) if nz.size else Tensor.empty(
+            return type(self)(nz.reshape(-1, self.ndim), device=self.device) if nz.size else type(self).empty(
                 0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
         m = (self != 0).flatten()
         coords = [
-            Tensor.arange(as_int(n), device=self.device, dtype=dtypes.int32)
+            type(self)
+            .arange(as_int(n), device=self.device, dtype=dtypes.int32)
             .reshape([-1 if k == d else 1 for k in range(self.ndim)])
             ._broadcast_to(self.shape)
             .flatten()
             for d, n in enumerate(self.shape)
         ]
         if not coords:  # 0-d: one row of no coordinates if the value is nonzero (`size` rows either way)
-            return Tensor.empty(size, 0, dtype=dtypes.int32, device=self.device)
-        return Tensor.stack(*[c._select_sized(m, size, fill_value) for c in coords], dim=1)
+            return type(self).empty(size, 0, dtype=dtypes.int32, device=self.device)
+        return type(self).stack(*[c._select_sized(m, size, fill_value) for c in coords], dim=1)
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-        from speck.tensor.hook import Tensor
-
         if not dtypes.is_int(self.dtype):
             raise TensorTypeError(f"one_hot needs an int tensor, got {self.dtype}")
         if num_classes < -1:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
-        from speck.tensor.bounds import checked
 
         idx = checked(self, "one_hot", 0, num_classes)
         # literal 1s and 0s: weakint (TENSOR_API 3.3), read as the default int, adopting the dtype they meet
-        return (idx.unsqueeze(-1) == Tensor.arange(num_classes)).where(1, 0)
+        return (idx.unsqueeze(-1) == type(self).arange(num_classes)).where(1, 0)
 
     @staticmethod
     def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:

@@ -34,11 +34,13 @@ from speck.hcq import runner as _runner
 from speck.hcq.runner import Copy, Plan, reads_writes
 from speck.tensor import multi, realize
 from speck.tensor.bounds import raise_recorded
+from speck.tensor.engine.realize import exec_items
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
 from speck.tensor.multi import MultiUOp
+from speck.tensor.pickling import reduce_jit
 from speck.tensor.realize import _capture_state  # (this thread's capture, read on the replay hot path)
-from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, view_offset
+from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, max_dim, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
@@ -273,8 +275,6 @@ def _is_whole_buffer(t: Tensor) -> bool:
     shape = t.shape
     for s in shape:
         if type(s) is not int:
-            from speck.tensor.schedule import max_dim
-
             return int(u.arg) == int(prod(max_dim(s) for s in shape))  # symbolic: the buffer holds the largest size
     return bool(int(u.arg) == prod(shape))
 
@@ -388,8 +388,6 @@ class CapturedJit:
     def jit_cache(self) -> list[Any]:
         """The recorded calls as ExecItems (tinygrad's `captured.jit_cache`: `.prg`, `.bufs`; the capture keeps them
         as data in `entries`)."""
-        from speck.tensor.engine.realize import exec_items
-
         return exec_items(self.entries)
 
     def free_intermediates(self) -> None:
@@ -580,8 +578,6 @@ class TinyJit(Generic[R]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A captured JIT pickles its capture (kernels, buffers, returned tensors): see speck.tensor.pickling."""
-        from speck.tensor.pickling import reduce_jit
-
         return reduce_jit(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:

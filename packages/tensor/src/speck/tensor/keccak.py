@@ -102,15 +102,14 @@ def _pick_columns(v: Tensor) -> Tensor:
 
 def keccak_f(state: Tensor) -> Tensor:
     """Keccak-f[1600] on a (..., 25) uint64 state: 24 rounds, one realized kernel each."""
-    from speck.tensor.hook import Tensor
-
     lead = tuple(as_int(s) for s in state.shape[:-1])
-    template, state_ph, rc_ph = _round_template(lead, state.device)
+    cls = type(state)
+    template, state_ph, rc_ph = _round_template(cls, lead, state.device)
     a = state.reshape(*lead, 5, 5)
     if base_buffer(a.uop) is None:  # (realizing a view of a buffer again would schedule nothing)
         a = a.contiguous().realize()
-    for rc in _round_constant_buffers(state.device):
-        a = Tensor(template.substitute({state_ph: a.uop, rc_ph: rc.uop}), device=state.device).realize()
+    for rc in _round_constant_buffers(cls, state.device):
+        a = cls(template.substitute({state_ph: a.uop, rc_ph: rc.uop}), device=state.device).realize()
     return a.reshape(*lead, 25)
 
 
@@ -119,13 +118,11 @@ def keccak_f(state: Tensor) -> Tensor:
 _TEMPLATES: dict[tuple[tuple[int, ...], str], tuple[UOp, UOp, UOp]] = {}
 
 
-def _round_template(lead: tuple[int, ...], device: str) -> tuple[UOp, UOp, UOp]:
-    from speck.tensor.hook import Tensor
-
+def _round_template(cls: type[Tensor], lead: tuple[int, ...], device: str) -> tuple[UOp, UOp, UOp]:
     if (entry := _TEMPLATES.get((lead, device))) is None:
-        a = Tensor.empty(*lead, 5, 5, dtype=dtypes.uint64, device=device)
-        rc = Tensor.empty(1, dtype=dtypes.uint64, device=device)
-        out = keccak_round(a, _rotation_buffer(device), rc).contiguous()
+        a = cls.empty(*lead, 5, 5, dtype=dtypes.uint64, device=device)
+        rc = cls.empty(1, dtype=dtypes.uint64, device=device)
+        out = keccak_round(a, _rotation_buffer(cls, device), rc).contiguous()
         entry = _TEMPLATES[(lead, device)] = (out.uop, a.uop, rc.uop)
     return entry
 
@@ -135,11 +132,9 @@ def _round_template(lead: tuple[int, ...], device: str) -> tuple[UOp, UOp, UOp]:
 _RC_BUFFERS: dict[str, list[Tensor]] = {}
 
 
-def _round_constant_buffers(device: str) -> list[Tensor]:
-    from speck.tensor.hook import Tensor
-
+def _round_constant_buffers(cls: type[Tensor], device: str) -> list[Tensor]:
     if (bufs := _RC_BUFFERS.get(device)) is None:
-        bufs = [Tensor(np.array([rc], np.uint64), device=device).realize() for rc in RC]
+        bufs = [cls(np.array([rc], np.uint64), device=device).realize() for rc in RC]
         _RC_BUFFERS[device] = bufs
     return bufs
 
@@ -147,11 +142,9 @@ def _round_constant_buffers(device: str) -> list[Tensor]:
 _ROT_BUFFERS: dict[str, Tensor] = {}
 
 
-def _rotation_buffer(device: str) -> Tensor:
-    from speck.tensor.hook import Tensor
-
+def _rotation_buffer(cls: type[Tensor], device: str) -> Tensor:
     if (rot := _ROT_BUFFERS.get(device)) is None:
-        rot = _ROT_BUFFERS[device] = Tensor(np.array(ROT, np.uint64).reshape(5, 5), device=device).realize()
+        rot = _ROT_BUFFERS[device] = cls(np.array(ROT, np.uint64).reshape(5, 5), device=device).realize()
     return rot
 
 
@@ -173,8 +166,6 @@ def _config(cfg: str | tuple[int, int]) -> tuple[int, int]:
 def keccak(t: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     """The Keccak sponge over t's last dim (its bytes; every leading index is one message): a uint8 tensor of
     shape (..., (200 - rate) // 2) holding each message's digest."""
-    from speck.tensor.hook import Tensor
-
     rate, dsbyte = _config(cfg)
     if t.ndim == 0:
         raise TensorValueError("keccak hashes over the last dim: expected at least 1 dim, got a 0-d tensor")
@@ -186,12 +177,12 @@ def keccak(t: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
     pad = np.zeros(nblocks * rate - n, np.uint8)
     pad[0] ^= dsbyte
     pad[-1] ^= 0x80
-    tail = Tensor(pad, device=t.device).reshape(*([1] * len(lead)), len(pad)).expand(*lead, len(pad))
+    tail = type(t)(pad, device=t.device).reshape(*([1] * len(lead)), len(pad)).expand(*lead, len(pad))
     msg = t.cat(tail, dim=-1) if n else tail
     # blocks of rate bytes -> rate // 8 little-endian lanes, zero-extended to the 25 lanes of the state
     blocks = msg.reshape(*lead, nblocks, rate).bitcast(dtypes.uint64)
     blocks = blocks.pad(tuple([(0, 0)] * (len(lead) + 1) + [(0, 25 - rate // 8)]))
-    state = Tensor.zeros(*lead, 25, dtype=dtypes.uint64, device=t.device).contiguous()
+    state = type(t).zeros(*lead, 25, dtype=dtypes.uint64, device=t.device).contiguous()
     for i in range(nblocks):
         state = keccak_f(state ^ blocks[..., i, :])
     # squeeze: rate bytes of output per permutation (one is enough unless the rate is below the digest size)
@@ -211,8 +202,6 @@ def tensor_hash(t: Tensor) -> Tensor:
     HASH_CHUNK-byte chunks, are hashed chunk by chunk with shake_128 (16-byte digests, every chunk of a level at once);
     the concatenated digests are the next level, until one digest is left; the result is shake_128 of that digest and
     the byte count (8 bytes, little-endian), so zero-padding never makes two lengths hash alike."""
-    from speck.tensor.hook import Tensor
-
     data = t.contiguous().flatten()
     if data.dtype != dtypes.uint8:
         data = data.bitcast(dtypes.uint8)
@@ -226,5 +215,5 @@ def tensor_hash(t: Tensor) -> Tensor:
         level = level.reshape(chunks, HASH_CHUNK).keccak("shake_128").flatten()
         if chunks == 1:
             break
-    length = Tensor(np.frombuffer(nbytes.to_bytes(8, "little"), np.uint8).copy(), device=level.device)
+    length = type(t)(np.frombuffer(nbytes.to_bytes(8, "little"), np.uint8).copy(), device=level.device)
     return level.cat(length).keccak("shake_128")

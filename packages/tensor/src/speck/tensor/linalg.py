@@ -22,19 +22,15 @@ def _need_matrix(x: Tensor, what: str) -> tuple[int, int]:
 
 
 def _eye_like(x: Tensor, n: int) -> Tensor:
-    from speck.tensor.hook import Tensor
-
-    return Tensor.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], n, n)
+    return type(x).eye(n, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], n, n)
 
 
 def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     """(Q, R) with Q (..., m, m) orthogonal and R (..., m, n) upper triangular, by Householder reflections."""
-    from speck.tensor.hook import Tensor
-
     m, n = _need_matrix(x, "qr")
     r = x._float()
     q = _eye_like(r, m)
-    rows = Tensor.arange(m, device=x.device).reshape(m, 1)
+    rows = type(x).arange(m, device=x.device).reshape(m, 1)
     for k in range(min(m - 1, n)):
         col = (rows >= k).where(r[..., :, k : k + 1], 0.0)  # (..., m, 1): column k below the diagonal
         norm = col.square().sum(-2, keepdim=True).sqrt()
@@ -51,15 +47,13 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
 def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, Vh) with x = U[..., :k] * S @ Vh[..., :k, :] (k = min(m, n)), singular values descending, by one-sided
     Jacobi rotations of the columns (each rotation a small matmul)."""
-    from speck.tensor.hook import Tensor
-
     m, n = _need_matrix(x, "svd")
     if m < n:  # work on the transpose: its columns are the rows here
         u, s, vh = svd(x.transpose(-1, -2), full_matrices)
         return vh.transpose(-1, -2), s, u.transpose(-1, -2)
     a = x._float().contiguous().realize()
     v = _eye_like(a, n).contiguous().realize()
-    eye = Tensor.eye(n, dtype=a.dtype, device=x.device)
+    eye = type(x).eye(n, dtype=a.dtype, device=x.device)
     for _ in range(JACOBI_SWEEPS):
         for i in range(n - 1):
             for j in range(i + 1, n):
@@ -71,8 +65,8 @@ def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
                 cs = (1 + t.square()).rsqrt()
                 sn = cs * t
                 g = eye.expand(*a.shape[:-2], n, n)
-                onehot = {(p, q_): ((Tensor.arange(n, device=x.device).reshape(n, 1) == p) &
-                                    (Tensor.arange(n, device=x.device).reshape(1, n) == q_))
+                onehot = {(p, q_): ((type(x).arange(n, device=x.device).reshape(n, 1) == p) &
+                                    (type(x).arange(n, device=x.device).reshape(1, n) == q_))
                           for p, q_ in ((i, i), (j, j), (i, j), (j, i))}  # fmt: skip
                 c2, s2 = cs.reshape(*cs.shape, 1, 1), sn.reshape(*sn.shape, 1, 1)
                 g = onehot[(i, i)].where(c2, onehot[(j, j)].where(c2, g))

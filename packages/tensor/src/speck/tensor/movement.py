@@ -18,89 +18,112 @@ from speck.tensor.errors import (
     TensorValueError,
     TensorZeroDivisionError,
 )
-from speck.uop import Ops, UOp, dtypes, sint, validate_shape
+from speck.uop import Ops, UOp, dtypes, least_upper_dtype, sint, validate_shape
 from speck.uop.helpers import prod
+from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
 
 
+def resolve_dim(shape: tuple[sint, ...], dim: int, extra: int = 0) -> int:
+    """dim (negative: from the end) as an index into shape plus `extra` new dims; IndexError when out of range."""
+    n = len(shape) + extra
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TensorIndexError(f"dim must be an int, got {dim!r}")
+    if not -max(n, 1) <= dim < max(n, 1):
+        raise TensorIndexError(f"dim {dim} is out of range for a tensor with {len(shape)} dims (shape "
+                               f"{shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
+    return dim + n if dim < 0 else dim
+
+
+# ---------------- primitives: functions over UOps (u itself when there is nothing to do) ----------------
+def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
+    """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+    shape = u.shape
+    new = tuple(shape[i] if s is None else s for i, s in enumerate(new))
+    validate_shape(new)
+    if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
+        raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
+    if any(isinstance(s, int) and s < -1 for s in new):
+        raise TensorValueError(f"reshape to {new}: dimensions must be >= 0 (or one -1)")
+    numel = prod(shape)
+    if any(isinstance(s, int) and s == -1 for s in new):
+        rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
+        if isinstance(rest, int) and isinstance(numel, int):
+            if rest == 0:
+                raise TensorZeroDivisionError(f"reshape {shape} to {new}: -1 can't be inferred next to a 0 dim")
+            if numel % rest != 0:
+                raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new}")
+            new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
+        else:
+            raise TensorValueError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
+    nn = prod(new)
+    if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
+        raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({nn} elements)")
+    if isinstance(nn, int) != isinstance(numel, int) and (bound := _bound_value(nn)) != _bound_value(numel):
+        # (a fixed size reshaped to a symbolic one must hold as many elements at the values bound now)
+        raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({bound} elements "
+                               "at the values its Variables are bound to)")  # fmt: skip
+    return u if new == shape else u.reshape(new)
+
+
+def permute(u: UOp, order: tuple[Any, ...]) -> UOp:
+    shape = u.shape
+    o = tuple(resolve_dim(shape, d) for d in order)
+    if sorted(o) != list(range(len(shape))):
+        raise TensorValueError(f"permute order {o} is not a permutation of the {len(shape)} dims of shape {shape}")
+    return u if o == tuple(range(len(shape))) else u.permute(o)
+
+
+def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
+    """Broadcast size-1 dims to `new` (new leading dims allowed; -1 keeps a dim)."""
+    shape = u.shape
+    if len(new) < len(shape):
+        raise TensorValueError(f"expand {shape} to {new}: the target has fewer dims")
+    t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
+    tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
+    validate_shape(tgt)
+    for s, n in zip(t.shape, tgt):
+        if not (isinstance(s, int) and s == 1) and s is not n and s != n:
+            raise TensorValueError(f"can't expand shape {shape} to {new}: dim {s} is not 1 and differs from {n}")
+    return t if tgt == t.shape else t.expand(tgt)
+
+
+def pad(u: UOp, pads: tuple[tuple[sint, sint], ...]) -> UOp:
+    """Zero padding by non-negative ((before, after), ...) per dim."""
+    return u if all(isinstance(b, int) and b == 0 and isinstance(a, int) and a == 0 for b, a in pads) else u.pad(pads)
+
+
+def shrink(u: UOp, arg: Any) -> UOp:
+    """Keep [begin, end) of each dim (None keeps the whole dim)."""
+    shape = u.shape
+    if len(arg) != len(shape):
+        raise TensorValueError(f"shrink needs {len(shape)} (begin, end) pairs for shape {shape}, got {arg}")
+    a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, shape))
+    for (b, e), s in zip(a, shape):
+        if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
+            raise TensorValueError(f"shrink {arg} out of bounds for shape {shape}")
+    if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
+           for (b, e), s in zip(a, shape)):  # fmt: skip
+        return u
+    return u.shrink(a)
+
+
+def flip(u: UOp, axis: tuple[Any, ...]) -> UOp:
+    shape = u.shape
+    ax = [resolve_dim(shape, d) for d in axis]
+    axes = set(ax)
+    if len(axes) != len(ax):
+        raise TensorValueError(f"flip axes {ax} repeat a dim; name each dim at most once")
+    return u.flip(tuple(i in axes for i in range(len(shape)))) if axes else u
+
+
 class MovementMixin:
-    """Movement methods of Tensor."""
+    """The movement methods of Tensor composed from its primitives (reshape, permute, expand, pad, shrink, flip:
+    the functions above, which tensor.py wraps)."""
 
     __slots__ = ()
-
-    def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
-        n = self.ndim + extra
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise TensorIndexError(f"dim must be an int, got {dim!r}")
-        if not -max(n, 1) <= dim < max(n, 1):
-            raise TensorIndexError(f"dim {dim} is out of range for a tensor with {self.ndim} dims (shape "
-                                   f"{self.shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
-        return dim + n if dim < 0 else dim
-
-    # ---------------- primitives ----------------
-    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
-        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
-        new = argfix(shape, *args)
-        new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
-        validate_shape(new)
-        if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
-            raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
-        if any(isinstance(s, int) and s < -1 for s in new):
-            raise TensorValueError(f"reshape to {new}: dimensions must be >= 0 (or one -1)")
-        numel = self.numel()
-        if any(isinstance(s, int) and s == -1 for s in new):
-            rest = prod(s for s in new if not (isinstance(s, int) and s == -1))
-            if isinstance(rest, int) and isinstance(numel, int):
-                if rest == 0:
-                    raise TensorZeroDivisionError(
-                        f"reshape {self.shape} to {new}: -1 can't be inferred next to a 0 dim"
-                    )
-                if numel % rest != 0:
-                    raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new}")
-                new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
-            else:
-                raise TensorValueError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
-        nn = prod(new)
-        if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
-            raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({nn} elements)")
-        if isinstance(nn, int) != isinstance(numel, int) and (bound := _bound_value(nn)) != _bound_value(numel):
-            # (a fixed size reshaped to a symbolic one must hold as many elements at the values bound now)
-            raise TensorValueError(f"can't reshape shape {self.shape} ({numel} elements) to {new} ({bound} elements "
-                                   "at the values its Variables are bound to)")  # fmt: skip
-        if new == self.shape:
-            return self
-        return self._new(self.uop.reshape(new))
-
-    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
-        return self.reshape(shape, *args)
-
-    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
-        o = tuple(self._resolve_dim(d) for d in argfix(order, *args))
-        if sorted(o) != list(range(self.ndim)):
-            raise TensorValueError(
-                f"permute order {o} is not a permutation of the {self.ndim} dims of shape {self.shape}"
-            )
-        if o == tuple(range(self.ndim)):
-            return self
-        return self._new(self.uop.permute(o))
-
-    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
-        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
-        new = argfix(shape, *args)
-        if len(new) < self.ndim:
-            raise TensorValueError(f"expand {self.shape} to {new}: the target has fewer dims")
-        t = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
-        tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
-        validate_shape(tgt)
-        for s, n in zip(t.shape, tgt):
-            if not (isinstance(s, int) and s == 1) and s is not n and s != n:
-                raise TensorValueError(f"can't expand shape {self.shape} to {new}: dim {s} is not 1 and differs from "
-                                       f"{n}")  # fmt: skip
-        if tgt == t.shape:
-            return t
-        return t._new(t.uop.expand(tgt))
 
     def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
@@ -117,11 +140,9 @@ class MovementMixin:
         if mode != "constant" and not all(isinstance(x, int) for p in pads for x in p):
             raise TensorNotImplementedError(f"{mode} pad needs int amounts, got the symbolic pads {pads}")
         if mode == "constant":
-            out = self._new(self.uop.pad(pads))
+            out = self._new(pad(self.uop, pads))
             if value != 0:
-                from speck.tensor.hook import Tensor
-
-                mask = Tensor.ones(self.shape, dtype="bool", device=self.device).pad(pads)
+                mask = type(self).ones(self.shape, dtype="bool", device=self.device).pad(pads)
                 out = mask.where(out, value)
             return out
         t = self
@@ -154,28 +175,6 @@ class MovementMixin:
 
     def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
         return self.shrink(tuple((start, stop) if i == d else None for i in range(self.ndim)))
-
-    def shrink(self: Tensor, arg: Any) -> Tensor:
-        """Keep [begin, end) of each dim (None keeps the whole dim)."""
-        if len(arg) != self.ndim:
-            raise TensorValueError(f"shrink needs {self.ndim} (begin, end) pairs for shape {self.shape}, got {arg}")
-        a = tuple((0, s) if x is None else tuple(x) for x, s in zip(arg, self.shape))
-        for (b, e), s in zip(a, self.shape):
-            if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
-                raise TensorValueError(f"shrink {arg} out of bounds for shape {self.shape}")
-        if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
-               for (b, e), s in zip(a, self.shape)):  # fmt: skip
-            return self
-        return self._new(self.uop.shrink(a))
-
-    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
-        ax = [self._resolve_dim(d) for d in argfix(axis, *args)]
-        axes = set(ax)
-        if len(axes) != len(ax):
-            raise TensorValueError(f"flip axes {ax} repeat a dim; name each dim at most once")
-        if not axes:
-            return self
-        return self._new(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     # ---------------- composed ----------------
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -221,8 +220,6 @@ class MovementMixin:
         for t in ts:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
                 raise TensorAssertionError(f"cat along dim {d}: shapes {[x.shape for x in ts]} differ outside dim {d}")
-        from speck.uop import least_upper_dtype
-
         dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))  # (int64 with uint64: weak float)
         ts = [t.cast(dt) for t in ts if not (isinstance(t.shape[d], int) and t.shape[d] == 0)] or [ts[0].cast(dt)]
         if len(ts) == 1:
@@ -248,7 +245,7 @@ class MovementMixin:
         return us[0].cat(*us[1:], dim=d)
 
     def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
-        return MovementMixin.stack_tensors([self, *args], dim)
+        return self.stack_tensors([self, *args], dim)
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         d = self._resolve_dim(dim)
@@ -387,8 +384,6 @@ class MovementMixin:
     def _unfold_symbolic(self: Tensor, d: int, size: int, step: int) -> Tensor:
         """unfold along a symbolic dim: the `size` shifted slices stacked as the last dim (the affine re-read of the
         concrete path needs the row length as a number)."""
-        from speck.tensor.hook import Tensor
-
         n = self.shape[d]
         if step != 1 or size < 1:
             raise TensorValueError(
@@ -397,7 +392,7 @@ class MovementMixin:
             )
         nw = n - (size - 1)
         wins = [self._slice_dim(d, j, j + nw) for j in range(size)]
-        return Tensor.stack(*wins, dim=-1)
+        return type(self).stack(*wins, dim=-1)
 
     def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.
@@ -468,10 +463,8 @@ class MovementMixin:
         if self.ndim != 1:
             raise TensorValueError(f"diag needs a 1-D tensor, got shape {self.shape}; use diagonal() for the diagonal "
                                    "of a matrix")  # fmt: skip
-        from speck.tensor.hook import Tensor
-
         n = as_int(self.shape[0])
-        out = self.unsqueeze(1) * Tensor.eye(n, dtype=self.dtype, device=self.device)
+        out = self.unsqueeze(1) * type(self).eye(n, dtype=self.dtype, device=self.device)
         if diagonal > 0:
             out = out.pad(((0, diagonal), (diagonal, 0)))
         elif diagonal < 0:
@@ -487,10 +480,8 @@ class MovementMixin:
     def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
         if self.ndim < 2:
             raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-        from speck.tensor.hook import Tensor
-
-        r = Tensor.arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
-        c = Tensor.arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
+        r = type(self).arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
+        c = type(self).arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
         mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return mask.where(self, self._const_like(0))
 
@@ -549,7 +540,5 @@ def _bound_value(x: Any) -> Any:
     """x with every bound Variable at its bound value (an int when that decides it)."""
     if not isinstance(x, UOp):
         return x
-    from speck.uop.uop import ssimplify
-
     binds = {b: b.src[1] for b in x.toposort() if b.op is Ops.BIND}
     return ssimplify(x.substitute(binds)) if binds else x

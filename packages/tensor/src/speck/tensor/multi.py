@@ -14,10 +14,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from speck.tensor.allreduce import allreduce
+from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.errors import TensorTypeError, TensorValueError
+from speck.tensor.gradient import override_gradient
 from speck.tensor.nodes import copy_uop
-from speck.uop import DType, Ops, UOp, dtypes, sint
+from speck.tensor.realize import realize_targets
+from speck.tensor.schedule import base_buffer
+from speck.tensor.settings import ALLREDUCE_CAST
+from speck.tensor.weak import materialized
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, sint
 from speck.uop.dtype import ConstType
 from speck.uop.helpers import prod
 from speck.uop.uop import ssimplify
@@ -30,8 +39,6 @@ MULTI = "multi"  # the arg of a realized sharded tensor's leaf node (op NOOP: no
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
     """Canonical names of a tuple of devices (each must be distinct)."""
-    from speck.tensor.device import canonical
-
     out = tuple(canonical(d) for d in devices)
     if len(set(out)) != len(out):
         raise TensorValueError(f"devices {tuple(devices)} name the same device twice ({out}); each shard needs its own")
@@ -47,7 +54,6 @@ def device_of(u: UOp) -> str:
             return str(n.arg)
         if n.op is Ops.DEVICE and isinstance(n.arg, str):
             return n.arg
-    from speck.tensor.device import default_device
 
     return default_device()
 
@@ -132,8 +138,6 @@ class MultiUOp(UOp):
 
     @property
     def is_realized(self) -> bool:
-        from speck.tensor.schedule import base_buffer
-
         return all(base_buffer(s) is not None for s in self.shards)
 
     def has_buffer_identity(self) -> bool:
@@ -256,8 +260,6 @@ class MultiUOp(UOp):
         partials = [s.reduce_axis(op, axes) for s in self.shards]  # (a size-1 piece reduces to itself)
         if self.axis is None or self.axis not in axes:
             return self._new(Ops.REDUCE_AXIS, (self,), (op, axes), partials, self.axis)
-        from speck.tensor.allreduce import allreduce
-        from speck.tensor.settings import ALLREDUCE_CAST
 
         # ALLREDUCE_CAST: the sum of a half/bfloat16 value upcast for accumulation crosses devices in its own dtype
         src = self.src[0] if self.op is Ops.CAST and self.src else None
@@ -314,8 +316,6 @@ def _as_multi(g: UOp, devices: tuple[str, ...]) -> MultiUOp:
 
 
 def _gradient_to(node: UOp, src: UOp, rule: Any) -> None:
-    from speck.tensor.gradient import override_gradient
-
     override_gradient(node, (src,), lambda g: (rule(g),))
 
 
@@ -417,15 +417,11 @@ def _plain_to_shards(u: UOp, axis: int | None, devices: tuple[str, ...]) -> list
 # ---------------- tensors ----------------
 def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     """`Tensor.shard`: t split along axis over devices (None: replicated), as a new tensor."""
-    from speck.tensor.hook import Tensor
-
     if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
         raise TensorTypeError(f"shard needs a tuple of devices, got {devices!r}; use .to(device) for one device")
     if t.device is None:  # device-less: it combines with sharded tensors as it is (replicated where it meets them)
         return t
     if t.dtype.is_weak:  # sharded tensors hold storage: a literal's dtype is made concrete first
-        from speck.tensor.weak import materialized
-
         t = t.cast(materialized(t.uop))
     devs = canonical_devices(devices)
     if len(devs) == 1:
@@ -438,7 +434,7 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     ax = None if axis is None else t._resolve_dim(axis)
     src = str(t.device)
     u = split(t.uop, devs, ax, src) if ax is not None else replicate(t.uop, devs, src)
-    return _keep_flags(t, Tensor(u))
+    return _keep_flags(t, type(t)(u))
 
 
 def _keep_flags(src: Tensor, dst: Tensor) -> Tensor:
@@ -466,8 +462,6 @@ def shard_like(t: Tensor, y: Tensor) -> Tensor:
 
 def to(t: Tensor, device: Any) -> Tensor:
     """`Tensor.to` where t is sharded or device is a tuple: gather to one device, or replicate over a tuple."""
-    from speck.tensor.hook import Tensor
-
     if isinstance(device, (tuple, list)):
         devs = canonical_devices(device)
         if len(devs) == 1:
@@ -475,12 +469,11 @@ def to(t: Tensor, device: Any) -> Tensor:
         if isinstance(t.uop, MultiUOp):
             return _keep_flags(t, t._new(t.uop.to_devices(devs, t.uop.axis if len(devs) == len(t.uop.device)
                                                          else None)))  # fmt: skip
-        return _keep_flags(t, Tensor(replicate(t.uop, devs, str(t.device))))
-    from speck.tensor.device import canonical
+        return _keep_flags(t, type(t)(replicate(t.uop, devs, str(t.device))))
 
     assert isinstance(t.uop, MultiUOp)
     dev = canonical(device)
-    return _keep_flags(t, Tensor(t.uop.to_device(dev), device=dev))
+    return _keep_flags(t, type(t)(t.uop.to_device(dev), device=dev))
 
 
 def per_device(devices: tuple[str, ...], make: Any, axis: int | None = None) -> MultiUOp:
@@ -492,9 +485,6 @@ def per_device(devices: tuple[str, ...], make: Any, axis: int | None = None) -> 
 def realize_all(tensors: Sequence[Tensor]) -> None:
     """Realize plain and sharded tensors in one schedule (shared work, an allreduce feeding several outputs, is
     computed once); every sharded tensor then holds a leaf over its shards' buffers."""
-    from speck.tensor.realize import realize_targets
-    from speck.tensor.schedule import base_buffer
-
     targets: list[tuple[Tensor, list[tuple[UOp, str]]]] = []
     for t in tensors:
         u = t.uop
@@ -517,14 +507,10 @@ def realize_all(tensors: Sequence[Tensor]) -> None:
 def numpy(t: Tensor) -> Any:
     """The values of a sharded tensor: each shard read back from its device, joined on the host (reads are not
     device copies)."""
-    import numpy as np
-
-    from speck.tensor.hook import Tensor
-
     t.realize()
     u = t.uop
     assert isinstance(u, MultiUOp)
-    parts = [Tensor(s, device=d)._buffer_data() for s, d in zip(u.shards, u.device)]
+    parts = [type(t)(s, device=d)._buffer_data() for s, d in zip(u.shards, u.device)]
     return parts[0] if u.axis is None else np.concatenate(parts, axis=u.axis)
 
 
@@ -532,21 +518,17 @@ def assign(t: Tensor, x: Any) -> Tensor:
     """`Tensor.assign` for sharded tensors: shard by shard, in place (the value realized as a whole first, so work
     shared between shards runs once). A value on one device is placed like the target; sharded values must be
     sharded on the same axis."""
-    from speck.tensor.hook import Tensor
-
     tu = t.uop
-    if not isinstance(x, Tensor):
-        x = Tensor(x, dtype=t.dtype)
+    if not isinstance(x, type(t)):
+        x = type(t)(x, dtype=t.dtype)
     if x.dtype != t.dtype:  # a literal's (weak) value joins into the target's dtype; anything else is a mismatch
-        from speck.uop import least_upper_dtype
-
         if not x.dtype.is_weak or least_upper_dtype(x.dtype, t.dtype) != t.dtype:
             raise TensorTypeError(f"assign dtype mismatch: the target is {t.dtype}, the value is {x.dtype}; cast the "
                                   f"value with .cast({t.dtype}) first")  # fmt: skip
         x = x._joined(t.dtype)
     if x.device is None and isinstance(tu, MultiUOp):  # device-less: built on every device, placed like t
         u = x.uop if x.shape == t.shape else x.uop.reshape((1,) * (len(t.shape) - x.ndim) + x.shape).expand(t.shape)
-        x = Tensor(MultiUOp.leaf(_plain_to_shards(u, tu.axis, tu.device), tu.axis, tu.device))
+        x = type(t)(MultiUOp.leaf(_plain_to_shards(u, tu.axis, tu.device), tu.axis, tu.device))
     if x.shape != t.shape:
         if x.ndim == 0:
             x = x.expand(t.shape)
@@ -571,8 +553,8 @@ def assign(t: Tensor, x: Any) -> Tensor:
         return t
     out = []
     for s, v, d in zip(tu.shards, xu.shards, tu.device):
-        ts = Tensor(s, device=d)
-        ts.assign(Tensor(v, device=d))
+        ts = type(t)(s, device=d)
+        ts.assign(type(t)(v, device=d))
         out.append(ts.uop)
     t.uop = MultiUOp.leaf(out, tu.axis, tu.device)
     return t
@@ -583,8 +565,6 @@ def jit_inputs(named: list[tuple[str, Tensor]], views: list[tuple[Tensor, UOp]] 
     """TinyJit inputs with every sharded tensor replaced by one plain tensor per shard (each a whole buffer: a
     shard that is a view gets a buffer of its own first, set into the sharded tensor for the call; the tensor and
     its view go into `views`, for TinyJit to restore after the call)."""
-    from speck.tensor.hook import Tensor
-
     if not any(isinstance(t.uop, MultiUOp) for _, t in named):
         return named
     out: list[tuple[str, Tensor]] = []
@@ -595,7 +575,7 @@ def jit_inputs(named: list[tuple[str, Tensor]], views: list[tuple[Tensor, UOp]] 
         t.realize()
         u = t.uop
         assert isinstance(u, MultiUOp)
-        parts = [Tensor(s, device=d) for s, d in zip(u.shards, u.device)]
+        parts = [type(t)(s, device=d) for s, d in zip(u.shards, u.device)]
         if not all(_whole(p) for p in parts):  # (contiguous() of a contiguous view would be the same view)
             parts = [p if _whole(p) else p.clone().realize() for p in parts]
             if views is not None:
@@ -606,8 +586,6 @@ def jit_inputs(named: list[tuple[str, Tensor]], views: list[tuple[Tensor, UOp]] 
 
 
 def _whole(t: Tensor) -> bool:
-    from speck.tensor.schedule import base_buffer
-
     u = t.uop
     while u.op in (Ops.RESHAPE, Ops.DETACH):
         u = u.src[0]

@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorValueError
-from speck.uop import dtypes, least_upper_float
+from speck.tensor.gradient import override_gradient
+from speck.tensor.pool_grad import max_pool_gradient
+from speck.tensor.settings import TRAINING
+from speck.uop import dtypes, least_upper_dtype, least_upper_float
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -117,8 +121,6 @@ class NNMixin:
         red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
         out = (w * wt).sum(axis=red, dtype=dtype)
         if dtype is None and out.dtype != w.dtype:  # the result has the operands' dtype (int8 stays int8)
-            from speck.uop import least_upper_dtype
-
             out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))
         out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
@@ -146,9 +148,7 @@ class NNMixin:
                                        f"{st}, padding {pd} gives the negative output size {osp}; reduce the "
                                        "padding")  # fmt: skip
         if 0 in osp:  # nothing to compute (the padding crops everything away)
-            from speck.tensor.hook import Tensor
-
-            return Tensor.zeros(self.shape[0], cout_g * groups, *osp, dtype=self.dtype, device=self.device)
+            return type(self).zeros(self.shape[0], cout_g * groups, *osp, dtype=self.dtype, device=self.device)
         x = self
         if any(s > 1 for s in st):  # insert s-1 zeros between input elements
             sp = x.shape[2:]
@@ -206,17 +206,14 @@ class NNMixin:
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
         red = tuple(range(-len(k), 0))
         out = w.max(axis=red)
-        from speck.tensor.pool_grad import max_pool_gradient
 
         # elementwise when windows don't overlap (its geometry needs only the leading pads: out's shape has the rest)
         max_pool_gradient(out, self, k, st, dl, tuple(b for b, _ in pads))
         if not return_indices:
             return out
-        from speck.tensor.hook import Tensor
-
         sp = tuple(as_int(d) for d in self.shape[-len(k) :])
         lead = (1,) * (self.ndim - len(k))
-        idx = Tensor.arange(math.prod(sp), device=self.device).reshape(*lead, *sp).expand(self.shape)
+        idx = type(self).arange(math.prod(sp), device=self.device).reshape(*lead, *sp).expand(self.shape)
         iw = idx._pool_windows(k, st, dl, pads, -1)
         hit = w == out.reshape(*out.shape, *([1] * len(k)))
         # first max in window order, like PyTorch: the smallest flat index among the maxima
@@ -230,8 +227,6 @@ class NNMixin:
         """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
         pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
         inverse of the pooling's size formula."""
-        from speck.tensor.hook import Tensor
-
         k = _pair(kernel_size)
         nsp = len(k)
         st, dl = (_pair(v, nsp) for v in (stride if stride is not None else k, dilation))
@@ -244,7 +239,7 @@ class NNMixin:
         n_out = math.prod(osp)
         lead, isp = self.shape[:-nsp], self.shape[-nsp:]
         x, ix = self.flatten(-nsp) if nsp > 1 else self, indices.flatten(-nsp) if nsp > 1 else indices
-        sel = ix.unsqueeze(-1) == Tensor.arange(n_out, device=self.device)  # (..., pooled, out)
+        sel = ix.unsqueeze(-1) == type(self).arange(n_out, device=self.device)  # (..., pooled, out)
         # overlapping windows can pick the same position: it gets that value once (not the sum), as in PyTorch
         out = sel.where(x.unsqueeze(-1), 0).sum(axis=-2)
         hits = sel.sum(axis=-2)
@@ -257,8 +252,6 @@ class NNMixin:
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window. The divisor counts the window's elements inside the padded input
         (count_include_pad) or inside the input only; a ceil_mode extension never counts (as in PyTorch)."""
-        from speck.tensor.hook import Tensor
-
         k = _pair(kernel_size)
         st, dl = (_pair(v, len(k)) for v in (stride if stride is not None else k, dilation))
         _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
@@ -271,18 +264,16 @@ class NNMixin:
         sp = tuple(as_int(d) for d in self.shape[-len(k) :])
         user = _conv_padding(padding, k, dl, st)
         if count_include_pad:
-            ones = Tensor.ones(*[n + b + a for n, (b, a) in zip(sp, user)], device=self.device)
+            ones = type(self).ones(*[n + b + a for n, (b, a) in zip(sp, user)], device=self.device)
             ones = ones.pad(tuple((0, pa - ua) for (_, pa), (_, ua) in zip(pads, user)))
         else:
-            ones = Tensor.ones(*sp, device=self.device).pad(tuple(pads))
+            ones = type(self).ones(*sp, device=self.device).pad(tuple(pads))
         div = ones._windows(k, st, dl).sum(axis=red)
         x = w.sum(axis=red)
         return x.cast(least_upper_float(x.dtype)) / div.cast(least_upper_float(x.dtype))
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
-        from speck.tensor.hook import Tensor
-
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         x = self
@@ -294,12 +285,14 @@ class NNMixin:
                 continue
             if mode in ("nearest", "nearest-exact"):
                 off = 0.5 if mode == "nearest-exact" else 0.0
-                src = ((Tensor.arange(n_out, device=x.device) + off) * (n_in / n_out)).floor().int().clip(0, n_in - 1)
+                src = (
+                    ((type(self).arange(n_out, device=x.device) + off) * (n_in / n_out)).floor().int().clip(0, n_in - 1)
+                )
                 x = x.gather(ax, src.reshape(*[n_out if j == ax else 1 for j in range(len(x.shape))]).expand(
                     *[n_out if j == ax else s for j, s in enumerate(x.shape)]))  # fmt: skip
             elif mode == "linear":
                 scale = (n_in - 1) / (n_out - 1) if align_corners and n_out > 1 else n_in / n_out
-                pos = Tensor.arange(
+                pos = type(self).arange(
                     n_out, device=x.device, dtype=dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32
                 )
                 pos = pos * scale if align_corners else ((pos + 0.5) * scale - 0.5).clip(0, n_in - 1)
@@ -319,16 +312,13 @@ class NNMixin:
     # ---------------- regularisation and activations ----------------
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
-        from speck.tensor.autograd import is_training
-        from speck.tensor.hook import Tensor
-
         if not 0 <= p <= 1:
             raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
-        if not is_training() or p == 0:
+        if not (type(self).training or TRAINING) or p == 0:  # (training mode: see speck.tensor.tensor.is_training)
             return self
         if p == 1:
             return self * 0
-        keep = Tensor.rand(*self.shape, device=self.device) >= p
+        keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
 
     def relu6(self: Tensor) -> Tensor:
@@ -385,9 +375,6 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
-        from speck.tensor.bounds import checked
-        from speck.tensor.hook import Tensor
-
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         log_probs = self.log_softmax(axis=-1)
@@ -395,7 +382,7 @@ class NNMixin:
         mask = Y != ignore_index
         # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
         labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index, device=self.device)
-        y = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        y = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
         y = y * mask.reshape(*Y.shape, 1)
         loss_t = -(log_probs * y).sum(axis=-1)
         smooth = -(log_probs.mean(axis=-1)) * mask
@@ -424,13 +411,10 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
-        from speck.tensor.bounds import checked
-        from speck.tensor.hook import Tensor
-
         self = self._classes_last()
         c = as_int(self.shape[-1])
         labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)
-        onehot = (labels.reshape(*Y.shape, 1) == Tensor.arange(c, device=self.device)).where(1.0, 0.0)
+        onehot = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
         w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
         if ignore_index is not None:
             w = w * (Y != ignore_index).reshape(*Y.shape, 1)
@@ -453,8 +437,6 @@ class NNMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
-        from speck.tensor.hook import Tensor
-
         if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
             value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)
@@ -464,7 +446,7 @@ class NNMixin:
             if attn_mask is not None:
                 raise TensorValueError("pass either attn_mask or is_causal=True, not both")
             lq, lk = self.shape[-2], key.shape[-2]
-            attn_mask = Tensor.ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
+            attn_mask = type(self).ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:
             qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
         return qk.softmax(-1).dropout(dropout_p) @ value
@@ -490,9 +472,6 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     without first writing that tensor out; the transposed convolution of the output gradient is the same value as
     one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
     output positions (what the graph walk gives too)."""
-    from speck.tensor.gradient import override_gradient
-    from speck.tensor.hook import Tensor
-
     nsp = len(k)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
@@ -506,10 +485,10 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     def rule(ctx: UOp) -> tuple[UOp | None, ...]:
         # the output gradient (often a long elementwise chain: BatchNorm and ReLU backward) is computed once, into
         # a buffer both gradients read, rather than fused into the padded copy and the channel-last copy each
-        g = Tensor(ctx, device=x.device).contiguous()
-        w = Tensor(weight.uop, device=weight.device)
+        g = type(out)(ctx, device=x.device).contiguous()
+        w = type(out)(weight.uop, device=weight.device)
         gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
-        win = Tensor(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
+        win = type(out)(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
         # the output gradient channel-last in a buffer of its own, so the kernel vectorizes over output channels;
         # with one input channel per group (a first layer) the kernel vectorizes along output rows instead, where
         # the gradient is contiguous as it is (conv1: the copy and its 1.4 ms go)
@@ -537,16 +516,13 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
 def _unpool_gradient(out: Tensor, x: Tensor, flat_idx: Tensor, pooled: tuple[Any, ...]) -> None:
     """max_unpool2d's gradient is the output gradient read back at each value's index: every pooled value moved to
     its position whole, also where overlapping windows put one value there twice (the forward keeps it once)."""
-    from speck.tensor.gradient import override_gradient
-    from speck.tensor.hook import Tensor
-
     nsp = len(pooled)
     idx_uop, device = flat_idx.uop, x.device
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        gt = Tensor(g, device=device)
+        gt = type(out)(g, device=device)
         gf = gt.flatten(-nsp) if nsp > 1 else gt
-        gx = gf.gather(-1, Tensor(idx_uop, device=device))
+        gx = gf.gather(-1, type(out)(idx_uop, device=device))
         return (gx.reshape(*gx.shape[:-1], *pooled).uop,)
 
     override_gradient(out.uop, (x.uop,), rule)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from speck.codegen.numeric import storage_np
+from speck.tensor.device import file_backed
 from speck.tensor.errors import (
     TensorDTypeError,
     TensorFileNotFoundError,
@@ -19,8 +20,10 @@ from speck.tensor.errors import (
     TensorTypeError,
     TensorValueError,
 )
+from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
+from speck.uop.dtype import cast_value
 from speck.uop.errors import UnknownDTypeError
 
 _NP_TO_DT: dict[Any, DType] = {
@@ -64,9 +67,6 @@ def _iota_uop(n: sint, device: str) -> UOp:
 
 def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
     """A realized BUFFER holding arr (copied in now), viewed with arr's shape."""
-    from speck.tensor.device import file_backed
-    from speck.tensor.realize import get_buffer
-
     size = int(arr.size)
     buf = new_buffer_uop(device, size, dt)
     if size:
@@ -84,32 +84,13 @@ def copy_uop(u: UOp, dst: str, src: str) -> UOp:
 
 def _const_uop(value: int | float | bool, dtype: DType, device: str) -> UOp:
     """A 0-d constant of dtype on device (a weak dtype keeps the Python value exactly, converted to its kind)."""
-    from speck.uop.dtype import cast_value
-
     v = cast_value(value, dtype) if not dtype.is_weak else (int(value) if dtype is dtypes.weakint else float(value))
     return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), v)
 
 
-def const_tensor(value: int | float | bool, dtype: DType | None, device: Any) -> Any:
-    """A 0-d constant Tensor of dtype (default: the literal's own, weak for int/float) on device; device None makes
-    it device-less. Internal code uses this for constants that belong to a device (Tensor(scalar) ignores
-    device=); the Python int must fit an int dtype (a literal never wraps silently)."""
-    from speck.tensor.device import default_device
-    from speck.tensor.hook import Tensor
-    from speck.tensor.weak import check_fits
-
-    dt = dtypes.from_py(value) if dtype is None else dtype
-    check_fits(value, dt)
-    home = default_device() if device is None else device
-    t = Tensor(_const_uop(value, dt, home), device=home)
-    t._device = device
-    return t
-
-
-def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
-    """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it."""
-    from speck.tensor.hook import Tensor
-
+def _from_nested(data: Any, tensor_type: type) -> tuple[np.ndarray, DType]:
+    """A nested list/tuple of Python scalars as a numpy array plus the dtype tinygrad infers for it (a tensor_type
+    element is refused: Tensor.stack builds from tensors)."""
     flat: list[Any] = []
     stack = [data]
     while stack:
@@ -118,7 +99,7 @@ def _from_nested(data: Any) -> tuple[np.ndarray, DType]:
             stack.extend(x)
         elif isinstance(x, np.ndarray):  # its values, so that their kind counts (arrays of ints were read as bools)
             stack.append(x.tolist())
-        elif isinstance(x, Tensor):
+        elif isinstance(x, tensor_type):
             raise TensorTypeError("can't build a Tensor from a list containing Tensors; use Tensor.stack")
         elif isinstance(x, (bool, int, float, np.bool_, np.number)):
             flat.append(x)

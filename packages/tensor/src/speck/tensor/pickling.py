@@ -31,9 +31,13 @@ import numpy as np
 
 from speck.tensor import realize
 from speck.tensor.bounds import is_record, record_buffer
+from speck.tensor.custom_kernel import CustomKernel, _gradient_rule
 from speck.tensor.device import file_backed
 from speck.tensor.errors import JitNotCapturedError
 from speck.tensor.errors import TensorPickleError as TensorPickleError
+from speck.tensor.gradient import override_gradient
+from speck.tensor.multi import MultiUOp
+from speck.tensor.nodes import _clone_counter
 from speck.tensor.schedule import ScheduleItem, buffer_device, buffer_map, new_buffer_uop
 from speck.uop import Ops, UOp
 
@@ -117,8 +121,6 @@ class _GraphRecord:
 
 
 def _load_graph(u: UOp, bufs: tuple[UOp, ...], loaded: tuple[UOp, ...]) -> UOp:
-    from speck.tensor.nodes import _clone_counter
-
     new: dict[UOp, UOp] = dict(zip(bufs, loaded))
     for n in u.toposort(gate=lambda x: x.op is not Ops.BUFFER):
         if n in new:
@@ -135,9 +137,6 @@ def _load_graph(u: UOp, bufs: tuple[UOp, ...], loaded: tuple[UOp, ...]) -> UOp:
 
 def _restore_custom_kernel_gradients(u: UOp) -> None:
     """Custom kernels lose their grad_fxn in a pickle: their outputs differentiate to an error, not through."""
-    from speck.tensor.custom_kernel import CustomKernel, _gradient_rule
-    from speck.tensor.gradient import override_gradient
-
     for n in u.toposort():
         if n.op is Ops.AFTER and len(n.src) == 2 and isinstance(n.src[1].arg, CustomKernel):
             override_gradient(n, n.src[1].src, _gradient_rule(n.src[1], n.src[1].arg))
@@ -148,7 +147,6 @@ def reduce_tensor(t: Tensor) -> tuple[Any, ...]:
     (device a tuple) pickles its values and sharding instead, and is sharded the same way again on load."""
     if isinstance(t.device, tuple):
         rest = (t.requires_grad, t.grad, t.is_param)
-        from speck.tensor.multi import MultiUOp
 
         u = t.uop
         if isinstance(u, MultiUOp) and u.op is Ops.NOOP and u.is_realized:
@@ -171,7 +169,6 @@ def _load_sharded(data: np.ndarray, dtype: Any, devices: tuple[str, ...], axis: 
 def _load_shards(shards: tuple[UOp | _GraphRecord, ...], axis: int | None, devices: tuple[str, ...],
                  requires_grad: bool | None, grad: Tensor | None, is_param: bool) -> Tensor:  # fmt: skip
     from speck.tensor.hook import Tensor
-    from speck.tensor.multi import MultiUOp
 
     plain = tuple(s.u if isinstance(s, _GraphRecord) else s for s in shards)
     t = Tensor(MultiUOp.leaf(plain, axis, devices), requires_grad=requires_grad)

@@ -59,8 +59,6 @@ def max_pool_gradient(out: Tensor, x: Tensor, kernel: tuple[int, ...], stride: t
     -inf by `padding` on both sides, any ceil_mode extension read off out's shape). Only non-overlapping windows
     (stride == kernel, dilation 1) of a float tensor qualify; returns whether the override was registered, otherwise
     the gradient keeps walking the pooling graph."""
-    from speck.tensor.hook import Tensor
-
     # (a 1x1 pool could one day fold to the input node itself: an override there would feed x's gradient to itself)
     if not dtypes.is_float(x.dtype) or out.dtype != x.dtype or out.uop is x.uop:
         return False
@@ -83,12 +81,12 @@ def max_pool_gradient(out: Tensor, x: Tensor, kernel: tuple[int, ...], stride: t
         node = node_ref()
         assert node is not None, "the pooled node is alive while its gradient is computed"
         # the input cut or -inf padded to exactly the windows: element j of dim i sits in window j // k
-        xv = Tensor(xu, device=device).pad((*keep, *[(p, o * k - p - n) for n, o, k, p in geo]), value=-math.inf)
+        xv = type(out)(xu, device=device).pad((*keep, *[(p, o * k - p - n) for n, o, k, p in geo]), value=-math.inf)
         xw = xv.uop.reshape(split)
         mask = xw.ne(node.reshape(bcast).expand(split)).ne(True).cast(ctx.dtype)
         count = mask.reduce_axis(Ops.ADD, win_axes)
         gw = (mask / count.expand(split)) * ctx.reshape(bcast).expand(split)
-        gv = Tensor(gw.reshape(tuple(xv.shape)), device=device)
+        gv = type(out)(gw.reshape(tuple(xv.shape)), device=device)
         # back to the input's extent: drop the leading padding, zeros for the tail no window reaches
         gx = gv.pad((*keep, *[(-p, n + p - o * k) for n, o, k, p in geo]))
         return (gx.uop,)

@@ -4,7 +4,8 @@
 """Random numbers: a counter-based generator (threefry2x32 of a per-device [seed, counter] buffer) and the
 distributions and initialisers built on it (rand, randn, randint, normal, uniform, the glorot/kaiming
 initialisers, randperm, multinomial, manual_seed). The methods are added to Tensor as a mixin like the other op
-modules'; they build results through the registered class (speck.tensor.hook), not by importing tensor.py."""
+modules'; the constructors are classmethods building results with `cls` (methods with `type(self)`), never by
+importing tensor.py."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor import realize
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
+from speck.tensor.realize import realize_graph
 from speck.tensor.schedule import base_buffer, view_offset
 from speck.tensor.settings import SEED
 from speck.uop import DType, Ops, UOp, dtypes, validate_shape
@@ -46,22 +49,20 @@ class RandomMixin:
     def rand_like(self: Tensor, **kw: Any) -> Tensor:
         """rand of self's shape; dtype defaults to self's, which must then be a float. A sharded tensor gets
         independent draws on every device, sharded like it."""
-        from speck.tensor.hook import Tensor
-
         if isinstance(self.uop, MultiUOp):
             dt = kw.pop("dtype", self.dtype)
-            return self._like_shards(lambda s, d, i: Tensor(s, device=d).rand_like(dtype=dt, _stream=i, **kw), kw)
-        return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw)
+            return self._like_shards(lambda s, d, i: type(self)(s, device=d).rand_like(dtype=dt, _stream=i, **kw), kw)
+        return type(self).rand(
+            *self.shape, dtype=kw.pop("dtype", self.dtype), device=kw.pop("device", self.device), **kw
+        )
 
     def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """randn of self's shape, cast to dtype (default self's; int dtypes get the cast normals)."""
-        from speck.tensor.hook import Tensor
-
         dt = _dt(dtype) or self.dtype
         if isinstance(self.uop, MultiUOp):
-            return self._like_shards(lambda s, d, i: Tensor(s, device=d).randn_like(dtype=dt, _stream=i, **kw), kw)
-        out = Tensor.randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None, device=kw.pop("device", self.device),
-                           **kw)  # fmt: skip
+            return self._like_shards(lambda s, d, i: type(self)(s, device=d).randn_like(dtype=dt, _stream=i, **kw), kw)
+        out = type(self).randn(*self.shape, dtype=dt if dtypes.is_float(dt) else None,
+                               device=kw.pop("device", self.device), **kw)  # fmt: skip
         return out.cast(dt)
 
     @staticmethod
@@ -73,27 +74,25 @@ class RandomMixin:
         for dev, state in _RNG_STATE.items():
             _rng_store(state, _rng_initial(dev))
 
-    @staticmethod
-    def _random_bits(n: int, device: str | None, stream: int = 0) -> Tensor:
+    @classmethod
+    def _random_bits(cls: type[Tensor], n: int, device: str | None, stream: int = 0) -> Tensor:
         """n uint64 random words: threefry2x32 of (counter, seed), where seed and counter come from the device's
         counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
         when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
-        from speck.tensor.hook import Tensor
-
         dev = canonical(device)
-        nxt = Tensor(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
-        ctr = Tensor(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
+        nxt = cls(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
+        ctr = cls(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
         # the draw's size is mixed into the key (as the split of tinygrad's counters into two halves does): rand(6)
         # is not rand(3) followed by rand(3); the shards of a sharded draw (stream) get independent streams too
         mix = (n * 0xD1B54A32D192ED03 ^ stream * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
         key = nxt.shrink(((0, 1),)).expand(n) ^ mix
         return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
 
-    @staticmethod
-    def rand(*shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+    @classmethod
+    def rand(
+        cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any
+    ) -> Tensor:
         """Uniform [0, 1) values."""
-        from speck.tensor.hook import Tensor
-
         if isinstance(device, (tuple, list)):
             raise TensorValueError(
                 f"rand can't make a tensor over several devices {tuple(device)}; make one on a single "
@@ -112,27 +111,25 @@ class RandomMixin:
             raise TensorValueError("rand can't draw for a tuple of devices; use rand_like on a sharded tensor")
         n = int(prod(sh))
         if n == 0:
-            return Tensor.zeros(sh, dtype=dt, device=device)
-        bits = Tensor._random_bits(n, device, int(kw.get("_stream", 0)))
+            return cls.zeros(sh, dtype=dt, device=device)
+        bits = cls._random_bits(n, device, int(kw.get("_stream", 0)))
         # top 24 bits -> a float32 in [0, 1) with every value exactly representable
         u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
         return u.cast(dt).reshape(sh)
 
-    @staticmethod
-    def randn(*shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
+    @classmethod
+    def randn(cls: type[Tensor], *shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """Standard normal values (Box-Muller)."""
-        from speck.tensor.hook import Tensor
-
         sh = validate_shape(argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
-        u = Tensor.rand(2, *sh, **kw)
+        u = cls.rand(2, *sh, **kw)
         r = ((1 - u[0]).log() * -2).sqrt()
         return (r * (u[1] * (2 * math.pi)).cos()).cast(dt)
 
-    @staticmethod
-    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def randint(
+        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32, **kw: Any
+    ) -> Tensor:
         if not isinstance(low, int) or not isinstance(high, int):
             raise TensorTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low:
@@ -140,71 +137,55 @@ class RandomMixin:
         if not dtypes.is_int(_dt(dtype) or dtypes.int32):
             raise TensorTypeError(f"randint needs an int dtype, got {dtype}")
         return (
-            (Tensor.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low)
-            .floor()
-            .cast(_dt(dtype) or dtypes.int32)
+            (cls.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(_dt(dtype) or dtypes.int32)
         )
 
-    @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
         if std < 0:
             raise TensorValueError(f"normal needs std >= 0, got {std}")
-        return Tensor.randn(*shape, **kw) * std + mean
+        return cls.randn(*shape, **kw) * std + mean
 
-    @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
         if not low < high:
             raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        return (Tensor.rand(*shape, **kw) * (high - low) + low).cast(dt)
+        return (cls.rand(*shape, **kw) * (high - low) + low).cast(dt)
 
-    @staticmethod
-    def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
         scale: float = float(prod(sh)) ** -0.5
-        return Tensor.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
+        return cls.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
 
-    @staticmethod
-    def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def glorot_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
         bound = math.sqrt(6 / (sh[0] + prod(sh[1:])))
-        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+        return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
-    @staticmethod
-    def kaiming_uniform(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh = argfix(*shape)
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
-        return Tensor.uniform(*sh, low=-bound, high=bound, **kw)
+        return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
-    @staticmethod
-    def kaiming_normal(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
+    @classmethod
+    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh = argfix(*shape)
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
-        return Tensor.normal(*sh, mean=0.0, std=std, **kw)
+        return cls.normal(*sh, mean=0.0, std=std, **kw)
 
-    @staticmethod
-    def randperm(n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kw: Any) -> Tensor:
-        from speck.tensor.hook import Tensor
-
-        return Tensor.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
+    @classmethod
+    def randperm(
+        cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kw: Any
+    ) -> Tensor:
+        return cls.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Sample int32 indices from the (unnormalised) weights in the last dim (1-D or 2-D input); without
         replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w))."""
-        from speck.tensor.hook import Tensor
-
         if not 1 <= self.ndim <= 2 or num_samples <= 0:
             raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
         w = self.unsqueeze(0) if self.ndim == 1 else self
@@ -213,12 +194,12 @@ class RandomMixin:
                 raise TensorAssertionError(f"can't draw {num_samples} samples without replacement from "
                                            f"{w.shape[-1]} categories")  # fmt: skip
             # key = log(u) / w: the largest keys are a weighted sample without replacement (zero weights: -inf)
-            u = Tensor.rand(*w.shape, device=self.device)
+            u = type(self).rand(*w.shape, device=self.device)
             key = (w.float() > 0).where(u.log() / w.float(), -math.inf)
             idx = key.topk(num_samples, dim=-1)[1].cast(dtypes.int32)
             return idx.squeeze(0) if self.ndim == 1 else idx
         cdf = (cw := w.float().cumsum(1)) / cw[:, -1:]
-        u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+        u = type(self).rand(w.shape[0], num_samples, 1, device=self.device)
         idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
         return idx.squeeze(0) if self.ndim == 1 else idx
 
@@ -238,8 +219,6 @@ def _rng_state(device: str) -> UOp:
 def _rng_store(dst: UOp, src: UOp) -> None:
     """Copy src's contents into the counter buffer dst in place, recorded for TinyJit replays as the same copy.
     A copy, not Tensor.assign's storage swap: dst must never share storage with a buffer a lazy draw reads."""
-    from speck.tensor import realize
-
     realize.run_entries([realize.copy_entry(dst, src)])
 
 
@@ -248,15 +227,12 @@ def _rng_advance(n: int, device: str) -> UOp:
     read it, and nothing writes it again outside a TinyJit replay of this same step), which is then copied into the
     counter buffer. The increment comes in as a tiny buffer so one compiled kernel serves every draw size. This
     schedules directly instead of through realize(), which would also apply pending deferred updates early."""
-    from speck.tensor.hook import Tensor
-    from speck.tensor.realize import realize_graph
-
     state = _rng_state(device)
     if (step := _RNG_STEP.get((device, n))) is None:
         if len(_RNG_STEP) >= 256:  # many distinct draw sizes: start over rather than grow without bound
             _RNG_STEP.clear()
         inc = _from_numpy(np.array([0, n], dtype=np.uint64), dtypes.uint64, device)
-        step = _RNG_STEP[(device, n)] = (Tensor(state, device=device) + Tensor(inc, device=device)).uop
+        step = _RNG_STEP[(device, n)] = state.alu(Ops.ADD, inc)
     view = realize_graph(step, device)
     nxt = base_buffer(view)
     assert nxt is not None and nxt is not state and view_offset(view) == 0

@@ -10,9 +10,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int
+from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
+from speck.tensor.linalg import newton_schulz, qr, svd
+from speck.tensor.movement import reshape, resolve_dim
+from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.tensor.weak import materialized
-from speck.uop import DType, Ops, dtypes, least_upper_float, sum_acc_dtype
+from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float, sint, sum_acc_dtype
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
 
@@ -62,92 +66,100 @@ def _packed_product(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
     return out.reshape(*out.shape[:-2], m)
 
 
+# ---------------- the primitive: REDUCE_AXIS over UOps (tensor.py wraps these) ----------------
+def axes_of(shape: tuple[sint, ...], axis: Any) -> tuple[int, ...]:
+    """axis (an int, a sequence of them or None = all) as resolved dims of shape."""
+    if axis is None:
+        return tuple(range(len(shape)))
+    try:
+        ax = (axis,) if isinstance(axis, int) else tuple(axis)
+    except TypeError:  # not iterable: a float, a tensor...
+        raise TensorTypeError(f"axis must be an int, a sequence of ints or None, got {type(axis).__name__} "
+                              f"{axis!r}") from None  # fmt: skip
+    out = tuple(resolve_dim(shape, a) for a in ax)
+    if len(set(out)) != len(out):
+        raise TensorValueError(f"axis {axis} repeats a dim; name each dim at most once")
+    return out if shape else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
+
+
+def concrete(u: UOp) -> UOp:
+    """u at a concrete dtype: reductions and scans first make a weak (literal) graph concrete, at the dtype it reads
+    as (default int/float; int64 for int literals beyond the default int)."""
+    return join(u, materialized(u)) if u.dtype in WEAK_DTYPES else u
+
+
+def reduce(u: UOp, dev: Device, op: Ops, axis: Any = None, keepdim: bool = False) -> tuple[UOp, Device]:
+    """op (ADD, MUL or MAX) over axis, with the result's device (an empty MAX is a constant: device-less when u is
+    sharded)."""
+    u = concrete(u)
+    shape = u.shape
+    axes = axes_of(shape, axis)
+    if not shape:
+        return u, dev
+    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    dropped = tuple(s for i, s in enumerate(shape) if i not in axes)
+    if op is Ops.MAX and any(isinstance(shape[a], int) and shape[a] == 0 for a in axes):
+        # an empty max is the identity: the dtype's minimum (-inf for floats)
+        cdev = None if type(dev) is tuple else dev
+        ret = broadcast_to(const(dtypes.min(u.dtype), u.dtype, cdev), kept)
+        return (ret if keepdim else reshape(ret, dropped)), cdev
+    split = split_reduce(u, op, axes)
+    ret = split if split is not None else u.reduce_axis(op, axes)
+    if ret.shape != kept:
+        ret = reshape(ret, kept)
+    return (ret if keepdim else reshape(ret, dropped)), dev
+
+
+def split_reduce(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp | None:
+    """A reduction of many inputs into few outputs as two kernels (SPLIT_REDUCEOP), or None: the largest reduced
+    dim n splits into (d, n/d) and the first kernel reduces everything but d, so d partial results per output
+    give the CPU workers something to divide (a full sum is otherwise one thread's loop: 16M float32 went from
+    6.6 to 11 GB/s on 2 cores); the second kernel reduces the d partials. Outputs keep the reduce's shape."""
+    shape = u.shape
+    if not SPLIT_REDUCEOP or not axes or not all(isinstance(s, int) for s in shape):
+        return None
+    out = prod(s for i, s in enumerate(shape) if i not in axes)
+    if out == 0 or prod(shape) // out < REDUCEOP_SPLIT_THRESHOLD.value:
+        return None
+    if any(n.op is Ops.CMPEQ for n in u.toposort()):
+        # integer-tensor indexing (a one-hot compare, summed): the scheduler folds it into direct loads, which a
+        # split of the reduced axis would prevent (two index tensors into a 2000x2000 target: 600 -> 10M ops)
+        return None
+    dim = max(axes, key=lambda a: shape[a])
+    n = as_int(shape[dim])
+    d = next((d for d in range(min(SPLIT_REDUCE_PARTS, SPLIT_REDUCE_SIZE // out), 7, -1) if n % d == 0), None)
+    if d is None:
+        return None
+    parts = reshape(u, (*shape[:dim], d, n // d, *shape[dim + 1 :]))
+    first = parts.reduce_axis(op, tuple(a + (a >= dim) for a in axes))  # d stays, n/d is reduced
+    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return first.reduce_axis(op, (dim,)).reshape(kept)
+
+
+def sum_(
+    u: UOp, dev: Device, axis: Any = None, keepdim: bool = False, dtype: DType | None = None
+) -> tuple[UOp, Device]:
+    """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+    u = concrete(u)
+    ret, dev = reduce(cast(u, dtype or sum_acc_dtype(u.dtype)), dev, Ops.ADD, axis, keepdim)
+    narrow = u.dtype in (dtypes.float16, dtypes.bfloat16) or dtypes.is_fp8(u.dtype)
+    return (cast(ret, u.dtype) if dtype is None and narrow else ret), dev
+
+
+def prod_(
+    u: UOp, dev: Device, axis: Any = None, keepdim: bool = False, dtype: DType | None = None
+) -> tuple[UOp, Device]:
+    """Product over axis; keeps u's dtype (ints wrap as in their own width) unless dtype is given."""
+    u = concrete(u)
+    ret, dev = reduce(cast(u, dtype or sum_acc_dtype(u.dtype)), dev, Ops.MUL, axis, keepdim)
+    return (cast(ret, u.dtype) if dtype is None else ret), dev
+
+
 class ReduceMixin:
-    """Reduction and linear algebra methods of Tensor."""
+    """The reductions, scans, sorting and linear algebra of Tensor composed from its primitives (sum, prod, max:
+    the functions above, which tensor.py wraps)."""
 
     __slots__ = ()
-
-    def _axes(self: Tensor, axis: Any) -> tuple[int, ...]:
-        if axis is None:
-            return tuple(range(self.ndim))
-        try:
-            ax = (axis,) if isinstance(axis, int) else tuple(axis)
-        except TypeError:  # not iterable: a float, a tensor...
-            raise TensorTypeError(f"axis must be an int, a sequence of ints or None, got {type(axis).__name__} "
-                                  f"{axis!r}") from None  # fmt: skip
-        out = tuple(self._resolve_dim(a) for a in ax)
-        if len(set(out)) != len(out):
-            raise TensorValueError(f"axis {axis} repeats a dim; name each dim at most once")
-        return out if self.ndim else ()  # a 0-d tensor accepts axis 0 / -1 and has nothing to reduce
-
-    def _concrete(self: Tensor) -> Tensor:
-        """self at a concrete dtype: reductions and scans first make a weak (literal) tensor concrete, at the dtype
-        it reads as (default int/float; int64 for int literals beyond the default int)."""
-        return self._joined(materialized(self.uop)) if self._uop.dtype in WEAK_DTYPES else self
-
-    def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
-        self = self._concrete()
-        axes = self._axes(axis)
-        if self.ndim == 0:
-            return self
-        if op is Ops.MAX and any(isinstance(self.shape[a], int) and self.shape[a] == 0 for a in axes):
-            # an empty max is the identity: the dtype's minimum (-inf for floats)
-            out = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-            ret = self._const_like(dtypes.min(self.dtype))._broadcast_to(out)
-            return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-        split = self._split_reduce(op, axes)
-        ret = split if split is not None else self._new(self.uop.reduce_axis(op, axes))
-        if ret.shape != tuple(1 if i in axes else s for i, s in enumerate(self.shape)):
-            ret = ret.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
-        if keepdim:
-            return ret
-        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-
-    def _split_reduce(self: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor | None:
-        """A reduction of many inputs into few outputs as two kernels (SPLIT_REDUCEOP), or None: the largest reduced
-        dim n splits into (d, n/d) and the first kernel reduces everything but d, so d partial results per output
-        give the CPU workers something to divide (a full sum is otherwise one thread's loop: 16M float32 went from
-        6.6 to 11 GB/s on 2 cores); the second kernel reduces the d partials. Outputs keep the reduce's shape."""
-        from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
-
-        shape = self.shape
-        if not SPLIT_REDUCEOP or not axes or not all(isinstance(s, int) for s in shape):
-            return None
-        out = prod(s for i, s in enumerate(shape) if i not in axes)
-        if out == 0 or prod(shape) // out < REDUCEOP_SPLIT_THRESHOLD.value:
-            return None
-        if any(u.op is Ops.CMPEQ for u in self.uop.toposort()):
-            # integer-tensor indexing (a one-hot compare, summed): the scheduler folds it into direct loads, which a
-            # split of the reduced axis would prevent (two index tensors into a 2000x2000 target: 600 -> 10M ops)
-            return None
-        dim = max(axes, key=lambda a: shape[a])
-        n = as_int(shape[dim])
-        d = next((d for d in range(min(SPLIT_REDUCE_PARTS, SPLIT_REDUCE_SIZE // out), 7, -1) if n % d == 0), None)
-        if d is None:
-            return None
-        parts = self.reshape(*shape[:dim], d, n // d, *shape[dim + 1 :])
-        first = parts.uop.reduce_axis(op, tuple(a + (a >= dim) for a in axes))  # d stays, n/d is reduced
-        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
-        return self._new(first.reduce_axis(op, (dim,)).reshape(kept))
-
-    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
-        from speck.tensor.nodes import _dt
-
-        self = self._concrete()
-        acc = _dt(dtype) or sum_acc_dtype(self.dtype)
-        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-        narrow = self.dtype in (dtypes.float16, dtypes.bfloat16) or dtypes.is_fp8(self.dtype)
-        return ret.cast(self.dtype) if dtype is None and narrow else ret
-
-    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
-        from speck.tensor.nodes import _dt
-
-        self = self._concrete()
-        acc = _dt(dtype) or sum_acc_dtype(self.dtype)
-        ret = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
-        return ret.cast(self.dtype) if dtype is None else ret
 
     def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         self._nonempty("max", axis)
@@ -201,19 +213,17 @@ class ReduceMixin:
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum (over the flattened tensor when axis is None)."""
-        from speck.tensor.hook import Tensor
-
         if axis is None:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
         if self.ndim == 0:
-            return Tensor(0, dtype=dtypes.int32, device=self.device)
+            return type(self)(0, dtype=dtypes.int32, device=self.device)
         n = as_int(self.shape[d])
         if n == 0:
             raise TensorValueError(f"argmax over an empty axis (axis {axis}, shape {self.shape}) has no value")
         m = self.max(d, keepdim=True)
-        rev = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+        rev = type(self).arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
         hit = (self == m) | (self.isnan() if dtypes.is_float(self.dtype) else False)
         idx = hit.where(rev, 0).max(d, keepdim)
         return (n - idx).cast(dtypes.int32)
@@ -250,8 +260,6 @@ class ReduceMixin:
     # ---------------- scans ----------------
     def _scan(self: Tensor, axis: int, op: str) -> Tensor:
         """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
-        from speck.tensor.hook import Tensor
-
         self = self._concrete()
         d = self._resolve_dim(axis)
         if self.ndim == 0:
@@ -264,8 +272,8 @@ class ReduceMixin:
             r = x._blocked_scan(op)
             return r.transpose(d, -1) if d != self.ndim - 1 else r
         xs = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))  # [..., i, j] = x[..., j]
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         mask = j <= i
         if op == "sum":
             r = mask.where(xs, xs._const_like(0)).sum(-1)
@@ -313,43 +321,37 @@ class ReduceMixin:
 
     def _first_index_of(self: Tensor, v: Tensor, axis: int) -> Tensor:
         """For each position i along axis: the smallest j <= i with self[j] == v[i] (v a running extreme)."""
-        from speck.tensor.hook import Tensor
-
         if self.ndim == 0:
-            return Tensor(0, dtype=dtypes.int32, device=self.device)
+            return type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(axis)
         n = as_int(self.shape[d])
         if n == 0:
             return self.cast(dtypes.int32)
         x, vv = self.transpose(d, -1), v.transpose(d, -1)
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         hit = (j <= i) & (x.unsqueeze(-2) == vv.unsqueeze(-1))  # [..., i, j]
         return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
         underflows the prefixes far below the axis maximum to log(0) = -inf."""
-        from speck.tensor.hook import Tensor
-
         x = self._float()
         d = x._resolve_dim(axis)
         if x.ndim == 0 or as_int(x.shape[d]) == 0:
             return x
         n = as_int(x.shape[d])
         xt = x.transpose(d, -1) if d != x.ndim - 1 else x
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         r = (j <= i).where(xt.unsqueeze(-2), -math.inf).logsumexp(-1)  # [..., i] = logsumexp of x[..., :i+1]
         return r.transpose(d, -1) if d != x.ndim - 1 else r
 
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
-        from speck.tensor.hook import Tensor
-
         if self.ndim == 0:
-            return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+            return self, type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
@@ -357,19 +359,19 @@ class ReduceMixin:
             return self, self.cast(dtypes.int32)
         xi = x.unsqueeze(-1)  # [..., i, 1]
         xj = x.unsqueeze(-2)  # [..., 1, j]
-        i = Tensor.arange(n, device=self.device).reshape(n, 1)
-        j = Tensor.arange(n, device=self.device).reshape(1, n)
+        i = type(self).arange(n, device=self.device).reshape(n, 1)
+        j = type(self).arange(n, device=self.device).reshape(1, n)
         lt, eq = (xj > xi, xj == xi) if descending else (xj < xi, xj == xi)
         if dtypes.is_float(x.dtype):  # NaN sorts above +inf (last ascending, first descending, as in PyTorch)
             nj, ni = xj.isnan(), xi.isnan()
             lt = lt | ((nj & ni.logical_not()) if descending else (ni & nj.logical_not()))
             eq = eq | (nj & ni)
         rank = (lt | (eq & (j < i))).sum(-1).contiguous()  # rank of element i: [..., i], a permutation of 0..n-1
-        p = Tensor.arange(n, device=self.device).reshape(1, n)
+        p = type(self).arange(n, device=self.device).reshape(1, n)
         sel = rank.unsqueeze(-1) == p  # [..., i, p]: element i lands at position p
         vals = sel.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype != dtypes.bool else \
             (sel & x.unsqueeze(-1)).any(-2)  # fmt: skip
-        idx = sel.where(Tensor.arange(n, device=self.device).reshape(n, 1), 0).sum(-2).cast(dtypes.int32)
+        idx = sel.where(type(self).arange(n, device=self.device).reshape(n, 1), 0).sum(-2).cast(dtypes.int32)
         if d != self.ndim - 1:
             vals, idx = vals.transpose(d, -1), idx.transpose(d, -1)
         return vals, idx
@@ -390,8 +392,6 @@ class ReduceMixin:
     # ---------------- linear algebra ----------------
     def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcasting of batch dims."""
-        from speck.uop import least_upper_dtype
-
         x = self
         if x.ndim == 0 or w.ndim == 0:
             raise TensorValueError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
@@ -423,20 +423,14 @@ class ReduceMixin:
 
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """(Q, R) by Householder reflections (batched over leading dims)."""
-        from speck.tensor.linalg import qr
-
         return qr(self)
 
     def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
-        from speck.tensor.linalg import svd
-
         return svd(self, full_matrices)
 
     def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
         """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""
-        from speck.tensor.linalg import newton_schulz
-
         return newton_schulz(self, steps, params, eps)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
@@ -452,8 +446,6 @@ class ReduceMixin:
         """numpy's einsum: explicit ('ij,jk->ik') or implicit output (letters seen once, alphabetical), '...' for
         broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
         The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
-        from speck.uop import least_upper_dtype
-
         f = formula.replace(" ", "")
         lhs, out = f.split("->") if "->" in f else (f, None)
         ins = lhs.split(",")

@@ -42,7 +42,7 @@ CHECK_OOB = declare(
     "Device.synchronize() or (on a host device) realize. "
     "0: no check code (an out-of-range index reads 0 or writes nothing)",
 )
-TRAINING = declare("TRAINING", 0, T, ("speck.tensor.autograd",), "dropout, BatchNorm batch statistics, optimizer steps")
+TRAINING = declare("TRAINING", 0, T, ("speck.tensor.tensor",), "dropout, BatchNorm batch statistics, optimizer steps")
 SPLIT_REDUCEOP = declare(
     "SPLIT_REDUCEOP",
     1,

@@ -2,14 +2,17 @@
 reads data) schedules them into kernels and runs them. Names, arguments, broadcasting and dtype promotion follow
 tinygrad's Tensor; numpy is the numeric reference.
 
-The class is split along its seams: the core lives here, constructors in `creation.py`, elementwise math in
-`elementwise.py`, reductions in `reduce.py`, movement in `movement.py`, indexing in `indexing.py`, nn ops in
-`nnops.py`, random numbers in `random.py`: mixins that reach the class through `speck.tensor.hook` (registered
-below), never importing this."""
+The primitives are functions over UOps that this class wraps in one place: elementwise ops (`_binary`, `_unary` over
+`speck.tensor.elementwise`), movement (`_move` over `speck.tensor.movement`) and reductions (`_reduce`, `sum`, `prod`
+over `speck.tensor.reduce`). What is composed from Tensor methods lives in mixins split along the class's seams:
+constructors in `creation.py`, math in `elementwise.py`, reductions and linear algebra in `reduce.py`, movement in
+`movement.py`, indexing in `indexing.py`, nn ops in `nnops.py`, random numbers in `random.py`. They take the class
+from the tensor at hand (`type(self)`, `cls`), never importing this module."""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import contextvars
 import pathlib
 import sys
@@ -20,16 +23,26 @@ from weakref import ref as _ref
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
+from speck.tensor import elementwise as ew
 from speck.tensor import hook, multi
+from speck.tensor import movement as mv
 from speck.tensor import realize as _realize
+from speck.tensor import reduce as rd
+from speck.tensor.autograd import backward
+from speck.tensor.autograd import gradient as _gradient
+from speck.tensor.base import TensorBase
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.creation import CreationMixin
+from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int
+from speck.tensor.dims import argfix, as_int
+from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.function import _PlaceholderStorage, callify, linear_with_vars, schedule_linear
 from speck.tensor.indexing import IndexingMixin
+from speck.tensor.keccak import keccak, tensor_hash
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
 from speck.tensor.metadata import record as _record_metadata
@@ -46,13 +59,15 @@ from speck.tensor.nodes import (
     _from_nested,
     _from_numpy,
     _np_cast,
-    const_tensor,
 )
+from speck.tensor.pickling import reduce_tensor
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
     MAY_HOLD_DATA,
     base_buffer,
+    buffer_map,
+    buffer_views,
     max_dim,
     new_buffer_uop,
     reads_external,
@@ -62,8 +77,9 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
-from speck.tensor.weak import materialized, retype
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
+from speck.tensor.settings import TRAINING
+from speck.tensor.weak import materialized
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
@@ -81,7 +97,9 @@ DTypeLike = DType | str
 DeviceLike = str | tuple[str, ...] | list[str]
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin):
+class Tensor(
+    TensorBase, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin
+):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
     __slots__ = ("_uop", "_ver", "_device", "requires_grad", "grad", "is_param", "__weakref__")
@@ -146,7 +164,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
             dt = dt or _NP_TO_DT[arr.dtype]
         elif isinstance(data, (list, tuple)):
-            arr, inferred = _from_nested(data)
+            arr, inferred = _from_nested(data, Tensor)
             dt = dt or inferred
         else:
             raise TensorTypeError(
@@ -181,9 +199,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """A placeholder for this tensor as parameter number `slot` of a traced function or kernel: a buffer of the
         same shape, dtype and device that has no data (reading it raises). A weak or device-less tensor has no
         storage a parameter could stand for: RuntimeError."""
-        from speck.tensor.function import _PlaceholderStorage
-        from speck.tensor.schedule import buffer_map
-
         if self._device is None or self.dtype.is_weak or isinstance(self.uop, MultiUOp):
             what = "device-less" if self._device is None else "sharded" if isinstance(self.uop, MultiUOp) else "weak"
             raise TensorValueError(f"as_param needs a tensor with storage on one device; this one is {what} "
@@ -206,14 +221,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Accumulate d(self)/d(t) into t.grad for every live float tensor t in self's graph (parameters,
         intermediates held in variables and self itself), except those made with requires_grad=False. Returns
         self."""
-        from speck.tensor.autograd import backward
-
         return backward(self, self._multi_seed(gradient))
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, as lazy tensors (self must be a scalar unless gradient= is given)."""
-        from speck.tensor.autograd import gradient as _gradient
-
         return _gradient(self, *targets, gradient=self._multi_seed(gradient))
 
     def _multi_seed(self, gradient: Tensor | None) -> Tensor | None:
@@ -245,15 +256,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def train(mode: builtins.bool = True) -> Any:
         """Context manager for training mode (dropout, batch-norm statistics, optimizer steps)."""
-        from speck.tensor.autograd import train
-
         return train(mode)
 
     @staticmethod
     def test(mode: builtins.bool = True) -> Any:
         """Context manager (and decorator) for evaluation mode: training off while mode is True."""
-        from speck.tensor.autograd import train
-
         return train(not mode)
 
     # ---------------- basic properties ----------------
@@ -337,8 +344,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _const_like(self, v: Scalar, dtype: DType | None = None) -> Tensor:
         """A 0-d constant of dtype (default self's) where self is (device-less for device-less or sharded self)."""
         dev = self._device
-        out: Tensor = const_tensor(v, dtype or self.dtype, None if type(dev) is tuple else dev)
-        return out
+        return Tensor._constant(v, dtype or self.dtype, None if type(dev) is tuple else dev)
+
+    @staticmethod
+    def _constant(value: Scalar, dtype: DType | None, device: Any) -> Tensor:
+        """A 0-d constant of dtype (default: the literal's own, weak for int/float) on device; device None makes it
+        device-less. Internal code uses this for constants that belong to a device (Tensor(scalar) ignores
+        device=); the Python int must fit an int dtype (a literal never wraps silently)."""
+        dt = dtypes.from_py(value) if dtype is None else dtype
+        home = default_device() if device is None else device
+        t = Tensor(ew.const(value, dt, home), device=home)
+        t._device = device
+        return t
 
     # ---------------- realization ----------------
     def realize(self, *lst: Tensor) -> Tensor:
@@ -429,7 +446,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         for t in (self, *lst):
             u = t.uop
             parts += list(zip(u.shards, u.device)) if isinstance(u, MultiUOp) else [(u, t.device)]
-        from speck.tensor.writes import schedule_pending
 
         # (the whole-tensor assigns still pending on these tensors' buffers come first: `a.assign(a + 1).schedule()`
         # lists the kernel computing the new value)
@@ -494,7 +510,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.dtype.is_weak:
             raise TensorTypeError(f"can't move a {self.dtype} tensor from {self.device} to {dev}: a Python literal's "
                                   "dtype has no storage to copy; cast it to a concrete dtype first")  # fmt: skip
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
         if file_backed(self._device) and not is_view(self.uop):
             write_pending_copy(self)
@@ -527,7 +542,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
             )
         shape = tuple(as_int(s) for s in self.shape)
-        from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 
         if file_backed(self._device) and not is_view(self.uop):
             write_pending_copy(self)
@@ -588,6 +602,442 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
         return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
 
+    # ---------------- elementwise primitives ----------------
+    # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
+    # operands into nodes (ew.promote applies the dtype, device and broadcasting rules), calls the function and makes
+    # the result a Tensor whose requires_grad is the operands' (True if any is True, else None if any is None).
+    def _operand(self, y: Any) -> Tensor | Scalar:
+        """y as the other operand of a binary op: a Tensor or Python scalar as it is; an array-like (list, numpy)
+        becomes a tensor on self's device, a UOp a tensor of its own."""
+        if isinstance(y, (Tensor, builtins.int, builtins.float)):
+            return y
+        if isinstance(y, UOp):
+            return Tensor(y)
+        if hasattr(y, "__len__") or hasattr(y, "dtype"):
+            return Tensor(y, device=self.device)
+        raise TensorTypeError(f"can't combine a Tensor with {type(y).__name__} {y!r}")
+
+    def _binary(self, fn: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """fn(a, b, device) over self and y promoted to one shape, dtype and device (reverse: y first)."""
+        rg = self.requires_grad
+        if y.__class__ is Tensor and not reverse:  # the per-op hot path: nothing to convert or broadcast
+            xu, yu = self.uop, y.uop
+            if xu.dtype is yu.dtype and xu.shape == yu.shape and self._device is not None and y._device is not None:
+                out = self._new(fn(xu, yu, self._device))  # (dtypes are interned)
+                if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
+                    out.requires_grad = o
+                return out
+        if y.__class__ is not Tensor:
+            y = self._operand(y)
+        if isinstance(y, Tensor):
+            a, b, dev, _ = ew.promote(self.uop, self._device, y.uop, y._device, reverse)
+            o = y.requires_grad
+            if rg is not True and (o is True or (rg is False and o is None)):
+                rg = o
+        else:  # (a Python scalar never needs a gradient: it leaves the result's requires_grad to self)
+            a, b, dev, _ = ew.promote(self.uop, self._device, y, None, reverse)
+        out = self._new(fn(a, b, dev), dev)
+        out.requires_grad = rg
+        return out
+
+    def _unary(self, fn: Any, *args: Any) -> Tensor:
+        return self._new(fn(self.uop, self._device, *args))
+
+    def _broadcasted(self, y: Any, reverse: builtins.bool = False,
+                     match_dtype: builtins.bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """self and y as two tensors of one shape, one device and (match_dtype) their joined dtype: the operands
+        `_binary` computes on, for ops composed of several Tensor methods."""
+        y = self._operand(y)
+        yt = y if isinstance(y, Tensor) else None
+        a, b, adev, bdev = ew.promote(self.uop, self._device, y.uop if yt is not None else y,
+                                      yt._device if yt is not None else None, reverse, match_dtype)  # fmt: skip
+        x_side, y_side = (b, bdev) if reverse else (a, adev), (a, adev) if reverse else (b, bdev)
+        xt = self if x_side[0] is self.uop and x_side[1] is self._device else self._new(*x_side)
+        if yt is not None and y_side[0] is yt.uop and y_side[1] is yt._device:
+            ytt = yt
+        else:
+            ytt = self._new(*y_side)
+            ytt._device = y_side[1]
+            ytt.requires_grad = False if yt is None else yt.requires_grad
+        return (ytt, xt) if reverse else (xt, ytt)
+
+    def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
+        out = self._new(ew.alu(op, self.uop, *[s.uop for s in srcs]))
+        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
+            flags = [s.requires_grad for s in srcs]
+            if True in flags or (out.requires_grad is False and None in flags):
+                out.requires_grad = True if True in flags else None
+        return out
+
+    def _joined(self, dt: DType) -> Tensor:
+        return self if self.dtype is dt else self._new(ew.join(self.uop, dt))
+
+    def _on_device_of(self, other: Tensor) -> Tensor:
+        u, dev = ew.on_device_of(self.uop, self._device, other._device)
+        return self if dev is self._device else Tensor(u, device=dev)
+
+    def _broadcast_to(self, shape: tuple[Any, ...]) -> Tensor:
+        u = self.uop
+        return self if u.shape == tuple(shape) else self._new(ew.broadcast_to(u, tuple(shape)))
+
+    def _float(self) -> Tensor:
+        u = self.uop
+        return self if (f := ew.to_float(u)) is u else self._new(f)
+
+    def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.add, y, reverse)
+
+    def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.sub, y, reverse)
+
+    def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.mul, y, reverse)
+
+    def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
+        if rounding_mode is None:
+            return self._binary(ew.div, y, reverse)
+        return self._binary(lambda a, b, dev: ew.div(a, b, dev, rounding_mode), y, reverse)
+
+    def idiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
+        return self._binary(ew.idiv, y, reverse)
+
+    def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.floordiv, y, reverse)
+
+    def mod(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """Python/numpy remainder: the sign of the divisor."""
+        return self._binary(ew.mod, y, reverse)
+
+    def fmod(self, y: Any) -> Tensor:
+        """C remainder: the sign of the dividend."""
+        return self._binary(ew.fmod, y)
+
+    def maximum(self, y: Any) -> Tensor:
+        return self._binary(ew.maximum, y)
+
+    def minimum(self, y: Any) -> Tensor:
+        return self._binary(ew.minimum, y)
+
+    def __add__(self, y: Any) -> Tensor:
+        return self._binary(ew.add, y)
+
+    def __radd__(self, y: Any) -> Tensor:
+        return self._binary(ew.add, y, True)
+
+    def __sub__(self, y: Any) -> Tensor:
+        return self._binary(ew.sub, y)
+
+    def __rsub__(self, y: Any) -> Tensor:
+        return self._binary(ew.sub, y, True)
+
+    def __mul__(self, y: Any) -> Tensor:
+        return self._binary(ew.mul, y)
+
+    def __rmul__(self, y: Any) -> Tensor:
+        return self._binary(ew.mul, y, True)
+
+    def __truediv__(self, y: Any) -> Tensor:
+        return self._binary(ew.div, y)
+
+    def __rtruediv__(self, y: Any) -> Tensor:
+        return self._binary(ew.div, y, True)
+
+    def __floordiv__(self, y: Any) -> Tensor:
+        return self._binary(ew.floordiv, y)
+
+    def __rfloordiv__(self, y: Any) -> Tensor:
+        return self._binary(ew.floordiv, y, True)
+
+    def __mod__(self, y: Any) -> Tensor:
+        return self._binary(ew.mod, y)
+
+    def __rmod__(self, y: Any) -> Tensor:
+        return self._binary(ew.mod, y, True)
+
+    def __pow__(self, y: Any) -> Tensor:
+        return self.pow(y)
+
+    def __rpow__(self, y: Any) -> Tensor:
+        return self.pow(y, True)
+
+    def __neg__(self) -> Tensor:
+        return self._unary(ew.neg)
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
+
+    def __matmul__(self, y: Tensor) -> Tensor:
+        return self.matmul(y)
+
+    def __rmatmul__(self, y: Any) -> Tensor:
+        return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
+
+    # the in-place operators write into self (Python's fallback `x = x op y` would rebind the name only)
+    def __iadd__(self, y: Any) -> Tensor:
+        return self.assign(self + y)
+
+    def __isub__(self, y: Any) -> Tensor:
+        return self.assign(self - y)
+
+    def __imul__(self, y: Any) -> Tensor:
+        return self.assign(self * y)
+
+    def __itruediv__(self, y: Any) -> Tensor:
+        return self.assign(self / y)
+
+    def __ifloordiv__(self, y: Any) -> Tensor:
+        return self.assign(self // y)
+
+    def __ipow__(self, y: Any) -> Tensor:
+        return self.assign(self**y)
+
+    def __iand__(self, y: Any) -> Tensor:
+        return self.assign(self & y)
+
+    def __ior__(self, y: Any) -> Tensor:
+        return self.assign(self | y)
+
+    def __ixor__(self, y: Any) -> Tensor:
+        return self.assign(self ^ y)
+
+    def __ilshift__(self, y: Any) -> Tensor:
+        return self.assign(self << y)
+
+    def __irshift__(self, y: Any) -> Tensor:
+        return self.assign(self >> y)
+
+    def __imatmul__(self, y: Tensor) -> Tensor:
+        return self.assign(self.matmul(y))
+
+    def _compare(self, fn: Any, y: Any, below: builtins.bool, above: builtins.bool,
+                 reverse: builtins.bool = False) -> Tensor:  # fmt: skip
+        """A comparison; a Python int y outside self's int dtype compares the same way for every element (`below`:
+        the result when y is below the dtype's range, `above`: above it), so the answer is exact without y as a
+        constant of that dtype, which would not fit (`uint8_labels != -1` is all True, as in numpy)."""
+        if type(y) is builtins.int and dtypes.is_int(dt := self.dtype) and not dt.is_weak:
+            if not dtypes.min(dt) <= y <= dtypes.max(dt):
+                false = self.zeros_like(dtype=dtypes.bool)
+                return false.logical_not() if (below if y < dtypes.min(dt) else above) else false
+        return self._binary(fn, y, reverse)
+
+    def __lt__(self, y: Any) -> Tensor:
+        return self._compare(ew.lt, y, False, True)
+
+    def __gt__(self, y: Any) -> Tensor:
+        return self._compare(ew.lt, y, True, False, True)
+
+    def __ge__(self, y: Any) -> Tensor:
+        return self._compare(ew.ge, y, True, False)
+
+    def __le__(self, y: Any) -> Tensor:
+        return self._compare(ew.le, y, False, True)
+
+    def __eq__(self, y: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(ew.eq, y, False, False)
+
+    def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]
+        return self._compare(ew.ne, y, True, True)
+
+    def eq(self, y: Any) -> Tensor:
+        return self._compare(ew.eq, y, False, False)
+
+    def ne(self, y: Any) -> Tensor:
+        return self._compare(ew.ne, y, True, True)
+
+    def lt(self, y: Any) -> Tensor:
+        return self._compare(ew.lt, y, False, True)
+
+    def gt(self, y: Any) -> Tensor:
+        return self._compare(ew.lt, y, True, False, True)
+
+    def le(self, y: Any) -> Tensor:
+        return self._compare(ew.le, y, False, True)
+
+    def ge(self, y: Any) -> Tensor:
+        return self._compare(ew.ge, y, True, False)
+
+    def bitwise_and(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_and, y, reverse)
+
+    def bitwise_or(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_or, y, reverse)
+
+    def bitwise_xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        return self._binary(ew.bitwise_xor, y, reverse)
+
+    def xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """The older name of bitwise_xor."""
+        return self._binary(ew.bitwise_xor, y, reverse)
+
+    def bitwise_not(self) -> Tensor:
+        return self._unary(ew.bitwise_not)
+
+    def logical_not(self) -> Tensor:
+        return self._unary(ew.logical_not)
+
+    def logical_and(self, y: Any) -> Tensor:
+        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())
+
+    def logical_or(self, y: Any) -> Tensor:
+        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())
+
+    def logical_xor(self, y: Any) -> Tensor:
+        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())
+
+    def __and__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_and, y)
+
+    def __rand__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_and, y, True)
+
+    def __or__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_or, y)
+
+    def __ror__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_or, y, True)
+
+    def __xor__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_xor, y)
+
+    def __rxor__(self, y: Any) -> Tensor:
+        return self._binary(ew.bitwise_xor, y, True)
+
+    def __invert__(self) -> Tensor:
+        return self._unary(ew.bitwise_not)
+
+    def _shift(self, op: Ops, y: Any) -> Tensor:
+        y = self._operand(y)
+        yt = y if isinstance(y, Tensor) else None
+        u, dev = ew.shift(op, self.uop, self._device, y if yt is None else yt.uop, None if yt is None else yt._device)
+        out = self._new(u, dev)
+        if yt is not None and out.requires_grad is not True and yt.requires_grad is not False:
+            out.requires_grad = True if yt.requires_grad else None
+        return out
+
+    def lshift(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHL, y)
+
+    def rshift(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHR, y)
+
+    def __lshift__(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHL, y)
+
+    def __rshift__(self, y: Any) -> Tensor:
+        return self._shift(Ops.SHR, y)
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
+        if isinstance(x, Tensor):
+            y = x._operand(y)
+        elif isinstance(y, Tensor):
+            x = y._operand(x)
+        xt, yt = x if isinstance(x, Tensor) else None, y if isinstance(y, Tensor) else None
+        u, dev = ew.where(self.uop, self._device, x if xt is None else xt.uop, None if xt is None else xt._device,
+                          y if yt is None else yt.uop, None if yt is None else yt._device)  # fmt: skip
+        out = self._new(u, dev)
+        if dev is not self._device:  # (a device-less condition rebuilt on the values' device is a new tensor)
+            out.requires_grad = None
+        return out
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        return mask.where(v.cast(self.dtype), self)
+
+    def neg(self) -> Tensor:
+        return self._unary(ew.neg)
+
+    def reciprocal(self) -> Tensor:
+        return self._unary(ew.reciprocal)
+
+    def sqrt(self) -> Tensor:
+        return self._unary(ew.sqrt)
+
+    def exp2(self) -> Tensor:
+        return self._unary(ew.exp2)
+
+    def log2(self) -> Tensor:
+        return self._unary(ew.log2)
+
+    def trunc(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.trunc)
+
+    def floor(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.floor)
+
+    def ceil(self) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unary(ew.ceil)
+
+    def isnan(self) -> Tensor:
+        return self._unary(ew.isnan)
+
+    def isinf(self, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
+        return self._unary(ew.isinf, detect_positive, detect_negative)
+
+    def isfinite(self) -> Tensor:
+        return self._unary(ew.isfinite)
+
+    # ---------------- movement primitives ----------------
+    # speck.tensor.movement's functions over UOps, wrapped: a view of self, or self when there is nothing to do
+    def _move(self, fn: Any, arg: Any) -> Tensor:
+        u = self.uop
+        return self if (out := fn(u, arg)) is u else self._new(out)
+
+    def _resolve_dim(self, dim: builtins.int, extra: builtins.int = 0) -> builtins.int:
+        return mv.resolve_dim(self.shape, dim, extra)
+
+    def reshape(self, shape: Any, *args: Any) -> Tensor:
+        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+        return self._move(mv.reshape, argfix(shape, *args))
+
+    def view(self, shape: Any, *args: Any) -> Tensor:
+        return self._move(mv.reshape, argfix(shape, *args))
+
+    def permute(self, order: Any, *args: Any) -> Tensor:
+        return self._move(mv.permute, argfix(order, *args))
+
+    def expand(self, shape: Any, *args: Any) -> Tensor:
+        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
+        return self._move(mv.expand, argfix(shape, *args))
+
+    def shrink(self, arg: Any) -> Tensor:
+        """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        return self._move(mv.shrink, arg)
+
+    def _slice_dim(self, d: builtins.int, start: sint, stop: sint) -> Tensor:
+        return self._move(mv.shrink, tuple((start, stop) if i == d else None for i in range(self.ndim)))
+
+    def flip(self, axis: Any, *args: Any) -> Tensor:
+        return self._move(mv.flip, argfix(axis, *args))
+
+    # ---------------- reduction primitives ----------------
+    # speck.tensor.reduce's functions over UOps, wrapped
+    def _axes(self, axis: Any) -> tuple[builtins.int, ...]:
+        return rd.axes_of(self.shape, axis)
+
+    def _concrete(self) -> Tensor:
+        u = self.uop
+        return self if (c := rd.concrete(u)) is u else self._new(c)
+
+    def _reduced(self, u: UOp, dev: Any) -> Tensor:
+        out = self._new(u, dev)
+        if dev is None and self._device is not None:  # (an empty max of a sharded tensor: a device-less constant)
+            out._device, out.requires_grad = None, None
+        return out
+
+    def _reduce(self, op: Ops, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        return self._reduced(*rd.reduce(self.uop, self._device, op, axis, keepdim))
+
+    def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
+        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+        return self._reduced(*rd.sum_(self.uop, self._device, axis, keepdim, _dt(dtype)))
+
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
+        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
+        return self._reduced(*rd.prod_(self.uop, self._device, axis, keepdim, _dt(dtype)))
+
     # ---------------- dtype ----------------
     def cast(self, dtype: DTypeLike) -> Tensor:
         dt = _dt(dtype, weak_ok=True)
@@ -595,9 +1045,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             raise TensorTypeError("cast needs a dtype (a DType, its name or a numpy type), got None")
         if dt == self.dtype:
             return self
-        if self._uop.dtype in WEAK_DTYPES and dt not in WEAK_DTYPES:  # a literal's graph computed in dt
-            return self._new(retype(self.uop, dt, implicit=False))
-        return self._new(self.uop.cast(dt))
+        return self._new(ew.cast(self.uop, dt))
 
     def _materialized(self, device: Any) -> Tensor:
         """This tensor at a concrete dtype (weak: the default one) with a device (device-less: rebuilt on
@@ -624,7 +1072,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if dt.itemsize == self.dtype.itemsize and (dt == dtypes.bool or self.dtype == dtypes.bool):
             # bool's bytes are 0 and 1: reinterpreting them is a conversion (no backend has a 1-bit bitcast)
             out = self.cast(dt) if dt != dtypes.bool else self != 0
-            from speck.tensor.writes import RESIZED_BITCASTS
 
             RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
             return out
@@ -652,7 +1099,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
             out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
         out = out if dt == u_dst else out.bitcast(dt)
-        from speck.tensor.writes import RESIZED_BITCASTS
 
         RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
         return out
@@ -660,8 +1106,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _disk_bitcast(self, dt: DType) -> Tensor:
         """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data
         moves: the file is the storage)."""
-        from speck.tensor.schedule import buffer_views
-
         bb, off = base_buffer(self.uop), view_offset(self.uop)
         if bb is None or off is None or not self.ndim:
             raise TensorValueError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
@@ -713,47 +1157,34 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         tensors computed before the write keep the values they were computed from (speck.tensor.writes)."""
         if isinstance(self.uop, MultiUOp) or isinstance(x, Tensor) and isinstance(x.uop, MultiUOp):
             return multi.assign(self, x)
-        from speck.tensor.writes import assign
 
         return assign(self, x)
 
     def custom_kernel(self, *others: Tensor, fxn: Any, grad_fxn: Any = None) -> list[Tensor]:
         """Run a kernel written in UOps on (self, *others): `fxn` gets one buffer placeholder per tensor and returns
         a SINK of stores; the result is each tensor after the kernel (see speck.tensor.custom_kernel)."""
-        from speck.tensor.custom_kernel import custom_kernel
-
         return custom_kernel((self, *others), fxn, grad_fxn)
 
     def callify(self, *others: Tensor) -> Tensor:
         """Make the pending computation of self and others one self-contained call, rewiring them to its outputs
         (values unchanged; see speck.tensor.function.callify). Returns self."""
-        from speck.tensor.function import callify
-
         callify(self, *others)
         return self
 
     def linear_with_vars(self, *others: Tensor) -> tuple[list[Any], dict[str, builtins.int]]:
         """(the ScheduleItems realizing self and others would run, in order; the bound Variables' values)."""
-        from speck.tensor.function import linear_with_vars
-
         return linear_with_vars(self, *others)
 
     def schedule_linear(self, *others: Tensor) -> list[Any]:
         """linear_with_vars without Variables (TensorAssertionError when the program reads some)."""
-        from speck.tensor.function import schedule_linear
-
         return schedule_linear(self, *others)
 
     def keccak(self, cfg: str | tuple[builtins.int, builtins.int] = "sha3_256") -> Tensor:
         """SHA-3/SHAKE digest (uint8) of each message along the last dim (see speck.tensor.keccak)."""
-        from speck.tensor.keccak import keccak
-
         return keccak(self, cfg)
 
     def hash(self) -> Tensor:
         """A 16-byte (uint8) tree hash of the whole tensor's bytes (see speck.tensor.keccak.tensor_hash)."""
-        from speck.tensor.keccak import tensor_hash
-
         return tensor_hash(self)
 
     def replace(self, x: Tensor) -> Tensor:
@@ -764,8 +1195,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.pickling)."""
-        from speck.tensor.pickling import reduce_tensor
-
         return reduce_tensor(self)
 
 
@@ -818,6 +1247,28 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
         return
     u = multi.per_device(devs, lambda d: Tensor(data, device=d, dtype=dtype))
     t.uop, t._device = u, devs
+
+
+def is_training() -> bool:
+    """Training mode: Tensor.training (set directly or by Tensor.train()) or the TRAINING setting."""
+    return bool(Tensor.training) or bool(TRAINING)
+
+
+class train(contextlib.ContextDecorator):
+    """Training mode for the block: dropout is active, batch-norm updates its running statistics, and optimizer
+    steps are allowed. Same as Context(TRAINING=1). Also a decorator; `__enter__` alone switches the mode until
+    `__exit__` (the object holds no generator that dropping it would close)."""
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = mode
+        self.saved: list[tuple[bool, int]] = []
+
+    def __enter__(self) -> None:
+        self.saved.append((Tensor.training, TRAINING.value))
+        Tensor.training, TRAINING.value = self.mode, int(self.mode)
+
+    def __exit__(self, *exc: object) -> None:
+        Tensor.training, TRAINING.value = self.saved.pop()
 
 
 def _materialize_buffer(b: UOp) -> Any:

@@ -38,6 +38,8 @@ from speck.hcq.device import DeviceBase
 from speck.hcq.errors import DeviceUnavailableError, HCQError
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
+from speck.tensor import bounds
+from speck.tensor.schedule import buffer_map_data
 from speck.tensor.settings import USB_KERNEL_TIMEOUT
 
 if TYPE_CHECKING:
@@ -267,9 +269,6 @@ class UsbDevice(AMDDevice):
         left the session unusable. The device object stays (Device[name] keeps returning it, compiled programs
         upload their code again); every buffer allocated before is lost - using a tensor stored on it raises
         DeviceUnavailableError - so compute or load those tensors again."""
-        from speck.tensor import bounds
-        from speck.tensor.schedule import buffer_map_data
-
         try:
             self.gpu.close()
         except Exception:  # a session that can't even close (gone, broken): the new open takes the bridge over

@@ -16,7 +16,7 @@ weak operands retype them first), so the scheduler never sees weak dtypes."""
 from __future__ import annotations
 
 from speck.tensor.errors import TensorOverflowError
-from speck.uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
+from speck.uop import ConstType, DType, GroupOp, Ops, UOp, dtypes, exec_alu
 from speck.uop.dtype import WEAK_DTYPES, cast_value
 
 # nodes a weak graph is rebuilt through (the value flows through src[0..]); anything else (a bound Variable, an
@@ -101,6 +101,5 @@ def fold(op: Ops, dt: DType, srcs: tuple[UOp, ...]) -> UOp | None:
     as int64); None unless every source is a 0-d CONST."""
     if not all(s.op is Ops.CONST for s in srcs):
         return None
-    from speck.uop import exec_alu
 
     return UOp(Ops.CONST, dt, srcs[0].src, exec_alu(op, dt, [s.arg for s in srcs]))

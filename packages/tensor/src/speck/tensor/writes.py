@@ -24,10 +24,18 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.device import file_backed
+import numpy as np
+
+from speck.tensor import realize
+from speck.tensor.bounds import checked
+from speck.tensor.device import Device, default_device, file_backed
+from speck.tensor.disk import HOST, host_graph, needs_host
+from speck.tensor.elementwise import broadcast_shape, scalar_op
 from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
+from speck.tensor.nodes import _iota_uop
+from speck.tensor.realize import buffer_numpy, copy_entry, get_buffer, writable_disk
 from speck.tensor.schedule import (
     _MOVEMENT,
     ScheduleItem,
@@ -41,7 +49,7 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
-from speck.uop import Ops, UOp, dtypes
+from speck.uop import Ops, UOp, dtypes, least_upper_dtype
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -207,10 +215,8 @@ def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
 def refresh(t: Tensor) -> UOp:
     """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
     t had when it was made). Called by Tensor.uop when a write happened since t's graph was set."""
-    from speck.tensor.hook import Tensor
-
     u: UOp = t._uop
-    ver, t._ver = t._ver, Tensor._write_epoch
+    ver, t._ver = t._ver, type(t)._write_epoch
     if not _log or _log[-1].epoch <= ver or is_view(u):
         return u
     reads = buffers_read(u)
@@ -349,8 +355,6 @@ def _reads_write(u: UOp, w: Write) -> bool:
 def finish_capture(calls: list[tuple[Any, tuple[UOp, ...]]]) -> None:
     """Make a capture replay the snapshots it reads: a snapshot that a captured call reads gets a captured copy
     from its buffer at the point of its write (one that nothing reads needs none)."""
-    from speck.tensor.realize import copy_entry
-
     snaps = _thread.capture_snaps
     for capture, at, snap, buf in reversed(snaps):
         if capture is calls and any(snap in bufs for _, bufs in calls[at:]):
@@ -397,8 +401,6 @@ def _collect() -> None:
 
 # ---------------- running a write ----------------
 def _run(w: Write) -> None:
-    from speck.tensor import realize
-
     buf = w.buf
     dev = buffer_device(buf)
     if file_backed(dev):
@@ -472,8 +474,6 @@ _shared: weakref.WeakKeyDictionary[UOp, list[weakref.ReferenceType[UOp]]] = weak
 def _unshare(buf: UOp) -> None:
     """Before an in-place write to buf: if another live BUFFER still shares its memory, give buf a copy of its own
     (the other tensor keeps its values)."""
-    from speck.tensor import realize
-
     mem = buffer_map.get(buf)
     refs = [*_shared.pop(buf, []), *(_holders.get(mem, ()) if mem is not None else ())]
     others = [o for r in refs if (o := r()) is not None and o is not buf and buffer_map.get(o) is mem]
@@ -501,8 +501,6 @@ def _take_memory(buf: UOp, new: UOp, snap_for: Write | None) -> bool:
     `t.uop.base.realized` returns stays the same after `t.assign(...)`, as tinygrad's users check); the value's
     BUFFER then names that object too, and the old memory goes to the snapshot (if one is needed) or is freed.
     Not while a TinyJit captures (its replay re-creates the hand-over with a copy) or when the memory can't move."""
-    from speck.tensor import realize
-
     old = buffer_map.get(buf)
     if old is None or realize.recording() is not None:
         return False
@@ -551,11 +549,7 @@ def _whole_source(value: UOp, buf: UOp) -> UOp | None:
 
 def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
-    import numpy as np
-
-    from speck.tensor.disk import HOST, host_graph, needs_host
     from speck.tensor.hook import Tensor
-    from speck.tensor.realize import buffer_numpy, get_buffer, writable_disk
 
     value = w.value
     while value.op in (Ops.COPY,) and file_backed(str(value.arg)):
@@ -584,15 +578,12 @@ def _device_of(u: UOp) -> str:
 def positions(view: UOp, buf: UOp, device: str) -> UOp:
     """A lazy int32 graph shaped like `view` (a chain of views over buf): 1 + the flat index in buf of each
     element, 0 where the view has no element (padding)."""
-    from speck.tensor.hook import Tensor
-    from speck.tensor.nodes import _iota_uop
-
     nodes: list[UOp] = []
     u = view
     while u is not buf:
         nodes.append(u)
         u = u.src[0]
-    p = (Tensor(_iota_uop(int(buf.arg), device), device=device) + 1).uop
+    p = scalar_op(Ops.ADD, _iota_uop(int(buf.arg), device), device, 1)
     for n in reversed(nodes):
         if n.op in _MOVEMENT:
             p = UOp(n.op, dtypes.int32, (p,), n.arg)
@@ -656,17 +647,12 @@ def _clone(u: UOp) -> UOp:
 def _value(t: Tensor, x: Any, what: str) -> Tensor:
     """x as a tensor of t's dtype and device, broadcast to `shape` (spec: dtype and device must match, a weak
     dtype is cast, non-tensors are converted)."""
-    from speck.tensor.hook import Tensor
-    from speck.uop import least_upper_dtype
-
-    if not isinstance(x, Tensor):
+    if not isinstance(x, type(t)):
         if isinstance(x, (int, float, bool)):
             return t._const_like(x)
         if file_backed(t.device):  # (staged on the host: a buffer on the file's device would be the file itself)
-            from speck.tensor.disk import HOST
-
-            return Tensor(x, device=HOST, dtype=t.dtype).to(t.device)
-        made: Tensor = Tensor(x, device=t.device, dtype=t.dtype)
+            return type(t)(x, device=HOST, dtype=t.dtype).to(t.device)
+        made: Tensor = type(t)(x, device=t.device, dtype=t.dtype)
         return made
     if x.dtype != t.dtype:
         # a literal's (weak) value is converted when it joins into the target's dtype (weakfloat -> float32);
@@ -687,9 +673,6 @@ def _value(t: Tensor, x: Any, what: str) -> Tensor:
 
 
 def _broadcast(x: Tensor, shape: tuple[Any, ...], what: str) -> Tensor:
-    from speck.tensor.elementwise import broadcast_shape
-    from speck.tensor.errors import TensorValueError
-
     if x.shape == shape:
         return x
     try:
@@ -712,9 +695,7 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
         if any(o is not t and view_base(o._uop) is buf and not has_broadcast(o._uop) for o in live()):
             raise TensorValueError(f"{what} through a broadcast (expanded) view: several of its elements are one "
                                    "element of the buffer; write to the tensor that was expanded instead")  # fmt: skip
-        from speck.tensor.hook import Tensor
-
-        t.uop = Tensor(_clone(u), device=t.device).realize().uop
+        t.uop = type(t)(_clone(u), device=t.device).realize().uop
         u = t.uop
         buf = view_base(u)
         assert buf is not None
@@ -724,8 +705,6 @@ def _writable(t: Tensor, what: str) -> tuple[UOp, UOp]:
 def _storage_only(device: object) -> bool:
     """A device that stores and copies but runs no kernels (DISK): data reaches it only by copies, so an assign
     from another device is one."""
-    from speck.tensor.device import Device
-
     return isinstance(device, str) and (file_backed(device) or not Device[device].backend_name)
 
 
@@ -733,8 +712,6 @@ def _give_storage(t: Tensor) -> None:
     """A write target that is a literal (weak) or device-less becomes a concrete tensor first: the default dtype, on
     the default device."""
     if t.device is None or t.dtype.is_weak:
-        from speck.tensor.device import default_device
-
         m = t._materialized(default_device())
         t.uop, t._device = m.uop, m.device
 
@@ -788,35 +765,26 @@ def _scatter_in_place(value: UOp, buf: UOp) -> bool:
     return True
 
 
-def _advanced(idx: Any) -> bool:
-    import numpy as np
-
-    from speck.tensor.hook import Tensor
-
+def _advanced(t: Tensor, idx: Any) -> bool:
     items = idx if isinstance(idx, tuple) else (idx,)
-    return any(isinstance(i, (list, np.ndarray, Tensor)) for i in items)
+    return any(isinstance(i, (list, np.ndarray, type(t))) for i in items)
 
 
 def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     """The common `x[index_tensor] = v` on a whole buffer: the positions of the selected rows by arithmetic (a few
     ops instead of getitem's one-hot gather, which folds to the same loads but costs more to build). None for
     any other index."""
-    import numpy as np
-
-    from speck.tensor.hook import Tensor
-
     if isinstance(idx, (list, np.ndarray)):
         arr = np.asarray(idx)
         if arr.dtype.kind not in "iu" or arr.ndim != 1:
             return None
-        idx = Tensor(arr.astype(np.int32), device=t.device)
-    if not isinstance(idx, Tensor) or not dtypes.is_int(idx.dtype) or idx.device != t.device or t.ndim == 0:
+        idx = type(t)(arr.astype(np.int32), device=t.device)
+    if not isinstance(idx, type(t)) or not dtypes.is_int(idx.dtype) or idx.device != t.device or t.ndim == 0:
         return None
     n0, rest = t.shape[0], tuple(t.shape[1:])
     if not isinstance(n0, int) or not all(isinstance(d, int) for d in rest):
         return None
     inner = int(prod(rest))
-    from speck.tensor.bounds import checked
 
     w = checked(idx, "setitem", -n0, n0, 0, device=t.device).cast(dtypes.int32)
     w = (w < 0).where(w + n0, w)
@@ -825,7 +793,7 @@ def _row_positions(t: Tensor, idx: Any) -> Tensor | None:
     if not rest:
         return first
     ones = (1,) * len(rest)
-    ar = Tensor.arange(inner, device=t.device).reshape(rest)
+    ar = type(t).arange(inner, device=t.device).reshape(rest)
     okb = ok.reshape(*idx.shape, *ones)
     pos: Tensor = okb.where(first.reshape(*idx.shape, *ones) + ar, 0)
     return pos
@@ -835,8 +803,6 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
     """Tensor.__setitem__: basic indices write through the view t[idx]; index tensors write the k selected
     elements with a scatter kernel (last duplicate wins) - in place for a realized t, else t becomes the merged
     value."""
-    from speck.tensor.hook import Tensor
-
     if t.dtype.is_weak:
         raise TensorTypeError(f"can't setitem on a tensor of weak dtype {t.dtype}; cast it to a concrete dtype first")
     if isinstance(t.device, tuple):
@@ -851,27 +817,25 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         t.realize()
         u = t.uop
         buf = view_base(u)
-    if file_backed(t.device) and _advanced(idx):
+    if file_backed(t.device) and _advanced(t, idx):
         raise TensorNotImplementedError(
             f"setitem with index tensors or lists on {t.device} is not supported (a file is written "
             "through views: slices, ints, reshapes); move it to a device, write there and assign back"
         )
-    if buf is not None and not _advanced(idx):
+    if buf is not None and not _advanced(t, idx):
         view = t[idx]
         view.assign(_broadcast(val, view.shape, "setitem"))
         return
     if buf is None:  # an unrealized target becomes the merged value (a scatter node: computed when realized)
-        from speck.tensor.nodes import _iota_uop
-
         n = int(prod(t.shape))
-        own = (Tensor(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)._getitem(idx, "setitem")
+        own = (type(t)(_iota_uop(n, t.device), device=t.device) + 1).reshape(t.shape)._getitem(idx, "setitem")
         vb = _broadcast(val, own.shape, "setitem")
         t.uop = UOp(Ops.ASSIGN, t.dtype, (t.uop, own.uop, vb.uop), None)
         return
     u, buf = _writable(t, "can't setitem")
     sel = _row_positions(t, idx) if is_whole(u, buf) else None
     if sel is None:
-        sel = Tensor(positions(u, buf, t.device), device=t.device)._getitem(idx, "setitem")
+        sel = type(t)(positions(u, buf, t.device), device=t.device)._getitem(idx, "setitem")
     vb = _broadcast(val, sel.shape, "setitem")
     value = vb.uop if vb.dtype == buf.dtype else vb.uop.bitcast(buf.dtype)
     record(buf, value, pos=sel.uop)

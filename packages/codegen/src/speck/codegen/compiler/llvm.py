@@ -41,6 +41,15 @@ KERNEL_PASSES: tuple[str, ...] = (
 # 39.5 -> 36.2 ms; compiling costs a little more. It is a process-wide LLVM option, set once.
 # `$SPECK_LLVM_UNROLL_THRESHOLD` overrides it (read when LLVM is first initialized).
 UNROLL_THRESHOLD = 300
+# LLVM also runtime-unrolls a loop whose trip count it doesn't know (by 8, with a remainder loop). In a module with
+# one loop - an elementwise kernel's, over its thread's slice of the output - that loop is a vector op or a few on
+# memory: unrolled, it ran no faster (interleaved timings of the CNN step's elementwise kernels), and it took half of
+# the ~8 ms such a kernel spends compiling (37 of the 104 kernels of a CNN training step: 0.33 -> 0.14 s CPU). So
+# runtime unrolling stays on only where there is more than one loop (the reductions, whose inner loops gain from
+# it). A module's loops are counted by its phis: the renderer makes one for each loop counter and no other.
+RUNTIME_UNROLL = "runtime-unroll=multi-loop"
+_option_lock = threading.Lock()  # (cl options are process-wide: setting one and running the passes go together)
+_runtime_unroll: list[bool] = []  # the value -unroll-runtime was last set to
 
 
 def _unroll_threshold() -> int:
@@ -137,7 +146,7 @@ class LLVMCompiler(Compiler):
         passes = "passes=" + ",".join(KERNEL_PASSES) + "|scalar:default" if pipeline == "kernel" else "pipeline=default"
         unroll = f"unroll-threshold={UNROLL_THRESHOLD}"
         version = f"llvmlite-{_llvmlite_version()}"
-        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, version, unroll, passes)
+        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, version, unroll, RUNTIME_UNROLL, passes)
         target = llvm.Target.from_triple(self.triple)
         self._tm = target.create_target_machine(
             cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="small"
@@ -161,13 +170,15 @@ class LLVMCompiler(Compiler):
             pto.loop_vectorization = True
             pto.slp_vectorization = True
             pb = llvm.create_pass_builder(self._tm, pto)
-            pb.getModulePassManager().run(mod, pb)
-            return mod
-        pb = llvm.create_pass_builder(self._tm, pto)  # provides the analyses the passes ask for
-        mpm = llvm.create_new_module_pass_manager()
-        for name in KERNEL_PASSES:
-            getattr(mpm, f"add_{name}_pass")()
-        mpm.run(mod, pb)
+            mpm = pb.getModulePassManager()
+        else:
+            pb = llvm.create_pass_builder(self._tm, pto)  # provides the analyses the passes ask for
+            mpm = llvm.create_new_module_pass_manager()
+            for name in KERNEL_PASSES:
+                getattr(mpm, f"add_{name}_pass")()
+        with _option_lock:
+            _set_runtime_unroll(llvm, runtime_unrolls(src))
+            mpm.run(mod, pb)
         return mod
 
     def compile_uncached(self, src: str) -> bytes:
@@ -180,6 +191,17 @@ class LLVMCompiler(Compiler):
         """The optimized module as target assembly text (AT&T syntax, LLVM's own printer)."""
         with self._lock:
             return str(self._tm.emit_assembly(self._optimized_module(src)))
+
+
+def runtime_unrolls(src: str) -> bool:
+    """Whether LLVM may runtime-unroll the loops of this module (see RUNTIME_UNROLL): it has more than one loop."""
+    return src.count(" = phi ") > 1
+
+
+def _set_runtime_unroll(llvm: Any, on: bool) -> None:
+    if _runtime_unroll[-1:] != [on]:
+        llvm.set_option("", f"-unroll-runtime={'true' if on else 'false'}")
+        _runtime_unroll[:] = [on]
 
 
 def _llvmlite_version() -> str:

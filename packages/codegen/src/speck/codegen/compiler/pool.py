@@ -70,7 +70,8 @@ class WorkerRecipe:
 
     def build(self) -> Compiler:
         os.environ.update(dict(self.env))
-        import_whole(self.packages)
+        if self.packages:  # (import_whole() of nothing named imports every package: the whole of speck.codegen)
+            import_whole(self.packages)
         compiler: Compiler = getattr(importlib.import_module(self.module), self.cls)(**dict(self.kwargs))
         if tuple(compiler.flags) != self.flags:
             raise WorkerError(f"the worker's {self.cls} has flags {compiler.flags}, the parent's {self.flags}")

@@ -1,5 +1,6 @@
 """Index dtype lowering: every weakint node (ranges, variables, index arithmetic, index constants) gets a concrete
-width, int32 unless its bounds need int64; a by-value variable is always int32 (the CPU ABI passes int32)."""
+width, int32 unless its bounds need int64 or the renderer asks for 64-bit index math (`Renderer.index_int64`); a
+by-value variable is always int32 (the CPU ABI passes int32)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
 class IndexLowering:
-    """Carries the renderer's int64 capability and remembers nothing else (rules are pure)."""
+    """Carries the renderer's int64 capability and preference and remembers nothing else (rules are pure).
+    `prefer_int64` (with `allow_int64`) gives index math int64 even where int32 holds every value."""
 
-    def __init__(self, allow_int64: bool, renderer_name: str) -> None:
+    def __init__(self, allow_int64: bool, renderer_name: str, prefer_int64: bool = False) -> None:
         self.allow_int64, self.renderer_name = allow_int64, renderer_name
+        self.prefer_int64 = prefer_int64 and allow_int64
 
     def pick(self, u: UOp, lo: int, hi: int) -> DType:
-        if _I32_MIN <= lo and hi <= _I32_MAX:
+        if _I32_MIN <= lo and hi <= _I32_MAX and not self.prefer_int64:
             return dtypes.int32
         if not self.allow_int64:
             raise ProgramFormError(
@@ -50,12 +53,15 @@ def _lower_node(ctx: IndexLowering, u: UOp) -> UOp | None:
     if u.op is Ops.SPECIAL:  # a GPU's workgroup and work-item ids are 32-bit registers
         return u.replace(dtype=dtypes.int32)
     if u.op is Ops.CAST:  # a cast to weakint of a concrete int: keep its value, at the width its bounds need
-        return u.src[0].cast(ctx.pick(u, int(u.vmin), int(u.vmax)))
+        return u.src[0].cast(dtypes.int64 if ctx.prefer_int64 else ctx.pick(u, int(u.vmin), int(u.vmax)))
     if u.op in GroupOp.ALU:
         if any(s.dtype == dtypes.weakint for s in u.src[1 if u.op is Ops.WHERE else 0 :]):
             return None  # sources not lowered yet
-        lo, hi = u.vmin, u.vmax
-        dt = _widest(ctx.pick(u, lo, hi), *[s.dtype for s in u.src[1 if u.op is Ops.WHERE else 0 :]])
+        # (int64 by preference needs no bounds: computing them for every index node was most of this stage)
+        if ctx.prefer_int64:
+            dt = dtypes.int64
+        else:
+            dt = _widest(ctx.pick(u, u.vmin, u.vmax), *[s.dtype for s in u.src[1 if u.op is Ops.WHERE else 0 :]])
         srcs = tuple(s if (u.op is Ops.WHERE and i == 0) or s.dtype == dt else s.cast(dt) for i, s in enumerate(u.src))
         return UOp(u.op, dt, srcs, u.arg)
     return None

@@ -63,6 +63,7 @@ class AMDGPURenderer(LLVMRenderer):
     has_local: ClassVar[bool] = True
     has_shared: ClassVar[bool] = True
     has_threads: ClassVar[bool] = False
+    index_int64: ClassVar[bool] = False  # 64-bit integer math is two VALU ops on RDNA3: index math stays int32
     registers_are_cpu: ClassVar[bool] = False  # its vectors are a work-item's VGPRs: no CPU register blocking
     supports_float16: ClassVar[bool] = True
     supports_bfloat16: ClassVar[bool] = False  # RDNA3 has bf16 only in WMMA/dot instructions

@@ -264,6 +264,7 @@ class LLVMRenderer(Renderer):
     name: ClassVar[str] = "llvm"
     supported_ops: ClassVar[frozenset[Ops]] = DEFAULT_SUPPORTED_OPS - _LLVM_UNSUPPORTED
     has_vectors: ClassVar[bool] = True
+    index_int64: ClassVar[bool] = True  # 64-bit addresses: int32 index math costs LLVM's loop analyses (see Renderer)
     max_vector_bytes: ClassVar[int] = 32
     # stores of whole vectors into buffers at least this big bypass the caches (0: never; see render_store)
     nontemporal_min_bytes: ClassVar[int] = 0

@@ -11,12 +11,11 @@ from speck.codegen.pipeline import full_rewrite_graph
 from speck.codegen.pipeline import full_rewrite_to_sink as _linearized
 from speck.codegen.program import ProgramSpec, to_program
 from speck.codegen.renderer import Renderer
+from speck.tensor.device import Device
 from speck.uop import UOp
 
 
 def _default_renderer() -> Renderer:
-    from speck.tensor.device import Device
-
     return Device[Device.DEFAULT].renderer
 
 
@@ -40,8 +39,6 @@ def get_program(ast: UOp, renderer: Renderer | None = None, opts: Sequence[Opt] 
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
         ast = ast.replace(arg=info.replace(opts_to_apply=tuple(opts)))
     if renderer is None:
-        from speck.tensor.device import Device
-
         # the device's backend, so a kernel its renderer refuses goes to the backend's fallback as when realizing
         return Device[Device.DEFAULT].backend.to_program(ast, compile=False)
     return to_program(ast, renderer)

@@ -9,7 +9,7 @@ from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
-from speck.tensor.tensor import Tensor
+from speck.tensor.tensor import Tensor, is_training
 from speck.uop import dtypes
 
 
@@ -121,8 +121,6 @@ class BatchNorm:
         return mean, var
 
     def __call__(self, x: Tensor) -> Tensor:
-        from speck.tensor.autograd import is_training
-
         if is_training() or not self.track_running_stats:
             mean, var = self.calc_stats(x)
             if is_training() and self.track_running_stats:

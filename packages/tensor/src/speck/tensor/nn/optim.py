@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from speck.tensor.dims import as_int
 from speck.tensor.errors import OptimizerError as OptimizerError
 from speck.tensor.errors import TensorTypeError, TensorValueError
+from speck.tensor.multi import MultiUOp
+from speck.tensor.schedule import base_buffer, view_offset
 from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
-from speck.tensor.tensor import Tensor
-from speck.uop import DType, dtypes, least_upper_dtype, to_dtype
+from speck.tensor.tensor import Tensor, is_training
+from speck.uop import DType, Ops, dtypes, least_upper_dtype, to_dtype
 
 # the dtype optimizer state (momentum, moments) is kept and computed in, at least (float64 params keep float64)
 OPTIM_DTYPE: DType = to_dtype(str(_OPTIM_DTYPE.value))
@@ -75,8 +77,6 @@ class Optimizer:
     def schedule_step(self) -> list[Tensor]:
         """Queue the update of every parameter and state tensor (computed from the current values, applied at the
         next realize) and return the tensors that must be realized: optimizer state, params, buffers."""
-        from speck.tensor.autograd import is_training
-
         if not is_training():
             raise OptimizerError(
                 "optimizer step outside training mode: wrap the training step in `with Tensor.train():` "
@@ -152,8 +152,6 @@ class Optimizer:
 
 def _placed_like(state: Tensor, p: Tensor) -> Tensor:
     """A state tensor of p's shape sharded like a sharded p (replicated state would not take sharded updates)."""
-    from speck.tensor.multi import MultiUOp
-
     if isinstance(p.uop, MultiUOp) and state.shape == p.shape:
         return state.shard_like(p)
     return state
@@ -170,8 +168,6 @@ def _resharded_like(x: Tensor, p: Tensor) -> Tensor:
     """x laid out over p's devices like p when both are sharded differently: a replicated bias's gradient comes out
     sharded when the layer's output was (its sum over the batch keeps the feature split), and the update of p (or
     of state placed like p) must have p's sharding."""
-    from speck.tensor.multi import MultiUOp
-
     xu, pu = x.uop, p.uop
     if isinstance(xu, MultiUOp) and isinstance(pu, MultiUOp) and (xu.axis != pu.axis or xu.device != pu.device):
         return x.shard_like(p)
@@ -181,10 +177,6 @@ def _resharded_like(x: Tensor, p: Tensor) -> Tensor:
 def _owns_buffer(t: Tensor) -> bool:
     """t is a whole realized buffer (possibly reshaped), so an assign updates it in place (every shard of a sharded
     tensor)."""
-    from speck.tensor.multi import MultiUOp
-    from speck.tensor.schedule import base_buffer, view_offset
-    from speck.uop import Ops
-
     if isinstance(t.uop, MultiUOp):
         return t.uop.op is Ops.NOOP and all(_owns_buffer(Tensor(s, device=d)) for s, d in zip(t.uop.shards,
                                                                                             t.uop.device))  # fmt: skip

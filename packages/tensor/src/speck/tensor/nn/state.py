@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from speck.tensor.device import file_backed
+from speck.tensor.device import canonical, file_backed
 from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import gguf_load
-from speck.tensor.nn.safetensors import SafetensorsError, TensorEntry, encode_header, read_header
+from speck.tensor.nn.safetensors import ST_DTYPES, SafetensorsError, TensorEntry, encode_header, read_header
+from speck.tensor.pyutils import tqdm
+from speck.tensor.schedule import buffer_map, buffer_views, new_buffer_uop
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -65,8 +67,6 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     missing from state_dict is a KeyError when strict (skipped otherwise); extra keys are ignored; a shape mismatch is
     a ValueError (but () and (1,) are interchangeable). consume deletes loaded keys from state_dict; realize computes
     the loaded tensors. Returns the model tensors loaded."""
-    from speck.tensor.pyutils import tqdm
-
     model_sd = get_state_dict(model)
     missing = [k for k in model_sd if k not in state_dict]
     if strict and missing:
@@ -155,8 +155,6 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
 def _disk_view(file: Tensor, e: TensorEntry) -> Tensor:
     """Entry e of a safetensors file as a view of the file's DISK buffer: a buffer naming its bytes as e.dtype (no
     data read, and no movement ops to lower: a header of 100k entries is loaded in about as many calls)."""
-    from speck.tensor.schedule import buffer_views, new_buffer_uop
-
     if e.nbytes == 0:
         return Tensor.empty(*e.shape, dtype=e.dtype, device=file.device)
     numel = e.nbytes // e.dtype.itemsize
@@ -179,8 +177,6 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     file): one buffer for the whole data section, loaded with as few large copies as the device likes (a copy per
     tensor would pay each copy's fixed cost per tensor), each tensor a view of it. None for other devices."""
     from speck.hcq import Buffer, Device
-    from speck.tensor.device import canonical
-    from speck.tensor.schedule import buffer_map, new_buffer_uop
 
     dev_name = canonical(device)
     dev = Device[dev_name]
@@ -215,8 +211,6 @@ def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[Tensor, int, dict[
 
 def dtype_of(name: str) -> DType:
     """speck dtype of a safetensors dtype name (e.g. "F32")."""
-    from speck.tensor.nn.safetensors import ST_DTYPES
-
     if name not in ST_DTYPES:
         raise SafetensorsError(f"unknown safetensors dtype {name!r}; known: {sorted(ST_DTYPES)}")
     return ST_DTYPES[name]
