@@ -29,7 +29,6 @@ from train import make_step
 from speck.hcq import Device
 from speck.tensor import Tensor, TinyJit
 
-
 # seconds between two different functions' timings: numpy's OpenBLAS threads keep spinning on the cores for tens of
 # milliseconds after a call (20-50 ms of CPU in a 50 ms sleep right after a 512x512 matmul on this 2-core host),
 # PyTorch's OpenMP threads for ~5 ms; whoever is timed next shares its cores with them (speck's second worker got
