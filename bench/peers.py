@@ -29,15 +29,24 @@ from train import make_step
 from speck.hcq import Device
 from speck.tensor import Tensor, TinyJit
 
+# seconds between two different functions' timings: numpy's OpenBLAS threads keep spinning on the cores for tens of
+# milliseconds after a call (20-50 ms of CPU in a 50 ms sleep right after a 512x512 matmul on this 2-core host),
+# PyTorch's OpenMP threads for ~5 ms; whoever is timed next shares its cores with them (speck's second worker got
+# half a core). Every library is timed after this pause, so none pays for the one before it.
+SETTLE_S = 0.1
+
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: int = 1) -> dict[str, float]:
     """Median seconds per call of each fn, measured round-robin (every round runs each fn `inner` times) so that
-    all of them see the same machine load; one warm-up round first."""
+    all of them see the same machine load; one warm-up round first. Before each fn's turn the process sleeps
+    SETTLE_S, so the previous library's spinning threads have let go of the cores."""
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
+            if len(fns) > 1:
+                time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             for _ in range(inner):
                 f()

@@ -123,6 +123,30 @@ def test_transposed_b_is_not_blocked_into_gathers() -> None:
     assert not any(o.op is OptOps.UNROLL for o in heuristic(matmul(8, 7, 32, transposed_b=True), r))
 
 
+def test_transposed_b_blocks_more_rows_with_32_registers() -> None:
+    # AVX-512's 32 registers hold 4 x 4 dot products (16 accumulators) where the lanes combine by wide shuffles
+    # (LLVM); x86's lane-by-lane combine and 16-register renderers keep 2 x 4
+    ast = matmul(8, 32, 32, transposed_b=True)
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=64)) == [
+        Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 16)]  # fmt: skip
+    assert heuristic(ast, X86Renderer(avx512=True)) == [
+        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 16)]  # fmt: skip
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=32))[:2] == [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4)]
+    check_preserved(ast, LLVMRenderer(max_vector_bytes=64))
+
+
+def test_x86_avx2_dot_product_block_fits_its_13_registers() -> None:
+    # x86's AVX2 code allocates 13 ymm: 2 x 4 accumulators plus 6 loads spilled three accumulators (877 us at
+    # 128x784x128, 460 as 1 x 4); 2 columns still take 2 rows (2 x 2: 8.6 us where 4 x 2 took 15)
+    x86 = X86Renderer(avx512=False)
+    assert heuristic(matmul(8, 32, 32, transposed_b=True), x86) == [
+        Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 8)]  # fmt: skip
+    assert heuristic(matmul(8, 32, 10, transposed_b=True), x86) == [
+        Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 8)]  # fmt: skip
+    for ast in (matmul(8, 32, 32, transposed_b=True), matmul(8, 32, 10, transposed_b=True)):
+        check_preserved(ast, x86)
+
+
 def rowsum(n: int, k: int, op: Ops) -> UOp:
     i, r = UOp.range(n, 0, AxisType.GLOBAL), UOp.range(k, 1, AxisType.REDUCE)
     x = UOp.param(1, dtypes.float32.ptr(n * k)).index(i * k + r).load()
@@ -185,8 +209,11 @@ def test_x86_renderer_blocks_like_the_other_cpu_renderers() -> None:
     # the same register blocks as LLVM where the vector widths are powers of two (x86 declares no odd widths)
     # (AVX2 widths on every host: an AVX-512 host's defaults are 64-byte vectors for x86 and LLVM)
     llvm, x86 = LLVMRenderer(max_vector_bytes=32), X86Renderer(avx512=False)
-    for ast in (matmul(64, 32, 256), matmul(8, 16, 32, transposed_b=True), rowsum(16, 16, Ops.ADD)):
+    for ast in (matmul(64, 32, 256), rowsum(16, 16, Ops.ADD)):
         assert heuristic(ast, x86) == heuristic(ast, llvm) == heuristic(ast, ClangRenderer())
+    # except x @ W.T's dot products: one row fewer where 2 rows' accumulators and loads exceed x86's 13 registers
+    t = matmul(8, 16, 32, transposed_b=True)
+    assert heuristic(t, llvm) == heuristic(t, ClangRenderer()) == [Opt(OptOps.UPCAST, 0, 2), *heuristic(t, x86)]
     assert heuristic(matmul(64, 32, 256), x86)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
 
 
@@ -228,6 +255,42 @@ def test_unrolled_reduction_accumulates_vectors_and_combines_once() -> None:
     # the accumulator holds 4 outputs x 8 unrolled lanes, not the 4 horizontally combined sums
     assert [u.dtype.count for u in reds] == [32]
     check_preserved(ast, r)
+
+
+def _combine_depth(u: UOp, memo: dict[UOp, int]) -> int:
+    """The longest chain of ALU ops from u back to the REDUCE it combines."""
+    if u in memo:
+        return memo[u]
+    if u.op is Ops.REDUCE:
+        d = 0
+    else:
+        d = max((_combine_depth(s, memo) for s in u.src), default=0) + (u.op is Ops.ADD or u.op is Ops.MAX)
+    memo[u] = d
+    return d
+
+
+@pytest.mark.parametrize("unroll", [16, 8, 6, 5])
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
+def test_unrolled_lanes_combine_as_a_tree_of_halves(unroll: int, op: Ops) -> None:
+    # x @ W.T blocked 2 x 4 outputs and unrolled by 16: the 16 lanes of every output combine in halves (16 -> 8 ->
+    # 4 -> 2 -> 1, four wide ops), not one lane after another (15 dependent ops gathering a lane from each
+    # accumulator); an odd count leaves one group over, joined last. Results stay the unoptimized kernel's.
+    r = LLVMRenderer(max_vector_bytes=64)
+    ast = matmul(4, 16 * unroll, 8, transposed_b=True) if op is Ops.ADD else rowsum(8, 8 * unroll, Ops.MAX)
+    opts = [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, unroll)]
+    if op is Ops.MAX:
+        opts = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, unroll)]
+    expanded = expand_vectors(apply_opts(opt_base(ast), opts, r), r.wide_shuffles)
+    store = next(u for u in expanded.toposort() if u.op is Ops.STORE)
+    assert _combine_depth(store.src[1], {}) == {16: 4, 8: 3, 6: 3, 5: 3}[unroll]
+    # a renderer gathering lane by lane (x86) combines one group at a time: half the lanes moved
+    in_order = expand_vectors(apply_opts(opt_base(ast), opts, r), wide_shuffles=False)
+    store = next(u for u in in_order.toposort() if u.op is Ops.STORE)
+    assert _combine_depth(store.src[1], {}) == unroll - 1
+    inputs = bufs(ast, unroll)
+    want = run_ast(ast, inputs, {})
+    got = run_prog(full_rewrite_to_sink(ast.replace(arg=KernelInfo(name="mm", opts=tuple(opts))), r), inputs, {})
+    assert_same(want, got, dtypes.float32, exact=op is Ops.MAX)
 
 
 def test_fp_contract_fuses_multiply_add_and_stays_close() -> None:

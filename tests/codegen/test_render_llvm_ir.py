@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 
 from codegen_strategies import kernel_asts
+from speck.codegen.cpu_features import host_vector_bytes
 from speck.codegen.program import to_program
 from speck.codegen.renderer.cstyle import ClangRenderer
-from speck.codegen.renderer.llvmir import LLVMRenderer, host_vector_bytes
+from speck.codegen.renderer.llvmir import LLVMRenderer
 from speck.uop import AxisType, Ops, UOp, dtypes
 from test_render_clang_golden import KERNELS
 from test_render_clang_llvm_exec import (
@@ -136,3 +137,19 @@ def test_nsw_only_where_bounds_rule_out_overflow() -> None:
     assert re.search(r"add i32 %\w+, 2147483638", ir) and not re.search(r"add nsw i32 %\w+, 2147483638", ir), ir
     inp = np.arange(64, dtype=np.int32) * 1000
     check_program(uops, [np.zeros(64, np.int32), inp], backends=("llvm",))
+
+
+def test_llvm_vector_bytes_setting_sets_the_default_width() -> None:
+    # LLVM_VECTOR_BYTES=32 keeps an AVX-512 host to AVX2's vectors and 16-register blocking (to compare the two);
+    # 0 is the host's widest; anything else is refused with the values it takes
+    from speck.codegen.errors import CodegenValueError
+    from speck.uop import Context
+
+    with Context(LLVM_VECTOR_BYTES=32):
+        r = LLVMRenderer()
+        assert (r.max_vector_bytes, r.vector_registers) == (32, 16)
+        assert LLVMRenderer(max_vector_bytes=64).max_vector_bytes == 64  # an explicit width wins
+    with Context(LLVM_VECTOR_BYTES=0):
+        assert LLVMRenderer().max_vector_bytes == host_vector_bytes()
+    with Context(LLVM_VECTOR_BYTES=48), pytest.raises(CodegenValueError, match="16, 32 or 64"):
+        LLVMRenderer()

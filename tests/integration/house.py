@@ -8,9 +8,9 @@ from the code's syntax alone (nothing is imported or run). Run it to print them:
   the device primitives it uses (the engine's executor, the programs' and graphs' own methods).
 - counter sites: functions that add to GlobalCounters.kernel_count.
 - function-level imports: import statements inside a function body (TYPE_CHECKING blocks left out), per package.
-- hook readers: functions that read the Tensor class from speck.tensor.hook (a module tensor.py imports, even
-  lazily, can't import tensor.py back; it takes the class from a tensor at hand, `type(t)`, and only where it has
-  none reads the hook).
+- hook readers: imports of speck.tensor.hook, the module that once held the Tensor class for code below tensor.py
+  (a module tensor.py imports, even lazily, can't import tensor.py back: it takes the class from a tensor at hand,
+  `type(t)`, or as an argument). The module is gone; none may come back.
 - import cycles: strongly connected groups of modules, counting imports made by string (importlib.import_module,
   __import__, a "speck.x.y" module path stored in a table) as imports.
 - environment reads: os.environ / os.getenv / getenv(...) reads outside the settings modules.
@@ -138,14 +138,25 @@ def function_level_imports(trees: dict[str, ast.AST] | None = None) -> Counter[s
     return counts
 
 
+def _reads_hook(n: ast.AST) -> bool:
+    if isinstance(n, ast.ImportFrom):
+        named = n.module == "speck.tensor" and any(a.name == "hook" for a in n.names)
+        return n.module == "speck.tensor.hook" or named
+    return isinstance(n, ast.Import) and any(a.name == "speck.tensor.hook" for a in n.names)
+
+
 def hook_readers(trees: dict[str, ast.AST] | None = None) -> list[str]:
-    """module:function of every import of speck.tensor.hook's Tensor inside a function."""
+    """module:function of every import of speck.tensor.hook inside a function, module:<module> of one at module
+    level (TYPE_CHECKING imports included: the module is gone)."""
     out = []
     for mod, tree in (trees or _trees()).items():
+        in_functions = set()
         for name, fn in _functions(tree):
             for n in _own_nodes(fn):
-                if isinstance(n, ast.ImportFrom) and n.module == "speck.tensor.hook":
+                in_functions.add(id(n))
+                if _reads_hook(n):
                     out.append(f"{mod}:{name}")
+        out += [f"{mod}:<module>" for n in ast.walk(tree) if _reads_hook(n) and id(n) not in in_functions]
     return sorted(out)
 
 

@@ -32,24 +32,19 @@ def test_the_cycle_finder_sees_a_cycle(tmp_path: Path, monkeypatch: pytest.Monke
 def test_no_import_cycles() -> None:
     """Layers inside a package are one-way too: a module that needs something from a module above it gets it
     from an object it is handed (speck.tensor's op modules take the Tensor class from a tensor at hand, `type(t)`)
-    or through a registration hook (schedule.register_schedule_rule, and speck.tensor.hook where no tensor is at
-    hand), not by importing it (at load time, in a function, or by name through importlib)."""
+    or through a registration hook (schedule.register_schedule_rule, gradient.register_gradient_rule: tensor.py
+    registers what builds tensors from bare nodes over its class), not by importing it (at load time, in a
+    function, or by name through importlib)."""
     cycles = house.import_cycles()
     assert not cycles, "import cycles (each list imports itself round): " + "; ".join(map(str, cycles))
 
 
 # ---------------- layers without detours (tests/integration/house.py counts) ----------------
-# the functions that still read the Tensor class from speck.tensor.hook: each builds tensors with no tensor at hand
-# (pickle's loaders, the scatter gradient rule over bare nodes, and the write queue's / realize's entry points that
-# run on nodes); recognising a tensor needs no class (`isinstance(x, speck.tensor.base.TensorBase)`)
-HOOK_READERS = frozenset({"speck.tensor.gradient", "speck.tensor.pickling", "speck.tensor.realize",
-                          "speck.tensor.writes"})  # fmt: skip
-HOOK_READ_CEILING = 10
 # import statements inside speck.tensor's functions: those that remain import optional or heavy dependencies late
-# (usbgpu, mpi4py, tqdm, gzip), read the hook, or sit in modules whose imports other work owns; an import added
+# (usbgpu, mpi4py, tqdm, gzip) or sit in modules whose imports other work owns; an import added
 # only to break a cycle belongs at module level or in another layer (tensor.py's methods reach the modules above
 # the op layer - autograd, function, keccak, pickling - at module level: those take the class from `type(t)`)
-TENSOR_FUNCTION_IMPORT_CEILING = 56
+TENSOR_FUNCTION_IMPORT_CEILING = 43
 
 
 def test_the_layer_counters_see_a_hook_read_and_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,18 +55,19 @@ def test_the_layer_counters_see_a_hook_read_and_an_import(tmp_path: Path, monkey
                              "        return Tensor\n"),
         "speck.tensor.lazy": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
                               "def g():\n    import json\n    return json\n"),
+        "speck.tensor.top": "from speck.tensor import hook\n",
     })  # fmt: skip
-    assert house.hook_readers() == ["speck.tensor.ops:M.f"]
+    assert house.hook_readers() == ["speck.tensor.ops:M.f", "speck.tensor.top:<module>"]
     assert house.function_level_imports() == {"speck.tensor": 2}
 
 
 def test_the_tensor_class_is_reached_without_detours() -> None:
-    """Modules get the Tensor class from a tensor they are handed (`type(t)`, a classmethod's `cls`); only the few
-    places with none read speck.tensor.hook."""
+    """Modules get the Tensor class from a tensor they are handed (`type(t)`, a classmethod's `cls`) or as an
+    argument from tensor.py (the write queue, pickle's loaders, the services tensor.py registers over its class);
+    no module holds the class for others to read (speck.tensor.hook is gone, and nothing reads it)."""
+    assert "speck.tensor.hook" not in MODULES, "speck.tensor.hook is back: hand the class over instead"
     readers = house.hook_readers()
-    outside = sorted({r.split(":")[0] for r in readers} - HOOK_READERS)
-    assert not outside, f"new readers of speck.tensor.hook (take the class from a tensor at hand): {outside}"
-    assert len(readers) <= HOOK_READ_CEILING, f"{len(readers)} hook reads (at most {HOOK_READ_CEILING}): {readers}"
+    assert not readers, f"readers of speck.tensor.hook (take the class from a tensor at hand): {readers}"
 
 
 def test_function_level_imports_stay_few() -> None:

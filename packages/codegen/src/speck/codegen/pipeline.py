@@ -75,7 +75,7 @@ def full_rewrite_graph(ast: UOp, renderer: Renderer, optimize: bool = True, beam
     if (tight := tighten_gated_reductions(sink)) is not sink:
         sink = st.done("gated_ranges", graph_rewrite(tight, pm_simplify, name="simplify_gated_ranges"))
     # UPCAST/UNROLL ranges become vector lanes (STACK/GEP, vector LOAD/STORE of contiguous elements)
-    sink = expand_vectors(sink)
+    sink = expand_vectors(sink, renderer.wide_shuffles)
     sink = st.done("expand", sink)
     # reductions become accumulator registers: init before the loop, update inside, read after END
     if (reducing := ReduceLowering(sink)).has_reduce:  # half of all kernels have no REDUCE: no walk for them

@@ -37,6 +37,13 @@ TRANSCENDENTAL = declare(
 X86_AVX512 = declare(
     "X86_AVX512", 1, OWNER, ("speck.codegen.cpu_features",), "0: the x86 backend keeps to AVX2 on a CPU with AVX-512"
 )
+LLVM_VECTOR_BYTES = declare(
+    "LLVM_VECTOR_BYTES",
+    0,
+    OWNER,
+    ("speck.codegen.cpu_features",),
+    "widest vector the LLVM renderer emits when it is made: 16, 32 (AVX2) or 64 (AVX-512); 0: the host's widest",
+)
 FP_CONTRACT = declare(
     "FP_CONTRACT",
     1,

@@ -227,15 +227,18 @@ class WorkerChoice:
     graph chooses for its batch (speck.hcq.graph): on a machine whose other cores run other processes, one worker
     can beat a split that waits for a descheduled worker (16M-float sums, 4 streams per worker: 9.4 GB/s on one
     thread, 5.6 GB/s on two with the second core busy). All `n` go first, so a one-off launch is split as before;
-    the choice is measured again every RETUNE_EVERY launches (the load changes)."""
+    that first launch is not counted (it pays the first touch of the output, cold caches and sleeping workers: a
+    1024 matmul's first split launch took 75-89 ms, its next ones ~50 ms, and with two trials a side it decided
+    for one worker). The choice is measured again every RETUNE_EVERY launches (the load changes)."""
 
-    __slots__ = ("chosen", "every", "n", "previous", "since", "trials")
+    __slots__ = ("chosen", "every", "n", "previous", "since", "trials", "warm")
 
     def __init__(self, n: int) -> None:
         self.n, self.since, self.every = n, 0, RETUNE_EVERY
         self.chosen: int | None = None  # the worker count launches use; None while measuring
         self.previous: int | None = None  # the choice before the current measurement
         self.trials: dict[int, list[float]] = {n: [], 1: []}
+        self.warm = False  # the first launch ran (and was not counted)
 
     def pick(self) -> int:
         if self.chosen is not None:
@@ -243,6 +246,9 @@ class WorkerChoice:
         return self.n if len(self.trials[self.n]) <= len(self.trials[1]) else 1
 
     def record(self, workers: int, seconds: float) -> None:
+        if not self.warm:
+            self.warm = True
+            return
         if self.chosen is None:
             trials = self.trials
             trials[workers].append(seconds)

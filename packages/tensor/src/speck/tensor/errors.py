@@ -78,7 +78,7 @@ class FetchError(ConnectionError, TensorError):
 
 
 class TensorImportError(ImportError, TensorError):
-    """speck.tensor can't be imported as installed (a sibling package too old, a hook used before registration)."""
+    """speck.tensor can't be imported as installed (a sibling package too old)."""
 
 
 class TensorRuntimeError(RuntimeError, TensorError):

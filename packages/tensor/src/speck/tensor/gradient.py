@@ -11,11 +11,9 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from speck.tensor.dims import as_int
 from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
-from speck.uop.helpers import prod
 from speck.uop.uop import sint
 
 if TYPE_CHECKING:
@@ -112,31 +110,21 @@ def _copy_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     return (back,) + (None,) * (len(ret.src) - 1)
 
 
-def _scatter_grad(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
-    """ASSIGN(base, pos, value, arg=reduce), the O(k) scatter (speck.tensor.indexing._scatter_node, setitem): the
-    gradient reaches base where nothing was written (everywhere for a 'sum' scatter) and each value element from the
-    position it landed on, when it is the last writer there (any contributor for 'sum'); pos gets none."""
-    from speck.tensor.hook import Tensor
+# rules built from tensor ops by the layer that owns the Tensor class (ASSIGN, the O(k) scatter: speck.tensor.tensor
+# registers speck.tensor.indexing.scatter_gradient over its class): op -> rule(gradient of node, node)
+_TENSOR_RULES: dict[Ops, Callable[[UOp, UOp], tuple[UOp | None, ...] | None]] = {}
 
-    if len(ret.src) != 3:
-        return None
-    base, pos, value = ret.src
-    if ret.arg not in (None, "sum"):
-        raise GradientError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
-                            "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
-    dev = uop_device(ret)
-    g = Tensor(ctx, device=dev)
-    p = Tensor(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
-    n = int(prod(base.shape))
-    picked = g.flatten()._take(0, p - 1)  # position -1 (a skipped element) takes 0
-    if ret.arg == "sum":
-        return (ctx, None, picked.reshape(value.shape).uop)
-    ids = Tensor.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
-    owner = Tensor.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
-    won = owner._take(0, p - 1) == ids
-    gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)
-    gbase = (owner > 0).reshape(base.shape).where(g._const_like(0), g)
-    return (gbase.uop, None, gvalue.uop)
+
+def register_gradient_rule(op: Ops, rule: Callable[[UOp, UOp], tuple[UOp | None, ...] | None]) -> None:
+    """Differentiate `op` nodes with rule(gradient of node, node) -> one gradient per source (None: no rule)."""
+    _TENSOR_RULES[op] = rule
+
+
+def _tensor_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
+    if (rule := _TENSOR_RULES.get(ret.op)) is None:
+        raise GradientError(f"no gradient rule for {ret.op} is registered: the Tensor class registers it when "
+                            "speck.tensor is imported; import speck.tensor before differentiating")  # fmt: skip
+    return rule(ctx, ret)
 
 
 def uop_device(u: UOp) -> str:
@@ -200,7 +188,7 @@ pm_gradient = PatternMatcher(
         (UPat((Ops.CONTIGUOUS, Ops.AFTER), name="ret"), lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1)),
         (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,) * len(ret.src)),
         (UPat(Ops.COPY, name="ret"), _copy_grad),
-        (UPat(Ops.ASSIGN, name="ret"), _scatter_grad),
+        (UPat(Ops.ASSIGN, name="ret"), _tensor_rule),
     ]
 )
 

@@ -17,12 +17,46 @@ import numpy as np
 from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int
 from speck.tensor.elementwise import broadcast_shape
-from speck.tensor.errors import TensorAssertionError, TensorIndexError, TensorTypeError, TensorValueError
+from speck.tensor.errors import (
+    GradientError,
+    TensorAssertionError,
+    TensorIndexError,
+    TensorTypeError,
+    TensorValueError,
+)
+from speck.tensor.gradient import uop_device
 from speck.tensor.writes import setitem
 from speck.uop import Ops, UOp, dtypes
+from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
+
+
+def scatter_gradient(cls: type[Tensor], ctx: UOp, ret: UOp) -> tuple[UOp | None, ...] | None:
+    """ASSIGN(base, pos, value, arg=reduce), the O(k) scatter (_scatter_node below, setitem): the
+    gradient reaches base where nothing was written (everywhere for a 'sum' scatter) and each value element from the
+    position it landed on, when it is the last writer there (any contributor for 'sum'); pos gets none. The gradient
+    rule of ASSIGN (speck.tensor.gradient.register_gradient_rule): tensor.py registers it over its class, cls."""
+    if len(ret.src) != 3:
+        return None
+    base, pos, value = ret.src
+    if ret.arg not in (None, "sum"):
+        raise GradientError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
+                            "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
+    dev = uop_device(ret)
+    g = cls(ctx, device=dev)
+    p = cls(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
+    n = int(prod(base.shape))
+    picked = g.flatten()._take(0, p - 1)  # position -1 (a skipped element) takes 0
+    if ret.arg == "sum":
+        return (ctx, None, picked.reshape(value.shape).uop)
+    ids = cls.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
+    owner = cls.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
+    won = owner._take(0, p - 1) == ids
+    gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)
+    gbase = (owner > 0).reshape(base.shape).where(g._const_like(0), g)
+    return (gbase.uop, None, gvalue.uop)
 
 
 def _identity(mode: str, dtype: Any) -> Any:

@@ -44,6 +44,7 @@ from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, max_
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
+from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -594,7 +595,7 @@ class TinyJit(Generic[R]):
         if cap is not None and (fast := cap.fast) is not None and not kwargs and not (DEFERRED_ANY[0] and _DEFERRED):
             # the replay hot path: the same input nodes as the last checked replay (nodes are immutable, so shapes,
             # dtypes, devices and buffers are the same too); deferred updates would have to run first
-            nodes, epoch = fast[0], Tensor._write_epoch
+            nodes, epoch = fast[0], _EPOCH[0]
             if len(args) == len(nodes):
                 for a, u in zip(args, nodes):
                     # (Tensor.uop inlined: a tensor a write made stale takes the checked path)

@@ -87,13 +87,6 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
 register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
 
 
-def _shard_uop(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
-    from speck.tensor.hook import Tensor
-
-    return Tensor(u).shard(devices, axis).uop
-
-
-register_service("uop_shard", _shard_uop)  # UOp.shard: Tensor.shard of the node
 _unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import contextvars
+import functools
 import pathlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -24,8 +25,8 @@ import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import elementwise as ew
-from speck.tensor import hook, multi
 from speck.tensor import movement as mv
+from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
 from speck.tensor.autograd import backward
@@ -41,7 +42,8 @@ from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.function import _PlaceholderStorage, callify, linear_with_vars, schedule_linear
-from speck.tensor.indexing import IndexingMixin
+from speck.tensor.gradient import register_gradient_rule
+from speck.tensor.indexing import IndexingMixin, scatter_gradient
 from speck.tensor.keccak import keccak, tensor_hash
 from speck.tensor.live import LiveTensors as _LiveTensors
 from speck.tensor.live import track as _track
@@ -60,7 +62,6 @@ from speck.tensor.nodes import (
     _from_numpy,
     _np_cast,
 )
-from speck.tensor.pickling import reduce_tensor
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
@@ -78,14 +79,17 @@ from speck.tensor.schedule import (
     view_offset,
 )
 from speck.tensor.settings import TRAINING
+from speck.tensor.tensor_pickle import reduce_tensor
 from speck.tensor.weak import materialized
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
+from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
+from speck.uop.uop import register_service
 
 Scalar = int | float | bool
 
@@ -110,9 +114,6 @@ class Tensor(
     is_param: bool
     training: bool = False
     no_grad: bool = False
-    # counts the in-place writes recorded so far (speck.tensor.writes); a tensor whose graph is older than a write
-    # to a buffer it reads is rebound to the value that buffer had (numpy order: reads see the value of their time)
-    _write_epoch: int = 0
 
     def __init__(
         self,
@@ -187,13 +188,13 @@ class Tensor(
     @property
     def uop(self) -> UOp:
         """The node of the computation graph this tensor is (a view of a BUFFER once realized)."""
-        if self._ver == Tensor._write_epoch:
+        if self._ver == _EPOCH[0]:
             return self._uop
         return _refresh(self)
 
     @uop.setter
     def uop(self, u: UOp) -> None:
-        self._uop, self._ver = u, Tensor._write_epoch
+        self._uop, self._ver = u, _EPOCH[0]
 
     # ---------------- autograd ----------------
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
@@ -340,7 +341,7 @@ class Tensor(
         dev = device or self._device
         if type(dev) is tuple or type(u) is MultiUOp:  # sharded, or a single shard taken out of a sharded tensor
             dev = u.device if isinstance(u, MultiUOp) else multi.device_of(u)
-        t._uop, t._ver, t._device = u, Tensor._write_epoch, dev
+        t._uop, t._ver, t._device = u, _EPOCH[0], dev
         # an op result needs a gradient as its input does (False: computed only from tensors that opted out)
         t.requires_grad, t.grad, t.is_param = self.requires_grad, None, True
         _track(t)
@@ -396,7 +397,7 @@ class Tensor(
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
         if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
             t = tensors[0]
-            u = t._uop if t._ver == Tensor._write_epoch else t.uop  # (the uop property, without its frame)
+            u = t._uop if t._ver == _EPOCH[0] else t.uop  # (the uop property, without its frame)
             if type(u) is UOp:
                 if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
                     if base_buffer(u) is not None:
@@ -407,7 +408,7 @@ class Tensor(
                             return
             if type(u) is UOp and _ref(u) not in realized_data:
                 view = _realize.realize_graph(u, t._device)
-                t._uop, t._ver = view, Tensor._write_epoch  # (t.uop = view, without the setter's frame)
+                t._uop, t._ver = view, _EPOCH[0]  # (t.uop = view, without the setter's frame)
                 # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
                 # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
                 if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
@@ -1200,8 +1201,9 @@ class Tensor(
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.pickling)."""
-        return reduce_tensor(self)
+        """Pickle the graph with its buffers' bytes (realized or not; see speck.tensor.tensor_pickle). It loads as a
+        Tensor, as it always has (a subclass's instance too)."""
+        return reduce_tensor(self, Tensor)
 
 
 # what Tensor(x) makes a device-less 0-d constant of: Python scalars, None, numpy scalars (and 0-d arrays)
@@ -1286,4 +1288,11 @@ def _materialize_buffer(b: UOp) -> Any:
 all_tensors = _LiveTensors()
 _METADATA: contextvars.ContextVar[Any] = contextvars.ContextVar("_METADATA", default=None)
 
-hook.register(Tensor)
+
+def _shard_uop(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
+    return Tensor(u).shard(devices, axis).uop
+
+
+# the services of layers below that build tensors from bare nodes, with no tensor at hand to take the class from
+register_service("uop_shard", _shard_uop)  # UOp.shard: Tensor.shard of the node
+register_gradient_rule(Ops.ASSIGN, functools.partial(scatter_gradient, Tensor))  # the O(k) scatter's gradient

@@ -5,9 +5,9 @@ Model. A realized tensor is a view of a BUFFER node, and the BUFFER is the ident
 here and runs at the next realize, after every write recorded before it (program order).
 
 A lazy graph built *before* a write must keep the value of its time. Each tensor carries the write epoch its graph
-was built at (`Tensor._ver`); when a tensor older than a write to a buffer its graph reads is used again, the graph
-is rebound to that write's snapshot: a BUFFER that receives the buffer's old contents when the write runs - if, and
-only if, a live graph can still read them. Pure views are never rebound: they see every write.
+was built at (`Tensor._ver`, counted by EPOCH below); when a tensor older than a write to a buffer its graph reads is
+used again, the graph is rebound to that write's snapshot: a BUFFER that receives the buffer's old contents when the
+write runs - if, and only if, a live graph can still read them. Pure views are never rebound: they see every write.
 
 Running a write: a whole-buffer value is computed into a new buffer whose memory then becomes the target's (the old
 memory is handed to the snapshot at no cost); a value that already lives in another buffer is copied in. A partial
@@ -63,6 +63,7 @@ class Write:
     index order, combining with `reduce`), or neither (value is the whole buffer's new contents)."""
 
     epoch: int
+    cls: type[Tensor]  # the class of the tensor written through (a DISK write computes its value with it)
     buf: UOp
     snap: UOp
     value: UOp
@@ -93,6 +94,11 @@ class _ThreadWrites(threading.local):
 
 
 _thread = _ThreadWrites()
+# the write epoch: how many in-place writes have been recorded (all threads). Each tensor holds the epoch its graph
+# was set at (`_ver`); one older than a write to a buffer its graph reads is rebound to the value that buffer had
+# (numpy order: reads see the value of their time). A one-element list, so Tensor.uop's check is a global read and
+# an index (that check runs on every op).
+EPOCH = [0]
 _log: list[Write] = []  # writes that a live tensor built before them may still be rebound for, by epoch (all threads)
 _epoch_lock = threading.Lock()  # (write epochs are unique across threads)
 # graph node -> the BUFFERs it reads (graphs are immutable, so this never goes stale)
@@ -216,7 +222,7 @@ def refresh(t: Tensor) -> UOp:
     """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
     t had when it was made). Called by Tensor.uop when a write happened since t's graph was set."""
     u: UOp = t._uop
-    ver, t._ver = t._ver, type(t)._write_epoch
+    ver, t._ver = t._ver, EPOCH[0]
     if not _log or _log[-1].epoch <= ver or is_view(u):
         return u
     reads = buffers_read(u)
@@ -242,16 +248,15 @@ def _affected(t: Tensor, epoch: int) -> bool:
 
 
 # ---------------- recording ----------------
-def record(buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
+def record(cls: type[Tensor], buf: UOp, value: UOp, target: UOp | None = None, pos: UOp | None = None,
            reduce: str | None = None) -> None:  # fmt: skip
-    """Queue a write to buf (see Write). Graphs built before it now read the old value (through refresh)."""
-    from speck.tensor.hook import Tensor
-
+    """Queue a write to buf (see Write) through a tensor of class cls. Graphs built before it now read the old
+    value (through refresh)."""
     with _epoch_lock:
-        Tensor._write_epoch += 1
-        epoch = Tensor._write_epoch
+        EPOCH[0] += 1
+        epoch = EPOCH[0]
     snap = new_buffer_uop(buffer_device(buf), int(buf.arg), buf.dtype)
-    w = Write(epoch, buf, snap, value, target, pos, reduce)
+    w = Write(epoch, cls, buf, snap, value, target, pos, reduce)
     _log.append(w)
     _thread.pending.append(w)
     # DISK writes happen at once; past _MAX_PENDING the queue runs too: a write nothing reads would otherwise wait
@@ -296,9 +301,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
     _needed). Each of `targets` (tensors about to be realized) that was made before a write and reads what it
     writes is computed just before that write, from the buffers as they are then - so it needs no snapshot, and a
     TinyJit capture of it reads the live buffers."""
-    from speck.tensor.hook import Tensor
-
-    early = [t for t in targets if t._ver < Tensor._write_epoch and not is_view(t._uop)]
+    early = [t for t in targets if t._ver < EPOCH[0] and not is_view(t._uop)]
     _pending = _thread.pending
     todo = _needed(targets) if needed_only else len(_pending)
     if todo == 0:
@@ -311,7 +314,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
             back = {p.snap: p.buf for p in _pending}  # a graph already rebound to a pending write's snapshot
             for t in due:
                 t.uop = substitute(t._uop, back)
-            Tensor._realize_now(due)
+            type(due[0])._realize_now(due)
             done = {id(t) for t in due}
             early = [t for t in early if id(t) not in done]
         _pending.pop(0)
@@ -381,9 +384,7 @@ def _collect() -> None:
     """Forget logged writes no live tensor can be rebound for any more (their snapshots then live only as long as
     graphs that read them). Tensors no write affects are marked current, so a tensor that lives long (a lazy
     constant) does not keep old snapshots alive."""
-    from speck.tensor.hook import Tensor
-
-    epoch = Tensor._write_epoch
+    epoch = EPOCH[0]
     if not _log:
         return
     oldest = epoch
@@ -549,14 +550,13 @@ def _whole_source(value: UOp, buf: UOp) -> UOp | None:
 
 def _run_disk(w: Write) -> None:
     """DISK memory is the file: compute the value on its own device, then write the bytes through the view."""
-    from speck.tensor.hook import Tensor
-
+    cls = w.cls
     value = w.value
     while value.op in (Ops.COPY,) and file_backed(str(value.arg)):
         value = value.src[0]  # a copy onto the disk: take what is copied
     # (computed where it is; a value the disk device would have to compute - a constant, a strided read of the
     # file - is computed on the host)
-    data = (Tensor(host_graph(value), device=HOST) if needs_host(value) else Tensor(value, device=_device_of(value))
+    data = (cls(host_graph(value), device=HOST) if needs_host(value) else cls(value, device=_device_of(value))
             ).numpy()  # fmt: skip
     writable_disk(get_buffer(w.buf))
     mem = buffer_numpy(w.buf)
@@ -564,7 +564,7 @@ def _run_disk(w: Write) -> None:
         mem[:] = data.reshape(-1).view(mem.dtype)
         return
     pos_graph = w.pos if w.pos is not None else positions(w.target, w.buf, "CPU")  # type: ignore[arg-type]
-    pos = Tensor(pos_graph, device="CPU").numpy().reshape(-1).astype(np.int64)
+    pos = cls(pos_graph, device="CPU").numpy().reshape(-1).astype(np.int64)
     vals = data.reshape(-1).view(mem.dtype)
     ok = pos > 0
     mem[pos[ok] - 1] = vals[ok]
@@ -627,13 +627,11 @@ def _lazy_base(t: Tensor) -> UOp | None:
     return None
 
 
-def _realize_base(base: UOp, device: str) -> None:
+def _realize_base(cls: type[Tensor], base: UOp, device: str) -> None:
     """Give a lazy value that tensors view memory of its own and rebind every tensor viewing it to the same view
     of that memory, so a write through one of them is seen by all (as with numpy arrays)."""
-    from speck.tensor.hook import Tensor
-
     holders = [o for o in live() if base in chain(o._uop)]
-    view = Tensor(_clone(base), device=device).realize().uop
+    view = cls(_clone(base), device=device).realize().uop
     for o in holders:
         o.uop = o._uop.substitute({base: view})
 
@@ -734,21 +732,21 @@ def assign(t: Tensor, x: Any) -> Tensor:
         if base is None:
             t.uop = _clone(xt.uop)  # a lazy tensor that shares its value with nothing simply takes the new one
             return t
-        _realize_base(base, t.device)  # views of a lazy value: give it memory the write can go through
+        _realize_base(type(t), base, t.device)  # views of a lazy value: give it memory the write can go through
     u, buf = _writable(t, "can't assign")
     if xt.uop is u:  # the view's own current contents (`x[i] += 1` stores x[i] back into itself): nothing to write
         return t
     value = xt.uop if xt.dtype == buf.dtype else xt.uop.bitcast(buf.dtype)
-    if is_whole(u, buf) and _scatter_in_place(value, buf):
+    if is_whole(u, buf) and _scatter_in_place(type(t), value, buf):
         return t
     if is_whole(u, buf):
-        record(buf, value)
+        record(type(t), buf, value)
     else:
-        record(buf, value, target=u)
+        record(type(t), buf, value, target=u)
     return t
 
 
-def _scatter_in_place(value: UOp, buf: UOp) -> bool:
+def _scatter_in_place(cls: type[Tensor], value: UOp, buf: UOp) -> bool:
     """x.assign(x.scatter(...)) (scatters on top of the buffer's own contents): record the scatters as in-place
     writes instead of a copy of the whole buffer plus the scatters."""
     scatters: list[UOp] = []
@@ -761,7 +759,7 @@ def _scatter_in_place(value: UOp, buf: UOp) -> bool:
     if not scatters or base is not buf or base.dtype != value.dtype:
         return False
     for s in reversed(scatters):
-        record(buf, s.src[2], pos=s.src[1], reduce=s.arg)
+        record(cls, buf, s.src[2], pos=s.src[1], reduce=s.arg)
     return True
 
 
@@ -838,4 +836,4 @@ def setitem(t: Tensor, idx: Any, v: Any) -> None:
         sel = type(t)(positions(u, buf, t.device), device=t.device)._getitem(idx, "setitem")
     vb = _broadcast(val, sel.shape, "setitem")
     value = vb.uop if vb.dtype == buf.dtype else vb.uop.bitcast(buf.dtype)
-    record(buf, value, pos=sel.uop)
+    record(type(t), buf, value, pos=sel.uop)

@@ -43,7 +43,8 @@ def _key(r: UOp) -> tuple[int, ...]:
 
 
 class _Expander:
-    def __init__(self) -> None:
+    def __init__(self, wide_shuffles: bool = True) -> None:
+        self.wide_shuffles = wide_shuffles
         self.memo: dict[UOp, _Val] = {}
         self.maps: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[int]] = {}
 
@@ -224,12 +225,8 @@ class _Expander:
                 for a in red_axes:
                     rkey = rkey * _size(a) + c[a]
                 groups.setdefault(rkey, [0] * self.nlanes(out_axes))[okey] = lane
-            acc: UOp | None = None
-            for rk in sorted(groups):
-                part = v.gep(*groups[rk])
-                acc = part if acc is None else acc.alu(u.arg, part)
-            assert acc is not None
-            v = acc
+            parts = [groups[rk] for rk in sorted(groups)]
+            v = _combine_lanes(v, parts, u.arg) if self.wide_shuffles else _combine_in_order(v, parts, u.arg)
         # a REDUCE over an expand range the value doesn't depend on: x op x op ... (n times)
         for r in xr:
             if r not in val.axes:
@@ -238,6 +235,36 @@ class _Expander:
                     v = v.alu(u.arg, base)
         res = UOp(Ops.REDUCE, v.dtype, (v, *rs), u.arg) if rs else v  # type: ignore[arg-type]
         return _Val(out_axes, vec=res)
+
+
+def _combine_in_order(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
+    """Combine the lane groups of v with `op` one group after another (each group: one lane per output)."""
+    acc = v.gep(*groups[0])
+    for g in groups[1:]:
+        acc = acc.alu(op, v.gep(*g))
+    return acc
+
+
+def _combine_lanes(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
+    """Combine the lane groups of v (each: the lanes of one reduce position, one per output) with `op` as a tree of
+    halves: the first half of the groups with the second, as one wide op, then again on the result (whose lanes are
+    output-major, so each output's partial results stay together in one register). Done one group at a time, 8
+    accumulators of 16 lanes took 15 dependent 8-lane ops, each gathering a lane from every accumulator; halving
+    needs one two-register shuffle pair per output register and level. An odd group left over joins last."""
+    n = len(groups[0])
+    left: UOp | None = None
+    while len(groups) > 1:
+        if len(groups) % 2:
+            last = v.gep(*groups[-1])
+            left = last if left is None else last.alu(op, left)
+            groups = groups[:-1]
+        h = len(groups) // 2
+        lo = v.gep(*[groups[k][o] for o in range(n) for k in range(h)])
+        hi = v.gep(*[groups[h + k][o] for o in range(n) for k in range(h)])
+        v = lo.alu(op, hi)
+        groups = [[o * h + k for o in range(n)] for k in range(h)]
+    out = v if v.dtype.count == n and groups[0] == list(range(n)) else v.gep(*groups[0])
+    return out if left is None else out.alu(op, left)
 
 
 def lanes_only(dt: object) -> bool:
@@ -315,8 +342,9 @@ def _split_gate(ix: UOp) -> tuple[UOp | None, UOp | None]:
     return ix, None
 
 
-def expand_vectors(sink: UOp) -> UOp:
-    """Expand every UPCAST/UNROLL range of `sink` into vector lanes (no-op when there are none)."""
+def expand_vectors(sink: UOp, wide_shuffles: bool = True) -> UOp:
+    """Expand every UPCAST/UNROLL range of `sink` into vector lanes (no-op when there are none). `wide_shuffles`
+    (Renderer.wide_shuffles): an unrolled reduction's lanes combine as a tree of halves, else one group at a time."""
     if not any(u.op is Ops.RANGE and u.arg[-1] in EXPAND_TYPES for u in sink.toposort()):
         return sink
-    return _Expander().run(sink)
+    return _Expander(wide_shuffles).run(sink)

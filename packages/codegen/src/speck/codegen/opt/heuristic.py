@@ -90,7 +90,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
-            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths)
+            return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths,
+                               renderer.vector_registers, renderer.wide_shuffles)  # fmt: skip
         climit = split
     gated = _gated_axes(sink, outs)
     block = _block(glob, outs, loads, col, lanes, climit, gated) if col is not None else None
@@ -212,7 +213,8 @@ def _reduce_size(sink: UOp) -> int:
     return n
 
 
-def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool) -> list[Opt] | None:
+def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool,
+                registers: int = 16, wide_shuffles: bool = True) -> list[Opt] | None:  # fmt: skip
     """A reduction whose loads are strided along the contiguous output axis but contiguous along a reduce axis (row
     sums/maxes, dot products against rows): vector loads along the reduce axis (UNROLL), a few outputs at once
     (UPCAST, so the per-step horizontal combine fills a vector) instead of gathering lane by lane."""
@@ -238,19 +240,32 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
             camt = 1
         opts = [Opt(OptOps.UPCAST, col, camt)] if camt > 1 else []
         # a second output axis one operand ignores (x @ W.T: W's rows are shared by every row of x) blocks too, so
-        # each loaded vector feeds several dot products: 2 x 4 of them per step (Linear forward 0.53 -> 0.40 ms at
-        # 128x784x128, the CNN's 576 -> 10 classifier 3x faster)
+        # each loaded vector feeds several dot products: 2 x 4 of them per step with 16 vector registers, 4 x 4
+        # with AVX-512's 32 (half the registers hold accumulators; Linear forward 0.53 -> 0.40 ms at 128x784x128
+        # with 2 x 4, then 239 -> 227 us single-core with 4 x 4 on AVX-512; the CNN's classifier 3x faster)
         outs = output_axes(sink)
         for i in reversed(range(len(outs))):
             r, nr = outs[i], const_size(outs[i])
             if i == col or nr is None or r.arg[-1] is not AxisType.GLOBAL:
                 continue
             if any(not _depends(ix, r) for ix in loads) and any(_depends(ix, r) for ix in loads):
-                if (ramt := _pow2_amount(nr, max(2, 2 * ROW_BLOCK // max(camt, 1)))) > 1:
+                if (ramt := _pow2_amount(nr, _dot_rows(camt, registers, wide_shuffles))) > 1:
                     opts.insert(0, Opt(OptOps.UPCAST, i, ramt))
                 break
         return opts + [Opt(OptOps.UNROLL, j, uamt)]
     return None
+
+
+def _dot_rows(camt: int, registers: int, wide_shuffles: bool) -> int:
+    """Rows of x @ W.T's block of dot products beside camt columns: half the registers hold accumulators, at
+    least 2 rows. Where lanes combine one at a time (x86) more than 16 registers don't pay (a 4 x 4 block: 346 ->
+    658 us) and the 2 rows need registers for their accumulators and each step's loads too (x86's AVX2 code has 13
+    to allocate: 2 x 4 spilled three accumulators, 877 us against 460 for 1 x 4)."""
+    camt = max(camt, 1)
+    if wide_shuffles:  # (LLVM folds the loads into the FMAs)
+        return max(2, registers // 2 // camt)
+    budget = min(registers, 16)
+    return max(2 if 3 * camt + 2 <= budget else 1, budget // 2 // camt)
 
 
 def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list[Opt]:

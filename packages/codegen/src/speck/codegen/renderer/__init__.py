@@ -35,7 +35,8 @@ class Renderer:
       max_vector_bytes: widest vector register in bytes (32 = 256-bit AVX2; 64 on AVX-512 hosts). Wider vectors
         are split by devectorization.
       vector_registers: how many vector registers the target has (16 with AVX2, 32 with AVX-512), for the optimizer
-        (its register blocks, 4 rows x 2 vectors, are sized for 16 and do not read it yet).
+        (matmul blocks, 4 rows x 2 vectors, are sized for 16; dot-product blocks of x @ W.T grow to 4 x 4 with 32
+        where `wide_shuffles`).
       supports_float16: arithmetic directly in float16; False -> half ALU ops are computed in float32 and rounded.
       supports_bfloat16: bfloat16 arithmetic natively; False -> bfloat16 ALU ops are computed in float32 and cast
         back (LOAD/STORE and CASTs of bfloat16 still reach the renderer, which converts the storage bits).
@@ -66,6 +67,10 @@ class Renderer:
       odd_vector_widths: vectors of any lane count (3, 5, 6...) render as efficiently as power-of-two ones; False
         makes the optimizer avoid choosing them where it has a power-of-two alternative (it may still produce
         them, e.g. a register block of 5 rows).
+      wide_shuffles: a GEP gathering lanes from two vector registers costs about one instruction per register
+        (LLVM's shufflevector); the expander then combines an unrolled reduction's lanes as a tree of halves.
+        False (lane-by-lane gathers, as x86's selector does) keeps one lane group at a time, which moves half
+        as many lanes.
     """
 
     name: ClassVar[str] = "base"
@@ -124,6 +129,11 @@ class Renderer:
     def pow2_vectors(self) -> bool:
         """Vector types exist only for power-of-two lane counts (C's vector_size): devectorization splits a 5-lane
         value into 4 + 1 lanes for such renderers."""
+        return False
+
+    @property
+    def wide_shuffles(self) -> bool:
+        """False unless the renderer says otherwise (see the class docstring)."""
         return False
 
     @property

@@ -33,6 +33,7 @@ from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.x86.backend import X86Rendering, listing_text, render_x86
 from speck.codegen.x86.legalize import check_dtypes
 from speck.codegen.x86.program_text import dump_program
+from speck.codegen.x86.regs import VEC, ZVEC
 from speck.codegen.x86.select import zmm_refusal
 from speck.uop import DType, Ops, PatternMatcher, UOp, dtypes
 
@@ -81,8 +82,9 @@ class X86Renderer(Renderer):
 
     @property
     def vector_registers(self) -> int:  # type: ignore[override]
-        """32 vector registers with AVX-512 (EVEX names zmm16..31), else 16."""
-        return 32 if self.uses_avx512 else 16
+        """The vector registers the allocator hands out for float vectors: zmm16..29 with AVX-512 (14), ymm0..12
+        with AVX2 (13); the rest are the selector's scratch registers."""
+        return len((ZVEC if self.uses_avx512 else VEC).allocatable)
 
     def extra_context(self) -> Any:
         """The renderer_extra stage devectorizes again (after decompositions made new wide values), by this
