@@ -398,3 +398,46 @@ def test_float_and_bool_tensors_store_any_float_like_numpy(v: float) -> None:
         a[0] = v
         t[0] = v
         np.testing.assert_array_equal(t.numpy(), a)
+
+
+# ---------------- matmul, einsum, rand, manual_seed ----------------
+@pytest.mark.parametrize("v", [True, 3, 2.5, "x", None])
+def test_matmul_with_a_non_array_is_a_type_error(v: Any) -> None:
+    _rejected(lambda: Tensor.ones(3, 4) @ v, TypeError, "matmul", type(v).__name__)  # (was an AttributeError)
+
+
+def test_matmul_with_an_array_like_matches_numpy() -> None:
+    a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal((Tensor(a) @ b).numpy(), a @ b)
+    np.testing.assert_array_equal((Tensor(a) @ b.tolist()).numpy(), a @ b)
+
+
+@pytest.mark.parametrize("formula,bad", [("i1->i", "'1'"), ("i_->i", "'_'"), ("i.j->i", "'.'")])
+def test_einsum_subscripts_must_be_letters(formula: str, bad: str) -> None:
+    _rejected(lambda: Tensor.einsum(formula, Tensor.ones(3, 3)), ValueError, "einsum", bad, "letters")
+
+
+def test_einsum_repeated_output_letter_is_named() -> None:
+    _rejected(lambda: Tensor.einsum("ij->ii", Tensor.ones(3, 4)), ValueError, "einsum", "['i']", "more than once")
+
+
+def test_einsum_with_letters_still_matches_numpy() -> None:
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    for f in ("ii->i", "ij->ji", "Ab->b", "...j->...j"):
+        np.testing.assert_allclose(Tensor.einsum(f, Tensor(a)).numpy(), np.einsum(f, a))
+
+
+def test_rand_past_int64_elements_is_an_overflow_error() -> None:
+    _rejected(lambda: Tensor.rand(2**40, 2**40), OverflowError, "int64")  # (was the builtin OverflowError)
+
+
+@pytest.mark.parametrize("v", ["a", 1.5, None])
+def test_manual_seed_takes_an_int(v: Any) -> None:
+    _rejected(lambda: Tensor.manual_seed(v), TypeError, "manual_seed", "seed", repr(v))  # (builtin ValueError)
+
+
+def test_manual_seed_with_a_numpy_int_is_the_same_seed() -> None:
+    Tensor.manual_seed(np.int64(7))
+    a = Tensor.rand(5).numpy()
+    Tensor.manual_seed(7)
+    np.testing.assert_array_equal(Tensor.rand(5).numpy(), a)

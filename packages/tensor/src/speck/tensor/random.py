@@ -17,7 +17,7 @@ import numpy as np
 
 from speck.tensor import realize
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix, as_int
+from speck.tensor.dims import argfix, as_int, countable, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
@@ -70,7 +70,7 @@ class RandomMixin:
         """Seed the counter-based generator: the same seed gives the same numbers on every device. Every device's
         counter buffer is rewritten in place (same buffer, new contents), so TinyJit captures made before keep
         drawing from it; a manual_seed inside a jitted function is replayed as that rewrite on every call."""
-        _RNG["seed"] = int(seed) & 0xFFFFFFFFFFFFFFFF
+        _RNG["seed"] = whole("manual_seed", "seed", seed) & 0xFFFFFFFFFFFFFFFF  # (int("a") was a bare ValueError)
         for dev, state in _RNG_STATE.items():
             _rng_store(state, _rng_initial(dev))
 
@@ -107,6 +107,7 @@ class RandomMixin:
             raise TensorValueError(f"rand needs a float dtype, got {dt}; use randint for integers")
         if not all(isinstance(s, int) and s >= 0 for s in sh):
             raise TensorValueError(f"rand needs a concrete shape of non-negative sizes, got {sh}")
+        countable(sh)  # (2**80 numbers overflowed a C long in the draw)
         if isinstance(device, (tuple, list)):
             raise TensorValueError("rand can't draw for a tuple of devices; use rand_like on a sharded tensor")
         n = int(prod(sh))

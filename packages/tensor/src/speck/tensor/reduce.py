@@ -393,6 +393,11 @@ class ReduceMixin:
     def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcasting of batch dims."""
         x = self
+        if not hasattr(w, "uop"):  # (t @ True was an AttributeError)
+            if not isinstance(w, (list, tuple)) and not hasattr(w, "__array__"):
+                raise TensorTypeError(f"matmul needs a Tensor (or an array-like) operand, got {type(w).__name__} "
+                                      f"{w!r}; multiply by a scalar with * instead")  # fmt: skip
+            w = type(self)(w, device=self.device)
         if x.ndim == 0 or w.ndim == 0:
             raise TensorValueError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
         k1, k2 = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
@@ -447,7 +452,16 @@ class ReduceMixin:
         broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
         The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
         f = formula.replace(" ", "")
+        if bad := sorted(set(f.replace("...", "").replace("->", "").replace(",", "")) - set(_EINSUM_LETTERS)):
+            raise TensorValueError(f"einsum {formula!r}: {bad} are not subscripts; name dims with letters a-z, A-Z "
+                                   "('...': broadcast dims, ',' between operands, '->' before the output)")  # fmt: skip
+        if f.count("->") > 1:
+            raise TensorValueError(f"einsum {formula!r} has more than one '->'")
         lhs, out = f.split("->") if "->" in f else (f, None)
+        o = (out or "").replace("...", "")
+        if rep := sorted(c for c in set(o) if o.count(c) > 1):
+            raise TensorValueError(f"einsum {formula!r}: output letters {rep} appear more than once; name each "
+                                   "output dim once (a repeated input letter takes the diagonal)")  # fmt: skip
         ins = lhs.split(",")
         if len(ins) != len(operands):
             raise TensorValueError(f"einsum {formula!r} names {len(ins)} operands, got {len(operands)}")
@@ -499,3 +513,6 @@ class ReduceMixin:
         red = tuple(range(len(out), len(full)))
         res = prodt.sum(red, dtype=dtype) if red else prodt
         return res.cast(dt) if dtype is None and red else res
+
+
+_EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
