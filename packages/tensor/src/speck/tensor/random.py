@@ -186,7 +186,9 @@ class RandomMixin:
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Sample int32 indices from the (unnormalised) weights in the last dim (1-D or 2-D input); without
-        replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w))."""
+        replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w)). The weights are
+        not checked (that would be a device read per draw): a row with a negative or NaN weight, or all zeros,
+        samples garbage indices where numpy raises; see the README's Errors section."""
         if not 1 <= self.ndim <= 2 or num_samples <= 0:
             raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
         w = self.unsqueeze(0) if self.ndim == 1 else self
