@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import argfix, as_int, countable, whole, whole_or_symbolic
+from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, whole, whole_or_symbolic
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -86,9 +86,14 @@ def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
     t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
     tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
     validate_shape(tgt)
-    if any(isinstance(n, int) and n < 0 for n in tgt):  # (-2 failed late, in the renderer)
-        raise TensorValueError(f"expand {shape} to {new}: sizes must be >= 0 (or -1 to keep a dim)")
-    countable(tgt)  # (ones(1).expand(2**40, 2**40).sum() wrapped its int64 element count and came out 0.0)
+    count = 1
+    for n in tgt:
+        if type(n) is int:
+            if n < 0:  # (-2 failed late, in the renderer)
+                raise TensorValueError(f"expand {shape} to {new}: sizes must be >= 0 (or -1 to keep a dim)")
+            count *= n
+    if count > INT64_MAX:  # (ones(1).expand(2**40, 2**40).sum() wrapped its int64 element count and came out 0.0)
+        countable(tgt)
     for s, n in zip(t.shape, tgt):
         if not (isinstance(s, int) and s == 1) and s is not n and s != n:
             raise TensorValueError(f"can't expand shape {shape} to {new}: dim {s} is not 1 and differs from {n}")
@@ -105,7 +110,8 @@ def shrink(u: UOp, arg: Any) -> UOp:
     shape = u.shape
     if len(arg) != len(shape):
         raise TensorValueError(f"shrink needs {len(shape)} (begin, end) pairs for shape {shape}, got {arg}")
-    a = tuple((0, s) if x is None else _shrink_pair(x, arg) for x, s in zip(arg, shape))
+    a = tuple((0, s) if x is None else x if type(x) is tuple and len(x) == 2 and type(x[0]) is int and type(x[1]) is int
+              else _shrink_pair(x, arg) for x, s in zip(arg, shape))  # fmt: skip
     for (b, e), s in zip(a, shape):
         if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
             raise TensorValueError(f"shrink {arg} out of bounds for shape {shape}")
