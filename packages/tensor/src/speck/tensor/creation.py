@@ -7,8 +7,11 @@ results with `cls` (methods with `type(self)`), never by importing tensor.py."""
 
 from __future__ import annotations
 
+import ctypes
 import math
+import mmap
 import numbers
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,10 +49,6 @@ DeviceLike = str | tuple[str, ...] | list[str]
 def _mapped(ptr: int, n: int) -> bool:
     """Whether every page of [ptr, ptr + n) is mapped in this process (Linux's mincore fails with ENOMEM on an
     unmapped page; checked a GiB of addresses at a time). True where the OS can't tell us."""
-    import ctypes
-    import mmap
-    import sys
-
     if not sys.platform.startswith("linux"):
         return True
     mincore = ctypes.CDLL(None, use_errno=True).mincore
@@ -114,8 +113,6 @@ class CreationMixin:
     def from_blob(cls: type[Tensor], ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
         """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
         must outlive the tensor's use)."""
-        import ctypes
-
         dt = _dt(kw.get("dtype")) or dtypes.default_float
         if dt.fmt is None:
             raise TensorTypeError(

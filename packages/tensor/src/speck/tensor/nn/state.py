@@ -5,8 +5,10 @@ it is copied to a compute device."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +19,14 @@ from speck.tensor.dims import as_int
 from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import ggml_data_to_tensor, gguf_load
-from speck.tensor.nn.safetensors import ST_DTYPES, SafetensorsError, TensorEntry, encode_header, read_header
+from speck.tensor.nn.safetensors import (
+    ST_DTYPES,
+    SafetensorsError,
+    TensorEntry,
+    encode_header,
+    parse_header,
+    read_header,
+)
 from speck.tensor.pyutils import tqdm
 from speck.tensor.schedule import buffer_map, buffer_views, new_buffer_uop
 from speck.tensor.tensor import Tensor
@@ -170,8 +179,6 @@ def _check_bytes(t: Tensor) -> None:
 
 def _header_of_bytes(t: Tensor) -> tuple[dict[str, TensorEntry], dict[str, str], int]:
     """read_header of the safetensors file held in the 1-D uint8 tensor t (reads only the header's bytes)."""
-    from speck.tensor.nn.safetensors import parse_header
-
     _check_bytes(t)
     size = as_int(t.shape[0])
     return parse_header(lambda o, n: t[o : o + n].data().tobytes(), size, f"safetensors bytes on {t.device}")
@@ -235,9 +242,6 @@ def safe_load_metadata(path: str | os.PathLike[str] | Tensor) -> tuple[Tensor, i
     """(the file as a 1-D uint8 tensor, byte offset of the data section, the JSON header as a dict with
     `__metadata__` when present); the header is validated like safe_load does. `path` may also be a 1-D uint8 tensor
     of the file's bytes (on DISK or any device)."""
-    import json
-    import struct
-
     if isinstance(path, Tensor):
         if file_backed(path.device):
             path = _disk_file_of(path)
