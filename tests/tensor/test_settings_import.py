@@ -18,3 +18,10 @@ def test_importing_with_a_bad_value_raises_a_setting_error(env: str, needle: str
                           env={**os.environ, key: value}, timeout=300)  # fmt: skip
     assert proc.returncode != 0
     assert "SettingError" in proc.stderr and needle in proc.stderr and "takes an integer" in proc.stderr
+
+
+def test_an_unknown_dev_in_the_environment_fails_the_first_tensor_with_it() -> None:
+    code = "from speck.tensor import Tensor\nTensor([1]) + 1"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "DEV": "FOO"})  # fmt: skip
+    assert proc.returncode != 0 and "DEV=FOO" in proc.stderr and "DeviceNotFoundError" in proc.stderr
