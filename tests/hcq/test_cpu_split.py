@@ -114,3 +114,37 @@ def test_big_kernel_launches_measure_both_choices(add_prog, cpu: CPUDevice) -> N
     finally:
         add_prog._parts, add_prog._choice = old_parts, None
         cpu.threads = old_threads
+
+
+# ---------------- worker placement (pin_worker) ----------------
+def test_workers_are_pinned_to_the_allowed_cores_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker k goes to allowed core 1 + (k-1) mod (n-1): never the first allowed core (the launcher's), spread over
+    the rest, wrapping when there are more workers than cores; nothing is pinned with one core or PIN_WORKERS=0."""
+    from speck.hcq import cpu
+    from speck.uop import Context
+
+    pinned: list[set[int]] = []
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {4, 6, 9, 11})
+    monkeypatch.setattr(cpu.os, "sched_setaffinity", lambda pid, cores: pinned.append(set(cores)))
+    assert [cpu.pin_worker(k) for k in (1, 2, 3, 4, 5)] == [6, 9, 11, 6, 9]
+    assert pinned == [{6}, {9}, {11}, {6}, {9}]
+    with Context(CPU_PIN_WORKERS=0):
+        assert cpu.pin_worker(1) is None
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {3})
+    assert cpu.pin_worker(1) is None
+    assert len(pinned) == 5
+
+
+def test_a_started_worker_runs_on_the_core_it_was_pinned_to() -> None:
+    import os
+
+    from speck.hcq.cpu import WorkerPool
+
+    pool, seen = WorkerPool(), []
+    pool.run(lambda i, j: seen.append(threading.get_native_id()), (), 2, 2)
+    (w,) = pool._workers
+    allowed = os.sched_getaffinity(0)
+    expected = {w.core} if w.core is not None else allowed
+    assert os.sched_getaffinity(w.thread.native_id) == expected
+    assert w.core is None or (w.core in allowed and w.core != min(allowed))
+    assert w.thread.native_id in seen  # (the pinned worker ran its slice)

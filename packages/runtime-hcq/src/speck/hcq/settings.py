@@ -44,6 +44,15 @@ CHUNK_S = declare(
 PARTS_PER_THREAD = declare(
     "CPU_PARTS_PER_THREAD", 8, OWNER, ("speck.hcq.cpu",), "parts per worker a big kernel is cut into, taken in turn"
 )
+PIN_WORKERS = declare(
+    "CPU_PIN_WORKERS",
+    1,
+    OWNER,
+    ("speck.hcq.cpu",),
+    "1: each CPU worker thread stays on one core of the allowed set, never the first (left to the launching thread); "
+    "0: the OS places them",
+    live=True,
+)
 CPU_MEM_LIMIT = declare(
     "CPU_MEM_LIMIT",
     "",
