@@ -148,3 +148,29 @@ def test_a_started_worker_runs_on_the_core_it_was_pinned_to() -> None:
     assert os.sched_getaffinity(w.thread.native_id) == expected
     assert w.core is None or (w.core in allowed and w.core != min(allowed))
     assert w.thread.native_id in seen  # (the pinned worker ran its slice)
+
+
+def test_the_launcher_stays_off_pinned_workers_cores_during_a_split_launch() -> None:
+    """While the workers run their slices the launching thread is held on a core none of them is pinned to, and
+    gets its own affinity back afterwards (it may have woken on a worker's core after a sleep)."""
+    import os
+
+    from speck.hcq.cpu import WorkerPool
+
+    pool, me = WorkerPool(), threading.get_native_id()
+    during: list[set[int]] = []
+
+    def slice_(i: int, j: int) -> None:
+        if threading.get_native_id() == me:
+            during.append(os.sched_getaffinity(0))
+
+    before = os.sched_getaffinity(0)
+    pool.run(slice_, (), 2, 2)  # makes (and pins) the worker
+    during.clear()
+    pool.run(slice_, (), 2, 2)
+    (w,) = pool._workers
+    assert os.sched_getaffinity(0) == before
+    if w.core is None:  # one core (or pinning off): the launcher's affinity is never touched
+        assert during == [before]
+    else:
+        assert during == [{min(before - {w.core})}]
