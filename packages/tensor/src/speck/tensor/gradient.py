@@ -9,15 +9,11 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
 from speck.uop import Ops, PatternMatcher, UOp, UPat, dtypes
 from speck.uop.uop import sint
-
-if TYPE_CHECKING:
-    pass
 
 
 def const_like(x: UOp, v: float | int | bool) -> UOp:

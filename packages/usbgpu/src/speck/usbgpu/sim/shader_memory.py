@@ -52,7 +52,7 @@ class ShaderMemory:
             try:
                 space, base, left = self.gpu.vm.translate(self.vmid, lo, write)
             except VmFault:
-                pass
+                pass  # (the per-page path below finds the faulting lane and reports it)
             else:
                 if hi - lo <= left:
                     return addresses - np.uint64(lo) + np.uint64(base), np.full(len(addresses), space != VRAM)
