@@ -38,7 +38,7 @@ def main() -> None:
 
     try:
         import speck.codegen.lowered_cache as lowered_cache
-    except ImportError:  # a checkout from before the lowered-kernel cache (bench/compare_lowering.py runs those)
+    except ImportError:  # a checkout from before the lowered-kernel cache (bench/tools/compare_lowering.py runs those)
         lowered_cache = None
     import speck.codegen.pipeline as pipeline
     import speck.codegen.program as program

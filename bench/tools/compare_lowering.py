@@ -2,7 +2,8 @@
 bench/lowering_profile.py --dump under each checkout's packages (fresh compile caches) and compares the rendered
 source of every kernel, in order. Exits 1 on any difference, naming the first differing kernel.
 
-Run: python3 bench/compare_lowering.py BEFORE_ROOT [AFTER_ROOT (default: this checkout)] [--model cnn] [--device D]"""
+Run: python3 bench/tools/compare_lowering.py BEFORE_ROOT [AFTER_ROOT (default: this checkout)] [--model cnn]
+     [--device D]"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/, where lowering_profile.py is
 PACKAGES = ("uop", "codegen", "runtime-hcq", "tensor", "usbgpu")
 
 
