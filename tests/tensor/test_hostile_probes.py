@@ -1,0 +1,88 @@
+"""Probes of the third hostile-input round: each case once gave a silent wrong value or an error that named the
+wrong thing (a builtin IndexError from deep inside, a TypeError of a comparison, an op the caller never called)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import Context, Tensor, dtypes
+from speck.uop import DType
+from speck.uop.dtype import cast_value
+from speck.uop.errors import SettingError
+
+INT_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+              dtypes.uint64]  # fmt: skip
+EDGE_FLOATS = st.one_of(
+    st.floats(width=32),  # NaN, +-inf, huge and tiny included
+    st.sampled_from([3e10, -3e10, 2.0**31, 2.0**32 + 512, -(2.0**63), 2.0**63, 2.0**64, 1e20, -1e30, -0.9, 255.5]),
+)
+
+
+@given(st.lists(EDGE_FLOATS, min_size=1, max_size=8), st.sampled_from(INT_DTYPES))
+def test_float_data_made_int_by_dtype_holds_what_cast_gives(vals: list[float], dt: DType) -> None:
+    # Tensor(floats, dtype=int) converts on the host; it gave numpy's INT_MIN for NaN, inf and out-of-range values
+    # where cast() (on the device and in constant folding) gives 0 or the wrapped value
+    arr = np.array(vals, dtype=np.float32)
+    want = [cast_value(float(v), dt) for v in arr]
+    assert Tensor(arr, dtype=dt).tolist() == want
+    assert Tensor(arr).cast(dt).tolist() == want
+    assert Tensor([float(v) for v in arr], dtype=dt).tolist() == want
+
+
+def test_float_data_made_int_keeps_in_range_values_like_numpy() -> None:
+    arr = np.array([-3.9, -0.5, 0.0, 0.7, 126.99, -128.0], dtype=np.float64)
+    np.testing.assert_array_equal(Tensor(arr, dtype=dtypes.int8).numpy(), arr.astype(np.int8))
+
+
+@pytest.mark.parametrize("device", [(), []])
+def test_an_empty_device_tuple_is_a_value_error(device: Any) -> None:
+    with pytest.raises(ValueError, match="names no device"):
+        Tensor([1, 2], device=device)
+    with pytest.raises(ValueError, match="names no device"):
+        Tensor.ones(4).shard(device)
+    assert (Tensor([1, 2]) + 1).tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("repeats, err", [(-1, ValueError), (-3, ValueError), (1.5, TypeError), ("2", TypeError)])
+def test_repeat_interleave_names_its_bad_count(repeats: Any, err: type[Exception]) -> None:
+    with pytest.raises(err, match="repeat_interleave"):
+        Tensor.ones(3).repeat_interleave(repeats)
+
+
+@given(st.integers(0, 3), st.integers(1, 4))
+def test_repeat_and_repeat_interleave_take_numpy_ints_like_numpy(r: int, n: int) -> None:
+    a = np.arange(n, dtype=np.int32)
+    assert Tensor(a).repeat_interleave(np.int64(r)).tolist() == np.repeat(a, r).tolist()
+    assert Tensor(a).repeat(np.int64(r)).tolist() == np.tile(a, r).tolist()
+
+
+@pytest.mark.parametrize("name, value", [("DEBUG", "abc"), ("DEBUG", None), ("BEAM", 1.5), ("JIT", [1]),
+                                         ("DEFAULT_FLOAT", 3), ("BEAM_TIMEOUT", "soon")])  # fmt: skip
+def test_context_refuses_a_value_of_the_wrong_kind_and_changes_nothing(name: str, value: Any) -> None:
+    from speck.uop import ContextVar
+
+    other = "SPLIT_REDUCEOP" if name == "DEBUG" else "DEBUG"  # a good value next to the bad one isn't set either
+    before = {n: ContextVar.get(n).value for n in (other, name)}
+    with pytest.raises(TypeError, match=rf"Context\({name}=.*takes") as ei, Context(**{other: 7, name: value}):
+        pass
+    assert isinstance(ei.value, SettingError)
+    assert {n: ContextVar.get(n).value for n in before} == before
+    assert (Tensor.ones(3).contiguous() + 1).tolist() == [2.0, 2.0, 2.0]
+
+
+KIND_OK = [("DEBUG", "0", 0), ("DEBUG", True, True), ("DEBUG", np.int64(0), 0), ("BEAM_TIMEOUT", 3, 3),
+           ("DEFAULT_FLOAT", "float32", "float32")]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, value, want", KIND_OK)
+def test_context_takes_values_of_the_settings_kind(name: str, value: Any, want: Any) -> None:
+    from speck.uop import ContextVar
+
+    with Context(**{name: value}):
+        got = ContextVar.get(name).value
+        assert got == want and type(got) is type(want)
