@@ -86,3 +86,33 @@ def test_context_takes_values_of_the_settings_kind(name: str, value: Any, want: 
     with Context(**{name: value}):
         got = ContextVar.get(name).value
         assert got == want and type(got) is type(want)
+
+
+_TRUNCATED_CHILD = """
+import os, sys, numpy as np
+from speck.tensor import Tensor, dtypes
+path = sys.argv[1]
+t = Tensor(__import__("pathlib").Path(path), dtype=dtypes.float32)
+assert t[:4].to("CPU").tolist() == [0.0, 1.0, 2.0, 3.0]
+os.truncate(path, int(sys.argv[2]))
+try:
+    t[-4:].to("CPU").numpy()
+except RuntimeError as e:
+    print("refused:", e)
+assert (Tensor([1, 2]) + 1).tolist() == [2, 3]
+"""
+
+
+@pytest.mark.parametrize("left", [100, 4096, 0])
+def test_a_disk_tensor_whose_file_was_truncated_is_an_error_not_sigbus(tmp_path: Any, left: int) -> None:
+    # the file is memory-mapped: reading a page past its new end killed the process with SIGBUS, and the part of
+    # the last page past the end read as zeros
+    import subprocess
+    import sys
+
+    f = tmp_path / "w.bin"
+    f.write_bytes(np.arange(3 * 4096, dtype=np.float32).tobytes())
+    proc = subprocess.run([sys.executable, "-c", _TRUNCATED_CHILD, str(f), str(left)], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"shrank to {left} bytes since it was mapped" in proc.stdout and "load it again" in proc.stdout
