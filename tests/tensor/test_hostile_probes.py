@@ -116,3 +116,31 @@ def test_a_disk_tensor_whose_file_was_truncated_is_an_error_not_sigbus(tmp_path:
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"shrank to {left} bytes since it was mapped" in proc.stdout and "load it again" in proc.stdout
+
+
+@pytest.mark.parametrize("device", ["CPU:LLVM", "CPU:CLANG", "CPU:X86", "PYTHON"])
+@pytest.mark.parametrize("name", ["a\nb", "a\r\ndefine void @evil() {", "x */ int y; /*", "é"])
+def test_a_variable_of_any_name_renders_and_runs(device: str, name: str) -> None:
+    # the LLVM renderer wrote the name into a `;` comment as it was: a newline ended the comment (broken IR)
+    from speck.tensor import Variable
+
+    v = Variable(name, 1, 10).bind(3)
+    assert Tensor.ones(10, device=device).contiguous().shrink(((0, v),)).sum().item() == 3.0
+
+
+@pytest.mark.parametrize("device", ["CPU:LLVM", "CPU:CLANG", "CPU:X86"])
+@pytest.mark.parametrize("name", ["a b", "x(){}; int evil", "a\nb", "", "1st"])
+def test_a_custom_kernel_name_that_is_no_identifier_is_named_as_such(device: str, name: str) -> None:
+    # the x86 backend wrote "a b" into its program header and then failed to parse it back: "expected an x86
+    # program starting with ...", an error about its own text
+    from speck.codegen.errors import ProgramFormError
+    from speck.codegen.kernel_info import KernelInfo
+    from speck.uop import UOp
+
+    def k(C: UOp) -> UOp:
+        i = UOp.range(C.size, 0)
+        return C[i].store(i.cast(C.dtype.base)).end(i).sink(arg=KernelInfo(name=name))
+
+    with pytest.raises(ProgramFormError, match=r"kernel name .* is not a valid C/LLVM identifier; name kernels"):
+        Tensor.custom_kernel(Tensor.empty(4, device=device), fxn=k)[0].realize()
+    assert (Tensor([1, 2], device=device) + 1).tolist() == [2, 3]
