@@ -144,3 +144,32 @@ def test_a_custom_kernel_name_that_is_no_identifier_is_named_as_such(device: str
     with pytest.raises(ProgramFormError, match=r"kernel name .* is not a valid C/LLVM identifier; name kernels"):
         Tensor.custom_kernel(Tensor.empty(4, device=device), fxn=k)[0].realize()
     assert (Tensor([1, 2], device=device) + 1).tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("dt", [dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2])
+def test_a_loaded_bf16_or_fp8_tensor_reads_from_its_file(tmp_path: Any, dt: DType) -> None:
+    # numpy() of a dtype numpy lacks converts to float32 first; on a DISK tensor that conversion ran on the file:
+    # "DISK:... runs no kernels" for every read of a bf16 checkpoint straight from safe_load
+    from speck.tensor.nn.state import safe_load, safe_save
+
+    vals = [1.5, -2.0, 0.25, 8.0]
+    safe_save({"w": Tensor(vals, dtype=dt)}, tmp_path / "m.safetensors")
+    w = safe_load(tmp_path / "m.safetensors")["w"]
+    assert w.device.startswith("DISK:") and w.dtype == dt
+    assert w.tolist() == Tensor(vals, dtype=dt).tolist() == vals
+    assert w[1:3].numpy().tolist() == vals[1:3]
+
+
+@pytest.mark.parametrize("where", ["a directory", "a missing directory"])
+def test_safe_save_to_a_path_it_cant_write_is_a_save_error_leaving_no_temporary_file(tmp_path: Any, where: str) -> None:
+    from speck.tensor.errors import SaveError, TensorError
+    from speck.tensor.nn.state import safe_save
+
+    target = tmp_path / "sub"
+    target.mkdir()
+    path = target if where == "a directory" else target / "no" / "m.safetensors"
+    with pytest.raises(OSError, match=rf"safe_save: can't write {path}") as ei:
+        safe_save({"w": Tensor([1.0])}, path)
+    assert isinstance(ei.value, SaveError) and isinstance(ei.value, TensorError) and ei.value.errno
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
+    safe_save({"w": Tensor([1.0])}, target / "ok.safetensors")
