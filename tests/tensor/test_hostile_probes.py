@@ -173,3 +173,38 @@ def test_safe_save_to_a_path_it_cant_write_is_a_save_error_leaving_no_temporary_
     assert isinstance(ei.value, SaveError) and isinstance(ei.value, TensorError) and ei.value.errno
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
     safe_save({"w": Tensor([1.0])}, target / "ok.safetensors")
+
+
+@pytest.mark.parametrize("low, high, dt", [(0, 2**40, dtypes.int32), (0, 300, dtypes.uint8), (-1, 5, dtypes.uint16),
+                                           (-200, 0, dtypes.int8), (0, 2**64, dtypes.int64)])  # fmt: skip
+def test_randint_bounds_beyond_the_dtype_are_an_overflow_error(low: int, high: int, dt: DType) -> None:
+    # the draws wrapped: randint(high=2**40) gave negative int32s
+    with pytest.raises(OverflowError, match=r"randint: \[low, high\).*doesn't fit"):
+        Tensor.randint(8, low=low, high=high, dtype=dt)
+
+
+@given(st.integers(-(2**31), 2**31 - 2), st.integers(1, 2**20))
+def test_randint_within_the_dtype_draws_in_range(low: int, span: int) -> None:
+    high = min(low + span, 2**31)
+    v = Tensor.randint(64, low=low, high=high).numpy()
+    assert v.dtype == np.int32 and v.min() >= low and v.max() < high
+
+
+@pytest.mark.parametrize("shape, start, end", [((2, 3), 1, 0), ((2, 3, 4), -1, 0), ((2, 3, 4), 2, 1)])
+def test_flatten_with_start_after_end_is_a_value_error(shape: tuple[int, ...], start: int, end: int) -> None:
+    with pytest.raises(ValueError, match="flatten: start_dim .* comes after end_dim"):
+        Tensor.ones(*shape).flatten(start, end)
+    for s in range(len(shape)):  # start <= end still matches numpy's reshape
+        for e in range(s, len(shape)):
+            want = np.ones(shape).reshape(shape[:s] + (-1,) + shape[e + 1 :]).shape
+            assert Tensor.ones(*shape).flatten(s, e).shape == want
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_a_0d_boolean_tensor_index_is_an_index_error(mask: bool) -> None:
+    t = Tensor.arange(3).contiguous()
+    with pytest.raises(IndexError, match="0-d boolean tensor is not a valid index"):
+        t[Tensor(mask)]
+    with pytest.raises(IndexError, match="0-d boolean tensor is not a valid index"):
+        t[Tensor(mask)] = 5
+    assert t.tolist() == [0, 1, 2]

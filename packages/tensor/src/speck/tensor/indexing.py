@@ -113,6 +113,11 @@ class IndexingMixin:
                 it = type(self)(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
             if isinstance(it, type(self)) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
+                if it.ndim == 0:  # (numpy's nonzero refuses 0-d arrays: a bare ValueError of numpy's)
+                    raise TensorIndexError(
+                        "a 0-d boolean tensor is not a valid index (like a Python bool); use t[None] where it is "
+                        "True, or a mask with the indexed dims' shape"
+                    )
                 _check_mask_shape(self.shape, it.shape, pos)
                 pos = None if pos is None else pos + it.ndim
                 nz = np.nonzero(it.numpy())

@@ -243,6 +243,9 @@ class MovementMixin:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+        if s > e:  # (it inserted a dim of 1 there, as torch refuses)
+            raise TensorValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} in shape "
+                                   f"{self.shape}; pass start_dim <= end_dim")  # fmt: skip
         return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:

@@ -18,7 +18,7 @@ import numpy as np
 from speck.tensor import realize
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int, countable, whole
-from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
 from speck.tensor.realize import realize_graph
@@ -135,11 +135,13 @@ class RandomMixin:
             raise TensorTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low:
             raise TensorValueError(f"randint needs low < high, got low={low}, high={high}")
-        if not dtypes.is_int(_dt(dtype) or dtypes.int32):
+        dt = _dt(dtype) or dtypes.int32
+        if not dtypes.is_int(dt):
             raise TensorTypeError(f"randint needs an int dtype, got {dtype}")
-        return (
-            (cls.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(_dt(dtype) or dtypes.int32)
-        )
+        if low < dtypes.min(dt) or high - 1 > dtypes.max(dt):  # (the draws wrapped: high=2**40 gave negative int32s)
+            raise TensorOverflowError(f"randint: [low, high) = [{low}, {high}) doesn't fit {dt} [{dtypes.min(dt)}, "
+                                      f"{dtypes.max(dt)}]; pass a wider dtype (e.g. dtype=dtypes.int64)")  # fmt: skip
+        return (cls.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(dt)
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
