@@ -114,8 +114,10 @@ class RandomMixin:
         if n == 0:
             return cls.zeros(sh, dtype=dt, device=device)
         bits = cls._random_bits(n, device, int(kw.get("_stream", 0)))
-        # top 24 bits -> a float32 in [0, 1) with every value exactly representable
-        u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
+        # the top m bits -> k / 2**m in [0, 1), m = the dtype's significand width (at most float32's 24), so every
+        # value is exact in dt: rounding 24 bits to half/bf16/fp8 would give 1.0 for draws just below it
+        m = min(24, dtypes.finfo(dt)[1] + 1)
+        u = (bits >> (64 - m)).cast(dtypes.float32) * (2.0**-m)
         return u.cast(dt).reshape(sh)
 
     @classmethod

