@@ -72,5 +72,36 @@ class TestScatterReduceBackward(unittest.TestCase):
         np.testing.assert_equal(src.grad.numpy(), [[1, 0]])
 
 
+class TestQrBackward(unittest.TestCase):
+    def test_gradient_matches_finite_differences(self):
+        rng = np.random.default_rng(1)
+        a = rng.standard_normal((4, 3))
+        w = rng.standard_normal((4, 3))
+
+        def loss(x):  # R's diagonal signs are fixed by the Householder choice: smooth around a
+            return float((Tensor(x, dtype=dtypes.float64).qr()[1] * Tensor(w)).sum().numpy())
+
+        x = Tensor(a, dtype=dtypes.float64)
+        (x.qr()[1] * Tensor(w)).sum().backward()
+        num = np.zeros_like(a)
+        for i in np.ndindex(*a.shape):
+            d = np.zeros_like(a)
+            d[i] = 1e-6
+            num[i] = (loss(a + d) - loss(a - d)) / 2e-6
+        np.testing.assert_allclose(x.grad.numpy(), num, atol=1e-5)
+
+
+class TestPowLiteralDtypes(unittest.TestCase):
+    def test_int_tensor_with_float_literal_is_weakfloat(self):
+        # TENSOR_API 3.3/7.1: a float literal exponent makes an int or bool base weakfloat, integral or not
+        for e in (2.0, 2.5, 0.5, -1.0, 0.0):
+            for t in (Tensor([2, 3]), Tensor([True, False])):
+                r = t**e
+                self.assertEqual(r.dtype, dtypes.weakfloat, f"{t.dtype} ** {e}")
+                np.testing.assert_allclose(r.numpy(), np.power(t.numpy().astype(np.float32), e), rtol=1e-6)
+        self.assertEqual((Tensor([2]) ** 2).dtype, dtypes.int32)
+        self.assertEqual(((Tensor([2]) ** 2.0) + Tensor([1.0]).half()).dtype, dtypes.half)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -694,9 +694,10 @@ class ElementwiseMixin:
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if isinstance(y, int) and y < 0 and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
                 raise TensorTypeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
+            if isinstance(y, float) and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+                # a float literal makes the int base weakfloat, whatever its value (int_t * 0.5 does the same)
+                return self.cast(dtypes.weakfloat).pow(y)
             if isinstance(y, int) or float(y).is_integer():
-                if dtypes.is_int(self.dtype) and isinstance(y, float):
-                    return self._float().pow(y)
                 return self._pow_int_const(int(y), float_result=isinstance(y, float))
             if y == 0.5:
                 return self.sqrt()
