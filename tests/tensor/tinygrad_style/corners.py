@@ -5,7 +5,7 @@ of int ** float, symbolic reshape with -1."""
 import unittest
 
 import numpy as np
-from tinygrad import Tensor, TinyJit, Variable, dtypes
+from tinygrad import Tensor, TinyJit, Variable, dtypes, nn
 
 
 def scatter_reduce_grads(base, index, src, reduce, include_self, g):
@@ -130,6 +130,51 @@ class TestSymbolicReshapeInferred(unittest.TestCase):
         for n in (3, 4, 5, 7):
             got = f(a[: Variable("i", 1, 10).bind(n)]).numpy()
             np.testing.assert_equal(got, np.arange(40).reshape(10, 4)[:n].reshape(-1, 2).sum(0))
+
+
+class TestHalfStatistics(unittest.TestCase):
+    def test_mean_divides_before_the_cast_back(self):
+        # the float32 sum of 70000 twos is 140000, beyond half's 65504: the mean is still 2
+        x = Tensor.full((70000,), 2.0, dtype=dtypes.half)
+        self.assertEqual(x.mean().dtype, dtypes.half)
+        self.assertEqual(x.mean().item(), 2.0)
+        self.assertEqual(x.reshape(2, 35000).mean(1).tolist(), [2.0, 2.0])
+        self.assertEqual(Tensor.full((70000,), 2.0, dtype=dtypes.bfloat16).mean().item(), 2.0)
+
+    def test_var_and_std_of_large_half_values(self):
+        a = (np.random.default_rng(0).standard_normal(70000) * 100).astype(np.float16)
+        ref = np.var(a.astype(np.float64), ddof=1)
+        self.assertEqual(Tensor(a).var().dtype, dtypes.half)
+        np.testing.assert_allclose(Tensor(a).var().item(), ref, rtol=1e-3)
+        np.testing.assert_allclose(Tensor(a).std(correction=0).item(), np.sqrt(np.var(a.astype(np.float64))), rtol=1e-3)
+        v, m = Tensor(a).var_mean()
+        np.testing.assert_allclose(m.item(), a.astype(np.float64).mean(), atol=0.05)
+
+    def test_layernorm_in_half(self):
+        a = (np.random.default_rng(1).standard_normal((2, 4096)) * 300).astype(np.float16)
+        af = a.astype(np.float64)
+        ref = (af - af.mean(-1, keepdims=True)) / np.sqrt(af.var(-1, keepdims=True) + 1e-5)
+        out = Tensor(a).layernorm().numpy()
+        self.assertTrue(np.isfinite(out).all())
+        np.testing.assert_allclose(out, ref, atol=2e-2)
+
+    def test_norm_layers_in_half(self):
+        rng = np.random.default_rng(2)
+        a = (rng.standard_normal((8, 4, 16, 16)) * 300).astype(np.float16)
+        af = a.astype(np.float64)
+
+        def norm(x, axes):
+            return (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+
+        bn = nn.BatchNorm2d(4, affine=False, track_running_stats=False)
+        with Tensor.train():
+            out = bn(Tensor(a))
+        self.assertEqual(out.dtype, dtypes.half)
+        np.testing.assert_allclose(out.numpy(), norm(af, (0, 2, 3)), atol=2e-2)
+        np.testing.assert_allclose(nn.GroupNorm(2, 4)(Tensor(a)).numpy(),
+                                   norm(af.reshape(8, 2, -1), 2).reshape(a.shape), atol=2e-2)  # fmt: skip
+        np.testing.assert_allclose(nn.LayerNorm(256)(Tensor(a).reshape(8, 4, 256)).numpy(),
+                                   norm(af.reshape(8, 4, 256), 2), atol=2e-2)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorVal
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
 from speck.tensor.settings import TRAINING
-from speck.uop import dtypes, least_upper_dtype, least_upper_float
+from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -398,7 +398,10 @@ class NNMixin:
     # ---------------- normalisation helpers ----------------
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         y = self - self.mean(axis=axis, keepdim=True)
-        return y * (y * y).mean(axis=axis, keepdim=True).add(eps).rsqrt()
+        # the variance of a half/bf16 input in float32 (a deviation of 300 squares to inf in half and the
+        # output would be all zeros), the scale cast back to the input dtype
+        yf = y.cast(sum_acc_dtype(y.dtype)) if dtypes.is_float(y.dtype) and not y.dtype.is_weak else y
+        return y * (yf * yf).mean(axis=axis, keepdim=True).add(eps).rsqrt().cast(y.dtype)
 
     def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | tuple[int, ...] = 1) -> Tensor:  # fmt: skip
