@@ -177,5 +177,21 @@ class TestHalfStatistics(unittest.TestCase):
                                    norm(af.reshape(8, 4, 256), 2), atol=2e-2)  # fmt: skip
 
 
+class TestLerpIntEnds(unittest.TestCase):
+    def test_fractional_weight_does_not_wrap(self):
+        a, b = np.array([10, 200, 50], np.uint8), np.array([20, 100, 60], np.uint8)
+        ref = a + (b.astype(np.float64) - a) * 0.5
+        r = Tensor(a).lerp(Tensor(b), 0.5)
+        self.assertEqual(r.dtype, dtypes.weakfloat)
+        np.testing.assert_allclose(r.numpy(), ref)
+        np.testing.assert_allclose(Tensor(a).lerp(Tensor(b), Tensor([0.5] * 3)).numpy(), ref)  # uint8 fixed point
+        self.assertEqual(Tensor([100], dtype=dtypes.int8).lerp(Tensor([-100], dtype=dtypes.int8), 0.25).item(), 50)
+        self.assertEqual(Tensor([200], dtype=dtypes.uint16).lerp(0, 0.5).item(), 100)
+
+    def test_integer_weight_stays_int(self):
+        r = Tensor([200], dtype=dtypes.uint8).lerp(Tensor([100], dtype=dtypes.uint8), 1)
+        self.assertEqual((r.dtype, r.item()), (dtypes.uint8, 100))
+
+
 if __name__ == "__main__":
     unittest.main()

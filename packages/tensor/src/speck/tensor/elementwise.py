@@ -674,6 +674,13 @@ class ElementwiseMixin:
             a = self.cast(dtypes.int16)
             step = (Tensor(end, dtype=dtypes.int16) if not isinstance(end, Tensor) else end.cast(dtypes.int16)) - a
             return (a + ((step * w + (1 << (_LERP_BITS - 1))) >> _LERP_BITS)).cast(dtypes.uint8)
+        ends_int = not (isinstance(end, float) or isinstance(end, Tensor) and dtypes.is_float(end.dtype))
+        frac = isinstance(weight, float) or isinstance(weight, Tensor) and dtypes.is_float(weight.dtype)
+        if frac and ends_int and not dtypes.is_float(self.dtype):
+            # int ends with a fractional weight: the int difference would wrap (uint8 100 - 200 is 156, and
+            # 200 + 156 * 0.5 is 278), so it is taken in float; the result's dtype is the same join as before
+            start = self.cast(dtypes.weakfloat)
+            return start + (end - start) * weight
         return self + (end - self) * weight
 
     def copysign(self: Tensor, other: TensorOrScalar) -> Tensor:
