@@ -193,5 +193,23 @@ class TestLerpIntEnds(unittest.TestCase):
         self.assertEqual((r.dtype, r.item()), (dtypes.uint8, 100))
 
 
+class TestUnsignedDifferences(unittest.TestCase):
+    def test_interpolate_uint8_image_linear(self):
+        img = np.array([[[[200, 10], [10, 200]]]], np.uint8)
+        for ac in (False, True):
+            got = Tensor(img).interpolate((4, 5), align_corners=ac)
+            ref = Tensor(img.astype(np.float32)).interpolate((4, 5), align_corners=ac).numpy().astype(np.uint8)
+            self.assertEqual(got.dtype, dtypes.uint8)
+            np.testing.assert_equal(got.numpy(), ref)
+        np.testing.assert_equal(Tensor(img).interpolate((4, 4)).numpy()[0, 0, 0], [200, 152, 57, 10])
+
+    def test_isclose_of_ints_does_not_wrap(self):
+        a, b = np.array([3, 200], np.uint8), np.array([5, 100], np.uint8)
+        np.testing.assert_equal(Tensor(a).isclose(Tensor(b), atol=3).numpy(), np.isclose(a, b, atol=3))
+        a8, b8 = np.array([100, -100, 7], np.int8), np.array([-100, 100, 7], np.int8)
+        np.testing.assert_equal(Tensor(a8).isclose(Tensor(b8), atol=150).numpy(), np.isclose(a8, b8, atol=150))
+        self.assertFalse(Tensor(a).allclose(Tensor(b), atol=3).item())
+
+
 if __name__ == "__main__":
     unittest.main()

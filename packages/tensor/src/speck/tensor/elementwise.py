@@ -641,9 +641,12 @@ class ElementwiseMixin:
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
         a, b = self._broadcasted(other)
-        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
         if not dtypes.is_float(a.dtype):
-            return close
+            # ints compare in float, as numpy does: their difference would wrap (uint8 3 - 5 is 254)
+            f = dtypes.float64 if a.dtype.itemsize == 8 else dtypes.float32
+            a, b = a.cast(f), b.cast(f)
+            return (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
+        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
         fin = a.isfinite() & b.isfinite()
         out = (a == b) | (fin & close)
         return out | (a.isnan() & b.isnan()) if equal_nan else out

@@ -312,7 +312,9 @@ class NNMixin:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
-        x = self
+        # int images interpolate linearly in float32 and are cast back at the end (in uint8, hi - lo wraps and the
+        # fraction truncates to 0)
+        x = self.cast(dtypes.float32) if mode == "linear" and not dtypes.is_float(self.dtype) else self
         size = _pair(size, 1, "interpolate size")
         nsp = len(size)
         if nsp > self.ndim or any(n < 1 for n in size):
@@ -347,7 +349,7 @@ class NNMixin:
             else:
                 raise TensorAssertionError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got "
                                            f"{mode!r}")  # fmt: skip
-        return x
+        return x.cast(self.dtype)
 
     # ---------------- regularisation and activations ----------------
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
