@@ -211,5 +211,22 @@ class TestUnsignedDifferences(unittest.TestCase):
         self.assertFalse(Tensor(a).allclose(Tensor(b), atol=3).item())
 
 
+class TestActivationsOfIntEdges(unittest.TestCase):
+    def test_match_the_float_computation(self):
+        # int8 127 + 3, abs(-128) and -x of uint8/bool wrap; the activations must not
+        for src in (np.array([-128, 0, 127], np.int8), np.array([0, 1, 255], np.uint8), np.array([True, False])):
+            for name in ("hardswish", "softsign", "logsigmoid", "hardtanh", "sigmoid", "gelu", "elu"):
+                got = getattr(Tensor(src), name)().numpy()
+                ref = getattr(Tensor(src.astype(np.float32)), name)().numpy()
+                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, err_msg=f"{name} {src.dtype}")
+
+    def test_clip_bounds_beyond_the_dtype_clip_nothing(self):
+        a = np.array([0, 5, 200], np.uint8)
+        for lo, hi in ((-1, 1), (-5, 300), (3, 1000)):
+            got = Tensor(a).clip(lo, hi)
+            self.assertEqual(got.dtype, dtypes.uint8)
+            np.testing.assert_equal(got.numpy(), np.clip(a, lo, hi))
+
+
 if __name__ == "__main__":
     unittest.main()

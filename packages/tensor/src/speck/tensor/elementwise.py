@@ -659,6 +659,13 @@ class ElementwiseMixin:
     def clip(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
         if min_ is None and max_ is None:
             raise TensorValueError("clip needs at least one of min_ or max_")
+        if dtypes.is_int(self.dtype) and not self.dtype.is_weak:
+            # an int bound beyond the dtype's range clips nothing (numpy: uint8 clip(-1, 1) is [0, 1]), where
+            # maximum(-1) would refuse -1 as a uint8 literal
+            if type(min_) is int and min_ < dtypes.min(self.dtype):
+                min_ = None
+            if type(max_) is int and max_ > dtypes.max(self.dtype):
+                max_ = None
         out = self
         if min_ is not None:
             out = out.maximum(min_)

@@ -386,16 +386,20 @@ class NNMixin:
         return self * self.softplus().tanh()
 
     def hardswish(self: Tensor) -> Tensor:
-        return self * ((self + 3).relu6() * (1 / 6))  # the factor first: x * 6 overflows at the largest x
+        x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)  # (int8 127 + 3 would wrap)
+        return x * ((x + 3).relu6() * (1 / 6))  # the factor first: x * 6 overflows at the largest x
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         return (alpha * self + beta).clip(0.0, 1.0)  # (a difference of two relus is inf - inf = NaN at x = inf)
 
     def logsigmoid(self: Tensor) -> Tensor:
-        return -(-self).softplus()
+        # an int or bool input is made weakfloat first (the dtype sigmoid gives it): -x of uint8 wraps, of bool is not
+        x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)
+        return -(-x).softplus()
 
     def softsign(self: Tensor) -> Tensor:
-        return self / (1 + self.abs())
+        x = self if dtypes.is_float(self.dtype) else self._float()  # (int8 abs(-128) is -128)
+        return x / (1 + x.abs())
 
     # ---------------- normalisation helpers ----------------
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
