@@ -5,7 +5,7 @@ of int ** float, symbolic reshape with -1."""
 import unittest
 
 import numpy as np
-from tinygrad import Tensor, TinyJit, Variable, dtypes, nn
+from tinygrad import Device, Tensor, TinyJit, Variable, dtypes, nn
 
 
 def scatter_reduce_grads(base, index, src, reduce, include_self, g):
@@ -226,6 +226,22 @@ class TestActivationsOfIntEdges(unittest.TestCase):
             got = Tensor(a).clip(lo, hi)
             self.assertEqual(got.dtype, dtypes.uint8)
             np.testing.assert_equal(got.numpy(), np.clip(a, lo, hi))
+
+
+class TestLoadStateDictSharded(unittest.TestCase):
+    def test_keeps_the_shard_axis(self):
+        from tinygrad.nn.state import load_state_dict
+
+        devs = (f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1")
+        w = np.arange(8, dtype=np.float32).reshape(2, 4)
+        m = nn.Linear(4, 2)
+        m.weight.shard_(devs, axis=0)
+        m.bias.shard_(devs)
+        load_state_dict(m, {"weight": Tensor(w), "bias": Tensor([1.0, 2.0])}, verbose=False)
+        self.assertEqual((m.weight.uop.axis, m.bias.uop.axis), (0, None))
+        np.testing.assert_equal(m.weight.numpy(), w)
+        out = m(Tensor.ones(2, 4).shard(devs, axis=0))
+        np.testing.assert_equal(out.numpy(), np.ones((2, 4)) @ w.T + [1, 2])
 
 
 if __name__ == "__main__":
