@@ -100,7 +100,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         src = state_dict[k]
         if tuple(src.shape) != tuple(t.shape):
             src = src.reshape(t.shape)
-        t.replace(src.to(t.device))
+        # a sharded model tensor is loaded sharded like it (same devices and axis), anything else moved to its device
+        t.replace(src.shard_like(t) if isinstance(t.device, tuple) else src.to(t.device))
         if realize:
             t.realize()
         if consume:
