@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from speck.hcq import Buffer, Device
 from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
 from speck.tensor.errors import SaveError, StateDictKeyError, StateDictShapeError, TensorTypeError
@@ -100,7 +101,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         src = state_dict[k]
         if tuple(src.shape) != tuple(t.shape):
             src = src.reshape(t.shape)
-        t.replace(src.to(t.device))
+        # a sharded model tensor is loaded sharded like it (same devices and axis), anything else moved to its device
+        t.replace(src.shard_like(t) if isinstance(t.device, tuple) else src.to(t.device))
         if realize:
             t.realize()
         if consume:
@@ -151,8 +153,6 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
     each tensor is read from a zero-copy view of the memory-mapped file straight into a buffer there; a device that
     streams files itself (`load_file`: USB) gets the file's data section in one allocation, each tensor a view of
     it."""
-    from speck.hcq import Buffer
-
     if isinstance(path, Tensor):
         if not file_backed(path.device):
             return _load_from_bytes(path, device)
@@ -225,8 +225,6 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     """For devices with `load_file(dest, path, offset)` (USB: disk -> pinned staging -> VRAM, no host copy of the
     file): one buffer for the whole data section, loaded with as few large copies as the device likes (a copy per
     tensor would pay each copy's fixed cost per tensor), each tensor a view of it. None for other devices."""
-    from speck.hcq import Buffer, Device
-
     dev_name = canonical(device)
     dev = Device[dev_name]
     if not hasattr(dev, "load_file"):
