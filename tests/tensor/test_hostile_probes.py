@@ -208,3 +208,40 @@ def test_a_0d_boolean_tensor_index_is_an_index_error(mask: bool) -> None:
     with pytest.raises(IndexError, match="0-d boolean tensor is not a valid index"):
         t[Tensor(mask)] = 5
     assert t.tolist() == [0, 1, 2]
+
+
+class _Reduce:
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.fn, self.args)
+
+
+def _zip_checkpoint(path: Any, obj: Any, protocol: int = 2) -> Any:
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps(obj, protocol=protocol))
+    return path
+
+
+@pytest.mark.parametrize("args", [(10**11,), (2**62,), (-1,), ("abc", "utf-16"), (5, "x")])
+def test_a_checkpoint_bytearray_of_a_size_is_refused_before_it_allocates(tmp_path: Any, args: tuple[Any, ...]) -> None:
+    # bytearray is allowed so that bytearray literals load; bytearray(10**11) allocated and zeroed 100 GB
+    from speck.tensor.errors import UnsafePickleError
+    from speck.tensor.nn.state import torch_load
+
+    path = _zip_checkpoint(tmp_path / "bomb.pth", {"x": _Reduce(bytearray, *args)})
+    with pytest.raises(UnsafePickleError, match=r"is not a bytes literal"):
+        torch_load(path)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@given(data=st.binary(max_size=64))
+def test_bytearray_literals_in_a_checkpoint_still_load(tmp_path_factory: Any, protocol: int, data: bytes) -> None:
+    from speck.tensor.nn.state import torch_load
+
+    path = _zip_checkpoint(tmp_path_factory.mktemp("ba") / "ok.pth", {"x": bytearray(data)}, protocol)
+    assert torch_load(path) == {"x": bytearray(data)}
