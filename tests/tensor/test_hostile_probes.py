@@ -245,3 +245,38 @@ def test_bytearray_literals_in_a_checkpoint_still_load(tmp_path_factory: Any, pr
 
     path = _zip_checkpoint(tmp_path_factory.mktemp("ba") / "ok.pth", {"x": bytearray(data)}, protocol)
     assert torch_load(path) == {"x": bytearray(data)}
+
+
+def test_a_variable_left_unbound_in_a_shape_is_named_at_realize() -> None:
+    from speck.tensor import Variable
+
+    v = Variable("i", 1, 10)
+    with pytest.raises(ValueError, match=r"needs a value for the Variable 'i', which nothing in the graph binds"):
+        Tensor.ones(10).contiguous().shrink(((0, v),)).sum().item()
+    assert Tensor.ones(10).contiguous().shrink(((0, v.bind(4)),)).sum().item() == 4.0
+
+
+@pytest.mark.parametrize("value", ["3", 3.0, None, [3]])
+def test_binding_a_variable_to_a_non_int_is_a_type_error(value: Any) -> None:
+    from speck.tensor import Variable
+
+    with pytest.raises(TypeError, match="variable 'a' is bound to an int"):
+        Variable("a", 0, 10).bind(value)
+
+
+@pytest.mark.parametrize("name", [5, None, b"a"])
+def test_a_variable_name_must_be_a_str(name: Any) -> None:
+    from speck.tensor import Variable
+
+    with pytest.raises(TypeError, match="a variable's name must be a str"):
+        Variable(name, 0, 10)
+
+
+@given(st.integers(-100, 100), st.integers(0, 100), st.integers(0, 100))
+def test_numpy_int_bounds_and_values_work_where_ints_do(lo: int, span: int, off: int) -> None:
+    from speck.tensor import Variable
+
+    hi, val = lo + span, lo + min(off, span)
+    v = Variable("a", np.int64(lo), np.int32(hi)).bind(np.int16(val) if -(2**15) <= val < 2**15 else val)
+    assert v.unbind()[1] == val and type(v.unbind()[1]) is int
+    assert v.unbind()[0].arg == ("a", lo, hi) and all(type(x) is int for x in v.unbind()[0].arg[1:])

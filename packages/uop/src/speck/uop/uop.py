@@ -169,6 +169,13 @@ class _instance_or_class:
         return self.fn if obj is None else functools.partial(self.fn, obj)
 
 
+def _int_arg(v: Any) -> Any:
+    """A numpy (or other __index__) integer as a Python int; anything else (bool and float included) as it is."""
+    if isinstance(v, (bool, int, float)) or not hasattr(type(v), "__index__"):
+        return v
+    return int(v.__index__())
+
+
 class UOp(_Slots):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
@@ -344,6 +351,9 @@ class UOp(_Slots):
     @staticmethod
     def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
         """A symbolic integer variable with inclusive bounds."""
+        if not isinstance(name, str):  # (rendered into kernel source and signatures as text)
+            raise UOpTypeError(f"a variable's name must be a str, got {type(name).__name__} {name!r:.40}")
+        min_val, max_val = _int_arg(min_val), _int_arg(max_val)  # (numpy ints were refused)
         if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
             raise UOpValueError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
         if (
@@ -362,7 +372,10 @@ class UOp(_Slots):
         if self.op is not Ops.DEFINE_VAR:
             raise UOpValueError(f"only a variable can be bound, not {self.op}")
         name, lo, hi = self.arg
-        if not isinstance(val, int) or not lo <= val <= hi:
+        val = _int_arg(val)
+        if not isinstance(val, int):  # ("value '3' ... is outside its bounds" named the wrong problem)
+            raise UOpTypeError(f"variable {name!r} is bound to an int, got {type(val).__name__} {val!r:.40}")
+        if not lo <= val <= hi:
             raise UOpValueError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
 
