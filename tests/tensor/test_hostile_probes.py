@@ -280,3 +280,59 @@ def test_numpy_int_bounds_and_values_work_where_ints_do(lo: int, span: int, off:
     v = Variable("a", np.int64(lo), np.int32(hi)).bind(np.int16(val) if -(2**15) <= val < 2**15 else val)
     assert v.unbind()[1] == val and type(v.unbind()[1]) is int
     assert v.unbind()[0].arg == ("a", lo, hi) and all(type(x) is int for x in v.unbind()[0].arg[1:])
+
+
+@pytest.mark.parametrize(
+    "make, err, match",
+    [
+        (lambda nn: nn.Conv2d(3, 4, kernel_size=0), ValueError, "Conv2d: kernel_size must be >= 1"),
+        (lambda nn: nn.Conv2d(3, 4, kernel_size=(3, -1)), ValueError, "Conv2d: kernel_size must be >= 1"),
+        (lambda nn: nn.Conv2d(4, 4, 3, groups=0), ValueError, "Conv2d: groups must be >= 1"),
+        (lambda nn: nn.Conv2d(3, 4, 2.5), TypeError, "Conv2d: kernel_size must be an int"),
+        (lambda nn: nn.Conv1d(0, 4, 3), ValueError, "Conv2d: in_channels must be >= 1"),
+        (lambda nn: nn.ConvTranspose2d(3, 4, 0), ValueError, "ConvTranspose2d: kernel_size must be >= 1"),
+        (lambda nn: nn.ConvTranspose2d(4, 3, 3, groups=2), ValueError, "must divide by groups"),
+        (lambda nn: nn.BatchNorm(-2), ValueError, "BatchNorm: sz must be >= 1"),
+        (lambda nn: nn.GroupNorm(0, 4), ValueError, "GroupNorm: num_groups must be >= 1"),
+        (lambda nn: nn.Embedding(-1, 3), ValueError, "Embedding: vocab_size must be >= 1"),
+        (lambda nn: nn.Embedding(4, 2.5), TypeError, "Embedding: embed_size must be an int"),
+    ],
+)
+def test_layer_sizes_are_checked_when_the_layer_is_made(make: Any, err: type[Exception], match: str) -> None:
+    # a kernel_size of 0 divided by zero; a negative size surfaced as "rand needs a concrete shape"
+    from speck.tensor import nn
+
+    with pytest.raises(err, match=match):
+        make(nn)
+
+
+@pytest.mark.parametrize("layer, shape", [("BatchNorm", (2, 4, 5, 5)), ("GroupNorm", (1, 5, 3)),
+                                          ("InstanceNorm", (1, 5, 3)), ("BatchNorm", (3,))])  # fmt: skip
+def test_a_norm_layer_names_an_input_of_the_wrong_channel_count(layer: str, shape: tuple[int, ...]) -> None:
+    # it surfaced as "can't reshape shape (3,) to (1, 4, 1, 1)", naming no layer
+    from speck.tensor import nn
+
+    m = nn.GroupNorm(2, 4) if layer == "GroupNorm" else getattr(nn, layer)(3 if layer == "BatchNorm" else 2)
+    with pytest.raises(ValueError, match=rf"{layer}\(\d\) expects input \(N, \d, \.\.\.\)"):
+        m(Tensor.ones(*shape))
+
+
+def test_layers_of_valid_sizes_still_run() -> None:
+    from speck.tensor import nn
+
+    assert nn.Conv2d(3, 4, (3, 3), stride=[1, 1])(Tensor.ones(1, 3, 5, 5)).shape == (1, 4, 3, 3)
+    assert nn.ConvTranspose2d(4, 2, 3, groups=2)(Tensor.ones(1, 4, 5, 5)).shape == (1, 2, 7, 7)
+    assert nn.BatchNorm(4)(Tensor.ones(2, 4, 5, 5)).shape == (2, 4, 5, 5)
+    assert nn.BatchNorm(4, affine=False, track_running_stats=False)(Tensor.ones(2, 6)).shape == (2, 6)
+    assert nn.GroupNorm(2, 4)(Tensor.ones(1, 4, 3)).shape == (1, 4, 3)
+    assert nn.Embedding(np.int64(5), 3)(Tensor([4])).shape == (1, 3)
+
+
+@given(st.integers(0, 4), st.integers(1, 4), st.sampled_from([np.int8, np.int32, np.int64, np.uint16]))
+def test_numpy_int_sizes_make_shapes_like_ints(a: int, b: int, kind: Any) -> None:
+    # every constructor and reshape refused them: "shape must be int, got np.int64(3)"
+    na, nb = kind(a), kind(b)
+    for t in (Tensor.ones(na, nb), Tensor.zeros((na, nb)), Tensor.empty(na, nb), Tensor.full((na, nb), 2),
+              Tensor.rand(na, nb), Tensor.ones(a * b).reshape(na, nb), Tensor.ones(1, b).expand(na, nb)):  # fmt: skip
+        assert t.shape == (a, b) and all(type(d) is int for d in t.shape)
+    assert Tensor.ones(na, nb).numpy().tolist() == np.ones((a, b)).tolist()

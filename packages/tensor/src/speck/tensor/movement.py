@@ -67,8 +67,7 @@ def _sym_quotient(dims: tuple[Any, ...], others: list[Any]) -> Any:
 def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
     """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
     shape = u.shape
-    new = tuple(shape[i] if s is None else s for i, s in enumerate(new))
-    validate_shape(new)
+    new = validate_shape(tuple(shape[i] if s is None else s for i, s in enumerate(new)))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
         raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
     if any(isinstance(s, int) and s < -1 for s in new):
@@ -113,7 +112,7 @@ def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
         raise TensorValueError(f"expand {shape} to {new}: the target has fewer dims")
     t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
     tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
-    validate_shape(tgt)
+    tgt = validate_shape(tgt)
     count = 1
     for n in tgt:
         if type(n) is int:

@@ -99,6 +99,8 @@ def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...
             out.append(d)
         elif isinstance(d, int) and not isinstance(d, bool):
             out.append(d)
+        elif not isinstance(d, bool) and hasattr(type(d), "__index__") and not isinstance(d, float):
+            out.append(int(d.__index__()))  # a numpy int is a size as numpy and torch take it
         else:
             raise UOpTypeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
     return tuple(out)
