@@ -3,6 +3,7 @@ wrong thing (a builtin IndexError from deep inside, a TypeError of a comparison,
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -336,3 +337,40 @@ def test_numpy_int_sizes_make_shapes_like_ints(a: int, b: int, kind: Any) -> Non
               Tensor.rand(na, nb), Tensor.ones(a * b).reshape(na, nb), Tensor.ones(1, b).expand(na, nb)):  # fmt: skip
         assert t.shape == (a, b) and all(type(d) is int for d in t.shape)
     assert Tensor.ones(na, nb).numpy().tolist() == np.ones((a, b)).tolist()
+
+
+@pytest.mark.parametrize(
+    "make, err, match",
+    [
+        (lambda o, w: o.SGD([w], lr=float("nan")), ValueError, "learning rate must be >= 0 and finite"),
+        (lambda o, w: o.SGD([w], lr=float("inf")), ValueError, "learning rate must be >= 0 and finite"),
+        (lambda o, w: o.SGD([w], lr="fast"), TypeError, "learning rate must be a number"),
+        (lambda o, w: o.SGD([w], lr=Tensor([0.1, 0.2])), ValueError, "a learning rate tensor holds one value"),
+        (lambda o, w: o.SGD([w], momentum=float("nan")), ValueError, "momentum must be >= 0"),
+        (lambda o, w: o.SGD([w], weight_decay=float("nan")), ValueError, "weight_decay must be >= 0"),
+        (lambda o, w: o.Adam([w], b1=1.5), ValueError, "b1 must be >= 0 and < 1"),
+        (lambda o, w: o.Adam([w], b2=1.0), ValueError, "b2 must be >= 0 and < 1"),
+        (lambda o, w: o.Adam([w], eps=-1e-8), ValueError, "eps must be >= 0"),
+        (lambda o, w: o.AdamW([w], weight_decay=float("nan")), ValueError, "weight_decay must be >= 0"),
+    ],
+)
+def test_optimizer_hyperparameters_are_checked(make: Any, err: type[Exception], match: str) -> None:
+    # NaN passed the `< 0` checks and every weight was NaN after the first step; a beta >= 1 diverges
+    from speck.tensor.nn import optim
+
+    w = Tensor.ones(3, requires_grad=True)
+    with pytest.raises(err, match=match):
+        make(optim, w)
+
+
+def test_optimizers_with_valid_hyperparameters_still_step() -> None:
+    from speck.tensor.nn import optim
+
+    for make in (lambda w: optim.SGD([w], lr=Tensor(0.5), momentum=0.0), lambda w: optim.Adam([w], lr="0.5", b1=0.0)):
+        w = Tensor([1.0, 2.0], requires_grad=True)
+        opt = make(w)
+        with Tensor.train():
+            opt.zero_grad()
+            (w * w).sum().backward()
+            opt.step()
+        assert all(math.isfinite(v) and v < start for v, start in zip(w.tolist(), [1.0, 2.0]))
