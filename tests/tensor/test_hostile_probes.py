@@ -374,3 +374,15 @@ def test_optimizers_with_valid_hyperparameters_still_step() -> None:
             (w * w).sum().backward()
             opt.step()
         assert all(math.isfinite(v) and v < start for v, start in zip(w.tolist(), [1.0, 2.0]))
+
+
+@given(st.integers(0, 6), st.integers(-9, 3), st.integers(-9, 3))
+def test_negative_pads_crop_like_slicing_or_name_the_pad(n: int, b: int, a: int) -> None:
+    # cropping more than the dim surfaced as "shrink ((10, 4),) out of bounds", an op the caller never called
+    x = np.arange(n)
+    if -min(b, 0) - min(a, 0) > n:
+        with pytest.raises(ValueError, match=r"pad .*: the negative amounts crop \d+ from dim 0 of size"):
+            Tensor(x).pad(((b, a),))
+        return
+    want = np.pad(x[-min(b, 0) : n + min(a, 0)], (max(b, 0), max(a, 0)))
+    assert Tensor(x).pad(((b, a),)).tolist() == want.tolist()

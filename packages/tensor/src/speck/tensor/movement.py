@@ -199,6 +199,10 @@ class MovementMixin:
             raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
         # negative pads crop first (a symbolic pad is a size, never negative)
         if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
+            for d, ((b, a), s) in enumerate(zip(pads, self.shape)):  # (else "shrink ((10, 4),) out of bounds")
+                if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
+                    raise TensorValueError(f"pad {padding}: the negative amounts crop {-min(b, 0) - min(a, 0)} "
+                                           f"from dim {d} of size {s}; crop at most the dim's size")  # fmt: skip
             t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
             return t.pad(tuple((max(b, 0), max(a, 0)) for b, a in pads), mode, value)
         if all(isinstance(b, int) and b == 0 and isinstance(a, int) and a == 0 for b, a in pads):
