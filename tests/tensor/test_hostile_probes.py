@@ -386,3 +386,21 @@ def test_negative_pads_crop_like_slicing_or_name_the_pad(n: int, b: int, a: int)
         return
     want = np.pad(x[-min(b, 0) : n + min(a, 0)], (max(b, 0), max(a, 0)))
     assert Tensor(x).pad(((b, a),)).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda x, w: x.conv2d(w, stride=(2,)), r"conv2d: stride \(2,\) needs one int or 2 of them"),
+        (lambda x, w: x.conv2d(w, stride=(1, 1, 1)), r"conv2d: stride \(1, 1, 1\) needs one int or 2"),
+        (lambda x, w: x.conv2d(w, dilation=()), r"conv2d: dilation \(\) needs one int or 2"),
+        (lambda x, w: x.conv2d(w, padding=(1, 1, 1)), r"padding \(1, 1, 1\) for 2 spatial dims needs one int, 2"),
+        (lambda x, w: x.conv_transpose2d(w, stride=(1, 1, 1)), r"conv_transpose2d: stride .* needs one int or 2"),
+        (lambda x, w: x.max_pool2d(stride=(1, 1, 1)), r"max_pool2d: stride .* needs one int or 2"),
+        (lambda x, w: x.avg_pool2d(kernel_size=(2, 2, 2), stride=(1, 1)), r"avg_pool2d: stride .* needs one int or 3"),
+    ],
+)
+def test_per_dim_window_arguments_need_one_value_per_dim(call: Any, match: str) -> None:
+    # a short tuple was a bare IndexError, a long one's extra values were ignored
+    with pytest.raises(ValueError, match=match):
+        call(Tensor.ones(1, 1, 5, 5), Tensor.ones(1, 1, 3, 3))

@@ -50,10 +50,14 @@ def _int_labels(op: str, y: Tensor) -> None:
                               "cast them with .cast('int32') (after checking they are whole numbers)")  # fmt: skip
 
 
-def _window_args(op: str, **args: tuple[int, ...]) -> None:
+def _window_args(op: str, n: int, **args: tuple[int, ...]) -> None:
     """Kernel sizes, strides and dilations of a windowed op are positive ints (numpy and torch refuse 0 and negative
-    ones; here 0 divided by zero and dilation 0 silently made windows of one element)."""
+    ones; here 0 divided by zero and dilation 0 silently made windows of one element), one per windowed dim (n): a
+    shorter tuple was an IndexError, a longer one's extra values were ignored."""
     for name, vals in args.items():
+        if len(vals) != n:
+            raise TensorValueError(f"{op}: {name} {vals} needs one int or {n} of them (one per windowed dim), got "
+                                   f"{len(vals)}")  # fmt: skip
         if not all(isinstance(v, int) and v >= 1 for v in vals):
             raise TensorValueError(f"{op}: {name} must be positive integers, got {vals}")
 
@@ -76,6 +80,11 @@ def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: t
     if isinstance(padding, str):
         raise TensorValueError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
     p = _pair(padding, len(k), "padding")
+    if len(p) not in (len(k), 2 * len(k)):  # (it surfaced as "pad needs 4 (before, after) pairs, got 5")
+        raise TensorValueError(
+            f"padding {padding!r} for {len(k)} spatial dims needs one int, {len(k)} (one per dim) or {2 * len(k)} "
+            f"(before/after per dim, innermost first), got {len(p)}"
+        )
     if len(p) == 2 * len(k):  # (left, right, top, bottom) style, innermost dim first
         pairs = [(p[2 * i], p[2 * i + 1]) for i in range(len(k))][::-1]
         return pairs
@@ -133,7 +142,7 @@ class NNMixin:
                 f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
             )
         st, dl = _pair(stride, nsp, "conv2d stride"), _pair(dilation, nsp, "conv2d dilation")
-        _window_args("conv2d", stride=st, dilation=dl)
+        _window_args("conv2d", nsp, stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
@@ -169,7 +178,7 @@ class NNMixin:
         k = tuple(as_int(d) for d in weight.shape[2:])
         st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
                       ((stride, "stride"), (dilation, "dilation"), (output_padding, "output_padding")))  # fmt: skip
-        _window_args("conv_transpose2d", stride=st, dilation=dl)
+        _window_args("conv_transpose2d", nsp, stride=st, dilation=dl)
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
                for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip
@@ -232,7 +241,7 @@ class NNMixin:
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
         st, dl = (_pair(v, len(k), f"max_pool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("max_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("max_pool2d", len(k), kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_pool2d", self, k)
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
@@ -263,7 +272,7 @@ class NNMixin:
         nsp = len(k)
         st, dl = (_pair(v, nsp, f"max_unpool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("max_unpool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("max_unpool2d", nsp, kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_unpool2d", self, k)
         pads = _conv_padding(padding, k, dl, st)
         if output_size is None:
@@ -289,7 +298,7 @@ class NNMixin:
         k = _pair(kernel_size, 2, "avg_pool2d kernel_size")
         st, dl = (_pair(v, len(k), f"avg_pool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("avg_pool2d", len(k), kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("avg_pool2d", self, k)
         red = tuple(range(-len(k), 0))
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
