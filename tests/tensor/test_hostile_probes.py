@@ -404,3 +404,19 @@ def test_per_dim_window_arguments_need_one_value_per_dim(call: Any, match: str) 
     # a short tuple was a bare IndexError, a long one's extra values were ignored
     with pytest.raises(ValueError, match=match):
         call(Tensor.ones(1, 1, 5, 5), Tensor.ones(1, 1, 3, 3))
+
+
+def test_a_device_less_jit_input_gets_advice_that_works() -> None:
+    # the advice was ".contiguous() on a device", which leaves Tensor.arange(5) device-less: the same error again
+    from speck.tensor import TinyJit
+    from speck.tensor.jit import JitError
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).realize()
+
+    x = Tensor.arange(5).float().contiguous()
+    with pytest.raises(JitError, match=r"device-less tensor; give it storage with \.clone\(device\)"):
+        f(x)
+    for _ in range(3):  # the advice, followed
+        assert f(x.clone("CPU")).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
