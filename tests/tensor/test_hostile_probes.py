@@ -420,3 +420,29 @@ def test_a_device_less_jit_input_gets_advice_that_works() -> None:
         f(x)
     for _ in range(3):  # the advice, followed
         assert f(x.clone("CPU")).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+@pytest.mark.parametrize("n, dt", [(300, dtypes.int8), (257, dtypes.uint8), (2**16 + 1, dtypes.uint16)])
+def test_randperm_past_its_dtype_is_an_overflow_error(n: int, dt: DType) -> None:
+    # the indices wrapped: randperm(300, dtype=int8) held repeats and negatives
+    with pytest.raises(OverflowError, match=rf"randperm\({n}\) needs a dtype that holds {n - 1}"):
+        Tensor.randperm(n, dtype=dt)
+
+
+@given(st.integers(0, 256))
+def test_randperm_is_a_permutation_in_the_smallest_dtype_that_holds_it(n: int) -> None:
+    dt = dtypes.uint8 if n <= 256 else dtypes.int16
+    assert sorted(Tensor.randperm(n, dtype=dt).tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize("n, err", [(-1, ValueError), (2.0, TypeError)])
+def test_randperm_needs_a_count(n: Any, err: type[Exception]) -> None:
+    with pytest.raises(err, match="randperm"):
+        Tensor.randperm(n)
+
+
+@pytest.mark.parametrize("init", ["scaled_uniform", "glorot_uniform", "kaiming_uniform", "kaiming_normal"])
+def test_initialisers_of_empty_shapes_are_empty(init: str) -> None:
+    # scaled_uniform(0, 3) raised ZeroDivisionError (0 ** -0.5), glorot_uniform(0, 0) too
+    for shape in ((0, 3), (0, 0), (3, 0)):
+        assert getattr(Tensor, init)(*shape).numpy().shape == shape
