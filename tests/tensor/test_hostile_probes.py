@@ -63,7 +63,7 @@ def test_repeat_and_repeat_interleave_take_numpy_ints_like_numpy(r: int, n: int)
 
 
 @pytest.mark.parametrize("name, value", [("DEBUG", "abc"), ("DEBUG", None), ("BEAM", 1.5), ("JIT", [1]),
-                                         ("DEFAULT_FLOAT", 3), ("BEAM_TIMEOUT", "soon")])  # fmt: skip
+                                         ("DEFAULT_FLOAT", None), ("BEAM_TIMEOUT", "soon")])  # fmt: skip
 def test_context_refuses_a_value_of_the_wrong_kind_and_changes_nothing(name: str, value: Any) -> None:
     from speck.uop import ContextVar
 
@@ -77,7 +77,7 @@ def test_context_refuses_a_value_of_the_wrong_kind_and_changes_nothing(name: str
 
 
 KIND_OK = [("DEBUG", "0", 0), ("DEBUG", True, True), ("DEBUG", np.int64(0), 0), ("BEAM_TIMEOUT", 3, 3),
-           ("DEFAULT_FLOAT", "float32", "float32")]  # fmt: skip
+           ("DEFAULT_FLOAT", "float32", "float32"), ("PROFILE", 1, 1)]  # fmt: skip
 
 
 @pytest.mark.parametrize("name, value, want", KIND_OK)
