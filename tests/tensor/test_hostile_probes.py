@@ -446,3 +446,27 @@ def test_initialisers_of_empty_shapes_are_empty(init: str) -> None:
     # scaled_uniform(0, 3) raised ZeroDivisionError (0 ** -0.5), glorot_uniform(0, 0) too
     for shape in ((0, 3), (0, 0), (3, 0)):
         assert getattr(Tensor, init)(*shape).numpy().shape == shape
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda t: t.cat(1), "cat: argument 0 must be a Tensor, got int"),
+        (lambda t: t.stack((2, 2)), "stack: argument 1 must be a Tensor, got tuple"),
+        (lambda t: Tensor.stack_tensors(5), "stack takes a non-empty list or tuple of Tensors"),
+        (lambda t: Tensor.stack_tensors([]), "stack takes a non-empty list or tuple of Tensors"),
+        (lambda t: t.reshape(1, 1, 3).conv2d(dtypes.int8), "conv2d: weight/bias 0 must be a Tensor, got DType"),
+        (lambda t: t.linear((2, 2)), "linear: weight 0 must be a Tensor, got tuple"),
+        (lambda t: t.reshape(1, 3).cross_entropy(0), "cross_entropy: target 0 must be a Tensor, got int"),
+        (lambda t: t.reshape(1, 3).sparse_categorical_crossentropy([1]), "labels 0 must be a Tensor, got list"),
+        (lambda t: t.masked_select(-1), "masked_select: mask 0 must be a Tensor, got int"),
+        (lambda t: t.meshgrid([1, 0]), "meshgrid: argument 1 must be a Tensor, got list"),
+        (lambda t: Tensor.einsum(2, t), "einsum: the formula must be a str"),
+        (lambda t: t.tile(np.array([1, 2])), "repeat: a repeat count must be an int, got ndarray"),
+        (lambda t: t.expand(np.array([1, 2]), 3), "shape must be int, got ndarray"),
+    ],
+)
+def test_a_non_tensor_where_a_tensor_belongs_is_a_type_error_naming_it(call: Any, match: str) -> None:
+    # each was an AttributeError from deep inside ("'int' object has no attribute 'ndim'") or numpy's own TypeError
+    with pytest.raises(TypeError, match=match):
+        call(Tensor([1.0, 2.0, 3.0]))

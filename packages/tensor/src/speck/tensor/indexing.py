@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.elementwise import broadcast_shape
 from speck.tensor.errors import (
     GradientError,
@@ -459,6 +459,7 @@ class IndexingMixin:
         """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.
         size=None reads the mask (a data-dependent length); size=N gives exactly N elements without reading data:
         the selection truncated, or padded with fill_value."""
+        tensor_args("masked_select", "mask", (mask,), type(self))
         if mask.dtype != dtypes.bool:
             raise TensorTypeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
         sh = broadcast_shape(self.shape, mask.shape)
@@ -519,6 +520,7 @@ class IndexingMixin:
     def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         if indexing not in ("ij", "xy"):
             raise TensorValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        tensor_args("meshgrid", "argument", tensors)
         ts = [t.flatten() for t in tensors]
         shape = tuple(as_int(t.shape[0]) for t in ts)
         out = []

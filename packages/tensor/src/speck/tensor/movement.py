@@ -10,11 +10,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, whole, whole_or_symbolic
+from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, tensor_args, whole, whole_or_symbolic
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
     TensorNotImplementedError,
+    TensorTypeError,
     TensorValueError,
     TensorZeroDivisionError,
 )
@@ -285,6 +286,7 @@ class MovementMixin:
 
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along dim (dtypes promoted; all other dims must match)."""
+        tensor_args("cat", "argument", args, type(self))
         ts = [self, *args]
         d = self._resolve_dim(dim)
         for t in ts:
@@ -307,11 +309,14 @@ class MovementMixin:
 
     @staticmethod
     def stack_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise TensorTypeError(f"stack takes a non-empty list or tuple of Tensors, got {tensors!r:.40}")
+        tensor_args("stack", "argument", tensors)
         first = tensors[0]
         d = first._resolve_dim(dim, extra=1)
         if any(t.shape != first.shape for t in tensors):
             raise TensorAssertionError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
-        us = [t.unsqueeze(d) for t in tensors]
+        us: list[Tensor] = [t.unsqueeze(d) for t in tensors]
         return us[0].cat(*us[1:], dim=d)
 
     def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:

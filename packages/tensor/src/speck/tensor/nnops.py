@@ -12,7 +12,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
@@ -125,6 +125,7 @@ class NNMixin:
         """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
         *k); works for 1-d and 3-d too. padding may be 'same'; a negative amount crops the input (as pad() does).
         stride and dilation are positive. dtype: accumulation and result dtype."""
+        tensor_args("conv2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         nsp = len(weight.shape) - 2
         if nsp < 1:
             raise TensorAssertionError(f"conv weight must be (Cout, Cin/groups, *kernel) with at least 1 kernel dim, "
@@ -170,6 +171,7 @@ class NNMixin:
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                          padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0
                          ) -> Tensor:  # fmt: skip
+        tensor_args("conv_transpose2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
         kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
@@ -433,6 +435,7 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
+        tensor_args("sparse_categorical_crossentropy", "labels", (Y,), type(self))
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         _int_labels("sparse_categorical_crossentropy", Y)
@@ -452,6 +455,7 @@ class NNMixin:
                       ignore_index: int = -100) -> Tensor:  # fmt: skip
         """Cross entropy of logits in torch's layout (classes on dim 1, or dim 0 of a 1-D input) against class
         indices (the shape without the class dim) or class probabilities (self's shape)."""
+        tensor_args("cross_entropy", "target", (Y,), type(self))
         x, y = self._classes_last(), Y._classes_last() if Y.shape == self.shape else Y
         if Y.shape == self.shape:
             c = as_int(x.shape[-1])
@@ -470,6 +474,7 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
+        tensor_args("nll_loss", "target", (Y,) if weight is None else (Y, weight), type(self))
         _int_labels("nll_loss", Y)
         self = self._classes_last()
         c = as_int(self.shape[-1])
@@ -497,6 +502,7 @@ class NNMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
+        tensor_args("scaled_dot_product_attention", "key/value", (key, value), type(self))
         if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
             value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)

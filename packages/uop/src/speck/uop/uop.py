@@ -100,7 +100,10 @@ def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...
         elif isinstance(d, int) and not isinstance(d, bool):
             out.append(d)
         elif not isinstance(d, bool) and hasattr(type(d), "__index__") and not isinstance(d, float):
-            out.append(int(d.__index__()))  # a numpy int is a size as numpy and torch take it
+            try:
+                out.append(int(d.__index__()))  # a numpy int is a size as numpy and torch take it
+            except TypeError:  # (a numpy array of several values)
+                raise UOpTypeError(f"{what} must be int, got {type(d).__name__} {d!r:.40} in a shape") from None
         else:
             raise UOpTypeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
     return tuple(out)
