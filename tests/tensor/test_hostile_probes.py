@@ -470,3 +470,21 @@ def test_a_non_tensor_where_a_tensor_belongs_is_a_type_error_naming_it(call: Any
     # each was an AttributeError from deep inside ("'int' object has no attribute 'ndim'") or numpy's own TypeError
     with pytest.raises(TypeError, match=match):
         call(Tensor([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize(
+    "call, err, match",
+    [
+        (lambda: Tensor(3.5).cat(), IndexError, "a 0-d tensor has none: use stack"),
+        (lambda: Tensor(3.5).cat(Tensor(1.0)), IndexError, "a 0-d tensor has none: use stack"),
+        (lambda: Tensor([1.0]).sum(np.array([0, 1])), IndexError, "dim must be an int, got ndarray"),
+        (lambda: Tensor([1.0]).gradient(3), TypeError, "gradient: target 0 must be a Tensor, got int"),
+        (lambda: Tensor.glorot_uniform(), ValueError, "glorot_uniform needs a shape of at least 1 dim"),
+        (lambda: Tensor([1.0]).pad(3), TypeError, r"pad takes \(\(before, after\), \.\.\.\) per dim"),
+    ],
+)
+def test_more_misuse_is_named(call: Any, err: type[Exception], match: str) -> None:
+    # each was a bare builtin error from inside (tuple index out of range, 'int' object is not iterable, ...)
+    with pytest.raises(err, match=match):
+        call()
+    assert Tensor([1.0, 2.0]).cat(Tensor([3.0])).tolist() == [1.0, 2.0, 3.0]

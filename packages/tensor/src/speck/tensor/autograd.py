@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
+from speck.tensor.dims import tensor_args
 from speck.tensor.errors import GradientError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
@@ -69,6 +70,7 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
     """d(root)/d(target) for each target, as lazy tensors with the target's shape (0-d included); `.grad` is not
     touched. Root and targets must be concrete floats (RuntimeError); a non-scalar root needs `gradient=`."""
     _check_float(root, "tensor being differentiated")
+    tensor_args("gradient", "target", targets, type(root))
     for t in targets:
         _check_float(t, "target")
     seed = _seed(root, gradient, "gradient()")

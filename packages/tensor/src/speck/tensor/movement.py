@@ -33,7 +33,10 @@ def resolve_dim(shape: tuple[sint, ...], dim: int, extra: int = 0) -> int:
     if type(dim) is not int:
         if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
             raise TensorIndexError(f"dim must be an int, got {dim!r} ({type(dim).__name__})")
-        dim = dim.__index__()  # (a numpy int is an int here, as in numpy)
+        try:
+            dim = dim.__index__()  # (a numpy int is an int here, as in numpy)
+        except TypeError:  # (a numpy array of several values: numpy's own TypeError)
+            raise TensorIndexError(f"dim must be an int, got {type(dim).__name__} {dim!r:.40}") from None
     if not -max(n, 1) <= dim < max(n, 1):
         raise TensorIndexError(f"dim {dim} is out of range for a tensor with {len(shape)} dims (shape "
                                f"{shape}); expected a value in [{-max(n, 1)}, {max(n, 1) - 1}]")  # fmt: skip
@@ -287,6 +290,9 @@ class MovementMixin:
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along dim (dtypes promoted; all other dims must match)."""
         tensor_args("cat", "argument", args, type(self))
+        if any(t.ndim == 0 for t in (self, *args)):  # (dim 0 of a 0-d tensor: a bare IndexError)
+            raise TensorIndexError("cat joins tensors along an existing dim; a 0-d tensor has none: use stack, or "
+                                   "reshape(1) first")  # fmt: skip
         ts = [self, *args]
         d = self._resolve_dim(dim)
         for t in ts:
@@ -591,6 +597,9 @@ def _shrink_pair(x: Any, arg: Any) -> tuple[sint, sint]:
 
 
 def _normalize_pads(padding: Any, ndim: int) -> tuple[tuple[int, int], ...]:
+    if not isinstance(padding, (tuple, list)):  # ("'int' object is not iterable")
+        raise TensorTypeError(f"pad takes ((before, after), ...) per dim or a flat (before, after, ...) sequence, "
+                              f"got {type(padding).__name__} {padding!r:.40}")  # fmt: skip
     p = tuple(padding)
     if p and all(isinstance(x, (tuple, list)) or x is None for x in p):
         if len(p) != ndim:

@@ -156,6 +156,8 @@ class RandomMixin:
     @classmethod
     def glorot_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
+        if not sh:  # (sh[0]: a bare IndexError)
+            raise TensorValueError("glorot_uniform needs a shape of at least 1 dim, got ()")
         bound = math.sqrt(6 / (sh[0] + prod(sh[1:]))) if sh[0] + prod(sh[1:]) else 1.0  # (empty: any bound)
         return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
