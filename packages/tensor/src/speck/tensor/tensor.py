@@ -606,20 +606,6 @@ class Tensor(
         out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
         return out
 
-    # ---------------- multi-tensor constructors ----------------
-    @staticmethod
-    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return tensors[0].cat(*tensors[1:], dim=dim)
-
-    @staticmethod
-    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
-        ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-        return ReduceMixin.einsum_impl(formula, *ops, dtype=dtype)
-
-    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
-        return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
-
     # ---------------- the primitives, wrapped ----------------
     # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
     # operands into nodes (ew.promote applies the dtype, device and broadcasting rules), calls the function and makes
