@@ -102,9 +102,12 @@ class RandomMixin:
         if n == 0:
             return cls.zeros(sh, dtype=dt, device=device)
         dev = canonical(device)
-        # top 24 bits -> a float32 in [0, 1) with every value exactly representable
-        u = cls(random_bits(n, dev, int(kw.get("_stream", 0))), device=dev) >> 40
-        return (u.cast(dtypes.float32) * (2.0**-24)).cast(dt).reshape(sh)
+        bits = cls(random_bits(n, dev, int(kw.get("_stream", 0))), device=dev)
+        # the top m bits -> k / 2**m in [0, 1), m = the dtype's significand width (at most float32's 24), so every
+        # value is exact in dt: rounding 24 bits to half/bf16/fp8 would give 1.0 for draws just below it
+        m = min(24, dtypes.finfo(dt)[1] + 1)
+        u = (bits >> (64 - m)).cast(dtypes.float32) * (2.0**-m)
+        return u.cast(dt).reshape(sh)
 
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
