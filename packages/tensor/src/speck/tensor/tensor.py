@@ -789,10 +789,6 @@ class train(contextlib.ContextDecorator):
         Tensor.training, TRAINING.value = self.saved.pop()
 
 
-def _materialize_buffer(b: UOp) -> Any:
-    return _realize.get_buffer(b)
-
-
 # tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)
 # and `_METADATA` (the Metadata of the op being built; speck records no per-op metadata, so nothing sets it)
 all_tensors = _LiveTensors()
