@@ -141,9 +141,17 @@ class Kernel:
 
     def call(self, it: ScheduleItem) -> tuple[Exec, tuple[UOp, ...]]:
         """The Exec running this kernel on it's buffers, and those buffers in argument order."""
-        vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        try:
+            vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        except KeyError as e:  # (a bare KeyError 'i'; no cost on the path where every variable is bound)
+            raise _unbound(self.name, e.args[0]) from None
         return Exec(self.prog, tuple(range(len(self.slots))), vals, None, None, self.ops, self.mem,
                     self.writes), tuple(it.bufs[s] for s in self.slots)  # fmt: skip
+
+
+def _unbound(kernel: str, name: Any) -> TensorValueError:
+    return TensorValueError(f"kernel {kernel} needs a value for the Variable {name!r}, which nothing in the graph "
+                            f"binds; bind it where it sets a size: Variable({name!r}, lo, hi).bind(n)")  # fmt: skip
 
 
 class Interpret:
