@@ -365,8 +365,8 @@ class MovementMixin:
 
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
-        reps = argfix(repeats, *args)
-        if any(not isinstance(r, int) or r < 0 for r in reps):
+        reps = tuple(whole("repeat", "a repeat count", r) for r in argfix(repeats, *args))
+        if any(r < 0 for r in reps):
             raise TensorValueError(f"repeat counts must be integers >= 0, got {reps}")
         if len(reps) < self.ndim:
             raise TensorValueError(
@@ -384,6 +384,9 @@ class MovementMixin:
         return self.repeat(r)
 
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+        repeats = whole("repeat_interleave", "repeats", repeats)
+        if repeats < 0:  # (it surfaced as "reshape to (-3,)", an op the caller never called)
+            raise TensorValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
         t = self.flatten() if dim is None else self
         d = 0 if dim is None else t._resolve_dim(dim)
         s = t.shape
