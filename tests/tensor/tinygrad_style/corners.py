@@ -244,5 +244,32 @@ class TestLoadStateDictSharded(unittest.TestCase):
         np.testing.assert_equal(out.numpy(), np.ones((2, 4)) @ w.T + [1, 2])
 
 
+class TestFactoryTensorsAreTheirOwn(unittest.TestCase):
+    # two Tensor.zeros(3) are one graph node (hash-consing): realized, each must still get a buffer of its own
+    def test_realized_together_then_written(self):
+        ms = [Tensor.zeros(3).contiguous() for _ in range(3)]
+        Tensor.realize(*ms)
+        ms[0].assign(Tensor.ones(3)).realize()
+        self.assertEqual([m.tolist() for m in ms], [[1.0] * 3, [0.0] * 3, [0.0] * 3])
+        a, b = Tensor.full((3,), 2.0), Tensor.full((3,), 2.0)
+        Tensor.realize(a, b)
+        a += 1
+        self.assertEqual((a.tolist(), b.tolist()), ([3.0] * 3, [2.0] * 3))
+
+    def test_realized_separately_then_written(self):
+        caches = [Tensor.zeros(2, 2).contiguous() for _ in range(2)]
+        for c in caches:
+            c.realize()
+        caches[1][0, 0] = 5
+        self.assertEqual(caches[0].tolist(), [[0.0, 0.0], [0.0, 0.0]])
+        self.assertEqual(caches[1].tolist(), [[5.0, 0.0], [0.0, 0.0]])
+
+    def test_one_tensor_realized_twice_in_one_call(self):
+        a = Tensor.zeros(3).contiguous()
+        Tensor.realize(a, a)
+        a += 1
+        self.assertEqual(a.tolist(), [1.0] * 3)
+
+
 if __name__ == "__main__":
     unittest.main()

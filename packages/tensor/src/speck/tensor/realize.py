@@ -399,7 +399,7 @@ def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            if not capturing and not reads_external(u):
+            if not capturing and not reads_external(u) and not is_const_graph(u):
                 realized_cache[u] = view
 
 
@@ -574,9 +574,10 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
 
 
 def is_const_graph(u: UOp) -> bool:
-    """A constant seen through views: hash-consing makes every such node shared by all graphs using that value, so a
-    realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody)."""
-    while u.op in _VIEW_OPS and u.src:
+    """A constant seen through views (and a contiguous() of one): hash-consing makes every such node shared by all
+    graphs using that value, so a realization of it must not be remembered (the buffer belongs to one tensor, the
+    node to everybody: `Tensor.zeros(3).contiguous()` made twice is one node, realized for two tensors)."""
+    while (u.op in _VIEW_OPS or (u.op is Ops.CONTIGUOUS and u.arg is None)) and u.src:
         u = u.src[0]
     return u.op is Ops.CONST
 
