@@ -264,6 +264,26 @@ class TestFactoryTensorsAreTheirOwn(unittest.TestCase):
         self.assertEqual(caches[0].tolist(), [[0.0, 0.0], [0.0, 0.0]])
         self.assertEqual(caches[1].tolist(), [[5.0, 0.0], [0.0, 0.0]])
 
+    def test_constant_expressions_on_a_device(self):
+        for make in (lambda: Tensor.arange(3, device=Device.DEFAULT), lambda: Tensor.ones(3) * 2,
+                     lambda: Tensor.eye(3, device=Device.DEFAULT)[0]):  # fmt: skip
+            a, b = make().contiguous(), make().contiguous()
+            Tensor.realize(a, b)
+            before = b.tolist()
+            a += 1
+            self.assertEqual(b.tolist(), before)
+            c, d = make().contiguous(), make().contiguous()
+            c.realize()
+            d.realize()
+            c += 1
+            self.assertEqual(d.tolist(), before)
+
+    def test_identical_graphs_over_buffers_share_as_in_tinygrad(self):
+        x = Tensor([1.0, 2.0]).realize()
+        c, d = x * 2, x * 2
+        Tensor.realize(c, d)
+        self.assertEqual((c.tolist(), d.tolist()), ([2.0, 4.0], [2.0, 4.0]))
+
     def test_one_tensor_realized_twice_in_one_call(self):
         a = Tensor.zeros(3).contiguous()
         Tensor.realize(a, a)
