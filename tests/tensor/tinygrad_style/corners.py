@@ -291,5 +291,29 @@ class TestFactoryTensorsAreTheirOwn(unittest.TestCase):
         self.assertEqual(a.tolist(), [1.0] * 3)
 
 
+class TestReadThenBackward(unittest.TestCase):
+    # reading data computes a copy and leaves the graph (TENSOR_API 0.1): the gradient still reaches the inputs
+    def test_item_numpy_tolist_before_backward(self):
+        for read in (lambda t: t.item(), lambda t: t.numpy(), lambda t: t.tolist()):
+            y = Tensor([2.0])
+            z = ((y * 3).sin() + y).sum()
+            read(z)
+            z.backward()
+            self.assertIsNotNone(y.grad)
+            np.testing.assert_allclose(y.grad.numpy(), [3 * np.cos(6.0) + 1], rtol=1e-5)
+
+    def test_logged_loss_then_step(self):
+        from tinygrad.nn.optim import SGD
+
+        w = Tensor([1.0, -2.0])
+        opt = SGD([w], lr=0.1)
+        with Tensor.train():
+            loss = (w * w).sum()
+            self.assertEqual(loss.item(), 5.0)
+            loss.backward()
+            opt.step()
+        np.testing.assert_allclose(w.numpy(), [0.8, -1.6], rtol=1e-6)
+
+
 if __name__ == "__main__":
     unittest.main()

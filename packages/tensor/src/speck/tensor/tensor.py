@@ -583,14 +583,19 @@ class Tensor(
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
-        self.realize()
-        off = view_offset(self.uop)
+        src = self
+        if dtypes.is_float(self.dtype) and base_buffer(self.uop) is None:
+            # a read computes a copy and leaves self's graph as it is (TENSOR_API 0.1), so gradients still reach
+            # its inputs: `print(loss.item()); loss.backward()` (the copy is remembered for graphs that hold it)
+            src = self._new(self.uop)
+        src.realize()
+        off = view_offset(src.uop)
         if off is None:
-            t = self.contiguous().realize()
+            t = src.contiguous().realize()
             off = view_offset(t.uop)
             u = t.uop
         else:
-            u = self.uop
+            u = src.uop
         assert off is not None
         bb = base_buffer(u)
         assert bb is not None
