@@ -516,8 +516,9 @@ class IndexingMixin:
         # literal 1s and 0s: weakint (TENSOR_API 3.3), read as the default int, adopting the dtype they meet
         return (idx.unsqueeze(-1) == type(self).arange(num_classes)).where(1, 0)
 
-    @staticmethod
-    def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
+        tensors = (self, *args)
         if indexing not in ("ij", "xy"):
             raise TensorValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensor_args("meshgrid", "argument", tensors)

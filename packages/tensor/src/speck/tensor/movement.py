@@ -287,6 +287,10 @@ class MovementMixin:
         d = self._resolve_dim(dim)
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
+    @staticmethod
+    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return tensors[0].cat(*tensors[1:], dim=dim)
+
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along dim (dtypes promoted; all other dims must match)."""
         tensor_args("cat", "argument", args, type(self))

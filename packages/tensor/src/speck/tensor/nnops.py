@@ -374,9 +374,6 @@ class NNMixin:
         keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
 
-    def relu6(self: Tensor) -> Tensor:
-        return self.relu() - (self - 6).relu()
-
     def sequential(self: Tensor, ll: list[Any]) -> Tensor:
         """Apply the callables in ll in order."""
         out = self

@@ -469,10 +469,13 @@ class ReduceMixin:
         return out + bias if bias is not None else out
 
     @staticmethod
-    def einsum_impl(formula: str, *operands: Tensor, dtype: Any = None) -> Tensor:
+    def einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
         """numpy's einsum: explicit ('ij,jk->ik') or implicit output (letters seen once, alphabetical), '...' for
         broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
-        The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
+        The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join.
+        The operands come as arguments or as one list."""
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
         if not isinstance(formula, str):  # ("'int' object has no attribute 'replace'")
             raise TensorTypeError(f"einsum: the formula must be a str like 'ij,jk->ik', got {type(formula).__name__}")
         f = formula.replace(" ", "")
