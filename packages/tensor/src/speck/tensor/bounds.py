@@ -41,6 +41,7 @@ OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "spars
 RECORD = 8
 
 _records: dict[str, UOp] = {}  # device -> the BUFFER of its record (created with the first check on the device)
+records = _records  # (Tensor.realize tests it before calling raise_recorded: empty until a kernel checks bounds)
 _views: dict[str, np.ndarray] = {}  # device -> a zero-copy view of the record, on host-visible devices
 
 

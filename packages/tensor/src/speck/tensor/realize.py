@@ -482,6 +482,7 @@ class _CaptureState(threading.local):
 
 
 _capture_state = _CaptureState()
+capture_state = _capture_state  # (Tensor.realize reads `.calls` on its per-op path: capture() without the frame)
 
 
 def capture() -> list[Entry] | None:

@@ -120,7 +120,12 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
     """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
     if not SCACHE.value:
         return None
-    sig = _signature(u)
+    for s in u.src:
+        if s.op is not _BUFFER:
+            sig = _signature(u)
+            break
+    else:  # one op over BUFFERs (the per-op case)
+        sig = _one_op_signature(u)
     if sig is None:
         return None
     key = (sig[0], device)
@@ -128,6 +133,25 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
     if got is not None:
         _touch(key)
     return key, sig[1], got
+
+
+def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
+    """_signature of a node whose sources are all BUFFERs (the same key): the walk's first step is all of it."""
+    if _wref(u) in realized_data:
+        return None
+    inputs: list[UOp] = []
+    parts: list[Any] = []
+    pos: list[int] = []
+    for s in u.src:
+        if s in inputs:  # (a source used twice: a + a)
+            pos.append(inputs.index(s))
+            continue
+        pos.append(len(inputs))
+        parts.append(("B", s.dtype, s.arg, s.src[1].arg, len(inputs)))
+        inputs.append(s)
+    ck = u._ck
+    parts.append((u.op, u.dtype, ck[3], ck[4], tuple(pos)))  # (u has sources: it is no UNIQUE)
+    return tuple(parts), inputs
 
 
 def schedule_with_cache(

@@ -134,6 +134,8 @@ def ssimplify(x: sint) -> sint:
     return x
 
 
+_int = int
+
 _PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
 
 
@@ -179,7 +181,8 @@ class UOp(_Slots):
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                 tag: Any = None) -> UOp:  # fmt: skip
-        ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
+        # (an int arg keyed inline: BUFFER sizes and UNIQUE ids, made on every realize, skip _argkey's frame)
+        ck = (op, dtype, src, arg if arg is None else (_int, arg) if arg.__class__ is _int else _argkey(arg), tag)
         ref = UOp._cache.get(ck)
         if ref is not None and (ret := ref()) is not None:
             return ret

@@ -1,0 +1,125 @@
+"""The shortcuts of the warm per-op path (issue 30's eager target), each checked against the general code it skips:
+the one-op signature against the full structural walk, the direct ALU node of `a + b` / `a * b` against
+speck.tensor.elementwise's functions, and the one-tensor `realize()` against realize_all around writes, deferred
+updates, weak and device-less tensors. Results are compared with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import Tensor, dtypes, schedule_cache
+from speck.tensor import elementwise as ew
+from speck.tensor.schedule import base_buffer, realized_cache
+from speck.uop import Ops, UOp
+
+_DTYPES = [dtypes.float32, dtypes.int32, dtypes.uint8, dtypes.bool, dtypes.float16, dtypes.int64]
+_OPS = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.WHERE, Ops.NEG, Ops.EXP2]
+
+
+def _buf(values: np.ndarray) -> UOp:
+    return Tensor(values).realize().uop
+
+
+@given(st.sampled_from(_OPS), st.sampled_from([dtypes.float32, dtypes.int32]), st.integers(1, 6),
+       st.lists(st.integers(0, 2), min_size=1, max_size=3), st.sampled_from([None, "t", 3]))  # fmt: skip
+def test_one_op_signature_is_the_full_walks(op: Ops, dt: object, n: int, picks: list[int], tag: object) -> None:
+    """Any node over BUFFERs (a source repeated, any arity, any tag) gets the key and inputs _signature gives it."""
+    bufs = [_buf(np.arange(n).astype(np.float32 if dt is dtypes.float32 else np.int32) + i) for i in range(3)]
+    srcs = tuple(bufs[i] for i in picks)
+    u = UOp(op, dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else srcs[0].dtype, srcs, None, tag)
+    fast = schedule_cache._one_op_signature(u)
+    full = schedule_cache._signature(u)
+    assert fast is not None and full is not None
+    assert fast[0] == full[0] and fast[1] == full[1] and all(a is b for a, b in zip(fast[1], full[1]))
+
+
+def test_one_op_signature_of_a_realized_node_is_none() -> None:
+    """A node whose realization is cached reads that buffer: neither walk keys it."""
+    u = UOp(Ops.ADD, dtypes.float32, (_buf(np.ones(3, np.float32)), _buf(np.ones(3, np.float32))))
+    realized_cache[u] = u.src[0]
+    try:
+        assert schedule_cache._one_op_signature(u) is None and schedule_cache._signature(u) is None
+    finally:
+        del realized_cache[u]
+
+
+def test_one_op_keys_differ_where_plans_must() -> None:
+    """Shape, dtype, device, op, a repeated source and an arg change the key; other buffers of the same kind don't."""
+    f = np.arange(4, dtype=np.float32)
+    a, b, c = _buf(f), _buf(f + 1), _buf(f + 2)
+
+    def key(u: UOp) -> object:
+        got = schedule_cache._one_op_signature(u)
+        assert got is not None
+        return got[0]
+
+    base = key(UOp(Ops.ADD, dtypes.float32, (a, b)))
+    assert key(UOp(Ops.ADD, dtypes.float32, (b, c))) == base
+    others = [UOp(Ops.ADD, dtypes.float32, (a, a)), UOp(Ops.MUL, dtypes.float32, (a, b)),
+              UOp(Ops.ADD, dtypes.float32, (_buf(f[:3]), _buf(f[:3]))),
+              UOp(Ops.ADD, dtypes.int32, (_buf(f.astype(np.int32)), _buf(f.astype(np.int32)))),
+              UOp(Ops.ADD, dtypes.float32, (a, b), None, "tag")]  # fmt: skip
+    assert all(key(o) != base for o in others)
+
+
+@pytest.mark.parametrize("dt", _DTYPES)
+@pytest.mark.parametrize("name", sorted(f.__name__ for f in ew.ONE_NODE))
+def test_direct_node_is_the_elementwise_functions(name: str, dt: object) -> None:
+    """The node Tensor._binary makes itself is the node the elementwise function makes (hash-consing: the same
+    object), for every strong dtype."""
+    fn = getattr(ew, name)
+    x = Tensor(np.arange(4) % 2, dtype=dt).realize()  # type: ignore[arg-type]
+    y = Tensor(np.arange(4) % 3, dtype=dt).realize()  # type: ignore[arg-type]
+    out = getattr(x, name)(y)
+    assert out.uop is fn(x.uop, y.uop, x.device)
+    np.testing.assert_array_equal(
+        out.numpy(), getattr(np, {"add": "add", "mul": "multiply"}[name])(x.numpy(), y.numpy())
+    )
+
+
+@given(st.lists(st.floats(-100, 100, width=32), min_size=1, max_size=5), st.integers(0, 3))
+def test_eager_ops_match_numpy_around_writes(xs: list[float], k: int) -> None:
+    """realize() of one tensor (the shortcut) with writes pending, after them, and on a weak or device-less tensor
+    gives what numpy gives."""
+    x = np.array(xs, np.float32)
+    a, b = Tensor(x).realize(), Tensor(x * 2).realize()
+    c = a + b  # made before the write: sees the old a
+    a.assign(a + float(k))  # pending until something reads a
+    d = (a * b).realize()  # needs the write first
+    np.testing.assert_array_equal(c.realize().numpy(), x + x * 2)
+    np.testing.assert_array_equal(d.numpy(), (x + np.float32(k)) * (x * 2))
+    np.testing.assert_array_equal((a + b).realize().numpy(), (x + np.float32(k)) + x * 2)
+    w = Tensor(k).realize()  # weak: nothing to compute
+    assert w.item() == k
+
+
+def test_realize_of_a_weak_tensor_still_runs_pending_writes() -> None:
+    """realize() of a tensor with no storage runs the writes pending (like realize_all of nothing)."""
+    a = Tensor(np.zeros(3, np.float32)).realize()
+    a.assign(a + 1)
+    Tensor(2).realize()
+    from speck.tensor.writes import pending
+
+    assert not pending()
+    np.testing.assert_array_equal(a.numpy(), np.ones(3, np.float32))
+
+
+def test_realize_of_one_sharded_or_cached_tensor_takes_the_general_path() -> None:
+    """The one-tensor realize() leaves what is not a plain single-device graph (a sharded tensor; a graph whose
+    realization is cached) to the general path, which still computes it."""
+    x = np.arange(8, dtype=np.float32)
+    s = Tensor(x).shard(("CPU:0", "CPU:1"), axis=0)
+    out = (s + s).realize()
+    assert all(base_buffer(sh) is not None for sh in out.uop.shards)  # computed now, not at the read
+    np.testing.assert_array_equal(out.numpy(), x + x)
+    a = Tensor(x).realize()
+    c = a * 3
+    held = c.uop  # (held: its realization is remembered)
+    c.realize()
+    d = Tensor(held)
+    d.realize()
+    assert base_buffer(d.uop) is not None
+    np.testing.assert_array_equal(d.numpy(), x * 3)
