@@ -123,3 +123,41 @@ def test_realize_of_one_sharded_or_cached_tensor_takes_the_general_path() -> Non
     d.realize()
     assert base_buffer(d.uop) is not None
     np.testing.assert_array_equal(d.numpy(), x * 3)
+
+
+@given(st.booleans(), st.sampled_from([Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.MAX]), st.sampled_from(["CPU", "CPU:1"]))
+def test_cached_plan_binary_key_is_the_full_walks(same: bool, op: Ops, device: str) -> None:
+    """cached_plan's inline key of a binary node over BUFFERs (a + a included) is (_signature's key, device)."""
+    f = np.arange(5, dtype=np.float32)
+    a = _buf(f)
+    b = a if same else _buf(f * 2)
+    u = UOp(op, dtypes.bool if op is Ops.CMPLT else dtypes.float32, (a, b))
+    got = schedule_cache.cached_plan(u, device)
+    full = schedule_cache._signature(u)
+    assert got is not None and full is not None
+    assert got[0] == (full[0], device) and got[1] == full[1]
+
+
+def test_buffer_node_is_the_constructors_node() -> None:
+    """UOp.buffer_node makes the BUFFER (and UNIQUE) the constructor makes, hash-consed with it either way round."""
+    dev = UOp(Ops.DEVICE, arg="CPU")
+    n = 10**12 + 7  # (an id no counter hands out here)
+    made = UOp.buffer_node(dev, 6, dtypes.int32, n)
+    assert made is UOp(Ops.BUFFER, dtypes.int32, (UOp(Ops.UNIQUE, dtypes.void, (), n), dev), 6)
+    assert made.src[0].arg == n and made.arg == 6 and made.src[1] is dev
+    other = UOp(Ops.BUFFER, dtypes.float32, (UOp(Ops.UNIQUE, dtypes.void, (), n + 1), dev), 3)
+    assert UOp.buffer_node(dev, 3, dtypes.float32, n + 1) is other
+    assert UOp.buffer_node(dev, 3, dtypes.float32, n + 2) is not other
+
+
+def test_warm_outputs_keep_shape_device_and_values() -> None:
+    """The warm path's output is a BUFFER of the plan's size, dtype and device, viewed in the graph's shape."""
+    for shape, dev in (((2, 3), "CPU"), ((6,), "CPU"), ((3, 1, 2), "CPU:1")):
+        x = np.arange(6, dtype=np.float32).reshape(shape)
+        a, b = Tensor(x, device=dev).realize(), Tensor(x + 1, device=dev).realize()
+        outs = [(a * b).realize() for _ in range(3)]
+        for o in outs:
+            assert o.shape == shape and o.device == dev and o.dtype == dtypes.float32
+            buf = base_buffer(o.uop)
+            assert buf is not None and buf.arg == 6 and buf.src[1].arg == dev
+            np.testing.assert_array_equal(o.numpy(), x * (x + 1))

@@ -7,6 +7,7 @@ sit in the LRU cache (counted in `cached`) until reused by an allocation of the 
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import threading
 from collections import OrderedDict
@@ -270,8 +271,8 @@ class HostAllocator(Allocator):
     def _alloc(self, nbytes: int, options: BufferOptions) -> HostMemory:
         return HostMemory(nbytes)
 
-    def address(self, opaque: HostMemory) -> int:
-        return opaque.addr
+    # (a C callable, not a method: Buffer.ptr calls it for every fresh buffer, so no Python frame)
+    address = staticmethod(operator.attrgetter("addr"))  # type: ignore[assignment]
 
     def as_memoryview(self, opaque: HostMemory, offset: int, nbytes: int) -> memoryview:
         return opaque.mv[offset : offset + nbytes]

@@ -24,6 +24,7 @@ a device that moves data itself."""
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +81,7 @@ class Host(NamedTuple):
 
 
 Call = Exec | Copy | Host
+_ptr = operator.attrgetter("ptr")
 
 
 def reads_writes(call: Call) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -246,7 +248,8 @@ class Batch:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
         # (.ptr gives a buffer without memory its memory)
-        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
+        # (map: no listcomp frame)
+        cur = list(map(_ptr, bufs if self.every else map(bufs.__getitem__, self.slots)))
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):
@@ -273,7 +276,10 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
                 b.graph.replay()
             finally:
                 plan.lock.release()
-            count_run(b.kernels, 0, b.ops, b.mem)
+            c = COUNTS  # (count_run, inlined)
+            c.kernel_count += b.kernels
+            c.global_ops += b.ops
+            c.global_mem += b.mem
             return None
     return _run(plan, bufs, var_vals or {}, wait, timing, count)
 

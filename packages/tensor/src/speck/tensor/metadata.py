@@ -92,7 +92,7 @@ def record(u: UOp) -> None:
         m = Metadata(name, f"{f.f_code.co_filename}:{f.f_lineno}", backward)
     elif (m := _SHARED.get((name, backward))) is None:  # type: ignore[assignment]
         m = _SHARED[(name, backward)] = Metadata(name, "", backward)
-    _remember(u, m)
+    node_metadata_data[_ref(u, _drop)] = m  # (_remember, inlined)
 
 
 def mark_backward(forward: UOp, grads: list[UOp]) -> None:

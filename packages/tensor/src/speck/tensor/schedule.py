@@ -65,7 +65,19 @@ def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
     """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
     if (dev := _device_uops.get(device)) is None:
         dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
-    return UOp(_BUFFER, dtype, (UOp(_UNIQUE, _VOID, (), next(_unique_counter)), dev), size)
+    return UOp.buffer_node(dev, size, dtype, next(_unique_counter))
+
+
+def device_node(device: str) -> UOp:
+    """The DEVICE node of a device name (the one new_buffer_uop puts under its BUFFERs)."""
+    if (dev := _device_uops.get(device)) is None:
+        dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
+    return dev
+
+
+def next_unique() -> Callable[[], int]:
+    """The counter numbering new BUFFERs' UNIQUE nodes, as a C callable (the warm realize path calls it)."""
+    return _unique_counter.__next__
 
 
 # enum members and dtypes the per-op paths use, as module constants (in Python 3.11 each `Ops.X` is an attribute

@@ -135,6 +135,7 @@ def ssimplify(x: sint) -> sint:
 
 
 _int = int
+_UNIQUE, _BUFFER, _VOID = Ops.UNIQUE, Ops.BUFFER, dtypes.void
 
 _PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
 
@@ -192,6 +193,36 @@ class UOp(_Slots):
         fresh.__class__ = UOp  # type: ignore[assignment]
         self: UOp = fresh  # type: ignore[assignment]
         UOp._cache[ck] = weakref.ref(self)
+        return self
+
+    @staticmethod
+    def buffer_node(device: UOp, size: int, dtype: DType, unique: int) -> UOp:
+        """`UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), unique), device), size)` in one call: the same
+        two nodes, hash-consed as the constructor does (a realize makes one per output buffer, so the two
+        constructor calls are inlined here)."""
+        cache = UOp._cache
+        ck: tuple[Any, ...] = (_UNIQUE, _VOID, (), (_int, unique), None)
+        ref = cache.get(ck)
+        uq = ref() if ref is not None else None
+        if uq is None:
+            fresh = object.__new__(_Fresh)
+            fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _UNIQUE, _VOID, (), unique, None
+            fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+            fresh.__class__ = UOp  # type: ignore[assignment]
+            made: UOp = fresh  # type: ignore[assignment]
+            cache[ck] = weakref.ref(made)
+            uq = made
+        src: tuple[UOp, ...] = (uq, device)
+        ck = (_BUFFER, dtype, src, (_int, size) if size.__class__ is _int else _argkey(size), None)
+        ref = cache.get(ck)
+        if ref is not None and (ret := ref()) is not None:
+            return ret
+        fresh = object.__new__(_Fresh)
+        fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _BUFFER, dtype, src, size, None
+        fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+        fresh.__class__ = UOp  # type: ignore[assignment]
+        self: UOp = fresh  # type: ignore[assignment]
+        cache[ck] = weakref.ref(self)
         return self
 
     def __del__(self) -> None:
