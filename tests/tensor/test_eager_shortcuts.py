@@ -161,3 +161,37 @@ def test_warm_outputs_keep_shape_device_and_values() -> None:
             buf = base_buffer(o.uop)
             assert buf is not None and buf.arg == 6 and buf.src[1].arg == dev
             np.testing.assert_array_equal(o.numpy(), x * (x + 1))
+
+
+def test_warm_outputs_leave_buffer_map_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm output's buffer_map entry goes when its tensor dies - also after an assign replaced its storage, after
+    a TinyJit used it as an input, and after its entry was dropped by hand - and no death callback complains."""
+    import gc
+    import sys
+
+    from speck.tensor import TinyJit
+    from speck.tensor.schedule import buffer_map
+
+    complaints: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", complaints.append)
+    x = np.arange(4, dtype=np.float32)
+    a, b = Tensor(x).realize(), Tensor(x + 1).realize()
+    (a + b).realize()
+    before = len(buffer_map)
+
+    @TinyJit
+    def step(t: Tensor) -> Tensor:
+        return (t * 2).contiguous()
+
+    for i in range(4):
+        outs = [(a + b).realize() for _ in range(3)]
+        outs[0].assign(a * float(i))
+        np.testing.assert_array_equal(step(outs[1]).numpy(), (x + x + 1) * 2)
+        buffer_map.pop(base_buffer(outs[2].uop))
+        np.testing.assert_array_equal(outs[0].numpy(), x * float(i))
+        del outs
+        gc.collect()
+    del step
+    gc.collect()
+    assert len(buffer_map) <= before + 2  # (the jit's last output may linger with the jit's own state)
+    assert complaints == []

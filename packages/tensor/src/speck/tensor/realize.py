@@ -89,7 +89,11 @@ register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind 
 
 
 _buffer_node, _next_unique = UOp.buffer_node, next_unique()
-_unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)
+# the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
+# WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
+# keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
+# iterates buffer_map (a removal during WeakKeyDictionary iteration is what its remove defers)
+_unmap = buffer_map_data.pop
 
 
 def _file_options(device: str) -> Any:

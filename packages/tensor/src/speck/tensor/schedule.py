@@ -26,6 +26,7 @@ from speck.uop.helpers import prod
 # ---------------- realized buffers ----------------
 _unique_counter = itertools.count()
 # BUFFER UOp -> device buffer object (speck.hcq Buffer). Weak on the key: a buffer dies with the last graph using it.
+# Never iterated: the warm realize path's keys drop their entries with the dict's own pop (see realize._unmap)
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
