@@ -24,7 +24,6 @@ a device that moves data itself."""
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,7 +80,6 @@ class Host(NamedTuple):
 
 
 Call = Exec | Copy | Host
-_ptr = operator.attrgetter("ptr")
 
 
 def reads_writes(call: Call) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -248,8 +246,7 @@ class Batch:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
         # (.ptr gives a buffer without memory its memory)
-        # (map: no listcomp frame)
-        cur = list(map(_ptr, bufs if self.every else map(bufs.__getitem__, self.slots)))
+        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):
