@@ -199,3 +199,27 @@ def test_warm_outputs_leave_buffer_map_quietly(monkeypatch: pytest.MonkeyPatch) 
     assert [n() for n in nodes if n() is not None] == []
     assert [k for k in list(buffer_map_data) if k() is None] == []  # no entry outlived its key
     assert complaints == []
+
+
+def test_direct_nodes_are_named_after_the_outermost_public_op() -> None:
+    """The node a + b makes directly is named like any node: the outermost public Tensor method on the stack (`+` by
+    the user: __add__; `add`; `square`, which multiplies inside), marked backward when made by backward()."""
+    from speck.tensor import Context
+    from speck.tensor.metadata import metadata_of
+
+    x = np.arange(3, dtype=np.float32) + 1
+    a, b = Tensor(x).realize(), Tensor(x * 2).realize()
+
+    def name(t: Tensor) -> object:
+        m = metadata_of(t.uop)
+        return None if m is None else (m.name, m.backward)
+
+    # (other operand orders: hash-consing gives a + b and a.add(b) one node, and the first op's name wins)
+    assert name(a + b) == ("__add__", False) and name(b.add(a)) == ("add", False) and name(a * b) == ("__mul__", False)
+    assert name(a.square()) == ("square", False) and name(b.mul(a)) == ("mul", False)
+    with Context(TRACEMETA=0):
+        assert name(a + a) is None
+    w = Tensor(x, requires_grad=True)
+    (w * b).sum().backward()
+    assert w.grad is not None
+    np.testing.assert_array_equal(w.grad.numpy(), x * 2)

@@ -662,14 +662,22 @@ class Tensor(
             if xu.dtype is yu.dtype and (((xs := xu._shape) == yu._shape and xs.__class__ is tuple)
                                          or xu.shape == yu.shape) \
                     and self._device is not None and y._device is not None:  # fmt: skip
-                # (dtypes are interned) an op that is one ALU node for every strong dtype is made here directly
-                if (op := ew.ONE_NODE.get(fn)) is not None and xu.__class__ is UOp and yu.__class__ is UOp \
-                        and xu.dtype not in WEAK_DTYPES:  # fmt: skip
-                    out = self._new(UOp(op, xu.dtype, (xu, yu)))
-                else:
-                    out = self._new(fn(xu, yu, self._device))
                 if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
-                    out.requires_grad = o
+                    rg = o
+                # (dtypes are interned) an op that is one ALU node for every strong dtype is made here directly, and
+                # so is its Tensor (self._new inlined; the metadata walk starts at this method's caller, as _new's
+                # would one frame up: this method is private, it names no op)
+                if (op := ew.ONE_NODE.get(fn)) is not None and xu.__class__ is UOp and yu.__class__ is UOp \
+                        and xu.dtype not in WEAK_DTYPES and self._device.__class__ is str:  # fmt: skip
+                    u = UOp(op, xu.dtype, (xu, yu))
+                    out = Tensor.__new__(Tensor)
+                    out._uop, out._ver, out._device = u, ep, self._device
+                    out.requires_grad, out.grad, out.is_param = rg, None, True
+                    _track(out)
+                    _record_metadata(u)
+                    return out
+                out = self._new(fn(xu, yu, self._device))
+                out.requires_grad = rg
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
