@@ -273,10 +273,7 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
                 b.graph.replay()
             finally:
                 plan.lock.release()
-            c = COUNTS  # (count_run, inlined)
-            c.kernel_count += b.kernels
-            c.global_ops += b.ops
-            c.global_mem += b.mem
+            count_run(b.kernels, 0, b.ops, b.mem)
             return None
     return _run(plan, bufs, var_vals or {}, wait, timing, count)
 
