@@ -142,6 +142,13 @@ def test_cached_plan_binary_key_is_the_full_walks(same: bool, op: Ops, device: s
     assert got[0] == (full[0], device) and got[1] == full[1]
 
 
+@pytest.mark.parametrize("u", [UOp(Ops.UNIQUE, dtypes.void, (), 10**12 + 99), UOp.const(dtypes.float32, -0.0)])
+def test_cached_plan_of_a_node_without_sources_is_the_full_walks(u: UOp) -> None:
+    got = schedule_cache.cached_plan(u, "CPU")
+    full = schedule_cache._signature(u)
+    assert got is not None and full is not None and got[0] == (full[0], "CPU")
+
+
 def test_buffer_node_is_the_constructors_node() -> None:
     """UOp.buffer_node makes the BUFFER (and UNIQUE) the constructor makes, hash-consed with it either way round."""
     dev = UOp(Ops.DEVICE, arg="CPU")

@@ -142,8 +142,8 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
         if s.op is not _BUFFER:
             sig = _signature(u)
             break
-    else:  # one op over BUFFERs
-        sig = _one_op_signature(u)
+    else:  # one op over BUFFERs (a node without sources, a UNIQUE maybe, takes the walk)
+        sig = _one_op_signature(u) if src else _signature(u)
     if sig is None:
         return None
     key = (sig[0], device)
