@@ -139,6 +139,9 @@ def ssimplify(x: sint) -> sint:
     return x
 
 
+_int = int
+_UNIQUE, _BUFFER, _VOID = Ops.UNIQUE, Ops.BUFFER, dtypes.void
+
 _PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
 
 
@@ -191,7 +194,8 @@ class UOp(_Slots):
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                 tag: Any = None) -> UOp:  # fmt: skip
-        ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
+        # (an int arg keyed inline: BUFFER sizes and UNIQUE ids, made on every realize, skip _argkey's frame)
+        ck = (op, dtype, src, arg if arg is None else (_int, arg) if arg.__class__ is _int else _argkey(arg), tag)
         ref = UOp._cache.get(ck)
         if ref is not None and (ret := ref()) is not None:
             return ret
@@ -201,6 +205,36 @@ class UOp(_Slots):
         fresh.__class__ = UOp  # type: ignore[assignment]
         self: UOp = fresh  # type: ignore[assignment]
         UOp._cache[ck] = weakref.ref(self)
+        return self
+
+    @staticmethod
+    def buffer_node(device: UOp, size: int, dtype: DType, unique: int) -> UOp:
+        """`UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), unique), device), size)` in one call: the same
+        two nodes, hash-consed as the constructor does (a realize makes one per output buffer, so the two
+        constructor calls are inlined here)."""
+        cache = UOp._cache
+        ck: tuple[Any, ...] = (_UNIQUE, _VOID, (), (_int, unique), None)
+        ref = cache.get(ck)
+        uq = ref() if ref is not None else None
+        if uq is None:
+            fresh = object.__new__(_Fresh)
+            fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _UNIQUE, _VOID, (), unique, None
+            fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+            fresh.__class__ = UOp  # type: ignore[assignment]
+            made: UOp = fresh  # type: ignore[assignment]
+            cache[ck] = weakref.ref(made)
+            uq = made
+        src: tuple[UOp, ...] = (uq, device)
+        ck = (_BUFFER, dtype, src, (_int, size) if size.__class__ is _int else _argkey(size), None)
+        ref = cache.get(ck)
+        if ref is not None and (ret := ref()) is not None:
+            return ret
+        fresh = object.__new__(_Fresh)
+        fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _BUFFER, dtype, src, size, None
+        fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+        fresh.__class__ = UOp  # type: ignore[assignment]
+        self: UOp = fresh  # type: ignore[assignment]
+        cache[ck] = weakref.ref(self)
         return self
 
     def __del__(self) -> None:
