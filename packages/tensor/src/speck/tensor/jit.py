@@ -519,7 +519,7 @@ def _fold_copies(calls: list[Entry], keep: set[UOp]) -> list[Entry]:
         return calls
     out: list[Entry] = []
     for c in folded:
-        if type(c) is Copy:
+        if isinstance(c, Copy):
             out.append((c._replace(dst=0, src=1), (uops[c.dst], uops[c.src])))
         else:
             out.append((c._replace(args=tuple(range(len(c.args)))), tuple(uops[a] for a in c.args)))
