@@ -8,8 +8,8 @@ weak literal taking the other operand's dtype, dtypes join by `least_upper_dtype
 concrete dtype is computed in it, a device-less operand takes the other's device, shapes broadcast as numpy's), and
 the ops (`add`, `div`, `lt`, `where`, `sqrt`, ...) build the nodes, folding weak literals and running sharded
 operands per shard. The device is passed where a constant must be placed (None: device-less, a tuple: sharded).
-Tensor wraps them in one place (the "elementwise primitives" section of tensor.py: Tensor/scalar operands in, a
-Tensor with the operands' requires_grad out).
+Tensor wraps them in one place (`_binary` and `_unary` in tensor.py: Tensor/scalar operands in, a Tensor with the
+operands' requires_grad out); the methods over them (`+`, `add`, `<`, `where`, `sqrt`, ...) are operators.py's.
 
 `ElementwiseMixin` holds the math composed from those Tensor methods (exp, sin, erf, pow, the activations, ...):
 those compositions use the public Tensor API only, so the gradients they declare see the same graph users do."""

@@ -131,10 +131,38 @@ def flip(u: UOp, axis: tuple[Any, ...]) -> UOp:
 
 
 class MovementMixin:
-    """The movement methods of Tensor composed from its primitives (reshape, permute, expand, pad, shrink, flip:
-    the functions above, which tensor.py wraps)."""
+    """The movement methods of Tensor: the primitives (reshape, permute, expand, shrink, flip: the functions above,
+    through tensor.py's one wrapper `_move`) and what is composed from them."""
 
     __slots__ = ()
+
+    # ---------------- the primitives, wrapped (Tensor._move: a view of self, or self) ----------------
+    def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
+        return resolve_dim(self.shape, dim, extra)
+
+    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+        return self._move(reshape, argfix(shape, *args))
+
+    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        return self._move(reshape, argfix(shape, *args))
+
+    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+        return self._move(permute, argfix(order, *args))
+
+    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
+        return self._move(expand, argfix(shape, *args))
+
+    def shrink(self: Tensor, arg: Any) -> Tensor:
+        """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        return self._move(shrink, arg)
+
+    def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
+        return self._move(shrink, tuple((start, stop) if i == d else None for i in range(self.ndim)))
+
+    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
+        return self._move(flip, argfix(axis, *args))
 
     def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
@@ -183,9 +211,6 @@ class MovementMixin:
                     parts.append(t._slice_dim(d, 0, a))
             t = parts[0].cat(*parts[1:], dim=d)
         return t
-
-    def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
-        return self.shrink(tuple((start, stop) if i == d else None for i in range(self.ndim)))
 
     # ---------------- composed ----------------
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:

@@ -14,6 +14,7 @@ from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
 from speck.tensor.movement import reshape, resolve_dim
+from speck.tensor.nodes import _dt
 from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.tensor.weak import materialized
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float, sint, sum_acc_dtype
@@ -156,10 +157,26 @@ def prod_(
 
 
 class ReduceMixin:
-    """The reductions, scans, sorting and linear algebra of Tensor composed from its primitives (sum, prod, max:
-    the functions above, which tensor.py wraps)."""
+    """The reductions, scans, sorting and linear algebra of Tensor: the primitives (sum, prod, max: the functions
+    above, through tensor.py's wrappers `_reduced` / `_reduce`) and what is composed from them."""
 
     __slots__ = ()
+
+    # ---------------- the primitives, wrapped (Tensor._reduced) ----------------
+    def _axes(self: Tensor, axis: Any) -> tuple[int, ...]:
+        return axes_of(self.shape, axis)
+
+    def _concrete(self: Tensor) -> Tensor:
+        u = self.uop
+        return self if (c := concrete(u)) is u else self._new(c)
+
+    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+        return self._reduced(*sum_(self.uop, self._device, axis, keepdim, _dt(dtype)))
+
+    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
+        return self._reduced(*prod_(self.uop, self._device, axis, keepdim, _dt(dtype)))
 
     def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         self._nonempty("max", axis)
