@@ -493,6 +493,16 @@ def test_single_vector_block_reuses_the_vector_load_across_channels() -> None:
     check_preserved(ast, r)
 
 
+def test_half_vector_columns_still_block_with_avx512() -> None:
+    """8 output columns are half of AVX-512's 16 lanes: LLVM (any vector width) blocks them as with AVX2 (they used
+    to get no block at all: conv1's forward ran 2.5x slower on AVX-512)."""
+    ast = single_channel_conv()
+    r = LLVMRenderer(max_vector_bytes=64)
+    assert heuristic(ast, r) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8)]
+    uops = check_preserved(ast, r)
+    assert any(u.op is Ops.LOAD and u.dtype.count == 8 for u in uops)
+
+
 @pytest.mark.parametrize("ast_fn", [lambda: matmul(8, 32, 10, transposed_b=True), lambda: channel_sum(6, True)],
                          ids=["ten_columns", "six_wide_rows"])  # fmt: skip
 def test_c_renderer_keeps_power_of_two_vector_widths(ast_fn) -> None:  # type: ignore[no-untyped-def]

@@ -94,7 +94,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
                                renderer.vector_registers, renderer.wide_shuffles)  # fmt: skip
         climit = split
     gated = _gated_axes(sink, outs)
-    block = _block(glob, outs, loads, col, lanes, climit, gated) if col is not None else None
+    narrow = renderer.odd_vector_widths
+    block = _block(glob, outs, loads, col, lanes, climit, gated, narrow) if col is not None else None
     # a convolution (a reduction over channels and a window) vectorizes better over its output channels, read
     # contiguously from channel-last weights, than along an output row whose input loads shift with the window
     # (the transposed convolution of conv2's input gradient: 56 -> 87 GFLOPS)
@@ -109,7 +110,7 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
             a = outs[alt]
             if alt != col and any(_depends(ix, a) for ix in inner) and \
                     all(_stride(ix, a) == 1 for ix in inner if _depends(ix, a)):  # fmt: skip
-                if (alt_block := _block(glob, outs, inner, alt, lanes, gated=gated)) is not None:
+                if (alt_block := _block(glob, outs, inner, alt, lanes, gated=gated, narrow=narrow)) is not None:
                     block, col = alt_block, alt
                     break
     if block is None or col is None:
@@ -152,13 +153,16 @@ def _gated_axes(sink: UOp, outs: list[UOp]) -> set[UOp]:
 
 
 def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: int,
-           climit: int | None = None, gated: set[UOp] | None = None) -> tuple[int, int, int] | None:  # fmt: skip
+           climit: int | None = None, gated: set[UOp] | None = None,
+           narrow: bool = False) -> tuple[int, int, int] | None:  # fmt: skip
     """(row axis, row amount, column amount) of a register block with vector axis col (at most climit columns,
     default 2 vectors), or None: the row is another output axis some load ignores (upcasting it reuses that load
     across rows). Axes in `gated` (see _gated_axes) are rows only when nothing else is."""
     camt = _pow2_amount(const_size(outs[col]) or 1, climit or 2 * lanes)
     rows = list(reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]))
-    if camt < lanes or not rows:
+    # `narrow`: a renderer whose vectors may be narrower than a register (odd_vector_widths) blocks a column of 8
+    # lanes, half an AVX-512 vector, too (conv1's 24-wide output rows: 2.8 -> 1.1 ms single-core)
+    if camt < (min(lanes, 8) if narrow else lanes) or not rows:
         return None
     # the row with the biggest block (the innermost on a tie): ROW_BLOCK rows where they divide it, else up to
     # ROW_BLOCK + 1. A row of 10 or 6 splits by 2 as a power of two, but 5 or 3 rows fill the registers better
