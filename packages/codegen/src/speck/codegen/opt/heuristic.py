@@ -228,9 +228,10 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
         if n is None or not any(_stride(ix, r) == 1 for ix in loads):
             continue
         uamt = _pow2_amount(n, lanes)
-        # half a vector still beats gathers, and so does a 4-lane one with AVX-512's 16 lanes (a 20-wide image row
-        # unrolls by 4: BatchNorm's backward sums over 128x20x20 after a max-pool, 3.1 -> 1.0 ms single-core)
-        if uamt < min(max(lanes // 2, 2), 4):
+        # half a vector still beats gathers, and so does a 4-lane one with AVX-512's 16 lanes where the renderer
+        # takes any vector width (LLVM; a 20-wide image row unrolls by 4: BatchNorm's backward sums over 128x20x20
+        # after a max-pool, 3.1 -> 1.0 ms single-core; the x86 selector can't mix such vectors with 16-lane ones)
+        if uamt < (min(max(lanes // 2, 2), 4) if any_width else max(lanes // 2, 2)):
             if not (any_width and 2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
                 return None
             uamt = n  # a short row of a long reduction (a 6x6 feature map) unrolls whole
