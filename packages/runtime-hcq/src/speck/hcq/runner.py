@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from speck.codegen.program import reads_only_where_it_stores
 from speck.hcq.buffer import Buffer as _Buffer
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
@@ -158,8 +159,6 @@ def _renamed(call: Call, old: int, new: int) -> Call:
 def _in_place_ok(call: Exec, store_pos: int, read_pos: int) -> bool:
     """Whether kernel `call` stays exact when the buffer at argument `read_pos` is its output (`store_pos`) too: by
     its AST (a program loaded without one never is)."""
-    from speck.codegen.program import reads_only_where_it_stores
-
     ast = getattr(getattr(call.program, "spec", None), "ast", None)
     return isinstance(ast, UOp) and reads_only_where_it_stores(ast, store_pos, read_pos)
 
