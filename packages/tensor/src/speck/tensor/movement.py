@@ -39,6 +39,30 @@ def resolve_dim(shape: tuple[sint, ...], dim: int, extra: int = 0) -> int:
     return dim + n if dim < 0 else dim
 
 
+def _sym_quotient(dims: tuple[Any, ...], others: list[Any]) -> Any:
+    """prod(dims) / prod(others) as a symbolic size when it divides for every value of the Variables, else None:
+    identical symbolic factors cancel ((i, 6) -> (i, -1) is 6), the rest is divided on the unbound Variables (a
+    bound one would simplify to its current value) and bound again after ((i, 6) -> (-1, 3) is i*2)."""
+    num, den = list(dims), []
+    for d in others:
+        if isinstance(d, UOp) and any(d is n for n in num):
+            num.pop(next(k for k, n in enumerate(num) if n is d))
+        else:
+            den.append(d)
+    numel, rest = prod(num), prod(den)
+    binds = {n: n.src[0] for x in (numel, rest) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
+
+    def free(x: Any) -> Any:
+        return x.substitute(binds).simplify() if isinstance(x, UOp) else x
+
+    q = free(numel) // free(rest)
+    q = q.simplify() if isinstance(q, UOp) else q
+    back = q * free(rest)
+    if (back.simplify() if isinstance(back, UOp) else back) is not free(numel):
+        return None
+    return q.substitute({v: b for b, v in binds.items()}) if isinstance(q, UOp) else q
+
+
 # ---------------- primitives: functions over UOps (u itself when there is nothing to do) ----------------
 def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
     """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
@@ -58,8 +82,12 @@ def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
             if numel % rest != 0:
                 raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new}")
             new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
-        else:
-            raise TensorValueError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
+        else:  # symbolic: the quotient, when it divides exactly ((6*i).reshape(-1, 3) is 2*i, (i, 6) -> (i, -1) is 6)
+            inferred = _sym_quotient(shape, [s for s in new if not (isinstance(s, int) and s == -1)])
+            if inferred is None:
+                raise TensorValueError(f"reshape {shape} to {new}: -1 can't be inferred, {rest} doesn't divide the "
+                                       f"symbolic size {numel}; give every dim explicitly")  # fmt: skip
+            new = tuple(inferred if (isinstance(s, int) and s == -1) else s for s in new)
     nn = prod(new)
     if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
         raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({nn} elements)")
@@ -337,8 +365,8 @@ class MovementMixin:
 
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
-        reps = argfix(repeats, *args)
-        if any(not isinstance(r, int) or r < 0 for r in reps):
+        reps = tuple(whole("repeat", "a repeat count", r) for r in argfix(repeats, *args))
+        if any(r < 0 for r in reps):
             raise TensorValueError(f"repeat counts must be integers >= 0, got {reps}")
         if len(reps) < self.ndim:
             raise TensorValueError(
@@ -356,6 +384,9 @@ class MovementMixin:
         return self.repeat(r)
 
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+        repeats = whole("repeat_interleave", "repeats", repeats)
+        if repeats < 0:  # (it surfaced as "reshape to (-3,)", an op the caller never called)
+            raise TensorValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
         t = self.flatten() if dim is None else self
         d = 0 if dim is None else t._resolve_dim(dim)
         s = t.shape

@@ -208,16 +208,20 @@ class ReduceMixin:
         self = self._concrete()
         ft = least_upper_float(self.dtype)
         n = self._count(axis)
-        s = self.cast(ft).sum(axis, keepdim)
-        return s / n if not (isinstance(n, int) and n == 0) else s * math.nan
+        # divided in the accumulation dtype before the cast back: half's sum of 70000 twos is inf, its mean 2
+        s = self.cast(ft).sum(axis, keepdim, dtype=sum_acc_dtype(ft))
+        return (s / n if not (isinstance(n, int) and n == 0) else s * math.nan).cast(ft)
 
     def var(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof)."""
+        """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof). Squares are taken,
+        summed and divided in the accumulation dtype (float32 for half, where 400**2 is already inf), then cast back,
+        as mean does."""
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
-        sq = ((self.cast(m.dtype) - m) ** 2).sum(axis, keepdim)
+        acc = sum_acc_dtype(m.dtype)
+        sq = ((self.cast(m.dtype) - m).cast(acc) ** 2).sum(axis, keepdim)
         out: Tensor = sq / max(n - correction, 0)  # no degrees of freedom left: x / 0 (inf, or NaN for one element)
-        return out
+        return out.cast(m.dtype)
 
     def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()

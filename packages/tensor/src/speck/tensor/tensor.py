@@ -553,8 +553,8 @@ class Tensor(
         if isinstance(self.uop, MultiUOp):
             out: np.ndarray = multi.numpy(self)
             return out
-        if self.dtype.fmt is None:
-            return self.cast(dtypes.float32)._buffer_data()
+        if self.dtype.fmt is None:  # (a file computes nothing: a bf16/fp8 DISK tensor is converted on the host)
+            return (self.to(HOST) if file_backed(self._device) else self).cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
             raise TensorAssertionError(
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
