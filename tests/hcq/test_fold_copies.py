@@ -44,7 +44,8 @@ def test_reads_only_where_it_stores() -> None:
 
 
 def kernel(ast: UOp | None) -> Any:
-    return SimpleNamespace(name="k", spec=SimpleNamespace(ast=ast) if ast is not None else None)
+    bufs = [SimpleNamespace(slot=i) for i in range(3)]
+    return SimpleNamespace(name="k", spec=SimpleNamespace(ast=ast, buffers=bufs) if ast is not None else None)
 
 
 def ex(prog: Any, *args: int) -> Exec:

@@ -159,8 +159,12 @@ def _renamed(call: Call, old: int, new: int) -> Call:
 def _in_place_ok(call: Exec, store_pos: int, read_pos: int) -> bool:
     """Whether kernel `call` stays exact when the buffer at argument `read_pos` is its output (`store_pos`) too: by
     its AST (a program loaded without one never is)."""
-    ast = getattr(getattr(call.program, "spec", None), "ast", None)
-    return isinstance(ast, UOp) and reads_only_where_it_stores(ast, store_pos, read_pos)
+    spec = getattr(call.program, "spec", None)
+    ast, params = getattr(spec, "ast", None), getattr(spec, "buffers", None)
+    if not isinstance(ast, UOp) or not params or len(params) != len(call.args):
+        return False
+    slots = [int(b.slot) for b in params]  # (argument position -> the AST's PARAM number)
+    return reads_only_where_it_stores(ast, slots[store_pos], slots[read_pos])
 
 
 def _fold_one(calls: list[Call], j: int, nbytes: Sequence[int], keep: Collection[int], where: Sequence[Any]) -> bool:
