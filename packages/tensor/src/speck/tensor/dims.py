@@ -51,7 +51,23 @@ def whole(fn: str, what: str, v: Any) -> int:
     rows is no number of rows, and rounding it would be a silent guess)."""
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
-    return operator.index(v)
+    try:
+        return operator.index(v)
+    except TypeError:  # (a numpy array of several ints has __index__ and refuses it: numpy's own message)
+        raise TensorTypeError(f"{fn}: {what} must be an int, got {type(v).__name__} {v!r:.40}") from None
+
+
+def tensor_args(fn: str, what: str, items: Any, tensor_type: type | None = None) -> None:
+    """Each of items is a tensor_type (default: Tensor): a Python number, tuple or dtype where a Tensor belongs
+    failed deep inside as an AttributeError ("'int' object has no attribute 'ndim'")."""
+    if tensor_type is None:
+        from speck.tensor.tensor import Tensor  # (at call time: tensor.py imports this module)
+
+        tensor_type = Tensor
+    for i, t in enumerate(items):
+        if not isinstance(t, tensor_type):
+            raise TensorTypeError(f"{fn}: {what} {i} must be a Tensor, got {type(t).__name__} {t!r:.40}; wrap data "
+                                  "with Tensor(...)")  # fmt: skip
 
 
 def whole_or_symbolic(fn: str, what: str, v: Any) -> int | UOp:

@@ -141,9 +141,17 @@ class Kernel:
 
     def call(self, it: ScheduleItem) -> tuple[Exec, tuple[UOp, ...]]:
         """The Exec running this kernel on it's buffers, and those buffers in argument order."""
-        vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        try:
+            vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        except KeyError as e:  # (a bare KeyError 'i'; no cost on the path where every variable is bound)
+            raise _unbound(self.name, e.args[0]) from None
         return Exec(self.prog, tuple(range(len(self.slots))), vals, None, None, self.ops, self.mem,
                     self.writes), tuple(it.bufs[s] for s in self.slots)  # fmt: skip
+
+
+def _unbound(kernel: str, name: Any) -> TensorValueError:
+    return TensorValueError(f"kernel {kernel} needs a value for the Variable {name!r}, which nothing in the graph "
+                            f"binds; bind it where it sets a size: Variable({name!r}, lo, hi).bind(n)")  # fmt: skip
 
 
 class Interpret:
@@ -399,7 +407,7 @@ def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            if not capturing and not reads_external(u):
+            if not capturing and not reads_external(u) and not is_const_graph(u):
                 realized_cache[u] = view
 
 
@@ -574,11 +582,25 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
 
 
 def is_const_graph(u: UOp) -> bool:
-    """A constant seen through views: hash-consing makes every such node shared by all graphs using that value, so a
-    realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody)."""
-    while u.op in _VIEW_OPS and u.src:
+    """A graph computed from constants alone (no BUFFER: `Tensor.zeros(3)`, `Tensor.ones(3) * 2`, an arange on a
+    device, and a contiguous() of those): hash-consing makes every such node shared by all graphs building that
+    value, so a realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody:
+    `Tensor.zeros(3).contiguous()` made twice is one node, realized for two tensors). The walk stops at the first
+    BUFFER, which most graphs meet within a few nodes."""
+    while (u.op in _VIEW_OPS or (u.op is Ops.CONTIGUOUS and u.arg is None)) and u.src:
         u = u.src[0]
-    return u.op is Ops.CONST
+    if u.op is Ops.CONST:
+        return True
+    seen, stack = {u}, [u]
+    while stack:
+        n = stack.pop()
+        if n.op is Ops.BUFFER or n.op is Ops.DEFINE_VAR or (n.op is Ops.CONTIGUOUS and n.arg is not None):
+            return False  # (a Variable's value or a clone's tag make the node no shared constant)
+        for s in n.src:
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return True
 
 
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})

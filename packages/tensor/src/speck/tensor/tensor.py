@@ -103,6 +103,20 @@ DTypeLike = DType | str
 DeviceLike = str | tuple[str, ...] | list[str]
 
 
+def _own_constants(pending: Sequence[Tensor]) -> list[tuple[UOp, Any]]:
+    """The (graph, device) targets of tensors realized together. Two tensors holding one constant node (two
+    `Tensor.zeros(3)`: hash-consing makes them one node) each get a buffer of their own, or a write into one would
+    show in the other."""
+    seen: dict[UOp, Tensor] = {}
+    out = []
+    for t in pending:
+        u = t.uop
+        if seen.setdefault(u, t) is not t and _realize.is_const_graph(u):
+            u = UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", next(_clone_counter))
+        out.append((u, t.device))
+    return out
+
+
 class Tensor(
     TensorBase,
     OperatorMixin,
@@ -433,7 +447,7 @@ class Tensor(
             return
         pending = [t for t in tensors if base_buffer(t.uop) is None]
         if pending:
-            for t, v in zip(pending, _realize.realize_targets([(t.uop, t.device) for t in pending])):
+            for t, v in zip(pending, _realize.realize_targets(_own_constants(pending))):
                 t.uop = v
 
     @staticmethod
@@ -569,14 +583,19 @@ class Tensor(
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
-        self.realize()
-        off = view_offset(self.uop)
+        src = self
+        if dtypes.is_float(self.dtype) and base_buffer(self.uop) is None:
+            # a read computes a copy and leaves self's graph as it is (TENSOR_API 0.1), so gradients still reach
+            # its inputs: `print(loss.item()); loss.backward()` (the copy is remembered for graphs that hold it)
+            src = self._new(self.uop)
+        src.realize()
+        off = view_offset(src.uop)
         if off is None:
-            t = self.contiguous().realize()
+            t = src.contiguous().realize()
             off = view_offset(t.uop)
             u = t.uop
         else:
-            u = self.uop
+            u = src.uop
         assert off is not None
         bb = base_buffer(u)
         assert bb is not None
@@ -605,20 +624,6 @@ class Tensor(
         mv: Any = memoryview(arr.reshape(arr.shape or (1,)))  # type: ignore[arg-type]
         out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
         return out
-
-    # ---------------- multi-tensor constructors ----------------
-    @staticmethod
-    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return tensors[0].cat(*tensors[1:], dim=dim)
-
-    @staticmethod
-    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
-        ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-        return ReduceMixin.einsum_impl(formula, *ops, dtype=dtype)
-
-    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
-        return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
 
     # ---------------- the primitives, wrapped ----------------
     # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
@@ -801,10 +806,6 @@ class train(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         Tensor.training, TRAINING.value = self.saved.pop()
-
-
-def _materialize_buffer(b: UOp) -> Any:
-    return _realize.get_buffer(b)
 
 
 # tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)

@@ -99,6 +99,11 @@ def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...
             out.append(d)
         elif isinstance(d, int) and not isinstance(d, bool):
             out.append(d)
+        elif not isinstance(d, bool) and hasattr(type(d), "__index__") and not isinstance(d, float):
+            try:
+                out.append(int(d.__index__()))  # a numpy int is a size as numpy and torch take it
+            except TypeError:  # (a numpy array of several values)
+                raise UOpTypeError(f"{what} must be int, got {type(d).__name__} {d!r:.40} in a shape") from None
         else:
             raise UOpTypeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
     return tuple(out)
@@ -167,6 +172,13 @@ class _instance_or_class:
 
     def __get__(self, obj: Any, owner: type | None = None) -> Callable[..., Any]:
         return self.fn if obj is None else functools.partial(self.fn, obj)
+
+
+def _int_arg(v: Any) -> Any:
+    """A numpy (or other __index__) integer as a Python int; anything else (bool and float included) as it is."""
+    if isinstance(v, (bool, int, float)) or not hasattr(type(v), "__index__"):
+        return v
+    return int(v.__index__())
 
 
 class UOp(_Slots):
@@ -344,6 +356,9 @@ class UOp(_Slots):
     @staticmethod
     def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
         """A symbolic integer variable with inclusive bounds."""
+        if not isinstance(name, str):  # (rendered into kernel source and signatures as text)
+            raise UOpTypeError(f"a variable's name must be a str, got {type(name).__name__} {name!r:.40}")
+        min_val, max_val = _int_arg(min_val), _int_arg(max_val)  # (numpy ints were refused)
         if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
             raise UOpValueError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
         if (
@@ -362,7 +377,10 @@ class UOp(_Slots):
         if self.op is not Ops.DEFINE_VAR:
             raise UOpValueError(f"only a variable can be bound, not {self.op}")
         name, lo, hi = self.arg
-        if not isinstance(val, int) or not lo <= val <= hi:
+        val = _int_arg(val)
+        if not isinstance(val, int):  # ("value '3' ... is outside its bounds" named the wrong problem)
+            raise UOpTypeError(f"variable {name!r} is bound to an int, got {type(val).__name__} {val!r:.40}")
+        if not lo <= val <= hi:
             raise UOpValueError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
 
