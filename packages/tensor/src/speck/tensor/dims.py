@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from speck.tensor.base import TensorBase
 from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
 from speck.uop import UOp
 
@@ -58,14 +59,11 @@ def whole(fn: str, what: str, v: Any) -> int:
 
 
 def tensor_args(fn: str, what: str, items: Any, tensor_type: type | None = None) -> None:
-    """Each of items is a tensor_type (default: Tensor): a Python number, tuple or dtype where a Tensor belongs
-    failed deep inside as an AttributeError ("'int' object has no attribute 'ndim'")."""
-    if tensor_type is None:
-        from speck.tensor.tensor import Tensor  # (at call time: tensor.py imports this module)
-
-        tensor_type = Tensor
+    """Each of items is a tensor_type (default: any Tensor, seen as TensorBase, below tensor.py): a Python number,
+    tuple or dtype where a Tensor belongs failed deep inside as an AttributeError ("'int' object has no attribute
+    'ndim'")."""
     for i, t in enumerate(items):
-        if not isinstance(t, tensor_type):
+        if not isinstance(t, tensor_type or TensorBase):
             raise TensorTypeError(f"{fn}: {what} {i} must be a Tensor, got {type(t).__name__} {t!r:.40}; wrap data "
                                   "with Tensor(...)")  # fmt: skip
 
