@@ -488,3 +488,23 @@ def test_more_misuse_is_named(call: Any, err: type[Exception], match: str) -> No
     with pytest.raises(err, match=match):
         call()
     assert Tensor([1.0, 2.0]).cat(Tensor([3.0])).tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "call, err, match",
+    [
+        (lambda: Tensor(2.0).topk(1), IndexError, "topk needs a tensor of at least 1 dim"),
+        (lambda: Tensor(2.0).split(1), IndexError, "split needs a tensor of at least 1 dim"),
+        (lambda: Tensor([1.0]).masked_fill(0, 1.0), TypeError, "masked_fill: the mask must be a bool Tensor"),
+        (lambda: Tensor([1.0]).matmul(0, reverse=True), TypeError, "matmul needs a Tensor"),
+    ],
+)
+def test_zero_d_and_non_tensor_misuse_is_named(call: Any, err: type[Exception], match: str) -> None:
+    with pytest.raises(err, match=match):
+        call()
+
+
+def test_reverse_matmul_takes_an_array_like_like_forward() -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = Tensor(a).matmul(a.T.tolist(), reverse=True).numpy()
+    np.testing.assert_allclose(got, a.T @ a)

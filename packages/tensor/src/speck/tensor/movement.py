@@ -333,6 +333,8 @@ class MovementMixin:
         return self.stack_tensors([self, *args], dim)
 
     def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        if self.ndim == 0:  # (shape[0] of a 0-d tensor: a bare IndexError)
+            raise TensorIndexError("split needs a tensor of at least 1 dim; a 0-d tensor has no dim to split")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
         if isinstance(sizes, (list, tuple)):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor import elementwise as ew
 from speck.tensor.base import TensorBase
+from speck.tensor.errors import TensorTypeError
 from speck.uop import DType, Ops, dtypes
 
 if TYPE_CHECKING:
@@ -326,6 +327,8 @@ class OperatorMixin:
         return out
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+        if not isinstance(mask, _Tensor):  # ("'int' object has no attribute 'where'")
+            raise TensorTypeError(f"masked_fill: the mask must be a bool Tensor, got {type(mask).__name__}")
         v = value if isinstance(value, _Tensor) else type(self)(value, device=self.device, dtype=self.dtype)
         return mask.where(v.cast(self.dtype), self)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor.dims import as_int, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
-from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
+from speck.tensor.errors import TensorIndexError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
 from speck.tensor.movement import reshape, resolve_dim
 from speck.tensor.nodes import _dt
@@ -403,6 +403,8 @@ class ReduceMixin:
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
         if not sorted_:
             raise TensorNotImplementedError("topk(sorted_=False) is not implemented; the result is always sorted")
+        if self.ndim == 0:  # (shape[0] of a 0-d tensor: a bare IndexError)
+            raise TensorIndexError("topk needs a tensor of at least 1 dim; reshape(1) a 0-d tensor first")
         d = self._resolve_dim(dim)
         n = as_int(self.shape[d])
         if not 0 <= (k := whole("topk", "k", k)) <= n:
@@ -460,6 +462,10 @@ class ReduceMixin:
         return newton_schulz(self, steps, params, eps)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        if reverse and not hasattr(x, "uop"):  # (x.dot of an int: an AttributeError)
+            if not isinstance(x, (list, tuple)) and not hasattr(x, "__array__"):
+                raise TensorTypeError(f"matmul needs a Tensor (or an array-like) operand, got {type(x).__name__}")
+            x = type(self)(x, device=self.device)
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | None = None) -> Tensor:
