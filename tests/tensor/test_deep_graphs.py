@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from speck.tensor import Context, GlobalCounters, Tensor
 from speck.tensor import schedule as sched
 
