@@ -73,6 +73,7 @@ IMPORTS = {
     "tinygrad.device": "CompileError Runtime LRUAllocator Allocator Compiler Compiled Device Buffer",
     "tinygrad.engine.realize": "get_program capturing method_cache run_schedule lower_schedule CompiledRunner ExecItem",
     "tinygrad.engine.memory": "memory_planner",
+    "tinygrad.uop": "Ops GroupOp UOp AxisType",
     "tinygrad.uop.ops": "track_rewrites smin smax sym_infer UOp Ops graph_rewrite exec_alu python_alu",
     "tinygrad.uop.symbolic": "sym symbolic symbolic_simple",
     "tinygrad.uop.spec": "type_verify",

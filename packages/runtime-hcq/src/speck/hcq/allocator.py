@@ -355,7 +355,24 @@ class DiskAllocator(Allocator):
         except (OSError, ValueError, OverflowError) as e:  # (mmap's ValueError: a file that can't grow, like /proc's)
             raise HCQError(f"cannot map {self.device} ({nbytes} bytes): {type(e).__name__}: {e}") from None
 
+    def _check_size(self, opaque: DiskMapping, offset: int, nbytes: int) -> None:
+        """The file still holds [offset, offset + nbytes): another program may have truncated it since it was
+        mapped, and touching a mapped page past its end kills the process with SIGBUS (one fstat, of the mapping's
+        own handle: the file it maps, even if the path now names another)."""
+        if opaque.mm is None or nbytes <= 0:
+            return
+        try:
+            size = opaque.mm.size()
+        except (OSError, ValueError) as e:
+            raise HCQError(f"{self.device}: can't check the mapped file's size: {type(e).__name__}: {e}") from e
+        if size < offset + nbytes:
+            raise HCQError(
+                f"{self.device} shrank to {size} bytes since it was mapped ({opaque.nbytes} bytes); bytes "
+                f"[{offset}, {offset + nbytes}) are gone. Another program truncated or rewrote the file: load it again"
+            )
+
     def as_memoryview(self, opaque: DiskMapping, offset: int, nbytes: int) -> memoryview:
+        self._check_size(opaque, offset, nbytes)
         return opaque.mv[offset : offset + nbytes]
 
     def copyin(self, opaque: DiskMapping, offset: int, src: memoryview) -> None:
@@ -364,6 +381,7 @@ class DiskAllocator(Allocator):
                 f"{self.device} is mapped read-only (the file existed and was large enough); create the buffer with "
                 "options=BufferOptions(writable=True) to write it"
             )
+        self._check_size(opaque, offset, src.nbytes)
         opaque.mv[offset : offset + src.nbytes] = src
 
 

@@ -11,12 +11,17 @@ import ctypes
 import math
 import mmap
 import numbers
+import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
+from speck.hcq import Buffer as HcqBuffer
+from speck.hcq import Device
+from speck.hcq.allocator import BufferOptions, HostAllocator
+from speck.hcq.memory import ExternalMemory
 from speck.tensor import multi
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix
@@ -24,14 +29,13 @@ from speck.tensor.dims import countable as _countable
 from speck.tensor.dims import whole as _count
 from speck.tensor.errors import (
     ShardingError,
-    TensorFileNotFoundError,
     TensorOverflowError,
     TensorTypeError,
     TensorValueError,
 )
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _iota_uop
-from speck.tensor.pyutils import fetch
+from speck.tensor.pyutils import fetch, gunzip_local
 from speck.tensor.schedule import buffer_map, external_buffers, max_dim, new_buffer_uop
 from speck.tensor.weak import materialized
 from speck.uop import DType, UOp, dtypes, validate_shape
@@ -102,11 +106,9 @@ class CreationMixin:
         """The content of url as a DISK tensor (uint8 unless dtype= is given; kw go to Tensor()): downloaded into
         the download cache once (speck.tensor.pyutils.fetch), `gunzip` storing the decompressed body. A file://
         url or local path is read where it is (decompressed into the cache when gunzip)."""
-        import pathlib
-
         path = fetch(url, gunzip=gunzip)
         if gunzip and (url.startswith(("/", ".", "file://"))):
-            path = _gunzip_local(path)
+            path = gunzip_local(path)
         return cls(pathlib.Path(path), **kw)
 
     @classmethod
@@ -128,11 +130,6 @@ class CreationMixin:
             raise TensorValueError(f"from_blob: the {n} bytes at {ptr:#x} are not mapped memory of this process; pass "
                                    "the address of a live buffer (e.g. a numpy array's .ctypes.data)")  # fmt: skip
         dev = canonical(kw.get("device"))
-        from speck.hcq import Buffer as HcqBuffer
-        from speck.hcq import Device
-        from speck.hcq.allocator import BufferOptions, HostAllocator
-        from speck.hcq.memory import ExternalMemory
-
         if n and isinstance(Device[dev].allocator, HostAllocator):
             # kernels of a host device read the memory itself: later changes to it are seen, nothing is copied
 
@@ -300,32 +297,6 @@ def _no_device_for_sharded(t: Tensor, kw: dict[str, Any]) -> None:
     if "device" in kw:
         raise ShardingError(f"*_like of a tensor sharded over {t.device} makes a tensor sharded the same way; "
                             f"device={kw['device']!r} can't be given (use .to() on the result)")  # fmt: skip
-
-
-def _gunzip_local(path: Any) -> Any:
-    """A local gzip file decompressed into the download cache (once per file content)."""
-    import gzip
-    import hashlib
-    import pathlib
-    import tempfile
-
-    from speck.codegen.cache import cache_root
-
-    src = pathlib.Path(path)
-    try:
-        raw = src.read_bytes()
-        data = gzip.decompress(raw)
-    except FileNotFoundError as e:
-        raise TensorFileNotFoundError(f"from_url: no file at {src}") from e
-    except (OSError, EOFError) as e:
-        raise TensorValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
-    out = cache_root() / "downloads" / (hashlib.md5(raw).hexdigest() + ".gunzip")
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, delete=False) as f:
-            f.write(data)
-        pathlib.Path(f.name).replace(out)
-    return out
 
 
 def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, **kw: Any) -> Tensor:

@@ -47,9 +47,9 @@ from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import host_array
 from speck.tensor.schedule import base_buffer, realized_cache, view_offset
 from speck.tensor.settings import MPI_BUCKET_BYTES, MPI_TIMEOUT
+from speck.tensor.tensor import Tensor
 
 if TYPE_CHECKING:
-    from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
 BUCKET_BYTES = int(MPI_BUCKET_BYTES.value)
@@ -153,8 +153,6 @@ def broadcast_(tensors: Sequence[Tensor], root: int = 0) -> list[Tensor]:
 
 
 def _collective(tensors: Sequence[Tensor], kind: str, op: str, root: int) -> list[Tensor]:
-    from speck.tensor.tensor import Tensor
-
     w = _get()
     ts = list(tensors)
     if not ts:

@@ -8,8 +8,8 @@ weak literal taking the other operand's dtype, dtypes join by `least_upper_dtype
 concrete dtype is computed in it, a device-less operand takes the other's device, shapes broadcast as numpy's), and
 the ops (`add`, `div`, `lt`, `where`, `sqrt`, ...) build the nodes, folding weak literals and running sharded
 operands per shard. The device is passed where a constant must be placed (None: device-less, a tuple: sharded).
-Tensor wraps them in one place (the "elementwise primitives" section of tensor.py: Tensor/scalar operands in, a
-Tensor with the operands' requires_grad out).
+Tensor wraps them in one place (`_binary` and `_unary` in tensor.py: Tensor/scalar operands in, a Tensor with the
+operands' requires_grad out); the methods over them (`+`, `add`, `<`, `where`, `sqrt`, ...) are operators.py's.
 
 `ElementwiseMixin` holds the math composed from those Tensor methods (exp, sin, erf, pow, the activations, ...):
 those compositions use the public Tensor API only, so the gradients they declare see the same graph users do."""
@@ -641,9 +641,12 @@ class ElementwiseMixin:
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
         a, b = self._broadcasted(other)
-        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
         if not dtypes.is_float(a.dtype):
-            return close
+            # ints compare in float, as numpy does: their difference would wrap (uint8 3 - 5 is 254)
+            f = dtypes.float64 if a.dtype.itemsize == 8 else dtypes.float32
+            a, b = a.cast(f), b.cast(f)
+            return (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
+        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
         fin = a.isfinite() & b.isfinite()
         out = (a == b) | (fin & close)
         return out | (a.isnan() & b.isnan()) if equal_nan else out
@@ -656,6 +659,13 @@ class ElementwiseMixin:
     def clip(self: Tensor, min_: TensorOrScalar | None = None, max_: TensorOrScalar | None = None) -> Tensor:
         if min_ is None and max_ is None:
             raise TensorValueError("clip needs at least one of min_ or max_")
+        if dtypes.is_int(self.dtype) and not self.dtype.is_weak:
+            # an int bound beyond the dtype's range clips nothing (numpy: uint8 clip(-1, 1) is [0, 1]), where
+            # maximum(-1) would refuse -1 as a uint8 literal
+            if type(min_) is int and min_ < dtypes.min(self.dtype):
+                min_ = None
+            if type(max_) is int and max_ > dtypes.max(self.dtype):
+                max_ = None
         out = self
         if min_ is not None:
             out = out.maximum(min_)
@@ -674,6 +684,13 @@ class ElementwiseMixin:
             a = self.cast(dtypes.int16)
             step = (Tensor(end, dtype=dtypes.int16) if not isinstance(end, Tensor) else end.cast(dtypes.int16)) - a
             return (a + ((step * w + (1 << (_LERP_BITS - 1))) >> _LERP_BITS)).cast(dtypes.uint8)
+        ends_int = not (isinstance(end, float) or isinstance(end, Tensor) and dtypes.is_float(end.dtype))
+        frac = isinstance(weight, float) or isinstance(weight, Tensor) and dtypes.is_float(weight.dtype)
+        if frac and ends_int and not dtypes.is_float(self.dtype):
+            # int ends with a fractional weight: the int difference would wrap (uint8 100 - 200 is 156, and
+            # 200 + 156 * 0.5 is 278), so it is taken in float; the result's dtype is the same join as before
+            start = self.cast(dtypes.weakfloat)
+            return start + (end - start) * weight
         return self + (end - self) * weight
 
     def copysign(self: Tensor, other: TensorOrScalar) -> Tensor:
@@ -694,9 +711,10 @@ class ElementwiseMixin:
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if isinstance(y, int) and y < 0 and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
                 raise TensorTypeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
+            if isinstance(y, float) and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+                # a float literal makes the int base weakfloat, whatever its value (int_t * 0.5 does the same)
+                return self.cast(dtypes.weakfloat).pow(y)
             if isinstance(y, int) or float(y).is_integer():
-                if dtypes.is_int(self.dtype) and isinstance(y, float):
-                    return self._float().pow(y)
                 return self._pow_int_const(int(y), float_result=isinstance(y, float))
             if y == 0.5:
                 return self.sqrt()

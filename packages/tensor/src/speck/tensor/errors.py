@@ -73,6 +73,11 @@ class TensorFileNotFoundError(FileNotFoundError, TensorError):
     """A file that a Tensor, a loader or from_url was pointed at does not exist."""
 
 
+class SaveError(OSError, TensorError):
+    """A file a saver writes (safe_save) can't be written: a missing directory, a directory in its place, no
+    permission, a full disk. An OSError with the OS's errno; the message names the path and what to do."""
+
+
 class FetchError(ConnectionError, TensorError):
     """A download (fetch, from_url) failed: no connection, or an HTTP error status."""
 

@@ -41,9 +41,8 @@ def scatter_gradient(cls: type[Tensor], ctx: UOp, ret: UOp) -> tuple[UOp | None,
     if len(ret.src) != 3:
         return None
     base, pos, value = ret.src
-    if ret.arg not in (None, "sum"):
-        raise GradientError(f"no gradient for a scatter with reduce={ret.arg!r} computed without gradients; mark its "
-                            "inputs requires_grad=True before scattering (or detach() the result)")  # fmt: skip
+    if ret.arg not in (None, "sum", "prod", "amax", "amin"):
+        raise GradientError(f"no gradient rule for a scatter with reduce={ret.arg!r}; detach() the result")
     dev = uop_device(ret)
     g = cls(ctx, device=dev)
     p = cls(pos, device=dev).flatten().cast(dtypes.int32)  # 1 + flat position in base, 0: skipped
@@ -51,12 +50,50 @@ def scatter_gradient(cls: type[Tensor], ctx: UOp, ret: UOp) -> tuple[UOp | None,
     picked = g.flatten()._take(0, p - 1)  # position -1 (a skipped element) takes 0
     if ret.arg == "sum":
         return (ctx, None, picked.reshape(value.shape).uop)
+    if ret.arg in ("prod", "amax", "amin"):
+        return _scatter_reduce_gradient(cls, g.flatten(), ret, p, n)
     ids = cls.arange(1, as_int(p.shape[0]) + 1, device=dev, dtype=dtypes.int32)
     owner = cls.zeros(n, device=dev, dtype=dtypes.int32)._scatter_node(p, ids, None)  # the last writer's id
     won = owner._take(0, p - 1) == ids
     gvalue = won.where(picked, picked._const_like(0)).reshape(value.shape)
     gbase = (owner > 0).reshape(base.shape).where(g._const_like(0), g)
     return (gbase.uop, None, gvalue.uop)
+
+
+def _scatter_reduce_gradient(cls: type[Tensor], g: Tensor, ret: UOp, p: Tensor, n: int) -> tuple[UOp | None, ...]:
+    """Gradients of out[j] = reduce(base[j], the values landing on j) for 'prod', 'amax' and 'amin', everything
+    flat (g: the output gradient, p: 1 + the position each value lands on, 0 skipped). 'prod' is exact with zeros
+    (an element's gradient is the product of the others); 'amax'/'amin' split the gradient evenly between every
+    contributor equal to the result, as torch does."""
+    base, _, value = ret.src
+    dev = g.device
+    b, v = cls(base, device=dev).flatten(), cls(value, device=dev).flatten()
+    landed = p > 0
+
+    def at(t: Tensor) -> Tensor:  # t (flat over base) at each value's landing position
+        return t._take(0, p - 1)
+
+    def scatter_sum(x: Tensor) -> Tensor:
+        return cls.zeros(n, device=dev, dtype=x.dtype)._scatter_node(p, x, "sum")
+
+    if ret.arg == "prod":
+        zb, zv = b == 0, landed & (v == 0)
+        # the product of the non-zero contributors and the number of zero ones, per position
+        nz = zb.where(1.0, b)._scatter_node(p, zv.where(1.0, v), "prod")
+        zc = zb.cast(dtypes.int32) + scatter_sum(zv.cast(dtypes.int32))
+
+        def others(x: Tensor, z: Tensor, nzx: Tensor, zcx: Tensor) -> Tensor:  # the product of x's co-contributors
+            return z.where((zcx == 1).where(nzx, 0.0), (zcx == 0).where(nzx / z.where(1.0, x), 0.0))
+
+        gb = g * others(b, zb, nz, zc)
+        gv = landed.where(at(g) * others(v, zv, at(nz), at(zc)), 0.0)
+    else:
+        out = cls(ret, device=dev).flatten().detach()
+        hb, hv = b == out, landed & (v == at(out))
+        count = hb.cast(b.dtype) + scatter_sum(hv.cast(b.dtype))
+        gb = hb.where(g / count, 0.0)
+        gv = hv.where(at(g) / at(count), 0.0)
+    return (gb.reshape(base.shape).uop, None, gv.reshape(value.shape).uop)
 
 
 def _identity(mode: str, dtype: Any) -> Any:

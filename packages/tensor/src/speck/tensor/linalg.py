@@ -1,6 +1,7 @@
 """Matrix factorizations built from Tensor ops: QR (Householder), SVD (one-sided Jacobi) and Newton-Schulz
-orthogonalization. All batch over leading dims; each step is realized so the lazy graphs stay small (these loops
-run a fixed number of steps, not to a tolerance read back from the device)."""
+orthogonalization. All batch over leading dims and run a fixed number of steps (not to a tolerance read back from
+the device). QR stays lazy (min(m-1, n) contiguous steps), so gradients flow through it as through tinygrad's; SVD
+realizes each of its many rotations so the graph stays small, which also means it passes no gradient."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
         v = col - (rows == k).where(alpha, 0.0)
         vn = v.square().sum(-2, keepdim=True).sqrt()
         v = (vn > 0).where(v / vn.maximum(1e-300), 0.0)  # a zero column needs no reflection
-        r = (r - 2 * v @ (v.transpose(-1, -2) @ r)).contiguous().realize()
-        q = (q - 2 * (q @ v) @ v.transpose(-1, -2)).contiguous().realize()
+        r = (r - 2 * v @ (v.transpose(-1, -2) @ r)).contiguous()
+        q = (q - 2 * (q @ v) @ v.transpose(-1, -2)).contiguous()
     return q, r.triu()
 
 

@@ -39,6 +39,30 @@ def resolve_dim(shape: tuple[sint, ...], dim: int, extra: int = 0) -> int:
     return dim + n if dim < 0 else dim
 
 
+def _sym_quotient(dims: tuple[Any, ...], others: list[Any]) -> Any:
+    """prod(dims) / prod(others) as a symbolic size when it divides for every value of the Variables, else None:
+    identical symbolic factors cancel ((i, 6) -> (i, -1) is 6), the rest is divided on the unbound Variables (a
+    bound one would simplify to its current value) and bound again after ((i, 6) -> (-1, 3) is i*2)."""
+    num, den = list(dims), []
+    for d in others:
+        if isinstance(d, UOp) and any(d is n for n in num):
+            num.pop(next(k for k, n in enumerate(num) if n is d))
+        else:
+            den.append(d)
+    numel, rest = prod(num), prod(den)
+    binds = {n: n.src[0] for x in (numel, rest) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
+
+    def free(x: Any) -> Any:
+        return x.substitute(binds).simplify() if isinstance(x, UOp) else x
+
+    q = free(numel) // free(rest)
+    q = q.simplify() if isinstance(q, UOp) else q
+    back = q * free(rest)
+    if (back.simplify() if isinstance(back, UOp) else back) is not free(numel):
+        return None
+    return q.substitute({v: b for b, v in binds.items()}) if isinstance(q, UOp) else q
+
+
 # ---------------- primitives: functions over UOps (u itself when there is nothing to do) ----------------
 def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
     """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
@@ -58,8 +82,12 @@ def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
             if numel % rest != 0:
                 raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new}")
             new = tuple(numel // rest if (isinstance(s, int) and s == -1) else s for s in new)
-        else:
-            raise TensorValueError(f"reshape to {new}: -1 can't be inferred with symbolic dims")
+        else:  # symbolic: the quotient, when it divides exactly ((6*i).reshape(-1, 3) is 2*i, (i, 6) -> (i, -1) is 6)
+            inferred = _sym_quotient(shape, [s for s in new if not (isinstance(s, int) and s == -1)])
+            if inferred is None:
+                raise TensorValueError(f"reshape {shape} to {new}: -1 can't be inferred, {rest} doesn't divide the "
+                                       f"symbolic size {numel}; give every dim explicitly")  # fmt: skip
+            new = tuple(inferred if (isinstance(s, int) and s == -1) else s for s in new)
     nn = prod(new)
     if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
         raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({nn} elements)")
@@ -131,10 +159,38 @@ def flip(u: UOp, axis: tuple[Any, ...]) -> UOp:
 
 
 class MovementMixin:
-    """The movement methods of Tensor composed from its primitives (reshape, permute, expand, pad, shrink, flip:
-    the functions above, which tensor.py wraps)."""
+    """The movement methods of Tensor: the primitives (reshape, permute, expand, shrink, flip: the functions above,
+    through tensor.py's one wrapper `_move`) and what is composed from them."""
 
     __slots__ = ()
+
+    # ---------------- the primitives, wrapped (Tensor._move: a view of self, or self) ----------------
+    def _resolve_dim(self: Tensor, dim: int, extra: int = 0) -> int:
+        return resolve_dim(self.shape, dim, extra)
+
+    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
+        return self._move(reshape, argfix(shape, *args))
+
+    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        return self._move(reshape, argfix(shape, *args))
+
+    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+        return self._move(permute, argfix(order, *args))
+
+    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
+        return self._move(expand, argfix(shape, *args))
+
+    def shrink(self: Tensor, arg: Any) -> Tensor:
+        """Keep [begin, end) of each dim (None keeps the whole dim)."""
+        return self._move(shrink, arg)
+
+    def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
+        return self._move(shrink, tuple((start, stop) if i == d else None for i in range(self.ndim)))
+
+    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
+        return self._move(flip, argfix(axis, *args))
 
     def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
@@ -183,9 +239,6 @@ class MovementMixin:
                     parts.append(t._slice_dim(d, 0, a))
             t = parts[0].cat(*parts[1:], dim=d)
         return t
-
-    def _slice_dim(self: Tensor, d: int, start: sint, stop: sint) -> Tensor:
-        return self.shrink(tuple((start, stop) if i == d else None for i in range(self.ndim)))
 
     # ---------------- composed ----------------
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -312,8 +365,8 @@ class MovementMixin:
 
     def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """Tile the tensor: repeats has at least ndim entries (extra ones add leading dims)."""
-        reps = argfix(repeats, *args)
-        if any(not isinstance(r, int) or r < 0 for r in reps):
+        reps = tuple(whole("repeat", "a repeat count", r) for r in argfix(repeats, *args))
+        if any(r < 0 for r in reps):
             raise TensorValueError(f"repeat counts must be integers >= 0, got {reps}")
         if len(reps) < self.ndim:
             raise TensorValueError(
@@ -331,6 +384,9 @@ class MovementMixin:
         return self.repeat(r)
 
     def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+        repeats = whole("repeat_interleave", "repeats", repeats)
+        if repeats < 0:  # (it surfaced as "reshape to (-3,)", an op the caller never called)
+            raise TensorValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
         t = self.flatten() if dim is None else self
         d = 0 if dim is None else t._resolve_dim(dim)
         s = t.shape

@@ -41,6 +41,8 @@ MULTI = "multi"  # the arg of a realized sharded tensor's leaf node (op NOOP: no
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
     """Canonical names of a tuple of devices (each must be distinct)."""
     out = tuple(canonical(d) for d in devices)
+    if not out:  # (an IndexError from deep in the sharding code)
+        raise TensorValueError(f"device={devices!r} names no device; pass a device name or a tuple of at least one")
     if len(set(out)) != len(out):
         raise TensorValueError(f"devices {tuple(devices)} name the same device twice ({out}); each shard needs its own")
     return out

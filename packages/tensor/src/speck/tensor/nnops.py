@@ -17,7 +17,7 @@ from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorVal
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
 from speck.tensor.settings import TRAINING
-from speck.uop import dtypes, least_upper_dtype, least_upper_float
+from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -312,7 +312,9 @@ class NNMixin:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
         if align_corners and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
-        x = self
+        # int images interpolate linearly in float32 and are cast back at the end (in uint8, hi - lo wraps and the
+        # fraction truncates to 0)
+        x = self.cast(dtypes.float32) if mode == "linear" and not dtypes.is_float(self.dtype) else self
         size = _pair(size, 1, "interpolate size")
         nsp = len(size)
         if nsp > self.ndim or any(n < 1 for n in size):
@@ -347,7 +349,7 @@ class NNMixin:
             else:
                 raise TensorAssertionError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got "
                                            f"{mode!r}")  # fmt: skip
-        return x
+        return x.cast(self.dtype)
 
     # ---------------- regularisation and activations ----------------
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
@@ -384,21 +386,28 @@ class NNMixin:
         return self * self.softplus().tanh()
 
     def hardswish(self: Tensor) -> Tensor:
-        return self * ((self + 3).relu6() * (1 / 6))  # the factor first: x * 6 overflows at the largest x
+        x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)  # (int8 127 + 3 would wrap)
+        return x * ((x + 3).relu6() * (1 / 6))  # the factor first: x * 6 overflows at the largest x
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         return (alpha * self + beta).clip(0.0, 1.0)  # (a difference of two relus is inf - inf = NaN at x = inf)
 
     def logsigmoid(self: Tensor) -> Tensor:
-        return -(-self).softplus()
+        # an int or bool input is made weakfloat first (the dtype sigmoid gives it): -x of uint8 wraps, of bool is not
+        x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.weakfloat)
+        return -(-x).softplus()
 
     def softsign(self: Tensor) -> Tensor:
-        return self / (1 + self.abs())
+        x = self if dtypes.is_float(self.dtype) else self._float()  # (int8 abs(-128) is -128)
+        return x / (1 + x.abs())
 
     # ---------------- normalisation helpers ----------------
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         y = self - self.mean(axis=axis, keepdim=True)
-        return y * (y * y).mean(axis=axis, keepdim=True).add(eps).rsqrt()
+        # the variance of a half/bf16 input in float32 (a deviation of 300 squares to inf in half and the
+        # output would be all zeros), the scale cast back to the input dtype
+        yf = y.cast(sum_acc_dtype(y.dtype)) if dtypes.is_float(y.dtype) and not y.dtype.is_weak else y
+        return y * (yf * yf).mean(axis=axis, keepdim=True).add(eps).rsqrt().cast(y.dtype)
 
     def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | tuple[int, ...] = 1) -> Tensor:  # fmt: skip

@@ -171,9 +171,19 @@ def _np_cast(arr: np.ndarray, dt: DType) -> np.ndarray:
         target = storage_np(dt)
         if arr.dtype == target:
             return arr
-        if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(np.dtype(target), np.integer):
-            return arr.astype(target)  # wraps like a C cast
-        return arr.astype(target)
+        if np.issubdtype(arr.dtype, np.floating) and np.issubdtype(np.dtype(target), np.integer):
+            return _float_to_int(arr, target)
+        return arr.astype(target)  # (int -> int wraps like a C cast)
+
+
+def _float_to_int(arr: np.ndarray, target: Any) -> np.ndarray:
+    """float -> int on the host as `cast()` does on the devices and in constant folding (speck.uop.dtype.cast_value):
+    NaN and +-inf are 0, the rest truncate toward zero and wrap to the width. numpy's astype gives INT_MIN for all
+    of those, so `Tensor([nan], dtype=int32)` and `Tensor([nan]).cast(int32)` differed."""
+    a = np.trunc(arr.astype(np.float64))
+    a = np.fmod(np.where(np.isfinite(a), a, 0.0), 2.0**64)  # (fmod is exact: the value mod 2**64, its sign kept)
+    a = np.where(a >= 2.0**63, a - 2.0**64, np.where(a < -(2.0**63), a + 2.0**64, a))  # into int64's range, exactly
+    return a.astype(np.int64).astype(target)  # (int64 -> narrower or unsigned wraps)
 
 
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
-from speck.tensor.errors import FetchError, TensorTypeError, TensorValueError
+from speck.tensor.errors import FetchError, TensorFileNotFoundError, TensorTypeError, TensorValueError
 from speck.tensor.settings import DISABLE_HTTP_CACHE
 
 T = TypeVar("T")
@@ -380,3 +380,22 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
         f.write(data)
     shutil.move(f.name, fp)
     return fp
+
+
+def gunzip_local(path: Any) -> pathlib.Path:
+    """A local gzip file decompressed into the download cache (once per file content)."""
+    src = pathlib.Path(path)
+    try:
+        raw = src.read_bytes()
+        data = gzip.decompress(raw)
+    except FileNotFoundError as e:
+        raise TensorFileNotFoundError(f"from_url: no file at {src}") from e
+    except (OSError, EOFError) as e:
+        raise TensorValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
+    out = cache_root() / "downloads" / (hashlib.md5(raw).hexdigest() + ".gunzip")
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, delete=False) as f:
+            f.write(data)
+        pathlib.Path(f.name).replace(out)
+    return out

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speck.tensor import elementwise as ew
 from speck.tensor import realize
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int, countable, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.movement import expand, shrink
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
 from speck.tensor.realize import realize_graph
@@ -75,20 +77,6 @@ class RandomMixin:
             _rng_store(state, _rng_initial(dev))
 
     @classmethod
-    def _random_bits(cls: type[Tensor], n: int, device: str | None, stream: int = 0) -> Tensor:
-        """n uint64 random words: threefry2x32 of (counter, seed), where seed and counter come from the device's
-        counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
-        when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
-        dev = canonical(device)
-        nxt = cls(_rng_advance(n, dev), device=dev)  # realized [seed, counter after this draw]
-        ctr = cls(_iota_uop(n, dev), device=dev).cast(dtypes.uint64) + (nxt.shrink(((1, 2),)) - n).expand(n)
-        # the draw's size is mixed into the key (as the split of tinygrad's counters into two halves does): rand(6)
-        # is not rand(3) followed by rand(3); the shards of a sharded draw (stream) get independent streams too
-        mix = (n * 0xD1B54A32D192ED03 ^ stream * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-        key = nxt.shrink(((0, 1),)).expand(n) ^ mix
-        return ctr._new(UOp(Ops.THREEFRY, dtypes.uint64, (ctr.uop, key.uop)))
-
-    @classmethod
     def rand(
         cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **kw: Any
     ) -> Tensor:
@@ -113,9 +101,12 @@ class RandomMixin:
         n = int(prod(sh))
         if n == 0:
             return cls.zeros(sh, dtype=dt, device=device)
-        bits = cls._random_bits(n, device, int(kw.get("_stream", 0)))
-        # top 24 bits -> a float32 in [0, 1) with every value exactly representable
-        u = (bits >> 40).cast(dtypes.float32) * (2.0**-24)
+        dev = canonical(device)
+        bits = cls(random_bits(n, dev, int(kw.get("_stream", 0))), device=dev)
+        # the top m bits -> k / 2**m in [0, 1), m = the dtype's significand width (at most float32's 24), so every
+        # value is exact in dt: rounding 24 bits to half/bf16/fp8 would give 1.0 for draws just below it
+        m = min(24, dtypes.finfo(dt)[1] + 1)
+        u = (bits >> (64 - m)).cast(dtypes.float32) * (2.0**-m)
         return u.cast(dt).reshape(sh)
 
     @classmethod
@@ -205,6 +196,27 @@ class RandomMixin:
         u = type(self).rand(w.shape[0], num_samples, 1, device=self.device)
         idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
         return idx.squeeze(0) if self.ndim == 1 else idx
+
+
+def random_bits(n: int, device: str, stream: int = 0) -> UOp:
+    """n uint64 random words on device: threefry2x32 of (counter, key), where the seed and counter come from the
+    device's counter buffer. Each draw runs one small kernel that takes n fresh counters (so values never depend on
+    when the draw is realized) and reads the advanced copy as an input of the draw's own kernel."""
+    nxt = _rng_advance(n, device)  # realized [seed, counter after this draw]
+    first = _with_scalar(ew.sub, shrink(nxt, ((1, 2),)), n, device)
+    ctr = ew.add(ew.cast(_iota_uop(n, device), dtypes.uint64), expand(first, (n,)), device)
+    # the draw's size is mixed into the key (as the split of tinygrad's counters into two halves does): rand(6)
+    # is not rand(3) followed by rand(3); the shards of a sharded draw (stream) get independent streams too
+    mix = (n * 0xD1B54A32D192ED03 ^ stream * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    key = _with_scalar(ew.bitwise_xor, expand(shrink(nxt, ((0, 1),)), (n,)), mix, device)
+    return UOp(Ops.THREEFRY, dtypes.uint64, (ctr, key))
+
+
+def _with_scalar(fn: Any, u: UOp, v: int, device: str) -> UOp:
+    """fn(u, v) for a Python int v, promoted as Tensor's operators promote a literal (it takes u's dtype)."""
+    a, b, dev, _ = ew.promote(u, device, v)
+    out: UOp = fn(a, b, dev)
+    return out
 
 
 def _rng_initial(device: str) -> UOp:

@@ -14,6 +14,7 @@ from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
 from speck.tensor.movement import reshape, resolve_dim
+from speck.tensor.nodes import _dt
 from speck.tensor.settings import REDUCEOP_SPLIT_THRESHOLD, SPLIT_REDUCEOP
 from speck.tensor.weak import materialized
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, least_upper_float, sint, sum_acc_dtype
@@ -156,10 +157,26 @@ def prod_(
 
 
 class ReduceMixin:
-    """The reductions, scans, sorting and linear algebra of Tensor composed from its primitives (sum, prod, max:
-    the functions above, which tensor.py wraps)."""
+    """The reductions, scans, sorting and linear algebra of Tensor: the primitives (sum, prod, max: the functions
+    above, through tensor.py's wrappers `_reduced` / `_reduce`) and what is composed from them."""
 
     __slots__ = ()
+
+    # ---------------- the primitives, wrapped (Tensor._reduced) ----------------
+    def _axes(self: Tensor, axis: Any) -> tuple[int, ...]:
+        return axes_of(self.shape, axis)
+
+    def _concrete(self: Tensor) -> Tensor:
+        u = self.uop
+        return self if (c := concrete(u)) is u else self._new(c)
+
+    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
+        return self._reduced(*sum_(self.uop, self._device, axis, keepdim, _dt(dtype)))
+
+    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
+        return self._reduced(*prod_(self.uop, self._device, axis, keepdim, _dt(dtype)))
 
     def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         self._nonempty("max", axis)
@@ -191,16 +208,20 @@ class ReduceMixin:
         self = self._concrete()
         ft = least_upper_float(self.dtype)
         n = self._count(axis)
-        s = self.cast(ft).sum(axis, keepdim)
-        return s / n if not (isinstance(n, int) and n == 0) else s * math.nan
+        # divided in the accumulation dtype before the cast back: half's sum of 70000 twos is inf, its mean 2
+        s = self.cast(ft).sum(axis, keepdim, dtype=sum_acc_dtype(ft))
+        return (s / n if not (isinstance(n, int) and n == 0) else s * math.nan).cast(ft)
 
     def var(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof)."""
+        """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof). Squares are taken,
+        summed and divided in the accumulation dtype (float32 for half, where 400**2 is already inf), then cast back,
+        as mean does."""
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
-        sq = ((self.cast(m.dtype) - m) ** 2).sum(axis, keepdim)
+        acc = sum_acc_dtype(m.dtype)
+        sq = ((self.cast(m.dtype) - m).cast(acc) ** 2).sum(axis, keepdim)
         out: Tensor = sq / max(n - correction, 0)  # no degrees of freedom left: x / 0 (inf, or NaN for one element)
-        return out
+        return out.cast(m.dtype)
 
     def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()

@@ -15,6 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from speck.codegen.kernel_info import KernelInfo
+from speck.tensor.counters import GlobalCounters
+from speck.tensor.device import default_device
 from speck.tensor.errors import KernelCountException as KernelCountException
 from speck.tensor.errors import TensorRuntimeError
 from speck.tensor.metadata import node_metadata_data
@@ -22,6 +25,7 @@ from speck.tensor.pyutils import Metadata
 from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
+from speck.uop.symbolic import sym_infer
 
 # ---------------- realized buffers ----------------
 _unique_counter = itertools.count()
@@ -230,8 +234,6 @@ def concrete_dim(x: sint, var_vals: dict[str, int] | None = None) -> int:
     """The int value of a (possibly symbolic) dim under its bound values."""
     if isinstance(x, int):
         return x
-    from speck.uop.symbolic import sym_infer
-
     vv = dict(var_vals or {})
     for n in x.toposort():
         if n.op is Ops.BIND:
@@ -830,8 +832,6 @@ class Scheduler:
                 return str(n.arg)
             if n.op is Ops.DEVICE:
                 return str(n.arg)
-        from speck.tensor.device import default_device
-
         return default_device()
 
 
@@ -850,13 +850,8 @@ def _loaded_params(sched: Scheduler, u: UOp, buf: UOp) -> set[UOp]:
 
 
 def _kernel_info(name: str) -> Any:
-    """codegen's KernelInfo when it exists (the SINK arg it expects); a plain name otherwise."""
-    try:
-        from speck.codegen.kernel_info import KernelInfo  # type: ignore[import-not-found,unused-ignore]
-
-        return KernelInfo(name=name)
-    except ImportError:
-        return name
+    """codegen's KernelInfo (the SINK arg it expects)."""
+    return KernelInfo(name=name)
 
 
 def view_offset(u: UOp) -> int | None:
@@ -898,8 +893,6 @@ def _chain(u: UOp) -> Iterator[UOp]:
 @contextlib.contextmanager
 def assert_kernel_count(n: int) -> Iterator[None]:
     """Context manager: the block must run exactly n kernels (raises KernelCountException(expected, got))."""
-    from speck.tensor.counters import GlobalCounters
-
     before = GlobalCounters.kernel_count
     yield
     got = GlobalCounters.kernel_count - before

@@ -2,12 +2,15 @@
 reads data) schedules them into kernels and runs them. Names, arguments, broadcasting and dtype promotion follow
 tinygrad's Tensor; numpy is the numeric reference.
 
-The primitives are functions over UOps that this class wraps in one place: elementwise ops (`_binary`, `_unary` over
-`speck.tensor.elementwise`), movement (`_move` over `speck.tensor.movement`) and reductions (`_reduce`, `sum`, `prod`
-over `speck.tensor.reduce`). What is composed from Tensor methods lives in mixins split along the class's seams:
-constructors in `creation.py`, math in `elementwise.py`, reductions and linear algebra in `reduce.py`, movement in
-`movement.py`, indexing in `indexing.py`, nn ops in `nnops.py`, random numbers in `random.py`. They take the class
-from the tensor at hand (`type(self)`, `cls`), never importing this module."""
+This module is the class's core: construction, properties, autograd and sharding entry points, realization and
+reads (`realize`, `numpy`, `item`), moves and copies (`to`, `clone`, `contiguous`), and the one place where the
+primitives - functions over UOps - are wrapped into Tensors: `_new`, `_binary` and `_unary` (over
+`speck.tensor.elementwise`), `_move` (over `speck.tensor.movement`), `_reduced` and `_reduce` (over
+`speck.tensor.reduce`). The methods live in mixins named for what they do: operators and elementwise primitives in
+`operators.py`, dtype conversions in `casting.py`, constructors in `creation.py`, composed math in
+`elementwise.py`, movement in `movement.py`, reductions and linear algebra in `reduce.py`, indexing in
+`indexing.py`, nn ops in `nnops.py`, random numbers in `random.py`. They take the class from the tensor at hand
+(`type(self)`, `cls`), never importing this module."""
 
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.tensor import elementwise as ew
-from speck.tensor import movement as mv
 from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
@@ -33,10 +35,11 @@ from speck.tensor.autograd import backward
 from speck.tensor.autograd import gradient as _gradient
 from speck.tensor.base import TensorBase
 from speck.tensor.bounds import raise_recorded
+from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import argfix, as_int
+from speck.tensor.dims import as_int
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -62,13 +65,13 @@ from speck.tensor.nodes import (
     _from_numpy,
     _np_cast,
 )
+from speck.tensor.operators import OperatorMixin
 from speck.tensor.random import RandomMixin
 from speck.tensor.reduce import ReduceMixin
 from speck.tensor.schedule import (
     MAY_HOLD_DATA,
     base_buffer,
     buffer_map,
-    buffer_views,
     max_dim,
     new_buffer_uop,
     reads_external,
@@ -80,8 +83,7 @@ from speck.tensor.schedule import (
 )
 from speck.tensor.settings import TRAINING
 from speck.tensor.tensor_pickle import reduce_tensor
-from speck.tensor.weak import materialized
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, RESIZED_BITCASTS, assign, schedule_pending
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, schedule_pending
 from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -102,7 +104,16 @@ DeviceLike = str | tuple[str, ...] | list[str]
 
 
 class Tensor(
-    TensorBase, CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, RandomMixin
+    TensorBase,
+    OperatorMixin,
+    CastMixin,
+    CreationMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    ReduceMixin,
+    IndexingMixin,
+    NNMixin,
+    RandomMixin,
 ):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
@@ -542,8 +553,8 @@ class Tensor(
         if isinstance(self.uop, MultiUOp):
             out: np.ndarray = multi.numpy(self)
             return out
-        if self.dtype.fmt is None:
-            return self.cast(dtypes.float32)._buffer_data()
+        if self.dtype.fmt is None:  # (a file computes nothing: a bf16/fp8 DISK tensor is converted on the host)
+            return (self.to(HOST) if file_backed(self._device) else self).cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
             raise TensorAssertionError(
                 f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
@@ -609,7 +620,7 @@ class Tensor(
         """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
         return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
 
-    # ---------------- elementwise primitives ----------------
+    # ---------------- the primitives, wrapped ----------------
     # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
     # operands into nodes (ew.promote applies the dtype, device and broadcasting rules), calls the function and makes
     # the result a Tensor whose requires_grad is the operands' (True if any is True, else None if any is None).
@@ -650,384 +661,16 @@ class Tensor(
     def _unary(self, fn: Any, *args: Any) -> Tensor:
         return self._new(fn(self.uop, self._device, *args))
 
-    def _broadcasted(self, y: Any, reverse: builtins.bool = False,
-                     match_dtype: builtins.bool = True) -> tuple[Tensor, Tensor]:  # fmt: skip
-        """self and y as two tensors of one shape, one device and (match_dtype) their joined dtype: the operands
-        `_binary` computes on, for ops composed of several Tensor methods."""
-        y = self._operand(y)
-        yt = y if isinstance(y, Tensor) else None
-        a, b, adev, bdev = ew.promote(self.uop, self._device, y.uop if yt is not None else y,
-                                      yt._device if yt is not None else None, reverse, match_dtype)  # fmt: skip
-        x_side, y_side = (b, bdev) if reverse else (a, adev), (a, adev) if reverse else (b, bdev)
-        xt = self if x_side[0] is self.uop and x_side[1] is self._device else self._new(*x_side)
-        if yt is not None and y_side[0] is yt.uop and y_side[1] is yt._device:
-            ytt = yt
-        else:
-            ytt = self._new(*y_side)
-            ytt._device = y_side[1]
-            ytt.requires_grad = False if yt is None else yt.requires_grad
-        return (ytt, xt) if reverse else (xt, ytt)
-
-    def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
-        out = self._new(ew.alu(op, self.uop, *[s.uop for s in srcs]))
-        if out.requires_grad is not True:  # (_new took self's flag) True if any operand's is, else None if any is
-            flags = [s.requires_grad for s in srcs]
-            if True in flags or (out.requires_grad is False and None in flags):
-                out.requires_grad = True if True in flags else None
-        return out
-
-    def _joined(self, dt: DType) -> Tensor:
-        return self if self.dtype is dt else self._new(ew.join(self.uop, dt))
-
     def _on_device_of(self, other: Tensor) -> Tensor:
         u, dev = ew.on_device_of(self.uop, self._device, other._device)
         return self if dev is self._device else Tensor(u, device=dev)
 
-    def _broadcast_to(self, shape: tuple[Any, ...]) -> Tensor:
-        u = self.uop
-        return self if u.shape == tuple(shape) else self._new(ew.broadcast_to(u, tuple(shape)))
-
-    def _float(self) -> Tensor:
-        u = self.uop
-        return self if (f := ew.to_float(u)) is u else self._new(f)
-
-    def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.add, y, reverse)
-
-    def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.sub, y, reverse)
-
-    def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.mul, y, reverse)
-
-    def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
-        """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
-        if rounding_mode is None:
-            return self._binary(ew.div, y, reverse)
-        return self._binary(lambda a, b, dev: ew.div(a, b, dev, rounding_mode), y, reverse)
-
-    def idiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
-        return self._binary(ew.idiv, y, reverse)
-
-    def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.floordiv, y, reverse)
-
-    def mod(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """Python/numpy remainder: the sign of the divisor."""
-        return self._binary(ew.mod, y, reverse)
-
-    def fmod(self, y: Any) -> Tensor:
-        """C remainder: the sign of the dividend."""
-        return self._binary(ew.fmod, y)
-
-    def maximum(self, y: Any) -> Tensor:
-        return self._binary(ew.maximum, y)
-
-    def minimum(self, y: Any) -> Tensor:
-        return self._binary(ew.minimum, y)
-
-    def __add__(self, y: Any) -> Tensor:
-        return self._binary(ew.add, y)
-
-    def __radd__(self, y: Any) -> Tensor:
-        return self._binary(ew.add, y, True)
-
-    def __sub__(self, y: Any) -> Tensor:
-        return self._binary(ew.sub, y)
-
-    def __rsub__(self, y: Any) -> Tensor:
-        return self._binary(ew.sub, y, True)
-
-    def __mul__(self, y: Any) -> Tensor:
-        return self._binary(ew.mul, y)
-
-    def __rmul__(self, y: Any) -> Tensor:
-        return self._binary(ew.mul, y, True)
-
-    def __truediv__(self, y: Any) -> Tensor:
-        return self._binary(ew.div, y)
-
-    def __rtruediv__(self, y: Any) -> Tensor:
-        return self._binary(ew.div, y, True)
-
-    def __floordiv__(self, y: Any) -> Tensor:
-        return self._binary(ew.floordiv, y)
-
-    def __rfloordiv__(self, y: Any) -> Tensor:
-        return self._binary(ew.floordiv, y, True)
-
-    def __mod__(self, y: Any) -> Tensor:
-        return self._binary(ew.mod, y)
-
-    def __rmod__(self, y: Any) -> Tensor:
-        return self._binary(ew.mod, y, True)
-
-    def __pow__(self, y: Any) -> Tensor:
-        return self.pow(y)
-
-    def __rpow__(self, y: Any) -> Tensor:
-        return self.pow(y, True)
-
-    def __neg__(self) -> Tensor:
-        return self._unary(ew.neg)
-
-    def __abs__(self) -> Tensor:
-        return self.abs()
-
-    def __matmul__(self, y: Tensor) -> Tensor:
-        return self.matmul(y)
-
-    def __rmatmul__(self, y: Any) -> Tensor:
-        return (y if isinstance(y, Tensor) else Tensor(y, device=self.device)).matmul(self)
-
-    # the in-place operators write into self (Python's fallback `x = x op y` would rebind the name only)
-    def __iadd__(self, y: Any) -> Tensor:
-        return self.assign(self + y)
-
-    def __isub__(self, y: Any) -> Tensor:
-        return self.assign(self - y)
-
-    def __imul__(self, y: Any) -> Tensor:
-        return self.assign(self * y)
-
-    def __itruediv__(self, y: Any) -> Tensor:
-        return self.assign(self / y)
-
-    def __ifloordiv__(self, y: Any) -> Tensor:
-        return self.assign(self // y)
-
-    def __ipow__(self, y: Any) -> Tensor:
-        return self.assign(self**y)
-
-    def __iand__(self, y: Any) -> Tensor:
-        return self.assign(self & y)
-
-    def __ior__(self, y: Any) -> Tensor:
-        return self.assign(self | y)
-
-    def __ixor__(self, y: Any) -> Tensor:
-        return self.assign(self ^ y)
-
-    def __ilshift__(self, y: Any) -> Tensor:
-        return self.assign(self << y)
-
-    def __irshift__(self, y: Any) -> Tensor:
-        return self.assign(self >> y)
-
-    def __imatmul__(self, y: Tensor) -> Tensor:
-        return self.assign(self.matmul(y))
-
-    def _compare(self, fn: Any, y: Any, below: builtins.bool, above: builtins.bool,
-                 reverse: builtins.bool = False) -> Tensor:  # fmt: skip
-        """A comparison; a Python int y outside self's int dtype compares the same way for every element (`below`:
-        the result when y is below the dtype's range, `above`: above it), so the answer is exact without y as a
-        constant of that dtype, which would not fit (`uint8_labels != -1` is all True, as in numpy)."""
-        if type(y) is builtins.int and dtypes.is_int(dt := self.dtype) and not dt.is_weak:
-            if not dtypes.min(dt) <= y <= dtypes.max(dt):
-                false = self.zeros_like(dtype=dtypes.bool)
-                return false.logical_not() if (below if y < dtypes.min(dt) else above) else false
-        return self._binary(fn, y, reverse)
-
-    def __lt__(self, y: Any) -> Tensor:
-        return self._compare(ew.lt, y, False, True)
-
-    def __gt__(self, y: Any) -> Tensor:
-        return self._compare(ew.lt, y, True, False, True)
-
-    def __ge__(self, y: Any) -> Tensor:
-        return self._compare(ew.ge, y, True, False)
-
-    def __le__(self, y: Any) -> Tensor:
-        return self._compare(ew.le, y, False, True)
-
-    def __eq__(self, y: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(ew.eq, y, False, False)
-
-    def __ne__(self, y: Any) -> Tensor:  # type: ignore[override]
-        return self._compare(ew.ne, y, True, True)
-
-    def eq(self, y: Any) -> Tensor:
-        return self._compare(ew.eq, y, False, False)
-
-    def ne(self, y: Any) -> Tensor:
-        return self._compare(ew.ne, y, True, True)
-
-    def lt(self, y: Any) -> Tensor:
-        return self._compare(ew.lt, y, False, True)
-
-    def gt(self, y: Any) -> Tensor:
-        return self._compare(ew.lt, y, True, False, True)
-
-    def le(self, y: Any) -> Tensor:
-        return self._compare(ew.le, y, False, True)
-
-    def ge(self, y: Any) -> Tensor:
-        return self._compare(ew.ge, y, True, False)
-
-    def bitwise_and(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.bitwise_and, y, reverse)
-
-    def bitwise_or(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.bitwise_or, y, reverse)
-
-    def bitwise_xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return self._binary(ew.bitwise_xor, y, reverse)
-
-    def xor(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """The older name of bitwise_xor."""
-        return self._binary(ew.bitwise_xor, y, reverse)
-
-    def bitwise_not(self) -> Tensor:
-        return self._unary(ew.bitwise_not)
-
-    def logical_not(self) -> Tensor:
-        return self._unary(ew.logical_not)
-
-    def logical_and(self, y: Any) -> Tensor:
-        return self.bool().bitwise_and(y if not hasattr(y, "bool") else y.bool())
-
-    def logical_or(self, y: Any) -> Tensor:
-        return self.bool().bitwise_or(y if not hasattr(y, "bool") else y.bool())
-
-    def logical_xor(self, y: Any) -> Tensor:
-        return self.bool().bitwise_xor(y if not hasattr(y, "bool") else y.bool())
-
-    def __and__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_and, y)
-
-    def __rand__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_and, y, True)
-
-    def __or__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_or, y)
-
-    def __ror__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_or, y, True)
-
-    def __xor__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_xor, y)
-
-    def __rxor__(self, y: Any) -> Tensor:
-        return self._binary(ew.bitwise_xor, y, True)
-
-    def __invert__(self) -> Tensor:
-        return self._unary(ew.bitwise_not)
-
-    def _shift(self, op: Ops, y: Any) -> Tensor:
-        y = self._operand(y)
-        yt = y if isinstance(y, Tensor) else None
-        u, dev = ew.shift(op, self.uop, self._device, y if yt is None else yt.uop, None if yt is None else yt._device)
-        out = self._new(u, dev)
-        if yt is not None and out.requires_grad is not True and yt.requires_grad is not False:
-            out.requires_grad = True if yt.requires_grad else None
-        return out
-
-    def lshift(self, y: Any) -> Tensor:
-        return self._shift(Ops.SHL, y)
-
-    def rshift(self, y: Any) -> Tensor:
-        return self._shift(Ops.SHR, y)
-
-    def __lshift__(self, y: Any) -> Tensor:
-        return self._shift(Ops.SHL, y)
-
-    def __rshift__(self, y: Any) -> Tensor:
-        return self._shift(Ops.SHR, y)
-
-    def where(self, x: Any, y: Any) -> Tensor:
-        """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
-        if isinstance(x, Tensor):
-            y = x._operand(y)
-        elif isinstance(y, Tensor):
-            x = y._operand(x)
-        xt, yt = x if isinstance(x, Tensor) else None, y if isinstance(y, Tensor) else None
-        u, dev = ew.where(self.uop, self._device, x if xt is None else xt.uop, None if xt is None else xt._device,
-                          y if yt is None else yt.uop, None if yt is None else yt._device)  # fmt: skip
-        out = self._new(u, dev)
-        if dev is not self._device:  # (a device-less condition rebuilt on the values' device is a new tensor)
-            out.requires_grad = None
-        return out
-
-    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
-        v = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
-        return mask.where(v.cast(self.dtype), self)
-
-    def neg(self) -> Tensor:
-        return self._unary(ew.neg)
-
-    def reciprocal(self) -> Tensor:
-        return self._unary(ew.reciprocal)
-
-    def sqrt(self) -> Tensor:
-        return self._unary(ew.sqrt)
-
-    def exp2(self) -> Tensor:
-        return self._unary(ew.exp2)
-
-    def log2(self) -> Tensor:
-        return self._unary(ew.log2)
-
-    def trunc(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._unary(ew.trunc)
-
-    def floor(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._unary(ew.floor)
-
-    def ceil(self) -> Tensor:
-        return self if not dtypes.is_float(self.dtype) else self._unary(ew.ceil)
-
-    def isnan(self) -> Tensor:
-        return self._unary(ew.isnan)
-
-    def isinf(self, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
-        return self._unary(ew.isinf, detect_positive, detect_negative)
-
-    def isfinite(self) -> Tensor:
-        return self._unary(ew.isfinite)
-
-    # ---------------- movement primitives ----------------
-    # speck.tensor.movement's functions over UOps, wrapped: a view of self, or self when there is nothing to do
+    # speck.tensor.movement's functions over UOps: a view of self, or self when there is nothing to do
     def _move(self, fn: Any, arg: Any) -> Tensor:
         u = self.uop
         return self if (out := fn(u, arg)) is u else self._new(out)
 
-    def _resolve_dim(self, dim: builtins.int, extra: builtins.int = 0) -> builtins.int:
-        return mv.resolve_dim(self.shape, dim, extra)
-
-    def reshape(self, shape: Any, *args: Any) -> Tensor:
-        """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
-        return self._move(mv.reshape, argfix(shape, *args))
-
-    def view(self, shape: Any, *args: Any) -> Tensor:
-        return self._move(mv.reshape, argfix(shape, *args))
-
-    def permute(self, order: Any, *args: Any) -> Tensor:
-        return self._move(mv.permute, argfix(order, *args))
-
-    def expand(self, shape: Any, *args: Any) -> Tensor:
-        """Broadcast size-1 dims to `shape` (new leading dims allowed; -1 keeps a dim)."""
-        return self._move(mv.expand, argfix(shape, *args))
-
-    def shrink(self, arg: Any) -> Tensor:
-        """Keep [begin, end) of each dim (None keeps the whole dim)."""
-        return self._move(mv.shrink, arg)
-
-    def _slice_dim(self, d: builtins.int, start: sint, stop: sint) -> Tensor:
-        return self._move(mv.shrink, tuple((start, stop) if i == d else None for i in range(self.ndim)))
-
-    def flip(self, axis: Any, *args: Any) -> Tensor:
-        return self._move(mv.flip, argfix(axis, *args))
-
-    # ---------------- reduction primitives ----------------
-    # speck.tensor.reduce's functions over UOps, wrapped
-    def _axes(self, axis: Any) -> tuple[builtins.int, ...]:
-        return rd.axes_of(self.shape, axis)
-
-    def _concrete(self) -> Tensor:
-        u = self.uop
-        return self if (c := rd.concrete(u)) is u else self._new(c)
-
+    # speck.tensor.reduce's functions over UOps
     def _reduced(self, u: UOp, dev: Any) -> Tensor:
         out = self._new(u, dev)
         if dev is None and self._device is not None:  # (an empty max of a sharded tensor: a device-less constant)
@@ -1036,125 +679,6 @@ class Tensor(
 
     def _reduce(self, op: Ops, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self._reduced(*rd.reduce(self.uop, self._device, op, axis, keepdim))
-
-    def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
-        """Sum over axis (int, tuple or None = all); small ints accumulate in int32, halves in float32."""
-        return self._reduced(*rd.sum_(self.uop, self._device, axis, keepdim, _dt(dtype)))
-
-    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dtype: Any = None) -> Tensor:
-        """Product over axis; keeps self's dtype (ints wrap as in their own width) unless dtype is given."""
-        return self._reduced(*rd.prod_(self.uop, self._device, axis, keepdim, _dt(dtype)))
-
-    # ---------------- dtype ----------------
-    def cast(self, dtype: DTypeLike) -> Tensor:
-        dt = _dt(dtype, weak_ok=True)
-        if dt is None:
-            raise TensorTypeError("cast needs a dtype (a DType, its name or a numpy type), got None")
-        if dt == self.dtype:
-            return self
-        return self._new(ew.cast(self.uop, dt))
-
-    def _materialized(self, device: Any) -> Tensor:
-        """This tensor at a concrete dtype (weak: the default one) with a device (device-less: rebuilt on
-        `device`): what storage, reads and clones of it hold."""
-        t = self.cast(materialized(self.uop)) if self.dtype.is_weak else self
-        if t._device is None:
-            u = multi._on_device(t.uop, device) if not isinstance(device, tuple) else t.uop
-            t = Tensor(u, device=device)
-        return t
-
-    def bitcast(self, dtype: DTypeLike) -> Tensor:
-        """Reinterpret the bits as dtype (equal item sizes, or a last-dim rescale for different sizes)."""
-        dt = _dt(dtype, weak_ok=True)
-        if dt is None:
-            raise TensorTypeError("bitcast needs a dtype (a DType, its name or a numpy type), got None")
-        if dt.is_weak or self.dtype.is_weak:
-            raise TensorTypeError(f"can't bitcast {self.dtype} to {dt}: a Python literal's dtype has no bits; cast to "
-                                  "a concrete dtype first")  # fmt: skip
-        if dt == self.dtype:
-            return self
-        on_disk = file_backed(self.device)
-        if on_disk and (dt.itemsize != self.dtype.itemsize or view_offset(self.uop) is not None):
-            return self._disk_bitcast(dt)  # DISK runs no kernels: a view of the file's bytes as dt
-        if dt.itemsize == self.dtype.itemsize and (dt == dtypes.bool or self.dtype == dtypes.bool):
-            # bool's bytes are 0 and 1: reinterpreting them is a conversion (no backend has a 1-bit bitcast)
-            out = self.cast(dt) if dt != dtypes.bool else self != 0
-
-            RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
-            return out
-        if dt.itemsize == self.dtype.itemsize:
-            return self._new(self.uop.bitcast(dt))
-        return self._bitcast_resize(dt)
-
-    def _bitcast_resize(self, dt: DType) -> Tensor:
-        """bitcast to a dtype of another item size: the last dim is rescaled by the size ratio, bytes little-endian
-        (int32[2] -> uint8[8]); built from shifts on unsigned words so it stays lazy and fuses."""
-        src, isz = self.dtype.itemsize, dt.itemsize
-        if not self.ndim or (src < isz and as_int(self.shape[-1]) * src % isz):
-            raise TensorValueError(f"bitcast {self.dtype} {self.shape} -> {dt}: the last dim's {src}-byte items don't "
-                                   f"split into whole {isz}-byte ones")  # fmt: skip
-        u_src, u_dst = _UINT_OF_SIZE[src], _UINT_OF_SIZE[isz]
-        x = self.bitcast(u_src) if self.dtype != u_src else self
-        if src > isz:  # split each word into src // isz smaller ones, lowest bytes first
-            r = src // isz
-            shifts = Tensor([8 * isz * k for k in range(r)], dtype=u_src, device=self.device)
-            parts = (x.unsqueeze(-1) >> shifts).cast(u_dst)
-            out = parts.reshape(*self.shape[:-1], as_int(self.shape[-1]) * r)
-        else:  # join isz // src consecutive words into one
-            r = isz // src
-            shifts = Tensor([8 * src * k for k in range(r)], dtype=u_dst, device=self.device)
-            words = x.reshape(*self.shape[:-1], as_int(self.shape[-1]) // r, r).cast(u_dst) << shifts
-            out = words.sum(-1, dtype=u_dst)  # the shifted words' bits don't overlap: the sum is their OR
-        out = out if dt == u_dst else out.bitcast(dt)
-
-        RESIZED_BITCASTS[out.uop] = self.uop  # an assign through it writes self
-        return out
-
-    def _disk_bitcast(self, dt: DType) -> Tensor:
-        """A contiguous view of a DISK file reinterpreted as dt, the last dim rescaled by the item-size ratio (no data
-        moves: the file is the storage)."""
-        bb, off = base_buffer(self.uop), view_offset(self.uop)
-        if bb is None or off is None or not self.ndim:
-            raise TensorValueError(f"bitcast of a DISK tensor needs a contiguous view of the file, got shape "
-                                   f"{self.shape}; slice contiguous rows (or move it to a device) first")  # fmt: skip
-        src, last = self.dtype.itemsize, as_int(self.shape[-1])
-        nbytes, byte_off = as_int(self.numel()) * src, off * src
-        if (last * src) % dt.itemsize:
-            raise TensorValueError(f"bitcast {self.dtype} {self.shape} -> {dt} on {self.device}: the last dim's "
-                                   f"{last * src} bytes don't split into whole {dt.itemsize}-byte items")  # fmt: skip
-        view = new_buffer_uop(self.device, nbytes // dt.itemsize, dt)
-        buffer_views[view] = (bb, byte_off)
-        return self._new(view).reshape(*self.shape[:-1], last * src // dt.itemsize)
-
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Tensor:
-        return self.cast(dtypes.float16)
-
-    def double(self) -> Tensor:
-        return self.cast(dtypes.float64)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
-
-    def long(self) -> Tensor:
-        return self.cast(dtypes.int64)
-
-    def short(self) -> Tensor:
-        return self.cast(dtypes.int16)
-
-    def char(self) -> Tensor:
-        return self.cast(dtypes.int8)
-
-    def bool(self) -> Tensor:
-        return self.cast(dtypes.bool)
-
-    def bfloat16(self) -> Tensor:
-        return self.cast(dtypes.bfloat16)
-
-    def is_floating_point(self) -> builtins.bool:
-        return dtypes.is_float(self.dtype)
 
     # ---------------- assign ----------------
     def assign(self, x: Tensor | Scalar | Any) -> Tensor:

@@ -71,6 +71,10 @@ class SettingError(ValueError, RuntimeError, UOpError):
     target that doesn't parse); the message names the setting and what it accepts."""
 
 
+class SettingTypeError(TypeError, SettingError):
+    """A value of the wrong kind for a setting (`Context(DEBUG="abc")`, a float for an int setting)."""
+
+
 class UnknownSettingError(KeyError, SettingError):
     """A setting name that is not declared; the message lists the declared ones."""
 

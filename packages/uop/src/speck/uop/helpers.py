@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from speck.uop.errors import SettingAttributeError, SettingError, UnknownSettingError
+from speck.uop.errors import SettingAttributeError, SettingError, SettingTypeError, UnknownSettingError
 
 T = TypeVar("T")
 
@@ -115,20 +115,40 @@ class ContextVar:
         return ContextVar._registry[key]
 
 
+def _scoped_value(cv: ContextVar, v: Any) -> Any:
+    """v as a value of cv's kind (the type of its default), or a SettingTypeError naming what it takes."""
+    kind = type(cv.default)
+    if kind not in (int, float, str) or isinstance(v, kind) or (kind is float and isinstance(v, int)):
+        return v
+    try:
+        if isinstance(v, str):
+            return parse_setting(cv.key, v, cv.default)
+    except SettingError:
+        pass  # (its message names the environment; this value came from Context)
+    else:
+        if kind is not str and not isinstance(v, (str, float)) and hasattr(type(v), "__index__"):  # (a numpy int)
+            return int(v)
+    what = {int: "an int (or a bool)", float: "a number", str: "a string"}[kind]
+    raise SettingTypeError(f"Context({cv.key}={v!r}): {cv.key} takes {what}, got {type(v).__name__}; pass e.g. "
+                           f"{cv.key}={cv.default!r}")  # fmt: skip
+
+
 class Context(contextlib.ContextDecorator):
     """Scope settings: `with Context(DEBUG=2): ...` restores the previous values on exit.
 
     Unknown names raise KeyError listing the known settings; a setting defined by a package that is imported later
-    can still be scoped once it exists. Values are stored as given (not type-checked)."""
+    can still be scoped once it exists. A value must be of the setting's kind: an int setting takes an int (or a
+    bool), a float one an int or float, a string one a string; a string given to a number setting is converted as
+    the environment's would be. Anything else is a SettingTypeError (`DEBUG="abc"` failed later, deep inside a
+    realize, as a TypeError of a comparison)."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.old: dict[str, Any] = {}
 
     def __enter__(self) -> Context:
-        for k in self.kwargs:
-            ContextVar.get(k)  # every name is checked before any value changes
-        for k, v in self.kwargs.items():
+        values = {k: _scoped_value(ContextVar.get(k), v) for k, v in self.kwargs.items()}  # all checked first
+        for k, v in values.items():
             cv = ContextVar._registry[k]
             self.old[k] = cv.save()
             cv.value = v

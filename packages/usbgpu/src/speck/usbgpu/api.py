@@ -120,6 +120,54 @@ def _count(value: object, what: str) -> int:
     return int(n)
 
 
+def _dwords(packets: object) -> list[int]:
+    """`packets` as a list of PM4 dwords: ints in [0, 2**32) (a larger or negative one was masked to 32 bits and
+    the GPU ran other packets than the caller wrote), else a TypeError/ValueError naming the first bad one."""
+    try:
+        body = list(packets)  # type: ignore[call-overload]
+    except TypeError:
+        raise UsbGpuTypeError(f"submit needs a sequence of PM4 dwords (ints), got {type(packets).__name__}") from None
+    for i, p in enumerate(body):
+        if isinstance(p, bool) or not hasattr(type(p), "__index__"):
+            raise UsbGpuTypeError(f"submit: packet dword {i} must be an int, got {type(p).__name__} {p!r:.40}")
+        if not 0 <= operator.index(p) <= 0xFFFFFFFF:
+            raise UsbGpuValueError(f"submit: packet dword {i} is {p}, outside [0, 0xFFFFFFFF]; PM4 dwords are "
+                                   "32-bit unsigned (a negative one: p & 0xFFFFFFFF)")  # fmt: skip
+    return [operator.index(p) for p in body]
+
+
+def _timeout(value: object) -> float:
+    """A wait's timeout in seconds: a finite number >= 0 (NaN or infinity never ends the wait of a hung queue)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsbGpuTypeError(f"timeout must be a number of seconds, got {type(value).__name__} {value!r:.40}")
+    if not 0 <= value < float("inf"):
+        raise UsbGpuValueError(f"timeout must be a finite number of seconds >= 0, got {value!r}; pass e.g. 10.0")
+    return float(value)
+
+
+def _dims(value: object, what: str) -> tuple[int, ...]:
+    """A grid or block: 1 to 3 ints in [1, 2**32) (a 4th was dropped, 1.5 became 1, a dim of 2**32 wrapped)."""
+    try:
+        dims: tuple[Any, ...] = tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise UsbGpuTypeError(f"{what} must be a sequence of 1 to 3 ints, got {type(value).__name__}") from None
+    if not 1 <= len(dims) <= 3 or any(isinstance(n, bool) or not hasattr(type(n), "__index__") for n in dims):
+        raise UsbGpuTypeError(f"{what} must be 1 to 3 ints (x, y, z), got {value!r:.60}")
+    if not all(1 <= operator.index(n) <= 0xFFFFFFFF for n in dims):
+        raise UsbGpuValueError(f"{what} {value!r} needs every dim in [1, 0xFFFFFFFF]")
+    return tuple(operator.index(n) for n in dims)
+
+
+def _launch_args(code: object, grid: object, block: object, kernargs: object) -> tuple[Any, ...]:
+    """dispatch()'s arguments checked when it is issued (an AttributeError from inside the operation made the
+    session unusable)."""
+    if not isinstance(code, KernelCode):
+        raise UsbGpuTypeError(f"dispatch needs a KernelCode (speck.usbgpu.KernelCode), got {type(code).__name__}")
+    if isinstance(kernargs, str) or not isinstance(kernargs, (bytes, bytearray, memoryview)):
+        raise UsbGpuTypeError(f"kernargs must be bytes, got {type(kernargs).__name__}; pack them (struct.pack)")
+    return code, _dims(grid, "grid"), _dims(block, "block"), bytes(kernargs)
+
+
 class UsbGpu:
     """A GPU behind an ASM2464-class bridge with the custom firmware, reached over libusb (or the simulator)."""
 
@@ -422,6 +470,7 @@ class UsbGpu:
     ) -> list[int]:
         """The PM4 of one dispatch (its kernarg segment and dispatch packet staged in VRAM), for a batch built by
         the caller and submitted with submit(..., batch=True)."""
+        code, grid, block, kernargs = _launch_args(code, grid, block, kernargs)
         return list(self._compute_op("dispatch", lambda c: c.launch(code, grid, block, kernargs)))
 
     def dispatch(
@@ -436,6 +485,8 @@ class UsbGpu:
     ) -> int:
         """Run `grid` workgroups of `block` threads of `code` with `kernargs`; returns the compute timeline value
         that signals its completion (`wait=True` also waits for it, up to `timeout` seconds of GPU time)."""
+        timeout = _timeout(timeout)
+        code, grid, block, kernargs = _launch_args(code, grid, block, kernargs)
 
         def go(c: ComputeEngine) -> int:
             value = c.submit(c.launch(code, grid, block, kernargs))
@@ -448,13 +499,21 @@ class UsbGpu:
     def submit(self, packets: Sequence[int], *, batch: bool = False) -> int:
         """Submit PM4 packets to the compute queue, followed by a RELEASE_MEM of the next timeline value (returned).
         `batch=True` stages them as one indirect buffer: one INDIRECT_BUFFER packet and one doorbell."""
-        body = list(packets)
+        body = _dwords(packets)
         return int(self._compute_op("submit", lambda c: c.submit(body, batch=batch)))
 
     def wait(self, value: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """Return once the compute timeline reached `value`. GpuFault if a queue reported a fault, GpuHang if one
         hung or nothing signalled within `timeout` seconds of GPU time (both name the queue)."""
-        self._compute_op("wait", lambda c: c.wait(value, timeout))
+        value, timeout = _count(value, "wait value"), _timeout(timeout)
+
+        def go(c: ComputeEngine) -> None:
+            if value > c.submitted:  # (it timed out, and the queue was then taken as hung until reset)
+                raise UsbGpuValueError(f"wait({value}): only {c.submitted} compute submissions were made; wait for a "
+                                       "value that submit() or dispatch() returned")  # fmt: skip
+            c.wait(value, timeout)
+
+        self._compute_op("wait", go)
 
     def completed(self) -> int:
         """The last compute timeline value the GPU signalled."""

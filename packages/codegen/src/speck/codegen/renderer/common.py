@@ -73,13 +73,21 @@ class KernelSignature:
     sliced: UOp | None
 
 
+def check_kernel_name(name: str, renderer: str) -> str:
+    """name, if it can name the kernel's function (it is written into the source and the symbol table)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ProgramFormError(
+            f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier; name kernels "
+            "(KernelInfo(name=...)) with letters, digits and '_', not a digit first"
+        )
+    return name
+
+
 def kernel_signature(uops: list[UOp], renderer: str) -> KernelSignature:
     """Analyse a linearized program for the CPU ABI (CPU_ABI.md); raises RuntimeError on a malformed program."""
     if not uops or uops[-1].op is not Ops.SINK:
         raise ProgramFormError(f"renderer {renderer!r}: a program must be a linear UOp list ending in SINK")
-    name = kernel_name(uops[-1])
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ProgramFormError(f"renderer {renderer!r}: kernel name {name!r} is not a valid C/LLVM identifier")
+    name = check_kernel_name(kernel_name(uops[-1]), renderer)
     # one pass over the program (enum members read once: `Ops.X` is slow in Python 3.11, see _PARAM)
     params: list[UOp] = []
     written: set[UOp] = set()

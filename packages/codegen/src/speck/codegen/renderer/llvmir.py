@@ -256,6 +256,12 @@ NONTEMPORAL_MIN_BYTES = 32 << 20
 _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
 
 
+def _comment_text(name: object) -> str:
+    """A user-chosen name as comment text: as written if it is an identifier, else its ASCII repr (no line breaks)."""
+    text = str(name)
+    return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) else ascii(text)
+
+
 class LLVMRenderer(Renderer):
     """Textual LLVM IR for the host CPU (see the module docstring for the exact semantics). EXP2/LOG2/SIN are left
     to the pipeline's decompositions; SQRT/TRUNC are `llvm.sqrt`/`llvm.trunc`. Vectors up to 256 bits (AVX2), or
@@ -422,7 +428,8 @@ class _LLKernel:
         return out
 
     def kernel_comment(self) -> list[str]:
-        var_names = ", ".join(f"{self.names[v]}={v.arg[0]}" for v in self.sig.variables)
+        # a name that is no identifier is quoted and escaped (one with a newline ended the comment: broken IR)
+        var_names = ", ".join(f"{self.names[v]}={_comment_text(v.arg[0])}" for v in self.sig.variables)
         return [f"; kernel {self.sig.name}" + (f" (variables: {var_names})" if var_names else "")]
 
     def module_tail(self) -> list[str]:

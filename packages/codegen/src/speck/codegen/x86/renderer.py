@@ -30,6 +30,7 @@ from speck.codegen.errors import ZmmRefusal
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.lower.devectorize import Devectorizer, pm_devectorize
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
+from speck.codegen.renderer.common import check_kernel_name
 from speck.codegen.x86.backend import X86Rendering, listing_text, render_x86
 from speck.codegen.x86.legalize import check_dtypes
 from speck.codegen.x86.program_text import dump_program
@@ -100,7 +101,7 @@ class X86Renderer(Renderer):
     def render(self, uops: list[UOp]) -> str:
         """The kernel's source text (speck.codegen.x86.program_text), after the early refusal of values without a
         register class; `X86Compiler().compile(src)` runs the backend on it."""
-        name = kernel_name(uops[-1]) if uops else "kernel"
+        name = check_kernel_name(kernel_name(uops[-1]), "x86") if uops else "kernel"  # ("a b" broke the header)
         check_dtypes(uops, name)
         if self.max_vector_bytes > 32 and (why := zmm_refusal(uops)) is not None:
             u, reason = why

@@ -1,9 +1,12 @@
 """x86-64 instruction selection: a legalized linear program -> `Inst`s on virtual registers (+ labels, loop markers).
 
 Selection walks the program in order and looks each UOp up in `SELECTION_TABLE` by (op, operand class); the entry
-names the rule that emits its instructions, and the per-dtype opcode tables below (`INT_ALU`, `FLOAT_ALU`, ...) give
-the machine op. A UOp with no entry raises SelectionError (an X86UnsupportedError, so an UnsupportedOpError) naming
-the op, the dtype and the kernel.
+names the rule that emits its instructions. This module holds the `Selector` (registers, constants, operands), the
+control flow (RANGE/END) and memory rules (INDEX/LOAD/STORE, gated accesses); the ALU rules are functions of
+(selector, uop) in modules by operand family, each with its opcode tables: select_int.py (scalar ints and bools),
+select_float.py (scalar floats), select_cast.py (CAST/BITCAST), select_vector.py (float32 vectors), select_mask.py
+(bool lane masks) and select_zmm.py (AVX-512). A UOp with no entry raises SelectionError (an X86UnsupportedError,
+so an UnsupportedOpError) naming the op, the dtype and the kernel.
 
 Value conventions (what every rule may assume about its sources and must guarantee for its result):
 - integers and bools live in general-purpose registers. A value of 1, 2 or 4 bytes is held in the low 32 bits,
@@ -30,10 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speck.codegen.errors import CodegenValueError, ProgramFormError, SelectionError
+from speck.codegen.errors import ProgramFormError, SelectionError
 from speck.codegen.regalloc import VReg
-from speck.codegen.renderer.common import divisor_safe, kernel_signature, shift_safe
+from speck.codegen.renderer.common import kernel_signature
 from speck.codegen.x86 import select_cast as sc
+from speck.codegen.x86 import select_float as sf
+from speck.codegen.x86 import select_int as si
 from speck.codegen.x86 import select_mask as sm
 from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86 import select_zmm as sz
@@ -43,7 +48,7 @@ from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, 
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import arg_vreg
-from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, VCMP_UNORD, is_cconst, mem_at, osize, vec_bytes
+from speck.codegen.x86.select_common import FLOAT_OPS, is_cconst, mem_at, osize, vec_bytes
 from speck.uop import AddrSpace, DType, GroupOp, Ops, PtrDType, UOp, cast_value, dtypes
 
 # the scratch slot of gated accesses: in the System V red zone below rsp (kernels are leaf functions, the allocator
@@ -56,22 +61,8 @@ _ADD, _MUL, _SUB, _LOAD, _STORE, _STACK, _GEP, _INDEX, _WHERE = (
     Ops.ADD, Ops.MUL, Ops.SUB, Ops.LOAD, Ops.STORE, Ops.STACK, Ops.GEP, Ops.INDEX, Ops.WHERE)  # fmt: skip
 _MOV, _VMOVAPS = O.MOV, O.VMOVAPS
 
-INT_ALU: dict[Ops, O] = {Ops.ADD: O.ADD, Ops.SUB: O.SUB, Ops.MUL: O.IMUL, Ops.AND: O.AND, Ops.OR: O.OR,
-                         Ops.XOR: O.XOR}  # fmt: skip
-"""Two-address integer ALU ops (reg, reg/imm32)."""
 MEM_FORM_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.AND, Ops.OR, Ops.XOR})
 """Ops whose second source may be a memory operand (integer ALU r, r/m; VEX float op x, x, x/m)."""
-WRAPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL})
-"""Integer ops whose 32-bit result may leave a narrow (8/16-bit) type: the result is re-extended."""
-FLOAT_ALU: dict[tuple[Ops, int], O] = {
-    (Ops.ADD, 4): O.VADDSS, (Ops.ADD, 8): O.VADDSD, (Ops.SUB, 4): O.VSUBSS, (Ops.SUB, 8): O.VSUBSD,
-    (Ops.MUL, 4): O.VMULSS, (Ops.MUL, 8): O.VMULSD, (Ops.FDIV, 4): O.VDIVSS, (Ops.FDIV, 8): O.VDIVSD,
-}  # fmt: skip
-"""Three-operand VEX scalar float ops (dst, src1, src2/mem)."""
-# condition codes of integer comparisons: (signed, unsigned)
-INT_CMP: dict[Ops, tuple[O, O]] = {Ops.CMPLT: (O.SETL, O.SETB), Ops.CMPNE: (O.SETNE, O.SETNE),
-                                   Ops.CMPEQ: (O.SETE, O.SETE)}  # fmt: skip
-SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
 
 
 def op_class(u: UOp) -> str:
@@ -299,6 +290,11 @@ class Selector:
         self.nid += 1
         return VReg(self.nid, "gpr", 8)
 
+    def pinned(self, phys: str) -> VReg:
+        """A fresh 64-bit register the allocator places in `phys` (rax/rdx around a division, rcx for a shift count)."""
+        self.nid += 1
+        return VReg(self.nid, "gpr", 8, phys)
+
     def vec(self, size: int = 16) -> VReg:
         """A fresh vector register: xmm/ymm of class "vec", or a zmm (size 64) of the AVX-512 class "zvec"."""
         self.nid += 1
@@ -507,7 +503,7 @@ class Selector:
             if -(2**31) <= d < 2**31:
                 i, disp = i.src[0], d
             elif i not in self.val:  # the displacement does not fit: compute the index after all
-                self.sel_int_binary(i)
+                si.sel_int_binary(self, i)
         x = self.reg(i)
         if i.dtype.itemsize < 8 and not _nonneg(i):
             t = self.gpr()
@@ -698,299 +694,6 @@ class Selector:
         mem = self.gated_address(idx, None, None) if len(idx.src) > 2 else self.address(idx)
         self.store_value(mem, v, v.dtype)
 
-    # ---- integer and bool ALU -------------------------------------------------------------------------------------
-    def sel_int_binary(self, u: UOp) -> None:
-        a, b = u.src
-        size = osize(u.dtype)
-        if (is_cconst(a) or a in self.mem_operands) and u.op is not _SUB:
-            a, b = b, a
-        d = self.gpr()
-        src = self.mem_operand(b) if b in self.mem_operands else self.ioperand(b, size)
-        if u.op is _MUL and isinstance(src, Imm):  # three-operand imul: no copy first
-            self.emit(O.IMUL, self.at_size(d, size), self.at_size(self.reg(a), size), src)
-        else:
-            self.copy(d, self.reg(a))
-            self.emit(INT_ALU[u.op], self.at_size(d, size), src)
-        if u.op in WRAPS:
-            self.extend(d, u.dtype)
-        self.val[u] = d
-
-    def sel_int_neg(self, u: UOp) -> None:
-        d = self.gpr()
-        self.copy(d, self.reg(u.src[0]))
-        if u.dtype == dtypes.bool:
-            self.emit(O.XOR, d.sized(4), Imm(1))
-        else:
-            self.emit(O.NEG, d.sized(osize(u.dtype)))
-            self.extend(d, u.dtype)
-        self.val[u] = d
-
-    def sel_int_max(self, u: UOp) -> None:
-        a, b = u.src
-        size = osize(u.dtype)
-        ra, rb = self.reg(a), self.reg(b)
-        d = self.gpr()
-        self.copy(d, ra)
-        self.emit(O.CMP, ra.sized(size), rb.sized(size))
-        self.emit(O.CMOVB if dtypes.is_unsigned(u.dtype) else O.CMOVL, d.sized(size), rb.sized(size))
-        self.val[u] = d
-
-    def sel_int_cmp(self, u: UOp) -> None:
-        a, b = u.src
-        size = osize(a.dtype)
-        signed, unsigned = INT_CMP[u.op]
-        cc = unsigned if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool else signed
-        if is_cconst(a) and not is_cconst(b):
-            a, b, cc = b, a, SWAPPED_SET[cc]
-        ra = self.reg(a)
-        self.emit(O.CMP, ra.sized(size), self.ioperand(b, size))
-        self.val[u] = self.setcc(cc)
-
-    def sel_int_where(self, u: UOp) -> None:
-        c, a, b = u.src
-        size = osize(u.dtype)
-        d = self.gpr()
-        self.copy(d, self.reg(b))
-        ra = self.reg(a)
-        g = self.reg(c)
-        self.emit(O.TEST, g.sized(4), g.sized(4))  # a bool condition compared against 0
-        self.emit(O.CMOVNE, d.sized(size), ra.sized(size))
-        self.val[u] = d
-
-    def sel_int_divmod(self, u: UOp) -> None:
-        a, b = u.src
-        dt = u.dtype.scalar()
-        if dt == dtypes.int32 and is_cconst(b) and self.int_bits(b) >= 2:
-            self.div_by_constant(u, self.int_bits(b))
-            return
-        size = osize(dt)
-        unsigned = dtypes.is_unsigned(dt)
-        rax, rdx = VReg(self._fresh(), "gpr", 8, "rax"), VReg(self._fresh(), "gpr", 8, "rdx")
-        safe = divisor_safe(a, b)
-        rb = self.reg(b)
-        t = rb
-        if not safe:  # divide by 1 instead when b is 0 (or -1, which could trap on MIN / -1); fixed up below
-            t, one = self.gpr(), self.gpr()
-            self.copy(t, rb)
-            self.emit(O.MOV, one.sized(4), Imm(1))
-            if unsigned:
-                self.emit(O.TEST, t.sized(size), t.sized(size))
-                self.emit(O.CMOVE, t.sized(size), one.sized(size))
-            else:
-                k = self.gpr()
-                self.emit(O.LEA, k.sized(size), Mem(t, disp=1))
-                self.emit(O.CMP, k.sized(size), Imm(1))
-                self.emit(O.CMOVBE, t.sized(size), one.sized(size))
-        self.emit(O.MOV, rax.sized(size), self.reg(a).sized(size))
-        if unsigned:
-            self.emit(O.XOR, rdx.sized(4), rdx.sized(4))
-            self.emit(O.DIV, t.sized(size), implicit_uses=(rax, rdx), implicit_defs=(rax, rdx))
-        else:
-            self.emit(O.CQO if size == 8 else O.CDQ, implicit_uses=(rax,), implicit_defs=(rdx,))
-            self.emit(O.IDIV, t.sized(size), implicit_uses=(rax, rdx), implicit_defs=(rax, rdx))
-        d = self.gpr()
-        self.emit(O.MOV, d.sized(size), (rax if u.op is Ops.CDIV else rdx).sized(size))
-        if not safe and u.op is Ops.CDIV:
-            z = self.gpr()
-            self.emit(O.XOR, z.sized(4), z.sized(4))
-            if not unsigned:  # b == -1: the quotient is -a (wrapping)
-                n = self.gpr()
-                self.copy(n, d)
-                self.emit(O.NEG, n.sized(size))
-                self.emit(O.CMP, rb.sized(size), Imm(-1))
-                self.emit(O.CMOVE, d.sized(size), n.sized(size))
-            self.emit(O.TEST, rb.sized(size), rb.sized(size))
-            self.emit(O.CMOVE, d.sized(size), z.sized(size))
-        self.extend(d, dt)
-        self.val[u] = d
-
-    def div_by_constant(self, u: UOp, d: int) -> None:
-        """int32 n / d and n % d for a constant d >= 2 without idiv: q = mulhs(n, M) (+ n) >> s, plus 1 when n is
-        negative (truncation), with the magic number M and shift s of Hacker's Delight section 10-4."""
-        magic, shift = signed_magic32(d)
-        n = self.reg(u.src[0])
-        q = self.gpr()
-        self.emit(O.MOVSXD, q, n.sized(4))
-        self.emit(O.IMUL, q, q, Imm(magic))  # the 64-bit product of sign-extended n and M: mulhs is its high half
-        if magic < 0:  # M was reduced by 2**32: add n back after taking the high half
-            self.emit(O.SAR, q, Imm(32))
-            self.emit(O.ADD, q.sized(4), n.sized(4))
-            if shift:
-                self.emit(O.SAR, q.sized(4), Imm(shift))
-        else:
-            self.emit(O.SAR, q, Imm(32 + shift))
-        t = self.gpr()
-        self.emit(O.MOV, t.sized(4), n.sized(4))
-        self.emit(O.SHR, t.sized(4), Imm(31))
-        self.emit(O.ADD, q.sized(4), t.sized(4))
-        if u.op is Ops.CMOD:  # n - q * d
-            r = self.gpr()
-            self.emit(O.IMUL, q.sized(4), q.sized(4), Imm(d))
-            self.emit(O.MOV, r.sized(4), n.sized(4))
-            self.emit(O.SUB, r.sized(4), q.sized(4))
-            q = r
-        self.val[u] = q
-
-    def _fresh(self) -> int:
-        self.nid += 1
-        return self.nid
-
-    def sel_int_shift(self, u: UOp) -> None:
-        a, b = u.src
-        dt = u.dtype.scalar()
-        size = osize(dt)
-        bits = 8 * size
-        op = O.SHL if u.op is Ops.SHL else (O.SHR if dtypes.is_unsigned(dt) else O.SAR)
-        d = self.gpr()
-        self.copy(d, self.reg(a))
-        if is_cconst(b):
-            n = self.int_bits(b)
-            if 0 <= n < 8 * dt.itemsize or (0 <= n < bits):
-                self.emit(op, d.sized(size), Imm(n))
-            elif op is O.SAR:
-                self.emit(op, d.sized(size), Imm(bits - 1))
-            else:
-                self.emit(O.XOR, d.sized(4), d.sized(4))
-        else:
-            rb = self.reg(b)
-            cx = VReg(self._fresh(), "gpr", 8, "rcx")
-            self.emit(O.MOV, cx.sized(4), rb.sized(4))
-            self.emit(op, d.sized(size), cx.sized(1))
-            if not shift_safe(b, bits):
-                fill = self.gpr()
-                if op is O.SAR:
-                    self.copy(fill, self.reg(a))
-                    self.emit(O.SAR, fill.sized(size), Imm(bits - 1))
-                else:
-                    self.emit(O.XOR, fill.sized(4), fill.sized(4))
-                self.emit(O.CMP, rb.sized(osize(b.dtype)), Imm(bits))
-                self.emit(O.CMOVAE, d.sized(size), fill.sized(size))
-        if u.op in WRAPS:
-            self.extend(d, dt)
-        self.val[u] = d
-
-    # ---- float ALU ------------------------------------------------------------------------------------------------
-    def fsrc(self, u: UOp) -> Operand:
-        """A float source operand: a register, the literal in .rodata, or a load folded into a memory operand."""
-        if u in self.mem_operands:
-            return self.mem_operand(u)
-        return self.fconst(u) if is_cconst(u) else self.reg(u)
-
-    def sel_fma(self, u: UOp) -> None:
-        """acc + b*c as `vmovaps d, acc; vfmadd231 d, b, c` (c may be a memory operand); the copy folds away when d
-        is copied on into acc's register (an accumulator update)."""
-        acc, m = self.fma[u]
-        b, c = m.src
-        if b in self.mem_operands or is_cconst(b) or b in self.bcast_stacks:
-            b, c = c, b
-        n = u.dtype.count
-        if n > 1:
-            d = self.vec(vec_bytes(n))
-            src: Operand = (self.mem_operand(c) if c in self.mem_operands else
-                            self.bcast_operand(c) if c in self.bcast_stacks else self.reg(c))  # fmt: skip
-            op = O.VFMADD231PS
-        else:
-            d = self.vec()
-            src = self.fsrc(c)
-            op = O.VFMADD231SS if u.dtype.itemsize == 4 else O.VFMADD231SD
-        self.copy(d, self.reg(acc))
-        self.emit(op, d, self.reg(b), src)
-        self.val[u] = d
-
-    def sel_float_binary(self, u: UOp) -> None:
-        if u in self.fma:
-            self.sel_fma(u)
-            return
-        a, b = u.src
-        if a in self.mem_operands and u.op in GroupOp.Commutative:
-            a, b = b, a
-        d = self.vec()
-        self.emit(FLOAT_ALU[(u.op, u.dtype.itemsize)], d, self.reg(a), self.fsrc(b))
-        self.val[u] = d
-
-    def sel_float_unary(self, u: UOp) -> None:
-        n = u.dtype.itemsize
-        x = self.reg(u.src[0])
-        d = self.vec()
-        if u.op is Ops.NEG:
-            mask = self.rconst("<4I", *([0x80000000] * 4)) if n == 4 else self.rconst("<2Q", 1 << 63, 1 << 63)
-            self.emit(FLOAT_OPS[("xor", n)], d, x, mask.with_size(16))
-        elif u.op is Ops.SQRT:
-            self.emit(FLOAT_OPS[("sqrt", n)], d, x, x)
-        elif u.op is Ops.TRUNC:
-            self.emit(FLOAT_OPS[("round", n)], d, x, x, Imm(ROUND_TRUNC))
-        else:
-            raise self.fail(u)
-        self.val[u] = d
-
-    def sel_float_max(self, u: UOp) -> None:
-        # numpy.maximum: (b > a ? b : a), except a NaN b wins. vmax(b, a) = b > a ? b : a; then blend b where b is NaN
-        n = u.dtype.itemsize
-        ra, rb = self.reg(u.src[0]), self.reg(u.src[1])
-        t, m, d = self.vec(), self.vec(), self.vec()
-        self.emit(FLOAT_OPS[("max", n)], t, rb, ra)
-        self.emit(FLOAT_OPS[("cmp", n)], m, rb, rb, Imm(VCMP_UNORD))
-        self.emit(FLOAT_OPS[("blend", n)], d, t, rb, m)
-        self.val[u] = d
-
-    def sel_float_cmp(self, u: UOp) -> None:
-        a, b = u.src
-        n = a.dtype.itemsize
-        ucomi = FLOAT_OPS[("ucomi", n)]
-        if u.op is Ops.CMPLT:  # a < b <=> b > a (unordered sets CF: false)
-            self.emit(ucomi, self.reg(b), self.fsrc(a))
-            self.val[u] = self.setcc(O.SETA)
-            return
-        self.emit(ucomi, self.reg(a), self.fsrc(b))
-        t, p = self.gpr(), self.gpr()
-        if u.op is Ops.CMPEQ:  # equal and ordered
-            self.emit(O.SETE, t.sized(1))
-            self.emit(O.SETNP, p.sized(1))
-            self.emit(O.AND, t.sized(1), p.sized(1))
-        else:  # not equal, or unordered
-            self.emit(O.SETNE, t.sized(1))
-            self.emit(O.SETP, p.sized(1))
-            self.emit(O.OR, t.sized(1), p.sized(1))
-        self.emit(O.MOVZX, t.sized(4), t.sized(1))
-        self.val[u] = t
-
-    def sel_float_where(self, u: UOp) -> None:
-        c, a, b = u.src
-        n = u.dtype.itemsize
-        g = self.reg(c)
-        k, m, d = self.gpr(), self.vec(), self.vec()
-        # a bool condition compared against 0, as a lane mask: 0/1 -> 0/-1 (sign bit set where true)
-        self.emit(O.MOV, k.sized(4), g.sized(4))
-        self.emit(O.NEG, k.sized(n))
-        self.emit(O.VMOVD if n == 4 else O.VMOVQ, m, k.sized(n))
-        self.emit(FLOAT_OPS[("blend", n)], d, self.reg(b), self.reg(a), m)
-        self.val[u] = d
-
-
-def signed_magic32(d: int) -> tuple[int, int]:
-    """(M, s) with trunc(n / d) == (mulhs(n, M) [+ n when M < 0]) >> s, plus 1 for negative n, for every int32 n;
-    d >= 2 (Hacker's Delight, "Signed Division by Divisors >= 2"). M is returned as a signed 32-bit value."""
-    if d < 2 or d >= 2**31:
-        raise CodegenValueError(f"signed_magic32: divisor must be in [2, 2**31), got {d}")
-    two31 = 2**31
-    anc = two31 - 1 - two31 % d
-    p = 31
-    q1, r1 = divmod(two31, anc)
-    q2, r2 = divmod(two31, d)
-    while True:
-        p += 1
-        q1, r1 = 2 * q1, 2 * r1
-        if r1 >= anc:
-            q1, r1 = q1 + 1, r1 - anc
-        q2, r2 = 2 * q2, 2 * r2
-        if r2 >= d:
-            q2, r2 = q2 + 1, r2 - d
-        delta = d - r2
-        if not (q1 < delta or (q1 == delta and r1 == 0)):
-            break
-    m = q2 + 1
-    return (m - 2**32 if m >= 2**31 else m), p - 32
-
 
 def _nonneg(u: UOp) -> bool:
     try:
@@ -1011,18 +714,18 @@ SELECTION_TABLE: dict[tuple[Ops, str], Rule] = {
     (Ops.INDEX, _N): Selector.sel_index,
     **{(Ops.LOAD, c): Selector.sel_load for c in (_I, _B, _F)},
     (Ops.STORE, _N): Selector.sel_store,
-    **{(op, c): Selector.sel_int_binary for op in INT_ALU for c in (_I, _B)},
-    (Ops.NEG, _I): Selector.sel_int_neg, (Ops.NEG, _B): Selector.sel_int_neg,
-    (Ops.MAX, _I): Selector.sel_int_max,
-    **{(op, c): Selector.sel_int_cmp for op in GroupOp.Comparison for c in (_I, _B)},
-    (Ops.WHERE, _I): Selector.sel_int_where, (Ops.WHERE, _B): Selector.sel_int_where,
-    (Ops.CDIV, _I): Selector.sel_int_divmod, (Ops.CMOD, _I): Selector.sel_int_divmod,
-    (Ops.SHL, _I): Selector.sel_int_shift, (Ops.SHR, _I): Selector.sel_int_shift,
-    **{(op, _F): Selector.sel_float_binary for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV)},
-    **{(op, _F): Selector.sel_float_unary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
-    (Ops.MAX, _F): Selector.sel_float_max,
-    **{(op, _F): Selector.sel_float_cmp for op in GroupOp.Comparison},
-    (Ops.WHERE, _F): Selector.sel_float_where,
+    **{(op, c): si.sel_int_binary for op in si.INT_ALU for c in (_I, _B)},
+    (Ops.NEG, _I): si.sel_int_neg, (Ops.NEG, _B): si.sel_int_neg,
+    (Ops.MAX, _I): si.sel_int_max,
+    **{(op, c): si.sel_int_cmp for op in GroupOp.Comparison for c in (_I, _B)},
+    (Ops.WHERE, _I): si.sel_int_where, (Ops.WHERE, _B): si.sel_int_where,
+    (Ops.CDIV, _I): si.sel_int_divmod, (Ops.CMOD, _I): si.sel_int_divmod,
+    (Ops.SHL, _I): si.sel_int_shift, (Ops.SHR, _I): si.sel_int_shift,
+    **{(op, _F): sf.sel_float_binary for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV)},
+    **{(op, _F): sf.sel_float_unary for op in (Ops.NEG, Ops.SQRT, Ops.TRUNC)},
+    (Ops.MAX, _F): sf.sel_float_max,
+    **{(op, _F): sf.sel_float_cmp for op in GroupOp.Comparison},
+    (Ops.WHERE, _F): sf.sel_float_where,
     **{(Ops.CAST, c): sc.sel_cast for c in (_I, _B, _F)},
     **{(Ops.BITCAST, c): sc.sel_bitcast for c in (_I, _F)},
     # float32 vectors (select_vector.py); other vectors exist only as STACKs of bools feeding a vector WHERE
@@ -1058,5 +761,6 @@ def select(uops: list[UOp], kernel: str, fp_contract: bool = False) -> tuple[lis
 
 
 zmm_refusal = sz.zmm_refusal
+signed_magic32 = si.signed_magic32
 
 __all__ = ["SELECTION_TABLE", "SelectionError", "Selector", "op_class", "select", "signed_magic32", "zmm_refusal"]

@@ -19,6 +19,7 @@ from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.select_common import is_cconst, mem_at, vec_bytes
+from speck.codegen.x86.select_float import sel_fma
 from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
 
@@ -36,7 +37,7 @@ def _width(count: int) -> int:
 
 def sel_vec_binary(sel: Selector, u: UOp) -> None:
     if u in sel.fma:
-        sel.sel_fma(u)
+        sel_fma(sel, u)
         return
     a, b = u.src
     if (a in sel.mem_operands or a in sel.bcast_stacks) and u.op in _COMMUTATIVE:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from speck.tensor import Device, Tensor, TinyJit, dtypes, nn
+from speck.tensor import Device, Tensor, TinyJit, distributed, dtypes, nn
 from speck.tensor.dims import as_int
 from speck.tensor.nn.datasets import mnist
 from speck.tensor.nn.optim import Adam
@@ -108,10 +108,8 @@ def main(argv: list[str] | None = None) -> float:
 
 def _main(args: Any, ap: argparse.ArgumentParser) -> float:
     devices = parse_devices(args.devices)
-    dist: Any = None
-    if args.distributed:
-        from speck.tensor import distributed as dist
-
+    dist: Any = distributed if args.distributed else None
+    if dist is not None:
         dist.init()
         if args.batch % dist.world_size():
             ap.error(f"--batch {args.batch} must split evenly over the {dist.world_size()} ranks")

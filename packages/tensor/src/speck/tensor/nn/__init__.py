@@ -10,7 +10,7 @@ from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
 from speck.tensor.tensor import Tensor, is_training
-from speck.uop import dtypes
+from speck.uop import dtypes, sum_acc_dtype
 
 
 def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -117,7 +117,9 @@ class BatchNorm:
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         axes = tuple(i for i in range(len(x.shape)) if i != 1)
         mean = x.mean(axis=axes)
-        var = ((x - mean.reshape(1, -1, *([1] * (len(x.shape) - 2)))) ** 2).mean(axis=axes)
+        d = x - mean.reshape(1, -1, *([1] * (len(x.shape) - 2)))
+        # in the accumulation dtype: a half deviation of 300 squares to inf, a variance of 90000 is beyond half too
+        var = (d.cast(sum_acc_dtype(d.dtype)) ** 2).mean(axis=axes)
         return mean, var
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -131,9 +133,11 @@ class BatchNorm:
                 unbiased = var.detach() * (n / max(n - 1, 1))
                 rv.assign_deferred(rv * (1 - self.momentum) + unbiased * self.momentum)
                 self.num_batches_tracked.assign_deferred(self.num_batches_tracked + 1)
+            invstd = (var + self.eps).rsqrt().cast(mean.dtype)  # (the batch's dtype: half stays half)
         else:
             mean, var = self.running_mean, self.running_var
-        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+            invstd = (var + self.eps).rsqrt()
+        return x.batchnorm(self.weight, self.bias, mean, invstd)
 
 
 BatchNorm2d = BatchNorm3d = BatchNorm

@@ -11,17 +11,16 @@ from __future__ import annotations
 import gzip
 import pathlib
 import struct
+import tarfile
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from speck.tensor.errors import DatasetError as DatasetError
 from speck.tensor.settings import DATASETS
-
-if TYPE_CHECKING:
-    from speck.tensor.tensor import Tensor
+from speck.tensor.tensor import Tensor
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 MIRRORS = {
@@ -142,8 +141,6 @@ def load_arrays(name: str = "mnist") -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def mnist(fashion: bool = False, device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """MNIST (or Fashion-MNIST) as realized tensors: X uint8 (N, 1, 28, 28), Y int32 (N,)."""
-    from speck.tensor.tensor import Tensor
-
     arrays = load_arrays("fashion-mnist" if fashion else "mnist")
     kw: dict[str, Any] = {} if device is None else {"device": device}
     return tuple(Tensor(a, **kw).realize() for a in arrays)  # type: ignore[return-value]
@@ -159,8 +156,6 @@ CIFAR_BATCHES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin"
 
 def read_cifar_tar(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(X_train, Y_train, X_test, Y_test) from CIFAR-10's binary tarball: images uint8 (N, 3, 32, 32), labels int32."""
-    import tarfile
-
     try:
         with tarfile.open(path, "r:gz") as tar:
             members = {pathlib.PurePosixPath(m.name).name: m for m in tar.getmembers() if m.isfile()}
@@ -186,8 +181,6 @@ def read_cifar_tar(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def cifar(device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """CIFAR-10 as realized tensors: X uint8 (N, 3, 32, 32), Y int32 (N,) (50000 train, 10000 test images). The
     tarball is looked up like MNIST's files (folder `cifar-10`) and downloaded into the cache when missing."""
-    from speck.tensor.tensor import Tensor
-
     path = next((d / CIFAR_TAR for d in search_dirs("cifar-10") if (d / CIFAR_TAR).is_file()), None)
     if path is None:
         dirs = search_dirs("cifar-10")

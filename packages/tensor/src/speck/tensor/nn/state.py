@@ -5,6 +5,7 @@ it is copied to a compute device."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from speck.hcq import Buffer, Device
 from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
+from speck.tensor.errors import SaveError, StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import ggml_data_to_tensor, gguf_load
 from speck.tensor.nn.safetensors import (
@@ -99,7 +101,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         src = state_dict[k]
         if tuple(src.shape) != tuple(t.shape):
             src = src.reshape(t.shape)
-        t.replace(src.to(t.device))
+        # a sharded model tensor is loaded sharded like it (same devices and axis), anything else moved to its device
+        t.replace(src.shard_like(t) if isinstance(t.device, tuple) else src.to(t.device))
         if realize:
             t.realize()
         if consume:
@@ -121,11 +124,17 @@ def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metad
     header, _ = encode_header(entries, metadata)
     p = pathlib.Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(header)
-        for a in arrays.values():
-            f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    tmp.replace(p)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header)
+            for a in arrays.values():
+                f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+        tmp.replace(p)
+    except OSError as e:  # (a bare OSError naming only the temporary file, which stayed behind)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise SaveError(e.errno, f"safe_save: can't write {p}: {e.strerror or e}; check that its directory exists, "
+                                 "is writable and has space, and that the path is no directory") from e  # fmt: skip
 
 
 def _raw_numpy(t: Tensor) -> np.ndarray:
@@ -144,8 +153,6 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
     each tensor is read from a zero-copy view of the memory-mapped file straight into a buffer there; a device that
     streams files itself (`load_file`: USB) gets the file's data section in one allocation, each tensor a view of
     it."""
-    from speck.hcq import Buffer
-
     if isinstance(path, Tensor):
         if not file_backed(path.device):
             return _load_from_bytes(path, device)
@@ -218,8 +225,6 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     """For devices with `load_file(dest, path, offset)` (USB: disk -> pinned staging -> VRAM, no host copy of the
     file): one buffer for the whole data section, loaded with as few large copies as the device likes (a copy per
     tensor would pay each copy's fixed cost per tensor), each tensor a view of it. None for other devices."""
-    from speck.hcq import Buffer, Device
-
     dev_name = canonical(device)
     dev = Device[dev_name]
     if not hasattr(dev, "load_file"):
