@@ -300,6 +300,20 @@ def test_matmuls(dev: UsbDevice) -> None:
                           T(rnd(65, 129), d) @ T(rnd(129), d)], rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
+def test_int8_dot_products(dev: UsbDevice) -> None:
+    """Sums of int8/uint8 products, which LLVM selects v_dot4_u32_u8 / v_dot4_i32_iu8 (neg_lo signedness) for."""
+    a, b = rint(-128, 128, 5, 64), rint(0, 256, 5, 64, seed=1)
+
+    def ops(d: str) -> list[Tensor]:
+        x, y = T(a, d).cast(dtypes.int8), T(b, d).cast(dtypes.uint8)
+        i32 = dtypes.int32
+        return [(x.cast(i32) * x.cast(i32)).sum(1), (x.cast(i32) * y.cast(i32)).sum(1),
+                (y.cast(i32) * y.cast(i32)).sum(1), x.matmul(x.T, dtype=i32), y.matmul(y.T, dtype=dtypes.uint32),
+                x @ x.T]  # fmt: skip
+
+    check(dev, ops)
+
+
 def test_einsum(dev: UsbDevice) -> None:
     check(dev, lambda d: [Tensor.einsum("ij,jk->ik", T(rnd(4, 5), d), T(rnd(5, 3), d)),
                           Tensor.einsum("bij,bkj->bik", T(rnd(2, 3, 4), d), T(rnd(2, 5, 4), d)),
