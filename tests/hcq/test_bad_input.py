@@ -8,6 +8,7 @@ import pytest
 from hcq_kernels import ADD_IR, SCALE_IR
 from speck.hcq import Buffer, Device, HCQError, ProgramArgumentError
 from speck.hcq.cpu import CPUProgram
+from speck.hcq.errors import HCQTypeError, HCQValueError
 
 N = 64
 
@@ -110,3 +111,31 @@ def test_missing_function_and_non_bytes() -> None:
         dev.runtime("nope", dev.compiler.compile(ADD_IR))
     with pytest.raises(ProgramArgumentError, match="expects the compiled object as bytes, got str"):
         dev.runtime("add", ADD_IR)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size, err", [(2.5, HCQTypeError), ("4", HCQTypeError), (True, HCQTypeError),
+                                       (-1, HCQValueError), (np.int64(-3), HCQValueError)])  # fmt: skip
+def test_a_buffer_size_must_be_a_non_negative_int(size: object, err: type[Exception]) -> None:
+    with pytest.raises(err, match="buffer size must be"):
+        Buffer("CPU", size, np.float32).allocate()  # type: ignore[arg-type]
+
+
+def test_a_numpy_int_buffer_size_is_an_int() -> None:
+    b = Buffer("CPU", np.int64(4), np.float32).allocate()  # type: ignore[arg-type]
+    assert type(b.size) is int and b.nbytes == 16
+
+
+@pytest.mark.parametrize("dtype", [object, np.str_, "U4", "V4", "M8[s]"])
+def test_a_buffer_of_a_non_numeric_numpy_dtype_is_refused(dtype: object) -> None:
+    # an object buffer's bytes read back as PyObject pointers
+    with pytest.raises(HCQTypeError, match="expected a"):
+        Buffer("CPU", 4, dtype)
+
+
+def test_copies_from_or_into_what_is_no_host_memory_are_type_errors() -> None:
+    b = Buffer("CPU", 4, np.float32).copyin(np.arange(4, dtype=np.float32))
+    with pytest.raises(HCQTypeError, match="expected host memory"):
+        b.copyin("abcd")  # type: ignore[arg-type]
+    with pytest.raises(HCQTypeError, match="needs writable host memory"):
+        b.copyout(bytes(16))
+    np.testing.assert_array_equal(b.numpy(), np.arange(4, dtype=np.float32))

@@ -166,20 +166,18 @@ def test_a_free_from_a_finalizer_inside_alloc_neither_deadlocks_nor_loses_bytes(
     same allocator on the same thread. The free is done once the alloc finishes, and the books balance."""
     import threading
 
-    import speck.hcq.allocator as allocator_mod
-
     alloc = HostAllocator("TEST", limit=None)
     victim = alloc.alloc(4096)
-    real_add = allocator_mod.MEMORY.add
+    real_account = alloc._account
     fired: list[int] = []
 
-    def add_with_finalizer(nbytes: int) -> None:
-        real_add(nbytes)
+    def account_with_finalizer(nbytes: int) -> None:
+        real_account(nbytes)
         if nbytes > 0 and not fired:
             fired.append(nbytes)
             alloc.free(victim, 4096)  # what Buffer.__del__ does
 
-    monkeypatch.setattr(allocator_mod.MEMORY, "add", add_with_finalizer)
+    monkeypatch.setattr(alloc, "_account", account_with_finalizer)
     done: list[object] = []
     t = threading.Thread(target=lambda: done.append(alloc.alloc(8192)), daemon=True)
     t.start()
@@ -187,3 +185,36 @@ def test_a_free_from_a_finalizer_inside_alloc_neither_deadlocks_nor_loses_bytes(
     assert not t.is_alive(), "alloc deadlocked on a free from a finalizer"
     assert fired == [8192] and len(done) == 1
     assert alloc.mem_used == 8192 and alloc.cached == 4096  # the victim went back to the cache
+
+
+def test_process_wide_memory_is_the_sum_of_the_allocators_books() -> None:
+    """hcq.mem_used() (MEMORY.used) adds up every live allocator's mem_used when read: allocations and frees on two
+    allocators from two threads at once leave it balanced, and an allocator that is gone no longer counts."""
+    import gc
+    import threading
+
+    a, b = HostAllocator("TEST:A", limit=None), HostAllocator("TEST:B", limit=None)
+    before = hcq.mem_used()
+    held = [a.alloc(4096), b.alloc(8192)]
+    assert hcq.mem_used() == before + 4096 + 8192 == hcq.mem_used()
+
+    def churn(al: HostAllocator, n: int) -> None:
+        for i in range(300):
+            got = [al.alloc(n * (1 + i % 3)) for _ in range(3)]
+            for g in got:
+                al.free(g, n * (1 + i % 3))
+
+    threads = [threading.Thread(target=churn, args=(al, n)) for al, n in ((a, 64), (b, 128))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert a.mem_used == 4096 and b.mem_used == 8192
+    assert hcq.mem_used() == before + 4096 + 8192
+    a.free(held[0], 4096)
+    assert hcq.mem_used() == before + 8192
+    del a
+    gc.collect()
+    assert hcq.mem_used() == before + 8192
+    b.free(held[1], 8192)
+    assert hcq.mem_used() == before

@@ -344,3 +344,18 @@ def _add_on_both() -> dict[str, object]:
         "CPU": llvm.runtime("add", llvm.compiler.compile(ADD_IR)),
         "CPU:CLANG": clang.runtime("add", clang.compiler.compile(ADD_C)),
     }
+
+
+def test_synchronize_runs_the_devices_own_wait_even_when_its_engines_are_idle(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """synchronize() always goes through the device's wait_idle: a device whose work outlives its engines' timelines
+    (the AMD device: the GPU's own timeline, retired images to free) overrides it, and an idle-looking engine must
+    not skip it."""
+    dev = Device["CPU"]
+    dev.synchronize()
+    assert all(e.timeline.mem[0] >= e.submitted for e in dev.engines.values())  # idle
+    waited: list[object] = []
+    real = dev.wait_idle
+    monkeypatch.setattr(dev, "wait_idle", lambda timeout=None: (waited.append(timeout), real(timeout)))
+    dev.synchronize()
+    dev.synchronize(5.0)
+    assert waited == [None, 5.0]

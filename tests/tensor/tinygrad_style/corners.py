@@ -244,5 +244,76 @@ class TestLoadStateDictSharded(unittest.TestCase):
         np.testing.assert_equal(out.numpy(), np.ones((2, 4)) @ w.T + [1, 2])
 
 
+class TestFactoryTensorsAreTheirOwn(unittest.TestCase):
+    # two Tensor.zeros(3) are one graph node (hash-consing): realized, each must still get a buffer of its own
+    def test_realized_together_then_written(self):
+        ms = [Tensor.zeros(3).contiguous() for _ in range(3)]
+        Tensor.realize(*ms)
+        ms[0].assign(Tensor.ones(3)).realize()
+        self.assertEqual([m.tolist() for m in ms], [[1.0] * 3, [0.0] * 3, [0.0] * 3])
+        a, b = Tensor.full((3,), 2.0), Tensor.full((3,), 2.0)
+        Tensor.realize(a, b)
+        a += 1
+        self.assertEqual((a.tolist(), b.tolist()), ([3.0] * 3, [2.0] * 3))
+
+    def test_realized_separately_then_written(self):
+        caches = [Tensor.zeros(2, 2).contiguous() for _ in range(2)]
+        for c in caches:
+            c.realize()
+        caches[1][0, 0] = 5
+        self.assertEqual(caches[0].tolist(), [[0.0, 0.0], [0.0, 0.0]])
+        self.assertEqual(caches[1].tolist(), [[5.0, 0.0], [0.0, 0.0]])
+
+    def test_constant_expressions_on_a_device(self):
+        for make in (lambda: Tensor.arange(3, device=Device.DEFAULT), lambda: Tensor.ones(3) * 2,
+                     lambda: Tensor.eye(3, device=Device.DEFAULT)[0]):  # fmt: skip
+            a, b = make().contiguous(), make().contiguous()
+            Tensor.realize(a, b)
+            before = b.tolist()
+            a += 1
+            self.assertEqual(b.tolist(), before)
+            c, d = make().contiguous(), make().contiguous()
+            c.realize()
+            d.realize()
+            c += 1
+            self.assertEqual(d.tolist(), before)
+
+    def test_identical_graphs_over_buffers_share_as_in_tinygrad(self):
+        x = Tensor([1.0, 2.0]).realize()
+        c, d = x * 2, x * 2
+        Tensor.realize(c, d)
+        self.assertEqual((c.tolist(), d.tolist()), ([2.0, 4.0], [2.0, 4.0]))
+
+    def test_one_tensor_realized_twice_in_one_call(self):
+        a = Tensor.zeros(3).contiguous()
+        Tensor.realize(a, a)
+        a += 1
+        self.assertEqual(a.tolist(), [1.0] * 3)
+
+
+class TestReadThenBackward(unittest.TestCase):
+    # reading data computes a copy and leaves the graph (TENSOR_API 0.1): the gradient still reaches the inputs
+    def test_item_numpy_tolist_before_backward(self):
+        for read in (lambda t: t.item(), lambda t: t.numpy(), lambda t: t.tolist()):
+            y = Tensor([2.0])
+            z = ((y * 3).sin() + y).sum()
+            read(z)
+            z.backward()
+            self.assertIsNotNone(y.grad)
+            np.testing.assert_allclose(y.grad.numpy(), [3 * np.cos(6.0) + 1], rtol=1e-5)
+
+    def test_logged_loss_then_step(self):
+        from tinygrad.nn.optim import SGD
+
+        w = Tensor([1.0, -2.0])
+        opt = SGD([w], lr=0.1)
+        with Tensor.train():
+            loss = (w * w).sum()
+            self.assertEqual(loss.item(), 5.0)
+            loss.backward()
+            opt.step()
+        np.testing.assert_allclose(w.numpy(), [0.8, -1.6], rtol=1e-6)
+
+
 if __name__ == "__main__":
     unittest.main()

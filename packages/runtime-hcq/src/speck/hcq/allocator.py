@@ -7,8 +7,10 @@ sit in the LRU cache (counted in `cached`) until reused by an allocation of the 
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -18,20 +20,19 @@ from speck.hcq.settings import LRU
 
 
 class _GlobalMemory:
-    """Process-wide accounting: `used` is the sum of every allocator's mem_used; `peak` its maximum."""
+    """Process-wide accounting: `used` is the sum of every live allocator's mem_used, added up when read (an
+    allocation or free touches only its own allocator's books, under that allocator's lock: no process-wide lock on
+    the per-op path)."""
 
     def __init__(self) -> None:
-        self.used = 0
-        self.peak = 0
-        # allocators on different devices update it concurrently; re-entrant because a garbage collection inside
-        # add() may run a Buffer finalizer whose free() lands here again on the same thread
-        self.lock = threading.RLock()
+        self._allocators: weakref.WeakSet[Allocator] = weakref.WeakSet()
 
-    def add(self, nbytes: int) -> None:
-        with self.lock:
-            self.used += nbytes
-            if self.used > self.peak:
-                self.peak = self.used
+    def register(self, allocator: Allocator) -> None:
+        self._allocators.add(allocator)
+
+    @property
+    def used(self) -> int:
+        return sum(a.mem_used for a in list(self._allocators))
 
 
 MEMORY = _GlobalMemory()
@@ -87,6 +88,7 @@ class Allocator:
         # frees not done yet: Buffer finalizers run whenever the garbage collector does, also while this thread
         # holds _lock inside alloc(); such a free is queued here and done by the next holder of the lock
         self._pending: list[tuple[Any, int, BufferOptions]] = []
+        MEMORY.register(self)
 
     # -- accounting + cache -------------------------------------------------------------------------------------
     def alloc(self, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> Any:
@@ -95,8 +97,10 @@ class Allocator:
         if nbytes < 0:
             raise HCQValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
         key = (nbytes, options)
+        lock = self._lock
         try:
-            with self._lock:
+            lock.acquire()  # (acquire/release, not `with`: the lock's context manager costs two method calls)
+            try:
                 if self._pending:
                     self._release_pending()
                 if options.lru and (lst := self._cache.get(key)):  # the hot path: a freed allocation of this size
@@ -105,17 +109,14 @@ class Allocator:
                     self.mem_used += nbytes  # _account, inlined
                     if self.mem_used > self.peak:
                         self.peak = self.mem_used
-                    g = MEMORY
-                    with g.lock:  # (MEMORY.add, inlined: one Python call less per allocation)
-                        g.used += nbytes
-                        if g.used > g.peak:
-                            g.peak = g.used
                     return opaque
                 if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
                     self._drop_cache()
                     if self.mem_used + nbytes > self.limit:
                         raise OutOfMemoryError(self.device, nbytes, max(self.limit - self.mem_used, 0),
                                                f"limit {self.limit} bytes", self.limit_setting)  # fmt: skip
+            finally:
+                lock.release()
             return self._alloc_new(nbytes, options)
         finally:
             if self._pending:
@@ -143,7 +144,6 @@ class Allocator:
         self.mem_used += nbytes
         if self.mem_used > self.peak:
             self.peak = self.mem_used
-        MEMORY.add(nbytes)
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
         """Give an allocation back: into the LRU cache when options.lru (and the LRU setting), else to the OS. Safe
@@ -169,9 +169,6 @@ class Allocator:
                     self._evict()
             finally:
                 lock.release()
-                g = MEMORY
-                with g.lock:  # (MEMORY.add(-nbytes), inlined)
-                    g.used -= nbytes
             if self._pending:  # queued by a finalizer meanwhile
                 self._flush_pending()
             return
@@ -193,28 +190,22 @@ class Allocator:
 
     def _release_pending(self) -> None:
         """Do the queued frees (the caller holds _lock)."""
-        freed = 0
         pending, cache = self._pending, self._cache
-        try:
-            while pending:
-                opaque, nbytes, options = pending.pop()
-                self.mem_used -= nbytes
-                freed += nbytes
-                if not (options.lru and nbytes <= self.cache_cap and LRU.value):
-                    self._free(opaque, nbytes, options)
-                    continue
-                key = (nbytes, options)
-                lst = cache.get(key)
-                if lst is None:
-                    cache[key] = [opaque]  # a new key goes in at the most recent end
-                else:
-                    lst.append(opaque)
-                    cache.move_to_end(key)
-                self.cached += nbytes
-                self._evict()
-        finally:
-            if freed:
-                MEMORY.add(-freed)
+        while pending:
+            opaque, nbytes, options = pending.pop()
+            self.mem_used -= nbytes
+            if not (options.lru and nbytes <= self.cache_cap and LRU.value):
+                self._free(opaque, nbytes, options)
+                continue
+            key = (nbytes, options)
+            lst = cache.get(key)
+            if lst is None:
+                cache[key] = [opaque]  # a new key goes in at the most recent end
+            else:
+                lst.append(opaque)
+                cache.move_to_end(key)
+            self.cached += nbytes
+            self._evict()
 
     def _evict(self) -> None:
         """Free the least recently freed cached allocations until the cache fits its cap (the caller holds _lock)."""
@@ -270,8 +261,8 @@ class HostAllocator(Allocator):
     def _alloc(self, nbytes: int, options: BufferOptions) -> HostMemory:
         return HostMemory(nbytes)
 
-    def address(self, opaque: HostMemory) -> int:
-        return opaque.addr
+    # (a C callable, not a method: Buffer.ptr calls it for every fresh buffer, so no Python frame)
+    address = staticmethod(operator.attrgetter("addr"))  # type: ignore[assignment]
 
     def as_memoryview(self, opaque: HostMemory, offset: int, nbytes: int) -> memoryview:
         return opaque.mv[offset : offset + nbytes]

@@ -9,7 +9,7 @@ import numpy as np
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.dtypes import _cache as _info_cache
-from speck.hcq.errors import BufferStateError, HCQValueError
+from speck.hcq.errors import BufferStateError, HCQTypeError, HCQValueError
 from speck.hcq.registry import Device
 
 if TYPE_CHECKING:
@@ -20,12 +20,26 @@ _open_devices = Device._open  # the registry's opened devices by every name they
 
 
 def _as_bytes_view(data: Any) -> memoryview:
-    mv = data if isinstance(data, memoryview) else memoryview(data)
+    try:
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+    except TypeError:
+        raise HCQTypeError(
+            f"expected host memory (bytes, bytearray, a numpy array...), got {type(data).__name__}"
+        ) from None
     if not mv.c_contiguous:
         raise HCQValueError(
             f"expected C-contiguous host memory, got a non-contiguous {mv.format!r} view of shape {mv.shape}"
         )
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def _size(size: Any) -> int:
+    """A buffer's element count as an int (a numpy int converted), else a named error (not a later TypeError)."""
+    if isinstance(size, bool) or not hasattr(type(size), "__index__"):
+        raise HCQTypeError(f"buffer size must be an int number of elements, got {type(size).__name__} {size!r:.40}")
+    if (n := int(size.__index__())) < 0:
+        raise HCQValueError(f"buffer size must be >= 0 elements, got {n}")
+    return n
 
 
 class Buffer:
@@ -65,8 +79,8 @@ class Buffer:
         offset: int = 0,
         preallocate: bool = False,
     ) -> None:
-        if size < 0:
-            raise HCQValueError(f"buffer size must be >= 0 elements, got {size}")
+        if type(size) is not int or size < 0:
+            size = _size(size)
         if base is not None:
             self.dev: DeviceBase = base.dev
         elif (dev := _open_devices.get(device)) is not None:  # an opened device by its name: one dict lookup
@@ -196,6 +210,8 @@ class Buffer:
     def copyout(self, dest: Any) -> memoryview:
         """Copy the buffer's bytes into writable host memory `dest` of exactly `nbytes`; returns dest as bytes."""
         mv = _as_bytes_view(dest)
+        if mv.readonly:
+            raise HCQTypeError(f"copyout from {self!r} needs writable host memory, got read-only {type(dest).__name__}")
         check_copy_size(f"copyout from {self!r}", self.nbytes, mv.nbytes)
         self.dev.synchronize_if_busy()
         self.dev.allocator.copyout(mv, self.opaque, self.offset)

@@ -212,7 +212,7 @@ class DeviceBase:
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait until everything submitted to this device has completed (wait_idle), then run the SYNC_CHECKS."""
-        self.wait_idle(timeout)
+        self.wait_idle(timeout)  # (a device's own: the AMD device's also waits for the GPU's timeline)
         for check in SYNC_CHECKS:
             check(self)
 

@@ -65,6 +65,9 @@ def dtype_info(dtype: Any) -> DTypeInfo:
             ) from None
         if nd.fields is not None or nd.subdtype is not None or nd.itemsize == 0:
             raise HCQTypeError(f"expected a scalar dtype, got the structured/unsized numpy dtype {nd}")
+        if nd.kind not in "biufc":  # (an object buffer's bytes read back as PyObject pointers; str/void/datetime)
+            raise HCQTypeError(f"expected a numeric or bool dtype, got the numpy dtype {nd} (kind {nd.kind!r}); "
+                               "buffers hold numbers")  # fmt: skip
         info = DTypeInfo(nd.itemsize, nd.char if nd.char != "?" else "?", nd.name)
     try:
         _cache[dtype] = info

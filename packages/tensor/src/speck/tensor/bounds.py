@@ -41,6 +41,7 @@ OPS = ("getitem", "setitem", "gather", "scatter", "Embedding", "one_hot", "spars
 RECORD = 8
 
 _records: dict[str, UOp] = {}  # device -> the BUFFER of its record (created with the first check on the device)
+records = _records  # (Tensor.realize tests it before calling raise_recorded: empty until a kernel checks bounds)
 _views: dict[str, np.ndarray] = {}  # device -> a zero-copy view of the record, on host-visible devices
 
 
@@ -91,6 +92,8 @@ def record_buffer(device: str) -> UOp:
         hb.ensure_allocated()
         hb.copyin(np.zeros(RECORD, np.int32))
         _records[device] = buf
+        if _check_after_synchronize not in SYNC_CHECKS:  # (registered with the first record: until then a
+            SYNC_CHECKS.append(_check_after_synchronize)  # synchronize() has nothing of ours to look at)
         if hb.dev.host_visible:
             _views[device] = hb.numpy()
     return buf
@@ -134,9 +137,6 @@ def _check_after_synchronize(device: DeviceBase) -> None:
     """Device[...].synchronize() raises what the device's kernels recorded (its work is done: the record is final)."""
     if device.name in _records:
         raise_recorded(device=device.name)
-
-
-SYNC_CHECKS.append(_check_after_synchronize)
 
 
 def describe(rec: list[int], device: str) -> str:

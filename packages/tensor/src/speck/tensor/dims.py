@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from speck.tensor.base import TensorBase
 from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
 from speck.uop import UOp
 
@@ -51,7 +52,20 @@ def whole(fn: str, what: str, v: Any) -> int:
     rows is no number of rows, and rounding it would be a silent guess)."""
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise TensorTypeError(f"{fn}: {what} must be an int, got {v!r} ({type(v).__name__}); pass a whole number")
-    return operator.index(v)
+    try:
+        return operator.index(v)
+    except TypeError:  # (a numpy array of several ints has __index__ and refuses it: numpy's own message)
+        raise TensorTypeError(f"{fn}: {what} must be an int, got {type(v).__name__} {v!r:.40}") from None
+
+
+def tensor_args(fn: str, what: str, items: Any, tensor_type: type | None = None) -> None:
+    """Each of items is a tensor_type (default: any Tensor, seen as TensorBase, below tensor.py): a Python number,
+    tuple or dtype where a Tensor belongs failed deep inside as an AttributeError ("'int' object has no attribute
+    'ndim'")."""
+    for i, t in enumerate(items):
+        if not isinstance(t, tensor_type or TensorBase):
+            raise TensorTypeError(f"{fn}: {what} {i} must be a Tensor, got {type(t).__name__} {t!r:.40}; wrap data "
+                                  "with Tensor(...)")  # fmt: skip
 
 
 def whole_or_symbolic(fn: str, what: str, v: Any) -> int | UOp:

@@ -218,6 +218,11 @@ def mul(a: UOp, b: UOp, dev: Device) -> UOp:
     return alu(Ops.MUL, a, b)
 
 
+# the binary ops that are one ALU node `UOp(op, dtype, (a, b))` over two strong operands of one dtype and shape,
+# whatever the dtype (Tensor._binary makes that node itself: three calls less per op)
+ONE_NODE: dict[Any, Ops] = {add: Ops.ADD, mul: Ops.MUL}
+
+
 def sub(a: UOp, b: UOp, dev: Device) -> UOp:
     if a.dtype == dtypes.bool:  # tinygrad's bool subtraction: a OR NOT b
         return alu(Ops.OR, a, logical_not(b, dev))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.elementwise import broadcast_shape
 from speck.tensor.errors import (
     GradientError,
@@ -150,6 +150,11 @@ class IndexingMixin:
                 it = type(self)(it, device=self.device, dtype=dtypes.int32 if len(it) == 0 else None)
             if isinstance(it, type(self)) and it.dtype == dtypes.bool:
                 # boolean mask: data-dependent, becomes integer index tensors of its true positions
+                if it.ndim == 0:  # (numpy's nonzero refuses 0-d arrays: a bare ValueError of numpy's)
+                    raise TensorIndexError(
+                        "a 0-d boolean tensor is not a valid index (like a Python bool); use t[None] where it is "
+                        "True, or a mask with the indexed dims' shape"
+                    )
                 _check_mask_shape(self.shape, it.shape, pos)
                 pos = None if pos is None else pos + it.ndim
                 nz = np.nonzero(it.numpy())
@@ -454,6 +459,7 @@ class IndexingMixin:
         """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.
         size=None reads the mask (a data-dependent length); size=N gives exactly N elements without reading data:
         the selection truncated, or padded with fill_value."""
+        tensor_args("masked_select", "mask", (mask,), type(self))
         if mask.dtype != dtypes.bool:
             raise TensorTypeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
         sh = broadcast_shape(self.shape, mask.shape)
@@ -510,10 +516,12 @@ class IndexingMixin:
         # literal 1s and 0s: weakint (TENSOR_API 3.3), read as the default int, adopting the dtype they meet
         return (idx.unsqueeze(-1) == type(self).arange(num_classes)).where(1, 0)
 
-    @staticmethod
-    def meshgrid_impl(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
+        tensors = (self, *args)
         if indexing not in ("ij", "xy"):
             raise TensorValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        tensor_args("meshgrid", "argument", tensors)
         ts = [t.flatten() for t in tensors]
         shape = tuple(as_int(t.shape[0]) for t in ts)
         out = []

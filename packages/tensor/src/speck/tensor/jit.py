@@ -223,7 +223,9 @@ def _prepare(inputs: _Inputs) -> list[InputSig]:
         if t.device is None or t.dtype.is_weak:
             raise JitError(
                 f"JIT inputs must be real buffers: {name} is a {'weak' if t.dtype.is_weak else 'device-less'}"
-                " tensor; make it one with .contiguous() on a device (or pass it as a Python value)"
+                " tensor; give it storage with .clone(device) (contiguous() and to() leave a device-less tensor "
+                "as it is: Tensor.arange(5).contiguous() has no device), make it with device=..., or pass it as a "
+                "Python value"
             )
         if type(t.uop) is UOp and t.uop.op is Ops.CONST:  # Tensor(3.0): a Python scalar, no buffer to swap
             raise JitError(

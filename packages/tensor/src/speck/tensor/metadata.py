@@ -23,6 +23,7 @@ from speck.uop import Ops, UOp
 # callback only fires while its weak reference is alive, i.e. while it is the entry's key (nobody else holds it)
 node_metadata_data: dict[weakref.ref[UOp], Metadata] = {}
 _ref = weakref.ref
+_getframe = sys._getframe
 _drop = node_metadata_data.pop
 
 
@@ -39,18 +40,20 @@ _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NN = _PKG + "nn" + os.sep
 _BACKWARD_FILES = ("autograd.py", "gradient.py")
 # id(code object) -> (inside speck.tensor's op modules, a public method name or None, a backward module, the code
-# object). Keyed by id: hashing a code object hashes its contents (bytecode, constants, names) on every lookup, which
-# made this per-op walk cost microseconds; the entry holds the code object, so its id is never reused while cached
-_CODE_INFO: dict[int, tuple[bool, str | None, bool, CodeType]] = {}
+# object, and for a public method its shared Metadata as (forward, backward)). Keyed by id: hashing a code object
+# hashes its contents (bytecode, constants, names) on every lookup, which made this per-op walk cost microseconds; the
+# entry holds the code object, so its id is never reused while cached
+_CODE_INFO: dict[int, tuple[bool, str | None, bool, CodeType, tuple[Metadata, Metadata] | None]] = {}
 
 
-def _code_info(code: CodeType) -> tuple[bool, str | None, bool, CodeType]:
+def _code_info(code: CodeType) -> tuple[bool, str | None, bool, CodeType, tuple[Metadata, Metadata] | None]:
     if (info := _CODE_INFO.get(id(code))) is None or info[3] is not code:
         fn, name = code.co_filename, code.co_name
         inside = fn.startswith(_PKG) and not fn.startswith(_NN)
         public = not name.startswith("_") or (name.startswith("__") and name.endswith("__") and name != "__init__")
-        info = _CODE_INFO[id(code)] = (inside, name if inside and public and name != "<lambda>" else None,
-                                       fn.endswith(_BACKWARD_FILES), code)  # fmt: skip
+        named = name if inside and public and name != "<lambda>" else None
+        shared = None if named is None else (_shared(named, False), _shared(named, True))
+        info = _CODE_INFO[id(code)] = (inside, named, fn.endswith(_BACKWARD_FILES), code, shared)
     return info
 
 
@@ -67,6 +70,14 @@ _VIEWS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, O
 
 # (name, backward) -> its Metadata, when no caller is recorded (TRACEMETA=1): one object per op name, not one per node
 _SHARED: dict[tuple[str, bool], Metadata] = {}
+
+
+def _shared(name: str, backward: bool) -> Metadata:
+    if (m := _SHARED.get((name, backward))) is None:
+        m = _SHARED[(name, backward)] = Metadata(name, "", backward)
+    return m
+
+
 _CONSTISH = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER}) | _VIEWS
 
 
@@ -75,8 +86,9 @@ def record(u: UOp) -> None:
     level = TRACEMETA.value
     if not level or type(u) is not UOp or _ref(u) in node_metadata_data or (u.op in _CONSTISH and _shared_constant(u)):
         return
-    f: Any = sys._getframe(2)
-    name, backward = None, False
+    f: Any = _getframe(2)
+    named = None  # the entry of the outermost public op met so far
+    backward = False
     infos = _CODE_INFO
     while f is not None:
         code = f.f_code
@@ -84,15 +96,19 @@ def record(u: UOp) -> None:
             info = _code_info(code)
         if not info[0]:
             break
-        name, backward = info[1] or name, backward or info[2]
+        if info[4] is not None:
+            named = info
+        if info[2]:
+            backward = True
         f = f.f_back
-    if name is None:
+    if named is None:
         return
+    shared: tuple[Metadata, Metadata] = named[4]  # type: ignore[assignment]  # (set: it was tested in the walk)
     if level >= 2 and f is not None:
-        m = Metadata(name, f"{f.f_code.co_filename}:{f.f_lineno}", backward)
-    elif (m := _SHARED.get((name, backward))) is None:  # type: ignore[assignment]
-        m = _SHARED[(name, backward)] = Metadata(name, "", backward)
-    _remember(u, m)
+        m = Metadata(shared[0].name, f"{f.f_code.co_filename}:{f.f_lineno}", backward)
+    else:
+        m = shared[backward]  # (the shared one: _SHARED's)
+    node_metadata_data[_ref(u, _drop)] = m  # (_remember, inlined)
 
 
 def mark_backward(forward: UOp, grads: list[UOp]) -> None:

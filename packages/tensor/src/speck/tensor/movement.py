@@ -10,11 +10,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, whole, whole_or_symbolic
+from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, tensor_args, whole, whole_or_symbolic
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
     TensorNotImplementedError,
+    TensorTypeError,
     TensorValueError,
     TensorZeroDivisionError,
 )
@@ -67,8 +68,7 @@ def _sym_quotient(dims: tuple[Any, ...], others: list[Any]) -> Any:
 def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
     """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
     shape = u.shape
-    new = tuple(shape[i] if s is None else s for i, s in enumerate(new))
-    validate_shape(new)
+    new = validate_shape(tuple(shape[i] if s is None else s for i, s in enumerate(new)))
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
         raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
     if any(isinstance(s, int) and s < -1 for s in new):
@@ -113,7 +113,7 @@ def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
         raise TensorValueError(f"expand {shape} to {new}: the target has fewer dims")
     t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
     tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
-    validate_shape(tgt)
+    tgt = validate_shape(tgt)
     count = 1
     for n in tgt:
         if type(n) is int:
@@ -200,6 +200,10 @@ class MovementMixin:
             raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
         # negative pads crop first (a symbolic pad is a size, never negative)
         if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
+            for d, ((b, a), s) in enumerate(zip(pads, self.shape)):  # (else "shrink ((10, 4),) out of bounds")
+                if isinstance(s, int) and -min(b, 0) - min(a, 0) > s:
+                    raise TensorValueError(f"pad {padding}: the negative amounts crop {-min(b, 0) - min(a, 0)} "
+                                           f"from dim {d} of size {s}; crop at most the dim's size")  # fmt: skip
             t = self.shrink(tuple((-min(b, 0), s - (-min(a, 0))) for (b, a), s in zip(pads, self.shape)))
             return t.pad(tuple((max(b, 0), max(a, 0)) for b, a in pads), mode, value)
         if all(isinstance(b, int) and b == 0 and isinstance(a, int) and a == 0 for b, a in pads):
@@ -271,14 +275,22 @@ class MovementMixin:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+        if s > e:  # (it inserted a dim of 1 there, as torch refuses)
+            raise TensorValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} in shape "
+                                   f"{self.shape}; pass start_dim <= end_dim")  # fmt: skip
         return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
         d = self._resolve_dim(dim)
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
+    @staticmethod
+    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return tensors[0].cat(*tensors[1:], dim=dim)
+
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along dim (dtypes promoted; all other dims must match)."""
+        tensor_args("cat", "argument", args, type(self))
         ts = [self, *args]
         d = self._resolve_dim(dim)
         for t in ts:
@@ -301,11 +313,14 @@ class MovementMixin:
 
     @staticmethod
     def stack_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise TensorTypeError(f"stack takes a non-empty list or tuple of Tensors, got {tensors!r:.40}")
+        tensor_args("stack", "argument", tensors)
         first = tensors[0]
         d = first._resolve_dim(dim, extra=1)
         if any(t.shape != first.shape for t in tensors):
             raise TensorAssertionError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
-        us = [t.unsqueeze(d) for t in tensors]
+        us: list[Tensor] = [t.unsqueeze(d) for t in tensors]
         return us[0].cat(*us[1:], dim=d)
 
     def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:

@@ -12,7 +12,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
@@ -50,10 +50,14 @@ def _int_labels(op: str, y: Tensor) -> None:
                               "cast them with .cast('int32') (after checking they are whole numbers)")  # fmt: skip
 
 
-def _window_args(op: str, **args: tuple[int, ...]) -> None:
+def _window_args(op: str, n: int, **args: tuple[int, ...]) -> None:
     """Kernel sizes, strides and dilations of a windowed op are positive ints (numpy and torch refuse 0 and negative
-    ones; here 0 divided by zero and dilation 0 silently made windows of one element)."""
+    ones; here 0 divided by zero and dilation 0 silently made windows of one element), one per windowed dim (n): a
+    shorter tuple was an IndexError, a longer one's extra values were ignored."""
     for name, vals in args.items():
+        if len(vals) != n:
+            raise TensorValueError(f"{op}: {name} {vals} needs one int or {n} of them (one per windowed dim), got "
+                                   f"{len(vals)}")  # fmt: skip
         if not all(isinstance(v, int) and v >= 1 for v in vals):
             raise TensorValueError(f"{op}: {name} must be positive integers, got {vals}")
 
@@ -76,6 +80,11 @@ def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: t
     if isinstance(padding, str):
         raise TensorValueError(f"padding must be an int, a tuple, 'same' or 'valid'; got {padding!r}")
     p = _pair(padding, len(k), "padding")
+    if len(p) not in (len(k), 2 * len(k)):  # (it surfaced as "pad needs 4 (before, after) pairs, got 5")
+        raise TensorValueError(
+            f"padding {padding!r} for {len(k)} spatial dims needs one int, {len(k)} (one per dim) or {2 * len(k)} "
+            f"(before/after per dim, innermost first), got {len(p)}"
+        )
     if len(p) == 2 * len(k):  # (left, right, top, bottom) style, innermost dim first
         pairs = [(p[2 * i], p[2 * i + 1]) for i in range(len(k))][::-1]
         return pairs
@@ -116,6 +125,7 @@ class NNMixin:
         """N-d convolution (cross-correlation, as in PyTorch) of (N, Cin, *spatial) with weight (Cout, Cin/groups,
         *k); works for 1-d and 3-d too. padding may be 'same'; a negative amount crops the input (as pad() does).
         stride and dilation are positive. dtype: accumulation and result dtype."""
+        tensor_args("conv2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         nsp = len(weight.shape) - 2
         if nsp < 1:
             raise TensorAssertionError(f"conv weight must be (Cout, Cin/groups, *kernel) with at least 1 kernel dim, "
@@ -133,7 +143,7 @@ class NNMixin:
                 f"{groups} expects {cin_g * groups} input channels and Cout divisible by groups"
             )
         st, dl = _pair(stride, nsp, "conv2d stride"), _pair(dilation, nsp, "conv2d dilation")
-        _window_args("conv2d", stride=st, dilation=dl)
+        _window_args("conv2d", nsp, stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
@@ -161,6 +171,7 @@ class NNMixin:
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                          padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0
                          ) -> Tensor:  # fmt: skip
+        tensor_args("conv_transpose2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
         kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
@@ -169,7 +180,7 @@ class NNMixin:
         k = tuple(as_int(d) for d in weight.shape[2:])
         st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
                       ((stride, "stride"), (dilation, "dilation"), (output_padding, "output_padding")))  # fmt: skip
-        _window_args("conv_transpose2d", stride=st, dilation=dl)
+        _window_args("conv_transpose2d", nsp, stride=st, dilation=dl)
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
                for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip
@@ -232,7 +243,7 @@ class NNMixin:
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
         st, dl = (_pair(v, len(k), f"max_pool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("max_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("max_pool2d", len(k), kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_pool2d", self, k)
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
         w = self._pool_windows(k, st, dl, pads, dtypes.min(self.dtype))
@@ -263,7 +274,7 @@ class NNMixin:
         nsp = len(k)
         st, dl = (_pair(v, nsp, f"max_unpool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("max_unpool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("max_unpool2d", nsp, kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("max_unpool2d", self, k)
         pads = _conv_padding(padding, k, dl, st)
         if output_size is None:
@@ -289,7 +300,7 @@ class NNMixin:
         k = _pair(kernel_size, 2, "avg_pool2d kernel_size")
         st, dl = (_pair(v, len(k), f"avg_pool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
-        _window_args("avg_pool2d", kernel_size=k, stride=st, dilation=dl)
+        _window_args("avg_pool2d", len(k), kernel_size=k, stride=st, dilation=dl)
         _pooled_dims("avg_pool2d", self, k)
         red = tuple(range(-len(k), 0))
         pads = self._pool_pads(k, st, dl, padding, ceil_mode)
@@ -363,9 +374,6 @@ class NNMixin:
         keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self, 0) * (1 / (1 - p))
 
-    def relu6(self: Tensor) -> Tensor:
-        return self.relu() - (self - 6).relu()
-
     def sequential(self: Tensor, ll: list[Any]) -> Tensor:
         """Apply the callables in ll in order."""
         out = self
@@ -424,6 +432,7 @@ class NNMixin:
     def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
+        tensor_args("sparse_categorical_crossentropy", "labels", (Y,), type(self))
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         _int_labels("sparse_categorical_crossentropy", Y)
@@ -443,6 +452,7 @@ class NNMixin:
                       ignore_index: int = -100) -> Tensor:  # fmt: skip
         """Cross entropy of logits in torch's layout (classes on dim 1, or dim 0 of a 1-D input) against class
         indices (the shape without the class dim) or class probabilities (self's shape)."""
+        tensor_args("cross_entropy", "target", (Y,), type(self))
         x, y = self._classes_last(), Y._classes_last() if Y.shape == self.shape else Y
         if Y.shape == self.shape:
             c = as_int(x.shape[-1])
@@ -461,6 +471,7 @@ class NNMixin:
                  reduction: str = "mean") -> Tensor:  # fmt: skip
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
+        tensor_args("nll_loss", "target", (Y,) if weight is None else (Y, weight), type(self))
         _int_labels("nll_loss", Y)
         self = self._classes_last()
         c = as_int(self.shape[-1])
@@ -488,6 +499,7 @@ class NNMixin:
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
+        tensor_args("scaled_dot_product_attention", "key/value", (key, value), type(self))
         if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
             value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)

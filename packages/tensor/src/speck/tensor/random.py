@@ -19,7 +19,7 @@ from speck.tensor import elementwise as ew
 from speck.tensor import realize
 from speck.tensor.device import canonical
 from speck.tensor.dims import argfix, as_int, countable, whole
-from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.movement import expand, shrink
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
@@ -126,11 +126,13 @@ class RandomMixin:
             raise TensorTypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low:
             raise TensorValueError(f"randint needs low < high, got low={low}, high={high}")
-        if not dtypes.is_int(_dt(dtype) or dtypes.int32):
+        dt = _dt(dtype) or dtypes.int32
+        if not dtypes.is_int(dt):
             raise TensorTypeError(f"randint needs an int dtype, got {dtype}")
-        return (
-            (cls.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(_dt(dtype) or dtypes.int32)
-        )
+        if low < dtypes.min(dt) or high - 1 > dtypes.max(dt):  # (the draws wrapped: high=2**40 gave negative int32s)
+            raise TensorOverflowError(f"randint: [low, high) = [{low}, {high}) doesn't fit {dt} [{dtypes.min(dt)}, "
+                                      f"{dtypes.max(dt)}]; pass a wider dtype (e.g. dtype=dtypes.int64)")  # fmt: skip
+        return (cls.rand(*shape, dtype=dtypes.float64, **kw) * (high - low) + low).floor().cast(dt)
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
@@ -148,32 +150,38 @@ class RandomMixin:
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
-        scale: float = float(prod(sh)) ** -0.5
+        scale: float = float(prod(sh)) ** -0.5 if prod(sh) else 1.0  # (empty: no value to scale; 0 ** -0.5 raised)
         return cls.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
 
     @classmethod
     def glorot_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
         sh = argfix(*shape)
-        bound = math.sqrt(6 / (sh[0] + prod(sh[1:])))
+        bound = math.sqrt(6 / (sh[0] + prod(sh[1:]))) if sh[0] + prod(sh[1:]) else 1.0  # (empty: any bound)
         return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
     @classmethod
     def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh = argfix(*shape)
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: empty)
         return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
     @classmethod
     def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh = argfix(*shape)
-        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]))
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: the tensor is empty)
         return cls.normal(*sh, mean=0.0, std=std, **kw)
 
     @classmethod
     def randperm(
         cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kw: Any
     ) -> Tensor:
-        return cls.rand(n, device=device).argsort().cast(_dt(dtype) or dtypes.int32)
+        n, dt = whole("randperm", "n", n), _dt(dtype) or dtypes.int32
+        if n < 0:
+            raise TensorValueError(f"randperm needs n >= 0, got {n}")
+        if dtypes.is_int(dt) and n - 1 > dtypes.max(dt):  # (randperm(300, dtype=int8) wrapped to repeats)
+            raise TensorOverflowError(f"randperm({n}) needs a dtype that holds {n - 1}, got {dt}; pass e.g. "
+                                      "dtype=dtypes.int32")  # fmt: skip
+        return cls.rand(n, device=device).argsort().cast(dt)
 
     def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Sample int32 indices from the (unnormalised) weights in the last dim (1-D or 2-D input); without

@@ -40,7 +40,8 @@ from speck.tensor.schedule import (
     buffer_map_data,
     buffer_views,
     contiguous_made,
-    new_buffer_uop,
+    device_node,
+    next_unique,
     reads_external,
     realized_cache,
 )
@@ -87,7 +88,12 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
 register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
 
 
-_unmap = buffer_map._remove  # type: ignore[attr-defined]  # (the callback buffer_map's keys carry)
+_buffer_node, _next_unique = UOp.buffer_node, next_unique()
+# the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
+# WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
+# keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
+# iterates buffer_map (a removal during WeakKeyDictionary iteration is what its remove defers)
+_unmap = buffer_map_data.pop
 
 
 def _file_options(device: str) -> Any:
@@ -141,9 +147,17 @@ class Kernel:
 
     def call(self, it: ScheduleItem) -> tuple[Exec, tuple[UOp, ...]]:
         """The Exec running this kernel on it's buffers, and those buffers in argument order."""
-        vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        try:
+            vals = tuple((k, int(it.var_vals[k])) for k in self.var_names)
+        except KeyError as e:  # (a bare KeyError 'i'; no cost on the path where every variable is bound)
+            raise _unbound(self.name, e.args[0]) from None
         return Exec(self.prog, tuple(range(len(self.slots))), vals, None, None, self.ops, self.mem,
                     self.writes), tuple(it.bufs[s] for s in self.slots)  # fmt: skip
+
+
+def _unbound(kernel: str, name: Any) -> TensorValueError:
+    return TensorValueError(f"kernel {kernel} needs a value for the Variable {name!r}, which nothing in the graph "
+                            f"binds; bind it where it sets a size: Variable({name!r}, lo, hi).bind(n)")  # fmt: skip
 
 
 class Interpret:
@@ -403,7 +417,7 @@ def _remember_contiguous(items: Sequence[ScheduleItem]) -> None:
     for u, view in list(contiguous_made.items()):
         if base_buffer(view) in written:
             del contiguous_made[u]
-            if not capturing and not reads_external(u):
+            if not capturing and not reads_external(u) and not is_const_graph(u):
                 realized_cache[u] = view
 
 
@@ -442,6 +456,11 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
         calls.append(Exec(k.prog, tuple(slots[s] for s in k.slots), vals, None, None, k.ops, k.mem, k.writes))
     plan = sched.plan = Plan(calls, nin + len(sched.fresh), name=f"{len(calls)} calls")
     sched.generation = _program_cache.generation
+    d, n, dt = sched.fresh[~sched.out_ref]
+    # (the fresh buffers to make, the output's slot, its BUFFER node's device node, size and dtype, and the shape
+    # to view it as when that is not its flat size)
+    view = None if sched.shape == (n,) else sched.shape
+    sched.warm = (sched.fresh, nin + ~sched.out_ref, device_node(d), n, dt, view)
     return plan
 
 
@@ -449,8 +468,8 @@ def realize_graph(u: UOp, device: str) -> UOp:
     """Compute u (a single-device graph, not realized yet) on `device`; returns the view of the buffer holding it.
     A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones."""
     found = cached_plan(u, device)
-    sched = found[2] if found is not None else None
-    if found is not None and sched is not None and _capture_state.calls is None and ALLOW_DEVICE_USAGE.value:
+    if found is not None and (sched := found[2]) is not None and _capture_state.calls is None \
+            and ALLOW_DEVICE_USAGE.value:  # fmt: skip
         plan = sched.plan if sched.generation == _program_cache.generation else None
         if plan is not None or (plan := _runnable(sched)) is not None:
             data = buffer_map_data
@@ -458,16 +477,16 @@ def realize_graph(u: UOp, device: str) -> UOp:
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
+            fresh, out_slot, dev_node, n, dt, shape = sched.warm
             if MAX_BUFFER_SIZE.value:
-                for d, n, dt in sched.fresh:
-                    check_buffer_size(n, dt, d)
-            for d, n, dt in sched.fresh:
-                bufs.append(_HcqBuffer(d, n, dt))
+                for d, size, dtype in fresh:
+                    check_buffer_size(size, dtype, d)
+            for d, size, dtype in fresh:
+                bufs.append(_HcqBuffer(d, size, dtype))
             _runner.run(plan, bufs)
-            d, n, dt = sched.fresh[~sched.out_ref]
-            out = new_buffer_uop(d, n, dt)
-            data[_ref(out, _unmap)] = bufs[sched.ninputs + ~sched.out_ref]  # (buffer_map[out] = ..., inlined)
-            return out if sched.shape == (n,) else out.reshape(sched.shape)  # (sched.output_view(out), inlined)
+            out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
+            data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
+            return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)
     items, view = schedule_with_cache(u, device, found)
     execute(items)
     return view
@@ -486,6 +505,7 @@ class _CaptureState(threading.local):
 
 
 _capture_state = _CaptureState()
+capture_state = _capture_state  # (Tensor.realize reads `.calls` on its per-op path: capture() without the frame)
 
 
 def capture() -> list[Entry] | None:
@@ -578,11 +598,25 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
 
 
 def is_const_graph(u: UOp) -> bool:
-    """A constant seen through views: hash-consing makes every such node shared by all graphs using that value, so a
-    realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody)."""
-    while u.op in _VIEW_OPS and u.src:
+    """A graph computed from constants alone (no BUFFER: `Tensor.zeros(3)`, `Tensor.ones(3) * 2`, an arange on a
+    device, and a contiguous() of those): hash-consing makes every such node shared by all graphs building that
+    value, so a realization of it must not be remembered (the buffer belongs to one tensor, the node to everybody:
+    `Tensor.zeros(3).contiguous()` made twice is one node, realized for two tensors). The walk stops at the first
+    BUFFER, which most graphs meet within a few nodes."""
+    while (u.op in _VIEW_OPS or (u.op is Ops.CONTIGUOUS and u.arg is None)) and u.src:
         u = u.src[0]
-    return u.op is Ops.CONST
+    if u.op is Ops.CONST:
+        return True
+    seen, stack = {u}, [u]
+    while stack:
+        n = stack.pop()
+        if n.op is Ops.BUFFER or n.op is Ops.DEFINE_VAR or (n.op is Ops.CONTIGUOUS and n.arg is not None):
+            return False  # (a Variable's value or a clone's tag make the node no shared constant)
+        for s in n.src:
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return True
 
 
 _VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import as_int, whole
+from speck.tensor.dims import as_int, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
@@ -464,14 +464,20 @@ class ReduceMixin:
 
     def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | None = None) -> Tensor:
         """self @ weight + bias (weight is (in, out)); a 1-D weight multiplies elementwise."""
+        tensor_args("linear", "weight", (weight,), type(self))
         out = self.matmul(weight, dtype=dtype) if weight.ndim > 1 else self * weight
         return out + bias if bias is not None else out
 
     @staticmethod
-    def einsum_impl(formula: str, *operands: Tensor, dtype: Any = None) -> Tensor:
+    def einsum(formula: str, *operands: Any, dtype: Any = None) -> Tensor:
         """numpy's einsum: explicit ('ij,jk->ik') or implicit output (letters seen once, alphabetical), '...' for
         broadcast leading dims, repeated letters in one operand take its diagonal ('ii->i', 'ii' is the trace).
-        The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join."""
+        The product is one broadcast multiply reduced with sum(dtype=dtype); the result has the operands' join.
+        The operands come as arguments or as one list."""
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        if not isinstance(formula, str):  # ("'int' object has no attribute 'replace'")
+            raise TensorTypeError(f"einsum: the formula must be a str like 'ij,jk->ik', got {type(formula).__name__}")
         f = formula.replace(" ", "")
         if bad := sorted(set(f.replace("...", "").replace("->", "").replace(",", "")) - set(_EINSUM_LETTERS)):
             raise TensorValueError(f"einsum {formula!r}: {bad} are not subscripts; name dims with letters a-z, A-Z "

@@ -30,6 +30,7 @@ from speck.uop.symbolic import sym_infer
 # ---------------- realized buffers ----------------
 _unique_counter = itertools.count()
 # BUFFER UOp -> device buffer object (speck.hcq Buffer). Weak on the key: a buffer dies with the last graph using it.
+# Never iterated: the warm realize path's keys drop their entries with the dict's own pop (see realize._unmap)
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -69,7 +70,19 @@ def new_buffer_uop(device: str, size: int, dtype: Any) -> UOp:
     """A fresh BUFFER node (distinct from every other through its UNIQUE source)."""
     if (dev := _device_uops.get(device)) is None:
         dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
-    return UOp(_BUFFER, dtype, (UOp(_UNIQUE, _VOID, (), next(_unique_counter)), dev), size)
+    return UOp.buffer_node(dev, size, dtype, next(_unique_counter))
+
+
+def device_node(device: str) -> UOp:
+    """The DEVICE node of a device name (the one new_buffer_uop puts under its BUFFERs)."""
+    if (dev := _device_uops.get(device)) is None:
+        dev = _device_uops[device] = UOp(Ops.DEVICE, arg=device)
+    return dev
+
+
+def next_unique() -> Callable[[], int]:
+    """The counter numbering new BUFFERs' UNIQUE nodes, as a C callable (the warm realize path calls it)."""
+    return _unique_counter.__next__
 
 
 # enum members and dtypes the per-op paths use, as module constants (in Python 3.11 each `Ops.X` is an attribute

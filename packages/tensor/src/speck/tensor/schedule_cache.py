@@ -28,7 +28,7 @@ class CachedSchedule:
     bytes copied, the copy source's item size), the fresh buffers to make as (device, size, dtype), the output's ref
     and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh buffer. `plan` and `generation`
     belong to the realize engine (the runner Plan of this schedule, made on first use, and the program-cache
-    generation its programs come from)."""
+    generation its programs come from; `warm`: what its warm runs need that does not change, worked out once)."""
 
     recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int, str, int, int], ...]
     fresh: tuple[tuple[str, Any, Any], ...]
@@ -37,6 +37,7 @@ class CachedSchedule:
     ninputs: int
     plan: Any = None
     generation: int = -1
+    warm: Any = None
 
     def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
         """The schedule items over `inputs` and fresh buffers, and the view of the output."""
@@ -120,14 +121,55 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
     """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
     if not SCACHE.value:
         return None
-    sig = _signature(u)
+    src = u.src
+    if len(src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER:  # a binary op over BUFFERs (per-op case):
+        a, b = src  # _one_op_signature inlined
+        if _wref(u) in realized_data:
+            return None
+        ck = u._ck
+        if a is b:
+            inputs = [a]
+            key: Any = ((("B", a.dtype, a.arg, a.src[1].arg, 0), (u.op, u.dtype, ck[3], ck[4], (0, 0))), device)
+        else:
+            inputs = [a, b]
+            key = ((("B", a.dtype, a.arg, a.src[1].arg, 0), ("B", b.dtype, b.arg, b.src[1].arg, 1),
+                    (u.op, u.dtype, ck[3], ck[4], (0, 1))), device)  # fmt: skip
+        got: CachedSchedule | None = _get(key)
+        if got is not None:
+            _touch(key)
+        return key, inputs, got
+    for s in src:
+        if s.op is not _BUFFER:
+            sig = _signature(u)
+            break
+    else:  # one op over BUFFERs (a node without sources, a UNIQUE maybe, takes the walk)
+        sig = _one_op_signature(u) if src else _signature(u)
     if sig is None:
         return None
     key = (sig[0], device)
-    got: CachedSchedule | None = _get(key)
+    got = _get(key)
     if got is not None:
         _touch(key)
     return key, sig[1], got
+
+
+def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
+    """_signature of a node whose sources are all BUFFERs (the same key): the walk's first step is all of it."""
+    if _wref(u) in realized_data:
+        return None
+    inputs: list[UOp] = []
+    parts: list[Any] = []
+    pos: list[int] = []
+    for s in u.src:
+        if s in inputs:  # (a source used twice: a + a)
+            pos.append(inputs.index(s))
+            continue
+        pos.append(len(inputs))
+        parts.append(("B", s.dtype, s.arg, s.src[1].arg, len(inputs)))
+        inputs.append(s)
+    ck = u._ck
+    parts.append((u.op, u.dtype, ck[3], ck[4], tuple(pos)))  # (u has sources: it is no UNIQUE)
+    return tuple(parts), inputs
 
 
 def schedule_with_cache(

@@ -35,6 +35,7 @@ from speck.tensor.autograd import backward
 from speck.tensor.autograd import gradient as _gradient
 from speck.tensor.base import TensorBase
 from speck.tensor.bounds import raise_recorded
+from speck.tensor.bounds import records as _bound_records
 from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
@@ -88,6 +89,7 @@ from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import refresh as _refresh
+from speck.tensor.writes import thread_writes as _write_state
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
@@ -101,6 +103,20 @@ sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
 DTypeLike = DType | str
 # a device name, or a tuple of them for a tensor sharded over several devices
 DeviceLike = str | tuple[str, ...] | list[str]
+
+
+def _own_constants(pending: Sequence[Tensor]) -> list[tuple[UOp, Any]]:
+    """The (graph, device) targets of tensors realized together. Two tensors holding one constant node (two
+    `Tensor.zeros(3)`: hash-consing makes them one node) each get a buffer of their own, or a write into one would
+    show in the other."""
+    seen: dict[UOp, Tensor] = {}
+    out = []
+    for t in pending:
+        u = t.uop
+        if seen.setdefault(u, t) is not t and _realize.is_const_graph(u):
+            u = UOp(Ops.CONTIGUOUS, u.dtype, (u,), "clone", next(_clone_counter))
+        out.append((u, t.device))
+    return out
 
 
 class Tensor(
@@ -378,7 +394,15 @@ class Tensor(
     # ---------------- realization ----------------
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs."""
-        Tensor.realize_all(self, *lst)
+        if lst or self._device is None or self._uop.dtype in WEAK_DTYPES or DEFERRED_ANY[0] or _write_state.pending:
+            Tensor.realize_all(self, *lst)
+            return self
+        # one tensor with no writes or deferred updates pending (the per-op case): realize_all's checks, without
+        # its frames
+        if not Tensor._realize_one(self):
+            Tensor._realize_now((self,))
+        if _realize.capture_state.calls is None and _bound_records:
+            raise_recorded(host_only=True)
         return self
 
     @staticmethod
@@ -406,25 +430,8 @@ class Tensor(
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
-        if len(tensors) == 1:  # the common case: one single-device tensor (realize.realize_graph's warm path)
-            t = tensors[0]
-            u = t._uop if t._ver == _EPOCH[0] else t.uop  # (the uop property, without its frame)
-            if type(u) is UOp:
-                if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
-                    if base_buffer(u) is not None:
-                        return
-                    if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
-                        t.uop = u = v
-                        if base_buffer(u) is not None:
-                            return
-            if type(u) is UOp and _ref(u) not in realized_data:
-                view = _realize.realize_graph(u, t._device)
-                t._uop, t._ver = view, _EPOCH[0]  # (t.uop = view, without the setter's frame)
-                # later graphs holding u read the buffer instead of computing u again; when nothing else holds u
-                # (only this frame's `u` and getrefcount's argument) it dies now and the entry would go with it
-                if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
-                    realized_cache[u] = view
-                return
+        if len(tensors) == 1 and Tensor._realize_one(tensors[0]):
+            return
         for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
             if type(u := t.uop) is UOp and base_buffer(u) is None and (v := unstage(u)) is not u:
                 t.uop = v
@@ -433,8 +440,32 @@ class Tensor(
             return
         pending = [t for t in tensors if base_buffer(t.uop) is None]
         if pending:
-            for t, v in zip(pending, _realize.realize_targets([(t.uop, t.device) for t in pending])):
+            for t, v in zip(pending, _realize.realize_targets(_own_constants(pending))):
                 t.uop = v
+
+    @staticmethod
+    def _realize_one(t: Tensor) -> bool:
+        """_realize_now of one tensor when it is a single-device one (realize.realize_graph's warm path); False
+        (nothing done) for any other."""
+        u = t._uop if t._ver == _EPOCH[0] else t.uop  # (the uop property, without its frame)
+        if type(u) is not UOp:
+            return False
+        if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
+            if base_buffer(u) is not None:
+                return True
+            if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
+                t.uop = u = v
+                if base_buffer(u) is not None:
+                    return True
+        if _ref(u) in realized_data:
+            return False
+        view = _realize.realize_graph(u, t._device)
+        t._uop, t._ver = view, _EPOCH[0]  # (t.uop = view, without the setter's frame)
+        # later graphs holding u read the buffer instead of computing u again; when nothing else holds u (only this
+        # frame's `u` and getrefcount's argument) it dies now and the entry would go with it
+        if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
+            realized_cache[u] = view
+        return True
 
     @staticmethod
     def _realize_with_deferred(tensors: Sequence[Tensor]) -> None:
@@ -569,14 +600,19 @@ class Tensor(
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
         if 0 in shape:
             return np.zeros(shape, dtype=np_dtype(self.dtype))
-        self.realize()
-        off = view_offset(self.uop)
+        src = self
+        if dtypes.is_float(self.dtype) and base_buffer(self.uop) is None:
+            # a read computes a copy and leaves self's graph as it is (TENSOR_API 0.1), so gradients still reach
+            # its inputs: `print(loss.item()); loss.backward()` (the copy is remembered for graphs that hold it)
+            src = self._new(self.uop)
+        src.realize()
+        off = view_offset(src.uop)
         if off is None:
-            t = self.contiguous().realize()
+            t = src.contiguous().realize()
             off = view_offset(t.uop)
             u = t.uop
         else:
-            u = self.uop
+            u = src.uop
         assert off is not None
         bb = base_buffer(u)
         assert bb is not None
@@ -606,20 +642,6 @@ class Tensor(
         out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
         return out
 
-    # ---------------- multi-tensor constructors ----------------
-    @staticmethod
-    def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return tensors[0].cat(*tensors[1:], dim=dim)
-
-    @staticmethod
-    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
-        ops = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
-        return ReduceMixin.einsum_impl(formula, *ops, dtype=dtype)
-
-    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
-        return IndexingMixin.meshgrid_impl(self, *args, indexing=indexing)
-
     # ---------------- the primitives, wrapped ----------------
     # The one place Tensor wraps speck.tensor.elementwise's functions over UOps: `_binary` turns Tensor and scalar
     # operands into nodes (ew.promote applies the dtype, device and broadcasting rules), calls the function and makes
@@ -639,11 +661,28 @@ class Tensor(
         """fn(a, b, device) over self and y promoted to one shape, dtype and device (reverse: y first)."""
         rg = self.requires_grad
         if y.__class__ is Tensor and not reverse:  # the per-op hot path: nothing to convert or broadcast
-            xu, yu = self.uop, y.uop
-            if xu.dtype is yu.dtype and xu.shape == yu.shape and self._device is not None and y._device is not None:
-                out = self._new(fn(xu, yu, self._device))  # (dtypes are interned)
+            ep = _EPOCH[0]  # (the uop properties and UOp.shape, without their frames when nothing is stale)
+            xu = self._uop if self._ver == ep else self.uop
+            yu = y._uop if y._ver == ep else y.uop
+            if xu.dtype is yu.dtype and (((xs := xu._shape) == yu._shape and xs.__class__ is tuple)
+                                         or xu.shape == yu.shape) \
+                    and self._device is not None and y._device is not None:  # fmt: skip
                 if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
-                    out.requires_grad = o
+                    rg = o
+                # (dtypes are interned) an op that is one ALU node for every strong dtype is made here directly, and
+                # so is its Tensor (self._new inlined; the metadata walk starts at this method's caller, as _new's
+                # would one frame up: this method is private, it names no op)
+                if (op := ew.ONE_NODE.get(fn)) is not None and xu.__class__ is UOp and yu.__class__ is UOp \
+                        and xu.dtype not in WEAK_DTYPES and self._device.__class__ is str:  # fmt: skip
+                    u = UOp(op, xu.dtype, (xu, yu))
+                    out = Tensor.__new__(Tensor)
+                    out._uop, out._ver, out._device = u, ep, self._device
+                    out.requires_grad, out.grad, out.is_param = rg, None, True
+                    _track(out)
+                    _record_metadata(u)
+                    return out
+                out = self._new(fn(xu, yu, self._device))
+                out.requires_grad = rg
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
@@ -801,10 +840,6 @@ class train(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         Tensor.training, TRAINING.value = self.saved.pop()
-
-
-def _materialize_buffer(b: UOp) -> Any:
-    return _realize.get_buffer(b)
 
 
 # tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)

@@ -94,6 +94,7 @@ class _ThreadWrites(threading.local):
 
 
 _thread = _ThreadWrites()
+thread_writes = _thread  # (Tensor.realize reads `.pending` on its per-op path: an attribute, not a pending() call)
 # the write epoch: how many in-place writes have been recorded (all threads). Each tensor holds the epoch its graph
 # was set at (`_ver`); one older than a write to a buffer its graph reads is rebound to the value that buffer had
 # (numpy order: reads see the value of their time). A one-element list, so Tensor.uop's check is a global read and

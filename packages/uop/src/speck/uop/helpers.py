@@ -118,8 +118,8 @@ class ContextVar:
 def _scoped_value(cv: ContextVar, v: Any) -> Any:
     """v as a value of cv's kind (the type of its default), or a SettingTypeError naming what it takes."""
     kind = type(cv.default)
-    if kind not in (int, float, str) or isinstance(v, kind) or (kind is float and isinstance(v, int)):
-        return v
+    if kind not in (int, float, str) or isinstance(v, kind) or (kind is not int and isinstance(v, (int, float))):
+        return v  # (a string setting may take a number as it is: PROFILE=1, as its environment variable reads)
     try:
         if isinstance(v, str):
             return parse_setting(cv.key, v, cv.default)

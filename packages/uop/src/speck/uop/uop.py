@@ -99,6 +99,11 @@ def validate_shape(shape: Sequence[Any], what: str = "shape") -> tuple[sint, ...
             out.append(d)
         elif isinstance(d, int) and not isinstance(d, bool):
             out.append(d)
+        elif not isinstance(d, bool) and hasattr(type(d), "__index__") and not isinstance(d, float):
+            try:
+                out.append(int(d.__index__()))  # a numpy int is a size as numpy and torch take it
+            except TypeError:  # (a numpy array of several values)
+                raise UOpTypeError(f"{what} must be int, got {type(d).__name__} {d!r:.40} in a shape") from None
         else:
             raise UOpTypeError(f"{what} must be int, got {d!r} ({type(d).__name__}) in {tuple(shape)}")
     return tuple(out)
@@ -133,6 +138,9 @@ def ssimplify(x: sint) -> sint:
         return s.arg if s.op is Ops.CONST and type(s.arg) is int else s
     return x
 
+
+_int = int
+_UNIQUE, _BUFFER, _VOID = Ops.UNIQUE, Ops.BUFFER, dtypes.void
 
 _PLAIN_BINARY = frozenset(GroupOp.Binary - GroupOp.Comparison - {Ops.THREEFRY})
 
@@ -169,6 +177,13 @@ class _instance_or_class:
         return self.fn if obj is None else functools.partial(self.fn, obj)
 
 
+def _int_arg(v: Any) -> Any:
+    """A numpy (or other __index__) integer as a Python int; anything else (bool and float included) as it is."""
+    if isinstance(v, (bool, int, float)) or not hasattr(type(v), "__index__"):
+        return v
+    return int(v.__index__())
+
+
 class UOp(_Slots):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
@@ -179,7 +194,8 @@ class UOp(_Slots):
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                 tag: Any = None) -> UOp:  # fmt: skip
-        ck = (op, dtype, src, arg if arg is None else _argkey(arg), tag)
+        # (an int arg keyed inline: BUFFER sizes and UNIQUE ids, made on every realize, skip _argkey's frame)
+        ck = (op, dtype, src, arg if arg is None else (_int, arg) if arg.__class__ is _int else _argkey(arg), tag)
         ref = UOp._cache.get(ck)
         if ref is not None and (ret := ref()) is not None:
             return ret
@@ -189,6 +205,36 @@ class UOp(_Slots):
         fresh.__class__ = UOp  # type: ignore[assignment]
         self: UOp = fresh  # type: ignore[assignment]
         UOp._cache[ck] = weakref.ref(self)
+        return self
+
+    @staticmethod
+    def buffer_node(device: UOp, size: int, dtype: DType, unique: int) -> UOp:
+        """`UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, dtypes.void, (), unique), device), size)` in one call: the same
+        two nodes, hash-consed as the constructor does (a realize makes one per output buffer, so the two
+        constructor calls are inlined here)."""
+        cache = UOp._cache
+        ck: tuple[Any, ...] = (_UNIQUE, _VOID, (), (_int, unique), None)
+        ref = cache.get(ck)
+        uq = ref() if ref is not None else None
+        if uq is None:
+            fresh = object.__new__(_Fresh)
+            fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _UNIQUE, _VOID, (), unique, None
+            fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+            fresh.__class__ = UOp  # type: ignore[assignment]
+            made: UOp = fresh  # type: ignore[assignment]
+            cache[ck] = weakref.ref(made)
+            uq = made
+        src: tuple[UOp, ...] = (uq, device)
+        ck = (_BUFFER, dtype, src, (_int, size) if size.__class__ is _int else _argkey(size), None)
+        ref = cache.get(ck)
+        if ref is not None and (ret := ref()) is not None:
+            return ret
+        fresh = object.__new__(_Fresh)
+        fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = _BUFFER, dtype, src, size, None
+        fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
+        fresh.__class__ = UOp  # type: ignore[assignment]
+        self: UOp = fresh  # type: ignore[assignment]
+        cache[ck] = weakref.ref(self)
         return self
 
     def __del__(self) -> None:
@@ -344,6 +390,9 @@ class UOp(_Slots):
     @staticmethod
     def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:
         """A symbolic integer variable with inclusive bounds."""
+        if not isinstance(name, str):  # (rendered into kernel source and signatures as text)
+            raise UOpTypeError(f"a variable's name must be a str, got {type(name).__name__} {name!r:.40}")
+        min_val, max_val = _int_arg(min_val), _int_arg(max_val)  # (numpy ints were refused)
         if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
             raise UOpValueError(f"variable {name!r} needs int bounds with min <= max, got [{min_val!r}, {max_val!r}]")
         if (
@@ -362,7 +411,10 @@ class UOp(_Slots):
         if self.op is not Ops.DEFINE_VAR:
             raise UOpValueError(f"only a variable can be bound, not {self.op}")
         name, lo, hi = self.arg
-        if not isinstance(val, int) or not lo <= val <= hi:
+        val = _int_arg(val)
+        if not isinstance(val, int):  # ("value '3' ... is outside its bounds" named the wrong problem)
+            raise UOpTypeError(f"variable {name!r} is bound to an int, got {type(val).__name__} {val!r:.40}")
+        if not lo <= val <= hi:
             raise UOpValueError(f"value {val!r} for variable {name!r} is outside its bounds [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.nnops import _conv_padding
 from speck.tensor.tensor import Tensor, is_training
@@ -15,6 +15,22 @@ from speck.uop import dtypes, sum_acc_dtype
 
 def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
     return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def _sizes(layer: str, least: int = 1, **sizes: object) -> None:
+    """Each of a layer's size arguments an int >= least (a kernel_size of 0 divided by zero, a negative one surfaced
+    as "rand needs a concrete shape", an op the caller never called)."""
+    for what, v in sizes.items():
+        for n in v if isinstance(v, (tuple, list)) else (v,):
+            if whole(layer, what, n) < least:
+                raise TensorValueError(f"{layer}: {what} must be >= {least}, got {v}")
+
+
+def _channels(layer: str, x: Tensor, want: int) -> None:
+    """x is (N, C, ...) with C == want: a mismatch surfaced as a reshape error naming no layer."""
+    if x.ndim < 2 or (isinstance(x.shape[1], int) and x.shape[1] != want):
+        raise TensorValueError(f"{layer}({want}) expects input (N, {want}, ...) with {want} channels on dim 1, got "
+                               f"shape {x.shape}")  # fmt: skip
 
 
 def _fresh(t: Tensor) -> Tensor:
@@ -50,6 +66,8 @@ class Conv2d:
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride: int = 1,
                  padding: int | str | tuple[int, ...] = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
                  ndim: int = 2) -> None:  # fmt: skip
+        _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels, groups=groups, stride=stride,
+               dilation=dilation, kernel_size=kernel_size)  # fmt: skip
         if in_channels % groups or out_channels % groups:
             raise TensorValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
@@ -78,6 +96,10 @@ class ConvTranspose2d:
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, ...], stride: int = 1,
                  padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
                  ndim: int = 2) -> None:  # fmt: skip
+        _sizes("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels, groups=groups, stride=stride,
+               dilation=dilation, kernel_size=kernel_size)  # fmt: skip
+        if in_channels % groups or out_channels % groups:
+            raise TensorValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
@@ -104,6 +126,8 @@ class BatchNorm:
 
     def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                  momentum: float = 0.1) -> None:  # fmt: skip
+        _sizes("BatchNorm", sz=sz)
+        self.sz = sz
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight: Tensor | None = _fresh(Tensor.ones(sz)) if affine else None
         self.bias: Tensor | None = _fresh(Tensor.zeros(sz)) if affine else None
@@ -123,6 +147,8 @@ class BatchNorm:
         return mean, var
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.weight is not None or self.track_running_stats:  # (else the channel count is the input's)
+            _channels("BatchNorm", x, self.sz)
         if is_training() or not self.track_running_stats:
             mean, var = self.calc_stats(x)
             if is_training() and self.track_running_stats:
@@ -174,6 +200,7 @@ class GroupNorm:
     """Normalise each group of channels over the group's channels and spatial dims."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        _sizes("GroupNorm", num_groups=num_groups, num_channels=num_channels)
         if num_channels % num_groups:
             raise TensorValueError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
@@ -181,6 +208,7 @@ class GroupNorm:
         self.bias = _fresh(Tensor.zeros(num_channels)) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        _channels("GroupNorm", x, self.num_channels)
         y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
         if self.weight is None:
             return y
@@ -192,11 +220,14 @@ class InstanceNorm:
     """Normalise each channel of each sample over its spatial dims."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        _sizes("InstanceNorm", num_features=num_features)
         self.num_features, self.eps = num_features, eps
         self.weight = _fresh(Tensor.ones(num_features)) if affine else None
         self.bias = _fresh(Tensor.zeros(num_features)) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.weight is not None:
+            _channels("InstanceNorm", x, self.num_features)
         y = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
         if self.weight is None:
             return y
@@ -222,6 +253,7 @@ class Embedding:
     """Lookup table: integer indices (any shape) -> rows of a (vocab_size, embed_size) weight."""
 
     def __init__(self, vocab_size: int, embed_size: int) -> None:
+        _sizes("Embedding", vocab_size=vocab_size, embed_size=embed_size)
         self.vocab_sz, self.embed_sz = vocab_size, embed_size
         self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
 

@@ -238,9 +238,20 @@ def _encode(s: Any, encoding: Any = "utf-8") -> bytes:
     return s.encode(encoding)
 
 
+def _bytearray(*args: Any) -> bytearray:
+    """`bytearray` as pickles spell a bytearray literal: from bytes, or text and its encoding. Not from a size: that
+    is no literal, and bytearray(10**11) would allocate and zero 100 GB while loading."""
+    if not args or (isinstance(args[0], (bytes, bytearray)) and len(args) == 1):
+        return bytearray(*args)
+    if isinstance(args[0], str) and len(args) == 2:
+        return bytearray(_encode(*args))
+    raise UnsafePickleError(f"torch_load: bytearray({', '.join(type(a).__name__ for a in args)}) is not a bytes "
+                            "literal (a size would allocate that much); nothing was run")  # fmt: skip
+
+
 # The names a checkpoint of tensors needs, and what each resolves to: everything else is refused
 _BUILTINS = {"set": set, "frozenset": frozenset, "slice": slice, "tuple": tuple, "list": list, "dict": dict,
-             "bytearray": bytearray, "complex": complex}  # fmt: skip
+             "bytearray": _bytearray, "complex": complex}  # fmt: skip
 _ALLOWED: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("_codecs", "encode"): _encode,

@@ -9,7 +9,9 @@ replays correctly and a learning rate assigned between replays takes effect."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import OptimizerError as OptimizerError
@@ -28,6 +30,19 @@ OPTIM_DTYPE: DType = to_dtype(str(_OPTIM_DTYPE.value))
 CONST_LR = int(_CONST_LR.value)
 
 
+def _hyper(name: str, v: Any, below: float = math.inf) -> float:
+    """An optimizer's number argument as a float in [0, below): NaN passed every `< 0` check and turned every weight
+    NaN at the first step; infinity did the same; a beta of 1 or more diverges."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise TensorTypeError(f"{name} must be a number, got {type(v).__name__} {v!r:.40}") from None
+    if not 0 <= x < below:
+        bound = "finite" if below == math.inf else f"< {below:g}"
+        raise TensorValueError(f"{name} must be >= 0 and {bound}, got {v!r}")
+    return x
+
+
 class Optimizer:
     """Base class. `params` are split into `.params` (is_param=True: updated from their `.grad`) and `.buffers`
     (is_param=False or requires_grad=False, e.g. BatchNorm statistics: realized with every step, not updated)."""
@@ -35,9 +50,10 @@ class Optimizer:
     def __init__(
         self, params: Sequence[Tensor], lr: float | Tensor, device: str | None = None, fused: bool | None = None
     ) -> None:
-        lr_value = None if isinstance(lr, Tensor) else float(lr)
-        if lr_value is not None and lr_value < 0:
-            raise TensorValueError(f"learning rate must be >= 0, got {lr}")
+        lr_value = None if isinstance(lr, Tensor) else _hyper("learning rate", lr)
+        if isinstance(lr, Tensor) and lr.numel() != 1:  # (it broadcast against each parameter, or failed to)
+            raise TensorValueError(f"a learning rate tensor holds one value, got shape {lr.shape}; pass a 0-d or "
+                                   "(1,) tensor")  # fmt: skip
         unique = list(dict.fromkeys(params))  # identity: Tensor hashes by id
         if bad := [p for p in unique if not isinstance(p, Tensor)]:
             raise TensorTypeError(f"an optimizer takes a list of Tensors, got {type(bad[0]).__name__} {bad[0]!r}; pass "
@@ -249,10 +265,7 @@ class LARS(Optimizer):
         device: str | None = None,
         fused: bool | None = None,
     ) -> None:
-        if momentum < 0:
-            raise TensorValueError(f"momentum must be >= 0, got {momentum}")
-        if weight_decay < 0:
-            raise TensorValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        momentum, weight_decay = _hyper("momentum", momentum), _hyper("weight_decay", weight_decay)
         super().__init__(params, lr, device, fused)
         self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
         self.pre_wd, self.tcoef = pre_wd, tcoef
@@ -379,8 +392,8 @@ class LAMB(Optimizer):
         device: str | None = None,
         fused: bool | None = None,
     ) -> None:
-        if weight_decay < 0:
-            raise TensorValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        weight_decay, eps = _hyper("weight_decay", weight_decay), _hyper("eps", eps)
+        b1, b2 = _hyper("b1", b1, below=1.0), _hyper("b2", b2, below=1.0)
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t, self.b2_t = (
