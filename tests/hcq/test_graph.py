@@ -133,6 +133,43 @@ def test_graph_equals_direct_launches(
     np.testing.assert_allclose(batched[5].numpy(), (a2 + b0 + o1 + o2) * 4 - 5, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("parts", [1, 3, 8])
+def test_parts_taken_in_turn_compute_what_slices_do(
+    progs: dict[str, CPUProgram], cpu: CPUDevice, threads: int, parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big kernels (parts per worker > 1) are cut into parts the workers take in turn; consecutive split commands
+    share one part counter, so each must read its own part numbers: every buffer ends as direct launches leave it,
+    over several runs."""
+    import speck.hcq.cpu as cpu_mod
+    from speck.hcq.graph import _CMD_WORDS
+
+    monkeypatch.setattr(cpu_mod, "PARALLEL_MIN_BYTES", 0)
+    for prog in progs.values():
+        monkeypatch.setattr(prog, "_parts", parts)
+    cpu.threads = threads  # type: ignore[attr-defined]
+    rng = np.random.default_rng(parts)
+    rows, cols = 7, 131
+    n = rows * cols
+    init = _fresh(rng, n, rows)
+    direct, batched = [buf(x) for x in init], [buf(x) for x in init]
+    _run_direct(_program(progs, direct, n, rows, cols))
+    g = _graph(cpu, _program(progs, batched, n, rows, cols))
+    g.workers = threads
+    g.run()
+    for d, b in zip(direct, batched):
+        np.testing.assert_array_equal(b.numpy(), d.numpy())
+    table = list(g._tables[threads][0])
+    words = [table[i : i + _CMD_WORDS] for i in range(0, len(table), _CMD_WORDS)]
+    split = [w for w in words if w[4] > 1]
+    assert split and all(w[5] == (min(w[3], parts * w[4]) if parts > 1 else 0) for w in split)
+    for _ in range(3):  # runs again (the counters reset per launch): the same values as three more direct runs
+        _run_direct(_program(progs, direct, n, rows, cols))
+        g.run()
+    for d, b in zip(direct, batched):
+        np.testing.assert_array_equal(b.numpy(), d.numpy())
+
+
 def test_runs_repeat_and_choose_a_worker_count(progs: dict[str, CPUProgram], cpu: CPUDevice) -> None:
     cpu.threads = 2  # type: ignore[attr-defined]
     rng = np.random.default_rng(7)

@@ -116,7 +116,9 @@ def test_jitted_sharded_training_memory_close_to_one_device() -> None:
         step(x)
         return GlobalCounters.mem_used - before
 
-    assert captured_bytes(True) <= 2 * captured_bytes(False)
+    # (2.5x: since captures fold the optimizer's copies of new values into the kernels computing them, the
+    # one-device capture holds no temporaries for them, while the sharded one keeps its cross-device buffers)
+    assert captured_bytes(True) <= 2.5 * captured_bytes(False)
 
 
 @pytest.mark.parametrize("axis", [None, 0])

@@ -104,6 +104,30 @@ def _slot(p: UOp) -> int:
     return int(p.arg if isinstance(p.arg, int) else p.arg[0])
 
 
+def reads_only_where_it_stores(ast: UOp, store_slot: int, read_slot: int) -> bool:
+    """Whether the kernel `ast` stays exact with buffer `read_slot` passed as its output `store_slot` too (written
+    in place): it has one STORE, into `store_slot`, and reads `read_slot` only by LOADs at that STORE's very index
+    (the same UOp), so each element is read only while computing the element stored over it, before that store
+    (the stored value depends on the load). A kernel that reads the buffer anywhere else (a shifted or transposed
+    element, or through a gather) is not."""
+    nodes = ast.toposort()
+    stores = [u for u in nodes if u.op is Ops.STORE]
+    if len(stores) != 1 or stores[0].src[0].op is not Ops.INDEX or len(stores[0].src[0].src) < 2:
+        return False
+    sidx = stores[0].src[0]
+    if sidx.src[0].op is not Ops.PARAM or _slot(sidx.src[0]) != store_slot:
+        return False
+    reads: set[UOp] = set()  # the INDEX nodes over read_slot
+    for u in nodes:
+        for s in u.src:
+            if s.op is Ops.PARAM and _slot(s) == read_slot:
+                if u.op is not Ops.INDEX or s is not u.src[0] or len(u.src) < 2 or u.src[1] is not sidx.src[1]:
+                    return False
+                reads.add(u)
+    # (each such INDEX feeds LOADs only: no store through it, no other use of the address)
+    return all(u.op is Ops.LOAD for u in nodes for s in u.src if s in reads)
+
+
 def estimate(uops: list[UOp]) -> Estimates:
     """Count ALU ops and loaded bytes (lds), multiplying by the trip counts of enclosing loops (symbolic when a
     loop end is a variable expression). `mem` is the global memory a run touches: per buffer, its loads and its
@@ -328,4 +352,13 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     )
 
 
-__all__ = ["BufferArg", "ProgramSpec", "buffer_args", "estimate", "global_size", "launch_size", "to_program"]
+__all__ = [
+    "BufferArg",
+    "ProgramSpec",
+    "buffer_args",
+    "estimate",
+    "global_size",
+    "launch_size",
+    "reads_only_where_it_stores",
+    "to_program",
+]

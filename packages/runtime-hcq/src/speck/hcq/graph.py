@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 # (buffers + variables); a command with more arguments can't join a graph (add_* raises, callers run it alone)
 MAX_ARGS = 48
 # words per command in the command table: function address, argument count, offset of its first argument in the
-# argument table, global size (the split dimension), threads (resolved worker count, 1 = worker 0 alone)
-_CMD_WORDS = 5
+# argument table, global size (the split dimension), threads (resolved worker count, 1 = worker 0 alone), parts
+# (0: one contiguous slice per worker; else the split dimension cut into this many parts the workers take in turn)
+_CMD_WORDS = 6
 # spins on the barrier before each worker starts yielding its core (the machine may have fewer free cores than
 # workers; a spinning waiter would then keep the worker it waits for off the CPU)
 _SPINS_BEFORE_YIELD = 2048
@@ -49,6 +50,14 @@ RETUNE_MAX = 3200
 CLEAR_MARGIN = 1.3
 
 
+def _parts(n: int, threads: int, per_thread: int) -> int:
+    """Parts a command over n rows split across `threads` workers is cut into: `per_thread` each (at most n), taken
+    in turn, so a worker whose core another process holds up delays the command by one part rather than by a whole
+    slice (as WorkerPool.run does for a direct launch); 0 (one contiguous slice each) when that is no more."""
+    k = min(n, per_thread * threads)
+    return k if threads > 1 and k > threads else 0
+
+
 def next_retune_interval(interval: int, previous: int | None, chosen: int, trials: dict[int, list[float]]) -> int:
     """Runs until the worker count is measured again: doubled (at most RETUNE_MAX) when the measurement confirmed
     the previous choice by a clear margin, else back to RETUNE_EVERY."""
@@ -60,8 +69,12 @@ def next_retune_interval(interval: int, previous: int | None, chosen: int, trial
 
 def _interpreter_ir() -> str:
     """LLVM IR of `speck_graph_run(cmds, ncmds, args, sync, worker, worker_end)`: see the module docstring. `sync`
-    points at three words: the barrier counter (reset to 0 before each launch), the number of workers, and the
-    address of ncmds + 1 timestamps worker 0 writes before the first and after every command (0: no timing)."""
+    points at four words: the barrier counter (reset to 0 before each launch), the number of workers, the
+    address of ncmds + 1 timestamps worker 0 writes before the first and after every command (0: no timing), and
+    the part counter (reset to 0 before each launch). A command cut into parts hands them out by an atomic
+    increment of the part counter, which is never reset within a launch: every worker taking part counts the
+    tickets earlier commands used (their parts, plus the one ticket past the end each of their workers drew) and
+    reads this command's part numbers relative to that base."""
     cases, blocks = [], []
     for k in range(MAX_ARGS + 1):
         cases.append(f"i64 {k}, label %n{k}")
@@ -144,6 +157,7 @@ entry:
   %times = inttoptr i64 %ttw to ptr
   %hast = icmp ne i64 %ttw, 0
   %stamps = and i1 %hast, %is0
+  %tick = getelementptr i64, ptr %sync, i64 3
   call void @stamp(i1 %stamps, ptr %times, i64 0)
   %any = icmp sgt i64 %ncmds, 0
   br i1 %any, label %body, label %exit
@@ -151,6 +165,7 @@ body:
   %i = phi i64 [0, %entry], [%inext, %next]
   %pending = phi i1 [false, %entry], [%pend2, %next]
   %bars = phi i64 [0, %entry], [%bars2, %next]
+  %base = phi i64 [0, %entry], [%base2, %next]
   %ci = mul i64 %i, {_CMD_WORDS}
   %cp = getelementptr i64, ptr %cmds, i64 %ci
   %fnw = load i64, ptr %cp, align 8
@@ -164,6 +179,8 @@ body:
   %n = load i64, ptr %np, align 8
   %tp = getelementptr i64, ptr %cp, i64 4
   %t = load i64, ptr %tp, align 8
+  %ptp = getelementptr i64, ptr %cp, i64 5
+  %parts = load i64, ptr %ptp, align 8
   %n32 = trunc i64 %n to i32
   %single = icmp sle i64 %t, 1
   br i1 %single, label %one, label %par
@@ -184,8 +201,29 @@ pre:
   br label %run
 run:
   %bars1 = phi i64 [%bars, %par], [%barsp, %pre]
+  %dyn = icmp ugt i64 %parts, 0
+  %used0 = add i64 %parts, %t
+  %used = select i1 %dyn, i64 %used0, i64 0
+  %basen = add i64 %base, %used
   %mine = icmp slt i64 %w, %t
-  br i1 %mine, label %slice, label %post
+  br i1 %mine, label %pick, label %post
+pick:
+  br i1 %dyn, label %part, label %slice
+part:
+  %tk = atomicrmw add ptr %tick, i64 1 seq_cst, align 8
+  %k = sub i64 %tk, %base
+  %inr = icmp ult i64 %k, %parts
+  br i1 %inr, label %part_call, label %post
+part_call:
+  %plo = mul i64 %n, %k
+  %pstart = udiv i64 %plo, %parts
+  %k1 = add i64 %k, 1
+  %phi_ = mul i64 %n, %k1
+  %pend = udiv i64 %phi_, %parts
+  %ps32 = trunc i64 %pstart to i32
+  %pe32 = trunc i64 %pend to i32
+  call void @dispatch(ptr %fn, i64 %nargs, ptr %ap, i32 %ps32, i32 %pe32)
+  br label %part
 slice:
   %lo = mul i64 %n, %w
   %start = udiv i64 %lo, %t
@@ -203,6 +241,7 @@ post:
 next:
   %pend2 = phi i1 [true, %one_done], [false, %post]
   %bars2 = phi i64 [%bars, %one_done], [%barsq, %post]
+  %base2 = phi i64 [%base, %one_done], [%basen, %post]
   %inext = add i64 %i, 1
   call void @stamp(i1 %stamps, ptr %times, i64 %inext)
   %more = icmp slt i64 %inext, %ncmds
@@ -301,6 +340,7 @@ class CPUGraph:
         self._names: list[str] = []
         self._sizes: list[int] = []
         self._threads: list[int | None] = []  # None: all of the device's workers
+        self._ppt: list[int] = []  # parts per worker when split (0: one contiguous slice each; see CPUProgram)
         self._offsets: list[int] = []
         self._words: list[int] = []
         self._cmds: list[int] | None = None  # the command table (threads resolved), None: rebuild
@@ -310,7 +350,8 @@ class CPUGraph:
         # every count fixed: nothing a run could choose), 0 otherwise: launch's short route
         self._solo = 0
         self._args: Any = None
-        self._sync = (ctypes.c_uint64 * 3)()  # barrier counter, workers, address of the timestamps (0: none)
+        # barrier counter, workers, address of the timestamps (0: none), part counter
+        self._sync = (ctypes.c_uint64 * 4)()
         self._built_for = -1  # device.threads the command table was resolved for
         self._fixed = False  # every command has its own worker count: the table does not depend on device.threads
         self._submission = [(EXEC, self, (), (1, 1, 1), None)]  # the one-exec submission submit() hands the engine
@@ -340,7 +381,7 @@ class CPUGraph:
         return list(self._names)
 
     # -- building -----------------------------------------------------------------------------------------------
-    def _add(self, fn: int, name: str, words: Sequence[int], n: int, threads: int | None) -> int:
+    def _add(self, fn: int, name: str, words: Sequence[int], n: int, threads: int | None, ppt: int = 0) -> int:
         if len(words) > MAX_ARGS:
             raise ProgramArgumentError(
                 f"{name!r} takes {len(words)} argument words; a CPU graph command takes at most {MAX_ARGS} "
@@ -352,6 +393,7 @@ class CPUGraph:
         self._names.append(name)
         self._sizes.append(n)
         self._threads.append(threads)
+        self._ppt.append(ppt)
         self._offsets.append(len(self._words))
         self._words.extend(int(w) & 0xFFFFFFFFFFFFFFFF for w in words)
         self._cmds = None  # rebuild the tables on the next run
@@ -368,7 +410,7 @@ class CPUGraph:
             raise HCQError(f"program {prog.name!r} is loaded on {prog.device.name}, not on {self.device.name}")
         # as a direct launch: no global dimension at all -> one call with (0, 1); a zero size -> (0, 0)
         n = int(global_size[0]) if len(global_size) else 1
-        return self._add(prog.address, prog.name, words, n, threads)
+        return self._add(prog.address, prog.name, words, n, threads, int(getattr(prog, "_parts", 0) or 0))
 
     def add_exec(
         self,
@@ -438,7 +480,8 @@ class CPUGraph:
             size, t = self._sizes[i], self._threads[i]
             t = max(1, min(threads if t is None else t, size))
             nworkers = max(nworkers, t)
-            table += [self._fns[i], ends[i] - self._offsets[i], self._offsets[i], size, t]
+            parts = _parts(size, t, self._ppt[i])
+            table += [self._fns[i], ends[i] - self._offsets[i], self._offsets[i], size, t, parts]
         if self._cmds is None:  # commands were appended: a longer argument table, keeping the values written so far
             if self._args is not None:
                 self._words[: len(self._args)] = list(self._args)[: len(self._words)]
@@ -459,8 +502,9 @@ class CPUGraph:
         if got is None:
             assert self._cmds is not None, "built before use"
             table = list(self._cmds)
-            for i in range(4, len(table), _CMD_WORDS):
+            for c, i in enumerate(range(4, len(table), _CMD_WORDS)):
                 table[i] = min(table[i], nw)
+                table[i + 1] = _parts(table[i - 1], table[i], self._ppt[c])
             arr = (ctypes.c_uint64 * max(len(table), 1))(*table)
             # worker 0 alone (nw 1) runs speck_graph_run_packed on these
             words = (ctypes.addressof(arr), len(self._fns), self._args_addr, self._sync_addr, 0, 1)
@@ -502,6 +546,7 @@ class CPUGraph:
             sync = self._sync
             sync[0] = 0
             sync[1] = nw
+            sync[3] = 0
             self.device.pool.run(_interp[1], (got[1], len(self._fns), self._args_addr, self._sync_addr), nw, nw)
 
     def submit(self) -> None:

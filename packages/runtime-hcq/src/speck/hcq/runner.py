@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from speck.codegen.program import reads_only_where_it_stores
 from speck.hcq.buffer import Buffer as _Buffer
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
@@ -145,6 +146,75 @@ def count_run(kernels: int, copies: int, ops: int, mem: int, t: float = 0.0) -> 
         c.copy_count += copies
     if t:
         c.time_sum_s += t
+
+
+# ---------------- copy folding ----------------
+def _renamed(call: Call, old: int, new: int) -> Call:
+    """call with slot `old` replaced by `new` wherever it appears."""
+    if isinstance(call, Copy):
+        return call._replace(dst=new if call.dst == old else call.dst, src=new if call.src == old else call.src)
+    return call._replace(args=tuple(new if a == old else a for a in call.args))
+
+
+def _in_place_ok(call: Exec, store_pos: int, read_pos: int) -> bool:
+    """Whether kernel `call` stays exact when the buffer at argument `read_pos` is its output (`store_pos`) too: by
+    its AST (a program loaded without one never is)."""
+    spec = getattr(call.program, "spec", None)
+    ast, params = getattr(spec, "ast", None), getattr(spec, "buffers", None)
+    if not isinstance(ast, UOp) or not params or len(params) != len(call.args):
+        return False
+    slots = [int(b.slot) for b in params]  # (argument position -> the AST's PARAM number)
+    return reads_only_where_it_stores(ast, slots[store_pos], slots[read_pos])
+
+
+def _fold_one(calls: list[Call], j: int, nbytes: Sequence[int], keep: Collection[int], where: Sequence[Any]) -> bool:
+    """Fold copy calls[j] into the kernel that computed its source, in place (see fold_copies); False when it
+    can't be."""
+    c = calls[j]
+    assert isinstance(c, Copy)
+    t, d = c.src, c.dst
+    if c.offset or t == d or t in keep or not (c.nbytes == nbytes[t] == nbytes[d]) or where[t] != where[d]:
+        return False
+    rws = [reads_writes(x) for x in calls]
+    touching = [i for i, (r, w) in enumerate(rws) if t in r or t in w]
+    writers = [i for i in touching if t in rws[i][1]]
+    if len(writers) != 1 or writers[0] != touching[0] or touching[-1] != j:
+        return False  # t is written once, first, and nothing after the copy touches it
+    k = writers[0]
+    kc = calls[k]
+    if not isinstance(kc, Exec) or kc.args.count(t) != 1 or len(kc.writes) != 1:
+        return False
+    if any(d in rws[i][0] or d in rws[i][1] for i in range(k + 1, j)):
+        return False  # d is read or written between the kernel and the copy: it must keep its old value until then
+    wpos = kc.args.index(t)
+    if any(a == d and not _in_place_ok(kc, wpos, p) for p, a in enumerate(kc.args)):
+        return False  # the kernel reads d's old value elsewhere than where it stores
+    for i in range(k, j):
+        calls[i] = _renamed(calls[i], t, d)
+    del calls[j]
+    return True
+
+
+def fold_copies(
+    calls: Sequence[Call], nbytes: Sequence[int], where: Sequence[Any], keep: Collection[int] = ()
+) -> list[Call]:
+    """The calls with whole-buffer copies out of temporaries folded away: `Copy(d <- t)` where one kernel computed
+    t, whose only other readers run between that kernel and the copy, becomes the kernel storing into d directly
+    (its readers read d), when nothing between them reads or writes d and the kernel reads d, if at all, only at
+    the element it stores over (an update in place, `m = b*m + g`: speck.codegen.program.reads_only_where_it_stores).
+    A captured training step's optimizer updates (new values computed into temporaries, then copied over the
+    parameters and moments) then write their targets directly: one pass over memory fewer per state tensor.
+    `nbytes[s]`: slot s's size in bytes, `where[s]` its device (a copy between devices stays); slots in `keep`
+    (whose contents are observed after the calls: inputs, returned values) are never folded away. t's slot is left
+    unused."""
+    out = list(calls)
+    j = 0
+    while j < len(out):
+        c = out[j]
+        if isinstance(c, Copy) and _fold_one(out, j, nbytes, keep, where):
+            continue  # (the copy is gone: calls[j] is the next call)
+        j += 1
+    return out
 
 
 # ---------------- plans ----------------

@@ -37,10 +37,11 @@ from speck.tensor.bounds import raise_recorded
 from speck.tensor.engine.realize import exec_items
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError
+from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
 from speck.tensor.pickling import reduce_jit
 from speck.tensor.realize import _capture_state  # (this thread's capture, read on the replay hot path)
-from speck.tensor.schedule import base_buffer, buffer_map, buffer_map_data, max_dim, view_offset
+from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, buffer_map_data, max_dim, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
@@ -493,6 +494,40 @@ def _tensor_buffers(t: Tensor) -> list[UOp]:
     return [b for b in got if b is not None]
 
 
+def _observed_buffers() -> set[UOp]:
+    """The BUFFERs a live tensor holds or its (lazy) graph reads: their contents are seen after a replay."""
+    out: set[UOp] = set()
+    for t in tensors():
+        u = t.uop
+        for s in u.shards if isinstance(u, MultiUOp) else (u,):
+            if (b := base_buffer(s)) is not None:
+                out.add(b)
+            else:
+                out |= {x for x in s.toposort() if x.op is Ops.BUFFER}
+    return out
+
+
+def _fold_copies(calls: list[Entry], keep: set[UOp]) -> list[Entry]:
+    """The captured calls with Tensor.assign's copies of whole new values (an optimizer's updates) folded into the
+    kernels that compute them, which then store into the targets directly (speck.hcq.runner.fold_copies); BUFFERs
+    in `keep` are never folded away."""
+    if not any(type(c) is Copy for c, _ in calls):
+        return calls
+    linked, uops = realize.link(calls)
+    nbytes = [int(u.arg) * u.dtype.itemsize for u in uops]
+    where = [buffer_device(u) for u in uops]
+    folded = _runner.fold_copies(linked, nbytes, where, {i for i, u in enumerate(uops) if u in keep})
+    if len(folded) == len(linked):
+        return calls
+    out: list[Entry] = []
+    for c in folded:
+        if isinstance(c, Copy):
+            out.append((c._replace(dst=0, src=1), (uops[c.dst], uops[c.src])))
+        else:
+            out.append((c._replace(args=tuple(range(len(c.args)))), tuple(uops[a] for a in c.args)))
+    return out
+
+
 def _intermediates(calls: list[Entry], fresh: set[UOp], input_bufs: list[UOp]) -> frozenset[UOp]:
     """The fresh BUFFERs (see CapturedJit.intermediates) whose first use in calls is a write, except the new values
     Tensor.assign copies into a target that is kept (they are part of the state update: tinygrad writes those in
@@ -656,12 +691,16 @@ class TinyJit(Generic[R]):
         # with one Buffer); replays must not write into the target while kernels still read its old value, so the
         # new value gets storage of its own again and the replay copies it over at the point the assign happened
         data = buffer_map_data
+        observed = _observed_buffers()  # what live tensors hold: seen after a replay
         for call, bufs in calls:
             if type(call) is Copy and bufs[0] is not bufs[1]:
                 dst, src = data.get(_ref(bufs[0])), data.get(_ref(bufs[1]))
                 if dst is not None and dst is src:
                     buffer_map.pop(bufs[1], None)
+                    if bufs[1] in observed:  # a returned (or kept) new value keeps the capture's result too
+                        realize.get_buffer(bufs[1]).copy_from(dst)
         input_bufs = [_buf(t) for _, t in inputs.named]
+        calls = _fold_copies(calls, set(input_bufs) | observed)
         if self.prune:
             calls = prune_calls(calls, input_bufs)
         written = frozenset(b for e in calls for b in _reads_writes(e)[1]) - set(input_bufs)

@@ -30,6 +30,7 @@ from speck.uop.dtype import (
 )
 from speck.uop.errors import ImmutableError, UOpIndexError, UOpStateError, UOpTypeError, UOpValueError
 from speck.uop.helpers import all_int, prod
+from speck.uop.operators import UOpOperators
 from speck.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def _int_arg(v: Any) -> Any:
     return int(v.__index__())
 
 
-class UOp(_Slots):
+class UOp(_Slots, UOpOperators):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
     Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
@@ -626,86 +627,6 @@ class UOp(_Slots):
     def ufix(self, x: UOp | ConstType) -> UOp:
         return x if isinstance(x, UOp) else self._const_like(x)
 
-    def __add__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.ADD, x)
-
-    def __radd__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.ADD, self)
-
-    def __mul__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.MUL, x)
-
-    def __rmul__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.MUL, self)
-
-    def __neg__(self) -> UOp:
-        return self.logical_not() if self.dtype.scalar() == dtypes.bool else self * -1
-
-    def __sub__(self, x: UOp | ConstType) -> UOp:
-        return self + (-self.ufix(x))
-
-    def __rsub__(self, x: ConstType) -> UOp:
-        return self.ufix(x) + (-self)
-
-    def __truediv__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.FDIV, x)
-
-    def __rtruediv__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.FDIV, self)
-
-    def __floordiv__(self, x: UOp | ConstType) -> UOp:
-        """Integer division truncating toward zero (C semantics: -7 // 2 is -3 here, unlike Python)."""
-        return self.alu(Ops.CDIV, x)
-
-    def __rfloordiv__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.CDIV, self)
-
-    def __mod__(self, x: UOp | ConstType) -> UOp:
-        """Remainder with the dividend's sign (C semantics: -7 % 2 is -1 here, unlike Python)."""
-        return self.alu(Ops.CMOD, x)
-
-    def __rmod__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.CMOD, self)
-
-    def __lt__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.CMPLT, x)
-
-    def __gt__(self, x: UOp | ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.CMPLT, self)
-
-    def __le__(self, x: UOp | ConstType) -> UOp:
-        return (self > x).logical_not()
-
-    def __ge__(self, x: UOp | ConstType) -> UOp:
-        return (self < x).logical_not()
-
-    def __and__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.AND, x)
-
-    def __rand__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.AND, self)
-
-    def __or__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.OR, x)
-
-    def __ror__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.OR, self)
-
-    def __xor__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.XOR, x)
-
-    def __rxor__(self, x: ConstType) -> UOp:
-        return self.ufix(x).alu(Ops.XOR, self)
-
-    def __lshift__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.SHL, x)
-
-    def __rshift__(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.SHR, x)
-
-    def __invert__(self) -> UOp:
-        return self.logical_not() if self.dtype.scalar() == dtypes.bool else self ^ -1
-
     def __bool__(self) -> bool:
         # a condition its bounds decide has that truth value (`if start_pos > 0:` with a Variable bound to 1..8)
         if self.dtype.scalar() in (dtypes.bool, dtypes.weakint) or dtypes.is_int(self.dtype.scalar()):
@@ -720,15 +641,6 @@ class UOp(_Slots):
             "comparison UOp"
         )
 
-    def eq(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.CMPEQ, x)
-
-    def ne(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.CMPNE, x)
-
-    def logical_not(self) -> UOp:
-        return self.ne(True)
-
     def where(self, a: UOp | ConstType, b: UOp | ConstType) -> UOp:
         """Select a where self is true, else b (a Python scalar takes the other branch's dtype)."""
         if not isinstance(a, UOp) and not isinstance(b, UOp):
@@ -736,33 +648,6 @@ class UOp(_Slots):
         ua = a if isinstance(a, UOp) else b.ufix(a)  # type: ignore[union-attr]
         ub = b if isinstance(b, UOp) else ua.ufix(b)
         return UOp(Ops.WHERE, ua.dtype, (self, ua, ub))
-
-    def maximum(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.MAX, x)
-
-    def minimum(self, x: UOp | ConstType) -> UOp:
-        return -((-self).maximum(-self.ufix(x)))
-
-    def exp2(self) -> UOp:
-        return self.alu(Ops.EXP2)
-
-    def log2(self) -> UOp:
-        return self.alu(Ops.LOG2)
-
-    def sin(self) -> UOp:
-        return self.alu(Ops.SIN)
-
-    def sqrt(self) -> UOp:
-        return self.alu(Ops.SQRT)
-
-    def reciprocal(self) -> UOp:
-        return self.alu(Ops.RECIPROCAL)
-
-    def trunc(self) -> UOp:
-        return self.alu(Ops.TRUNC)
-
-    def pow(self, x: UOp | ConstType) -> UOp:
-        return self.alu(Ops.POW, x)
 
     def threefry(self, key: UOp) -> UOp:
         return UOp(Ops.THREEFRY, dtypes.uint64, (self, key))

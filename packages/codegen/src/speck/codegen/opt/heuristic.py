@@ -94,7 +94,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
                                renderer.vector_registers, renderer.wide_shuffles)  # fmt: skip
         climit = split
     gated = _gated_axes(sink, outs)
-    block = _block(glob, outs, loads, col, lanes, climit, gated) if col is not None else None
+    narrow = renderer.odd_vector_widths
+    block = _block(glob, outs, loads, col, lanes, climit, gated, narrow) if col is not None else None
     # a convolution (a reduction over channels and a window) vectorizes better over its output channels, read
     # contiguously from channel-last weights, than along an output row whose input loads shift with the window
     # (the transposed convolution of conv2's input gradient: 56 -> 87 GFLOPS)
@@ -109,7 +110,7 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
             a = outs[alt]
             if alt != col and any(_depends(ix, a) for ix in inner) and \
                     all(_stride(ix, a) == 1 for ix in inner if _depends(ix, a)):  # fmt: skip
-                if (alt_block := _block(glob, outs, inner, alt, lanes, gated=gated)) is not None:
+                if (alt_block := _block(glob, outs, inner, alt, lanes, gated=gated, narrow=narrow)) is not None:
                     block, col = alt_block, alt
                     break
     if block is None or col is None:
@@ -152,13 +153,16 @@ def _gated_axes(sink: UOp, outs: list[UOp]) -> set[UOp]:
 
 
 def _block(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, lanes: int,
-           climit: int | None = None, gated: set[UOp] | None = None) -> tuple[int, int, int] | None:  # fmt: skip
+           climit: int | None = None, gated: set[UOp] | None = None,
+           narrow: bool = False) -> tuple[int, int, int] | None:  # fmt: skip
     """(row axis, row amount, column amount) of a register block with vector axis col (at most climit columns,
     default 2 vectors), or None: the row is another output axis some load ignores (upcasting it reuses that load
     across rows). Axes in `gated` (see _gated_axes) are rows only when nothing else is."""
     camt = _pow2_amount(const_size(outs[col]) or 1, climit or 2 * lanes)
     rows = list(reversed([i for i in glob if i != col and any(not _depends(ix, outs[i]) for ix in loads)]))
-    if camt < lanes or not rows:
+    # `narrow`: a renderer whose vectors may be narrower than a register (odd_vector_widths) blocks a column of 8
+    # lanes, half an AVX-512 vector, too (conv1's 24-wide output rows: 2.8 -> 1.1 ms single-core)
+    if camt < (min(lanes, 8) if narrow else lanes) or not rows:
         return None
     # the row with the biggest block (the innermost on a tie): ROW_BLOCK rows where they divide it, else up to
     # ROW_BLOCK + 1. A row of 10 or 6 splits by 2 as a power of two, but 5 or 3 rows fill the registers better
@@ -224,7 +228,10 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
         if n is None or not any(_stride(ix, r) == 1 for ix in loads):
             continue
         uamt = _pow2_amount(n, lanes)
-        if uamt < max(lanes // 2, 2):  # half a vector (a 20-wide image row unrolls by 4) still beats gathers
+        # half a vector still beats gathers, and so does a 4-lane one with AVX-512's 16 lanes where the renderer
+        # takes any vector width (LLVM; a 20-wide image row unrolls by 4: BatchNorm's backward sums over 128x20x20
+        # after a max-pool, 3.1 -> 1.0 ms single-core; the x86 selector can't mix such vectors with 16-lane ones)
+        if uamt < (min(max(lanes // 2, 2), 4) if any_width else max(lanes // 2, 2)):
             if not (any_width and 2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
                 return None
             uamt = n  # a short row of a long reduction (a 6x6 feature map) unrolls whole
@@ -268,12 +275,13 @@ def _dot_rows(camt: int, registers: int, wide_shuffles: bool) -> int:
     return max(2 if 3 * camt + 2 <= budget else 1, budget // 2 // camt)
 
 
-def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list[Opt]:
+def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp, registers: int = 16) -> list[Opt]:
     """A reduction unrolled by a vector along `red` whose outputs can't be vectorized (a 5-wide store) still gets a
     block of outputs when loads are shared between them: the innermost small output axis (at most ROW_BLOCK + 2)
     whole, where some load along `red` ignores it, and another such axis by 2. conv1's weight gradient: each
     vector of the output gradient feeds the 5 window columns, each vector of the image 2 output channels, 10
-    accumulators (6.3 -> 1.4 ms, and no channel-last copy of the gradient is needed)."""
+    accumulators (6.3 -> 1.4 ms, and no channel-last copy of the gradient is needed). With 32 vector registers
+    (AVX-512) the second axis goes by 4: 20 accumulators (conv1's weight gradient 2.5 -> 2.0 ms single-core)."""
     inner = [ix for ix in loads if _depends(ix, red)]
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     shared = [i for i in reversed(glob) if any(not _depends(ix, outs[i]) for ix in inner)]
@@ -286,7 +294,8 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp) -> list
                    {id(ix) for ix in inner if not _depends(ix, outs[i])} !=
                    {id(ix) for ix in inner if not _depends(ix, outs[first])}), None)  # fmt: skip
     if second is not None:
-        opts.insert(0, Opt(OptOps.UPCAST, second, 2))
+        wide = registers >= 32 and (const_size(outs[second]) or 1) % 4 == 0
+        opts.insert(0, Opt(OptOps.UPCAST, second, 4 if wide else 2))
     return opts
 
 
@@ -355,8 +364,10 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
                     continue
                 amt = _pow2_amount(n, min(lanes, 8))
                 if amt > 1:
-                    if amt == lanes and renderer.odd_vector_widths:
-                        opts += _reuse_block(sink, outs, [_index_of(ix) for ix in loads], r)
+                    # (the unroll is at most 8 lanes, so with AVX-512's 16 a full unroll is 8 too)
+                    if amt == min(lanes, 8) and renderer.odd_vector_widths:
+                        opts += _reuse_block(sink, outs, [_index_of(ix) for ix in loads], r,
+                                             renderer.vector_registers)  # fmt: skip
                     opts.append(Opt(OptOps.UNROLL, j, amt))
                 break
     globals_ = [(i, r) for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL]
