@@ -4,7 +4,8 @@ Lowering walks from each value that must be materialised down to realized buffer
 dimension: movement ops rewrite those indices (pads add a validity gate), elementwise ops keep them, and a reduction
 opens fresh REDUCE ranges. A node is materialised into its own buffer (its own kernel) when it is an explicit
 CONTIGUOUS, when it is a reduction seen through a broadcast (recomputing it per broadcast element would multiply the
-work) or nested inside another reduction. Everything else fuses into the kernel that consumes it."""
+work) or nested inside another reduction, and when it is a large value (SHARED_FUSE_LIMIT) that another kernel
+computed fused already (an unrolled recurrence's state). Everything else fuses into the kernel that consumes it."""
 
 from __future__ import annotations
 
@@ -266,6 +267,13 @@ I32_MAX = 2**31 - 1
 # elementwise ops per element from which a value a reduction reads through an expand is realized first (2: a
 # convolution over relu(x + bias) reads its input 800 times per output; one op, like a scale, stays fused)
 RECOMPUTE_LIMIT = 2
+# elementwise nodes (distinct, down to buffers and values with buffers of their own) from which a float value that one
+# kernel computed already gets a buffer of its own when another kernel reaches it, instead of being computed again: an
+# unrolled recurrence's state (an LSTM's c_t, read by c_{t+1}, h_t and many gradient terms, each in another kernel)
+# would otherwise be recomputed, with the whole chain below it, in every kernel reaching it (kernels growing
+# quadratically with the number of steps). Smaller values (x*scale read twice, softmax's and Adam's pieces) stay
+# fused in each consumer.
+SHARED_FUSE_LIMIT = 24
 # graph levels one kernel fuses at most: lowering recurses once per level (three Python frames), so a deeper chain
 # (an unrolled recurrence, 200 layers of `(z*a).sin() + z`) is cut into kernels of at most this depth first
 FUSE_DEPTH_LIMIT = 256
@@ -324,6 +332,7 @@ class _Kernel:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
+        self.serial = next(sched.kernel_serial)  # (an int, not the kernel: the scheduler holds no cycle through it)
         self.bufs: list[UOp] = []
         self.axis = itertools.count()
         self.memo: dict[tuple[Any, ...], UOp] = {}
@@ -347,6 +356,7 @@ class _Kernel:
             return r
         r = self._lower(u, idx, valid, bcast, in_reduce)
         self.memo[key] = r
+        self.sched.lowered_in.setdefault(u, self.serial)
         # a node computed here (not read from a buffer of its own) names its Tensor op, sources first
         if node_metadata_data and (m := node_metadata_data.get(weakref.ref(u))) is not None and m not in self.meta \
                 and self.sched.materialized(u) is None:  # fmt: skip
@@ -380,6 +390,9 @@ class _Kernel:
             self.checks.setdefault((v, valid), u)
             return v
         if op in _ELEMENTWISE:
+            if u is not self.root and self.sched.recomputed_large(u, self):
+                self.sched.disown(u)  # (the kernel materializing u computes its graph afresh, not again)
+                return self.lower(self.sched.materialize(u), idx, valid, bcast, in_reduce)
             # (float values only: an integer index and its bool compare are what fold_one_hot_sum turns into a
             # direct load)
             if bcast and in_reduce and dtypes.is_float(u.dtype) and self.sched.recompute_cost(u) >= RECOMPUTE_LIMIT:
@@ -560,6 +573,9 @@ class Scheduler:
         self._uses: dict[UOp, int] = {}  # consumers of each node in the graphs this scheduler realizes
         self._counted: set[UOp] = set()
         self._has_reduce: dict[UOp, bool] = {}
+        # node -> the first kernel that computed it fused (recomputed_large: who else reaches it recomputes it)
+        self.lowered_in: dict[UOp, int] = {}
+        self.kernel_serial = itertools.count()
 
     def count_uses(self, u: UOp) -> None:
         """Add u's graph to the consumer counts (realize() does it per target; call it for every target first when
@@ -625,6 +641,36 @@ class Scheduler:
             stack.extend(x.src)
         self._cost[u] = n
         return n
+
+    def recomputed_large(self, u: UOp, k: _Kernel) -> bool:
+        """Kernel k is about to compute the float value u fused, which another kernel computed fused already, and u's
+        fused graph has SHARED_FUSE_LIMIT elementwise nodes or more: it should rather get a buffer of its own (from
+        now on: the first kernel keeps its copy)."""
+        first = self.lowered_in.get(u)
+        if first is None or first == k.serial or self._uses.get(u, 0) < 2 or not dtypes.is_float(u.dtype):
+            return False
+        seen: set[UOp] = set()
+        stack = [u]
+        n = 0
+        while stack and n < SHARED_FUSE_LIMIT:
+            x = stack.pop()
+            if x in seen or x.op not in _ELEMENTWISE and x.op not in _MOVEMENT or self.materialized(x) is not None:
+                continue
+            seen.add(x)
+            n += x.op in _ELEMENTWISE
+            stack.extend(x.src)
+        return n >= SHARED_FUSE_LIMIT
+
+    def disown(self, u: UOp) -> None:
+        """u's fused graph counts as computed by no kernel yet (u is about to get a kernel of its own)."""
+        for x in u.toposort(gate=lambda y: self.materialized(y) is None and y in self.lowered_in):
+            self.lowered_in.pop(x, None)
+
+    def forget(self, k: _Kernel) -> None:
+        """Kernel k was dropped unscheduled: the nodes it computed first count as not computed."""
+        for key in k.memo:
+            if self.lowered_in.get(key[0]) == k.serial:
+                del self.lowered_in[key[0]]
 
     def materialized(self, u: UOp) -> UOp | None:
         if (v := self.done.get(u)) is not None:
@@ -806,6 +852,7 @@ class Scheduler:
             else:
                 clash = bool(own) or any(n.op is Ops.INDEX and n.src[0] is param for n in at.src[1].toposort())
             if clash and not src_first:
+                self.forget(k)
                 continue
             assert not clash, "a write's value still reads the written buffer after it was copied"
             if reduce is not None:
