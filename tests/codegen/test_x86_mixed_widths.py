@@ -26,7 +26,7 @@ from speck.codegen.program import ProgramSpec, to_program
 from speck.codegen.x86 import X86Compiler, X86Renderer
 from speck.codegen.x86.legalize import legalize
 from speck.uop import AxisType, Ops, UOp, dtypes
-from test_opt_perf import matmul, rowsum
+from test_opt_perf import channel_sum, heuristic, matmul, rowsum
 from test_render_clang_llvm_exec import alu, buf, cc, end, idx, linear, load, rng, store
 from test_x86_avx512_emulated import check_both, emulated
 from test_x86_kernels import link, run_x86
@@ -186,3 +186,22 @@ def test_sixteen_lanes_of_a_narrow_vector(lanes: int, pattern: str) -> None:
         emulate(lib, name, [*got, 0, tiles])
     np.testing.assert_array_equal(got[1], gathered)
     np.testing.assert_array_equal(got[0], gathered + ys)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the heuristic's 4-lane unroll of a row reduction on AVX-512 (x86 declares mixed_vector_widths)
+
+
+@pytest.mark.parametrize("hw", [20, 12])
+def test_per_channel_sums_unroll_the_image_row_by_four(hw: int) -> None:
+    """BatchNorm's backward sum over a pooled operand: with AVX-512's 16 lanes the x86 heuristic unrolls the image
+    row by 4 as LLVM's does (not 16 channels gathered lane by lane), and the kernel sums what numpy sums."""
+    n, c = 4, 8
+    ast = channel_sum(hw, True, n, c)
+    assert heuristic(ast, X86Renderer(avx512=True)) == [Opt(OptOps.UNROLL, 2, 4)]
+    g = np.random.default_rng(hw)
+    x = g.standard_normal((n, c, hw, hw)).astype(np.float32)
+    p = g.standard_normal((n, c, hw // 2, hw // 2)).astype(np.float32)
+    up = p.repeat(2, axis=2).repeat(2, axis=3)
+    want = (x.astype(np.float64) * up).sum(axis=(0, 2, 3)).astype(np.float32)
+    against_numpy(ast, [np.zeros(c, np.float32), x.reshape(-1), p.reshape(-1)], want, exact=False)
