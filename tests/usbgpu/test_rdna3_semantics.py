@@ -454,3 +454,35 @@ def test_saveexec_and_bit_scans() -> None:
     execute(w, "s_and_saveexec_b32 s2, s0", "s_ctz_i32_b32 s3, s1", "s_clz_i32_u32 s4, s1", "s_bcnt1_i32_b32 s5, s0")
     assert int(w.s[2, 0]) == 0x0F0F0F0F and int(w.s[EXEC, 0]) == 0x000F000F and bool(w.scc[0])
     assert [int(w.s[r, 0]) for r in (3, 4, 5)] == [16, 15, 16]
+
+
+def _dot_ref(a: int, b: int, c: int, bits: int, sa: bool, sb: bool, signed_c: bool, clamp: bool) -> int:
+    """RDNA3 ISA V_DOT4_*/V_DOT8_*: c plus the products of the packed fields, exact, then wrapped (or saturated)."""
+
+    def fields(x: int, signed: bool) -> list[int]:
+        fs = [(x >> (i * bits)) & ((1 << bits) - 1) for i in range(32 // bits)]
+        return [f - (1 << bits) if signed and f >> (bits - 1) else f for f in fs]
+
+    total = (s32(c) if signed_c else c) + sum(x * y for x, y in zip(fields(a, sa), fields(b, sb)))
+    if clamp:
+        total = max(-(2**31), min(2**31 - 1, total)) if signed_c else max(0, min(U32, total))
+    return total & U32
+
+
+@settings(max_examples=25, deadline=None)
+@given(ints32(), ints32(), ints32())
+def test_integer_dot_products_with_signedness_and_clamp(a: list[int], b: list[int], c: list[int]) -> None:
+    """What LLVM emits for an int8/uint8 matmul (v_dot4_u32_u8, v_dot4_i32_iu8 with neg_lo as the sign selectors)."""
+    w = wave({1: a, 2: b, 3: c})
+    cases = {  # line: (bits, src0 signed, src1 signed, signed result, clamp)
+        "v_dot4_u32_u8 v0, v1, v2, v3": (8, False, False, False, False),
+        "v_dot4_u32_u8 v0, v1, v2, v3 clamp": (8, False, False, False, True),
+        "v_dot4_i32_iu8 v0, v1, v2, v3 neg_lo:[1,1,0]": (8, True, True, True, False),
+        "v_dot4_i32_iu8 v0, v1, v2, v3 neg_lo:[1,0,0]": (8, True, False, True, False),
+        "v_dot4_i32_iu8 v0, v1, v2, v3 neg_lo:[0,1,0] clamp": (8, False, True, True, True),
+        "v_dot4_i32_iu8 v0, v1, v2, v3": (8, False, False, True, False),
+        "v_dot8_u32_u4 v0, v1, v2, v3": (4, False, False, False, False),
+        "v_dot8_i32_iu4 v0, v1, v2, v3 neg_lo:[1,1,0] clamp": (4, True, True, True, True),
+    }
+    for line, (nb, sa, sb, sc, cl) in cases.items():
+        assert lanes(execute(w, line), 0) == [_dot_ref(x, y, z, nb, sa, sb, sc, cl) for x, y, z in zip(a, b, c)], line

@@ -176,7 +176,11 @@ class Interpret:
                 f"kernel {self.name} has {grid} iterations, too many for the numpy fallback (limit "
                 f"{NUMPY_FALLBACK_LIMIT.value}); codegen could not compile it: {self.reason}"
             )
-        eval_ast(self.ast, [host_array(b, dt) for b, dt in zip(bufs, self.dtypes)], dict(var_vals))
+        arrays = [host_array(b, dt) for b, dt in zip(bufs, self.dtypes)]
+        eval_ast(self.ast, arrays, dict(var_vals))
+        for i in _kernel_writes(self.ast):  # a device the host cannot map (USB) gave copies: write the results back
+            if not bufs[i].dev.host_visible:
+                bufs[i].copyin(arrays[i])
 
     def call(self, it: ScheduleItem) -> tuple[Host, tuple[UOp, ...]]:
         return Host(self, tuple(range(len(it.bufs))), self.name, kernel=True), tuple(it.bufs)

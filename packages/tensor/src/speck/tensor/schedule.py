@@ -266,6 +266,9 @@ I32_MAX = 2**31 - 1
 # elementwise ops per element from which a value a reduction reads through an expand is realized first (2: a
 # convolution over relu(x + bias) reads its input 800 times per output; one op, like a scale, stays fused)
 RECOMPUTE_LIMIT = 2
+# graph levels one kernel fuses at most: lowering recurses once per level (three Python frames), so a deeper chain
+# (an unrolled recurrence, 200 layers of `(z*a).sin() + z`) is cut into kernels of at most this depth first
+FUSE_DEPTH_LIMIT = 256
 
 
 def fold_one_hot_sum(val: UOp, rngs: list[UOp], rop: Ops) -> UOp | None:
@@ -689,6 +692,7 @@ class Scheduler:
         out = into if into is not None else new_buffer_uop(device, int(size), u.dtype)
         view = out.reshape(shape) if shape != (size,) else out
         if size != 0:
+            self._cut_deep(src)
             k = _Kernel(self)
             k.root = src
             k.bufs.append(out)  # the output takes slot 0
@@ -716,6 +720,17 @@ class Scheduler:
             if u.arg is None and into is None:
                 contiguous_made[u] = view  # a user's .contiguous(): later realizes read it (once it has run)
         return view
+
+    def _cut_deep(self, root: UOp) -> None:
+        """Materialize elementwise nodes below root (sources first) wherever the fused graph above a buffer grows
+        deeper than FUSE_DEPTH_LIMIT levels, so lowering root, and each cut, recurses a bounded depth."""
+        depth: dict[UOp, int] = {}
+        for n in root.toposort(gate=lambda x: self.materialized(x) is None):
+            d = 1 + max((depth.get(s, 0) for s in n.src), default=0) if self.materialized(n) is None else 0
+            if d > FUSE_DEPTH_LIMIT and n is not root and n.op in _ELEMENTWISE:
+                self.materialize(n)  # (its own sources are cut already: toposort gives them first)
+                d = 0
+            depth[n] = d
 
     def _copy_into(self, v: UOp, into: UOp) -> UOp:
         """A value already scheduled (view v), copied into the BUFFER `into` on its device."""

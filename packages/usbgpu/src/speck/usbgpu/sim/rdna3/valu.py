@@ -5,7 +5,8 @@ register a 16-bit operand lives in, how inline constants read, and whether VOP3'
 fn(w, *sources) over whole (n, 32) lane arrays, returning the destination value in the destination's type. `kind`
 says how the executor wires the instruction (see decode.py): "plain", "mac" (the destination is also the addend),
 "cmp"/"cmpx" (a lane mask result), "carry" (a second, lane-mask result), "carry_in" (reads a lane mask too),
-"cndmask", "div_fmas", "lane" (cross-lane reads/writes), "sat" (integer results that VOP3's clamp saturates).
+"cndmask", "div_fmas", "lane" (cross-lane reads/writes), "sat" (integer results that VOP3's clamp saturates),
+"dot_iu" (an integer dot product whose NEG bits say which sources are signed).
 `fn=None`: known by name, not implemented (EmulationError when executed).
 """
 
@@ -850,6 +851,30 @@ def _dot2_f32(conv: Callable[[Any], Any]) -> Callable[..., Any]:
     return run
 
 
+def _packed_fields(x: Any, bits: int, signed: bool) -> list[Any]:
+    """The 32 // bits fields of each 32-bit x, lowest first, zero- or sign-extended to int64."""
+    x = np.asarray(x).astype(I64) & I64(0xFFFFFFFF)
+    mask, out = I64((1 << bits) - 1), []
+    for i in range(32 // bits):
+        f = (x >> I64(i * bits)) & mask
+        out.append(f - ((f >> I64(bits - 1)) << I64(bits)) if signed else f)
+    return out
+
+
+def dot_int(bits: int, signed_a: bool, signed_b: bool) -> Callable[..., Any]:
+    """V_DOT4_*/V_DOT8_* (RDNA3 ISA 16.11): S2 plus the sum of the products of the packed `bits`-bit fields of S0
+    and S1, computed exactly (int64); the destination wraps it to 32 bits, or saturates it under clamp ("sat"). The
+    IU forms read each of S0 and S1 as signed where NEG[0] / NEG[1] is set (decode_vop3p binds the signedness)."""
+
+    def run(w: Waves, a: Any, b: Any, c: Any) -> Any:
+        acc = np.asarray(c).astype(I64)
+        for x, y in zip(_packed_fields(a, bits, signed_a), _packed_fields(b, bits, signed_b)):
+            acc = acc + x * y
+        return acc
+
+    return run
+
+
 VOP3P: dict[int, VOp] = {
     0: _op("v_pk_mad_i16", "i16", "i16 i16 i16", _i16(lambda a, b, c: a * b + c), "packed"),
     1: _op("v_pk_mul_lo_u16", "u16", "u16 u16", _u16(lambda a, b: a * b), "packed"),
@@ -871,10 +896,11 @@ VOP3P: dict[int, VOp] = {
     17: _op("v_pk_min_f16", "f16", "f16 f16", _minmax(False), "packed"),
     18: _op("v_pk_max_f16", "f16", "f16 f16", _minmax(True), "packed"),
     19: _op("v_dot2_f32_f16", "f32", "b32 b32 f32", _dot2_f16, float_mode=False),
-    22: _op("v_dot4_i32_iu8", "i32", "b32 b32 i32", None),
-    23: _op("v_dot4_u32_u8", "u32", "b32 b32 u32", None),
-    24: _op("v_dot8_i32_iu4", "i32", "b32 b32 i32", None),
-    25: _op("v_dot8_u32_u4", "u32", "b32 b32 u32", None),
+    # the IU forms' fn reads both sources unsigned: decode_vop3p binds the signedness NEG[0]/NEG[1] select
+    22: _op("v_dot4_i32_iu8", "i32", "b32 b32 i32", dot_int(8, False, False), "dot_iu"),
+    23: _op("v_dot4_u32_u8", "u32", "b32 b32 u32", dot_int(8, False, False), "sat"),
+    24: _op("v_dot8_i32_iu4", "i32", "b32 b32 i32", dot_int(4, False, False), "dot_iu"),
+    25: _op("v_dot8_u32_u4", "u32", "b32 b32 u32", dot_int(4, False, False), "sat"),
     26: _op("v_dot2_f32_bf16", "f32", "b32 b32 f32", _dot2_f32(fl.bf16_to_f32), float_mode=False),
     32: _op("v_fma_mix_f32", "f32", "f32 f32 f32", _fma_mix, "mix"),
     33: _op("v_fma_mixlo_f16", "f16", "f32 f32 f32", lambda w, a, b, c: _f16_bits(_fma_mix(w, a, b, c)), "mix"),

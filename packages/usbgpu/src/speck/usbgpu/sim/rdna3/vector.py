@@ -36,7 +36,7 @@ from speck.usbgpu.sim.rdna3.operands import (
     vector_reader,
     vector_text,
 )
-from speck.usbgpu.sim.rdna3.valu import VOP1, VOP2, VOP3, VOP3P, VOPC, VOPD_X, VOPD_Y, VOp
+from speck.usbgpu.sim.rdna3.valu import VOP1, VOP2, VOP3, VOP3P, VOPC, VOPD_X, VOPD_Y, VOp, dot_int
 from speck.usbgpu.sim.rdna3.wave import EXEC, LANE_IDS, VCC, Waves, to_waves
 
 Fetch = Callable[[int], int]
@@ -628,6 +628,8 @@ def decode_vop3p(pc: int, fetch: Fetch) -> Inst:
         inst.run = _packed(row, vdst, src[:ns], opsel, opsel_hi, neg, neg_hi, clamp, literal)
     elif row.kind == "mix":
         inst.run = _mix(row, vdst, src[:ns], opsel, opsel_hi, neg, neg_hi, clamp, literal)
+    elif row.name.startswith(("v_dot4_", "v_dot8_")):
+        inst.run = _dot_int(row, vdst, src[:ns], opsel, opsel_hi, neg, neg_hi, clamp, literal)
     elif opsel or opsel_hi != (1 << ns) - 1 or neg or neg_hi or clamp:
         inst.run = unimplemented(row.name, " with op_sel/neg/clamp modifiers")
     else:
@@ -672,6 +674,22 @@ def _packed(
         w.write_v(vdst, half(w, lo) | (half(w, hi) << np.uint32(16)))
 
     return run
+
+
+def _dot_int(
+    row: VOp, vdst: int, src: list[int], opsel: int, opsel_hi: int, neg: int, neg_hi: int, clamp: bool, lit: int | None
+) -> Callable[[Waves], None]:
+    """V_DOT4_*/V_DOT8_* integer dot products: op_sel/op_sel_hi/neg_hi must keep their defaults; NEG[0]/NEG[1] say
+    whether the IU forms read S0/S1 as signed (NEG[2] must be 0), clamp saturates the result."""
+    iu = row.kind == "dot_iu"
+    if opsel or opsel_hi != 7 or neg_hi or (neg if not iu else neg & 4):
+        return unimplemented(row.name, " with op_sel/neg modifiers other than the IU forms' signedness")
+    bits = 8 if row.name.startswith("v_dot4_") else 4
+    fn = dot_int(bits, bool(neg & 1), bool(neg & 2))
+    return build_valu(
+        VOp(row.name, row.dst, row.srcs, fn, "sat", row.float_mode, fn),
+        Fields(vdst, src, clamp=clamp, literal=lit, e64=True),
+    )
 
 
 def _mix(
