@@ -222,7 +222,7 @@ def _mixes_widths(renderer: Renderer) -> bool:
     """Whether the renderer takes power-of-two vectors narrower than a register beside full ones in one kernel (4
     lanes next to AVX-512's 16): any renderer taking any vector width, and one declaring `mixed_vector_widths`
     (x86, whose selector widens a narrow vector's 16-lane GEP into a zmm)."""
-    return renderer.odd_vector_widths or bool(getattr(renderer, "mixed_vector_widths", False))
+    return renderer.odd_vector_widths or renderer.mixed_vector_widths
 
 
 def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool, mixed: bool,
