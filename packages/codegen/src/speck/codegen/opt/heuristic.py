@@ -91,7 +91,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
             return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths,
-                               renderer.vector_registers, renderer.wide_shuffles)  # fmt: skip
+                               _mixes_widths(renderer), renderer.vector_registers,
+                               renderer.wide_shuffles)  # fmt: skip
         climit = split
     gated = _gated_axes(sink, outs)
     narrow = renderer.odd_vector_widths
@@ -217,7 +218,14 @@ def _reduce_size(sink: UOp) -> int:
     return n
 
 
-def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool,
+def _mixes_widths(renderer: Renderer) -> bool:
+    """Whether the renderer takes power-of-two vectors narrower than a register beside full ones in one kernel (4
+    lanes next to AVX-512's 16): any renderer taking any vector width, and one declaring `mixed_vector_widths`
+    (x86, whose selector widens a narrow vector's 16-lane GEP into a zmm)."""
+    return renderer.odd_vector_widths or renderer.mixed_vector_widths
+
+
+def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_width: bool, mixed: bool,
                 registers: int = 16, wide_shuffles: bool = True) -> list[Opt] | None:  # fmt: skip
     """A reduction whose loads are strided along the contiguous output axis but contiguous along a reduce axis (row
     sums/maxes, dot products against rows): vector loads along the reduce axis (UNROLL), a few outputs at once
@@ -229,9 +237,9 @@ def _row_reduce(sink: UOp, loads: list[UOp], col: int, c: UOp, lanes: int, any_w
             continue
         uamt = _pow2_amount(n, lanes)
         # half a vector still beats gathers, and so does a 4-lane one with AVX-512's 16 lanes where the renderer
-        # takes any vector width (LLVM; a 20-wide image row unrolls by 4: BatchNorm's backward sums over 128x20x20
-        # after a max-pool, 3.1 -> 1.0 ms single-core; the x86 selector can't mix such vectors with 16-lane ones)
-        if uamt < (min(max(lanes // 2, 2), 4) if any_width else max(lanes // 2, 2)):
+        # mixes vector widths (a 20-wide image row unrolls by 4: BatchNorm's backward sums over 128x20x20 after a
+        # max-pool, 3.1 -> 1.0 ms single-core with LLVM; with x86's selector 261 -> 110 us at 32x32x20x20)
+        if uamt < (min(max(lanes // 2, 2), 4) if mixed else max(lanes // 2, 2)):
             if not (any_width and 2 < n <= lanes and _reduce_size(sink) >= MIN_SCATTER_REDUCE):
                 return None
             uamt = n  # a short row of a long reduction (a 6x6 feature map) unrolls whole

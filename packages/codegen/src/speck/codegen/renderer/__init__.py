@@ -47,6 +47,9 @@ class Renderer:
         LLVM sign-extended at every address, which its loop analyses (scalar evolution, IV users, loop strength
         reduction) spend much of a kernel's compile on (the kernels of a CNN training step compile in ~55% of the
         time with it, and run as fast).
+      mixed_vector_widths: power-of-two vectors narrower than a register may stand beside full-width ones in one
+        kernel (4 lanes next to AVX-512's 16) and render correctly; the optimizer then may unroll a row reduction by
+        4 on a 16-lane target. Renderers with odd_vector_widths take any mix anyway.
       has_local: workgroup-local memory and LOCAL ranges exist (False on CPUs: the optimizer won't emit LOCAL).
       has_threads: the CPU ABI core slicing applies: the outermost GLOBAL range is split across worker threads.
       global_max: upper bound for each global dimension the runtime can launch (None: unbounded).
@@ -86,6 +89,7 @@ class Renderer:
     supports_fp8: ClassVar[bool] = False
     supports_int64: ClassVar[bool] = True
     index_int64: ClassVar[bool] = False
+    mixed_vector_widths: ClassVar[bool] = False
     has_local: ClassVar[bool] = False
     has_threads: ClassVar[bool] = True
     global_max: ClassVar[tuple[int, ...] | None] = None

@@ -167,12 +167,20 @@ def _wrap(v: int, dt: DType) -> int:
     return v - (1 << bits) if v >> (bits - 1) else v
 
 
-def _place(x: UOp, pos: dict[UOp, int], placed: dict[UOp, int], insert: dict[int, list[UOp]]) -> UOp:
-    """Give a node built from placed values (and literals) its place: right after the last of its sources."""
-    if x not in pos and x not in placed:
-        placed[x] = max(pos[y] if y in pos else placed[y] for y in x.src if y in pos or y in placed)
+def _place(x: UOp, pos: dict[UOp, int], placed: dict[UOp, int], insert: dict[int, list[UOp]], before: int) -> UOp:
+    """Give a node built from placed values (and literals) its place: right after the last of its sources (literals
+    have none: selection materialises them at each use). UOps are interned, so the node may already exist in the
+    program, but only after the access at position `before` needs it (another index expression of an unrolled
+    block builds the same product later): such a node is moved up to its place (it is pure, and its users all come
+    after it)."""
+    if x not in placed and (x not in pos or pos[x] >= before):
+        placed[x] = max(placed[y] if y in placed else pos[y] for y in x.src if not _is_literal(y))
         insert.setdefault(placed[x], []).append(x)
     return x
+
+
+def _is_literal(u: UOp) -> bool:
+    return u.op is _CAST and u.src[0].op is _CONST
 
 
 def split_index_constants(uops: list[UOp]) -> list[UOp]:
@@ -208,18 +216,19 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
         # the lanes of an upcast block have the same terms: their shared part is built once
         key = (i.dtype, *terms.items())
         acc = shared.get(key)
+        at = pos[u]
         if acc is None:
             for leaf in sorted(terms, key=pos.__getitem__):
                 coef = _wrap(terms[leaf], i.dtype)
                 t = (
                     leaf
                     if coef == 1
-                    else _place(UOp(_MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert)
+                    else _place(UOp(_MUL, i.dtype, (leaf, literal(coef, i.dtype))), pos, placed, insert, at)
                 )
-                acc = t if acc is None else _place(UOp(_ADD, i.dtype, (acc, t)), pos, placed, insert)
+                acc = t if acc is None else _place(UOp(_ADD, i.dtype, (acc, t)), pos, placed, insert, at)
             assert acc is not None
             shared[key] = acc
-        new_i = _place(UOp(_ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert) if const else acc
+        new_i = _place(UOp(_ADD, i.dtype, (acc, literal(const, i.dtype))), pos, placed, insert, at) if const else acc
         if new_i is i:
             continue
         rewrite[u] = UOp(u.op, u.dtype, (u.src[0], new_i, *u.src[2:]), u.arg, u.tag)
@@ -233,7 +242,8 @@ def split_index_constants(uops: list[UOp]) -> list[UOp]:
             nu = UOp(nu.op, nu.dtype, tuple([swapped.get(s, s) for s in nu.src]), nu.arg, nu.tag)
         if nu is not u:
             swapped[u] = nu
-        out.append(nu)
+        if u not in placed:  # (a node moved up is in `insert` at its new place)
+            out.append(nu)
         if k in insert:
             out += insert[k]
     # drop index arithmetic nothing reads any more (users come after their sources: one backward pass)

@@ -15,9 +15,10 @@ fixes it); the AVX-512 renderer declares 64-byte vectors and 32 vector registers
 values use a form the zmm selector lacks (ZmmRefusal) before any work: the backend registry then renders that kernel
 with the AVX2 renderer (backend X86_AVX2). Every other dtype is scalar; no EXP2/LOG2/SIN instruction (the pipeline's
 exact polynomial decompositions are used); vectors of 3/5/6/7 lanes are not preferred (`odd_vector_widths` stays
-False) but handled; no half/bfloat16/fp8 registers: a kernel touching those values raises X86UnsupportedError (an
-UnsupportedOpError naming op, dtype and kernel) first thing in `render`, so a backend registry can run that kernel on
-LLVM instead.
+False) but handled; 4- and 8-lane vectors beside 16-lane ones are (`mixed_vector_widths`: a narrow vector's 16-lane
+GEP is widened into a zmm); no half/bfloat16/fp8 registers: a kernel touching those values raises
+X86UnsupportedError (an UnsupportedOpError naming op, dtype and kernel) first thing in `render`, so a backend registry
+can run that kernel on LLVM instead.
 `X86Renderer(fp_contract=True)` fuses a*b+c into FMA instructions.
 """
 
@@ -54,6 +55,9 @@ class X86Renderer(Renderer):
     has_vectors: ClassVar[bool] = True
     supports_float16: ClassVar[bool] = False
     supports_int64: ClassVar[bool] = True
+    # 4- and 8-lane float32 vectors beside 16-lane ones in one kernel (select_zmm widens a narrow vector's 16-lane
+    # GEP into a zmm): the heuristic may unroll a row reduction by 4 on AVX-512 (speck.codegen.opt.heuristic)
+    mixed_vector_widths: ClassVar[bool] = True
     # the host's instruction set as data (lowered-program cache keys hold a renderer's data attributes: a cache
     # shared between an AVX-512 and an AVX2 host must not mix their programs)
     host_isa: ClassVar[str] = "avx512f" if host_has_avx512f() else "avx2"

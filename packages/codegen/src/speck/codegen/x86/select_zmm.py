@@ -16,7 +16,8 @@ instruction using it), so they need no allocation: k1 is written and read by con
   ones or all zero (masked-off lanes never fault); a gated store (the pipeline splits those into lanes; a whole one
   would take the AVX2 path's address select into the 64-byte red-zone scratch slot);
 - STACK: a .rodata literal, vbroadcastss of one value, or four xmm quarters joined by vinsertf128/vinsertf64x4;
-- GEP: lanes of a zmm through vextractf32x4/vextractf64x4, then the xmm/ymm rules.
+- GEP: lanes of a zmm through vextractf32x4/vextractf64x4, then the xmm/ymm rules; 16 lanes of a narrower vector (a
+  row operand broadcast over a column block) as a zmm too: vbroadcastss, or xmm quarters joined.
 `zmm_refusal` says up front which 16-lane forms these rules do not take (the renderer refuses such a kernel, and the
 registry renders it for AVX2 instead).
 """
@@ -209,11 +210,57 @@ def half(sel: Selector, x: VReg, h: int) -> VReg:
 
 
 def sel_any_gep(sel: Selector, u: UOp) -> None:
-    """GEP of any vector: lanes of a zmm here, of a ymm/xmm (or a broadcast load) in select_vector."""
-    if u.src[0].dtype.count > 8 and u.src[0] not in sel.bcast_loads:
+    """GEP of any vector: lanes of a zmm here, 16 lanes of a ymm/xmm here too (widened into a zmm), other lanes of a
+    ymm/xmm (or a broadcast load) in select_vector."""
+    if u.src[0] in sel.bcast_loads:
+        sel_gep(sel, u)
+    elif u.src[0].dtype.count > 8:
         sel_zgep(sel, u)
+    elif u.dtype.count > 8:
+        sel_zgep_narrow(sel, u)
     else:
         sel_gep(sel, u)
+
+
+def sel_zgep_narrow(sel: Selector, u: UOp) -> None:
+    """16 lanes of a float32 vector of at most 8 lanes (an xmm/ymm; an upcast axis broadcast over a wider one): one
+    lane everywhere is a vbroadcastss into the zmm, else each distinct quarter is built in an xmm (the low half as
+    it is, the high half by vextractf128, one repeated lane by vbroadcastss, else vinsertps lane by lane) and the
+    quarters are joined. The result is always a zmm: every user of a 16-lane value reads one."""
+    x = u.src[0]
+    if x.dtype.scalar() != dtypes.float32:
+        raise sel.fail(u, f"16 lanes are taken from float32 vectors only (got {x.dtype})")
+    lanes = tuple(u.arg)
+    if len(lanes) != ZMM_LANES:
+        raise sel.fail(u, f"a zmm holds 16 lanes, not {len(lanes)}")
+    r = sel.reg(x)
+    if len(set(lanes)) == 1:
+        sel.val[u] = _broadcast_lane(sel, r, lanes[0], 64)
+        return
+    halves: dict[int, VReg] = {0: r.sized(16)}
+
+    def half_of(k: int) -> VReg:  # the xmm holding lane k of x (lanes 4..7 extracted once)
+        if k // 4 not in halves:
+            hi = halves[1] = sel.vec(16)
+            sel.emit(O.VEXTRACTF128, hi, r.sized(32), Imm(1))
+        return halves[k // 4]
+
+    built: dict[tuple[int, ...], VReg] = {}
+    quarters = []
+    for q in range(0, ZMM_LANES, 4):
+        ls = lanes[q : q + 4]
+        if ls not in built:
+            if ls[0] % 4 == 0 and ls == tuple(range(ls[0], ls[0] + 4)):
+                built[ls] = half_of(ls[0])
+            elif len(set(ls)) == 1:
+                built[ls] = _broadcast_lane(sel, r, ls[0], 16)
+            else:
+                part = _lane(sel, r, ls[0])
+                for i, k in enumerate(ls[1:], start=1):  # vinsertps: source lane in imm[7:6], target in imm[5:4]
+                    sel.emit(O.VINSERTPS, part, part, half_of(k), Imm(((k % 4) << 6) | (i << 4)))
+                built[ls] = part
+        quarters.append(built[ls])
+    sel.val[u] = join(sel, quarters)
 
 
 def sel_zgep(sel: Selector, u: UOp) -> None:
@@ -391,6 +438,6 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
 
 __all__ = [
     "gated_load", "is_wide", "sel_any_gep", "sel_kcmp_float", "sel_kfrom_float", "sel_klogic", "sel_knot",
-    "sel_kstack", "sel_zcast", "sel_zcmp", "sel_zgep", "sel_zmax", "sel_zstack", "sel_zunary", "sel_zwhere", "zmask",
-    "zmm_refusal",
+    "sel_kstack", "sel_zcast", "sel_zcmp", "sel_zgep", "sel_zgep_narrow", "sel_zmax", "sel_zstack", "sel_zunary",
+    "sel_zwhere", "zmask", "zmm_refusal",
 ]  # fmt: skip
