@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any
 
@@ -66,6 +67,20 @@ def tensor_args(fn: str, what: str, items: Any, tensor_type: type | None = None)
         if not isinstance(t, tensor_type or TensorBase):
             raise TensorTypeError(f"{fn}: {what} {i} must be a Tensor, got {type(t).__name__} {t!r:.40}; wrap data "
                                   "with Tensor(...)")  # fmt: skip
+
+
+def real(fn: str, what: str, v: Any) -> Any:
+    """v, if it is a real number (int, float, numpy scalar); a TensorTypeError otherwise (None, a str, a dtype or an
+    array failed deep inside on a comparison or an operator)."""
+    if not isinstance(v, numbers.Real):
+        raise TensorTypeError(f"{fn}: {what} must be a real number, got {type(v).__name__} {v!r:.40}; pass an int "
+                              "or a float")  # fmt: skip
+    return v
+
+
+def init_shape(fn: str, shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The shape an initializer got (f(2, 3) or f((2, 3))), each dim an int or a symbolic size, none negative."""
+    return countable(tuple(whole_or_symbolic(fn, "a dim", d) for d in argfix(*shape)))
 
 
 def whole_or_symbolic(fn: str, what: str, v: Any) -> int | UOp:

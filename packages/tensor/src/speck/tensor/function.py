@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from speck.tensor import schedule
 from speck.tensor.base import TensorBase
+from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
 from speck.tensor.multi import MultiUOp
@@ -181,6 +182,7 @@ def callify(*tensors: Tensor) -> None:
     """Turn the pending computation of `tensors` into one self-contained call: a Function (precompiled: each output
     in a buffer of its own) over the buffers the graphs read, called once on them; the tensors are rewired to the
     call's outputs. Values and dtypes stay as they were; realized tensors are left alone."""
+    tensor_args("callify", "argument", tensors)
     pending = [t for t in dict.fromkeys(tensors) if base_buffer(t.uop) is None]
     if any(isinstance(t.uop, MultiUOp) for t in pending):
         raise TensorNotImplementedError("callify of a sharded tensor: callify each shard's device group separately")
@@ -204,6 +206,7 @@ def callify(*tensors: Tensor) -> None:
 def linear_with_vars(*tensors: Tensor) -> tuple[list[schedule.ScheduleItem], dict[str, int]]:
     """The program realizing `tensors` would run, in order (kernels and copies as ScheduleItems), and the values of
     the bound Variables it reads; nothing runs and the tensors stay as they are."""
+    tensor_args("linear_with_vars", "argument", tensors)
     if not tensors:
         return [], {}
     items, var_vals = tensors[0].schedule_with_vars(*tensors[1:])
@@ -213,6 +216,7 @@ def linear_with_vars(*tensors: Tensor) -> tuple[list[schedule.ScheduleItem], dic
 def schedule_linear(*tensors: Tensor) -> list[schedule.ScheduleItem]:
     """linear_with_vars for a program without Variables (TensorAssertionError when it reads bound Variables: use
     linear_with_vars and pass their values)."""
+    tensor_args("schedule_linear", "argument", tensors)
     items, var_vals = linear_with_vars(*tensors)
     if var_vals:
         raise TensorAssertionError(f"schedule_linear: the program reads the Variables {sorted(var_vals)}; use "

@@ -139,6 +139,9 @@ def pad(u: UOp, pads: tuple[tuple[sint, sint], ...]) -> UOp:
 def shrink(u: UOp, arg: Any) -> UOp:
     """Keep [begin, end) of each dim (None keeps the whole dim)."""
     shape = u.shape
+    if not isinstance(arg, (tuple, list)):  # ("object of type 'NoneType' has no len()")
+        raise TensorTypeError(f"shrink takes a (begin, end) pair or None per dim, got {type(arg).__name__} "
+                              f"{arg!r:.40}; pass e.g. ((0, 2), None) for shape {shape}")  # fmt: skip
     if len(arg) != len(shape):
         raise TensorValueError(f"shrink needs {len(shape)} (begin, end) pairs for shape {shape}, got {arg}")
     a = tuple((0, s) if x is None else x if type(x) is tuple and len(x) == 2 and type(x[0]) is int and type(x[1]) is int
@@ -265,6 +268,9 @@ class MovementMixin:
         if self.ndim == 0:
             return self
         if not isinstance(dim, int):  # several dims: each size-1 one among them goes
+            if not isinstance(dim, (tuple, list)):  # ("'float' object is not iterable"): resolve_dim names it
+                bad: Any = dim
+                return self.squeeze(self._resolve_dim(bad))
             ds = {self._resolve_dim(d) for d in dim}
             return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
         d = self._resolve_dim(dim)
@@ -289,7 +295,12 @@ class MovementMixin:
 
     @staticmethod
     def cat_tensors(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return tensors[0].cat(*tensors[1:], dim=dim)
+        if not isinstance(tensors, (list, tuple)) or not tensors:  # (a Tensor here was indexed as the list)
+            raise TensorTypeError(f"cat_tensors: tensors must be a non-empty list or tuple of Tensors, got "
+                                  f"{type(tensors).__name__} {tensors!r:.40}; pass [a, b, ...]")  # fmt: skip
+        tensor_args("cat_tensors", "element", tensors)
+        first: Tensor = tensors[0]
+        return first.cat(*tensors[1:], dim=dim)
 
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """Concatenate along dim (dtypes promoted; all other dims must match)."""
@@ -445,6 +456,7 @@ class MovementMixin:
 
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Sliding windows of `size` every `step` along dim, as a new last dim (torch semantics)."""
+        size, step = whole("unfold", "size", size), whole("unfold", "step", step)
         d = self._resolve_dim(dim)
         if self.ndim == 0:  # a 0-d tensor unfolds as its one element
             return self.reshape(1).unfold(0, size, step).reshape(-1)
@@ -495,6 +507,11 @@ class MovementMixin:
         """einops-style rearrange: 'b c (h w) -> b h w c' with h=... given for groups that can't be inferred.
         Supports names, (...) groups, '...' and 1; every name on the left must appear on the right. A bad formula
         or sizes raise AssertionError (tinygrad's class)."""
+        if not isinstance(formula, str):  # ("'NoneType' object has no attribute 'count'")
+            raise TensorTypeError(f"rearrange: formula must be a str like 'b c h w -> b (c h w)', got "
+                                  f"{type(formula).__name__} {formula!r:.40}")  # fmt: skip
+        for k, v in sizes.items():
+            whole_or_symbolic("rearrange", f"the size {k}=", v)
         lhs, rhs = _rearrange_parse(formula)
         names_l = [n for g in lhs for n in g if n not in ("...", "(...)", "1")]
         names_r = [n for g in rhs for n in g if n not in ("...", "(...)", "1")]
@@ -535,6 +552,7 @@ class MovementMixin:
         return t.reshape(tuple(prod(known[n] for n in g if n != "1") for g in rhs))
 
     def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        offset = whole("diagonal", "offset", offset)
         a, b = self._resolve_dim(dim1), self._resolve_dim(dim2)
         if a == b:
             raise TensorValueError(f"diagonal dims must differ, got {dim1} and {dim2}")
@@ -597,6 +615,9 @@ def _pad_pair(x: Any, padding: Any) -> tuple[sint, sint]:
 
 
 def _shrink_pair(x: Any, arg: Any) -> tuple[sint, sint]:
+    if not isinstance(x, (tuple, list)):  # ("object of type 'int' has no len()")
+        raise TensorTypeError(f"shrink {arg}: each dim takes a (begin, end) pair or None, got {type(x).__name__} "
+                              f"{x!r:.40}")  # fmt: skip
     if len(x) != 2:
         raise TensorValueError(f"shrink {arg}: each dim takes a (begin, end) pair or None, got {tuple(x)}")
     return whole_or_symbolic("shrink", "a bound", x[0]), whole_or_symbolic("shrink", "a bound", x[1])

@@ -12,7 +12,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int, tensor_args
+from speck.tensor.dims import as_int, real, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
@@ -365,7 +365,7 @@ class NNMixin:
     # ---------------- regularisation and activations ----------------
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
-        if not 0 <= p <= 1:
+        if not 0 <= real("dropout", "p", p) <= 1:
             raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
         if not (type(self).training or TRAINING) or p == 0:  # (training mode: see speck.tensor.tensor.is_training)
             return self

@@ -18,7 +18,7 @@ import numpy as np
 from speck.tensor import elementwise as ew
 from speck.tensor import realize
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix, as_int, countable, whole
+from speck.tensor.dims import argfix, as_int, countable, init_shape, real, whole
 from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.movement import expand, shrink
 from speck.tensor.multi import MultiUOp
@@ -149,13 +149,13 @@ class RandomMixin:
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
-        sh = argfix(*shape)
+        sh = init_shape("scaled_uniform", shape)
         scale: float = float(prod(sh)) ** -0.5 if prod(sh) else 1.0  # (empty: no value to scale; 0 ** -0.5 raised)
         return cls.uniform(*sh, low=-1.0, high=1.0, **kw) * scale
 
     @classmethod
     def glorot_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
-        sh = argfix(*shape)
+        sh = init_shape("glorot_uniform", shape)
         if not sh:  # (sh[0]: a bare IndexError)
             raise TensorValueError("glorot_uniform needs a shape of at least 1 dim, got ()")
         bound = math.sqrt(6 / (sh[0] + prod(sh[1:]))) if sh[0] + prod(sh[1:]) else 1.0  # (empty: any bound)
@@ -163,13 +163,13 @@ class RandomMixin:
 
     @classmethod
     def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
-        sh = argfix(*shape)
+        sh, a = init_shape("kaiming_uniform", shape), real("kaiming_uniform", "a", a)
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: empty)
         return cls.uniform(*sh, low=-bound, high=bound, **kw)
 
     @classmethod
     def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
-        sh = argfix(*shape)
+        sh, a = init_shape("kaiming_normal", shape), real("kaiming_normal", "a", a)
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: the tensor is empty)
         return cls.normal(*sh, mean=0.0, std=std, **kw)
 
@@ -190,6 +190,7 @@ class RandomMixin:
         replacement, num_samples distinct ones (by the exponential-race trick: top-k of u^(1/w)). The weights are
         not checked (that would be a device read per draw): a row with a negative or NaN weight, or all zeros,
         samples garbage indices where numpy raises; see the README's Errors section."""
+        num_samples = whole("multinomial", "num_samples", num_samples)
         if not 1 <= self.ndim <= 2 or num_samples <= 0:
             raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
         w = self.unsqueeze(0) if self.ndim == 1 else self

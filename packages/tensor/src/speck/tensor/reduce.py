@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import as_int, tensor_args, whole
+from speck.tensor.dims import as_int, real, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorIndexError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
@@ -216,6 +216,7 @@ class ReduceMixin:
         """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof). Squares are taken,
         summed and divided in the accumulation dtype (float32 for half, where 400**2 is already inf), then cast back,
         as mean does."""
+        real("var", "correction", correction)  # (a dtype here failed in `n - correction`)
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
         acc = sum_acc_dtype(m.dtype)

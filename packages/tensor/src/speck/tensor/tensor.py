@@ -40,7 +40,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int
+from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -285,6 +285,7 @@ class Tensor(
 
     def shard_like(self, y: Tensor) -> Tensor:
         """This tensor placed like y: sharded over y's devices on y's axis, or moved to y's one device."""
+        tensor_args("shard_like", "argument", (y,))
         return multi.shard_like(self, y)
 
     @staticmethod
@@ -407,6 +408,7 @@ class Tensor(
 
     @staticmethod
     def realize_all(*tensors: Tensor) -> None:
+        tensor_args("realize_all", "argument", tensors)
         Tensor._realize_all(tensors)
         if _realize.capture() is None:  # an out-of-range index its kernels met, where they ran synchronously (bounds)
             raise_recorded(host_only=True)
@@ -482,6 +484,7 @@ class Tensor(
         """Like assign(), but the update happens at the next realize of any tensor, computed in the same schedule
         as what that realize computes: a state update (BatchNorm's running statistics) costs no pass of its own
         over the graph it reads. A second deferred update of the same tensor applies the first one now."""
+        tensor_args("assign_deferred", "argument", (x,))
         if x.shape != self.shape:
             raise TensorValueError(f"assign_deferred: shape {x.shape} does not match the target's shape {self.shape}")
         if id(self) in _DEFERRED:
@@ -491,6 +494,7 @@ class Tensor(
 
     def schedule(self, *lst: Tensor) -> list[Any]:
         """The ScheduleItems realizing this tensor (and lst) would run (without running them)."""
+        tensor_args("schedule", "argument", lst)
         parts: list[tuple[Any, Any]] = []
         for t in (self, *lst):
             u = t.uop
@@ -502,6 +506,7 @@ class Tensor(
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list[Any], dict[str, int]]:
         """(schedule(*lst), the values of the bound Variables its items use)."""
+        tensor_args("schedule_with_vars", "argument", lst)
         items = self.schedule(*lst)
         return items, {k: v for it in items for k, v in it.var_vals.items()}
 

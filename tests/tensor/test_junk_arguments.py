@@ -1,0 +1,173 @@
+"""Junk arguments to public Tensor methods (None, a str, a dict, a numpy array, a float where an int belongs, a
+nested list, a dtype) are speck's own errors naming what was expected: each case once failed deep inside with a
+builtin AttributeError or TypeError ("'NoneType' object has no attribute 'uop'", "object of type 'float' has no
+len()", "unsupported operand type(s) for -: 'int' and 'DType'"). Valid arguments keep their results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, dtypes
+from speck.tensor.errors import TensorError
+
+JUNK: list[Any] = [None, "abc", {"a": 1}, np.zeros((2, 2)), [[1, [2]]], dtypes.float32]
+NON_TENSORS: list[Any] = [*JUNK, 2.5, 3]
+NON_INTS: list[Any] = [*JUNK, 2.5]
+
+
+def t22() -> Tensor:
+    return Tensor([[1.0, 2.0], [3.0, 4.0]])
+
+
+def _refused(call: Callable[[], Any], err: type[Exception]) -> str:
+    with pytest.raises(err) as info:
+        r = call()
+        for x in r if isinstance(r, tuple) else (r,):
+            if isinstance(x, Tensor):
+                x.realize()
+    assert isinstance(info.value, TensorError), f"{type(info.value).__name__}: {info.value}"
+    return str(info.value)
+
+
+TENSOR_TAKERS: dict[str, Callable[[Any], Any]] = {
+    "schedule": lambda j: t22().schedule(j),
+    "schedule_with_vars": lambda j: t22().schedule_with_vars(j),
+    "schedule_linear": lambda j: t22().schedule_linear(j),
+    "linear_with_vars": lambda j: t22().linear_with_vars(j),
+    "callify": lambda j: t22().callify(j),
+    "shard_like": lambda j: t22().shard_like(j),
+    "realize_all": lambda j: Tensor.realize_all(t22(), j),
+    "assign_deferred": lambda j: t22().realize().assign_deferred(j),
+    "cat_tensors": lambda j: Tensor.cat_tensors([t22(), j]),
+}
+
+
+@pytest.mark.parametrize("junk", NON_TENSORS, ids=repr)
+@pytest.mark.parametrize("name", sorted(TENSOR_TAKERS))
+def test_a_non_tensor_where_a_tensor_belongs_is_a_type_error_naming_it(name: str, junk: Any) -> None:
+    msg = _refused(lambda: TENSOR_TAKERS[name](junk), TypeError)
+    assert "must be a Tensor" in msg and name in msg
+
+
+@pytest.mark.parametrize("junk", [None, t22(), 3, "ab", ()], ids=repr)
+def test_cat_tensors_takes_a_non_empty_list(junk: Any) -> None:
+    assert "non-empty list" in _refused(lambda: Tensor.cat_tensors(junk), TypeError)
+
+
+def test_cat_tensors_and_schedules_of_tensors_keep_working() -> None:
+    a, b = Tensor([1.0, 2.0]), Tensor([3.0])
+    assert Tensor.cat_tensors([a, b]).tolist() == [1.0, 2.0, 3.0]
+    assert Tensor.cat_tensors((a,)).tolist() == [1.0, 2.0]
+    assert len((a + 1).schedule(b + 1)) >= 1
+    c = (a * 2).callify()
+    assert c.tolist() == [2.0, 4.0]
+
+
+INITIALIZERS = ["scaled_uniform", "glorot_uniform", "kaiming_uniform", "kaiming_normal"]
+
+
+@pytest.mark.parametrize("junk", [*NON_INTS, (2, None), (2, "3")], ids=repr)
+@pytest.mark.parametrize("name", INITIALIZERS)
+def test_an_initializer_with_a_junk_shape_is_a_type_error(name: str, junk: Any) -> None:
+    msg = _refused(lambda: getattr(Tensor, name)(*(junk if isinstance(junk, tuple) else (junk,))), TypeError)
+    assert "must be an int" in msg and name in msg
+
+
+@pytest.mark.parametrize("name", INITIALIZERS)
+def test_an_initializer_with_a_negative_dim_is_a_value_error(name: str) -> None:
+    _refused(lambda: getattr(Tensor, name)(3, -2), ValueError)
+
+
+@pytest.mark.parametrize("junk", [None, "abc", dtypes.float32, [1]], ids=repr)
+@pytest.mark.parametrize("name", ["kaiming_uniform", "kaiming_normal"])
+def test_kaiming_with_a_junk_slope_is_a_type_error(name: str, junk: Any) -> None:
+    assert "real number" in _refused(lambda: getattr(Tensor, name)(3, 4, a=junk), TypeError)
+
+
+@pytest.mark.parametrize("name", INITIALIZERS)
+@pytest.mark.parametrize("shape", [(3, 4), (np.int64(3), 4), ((5, 2),), (4, 0)], ids=repr)
+def test_initializers_keep_their_shapes_and_bounds(name: str, shape: tuple[Any, ...]) -> None:
+    t = getattr(Tensor, name)(*shape)
+    want = tuple(int(d) for d in (shape[0] if isinstance(shape[0], tuple) else shape))
+    assert t.shape == want
+    v = t.numpy()
+    assert np.isfinite(v).all()
+    if name != "kaiming_normal" and v.size:
+        rest = int(np.prod(want[1:]))
+        fan = want[0] + rest if name == "glorot_uniform" else rest if "kaiming" in name else int(np.prod(want))
+        bound = {"scaled_uniform": fan**-0.5, "glorot_uniform": (6 / fan) ** 0.5,
+                 "kaiming_uniform": 3**0.5 * (2 / (1 + 0.01**2)) ** 0.5 / fan**0.5}[name]  # fmt: skip
+        assert np.abs(v).max() <= bound + 1e-6
+
+
+@pytest.mark.parametrize("junk", [None, {"a": 1}, 2.5, np.zeros((2, 2)), t22(), dtypes.float32], ids=repr)
+def test_rearrange_with_a_non_str_formula_is_a_type_error(junk: Any) -> None:
+    assert "formula must be a str" in _refused(lambda: t22().rearrange(junk), TypeError)
+
+
+def test_rearrange_with_a_junk_size_is_a_type_error() -> None:
+    _refused(lambda: Tensor.ones(6).rearrange("(a b) -> a b", a="2"), TypeError)
+    assert Tensor.arange(6).rearrange("(a b) -> b a", a=2).tolist() == np.arange(6).reshape(2, 3).T.tolist()
+
+
+@pytest.mark.parametrize("junk", [None, 2.5, dtypes.float32, 3], ids=repr)
+def test_shrink_with_a_non_sequence_is_a_type_error(junk: Any) -> None:
+    assert "(begin, end) pair" in _refused(lambda: t22().shrink(junk), TypeError)
+
+
+@pytest.mark.parametrize("junk", [((0, 1), 5), ((0, 1), 2.5), ((0, 1), "ab")], ids=repr)
+def test_shrink_with_a_non_pair_for_a_dim_is_a_type_error(junk: Any) -> None:
+    assert "(begin, end) pair" in _refused(lambda: t22().shrink(junk), TypeError)
+
+
+@pytest.mark.parametrize("junk", [((0, 1), (0,)), ((0, 1), (0, 1, 2))], ids=repr)
+def test_shrink_with_a_bad_pair_is_a_value_error(junk: Any) -> None:
+    assert "(begin, end) pair" in _refused(lambda: t22().shrink(junk), ValueError)
+
+
+@pytest.mark.parametrize("junk", [((0, 1), (None, 2)), ((0, 1.5), None), (("0", 1), None)], ids=repr)
+def test_shrink_with_a_non_int_bound_is_a_type_error(junk: Any) -> None:
+    assert "must be an int" in _refused(lambda: t22().shrink(junk), TypeError)
+
+
+def test_shrink_keeps_lists_none_and_numpy_ints() -> None:
+    x = np.arange(12).reshape(3, 4)
+    assert Tensor(x).shrink([(1, 3), None]).tolist() == x[1:3].tolist()
+    assert Tensor(x).shrink(((np.int64(0), 2), [1, 3])).tolist() == x[0:2, 1:3].tolist()
+
+
+@pytest.mark.parametrize("size, step", [(None, 1), (2, None), (2.0, 1), ("2", 1), (2, 1.5), (True, 1)], ids=repr)
+def test_unfold_with_a_non_int_size_or_step_is_a_type_error(size: Any, step: Any) -> None:
+    assert "must be an int" in _refused(lambda: Tensor.arange(6).unfold(0, size, step), TypeError)
+
+
+def test_unfold_takes_numpy_ints_like_ints() -> None:
+    want = Tensor.arange(6).unfold(0, 2, 2).tolist()
+    assert Tensor.arange(6).unfold(0, np.int64(2), np.int32(2)).tolist() == want == [[0, 1], [2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("junk", [None, "1", dtypes.float32, [1], np.zeros(2)], ids=repr)
+@pytest.mark.parametrize("name", ["var", "std", "var_mean", "std_mean"])
+def test_a_junk_correction_is_a_type_error(name: str, junk: Any) -> None:
+    assert "correction must be a real number" in _refused(lambda: getattr(t22(), name)(correction=junk), TypeError)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 2, 0.5, np.int64(1)], ids=repr)
+def test_var_and_std_take_numeric_corrections_like_numpy(correction: Any) -> None:
+    x = np.array([[1.0, 2.0, 4.0], [3.0, 5.0, 9.0]], dtype=np.float32)
+    np.testing.assert_allclose(Tensor(x).var(1, correction=correction).numpy(), x.var(1, ddof=float(correction)),
+                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(Tensor(x).std(correction=correction).numpy(), x.std(ddof=float(correction)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("junk", [None, "a", dtypes.float32, np.zeros(2)], ids=repr)
+def test_dropout_multinomial_diagonal_squeeze_refuse_junk(junk: Any) -> None:
+    with Tensor.train():
+        _refused(lambda: t22().dropout(junk), TypeError)
+    _refused(lambda: Tensor([1.0, 2.0]).multinomial(junk), TypeError)
+    _refused(lambda: t22().diagonal(junk), TypeError)
+    _refused(lambda: Tensor.ones(1, 2).squeeze(junk if junk is not None else 2.5), IndexError)  # (resolve_dim's)
