@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speck.tensor import Tensor, dtypes
+from speck.tensor import Tensor, dtypes, nn
 from speck.tensor.errors import TensorError
+from speck.tensor.nn import optim
 
 JUNK: list[Any] = [None, "abc", {"a": 1}, np.zeros((2, 2)), [[1, [2]]], dtypes.float32]
 NON_TENSORS: list[Any] = [*JUNK, 2.5, 3]
@@ -171,3 +172,91 @@ def test_dropout_multinomial_diagonal_squeeze_refuse_junk(junk: Any) -> None:
     _refused(lambda: Tensor([1.0, 2.0]).multinomial(junk), TypeError)
     _refused(lambda: t22().diagonal(junk), TypeError)
     _refused(lambda: Tensor.ones(1, 2).squeeze(junk if junk is not None else 2.5), IndexError)  # (resolve_dim's)
+
+
+@pytest.mark.parametrize("junk", NON_TENSORS, ids=repr)
+def test_losses_and_unpool_refuse_a_non_tensor_target(junk: Any) -> None:
+    x = Tensor([0.2, 0.7])
+    assert "target 0 must be a Tensor" in _refused(lambda: x.binary_crossentropy(junk), TypeError)
+    assert "target 0 must be a Tensor" in _refused(lambda: x.binary_crossentropy_logits(junk), TypeError)
+    if junk is not None:  # (None: no pos_weight)
+        _refused(lambda: x.binary_crossentropy_logits(Tensor([0.0, 1.0]), pos_weight=junk), TypeError)
+    assert "indices" in _refused(lambda: Tensor.ones(1, 1, 2, 2).max_unpool2d(junk), TypeError)
+
+
+def test_binary_crossentropy_matches_numpy() -> None:
+    p, y, w = np.array([0.2, 0.7], np.float32), np.array([0.0, 1.0], np.float32), np.array([2.0, 3.0], np.float32)
+    want = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    np.testing.assert_allclose(Tensor(p).binary_crossentropy(Tensor(y)).item(), want, rtol=1e-5)
+    z = np.array([-1.0, 2.0], np.float32)
+    want_l = ((1 - y) * z + (1 + (w - 1) * y) * (np.log1p(np.exp(-np.abs(z))) + np.maximum(-z, 0))).mean()
+    np.testing.assert_allclose(Tensor(z).binary_crossentropy_logits(Tensor(y), pos_weight=Tensor(w)).item(), want_l,
+                               rtol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("junk", [None, 2.5, "ab", [1, "x"], [Tensor.ones(2)]], ids=repr)
+def test_sequential_takes_a_list_of_callables(junk: Any) -> None:
+    assert "list of callables" in _refused(lambda: Tensor.ones(2).sequential(junk), TypeError)
+    assert Tensor([1.0, -2.0]).sequential([Tensor.relu, lambda x: x + 1]).tolist() == [2.0, 1.0]
+
+
+@pytest.mark.parametrize("junk", [np.zeros((2, 2)), [1, 2], Tensor([1.0, 2.0])], ids=repr)
+def test_full_with_a_non_scalar_fill_is_a_value_error(junk: Any) -> None:
+    assert "fill_value must be a scalar" in _refused(lambda: Tensor.full((2,), junk), ValueError)
+    _refused(lambda: Tensor([1.0, 2.0]).full_like(junk), ValueError)
+    assert Tensor.full((2,), np.array(3.0)).tolist() == Tensor.full((2,), np.float32(3)).tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("junk", [None, 2.5, {"a": 1}, [[1, [2]]], dtypes.float32], ids=repr)
+def test_from_url_with_a_non_str_url_is_a_type_error(junk: Any) -> None:
+    assert "url must be a str" in _refused(lambda: Tensor.from_url(junk), TypeError)
+
+
+def test_from_url_with_neither_a_url_nor_a_path_is_a_value_error() -> None:
+    assert "'./abc'" in _refused(lambda: Tensor.from_url("abc"), ValueError)
+
+
+LAYERS: dict[str, Callable[[Any], Any]] = {
+    "Linear in": lambda j: nn.Linear(j, 3),
+    "Linear out": lambda j: nn.Linear(3, j),
+    "LayerNorm": lambda j: nn.LayerNorm(j),
+    "LSTMCell input": lambda j: nn.LSTMCell(j, 3),
+    "LSTMCell hidden": lambda j: nn.LSTMCell(3, j),
+    "Conv2d ndim": lambda j: nn.Conv2d(2, 3, 3, ndim=j),
+    "ConvTranspose2d ndim": lambda j: nn.ConvTranspose2d(2, 3, 3, ndim=j),
+}
+
+
+@pytest.mark.parametrize("junk", NON_INTS, ids=repr)
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_a_layer_with_a_junk_size_is_a_type_error_naming_the_layer(layer: str, junk: Any) -> None:
+    assert layer.split()[0] in _refused(lambda: LAYERS[layer](junk), TypeError)
+
+
+def test_lstm_with_a_negative_size_is_a_value_error_and_layers_keep_their_shapes() -> None:
+    _refused(lambda: nn.LSTMCell(3, -3), ValueError)
+    assert nn.Linear(np.int64(3), 4).weight.shape == (4, 3)
+    assert nn.LayerNorm((2, 3)).weight.shape == (2, 3) and nn.LayerNorm(4).weight.shape == (4,)
+    assert nn.LSTMCell(3, 4).weight_ih.shape == (16, 3)
+    assert nn.Conv2d(2, 3, 3, ndim=1).weight.shape == (3, 2, 3)
+
+
+@pytest.mark.parametrize("junk", [None, 2.5, 3, dtypes.float32, "ab", Tensor.ones(2, 2), [[Tensor.ones(2)]],
+                                  [np.zeros(2)], [{"a": 1}]], ids=repr)  # fmt: skip
+def test_an_optimizer_given_no_list_of_tensors_is_a_type_error(junk: Any) -> None:
+    assert "list of Tensors" in _refused(lambda: optim.SGD(junk), TypeError)
+
+
+def test_an_optimizer_takes_any_iterable_of_tensors() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD({"w": w}.values(), lr=0.5)
+    with Tensor.train():
+        (w * w).sum().backward()
+        opt.step()
+    assert w.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("junk", [2.5, 3, dtypes.float32, np.zeros(3)], ids=repr)
+def test_lars_with_junk_ns_coefficients_is_a_type_error(junk: Any) -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    assert "ns_coefficients" in _refused(lambda: optim.LARS([w], ns_coefficients=junk), TypeError)

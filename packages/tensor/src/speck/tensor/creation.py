@@ -178,6 +178,9 @@ class CreationMixin:
                 c = c.to(device) if device is not None else c
         else:
             c = cls(fill_value, dtype=_dt(dtype, weak_ok=True))
+            if c.ndim:  # (an array or a list: its buffer's device name read as the value, "convert 'CPU' to float")
+                raise TensorValueError(f"full: fill_value must be a scalar or 0-d tensor, got "
+                                       f"{type(fill_value).__name__} of shape {c.shape}; pass one number")  # fmt: skip
             if buffer:
                 c = c.cast(materialized(c.uop)) if c.dtype.is_weak else c
                 c = cls._constant(c.uop.arg, c.dtype, canonical(device))

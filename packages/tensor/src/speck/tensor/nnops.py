@@ -270,6 +270,7 @@ class NNMixin:
         """Put pooled values back at the positions in `indices` (flat over the pooled dims; zeros elsewhere). The
         pooled dims are the last len(kernel_size) (an int kernel: the last two); output_size defaults to the
         inverse of the pooling's size formula."""
+        tensor_args("max_unpool2d", "indices", (indices,))
         k = _pair(kernel_size, 2, "max_unpool2d kernel_size")
         nsp = len(k)
         st, dl = (_pair(v, nsp, f"max_unpool2d {w}") for v, w in
@@ -376,6 +377,9 @@ class NNMixin:
 
     def sequential(self: Tensor, ll: list[Any]) -> Tensor:
         """Apply the callables in ll in order."""
+        if isinstance(ll, (str, bytes)) or not hasattr(ll, "__iter__") or not all(callable(f) for f in ll):
+            raise TensorTypeError(f"sequential takes a list of callables (layers, functions), got "
+                                  f"{type(ll).__name__} {ll!r:.40}")  # fmt: skip
         out = self
         for f in ll:
             out = f(out)
@@ -485,12 +489,16 @@ class NNMixin:
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """BCE of probabilities in (0, 1) (log clamped at -100 like PyTorch)."""
+        tensor_args("binary_crossentropy", "target", (Y,))
         loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return _reduce(loss, reduction, None)
 
     def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
                                    pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
         """BCE of logits, computed stably: max(x, 0) - x*y + log(1 + exp(-|x|))."""
+        tensor_args("binary_crossentropy_logits", "target", (Y,))
+        if pos_weight is not None:
+            tensor_args("binary_crossentropy_logits", "pos_weight", (pos_weight,))
         log_w = 1 + (pos_weight - 1) * Y if pos_weight is not None else 1
         loss = (1 - Y) * self + log_w * ((-self.abs()).exp().add(1).log() + (-self).maximum(0))
         return _reduce(loss, reduction, None)

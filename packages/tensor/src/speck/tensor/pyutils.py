@@ -353,6 +353,9 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
     """Download url into the cache (`<cache root>/downloads[/subdir]/<name or hash of url>`) once and return the
     path; `gunzip` stores the decompressed body. A `file://` url or local path is returned as is. Offline or failing
     downloads raise ConnectionError naming the url and the cause."""
+    if not isinstance(url, str):  # ("'NoneType' object has no attribute 'startswith'")
+        raise TensorTypeError(f"fetch: url must be a str, got {type(url).__name__} {url!r:.40}; pass "
+                              "'https://...', 'file://...' or a path starting with / or .")  # fmt: skip
     if url.startswith(("/", ".")):
         return pathlib.Path(url)
     if url.startswith("file://"):
@@ -366,6 +369,9 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
         allow_caching = not DISABLE_HTTP_CACHE.value
     if fp.is_file() and allow_caching:
         return fp
+    if "://" not in url:  # (urllib's bare "unknown url type")
+        raise TensorValueError(f"fetch: {url!r} is neither a url (scheme://...) nor a path starting with / or .; "
+                               f"pass './{url}' for a local file")  # fmt: skip
     fp.parent.mkdir(parents=True, exist_ok=True)
     try:
         with urllib.request.urlopen(url, timeout=10) as r:

@@ -48,6 +48,7 @@ class Linear:
     """y = x @ W.T + b with W (out, in) ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        _sizes("Linear", 0, in_features=in_features, out_features=out_features)  # (None: a '<' TypeError)
         if in_features < 1 or out_features < 0:
             raise TensorValueError(f"Linear needs in_features >= 1 and out_features >= 0, got {in_features} and "
                                    f"{out_features}")  # fmt: skip
@@ -67,7 +68,7 @@ class Conv2d:
                  padding: int | str | tuple[int, ...] = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
                  ndim: int = 2) -> None:  # fmt: skip
         _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels, groups=groups, stride=stride,
-               dilation=dilation, kernel_size=kernel_size)  # fmt: skip
+               dilation=dilation, kernel_size=kernel_size, ndim=ndim)  # fmt: skip
         if in_channels % groups or out_channels % groups:
             raise TensorValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
@@ -97,7 +98,7 @@ class ConvTranspose2d:
                  padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
                  ndim: int = 2) -> None:  # fmt: skip
         _sizes("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels, groups=groups, stride=stride,
-               dilation=dilation, kernel_size=kernel_size)  # fmt: skip
+               dilation=dilation, kernel_size=kernel_size, ndim=ndim)  # fmt: skip
         if in_channels % groups or out_channels % groups:
             raise TensorValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups")
         self.kernel_size = _pair(kernel_size, ndim)
@@ -174,6 +175,7 @@ class LayerNorm:
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True
                  ) -> None:  # fmt: skip
+        _sizes("LayerNorm", 0, normalized_shape=normalized_shape)  # (None: "object of type ... has no len()")
         self.normalized_shape = _pair(normalized_shape, 1) if isinstance(normalized_shape, int) else normalized_shape
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps = eps
@@ -270,6 +272,7 @@ class LSTMCell:
     """One LSTM step: (x, (h, c)) -> (h', c') with gates i, f, g, o as in PyTorch."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        _sizes("LSTMCell", input_size=input_size, hidden_size=hidden_size)  # (sqrt of a str, or of -3)
         bound = 1 / math.sqrt(hidden_size)
         self.hidden_size = hidden_size
         self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)

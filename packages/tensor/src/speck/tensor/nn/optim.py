@@ -10,7 +10,7 @@ replays correctly and a learning rate assigned between replays takes effect."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from speck.tensor.dims import as_int
@@ -54,10 +54,14 @@ class Optimizer:
         if isinstance(lr, Tensor) and lr.numel() != 1:  # (it broadcast against each parameter, or failed to)
             raise TensorValueError(f"a learning rate tensor holds one value, got shape {lr.shape}; pass a 0-d or "
                                    "(1,) tensor")  # fmt: skip
-        unique = list(dict.fromkeys(params))  # identity: Tensor hashes by id
-        if bad := [p for p in unique if not isinstance(p, Tensor)]:
+        if isinstance(params, (Tensor, str)) or not isinstance(params, Iterable):  # ("'NoneType' is not iterable")
+            raise TensorTypeError(f"an optimizer takes a list of Tensors, got {type(params).__name__} {params!r:.40}; "
+                                  "pass get_parameters(model)")  # fmt: skip
+        plist = list(params)
+        if bad := [p for p in plist if not isinstance(p, Tensor)]:  # (before hashing them: "unhashable type: 'list'")
             raise TensorTypeError(f"an optimizer takes a list of Tensors, got {type(bad[0]).__name__} {bad[0]!r}; pass "
                                   "get_parameters(model)")  # fmt: skip
+        unique = list(dict.fromkeys(plist))  # identity: Tensor hashes by id
         self.params = [p for p in unique if p.is_param and p.requires_grad is not False]
         self.buffers = [p for p in unique if not (p.is_param and p.requires_grad is not False)]
         if not self.params:
@@ -269,6 +273,9 @@ class LARS(Optimizer):
         super().__init__(params, lr, device, fused)
         self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
         self.pre_wd, self.tcoef = pre_wd, tcoef
+        if ns_coefficients is not None and not isinstance(ns_coefficients, (tuple, list)):  # ("not iterable")
+            raise TensorTypeError(f"LARS: ns_coefficients must be a tuple of numbers (a, b, c) or None, got "
+                                  f"{type(ns_coefficients).__name__} {ns_coefficients!r:.40}")  # fmt: skip
         self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients) if ns_coefficients else None
         self.b = self._new_state() if momentum else []
 
