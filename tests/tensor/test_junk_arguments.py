@@ -260,3 +260,30 @@ def test_an_optimizer_takes_any_iterable_of_tensors() -> None:
 def test_lars_with_junk_ns_coefficients_is_a_type_error(junk: Any) -> None:
     w = Tensor([1.0, 2.0], requires_grad=True)
     assert "ns_coefficients" in _refused(lambda: optim.LARS([w], ns_coefficients=junk), TypeError)
+
+
+@pytest.mark.parametrize("junk", [None, "abc", {"a": 1}, [[1, [2]]], dtypes.float32], ids=repr)
+@pytest.mark.parametrize("kw", ["low", "high"])
+def test_uniform_with_a_junk_bound_is_a_type_error(kw: str, junk: Any) -> None:
+    assert f"{kw} must be a real number" in _refused(lambda: Tensor.uniform(2, **{kw: junk}), TypeError)
+
+
+@pytest.mark.parametrize("junk", [None, "abc", {"a": 1}, [[1, [2]]], dtypes.float32], ids=repr)
+@pytest.mark.parametrize("kw", ["mean", "std"])
+def test_normal_with_a_junk_parameter_is_a_type_error(kw: str, junk: Any) -> None:
+    assert f"{kw} must be a real number" in _refused(lambda: Tensor.normal(2, **{kw: junk}), TypeError)
+
+
+def test_uniform_and_normal_keep_numpy_scalar_parameters() -> None:
+    u = Tensor.uniform(1000, low=np.float32(-2), high=np.int64(3)).numpy()
+    assert u.min() >= -2 and u.max() < 3
+    assert Tensor.normal(10, mean=np.float64(5.0), std=0).tolist() == [5.0] * 10
+
+
+@pytest.mark.parametrize("junk", ["abc", {"a": 1}, np.ones(2), 2.5, [[1, [2]]], dtypes.float32], ids=repr)
+def test_a_junk_gradient_seed_is_a_type_error(junk: Any) -> None:
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    assert "seed must be a Tensor" in _refused(lambda: (x * 2).gradient(x, gradient=junk), TypeError)
+    assert "seed must be a Tensor" in _refused(lambda: (x * 2).backward(gradient=junk), TypeError)
+    (x * 2).backward(gradient=Tensor([1.0, 3.0]))
+    assert x.grad is not None and x.grad.tolist() == [2.0, 6.0]

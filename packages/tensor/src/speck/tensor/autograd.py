@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from speck.tensor import live
 from speck.tensor.dims import tensor_args
-from speck.tensor.errors import GradientError
+from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.uop import Ops, UOp, dtypes
@@ -32,6 +32,9 @@ def _seed(root: Tensor, gradient: Tensor | None, what: str) -> UOp:
             )
         one = UOp(Ops.CONST, root.dtype, (UOp(Ops.DEVICE, arg=root.device),), 1.0)
         return one
+    if not isinstance(gradient, type(root)):  # ("'float' object has no attribute 'shape'")
+        raise TensorTypeError(f"{what}: the `gradient=` seed must be a Tensor of shape {root.shape}, got "
+                              f"{type(gradient).__name__} {gradient!r:.40}; wrap it with Tensor(...)")  # fmt: skip
     if gradient.shape != root.shape:
         # a seed with the root's elements in another shape ([3.0] for a 0-d root), or one that broadcasts to it
         if gradient.numel() == root.numel():

@@ -136,13 +136,14 @@ class RandomMixin:
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
-        if std < 0:
+        mean = real("normal", "mean", mean)
+        if real("normal", "std", std) < 0:
             raise TensorValueError(f"normal needs std >= 0, got {std}")
         return cls.randn(*shape, **kw) * std + mean
 
     @classmethod
     def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
-        if not low < high:
+        if not real("uniform", "low", low) < real("uniform", "high", high):
             raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
         return (cls.rand(*shape, **kw) * (high - low) + low).cast(dt)
