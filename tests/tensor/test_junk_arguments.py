@@ -287,3 +287,12 @@ def test_a_junk_gradient_seed_is_a_type_error(junk: Any) -> None:
     assert "seed must be a Tensor" in _refused(lambda: (x * 2).backward(gradient=junk), TypeError)
     (x * 2).backward(gradient=Tensor([1.0, 3.0]))
     assert x.grad is not None and x.grad.tolist() == [2.0, 6.0]
+
+
+@pytest.mark.parametrize("wshape, xshape", [((2,), (1, 2, 3, 3)), ((2, 3), (1, 2, 3)), ((2, 3, 3, 3), (2, 3, 3))])
+def test_conv_transpose2d_with_mismatched_dims_is_an_assertion_error(
+    wshape: tuple[int, ...], xshape: tuple[int, ...]
+) -> None:
+    assert "conv_transpose2d" in _refused(lambda: Tensor.ones(*xshape).conv_transpose2d(Tensor.ones(*wshape)),
+                                          AssertionError)  # fmt: skip
+    assert Tensor.conv_transpose2d.__doc__ and "Transposed convolution" in Tensor.conv_transpose2d.__doc__

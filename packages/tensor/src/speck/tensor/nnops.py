@@ -171,11 +171,15 @@ class NNMixin:
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
                          padding: int | tuple[int, ...] = 0, output_padding: int | tuple[int, ...] = 0
                          ) -> Tensor:  # fmt: skip
-        tensor_args("conv_transpose2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         """Transposed convolution (the gradient of conv2d) of (N, Cin, *spatial) with weight (Cin, Cout/groups,
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
         kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
+        tensor_args("conv_transpose2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
         nsp = len(weight.shape) - 2
+        if nsp < 1 or self.ndim != nsp + 2:  # ("not enough values to unpack (expected 2, got 1)")
+            raise TensorAssertionError(f"conv_transpose2d: weight must be (Cin, Cout/groups, *kernel) with at least 1 "
+                                       f"kernel dim and the input (N, Cin, *spatial) with as many, got weight "
+                                       f"{weight.shape} and input {self.shape}")  # fmt: skip
         cin, cout_g = weight.shape[:2]
         k = tuple(as_int(d) for d in weight.shape[2:])
         st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
