@@ -624,23 +624,26 @@ class Scheduler:
                 stack.extend((s, False) for s in x.src if s not in self._has_reduce)
         return self._has_reduce[u]
 
-    def recompute_cost(self, u: UOp) -> int:
-        """How many elementwise ops computing one element of u takes when fused (u's elementwise subgraph, down to
-        buffers, realized values and nodes that get kernels of their own), capped at RECOMPUTE_LIMIT."""
-        if (c := self._cost.get(u)) is not None:
-            return c
+    def fused_ops(self, u: UOp, limit: int) -> int:
+        """The elementwise ops of u's fused graph (down to buffers, realized values and nodes that get kernels of
+        their own), counted up to `limit`."""
         seen: set[UOp] = set()
         stack = [u]
         n = 0
-        while stack and n < RECOMPUTE_LIMIT:
+        while stack and n < limit:
             x = stack.pop()
             if x in seen or x.op not in _ELEMENTWISE and x.op not in _MOVEMENT or self.materialized(x) is not None:
                 continue
             seen.add(x)
             n += x.op in _ELEMENTWISE
             stack.extend(x.src)
-        self._cost[u] = n
         return n
+
+    def recompute_cost(self, u: UOp) -> int:
+        """How many elementwise ops computing one element of u takes when fused, capped at RECOMPUTE_LIMIT."""
+        if (c := self._cost.get(u)) is None:
+            c = self._cost[u] = self.fused_ops(u, RECOMPUTE_LIMIT)
+        return c
 
     def recomputed_large(self, u: UOp, k: _Kernel) -> bool:
         """Kernel k is about to compute the float value u fused, which another kernel computed fused already, and u's
@@ -649,17 +652,7 @@ class Scheduler:
         first = self.lowered_in.get(u)
         if first is None or first == k.serial or self._uses.get(u, 0) < 2 or not dtypes.is_float(u.dtype):
             return False
-        seen: set[UOp] = set()
-        stack = [u]
-        n = 0
-        while stack and n < SHARED_FUSE_LIMIT:
-            x = stack.pop()
-            if x in seen or x.op not in _ELEMENTWISE and x.op not in _MOVEMENT or self.materialized(x) is not None:
-                continue
-            seen.add(x)
-            n += x.op in _ELEMENTWISE
-            stack.extend(x.src)
-        return n >= SHARED_FUSE_LIMIT
+        return self.fused_ops(u, SHARED_FUSE_LIMIT) >= SHARED_FUSE_LIMIT
 
     def disown(self, u: UOp) -> None:
         """u's fused graph counts as computed by no kernel yet (u is about to get a kernel of its own)."""
