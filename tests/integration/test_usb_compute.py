@@ -7,7 +7,7 @@ instruction by instruction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,21 +20,9 @@ from speck.tensor.nn.state import get_parameters
 from speck.tensor.usb import UsbDevice
 from speck.uop import DType
 
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
+
 USB = "USB:SIM"  # under SPECK_USB_SIM (as in test_usb_tensor.py: the bridges are shared by the process) it is USB
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
-
-
-@pytest.fixture(scope="module")
-def dev() -> UsbDevice:
-    d = Device[USB]
-    assert isinstance(d, UsbDevice) and d.gpu.sim is not None
-    return d
 
 
 def stats(d: UsbDevice) -> dict[str, int]:

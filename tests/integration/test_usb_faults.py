@@ -18,14 +18,9 @@ from speck.tensor.usb import UsbDevice
 from speck.usbgpu.errors import GpuFault, GpuHang
 from speck.usbgpu.sim.kernels import OOB, SPIN
 
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
+
 USB = "USB:SIM"  # under SPECK_USB_SIM (as in test_usb_tensor.py: the bridges are shared by the process) it is USB
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ are synthetic (no dataset needed) and the batches change every step, so the repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,15 +15,10 @@ from speck.tensor.nn.optim import SGD, Adam, AdamW, Optimizer
 from speck.tensor.nn.state import get_parameters
 from speck.tensor.usb import UsbDevice
 
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
+
 USB = "USB:SIM"
 STEPS = 6
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:  # as in test_usb_compute.py: the process's simulated bridges
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
 
 
 class MLP:

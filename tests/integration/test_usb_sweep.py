@@ -15,32 +15,20 @@ where they can be."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-from speck.tensor import Context, Device, Tensor, TinyJit, Variable, dtypes
+from speck.tensor import Context, Tensor, TinyJit, Variable, dtypes
 from speck.tensor.usb import UsbDevice
 from speck.uop import DType
 
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
+
 USB = "USB:SIM"
 Case = Callable[[str], "Tensor | Sequence[Tensor]"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:  # as in test_usb_compute.py: the process's simulated bridges
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
-
-
-@pytest.fixture(scope="module")
-def dev() -> UsbDevice:
-    d = Device[USB]
-    assert isinstance(d, UsbDevice) and d.gpu.sim is not None
-    return d
 
 
 def dispatches(d: UsbDevice) -> int:

@@ -36,13 +36,7 @@ SRC_PATH = os.pathsep.join(
 )
 NP_DTYPES = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
              np.uint32, np.uint64, np.bool_]  # fmt: skip
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
 
 
 @pytest.fixture(autouse=True)

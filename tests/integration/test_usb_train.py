@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,18 +17,11 @@ from speck.tensor import Device
 from speck.tensor.examples import train
 from speck.tensor.usb import UsbDevice
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("two_simulated_bridges")]
 FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 ARGS = ["--model", "small-cnn", "--steps", "4", "--batch", "16", "--test-subset", "24", "--out", "", "--seed", "0",
         "--schedule", "constant", "--quiet"]  # fmt: skip
 LOSS = re.compile(r"train loss ([0-9.]+) at step 0, ([0-9.]+) at step 3")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _two_simulated_bridges() -> Iterator[None]:  # as in test_usb_tensor.py: the process's simulated bridges
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECK_USB_SIM", "2")
-        yield
 
 
 def _run(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[float, float, float]:
