@@ -69,3 +69,14 @@ def test_a_shallow_graph_stays_one_kernel() -> None:
     got = _chain(Tensor(data), 3).numpy()
     assert GlobalCounters.kernel_count == 1
     np.testing.assert_allclose(got, _chain_np(data.astype(np.float64), 3)[0], rtol=1e-5)
+
+
+def test_the_cut_stays_on_its_kernels_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depth walk stops at a COPY: a chain computed on CPU:1 and copied to CPU is not cut into CPU kernels
+    reading CPU:1 buffers (a sharded TinyJit training step failed with ProgramArgumentError)."""
+    data = np.linspace(-3, 3, 7).astype(np.float32)
+    monkeypatch.setattr(sched, "FUSE_DEPTH_LIMIT", 4)
+    with Context(SCACHE=0):
+        got = (_chain(Tensor(data, device="CPU:1"), 4).to("CPU") + 1).numpy()
+    want = _chain_np(data.astype(np.float64), 4)[0] + 1
+    np.testing.assert_allclose(got, want, rtol=1e-5)

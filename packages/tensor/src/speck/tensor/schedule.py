@@ -764,7 +764,9 @@ class Scheduler:
         """Materialize elementwise nodes below root (sources first) wherever the fused graph above a buffer grows
         deeper than FUSE_DEPTH_LIMIT levels, so lowering root, and each cut, recurses a bounded depth."""
         depth: dict[UOp, int] = {}
-        for n in root.toposort(gate=lambda x: self.materialized(x) is None):
+        # (the walk stays inside what fuses into root's kernel: a COPY's source lives on another device)
+        fused = _ELEMENTWISE | _MOVEMENT | {Ops.REDUCE_AXIS, Ops.DETACH}
+        for n in root.toposort(gate=lambda x: self.materialized(x) is None and (x is root or x.op in fused)):
             d = 1 + max((depth.get(s, 0) for s in n.src), default=0) if self.materialized(n) is None else 0
             if d > FUSE_DEPTH_LIMIT and n is not root and n.op in _ELEMENTWISE:
                 self.materialize(n)  # (its own sources are cut already: toposort gives them first)
