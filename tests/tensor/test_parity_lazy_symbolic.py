@@ -239,3 +239,32 @@ def test_negative_bounds_against_a_symbolic_dim_resolve_like_slice_indices(n: in
         s[:, -4]  # the dim can be 3 long
     with pytest.raises(ValueError, match="bound to"):
         Tensor(np.zeros(30, np.float32)).reshape(3, Variable("j", 1, 10).bind(2))
+
+
+def test_bound_variable_bounds_are_its_range_and_jit_replays_other_bindings() -> None:
+    # tinygrad's BIND reports the Variable's range (nothing may fold on the value bound at capture time)
+    v = Variable("bv_range", 1, 9)
+    b = v.bind(3)
+    assert (b.vmin, b.vmax) == (1, 9) and b.val == 3 and b.unbind() == (v, 3)
+
+    @TinyJit
+    def f(x: Tensor, i: Variable) -> Tensor:
+        return (x[:i].pad(((0, 10 - i),)) + (x[i] > 4).where(100.0, 0.0)).realize()
+
+    x = Tensor.arange(10, device=Device.DEFAULT).float().clone(Device.DEFAULT).realize()
+    for k in (2, 5, 7, 3, 9):
+        want = np.where(np.arange(10) < k, np.arange(10), 0) + (100.0 if k > 4 else 0.0)
+        np.testing.assert_array_equal(f(x, v.bind(k)).numpy(), want)
+
+
+@given(st.integers(-3, 12))
+def test_bound_variable_int_index_out_of_the_dim_is_an_index_error(k: int) -> None:
+    x = Tensor.arange(5).clone(Device.DEFAULT).realize()
+    v = Variable("bv_idx", -3, 12)
+    if 0 <= k < 5:
+        assert x[v.bind(k)].item() == k
+    else:  # it read past the dim and gave 0
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[v.bind(k)]
+    with pytest.raises(IndexError, match="out of bounds"):  # a range wholly outside the dim, bound or not
+        x[Variable("bv_far", 5, 9)]

@@ -107,6 +107,21 @@ def _identity(mode: str, dtype: Any) -> Any:
     return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
 
 
+def _check_variable_index(v: UOp, size: Any, dim: int) -> None:
+    """A Variable used as an int index of a concrete dim: the value bound now, and the whole range when it lies
+    outside the dim, must be in [0, size) (the view would read past the dim: zeros, no error)."""
+    if not isinstance(size, int):
+        return
+    var = v.src[0] if v.op is Ops.BIND else v
+    name = var.arg[0] if var.op is Ops.DEFINE_VAR else "the symbolic index"
+    if v.op is Ops.BIND and not 0 <= v.src[1].arg < size:
+        raise TensorIndexError(f"index {name}={v.src[1].arg} is out of bounds for dim {dim} with size {size}; bind a "
+                               f"value in 0..{size - 1}")  # fmt: skip
+    if v.vmax < 0 or v.vmin >= size:
+        raise TensorIndexError(f"index {name} (range {v.vmin}..{v.vmax}) is out of bounds for dim {dim} with size "
+                               f"{size}")  # fmt: skip
+
+
 def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | None) -> None:
     """A boolean mask indexes len(mask) dims from pos and must have exactly their sizes (numpy's rule)."""
     if pos is None:  # after an ellipsis the mask's dims are not known here; the later shape checks apply
@@ -206,7 +221,8 @@ class IndexingMixin:
                 final_shape.append(1)
                 continue
             size = t.shape[dim]
-            if isinstance(it, UOp):  # a bound Variable: a symbolic position (bounds are the caller's promise)
+            if isinstance(it, UOp):  # a bound Variable: a symbolic position (its range is the caller's promise)
+                _check_variable_index(it, size, dim)
                 t = t._slice_dim(dim, it, it + 1)
                 t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
                 continue
