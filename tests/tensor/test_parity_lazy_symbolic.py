@@ -268,3 +268,21 @@ def test_bound_variable_int_index_out_of_the_dim_is_an_index_error(k: int) -> No
             x[v.bind(k)]
     with pytest.raises(IndexError, match="out of bounds"):  # a range wholly outside the dim, bound or not
         x[Variable("bv_far", 5, 9)]
+
+
+@given(st.integers(1, 8), st.integers(0, 3))
+def test_argmax_argmin_over_a_symbolic_dim_match_numpy_under_jit(k: int, seed: int) -> None:
+    # ties (small ints) take the first index, as numpy; it said "needs a concrete size"
+    a = np.random.default_rng(seed).integers(0, 3, (8, 3)).astype(np.float32)
+    x = Tensor(a).clone(Device.DEFAULT).realize()
+    v = Variable("am_n", 1, 8)
+
+    @TinyJit
+    def f(t: Tensor, n: Variable) -> tuple[Tensor, Tensor]:
+        return t[:n].argmax(0).realize(), t[:n].argmin(0).realize()
+
+    for kk in (k, max(1, k - 1), k):  # warm-up, capture, replay with another binding
+        got_max, got_min = f(x, v.bind(kk))
+        np.testing.assert_array_equal(got_max.numpy(), a[:kk].argmax(0))
+        np.testing.assert_array_equal(got_min.numpy(), a[:kk].argmin(0))
+    assert x[: v.bind(k)].argmax(0, keepdim=True).shape == (1, 3)
