@@ -286,3 +286,38 @@ def test_argmax_argmin_over_a_symbolic_dim_match_numpy_under_jit(k: int, seed: i
         np.testing.assert_array_equal(got_max.numpy(), a[:kk].argmax(0))
         np.testing.assert_array_equal(got_min.numpy(), a[:kk].argmin(0))
     assert x[: v.bind(k)].argmax(0, keepdim=True).shape == (1, 3)
+
+
+def test_causal_mask_with_a_symbolic_start_pos_under_jit() -> None:
+    # tinygrad's KV-cache attention: full((1, 1, n, start_pos + n), -inf).triu(start_pos + 1), start_pos bound
+    # (tril/triu said "needs a concrete size" for symbolic dims and refused a symbolic diagonal)
+    rng = np.random.default_rng(5)
+    q, kv = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((10, 4)).astype(np.float32)
+    kvt = Tensor(kv).clone(Device.DEFAULT).realize()
+    sp = Variable("tri_sp", 0, 8)
+
+    @TinyJit
+    def attend(qt: Tensor, start_pos: Variable) -> Tensor:
+        keys = kvt[: start_pos + 2]
+        mask = Tensor.full((2, start_pos + 2), float("-inf"), device=Device.DEFAULT).triu(start_pos + 1)
+        return ((qt @ keys.T) + mask).softmax(-1).realize() @ keys.tril(0)[:, :1].contiguous().realize()
+
+    for k in (0, 3, 5, 2, 7):
+        keys = kv[: k + 2]
+        s = q @ keys.T + np.triu(np.full((2, k + 2), -np.inf), k + 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ np.tril(keys)[:, :1]
+        np.testing.assert_allclose(attend(Tensor(q).realize(), sp.bind(k)).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_gather_off_a_symbolic_dim_matches_numpy() -> None:
+    # the index-fits-self check compared two symbolic sizes with `>` (UOpTypeError: no truth value)
+    rng = np.random.default_rng(6)
+    a, idx = rng.standard_normal((10, 4)).astype(np.float32), rng.integers(0, 4, (10, 3)).astype(np.int32)
+    x, it = Tensor(a).clone(Device.DEFAULT).realize(), Tensor(idx).clone(Device.DEFAULT).realize()
+    n = Variable("g_n", 1, 10)
+    for k in (3, 7):
+        got = x[: n.bind(k)].gather(1, it[: n.bind(k)]).sum(0).numpy()
+        np.testing.assert_allclose(got, np.take_along_axis(a[:k], idx[:k], 1).sum(0), rtol=1e-6)
+    with pytest.raises(AssertionError, match="exceeds self shape"):
+        Tensor.ones(3, 4).gather(1, Tensor.zeros(5, 2, dtype=dtypes.int32))

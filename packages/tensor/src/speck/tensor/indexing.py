@@ -26,7 +26,7 @@ from speck.tensor.errors import (
 )
 from speck.tensor.gradient import uop_device
 from speck.tensor.writes import setitem
-from speck.uop import Ops, UOp, dtypes
+from speck.uop import Ops, UOp, dtypes, resolve
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -105,6 +105,12 @@ def _identity(mode: str, dtype: Any) -> Any:
     if dtypes.is_float(dtype):
         return -np.inf if mode == "amax" else np.inf
     return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
+
+
+def _exceeds(a: Any, b: Any) -> bool:
+    """Size a is larger than size b: for symbolic sizes, only when their bounds prove it (the same Variable on both
+    sides is not larger; `a > b` of two UOps has no truth value)."""
+    return a is not b and resolve(a > b, False)
 
 
 def _check_variable_index(v: UOp, size: Any, dim: int) -> None:
@@ -360,7 +366,7 @@ class IndexingMixin:
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
-            if i != d and a > b:
+            if i != d and _exceeds(a, b):
                 raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at "
                                            f"dim {i}; off dim {d} the index may be smaller, not larger")  # fmt: skip
         n = as_int(self.shape[d])
@@ -410,7 +416,7 @@ class IndexingMixin:
         if s.ndim != self.ndim:
             raise TensorValueError(f"scatter: src has {s.ndim} dims, self has {self.ndim}")
         for i, (a, b, c) in enumerate(zip(index.shape, s.shape, self.shape)):
-            if a > b or (i != d and a > c):
+            if _exceeds(a, b) or (i != d and _exceeds(a, c)):
                 raise TensorAssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                            f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))

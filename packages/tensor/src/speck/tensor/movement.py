@@ -586,18 +586,20 @@ class MovementMixin:
             out = out.pad(((-diagonal, 0), (0, -diagonal)))
         return out
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=True)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=False)
 
-    def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
-        diagonal = whole("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
+    def _tri(self: Tensor, diagonal: sint, lower: bool) -> Tensor:
+        """The lower/upper triangle of the last two dims; they and `diagonal` may be symbolic (a KV-cache attention
+        mask `full((1, 1, n, start_pos + n), -inf).triu(start_pos + 1)` with start_pos a bound Variable)."""
+        diagonal = whole_or_symbolic("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
         if self.ndim < 2:
             raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-        r = type(self).arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
-        c = type(self).arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
+        r = type(self).arange(self.shape[-2], device=self.device).unsqueeze(1)
+        c = type(self).arange(self.shape[-1], device=self.device).unsqueeze(0)
         mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return mask.where(self, self._const_like(0))
 
