@@ -321,3 +321,17 @@ def test_gather_off_a_symbolic_dim_matches_numpy() -> None:
         np.testing.assert_allclose(got, np.take_along_axis(a[:k], idx[:k], 1).sum(0), rtol=1e-6)
     with pytest.raises(AssertionError, match="exceeds self shape"):
         Tensor.ones(3, 4).gather(1, Tensor.zeros(5, 2, dtype=dtypes.int32))
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_repeat_and_merges_of_a_symbolic_dim_match_numpy(k: int) -> None:
+    # a RANGE over 2*n and one over n*2 (or over n and 1*n) got one axis id: ProgramFormError at compile time
+    a = np.random.default_rng(k).standard_normal((10, 4)).astype(np.float32)
+    x = Tensor(a).clone(Device.DEFAULT).realize()
+    b = Variable("rep_n", 1, 10).bind(k)
+    s, ak = x[:b], a[:k]
+    np.testing.assert_allclose(s.repeat(1, 2).sum(0).numpy(), np.tile(ak, (1, 2)).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.repeat(2, 1).sum(0).numpy(), np.tile(ak, (2, 1)).sum(0), rtol=1e-5, atol=1e-5)
+    merged = s[:, 0].reshape(1, b).expand(2, b).reshape(2 * b)
+    np.testing.assert_allclose(merged.sum().numpy(), 2 * ak[:, 0].sum(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((merged * 2).max().numpy(), 2 * ak[:, 0].max(), rtol=1e-6)

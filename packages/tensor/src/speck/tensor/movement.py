@@ -410,7 +410,8 @@ class MovementMixin:
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))
         inter = inter.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
-        return inter.reshape(tuple(r * s for r, s in zip(reps, base)))
+        # (1 * n of a symbolic n would be a MUL node, not n: a kernel then ranged over n and over 1*n with one id)
+        return inter.reshape(tuple(s if r == 1 else r * s for r, s in zip(reps, base)))
 
     def tile(self: Tensor, reps: Any, *args: Any) -> Tensor:
         r = argfix(reps, *args)
