@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 
 DTypeLike = DType | str
 
-_RNG: dict[str, int] = {"seed": int(SEED.value) if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF}
+# (a seed past 64 bits keeps its low 64, as manual_seed does: the counter buffer is uint64)
+_RNG: dict[str, int] = {
+    "seed": int(SEED.value) & 0xFFFFFFFFFFFFFFFF if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF
+}
 # device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
 # in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
 _RNG_STATE: dict[str, UOp] = {}
