@@ -190,14 +190,16 @@ class CreationMixin:
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        dt = kw.get("dtype")  # (None: the default float; '' names no dtype, it is no default)
         return cls.full(
-            shape_arg("zeros", argfix(*shape)), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float}
+            shape_arg("zeros", argfix(*shape)), 0.0, **{**kw, "dtype": dtypes.default_float if dt is None else dt}
         )
 
     @classmethod
     def ones(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        dt = kw.get("dtype")  # (None: the default float; '' names no dtype, it is no default)
         return cls.full(
-            shape_arg("ones", argfix(*shape)), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float}
+            shape_arg("ones", argfix(*shape)), 1.0, **{**kw, "dtype": dtypes.default_float if dt is None else dt}
         )
 
     @classmethod
