@@ -378,7 +378,7 @@ class NNMixin:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
         if not 0 <= real("dropout", "p", p) <= 1:
             raise TensorValueError(f"dropout probability must be in [0, 1], got {p}")
-        if not (type(self).training or TRAINING) or p == 0:  # (training mode: see speck.tensor.tensor.is_training)
+        if not TRAINING or p == 0:  # (training mode: Tensor.training reads and writes this setting)
             return self
         if p == 1:
             return self * 0

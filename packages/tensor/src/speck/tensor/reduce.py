@@ -7,7 +7,9 @@ REDUCE_AXIS with ADD, MUL or MAX; min/argmax/cumsum/sort/matmul are built from i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from typing import cast as _as
 
 from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
@@ -334,19 +336,40 @@ class ReduceMixin:
         r = inner + before if op == "sum" else inner * before if op == "prod" else inner.maximum(before)
         return r.reshape(*lead, nb * b)[..., :n]
 
+    def _symbolic_scan(self: Tensor, axis: int, scan: Callable[[Tensor], Any]) -> Any:
+        """`scan(self)` for a scan along axis, also when that dim is symbolic (a bound Variable, as in a KV cache):
+        the axis is padded to its upper bound, scanned at that concrete size, and cut back. The scans are inclusive
+        prefixes, so the padding (after the real elements) never reaches the kept ones. None when the dim is
+        concrete (the caller scans directly)."""
+        if self.ndim == 0 or isinstance(n := self.shape[d := self._resolve_dim(axis)], int):
+            return None
+        top = int(n.vmax)
+        pads = tuple((0, top - n) if k == d else (0, 0) for k in range(self.ndim))
+        cut = tuple((0, n) if k == d else None for k in range(self.ndim))
+        out = scan(self.pad(pads))
+        return tuple(o.shrink(cut) for o in out) if isinstance(out, tuple) else out.shrink(cut)
+
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        if (r := self._symbolic_scan(axis, lambda x: x.cumsum(axis))) is not None:
+            return _as("Tensor", r)
         return self._scan(axis, "sum")
 
     def cumprod(self: Tensor, axis: int = 0) -> Tensor:
+        if (r := self._symbolic_scan(axis, lambda x: x.cumprod(axis))) is not None:
+            return _as("Tensor", r)
         return self._scan(axis, "prod")
 
     def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running maximum, int32 index of its first occurrence) along axis."""
+        if (r := self._symbolic_scan(axis, lambda x: x.cummax(axis))) is not None:
+            return _as("tuple[Tensor, Tensor]", r)
         v = self._scan(axis, "max")
         return v, self._first_index_of(v, axis)
 
     def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running minimum, int32 index of its first occurrence) along axis."""
+        if (r := self._symbolic_scan(axis, lambda x: x.cummin(axis))) is not None:
+            return _as("tuple[Tensor, Tensor]", r)
         if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
             v = self.bitwise_not()._scan(axis, "max").bitwise_not()
         else:
@@ -370,6 +393,8 @@ class ReduceMixin:
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along axis, each prefix shifted by its own maximum: one shift for the whole axis
         underflows the prefixes far below the axis maximum to log(0) = -inf."""
+        if (r := self._symbolic_scan(axis, lambda x: x.logcumsumexp(axis))) is not None:
+            return _as("Tensor", r)
         x = self._float()
         d = x._resolve_dim(axis)
         if x.ndim == 0 or as_int(x.shape[d]) == 0:

@@ -119,6 +119,19 @@ def _own_constants(pending: Sequence[Tensor]) -> list[tuple[UOp, Any]]:
     return out
 
 
+class _TensorMeta(type):
+    """`Tensor.training` is the TRAINING setting itself (so Context(TRAINING=1), Tensor.train() and a direct
+    `Tensor.training = True` all agree); a property on the metaclass makes the class-level read and write live."""
+
+    @property
+    def training(cls) -> bool:
+        return bool(TRAINING)
+
+    @training.setter
+    def training(cls, mode: bool) -> None:
+        TRAINING.value = int(bool(mode))
+
+
 class Tensor(
     TensorBase,
     OperatorMixin,
@@ -130,6 +143,7 @@ class Tensor(
     IndexingMixin,
     NNMixin,
     RandomMixin,
+    metaclass=_TensorMeta,
 ):
     """A lazily computed n-dimensional array on a device. See the module docstring."""
 
@@ -139,8 +153,12 @@ class Tensor(
     requires_grad: bool | None
     # optimizers update params and only realize the others (buffers: BatchNorm statistics, step counters)
     is_param: bool
-    training: bool = False
     no_grad: bool = False
+
+    @property
+    def training(self) -> builtins.bool:
+        """Whether training mode is on (the TRAINING setting); `t.training` reads the same as `Tensor.training`."""
+        return builtins.bool(TRAINING)
 
     def __init__(
         self,
@@ -826,8 +844,8 @@ def _init_multi(t: Tensor, data: Any, device: Any, dtype: DTypeLike | None, requ
 
 
 def is_training() -> bool:
-    """Training mode: Tensor.training (set directly or by Tensor.train()) or the TRAINING setting."""
-    return bool(Tensor.training) or bool(TRAINING)
+    """Training mode: the TRAINING setting (which Tensor.training reads and writes, and Tensor.train() sets)."""
+    return bool(TRAINING)
 
 
 class train(contextlib.ContextDecorator):
@@ -837,14 +855,14 @@ class train(contextlib.ContextDecorator):
 
     def __init__(self, mode: bool = True) -> None:
         self.mode = mode
-        self.saved: list[tuple[bool, int]] = []
+        self.saved: list[int] = []
 
     def __enter__(self) -> None:
-        self.saved.append((Tensor.training, TRAINING.value))
-        Tensor.training, TRAINING.value = self.mode, int(self.mode)
+        self.saved.append(TRAINING.value)
+        TRAINING.value = int(self.mode)
 
     def __exit__(self, *exc: object) -> None:
-        Tensor.training, TRAINING.value = self.saved.pop()
+        TRAINING.value = self.saved.pop()
 
 
 # tinygrad's module-level names: `all_tensors` (weak references to every live Tensor, a view of speck.tensor.live)

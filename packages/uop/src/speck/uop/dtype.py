@@ -8,6 +8,7 @@ import enum
 import functools
 import math
 import struct
+import sys
 from typing import Any, Final, Literal, NamedTuple
 
 from speck.uop.errors import ImmutableError, SettingError, UOpTypeError, UOpValueError
@@ -325,6 +326,23 @@ class dtypes(metaclass=_DtypesMeta):
         if isinstance(x, (list, tuple)):
             return dtypes.as_concrete(max((dtypes.from_py(e) for e in x), default=dtypes.weakfloat))
         raise UOpTypeError(f"can't infer a dtype from {type(x).__name__} value {x!r}; expected bool, int or float")
+
+    @staticmethod
+    def from_np(x: Any) -> DType:
+        """The dtype of a numpy dtype or scalar type (`dtypes.from_np(np.float32) == dtypes.float32`; tinygrad's
+        older API). numpy is read from the caller's import (speck.uop does not depend on it)."""
+        np = sys.modules.get("numpy")
+        if np is None:
+            raise UOpTypeError(f"dtypes.from_np({x!r}): expected a numpy dtype, but numpy is not imported")
+        try:
+            name = np.dtype(x).name
+        except TypeError as e:
+            raise UOpTypeError(f"dtypes.from_np({x!r}): expected a numpy dtype or scalar type ({e})") from None
+        dt = _BY_NAME.get(name)
+        if dt is None or dt.is_weak:
+            raise UOpTypeError(f"dtypes.from_np: numpy dtype {name!r} has no speck equivalent; use a bool, int, "
+                               "uint or float dtype")  # fmt: skip
+        return dt
 
     @staticmethod
     def as_const(val: Any, dtype: DType) -> Any:

@@ -1,0 +1,84 @@
+"""tinygrad-parity leftovers: Tensor.training follows the TRAINING setting, dtypes.from_np, scans (cumsum/cumprod/
+cummax/cummin/logcumsumexp) over a symbolic dim, and edge shapes. Values are checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Context, Tensor, Variable, dtypes
+from speck.tensor.helpers import DEV
+from speck.uop.helpers import Target
+
+
+def test_training_attribute_follows_the_training_setting() -> None:
+    t = Tensor([1.0])
+    assert Tensor.training is False and t.training is False
+    with Context(TRAINING=1):
+        assert Tensor.training is True and t.training is True
+        with Tensor.test():
+            assert Tensor.training is False
+        assert Tensor.training is True
+    assert Tensor.training is False
+    with Tensor.train():
+        assert Tensor.training is True
+    # a direct write (older tinygrad code) is the setting: dropout sees it, and Context restores it
+    with Context(TRAINING=0):
+        Tensor.training = True
+        x = Tensor.ones(4000).dropout(0.5).numpy()
+        assert set(np.unique(x).tolist()) == {0.0, 2.0}
+    assert Tensor.training is False
+
+
+def test_dev_value_unset_is_one_empty_target() -> None:
+    with Context(DEV=""):
+        assert DEV.value == [Target()] and len(DEV.value) == 1
+        assert (DEV.device, DEV.renderer, DEV.arch, DEV.interface, DEV.indices) == ("",) * 5
+
+
+@pytest.mark.parametrize("np_dt", [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_])
+def test_dtypes_from_np(np_dt: type) -> None:
+    dt = dtypes.from_np(np_dt)
+    assert dt == dtypes.from_np(np.dtype(np_dt))
+    assert Tensor(np.zeros(3, dtype=np_dt)).dtype == dt
+
+
+def test_dtypes_from_np_refuses_kinds_speck_lacks() -> None:
+    with pytest.raises(TypeError, match="complex64"):
+        dtypes.from_np(np.complex64)
+
+
+def _full(t: Tensor, axis: int, top: int) -> np.ndarray:
+    """A tensor with a symbolic dim at axis, padded back to `top` (concrete) and read."""
+    n = t.shape[axis]
+    pads = tuple((0, top - n) if k == axis else (0, 0) for k in range(t.ndim))
+    return t.pad(pads).numpy()
+
+
+@pytest.mark.parametrize("k", [1, 5, 9])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scans_over_a_symbolic_dim(k: int, axis: int) -> None:
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((9, 9)).astype(np.float32) * 0.5 + 1.0
+    v = Variable("n", 1, 9).bind(k)
+    t = Tensor(a)[:v] if axis == 0 else Tensor(a)[:, :v]
+    ref = a[:k] if axis == 0 else a[:, :k]
+    np.testing.assert_allclose(_full(t.cumsum(axis), axis, 9)[: ref.shape[0], : ref.shape[1]],
+                               np.cumsum(ref, axis), rtol=1e-5, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(_full(t.cumprod(axis), axis, 9)[: ref.shape[0], : ref.shape[1]],
+                               np.cumprod(ref, axis), rtol=1e-4)  # fmt: skip
+    mx, idx = t.cummax(axis)
+    np.testing.assert_array_equal(_full(mx, axis, 9)[: ref.shape[0], : ref.shape[1]], np.maximum.accumulate(ref, axis))
+    want_idx = np.moveaxis(np.array([[int(np.argmax(row[: j + 1])) for j in range(row.shape[0])]
+                                     for row in np.moveaxis(ref, axis, -1)]), -1, axis)  # fmt: skip
+    np.testing.assert_array_equal(_full(idx, axis, 9)[: ref.shape[0], : ref.shape[1]], want_idx)
+    mn, _ = t.cummin(axis)
+    np.testing.assert_array_equal(_full(mn, axis, 9)[: ref.shape[0], : ref.shape[1]], np.minimum.accumulate(ref, axis))
+    np.testing.assert_allclose(_full(t.logcumsumexp(axis), axis, 9)[: ref.shape[0], : ref.shape[1]],
+                               np.logaddexp.accumulate(ref, axis), rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_scan_over_a_concrete_dim_of_a_symbolic_tensor() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor(a)[: Variable("r", 1, 3).bind(2)]
+    np.testing.assert_allclose(_full(t.cumsum(1), 0, 3)[:2], np.cumsum(a[:2], 1))
