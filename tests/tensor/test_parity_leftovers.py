@@ -82,3 +82,24 @@ def test_scan_over_a_concrete_dim_of_a_symbolic_tensor() -> None:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = Tensor(a)[: Variable("r", 1, 3).bind(2)]
     np.testing.assert_allclose(_full(t.cumsum(1), 0, 3)[:2], np.cumsum(a[:2], 1))
+
+
+@pytest.mark.parametrize("np_dt", [np.int32, np.int64, np.uint8])
+def test_reflected_shifts_take_the_tensor_as_the_amount(np_dt: type) -> None:
+    s = np.array([0, 1, 3, 7], dtype=np_dt)
+    r = 1 << Tensor(s)
+    assert r.dtype == dtypes.from_np(np_dt)
+    np.testing.assert_array_equal(r.numpy(), (np.ones(4, dtype=np_dt) << s))
+    np.testing.assert_array_equal((100 >> Tensor(s)).numpy(), np.full(4, 100, dtype=np_dt) >> s)
+    if np_dt is not np.uint8:
+        np.testing.assert_array_equal((-100 >> Tensor(s)).numpy(), np.full(4, -100, dtype=np_dt) >> s)
+
+
+def test_shift_by_a_float_amount_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="int shift amount"):
+        Tensor([1, 2]) << 1.5
+    with pytest.raises(RuntimeError, match="int shift amount"):
+        Tensor([1, 2]) >> Tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="int shift amount"):
+        1 << Tensor([1.0])
+    np.testing.assert_array_equal((Tensor([4, 8]) >> True).numpy(), [2, 4])  # a bool amount is 0 or 1

@@ -356,6 +356,10 @@ def shift(op: Ops, x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device) -> tuple
     """x << y (op SHL) or x >> y (SHR) in x's int dtype, with the result's device."""
     if not dtypes.is_int(x.dtype):
         raise TensorTypeError(f"{'lshift' if op is Ops.SHL else 'rshift'} needs an int tensor, got {x.dtype}")
+    ydt = y.dtype if hasattr(y, "dtype") else dtypes.from_py(y)
+    if not (dtypes.is_int(ydt) or ydt == dtypes.bool):  # (a float amount was cast to int: 1.5 shifted by 1)
+        raise TensorTypeError(f"{'lshift' if op is Ops.SHL else 'rshift'} needs an int shift amount, got {ydt}; "
+                              "cast it to an int dtype first")  # fmt: skip
     a, b, adev, _ = promote(x, xdev, y, ydev, match_dtype=False)
     return alu(op, a, cast(b, a.dtype)), adev
 

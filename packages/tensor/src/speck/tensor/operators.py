@@ -316,6 +316,18 @@ class OperatorMixin:
     def __rshift__(self: Tensor, y: Any) -> Tensor:
         return self._shift(Ops.SHR, y)
 
+    # `1 << t`, `256 >> t`: the Python int is the shifted value, the tensor the shift amounts (the int takes t's dtype)
+    def __rlshift__(self: Tensor, y: Any) -> Tensor:
+        return self._reverse_shift(Ops.SHL, y)
+
+    def __rrshift__(self: Tensor, y: Any) -> Tensor:
+        return self._reverse_shift(Ops.SHR, y)
+
+    def _reverse_shift(self: Tensor, op: Ops, y: Any) -> Any:
+        if not isinstance(y, int):
+            return NotImplemented
+        return type(self)(y, dtype=self.dtype if dtypes.is_int(self.dtype) else None)._shift(op, self)
+
     def where(self: Tensor, x: Any, y: Any) -> Tensor:
         """x where self is true, else y (broadcast; x and y promoted to a common dtype)."""
         if isinstance(x, _Tensor):
