@@ -318,14 +318,12 @@ class OperatorMixin:
 
     # `1 << t`, `256 >> t`: the Python int is the shifted value, the tensor the shift amounts (the int takes t's dtype)
     def __rlshift__(self: Tensor, y: Any) -> Tensor:
-        return self._reverse_shift(Ops.SHL, y)
+        return self._reverse_shift(Ops.SHL, y) if isinstance(y, int) else NotImplemented
 
     def __rrshift__(self: Tensor, y: Any) -> Tensor:
-        return self._reverse_shift(Ops.SHR, y)
+        return self._reverse_shift(Ops.SHR, y) if isinstance(y, int) else NotImplemented
 
-    def _reverse_shift(self: Tensor, op: Ops, y: Any) -> Any:
-        if not isinstance(y, int):
-            return NotImplemented
+    def _reverse_shift(self: Tensor, op: Ops, y: int) -> Tensor:
         return type(self)(y, dtype=self.dtype if dtypes.is_int(self.dtype) else None)._shift(op, self)
 
     def where(self: Tensor, x: Any, y: Any) -> Tensor:
