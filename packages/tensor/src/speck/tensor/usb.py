@@ -77,7 +77,10 @@ class UsbLink:
     descriptor fields), batches as one INDIRECT_BUFFER and one doorbell, waits on the compute timeline."""
 
     def __init__(self, gpu: UsbGpu, name: str) -> None:
+        from speck.usbgpu.errors import GpuFault, GpuHang
+
         self.gpu, self.name = gpu, name
+        self._stops: tuple[type[Exception], ...] = (GpuFault, GpuHang)  # how the driver reports a stopped queue
         self._codes: dict[AmdKernel, KernelCode] = {}
         self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
         self._guard = _SessionGuard(self)
@@ -186,12 +189,10 @@ class UsbLink:
         a note naming what it dropped), after the queue was restarted: the next operation runs. The buffers the
         dropped work was to write are marked undefined (_DroppedWork), so reading them raises instead of
         returning stale or foreign bytes."""
-        from speck.usbgpu.errors import GpuFault, GpuHang
-
         try:
             with self._guard:
                 self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
-        except (GpuFault, GpuHang) as e:
+        except self._stops as e:
             self._recover(e)
             raise
         self.done = max(self.done, value)
@@ -219,11 +220,9 @@ class UsbLink:
         return value
 
     def reset_queue(self) -> None:
-        from speck.usbgpu.errors import GpuFault, GpuHang
-
         try:  # a stop not yet reported is reported by its wait: that marks what it dropped, then restarts the queue
             self.wait(self.submitted)
-        except (GpuFault, GpuHang):
+        except self._stops:
             pass
         with self._guard:
             self.gpu.reset_queue()
@@ -254,7 +253,9 @@ class _DroppedWork:
         self._inflight: list[tuple[int, list[tuple[tuple[Any, ...], tuple[int, ...]]]]] = []  # (signal, launches)
         self._cleared: list[tuple[int, tuple[Any, ...]]] = []  # marks the pending launches took away
 
-    def launch(self, key: tuple[Any, ...], reads: Sequence[int], writes: Sequence[int], name: str, kernel: str) -> None:
+    def dispatch_built(
+        self, key: tuple[Any, ...], reads: Sequence[int], writes: Sequence[int], name: str, kernel: str
+    ) -> None:
         """A dispatch is being built: refuse it if it reads undefined bytes, note what it writes. A dispatch that
         writes what a dropped one would have (same key) makes those bytes defined again once it is submitted;
         later dispatches of the same submission already see them so."""
@@ -341,7 +342,7 @@ class _UsbProgram(AMDProgram):
 
     def packets(self, words: Sequence[int], global_size: Sequence[int]) -> Any:
         key = (self, tuple(words), tuple(global_size))  # (the program itself: names repeat, addresses get reused)
-        self.device.link.dropped.launch(
+        self.device.link.dropped.dispatch_built(
             key, [words[i] for i in self._reads], [words[i] for i in self._writes], self.device.name, self.name
         )
         return super().packets(words, global_size)
