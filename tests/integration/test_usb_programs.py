@@ -51,6 +51,7 @@ class TinyGPT:
     def __call__(self, idx: Tensor, start: int = 0, cache: tuple[Tensor, Tensor] | None = None,
                  dtype: DType = dtypes.float32) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
         b, t = idx.shape
+        assert isinstance(b, int) and isinstance(t, int)
         x = (self.tok(idx) + self.pos(Tensor.arange(start, start + t, device=idx.device).reshape(1, t))).cast(dtype)
         q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         if cache is not None and start:
