@@ -77,10 +77,7 @@ class UsbLink:
     descriptor fields), batches as one INDIRECT_BUFFER and one doorbell, waits on the compute timeline."""
 
     def __init__(self, gpu: UsbGpu, name: str) -> None:
-        from speck.usbgpu.errors import GpuFault, GpuHang
-
         self.gpu, self.name = gpu, name
-        self._stops: tuple[type[Exception], ...] = (GpuFault, GpuHang)  # how the driver reports a stopped queue
         self._codes: dict[AmdKernel, KernelCode] = {}
         self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
         self._guard = _SessionGuard(self)
@@ -192,7 +189,7 @@ class UsbLink:
         try:
             with self._guard:
                 self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
-        except self._stops as e:
+        except self.gpu.queue_stops as e:
             self._recover(e)
             raise
         self.done = max(self.done, value)
@@ -222,7 +219,7 @@ class UsbLink:
     def reset_queue(self) -> None:
         try:  # a stop not yet reported is reported by its wait: that marks what it dropped, then restarts the queue
             self.wait(self.submitted)
-        except self._stops:
+        except self.gpu.queue_stops:
             pass
         with self._guard:
             self.gpu.reset_queue()
