@@ -103,3 +103,48 @@ def test_shift_by_a_float_amount_is_refused() -> None:
     with pytest.raises(RuntimeError, match="int shift amount"):
         1 << Tensor([1.0])
     np.testing.assert_array_equal((Tensor([4, 8]) >> True).numpy(), [2, 4])  # a bool amount is 0 or 1
+
+
+_W = np.array([1, 2, 3, 4], dtype=np.int32)
+_WF = _W.astype(np.float32) * 2.5  # what the weak tensor reads as (weakfloat -> the default float)
+
+
+@pytest.mark.parametrize(
+    "name, op, ref",
+    [
+        ("getitem tensor", lambda w: w[Tensor([3, 0, 0])], lambda a: a[[3, 0, 0]]),
+        ("getitem list", lambda w: w[[1, 2]], lambda a: a[[1, 2]]),
+        ("gather", lambda w: w.gather(0, Tensor([2, 0])), lambda a: a[[2, 0]]),
+        ("sort", lambda w: (-w).sort()[0], lambda a: np.sort(-a)),
+        ("topk", lambda w: w.topk(2)[0], lambda a: np.sort(a)[::-1][:2]),
+        ("scatter", lambda w: w.scatter(0, Tensor([1]), 9.0), lambda a: np.where(np.arange(4) == 1, 9.0, a)),
+        (
+            "scatter_reduce",
+            lambda w: w.scatter_reduce(0, Tensor([0, 0]), Tensor([1.0, 2.0]), "sum"),
+            lambda a: a + np.array([3.0, 0, 0, 0]),
+        ),
+        ("masked_select", lambda w: w.masked_select(Tensor([True, False, True, False])), lambda a: a[[0, 2]]),
+        (
+            "masked_select sized",
+            lambda w: w.masked_select(Tensor([True, False, True, False]), size=3),
+            lambda a: np.array([a[0], a[2], 0.0]),
+        ),
+        (
+            "interpolate nearest",
+            lambda w: w.reshape(1, 1, 4).interpolate((8,), mode="nearest").flatten(),
+            lambda a: np.repeat(a, 2),
+        ),
+        ("diag", lambda w: w.diag(), np.diag),
+    ],
+)
+def test_weak_tensors_through_index_and_sort_ops(name: str, op: object, ref: object) -> None:
+    """A weak tensor (an int tensor times a float literal) has no storage; ops that gather, scatter or sort it
+    compute at its default dtype instead of refusing to build a weak-dtype buffer."""
+    got = op(Tensor(_W) * 2.5)  # type: ignore[operator]
+    assert got.dtype == dtypes.float32, name
+    np.testing.assert_allclose(got.numpy(), ref(_WF), rtol=1e-6)  # type: ignore[operator]
+
+
+def test_weak_zero_dim_masked_select() -> None:
+    np.testing.assert_array_equal(Tensor(3.0).masked_select(Tensor(True)).numpy(), np.array([3.0], np.float32))
+    np.testing.assert_array_equal(Tensor(7).masked_select(Tensor([True, False, True])).numpy(), [7, 7])

@@ -302,6 +302,7 @@ class IndexingMixin:
                   user_dims: list[int]) -> Tensor:  # fmt: skip
         """Apply integer-tensor indices at dims `adv` (numpy placement rules for the broadcast index shape); an index
         outside [-n, n) is an error (found on the device: speck.tensor.bounds)."""
+        self = self._concrete()  # (a weak tensor - an int tensor times 2.5 - is gathered at its default dtype)
         bshape = broadcast_shape(*[ix.shape for _, ix in adv])
         dims = [d for d, _ in adv]
         rest = [i for i in range(self.ndim) if i not in dims]
@@ -363,6 +364,7 @@ class IndexingMixin:
     def _take(self: Tensor, d: int, index: Tensor) -> Tensor:
         """gather along dim d without the bounds check or negative wrap: an index outside [0, n) reads 0 (what
         internal users that mark skipped elements with -1 rely on)."""
+        self = self._concrete()
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
@@ -399,6 +401,7 @@ class IndexingMixin:
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
         """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node. An
         index outside [0, n) is an error, found on the device (speck.tensor.bounds; with CHECK_OOB=0 it is ignored)."""
+        self = self._concrete()
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
             raise TensorValueError(f"scatter: index has {index.ndim} dims, self has {self.ndim} (shape {self.shape})")
@@ -484,6 +487,7 @@ class IndexingMixin:
         tensor_args("masked_select", "mask", (mask,), type(self))
         if mask.dtype != dtypes.bool:
             raise TensorTypeError(f"masked_select needs a bool mask, got {mask.dtype}; compare first (e.g. x != 0)")
+        self = self._concrete()
         sh = broadcast_shape(self.shape, mask.shape)
         x, m = self._broadcast_to(sh).flatten(), mask._broadcast_to(sh).flatten()
         if size is not None:

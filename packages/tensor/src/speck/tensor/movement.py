@@ -587,6 +587,7 @@ class MovementMixin:
             raise TensorValueError(f"diag needs a 1-D tensor, got shape {self.shape}; use diagonal() for the diagonal "
                                    "of a matrix")  # fmt: skip
         n = as_int(self.shape[0])
+        self = self._concrete()  # (eye takes self's dtype: a weak one has no storage)
         out = self.unsqueeze(1) * type(self).eye(n, dtype=self.dtype, device=self.device)
         if diagonal > 0:
             out = out.pad(((0, diagonal), (diagonal, 0)))

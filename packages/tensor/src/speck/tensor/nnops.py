@@ -336,6 +336,7 @@ class NNMixin:
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         # int images interpolate linearly in float32 and are cast back at the end (in uint8, hi - lo wraps and the
         # fraction truncates to 0)
+        self = self._concrete()
         x = self.cast(dtypes.float32) if mode == "linear" and not dtypes.is_float(self.dtype) else self
         size = _pair(size, 1, "interpolate size")
         nsp = len(size)

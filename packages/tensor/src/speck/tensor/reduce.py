@@ -410,6 +410,7 @@ class ReduceMixin:
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
         descending = flag("sort", "descending", descending)
+        self = self._concrete()
         if self.ndim == 0:
             return self, type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
