@@ -148,3 +148,11 @@ def test_weak_tensors_through_index_and_sort_ops(name: str, op: object, ref: obj
 def test_weak_zero_dim_masked_select() -> None:
     np.testing.assert_array_equal(Tensor(3.0).masked_select(Tensor(True)).numpy(), np.array([3.0], np.float32))
     np.testing.assert_array_equal(Tensor(7).masked_select(Tensor([True, False, True])).numpy(), [7, 7])
+
+
+def test_weak_tensors_through_linalg() -> None:
+    a = np.array([[2, 1], [1, 3]], dtype=np.int32)
+    q, r = (Tensor(a) * 0.5).qr()
+    assert q.dtype == dtypes.float32
+    np.testing.assert_allclose((q @ r).numpy(), a * 0.5, atol=1e-5)
+    np.testing.assert_allclose((Tensor(a) * 0.5).svd()[1].numpy(), np.linalg.svd(a * 0.5)[1], rtol=1e-5)

@@ -492,15 +492,15 @@ class ReduceMixin:
 
     def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """(Q, R) by Householder reflections (batched over leading dims)."""
-        return qr(self)
+        return qr(self._concrete())  # (weak input: computed at its default dtype, like the reductions)
 
     def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
-        return svd(self, flag("svd", "full_matrices", full_matrices))
+        return svd(self._concrete(), flag("svd", "full_matrices", full_matrices))
 
     def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
         """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""
-        return newton_schulz(self, steps, params, eps)
+        return newton_schulz(self._concrete(), steps, params, eps)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
         if reverse and not hasattr(x, "uop"):  # (x.dot of an int: an AttributeError)
