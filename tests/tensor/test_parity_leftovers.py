@@ -156,3 +156,19 @@ def test_weak_tensors_through_linalg() -> None:
     assert q.dtype == dtypes.float32
     np.testing.assert_allclose((q @ r).numpy(), a * 0.5, atol=1e-5)
     np.testing.assert_allclose((Tensor(a) * 0.5).svd()[1].numpy(), np.linalg.svd(a * 0.5)[1], rtol=1e-5)
+
+
+def test_masked_fill_promotes_like_where() -> None:
+    """masked_fill(mask, value) is mask.where(value, self): an int tensor filled with 1.5 holds 1.5 (it was cast to
+    the int dtype: 1), an int value keeps the int dtype, a half tensor stays half."""
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    m = x > 2
+    got = Tensor(x).masked_fill(Tensor(m), 1.5)
+    np.testing.assert_array_equal(got.numpy(), np.where(m, 1.5, x).astype(np.float32))
+    assert dtypes.is_float(got.dtype)
+    ints = Tensor(x).masked_fill(Tensor(m), 7)
+    assert ints.dtype == dtypes.int32
+    np.testing.assert_array_equal(ints.numpy(), np.where(m, 7, x))
+    half = Tensor(x.astype(np.float16)).masked_fill(Tensor(m), -np.inf)
+    assert half.dtype == dtypes.half
+    np.testing.assert_array_equal(half.numpy(), np.where(m, -np.inf, x).astype(np.float16))

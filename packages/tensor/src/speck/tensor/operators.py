@@ -343,8 +343,9 @@ class OperatorMixin:
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
         if not isinstance(mask, _Tensor):  # ("'int' object has no attribute 'where'")
             raise TensorTypeError(f"masked_fill: the mask must be a bool Tensor, got {type(mask).__name__}")
-        v = value if isinstance(value, _Tensor) else type(self)(value, device=self.device, dtype=self.dtype)
-        return mask.where(v.cast(self.dtype), self)
+        # mask.where(value, self): value and self promote together (an int tensor filled with 1.5 is weakfloat, as
+        # `int_t + 1.5` is; casting the value to self's dtype made it 1 silently)
+        return mask.where(value, self)
 
     def neg(self: Tensor) -> Tensor:
         return self._unary(ew.neg)
