@@ -59,7 +59,6 @@ from speck.tensor.settings import (
 from speck.uop import DEBUG, GroupOp, Ops, UOp
 from speck.uop.helpers import prod
 from speck.uop.symbolic import sym_infer
-from speck.uop.uop import register_service
 
 
 # ---------------- buffers ----------------
@@ -85,7 +84,11 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
                                "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
-register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+def attach_storage(view: UOp) -> None:
+    """Give the BUFFER a realized view reads its hcq Buffer now if it has none yet (a Tensor.empty's, a region of
+    another buffer's memory), so `t.uop.buffer` (which only reads speck.uop's table, buffer_map) finds it."""
+    if (b := view.base).op is Ops.BUFFER and _ref(b) not in buffer_map_data:
+        get_buffer(b)
 
 
 _buffer_node, _next_unique = UOp.buffer_node, next_unique()
@@ -489,6 +492,7 @@ def realize_graph(u: UOp, device: str) -> UOp:
             return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)
     items, view = schedule_with_cache(u, device, found)
     execute(items)
+    attach_storage(view)
     return view
 
 
@@ -592,6 +596,7 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
         items, views = schedule_targets(targets)
     execute(items)
     for (u, _), v in zip(targets, views):
+        attach_storage(v)
         if u is not v and not is_const_graph(u) and not reads_external(u):
             realized_cache[u] = v
     return views
