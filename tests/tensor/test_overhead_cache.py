@@ -6,6 +6,7 @@ writes, deferred updates, sharded inputs and cleared caches between calls, each 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -338,3 +339,39 @@ def test_usable_cores_is_read_once_and_refreshable() -> None:
 
     n = usable_cores()
     assert n == refresh_usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_warm_ops_take_back_the_previous_output_only_when_nothing_holds_it() -> None:
+    """A warm plan keeps its small output's Buffer for the next run and takes it back only once its tensor, every
+    view of it and every holder of the Buffer are gone: live results never share memory (checked against numpy)."""
+    rng = np.random.default_rng(3)
+    bn = rng.standard_normal(6).astype(np.float32)
+    b = Tensor(bn).realize()
+    xs = [rng.standard_normal(6).astype(np.float32) for _ in range(12)]
+    for _ in range(3):
+        (Tensor(xs[0]).realize() * b).realize()  # the plan is warm
+    kept, views, bufs = [], [], []
+    for i, x in enumerate(xs):
+        out = (Tensor(x).realize() * b).realize()
+        if i % 3 == 0:
+            kept.append((i, out))
+        elif i % 3 == 1:
+            views.append((i, out.reshape(2, 3)))  # a view holds the BUFFER, so the Buffer
+        else:
+            bufs.append((i, out.uop.buffer))  # the Buffer itself, held without its tensor
+        del out
+    for i, t in kept:
+        np.testing.assert_array_equal(t.numpy(), xs[i] * bn)
+    for i, v in views:
+        np.testing.assert_array_equal(v.numpy(), (xs[i] * bn).reshape(2, 3))
+    for i, hb in bufs:
+        np.testing.assert_array_equal(hb.numpy().view(np.float32), xs[i] * bn)
+    assert len({id(t.uop.buffer) for _, t in kept} | {id(v.uop.buffer) for _, v in views} | {id(h) for _, h in bufs}) \
+        == len(xs)  # fmt: skip
+    x0 = Tensor(xs[0]).realize()
+    first = (x0 * b).realize()
+    gone = weakref.ref(first.uop.buffer)
+    del first
+    again = (x0 * b).realize()
+    assert again.uop.buffer is gone()  # the dead output's Buffer (and memory) is used again
+    np.testing.assert_array_equal(again.numpy(), xs[0] * bn)

@@ -16,6 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from sys import getrefcount as _getrefcount
 from typing import Any
 from weakref import ref as _ref
 
@@ -28,7 +29,9 @@ from speck.codegen.numeric import storage_np
 from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import Device
 from speck.hcq import runner as _runner
+from speck.hcq.allocator import SpareBuffers
 from speck.hcq.runner import Copy, Exec, Host, Plan
+from speck.hcq.settings import LRU as _KEEP_FREED
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
@@ -92,6 +95,9 @@ def attach_storage(view: UOp) -> None:
 
 
 _buffer_node, _next_unique = UOp.buffer_node, next_unique()
+# the largest fresh buffer (bytes) a warm plan keeps from one run to the next (speck.hcq.allocator.SpareBuffers): a
+# small op's output Buffer and allocation cost more than its kernel; a big one's memory is not kept beside the LRU
+SPARE_MAX_BYTES = 1 << 16
 # the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
 # WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
 # keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
@@ -463,7 +469,12 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
     # (the fresh buffers to make, the output's slot, its BUFFER node's device node, size and dtype, and the shape
     # to view it as when that is not its flat size)
     view = None if sched.shape == (n,) else sched.shape
-    sched.warm = (sched.fresh, nin + ~sched.out_ref, device_node(d), n, dt, view)
+    # each small fresh buffer's spare: the Buffer (and memory) of the previous run, taken again when nothing holds
+    # it any more (SPARE_MAX_BYTES: a bigger buffer's allocation costs little beside its kernel, and is not kept)
+    made = tuple((dev, size, dtype, SpareBuffers() if int(size) * dtype.itemsize <= SPARE_MAX_BYTES else None)
+                 for dev, size, dtype in sched.fresh)  # fmt: skip
+    spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if m[3] is not None)
+    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares)
     return plan
 
 
@@ -480,13 +491,25 @@ def realize_graph(u: UOp, device: str) -> UOp:
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
-            fresh, out_slot, dev_node, n, dt, shape = sched.warm
+            fresh, out_slot, dev_node, n, dt, shape, spares = sched.warm
             if MAX_BUFFER_SIZE.value:
-                for d, size, dtype in fresh:
+                for d, size, dtype, _ in fresh:
                     check_buffer_size(size, dtype, d)
-            for d, size, dtype in fresh:
+            for d, size, dtype, spare in fresh:
+                if spare:  # the previous run's Buffer, when nothing else holds it any more
+                    try:
+                        hb = spare.pop()
+                    except IndexError:  # (another thread took it)
+                        pass
+                    else:
+                        if _getrefcount(hb) == 2:  # (hb and the argument: its tensor and views of it are gone)
+                            bufs.append(hb)
+                            continue
                 bufs.append(_HcqBuffer(d, size, dtype))
             _runner.run(plan, bufs)
+            if _KEEP_FREED.value:  # (LRU=0: memory goes back when its tensor dies, not kept by the plan either)
+                for k, spare in spares:
+                    spare.append(bufs[k])
             out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
             data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
             return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)
