@@ -375,3 +375,34 @@ def test_warm_ops_take_back_the_previous_output_only_when_nothing_holds_it() -> 
     again = (x0 * b).realize()
     assert again.uop.buffer is gone()  # the dead output's Buffer (and memory) is used again
     np.testing.assert_array_equal(again.numpy(), xs[0] * bn)
+
+
+def test_warm_ops_on_threads_never_share_an_output() -> None:
+    """Threads running one warm plan at once each take a spare Buffer only when nothing holds it (the pool's pop is
+    atomic): every result, kept or dropped, is its own inputs' sum."""
+    import threading
+
+    b = Tensor(np.arange(8, dtype=np.float32)).realize()
+    (Tensor(np.ones(8, np.float32)).realize() + b).realize()  # warm
+    errors: list[str] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        kept = []
+        for i in range(200):
+            x = rng.standard_normal(8).astype(np.float32)
+            out = (Tensor(x).realize() + b).realize()
+            if i % 4 == 0:
+                kept.append((x, out))
+            elif not np.array_equal(out.numpy(), x + np.arange(8, dtype=np.float32)):
+                errors.append(f"thread {seed}: op {i}")
+        for x, out in kept:
+            if not np.array_equal(out.numpy(), x + np.arange(8, dtype=np.float32)):
+                errors.append(f"thread {seed}: a kept result changed")
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
