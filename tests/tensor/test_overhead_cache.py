@@ -406,3 +406,51 @@ def test_warm_ops_on_threads_never_share_an_output() -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@settings(deadline=None, max_examples=25)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=24), st.integers(0, 2**31 - 1))
+def test_warm_outputs_taken_back_never_change_a_live_value(actions: list[int], seed: int) -> None:
+    """A warm plan takes its previous output (BUFFER node and Buffer) back only when nothing holds either: whatever
+    the results went through (kept, viewed, their Buffer held, assigned into, assigned from, used as a TinyJit input,
+    pickled, dropped), every live one still reads its own value (against numpy) after more runs of the plan."""
+    import pickle
+
+    from speck.tensor import TinyJit
+
+    rng = np.random.default_rng(seed)
+    bn = np.arange(6, dtype=np.float32)
+    b = Tensor(bn).realize()
+
+    @TinyJit
+    def twice(t: Tensor) -> Tensor:
+        return (t * 2).contiguous()
+
+    live: list[tuple[Any, np.ndarray]] = []  # (tensor or Buffer, expected values)
+    for act in actions:
+        x = rng.standard_normal(6).astype(np.float32)
+        out = (Tensor(x).realize() + b).realize()
+        want = x + bn
+        if act == 1:
+            live.append((out, want))
+        elif act == 2:
+            live.append((out.reshape(2, 3), want.reshape(2, 3)))
+        elif act == 3:
+            live.append((out.uop.buffer, want))
+        elif act == 4 and live and isinstance(live[0][0], Tensor) and live[0][0].shape == (6,):
+            live[0][0].assign(out).realize()  # an older result takes this one's value (and maybe its memory)
+            live[0] = (live[0][0], want)
+        elif act == 5:
+            y = rng.standard_normal(6).astype(np.float32)
+            out.assign(Tensor(y)).realize()
+            live.append((out, y))
+        elif act == 6:
+            np.testing.assert_array_equal(twice(out).numpy(), want * 2)
+        elif act == 7:
+            live.append((pickle.loads(pickle.dumps(out)), want))
+        del out
+    for _ in range(3):
+        (Tensor(rng.standard_normal(6).astype(np.float32)).realize() + b).realize()
+    for obj, want in live:
+        got = obj.numpy() if isinstance(obj, Tensor) else obj.numpy().view(np.float32)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)

@@ -44,12 +44,13 @@ MEMORY = _GlobalMemory()
 
 
 class SpareBuffers(list):  # type: ignore[type-arg]
-    """Buffers their maker keeps from one run to the next to use again, with their memory: speck.tensor's warm eager
-    path keeps each op's output here, and the next run of the same plan takes it back (`pop`, then
-    `sys.getrefcount(b) == 2`: nothing else holds it) instead of making a Buffer and allocating, and freeing both
-    when the output dies. A Buffer here that nothing else holds is parked: not live memory. `mem_used` readers and
-    an allocation that runs short release the parked ones (release_spares), so the books count what is in use.
-    `pop`/`append` are list's own (atomic under the GIL: two threads never take one Buffer)."""
+    """Buffers (or objects whose death frees Buffers: speck.tensor keeps an output's BUFFER node, whose entry names
+    its Buffer) that their maker keeps from one run to the next to use again, with their memory: a warm eager plan
+    keeps what a run made here, and its next run takes it back (`pop`, then `sys.getrefcount(x) == 2`: nothing else
+    holds it) instead of making a Buffer and allocating, and freeing both when the result dies. One here that
+    nothing else holds is parked: not live memory. `mem_used` readers and an allocation that runs short release the
+    parked ones (release_spares), so the books count what is in use. `pop`/`append` are list's own (atomic under
+    the GIL: two threads never take one)."""
 
     __slots__ = ("__weakref__",)
 
@@ -71,7 +72,7 @@ _spares: weakref.WeakSet[SpareBuffers] = weakref.WeakSet()
 
 
 def release_spares() -> None:
-    """Drop every parked spare Buffer (held by its SpareBuffers list only): its finalizer frees its memory."""
+    """Drop every parked spare (held by its SpareBuffers list only): its death frees its memory."""
     for spares in list(_spares):
         kept = []
         while True:

@@ -98,6 +98,7 @@ _buffer_node, _next_unique = UOp.buffer_node, next_unique()
 # the largest fresh buffer (bytes) a warm plan keeps from one run to the next (speck.hcq.allocator.SpareBuffers): a
 # small op's output Buffer and allocation cost more than its kernel; a big one's memory is not kept beside the LRU
 SPARE_MAX_BYTES = 1 << 16
+_OUT: Any = object()  # (marks the output's place among a warm plan's fresh buffers: its spare is its node)
 # the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
 # WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
 # keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
@@ -471,10 +472,15 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
     view = None if sched.shape == (n,) else sched.shape
     # each small fresh buffer's spare: the Buffer (and memory) of the previous run, taken again when nothing holds
     # it any more (SPARE_MAX_BYTES: a bigger buffer's allocation costs little beside its kernel, and is not kept)
-    made = tuple((dev, size, dtype, SpareBuffers() if int(size) * dtype.itemsize <= SPARE_MAX_BYTES else None)
-                 for dev, size, dtype in sched.fresh)  # fmt: skip
-    spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if m[3] is not None)
-    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares)
+    # The output's spare is its BUFFER node (with the Buffer buffer_map gives it): a node nothing holds any more is
+    # the output again, with its entry, so no node, UNIQUE or entry is made and collected per op either
+    keep = [int(size) * dtype.itemsize <= SPARE_MAX_BYTES for _, size, dtype in sched.fresh]
+    out_spare = SpareBuffers() if keep[~sched.out_ref] else None
+    keep[~sched.out_ref] = False
+    made = tuple((dev, size, dtype, _OUT if k == ~sched.out_ref else SpareBuffers() if kept else None)
+                 for k, ((dev, size, dtype), kept) in enumerate(zip(sched.fresh, keep)))  # fmt: skip
+    spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if isinstance(m[3], SpareBuffers))
+    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare)
     return plan
 
 
@@ -491,27 +497,45 @@ def realize_graph(u: UOp, device: str) -> UOp:
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
-            fresh, out_slot, dev_node, n, dt, shape, spares = sched.warm
+            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare = sched.warm
             if MAX_BUFFER_SIZE.value:
                 for d, size, dtype, _ in fresh:
                     check_buffer_size(size, dtype, d)
+            out = None
+            if out_spare:  # the previous run's output node, when nothing holds it or its Buffer any more
+                try:
+                    out = out_spare.pop()
+                except IndexError:  # (another thread took it)
+                    pass
+                else:  # (out, out_hb and the arguments; out_hb's third: buffer_map's entry, which out keeps)
+                    out_hb = data.get(_ref(out))
+                    if _getrefcount(out) != 2 or type(out_hb) is not _HcqBuffer or _getrefcount(out_hb) != 3:
+                        out = None
             for d, size, dtype, spare in fresh:
-                if spare:  # the previous run's Buffer, when nothing else holds it any more
-                    try:
-                        hb = spare.pop()
-                    except IndexError:  # (another thread took it)
-                        pass
-                    else:
-                        if _getrefcount(hb) == 2:  # (hb and the argument: its tensor and views of it are gone)
-                            bufs.append(hb)
+                if spare:
+                    if spare is _OUT:
+                        if out is not None:
+                            bufs.append(out_hb)
                             continue
+                    else:  # the previous run's Buffer, when nothing else holds it any more
+                        try:
+                            hb = spare.pop()
+                        except IndexError:  # (another thread took it)
+                            pass
+                        else:
+                            if _getrefcount(hb) == 2:  # (hb and the argument: its tensor and views of it are gone)
+                                bufs.append(hb)
+                                continue
                 bufs.append(_HcqBuffer(d, size, dtype))
             _runner.run(plan, bufs)
+            if out is None:
+                out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
+                data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
             if _KEEP_FREED.value:  # (LRU=0: memory goes back when its tensor dies, not kept by the plan either)
+                if out_spare is not None:
+                    out_spare.append(out)
                 for k, spare in spares:
                     spare.append(bufs[k])
-            out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
-            data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
             return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)
     items, view = schedule_with_cache(u, device, found)
     execute(items)
