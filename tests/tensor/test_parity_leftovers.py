@@ -172,3 +172,22 @@ def test_masked_fill_promotes_like_where() -> None:
     half = Tensor(x.astype(np.float16)).masked_fill(Tensor(m), -np.inf)
     assert half.dtype == dtypes.half
     np.testing.assert_array_equal(half.numpy(), np.where(m, -np.inf, x).astype(np.float16))
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("np_dt", [np.float32, np.int32, np.bool_])
+def test_sort_along_a_symbolic_dim(k: int, descending: bool, np_dt: type) -> None:
+    """Padding that sorts last (+NaN / -inf for floats, the dtype's max / min for ints and bools) keeps the real
+    elements first, ties in their original order (stable), so values and indices match numpy's stable sort."""
+    rng = np.random.default_rng(k)
+    a = (rng.integers(-3, 4, (2, 8)) if np_dt is not np.float32 else rng.standard_normal((2, 8))).astype(np_dt)
+    if np_dt is np.float32:
+        a[0, 0] = a[0, 1] = -np.inf  # ties at the pad value of a descending sort
+    v = Variable("L", 1, 8).bind(k)
+    vals, idx = Tensor(a)[:, :v].sort(1, descending)
+    ref = a[:, :k]
+    order = np.argsort(~ref if np_dt is np.bool_ and descending else -ref if descending else ref, 1, kind="stable")
+    np.testing.assert_array_equal(_full(idx, 1, 8)[:, :k], order)
+    np.testing.assert_array_equal(_full(vals, 1, 8)[:, :k], np.take_along_axis(ref, order, 1))
+    np.testing.assert_array_equal(_full(Tensor(a)[:, :v].argsort(1, descending), 1, 8)[:, :k], order)

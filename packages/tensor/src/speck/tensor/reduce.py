@@ -336,17 +336,17 @@ class ReduceMixin:
         r = inner + before if op == "sum" else inner * before if op == "prod" else inner.maximum(before)
         return r.reshape(*lead, nb * b)[..., :n]
 
-    def _symbolic_scan(self: Tensor, axis: int, scan: Callable[[Tensor], Any]) -> Any:
+    def _symbolic_scan(self: Tensor, axis: int, scan: Callable[[Tensor], Any], fill: Any = 0) -> Any:
         """`scan(self)` for a scan along axis, also when that dim is symbolic (a bound Variable, as in a KV cache):
-        the axis is padded to its upper bound, scanned at that concrete size, and cut back. The scans are inclusive
-        prefixes, so the padding (after the real elements) never reaches the kept ones. None when the dim is
-        concrete (the caller scans directly)."""
+        the axis is padded (with `fill`) to its upper bound, scanned at that concrete size, and cut back. The scans
+        are inclusive prefixes, so the padding (after the real elements) never reaches the kept ones; a sort pads
+        with a value that sorts last. None when the dim is concrete (the caller scans directly)."""
         if self.ndim == 0 or isinstance(n := self.shape[d := self._resolve_dim(axis)], int):
             return None
         top = int(n.vmax)
         pads = tuple((0, top - n) if k == d else (0, 0) for k in range(self.ndim))
         cut = tuple((0, n) if k == d else None for k in range(self.ndim))
-        out = scan(self.pad(pads))
+        out = scan(self.pad(pads, value=fill))
         return tuple(o.shrink(cut) for o in out) if isinstance(out, tuple) else out.shrink(cut)
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
@@ -411,6 +411,11 @@ class ReduceMixin:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
         descending = flag("sort", "descending", descending)
         self = self._concrete()
+        # along a symbolic dim: pad with what sorts after every real value (stable, so real ties stay first)
+        last: Any = (dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)) if not dtypes.is_float(
+            self.dtype) else (-math.inf if descending else math.nan)  # fmt: skip
+        if (r := self._symbolic_scan(dim, lambda x: x.sort(dim, descending), last)) is not None:
+            return _as("tuple[Tensor, Tensor]", r)
         if self.ndim == 0:
             return self, type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
