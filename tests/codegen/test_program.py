@@ -209,3 +209,28 @@ def test_estimates_of_a_loop_bounded_by_an_outer_index_are_upper_bounds() -> Non
         for core_range in ((0, 3), (3, 8)):
             run(p.uops, [buf, np.arange(8, dtype=np.float32)], {}, core_range)
         np.testing.assert_array_equal(buf.reshape(8, 8), ref)
+
+
+@pytest.mark.parametrize("was_on", [True, False])
+def test_gc_paused_nests_and_restores_the_collector_once(was_on: bool) -> None:
+    """A batch of kernels lowered inside one gc_paused() block keeps the collector off across all of them (each
+    to_program's own block is nested, so it must not turn collection back on), and the outermost block restores
+    what it found."""
+    import gc
+
+    from speck.codegen.program import gc_paused
+
+    before = gc.isenabled()
+    (gc.enable if was_on else gc.disable)()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+            spec = to_program(scale_kernel(), PythonRenderer())  # pauses and resumes inside
+            assert not gc.isenabled()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled() == was_on
+        assert spec.src
+    finally:
+        (gc.enable if before else gc.disable)()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -284,19 +285,29 @@ def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int
     return tuple(dims("gidx")), tuple(local)
 
 
+_gc_pause_lock = threading.Lock()
+_gc_pause_depth = [0, False]  # open gc_paused() blocks, and whether the outermost one found collection on
+
+
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Lowering builds tens of thousands of short-lived nodes, and the cyclic collector's passes over them (and over
     every live object, for the oldest generation) took ~8% of a cold CNN step's lowering while freeing nothing: UOp
-    graphs are acyclic and die by reference counting. Collection resumes (if it was on) once the kernel is done."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    graphs are acyclic and die by reference counting. Collection resumes (if it was on) when the outermost block
+    ends: a caller lowering a batch of kernels wraps the whole batch, so the collector runs once after it instead of
+    after every kernel (each of those passes walked every node the kernels before had left alive)."""
+    with _gc_pause_lock:
+        if _gc_pause_depth[0] == 0:
+            _gc_pause_depth[1] = gc.isenabled()
+            gc.disable()
+        _gc_pause_depth[0] += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _gc_pause_lock:
+            _gc_pause_depth[0] -= 1
+            if _gc_pause_depth[0] == 0 and _gc_pause_depth[1]:
+                gc.enable()
 
 
 def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True,
@@ -320,7 +331,7 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     else:
         # BEAM times a candidate kernel by rendering it (with its opts fixed) and handing the ProgramSpec to beam_timer
         kernel_timer = (lambda cand: float(beam_timer(to_program(cand, renderer)))) if beam_timer is not None else None
-        with _gc_paused():
+        with gc_paused():
             uops = full_rewrite_to_sink(ast, renderer, optimize=optimize, beam_timer=kernel_timer, beam_tag=beam_tag)
             t1 = time.perf_counter()
             src = renderer.render(uops)
@@ -357,6 +368,7 @@ __all__ = [
     "ProgramSpec",
     "buffer_args",
     "estimate",
+    "gc_paused",
     "global_size",
     "launch_size",
     "reads_only_where_it_stores",
