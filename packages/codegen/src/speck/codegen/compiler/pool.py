@@ -19,8 +19,7 @@ rebuilds the compiler from the recipe, checks that its `flags` (the cache key's 
 CPU, features, passes) equal the parent's, and then answers (recipe, source, cache entry to write) -> object bytes
 in order. Objects are byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same
 CompileError. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
-lane compiles in this
-process (so a result is never different, only slower)."""
+lane compiles in this process (so a result is never different, only slower)."""
 
 from __future__ import annotations
 
