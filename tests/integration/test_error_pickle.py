@@ -18,7 +18,7 @@ MODULES = ("speck.uop.errors", "speck.codegen.errors", "speck.hcq.errors", "spec
 
 def _sample(annotation: str, name: str) -> Any:
     """A value for a constructor parameter, chosen from its (string) annotation."""
-    from speck.codegen.cache.store import EntryProblem
+    from speck.codegen.errors import EntryProblem
     from speck.uop import Ops, dtypes
 
     kind = annotation.replace(" | None", "").strip()

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from speck.tensor import Context, GlobalCounters, Tensor
-from speck.tensor import schedule as sched
+from speck.tensor import Context, GlobalCounters, Tensor, fusion
 
 
 @pytest.fixture
@@ -56,7 +55,7 @@ def test_the_cut_depth_does_not_change_values(monkeypatch: pytest.MonkeyPatch, l
     data = np.linspace(-3, 3, 7).astype(np.float32)
     with Context(SCACHE=0):  # (both runs planned afresh, not taken from the schedule cache)
         want = _chain(Tensor(data), 6).numpy()
-        monkeypatch.setattr(sched, "FUSE_DEPTH_LIMIT", limit)
+        monkeypatch.setattr(fusion, "FUSE_DEPTH_LIMIT", limit)
         GlobalCounters.reset()
         got = _chain(Tensor(data), 6).numpy()
     assert GlobalCounters.kernel_count > 1
@@ -75,7 +74,7 @@ def test_the_cut_stays_on_its_kernels_device(monkeypatch: pytest.MonkeyPatch) ->
     """The depth walk stops at a COPY: a chain computed on CPU:1 and copied to CPU is not cut into CPU kernels
     reading CPU:1 buffers (a sharded TinyJit training step failed with ProgramArgumentError)."""
     data = np.linspace(-3, 3, 7).astype(np.float32)
-    monkeypatch.setattr(sched, "FUSE_DEPTH_LIMIT", 4)
+    monkeypatch.setattr(fusion, "FUSE_DEPTH_LIMIT", 4)
     with Context(SCACHE=0):
         got = (_chain(Tensor(data, device="CPU:1"), 4).to("CPU") + 1).numpy()
     want = _chain_np(data.astype(np.float64), 4)[0] + 1

@@ -1,5 +1,5 @@
 """Unrolled recurrences: a large value that one kernel computed fused gets a buffer of its own when another kernel
-reaches it (schedule.SHARED_FUSE_LIMIT), so an LSTM trained through time schedules kernels whose total size grows
+reaches it (fusion.SHARED_FUSE_LIMIT), so an LSTM trained through time schedules kernels whose total size grows
 linearly in the number of steps (each c_t was recomputed, with the chain below it, in every kernel reaching it)."""
 
 from __future__ import annotations

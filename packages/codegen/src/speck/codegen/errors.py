@@ -6,12 +6,13 @@ tool boundary (a compiler, objdump) carry the tool's own diagnostics."""
 
 from __future__ import annotations
 
+import pathlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from speck.uop.errors import reduce_error
 
 if TYPE_CHECKING:
-    from speck.codegen.cache.store import EntryProblem
     from speck.uop import DType, Ops
 
 
@@ -105,6 +106,19 @@ class UnknownBackendError(CodegenError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class EntryProblem:
+    """Why an entry file can't be used. `old` is True for entries written by an older format or payload version
+    (expected after an upgrade), False for damage (truncation, bit rot, a foreign or moved file)."""
+
+    path: pathlib.Path
+    reason: str
+    old: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
 
 
 class CacheEntryError(CodegenError):

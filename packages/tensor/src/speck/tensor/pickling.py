@@ -20,7 +20,7 @@ Exchange weights as safetensors (nn.state.safe_save / safe_load), which hold onl
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,9 +32,6 @@ from speck.tensor.tensor_pickle import _GraphRecord, _record, load_sharded, load
 from speck.tensor.tensor_pickle import _load_buffer as _load_buffer
 from speck.tensor.tensor_pickle import _load_graph as _load_graph
 from speck.uop import Ops, UOp
-
-if TYPE_CHECKING:
-    from speck.tensor.jit import TinyJit
 
 
 # ---------------- the loaders older pickles name (they carry no class: they load as Tensor) ----------------
@@ -54,7 +51,16 @@ def _load_tensor(u: UOp | _GraphRecord, device: str | None, requires_grad: bool 
 
 
 # ---------------- TinyJit ----------------
-def reduce_jit(jit: TinyJit[Any]) -> tuple[Any, ...]:
+class _Jit(Protocol):
+    """What pickling reads of a TinyJit (a protocol, so this module need not import jit.py, which imports it)."""
+
+    fxn: Any
+    captured: Any
+    cnt: int
+    prune: bool
+
+
+def reduce_jit(jit: _Jit) -> tuple[Any, ...]:
     """TinyJit.__reduce__: its CapturedJit with every BUFFER as a record (the replay plan is rebuilt on load; the
     function is not pickled, so the loaded JIT replays but can't capture again)."""
     fn = getattr(jit, "fxn", None)

@@ -32,12 +32,12 @@ from speck.tensor.device import Device, default_device, file_backed
 from speck.tensor.disk import HOST, host_graph, needs_host
 from speck.tensor.elementwise import broadcast_shape, scalar_op
 from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
+from speck.tensor.fusion import MOVEMENT as _MOVEMENT
 from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _iota_uop
 from speck.tensor.realize import buffer_numpy, copy_entry, get_buffer, writable_disk
 from speck.tensor.schedule import (
-    _MOVEMENT,
     ScheduleItem,
     Scheduler,
     buffer_device,

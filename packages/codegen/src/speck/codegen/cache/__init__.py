@@ -11,11 +11,10 @@ moved or old-format entry is a miss with a CacheWarning, never an exception and 
 from speck.codegen.cache.store import (
     FORMAT,
     DiskCache,
-    EntryProblem,
     cache_enabled,
     cache_root,
     scan,
 )
-from speck.codegen.errors import CacheWarning
+from speck.codegen.errors import CacheWarning, EntryProblem
 
 __all__ = ["FORMAT", "CacheWarning", "DiskCache", "EntryProblem", "cache_enabled", "cache_root", "scan"]

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
-from speck.codegen.errors import CacheEntryError, CacheEntryMissing, CacheWarning, CodegenValueError
+from speck.codegen.errors import CacheEntryError, CacheEntryMissing, CacheWarning, CodegenValueError, EntryProblem
 from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
 
@@ -65,19 +65,6 @@ def cache_enabled() -> bool:
     """False when the CACHELEVEL setting (speck.uop's, from the environment or `Context(CACHELEVEL=0)`) is 0: every
     cache is then bypassed, nothing is read or written."""
     return int(CACHELEVEL.value) > 0
-
-
-@dataclass(frozen=True)
-class EntryProblem:
-    """Why an entry file can't be used. `old` is True for entries written by an older format or payload version
-    (expected after an upgrade), False for damage (truncation, bit rot, a foreign or moved file)."""
-
-    path: pathlib.Path
-    reason: str
-    old: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
 
 
 def _digest(head: bytes, key: bytes, data: bytes | memoryview) -> bytes:
