@@ -323,8 +323,8 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     t0 = time.perf_counter()
     # a warm cache hands back the rendered program without lowering (speck.codegen.lowered_cache)
     cached = lowered_cache.usable(beam_timer)
-    key = lowered_cache.lowered_key(ast, renderer, optimize) if cached else ""
-    hit = lowered_cache.get(key, renderer) if cached else None
+    key = lowered_cache.lowered_key(ast, renderer, optimize) if cached and lowered_cache.may_hold(renderer) else ""
+    hit = lowered_cache.get(key, renderer) if key else None
     if hit is not None:
         name, src, uops, gsize, lsize, bufs, kvars, est, applied = hit
         t1 = t2 = time.perf_counter()
@@ -341,7 +341,11 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
         (gsize, lsize), bufs, est = launch_size(uops, renderer.has_local), buffer_args(uops), estimate(uops)
         kvars = sorted([u for u in uops if u.op is Ops.DEFINE_VAR], key=lambda v: v.arg[0])
         if cached:
-            lowered_cache.put(key, renderer, (name, src, uops, gsize, lsize, bufs, kvars, est, applied))
+            entry = (name, src, uops, gsize, lsize, bufs, kvars, est, applied)
+            if key:
+                lowered_cache.put(key, renderer, entry)
+            else:  # a cold cache: the key's hashing is left to the write
+                lowered_cache.put_later(ast, renderer, optimize, entry)
     lib = compiler.compile(src) if compiler is not None else None
     t3 = time.perf_counter()
     if DEBUG >= 2:
