@@ -106,3 +106,56 @@ def test_from_url_errors(tmp_path: pathlib.Path, cache: pathlib.Path, server: _S
         Tensor.from_url(f"file://{bad}", gunzip=True)
     with pytest.raises(FileNotFoundError, match="nothere"):
         Tensor.from_url(f"file://{tmp_path}/nothere.gz", gunzip=True)
+
+
+# ---------------- hostile round 4: gzip bodies and cache writes ----------------
+BODY = RNG.integers(0, 256, 3000, dtype=np.uint8).tobytes()
+BAD_GZIP: dict[str, tuple[bytes, str]] = {
+    "bomb": (gzip.compress(b"\0" * 200_000), "MAX_DECOMPRESSED_BYTES"),
+    "truncated": (gzip.compress(BODY)[:-12], "truncated"),
+    "not_gzip": (b"plain text, no gzip", "not valid gzip"),
+    "empty": (b"", "truncated"),
+    "garbage_after_a_member": (gzip.compress(BODY) + b"garbage!", "not valid gzip"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GZIP))
+@pytest.mark.parametrize("via", ["http", "file"])
+def test_a_bad_or_huge_gzip_body_is_a_value_error_and_leaves_nothing(
+    case: str, via: str, tmp_path: pathlib.Path, cache: pathlib.Path, server: _Server
+) -> None:
+    from speck.tensor import Context
+
+    data, words = BAD_GZIP[case]
+    server.files["/x.gz"] = data
+    (tmp_path / "x.gz").write_bytes(data)
+    url = server.base + "/x.gz" if via == "http" else f"file://{tmp_path}/x.gz"
+    with Context(MAX_DECOMPRESSED_BYTES=100_000), pytest.raises(ValueError, match=words):
+        Tensor.from_url(url, gunzip=True)
+    assert not any(p.is_file() for p in cache.rglob("*")), list(cache.rglob("*"))
+
+
+@pytest.mark.parametrize("via", ["http", "file"])
+def test_gzip_members_and_zero_padding_decompress_like_gzip(
+    via: str, tmp_path: pathlib.Path, cache: pathlib.Path, server: _Server
+) -> None:
+    data = gzip.compress(BODY[:1000]) + gzip.compress(BODY[1000:]) + b"\0" * 16
+    server.files["/m.gz"] = data
+    (tmp_path / "m.gz").write_bytes(data)
+    url = server.base + "/m.gz" if via == "http" else f"file://{tmp_path}/m.gz"
+    assert Tensor.from_url(url, gunzip=True).to("CPU").numpy().tobytes() == gzip.decompress(data) == BODY
+
+
+def test_a_download_into_an_unwritable_cache_is_a_save_error_leaving_no_temp_file(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, server: _Server
+) -> None:
+    from speck.tensor.errors import SaveError
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "downloads").write_text("a file where the downloads directory belongs")
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(root))
+    server.files["/b"] = BODY
+    with pytest.raises(SaveError, match="can't write"):
+        Tensor.from_url(server.base + "/b")
+    assert sorted(p.name for p in root.iterdir()) == ["downloads"]

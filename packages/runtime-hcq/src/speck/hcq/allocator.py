@@ -50,14 +50,20 @@ class BufferOptions(NamedTuple):
 DEFAULT_OPTIONS = BufferOptions()
 
 
-def parse_bytes(text: str) -> int:
-    """'123', '64K', '512M', '2G' (binary multiples) -> bytes; ValueError naming the text otherwise."""
+def parse_bytes(text: str, setting: str = "") -> int:
+    """'123', '64K', '512M', '2G' (binary multiples) -> bytes; an HCQValueError naming the text (and the setting it
+    came from) otherwise: a negative count, or inf (int(inf) was a bare OverflowError)."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
-    except ValueError:
-        raise HCQValueError(f"cannot read {text!r} as a byte count; use e.g. 1073741824, 512M or 2G") from None
+        n = int(float(t[:-1] if mult > 1 else t) * mult)
+    except (ValueError, OverflowError):
+        n = -1
+    if n < 0:
+        where = f"{setting}={text!r}" if setting else repr(text)
+        raise HCQValueError(f"cannot read {where} as a byte count (a whole number of bytes >= 0); use e.g. "
+                            "1073741824, 512M or 2G")  # fmt: skip
+    return n
 
 
 def available_ram() -> int:

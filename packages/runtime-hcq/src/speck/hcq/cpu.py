@@ -382,7 +382,7 @@ class CPUDevice(DeviceBase):
         suffix = name.partition(":")[2]
         self.backend_name = suffix if suffix in host_backends() else host_backends()[0]
         limit_env = str(CPU_MEM_LIMIT.value)
-        limit = parse_bytes(limit_env) if limit_env else available_ram()
+        limit = parse_bytes(limit_env, "CPU_MEM_LIMIT") if limit_env else available_ram()
         super().__init__(name, HostAllocator(name, limit=limit))
         self.allocator.limit_setting = "CPU_MEM_LIMIT"
         self._threads: int | None = None

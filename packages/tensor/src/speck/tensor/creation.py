@@ -24,7 +24,7 @@ from speck.hcq.allocator import BufferOptions, HostAllocator
 from speck.hcq.memory import ExternalMemory
 from speck.tensor import multi
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix
+from speck.tensor.dims import argfix, shape_arg
 from speck.tensor.dims import countable as _countable
 from speck.tensor.dims import whole as _count
 from speck.tensor.errors import (
@@ -38,7 +38,7 @@ from speck.tensor.nodes import _dt, _iota_uop
 from speck.tensor.pyutils import fetch, gunzip_local
 from speck.tensor.schedule import buffer_map, external_buffers, max_dim, new_buffer_uop
 from speck.tensor.weak import materialized
-from speck.uop import DType, UOp, dtypes, validate_shape
+from speck.uop import DType, UOp, dtypes
 from speck.uop.helpers import prod
 from speck.uop.uop import ssimplify
 
@@ -90,7 +90,7 @@ class CreationMixin:
         cls: type[Tensor], *shape: Any, device: DeviceLike | None = None, dtype: DTypeLike | None = None, **kw: Any
     ) -> Tensor:
         """An uninitialised tensor (a fresh buffer)."""
-        sh = _countable(validate_shape(argfix(*shape)))
+        sh = _countable(shape_arg("empty", argfix(*shape)))
         dt = _dt(dtype) or dtypes.default_float
         if isinstance(device, (tuple, list)):
             devs = multi.canonical_devices(device)
@@ -120,7 +120,7 @@ class CreationMixin:
             raise TensorTypeError(
                 f"from_blob: {dt} has no host representation; wrap the bits as an int dtype and bitcast"
             )
-        sh = _countable(validate_shape(argfix(shape)))
+        sh = _countable(shape_arg("from_blob", argfix(shape)))
         n = int(prod(sh)) * dt.itemsize
         if isinstance(ptr, bool) or not isinstance(ptr, int):
             raise TensorTypeError(f"from_blob: ptr must be an int address, got {ptr!r} ({type(ptr).__name__})")
@@ -156,7 +156,7 @@ class CreationMixin:
         """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized), on
         `device`. Its dtype is the fill's made concrete (an int beyond the default int: int64). buffer=False: a
         device-less constant instead, whose literal dtype stays weak."""
-        sh = validate_shape(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+        sh = shape_arg("full", tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise TensorValueError(f"shape {sh} has a negative dimension")
         _countable(sh)
@@ -190,14 +190,21 @@ class CreationMixin:
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
-        return cls.full(argfix(*shape), 0.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+        dt = kw.get("dtype")  # (None: the default float; '' names no dtype, it is no default)
+        return cls.full(
+            shape_arg("zeros", argfix(*shape)), 0.0, **{**kw, "dtype": dtypes.default_float if dt is None else dt}
+        )
 
     @classmethod
     def ones(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
-        return cls.full(argfix(*shape), 1.0, **{**kw, "dtype": kw.get("dtype") or dtypes.default_float})
+        dt = kw.get("dtype")  # (None: the default float; '' names no dtype, it is no default)
+        return cls.full(
+            shape_arg("ones", argfix(*shape)), 1.0, **{**kw, "dtype": dtypes.default_float if dt is None else dt}
+        )
 
     @classmethod
-    def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
+    def arange(cls: type[Tensor], start: Scalar | UOp, stop: Scalar | UOp | None = None, step: Scalar | UOp = 1,
+               **kw: Any) -> Tensor:  # fmt: skip
         """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
         when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
         if stop is None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any
+from typing import Any, NoReturn
 
 from speck.tensor.base import TensorBase
 from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
 from speck.uop import UOp
+from speck.uop.errors import UOpTypeError
+from speck.uop.uop import validate_shape
 
 
 def argfix(*x: Any) -> tuple[Any, ...]:
@@ -57,6 +59,46 @@ def whole(fn: str, what: str, v: Any) -> int:
         return operator.index(v)
     except TypeError:  # (a numpy array of several ints has __index__ and refuses it: numpy's own message)
         raise TensorTypeError(f"{fn}: {what} must be an int, got {type(v).__name__} {v!r:.40}") from None
+
+
+def flag(fn: str, what: str, v: Any) -> bool:
+    """v as a yes/no argument: a bool, a Python or numpy int or bool, or None (no). Anything else is a TensorTypeError:
+    a numpy array of several values failed deep inside with numpy's "truth value ... is ambiguous", and a str
+    ("False") or a list would silently count as yes."""
+    if v is True or v is False:
+        return v
+    if v is None or isinstance(v, numbers.Integral) or (getattr(v, "shape", None) == () and hasattr(v, "dtype")
+                                                        and v.dtype.kind in "biu"):  # fmt: skip
+        return bool(v)
+    raise TensorTypeError(f"{fn}: {what} must be a bool, got {type(v).__name__} {v!r:.40}; pass True or False")
+
+
+def shape_arg(fn: str, shape: Any) -> tuple[Any, ...]:
+    """shape (a sequence) with each dim an int or an integer UOp, as validate_shape makes it; a dim of another kind
+    (None, a str, a float, a list, an array) is a TensorTypeError naming fn (validate_shape's own error is the uop
+    package's)."""
+    try:
+        return validate_shape(shape)
+    except UOpTypeError:
+        bad_shape(fn, shape)
+
+
+def bad_shape(fn: str, shape: Any) -> NoReturn:
+    """Raise the TensorTypeError for the first dim of shape that validate_shape refused (callers on a hot path
+    catch its UOpTypeError themselves and call this, so a good shape costs nothing more)."""
+    for d in shape:
+        try:
+            validate_shape((d,))
+        except UOpTypeError:
+            got = repr(d).replace("\n", "")[:40]
+            raise TensorTypeError(f"{fn}: shape must be int, got {type(d).__name__} {got} in {_short(shape)}; pass a "
+                                  "whole number for every dim, e.g. (2, 3)") from None  # fmt: skip
+    raise TensorTypeError(f"{fn}: the shape must be a sequence of ints, got {_short(shape)}")
+
+
+def _short(shape: Any) -> str:
+    r = repr(tuple(shape)).replace("\n", "")
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def tensor_args(fn: str, what: str, items: Any, tensor_type: type | None = None) -> None:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import INT64_MAX, argfix, as_int, countable, tensor_args, whole, whole_or_symbolic
+from speck.tensor.dims import INT64_MAX, argfix, as_int, bad_shape, countable, tensor_args, whole, whole_or_symbolic
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -20,6 +20,7 @@ from speck.tensor.errors import (
     TensorZeroDivisionError,
 )
 from speck.uop import Ops, UOp, dtypes, least_upper_dtype, sint, validate_shape
+from speck.uop.errors import UOpTypeError
 from speck.uop.helpers import prod
 from speck.uop.uop import ssimplify
 
@@ -71,7 +72,10 @@ def _sym_quotient(dims: tuple[Any, ...], others: list[Any]) -> Any:
 def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
     """View with a new shape of the same size; one dim may be -1 (inferred), None keeps that dim."""
     shape = u.shape
-    new = validate_shape(tuple(shape[i] if s is None else s for i, s in enumerate(new)))
+    try:
+        new = validate_shape(tuple(shape[i] if s is None else s for i, s in enumerate(new)))
+    except UOpTypeError:
+        bad_shape("reshape", new)
     if sum(1 for s in new if isinstance(s, int) and s == -1) > 1:
         raise TensorValueError(f"reshape to {new}: only one dimension can be -1")
     if any(isinstance(s, int) and s < -1 for s in new):
@@ -116,7 +120,10 @@ def expand(u: UOp, new: tuple[Any, ...]) -> UOp:
         raise TensorValueError(f"expand {shape} to {new}: the target has fewer dims")
     t = reshape(u, (1,) * (len(new) - len(shape)) + shape) if len(new) > len(shape) else u
     tgt = tuple(s if (n is None or isinstance(n, int) and n == -1) else n for s, n in zip(t.shape, new))
-    tgt = validate_shape(tgt)
+    try:
+        tgt = validate_shape(tgt)
+    except UOpTypeError:
+        bad_shape("expand", new)
     count = 1
     for n in tgt:
         if type(n) is int:
@@ -202,7 +209,7 @@ class MovementMixin:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
         crop. Modes: constant (with value), reflect, replicate, circular."""
         pads = _normalize_pads(padding, self.ndim)
-        if mode not in ("constant", "reflect", "replicate", "circular"):
+        if type(mode) is not str or mode not in ("constant", "reflect", "replicate", "circular"):
             raise TensorNotImplementedError(f"pad mode must be constant, reflect, replicate or circular, got {mode!r}")
         # negative pads crop first (a symbolic pad is a size, never negative)
         if any(isinstance(b, int) and b < 0 or isinstance(a, int) and a < 0 for b, a in pads):
@@ -410,7 +417,8 @@ class MovementMixin:
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))
         inter = inter.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
-        return inter.reshape(tuple(r * s for r, s in zip(reps, base)))
+        # (1 * n of a symbolic n would be a MUL node, not n: a kernel then ranged over n and over 1*n with one id)
+        return inter.reshape(tuple(s if r == 1 else r * s for r, s in zip(reps, base)))
 
     def tile(self: Tensor, reps: Any, *args: Any) -> Tensor:
         r = argfix(reps, *args)
@@ -586,18 +594,20 @@ class MovementMixin:
             out = out.pad(((-diagonal, 0), (0, -diagonal)))
         return out
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=True)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=False)
 
-    def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
-        diagonal = whole("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
+    def _tri(self: Tensor, diagonal: sint, lower: bool) -> Tensor:
+        """The lower/upper triangle of the last two dims; they and `diagonal` may be symbolic (a KV-cache attention
+        mask `full((1, 1, n, start_pos + n), -inf).triu(start_pos + 1)` with start_pos a bound Variable)."""
+        diagonal = whole_or_symbolic("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
         if self.ndim < 2:
             raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-        r = type(self).arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
-        c = type(self).arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
+        r = type(self).arange(self.shape[-2], device=self.device).unsqueeze(1)
+        c = type(self).arange(self.shape[-1], device=self.device).unsqueeze(0)
         mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return mask.where(self, self._const_like(0))
 

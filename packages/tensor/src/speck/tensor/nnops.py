@@ -12,7 +12,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int, real, tensor_args
+from speck.tensor.dims import as_int, flag, real, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
@@ -243,6 +243,10 @@ class NNMixin:
         """Max over each window (stride defaults to kernel_size; padding is the dtype's minimum); with
         return_indices also the index of each max flattened over the pooled dims (as PyTorch returns, for
         max_unpool2d)."""
+        ceil_mode, return_indices = (
+            flag("max_pool2d", "ceil_mode", ceil_mode),
+            flag("max_pool2d", "return_indices", return_indices),
+        )
         k = _pair(kernel_size, 2, "max_pool2d kernel_size")
         # int stride/dilation apply to every pooled dim (a 1-d or 3-d kernel tuple pools that many dims)
         st, dl = (_pair(v, len(k), f"max_pool2d {w}") for v, w in
@@ -302,6 +306,8 @@ class NNMixin:
                    count_include_pad: bool = True) -> Tensor:  # fmt: skip
         """Mean over each window. The divisor counts the window's elements inside the padded input
         (count_include_pad) or inside the input only; a ceil_mode extension never counts (as in PyTorch)."""
+        ceil_mode = flag("avg_pool2d", "ceil_mode", ceil_mode)
+        count_include_pad = flag("avg_pool2d", "count_include_pad", count_include_pad)
         k = _pair(kernel_size, 2, "avg_pool2d kernel_size")
         st, dl = (_pair(v, len(k), f"avg_pool2d {w}") for v, w in
                   ((stride if stride is not None else k, "stride"), (dilation, "dilation")))  # fmt: skip
@@ -326,7 +332,7 @@ class NNMixin:
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
-        if align_corners and mode != "linear":
+        if flag("interpolate", "align_corners", align_corners) and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         # int images interpolate linearly in float32 and are cast back at the end (in uint8, hi - lo wraps and the
         # fraction truncates to 0)
@@ -512,6 +518,8 @@ class NNMixin:
                                      scale: float | None = None, enable_gqa: bool = False) -> Tensor:  # fmt: skip
         """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True positions, a float mask is added."""
         tensor_args("scaled_dot_product_attention", "key/value", (key, value), type(self))
+        is_causal = flag("scaled_dot_product_attention", "is_causal", is_causal)
+        enable_gqa = flag("scaled_dot_product_attention", "enable_gqa", enable_gqa)
         if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:  # grouped-query: repeat k/v heads
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
             value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)

@@ -23,7 +23,7 @@ from speck.tensor.errors import (
 from speck.tensor.realize import get_buffer
 from speck.tensor.schedule import max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
-from speck.uop.dtype import cast_value
+from speck.uop.dtype import PtrDType, cast_value
 from speck.uop.errors import UnknownDTypeError
 
 _NP_TO_DT: dict[Any, DType] = {
@@ -52,6 +52,9 @@ def _dt(x: DType | str | None, weak_ok: bool = False) -> DType | None:
         d = to_dtype(x)
     except UnknownDTypeError as e:
         raise TensorDTypeError(str(e)) from None
+    if isinstance(d, PtrDType) or d.count != 1:  # (a pointer or vector dtype failed deep in codegen, or a KeyError)
+        raise TensorDTypeError(f"a tensor's dtype is a scalar dtype, got {d}; use its scalar, {d.scalar()}, and a "
+                               "shape")  # fmt: skip
     if d == dtypes.void or (d.is_weak and not weak_ok):
         raise TensorValueError(f"tensors with storage can't have dtype {d}; use a concrete dtype such as float32 or "
                                "int32")  # fmt: skip

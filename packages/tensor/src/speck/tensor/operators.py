@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor import elementwise as ew
 from speck.tensor.base import TensorBase
+from speck.tensor.dims import flag
 from speck.tensor.errors import TensorTypeError
 from speck.uop import DType, Ops, dtypes
 
@@ -81,6 +82,9 @@ class OperatorMixin:
         """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
         if rounding_mode is None:
             return self._binary(ew.div, y, reverse)
+        if type(rounding_mode) is not str:  # (an array compared to 'trunc' was numpy's "truth value ... ambiguous")
+            raise TensorTypeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                                  f"{type(rounding_mode).__name__} {rounding_mode!r:.40}")  # fmt: skip
         return self._binary(lambda a, b, dev: ew.div(a, b, dev, rounding_mode), y, reverse)
 
     def idiv(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
@@ -360,7 +364,11 @@ class OperatorMixin:
         return self._unary(ew.isnan)
 
     def isinf(self: Tensor, detect_positive: builtins.bool = True, detect_negative: builtins.bool = True) -> Tensor:
-        return self._unary(ew.isinf, detect_positive, detect_negative)
+        return self._unary(
+            ew.isinf,
+            flag("isinf", "detect_positive", detect_positive),
+            flag("isinf", "detect_negative", detect_negative),
+        )
 
     def isfinite(self: Tensor) -> Tensor:
         return self._unary(ew.isfinite)

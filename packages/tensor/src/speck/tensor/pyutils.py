@@ -7,24 +7,23 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import gzip
 import hashlib
 import pathlib
 import pickle
 import re
-import shutil
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
-from speck.tensor.errors import FetchError, TensorFileNotFoundError, TensorTypeError, TensorValueError
-from speck.tensor.settings import DISABLE_HTTP_CACHE
+from speck.tensor.errors import FetchError, SaveError, TensorFileNotFoundError, TensorTypeError, TensorValueError
+from speck.tensor.settings import DISABLE_HTTP_CACHE, MAX_DECOMPRESSED_BYTES
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -372,7 +371,6 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
     if "://" not in url:  # (urllib's bare "unknown url type")
         raise TensorValueError(f"fetch: {url!r} is neither a url (scheme://...) nor a path starting with / or .; "
                                f"pass './{url}' for a local file")  # fmt: skip
-    fp.parent.mkdir(parents=True, exist_ok=True)
     try:
         with urllib.request.urlopen(url, timeout=10) as r:
             if r.status != 200:
@@ -381,11 +379,48 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
     except (urllib.error.URLError, OSError) as e:
         raise FetchError(f"fetch {url} failed ({e}); check the network or put the file at {fp} yourself") from e
     if gunzip:
-        data = gzip.decompress(data)
-    with tempfile.NamedTemporaryFile(dir=fp.parent, delete=False) as f:
-        f.write(data)
-    shutil.move(f.name, fp)
+        data = gunzip_bounded(data, f"fetch {url}")
+    _write_atomic(fp, data)
     return fp
+
+
+def gunzip_bounded(data: bytes, what: str) -> bytes:
+    """The gzip stream `data` (one or more members) decompressed, at most MAX_DECOMPRESSED_BYTES of it: a bomb (a
+    few KB that expand to gigabytes) or a stream that is no gzip, truncated or corrupt is a TensorValueError naming
+    `what` (gzip.decompress took any size and raised bare OSError/EOFError)."""
+    limit, out, rest = int(MAX_DECOMPRESSED_BYTES.value), bytearray(), data
+    try:
+        while True:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += d.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit:
+                raise TensorValueError(f"{what}: the gzip data expands to more than MAX_DECOMPRESSED_BYTES={limit} "
+                                       "bytes; if you trust it, raise MAX_DECOMPRESSED_BYTES (environment or "
+                                       "Context)")  # fmt: skip
+            if not d.eof:
+                raise TensorValueError(f"{what}: the gzip data is truncated ({len(data)} bytes)")
+            rest = d.unused_data
+            if not rest.strip(b"\0"):  # (zero padding after the last member, as gzip allows)
+                return bytes(out)
+    except zlib.error as e:
+        raise TensorValueError(f"{what}: not valid gzip data ({e})") from None
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    """Write data to path through a temporary file beside it (a failed write leaves neither behind)."""
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            tmp = f.name
+            f.write(data)
+        pathlib.Path(tmp).replace(path)
+    except OSError as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                pathlib.Path(tmp).unlink()
+        raise SaveError(e.errno, f"can't write {path}: {e.strerror or e}; check that its directory is writable and "
+                                 "has space") from e  # fmt: skip
 
 
 def gunzip_local(path: Any) -> pathlib.Path:
@@ -393,15 +428,12 @@ def gunzip_local(path: Any) -> pathlib.Path:
     src = pathlib.Path(path)
     try:
         raw = src.read_bytes()
-        data = gzip.decompress(raw)
     except FileNotFoundError as e:
         raise TensorFileNotFoundError(f"from_url: no file at {src}") from e
-    except (OSError, EOFError) as e:
-        raise TensorValueError(f"from_url(gunzip=True): {src} is not a valid gzip file ({e})") from e
+    except OSError as e:
+        raise TensorValueError(f"from_url(gunzip=True): can't read {src} ({e})") from e
+    data = gunzip_bounded(raw, f"from_url(gunzip=True) of {src}")
     out = cache_root() / "downloads" / (hashlib.md5(raw).hexdigest() + ".gunzip")
     if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, delete=False) as f:
-            f.write(data)
-        pathlib.Path(f.name).replace(out)
+        _write_atomic(out, data)
     return out

@@ -18,7 +18,7 @@ import numpy as np
 from speck.tensor import elementwise as ew
 from speck.tensor import realize
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix, as_int, countable, init_shape, real, whole
+from speck.tensor.dims import argfix, as_int, countable, flag, init_shape, real, shape_arg, whole
 from speck.tensor.errors import TensorAssertionError, TensorOverflowError, TensorTypeError, TensorValueError
 from speck.tensor.movement import expand, shrink
 from speck.tensor.multi import MultiUOp
@@ -26,7 +26,7 @@ from speck.tensor.nodes import _dt, _from_numpy, _iota_uop
 from speck.tensor.realize import realize_graph
 from speck.tensor.schedule import base_buffer, view_offset
 from speck.tensor.settings import SEED
-from speck.uop import DType, Ops, UOp, dtypes, validate_shape
+from speck.uop import DType, Ops, UOp, dtypes
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 
 DTypeLike = DType | str
 
-_RNG: dict[str, int] = {"seed": int(SEED.value) if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF}
+# (a seed past 64 bits keeps its low 64, as manual_seed does: the counter buffer is uint64)
+_RNG: dict[str, int] = {
+    "seed": int(SEED.value) & 0xFFFFFFFFFFFFFFFF if int(SEED.value) >= 0 else int(time.time()) & 0xFFFFFFFF
+}
 # device -> its random-counter BUFFER, uint64 [seed, counter]: every draw reads it as a kernel input and advances it
 # in place, so TinyJit replays draw fresh numbers (a Python-side counter would be a constant of the captured kernels)
 _RNG_STATE: dict[str, UOp] = {}
@@ -89,7 +92,7 @@ class RandomMixin:
         if unknown := sorted(set(kw) - {"_stream", "contiguous", "requires_grad"}):
             raise TensorTypeError(f"rand() got unexpected keyword arguments {unknown}; it takes shape, device=, dtype= "
                                   "and contiguous=")  # fmt: skip
-        sh = validate_shape(argfix(*shape))
+        sh = shape_arg("rand", argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
         if not dtypes.is_float(dt):
             raise TensorValueError(f"rand needs a float dtype, got {dt}; use randint for integers")
@@ -112,7 +115,7 @@ class RandomMixin:
     @classmethod
     def randn(cls: type[Tensor], *shape: Any, dtype: DTypeLike | None = None, **kw: Any) -> Tensor:
         """Standard normal values (Box-Muller)."""
-        sh = validate_shape(argfix(*shape))
+        sh = shape_arg("randn", argfix(*shape))
         dt = _dt(dtype) or dtypes.default_float
         u = cls.rand(2, *sh, **kw)
         r = ((1 - u[0]).log() * -2).sqrt()
@@ -195,7 +198,7 @@ class RandomMixin:
         if not 1 <= self.ndim <= 2 or num_samples <= 0:
             raise TensorAssertionError(f"multinomial needs a 1-D or 2-D tensor and num_samples > 0, got {self.shape}")
         w = self.unsqueeze(0) if self.ndim == 1 else self
-        if not replacement and num_samples > 1:
+        if not flag("multinomial", "replacement", replacement) and num_samples > 1:
             if num_samples > as_int(w.shape[-1]):
                 raise TensorAssertionError(f"can't draw {num_samples} samples without replacement from "
                                            f"{w.shape[-1]} categories")  # fmt: skip

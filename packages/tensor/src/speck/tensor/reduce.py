@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import as_int, real, tensor_args, whole
+from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorIndexError, TensorNotImplementedError, TensorTypeError, TensorValueError
 from speck.tensor.linalg import newton_schulz, qr, svd
@@ -89,9 +89,14 @@ def concrete(u: UOp) -> UOp:
     return join(u, materialized(u)) if u.dtype in WEAK_DTYPES else u
 
 
+_REDUCE_NAMES = {Ops.ADD: "sum", Ops.MUL: "prod", Ops.MAX: "max"}
+
+
 def reduce(u: UOp, dev: Device, op: Ops, axis: Any = None, keepdim: bool = False) -> tuple[UOp, Device]:
     """op (ADD, MUL or MAX) over axis, with the result's device (an empty MAX is a constant: device-less when u is
     sharded)."""
+    if keepdim is not False and keepdim is not True:
+        keepdim = flag(_REDUCE_NAMES.get(op, "reduce"), "keepdim", keepdim)
     u = concrete(u)
     shape = u.shape
     axes = axes_of(shape, axis)
@@ -190,21 +195,23 @@ class ReduceMixin:
                                    "reduce a non-empty axis or check the size first")  # fmt: skip
 
     def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        keepdim = flag("min", "keepdim", keepdim)
         self._nonempty("min", axis)
         if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool:
             return self.bitwise_not().max(axis, keepdim).bitwise_not()
         return -((-self).max(axis, keepdim))
 
     def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return self.bool()._reduce(Ops.MAX, axis, keepdim)
+        return self.bool()._reduce(Ops.MAX, axis, flag("any", "keepdim", keepdim))
 
     def all(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return self.logical_not().any(axis, keepdim).logical_not()
+        return self.logical_not().any(axis, flag("all", "keepdim", keepdim)).logical_not()
 
     def _count(self: Tensor, axis: Any) -> Any:
         return prod(self.shape[a] for a in self._axes(axis))
 
     def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        keepdim = flag("mean", "keepdim", keepdim)
         self = self._concrete()
         ft = least_upper_float(self.dtype)
         n = self._count(axis)
@@ -216,6 +223,7 @@ class ReduceMixin:
         """Variance with Bessel-style correction (default 1, like tinygrad/torch; numpy's ddof). Squares are taken,
         summed and divided in the accumulation dtype (float32 for half, where 400**2 is already inf), then cast back,
         as mean does."""
+        keepdim = flag("var", "keepdim", keepdim)
         real("var", "correction", correction)  # (a dtype here failed in `n - correction`)
         m = self.mean(axis, keepdim=True)
         n = self._count(axis)
@@ -235,12 +243,17 @@ class ReduceMixin:
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum (over the flattened tensor when axis is None)."""
+        keepdim = flag("argmax", "keepdim", keepdim)
         if axis is None:
             r = self.flatten().argmax(0)
             return r.reshape((1,) * self.ndim) if keepdim else r
         d = self._resolve_dim(axis)
         if self.ndim == 0:
             return type(self)(0, dtype=dtypes.int32, device=self.device)
+        if not isinstance(sym := self.shape[d], int):  # a symbolic dim (bound Variable): least index of a maximum
+            ar = type(self).arange(sym, device=self.device).reshape((sym,) + (1,) * (self.ndim - d - 1))
+            hit = (self == self.max(d, keepdim=True)) | (self.isnan() if dtypes.is_float(self.dtype) else False)
+            return -(hit.where(-ar, -(2**31)).max(d, keepdim)).cast(dtypes.int32)
         n = as_int(self.shape[d])
         if n == 0:
             raise TensorValueError(f"argmax over an empty axis (axis {axis}, shape {self.shape}) has no value")
@@ -255,6 +268,7 @@ class ReduceMixin:
         return x.argmax(axis, keepdim)
 
     def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        keepdim = flag("logsumexp", "keepdim", keepdim)
         m = self._reduce(Ops.MAX, axis, keepdim=True)  # (of nothing: -inf, and the sum of nothing is log 0)
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
@@ -372,6 +386,7 @@ class ReduceMixin:
     # ---------------- sorting ----------------
     def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """Stable sort along dim: (values, int32 indices). O(n^2) compares per row, fused into two kernels."""
+        descending = flag("sort", "descending", descending)
         if self.ndim == 0:
             return self, type(self)(0, dtype=dtypes.int32, device=self.device)
         d = self._resolve_dim(dim)
@@ -402,7 +417,8 @@ class ReduceMixin:
         return self.sort(dim, descending)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
-        if not sorted_:
+        largest = flag("topk", "largest", largest)
+        if not flag("topk", "sorted_", sorted_):
             raise TensorNotImplementedError("topk(sorted_=False) is not implemented; the result is always sorted")
         if self.ndim == 0:  # (shape[0] of a 0-d tensor: a bare IndexError)
             raise TensorIndexError("topk needs a tensor of at least 1 dim; reshape(1) a 0-d tensor first")
@@ -456,7 +472,7 @@ class ReduceMixin:
 
     def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh), singular values descending, by one-sided Jacobi rotations."""
-        return svd(self, full_matrices)
+        return svd(self, flag("svd", "full_matrices", full_matrices))
 
     def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:
         """Odd-polynomial (params = (a, b, c)) Newton-Schulz orthogonalization, `steps` iterations."""

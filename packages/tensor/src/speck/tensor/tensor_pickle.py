@@ -27,6 +27,7 @@ from speck.tensor.errors import TensorPickleError as TensorPickleError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _clone_counter
+from speck.tensor.pickle_check import check_buffer, check_graph
 from speck.tensor.schedule import buffer_device, buffer_map, new_buffer_uop
 from speck.uop import Ops, UOp
 
@@ -78,6 +79,7 @@ def _record(buf: UOp) -> _BufferRecord:
 
 def _load_buffer(device: str, size: int, dtype: Any, data: Any) -> UOp:
     """A new BUFFER on `device` holding `data` (allocated and filled now: no kernel)."""
+    check_buffer(device, size, dtype)
     try:
         on_file = file_backed(device)
     except Exception as e:
@@ -119,8 +121,20 @@ def _load_graph(u: UOp, bufs: tuple[UOp, ...], loaded: tuple[UOp, ...]) -> UOp:
         else:
             new[n] = n if all(a is b for a, b in zip(nsrc, n.src)) else n.replace(src=nsrc)
     out = new[u]
+    _checked_graph(out)
     _restore_custom_kernel_gradients(out)
     return out
+
+
+_checked: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def _checked_graph(u: UOp) -> UOp:
+    """u, once pickle_check.check_graph passed it (a graph reaches load_tensor through _load_graph: checked once)."""
+    if u not in _checked:
+        check_graph(u)
+        _checked.add(u)
+    return u
 
 
 def _restore_custom_kernel_gradients(u: UOp) -> None:
@@ -156,7 +170,7 @@ def load_sharded(cls: type[Tensor], data: np.ndarray, dtype: Any, devices: tuple
 def load_shards(cls: type[Tensor], shards: tuple[UOp | _GraphRecord, ...], axis: int | None,
                 devices: tuple[str, ...], requires_grad: bool | None, grad: Tensor | None,
                 is_param: bool) -> Tensor:  # fmt: skip
-    plain = tuple(s.u if isinstance(s, _GraphRecord) else s for s in shards)
+    plain = tuple(s.u if isinstance(s, _GraphRecord) else _checked_graph(s) for s in shards)
     t = cls(MultiUOp.leaf(plain, axis, devices), requires_grad=requires_grad)
     t.grad, t.is_param = grad, is_param
     return t
@@ -166,6 +180,8 @@ def load_tensor(cls: type[Tensor], u: UOp | _GraphRecord, device: str | None, re
                 grad: Tensor | None, is_param: bool = True) -> Tensor:  # fmt: skip
     if isinstance(u, _GraphRecord):  # copy.copy passes the record itself: a shallow copy shares the graph
         u = u.u
+    elif isinstance(u, UOp):
+        _checked_graph(u)
     t = cls(u, device=device, requires_grad=requires_grad)
     t.grad, t.is_param = grad, is_param
     if device is None:  # a device-less tensor (a constant's graph, on whatever device is the default now)

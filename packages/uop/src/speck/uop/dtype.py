@@ -209,9 +209,20 @@ class _DtypesMeta(type):
         DEFAULT_INT.value = to_dtype(dt).name
 
 
+def setting_dtype(cv: ContextVar, kind: str = "") -> DType:
+    """The dtype a dtype-name setting (DEFAULT_FLOAT, OPTIM_DTYPE...) names; a SettingError naming the setting when
+    it names none (the lookup's own UnknownDTypeError didn't say where the name came from)."""
+    v = cv.value
+    try:
+        return v if isinstance(v, DType) else to_dtype(str(v).lower())
+    except UnknownDTypeError:
+        raise SettingError(f"{cv.key}={v!r} names no dtype; set it to a {kind + ' ' if kind else ''}dtype name such "
+                           f"as {cv.default}, or unset it") from None  # fmt: skip
+
+
 def _default_setting(cv: ContextVar, kind: str) -> DType:
     v = cv.value
-    dt = v if isinstance(v, DType) else to_dtype(str(v).lower())
+    dt = setting_dtype(cv, kind)
     if (kind == "float") != dtypes.is_float(dt) or dt.is_weak or dt == dtypes.bool:
         raise SettingError(f"{cv.key}={v!r} is not a concrete {kind} dtype; use e.g. {cv.default}")
     return dt

@@ -18,6 +18,7 @@ REWRITE_LIMIT = declare(
     "speck.uop",
     ("speck.uop.rewrite",),
     "successive rewrites of one node before graph_rewrite calls it a loop",
+    minimum=1,
 )
 
 

@@ -67,9 +67,11 @@ class LiveVar(ContextVar):
 
 
 def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: str, noop: str = "",
-            live: bool = False, also: str = "", var: ContextVar | None = None) -> Any:  # fmt: skip
+            live: bool = False, also: str = "", var: ContextVar | None = None,
+            minimum: float | None = None) -> Any:  # fmt: skip
     """Declare a setting and return its ContextVar (`var`: one made before this table existed). `also`: an older
-    spelling read when NAME is not set."""
+    spelling read when NAME is not set. `minimum`: the smallest value that means something (a number setting read
+    from the environment below it is a SettingError naming it, not a failure far from where it was set)."""
     if name in TABLE:
         raise SettingError(f"setting {name!r} is declared twice ({TABLE[name].owner} and {owner}); import it instead")
     TABLE[name] = Setting(name, default, owner, tuple(readers), doc, noop, live)
@@ -79,7 +81,11 @@ def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: st
         return LiveVar(name, default)
     if also and name not in os.environ and (raw := os.environ.get(also)):
         default = parse_setting(also, raw, default)
-    return ContextVar(name, default)
+    cv = ContextVar(name, default)
+    if minimum is not None and cv.value < minimum:
+        raise SettingError(f"environment variable {name}={cv.value!r} is below {minimum}, the least it takes ({doc}); "
+                           "raise it or unset it")  # fmt: skip
+    return cv
 
 
 def unread_settings(references: dict[str, set[str]]) -> list[str]:

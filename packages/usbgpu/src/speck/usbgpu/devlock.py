@@ -63,7 +63,13 @@ class DeviceLock:
         if fcntl is None:
             return None
         path = lock_path(identity)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # (a file in its place, a parent that is no directory: a bare FileExistsError)
+            raise LockFileError(
+                f"{operation}: cannot make the lock directory {path.parent} ({e.strerror}); point SPECK_USB_LOCK_DIR "
+                "at a directory you can write, or unset it"
+            ) from e
         # never through a symlink (one planted at this predictable name would make us write another file), never
         # blocking on a FIFO, private to this user when we create it
         flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK

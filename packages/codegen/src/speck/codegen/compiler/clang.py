@@ -28,6 +28,11 @@ CLANG_FLAGS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+COMPILE_TIMEOUT = 600.0  # seconds one kernel may take before the compiler is stopped (a hung compiler hung speck)
+VERSION_TIMEOUT = 60.0  # seconds `cc --version` may take
+MAX_DIAGNOSTICS = 20000  # characters of the compiler's stderr kept in a CompileError
+
+
 def find_c_compiler() -> str | None:
     """The C compiler to use: `$CC` if set, else `clang` on PATH, else `gcc`; None when there is none."""
     if cc := str(CC.value):
@@ -52,18 +57,51 @@ class ClangCompiler(Compiler):
                 "an installed C compiler (or unset it), or use the LLVM compiler (llvmlite)"
             )
         self.cc = found
-        ver = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.splitlines()
+        try:
+            ver = subprocess.run([found, "--version"], capture_output=True, text=True, errors="replace",
+                                 timeout=VERSION_TIMEOUT).stdout.splitlines()  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:  # (not a program: "Exec format error"; or it hangs)
+            raise ToolError(f"ClangCompiler: the C compiler {found!r} can't be run ({type(e).__name__}: {e}); set CC "
+                            "to an installed clang or gcc, or unset it") from None  # fmt: skip
         self.version = ver[0] if ver else "unknown"
         self.name = "clang" if "clang" in os.path.basename(found) or "clang" in self.version else "gcc"
         self.flags = (*CLANG_FLAGS, *extra_flags, self.cc, self.version)
         self._cmd_flags = (*CLANG_FLAGS, *extra_flags)
 
     def compile_uncached(self, src: str) -> bytes:
-        """Run the C compiler on `src` (fed through stdin) and return the object's bytes."""
+        """Run the C compiler on `src` (fed through stdin) and return the object's bytes. Whatever goes wrong - the
+        compiler's diagnostics, a signal, a hang past COMPILE_TIMEOUT, an exit 0 without an ELF object - is a
+        CompileError naming the compiler and carrying the source."""
+        who = f"{self.name} ({self.cc})"
+        try:
+            text = src.encode()
+        except UnicodeEncodeError as e:
+            raise CompileError(who, f"the source is not valid text ({e}); nothing was compiled", src) from None
         with tempfile.TemporaryDirectory(prefix="speck-cc-") as d:
             out = os.path.join(d, "kernel.o")
-            proc = subprocess.run([self.cc, *self._cmd_flags, "-", "-o", out], input=src.encode(), capture_output=True)
+            try:
+                proc = subprocess.run([self.cc, *self._cmd_flags, "-", "-o", out], input=text, capture_output=True,
+                                      timeout=COMPILE_TIMEOUT)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise CompileError(
+                    who, f"no result after {COMPILE_TIMEOUT:.0f} s: the compiler was stopped", src
+                ) from None
+            except OSError as e:
+                raise CompileError(who, f"the compiler can't be run ({type(e).__name__}: {e})", src) from None
+            diag = proc.stderr.decode(errors="replace")
+            if len(diag) > MAX_DIAGNOSTICS:
+                diag = diag[:MAX_DIAGNOSTICS] + f"\n... ({len(diag) - MAX_DIAGNOSTICS} more characters)"
             if proc.returncode != 0:
-                raise CompileError(f"{self.name} ({self.cc})", proc.stderr.decode(errors="replace"), src)
-            with open(out, "rb") as f:
-                return f.read()
+                how = (
+                    f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+                )
+                raise CompileError(who, f"({how}) {diag}", src)
+            try:
+                with open(out, "rb") as f:
+                    obj = f.read()
+            except OSError:
+                obj = b""
+            if not obj.startswith(b"\x7fELF"):
+                raise CompileError(who, f"the compiler exited 0 but wrote no ELF object ({len(obj)} bytes, starting "
+                                   f"{obj[:8]!r}) {diag}", src)  # fmt: skip
+            return obj

@@ -48,6 +48,9 @@ DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there w
 BOOT_WAIT = 10.0  # seconds a lane waits for its worker to start before compiling in this process instead
 
 
+MAX_LANES = 64
+
+
 def default_lanes() -> int:
     """One lane per core this process may run on, at most DEFAULT_MAX_LANES."""
     try:
@@ -332,7 +335,9 @@ class CompilePool:
     compiler's CompileError). See the module docstring for lanes and worker processes."""
 
     def __init__(self, lanes: int | None = None) -> None:
-        self.lanes = default_lanes() if lanes is None else max(1, lanes)
+        # (a lane is a thread and a worker process: SPECK_COMPILE_THREADS=100000 failed with "can't start new
+        # thread" mid-schedule; more lanes than MAX_LANES can't find cores to run on)
+        self.lanes = default_lanes() if lanes is None else max(1, min(lanes, MAX_LANES))
         self._threads = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="speck-compile")
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lanes: list[_Lane] | None = None

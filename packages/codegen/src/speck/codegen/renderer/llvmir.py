@@ -422,7 +422,9 @@ class _LLKernel:
         for i, v in enumerate(self.sig.variables):
             if v.dtype != dtypes.int32:
                 raise UnsupportedOpError(self.r.name, Ops.DEFINE_VAR, v.dtype, "variables are int32 by the kernel ABI")
-            nm = f"%var.{v.arg[0]}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(v.arg[0])) else f"%var{i}"
+            # (LLVM cuts local names at 1024 characters: a longer Variable name was "redefinition of argument")
+            named = len(str(v.arg[0])) <= 64 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(v.arg[0]))
+            nm = f"%var.{v.arg[0]}" if named else f"%var{i}"
             self.names[v] = nm
             out.append(nm)
         return out

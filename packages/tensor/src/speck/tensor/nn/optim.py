@@ -22,10 +22,11 @@ from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
 from speck.tensor.tensor import Tensor, is_training
-from speck.uop import DType, Ops, dtypes, least_upper_dtype, to_dtype
+from speck.uop import DType, Ops, dtypes, least_upper_dtype
+from speck.uop.dtype import setting_dtype
 
 # the dtype optimizer state (momentum, moments) is kept and computed in, at least (float64 params keep float64)
-OPTIM_DTYPE: DType = to_dtype(str(_OPTIM_DTYPE.value))
+OPTIM_DTYPE: DType = setting_dtype(_OPTIM_DTYPE)
 # 1: the learning rate is a constant of the graph instead of a tensor input (a schedule can't change it)
 CONST_LR = int(_CONST_LR.value)
 

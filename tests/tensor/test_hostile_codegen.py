@@ -1,0 +1,17 @@
+"""Hostile round 4, names that reach generated code: a Variable of a very long name is named positionally in LLVM
+IR (LLVM cuts local names at 1024 characters and the cut name clashed: "redefinition of argument"); names that are
+no identifier (quotes, newlines, C keywords) compute like any other on every CPU backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from speck.tensor import Tensor, Variable
+
+
+@pytest.mark.parametrize("device", ["CPU:LLVM", "CPU:CLANG", "CPU:X86"])
+@pytest.mark.parametrize("name", ["x" * 65, "x" * 1100, "y" * 3000, "a;}int evil;//", "b\nc", "int", "é"], ids=repr)
+def test_variables_of_any_name_compute_on_every_backend(device: str, name: str) -> None:
+    v, w = Variable(name, 1, 10).bind(3), Variable(name + "2", 1, 10).bind(4)
+    t = Tensor.ones(10, 10, device=device)
+    assert (t[:v, :w] + 1).sum().item() == 24.0

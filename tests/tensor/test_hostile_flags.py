@@ -1,0 +1,119 @@
+"""Hostile round 4, the API boundary: a yes/no flag (keepdim, descending, ceil_mode...) given a numpy array of
+several values was numpy's own "truth value of an array ... is ambiguous" ValueError from deep inside, and a str
+("False") or a list silently counted as yes; a junk dim in a shape (zeros, reshape, rand...) was speck.uop's
+UOpTypeError. Each is now speck.tensor's TensorTypeError naming the function and the argument; good values keep
+their results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from speck.tensor import Tensor
+from speck.tensor.errors import TensorTypeError
+
+
+def t4() -> Tensor:
+    return Tensor(np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4))
+
+
+def _refused(call: Callable[[], Any], *words: str) -> None:
+    with pytest.raises(TensorTypeError) as ei:
+        out = call()
+        for x in out if isinstance(out, tuple) else (out,):
+            if isinstance(x, Tensor):
+                x.realize()
+    for w in words:
+        assert w in str(ei.value), f"{w!r} not in {ei.value}"
+
+
+FLAG_TAKERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "sum": ("keepdim", lambda j: t4().sum(keepdim=j)),
+    "sum_axis": ("keepdim", lambda j: t4().sum(1, keepdim=j)),
+    "prod": ("keepdim", lambda j: t4().prod(1, keepdim=j)),
+    "max": ("keepdim", lambda j: t4().max(1, keepdim=j)),
+    "min": ("keepdim", lambda j: t4().min(keepdim=j)),
+    "any": ("keepdim", lambda j: t4().any(keepdim=j)),
+    "all": ("keepdim", lambda j: t4().all(keepdim=j)),
+    "mean": ("keepdim", lambda j: t4().mean(keepdim=j)),
+    "var": ("keepdim", lambda j: t4().var(keepdim=j)),
+    "std": ("keepdim", lambda j: t4().std(keepdim=j)),
+    "argmax": ("keepdim", lambda j: t4().argmax(keepdim=j)),
+    "argmax_axis": ("keepdim", lambda j: t4().argmax(1, keepdim=j)),
+    "argmin": ("keepdim", lambda j: t4().argmin(keepdim=j)),
+    "logsumexp": ("keepdim", lambda j: t4().logsumexp(1, keepdim=j)),
+    "sort": ("descending", lambda j: t4().sort(descending=j)),
+    "argsort": ("descending", lambda j: t4().argsort(descending=j)),
+    "topk": ("largest", lambda j: t4().topk(1, largest=j)),
+    "topk_sorted": ("sorted_", lambda j: t4().topk(1, sorted_=j)),
+    "svd": ("full_matrices", lambda j: Tensor.eye(3).svd(full_matrices=j)),
+    "interpolate": ("align_corners", lambda j: t4().interpolate((2, 2), align_corners=j)),
+    "multinomial": ("replacement", lambda j: Tensor([0.5, 0.5]).multinomial(2, replacement=j)),
+    "isinf": ("detect_positive", lambda j: t4().isinf(detect_positive=j)),
+    "avg_pool2d": ("ceil_mode", lambda j: t4().avg_pool2d(ceil_mode=j)),
+    "avg_pool2d_pad": ("count_include_pad", lambda j: t4().avg_pool2d(count_include_pad=j)),
+    "max_pool2d": ("ceil_mode", lambda j: t4().max_pool2d(ceil_mode=j)),
+    "max_pool2d_idx": ("return_indices", lambda j: t4().max_pool2d(return_indices=j)),
+    "sdpa": ("is_causal", lambda j: t4().scaled_dot_product_attention(t4(), t4(), is_causal=j)),
+}
+JUNK_FLAGS: list[Any] = [np.array([1, 2]), np.array([[True], [False]]), "False", 1.5, [1], {"a": 1}]
+
+
+@pytest.mark.parametrize("junk", JUNK_FLAGS, ids=lambda j: type(j).__name__ + repr(j)[:12])
+@pytest.mark.parametrize("name", sorted(FLAG_TAKERS))
+def test_a_junk_flag_is_a_type_error_naming_it(name: str, junk: Any) -> None:
+    what, call = FLAG_TAKERS[name]
+    _refused(lambda: call(junk), what, "must be a bool", type(junk).__name__)
+
+
+@pytest.mark.parametrize("good", [True, np.bool_(True), np.array(True), 1, np.int64(1)], ids=repr)
+def test_flags_take_bools_and_ints_like_python(good: Any) -> None:
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(Tensor(a).sum(1, keepdim=good).numpy(), a.sum(1, keepdims=True))
+    np.testing.assert_array_equal(Tensor(a).max(2, keepdim=good).numpy(), a.max(2, keepdims=True))
+    np.testing.assert_array_equal(Tensor(a).argsort(2, descending=good).numpy(), np.argsort(-a, axis=2))
+
+
+@given(st.sampled_from([False, 0, None, np.bool_(False)]), st.integers(0, 2))
+def test_a_false_flag_drops_the_dim_like_numpy(no: Any, axis: int) -> None:
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(Tensor(a).sum(axis, keepdim=no).numpy(), a.sum(axis))
+    np.testing.assert_array_equal(Tensor(a).mean(axis, keepdim=no).numpy(), a.mean(axis))
+
+
+@pytest.mark.parametrize("junk", [np.array([1, 2]), 1.5, ["trunc"]], ids=repr)
+def test_pad_mode_and_rounding_mode_of_the_wrong_kind_are_named(junk: Any) -> None:
+    with pytest.raises(NotImplementedError, match="pad mode must be"):
+        t4().pad(((0, 0), (0, 0), (1, 1), (1, 1)), mode=junk)
+    _refused(lambda: t4().div(2, rounding_mode=junk), "div", "rounding_mode")
+
+
+SHAPE_TAKERS: dict[str, Callable[[Any], Any]] = {
+    "zeros": lambda s: Tensor.zeros((s,)),
+    "ones": lambda s: Tensor.ones(2, s),
+    "full": lambda s: Tensor.full((s, 2), 1.0),
+    "empty": lambda s: Tensor.empty(2, s),
+    "rand": lambda s: Tensor.rand(2, s),
+    "randn": lambda s: Tensor.randn(2, s),
+    "reshape": lambda s: Tensor.ones(2, 3).reshape(2, s),
+    "expand": lambda s: Tensor.ones(1, 3).expand(2, s),
+}
+JUNK_DIMS: list[Any] = ["3", 2.5, 3.0, [2], np.array([1, 2]), object(), 1j, True]
+
+
+@pytest.mark.parametrize("junk", JUNK_DIMS, ids=lambda j: type(j).__name__)
+@pytest.mark.parametrize("name", sorted(SHAPE_TAKERS))
+def test_a_junk_dim_is_the_tensor_packages_type_error_naming_the_function(name: str, junk: Any) -> None:
+    _refused(lambda: SHAPE_TAKERS[name](junk), name, "shape must be int", type(junk).__name__)
+
+
+@given(st.integers(1, 4))
+def test_numpy_int_dims_still_make_shapes(n: int) -> None:
+    assert Tensor.zeros(np.int64(n), 2).shape == (n, 2)
+    assert Tensor.ones(2, 3 * n).reshape(np.int32(2 * n), 3).shape == (2 * n, 3)
+    assert Tensor.ones(1, 3).expand(np.int16(n), 3).shape == (n, 3)
