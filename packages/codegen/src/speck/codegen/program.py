@@ -286,6 +286,7 @@ def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int
 
 
 _gc_pause_lock = threading.Lock()
+_YOUNG_MANY = 20_000  # allocations pending when a pause ends beyond which the young survivors are collected at once
 _gc_pause_depth = [0, False]  # open gc_paused() blocks, and whether the outermost one found collection on
 
 
@@ -306,8 +307,13 @@ def gc_paused() -> Iterator[None]:
     finally:
         with _gc_pause_lock:
             _gc_pause_depth[0] -= 1
-            if _gc_pause_depth[0] == 0 and _gc_pause_depth[1]:
+            resume = _gc_pause_depth[0] == 0 and _gc_pause_depth[1]
+            if resume:
                 gc.enable()
+        if resume and gc.get_count()[0] > _YOUNG_MANY:
+            # what the block left alive (programs, memos: ~250k objects after a cold CNN step's batch) goes to the
+            # oldest generation in one pass; the collector on its own walks it twice (young, then middle generation)
+            gc.collect(1)
 
 
 def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True,
