@@ -13,7 +13,8 @@ from speck.codegen import lowered_cache
 from speck.codegen.errors import ProgramFormError
 from speck.codegen.kernel_info import Estimates, KernelInfo
 from speck.codegen.renderer.common import outer_global_range
-from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
+from speck.uop import AxisType, GroupOp, PtrDType, UOp, dtypes, sint
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from speck.uop import DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from speck.uop import DType, GroupOp, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
