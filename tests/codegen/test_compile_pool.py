@@ -96,6 +96,30 @@ def test_cache_is_read_and_written_here(new_pool: Callable[[int], CompilePool]) 
     assert p.submit(c, src).result() == lib and w.compiled == 1  # the second time from the cache, not the worker
 
 
+def test_the_worker_writes_the_entry_of_what_it_built(
+    new_pool: Callable[[int], CompilePool], monkeypatch: pytest.MonkeyPatch, private_cache: pathlib.Path
+) -> None:
+    """The worker writes the cache entry of an object it built, before answering (so it is there once the future
+    is), and this process writes none: its lane threads doing file I/O and hashing took the GIL from the lowering
+    thread again and again. The entry is the one Compiler.compile would write and read."""
+    from speck.codegen.cache import DiskCache
+
+    c = LLVMCompiler()
+    p = new_pool(1)
+    p.start_workers()
+    assert p.wait_ready(BOOT_TIMEOUT)
+    here: list[str] = []
+    real_put = DiskCache.put
+    monkeypatch.setattr(DiskCache, "put", lambda self, key, data: here.append(key) or real_put(self, key, data))
+    srcs = [scaled_ir(k) for k in range(30, 34)]
+    libs = compile_all(p, c, srcs)
+    assert here == []
+    assert [c.disk_cache().get(c.cache_key(s)) for s in srcs] == libs == [c.compile_uncached(s) for s in srcs]
+    assert all((private_cache / "compile" / "llvm" / c.cache_key(s)).is_file() for s in srcs)
+    (w,) = p.workers()
+    assert compile_all(p, c, srcs) == libs and w.compiled == len(srcs)  # read back from the cache
+
+
 def test_compile_error_is_the_compilers(new_pool: Callable[[int], CompilePool]) -> None:
     c = LLVMCompiler()
     with pytest.raises(CompileError) as here:

@@ -164,3 +164,25 @@ def test_key_does_not_depend_on_which_settings_are_registered(cache: None) -> No
         assert lowered_cache.lowered_key(scale_kernel(), r, True) != before
     finally:
         ContextVar._registry.pop(extra.key)
+
+
+def test_a_cold_cache_hashes_keys_at_the_write_with_the_settings_of_the_lowering(
+    cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no namespace directory nothing is looked up and no AST is hashed while lowering; the entry written at
+    flush is keyed as lowered_key was when the kernel was lowered (settings and renderer of then, not of the flush),
+    and serves the kernel in those settings."""
+    r = LLVMRenderer()
+    hashed: list[object] = []
+    real_key_of = lowered_cache.key_of
+    monkeypatch.setattr(lowered_cache, "key_of", lambda ctx, ast: hashed.append(ast) or real_key_of(ctx, ast))
+    with Context(TRANSCENDENTAL=2):
+        cold = to_program(scale_kernel(), r)
+        want = real_key_of(lowered_cache.key_context(r, True), scale_kernel())
+    assert hashed == []
+    assert want != lowered_cache.lowered_key(scale_kernel(), r, True)  # the setting is part of the key
+    assert lowered_cache.flush() == 1
+    assert DiskCache("lowered/llvm", lowered_cache.VERSION).keys() == [want]
+    monkeypatch.setattr(pipeline, "full_rewrite_to_sink", _no_lowering)
+    with Context(TRANSCENDENTAL=2):
+        assert _fields(to_program(scale_kernel(), r)) == _fields(cold)

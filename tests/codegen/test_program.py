@@ -209,3 +209,46 @@ def test_estimates_of_a_loop_bounded_by_an_outer_index_are_upper_bounds() -> Non
         for core_range in ((0, 3), (3, 8)):
             run(p.uops, [buf, np.arange(8, dtype=np.float32)], {}, core_range)
         np.testing.assert_array_equal(buf.reshape(8, 8), ref)
+
+
+@pytest.mark.parametrize("was_on", [True, False])
+def test_gc_paused_nests_and_restores_the_collector_once(was_on: bool) -> None:
+    """A batch of kernels lowered inside one gc_paused() block keeps the collector off across all of them (each
+    to_program's own block is nested, so it must not turn collection back on), and the outermost block restores
+    what it found."""
+    import gc
+
+    from speck.codegen.program import gc_paused
+
+    before = gc.isenabled()
+    (gc.enable if was_on else gc.disable)()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+            spec = to_program(scale_kernel(), PythonRenderer())  # pauses and resumes inside
+            assert not gc.isenabled()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled() == was_on
+        assert spec.src
+    finally:
+        (gc.enable if before else gc.disable)()
+
+
+def test_a_pause_that_leaves_many_objects_moves_them_to_the_oldest_generation_at_once() -> None:
+    """When the outermost pause ends with many allocations pending, the young survivors are collected in one pass
+    that leaves both younger generations empty (the collector on its own would walk them once in each)."""
+    import gc
+
+    from speck.codegen import program
+
+    before = gc.isenabled()
+    gc.enable()
+    try:
+        with program.gc_paused():
+            keep = [[i] for i in range(2 * program._YOUNG_MANY)]  # tracked objects that stay alive
+        assert gc.get_count()[0] < program._YOUNG_MANY and gc.get_count()[1] == 0
+        assert len(keep) == 2 * program._YOUNG_MANY
+    finally:
+        (gc.enable if before else gc.disable)()

@@ -65,3 +65,38 @@ def test_cached_sink_toposort_leaves_no_cycle() -> None:
     finally:
         if was:
             gc.enable()
+
+
+def _reference_fixed_point(root: UOp, pm: PatternMatcher, ctx: object) -> UOp:
+    """The default order written plainly (recursion, sources first, a rule's result rewritten again): what the
+    specialised loop in speck.uop.rewrite must compute."""
+    done: dict[UOp, UOp] = {}
+
+    def visit(n: UOp) -> UOp:
+        if n in done:
+            return done[n]
+        new_src = tuple(visit(s) for s in n.src)
+        nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+        r = pm.rewrite(nn, ctx)
+        done[n] = nn if r is None else visit(r)
+        return done[n]
+
+    return visit(root)
+
+
+# rules whose results are new nodes over shared sources (what the specialised loop's stack entries must get right)
+RULES_GROWING = PatternMatcher(
+    [
+        (UPat.var("a") * 1, lambda a: a),
+        (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("a"))), lambda a: a + 0),
+        (UPat.var("a") + 0, lambda a: a),
+        (UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: b + a if a.op is Ops.CONST else None),
+    ]
+)
+
+
+@given(graphs(), st.sampled_from([*sorted(RULES), "growing"]), st.booleans(), st.booleans(), st.booleans())
+def test_fixed_point_matches_a_plain_reference(g: UOp, rules: str, as_sink: bool, ctx: bool, compiled: bool) -> None:
+    root = UOp.sink(g, g.maximum(g)) if as_sink else g
+    pm = (RULES_GROWING if rules == "growing" else RULES[rules]).with_mode(compiled)
+    assert graph_rewrite(root, pm, ctx) is _reference_fixed_point(root, pm, ctx)

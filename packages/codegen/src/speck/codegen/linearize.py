@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from speck.codegen.errors import ProgramFormError
 from speck.codegen.lower.ranges import RangeScope
-from speck.uop import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from speck.uop import PatternMatcher, UOp, UPat, graph_rewrite
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 
 # ---------------- pre-linearize shaping: one range per END, one END per range ----------------

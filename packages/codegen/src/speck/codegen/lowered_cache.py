@@ -11,7 +11,8 @@ reuses an older result.
 Lowering always runs when SPEC=1 (the stages' checks were asked for), DEBUG>=3 (their output was), BEAM searches
 (`beam_timer`), or CACHELEVEL=0. An entry that can't be read back is a miss: the kernel is lowered again and the
 entry rewritten. Entries hold the program's UOps once, as a flat table with sources by position; they are written
-at exit (or `flush()`), so a cold run's lowering pays only for the keys."""
+at exit (or `flush()`), so a cold run's lowering pays for no entry; and while the namespace has no directory (a cold
+cache) nothing is looked up and each key's hashing of its AST waits for the write too."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.codegen.cache.store import DiskCache, cache_enabled
+from speck.codegen.cache.store import DiskCache, cache_enabled, cache_root
 from speck.uop import DEBUG, SPEC, UOp
 from speck.uop.helpers import ContextVar
 from speck.uop.settings import LiveVar
@@ -81,25 +82,43 @@ def _renderer_settings(renderer: Renderer) -> str:
     return ";".join(f"{k}={_canon(v)}" for k, v in sorted(seen.items()) if not callable(v))
 
 
-def lowered_key(ast: UOp, renderer: Renderer, optimize: bool) -> str:
-    """The cache key of lowering `ast` for `renderer` in this process's settings."""
-    h = hashlib.sha256()
+def key_context(renderer: Renderer, optimize: bool) -> bytes:
+    """Everything in a key but the AST, as this process's settings and `renderer` are now."""
     # settings away from their defaults: one not registered yet (its module not imported) is at its default too,
     # so the key doesn't depend on what happens to be imported; settings read at each use name places and tools
     # (cache directories, library paths), not what lowering does
     settings = ";".join(f"{k}={v.value!r}" for k, v in sorted(ContextVar._registry.items())
                         if not isinstance(v, LiveVar) and v.value != v.default)  # fmt: skip
     cls = type(renderer)
-    for part in (sources_digest(), f"{cls.__module__}.{cls.__qualname__}", renderer.name, _renderer_settings(renderer),
-                 settings, f"optimize={optimize}"):  # fmt: skip
-        h.update(part.encode() + b"\0")
+    parts = (sources_digest(), f"{cls.__module__}.{cls.__qualname__}", renderer.name, _renderer_settings(renderer),
+             settings, f"optimize={optimize}")  # fmt: skip
+    return b"".join(part.encode() + b"\0" for part in parts)
+
+
+def key_of(context: bytes, ast: UOp) -> str:
+    """The key of lowering `ast` in `context` (a `key_context`)."""
+    h = hashlib.sha256(context)
     h.update(pickle.dumps(ast, protocol=4))
     return h.hexdigest()
 
 
+def lowered_key(ast: UOp, renderer: Renderer, optimize: bool) -> str:
+    """The cache key of lowering `ast` for `renderer` in this process's settings."""
+    return key_of(key_context(renderer, optimize), ast)
+
+
+def may_hold(renderer: Renderer) -> bool:
+    """Whether the renderer's namespace directory exists: with none (a cold cache) there is nothing to look up, and
+    a lowering's key (a pickle and a hash of its AST) is computed only when its entry is written (`put_later`)."""
+    return os.path.isdir(os.path.join(str(cache_root()), "lowered", _namespace(renderer)))
+
+
+def _namespace(renderer: Renderer) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in renderer.name) or "renderer"
+
+
 def _store(renderer: Renderer) -> DiskCache:
-    name = "".join(c if c.isalnum() or c in "_.-" else "_" for c in renderer.name) or "renderer"
-    return DiskCache(f"lowered/{name}", VERSION)
+    return DiskCache(f"lowered/{_namespace(renderer)}", VERSION)
 
 
 def dumps(value: Any, order: Sequence[UOp] = ()) -> bytes:
@@ -163,7 +182,7 @@ def get(key: str, renderer: Renderer) -> Any:
 
 # entries are written when the process exits (or at `flush()`), not while kernels are lowered: pickling a program
 # costs about as much as a tenth of lowering it, and a cold first step is the time that matters
-_pending: dict[tuple[str, str], tuple[Renderer, Any]] = {}
+_pending: dict[tuple[str, Any], tuple[Renderer, Any]] = {}  # (renderer name, key or (context, AST)) -> entry
 _owner: list[int] = [os.getpid()]  # a forked child inherits the queue: the parent writes it, not the child
 _pending_lock = threading.Lock()
 _registered: list[bool] = []
@@ -172,6 +191,15 @@ FLUSH_AT = 512  # queued entries that are written at once (a long session doesn'
 
 def put(key: str, renderer: Renderer, value: Any) -> None:
     """Queue `value` as the entry for `key`; it is written at `flush()` (at the latest when the process exits)."""
+    _queue(key, renderer, value)
+
+
+def put_later(ast: UOp, renderer: Renderer, optimize: bool, value: Any) -> None:
+    """`put` under `lowered_key(ast, renderer, optimize)` as that key is now, the AST's part computed at `flush()`."""
+    _queue((key_context(renderer, optimize), ast), renderer, value)
+
+
+def _queue(key: Any, renderer: Renderer, value: Any) -> None:
     with _pending_lock:
         if os.getpid() != _owner[0]:  # queued in a forked child: this process owns its own queue
             _pending.clear()
@@ -192,9 +220,24 @@ def flush() -> int:
         _pending.clear()
     written = 0
     for (_, key), (renderer, value) in todo:
+        if isinstance(key, tuple):
+            key = key_of(*key)
         order = value[2] if isinstance(value, tuple) and len(value) > 2 and isinstance(value[2], list) else ()
         written += bool(_store(renderer).put(key, dumps(value, order)))
     return written
 
 
-__all__ = ["dumps", "flush", "get", "loads", "lowered_key", "put", "sources_digest", "usable"]
+__all__ = [
+    "dumps",
+    "flush",
+    "get",
+    "key_context",
+    "key_of",
+    "loads",
+    "lowered_key",
+    "may_hold",
+    "put",
+    "put_later",
+    "sources_digest",
+    "usable",
+]

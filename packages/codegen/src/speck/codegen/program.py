@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,8 @@ from speck.codegen import lowered_cache
 from speck.codegen.errors import ProgramFormError
 from speck.codegen.kernel_info import Estimates, KernelInfo
 from speck.codegen.renderer.common import outer_global_range
-from speck.uop import AxisType, GroupOp, Ops, PtrDType, UOp, dtypes, sint
+from speck.uop import AxisType, GroupOp, PtrDType, UOp, dtypes, sint
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -284,19 +286,35 @@ def launch_size(uops: list[UOp], gpu: bool) -> tuple[tuple[sint, ...], tuple[int
     return tuple(dims("gidx")), tuple(local)
 
 
+_gc_pause_lock = threading.Lock()
+_YOUNG_MANY = 20_000  # allocations pending when a pause ends beyond which the young survivors are collected at once
+_gc_pause_depth = [0, False]  # open gc_paused() blocks, and whether the outermost one found collection on
+
+
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Lowering builds tens of thousands of short-lived nodes, and the cyclic collector's passes over them (and over
     every live object, for the oldest generation) took ~8% of a cold CNN step's lowering while freeing nothing: UOp
-    graphs are acyclic and die by reference counting. Collection resumes (if it was on) once the kernel is done."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    graphs are acyclic and die by reference counting. Collection resumes (if it was on) when the outermost block
+    ends: a caller lowering a batch of kernels wraps the whole batch, so the collector runs once after it instead of
+    after every kernel (each of those passes walked every node the kernels before had left alive)."""
+    with _gc_pause_lock:
+        if _gc_pause_depth[0] == 0:
+            _gc_pause_depth[1] = gc.isenabled()
+            gc.disable()
+        _gc_pause_depth[0] += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _gc_pause_lock:
+            _gc_pause_depth[0] -= 1
+            resume = _gc_pause_depth[0] == 0 and _gc_pause_depth[1]
+            if resume:
+                gc.enable()
+        if resume and gc.get_count()[0] > _YOUNG_MANY:
+            # what the block left alive (programs, memos: ~250k objects after a cold CNN step's batch) goes to the
+            # oldest generation in one pass; the collector on its own walks it twice (young, then middle generation)
+            gc.collect(1)
 
 
 def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: bool = True,
@@ -312,15 +330,15 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
     t0 = time.perf_counter()
     # a warm cache hands back the rendered program without lowering (speck.codegen.lowered_cache)
     cached = lowered_cache.usable(beam_timer)
-    key = lowered_cache.lowered_key(ast, renderer, optimize) if cached else ""
-    hit = lowered_cache.get(key, renderer) if cached else None
+    key = lowered_cache.lowered_key(ast, renderer, optimize) if cached and lowered_cache.may_hold(renderer) else ""
+    hit = lowered_cache.get(key, renderer) if key else None
     if hit is not None:
         name, src, uops, gsize, lsize, bufs, kvars, est, applied = hit
         t1 = t2 = time.perf_counter()
     else:
         # BEAM times a candidate kernel by rendering it (with its opts fixed) and handing the ProgramSpec to beam_timer
         kernel_timer = (lambda cand: float(beam_timer(to_program(cand, renderer)))) if beam_timer is not None else None
-        with _gc_paused():
+        with gc_paused():
             uops = full_rewrite_to_sink(ast, renderer, optimize=optimize, beam_timer=kernel_timer, beam_tag=beam_tag)
             t1 = time.perf_counter()
             src = renderer.render(uops)
@@ -330,7 +348,11 @@ def to_program(ast: UOp, renderer: Renderer, compiler: Any = None, optimize: boo
         (gsize, lsize), bufs, est = launch_size(uops, renderer.has_local), buffer_args(uops), estimate(uops)
         kvars = sorted([u for u in uops if u.op is Ops.DEFINE_VAR], key=lambda v: v.arg[0])
         if cached:
-            lowered_cache.put(key, renderer, (name, src, uops, gsize, lsize, bufs, kvars, est, applied))
+            entry = (name, src, uops, gsize, lsize, bufs, kvars, est, applied)
+            if key:
+                lowered_cache.put(key, renderer, entry)
+            else:  # a cold cache: the key's hashing is left to the write
+                lowered_cache.put_later(ast, renderer, optimize, entry)
     lib = compiler.compile(src) if compiler is not None else None
     t3 = time.perf_counter()
     if DEBUG >= 2:
@@ -357,6 +379,7 @@ __all__ = [
     "ProgramSpec",
     "buffer_args",
     "estimate",
+    "gc_paused",
     "global_size",
     "launch_size",
     "reads_only_where_it_stores",

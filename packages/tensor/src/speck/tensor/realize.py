@@ -26,6 +26,7 @@ from speck.codegen.errors import CompileRefused
 from speck.codegen.interpret import eval_ast
 from speck.codegen.kernel_info import kernel_name
 from speck.codegen.numeric import storage_np
+from speck.codegen.program import gc_paused
 from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import Device
 from speck.hcq import runner as _runner
@@ -341,17 +342,18 @@ def _compile_ahead(kernels: Iterable[tuple[str, UOp]]) -> None:
 
         _compile_pool = CompilePool(None if COMPILE_THREADS.value < 0 else int(COMPILE_THREADS.value))
     inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
-    for device, ast in todo:
-        try:
-            dev = Device[device]
-            spec = dev.backend.to_program(ast, compile=False, **_beam_args(dev))
-            compiler = dev.backend.compiler_for(spec)
-        except Exception:  # program() reports it when the kernel is lowered
-            continue
-        fut = inflight.get((id(compiler), spec.src))
-        if fut is None:
-            fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler, spec.src)
-        _ahead[(device, ast)] = (spec, fut)
+    with gc_paused():  # the collector runs once after the batch, not after each kernel
+        for device, ast in todo:
+            try:
+                dev = Device[device]
+                spec = dev.backend.to_program(ast, compile=False, **_beam_args(dev))
+                compiler = dev.backend.compiler_for(spec)
+            except Exception:  # program() reports it when the kernel is lowered
+                continue
+            fut = inflight.get((id(compiler), spec.src))
+            if fut is None:
+                fut = inflight[(id(compiler), spec.src)] = _compile_pool.submit(compiler, spec.src)
+            _ahead[(device, ast)] = (spec, fut)
 
 
 def compile_pool_stats() -> dict[str, float]:

@@ -3,7 +3,7 @@ expressions with it; the vector expander recognises contiguous lanes with it."""
 
 from __future__ import annotations
 
-from speck.uop.ops import Ops
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 from speck.uop.uop import UOp
 
 AffineForm = tuple[dict[UOp, int], int]

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from speck.uop.dtype import DType, InvalidType, PtrDType, cast_value, dtypes
 from speck.uop.helpers import cdiv
-from speck.uop.ops import GroupOp, Ops
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
+from speck.uop.ops import GroupOp
 
 if TYPE_CHECKING:
     from speck.uop.uop import UOp

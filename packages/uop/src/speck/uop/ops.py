@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any
 
 
 class Ops(enum.Enum):
@@ -154,3 +155,41 @@ class GroupOp:
     # integer ops that need the floating point unit to be exact
     UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.FDIV, Ops.CDIV, Ops.POW})
     All = frozenset(Ops)
+
+
+class _OpsMirror(type):
+    """The metaclass of `FastOps`: everything but reading a member (iterating, `Ops(value)`, `Ops["NAME"]`,
+    isinstance) goes to `Ops` itself. It defines no `__getattr__`, so reading a member stays a plain class lookup."""
+
+    def __iter__(cls) -> Any:
+        return iter(Ops)
+
+    def __len__(cls) -> int:
+        return len(Ops)
+
+    def __contains__(cls, x: object) -> bool:
+        return isinstance(x, Ops)
+
+    def __getitem__(cls, name: str) -> Ops:
+        return Ops[name]
+
+    def __call__(cls, value: object) -> Ops:
+        return Ops(value)
+
+    def __instancecheck__(cls, x: object) -> bool:
+        return isinstance(x, Ops)
+
+    @property
+    def __members__(cls) -> Any:
+        return Ops.__members__
+
+
+# `Ops`' members on a plain class. On Python 3.11 reading `Ops.X` costs ~0.18 us against ~0.04 us for a plain class
+# attribute: enum's metaclass defines `__getattr__`, so every class attribute read goes through a slot that calls
+# `type.__getattribute__` as a Python-level method. The lowering pipeline reads members ~1.4M times for a cold CNN
+# training step's 104 kernels (`u.op is Ops.RANGE` in every walk): its hot modules import `FastOps as Ops` (the
+# same member objects; for type checkers it is `Ops`).
+if TYPE_CHECKING:
+    FastOps = Ops
+else:
+    FastOps = _OpsMirror("FastOps", (), {"__doc__": "Ops' members on a plain class", **Ops.__members__})

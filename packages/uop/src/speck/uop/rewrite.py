@@ -84,8 +84,9 @@ def rewrites_anything(root: UOp, pm: PatternMatcher, ctx: Any = None) -> bool:
 def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | None,
                          replace: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:  # fmt: skip
     """The default order (sources first, then the node, then whatever a rule returned), specialised because it is
-    the hot loop of every simplify: stack entries are a node (visit it) or a (node, result) pair (adopt the fully
-    rewritten result), and a node whose sources are done is rewritten without a second trip through the stack.
+    the hot loop of every simplify: stack entries are a node (visit it), a (node, None) pair (its sources are done
+    now: rewrite it without checking them again) or a (node, result) pair (adopt the fully rewritten result), and
+    a node whose sources are done is rewritten without a second trip through the stack.
     `replace` may hold results of earlier rewrites with the same pure matcher (every value in it is final)."""
     limit = REWRITE_LIMIT.value
     total, budget = 0, 100 * limit
@@ -99,20 +100,25 @@ def _rewrite_fixed_point(root: UOp, pm: PatternMatcher, ctx: Any, name: str | No
         n = pop()
         if type(n) is tuple:
             n, r = n
-            replace[n] = replace[r]
-            continue
-        if n in replace:
-            continue
-        src = n.src
-        pending = False
-        for s in reversed(src):  # popped in source order
-            if s not in replace:
-                if not pending:
-                    push(n)  # come back once the sources are done
-                    pending = True
-                push(s)
-        if pending:
-            continue
+            if r is not None:
+                replace[n] = replace[r]
+                continue
+            if n in replace:  # (a rule's result elsewhere may have reached it meanwhile)
+                continue
+            src = n.src
+        else:
+            if n in replace:
+                continue
+            src = n.src
+            pending = False
+            for s in reversed(src):  # popped in source order
+                if s not in replace:
+                    if not pending:
+                        push((n, None))  # come back once the sources are done
+                        pending = True
+                    push(s)
+            if pending:
+                continue
         new_src = tuple([replace[s] for s in src])
         changed = new_src != src  # tuple compare: identity first, and UOps compare by identity
         nn = UOp(n.op, n.dtype, new_src, n.arg, n.tag) if changed else n

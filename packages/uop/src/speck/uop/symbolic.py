@@ -12,7 +12,8 @@ from typing import Any
 from speck.uop.bounds import _compute_bounds
 from speck.uop.dtype import ALL_SCALARS, ConstType, DType, Invalid, InvalidType, bitcast, cast_value, dtypes
 from speck.uop.errors import UOpValueError
-from speck.uop.ops import GroupOp, Ops
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
+from speck.uop.ops import GroupOp
 from speck.uop.uop import UOp, exec_alu, register_service
 from speck.uop.upat import PatternMatcher, UPat
 

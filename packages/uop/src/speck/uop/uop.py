@@ -192,27 +192,33 @@ def _int_arg(v: Any) -> Any:
     return int(v.__index__())
 
 
+# the hash-consing table (UOp._cache), also bound here: the constructor and finalizer, run ~100k times for a cold
+# training step's lowering, read a module global instead of a class attribute
+_HC: dict[tuple[Any, ...], weakref.ReferenceType[Any]] = {}
+_wref = weakref.ref
+
+
 class UOp(_Slots, UOpOperators):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
     Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
 
     __slots__ = ()
-    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
+    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = _HC
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                 tag: Any = None) -> UOp:  # fmt: skip
         # (an int arg keyed inline: BUFFER sizes and UNIQUE ids, made on every realize, skip _argkey's frame)
         ck = (op, dtype, src, arg if arg is None else (_int, arg) if arg.__class__ is _int else _argkey(arg), tag)
-        ref = UOp._cache.get(ck)
+        ref = _HC.get(ck)
         if ref is not None and (ret := ref()) is not None:
-            return ret
+            return ret  # type: ignore[no-any-return]
         fresh = object.__new__(_Fresh)
         fresh.op, fresh.dtype, fresh.src, fresh.arg, fresh.tag = op, dtype, src, arg, tag
         fresh._ck, fresh._bounds, fresh._shape, fresh._topo = ck, None, 0, None
         fresh.__class__ = UOp  # type: ignore[assignment]
         self: UOp = fresh  # type: ignore[assignment]
-        UOp._cache[ck] = weakref.ref(self)
+        _HC[ck] = _wref(self)
         return self
 
     @staticmethod
@@ -249,7 +255,7 @@ class UOp(_Slots, UOpOperators):
         # the finalizer runs before the weak reference is cleared; no other node with this key can exist while this
         # one lived, so the entry is ours to drop
         try:
-            UOp._cache.pop(self._ck, None)
+            _HC.pop(self._ck, None)
         except Exception:  # interpreter shutdown: module globals may already be gone
             pass
 

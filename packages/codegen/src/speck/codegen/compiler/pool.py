@@ -8,15 +8,18 @@ thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt el
 returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
 worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
 itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
-a reader that hands the answers to their futures and writes the cache. LLVMCompiler and X86Compiler have recipes;
+a reader that hands the answers to their futures. The worker writes the cache entry of what it built (before it
+answers): writing an entry here (hashing it, a temporary file, a rename) released and retook this process's GIL
+half a dozen times per object, each time a chance for the lowering thread (the cold path's critical one) to wait
+for it, and cost this process's CPU. LLVMCompiler and X86Compiler have recipes;
 compilers without one (gcc/clang run as subprocesses already) compile on `lanes` threads here.
 
 The worker is a fresh interpreter (not a fork: the parent has threads) that imports only the compiler modules,
 rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
-CPU, features, passes) equal the parent's, and then answers (recipe, source) -> object bytes in order. Objects are
-byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same CompileError. A worker
-that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its lane compiles in this
-process (so a result is never different, only slower)."""
+CPU, features, passes) equal the parent's, and then answers (recipe, source, cache entry to write) -> object bytes
+in order. Objects are byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same
+CompileError. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
+lane compiles in this process (so a result is never different, only slower)."""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from speck.codegen.cache import cache_enabled
+from speck.codegen.cache import cache_enabled, cache_root
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import CompileError, CompileRefused, WorkerError
 
@@ -115,9 +118,10 @@ serve()
 
 
 def serve() -> None:
-    """A worker's main loop: answer pickled (recipe, source) requests from stdin on stdout, in order, until stdin
-    closes. Replies: ("ready", pid) once, then ("ok", object, cpu seconds) | ("compile_error", compiler, message) |
-    ("error", message)."""
+    """A worker's main loop: answer pickled (recipe, source, store) requests from stdin on stdout, in order, until
+    stdin closes; `store` is None or (cache root, key): where the object goes in the compile cache (written before the
+    answer, so the entry is there once the parent has the object). Replies: ("ready", pid) once, then ("ok", object,
+    cpu seconds) | ("compile_error", compiler, message) | ("error", message)."""
     inp = sys.stdin.buffer
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the reply stream
@@ -126,7 +130,7 @@ def serve() -> None:
     compilers: dict[WorkerRecipe, Compiler] = {}
     while True:
         try:
-            recipe, src = pickle.load(inp)
+            recipe, src, store = pickle.load(inp)
         except EOFError:
             return
         try:
@@ -135,7 +139,10 @@ def serve() -> None:
                 compiler = compilers[recipe] = recipe.build()
             t = time.thread_time()
             lib = compiler.compile_uncached(src)
-            reply: tuple[Any, ...] = ("ok", lib, time.thread_time() - t)
+            cpu = time.thread_time() - t
+            if store is not None:
+                _put_entry(compiler, store[0], store[1], lib)
+            reply: tuple[Any, ...] = ("ok", lib, cpu)
         except CompileError as e:
             reply = ("compile_error", e.compiler, e.diagnostics)
         except CompileRefused as e:  # the registry renders it again with the backend's fallback
@@ -144,6 +151,15 @@ def serve() -> None:
             reply = ("error", f"{type(e).__name__}: {e}")
         pickle.dump(reply, out)
         out.flush()
+
+
+def _put_entry(compiler: Compiler, root: str, key: str, lib: bytes) -> None:
+    """Write `lib` as the compile-cache entry `key` under cache root `root` (the parent's, at submit time)."""
+    from speck.codegen.settings import CACHE_DIR
+    from speck.uop.helpers import CACHELEVEL
+
+    CACHE_DIR.value, CACHELEVEL.value = root, max(1, int(CACHELEVEL.value))
+    compiler.disk_cache().put(key, lib)
 
 
 def _package_path(name: str) -> list[str]:
@@ -168,11 +184,11 @@ class _Worker:
         self.compiled = 0  # objects it returned
         self.cpu_s = 0.0  # CPU seconds it spent compiling them
 
-    def send(self, recipe: WorkerRecipe, src: str) -> None:
+    def send(self, recipe: WorkerRecipe, src: str, store: tuple[str, str] | None = None) -> None:
         if os.getpid() != self.owner:
             raise WorkerError(f"compile worker {self.proc.pid} belongs to process {self.owner}")
         try:
-            pickle.dump((recipe, src), self.stdin)
+            pickle.dump((recipe, src, store), self.stdin)
             self.stdin.flush()
         except (OSError, ValueError) as e:
             raise WorkerError(f"compile worker {self.proc.pid} is gone: {e!r}") from e
@@ -245,10 +261,14 @@ class _Lane:
             if not job.future.set_running_or_notify_cancel():
                 continue
             compiler, src = job.compiler, job.src
-            # Compiler.compile's steps, split: the cache is read here and written by the reader
-            if cache_enabled() and (lib := compiler.disk_cache().get(compiler.cache_key(src))) is not None:
-                job.future.set_result(lib)
-                continue
+            # Compiler.compile's steps, split: the cache is read here and written by the worker
+            store = None
+            if cache_enabled():
+                key = compiler.cache_key(src)
+                if (lib := compiler.disk_cache().get(key)) is not None:
+                    job.future.set_result(lib)
+                    continue
+                store = (str(cache_root()), key)
             self.pool.start_workers()
             if not self.up.wait(BOOT_WAIT) or self.dead or self.worker is None:
                 self.pool._compile_here(job)
@@ -263,7 +283,7 @@ class _Lane:
                 self.pool._compile_here(job)
                 continue
             try:
-                self.worker.send(compiler.worker_recipe(), src)  # type: ignore[attr-defined]
+                self.worker.send(compiler.worker_recipe(), src, store)  # type: ignore[attr-defined]
             except WorkerError as e:
                 self._lost(e)
 
@@ -288,8 +308,6 @@ class _Lane:
                 except WorkerError:
                     self.pool._compile_here(job)
                     raise
-                if cache_enabled():
-                    job.compiler.disk_cache().put(job.compiler.cache_key(job.src), lib)
                 job.future.set_result(lib)
         except WorkerError as e:
             self._lost(e)

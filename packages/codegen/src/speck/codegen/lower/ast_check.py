@@ -4,7 +4,8 @@ clean-up every stage relies on afterwards (ranges folded to constants by simplif
 from __future__ import annotations
 
 from speck.codegen.errors import ProgramFormError
-from speck.uop import AxisType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat
+from speck.uop import AxisType, GroupOp, PatternMatcher, PtrDType, UOp, UPat
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _AST_OPS = frozenset(
     {Ops.SINK, Ops.END, Ops.STORE, Ops.INDEX, Ops.PARAM, Ops.LOAD, Ops.CONST, Ops.DEFINE_VAR, Ops.RANGE, Ops.CAST,

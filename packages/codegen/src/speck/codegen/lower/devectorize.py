@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from speck.uop import GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from speck.uop import DType, GroupOp, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -20,9 +21,14 @@ class Devectorizer:
     def __init__(self, renderer: Renderer) -> None:
         self.renderer = renderer
         self.pow2 = renderer.pow2_vectors
+        self._widths: dict[DType, int] = {}  # scalar dtype -> lanes (asked for every vector node of the kernel)
 
     def width(self, u: UOp) -> int:
-        return self.renderer.max_vec_lanes(u.dtype.scalar())
+        s = u.dtype.scalar()
+        w = self._widths.get(s)
+        if w is None:
+            w = self._widths[s] = self.renderer.max_vec_lanes(s)
+        return w
 
     def fits(self, n: int, w: int) -> bool:
         """A vector of n lanes renders as is (n <= w, and a power of two where the renderer needs one)."""
@@ -59,6 +65,8 @@ def _reassemble(parts: list[UOp]) -> UOp:
 
 def split_alu(ctx: Devectorizer, x: UOp) -> UOp | None:
     n = x.dtype.count
+    if n <= 1:  # (most nodes: no width to look up)
+        return None
     w = ctx.width(x) if x.op not in GroupOp.Comparison else min(ctx.width(x), ctx.width(x.src[0]))
     if x.op is Ops.CAST or x.op is Ops.BITCAST:
         w = min(w, ctx.width(x.src[0]))

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from itertools import product
 
 from speck.codegen.errors import ProgramFormError
-from speck.uop import AxisType, GroupOp, InvalidType, Ops, PtrDType, UOp, dtypes
+from speck.uop import AxisType, GroupOp, InvalidType, PtrDType, UOp, dtypes
 from speck.uop.affine import linear_terms
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 EXPAND_TYPES = (AxisType.UPCAST, AxisType.UNROLL)
 

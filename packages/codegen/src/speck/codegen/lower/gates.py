@@ -8,7 +8,8 @@ ALU ops on a gated index are pushed inside the WHERE first (Invalid poisons ever
 
 from __future__ import annotations
 
-from speck.uop import GroupOp, InvalidType, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop import GroupOp, InvalidType, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _INVALID_CONST = UPat(Ops.CONST, name="inv", arg=None)
 

@@ -5,7 +5,8 @@ by-value variable is always int32 (the CPU ABI passes int32)."""
 from __future__ import annotations
 
 from speck.codegen.errors import ProgramFormError
-from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop import DType, GroupOp, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 

@@ -3,7 +3,8 @@ REDUCE over them, or by the accumulator pattern AFTER(reg, END)). Used by reduce
 
 from __future__ import annotations
 
-from speck.uop import Ops, UOp
+from speck.uop import UOp
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _NONE: frozenset[UOp] = frozenset()
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from speck.codegen.lower.ranges import RangeScope
 from speck.codegen.numeric import identity_element
-from speck.uop import AddrSpace, Ops, PatternMatcher, UOp, UPat, dtypes
+from speck.uop import AddrSpace, PatternMatcher, UOp, UPat, dtypes
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 
 class ReduceLowering:

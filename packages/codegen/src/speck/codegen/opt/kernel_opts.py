@@ -16,7 +16,8 @@ from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.expander import index_offset
 from speck.codegen.lower.gates import and_gate
 from speck.codegen.lower.simplify import pm_simplify
-from speck.uop import AxisType, Ops, UOp, dtypes, graph_rewrite
+from speck.uop import AxisType, UOp, dtypes, graph_rewrite
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer

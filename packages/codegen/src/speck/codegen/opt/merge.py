@@ -7,8 +7,9 @@ preserves every value."""
 
 from __future__ import annotations
 
-from speck.uop import AxisType, Ops, UOp
+from speck.uop import AxisType, UOp
 from speck.uop.affine import linear_terms
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _LINEAR = (Ops.ADD, Ops.SUB, Ops.MUL)
 

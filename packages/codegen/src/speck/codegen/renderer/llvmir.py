@@ -27,8 +27,9 @@ from speck.codegen.cpu_features import llvm_vector_bytes
 from speck.codegen.errors import CodegenValueError, NoTypeError, ProgramFormError, UnsupportedOpError
 from speck.codegen.renderer import DEFAULT_SUPPORTED_OPS, Renderer
 from speck.codegen.renderer.common import bare_const_error, casted_const, kernel_signature, shift_safe
-from speck.uop import DType, GroupOp, Ops, PtrDType, UOp, dtypes
+from speck.uop import DType, GroupOp, PtrDType, UOp, dtypes
 from speck.uop.dtype import FP8_FORMATS, to_bits
+from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
 _LTYPE: dict[DType, str] = {
     dtypes.bool: "i1",
