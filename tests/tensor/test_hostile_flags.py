@@ -117,3 +117,12 @@ def test_numpy_int_dims_still_make_shapes(n: int) -> None:
     assert Tensor.zeros(np.int64(n), 2).shape == (n, 2)
     assert Tensor.ones(2, 3 * n).reshape(np.int32(2 * n), 3).shape == (2 * n, 3)
     assert Tensor.ones(1, 3).expand(np.int16(n), 3).shape == (n, 3)
+
+
+@pytest.mark.parametrize("devices", [["CPU"], ("CPU:1",), ["CPU:1"]], ids=repr)
+def test_to_a_one_device_list_moves_like_to_that_device(devices: Any) -> None:
+    # (an unsharded tensor .to(["CPU"]) was a bare AssertionError from the sharded-only path)
+    a = np.arange(6, dtype=np.float32)
+    out = Tensor(a).to(devices)
+    assert out.device == Tensor(a).to(devices[0]).device
+    np.testing.assert_array_equal(out.numpy(), a)
