@@ -55,6 +55,19 @@ def test_advanced_indexing(idx: tuple[Any, ...]) -> None:
     assert_matches(Tensor(A)[lidx if len(lidx) > 1 else lidx[0]].numpy(), A[idx])
 
 
+@pytest.mark.parametrize("idx", [
+    [True, False, True], ([False, True, True], 0), (slice(None), [True, False, True, False]), (Ellipsis, [False] * 5),
+])  # fmt: skip
+def test_python_bool_lists_index_as_numpy_masks(idx: Any) -> None:
+    # tinygrad refuses bool indices (IndexError); speck follows numpy, as for bool tensors (tensor README)
+    assert_matches(Tensor(A)[idx].numpy(), A[idx])
+    t, want = Tensor(A).contiguous().realize(), A.copy()
+    t[idx], want[idx] = -1, -1
+    assert_matches(t.numpy(), want)
+    with pytest.raises(IndexError, match="boolean index did not match"):
+        Tensor(A)[[True, False]]
+
+
 def test_index_errors() -> None:
     t = Tensor(A)
     with pytest.raises(IndexError, match="index 3 is out of bounds for dim 0 with size 3"):

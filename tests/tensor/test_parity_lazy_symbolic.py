@@ -239,3 +239,99 @@ def test_negative_bounds_against_a_symbolic_dim_resolve_like_slice_indices(n: in
         s[:, -4]  # the dim can be 3 long
     with pytest.raises(ValueError, match="bound to"):
         Tensor(np.zeros(30, np.float32)).reshape(3, Variable("j", 1, 10).bind(2))
+
+
+def test_bound_variable_bounds_are_its_range_and_jit_replays_other_bindings() -> None:
+    # tinygrad's BIND reports the Variable's range (nothing may fold on the value bound at capture time)
+    v = Variable("bv_range", 1, 9)
+    b = v.bind(3)
+    assert (b.vmin, b.vmax) == (1, 9) and b.val == 3 and b.unbind() == (v, 3)
+
+    @TinyJit
+    def f(x: Tensor, i: Variable) -> Tensor:
+        return (x[:i].pad(((0, 10 - i),)) + (x[i] > 4).where(100.0, 0.0)).realize()
+
+    x = Tensor.arange(10, device=Device.DEFAULT).float().clone(Device.DEFAULT).realize()
+    for k in (2, 5, 7, 3, 9):
+        want = np.where(np.arange(10) < k, np.arange(10), 0) + (100.0 if k > 4 else 0.0)
+        np.testing.assert_array_equal(f(x, v.bind(k)).numpy(), want)
+
+
+@given(st.integers(-3, 12))
+def test_bound_variable_int_index_out_of_the_dim_is_an_index_error(k: int) -> None:
+    x = Tensor.arange(5).clone(Device.DEFAULT).realize()
+    v = Variable("bv_idx", -3, 12)
+    if 0 <= k < 5:
+        assert x[v.bind(k)].item() == k
+    else:  # it read past the dim and gave 0
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[v.bind(k)]
+    with pytest.raises(IndexError, match="out of bounds"):  # a range wholly outside the dim, bound or not
+        x[Variable("bv_far", 5, 9)]
+
+
+@given(st.integers(1, 8), st.integers(0, 3))
+def test_argmax_argmin_over_a_symbolic_dim_match_numpy_under_jit(k: int, seed: int) -> None:
+    # ties (small ints) take the first index, as numpy; it said "needs a concrete size"
+    a = np.random.default_rng(seed).integers(0, 3, (8, 3)).astype(np.float32)
+    x = Tensor(a).clone(Device.DEFAULT).realize()
+    v = Variable("am_n", 1, 8)
+
+    @TinyJit
+    def f(t: Tensor, n: Variable) -> tuple[Tensor, Tensor]:
+        return t[:n].argmax(0).realize(), t[:n].argmin(0).realize()
+
+    for kk in (k, max(1, k - 1), k):  # warm-up, capture, replay with another binding
+        got_max, got_min = f(x, v.bind(kk))
+        np.testing.assert_array_equal(got_max.numpy(), a[:kk].argmax(0))
+        np.testing.assert_array_equal(got_min.numpy(), a[:kk].argmin(0))
+    assert x[: v.bind(k)].argmax(0, keepdim=True).shape == (1, 3)
+
+
+def test_causal_mask_with_a_symbolic_start_pos_under_jit() -> None:
+    # tinygrad's KV-cache attention: full((1, 1, n, start_pos + n), -inf).triu(start_pos + 1), start_pos bound
+    # (tril/triu said "needs a concrete size" for symbolic dims and refused a symbolic diagonal)
+    rng = np.random.default_rng(5)
+    q, kv = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((10, 4)).astype(np.float32)
+    kvt = Tensor(kv).clone(Device.DEFAULT).realize()
+    sp = Variable("tri_sp", 0, 8)
+
+    @TinyJit
+    def attend(qt: Tensor, start_pos: Variable) -> Tensor:
+        keys = kvt[: start_pos + 2]
+        mask = Tensor.full((2, start_pos + 2), float("-inf"), device=Device.DEFAULT).triu(start_pos + 1)
+        return ((qt @ keys.T) + mask).softmax(-1).realize() @ keys.tril(0)[:, :1].contiguous().realize()
+
+    for k in (0, 3, 5, 2, 7):
+        keys = kv[: k + 2]
+        s = q @ keys.T + np.triu(np.full((2, k + 2), -np.inf), k + 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ np.tril(keys)[:, :1]
+        np.testing.assert_allclose(attend(Tensor(q).realize(), sp.bind(k)).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_gather_off_a_symbolic_dim_matches_numpy() -> None:
+    # the index-fits-self check compared two symbolic sizes with `>` (UOpTypeError: no truth value)
+    rng = np.random.default_rng(6)
+    a, idx = rng.standard_normal((10, 4)).astype(np.float32), rng.integers(0, 4, (10, 3)).astype(np.int32)
+    x, it = Tensor(a).clone(Device.DEFAULT).realize(), Tensor(idx).clone(Device.DEFAULT).realize()
+    n = Variable("g_n", 1, 10)
+    for k in (3, 7):
+        got = x[: n.bind(k)].gather(1, it[: n.bind(k)]).sum(0).numpy()
+        np.testing.assert_allclose(got, np.take_along_axis(a[:k], idx[:k], 1).sum(0), rtol=1e-6)
+    with pytest.raises(AssertionError, match="exceeds self shape"):
+        Tensor.ones(3, 4).gather(1, Tensor.zeros(5, 2, dtype=dtypes.int32))
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_repeat_and_merges_of_a_symbolic_dim_match_numpy(k: int) -> None:
+    # a RANGE over 2*n and one over n*2 (or over n and 1*n) got one axis id: ProgramFormError at compile time
+    a = np.random.default_rng(k).standard_normal((10, 4)).astype(np.float32)
+    x = Tensor(a).clone(Device.DEFAULT).realize()
+    b = Variable("rep_n", 1, 10).bind(k)
+    s, ak = x[:b], a[:k]
+    np.testing.assert_allclose(s.repeat(1, 2).sum(0).numpy(), np.tile(ak, (1, 2)).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.repeat(2, 1).sum(0).numpy(), np.tile(ak, (2, 1)).sum(0), rtol=1e-5, atol=1e-5)
+    merged = s[:, 0].reshape(1, b).expand(2, b).reshape(2 * b)
+    np.testing.assert_allclose(merged.sum().numpy(), 2 * ak[:, 0].sum(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((merged * 2).max().numpy(), 2 * ak[:, 0].max(), rtol=1e-6)

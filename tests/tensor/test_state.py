@@ -3,6 +3,7 @@ safetensors round trip (bit-exact for every dtype, header readable by an indepen
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import struct
@@ -40,6 +41,17 @@ def test_state_dict_keys_and_parameters() -> None:
     assert len(params) == len(sd) and all(any(p is t for t in sd.values()) for p in params)
     shared = {"a": m.fc.weight, "b": m.fc.weight}
     assert len(get_parameters(shared)) == 1
+
+
+def test_state_dict_keys_namedtuples_by_field_and_round_trips_them() -> None:
+    # TENSOR_API 10: namedtuples are walked via their fields (it keyed them by position: "kv.0")
+    kv_t = collections.namedtuple("kv_t", ["key", "value"])
+    model = {"kv": kv_t(Tensor([1.0, 2.0]), Tensor([3.0])), "plain": (Tensor([4.0]),)}
+    sd = get_state_dict(model)
+    assert list(sd) == ["kv.key", "kv.value", "plain.0"] and sd["kv.value"] is model["kv"].value
+    other = {"kv": kv_t(Tensor([0.0, 0.0]), Tensor([0.0])), "plain": (Tensor([0.0]),)}
+    load_state_dict(other, sd, verbose=False)
+    assert other["kv"].key.tolist() == [1.0, 2.0] and other["plain"][0].tolist() == [4.0]
 
 
 def test_load_state_dict_copies_values() -> None:

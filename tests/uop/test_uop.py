@@ -124,7 +124,11 @@ def test_pickle_round_trip_keeps_identity() -> None:
 def test_bind() -> None:
     v = UOp.variable("v", 1, 10)
     bv = v.bind(4)
-    assert bv.unbind() == (v, 4) and (bv.vmin, bv.vmax) == (4, 4)
+    assert bv.unbind() == (v, 4) and bv.val == 4
+    # a bound Variable stands for every value of its range (a kernel built with it serves each later binding, as
+    # tinygrad's BIND does): its bounds are the range, not the value bound now
+    assert (bv.vmin, bv.vmax) == (1, 10) and ((bv * 2 + 1).vmin, (bv * 2 + 1).vmax) == (3, 21)
+    assert (bv < 5).simplify() is not UOp.const(dtypes.bool, True)
     with pytest.raises(RuntimeError, match="outside its bounds"):
         v.bind(11)
 

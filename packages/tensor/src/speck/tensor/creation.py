@@ -203,7 +203,8 @@ class CreationMixin:
         )
 
     @classmethod
-    def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, **kw: Any) -> Tensor:
+    def arange(cls: type[Tensor], start: Scalar | UOp, stop: Scalar | UOp | None = None, step: Scalar | UOp = 1,
+               **kw: Any) -> Tensor:  # fmt: skip
         """Values from start (inclusive) to stop (exclusive) by step: the default int when all three are ints (int64
         when the range doesn't fit it), else the default float. A range dtype can't hold: OverflowError."""
         if stop is None:

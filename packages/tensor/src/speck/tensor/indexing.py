@@ -26,7 +26,7 @@ from speck.tensor.errors import (
 )
 from speck.tensor.gradient import uop_device
 from speck.tensor.writes import setitem
-from speck.uop import Ops, UOp, dtypes
+from speck.uop import Ops, UOp, dtypes, resolve
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -105,6 +105,27 @@ def _identity(mode: str, dtype: Any) -> Any:
     if dtypes.is_float(dtype):
         return -np.inf if mode == "amax" else np.inf
     return dtypes.min(dtype) if mode == "amax" else dtypes.max(dtype)
+
+
+def _exceeds(a: Any, b: Any) -> bool:
+    """Size a is larger than size b: for symbolic sizes, only when their bounds prove it (the same Variable on both
+    sides is not larger; `a > b` of two UOps has no truth value)."""
+    return a is not b and resolve(a > b, False)
+
+
+def _check_variable_index(v: UOp, size: Any, dim: int) -> None:
+    """A Variable used as an int index of a concrete dim: the value bound now, and the whole range when it lies
+    outside the dim, must be in [0, size) (the view would read past the dim: zeros, no error)."""
+    if not isinstance(size, int):
+        return
+    var = v.src[0] if v.op is Ops.BIND else v
+    name = var.arg[0] if var.op is Ops.DEFINE_VAR else "the symbolic index"
+    if v.op is Ops.BIND and not 0 <= v.src[1].arg < size:
+        raise TensorIndexError(f"index {name}={v.src[1].arg} is out of bounds for dim {dim} with size {size}; bind a "
+                               f"value in 0..{size - 1}")  # fmt: skip
+    if v.vmax < 0 or v.vmin >= size:
+        raise TensorIndexError(f"index {name} (range {v.vmin}..{v.vmax}) is out of bounds for dim {dim} with size "
+                               f"{size}")  # fmt: skip
 
 
 def _check_mask_shape(shape: tuple[Any, ...], mask: tuple[Any, ...], pos: int | None) -> None:
@@ -206,7 +227,8 @@ class IndexingMixin:
                 final_shape.append(1)
                 continue
             size = t.shape[dim]
-            if isinstance(it, UOp):  # a bound Variable: a symbolic position (bounds are the caller's promise)
+            if isinstance(it, UOp):  # a bound Variable: a symbolic position (its range is the caller's promise)
+                _check_variable_index(it, size, dim)
                 t = t._slice_dim(dim, it, it + 1)
                 t = t.reshape(t.shape[:dim] + t.shape[dim + 1 :])
                 continue
@@ -344,7 +366,7 @@ class IndexingMixin:
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
-            if i != d and a > b:
+            if i != d and _exceeds(a, b):
                 raise TensorAssertionError(f"gather: index shape {index.shape} exceeds self shape {self.shape} at "
                                            f"dim {i}; off dim {d} the index may be smaller, not larger")  # fmt: skip
         n = as_int(self.shape[d])
@@ -394,7 +416,7 @@ class IndexingMixin:
         if s.ndim != self.ndim:
             raise TensorValueError(f"scatter: src has {s.ndim} dims, self has {self.ndim}")
         for i, (a, b, c) in enumerate(zip(index.shape, s.shape, self.shape)):
-            if a > b or (i != d and a > c):
+            if _exceeds(a, b) or (i != d and _exceeds(a, c)):
                 raise TensorAssertionError(f"scatter: index shape {index.shape} must fit in src {s.shape} and, off dim "
                                            f"{d}, in self {self.shape}")  # fmt: skip
         s = s.shrink(tuple((0, n) for n in index.shape))

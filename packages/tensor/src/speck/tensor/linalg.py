@@ -1,7 +1,8 @@
 """Matrix factorizations built from Tensor ops: QR (Householder), SVD (one-sided Jacobi) and Newton-Schulz
 orthogonalization. All batch over leading dims and run a fixed number of steps (not to a tolerance read back from
 the device). QR stays lazy (min(m-1, n) contiguous steps), so gradients flow through it as through tinygrad's; SVD
-realizes each of its many rotations so the graph stays small, which also means it passes no gradient."""
+realizes each of its many rotations so the graph stays small, and gets its gradient from the closed-form SVD derivative
+instead (`_svd_with_gradient`)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     if m < n:  # work on the transpose: its columns are the rows here
         u, s, vh = svd(x.transpose(-1, -2), full_matrices)
         return vh.transpose(-1, -2), s, u.transpose(-1, -2)
-    a = x._float().contiguous().realize()
+    a = x._float().detach().contiguous().realize()
     v = _eye_like(a, n).contiguous().realize()
     eye = type(x).eye(n, dtype=a.dtype, device=x.device)
     for _ in range(JACOBI_SWEEPS):
@@ -80,10 +81,35 @@ def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     idx = order.unsqueeze(-2).expand(*a.shape[:-2], m, n)
     u = a.gather(-1, idx) / s_sorted.unsqueeze(-2).maximum(1e-30)
     vs = v.gather(-1, order.unsqueeze(-2).expand(*v.shape[:-2], n, n))
+    u_thin, s_out, v_out = _svd_with_gradient(x._float(), u, s_sorted, vs)
     if full_matrices and m > n:  # complete U to an orthonormal basis: Q of [U | I] has U (up to signs) first
         q, _ = qr(u.cat(_eye_like(u, m), dim=-1))
-        u = u.cat(q[..., :, n:m], dim=-1)
-    return u, s_sorted, vs.transpose(-1, -2)
+        u_thin = u_thin.cat(q[..., :, n:m].detach(), dim=-1)
+    return u_thin, s_out, v_out.transpose(-1, -2)
+
+
+def _svd_with_gradient(x: Tensor, u: Tensor, s: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(U, S, V) of x (m >= n; U thin, V's columns the right singular vectors), computed without a graph back to x,
+    given the gradient of the SVD: each output plus a term that is zero in value and linear in dA = x - x.detach(),
+    the first-order change of that output (dS = diag(P), dU = U (F o (P S + S P^T)) + (I - U U^T) dA V S^-1,
+    dV = V (F o (S P + P^T S)) with P = U^T dA V and F_ij = 1 / (s_j^2 - s_i^2) off the diagonal). As for torch,
+    equal or zero singular values make the U/V gradients undefined: those terms are left out rather than inf."""
+    u, s, v = u.detach(), s.detach(), v.detach()
+    n = as_int(s.shape[-1])
+    da = x - x.detach()
+    p = u.transpose(-1, -2) @ da @ v  # (..., n, n)
+    sr, sc = s.unsqueeze(-1), s.unsqueeze(-2)  # s_i down the rows, s_j along the columns
+    eye = _eye_like(p, n)
+    gap = (sc - sr) * (sc + sr)
+    off = (gap != 0) & (eye == 0)  # the diagonal by position: a fused s_j^2 - s_i^2 need not be exactly 0 there
+    f = off.where(1.0 / off.where(gap, 1.0), 0.0)
+    ps = p * sc  # P S
+    sp = sr * p  # S P
+    s_inv = (s != 0).where(1.0 / (s != 0).where(s, 1.0), 0.0)
+    u_out = u + u @ (f * (ps + ps.transpose(-1, -2))) + (da @ v - u @ p) * s_inv.unsqueeze(-2)
+    v_out = v + v @ (f * (sp + sp.transpose(-1, -2)))
+    s_out = s + (p * eye).sum(-1)
+    return u_out, s_out, v_out
 
 
 def newton_schulz(x: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-7) -> Tensor:

@@ -417,7 +417,8 @@ class MovementMixin:
         base = t.shape
         inter = t.reshape(tuple(x for s in base for x in (1, s)))
         inter = inter.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
-        return inter.reshape(tuple(r * s for r, s in zip(reps, base)))
+        # (1 * n of a symbolic n would be a MUL node, not n: a kernel then ranged over n and over 1*n with one id)
+        return inter.reshape(tuple(s if r == 1 else r * s for r, s in zip(reps, base)))
 
     def tile(self: Tensor, reps: Any, *args: Any) -> Tensor:
         r = argfix(reps, *args)
@@ -593,18 +594,20 @@ class MovementMixin:
             out = out.pad(((-diagonal, 0), (0, -diagonal)))
         return out
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=True)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self: Tensor, diagonal: sint = 0) -> Tensor:
         return self._tri(diagonal, lower=False)
 
-    def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
-        diagonal = whole("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
+    def _tri(self: Tensor, diagonal: sint, lower: bool) -> Tensor:
+        """The lower/upper triangle of the last two dims; they and `diagonal` may be symbolic (a KV-cache attention
+        mask `full((1, 1, n, start_pos + n), -inf).triu(start_pos + 1)` with start_pos a bound Variable)."""
+        diagonal = whole_or_symbolic("tril" if lower else "triu", "diagonal", diagonal)  # (tril(1.5) was accepted)
         if self.ndim < 2:
             raise TensorValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-        r = type(self).arange(as_int(self.shape[-2]), device=self.device).unsqueeze(1)
-        c = type(self).arange(as_int(self.shape[-1]), device=self.device).unsqueeze(0)
+        r = type(self).arange(self.shape[-2], device=self.device).unsqueeze(1)
+        c = type(self).arange(self.shape[-1], device=self.device).unsqueeze(0)
         mask = (c - r <= diagonal) if lower else (c - r >= diagonal)
         return mask.where(self, self._const_like(0))
 

@@ -250,6 +250,10 @@ class ReduceMixin:
         d = self._resolve_dim(axis)
         if self.ndim == 0:
             return type(self)(0, dtype=dtypes.int32, device=self.device)
+        if not isinstance(sym := self.shape[d], int):  # a symbolic dim (bound Variable): least index of a maximum
+            ar = type(self).arange(sym, device=self.device).reshape((sym,) + (1,) * (self.ndim - d - 1))
+            hit = (self == self.max(d, keepdim=True)) | (self.isnan() if dtypes.is_float(self.dtype) else False)
+            return -(hit.where(-ar, -(2**31)).max(d, keepdim)).cast(dtypes.int32)
         n = as_int(self.shape[d])
         if n == 0:
             raise TensorValueError(f"argmax over an empty axis (axis {axis}, shape {self.shape}) has no value")

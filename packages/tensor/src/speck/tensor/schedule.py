@@ -237,7 +237,8 @@ def _unbind_shape(x: sint, var_vals: dict[str, int]) -> sint:
             var, val = n.unbind()
             var_vals[var.arg[0]] = val
             subs[n] = var
-    return x.substitute(subs)
+    # simplified: 2*n and n*2 become one node, so a RANGE's end matches the one a later simplify of its users builds
+    return x.substitute(subs).simplify()
 
 
 def concrete_dim(x: sint, var_vals: dict[str, int] | None = None) -> int:

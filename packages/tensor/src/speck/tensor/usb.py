@@ -13,6 +13,9 @@ Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the fil
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
 other; the file is never held in host memory.
 
+A kernel fault or hang is raised once and the compute queue restarts by itself; the buffers the dropped kernels were
+to write are marked undefined (reading them raises BufferStateError) until rewritten (_DroppedWork).
+
 Ctrl-C (or any failure that leaves the driver session in an unknown state, such as a KeyboardInterrupt caught in the
 middle of a dispatch or copy) makes every later use of the device raise DeviceUnavailableError saying so;
 `Device["USB:SIM"].reopen()` opens the bridge again on a new session. Tensors stored on it before lose their data:
@@ -31,15 +34,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.allocator import check_copy_size
-from speck.hcq.amd import AMDDevice, AmdKernel
+from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
+from speck.hcq.amd import AMDDevice, AmdKernel, AMDProgram, LinkAllocator
 from speck.hcq.buffer import Buffer
 from speck.hcq.device import DeviceBase
-from speck.hcq.errors import DeviceUnavailableError, HCQError
+from speck.hcq.errors import BufferStateError, DeviceUnavailableError, HCQError
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
 from speck.tensor import bounds
-from speck.tensor.schedule import buffer_map_data
+from speck.tensor.schedule import buffer_map_data, realized_cache
 from speck.tensor.settings import USB_KERNEL_TIMEOUT
 
 if TYPE_CHECKING:
@@ -77,15 +80,15 @@ class UsbLink:
         self.gpu, self.name = gpu, name
         self._codes: dict[AmdKernel, KernelCode] = {}
         self.submitted = self.done = 0  # compute timeline: the last value submitted, the last one seen reached
-        self.stopped: Exception | None = None  # the GpuFault / GpuHang that stopped the compute queue, until a reset
         self._guard = _SessionGuard(self)
+        self.dropped = _DroppedWork()
 
     def reconnect(self, gpu: UsbGpu) -> None:
         """Use a new session (UsbDevice.reopen): handles of the old one are disowned (owns() is False)."""
         self.gpu = gpu
         self._codes.clear()
         self.submitted = self.done = 0
-        self.stopped = None
+        self.dropped = _DroppedWork()
 
     def owns(self, handle: Any) -> bool:
         return getattr(handle, "owner", None) == self.gpu.session
@@ -113,15 +116,18 @@ class UsbLink:
         from speck.usbgpu.errors import VramAllocError
 
         try:
-            return self.gpu.alloc(nbytes)
+            handle = self.gpu.alloc(nbytes)
         except VramAllocError as e:  # fragmentation: the base class drops its cache, retries, then reports
             raise MemoryError(str(e)) from e
+        self.dropped.handles[handle.va] = handle
+        return handle
 
     def free(self, handle: VramBuffer) -> None:
         from speck.usbgpu.errors import UsbError
 
         if not self.owns(handle):  # an earlier session's (or lost) buffer: its VRAM went with that session
             return
+        self.dropped.freed(handle)
         try:
             self.gpu.free(handle)
         except (UsbError, ValueError):  # a closed or failed session: its VRAM is gone with it
@@ -138,12 +144,16 @@ class UsbLink:
         with self._guard:
             self._settle()
             self.gpu.copyin(handle, src, offset)
+        if offset == 0 and len(src) >= handle.size:  # every byte of it is the host's now
+            self.dropped.forget(handle)
 
     def copyout(self, dest: memoryview, handle: VramBuffer, offset: int) -> None:
         if not self.owns(handle):
             raise self._lost(handle, "reading")
         with self._guard:
             self._settle()
+        self.dropped.check_read(handle.va + offset, self.name, "reading it back")
+        with self._guard:
             self.gpu.copyout(dest, handle, offset)
 
     def upload(self, image: bytes) -> VramBuffer:
@@ -168,29 +178,184 @@ class UsbLink:
     def submit(self, packets: Any, batch: bool) -> int:
         with self._guard:
             self.submitted = self.gpu.submit(packets, batch=batch)
+        self.dropped.submitted(self.submitted)
         return self.submitted
 
     def wait(self, value: int) -> None:
+        """Wait for compute timeline `value`. A fault or hang of the queue is raised once (GpuFault / GpuHang, with
+        a note naming what it dropped), after the queue was restarted: the next operation runs. The buffers the
+        dropped work was to write are marked undefined (_DroppedWork), so reading them raises instead of
+        returning stale or foreign bytes."""
         from speck.usbgpu.errors import GpuFault, GpuHang
 
-        if self.stopped is not None:  # the driver reports a stop once: until a reset, every wait names it again
-            raise self.stopped
         try:
             with self._guard:
                 self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
         except (GpuFault, GpuHang) as e:
-            self.stopped = e
+            self._recover(e)
             raise
         self.done = max(self.done, value)
+        self.dropped.retired(value)
+
+    def _recover(self, err: Exception) -> None:
+        """After the compute queue stopped: mark what the unfinished submissions write, restart the queue."""
+        with self._guard:
+            reached = self.gpu.completed()  # the last submission that ran to its end (before the reset)
+            self.gpu.reset_queue()
+        n = self.dropped.drop_after(reached)
+        self.done = self.submitted
+        if n:  # an expression realized into one of them must be computed again, not looked up
+            realized_cache.clear()
+        err.add_note(
+            f"speck.tensor: {self.name} restarted its compute queue, so later operations run; the kernels submitted "
+            f"after compute signal {reached} did not all run, and the {n} buffer(s) they write hold undefined data "
+            "(reading one raises BufferStateError): compute or load those tensors again"
+        )
 
     def completed(self) -> int:
         with self._guard:
-            return self.gpu.completed()
+            value = self.gpu.completed()
+        self.dropped.retired(value)
+        return value
 
     def reset_queue(self) -> None:
+        from speck.usbgpu.errors import GpuFault, GpuHang
+
+        try:  # a stop not yet reported is reported by its wait: that marks what it dropped, then restarts the queue
+            self.wait(self.submitted)
+        except (GpuFault, GpuHang):
+            pass
         with self._guard:
             self.gpu.reset_queue()
-        self.done, self.stopped = self.submitted, None
+        self.done = self.submitted
+
+
+# what a dispatch may do to a buffer argument, by the `.actual_access` the code object's metadata gives it ("" when
+# LLVM could not tell): reads and writes
+_READS = frozenset({"read_only", "read_write", ""})
+_WRITES = frozenset({"write_only", "read_write", ""})
+
+
+class _DroppedWork:
+    """Which VRAM allocations hold undefined bytes after the compute queue stopped (a fault or hang drops every
+    submission after the last one that completed, and the faulting kernel may have written part of its outputs).
+
+    Every dispatch notes the buffer addresses it may write (its write-capable kernel arguments) and a key that fixes
+    what it writes (kernel, argument words, grid); at a stop, the allocations those addresses fall in become
+    undefined, each remembering which dropped dispatches wrote it. It is defined again when all of those dispatches
+    are submitted again (a TinyJit replay, which rewrites exactly what the dropped one would have), when the host
+    copies into all of it, or when it is freed (a new allocation holds no data yet). A dispatch that reads an
+    undefined allocation, or a copy-out of one, raises BufferStateError: never stale or foreign bytes."""
+
+    def __init__(self) -> None:
+        self.handles: dict[int, VramBuffer] = {}  # va -> live allocation (addresses to allocations, at a stop)
+        self.undefined: dict[int, set[tuple[Any, ...]]] = {}  # va -> keys of the dropped dispatches writing it
+        self._pending: list[tuple[tuple[Any, ...], tuple[int, ...]]] = []  # launches built, not yet submitted
+        self._inflight: list[tuple[int, list[tuple[tuple[Any, ...], tuple[int, ...]]]]] = []  # (signal, launches)
+        self._cleared: list[tuple[int, tuple[Any, ...]]] = []  # marks the pending launches took away
+
+    def launch(self, key: tuple[Any, ...], reads: Sequence[int], writes: Sequence[int], name: str, kernel: str) -> None:
+        """A dispatch is being built: refuse it if it reads undefined bytes, note what it writes. A dispatch that
+        writes what a dropped one would have (same key) makes those bytes defined again once it is submitted;
+        later dispatches of the same submission already see them so."""
+        if self.undefined:
+            try:
+                for addr in reads:
+                    self.check_read(addr, name, f"running kernel {kernel!r}, which reads it")
+            except BufferStateError:
+                for va, k in self._cleared:  # nothing of this submission is sent: its clears never happened
+                    self.undefined.setdefault(va, set()).add(k)
+                self._pending, self._cleared = [], []
+                raise
+            for addr in writes:
+                h = self._find(addr, self.undefined)
+                if h is not None and key in self.undefined[h]:
+                    self.undefined[h].discard(key)
+                    self._cleared.append((h, key))
+                    if not self.undefined[h]:
+                        del self.undefined[h]
+        self._pending.append((key, tuple(writes)))
+
+    def submitted(self, value: int) -> None:
+        self._cleared = []
+        if self._pending:
+            self._inflight.append((value, self._pending))
+            self._pending = []
+
+    def retired(self, value: int) -> None:
+        """Submissions up to `value` completed: their writes are done."""
+        if self._inflight and self._inflight[0][0] <= value:
+            self._inflight = [(v, ls) for v, ls in self._inflight if v > value]
+
+    def drop_after(self, reached: int) -> int:
+        """The queue stopped with `reached` the last completed signal: mark what later submissions write. Returns
+        how many allocations are undefined now."""
+        for v, launches in self._inflight:
+            if v <= reached:
+                continue
+            for key, writes in launches:
+                for addr in writes:
+                    h = self._find(addr, self.handles)
+                    if h is not None:
+                        self.undefined.setdefault(h, set()).add(key)
+        self._inflight, self._pending, self._cleared = [], [], []
+        return len(self.undefined)
+
+    def forget(self, handle: VramBuffer) -> None:
+        """Overwritten by the host (or freed): its bytes are defined (or no one's) again."""
+        self.undefined.pop(handle.va, None)
+
+    def freed(self, handle: VramBuffer) -> None:
+        self.forget(handle)
+        if self.handles.get(handle.va) is handle:
+            del self.handles[handle.va]
+
+    def check_read(self, addr: int, name: str, what: str) -> None:
+        if self.undefined and (h := self._find(addr, self.undefined)) is not None:
+            raise BufferStateError(
+                f"{what}: the {name} buffer at GPU address {addr:#x} (allocation {h:#x}) holds undefined data: the "
+                "kernels that were to write it were dropped when the compute queue stopped on a fault or hang "
+                "(reported then). Compute or load that tensor again (or copy new data into all of it from the host)"
+            )
+
+    def _find(self, addr: int, by_va: dict[int, Any]) -> int | None:
+        """The va of the allocation in `by_va` (a dict keyed by va) that `addr` falls in, if any."""
+        for va in by_va:
+            h = self.handles.get(va)
+            if h is not None and va <= addr < va + h.size:
+                return va
+        return None
+
+
+class _UsbProgram(AMDProgram):
+    """An AMD program on the USB device: each dispatch it builds is shown to the link's _DroppedWork (what it reads
+    and writes, from the code object's argument access), so a compute-queue stop never leaves readable garbage."""
+
+    device: UsbDevice
+
+    def __init__(self, device: UsbDevice, name: str, lib: bytes, **spec: Any) -> None:
+        super().__init__(device, name, lib, **spec)
+        ptrs = [a for a in self.kernel_info.args if a.value_kind == "global_buffer"]
+        self._reads = [i for i, a in enumerate(ptrs) if a.access in _READS]
+        self._writes = [i for i, a in enumerate(ptrs) if a.access in _WRITES]
+
+    def packets(self, words: Sequence[int], global_size: Sequence[int]) -> Any:
+        key = (self, tuple(words), tuple(global_size))  # (the program itself: names repeat, addresses get reused)
+        self.device.link.dropped.launch(
+            key, [words[i] for i in self._reads], [words[i] for i in self._writes], self.device.name, self.name
+        )
+        return super().packets(words, global_size)
+
+
+class _UsbAllocator(LinkAllocator):
+    """The link allocator; a buffer freed into its cache holds no data any more (its undefined mark goes)."""
+
+    link: UsbLink
+
+    def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
+        if self.link.owns(opaque):
+            self.link.dropped.forget(opaque)
+        super().free(opaque, nbytes, options)
 
 
 class _SessionGuard:
@@ -260,8 +425,14 @@ class UsbDevice(AMDDevice):
 
     def __init__(self, name: str, gpu: UsbGpu) -> None:
         self.gpu = gpu
-        super().__init__(name, UsbLink(gpu, name))
+        link = UsbLink(gpu, name)
+        super().__init__(name, link, _UsbAllocator(name, link))
         self._stream_lock = threading.Lock()  # one streamed load at a time per device (each uses 2 staging buffers)
+
+    def runtime(self, name: str, lib: bytes, **spec: Any) -> AMDProgram:
+        if not isinstance(lib, (bytes, bytearray, memoryview)):
+            return super().runtime(name, lib, **spec)  # (its error names what it expects)
+        return _UsbProgram(self, name, bytes(lib), **spec)
 
     # -- lifetime -------------------------------------------------------------------------------------------------
     def reopen(self) -> None:

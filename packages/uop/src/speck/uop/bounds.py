@@ -169,8 +169,8 @@ def _bounds_of(u: UOp) -> tuple[Any, Any]:
         return (u.arg, u.arg) if not isinstance(u.arg, InvalidType) else full
     if op is Ops.DEFINE_VAR:
         return u.arg[1], u.arg[2]
-    if op is Ops.BIND:
-        return u.src[1].arg, u.src[1].arg
+    if op is Ops.BIND:  # the variable's range: the bound value may change (TinyJit replays) and must not fold
+        return u.src[0].vmin, u.src[0].vmax
     if op in (Ops.RANGE, Ops.SPECIAL):
         return 0, u.src[0].vmax - 1
     if op is Ops.STACK:

@@ -36,8 +36,9 @@ from speck.uop import DType, dtypes
 
 
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
-    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, keyed by dotted path
-    (e.g. "layers.0.weight"), in a deterministic order. Shared tensors appear under every path that reaches them.
+    """Every Tensor reachable from obj through attributes, lists, tuples (namedtuples by field name) and dicts, keyed
+    by dotted path (e.g. "layers.0.weight"), in a deterministic order. Shared tensors appear under every path that
+    reaches them.
     `prefix` is put in front of every key as given, as tinygrad does (`prefix="model."` -> "model.layers.0.weight");
     the dots around a whole key are stripped."""
     out: dict[str, Tensor] = {}
@@ -53,6 +54,8 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
         seen.add(id(o))
         if isinstance(o, Mapping):
             items = [(str(k), v) for k, v in o.items()]
+        elif isinstance(o, tuple) and isinstance(fields := getattr(o, "_fields", None), tuple):  # namedtuple: by name
+            items = [(str(k), v) for k, v in zip(fields, o)]
         elif isinstance(o, (list, tuple)):
             items = [(str(i), v) for i, v in enumerate(o)]
         elif hasattr(o, "__dict__"):
