@@ -6,6 +6,12 @@ speck or its tests). Rows: matmul 512/1024/2048 (GFLOPS), a+b and sum over 16M f
 CNN training steps of the main job (batch 128, Adam, ms), and the first CNN step with a cold compile cache (s, in a
 fresh process). Ratios are the result: absolute figures describe the host (hosts differ between sessions).
 
+Rows do not disturb each other: the small-op dispatch row read the same alone and after the 16M stream rows (12.5 us
+with `--rows dispatch`, 12.5-13.1 us with `--rows stream,dispatch` or `--rows matmul,stream` before it, and the same
+with SETTLE_S=0), and per-thread CPU counters (/proc/self/task) showed no thread but the caller's running during it:
+speck's CPU workers block on a lock between launches (their graph barrier spins only inside a launch), and the peers'
+pools had let go. (A reading of ~21 us after the stream rows on a loaded host did not come back in these runs.)
+
     python3 bench/peers.py [--quick] [--rows stream,dispatch]
 """
 

@@ -218,3 +218,32 @@ def test_process_wide_memory_is_the_sum_of_the_allocators_books() -> None:
     assert hcq.mem_used() == before + 8192
     b.free(held[1], 8192)
     assert hcq.mem_used() == before
+
+
+def test_parked_spare_buffers_are_not_live_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Buffer kept in a SpareBuffers list and held by nothing else is released when mem_used is read (its memory
+    is not in use); one something else still holds stays, counted."""
+    from speck.hcq.allocator import SpareBuffers
+
+    dev = hcq.Device["CPU"]
+    before, before_all = dev.mem_used, hcq.mem_used()
+    spare = SpareBuffers()
+    held = Buffer("CPU", 100, np.float32).ensure_allocated()
+    spare.append(held)
+    spare.append(Buffer("CPU", 200, np.float32).ensure_allocated())  # parked: only the list holds it
+    assert dev.mem_used == before + 400 and hcq.mem_used() == before_all + 400
+    assert list(spare) == [held] and spare != [held]  # (a pool is compared by identity: one list is one pool)
+    del held
+    assert dev.mem_used == before and hcq.mem_used() == before_all and not spare
+
+
+def test_parked_spare_buffers_are_released_before_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speck.hcq.allocator import SpareBuffers
+
+    monkeypatch.setenv("CPU_MEM_LIMIT", "1M")
+    dev = hcq.Device["CPU:61"]  # (a device of its own, opened under the limit)
+    spare = SpareBuffers()
+    spare.append(Buffer("CPU:61", 700_000, np.uint8).ensure_allocated())
+    assert dev.allocator._used == 700_000  # (the books before anyone reads mem_used)
+    dev.allocator.alloc(500_000)  # the parked 700 KB is released, then dropped from the cache, to make room
+    assert not spare and dev.allocator._used == 500_000

@@ -148,3 +148,35 @@ def test_a_training_step_dropped_by_a_fault_leaves_its_parameters_undefined_unti
     assert step(x).item() == pytest.approx(float(want.sum()))
     np.testing.assert_allclose(w.numpy(), want)
     usable(dev)
+
+
+def test_the_dropped_work_ledger_keeps_a_mark_until_its_rewrite_really_ran() -> None:
+    """The bookkeeping alone (no GPU): a dropped dispatch marks what it writes; the same dispatch built again takes the
+    mark away for the launches after it, but a stop before that submission ran puts it back, and only a submission
+    that got through clears it for good. A read of a marked allocation names it."""
+    from speck.tensor.usb import _DroppedWork
+    from speck.usbgpu.api import VramBuffer
+
+    ledger, a, b = _DroppedWork(), VramBuffer(0x1000, 0x100, 0), VramBuffer(0x2000, 0x100, 0)
+    ledger.handles.update({a.va: a, b.va: b})
+    key = ("prog", (0x1040, 0x2000), (1, 1, 1))
+    ledger.dispatch_built(key, reads=[0x2000], writes=[0x1040], name="USB", kernel="k")
+    ledger.submitted(5)
+    assert ledger.drop_after(4) == 1  # signal 5 never completed: a (written at +0x40) is undefined, b is not
+    with pytest.raises(BufferStateError, match="0x1000"):
+        ledger.check_read(0x10FF, "USB", "reading")
+    ledger.check_read(0x2000, "USB", "reading")
+    with pytest.raises(BufferStateError, match="which reads it"):
+        ledger.dispatch_built(("other",), reads=[0x1000], writes=[0x2000], name="USB", kernel="k2")
+    ledger.dispatch_built(key, reads=[0x2000], writes=[0x1040], name="USB", kernel="k")  # the rewrite is built...
+    ledger.check_read(0x1000, "USB", "reading")  # (the launches after it in its batch may read it)
+    assert ledger.drop_after(5) == 1  # ...but the queue stopped before it was submitted: marked again
+    ledger.dispatch_built(key, reads=[0x2000], writes=[0x1040], name="USB", kernel="k")
+    ledger.submitted(7)
+    ledger.retired(7)
+    assert ledger.drop_after(7) == 0  # it ran: defined
+    ledger.dispatch_built(key, reads=[], writes=[0x1040], name="USB", kernel="k")
+    ledger.submitted(8)
+    assert ledger.drop_after(7) == 1
+    ledger.forget(a)  # the host copied into all of it
+    ledger.check_read(0x1000, "USB", "reading")

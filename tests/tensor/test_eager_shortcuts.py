@@ -129,17 +129,32 @@ def test_realize_of_one_sharded_or_cached_tensor_takes_the_general_path() -> Non
     np.testing.assert_array_equal(d.numpy(), x * 3)
 
 
-@given(st.booleans(), st.sampled_from([Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.MAX]), st.sampled_from(["CPU", "CPU:1"]))
-def test_cached_plan_binary_key_is_the_full_walks(same: bool, op: Ops, device: str) -> None:
-    """cached_plan's inline key of a binary node over BUFFERs (a + a included) is (_signature's key, device)."""
-    f = np.arange(5, dtype=np.float32)
-    a = _buf(f)
-    b = a if same else _buf(f * 2)
-    u = UOp(op, dtypes.bool if op is Ops.CMPLT else dtypes.float32, (a, b))
-    got = schedule_cache.cached_plan(u, device)
-    full = schedule_cache._signature(u)
-    assert got is not None and full is not None
-    assert got[0] == (full[0], device) and got[1] == full[1]
+_BINARY = st.tuples(st.sampled_from([Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.MAX]), st.booleans(),
+                    st.sampled_from([dtypes.float32, dtypes.int32]), st.sampled_from([dtypes.float32, dtypes.int32]),
+                    st.integers(3, 4), st.integers(3, 4), st.sampled_from(["CPU", "CPU:1"]),
+                    st.sampled_from([None, "t"]))  # fmt: skip
+
+
+def _binary_node(spec: tuple[Any, ...]) -> UOp:
+    op, same, da, db, na, nb, dev, tag = spec
+    a = _buf(np.arange(na).astype(np.float32 if da is dtypes.float32 else np.int32))
+    b = a if same else _buf(np.arange(nb).astype(np.float32 if db is dtypes.float32 else np.int32) + 1)
+    return UOp(op, dtypes.bool if op is Ops.CMPLT else a.dtype, (a, b), tag=tag)
+
+
+@given(_BINARY, st.one_of(st.none(), _BINARY), st.sampled_from(["CPU", "CPU:1"]), st.sampled_from(["CPU", "CPU:1"]))
+def test_cached_plan_binary_key_tells_apart_what_the_full_walk_does(
+    s1: tuple[Any, ...], s2: tuple[Any, ...] | None, d1: str, d2: str
+) -> None:
+    """cached_plan keys a binary node over BUFFERs (a + a included) with one flat tuple, not _signature's nested key:
+    two such nodes (None: the same structure over buffers of their own) share a key exactly when (_signature's key,
+    device) would be shared, and the inputs are the walk's."""
+    u1, u2 = _binary_node(s1), _binary_node(s1 if s2 is None else s2)
+    got1, got2 = schedule_cache.cached_plan(u1, d1), schedule_cache.cached_plan(u2, d2)
+    full1, full2 = schedule_cache._signature(u1), schedule_cache._signature(u2)
+    assert got1 is not None and got2 is not None and full1 is not None and full2 is not None
+    assert got1[1] == full1[1] and got2[1] == full2[1]
+    assert (got1[0] == got2[0]) == ((full1[0], d1) == (full2[0], d2))
 
 
 @pytest.mark.parametrize("u", [UOp(Ops.UNIQUE, dtypes.void, (), 10**12 + 99), UOp.const(dtypes.float32, -0.0)])
@@ -182,6 +197,7 @@ def test_warm_outputs_leave_buffer_map_quietly(monkeypatch: pytest.MonkeyPatch) 
     import sys
     import weakref
 
+    from speck.hcq.allocator import release_spares
     from speck.tensor import TinyJit
     from speck.tensor.schedule import buffer_map, buffer_map_data
 
@@ -207,6 +223,7 @@ def test_warm_outputs_leave_buffer_map_quietly(monkeypatch: pytest.MonkeyPatch) 
         gc.collect()
     del step
     gc.collect()
+    release_spares()  # (the plan keeps its last output node for its next run until the books are read)
     assert [n() for n in nodes if n() is not None] == []
     assert [k for k in list(buffer_map_data) if k() is None] == []  # no entry outlived its key
     assert complaints == []
@@ -255,9 +272,10 @@ def _python_calls(fn: object) -> list[str]:
 
 
 # the Python frames of a warm `(a + b).realize()` plus synchronize() on CPU (issue 30's eager target). A deterministic
-# guard, not a timing: before issue 30's second pass it was 51; a new frame on this path should be a choice (update
-# the number and docs/ARCHITECTURE.md's breakdown), not an accident
-WARM_OP_FRAMES = 29
+# guard, not a timing: before issue 30's second pass it was 51, then 29 until a warm plan took its previous output
+# back (no Buffer made, allocated, freed per op, no BUFFER and UNIQUE node made and finalized: 22); a new frame on this
+# path should be a choice (update the number and docs/ARCHITECTURE.md's breakdown), not an accident
+WARM_OP_FRAMES = 22
 
 
 def test_a_warm_eager_op_stays_within_its_python_frames() -> None:

@@ -227,3 +227,60 @@ def test_matches_plain_function(shape: tuple[int, ...], seed: int) -> None:
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got[1].item(), np.abs(xn - yn).sum(), rtol=1e-5)
+
+
+def test_grad_fxn_replaces_the_backward_of_each_call() -> None:
+    # TENSOR_API 13.1 (function(grad_fxn=...) was a TypeError): grad_fxn(grad, call) -> one gradient per input
+    seen: list[tuple[tuple[int, ...], ...]] = []
+
+    def scaled(grad: UOp, call: UOp) -> tuple[Tensor, None]:
+        seen.append(tuple(s.shape for s in call.src))
+        return Tensor(grad) * 10, None  # a Tensor is accepted as a gradient; None: nothing flows to b
+
+    @function(grad_fxn=scaled)
+    def mul(a: Tensor, b: Tensor) -> Tensor:
+        return a * b
+
+    a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+    out = mul(a, b)
+    assert out.tolist() == [3.0, 8.0]
+    (out * Tensor([1.0, 2.0])).sum().backward()
+    assert a.grad is not None and a.grad.tolist() == [10.0, 20.0]
+    assert b.grad is None or b.grad.tolist() == [0.0, 0.0]
+    assert seen == [((2,), (2,))]
+    # the same expression outside the function keeps the ordinary gradient (the call's output node is its own)
+    a.grad = None
+    (a * b).sum().backward()
+    assert a.grad is not None and a.grad.tolist() == [3.0, 4.0]
+
+
+def test_grad_fxn_with_several_outputs_gets_the_grads_and_the_call_by_keyword() -> None:
+    got: list[tuple[bool, bool]] = []
+
+    def back(g_sum: UOp | None, g_diff: UOp | None, call: UOp) -> tuple[UOp, UOp]:
+        got.append((g_sum is not None, g_diff is not None))
+        g = g_sum if g_sum is not None else g_diff
+        assert g is not None and len(call.src) == 2
+        return g, g * 3  # deliberately not the true gradient of y
+
+    @function(grad_fxn=back)
+    def sum_diff(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        return x + y, x - y
+
+    x, y = Tensor([1.0, 2.0], requires_grad=True), Tensor([5.0, 7.0], requires_grad=True)
+    s, d = sum_diff(x, y)
+    assert s.tolist() == [6.0, 9.0] and d.tolist() == [-4.0, -5.0]
+    (s * 2).sum().backward()  # only the first output is used: back(grad, None, call=...)
+    assert got == [(True, False)]
+    assert x.grad is not None and y.grad is not None
+    assert x.grad.tolist() == [2.0, 2.0] and y.grad.tolist() == [6.0, 6.0]
+
+
+def test_grad_fxn_returning_the_wrong_count_is_an_error() -> None:
+    @function(grad_fxn=lambda g, call: (g,))
+    def two(p: Tensor, q: Tensor) -> Tensor:
+        return p * q
+
+    p = Tensor([1.0], requires_grad=True)  # (a live tensor: backward fills only those)
+    with pytest.raises(FunctionError, match="returned 1 gradient"):
+        two(p, Tensor([2.0])).sum().backward()

@@ -6,6 +6,7 @@ writes, deferred updates, sharded inputs and cleared caches between calls, each 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -338,3 +339,118 @@ def test_usable_cores_is_read_once_and_refreshable() -> None:
 
     n = usable_cores()
     assert n == refresh_usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_warm_ops_take_back_the_previous_output_only_when_nothing_holds_it() -> None:
+    """A warm plan keeps its small output's Buffer for the next run and takes it back only once its tensor, every
+    view of it and every holder of the Buffer are gone: live results never share memory (checked against numpy)."""
+    rng = np.random.default_rng(3)
+    bn = rng.standard_normal(6).astype(np.float32)
+    b = Tensor(bn).realize()
+    xs = [rng.standard_normal(6).astype(np.float32) for _ in range(12)]
+    for _ in range(3):
+        (Tensor(xs[0]).realize() * b).realize()  # the plan is warm
+    kept, views, bufs = [], [], []
+    for i, x in enumerate(xs):
+        out = (Tensor(x).realize() * b).realize()
+        if i % 3 == 0:
+            kept.append((i, out))
+        elif i % 3 == 1:
+            views.append((i, out.reshape(2, 3)))  # a view holds the BUFFER, so the Buffer
+        else:
+            bufs.append((i, out.uop.buffer))  # the Buffer itself, held without its tensor
+        del out
+    for i, t in kept:
+        np.testing.assert_array_equal(t.numpy(), xs[i] * bn)
+    for i, v in views:
+        np.testing.assert_array_equal(v.numpy(), (xs[i] * bn).reshape(2, 3))
+    for i, hb in bufs:
+        np.testing.assert_array_equal(hb.numpy().view(np.float32), xs[i] * bn)
+    assert len({id(t.uop.buffer) for _, t in kept} | {id(v.uop.buffer) for _, v in views} | {id(h) for _, h in bufs}) \
+        == len(xs)  # fmt: skip
+    x0 = Tensor(xs[0]).realize()
+    first = (x0 * b).realize()
+    gone = weakref.ref(first.uop.buffer)
+    del first
+    again = (x0 * b).realize()
+    assert again.uop.buffer is gone()  # the dead output's Buffer (and memory) is used again
+    np.testing.assert_array_equal(again.numpy(), xs[0] * bn)
+
+
+def test_warm_ops_on_threads_never_share_an_output() -> None:
+    """Threads running one warm plan at once each take a spare Buffer only when nothing holds it (the pool's pop is
+    atomic): every result, kept or dropped, is its own inputs' sum."""
+    import threading
+
+    b = Tensor(np.arange(8, dtype=np.float32)).realize()
+    (Tensor(np.ones(8, np.float32)).realize() + b).realize()  # warm
+    errors: list[str] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        kept = []
+        for i in range(200):
+            x = rng.standard_normal(8).astype(np.float32)
+            out = (Tensor(x).realize() + b).realize()
+            if i % 4 == 0:
+                kept.append((x, out))
+            elif not np.array_equal(out.numpy(), x + np.arange(8, dtype=np.float32)):
+                errors.append(f"thread {seed}: op {i}")
+        for x, out in kept:
+            if not np.array_equal(out.numpy(), x + np.arange(8, dtype=np.float32)):
+                errors.append(f"thread {seed}: a kept result changed")
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@settings(deadline=None, max_examples=25)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=24), st.integers(0, 2**31 - 1))
+def test_warm_outputs_taken_back_never_change_a_live_value(actions: list[int], seed: int) -> None:
+    """A warm plan takes its previous output (BUFFER node and Buffer) back only when nothing holds either: whatever
+    the results went through (kept, viewed, their Buffer held, assigned into, assigned from, used as a TinyJit input,
+    pickled, dropped), every live one still reads its own value (against numpy) after more runs of the plan."""
+    import pickle
+
+    from speck.tensor import TinyJit
+
+    rng = np.random.default_rng(seed)
+    bn = np.arange(6, dtype=np.float32)
+    b = Tensor(bn).realize()
+
+    @TinyJit
+    def twice(t: Tensor) -> Tensor:
+        return (t * 2).contiguous()
+
+    live: list[tuple[Any, np.ndarray]] = []  # (tensor or Buffer, expected values)
+    for act in actions:
+        x = rng.standard_normal(6).astype(np.float32)
+        out = (Tensor(x).realize() + b).realize()
+        want = x + bn
+        if act == 1:
+            live.append((out, want))
+        elif act == 2:
+            live.append((out.reshape(2, 3), want.reshape(2, 3)))
+        elif act == 3:
+            live.append((out.uop.buffer, want))
+        elif act == 4 and live and isinstance(live[0][0], Tensor) and live[0][0].shape == (6,):
+            live[0][0].assign(out).realize()  # an older result takes this one's value (and maybe its memory)
+            live[0] = (live[0][0], want)
+        elif act == 5:
+            y = rng.standard_normal(6).astype(np.float32)
+            out.assign(Tensor(y)).realize()
+            live.append((out, y))
+        elif act == 6:
+            np.testing.assert_array_equal(twice(out).numpy(), want * 2)
+        elif act == 7:
+            live.append((pickle.loads(pickle.dumps(out)), want))
+        del out
+    for _ in range(3):
+        (Tensor(rng.standard_normal(6).astype(np.float32)).realize() + b).realize()
+    for obj, want in live:
+        got = obj.numpy() if isinstance(obj, Tensor) else obj.numpy().view(np.float32)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)

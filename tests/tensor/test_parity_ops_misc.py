@@ -337,3 +337,14 @@ def test_uop_shard() -> None:
     u = Tensor(np.arange(8, dtype=np.float32)).realize().uop
     assert u.shard(("CPU", "CPU:1")).axis is None and u.shard(("CPU", "CPU:1"), 0).axis == 0
     np.testing.assert_array_equal(Tensor(u.shard(("CPU", "CPU:1"), 0)).numpy(), np.arange(8))
+
+
+@pytest.mark.parametrize("dt", [dtypes.int8, dtypes.uint8, dtypes.bool, dtypes.int16, dtypes.half, dtypes.float32])
+def test_cumsum_of_0d_and_empty_takes_the_sum_dtype(dt) -> None:  # type: ignore[no-untyped-def]
+    # TENSOR_API 7.2: "0-d or empty returns the input (cast as sum would)"; int8/bool kept their own dtype
+    want = Tensor([1], dtype=dt).sum().dtype
+    for t in (Tensor(1, dtype=dt), Tensor.ones(0, dtype=dt), Tensor.ones(2, 0, dtype=dt)):
+        out = t.cumsum(-1)
+        assert out.dtype == want and out.shape == t.shape
+    assert Tensor(1, dtype=dt).cumsum().tolist() == 1
+    assert Tensor([1, 1], dtype=dt).cumsum().dtype == want

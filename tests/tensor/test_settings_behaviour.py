@@ -3,6 +3,8 @@ DISALLOW_BROADCAST, SCACHE (the in-process schedule cache) and LRU (allocators k
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,7 @@ def test_scache_0_schedules_every_time() -> None:
 
 def test_lru_0_frees_instead_of_caching() -> None:
     alloc = Device["CPU"].allocator
-    a = Tensor(np.ones(4096 + 13, np.float32)).realize()
+    a = Tensor(np.ones(4 * 4096 + 13, np.float32)).realize()  # (above what a warm plan keeps for its next run)
     with Context(LRU=0):
         cached = alloc.cached
         (a + 1).realize()  # its buffer dies at once
@@ -58,3 +60,21 @@ def test_lru_0_frees_instead_of_caching() -> None:
     GlobalCounters.reset()
     (a + 1).realize()
     assert alloc.cached > cached  # on again: the freed buffer is kept for reuse
+
+
+def test_lru_0_keeps_no_warm_output_for_the_next_run() -> None:
+    """A warm plan keeps its small output's Buffer for its next run only while LRU is on: with LRU=0 the Buffer
+    dies with its tensor."""
+    a = Tensor(np.ones(5, np.float32)).realize()
+    for _ in range(3):
+        (a * 3).realize()  # warm
+    with Context(LRU=0):
+        (a * 3).realize()  # (takes back what an earlier run kept)
+        out = (a * 3).realize()
+        gone = weakref.ref(out.uop.buffer)
+        del out
+        assert gone() is None
+    out = (a * 3).realize()
+    kept = weakref.ref(out.uop.buffer)
+    del out
+    assert kept() is not None  # on again: kept for the next run

@@ -135,3 +135,36 @@ def test_metadata_names_ops_called_from_short_lived_code() -> None:
         assert (m := metadata_of(y.uop)) is not None and m.name == "__mul__"
         assert (m := metadata_of(y.uop.src[0])) is not None and m.name == "exp2"
         del fn, ns, y
+
+
+def test_buffer_is_read_from_uops_table_not_a_tensor_service() -> None:
+    """speck.uop owns the BUFFER -> device buffer table; UOp.buffer only reads it (no service of speck.tensor)."""
+    from speck.uop import uop as uop_module
+
+    assert "uop_buffer" not in uop_module._SERVICES
+    t = (Tensor(np.arange(4, dtype=np.float32)) + 1).realize()
+    assert uop_module.buffers.get(t.uop.base) is t.uop.buffer
+    np.testing.assert_array_equal(t.uop.buffer.numpy(), np.arange(4) + 1)
+
+
+def test_empty_gets_its_buffer_when_realized() -> None:
+    """A Tensor.empty's BUFFER has no storage until realized or written: `realized` is None and `buffer` says to
+    realize; after .realize() both give the device buffer, and reading the data gives the same one."""
+    e = Tensor.empty(4)
+    assert e.uop.is_realized and e.uop.realized is None
+    with pytest.raises(RuntimeError, match="no storage attached yet"):
+        _ = e.uop.buffer
+    b = e.realize().uop.buffer
+    assert b is e.uop.realized and b.size == 4
+    e.numpy()
+    assert e.uop.buffer is b
+    e2 = Tensor.empty(2, 3)
+    Tensor.realize_all(e2)
+    assert e2.uop.realized is not None and e2.uop.buffer.size == 6
+
+
+def test_region_view_gets_its_buffer_when_realized() -> None:
+    """A bitcast view of another buffer's memory is realized into a buffer object of its own over that memory."""
+    src = np.arange(8, dtype=np.int32)
+    v = Tensor(src).realize().bitcast(dtypes.float32).realize()
+    np.testing.assert_array_equal(v.uop.buffer.numpy().view(np.int32), src)

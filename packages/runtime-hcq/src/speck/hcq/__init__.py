@@ -25,7 +25,7 @@ from speck.hcq.errors import (
 )
 from speck.hcq.program import BufferParam, Program
 from speck.hcq.queue import HWQueue, ProfileEvent
-from speck.hcq.registry import Device, canonicalize, register_device
+from speck.hcq.registry import Device, canonicalize, kind_of, register_device
 from speck.hcq.signal import Signal
 
 
@@ -38,5 +38,5 @@ __all__ = [
     "MEMORY", "Allocator", "Buffer", "BufferOptions", "BufferParam", "CopySizeError", "DTypeInfo", "Device",
     "DeviceBase", "DeviceNotFoundError", "DeviceUnavailableError", "ElfLinkError", "HCQError", "HWQueue",
     "OutOfMemoryError", "ProfileEvent", "Program", "ProgramArgumentError", "Signal", "SignalTimeoutError",
-    "__version__", "canonicalize", "dtype_info", "mem_used", "register_device",
+    "__version__", "canonicalize", "dtype_info", "kind_of", "mem_used", "register_device",
 ]  # fmt: skip

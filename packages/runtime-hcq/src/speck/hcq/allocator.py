@@ -2,13 +2,16 @@
 
 `mem_used` counts bytes held by live buffers (per allocator, and globally in `MEMORY.used`); freed allocations
 sit in the LRU cache (counted in `cached`) until reused by an allocation of the same size and options, evicted
-(oldest first) when the cache outgrows its cap, or dropped to make room before an out-of-memory error."""
+(oldest first) when the cache outgrows its cap, or dropped to make room before an out-of-memory error. A Buffer
+parked in a `SpareBuffers` list (kept by its maker to use again, held by nothing else) is not live: reading
+`mem_used` and running short of memory release those first."""
 
 from __future__ import annotations
 
 import mmap
 import operator
 import os
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -32,10 +35,55 @@ class _GlobalMemory:
 
     @property
     def used(self) -> int:
-        return sum(a.mem_used for a in list(self._allocators))
+        if _spares:
+            release_spares()
+        return sum(a._used for a in list(self._allocators))
 
 
 MEMORY = _GlobalMemory()
+
+
+class SpareBuffers(list):  # type: ignore[type-arg]
+    """Buffers (or objects whose death frees Buffers: speck.tensor keeps an output's BUFFER node, whose entry names
+    its Buffer) that their maker keeps from one run to the next to use again, with their memory: a warm eager plan
+    keeps what a run made here, and its next run takes it back (`pop`, then `sys.getrefcount(x) == 2`: nothing else
+    holds it) instead of making a Buffer and allocating, and freeing both when the result dies. One here that
+    nothing else holds is parked: not live memory. `mem_used` readers and an allocation that runs short release the
+    parked ones (release_spares), so the books count what is in use. `pop`/`append` are list's own (atomic under
+    the GIL: two threads never take one)."""
+
+    __slots__ = ("__weakref__",)
+
+    def __hash__(self) -> int:  # type: ignore[override]  # (one pool: by identity, as the registry needs)
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __init__(self) -> None:
+        super().__init__()
+        _spares.add(self)
+
+
+_spares: weakref.WeakSet[SpareBuffers] = weakref.WeakSet()
+
+
+def release_spares() -> None:
+    """Drop every parked spare (held by its SpareBuffers list only): its death frees its memory."""
+    for spares in list(_spares):
+        kept = []
+        while True:
+            try:
+                b = spares.pop()
+            except IndexError:
+                break
+            if sys.getrefcount(b) > 2:  # (b and getrefcount's argument: a live tensor still holds it)
+                kept.append(b)
+            del b  # (a parked one is freed here)
+        spares.extend(kept)
 
 
 class BufferOptions(NamedTuple):
@@ -85,7 +133,7 @@ class Allocator:
     def __init__(self, device: str, limit: int | None = None, cache_cap: int = 1 << 30) -> None:
         self.device, self.limit, self.cache_cap = device, limit, cache_cap
         self.limit_setting = ""  # the setting that raises `limit` (named in out-of-memory errors), if any
-        self.mem_used = 0
+        self._used = 0  # bytes of live allocations (mem_used: the same after parked spares are released)
         self.cached = 0
         self.peak = 0
         # (size, options) -> freed allocations, least recently freed size first; a list may be empty (all taken)
@@ -97,6 +145,13 @@ class Allocator:
         MEMORY.register(self)
 
     # -- accounting + cache -------------------------------------------------------------------------------------
+    @property
+    def mem_used(self) -> int:
+        """Bytes held by live buffers (parked spare Buffers released first: their memory is not in use)."""
+        if _spares:
+            release_spares()
+        return self._used
+
     def alloc(self, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> Any:
         """An allocation of `nbytes` (from the LRU cache when one of that size and options is there). Raises
         OutOfMemoryError with the requested and available sizes when it cannot fit."""
@@ -112,14 +167,18 @@ class Allocator:
                 if options.lru and (lst := self._cache.get(key)):  # the hot path: a freed allocation of this size
                     opaque = lst.pop()  # (an emptied list keeps its place: the next free of this size refills it)
                     self.cached -= nbytes
-                    self.mem_used += nbytes  # _account, inlined
-                    if self.mem_used > self.peak:
-                        self.peak = self.mem_used
+                    self._used += nbytes  # _account, inlined
+                    if self._used > self.peak:
+                        self.peak = self._used
                     return opaque
-                if self.limit is not None and self.mem_used + self.cached + nbytes > self.limit:
+                if self.limit is not None and self._used + self.cached + nbytes > self.limit:
                     self._drop_cache()
-                    if self.mem_used + nbytes > self.limit:
-                        raise OutOfMemoryError(self.device, nbytes, max(self.limit - self.mem_used, 0),
+                    if self._used + nbytes > self.limit and _spares:
+                        release_spares()  # (their frees queue behind this lock: done now)
+                        self._release_pending()
+                        self._drop_cache()
+                    if self._used + nbytes > self.limit:
+                        raise OutOfMemoryError(self.device, nbytes, max(self.limit - self._used, 0),
                                                f"limit {self.limit} bytes", self.limit_setting)  # fmt: skip
             finally:
                 lock.release()
@@ -134,12 +193,14 @@ class Allocator:
         except (MemoryError, OSError) as e:
             if isinstance(e, OSError) and e.errno not in (12, None):  # only ENOMEM means "retry after freeing"
                 raise HCQError(f"allocating {nbytes} bytes on {self.device} failed: {e}") from e
+            release_spares()
             with self._lock:
+                self._release_pending()
                 self._drop_cache()
             try:
                 opaque = self._alloc(nbytes, options)
             except (MemoryError, OSError) as e2:
-                avail = self.limit - self.mem_used if self.limit is not None else available_ram()
+                avail = self.limit - self._used if self.limit is not None else available_ram()
                 raise OutOfMemoryError(self.device, nbytes, max(avail, 0), f"the OS refused: {e2}",
                                        self.limit_setting) from None  # fmt: skip
         with self._lock:
@@ -147,9 +208,9 @@ class Allocator:
         return opaque
 
     def _account(self, nbytes: int) -> None:
-        self.mem_used += nbytes
-        if self.mem_used > self.peak:
-            self.peak = self.mem_used
+        self._used += nbytes
+        if self._used > self.peak:
+            self.peak = self._used
 
     def free(self, opaque: Any, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> None:
         """Give an allocation back: into the LRU cache when options.lru (and the LRU setting), else to the OS. Safe
@@ -162,7 +223,7 @@ class Allocator:
         if options.lru and nbytes <= self.cache_cap and LRU.value and not self._pending and lock.acquire(False):
             # the hot path (_release_pending for one allocation, inlined): into the LRU cache
             try:
-                self.mem_used -= nbytes
+                self._used -= nbytes
                 key = (nbytes, options)
                 cache = self._cache
                 if (lst := cache.get(key)) is None:
@@ -199,7 +260,7 @@ class Allocator:
         pending, cache = self._pending, self._cache
         while pending:
             opaque, nbytes, options = pending.pop()
-            self.mem_used -= nbytes
+            self._used -= nbytes
             if not (options.lru and nbytes <= self.cache_cap and LRU.value):
                 self._free(opaque, nbytes, options)
                 continue

@@ -27,4 +27,5 @@ class DiskDevice(DeviceBase):
         raise HCQError(f"{self.name} stores data and runs no programs; copy the buffers to CPU first")
 
 
-register_device("DISK", DiskDevice, suffix=lambda rest: rest or None, forms=("DISK:<path>",), probe=False)
+register_device("DISK", DiskDevice, suffix=lambda rest: rest or None, forms=("DISK:<path>",), probe=False,
+                file_backed=DiskDevice.file_backed)  # fmt: skip

@@ -39,6 +39,7 @@ class DeviceKind:
     forms: tuple[str, ...]
     probe: bool = True
     serves: tuple[str, ...] = ()  # devices this kind is the interface to: DEV=<kind>+<device> opens this kind
+    file_backed: bool = False  # its devices' buffers are regions of a file (DeviceBase.file_backed), known unopened
 
 
 def numbered(rest: str) -> str | None:
@@ -60,15 +61,17 @@ def register_device(
     forms: Sequence[str] | None = None,
     probe: bool = True,
     serves: Sequence[str] = (),
+    file_backed: bool = False,
 ) -> DeviceKind:
     """Add (or replace) the device kind `name` ("USB"): `Device["USB:1"]` then calls `opener("USB:1")` once. The
     default suffix rule accepts NAME and NAME:<n>; `probe=False` for kinds `get_available_devices` must not open;
-    `serves`: the devices it is the interface to (USB serves AMD: DEV=USB+AMD, DEV=USB:1+AMD open USB, USB:1)."""
+    `serves`: the devices it is the interface to (USB serves AMD: DEV=USB+AMD, DEV=USB:1+AMD open USB, USB:1);
+    `file_backed`: the kind's devices declare DeviceBase.file_backed (so it can be asked without opening one)."""
     kind_name = name.upper()
     if not re.fullmatch(r"[A-Z][A-Z0-9_]*", kind_name):
         raise HCQValueError(f"device kind names are letters, digits and _, starting with a letter; got {name!r}")
     kind = DeviceKind(kind_name, opener, suffix, tuple(forms) if forms else (kind_name, f"{kind_name}:<n>"), probe,
-                      tuple(d.upper() for d in serves))  # fmt: skip
+                      tuple(d.upper() for d in serves), file_backed)  # fmt: skip
     _KINDS[kind_name] = kind
     return kind
 
@@ -109,6 +112,17 @@ def _unknown(name: object, why: str = "") -> DeviceNotFoundError:
 def canonicalize(name: str) -> str:
     """Canonical device name: upper-case kind, the kind's canonical suffix, ":0" dropped ("cpu:0" -> "CPU",
     "cpu:llvm" -> "CPU:LLVM"; a DISK path kept verbatim). Raises DeviceNotFoundError listing the known names."""
+    kind, suffix = _kind_and_suffix(name)
+    return f"{kind.name}:{suffix}" if suffix else kind.name
+
+
+def kind_of(name: str) -> DeviceKind:
+    """The registered kind of device `name` (what it declares, without opening the device). Raises
+    DeviceNotFoundError listing the known names."""
+    return _kind_and_suffix(name)[0]
+
+
+def _kind_and_suffix(name: str) -> tuple[DeviceKind, str]:
     if not isinstance(name, str) or not name:
         raise _unknown(name, " (device names are non-empty strings)")
     kind_name, _, rest = name.partition(":")
@@ -121,7 +135,7 @@ def canonicalize(name: str) -> str:
     suffix = kind.suffix(rest)
     if suffix is None:
         raise _unknown(name, f" ({kind.name} names are written {' or '.join(kind.forms)})")
-    return f"{kind.name}:{suffix}" if suffix else kind.name
+    return kind, suffix
 
 
 @functools.lru_cache(maxsize=64)  # Device.DEFAULT is read whenever a tensor is made without a device

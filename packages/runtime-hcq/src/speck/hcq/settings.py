@@ -80,4 +80,10 @@ HCQ_TIMEOUT = declare(
 LIBM_PATH = declare("LIBM_PATH", "", OWNER, ("speck.hcq.libs",), "where libm is (a path or soname)", live=True)
 LIBGCC_S_PATH = declare("LIBGCC_S_PATH", "", OWNER, ("speck.hcq.libs",), "where libgcc_s is", live=True)
 LIBC_PATH = declare("LIBC_PATH", "", OWNER, ("speck.hcq.libs",), "where libc is", live=True)
-LRU = declare("LRU", 1, OWNER, ("speck.hcq.allocator",), "1: allocators keep freed memory for reuse; 0: free it")
+LRU = declare(
+    "LRU",
+    1,
+    OWNER,
+    ("speck.hcq.allocator", "speck.tensor.realize"),
+    "1: allocators keep freed memory for reuse (and warm plans their small outputs); 0: free it",
+)

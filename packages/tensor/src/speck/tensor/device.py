@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from speck.codegen.compiler import Compiler
 from speck.codegen.errors import CompileError
-from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase, Program
+from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase, Program, kind_of
 from speck.hcq.errors import DeviceNotFoundError
 from speck.tensor.errors import UnknownDeviceError
 from speck.uop import DType
@@ -37,8 +37,14 @@ def canonical(device: str | None) -> str:
 
 def file_backed(device: object) -> bool:
     """Whether `device` (a device name) keeps its buffers in a file (DISK: data to copy to a compute device, not
-    memory kernels run on), as the device declares. A tuple of devices (a sharded tensor) is not."""
-    return isinstance(device, str) and Device[device].file_backed
+    memory kernels run on), as its kind declares: the device is not opened. A tuple of devices (a sharded tensor)
+    is not."""
+    if not isinstance(device, str):
+        return False
+    try:
+        return kind_of(device).file_backed
+    except DeviceNotFoundError as e:
+        raise UnknownDeviceError(str(e)) from None
 
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:

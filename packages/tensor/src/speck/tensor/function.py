@@ -16,11 +16,15 @@ A tensor the body reads that is not reachable from the arguments (a closure or g
 an error naming it, unless `allow_implicit=True`, where it is captured as it is (a realized buffer is read at
 each call, so in-place updates are seen; rebinding the Python name is not). `precompile=True` materialises the
 outputs in buffers of their own (the body's kernels are not fused into what consumes them); `precompile_backward`
-is accepted and changes nothing (the backward is the ordinary gradient graph of the instantiated body)."""
+is accepted and changes nothing (the backward is the ordinary gradient graph of the instantiated body).
+`grad_fxn(grad, call)` (`grad_fxn(*grads, call=call)` for several outputs, None for unused ones) replaces that
+backward: `call.src` are the call's input nodes and it returns one gradient (UOp, Tensor or None) per input; a
+pickled call drops it and differentiates through the body again."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -30,10 +34,11 @@ from speck.tensor.base import TensorBase
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
+from speck.tensor.gradient import override_gradient
 from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
-from speck.uop import Context, Ops, UOp
+from speck.uop import Context, Ops, UOp, dtypes
 from speck.uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -53,11 +58,11 @@ class _PlaceholderStorage:
 
 
 def function(fn: Callable[..., Any] | None = None, *, precompile: bool = False, precompile_backward: bool = False,
-             allow_implicit: bool = False) -> Any:  # fmt: skip
-    """`@function` or `@function(allow_implicit=..., precompile=...)`: see the module docstring."""
+             allow_implicit: bool = False, grad_fxn: Callable[..., Any] | None = None) -> Any:  # fmt: skip
+    """`@function` or `@function(allow_implicit=..., precompile=..., grad_fxn=...)`: see the module docstring."""
 
     def wrap(f: Callable[..., Any]) -> Function:
-        return Function(f, allow_implicit=allow_implicit, precompile=precompile)
+        return Function(f, allow_implicit=allow_implicit, precompile=precompile, grad_fxn=grad_fxn)
 
     return wrap(fn) if fn is not None else wrap
 
@@ -65,8 +70,9 @@ def function(fn: Callable[..., Any] | None = None, *, precompile: bool = False, 
 class Function:
     """A captured function (the result of `@function`); `captures` maps input signatures to their captures."""
 
-    def __init__(self, fn: Callable[..., Any], allow_implicit: bool = False, precompile: bool = False) -> None:
-        self.fn, self.allow_implicit, self.precompile = fn, allow_implicit, precompile
+    def __init__(self, fn: Callable[..., Any], allow_implicit: bool = False, precompile: bool = False,
+                 grad_fxn: Callable[..., Any] | None = None) -> None:  # fmt: skip
+        self.fn, self.allow_implicit, self.precompile, self.grad_fxn = fn, allow_implicit, precompile, grad_fxn
         self.captures: dict[Any, _Capture] = {}
         functools.update_wrapper(self, fn)
 
@@ -121,6 +127,7 @@ class _Capture:
 
     def __init__(self, f: Function, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> None:
         start = next(schedule._unique_counter)  # buffers made from here on are the body's own
+        self.name, self.grad_fxn = f.name, f.grad_fxn
         self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
         for k, t in enumerate(inputs):
             shape = t.shape
@@ -173,8 +180,52 @@ class _Capture:
                 mapping[buf] = t.uop.reshape((int(buf.arg),))
         for b in self.fresh:
             mapping[b] = new_buffer_uop(buffer_device(b), b.arg, b.dtype)
-        outs = [self.cls(u, device=d) for u, d in zip(self.body.substitute(mapping).src, self.devices)]
+        uops = list(self.body.substitute(mapping).src)
+        if self.grad_fxn is not None:
+            uops = _with_grad_fxn(self.name, self.grad_fxn, uops, tuple(t.uop for t in inputs), self.single)
+        outs = [self.cls(u, device=d) for u, d in zip(uops, self.devices)]
         return outs[0] if self.single else tuple(outs)
+
+
+_call_counter = itertools.count()
+
+
+def _with_grad_fxn(name: str, grad_fxn: Callable[..., Any], outs: list[UOp], args: tuple[UOp, ...],
+                   single: bool) -> list[UOp]:  # fmt: skip
+    """The outputs of one call, each behind an identity node of its own whose gradient is the user's grad_fxn:
+    `grad_fxn(grad, call)` for a single output, `grad_fxn(*grads, call=call)` (None for the other outputs) for
+    several; `call.src` are the call's input nodes, and it returns one gradient (UOp, Tensor or None) per input."""
+    if any(isinstance(u, MultiUOp) for u in (*outs, *args)):
+        raise FunctionError(f"@function {name}: grad_fxn is not supported on sharded tensors; drop grad_fxn (the "
+                            "body's own gradient is used) or call it per shard")  # fmt: skip
+    call = UOp(Ops.SINK, dtypes.void, args, ("function call", name))
+    marked: list[UOp] = []
+    for k, u in enumerate(outs):
+        # a tagged reshape to its own shape: unique, so the same expression computed outside keeps its own gradient
+        node = UOp(Ops.RESHAPE, u.dtype, (u,), u.shape, ("grad_fxn", next(_call_counter)))
+
+        def rule(grad: UOp, k: int = k) -> tuple[UOp | None, ...]:
+            if single:
+                got = grad_fxn(grad, call)
+            else:
+                got = grad_fxn(*[grad if i == k else None for i in range(len(outs))], call=call)
+            grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+            if len(grads) != len(args):
+                raise FunctionError(f"grad_fxn of @function {name} returned {len(grads)} gradient(s) for {len(args)} "
+                                    "input(s); return one UOp (or None) per input, in argument order")  # fmt: skip
+            res: list[UOp | None] = []
+            for i, (g, src) in enumerate(zip(grads, args)):
+                g = getattr(g, "uop", g)  # a Tensor is fine too
+                if g is not None and (not isinstance(g, UOp) or g.shape != src.shape):
+                    what = f"shape {g.shape}" if isinstance(g, UOp) else type(g).__name__
+                    raise FunctionError(f"grad_fxn of @function {name}: gradient {i} must be a UOp of shape "
+                                        f"{src.shape} (or None), got {what}")  # fmt: skip
+                res.append(g)
+            return tuple(res)
+
+        override_gradient(node, args, rule)
+        marked.append(node)
+    return marked
 
 
 # ---------------- callify, linear_with_vars, schedule_linear (TENSOR_API 13.3) ----------------

@@ -2,8 +2,7 @@
 
 Tensor._new records, for each node it wraps, the outermost public Tensor method on the call stack (`relu`, not the
 `maximum` relu calls) and, with TRACEMETA >= 2, the user's file:line that called it. Nodes made inside backward()
-are marked `backward`. TRACEMETA=0 records nothing. The UOp access hooks (`t.uop.buffer`) are registered here too:
-speck.uop asks the layer that owns buffers for them."""
+are marked `backward`. TRACEMETA=0 records nothing."""
 
 from __future__ import annotations
 

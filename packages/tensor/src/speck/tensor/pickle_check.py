@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from speck.tensor.device import file_backed
 from speck.tensor.errors import TensorPickleError
 from speck.uop import DType, Ops, UOp
 from speck.uop.errors import SpecError
@@ -68,7 +69,7 @@ def check_buffer(device: Any, size: Any, dtype: Any) -> None:
         raise TensorPickleError(f"can't unpickle a buffer: expected a device name, a size >= 0 and a dtype, found "
                                 f"{device!r:.40}, {size!r:.40}, {dtype!r:.40}; the pickle is damaged or was not made "
                                 "by speck")  # fmt: skip
-    if is_strict() and device.upper().startswith("DISK"):
+    if is_strict() and file_backed(device):
         raise TensorPickleError(f"safe_loads refuses a buffer on {device!r}: a DISK tensor pickles as a path to a "
                                 "file of the loading machine; use pickle.loads if you trust the pickle")  # fmt: skip
 

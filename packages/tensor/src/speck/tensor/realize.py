@@ -16,6 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from sys import getrefcount as _getrefcount
 from typing import Any
 from weakref import ref as _ref
 
@@ -28,7 +29,9 @@ from speck.codegen.numeric import storage_np
 from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import Device
 from speck.hcq import runner as _runner
+from speck.hcq.allocator import SpareBuffers
 from speck.hcq.runner import Copy, Exec, Host, Plan
+from speck.hcq.settings import LRU as _KEEP_FREED
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
@@ -59,7 +62,6 @@ from speck.tensor.settings import (
 from speck.uop import DEBUG, GroupOp, Ops, UOp
 from speck.uop.helpers import prod
 from speck.uop.symbolic import sym_infer
-from speck.uop.uop import register_service
 
 
 # ---------------- buffers ----------------
@@ -85,10 +87,18 @@ def check_buffer_size(n: int, dtype: Any, device: str) -> None:
                                "raise MAX_BUFFER_SIZE (0: no limit) or compute in smaller pieces")  # fmt: skip
 
 
-register_service("uop_buffer", get_buffer)  # UOp.buffer: the hcq Buffer behind a realized tensor's BUFFER
+def attach_storage(view: UOp) -> None:
+    """Give the BUFFER a realized view reads its hcq Buffer now if it has none yet (a Tensor.empty's, a region of
+    another buffer's memory), so `t.uop.buffer` (which only reads speck.uop's table, buffer_map) finds it."""
+    if (b := view.base).op is Ops.BUFFER and _ref(b) not in buffer_map_data:
+        get_buffer(b)
 
 
 _buffer_node, _next_unique = UOp.buffer_node, next_unique()
+# the largest fresh buffer (bytes) a warm plan keeps from one run to the next (speck.hcq.allocator.SpareBuffers): a
+# small op's output Buffer and allocation cost more than its kernel; a big one's memory is not kept beside the LRU
+SPARE_MAX_BYTES = 1 << 16
+_OUT: Any = object()  # (marks the output's place among a warm plan's fresh buffers: its spare is its node)
 # the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
 # WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
 # keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
@@ -460,7 +470,17 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
     # (the fresh buffers to make, the output's slot, its BUFFER node's device node, size and dtype, and the shape
     # to view it as when that is not its flat size)
     view = None if sched.shape == (n,) else sched.shape
-    sched.warm = (sched.fresh, nin + ~sched.out_ref, device_node(d), n, dt, view)
+    # each small fresh buffer's spare: the Buffer (and memory) of the previous run, taken again when nothing holds
+    # it any more (SPARE_MAX_BYTES: a bigger buffer's allocation costs little beside its kernel, and is not kept)
+    # The output's spare is its BUFFER node (with the Buffer buffer_map gives it): a node nothing holds any more is
+    # the output again, with its entry, so no node, UNIQUE or entry is made and collected per op either
+    keep = [int(size) * dtype.itemsize <= SPARE_MAX_BYTES for _, size, dtype in sched.fresh]
+    out_spare = SpareBuffers() if keep[~sched.out_ref] else None
+    keep[~sched.out_ref] = False
+    made = tuple((dev, size, dtype, _OUT if k == ~sched.out_ref else SpareBuffers() if kept else None)
+                 for k, ((dev, size, dtype), kept) in enumerate(zip(sched.fresh, keep)))  # fmt: skip
+    spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if isinstance(m[3], SpareBuffers))
+    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare)
     return plan
 
 
@@ -477,18 +497,49 @@ def realize_graph(u: UOp, device: str) -> UOp:
             for b in found[1]:
                 hb = data.get(_ref(b))
                 bufs.append(hb if hb is not None else get_buffer(b))
-            fresh, out_slot, dev_node, n, dt, shape = sched.warm
+            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare = sched.warm
             if MAX_BUFFER_SIZE.value:
-                for d, size, dtype in fresh:
+                for d, size, dtype, _ in fresh:
                     check_buffer_size(size, dtype, d)
-            for d, size, dtype in fresh:
+            out = None
+            if out_spare:  # the previous run's output node, when nothing holds it or its Buffer any more
+                try:
+                    out = out_spare.pop()
+                except IndexError:  # (another thread took it)
+                    pass
+                else:  # (out, out_hb and the arguments; out_hb's third: buffer_map's entry, which out keeps)
+                    out_hb = data.get(_ref(out))
+                    if _getrefcount(out) != 2 or type(out_hb) is not _HcqBuffer or _getrefcount(out_hb) != 3:
+                        out = None
+            for d, size, dtype, spare in fresh:
+                if spare:
+                    if spare is _OUT:
+                        if out is not None:
+                            bufs.append(out_hb)
+                            continue
+                    else:  # the previous run's Buffer, when nothing else holds it any more
+                        try:
+                            hb = spare.pop()
+                        except IndexError:  # (another thread took it)
+                            pass
+                        else:
+                            if _getrefcount(hb) == 2:  # (hb and the argument: its tensor and views of it are gone)
+                                bufs.append(hb)
+                                continue
                 bufs.append(_HcqBuffer(d, size, dtype))
             _runner.run(plan, bufs)
-            out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
-            data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
+            if out is None:
+                out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
+                data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
+            if _KEEP_FREED.value:  # (LRU=0: memory goes back when its tensor dies, not kept by the plan either)
+                if out_spare is not None:
+                    out_spare.append(out)
+                for k, spare in spares:
+                    spare.append(bufs[k])
             return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)
     items, view = schedule_with_cache(u, device, found)
     execute(items)
+    attach_storage(view)
     return view
 
 
@@ -592,6 +643,7 @@ def realize_targets(targets: Sequence[tuple[UOp, str]]) -> list[UOp]:
         items, views = schedule_targets(targets)
     execute(items)
     for (u, _), v in zip(targets, views):
+        attach_storage(v)
         if u is not v and not is_const_graph(u) and not reads_external(u):
             realized_cache[u] = v
     return views

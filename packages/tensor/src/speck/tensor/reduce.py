@@ -298,11 +298,9 @@ class ReduceMixin:
         """Inclusive scan along axis via a masked (n, n) reduce: element i combines elements j <= i."""
         self = self._concrete()
         d = self._resolve_dim(axis)
-        if self.ndim == 0:
-            return self
+        if self.ndim == 0 or as_int(self.shape[d]) == 0:  # nothing to combine: the input, in the dtype sum gives
+            return self.sum(()) if op == "sum" else self
         n = as_int(self.shape[d])
-        if n == 0:
-            return self
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
         if n > SCAN_BLOCKED_FROM:
             r = x._blocked_scan(op)

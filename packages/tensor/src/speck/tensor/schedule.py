@@ -31,12 +31,14 @@ from speck.uop import AxisType, Ops, UOp, dtypes, sint
 from speck.uop.affine import linear_terms
 from speck.uop.helpers import prod
 from speck.uop.symbolic import sym_infer
+from speck.uop.uop import buffers as uop_buffers
 
 # ---------------- realized buffers ----------------
 _unique_counter = itertools.count()
-# BUFFER UOp -> device buffer object (speck.hcq Buffer). Weak on the key: a buffer dies with the last graph using it.
-# Never iterated: the warm realize path's keys drop their entries with the dict's own pop (see realize._unmap)
-buffer_map: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+# BUFFER UOp -> device buffer object (speck.hcq Buffer): speck.uop's table, which UOp.buffer/realized read. Weak on
+# the key: a buffer dies with the last graph using it. Never iterated: the warm realize path's keys drop their entries
+# with the dict's own pop (see realize._unmap)
+buffer_map: weakref.WeakKeyDictionary[UOp, Any] = uop_buffers
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # `.contiguous()` nodes a Scheduler gave a buffer of their own -> that buffer's view; when the kernel filling it runs

@@ -127,13 +127,11 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
         if _wref(u) in realized_data:
             return None
         ck = u._ck
-        if a is b:
-            inputs = [a]
-            key: Any = ((("B", a.dtype, a.arg, a.src[1].arg, 0), (u.op, u.dtype, ck[3], ck[4], (0, 0))), device)
-        else:
-            inputs = [a, b]
-            key = ((("B", a.dtype, a.arg, a.src[1].arg, 0), ("B", b.dtype, b.arg, b.src[1].arg, 1),
-                    (u.op, u.dtype, ck[3], ck[4], (0, 1))), device)  # fmt: skip
+        # one flat tuple (fewer tuples to make and hash than the walk's nested key; its first item, an Ops member,
+        # tells it from the walk's (signature, device) keys): the op, each input's dtype, size and DEVICE node (one
+        # node per device name), whether it is one input twice, and the device
+        inputs = [a] if a is b else [a, b]
+        key: Any = (u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], a is b, device)
         got: CachedSchedule | None = _get(key)
         if got is not None:
             _touch(key)

@@ -73,6 +73,7 @@ from speck.tensor.schedule import (
     MAY_HOLD_DATA,
     base_buffer,
     buffer_map,
+    buffer_map_data,
     max_dim,
     new_buffer_uop,
     reads_external,
@@ -440,7 +441,12 @@ class Tensor(
         if any(type(t.uop) is MultiUOp for t in tensors):
             multi.realize_all(tensors)
             return
-        pending = [t for t in tensors if base_buffer(t.uop) is None]
+        pending = []
+        for t in tensors:
+            if (bb := base_buffer(t.uop)) is None:
+                pending.append(t)
+            else:
+                _realize.attach_storage(bb)  # (a Tensor.empty's storage is made when realized)
         if pending:
             for t, v in zip(pending, _realize.realize_targets(_own_constants(pending))):
                 t.uop = v
@@ -453,7 +459,9 @@ class Tensor(
         if type(u) is not UOp:
             return False
         if u.op in MAY_HOLD_DATA:  # (any other node is a computation still to run)
-            if base_buffer(u) is not None:
+            if (bb := base_buffer(u)) is not None:
+                if _ref(bb) not in buffer_map_data:  # (a Tensor.empty's: its storage is made when realized)
+                    _realize.attach_storage(bb)
                 return True
             if (v := unstage(u)) is not u:  # host data and views of it (Tensor(ndarray)) sit in their buffer
                 t.uop = u = v

@@ -186,12 +186,10 @@ class UsbLink:
         a note naming what it dropped), after the queue was restarted: the next operation runs. The buffers the
         dropped work was to write are marked undefined (_DroppedWork), so reading them raises instead of
         returning stale or foreign bytes."""
-        from speck.usbgpu.errors import GpuFault, GpuHang
-
         try:
             with self._guard:
                 self.gpu.wait(value, timeout=float(USB_KERNEL_TIMEOUT.value))
-        except (GpuFault, GpuHang) as e:
+        except self.gpu.queue_stops as e:
             self._recover(e)
             raise
         self.done = max(self.done, value)
@@ -219,11 +217,9 @@ class UsbLink:
         return value
 
     def reset_queue(self) -> None:
-        from speck.usbgpu.errors import GpuFault, GpuHang
-
         try:  # a stop not yet reported is reported by its wait: that marks what it dropped, then restarts the queue
             self.wait(self.submitted)
-        except (GpuFault, GpuHang):
+        except self.gpu.queue_stops:
             pass
         with self._guard:
             self.gpu.reset_queue()
@@ -245,7 +241,8 @@ class _DroppedWork:
     undefined, each remembering which dropped dispatches wrote it. It is defined again when all of those dispatches
     are submitted again (a TinyJit replay, which rewrites exactly what the dropped one would have), when the host
     copies into all of it, or when it is freed (a new allocation holds no data yet). A dispatch that reads an
-    undefined allocation, or a copy-out of one, raises BufferStateError: never stale or foreign bytes."""
+    undefined allocation, or a copy-out of one, raises BufferStateError: never stale or foreign bytes. Where it
+    cannot tell, it keeps the mark (a needless error at worst, never a wrong value)."""
 
     def __init__(self) -> None:
         self.handles: dict[int, VramBuffer] = {}  # va -> live allocation (addresses to allocations, at a stop)
@@ -253,65 +250,84 @@ class _DroppedWork:
         self._pending: list[tuple[tuple[Any, ...], tuple[int, ...]]] = []  # launches built, not yet submitted
         self._inflight: list[tuple[int, list[tuple[tuple[Any, ...], tuple[int, ...]]]]] = []  # (signal, launches)
         self._cleared: list[tuple[int, tuple[Any, ...]]] = []  # marks the pending launches took away
+        self._lock = threading.RLock()  # (engine threads build launches; finalizers free buffers)
 
-    def launch(self, key: tuple[Any, ...], reads: Sequence[int], writes: Sequence[int], name: str, kernel: str) -> None:
+    def dispatch_built(
+        self, key: tuple[Any, ...], reads: Sequence[int], writes: Sequence[int], name: str, kernel: str
+    ) -> None:
         """A dispatch is being built: refuse it if it reads undefined bytes, note what it writes. A dispatch that
         writes what a dropped one would have (same key) makes those bytes defined again once it is submitted;
         later dispatches of the same submission already see them so."""
-        if self.undefined:
-            try:
-                for addr in reads:
-                    self.check_read(addr, name, f"running kernel {kernel!r}, which reads it")
-            except BufferStateError:
-                for va, k in self._cleared:  # nothing of this submission is sent: its clears never happened
-                    self.undefined.setdefault(va, set()).add(k)
-                self._pending, self._cleared = [], []
-                raise
-            for addr in writes:
-                h = self._find(addr, self.undefined)
-                if h is not None and key in self.undefined[h]:
-                    self.undefined[h].discard(key)
-                    self._cleared.append((h, key))
-                    if not self.undefined[h]:
-                        del self.undefined[h]
-        self._pending.append((key, tuple(writes)))
+        with self._lock:
+            if self.undefined:
+                try:
+                    for addr in reads:
+                        self.check_read(addr, name, f"running kernel {kernel!r}, which reads it")
+                except BufferStateError:
+                    self._restore()  # nothing of this submission is sent: its clears never happened
+                    self._pending = []
+                    raise
+                for addr in writes:
+                    h = self._find(addr, self.undefined)
+                    if h is not None and key in self.undefined[h]:
+                        self.undefined[h].discard(key)
+                        self._cleared.append((h, key))
+                        if not self.undefined[h]:
+                            del self.undefined[h]
+            self._pending.append((key, tuple(writes)))
 
     def submitted(self, value: int) -> None:
-        self._cleared = []
-        if self._pending:
-            self._inflight.append((value, self._pending))
-            self._pending = []
+        with self._lock:
+            self._cleared = []
+            if self._pending:
+                self._inflight.append((value, self._pending))
+                self._pending = []
 
     def retired(self, value: int) -> None:
         """Submissions up to `value` completed: their writes are done."""
-        if self._inflight and self._inflight[0][0] <= value:
-            self._inflight = [(v, ls) for v, ls in self._inflight if v > value]
+        with self._lock:
+            if self._inflight and self._inflight[0][0] <= value:
+                self._inflight = [(v, ls) for v, ls in self._inflight if v > value]
 
     def drop_after(self, reached: int) -> int:
         """The queue stopped with `reached` the last completed signal: mark what later submissions write. Returns
-        how many allocations are undefined now."""
-        for v, launches in self._inflight:
-            if v <= reached:
-                continue
-            for key, writes in launches:
-                for addr in writes:
-                    h = self._find(addr, self.handles)
-                    if h is not None:
-                        self.undefined.setdefault(h, set()).add(key)
-        self._inflight, self._pending, self._cleared = [], [], []
-        return len(self.undefined)
+        how many allocations are undefined now. Launches built but not submitted yet keep waiting for their
+        submission (to the restarted queue), but the marks they took away are put back: they have not run."""
+        with self._lock:
+            for v, launches in self._inflight:
+                if v <= reached:
+                    continue
+                for key, writes in launches:
+                    for addr in writes:
+                        h = self._find(addr, self.handles)
+                        if h is not None:
+                            self.undefined.setdefault(h, set()).add(key)
+            self._inflight = []
+            self._restore()
+            return len(self.undefined)
+
+    def _restore(self) -> None:
+        for va, k in self._cleared:
+            if va in self.handles:
+                self.undefined.setdefault(va, set()).add(k)
+        self._cleared = []
 
     def forget(self, handle: VramBuffer) -> None:
         """Overwritten by the host (or freed): its bytes are defined (or no one's) again."""
-        self.undefined.pop(handle.va, None)
+        with self._lock:
+            self.undefined.pop(handle.va, None)
+            self._cleared = [(va, k) for va, k in self._cleared if va != handle.va]
 
     def freed(self, handle: VramBuffer) -> None:
-        self.forget(handle)
-        if self.handles.get(handle.va) is handle:
-            del self.handles[handle.va]
+        with self._lock:
+            self.forget(handle)
+            if self.handles.get(handle.va) is handle:
+                del self.handles[handle.va]
 
     def check_read(self, addr: int, name: str, what: str) -> None:
-        if self.undefined and (h := self._find(addr, self.undefined)) is not None:
+        with self._lock:
+            h = self._find(addr, self.undefined) if self.undefined else None
+        if h is not None:
             raise BufferStateError(
                 f"{what}: the {name} buffer at GPU address {addr:#x} (allocation {h:#x}) holds undefined data: the "
                 "kernels that were to write it were dropped when the compute queue stopped on a fault or hang "
@@ -341,7 +357,7 @@ class _UsbProgram(AMDProgram):
 
     def packets(self, words: Sequence[int], global_size: Sequence[int]) -> Any:
         key = (self, tuple(words), tuple(global_size))  # (the program itself: names repeat, addresses get reused)
-        self.device.link.dropped.launch(
+        self.device.link.dropped.dispatch_built(
             key, [words[i] for i in self._reads], [words[i] for i in self._writes], self.device.name, self.name
         )
         return super().packets(words, global_size)

@@ -45,17 +45,24 @@ _SERVICES: dict[str, Any] = {}
 
 
 def register_service(name: str, value: Any) -> None:
-    """Provide `name` (graph_rewrite, symbolic, symbolic_simple, render_uop; uop_buffer, BUFFER node -> device buffer,
-    from the layer that owns buffers) to UOp's methods."""
+    """Provide `name` (graph_rewrite, symbolic, symbolic_simple, render_uop; uop_shard from the layer that owns
+    devices) to UOp's methods."""
     _SERVICES[name] = value
 
 
 def _service(name: str) -> Any:
     if (value := _SERVICES.get(name)) is None:
         raise UOpStateError(f"UOp needs {name!r}, which is registered on import: import speck.uop (not only "
-                            "speck.uop.uop) before using UOp.simplify/rewrite/render, and speck.tensor before reading "
-                            "UOp.buffer/realized")  # fmt: skip
+                            "speck.uop.uop) before using UOp.simplify/rewrite/render, and speck.tensor before "
+                            "UOp.shard")  # fmt: skip
     return value
+
+
+# BUFFER node -> the device buffer behind it, an object of the layer that owns memory (speck.tensor attaches its
+# speck.hcq Buffer when it allocates, fills or realizes the node). UOp.buffer/realized only read it: speck.uop never
+# makes buffers and asks no layer above for one. Weak on the key: the entry dies with the node. The owner may write
+# the backing dict (`.data`, keyed by the node's weak reference) directly on its per-op paths.
+buffers: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
 
 
 class AxisType(enum.Enum):
@@ -746,17 +753,24 @@ class UOp(_Slots, UOpOperators):
 
     @property
     def realized(self) -> Any:
-        """The device buffer behind a realized node (from the layer that owns buffers: service 'uop_buffer'), or
-        None when the node is still a computation."""
-        return _service("uop_buffer")(self.base) if self.is_realized else None
+        """The device buffer attached to this node's BUFFER (`buffers`), or None: a pending computation, or a
+        BUFFER no storage was attached to yet (`Tensor.empty`'s, before it is realized or written)."""
+        b = self.base
+        return buffers.get(b) if b.op is Ops.BUFFER else None
 
     @property
     def buffer(self) -> Any:
-        """The device buffer behind a realized node; RuntimeError for a pending computation."""
-        if not self.is_realized:
-            raise UOpStateError(f"UOp.buffer: this node is not realized (its base is a {self.base.op} computation); "
+        """The device buffer behind a realized node; RuntimeError for a pending computation or a BUFFER no storage
+        was attached to yet."""
+        b = self.base
+        if b.op is not Ops.BUFFER:
+            raise UOpStateError(f"UOp.buffer: this node is not realized (its base is a {b.op} computation); "
                                 "realize the tensor first, or read t.uop.realized (None here)")  # fmt: skip
-        return _service("uop_buffer")(self.base)
+        if (out := buffers.get(b)) is None:
+            raise UOpStateError(f"UOp.buffer: this {b.dtype} BUFFER of {b.arg} elements has no storage attached yet "
+                                "(Tensor.empty and views of other buffers get theirs when realized); call .realize() "
+                                "on the tensor first, or read t.uop.realized (None here)")  # fmt: skip
+        return out
 
     # ---------------- bounds ----------------
     @property

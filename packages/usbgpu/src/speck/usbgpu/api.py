@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from speck.usbgpu.amd.compute import KernelCode
 from speck.usbgpu.amd.layout import KERNARG_POOL
@@ -170,6 +170,9 @@ def _launch_args(code: object, grid: object, block: object, kernargs: object) ->
 
 class UsbGpu:
     """A GPU behind an ASM2464-class bridge with the custom firmware, reached over libusb (or the simulator)."""
+
+    # what `wait` raises when the compute queue stopped (a kernel fault, a hang); `reset_queue` restarts it
+    queue_stops: ClassVar[tuple[type[Exception], ...]] = (GpuFault, GpuHang)
 
     def __init__(self, usb: Transport, options: GpuOptions, models: list[Any] | None = None) -> None:
         self._usb: Transport | None = usb

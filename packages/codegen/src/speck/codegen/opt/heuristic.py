@@ -120,11 +120,15 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     c = outs[col]
     if gated and ramt == ROW_BLOCK and camt == 2 * lanes and (const_size(c) or 0) % (4 * lanes) == 0:
         # a window over virtual padding, blocked along images: 2 images x 4 vectors of channels beats 4 x 2 (the
-        # CNN's three transposed convolutions: 39.6 -> 35.6, 5.2 -> 5.0 and 4.4 -> 4.2 ms)
-        ramt, camt = ramt // 2, camt * 2
+        # CNN's three transposed convolutions: 39.6 -> 35.6, 5.2 -> 5.0 and 4.4 -> 4.2 ms); with 32 vector registers
+        # (AVX-512) 4 images x 4 vectors fit (conv4's input gradient: 4.57 -> 4.32 ms single-core)
+        ramt, camt = ramt if renderer.vector_registers >= 32 else ramt // 2, camt * 2
     # the row upcasts come first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
     if camt <= lanes and ramt == ROW_BLOCK and (row2 := _second_row(glob, outs, loads, col, row)) is not None:
+        opts.append(Opt(OptOps.UPCAST, row2, 2))
+    elif _wide_window_block(renderer, windowed, gated, ramt, camt, lanes, loads, outs[row]) and \
+            (row2 := _second_row(glob, outs, loads, col, row, outermost=True)) is not None:  # fmt: skip
         opts.append(Opt(OptOps.UPCAST, row2, 2))
     opts += [Opt(OptOps.UPCAST, col, camt)]
     if (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
@@ -200,10 +204,24 @@ def _row_amount(n: int) -> int:
     return max((d for d in range(2, ROW_BLOCK + 2) if n % d == 0), default=1)
 
 
-def _second_row(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, row: int) -> int | None:
+def _wide_window_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt: int, camt: int, lanes: int,
+                       loads: list[UOp], row: UOp) -> bool:  # fmt: skip
+    """A convolution's ROW_BLOCK x 2-vector block on a target with 32 vector registers (AVX-512) has registers for
+    twice the rows, when its rows are window positions one load reads contiguously (a vector of input pixels feeds
+    the row block): a second row axis by 2 gives 16 accumulators per pass over the weights (conv2's forward,
+    128x32x20x20 over 32x5x5: 25.6 -> 24.0 ms single-core). Not for rows a load reaches with a stride (images:
+    the 6x6 forward got 5% slower) nor gated windows (the input gradients: 10% slower)."""
+    if renderer.vector_registers < 32 or not windowed or gated or ramt != ROW_BLOCK or camt != 2 * lanes:
+        return False
+    return any(_stride(ix, row) == 1 for ix in loads if _depends(ix, row))
+
+
+def _second_row(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, row: int,
+                outermost: bool = False) -> int | None:  # fmt: skip
     """With a single vector of columns the block has registers to spare: a second row axis some load ignores, by 2
-    (4 x 2 accumulators; conv1's forward blocks 4 output channels x 2 output rows)."""
-    for i in reversed(glob):
+    (4 x 2 accumulators; conv1's forward blocks 4 output channels x 2 output rows). `outermost`: the outermost such
+    axis (a convolution's images rather than its output rows: 24.0 against 24.5 ms for conv2's forward)."""
+    for i in glob if outermost else reversed(glob):
         if i in (col, row) or (const_size(outs[i]) or 1) % 2 != 0:
             continue
         if any(not _depends(ix, outs[i]) for ix in loads):
@@ -289,7 +307,8 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp, registe
     whole, where some load along `red` ignores it, and another such axis by 2. conv1's weight gradient: each
     vector of the output gradient feeds the 5 window columns, each vector of the image 2 output channels, 10
     accumulators (6.3 -> 1.4 ms, and no channel-last copy of the gradient is needed). With 32 vector registers
-    (AVX-512) the second axis goes by 4: 20 accumulators (conv1's weight gradient 2.5 -> 2.0 ms single-core)."""
+    (AVX-512) the second axis goes by 8 where it divides (4 otherwise): conv1's weight gradient 2.5 -> 2.0 ms
+    single-core with 4, 2.2 -> 1.7 ms with 8 (interleaved; 16 was no better than 4)."""
     inner = [ix for ix in loads if _depends(ix, red)]
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     shared = [i for i in reversed(glob) if any(not _depends(ix, outs[i]) for ix in inner)]
@@ -302,8 +321,9 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp, registe
                    {id(ix) for ix in inner if not _depends(ix, outs[i])} !=
                    {id(ix) for ix in inner if not _depends(ix, outs[first])}), None)  # fmt: skip
     if second is not None:
-        wide = registers >= 32 and (const_size(outs[second]) or 1) % 4 == 0
-        opts.insert(0, Opt(OptOps.UPCAST, second, 4 if wide else 2))
+        n = const_size(outs[second]) or 1
+        amt = (8 if n % 8 == 0 else 4 if n % 4 == 0 else 2) if registers >= 32 else 2
+        opts.insert(0, Opt(OptOps.UPCAST, second, amt))
     return opts
 
 

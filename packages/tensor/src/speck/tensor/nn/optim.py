@@ -72,6 +72,12 @@ class Optimizer:
             )
         self.device = device if device is not None else self.params[0].device
         self.fused = bool(FUSE_OPTIM) if fused is None else bool(fused)
+        if self.fused and len(devices := {p.device for p in self.params}) > 1:
+            if fused:  # asked for here; FUSE_OPTIM (a process-wide default) leaves a model split across devices unfused
+                raise OptimizerError(f"fused=True flattens every parameter into one buffer, but they live on "
+                                     f"{len(devices)} devices ({', '.join(sorted(map(str, devices)))}); pass "
+                                     "fused=False or use one optimizer per device")  # fmt: skip
+            self.fused = False
         # parameters must live in buffers of their own: an update then writes them in place, and a TinyJit capture
         # of the step sees the same kernels on every call (a lazy initialiser would be folded into the first one)
         for p in self.params:
@@ -124,9 +130,10 @@ class Optimizer:
         return []
 
     # -- shared pieces --
-    def _lr(self, dtype: DType) -> Tensor:
-        """The learning rate as a 0-d tensor of dtype (it broadcasts to any parameter shape, 0-d included)."""
-        return self.lr.reshape(()).cast(dtype) if self.lr.shape else self.lr.cast(dtype)
+    def _lr(self, dtype: DType, w: Tensor) -> Tensor:
+        """The learning rate as a 0-d tensor of dtype (it broadcasts to any parameter shape, 0-d included) on the
+        device of slot value w."""
+        return _beside(self.lr.reshape(()).cast(dtype) if self.lr.shape else self.lr.cast(dtype), w)
 
     def _slots(self) -> list[tuple[int, ...]]:
         """Shapes of the update slots: one per parameter, or one flat slot for all of them when fused."""
@@ -169,6 +176,13 @@ class Optimizer:
             out.append((p, news[0].shrink(((off, off + n),)).reshape(p.shape).cast(p.dtype)))
             off += n
         return out
+
+
+def _beside(scalar: Tensor, w: Tensor) -> Tensor:
+    """A step's scalar (learning rate, bias correction: kept on the optimizer's device) on the device of slot value w
+    when that is another single device: one optimizer over a model split across devices updates each part where it
+    lives."""
+    return scalar.to(w.device) if isinstance(w.device, str) and scalar.device != w.device else scalar
 
 
 def _placed_like(state: Tensor, p: Tensor) -> Tensor:
@@ -287,7 +301,7 @@ class LARS(Optimizer):
         out: list[tuple[Tensor, Tensor]] = []
         news = []
         for i, ((w, g), dt) in enumerate(zip(self._weights_and_grads(), self._compute_dtype())):
-            lr = self._lr(dt)
+            lr = self._lr(dt, w)
             if self.tcoef:
                 wn, gn = _norm(w), _norm(g)
                 r = ((wn > 0) & (gn > 0)).where(wn * self.tcoef / (gn + wn * self.wd), 1.0)
@@ -418,8 +432,8 @@ class LAMB(Optimizer):
         out = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
         news = []
         for i, ((w, g), dt) in enumerate(zip(self._weights_and_grads(), self._compute_dtype())):
-            c1, c2 = (1.0 - b1_t).reshape(()).cast(dt), (1.0 - b2_t).reshape(()).cast(dt)
-            lr = self._lr(dt)
+            c1, c2 = _beside((1.0 - b1_t).reshape(()).cast(dt), w), _beside((1.0 - b2_t).reshape(()).cast(dt), w)
+            lr = self._lr(dt, w)
             m = self.m[i] * self.b1 + g * (1.0 - self.b1)
             v = self.v[i] * self.b2 + (g * g) * (1.0 - self.b2)
             out += [(self.m[i], m), (self.v[i], v)]
