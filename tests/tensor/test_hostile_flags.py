@@ -170,6 +170,8 @@ JUNK_CALLS: dict[str, tuple[Callable[[], Any], str]] = {
     "newton_schulz_pair": (lambda: Tensor.eye(3).newton_schulz(2, (1.0, 2.0)), "params must be three numbers"),
     "newton_schulz_steps": (lambda: Tensor.eye(3).newton_schulz(2.5, (3.4, -4.7, 2.0)), "steps must be an int"),
     "gelu_array_mode": (lambda: t4().gelu(np.array(["none", "tanh"])), "gelu: approximate must be"),
+    "unflatten_none": (lambda: t4().unflatten(1, None), "unflatten: sizes must be a tuple or list"),
+    "unflatten_str": (lambda: t4().unflatten(1, "13"), "unflatten: sizes must be a tuple or list"),
     "interpolate_array_mode": (lambda: t4().interpolate((2, 2), mode=np.array([1, 2])), "interpolate: mode must be"),
 }
 
