@@ -77,3 +77,15 @@ def test_a_source_that_is_no_text_is_a_compile_error() -> None:
 def test_the_real_compiler_still_makes_an_object() -> None:
     obj = ClangCompiler().compile_uncached(SRC)
     assert obj.startswith(b"\x7fELF")
+
+
+def test_a_deep_chain_of_squares_is_searched_once_per_node() -> None:
+    # x ** 2**70 is 70 squarings MUL(s, s): the gate search walked it as a tree (2**70 visits: normalize(p=2**70)
+    # hung in lowering)
+    from speck.codegen.lower.gated_ranges import _gate_of_term
+    from speck.uop import UOp, dtypes
+
+    v = UOp.param(0, dtypes.float32.ptr(4)).index(UOp.const(dtypes.int32, 0)).load()
+    for _ in range(200):
+        v = v * v
+    assert _gate_of_term(v) is None

@@ -15,3 +15,14 @@ def test_variables_of_any_name_compute_on_every_backend(device: str, name: str) 
     v, w = Variable(name, 1, 10).bind(3), Variable(name + "2", 1, 10).bind(4)
     t = Tensor.ones(10, 10, device=device)
     assert (t[:v, :w] + 1).sum().item() == 24.0
+
+
+@pytest.mark.parametrize("p", [2**20, 2**70])
+def test_a_huge_int_norm_order_lowers_and_matches_numpy(p: int) -> None:
+    # (the gate search of the reduction walked x ** p's chain of squares as a tree: 2**70 visits, a hang)
+    import numpy as np
+
+    a = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+    with np.errstate(over="ignore"):
+        want = a / np.maximum((np.abs(a) ** np.float32(p)).sum(1, keepdims=True) ** np.float32(1 / p), 1e-12)
+    np.testing.assert_array_equal(Tensor(a).normalize(p).numpy(), want)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.tensor import Tensor
+from speck.tensor import Tensor, dtypes
 from speck.tensor.errors import TensorTypeError
 
 
@@ -117,3 +117,66 @@ def test_numpy_int_dims_still_make_shapes(n: int) -> None:
     assert Tensor.zeros(np.int64(n), 2).shape == (n, 2)
     assert Tensor.ones(2, 3 * n).reshape(np.int32(2 * n), 3).shape == (2 * n, 3)
     assert Tensor.ones(1, 3).expand(np.int16(n), 3).shape == (n, 3)
+
+
+@pytest.mark.parametrize("devices", [["CPU"], ("CPU:1",), ["CPU:1"]], ids=repr)
+def test_to_a_one_device_list_moves_like_to_that_device(devices: Any) -> None:
+    # (an unsharded tensor .to(["CPU"]) was a bare AssertionError from the sharded-only path)
+    a = np.arange(6, dtype=np.float32)
+    out = Tensor(a).to(devices)
+    assert out.device == Tensor(a).to(devices[0]).device
+    np.testing.assert_array_equal(out.numpy(), a)
+
+
+def ti() -> Tensor:
+    return Tensor([[1, 2], [3, 4]], dtype=dtypes.int32)
+
+
+REVERSE_TAKERS: dict[str, Callable[[Any], Any]] = {
+    "add": lambda j: t4().add(1, reverse=j),
+    "sub": lambda j: t4().sub(1, reverse=j),
+    "mul": lambda j: t4().mul(2, reverse=j),
+    "div": lambda j: t4().div(2, reverse=j),
+    "idiv": lambda j: ti().idiv(2, reverse=j),
+    "floordiv": lambda j: ti().floordiv(2, reverse=j),
+    "mod": lambda j: ti().mod(2, reverse=j),
+    "bitwise_and": lambda j: ti().bitwise_and(1, reverse=j),
+    "bitwise_or": lambda j: ti().bitwise_or(1, reverse=j),
+    "bitwise_xor": lambda j: ti().bitwise_xor(1, reverse=j),
+    "xor": lambda j: ti().xor(1, reverse=j),
+    "pow": lambda j: t4().pow(2, reverse=j),
+    "matmul": lambda j: Tensor.ones(2, 2).matmul(Tensor.ones(2, 2), reverse=j),
+}
+
+
+@pytest.mark.parametrize("junk", [np.array([1, 2]), "yes"], ids=repr)
+@pytest.mark.parametrize("name", sorted(REVERSE_TAKERS))
+def test_a_junk_reverse_flag_of_a_binary_op_is_named(name: str, junk: Any) -> None:
+    # (an array was numpy's "truth value ... ambiguous"; a str silently reversed the operands)
+    _refused(lambda: REVERSE_TAKERS[name](junk), name, "reverse", "must be a bool")
+
+
+@given(st.integers(-3, 3), st.booleans())
+def test_a_bool_or_numpy_bool_reverse_flag_matches_numpy(c: int, rev: bool) -> None:
+    a = np.arange(1, 5, dtype=np.float32)
+    want = (c - a) if rev else (a - c)
+    np.testing.assert_array_equal(Tensor(a).sub(c, reverse=np.bool_(rev)).numpy(), want)
+
+
+JUNK_CALLS: dict[str, tuple[Callable[[], Any], str]] = {
+    "gather_list_index": (lambda: t4().gather(0, [[0]]), "gather: index 0 must be a Tensor"),
+    "gather_none_index": (lambda: t4().gather(0, None), "gather: index 0 must be a Tensor"),
+    "newton_schulz_none": (lambda: Tensor.eye(3).newton_schulz(2, None), "params must be three numbers"),
+    "newton_schulz_pair": (lambda: Tensor.eye(3).newton_schulz(2, (1.0, 2.0)), "params must be three numbers"),
+    "newton_schulz_steps": (lambda: Tensor.eye(3).newton_schulz(2.5, (3.4, -4.7, 2.0)), "steps must be an int"),
+    "gelu_array_mode": (lambda: t4().gelu(np.array(["none", "tanh"])), "gelu: approximate must be"),
+    "unflatten_none": (lambda: t4().unflatten(1, None), "unflatten: sizes must be a tuple or list"),
+    "unflatten_str": (lambda: t4().unflatten(1, "13"), "unflatten: sizes must be a tuple or list"),
+    "interpolate_array_mode": (lambda: t4().interpolate((2, 2), mode=np.array([1, 2])), "interpolate: mode must be"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JUNK_CALLS))
+def test_junk_arguments_found_by_the_method_fuzz_are_named(name: str) -> None:
+    call, words = JUNK_CALLS[name]
+    _refused(call, words)

@@ -2,7 +2,8 @@
 takes and what to do, at the first use; never a traceback from int()/to_dtype deep inside (DEFAULT_FLOAT=bogus
 was an UnknownDTypeError naming no setting, SEED past 64 bits a bare OverflowError at the first rand, a negative
 or infinite CPU_MEM_LIMIT an out-of-memory error or a bare OverflowError, REWRITE_LIMIT=0 a rewrite loop error on
-the first kernel, SPECK_COMPILE_THREADS=100000 "can't start new thread")."""
+the first kernel, SPECK_COMPILE_THREADS=100000 "can't start new thread", USB_KERNEL_TIMEOUT=-1 or inf an error
+naming only "timeout" at the first USB kernel)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "CPU_MEM_LIMIT=-5": ("HCQValueError", ("CPU_MEM_LIMIT='-5'", "byte count", "512M")),
     "CPU_MEM_LIMIT=inf": ("HCQValueError", ("CPU_MEM_LIMIT='inf'", "byte count")),
     "REWRITE_LIMIT=0": ("SettingError", ("REWRITE_LIMIT=0", "below 1")),
+    "USB_KERNEL_TIMEOUT=-1": ("SettingError", ("USB_KERNEL_TIMEOUT=-1.0", "below 0")),
+    "USB_KERNEL_TIMEOUT=inf": ("SettingError", ("USB_KERNEL_TIMEOUT=inf", "above")),
     "SEED=99999999999999999999999": ("", ()),
     "SPECK_COMPILE_THREADS=100000": ("", ()),
 }

@@ -21,6 +21,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.device import default_device
+from speck.tensor.dims import flag
 from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
@@ -716,7 +717,7 @@ class ElementwiseMixin:
     def pow(self: Tensor, y: TensorOrScalar, reverse: bool = False) -> Tensor:
         """x ** y with numpy's dtype rules: exact for int ** int (negative exponents give 0, 1 or -1), negative
         float bases with integral exponents keep their sign, others are NaN."""
-
+        reverse = reverse if reverse is False or reverse is True else flag("pow", "reverse", reverse)
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if isinstance(y, int) and y < 0 and (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
                 raise TensorTypeError(f"{self.dtype} ** {y}: a negative int exponent needs a float base; cast first")
@@ -796,6 +797,8 @@ class ElementwiseMixin:
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU: the tanh approximation (default, tinygrad's), or approximate="none" for the erf form."""
+        if type(approximate) is not str:  # (an array compared to "none" was numpy's "truth value ... ambiguous")
+            raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {type(approximate).__name__}")
         if approximate == "none":
             return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         if approximate != "tanh":

@@ -350,6 +350,7 @@ class IndexingMixin:
         """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (index may be smaller elsewhere). A negative
         index counts from the end (numpy's take_along_axis); one outside [-n, n) is an error, found on the device
         (speck.tensor.bounds; with CHECK_OOB=0 it reads 0)."""
+        tensor_args("gather", "index", (index,), type(self))  # (a list: "'list' object has no attribute 'ndim'")
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")

@@ -6,10 +6,11 @@ instead (`_svd_with_gradient`)."""
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
-from speck.tensor.dims import as_int
-from speck.tensor.errors import TensorAssertionError
+from speck.tensor.dims import as_int, whole
+from speck.tensor.errors import TensorAssertionError, TensorTypeError
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -116,6 +117,11 @@ def newton_schulz(x: Tensor, steps: int, params: tuple[float, ...], eps: float =
     """Odd-polynomial orthogonalization (the polar factor, approximately): X <- a X + (b A + c A^2) X with A = X X^T,
     after scaling X to unit Frobenius norm; a tall matrix is iterated transposed."""
     _need_matrix(x, "newton_schulz")
+    if not (
+        isinstance(params, (tuple, list)) and len(params) == 3 and all(isinstance(v, numbers.Real) for v in params)
+    ):
+        raise TensorTypeError(f"newton_schulz: params must be three numbers (a, b, c), got {params!r:.60}")
+    steps = whole("newton_schulz", "steps", steps)
     a, b, c = params
     tall = as_int(x.shape[-2]) > as_int(x.shape[-1])
     y = x.transpose(-1, -2) if tall else x

@@ -298,6 +298,9 @@ class MovementMixin:
 
     def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
         d = self._resolve_dim(dim)
+        if not isinstance(sizes, (tuple, list)):  # (None: "'NoneType' object is not iterable"; a str split in chars)
+            raise TensorTypeError(f"unflatten: sizes must be a tuple or list of ints, got {type(sizes).__name__} "
+                                  f"{sizes!r:.40}")  # fmt: skip
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     @staticmethod

@@ -493,8 +493,8 @@ def to(t: Tensor, device: Any) -> Tensor:
     """`Tensor.to` where t is sharded or device is a tuple: gather to one device, or replicate over a tuple."""
     if isinstance(device, (tuple, list)):
         devs = canonical_devices(device)
-        if len(devs) == 1:
-            return to(t, devs[0])
+        if len(devs) == 1:  # (an unsharded tensor to ["CPU"] hit the sharded-only path: a bare AssertionError)
+            return to(t, devs[0]) if isinstance(t.uop, MultiUOp) else t.to(devs[0])
         if isinstance(t.uop, MultiUOp):
             return _keep_flags(t, t._new(t.uop.to_devices(devs, t.uop.axis if len(devs) == len(t.uop.device)
                                                          else None)))  # fmt: skip

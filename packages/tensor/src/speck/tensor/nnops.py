@@ -332,6 +332,9 @@ class NNMixin:
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the trailing len(size) dims: mode 'nearest', 'nearest-exact' or 'linear' (bi/trilinear)."""
+        if type(mode) is not str:  # (an array compared to "linear" was numpy's "truth value ... ambiguous")
+            raise TensorTypeError(f"interpolate: mode must be 'nearest', 'nearest-exact' or 'linear', got "
+                                  f"{type(mode).__name__} {mode!r:.40}")  # fmt: skip
         if flag("interpolate", "align_corners", align_corners) and mode != "linear":
             raise TensorAssertionError(f"align_corners needs mode='linear', got {mode!r}")
         # int images interpolate linearly in float32 and are cast back at the end (in uint8, hi - lo wraps and the

@@ -70,16 +70,20 @@ class OperatorMixin:
         return self if (f := ew.to_float(u)) is u else self._new(f)
 
     def add(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("add", "reverse", reverse)
         return self._binary(ew.add, y, reverse)
 
     def sub(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("sub", "reverse", reverse)
         return self._binary(ew.sub, y, reverse)
 
     def mul(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("mul", "reverse", reverse)
         return self._binary(ew.mul, y, reverse)
 
     def div(self: Tensor, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
         """True division (float result); rounding_mode 'trunc' or 'floor' keeps ints."""
+        reverse = reverse if reverse is False or reverse is True else flag("div", "reverse", reverse)
         if rounding_mode is None:
             return self._binary(ew.div, y, reverse)
         if type(rounding_mode) is not str:  # (an array compared to 'trunc' was numpy's "truth value ... ambiguous")
@@ -89,13 +93,16 @@ class OperatorMixin:
 
     def idiv(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
         """Division rounding toward zero (integer division for ints): div(rounding_mode="trunc")."""
+        reverse = reverse if reverse is False or reverse is True else flag("idiv", "reverse", reverse)
         return self._binary(ew.idiv, y, reverse)
 
     def floordiv(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("floordiv", "reverse", reverse)
         return self._binary(ew.floordiv, y, reverse)
 
     def mod(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
         """Python/numpy remainder: the sign of the divisor."""
+        reverse = reverse if reverse is False or reverse is True else flag("mod", "reverse", reverse)
         return self._binary(ew.mod, y, reverse)
 
     def fmod(self: Tensor, y: Any) -> Tensor:
@@ -247,16 +254,20 @@ class OperatorMixin:
         return self._compare(ew.ge, y, True, False)
 
     def bitwise_and(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("bitwise_and", "reverse", reverse)
         return self._binary(ew.bitwise_and, y, reverse)
 
     def bitwise_or(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("bitwise_or", "reverse", reverse)
         return self._binary(ew.bitwise_or, y, reverse)
 
     def bitwise_xor(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("bitwise_xor", "reverse", reverse)
         return self._binary(ew.bitwise_xor, y, reverse)
 
     def xor(self: Tensor, y: Any, reverse: builtins.bool = False) -> Tensor:
         """The older name of bitwise_xor."""
+        reverse = reverse if reverse is False or reverse is True else flag("xor", "reverse", reverse)
         return self._binary(ew.bitwise_xor, y, reverse)
 
     def bitwise_not(self: Tensor) -> Tensor:

@@ -109,8 +109,10 @@ def _shape_fault(n: UOp) -> str | None:
     if not all(type(d) is int for d in src):
         return None
     if op is Ops.RESHAPE:
-        if not all(type(d) is int and d >= 0 for d in arg):
-            return None if all(type(d) is int or isinstance(d, UOp) for d in arg) else f"has the shape {arg!r}"
+        if any(type(d) is int and d < 0 for d in arg) or not all(type(d) is int or isinstance(d, UOp) for d in arg):
+            return f"has the shape {arg!r}"
+        if not all(type(d) is int for d in arg):  # (a symbolic size: checked where it is bound)
+            return None
         return None if _prod(arg) == _prod(src) else f"reshapes {src} ({_prod(src)} elements) to {arg} ({_prod(arg)})"
     if op is Ops.REDUCE_AXIS:
         return None if all(type(a) is int and 0 <= a < len(src) for a in arg[1]) else f"reduces axes {arg[1]} of {src}"

@@ -508,6 +508,7 @@ class ReduceMixin:
         return newton_schulz(self._concrete(), steps, params, eps)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        reverse = reverse if reverse is False or reverse is True else flag("matmul", "reverse", reverse)
         if reverse and not hasattr(x, "uop"):  # (x.dot of an int: an AttributeError)
             if not isinstance(x, (list, tuple)) and not hasattr(x, "__array__"):
                 raise TensorTypeError(f"matmul needs a Tensor (or an array-like) operand, got {type(x).__name__}")

@@ -53,7 +53,7 @@ SPLIT_REDUCEOP = declare(
 REDUCEOP_SPLIT_THRESHOLD = declare("REDUCEOP_SPLIT_THRESHOLD", 32768, T, ("speck.tensor.reduce",), "see SPLIT_REDUCEOP")
 USB_KERNEL_TIMEOUT = declare("USB_KERNEL_TIMEOUT", 10.0, T, ("speck.tensor.usb",), "seconds of GPU time a USB "
                              "device waits for its compute queue before raising GpuHang (the simulator's GPU time is "
-                             "modeled, so this is deterministic there)")  # fmt: skip
+                             "modeled, so this is deterministic there)", minimum=0.0, maximum=1e9)  # fmt: skip
 RING = declare("RING", 1, T, ("speck.tensor.allreduce",), "allreduce: 0 naive, 1 ring for large buffers, 2 ring")
 ALL2ALL = declare("ALL2ALL", 0, T, ("speck.tensor.allreduce",), "allreduce: 1 all-to-all for large buffers, 2 always")
 RING_ALLREDUCE_THRESHOLD = declare(

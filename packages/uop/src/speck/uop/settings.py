@@ -68,10 +68,11 @@ class LiveVar(ContextVar):
 
 def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: str, noop: str = "",
             live: bool = False, also: str = "", var: ContextVar | None = None,
-            minimum: float | None = None) -> Any:  # fmt: skip
+            minimum: float | None = None, maximum: float | None = None) -> Any:  # fmt: skip
     """Declare a setting and return its ContextVar (`var`: one made before this table existed). `also`: an older
-    spelling read when NAME is not set. `minimum`: the smallest value that means something (a number setting read
-    from the environment below it is a SettingError naming it, not a failure far from where it was set)."""
+    spelling read when NAME is not set. `minimum`/`maximum`: the range of values that mean something (a number
+    setting read from the environment outside it is a SettingError naming it, not a failure far from where it was
+    set)."""
     if name in TABLE:
         raise SettingError(f"setting {name!r} is declared twice ({TABLE[name].owner} and {owner}); import it instead")
     TABLE[name] = Setting(name, default, owner, tuple(readers), doc, noop, live)
@@ -85,6 +86,9 @@ def declare(name: str, default: Any, owner: str, readers: Sequence[str], doc: st
     if minimum is not None and cv.value < minimum:
         raise SettingError(f"environment variable {name}={cv.value!r} is below {minimum}, the least it takes ({doc}); "
                            "raise it or unset it")  # fmt: skip
+    if maximum is not None and cv.value > maximum:
+        raise SettingError(f"environment variable {name}={cv.value!r} is above {maximum}, the most it takes ({doc}); "
+                           "lower it or unset it")  # fmt: skip
     return cv
 
 

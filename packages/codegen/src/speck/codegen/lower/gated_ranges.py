@@ -23,14 +23,19 @@ from speck.uop.uop import add_terms
 _LOOP_AXES = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.THREAD, AxisType.LOOP)
 
 
-def _gate_of_term(v: UOp) -> UOp | None:
+def _gate_of_term(v: UOp, seen: set[UOp] | None = None) -> UOp | None:
     """The gate outside which the reduced term v is zero: that of a load reading 0 where its index is invalid,
-    through casts and products."""
+    through casts and products. `seen`: the products already searched (x ** 2**70 is 70 squarings MUL(s, s): walked
+    as a tree, 2**70 visits, a hang)."""
     if v.op is Ops.CAST:
-        return _gate_of_term(v.src[0])
+        return _gate_of_term(v.src[0], seen)
     if v.op is Ops.MUL:
+        seen = set() if seen is None else seen
+        if v in seen:
+            return None
+        seen.add(v)
         for s in v.src:
-            if (g := _gate_of_term(s)) is not None:
+            if (g := _gate_of_term(s, seen)) is not None:
                 return g
         return None
     if v.op is Ops.LOAD and v.src[0].op is Ops.INDEX:
