@@ -155,6 +155,9 @@ class Tensor(
     # optimizers update params and only realize the others (buffers: BatchNorm statistics, step counters)
     is_param: bool
     no_grad: bool = False
+    # numpy hands binary operators with a Tensor back to the Tensor (np.float32(2) * t is t.__rmul__: a Tensor),
+    # instead of treating the Tensor as an object to broadcast (an object array of 0-d Tensors)
+    __array_ufunc__ = None
 
     @property
     def training(self) -> builtins.bool:
@@ -655,6 +658,14 @@ class Tensor(
     def numpy(self) -> np.ndarray:
         """The values as a new numpy array."""
         return self._buffer_data()
+
+    def __array__(self, dtype: Any = None, copy: builtins.bool | None = None) -> np.ndarray:
+        """np.asarray(t) / np.array(t): the values (a new array, as numpy()), not an object array of Tensors."""
+        if copy is False:
+            raise TensorValueError("np.asarray(tensor, copy=False): a tensor's values are always copied out of its "
+                                   "buffer; drop copy=False")  # fmt: skip
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
