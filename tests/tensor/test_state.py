@@ -228,7 +228,17 @@ def test_safetensors_file_layout(tmp_path: pathlib.Path) -> None:
     assert data[s:e] == a.tobytes()
     s, e = header["b"]["data_offsets"]
     assert data[s:e] == b.tobytes()
-    assert not (tmp_path / "x.safetensors.tmp").exists()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["x.safetensors"]  # no temporary file left behind
+
+
+def test_safe_save_never_writes_through_a_planted_temporary_name(tmp_path: pathlib.Path) -> None:
+    # the old fixed temporary name <file>.tmp followed a symlink placed there, so saving wrote into its target
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    (tmp_path / "x.safetensors.tmp").symlink_to(victim)
+    safe_save({"a": Tensor([1.0, 2.0])}, tmp_path / "x.safetensors")
+    assert victim.read_bytes() == b"keep me"
+    np.testing.assert_array_equal(safe_load(tmp_path / "x.safetensors")["a"].numpy(), [1.0, 2.0])
 
 
 def test_safetensors_save_lazy_and_view_tensors(tmp_path: pathlib.Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from speck.hcq.runner import EVENTS, Event, tracing
 from speck.hcq.settings import PROFILE
+from speck.tensor.pyutils import atomic_file
 
 
 def enabled() -> bool:
@@ -62,10 +63,8 @@ def trace(events: list[Event] | None = None) -> dict[str, Any]:
 def save(path: str | os.PathLike[str]) -> str:
     """Write the recorded events as Chrome trace JSON to `path` (atomically); returns the path."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(trace(), f)
-    os.replace(tmp, path)
+    with atomic_file(path, "saving the profile") as f:
+        f.write(json.dumps(trace()).encode())
     return path
 
 

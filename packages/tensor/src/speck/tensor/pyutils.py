@@ -8,18 +8,19 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import os
 import pathlib
 import pickle
 import re
+import secrets
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from speck.codegen.cache import DiskCache, cache_root
 from speck.tensor.errors import FetchError, SaveError, TensorFileNotFoundError, TensorTypeError, TensorValueError
@@ -406,21 +407,38 @@ def gunzip_bounded(data: bytes, what: str) -> bytes:
         raise TensorValueError(f"{what}: not valid gzip data ({e})") from None
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-    """Write data to path through a temporary file beside it (a failed write leaves neither behind)."""
-    tmp: str | None = None
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], what: str = "writing", make_dirs: bool = False) -> Iterator[BinaryIO]:
+    """A binary file whose contents replace `path` when the block ends without an error (a failure leaves neither
+    a partial `path` nor the temporary file). The temporary file is a fresh name beside `path`, created with O_EXCL
+    (never a file or symlink someone placed there) and the mode the umask gives. An OSError is a SaveError naming
+    `path` and what was being done; `make_dirs` creates missing parent directories first."""
+    dest = pathlib.Path(path)
+    tmp = dest.with_name(f"{dest.name}.{secrets.token_hex(6)}.tmp")
+    made = False
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-            tmp = f.name
-            f.write(data)
-        pathlib.Path(tmp).replace(path)
-    except OSError as e:
-        if tmp is not None:
+        if make_dirs:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            made = True
+            yield f
+        tmp.replace(dest)
+    except BaseException as e:
+        if made:
             with contextlib.suppress(OSError):
-                pathlib.Path(tmp).unlink()
-        raise SaveError(e.errno, f"can't write {path}: {e.strerror or e}; check that its directory is writable and "
-                                 "has space") from e  # fmt: skip
+                tmp.unlink()
+        if isinstance(e, OSError) and not isinstance(e, SaveError):
+            raise SaveError(
+                e.errno,
+                f"{what}: can't write {dest}: {e.strerror or e}; check that its directory "
+                "exists, is writable and has space, and that the path is no directory",
+            ) from e
+        raise
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    with atomic_file(path, "saving a download", make_dirs=True) as f:
+        f.write(data)
 
 
 def gunzip_local(path: Any) -> pathlib.Path:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from speck.tensor.errors import DatasetError as DatasetError
+from speck.tensor.pyutils import atomic_file
 from speck.tensor.settings import DATASETS
 from speck.tensor.tensor import Tensor
 
@@ -110,14 +111,13 @@ def _fetch(url: str, dest: pathlib.Path) -> None:
     """Download url to dest with a progress bar, atomically (a partial download never looks complete)."""
     from tqdm import tqdm
 
-    tmp = dest.with_suffix(dest.suffix + ".part")
     with urllib.request.urlopen(url, timeout=30) as r:
         total = int(r.headers.get("Content-Length", 0)) or None
-        with open(tmp, "wb") as f, tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+        with atomic_file(dest, f"downloading {url}") as f, tqdm(total=total, unit="B", unit_scale=True,
+                                                                desc=dest.name) as bar:  # fmt: skip
             while chunk := r.read(1 << 16):
                 f.write(chunk)
                 bar.update(len(chunk))
-    tmp.replace(dest)
 
 
 def load_arrays(name: str = "mnist") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -5,7 +5,6 @@ it is copied to a compute device."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
@@ -18,7 +17,7 @@ import numpy as np
 from speck.hcq import Buffer, Device
 from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import SaveError, StateDictKeyError, StateDictShapeError, TensorTypeError
+from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import ggml_data_to_tensor, gguf_load
 from speck.tensor.nn.safetensors import (
@@ -29,7 +28,7 @@ from speck.tensor.nn.safetensors import (
     parse_header,
     read_header,
 )
-from speck.tensor.pyutils import tqdm
+from speck.tensor.pyutils import atomic_file, tqdm
 from speck.tensor.schedule import buffer_map, buffer_views, new_buffer_uop
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -126,18 +125,10 @@ def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metad
     entries = {name: (tensors[name].dtype, tuple(a.shape), a.nbytes) for name, a in arrays.items()}
     header, _ = encode_header(entries, metadata)
     p = pathlib.Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(header)
-            for a in arrays.values():
-                f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-        tmp.replace(p)
-    except OSError as e:  # (a bare OSError naming only the temporary file, which stayed behind)
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise SaveError(e.errno, f"safe_save: can't write {p}: {e.strerror or e}; check that its directory exists, "
-                                 "is writable and has space, and that the path is no directory") from e  # fmt: skip
+    with atomic_file(p, "safe_save") as f:
+        f.write(header)
+        for a in arrays.values():
+            f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
 
 
 def _raw_numpy(t: Tensor) -> np.ndarray:
