@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from speck.uop import DType, UOp, dtypes
+from speck.uop import DType, Ops, UOp, dtypes
 from uop_helpers import DivByZero, evaluate
 
 VAR_NAMES = ("a", "b", "c")
@@ -182,3 +182,53 @@ def test_symbolic_memo_equals_fresh_rewrite(p: tuple[UOp, list[UOp], list[dict[s
     first = graph_rewrite(part, symbolic)  # a subgraph first: the whole then starts from its memoized result
     assert graph_rewrite(e, symbolic) is graph_rewrite(e, fresh)
     assert first is graph_rewrite(part, fresh)
+
+
+# ---------------- like terms inside a scaled sum ----------------
+@st.composite
+def sums_with_scaled_sums(draw: st.DrawFn) -> tuple[UOp, UOp | None, list[dict[str, int]]]:
+    """outer + inner*k where outer repeats some of inner's terms (the sizes of symbolic cat/pad/shrink: (L+1) +
+    (9 - (L+1))), in a random order and dtype; also the exact complement size + (n - size), which must fold to n."""
+    dt = draw(st.sampled_from([dtypes.weakint, dtypes.weakint, dtypes.int32, dtypes.int8]))
+    vs = draw(variables(dt))
+
+    def term(v: UOp) -> UOp:
+        c = draw(st.sampled_from([1, 1, 2, 3, -1, -2, 4]))
+        return v if c == 1 else v * c
+
+    inner = [term(draw(st.sampled_from(vs))) for _ in range(draw(st.integers(1, 3)))]
+    if draw(st.booleans()):
+        inner.append(_const(draw, dt))
+    size = inner[0]
+    for t in inner[1:]:
+        size = size + t
+    k = draw(st.sampled_from([-1, -1, 1, 2, -3]))
+    shared = [t for t in inner if draw(st.booleans())] + [
+        term(draw(st.sampled_from(vs))) for _ in range(draw(st.integers(0, 2)))
+    ]
+    parts = [size * k, *shared, _const(draw, dt)]
+    order = draw(st.permutations(range(len(parts))))
+    e = parts[order[0]]
+    for i in order[1:]:
+        e = e + parts[i]
+    n = draw(st.integers(0, 64))
+    complement = (size + (n - size)) if dt is dtypes.weakint else None
+    envs = []
+    for _ in range(8):
+        envs.append(
+            {v.arg[0]: draw(st.sampled_from([v.arg[1], v.arg[2]]) | st.integers(v.arg[1], v.arg[2])) for v in vs}
+        )
+    return e, complement, envs
+
+
+@given(sums_with_scaled_sums())
+def test_scaled_sum_like_terms_are_sound(p: tuple[UOp, UOp | None, list[dict[str, int]]]) -> None:
+    e, complement, envs = p
+    s = e.simplify()
+    for env in envs:
+        assert _eval(e, env) == _eval(s, env), f"{e.render(False)} -> {s.render(False)} at {env}"
+    if complement is not None:
+        folded = complement.simplify()
+        assert folded.op is Ops.CONST, f"{complement.render(False)} stayed symbolic: {folded.render(False)}"
+        for env in envs:
+            assert _eval(complement, env) == folded.arg

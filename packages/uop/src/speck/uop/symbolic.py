@@ -268,6 +268,41 @@ def fold_scaled_recombine(a: UOp) -> UOp | None:
     return None
 
 
+def _scaled_sum(u: UOp) -> bool:
+    return u.op is Ops.MUL and u.src[0].op is Ops.ADD and u.src[1].op is Ops.CONST and type(u.src[1].arg) is int
+
+
+def fold_scaled_sum(a: UOp) -> UOp | None:
+    """A sum holding (s1 + s2 + ...)*k where some k*si cancels or merges with another term of the sum:
+    (L+1) + (9 - (L+1)) -> 9, the size a symbolic cat padded back to a fixed length. The scaled sum is spread only
+    when that removes a variable term, so sums that don't simplify (concrete index math) keep their form. Tried
+    when a source of the ADD is the scaled sum, so a long sum is not searched at every step."""
+    if not (_scaled_sum(a.src[0]) or _scaled_sum(a.src[1])):
+        return None
+    terms = _split_terms(a)
+    if terms is None:
+        return None
+    spread: list[tuple[UOp | None, int]] = []
+    groups: list[set[UOp]] = [set()]  # the variable terms outside scaled sums, then those of each scaled sum
+    for t, k in terms:
+        inner = _split_terms(t) if t is not None and t.op is Ops.ADD else None
+        if inner is None or t is None:
+            spread.append((t, k))
+            if t is not None:
+                groups[0].add(t)
+            continue
+        if not a.dtype.is_weak and not all(s is None or _mul_fits(s, k * c) for s, c in inner):
+            return None  # k*si could wrap where k*(sum) did not
+        spread.extend((s, k * c) for s, c in inner)
+        groups.append({s for s, _ in inner if s is not None})
+    if len(set().union(*groups)) == sum(len(g) for g in groups):
+        return None  # no term of a scaled sum meets a term outside it
+    merged: dict[UOp | None, int] = {}
+    for t, k in spread:
+        merged[t] = merged.get(t, 0) + k
+    return _rebuild(a.dtype, [(t, k) for t, k in merged.items() if k != 0 or t is None])
+
+
 def _mul_fits(x: UOp, k: int) -> bool:
     """x * k can't wrap: a weak int, or every product of x's range with k fits x's dtype."""
     if x.dtype.is_weak:
@@ -455,6 +490,8 @@ symbolic = symbolic_simple + PatternMatcher(
         # x % c + (x // c) * c == x for truncating division (also one step into a sum): re-flattening an index
         *[(pat, lambda x, c, y=None: x if y is None else y + x) for pat in _recombine_patterns()],
         (UPat(Ops.ADD, dtype=INTS, name="a"), fold_scaled_recombine),
+        # like terms inside a scaled sum: (L+1) + (9 - (L+1)) -> 9
+        (UPat(Ops.ADD, dtype=INTS, name="a"), fold_scaled_sum),
         (
             (UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"),
             lambda x, c: x if c.arg != 0 and _mul_fits(x, c.arg) else None,
