@@ -335,3 +335,45 @@ def test_repeat_and_merges_of_a_symbolic_dim_match_numpy(k: int) -> None:
     merged = s[:, 0].reshape(1, b).expand(2, b).reshape(2 * b)
     np.testing.assert_allclose(merged.sum().numpy(), 2 * ak[:, 0].sum(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose((merged * 2).max().numpy(), 2 * ak[:, 0].max(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [3, 5, 8])
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("np_dt", [np.float32, np.int32])
+def test_topk_along_a_symbolic_dim_matches_numpy_under_jit(k: int, largest: bool, np_dt: type) -> None:
+    """topk(3) along a dim of Variable length L in [3, 8]: sorted at L's upper bound with padding that sorts last,
+    so the 3 taken are real elements (ties in their original order); one capture serves every L."""
+    a = (RNG.integers(-4, 5, (2, 8)) if np_dt is np.int32 else RNG.standard_normal((2, 8))).astype(np_dt)
+    src = Tensor(a).realize()
+
+    @TinyJit
+    def f(n: Variable) -> tuple[Tensor, Tensor]:
+        v, i = src[:, :n].topk(3, dim=1, largest=largest)
+        return v.contiguous().realize(), i.contiguous().realize()
+
+    for m in (k, 8, 4, k):
+        v, i = f(Variable("L", 3, 8).bind(m))
+        ref = a[:, :m]
+        order = np.argsort(-ref if largest else ref, 1, kind="stable")[:, :3]
+        np.testing.assert_array_equal(i.numpy(), order)
+        np.testing.assert_array_equal(v.numpy(), np.take_along_axis(ref, order, 1))
+
+
+def test_topk_along_a_symbolic_dim_needs_k_within_its_lower_bound() -> None:
+    t = Tensor(np.arange(8, dtype=np.float32))[: Variable("L", 2, 8).bind(5)]
+    with pytest.raises(ValueError, match=r"k=3 must be in \[0, 2\].*lower bound"):
+        t.topk(3)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_symbolic_cat_padded_back_to_a_fixed_length_is_concrete(k: int) -> None:
+    """cat((2, L), (2, 1)) has length L+1; padding it by 9 - (L+1) gives the fixed length 9 (the size expression
+    folds), so the result reads and reshapes like any concrete tensor."""
+    a = RNG.standard_normal((2, 8)).astype(np.float32)
+    b = RNG.standard_normal((2, 1)).astype(np.float32)
+    v = Variable("L", 1, 8).bind(k)
+    c = Tensor(a)[:, :v].cat(Tensor(b), dim=1)
+    d = c.pad((None, (0, 9 - c.shape[1])))
+    assert d.shape == (2, 9)
+    want = np.concatenate([a[:, :k], b, np.zeros((2, 8 - k), np.float32)], 1)
+    np.testing.assert_array_equal(d.reshape(18).numpy(), want.reshape(18))

@@ -412,8 +412,7 @@ class ReduceMixin:
         descending = flag("sort", "descending", descending)
         self = self._concrete()
         # along a symbolic dim: pad with what sorts after every real value (stable, so real ties stay first)
-        last: Any = (dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)) if not dtypes.is_float(
-            self.dtype) else (-math.inf if descending else math.nan)  # fmt: skip
+        last = _sorts_last(self.dtype, descending)
         if (r := self._symbolic_scan(dim, lambda x: x.sort(dim, descending), last)) is not None:
             return _as("tuple[Tensor, Tensor]", r)
         if self.ndim == 0:
@@ -452,8 +451,18 @@ class ReduceMixin:
         if self.ndim == 0:  # (shape[0] of a 0-d tensor: a bare IndexError)
             raise TensorIndexError("topk needs a tensor of at least 1 dim; reshape(1) a 0-d tensor first")
         d = self._resolve_dim(dim)
-        n = as_int(self.shape[d])
-        if not 0 <= (k := whole("topk", "k", k)) <= n:
+        k = whole("topk", "k", k)
+        if not isinstance(n := self.shape[d], int):  # a symbolic dim: every value it can be bound to must hold k
+            if not 0 <= k <= n.vmin:
+                raise TensorValueError(f"topk: k={k} must be in [0, {n.vmin}] for the symbolic dim {d} "
+                                       f"({n.render()}, at least {n.vmin}); raise the Variable's lower bound or take "
+                                       f"fewer")  # fmt: skip
+            # sorted at the Variable's upper bound with padding that sorts last: the first k are all real elements
+            x = self._concrete()
+            pads = tuple((0, int(n.vmax) - n) if j == d else (0, 0) for j in range(self.ndim))
+            v, i = x.pad(pads, value=_sorts_last(x.dtype, largest)).sort(d, descending=largest)
+            return v._slice_dim(d, 0, k), i._slice_dim(d, 0, k)
+        if not 0 <= k <= n:
             raise TensorValueError(f"topk: k={k} must be in [0, {n}] for dim {d} of shape {self.shape}")
         v, i = self.sort(d, descending=largest)
         return v._slice_dim(d, 0, k), i._slice_dim(d, 0, k)
@@ -596,3 +605,10 @@ class ReduceMixin:
 
 
 _EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sorts_last(dt: DType, descending: bool) -> Any:
+    """A value a stable sort puts after every real value of dtype dt (NaN sorts above +inf, as in PyTorch)."""
+    if dtypes.is_float(dt):
+        return -math.inf if descending else math.nan
+    return dtypes.min(dt) if descending else dtypes.max(dt)
