@@ -377,3 +377,28 @@ def test_symbolic_cat_padded_back_to_a_fixed_length_is_concrete(k: int) -> None:
     assert d.shape == (2, 9)
     want = np.concatenate([a[:, :k], b, np.zeros((2, 8 - k), np.float32)], 1)
     np.testing.assert_array_equal(d.reshape(18).numpy(), want.reshape(18))
+
+
+def test_kv_cache_by_cat_and_pad_back_under_jit_matches_numpy() -> None:
+    """The older llama KV cache: keys = cache[:, :start_pos].cat(new) (length start_pos+1), written back padded by
+    MAXLEN - keys.shape[1] (a size that must fold to MAXLEN), then attention over the keys; one capture serves
+    every start_pos."""
+    maxlen, d = 8, 4
+    cache = Tensor.zeros(1, maxlen, d).contiguous().realize()
+
+    @TinyJit
+    def step(xk: Tensor, q: Tensor, start_pos: Variable) -> Tensor:
+        keys = cache[:, :start_pos].cat(xk, dim=1)
+        cache.assign(keys.pad((None, (0, maxlen - keys.shape[1]), None)).contiguous()).realize()
+        return (q @ keys.transpose(1, 2)).softmax(-1).matmul(keys).realize()
+
+    ref_cache = np.zeros((1, maxlen, d), np.float32)
+    for p in range(1, 6):
+        xk, q = RNG.standard_normal((1, 1, d)).astype(np.float32), RNG.standard_normal((1, 1, d)).astype(np.float32)
+        got = step(Tensor(xk), Tensor(q), Variable("start_pos", 1, maxlen - 1).bind(p)).numpy()
+        ref_cache[:, p] = xk[:, 0]
+        keys = ref_cache[:, : p + 1]
+        s = q @ keys.transpose(0, 2, 1)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(got, (w / w.sum(-1, keepdims=True)) @ keys, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(cache.numpy(), ref_cache, atol=0)
