@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from speck.tensor import Device, Tensor, TinyJit, Variable, assert_kernel_count, dtypes
 from speck.tensor.engine.realize import lower_schedule_item
+from speck.uop import UOp
 
 RNG = np.random.default_rng(11)
 
@@ -343,11 +344,11 @@ def test_repeat_and_merges_of_a_symbolic_dim_match_numpy(k: int) -> None:
 def test_topk_along_a_symbolic_dim_matches_numpy_under_jit(k: int, largest: bool, np_dt: type) -> None:
     """topk(3) along a dim of Variable length L in [3, 8]: sorted at L's upper bound with padding that sorts last,
     so the 3 taken are real elements (ties in their original order); one capture serves every L."""
-    a = (RNG.integers(-4, 5, (2, 8)) if np_dt is np.int32 else RNG.standard_normal((2, 8))).astype(np_dt)
+    a: np.ndarray = (RNG.integers(-4, 5, (2, 8)) if np_dt is np.int32 else RNG.standard_normal((2, 8))).astype(np_dt)
     src = Tensor(a).realize()
 
     @TinyJit
-    def f(n: Variable) -> tuple[Tensor, Tensor]:
+    def f(n: UOp) -> tuple[Tensor, Tensor]:
         v, i = src[:, :n].topk(3, dim=1, largest=largest)
         return v.contiguous().realize(), i.contiguous().realize()
 
@@ -387,7 +388,7 @@ def test_kv_cache_by_cat_and_pad_back_under_jit_matches_numpy() -> None:
     cache = Tensor.zeros(1, maxlen, d).contiguous().realize()
 
     @TinyJit
-    def step(xk: Tensor, q: Tensor, start_pos: Variable) -> Tensor:
+    def step(xk: Tensor, q: Tensor, start_pos: UOp) -> Tensor:
         keys = cache[:, :start_pos].cat(xk, dim=1)
         cache.assign(keys.pad((None, (0, maxlen - keys.shape[1]), None)).contiguous()).realize()
         return (q @ keys.transpose(1, 2)).softmax(-1).matmul(keys).realize()
