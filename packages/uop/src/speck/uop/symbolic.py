@@ -268,16 +268,19 @@ def fold_scaled_recombine(a: UOp) -> UOp | None:
     return None
 
 
-def _scaled_sum(u: UOp) -> bool:
-    return u.op is Ops.MUL and u.src[0].op is Ops.ADD and u.src[1].op is Ops.CONST and type(u.src[1].arg) is int
+def _subtracted_sum(u: UOp) -> bool:
+    """u is (s1 + s2 + ...)*k for a negative int k: a sum subtracted from another (a - b is a + b*-1)."""
+    return u.op is Ops.MUL and u.src[0].op is Ops.ADD and u.src[1].op is Ops.CONST and type(k := u.src[1].arg) is int \
+        and k < 0  # fmt: skip
 
 
 def fold_scaled_sum(a: UOp) -> UOp | None:
-    """A sum holding (s1 + s2 + ...)*k where some k*si cancels or merges with another term of the sum:
-    (L+1) + (9 - (L+1)) -> 9, the size a symbolic cat padded back to a fixed length. The scaled sum is spread only
-    when that removes a variable term, so sums that don't simplify (concrete index math) keep their form. Tried
-    when a source of the ADD is the scaled sum, so a long sum is not searched at every step."""
-    if not (_scaled_sum(a.src[0]) or _scaled_sum(a.src[1])):
+    """A sum holding (s1 + s2 + ...)*k, k < 0, where some k*si cancels or merges with another term of the sum:
+    (L+1) + (9 - (L+1)) -> 9, the size a symbolic cat padded back to a fixed length. The subtracted sum is spread
+    only when that removes a variable term, so sums that don't simplify keep their form. Tried only when a source
+    of the ADD is a subtracted sum (rare in index math, whose scaled sums are (x+1)*4), so a long sum is not
+    searched at every step."""
+    if not (_subtracted_sum(a.src[0]) or _subtracted_sum(a.src[1])):
         return None
     terms = _split_terms(a)
     if terms is None:
@@ -301,6 +304,14 @@ def fold_scaled_sum(a: UOp) -> UOp | None:
     for t, k in spread:
         merged[t] = merged.get(t, 0) + k
     return _rebuild(a.dtype, [(t, k) for t, k in merged.items() if k != 0 or t is None])
+
+
+def fold_sum_terms(a: UOp) -> UOp | None:
+    """fold_scaled_recombine, else fold_scaled_sum: each looks at a sum only when a source has its shape."""
+    s0, s1 = a.src
+    if s1.op in (Ops.CDIV, Ops.CMOD, Ops.MUL) and (r := fold_scaled_recombine(a)) is not None:
+        return r
+    return fold_scaled_sum(a) if s0.op is Ops.MUL or s1.op is Ops.MUL else None
 
 
 def _mul_fits(x: UOp, k: int) -> bool:
@@ -489,9 +500,8 @@ symbolic = symbolic_simple + PatternMatcher(
         ((UPat.var("x", INTS) % UPat.cvar("c1")) % UPat.cvar("c2"), fold_mod_mod),
         # x % c + (x // c) * c == x for truncating division (also one step into a sum): re-flattening an index
         *[(pat, lambda x, c, y=None: x if y is None else y + x) for pat in _recombine_patterns()],
-        (UPat(Ops.ADD, dtype=INTS, name="a"), fold_scaled_recombine),
-        # like terms inside a scaled sum: (L+1) + (9 - (L+1)) -> 9
-        (UPat(Ops.ADD, dtype=INTS, name="a"), fold_scaled_sum),
+        # ... and like terms inside a scaled sum: (L+1) + (9 - (L+1)) -> 9 (one rule: a sum is matched once)
+        (UPat(Ops.ADD, dtype=INTS, name="a"), fold_sum_terms),
         (
             (UPat.var("x", INTS) * UPat.cvar("c")) // UPat.cvar("c"),
             lambda x, c: x if c.arg != 0 and _mul_fits(x, c.arg) else None,
