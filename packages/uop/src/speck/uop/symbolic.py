@@ -311,7 +311,9 @@ def fold_sum_terms(a: UOp) -> UOp | None:
     s0, s1 = a.src
     if s1.op in (Ops.CDIV, Ops.CMOD, Ops.MUL) and (r := fold_scaled_recombine(a)) is not None:
         return r
-    return fold_scaled_sum(a) if s0.op is Ops.MUL or s1.op is Ops.MUL else None
+    if (s0.op is Ops.MUL and s0.src[0].op is Ops.ADD) or (s1.op is Ops.MUL and s1.src[0].op is Ops.ADD):
+        return fold_scaled_sum(a)
+    return None
 
 
 def _mul_fits(x: UOp, k: int) -> bool:
