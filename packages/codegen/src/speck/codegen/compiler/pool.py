@@ -42,6 +42,8 @@ from typing import IO, Any
 from speck.codegen.cache import cache_enabled, cache_root
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.errors import CompileError, CompileRefused, WorkerError
+from speck.codegen.settings import CACHE_DIR
+from speck.uop.helpers import CACHELEVEL
 
 DEFAULT_MAX_LANES = 4  # lanes by default: one per usable core, at most this many (each worker holds an LLVM)
 DEPTH = 3  # requests a lane keeps in its worker's pipe: the next one is there when a compile ends
@@ -155,9 +157,6 @@ def serve() -> None:
 
 def _put_entry(compiler: Compiler, root: str, key: str, lib: bytes) -> None:
     """Write `lib` as the compile-cache entry `key` under cache root `root` (the parent's, at submit time)."""
-    from speck.codegen.settings import CACHE_DIR
-    from speck.uop.helpers import CACHELEVEL
-
     CACHE_DIR.value, CACHELEVEL.value = root, max(1, int(CACHELEVEL.value))
     compiler.disk_cache().put(key, lib)
 
