@@ -128,3 +128,18 @@ def test_the_heuristic_opts_of_every_convolution_kernel_apply(n: int, stride: in
         base = opt_base(ast)
         for renderer in (AVX2, AVX512):
             apply_opts(base, hand_coded_optimizations(base, renderer), renderer)  # OptError: an opt names no axis
+
+
+def test_heuristic_opts_that_do_not_apply_are_reported_at_debug_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import speck.codegen.opt as opt_mod
+    from speck.uop import Context
+
+    x, w = Tensor.empty(2, 8, 6, 6), Tensor.empty(8, 8, 3, 3)
+    ast = _product(x.conv2d(w))
+    monkeypatch.setattr(opt_mod, "hand_coded_optimizations", lambda sink, r: [Opt(OptOps.UPCAST, 9, 4)])
+    with Context(DEBUG=2):
+        assert opt_mod.optimize_kernel(ast, AVX2) is not None  # the kernel still gets a (plain) AST
+    out = capsys.readouterr().out
+    assert "did not apply" in out and "UPCAST, 9, 4" in out, out
