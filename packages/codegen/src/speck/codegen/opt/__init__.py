@@ -15,7 +15,7 @@ from speck.codegen.opt.kernel_opts import Opt, OptOps, apply_opt, apply_opts, ou
 from speck.codegen.opt.merge import merge_ranges
 from speck.codegen.opt.search import KernelTimer, beam_search
 from speck.codegen.settings import BEAM, NOOPT
-from speck.uop import UOp
+from speck.uop import DEBUG, UOp
 
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
@@ -41,7 +41,10 @@ def optimize_kernel(sink: UOp, renderer: Renderer, timer: KernelTimer | None = N
     opts = hand_coded_optimizations(sink, renderer)
     try:
         return apply_opts(sink, opts, renderer)
-    except OptError:
+    except OptError as e:
+        # the kernel still runs, unoptimized (often many times slower): say so, a heuristic bug shows up here
+        if DEBUG >= 2:
+            print(f"heuristic opts {opts} of {info.name} did not apply ({e}); the kernel runs without opts")
         return sink
 
 

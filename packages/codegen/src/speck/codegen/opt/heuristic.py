@@ -142,6 +142,27 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     return opts
 
 
+def _renumbered(opts: list[Opt], outs: list[UOp]) -> list[Opt]:
+    """`opts` naming output axes by their place in `outs` (the kernel before any opt), renamed to the places the
+    axes have when each opt applies: an UPCAST by a whole axis removes it (its outer range has size 1), shifting the
+    later axes down (a 2-image block of a batch of 2 left the next opt naming the wrong axis, so none applied); the
+    new upcast axes go after every original one and move none. Opts on reduce axes (UNROLL) keep their numbers; an
+    opt on an output axis already gone is dropped (a SWAP with a wholly upcast axis has nothing to move)."""
+    alive = list(range(len(outs)))
+    out: list[Opt] = []
+    for o in opts:
+        if o.op not in (OptOps.UPCAST, OptOps.SWAP, OptOps.THREAD, OptOps.PADTO) or o.axis is None:
+            out.append(o)
+            continue
+        if o.axis not in alive or (o.op is OptOps.SWAP and o.arg not in alive):
+            continue
+        arg = alive.index(o.arg) if o.op is OptOps.SWAP and isinstance(o.arg, int) else o.arg
+        out.append(Opt(o.op, alive.index(o.axis), arg))
+        if o.op is OptOps.UPCAST and const_size(outs[o.axis]) == o.arg:
+            alive.remove(o.axis)
+    return out
+
+
 def _gated_axes(sink: UOp, outs: list[UOp]) -> set[UOp]:
     """Output axes that a load's gate ties to a reduction range (`0 <= y + ky < 20`: a window over virtual
     padding). As loop counters they bound the reduction (lower/gated_ranges.py); as register-block lanes each lane
@@ -369,7 +390,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
     lanes = renderer.max_vec_lanes(buf_dt.base) if not _mostly_scalar(sink, renderer) else 1
     blocked = _register_blocking(sink, renderer, lanes)
     if blocked is not None:
-        return blocked
+        return _renumbered(blocked, output_axes(sink))
     outs = output_axes(sink)
     store_idx = _index_of(st.src[0])
     if lanes > 1:
