@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.ranges import RangeScope
 from speck.tensor.errors import CustomKernelError as CustomKernelError
-from speck.tensor.gradient import override_gradient
+from speck.tensor.gradient import override_gradient, user_gradients
 from speck.tensor.schedule import (
     ScheduleItem,
     _reshape_index,
@@ -113,19 +113,7 @@ def _gradient_rule(call: UOp, ck: CustomKernel) -> Callable[[UOp], tuple[UOp | N
             raise CustomKernelError(f"custom kernel {ck.name} has no grad_fxn: pass grad_fxn=(grad, call) -> one "
                                     "gradient (or None) per argument to differentiate through it")  # fmt: skip
         got = ck.grad_fxn(grad, call)
-        grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
-        if len(grads) != len(call.src):
-            raise CustomKernelError(f"grad_fxn of custom kernel {ck.name} returned {len(grads)} gradient(s) for "
-                                    f"{len(call.src)} argument(s); return one UOp (or None) per argument")  # fmt: skip
-        out: list[UOp | None] = []
-        for k, (g, src) in enumerate(zip(grads, call.src)):
-            g = getattr(g, "uop", g)  # a Tensor is fine too
-            if g is not None and (not isinstance(g, UOp) or g.shape != src.shape):
-                what = f"shape {g.shape}" if isinstance(g, UOp) else type(g).__name__
-                raise CustomKernelError(f"grad_fxn of custom kernel {ck.name}: gradient {k} must be a UOp of shape "
-                                        f"{src.shape} (or None), got {what}")  # fmt: skip
-            out.append(g)
-        return tuple(out)
+        return user_gradients(got, call.src, f"grad_fxn of custom kernel {ck.name}", CustomKernelError)
 
     return rule
 

@@ -34,7 +34,7 @@ from speck.tensor.base import TensorBase
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
-from speck.tensor.gradient import override_gradient
+from speck.tensor.gradient import override_gradient, user_gradients
 from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
@@ -209,19 +209,7 @@ def _with_grad_fxn(name: str, grad_fxn: Callable[..., Any], outs: list[UOp], arg
                 got = grad_fxn(grad, call)
             else:
                 got = grad_fxn(*[grad if i == k else None for i in range(len(outs))], call=call)
-            grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
-            if len(grads) != len(args):
-                raise FunctionError(f"grad_fxn of @function {name} returned {len(grads)} gradient(s) for {len(args)} "
-                                    "input(s); return one UOp (or None) per input, in argument order")  # fmt: skip
-            res: list[UOp | None] = []
-            for i, (g, src) in enumerate(zip(grads, args)):
-                g = getattr(g, "uop", g)  # a Tensor is fine too
-                if g is not None and (not isinstance(g, UOp) or g.shape != src.shape):
-                    what = f"shape {g.shape}" if isinstance(g, UOp) else type(g).__name__
-                    raise FunctionError(f"grad_fxn of @function {name}: gradient {i} must be a UOp of shape "
-                                        f"{src.shape} (or None), got {what}")  # fmt: skip
-                res.append(g)
-            return tuple(res)
+            return user_gradients(got, args, f"grad_fxn of @function {name}", FunctionError)
 
         override_gradient(node, args, rule)
         marked.append(node)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from speck.tensor.errors import GradientError
 from speck.tensor.metadata import mark_backward
@@ -193,6 +194,23 @@ GradientRule = Callable[[UOp], tuple[UOp | None, ...]]
 # composite ops (convolution) whose derivative is better built directly than from their movement-op graph:
 # node -> (the inputs it is differentiated against, rule(gradient of node) -> one gradient per input)
 _OVERRIDES: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], GradientRule]] = weakref.WeakKeyDictionary()
+
+
+def user_gradients(got: Any, srcs: tuple[UOp, ...], what: str, error: type[Exception]) -> tuple[UOp | None, ...]:
+    """What a user's grad_fxn returned for inputs `srcs`, checked: one UOp (a Tensor is fine too) of its input's
+    shape, or None, per input. `what` names the grad_fxn in messages ("grad_fxn of @function f"); `error` is raised."""
+    grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    if len(grads) != len(srcs):
+        raise error(f"{what} returned {len(grads)} gradient(s) for {len(srcs)} input(s); return one UOp (or None) per "
+                    "input, in argument order")  # fmt: skip
+    out: list[UOp | None] = []
+    for k, (g, src) in enumerate(zip(grads, srcs)):
+        g = getattr(g, "uop", g)
+        if g is not None and (not isinstance(g, UOp) or g.shape != src.shape):
+            found = f"shape {g.shape}" if isinstance(g, UOp) else type(g).__name__
+            raise error(f"{what}: gradient {k} must be a UOp of shape {src.shape} (or None), got {found}")
+        out.append(g)
+    return tuple(out)
 
 
 def override_gradient(node: UOp, inputs: tuple[UOp, ...], rule: GradientRule) -> None:
