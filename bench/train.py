@@ -56,17 +56,20 @@ def jit_train_step(model: Any, opt: Any) -> Any:
     return step
 
 
-def make_step(name: str, batch: int) -> Callable[[], Tensor]:
-    """The main job's jitted training step (Adam) for one model on a fixed random batch: call it to run a step."""
+def fixed_batch_step(name: str, batch: int) -> tuple[Any, Tensor, Tensor]:
+    """(the main job's jitted training step (Adam) for one model, a fixed random batch x, its labels y)."""
     Tensor.manual_seed(0)
     model = MODELS[name]()
     opt = Adam(get_parameters(model), lr=1e-3)
     rng = np.random.default_rng(0)
     x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
     y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
+    return jit_train_step(model, opt), x, y
 
-    step = jit_train_step(model, opt)
 
+def make_step(name: str, batch: int) -> Callable[[], Tensor]:
+    """The main job's jitted training step (Adam) for one model on a fixed random batch: call it to run a step."""
+    step, x, y = fixed_batch_step(name, batch)
     return lambda: step(x, y)
 
 

@@ -15,29 +15,18 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for train.py
 
-from train import jit_train_step  # type: ignore[import-not-found]
+from train import fixed_batch_step  # type: ignore[import-not-found]
 
 from speck.hcq import runner
-from speck.tensor import Tensor
 from speck.tensor.examples.train import MODELS
-from speck.tensor.nn.optim import Adam
-from speck.tensor.nn.state import get_parameters
 from speck.tensor.schedule import buffer_map_data
 
 
 def captured_step(model_name: str, batch: int = 128) -> tuple[Any, Any]:
     """(the step function, its TinyJit) after warm-up and capture, on a fixed random batch."""
-    Tensor.manual_seed(0)
-    model = MODELS[model_name]()
-    opt = Adam(get_parameters(model), lr=1e-3)
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, batch).astype(np.int32)).realize()
-    jit = jit_train_step(model, opt)
+    jit, x, y = fixed_batch_step(model_name, batch)
     for _ in range(3):
         jit(x, y).item()
     return (lambda: jit(x, y).item()), jit
