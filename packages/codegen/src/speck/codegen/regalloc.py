@@ -294,35 +294,68 @@ def _linear_scan(
             return home, [vid]
 
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
-        # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
-        def cost(end: int, v: int) -> tuple[float, int]:
-            return weight[v] / (end - intervals[v][0] + 1), -end
-
-        victim = min(((a_end, a_vid, a_reg) for a_vid, (a_end, a_reg) in active.items()
-                      if info[a_vid].cls == cls and not _overlaps(blocked.get(a_reg, ()), s, e)),
-                     key=lambda a: cost(a[0], a[1]), default=None)  # fmt: skip
-        if victim is not None and cost(victim[0], victim[1]) < cost(e, vid):
-            del active[victim[1]]  # its register goes straight to this value: `taken` is unchanged
-            spilled.append(victim[1])
-            home[vid] = victim[2]
-            active[vid] = (e, victim[2])
+        # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest,
+        # then to the one that got its register first (a plain loop: this runs for every active value at each spill)
+        best = (weight[vid] / (e - s + 1), -e)
+        victim: tuple[int, str] | None = None
+        for a_vid, (a_end, a_reg) in active.items():
+            if info[a_vid].cls != cls or (a_reg in blocked and _overlaps(blocked[a_reg], s, e)):
+                continue
+            c = (weight[a_vid] / (a_end - intervals[a_vid][0] + 1), -a_end)
+            if c < best:
+                best, victim = c, (a_vid, a_reg)
+        if victim is not None:
+            v_id, v_reg = victim
+            del active[v_id]  # its register goes straight to this value: `taken` is unchanged
+            spilled.append(v_id)
+            home[vid] = v_reg
+            active[vid] = (e, v_reg)
             heappush(ends, (e, vid))
         else:
             spilled.append(vid)
     return home, spilled
 
 
+class _SpillWeights(dict[int, float]):
+    """vid -> spill weight: its accesses, each counting 10 ** the loop depth it is at, summed on first request in
+    position order (the order the accesses come in)."""
+
+    def __init__(self, occurrences: dict[int, list[int]], nesting: list[float]) -> None:
+        super().__init__()
+        self.occurrences, self.nesting = occurrences, nesting
+
+    def __missing__(self, vid: int) -> float:
+        nesting = self.nesting
+        total = 0.0
+        for p in self.occurrences[vid]:
+            total += nesting[p >> 1]
+        self[vid] = total
+        return total
+
+
+def _unknown_class(v: VReg, i: int, classes: Mapping[str, RegClass]) -> RegAllocError:
+    return RegAllocError(f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}")
+
+
+def _class_change(v: VReg, seen: VReg, i: int) -> RegAllocError:
+    return RegAllocError(
+        f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
+        f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
+    )
+
+
 def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
-    # one pass: each value's VReg (checked for one class), its spill weight (accesses, each counting
-    # 10 ** loop nesting depth), the positions it is accessed at (live_intervals), the value a register copy defines
-    # it from, and where the loop markers and clobbering instructions are
+    # one pass: each value's VReg (checked for one class), the positions it is accessed at (live_intervals), the
+    # value a register copy defines it from, and where the loop markers and clobbering instructions are. Spill
+    # weights (accesses, each counting 10 ** loop nesting depth) are summed from the positions only for the values
+    # a spill decision looks at (few: most kernels never spill), see _SpillWeights.
     info: dict[int, VReg] = {}
-    weight: dict[int, float] = {}
     occurrences: dict[int, list[int]] = {}
     copied_from: dict[int, int] = {}
     markers: list[int] = []
     clobbering: list[int] = []
+    nesting: list[float] = []  # 10 ** loop depth of each instruction
     classes = target.classes
     depth = 0
     w = 1.0
@@ -331,33 +364,42 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             markers.append(i)
             depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
             w = 10.0**depth
+            nesting.append(w)
             continue
+        nesting.append(w)
         if ins.clobbers:
             clobbering.append(i)
         pos = 2 * i  # reads first, then writes at 2i+1
-        for vs in (ins.uses, ins.defs):
-            for v in vs:
-                occ = occurrences.get(v.id)
-                if occ is None:
-                    if v.cls not in classes:
-                        raise RegAllocError(
-                            f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}"
-                        )
-                    info[v.id] = v
-                    weight[v.id] = w
-                    occurrences[v.id] = [pos]
-                    continue
-                seen = info[v.id]
-                if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
-                    raise RegAllocError(
-                        f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
-                        f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
-                    )
-                weight[v.id] += w
-                occ.append(pos)
-            pos += 1
+        for v in ins.uses:
+            vid = v.id
+            occ = occurrences.get(vid)
+            if occ is None:
+                if v.cls not in classes:
+                    raise _unknown_class(v, i, classes)
+                info[vid] = v
+                occurrences[vid] = [pos]
+                continue
+            seen = info[vid]
+            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
+                raise _class_change(v, seen, i)
+            occ.append(pos)
+        pos += 1
+        for v in ins.defs:
+            vid = v.id
+            occ = occurrences.get(vid)
+            if occ is None:
+                if v.cls not in classes:
+                    raise _unknown_class(v, i, classes)
+                info[vid] = v
+                occurrences[vid] = [pos]
+                continue
+            seen = info[vid]
+            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
+                raise _class_change(v, seen, i)
+            occ.append(pos)
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
             copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
+    weight = _SpillWeights(occurrences, nesting)
     loops = find_loops(instrs, markers)
     intervals = _intervals(occurrences, loops)
 

@@ -77,40 +77,48 @@ def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
 
 
 def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
-    # plain loops and single-class isinstance checks: this runs for every selected instruction
+    # plain loops and exact type tests (VReg and Mem have no subclasses): this runs for every selected instruction
     ops = inst.operands
-    defs: list[VReg] = [v for v in inst.implicit_defs if isinstance(v, VReg)] if inst.implicit_defs else []
-    uses: list[VReg] = [v for v in inst.implicit_uses if isinstance(v, VReg)] if inst.implicit_uses else []
     if not ops:
-        return tuple(defs), tuple(uses)
+        return _implicit(inst.implicit_defs), _implicit(inst.implicit_uses)
     first = ops[0]
     rest: list[VReg] = []
-    for o in ops[1:]:
-        if isinstance(o, VReg):
-            rest.append(o)
-        elif isinstance(o, Mem):
-            if isinstance(o.base, VReg):
-                rest.append(o.base)
-            if isinstance(o.index, VReg):
-                rest.append(o.index)
-    uses += rest
-    if isinstance(first, VReg):
+    for o in ops[1:] if len(ops) > 1 else ():
+        t = type(o)
+        if t is VReg:
+            rest.append(o)  # type: ignore[arg-type]
+        elif t is Mem:
+            b, x = o.base, o.index  # type: ignore[union-attr]
+            if type(b) is VReg:
+                rest.append(b)
+            if type(x) is VReg:
+                rest.append(x)
+    ft = type(first)
+    if ft is VReg:
         op = inst.op
-        fid = first.id
+        fid = first.id  # type: ignore[union-attr]
         if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
-            defs.append(first)
-            return tuple(defs), tuple(v for v in uses if v.id != fid)
+            uses = [v for v in (*_implicit(inst.implicit_uses), *rest) if v.id != fid]
+            return (*_implicit(inst.implicit_defs), first), tuple(uses)  # type: ignore[arg-type]
         role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not _IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
         if role is not _WRITTEN:
-            uses.append(first)
-        if role is not _READ:
-            defs.append(first)
-    elif isinstance(first, Mem):
-        if isinstance(first.base, VReg):
-            uses.append(first.base)
-        if isinstance(first.index, VReg):
-            uses.append(first.index)
-    return tuple(defs), tuple(uses)
+            rest.append(first)  # type: ignore[arg-type]
+        defs: tuple[VReg, ...] = (first,) if role is not _READ else ()  # type: ignore[assignment]
+    else:
+        if ft is Mem:
+            b, x = first.base, first.index  # type: ignore[union-attr]
+            if type(b) is VReg:
+                rest.append(b)
+            if type(x) is VReg:
+                rest.append(x)
+        defs = ()
+    if inst.implicit_uses or inst.implicit_defs:  # (division, cqo, calls: rare)
+        return _implicit(inst.implicit_defs) + defs, _implicit(inst.implicit_uses) + tuple(rest)
+    return defs, tuple(rest)
+
+
+def _implicit(regs: tuple[Operand, ...]) -> tuple[VReg, ...]:
+    return tuple([v for v in regs if isinstance(v, VReg)]) if regs else ()
 
 
 def ra_view(item: Item) -> RAInstr:
@@ -121,8 +129,8 @@ def ra_view(item: Item) -> RAInstr:
         view = item._roles
         if view is None:
             defs, uses = _operand_roles(item)
-            ops = item.operands
-            copy = len(ops) == 2 and (item.op is _MOV or item.op in FULL_COPIES) and _is_copy(item)
+            op = item.op
+            copy = (op is _MOV or op in FULL_COPIES) and len(item.operands) == 2 and _is_copy(item)
             view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
             _set_roles(item, view)
         return view
