@@ -164,7 +164,7 @@ def _is_copy(inst: Inst) -> bool:
 
 _REG_TYPES = (VReg, Reg)
 _FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
-_KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
+_KEPT = frozenset({Reg, Imm, Label})  # operands allocation leaves as they are (exact types: no subclasses)
 
 
 @dataclass(frozen=True)
@@ -226,8 +226,11 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     # their homes except where a spilled value is reloaded (alloc.at)
     home = {vid: sized_regs(loc) for vid, loc in alloc.home.items() if isinstance(loc, str)}
     at, reloads, spills = alloc.at, alloc.reloads, alloc.spills
+    # the instructions with spill code around them or a reload register in them (none in most kernels): the others
+    # take the plain path, one set test each
+    special = reloads.keys() | at.keys() | spills.keys()
     for i, (item, view) in enumerate(zip(items, views)):
-        if i in reloads:
+        if i in special and i in reloads:
             for rl in reloads[i]:
                 append(move(True, rl.vreg.cls, rl.reg, rl.slot))
         if type(item) is not Inst:
@@ -245,13 +248,18 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
                 out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
                 if uses_ymm:
                     append(Inst(X86Op.VZEROUPPER))
-        regs = home if i not in at else {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
+        if i not in special:
+            regs = home
+        elif i in at:
+            regs = {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
+        else:
+            regs = home
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if isinstance(o, _KEPT) else sub(o, regs)
+        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if type(o) in _KEPT else sub(o, regs)
                      for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
             append(Inst(op, ops))
-        if i in spills:
+        if i in special and i in spills:
             for sp in spills[i]:
                 append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)
