@@ -470,16 +470,17 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     # loop-invariant spilled values: one reload before the loop if a register is free across all of it. Where each
     # spilled value is read and written (instruction indices, ascending) answers "does the loop body touch it" by
     # bisection instead of a scan of the body per value and loop.
-    uses_at: dict[int, list[int]] = {vid: [] for vid in spilled}
-    defs_at: dict[int, list[int]] = {vid: [] for vid in spilled}
-    if spilled:
-        for i, ins in enumerate(instrs):
-            for v in ins.uses:
-                if (where := uses_at.get(v.id)) is not None and (not where or where[-1] != i):
-                    where.append(i)
-            for v in ins.defs:
-                if (where := defs_at.get(v.id)) is not None and (not where or where[-1] != i):
-                    where.append(i)
+    # (read off the value's access positions: 2i a read by instruction i, 2i+1 a write, ascending)
+    uses_at: dict[int, list[int]] = {}
+    defs_at: dict[int, list[int]] = {}
+    for vid in spilled:
+        reads: list[int] = []
+        writes: list[int] = []
+        for p in occurrences[vid]:
+            where = writes if p & 1 else reads
+            if not where or where[-1] != p >> 1:
+                where.append(p >> 1)
+        uses_at[vid], defs_at[vid] = reads, writes
     for vid in spilled:
         s, e = intervals[vid]
         cls = target.classes[info[vid].cls]
