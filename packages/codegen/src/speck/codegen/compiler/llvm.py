@@ -65,6 +65,7 @@ def _unroll_threshold() -> int:
 
 PIPELINES = ("kernel", "default")
 _VECTOR_TYPE = re.compile(r"<\d+ x ")
+_DEFINE = re.compile(r"^define [^@\n]*@([A-Za-z_.$][\w.$]*)\(", re.M)
 
 
 def _llvm() -> Any:
@@ -159,6 +160,20 @@ class LLVMCompiler(Compiler):
         kwargs = (("opt", self.opt), ("cpu", self.cpu), ("features", self.features), ("pipeline", self.pipeline))
         env = (("SPECK_LLVM_UNROLL_THRESHOLD", str(UNROLL_THRESHOLD)),)
         return WorkerRecipe(type(self).__module__, type(self).__qualname__, kwargs, env, tuple(self.flags))
+
+    def name_free(self, src: str) -> tuple[str, str] | None:
+        """For a module speck's LLVM renderer made (one `define`, a first line `; kernel NAME...`): the source with
+        NAME taken out of both, and NAME; None for any other module, or when NAME appears anywhere else."""
+        m = _DEFINE.search(src)
+        if m is None or src.count("define ") != 1:
+            return None
+        name = m.group(1)
+        first, nl, rest = src.partition("\n")
+        comment = f"; kernel {name}"
+        if not (first == comment or first.startswith(comment + " ")):
+            return None
+        body = "; kernel \0" + first[len(comment) :] + nl + rest.replace(f"@{name}(", "@\0(", 1)
+        return None if name in body else (body, name)
 
     def _optimized_module(self, src: str) -> Any:
         llvm = _llvm()

@@ -18,7 +18,10 @@ The worker is a fresh interpreter (not a fork: the parent has threads) that impo
 rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
 CPU, features, passes) equal the parent's, and then answers (recipe, source, cache entry to write) -> object bytes
 in order. Objects are byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same
-CompileError. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
+CompileError. One exception: a source equal but for its kernel's name to one submitted before (about 20 of a cold
+CNN step's 104 kernels: an elementwise body does not depend on its element count) is not compiled again; its object
+is the other's with the function symbol renamed (`speck.codegen.compiler.symbols`), the same code under its own
+name. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
 lane compiles in this process (so a result is never different, only slower)."""
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ from typing import IO, Any
 
 from speck.codegen.cache import cache_enabled, cache_root
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.symbols import rename_symbol
 from speck.codegen.errors import CompileError, CompileRefused, WorkerError
 from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
@@ -51,6 +55,7 @@ BOOT_WAIT = 10.0  # seconds a lane waits for its worker to start before compilin
 
 
 MAX_LANES = 64
+SHARED_BODIES = 1024  # sources (without their names) whose objects are kept for renaming, most recent first
 
 
 def default_lanes() -> int:
@@ -345,9 +350,59 @@ class CompilePool:
         self._closing = False
         self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process
         self._submitted = 0
+        self._shared = 0  # sources whose object was renamed from another's instead of compiled
+        # (compiler, source without its name) -> (the name, the Future of the object) of the first one submitted
+        self._bodies: OrderedDict[tuple[str, str, tuple[str, ...], str], tuple[str, Future[bytes]]] = OrderedDict()
 
     def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
+        """A Future of `src`'s object. A source equal but for its function's name to one submitted before (by the
+        compiler's `name_free`) is not compiled again: its object is that one's with the symbol renamed (see
+        speck.codegen.compiler.symbols); if that one fails, or can't be renamed, this one is compiled itself."""
         self._submitted += 1
+        name_free = getattr(compiler, "name_free", None)  # (duck-typed compilers have none)
+        shape = None if name_free is None else name_free(src)
+        if shape is None:
+            return self._submit(compiler, src)
+        body, name = shape
+        key = (type(compiler).__qualname__, compiler.name, tuple(compiler.flags), body)
+        with self._lock:
+            hit = self._bodies.get(key)
+            if hit is not None:
+                self._bodies.move_to_end(key)
+                self._shared += 1
+        if hit is not None:
+            return self._renamed(compiler, src, hit, name)
+        fut = self._submit(compiler, src)
+        with self._lock:
+            self._bodies[key] = (name, fut)
+            if len(self._bodies) > SHARED_BODIES:
+                self._bodies.popitem(last=False)
+        return fut
+
+    def _renamed(self, compiler: Compiler, src: str, base: tuple[str, Future[bytes]], name: str) -> Future[bytes]:
+        out: Future[bytes] = Future()
+        out.set_running_or_notify_cancel()
+        base_name, base_fut = base
+
+        def forward(f: Future[bytes]) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif (e := f.exception()) is not None:
+                out.set_exception(e)
+            else:
+                out.set_result(f.result())
+
+        def done(f: Future[bytes]) -> None:
+            lib = None if f.cancelled() or f.exception() is not None else rename_symbol(f.result(), base_name, name)
+            if lib is not None:
+                out.set_result(lib)
+            else:  # (its own error, or an object this can't rename: compiled as if it were the first)
+                self._submit(compiler, src).add_done_callback(forward)
+
+        base_fut.add_done_callback(done)
+        return out
+
+    def _submit(self, compiler: Compiler, src: str) -> Future[bytes]:
         if getattr(compiler, "worker_recipe", None) is None:
             return self._threads.submit(self._compile_local, compiler, src)
         with self._lock:
@@ -413,11 +468,13 @@ class CompilePool:
             job.future.set_exception(e)
 
     def stats(self) -> dict[str, float]:
-        """Lanes, sources submitted, CPU seconds spent compiling (in this process, cache lookups included, and in
-        the workers) and objects the workers built: what a benchmark reports."""
+        """Lanes, sources submitted, those of them whose object was another's renamed (`shared`), CPU seconds spent
+        compiling (in this process, cache lookups included, and in the workers) and objects the workers built: what a
+        benchmark reports."""
         ws = self.workers()
         worker_cpu = sum(w.cpu_s for w in ws)
-        return {"lanes": self.lanes, "submitted": self._submitted, "cpu_s": self._local_cpu_s + worker_cpu,
+        return {"lanes": self.lanes, "submitted": self._submitted, "shared": self._shared,
+                "cpu_s": self._local_cpu_s + worker_cpu,
                 "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
 
 
