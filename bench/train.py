@@ -82,10 +82,12 @@ def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int, s
     step().item()
     first, main_cpu = time.perf_counter() - t0, time.thread_time() - c0
     after = compile_pool_stats()
-    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("submitted", "cpu_s", "worker_cpu_s", "worker_objects")}
+    keys = ("submitted", "shared", "cpu_s", "worker_cpu_s", "worker_objects")
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
     detail = (f"first step: main thread {main_cpu:.2f} s CPU (schedule, lowering, run); {int(d['submitted'])} "
-              f"compiles, {d['cpu_s']:.2f} s CPU on {int(after.get('lanes', 0))} lanes ({int(d['worker_objects'])} "
-              f"objects, {d['worker_cpu_s']:.2f} s, in worker processes)")  # fmt: skip
+              f"compiles ({int(d['shared'])} of them another's object renamed), {d['cpu_s']:.2f} s CPU on "
+              f"{int(after.get('lanes', 0))} lanes ({int(d['worker_objects'])} objects, {d['worker_cpu_s']:.2f} s, "
+              "in worker processes)")  # fmt: skip
     step().item()  # the capture run
     times = []
     for _ in range(steps):
