@@ -6,8 +6,8 @@ Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N] [--warm-cac
 150 ms, MLP step < 2 ms, first CNN step with a cold compile cache <= 1 s. The first step includes scheduling,
 lowering and compiling every kernel: it runs with an empty compile cache (a fresh SPECK_CACHE_DIR for this process)
 unless --warm-cache uses the usual one, and a line under each model says where its time went: the main thread's CPU
-(scheduling and lowering; the LLVM compiles run meanwhile on the compile lanes, one per core, lanes past the first
-in worker processes) and the compiles' CPU.
+(scheduling and lowering; the LLVM compiles run meanwhile in the compile lanes' worker processes, one per core but
+the main thread's, and on the main thread once it waits for them) and the compiles' CPU.
 
 The "bounds check" rows give the cost of CHECK_OOB (the device-side check of index tensors; here the labels of the
 cross-entropy): the steady step with the check on and off, built as two jitted steps and timed in interleaved
