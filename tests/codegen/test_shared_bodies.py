@@ -135,3 +135,18 @@ def test_a_failed_body_is_compiled_for_each_name(compiler: LLVMCompiler) -> None
             assert f"@{name}(" in e.value.src  # each one's own error, about its own source
     finally:
         pool.shutdown()
+
+
+def test_waiting_for_a_renamed_object_compiles_its_base_here(compiler: LLVMCompiler) -> None:
+    pool = CompilePool(1)
+    try:
+        ahead = [pool.submit(compiler, kernel_ir(f"k{i}", float(i + 10))) for i in range(8)]  # (the worker starts)
+        base, renamed = pool.submit(compiler, kernel_ir("E_32")), pool.submit(compiler, kernel_ir("E_64"))
+        obj = pool.result(renamed)  # E_32 waits on the queue: the caller compiles it, and E_64 is it renamed
+        assert symbol_names(obj) == symbol_names(compiler.compile_uncached(kernel_ir("E_64")))
+        assert pool.result(base) == compiler.compile_uncached(kernel_ir("E_32"))
+        st_ = pool.stats()
+        assert st_["shared"] == 1 and st_["local_objects"] >= 1
+        assert all(pool.result(f) for f in ahead)
+    finally:
+        pool.shutdown()
