@@ -512,8 +512,10 @@ class IndexingMixin:
         (a data-dependent count); size=N gives N rows without reading data, padded with fill_value or truncated."""
         if size is None:
             nz = np.argwhere(self.numpy()).astype(np.int32)
+            # (no coordinates to copy - nothing nonzero, or a 0-d tensor's one row of none - is an empty of
+            # that many rows: a nonzero 0-d tensor gives shape (1, 0))
             return type(self)(nz.reshape(-1, self.ndim), device=self.device) if nz.size else type(self).empty(
-                0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
+                len(nz), self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
         m = (self != 0).flatten()
         coords = [
             type(self)

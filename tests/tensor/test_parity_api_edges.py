@@ -1,0 +1,41 @@
+"""tinygrad-parity edges found by probing the public API from outside: nonzero of a 0-d tensor, safe_save given a
+list, TinyJit wrapping something that is not a function. Values are checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, TinyJit, dtypes
+from speck.tensor.errors import TensorError, TensorTypeError
+from speck.tensor.nn.state import safe_save
+
+
+@pytest.mark.parametrize("value", [3, 0, 2.5, 0.0, True, False])
+def test_nonzero_of_a_0d_tensor_has_one_row_per_nonzero_value(value: float) -> None:
+    # numpy's argwhere (torch's nonzero): a nonzero 0-d value gives shape (1, 0), a zero gives (0, 0)
+    want = np.argwhere(np.array(value))
+    got = Tensor(value).nonzero()
+    assert got.shape == want.shape and got.dtype == dtypes.int32
+    assert got.numpy().shape == want.shape
+    assert Tensor(np.array([value])).nonzero().tolist() == np.argwhere(np.array([value])).tolist()
+
+
+def test_safe_save_of_a_list_is_a_clear_type_error(tmp_path: object) -> None:
+    with pytest.raises(TensorTypeError, match="dict of name -> Tensor, got list"):
+        safe_save([Tensor([1.0])], f"{tmp_path}/x.safetensors")  # type: ignore[arg-type]
+
+
+def test_tinyjit_of_a_non_callable_is_a_clear_type_error() -> None:
+    with pytest.raises(TensorTypeError, match="TinyJit wraps a function, got int"):
+        TinyJit(3)  # type: ignore[arg-type]
+
+
+def test_tinyjit_without_a_function_called_on_tensors_is_a_clear_error() -> None:
+    jit: TinyJit[Tensor] = TinyJit()
+    with pytest.raises(TensorError, match="has no function to run"):
+        jit(Tensor([1.0]).realize())
+    # the decorator form still works
+    jit2: TinyJit[Tensor] = TinyJit(prune=True)
+    f = jit2(lambda x: (x * 2).realize())
+    assert [f(Tensor([float(k)]).realize()).item() for k in range(3)] == [0.0, 2.0, 4.0]
