@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speck.tensor import Tensor, TinyJit, dtypes
+from speck.tensor import GlobalCounters, Tensor, TinyJit, dtypes
 from speck.tensor.errors import TensorError, TensorTypeError
 from speck.tensor.nn.state import safe_save
 
@@ -39,3 +39,13 @@ def test_tinyjit_without_a_function_called_on_tensors_is_a_clear_error() -> None
     jit2: TinyJit[Tensor] = TinyJit(prune=True)
     f = jit2(lambda x: (x * 2).realize())
     assert [f(Tensor([float(k)]).realize()).item() for k in range(3)] == [0.0, 2.0, 4.0]
+
+
+def test_realize_do_update_stats_false_leaves_the_run_counters() -> None:
+    GlobalCounters.reset()
+    a, b = Tensor([1.0, 2.0]) + 1, Tensor([3.0]) * 2
+    assert a.realize(b, do_update_stats=False) is a
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+    assert a.tolist() == [2.0, 3.0] and b.tolist() == [6.0]
+    c = (Tensor([1.0, 2.0]) + 3).realize(do_update_stats=True)
+    assert GlobalCounters.kernel_count >= 1 and c.tolist() == [4.0, 5.0]
