@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speck.tensor import GlobalCounters, Tensor, TinyJit, dtypes
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes
 from speck.tensor.errors import TensorError, TensorTypeError
+from speck.tensor.nn.optim import SGD
 from speck.tensor.nn.state import safe_save
 
 
@@ -49,3 +50,23 @@ def test_realize_do_update_stats_false_leaves_the_run_counters() -> None:
     assert a.tolist() == [2.0, 3.0] and b.tolist() == [6.0]
     c = (Tensor([1.0, 2.0]) + 3).realize(do_update_stats=True)
     assert GlobalCounters.kernel_count >= 1 and c.tolist() == [4.0, 5.0]
+
+
+@pytest.mark.parametrize("lr", [0.1, 0.3, 1e-3])
+def test_sgd_on_float64_parameters_uses_a_float64_learning_rate(lr: float) -> None:
+    # TENSOR_API 9.1: lr is a (1,) tensor of at least float32 - the parameters' dtype when wider; a float32 lr of 0.1
+    # moved a float64 model by 0.100000001490116 * g
+    w0 = np.array([1.0, -2.0, 3.5])
+    w = Tensor(w0.copy(), dtype=dtypes.float64)
+    opt = SGD([w], lr=lr, momentum=0.9)
+    assert opt.lr.dtype == dtypes.float64 and opt.lr.shape == (1,)
+    ref, buf = w0.copy(), np.zeros(3)
+    with Context(TRAINING=1):
+        for _ in range(3):
+            opt.zero_grad()
+            (w * w).sum().backward()
+            opt.step()
+            buf = 0.9 * buf + 2 * ref
+            ref = ref - lr * buf
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-13, atol=0)
+    assert SGD([Tensor([1.0], dtype=dtypes.half)]).lr.dtype == dtypes.float32  # never narrower than float32
