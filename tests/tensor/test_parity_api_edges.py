@@ -70,3 +70,13 @@ def test_sgd_on_float64_parameters_uses_a_float64_learning_rate(lr: float) -> No
             ref = ref - lr * buf
     np.testing.assert_allclose(w.numpy(), ref, rtol=1e-13, atol=0)
     assert SGD([Tensor([1.0], dtype=dtypes.half)]).lr.dtype == dtypes.float32  # never narrower than float32
+
+
+@pytest.mark.parametrize("args", [(0.5, 3), (0, 3, 0.5), (-2.5, 2), (0, 10, 2.5), (5, 0, -1.5), (0, 2.5)])
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64, dtypes.int16])
+def test_arange_with_an_int_dtype_over_float_bounds_has_that_dtype(args: tuple[float, ...], dt: object) -> None:
+    # dtype= is the result's dtype (it came back weakfloat holding 0.5, 1.5, ...); the values are the float range's,
+    # truncated toward zero as a cast does (torch.arange(0.5, 3, dtype=int32) is [0, 1, 2])
+    got = Tensor.arange(*args, dtype=dt)
+    assert got.dtype == dt and got.device is None
+    np.testing.assert_array_equal(got.numpy(), np.trunc(np.arange(*args)).astype(np.int64))

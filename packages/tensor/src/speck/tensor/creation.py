@@ -238,6 +238,9 @@ class CreationMixin:
         idx._device = None if devless else dev
         if dtypes.is_float(dt):
             return (idx.cast(dt) * step + start).cast(dt)
+        if not ints:  # an int dtype over float bounds: the float values, truncated (torch; 0.5, 1.5 -> 0, 1)
+            wide = dtypes.float64 if isinstance(step, float) or isinstance(start, float) else dtypes.default_float
+            return (idx.cast(wide) * step + start).cast(dt)
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
     @classmethod
