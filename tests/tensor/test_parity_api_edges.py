@@ -80,3 +80,22 @@ def test_arange_with_an_int_dtype_over_float_bounds_has_that_dtype(args: tuple[f
     got = Tensor.arange(*args, dtype=dt)
     assert got.dtype == dt and got.device is None
     np.testing.assert_array_equal(got.numpy(), np.trunc(np.arange(*args)).astype(np.int64))
+
+
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+@pytest.mark.parametrize("seed", range(4))
+def test_cummax_cummin_indices_point_at_the_value_with_nans(op: str, seed: int) -> None:
+    # a NaN running extreme gave the index n (past the axis): NaN == NaN is False. Now the first NaN's index,
+    # values as numpy's fmax/fmin-free accumulation (NaN propagates), other indices the first occurrence
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 4, size=(3, 7)).astype(np.float32)
+    x[rng.random(x.shape) < 0.25] = np.nan
+    vals, idx = getattr(Tensor(x), op)(1)
+    acc = (np.maximum if op == "cummax" else np.minimum).accumulate(x, axis=1)
+    np.testing.assert_array_equal(vals.numpy(), acc)
+    got = idx.numpy()
+    assert idx.dtype == dtypes.int32 and got.min() >= 0 and got.max() < x.shape[1]
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            same = np.isnan(x[r, : i + 1]) if np.isnan(acc[r, i]) else x[r, : i + 1] == acc[r, i]
+            assert got[r, i] == int(np.argmax(same))
