@@ -3,10 +3,12 @@ list, TinyJit wrapping something that is not a function. Values are checked agai
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes, function
 from speck.tensor.errors import TensorError, TensorTypeError
 from speck.tensor.nn.optim import SGD
 from speck.tensor.nn.state import safe_save
@@ -99,3 +101,49 @@ def test_cummax_cummin_indices_point_at_the_value_with_nans(op: str, seed: int) 
         for i in range(x.shape[1]):
             same = np.isnan(x[r, : i + 1]) if np.isnan(acc[r, i]) else x[r, : i + 1] == acc[r, i]
             assert got[r, i] == int(np.argmax(same))
+
+
+_SCALE = 2.0
+_W = Tensor([1.0, 1.0]).realize()
+
+
+def test_function_retraces_when_a_global_or_closure_constant_it_reads_is_rebound() -> None:
+    # TENSOR_API 13.1: every call traces the body; speck keeps one capture per argument signature, which replayed a
+    # rebound global (scale = 3.0) or closure value silently with the old one. Now they are part of the signature.
+    global _SCALE, _W
+    a = Tensor([1.0, 2.0]).realize()
+
+    @function
+    def scaled(x: Tensor) -> Tensor:
+        return x * _SCALE
+
+    @function(allow_implicit=True)
+    def weighted(x: Tensor) -> Tensor:
+        return x * _W
+
+    def make(k: float) -> Any:
+        @function
+        def closure(x: Tensor) -> Tensor:
+            return x * k
+
+        return closure
+
+    saved = (_SCALE, _W)
+    try:
+        assert scaled(a).tolist() == [2.0, 4.0] and weighted(a).tolist() == [1.0, 2.0]
+        _SCALE, _W = 3.0, Tensor([5.0, 5.0]).realize()
+        assert scaled(a).tolist() == [3.0, 6.0] and weighted(a).tolist() == [5.0, 10.0]
+        assert len(scaled.captures) == 1  # replaced, not accumulated
+    finally:
+        _SCALE, _W = saved
+    assert make(2.0)(a).tolist() == [2.0, 4.0] and make(4.0)(a).tolist() == [4.0, 8.0]
+    traced: list[int] = []
+
+    @function
+    def counting(x: Tensor) -> Tensor:
+        traced.append(1)  # a list the body mutates is keyed by identity: no retrace per call
+        return x + 1
+
+    for _ in range(3):
+        counting(a)
+    assert traced == [1]
