@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes, function
-from speck.tensor.errors import TensorError, TensorTypeError
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes, function, nn
+from speck.tensor.errors import TensorError, TensorTypeError, TensorValueError
 from speck.tensor.nn.optim import SGD
 from speck.tensor.nn.state import safe_save
 
@@ -147,3 +147,16 @@ def test_function_retraces_when_a_global_or_closure_constant_it_reads_is_rebound
     for _ in range(3):
         counting(a)
     assert traced == [1]
+
+
+def test_lstmcell_with_a_malformed_state_and_rmsnorm_with_a_wrong_width_are_clear_errors() -> None:
+    cell = nn.LSTMCell(3, 4)
+    with pytest.raises(TensorTypeError, match=r"hc must be None or a \(h, c\) pair of Tensors, got a tuple of 1"):
+        cell(Tensor.ones(2, 3), (Tensor.zeros(2, 4),))  # type: ignore[arg-type]
+    h, c = cell(Tensor.ones(2, 3), [Tensor.zeros(2, 4), Tensor.zeros(2, 4)])  # type: ignore[arg-type]
+    assert h.shape == c.shape == (2, 4)
+    with pytest.raises(TensorValueError, match=r"RMSNorm\(3\) normalizes the last dim"):
+        nn.RMSNorm(3)(Tensor.ones(2, 4))
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(nn.RMSNorm(3)(Tensor(x)).numpy(), x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6),
+                               rtol=1e-5)  # fmt: skip
