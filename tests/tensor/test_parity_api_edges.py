@@ -160,3 +160,26 @@ def test_lstmcell_with_a_malformed_state_and_rmsnorm_with_a_wrong_width_are_clea
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(nn.RMSNorm(3)(Tensor(x)).numpy(), x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6),
                                rtol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "dt",
+    [
+        dtypes.bool,
+        dtypes.int8,
+        dtypes.uint16,
+        dtypes.int32,
+        dtypes.int64,
+        dtypes.uint64,
+        dtypes.float32,
+        dtypes.float64,
+    ],
+)
+def test_data_is_a_memoryview_in_the_struct_format_with_the_tensor_shape(dt: Any) -> None:
+    # TENSOR_API 4.4: int64 data() was numpy's 'l' (not the struct code 'q') and a 0-d tensor's had shape (1,)
+    x = np.array([[1, 0, 3], [4, 5, 0]]).astype(np.dtype(dt.fmt))
+    m = Tensor(x, dtype=dt).data()
+    assert (m.format, m.shape, m.tolist()) == (dt.fmt, (2, 3), x.tolist())
+    m0 = Tensor(np.array([7]).astype(np.dtype(dt.fmt)), dtype=dt).reshape(()).data()
+    assert (m0.format, m0.shape, m0.tolist()) == (dt.fmt, (), x.dtype.type(7).item())
+    assert Tensor(np.array([3]).astype(np.dtype(dt.fmt)), dtype=dt).item() == x.dtype.type(3).item()
