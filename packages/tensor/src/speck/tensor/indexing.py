@@ -151,6 +151,11 @@ class IndexingMixin:
     __slots__ = ()
 
     def _normalize_index(self: Tensor, idx: Any) -> list[Any]:
+        # tinygrad's rule (TENSOR_API 6.1): a list of ints/bools is one advanced index, a list holding anything else
+        # (lists, slices, None, tensors) is a sequence of per-dim indices like a tuple: t[[[0], [2]]] is t[[0], [2]]
+        # (numpy: one 2-d index; write t[[[0], [2]],] for that)
+        if isinstance(idx, list) and not all(isinstance(x, (int, np.integer, np.bool_)) for x in idx):
+            idx = tuple(idx)
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
         pos: int | None = 0  # the dim the next index applies to (None after an ellipsis: counted from the end)
