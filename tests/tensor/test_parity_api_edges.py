@@ -183,3 +183,22 @@ def test_data_is_a_memoryview_in_the_struct_format_with_the_tensor_shape(dt: Any
     m0 = Tensor(np.array([7]).astype(np.dtype(dt.fmt)), dtype=dt).reshape(()).data()
     assert (m0.format, m0.shape, m0.tolist()) == (dt.fmt, (), x.dtype.type(7).item())
     assert Tensor(np.array([3]).astype(np.dtype(dt.fmt)), dtype=dt).item() == x.dtype.type(3).item()
+
+
+def test_backward_through_a_function_gives_its_unused_inputs_zero_gradients() -> None:
+    # TENSOR_API 13.1: gradients flow to the explicit inputs and unused ones get zeros; the instantiated body read
+    # only x, so backward() left y.grad None
+    xn = np.array([1.0, -2.0, 3.0], np.float32)
+    x, y, other = Tensor(xn).realize(), Tensor(np.ones(3, np.float32)).realize(), Tensor([5.0]).realize()
+
+    @function
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a * a).sum()
+
+    f(x, y).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * xn)  # type: ignore[union-attr]
+    assert y.grad is not None and y.grad.shape == (3,) and y.grad.device == y.device
+    assert y.grad.tolist() == [0.0, 0.0, 0.0]
+    assert other.grad is None  # not an input of the call
+    (f(x, y) * 2).backward()  # accumulates
+    np.testing.assert_allclose(x.grad.numpy(), 6 * xn)  # type: ignore[union-attr]

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from speck.tensor import schedule
+from speck.tensor.autograd import CALL_INPUTS
 from speck.tensor.base import TensorBase
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
@@ -219,6 +220,10 @@ class _Capture:
         uops = list(self.body.substitute(mapping).src)
         if self.grad_fxn is not None:
             uops = _with_grad_fxn(self.name, self.grad_fxn, uops, tuple(t.uop for t in inputs), self.single)
+        ins = tuple(t.uop for t in inputs)
+        for u in uops:
+            if not isinstance(u, MultiUOp):
+                CALL_INPUTS[u] = ins
         outs = [self.cls(u, device=d) for u, d in zip(uops, self.devices)]
         return outs[0] if self.single else tuple(outs)
 
