@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes, function, nn
-from speck.tensor.errors import TensorError, TensorTypeError, TensorValueError
+from speck.tensor.errors import SafetensorsError, TensorError, TensorTypeError, TensorValueError
 from speck.tensor.nn.optim import SGD
-from speck.tensor.nn.state import safe_save
+from speck.tensor.nn.state import safe_load, safe_save
 
 
 @pytest.mark.parametrize("value", [3, 0, 2.5, 0.0, True, False])
@@ -202,3 +202,15 @@ def test_backward_through_a_function_gives_its_unused_inputs_zero_gradients() ->
     assert other.grad is None  # not an input of the call
     (f(x, y) * 2).backward()  # accumulates
     np.testing.assert_allclose(x.grad.numpy(), 6 * xn)  # type: ignore[union-attr]
+
+
+def test_safe_save_refuses_a_tensor_named_metadata_and_non_dict_metadata(tmp_path: Any) -> None:
+    # a tensor named '__metadata__' was written and then silently dropped by safe_load (that key is the metadata);
+    # metadata='x' was a raw AttributeError
+    path = f"{tmp_path}/m.safetensors"
+    with pytest.raises(SafetensorsError, match="'__metadata__' is the safetensors metadata key"):
+        safe_save({"__metadata__": Tensor([1.0]), "w": Tensor([2.0])}, path)
+    with pytest.raises(SafetensorsError, match="metadata must be a dict of str to str, got str"):
+        safe_save({"w": Tensor([2.0])}, path, metadata="x")  # type: ignore[arg-type]
+    safe_save({"w": Tensor([2.0])}, path, metadata={"k": "v"})
+    assert {k: v.to("CPU").tolist() for k, v in safe_load(path).items()} == {"w": [2.0]}
