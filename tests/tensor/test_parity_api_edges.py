@@ -214,3 +214,14 @@ def test_safe_save_refuses_a_tensor_named_metadata_and_non_dict_metadata(tmp_pat
         safe_save({"w": Tensor([2.0])}, path, metadata="x")  # type: ignore[arg-type]
     safe_save({"w": Tensor([2.0])}, path, metadata={"k": "v"})
     assert {k: v.to("CPU").tolist() for k, v in safe_load(path).items()} == {"w": [2.0]}
+
+
+@pytest.mark.parametrize(
+    "args", [(1, 16777217, 2), (0, 100000001, 3), (-(2**31) + 1, 2**31 - 1, 5), (7, -99999999, 4), (0, 10, 4)]
+)
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64])
+def test_linspace_into_a_wide_int_dtype_keeps_every_digit(args: tuple[int, int, int], dt: Any) -> None:
+    # the values were computed in float32 (24-bit significand): linspace(1, 16777217, 2, dtype=int32) ended at 16777216
+    got = Tensor.linspace(*args, dtype=dt)
+    assert got.dtype == dt
+    assert got.tolist() == np.linspace(*args).astype(np.dtype(dt.fmt)).tolist()
