@@ -10,7 +10,7 @@ import pytest
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes, function, nn
 from speck.tensor.errors import SafetensorsError, TensorError, TensorTypeError, TensorValueError
-from speck.tensor.nn.optim import SGD
+from speck.tensor.nn.optim import SGD, OptimizerGroup
 from speck.tensor.nn.state import safe_load, safe_save
 
 
@@ -225,3 +225,10 @@ def test_linspace_into_a_wide_int_dtype_keeps_every_digit(args: tuple[int, int, 
     got = Tensor.linspace(*args, dtype=dt)
     assert got.dtype == dt
     assert got.tolist() == np.linspace(*args).astype(np.dtype(dt.fmt)).tolist()
+
+
+def test_optimizer_group_of_a_non_optimizer_is_a_clear_type_error() -> None:
+    with pytest.raises(TensorTypeError, match="OptimizerGroup takes optimizers"):
+        OptimizerGroup(SGD([Tensor([1.0])]), [Tensor([2.0])])  # type: ignore[arg-type]
+    group = OptimizerGroup(SGD([Tensor([1.0])]))
+    assert len(group.params) == 1

@@ -251,6 +251,9 @@ class OptimizerGroup(Optimizer):
     def __init__(self, *optimizers: Optimizer) -> None:
         if not optimizers:
             raise OptimizerError("OptimizerGroup needs at least one optimizer")
+        if bad := [o for o in optimizers if not isinstance(o, Optimizer)]:
+            raise TensorTypeError(f"OptimizerGroup takes optimizers (OptimizerGroup(opt1, opt2)), got "
+                                  f"{type(bad[0]).__name__} {bad[0]!r:.40}")  # fmt: skip
         self.optimizers = list(optimizers)
         self.params = [p for o in optimizers for p in o.params]
         self.buffers = [b for o in optimizers for b in o.buffers]
