@@ -232,3 +232,15 @@ def test_optimizer_group_of_a_non_optimizer_is_a_clear_type_error() -> None:
         OptimizerGroup(SGD([Tensor([1.0])]), [Tensor([2.0])])  # type: ignore[arg-type]
     group = OptimizerGroup(SGD([Tensor([1.0])]))
     assert len(group.params) == 1
+
+
+def test_an_index_tensor_on_another_device_is_refused_when_the_op_is_called() -> None:
+    # TENSOR_API 6.1/6.3: RuntimeError; it failed at realize with the runtime's "program loaded on CPU:1 but buffer
+    # on CPU" (the kernel ran on the index's device)
+    a = Tensor([[1, 2], [3, 4]]).realize()
+    with pytest.raises(TensorValueError, match=r"getitem: the index tensor is on CPU:1 but the indexed tensor is on"):
+        a[Tensor([0], device="CPU:1")]
+    with pytest.raises(TensorValueError, match=r"gather: the index tensor is on CPU:1"):
+        a.gather(0, Tensor([[0, 1]], device="CPU:1"))
+    assert a[Tensor([1])].tolist() == [[3, 4]] and a[Tensor(1)].tolist() == [3, 4]  # device-less and same device
+    assert a.gather(1, Tensor.arange(2).reshape(1, 2)).tolist() == [[1, 2]]

@@ -188,6 +188,8 @@ class IndexingMixin:
                 continue
             if isinstance(it, type(self)) and not dtypes.is_int(it.dtype):
                 raise TensorIndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
+            if isinstance(it, type(self)):
+                _same_device(self, it, "getitem")
             if isinstance(it, bool):
                 raise TensorIndexError("a Python bool is not a valid index; use a boolean tensor mask")
             if not (it is None or it is Ellipsis or isinstance(it, (int, slice, type(self), UOp))):
@@ -361,6 +363,7 @@ class IndexingMixin:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         if not dtypes.is_int(index.dtype):  # a float index would be compared by value: 1.5 silently reads 0
             raise TensorTypeError(f"gather: index must be an int tensor, got {index.dtype}; use .cast('int32')")
+        _same_device(self, index, "gather")
         n = as_int(self.shape[d])
         ii = checked(index, "gather", -n, n, d, device=self.device)
         if not dtypes.is_unsigned(ii.dtype):
@@ -564,6 +567,14 @@ class IndexingMixin:
         if indexing == "xy" and len(ts) >= 2:
             out = [o.transpose(0, 1) for o in out]
         return tuple(out)
+
+
+def _same_device(t: Any, index: Any, op: str) -> None:
+    """An index tensor on another device than the indexed tensor (device-less ones take its device) is refused when
+    the op is called: it failed at realize with the runtime's "program loaded on X but buffer on Y"."""
+    if isinstance(t.device, str) and isinstance(index.device, str) and t.device != index.device:  # (sharded: multi's)
+        raise TensorValueError(f"{op}: the index tensor is on {index.device} but the indexed tensor is on {t.device}; "
+                               f"move the index with .to({t.device!r})")  # fmt: skip
 
 
 def _checked_slice(sl: slice) -> slice:
