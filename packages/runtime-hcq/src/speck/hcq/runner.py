@@ -315,8 +315,11 @@ class Batch:
             if held == self.last_bufs and self.moves == _Buffer.moves:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
-        # (.ptr gives a buffer without memory its memory)
-        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
+        # (.ptr gives a buffer without memory its memory; a whole buffer whose address is known is read without
+        # the property's frame: the test is ptr's own)
+        cur = []
+        for b in bufs if self.every else [bufs[s] for s in self.slots]:
+            cur.append(b._addr if b._base is None and (o := b._opaque) is not None and o is b._addr_of else b.ptr)
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):
