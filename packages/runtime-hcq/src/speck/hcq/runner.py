@@ -318,7 +318,7 @@ class Batch:
         # (.ptr gives a buffer without memory its memory; a whole buffer whose address is known is read without
         # the property's frame: the test is ptr's own)
         cur = []
-        for b in bufs if self.every else [bufs[s] for s in self.slots]:
+        for b in bufs if self.every else map(bufs.__getitem__, self.slots):
             cur.append(b._addr if b._base is None and (o := b._opaque) is not None and o is b._addr_of else b.ptr)
         if cur != self.last:
             table = self.table
