@@ -245,6 +245,12 @@ def test_direct_nodes_are_named_after_the_outermost_public_op() -> None:
     # (other operand orders: hash-consing gives a + b and a.add(b) one node, and the first op's name wins)
     assert name(a + b) == ("__add__", False) and name(b.add(a)) == ("add", False) and name(a * b) == ("__mul__", False)
     assert name(a.square()) == ("square", False) and name(b.mul(a)) == ("mul", False)
+    held = a - b  # (a node something holds, made again by another op: it keeps its first name)
+    c = b * a
+    assert name(a.sub(b)) == ("__sub__", False) and name(b.__mul__(a)) == name(c) == ("__mul__", False)
+    assert name(b.mul(a)) == ("__mul__", False)
+    del held, c
+    assert name(b.mul(a)) == ("mul", False)  # (nothing holds it now: a new node, named by its op)
     with Context(TRACEMETA=0):
         assert name(a + a) is None
     w = Tensor(x, requires_grad=True)

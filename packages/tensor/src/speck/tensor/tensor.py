@@ -731,7 +731,8 @@ class Tensor(
                     out._uop, out._ver, out._device = u, ep, self._device
                     out.requires_grad, out.grad, out.is_param = rg, None, True
                     _track(out)
-                    _record_metadata(u)
+                    # (a node only this frame holds was just made: nothing named it yet)
+                    _record_metadata(u, sys.getrefcount(u) == 2)
                     return out
                 out = self._new(fn(xu, yu, self._device))
                 out.requires_grad = rg
