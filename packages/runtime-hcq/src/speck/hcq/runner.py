@@ -301,7 +301,10 @@ class Batch:
                 fill(cmd, 0, c.dst, 0)
                 fill(cmd, 1, c.src, c.offset)
         g.prepare()  # (an interpreter that can't be built fails here: the calls then run one by one)
-        self.slots, self.fills = tuple(where), fills
+        # (in slot order: a plan whose calls use each of its slots has slots 0..n-1, and `every` binds its buffer list
+        # as it is)
+        self.slots = tuple(sorted(where))
+        self.fills = [fills[where[s]] for s in self.slots]
         self.every = self.slots == tuple(range(len(bufs)))
         self.last = [bufs[s].ptr for s in self.slots]
         self.last_bufs = [bufs[s] for s in self.slots] if self.hold else []
