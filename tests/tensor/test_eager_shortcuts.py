@@ -303,3 +303,38 @@ def test_a_warm_eager_op_stays_within_its_python_frames() -> None:
     # (once a kernel has checked index bounds, realize() and synchronize() look at the record: three frames more)
     assert len(calls) <= WARM_OP_FRAMES + (3 if records else 0), "\n".join(calls)
     np.testing.assert_array_equal((a + b).realize().numpy(), np.full(4, 2, np.float32))
+
+
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=25))
+def test_schedule_cache_keeps_lru_order_when_hits_skip_the_touch(picks: list[int]) -> None:
+    """A hit on the schedule last put at the LRU's end leaves the order as it is (no touch): the cache's order and
+    what it evicts are still exactly a least-recently-used cache's (a model OrderedDict fed the same hits), and every
+    result is numpy's."""
+    from collections import OrderedDict
+
+    cache = schedule_cache._schedule_cache
+    size = cache.size
+    x = np.arange(4, dtype=np.float32) + 1
+    a, b = Tensor(x).realize(), Tensor(x * 3).realize()
+    ops = [(lambda: a + b, x + x * 3), (lambda: a * b, x * x * 3), (lambda: a.maximum(b), np.maximum(x, x * 3)),
+           (lambda: (a + b) * a, (x + x * 3) * x), (lambda: a - b, x - x * 3)]  # fmt: skip
+    cache.clear()
+    cache.size = 3
+    try:
+        model: OrderedDict[Any, None] = OrderedDict()
+        key_of: dict[int, Any] = {}
+        for p in picks:
+            fn, want = ops[p]
+            before = list(cache)
+            np.testing.assert_array_equal(fn().realize().numpy(), want)
+            if p not in key_of or key_of[p] not in before:  # a miss: the new key is the last one
+                key_of[p] = list(cache)[-1]
+                model[key_of[p]] = None
+                while len(model) > 3:
+                    model.popitem(last=False)
+            else:
+                model.move_to_end(key_of[p])
+            assert list(cache) == list(model)
+    finally:
+        cache.size = size
+        cache.clear()
