@@ -25,7 +25,18 @@ from speck.codegen.errors import CodegenValueError
 from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg, _set_roles
+from speck.codegen.x86.operands import (
+    RSP,
+    Imm,
+    IncomingStackArg,
+    Inst,
+    Label,
+    Mem,
+    Operand,
+    Reg,
+    _set_roles,
+    plain_inst,
+)
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
 from speck.codegen.x86.regs import X86_64_SYSV, SizedRegs, phys, sized_regs
 
@@ -258,7 +269,7 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
         ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if type(o) in _KEPT else sub(o, regs)
                      for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
-            append(Inst(op, ops))
+            append(plain_inst(op, ops))
         if i in special and i in spills:
             for sp in spills[i]:
                 append(move(False, sp.vreg.cls, sp.reg, sp.slot))
