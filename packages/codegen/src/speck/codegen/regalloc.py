@@ -112,6 +112,18 @@ _set_defs, _set_uses, _set_clobbers, _set_marker, _set_copy = (
 )
 
 
+def instr_view(defs: tuple[VReg, ...], uses: tuple[VReg, ...], clobbers: frozenset[str], copy: bool) -> RAInstr:
+    """RAInstr(defs, uses, clobbers, None, copy), built without the call through the class (a backend describes
+    every instruction it allocates)."""
+    r: RAInstr = object.__new__(RAInstr)
+    _set_defs(r, defs)
+    _set_uses(r, uses)
+    _set_clobbers(r, clobbers)
+    _set_marker(r, None)
+    _set_copy(r, copy)
+    return r
+
+
 @dataclass(frozen=True)
 class Reload:
     """Load spilled `vreg` from stack slot `slot` (byte offset in the spill area) into register `reg`."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speck.codegen.errors import CodegenValueError
-from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
+from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate, instr_view
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
 from speck.codegen.x86.operands import (
@@ -142,7 +142,7 @@ def ra_view(item: Item) -> RAInstr:
             defs, uses = _operand_roles(item)
             op = item.op
             copy = (op is _MOV or op in FULL_COPIES) and len(item.operands) == 2 and _is_copy(item)
-            view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
+            view = instr_view(defs, uses, item.clobbers, copy)
             _set_roles(item, view)
         return view
     if isinstance(item, LoopBegin):
