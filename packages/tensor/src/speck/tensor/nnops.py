@@ -16,7 +16,9 @@ from speck.tensor.dims import as_int, flag, real, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
-from speck.tensor.settings import TRAINING
+from speck.tensor import winograd
+from speck.tensor.winograd import winograd_tile
+from speck.tensor.settings import TRAINING, WINO
 from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 
 if TYPE_CHECKING:
@@ -145,6 +147,12 @@ class NNMixin:
         st, dl = _pair(stride, nsp, "conv2d stride"), _pair(dilation, nsp, "conv2d dilation")
         _window_args("conv2d", nsp, stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
+        if dtype is None and groups == 1 and (m := winograd_tile(self, weight, st, dl, pads, WINO.value)):
+            # Winograd's F(m, k): its input transform copies the input channel-last, padding and all
+            x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self
+            out = winograd.conv(x, weight, m)
+            _conv_gradient(out, x, weight, groups, st, dl, k)
+            return out if bias is None else out + _conv_bias(bias, cout, nsp)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
         w = x._windows(k, st, dl)  # (N, Cin, *o, *k)
@@ -160,12 +168,7 @@ class NNMixin:
             out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))
         out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
-        if bias is not None:
-            if math.prod(bias.shape) != cout:
-                raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got "
-                                           f"shape {bias.shape}")  # fmt: skip
-            out = out + bias.reshape(1, cout, *([1] * nsp))
-        return out
+        return out if bias is None else out + _conv_bias(bias, cout, nsp)
 
     def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
@@ -550,6 +553,13 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
 
 
 WGRAD_CHUNK = 16  # batch elements per partial sum of a convolution's weight gradient
+
+
+def _conv_bias(bias: Tensor, cout: int, nsp: int) -> Tensor:
+    if math.prod(bias.shape) != cout:
+        raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got shape "
+                                   f"{bias.shape}")  # fmt: skip
+    return bias.reshape(1, cout, *([1] * nsp))
 
 
 def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], dl: tuple[int, ...],
