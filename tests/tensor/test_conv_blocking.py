@@ -19,6 +19,7 @@ from speck.tensor import Context, Tensor
 from speck.uop import UOp
 from tensor_helpers import assert_matches
 
+
 @pytest.fixture(autouse=True)
 def _direct_convolution() -> Iterator[None]:
     with Context(WINO=0):

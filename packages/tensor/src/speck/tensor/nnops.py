@@ -11,17 +11,19 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor import winograd
 from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int, flag, real, tensor_args
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
-from speck.tensor import winograd
-from speck.tensor.winograd import winograd_tile
 from speck.tensor.settings import TRAINING, WINO
+from speck.tensor.winograd import winograd_tile
 from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
@@ -150,8 +152,8 @@ class NNMixin:
         if dtype is None and groups == 1 and (m := winograd_tile(self, weight, st, dl, pads, WINO.value)):
             # Winograd's F(m, k): its input transform copies the input channel-last, padding and all
             x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self
-            out = winograd.conv(x, weight, m)
-            _conv_gradient(out, x, weight, groups, st, dl, k)
+            out, wgrad = winograd.conv(x, weight, m)
+            _conv_gradient(out, x, weight, groups, st, dl, k, wgrad)
             return out if bias is None else out + _conv_bias(bias, cout, nsp)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
@@ -563,12 +565,12 @@ def _conv_bias(bias: Tensor, cout: int, nsp: int) -> Tensor:
 
 
 def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], dl: tuple[int, ...],
-                   k: tuple[int, ...]) -> None:  # fmt: skip
+                   k: tuple[int, ...], wgrad: Callable[[Tensor], Tensor] | None = None) -> None:  # fmt: skip
     """Differentiate a convolution directly. Walking its graph would give the input gradient as a sum over every
     window of a (N, Cin, *out, *k) tensor of per-window gradients (im2col's col2im), which a kernel can't compute
     without first writing that tensor out; the transposed convolution of the output gradient is the same value as
     one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
-    output positions (what the graph walk gives too)."""
+    output positions (what the graph walk gives too); `wgrad` computes it instead (a Winograd convolution's)."""
     nsp = len(k)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
@@ -585,6 +587,8 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         g = type(out)(ctx, device=x.device).contiguous()
         w = type(out)(weight.uop, device=weight.device)
         gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
+        if wgrad is not None:  # a Winograd convolution's own (winograd.weight_gradient)
+            return gx.uop, wgrad(g).uop
         win = type(out)(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
         # the output gradient channel-last in a buffer of its own, so the kernel vectorizes over output channels;
         # with one input channel per group (a first layer) the kernel vectorizes along output rows instead, where
