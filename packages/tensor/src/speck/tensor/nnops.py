@@ -557,7 +557,7 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
 WGRAD_CHUNK = 16  # batch elements per partial sum of a convolution's weight gradient
 
 
-def _conv_bias(bias: Tensor, cout: int, nsp: int) -> Tensor:
+def _conv_bias(bias: Tensor, cout: int | UOp, nsp: int) -> Tensor:
     if math.prod(bias.shape) != cout:
         raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got shape "
                                    f"{bias.shape}")  # fmt: skip

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorValueError
 from speck.uop import dtypes
 
@@ -124,17 +125,20 @@ def winograd_tile(x: Tensor, weight: Tensor, stride: tuple[int, ...], dilation: 
     stride 1, undilated, one group (the caller checks), a square 3x3 or 5x5 kernel, static shapes, float operands
     of one dtype (WINO=1: float32 with at least MIN_CHANNELS input and output channels). m minimizes the products
     of the batched matmul, a**2 per tile (ties go to the smaller tile, the more accurate)."""
+    if mode not in (0, 1, 2):
+        raise TensorValueError(f"WINO must be 0 (direct convolutions), 1 (Winograd where it pays off) or 2 (Winograd "
+                               f"for every eligible convolution), got {mode!r}; set one of those")  # fmt: skip
     if mode == 0 or weight.ndim != 4 or x.ndim != 4 or any(s != 1 for s in (*stride, *dilation)):
         return 0
     shape = (*x.shape, *weight.shape)
     if not all(isinstance(d, int) for d in shape) or weight.shape[2] != weight.shape[3]:
         return 0
-    r = int(weight.shape[2])
+    r = as_int(weight.shape[2])
     if r not in KERNELS or x.dtype != weight.dtype or not dtypes.is_float(x.dtype):
         return 0
-    if mode == 1 and (x.dtype != dtypes.float32 or min(int(x.shape[1]), int(weight.shape[0])) < MIN_CHANNELS):
+    if mode == 1 and (x.dtype != dtypes.float32 or min(as_int(x.shape[1]), as_int(weight.shape[0])) < MIN_CHANNELS):
         return 0
-    osp = [int(s) + pb + pa - r + 1 for s, (pb, pa) in zip(x.shape[2:], pads)]
+    osp = [as_int(s) + pb + pa - r + 1 for s, (pb, pa) in zip(x.shape[2:], pads)]
     if min(osp) < 2:
         return 0
     cost = {m: math.prod((m + r - 1) * -(-o // m) for o in osp) for m in TILES}
@@ -146,14 +150,14 @@ def conv(x: Tensor, weight: Tensor, m: int) -> tuple[Tensor, Callable[[Tensor], 
     (Co, C, *r) (r the same along every dim) through F(m, r): (N, Co, *(S - r + 1)), and the function that maps its
     gradient to the weight's through the same transforms (see weight_gradient)."""
     nsp = weight.ndim - 2
-    r = int(weight.shape[2])
+    r = as_int(weight.shape[2])
     a = m + r - 1
     at, g, bt = matrices(m, r)
     n, c = x.shape[:2]
     co = weight.shape[0]
-    osp = [int(s) - r + 1 for s in x.shape[2:]]
+    osp = [as_int(s) - r + 1 for s in x.shape[2:]]
     tn = [-(-o // m) for o in osp]
-    extra = [t * m + r - 1 - int(s) for t, s in zip(tn, x.shape[2:])]
+    extra = [t * m + r - 1 - as_int(s) for t, s in zip(tn, x.shape[2:])]
     sp = tuple(range(2, 2 + nsp))
     # channel-last, so the input transform reads (and writes) vectors of channels
     x = x.permute(0, *sp, 1).contiguous().permute(0, 1 + nsp, *range(1, 1 + nsp))
@@ -188,7 +192,7 @@ def weight_gradient(v: Tensor, m: int, r: int, tn: Sequence[int], grad: Tensor) 
     at, g, _ = matrices(m, r)
     n, co = grad.shape[:2]
     c = v.shape[-1]
-    osp = [int(d) for d in grad.shape[2:]]
+    osp = [as_int(d) for d in grad.shape[2:]]
     if any(t * m != o for t, o in zip(tn, osp)):
         grad = grad.pad(((0, 0), (0, 0), *((0, t * m - o) for t, o in zip(tn, osp))))
     # channel-last, so the transform reads vectors of channels: (N, T0, m, T1, m, ..., Co) -> (*m, N, *T, Co)
