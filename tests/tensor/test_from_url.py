@@ -12,7 +12,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from speck.tensor import Tensor, dtypes
+from speck.tensor import Context, Tensor, dtypes
+from speck.tensor.errors import FetchError, TensorValueError
+from speck.tensor.pyutils import fetch
 
 RNG = np.random.default_rng(2)
 
@@ -29,6 +31,7 @@ class _Server:
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files, self.gets = files, 0
+        self.announce: dict[str, int] = {}  # path -> a Content-Length larger than the body (a dropped connection)
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -39,7 +42,7 @@ class _Server:
                     self.send_error(404)
                     return
                 self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(owner.announce.get(self.path, len(body))))
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -124,7 +127,6 @@ BAD_GZIP: dict[str, tuple[bytes, str]] = {
 def test_a_bad_or_huge_gzip_body_is_a_value_error_and_leaves_nothing(
     case: str, via: str, tmp_path: pathlib.Path, cache: pathlib.Path, server: _Server
 ) -> None:
-    from speck.tensor import Context
 
     data, words = BAD_GZIP[case]
     server.files["/x.gz"] = data
@@ -159,3 +161,28 @@ def test_a_download_into_an_unwritable_cache_is_a_save_error_leaving_no_temp_fil
     with pytest.raises(SaveError, match="can't write"):
         Tensor.from_url(server.base + "/b")
     assert sorted(p.name for p in root.iterdir()) == ["downloads"]
+
+
+def test_fetch_streams_a_multi_chunk_body_exactly(cache: pathlib.Path, server: _Server) -> None:
+    data = RNG.integers(0, 256, 3 * (1 << 20) + 12345, dtype=np.uint8).tobytes()  # several 1 MiB chunks and a tail
+    server.files["/big.bin"] = data
+    assert fetch(server.base + "/big.bin").read_bytes() == data
+
+
+def test_fetch_of_a_truncated_body_is_an_error_and_caches_nothing(cache: pathlib.Path, server: _Server) -> None:
+    server.files["/cut.bin"] = b"x" * 100
+    server.announce["/cut.bin"] = 5000
+    with pytest.raises(FetchError, match="sent 100 of the 5000 bytes"):
+        fetch(server.base + "/cut.bin")
+    downloads = cache / "downloads"
+    assert not downloads.exists() or list(downloads.iterdir()) == []  # no partial file, no temporary left
+    del server.announce["/cut.bin"]
+    assert fetch(server.base + "/cut.bin").read_bytes() == b"x" * 100  # a good response afterwards is fetched
+
+
+def test_fetch_gunzip_download_larger_than_the_cap_is_refused(cache: pathlib.Path, server: _Server) -> None:
+    from speck.tensor import Context
+
+    server.files["/noise.gz"] = RNG.integers(0, 256, 4096, dtype=np.uint8).tobytes()  # incompressible, 4 KiB
+    with Context(MAX_DECOMPRESSED_BYTES=1024), pytest.raises(TensorValueError, match="MAX_DECOMPRESSED_BYTES"):
+        fetch(server.base + "/noise.gz", gunzip=True)

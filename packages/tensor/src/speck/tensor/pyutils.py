@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import http.client
 import os
 import pathlib
 import pickle
@@ -376,13 +377,52 @@ def fetch(url: str, name: pathlib.Path | str | None = None, subdir: str | None =
         with urllib.request.urlopen(url, timeout=10) as r:
             if r.status != 200:
                 raise FetchError(f"fetch {url}: HTTP status {r.status}")
-            data = r.read()
-    except (urllib.error.URLError, OSError) as e:
-        raise FetchError(f"fetch {url} failed ({e}); check the network or put the file at {fp} yourself") from e
-    if gunzip:
-        data = gunzip_bounded(data, f"fetch {url}")
-    _write_atomic(fp, data)
+            if gunzip:  # (decompressed in memory, both sides capped by MAX_DECOMPRESSED_BYTES)
+                data = _read_capped(r, int(MAX_DECOMPRESSED_BYTES.value), url)
+                _write_atomic(fp, gunzip_bounded(data, f"fetch {url}"))
+            else:  # streamed to disk in chunks: a large file never sits in memory whole
+                with atomic_file(fp, "saving a download", make_dirs=True) as f:
+                    _copy_body(r, f, url)
+    except (FetchError, SaveError, TensorValueError):
+        raise
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+        raise FetchError(f"fetch {url} failed ({e!r}); check the network or put the file at {fp} yourself") from e
     return fp
+
+
+_CHUNK = 1 << 20
+
+
+def _copy_body(r: Any, f: BinaryIO, url: str) -> None:
+    """The HTTP body of `r` into `f`; a body shorter than its Content-Length is a FetchError (a dropped connection
+    must not leave a truncated file in the cache)."""
+    expected, got = r.headers.get("Content-Length"), 0
+    while chunk := _read_chunk(r, url):
+        f.write(chunk)
+        got += len(chunk)
+    if expected is not None and expected.isdigit() and got != int(expected):
+        raise FetchError(f"fetch {url}: the server sent {got} of the {expected} bytes it announced; try again")
+
+
+def _read_chunk(r: Any, url: str) -> bytes:
+    """The next chunk of the body; the connection's errors are FetchErrors here, so that the file being written
+    reports only its own errors as SaveErrors."""
+    try:
+        return r.read(_CHUNK)  # type: ignore[no-any-return]
+    except (http.client.HTTPException, OSError) as e:
+        raise FetchError(f"fetch {url}: reading the body failed ({e!r}); check the network and try again") from e
+
+
+def _read_capped(r: Any, limit: int, url: str) -> bytes:
+    out = bytearray()
+    while chunk := _read_chunk(r, url):
+        out += chunk
+        if len(out) > limit:
+            raise TensorValueError(
+                f"fetch {url}: the gzip download is larger than MAX_DECOMPRESSED_BYTES={limit} bytes; if you trust "
+                "it, raise MAX_DECOMPRESSED_BYTES (environment or Context)"
+            )
+    return bytes(out)
 
 
 def gunzip_bounded(data: bytes, what: str) -> bytes:
@@ -427,7 +467,7 @@ def atomic_file(path: str | os.PathLike[str], what: str = "writing", make_dirs: 
         if made:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        if isinstance(e, OSError) and not isinstance(e, SaveError):
+        if isinstance(e, OSError) and not isinstance(e, (SaveError, FetchError)):
             raise SaveError(
                 e.errno,
                 f"{what}: can't write {dest}: {e.strerror or e}; check that its directory "

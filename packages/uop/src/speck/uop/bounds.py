@@ -4,15 +4,35 @@ and cached on the node. The symbolic rules decide comparisons and drop redundant
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from speck.uop.dtype import DType, InvalidType, PtrDType, cast_value, dtypes
 from speck.uop.helpers import cdiv
 from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 from speck.uop.ops import GroupOp
 
-if TYPE_CHECKING:
-    from speck.uop.uop import UOp
+
+class Node(Protocol):
+    """A node as the bounds read it (`speck.uop.uop.UOp` is one), named by its shape so that this module, which the
+    node calls, does not import it back."""
+
+    _bounds: tuple[Any, Any] | None
+
+    @property
+    def op(self) -> Ops: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def arg(self) -> Any: ...
+    @property
+    def src(self) -> tuple[Node, ...]: ...
+    @property
+    def vmin(self) -> Any: ...
+    @property
+    def vmax(self) -> Any: ...
+    def toposort(self, gate: Callable[[Node], bool] | None = None) -> Sequence[Node]: ...
+
 
 _DT_BOUNDS: dict[DType, tuple[Any, Any]] = {}
 
@@ -42,7 +62,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, bool)) or (isinstance(x, float) and math.isfinite(x))
 
 
-def _compute_bounds(u: UOp) -> tuple[Any, Any]:
+def _compute_bounds(u: Node) -> tuple[Any, Any]:
     """Bounds of every node below u that lacks them, bottom-up with an explicit stack."""
     for s in u.src:
         if s._bounds is None:
@@ -79,7 +99,7 @@ _INT_RANGE: dict[DType, tuple[int, int] | None] = {
 _CMP = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 
-def _int_bounds(u: UOp, rng: tuple[int, int] | None) -> tuple[Any, Any] | None:
+def _int_bounds(u: Node, rng: tuple[int, int] | None) -> tuple[Any, Any] | None:
     """Bounds of the common scalar-int ops over int source bounds, without generic dispatch (the hot path of every
     rewrite). None falls back to the general rules."""
     op, src = u.op, u.src
@@ -132,7 +152,7 @@ def _int_bounds(u: UOp, rng: tuple[int, int] | None) -> tuple[Any, Any] | None:
     return None
 
 
-def _cmp_bounds(u: UOp) -> tuple[Any, Any] | None:
+def _cmp_bounds(u: Node) -> tuple[Any, Any] | None:
     a0, a1 = u.src[0]._bounds  # type: ignore[misc]
     b0, b1 = u.src[1]._bounds  # type: ignore[misc]
     if type(a0) is not int or type(a1) is not int or type(b0) is not int or type(b1) is not int:
@@ -150,7 +170,7 @@ def _cmp_bounds(u: UOp) -> tuple[Any, Any] | None:
     return False, True
 
 
-def _bounds_of(u: UOp) -> tuple[Any, Any]:
+def _bounds_of(u: Node) -> tuple[Any, Any]:
     dt, op = u.dtype, u.op
     if dt in _INT_RANGE:
         r = _int_bounds(u, _INT_RANGE[dt])
@@ -267,7 +287,7 @@ def _bounds_of(u: UOp) -> tuple[Any, Any]:
     return full
 
 
-def _range_fits(s: UOp, dt: DType) -> bool:
+def _range_fits(s: Node, dt: DType) -> bool:
     """A cast of s to int dtype dt is monotonic over s's bounds (no wrap inside the range)."""
     lo, hi = dtypes.min(dt), dtypes.max(dt)
     return bool(lo <= s.vmin and s.vmax <= hi)

@@ -11,7 +11,7 @@ import hashlib
 import struct
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 
 from speck.uop.alu import exec_alu as exec_alu
 from speck.uop.alu import fold_bitcast as fold_bitcast
@@ -33,8 +33,13 @@ from speck.uop.helpers import all_int, prod
 from speck.uop.operators import UOpOperators
 from speck.uop.ops import GroupOp, Ops
 
-if TYPE_CHECKING:
-    from speck.uop.upat import PatternMatcher
+
+class Rules(Protocol):
+    """What `UOp.rewrite` applies: a `speck.uop.upat.PatternMatcher` (named by what it does, so that the node does not
+    import the matcher built over it)."""
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None: ...
+
 
 sint = Union[int, "UOp"]
 
@@ -198,7 +203,7 @@ _HC: dict[tuple[Any, ...], weakref.ReferenceType[Any]] = {}
 _wref = weakref.ref
 
 
-class UOp(_Slots, UOpOperators):
+class UOp(_Slots, UOpOperators["UOp"]):
     """A node: `op` with result `dtype`, sources `src`, a static `arg`, and an optional `tag` (pass-private mark).
 
     Construct with `UOp(op, dtype, src, arg)` or the helper constructors; the result is hash-consed."""
@@ -340,7 +345,7 @@ class UOp(_Slots, UOpOperators):
         rules = _service("symbolic" if full else "symbolic_simple")
         return _service("graph_rewrite")(self, rules, name="simplify")  # type: ignore[no-any-return]
 
-    def rewrite(self, pm: PatternMatcher, ctx: Any = None) -> UOp:
+    def rewrite(self, pm: Rules, ctx: Any = None) -> UOp:
         return _service("graph_rewrite")(self, pm, ctx)  # type: ignore[no-any-return]
 
     # ---------------- constructors ----------------

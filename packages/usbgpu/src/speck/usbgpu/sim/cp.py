@@ -25,7 +25,7 @@ from speck.usbgpu.sim.dispatch import run_dispatch
 from speck.usbgpu.sim.vm import VmFault
 
 if TYPE_CHECKING:
-    from speck.usbgpu.sim.gpu import GpuModel
+    from speck.usbgpu.sim.gpu_services import GpuServices
 
 Queue = tuple[int, int, int]  # (me, pipe, queue)
 EOP_EVENTS = (EVENT.CACHE_FLUSH_AND_INV_TS_EVENT, EVENT.BOTTOM_OF_PIPE_TS)
@@ -106,7 +106,7 @@ class Hqd:
 
 
 class CommandProcessor:
-    def __init__(self, gpu: GpuModel) -> None:
+    def __init__(self, gpu: GpuServices) -> None:
         self.gpu = gpu
         self.queues: dict[Queue, Hqd] = {}
         self.records: list[str] = []  # what stopped queues, for tests (the driver reads the IH ring)

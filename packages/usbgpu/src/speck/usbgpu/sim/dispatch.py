@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from speck.usbgpu import errors
 from speck.usbgpu.amd.ih import SQ_ILLEGAL_INSTRUCTION, SQ_MEMORY_VIOLATION, SQ_OTHER, SQ_TRAP
@@ -20,8 +20,7 @@ from speck.usbgpu.amd.tables import CONST, GC
 from speck.usbgpu.sim.vm import VmFault
 
 if TYPE_CHECKING:
-    from speck.usbgpu.sim.cp import Hqd
-    from speck.usbgpu.sim.gpu import GpuModel
+    from speck.usbgpu.sim.gpu_services import GpuServices
 
 # COMPUTE_TMPRING_SIZE.WAVESIZE counts scratch per wave in 256-byte units [unverified: the gfx11 granule]
 SCRATCH_WAVE_GRANULE = 256
@@ -38,6 +37,17 @@ class Outcome:
     hang: str = ""  # non-empty: the dispatch never completes
 
 
+class QueueState(Protocol):
+    """The hardware queue a dispatch runs on, as the dispatch reads it (`speck.usbgpu.sim.cp.Hqd` is one)."""
+
+    sh: dict[str, int]  # the COMPUTE_* shader registers set on the queue
+    vmid: int
+    dispatches: int
+
+    @property
+    def name(self) -> str: ...
+
+
 def _sq(kind: int, message: str, pc: int | None) -> Outcome:
     pc = pc or 0
     return Outcome(
@@ -45,7 +55,7 @@ def _sq(kind: int, message: str, pc: int | None) -> Outcome:
     )
 
 
-def run_dispatch(gpu: GpuModel, hqd: Hqd, dim: tuple[int, int, int], initiator: int) -> Outcome:
+def run_dispatch(gpu: GpuServices, hqd: QueueState, dim: tuple[int, int, int], initiator: int) -> Outcome:
     try:  # the emulator (and numpy) are imported on the first dispatch only
         rdna3: Any = importlib.import_module("speck.usbgpu.sim.rdna3")
         from speck.usbgpu.sim.shader_memory import ShaderMemory

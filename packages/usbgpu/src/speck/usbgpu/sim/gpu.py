@@ -12,17 +12,15 @@ unhalted; anything out of order is refused and recorded as a violation naming th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from speck.usbgpu.amd import discovery, ucode
 from speck.usbgpu.amd.ih import SDMA_QUEUE
 from speck.usbgpu.amd.pm4 import TIMESTAMP_NS
 from speck.usbgpu.amd.tables import CONST, GC, GFXHUB_CLIENT_IDS, IP_HWID, MMHUB, MP, NBIO, SIM_IP_BASES
-from speck.usbgpu.sim.clock import VirtualClock
-from speck.usbgpu.sim.config import SimFaults, SimTiming
 from speck.usbgpu.sim.cp import CommandProcessor
+from speck.usbgpu.sim.gpu_services import GpuHost
 from speck.usbgpu.sim.ih import InterruptHandler
-from speck.usbgpu.sim.memory import BridgeMemory, SparseMemory
+from speck.usbgpu.sim.memory import SparseMemory
 from speck.usbgpu.sim.psp import Psp
 from speck.usbgpu.sim.regfile import RegisterFile
 from speck.usbgpu.sim.sdma_engine import SdmaEngine
@@ -40,23 +38,6 @@ SIM_IPS: dict[str, tuple[int, int, int]] = {
     "MP1": (13, 0, 0),
     "HDP": (6, 0, 0),
 }
-
-
-class GpuHost(Protocol):
-    """What the GPU needs from the rest of the simulator: time, knobs, the bridge's memory over PCIe."""
-
-    clock: VirtualClock
-    timing: SimTiming
-    faults: SimFaults
-    mem: BridgeMemory
-
-    def violation(self, message: str) -> None: ...
-
-    def pending_out_range(self) -> tuple[int, int] | None: ...
-
-    def bus_read(self, pcie: int, n: int) -> bytes: ...
-
-    def bus_write(self, pcie: int, data: bytes) -> None: ...
 
 
 class GpuModel:

@@ -18,7 +18,7 @@ from speck.usbgpu.amd.tables import CONST, MP, STRUCTS
 from speck.usbgpu.sim.vm import VmFault
 
 if TYPE_CHECKING:
-    from speck.usbgpu.sim.gpu import GpuModel
+    from speck.usbgpu.sim.gpu_services import GpuServices
 
 READY = 1 << 31
 _CMD = STRUCTS.psp_gfx_cmd_resp
@@ -34,7 +34,7 @@ def digest(data: bytes) -> str:
 
 
 class Psp:
-    def __init__(self, gpu: GpuModel, files: dict[str, bytes]) -> None:
+    def __init__(self, gpu: GpuServices, files: dict[str, bytes]) -> None:
         self.gpu = gpu
         firmware = ucode.load(files)
         self.accepted = {(i.kind, digest(i.data)) for i in firmware.images}

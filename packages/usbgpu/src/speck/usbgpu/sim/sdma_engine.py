@@ -22,7 +22,7 @@ from speck.usbgpu.sim.cp import COMPARE
 from speck.usbgpu.sim.vm import SYSTEM, VmFault
 
 if TYPE_CHECKING:
-    from speck.usbgpu.sim.gpu import GpuModel
+    from speck.usbgpu.sim.gpu_services import GpuServices
 
 RETRY_FOREVER = 0xFFF
 WATCHDOG_UNIT_NS = 100e6  # SDMA0_WATCHDOG_CNTL.QUEUE_HANG_COUNT counts 100 ms (sdma_v6_0.c)
@@ -60,7 +60,7 @@ class _Copy:
 class SdmaEngine:
     """SDMA0 queue 0: register state, read/write pointers, doorbell and the packet interpreter."""
 
-    def __init__(self, gpu: GpuModel) -> None:
+    def __init__(self, gpu: GpuServices) -> None:
         self.gpu = gpu
         regs = gpu.regs
         self.rptr = 0

@@ -19,7 +19,7 @@ from speck.usbgpu.sim.memory import VRAM_PAGE_BITS
 from speck.usbgpu.sim.vm import VRAM, VmFault
 
 if TYPE_CHECKING:
-    from speck.usbgpu.sim.gpu import GpuModel
+    from speck.usbgpu.sim.gpu_services import GpuServices
 
 _PAGE_BITS = 12
 _VPAGE = 1 << VRAM_PAGE_BITS
@@ -28,7 +28,7 @@ _VPAGE = 1 << VRAM_PAGE_BITS
 class ShaderMemory:
     """A dispatch's view of memory in VM `vmid`; `fault` holds the translation fault that stopped it, if any."""
 
-    def __init__(self, gpu: GpuModel, vmid: int) -> None:
+    def __init__(self, gpu: GpuServices, vmid: int) -> None:
         self.gpu, self.vmid = gpu, vmid
         self.fault: VmFault | None = None
 

@@ -14,14 +14,11 @@ kernel would read stale data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from speck.usbgpu.errors import ShaderHazardError
-
-if TYPE_CHECKING:
-    from speck.usbgpu.sim.rdna3.dispatch import Launch
 
 LANES = 32
 VCC, NULL, M0, EXEC = 106, 124, 125, 126
@@ -107,11 +104,24 @@ class Mode:
         return Mode(self.denorm32, self.denorm16_64, self.round_mode, self.ieee, self.dx10_clamp)
 
 
+class LaunchMemory(Protocol):
+    """The memory a wave's instructions reach through its launch (`speck.usbgpu.sim.rdna3.dispatch.Launch`): global,
+    flat, scalar, LDS and scratch accesses, checked and counted there."""
+
+    def load(self, addresses: np.ndarray, size: int, space: str, lanes: int | None = None) -> np.ndarray: ...
+    def flat_load(self, w: Waves, mask: np.ndarray, addresses: np.ndarray, size: int, space: str) -> np.ndarray: ...
+    def flat_store(self, w: Waves, mask: np.ndarray, addresses: np.ndarray, data: np.ndarray, space: str) -> None: ...
+    def lds_load(self, wgs: np.ndarray, addresses: np.ndarray, size: int) -> Any: ...
+    def lds_store(self, wgs: np.ndarray, addresses: np.ndarray, data: np.ndarray) -> None: ...
+    def scratch_load(self, rows: np.ndarray, addresses: np.ndarray, size: int) -> Any: ...
+    def scratch_store(self, rows: np.ndarray, addresses: np.ndarray, data: np.ndarray) -> None: ...
+
+
 @dataclass
 class Waves:
     """n waves at one pc (see the module docstring)."""
 
-    launch: Launch
+    launch: LaunchMemory
     s: np.ndarray
     v: np.ndarray
     scc: np.ndarray
