@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Context, Tensor, assert_kernel_count, dtypes
@@ -73,6 +73,7 @@ def test_matrices_reject_an_empty_tile() -> None:
         matrices(0, 3)
 
 
+@settings(max_examples=30)  # each example compiles its own ~40 kernels (two convolutions' forward and backward)
 @given(
     n=st.integers(1, 3),
     cin=st.integers(1, 5),
