@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import struct
 from collections.abc import Iterator
@@ -48,6 +49,20 @@ def session() -> Iterator[tuple[UsbGpu, SimDevice]]:
     yield _SESSION[0]
 
 
+@contextlib.contextmanager
+def forced_upload(on: bool = True) -> Iterator[None]:
+    """Every G3 batch uploaded through a bounce buffer (on) instead of only long ones: small copies exercise it."""
+    import speck.usbgpu.copyin as copyin
+
+    saved = copyin.UPLOAD_MIN_DWORDS
+    if on:
+        copyin.UPLOAD_MIN_DWORDS = 0
+    try:
+        yield
+    finally:
+        copyin.UPLOAD_MIN_DWORDS = saved
+
+
 def roundtrip(gpu: UsbGpu, dev: SimDevice, data: bytes, offset: int) -> None:
     """copyin at `offset` of a pre-filled buffer, then check VRAM (backdoor) and copyout (through the driver)."""
     buf = gpu.alloc(offset + len(data) + 64)
@@ -56,7 +71,9 @@ def roundtrip(gpu: UsbGpu, dev: SimDevice, data: bytes, offset: int) -> None:
     doorbells = dev.stats["doorbells"]
     gpu.copyin(buf, data, offset)
     if data and gpu.context.options.mode == "g3":
-        assert dev.stats["doorbells"] - doorbells == 1, "G3 rings exactly one doorbell per copy-in"
+        # one doorbell for a batch streamed over 0xF0; an uploaded one rings for its boot batch and then for itself
+        expected_doorbells = 2 if CopyEngine._upload_space(len(data)) else 1
+        assert dev.stats["doorbells"] - doorbells == expected_doorbells, "G3 rings once per ring build"
     expected = fill[:offset] + data + fill[offset + len(data) :]
     assert dev.read_vram(buf.va, buf.size) == expected
     out = bytearray(len(data))
@@ -112,10 +129,31 @@ def test_g0_and_e4_gate_roundtrip(f4gate: bool) -> None:
     compares=st.sampled_from(["first", "full", "either"]),
     f4gate=st.booleans(),
     zero_copy=st.booleans(),
+    upload=st.booleans(),
     size=st.integers(1, 5 * CP_SIZE + 1000),
     seed=st.integers(0, 2**32),
 )
 def test_no_protocol_violations_under_random_timing(
+    link: float,
+    latency: float,
+    rtt: float,
+    sdma: float,
+    gpu_write: float,
+    recheck: float,
+    switch: float,
+    compares: str,
+    f4gate: bool,
+    zero_copy: bool,
+    upload: bool,
+    size: int,
+    seed: int,
+) -> None:
+    with forced_upload(upload):
+        _random_timing_roundtrips(link, latency, rtt, sdma, gpu_write, recheck, switch, compares, f4gate, zero_copy,
+                                  size, seed)  # fmt: skip
+
+
+def _random_timing_roundtrips(
     link: float,
     latency: float,
     rtt: float,
@@ -257,12 +295,16 @@ def test_one_doorbell_per_copyin_and_ring_wraps(session: tuple[UsbGpu, SimDevice
         max_size=5,
     ),
     seed=st.integers(0, 2**32),
+    upload=st.booleans(),
 )
-def test_poisoned_data_and_copyouts_never_fake_a_sentinel(ops: list[tuple[str, int, int]], seed: int) -> None:
-    """Every sector of every payload starts with a value the driver is about to use as a sentinel."""
+def test_poisoned_data_and_copyouts_never_fake_a_sentinel(
+    ops: list[tuple[str, int, int]], seed: int, upload: bool
+) -> None:
+    """Every sector of every payload starts with a value the driver is about to use as a sentinel (with uploaded
+    batches too: the upload's sentinel and image share bounce buffer 1 with the chunks)."""
     rng = random.Random(seed)
     dev = SimDevice()
-    with UsbGpu.open(sim=dev) as gpu:
+    with forced_upload(upload), UsbGpu.open(sim=dev) as gpu:
         engine = gpu._copy
         assert engine is not None
         buf = gpu.alloc(3 * CP_SIZE)
@@ -325,3 +367,133 @@ def test_ring_batch_is_fence_flags_and_one_timeline_fence_and_templates_match_fr
         assert pos == len(batch) and OP_WRITE not in ops
         assert ops.count(OP_FENCE) == 2 * len(chunks) + 1  # two flags per chunk, one timeline write per copy-in
         assert len(engine._chunk_packets(chunks[0], 0)) == 34  # per full chunk: 2 x (POLL + COPY) + 2 FENCE
+
+
+# ---------------------------------------------------------------------------------------------- uploaded batches
+
+
+def test_a_long_batch_is_uploaded_and_only_the_boot_batch_goes_over_f0() -> None:
+    """A copy-in of 16 chunks: its 554-dword batch reaches the ring through a bounce buffer (a bulk OUT and an SDMA
+    copy), only the 17-dword boot batch is streamed over 0xF0 (~1.1 us a dword on the bridge), and the copy-in takes
+    less simulated time than with the batch streamed."""
+    import speck.usbgpu.copyin as copyin
+
+    data = payload(16 * CP_SIZE - 5, 16)
+    took = {}
+    for upload in (False, True):
+        dev = SimDevice()
+        with UsbGpu.open(sim=dev) as gpu:
+            buf = gpu.alloc(len(data))
+            gpu.copyin(buf, data[:4096])
+            stats = gpu.copy_stats
+            f0, up, t0 = stats.ring_dwords, stats.uploaded_dwords, dev.now_ns
+            saved = copyin.UPLOAD_MIN_DWORDS
+            copyin.UPLOAD_MIN_DWORDS = saved if upload else 1 << 30
+            try:
+                roundtrip(gpu, dev, data, 0)
+            finally:
+                copyin.UPLOAD_MIN_DWORDS = saved
+            took[upload] = dev.now_ns - t0
+            if upload:
+                assert stats.ring_dwords - f0 == 6 + 7 + 4 and stats.uploaded_dwords - up >= 6 + 34 * 16 + 4
+            else:  # the timeline wait, 16 two-part chunks, the timeline FENCE
+                assert stats.ring_dwords - f0 == 6 + 34 * 16 + 4 and stats.uploaded_dwords == up
+    assert took[True] < took[False]
+
+
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.sampled_from([1, 511, 512, CP_SIZE - 1, CP_SIZE, CP_SIZE + 1, 0x1E000 + 1, 3 * CP_SIZE + 7]),
+    offset=st.integers(0, 4096),
+    seed=st.integers(0, 2**32),
+)
+def test_uploaded_batches_round_trip_at_awkward_sizes(
+    session: tuple[UsbGpu, SimDevice], size: int, offset: int, seed: int
+) -> None:
+    gpu, dev = session
+    stats = gpu.copy_stats
+    up = stats.uploaded_dwords
+    with forced_upload():
+        roundtrip(gpu, dev, payload(size, seed), offset)
+    assert stats.uploaded_dwords > up
+
+
+def test_an_uploaded_batch_that_would_cross_the_ring_end_skips_the_tail_with_nops() -> None:
+    from speck.usbgpu.gpu import QUEUE_PAGE_VA
+
+    dev = SimDevice()
+    with forced_upload(), UsbGpu.open(sim=dev) as gpu:
+        ring = gpu.context.ring
+        for room in (40, 400):  # a tail shorter than the boot batch, and one the boot batch fits but not the image
+            remaining = (ring.size - ring.put_value % ring.size - room) // 4
+            while remaining:
+                count = min(remaining, 0x3FFF)
+                ring.submit(nop(count - 1))
+                remaining -= count
+            data = payload(3 * CP_SIZE - 1, room)
+            before = ring.put_value
+            roundtrip(gpu, dev, data, 0)
+            assert ring.put_value // ring.size == before // ring.size + 1  # it wrapped
+            assert struct.unpack("<Q", dev.read_vram(QUEUE_PAGE_VA, 8))[0] == ring.put_value == dev.sdma.rptr
+    assert dev.violations == []
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> list[int]:
+    from speck.usbgpu.amd.tables import SDMA
+
+    sizes = {SDMA.OP_POLL_REGMEM: 6, SDMA.OP_COPY: 7, SDMA.OP_FENCE: 4}
+    word = st.one_of(st.integers(0, 2**32 - 1), st.integers(0, 0xFFFFFF).map(lambda v: 0x51000000 | v))
+    out: list[int] = []
+    for op in draw(st.lists(st.sampled_from(sorted(sizes)), min_size=1, max_size=200)):
+        out += [op, *draw(st.lists(word, min_size=sizes[op] - 1, max_size=sizes[op] - 1))]
+    return out
+
+
+@settings(max_examples=60)
+@given(batch=_batches())
+def test_an_uploaded_image_never_has_a_sentinel_look_alike_at_a_sector_start_and_runs_the_same_packets(
+    batch: list[int],
+) -> None:
+    from speck.usbgpu.amd.tables import SDMA
+
+    sizes = {SDMA.OP_POLL_REGMEM: 6, SDMA.OP_COPY: 7, SDMA.OP_FENCE: 4}
+    image = CopyEngine._sector_safe(batch)
+    assert all(w >> 24 != 0x51 for w in image[::128])
+    packets, pos = [], 0  # what the engine runs: one-dword NOPs (zero dwords) skipped
+    while pos < len(image):
+        if image[pos] == 0:
+            pos += 1
+            continue
+        packets += image[pos : pos + sizes[image[pos] & 0xFF]]
+        pos += sizes[image[pos] & 0xFF]
+    assert packets == batch
+
+
+def test_make_room_skips_a_long_tail_with_nop_headers_only() -> None:
+    """A tail longer than one NOP can skip (16384 dwords) gets several headers, each covering up to the next, and
+    nothing else is written to it; the returned VA is the ring start."""
+    from speck.usbgpu.amd.sdma import SdmaRing
+
+    class Bars:
+        def __init__(self) -> None:
+            self.writes: list[tuple[int, bytes]] = []
+
+        def stream_write(self, address: int, data: bytes | bytearray | memoryview) -> None:
+            self.writes.append((address, bytes(data)))
+
+        def stream_read(self, address: int, n: int) -> bytes:
+            raise AssertionError("make_room never reads")
+
+    bars = Bars()
+    ring = SdmaRing(bars, ring_va=0x10000, wptr_va=0, vram_bar=0x1000_0000, doorbell_bar=0)
+    ring.put_value = 3 * ring.size - 70_000
+    assert ring.make_room(100_000) == 0x10000 and ring.put_value == 3 * ring.size
+    pos = ring.size - 70_000
+    for address, data in bars.writes:
+        assert address == 0x1000_0000 + 0x10000 + pos and len(data) == 4
+        header = struct.unpack("<I", data)[0]
+        assert header & 0xFF == 0  # NOP
+        pos += 4 * (1 + (header >> 16 & 0x3FFF))
+    assert pos == ring.size and len(bars.writes) == 2
+    assert ring.make_room(100) == 0x10000 and len(bars.writes) == 2  # room at the start: nothing written

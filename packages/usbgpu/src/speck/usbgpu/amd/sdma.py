@@ -196,6 +196,31 @@ class SdmaRing:
         self.bars.stream_write(self.vram_bar + self.ring_va + offset, data)
         self.put_value += len(data)
 
+    def make_room(self, nbytes: int) -> int:
+        """Make the next `nbytes` of the ring contiguous and return their GPU VA. If they would cross the ring end,
+        the tail is skipped with NOP headers (the engine steps over a NOP's count of dwords without reading them,
+        so only the headers are written: a few 0xF0 dwords instead of a zero fill)."""
+        if nbytes >= self.size:
+            raise UsbGpuValueError(
+                f"an SDMA batch of {nbytes} bytes does not fit the {self.size}-byte ring; split the copy-in"
+            )
+        offset = self.put_value % self.size
+        if offset + nbytes > self.size:
+            limit = 1 << _P.NOP.fields["count"][2]  # dwords one NOP covers, itself included
+            pos = offset
+            while pos < self.size:
+                n = min((self.size - pos) // 4, limit)
+                header = _P.NOP.encode([0], op=SDMA.OP_NOP, count=n - 1)
+                self.bars.stream_write(self.vram_bar + self.ring_va + pos, to_bytes(header))
+                pos += 4 * n
+            self.put_value += self.size - offset
+        return self.ring_va + self.put_value % self.size
+
+    def reserve(self, nbytes: int) -> None:
+        """Count `nbytes` at the put offset as staged: packets the GPU itself copied there (not written over
+        0xF0). The caller made them contiguous with `make_room` and publishes them with `kick`."""
+        self.put_value += nbytes
+
     def kick(self) -> None:
         """Publish put_value: write the wptr word, then ring the doorbell (64-bit at BAR2 + index * 8)."""
         value = struct.pack("<Q", self.put_value)
