@@ -156,12 +156,6 @@ DATASETS = declare(
 DISABLE_HTTP_CACHE = declare("DISABLE_HTTP_CACHE", 0, T, ("speck.tensor.pyutils",), "1: fetch() downloads again")
 CI = declare("CI", "", T, ("speck.tensor.helpers",), "set by CI systems (tinygrad's helpers.CI)")
 
-# ---------------- kept for tinygrad's users: they select nothing here ----------------
-JIT_BATCH_SIZE = _noop("JIT_BATCH_SIZE", 32, "JIT=1 batches each run of a device's consecutive calls into one graph")
-USE_ATOMICS = _noop("USE_ATOMICS", 0, "Embedding's backward is a gather's gradient; CPU backends have no atomics")
-VIZ = _noop("VIZ", 0, "no graph viewer; PROFILE records and writes traces")
-IMAGE = _noop("IMAGE", 0, "no image dtypes on CPU backends")
-FLOAT16 = _noop("FLOAT16", 0, "half precision follows the tensors' dtypes")
 WINO = declare(
     "WINO",
     1,
@@ -173,6 +167,14 @@ WINO = declare(
     minimum=0,
     maximum=2,
 )
+
+
+# ---------------- kept for tinygrad's users: they select nothing here ----------------
+JIT_BATCH_SIZE = _noop("JIT_BATCH_SIZE", 32, "JIT=1 batches each run of a device's consecutive calls into one graph")
+USE_ATOMICS = _noop("USE_ATOMICS", 0, "Embedding's backward is a gather's gradient; CPU backends have no atomics")
+VIZ = _noop("VIZ", 0, "no graph viewer; PROFILE records and writes traces")
+IMAGE = _noop("IMAGE", 0, "no image dtypes on CPU backends")
+FLOAT16 = _noop("FLOAT16", 0, "half precision follows the tensors' dtypes")
 TC = _noop("TC", 1, "no tensor cores on CPU backends")
 TC_SELECT = _noop("TC_SELECT", -1, "no tensor cores on CPU backends")
 TC_OPT = _noop("TC_OPT", 0, "no tensor cores on CPU backends")
