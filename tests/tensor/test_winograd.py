@@ -149,11 +149,11 @@ def test_which_convolutions_are_rewritten() -> None:
 
 
 def test_forward_kernels() -> None:
-    """The forward of a Winograd convolution is 8 kernels: the channel-last copy of the input, the input transform
-    (two passes, one per axis), the weight transform (one), the batched matmul, the output transform's two passes and
-    the copy back to (N, C, H, W) (uploading the transforms' small constant matrices is a copy, not a kernel)."""
+    """The forward of a Winograd convolution is 9 kernels: the channel-last copy of the input, the input and weight
+    transforms (two passes each, one per axis), the batched matmul, the output transform's two passes and the copy
+    back to (N, C, H, W) (uploading the transforms' small constant matrices is a copy, not a kernel)."""
     x, w = Tensor.randn(2, 16, 12, 12).realize(), Tensor.randn(16, 16, 3, 3).realize()
-    with Context(WINO=2), assert_kernel_count(8):
+    with Context(WINO=2), assert_kernel_count(9):
         x.conv2d(w).realize()
     with Context(WINO=0), assert_kernel_count(2):  # the channel-last copy of the weights, the convolution
         x.conv2d(w).realize()

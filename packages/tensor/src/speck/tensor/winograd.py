@@ -97,19 +97,6 @@ def _check(m: int, r: int, at: Mat, g: Mat, bt: Mat) -> None:
         assert coef == int(d == i + k), f"F({m}, {r}): output {i} tap {k} input {d} has coefficient {coef}"
 
 
-def _transform_small(mat: Mat, t: Tensor, dims: int) -> Tensor:
-    """_transform for a small tensor (a weight or its gradient): one reduction against the Kronecker product, one
-    kernel to compile rather than `dims` (its dense q**dims terms per output cost nothing at this size)."""
-    p, q = len(mat), len(mat[0])
-    rest = t.shape[dims:]
-    k: list[list[float]] = [[1.0]]
-    for _ in range(dims):
-        k = [[x * float(y) for x in ra for y in rb] for ra in k for rb in mat]
-    kt = type(t)(k, dtype=t.dtype, device=t.device).reshape(p**dims, q**dims, *([1] * len(rest)))
-    out = (kt * t.reshape(1, q**dims, *rest)).sum(1)
-    return out.reshape(*([p] * dims), *rest)
-
-
 def _transform(mat: Mat, t: Tensor, dims: int) -> Tensor:
     """`mat` (p x q) applied along each of t's leading `dims` axes, one axis at a time (the Kronecker product is
     separable: q MACs per output and axis rather than q**dims), each pass a small matmul-shaped reduction that codegen
@@ -180,7 +167,7 @@ def conv(x: Tensor, weight: Tensor, m: int) -> tuple[Tensor, Callable[[Tensor], 
     tiles = tiles.permute(*range(2 + nsp, 2 + 2 * nsp), 0, *sp, 1)  # (*a, N, *T, C)
     # a buffer of its own: the weight gradient reads it again (or it would be recomputed for it, in another layout)
     v = _transform(bt, tiles, nsp).contiguous().reshape(a**nsp, n, *tn, c)  # (P, N, *T, C)
-    u = _transform_small(g, weight.permute(*sp, 1, 0), nsp).reshape(a**nsp, c, co)  # (P, C, Co)
+    u = _transform(g, weight.permute(*sp, 1, 0), nsp).reshape(a**nsp, c, co)  # (P, C, Co)
     pp = a**nsp
     prod_ = v.reshape(pp, n, *tn, c, 1) * u.reshape(pp, *([1] * (1 + nsp)), c, co)
     mm = prod_.sum(axis=2 + nsp)  # (P, N, *T, Co)
@@ -216,7 +203,7 @@ def weight_gradient(v: Tensor, m: int, r: int, tn: Sequence[int], grad: Tensor) 
     pp, nt = a**nsp, math.prod((n, *tn))
     dm = _transform(_transpose(at), tiles, nsp).reshape(pp, nt, co)  # (P, N * T, Co)
     du = (v.reshape(pp, nt, c, 1) * dm.reshape(pp, nt, 1, co)).sum(1)  # (P, C, Co)
-    dw = _transform_small(_transpose(g), du.reshape(*([a] * nsp), c, co), nsp)  # (*r, C, Co)
+    dw = _transform(_transpose(g), du.reshape(*([a] * nsp), c, co), nsp)  # (*r, C, Co)
     return dw.permute(1 + nsp, nsp, *range(nsp))
 
 
