@@ -226,17 +226,22 @@ def _intervals(occurrences: dict[int, list[int]], loops: Sequence[tuple[int, int
     """live_intervals from each value's access positions (ascending)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
-    for vid, occ in occurrences.items():
-        # read before any write: live-in at function entry (incoming arguments)
-        first[vid] = occ[0] if occ[0] & 1 else 0
-        last[vid] = occ[-1]
     # Only a value that is live-in, or whose interval has a loop boundary inside it, can be extended: any other one
     # lies in one stretch between boundaries, so each loop either holds it whole - first access a write, hence not
     # carried - or misses it. Those (most values: temporaries of a block) never enter the fixed point below.
     bounds = sorted(p for b, e in loops for p in (2 * b, 2 * e + 1))
-    movable = {vid: occ for vid, occ in occurrences.items()
-               if not occ[0] & 1 or bisect_left(bounds, first[vid]) != bisect_right(bounds, last[vid])}  # fmt: skip
+    movable: dict[int, list[int]] = {}
+    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
+    for vid, occ in occurrences.items():
+        s, t = occ[0], occ[-1]
+        last[vid] = t
+        if s & 1:
+            first[vid] = s
+            if bounds and bisect_left(bounds, s) != bisect_right(bounds, t):
+                movable[vid] = occ
+        else:  # read before any write: live-in at function entry (incoming arguments)
+            first[vid] = 0
+            movable[vid] = occ
     # whether a value's first access inside a loop is a read depends only on its accesses: decide it once per loop
     carried_in: dict[tuple[int, int], bool] = {}
     changed = bool(loops)
