@@ -10,19 +10,15 @@ speck.codegen.x86.select.SELECTION_TABLE.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, is_cconst, osize
 from speck.uop import DType, UOp, dtypes
 
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
-
-def sel_cast(sel: Selector, u: UOp) -> None:
+def sel_cast(sel: SelectorAPI, u: UOp) -> None:
     if is_cconst(u):
         return
     x = u.src[0]
@@ -39,7 +35,7 @@ def sel_cast(sel: Selector, u: UOp) -> None:
         sel.val[u] = int_convert(sel, sel.reg(x), fr, to)
 
 
-def to_bool(sel: Selector, x: UOp) -> VReg:
+def to_bool(sel: SelectorAPI, x: UOp) -> VReg:
     if dtypes.is_float(x.dtype):
         n = x.dtype.itemsize
         z = sel.vec()
@@ -57,7 +53,7 @@ def to_bool(sel: Selector, x: UOp) -> VReg:
     return sel.setcc(O.SETNE)
 
 
-def int_convert(sel: Selector, r: VReg, fr: DType, to: DType) -> VReg:
+def int_convert(sel: SelectorAPI, r: VReg, fr: DType, to: DType) -> VReg:
     """Integer/bool r of dtype fr as dtype to (wrap, sign- or zero-extend)."""
     d = sel.gpr()
     if to.itemsize == 8:
@@ -75,14 +71,14 @@ def int_convert(sel: Selector, r: VReg, fr: DType, to: DType) -> VReg:
     return d
 
 
-def float_from_float(sel: Selector, x: UOp, to: DType) -> VReg:
+def float_from_float(sel: SelectorAPI, x: UOp, to: DType) -> VReg:
     r = sel.reg(x)
     d = sel.vec()
     sel.emit(O.VCVTSS2SD if to == dtypes.float64 else O.VCVTSD2SS, d, r, r)
     return d
 
 
-def float_from_int(sel: Selector, x: UOp, to: DType) -> VReg:
+def float_from_int(sel: SelectorAPI, x: UOp, to: DType) -> VReg:
     fr = x.dtype.scalar()
     r = sel.reg(x)
     d = sel.vec()
@@ -117,7 +113,7 @@ def float_from_int(sel: Selector, x: UOp, to: DType) -> VReg:
     return d
 
 
-def float_to_int64(sel: Selector, x: UOp) -> VReg:
+def float_to_int64(sel: SelectorAPI, x: UOp) -> VReg:
     """Truncate float x to int64 wrapping modulo 2**64 (NaN/inf -> 0), the bits of any integer target."""
     n = x.dtype.itemsize
     xr = sel.reg(x)
@@ -167,7 +163,7 @@ def float_to_int64(sel: Selector, x: UOp) -> VReg:
     return r
 
 
-def sel_bitcast(sel: Selector, u: UOp) -> None:
+def sel_bitcast(sel: SelectorAPI, u: UOp) -> None:
     x = u.src[0]
     fr, to = x.dtype.scalar(), u.dtype.scalar()
     if fr.itemsize != to.itemsize:

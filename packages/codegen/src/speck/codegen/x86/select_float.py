@@ -8,15 +8,11 @@ speck.codegen.x86.select.SELECTION_TABLE under the "float" class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from speck.codegen.x86.operands import Imm, Operand
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import FLOAT_OPS, ROUND_TRUNC, VCMP_UNORD, is_cconst, vec_bytes
 from speck.uop import GroupOp, Ops, UOp
-
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
 FLOAT_ALU: dict[tuple[Ops, int], O] = {
     (Ops.ADD, 4): O.VADDSS, (Ops.ADD, 8): O.VADDSD, (Ops.SUB, 4): O.VSUBSS, (Ops.SUB, 8): O.VSUBSD,
@@ -25,14 +21,14 @@ FLOAT_ALU: dict[tuple[Ops, int], O] = {
 """Three-operand VEX scalar float ops (dst, src1, src2/mem)."""
 
 
-def fsrc(sel: Selector, u: UOp) -> Operand:
+def fsrc(sel: SelectorAPI, u: UOp) -> Operand:
     """A float source operand: a register, the literal in .rodata, or a load folded into a memory operand."""
     if u in sel.mem_operands:
         return sel.mem_operand(u)
     return sel.fconst(u) if is_cconst(u) else sel.reg(u)
 
 
-def sel_fma(sel: Selector, u: UOp) -> None:
+def sel_fma(sel: SelectorAPI, u: UOp) -> None:
     """acc + b*c as `vmovaps d, acc; vfmadd231 d, b, c` (c may be a memory operand); the copy folds away when d
     is copied on into acc's register (an accumulator update)."""
     acc, m = sel.fma[u]
@@ -54,7 +50,7 @@ def sel_fma(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_float_binary(sel: Selector, u: UOp) -> None:
+def sel_float_binary(sel: SelectorAPI, u: UOp) -> None:
     if u in sel.fma:
         sel_fma(sel, u)
         return
@@ -66,7 +62,7 @@ def sel_float_binary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_float_unary(sel: Selector, u: UOp) -> None:
+def sel_float_unary(sel: SelectorAPI, u: UOp) -> None:
     n = u.dtype.itemsize
     x = sel.reg(u.src[0])
     d = sel.vec()
@@ -82,7 +78,7 @@ def sel_float_unary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_float_max(sel: Selector, u: UOp) -> None:
+def sel_float_max(sel: SelectorAPI, u: UOp) -> None:
     # numpy.maximum: (b > a ? b : a), except a NaN b wins. vmax(b, a) = b > a ? b : a; then blend b where b is NaN
     n = u.dtype.itemsize
     ra, rb = sel.reg(u.src[0]), sel.reg(u.src[1])
@@ -93,7 +89,7 @@ def sel_float_max(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_float_cmp(sel: Selector, u: UOp) -> None:
+def sel_float_cmp(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     n = a.dtype.itemsize
     ucomi = FLOAT_OPS[("ucomi", n)]
@@ -115,7 +111,7 @@ def sel_float_cmp(sel: Selector, u: UOp) -> None:
     sel.val[u] = t
 
 
-def sel_float_where(sel: Selector, u: UOp) -> None:
+def sel_float_where(sel: SelectorAPI, u: UOp) -> None:
     c, a, b = u.src
     n = u.dtype.itemsize
     g = sel.reg(c)

@@ -10,17 +10,13 @@ speck.codegen.x86.select.SELECTION_TABLE under the "int" and "bool" classes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from speck.codegen.errors import CodegenValueError
 from speck.codegen.renderer.common import divisor_safe, shift_safe
 from speck.codegen.x86.operands import Imm, Mem
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import is_cconst, osize
 from speck.uop import Ops, UOp, dtypes
-
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
 _MUL, _SUB = Ops.MUL, Ops.SUB  # (module constants: an enum member read through the class is slower, see select.py)
 
@@ -35,7 +31,7 @@ INT_CMP: dict[Ops, tuple[O, O]] = {Ops.CMPLT: (O.SETL, O.SETB), Ops.CMPNE: (O.SE
 SWAPPED_SET = {O.SETL: O.SETG, O.SETB: O.SETA, O.SETNE: O.SETNE, O.SETE: O.SETE}
 
 
-def sel_int_binary(sel: Selector, u: UOp) -> None:
+def sel_int_binary(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     size = osize(u.dtype)
     if (is_cconst(a) or a in sel.mem_operands) and u.op is not _SUB:
@@ -52,7 +48,7 @@ def sel_int_binary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_int_neg(sel: Selector, u: UOp) -> None:
+def sel_int_neg(sel: SelectorAPI, u: UOp) -> None:
     d = sel.gpr()
     sel.copy(d, sel.reg(u.src[0]))
     if u.dtype == dtypes.bool:
@@ -63,7 +59,7 @@ def sel_int_neg(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_int_max(sel: Selector, u: UOp) -> None:
+def sel_int_max(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     size = osize(u.dtype)
     ra, rb = sel.reg(a), sel.reg(b)
@@ -74,7 +70,7 @@ def sel_int_max(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_int_cmp(sel: Selector, u: UOp) -> None:
+def sel_int_cmp(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     size = osize(a.dtype)
     signed, unsigned = INT_CMP[u.op]
@@ -86,7 +82,7 @@ def sel_int_cmp(sel: Selector, u: UOp) -> None:
     sel.val[u] = sel.setcc(cc)
 
 
-def sel_int_where(sel: Selector, u: UOp) -> None:
+def sel_int_where(sel: SelectorAPI, u: UOp) -> None:
     c, a, b = u.src
     size = osize(u.dtype)
     d = sel.gpr()
@@ -98,7 +94,7 @@ def sel_int_where(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_int_divmod(sel: Selector, u: UOp) -> None:
+def sel_int_divmod(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     dt = u.dtype.scalar()
     if dt == dtypes.int32 and is_cconst(b) and sel.int_bits(b) >= 2:
@@ -146,7 +142,7 @@ def sel_int_divmod(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def div_by_constant(sel: Selector, u: UOp, d: int) -> None:
+def div_by_constant(sel: SelectorAPI, u: UOp, d: int) -> None:
     """int32 n / d and n % d for a constant d >= 2 without idiv: q = mulhs(n, M) (+ n) >> s, plus 1 when n is
     negative (truncation), with the magic number M and shift s of Hacker's Delight section 10-4."""
     magic, shift = signed_magic32(d)
@@ -174,7 +170,7 @@ def div_by_constant(sel: Selector, u: UOp, d: int) -> None:
     sel.val[u] = q
 
 
-def sel_int_shift(sel: Selector, u: UOp) -> None:
+def sel_int_shift(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     dt = u.dtype.scalar()
     size = osize(dt)

@@ -15,16 +15,12 @@ The rules are functions of (selector, uop), registered in speck.codegen.x86.sele
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import is_cconst, mem_at, vec_bytes
 from speck.uop import Ops, UOp, dtypes
-
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
 FLOAT_CMP_PREDICATE = {Ops.CMPLT: 1, Ops.CMPEQ: 0, Ops.CMPNE: 4}
 """vcmpps imm8 per comparison: LT_OS, EQ_OQ (false on NaN), NEQ_UQ (true on NaN), as the interpreter compares."""
@@ -36,7 +32,7 @@ def is_mask(u: UOp) -> bool:
     return u.dtype.count > 1 and u.dtype.scalar() == dtypes.bool
 
 
-def mask(sel: Selector, u: UOp) -> VReg:
+def mask(sel: SelectorAPI, u: UOp) -> VReg:
     """The lane mask of bool vector u: its register, or for a literal the all-ones/zero constant."""
     if is_cconst(u):
         w = vec_bytes(u.dtype.count)
@@ -47,19 +43,19 @@ def mask(sel: Selector, u: UOp) -> VReg:
     return sel.reg(u)
 
 
-def ones(sel: Selector, width: int) -> Mem:
+def ones(sel: SelectorAPI, width: int) -> Mem:
     """An all-ones .rodata vector of `width` bytes."""
     return sel.rconst(f"<{width // 4}i", *([-1] * (width // 4)), align=32).with_size(width)
 
 
-def sel_fvec_cmp(sel: Selector, u: UOp) -> None:
+def sel_fvec_cmp(sel: SelectorAPI, u: UOp) -> None:
     a, b = u.src
     d = sel.vec(vec_bytes(u.dtype.count))
     sel.emit(O.VCMPPS, d, sel.reg(a), sel.reg(b), Imm(FLOAT_CMP_PREDICATE[u.op]))
     sel.val[u] = d
 
 
-def sel_mask_cmp(sel: Selector, u: UOp) -> None:
+def sel_mask_cmp(sel: SelectorAPI, u: UOp) -> None:
     a, b = mask(sel, u.src[0]), mask(sel, u.src[1])
     d = sel.vec(a.size)
     if u.op is Ops.CMPNE:
@@ -71,14 +67,14 @@ def sel_mask_cmp(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_mask_logic(sel: Selector, u: UOp) -> None:
+def sel_mask_logic(sel: SelectorAPI, u: UOp) -> None:
     a, b = mask(sel, u.src[0]), mask(sel, u.src[1])
     d = sel.vec(a.size)
     sel.emit(MASK_LOGIC[u.op], d, a, b)
     sel.val[u] = d
 
 
-def sel_mask_not(sel: Selector, u: UOp) -> None:
+def sel_mask_not(sel: SelectorAPI, u: UOp) -> None:
     """NEG of a bool vector is its logical not."""
     a = mask(sel, u.src[0])
     d = sel.vec(a.size)
@@ -86,14 +82,14 @@ def sel_mask_not(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_mask_where(sel: Selector, u: UOp) -> None:
+def sel_mask_where(sel: SelectorAPI, u: UOp) -> None:
     c, a, b = u.src
     d = sel.vec(vec_bytes(u.dtype.count))
     sel.emit(O.VBLENDVPS, d, mask(sel, b), mask(sel, a), mask(sel, c))
     sel.val[u] = d
 
 
-def sel_mask_from_float(sel: Selector, u: UOp) -> None:
+def sel_mask_from_float(sel: SelectorAPI, u: UOp) -> None:
     """CAST float32 vector -> bool vector: x != 0 (NaN is true)."""
     x = sel.reg(u.src[0])
     z, d = sel.vec(x.size), sel.vec(x.size)
@@ -102,7 +98,7 @@ def sel_mask_from_float(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def float_from_mask(sel: Selector, u: UOp) -> None:
+def float_from_mask(sel: SelectorAPI, u: UOp) -> None:
     """CAST bool vector -> float32 vector: the mask ANDed with 1.0 in every lane."""
     m = mask(sel, u.src[0])
     d = sel.vec(m.size)
@@ -111,7 +107,7 @@ def float_from_mask(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_mask_stack(sel: Selector, u: UOp) -> None:
+def sel_mask_stack(sel: SelectorAPI, u: UOp) -> None:
     """A STACK of scalar bools (0/1 in general registers) as a lane mask: each negated to 0/-1 and inserted."""
     halves = []
     for h in range(0, u.dtype.count, 4):
@@ -136,7 +132,7 @@ def sel_mask_stack(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def mask_lane(sel: Selector, m: VReg, k: int) -> VReg:
+def mask_lane(sel: SelectorAPI, m: VReg, k: int) -> VReg:
     """Lane k of a lane mask as a scalar bool (0/1 in a general register): bit k of vmovmskps."""
     d = sel.gpr()
     sel.emit(O.VMOVMSKPS, d.sized(4), m)
@@ -146,7 +142,7 @@ def mask_lane(sel: Selector, m: VReg, k: int) -> VReg:
     return d
 
 
-def load_mask(sel: Selector, mem: Mem, count: int) -> VReg:
+def load_mask(sel: SelectorAPI, mem: Mem, count: int) -> VReg:
     """`count` bools (bytes 0/1) from memory as a lane mask."""
     w = vec_bytes(count)
     if count in (4, 8):
@@ -174,7 +170,7 @@ def load_mask(sel: Selector, mem: Mem, count: int) -> VReg:
     return d
 
 
-def store_mask(sel: Selector, mem: Mem, m: VReg, count: int) -> None:
+def store_mask(sel: SelectorAPI, mem: Mem, m: VReg, count: int) -> None:
     """Store lanes 0..count-1 of lane mask m as `count` bools (bytes 0/1), writing exactly those bytes."""
     if count in (4, 8):
         lo = m.sized(16)

@@ -13,18 +13,15 @@ under the "fvec" class.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
 
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Operand, rodata
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import is_cconst, mem_at, vec_bytes
 from speck.codegen.x86.select_float import sel_fma
 from speck.codegen.x86.select_mask import float_from_mask, is_mask, mask, mask_lane
 from speck.uop import Ops, UOp, dtypes
-
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
 PACKED: dict[Ops, O] = {Ops.ADD: O.VADDPS, Ops.SUB: O.VSUBPS, Ops.MUL: O.VMULPS, Ops.FDIV: O.VDIVPS}
 _COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL})  # (a set: Ops compare slowly with ==, see select._ARGUMENTS)
@@ -35,7 +32,7 @@ def _width(count: int) -> int:
     return vec_bytes(count)
 
 
-def sel_vec_binary(sel: Selector, u: UOp) -> None:
+def sel_vec_binary(sel: SelectorAPI, u: UOp) -> None:
     if u in sel.fma:
         sel_fma(sel, u)
         return
@@ -48,7 +45,7 @@ def sel_vec_binary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_vec_unary(sel: Selector, u: UOp) -> None:
+def sel_vec_unary(sel: SelectorAPI, u: UOp) -> None:
     w = _width(u.dtype.count)
     x = sel.reg(u.src[0])
     d = sel.vec(w)
@@ -64,7 +61,7 @@ def sel_vec_unary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_vec_max(sel: Selector, u: UOp) -> None:
+def sel_vec_max(sel: SelectorAPI, u: UOp) -> None:
     # numpy.maximum lane by lane: vmaxps(b, a) = b > a ? b : a, then b wherever b is NaN
     w = _width(u.dtype.count)
     ra, rb = sel.reg(u.src[0]), sel.reg(u.src[1])
@@ -75,7 +72,7 @@ def sel_vec_max(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def _join(sel: Selector, halves: list[VReg]) -> VReg:
+def _join(sel: SelectorAPI, halves: list[VReg]) -> VReg:
     if len(halves) == 1:
         return halves[0]
     d = sel.vec(32)
@@ -83,7 +80,7 @@ def _join(sel: Selector, halves: list[VReg]) -> VReg:
     return d
 
 
-def sel_vec_where(sel: Selector, u: UOp) -> None:
+def sel_vec_where(sel: SelectorAPI, u: UOp) -> None:
     c, a, b = u.src
     m = mask(sel, c)
     d = sel.vec(_width(u.dtype.count))
@@ -91,7 +88,7 @@ def sel_vec_where(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_stack(sel: Selector, u: UOp) -> None:
+def sel_stack(sel: SelectorAPI, u: UOp) -> None:
     n = u.dtype.count
     w = _width(n)
     srcs = u.src
@@ -112,7 +109,7 @@ def sel_stack(sel: Selector, u: UOp) -> None:
     sel.val[u] = _join(sel, xmm_quarters(sel, srcs[:n]))
 
 
-def _lane(sel: Selector, x: VReg, k: int) -> VReg:
+def _lane(sel: SelectorAPI, x: VReg, k: int) -> VReg:
     """Lane k of vector x in lane 0 of a fresh xmm (other lanes zero)."""
     src = x.sized(16)
     if k >= 4:
@@ -124,14 +121,14 @@ def _lane(sel: Selector, x: VReg, k: int) -> VReg:
     return d
 
 
-def sel_vec_cast(sel: Selector, u: UOp) -> None:
+def sel_vec_cast(sel: SelectorAPI, u: UOp) -> None:
     """CAST to a float32 vector: only bool vectors (lane masks) reach here; other vectors are scalars on x86."""
     if not is_mask(u.src[0]):
         raise sel.fail(u, f"only bool vectors cast to float32 vectors (got {u.src[0].dtype})")
     float_from_mask(sel, u)
 
 
-def xmm_quarters(sel: Selector, srcs: tuple[UOp, ...]) -> list[VReg]:
+def xmm_quarters(sel: SelectorAPI, srcs: tuple[UOp, ...]) -> list[VReg]:
     """Scalars gathered four at a time into xmm registers (vinsertps), for a wider vector to join."""
     parts = []
     for h in range(0, len(srcs), 4):
@@ -143,7 +140,7 @@ def xmm_quarters(sel: Selector, srcs: tuple[UOp, ...]) -> list[VReg]:
     return parts
 
 
-def sel_gep(sel: Selector, u: UOp) -> None:
+def sel_gep(sel: SelectorAPI, u: UOp) -> None:
     x = u.src[0]
     if x.dtype.scalar() not in (dtypes.float32, dtypes.bool):
         raise sel.fail(u, "only float32 and bool vectors have vector registers")
@@ -183,7 +180,7 @@ def sel_gep(sel: Selector, u: UOp) -> None:
     sel.val[u] = _join(sel, halves)
 
 
-def _broadcast_lane(sel: Selector, x: VReg, k: int, width: int) -> VReg:
+def _broadcast_lane(sel: SelectorAPI, x: VReg, k: int, width: int) -> VReg:
     """Lane k of vector x in every lane of a fresh register of `width` bytes: vbroadcastss from lane 0 of an xmm
     (AVX2), after vpermilps brings lane k there."""
     src = x.sized(16)

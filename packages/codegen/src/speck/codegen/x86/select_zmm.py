@@ -24,17 +24,13 @@ registry renders it for AVX2 instead).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from speck.codegen.regalloc import VReg
 from speck.codegen.x86.operands import Imm, Mem, Opmask, kreg
 from speck.codegen.x86.ops import X86Op as O
+from speck.codegen.x86.select_api import SelectorAPI
 from speck.codegen.x86.select_common import is_cconst
 from speck.codegen.x86.select_vector import _broadcast_lane, _lane, sel_gep, sel_stack, xmm_quarters
 from speck.uop import GroupOp, Ops, UOp, dtypes
-
-if TYPE_CHECKING:
-    from speck.codegen.x86.select import Selector
 
 ZMM_LANES = 16
 K1 = kreg(1)
@@ -49,13 +45,13 @@ def is_wide(u: UOp) -> bool:
     return u.dtype.count > 8 and u.dtype.scalar() in (dtypes.float32, dtypes.bool)
 
 
-def bcast_const(sel: Selector, bits: int) -> Mem:
+def bcast_const(sel: SelectorAPI, bits: int) -> Mem:
     """A 32-bit .rodata constant read as an embedded broadcast ({1to16}): one element for the whole vector."""
     m = sel.rconst("<I", bits, align=4)
     return Mem(m.base, m.index, m.scale, m.disp, None, m.symbol, True)
 
 
-def zmask(sel: Selector, u: UOp) -> VReg:
+def zmask(sel: SelectorAPI, u: UOp) -> VReg:
     """The lane mask (zmm of 0/-1 dwords) of a 16-lane bool vector."""
     if is_cconst(u):
         d = sel.vec(64)
@@ -67,19 +63,19 @@ def zmask(sel: Selector, u: UOp) -> VReg:
     return sel.reg(u)
 
 
-def from_k1(sel: Selector) -> VReg:
+def from_k1(sel: SelectorAPI) -> VReg:
     """k1 as a lane mask in a fresh zmm (all-ones lanes where k1 is set, zero elsewhere)."""
     d = sel.vec(64)
     sel.emit(O.VMOVUPS, d, sel.rconst("<16I", *([ALL_ONES] * 16), align=64).with_size(None), ON_K1_ZERO)
     return d
 
 
-def to_k1(sel: Selector, m: VReg) -> None:
+def to_k1(sel: SelectorAPI, m: VReg) -> None:
     """k1 = the lanes of mask m that are set (dword != 0)."""
     sel.emit(O.VPCMPD, K1, m, bcast_const(sel, 0), Imm(4))
 
 
-def gate_to_k1(sel: Selector, gate: UOp) -> None:
+def gate_to_k1(sel: SelectorAPI, gate: UOp) -> None:
     """k1 = all 16 lanes when the scalar bool gate is true, none when false."""
     g = sel.reg(gate)
     t = sel.gpr()
@@ -89,7 +85,7 @@ def gate_to_k1(sel: Selector, gate: UOp) -> None:
 
 
 # ---- float32 vectors ---------------------------------------------------------------------------------------------
-def sel_zunary(sel: Selector, u: UOp) -> None:
+def sel_zunary(sel: SelectorAPI, u: UOp) -> None:
     x = sel.reg(u.src[0])
     d = sel.vec(64)
     if u.op is Ops.NEG:
@@ -103,7 +99,7 @@ def sel_zunary(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def splat_value(sel: Selector, u: UOp) -> float | None:
+def splat_value(sel: SelectorAPI, u: UOp) -> float | None:
     """The value of a literal with one value in every lane (a casted const, or a STACK of equal ones), else None."""
     if is_cconst(u):
         return float(sel.const_value(u))
@@ -113,7 +109,7 @@ def splat_value(sel: Selector, u: UOp) -> float | None:
     return None
 
 
-def sel_zmax(sel: Selector, u: UOp) -> None:
+def sel_zmax(sel: SelectorAPI, u: UOp) -> None:
     # numpy.maximum lane by lane: vmaxps(b, a) = b > a ? b : a, then b wherever b is NaN
     a, b = u.src
     if splat_value(sel, a) is not None and splat_value(sel, b) is None:
@@ -143,7 +139,7 @@ def fused_compares(uops: list[UOp], users: dict[UOp, list[UOp]]) -> set[UOp]:
     return out
 
 
-def sel_zwhere(sel: Selector, u: UOp) -> None:
+def sel_zwhere(sel: SelectorAPI, u: UOp) -> None:
     c, a, b = u.src
     if c in sel.kfused:
         sel.emit(O.VCMPPS, K1, sel.reg(c.src[0]), sel.reg(c.src[1]), Imm(FLOAT_CMP_PREDICATE[c.op]))
@@ -159,14 +155,14 @@ def is_wide_bool(u: UOp) -> bool:
     return u.dtype.scalar() == dtypes.bool
 
 
-def sel_zcmp(sel: Selector, u: UOp) -> None:
+def sel_zcmp(sel: SelectorAPI, u: UOp) -> None:
     """A comparison of two float32 vectors: vcmpps into k1, then the lane mask."""
     a, b = u.src
     sel.emit(O.VCMPPS, K1, sel.reg(a), sel.reg(b), Imm(FLOAT_CMP_PREDICATE[u.op]))
     sel.val[u] = from_k1(sel)
 
 
-def sel_zcast(sel: Selector, u: UOp) -> None:
+def sel_zcast(sel: SelectorAPI, u: UOp) -> None:
     """CAST to float32.vec(16): only from a bool vector (the mask ANDed with 1.0)."""
     if u.src[0].dtype.scalar() != dtypes.bool:
         raise sel.fail(u, f"only bool vectors cast to float32 vectors (got {u.src[0].dtype})")
@@ -175,7 +171,7 @@ def sel_zcast(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_zstack(sel: Selector, u: UOp) -> None:
+def sel_zstack(sel: SelectorAPI, u: UOp) -> None:
     srcs = u.src
     if all(is_cconst(s) for s in srcs) or all(s is srcs[0] for s in srcs):
         sel_stack(sel, u)  # a literal (.rodata) or one value in every lane (vbroadcastss): any width
@@ -183,7 +179,7 @@ def sel_zstack(sel: Selector, u: UOp) -> None:
     sel.val[u] = join(sel, xmm_quarters(sel, srcs[:ZMM_LANES]))
 
 
-def join(sel: Selector, quarters: list[VReg]) -> VReg:
+def join(sel: SelectorAPI, quarters: list[VReg]) -> VReg:
     """Four xmm quarters (lanes 0-3, 4-7, 8-11, 12-15) as one zmm."""
     halves = []
     for lo, hi in (quarters[0:2], quarters[2:4]):
@@ -195,21 +191,21 @@ def join(sel: Selector, quarters: list[VReg]) -> VReg:
     return d
 
 
-def quarter(sel: Selector, x: VReg, q: int) -> VReg:
+def quarter(sel: SelectorAPI, x: VReg, q: int) -> VReg:
     """Lanes 4q..4q+3 of zmm x in a fresh xmm."""
     d = sel.vec(16)
     sel.emit(O.VEXTRACTF32X4, d, x, Imm(q))
     return d
 
 
-def half(sel: Selector, x: VReg, h: int) -> VReg:
+def half(sel: SelectorAPI, x: VReg, h: int) -> VReg:
     """Lanes 8h..8h+7 of zmm x in a fresh ymm."""
     d = sel.vec(32)
     sel.emit(O.VEXTRACTF64X4, d, x, Imm(h))
     return d
 
 
-def sel_any_gep(sel: Selector, u: UOp) -> None:
+def sel_any_gep(sel: SelectorAPI, u: UOp) -> None:
     """GEP of any vector: lanes of a zmm here, 16 lanes of a ymm/xmm here too (widened into a zmm), other lanes of a
     ymm/xmm (or a broadcast load) in select_vector."""
     if u.src[0] in sel.bcast_loads:
@@ -222,7 +218,7 @@ def sel_any_gep(sel: Selector, u: UOp) -> None:
         sel_gep(sel, u)
 
 
-def sel_zgep_narrow(sel: Selector, u: UOp) -> None:
+def sel_zgep_narrow(sel: SelectorAPI, u: UOp) -> None:
     """16 lanes of a float32 vector of at most 8 lanes (an xmm/ymm; an upcast axis broadcast over a wider one): one
     lane everywhere is a vbroadcastss into the zmm, else each distinct quarter is built in an xmm (the low half as
     it is, the high half by vextractf128, one repeated lane by vbroadcastss, else vinsertps lane by lane) and the
@@ -263,7 +259,7 @@ def sel_zgep_narrow(sel: Selector, u: UOp) -> None:
     sel.val[u] = join(sel, quarters)
 
 
-def sel_zgep(sel: Selector, u: UOp) -> None:
+def sel_zgep(sel: SelectorAPI, u: UOp) -> None:
     """Lanes of a 16-lane float32 vector (or one lane of a bool vector, as a scalar bool)."""
     x = u.src[0]
     lanes = tuple(u.arg)
@@ -317,11 +313,11 @@ def sel_zgep(sel: Selector, u: UOp) -> None:
 
 
 # ---- bool vectors (lane masks) -------------------------------------------------------------------------------------
-def sel_kcmp_float(sel: Selector, u: UOp) -> None:
+def sel_kcmp_float(sel: SelectorAPI, u: UOp) -> None:
     sel_zcmp(sel, u)
 
 
-def sel_klogic(sel: Selector, u: UOp) -> None:
+def sel_klogic(sel: SelectorAPI, u: UOp) -> None:
     a, b = zmask(sel, u.src[0]), zmask(sel, u.src[1])
     d = sel.vec(64)
     if u.op is Ops.CMPNE:
@@ -333,13 +329,13 @@ def sel_klogic(sel: Selector, u: UOp) -> None:
     sel.val[u] = d
 
 
-def sel_knot(sel: Selector, u: UOp) -> None:
+def sel_knot(sel: SelectorAPI, u: UOp) -> None:
     d = sel.vec(64)
     sel.emit(O.VPXORD, d, zmask(sel, u.src[0]), bcast_const(sel, ALL_ONES))
     sel.val[u] = d
 
 
-def sel_kstack(sel: Selector, u: UOp) -> None:
+def sel_kstack(sel: SelectorAPI, u: UOp) -> None:
     """A STACK of 16 scalar bools (0/1 in general registers): bit i of a general register is lane i, moved to k1
     (kmovw) and widened to a lane mask."""
     bits = sel.gpr()
@@ -357,7 +353,7 @@ def sel_kstack(sel: Selector, u: UOp) -> None:
     sel.val[u] = from_k1(sel)
 
 
-def sel_kfrom_float(sel: Selector, u: UOp) -> None:
+def sel_kfrom_float(sel: SelectorAPI, u: UOp) -> None:
     """CAST float32.vec(16) -> bool: x != 0 (NaN is true)."""
     z = sel.vec(64)
     sel.emit(O.VPXORD, z, z, z)
@@ -366,7 +362,7 @@ def sel_kfrom_float(sel: Selector, u: UOp) -> None:
 
 
 # ---- memory ---------------------------------------------------------------------------------------------------------
-def gated_load(sel: Selector, mem: Mem, gate: UOp, alt: UOp | None) -> VReg:
+def gated_load(sel: SelectorAPI, mem: Mem, gate: UOp, alt: UOp | None) -> VReg:
     """16 float32s from mem where the scalar gate holds, else the alternative value (zero when None)."""
     gate_to_k1(sel, gate)
     d = sel.vec(64)
@@ -380,7 +376,7 @@ def gated_load(sel: Selector, mem: Mem, gate: UOp, alt: UOp | None) -> VReg:
     return out
 
 
-def _negative_zero(sel: Selector, u: UOp) -> bool:
+def _negative_zero(sel: SelectorAPI, u: UOp) -> bool:
     v = sel.const_value(u)
     return isinstance(v, float) and str(v).startswith("-")
 
