@@ -584,6 +584,9 @@ class Tensor(
         """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
         sharded tensor moved to one device is gathered there."""
         if self._device is None:  # device-less: it takes the device of what it meets (tinygrad returns it as is)
+            for d in device if isinstance(device, (tuple, list)) else (device,):
+                if d is not None:  # (but a misspelled name is an error here as for any tensor, not silently kept)
+                    canonical(d)
             return self
         if isinstance(device, (tuple, list)) or isinstance(self.uop, MultiUOp):
             return multi.to(self, device)
@@ -632,8 +635,17 @@ class Tensor(
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+        if len(shape) > 64:  # numpy's limit on dims (a crafted checkpoint can claim any number)
+            raise TensorValueError(f"can't read a tensor of {len(shape)} dims into numpy, which holds at most 64; "
+                                   "reshape it to fewer dims first")  # fmt: skip
         if 0 in shape:
-            return np.zeros(shape, dtype=np_dtype(self.dtype))
+            try:
+                return np.zeros(shape, dtype=np_dtype(self.dtype))
+            except ValueError as e:  # a dim beyond what numpy indexes (2**70 x 0 is empty, yet no numpy shape)
+                raise TensorValueError(
+                    f"can't read an empty tensor of shape {shape} into numpy ({e}); each dim must "
+                    "be below 2**63 and their product fit in memory; reshape it first"
+                ) from None
         src = self
         if dtypes.is_float(self.dtype) and base_buffer(self.uop) is None:
             # a read computes a copy and leaves self's graph as it is (TENSOR_API 0.1), so gradients still reach

@@ -30,7 +30,14 @@ import numpy as np
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import ArchiveError, CheckpointError, TensorValueError, TorchLoadError, UnsafePickleError
+from speck.tensor.errors import (
+    ArchiveError,
+    CheckpointError,
+    TensorTypeError,
+    TensorValueError,
+    TorchLoadError,
+    UnsafePickleError,
+)
 from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -39,6 +46,9 @@ FileLike = Tensor | str | os.PathLike[str]
 
 
 def _file_tensor(fn: FileLike) -> Tensor:
+    if not isinstance(fn, (Tensor, str, os.PathLike)):
+        raise TensorTypeError(f"expected a path (str or os.PathLike) or a 1-D uint8 tensor of a file's bytes, got "
+                              f"{type(fn).__name__}")  # fmt: skip
     return fn if isinstance(fn, Tensor) else Tensor(pathlib.Path(fn))
 
 
@@ -392,8 +402,10 @@ def _resolve(obj: Any, storages: dict[str, Tensor], memo: dict[int, Any]) -> Any
     if isinstance(obj, dict):
         out: Any = type(obj)()
         memo[id(obj)] = out
-        out.update((k, _resolve(v, storages, memo)) for k, v in obj.items())
+        out.update((_resolve(k, storages, memo), _resolve(v, storages, memo)) for k, v in obj.items())
         return out
+    if isinstance(obj, (set, frozenset)):  # (a tensor in a set or a dict key is hashable: it must not stay pending)
+        return type(obj)(_resolve(v, storages, memo) for v in obj)
     if isinstance(obj, list):
         lst: list[Any] = []
         memo[id(obj)] = lst

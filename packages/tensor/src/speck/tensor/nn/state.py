@@ -116,6 +116,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
               ) -> None:  # fmt: skip
     """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
+    if not isinstance(tensors, Mapping):
+        raise TensorTypeError(f"safe_save takes a mapping of names to Tensors, got a {type(tensors).__name__}; pass a "
+                              "dict such as get_state_dict(model) returns")  # fmt: skip
+    if bad_names := [name for name in tensors if not isinstance(name, str) or name == "__metadata__"]:
+        raise TensorTypeError(f"safe_save: tensor name {bad_names[0]!r} can't be stored: names are str and "
+                              "'__metadata__' is the header's metadata entry; rename the tensor")  # fmt: skip
     if bad := [name for name, t in tensors.items() if not isinstance(t, Tensor)]:
         raise TensorTypeError(f"safe_save writes Tensors; {bad[0]!r} is a {type(tensors[bad[0]]).__name__}")
     if weak := [name for name, t in tensors.items() if t.dtype.is_weak]:
@@ -147,6 +153,9 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
     each tensor is read from a zero-copy view of the memory-mapped file straight into a buffer there; a device that
     streams files itself (`load_file`: USB) gets the file's data section in one allocation, each tensor a view of
     it."""
+    if not isinstance(path, (str, os.PathLike, Tensor)):
+        raise TensorTypeError(f"safe_load takes a path (str or os.PathLike) or a 1-D uint8 tensor of the file's bytes, "
+                              f"got {type(path).__name__}")  # fmt: skip
     if isinstance(path, Tensor):
         if not file_backed(path.device):
             return _load_from_bytes(path, device)

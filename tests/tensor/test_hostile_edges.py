@@ -1,0 +1,175 @@
+"""Hostile inputs that reached a raw Python error or a silently wrong result: a safetensors header int of more digits
+than Python converts, loaders given a path that is no path, safe_save given a list or names the format can't hold,
+tensors a file may claim that numpy can't hold (a dim beyond int64 next to a 0, more than 64 dims), a GGUF
+alignment spelled as a bool, ggml_data_to_tensor told to read a negative count, a legacy torch checkpoint holding a
+tensor in a set or as a dict key, a misspelled device given to `.to` of a device-less tensor, and two Variables of
+one name bound to different values in one kernel. Each now raises the package's named error saying what is wrong;
+the valid neighbours of each input keep working (checked against numpy)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import pickle
+import struct
+import sys
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, Variable, dtypes
+from speck.tensor.errors import (
+    GGUFError,
+    SafetensorsError,
+    TensorTypeError,
+    TensorValueError,
+    UnknownDeviceError,
+)
+from speck.tensor.nn.checkpoints import tar_extract, torch_load, zip_extract
+from speck.tensor.nn.gguf import ggml_data_to_tensor
+from speck.tensor.nn.state import gguf_load, safe_load, safe_save
+
+F4 = np.arange(4, dtype=np.float32)
+
+
+def _st(path: pathlib.Path, header: bytes | dict[str, Any], data: bytes = F4.tobytes()) -> pathlib.Path:
+    js = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(js)) + js + data)
+    return path
+
+
+def test_a_header_int_of_too_many_digits_is_a_safetensors_error(tmp_path: pathlib.Path) -> None:
+    raw = b'{"a": {"dtype": "U8", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 0]}}'
+    with pytest.raises(SafetensorsError, match="not valid JSON"):
+        safe_load(_st(tmp_path / "digits.safetensors", raw))
+
+
+@pytest.mark.parametrize("path", [3, None, 2.5, [b"x"]])
+@pytest.mark.parametrize("loader", [safe_load, torch_load, gguf_load, tar_extract, zip_extract])
+def test_loaders_refuse_a_path_that_is_no_path(loader: Any, path: Any) -> None:
+    with pytest.raises(TensorTypeError, match="path"):
+        loader(path)
+
+
+def test_safe_save_refuses_a_list_and_names_it_cannot_store(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(TensorTypeError, match="mapping"):
+        safe_save([Tensor([1.0])], tmp_path / "list.safetensors")  # type: ignore[arg-type]
+    for name in (1, "__metadata__"):  # 1 would come back as "1"; __metadata__ would make the file unreadable
+        with pytest.raises(TensorTypeError, match="name"):
+            safe_save({name: Tensor([1.0])}, tmp_path / "bad.safetensors")  # type: ignore[dict-item]
+        assert not (tmp_path / "bad.safetensors").exists()
+    safe_save({"__metadata": Tensor(F4)}, tmp_path / "ok.safetensors")
+    np.testing.assert_array_equal(safe_load(tmp_path / "ok.safetensors")["__metadata"].numpy(), F4)
+
+
+def test_an_empty_tensor_with_a_dim_beyond_int64_is_refused_when_read(tmp_path: pathlib.Path) -> None:
+    p = _st(tmp_path / "huge.safetensors", {"a": {"dtype": "U8", "shape": [2**70, 0], "data_offsets": [0, 0]}})
+    t = safe_load(p)["a"]
+    assert t.shape == (2**70, 0)
+    with pytest.raises(TensorValueError, match="empty tensor"):
+        t.numpy()
+    assert Tensor.zeros(2**20, 0).numpy().shape == (2**20, 0)  # a big but indexable dim still reads
+
+
+def test_a_tensor_of_more_dims_than_numpy_holds_is_refused_when_read() -> None:
+    with pytest.raises(TensorValueError, match="64"):
+        Tensor.ones(*(1,) * 65).numpy()
+    np.testing.assert_array_equal(Tensor.ones(*(1,) * 64).numpy(), np.ones((1,) * 64, np.float32))
+
+
+def _gs(x: str) -> bytes:
+    return struct.pack("<Q", len(x)) + x.encode()
+
+
+def test_a_gguf_alignment_spelled_as_a_bool_is_refused() -> None:
+    def gguf(kv: bytes) -> Tensor:
+        head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + _gs("general.alignment") + kv
+        head += _gs("a") + struct.pack("<IQIQ", 1, 4, 0, 0)
+        return Tensor(head + b"\0" * (-len(head) % 32) + F4.tobytes())
+
+    with pytest.raises(GGUFError, match="alignment"):
+        gguf_load(gguf(struct.pack("<IB", 7, 1)))  # type 7: bool True (read as alignment 1, the data was misread)
+    np.testing.assert_array_equal(gguf_load(gguf(struct.pack("<II", 4, 32)))[1]["a"].numpy(), F4)  # uint32 32
+
+
+@pytest.mark.parametrize("n", [-1, -5, 1.5, "2"])
+def test_ggml_data_to_tensor_refuses_a_count_that_is_no_count(n: Any) -> None:
+    with pytest.raises(GGUFError, match="non-negative int"):
+        ggml_data_to_tensor(Tensor(F4.tobytes()), n, 0)
+    np.testing.assert_array_equal(ggml_data_to_tensor(Tensor(F4.tobytes()), np.int64(3), 0).numpy(), F4[:3])
+
+
+# ---- a legacy (pre-zip) torch checkpoint, pickled with stand-ins for torch's rebuild function and storage class
+class _Storage:
+    def __init__(self, key: str, numel: int) -> None:
+        self.key, self.numel = key, numel
+
+
+class _Reduce:
+    def __init__(self, fn: Any, args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.fn, self.args
+
+
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """torch._utils._rebuild_tensor_v2 and torch.FloatStorage as importable names (pickle saves them by name)."""
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    def _rebuild_tensor_v2(*args: Any) -> None: ...
+
+    _rebuild_tensor_v2.__module__ = "torch._utils"
+    _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+    storage = type("FloatStorage", (), {"__module__": "torch"})
+    utils._rebuild_tensor_v2, torch.FloatStorage = _rebuild_tensor_v2, storage  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+    return _rebuild_tensor_v2, storage
+
+
+def _legacy(obj: Any, storage_type: Any, data: bytes) -> Tensor:
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, o: Any) -> Any:
+            return ("storage", storage_type, o.key, "cpu", o.numel) if isinstance(o, _Storage) else None
+
+    b = io.BytesIO()
+    for x in (0x1950A86A20F9469CFC6C, 1001, {"little_endian": True}):
+        pickle.dump(x, b, protocol=2)
+    Pickler(b, protocol=2).dump(obj)
+    pickle.dump(["0"], b, protocol=2)
+    b.write(struct.pack("<q", len(data) // 4) + data)
+    return Tensor(b.getvalue())
+
+
+def test_a_legacy_torch_tensor_in_a_set_or_as_a_key_is_rebuilt(fake_torch: tuple[Any, Any]) -> None:
+    rebuild, storage = fake_torch
+    tensor = _Reduce(rebuild, (_Storage("0", 4), 0, (4,), (1,), False, {}))
+    out = torch_load(_legacy({"s": _Reduce(frozenset, ([tensor],)), "k": {tensor: 1}}, storage, F4.tobytes()))
+    (in_set,) = out["s"]
+    (as_key,) = out["k"]
+    for t in (in_set, as_key):  # were the loader's internal placeholder objects, not tensors
+        assert isinstance(t, Tensor)
+        np.testing.assert_array_equal(t.numpy(), F4)
+
+
+@pytest.mark.parametrize("device", ["GPU", "", "CPU:X", ("CPU", "bogus")])
+def test_to_a_misspelled_device_is_refused_for_a_device_less_tensor(device: Any) -> None:
+    t = Tensor.arange(4)  # device-less until it meets a device: `.to` used to return it as is for any name
+    with pytest.raises(UnknownDeviceError):
+        t.to(device)
+    np.testing.assert_array_equal(t.to("cpu").numpy(), np.arange(4))
+
+
+def test_one_variable_name_bound_to_two_values_in_one_kernel_is_refused() -> None:
+    a, b = Variable("i", 1, 10), Variable("i", 1, 10)  # the same variable (same name and bounds)
+    with pytest.raises(TensorValueError, match="bound to 2 and to 3"):
+        (Tensor.ones(10)[: a.bind(2)].sum() + Tensor.ones(10)[: b.bind(3)].sum()).item()  # was 6.0, silently
+    assert (Tensor.ones(10)[: a.bind(3)].sum() + Tensor.ones(10)[: b.bind(3)].sum()).item() == 6.0
+    x = Tensor.arange(10, dtype=dtypes.int32)
+    j = Variable("j", 1, 10)
+    assert (x[: a.bind(2)].sum() + x[: j.bind(3)].sum()).item() == int(np.arange(2).sum() + np.arange(3).sum())
