@@ -127,7 +127,8 @@ def main() -> None:
     print(
         f"first {a.model} step: main thread {main_cpu:.3f} s CPU; {len(sources)} kernels lowered, "
         f"{counts['render']} rendered; "
-        f"compile pool {stats.get('submitted', 0):.0f} compiles, {stats.get('cpu_s', 0):.2f} s CPU"
+        f"compile pool {stats.get('submitted', 0):.0f} compiles ({stats.get('shared', 0):.0f} of them another's "
+        f"object renamed), {stats.get('cpu_s', 0):.2f} s CPU"
     )
     total = stages["to_program"]
     stages["outside to_program (schedule, run, jit)"] = main_cpu - total

@@ -6,8 +6,8 @@ Run: python3 bench/train.py [--models mlp,small-cnn,cnn] [--steps N] [--warm-cac
 150 ms, MLP step < 2 ms, first CNN step with a cold compile cache <= 1 s. The first step includes scheduling,
 lowering and compiling every kernel: it runs with an empty compile cache (a fresh SPECK_CACHE_DIR for this process)
 unless --warm-cache uses the usual one, and a line under each model says where its time went: the main thread's CPU
-(scheduling and lowering; the LLVM compiles run meanwhile on the compile lanes, one per core, lanes past the first
-in worker processes) and the compiles' CPU.
+(scheduling and lowering; the LLVM compiles run meanwhile in the compile lanes' worker processes, one per core but
+the main thread's, and on the main thread once it waits for them) and the compiles' CPU.
 
 The "bounds check" rows give the cost of CHECK_OOB (the device-side check of index tensors; here the labels of the
 cross-entropy): the steady step with the check on and off, built as two jitted steps and timed in interleaved
@@ -82,10 +82,12 @@ def bench_model(name: str, batch: int, steps: int) -> tuple[float, float, int, s
     step().item()
     first, main_cpu = time.perf_counter() - t0, time.thread_time() - c0
     after = compile_pool_stats()
-    d = {k: after.get(k, 0) - before.get(k, 0) for k in ("submitted", "cpu_s", "worker_cpu_s", "worker_objects")}
+    keys = ("submitted", "shared", "cpu_s", "worker_cpu_s", "worker_objects")
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
     detail = (f"first step: main thread {main_cpu:.2f} s CPU (schedule, lowering, run); {int(d['submitted'])} "
-              f"compiles, {d['cpu_s']:.2f} s CPU on {int(after.get('lanes', 0))} lanes ({int(d['worker_objects'])} "
-              f"objects, {d['worker_cpu_s']:.2f} s, in worker processes)")  # fmt: skip
+              f"compiles ({int(d['shared'])} of them another's object renamed), {d['cpu_s']:.2f} s CPU on "
+              f"{int(after.get('lanes', 0))} lanes ({int(d['worker_objects'])} objects, {d['worker_cpu_s']:.2f} s, "
+              "in worker processes)")  # fmt: skip
     step().item()  # the capture run
     times = []
     for _ in range(steps):

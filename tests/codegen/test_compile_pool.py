@@ -135,6 +135,19 @@ def test_compile_error_is_the_compilers(new_pool: Callable[[int], CompilePool]) 
     assert p.submit(c, scaled_ir(1)).result() == c.compile_uncached(scaled_ir(1)) and w.compiled == 1
 
 
+def test_a_waiting_caller_compiles_what_no_lane_has_taken(new_pool: Callable[[int], CompilePool]) -> None:
+    c = LLVMCompiler()
+    p = new_pool(1)
+    srcs = [scaled_ir(k) for k in range(40, 52)]
+    futs = [p.submit(c, s) for s in srcs]
+    # the lane's worker is still starting (its feeder holds the first source): the others wait on the queue, and a
+    # caller asking for one compiles it itself
+    got = [p.result(f) for f in reversed(futs)][::-1]
+    assert got == [c.compile_uncached(s) for s in srcs]
+    st = p.stats()
+    assert st["local_objects"] >= 1 and st["worker_objects"] + st["local_objects"] == len(srcs)  # each one once
+
+
 def test_flags_mismatch_is_refused_and_the_lane_compiles_here(
     new_pool: Callable[[int], CompilePool], monkeypatch: pytest.MonkeyPatch
 ) -> None:

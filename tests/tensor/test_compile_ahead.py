@@ -164,3 +164,33 @@ def test_ahead_compiles_in_worker_processes_give_the_same_objects(monkeypatch: p
     compiler = Device["CPU"].backend.compiler
     for p in progs:
         assert p.spec.lib == compiler.compile_uncached(p.spec.src)  # byte-identical to an in-process compile
+
+
+def _same_body_pair(seed: int) -> tuple[list[np.ndarray], list[str]]:
+    """Two elementwise kernels over 32 and 64 elements (bodies equal but for the name: the CPU ABI hands each call
+    its slice) realized in one schedule: their results and the kernels' names."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(32).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    x, y = (Tensor(a) * 3 + 1).exp(), (Tensor(b) * 3 + 1).exp()
+    Tensor.realize(x, y)
+    names = sorted(p.spec.name for p in R._program_cache.values() if isinstance(p, R.Kernel))
+    return [x.numpy(), y.numpy()], names
+
+
+def test_kernels_equal_but_for_their_name_compile_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 0)  # each kernel compiled by itself
+    serial, serial_names = _same_body_pair(4)
+    monkeypatch.setattr(R, "_program_cache", R.ProgramCache(1024))
+    monkeypatch.setattr(R.COMPILE_THREADS, "value", 1)
+    before = R.compile_pool_stats().get("shared", 0)
+    shared, names = _same_body_pair(4)
+    assert R.compile_pool_stats()["shared"] > before  # one of the two objects was the other's renamed
+    assert names == serial_names and len(set(names)) == 2  # each kernel keeps its own name
+    for got, want in zip(shared, serial, strict=True):
+        np.testing.assert_array_equal(got, want)  # the same code: bit-identical results
+    rng = np.random.default_rng(4)
+    for got, n in zip(shared, (32, 64), strict=True):
+        np.testing.assert_allclose(got, np.exp(rng.standard_normal(n).astype(np.float32) * 3 + 1), rtol=1e-5)
+    for p in R._program_cache.values():
+        if isinstance(p, R.Kernel):
+            assert f"@{p.spec.name}(" in p.spec.src  # the source still describes the object it runs

@@ -268,7 +268,9 @@ def _compile_codegen(ast: UOp, device: str) -> Kernel:
     if ahead is not None:  # lowered by _compile_ahead; its object comes from the compile pool
         spec, fut = ahead
         try:
-            spec.lib = fut.result()  # a compile error raises here, where the kernel is needed, as a serial one would
+            # (a compile no lane has started is done here; an error raises here, where the kernel is needed, as a
+            # serial compile's would)
+            spec.lib = _compile_pool.result(fut) if _compile_pool is not None else fut.result()
         except CompileRefused as e:  # the compiler refused it late: the registry renders it with the fallback
             spec = dev.backend.refused(ast, e, **_beam_args(dev))
     else:
@@ -322,8 +324,10 @@ def _check_runs_kernels(device: str, ast: UOp) -> None:
 # a speck.codegen CompilePool: lowering is Python (it holds the GIL), and LLVM compiles in worker processes, one per
 # core, so it neither waits for the GIL nor for llvmlite's one-call-at-a-time lock (a cold CNN training step: ~2 s
 # of lowering, ~3 s of LLVM CPU for 103 kernels; one in-process LLVM thread was the critical path). gcc/clang compile
-# on the pool's threads. SPECK_COMPILE_THREADS sets the lanes (default: one per core, at most 4); 0 compiles each
-# kernel when it is first run instead.
+# on the pool's threads. SPECK_COMPILE_THREADS sets the lanes (default: one per core but this thread's, at least 1 and
+# at most 4: once it has lowered the batch, this thread compiles the kernels it waits for that no lane has started,
+# so on 2 cores one worker process runs beside the lowering instead of two competing with it for the cores);
+# 0 compiles each kernel when it is first run instead.
 _ahead: dict[tuple[str, UOp], tuple[Any, Any]] = {}  # (device, ast) -> (ProgramSpec without lib, Future of lib)
 _compile_pool: Any = None
 
@@ -338,9 +342,10 @@ def _compile_ahead(kernels: Iterable[tuple[str, UOp]]) -> None:
     if len(todo) < 2 or not USE_CODEGEN.value or not COMPILE_THREADS.value:
         return
     if _compile_pool is None:
-        from speck.codegen.compiler.pool import CompilePool
+        from speck.codegen.compiler.pool import CompilePool, default_lanes
 
-        _compile_pool = CompilePool(None if COMPILE_THREADS.value < 0 else int(COMPILE_THREADS.value))
+        lanes = COMPILE_THREADS.value
+        _compile_pool = CompilePool(default_lanes(spare_caller=True) if lanes < 0 else int(lanes))
     inflight: dict[tuple[int, str], Any] = {}  # two ASTs rendering the same source compile once
     with gc_paused():  # the collector runs once after the batch, not after each kernel
         for device, ast in todo:

@@ -117,7 +117,8 @@ COMPILE_THREADS = declare(
     -1,
     T,
     ("speck.tensor.realize",),
-    "lanes compiling a schedule's new kernels ahead (-1: one per core, at most 4; 0: none; at most 64)",
+    "lanes compiling a schedule's new kernels ahead (-1: one per core but the calling thread's, 1 to 4; 0: none; "
+    "at most 64)",
 )
 PROGRAM_CACHE = declare(
     "SPECK_PROGRAM_CACHE",

@@ -71,6 +71,13 @@ class Compiler:
             store.put(key, lib)  # atomic; an unwritable cache is not an error: the object is still returned
         return lib
 
+    def name_free(self, src: str) -> tuple[str, str] | None:
+        """(the source with its one function's name taken out, that name) when the object depends on the name only
+        through that function's symbol, so two sources equal but for the name compile to objects equal but for it
+        (`CompilePool` then compiles one and renames, `compiler.symbols.rename_symbol`); None when that is not known
+        (the default)."""
+        return None
+
     def invalidate(self, src: str) -> bool:
         """Drop the cached object of `src` (True when there was one), so the next `compile` compiles afresh."""
         return self.disk_cache().delete(self.cache_key(src))

@@ -34,6 +34,12 @@ KERNEL_PASSES: tuple[str, ...] = (
     "instruction_combine", "sroa", "instruction_combine", "simplify_cfg",
     "loop_rotate", "loop_unroll", "instruction_combine", "simplify_cfg",
 )  # fmt: skip
+# Most of a compile is the code generator's (a cold CNN step's 104 modules: parse 0.07 s, these passes 0.36 s, object
+# emission 0.9 s CPU, instruction selection the largest part), and it stays at level `opt` (2) with its default
+# passes. Measured against that (emission CPU; each kernel of the warm step alone, bench/tools/step_kernels.py):
+# codegen level 1 emits 4-5% faster, and the step's kernels ran 0-2% slower in all, a few small reductions 15-20%;
+# -disable-lsr emits 17% faster, but the convolutions' kernels ran 11-17% slower (the 41 single-loop modules, where
+# loop strength reduction has least to do, would save only 0.01 s of it).
 # LLVM fully unrolls a constant loop when the unrolled body's estimated cost stays under this threshold (LLVM's own
 # default is 150). A convolution's kernel-column loop (5 steps of 8 FMAs, 4 broadcasts and 2 loads, before cleanup)
 # costs about 225: at 150 it stays a loop whose counter and branch cost 10 of its 18 instructions per step. Each
@@ -65,6 +71,7 @@ def _unroll_threshold() -> int:
 
 PIPELINES = ("kernel", "default")
 _VECTOR_TYPE = re.compile(r"<\d+ x ")
+_DEFINE = re.compile(r"^define [^@\n]*@([A-Za-z_.$][\w.$]*)\(", re.M)
 
 
 def _llvm() -> Any:
@@ -159,6 +166,20 @@ class LLVMCompiler(Compiler):
         kwargs = (("opt", self.opt), ("cpu", self.cpu), ("features", self.features), ("pipeline", self.pipeline))
         env = (("SPECK_LLVM_UNROLL_THRESHOLD", str(UNROLL_THRESHOLD)),)
         return WorkerRecipe(type(self).__module__, type(self).__qualname__, kwargs, env, tuple(self.flags))
+
+    def name_free(self, src: str) -> tuple[str, str] | None:
+        """For a module speck's LLVM renderer made (one `define`, a first line `; kernel NAME...`): the source with
+        NAME taken out of both, and NAME; None for any other module, or when NAME appears anywhere else."""
+        m = _DEFINE.search(src)
+        if m is None or src.count("define ") != 1:
+            return None
+        name = m.group(1)
+        first, nl, rest = src.partition("\n")
+        comment = f"; kernel {name}"
+        if not (first == comment or first.startswith(comment + " ")):
+            return None
+        body = "; kernel \0" + first[len(comment) :] + nl + rest.replace(f"@{name}(", "@\0(", 1)
+        return None if name in body else (body, name)
 
     def _optimized_module(self, src: str) -> Any:
         llvm = _llvm()

@@ -5,7 +5,9 @@ LLVM in this process compiled badly next to that: llvmlite runs one LLVM call at
 lock), and every one of the ~30 llvmlite calls of a compile hands the GIL back and forth with the lowering thread,
 each time waiting up to the interpreter's switch interval (5 ms) for it: a compile thread next to a busy main
 thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt elsewhere (it has a `worker_recipe()`
-returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core: each lane is a
+returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core (or one per core
+but the caller's, `default_lanes(spare_caller=True)`, for a caller that asks for each object with `result`: a compile
+no lane has started yet is then done on the caller's thread, which has nothing else to do then): each lane is a
 worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
 itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
 a reader that hands the answers to their futures. The worker writes the cache entry of what it built (before it
@@ -18,7 +20,10 @@ The worker is a fresh interpreter (not a fork: the parent has threads) that impo
 rebuilds the compiler from the recipe, checks that its `flags` (the cache key's compiler identity: LLVM version,
 CPU, features, passes) equal the parent's, and then answers (recipe, source, cache entry to write) -> object bytes
 in order. Objects are byte-identical to `compiler.compile(src)` and a compiler's own error comes back as the same
-CompileError. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
+CompileError. One exception: a source equal but for its kernel's name to one submitted before (about 20 of a cold
+CNN step's 104 kernels: an elementwise body does not depend on its element count) is not compiled again; its object
+is the other's with the function symbol renamed (`speck.codegen.compiler.symbols`), the same code under its own
+name. A worker that is not up within BOOT_WAIT seconds, dies, or disagrees on flags is never used again: its
 lane compiles in this process (so a result is never different, only slower)."""
 
 from __future__ import annotations
@@ -33,14 +38,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from speck.codegen.cache import cache_enabled, cache_root
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.symbols import rename_symbol
 from speck.codegen.errors import CompileError, CompileRefused, WorkerError
 from speck.codegen.settings import CACHE_DIR
 from speck.uop.helpers import CACHELEVEL
@@ -51,15 +57,18 @@ BOOT_WAIT = 10.0  # seconds a lane waits for its worker to start before compilin
 
 
 MAX_LANES = 64
+SHARED_BODIES = 1024  # sources (without their names) whose objects are kept for renaming, most recent first
 
 
-def default_lanes() -> int:
-    """One lane per core this process may run on, at most DEFAULT_MAX_LANES."""
+def default_lanes(spare_caller: bool = False) -> int:
+    """One lane per core this process may run on, at most DEFAULT_MAX_LANES; with `spare_caller`, one fewer (at
+    least one): the caller compiles what it waits for itself (`CompilePool.result`), so its core needs no worker
+    (on 2 cores, a second worker competed for the cores with the lowering thread and cost its start-up)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return max(1, min(cores, DEFAULT_MAX_LANES))
+    return max(1, min(cores - spare_caller, DEFAULT_MAX_LANES))
 
 
 @dataclass(frozen=True)
@@ -224,6 +233,20 @@ class _Job:
     compiler: Compiler
     src: str
     future: Future[bytes]
+    taken: threading.Lock = field(default_factory=threading.Lock)  # held by whoever compiles it (a lane, a waiter)
+
+
+class _Queued(Future[bytes]):
+    """The Future of a job on the lanes' queue: `CompilePool.result` compiles it on the caller's thread if no lane
+    has taken it yet."""
+
+    job: _Job | None = None
+
+
+class _Renamed(Future[bytes]):
+    """The Future of an object renamed from `base`'s (see CompilePool.submit)."""
+
+    base: Future[bytes] | None = None
 
 
 class _Lane:
@@ -257,6 +280,8 @@ class _Lane:
     def _feed(self) -> None:
         jobs = self.pool._jobs
         while (job := jobs.get()) is not None:
+            if not job.taken.acquire(blocking=False):
+                continue  # (the caller waiting for it compiles it: CompilePool.result)
             if not job.future.set_running_or_notify_cancel():
                 continue
             compiler, src = job.compiler, job.src
@@ -345,17 +370,83 @@ class CompilePool:
         self._closing = False
         self._local_cpu_s = 0.0  # CPU seconds of the compiles done in this process
         self._submitted = 0
+        self._local_objects = 0  # compiles done in this process (cache hits included)
+        self._shared = 0  # sources whose object was renamed from another's instead of compiled
+        # (compiler, source without its name) -> (the name, the Future of the object) of the first one submitted
+        self._bodies: OrderedDict[tuple[str, str, tuple[str, ...], str], tuple[str, Future[bytes]]] = OrderedDict()
 
     def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
+        """A Future of `src`'s object. A source equal but for its function's name to one submitted before (by the
+        compiler's `name_free`) is not compiled again: its object is that one's with the symbol renamed (see
+        speck.codegen.compiler.symbols); if that one fails, or can't be renamed, this one is compiled itself."""
         self._submitted += 1
+        name_free = getattr(compiler, "name_free", None)  # (duck-typed compilers have none)
+        shape = None if name_free is None else name_free(src)
+        if shape is None:
+            return self._submit(compiler, src)
+        body, name = shape
+        key = (type(compiler).__qualname__, compiler.name, tuple(compiler.flags), body)
+        with self._lock:
+            hit = self._bodies.get(key)
+            if hit is not None:
+                self._bodies.move_to_end(key)
+                self._shared += 1
+        if hit is not None:
+            return self._renamed(compiler, src, hit, name)
+        fut = self._submit(compiler, src)
+        with self._lock:
+            self._bodies[key] = (name, fut)
+            if len(self._bodies) > SHARED_BODIES:
+                self._bodies.popitem(last=False)
+        return fut
+
+    def _renamed(self, compiler: Compiler, src: str, base: tuple[str, Future[bytes]], name: str) -> Future[bytes]:
+        base_name, base_fut = base
+        out = _Renamed()
+        out.base = base_fut
+        out.set_running_or_notify_cancel()
+
+        def forward(f: Future[bytes]) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif (e := f.exception()) is not None:
+                out.set_exception(e)
+            else:
+                out.set_result(f.result())
+
+        def done(f: Future[bytes]) -> None:
+            lib = None if f.cancelled() or f.exception() is not None else rename_symbol(f.result(), base_name, name)
+            if lib is not None:
+                out.set_result(lib)
+            else:  # (its own error, or an object this can't rename: compiled as if it were the first)
+                self._submit(compiler, src).add_done_callback(forward)
+
+        base_fut.add_done_callback(done)
+        return out
+
+    def _submit(self, compiler: Compiler, src: str) -> Future[bytes]:
         if getattr(compiler, "worker_recipe", None) is None:
             return self._threads.submit(self._compile_local, compiler, src)
         with self._lock:
             if self._lanes is None:
                 self._lanes = [_Lane(self, i) for i in range(self.lanes)]
-        job = _Job(compiler, src, Future())
+        fut = _Queued()
+        job = fut.job = _Job(compiler, src, fut)
         self._jobs.put(job)
-        return job.future
+        return fut
+
+    def result(self, fut: Future[bytes]) -> bytes:
+        """The object of a Future `submit` returned. A compile no lane has started yet is done on the calling thread
+        (the caller would only wait for it otherwise: with `default_lanes(spare_caller=True)` lanes, the caller is
+        the lane of its core once it has nothing else to do); so is the compile of the object a renamed one waits
+        for."""
+        base = getattr(fut, "base", None)
+        if base is not None:
+            self.result(base)
+        job = getattr(fut, "job", None)
+        if job is not None and job.taken.acquire(blocking=False) and job.future.set_running_or_notify_cancel():
+            self._compile_here(job)
+        return fut.result()
 
     def start_workers(self) -> None:
         """Start every lane's worker process now (they boot while the caller goes on); done by the first cache miss
@@ -405,6 +496,7 @@ class CompilePool:
         finally:
             with self._lock:
                 self._local_cpu_s += time.thread_time() - t
+                self._local_objects += 1
 
     def _compile_here(self, job: _Job) -> None:
         try:
@@ -413,12 +505,15 @@ class CompilePool:
             job.future.set_exception(e)
 
     def stats(self) -> dict[str, float]:
-        """Lanes, sources submitted, CPU seconds spent compiling (in this process, cache lookups included, and in
-        the workers) and objects the workers built: what a benchmark reports."""
+        """Lanes, sources submitted, those of them whose object was another's renamed (`shared`), CPU seconds spent
+        compiling (in this process, cache lookups included, and in the workers), objects the workers built and compiles
+        done in this process: what a benchmark reports."""
         ws = self.workers()
         worker_cpu = sum(w.cpu_s for w in ws)
-        return {"lanes": self.lanes, "submitted": self._submitted, "cpu_s": self._local_cpu_s + worker_cpu,
-                "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws)}  # fmt: skip
+        return {"lanes": self.lanes, "submitted": self._submitted, "shared": self._shared,
+                "cpu_s": self._local_cpu_s + worker_cpu,
+                "worker_cpu_s": worker_cpu, "worker_objects": sum(w.compiled for w in ws),
+                "local_objects": self._local_objects}  # fmt: skip
 
 
 __all__ = ["CompilePool", "WorkerError", "WorkerRecipe", "default_lanes", "import_whole", "serve"]
