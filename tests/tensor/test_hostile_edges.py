@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pathlib
 import pickle
 import struct
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from speck.tensor import Tensor, Variable, dtypes
+from speck.tensor import Tensor, Variable, dtypes, nn
 from speck.tensor.errors import (
     GGUFError,
     SafetensorsError,
@@ -28,6 +29,7 @@ from speck.tensor.errors import (
     TensorValueError,
     UnknownDeviceError,
 )
+from speck.tensor.nn import optim
 from speck.tensor.nn.checkpoints import tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import ggml_data_to_tensor
 from speck.tensor.nn.state import gguf_load, safe_load, safe_save
@@ -173,3 +175,46 @@ def test_one_variable_name_bound_to_two_values_in_one_kernel_is_refused() -> Non
     x = Tensor.arange(10, dtype=dtypes.int32)
     j = Variable("j", 1, 10)
     assert (x[: a.bind(2)].sum() + x[: j.bind(3)].sum()).item() == int(np.arange(2).sum() + np.arange(3).sum())
+
+
+_NORMS: dict[str, Any] = {
+    "BatchNorm": lambda **kw: nn.BatchNorm(3, **kw),
+    "LayerNorm": lambda **kw: nn.LayerNorm(4, **kw),
+    "GroupNorm": lambda **kw: nn.GroupNorm(1, 3, **kw),
+    "InstanceNorm": lambda **kw: nn.InstanceNorm(3, **kw),
+    "RMSNorm": lambda **kw: nn.RMSNorm(4, **kw),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(_NORMS))
+def test_norm_layers_refuse_an_eps_that_is_no_nonnegative_number(layer: str) -> None:
+    for eps in ("a", "1e-5", None, [1e-5]):  # were a raw TypeError or "can't make a Tensor from str" at the call
+        with pytest.raises(TensorTypeError, match="eps must be a number"):
+            _NORMS[layer](eps=eps)
+    for eps in (-1.0, math.nan, math.inf):  # gave NaN outputs
+        with pytest.raises(TensorValueError, match="eps must be finite"):
+            _NORMS[layer](eps=eps)
+    assert _NORMS[layer](eps=np.float32(1e-3)).eps == np.float32(1e-3)
+
+
+def test_batchnorm_refuses_a_momentum_that_is_no_number() -> None:
+    with pytest.raises(TensorTypeError, match="momentum must be a number"):
+        nn.BatchNorm(3, momentum="a")  # was a raw TypeError ('int' - 'str') at the first training step
+    with pytest.raises(TensorValueError, match="momentum must be finite"):
+        nn.BatchNorm(3, momentum=math.nan)
+    bn, x = nn.BatchNorm(3, momentum=0.5), np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2)
+    with Tensor.train():
+        bn(Tensor(x)).realize()
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.5 * x.mean(axis=(0, 2, 3)), rtol=1e-6)
+
+
+def test_rmsnorm_refuses_a_dim_that_is_no_size() -> None:
+    with pytest.raises(TensorTypeError, match="dim must be an int"):
+        nn.RMSNorm("4")  # type: ignore[arg-type]
+    with pytest.raises(TensorValueError, match="dim must be >= 0"):
+        nn.RMSNorm(-1)
+
+
+def test_optimizer_group_takes_optimizers() -> None:
+    with pytest.raises(TensorTypeError, match="OptimizerGroup takes optimizers"):
+        optim.OptimizerGroup(optim.SGD([Tensor.ones(2, requires_grad=True)]), 1)  # type: ignore[arg-type]

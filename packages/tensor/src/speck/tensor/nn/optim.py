@@ -248,6 +248,9 @@ class OptimizerGroup(Optimizer):
     def __init__(self, *optimizers: Optimizer) -> None:
         if not optimizers:
             raise OptimizerError("OptimizerGroup needs at least one optimizer")
+        if bad := [o for o in optimizers if not isinstance(o, Optimizer)]:
+            raise TensorTypeError(f"OptimizerGroup takes optimizers, got {type(bad[0]).__name__} {bad[0]!r:.40}; pass "
+                                  "e.g. OptimizerGroup(SGD(params_a), Adam(params_b))")  # fmt: skip
         self.optimizers = list(optimizers)
         self.params = [p for o in optimizers for p in o.params]
         self.buffers = [b for o in optimizers for b in o.buffers]
