@@ -218,3 +218,15 @@ def test_rmsnorm_refuses_a_dim_that_is_no_size() -> None:
 def test_optimizer_group_takes_optimizers() -> None:
     with pytest.raises(TensorTypeError, match="OptimizerGroup takes optimizers"):
         optim.OptimizerGroup(optim.SGD([Tensor.ones(2, requires_grad=True)]), 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("device", ["CPU:CLANG", "CPU:X86", "CPU:LLVM", "PYTHON"])
+def test_bool_bytes_other_than_0_and_1_read_as_true(tmp_path: pathlib.Path, device: str) -> None:
+    raw = bytes([2, 0, 255, 1])  # a hostile file's BOOL bytes, or a numpy view of foreign bytes
+    want = np.array([1, 0, 1, 1])
+    p = _st(tmp_path / "bools.safetensors", {"a": {"dtype": "BOOL", "shape": [4], "data_offsets": [0, 4]}}, raw)
+    for t in (Tensor(np.frombuffer(raw, dtype=bool), device=device), safe_load(p, device=device)["a"]):
+        # CLANG and X86 kernels took the bytes as they were: int() gave 2 and 255, logical_not() True, sum() 258
+        np.testing.assert_array_equal(t.int().numpy(), want)
+        np.testing.assert_array_equal(t.logical_not().numpy(), 1 - want)
+        assert t.sum().item() == 3

@@ -218,6 +218,8 @@ class Tensor(
                 arr = arr.astype(arr.dtype.newbyteorder("="))  # (a '>f4' array: same values, native byte order)
             if arr.dtype not in _NP_TO_DT:
                 raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+            if arr.dtype == np.bool_ and arr.size and arr.view(np.uint8).max() > 1:
+                arr = arr.view(np.uint8) != 0  # bool bytes other than 0/1 (a file's, a frombuffer view): kernels read 1
             dt = dt or _NP_TO_DT[arr.dtype]
         elif isinstance(data, (list, tuple)):
             arr, inferred = _from_nested(data, Tensor)
