@@ -230,3 +230,58 @@ def test_bool_bytes_other_than_0_and_1_read_as_true(tmp_path: pathlib.Path, devi
         np.testing.assert_array_equal(t.int().numpy(), want)
         np.testing.assert_array_equal(t.logical_not().numpy(), 1 - want)
         assert t.sum().item() == 3
+
+
+def _logits() -> tuple[Tensor, Tensor]:
+    return Tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)), Tensor([0, 1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, y: x.cross_entropy(y, label_smoothing=None),  # was '<=' between float and NoneType
+        lambda x, y: x.sparse_categorical_crossentropy(y, label_smoothing=np.zeros(3)),
+        lambda x, y: x.sparse_categorical_crossentropy(y, ignore_index=b"x"),  # failed inside the scheduler
+        lambda x, y: x.log_softmax().nll_loss(y, ignore_index=[1]),  # an unhashable constant in the graph
+        lambda x, y: x.cross_entropy(y, reduction=np.zeros(3)),  # numpy's "truth value ... is ambiguous"
+        lambda x, y: x.scaled_dot_product_attention(x, x, attn_mask="causal"),  # 'str' has no attribute 'dtype'
+        lambda x, y: x.reshape(1, 4, 5).batchnorm(None, None, Tensor.zeros(4), Tensor.ones(4), axis=None),
+        lambda x, y: y.one_hot(np.array([3, 4])),  # "only integer scalar arrays can be converted"
+        lambda x, y: x.pad((1, 1), value=np.zeros(3)),
+        lambda x, y: x.reshape(1, 1, 4, 5).avg_pool2d(padding=np.zeros(2, dtype=int)),
+        lambda x, y: x.meshgrid(y, indexing=np.array(["ij", "xy"])),
+        lambda x, y: x.scatter(0, Tensor([[0]]), 1.0, reduce=np.array(["add", "add"])),
+        lambda x, y: x.reshape(1, 1, 4, 5).conv2d(Tensor.ones(1, 1, 2, 2), groups=None),  # int * NoneType
+        lambda x, y: x.reshape(1, 1, 4, 5).conv_transpose2d(Tensor.ones(1, 1, 2, 2), groups=None),
+    ],
+)
+def test_op_arguments_of_the_wrong_kind_are_named_errors(call: Any) -> None:
+    with pytest.raises((TensorTypeError, TensorValueError)):
+        call(*_logits()).realize()
+
+
+def test_conv_groups_below_one_are_a_value_error() -> None:
+    x, w = Tensor.ones(1, 4, 3, 3), Tensor.ones(4, 1, 2, 2)
+    for groups in (0, -1):  # conv_transpose2d's 0 was a ZeroDivisionError, -1 a reshape to -4 channels
+        for op in (Tensor.conv2d, Tensor.conv_transpose2d):
+            with pytest.raises(TensorValueError, match="groups must be >= 1"):
+                op(x, w, groups=groups)
+    xn = np.arange(36, dtype=np.float32).reshape(1, 4, 3, 3)
+    wn = np.arange(16, dtype=np.float32).reshape(4, 1, 2, 2)
+    want = np.zeros((1, 4, 2, 2), np.float32)
+    for c, i, j in np.ndindex(4, 2, 2):  # depthwise: each channel with its own kernel
+        want[0, c, i, j] = (xn[0, c, i : i + 2, j : j + 2] * wn[c, 0]).sum()
+    np.testing.assert_allclose(Tensor(xn).conv2d(Tensor(wn), groups=np.int64(4)).numpy(), want, rtol=1e-6)
+
+
+def test_loss_and_pad_arguments_of_the_right_kind_still_work() -> None:
+    x, y = _logits()
+    xn = x.numpy()
+    logp = xn - np.log(np.exp(xn).sum(1, keepdims=True))
+    want = -logp[np.arange(4), y.numpy()].mean()
+    np.testing.assert_allclose(x.cross_entropy(y, label_smoothing=np.float32(0.0)).item(), want, rtol=1e-5)
+    np.testing.assert_allclose(x.sparse_categorical_crossentropy(y, ignore_index=np.int64(-1)).item(), want, rtol=1e-5)
+    np.testing.assert_array_equal(
+        x.pad((1, 1), value=np.float32(2)).numpy(), np.pad(xn, ((0, 0), (1, 1)), constant_values=2)
+    )
+    np.testing.assert_array_equal(y.one_hot(np.int64(4)).numpy(), np.eye(4, dtype=np.int32)[y.numpy()])
