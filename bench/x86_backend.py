@@ -145,23 +145,18 @@ def compile_times(ast: UOp, repeats: int) -> tuple[float, float]:
 
 def cnn_step(device: str, batch: int = 128) -> Callable[[], float]:
     """A jitted CNN training step on `device` (model, optimizer and data of its own); calling it runs one step."""
-    from speck.hcq import Device
-    from speck.tensor import Tensor
+    from speck.tensor import Context, Tensor
     from speck.tensor.examples.train import MODELS
     from speck.tensor.nn.optim import Adam
     from speck.tensor.nn.state import get_parameters
 
-    prev = Device.DEFAULT
-    Device.DEFAULT = device
-    try:
+    with Context(DEV=device):
         Tensor.manual_seed(0)
         model = MODELS["cnn"]()
         opt = Adam(get_parameters(model), lr=1e-3)
         rng = np.random.default_rng(0)
         x = Tensor(rng.random((batch, 1, 28, 28), dtype=np.float32), device=device).realize()
         y = Tensor(rng.integers(0, 10, batch).astype(np.int32), device=device).realize()
-    finally:
-        Device.DEFAULT = prev
 
     step = jit_train_step(model, opt)
 

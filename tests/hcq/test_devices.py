@@ -45,14 +45,25 @@ def test_registry_returns_one_device_per_name() -> None:
         assert Device.DEFAULT == "CPU"
     with Context(DEV="null"):
         assert Device.DEFAULT == "NULL"
-        Device.DEFAULT = "cpu:1"
-        try:
+        with Context(DEV="cpu:1"):
             assert Device.DEFAULT == "CPU:1"
-            with pytest.raises(DeviceNotFoundError, match="unknown device 'TPU'"):
-                Device.DEFAULT = "TPU"
-        finally:
-            Device.DEFAULT = None
         assert Device.DEFAULT == "NULL"
+
+
+def test_device_default_is_not_assignable_and_unknown_types_are_module_errors() -> None:
+    """TENSOR_API 1.1/1.2: `Device.DEFAULT = x` is an AttributeError naming Context(DEV=...); `Device["FOO"]` is a
+    ModuleNotFoundError (and still a KeyError and DeviceNotFoundError)."""
+    from speck.uop import Context
+
+    before = Device.DEFAULT
+    with pytest.raises(AttributeError, match=r"Context\(DEV='CPU:1'\)"):
+        Device.DEFAULT = "CPU:1"
+    assert Device.DEFAULT == before  # nothing was changed
+    for exc in (ModuleNotFoundError, KeyError, DeviceNotFoundError):
+        with pytest.raises(exc, match="unknown device 'FOO'"):
+            Device["FOO"]
+    with Context(DEV="TPU"), pytest.raises(DeviceNotFoundError, match="DEV=TPU"):
+        _ = Device.DEFAULT
 
 
 @pytest.mark.parametrize(

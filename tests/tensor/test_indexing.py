@@ -52,7 +52,25 @@ def test_advanced_indexing(idx: tuple[Any, ...]) -> None:
     tidx = tuple(Tensor(i) if isinstance(i, np.ndarray) else i for i in idx)
     assert_matches(Tensor(A)[tidx].numpy(), A[idx])
     lidx = tuple(i.tolist() if isinstance(i, np.ndarray) and i.dtype != np.bool_ else i for i in idx)
-    assert_matches(Tensor(A)[lidx if len(lidx) > 1 else lidx[0]].numpy(), A[idx])
+    # a bare list is one index only when flat: a nested one is split per dim (tinygrad's rule, test below)
+    flat = len(lidx) == 1 and isinstance(lidx[0], list) and all(isinstance(x, int) for x in lidx[0])
+    assert_matches(Tensor(A)[lidx[0] if flat else lidx].numpy(), A[idx])
+
+
+def test_a_bare_nested_list_index_is_a_sequence_of_per_dim_indices() -> None:
+    # TENSOR_API 6.1 (tinygrad's rule, unlike numpy): a list holding a non-int is indexed like a tuple, so
+    # t[[[0], [2]]] is t[[0], [2]]; t[[[0], [2]],] is the one 2-d index numpy reads it as
+    b = np.arange(24).reshape(2, 3, 4)
+    assert_matches(Tensor(b)[[[0], [2]]].numpy(), b[[0], [2]])
+    assert_matches(Tensor(b)[[[1, 0], [2, 2]]].numpy(), b[[1, 0], [2, 2]])
+    assert_matches(Tensor(b)[[[0], [1]],].numpy(), b[[[0], [1]],])
+    assert_matches(Tensor(b)[[1, slice(None), None]].numpy(), b[1, :, None])
+    assert_matches(Tensor(b)[[1, 0]].numpy(), b[[1, 0]])  # all ints: one advanced index
+    t = Tensor(np.zeros((3, 4), np.float32)).realize()
+    t[[[0], [2]]] = 5.0
+    ref = np.zeros((3, 4), np.float32)
+    ref[[0], [2]] = 5.0
+    assert_matches(t.numpy(), ref)
 
 
 @pytest.mark.parametrize("idx", [

@@ -11,8 +11,8 @@ import pathlib
 
 import pytest
 
-from speck.hcq import Device
 from speck.tensor.examples import train
+from speck.uop import Context
 
 FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 STEPS = 100
@@ -21,12 +21,8 @@ ARGS = ["--model", "cnn", "--steps", str(STEPS), "--batch", "128", "--lr", "0.00
 
 
 def _accuracy_on(device: str) -> float:
-    prev = Device._default  # the assigned default (None: $DEV decides), restored as it was
-    Device.DEFAULT = device
-    try:
+    with Context(DEV=device):
         return train.main(ARGS)
-    finally:
-        Device.DEFAULT = prev
 
 
 # CI installs Debian's dataset-fashion-mnist (the README test command does), so there this test always runs

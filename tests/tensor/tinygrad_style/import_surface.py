@@ -142,6 +142,13 @@ class TestRenderer(unittest.TestCase):
         self.assertNotIn(Ops.THREEFRY, Device["CPU:CLANG"].renderer.code_for_op)
         self.assertIsInstance(NATIVE_SQRT, bool)
 
+    def test_renderer_target_names_device_renderer_and_arch(self):
+        for dev, renderer in (("CPU:LLVM", "LLVM"), ("CPU:CLANG", "CLANG"), ("CPU:X86", "X86")):
+            t = Device[dev].renderer.target
+            self.assertIsInstance(t, Target)
+            self.assertEqual((t.device, t.renderer), ("CPU", renderer))
+            self.assertEqual(Target.parse(repr(t)), t)
+
 
 class TestSignatures(unittest.TestCase):
     def test_uop_const(self):

@@ -15,6 +15,7 @@ from speck.hcq.device import DeviceBase
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.errors import (
     CopySizeError,
+    DefaultDeviceAssignmentError,
     DeviceNotFoundError,
     DeviceUnavailableError,
     ElfLinkError,
@@ -36,7 +37,8 @@ def mem_used() -> int:
 
 __all__ = [
     "MEMORY", "Allocator", "Buffer", "BufferOptions", "BufferParam", "CopySizeError", "DTypeInfo", "Device",
-    "DeviceBase", "DeviceNotFoundError", "DeviceUnavailableError", "ElfLinkError", "HCQError", "HWQueue",
+    "DefaultDeviceAssignmentError", "DeviceBase", "DeviceNotFoundError", "DeviceUnavailableError", "ElfLinkError",
+    "HCQError", "HWQueue",
     "OutOfMemoryError", "ProfileEvent", "Program", "ProgramArgumentError", "Signal", "SignalTimeoutError",
     "__version__", "canonicalize", "dtype_info", "kind_of", "mem_used", "register_device",
 ]  # fmt: skip

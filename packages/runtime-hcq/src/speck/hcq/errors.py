@@ -46,11 +46,16 @@ class CopySizeError(HCQError, ValueError):
     """A copy between a buffer and host memory (or between two buffers) whose byte sizes differ."""
 
 
-class DeviceNotFoundError(HCQError, KeyError):
-    """An unknown device name; the message lists the known ones."""
+class DeviceNotFoundError(HCQError, KeyError, ModuleNotFoundError):
+    """An unknown device name; the message lists the known ones. A ModuleNotFoundError as for an unknown device type
+    in tinygrad, and a KeyError as a failed registry lookup."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
+
+
+class DefaultDeviceAssignmentError(HCQError, AttributeError):
+    """`Device.DEFAULT = ...`: the default device is the DEV setting's to choose (Context(DEV=...) or DEV.value)."""
 
 
 class DeviceUnavailableError(HCQError):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.errors import DeviceNotFoundError, HCQValueError
+from speck.hcq.errors import DefaultDeviceAssignmentError, DeviceNotFoundError, HCQValueError
 from speck.uop.helpers import DEV, Target
 
 if TYPE_CHECKING:
@@ -157,7 +157,6 @@ class _DeviceRegistry:
     def __init__(self) -> None:
         self._open: dict[str, DeviceBase] = {}
         self._lock = threading.Lock()
-        self._default: str | None = None
 
     def canonicalize(self, name: str | Sequence[str] | None) -> Any:
         """Canonical name; None -> DEFAULT; a tuple/list canonicalizes each name (one name collapses to a str)."""
@@ -182,9 +181,7 @@ class _DeviceRegistry:
 
     @property
     def DEFAULT(self) -> str:
-        """The default device: what was assigned to Device.DEFAULT, else the DEV setting, else "CPU"."""
-        if self._default is not None:
-            return self._default
+        """The default device: the DEV setting's first target, else "CPU"."""
         try:
             return parse_dev(DEV.value[0])
         except DeviceNotFoundError as e:  # (the name came from the environment: say which setting holds it)
@@ -194,7 +191,11 @@ class _DeviceRegistry:
 
     @DEFAULT.setter
     def DEFAULT(self, name: str | None) -> None:
-        self._default = None if name is None else canonicalize(name)
+        # (a default assigned here would also silently outlive every later Context(DEV=...))
+        raise DefaultDeviceAssignmentError(
+            f"Device.DEFAULT can't be assigned (got {name!r}); the DEV setting chooses it: use "
+            f"`with Context(DEV={name!r}):` for a block, or `DEV.value = {name!r}` (speck.tensor.helpers.DEV)"
+        )
 
     @property
     def default(self) -> DeviceBase:

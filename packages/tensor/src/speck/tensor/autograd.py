@@ -9,6 +9,7 @@ root itself (it gets 1). No flag is needed; `requires_grad=False` and `detach()`
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from speck.tensor import live
@@ -61,6 +62,12 @@ def _check_float(t: Tensor, role: str) -> None:
         )
 
 
+# each @function call's outputs -> the call's explicit inputs: backward() gives every input of a call in the graph
+# a .grad (zeros for one the body does not use: TENSOR_API 13.1), although the instantiated body only reads the
+# used ones
+CALL_INPUTS: weakref.WeakKeyDictionary[UOp, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
+
+
 def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
     """t's gradient, or zeros of its shape when the root does not depend on it (only through detach())."""
     if (g := grads.get(t.uop)) is not None:
@@ -89,6 +96,8 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")
     nodes = set(root.uop.toposort())
+    if CALL_INPUTS:
+        nodes.update(u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins)
     targets = [
         t
         for t in live.tensors()

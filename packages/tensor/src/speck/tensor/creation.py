@@ -238,6 +238,9 @@ class CreationMixin:
         idx._device = None if devless else dev
         if dtypes.is_float(dt):
             return (idx.cast(dt) * step + start).cast(dt)
+        if not ints:  # an int dtype over float bounds: the float values, truncated (torch; 0.5, 1.5 -> 0, 1)
+            wide = dtypes.float64 if isinstance(step, float) or isinstance(start, float) else dtypes.default_float
+            return (idx.cast(wide) * step + start).cast(dt)
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
     @classmethod
@@ -259,7 +262,10 @@ class CreationMixin:
             raise TensorValueError("linspace can't make a bool tensor; use a numeric dtype")
         if steps == 1:
             return cls.full((1,), start, dtype=dt, device=kw.get("device"), buffer=kw.get("device") is not None)
-        return (cls.arange(steps, **kw).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32) *
+        # in float64 for float64 and for ints wider than float32's 24-bit significand (linspace(1, 16777217, 2,
+        # dtype=int32) ended at 16777216)
+        wide = dt == dtypes.float64 or (dtypes.is_int(dt) and dt.itemsize >= 4)
+        return (cls.arange(steps, **kw).cast(dtypes.float64 if wide else dtypes.float32) *
                 ((stop - start) / max(steps - 1, 1)) + start).cast(dt)  # fmt: skip
 
     @classmethod

@@ -10,7 +10,10 @@ once: every input tensor (found in the arguments, one list/tuple/dict/object att
 graph with its own inputs substituted for the placeholders (the call's subgraph), so the Python body runs once per
 signature and the result fuses with its surroundings like any lazy graph: gradients flow through it by the
 ordinary rules. Buffers the body creates without data (Tensor.empty) are made fresh for every call; buffers it
-filled (Tensor([1, 2])) are constants of the capture.
+filled (Tensor([1, 2])) are constants of the capture. What the body reads besides its arguments is part of the
+signature too: a closure variable or module global holding a Python constant that was rebound (`scale = 3.0`), or
+naming another tensor, retraces (replacing that signature's capture) instead of replaying a stale value; objects the
+body reads are keyed by identity, so their in-place changes are not seen (as for TinyJit).
 
 A tensor the body reads that is not reachable from the arguments (a closure or global) is an implicit input:
 an error naming it, unless `allow_implicit=True`, where it is captured as it is (a realized buffer is read at
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from speck.tensor import schedule
+from speck.tensor.autograd import CALL_INPUTS
 from speck.tensor.base import TensorBase
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
@@ -86,11 +90,43 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inputs: list[Tensor] = []
         key = _signature((args, kwargs), inputs, {})
+        env = _environment(self.fn)
         cap = self.captures.get(key)
-        if cap is None:
+        if cap is None or cap.env != env:  # (a changed environment replaces the capture: one per signature)
             cap = _Capture(self, args, kwargs, inputs)
+            cap.env = env
             self.captures[key] = cap
         return cap(inputs)
+
+
+def _environment(fn: Callable[..., Any]) -> Any:
+    """A key of what the body reads besides its arguments: its closure cells and the module globals its code names.
+    Python constants (numbers, strings, None, tuples of them) by value - rebinding `scale = 3.0` is a new trace, not
+    a stale capture; tensors (implicit inputs) and everything else by identity (a list the body appends to, a module,
+    a config object: mutating them in place is not seen, as for a TinyJit)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ()
+    vals: list[tuple[str, Any]] = []
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            vals.append((name, _env_key(cell.cell_contents)))
+        except ValueError:  # (a cell not assigned yet)
+            continue
+    glb = getattr(fn, "__globals__", None) or {}
+    vals += [(n, _env_key(glb[n])) for n in code.co_names if n in glb]
+    return tuple(vals)
+
+
+def _env_key(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        return (type(v).__qualname__, v)
+    if isinstance(v, tuple) and len(v) <= 64:
+        return ("tuple", tuple(_env_key(x) for x in v))
+    if isinstance(v, TensorBase):
+        t = cast("Tensor", v)
+        return ("T", id(t), t.shape, t.dtype, t.device)
+    return ("id", id(v))
 
 
 def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
@@ -128,6 +164,7 @@ class _Capture:
     def __init__(self, f: Function, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> None:
         start = next(schedule._unique_counter)  # buffers made from here on are the body's own
         self.name, self.grad_fxn = f.name, f.grad_fxn
+        self.env: Any = ()  # the _environment key it was traced in
         self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
         for k, t in enumerate(inputs):
             shape = t.shape
@@ -183,6 +220,10 @@ class _Capture:
         uops = list(self.body.substitute(mapping).src)
         if self.grad_fxn is not None:
             uops = _with_grad_fxn(self.name, self.grad_fxn, uops, tuple(t.uop for t in inputs), self.single)
+        ins = tuple(t.uop for t in inputs)
+        for u in uops:
+            if not isinstance(u, MultiUOp):
+                CALL_INPUTS[u] = ins
         outs = [self.cls(u, device=d) for u, d in zip(uops, self.devices)]
         return outs[0] if self.single else tuple(outs)
 

@@ -151,6 +151,11 @@ class IndexingMixin:
     __slots__ = ()
 
     def _normalize_index(self: Tensor, idx: Any) -> list[Any]:
+        # tinygrad's rule (TENSOR_API 6.1): a list of ints/bools is one advanced index, a list holding anything else
+        # (lists, slices, None, tensors) is a sequence of per-dim indices like a tuple: t[[[0], [2]]] is t[[0], [2]]
+        # (numpy: one 2-d index; write t[[[0], [2]],] for that)
+        if isinstance(idx, list) and not all(isinstance(x, (int, np.integer, np.bool_)) for x in idx):
+            idx = tuple(idx)
         items = list(idx) if isinstance(idx, tuple) else [idx]
         out: list[Any] = []
         pos: int | None = 0  # the dim the next index applies to (None after an ellipsis: counted from the end)
@@ -183,6 +188,8 @@ class IndexingMixin:
                 continue
             if isinstance(it, type(self)) and not dtypes.is_int(it.dtype):
                 raise TensorIndexError(f"tensors used as indices must be int or bool, got {it.dtype}")
+            if isinstance(it, type(self)):
+                _same_device(self, it, "getitem")
             if isinstance(it, bool):
                 raise TensorIndexError("a Python bool is not a valid index; use a boolean tensor mask")
             if not (it is None or it is Ellipsis or isinstance(it, (int, slice, type(self), UOp))):
@@ -356,6 +363,7 @@ class IndexingMixin:
             raise TensorValueError(f"gather: index has {index.ndim} dims, self has {self.ndim} ({self.shape})")
         if not dtypes.is_int(index.dtype):  # a float index would be compared by value: 1.5 silently reads 0
             raise TensorTypeError(f"gather: index must be an int tensor, got {index.dtype}; use .cast('int32')")
+        _same_device(self, index, "gather")
         n = as_int(self.shape[d])
         ii = checked(index, "gather", -n, n, d, device=self.device)
         if not dtypes.is_unsigned(ii.dtype):
@@ -512,8 +520,10 @@ class IndexingMixin:
         (a data-dependent count); size=N gives N rows without reading data, padded with fill_value or truncated."""
         if size is None:
             nz = np.argwhere(self.numpy()).astype(np.int32)
+            # (no coordinates to copy - nothing nonzero, or a 0-d tensor's one row of none - is an empty of
+            # that many rows: a nonzero 0-d tensor gives shape (1, 0))
             return type(self)(nz.reshape(-1, self.ndim), device=self.device) if nz.size else type(self).empty(
-                0, self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
+                len(nz), self.ndim, dtype=dtypes.int32, device=self.device)  # fmt: skip
         m = (self != 0).flatten()
         coords = [
             type(self)
@@ -554,6 +564,14 @@ class IndexingMixin:
         if indexing == "xy" and len(ts) >= 2:
             out = [o.transpose(0, 1) for o in out]
         return tuple(out)
+
+
+def _same_device(t: Any, index: Any, op: str) -> None:
+    """An index tensor on another device than the indexed tensor (device-less ones take its device) is refused when
+    the op is called: it failed at realize with the runtime's "program loaded on X but buffer on Y"."""
+    if isinstance(t.device, str) and isinstance(index.device, str) and t.device != index.device:  # (sharded: multi's)
+        raise TensorValueError(f"{op}: the index tensor is on {index.device} but the indexed tensor is on {t.device}; "
+                               f"move the index with .to({t.device!r})")  # fmt: skip
 
 
 def _checked_slice(sl: slice) -> slice:

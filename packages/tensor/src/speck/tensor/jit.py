@@ -36,7 +36,7 @@ from speck.tensor import multi, realize
 from speck.tensor.bounds import raise_recorded
 from speck.tensor.engine.realize import exec_items
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
-from speck.tensor.errors import JitResetError
+from speck.tensor.errors import JitResetError, TensorTypeError
 from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
 from speck.tensor.pickling import reduce_jit
@@ -589,6 +589,9 @@ class TinyJit(Generic[R]):
     def __init__(
         self, fxn: Callable[..., R] | None = None, captured: CapturedJit | None = None, prune: bool = False
     ) -> None:
+        if fxn is not None and not callable(fxn):  # (else the first call fails with "'int' object is not callable")
+            raise TensorTypeError(f"TinyJit wraps a function, got {type(fxn).__name__} {fxn!r}; use @TinyJit on a "
+                                  "def or TinyJit(f) with a callable f")  # fmt: skip
         self.fxn, self.prune = fxn, prune
         self.captured: CapturedJit | None = captured
         self.cnt = 2 if captured is not None else 0
@@ -623,6 +626,10 @@ class TinyJit(Generic[R]):
             self.fxn = args[0]  # @TinyJit(prune=...) applied to the function
             functools.update_wrapper(self, self.fxn)
             return self  # type: ignore[return-value]
+        if self.fxn is None and self.captured is None:
+            raise TensorTypeError(f"TinyJit() has no function to run: it was called with {len(args)} argument(s) and "
+                                  f"{len(kwargs)} keyword(s) instead of one function to wrap; write @TinyJit or "
+                                  "@TinyJit(prune=...) above a def")  # fmt: skip
         if _pending_writes():
             _flush_writes()  # writes recorded before the call happen before it (a replay reads their results)
         self.cnt += 1

@@ -387,7 +387,10 @@ class ReduceMixin:
         x, vv = self.transpose(d, -1), v.transpose(d, -1)
         i = type(self).arange(n, device=self.device).reshape(n, 1)
         j = type(self).arange(n, device=self.device).reshape(1, n)
-        hit = (j <= i) & (x.unsqueeze(-2) == vv.unsqueeze(-1))  # [..., i, j]
+        same = x.unsqueeze(-2) == vv.unsqueeze(-1)  # [..., i, j]
+        if dtypes.is_float(self.dtype):  # a NaN running extreme is the first NaN's (NaN == NaN is False: index n)
+            same = same | (x.unsqueeze(-2).isnan() & vv.unsqueeze(-1).isnan())
+        hit = (j <= i) & same
         return hit.where(j, n).min(-1).cast(dtypes.int32).transpose(d, -1)
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:

@@ -27,6 +27,7 @@ from weakref import ref as _ref
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
+from speck.hcq.counters import COUNTS
 from speck.tensor import elementwise as ew
 from speck.tensor import multi
 from speck.tensor import realize as _realize
@@ -417,8 +418,17 @@ class Tensor(
         return t
 
     # ---------------- realization ----------------
-    def realize(self, *lst: Tensor) -> Tensor:
-        """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs."""
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs. do_update_stats=False
+        leaves GlobalCounters' run totals (kernel_count, global_ops, global_mem, time_sum_s) as they were."""
+        if not do_update_stats:
+            saved = [getattr(COUNTS, k) for k in _RUN_COUNTERS]
+            try:
+                Tensor.realize_all(self, *lst)
+            finally:
+                for k, v in zip(_RUN_COUNTERS, saved):
+                    setattr(COUNTS, k, v)
+            return self
         if lst or self._device is None or self._uop.dtype in WEAK_DTYPES or DEFERRED_ANY[0] or _write_state.pending:
             Tensor.realize_all(self, *lst)
             return self
@@ -692,10 +702,15 @@ class Tensor(
         return self._buffer_data().reshape(()).item()  # type: ignore[no-any-return]
 
     def data(self) -> memoryview:
-        """The values as a memoryview (shaped like the tensor)."""
+        """The values as a memoryview shaped like the tensor (0-d: shape ()), in the dtype's struct format (int64 is
+        'q', not numpy's 'l')."""
         arr = self._buffer_data()
-        mv: Any = memoryview(arr.reshape(arr.shape or (1,)))  # type: ignore[arg-type]
-        out: memoryview = mv if arr.ndim else mv.cast("B").cast(arr.dtype.char)
+        mv: Any = memoryview(np.ascontiguousarray(arr).reshape(arr.shape if self.ndim else ()))  # type: ignore[arg-type]
+        fmt = self.dtype.fmt if self.dtype.fmt is not None and not self.dtype.is_weak else arr.dtype.char
+        if arr.size and mv.format != fmt and fmt in _MV_CASTABLE:
+            # (memoryview casts to a shape without zeros, and not to 'e' before Python 3.12: those keep numpy's view)
+            mv = mv.cast("B").cast(fmt, list(mv.shape))
+        out: memoryview = mv
         return out
 
     # ---------------- the primitives, wrapped ----------------
@@ -826,6 +841,10 @@ class Tensor(
 
 
 # what Tensor(x) makes a device-less 0-d constant of: Python scalars, None, numpy scalars (and 0-d arrays)
+# the struct formats memoryview.cast accepts (every dtype's but half's "e" before Python 3.12)
+_MV_CASTABLE = frozenset("?bBhHiIlLqQfd")
+# the run totals realize(do_update_stats=False) leaves unchanged
+_RUN_COUNTERS = ("kernel_count", "copy_count", "global_ops", "global_mem", "time_sum_s")
 _SCALAR_TYPES = frozenset({bool, int, float, type(None), *(np.dtype(d).type for d in _NP_TO_DT), np.float64})
 
 

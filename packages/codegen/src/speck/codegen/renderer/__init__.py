@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from speck.codegen.errors import UnsupportedOpError
 from speck.uop import DType, GroupOp, Ops, PatternMatcher, UOp, dtypes, exec_alu
 from speck.uop.alu import python_alu
+from speck.uop.helpers import Target
 
 # ALU ops every backend is expected to express directly; the pipeline decomposes the others (THREEFRY into 32-bit
 # integer ops, POW into exp2/log2, MULACC into MUL+ADD) unless a renderer adds them to `supported_ops`.
@@ -63,6 +64,7 @@ class Renderer:
       extra_matcher: renderer-specific rewrites run as the last pipeline stage before linearization (e.g. turning
         a pattern into a machine idiom); None for none.
     Derived (properties a subclass may override):
+      target: tinygrad's name for the DEV target (device, renderer, arch) the renderer serves.
       code_for_op: tinygrad's name for the ops a backend renders natively, as a read-only dict keyed by the Ops of
         `supported_ops` (users test `Ops.SQRT in renderer.code_for_op`); each value is the op's Python semantics.
       register_blocking: whether the optimizer register-blocks matmul-like reductions (blocks of outputs kept in
@@ -117,6 +119,12 @@ class Renderer:
     @property
     def code_for_op(self) -> Mapping[Ops, Callable[..., Any]]:
         return _code_for_op(self.supported_ops)
+
+    @property
+    def target(self) -> Target:
+        """tinygrad's name: the DEV target this renderer serves (device, renderer name upper-cased, its arch where
+        it has one, e.g. `AMD:AMDGPU:gfx1100`)."""
+        return Target(device=self.device, renderer=self.name.upper(), arch=str(getattr(self, "arch", "")))
 
     @property
     def supports_float4(self) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from speck.tensor import Device, Tensor, TinyJit, distributed, dtypes, nn
+from speck.tensor import Context, Device, Tensor, TinyJit, distributed, dtypes, nn
 from speck.tensor.dims import as_int
 from speck.tensor.nn.datasets import mnist
 from speck.tensor.nn.optim import Adam
@@ -97,12 +97,8 @@ def main(argv: list[str] | None = None) -> float:
     if args.device:
         if args.devices != "1":
             ap.error("--device and --devices exclude each other: one device, or a data-parallel list")
-        prev = Device._default  # the assigned default (None: DEV decides), restored after the run
-        Device.DEFAULT = Device.canonicalize(args.device)
-        try:
+        with Context(DEV=Device.canonicalize(args.device)):
             return _main(args, ap)
-        finally:
-            Device.DEFAULT = prev
     return _main(args, ap)
 
 

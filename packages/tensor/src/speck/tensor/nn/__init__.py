@@ -40,6 +40,12 @@ def _reals(layer: str, least: float | None = None, **values: object) -> None:
                                    + f", got {v!r}")  # fmt: skip
 
 
+def _describe(v: object) -> str:
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of {len(v)} ({', '.join(type(x).__name__ for x in v)})"
+    return type(v).__name__
+
+
 def _channels(layer: str, x: Tensor, want: int) -> None:
     """x is (N, C, ...) with C == want: a mismatch surfaced as a reshape error naming no layer."""
     if x.ndim < 2 or (isinstance(x.shape[1], int) and x.shape[1] != want):
@@ -267,6 +273,11 @@ class RMSNorm:
         self.weight = _fresh(Tensor.ones(dim)) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.weight is not None and (
+            x.ndim == 0 or (isinstance(x.shape[-1], int) and x.shape[-1] != self.weight.shape[0])
+        ):
+            raise TensorValueError(f"RMSNorm({self.weight.shape[0]}) normalizes the last dim, which must have size "
+                                   f"{self.weight.shape[0]}; got input of shape {x.shape}")  # fmt: skip
         xf = x.float()
         y = (xf * (xf.square().mean(axis=-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
         return y if self.weight is None else y * self.weight
@@ -305,6 +316,9 @@ class LSTMCell:
         if hc is None:
             z = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device)
             hc = (z, z)
+        elif not isinstance(hc, (tuple, list)) or len(hc) != 2 or not all(isinstance(t, Tensor) for t in hc):
+            raise TensorTypeError(f"LSTMCell: hc must be None or a (h, c) pair of Tensors, got {_describe(hc)}; pass "
+                                  "the pair the previous call returned")  # fmt: skip
         gates = x.linear(self.weight_ih.T, self.bias_ih) + hc[0].linear(self.weight_hh.T, self.bias_hh)
         i, f, g, o = gates.chunk(4, dim=1)
         c = f.sigmoid() * hc[1] + i.sigmoid() * g.tanh()

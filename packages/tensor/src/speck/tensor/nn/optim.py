@@ -83,12 +83,15 @@ class Optimizer:
         for p in self.params:
             if not _owns_buffer(p):
                 p.uop = p.contiguous().realize().uop
+        # at least float32, wider when a parameter is (a float64 model's lr 0.1 is not rounded to float32's)
+        lr_dt = least_upper_dtype(dtypes.float32, *{p.dtype for p in self.params})
+        lr_dt = lr_dt if dtypes.is_float(lr_dt) and not lr_dt.is_weak else dtypes.float32
         if isinstance(lr, Tensor):
             self.lr = lr
         elif CONST_LR:
-            self.lr = Tensor(lr_value, dtype=dtypes.float32, device=self.device)
+            self.lr = Tensor(lr_value, dtype=lr_dt, device=self.device)
         else:
-            self.lr = Tensor([lr_value], dtype=dtypes.float32, device=self.device).contiguous().realize()
+            self.lr = Tensor([lr_value], dtype=lr_dt, device=self.device).contiguous().realize()
         self.lr.is_param_(False).requires_grad = False
 
     def zero_grad(self) -> None:
@@ -249,8 +252,8 @@ class OptimizerGroup(Optimizer):
         if not optimizers:
             raise OptimizerError("OptimizerGroup needs at least one optimizer")
         if bad := [o for o in optimizers if not isinstance(o, Optimizer)]:
-            raise TensorTypeError(f"OptimizerGroup takes optimizers, got {type(bad[0]).__name__} {bad[0]!r:.40}; pass "
-                                  "e.g. OptimizerGroup(SGD(params_a), Adam(params_b))")  # fmt: skip
+            raise TensorTypeError(f"OptimizerGroup takes optimizers (OptimizerGroup(opt1, opt2)), got "
+                                  f"{type(bad[0]).__name__} {bad[0]!r:.40}")  # fmt: skip
         self.optimizers = list(optimizers)
         self.params = [p for o in optimizers for p in o.params]
         self.buffers = [b for o in optimizers for b in o.buffers]

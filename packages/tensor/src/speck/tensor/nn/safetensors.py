@@ -53,6 +53,12 @@ def encode_header(entries: Mapping[str, tuple[DType, tuple[int, ...], int]], met
     """The header bytes (length prefix included, JSON padded with spaces to 8-byte alignment) and the data range of
     each tensor relative to the data section. entries: name -> (dtype, shape, nbytes), laid out in the given order."""
     header: dict[str, Any] = {}
+    if "__metadata__" in entries:  # (safe_load reads that key as the metadata: the tensor would be lost)
+        raise SafetensorsError("safe_save: '__metadata__' is the safetensors metadata key, not a tensor name; rename "
+                               "the tensor (pass metadata with metadata={...})")  # fmt: skip
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise SafetensorsError(f"safetensors metadata must be a dict of str to str, got {type(metadata).__name__} "
+                               f"{metadata!r:.40}")  # fmt: skip
     if metadata:
         bad = {k: v for k, v in metadata.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:

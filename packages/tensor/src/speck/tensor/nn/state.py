@@ -116,12 +116,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
               ) -> None:  # fmt: skip
     """Write tensors to a safetensors file (written directly, atomically: a crash never leaves a partial file)."""
-    if not isinstance(tensors, Mapping):
-        raise TensorTypeError(f"safe_save takes a mapping of names to Tensors, got a {type(tensors).__name__}; pass a "
-                              "dict such as get_state_dict(model) returns")  # fmt: skip
-    if bad_names := [name for name in tensors if not isinstance(name, str) or name == "__metadata__"]:
-        raise TensorTypeError(f"safe_save: tensor name {bad_names[0]!r} can't be stored: names are str and "
-                              "'__metadata__' is the header's metadata entry; rename the tensor")  # fmt: skip
+    if not isinstance(tensors, Mapping):  # (a list of tensors has no names to store them under)
+        raise TensorTypeError(f"safe_save takes a dict of name -> Tensor, got {type(tensors).__name__}; name each "
+                              "tensor, e.g. get_state_dict(model) or {'w': w}")  # fmt: skip
+    if bad_names := [name for name in tensors if not isinstance(name, str)]:  # (json.dumps wrote 1 as "1")
+        raise TensorTypeError(f"safe_save: tensor name {bad_names[0]!r} is a {type(bad_names[0]).__name__}; "
+                              "safetensors names are str: name the tensor with a string")  # fmt: skip
     if bad := [name for name, t in tensors.items() if not isinstance(t, Tensor)]:
         raise TensorTypeError(f"safe_save writes Tensors; {bad[0]!r} is a {type(tensors[bad[0]]).__name__}")
     if weak := [name for name, t in tensors.items() if t.dtype.is_weak]:
