@@ -25,6 +25,7 @@ from speck.tensor import Tensor, Variable, dtypes, nn
 from speck.tensor.errors import (
     GGUFError,
     SafetensorsError,
+    TensorOverflowError,
     TensorTypeError,
     TensorValueError,
     UnknownDeviceError,
@@ -285,3 +286,24 @@ def test_loss_and_pad_arguments_of_the_right_kind_still_work() -> None:
         x.pad((1, 1), value=np.float32(2)).numpy(), np.pad(xn, ((0, 0), (1, 1)), constant_values=2)
     )
     np.testing.assert_array_equal(y.one_hot(np.int64(4)).numpy(), np.eye(4, dtype=np.int32)[y.numpy()])
+
+
+@pytest.mark.parametrize(("dt", "value"), [(dtypes.int32, 1e30), (dtypes.int32, 2.0**31), (dtypes.int64, 2.0**63),
+                                           (dtypes.uint8, -1.0), (dtypes.int16, [1.0, 4e4])])  # fmt: skip
+def test_storing_a_float_beyond_an_int_dtype_is_refused(dt: Any, value: Any) -> None:
+    t = Tensor.zeros(2, dtype=dt).contiguous().realize()
+    with pytest.raises(TensorOverflowError, match="outside"):  # stored 0 (or a wrapped value) where numpy raises
+        if isinstance(value, list):
+            t[: len(value)] = value
+        else:
+            t[0] = value
+    assert t.tolist() == [0, 0]
+
+
+def test_storing_floats_within_an_int_dtype_truncates_like_numpy() -> None:
+    for dt, values in [(dtypes.int32, [3.7, -2147483648.9]), (dtypes.uint8, [255.9, -0.5]), (dtypes.int8, [-128.5, 1])]:
+        t = Tensor.zeros(2, dtype=dt).contiguous().realize()
+        t[:] = values
+        want = np.zeros(2, dtype=np.dtype(dt.fmt))
+        want[:] = np.trunc(values)
+        np.testing.assert_array_equal(t.numpy(), want)

@@ -21,6 +21,7 @@ from speck.tensor.errors import (
     GradientError,
     TensorAssertionError,
     TensorIndexError,
+    TensorOverflowError,
     TensorTypeError,
     TensorValueError,
 )
@@ -618,3 +619,10 @@ def _storable(t: Tensor, value: Any) -> None:
     if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
         raise TensorValueError(f"can't store NaN or infinity into a {t.dtype} tensor (numpy refuses too: no "
                                "integer is either); replace them first (nan_to_num) or use a float tensor")  # fmt: skip
+    if arr.dtype.kind == "f" and arr.size:  # (x[0] = 1e30 into int32 stored 0 where numpy raises OverflowError)
+        lo, hi = dtypes.min(t.dtype), dtypes.max(t.dtype)
+        whole_part = np.trunc(arr)
+        if (out := (whole_part < lo) | (whole_part >= float(hi + 1))).any():
+            bad = float(arr[out].flat[0])
+            raise TensorOverflowError(f"can't store {bad!r} into a {t.dtype} tensor: it is outside [{lo}, {hi}] "
+                                      "(numpy refuses too); clip it first or use a wider dtype")  # fmt: skip
