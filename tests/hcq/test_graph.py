@@ -417,3 +417,55 @@ def test_replay_equals_run_and_waits_when_queued(progs: dict[str, CPUProgram], c
     g.add_exec(progs["add"], [O, O, A], (n, 1, 1), threads=1)  # a command appended after replays runs too
     g.replay()
     np.testing.assert_array_equal(O.numpy(), (xs[1] + xs[1]) * 3 + np.arange(n, dtype=np.float32) + xs[2])
+
+
+@given(st.permutations(range(5)), st.lists(st.permutations(range(5)), min_size=1, max_size=5))
+@settings(max_examples=15, deadline=None)
+def test_batched_plan_binds_slots_used_out_of_order(order: list[int], runs: list[list[int]]) -> None:
+    """A plan whose kernels use its slots in any order (an eager op's: the output first) is batched with its slots
+    in slot order; each run writes where its own buffer list says, whatever the lists before it were (a stale or
+    misordered slot would write another run's buffer)."""
+    from speck.hcq import runner
+
+    dev: Any = Device["CPU"]
+    add = dev.runtime("add", dev.compiler.compile(ADD_IR))
+    o, x, y, p, q = order  # out = x + y, then p = out + q: slots first used in `order`
+    n = 4
+    w = frozenset({0})
+    calls = [runner.Exec(add, (o, x, y), global_size=(n, 1, 1), threads=1, writes=w),
+             runner.Exec(add, (p, o, q), global_size=(n, 1, 1), threads=1, writes=w)]  # fmt: skip
+    plan = runner.Plan(calls, 5)
+    pool = [buf(np.arange(n, dtype=np.float32) * (k + 1) + k) for k in range(5)]
+    for perm in [list(range(5)), *runs, *runs]:  # (the first run is unbatched; later ones replay one batch)
+        bufs = [pool[k] for k in perm]
+        vals = [b.numpy().copy() for b in bufs]
+        runner.run(plan, bufs)
+        want_out = vals[x] + vals[y]
+        np.testing.assert_array_equal(bufs[o].numpy(), want_out)
+        np.testing.assert_array_equal(bufs[p].numpy(), want_out + vals[q])
+    assert plan.single is not None and plan.single.every  # (the batched route is the one tested)
+
+
+def test_batched_plan_follows_memory_that_moved() -> None:
+    """Between runs of a batched plan on the same Buffer objects, memory that moved (exchange_memory, deallocate and
+    a new allocation) is what the next run writes and reads: the bind's cached addresses are not trusted."""
+    from speck.hcq import runner
+
+    dev: Any = Device["CPU"]
+    add = dev.runtime("add", dev.compiler.compile(ADD_IR))
+    n = 4
+    plan = runner.Plan([runner.Exec(add, (2, 0, 1), global_size=(n, 1, 1), threads=1, writes=frozenset({0}))], 3)
+    a, b = buf(np.arange(n, dtype=np.float32)), buf(np.full(n, 10, np.float32))
+    out, spare = Buffer("CPU", n, np.float32), buf(np.zeros(n, np.float32))
+    for _ in range(3):
+        runner.run(plan, [a, b, out])
+    np.testing.assert_array_equal(out.numpy(), np.arange(n) + 10)
+    out.exchange_memory(spare)  # out now holds zeros, spare the sum
+    a.copyin(np.full(n, 5, np.float32))
+    runner.run(plan, [a, b, out])
+    np.testing.assert_array_equal(out.numpy(), np.full(n, 15, np.float32))
+    np.testing.assert_array_equal(spare.numpy(), np.arange(n) + 10)  # (the old memory was not written)
+    b.deallocate()
+    b.copyin(np.full(n, 1, np.float32))  # (new memory)
+    runner.run(plan, [a, b, out])
+    np.testing.assert_array_equal(out.numpy(), np.full(n, 6, np.float32))

@@ -87,3 +87,53 @@ def test_profiled_exec_is_recorded(add_prog, cpu: CPUDevice) -> None:  # type: i
         cpu.profile = False
         cpu.engines["compute"].events.clear()
     np.testing.assert_array_equal(out.numpy(), x + y)
+
+
+def test_run_inline_is_submits_inline_run(cpu: CPUDevice) -> None:
+    """Engine.run_inline (a settled CPU graph's launch without a command) on an idle engine: one sequence number, the
+    timeline at it, fn called once on this thread; busy (blocked behind a wait) or profiling: nothing done, False; an
+    error: raised, the timeline advanced and the engine usable."""
+    eng = cpu.engines["compute"]
+    cpu.synchronize()
+    calls: list[int] = []
+    before = eng.submitted
+    assert eng.run_inline(calls.append, 7) and calls == [7]
+    assert eng.submitted == before + 1 and eng.idle
+    gate = Signal(name="run_inline_gate")
+    cpu.hw_queue().wait(gate, 1).submit(cpu)
+    assert not eng.run_inline(calls.append, 8) and calls == [7]  # busy: the caller submits instead
+    gate.set(1)
+    cpu.synchronize(timeout=10)
+    eng.profile = True
+    try:
+        assert not eng.run_inline(calls.append, 9) and calls == [7]
+    finally:
+        eng.profile = False
+
+    def boom(_: int) -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        eng.run_inline(boom, 0)
+    assert eng.idle
+    assert eng.run_inline(calls.append, 10) and calls == [7, 10] and eng.idle
+
+
+def test_settled_graph_replay_waits_behind_blocked_work(add_prog, cpu: CPUDevice) -> None:  # type: ignore[no-untyped-def]
+    """A graph settled on one worker (replay's inline route) still runs after work queued before it."""
+    from speck.hcq.graph import CPUGraph
+
+    out, a, b, x, y = _bufs(64)
+    g = CPUGraph(cpu)
+    g.add_exec(add_prog, [out, a, b], (64, 1, 1), threads=1)
+    g.replay()
+    g.replay()
+    assert g._solo  # (the inline route is the one under test)
+    np.testing.assert_array_equal(out.numpy(), x + y)
+    gate = Signal(name="graph_gate")
+    cpu.hw_queue().wait(gate, 1).copy(a, b, a.nbytes).submit(cpu)  # a := b once the gate opens
+    t = __import__("threading").Timer(0.05, gate.set, (1,))
+    t.start()
+    g.replay()  # queued behind the copy; replay returns once it ran
+    t.join()
+    np.testing.assert_array_equal(out.numpy(), y + y)

@@ -245,6 +245,12 @@ def test_direct_nodes_are_named_after_the_outermost_public_op() -> None:
     # (other operand orders: hash-consing gives a + b and a.add(b) one node, and the first op's name wins)
     assert name(a + b) == ("__add__", False) and name(b.add(a)) == ("add", False) and name(a * b) == ("__mul__", False)
     assert name(a.square()) == ("square", False) and name(b.mul(a)) == ("mul", False)
+    held = a - b  # (a node something holds, made again by another op: it keeps its first name)
+    c = b * a
+    assert name(a.sub(b)) == ("__sub__", False) and name(b.__mul__(a)) == name(c) == ("__mul__", False)
+    assert name(b.mul(a)) == ("__mul__", False)
+    del held, c
+    assert name(b.mul(a)) == ("mul", False)  # (nothing holds it now: a new node, named by its op)
     with Context(TRACEMETA=0):
         assert name(a + a) is None
     w = Tensor(x, requires_grad=True)
@@ -273,9 +279,11 @@ def _python_calls(fn: object) -> list[str]:
 
 # the Python frames of a warm `(a + b).realize()` plus synchronize() on CPU (issue 30's eager target). A deterministic
 # guard, not a timing: before issue 30's second pass it was 51, then 29 until a warm plan took its previous output
-# back (no Buffer made, allocated, freed per op, no BUFFER and UNIQUE node made and finalized: 22); a new frame on this
-# path should be a choice (update the number and docs/ARCHITECTURE.md's breakdown), not an accident
-WARM_OP_FRAMES = 22
+# back (no Buffer made, allocated, freed per op, no BUFFER and UNIQUE node made and finalized: 22), then 17 once
+# realize() took an op over two BUFFERs to realize_graph itself and a settled CPU graph's replay ran its native call
+# through Engine.run_inline (no launch, no ptr frames); a new frame on this path should be a choice (update the number
+# and docs/ARCHITECTURE.md's breakdown), not an accident
+WARM_OP_FRAMES = 17
 
 
 def test_a_warm_eager_op_stays_within_its_python_frames() -> None:
@@ -295,3 +303,38 @@ def test_a_warm_eager_op_stays_within_its_python_frames() -> None:
     # (once a kernel has checked index bounds, realize() and synchronize() look at the record: three frames more)
     assert len(calls) <= WARM_OP_FRAMES + (3 if records else 0), "\n".join(calls)
     np.testing.assert_array_equal((a + b).realize().numpy(), np.full(4, 2, np.float32))
+
+
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=25))
+def test_schedule_cache_keeps_lru_order_when_hits_skip_the_touch(picks: list[int]) -> None:
+    """A hit on the schedule last put at the LRU's end leaves the order as it is (no touch): the cache's order and
+    what it evicts are still exactly a least-recently-used cache's (a model OrderedDict fed the same hits), and every
+    result is numpy's."""
+    from collections import OrderedDict
+
+    cache = schedule_cache._schedule_cache
+    size = cache.size
+    x = np.arange(4, dtype=np.float32) + 1
+    a, b = Tensor(x).realize(), Tensor(x * 3).realize()
+    ops = [(lambda: a + b, x + x * 3), (lambda: a * b, x * x * 3), (lambda: a.maximum(b), np.maximum(x, x * 3)),
+           (lambda: (a + b) * a, (x + x * 3) * x), (lambda: a - b, x - x * 3)]  # fmt: skip
+    cache.clear()
+    cache.size = 3
+    try:
+        model: OrderedDict[Any, None] = OrderedDict()
+        key_of: dict[int, Any] = {}
+        for p in picks:
+            fn, want = ops[p]
+            before = list(cache)
+            np.testing.assert_array_equal(fn().realize().numpy(), want)
+            if p not in key_of or key_of[p] not in before:  # a miss: the new key is the last one
+                key_of[p] = list(cache)[-1]
+                model[key_of[p]] = None
+                while len(model) > 3:
+                    model.popitem(last=False)
+            else:
+                model.move_to_end(key_of[p])
+            assert list(cache) == list(model)
+    finally:
+        cache.size = size
+        cache.clear()

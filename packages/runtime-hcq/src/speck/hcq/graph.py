@@ -599,10 +599,14 @@ class CPUGraph:
         if self.workers is None and (self._chosen is None or self.nworkers > 1):
             self.run()
             return
-        if _interp is None:
-            _interpreter()
         e = self._engine
-        e.submit(self._submission)
+        if self._solo:  # (settled on worker 0 alone: launch()'s short route, run by an idle engine without a command)
+            if not e.run_inline(_interp[2], self._solo):  # type: ignore[index]  # (_solo: set once _interp was made)
+                e.submit(self._submission)
+        else:
+            if _interp is None:
+                _interpreter()
+            e.submit(self._submission)
         if e.timeline.mem[0] < e.submitted or e.error is not None:  # queued behind other work, or an error latched
             self.device.wait_idle()
 

@@ -172,6 +172,39 @@ class Engine:
             lock.release()
         self._after_inline((cmds, stopped_at, seq) if stopped_at >= 0 else None)
 
+    def run_inline(self, fn: Any, arg: Any) -> bool:
+        """submit() of one exec command whose launch is the native call `fn(arg)` (a settled device graph's), for
+        an idle engine: the same sequence number, timeline and hand-over of work queued meanwhile as submit's inline
+        run, without building or reading a command. False (nothing done) when the engine is busy or profiles: the
+        caller then submits the command."""
+        lock = self._lock
+        lock.acquire()
+        if self._busy or self.profile:
+            lock.release()
+            return False
+        self.submitted += 1
+        seq = self.submitted
+        self._busy = True
+        lock.release()
+        try:
+            fn(arg)
+        except BaseException:
+            self.timeline.set(seq)
+            self._after_inline(None)
+            raise
+        tl = self.timeline
+        tl.mem[0] = seq  # (Signal.set inlined, as in submit)
+        if tl._waiters:
+            tl.set(seq)
+        lock.acquire()
+        if not self._pending:
+            self._busy = False
+            lock.release()
+            return True
+        lock.release()
+        self._after_inline(None)
+        return True
+
     def _after_inline(self, deferred: tuple[list[Command], int, int] | None) -> None:
         with self._cond:
             if deferred is not None:

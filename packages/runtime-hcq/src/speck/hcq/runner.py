@@ -301,7 +301,10 @@ class Batch:
                 fill(cmd, 0, c.dst, 0)
                 fill(cmd, 1, c.src, c.offset)
         g.prepare()  # (an interpreter that can't be built fails here: the calls then run one by one)
-        self.slots, self.fills = tuple(where), fills
+        # (in slot order: a plan whose calls use each of its slots has slots 0..n-1, and `every` binds its buffer list
+        # as it is)
+        self.slots = tuple(sorted(where))
+        self.fills = [fills[where[s]] for s in self.slots]
         self.every = self.slots == tuple(range(len(bufs)))
         self.last = [bufs[s].ptr for s in self.slots]
         self.last_bufs = [bufs[s] for s in self.slots] if self.hold else []
@@ -315,8 +318,11 @@ class Batch:
             if held == self.last_bufs and self.moves == _Buffer.moves:
                 return
             self.last_bufs, self.moves = list(held), _Buffer.moves
-        # (.ptr gives a buffer without memory its memory)
-        cur = [b.ptr for b in bufs] if self.every else [bufs[s].ptr for s in self.slots]
+        # (.ptr gives a buffer without memory its memory; a whole buffer whose address is known is read without
+        # the property's frame: the test is ptr's own)
+        cur = []
+        for b in bufs if self.every else map(bufs.__getitem__, self.slots):
+            cur.append(b._addr if b._base is None and (o := b._opaque) is not None and o is b._addr_of else b.ptr)
         if cur != self.last:
             table = self.table
             for p, old, where in zip(cur, self.last, self.fills):

@@ -80,10 +80,13 @@ def _shared(name: str, backward: bool) -> Metadata:
 _CONSTISH = frozenset({Ops.CONST, Ops.DEVICE, Ops.UNIQUE, Ops.BUFFER}) | _VIEWS
 
 
-def record(u: UOp) -> None:
-    """Remember which Tensor op (the outermost one on the stack) made u."""
+def record(u: UOp, fresh: bool = False) -> None:
+    """Remember which Tensor op (the outermost one on the stack) made u. `fresh`: u is a computation (no constant,
+    view or buffer) its caller has just made, which nothing else holds (so it has no entry: an entry dies with its
+    node): the tests for those are skipped."""
     level = TRACEMETA.value
-    if not level or type(u) is not UOp or _ref(u) in node_metadata_data or (u.op in _CONSTISH and _shared_constant(u)):
+    if not level or (not fresh and (type(u) is not UOp or _ref(u) in node_metadata_data
+                                    or (u.op in _CONSTISH and _shared_constant(u)))):  # fmt: skip
         return
     f: Any = _getframe(2)
     named = None  # the entry of the outermost public op met so far

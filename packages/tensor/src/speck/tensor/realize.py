@@ -518,7 +518,9 @@ def realize_graph(u: UOp, device: str) -> UOp:
                     out_hb = data.get(_ref(out))
                     if _getrefcount(out) != 2 or type(out_hb) is not _HcqBuffer or _getrefcount(out_hb) != 3:
                         out = None
-            for d, size, dtype, spare in fresh:
+                    elif len(fresh) == 1:  # (the output is the one fresh buffer: nothing else to make)
+                        bufs.append(out_hb)
+            for d, size, dtype, spare in fresh if out is None or len(fresh) > 1 else ():
                 if spare:
                     if spare is _OUT:
                         if out is not None:

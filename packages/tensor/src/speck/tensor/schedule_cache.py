@@ -62,8 +62,19 @@ class _LRU(OrderedDict[Any, CachedSchedule]):
 
     def __setitem__(self, key: Any, value: CachedSchedule) -> None:
         super().__setitem__(key, value)
+        _newest[0] = _wref(value)
         while len(self) > max(self.size, 1):
             self.popitem(last=False)
+
+
+def _nothing() -> None:
+    return None
+
+
+# a weak reference to the schedule last put at the LRU's end (inserted or touched): a hit on it is already the most
+# recently used, so cached_plan leaves the order as it is (a removed schedule is never a hit; under threads a stale
+# one only leaves the order a little off, never a result)
+_newest: list[Any] = [_nothing]
 
 
 _schedule_cache = _LRU(int(PROGRAM_CACHE.value))
@@ -133,8 +144,9 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
         inputs = [a] if a is b else [a, b]
         key: Any = (u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], a is b, device)
         got: CachedSchedule | None = _get(key)
-        if got is not None:
+        if got is not None and _newest[0]() is not got:
             _touch(key)
+            _newest[0] = _wref(got)
         return key, inputs, got
     for s in src:
         if s.op is not _BUFFER:
@@ -146,8 +158,9 @@ def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | N
         return None
     key = (sig[0], device)
     got = _get(key)
-    if got is not None:
+    if got is not None and _newest[0]() is not got:
         _touch(key)
+        _newest[0] = _wref(got)
     return key, sig[1], got
 
 

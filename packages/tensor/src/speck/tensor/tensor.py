@@ -98,6 +98,7 @@ from speck.uop.helpers import prod
 from speck.uop.uop import register_service
 
 Scalar = int | float | bool
+_BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
 
 # the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
 # tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
@@ -434,7 +435,16 @@ class Tensor(
             return self
         # one tensor with no writes or deferred updates pending (the per-op case): realize_all's checks, without
         # its frames
-        if not Tensor._realize_one(self):
+        u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
+        if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
+                and _ref(u) not in realized_data:  # fmt: skip
+            # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
+            # node is a computation, none of MAY_HOLD_DATA's)
+            view = _realize.realize_graph(u, self._device)
+            self._uop, self._ver = view, _EPOCH[0]
+            if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
+                realized_cache[u] = view  # (see _realize_one)
+        elif not Tensor._realize_one(self):
             Tensor._realize_now((self,))
         if _realize.capture_state.calls is None and _bound_records:
             raise_recorded(host_only=True)
@@ -750,7 +760,8 @@ class Tensor(
                     out._uop, out._ver, out._device = u, ep, self._device
                     out.requires_grad, out.grad, out.is_param = rg, None, True
                     _track(out)
-                    _record_metadata(u)
+                    # (a node only this frame holds was just made: nothing named it yet)
+                    _record_metadata(u, sys.getrefcount(u) == 2)
                     return out
                 out = self._new(fn(xu, yu, self._device))
                 out.requires_grad = rg
