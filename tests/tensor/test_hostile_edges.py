@@ -23,6 +23,7 @@ import pytest
 
 from speck.tensor import Tensor, Variable, dtypes, nn
 from speck.tensor.errors import (
+    DatasetError,
     GGUFError,
     SafetensorsError,
     TensorOverflowError,
@@ -32,6 +33,7 @@ from speck.tensor.errors import (
 )
 from speck.tensor.nn import optim
 from speck.tensor.nn.checkpoints import tar_extract, torch_load, zip_extract
+from speck.tensor.nn.datasets import parse_idx
 from speck.tensor.nn.gguf import ggml_data_to_tensor
 from speck.tensor.nn.state import gguf_load, safe_load, safe_save
 
@@ -307,3 +309,19 @@ def test_storing_floats_within_an_int_dtype_truncates_like_numpy() -> None:
         want = np.zeros(2, dtype=np.dtype(dt.fmt))
         want[:] = np.trunc(values)
         np.testing.assert_array_equal(t.numpy(), want)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack(">HBB", 0, 8, 65) + struct.pack(">I", 1) * 65,  # 65 dims of 1: numpy's "maximum ... is 64"
+        struct.pack(">HBBIII", 0, 8, 3, 2**22, 2**22, 2**20),  # 2**64 bytes: numpy's int64 product wrapped to 0
+    ],
+)
+def test_an_idx_header_numpy_cannot_hold_is_a_dataset_error(header: bytes) -> None:
+    with pytest.raises(DatasetError, match="IDX"):
+        parse_idx(header + b"\0")
+    with pytest.raises(DatasetError, match="IDX"):
+        parse_idx(header)
+    np.testing.assert_array_equal(parse_idx(struct.pack(">HBBII", 0, 8, 2, 2, 3) + bytes(range(6))),
+                                  np.arange(6, dtype=np.uint8).reshape(2, 3))  # fmt: skip
