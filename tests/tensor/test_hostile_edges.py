@@ -16,6 +16,8 @@ import pickle
 import struct
 import sys
 import types
+import warnings
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ import pytest
 
 from speck.tensor import Tensor, Variable, dtypes, nn
 from speck.tensor.errors import (
+    ArchiveError,
     DatasetError,
     GGUFError,
     SafetensorsError,
@@ -325,3 +328,32 @@ def test_an_idx_header_numpy_cannot_hold_is_a_dataset_error(header: bytes) -> No
         parse_idx(header)
     np.testing.assert_array_equal(parse_idx(struct.pack(">HBBII", 0, 8, 2, 2, 3) + bytes(range(6))),
                                   np.arange(6, dtype=np.uint8).reshape(2, 3))  # fmt: skip
+
+
+def _zip(members: list[tuple[str, bytes]]) -> bytearray:
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", zipfile.ZIP_STORED) as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (zipfile warns of the duplicate name it is asked to write)
+        for name, data in members:
+            z.writestr(name, data)
+    return bytearray(b.getvalue())
+
+
+def test_a_zip_member_named_twice_is_refused() -> None:
+    with pytest.raises(ArchiveError, match="appears twice"):  # the second silently replaced the first
+        zip_extract(Tensor(bytes(_zip([("a", b"first"), ("a", b"second")]))))
+    out = zip_extract(Tensor(bytes(_zip([("a", b"first"), ("b", b"second")]))))
+    assert {k: v.numpy().tobytes() for k, v in out.items()} == {"a": b"first", "b": b"second"}
+
+
+def test_a_zip_member_that_is_encrypted_or_has_no_local_header_is_refused() -> None:
+    z = _zip([("a", b"hello")])
+    cd = z.rfind(b"PK\x01\x02")  # the central directory entry of "a"
+    enc = bytearray(z)
+    struct.pack_into("<H", enc, cd + 8, 1)  # general purpose flag bit 0: encrypted (came back as its ciphertext)
+    with pytest.raises(ArchiveError, match="encrypted"):
+        zip_extract(Tensor(bytes(enc)))
+    moved = bytearray(z)
+    struct.pack_into("<I", moved, cd + 42, 5)  # the local header offset points into the middle of something else
+    with pytest.raises(ArchiveError, match="no local header"):
+        zip_extract(Tensor(bytes(moved)))

@@ -135,8 +135,14 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
             for info in zf.infolist():
                 if info.is_dir():
                     continue
+                if info.filename in out:  # (the dict would keep one of the two silently)
+                    raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} appears twice; the archive is "
+                                       "corrupt or crafted")  # fmt: skip
+                if info.flag_bits & 0x1:  # (a stored one would come back as its ciphertext)
+                    raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} is encrypted, which zip_extract "
+                                       "does not read; extract it with a zip tool and its password")  # fmt: skip
                 if info.compress_type == zipfile.ZIP_STORED:
-                    start = _zip_data_offset(t, info)
+                    start = _zip_data_offset(t, info, fn)
                     if start + info.file_size > size:
                         end = start + info.file_size
                         raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} needs bytes [{start}, {end}) "
@@ -155,10 +161,13 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
     return out
 
 
-def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo) -> int:
+def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo, fn: FileLike) -> int:
     """Where a stored member's bytes start: after its local header (whose name/extra lengths may differ from the
     central directory's)."""
     head = _host_bytes(t[info.header_offset : info.header_offset + 30])
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":  # (a central directory pointing elsewhere: bytes of something else)
+        raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has no local header at byte "
+                           f"{info.header_offset}; the archive is corrupt")  # fmt: skip
     name_len, extra_len = struct.unpack("<HH", head[26:30])
     return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
 
