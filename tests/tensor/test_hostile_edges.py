@@ -357,3 +357,17 @@ def test_a_zip_member_that_is_encrypted_or_has_no_local_header_is_refused() -> N
     struct.pack_into("<I", moved, cd + 42, 5)  # the local header offset points into the middle of something else
     with pytest.raises(ArchiveError, match="no local header"):
         zip_extract(Tensor(bytes(moved)))
+
+
+@pytest.mark.parametrize("args", [(2**53 + 1,), (0, 2**60 + 1, 1), (2**60, 0, -3), (-(2**58), 2**58, 7), (10, 0, -3)])
+def test_arange_counts_big_int_ranges_exactly(args: tuple[int, ...]) -> None:
+    # the count was a float quotient: arange(2**53 + 1) lost an element, arange(2**60, 0, -3) ended at 67, not 1
+    t, want = Tensor.arange(*args), range(*args)
+    assert t.shape == (len(want),)
+    assert t[-1].item() == want[-1] and t[0].item() == want[0]
+
+
+@pytest.mark.parametrize("args", [(2**64,), (0, 1, 1e-300), (-(2**63), 2**63)])
+def test_an_arange_of_more_elements_than_int64_counts_is_refused(args: tuple[Any, ...]) -> None:
+    with pytest.raises(TensorOverflowError, match="more than int64 can count"):  # arange(2**64)[-1] read -1
+        Tensor.arange(*args)
