@@ -33,7 +33,7 @@ import numpy as np
 from train import make_step
 
 from speck.hcq import Device
-from speck.hcq.graph import TUNE_RUNS
+from speck.hcq.worker_choice import TUNE_RUNS
 from speck.tensor import Tensor, TinyJit
 
 # seconds between two different functions' timings: numpy's OpenBLAS threads keep spinning on the cores for tens of

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from hcq_kernels import ADD_IR, ROWSUM_IR, SCALE_IR
 from speck.hcq import Buffer, Device, HCQError, ProgramArgumentError
 from speck.hcq.cpu import CPUDevice, CPUProgram
-from speck.hcq.graph import MAX_ARGS, TUNE_RUNS, CPUGraph
+from speck.hcq.graph import MAX_ARGS, CPUGraph
+from speck.hcq.worker_choice import TUNE_RUNS
 
 
 def _wide_ir(nbufs: int) -> str:
@@ -350,9 +351,9 @@ def test_run_timed_gives_per_command_times(progs: dict[str, CPUProgram], cpu: CP
 def test_worker_choice_is_measured_again(
     progs: dict[str, CPUProgram], cpu: CPUDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import speck.hcq.graph as graph_mod
+    import speck.hcq.worker_choice as choice_mod
 
-    monkeypatch.setattr(graph_mod, "RETUNE_EVERY", 3)
+    monkeypatch.setattr(choice_mod, "RETUNE_EVERY", 3)
     cpu.threads = 2  # type: ignore[attr-defined]
     n = 512
     a = np.arange(n, dtype=np.float32)
@@ -370,7 +371,7 @@ def test_worker_choice_is_measured_again(
 def test_a_confirmed_clear_choice_is_measured_more_rarely() -> None:
     """The re-measurement interval doubles (up to RETUNE_MAX) while measurements confirm a choice by a clear margin,
     and drops back to RETUNE_EVERY when the choice changes or the candidates come close."""
-    from speck.hcq.graph import CLEAR_MARGIN, RETUNE_EVERY, RETUNE_MAX, next_retune_interval
+    from speck.hcq.worker_choice import CLEAR_MARGIN, RETUNE_EVERY, RETUNE_MAX, next_retune_interval
 
     clear = {1: [0.30, 0.31], 2: [0.15, 0.16]}  # two workers twice as fast
     assert next_retune_interval(RETUNE_EVERY, None, 2, clear) == RETUNE_EVERY  # a first choice: nothing confirmed

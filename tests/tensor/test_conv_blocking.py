@@ -3,18 +3,28 @@ a forward convolution whose row block runs along the window (a vector of input p
 images (16 accumulators), and a transposed convolution (the input gradient, its window gated over padding) keeps
 4 images beside 4 vectors of channels; with 16 registers (AVX2) the blocks stay as they were. The values, on
 whatever CPU runs the tests (a first layer's weight gradient among them, blocked 8 output channels at a time with
-32 registers), equal numpy's (float32 sums of 288-800 products: 1e-4 relative, 1e-3 absolute)."""
+32 registers), equal numpy's (float32 sums of 288-800 products: 1e-4 relative, 1e-3 absolute). These are the direct
+convolution's kernels: Winograd's rewrite (WINO, test_winograd.py) is off here."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from speck.codegen.opt import Opt, OptOps, apply_opts, hand_coded_optimizations, opt_base
 from speck.codegen.renderer.llvmir import LLVMRenderer
-from speck.tensor import Tensor
+from speck.tensor import Context, Tensor
 from speck.uop import UOp
 from tensor_helpers import assert_matches
+
+
+@pytest.fixture(autouse=True)
+def _direct_convolution() -> Iterator[None]:
+    with Context(WINO=0):
+        yield
+
 
 AVX2, AVX512 = LLVMRenderer(max_vector_bytes=32), LLVMRenderer(max_vector_bytes=64)
 

@@ -27,7 +27,7 @@ from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, p
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
 from speck.hcq.errors import ProgramArgumentError
-from speck.hcq.graph import RETUNE_EVERY, TUNE_RUNS, CPUGraph, next_retune_interval
+from speck.hcq.graph import CPUGraph
 from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.registry import numbered, register_device
@@ -37,6 +37,7 @@ from speck.hcq.settings import PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
 from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
 from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
 from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
+from speck.hcq.worker_choice import WorkerChoice
 
 if TYPE_CHECKING:
     from speck.hcq.buffer import Buffer
@@ -267,46 +268,6 @@ class WorkerPool:
 POOL = WorkerPool()
 
 
-class WorkerChoice:
-    """One worker or all `n` for the repeated launches of one big kernel, chosen by their best times the way a CPU
-    graph chooses for its batch (speck.hcq.graph): on a machine whose other cores run other processes, one worker
-    can beat a split that waits for a descheduled worker (16M-float sums, 4 streams per worker: 9.4 GB/s on one
-    thread, 5.6 GB/s on two with the second core busy). All `n` go first, so a one-off launch is split as before;
-    that first launch is not counted (it pays the first touch of the output, cold caches and sleeping workers: a
-    1024 matmul's first split launch took 75-89 ms, its next ones ~50 ms, and with two trials a side it decided
-    for one worker). The choice is measured again every RETUNE_EVERY launches (the load changes)."""
-
-    __slots__ = ("chosen", "every", "n", "previous", "since", "trials", "warm")
-
-    def __init__(self, n: int) -> None:
-        self.n, self.since, self.every = n, 0, RETUNE_EVERY
-        self.chosen: int | None = None  # the worker count launches use; None while measuring
-        self.previous: int | None = None  # the choice before the current measurement
-        self.trials: dict[int, list[float]] = {n: [], 1: []}
-        self.warm = False  # the first launch ran (and was not counted)
-
-    def pick(self) -> int:
-        if self.chosen is not None:
-            return self.chosen
-        return self.n if len(self.trials[self.n]) <= len(self.trials[1]) else 1
-
-    def record(self, workers: int, seconds: float) -> None:
-        if not self.warm:
-            self.warm = True
-            return
-        if self.chosen is None:
-            trials = self.trials
-            trials[workers].append(seconds)
-            if all(len(v) >= TUNE_RUNS for v in trials.values()):
-                chosen = min(trials, key=lambda k: min(trials[k]))
-                self.every = next_retune_interval(self.every, self.previous, chosen, trials)
-                self.chosen, self.since = chosen, 0
-            return
-        self.since += 1
-        if self.since >= self.every:
-            self.previous, self.chosen, self.trials = self.chosen, None, {self.n: [], 1: []}
-
-
 class CPUProgram(Program):
     """A kernel function in an ELF object, linked by speck.hcq.elf against libm/libgcc_s/libc (or `libraries`)."""
 
@@ -355,7 +316,7 @@ class CPUProgram(Program):
         if t > 1 and threads is None and self._parts and n > 1:  # a big kernel, split as the device decides
             choice = self._choice
             if choice is None or choice.n != min(t, n):
-                choice = self._choice = WorkerChoice(min(t, n))
+                choice = self._choice = WorkerChoice(min(t, n), skip_first=True)
             w = choice.pick()
             t0 = time.perf_counter()
             self._run_split(args, n, w)

@@ -25,6 +25,7 @@ from speck.hcq.buffer import Buffer
 from speck.hcq.errors import ElfLinkError, GraphArgumentError, HCQError, HCQValueError, ProgramArgumentError
 from speck.hcq.queue import EXEC
 from speck.hcq.settings import CPU_GRAPH_WORKERS
+from speck.hcq.worker_choice import WorkerChoice
 
 if TYPE_CHECKING:
     from speck.hcq.cpu import CPUDevice, CPUProgram
@@ -39,15 +40,6 @@ _CMD_WORDS = 6
 # spins on the barrier before each worker starts yielding its core (the machine may have fewer free cores than
 # workers; a spinning waiter would then keep the worker it waits for off the CPU)
 _SPINS_BEFORE_YIELD = 2048
-# timed runs per candidate worker count before a graph without a fixed `workers` settles on the faster
-TUNE_RUNS = 2
-# runs after which the choice is measured again (other processes come and go on a shared machine); the slower
-# candidate then costs TUNE_RUNS extra runs in this many. A clear choice (the other candidate at least
-# CLEAR_MARGIN x slower) that a measurement confirms doubles the interval, up to RETUNE_MAX: a CNN training step
-# whose one-worker runs take twice as long paid 1% of its time re-confirming every 200 steps
-RETUNE_EVERY = 200
-RETUNE_MAX = 3200
-CLEAR_MARGIN = 1.3
 
 
 def _parts(n: int, threads: int, per_thread: int) -> int:
@@ -56,15 +48,6 @@ def _parts(n: int, threads: int, per_thread: int) -> int:
     slice (as WorkerPool.run does for a direct launch); 0 (one contiguous slice each) when that is no more."""
     k = min(n, per_thread * threads)
     return k if threads > 1 and k > threads else 0
-
-
-def next_retune_interval(interval: int, previous: int | None, chosen: int, trials: dict[int, list[float]]) -> int:
-    """Runs until the worker count is measured again: doubled (at most RETUNE_MAX) when the measurement confirmed
-    the previous choice by a clear margin, else back to RETUNE_EVERY."""
-    best = {k: min(v) for k, v in trials.items() if v}
-    others = [t for k, t in best.items() if k != chosen]
-    clear = bool(others) and min(others) >= CLEAR_MARGIN * best[chosen]
-    return min(interval * 2, RETUNE_MAX) if clear and previous == chosen else RETUNE_EVERY
 
 
 def _interpreter_ir() -> str:
@@ -359,12 +342,8 @@ class CPUGraph:
         # worker count for runs: None chooses by timing the first runs (see run); 1 runs every command on worker 0;
         # $CPU_GRAPH_WORKERS sets it for every new graph
         self.workers: int | None = int(CPU_GRAPH_WORKERS.value) or None
-        self._chosen: int | None = None
+        self._choice = WorkerChoice(1)  # one worker or all nworkers, by measured time (see run)
         self._last_workers = 1
-        self._since_tuned = 0
-        self._retune_every = RETUNE_EVERY
-        self._previous: int | None = None  # the choice before the latest measurement
-        self._trials: dict[int, list[float]] = {}
 
     @staticmethod
     def supports(prog: Any, nargs: int) -> bool:
@@ -493,8 +472,7 @@ class CPUGraph:
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
         self._fixed = all(t is not None for t in self._threads)
-        self._trials = {1: [], nworkers: []}
-        self._chosen = None if nworkers > 1 else 1
+        self._choice = WorkerChoice(nworkers, first=1)
 
     def _table(self, nw: int) -> int:
         """Address of the command table for `nw` workers (every split clamped to nw; 1: all on worker 0)."""
@@ -517,7 +495,7 @@ class CPUGraph:
         """The worker count runs use: `workers` when set, else what the first timed runs found faster (None while
         still measuring)."""
         self._build()
-        return max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
+        return max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._choice.chosen
 
     # -- running ------------------------------------------------------------------------------------------------
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
@@ -530,9 +508,7 @@ class CPUGraph:
         assert _interp is not None
         if self._cmds is None or not self._fixed:
             self._build()
-        nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._chosen
-        if nw is None:  # still measuring: alternate the two candidates, one worker first
-            nw = 1 if len(self._trials[1]) <= len(self._trials[self.nworkers]) else self.nworkers
+        nw = max(1, min(self.workers, self.nworkers)) if self.workers is not None else self._choice.pick()
         self._last_workers = nw
         got = self._tables.get(nw)
         if got is None:
@@ -557,33 +533,18 @@ class CPUGraph:
 
     def run(self) -> float:
         """Submit, wait for completion, and return the elapsed seconds. While no worker count is chosen, the
-        first runs alternate between all workers and worker 0 alone (results do not depend on the split) and the
-        faster by its best time is kept, and measured again every RETUNE_EVERY runs (up to RETUNE_MAX while
-        measurements keep confirming a clear choice): on a machine whose second core is busy or shares the first
-        one's units, waking and synchronising workers costs more than splitting the kernels gains."""
+        first runs alternate between worker 0 alone and all workers (results do not depend on the split) and the
+        faster by its best time is kept, and measured again every so often (speck.hcq.worker_choice): on a machine
+        whose second core is busy or shares the first one's units, waking and synchronising workers costs more than
+        splitting the kernels gains."""
         t0 = time.perf_counter()
         if _interp is None:
             _interpreter()  # (submit(), inlined: compile errors surface here, not inside the engine)
         self._engine.submit(self._submission)
         self.device.wait_idle()
         dt = time.perf_counter() - t0
-        if (
-            self.workers is None
-            and (self._chosen is None or self.nworkers > 1)  # (nothing to choose between: one worker does it all)
-            and (self._fixed or self._built_for == self.device.threads)
-        ):
-            if self._chosen is None:
-                trials = self._trials
-                trials[self._last_workers].append(dt)
-                if all(len(v) >= TUNE_RUNS for v in trials.values()):
-                    chosen = min(trials, key=lambda k: min(trials[k]))
-                    self._retune_every = next_retune_interval(self._retune_every, self._previous, chosen, trials)
-                    self._chosen, self._since_tuned = chosen, 0
-            elif self.nworkers > 1:
-                self._since_tuned += 1
-                if self._since_tuned >= self._retune_every:  # the machine's load changes: measure again
-                    self._previous = self._chosen
-                    self._chosen, self._trials = None, {1: [], self.nworkers: []}
+        if self.workers is None and (self._fixed or self._built_for == self.device.threads):
+            self._choice.record(self._last_workers, dt)
         return dt
 
     def prepare(self) -> None:
@@ -596,7 +557,7 @@ class CPUGraph:
         """run() without the elapsed time: a graph whose worker count is settled (one worker does it all, or a fixed
         `workers`) is submitted and waited for without reading the clock; one still choosing runs as run(). Waits
         for this graph's engine only (run() synchronizes the whole device)."""
-        if self.workers is None and (self._chosen is None or self.nworkers > 1):
+        if self.workers is None and self.nworkers > 1:  # (still choosing, or measuring again every so often)
             self.run()
             return
         e = self._engine
@@ -618,13 +579,15 @@ class CPUGraph:
         n = len(self._fns)
         stamps = (ctypes.c_uint64 * (n + 1))()
         self._sync[2] = ctypes.addressof(stamps)
-        chosen, self._chosen = self._chosen, self.chosen_workers or 1
+        nw = self.chosen_workers or 1  # (this run is not timed into the choice: a stand-in choice holds nw)
+        choice, self._choice = self._choice, WorkerChoice(self.nworkers)
+        self._choice.chosen = nw
         try:
             self.submit()
             self.device.wait_idle()
         finally:
             self._sync[2] = 0
-            self._chosen = chosen
+            self._choice = choice
         return [(self._names[i], (stamps[i + 1] - stamps[i]) * 1e-9) for i in range(n)]
 
     def __repr__(self) -> str:

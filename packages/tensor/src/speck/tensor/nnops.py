@@ -11,15 +11,19 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor import winograd
 from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
-from speck.tensor.settings import TRAINING
+from speck.tensor.settings import TRAINING, WINO
+from speck.tensor.winograd import winograd_tile
 from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from speck.tensor.tensor import Tensor
     from speck.uop import UOp
 
@@ -156,6 +160,12 @@ class NNMixin:
         st, dl = _pair(stride, nsp, "conv2d stride"), _pair(dilation, nsp, "conv2d dilation")
         _window_args("conv2d", nsp, stride=st, dilation=dl)
         pads = _conv_padding(padding, k, dl, st)
+        if dtype is None and groups == 1 and (m := winograd_tile(self, weight, st, dl, pads, WINO.value)):
+            # Winograd's F(m, k): its input transform copies the input channel-last, padding and all
+            x = self.pad(((0, 0), (0, 0), *pads)) if any(p != (0, 0) for p in pads) else self
+            out, wgrad = winograd.conv(x, weight, m)
+            _conv_gradient(out, x, weight, groups, st, dl, k, wgrad)
+            return out if bias is None else out + _conv_bias(bias, cout, nsp)
         # padded into a buffer of its own: read in place, every window load would be gated (one branch per lane)
         x = self.pad(((0, 0), (0, 0), *pads)).contiguous() if any(p != (0, 0) for p in pads) else self
         w = x._windows(k, st, dl)  # (N, Cin, *o, *k)
@@ -171,12 +181,7 @@ class NNMixin:
             out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))
         out = out.reshape(n, cout, *osp)
         _conv_gradient(out, x, weight, groups, st, dl, k)
-        if bias is not None:
-            if math.prod(bias.shape) != cout:
-                raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got "
-                                           f"shape {bias.shape}")  # fmt: skip
-            out = out + bias.reshape(1, cout, *([1] * nsp))
-        return out
+        return out if bias is None else out + _conv_bias(bias, cout, nsp)
 
     def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                          stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
@@ -576,13 +581,20 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
 WGRAD_CHUNK = 16  # batch elements per partial sum of a convolution's weight gradient
 
 
+def _conv_bias(bias: Tensor, cout: int | UOp, nsp: int) -> Tensor:
+    if math.prod(bias.shape) != cout:
+        raise TensorAssertionError(f"conv bias must have one value per output channel, shape ({cout},); got shape "
+                                   f"{bias.shape}")  # fmt: skip
+    return bias.reshape(1, cout, *([1] * nsp))
+
+
 def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], dl: tuple[int, ...],
-                   k: tuple[int, ...]) -> None:  # fmt: skip
+                   k: tuple[int, ...], wgrad: Callable[[Tensor], Tensor] | None = None) -> None:  # fmt: skip
     """Differentiate a convolution directly. Walking its graph would give the input gradient as a sum over every
     window of a (N, Cin, *out, *k) tensor of per-window gradients (im2col's col2im), which a kernel can't compute
     without first writing that tensor out; the transposed convolution of the output gradient is the same value as
     one convolution kernel. The weight gradient is the windows times the output gradient, summed over batch and
-    output positions (what the graph walk gives too)."""
+    output positions (what the graph walk gives too); `wgrad` computes it instead (a Winograd convolution's)."""
     nsp = len(k)
     n = x.shape[0]
     cout, cin_g = weight.shape[:2]
@@ -599,6 +611,8 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
         g = type(out)(ctx, device=x.device).contiguous()
         w = type(out)(weight.uop, device=weight.device)
         gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
+        if wgrad is not None:  # a Winograd convolution's own (winograd.weight_gradient)
+            return gx.uop, wgrad(g).uop
         win = type(out)(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
         # the output gradient channel-last in a buffer of its own, so the kernel vectorizes over output channels;
         # with one input channel per group (a first layer) the kernel vectorizes along output rows instead, where

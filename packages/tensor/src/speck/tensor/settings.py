@@ -157,13 +157,25 @@ DATASETS = declare(
 DISABLE_HTTP_CACHE = declare("DISABLE_HTTP_CACHE", 0, T, ("speck.tensor.pyutils",), "1: fetch() downloads again")
 CI = declare("CI", "", T, ("speck.tensor.helpers",), "set by CI systems (tinygrad's helpers.CI)")
 
+WINO = declare(
+    "WINO",
+    1,
+    T,
+    ("speck.tensor.nnops",),
+    "Winograd convolution (speck.tensor.winograd) for stride-1, undilated, single-group 2-d float32 convolutions "
+    "with 3x3 or 5x5 kernels: 0 never; 1 where it pays off (at least 16 input and output channels); 2 every such "
+    "convolution of any float dtype",
+    minimum=0,
+    maximum=2,
+)
+
+
 # ---------------- kept for tinygrad's users: they select nothing here ----------------
 JIT_BATCH_SIZE = _noop("JIT_BATCH_SIZE", 32, "JIT=1 batches each run of a device's consecutive calls into one graph")
 USE_ATOMICS = _noop("USE_ATOMICS", 0, "Embedding's backward is a gather's gradient; CPU backends have no atomics")
 VIZ = _noop("VIZ", 0, "no graph viewer; PROFILE records and writes traces")
 IMAGE = _noop("IMAGE", 0, "no image dtypes on CPU backends")
 FLOAT16 = _noop("FLOAT16", 0, "half precision follows the tensors' dtypes")
-WINO = _noop("WINO", 0, "convolutions are not rewritten to Winograd's")
 TC = _noop("TC", 1, "no tensor cores on CPU backends")
 TC_SELECT = _noop("TC_SELECT", -1, "no tensor cores on CPU backends")
 TC_OPT = _noop("TC_OPT", 0, "no tensor cores on CPU backends")
