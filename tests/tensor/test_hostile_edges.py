@@ -371,3 +371,17 @@ def test_arange_counts_big_int_ranges_exactly(args: tuple[int, ...]) -> None:
 def test_an_arange_of_more_elements_than_int64_counts_is_refused(args: tuple[Any, ...]) -> None:
     with pytest.raises(TensorOverflowError, match="more than int64 can count"):  # arange(2**64)[-1] read -1
         Tensor.arange(*args)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Tensor.eye(2**32),  # 2**64 elements
+        lambda: Tensor.ones(3).pad((2**63, 0)),
+        lambda: Tensor.ones(2**62).cat(Tensor.zeros(2**62)),  # (cat pads each part to the whole)
+    ],
+)
+def test_eye_pad_and_cat_past_int64_elements_are_refused(make: Any) -> None:
+    with pytest.raises(TensorOverflowError, match="more than int64 can count"):  # as ones/expand/arange refuse
+        make()
+    assert Tensor.ones(2**61).cat(Tensor.zeros(2**61))[-(2**61) - 1 :][:2].tolist() == [1.0, 0.0]

@@ -277,6 +277,7 @@ class CreationMixin:
         m = n if m is None else _count("eye", "m", m)
         if n < 0 or m < 0:
             raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
+        _countable((n, m))  # (eye(2**32) was a 2**64-element tensor)
         r = cls.arange(n, **kw).unsqueeze(1)
         c = cls.arange(m, **kw).unsqueeze(0)
         return (r == c).cast(dt)

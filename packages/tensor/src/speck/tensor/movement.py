@@ -234,6 +234,7 @@ class MovementMixin:
             return self
         if mode != "constant" and not all(isinstance(x, int) for p in pads for x in p):
             raise TensorNotImplementedError(f"{mode} pad needs int amounts, got the symbolic pads {pads}")
+        countable(tuple(s + b + a for s, (b, a) in zip(self.shape, pads)))  # (as expand: past int64 counts wrap)
         if mode == "constant":
             if not isinstance(value, numbers.Real) and getattr(value, "shape", None) != ():  # (numpy scalars pass)
                 real("pad", "value", value)  # (an array failed on `value != 0`: numpy's "truth value ... is ambiguous")
