@@ -31,7 +31,7 @@ import _host
 import numpy as np
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit
-from speck.tensor.examples.train import MODELS
+from speck.tensor.examples.train import MAIN_JOB_WINO, MODELS
 from speck.tensor.nn.optim import Adam
 from speck.tensor.nn.state import get_parameters
 from speck.tensor.realize import compile_pool_stats
@@ -46,7 +46,7 @@ def jit_train_step(model: Any, opt: Any) -> Any:
 
     @TinyJit
     def step(xb: Tensor, yb: Tensor) -> Tensor:
-        with Tensor.train():
+        with Tensor.train(), Context(WINO=MAIN_JOB_WINO):  # (the main job's convolutions, as speck-train runs them)
             opt.zero_grad()
             loss = model(xb).sparse_categorical_crossentropy(yb)
             loss.backward()

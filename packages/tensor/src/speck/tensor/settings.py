@@ -159,12 +159,13 @@ CI = declare("CI", "", T, ("speck.tensor.helpers",), "set by CI systems (tinygra
 
 WINO = declare(
     "WINO",
-    1,
+    0,
     T,
     ("speck.tensor.nnops",),
     "Winograd convolution (speck.tensor.winograd) for stride-1, undilated, single-group 2-d float32 convolutions "
-    "with 3x3 or 5x5 kernels: 0 never; 1 where it pays off (at least 16 input and output channels); 2 every such "
-    "convolution of any float dtype",
+    "with 3x3 or 5x5 kernels: 0 never (the default, as tinygrad's: the direct sum is about 10x more accurate and "
+    "makes one kernel); 1 where it pays off (at least 16 input and output channels; the main job's choice); 2 every "
+    "such convolution of any float dtype",
     minimum=0,
     maximum=2,
 )
