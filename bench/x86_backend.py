@@ -10,9 +10,9 @@ FP_CONTRACT is on, the default):
   processes; llvmlite compiles on the calling thread);
 - CNN step: the main job's model (batch 128, Adam, TinyJit), one model per device, steps interleaved in rounds;
 - CNN compile: every kernel of the step, rendered and compiled by each backend (lowering shared, not counted), CPU
-  seconds as above. x86's encoder keeps a per-process cache of instruction encodings, warmed here by one untimed
-  pass (a compile worker has it warm after its first kernels); a cold process pays ~0.15 s more for the step's
-  ~3800 distinct forms. The tensor path
+  seconds as above. x86's encoder keeps a per-process cache of instruction encodings (up to 16384 forms), warmed
+  here by one untimed pass (a compile worker has it warm after its first kernels); a cold process pays ~0.06 s more
+  for the step's ~5000 distinct forms. The tensor path
   compiles both backends in worker processes (speck.codegen.compiler.pool) - the same work on other cores; this row
   counts the work, the first-step row the wall time a user waits;
 - first CNN step: a fresh process per backend with a cold compile cache (CACHELEVEL=0), alternating, medians of the

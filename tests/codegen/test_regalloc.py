@@ -14,7 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.codegen.regalloc import RAInstr, RegAllocError, RegClass, RegTarget, VReg, allocate, live_intervals
+from speck.codegen.regalloc import (
+    RAInstr,
+    RegAllocError,
+    RegClass,
+    RegTarget,
+    VReg,
+    allocate,
+    instr_view,
+    live_intervals,
+)
 
 TINY = RegTarget(
     {
@@ -260,6 +269,13 @@ def test_fixed_registers_and_clobbers() -> None:
 def test_bad_input_raises(instrs: list[RAInstr], fragment: str) -> None:
     with pytest.raises(RegAllocError, match=fragment):
         allocate(instrs, TINY)
+
+
+def test_instr_view_is_the_constructors_value() -> None:
+    view = instr_view((a(1),), (a(2), a(3)), frozenset({"r0"}), True)
+    assert view == RAInstr((a(1),), (a(2), a(3)), frozenset({"r0"}), None, True) and view.marker is None
+    with pytest.raises(AttributeError):
+        view.copy = False  # type: ignore[misc]
 
 
 def test_copy_takes_the_source_register() -> None:

@@ -37,7 +37,7 @@ from speck.codegen.x86.alloc import (
 from speck.codegen.x86.assembler import assemble
 from speck.codegen.x86.encoder import EncodingError, encode, encode_uncached
 from speck.codegen.x86.listing import render_listing
-from speck.codegen.x86.operands import GPR64, Imm, Inst, Label, Mem, Operand, Reg, gpr, rodata, ymm
+from speck.codegen.x86.operands import GPR64, Imm, Inst, Label, Mem, Operand, Reg, gpr, plain_inst, rodata, ymm
 from speck.codegen.x86.ops import X86Op
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import phys
@@ -173,6 +173,11 @@ def test_hand_written_constructors_keep_the_dataclass_contract() -> None:
     assert (inst.op, inst.operands, inst.implicit_uses, inst.implicit_defs) == (X86Op.MOV, (gpr("eax"), mem), (), ())
     assert dataclasses.replace(inst, op=X86Op.LEA) == Inst(X86Op.LEA, inst.operands, clobbers=frozenset({"rax"}))
     assert Inst(X86Op.RET) == Inst(X86Op.RET, (), (), (), frozenset()) and Mem(disp=4, symbol="s").base is None
+    quick = plain_inst(X86Op.MOV, (gpr("eax"), mem))  # (selection's and allocation's constructor)
+    assert quick == Inst(X86Op.MOV, (gpr("eax"), mem)) and hash(quick) == hash(Inst(X86Op.MOV, (gpr("eax"), mem)))
+    assert repr(quick) == repr(Inst(X86Op.MOV, (gpr("eax"), mem))) and ra_view(quick).uses == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.op = X86Op.LEA  # type: ignore[misc]
     for bad, fragment in (({"scale": 3}, "scale"), ({"disp": 2**31}, "displacement"), ({}, "expected a base")):
         with pytest.raises(ValueError, match=fragment):
             Mem(gpr("rax") if bad else None, **bad)  # type: ignore[arg-type]

@@ -163,3 +163,31 @@ def test_compiling_makes_no_reference_cycles_and_restores_the_collector(gc_on: b
         gc.set_debug(0)
         gc.garbage.clear()
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize(
+    "field, why",
+    [
+        ("0,-1", "negative source index"),
+        ("0,x", "ValueError"),
+        ("0,999", "IndexError"),
+        ("SELF", "IndexError"),
+        ("0,", "ValueError"),
+    ],  # fmt: skip
+)
+def test_a_bad_sources_field_names_its_line(field: str, why: str) -> None:
+    """A sources field that is not earlier UOps' indices (negative, not a number, past the end, a UOp not read yet)
+    is a CompileError naming the line, never a program built from other UOps; a good field read once is no excuse
+    for a bad one later (the fields' pickers are remembered)."""
+    from speck.codegen.errors import CompileError
+
+    src = X86Renderer().render(lowered(GOLDEN_KERNELS["row_sum"]()))
+    lines = src.split("\n")
+    k = next(n for n, ln in enumerate(lines) if n and ln.split("\t")[3])  # the first line with sources
+    *head, srcs, rest = lines[k].split("\t", 4)
+    good = "\n".join(lines[:k] + ["\t".join([*head, srcs, rest])] + lines[k + 1 :])
+    assert load_program(good)[0] == load_program(src)[0]
+    field = field.replace("SELF", str(k - 1))  # (the UOp the line itself defines: not read yet)
+    bad = "\n".join(lines[:k] + ["\t".join([*head, field, rest])] + lines[k + 1 :])
+    with pytest.raises(CompileError, match=f"line {k + 1} of the x86 program is not a UOp.*{why}"):
+        load_program(bad)

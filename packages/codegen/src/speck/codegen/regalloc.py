@@ -112,6 +112,18 @@ _set_defs, _set_uses, _set_clobbers, _set_marker, _set_copy = (
 )
 
 
+def instr_view(defs: tuple[VReg, ...], uses: tuple[VReg, ...], clobbers: frozenset[str], copy: bool) -> RAInstr:
+    """RAInstr(defs, uses, clobbers, None, copy), built without the call through the class (a backend describes
+    every instruction it allocates)."""
+    r: RAInstr = object.__new__(RAInstr)
+    _set_defs(r, defs)
+    _set_uses(r, uses)
+    _set_clobbers(r, clobbers)
+    _set_marker(r, None)
+    _set_copy(r, copy)
+    return r
+
+
 @dataclass(frozen=True)
 class Reload:
     """Load spilled `vreg` from stack slot `slot` (byte offset in the spill area) into register `reg`."""
@@ -214,17 +226,22 @@ def _intervals(occurrences: dict[int, list[int]], loops: Sequence[tuple[int, int
     """live_intervals from each value's access positions (ascending)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
-    for vid, occ in occurrences.items():
-        # read before any write: live-in at function entry (incoming arguments)
-        first[vid] = occ[0] if occ[0] & 1 else 0
-        last[vid] = occ[-1]
     # Only a value that is live-in, or whose interval has a loop boundary inside it, can be extended: any other one
     # lies in one stretch between boundaries, so each loop either holds it whole - first access a write, hence not
     # carried - or misses it. Those (most values: temporaries of a block) never enter the fixed point below.
     bounds = sorted(p for b, e in loops for p in (2 * b, 2 * e + 1))
-    movable = {vid: occ for vid, occ in occurrences.items()
-               if not occ[0] & 1 or bisect_left(bounds, first[vid]) != bisect_right(bounds, last[vid])}  # fmt: skip
+    movable: dict[int, list[int]] = {}
+    # (each list is in position order already: instructions in order, an instruction's reads before its writes)
+    for vid, occ in occurrences.items():
+        s, t = occ[0], occ[-1]
+        last[vid] = t
+        if s & 1:
+            first[vid] = s
+            if bounds and bisect_left(bounds, s) != bisect_right(bounds, t):
+                movable[vid] = occ
+        else:  # read before any write: live-in at function entry (incoming arguments)
+            first[vid] = 0
+            movable[vid] = occ
     # whether a value's first access inside a loop is a read depends only on its accesses: decide it once per loop
     carried_in: dict[tuple[int, int], bool] = {}
     changed = bool(loops)
@@ -294,35 +311,68 @@ def _linear_scan(
             return home, [vid]
 
         # spill the cheapest value (this one, or an active one whose register it could take): fewest accesses per
-        # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest
-        def cost(end: int, v: int) -> tuple[float, int]:
-            return weight[v] / (end - intervals[v][0] + 1), -end
-
-        victim = min(((a_end, a_vid, a_reg) for a_vid, (a_end, a_reg) in active.items()
-                      if info[a_vid].cls == cls and not _overlaps(blocked.get(a_reg, ()), s, e)),
-                     key=lambda a: cost(a[0], a[1]), default=None)  # fmt: skip
-        if victim is not None and cost(victim[0], victim[1]) < cost(e, vid):
-            del active[victim[1]]  # its register goes straight to this value: `taken` is unchanged
-            spilled.append(victim[1])
-            home[vid] = victim[2]
-            active[vid] = (e, victim[2])
+        # position it occupies, loop accesses counting 10x per nesting level; ties go to the one that lives longest,
+        # then to the one that got its register first (a plain loop: this runs for every active value at each spill)
+        best = (weight[vid] / (e - s + 1), -e)
+        victim: tuple[int, str] | None = None
+        for a_vid, (a_end, a_reg) in active.items():
+            if info[a_vid].cls != cls or (a_reg in blocked and _overlaps(blocked[a_reg], s, e)):
+                continue
+            c = (weight[a_vid] / (a_end - intervals[a_vid][0] + 1), -a_end)
+            if c < best:
+                best, victim = c, (a_vid, a_reg)
+        if victim is not None:
+            v_id, v_reg = victim
+            del active[v_id]  # its register goes straight to this value: `taken` is unchanged
+            spilled.append(v_id)
+            home[vid] = v_reg
+            active[vid] = (e, v_reg)
             heappush(ends, (e, vid))
         else:
             spilled.append(vid)
     return home, spilled
 
 
+class _SpillWeights(dict[int, float]):
+    """vid -> spill weight: its accesses, each counting 10 ** the loop depth it is at, summed on first request in
+    position order (the order the accesses come in)."""
+
+    def __init__(self, occurrences: dict[int, list[int]], nesting: list[float]) -> None:
+        super().__init__()
+        self.occurrences, self.nesting = occurrences, nesting
+
+    def __missing__(self, vid: int) -> float:
+        nesting = self.nesting
+        total = 0.0
+        for p in self.occurrences[vid]:
+            total += nesting[p >> 1]
+        self[vid] = total
+        return total
+
+
+def _unknown_class(v: VReg, i: int, classes: Mapping[str, RegClass]) -> RegAllocError:
+    return RegAllocError(f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}")
+
+
+def _class_change(v: VReg, seen: VReg, i: int) -> RegAllocError:
+    return RegAllocError(
+        f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
+        f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
+    )
+
+
 def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     """Assign every virtual register a physical register or a stack slot, and plan the spill/reload code."""
-    # one pass: each value's VReg (checked for one class), its spill weight (accesses, each counting
-    # 10 ** loop nesting depth), the positions it is accessed at (live_intervals), the value a register copy defines
-    # it from, and where the loop markers and clobbering instructions are
+    # one pass: each value's VReg (checked for one class), the positions it is accessed at (live_intervals), the
+    # value a register copy defines it from, and where the loop markers and clobbering instructions are. Spill
+    # weights (accesses, each counting 10 ** loop nesting depth) are summed from the positions only for the values
+    # a spill decision looks at (few: most kernels never spill), see _SpillWeights.
     info: dict[int, VReg] = {}
-    weight: dict[int, float] = {}
     occurrences: dict[int, list[int]] = {}
     copied_from: dict[int, int] = {}
     markers: list[int] = []
     clobbering: list[int] = []
+    nesting: list[float] = []  # 10 ** loop depth of each instruction
     classes = target.classes
     depth = 0
     w = 1.0
@@ -331,33 +381,42 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
             markers.append(i)
             depth += (ins.marker == "loop_begin") - (ins.marker == "loop_end")
             w = 10.0**depth
+            nesting.append(w)
             continue
+        nesting.append(w)
         if ins.clobbers:
             clobbering.append(i)
         pos = 2 * i  # reads first, then writes at 2i+1
-        for vs in (ins.uses, ins.defs):
-            for v in vs:
-                occ = occurrences.get(v.id)
-                if occ is None:
-                    if v.cls not in classes:
-                        raise RegAllocError(
-                            f"instruction {i}: v{v.id} has class {v.cls!r}; the target has {sorted(classes)}"
-                        )
-                    info[v.id] = v
-                    weight[v.id] = w
-                    occurrences[v.id] = [pos]
-                    continue
-                seen = info[v.id]
-                if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
-                    raise RegAllocError(
-                        f"instruction {i}: v{v.id} appears as class {v.cls!r} fixed {v.fixed!r} but "
-                        f"earlier as class {seen.cls!r} fixed {seen.fixed!r}; a value has one class"
-                    )
-                weight[v.id] += w
-                occ.append(pos)
-            pos += 1
+        for v in ins.uses:
+            vid = v.id
+            occ = occurrences.get(vid)
+            if occ is None:
+                if v.cls not in classes:
+                    raise _unknown_class(v, i, classes)
+                info[vid] = v
+                occurrences[vid] = [pos]
+                continue
+            seen = info[vid]
+            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
+                raise _class_change(v, seen, i)
+            occ.append(pos)
+        pos += 1
+        for v in ins.defs:
+            vid = v.id
+            occ = occurrences.get(vid)
+            if occ is None:
+                if v.cls not in classes:
+                    raise _unknown_class(v, i, classes)
+                info[vid] = v
+                occurrences[vid] = [pos]
+                continue
+            seen = info[vid]
+            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
+                raise _class_change(v, seen, i)
+            occ.append(pos)
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
             copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
+    weight = _SpillWeights(occurrences, nesting)
     loops = find_loops(instrs, markers)
     intervals = _intervals(occurrences, loops)
 
@@ -428,16 +487,17 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
     # loop-invariant spilled values: one reload before the loop if a register is free across all of it. Where each
     # spilled value is read and written (instruction indices, ascending) answers "does the loop body touch it" by
     # bisection instead of a scan of the body per value and loop.
-    uses_at: dict[int, list[int]] = {vid: [] for vid in spilled}
-    defs_at: dict[int, list[int]] = {vid: [] for vid in spilled}
-    if spilled:
-        for i, ins in enumerate(instrs):
-            for v in ins.uses:
-                if (where := uses_at.get(v.id)) is not None and (not where or where[-1] != i):
-                    where.append(i)
-            for v in ins.defs:
-                if (where := defs_at.get(v.id)) is not None and (not where or where[-1] != i):
-                    where.append(i)
+    # (read off the value's access positions: 2i a read by instruction i, 2i+1 a write, ascending)
+    uses_at: dict[int, list[int]] = {}
+    defs_at: dict[int, list[int]] = {}
+    for vid in spilled:
+        reads: list[int] = []
+        writes: list[int] = []
+        for p in occurrences[vid]:
+            where = writes if p & 1 else reads
+            if not where or where[-1] != p >> 1:
+                where.append(p >> 1)
+        uses_at[vid], defs_at[vid] = reads, writes
     for vid in spilled:
         s, e = intervals[vid]
         cls = target.classes[info[vid].cls]

@@ -22,10 +22,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speck.codegen.errors import CodegenValueError
-from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate
+from speck.codegen.regalloc import Allocation, RAInstr, VReg, allocate, instr_view
 from speck.codegen.x86.assembler import Assembled, assemble
 from speck.codegen.x86.elf_object import write_elf_object
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, Reg, _set_roles
+from speck.codegen.x86.operands import (
+    RSP,
+    Imm,
+    IncomingStackArg,
+    Inst,
+    Label,
+    Mem,
+    Operand,
+    Reg,
+    _set_roles,
+    plain_inst,
+)
 from speck.codegen.x86.ops import CMOVCC_OPS, JCC_OPS, X86Op
 from speck.codegen.x86.regs import X86_64_SYSV, SizedRegs, phys, sized_regs
 
@@ -77,40 +88,48 @@ def operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
 
 
 def _operand_roles(inst: Inst) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
-    # plain loops and single-class isinstance checks: this runs for every selected instruction
+    # plain loops and exact type tests (VReg and Mem have no subclasses): this runs for every selected instruction
     ops = inst.operands
-    defs: list[VReg] = [v for v in inst.implicit_defs if isinstance(v, VReg)] if inst.implicit_defs else []
-    uses: list[VReg] = [v for v in inst.implicit_uses if isinstance(v, VReg)] if inst.implicit_uses else []
     if not ops:
-        return tuple(defs), tuple(uses)
+        return _implicit(inst.implicit_defs), _implicit(inst.implicit_uses)
     first = ops[0]
     rest: list[VReg] = []
-    for o in ops[1:]:
-        if isinstance(o, VReg):
-            rest.append(o)
-        elif isinstance(o, Mem):
-            if isinstance(o.base, VReg):
-                rest.append(o.base)
-            if isinstance(o.index, VReg):
-                rest.append(o.index)
-    uses += rest
-    if isinstance(first, VReg):
+    for o in ops[1:] if len(ops) > 1 else ():
+        t = type(o)
+        if t is VReg:
+            rest.append(o)  # type: ignore[arg-type]
+        elif t is Mem:
+            b, x = o.base, o.index  # type: ignore[union-attr]
+            if type(b) is VReg:
+                rest.append(b)
+            if type(x) is VReg:
+                rest.append(x)
+    ft = type(first)
+    if ft is VReg:
         op = inst.op
-        fid = first.id
+        fid = first.id  # type: ignore[union-attr]
         if op in ZEROING_IDIOMS and len(ops) >= 2 and all(v.id == fid for v in rest):
-            defs.append(first)
-            return tuple(defs), tuple(v for v in uses if v.id != fid)
+            uses = [v for v in (*_implicit(inst.implicit_uses), *rest) if v.id != fid]
+            return (*_implicit(inst.implicit_defs), first), tuple(uses)  # type: ignore[arg-type]
         role = _FIRST_OPERAND.get(op, _WRITTEN) if op is not _IMUL else _IMUL_FIRST_OPERAND[min(len(ops), 3)]
         if role is not _WRITTEN:
-            uses.append(first)
-        if role is not _READ:
-            defs.append(first)
-    elif isinstance(first, Mem):
-        if isinstance(first.base, VReg):
-            uses.append(first.base)
-        if isinstance(first.index, VReg):
-            uses.append(first.index)
-    return tuple(defs), tuple(uses)
+            rest.append(first)  # type: ignore[arg-type]
+        defs: tuple[VReg, ...] = (first,) if role is not _READ else ()  # type: ignore[assignment]
+    else:
+        if ft is Mem:
+            b, x = first.base, first.index  # type: ignore[union-attr]
+            if type(b) is VReg:
+                rest.append(b)
+            if type(x) is VReg:
+                rest.append(x)
+        defs = ()
+    if inst.implicit_uses or inst.implicit_defs:  # (division, cqo, calls: rare)
+        return _implicit(inst.implicit_defs) + defs, _implicit(inst.implicit_uses) + tuple(rest)
+    return defs, tuple(rest)
+
+
+def _implicit(regs: tuple[Operand, ...]) -> tuple[VReg, ...]:
+    return tuple([v for v in regs if isinstance(v, VReg)]) if regs else ()
 
 
 def ra_view(item: Item) -> RAInstr:
@@ -121,9 +140,9 @@ def ra_view(item: Item) -> RAInstr:
         view = item._roles
         if view is None:
             defs, uses = _operand_roles(item)
-            ops = item.operands
-            copy = len(ops) == 2 and (item.op is _MOV or item.op in FULL_COPIES) and _is_copy(item)
-            view = RAInstr(defs, uses, item.clobbers, None, copy)  # (positional: built per instruction)
+            op = item.op
+            copy = (op is _MOV or op in FULL_COPIES) and len(item.operands) == 2 and _is_copy(item)
+            view = instr_view(defs, uses, item.clobbers, copy)
             _set_roles(item, view)
         return view
     if isinstance(item, LoopBegin):
@@ -156,7 +175,7 @@ def _is_copy(inst: Inst) -> bool:
 
 _REG_TYPES = (VReg, Reg)
 _FRAME_OPS = frozenset({X86Op.CALL, X86Op.RET})  # the ops allocate_function adds code around
-_KEPT = (Reg, Imm, Label)  # operands allocation leaves as they are
+_KEPT = frozenset({Reg, Imm, Label})  # operands allocation leaves as they are (exact types: no subclasses)
 
 
 @dataclass(frozen=True)
@@ -218,8 +237,11 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
     # their homes except where a spilled value is reloaded (alloc.at)
     home = {vid: sized_regs(loc) for vid, loc in alloc.home.items() if isinstance(loc, str)}
     at, reloads, spills = alloc.at, alloc.reloads, alloc.spills
+    # the instructions with spill code around them or a reload register in them (none in most kernels): the others
+    # take the plain path, one set test each
+    special = reloads.keys() | at.keys() | spills.keys()
     for i, (item, view) in enumerate(zip(items, views)):
-        if i in reloads:
+        if i in special and i in reloads:
             for rl in reloads[i]:
                 append(move(True, rl.vreg.cls, rl.reg, rl.slot))
         if type(item) is not Inst:
@@ -237,13 +259,18 @@ def allocate_function(items: Sequence[Item]) -> AllocatedFunction:
                 out += [Inst(X86Op.POP, (phys(r, 8),)) for r in reversed(pushed)]
                 if uses_ymm:
                     append(Inst(X86Op.VZEROUPPER))
-        regs = home if i not in at else {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
+        if i not in special:
+            regs = home
+        elif i in at:
+            regs = {v.id: sized_regs(alloc.reg(i, v.id)) for v in view.defs + view.uses}
+        else:
+            regs = home
         # register operands (the common case) are rewritten inline, memory and stack arguments through `sub`
-        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if isinstance(o, _KEPT) else sub(o, regs)
+        ops = tuple([regs[o.id][o.size] if type(o) is VReg else o if type(o) in _KEPT else sub(o, regs)
                      for o in item.operands])  # fmt: skip
         if not (view.copy and ops[0] == ops[1]):  # a copy whose ends got one register disappears
-            append(Inst(op, ops))
-        if i in spills:
+            append(plain_inst(op, ops))
+        if i in special and i in spills:
             for sp in spills[i]:
                 append(move(False, sp.vreg.cls, sp.reg, sp.slot))
     return AllocatedFunction(out, alloc, frame, pushed)

@@ -504,7 +504,7 @@ def encode(inst: Inst, pc: int = 0, labels: dict[str, int] | None = None, long_j
 # the immutable operands) costs a fraction of choosing the form and building prefixes, ModRM/SIB and the listing text
 # again. Encoded is immutable, so a shared entry can be handed out any number of times. A few thousand entries (a
 # few MB at most) hold every form of many kernels; when full the cache starts over.
-ENCODE_CACHE_LIMIT = 4096
+ENCODE_CACHE_LIMIT = 16384
 _ENCODED: dict[tuple[X86Op, tuple[Operand, ...]], Encoded] = {}
 _BRANCH_OPS = JCC_OPS | {X86Op.JMP, X86Op.CALL}
 

@@ -23,17 +23,20 @@ def fold_copies(items: list[Item]) -> list[Item]:
     # where the values the candidate copies name occur (ascending item indices), and the loop/label marks; no other
     # value matters to the decisions below
     occ: dict[int, list[int]] = {o.id: [] for it in copies.values() for o in it.operands if isinstance(o, VReg)}
-    marks: list[int] = []  # marks[i]: labels and loop markers before item i (a copy never folds across one)
-    mark = 0
+    fences: list[int] = []  # where the labels and loop markers are (a copy never folds across one)
+    get = occ.get
     for i, it in enumerate(items):
-        marks.append(mark)
-        if not isinstance(it, Inst):
-            mark += 1
+        if type(it) is not Inst:
+            fences.append(i)
             continue
         view = ra_view(it)  # (kept on the instruction: allocation asks again)
-        for v in view.defs + view.uses:
-            where = occ.get(v.id)
+        for v in view.defs:
+            where = get(v.id)
             if where is not None and (not where or where[-1] != i):  # an id named twice by one item: recorded once
+                where.append(i)
+        for v in view.uses:
+            where = get(v.id)
+            if where is not None and (not where or where[-1] != i):
                 where.append(i)
     drop: set[int] = set()
     rename: dict[int, VReg] = {}
@@ -49,7 +52,7 @@ def fold_copies(items: list[Item]) -> list[Item]:
         defining = items[first]
         assert isinstance(defining, Inst)
         first_defs = [v.id for v in ra_view(defining).defs]
-        if src.id not in first_defs or marks[i] != marks[first]:
+        if src.id not in first_defs or bisect_left(fences, i) != bisect_left(fences, first):
             continue
         # D may be read by S's defining instruction (it reads before it writes) but not touched in between
         if _touched(occ[dst.id], first, i, dst.id in first_defs):

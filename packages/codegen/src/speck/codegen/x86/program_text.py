@@ -18,7 +18,9 @@ import dataclasses
 import enum
 import json
 import math
+import operator
 import re
+from collections.abc import Callable
 from typing import Any
 
 from speck.codegen.errors import CodegenValueError, CompileError, X86UnsupportedError
@@ -122,7 +124,7 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
         raise CompileError("x86", f"the header says {count} uops but {len(lines) - 1} lines follow; the program "
                            "text was edited or truncated", src)  # fmt: skip
     uops: list[UOp] = []
-    append, dtype_of, arg_of, ops = uops.append, _DTYPE_OF, _ARG_OF, _OPS
+    append, dtype_of, arg_of, ops, picks = uops.append, _DTYPE_OF, _ARG_OF, _OPS, _PICKS
     for n, ln in enumerate(lines[1:], 2):  # (line numbers of the text, its header being line 1)
         try:
             i, op, dt, srcs, arg, tag = ln.split("\t")
@@ -139,10 +141,13 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
                     arg_of[arg] = value
             if not srcs:
                 src_t: tuple[UOp, ...] = ()
-            elif "-" in srcs:
-                raise CodegenValueError(f"negative source index in {srcs!r}")
             else:  # (a source not yet read: IndexError)
-                src_t = tuple([uops[int(k)] for k in srcs.split(",")]) if "," in srcs else (uops[int(srcs)],)
+                pick = picks.get(srcs)
+                if pick is None:
+                    pick = _sources_picker(srcs)
+                    if len(picks) < _ARG_TEXT_LIMIT:
+                        picks[srcs] = pick
+                src_t = pick(uops)
             append(UOp(ops[op], dtype, src_t, value, None if tag == "null" else _decode(json.loads(tag))))
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise CompileError("x86", f"line {n} of the x86 program is not a UOp ({type(e).__name__}: {e}): "
@@ -152,9 +157,23 @@ def load_program(src: str) -> tuple[list[UOp], bool]:
 
 _MISSING = object()
 _DTYPE_OF: dict[str, DType] = {}
+# the sources field ("3,17") -> a function taking those UOps out of the list read so far (operator.itemgetter: C,
+# no split or int() per source); the same fields recur in every kernel
+_PICKS: dict[str, Callable[[list[UOp]], tuple[UOp, ...]]] = {}
 _ARG_OF: dict[str, Any] = {}  # text -> value is a function: safe to remember (values are immutable)
 _DTYPE_STEP = re.compile(r"\.(vec|ptr)\(([^)]*)\)")
 _PTR_ARGS = re.compile(r"^(?:size=(-?\d+), )?addrspace=AddrSpace\.(\w+)$")
+
+
+def _sources_picker(srcs: str) -> Callable[[list[UOp]], tuple[UOp, ...]]:
+    """The function picking a sources field's UOps (ValueError for a field that is not comma-separated indices)."""
+    if "-" in srcs:
+        raise CodegenValueError(f"negative source index in {srcs!r}")
+    idx = [int(k) for k in srcs.split(",")]
+    if len(idx) == 1:
+        k = idx[0]
+        return lambda uops: (uops[k],)
+    return operator.itemgetter(*idx)
 
 
 def _parse_dtype(text: str) -> DType:

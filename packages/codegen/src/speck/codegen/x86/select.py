@@ -44,7 +44,7 @@ from speck.codegen.x86 import select_vector as sv
 from speck.codegen.x86 import select_zmm as sz
 from speck.codegen.x86.alloc import Item, LoopBegin, LoopEnd
 from speck.codegen.x86.elf_object import ConstPool
-from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, rodata
+from speck.codegen.x86.operands import RSP, Imm, IncomingStackArg, Inst, Label, Mem, Operand, plain_inst, rodata
 from speck.codegen.x86.ops import X86Op as O
 from speck.codegen.x86.peephole import fold_copies
 from speck.codegen.x86.regs import arg_vreg
@@ -305,7 +305,7 @@ class Selector:
         return Label(f".L{self.nlabel}")
 
     def emit(self, op: O, *operands: Operand, **kw: object) -> None:
-        self.items.append(Inst(op, operands, **kw) if kw else Inst(op, operands))  # type: ignore[arg-type]
+        self.items.append(Inst(op, operands, **kw) if kw else plain_inst(op, operands))  # type: ignore[arg-type]
 
     def const_value(self, u: UOp) -> Any:
         """The exact value of a casted const in its dtype (wrapped/rounded as the CAST defines)."""

@@ -402,6 +402,12 @@ def zmm_refusal(uops: list[UOp]) -> tuple[UOp, str] | None:
     """The first UOp of a program with a 16-lane form the zmm rules do not take, and why; None when they take all
     of it. Checked by the AVX-512 renderer before any work, so the kernel can be rendered for AVX2 instead."""
     for u in uops:
+        if u.dtype.count <= 8:  # (most UOps: nothing here has more than 8 lanes, so nothing is a zmm value)
+            for s in u.src:
+                if s.dtype.count > 8:
+                    break
+            else:
+                continue
         wide_srcs = [s for s in u.src if is_wide(s) and s.op is not _INDEX]
         if is_wide(u):
             if u.dtype.count != ZMM_LANES:
