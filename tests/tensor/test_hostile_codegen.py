@@ -26,3 +26,16 @@ def test_a_huge_int_norm_order_lowers_and_matches_numpy(p: int) -> None:
     with np.errstate(over="ignore"):
         want = a / np.maximum((np.abs(a) ** np.float32(p)).sum(1, keepdims=True) ** np.float32(1 / p), 1e-12)
     np.testing.assert_array_equal(Tensor(a).normalize(p).numpy(), want)
+
+
+@pytest.mark.parametrize("device", ["CPU:LLVM", "CPU:CLANG", "CPU:X86"])
+@pytest.mark.parametrize("name", ["i32x4", "f32x8", "u8x16", "i64x4", "boolx4"])
+def test_a_variable_named_like_a_vector_type_computes(device: str, name: str) -> None:
+    # the C renderer kept the name as the parameter's: it hid the vector typedef `i32x4` from the body (a clang
+    # CompileError "expected ';' after expression")
+    import numpy as np
+
+    v = Variable(name, 1, 64).bind(7)
+    x = np.arange(64, dtype=np.int32)
+    got = (Tensor(x, device=device).contiguous() + v).reshape(16, 4).max(1)
+    np.testing.assert_array_equal(got.numpy(), (x + 7).reshape(16, 4).max(1))

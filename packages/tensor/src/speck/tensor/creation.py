@@ -217,9 +217,11 @@ class CreationMixin:
         if step == 0:
             raise TensorValueError("arange: step must not be 0")
         devless = kw.get("device") is None  # no device given: device-less (it takes the device of what it meets)
-        n = max(math.ceil((stop - start) / step), 0)
-        last = start + (n - 1) * step if n else start
         ints = all(isinstance(x, int) for x in (start, stop, step))
+        # the count exactly for ints (a float quotient dropped elements past 2**53: arange(2**60, 0, -3) ended at 67)
+        n = max(int(-((start - stop) // step)) if ints else math.ceil((stop - start) / step), 0)
+        _countable((n,))  # (arange(2**64)[-1] read -1; a step of 1e-300 made a dim of 1e300 elements)
+        last = start + (n - 1) * step if n else start
         dt = _dt(kw.pop("dtype", None))
         if dt is None:
             dt = dtypes.default_int if ints else dtypes.default_float
@@ -275,6 +277,7 @@ class CreationMixin:
         m = n if m is None else _count("eye", "m", m)
         if n < 0 or m < 0:
             raise TensorValueError(f"eye: sizes must be >= 0, got {n}, {m}")
+        _countable((n, m))  # (eye(2**32) was a 2**64-element tensor)
         r = cls.arange(n, **kw).unsqueeze(1)
         c = cls.arange(m, **kw).unsqueeze(0)
         return (r == c).cast(dt)

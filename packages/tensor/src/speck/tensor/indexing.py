@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int, tensor_args
+from speck.tensor.dims import as_int, tensor_args, whole
 from speck.tensor.elementwise import broadcast_shape
 from speck.tensor.errors import (
     GradientError,
     TensorAssertionError,
     TensorIndexError,
+    TensorOverflowError,
     TensorTypeError,
     TensorValueError,
 )
@@ -395,7 +396,7 @@ class IndexingMixin:
         indices are ignored); reduce 'add' or 'multiply' combines with what is there instead."""
         if reduce is None:
             return self._scatter(dim, index, src, None, True)
-        if reduce not in ("add", "multiply"):
+        if type(reduce) is not str or reduce not in ("add", "multiply"):
             raise TensorTypeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
         return self._scatter(dim, index, src, "sum" if reduce == "add" else "prod", True)
 
@@ -403,7 +404,7 @@ class IndexingMixin:
                        include_self: bool = True) -> Tensor:  # fmt: skip
         """Combine src into self at index along dim with sum, prod, mean, amax or amin (torch semantics): every
         duplicate takes part; include_self=False leaves the original out where something was scattered."""
-        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        if type(reduce) is not str or reduce not in ("sum", "prod", "mean", "amax", "amin"):
             raise TensorValueError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
         return self._scatter(dim, index, src, reduce, include_self)
 
@@ -540,10 +541,7 @@ class IndexingMixin:
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         if not dtypes.is_int(self.dtype):
             raise TensorTypeError(f"one_hot needs an int tensor, got {self.dtype}")
-        if isinstance(num_classes, bool) or not hasattr(type(num_classes), "__index__"):
-            raise TensorTypeError(f"one_hot: num_classes must be an int, got {num_classes!r} "
-                                  f"({type(num_classes).__name__})")  # fmt: skip
-        num_classes = operator.index(num_classes)
+        num_classes = whole("one_hot", "num_classes", num_classes)  # (an array of several ints has __index__ too)
         if num_classes < -1:
             raise TensorValueError(f"one_hot needs num_classes >= 0 (or -1: max + 1), got {num_classes}")
         if num_classes == -1:
@@ -556,7 +554,7 @@ class IndexingMixin:
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of self and args (`Tensor.meshgrid(a, b)` or `a.meshgrid(b)`)."""
         tensors = (self, *args)
-        if indexing not in ("ij", "xy"):
+        if type(indexing) is not str or indexing not in ("ij", "xy"):
             raise TensorValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensor_args("meshgrid", "argument", tensors)
         ts = [t.flatten() for t in tensors]
@@ -621,3 +619,10 @@ def _storable(t: Tensor, value: Any) -> None:
     if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
         raise TensorValueError(f"can't store NaN or infinity into a {t.dtype} tensor (numpy refuses too: no "
                                "integer is either); replace them first (nan_to_num) or use a float tensor")  # fmt: skip
+    if arr.dtype.kind == "f" and arr.size:  # (x[0] = 1e30 into int32 stored 0 where numpy raises OverflowError)
+        lo, hi = dtypes.min(t.dtype), dtypes.max(t.dtype)
+        whole_part = np.trunc(arr)
+        if (out := (whole_part < lo) | (whole_part >= float(hi + 1))).any():
+            bad = float(arr[out].flat[0])
+            raise TensorOverflowError(f"can't store {bad!r} into a {t.dtype} tensor: it is outside [{lo}, {hi}] "
+                                      "(numpy refuses too); clip it first or use a wider dtype")  # fmt: skip

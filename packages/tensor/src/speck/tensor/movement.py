@@ -7,10 +7,21 @@ checking, and everything composed from them (transpose, squeeze, cat, roll, repe
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speck.tensor.dims import INT64_MAX, argfix, as_int, bad_shape, countable, tensor_args, whole, whole_or_symbolic
+from speck.tensor.dims import (
+    INT64_MAX,
+    argfix,
+    as_int,
+    bad_shape,
+    countable,
+    real,
+    tensor_args,
+    whole,
+    whole_or_symbolic,
+)
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -223,7 +234,10 @@ class MovementMixin:
             return self
         if mode != "constant" and not all(isinstance(x, int) for p in pads for x in p):
             raise TensorNotImplementedError(f"{mode} pad needs int amounts, got the symbolic pads {pads}")
+        countable(tuple(s + b + a for s, (b, a) in zip(self.shape, pads)))  # (as expand: past int64 counts wrap)
         if mode == "constant":
+            if not isinstance(value, numbers.Real) and getattr(value, "shape", None) != ():  # (numpy scalars pass)
+                real("pad", "value", value)  # (an array failed on `value != 0`: numpy's "truth value ... is ambiguous")
             out = self._new(pad(self.uop, pads))
             if value != 0:
                 mask = type(self).ones(self.shape, dtype="bool", device=self.device).pad(pads)

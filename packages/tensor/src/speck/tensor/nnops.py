@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.tensor import winograd
 from speck.tensor.bounds import checked
-from speck.tensor.dims import as_int, flag, real, tensor_args
+from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
@@ -66,9 +66,19 @@ def _window_args(op: str, n: int, **args: tuple[int, ...]) -> None:
             raise TensorValueError(f"{op}: {name} must be positive integers, got {vals}")
 
 
+def _groups(op: str, groups: Any) -> int:
+    """groups as a positive int (None failed on `*`, 0 as a ZeroDivisionError, -1 as a reshape of -4 channels)."""
+    if (g := whole(op, "groups", groups)) < 1:
+        raise TensorValueError(f"{op}: groups must be >= 1, got {g}")
+    return g
+
+
 def _conv_padding(padding: int | str | tuple[int, ...], k: tuple[int, ...], d: tuple[int, ...],
                   stride: tuple[int, ...]) -> list[tuple[int, int]]:  # fmt: skip
     """Per spatial dim (before, after) padding; 'same' pads so the output size equals ceil(input / stride)."""
+    if not isinstance(padding, (numbers.Integral, str, tuple, list)):  # (an array failed on `== "same"`)
+        raise TensorTypeError(f"padding must be an int, a tuple, 'same' or 'valid'; got {type(padding).__name__} "
+                              f"{padding!r:.40}")  # fmt: skip
     if isinstance(padding, str):
         padding = padding.lower()
     if padding == "same":
@@ -130,6 +140,7 @@ class NNMixin:
         *k); works for 1-d and 3-d too. padding may be 'same'; a negative amount crops the input (as pad() does).
         stride and dilation are positive. dtype: accumulation and result dtype."""
         tensor_args("conv2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
+        groups = _groups("conv2d", groups)
         nsp = len(weight.shape) - 2
         if nsp < 1:
             raise TensorAssertionError(f"conv weight must be (Cout, Cin/groups, *kernel) with at least 1 kernel dim, "
@@ -180,6 +191,7 @@ class NNMixin:
         *k): zero-stuff the input by the stride, pad by dilation*(k-1)-padding, and convolve with the flipped
         kernel. padding is as for conv2d (one value per dim, or before/after pairs in torch order)."""
         tensor_args("conv_transpose2d", "weight/bias", (weight,) if bias is None else (weight, bias), type(self))
+        groups = _groups("conv_transpose2d", groups)
         nsp = len(weight.shape) - 2
         if nsp < 1 or self.ndim != nsp + 2:  # ("not enough values to unpack (expected 2, got 1)")
             raise TensorAssertionError(f"conv_transpose2d: weight must be (Cin, Cout/groups, *kernel) with at least 1 "
@@ -443,6 +455,9 @@ class NNMixin:
     def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | tuple[int, ...] = 1) -> Tensor:  # fmt: skip
         """(x - mean) * invstd * weight + bias with the statistics broadcast along `axis`."""
+        if isinstance(axis, bool) or not isinstance(axis, (int, tuple, list)):
+            raise TensorTypeError(f"batchnorm: axis must be an int or a tuple of ints, got {type(axis).__name__} "
+                                  f"{axis!r:.40}")  # fmt: skip
         axes = (axis,) if isinstance(axis, int) else axis
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
         x = self - mean.reshape(shape)
@@ -456,6 +471,8 @@ class NNMixin:
                                         reduction: str = "mean") -> Tensor:  # fmt: skip
         """Cross entropy of logits (N, C) against integer labels (N,); labels equal to ignore_index don't count."""
         tensor_args("sparse_categorical_crossentropy", "labels", (Y,), type(self))
+        real("sparse_categorical_crossentropy", "label_smoothing", label_smoothing)
+        whole("sparse_categorical_crossentropy", "ignore_index", ignore_index)  # (bytes failed inside the scheduler)
         if not 0.0 <= label_smoothing <= 1.0:
             raise TensorAssertionError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         _int_labels("sparse_categorical_crossentropy", Y)
@@ -476,6 +493,7 @@ class NNMixin:
         """Cross entropy of logits in torch's layout (classes on dim 1, or dim 0 of a 1-D input) against class
         indices (the shape without the class dim) or class probabilities (self's shape)."""
         tensor_args("cross_entropy", "target", (Y,), type(self))
+        real("cross_entropy", "label_smoothing", label_smoothing)
         x, y = self._classes_last(), Y._classes_last() if Y.shape == self.shape else Y
         if Y.shape == self.shape:
             c = as_int(x.shape[-1])
@@ -495,6 +513,8 @@ class NNMixin:
         """Negative log likelihood of log-probabilities (N, C, *d) at integer labels (N, *d); weighted mean =
         sum of losses / sum of the weights of the non-ignored targets."""
         tensor_args("nll_loss", "target", (Y,) if weight is None else (Y, weight), type(self))
+        if ignore_index is not None:  # (a list failed as an unhashable constant, bytes inside the scheduler)
+            whole("nll_loss", "ignore_index", ignore_index)
         _int_labels("nll_loss", Y)
         self = self._classes_last()
         c = as_int(self.shape[-1])
@@ -540,11 +560,15 @@ class NNMixin:
             lq, lk = self.shape[-2], key.shape[-2]
             attn_mask = type(self).ones(lq, lk, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:
+            tensor_args("scaled_dot_product_attention", "attn_mask", (attn_mask,), type(self))
             qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
         return qk.softmax(-1).dropout(dropout_p) @ value
 
 
 def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
+    if not isinstance(reduction, str):  # (an array failed on `==` with numpy's "truth value ... is ambiguous")
+        raise TensorTypeError(f"reduction must be 'none', 'sum' or 'mean', got {type(reduction).__name__} "
+                              f"{reduction!r:.40}")  # fmt: skip
     if reduction == "none":
         return loss
     if reduction == "sum":

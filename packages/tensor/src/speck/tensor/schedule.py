@@ -21,7 +21,7 @@ from speck.codegen.kernel_info import KernelInfo
 from speck.tensor.counters import GlobalCounters
 from speck.tensor.device import default_device
 from speck.tensor.errors import KernelCountException as KernelCountException
-from speck.tensor.errors import TensorRuntimeError
+from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.fusion import ELEMENTWISE as _ELEMENTWISE
 from speck.tensor.fusion import MOVEMENT as _MOVEMENT
 from speck.tensor.fusion import RECOMPUTE_LIMIT, FusionRules
@@ -229,6 +229,15 @@ def _u(x: sint) -> UOp:
     return x if isinstance(x, UOp) else UOp.const(dtypes.weakint, x)
 
 
+def _check_bind(var_vals: dict[str, int], name: str, val: int) -> str:
+    """name, after checking it is not bound to another value in the same kernel (a kernel takes one value per
+    name: the two binds would silently share the last one)."""
+    if var_vals.get(name, val) != val:
+        raise TensorValueError(f"Variable {name!r} is bound to {var_vals[name]} and to {val} in one computation; a "
+                               "kernel takes one value per name: give the Variables different names")  # fmt: skip
+    return name
+
+
 def _unbind_shape(x: sint, var_vals: dict[str, int]) -> sint:
     """Replace BINDs in a symbolic dim by their variables (recording the values) so kernels stay value-free."""
     if not isinstance(x, UOp):
@@ -237,7 +246,7 @@ def _unbind_shape(x: sint, var_vals: dict[str, int]) -> sint:
     for n in x.toposort():
         if n.op is Ops.BIND:
             var, val = n.unbind()
-            var_vals[var.arg[0]] = val
+            var_vals[_check_bind(var_vals, var.arg[0], val)] = val
             subs[n] = var
     # simplified: 2*n and n*2 become one node, so a RANGE's end matches the one a later simplify of its users builds
     return x.substitute(subs).simplify()
@@ -364,7 +373,7 @@ class _Kernel:
             return UOp.const(u.dtype, u.arg)
         if op is Ops.BIND:
             var, bound = u.unbind()
-            self.var_vals[var.arg[0]] = bound
+            self.var_vals[_check_bind(self.var_vals, var.arg[0], bound)] = bound
             return var.cast(u.dtype) if u.dtype != var.dtype else var
         if op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.AFTER) or (op is Ops.REDUCE_AXIS and (bcast or in_reduce)):
             view = self.sched.materialize(u)

@@ -220,6 +220,8 @@ class Tensor(
                 arr = arr.astype(arr.dtype.newbyteorder("="))  # (a '>f4' array: same values, native byte order)
             if arr.dtype not in _NP_TO_DT:
                 raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+            if arr.dtype == np.bool_ and arr.size and arr.view(np.uint8).max() > 1:
+                arr = arr.view(np.uint8) != 0  # bool bytes other than 0/1 (a file's, a frombuffer view): kernels read 1
             dt = dt or _NP_TO_DT[arr.dtype]
         elif isinstance(data, (list, tuple)):
             arr, inferred = _from_nested(data, Tensor)
@@ -604,6 +606,9 @@ class Tensor(
         """This tensor on `device` (a copy when the device differs). A tuple of devices replicates it on each; a
         sharded tensor moved to one device is gathered there."""
         if self._device is None:  # device-less: it takes the device of what it meets (tinygrad returns it as is)
+            for d in device if isinstance(device, (tuple, list)) else (device,):
+                if d is not None:  # (but a misspelled name is an error here as for any tensor, not silently kept)
+                    canonical(d)
             return self
         if isinstance(device, (tuple, list)) or isinstance(self.uop, MultiUOp):
             return multi.to(self, device)
@@ -652,8 +657,17 @@ class Tensor(
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+        if len(shape) > 64:  # numpy's limit on dims (a crafted checkpoint can claim any number)
+            raise TensorValueError(f"can't read a tensor of {len(shape)} dims into numpy, which holds at most 64; "
+                                   "reshape it to fewer dims first")  # fmt: skip
         if 0 in shape:
-            return np.zeros(shape, dtype=np_dtype(self.dtype))
+            try:
+                return np.zeros(shape, dtype=np_dtype(self.dtype))
+            except ValueError as e:  # a dim beyond what numpy indexes (2**70 x 0 is empty, yet no numpy shape)
+                raise TensorValueError(
+                    f"can't read an empty tensor of shape {shape} into numpy ({e}); each dim must "
+                    "be below 2**63 and their product fit in memory; reshape it first"
+                ) from None
         src = self
         if dtypes.is_float(self.dtype) and base_buffer(self.uop) is None:
             # a read computes a copy and leaves self's graph as it is (TENSOR_API 0.1), so gradients still reach

@@ -310,6 +310,8 @@ _C_RESERVED = frozenset(
     "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
     "_Bool _Complex _Imaginary _Float16 asm typeof".split()
 )
+# the vector typedef names (`i32x4`): a parameter of that name would hide the type from the body
+_VEC_TYPEDEF = re.compile(f"({'|'.join(map(re.escape, _VSHORT.values()))})x[0-9]+")
 _C_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's by an ulp
 _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
           Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}  # fmt: skip
@@ -446,7 +448,8 @@ class _CKernel:
             nm = str(v.arg[0])
             # keep the variable's own name unless it is not an identifier, a keyword, or may collide with ours
             generated = r"(data|ridx|alu|val|cast|vec|gep|acc|var|tmp|core_start|core_end|_).*"
-            if not re.fullmatch(r"[A-Za-z_]\w*", nm) or nm in used or nm in _C_RESERVED or re.fullmatch(generated, nm):
+            if (not re.fullmatch(r"[A-Za-z_]\w*", nm) or nm in used or nm in _C_RESERVED or re.fullmatch(generated, nm)
+                    or _VEC_TYPEDEF.fullmatch(nm)):  # fmt: skip
                 nm = self.fresh("var")
             used.add(nm)
             self.names[v] = nm

@@ -26,6 +26,20 @@ def _sizes(layer: str, least: int = 1, **sizes: object) -> None:
                 raise TensorValueError(f"{layer}: {what} must be >= {least}, got {v}")
 
 
+def _reals(layer: str, least: float | None = None, **values: object) -> None:
+    """Each of a layer's number arguments (eps, momentum) a finite real, >= least when given: a string surfaced at the
+    first call as a raw TypeError or as "can't make a Tensor from str", a negative or NaN eps as NaN outputs."""
+    for what, v in values.items():
+        if isinstance(v, Tensor):  # (a tensor hyperparameter is the caller's graph: taken as is)
+            continue
+        if isinstance(v, (str, bytes)) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+            raise TensorTypeError(f"{layer}: {what} must be a number, got {type(v).__name__} {v!r:.40}")
+        x = float(v)
+        if not math.isfinite(x) or (least is not None and x < least):
+            raise TensorValueError(f"{layer}: {what} must be finite" + ("" if least is None else f" and >= {least:g}")
+                                   + f", got {v!r}")  # fmt: skip
+
+
 def _describe(v: object) -> str:
     if isinstance(v, (tuple, list)):
         return f"a {type(v).__name__} of {len(v)} ({', '.join(type(x).__name__ for x in v)})"
@@ -134,6 +148,8 @@ class BatchNorm:
     def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                  momentum: float = 0.1) -> None:  # fmt: skip
         _sizes("BatchNorm", sz=sz)
+        _reals("BatchNorm", 0, eps=eps)
+        _reals("BatchNorm", momentum=momentum)
         self.sz = sz
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight: Tensor | None = _fresh(Tensor.ones(sz)) if affine else None
@@ -182,6 +198,7 @@ class LayerNorm:
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True
                  ) -> None:  # fmt: skip
         _sizes("LayerNorm", 0, normalized_shape=normalized_shape)  # (None: "object of type ... has no len()")
+        _reals("LayerNorm", 0, eps=eps)
         self.normalized_shape = _pair(normalized_shape, 1) if isinstance(normalized_shape, int) else normalized_shape
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps = eps
@@ -209,6 +226,7 @@ class GroupNorm:
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
         _sizes("GroupNorm", num_groups=num_groups, num_channels=num_channels)
+        _reals("GroupNorm", 0, eps=eps)
         if num_channels % num_groups:
             raise TensorValueError(f"num_channels {num_channels} must divide by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
@@ -229,6 +247,7 @@ class InstanceNorm:
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
         _sizes("InstanceNorm", num_features=num_features)
+        _reals("InstanceNorm", 0, eps=eps)
         self.num_features, self.eps = num_features, eps
         self.weight = _fresh(Tensor.ones(num_features)) if affine else None
         self.bias = _fresh(Tensor.zeros(num_features)) if affine else None
@@ -248,6 +267,8 @@ class RMSNorm:
     the (float32) weight multiplies it (so a half input gives a float32 result, as in tinygrad)."""
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
+        _sizes("RMSNorm", 0, dim=dim)
+        _reals("RMSNorm", 0, eps=eps)
         self.eps = eps
         self.weight = _fresh(Tensor.ones(dim)) if elementwise_affine else None
 

@@ -30,7 +30,14 @@ import numpy as np
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import ArchiveError, CheckpointError, TensorValueError, TorchLoadError, UnsafePickleError
+from speck.tensor.errors import (
+    ArchiveError,
+    CheckpointError,
+    TensorTypeError,
+    TensorValueError,
+    TorchLoadError,
+    UnsafePickleError,
+)
 from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -39,6 +46,9 @@ FileLike = Tensor | str | os.PathLike[str]
 
 
 def _file_tensor(fn: FileLike) -> Tensor:
+    if not isinstance(fn, (Tensor, str, os.PathLike)):
+        raise TensorTypeError(f"expected a path (str or os.PathLike) or a 1-D uint8 tensor of a file's bytes, got "
+                              f"{type(fn).__name__}")  # fmt: skip
     return fn if isinstance(fn, Tensor) else Tensor(pathlib.Path(fn))
 
 
@@ -125,8 +135,14 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
             for info in zf.infolist():
                 if info.is_dir():
                     continue
+                if info.filename in out:  # (the dict would keep one of the two silently)
+                    raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} appears twice; the archive is "
+                                       "corrupt or crafted")  # fmt: skip
+                if info.flag_bits & 0x1:  # (a stored one would come back as its ciphertext)
+                    raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} is encrypted, which zip_extract "
+                                       "does not read; extract it with a zip tool and its password")  # fmt: skip
                 if info.compress_type == zipfile.ZIP_STORED:
-                    start = _zip_data_offset(t, info)
+                    start = _zip_data_offset(t, info, fn)
                     if start + info.file_size > size:
                         end = start + info.file_size
                         raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} needs bytes [{start}, {end}) "
@@ -145,10 +161,13 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
     return out
 
 
-def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo) -> int:
+def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo, fn: FileLike) -> int:
     """Where a stored member's bytes start: after its local header (whose name/extra lengths may differ from the
     central directory's)."""
     head = _host_bytes(t[info.header_offset : info.header_offset + 30])
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":  # (a central directory pointing elsewhere: bytes of something else)
+        raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has no local header at byte "
+                           f"{info.header_offset}; the archive is corrupt")  # fmt: skip
     name_len, extra_len = struct.unpack("<HH", head[26:30])
     return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
 
@@ -392,8 +411,10 @@ def _resolve(obj: Any, storages: dict[str, Tensor], memo: dict[int, Any]) -> Any
     if isinstance(obj, dict):
         out: Any = type(obj)()
         memo[id(obj)] = out
-        out.update((k, _resolve(v, storages, memo)) for k, v in obj.items())
+        out.update((_resolve(k, storages, memo), _resolve(v, storages, memo)) for k, v in obj.items())
         return out
+    if isinstance(obj, (set, frozenset)):  # (a tensor in a set or a dict key is hashable: it must not stay pending)
+        return type(obj)(_resolve(v, storages, memo) for v in obj)
     if isinstance(obj, list):
         lst: list[Any] = []
         memo[id(obj)] = lst

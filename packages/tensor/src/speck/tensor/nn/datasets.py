@@ -9,6 +9,7 @@ and reported with their path."""
 from __future__ import annotations
 
 import gzip
+import math
 import pathlib
 import struct
 import tarfile
@@ -37,17 +38,17 @@ def parse_idx(data: bytes, path: str = "<bytes>") -> np.ndarray:
     if len(data) < 4:
         raise DatasetError(f"{path}: too short to be an IDX file ({len(data)} bytes); delete it and retry")
     zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype_code not in IDX_TYPES or ndim == 0:
+    if zero != 0 or dtype_code not in IDX_TYPES or not 0 < ndim <= 64:  # (numpy holds at most 64 dims)
         raise DatasetError(
             f"{path}: not an IDX file (magic {data[:4].hex()}; expected 0000 then a type byte in "
-            f"{sorted(hex(k) for k in IDX_TYPES)} and a dimension count); delete it and retry"
+            f"{sorted(hex(k) for k in IDX_TYPES)} and a dimension count of 1..64); delete it and retry"
         )
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DatasetError(f"{path}: truncated IDX header ({len(data)} of {header} bytes); delete it and retry")
     shape = struct.unpack(f">{ndim}I", data[4:header])
     dt = np.dtype(IDX_TYPES[dtype_code])
-    expected = header + int(np.prod(shape)) * dt.itemsize
+    expected = header + math.prod(shape) * dt.itemsize  # (exact: numpy's int64 product wraps for huge dims)
     if len(data) != expected:
         what = "truncated" if len(data) < expected else "longer than its header says"
         raise DatasetError(

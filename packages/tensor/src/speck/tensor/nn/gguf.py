@@ -10,6 +10,7 @@ tensor is used), on the tensor's own device or, for a DISK file, the default dev
 
 from __future__ import annotations
 
+import operator
 import os
 import pathlib
 import re
@@ -19,7 +20,7 @@ from typing import Any
 
 from speck.tensor.device import file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import GGUFError, TensorFileNotFoundError
+from speck.tensor.errors import GGUFError, TensorFileNotFoundError, TensorTypeError
 from speck.tensor.nn.checkpoints import named_errors
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -213,6 +214,9 @@ def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
     native types bitcast to their dtype, quantized types dequantized to float32."""
     if t.ndim != 1 or t.dtype != dtypes.uint8:
         raise GGUFError(f"ggml_data_to_tensor needs a 1-d uint8 tensor of raw bytes, got {t.dtype} {t.shape}")
+    if not hasattr(n, "__index__") or operator.index(n) < 0:  # (a negative n would slice from the end: wrong data)
+        raise GGUFError(f"ggml_data_to_tensor: n is the number of values to read, a non-negative int; got {n!r}")
+    n = operator.index(n)
     if ggml_type in NATIVE:
         nbytes = n * NATIVE[ggml_type].itemsize
     elif ggml_type in QUANTIZED:
@@ -259,7 +263,7 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
         dims = tuple(r.unpack("<Q") for _ in range(ndim))
         infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))
     align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(align, int) or align <= 0:
+    if type(align) is not int or align <= 0:  # (a bool is an int to Python, not an alignment)
         raise GGUFError(f"{what}: general.alignment must be a positive integer, got {align!r}")
     return kv, infos, r.pos + (-r.pos % align)
 
@@ -298,6 +302,9 @@ def gguf_load(tensor: Tensor | str | os.PathLike[str]) -> tuple[dict[str, Any], 
             state = {k: v for _, sd in loaded for k, v in sd.items()}
             return loaded[0][0], state
         return _load_one(Tensor(path))
+    if not isinstance(tensor, Tensor):
+        raise TensorTypeError(f"gguf_load takes a path (str or os.PathLike) or a 1-D uint8 tensor of the file's bytes, "
+                              f"got {type(tensor).__name__}")  # fmt: skip
     return _load_one(tensor)
 
 

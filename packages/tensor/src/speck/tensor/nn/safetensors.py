@@ -105,10 +105,10 @@ def parse_header(read: Callable[[int, int], bytes], size: int, what: str
         raise SafetensorsError(f"{p}: header length {hlen} does not fit in the {size}-byte file; is it truncated?")
     try:
         header = _parse_json(read(8, hlen))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
     except SafetensorsError as e:  # (raised without the path by _unique_keys)
         raise SafetensorsError(f"{p}: {e}") from None
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, or an int of more digits than Python converts
+        raise SafetensorsError(f"{p}: header is not valid JSON ({type(e).__name__}: {e})") from e
     if not isinstance(header, dict):
         raise SafetensorsError(f"{p}: header must be a JSON object, found {type(header).__name__}")
     metadata = header.pop("__metadata__", None) or {}

@@ -119,6 +119,9 @@ def safe_save(tensors: Mapping[str, Tensor], path: str | os.PathLike[str], metad
     if not isinstance(tensors, Mapping):  # (a list of tensors has no names to store them under)
         raise TensorTypeError(f"safe_save takes a dict of name -> Tensor, got {type(tensors).__name__}; name each "
                               "tensor, e.g. get_state_dict(model) or {'w': w}")  # fmt: skip
+    if bad_names := [name for name in tensors if not isinstance(name, str)]:  # (json.dumps wrote 1 as "1")
+        raise TensorTypeError(f"safe_save: tensor name {bad_names[0]!r} is a {type(bad_names[0]).__name__}; "
+                              "safetensors names are str: name the tensor with a string")  # fmt: skip
     if bad := [name for name, t in tensors.items() if not isinstance(t, Tensor)]:
         raise TensorTypeError(f"safe_save writes Tensors; {bad[0]!r} is a {type(tensors[bad[0]]).__name__}")
     if weak := [name for name, t in tensors.items() if t.dtype.is_weak]:
@@ -150,6 +153,9 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
     each tensor is read from a zero-copy view of the memory-mapped file straight into a buffer there; a device that
     streams files itself (`load_file`: USB) gets the file's data section in one allocation, each tensor a view of
     it."""
+    if not isinstance(path, (str, os.PathLike, Tensor)):
+        raise TensorTypeError(f"safe_load takes a path (str or os.PathLike) or a 1-D uint8 tensor of the file's bytes, "
+                              f"got {type(path).__name__}")  # fmt: skip
     if isinstance(path, Tensor):
         if not file_backed(path.device):
             return _load_from_bytes(path, device)
