@@ -426,6 +426,8 @@ class _LLKernel:
             # (LLVM cuts local names at 1024 characters: a longer Variable name was "redefinition of argument")
             named = len(str(v.arg[0])) <= 64 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(v.arg[0]))
             nm = f"%var.{v.arg[0]}" if named else f"%var{i}"
+            if nm in out:  # (two Variables of one name with different ranges: one value, two arguments)
+                nm = f"%var{i}"
             self.names[v] = nm
             out.append(nm)
         return out
