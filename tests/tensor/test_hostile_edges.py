@@ -311,6 +311,9 @@ def test_storing_a_float_beyond_an_int_dtype_is_refused(dt: Any, value: Any) -> 
         else:
             t[0] = value
     assert t.tolist() == [0, 0]
+    with pytest.raises(TensorOverflowError, match="outside"):  # assign of a host value: the same check as setitem
+        t.assign(value if not isinstance(value, list) else [value[1]] * 2).realize()
+    assert t.tolist() == [0, 0]
 
 
 def test_storing_floats_within_an_int_dtype_truncates_like_numpy() -> None:

@@ -21,12 +21,11 @@ from speck.tensor.errors import (
     GradientError,
     TensorAssertionError,
     TensorIndexError,
-    TensorOverflowError,
     TensorTypeError,
     TensorValueError,
 )
 from speck.tensor.gradient import uop_device
-from speck.tensor.writes import setitem
+from speck.tensor.writes import setitem, storable
 from speck.uop import Ops, UOp, dtypes, resolve
 from speck.uop.helpers import prod
 
@@ -351,7 +350,7 @@ class IndexingMixin:
     def __setitem__(self: Tensor, idx: Any, value: Any) -> None:
         """x[idx] = value: basic indices write through the view x[idx]; index tensors store the selected elements
         with a scatter kernel (O(k) for k elements, the last duplicate wins) - see speck.tensor.writes."""
-        _storable(self, value)
+        storable(self, value)
         setitem(self, idx, value)
 
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -598,31 +597,3 @@ def _scalar_index(t: Tensor) -> int:
             f"slice bounds must be ints, bound Variables or 0-d int tensors, got {t.dtype} {t.shape}"
         )
     return int(t.item())
-
-
-def _storable(t: Tensor, value: Any) -> None:
-    """Refuse host values numpy can't store into t's dtype: None anywhere, NaN or infinity into an int
-    tensor (x[0] = float("nan") stored 0 where numpy raises). Host values only: a Tensor value is a cast."""
-    if value is None:
-        raise TensorTypeError(f"can't store None into a {t.dtype} tensor; pass a number, a sequence or a Tensor")
-    if not dtypes.is_int(t.dtype) or not isinstance(value, (float, np.floating, list, tuple, np.ndarray)):
-        return  # (a bool tensor takes NaN as True, as numpy does)
-    arr = np.asarray(value, dtype=object if isinstance(value, (list, tuple)) else None)
-    if arr.dtype == object:
-        if any(v is None for v in arr.flat):
-            raise TensorTypeError(f"can't store None into a {t.dtype} tensor; pass numbers or a Tensor")
-        if not all(isinstance(v, (bool, int, np.integer)) for v in arr.flat):
-            try:
-                arr = arr.astype(np.float64)
-            except (TypeError, ValueError):  # ragged or not numbers: setitem says what is wrong with it
-                return
-    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-        raise TensorValueError(f"can't store NaN or infinity into a {t.dtype} tensor (numpy refuses too: no "
-                               "integer is either); replace them first (nan_to_num) or use a float tensor")  # fmt: skip
-    if arr.dtype.kind == "f" and arr.size:  # (x[0] = 1e30 into int32 stored 0 where numpy raises OverflowError)
-        lo, hi = dtypes.min(t.dtype), dtypes.max(t.dtype)
-        whole_part = np.trunc(arr)
-        if (out := (whole_part < lo) | (whole_part >= float(hi + 1))).any():
-            bad = float(arr[out].flat[0])
-            raise TensorOverflowError(f"can't store {bad!r} into a {t.dtype} tensor: it is outside [{lo}, {hi}] "
-                                      "(numpy refuses too); clip it first or use a wider dtype")  # fmt: skip

@@ -31,7 +31,13 @@ from speck.tensor.bounds import checked
 from speck.tensor.device import Device, default_device, file_backed
 from speck.tensor.disk import HOST, host_graph, needs_host
 from speck.tensor.elementwise import broadcast_shape, scalar_op
-from speck.tensor.errors import ShardingError, TensorNotImplementedError, TensorTypeError, TensorValueError
+from speck.tensor.errors import (
+    ShardingError,
+    TensorNotImplementedError,
+    TensorOverflowError,
+    TensorTypeError,
+    TensorValueError,
+)
 from speck.tensor.fusion import MOVEMENT as _MOVEMENT
 from speck.tensor.live import tensors
 from speck.tensor.multi import MultiUOp
@@ -643,10 +649,40 @@ def _clone(u: UOp) -> UOp:
 
 
 # ---------------- the Tensor entry points ----------------
+def storable(t: Tensor, value: Any) -> None:
+    """Refuse host values numpy can't store into t's dtype (setitem and assign): None anywhere, NaN, infinity or a
+    float outside the range into an int tensor (x[0] = float("nan") or t.assign(1e30) stored 0 where numpy raises).
+    Host values only: a Tensor value is a cast."""
+    if value is None:
+        raise TensorTypeError(f"can't store None into a {t.dtype} tensor; pass a number, a sequence or a Tensor")
+    if not dtypes.is_int(t.dtype) or not isinstance(value, (float, np.floating, list, tuple, np.ndarray)):
+        return  # (a bool tensor takes NaN as True, as numpy does)
+    arr = np.asarray(value, dtype=object if isinstance(value, (list, tuple)) else None)
+    if arr.dtype == object:
+        if any(v is None for v in arr.flat):
+            raise TensorTypeError(f"can't store None into a {t.dtype} tensor; pass numbers or a Tensor")
+        if not all(isinstance(v, (bool, int, np.integer)) for v in arr.flat):
+            try:
+                arr = arr.astype(np.float64)
+            except (TypeError, ValueError):  # ragged or not numbers: setitem says what is wrong with it
+                return
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        raise TensorValueError(f"can't store NaN or infinity into a {t.dtype} tensor (numpy refuses too: no "
+                               "integer is either); replace them first (nan_to_num) or use a float tensor")  # fmt: skip
+    if arr.dtype.kind == "f" and arr.size:  # (x[0] = 1e30 into int32 stored 0 where numpy raises OverflowError)
+        lo, hi = dtypes.min(t.dtype), dtypes.max(t.dtype)
+        whole_part = np.trunc(arr)
+        if (out := (whole_part < lo) | (whole_part >= float(hi + 1))).any():
+            bad = float(arr[out].flat[0])
+            raise TensorOverflowError(f"can't store {bad!r} into a {t.dtype} tensor: it is outside [{lo}, {hi}] "
+                                      "(numpy refuses too); clip it first or use a wider dtype")  # fmt: skip
+
+
 def _value(t: Tensor, x: Any, what: str) -> Tensor:
     """x as a tensor of t's dtype and device, broadcast to `shape` (spec: dtype and device must match, a weak
     dtype is cast, non-tensors are converted)."""
     if not isinstance(x, type(t)):
+        storable(t, x)
         if isinstance(x, (int, float, bool)):
             return t._const_like(x)
         if file_backed(t.device):  # (staged on the host: a buffer on the file's device would be the file itself)
