@@ -396,3 +396,10 @@ def test_eye_pad_and_cat_past_int64_elements_are_refused(make: Any) -> None:
     with pytest.raises(TensorOverflowError, match="more than int64 can count"):  # as ones/expand/arange refuse
         make()
     assert Tensor.ones(2**61).cat(Tensor.zeros(2**61))[-(2**61) - 1 :][:2].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("call", [lambda t: t.softplus(beta=b"x"), lambda t: t.normalize(p=b"x", dim=0),
+                                  lambda t: t.normalize(dim=0, eps="1")])  # fmt: skip
+def test_numeric_parameters_of_the_wrong_kind_are_type_errors(call: Any) -> None:
+    with pytest.raises(TensorTypeError, match="must be a real number"):  # softplus: a raw TypeError from 1 / b"x"
+        call(Tensor([1.0, 2.0]))

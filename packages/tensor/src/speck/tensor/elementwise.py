@@ -21,7 +21,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Union
 
 from speck.tensor.device import default_device
-from speck.tensor.dims import flag
+from speck.tensor.dims import flag, real
 from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
@@ -821,6 +821,7 @@ class ElementwiseMixin:
         return (self > 0).where(0.0, self)
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+        beta = real("softplus", "beta", beta)
         return (self * beta).logaddexp(0.0) * (1 / beta)
 
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:

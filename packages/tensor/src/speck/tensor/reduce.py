@@ -291,6 +291,7 @@ class ReduceMixin:
 
     def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """x / max(||x||_p over dim, eps) (torch.nn.functional.normalize)."""
+        p, eps = real("normalize", "p", p), real("normalize", "eps", eps)
         x = self._float()
         norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
         return x / norm.maximum(eps)
