@@ -282,11 +282,17 @@ class NNMixin:
         sp = tuple(as_int(d) for d in self.shape[-len(k) :])
         lead = (1,) * (self.ndim - len(k))
         idx = type(self).arange(math.prod(sp), device=self.device).reshape(*lead, *sp).expand(self.shape)
-        iw = idx._pool_windows(k, st, dl, pads, -1)
-        hit = w == out.reshape(*out.shape, *([1] * len(k)))
+        n = math.prod(sp)
+        # padded positions get index n, above every real one: a window whose inputs all equal the padding value
+        # (-inf) reports its first input, as PyTorch does, not the padding
+        iw = idx._pool_windows(k, st, dl, pads, n)
+        o = out.reshape(*out.shape, *([1] * len(k)))
+        hit = w == o
+        if dtypes.is_float(self.dtype):  # a NaN window's max is NaN (== never holds): its first NaN, as PyTorch
+            hit = hit | ((w != w) & (o != o))
         # first max in window order, like PyTorch: the smallest flat index among the maxima
-        first = hit.where(iw, math.prod(sp)).min(axis=red)
-        return out, first
+        first = hit.where(iw, n).min(axis=red)
+        return out, (first == n).where(-1, first)  # (a window wholly in the padding has no input to point at)
 
     def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | tuple[int, ...] = 2,
                      stride: int | tuple[int, ...] | None = None, dilation: int | tuple[int, ...] = 1,
@@ -553,7 +559,10 @@ class NNMixin:
             key = key.repeat_interleave(as_int(self.shape[-3]) // as_int(key.shape[-3]), dim=-3)
             value = value.repeat_interleave(as_int(self.shape[-3]) // as_int(value.shape[-3]), dim=-3)
         s = scale if scale is not None else 1 / math.sqrt(as_int(self.shape[-1]))
-        qk = (self @ key.transpose(-2, -1)) * s
+        # scores at least in float32 (half q.k of 100s overflows before the scale brings it back), cast to the
+        # query's dtype for the softmax
+        acc = dtypes.as_concrete(least_upper_dtype(self.dtype, key.dtype, dtypes.float32))
+        qk = self.matmul(key.transpose(-2, -1), dtype=acc) * s
         if is_causal:
             if attn_mask is not None:
                 raise TensorValueError("pass either attn_mask or is_causal=True, not both")
@@ -562,6 +571,8 @@ class NNMixin:
         if attn_mask is not None:
             tensor_args("scaled_dot_product_attention", "attn_mask", (attn_mask,), type(self))
             qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
+        if dtypes.is_float(self.dtype) and not self.dtype.is_weak:
+            qk = qk.cast(self.dtype)
         return qk.softmax(-1).dropout(dropout_p) @ value
 
 
