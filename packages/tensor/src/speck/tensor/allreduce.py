@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from speck.tensor.nodes import copy_uop
-from speck.tensor.schedule import Scheduler, new_buffer_uop, view_buffer_uop
+from speck.tensor.schedule import Scheduler, max_dim, new_buffer_uop, view_buffer_uop
 from speck.tensor.settings import ALL2ALL, RING, RING_ALLREDUCE_THRESHOLD
 from speck.uop import DType, Ops, UOp, sint
 from speck.uop.helpers import prod
@@ -74,7 +74,7 @@ def schedule_allreduce(sched: Scheduler, node: UOp) -> UOp:
     op, devices, n = spec.op, spec.devices, len(spec.devices)
     partials = [node.src[(i - spec.at) % n] for i in range(n)]
     shape, dtype = partials[0].shape, partials[0].dtype
-    numel = int(prod(shape))
+    numel = int(prod(max_dim(s) for s in shape))  # a symbolic shape (naive only): buffers of its largest size
     outs = [new_buffer_uop(d, numel, dtype) for d in devices]
 
     def on(i: int, u: UOp, into: UOp | None = None) -> UOp:

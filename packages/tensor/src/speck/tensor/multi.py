@@ -24,7 +24,7 @@ from speck.tensor.errors import TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient, register_combine
 from speck.tensor.nodes import copy_uop
 from speck.tensor.realize import realize_targets
-from speck.tensor.schedule import base_buffer
+from speck.tensor.schedule import base_buffer, max_dim
 from speck.tensor.settings import ALLREDUCE_CAST
 from speck.tensor.weak import materialized
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype, sint
@@ -619,7 +619,8 @@ def _whole(t: Tensor) -> bool:
     while u.op in (Ops.RESHAPE, Ops.DETACH):
         u = u.src[0]
     bb = base_buffer(t.uop)
-    return u.op is Ops.BUFFER and bb is not None and int(bb.arg) == int(prod(t.shape))
+    # (a symbolic shape's buffer holds its largest size)
+    return u.op is Ops.BUFFER and bb is not None and int(bb.arg) == int(prod(max_dim(s) for s in t.shape))
 
 
 def _same_size(a: sint, b: sint) -> bool:
