@@ -248,3 +248,18 @@ def test_sdpa_half_scores_are_summed_wider_than_half() -> None:
     assert out.dtype == dtypes.half
     ref = np_sdpa(*(a.astype(np.float64) for a in h), None, False)
     np.testing.assert_allclose(out.numpy().astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dt", [dtypes.half, dtypes.bfloat16, dtypes.float32, dtypes.float64], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_keep_the_inputs_float_dtype(dt: object, reduction: str) -> None:
+    """nll_loss's weighted mean divided a half loss by a float32 weight sum: the result was float32."""
+    rng = np.random.default_rng(0)
+    x, y = _log_softmax(rng.standard_normal((6, 4)), 1), rng.integers(0, 4, 6)
+    xt, yt = Tensor(x.astype(np.float32)).cast(dt), Tensor(y.astype(np.int32))
+    for out in (xt.nll_loss(yt, reduction=reduction), xt.sparse_categorical_crossentropy(yt, reduction=reduction),
+                xt.cross_entropy(yt, reduction=reduction)):  # fmt: skip
+        assert out.dtype == dt, (out.dtype, dt)
+    ref = _reduce(-x[np.arange(6), y], reduction)
+    tol = 1e-5 if dt in (dtypes.float32, dtypes.float64) else 3e-2
+    np.testing.assert_allclose(xt.nll_loss(yt, reduction=reduction).float().numpy(), ref, rtol=tol, atol=tol)

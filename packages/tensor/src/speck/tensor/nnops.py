@@ -585,7 +585,11 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
     if reduction == "sum":
         return loss.sum()
     if reduction == "mean":
-        return loss.sum() / count.maximum(1) if count is not None else loss.mean()
+        if count is None:
+            return loss.mean()
+        out = loss.sum() / count.maximum(1)
+        # the loss's dtype, as tinygrad's (a float32 weight sum would turn a half loss float32)
+        return out.cast(loss.dtype) if dtypes.is_float(loss.dtype) and not loss.dtype.is_weak else out
     raise TensorValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
 
