@@ -1,6 +1,6 @@
 """TENSOR_API 12.4: "symbolic shapes always use naive" - an allreduce of a sharded tensor whose other dims are
 symbolic (a bound Variable) sums like numpy's, eager and as a TinyJit input whose size changes between calls (the
-scheduler sized its buffers with int() of a symbolic size: a TypeError)."""
+scheduler sized its buffers with int() of a symbolic size: a TypeError); shard_like and resharding (12.1)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,22 @@ def test_jit_with_a_sharded_symbolic_input_rebinds_per_call() -> None:
         got = f(x.shrink(((0, 3), (0, v.bind(n))))).item()
         np.testing.assert_allclose(got, (A[:, :n].sum(0) ** 2).sum(), rtol=1e-5)
     assert calls == 2  # warm-up and capture; sizes change without recapture
+
+
+def test_shard_like_an_identical_placement_is_a_no_op() -> None:
+    """TENSOR_API 12.1: shard_like(y) of a tensor already sharded like y is a no-op (it gave a new tensor)."""
+    x = Tensor(A).shard(DEVS, axis=0)
+    assert x.shard_like(Tensor(A).shard(DEVS, axis=0)) is x
+    b = np.arange(18, dtype=np.float32).reshape(3, 6)
+    y = Tensor(b).shard(DEVS, axis=0)
+    moved = y.shard_like(Tensor(b).shard(DEVS, axis=1))
+    assert moved is not y and moved.uop.axis == 1
+    np.testing.assert_array_equal(moved.numpy(), b)
+
+
+def test_resharding_to_an_uneven_axis_is_a_sharding_error() -> None:
+    """TENSOR_API 12.1: uneven shards are a RuntimeError "multi axis uneven" - also when a sharded tensor is
+    resharded (shard_like, to a tuple on another axis), which failed an internal assert."""
+    x = Tensor(A).shard(DEVS, axis=0)  # (3, 8): axis 1 doesn't split over 3
+    with pytest.raises(RuntimeError, match="multi axis uneven"):
+        x.shard_like(Tensor(np.zeros((3, 6), np.float32)).shard(DEVS, axis=1))

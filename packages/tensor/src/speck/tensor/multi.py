@@ -298,6 +298,8 @@ class MultiUOp(UOp):
         """This tensor over `devices` sharded on `axis` (the same devices: a reshard)."""
         if devices == self.device and axis == self.axis:
             return self
+        if axis is not None and axis != self.axis:  # (a reshard to an uneven axis failed an internal assert)
+            _check_even(self.shape, axis, len(devices))
         if devices == self.device:
             shards = _shards_as(self, axis, devices)
         elif len(devices) == len(self.device) and axis == self.axis:
@@ -358,16 +360,21 @@ def _own_copy(u: UOp, dst: str, src: str) -> UOp:
     return copy_uop(u, dst, src)
 
 
+def _check_even(shape: tuple[sint, ...], axis: int, n: int) -> None:
+    size = shape[axis]
+    if not isinstance(size, int) or size % n != 0:
+        raise ShardingError(
+            f"multi axis uneven: axis {axis} of shape {shape} has size {size}, which does not split evenly over "
+            f"{n} devices; pad or shrink it to a multiple of {n}, or shard another axis"
+        )
+
+
 def split(u: UOp, devices: tuple[str, ...], axis: int, src_device: str) -> MultiUOp:
     """u (a plain graph on src_device) split into equal pieces along axis, piece i copied to devices[i]."""
     if isinstance(u, MultiUOp):
         return u.to_devices(devices, axis)
-    size, n = u.shape[axis], len(devices)
-    if not isinstance(size, int) or size % n != 0:
-        raise ShardingError(
-            f"multi axis uneven: axis {axis} of shape {u.shape} has size {size}, which does not split evenly over "
-            f"{n} devices; pad or shrink it to a multiple of {n}, or shard another axis"
-        )
+    n = len(devices)
+    _check_even(u.shape, axis, n)
     shards = [_own_copy(_piece(u, axis, n, i), d, src_device) for i, d in enumerate(devices)]
     out = MultiUOp.make(Ops.COPY, (u,), devices, shards, axis, devices)
     _gradient_to(out, u, lambda g: _as_multi(g, devices).to_device(src_device))
@@ -485,6 +492,8 @@ def shard_like(t: Tensor, y: Tensor) -> Tensor:
     if not isinstance(y.uop, MultiUOp):
         return t.to(str(y.device))
     if isinstance(t.uop, MultiUOp):
+        if t.uop.device == y.uop.device and t.uop.axis == y.uop.axis:
+            return t  # already placed like y: a no-op
         return t._new(t.uop.to_devices(y.uop.device, y.uop.axis))
     return shard(t, y.uop.device, y.uop.axis)
 
