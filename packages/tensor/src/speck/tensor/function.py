@@ -166,7 +166,7 @@ def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
     try:
         hash(x)
     except TypeError:
-        return ("id", id(x))
+        return ("id", _Same(x))  # (held: a new array can't take a freed one's id and replay its capture)
     return (type(x).__qualname__, x)
 
 
