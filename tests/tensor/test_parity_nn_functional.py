@@ -140,7 +140,9 @@ def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def _reduce(loss: np.ndarray, reduction: str, count: float | None = None) -> np.ndarray:
     if reduction == "none":
         return loss
-    return np.asarray(loss.sum() if reduction == "sum" else loss.sum() / (count if count is not None else loss.size))
+    with np.errstate(invalid="ignore"):  # nothing counted: 0/0 = nan, as PyTorch's
+        total = loss.sum()
+        return np.asarray(total if reduction == "sum" else total / (count if count is not None else loss.size))
 
 
 reductions = st.sampled_from(["mean", "sum", "none"])
@@ -157,7 +159,7 @@ def test_sparse_categorical_crossentropy_masks_and_smooths(ignore: int, ls: floa
     out = Tensor(x.astype(np.float32)).sparse_categorical_crossentropy(
         Tensor(y.astype(np.int32)), ignore_index=ignore, label_smoothing=ls, reduction=reduction
     )
-    np.testing.assert_allclose(out.numpy(), _reduce(loss, reduction, max(mask.sum(), 1)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), _reduce(loss, reduction, mask.sum()), rtol=1e-5, atol=1e-6)
 
 
 @given(st.sampled_from([(4,), (3, 5), (2, 5, 3)]), st.sampled_from([0.0, 0.25]), reductions, st.booleans(),
@@ -263,3 +265,19 @@ def test_losses_keep_the_inputs_float_dtype(dt: object, reduction: str) -> None:
     ref = _reduce(-x[np.arange(6), y], reduction)
     tol = 1e-5 if dt in (dtypes.float32, dtypes.float64) else 3e-2
     np.testing.assert_allclose(xt.nll_loss(yt, reduction=reduction).float().numpy(), ref, rtol=tol, atol=tol)
+
+
+def test_weighted_nll_loss_divides_by_weight_sums_below_one() -> None:
+    """The mean divided by max(sum of weights, 1): weights summing below 1 gave a loss too small (0.4, not 2)."""
+    x, w = Tensor([[-1.0, -2.0, -3.0], [-1.5, -0.5, -2.0]]), Tensor([0.1, 0.2, 0.3])
+    assert x[:1].nll_loss(Tensor([1]), weight=w).item() == pytest.approx(2.0)
+    assert x.nll_loss(Tensor([1, 2]), weight=w).item() == pytest.approx(2.0)
+    assert x.nll_loss(Tensor([1, 2]), weight=w, ignore_index=1).item() == pytest.approx(2.0)
+
+
+def test_a_mean_over_no_counted_label_is_nan_like_an_empty_mean() -> None:
+    x, y = Tensor([[-1.0, -2.0, -3.0], [-1.5, -0.5, -2.0]]), Tensor([1, 1])
+    assert np.isnan(x.nll_loss(y, ignore_index=1).item())
+    assert np.isnan(x.sparse_categorical_crossentropy(y, ignore_index=1).item())
+    assert np.isnan(x.cross_entropy(y, ignore_index=1).item()) and np.isnan(Tensor([]).mean().item())
+    assert x.sparse_categorical_crossentropy(y, ignore_index=1, reduction="sum").item() == 0

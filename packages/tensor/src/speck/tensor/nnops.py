@@ -587,7 +587,9 @@ def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
     if reduction == "mean":
         if count is None:
             return loss.mean()
-        out = loss.sum() / count.maximum(1)
+        # the sum over the counted positions' weight (a weighted nll_loss's may be below 1; none counted: 0/0 = nan,
+        # as an empty mean and PyTorch)
+        out = loss.sum() / count
         # the loss's dtype, as tinygrad's (a float32 weight sum would turn a half loss float32)
         return out.cast(loss.dtype) if dtypes.is_float(loss.dtype) and not loss.dtype.is_weak else out
     raise TensorValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
