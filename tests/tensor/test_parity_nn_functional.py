@@ -281,3 +281,36 @@ def test_a_mean_over_no_counted_label_is_nan_like_an_empty_mean() -> None:
     assert np.isnan(x.sparse_categorical_crossentropy(y, ignore_index=1).item())
     assert np.isnan(x.cross_entropy(y, ignore_index=1).item()) and np.isnan(Tensor([]).mean().item())
     assert x.sparse_categorical_crossentropy(y, ignore_index=1, reduction="sum").item() == 0
+
+
+def np_interpolate(x: np.ndarray, size: tuple[int, ...], mode: str, align_corners: bool) -> np.ndarray:
+    """Separable: per resized dim, nearest takes floor(i*in/out) ('nearest-exact': floor((i+0.5)*in/out)), linear
+    blends the two neighbours of (i+0.5)*in/out-0.5 clipped to the input (align_corners: i*(in-1)/(out-1))."""
+    for i, n_out in enumerate(size):
+        ax = x.ndim - len(size) + i
+        n_in = x.shape[ax]
+        o = np.arange(n_out, dtype=np.float64)
+        if mode != "linear":
+            src = np.floor((o + (0.5 if mode == "nearest-exact" else 0.0)) * n_in / n_out).astype(int)
+            x = np.take(x, np.minimum(src, n_in - 1), ax)
+            continue
+        if align_corners:
+            pos = o * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+        else:
+            pos = np.clip((o + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+        lo = np.floor(pos).astype(int)
+        hi, frac = np.minimum(lo + 1, n_in - 1), pos - lo
+        shape = [1] * x.ndim
+        shape[ax] = n_out
+        x = np.take(x, lo, ax) + (np.take(x, hi, ax) - np.take(x, lo, ax)) * frac.reshape(shape)
+    return x
+
+
+@settings(max_examples=25)
+@given(st.tuples(st.integers(1, 9), st.integers(1, 9)), st.sampled_from(["linear", "nearest", "nearest-exact"]),
+       st.booleans(), st.integers(0, 2**16))  # fmt: skip
+def test_interpolate_matches_numpy(size: tuple[int, int], mode: str, align_corners: bool, seed: int) -> None:
+    align_corners = align_corners and mode == "linear"
+    x = np.random.default_rng(seed).standard_normal((2, 3, 5, 4))
+    out = Tensor(x.astype(np.float32)).interpolate(size, mode=mode, align_corners=align_corners)
+    np.testing.assert_allclose(out.numpy(), np_interpolate(x, size, mode, align_corners), rtol=1e-5, atol=1e-5)
