@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Tensor, dtypes
+from speck.tensor.errors import TensorValueError
 from speck.tensor.nn.state import safe_load
 
 BACKENDS = ["CPU", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
@@ -120,3 +121,17 @@ def test_max_of_signed_zeros_takes_the_first_operand_on_every_backend(device: st
     assert np.signbit(A.maximum(B).numpy()).tolist() == [False, True, False, True]
     assert np.signbit(A.minimum(B).numpy()).tolist() == [False, True, False, True]
     assert np.signbit(Tensor(np.stack([a, b], 1), device=device).max(1).numpy()).tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize("device", BACKENDS)
+def test_from_blob_of_bool_memory_holding_other_bytes_is_refused(device: str) -> None:
+    mem = np.frombuffer(ODD_BOOL_BYTES, np.uint8).copy()
+    with pytest.raises(TensorValueError, match=r"byte 2 at offset 0 \(4 bytes other than 0/1\).*dtype=dtypes.uint8"):
+        Tensor.from_blob(mem.ctypes.data, (len(mem),), dtype=dtypes.bool, device=device)
+    # what the message suggests reads it as numpy does; memory of 0/1 bytes is taken as it is
+    ref = np.frombuffer(ODD_BOOL_BYTES, bool)
+    as_u8 = Tensor.from_blob(mem.ctypes.data, (len(mem),), dtype=dtypes.uint8, device=device) != 0
+    assert as_u8.logical_not().tolist() == (~ref).tolist()
+    ok = ref.astype(np.uint8)
+    t = Tensor.from_blob(ok.ctypes.data, (len(ok),), dtype=dtypes.bool, device=device)
+    assert t.logical_not().tolist() == (~ref).tolist() and t.sum().item() == int(ref.sum())
