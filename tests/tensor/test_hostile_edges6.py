@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import pickle
 import struct
 
 import numpy as np
@@ -23,6 +24,7 @@ from speck.tensor.nn.state import safe_load
 BACKENDS = ["CPU", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
 
 ODD_BOOL_BYTES = bytes([2, 0, 255, 1, 0, 128, 1, 7])
+ASCII_BOOL_BYTES = bytes([2, 0, 127, 1, 0, 64, 1, 7])
 
 
 def _bool_file(path: pathlib.Path, data: bytes) -> pathlib.Path:
@@ -135,3 +137,24 @@ def test_from_blob_of_bool_memory_holding_other_bytes_is_refused(device: str) ->
     ok = ref.astype(np.uint8)
     t = Tensor.from_blob(ok.ctypes.data, (len(ok),), dtype=dtypes.bool, device=device)
     assert t.logical_not().tolist() == (~ref).tolist() and t.sum().item() == int(ref.sum())
+
+
+@pytest.mark.parametrize("device", BACKENDS)
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_a_pickle_streams_bool_bytes_other_than_0_1_unpickle_as_numpy_reads_them(device: str, protocol: int) -> None:
+    # (bytes below 128: protocol 2 writes the buffer as a latin-1 string, whose UTF-8 would hide 255 from the splice)
+    ref = np.frombuffer(ASCII_BOOL_BYTES, bool)
+    stream = pickle.dumps(Tensor(ref.astype(np.uint8).astype(bool), device=device).realize(), protocol=protocol)
+    at = stream.find(ref.astype(np.uint8).tobytes())
+    assert at >= 0 and stream.count(ref.astype(np.uint8).tobytes()) == 1
+    t = pickle.loads(stream[:at] + ASCII_BOOL_BYTES + stream[at + len(ASCII_BOOL_BYTES) :])
+    assert t.logical_not().tolist() == (~ref).tolist() and t.sum().item() == int(ref.sum())
+    assert t.bitcast(dtypes.uint8).tolist() == ref.astype(np.uint8).tolist()
+
+
+@pytest.mark.parametrize("device", BACKENDS)
+def test_a_files_bytes_viewed_as_bool_read_as_numpy_reads_them(tmp_path: pathlib.Path, device: str) -> None:
+    ref = np.frombuffer(ODD_BOOL_BYTES, bool)
+    (path := tmp_path / "raw.bin").write_bytes(ODD_BOOL_BYTES)
+    assert Tensor(path).bitcast(dtypes.bool).to(device).logical_not().tolist() == (~ref).tolist()
+    assert Tensor(path, dtype=dtypes.bool).to(device).sum().item() == int(ref.sum())
