@@ -38,12 +38,20 @@ class DiskDevice(DeviceBase):
 
     def transfer(self, dest: Buffer, src: Buffer) -> None:
         """Copy all of `src` into `dest` (one of them on this device); into a bool buffer, nonzero bytes become 1."""
-        if dest.info.fmt == "?" and src.nbytes:
-            raw = np.frombuffer(src.as_memoryview(raw=True), np.uint8)
-            if raw.max() > 1:
-                dest.copyin(np.not_equal(raw, 0).view(np.uint8))
-                return
-        dest.copy_from(src)
+        if (fixed := bool_bytes_fixed(dest, src)) is not None:
+            dest.copyin(fixed)
+        else:
+            dest.copy_from(src)
+
+
+def bool_bytes_fixed(dest: Buffer, src: Buffer) -> np.ndarray | None:
+    """For a copy of a file's bytes `src` into a bool buffer `dest` where some byte is neither 0 nor 1: the bytes to
+    copy instead (each nonzero byte 1). None when the copy may take the bytes as they are (devices that copy a file
+    themselves, like USB's, ask this first)."""
+    if dest.info.fmt != "?" or not src.nbytes or not src.dev.file_backed:
+        return None
+    raw = np.frombuffer(src.as_memoryview(raw=True), np.uint8)
+    return np.not_equal(raw, 0).view(np.uint8) if raw.max() > 1 else None
 
 
 register_device("DISK", DiskDevice, suffix=lambda rest: rest or None, forms=("DISK:<path>",), probe=False,
