@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speck.uop.errors import SettingError, SettingTypeError
-from speck.uop.helpers import ContextVar, getenv, parse_setting
+from speck.uop.helpers import Context, ContextVar, getenv, parse_setting
 from speck.uop.settings import LiveVar, declare
 
 
@@ -76,3 +76,14 @@ def test_getenv_of_a_key_or_default_of_the_wrong_kind_is_a_setting_type_error(ke
     with pytest.raises(SettingTypeError, match="getenv"):
         getenv(key, default)  # type: ignore[arg-type]
     assert getenv("SPECK_TEST_SURELY_UNSET", 7) == 7 and getenv("SPECK_TEST_SURELY_UNSET", "") == ""
+
+
+def test_context_refuses_nan_for_a_float_setting_as_the_environment_does() -> None:
+    cv = ContextVar("SPECK_TEST_TIMEOUT_F", 5.0)
+    with pytest.raises(SettingError, match=r"Context\(SPECK_TEST_TIMEOUT_F=nan\): .* takes a number"):
+        Context(SPECK_TEST_TIMEOUT_F=float("nan")).__enter__()
+    assert cv.value == 5.0
+    with Context(SPECK_TEST_TIMEOUT_F=float("inf")):
+        assert cv.value == float("inf")
+    with Context(SPECK_TEST_TIMEOUT_F=2):
+        assert cv.value == 2

@@ -143,6 +143,9 @@ class ContextVar:
 def _scoped_value(cv: ContextVar, v: Any) -> Any:
     """v as a value of cv's kind (the type of its default), or a SettingTypeError naming what it takes."""
     kind = type(cv.default)
+    if kind is float and isinstance(v, float) and v != v:  # (as parse_setting: a timeout or limit of NaN means nothing)
+        raise SettingError(f"Context({cv.key}=nan): {cv.key} takes a number, e.g. {cv.key}={cv.default!r}; NaN orders "
+                           "against nothing")  # fmt: skip
     if kind not in (int, float, str) or isinstance(v, kind) or (kind is not int and isinstance(v, (int, float))):
         return v  # (a string setting may take a number as it is: PROFILE=1, as its environment variable reads)
     try:
