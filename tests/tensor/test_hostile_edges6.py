@@ -1,8 +1,10 @@
-"""Hostile inputs that gave a silently wrong or backend-dependent result: a safetensors bool entry whose bytes are not
-0/1 (read lazily, moved to CLANG or X86 it counted 2 and 255 as themselves: `sum` gave 258, `logical_not` True), and
-`maximum`/`max` of 0.0 and -0.0, whose sign differed between the PYTHON backend and the compiled ones. Every backend
-now agrees: a file's nonzero bool byte is True (numpy's `np.frombuffer(b, bool)`), and MAX follows one documented
-rule (`b if b > a or b is NaN else a`: NaN propagates, of two equal operands the first wins)."""
+"""Hostile inputs that gave a silently wrong or backend-dependent result: a bool whose bytes are not 0/1 - in a
+safetensors entry read lazily, a raw file viewed as bool, a pickle stream or from_blob memory - which CLANG and X86
+kernels used as it is (`sum` gave 258, `logical_not` True); `maximum`/`max` of 0.0 and -0.0, whose sign differed
+between the PYTHON backend and the compiled ones; a DISK tensor whose file shrank before its first read. Every backend
+now agrees: a nonzero bool byte is True (numpy's `np.frombuffer(b, bool)`; from_blob's memory, read in place, must
+hold 0/1), MAX follows one documented rule (`b if b > a or b is NaN else a`: NaN propagates, of two equal operands
+the first wins), and the shrunken file is an error that says to load it again."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from speck.hcq.errors import HCQError
 from speck.tensor import Tensor, dtypes
 from speck.tensor.errors import TensorValueError
 from speck.tensor.nn.state import safe_load
@@ -158,3 +161,16 @@ def test_a_files_bytes_viewed_as_bool_read_as_numpy_reads_them(tmp_path: pathlib
     (path := tmp_path / "raw.bin").write_bytes(ODD_BOOL_BYTES)
     assert Tensor(path).bitcast(dtypes.bool).to(device).logical_not().tolist() == (~ref).tolist()
     assert Tensor(path, dtype=dtypes.bool).to(device).sum().item() == int(ref.sum())
+
+
+def test_a_file_truncated_before_its_disk_tensor_is_first_read_says_to_load_it_again(tmp_path: pathlib.Path) -> None:
+    (path := tmp_path / "w.bin").write_bytes(np.arange(256, dtype=np.float32).tobytes())
+    t = Tensor(path, dtype=dtypes.float32)
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    for read in (lambda: t.to("CPU").numpy(), t.numpy, lambda: t[10:20].tolist()):
+        with pytest.raises(HCQError, match=r"is 100 bytes, smaller than the \d+ bytes .*load it again"):
+            read()
+    assert path.stat().st_size == 100  # (reading never extends the file)
+    path.write_bytes(np.arange(256, dtype=np.float32).tobytes())
+    np.testing.assert_array_equal(Tensor(path, dtype=dtypes.float32)[10:20].numpy(), np.arange(10, 20))

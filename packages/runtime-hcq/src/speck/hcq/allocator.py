@@ -401,7 +401,9 @@ class DiskMapping:
             # an existing file big enough is opened for reading (weights); otherwise it is created/extended
             writable = not (exists and size >= nbytes)
         if not writable and size < nbytes:
-            raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading")
+            raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading: the "
+                           "file shrank since the tensor was made (load it again) or the shape asks for more bytes "
+                           "than it holds")  # fmt: skip
         self.path, self.nbytes = path, nbytes
         self._map(open(path, "r+b" if exists and writable else "w+b" if writable else "rb"), size, writable)
 
