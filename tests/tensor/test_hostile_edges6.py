@@ -13,6 +13,7 @@ import math
 import pathlib
 import pickle
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -75,9 +76,9 @@ ROWS, COLS = 4, 6
 
 
 def _bits(a: np.ndarray) -> list[int]:
-    """float32 values as bit patterns, every NaN as one pattern (NaN payloads are not specified)."""
-    a = np.asarray(a, np.float32)
-    return np.where(np.isnan(a), np.float32(np.nan), a).view(np.uint32).tolist()
+    """float values as bit patterns, every NaN as one pattern (NaN payloads are not specified)."""
+    a = np.asarray(a)
+    return np.where(np.isnan(a), a.dtype.type(np.nan), a).view(f"u{a.dtype.itemsize}").tolist()
 
 
 def _max_rule(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -96,9 +97,12 @@ grids = st.lists(st.sampled_from(SPECIAL), min_size=ROWS * COLS, max_size=ROWS *
 
 
 @pytest.mark.parametrize("device", BACKENDS)
+@pytest.mark.parametrize("np_dt", [np.float32, np.float16, np.float64])
 @settings(max_examples=15)
 @given(a=grids, b=grids)
-def test_maximum_minimum_follow_one_rule_on_every_backend(device: str, a: np.ndarray, b: np.ndarray) -> None:
+def test_maximum_minimum_follow_one_rule_on_every_backend(device: str, np_dt: Any, a: np.ndarray,
+                                                          b: np.ndarray) -> None:  # fmt: skip
+    a, b = a.astype(np_dt), b.astype(np_dt)
     A, B = Tensor(a, device=device), Tensor(b, device=device)
     mx, mn = A.maximum(B).numpy(), A.minimum(B).numpy()
     # numpy agrees on every value and on where NaN is; of 0.0 and -0.0 numpy picks the second operand
