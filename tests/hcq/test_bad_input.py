@@ -183,3 +183,17 @@ def test_a_raw_alloc_of_a_size_that_is_no_byte_count_is_refused(nbytes: object, 
     m = al.alloc(np.int64(8))  # type: ignore[arg-type]
     al.copyin(m, 0, memoryview(bytes(8)))
     al.free(m, 8)
+
+
+def test_a_raw_allocation_freed_twice_is_refused_and_never_handed_out_twice() -> None:
+    al = Device["CPU"].allocator
+    used = al.mem_used
+    m = al.alloc(72)
+    al.free(m, 72)
+    with pytest.raises(HCQValueError, match="freed twice"):
+        al.free(m, 72)
+    assert al.mem_used == used  # the accounting is as after one free
+    a, b = al.alloc(72), al.alloc(72)
+    assert a is not b  # (after the double free both were the same memory)
+    al.free(a, 72)
+    al.free(b, 72)

@@ -234,6 +234,9 @@ class Allocator:
                 if (lst := cache.get(key)) is None:
                     cache[key] = [opaque]
                 else:
+                    if lst and lst[-1] is opaque:  # (freed twice in a row: two allocs would share the memory)
+                        self._used += nbytes
+                        raise self._double_free(nbytes)
                     lst.append(opaque)
                     cache.move_to_end(key)
                 self.cached += nbytes
@@ -252,6 +255,11 @@ class Allocator:
                 lock.release()
             if self._pending:  # queued by a finalizer meanwhile
                 self._flush_pending()
+
+    def _double_free(self, nbytes: int) -> HCQValueError:
+        return HCQValueError(f"{self.device}: an allocation of {nbytes} bytes was freed twice (it is already in the "
+                             "free cache, and two later allocations would share its memory); free each allocation "
+                             "once")  # fmt: skip
 
     def _flush_pending(self) -> None:
         while self._pending and self._lock.acquire(blocking=False):
