@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from speck.hcq.errors import HCQError
 from speck.tensor import Tensor, dtypes
-from speck.tensor.errors import TensorValueError
+from speck.tensor.errors import TensorDTypeError, TensorValueError
 from speck.tensor.nn.state import safe_load
 
 BACKENDS = ["CPU", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
@@ -178,3 +178,14 @@ def test_a_file_truncated_before_its_disk_tensor_is_first_read_says_to_load_it_a
     assert path.stat().st_size == 100  # (reading never extends the file)
     path.write_bytes(np.arange(256, dtype=np.float32).tobytes())
     np.testing.assert_array_equal(Tensor(path, dtype=dtypes.float32)[10:20].numpy(), np.arange(10, 20))
+
+
+@pytest.mark.parametrize(
+    ("dt", "elem"),
+    [(dtypes.float.vec(4), "dtypes.float"), (dtypes.float.ptr(), "dtypes.float"), (dtypes.int8.ptr(16), "dtypes.char"),
+     (dtypes.half.vec(2).ptr(), "dtypes.half")],
+)  # fmt: skip
+def test_a_vector_or_pointer_dtype_names_the_element_type_to_use(dt: Any, elem: str) -> None:
+    for make in (lambda: Tensor.empty(4, dtype=dt), lambda: Tensor([1.0]).cast(dt), lambda: Tensor([1.0]).bitcast(dt)):
+        with pytest.raises(TensorDTypeError, match=rf"got .*; use its element type, {elem}, and a shape"):
+            make()
