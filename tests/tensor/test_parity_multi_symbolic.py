@@ -65,3 +65,19 @@ def test_resharding_to_an_uneven_axis_is_a_sharding_error() -> None:
     x = Tensor(A).shard(DEVS, axis=0)  # (3, 8): axis 1 doesn't split over 3
     with pytest.raises(RuntimeError, match="multi axis uneven"):
         x.shard_like(Tensor(np.zeros((3, 6), np.float32)).shard(DEVS, axis=1))
+
+
+def test_jit_refuses_a_sharded_input_on_another_axis_with_alike_shards() -> None:
+    """TENSOR_API 11.3: an input's view structure changing is an args mismatch. (4, 4) sharded on axis 0 and (2, 8)
+    sharded on axis 1 both have (2, 4) shards: the replay ran the (4, 4) program on the (2, 8) data, silently."""
+    from speck.tensor.errors import JitError
+
+    f = TinyJit(lambda x: (x * 2).sum(0))
+    a = np.arange(16, dtype=np.float32)
+    for _ in range(3):
+        out = f(Tensor(a.reshape(4, 4)).shard(DEVS[:2], axis=0))
+    np.testing.assert_array_equal(out.numpy(), (a.reshape(4, 4) * 2).sum(0))
+    with pytest.raises(JitError, match="args mismatch"):
+        f(Tensor(a.reshape(2, 8)).shard(DEVS[:2], axis=1))
+    with pytest.raises(JitError, match="args mismatch"):
+        f(Tensor(a.reshape(4, 4)).shard(DEVS[:2]))  # replicated: (4, 4) per device

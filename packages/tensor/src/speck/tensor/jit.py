@@ -159,7 +159,10 @@ class _Inputs:
 
 def _kind(x: Any) -> Any:
     if isinstance(x, Tensor):
-        return "tensor"
+        u = x.uop
+        # a sharded tensor is one input per shard: its axis tells (4, 4) on axis 0 from (2, 8) on axis 1, whose
+        # shards look alike
+        return ("sharded tensor", u.axis) if isinstance(u, MultiUOp) else "tensor"
     if isinstance(x, UOp) and x.op is Ops.BIND:
         return ("variable", x.src[0].arg[0])
     return "value"
