@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from speck.tensor import GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import LAMB, LARS, SGD, AdamW, Optimizer
 from speck.tensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
@@ -229,7 +229,8 @@ def speck_moe(p: list[Tensor], x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     h = (x.reshape(-1, 1, 1, D) @ w1[sel]).gelu()  # w1[sel]: (T, K, D, H) gathered per token and slot
     y = (h @ w2[sel]).reshape(-1, K, D)
     out = (gate.unsqueeze(-1) * y).sum(1)
-    counts = Tensor.zeros(E).scatter_reduce(0, sel.flatten(), Tensor.ones(sel.numel()), reduce="sum")
+    ones = Tensor.ones(sel.numel(), device=x.device)
+    counts = Tensor.zeros(E, device=x.device).scatter_reduce(0, sel.flatten(), ones, reduce="sum")
     frac = sel.one_hot(E).sum((0, 1)) / sel.numel()
     aux = E * (frac * probs.mean(0)).sum()
     return out, counts, aux
@@ -698,3 +699,41 @@ def test_checkpoint_mid_training_resumes_identically(tmp_path: pathlib.Path) -> 
     for _ in range(3):
         b1_t = b1_t * np.float32(0.9)
     np.testing.assert_array_equal(again["opt.b1_t"].numpy(), b1_t)
+
+
+# ---------------- two of the programs on USB:SIM (the AMD backend in the RDNA3 emulator), against the CPU --------
+def _moe_program(dev: str) -> list[np.ndarray]:
+    r = rng(2)
+    x = r.standard_normal((5, D)).astype(np.float32)
+    params = [r.standard_normal((D, E)), r.standard_normal((E, D, H)) * 0.4, r.standard_normal((E, H, D)) * 0.4]
+    ps = [Tensor(p.astype(np.float32), device=dev, requires_grad=True) for p in params]
+    out, counts, aux = speck_moe(ps, Tensor(x, device=dev))
+    loss = (out * out).mean() + 0.1 * aux
+    loss.backward()
+    return [out.numpy(), counts.numpy(), loss.numpy(), *[p.grad.numpy() for p in ps if p.grad is not None]]
+
+
+def _decoder_program(dev: str) -> list[np.ndarray]:
+    with Context(DEV=dev):
+        r = rng(8)
+        vocab, dim, n_heads, n_kv, window, max_ctx = 7, 8, 2, 1, 2, 5
+        p = [r.standard_normal((vocab, dim)), r.standard_normal((max_ctx, dim)) * 0.5,
+             *(r.standard_normal((dim, d)) * 0.3 for d in (dim, dim // 2, dim // 2, dim)),
+             r.standard_normal((dim, vocab)) * 0.3]  # fmt: skip
+        tokens = r.integers(0, vocab, max_ctx)
+        model = SlidingGQADecoder(p, n_heads, n_kv, window, max_ctx)
+        outs = [model(Tensor(tokens[None, :2].astype(np.int32)), 0).numpy()]
+        for pos in range(2, max_ctx):
+            outs.append(model(Tensor([[int(tokens[pos])]], dtype=dtypes.int32), pos).numpy())
+        assert model.decode.captured is not None
+        return outs
+
+
+@pytest.mark.usefixtures("two_simulated_bridges")
+@pytest.mark.parametrize("program", [_moe_program, _decoder_program], ids=["moe", "sliding_gqa_decoder"])
+def test_program_on_usb_sim_matches_cpu(program: Callable[[str], list[np.ndarray]]) -> None:
+    want, got = program("CPU"), program("USB:SIM")
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, i
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
