@@ -737,3 +737,63 @@ def test_program_on_usb_sim_matches_cpu(program: Callable[[str], list[np.ndarray
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape, i
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
+
+
+class ConvNet:
+    """beautiful_mnist's model, shrunk: conv, relu, conv, relu, BatchNorm, max_pool2d, dropout, linear."""
+
+    def __init__(self) -> None:
+        self.layers: list[Callable[[Tensor], Tensor]] = [
+            nn.Conv2d(1, 4, 3), Tensor.relu, nn.Conv2d(4, 4, 3), Tensor.relu, nn.BatchNorm(4), Tensor.max_pool2d,
+            lambda x: x.flatten(1), lambda x: x.dropout(0.1), nn.Linear(4 * 2 * 2, 3),
+        ]  # fmt: skip
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.sequential(self.layers)
+
+
+def _conv_mnist_program(dev: str) -> tuple[list[float], list[float], list[np.ndarray], list[int], list[int]]:
+    with Context(DEV=dev):
+        Tensor.manual_seed(0)
+        x_train = Tensor((rng(0).random((32, 1, 8, 8)) * 255).astype(np.uint8))
+        y_train = Tensor(rng(1).integers(0, 3, 32).astype(np.int32))
+        model = ConvNet()
+        params = nn.state.get_parameters(model)
+        opt = nn.optim.OptimizerGroup(nn.optim.Adam(params[:2], lr=1e-2),
+                                      SGD(params[2:], lr=0.05, momentum=0.9, nesterov=True))  # fmt: skip
+
+        @TinyJit
+        @Tensor.train()
+        def train_step() -> Tensor:
+            opt.zero_grad()
+            samples = Tensor.randint(8, high=x_train.shape[0])
+            loss = model(x_train[samples].float() / 255).sparse_categorical_crossentropy(y_train[samples]).backward()
+            opt.step()
+            return loss
+
+        @TinyJit
+        def get_test_acc() -> Tensor:
+            return (model(x_train.float() / 255).argmax(axis=1) == y_train).mean() * 100
+
+        losses, kernels, ops = [], [], []
+        for _ in range(4):
+            GlobalCounters.reset()
+            losses.append(train_step().item())
+            kernels.append(GlobalCounters.kernel_count)
+            ops.append(GlobalCounters.global_ops)
+        accs = [get_test_acc().item() for _ in range(3)]
+        return losses, accs, [p.numpy() for p in params], kernels, ops
+
+
+@pytest.mark.usefixtures("two_simulated_bridges")
+def test_conv_mnist_loop_on_usb_sim_matches_cpu() -> None:
+    """The jitted conv training loop (BatchNorm, dropout, randint batches, an OptimizerGroup of Adam and nesterov
+    SGD, a jitted accuracy) gives the CPU's losses, accuracies and parameters; GlobalCounters count the same kernels
+    and, on the GPU, the whole launch's operations (they counted one work-item's: ~200x fewer)."""
+    cpu, usb = _conv_mnist_program("CPU"), _conv_mnist_program("USB:SIM")
+    np.testing.assert_allclose(usb[0], cpu[0], rtol=1e-5)
+    assert usb[1] == cpu[1] and len(set(cpu[1])) == 1
+    for g, w in zip(usb[2], cpu[2]):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert usb[3] == cpu[3] and len(set(cpu[3])) == 1 and cpu[3][0] > 0
+    assert all(u >= c / 2 for u, c in zip(usb[4], cpu[4])), (usb[4], cpu[4])
