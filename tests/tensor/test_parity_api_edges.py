@@ -149,6 +149,45 @@ def test_function_retraces_when_a_global_or_closure_constant_it_reads_is_rebound
     assert traced == [1]
 
 
+class _Cfg:
+    def __init__(self, s: float) -> None:
+        self.s = s
+
+
+_CFG = _Cfg(1.0)
+
+
+def test_function_retraces_for_a_new_object_even_where_the_old_ones_id_is_reused() -> None:
+    # an object the body reads is keyed by identity; a bare id() let `del cfg; cfg = Cfg(2)` (CPython reuses the
+    # freed id at once) replay the old capture: 49 of 50 results were stale
+    global _CFG
+
+    @function
+    def scaled(x: Tensor) -> Tensor:
+        return x * _CFG.s
+
+    saved = _CFG
+    try:
+        for i in range(20):
+            del _CFG
+            _CFG = _Cfg(float(i))
+            assert scaled(Tensor.ones(2)).tolist() == [float(i)] * 2
+    finally:
+        _CFG = saved
+
+
+def test_function_retraces_for_a_new_unhashable_argument_even_where_a_freed_ones_id_is_reused() -> None:
+    # an unhashable argument (a numpy array) is keyed by identity; a bare id() replayed the capture of a freed array
+    # whose id the new one took: 17 of 30 results were stale in a probe
+
+    @function
+    def f(x: Tensor, arr: np.ndarray) -> Tensor:
+        return x * Tensor(arr)
+
+    for i in range(20):
+        assert f(Tensor.ones(2), np.array([float(i), 1.0])).tolist() == [float(i), 1.0]
+
+
 def test_lstmcell_with_a_malformed_state_and_rmsnorm_with_a_wrong_width_are_clear_errors() -> None:
     cell = nn.LSTMCell(3, 4)
     with pytest.raises(TensorTypeError, match=r"hc must be None or a \(h, c\) pair of Tensors, got a tuple of 1"):

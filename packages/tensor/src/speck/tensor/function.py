@@ -125,8 +125,24 @@ def _env_key(v: Any) -> Any:
         return ("tuple", tuple(_env_key(x) for x in v))
     if isinstance(v, TensorBase):
         t = cast("Tensor", v)
-        return ("T", id(t), t.shape, t.dtype, t.device)
-    return ("id", id(v))
+        return ("T", _Same(t), t.shape, t.dtype, t.device)
+    return ("id", _Same(v))
+
+
+class _Same:
+    """An object in an environment key, compared by identity and held: while a capture keys on it, no other object
+    can take its id (by a bare id(), `del cfg; cfg = Cfg(2)` could reuse the freed id and replay the old capture)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
@@ -150,7 +166,7 @@ def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
     try:
         hash(x)
     except TypeError:
-        return ("id", id(x))
+        return ("id", _Same(x))  # (held: a new array can't take a freed one's id and replay its capture)
     return (type(x).__qualname__, x)
 
 
