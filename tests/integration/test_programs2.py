@@ -261,6 +261,49 @@ def test_mixture_of_experts_routing_values_and_gradients() -> None:
     check_forward_and_grads(np_loss, params, sp_loss)
 
 
+def test_switch_dispatch_with_expert_capacity_scatter_and_gather() -> None:
+    """Switch-transformer dispatch: top-1 routing, each token's slot in its expert from a cumsum over the one-hot,
+    tokens beyond the capacity dropped, tokens scattered into an (experts, capacity, dim) buffer, the experts run,
+    and the outputs gathered back scaled by the gate; values and gradients against numpy."""
+    n_exp, cap, d, t = 3, 2, 4, 7
+    r = rng(11)
+    x = r.standard_normal((t, d)).astype(np.float32)
+    params = [r.standard_normal((d, n_exp)), r.standard_normal((n_exp, d, d)) * 0.5]
+
+    def np_loss(p: list[np.ndarray]) -> float:
+        probs = np_softmax(x.astype(F64) @ p[0])
+        sel = probs.argmax(-1)
+        gate = probs[np.arange(t), sel]
+        pos = (np.cumsum(np.eye(n_exp)[sel], 0) - 1)[np.arange(t), sel].astype(int)
+        buf = np.zeros((n_exp, cap, d))
+        for i in range(t):
+            if pos[i] < cap:
+                buf[sel[i], pos[i]] = x[i]
+        outb = np.einsum("ecd,edf->ecf", buf, p[1])
+        out = np.zeros((t, d))
+        for i in range(t):
+            if pos[i] < cap:
+                out[i] = gate[i] * outb[sel[i], pos[i]]
+        return float((out**2).sum() + out.sum())
+
+    def sp_loss(p: list[Tensor]) -> Tensor:
+        xt = Tensor(x)
+        probs = (xt @ p[0]).softmax(-1)
+        sel = probs.argmax(-1)
+        gate = probs.gather(1, sel.unsqueeze(1)).squeeze(1)
+        oh = sel.one_hot(n_exp)
+        pos = ((oh.cumsum(0) - 1) * oh).sum(1)
+        keep = pos < cap
+        slot = keep.where(sel * cap + pos.minimum(cap - 1), n_exp * cap)  # a dropped token goes to a spare slot
+        idx = slot.reshape(t, 1).expand(t, d)
+        buf = Tensor.zeros(n_exp * cap + 1, d).scatter(0, idx, xt)[: n_exp * cap].reshape(n_exp, cap, d)
+        outb = (buf.unsqueeze(-1) * p[1].unsqueeze(1)).sum(2)
+        out = outb.reshape(n_exp * cap, d).pad(((0, 1), None)).gather(0, idx) * gate.unsqueeze(1) * keep.unsqueeze(1)
+        return (out**2).sum() + out.sum()
+
+    check_forward_and_grads(np_loss, params, sp_loss)
+
+
 # ---------------- ViT: patch embedding + attention block ----------------
 def np_vit(p: list[np.ndarray], img: np.ndarray, heads: int = 2) -> np.ndarray:
     wc, bc, cls, pos, wqkv, wo, w1, w2, wh = p
