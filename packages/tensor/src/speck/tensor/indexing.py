@@ -25,6 +25,7 @@ from speck.tensor.errors import (
     TensorValueError,
 )
 from speck.tensor.gradient import uop_device
+from speck.tensor.multi import MultiUOp, replicated_node
 from speck.tensor.writes import setitem, storable
 from speck.uop import Ops, UOp, dtypes, resolve
 from speck.uop.helpers import prod
@@ -486,8 +487,14 @@ class IndexingMixin:
     def _scatter_node(self: Tensor, pos: Tensor, value: Tensor, reduce: str | None) -> Tensor:
         """self with value's elements stored at the 1-based flat positions pos (0 skips), in index order, combined
         with what is there when reduce names one (schedule._COMBINE): the scheduler runs it as one kernel over
-        value's elements on top of a copy of self."""
-        return self._new(UOp(Ops.ASSIGN, self.dtype, (self.uop, pos.uop, value.uop), reduce))
+        value's elements on top of a copy of self. Sharded operands: each device scatters into a whole copy (the
+        positions are global), and the result is sharded like self."""
+        srcs = (self.uop, pos.uop, value.uop)
+        if not any(isinstance(u, MultiUOp) for u in srcs):
+            return self._new(UOp(Ops.ASSIGN, self.dtype, srcs, reduce))
+        out = replicated_node(Ops.ASSIGN, self.dtype, srcs, reduce)
+        axis = self.uop.axis if isinstance(self.uop, MultiUOp) else None
+        return self._new(out if axis is None else out.to_devices(out.device, axis))
 
     def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.
