@@ -97,6 +97,12 @@ def _scatter_reduce_gradient(cls: type[Tensor], g: Tensor, ret: UOp, p: Tensor, 
     return (gb.reshape(base.shape).uop, None, gv.reshape(value.shape).uop)
 
 
+def _whole(t: Tensor) -> Tensor:
+    """t itself, or replicated over its devices when it is sharded along an axis."""
+    u = t.uop
+    return t._new(u.to_devices(u.device, None)) if isinstance(u, MultiUOp) and u.axis is not None else t
+
+
 def _identity(mode: str, dtype: Any) -> Any:
     """The value a scatter reduction starts from where the original element does not take part."""
     if mode == "sum":
@@ -436,8 +442,12 @@ class IndexingMixin:
         index = checked(index, "scatter", 0, as_int(self.shape[d]), d, device=self.device)
         if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
             # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
-            # (one-hot, O(n*k)) form
-            return self._scatter_dense(d, index, s, mode, include_self)
+            # (one-hot, O(n*k)) form, on whole (replicated) operands when they are sharded along an axis
+            ab = self.uop.axis if isinstance(self.uop, MultiUOp) else None
+            whole_self, whole_ix, whole_s = (_whole(t) for t in (self, index, s))
+            out = whole_self._scatter_dense(d, whole_ix, whole_s, mode, include_self)
+            return out if ab is None or not isinstance(out.uop, MultiUOp) else out._new(
+                out.uop.to_devices(out.uop.device, ab))  # fmt: skip
         pos = self._scatter_positions(d, index)
         if mode is None:
             return self._scatter_node(pos, s, None)

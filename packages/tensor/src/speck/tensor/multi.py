@@ -406,6 +406,9 @@ def replicated_node(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> M
     if any(m.device != devices for m in multis[1:]):
         raise ShardingError(f"operands are sharded over different devices: {[m.device for m in multis]}; move them "
                             "onto one set with .to(devices) or .shard(devices, axis)")  # fmt: skip
+    # the node's sources are the replicated operands: its gradient rule then works on whole tensors, and the
+    # gradients flow back to sharded operands through the all-gather's rule
+    srcs = tuple(x.to_devices(devices, None) if isinstance(x, MultiUOp) else x for x in srcs)
     per = [_shards_as(x, None, devices) for x in srcs]
     shards = [UOp(op, dtype, tuple(p[i] for p in per), arg) for i in range(len(devices))]
     return MultiUOp.make(op, srcs, arg, shards, None, devices)
