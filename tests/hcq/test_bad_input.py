@@ -139,3 +139,61 @@ def test_copies_from_or_into_what_is_no_host_memory_are_type_errors() -> None:
     with pytest.raises(HCQTypeError, match="needs writable host memory"):
         b.copyout(bytes(16))
     np.testing.assert_array_equal(b.numpy(), np.arange(4, dtype=np.float32))
+
+
+# ---------------- the raw allocator (Device[...].allocator, tinygrad's low-level API) ----------------
+@pytest.mark.parametrize(("nbytes", "offset", "size"), [(64, 0, 16), (8, 12, 16), (17, 0, 16), (1, 16, 16)])
+def test_a_raw_copy_past_the_allocations_end_is_a_copy_size_error(nbytes: int, offset: int, size: int) -> None:
+    from speck.hcq.errors import CopySizeError
+
+    al = Device["CPU"].allocator
+    m = al.alloc(size)
+    al.copyin(m, 0, memoryview(bytes(range(size))))
+    with pytest.raises(CopySizeError, match=f"{nbytes} bytes at offset {offset} don't fit the {size}-byte allocation"):
+        al.copyin(m, offset, memoryview(bytearray(nbytes)))
+    with pytest.raises(CopySizeError, match=f"copy at most {max(size - offset, 0)} bytes from there"):
+        al.copyout(memoryview(bytearray(nbytes)), m, offset)
+    out = bytearray(size)
+    al.copyout(memoryview(out), m, 0)
+    assert out == bytes(range(size))  # nothing was written
+    al.free(m, size)
+
+
+@pytest.mark.parametrize("offset", [-1, -4, -16])
+def test_a_raw_copy_at_a_negative_offset_is_refused_not_done_from_the_end(offset: int) -> None:
+    al = Device["CPU"].allocator
+    m = al.alloc(16)
+    al.copyin(m, 0, memoryview(bytes(16)))
+    with pytest.raises(HCQValueError, match=f"must be >= 0, got {offset}"):
+        al.copyin(m, offset, memoryview(b"\xff" * min(-offset, 4)))
+    with pytest.raises(HCQValueError, match=f"must be >= 0, got {offset}"):
+        al.copyout(memoryview(bytearray(min(-offset, 4))), m, offset)
+    out = bytearray(16)
+    al.copyout(memoryview(out), m, 0)
+    assert out == bytes(16)
+    al.free(m, 16)
+
+
+@pytest.mark.parametrize(("nbytes", "err"), [("a", HCQTypeError), (2.0, HCQTypeError), (True, HCQTypeError),
+                                             (None, HCQTypeError), (-5, HCQValueError)])  # fmt: skip
+def test_a_raw_alloc_of_a_size_that_is_no_byte_count_is_refused(nbytes: object, err: type[Exception]) -> None:
+    al = Device["CPU"].allocator
+    with pytest.raises(err, match="size"):
+        al.alloc(nbytes)  # type: ignore[arg-type]
+    m = al.alloc(np.int64(8))  # type: ignore[arg-type]
+    al.copyin(m, 0, memoryview(bytes(8)))
+    al.free(m, 8)
+
+
+def test_a_raw_allocation_freed_twice_is_refused_and_never_handed_out_twice() -> None:
+    al = Device["CPU"].allocator
+    used = al.mem_used
+    m = al.alloc(72)
+    al.free(m, 72)
+    with pytest.raises(HCQValueError, match="freed twice"):
+        al.free(m, 72)
+    assert al.mem_used == used  # the accounting is as after one free
+    a, b = al.alloc(72), al.alloc(72)
+    assert a is not b  # (after the double free both were the same memory)
+    al.free(a, 72)
+    al.free(b, 72)

@@ -479,3 +479,22 @@ def test_safe_load_to_usb_never_holds_the_file_in_host_memory(tmp_path: pathlib.
         extra[target] = host
     assert extra["USB"] < size // 2, f"streaming held {extra['USB'] >> 20} MiB of host memory beyond VRAM"
     assert extra["CPU"] > size, f"the control should hold the file, measured {extra['CPU'] >> 20} MiB"
+
+
+# ---------------- a file's bool bytes other than 0/1 ----------------
+@pytest.mark.parametrize("how", ["safe_load(device=USB)", "DISK .to(USB)"])
+def test_a_files_bool_bytes_other_than_0_1_reach_vram_as_0_1(tmp_path: pathlib.Path, how: str) -> None:
+    """A safetensors bool entry holding 2/255 (numpy reads nonzero as True) lands in VRAM as 0/1 bytes, so a copy to
+    a CPU backend that loads the byte as it is (CLANG, X86) reads what numpy reads (it counted 2 + 255 + ...)."""
+    odd = bytes([2, 0, 255, 1, 0, 128, 1, 7])
+    ref = np.frombuffer(odd, bool)
+    path = tmp_path / "b.safetensors"
+    safe_save({"b": Tensor(np.zeros(len(odd), bool))}, path)
+    path.write_bytes(path.read_bytes()[: -len(odd)] + odd)
+    t = safe_load(path, device="USB")["b"] if how.startswith("safe_load") else safe_load(path)["b"].to("USB")
+    t.realize()
+    assert vram_bytes(t) == ref.astype(np.uint8).tobytes()
+    for dev in ("CPU:X86", "CPU:CLANG", "CPU", "PYTHON"):
+        x = t.to(dev)
+        assert x.logical_not().tolist() == (~ref).tolist() and x.sum().item() == int(ref.sum())
+    assert t.logical_not().tolist() == (~ref).tolist()

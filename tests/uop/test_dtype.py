@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speck.uop import (
+    AddrSpace,
     DType,
     Ops,
     UOp,
@@ -25,6 +26,8 @@ from speck.uop import (
     to_dtype,
     truncate,
 )
+from speck.uop.dtype import MAX_VEC_COUNT
+from speck.uop.errors import UOpTypeError, UOpValueError
 
 INT_DTYPES = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
               dtypes.uint64]  # fmt: skip
@@ -305,3 +308,34 @@ def test_dtype_min_max_attributes_are_the_range_numpy_gives(dt: DType) -> None:
         return
     info = np.iinfo(np.dtype(dt.fmt))
     assert (dt.min, dt.max) == (int(info.min), int(info.max)) == (dtypes.min(dt), dtypes.max(dt))
+
+
+@pytest.mark.parametrize("count", [-1, 0, 2**40, MAX_VEC_COUNT + 1])
+@pytest.mark.parametrize("of", [dtypes.float, dtypes.int8, dtypes.float.ptr()], ids=["float", "int8", "ptr"])
+def test_vec_of_a_lane_count_below_1_or_absurd_is_a_uop_value_error(of: DType, count: int) -> None:
+    with pytest.raises(UOpValueError, match="lane count must be between 1 and"):
+        of.vec(count)
+
+
+@pytest.mark.parametrize("count", ["a", 2.0, True, None, [4]])
+@pytest.mark.parametrize("of", [dtypes.float, dtypes.float.ptr()], ids=["float", "ptr"])
+def test_vec_of_a_lane_count_that_is_no_int_is_a_uop_type_error(of: DType, count: object) -> None:
+    with pytest.raises(UOpTypeError, match="lane count must be an int"):
+        of.vec(count)  # type: ignore[arg-type]
+
+
+@given(st.integers(1, 64))
+def test_vec_takes_any_lane_count_in_range_and_integer_likes(n: int) -> None:
+    v = dtypes.float.vec(n)
+    assert v.count == n and v.scalar() == dtypes.float and dtypes.float.vec(np.int64(n)) is v  # type: ignore[arg-type]
+    assert dtypes.float.vec(MAX_VEC_COUNT).count == MAX_VEC_COUNT
+
+
+@pytest.mark.parametrize(("size", "space", "err"), [(-2, AddrSpace.GLOBAL, UOpValueError), ("a", AddrSpace.GLOBAL,
+                         UOpTypeError), (2.0, AddrSpace.GLOBAL, UOpTypeError), (True, AddrSpace.GLOBAL, UOpTypeError),
+                         (4, "GLOBAL", UOpTypeError)])  # fmt: skip
+def test_ptr_of_a_bad_size_or_addrspace_is_a_uop_error(size: object, space: object, err: type[Exception]) -> None:
+    with pytest.raises(err, match=r"\.ptr: "):
+        dtypes.float.ptr(size, space)  # type: ignore[arg-type]
+    assert dtypes.float.ptr(np.int64(4)) is dtypes.float.ptr(4)  # type: ignore[arg-type]
+    assert dtypes.float.ptr(0).size == 0 and dtypes.float.ptr().size == -1

@@ -261,6 +261,12 @@ def alu(op: Ops, dt: DType, *srcs: np.ndarray, src_dt: DType | None = None) -> n
                 Ops.AND: np.logical_and, Ops.XOR: np.logical_xor,
             }  # fmt: skip
             return np.asarray(fns[op](*xs))
+        if op is Ops.MAX and dtypes.is_float(s):
+            # b if b > a or b is NaN, else a: the compiled renderers' and the constant folder's MAX. NaN propagates
+            # and of two equal operands (0.0 and -0.0) the first wins; np.maximum would give the second
+            a, b = xs
+            r = np.where((b > a) | (b != b), b, a)
+            return round_to(r, s) if s in _EMULATED else np.asarray(r).astype(npt)
         binops: dict[Ops, Callable[..., Any]] = {
             Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.divide, Ops.MAX: np.maximum,
             Ops.XOR: np.bitwise_xor, Ops.OR: np.bitwise_or, Ops.AND: np.bitwise_and,

@@ -17,7 +17,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from speck.hcq.errors import CopySizeError, HCQError, HCQValueError, OutOfMemoryError
+from speck.hcq.errors import CopySizeError, HCQError, HCQTypeError, HCQValueError, OutOfMemoryError
 from speck.hcq.memory import ExternalMemory, HostMemory
 from speck.hcq.settings import LRU
 
@@ -155,8 +155,13 @@ class Allocator:
     def alloc(self, nbytes: int, options: BufferOptions = DEFAULT_OPTIONS) -> Any:
         """An allocation of `nbytes` (from the LRU cache when one of that size and options is there). Raises
         OutOfMemoryError with the requested and available sizes when it cannot fit."""
-        if nbytes < 0:
-            raise HCQValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
+        if type(nbytes) is not int or nbytes < 0:
+            if isinstance(nbytes, bool) or not hasattr(type(nbytes), "__index__"):
+                raise HCQTypeError(f"allocating on {self.device}: the size must be an int byte count, got {nbytes!r} "
+                                   f"({type(nbytes).__name__})")  # fmt: skip
+            nbytes = int(nbytes.__index__())  # (a numpy int)
+            if nbytes < 0:
+                raise HCQValueError(f"cannot allocate a negative size ({nbytes} bytes) on {self.device}")
         key = (nbytes, options)
         lock = self._lock
         try:
@@ -229,6 +234,9 @@ class Allocator:
                 if (lst := cache.get(key)) is None:
                     cache[key] = [opaque]
                 else:
+                    if lst and lst[-1] is opaque:  # (freed twice in a row: two allocs would share the memory)
+                        self._used += nbytes
+                        raise self._double_free(nbytes)
                     lst.append(opaque)
                     cache.move_to_end(key)
                 self.cached += nbytes
@@ -247,6 +255,11 @@ class Allocator:
                 lock.release()
             if self._pending:  # queued by a finalizer meanwhile
                 self._flush_pending()
+
+    def _double_free(self, nbytes: int) -> HCQValueError:
+        return HCQValueError(f"{self.device}: an allocation of {nbytes} bytes was freed twice (it is already in the "
+                             "free cache, and two later allocations would share its memory); free each allocation "
+                             "once")  # fmt: skip
 
     def _flush_pending(self) -> None:
         while self._pending and self._lock.acquire(blocking=False):
@@ -315,11 +328,32 @@ class Allocator:
 
     def copyin(self, opaque: Any, offset: int, src: memoryview) -> None:
         """Copy host bytes into the allocation at `offset`."""
-        self.as_memoryview(opaque, offset, src.nbytes)[:] = src
+        view = self.as_memoryview(opaque, offset, src.nbytes)
+        try:
+            view[:] = src
+        except (ValueError, TypeError):
+            raise self._copy_error("copyin", "into", opaque, offset, src) from None
 
     def copyout(self, dest: memoryview, opaque: Any, offset: int) -> None:
         """Copy the allocation's bytes at `offset` into host memory `dest`."""
-        dest[:] = self.as_memoryview(opaque, offset, dest.nbytes)
+        view = self.as_memoryview(opaque, offset, dest.nbytes)
+        try:
+            dest[:] = view
+        except (ValueError, TypeError):
+            raise self._copy_error("copyout", "from", opaque, offset, dest) from None
+
+    def _copy_error(self, what: str, way: str, opaque: Any, offset: int, host: Any) -> HCQError:
+        """Why a raw copy failed (it only fails on misuse: the sizes the Buffer-level copies check)."""
+        size = getattr(opaque, "nbytes", None)
+        if not isinstance(offset, int) or offset < 0:
+            return HCQValueError(f"{self.device} allocator.{what}: offset must be a byte offset >= 0, got {offset!r}")
+        n = getattr(host, "nbytes", None)
+        if n is not None and size is not None and offset + n > size:
+            return CopySizeError(f"{self.device} allocator.{what}: {n} bytes at offset {offset} don't fit the "
+                                 f"{size}-byte allocation; copy at most {max(size - offset, 0)} bytes {way} there "
+                                 "(Buffer.copyin/copyout check this for you)")  # fmt: skip
+        return HCQValueError(f"{self.device} allocator.{what}: the host memory must be a C-contiguous byte view "
+                             f"(memoryview(...).cast('B')), got {host!r}")  # fmt: skip
 
 
 class HostAllocator(Allocator):
@@ -332,6 +366,8 @@ class HostAllocator(Allocator):
     address = staticmethod(operator.attrgetter("addr"))  # type: ignore[assignment]
 
     def as_memoryview(self, opaque: HostMemory, offset: int, nbytes: int) -> memoryview:
+        if offset < 0:  # (a negative start would slice from the end: the wrong bytes, silently)
+            raise HCQValueError(f"{self.device}: a byte offset into an allocation must be >= 0, got {offset}")
         return opaque.mv[offset : offset + nbytes]
 
 
@@ -373,7 +409,9 @@ class DiskMapping:
             # an existing file big enough is opened for reading (weights); otherwise it is created/extended
             writable = not (exists and size >= nbytes)
         if not writable and size < nbytes:
-            raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading")
+            raise HCQError(f"DISK:{path} is {size} bytes, smaller than the {nbytes} bytes requested for reading: the "
+                           "file shrank since the tensor was made (load it again) or the shape asks for more bytes "
+                           "than it holds")  # fmt: skip
         self.path, self.nbytes = path, nbytes
         self._map(open(path, "r+b" if exists and writable else "w+b" if writable else "rb"), size, writable)
 

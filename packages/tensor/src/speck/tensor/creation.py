@@ -114,7 +114,7 @@ class CreationMixin:
     @classmethod
     def from_blob(cls: type[Tensor], ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
         """A tensor over external host memory at address ptr (not copied until realized, not owned: the memory
-        must outlive the tensor's use)."""
+        must outlive the tensor's use). Bool memory must hold bytes 0 and 1 (kernels read a bool byte as it is)."""
         dt = _dt(kw.get("dtype")) or dtypes.default_float
         if dt.fmt is None:
             raise TensorTypeError(
@@ -130,6 +130,8 @@ class CreationMixin:
             raise TensorValueError(f"from_blob: the {n} bytes at {ptr:#x} are not mapped memory of this process; pass "
                                    "the address of a live buffer (e.g. a numpy array's .ctypes.data)")  # fmt: skip
         dev = canonical(kw.get("device"))
+        if dt == dtypes.bool and n:
+            _check_bool_blob(ptr, n)
         if n and isinstance(Device[dev].allocator, HostAllocator):
             # kernels of a host device read the memory itself: later changes to it are seen, nothing is copied
 
@@ -334,3 +336,15 @@ def _symbolic_arange(cls: type[Tensor], start: Any, stop: Any, step: Any, **kw: 
     dev = canonical(kw.get("device"))
     idx = cls(_iota_uop(n, dev), device=dev).cast(dt)
     return idx * step + start if (step, start) != (1, 0) else idx
+
+
+def _check_bool_blob(ptr: int, n: int) -> None:
+    """Bool memory handed to from_blob holds bytes 0 and 1 only: a host kernel reads the memory itself, and a bool
+    byte of 2 would be used as it is (numpy, like a file's bool bytes, reads any nonzero byte as True)."""
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr))
+    if (bad := np.flatnonzero(raw > 1)).size:
+        raise TensorValueError(
+            f"from_blob(dtype=bool): the memory holds byte {int(raw[bad[0]])} at offset {int(bad[0])} ({bad.size} "
+            "bytes other than 0/1); a bool is the byte 0 or 1. Wrap the memory as uint8 and compare: "
+            "Tensor.from_blob(ptr, shape, dtype=dtypes.uint8) != 0"
+        )

@@ -53,7 +53,8 @@ def _dt(x: DType | str | None, weak_ok: bool = False) -> DType | None:
     except UnknownDTypeError as e:
         raise TensorDTypeError(str(e)) from None
     if isinstance(d, PtrDType) or d.count != 1:  # (a pointer or vector dtype failed deep in codegen, or a KeyError)
-        raise TensorDTypeError(f"a tensor's dtype is a scalar dtype, got {d}; use its scalar, {d.scalar()}, and a "
+        elem = d.base.scalar() if isinstance(d, PtrDType) else d.scalar()  # (a pointer's scalar is a pointer)
+        raise TensorDTypeError(f"a tensor's dtype is a scalar dtype, got {d}; use its element type, {elem}, and a "
                                "shape")  # fmt: skip
     if d == dtypes.void or (d.is_weak and not weak_ok):
         raise TensorValueError(f"tensors with storage can't have dtype {d}; use a concrete dtype such as float32 or "

@@ -29,7 +29,7 @@ from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _clone_counter
 from speck.tensor.pickle_check import check_buffer, check_graph
 from speck.tensor.schedule import buffer_device, buffer_map, new_buffer_uop
-from speck.uop import Ops, UOp
+from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -94,6 +94,8 @@ def _load_buffer(device: str, size: int, dtype: Any, data: Any) -> UOp:
                                     "content)")  # fmt: skip
     buf = new_buffer_uop(device, size, dtype)
     if data is not None:
+        if dtype == dtypes.bool and len(raw := np.frombuffer(data, np.uint8)) and raw.max() > 1:
+            data = np.not_equal(raw, 0).view(np.uint8)  # (a stream's bool bytes other than 0/1: True, as numpy reads)
         realize.get_buffer(buf).copyin(data)
     return buf
 

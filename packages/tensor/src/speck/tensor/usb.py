@@ -480,10 +480,12 @@ class UsbDevice(AMDDevice):
         the host or the other device may use `dest` at once; a copy in is ordered before later host reads by the
         timeline (Buffer.copyout synchronizes)."""
         check_copy_size(f"copy from {src!r} to {dest!r}", dest.nbytes, src.nbytes)
-        from speck.hcq.disk import DiskDevice
+        from speck.hcq.disk import DiskDevice, bool_bytes_fixed
 
         source: Buffer | FileRange = src
-        if isinstance(src.dev, DiskDevice) and dest.dev is self:
+        if dest.dev is self and (fixed := bool_bytes_fixed(dest, src)) is not None:
+            source = Buffer("CPU", len(fixed), fixed.dtype).copyin(fixed)  # (a file's bool bytes other than 0/1)
+        elif isinstance(src.dev, DiskDevice) and dest.dev is self:
             source = FileRange(src.dev.path, src.offset)  # read the file, not its memory map (no page-cache RSS)
         self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
 

@@ -91,6 +91,8 @@ class DType:
 
     def vec(self, count: int) -> DType:
         """The vector type of `count` elements of this scalar type (count 1 is the scalar itself)."""
+        if type(count) is not int or not 1 <= count <= MAX_VEC_COUNT:
+            count = _lane_count(f"{self!r}.vec", count)
         if self.count != 1:
             raise UOpValueError(f"can't vectorize {self}: it is already a vector")
         if count == 1:
@@ -104,6 +106,8 @@ class DType:
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to `size` elements of this type (-1: unknown size) in `addrspace`."""
+        if type(size) is not int or size < -1 or type(addrspace) is not AddrSpace:
+            size = _ptr_size(self, size, addrspace)
         return _ptr_cache(self, addrspace, 1, size)
 
     @property
@@ -115,6 +119,34 @@ class DType:
     def bitsize(self) -> int:
         """Bits of one element: 1 for bool (stored in a byte), else 8 * itemsize."""
         return 1 if self.name == "bool" else 8 * self.itemsize
+
+
+MAX_VEC_COUNT: Final = 1 << 16  # far beyond any backend's vector width: a larger count is a mistake, not a vector
+
+
+def _lane_count(what: str, count: Any) -> int:
+    """count as a vector's lane count (an int, or an integer-like such as numpy's, in [1, MAX_VEC_COUNT]);
+    UOpTypeError/UOpValueError naming what was given otherwise."""
+    if isinstance(count, bool) or not hasattr(type(count), "__index__"):
+        raise UOpTypeError(f"{what}: the lane count must be an int, got {count!r} ({type(count).__name__})")
+    n = count.__index__()
+    if not 1 <= n <= MAX_VEC_COUNT:
+        raise UOpValueError(f"{what}: the lane count must be between 1 and {MAX_VEC_COUNT}, got {n}; a vector has at "
+                            "least one lane (count 1 is the scalar itself)")  # fmt: skip
+    return int(n)
+
+
+def _ptr_size(base: DType, size: Any, addrspace: Any) -> int:
+    """size as a pointer's element count (an int or integer-like >= -1); raises for anything else, or for an
+    addrspace that is no AddrSpace."""
+    if isinstance(size, bool) or not hasattr(type(size), "__index__"):
+        raise UOpTypeError(f"{base!r}.ptr: size must be an int element count (-1: unknown), got {size!r} "
+                           f"({type(size).__name__})")  # fmt: skip
+    if (n := size.__index__()) < -1:
+        raise UOpValueError(f"{base!r}.ptr: size must be an element count >= 0, or -1 for unknown; got {n}")
+    if not isinstance(addrspace, AddrSpace):
+        raise UOpTypeError(f"{base!r}.ptr: addrspace must be an AddrSpace (e.g. AddrSpace.GLOBAL), got {addrspace!r}")
+    return int(n)
 
 
 @functools.cache
@@ -149,6 +181,8 @@ class PtrDType(DType):
         return f"{self.base!r}.ptr({sz}addrspace={self.addrspace!r})" + (f".vec({self.v})" if self.v != 1 else "")
 
     def vec(self, count: int) -> DType:
+        if type(count) is not int or not 1 <= count <= MAX_VEC_COUNT:
+            count = _lane_count(f"{self!r}.vec", count)
         if self.v != 1:
             raise UOpValueError(f"can't vectorize {self}: it is already a vector of pointers")
         return self if count == 1 else _ptr_cache(self.base, self.addrspace, count, self.size)

@@ -15,15 +15,35 @@ from speck.uop.errors import SettingAttributeError, SettingError, SettingTypeErr
 T = TypeVar("T")
 
 
-@functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
-    """Read an environment variable converted to the type of `default` (cached: settings are read once)."""
+    """Read an environment variable converted to the type of `default`: int, float, str or bool (cached: settings are
+    read once)."""
+    if type(key) is not str or type(default) not in _GETENV_KINDS:
+        _check_getenv_args(key, default)
+    return _getenv(key, default)
+
+
+_GETENV_KINDS = (int, float, str, bool)
+
+
+def _check_getenv_args(key: Any, default: Any) -> None:
+    if not isinstance(key, str):
+        raise SettingTypeError(f"getenv: the key must be an environment variable's name (a str), got {key!r} "
+                               f"({type(key).__name__})")  # fmt: skip
+    if not isinstance(default, _GETENV_KINDS):
+        raise SettingTypeError(f"getenv({key!r}, ...): the default must be an int, float, str or bool (its type is "
+                               f"what the value is read as), got {default!r} ({type(default).__name__})")  # fmt: skip
+
+
+@functools.cache
+def _getenv(key: str, default: Any) -> Any:
     value = os.environ.get(key)
     if value is None:
         return default
     return parse_setting(key, value, default)
 
 
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 _KINDS = {int: ("an int", "an integer, e.g. {key}=1"), float: ("a float", "a number, e.g. {key}=1.5")}
 
 
@@ -31,6 +51,11 @@ def parse_setting(key: str, raw: str, default: Any) -> Any:
     """The environment value `raw` of setting `key` converted to the type of `default`; a value that isn't one is a
     SettingError naming the setting, what it takes and what was found (never a silent fallback to the default)."""
     kind = type(default)
+    if kind is bool:  # (bool("0") is True: a flag is read by its spelling)
+        if (flag := _FLAGS.get(raw.strip().lower())) is None:
+            raise SettingError(f"environment variable {key}={raw!r} is not a flag: {key} takes 1 or 0 (or true/false, "
+                               "yes/no, on/off); fix its value or unset it")  # fmt: skip
+        return flag
     try:
         value = kind(raw)
     except ValueError:
@@ -118,6 +143,9 @@ class ContextVar:
 def _scoped_value(cv: ContextVar, v: Any) -> Any:
     """v as a value of cv's kind (the type of its default), or a SettingTypeError naming what it takes."""
     kind = type(cv.default)
+    if kind is float and isinstance(v, float) and v != v:  # (as parse_setting: a timeout or limit of NaN means nothing)
+        raise SettingError(f"Context({cv.key}=nan): {cv.key} takes a number, e.g. {cv.key}={cv.default!r}; NaN orders "
+                           "against nothing")  # fmt: skip
     if kind not in (int, float, str) or isinstance(v, kind) or (kind is not int and isinstance(v, (int, float))):
         return v  # (a string setting may take a number as it is: PROFILE=1, as its environment variable reads)
     try:

@@ -239,6 +239,10 @@ def _load_streamed(path: str, entries: Mapping[str, TensorEntry], device: str | 
     dev.load_file(block, path, start)
     out = {}
     for name, e in entries.items():
+        if e.dtype == dtypes.bool and e.nbytes:  # bool bytes other than 0/1 are True, as numpy reads them: make them 1
+            raw = np.fromfile(path, np.uint8, count=e.nbytes, offset=e.offset)
+            if raw.max() > 1:
+                block.view(e.nbytes, np.uint8, e.offset - start).copyin(np.not_equal(raw, 0).view(np.uint8))
         numel = e.nbytes // e.dtype.itemsize
         buf = new_buffer_uop(dev_name, numel, e.dtype)
         buffer_map[buf] = block.view(numel, e.dtype, e.offset - start)
