@@ -252,3 +252,24 @@ def test_a_pause_that_leaves_many_objects_moves_them_to_the_oldest_generation_at
         assert len(keep) == 2 * program._YOUNG_MANY
     finally:
         (gc.enable if before else gc.disable)()
+
+
+@pytest.mark.parametrize("shape", [(10,), (37, 5), (3, 4, 8)])
+def test_gpu_program_estimates_count_every_work_item(shape: tuple[int, ...]) -> None:
+    """A GPU program's global/local ranges are SPECIAL ids, not loops: its ops and memory estimates (what
+    GlobalCounters.global_ops/global_mem add per run) are those of the whole launch, equal to the CPU program's (they
+    counted one work-item's: a 10-element kernel estimated 1 op)."""
+    from speck.codegen.renderer.amdgpu import AMDGPURenderer
+
+    n = int(np.prod(shape))
+    rngs = [UOp.range(s, i, AxisType.GLOBAL) for i, s in enumerate(shape)]
+    flat = rngs[0]
+    for r, s in zip(rngs[1:], shape[1:]):
+        flat = flat * s + r
+    x = UOp.param(1, dtypes.float32.ptr(n)).index(flat).load()
+    ast = UOp.sink(UOp.param(0, dtypes.float32.ptr(n)).index(flat).store(x * UOp.const(dtypes.float32, 3.0) + x)
+                   .end(*rngs), arg=KernelInfo("scale_add"))  # fmt: skip
+    cpu, gpu = to_program(ast, PythonRenderer()), to_program(ast, AMDGPURenderer())
+    assert any(u.op is Ops.SPECIAL for u in gpu.uops)
+    assert cpu.estimates.ops == 2 * n and cpu.estimates.mem == 8 * n
+    assert (gpu.estimates.ops, gpu.estimates.mem, gpu.estimates.lds) == (2 * n, 8 * n, 4 * n)

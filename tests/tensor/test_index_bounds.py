@@ -391,3 +391,20 @@ def test_sharded_gather_matches_numpy_or_raises(vals: list[int]) -> None:
     else:
         with pytest.raises(IndexOutOfBoundsError, match=r"^gather: index -?\d+ is out of bounds for dim 1 with size 4"):
             out.numpy()
+
+
+def test_scatter_index_computed_by_a_reduction_is_checked_in_the_scatter_kernel() -> None:
+    """An index that is a reduction's result (argmax, a sum cast to int) lowered into the scatter kernel: its bounds
+    check loops only over the ranges the index varies over, not over the ones its reduction closes (the reduce
+    range used to get a second END: ProgramFormError)."""
+    probs = np.random.default_rng(0).random((7, 4)).astype(np.float32)
+    got = Tensor.zeros(4).scatter_reduce(0, Tensor(probs).argmax(1), Tensor.ones(7), reduce="sum")
+    np.testing.assert_array_equal(got.numpy(), np.bincount(probs.argmax(1), minlength=4))
+    last = Tensor.zeros(4).scatter(0, Tensor(probs).argmax(1), Tensor.arange(7).float())
+    want = np.zeros(4)
+    for i, j in enumerate(probs.argmax(1)):
+        want[j] = i
+    np.testing.assert_array_equal(last.numpy(), want)
+    big = (Tensor(probs).sum(1) * 10).cast(dtypes.int32)  # > 3: out of range, found by the same check
+    with pytest.raises(IndexOutOfBoundsError, match="scatter"):
+        Tensor.zeros(4).scatter(0, big, Tensor.ones(7)).numpy()

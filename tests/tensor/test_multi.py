@@ -403,3 +403,60 @@ def test_shards_on_the_source_device_do_not_alias_the_source(axis: int | None) -
             lb = b(inp).square().mean()
             lb.backward().realize(*ob.schedule_step())
             np.testing.assert_allclose(la.item(), lb.item(), rtol=1e-6)
+
+
+# ---------------- scatter on sharded tensors ----------------
+@pytest.mark.parametrize("mode", [None, "sum", "prod", "amax", "amin", "mean"])
+@pytest.mark.parametrize("shard", ["replicated", "axis0", "axis1", "self_only"])
+def test_scatter_on_sharded_operands_matches_one_device(mode: str | None, shard: str) -> None:
+    """scatter / scatter_reduce whose self, index or src is sharded (or replicated) gives the one-device result,
+    sharded like self: every device scatters into a whole copy (the flat positions are global). It built a plain
+    ASSIGN over the multi operands, which failed to realize (IndexError in the schedule cache, or an unknown device
+    "('CPU', 'CPU:1')"); gradients equal the one-device ones too (the gradient rules flattened or flipped a sharded
+    axis: ShardingError)."""
+    base, src = _np((4, 6), 1), _np((4, 6), 2)
+    idx = np.array([[0, 1, 2, 3, 0, 1], [1, 1, 0, 0, 3, 3], [2, 2, 2, 2, 2, 2], [3, 0, 3, 0, 3, 0]], np.int32)
+
+    def run(b: Tensor, ix: Tensor, s: Tensor) -> Tensor:
+        return b.scatter(0, ix, s) if mode is None else b.scatter_reduce(0, ix, s, reduce=mode)
+
+    b1, s1 = Tensor(base, requires_grad=True), Tensor(src, requires_grad=True)
+    want = run(b1, Tensor(idx), s1)
+    (want * want).sum().backward()
+    axes = {"replicated": (None, None, None), "axis0": (0, 0, 0), "axis1": (1, 1, None), "self_only": (0, None, None)}
+    ab, ai, asrc = axes[shard]
+    b = Tensor(base).shard(CPU2, ab)
+    ix = Tensor(idx).shard(CPU2, ai) if shard != "self_only" else Tensor(idx).shard(CPU2)
+    s = Tensor(src).shard(CPU2, asrc)
+    b.requires_grad = s.requires_grad = True
+    out = run(b, ix, s)
+    assert isinstance(out.uop, MultiUOp) and out.uop.axis == ab and out.device == b.device
+    (out * out).sum().backward()  # the gradient rules (dense one-hot form for None/sum, the scatter's for the rest)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6)
+    for got, ref in ((b.grad, b1.grad), (s.grad, s1.grad)):
+        assert got is not None and ref is not None
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_expert_parallel_moe_routing_counts_with_scatter_reduce() -> None:
+    """A mixture-of-experts router's per-expert token counts (scatter_reduce of ones at the top-k expert ids) with
+    the tokens sharded over two devices (data parallel) equal the one-device counts, and so do the gradients."""
+    x, w = _np((6, 4), 3), _np((4, 3), 4)
+
+    def run(shard: bool) -> tuple[np.ndarray, np.ndarray]:
+        xt, wt = Tensor(x), Tensor(w, requires_grad=True)
+        if shard:
+            xt, wt = xt.shard(CPU2, 0), wt.shard(CPU2)
+            wt.requires_grad = True
+        probs = (xt @ wt).softmax(-1)
+        top, sel = probs.topk(2)
+        counts = Tensor.zeros(3, device=xt.device).scatter_reduce(0, sel.flatten(), Tensor.ones(12, device=xt.device),
+                                                                  reduce="sum")  # fmt: skip
+        (top.sum() * counts.sum()).backward()
+        assert wt.grad is not None
+        return counts.numpy(), wt.grad.numpy()
+
+    (c1, g1), (c2, g2) = run(False), run(True)
+    np.testing.assert_array_equal(c2, c1)
+    assert c1.sum() == 12
+    np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-6)

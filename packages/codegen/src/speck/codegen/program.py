@@ -167,6 +167,10 @@ def estimate(uops: list[UOp]) -> Estimates:
             return a + b
         return _wi(a) + _wi(b)
 
+    # a GPU program's GLOBAL/LOCAL ranges became SPECIAL ids (speck.codegen.lower.gpudims): every op runs once per
+    # id, so the whole program counts launch-size times (without this an AMD kernel counted one work-item's work)
+    for sp in {u.arg: u for u in uops if u.op is Ops.SPECIAL}.values():
+        mult = mul(mult, _trip(sp))
     for u in uops:
         if u.op is Ops.RANGE:
             stack.append(mult)

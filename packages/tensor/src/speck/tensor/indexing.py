@@ -25,6 +25,7 @@ from speck.tensor.errors import (
     TensorValueError,
 )
 from speck.tensor.gradient import uop_device
+from speck.tensor.multi import MultiUOp, replicated_node
 from speck.tensor.writes import setitem, storable
 from speck.uop import Ops, UOp, dtypes, resolve
 from speck.uop.helpers import prod
@@ -94,6 +95,12 @@ def _scatter_reduce_gradient(cls: type[Tensor], g: Tensor, ret: UOp, p: Tensor, 
         gb = hb.where(g / count, 0.0)
         gv = hv.where(at(g) / at(count), 0.0)
     return (gb.reshape(base.shape).uop, None, gv.reshape(value.shape).uop)
+
+
+def _whole(t: Tensor) -> Tensor:
+    """t itself, or replicated over its devices when it is sharded along an axis."""
+    u = t.uop
+    return t._new(u.to_devices(u.device, None)) if isinstance(u, MultiUOp) and u.axis is not None else t
 
 
 def _identity(mode: str, dtype: Any) -> Any:
@@ -435,8 +442,12 @@ class IndexingMixin:
         index = checked(index, "scatter", 0, as_int(self.shape[d]), d, device=self.device)
         if mode in (None, "sum") and (self.requires_grad is True or s.requires_grad is True):
             # the write kernel has no gradient rule: a tensor that asks for gradients takes the differentiable
-            # (one-hot, O(n*k)) form
-            return self._scatter_dense(d, index, s, mode, include_self)
+            # (one-hot, O(n*k)) form, on whole (replicated) operands when they are sharded along an axis
+            ab = self.uop.axis if isinstance(self.uop, MultiUOp) else None
+            whole_self, whole_ix, whole_s = (_whole(t) for t in (self, index, s))
+            out = whole_self._scatter_dense(d, whole_ix, whole_s, mode, include_self)
+            return out if ab is None or not isinstance(out.uop, MultiUOp) else out._new(
+                out.uop.to_devices(out.uop.device, ab))  # fmt: skip
         pos = self._scatter_positions(d, index)
         if mode is None:
             return self._scatter_node(pos, s, None)
@@ -486,8 +497,14 @@ class IndexingMixin:
     def _scatter_node(self: Tensor, pos: Tensor, value: Tensor, reduce: str | None) -> Tensor:
         """self with value's elements stored at the 1-based flat positions pos (0 skips), in index order, combined
         with what is there when reduce names one (schedule._COMBINE): the scheduler runs it as one kernel over
-        value's elements on top of a copy of self."""
-        return self._new(UOp(Ops.ASSIGN, self.dtype, (self.uop, pos.uop, value.uop), reduce))
+        value's elements on top of a copy of self. Sharded operands: each device scatters into a whole copy (the
+        positions are global), and the result is sharded like self."""
+        srcs = (self.uop, pos.uop, value.uop)
+        if not any(isinstance(u, MultiUOp) for u in srcs):
+            return self._new(UOp(Ops.ASSIGN, self.dtype, srcs, reduce))
+        out = replicated_node(Ops.ASSIGN, self.dtype, srcs, reduce)
+        axis = self.uop.axis if isinstance(self.uop, MultiUOp) else None
+        return self._new(out if axis is None else out.to_devices(out.device, axis))
 
     def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where mask (bool, broadcast with self) is true, as a 1-D tensor in row-major order.

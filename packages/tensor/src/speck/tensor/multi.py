@@ -404,6 +404,23 @@ def multi_alu(op: Ops, *operands: UOp | ConstType) -> MultiUOp:
     return MultiUOp.make(op, srcs, None, shards, axis, devices)
 
 
+def replicated_node(op: Ops, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> MultiUOp:
+    """A node that reads its operands whole (a scatter: its flat positions index all of self), over the devices of
+    its multi operands: every device computes it from replicated operands (sharded ones are all-gathered, plain ones
+    must hold no buffers), so the result is replicated."""
+    multis = [x for x in srcs if isinstance(x, MultiUOp)]
+    devices = multis[0].device
+    if any(m.device != devices for m in multis[1:]):
+        raise ShardingError(f"operands are sharded over different devices: {[m.device for m in multis]}; move them "
+                            "onto one set with .to(devices) or .shard(devices, axis)")  # fmt: skip
+    # the node's sources are the replicated operands: its gradient rule then works on whole tensors, and the
+    # gradients flow back to sharded operands through the all-gather's rule
+    srcs = tuple(x.to_devices(devices, None) if isinstance(x, MultiUOp) else x for x in srcs)
+    per = [_shards_as(x, None, devices) for x in srcs]
+    shards = [UOp(op, dtype, tuple(p[i] for p in per), arg) for i in range(len(devices))]
+    return MultiUOp.make(op, srcs, arg, shards, None, devices)
+
+
 def _shards_as(x: UOp, axis: int | None, devices: tuple[str, ...]) -> list[UOp]:
     """x's per-device pieces when sharded on axis over devices."""
     if not isinstance(x, MultiUOp):

@@ -322,6 +322,23 @@ def fold_one_hot_sum(val: UOp, rngs: list[UOp], rop: Ops) -> UOp | None:
     return None
 
 
+def _free_ranges(u: UOp) -> list[UOp]:
+    """The RANGEs u depends on that no REDUCE inside u closes, in toposort order: the loops u's value varies over."""
+    free: dict[UOp, dict[UOp, None]] = {}
+    for n in u.toposort():
+        if n.op is Ops.RANGE:
+            free[n] = {n: None}
+            continue
+        acc: dict[UOp, None] = {}
+        for s in n.src:
+            acc.update(free.get(s, {}))
+        if n.op is Ops.REDUCE:
+            for r in n.src[1:]:
+                acc.pop(r, None)
+        free[n] = acc
+    return list(free[u])
+
+
 class _Kernel:
     """Builds one kernel: lowers tensor-level nodes at index expressions into a kernel value."""
 
@@ -441,7 +458,7 @@ class _Kernel:
                 bad = bad & valid
             rec = self.param(c.src[1])
             bad = bad & UOp(Ops.LOAD, dtypes.int32, (rec.index(zero),)).eq(UOp.const(dtypes.int32, 0))
-            used = [r for r in bad.toposort() if r.op is Ops.RANGE]
+            used = _free_ranges(bad)  # (a range an inner REDUCE closes, e.g. an argmax index's, is not a loop here)
             inner = {r: UOp.range(r.src[0], next(self.axis), AxisType.LOOP) for r in used if r not in live}
             if inner:
                 bad, v = bad.substitute(inner), v.substitute(inner)
