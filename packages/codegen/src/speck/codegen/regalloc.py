@@ -386,34 +386,20 @@ def allocate(instrs: Sequence[RAInstr], target: RegTarget) -> Allocation:
         nesting.append(w)
         if ins.clobbers:
             clobbering.append(i)
-        pos = 2 * i  # reads first, then writes at 2i+1
-        for v in ins.uses:
-            vid = v.id
-            occ = occurrences.get(vid)
-            if occ is None:
-                if v.cls not in classes:
-                    raise _unknown_class(v, i, classes)
-                info[vid] = v
-                occurrences[vid] = [pos]
-                continue
-            seen = info[vid]
-            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
-                raise _class_change(v, seen, i)
-            occ.append(pos)
-        pos += 1
-        for v in ins.defs:
-            vid = v.id
-            occ = occurrences.get(vid)
-            if occ is None:
-                if v.cls not in classes:
-                    raise _unknown_class(v, i, classes)
-                info[vid] = v
-                occurrences[vid] = [pos]
-                continue
-            seen = info[vid]
-            if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
-                raise _class_change(v, seen, i)
-            occ.append(pos)
+        for regs, pos in ((ins.uses, 2 * i), (ins.defs, 2 * i + 1)):  # reads first, then writes at 2i+1
+            for v in regs:
+                vid = v.id
+                occ = occurrences.get(vid)
+                if occ is None:
+                    if v.cls not in classes:
+                        raise _unknown_class(v, i, classes)
+                    info[vid] = v
+                    occurrences[vid] = [pos]
+                    continue
+                seen = info[vid]
+                if seen is not v and (seen.cls != v.cls or seen.fixed != v.fixed):
+                    raise _class_change(v, seen, i)
+                occ.append(pos)
         if ins.copy and len(ins.defs) == 1 and len(ins.uses) == 1:
             copied_from.setdefault(ins.defs[0].id, ins.uses[0].id)
     weight = _SpillWeights(occurrences, nesting)
