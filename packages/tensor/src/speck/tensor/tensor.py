@@ -437,10 +437,10 @@ class Tensor(
         # its frames
         u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
-                and _ref(u) not in realized_data:  # fmt: skip
+                and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
-            # node is a computation, none of MAY_HOLD_DATA's)
-            view = _realize.realize_graph(u, self._device)
+            # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
+            view = _realize.realize_graph(u, self._device, True)
             self._uop, self._ver = view, _EPOCH[0]
             if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                 realized_cache[u] = view  # (see _realize_one)
