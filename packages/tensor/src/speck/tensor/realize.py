@@ -102,14 +102,14 @@ _buffer_node, _next_unique = UOp.buffer_node, next_unique()
 SPARE_MAX_BYTES = 1 << 16
 _OUT: Any = object()  # (marks the output's place among a warm plan's fresh buffers: its spare is its node)
 # the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
-# WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
-# keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
-# iterates buffer_map (a removal during WeakKeyDictionary iteration is what its remove defers)
+# WeakKeyDictionary's remove. Safe because only the dict and the warm plan's kept (node, key) pair hold that weak
+# reference (TinyJit's _stored_key and a plan's noted input keys keep those carrying buffer_map's own callback, not
+# this one), so it fires only while it is the entry's key, and nothing iterates buffer_map (a removal during
+# WeakKeyDictionary iteration is what its remove defers). The pair lets the next run find the entry by the key itself;
+# as _unmap raises for an entry already gone, the key must never outlive its node once the entry was dropped by hand:
+# a dropped pair frees the key first (a tuple drops its items last to first; a failed check clears `key` before
+# `out`), so such a key dies before the node, its callback never run.
 _unmap = buffer_map_data.pop
-# A warm plan keeps its output as (node, its entry's key) so the next run finds the entry by the key itself. The key
-# carries _unmap, which raises when the entry is gone, so it must never outlive the node as the only holder of a
-# removed entry's key: a dropped pair frees the key first (a tuple drops its items last to first; a failed check
-# clears `key` before `out`), and a key without its entry then dies before the node, its callback never run.
 
 
 def _tolerant_key(b: UOp) -> Any:
