@@ -216,6 +216,13 @@ class MovementMixin:
     def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
         return self._move(flip, argfix(axis, *args))
 
+    def pad2d(self: Tensor, padding: Any, value: float = 0.0) -> Tensor:
+        """Older tinygrad's name for a constant pad with a flat torch-style list (last dim first): `pad(padding)`."""
+        if isinstance(padding, (list, tuple)) and any(isinstance(p, (list, tuple)) or p is None for p in padding):
+            raise TensorValueError(f"pad2d takes a flat list of ints (left, right, top, bottom, ...), got {padding!r}; "
+                                   "use pad() for per-dim (before, after) pairs")  # fmt: skip
+        return self.pad(padding, value=value)
+
     def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
         crop. Modes: constant (with value), reflect, replicate, circular."""

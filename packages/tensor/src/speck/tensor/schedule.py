@@ -133,6 +133,17 @@ def buffer_device(buf: UOp) -> str:
     return str(buf.src[1].arg)
 
 
+def _one_device(bufs: list[UOp], device: str) -> None:
+    """A kernel runs on one device and reads only its buffers: operands on two devices (`a + b` with b on CPU:1)
+    are a clear error here, not a failed program launch later."""
+    for b in bufs:
+        if (d := buffer_device(b)) != device:
+            raise TensorRuntimeError(
+                f"one op reads tensors on two devices, {device} and {d}: all operands of an op must be on the same "
+                f"device; move one first (e.g. .to({device!r}))"
+            )
+
+
 def base_buffer(u: UOp) -> UOp | None:
     """The BUFFER under a chain of movement ops, or None when u is not a pure view of a realized buffer."""
     while u.op in _MOVEMENT or u.op is _DETACH:
@@ -676,6 +687,7 @@ class Scheduler(FusionRules):
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
+            _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=tuple(k.meta)))
         self.done[u] = view
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
@@ -774,6 +786,7 @@ class Scheduler(FusionRules):
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
             meta = tuple(k.meta) if op_meta is None else (op_meta, *[m for m in k.meta if m != op_meta])
+            _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=meta))
             return
 

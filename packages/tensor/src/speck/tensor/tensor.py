@@ -561,6 +561,13 @@ class Tensor(
         items = self.schedule(*lst)
         return items, {k: v for it in items for k, v in it.var_vals.items()}
 
+    def kernelize(self, *lst: Tensor) -> Tensor:
+        """tinygrad's step between building a graph and realizing it (grouping it into kernels); returns self.
+        speck's scheduler groups a graph into kernels when it is realized or scheduled, so there is nothing to do
+        before: values, `schedule()` and `realize()` are the same with or without this call."""
+        tensor_args("kernelize", "argument", lst)
+        return self
+
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one). Device-less and weak
         tensors have no buffer to give: a plain new tensor of the same graph."""

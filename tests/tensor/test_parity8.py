@@ -1,0 +1,118 @@
+"""tinygrad-parity probes (round 8): names and keywords tinygrad code calls that speck lacked (TinyJit's `optimize=`,
+`Tensor.kernelize`, the older `leakyrelu`/`pad2d`), and ops whose operands sit on two devices, which failed late in
+the runtime (hcq's ProgramArgumentError at program launch) instead of with a tensor error naming both devices.
+Values are checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speck.tensor import Tensor, TinyJit
+from speck.tensor.errors import TensorError
+
+DEVS = ("CPU", "CPU:1")
+
+
+# ---------------- TinyJit(fn, optimize=...) ----------------
+@pytest.mark.parametrize("form", ["call", "decorator"])
+def test_tinyjit_accepts_optimize_and_replays_correct_values(form: str) -> None:
+    def step(x: Tensor) -> Tensor:
+        return (x * 2 + 1).realize()
+
+    jit = TinyJit(step, optimize=True) if form == "call" else TinyJit(optimize=True)(step)
+    assert jit.optimize is True
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a = rng.standard_normal(5).astype(np.float32)
+        np.testing.assert_allclose(jit(Tensor(a).realize()).numpy(), a * 2 + 1, rtol=1e-6)
+    assert jit.captured is not None
+
+
+def test_tinyjit_optimize_with_prune_keeps_prune() -> None:
+    w = Tensor([2.0, 3.0]).contiguous().realize()
+
+    @TinyJit(prune=True, optimize=True)
+    def f(x: Tensor) -> Tensor:
+        return (x * (w + 1)).realize()
+
+    for i in range(4):
+        out = f(Tensor([float(i), 1.0]).contiguous().realize())
+    assert f.prune is True and out.tolist() == [3.0 * 3, 4.0]
+
+
+@pytest.mark.parametrize("kw", ["optimize", "prune"])
+def test_tinyjit_flags_must_be_bools(kw: str) -> None:
+    with pytest.raises(TypeError, match=kw):
+        TinyJit(lambda x: x, **{kw: "yes"})
+
+
+# ---------------- Tensor.kernelize ----------------
+def test_kernelize_returns_self_and_keeps_values() -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = Tensor(a) * 3 - 1
+    assert t.kernelize() is t
+    u = Tensor(a).sum(axis=1)
+    assert Tensor.kernelize(t, u) is t  # the class-level form with several tensors
+    np.testing.assert_allclose(t.numpy(), a * 3 - 1)
+    np.testing.assert_allclose(u.numpy(), a.sum(axis=1))
+    assert len((Tensor(a).realize() + 1).kernelize().schedule()) == 1
+
+
+def test_kernelize_rejects_non_tensors() -> None:
+    with pytest.raises(TypeError, match="kernelize"):
+        Tensor([1.0]).kernelize(3)  # type: ignore[arg-type]
+
+
+# ---------------- older tinygrad names ----------------
+def test_leakyrelu_is_leaky_relu() -> None:
+    a = np.linspace(-3, 3, 13, dtype=np.float32)
+    np.testing.assert_allclose(Tensor(a).leakyrelu().numpy(), np.where(a > 0, a, a * 0.01), rtol=1e-6)
+    np.testing.assert_allclose(Tensor(a).leakyrelu(0.2).numpy(), np.where(a > 0, a, a * 0.2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("padding", [(1, 2), (1, 0, 0, 2), (0, 1, 2, 0, 1, 1)])
+def test_pad2d_pads_the_last_dims_torch_order(padding: tuple[int, ...]) -> None:
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    pairs = [(0, 0)] * 3
+    for i in range(len(padding) // 2):
+        pairs[-1 - i] = (padding[2 * i], padding[2 * i + 1])
+    np.testing.assert_array_equal(Tensor(a).pad2d(padding, value=-1.0).numpy(), np.pad(a, pairs, constant_values=-1))
+
+
+def test_pad2d_refuses_per_dim_pairs() -> None:
+    with pytest.raises(ValueError, match="pad2d"):
+        Tensor.ones(2, 2).pad2d(((1, 1), (0, 0)))
+
+
+# ---------------- operands on two devices ----------------
+def _pair() -> tuple[Tensor, Tensor]:
+    return Tensor.ones(4, device=DEVS[0]).contiguous().realize(), Tensor.ones(4, device=DEVS[1]).contiguous().realize()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a + b,  # one shape and dtype
+        lambda a, b: a * b[None],  # broadcast
+        lambda a, b: a + b.half(),  # promoted
+        lambda a, b: a.cat(b),
+        lambda a, b: a.reshape(2, 2) @ b.reshape(2, 2),
+        lambda a, b: (a > 0).where(b, 0),
+        lambda a, b: Tensor.ones(4, device=DEVS[0]) - b,  # a constant on one device, a buffer on the other
+        lambda a, b: Tensor.rand(4, device=DEVS[0]) + Tensor.rand(4, device=DEVS[1]),
+    ],
+)
+def test_op_on_two_devices_is_a_tensor_error_naming_both(op) -> None:  # type: ignore[no-untyped-def]
+    a, b = _pair()
+    with pytest.raises(RuntimeError, match=r"two devices|condition is on") as e:
+        op(a, b).realize()
+    assert isinstance(e.value, TensorError)
+    assert "CPU:1" in str(e.value) and ".to(" in str(e.value)
+
+
+def test_op_after_moving_to_one_device_computes() -> None:
+    a, b = _pair()
+    np.testing.assert_array_equal((a + b.to(DEVS[0])).numpy(), np.full(4, 2.0, np.float32))
+    np.testing.assert_array_equal((a.to(DEVS[1]) * b[None]).numpy(), np.ones((1, 4), np.float32))
+    assert (a + Tensor(2.0)).tolist() == [3.0] * 4  # a device-less operand takes the other's device
