@@ -116,3 +116,15 @@ def test_op_after_moving_to_one_device_computes() -> None:
     np.testing.assert_array_equal((a + b.to(DEVS[0])).numpy(), np.full(4, 2.0, np.float32))
     np.testing.assert_array_equal((a.to(DEVS[1]) * b[None]).numpy(), np.ones((1, 4), np.float32))
     assert (a + Tensor(2.0)).tolist() == [3.0] * 4  # a device-less operand takes the other's device
+
+
+# ---------------- computing on DISK ----------------
+def test_computing_on_a_disk_tensor_is_an_assertion_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fn = tmp_path / "w.bin"
+    fn.write_bytes(bytes([1, 2, 3, 4]))
+    t = Tensor(fn)
+    with pytest.raises(AssertionError, match=r"DISK.*\.to\('CPU'\)") as e:
+        (t + 1).realize()
+    assert isinstance(e.value, TensorError)
+    # moved first, it computes; views and copies of DISK data stay fine
+    assert (t.to("CPU") + 1).tolist() == [2, 3, 4, 5] and t[1:3].to("CPU").tolist() == [2, 3]

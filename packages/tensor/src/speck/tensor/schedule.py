@@ -19,9 +19,9 @@ from typing import Any
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor.counters import GlobalCounters
-from speck.tensor.device import default_device
+from speck.tensor.device import default_device, file_backed
 from speck.tensor.errors import KernelCountException as KernelCountException
-from speck.tensor.errors import TensorRuntimeError, TensorValueError
+from speck.tensor.errors import TensorAssertionError, TensorRuntimeError, TensorValueError
 from speck.tensor.fusion import ELEMENTWISE as _ELEMENTWISE
 from speck.tensor.fusion import MOVEMENT as _MOVEMENT
 from speck.tensor.fusion import RECOMPUTE_LIMIT, FusionRules
@@ -134,8 +134,11 @@ def buffer_device(buf: UOp) -> str:
 
 
 def _one_device(bufs: list[UOp], device: str) -> None:
-    """A kernel runs on one device and reads only its buffers: operands on two devices (`a + b` with b on CPU:1)
-    are a clear error here, not a failed program launch later."""
+    """A kernel runs on one device that runs kernels and reads only its buffers: operands on two devices (`a + b`
+    with b on CPU:1) or computing on DISK are clear errors here, not a failed compile or launch later."""
+    if file_backed(device):
+        raise TensorAssertionError(f"can't compute on {device}: a DISK tensor is file data, not memory kernels run "
+                                   "on; move it to a compute device first (e.g. .to('CPU'))")  # fmt: skip
     for b in bufs:
         if (d := buffer_device(b)) != device:
             raise TensorRuntimeError(
