@@ -128,3 +128,12 @@ def test_computing_on_a_disk_tensor_is_an_assertion_error(tmp_path) -> None:  # 
     assert isinstance(e.value, TensorError)
     # moved first, it computes; views and copies of DISK data stay fine
     assert (t.to("CPU") + 1).tolist() == [2, 3, 4, 5] and t[1:3].to("CPU").tolist() == [2, 3]
+
+
+# ---------------- numpy arrays of a dtype no tensor has ----------------
+@pytest.mark.parametrize("arr", [np.array([1j]), np.array(["a"]), np.array([None], dtype=object)])
+def test_unsupported_numpy_dtype_is_a_key_error_and_a_type_error(arr: object) -> None:
+    with pytest.raises(KeyError, match="not supported") as e:  # tinygrad's dtype lookup raises KeyError
+        Tensor(arr)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, TensorError)
+    assert str(e.value).startswith("numpy dtype")  # the message itself, not KeyError's repr of it
