@@ -137,3 +137,16 @@ def test_unsupported_numpy_dtype_is_a_key_error_and_a_type_error(arr: object) ->
         Tensor(arr)
     assert isinstance(e.value, TypeError) and isinstance(e.value, TensorError)
     assert str(e.value).startswith("numpy dtype")  # the message itself, not KeyError's repr of it
+
+
+# ---------------- safe_save of a dtype safetensors can't name ----------------
+@pytest.mark.parametrize("dt", ["fp8e4m3fnuz", "fp8e5m2fnuz"])
+def test_safe_save_of_an_unnamed_dtype_is_a_key_error(tmp_path, dt: str) -> None:  # type: ignore[no-untyped-def]
+    from speck.tensor import dtypes
+    from speck.tensor.nn.state import safe_load, safe_save
+
+    with pytest.raises(KeyError, match=f"{dt}.*no safetensors name") as e:
+        safe_save({"a": Tensor([1.0], dtype=getattr(dtypes, dt))}, tmp_path / "x.safetensors")
+    assert isinstance(e.value, ValueError)  # still the loaders' CheckpointError (a ValueError)
+    safe_save({"a": Tensor([1.5, -2.0], dtype=dtypes.fp8e4m3)}, tmp_path / "y.safetensors")  # a named fp8 saves
+    assert safe_load(tmp_path / "y.safetensors")["a"].to("CPU").tolist() == [1.5, -2.0]

@@ -132,6 +132,14 @@ class SafetensorsError(CheckpointError):
     """A safetensors file is malformed; the message names the file and what is wrong."""
 
 
+class SafetensorsDTypeError(SafetensorsError, KeyError):
+    """safe_save of a dtype the safetensors format has no name for (the fnuz fp8 kinds): a KeyError too, as
+    tinygrad's lookup of the name raises."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 class GGUFError(CheckpointError):
     """A GGUF file is malformed, truncated, or uses a type gguf_load can't read."""
 

@@ -137,8 +137,8 @@ def _one_device(bufs: list[UOp], device: str) -> None:
     """A kernel runs on one device that runs kernels and reads only its buffers: operands on two devices (`a + b`
     with b on CPU:1) or computing on DISK are clear errors here, not a failed compile or launch later."""
     if file_backed(device):
-        raise TensorAssertionError(f"can't compute on {device}: a DISK tensor is file data, not memory kernels run "
-                                   "on; move it to a compute device first (e.g. .to('CPU'))")  # fmt: skip
+        raise TensorAssertionError(f"can't compute on {device}: a DISK tensor is file data and its device runs no "
+                                   "kernels; move it to a compute device first (e.g. .to('CPU'))")  # fmt: skip
     for b in bufs:
         if (d := buffer_device(b)) != device:
             raise TensorRuntimeError(
