@@ -20,9 +20,9 @@ import math
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
-from speck.tensor.device import default_device
+from speck.tensor.device import default_device, two_devices_error
 from speck.tensor.dims import flag, real
-from speck.tensor.errors import TensorIndexError, TensorRuntimeError, TensorTypeError, TensorValueError
+from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
 from speck.tensor.nodes import _const_uop
@@ -149,8 +149,7 @@ def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse:
             x, y = join(x, dt), join(y, dt)
         if xdev != ydev:
             if type(xdev) is str and type(ydev) is str:  # (the scheduler checks this too, for ops made elsewhere)
-                raise TensorRuntimeError(f"operands on two devices, {xdev} and {ydev}: all operands of an op must be "
-                                         f"on the same device; move one first (e.g. .to({xdev!r}))")  # fmt: skip
+                raise two_devices_error(xdev, ydev)
             (x, xdev2), (y, ydev) = on_device_of(x, xdev, ydev), on_device_of(y, ydev, xdev)
             xdev = xdev2
     if reverse:
@@ -210,8 +209,7 @@ def where(c: UOp, cdev: Device, x: UOp | Scalar, xdev: Device, y: UOp | Scalar, 
     c, cdev = on_device_of(c, cdev, ydev)
     (xu, xdev), (yu, ydev) = on_device_of(xu, xdev, cdev), on_device_of(yu, ydev, cdev)
     if type(cdev) is str and type(xdev) is str and cdev != xdev:
-        raise TensorRuntimeError(f"where: the condition is on {cdev} and the values on {xdev}: all operands of an op "
-                                 f"must be on the same device; move one first (e.g. .to({cdev!r}))")  # fmt: skip
+        raise two_devices_error(cdev, xdev, "where")
     sh = broadcast_shape(c.shape, xu.shape, yu.shape)
     return select(broadcast_to(c, sh), broadcast_to(xu, sh), broadcast_to(yu, sh)), cdev
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor.counters import GlobalCounters
-from speck.tensor.device import default_device, file_backed
+from speck.tensor.device import default_device, file_backed, two_devices_error
 from speck.tensor.errors import KernelCountException as KernelCountException
-from speck.tensor.errors import TensorAssertionError, TensorRuntimeError, TensorValueError
+from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.fusion import ELEMENTWISE as _ELEMENTWISE
 from speck.tensor.fusion import MOVEMENT as _MOVEMENT
 from speck.tensor.fusion import RECOMPUTE_LIMIT, FusionRules
@@ -137,14 +137,10 @@ def _one_device(bufs: list[UOp], device: str) -> None:
     """A kernel runs on one device that runs kernels and reads only its buffers: operands on two devices (`a + b`
     with b on CPU:1) or computing on DISK are clear errors here, not a failed compile or launch later."""
     if file_backed(device):
-        raise TensorAssertionError(f"can't compute on {device}: a DISK tensor is file data and its device runs no "
-                                   "kernels; move it to a compute device first (e.g. .to('CPU'))")  # fmt: skip
+        raise two_devices_error(device, device)
     for b in bufs:
         if (d := buffer_device(b)) != device:
-            raise TensorRuntimeError(
-                f"one op reads tensors on two devices, {device} and {d}: all operands of an op must be on the same "
-                f"device; move one first (e.g. .to({device!r}))"
-            )
+            raise two_devices_error(device, d)
 
 
 def base_buffer(u: UOp) -> UOp | None:
