@@ -160,3 +160,12 @@ def test_a_disk_operand_next_to_a_compute_tensor_is_an_assertion_error(tmp_path)
         with pytest.raises(AssertionError, match="DISK"):
             op().realize()
     np.testing.assert_array_equal((c + d.to("CPU")).numpy(), np.arange(4, dtype=np.float32) + 1)
+
+
+# ---------------- t.lazydata (tinygrad's older name for t.uop) ----------------
+def test_lazydata_reads_and_writes_the_graph_node() -> None:
+    t = Tensor([1.0, 2.0]) * 3
+    assert t.lazydata is t.uop
+    u = Tensor([5.0, 6.0]).realize()
+    t.lazydata = u.lazydata  # older model code swapped nodes this way
+    assert t.uop is u.uop and t.tolist() == [5.0, 6.0]

@@ -249,6 +249,9 @@ class Tensor(
     def uop(self, u: UOp) -> None:
         self._uop, self._ver = u, _EPOCH[0]
 
+    # tinygrad's name for `uop` until 2025 (older model code reads and writes `t.lazydata`)
+    lazydata = uop
+
     # ---------------- autograd ----------------
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
         """Mark this tensor as an optimizer parameter (True) or a buffer that optimizers only realize (False)."""
