@@ -169,3 +169,14 @@ def test_lazydata_reads_and_writes_the_graph_node() -> None:
     u = Tensor([5.0, 6.0]).realize()
     t.lazydata = u.lazydata  # older model code swapped nodes this way
     assert t.uop is u.uop and t.tolist() == [5.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    "op", [lambda a, b: a.cat(b), lambda a, b: Tensor.stack(a, b, dim=1), lambda a, b: b * a[None]]
+)
+def test_two_device_ops_raise_where_they_are_built(op) -> None:  # type: ignore[no-untyped-def]
+    a, b = _pair()
+    with pytest.raises(RuntimeError, match=r"two devices, CPU(:1)? and CPU(:1)?"):
+        op(a, b)  # no realize: the line that mixes the devices is the one that fails
+    # a device-less operand joins either device
+    np.testing.assert_array_equal(a.cat(Tensor.arange(2).float()).numpy(), np.array([1, 1, 1, 1, 0, 1], np.float32))

@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.device import two_devices_error
 from speck.tensor.dims import (
     INT64_MAX,
     argfix,
@@ -340,6 +341,9 @@ class MovementMixin:
             raise TensorIndexError("cat joins tensors along an existing dim; a 0-d tensor has none: use stack, or "
                                    "reshape(1) first")  # fmt: skip
         ts = [self, *args]
+        devs = [t.device for t in ts if type(t.device) is str]
+        if (other := next((x for x in devs if x != devs[0]), None)) is not None:
+            raise two_devices_error(devs[0], other, "cat")
         d = self._resolve_dim(dim)
         for t in ts:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
