@@ -172,7 +172,14 @@ def test_lazydata_reads_and_writes_the_graph_node() -> None:
 
 
 @pytest.mark.parametrize(
-    "op", [lambda a, b: a.cat(b), lambda a, b: Tensor.stack(a, b, dim=1), lambda a, b: b * a[None]]
+    "op",
+    [
+        lambda a, b: a.cat(b),
+        lambda a, b: Tensor.stack(a, b, dim=1),
+        lambda a, b: b * a[None],
+        lambda a, b: a @ b,
+        lambda a, b: a.reshape(2, 2).matmul(b.reshape(2, 2), reverse=True),
+    ],
 )
 def test_two_device_ops_raise_where_they_are_built(op) -> None:  # type: ignore[no-untyped-def]
     a, b = _pair()
