@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from speck.tensor import Tensor, TinyJit, dtypes
 from speck.tensor.errors import TensorError
@@ -187,3 +189,36 @@ def test_two_device_ops_raise_where_they_are_built(op) -> None:  # type: ignore[
         op(a, b)  # no realize: the line that mixes the devices is the one that fails
     # a device-less operand joins either device
     np.testing.assert_array_equal(a.cat(Tensor.arange(2).float()).numpy(), np.array([1, 1, 1, 1, 0, 1], np.float32))
+
+
+# each op on Tensors and the numpy reference of the same op
+_OPS = {
+    "add": (lambda a, b: a + b, lambda p, q: p + q),
+    "mul": (lambda a, b: a * b, lambda p, q: p * q),
+    "maximum": (lambda a, b: a.maximum(b), np.maximum),
+    "lt": (lambda a, b: a < b, lambda p, q: p < q),
+    "where": (lambda a, b: (a > 0).where(a, b), lambda p, q: np.where(p > 0, p, q)),
+    "cat": (lambda a, b: a.cat(b, dim=-1), lambda p, q: np.concatenate([p, q], -1)),
+}
+_SHAPES = st.sampled_from([(3,), (2, 3), (1, 3)])
+
+
+@given(st.sampled_from(sorted(_OPS)), _SHAPES, _SHAPES, st.sampled_from(["float32", "int32", "float16"]), st.booleans())
+def test_any_op_mixing_two_devices_fails_with_the_tensor_error(
+    op: str, sa: tuple[int, ...], sb: tuple[int, ...], dt: str, swap: bool
+) -> None:
+    """Whichever path builds the op (the same-shape hot path, promotion, broadcasting, cat), realized operands on two
+    devices end in the two-devices TensorError (at the op or at its realize), never hcq's launch error or a value;
+    on one device the same op computes numpy's value."""
+    if op == "cat" and sa[:-1] != sb[:-1]:
+        return
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(-3, 4, sa).astype(dt), rng.integers(-3, 4, sb).astype(dt)
+    if swap:
+        x, y = y, x
+    fn, ref = _OPS[op]
+    a, b = Tensor(x, device=DEVS[int(swap)]).realize(), Tensor(y, device=DEVS[1 - int(swap)]).realize()
+    with pytest.raises(RuntimeError, match="two devices") as e:
+        fn(a, b).realize()
+    assert isinstance(e.value, TensorError)
+    np.testing.assert_array_equal(fn(a, b.to(a.device)).numpy(), ref(x, y))
