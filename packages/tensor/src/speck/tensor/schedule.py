@@ -133,10 +133,15 @@ def buffer_device(buf: UOp) -> str:
     return str(buf.src[1].arg)
 
 
+_file_backed: dict[str, bool] = {}  # device name -> file_backed(name) (asked once per name: a kind never changes)
+
+
 def _one_device(bufs: list[UOp], device: str) -> None:
     """A kernel runs on one device that runs kernels and reads only its buffers: operands on two devices (`a + b`
     with b on CPU:1) or computing on DISK are clear errors here, not a failed compile or launch later."""
-    if file_backed(device):
+    if (fb := _file_backed.get(device)) is None:
+        fb = _file_backed[device] = file_backed(device)
+    if fb:
         raise two_devices_error(device, device)
     for b in bufs:
         if (d := buffer_device(b)) != device:
