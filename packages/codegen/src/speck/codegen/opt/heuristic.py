@@ -54,21 +54,32 @@ def _depends(idx: UOp, r: UOp) -> bool:
     return r in idx.toposort()
 
 
-def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int) -> int | None:
-    """The largest column block (a power of two, two vectors down to one) that, split off axis c, makes every load
-    that varies along c contiguous along it, or None. This is for loads c reaches through a division and a modulo:
-    matmul's column-stripe-major copy of its right operand is read at (j//16)*16*k + r*16 + j%16, which is a plain
-    vector load per stripe once j = 16*jo + ji."""
+def _column_vectors(renderer: Renderer) -> int:
+    """Vectors of columns in a matmul's register block: ROW_BLOCK rows of them hold half the vector registers as
+    accumulators (2 with AVX2's 16 registers: 4 x 2; 4 with AVX-512's 32: 4 x 4, the 16 accumulators two FMA
+    pipes of 4 cycles' latency need to stay busy; a 4 x 1 block of zmm ran at half numpy's speed)."""
+    return max(2, renderer.vector_registers // (2 * ROW_BLOCK))
+
+
+def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int, vectors: int = 2) -> int | None:
+    """The largest column block (a power of two, `vectors` vectors down to one) that, split off axis c, makes every
+    load that varies along c contiguous along each vector of it, or None. This is for loads c reaches through a
+    division and a modulo: matmul's column-stripe-major copy of its right operand is read at
+    (j//16)*16*k + r*16 + j%16, which is a plain vector load per stripe once j = 16*jo + ji (a block of 64 columns
+    on AVX-512 reads four stripes, one vector load from each)."""
     n = const_size(c)
     if n is None or all(_stride(ix, c) is not None for ix in loads if _depends(ix, c)):
         return None
     nid = 1 + max(a for u in sink.toposort() if u.op is Ops.RANGE for a in u.arg[:-1])
-    amt = _pow2_amount(n, 2 * lanes)
+    amt = _pow2_amount(n, vectors * lanes)
     while amt >= lanes:
-        inner = UOp.range(amt, nid, AxisType.UPCAST, c.dtype)
+        # c = outer*amt + hi*lanes + lo: each vector (lo) must be contiguous, the vectors (hi) may lie anywhere
+        lo = UOp.range(lanes, nid, AxisType.UPCAST, c.dtype)
+        hi = UOp.range(amt // lanes, nid + 1, AxisType.UPCAST, c.dtype)
         outer = UOp.range(n // amt, c.arg[:-1], c.arg[-1], c.dtype)
-        split = [graph_rewrite(ix.substitute({c: outer * amt + inner}), symbolic) for ix in loads if _depends(ix, c)]
-        if all(_stride(ix, inner) == 1 for ix in split if _depends(ix, inner)):
+        at = outer * amt + hi * lanes + lo
+        split = [graph_rewrite(ix.substitute({c: at}), symbolic) for ix in loads if _depends(ix, c)]
+        if all(_stride(ix, lo) == 1 for ix in split if _depends(ix, lo)):
             return amt
         amt //= 2
     return None
@@ -89,7 +100,7 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
     climit = 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
-        if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
+        if (split := _split_column_amount(sink, loads, outs[col], lanes, _column_vectors(renderer))) is None:
             return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths,
                                _mixes_widths(renderer), renderer.vector_registers,
                                renderer.wide_shuffles)  # fmt: skip
