@@ -392,6 +392,25 @@ def test_any_packed_matmul_shape_keeps_its_result(n: int, k: int, stripes: int, 
                     seed)  # fmt: skip
 
 
+def test_single_vector_column_block_gets_more_rows_with_32_registers() -> None:
+    # 784 columns = 49 x 16: one AVX-512 vector of columns, so 8 rows (8 accumulators) rather than 4; AVX2's two
+    # 8-lane vectors keep 4 rows, and so does a matrix whose rows don't split by 8
+    wide, narrow = LLVMRenderer(max_vector_bytes=64), LLVMRenderer(max_vector_bytes=32)
+    assert heuristic(matmul(128, 8, 784), wide) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16),
+                                                    Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(128, 8, 784), narrow) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16),
+                                                      Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(12, 8, 784), wide)[0] == Opt(OptOps.UPCAST, 0, 4)
+    check_preserved(matmul(16, 8, 48), wide)
+
+
+@given(n=st.integers(1, 40), k=st.integers(1, 6), m=st.sampled_from([16, 48, 80, 112, 64, 40]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+@settings(max_examples=20, deadline=None)
+def test_any_matmul_shape_keeps_its_result_with_avx512_widths(n: int, k: int, m: int, seed: int) -> None:
+    check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=64), seed)
+
+
 def test_avx512_packed_matmul_runs_compiled_with_llvm() -> None:
     # (LLVM splits 512-bit vectors into halves on a host without AVX-512: correct everywhere)
     ast = packed_matmul(12, 24, 256)
