@@ -404,6 +404,18 @@ def test_single_vector_column_block_gets_more_rows_with_32_registers() -> None:
     check_preserved(matmul(16, 8, 48), wide)
 
 
+def test_wide_plain_matmul_blocks_four_vectors_with_32_registers() -> None:
+    # 512 columns make 8 blocks of 4 AVX-512 vectors: 4 x 4 accumulators; 256 columns keep 2 vectors (4 blocks of
+    # 4 would leave the workers little to split), and AVX2 keeps its 2 x 8 lanes
+    wide, narrow = LLVMRenderer(max_vector_bytes=64), LLVMRenderer(max_vector_bytes=32)
+    assert heuristic(matmul(64, 8, 512), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 64)]
+    assert heuristic(matmul(64, 8, 256), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
+    assert heuristic(matmul(64, 8, 512), narrow)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
+    # a batched product (three output axes) keeps 2 vectors too
+    assert heuristic(matmul(8, 8, 512, batch=2), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
+    check_preserved(matmul(8, 8, 512), wide)
+
+
 @given(n=st.integers(1, 40), k=st.integers(1, 6), m=st.sampled_from([16, 48, 80, 112, 64, 40]),
        seed=st.integers(0, 2**16))  # fmt: skip
 @settings(max_examples=20, deadline=None)

@@ -98,20 +98,27 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     # column axis: contiguous in the store, and every load either ignores it or is contiguous along it
     col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
-    climit = 2 * lanes
+    gated = _gated_axes(sink, outs)
+    windowed = len(reduce_axes(sink)) >= 2
+    # a plain matmul (two output axes) with columns for MIN_OUTER_BLOCKS wide blocks takes as many column vectors
+    # as half the registers hold beside ROW_BLOCK rows (4 x 4 zmm on AVX-512: 256x256 @ 256x512 single-core 520 ->
+    # 435 us); convolutions and Winograd's many-axis products keep 2-vector blocks (4 vectors made the CNN step's
+    # 38 such kernels ~20% slower), and so do narrow outputs (the MLP's 128-wide ones gained nothing)
+    wide = _column_vectors(renderer) * lanes
+    plain = len(glob) <= 2 and not windowed and not gated
+    ncols = const_size(outs[col]) or 0 if col is not None else 0
+    climit = wide if plain and ncols >= MIN_OUTER_BLOCKS * wide else 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
         if (split := _split_column_amount(sink, loads, outs[col], lanes, _column_vectors(renderer))) is None:
             return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths,
                                _mixes_widths(renderer), renderer.vector_registers,
                                renderer.wide_shuffles)  # fmt: skip
         climit = split
-    gated = _gated_axes(sink, outs)
     narrow = renderer.odd_vector_widths
     block = _block(glob, outs, loads, col, lanes, climit, gated, narrow) if col is not None else None
     # a convolution (a reduction over channels and a window) vectorizes better over its output channels, read
     # contiguously from channel-last weights, than along an output row whose input loads shift with the window
     # (the transposed convolution of conv2's input gradient: 56 -> 87 GFLOPS)
-    windowed = len(reduce_axes(sink)) >= 2
     if (block is None or windowed) and _reduce_size(sink) >= MIN_SCATTER_REDUCE:
         # a long reduction amortizes a strided store (and strided epilogue loads, read once per output too): any
         # axis the reduction's loads read contiguously (a convolution's output channels over channel-last weights)
