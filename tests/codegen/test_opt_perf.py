@@ -393,11 +393,13 @@ def test_any_packed_matmul_shape_keeps_its_result(n: int, k: int, stripes: int, 
 
 
 def test_single_vector_column_block_gets_more_rows_with_32_registers() -> None:
-    # 784 columns = 49 x 16: one AVX-512 vector of columns, so 8 rows (8 accumulators) rather than 4; AVX2's two
-    # 8-lane vectors keep 4 rows, and so does a matrix whose rows don't split by 8
+    # 784 columns = 49 x 16: one AVX-512 vector of columns, so 16 rows (16 accumulators) rather than 4, or 8 where
+    # 16 don't divide the rows; AVX2's two 8-lane vectors keep 4 rows, and so does a matrix whose rows don't split
+    # by 8
     wide, narrow = LLVMRenderer(max_vector_bytes=64), LLVMRenderer(max_vector_bytes=32)
-    assert heuristic(matmul(128, 8, 784), wide) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16),
+    assert heuristic(matmul(128, 8, 784), wide) == [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16),
                                                     Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(24, 8, 784), wide)[0] == Opt(OptOps.UPCAST, 0, 8)
     assert heuristic(matmul(128, 8, 784), narrow) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16),
                                                       Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
     assert heuristic(matmul(12, 8, 784), wide)[0] == Opt(OptOps.UPCAST, 0, 4)

@@ -141,9 +141,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
         # CNN's three transposed convolutions: 39.6 -> 35.6, 5.2 -> 5.0 and 4.4 -> 4.2 ms); with 32 vector registers
         # (AVX-512) 4 images x 4 vectors fit (conv4's input gradient: 4.57 -> 4.32 ms single-core)
         ramt, camt = ramt if renderer.vector_registers >= 32 else ramt // 2, camt * 2
-    if _taller_block(renderer, windowed, gated, ramt, camt, lanes, const_size(outs[row]) or 0) and \
-            _second_row(glob, outs, loads, col, row) is None:  # fmt: skip
-        ramt *= 2
+    if _second_row(glob, outs, loads, col, row) is None:
+        ramt = _taller_block(renderer, windowed, gated, ramt, camt, lanes, const_size(outs[row]) or 0)
     # the row upcasts come first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
     if camt <= lanes and ramt == ROW_BLOCK and (row2 := _second_row(glob, outs, loads, col, row)) is not None:
@@ -259,13 +258,17 @@ def _wide_window_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt
 
 
 def _taller_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt: int, camt: int, lanes: int,
-                  nrows: int) -> bool:  # fmt: skip
-    """A plain matmul whose columns give a single vector (784 = 49 x 16 on AVX-512) has 4 accumulators in a
-    ROW_BLOCK x 1 block, too few for two FMA pipes; with 32 vector registers twice the rows fit (the MLP's weight
-    gradient, 128x784 over a batch of 128: 323 -> 248 us single-core). Convolutions keep their tuned blocks."""
+                  nrows: int) -> int:  # fmt: skip
+    """Rows of the register block of a plain matmul whose columns give a single vector (784 = 49 x 16 on
+    AVX-512): a ROW_BLOCK x 1 block has 4 accumulators, too few for two FMA pipes; with 32 vector registers the
+    rows double while they divide the axis, up to half the registers as accumulators (the MLP's weight gradient,
+    128x784 over a batch of 128, single-core: 4 rows 323 us, 8 rows 248 us, 16 rows 224 us). Convolutions keep
+    their tuned blocks."""
     if renderer.vector_registers < 32 or windowed or gated or camt != lanes or ramt != ROW_BLOCK:
-        return False
-    return nrows % (2 * ROW_BLOCK) == 0
+        return ramt
+    while 2 * ramt <= renderer.vector_registers // 2 and nrows % (2 * ramt) == 0:
+        ramt *= 2
+    return ramt
 
 
 def _second_row(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, row: int,
