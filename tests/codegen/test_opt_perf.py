@@ -425,6 +425,13 @@ def test_any_matmul_shape_keeps_its_result_with_avx512_widths(n: int, k: int, m:
     check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=64), seed)
 
 
+@given(n=st.integers(1, 20), k=st.integers(1, 4), m=st.sampled_from([512, 528, 576]), seed=st.integers(0, 2**16))
+@settings(max_examples=6, deadline=None)
+def test_any_wide_matmul_shape_keeps_its_result_with_avx512_widths(n: int, k: int, m: int, seed: int) -> None:
+    # 512 and 576 columns take 4-vector blocks, 528 = 33 x 16 one vector with up to 16 rows; odd row counts
+    check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=64), seed)
+
+
 def test_avx512_packed_matmul_runs_compiled_with_llvm() -> None:
     # (LLVM splits 512-bit vectors into halves on a host without AVX-512: correct everywhere)
     ast = packed_matmul(12, 24, 256)
