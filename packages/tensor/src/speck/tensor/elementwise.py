@@ -30,6 +30,7 @@ from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.tensor.weak import check_fits, fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
 from speck.uop.dtype import WEAK_DTYPES, strong_dtype
+from speck.uop.uop import set_shape
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -122,6 +123,31 @@ def broadcast_to(u: UOp, shape: tuple[Any, ...]) -> UOp:
     if len(sh) < len(shape):
         u = u.reshape((1,) * (len(shape) - len(sh)) + sh)
     return u.expand(shape) if u.shape != shape else u
+
+
+# the strong dtypes a Python float (int) literal joins into unchanged: an op of such a tensor with that literal is
+# computed in the tensor's dtype, the literal a constant of it (Tensor._binary builds that case itself)
+TAKES_LITERAL: dict[type, frozenset[DType]] = {
+    kind: frozenset(d for d in dtypes.all if least_upper_dtype(d, weak) is d)
+    for kind, weak in ((float, dtypes.weakfloat), (int, dtypes.weakint))
+}
+
+
+def expand_0d(u: UOp, shape: tuple[Any, ...]) -> UOp:
+    """The 0-d u broadcast to a valid `shape`: broadcast_to's nodes (a RESHAPE to ones, then an EXPAND unless the
+    shape is all ones), made directly, their shapes recorded as the constructors' args give them."""
+    if not shape:
+        return u
+    ones = (1,) * len(shape)
+    r = UOp(Ops.RESHAPE, u.dtype, (u,), ones)
+    if r._shape == 0:
+        set_shape(r, ones)
+    if shape == ones:
+        return r
+    e = UOp(Ops.EXPAND, u.dtype, (r,), shape)
+    if e._shape == 0:
+        set_shape(e, shape)
+    return e
 
 
 def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse: bool = False,
