@@ -783,7 +783,7 @@ class Tensor(
                 # (a Python scalar never needs a gradient: it leaves the result's requires_grad to self)
                 if (xs := xu._shape).__class__ is not tuple:
                     xs = xu.shape
-                c = ew.expand_0d(ew.const(y, dt, dev), xs)
+                c = ew.expand_0d(ew.literal(y, dt, dev), xs)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
                 # an op that is one ALU node for every strong dtype is made here directly, its shape recorded
