@@ -121,6 +121,13 @@ def test_weak_sharded_and_device_less_operands() -> None:
             _check(x, fn, y, True)
             _check(y, fn, y, False)
     _check(weak_dev, ew.add, Tensor._constant(1.5, None, "CPU"), False)
+    x1 = Tensor(np.arange(3, dtype=np.float32), device="CPU:1").realize()  # (not the default device)
+    for y in (Tensor(np.float32(2)), Tensor.arange(3, dtype=dtypes.float32)):  # device-less: rebuilt on CPU:1
+        assert y.device is None
+        for fn in (ew.add, ew.mul, ew.sub):
+            _check(x1, fn, y, False)
+            _check(x1, fn, y, True)
+            _check(y, fn, x1, False)
     s = x.shard(_CPU2, axis=0)
     for y in (s, 2.0, 3, Tensor(2.0)):
         for fn in (ew.add, ew.mul, ew.div):

@@ -744,53 +744,40 @@ class Tensor(
         rg = self.requires_grad
         dev = self._device
         if dev.__class__ is str or (dev is None and y.__class__ is Tensor):
-            # the per-op fast path, for the common operands: a Tensor of self's dtype on self's device (or either
-            # device-less: rebuilt on the other's, as ew.promote does), of self's shape or 0-d (either side), or a
-            # Python float/int literal that self's dtype takes as it is. The nodes are the ones ew.promote would make
-            # (hash-consing: the same objects), built without its general steps; the result is what _new would make
-            # (the uop properties, _new and UOp.shape inlined: no frames of theirs)
+            # the per-op fast path: y a Tensor of self's dtype and device (a device-less side is rebuilt on the other's
+            # device), of self's shape or 0-d, or a Python float/int self's dtype takes unchanged. ew.promote's nodes
+            # (hash-consing: the same objects) and _new's Tensor, made without their general steps and frames
             ep = _EPOCH[0]
             xu = self._uop if self._ver == ep else self.uop
-            dt = xu.dtype
-            a = None
+            dt, a = xu.dtype, None
             if y.__class__ is Tensor:
-                yu = y._uop if y._ver == ep else y.uop
-                if yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp \
-                        and ((yd := y._device) is dev or (yd.__class__ is str and (dev is None or yd == dev))
-                             or (yd is None and dev.__class__ is str)):  # fmt: skip
-                    if yd is not dev and (yd is None or dev is None):
-                        if yd is None:
-                            yu = ew.on_device_of(yu, None, dev)[0]
-                        else:
-                            xu, dev = ew.on_device_of(xu, None, yd)
-                    if (xs := xu._shape).__class__ is not tuple:
-                        xs = xu.shape
-                    if (ys := yu._shape).__class__ is not tuple:
-                        ys = yu.shape
-                    if xs == ys:
-                        a, b = (yu, xu) if reverse else (xu, yu)
-                    elif (xs == () or ys == ()) and not DISALLOW_BROADCAST.value:
+                yu, yd = (y._uop if y._ver == ep else y.uop), y._device
+                ok = yd is dev or yd is None or (yd.__class__ is str and (dev is None or yd == dev))
+                if ok and yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp:
+                    if yd is None and dev is not None:
+                        yu = ew.on_device_of(yu, None, dev)[0]
+                    elif dev is None and yd is not None:
+                        xu, dev = ew.on_device_of(xu, None, yd)
+                    xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
+                    ys = ys if (ys := yu._shape).__class__ is tuple else yu.shape
+                    if xs != ys and (xs == () or ys == ()) and not DISALLOW_BROADCAST.value:  # a 0-d side
                         if ys == ():
-                            yu = ew.expand_0d(yu, xs)
+                            yu, ys = ew.expand_0d(yu, xs), xs
                         else:
                             xu, xs = ew.expand_0d(xu, ys), ys
+                    if xs == ys:
                         a, b = (yu, xu) if reverse else (xu, yu)
-                    if a is not None and rg is not True \
-                            and ((o := y.requires_grad) is True or (rg is False and o is None)):  # fmt: skip
-                        rg = o
+                        if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
+                            rg = o
             elif (y.__class__ is float or y.__class__ is int) and xu.__class__ is UOp and dev is not None \
                     and dt in ew.TAKES_LITERAL[y.__class__]:  # fmt: skip
-                # (a Python scalar never needs a gradient: it leaves the result's requires_grad to self)
-                if (xs := xu._shape).__class__ is not tuple:
-                    xs = xu.shape
-                c = ew.expand_0d(ew.literal(y, dt, dev), xs)
+                xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
+                c = ew.expand_0d(ew.literal(y, dt, dev), xs)  # (a literal leaves requires_grad to self)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
-                # an op that is one ALU node for every strong dtype is made here directly, its shape recorded
-                if (op := ew.ONE_NODE.get(fn)) is not None and dt not in WEAK_DTYPES:
+                if (op := ew.ONE_NODE.get(fn)) is not None and dt not in WEAK_DTYPES:  # one ALU node, for any dtype
                     u = _uop_new(UOp, op, dt, (a, b))
-                    # (only this frame holds a node just made: nothing named it yet, and its shape is unknown)
-                    if fresh := sys.getrefcount(u) == 2:
+                    if fresh := sys.getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
                         set_shape(u, xs)
                 else:
                     u, fresh = fn(a, b, dev), False
@@ -798,9 +785,7 @@ class Tensor(
                 out._uop, out._ver, out._device = u, ep, dev
                 out.requires_grad, out.grad, out.is_param = rg, None, True
                 _track(out)
-                # (the metadata walk starts at this method's caller, as _new's would one frame up: this method is
-                # private, it names no op)
-                _record_metadata(u, fresh)
+                _record_metadata(u, fresh)  # (the walk starts at the caller, as _new's would: _binary names no op)
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
