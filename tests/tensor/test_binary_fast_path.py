@@ -23,7 +23,7 @@ from speck.uop import DType
 _DTYPES = [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64,
            dtypes.bool]  # fmt: skip
 _FNS = {"add": ew.add, "mul": ew.mul, "sub": ew.sub, "div": ew.div, "maximum": ew.maximum, "lt": ew.lt,
-        "eq": ew.eq, "mod": ew.mod, "bitwise_and": ew.bitwise_and}  # fmt: skip
+        "eq": ew.eq, "ne": ew.ne, "mod": ew.mod, "bitwise_and": ew.bitwise_and}  # fmt: skip
 _SHAPES = [(), (1,), (3,), (2, 3), (1, 1)]
 _CPU2 = ("CPU:0", "CPU:1")
 _FLAGS = st.sampled_from([None, True, False])  # requires_grad

@@ -403,6 +403,21 @@ def shift(op: Ops, x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device) -> tuple
 
 
 # ---------------- unary primitives ----------------
+_STRONG = frozenset(dtypes.all)
+# the binary ops that are one ALU node `UOp(op, dtype, (a, b))` over two operands of one shape and one strong dtype of
+# those listed (`dtype`: theirs, or bool for a comparison); Tensor._binary makes that node itself (ONE_NODE's, and
+# subtraction and maximum but of bools, true division of floats, the one-node comparisons)
+DIRECT_NODE: dict[Any, tuple[Ops, DType | None, frozenset[DType]]] = {
+    **{fn: (op, None, _STRONG) for fn, op in ONE_NODE.items()},
+    sub: (Ops.SUB, None, _STRONG - {dtypes.bool}),
+    maximum: (Ops.MAX, None, _STRONG - {dtypes.bool}),
+    div: (Ops.FDIV, None, frozenset(dtypes.floats)),
+    lt: (Ops.CMPLT, dtypes.bool, _STRONG),
+    eq: (Ops.CMPEQ, dtypes.bool, _STRONG),
+    ne: (Ops.CMPNE, dtypes.bool, _STRONG),
+}
+
+
 def neg(u: UOp, dev: Device) -> UOp:
     return logical_not(u, dev) if u.dtype == dtypes.bool else alu(Ops.NEG, u)
 

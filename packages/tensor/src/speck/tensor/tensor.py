@@ -100,6 +100,14 @@ from speck.uop.uop import register_service, set_shape
 Scalar = int | float | bool
 _BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
 _uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Tensor._binary's per-op node)
+_DIRECT_NODE = ew.DIRECT_NODE
+
+
+def _joinable(yd: Any, dev: Any) -> bool:
+    """Whether an operand on device yd meets one on dev (a name or None) as ew.promote joins them: one device, or a
+    device-less side (rebuilt on the other's device). Tensor._binary asks only when the two are not one object."""
+    return yd is None or (yd.__class__ is str and (dev is None or yd == dev))
+
 
 # the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
 # tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
@@ -751,32 +759,35 @@ class Tensor(
             xu = self._uop if self._ver == ep else self.uop
             dt, a = xu.dtype, None
             if y.__class__ is Tensor:
-                yu, yd = (y._uop if y._ver == ep else y.uop), y._device
-                ok = yd is dev or yd is None or (yd.__class__ is str and (dev is None or yd == dev))
-                if ok and yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp:
+                yu = y._uop if y._ver == ep else y.uop
+                if yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp \
+                        and ((yd := y._device) is dev or _joinable(yd, dev)):  # fmt: skip
                     if yd is None and dev is not None:
                         yu = ew.on_device_of(yu, None, dev)[0]
                     elif dev is None and yd is not None:
                         xu, dev = ew.on_device_of(xu, None, yd)
-                    xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
-                    ys = ys if (ys := yu._shape).__class__ is tuple else yu.shape
-                    if xs != ys and (xs == () or ys == ()) and not DISALLOW_BROADCAST.value:  # a 0-d side
-                        if ys == ():
-                            yu, ys = ew.expand_0d(yu, xs), xs
-                        else:
-                            xu, xs = ew.expand_0d(xu, ys), ys
-                    if xs == ys:
+                    if (xs := xu._shape) == yu._shape and xs.__class__ is tuple:
                         a, b = (yu, xu) if reverse else (xu, yu)
-                        if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
-                            rg = o
+                    else:
+                        xs, ys = xu.shape, yu.shape
+                        if xs != ys and (xs == () or ys == ()) and not DISALLOW_BROADCAST.value:  # a 0-d side
+                            if ys == ():
+                                yu, ys = ew.expand_0d(yu, xs), xs
+                            else:
+                                xu, xs = ew.expand_0d(xu, ys), ys
+                        if xs == ys:
+                            a, b = (yu, xu) if reverse else (xu, yu)
+                    if a is not None and rg is not True \
+                            and ((o := y.requires_grad) is True or (rg is False and o is None)):  # fmt: skip
+                        rg = o
             elif (y.__class__ is float or y.__class__ is int) and xu.__class__ is UOp and dev is not None \
                     and dt in ew.TAKES_LITERAL[y.__class__]:  # fmt: skip
                 xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
                 c = ew.expand_0d(ew.literal(y, dt, dev), xs)  # (a literal leaves requires_grad to self)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
-                if (op := ew.ONE_NODE.get(fn)) is not None and dt not in WEAK_DTYPES:  # one ALU node, for any dtype
-                    u = _uop_new(UOp, op, dt, (a, b))
+                if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
+                    u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
                     if fresh := sys.getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
                         set_shape(u, xs)
                 else:
