@@ -226,3 +226,21 @@ def test_special_literals_keep_their_bits() -> None:
     np.testing.assert_array_equal((x * -0.0).numpy(), np.array([1.0, -1.0], np.float32) * np.float32(-0.0))
     assert np.signbit((x * -0.0).numpy()[0]) and not np.signbit((x * 0.0).numpy()[0])
     assert np.isnan((x + math.nan).numpy()).all() and ((x + math.inf).numpy() == np.inf).all()
+
+
+def test_recent_literals_are_the_general_paths_nodes_across_evictions() -> None:
+    """The broadcast literals kept alive between ops (ew.broadcast_literal) are promote's nodes on a hit, after the
+    table empties when full, and per value bits (0.0 and -0.0, ints and floats), dtype, shape and device."""
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    x2 = Tensor(np.arange(8, dtype=np.float32).reshape(2, 4)).realize()
+    x1 = Tensor(np.arange(4, dtype=np.float32), device="CPU:1").realize()
+    xi = Tensor(np.arange(4, dtype=np.int32)).realize()
+    for v in [*range(ew._RECENT_MAX + 10), 0.0, -0.0, 1.0, 2.5, math.nan, math.inf]:
+        for t in (x, x2, x1, xi):
+            for lit in (v, float(v)) if t is not xi else (int(v) if math.isfinite(v) else 3,):
+                _check(t, ew.mul, lit, False, values=False)
+                _check(t, ew.mul, lit, True, values=False)
+    assert len(ew._RECENT_LITERALS) <= ew._RECENT_MAX
+    np.testing.assert_array_equal((x * -0.0).numpy(), np.arange(4, dtype=np.float32) * np.float32(-0.0))
+    assert np.signbit((x * -0.0).numpy()).all() and not np.signbit((x * 0.0).numpy()).any()
+    np.testing.assert_array_equal((x1 * 3.0 + 1).numpy(), np.arange(4, dtype=np.float32) * 3 + 1)

@@ -17,6 +17,7 @@ those compositions use the public Tensor API only, so the gradients they declare
 from __future__ import annotations
 
 import math
+import struct
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
@@ -142,6 +143,26 @@ def literal(v: int | float, dt: DType, dev: str) -> UOp:
     if (r := _INT_RANGE.get(dt)) is not None and not r[0] <= v <= r[1]:
         check_fits(v, dt)  # (raises: the int doesn't fit)
     return UOp(Ops.CONST, dt, (UOp(Ops.DEVICE, arg=dev),), cast_value(v, dt))
+
+
+# `x * 2.0` in a training loop makes the same constant, RESHAPE and EXPAND nodes every step and drops them with the
+# step's graph: the latest broadcast literals are kept alive here, so hash-consing finds them. Keyed by the value (a
+# float by its bits: -0.0 is not 0.0, NaN is NaN), dtype, device and shape; emptied when full (a dict's clear is one
+# atomic step: no lock)
+_RECENT_LITERALS: dict[tuple[Any, ...], UOp] = {}
+_RECENT_MAX = 256
+_f64_bits = struct.Struct("<d").pack
+
+
+def broadcast_literal(v: int | float, dt: DType, dev: str, shape: tuple[Any, ...]) -> UOp:
+    """expand_0d(literal(v, dt, dev), shape): the same nodes, found among the recent ones when they are there."""
+    key = (v if v.__class__ is int else _f64_bits(v), dt, dev, shape)
+    if (u := _RECENT_LITERALS.get(key)) is None:
+        u = expand_0d(literal(v, dt, dev), shape)
+        if len(_RECENT_LITERALS) >= _RECENT_MAX:
+            _RECENT_LITERALS.clear()
+        _RECENT_LITERALS[key] = u
+    return u
 
 
 def expand_0d(u: UOp, shape: tuple[Any, ...]) -> UOp:

@@ -783,7 +783,7 @@ class Tensor(
             elif (y.__class__ is float or y.__class__ is int) and xu.__class__ is UOp and dev is not None \
                     and dt in ew.TAKES_LITERAL[y.__class__]:  # fmt: skip
                 xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
-                c = ew.expand_0d(ew.literal(y, dt, dev), xs)  # (a literal leaves requires_grad to self)
+                c = ew.broadcast_literal(y, dt, dev, xs)  # (a literal leaves requires_grad to self)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
                 if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
