@@ -244,3 +244,20 @@ def test_recent_literals_are_the_general_paths_nodes_across_evictions() -> None:
     np.testing.assert_array_equal((x * -0.0).numpy(), np.arange(4, dtype=np.float32) * np.float32(-0.0))
     assert np.signbit((x * -0.0).numpy()).all() and not np.signbit((x * 0.0).numpy()).any()
     np.testing.assert_array_equal((x1 * 3.0 + 1).numpy(), np.arange(4, dtype=np.float32) * 3 + 1)
+
+
+def test_literals_and_0d_tensors_meet_symbolic_shapes() -> None:
+    """A literal or 0-d operand broadcast to a shape with a bound variable: promote's nodes, numpy's values, and the
+    literal's nodes not kept among the recent ones (they would keep the variable alive)."""
+    from speck.tensor import Variable
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor(x)[:, : Variable("w", 1, 4).bind(3)]
+    s = Tensor(np.array([2], np.float32)).realize().reshape(())
+    before = set(ew._RECENT_LITERALS)
+    for y in (2.0, 3, s):
+        for fn in (ew.mul, ew.sub, ew.div):
+            _check(t, fn, y, False, values=False)
+            _check(t, fn, y, True, values=False)
+    assert all(all(d.__class__ is int for d in k[3]) for k in set(ew._RECENT_LITERALS) - before)
+    np.testing.assert_array_equal((t * 2.0 - s)[:, :2].numpy(), x[:, :2] * 2 - 2)

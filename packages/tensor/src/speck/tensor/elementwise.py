@@ -159,9 +159,10 @@ def broadcast_literal(v: int | float, dt: DType, dev: str, shape: tuple[Any, ...
     key = (v if v.__class__ is int else _f64_bits(v), dt, dev, shape)
     if (u := _RECENT_LITERALS.get(key)) is None:
         u = expand_0d(literal(v, dt, dev), shape)
-        if len(_RECENT_LITERALS) >= _RECENT_MAX:
-            _RECENT_LITERALS.clear()
-        _RECENT_LITERALS[key] = u
+        if all(d.__class__ is int for d in shape):  # (a symbolic shape's variables are not kept alive here)
+            if len(_RECENT_LITERALS) >= _RECENT_MAX:
+                _RECENT_LITERALS.clear()
+            _RECENT_LITERALS[key] = u
     return u
 
 
