@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.tensor import Context, Tensor, TinyJit, dtypes
+from speck.tensor import Context, Tensor, TinyJit, Variable, dtypes
 from speck.tensor import elementwise as ew
 from speck.tensor.errors import TensorValueError
 from speck.tensor.metadata import metadata_of
@@ -249,8 +249,6 @@ def test_recent_literals_are_the_general_paths_nodes_across_evictions() -> None:
 def test_literals_and_0d_tensors_meet_symbolic_shapes() -> None:
     """A literal or 0-d operand broadcast to a shape with a bound variable: promote's nodes, numpy's values, and the
     literal's nodes not kept among the recent ones (they would keep the variable alive)."""
-    from speck.tensor import Variable
-
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = Tensor(x)[:, : Variable("w", 1, 4).bind(3)]
     s = Tensor(np.array([2], np.float32)).realize().reshape(())
