@@ -345,17 +345,110 @@ def test_packed_right_operand_is_register_blocked_with_vector_loads() -> None:
 
 def test_packed_stripe_sets_the_column_block() -> None:
     r = LLVMRenderer(max_vector_bytes=32)
-    # stripes of 8 (float64-like widths): one vector of columns, still blocked
-    assert heuristic(packed_matmul(8, 8, 64, stripe=8), r)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 8)]
+    # stripes of 8 (float64-like widths): each vector of the 2-vector block reads its own stripe
+    assert heuristic(packed_matmul(8, 8, 64, stripe=8), r)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
     check_preserved(packed_matmul(8, 8, 64, stripe=8), r)
-    # 64-byte vectors (16 lanes): two vectors would be 32 columns, which straddle two stripes; one vector fits
+    # 64-byte vectors (16 lanes) and 32 registers: 4 vectors of columns, one from each of four stripes (4 x 4
+    # accumulators; one vector, 4 accumulators, left AVX-512 at half numpy's speed)
     wide = LLVMRenderer(max_vector_bytes=64)
-    assert heuristic(packed_matmul(8, 8, 64), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
-    check_preserved(packed_matmul(8, 8, 64), wide)
+    assert heuristic(packed_matmul(8, 8, 128), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 64)]
+    check_preserved(packed_matmul(8, 8, 128), wide)
     # stripes narrower than a vector cannot be read as one: no column block over them
     opts = heuristic(packed_matmul(8, 8, 64, stripe=4), r)
     assert Opt(OptOps.UPCAST, 1, 16) not in opts and Opt(OptOps.UPCAST, 1, 8) not in opts
     check_preserved(packed_matmul(8, 8, 64, stripe=4), r)
+
+
+def test_column_block_follows_the_renderers_vector_registers() -> None:
+    # the block holds ROW_BLOCK rows x (registers / 8) vectors: AVX2's 16 registers 2 vectors, AVX-512's 32 four,
+    # x86's 14 allocatable zmm two (never fewer than two)
+    ast = packed_matmul(16, 8, 256)
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=32))[1] == Opt(OptOps.UPCAST, 1, 16)
+    assert heuristic(ast, LLVMRenderer(max_vector_bytes=64))[1] == Opt(OptOps.UPCAST, 1, 64)
+    assert heuristic(ast, X86Renderer(avx512=False))[1] == Opt(OptOps.UPCAST, 1, 16)
+    assert heuristic(ast, X86Renderer(avx512=True))[1] == Opt(OptOps.UPCAST, 1, 32)
+
+
+def test_avx512_packed_block_reads_one_full_vector_per_stripe() -> None:
+    # 64 columns over four 16-float stripes: each reduce step loads four 16-lane vectors (not 64 scalar lanes)
+    # and broadcasts one scalar per row, and the stores are whole vectors
+    r = LLVMRenderer(max_vector_bytes=64)
+    uops = check_preserved(packed_matmul(8, 8, 128), r)
+    start = max(i for i, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[-1] is AxisType.REDUCE)
+    stop = next(i for i, u in enumerate(uops) if u.op is Ops.END and u.src[-1] is uops[start])
+    mem = [u for u in uops[start:stop] if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert sorted(u.dtype.count for u in mem) == [1, 1, 1, 1, 16, 16, 16, 16]
+    stores = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
+    assert {u.src[1].dtype.count for u in stores} == {16}
+
+
+@given(n=st.integers(1, 13), k=st.integers(1, 9), stripes=st.integers(1, 9), stripe=st.sampled_from([8, 16]),
+       wide=st.booleans(), seed=st.integers(0, 2**16))  # fmt: skip
+@settings(max_examples=25, deadline=None)
+def test_any_packed_matmul_shape_keeps_its_result(n: int, k: int, stripes: int, stripe: int, wide: bool,
+                                                  seed: int) -> None:  # fmt: skip
+    # odd row counts, column counts that are odd multiples of the stripe (blocks of 1-4 vectors), AVX2 and AVX-512
+    check_preserved(packed_matmul(n, k, stripes * stripe, stripe), LLVMRenderer(max_vector_bytes=64 if wide else 32),
+                    seed)  # fmt: skip
+
+
+def test_single_vector_column_block_gets_more_rows_with_32_registers() -> None:
+    # 784 columns = 49 x 16: one AVX-512 vector of columns, so 16 rows (16 accumulators) rather than 4, or 8 where
+    # 16 don't divide the rows; AVX2's two 8-lane vectors keep 4 rows, and so does a matrix whose rows don't split
+    # by 8
+    wide, narrow = LLVMRenderer(max_vector_bytes=64), LLVMRenderer(max_vector_bytes=32)
+    assert heuristic(matmul(128, 8, 784), wide) == [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16),
+                                                    Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(24, 8, 784), wide)[0] == Opt(OptOps.UPCAST, 0, 8)
+    assert heuristic(matmul(128, 8, 784), narrow) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16),
+                                                      Opt(OptOps.SWAP, 0, 1)]  # fmt: skip
+    assert heuristic(matmul(12, 8, 784), wide)[0] == Opt(OptOps.UPCAST, 0, 4)
+    check_preserved(matmul(16, 8, 48), wide)
+
+
+def test_wide_plain_matmul_blocks_four_vectors_with_32_registers() -> None:
+    # 512 columns make 8 blocks of 4 AVX-512 vectors: 4 x 4 accumulators; 256 columns keep 2 vectors (4 blocks of
+    # 4 would leave the workers little to split), and AVX2 keeps its 2 x 8 lanes
+    wide, narrow = LLVMRenderer(max_vector_bytes=64), LLVMRenderer(max_vector_bytes=32)
+    assert heuristic(matmul(64, 8, 512), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 64)]
+    assert heuristic(matmul(64, 8, 256), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
+    assert heuristic(matmul(64, 8, 512), narrow)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]
+    # a batched product (three output axes) keeps 2 vectors too
+    assert heuristic(matmul(8, 8, 512, batch=2), wide)[:2] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)]
+    check_preserved(matmul(8, 8, 512), wide)
+
+
+@given(n=st.integers(1, 40), k=st.integers(1, 6), m=st.sampled_from([16, 48, 80, 112, 64, 40]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+@settings(max_examples=20, deadline=None)
+def test_any_matmul_shape_keeps_its_result_with_avx512_widths(n: int, k: int, m: int, seed: int) -> None:
+    check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=64), seed)
+
+
+@given(n=st.integers(1, 20), k=st.integers(1, 4), m=st.sampled_from([512, 528, 576]), seed=st.integers(0, 2**16))
+@settings(max_examples=6, deadline=None)
+def test_any_wide_matmul_shape_keeps_its_result_with_avx512_widths(n: int, k: int, m: int, seed: int) -> None:
+    # 512 and 576 columns take 4-vector blocks, 528 = 33 x 16 one vector with up to 16 rows; odd row counts
+    check_preserved(matmul(n, k, m), LLVMRenderer(max_vector_bytes=64), seed)
+
+
+def test_avx512_packed_matmul_runs_compiled_with_llvm() -> None:
+    # (LLVM splits 512-bit vectors into halves on a host without AVX-512: correct everywhere)
+    ast = packed_matmul(12, 24, 256)
+    r = LLVMRenderer(max_vector_bytes=64, fp_contract=True)
+    inputs = bufs(ast, 5)
+    want = run_ast(ast, inputs, {})
+    uops = full_rewrite_to_sink(ast, r)
+    assert uops[-1].arg.applied_opts[:2] == (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 64))
+    src = r.render(uops)
+    assert "load <16 x float>" in src and "srem" not in src and "sdiv" not in src
+    addr, keep = compile_llvm(src, "pmm")
+    got = [b.copy() for b in inputs]
+    ext = global_extent(uops, {})
+    call(addr, uops, got, {}, (0, ext // 2))
+    call(addr, uops, got, {}, (ext // 2, ext))
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    del keep
 
 
 def test_batched_matmul_keeps_batches_outermost_and_column_blocks_outside_rows() -> None:

@@ -281,9 +281,10 @@ def _python_calls(fn: object) -> list[str]:
 # guard, not a timing: before issue 30's second pass it was 51, then 29 until a warm plan took its previous output
 # back (no Buffer made, allocated, freed per op, no BUFFER and UNIQUE node made and finalized: 22), then 17 once
 # realize() took an op over two BUFFERs to realize_graph itself and a settled CPU graph's replay ran its native call
-# through Engine.run_inline (no launch, no ptr frames); a new frame on this path should be a choice (update the number
-# and docs/ARCHITECTURE.md's breakdown), not an accident
-WARM_OP_FRAMES = 17
+# through Engine.run_inline (no launch, no ptr frames), then 15 once the runner's short route bound an unchanged
+# argument table without Batch.bind's frame; a new frame on this path should be a choice (update the number and
+# docs/ARCHITECTURE.md's breakdown), not an accident
+WARM_OP_FRAMES = 15
 
 
 def test_a_warm_eager_op_stays_within_its_python_frames() -> None:

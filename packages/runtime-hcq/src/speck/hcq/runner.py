@@ -324,12 +324,16 @@ class Batch:
         for b in bufs if self.every else map(bufs.__getitem__, self.slots):
             cur.append(b._addr if b._base is None and (o := b._opaque) is not None and o is b._addr_of else b.ptr)
         if cur != self.last:
-            table = self.table
-            for p, old, where in zip(cur, self.last, self.fills):
-                if p != old:
-                    for k, off in where:
-                        table[k] = p + off
-            self.last = cur
+            self.point(cur)
+
+    def point(self, cur: list[int]) -> None:
+        """Write the slots' addresses `cur` into the argument table where they differ from the last ones."""
+        table = self.table
+        for p, old, where in zip(cur, self.last, self.fills):
+            if p != old:
+                for k, off in where:
+                    table[k] = p + off
+        self.last = cur
 
 
 # ---------------- running ----------------
@@ -345,7 +349,15 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
         # the short route: one batch, nothing to time
         if plan.lock.acquire(False):  # (positional: a keyword argument costs ~90 ns more)
             try:
-                b.bind(bufs)
+                if b.every and not b.hold:  # (bind without its frame when the table holds these addresses already)
+                    cur = []
+                    for x in bufs:  # (a loop, not a comprehension: in 3.11 that is a function call)
+                        cur.append(x._addr if x._base is None and (o := x._opaque) is not None and o is x._addr_of
+                                   else x.ptr)  # fmt: skip
+                    if cur != b.last:
+                        b.point(cur)
+                else:
+                    b.bind(bufs)
                 b.graph.replay()
             finally:
                 plan.lock.release()

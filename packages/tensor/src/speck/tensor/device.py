@@ -7,7 +7,7 @@ from speck.codegen.compiler import Compiler
 from speck.codegen.errors import CompileError
 from speck.hcq import Allocator, Buffer, BufferOptions, Device, DeviceBase, Program, kind_of
 from speck.hcq.errors import DeviceNotFoundError
-from speck.tensor.errors import UnknownDeviceError
+from speck.tensor.errors import TensorAssertionError, TensorError, TensorRuntimeError, UnknownDeviceError
 from speck.uop import DType
 
 # tinygrad's names for the same classes: a device object's base class, buffer options
@@ -45,6 +45,18 @@ def file_backed(device: object) -> bool:
         return kind_of(device).file_backed
     except DeviceNotFoundError as e:
         raise UnknownDeviceError(str(e)) from None
+
+
+def two_devices_error(first: str, second: str, what: str = "one op") -> TensorError:
+    """The error for operands of one op on two devices (`a + b` with b on CPU:1), raised where the op is built or,
+    for ops built elsewhere, when its kernel is scheduled (before, hcq refused the program launch). A DISK operand
+    is an AssertionError, as computing on DISK is."""
+    if file_backed(first) or file_backed(second):
+        disk = first if file_backed(first) else second
+        return TensorAssertionError(f"can't compute on {disk}: a DISK tensor is file data and its device runs no "
+                                    "kernels; move it to a compute device first (e.g. .to('CPU'))")  # fmt: skip
+    return TensorRuntimeError(f"{what} reads tensors on two devices, {first} and {second}: all operands of an op must "
+                              f"be on the same device; move one first (e.g. .to({first!r}))")  # fmt: skip
 
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:

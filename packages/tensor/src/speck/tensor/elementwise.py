@@ -21,7 +21,7 @@ import struct
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
-from speck.tensor.device import default_device
+from speck.tensor.device import default_device, two_devices_error
 from speck.tensor.dims import flag, real
 from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import const_like, override_gradient
@@ -207,6 +207,8 @@ def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse:
                 dt = strong_dtype(dt)
             x, y = join(x, dt), join(y, dt)
         if xdev != ydev:
+            if type(xdev) is str and type(ydev) is str:  # (the scheduler checks this too, for ops made elsewhere)
+                raise two_devices_error(xdev, ydev)
             (x, xdev2), (y, ydev) = on_device_of(x, xdev, ydev), on_device_of(y, ydev, xdev)
             xdev = xdev2
     if reverse:
@@ -265,6 +267,8 @@ def where(c: UOp, cdev: Device, x: UOp | Scalar, xdev: Device, y: UOp | Scalar, 
     c, cdev = on_device_of(c, cdev, xdev)
     c, cdev = on_device_of(c, cdev, ydev)
     (xu, xdev), (yu, ydev) = on_device_of(xu, xdev, cdev), on_device_of(yu, ydev, cdev)
+    if type(cdev) is str and type(xdev) is str and cdev != xdev:
+        raise two_devices_error(cdev, xdev, "where")
     sh = broadcast_shape(c.shape, xu.shape, yu.shape)
     return select(broadcast_to(c, sh), broadcast_to(xu, sh), broadcast_to(yu, sh)), cdev
 

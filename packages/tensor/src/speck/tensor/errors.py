@@ -64,6 +64,14 @@ class TensorKeyError(KeyError, TensorError):
         return str(self.args[0]) if self.args else ""
 
 
+class NumpyDTypeError(TensorTypeError, KeyError):
+    """A numpy array whose dtype no tensor can have (complex, str, object): tinygrad's dtype lookup raises KeyError,
+    so this is a KeyError too, and a TypeError (the wrong kind of data)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 class TensorZeroDivisionError(ZeroDivisionError, ValueError, TensorError):
     """A size that can't be inferred because it would divide by zero (reshape's -1 next to a 0 dim, as in
     tinygrad); a ValueError too, like the other bad reshapes."""
@@ -122,6 +130,14 @@ class CheckpointError(ValueError, RuntimeError, TensorError):
 
 class SafetensorsError(CheckpointError):
     """A safetensors file is malformed; the message names the file and what is wrong."""
+
+
+class SafetensorsDTypeError(SafetensorsError, KeyError):
+    """safe_save of a dtype the safetensors format has no name for (the fnuz fp8 kinds): a KeyError too, as
+    tinygrad's lookup of the name raises."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
 
 
 class GGUFError(CheckpointError):

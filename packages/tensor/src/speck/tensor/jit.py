@@ -590,12 +590,21 @@ class TinyJit(Generic[R]):
     prune=True runs kernels that don't depend on the inputs only at the capture, not on every replay."""
 
     def __init__(
-        self, fxn: Callable[..., R] | None = None, captured: CapturedJit | None = None, prune: bool = False
+        self,
+        fxn: Callable[..., R] | None = None,
+        captured: CapturedJit | None = None,
+        prune: bool = False,
+        optimize: bool = False,
     ) -> None:
         if fxn is not None and not callable(fxn):  # (else the first call fails with "'int' object is not callable")
             raise TensorTypeError(f"TinyJit wraps a function, got {type(fxn).__name__} {fxn!r}; use @TinyJit on a "
                                   "def or TinyJit(f) with a callable f")  # fmt: skip
-        self.fxn, self.prune = fxn, prune
+        for name, flag in (("prune", prune), ("optimize", optimize)):
+            if not isinstance(flag, int):  # (bools are ints; a string or None here is a mistaken argument)
+                raise TensorTypeError(f"TinyJit({name}=...) takes a bool, got {type(flag).__name__} {flag!r}")
+        # optimize: tinygrad's request to optimize the captured kernels; speck's kernels are always optimized (NOOPT
+        # and BEAM decide how), so it is accepted and kept, with nothing more to do
+        self.fxn, self.prune, self.optimize = fxn, bool(prune), bool(optimize)
         self.captured: CapturedJit | None = captured
         self.cnt = 2 if captured is not None else 0
         if fxn is not None:

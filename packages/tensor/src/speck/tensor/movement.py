@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from speck.tensor.device import two_devices_error
 from speck.tensor.dims import (
     INT64_MAX,
     argfix,
@@ -216,6 +217,13 @@ class MovementMixin:
     def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
         return self._move(flip, argfix(axis, *args))
 
+    def pad2d(self: Tensor, padding: Any, value: float = 0.0) -> Tensor:
+        """Older tinygrad's name for a constant pad with a flat torch-style list (last dim first): `pad(padding)`."""
+        if isinstance(padding, (list, tuple)) and any(isinstance(p, (list, tuple)) or p is None for p in padding):
+            raise TensorValueError(f"pad2d takes a flat list of ints (left, right, top, bottom, ...), got {padding!r}; "
+                                   "use pad() for per-dim (before, after) pairs")  # fmt: skip
+        return self.pad(padding, value=value)
+
     def pad(self: Tensor, padding: Any, mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with ((before, after), ...) per dim, or a flat torch-style list (last dim first). Negative pads
         crop. Modes: constant (with value), reflect, replicate, circular."""
@@ -333,6 +341,9 @@ class MovementMixin:
             raise TensorIndexError("cat joins tensors along an existing dim; a 0-d tensor has none: use stack, or "
                                    "reshape(1) first")  # fmt: skip
         ts = [self, *args]
+        devs = [t.device for t in ts if type(t.device) is str]
+        if (other := next((x for x in devs if x != devs[0]), None)) is not None:
+            raise two_devices_error(devs[0], other, "cat")
         d = self._resolve_dim(dim)
         for t in ts:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):

@@ -401,6 +401,10 @@ class NNMixin:
         return x.cast(self.dtype)
 
     # ---------------- regularisation and activations ----------------
+    def leakyrelu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        """Older tinygrad's name for leaky_relu."""
+        return self.leaky_relu(neg_slope)
+
     def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only in training mode."""
         if not 0 <= real("dropout", "p", p) <= 1:

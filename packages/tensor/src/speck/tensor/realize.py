@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from sys import getrefcount as _getrefcount
 from typing import Any
+from weakref import getweakrefs as _getweakrefs
 from weakref import ref as _ref
 
 import numpy as np
@@ -101,10 +102,28 @@ _buffer_node, _next_unique = UOp.buffer_node, next_unique()
 SPARE_MAX_BYTES = 1 << 16
 _OUT: Any = object()  # (marks the output's place among a warm plan's fresh buffers: its spare is its node)
 # the death callback of a warm output's buffer_map key: the dict's own pop (C, no Python frame per op) rather than
-# WeakKeyDictionary's remove. Safe because only the dict holds that weak reference (TinyJit's _stored_key keeps the
-# keys carrying buffer_map's own callback, not this one), so it fires only while it is the entry's key, and nothing
-# iterates buffer_map (a removal during WeakKeyDictionary iteration is what its remove defers)
+# WeakKeyDictionary's remove. Safe because only the dict and the warm plan's kept (node, key) pair hold that weak
+# reference (TinyJit's _stored_key and a plan's noted input keys keep those carrying buffer_map's own callback, not
+# this one), so it fires only while it is the entry's key, and nothing iterates buffer_map (a removal during
+# WeakKeyDictionary iteration is what its remove defers). The pair lets the next run find the entry by the key itself;
+# as _unmap raises for an entry already gone, the key must never outlive its node once the entry was dropped by hand:
+# a dropped pair frees the key first (a tuple drops its items last to first; a failed check clears `key` before
+# `out`), so such a key dies before the node, its callback never run.
 _unmap = buffer_map_data.pop
+
+
+def _tolerant_key(b: UOp) -> Any:
+    """The weak reference buffer_map's dict holds as b's key when it carries buffer_map's own removal callback (which
+    tolerates an entry already gone, so a warm plan may keep it between runs), else None."""
+    if (remove := _remove) is None:
+        return None
+    for r in _getweakrefs(b):
+        if r.__callback__ is remove:
+            return r
+    return None
+
+
+_remove = getattr(buffer_map, "_remove", None)
 
 
 def _file_options(device: str) -> Any:
@@ -488,22 +507,31 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
                  for k, ((dev, size, dtype), kept) in enumerate(zip(sched.fresh, keep)))  # fmt: skip
     spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if isinstance(m[3], SpareBuffers))
     sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare)
+    sched.keys = [None] * nin
     return plan
 
 
-def realize_graph(u: UOp, device: str) -> UOp:
+def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
     """Compute u (a single-device graph, not realized yet) on `device`; returns the view of the buffer holding it.
-    A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones."""
-    found = cached_plan(u, device)
+    A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones.
+    `unrealized`: the caller found u not in realized_cache just now (cached_plan need not look again)."""
+    found = cached_plan(u, device, unrealized)
     if found is not None and (sched := found[2]) is not None and _capture_state.calls is None \
             and ALLOW_DEVICE_USAGE.value:  # fmt: skip
         plan = sched.plan if sched.generation == _program_cache.generation else None
         if plan is not None or (plan := _runnable(sched)) is not None:
             data = buffer_map_data
+            keys = sched.keys
             bufs = []
-            for b in found[1]:
-                hb = data.get(_ref(b))
-                bufs.append(hb if hb is not None else get_buffer(b))
+            for i, b in enumerate(found[1]):
+                # (the input's entry by the key object buffer_map's dict holds, found again through the last run's
+                # note: a lookup by identity, without the weak reference made and compared through UOp's __eq__)
+                if (k := keys[i]) is None or k() is not b:
+                    k = _ref(b)
+                    keys[i] = _tolerant_key(b) or k
+                if (hb := data.get(k)) is None:  # (no storage yet: get_buffer makes its entry, found next time)
+                    hb, keys[i] = get_buffer(b), None
+                bufs.append(hb)
             fresh, out_slot, dev_node, n, dt, shape, spares, out_spare = sched.warm
             if MAX_BUFFER_SIZE.value:
                 for d, size, dtype, _ in fresh:
@@ -511,13 +539,13 @@ def realize_graph(u: UOp, device: str) -> UOp:
             out = None
             if out_spare:  # the previous run's output node, when nothing holds it or its Buffer any more
                 try:
-                    out = out_spare.pop()
+                    out, key = out_spare.pop()  # (the node and its entry's key: see _unmap)
                 except IndexError:  # (another thread took it)
                     pass
                 else:  # (out, out_hb and the arguments; out_hb's third: buffer_map's entry, which out keeps)
-                    out_hb = data.get(_ref(out))
+                    out_hb = data.get(key)
                     if _getrefcount(out) != 2 or type(out_hb) is not _HcqBuffer or _getrefcount(out_hb) != 3:
-                        out = None
+                        key = out = None  # (the key first: see _unmap)
                     elif len(fresh) == 1:  # (the output is the one fresh buffer: nothing else to make)
                         bufs.append(out_hb)
             for d, size, dtype, spare in fresh if out is None or len(fresh) > 1 else ():
@@ -539,10 +567,11 @@ def realize_graph(u: UOp, device: str) -> UOp:
             _runner.run(plan, bufs)
             if out is None:
                 out = _buffer_node(dev_node, n, dt, _next_unique())  # (new_buffer_uop, inlined)
-                data[_ref(out, _unmap)] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
+                key = _ref(out, _unmap)
+                data[key] = bufs[out_slot]  # (buffer_map[out] = ..., inlined)
             if _KEEP_FREED.value:  # (LRU=0: memory goes back when its tensor dies, not kept by the plan either)
                 if out_spare is not None:
-                    out_spare.append(out)
+                    out_spare.append((out, key))
                 for k, spare in spares:
                     spare.append(bufs[k])
             return out if shape is None else out.reshape(shape)  # (sched.output_view(out), inlined)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from typing import cast as _as
 
+from speck.tensor.device import two_devices_error
 from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.elementwise import Device, broadcast_to, cast, const, join
 from speck.tensor.errors import TensorIndexError, TensorNotImplementedError, TensorTypeError, TensorValueError
@@ -482,6 +483,8 @@ class ReduceMixin:
             w = type(self)(w, device=self.device)
         if x.ndim == 0 or w.ndim == 0:
             raise TensorValueError(f"matmul needs at least 1-D operands, got shapes {x.shape} and {w.shape}")
+        if type(x.device) is str and type(w.device) is str and x.device != w.device:
+            raise two_devices_error(x.device, w.device, "matmul")
         k1, k2 = x.shape[-1], w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k1 != k2:
             raise TensorValueError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")

@@ -19,7 +19,7 @@ from typing import Any
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.tensor.counters import GlobalCounters
-from speck.tensor.device import default_device
+from speck.tensor.device import default_device, file_backed, two_devices_error
 from speck.tensor.errors import KernelCountException as KernelCountException
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.fusion import ELEMENTWISE as _ELEMENTWISE
@@ -131,6 +131,21 @@ def view_buffer_uop(base: UOp, offset: int, size: int) -> UOp:
 
 def buffer_device(buf: UOp) -> str:
     return str(buf.src[1].arg)
+
+
+_file_backed: dict[str, bool] = {}  # device name -> file_backed(name) (asked once per name: a kind never changes)
+
+
+def _one_device(bufs: list[UOp], device: str) -> None:
+    """A kernel runs on one device that runs kernels and reads only its buffers: operands on two devices (`a + b`
+    with b on CPU:1) or computing on DISK are clear errors here, not a failed compile or launch later."""
+    if (fb := _file_backed.get(device)) is None:
+        fb = _file_backed[device] = file_backed(device)
+    if fb:
+        raise two_devices_error(device, device)
+    for b in bufs:
+        if (d := buffer_device(b)) != device:
+            raise two_devices_error(device, d)
 
 
 def base_buffer(u: UOp) -> UOp | None:
@@ -676,6 +691,7 @@ class Scheduler(FusionRules):
             if k.var_vals:
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
+            _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=tuple(k.meta)))
         self.done[u] = view
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
@@ -774,6 +790,7 @@ class Scheduler(FusionRules):
                 kernel_vars = {v.arg[0] for v in ast.variables()}
                 item_vals = {k_: v_ for k_, v_ in k.var_vals.items() if k_ in kernel_vars}
             meta = tuple(k.meta) if op_meta is None else (op_meta, *[m for m in k.meta if m != op_meta])
+            _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=meta))
             return
 

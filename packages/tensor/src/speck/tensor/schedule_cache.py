@@ -28,7 +28,8 @@ class CachedSchedule:
     bytes copied, the copy source's item size), the fresh buffers to make as (device, size, dtype), the output's ref
     and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh buffer. `plan` and `generation`
     belong to the realize engine (the runner Plan of this schedule, made on first use, and the program-cache
-    generation its programs come from; `warm`: what its warm runs need that does not change, worked out once)."""
+    generation its programs come from; `warm`: what its warm runs need that does not change, worked out once;
+    `keys`: per input, the weak reference its last run found the input's buffer_map entry by)."""
 
     recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int, str, int, int], ...]
     fresh: tuple[tuple[str, Any, Any], ...]
@@ -38,6 +39,7 @@ class CachedSchedule:
     plan: Any = None
     generation: int = -1
     warm: Any = None
+    keys: Any = None
 
     def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
         """The schedule items over `inputs` and fresh buffers, and the view of the output."""
@@ -128,14 +130,15 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     return tuple(parts), inputs
 
 
-def cached_plan(u: UOp, device: str) -> tuple[Any, list[UOp], CachedSchedule | None] | None:
-    """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached."""
+def cached_plan(u: UOp, device: str, unrealized: bool = False) -> tuple[Any, list[UOp], CachedSchedule | None] | None:
+    """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached.
+    `unrealized`: the caller has just found u not in realized_cache (a binary node is not looked up again)."""
     if not SCACHE.value:
         return None
     src = u.src
     if len(src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER:  # a binary op over BUFFERs (per-op case):
         a, b = src  # _one_op_signature inlined
-        if _wref(u) in realized_data:
+        if not unrealized and _wref(u) in realized_data:
             return None
         ck = u._ck
         # one flat tuple (fewer tuples to make and hash than the walk's nested key; its first item, an Ops member,

@@ -45,7 +45,7 @@ from speck.tensor.dims import as_int, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
-from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.errors import NumpyDTypeError, TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.function import _PlaceholderStorage, callify, linear_with_vars, schedule_linear
 from speck.tensor.gradient import register_gradient_rule
 from speck.tensor.indexing import IndexingMixin, scatter_gradient
@@ -228,7 +228,7 @@ class Tensor(
             if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in _NP_TO_DT:
                 arr = arr.astype(arr.dtype.newbyteorder("="))  # (a '>f4' array: same values, native byte order)
             if arr.dtype not in _NP_TO_DT:
-                raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+                raise NumpyDTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
             if arr.dtype == np.bool_ and arr.size and arr.view(np.uint8).max() > 1:
                 arr = arr.view(np.uint8) != 0  # bool bytes other than 0/1 (a file's, a frombuffer view): kernels read 1
             dt = dt or _NP_TO_DT[arr.dtype]
@@ -257,6 +257,9 @@ class Tensor(
     @uop.setter
     def uop(self, u: UOp) -> None:
         self._uop, self._ver = u, _EPOCH[0]
+
+    # tinygrad's name for `uop` until 2025 (older model code reads and writes `t.lazydata`)
+    lazydata = uop
 
     # ---------------- autograd ----------------
     def is_param_(self, flag: builtins.bool = True) -> Tensor:
@@ -446,10 +449,10 @@ class Tensor(
         # its frames
         u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
-                and _ref(u) not in realized_data:  # fmt: skip
+                and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
-            # node is a computation, none of MAY_HOLD_DATA's)
-            view = _realize.realize_graph(u, self._device)
+            # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
+            view = _realize.realize_graph(u, self._device, True)
             self._uop, self._ver = view, _EPOCH[0]
             if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                 realized_cache[u] = view  # (see _realize_one)
@@ -569,6 +572,13 @@ class Tensor(
         tensor_args("schedule_with_vars", "argument", lst)
         items = self.schedule(*lst)
         return items, {k: v for it in items for k, v in it.var_vals.items()}
+
+    def kernelize(self, *lst: Tensor) -> Tensor:
+        """tinygrad's step between building a graph and realizing it (grouping it into kernels); returns self.
+        speck's scheduler groups a graph into kernels when it is realized or scheduled, so there is nothing to do
+        before: values, `schedule()` and `realize()` are the same with or without this call."""
+        tensor_args("kernelize", "argument", lst)
+        return self
 
     def contiguous(self) -> Tensor:
         """A tensor materialised in its own row-major buffer (free when it already is one). Device-less and weak
@@ -897,7 +907,7 @@ def _init_scalar(t: Tensor, data: Any, dtype: DTypeLike | None, requires_grad: b
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
         if arr.dtype not in _NP_TO_DT:
-            raise TensorTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
+            raise NumpyDTypeError(f"numpy dtype {arr.dtype} is not supported; convert to one of the numeric types")
         data, dtype = arr.item(), dtype or _NP_TO_DT[arr.dtype]
     dt = _dt(dtype, weak_ok=True) or dtypes.from_py(0.0 if data is None else data)
     t.requires_grad, t.grad, t.is_param = requires_grad, None, True

@@ -17,6 +17,7 @@ from speck.codegen.errors import ProgramFormError
 from speck.uop import AxisType, GroupOp, InvalidType, PtrDType, UOp, dtypes
 from speck.uop.affine import linear_terms
 from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
+from speck.uop.symbolic import fold_alu
 
 EXPAND_TYPES = (AxisType.UPCAST, AxisType.UNROLL)
 
@@ -124,6 +125,10 @@ class _Expander:
         if lanes_mode:
             per = [self.as_lanes(s, axes) for s in srcs]
             lanes = [UOp(op, u.dtype, srcs_k, u.arg) for srcs_k in zip(*per)]  # lane k: every source's lane k
+            if op is Ops.CDIV or op is Ops.CMOD:
+                # a lane's j//16 and j%16 of constants fold, so contiguity (decided on linear forms) sees the runs
+                # of a column block spanning two 16-float stripes of a packed matmul operand
+                lanes = [_folded(x) for x in lanes]
             if op is Ops.CAST and not lanes_only(u.dtype):
                 # index math becoming a value (a random counter, an arange): one vector from here on, so what is
                 # computed from it is vector ops, not one scalar chain per lane (threefry: 8x the IR, 10x the LLVM time)
@@ -141,8 +146,14 @@ class _Expander:
         return self.as_lanes(idx_val, axes)
 
     def _runs(self, idxs: list[UOp], axes: tuple[UOp, ...]) -> int | None:
-        """Length of contiguous runs the lanes split into (all lanes, else groups of the innermost axis), or None."""
-        for run in (len(idxs), _size(axes[-1]) if axes else 1):
+        """Length of contiguous runs the lanes split into (all lanes, else groups of the innermost axis, else halves
+        of those down to 4 lanes: a register block of two 16-float column stripes in different places), or None."""
+        inner = _size(axes[-1]) if axes else 1
+        runs = [len(idxs), inner]
+        while inner % 2 == 0 and inner > 4:
+            inner //= 2
+            runs.append(inner)
+        for run in runs:
             if run <= 1:
                 continue
             if all(_contiguous(idxs[g : g + run]) for g in range(0, len(idxs), run)):
@@ -271,6 +282,13 @@ def _combine_lanes(v: UOp, groups: list[list[int]], op: Ops) -> UOp:
 def lanes_only(dt: object) -> bool:
     """Index-domain dtypes (weakint, pointers) have no vector form: their nodes expand to per-lane scalars."""
     return dt == dtypes.weakint or isinstance(dt, PtrDType)
+
+
+def _folded(x: UOp) -> UOp:
+    """x as a constant when its sources are constants, else x."""
+    if all(s.op is Ops.CONST for s in x.src) and (c := fold_alu(x)) is not None:
+        return c
+    return x
 
 
 def _all_same(idxs: list[UOp]) -> bool:

@@ -54,21 +54,32 @@ def _depends(idx: UOp, r: UOp) -> bool:
     return r in idx.toposort()
 
 
-def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int) -> int | None:
-    """The largest column block (a power of two, two vectors down to one) that, split off axis c, makes every load
-    that varies along c contiguous along it, or None. This is for loads c reaches through a division and a modulo:
-    matmul's column-stripe-major copy of its right operand is read at (j//16)*16*k + r*16 + j%16, which is a plain
-    vector load per stripe once j = 16*jo + ji."""
+def _column_vectors(renderer: Renderer) -> int:
+    """Vectors of columns in a matmul's register block: ROW_BLOCK rows of them hold half the vector registers as
+    accumulators (2 with AVX2's 16 registers: 4 x 2; 4 with AVX-512's 32: 4 x 4, the 16 accumulators two FMA
+    pipes of 4 cycles' latency need to stay busy; a 4 x 1 block of zmm ran at half numpy's speed)."""
+    return max(2, renderer.vector_registers // (2 * ROW_BLOCK))
+
+
+def _split_column_amount(sink: UOp, loads: list[UOp], c: UOp, lanes: int, vectors: int = 2) -> int | None:
+    """The largest column block (a power of two, `vectors` vectors down to one) that, split off axis c, makes every
+    load that varies along c contiguous along each vector of it, or None. This is for loads c reaches through a
+    division and a modulo: matmul's column-stripe-major copy of its right operand is read at
+    (j//16)*16*k + r*16 + j%16, which is a plain vector load per stripe once j = 16*jo + ji (a block of 64 columns
+    on AVX-512 reads four stripes, one vector load from each)."""
     n = const_size(c)
     if n is None or all(_stride(ix, c) is not None for ix in loads if _depends(ix, c)):
         return None
     nid = 1 + max(a for u in sink.toposort() if u.op is Ops.RANGE for a in u.arg[:-1])
-    amt = _pow2_amount(n, 2 * lanes)
+    amt = _pow2_amount(n, vectors * lanes)
     while amt >= lanes:
-        inner = UOp.range(amt, nid, AxisType.UPCAST, c.dtype)
+        # c = outer*amt + hi*lanes + lo: each vector (lo) must be contiguous, the vectors (hi) may lie anywhere
+        lo = UOp.range(lanes, nid, AxisType.UPCAST, c.dtype)
+        hi = UOp.range(amt // lanes, nid + 1, AxisType.UPCAST, c.dtype)
         outer = UOp.range(n // amt, c.arg[:-1], c.arg[-1], c.dtype)
-        split = [graph_rewrite(ix.substitute({c: outer * amt + inner}), symbolic) for ix in loads if _depends(ix, c)]
-        if all(_stride(ix, inner) == 1 for ix in split if _depends(ix, inner)):
+        at = outer * amt + hi * lanes + lo
+        split = [graph_rewrite(ix.substitute({c: at}), symbolic) for ix in loads if _depends(ix, c)]
+        if all(_stride(ix, lo) == 1 for ix in split if _depends(ix, lo)):
             return amt
         amt //= 2
     return None
@@ -87,20 +98,27 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
     glob = [i for i, r in enumerate(outs) if r.arg[-1] is AxisType.GLOBAL and const_size(r) is not None]
     # column axis: contiguous in the store, and every load either ignores it or is contiguous along it
     col = next((i for i in reversed(glob) if _stride(store_idx, outs[i]) == 1), None)
-    climit = 2 * lanes
+    gated = _gated_axes(sink, outs)
+    windowed = len(reduce_axes(sink)) >= 2
+    # a plain matmul (two output axes) with columns for MIN_OUTER_BLOCKS wide blocks takes as many column vectors
+    # as half the registers hold beside ROW_BLOCK rows (4 x 4 zmm on AVX-512: 256x256 @ 256x512 single-core 520 ->
+    # 435 us); convolutions and Winograd's many-axis products keep 2-vector blocks (4 vectors made the CNN step's
+    # 38 such kernels ~20% slower), and so do narrow outputs (the MLP's 128-wide ones gained nothing)
+    wide = _column_vectors(renderer) * lanes
+    plain = len(glob) <= 2 and not windowed and not gated
+    ncols = const_size(outs[col]) or 0 if col is not None else 0
+    climit = wide if plain and ncols >= MIN_OUTER_BLOCKS * wide else 2 * lanes
     if col is not None and any(_depends(ix, outs[col]) and _stride(ix, outs[col]) != 1 for ix in loads):
-        if (split := _split_column_amount(sink, loads, outs[col], lanes)) is None:
+        if (split := _split_column_amount(sink, loads, outs[col], lanes, _column_vectors(renderer))) is None:
             return _row_reduce(sink, loads, col, outs[col], lanes, renderer.odd_vector_widths,
                                _mixes_widths(renderer), renderer.vector_registers,
                                renderer.wide_shuffles)  # fmt: skip
         climit = split
-    gated = _gated_axes(sink, outs)
     narrow = renderer.odd_vector_widths
     block = _block(glob, outs, loads, col, lanes, climit, gated, narrow) if col is not None else None
     # a convolution (a reduction over channels and a window) vectorizes better over its output channels, read
     # contiguously from channel-last weights, than along an output row whose input loads shift with the window
     # (the transposed convolution of conv2's input gradient: 56 -> 87 GFLOPS)
-    windowed = len(reduce_axes(sink)) >= 2
     if (block is None or windowed) and _reduce_size(sink) >= MIN_SCATTER_REDUCE:
         # a long reduction amortizes a strided store (and strided epilogue loads, read once per output too): any
         # axis the reduction's loads read contiguously (a convolution's output channels over channel-last weights)
@@ -123,6 +141,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
         # CNN's three transposed convolutions: 39.6 -> 35.6, 5.2 -> 5.0 and 4.4 -> 4.2 ms); with 32 vector registers
         # (AVX-512) 4 images x 4 vectors fit (conv4's input gradient: 4.57 -> 4.32 ms single-core)
         ramt, camt = ramt if renderer.vector_registers >= 32 else ramt // 2, camt * 2
+    if _second_row(glob, outs, loads, col, row) is None:
+        ramt = _taller_block(renderer, windowed, gated, ramt, camt, lanes, const_size(outs[row]) or 0)
     # the row upcasts come first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
     if camt <= lanes and ramt == ROW_BLOCK and (row2 := _second_row(glob, outs, loads, col, row)) is not None:
@@ -235,6 +255,20 @@ def _wide_window_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt
     if renderer.vector_registers < 32 or not windowed or gated or ramt != ROW_BLOCK or camt != 2 * lanes:
         return False
     return any(_stride(ix, row) == 1 for ix in loads if _depends(ix, row))
+
+
+def _taller_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt: int, camt: int, lanes: int,
+                  nrows: int) -> int:  # fmt: skip
+    """Rows of the register block of a plain matmul whose columns give a single vector (784 = 49 x 16 on
+    AVX-512): a ROW_BLOCK x 1 block has 4 accumulators, too few for two FMA pipes; with 32 vector registers the
+    rows double while they divide the axis, up to half the registers as accumulators (the MLP's weight gradient,
+    128x784 over a batch of 128, single-core: 4 rows 323 us, 8 rows 248 us, 16 rows 224 us). Convolutions keep
+    their tuned blocks."""
+    if renderer.vector_registers < 32 or windowed or gated or camt != lanes or ramt != ROW_BLOCK:
+        return ramt
+    while 2 * ramt <= renderer.vector_registers // 2 and nrows % (2 * ramt) == 0:
+        ramt *= 2
+    return ramt
 
 
 def _second_row(glob: list[int], outs: list[UOp], loads: list[UOp], col: int, row: int,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from speck.tensor.errors import SafetensorsDTypeError, TensorFileNotFoundError
 from speck.tensor.errors import SafetensorsError as SafetensorsError
-from speck.tensor.errors import TensorFileNotFoundError
 from speck.uop import DType, dtypes
 
 # safetensors dtype names <-> speck dtypes
@@ -68,7 +68,8 @@ def encode_header(entries: Mapping[str, tuple[DType, tuple[int, ...], int]], met
     pos = 0
     for name, (dt, shape, nbytes) in entries.items():
         if dt.scalar() not in ST_NAMES:
-            raise SafetensorsError(f"tensor {name!r}: dtype {dt} has no safetensors name")
+            raise SafetensorsDTypeError(f"tensor {name!r}: dtype {dt} has no safetensors name; cast it to one that "
+                                        "has (e.g. .cast(dtypes.fp8e4m3) or .float()) before saving")  # fmt: skip
         header[name] = {"dtype": ST_NAMES[dt.scalar()], "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
         ranges[name] = (pos, pos + nbytes)
         pos += nbytes
