@@ -219,6 +219,13 @@ def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse:
     return x, y, xdev, ydev
 
 
+def joinable(ydev: Device, xdev: str | None) -> bool:
+    """Whether an operand on ydev meets one on xdev (a name or None) as promote joins them without moving data: one
+    device, or a device-less side (rebuilt on the other's device). Tensor._binary asks only when the two are not one
+    object."""
+    return ydev is None or (ydev.__class__ is str and (xdev is None or ydev == xdev))
+
+
 # ---------------- the ALU ----------------
 def alu(op: Ops, x: UOp, *srcs: UOp) -> UOp:
     """op over operands of one shape and dtype: a literal's graph is folded when constant (and made concrete before

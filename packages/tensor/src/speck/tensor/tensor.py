@@ -103,12 +103,6 @@ _uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Te
 _DIRECT_NODE = ew.DIRECT_NODE
 
 
-def _joinable(yd: Any, dev: Any) -> bool:
-    """Whether an operand on device yd meets one on dev (a name or None) as ew.promote joins them: one device, or a
-    device-less side (rebuilt on the other's device). Tensor._binary asks only when the two are not one object."""
-    return yd is None or (yd.__class__ is str and (dev is None or yd == dev))
-
-
 # the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
 # tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
@@ -771,7 +765,7 @@ class Tensor(
             if y.__class__ is Tensor:
                 yu = y._uop if y._ver == ep else y.uop
                 if yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp \
-                        and ((yd := y._device) is dev or _joinable(yd, dev)):  # fmt: skip
+                        and ((yd := y._device) is dev or ew.joinable(yd, dev)):  # fmt: skip
                     if yd is None and dev is not None:
                         yu = ew.on_device_of(yu, None, dev)[0]
                     elif dev is None and yd is not None:
