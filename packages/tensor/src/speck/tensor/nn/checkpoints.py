@@ -109,18 +109,33 @@ class TensorIO(io.RawIOBase):
 
 
 def tar_extract(fn: FileLike) -> dict[str, Tensor]:
-    """The regular files of a tar archive, by member name, as uint8 tensors (slices of the archive)."""
+    """The regular files of a tar archive, by member name, as uint8 tensors: slices of the archive, except sparse
+    files, which are expanded on the host (each at most MAX_DECOMPRESSED_BYTES)."""
     t = _file_tensor(fn)
-    size = as_int(t.shape[0])
+    size, ceiling = as_int(t.shape[0]), int(MAX_DECOMPRESSED_BYTES.value)
+    out: dict[str, Tensor] = {}
     with named_errors(ArchiveError, f"tar_extract({fn}): not a readable tar archive"):
         with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
-            members = [m for m in tar if m.isfile()]
-    out: dict[str, Tensor] = {}
-    for m in members:
-        if m.offset_data + m.size > size:
-            raise ArchiveError(f"tar_extract({fn}): member {m.name!r} needs bytes [{m.offset_data}, "
-                               f"{m.offset_data + m.size}) of a {size}-byte archive; it is truncated")  # fmt: skip
-        out[m.name] = t[m.offset_data : m.offset_data + m.size]
+            for m in tar:
+                if not m.isfile():
+                    continue
+                if m.name in out:  # (tar tools keep the last copy; a dict would drop one of the two silently)
+                    raise ArchiveError(f"tar_extract({fn}): member {m.name!r} appears twice; extract the archive with "
+                                       "a tar tool, which keeps the last copy")  # fmt: skip
+                if m.sparse is not None:  # its bytes in the archive are its data runs without the holes: expand
+                    if m.size > ceiling:
+                        raise ArchiveError(f"tar_extract({fn}): sparse member {m.name!r} expands to {m.size} bytes, "
+                                           f"more than MAX_DECOMPRESSED_BYTES={ceiling}; if you trust the file, "
+                                           "raise it or extract the archive with a tar tool")  # fmt: skip
+                    f = tar.extractfile(m)
+                    assert f is not None  # (a regular file always has one)
+                    out[m.name] = Tensor(np.frombuffer(f.read(), dtype=np.uint8).copy())
+                    continue
+                if m.offset_data + m.size > size:
+                    raise ArchiveError(f"tar_extract({fn}): member {m.name!r} needs bytes [{m.offset_data}, "
+                                       f"{m.offset_data + m.size}) of a {size}-byte archive; it is "
+                                       "truncated")  # fmt: skip
+                out[m.name] = t[m.offset_data : m.offset_data + m.size]
     return out
 
 
@@ -142,6 +157,10 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
                     raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} is encrypted, which zip_extract "
                                        "does not read; extract it with a zip tool and its password")  # fmt: skip
                 if info.compress_type == zipfile.ZIP_STORED:
+                    if info.compress_size != info.file_size:  # (the slice would end inside the next member)
+                        raise ArchiveError(f"zip_extract({fn}): stored member {info.filename!r} claims "
+                                           f"{info.file_size} bytes but holds {info.compress_size}; the archive is "
+                                           "corrupt")  # fmt: skip
                     start = _zip_data_offset(t, info, fn)
                     if start + info.file_size > size:
                         end = start + info.file_size
@@ -169,7 +188,12 @@ def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo, fn: FileLike) -> int:
         raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has no local header at byte "
                            f"{info.header_offset}; the archive is corrupt")  # fmt: skip
     name_len, extra_len = struct.unpack("<HH", head[26:30])
-    return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
+    start = int(info.header_offset) + 30
+    name = _host_bytes(t[start : start + name_len])
+    if name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):  # (as zipfile checks)
+        raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has a local header naming {name[:80]!r}; "
+                           "the archive is corrupt or crafted")  # fmt: skip
+    return start + int(name_len) + int(extra_len)
 
 
 # ---------------- torch_load ----------------
@@ -318,8 +342,9 @@ def _unpickle(f: Any, storage: Callable[[DType, str, int], Tensor] | None, what:
         return _TorchUnpickler(f, storage).load()
 
 
-def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
-    """A uint8 file slice as numel elements of dtype (TorchLoadError when the slice holds fewer bytes)."""
+def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str, big_endian: bool = False) -> Tensor:
+    """A uint8 file slice as numel elements of dtype (TorchLoadError when the slice holds fewer bytes); a big-endian
+    checkpoint's elements are byte-swapped on the host."""
     have = as_int(raw.shape[0])
     if have < numel * dtype.itemsize:
         raise TorchLoadError(f"torch_load: {what} holds {have} bytes, but the checkpoint says it has {numel} "
@@ -328,6 +353,9 @@ def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
     if numel == 0:
         return Tensor.empty(0, dtype=dtype)
     raw = raw[: numel * dtype.itemsize]
+    if big_endian and dtype.itemsize > 1:
+        swapped = np.frombuffer(_host_bytes(raw), dtype=np.uint8).reshape(numel, dtype.itemsize)[:, ::-1]
+        return Tensor(np.ascontiguousarray(swapped).reshape(-1)).bitcast(dtype)
     if dtype.fmt is None or file_backed(raw.device):
         host = raw.to("CPU") if file_backed(raw.device) else raw
         return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)
@@ -346,12 +374,17 @@ def torch_load(fn: FileLike) -> Any:
         if pkl is None:
             raise TorchLoadError(f"torch_load: {fn} is a zip file without a data.pkl; not a PyTorch checkpoint")
         prefix = pkl[: -len("data.pkl")]
+        order = members.get(f"{prefix}byteorder")  # (torch writes it; files without one are little-endian)
+        order_text = b"little" if order is None else _host_bytes(order).strip()
+        if order_text not in (b"little", b"big"):
+            raise TorchLoadError(f"torch_load: {fn}'s {prefix}byteorder says {order_text[:40]!r}; expected 'little' "
+                                 "or 'big'. The file is corrupt")  # fmt: skip
 
         def zip_storage(dtype: DType, key: str, numel: int) -> Tensor:
             if (raw := members.get(f"{prefix}data/{key}")) is None:
                 raise TorchLoadError(f"torch_load: {fn} has no member {prefix}data/{key} for the storage its pickle "
                                      "names; the file is incomplete")  # fmt: skip
-            return _as_dtype(raw, dtype, numel, f"storage {key}")
+            return _as_dtype(raw, dtype, numel, f"storage {key}", order_text == b"big")
 
         return _unpickle(io.BytesIO(_host_bytes(members[pkl])), zip_storage, f"{fn}'s {pkl}")
     return _legacy_load(t, fn)
@@ -376,7 +409,7 @@ def _legacy_load(t: Tensor, fn: FileLike) -> Any:
     if type(magic) is not int or magic != 0x1950A86A20F9469CFC6C:
         raise TorchLoadError(f"torch_load: {fn} has no PyTorch magic number; not a (legacy) PyTorch checkpoint")
     _unpickle(f, None, f"{fn}'s protocol version")
-    _unpickle(f, None, f"{fn}'s system information")
+    _unpickle(f, None, f"{fn}'s system information")  # (storages are little-endian whatever machine wrote them)
     obj = _unpickle(f, legacy_storage, f"{fn}'s object")
     keys = _unpickle(f, None, f"{fn}'s storage keys")
     if not isinstance(keys, list):

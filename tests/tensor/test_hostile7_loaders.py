@@ -1,0 +1,392 @@
+"""Archives and checkpoints whose bytes say one thing and a naive reader returns another: a sparse tar member (its
+bytes in the archive are its data runs, not its contents), a tar member named twice, a stored zip member whose
+central directory claims more bytes than it holds, and a PyTorch zip checkpoint written on a big-endian machine.
+Each either reads exactly what the stdlib / numpy read, or is the format's named error. Then hypothesis mutates
+valid safetensors, GGUF, tar, zip and PyTorch files: every load ends in the exact bytes a reference reader gives or
+in a CheckpointError, never a raw IndexError/struct.error/UnicodeDecodeError/AssertionError."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import pathlib
+import pickle
+import struct
+import sys
+import tarfile
+import types
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from speck.tensor import Context, Tensor
+from speck.tensor.errors import ArchiveError, CheckpointError, TorchLoadError
+from speck.tensor.nn.state import gguf_load, safe_load, safe_save, tar_extract, torch_load, zip_extract
+
+
+# ---------------- tar ----------------
+def _tar(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _sparse_tar(runs: list[tuple[int, bytes]], realsize: int, after: bytes) -> bytes:
+    """A PAX 1.0 sparse member "x" (its data: a sparse map in decimal lines, padded to a block, then the runs),
+    followed by a regular member "after"."""
+    smap = f"{len(runs)}\n" + "".join(f"{off}\n{len(b)}\n" for off, b in runs)
+    body = smap.encode().ljust(-(-len(smap) // 512) * 512, b"\0") + b"".join(b for _, b in runs)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo("GNUSparseFile.0/x")
+        info.size = len(body)
+        info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "x",
+                            "GNU.sparse.realsize": str(realsize)}  # fmt: skip
+        tf.addfile(info, io.BytesIO(body))
+        info = tarfile.TarInfo("after")
+        info.size = len(after)
+        tf.addfile(info, io.BytesIO(after))
+    return out.getvalue()
+
+
+def test_a_sparse_tar_member_reads_as_its_contents(tmp_path: pathlib.Path) -> None:
+    # its archive bytes are the sparse map and the runs: the slice read them as the file (and past them into
+    # the next member) where tar gives the runs at their offsets and zeros between
+    runs = [(0, b"A" * 1000), (60000, b"B" * 1536)]
+    want = bytearray(61536)
+    for off, b in runs:
+        want[off : off + len(b)] = b
+    after = bytes(range(256)) * 400
+    p = tmp_path / "sparse.tar"
+    p.write_bytes(_sparse_tar(runs, len(want), after))
+    got = tar_extract(p)
+    assert sorted(got) == ["after", "x"]
+    assert got["x"].numpy().tobytes() == bytes(want)
+    assert got["after"].numpy().tobytes() == after
+
+
+def test_a_sparse_tar_member_beyond_the_ceiling_is_refused(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "sparse.tar"
+    p.write_bytes(_sparse_tar([(0, b"A" * 512)], 10**6, b""))
+    with Context(MAX_DECOMPRESSED_BYTES=10**5), pytest.raises(ArchiveError, match="MAX_DECOMPRESSED_BYTES"):
+        tar_extract(p)
+
+
+def test_a_tar_member_named_twice_is_refused(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "dup.tar"
+    p.write_bytes(_tar([("w", b"first"), ("v", b"other"), ("w", b"second")]))
+    with pytest.raises(ArchiveError, match="'w' appears twice"):
+        tar_extract(p)
+    p.write_bytes(_tar([("w", b"first"), ("v", b"other")]))
+    assert {k: v.numpy().tobytes() for k, v in tar_extract(p).items()} == {"w": b"first", "v": b"other"}
+
+
+# ---------------- zip ----------------
+def _zip(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def test_a_stored_zip_member_claiming_more_bytes_than_it_holds_is_refused(tmp_path: pathlib.Path) -> None:
+    raw = bytearray(_zip([("a", b"hello"), ("b", b"world!")]))
+    cd = raw.index(b"PK\x01\x02")  # member a's central directory entry: uncompressed size at +24
+    raw[cd + 24 : cd + 28] = struct.pack("<I", 40)  # (the slice would run into b's local header and data)
+    p = tmp_path / "bad.zip"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ArchiveError, match="claims 40 bytes but holds 5"):
+        zip_extract(p)
+
+
+def test_a_stored_zip_member_whose_local_header_names_another_file_is_refused(tmp_path: pathlib.Path) -> None:
+    # zipfile refuses such a member when it reads it; the slice read it as it stood
+    raw = bytearray(_zip([("a", b"hello"), ("b", b"world!")]))
+    raw[30] = ord("z")  # member a's local header name (its central directory still says "a")
+    p = tmp_path / "renamed.zip"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(zipfile.BadZipFile):
+        zipfile.ZipFile(p).read("a")
+    with pytest.raises(ArchiveError, match="local header naming b'z'"):
+        zip_extract(p)
+
+
+# ---------------- torch zip checkpoints written on a big-endian machine ----------------
+class _Call:
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.fn, self.args)
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj: object) -> object:
+        return obj if isinstance(obj, tuple) and len(obj) == 5 and obj[0] == "storage" else None
+
+
+STORAGES = {"float32": "FloatStorage", "float16": "HalfStorage", "int64": "LongStorage", "int16": "ShortStorage",
+            "uint8": "ByteStorage", "float64": "DoubleStorage"}  # fmt: skip
+
+
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """torch's names for the pickler to write (torch itself is not needed to make a checkpoint)."""
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    def _rebuild_tensor_v2(*a: object) -> None:
+        pass
+
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2  # type: ignore[attr-defined]
+    torch._utils = utils  # type: ignore[attr-defined]
+    for n in STORAGES.values():
+        setattr(torch, n, type(n, (), {"__module__": "torch", "__qualname__": n}))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+    return types.SimpleNamespace(torch=torch, rebuild=_rebuild_tensor_v2)
+
+
+def _pth(ns: types.SimpleNamespace, arrays: dict[str, np.ndarray], byteorder: bytes | None, order: str) -> bytes:
+    """A zip checkpoint of `arrays` (each its own storage, its bytes in `order` '<' or '>'), with a byteorder
+    record saying `byteorder` (None: no record, as older torch wrote)."""
+    obj, storages = {}, {}
+    for i, (name, a) in enumerate(arrays.items()):
+        kind = getattr(ns.torch, STORAGES[a.dtype.name])
+        strides = tuple(s // a.itemsize for s in a.strides)
+        pid = ("storage", kind, str(i), "cpu", a.size)
+        obj[name] = _Call(ns.rebuild, pid, 0, a.shape, strides, False, collections.OrderedDict())
+        storages[str(i)] = a.astype(a.dtype.newbyteorder(order)).tobytes()
+    out = io.BytesIO()
+    _Pickler(out, protocol=2).dump(obj)
+    files = {"archive/data.pkl": out.getvalue(), **{f"archive/data/{k}": v for k, v in storages.items()}}
+    if byteorder is not None:
+        files["archive/byteorder"] = byteorder
+    return _zip(list(files.items()))
+
+
+ARRAYS = {
+    "f32": np.linspace(-3, 7, 12, dtype=np.float32).reshape(3, 4),
+    "f16": np.array([1.5, -2.25, 65504.0], dtype=np.float16),
+    "i64": np.array([[1, -2], [2**40 + 3, -(2**62)]], dtype=np.int64),
+    "i16": np.array([-300, 7, 32767], dtype=np.int16),
+    "u8": np.array([1, 2, 250], dtype=np.uint8),
+    "f64": np.array([np.pi, -1e300], dtype=np.float64),
+}
+
+
+@pytest.mark.parametrize(("byteorder", "order"), [(b"big", ">"), (b"little", "<"), (None, "<"), (b"big\n", ">")])
+def test_a_zip_checkpoint_reads_its_values_in_the_byte_order_it_records(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace, byteorder: bytes | None, order: str
+) -> None:
+    # a big-endian checkpoint's storages were read as little-endian: every multi-byte value came back garbled
+    p = tmp_path / "m.pth"
+    p.write_bytes(_pth(fake_torch, ARRAYS, byteorder, order))
+    got = torch_load(p)
+    for name, a in ARRAYS.items():
+        have = got[name].numpy()
+        assert have.dtype == a.dtype
+        np.testing.assert_array_equal(have, a)
+
+
+def test_a_big_endian_bfloat16_storage_and_a_permuted_view_read_right(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace
+) -> None:
+    want = np.array([1.0, -2.5, 2.0**40 * 1.5, 0.0], dtype=np.float32)
+    bf16_be = (want.view(np.uint32) >> 16).astype(">u2").tobytes()  # (exact: these values need only 8 mantissa bits)
+    fake_torch.torch.BFloat16Storage = type("BFloat16Storage", (), {"__module__": "torch",
+                                                                     "__qualname__": "BFloat16Storage"})  # fmt: skip
+    f32 = np.arange(6, dtype=np.float32)
+    obj = {"bf": _Call(fake_torch.rebuild, ("storage", fake_torch.torch.BFloat16Storage, "0", "cpu", 4), 0, (4,),
+                       (1,), False, collections.OrderedDict()),
+           "t": _Call(fake_torch.rebuild, ("storage", fake_torch.torch.FloatStorage, "1", "cpu", 6), 0, (3, 2),
+                      (1, 3), False, collections.OrderedDict())}  # fmt: skip
+    out = io.BytesIO()
+    _Pickler(out, protocol=2).dump(obj)
+    p = tmp_path / "bf.pth"
+    p.write_bytes(_zip([("archive/data.pkl", out.getvalue()), ("archive/byteorder", b"big"),
+                        ("archive/data/0", bf16_be), ("archive/data/1", f32.astype(">f4").tobytes())]))  # fmt: skip
+    got = torch_load(p)
+    np.testing.assert_array_equal(got["bf"].float().numpy(), want)
+    np.testing.assert_array_equal(got["t"].numpy(), f32.reshape(2, 3).T)
+
+
+@pytest.mark.parametrize("record", [b"middle", b"", b"\xff\xfe"])
+def test_a_byteorder_record_of_neither_order_is_refused(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace, record: bytes
+) -> None:
+    p = tmp_path / "m.pth"
+    p.write_bytes(_pth(fake_torch, {"f32": ARRAYS["f32"]}, record, "<"))
+    with pytest.raises(TorchLoadError, match="byteorder"):
+        torch_load(p)
+
+
+# ---------------- mutation fuzzing: the exact bytes of a reference reader, or a named error ----------------
+def _gguf() -> bytes:
+    def s(x: str) -> bytes:
+        return struct.pack("<Q", len(x)) + x.encode()
+
+    kv = (s("general.name") + struct.pack("<I", 8) + s("m") + s("general.alignment") + struct.pack("<II", 4, 32)
+          + s("arr") + struct.pack("<IIQ", 9, 5, 3) + struct.pack("<3i", 1, 2, 3))  # fmt: skip
+    tensors = [("a", (4, 2), 0, np.arange(8, dtype=np.float32).tobytes()), ("b", (32,), 8, bytes(range(34))),
+               ("c", (3,), 1, np.ones(3, np.float16).tobytes())]  # fmt: skip
+    info, data = b"", b""
+    for name, dims, gtype, raw in tensors:
+        data += b"\0" * (-len(data) % 32)
+        info += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        info += struct.pack("<IQ", gtype, len(data))
+        data += raw
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 3) + kv + info
+    return head + b"\0" * (-len(head) % 32) + data
+
+
+def _safetensors(d: pathlib.Path) -> bytes:
+    p = d / "base.safetensors"
+    safe_save({"a": Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)), "b": Tensor(np.array([1, -2, 3])),
+               "e": Tensor.empty(0, 3), "h": Tensor(np.ones(2, np.float16))}, p, metadata={"k": "v"})  # fmt: skip
+    return p.read_bytes()
+
+
+ST_NP = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1",
+         "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "u1"}  # fmt: skip
+
+
+def _check_safetensors(raw: bytes, got: dict[str, Tensor]) -> None:
+    """What a loaded mutant holds is what its header says, read by json and numpy."""
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    header.pop("__metadata__", None)
+    assert sorted(got) == sorted(header)
+    for name, e in header.items():
+        start, end = e["data_offsets"]
+        t = got[name]
+        assert t.shape == tuple(e["shape"])
+        if e["dtype"] in ST_NP:  # (a little-endian host: numpy's bytes are the file's)
+            want = np.frombuffer(raw[8 + n + start : 8 + n + end], dtype=ST_NP[e["dtype"]]).reshape(e["shape"])
+            if e["dtype"] == "BOOL":
+                np.testing.assert_array_equal(t.numpy(), want.astype(bool))
+            else:
+                assert t.numpy().tobytes() == want.tobytes()
+
+
+def _check_tar(raw: bytes, got: dict[str, Tensor]) -> None:
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:
+        want = {}
+        for m in tf:
+            if m.isfile():
+                f = tf.extractfile(m)
+                assert f is not None
+                want[m.name] = f.read()
+    assert {k: v.numpy().tobytes() for k, v in got.items()} == want
+
+
+def _check_zip(raw: bytes, got: dict[str, Tensor]) -> None:
+    # zip_extract slices stored members without reading them, so it checks no CRC (a known limit: a flipped data
+    # byte reads as flipped); the reference reads without the CRC check too
+    update_crc = zipfile.ZipExtFile._update_crc  # type: ignore[attr-defined]
+    zipfile.ZipExtFile._update_crc = lambda self, data: None  # type: ignore[attr-defined]
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            want = {i.filename: zf.read(i) for i in zf.infolist() if not i.is_dir()}
+    finally:
+        zipfile.ZipExtFile._update_crc = update_crc  # type: ignore[attr-defined]
+    assert {k: v.numpy().tobytes() for k, v in got.items()} == want
+
+
+def _realize(obj: Any) -> None:
+    if isinstance(obj, Tensor):
+        obj.numpy()
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _realize(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _realize(v)
+
+
+INTS = [0, 1, 2, 7, 8, 31, 32, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1]
+MUTATION = st.tuples(st.sampled_from(["byte", "cut", "insert", "delete", "int"]), st.floats(0, 1, exclude_max=True),
+                     st.integers(0, 255), st.sampled_from([1, 2, 4, 8]), st.sampled_from(INTS))  # fmt: skip
+
+
+def _mutate(raw: bytes, ops: list[tuple[str, float, int, int, int]]) -> bytes:
+    b = bytearray(raw)
+    for op, where, byte, width, value in ops:
+        if not b:
+            break
+        p = int(where * len(b))
+        if op == "byte":
+            b[p] = byte
+        elif op == "cut":
+            del b[p:]
+        elif op == "insert":
+            b[p:p] = bytes([byte]) * width
+        elif op == "delete":
+            del b[p : p + width]
+        else:
+            b[p : p + width] = (value % 256**width).to_bytes(width, "little")
+    return bytes(b)
+
+
+def _pth_base() -> bytes:
+    ns = types.SimpleNamespace(torch=types.ModuleType("torch"), rebuild=None)
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch._utils")}
+    utils = types.ModuleType("torch._utils")
+
+    def _rebuild_tensor_v2(*a: object) -> None:
+        pass
+
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2  # type: ignore[attr-defined]
+    for n in STORAGES.values():
+        setattr(ns.torch, n, type(n, (), {"__module__": "torch", "__qualname__": n}))
+    ns.rebuild = _rebuild_tensor_v2
+    sys.modules["torch"], sys.modules["torch._utils"] = ns.torch, utils
+    try:
+        return _pth(ns, {"f32": ARRAYS["f32"], "i16": ARRAYS["i16"]}, b"big", ">")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+Format = tuple[Callable[[pathlib.Path], bytes], Callable[[Any], Any], Callable[[bytes, Any], None] | None]
+FORMATS: dict[str, Format] = {
+    "safetensors": (_safetensors, safe_load, _check_safetensors),
+    "gguf": (lambda d: _gguf(), gguf_load, None),
+    "tar": (lambda d: _tar([("a.bin", b"hello"), ("d/b.bin", bytes(range(256)) * 3)]), tar_extract, _check_tar),
+    "zip": (lambda d: _zip([("a", b"hello"), ("b", bytes(300))]), zip_extract, _check_zip),
+    "pth": (lambda d: _pth_base(), torch_load, None),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(MUTATION, min_size=1, max_size=3))
+def test_a_mutated_file_loads_exactly_or_is_a_checkpoint_error(tmp_path: pathlib.Path, fmt: str,
+                                                              ops: list[Any]) -> None:  # fmt: skip
+    make, load, check = FORMATS[fmt]
+    raw = _mutate(make(tmp_path), ops)
+    p = tmp_path / f"mutant.{fmt}"
+    p.write_bytes(raw)
+    try:
+        got = load(p)
+        _realize(got)
+    except CheckpointError as e:
+        assert str(e)  # (a message that says something)
+        return
+    if check is not None:
+        check(raw, got)
