@@ -232,6 +232,77 @@ def test_a_byteorder_record_of_neither_order_is_refused(
         torch_load(p)
 
 
+def _legacy(obj: Any, storages: dict[str, np.ndarray]) -> bytes:
+    """The pre-1.6 stream: magic, protocol, system info, the object, the storage keys, then each storage as an
+    8-byte element count and its bytes."""
+    info = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    out = io.BytesIO()
+    _Pickler(out, protocol=2).dump(obj)
+    raw = pickle.dumps(0x1950A86A20F9469CFC6C, 2) + pickle.dumps(1001, 2) + pickle.dumps(info, 2) + out.getvalue()
+    raw += pickle.dumps(list(storages), 2)
+    for a in storages.values():
+        raw += struct.pack("<q", a.size) + a.tobytes()
+    return raw
+
+
+def _nest(leaf: Any, depth: int) -> Any:
+    """depth levels of pairs of one shared tuple: a pickle of a few bytes a level, 2**depth paths to the leaf."""
+    t = leaf
+    for _ in range(depth):
+        t = (t, t)
+    return t
+
+
+@pytest.mark.parametrize("depth", [3, 64])
+def test_a_legacy_checkpoint_of_shared_nested_tuples_resolves_each_once(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace, depth: int
+) -> None:
+    # every path through the shared pairs was walked (and the tensor rebuilt on each): 2**64 of them for 64 levels
+    # of a 700-byte file. Shared stays shared, as in the pickle
+    a = np.arange(6, dtype=np.float32)
+    leaf = _Call(fake_torch.rebuild, ("storage", fake_torch.torch.FloatStorage, "0", "cpu", 6), 0, (2, 3), (3, 1),
+                 False, collections.OrderedDict())  # fmt: skip
+    p = tmp_path / "nested.pt"
+    p.write_bytes(_legacy({"t": _nest(leaf, depth), "u": [leaf, leaf]}, {"0": a}))
+    got = torch_load(p)
+    t = got["t"]
+    for _ in range(depth):
+        assert t[0] is t[1]
+        t = t[0]
+    assert t is got["u"][0] and got["u"][1] is t
+    np.testing.assert_array_equal(t.numpy(), a.reshape(2, 3))
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_broadcast_view_expanding_past_the_ceiling_is_refused(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace, legacy: bool
+) -> None:
+    # a stride of 0 over one stored float claimed 2**40 elements: the host gather tried to allocate 4 TiB
+    def view(shape: tuple[int, ...], stride: tuple[int, ...]) -> _Call:
+        return _Call(fake_torch.rebuild, ("storage", fake_torch.torch.FloatStorage, "0", "cpu", 3), 0, shape, stride,
+                     False, collections.OrderedDict())  # fmt: skip
+
+    a = np.array([1.5, -2.0, 3.0], dtype=np.float32)
+
+    def write(obj: Any) -> pathlib.Path:
+        p = tmp_path / "view.pt"
+        if legacy:
+            p.write_bytes(_legacy(obj, {"0": a}))
+        else:
+            out = io.BytesIO()
+            _Pickler(out, protocol=2).dump(obj)
+            p.write_bytes(_zip([("archive/data.pkl", out.getvalue()), ("archive/data/0", a.tobytes())]))
+        return p
+
+    with pytest.raises(TorchLoadError, match="MAX_DECOMPRESSED_BYTES"):
+        torch_load(write({"w": view((2**20, 2**20), (0, 0))}))
+    with Context(MAX_DECOMPRESSED_BYTES=1000), pytest.raises(TorchLoadError, match="1200 bytes"):
+        torch_load(write({"w": view((100, 3), (0, 1))}))
+    got = torch_load(write({"w": view((100, 3), (0, 1)), "t": view((3, 2), (1, 0))}))
+    np.testing.assert_array_equal(got["w"].numpy(), np.broadcast_to(a, (100, 3)))
+    np.testing.assert_array_equal(got["t"].numpy(), np.broadcast_to(a[:, None], (3, 2)))
+
+
 # ---------------- mutation fuzzing: the exact bytes of a reference reader, or a named error ----------------
 def _gguf() -> bytes:
     def s(x: str) -> bytes:

@@ -233,7 +233,13 @@ def _rebuild_tensor(storage: Any, offset: Any, shape: Any, stride: Any, *_: Any)
     contiguous = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     if stride == contiguous or numel == 1:
         return storage[offset : offset + numel].reshape(shape)
-    # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them
+    # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them.
+    # A stride of 0 repeats elements: a few bytes of file may claim terabytes, so the gather is capped like inflating
+    if numel * storage.dtype.itemsize > (ceiling := int(MAX_DECOMPRESSED_BYTES.value)):
+        raise TorchLoadError(f"torch_load: a tensor view (shape {shape}, strides {stride}) would expand to "
+                             f"{numel * storage.dtype.itemsize} bytes on the host, more than MAX_DECOMPRESSED_BYTES="
+                             f"{ceiling}; if you trust the file, raise it (MAX_DECOMPRESSED_BYTES=<bytes> in the "
+                             "environment, or Context(MAX_DECOMPRESSED_BYTES=...))")  # fmt: skip
     bits = storage if storage.dtype.fmt is not None else storage.bitcast(dtypes.uint16)
     flat = bits.to("CPU").numpy() if file_backed(bits.device) else bits.numpy()
     arr = np.ascontiguousarray(np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in
@@ -436,25 +442,28 @@ def _legacy_load(t: Tensor, fn: FileLike) -> Any:
 
 
 def _resolve(obj: Any, storages: dict[str, Tensor], memo: dict[int, Any]) -> Any:
-    """obj with its pending tensors rebuilt; shared and self-containing lists and dicts stay shared."""
-    if isinstance(obj, _LegacyTensor):
-        return _rebuild_tensor(storages[obj.storage.key], *obj.args)
+    """obj with its pending tensors rebuilt; whatever the pickle shares stays shared and is resolved once (a
+    pickle of 40 nested pairs of one shared tuple, 400 bytes, is 2**40 paths), and self-containing lists and dicts
+    stay self-containing."""
     if id(obj) in memo:
+        return memo[id(obj)]
+    if isinstance(obj, _LegacyTensor):
+        memo[id(obj)] = _rebuild_tensor(storages[obj.storage.key], *obj.args)
         return memo[id(obj)]
     if isinstance(obj, dict):
         out: Any = type(obj)()
         memo[id(obj)] = out
         out.update((_resolve(k, storages, memo), _resolve(v, storages, memo)) for k, v in obj.items())
         return out
-    if isinstance(obj, (set, frozenset)):  # (a tensor in a set or a dict key is hashable: it must not stay pending)
-        return type(obj)(_resolve(v, storages, memo) for v in obj)
     if isinstance(obj, list):
         lst: list[Any] = []
         memo[id(obj)] = lst
         lst.extend(_resolve(v, storages, memo) for v in obj)
         return lst
-    if isinstance(obj, tuple):
-        return tuple(_resolve(v, storages, memo) for v in obj)
+    if isinstance(obj, (set, frozenset, tuple)):  # (a tensor in a set or a dict key is hashable: it must not stay
+        # pending). Memoized once built: one inside itself (through a list) is built again one level down
+        memo[id(obj)] = type(obj)(_resolve(v, storages, memo) for v in obj)
+        return memo[id(obj)]
     return obj
 
 
