@@ -650,6 +650,7 @@ class ElementwiseMixin:
 
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
+        equal_nan = flag("isclose", "equal_nan", equal_nan)
         a, b = self._broadcasted(other)
         if not dtypes.is_float(a.dtype):
             # ints compare in float, as numpy does: their difference would wrap (uint8 3 - 5 is 254)

@@ -41,7 +41,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int, tensor_args
+from speck.tensor.dims import as_int, flag, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -322,7 +322,7 @@ class Tensor(
     @staticmethod
     def test(mode: builtins.bool = True) -> Any:
         """Context manager (and decorator) for evaluation mode: training off while mode is True."""
-        return train(not mode)
+        return train(not flag("test", "mode", mode))
 
     # ---------------- basic properties ----------------
     @property
@@ -917,7 +917,7 @@ class train(contextlib.ContextDecorator):
     `__exit__` (the object holds no generator that dropping it would close)."""
 
     def __init__(self, mode: bool = True) -> None:
-        self.mode = mode
+        self.mode = flag("train", "mode", mode)  # (int("no") failed only at __enter__; a list counted as yes)
         self.saved: list[int] = []
 
     def __enter__(self) -> None:
