@@ -95,3 +95,39 @@ def test_scatter_with_a_tensor_index_matches_numpy() -> None:
     want = a.copy()
     np.put_along_axis(want, idx, 5.0, axis=1)  # (an index of self's shape: torch's scatter and numpy's agree)
     np.testing.assert_array_equal(Tensor(a).scatter(1, Tensor(idx), 5.0).numpy(), want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, -0.0, 0.5, -2.0, 3.0, 1e-3, -7.25]), min_size=6, max_size=6),
+    st.sampled_from([np.inf, -np.inf, 0, 1, 2, 3, 0.5, -1]),
+    st.sampled_from([0, 1, -1]),
+)
+def test_normalize_of_every_norm_order_matches_numpy(vals: list[float], p: float, dim: int) -> None:
+    # p=inf gave x back unchanged (|x|**inf summed, then **0 is 1), p=0 was Python's "division by zero"
+    a = np.array(vals, dtype=np.float32).reshape(2, 3)
+    with np.errstate(divide="ignore"):
+        norm = np.linalg.norm(a.astype(np.float64), ord=p, axis=dim, keepdims=True)
+    want = a / np.maximum(norm, 1e-12)
+    np.testing.assert_allclose(Tensor(a).normalize(p=p, dim=dim).numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda: x().normalize(p=float("nan")), "p is NaN"),
+    (lambda: x().softplus(beta=0), "beta must be a nonzero number"),
+    (lambda: x().softplus(beta=float("nan")), "beta must be a nonzero number"),
+])  # fmt: skip
+def test_a_norm_order_or_beta_that_has_no_value_is_named(call: Callable[[], Any], words: str) -> None:
+    with pytest.raises(ValueError, match=words) as ei:
+        call()
+    assert isinstance(ei.value, TensorError)
+
+
+@pytest.mark.parametrize("a", [1e300, -1e200, 1e155])
+def test_kaiming_of_a_huge_slope_is_the_limit_not_an_overflow(a: float) -> None:
+    # (a**2 of a float past the range raised OverflowError; the gain sqrt(2 / (1 + a*a)) tends to 0)
+    with np.errstate(over="ignore"):
+        want_std = np.sqrt(2.0 / (1 + np.float64(a) ** 2)) / np.sqrt(4)
+    for init in (Tensor.kaiming_normal, Tensor.kaiming_uniform):
+        out = init(3, 4, a=a).numpy()
+        assert np.all(np.abs(out) <= max(np.sqrt(3.0) * want_std, np.finfo(np.float32).smallest_subnormal) * 8)

@@ -823,6 +823,8 @@ class ElementwiseMixin:
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         beta = real("softplus", "beta", beta)
+        if beta == 0 or beta != beta:  # (was Python's bare "division by zero")
+            raise TensorValueError(f"softplus: beta must be a nonzero number (it divides), got {beta!r}")
         return (self * beta).logaddexp(0.0) * (1 / beta)
 
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
