@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Context, Tensor
-from speck.tensor.errors import ArchiveError, CheckpointError, TorchLoadError
+from speck.tensor.errors import ArchiveError, CheckpointError, GGUFError, TorchLoadError
 from speck.tensor.nn.state import gguf_load, safe_load, safe_save, tar_extract, torch_load, zip_extract
 
 
@@ -301,6 +301,16 @@ def test_a_broadcast_view_expanding_past_the_ceiling_is_refused(
     got = torch_load(write({"w": view((100, 3), (0, 1)), "t": view((3, 2), (1, 0))}))
     np.testing.assert_array_equal(got["w"].numpy(), np.broadcast_to(a, (100, 3)))
     np.testing.assert_array_equal(got["t"].numpy(), np.broadcast_to(a[:, None], (3, 2)))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_big_endian_gguf_is_named_as_such(tmp_path: pathlib.Path, version: int) -> None:
+    p = tmp_path / "be.gguf"
+    p.write_bytes(b"GGUF" + struct.pack(">IQQ", version, 0, 0))
+    with pytest.raises(GGUFError, match=f"big-endian it is version {version}"):
+        gguf_load(p)
+    p.write_bytes(b"GGUF" + struct.pack("<IQQ", version, 0, 0))  # (the same file little-endian: empty, and loads)
+    assert gguf_load(p) == ({}, {})
 
 
 # ---------------- mutation fuzzing: the exact bytes of a reference reader, or a named error ----------------

@@ -242,7 +242,10 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
         raise GGUFError(f"{what}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     version = r.unpack("<I")
     if version not in (2, 3):
-        raise GGUFError(f"{what}: GGUF version {version} is not supported; expected 2 or 3")
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        hint = (f" (read big-endian it is version {swapped}: the file is big-endian, which gguf_load does not read; "
+                "convert it to little-endian, e.g. with gguf-py)") if swapped in (2, 3) else ""  # fmt: skip
+        raise GGUFError(f"{what}: GGUF version {version} is not supported; expected 2 or 3{hint}")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     if n_tensors > size or n_kv > size:
         raise GGUFError(f"{what}: header claims {n_tensors} tensors and {n_kv} metadata entries in {size} bytes")
