@@ -30,6 +30,27 @@ from speck.tensor.errors import ArchiveError, CheckpointError, GGUFError, TorchL
 from speck.tensor.nn.state import gguf_load, safe_load, safe_save, tar_extract, torch_load, zip_extract
 
 
+# ---------------- safetensors replaced after a lazy load ----------------
+def test_a_lazy_safe_load_reads_the_file_it_loaded_even_after_a_save_over_it(tmp_path: pathlib.Path) -> None:
+    # the header was read with open() and the file mapped at first use: a save that replaced it in between gave
+    # each lazy tensor the new file's bytes at the old offsets (here "a" read "b"'s new values)
+    p = tmp_path / "m.safetensors"
+    a, b = np.arange(4, dtype=np.float32), np.arange(4, 10, dtype=np.int16)
+    safe_save({"a": Tensor(a), "b": Tensor(b)}, p)
+    sd = safe_load(p)
+    safe_save({"b": Tensor(np.full(6, 99, np.int16)), "a": Tensor(np.full(4, 77, np.float32))}, p)
+    np.testing.assert_array_equal(sd["a"].numpy(), a)
+    np.testing.assert_array_equal(sd["b"].numpy(), b)
+    new = safe_load(p)  # (and a load now reads the new file)
+    np.testing.assert_array_equal(new["a"].numpy(), np.full(4, 77, np.float32))
+
+
+def test_a_lazy_safe_load_of_no_file_is_still_a_file_not_found_error(tmp_path: pathlib.Path) -> None:
+    for p in (tmp_path / "missing.safetensors", tmp_path):
+        with pytest.raises(FileNotFoundError, match="not a file"):
+            safe_load(p)
+
+
 # ---------------- tar ----------------
 def _tar(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT) -> bytes:
     out = io.BytesIO()
