@@ -154,7 +154,7 @@ class _Call:
 
 class _Pickler(pickle.Pickler):
     def persistent_id(self, obj: object) -> object:
-        return obj if isinstance(obj, tuple) and len(obj) == 5 and obj[0] == "storage" else None
+        return obj if isinstance(obj, tuple) and len(obj) in (5, 6) and obj[0] == "storage" else None
 
 
 STORAGES = {"float32": "FloatStorage", "float16": "HalfStorage", "int64": "LongStorage", "int16": "ShortStorage",
@@ -292,6 +292,24 @@ def test_a_legacy_checkpoint_of_shared_nested_tuples_resolves_each_once(
         t = t[0]
     assert t is got["u"][0] and got["u"][1] is t
     np.testing.assert_array_equal(t.numpy(), a.reshape(2, 3))
+
+
+def test_a_legacy_storage_view_is_refused_not_read_from_its_roots_start(
+    tmp_path: pathlib.Path, fake_torch: types.SimpleNamespace
+) -> None:
+    # a legacy persistent id's 6th field (view key, offset, size) was ignored: the tensor read the root storage
+    # from element 0. A view of no storage (None, what torch has written since 0.4) still loads
+    a = np.arange(8, dtype=np.float32)
+    for view, want in [(("v", 4, 4), None), (None, a[:4])]:
+        pid = ("storage", fake_torch.torch.FloatStorage, "0", "cpu", 8, view)
+        leaf = _Call(fake_torch.rebuild, pid, 0, (4,), (1,), False, collections.OrderedDict())
+        p = tmp_path / "view.pt"
+        p.write_bytes(_legacy({"w": leaf}, {"0": a}))
+        if want is None:
+            with pytest.raises(TorchLoadError, match="view of another storage"):
+                torch_load(p)
+        else:
+            np.testing.assert_array_equal(torch_load(p)["w"].numpy(), want)
 
 
 @pytest.mark.parametrize("legacy", [False, True])

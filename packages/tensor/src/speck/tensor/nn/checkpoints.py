@@ -337,6 +337,10 @@ class _TorchUnpickler(pickle.Unpickler):
         if self.storage is None or not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
             raise TorchLoadError(f"torch_load: unsupported persistent id {pid!r}")
         kind, key, numel = pid[1], pid[2], pid[4]
+        if len(pid) > 5 and pid[5] is not None:  # (the tensor would read its root storage from element 0: wrong data)
+            raise TorchLoadError(f"torch_load: storage {key!r} is a view of another storage ({pid[5]!r:.60}), which "
+                                 "only very old PyTorch wrote and torch_load does not read; load the file with torch "
+                                 "and save it again")  # fmt: skip
         dtype = kind.dtype if isinstance(kind, _StorageType) else kind if isinstance(kind, DType) else None
         if dtype is None or not isinstance(key, (str, int)) or type(numel) is not int or numel < 0:
             raise TorchLoadError(f"torch_load: malformed storage reference {pid!r}")
