@@ -209,6 +209,9 @@ class Tensor(
                     f"Tensor({type(data).__name__} of {len(raw)} bytes, dtype={dt}): {dt} items are {dt.itemsize} "
                     f"bytes and {len(raw)} is no multiple of that; pass whole items (pad or slice the bytes)"
                 )
+            if dt == dtypes.bool:  # (a BITCAST to bool no renderer expresses; any nonzero byte is True, as numpy reads)
+                self.uop = _from_numpy(raw != 0, dt, dev)
+                return
             bits = _UINT_OF_SIZE[dt.itemsize]
             self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
             if dt != bits:
