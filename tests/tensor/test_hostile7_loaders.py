@@ -352,6 +352,25 @@ def test_a_big_endian_gguf_is_named_as_such(tmp_path: pathlib.Path, version: int
     assert gguf_load(p) == ({}, {})
 
 
+@pytest.mark.parametrize("claim", ["key", "array"])
+def test_a_gguf_length_past_the_file_is_refused_from_the_first_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, claim: str
+) -> None:
+    # a string length or array count beyond the file grew the header read 4x at a time until it held the whole
+    # file (a 100 GB model read into memory) before saying "truncated"
+    body = (
+        struct.pack("<Q", 2**40) if claim == "key" else struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, 2**40)
+    )
+    p = tmp_path / "long.gguf"
+    p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + body + bytes(5 << 20))
+    reads: list[int] = []
+    data = Tensor.data
+    monkeypatch.setattr(Tensor, "data", lambda self: reads.append(self.numel()) or data(self))
+    with pytest.raises(GGUFError, match="claims .* more bytes, but the file has"):
+        gguf_load(p)
+    assert max(reads) <= 1 << 20
+
+
 # ---------------- mutation fuzzing: the exact bytes of a reference reader, or a named error ----------------
 def _gguf() -> bytes:
     def s(x: str) -> bytes:
