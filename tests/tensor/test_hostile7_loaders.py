@@ -352,17 +352,20 @@ def test_a_big_endian_gguf_is_named_as_such(tmp_path: pathlib.Path, version: int
     assert gguf_load(p) == ({}, {})
 
 
-@pytest.mark.parametrize("claim", ["key", "array"])
+@pytest.mark.parametrize("claim", ["key", "array", "ndim", "n_kv", "n_tensors"])
 def test_a_gguf_length_past_the_file_is_refused_from_the_first_read(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, claim: str
 ) -> None:
-    # a string length or array count beyond the file grew the header read 4x at a time until it held the whole
-    # file (a 100 GB model read into memory) before saying "truncated"
-    body = (
-        struct.pack("<Q", 2**40) if claim == "key" else struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, 2**40)
-    )
+    # a string length, array count, dim count or entry count beyond the file grew the header read 4x at a time
+    # until it held the whole file (a 100 GB model read into memory) before saying "truncated"
+    size = 5 << 20
+    array = struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 4, 2**40)  # (key "k": an array of 2**40 uint32)
+    ndim = struct.pack("<Q", 1) + b"t" + struct.pack("<I", 2**32 - 1)  # (tensor "t" of 2**32 - 1 dims)
+    head = {"key": (0, 1, struct.pack("<Q", 2**40)), "array": (0, 1, array), "ndim": (1, 0, ndim),
+            "n_kv": (0, size // 2, b""), "n_tensors": (size // 2, 0, b"")}  # fmt: skip
+    n_tensors, n_kv, body = head[claim]
     p = tmp_path / "long.gguf"
-    p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + body + bytes(5 << 20))
+    p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + body + bytes(size))
     reads: list[int] = []
     data = Tensor.data
     monkeypatch.setattr(Tensor, "data", lambda self: reads.append(self.numel()) or data(self))

@@ -256,6 +256,9 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     if n_tensors > size or n_kv > size:
         raise GGUFError(f"{what}: header claims {n_tensors} tensors and {n_kv} metadata entries in {size} bytes")
+    # the fewest bytes each count needs, checked before its loop (a count past the file would otherwise grow the read
+    # until it held the whole file): a key is a length and a type, a tensor info a name length, ndim, type and offset
+    r.past_end(n_kv * 12)
     kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
@@ -264,12 +267,14 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
         kv[key] = r.value(r.unpack("<I"))
     infos = []
     names: set[str] = set()
+    r.past_end(n_tensors * 24)
     for _ in range(n_tensors):
         name = r.string()
         if name in names:  # (one of the two tensors would be lost)
             raise GGUFError(f"{what}: tensor name {name!r} appears twice; the file is corrupt")
         names.add(name)
         ndim = r.unpack("<I")
+        r.past_end(ndim * 8 + 12)
         dims = tuple(r.unpack("<Q") for _ in range(ndim))
         infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))
     align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
