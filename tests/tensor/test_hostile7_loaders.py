@@ -8,6 +8,7 @@ in a CheckpointError, never a raw IndexError/struct.error/UnicodeDecodeError/Ass
 from __future__ import annotations
 
 import collections
+import gzip
 import io
 import json
 import pathlib
@@ -26,7 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Context, Tensor
-from speck.tensor.errors import ArchiveError, CheckpointError, GGUFError, TorchLoadError
+from speck.tensor.errors import ArchiveError, CheckpointError, DatasetError, GGUFError, TorchLoadError
+from speck.tensor.nn.datasets import CIFAR_BATCHES, CIFAR_RECORD, read_cifar_tar, read_idx
 from speck.tensor.nn.state import gguf_load, safe_load, safe_save, tar_extract, torch_load, zip_extract
 
 
@@ -532,3 +534,65 @@ def test_a_mutated_file_loads_exactly_or_is_a_checkpoint_error(tmp_path: pathlib
         return
     if check is not None:
         check(raw, got)
+
+
+# ---------------- dataset files ----------------
+def _idx(a: np.ndarray) -> bytes:
+    return struct.pack(">HBB", 0, 8, a.ndim) + struct.pack(f">{a.ndim}I", *a.shape) + a.tobytes()
+
+
+def test_a_gzipped_idx_file_reads_as_numpy_and_a_corrupt_or_bomb_one_is_a_dataset_error(tmp_path: pathlib.Path) -> None:
+    a = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    p = tmp_path / "t.gz"
+    good = gzip.compress(_idx(a))
+    p.write_bytes(good)
+    np.testing.assert_array_equal(read_idx(p), a)
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF  # (a corrupt deflate stream was a bare zlib.error)
+    p.write_bytes(bytes(bad))
+    with pytest.raises(DatasetError, match="delete it and retry"):
+        read_idx(p)
+    p.write_bytes(gzip.compress(_idx(np.zeros((100, 1000), np.uint8))))  # 100 kB of zeros: a few hundred bytes
+    with Context(MAX_DECOMPRESSED_BYTES=50_000), pytest.raises(DatasetError, match="MAX_DECOMPRESSED_BYTES"):
+        read_idx(p)
+
+
+def _cifar(tmp_path: pathlib.Path, batches: dict[str, bytes], level: int = 9) -> pathlib.Path:
+    p = tmp_path / "cifar.tar.gz"
+    with tarfile.open(p, "w:gz", compresslevel=level) as tf:
+        for name, data in batches.items():
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return p
+
+
+def test_a_cifar_tarball_reads_its_records_and_a_corrupt_or_huge_one_is_a_dataset_error(
+    tmp_path: pathlib.Path,
+) -> None:
+    rng = np.random.default_rng(3)
+    records = {n: rng.integers(0, 256, (2, CIFAR_RECORD), dtype=np.uint8) for n in CIFAR_BATCHES}
+    p = _cifar(tmp_path, {n: r.tobytes() for n, r in records.items()})
+    xtr, ytr, xte, yte = read_cifar_tar(p)
+    train = np.concatenate([records[n] for n in CIFAR_BATCHES[:5]])
+    np.testing.assert_array_equal(xtr, train[:, 1:].reshape(-1, 3, 32, 32))
+    np.testing.assert_array_equal(ytr, train[:, 0])
+    np.testing.assert_array_equal(xte, records["test_batch.bin"][:, 1:].reshape(-1, 3, 32, 32))
+    np.testing.assert_array_equal(yte, records["test_batch.bin"][:, 0])
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(DatasetError, match="delete it and retry"):
+        read_cifar_tar(p)
+    # stored deflate blocks hold the pixels as they are: one flipped there read as a changed pixel, since tarfile
+    # stops before the gzip trailer whose CRC would catch it
+    p = _cifar(tmp_path, {n: r.tobytes() for n, r in records.items()}, level=0)
+    raw = bytearray(p.read_bytes())
+    at = raw.index(records["data_batch_3.bin"][1, 100:140].tobytes()) + 7
+    raw[at] ^= 0x01
+    p.write_bytes(bytes(raw))
+    with pytest.raises(DatasetError, match="CRC"):
+        read_cifar_tar(p)
+    p = _cifar(tmp_path, {n: r.tobytes() for n, r in records.items()})
+    with Context(MAX_DECOMPRESSED_BYTES=1000), pytest.raises(DatasetError, match="MAX_DECOMPRESSED_BYTES"):
+        read_cifar_tar(p)
