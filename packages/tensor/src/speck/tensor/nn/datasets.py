@@ -66,7 +66,7 @@ def read_idx(path: pathlib.Path) -> np.ndarray:
         try:  # (bounded: gzip.decompress took a bomb whole, and a corrupt stream was a bare zlib.error)
             raw = gunzip_bounded(raw, str(path))
         except TensorValueError as e:
-            raise DatasetError(f"{e}; delete it and retry") from e
+            raise DatasetError(f"corrupt gzip data or too large: {e}; delete it and retry") from e
     return parse_idx(raw, str(path))
 
 
