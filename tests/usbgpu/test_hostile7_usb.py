@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from speck.usbgpu.api import UsbGpu
-from speck.usbgpu.errors import UsbGpuValueError
+from speck.usbgpu.errors import UsbGpuTypeError, UsbGpuValueError
 
 
 @pytest.fixture(scope="module")
@@ -57,4 +57,22 @@ def test_any_c_ordered_array_copies_its_raw_bytes(gpu: UsbGpu, a: np.ndarray) ->
     out = np.empty_like(a)
     gpu.copyout(out, buf)
     assert out.tobytes() == a.tobytes()
+    gpu.free(buf)
+
+
+@pytest.mark.parametrize("dtype", [object, [("a", "i4"), ("b", "O")]], ids=["object", "struct_with_object"])
+def test_a_buffer_of_python_objects_is_refused_both_ways(gpu: UsbGpu, dtype: object) -> None:
+    # copyout wrote raw VRAM bytes over the array's object pointers (a crash at its next use); copyin copied the
+    # pointers' values as data
+    buf = gpu.alloc(64)
+    gpu.copyin(buf, bytes(range(64)))
+    a = np.zeros(2, dtype=dtype)
+    with pytest.raises(UsbGpuTypeError, match="Python objects"):
+        gpu.copyout(a, buf)
+    with pytest.raises(UsbGpuTypeError, match="Python objects"):
+        gpu.copyin(buf, a)
+    assert a.tolist() == np.zeros(2, dtype=dtype).tolist()  # (untouched, and still usable)
+    back = bytearray(64)
+    gpu.copyout(back, buf)
+    assert back == bytes(range(64))
     gpu.free(buf)
