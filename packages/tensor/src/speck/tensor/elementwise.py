@@ -735,6 +735,7 @@ class ElementwiseMixin:
 
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
+        equal_nan = flag("isclose", "equal_nan", equal_nan)
         a, b = self._broadcasted(other)
         if not dtypes.is_float(a.dtype):
             # ints compare in float, as numpy does: their difference would wrap (uint8 3 - 5 is 254)
@@ -907,6 +908,8 @@ class ElementwiseMixin:
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         beta = real("softplus", "beta", beta)
+        if beta == 0 or beta != beta:  # (was Python's bare "division by zero")
+            raise TensorValueError(f"softplus: beta must be a nonzero number (it divides), got {beta!r}")
         return (self * beta).logaddexp(0.0) * (1 / beta)
 
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:

@@ -84,7 +84,7 @@ MAX_DECOMPRESSED_BYTES = declare(
     "MAX_DECOMPRESSED_BYTES",
     4 << 30,
     T,
-    ("speck.tensor.nn.checkpoints",),
+    ("speck.tensor.nn.checkpoints", "speck.tensor.nn.datasets", "speck.tensor.pyutils"),
     "the most bytes one archive (zip/tar) member, and all of an archive's members together, may expand to",
 )
 FUSE_OPTIM = declare("FUSE_OPTIM", 0, T, ("speck.tensor.nn.optim",), "optimizers' default for fused=")

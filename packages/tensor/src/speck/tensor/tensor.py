@@ -41,7 +41,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int, tensor_args
+from speck.tensor.dims import as_int, flag, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -212,6 +212,9 @@ class Tensor(
                     f"Tensor({type(data).__name__} of {len(raw)} bytes, dtype={dt}): {dt} items are {dt.itemsize} "
                     f"bytes and {len(raw)} is no multiple of that; pass whole items (pad or slice the bytes)"
                 )
+            if dt == dtypes.bool:  # (a BITCAST to bool no renderer expresses; any nonzero byte is True, as numpy reads)
+                self.uop = _from_numpy(raw != 0, dt, dev)
+                return
             bits = _UINT_OF_SIZE[dt.itemsize]
             self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
             if dt != bits:
@@ -328,7 +331,7 @@ class Tensor(
     @staticmethod
     def test(mode: builtins.bool = True) -> Any:
         """Context manager (and decorator) for evaluation mode: training off while mode is True."""
-        return train(not mode)
+        return train(not flag("test", "mode", mode))
 
     # ---------------- basic properties ----------------
     @property
@@ -953,7 +956,7 @@ class train(contextlib.ContextDecorator):
     `__exit__` (the object holds no generator that dropping it would close)."""
 
     def __init__(self, mode: bool = True) -> None:
-        self.mode = mode
+        self.mode = flag("train", "mode", mode)  # (int("no") failed only at __enter__; a list counted as yes)
         self.saved: list[int] = []
 
     def __enter__(self) -> None:
