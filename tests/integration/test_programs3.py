@@ -16,9 +16,8 @@ import pathlib
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 
-from speck.tensor import Device, Tensor, TinyJit, Variable, dtypes, nn
+from speck.tensor import Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import SGD, AdamW
 from speck.tensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
@@ -169,7 +168,7 @@ def np_gpt2_logits(p: dict[str, np.ndarray], tokens: np.ndarray, n_heads: int, n
     t = len(tokens)
     h = p["wte.weight"][tokens] + p["wpe.weight"][:t]
     for i in range(n_layers):
-        g = lambda k: p[f"h.{i}.{k}"]  # noqa: E731
+        g = lambda k, i=i: p[f"h.{i}.{k}"]
         x = np_layernorm(h, g("ln_1.weight"), g("ln_1.bias"))
         qkv = x @ g("attn.c_attn.weight").T + g("attn.c_attn.bias")
         d = h.shape[1]
@@ -298,7 +297,7 @@ LLAMA_KEYS = ["tok_embeddings.weight", "attention_norm.weight", "ffn_norm.weight
 def np_llama_loss(p: list[np.ndarray], tokens: np.ndarray, targets: np.ndarray, n_heads: int, n_kv: int) -> float:
     emb, an, fn, norm, wq, wk, wv, wo, w1, w2, w3, out = p
     bs, t = tokens.shape
-    rms = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w  # noqa: E731
+    rms = lambda x, w: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
     h = emb[tokens]
     x = rms(h, an)
     hd = wq.shape[0] // n_heads
@@ -340,7 +339,7 @@ def test_llama_block_trains_20_steps_with_adamw_and_global_norm_clipping() -> No
     opt = AdamW(params, lr=lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=wd)
     npp = [p.numpy().astype(F64) for p in params]
     m, v = [np.zeros_like(q) for q in npp], [np.zeros_like(q) for q in npp]
-    loss_fn = lambda: np_llama_loss(npp, data[:, :-1], data[:, 1:], n_heads, n_kv)  # noqa: E731
+    loss_fn = lambda: np_llama_loss(npp, data[:, :-1], data[:, 1:], n_heads, n_kv)
     losses, norms = [], []
     for step in range(1, 21):
         with Tensor.train():
@@ -426,7 +425,7 @@ def np_resnet(p: dict[str, np.ndarray], x: np.ndarray, train: bool, stats: list 
                 stats.append((mean, var * n / (n - 1)))
         else:
             mean, var = p[f"{name}.running_mean"], p[f"{name}.running_var"]
-        r = lambda a: a[None, :, None, None]  # noqa: E731
+        r = lambda a: a[None, :, None, None]
         return (y - r(mean)) / np.sqrt(r(var) + 1e-5) * r(p[f"{name}.weight"]) + r(p[f"{name}.bias"])
 
     def block(y: np.ndarray, pre: str, stride: int) -> np.ndarray:
@@ -473,7 +472,7 @@ def test_resnet_batchnorm_train_eval_and_safetensors_round_trip(tmp_path: pathli
             with Tensor.train():
                 opt.zero_grad()
                 model(xt).sparse_categorical_crossentropy(yt).backward()
-                np_loss = lambda: np_xent(np_resnet(p, f32(X)[0], True), Y)  # noqa: E731
+                np_loss = lambda: np_xent(np_resnet(p, f32(X)[0], True), Y)
                 check_grads(np_loss, [p[k] for k in train_keys], params, most=12)
                 for n in BN_NAMES:  # (that forward updated the running stats too: put them back)
                     load(sd[f"{n}.running_mean"], np.zeros(sd[f"{n}.running_mean"].shape))
@@ -501,3 +500,201 @@ def test_resnet_batchnorm_train_eval_and_safetensors_round_trip(tmp_path: pathli
     assert fresh.layer2[0].downsample[1].num_batches_tracked.item() == 4  # type: ignore[attr-defined]
 
 
+# ---------------- UNet block: GroupNorm, SiLU, timestep embedding, strided down, nearest up, skip concat -------
+def timestep_embedding(timesteps: Tensor, dim: int, max_period: int = 10000) -> Tensor:
+    half = dim // 2
+    freqs = (-math.log(max_period) * Tensor.arange(half, dtype=dtypes.float32) / half).exp()
+    args = timesteps.unsqueeze(1) * freqs.unsqueeze(0)
+    return Tensor.cat(args.cos(), args.sin(), dim=-1)
+
+
+class ResBlock:
+    def __init__(self, channels: int, emb_channels: int, out_channels: int) -> None:
+        self.in_layers = [nn.GroupNorm(2, channels), Tensor.silu, nn.Conv2d(channels, out_channels, 3, padding=1)]
+        self.emb_layers = [Tensor.silu, nn.Linear(emb_channels, out_channels)]
+        self.out_layers = [nn.GroupNorm(2, out_channels), Tensor.silu,
+                           nn.Conv2d(out_channels, out_channels, 3, padding=1)]  # fmt: skip
+        self.skip_connection = nn.Conv2d(channels, out_channels, 1) if channels != out_channels else lambda x: x
+
+    def __call__(self, x: Tensor, emb: Tensor) -> Tensor:
+        h = x.sequential(self.in_layers)
+        h = h + emb.sequential(self.emb_layers).reshape(*emb.shape[:1], -1, 1, 1)
+        return self.skip_connection(x) + h.sequential(self.out_layers)
+
+
+class TinyUNet:
+    def __init__(self) -> None:
+        self.time_embed = [nn.Linear(8, 16), Tensor.silu, nn.Linear(16, 16)]
+        self.conv_in = nn.Conv2d(2, 4, 3, padding=1)
+        self.down = nn.Conv2d(4, 4, 3, stride=2, padding=1)
+        self.mid = ResBlock(4, 16, 8)
+        self.up = nn.Conv2d(8, 4, 3, padding=1)
+        self.dec = ResBlock(8, 16, 4)
+        self.out = [nn.GroupNorm(2, 4), Tensor.silu, nn.Conv2d(4, 2, 3, padding=1)]
+
+    def __call__(self, x: Tensor, timesteps: Tensor) -> Tensor:
+        emb = timestep_embedding(timesteps, 8).sequential(self.time_embed)
+        skip = self.conv_in(x)
+        h = self.mid(self.down(skip), emb)
+        h = self.up(h.interpolate(size=(h.shape[2] * 2, h.shape[3] * 2), mode="nearest"))
+        h = self.dec(Tensor.cat(h, skip, dim=1), emb)
+        return h.sequential(self.out)
+
+
+def np_groupnorm(x: np.ndarray, groups: int, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    g = x.reshape(x.shape[0], groups, -1)
+    g = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)
+    return g.reshape(x.shape) * w[None, :, None, None] + b[None, :, None, None]
+
+
+def np_unet(p: dict[str, np.ndarray], x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    conv = lambda y, k, stride=1, pad=1: np_conv2d(y, p[f"{k}.weight"], stride, pad) + p[f"{k}.bias"][:, None, None]
+    lin = lambda y, k: y @ p[f"{k}.weight"].T + p[f"{k}.bias"]
+    gn = lambda y, k: np_groupnorm(y, 2, p[f"{k}.weight"], p[f"{k}.bias"])
+
+    def res(y: np.ndarray, emb: np.ndarray, k: str) -> np.ndarray:
+        h = conv(np_silu(gn(y, f"{k}.in_layers.0")), f"{k}.in_layers.2")
+        h = h + lin(np_silu(emb), f"{k}.emb_layers.1")[:, :, None, None]
+        h = conv(np_silu(gn(h, f"{k}.out_layers.0")), f"{k}.out_layers.2")
+        return conv(y, f"{k}.skip_connection", 1, 0) + h
+
+    args = t[:, None] * np.exp(-math.log(10000) * np.arange(4) / 4)[None]
+    emb = lin(np_silu(lin(np.concatenate([np.cos(args), np.sin(args)], -1), "time_embed.0")), "time_embed.2")
+    skip = conv(x, "conv_in")
+    h = res(conv(skip, "down", 2), emb, "mid")
+    h = conv(h.repeat(2, axis=2).repeat(2, axis=3), "up")
+    return conv(np_silu(gn(res(np.concatenate([h, skip], 1), emb, "dec"), "out.0")), "out.2")
+
+
+def test_unet_block_training_step_matches_numpy() -> None:
+    Tensor.manual_seed(13)
+    model = TinyUNet()
+    sd = get_state_dict(model)
+    r = rng(31)
+    for k, t in sd.items():
+        if ".0.weight" in k and ("layers" in k or k.startswith("out")):  # the GroupNorm gains
+            load(t, 1 + 0.3 * r.standard_normal(t.shape))
+        elif k.endswith("bias"):
+            load(t, 0.1 * r.standard_normal(t.shape))
+    names = list(sd)
+    params = [sd[k] for k in names]
+    assert len(params) == len(get_parameters(model))
+    X, noise, T = r.standard_normal((2, 2, 8, 8)), r.standard_normal((2, 2, 8, 8)), np.array([3.0, 250.0])
+    xt, nt, tt = (Tensor(a.astype(np.float32)) for a in (X, noise, T))
+    p = {k: v.numpy().astype(F64) for k, v in sd.items()}
+    np_loss = lambda: float(((np_unet(p, f32(X)[0], T) - f32(noise)[0]) ** 2).mean())
+    opt = AdamW(params, lr=1e-2, weight_decay=0.0)
+    with Tensor.train():
+        opt.zero_grad()
+        loss = (model(xt, tt) - nt).square().mean().backward()
+        np.testing.assert_allclose(loss.item(), np_loss(), rtol=1e-5)
+        check_grads(np_loss, [p[k] for k in names], params, most=10)
+        opt.step()
+
+    @TinyJit
+    @Tensor.train()
+    def step() -> Tensor:
+        opt.zero_grad()
+        loss = (model(xt, tt) - nt).square().mean().backward()
+        return loss.realize(*opt.schedule_step())
+
+    losses = []
+    for _ in range(4):
+        p.update({k: v.numpy().astype(F64) for k, v in sd.items()})
+        losses.append(step().item())
+        np.testing.assert_allclose(losses[-1], np_loss(), rtol=1e-5)
+    assert losses[-1] < losses[0]
+
+
+# ---------------- BERT: padding masks, token types, masked-LM loss with ignore_index ----------------
+class BertLayer:
+    def __init__(self, dim: int, heads: int) -> None:
+        self.query, self.key, self.value, self.dense = (nn.Linear(dim, dim) for _ in range(4))
+        self.attn_ln, self.out_ln = nn.LayerNorm(dim, eps=1e-12), nn.LayerNorm(dim, eps=1e-12)
+        self.intermediate, self.output = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.heads = heads
+
+    def __call__(self, h: Tensor, ext_mask: Tensor) -> Tensor:
+        bs, t, d = h.shape
+        split = lambda y: y.reshape(bs, t, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.query(h)), split(self.key(h)), split(self.value(h))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads) + ext_mask
+        ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(bs, t, d)
+        h = self.attn_ln(h + self.dense(ctx))
+        return self.out_ln(h + self.output(self.intermediate(h).gelu()))
+
+
+class TinyBertForMLM:
+    def __init__(self, vocab: int, dim: int, heads: int, max_pos: int) -> None:
+        self.word_embeddings, self.position_embeddings = nn.Embedding(vocab, dim), nn.Embedding(max_pos, dim)
+        self.token_type_embeddings = nn.Embedding(2, dim)
+        self.emb_ln = nn.LayerNorm(dim, eps=1e-12)
+        self.layer = BertLayer(dim, heads)
+        self.transform, self.transform_ln = nn.Linear(dim, dim), nn.LayerNorm(dim, eps=1e-12)
+        self.decoder_bias = Tensor.zeros(vocab).contiguous()
+
+    def __call__(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        bs, t = input_ids.shape
+        pos = Tensor.arange(t).unsqueeze(0).expand(bs, t)
+        h = self.emb_ln(self.word_embeddings(input_ids) + self.position_embeddings(pos)
+                        + self.token_type_embeddings(token_type_ids))  # fmt: skip
+        ext = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2).float()) * -10000.0
+        h = self.layer(h, ext)
+        h = self.transform_ln(self.transform(h).gelu())
+        return h @ self.word_embeddings.weight.T + self.decoder_bias  # tied decoder
+
+
+def np_bert_logits(p: dict[str, np.ndarray], ids: np.ndarray, types: np.ndarray, mask: np.ndarray, heads: int
+                   ) -> np.ndarray:  # fmt: skip
+    lin = lambda y, k: y @ p[f"{k}.weight"].T + p[f"{k}.bias"]
+    ln = lambda y, k: np_layernorm(y, p[f"{k}.weight"], p[f"{k}.bias"], 1e-12)
+    bs, t = ids.shape
+    h = p["word_embeddings.weight"][ids] + p["position_embeddings.weight"][:t]
+    h = h + p["token_type_embeddings.weight"][types]
+    h = ln(h, "emb_ln")
+    d = h.shape[-1]
+    split = lambda y: y.reshape(bs, t, heads, d // heads)
+    q, k, v = split(lin(h, "layer.query")), split(lin(h, "layer.key")), split(lin(h, "layer.value"))
+    s = np.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(d // heads) + ((1.0 - mask) * -10000.0)[:, None, None, :]
+    ctx = np.einsum("bhij,bjhd->bihd", np_softmax(s), v).reshape(bs, t, d)
+    h = ln(h + lin(ctx, "layer.dense"), "layer.attn_ln")
+    h = ln(h + lin(np_gelu(lin(h, "layer.intermediate")), "layer.output"), "layer.out_ln")
+    h = ln(np_gelu(lin(h, "transform")), "transform_ln")
+    return h @ p["word_embeddings.weight"].T + p["decoder_bias"]
+
+
+def test_bert_masked_lm_with_padding_token_types_and_ignore_index() -> None:
+    vocab, dim, heads, t = 13, 8, 2, 6
+    Tensor.manual_seed(17)
+    model = TinyBertForMLM(vocab, dim, heads, max_pos=8)
+    sd = get_state_dict(model)
+    r = rng(41)
+    for k, v in sd.items():
+        if "ln" in k:
+            load(v, (1.0 if k.endswith("weight") else 0.0) + 0.2 * r.standard_normal(v.shape))
+        elif k == "decoder_bias":
+            load(v, 0.1 * r.standard_normal(v.shape))
+    ids = np.array([[1, 5, 2, 7, 0, 0], [1, 9, 4, 3, 8, 2]])
+    types = np.array([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]])
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=F64)
+    labels = np.full((2, t), -100)
+    labels[0, 2], labels[1, 1], labels[1, 4] = 6, 11, 3  # the [MASK]ed positions
+    ids[0, 2], ids[1, 1], ids[1, 4] = 12, 12, 12
+    it, tt, mt = Tensor(ids.astype(np.int32)), Tensor(types.astype(np.int32)), Tensor(mask.astype(np.int32))
+    p = {k: v.numpy().astype(F64) for k, v in sd.items()}
+    np_loss = lambda: np_xent(np_bert_logits(p, ids, types, mask, heads).reshape(-1, vocab), labels.reshape(-1), -100)
+    with Tensor.train():
+        logits = model(it, tt, mt)
+        loss = logits.reshape(-1, vocab).sparse_categorical_crossentropy(Tensor(labels.reshape(-1)), ignore_index=-100)
+        loss.backward()
+    np.testing.assert_allclose(logits.numpy(), np_bert_logits(p, ids, types, mask, heads), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(loss.item(), np_loss(), rtol=1e-5)
+    names = list(sd)
+    check_grads(np_loss, [p[k] for k in names], [sd[k] for k in names], most=10)
+    # what padding hides does not matter: another token id under the mask leaves the real positions' logits alone
+    ids2 = ids.copy()
+    ids2[0, 4:] = [3, 9]
+    out2 = model(Tensor(ids2.astype(np.int32)), tt, mt).numpy()
+    np.testing.assert_allclose(out2[0, :4], logits.numpy()[0, :4], rtol=1e-5, atol=1e-5)
+    # the token types are real inputs
+    assert not np.allclose(model(it, Tensor.zeros(2, t, dtype=dtypes.int32), mt).numpy(), logits.numpy(), atol=1e-3)
