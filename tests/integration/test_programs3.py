@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from speck.tensor import Tensor, TinyJit, Variable, dtypes, nn
+from speck.tensor import Device, Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import SGD, AdamW
 from speck.tensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
@@ -52,6 +52,7 @@ def check_grads(np_loss: Callable[[], float], params: list[np.ndarray], tensors:
                 atol: float = 2e-4, most: int | None = None) -> None:  # fmt: skip
     """Every tensor's .grad against central differences of the numpy loss at the numpy copy of that tensor (at `most`
     random entries of each, when given: the numpy forward is the slow part)."""
+    Tensor.realize(*[t.grad for t in tensors if t.grad is not None])  # one schedule for all of them
     pick = rng(0)
     for i, (p, t) in enumerate(zip(params, tensors)):
         assert t.grad is not None, f"parameter {i} has no gradient"
@@ -698,3 +699,279 @@ def test_bert_masked_lm_with_padding_token_types_and_ignore_index() -> None:
     np.testing.assert_allclose(out2[0, :4], logits.numpy()[0, :4], rtol=1e-5, atol=1e-5)
     # the token types are real inputs
     assert not np.allclose(model(it, Tensor.zeros(2, t, dtype=dtypes.int32), mt).numpy(), logits.numpy(), atol=1e-3)
+# ---------------- YOLO-style post-processing: decode, scores, IoU, fast NMS ----------------
+def yolo_decode(p: Tensor, anchors: Tensor, stride: int, n_cls: int) -> tuple[Tensor, Tensor, Tensor]:
+    bs, _, ny, nx = p.shape
+    na = anchors.shape[0]
+    p = p.reshape(bs, na, 5 + n_cls, ny, nx).permute(0, 1, 3, 4, 2)
+    gy, gx = Tensor.arange(ny).reshape(ny, 1).expand(ny, nx), Tensor.arange(nx).reshape(1, nx).expand(ny, nx)
+    grid = Tensor.stack(gx, gy, dim=-1).reshape(1, 1, ny, nx, 2)
+    xy = (p[..., :2].sigmoid() + grid) * stride
+    wh = p[..., 2:4].exp() * anchors.reshape(1, na, 1, 1, 2)
+    boxes = Tensor.cat(xy - wh / 2, xy + wh / 2, dim=-1).reshape(bs, -1, 4)
+    scores = (p[..., 4:5].sigmoid() * p[..., 5:].sigmoid()).reshape(bs, -1, n_cls)
+    return boxes, scores.max(-1), scores.argmax(-1)
+
+
+def box_iou(a: Tensor, b: Tensor) -> Tensor:
+    area = lambda x: (x[..., 2] - x[..., 0]) * (x[..., 3] - x[..., 1])
+    lt = a[:, None, :2].maximum(b[None, :, :2])
+    rb = a[:, None, 2:].minimum(b[None, :, 2:])
+    inter = (rb - lt).relu().prod(-1)
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
+
+
+def fast_nms(boxes: Tensor, conf: Tensor, labels: Tensor, conf_thres: float, iou_thres: float) -> Tensor:
+    """Keep a box when it is confident and no more confident box of its class overlaps it by more than iou_thres."""
+    iou = box_iou(boxes, boxes)
+    better = conf[None, :] > conf[:, None]  # [i, j]: j beats i
+    same = labels[:, None] == labels[None, :]
+    suppressed = ((iou > iou_thres) & better & same).any(-1)
+    return (conf > conf_thres) & suppressed.logical_not()
+
+
+def np_yolo(p: np.ndarray, anchors: np.ndarray, stride: int, n_cls: int, conf_thres: float, iou_thres: float
+            ) -> tuple[np.ndarray, ...]:  # fmt: skip
+    bs, _, ny, nx = p.shape
+    na = len(anchors)
+    p = p.reshape(bs, na, 5 + n_cls, ny, nx).transpose(0, 1, 3, 4, 2)
+    gx, gy = np.meshgrid(np.arange(nx), np.arange(ny))
+    xy = (np_sigmoid(p[..., :2]) + np.stack([gx, gy], -1)[None, None]) * stride
+    wh = np.exp(p[..., 2:4]) * anchors[None, :, None, None, :]
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], -1).reshape(bs, -1, 4)[0]
+    scores = (np_sigmoid(p[..., 4:5]) * np_sigmoid(p[..., 5:])).reshape(bs, -1, n_cls)[0]
+    conf, label = scores.max(-1), scores.argmax(-1)
+    lt, rb = np.maximum(boxes[:, None, :2], boxes[None, :, :2]), np.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
+    inter = np.clip(rb - lt, 0, None).prod(-1)
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    iou = inter / (area[:, None] + area[None, :] - inter)
+    sup = ((iou > iou_thres) & (conf[None, :] > conf[:, None]) & (label[:, None] == label[None, :])).any(-1)
+    return boxes, conf, label, iou, (conf > conf_thres) & ~sup
+
+
+def test_yolo_postprocess_decode_iou_and_fast_nms() -> None:
+    n_cls, stride, conf_thres, iou_thres = 3, 8, 0.25, 0.3
+    anchors = np.array([[10.0, 13.0], [23.0, 17.0]])
+    pred = rng(51).standard_normal((1, 2 * (5 + n_cls), 4, 4)) * 1.5
+    pred = f32(pred)[0]
+    boxes, conf, label, iou, keep = np_yolo(pred, anchors, stride, n_cls, conf_thres, iou_thres)
+    # no value sits on a threshold, so float32 and float64 must agree on every decision
+    assert np.abs(conf - conf_thres).min() > 1e-4 and np.abs(iou - iou_thres).min() > 1e-4
+    gb, gc, gl = yolo_decode(Tensor(pred.astype(np.float32)), Tensor(anchors.astype(np.float32)), stride, n_cls)
+    gb, gc, gl = gb[0], gc[0], gl[0]
+    np.testing.assert_allclose(gb.numpy(), boxes, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gc.numpy(), conf, rtol=1e-5)
+    np.testing.assert_array_equal(gl.numpy(), label)
+    np.testing.assert_allclose(box_iou(gb, gb).numpy(), iou, rtol=1e-4, atol=1e-6)
+    got_keep = fast_nms(gb, gc, gl, conf_thres, iou_thres)
+    np.testing.assert_array_equal(got_keep.numpy(), keep)
+    assert 0 < keep.sum() < (conf > conf_thres).sum()  # both thresholds did something
+    # the detections as a padded top-k list, the way a jitted postprocess returns them
+    k = 6
+    vals, idx = got_keep.where(gc, -1.0).topk(k)
+    order = np.argsort(-np.where(keep, conf, -1.0), kind="stable")[:k]
+    np.testing.assert_array_equal(idx.numpy(), order)
+    np.testing.assert_allclose(gb[idx].numpy(), boxes[order], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(vals.numpy(), np.where(keep, conf, -1.0)[order], rtol=1e-5)
+
+
+# ---------------- seq2seq with LSTMCell: teacher-forced training loss, greedy decoding ----------------
+class Seq2Seq:
+    def __init__(self, in_dim: int, hidden: int, vocab: int) -> None:
+        self.encoder, self.decoder = nn.LSTMCell(in_dim, hidden), nn.LSTMCell(hidden, hidden)
+        self.embed, self.out = nn.Embedding(vocab, hidden), nn.Linear(hidden, vocab)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        hc = None
+        for t in range(src.shape[1]):
+            hc = self.encoder(src[:, t], hc)
+        assert hc is not None
+        return hc
+
+    def __call__(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        hc, logits = self.encode(src), []
+        for t in range(tgt_in.shape[1]):
+            hc = self.decoder(self.embed(tgt_in[:, t]), hc)
+            logits.append(self.out(hc[0]))
+        return Tensor.stack(*logits, dim=1)
+
+    def greedy(self, src: Tensor, bos: int, steps: int) -> list[list[int]]:
+        hc, tok, out = self.encode(src), Tensor.full((src.shape[0],), bos, dtype=dtypes.int32), []
+        for _ in range(steps):
+            hc = self.decoder(self.embed(tok), hc)
+            tok = self.out(hc[0]).argmax(-1)
+            out.append(tok)
+        return Tensor.stack(*out, dim=1).tolist()
+
+
+def np_lstm(x: np.ndarray, h: np.ndarray, c: np.ndarray, p: dict[str, np.ndarray], k: str
+            ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    z = x @ p[f"{k}.weight_ih"].T + p[f"{k}.bias_ih"] + h @ p[f"{k}.weight_hh"].T + p[f"{k}.bias_hh"]
+    i, f, g, o = np.split(z, 4, axis=1)
+    c = np_sigmoid(f) * c + np_sigmoid(i) * np.tanh(g)
+    return np_sigmoid(o) * np.tanh(c), c
+
+
+def np_seq2seq(p: dict[str, np.ndarray], src: np.ndarray, tgt_in: np.ndarray | None, bos: int = 0, steps: int = 0
+               ) -> np.ndarray:  # fmt: skip
+    """Logits (teacher forcing, tgt_in given) or the greedy tokens with their top-2 logit gaps."""
+    hid = p["encoder.weight_hh"].shape[1]
+    h = c = np.zeros((src.shape[0], hid))
+    for t in range(src.shape[1]):
+        h, c = np_lstm(src[:, t], h, c, p, "encoder")
+    if tgt_in is not None:
+        out = []
+        for t in range(tgt_in.shape[1]):
+            h, c = np_lstm(p["embed.weight"][tgt_in[:, t]], h, c, p, "decoder")
+            out.append(h @ p["out.weight"].T + p["out.bias"])
+        return np.stack(out, 1)
+    tok, toks, gaps = np.full(src.shape[0], bos), [], []
+    for _ in range(steps):
+        h, c = np_lstm(p["embed.weight"][tok], h, c, p, "decoder")
+        lg = h @ p["out.weight"].T + p["out.bias"]
+        tok = lg.argmax(-1)
+        top2 = np.sort(lg, -1)[:, -2:]
+        toks.append(tok)
+        gaps.append(top2[:, 1] - top2[:, 0])
+    return np.stack([np.stack(toks, 1), np.stack(gaps, 1)])
+
+
+def test_lstm_seq2seq_teacher_forcing_gradients_and_greedy_decode() -> None:
+    in_dim, hidden, vocab, bos = 3, 5, 7, 0
+    Tensor.manual_seed(19)
+    model = Seq2Seq(in_dim, hidden, vocab)
+    sd = get_state_dict(model)
+    r = rng(61)
+    for k, v in sd.items():
+        load(v, r.standard_normal(v.shape) * (0.8 if "weight" in k else 0.3))
+    src = f32(r.standard_normal((2, 4, in_dim)))[0]
+    tgt = r.integers(1, vocab, (2, 3))
+    tgt_in = np.concatenate([np.full((2, 1), bos), tgt[:, :-1]], 1)
+    p = {k: v.numpy().astype(F64) for k, v in sd.items()}
+    np_loss = lambda: np_xent(np_seq2seq(p, src, tgt_in).reshape(-1, vocab), tgt.reshape(-1))
+    st = Tensor(src.astype(np.float32))
+    with Tensor.train():
+        logits = model(st, Tensor(tgt_in.astype(np.int32)))
+        loss = logits.reshape(-1, vocab).sparse_categorical_crossentropy(Tensor(tgt.reshape(-1).astype(np.int32)))
+        loss.backward()
+    np.testing.assert_allclose(logits.numpy(), np_seq2seq(p, src, tgt_in), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(loss.item(), np_loss(), rtol=1e-5)
+    names = list(sd)
+    check_grads(np_loss, [p[k] for k in names], [sd[k] for k in names], most=12)
+    toks, gaps = np_seq2seq(p, src, None, bos, steps=5)
+    assert gaps.min() > 1e-4  # no near-tie in an argmax
+    assert model.greedy(st, bos, 5) == toks.astype(int).tolist()
+
+
+# ---------------- training loop utilities: gradient accumulation, warmup + cosine lr, EMA of the weights ----------
+def np_mlp_grads(p: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> tuple[float, list[np.ndarray]]:
+    w1, b1, w2, b2 = p
+    h = x @ w1.T + b1
+    a = np.maximum(h, 0)
+    z = a @ w2.T + b2
+    prob = np_softmax(z)
+    n = len(y)
+    loss = -np.log(prob[np.arange(n), y]).mean()
+    dz = prob.copy()
+    dz[np.arange(n), y] -= 1
+    dz /= n
+    dh = (dz @ w2) * (h > 0)
+    return float(loss), [dh.T @ x, dh.sum(0), dz.T @ a, dz.sum(0)]
+
+
+def warmup_cosine(step: int, base_lr: float, warmup: int, total: int) -> float:
+    if step < warmup:
+        return base_lr * (step + 1) / warmup
+    return 0.5 * base_lr * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+
+def test_gradient_accumulation_warmup_cosine_and_ema_match_numpy() -> None:
+    r = rng(71)
+    X, Y = f32(r.standard_normal((16, 6)))[0], r.integers(0, 3, 16)
+    init = f32(r.standard_normal((16, 6)) * 0.5, np.zeros(16) + 0.1, r.standard_normal((3, 16)) * 0.5, np.zeros(3))
+    l1, l2 = nn.Linear(6, 16), nn.Linear(16, 3)
+    params = [l1.weight, l1.bias, l2.weight, l2.bias]
+    for t, v in zip(params, init):
+        load(t, v)
+    model = lambda x: l2(l1(x).relu())
+    ema = [t.detach().clone().realize() for t in params]
+    opt = SGD(params, lr=0.0, momentum=0.9)
+    xt, yt = Tensor(X.astype(np.float32)), Tensor(Y.astype(np.int32))
+    n_micro, total, warmup, base_lr, decay = 4, 8, 3, 0.2, 0.8
+    w = [v.copy() for v in init]
+    buf = [np.zeros_like(v) for v in init]
+    ema_np = [v.copy() for v in init]
+    for step in range(total):
+        lr = warmup_cosine(step, base_lr, warmup, total)
+        opt.lr.assign(Tensor([lr], dtype=opt.lr.dtype)).realize()
+        with Tensor.train():
+            opt.zero_grad()
+            for mb in range(n_micro):  # micro-batches of 4: each backward adds into .grad
+                xb, yb = xt[mb * 4 : (mb + 1) * 4], yt[mb * 4 : (mb + 1) * 4]
+                (model(xb).sparse_categorical_crossentropy(yb) / n_micro).backward()
+            loss_np, grads = np_mlp_grads(w, X, Y)
+            for t, g in zip(params, grads):  # the accumulated gradient is the big batch's
+                np.testing.assert_allclose(t.grad.numpy(), g, rtol=1e-4, atol=1e-6, err_msg=f"step {step}")  # type: ignore[union-attr]
+            opt.step()
+        for e, t in zip(ema, params):
+            e.assign(decay * e + (1 - decay) * t.detach()).realize()
+        for i, g in enumerate(grads):
+            buf[i] = 0.9 * buf[i] + g
+            w[i] = w[i] - lr * buf[i]
+            ema_np[i] = decay * ema_np[i] + (1 - decay) * w[i]
+        np.testing.assert_allclose(opt.lr.item(), lr, rtol=1e-6)
+        for t, v, e, ev in zip(params, w, ema, ema_np):
+            np.testing.assert_allclose(t.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+            np.testing.assert_allclose(e.numpy(), ev, rtol=1e-4, atol=1e-5, err_msg=f"ema, step {step}")
+    assert np_mlp_grads(w, X, Y)[0] < np_mlp_grads(init, X, Y)[0]
+    assert not np.allclose(ema_np[0], w[0], atol=1e-3)  # the average lags the weights
+
+
+# ---------------- a tensor-parallel MLP sharded over two devices ----------------
+DEVS = (f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1")
+
+
+def test_tensor_parallel_mlp_over_two_devices_matches_one_device_and_numpy() -> None:
+    r = rng(81)
+    init = f32(r.standard_normal((8, 6)) * 0.5, r.standard_normal(8) * 0.1, r.standard_normal((3, 8)) * 0.5,
+               r.standard_normal(3) * 0.1)  # fmt: skip
+    X, Y = f32(r.standard_normal((10, 6)))[0], r.integers(0, 3, 10)
+
+    def build(sharded: bool) -> tuple[list[nn.Linear], SGD]:
+        ls = [nn.Linear(6, 8), nn.Linear(8, 3)]
+        ps = [ls[0].weight, ls[0].bias, ls[1].weight, ls[1].bias]
+        for t, v in zip(ps, init):
+            load(t, v)
+        if sharded:  # column-parallel first layer (its outputs split), row-parallel second (its inputs split)
+            ls[0].weight.shard_(DEVS, axis=0)
+            ls[0].bias.shard_(DEVS, axis=0)
+            ls[1].weight.shard_(DEVS, axis=1)
+            ls[1].bias.shard_(DEVS)
+        return ls, SGD(ps, lr=0.3, momentum=0.5)
+
+    (sm, sopt), (um, uopt) = build(True), build(False)
+    two = tuple(Device.canonicalize(d) for d in DEVS)
+    assert sm[0].weight.device == two and sm[0].weight.uop.axis == 0 and sm[1].weight.uop.axis == 1
+    xs, ys = Tensor(X.astype(np.float32)).shard(DEVS), Tensor(Y.astype(np.int32)).shard(DEVS)
+    xu, yu = Tensor(X.astype(np.float32)), Tensor(Y.astype(np.int32))
+    w, buf = [v.copy() for v in init], [np.zeros_like(v) for v in init]
+    for step in range(4):
+        with Tensor.train():
+            sopt.zero_grad()
+            ls_ = sm[1](sm[0](xs).relu()).sparse_categorical_crossentropy(ys).backward()
+            ls_.realize(*sopt.schedule_step())
+            uopt.zero_grad()
+            lu = um[1](um[0](xu).relu()).sparse_categorical_crossentropy(yu).backward()
+            lu.realize(*uopt.schedule_step())
+        loss_np, grads = np_mlp_grads(w, X, Y)
+        np.testing.assert_allclose(ls_.item(), loss_np, rtol=1e-5)
+        np.testing.assert_allclose(lu.item(), loss_np, rtol=1e-5)
+        for i, g in enumerate(grads):
+            buf[i] = 0.5 * buf[i] + g
+            w[i] = w[i] - 0.3 * buf[i]
+        for a, b, v in zip(get_parameters(sm), get_parameters(um), w):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
+            np.testing.assert_allclose(a.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+    assert sm[0].weight.device == two and sm[0].weight.uop.axis == 0  # the optimizer kept the layout
+
+

@@ -17,6 +17,7 @@ from speck.tensor.dims import tensor_args
 from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
+from speck.tensor.multi import MultiUOp
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -76,6 +77,14 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
     return z.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else z
 
 
+def _on_own_device(g: UOp, t: Tensor) -> UOp:
+    """A one-device tensor whose node is also in a sharded graph (nodes are interned: a constant such as a previous
+    loss's seed 1.0) gets a sharded gradient from it; it is gathered to the tensor's own device."""
+    if isinstance(g, MultiUOp) and not isinstance(t.uop, MultiUOp) and isinstance(t.device, str):
+        return g.to_device(t.device)
+    return g
+
+
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d(root)/d(target) for each target, as lazy tensors with the target's shape (0-d included); `.grad` is not
     touched. Root and targets must be concrete floats (RuntimeError); a non-scalar root needs `gradient=`."""
@@ -108,7 +117,7 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
             _check_float(t, "tensor in the graph")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
     for t in targets:
-        g = type(root)(_grad_or_zeros(grads, t), device=t.device)
+        g = type(root)(_on_own_device(_grad_or_zeros(grads, t), t), device=t.device)
         if t.grad is None:
             t.grad = g
         else:  # accumulate in place, so every holder of the .grad object sees the sum
