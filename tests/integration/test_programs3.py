@@ -699,6 +699,8 @@ def test_bert_masked_lm_with_padding_token_types_and_ignore_index() -> None:
     np.testing.assert_allclose(out2[0, :4], logits.numpy()[0, :4], rtol=1e-5, atol=1e-5)
     # the token types are real inputs
     assert not np.allclose(model(it, Tensor.zeros(2, t, dtype=dtypes.int32), mt).numpy(), logits.numpy(), atol=1e-3)
+
+
 # ---------------- YOLO-style post-processing: decode, scores, IoU, fast NMS ----------------
 def yolo_decode(p: Tensor, anchors: Tensor, stride: int, n_cls: int) -> tuple[Tensor, Tensor, Tensor]:
     bs, _, ny, nx = p.shape
@@ -973,5 +975,3 @@ def test_tensor_parallel_mlp_over_two_devices_matches_one_device_and_numpy() -> 
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
             np.testing.assert_allclose(a.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
     assert sm[0].weight.device == two and sm[0].weight.uop.axis == 0  # the optimizer kept the layout
-
-
