@@ -5,8 +5,9 @@ SwiGLU, grouped-query causal attention) trained 20 steps with AdamW and clipping
 ResNet-style network with BatchNorm in train and eval mode, strided convs and residual adds, trained and
 round-tripped through safetensors; a UNet block (GroupNorm, SiLU, nearest upsampling, skip concat, timestep
 embedding); a BERT encoder with padding masks, token types and a masked-LM loss with ignore_index; YOLO-style
-post-processing; an LSTMCell seq2seq; gradient accumulation, EMA and warmup+cosine learning rates; and a
-tensor-parallel MLP sharded over two CPU devices. Each is checked against a numpy float64 re-implementation of the
+post-processing; an LSTMCell seq2seq; gradient accumulation, EMA and warmup+cosine learning rates; a
+tensor-parallel MLP sharded over two CPU devices; and dynamic loss scaling (float16 forward, float32 master weights,
+overflowing steps skipped). Each is checked against a numpy float64 re-implementation of the
 same math (forward values, gradients by central differences of the numpy forward, optimizer updates)."""
 
 from __future__ import annotations
@@ -983,3 +984,47 @@ def test_tensor_parallel_mlp_over_two_devices_matches_one_device_and_numpy() -> 
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
             np.testing.assert_allclose(a.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
     assert sm[0].weight.device == two and sm[0].weight.uop.axis == 0  # the optimizer kept the layout
+
+
+# ---------------- dynamic loss scaling: half forward, float32 master weights, overflow skips the step ----------------
+def test_dynamic_loss_scaling_skips_overflowing_steps_and_matches_float32_training() -> None:
+    r = rng(91)
+    init = f32(r.standard_normal((16, 6)) * 0.5, np.zeros(16), r.standard_normal((3, 16)) * 0.5, np.zeros(3))
+    X, Y = f32(r.standard_normal((16, 6)))[0], r.integers(0, 3, 16)
+    master = [Tensor(v.astype(np.float32)).contiguous().realize() for v in init]  # float32 master weights
+    opt = SGD(master, lr=0.2)
+    xh, yt = Tensor(X.astype(np.float16)), Tensor(Y.astype(np.int32))
+    scale, good_steps, growth_interval = 2.0**20, 0, 2  # starts far too big: float16 gradients overflow
+    w = [v.copy() for v in init]
+    skipped, applied = 0, 0
+    for _ in range(10):
+        half = [m.cast(dtypes.float16).detach().requires_grad_() for m in master]
+        with Tensor.train():
+            h = (xh @ half[0].T + half[1]).relu()
+            loss = (h @ half[2].T + half[3]).float().sparse_categorical_crossentropy(yt)
+            (loss * scale).backward()
+        grads = [hp.grad.float() / scale for hp in half]  # type: ignore[union-attr]
+        finite = Tensor.stack(*[g.isinf().logical_or(g.isnan()).any() for g in grads]).any().logical_not().item()
+        loss_np, g_np = np_mlp_grads(w, X.astype(np.float16).astype(F64), Y)
+        if not finite:  # skip the step, halve the scale
+            skipped += 1
+            scale /= 2
+            good_steps = 0
+            before = [m.numpy() for m in master]
+        else:
+            for m, g in zip(master, grads):
+                m.grad = g
+            with Tensor.train():
+                opt.step()
+            applied += 1
+            w = [a - 0.2 * g for a, g in zip(w, g_np)]
+            good_steps += 1
+            if good_steps == growth_interval:
+                scale, good_steps = scale * 2, 0
+            np.testing.assert_allclose(loss.item(), loss_np, rtol=2e-2, atol=2e-3)
+        for m, v in zip(master, w):  # float16 forward and backward: within half precision of float64 training
+            np.testing.assert_allclose(m.numpy(), v, rtol=2e-2, atol=3e-3)
+        if not finite:
+            assert all(np.array_equal(m.numpy(), b) for m, b in zip(master, before))
+    assert skipped >= 2 and applied >= 4
+    assert np_mlp_grads(w, X, Y)[0] < np_mlp_grads(init, X, Y)[0]
