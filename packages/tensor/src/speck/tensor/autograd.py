@@ -18,6 +18,7 @@ from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.multi import MultiUOp
+from speck.tensor.writes import buffers_read, rebinding
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -77,6 +78,15 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
     return z.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else z
 
 
+def _may_be_in(t: Tensor, root_reads: frozenset[UOp]) -> bool:
+    """False when t's graph (as Tensor.uop would rebind it) reads a buffer the root's graph does not: then it is not
+    a node of the root's graph, and t.uop need not rebuild a stale graph to find that out."""
+    swap = rebinding(t)
+    if not swap:
+        return True
+    return all(swap.get(b, b) in root_reads for b in buffers_read(t._uop))
+
+
 def _on_own_device(g: UOp, t: Tensor) -> UOp:
     """A one-device tensor whose node is also in a sharded graph (nodes are interned: a constant such as a previous
     loss's seed 1.0) gets a sharded gradient from it; it is gathered to the tensor's own device."""
@@ -107,11 +117,13 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     nodes = set(root.uop.toposort())
     if CALL_INPUTS:
         nodes.update(u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins)
+    root_reads = buffers_read(root.uop)
     targets = [
         t
         for t in live.tensors()
-        if t.uop in nodes and t.requires_grad is not False and t.device is not None and dtypes.is_float(t.dtype)
-    ]
+        if t.requires_grad is not False and _may_be_in(t, root_reads) and t.uop in nodes and t.device is not None
+        and dtypes.is_float(t.dtype)
+    ]  # fmt: skip
     for t in targets:
         if t.dtype.is_weak:
             _check_float(t, "tensor in the graph")
