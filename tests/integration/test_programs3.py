@@ -504,7 +504,7 @@ def test_resnet_batchnorm_train_eval_and_safetensors_round_trip(tmp_path: pathli
     assert not np.allclose(np_resnet(p, f32(Xe)[0], train=True), want_eval, atol=1e-2)
     safe_save(get_state_dict(model), str(tmp_path / "resnet.safetensors"))
     fresh = ResNet(num_classes=3)
-    load_state_dict(fresh, safe_load(str(tmp_path / "resnet.safetensors")))
+    load_state_dict(fresh, safe_load(str(tmp_path / "resnet.safetensors")), verbose=False)
     np.testing.assert_array_equal(fresh(Tensor(Xe.astype(np.float32))).numpy(), got_eval)
     assert fresh.layer2[0].downsample[1].num_batches_tracked.item() == 4  # type: ignore[attr-defined]
 
