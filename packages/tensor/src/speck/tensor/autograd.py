@@ -78,11 +78,10 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
     return z.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else z
 
 
-def _may_be_in(t: Tensor, root_reads: frozenset[UOp]) -> bool:
+def _may_be_in(t: Tensor, root_reads: set[UOp] | None) -> bool:
     """False when t's graph (as Tensor.uop would rebind it) reads a buffer the root's graph does not: then it is not
     a node of the root's graph, and t.uop need not rebuild a stale graph to find that out."""
-    swap = rebinding(t)
-    if not swap:
+    if root_reads is None or isinstance(t._uop, MultiUOp) or not (swap := rebinding(t)):
         return True
     return all(swap.get(b, b) in root_reads for b in buffers_read(t._uop))
 
@@ -115,9 +114,13 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")
     nodes = set(root.uop.toposort())
+    # the buffers the root's graph reads (None: a sharded root, whose logical graph is not what its shards read)
+    root_reads: set[UOp] | None = None if isinstance(root.uop, MultiUOp) else set(buffers_read(root.uop))
     if CALL_INPUTS:
-        nodes.update(u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins)
-    root_reads = buffers_read(root.uop)
+        extra = [u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins]
+        nodes.update(extra)
+        if root_reads is not None:
+            root_reads.update(*(buffers_read(u) for u in extra))
     targets = [
         t
         for t in live.tensors()
