@@ -2,9 +2,11 @@
 programs as tinygrad's examples write them - GPT-2 generation with a KV cache under TinyJit (symbolic start_pos) and
 temperature/top-k multinomial sampling, a LLaMA block trained with AdamW and global-norm clipping in a jitted step,
 a ResNet with BatchNorm trained, switched to eval and round-tripped through safetensors, gradient accumulation with
-an EMA of the weights, a tensor-parallel MLP over two devices, and YOLO box post-processing. The numpy float64
-references of these programs are tests/integration/test_programs3.py; here they are checked against the same program
-without the jit / the cache / the sharding / the accumulation, against invariants, and against short numpy forms."""
+an EMA of the weights, a tensor-parallel MLP over two devices, YOLO box post-processing, a UNet block trained in a
+jitted step, a BERT masked-LM loss with ignore_index, and an LSTMCell seq2seq decoded greedily under TinyJit. The
+numpy float64 references of these programs are tests/integration/test_programs3*.py; here they are checked against
+the same program without the jit / the cache / the sharding / the accumulation, against invariants, and against
+short numpy forms."""
 
 import math
 import tempfile
@@ -335,6 +337,103 @@ class TestYoloPostprocess(unittest.TestCase):
         np.testing.assert_array_equal(keep.numpy(), want)
         self.assertTrue(0 < want.sum() < len(want))
         self.assertTrue(math.isfinite(iou.sum().item()))
+
+
+# ---------------- UNet block, BERT masked LM, LSTMCell seq2seq ----------------
+class UNetBlock:
+    def __init__(self, up_with_repeat=False):
+        self.temb = [nn.Linear(8, 16), Tensor.silu, nn.Linear(16, 8)]
+        self.down, self.up = nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.Conv2d(8, 4, 3, padding=1)
+        self.norm, self.out = nn.GroupNorm(2, 8), nn.Conv2d(8, 4, 3, padding=1)
+        self.up_with_repeat = up_with_repeat
+
+    def __call__(self, x, t):
+        half = (-math.log(10000) * Tensor.arange(4) / 4).exp()
+        emb = Tensor.cat((t.unsqueeze(1) * half).cos(), (t.unsqueeze(1) * half).sin(), dim=-1).sequential(self.temb)
+        h = self.norm(self.down(x)).silu() + emb.reshape(-1, 8, 1, 1)
+        bs, c, py, px = h.shape
+        if self.up_with_repeat:
+            h = h.reshape(bs, c, py, 1, px, 1).expand(bs, c, py, 2, px, 2).reshape(bs, c, py * 2, px * 2)
+        else:
+            h = h.interpolate((py * 2, px * 2), mode="nearest")
+        return self.out(Tensor.cat(self.up(h), x, dim=1))
+
+
+class TestMoreBlocks(unittest.TestCase):
+    def test_unet_block_jitted_training_and_upsampling_two_ways(self):
+        Tensor.manual_seed(8)
+        a, b = UNetBlock(), UNetBlock(up_with_repeat=True)
+        for p, q in zip(get_parameters(a), get_parameters(b)):
+            q.assign(p.detach()).realize()
+        x, t, noise = Tensor.randn(2, 4, 8, 8).realize(), Tensor([5.0, 700.0]).realize(), Tensor.randn(2, 4, 8, 8)
+        noise = noise.realize()
+        np.testing.assert_allclose(a(x, t).numpy(), b(x, t).numpy(), rtol=1e-6, atol=1e-6)  # (fused differently)
+        opt = AdamW(get_parameters(a), lr=1e-2)
+
+        @TinyJit
+        @Tensor.train()
+        def step():
+            opt.zero_grad()
+            return ((a(x, t) - noise) ** 2).mean().backward().realize(*opt.schedule_step())
+
+        ob = AdamW(get_parameters(b), lr=1e-2)
+        for _ in range(4):
+            la = step().item()
+            with Tensor.train():
+                ob.zero_grad()
+                lb = ((b(x, t) - noise) ** 2).mean().backward()
+                ob.step()
+            self.assertAlmostEqual(la, lb.item(), places=5)
+
+    def test_bert_mlm_loss_ignores_padding_and_unmasked_positions(self):
+        Tensor.manual_seed(9)
+        word, pos, typ, ln = nn.Embedding(11, 8), nn.Embedding(6, 8), nn.Embedding(2, 8), nn.LayerNorm(8, eps=1e-12)
+        ids = Tensor([[1, 10, 4, 10, 0, 0], [1, 5, 10, 7, 2, 3]])
+        types = Tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]])
+        mask = Tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+        labels = Tensor([[-100, 3, -100, 6, -100, -100], [-100, -100, 9, -100, -100, -100]])
+
+        def logits(ids):
+            h = ln(word(ids) + pos(Tensor.arange(6).reshape(1, 6).expand(2, 6)) + typ(types))
+            q = h.reshape(2, 6, 2, 4).transpose(1, 2)
+            ext = (1.0 - mask.reshape(2, 1, 1, 6).float()) * -10000.0
+            h = h + q.scaled_dot_product_attention(q, q, ext).transpose(1, 2).reshape(2, 6, 8)
+            return h.gelu() @ word.weight.T
+
+        lg = logits(ids)
+        loss = lg.reshape(-1, 11).sparse_categorical_crossentropy(labels.reshape(-1), ignore_index=-100).item()
+        ln_np = lg.numpy().reshape(-1, 11).astype(np.float64)
+        lp = ln_np - ln_np.max(-1, keepdims=True)
+        lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+        y = labels.numpy().reshape(-1)
+        keep = y != -100
+        self.assertAlmostEqual(loss, -lp[keep, y[keep]].mean(), places=5)
+        other = logits(Tensor([[1, 10, 4, 10, 7, 8], [1, 5, 10, 7, 2, 3]]))  # the padded ids change nothing unpadded
+        np.testing.assert_allclose(other.numpy()[0, :4], lg.numpy()[0, :4], atol=1e-5)
+
+    def test_lstm_seq2seq_greedy_decode_jitted_step_matches_eager(self):
+        Tensor.manual_seed(10)
+        enc, dec, emb, out = nn.LSTMCell(3, 6), nn.LSTMCell(6, 6), nn.Embedding(7, 6), nn.Linear(6, 7)
+        src = Tensor.randn(2, 5, 3).realize()
+        hc = None
+        for i in range(5):
+            hc = enc(src[:, i], hc)
+
+        def dec_step(tok, h, c):
+            h, c = dec(emb(tok), (h, c))
+            return out(h).argmax(-1).realize(), h.realize(), c.realize()
+
+        jstep = TinyJit(dec_step)
+        res = {}
+        for name, f in (("jit", jstep), ("eager", dec_step)):
+            tok, h, c = Tensor([0, 0]).realize(), hc[0].contiguous().realize(), hc[1].contiguous().realize()
+            toks = []
+            for _ in range(6):
+                tok, h, c = f(tok, h, c)
+                toks.append(tok.tolist())
+            res[name] = toks
+        self.assertEqual(res["jit"], res["eager"])
+        self.assertGreaterEqual(jstep.cnt, 6)
 
 
 if __name__ == "__main__":
