@@ -44,7 +44,7 @@ from speck.tensor.realize import _capture_state  # (this thread's capture, read 
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, buffer_map_data, max_dim, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, buffers_read, rebinding
 from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
@@ -501,12 +501,14 @@ def _observed_buffers() -> set[UOp]:
     """The BUFFERs a live tensor holds or its (lazy) graph reads: their contents are seen after a replay."""
     out: set[UOp] = set()
     for t in tensors():
-        u = t.uop
+        # the graph as built and the swaps Tensor.uop would make in it (rebuilding every stale live graph just to
+        # list its buffers was most of a capture's time after an optimizer step)
+        u, swap = t._uop, rebinding(t)
         for s in u.shards if isinstance(u, MultiUOp) else (u,):
             if (b := base_buffer(s)) is not None:
-                out.add(b)
+                out.add(swap.get(b, b))
             else:
-                out |= {x for x in s.toposort() if x.op is Ops.BUFFER}
+                out.update(swap.get(x, x) for x in buffers_read(s))
     return out
 
 
