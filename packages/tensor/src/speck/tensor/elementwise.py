@@ -337,14 +337,21 @@ def _fmod_float(a: UOp, b: UOp, dev: Device) -> UOp:
     return select(keep, a, alu(Ops.SUB, a, alu(Ops.MUL, trunc(div(a, b, dev), dev), b)))
 
 
+def _no_bool_remainder(a: UOp, name: str) -> None:
+    if a.dtype == dtypes.bool:  # (torch refuses it too; numpy's int8 answer is not a bool)
+        raise TensorTypeError(f"{name} of bool tensors is not supported: cast them to an int dtype first")
+
+
 def mod(a: UOp, b: UOp, dev: Device) -> UOp:
     """Python/numpy remainder: the sign of the divisor."""
+    _no_bool_remainder(a, "the remainder (%)")
     r = alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
     return select(_sign_differs(r, b, dev), add(r, b, dev), r)
 
 
 def fmod(a: UOp, b: UOp, dev: Device) -> UOp:
     """C remainder: the sign of the dividend."""
+    _no_bool_remainder(a, "fmod")
     return alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
 
 
