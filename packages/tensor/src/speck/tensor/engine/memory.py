@@ -10,7 +10,6 @@ slower than on reused memory."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from weakref import ref
 
@@ -38,42 +37,27 @@ def memory_planner(schedule: list[ScheduleItem]) -> list[ScheduleItem]:
     return schedule
 
 
-class _Arena:
-    """Offsets in a growing block: best-fit from freed ranges (merged with their neighbours), else at the end."""
-
-    def __init__(self) -> None:
-        self.size = 0
-        self.free: list[tuple[int, int]] = []  # (offset, size), sorted by offset
-
-    def take(self, nbytes: int) -> int:
+def place(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+    """Offsets for blocks given as (first use, last use, bytes), and the size of the arena holding them all: two
+    blocks whose use ranges meet never share a byte. Greedy by size (largest first, each at the lowest offset clear
+    of the placed blocks it meets in time): within a few percent of the live peak on training steps, where a
+    first-come best-fit arena left a fifth of it unused. Offsets are multiples of ALIGN."""
+    order = sorted(range(len(spans)), key=lambda k: (-spans[k][2], spans[k][0]))
+    offsets = [0] * len(spans)
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last) of the blocks placed so far
+    size = 0
+    for k in order:
+        first, last, nbytes = spans[k]
         need = -(-nbytes // ALIGN) * ALIGN
-        fits = [(size, off) for off, size in self.free if size >= need]
-        if fits:
-            size, off = min(fits)
-            k = self.free.index((off, size))
-            if size == need:
-                del self.free[k]
-            else:
-                self.free[k] = (off + need, size - need)
-            return off
-        if self.free and sum(self.free[-1]) == self.size:  # the last free range ends the arena: grow from it
-            off, _ = self.free.pop()
-        else:
-            off = self.size
-        self.size = off + need
-        return off
-
-    def give(self, off: int, nbytes: int) -> None:
-        size = -(-nbytes // ALIGN) * ALIGN
-        k = bisect.bisect(self.free, (off, size))
-        if k < len(self.free) and off + size == self.free[k][0]:  # merge with the next range
-            size += self.free.pop(k)[1]
-        if k > 0 and sum(self.free[k - 1]) == off:  # and with the previous one
-            off, prev = self.free[k - 1]
-            size += prev
-            k -= 1
-            del self.free[k]
-        self.free.insert(k, (off, size))
+        off = 0
+        for o, e, _, _ in sorted(p for p in placed if p[2] <= last and first <= p[3]):  # (by offset)
+            if off + need <= o:
+                break  # the gap below this block fits
+            off = max(off, e)
+        offsets[k] = off
+        placed.append((off, off + need, first, last))
+        size = max(size, off + need)
+    return offsets, size
 
 
 def plan_memory(items: Sequence[ScheduleItem], kept: Iterable[UOp], first_unique: int) -> int:
@@ -97,26 +81,15 @@ def plan_memory(items: Sequence[ScheduleItem], kept: Iterable[UOp], first_unique
     cands = [b for b in first if b not in keep and _plannable(b, first_unique)]
     if not cands:
         return 0
-    arenas: dict[str, _Arena] = {}
-    placed: dict[UOp, tuple[str, int]] = {}
-    ends: dict[int, list[UOp]] = {}
+    by_dev: dict[str, list[UOp]] = {}
     for b in cands:
-        ends.setdefault(last[b], []).append(b)
-    starts: dict[int, list[UOp]] = {}
-    for b in cands:
-        starts.setdefault(first[b], []).append(b)
-    for i in range(len(items)):
-        for b in starts.get(i, ()):
-            dev = buffer_device(b)
-            arena = arenas.setdefault(dev, _Arena())
-            placed[b] = (dev, arena.take(_nbytes(b)))
-        for b in ends.get(i, ()):  # (after item i's new buffers are placed: a kernel's output never aliases its input)
-            dev, off = placed[b]
-            arenas[dev].give(off, _nbytes(b))
-    bases = {dev: new_buffer_uop(dev, arena.size, dtypes.uint8) for dev, arena in arenas.items()}
-    for b, (dev, off) in placed.items():
-        buffer_views[b] = (bases[dev], off)
-    return sum(_nbytes(b) for b in placed)
+        by_dev.setdefault(buffer_device(b), []).append(b)
+    for dev, bufs in by_dev.items():
+        offsets, size = place([(first[b], last[b], _nbytes(b)) for b in bufs])
+        base = new_buffer_uop(dev, size, dtypes.uint8)
+        for b, off in zip(bufs, offsets):
+            buffer_views[b] = (base, off)
+    return sum(_nbytes(b) for b in cands)
 
 
 def _nbytes(b: UOp) -> int:
