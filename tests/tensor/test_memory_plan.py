@@ -10,10 +10,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.tensor import Context, Tensor
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit
 from speck.tensor import realize as R
 from speck.tensor.engine.memory import ALIGN, PLAN_MIN_BYTES, place
-from speck.tensor.schedule import base_buffer, buffer_views, contiguous_made, scratch_nodes
+from speck.tensor.schedule import base_buffer, buffer_map, buffer_views, contiguous_made, scratch_nodes
 from speck.tensor.settings import PLAN_MEMORY
 
 N = PLAN_MIN_BYTES // 4 * 2  # float32 elements: every intermediate here is big enough to be planned
@@ -105,6 +105,34 @@ def test_off_allocates_each_intermediate_apart() -> None:
         assert PLAN_MEMORY.value == 0
         items, _ = R.schedule_targets([(vals[-1].uop, "CPU"), (vals[-2].uop, "CPU")])
     assert not any(b in buffer_views for it in items for b in it.bufs)
+
+
+def test_jit_free_intermediates_gives_the_arena_back() -> None:
+    rng = np.random.default_rng(4)
+    xs = rng.random(N, dtype=np.float32)
+
+    @TinyJit
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        vals = _chain(x, 4)
+        return vals[-1].sum(), vals[-3] * 2
+
+    x = Tensor(xs).realize()
+    for _ in range(3):
+        got = f(x)
+    arena = next(hb.base for call in f.captured.entries for u in call[1]
+                 if (hb := buffer_map.get(u)) is not None and hb.base is not hb)  # fmt: skip
+    assert arena.is_allocated
+    before = GlobalCounters.mem_used
+    f.captured.free_intermediates()
+    assert not arena.is_allocated and before - GlobalCounters.mem_used >= arena.nbytes
+    got = f(x)  # the next replay allocates it again
+    ref, want = xs.astype(np.float64), []
+    h = ref
+    for k in range(4):
+        h = np.log2(np.exp2(h * (k + 2) + ref)) if k % 2 else np.sqrt(h + k) * 0.5
+        want.append(h)
+    np.testing.assert_allclose(got[0].item(), want[-1].sum(), rtol=1e-4)
+    np.testing.assert_allclose(got[1].numpy(), want[-3] * 2, rtol=1e-5)
 
 
 def _wino_losses(plan: int, steps: int) -> list[float]:

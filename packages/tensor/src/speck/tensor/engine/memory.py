@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from weakref import ref
 
 from speck.hcq import Device
+from speck.hcq.allocator import HostAllocator
 from speck.tensor.schedule import (
     ScheduleItem,
     base_buffer,
@@ -64,7 +65,7 @@ def plan_memory(items: Sequence[ScheduleItem], kept: Iterable[UOp], first_unique
     """Give the intermediate buffers of `items` places in shared arenas (one BUFFER per device, registered in
     buffer_views, so get_buffer makes each a view of its arena's memory). An intermediate is a BUFFER this schedule
     made (its UNIQUE number is at least `first_unique`), not yet holding memory, of a fixed size of at least
-    PLAN_MIN_BYTES, not a region of another buffer nor the base of one, on a device that is not file-backed, and not
+    PLAN_MIN_BYTES, not a region of another buffer nor the base of one, in host memory (HostAllocator), and not
     under any view in `kept` (what the caller hands out: the targets' views, and `.contiguous()` results later
     realizes read). Two buffers share bytes only when the last item using one comes strictly before the first
     item using the other. Returns the bytes planned (0: nothing to plan)."""
@@ -101,7 +102,8 @@ def _plannable(b: UOp, first_unique: int) -> bool:
         return False
     if ref(b) in buffer_map_data:
         return False
-    return _nbytes(b) >= PLAN_MIN_BYTES and not Device[buffer_device(b)].file_backed
+    # host memory only: that is where fresh memory costs its first touch (and views of it are plain addresses)
+    return _nbytes(b) >= PLAN_MIN_BYTES and isinstance(Device[buffer_device(b)].allocator, HostAllocator)
 
 
 __all__ = ["memory_planner", "plan_memory"]
