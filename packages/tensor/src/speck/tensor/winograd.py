@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorValueError
+from speck.tensor.schedule import scratch_nodes
 from speck.uop import dtypes
 
 if TYPE_CHECKING:
@@ -210,8 +211,6 @@ def weight_gradient(v: Tensor, m: int, r: int, tn: Sequence[int], grad: Tensor) 
 def _scratch(t: Tensor) -> Tensor:
     """t.contiguous() as an intermediate of this rewrite only: its buffer is not remembered for later graphs, so it
     can share memory with others (speck.tensor.schedule.scratch_nodes)."""
-    from speck.tensor.schedule import scratch_nodes
-
     out = t.contiguous()
     if out.uop is not t.uop:  # (a node this call made, not one t already was)
         scratch_nodes.add(out.uop)
