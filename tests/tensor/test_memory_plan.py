@@ -7,10 +7,11 @@ checked on random lifetimes (hypothesis)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.tensor import Context, GlobalCounters, Tensor, TinyJit
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, winograd
 from speck.tensor import realize as R
 from speck.tensor.engine.memory import ALIGN, PLAN_MIN_BYTES, place
 from speck.tensor.schedule import base_buffer, buffer_map, buffer_views, contiguous_made, scratch_nodes
@@ -156,6 +157,31 @@ def _wino_losses(plan: int, steps: int) -> list[float]:
         # the weight's gradient read after the step: Winograd's scratch buffers are computed again, not read
         g = conv.weight.grad.numpy()
     return [*out, float(np.abs(g).sum())]
+
+
+def _split_backward(batch: int) -> int:
+    """The kernels of a backward run after its forward was realized (the weight gradient read). Each call a new batch size:
+    a graph scheduled before would go through the schedule cache, which remembers no intermediate."""
+    with Context(WINO=2):
+        rng = np.random.default_rng(5)
+        x = Tensor(rng.random((batch, 4, 14, 14), dtype=np.float32))
+        w = Tensor(rng.random((8, 4, 3, 3), dtype=np.float32), requires_grad=True)
+        loss = (x.conv2d(w) ** 2).mean()
+        loss.item()  # the forward, on its own
+        loss.backward()
+        before = GlobalCounters.kernel_count
+        assert w.grad is not None
+        w.grad.numpy()
+        return GlobalCounters.kernel_count - before
+
+
+def test_a_later_backward_computes_no_forward_intermediate_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Winograd's scratch nodes are the ones no later graph needs: the backward runs as many kernels as when every
+    # intermediate is remembered (the transformed input, which the weight gradient reads, is not scratch)
+    k_scratch = _split_backward(7)
+    monkeypatch.setattr(winograd, "_scratch", lambda t: t.contiguous())
+    k_all = _split_backward(9)
+    assert k_scratch == k_all
 
 
 def test_winograd_training_is_the_same_planned_or_not() -> None:

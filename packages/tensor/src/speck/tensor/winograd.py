@@ -166,8 +166,9 @@ def conv(x: Tensor, weight: Tensor, m: int) -> tuple[Tensor, Callable[[Tensor], 
         x = x.pad(((0, 0), (0, 0), *((0, e) for e in extra)))
     tiles = x._windows((a,) * nsp, (m,) * nsp, (1,) * nsp)  # (N, C, *T, *a)
     tiles = tiles.permute(*range(2 + nsp, 2 + 2 * nsp), 0, *sp, 1)  # (*a, N, *T, C)
-    # a buffer of its own: the weight gradient reads it again (or it would be recomputed for it, in another layout)
-    v = _scratch(_transform(bt, tiles, nsp)).reshape(a**nsp, n, *tn, c)  # (P, N, *T, C)
+    # a buffer of its own: the weight gradient reads it again (or it would be recomputed for it, in another layout);
+    # remembered (not scratch): a backward scheduled after the forward was realized reads it instead of redoing it
+    v = _transform(bt, tiles, nsp).contiguous().reshape(a**nsp, n, *tn, c)  # (P, N, *T, C)
     u = _transform(g, weight.permute(*sp, 1, 0), nsp).reshape(a**nsp, c, co)  # (P, C, Co)
     pp = a**nsp
     prod_ = v.reshape(pp, n, *tn, c, 1) * u.reshape(pp, *([1] * (1 + nsp)), c, co)
