@@ -160,8 +160,8 @@ def _wino_losses(plan: int, steps: int) -> list[float]:
 
 
 def _split_backward(batch: int) -> int:
-    """The kernels of a backward run after its forward was realized (the weight gradient read). Each call a new batch size:
-    a graph scheduled before would go through the schedule cache, which remembers no intermediate."""
+    """The kernels of a backward run after its forward was realized (the weight gradient read). Each call a new
+    batch size: a graph scheduled before would go through the schedule cache, which remembers no intermediate."""
     with Context(WINO=2):
         rng = np.random.default_rng(5)
         x = Tensor(rng.random((batch, 4, 14, 14), dtype=np.float32))
