@@ -413,6 +413,16 @@ class CapturedJit:
             if u in outs:
                 self._freed[u] = hb
                 buffer_map[u] = _FreedOutput()
+        # intermediates placed in a shared arena (speck.tensor.engine.memory) are views: the arena goes back when
+        # no other buffer of the calls lives in it
+        arenas = {id(hb.base): hb.base for u in self.intermediates
+                  if type(hb := data.get(_ref(u))) is _HcqBuffer and hb.base is not hb}  # fmt: skip
+        for _, bufs in self.entries:
+            for u in bufs:
+                if u not in self.intermediates and type(hb := data.get(_ref(u))) is _HcqBuffer:
+                    arenas.pop(id(hb.base), None)
+        for base in arenas.values():
+            base.deallocate()
         # the plan is rebuilt (and the memory allocated) at the next replay; the unchecked replay's inputs stay
         self.__dict__.update({**self._derived(), "fast": self.fast})
 

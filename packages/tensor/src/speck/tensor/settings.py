@@ -120,6 +120,14 @@ COMPILE_THREADS = declare(
     "lanes compiling a schedule's new kernels ahead (-1: one per core but the calling thread's, 1 to 4; 0: none; "
     "at most 64)",
 )
+PLAN_MEMORY = declare(
+    "SPECK_PLAN_MEMORY",
+    1,
+    T,
+    ("speck.tensor.realize",),
+    "a multi-target realize places its schedule's intermediate buffers in one shared arena per device, reusing "
+    "memory between buffers whose uses don't overlap (speck.tensor.engine.memory); 0: each gets its own allocation",
+)
 PROGRAM_CACHE = declare(
     "SPECK_PROGRAM_CACHE",
     1024,
