@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Tensor, dtypes, live, nn
+from speck.tensor.errors import GradientError
 
 RNG = np.random.default_rng(3)
 
@@ -253,3 +254,29 @@ def test_registry_holds_no_dead_tensors_and_stays_bounded() -> None:
     assert live.count() <= before + 10
     assert any(t is x for t in live.tensors())
     assert len(live._refs) <= max(live._MIN_SWEEP, 2 * live.count()) + 1
+
+
+def test_backward_after_realize_of_a_graph_needing_gradients_is_an_error() -> None:
+    """realize() replaces a tensor's graph by its buffer: a backward() from it reached nothing and silently left
+    every parameter's .grad None. It is a GradientError naming the order to use; backward() before realize() and
+    backward() after .item() (which keeps the graph) fill the gradients, as numpy says."""
+    x_np = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x = Tensor(x_np)
+    for realize in (lambda t: t.realize(), lambda t: Tensor.realize(t, t * 2)):
+        w = Tensor(np.ones((3, 3), np.float32), requires_grad=True)
+        loss = (x @ w).sum()
+        realize(loss)
+        with pytest.raises(GradientError, match="call backward\\(\\) before realize\\(\\)"):
+            loss.backward()
+        assert w.grad is None
+    expected = np.repeat(x_np.sum(0)[:, None], 3, axis=1)
+    w = Tensor(np.ones((3, 3), np.float32), requires_grad=True)
+    loss = (x @ w).sum()
+    loss.backward()
+    loss.realize()
+    np.testing.assert_allclose(w.grad.numpy(), expected)
+    w2 = Tensor(np.ones((3, 3), np.float32), requires_grad=True)
+    loss2 = (x @ w2).sum()
+    assert loss2.item() == float((x_np @ np.ones((3, 3), np.float32)).sum())
+    loss2.backward()
+    np.testing.assert_allclose(w2.grad.numpy(), expected)

@@ -18,6 +18,7 @@ from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.multi import MultiUOp
+from speck.tensor.schedule import base_buffer
 from speck.tensor.writes import buffers_read, rebinding
 from speck.uop import Ops, UOp, dtypes
 
@@ -108,11 +109,22 @@ def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> 
             type(root).full(t.shape, 0.0, dtype=t.dtype, buffer=False) for t in targets]  # fmt: skip
 
 
+# tensors that needed gradients (requires_grad True) when realize() replaced their graph by their buffer: a backward()
+# from one reaches nothing of what it was computed from and would silently fill no .grad. By id, holding the tensor
+# weakly (a WeakSet compares members with Tensor.__eq__, which is elementwise)
+realized_roots: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
 def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(root)/d(t) into t.grad for every live float tensor t in root's graph (see the module doc);
     returns root."""
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")
+    if realized_roots.get(id(root)) is root and not isinstance(u := root.uop, MultiUOp) and base_buffer(u) is not None:
+        raise GradientError("backward(): this tensor was realized before it, and realize() replaced its graph by its "
+                            "buffer, so no gradient can reach the tensors it was computed from; call backward() "
+                            "before realize(), or read the value with .item()/.numpy()/.tolist(), which keep the "
+                            "graph")  # fmt: skip
     nodes = set(root.uop.toposort())
     # the buffers the root's graph reads (None: a sharded root, whose logical graph is not what its shards read)
     root_reads: set[UOp] | None = None if isinstance(root.uop, MultiUOp) else set(buffers_read(root.uop))

@@ -32,7 +32,7 @@ from speck.tensor import elementwise as ew
 from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
-from speck.tensor.autograd import backward
+from speck.tensor.autograd import backward, realized_roots
 from speck.tensor.autograd import gradient as _gradient
 from speck.tensor.base import TensorBase
 from speck.tensor.bounds import raise_recorded
@@ -451,6 +451,8 @@ class Tensor(
             # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
             view = _realize.realize_graph(u, self._device, True)
             self._uop, self._ver = view, _EPOCH[0]
+            if self.requires_grad is True:
+                realized_roots[id(self)] = self
             if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                 realized_cache[u] = view  # (see _realize_one)
         elif not Tensor._realize_one(self):
@@ -502,6 +504,8 @@ class Tensor(
         if pending:
             for t, v in zip(pending, _realize.realize_targets(_own_constants(pending))):
                 t.uop = v
+                if t.requires_grad is True:
+                    realized_roots[id(t)] = t
 
     @staticmethod
     def _realize_one(t: Tensor) -> bool:
@@ -523,6 +527,8 @@ class Tensor(
             return False
         view = _realize.realize_graph(u, t._device)
         t._uop, t._ver = view, _EPOCH[0]  # (t.uop = view, without the setter's frame)
+        if t.requires_grad is True:
+            realized_roots[id(t)] = t
         # later graphs holding u read the buffer instead of computing u again; when nothing else holds u (only this
         # frame's `u` and getrefcount's argument) it dies now and the entry would go with it
         if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
