@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from speck.tensor import Tensor, dtypes
+from speck.tensor.errors import TensorTypeError
 from tensor_helpers import FEW, SOME, arrays, assert_matches, broadcast_shapes, shapes
 
 UNARY_FLOAT: list[tuple[str, Callable[[Tensor], Tensor], Callable[[np.ndarray], Any], tuple[float, float], float]] = [
@@ -291,3 +292,20 @@ def test_assign_updates_buffer_and_views() -> None:
     with pytest.raises(ValueError, match="shape"):  # a broadcast failure (spec 4.6)
         t.assign(Tensor([1.0, 2.0]))
     assert t.tolist() == [11.0, 13.0, 15.0, 17.0]
+
+
+_BOOL_REMAINDERS = [(lambda a, b: a % b, np.remainder), (lambda a, b: a.fmod(b), np.fmod),
+                    (lambda a, b: a % True, lambda a, b: a % 1), (lambda a, b: True % a, lambda a, b: 1 % a),
+                    (lambda a, b: a // b, np.floor_divide)]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,ref", _BOOL_REMAINDERS)
+def test_remainder_and_floor_division_of_bools_are_refused(op: Callable[..., Tensor], ref: Callable[..., Any]) -> None:
+    """bool % bool has no bool answer (numpy's is int8, torch refuses it); it compiled to garbage or failed in the
+    C/LLVM compilers, and the x86 backend returned the dividend. Now a TensorTypeError at the op; the same op on
+    ints still computes."""
+    a, b = Tensor([True, False]), Tensor([True, True])
+    with pytest.raises(TensorTypeError, match="bool tensors is not supported"):
+        op(a, b)
+    ia, ib = np.array([1, 0], np.int32), np.array([1, 1], np.int32)
+    np.testing.assert_array_equal(op(Tensor(ia), Tensor(ib)).numpy(), ref(ia, ib))

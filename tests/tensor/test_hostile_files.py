@@ -322,10 +322,10 @@ def test_a_file_truncated_after_safe_load_is_an_error_and_stays_as_it_is(tmp_pat
 
     path = tmp_path / "m.safetensors"
     safe_save({"w": Tensor(np.arange(1024, dtype=np.float32))}, path)
-    sd = safe_load(path)  # lazy: nothing is read yet
+    sd = safe_load(path)  # lazy: nothing is read yet (the file is mapped)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # the file shrinks before the tensor is read
-    with pytest.raises(HCQError, match="smaller than"):
+    with pytest.raises(HCQError, match="smaller than|shrank to"):
         sd["w"].numpy()
     assert path.read_bytes() == data[: len(data) // 2]  # not extended with zeros
 

@@ -231,3 +231,29 @@ def test_backward_of_a_sharded_graph_sharing_a_constant_with_a_one_device_graph(
         step = np.zeros((10, 8), np.float32)
         step[:3] = h.numpy().sum(1)
         np.testing.assert_allclose(got.numpy(), start.numpy() - 0.02 * step, atol=1e-5)
+
+
+def test_backward_when_a_previous_loss_gradient_is_a_constant_of_the_sharded_graph() -> None:
+    """A one-device loss keeps its .grad (the seed, the interned constant 1.0) while a sharded model's loss goes
+    backward, and that constant is a node of the sharded graph too: the live seed tensor gets a sharded gradient,
+    which must land on its own device (the next one-device backward raised 'all buffers must be on the same
+    device'). Both models still train as they would alone."""
+    devs = ("CPU", "CPU:1")
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    y = np.array([0, 2, 1, 2], np.int32)
+    w0 = np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32)
+    ws, wu = Tensor(w0).realize().shard_(devs, axis=None), Tensor(w0.copy()).realize()
+    xs, ys, xu, yu = Tensor(x).shard(devs, axis=0), Tensor(y).shard(devs, axis=0), Tensor(x), Tensor(y)
+    losses = []
+    for _ in range(2):
+        ls = (xs @ ws.T).sparse_categorical_crossentropy(ys).backward()
+        lu = (xu @ wu.T).sparse_categorical_crossentropy(yu).backward()
+        assert lu.grad is not None and lu.grad.device == "CPU"
+        for w in (ws, wu):
+            assert w.grad is not None
+            w.assign(w - 0.5 * w.grad).realize()
+            w.grad = None
+        losses.append((ls.item(), lu.item()))
+    np.testing.assert_allclose(ws.numpy(), wu.numpy(), atol=1e-6)
+    for a, b in losses:
+        assert abs(a - b) < 1e-6

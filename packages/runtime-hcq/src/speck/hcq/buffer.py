@@ -26,10 +26,15 @@ def _as_bytes_view(data: Any) -> memoryview:
         raise HCQTypeError(
             f"expected host memory (bytes, bytearray, a numpy array...), got {type(data).__name__}"
         ) from None
+    if "O" in mv.format:  # (Python object pointers: copied out over, the array crashes the process at its next use)
+        raise HCQTypeError(f"expected host memory of plain data, got one of Python objects (format {mv.format!r}); "
+                           "convert it to a numeric array first")  # fmt: skip
     if not mv.c_contiguous:
         raise HCQValueError(
             f"expected C-contiguous host memory, got a non-contiguous {mv.format!r} view of shape {mv.shape}"
         )
+    if mv.nbytes == 0:  # (cast() refuses a shape with a 0 in it)
+        return memoryview(b"") if mv.readonly else memoryview(bytearray())
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 

@@ -17,6 +17,8 @@ from speck.tensor.dims import tensor_args
 from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
+from speck.tensor.multi import MultiUOp
+from speck.tensor.writes import buffers_read, rebinding
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -76,6 +78,22 @@ def _grad_or_zeros(grads: dict[UOp, UOp], t: Tensor) -> UOp:
     return z.reshape((1,) * len(t.shape)).expand(t.shape) if t.shape else z
 
 
+def _may_be_in(t: Tensor, root_reads: set[UOp] | None) -> bool:
+    """False when t's graph (as Tensor.uop would rebind it) reads a buffer the root's graph does not: then it is not
+    a node of the root's graph, and t.uop need not rebuild a stale graph to find that out."""
+    if root_reads is None or isinstance(t._uop, MultiUOp) or not (swap := rebinding(t)):
+        return True
+    return all(swap.get(b, b) in root_reads for b in buffers_read(t._uop))
+
+
+def _on_own_device(g: UOp, t: Tensor) -> UOp:
+    """A one-device tensor whose node is also in a sharded graph (nodes are interned: a constant such as a previous
+    loss's seed 1.0) gets a sharded gradient from it; it is gathered to the tensor's own device."""
+    if isinstance(g, MultiUOp) and not isinstance(t.uop, MultiUOp) and isinstance(t.device, str):
+        return g.to_device(t.device)
+    return g
+
+
 def gradient(root: Tensor, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d(root)/d(target) for each target, as lazy tensors with the target's shape (0-d included); `.grad` is not
     touched. Root and targets must be concrete floats (RuntimeError); a non-scalar root needs `gradient=`."""
@@ -96,19 +114,25 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
     seed = _seed(root, gradient, "backward()")
     _check_float(root, "tensor backward() starts from")
     nodes = set(root.uop.toposort())
+    # the buffers the root's graph reads (None: a sharded root, whose logical graph is not what its shards read)
+    root_reads: set[UOp] | None = None if isinstance(root.uop, MultiUOp) else set(buffers_read(root.uop))
     if CALL_INPUTS:
-        nodes.update(u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins)
+        extra = [u for n in list(nodes) if (ins := CALL_INPUTS.get(n)) is not None for u in ins]
+        nodes.update(extra)
+        if root_reads is not None:
+            root_reads.update(*(buffers_read(u) for u in extra))
     targets = [
         t
         for t in live.tensors()
-        if t.uop in nodes and t.requires_grad is not False and t.device is not None and dtypes.is_float(t.dtype)
-    ]
+        if t.requires_grad is not False and _may_be_in(t, root_reads) and t.uop in nodes and t.device is not None
+        and dtypes.is_float(t.dtype)
+    ]  # fmt: skip
     for t in targets:
         if t.dtype.is_weak:
             _check_float(t, "tensor in the graph")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
     for t in targets:
-        g = type(root)(_grad_or_zeros(grads, t), device=t.device)
+        g = type(root)(_on_own_device(_grad_or_zeros(grads, t), t), device=t.device)
         if t.grad is None:
             t.grad = g
         else:  # accumulate in place, so every holder of the .grad object sees the sum

@@ -24,7 +24,7 @@ from speck.hcq.allocator import BufferOptions, HostAllocator
 from speck.hcq.memory import ExternalMemory
 from speck.tensor import multi
 from speck.tensor.device import canonical
-from speck.tensor.dims import argfix, shape_arg
+from speck.tensor.dims import argfix, flag, shape_arg
 from speck.tensor.dims import countable as _countable
 from speck.tensor.dims import whole as _count
 from speck.tensor.errors import (
@@ -158,6 +158,7 @@ class CreationMixin:
         """A tensor of `shape` filled with `fill_value` (a lazy broadcast constant: no buffer until realized), on
         `device`. Its dtype is the fill's made concrete (an int beyond the default int: int64). buffer=False: a
         device-less constant instead, whose literal dtype stays weak."""
+        buffer = flag("full", "buffer", buffer)
         sh = shape_arg("full", tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
         if any(isinstance(s, int) and s < 0 for s in sh):
             raise TensorValueError(f"shape {sh} has a negative dimension")

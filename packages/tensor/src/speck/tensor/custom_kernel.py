@@ -69,6 +69,9 @@ def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: 
     """The tensors after `fxn`'s kernel ran on them (one per argument; see the module docstring)."""
     if not tensors:
         raise CustomKernelError("custom_kernel needs at least one tensor")
+    for what, f in (("fxn", fxn), ("grad_fxn (or None)", grad_fxn)):  # (was "'NoneType' object is not callable")
+        if not callable(f) and not (f is None and what != "fxn"):
+            raise CustomKernelError(f"custom_kernel: {what} must be a function, got {type(f).__name__} {f!r:.40}")
     fname = getattr(fxn, "__name__", repr(fxn))
     _check_arity(fxn, fname, len(tensors))
     devices = {t.device for t in tensors}

@@ -17,6 +17,7 @@ those compositions use the public Tensor API only, so the gradients they declare
 from __future__ import annotations
 
 import math
+import struct
 import weakref
 from typing import TYPE_CHECKING, Any, Union
 
@@ -29,7 +30,8 @@ from speck.tensor.nodes import _const_uop
 from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.tensor.weak import check_fits, fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
-from speck.uop.dtype import WEAK_DTYPES, strong_dtype
+from speck.uop.dtype import WEAK_DTYPES, cast_value, strong_dtype
+from speck.uop.uop import set_shape
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -124,6 +126,63 @@ def broadcast_to(u: UOp, shape: tuple[Any, ...]) -> UOp:
     return u.expand(shape) if u.shape != shape else u
 
 
+# the strong dtypes a Python float (int) literal joins into unchanged: an op of such a tensor with that literal is
+# computed in the tensor's dtype, the literal a constant of it (Tensor._binary builds that case itself)
+TAKES_LITERAL: dict[type, frozenset[DType]] = {
+    kind: frozenset(d for d in dtypes.all if least_upper_dtype(d, weak) is d)
+    for kind, weak in ((float, dtypes.weakfloat), (int, dtypes.weakint))
+}
+
+
+_INT_RANGE = {d: (dtypes.min(d), dtypes.max(d)) for d in dtypes.ints}
+
+
+def literal(v: int | float, dt: DType, dev: str) -> UOp:
+    """const(v, dt, dev) for a Python float/int v whose kind dt takes unchanged (TAKES_LITERAL): the same node, made
+    in fewer steps (Tensor._binary's per-op path)."""
+    if (r := _INT_RANGE.get(dt)) is not None and not r[0] <= v <= r[1]:
+        check_fits(v, dt)  # (raises: the int doesn't fit)
+    return UOp(Ops.CONST, dt, (UOp(Ops.DEVICE, arg=dev),), cast_value(v, dt))
+
+
+# `x * 2.0` in a training loop makes the same constant, RESHAPE and EXPAND nodes every step and drops them with the
+# step's graph: the latest broadcast literals are kept alive here, so hash-consing finds them. Keyed by the value (a
+# float by its bits: -0.0 is not 0.0, NaN is NaN), dtype, device and shape; emptied when full (a dict's clear is one
+# atomic step: no lock)
+_RECENT_LITERALS: dict[tuple[Any, ...], UOp] = {}
+_RECENT_MAX = 256
+_f64_bits = struct.Struct("<d").pack
+
+
+def broadcast_literal(v: int | float, dt: DType, dev: str, shape: tuple[Any, ...]) -> UOp:
+    """expand_0d(literal(v, dt, dev), shape): the same nodes, found among the recent ones when they are there."""
+    key = (v if v.__class__ is int else _f64_bits(v), dt, dev, shape)
+    if (u := _RECENT_LITERALS.get(key)) is None:
+        u = expand_0d(literal(v, dt, dev), shape)
+        if all(d.__class__ is int for d in shape):  # (a symbolic shape's variables are not kept alive here)
+            if len(_RECENT_LITERALS) >= _RECENT_MAX:
+                _RECENT_LITERALS.clear()
+            _RECENT_LITERALS[key] = u
+    return u
+
+
+def expand_0d(u: UOp, shape: tuple[Any, ...]) -> UOp:
+    """The 0-d u broadcast to a valid `shape`: broadcast_to's nodes (a RESHAPE to ones, then an EXPAND unless the
+    shape is all ones), made directly, their shapes recorded as the constructors' args give them."""
+    if not shape:
+        return u
+    ones = (1,) * len(shape)
+    r = UOp(Ops.RESHAPE, u.dtype, (u,), ones)
+    if r._shape == 0:
+        set_shape(r, ones)
+    if shape == ones:
+        return r
+    e = UOp(Ops.EXPAND, u.dtype, (r,), shape)
+    if e._shape == 0:
+        set_shape(e, shape)
+    return e
+
+
 def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse: bool = False,
             match_dtype: bool = True) -> tuple[UOp, UOp, Device, Device]:  # fmt: skip
     """x and y as two nodes of one shape, one device and (match_dtype) their joined dtype, with their devices
@@ -158,6 +217,13 @@ def promote(x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device = None, reverse:
         sh = broadcast_shape(x.shape, y.shape)
         x, y = broadcast_to(x, sh), broadcast_to(y, sh)
     return x, y, xdev, ydev
+
+
+def joinable(ydev: Device, xdev: str | None) -> bool:
+    """Whether an operand on ydev meets one on xdev (a name or None) as promote joins them without moving data: one
+    device, or a device-less side (rebuilt on the other's device). Tensor._binary asks only when the two are not one
+    object."""
+    return ydev is None or (ydev.__class__ is str and (xdev is None or ydev == xdev))
 
 
 # ---------------- the ALU ----------------
@@ -271,14 +337,21 @@ def _fmod_float(a: UOp, b: UOp, dev: Device) -> UOp:
     return select(keep, a, alu(Ops.SUB, a, alu(Ops.MUL, trunc(div(a, b, dev), dev), b)))
 
 
+def _no_bool_remainder(a: UOp, name: str) -> None:
+    if a.dtype == dtypes.bool:  # (torch refuses it too; numpy's int8 answer is not a bool)
+        raise TensorTypeError(f"{name} of bool tensors is not supported: cast them to an int dtype first")
+
+
 def mod(a: UOp, b: UOp, dev: Device) -> UOp:
     """Python/numpy remainder: the sign of the divisor."""
+    _no_bool_remainder(a, "the remainder (%)")
     r = alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
     return select(_sign_differs(r, b, dev), add(r, b, dev), r)
 
 
 def fmod(a: UOp, b: UOp, dev: Device) -> UOp:
     """C remainder: the sign of the dividend."""
+    _no_bool_remainder(a, "fmod")
     return alu(Ops.CMOD, a, b) if dtypes.is_int(a.dtype) else _fmod_float(a, b, dev)
 
 
@@ -370,6 +443,21 @@ def shift(op: Ops, x: UOp, xdev: Device, y: UOp | Scalar, ydev: Device) -> tuple
 
 
 # ---------------- unary primitives ----------------
+_STRONG = frozenset(dtypes.all)
+# the binary ops that are one ALU node `UOp(op, dtype, (a, b))` over two operands of one shape and one strong dtype of
+# those listed (`dtype`: theirs, or bool for a comparison); Tensor._binary makes that node itself (ONE_NODE's, and
+# subtraction and maximum but of bools, true division of floats, the one-node comparisons)
+DIRECT_NODE: dict[Any, tuple[Ops, DType | None, frozenset[DType]]] = {
+    **{fn: (op, None, _STRONG) for fn, op in ONE_NODE.items()},
+    sub: (Ops.SUB, None, _STRONG - {dtypes.bool}),
+    maximum: (Ops.MAX, None, _STRONG - {dtypes.bool}),
+    div: (Ops.FDIV, None, frozenset(dtypes.floats)),
+    lt: (Ops.CMPLT, dtypes.bool, _STRONG),
+    eq: (Ops.CMPEQ, dtypes.bool, _STRONG),
+    ne: (Ops.CMPNE, dtypes.bool, _STRONG),
+}
+
+
 def neg(u: UOp, dev: Device) -> UOp:
     return logical_not(u, dev) if u.dtype == dtypes.bool else alu(Ops.NEG, u)
 
@@ -654,6 +742,7 @@ class ElementwiseMixin:
 
     def isclose(self: Tensor, other: TensorOrScalar, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:  # fmt: skip
+        equal_nan = flag("isclose", "equal_nan", equal_nan)
         a, b = self._broadcasted(other)
         if not dtypes.is_float(a.dtype):
             # ints compare in float, as numpy does: their difference would wrap (uint8 3 - 5 is 254)
@@ -826,6 +915,8 @@ class ElementwiseMixin:
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         beta = real("softplus", "beta", beta)
+        if beta == 0 or beta != beta:  # (was Python's bare "division by zero")
+            raise TensorValueError(f"softplus: beta must be a nonzero number (it divides), got {beta!r}")
         return (self * beta).logaddexp(0.0) * (1 / beta)
 
     def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:

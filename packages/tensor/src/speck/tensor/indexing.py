@@ -417,6 +417,7 @@ class IndexingMixin:
     def _scatter(self: Tensor, dim: int, index: Tensor, src: Any, mode: str | None, include_self: bool) -> Tensor:
         """One scatter kernel per pass over the k index elements (O(k) after a copy of self): see _scatter_node. An
         index outside [0, n) is an error, found on the device (speck.tensor.bounds; with CHECK_OOB=0 it is ignored)."""
+        tensor_args("scatter", "index", (index,), type(self))
         self = self._concrete()
         d = self._resolve_dim(dim)
         if index.ndim != self.ndim:

@@ -44,7 +44,7 @@ from speck.tensor.realize import _capture_state  # (this thread's capture, read 
 from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, buffer_map_data, max_dim, view_offset
 from speck.tensor.settings import JIT, UNSAFE_ALLOW_JIT_BUFFER
 from speck.tensor.tensor import Tensor
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, buffers_read, rebinding
 from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
@@ -413,6 +413,16 @@ class CapturedJit:
             if u in outs:
                 self._freed[u] = hb
                 buffer_map[u] = _FreedOutput()
+        # intermediates placed in a shared arena (speck.tensor.engine.memory) are views: the arena goes back when
+        # no other buffer of the calls lives in it
+        arenas = {id(hb.base): hb.base for u in self.intermediates
+                  if type(hb := data.get(_ref(u))) is _HcqBuffer and hb.base is not hb}  # fmt: skip
+        for _, bufs in self.entries:
+            for u in bufs:
+                if u not in self.intermediates and type(hb := data.get(_ref(u))) is _HcqBuffer:
+                    arenas.pop(id(hb.base), None)
+        for base in arenas.values():
+            base.deallocate()
         # the plan is rebuilt (and the memory allocated) at the next replay; the unchecked replay's inputs stay
         self.__dict__.update({**self._derived(), "fast": self.fast})
 
@@ -501,12 +511,14 @@ def _observed_buffers() -> set[UOp]:
     """The BUFFERs a live tensor holds or its (lazy) graph reads: their contents are seen after a replay."""
     out: set[UOp] = set()
     for t in tensors():
-        u = t.uop
+        # the graph as built and the swaps Tensor.uop would make in it (rebuilding every stale live graph just to
+        # list its buffers was most of a capture's time after an optimizer step)
+        u, swap = t._uop, rebinding(t)
         for s in u.shards if isinstance(u, MultiUOp) else (u,):
             if (b := base_buffer(s)) is not None:
-                out.add(b)
+                out.add(swap.get(b, b))
             else:
-                out |= {x for x in s.toposort() if x.op is Ops.BUFFER}
+                out.update(swap.get(x, x) for x in buffers_read(s))
     return out
 
 

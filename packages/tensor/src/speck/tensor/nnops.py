@@ -468,6 +468,12 @@ class NNMixin:
         if isinstance(axis, bool) or not isinstance(axis, (int, tuple, list)):
             raise TensorTypeError(f"batchnorm: axis must be an int or a tuple of ints, got {type(axis).__name__} "
                                   f"{axis!r:.40}")  # fmt: skip
+        # (a number was "'int' object has no attribute 'reshape'")
+        stats = (("mean", mean, False), ("invstd", invstd, False), ("weight", weight, True), ("bias", bias, True))
+        for what, t, optional in stats:
+            if not isinstance(t, type(self)) and not (optional and t is None):
+                raise TensorTypeError(f"batchnorm: {what} must be a Tensor{' or None' if optional else ''}, got "
+                                      f"{type(t).__name__} {t!r:.40}; wrap data with Tensor(...)")  # fmt: skip
         axes = (axis,) if isinstance(axis, int) else axis
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
         x = self - mean.reshape(shape)

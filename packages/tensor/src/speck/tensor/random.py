@@ -168,13 +168,15 @@ class RandomMixin:
     @classmethod
     def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh, a = init_shape("kaiming_uniform", shape), real("kaiming_uniform", "a", a)
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: empty)
-        return cls.uniform(*sh, low=-bound, high=bound, **kw)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a * a)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: empty)
+        # (a slope so steep that the bound is 0: the range [-0, 0] holds only 0, which uniform refuses as low == high)
+        return cls.uniform(*sh, low=-bound, high=bound, **kw) if bound > 0 else cls.zeros(*sh, **kw)
 
     @classmethod
     def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
         sh, a = init_shape("kaiming_normal", shape), real("kaiming_normal", "a", a)
-        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: the tensor is empty)
+        # (a * a, not a**2: a float power past the range raised OverflowError; inf gives the limit, a gain of 0)
+        std = math.sqrt(2.0 / (1 + a * a)) / math.sqrt(prod(sh[1:]) or 1)  # (no fan-in: the tensor is empty)
         return cls.normal(*sh, mean=0.0, std=std, **kw)
 
     @classmethod

@@ -34,6 +34,7 @@ from speck.hcq import runner as _runner
 from speck.hcq.allocator import SpareBuffers
 from speck.hcq.runner import Copy, Exec, Host, Plan
 from speck.hcq.settings import LRU as _KEEP_FREED
+from speck.tensor.engine.memory import plan_memory
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
 from speck.tensor.schedule import (
@@ -58,6 +59,7 @@ from speck.tensor.settings import (
     MAX_BUFFER_SIZE,
     NUMPY_FALLBACK,
     NUMPY_FALLBACK_LIMIT,
+    PLAN_MEMORY,
     PROGRAM_CACHE,
     USE_CODEGEN,
 )
@@ -660,6 +662,7 @@ def host_call(fn: Callable[[list[Any], Mapping[str, int]], None], bufs: Sequence
 def schedule_targets(targets: Sequence[tuple[UOp, str]]) -> tuple[list[ScheduleItem], list[UOp]]:
     """One schedule computing every (graph, device) target, work they share computed once: its items, and the view
     of the buffer that will hold each target."""
+    first_unique = _next_unique()  # (buffers numbered from here on are this schedule's own)
     sched = Scheduler()
     for u, _ in targets:
         sched.count_uses(u)
@@ -667,6 +670,8 @@ def schedule_targets(targets: Sequence[tuple[UOp, str]]) -> tuple[list[ScheduleI
     for u, d in targets:
         sched.device = d
         views.append(sched.realize(u))
+    if PLAN_MEMORY.value:  # intermediates share memory (speck.tensor.engine.memory)
+        plan_memory(sched.items, [*views, *contiguous_made.values()], first_unique)
     return sched.items, views
 
 

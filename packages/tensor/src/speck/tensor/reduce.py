@@ -293,8 +293,15 @@ class ReduceMixin:
     def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """x / max(||x||_p over dim, eps) (torch.nn.functional.normalize)."""
         p, eps = real("normalize", "p", p), real("normalize", "eps", eps)
+        if p != p:
+            raise TensorValueError("normalize: p is NaN; pass a norm order (a number, inf or -inf)")
         x = self._float()
-        norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+        if p in (math.inf, -math.inf, 0):  # (the power-sum formula gave x back for inf, divided by 0 for 0)
+            a = x.abs()
+            norm = a.max(dim, keepdim=True) if p > 0 else a.min(dim, keepdim=True) if p < 0 else (
+                (x != 0).sum(dim, keepdim=True).cast(x.dtype))  # fmt: skip
+        else:
+            norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
         return x / norm.maximum(eps)
 
     # ---------------- scans ----------------

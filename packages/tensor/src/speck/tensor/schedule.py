@@ -45,6 +45,10 @@ realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary(
 # (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of another graph holding it
 # reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a buffer its tensors keep)
 contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# `.contiguous()` nodes a rewrite made for its own intermediates (speck.tensor.winograd): no later graph needs them
+# read back, so they go unremembered, and a multi-target realize may place their buffers in shared memory
+# (speck.tensor.engine.memory; a later realize holding one computes it again)
+scratch_nodes: weakref.WeakSet[UOp] = weakref.WeakSet()
 # BUFFERs over memory speck doesn't own (Tensor.from_blob): its owner may change it at any time, so no value computed
 # from it is remembered (realize.remembered)
 external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
@@ -697,7 +701,7 @@ class Scheduler(FusionRules):
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
             self.done[src] = view
-            if u.arg is None and into is None:
+            if u.arg is None and into is None and u not in scratch_nodes:
                 contiguous_made[u] = view  # a user's .contiguous(): later realizes read it (once it has run)
         return view
 

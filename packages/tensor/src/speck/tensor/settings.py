@@ -84,7 +84,7 @@ MAX_DECOMPRESSED_BYTES = declare(
     "MAX_DECOMPRESSED_BYTES",
     4 << 30,
     T,
-    ("speck.tensor.nn.checkpoints",),
+    ("speck.tensor.nn.checkpoints", "speck.tensor.nn.datasets", "speck.tensor.pyutils"),
     "the most bytes one archive (zip/tar) member, and all of an archive's members together, may expand to",
 )
 FUSE_OPTIM = declare("FUSE_OPTIM", 0, T, ("speck.tensor.nn.optim",), "optimizers' default for fused=")
@@ -119,6 +119,14 @@ COMPILE_THREADS = declare(
     ("speck.tensor.realize",),
     "lanes compiling a schedule's new kernels ahead (-1: one per core but the calling thread's, 1 to 4; 0: none; "
     "at most 64)",
+)
+PLAN_MEMORY = declare(
+    "SPECK_PLAN_MEMORY",
+    1,
+    T,
+    ("speck.tensor.realize",),
+    "a multi-target realize places its schedule's intermediate buffers in one shared arena per device, reusing "
+    "memory between buffers whose uses don't overlap (speck.tensor.engine.memory); 0: each gets its own allocation",
 )
 PROGRAM_CACHE = declare(
     "SPECK_PROGRAM_CACHE",

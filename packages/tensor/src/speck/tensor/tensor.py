@@ -41,7 +41,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int, tensor_args
+from speck.tensor.dims import as_int, flag, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -84,7 +84,7 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
-from speck.tensor.settings import TRAINING
+from speck.tensor.settings import DISALLOW_BROADCAST, TRAINING
 from speck.tensor.tensor_pickle import reduce_tensor
 from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, schedule_pending
 from speck.tensor.writes import EPOCH as _EPOCH
@@ -95,10 +95,13 @@ from speck.tensor.writes import thread_writes as _write_state
 from speck.uop import DType, Ops, UOp, dtypes, sint
 from speck.uop.dtype import WEAK_DTYPES
 from speck.uop.helpers import prod
-from speck.uop.uop import register_service
+from speck.uop.uop import register_service, set_shape
 
 Scalar = int | float | bool
 _BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
+_uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Tensor._binary's per-op node)
+_DIRECT_NODE = ew.DIRECT_NODE
+
 
 # the scheduler and autograd walk graphs recursively: a chain of a few thousand ops (a Python sum() over a list of
 # tensors, an unrolled loop) needs more than Python's default depth of 1000 (never lowered here)
@@ -209,6 +212,9 @@ class Tensor(
                     f"Tensor({type(data).__name__} of {len(raw)} bytes, dtype={dt}): {dt} items are {dt.itemsize} "
                     f"bytes and {len(raw)} is no multiple of that; pass whole items (pad or slice the bytes)"
                 )
+            if dt == dtypes.bool:  # (a BITCAST to bool no renderer expresses; any nonzero byte is True, as numpy reads)
+                self.uop = _from_numpy(raw != 0, dt, dev)
+                return
             bits = _UINT_OF_SIZE[dt.itemsize]
             self.uop = _from_numpy(raw.view(np_dtype(bits)), bits, dev)
             if dt != bits:
@@ -325,7 +331,7 @@ class Tensor(
     @staticmethod
     def test(mode: builtins.bool = True) -> Any:
         """Context manager (and decorator) for evaluation mode: training off while mode is True."""
-        return train(not mode)
+        return train(not flag("test", "mode", mode))
 
     # ---------------- basic properties ----------------
     @property
@@ -751,30 +757,53 @@ class Tensor(
     def _binary(self, fn: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
         """fn(a, b, device) over self and y promoted to one shape, dtype and device (reverse: y first)."""
         rg = self.requires_grad
-        if y.__class__ is Tensor and not reverse:  # the per-op hot path: nothing to convert or broadcast
-            ep = _EPOCH[0]  # (the uop properties and UOp.shape, without their frames when nothing is stale)
+        dev = self._device
+        if dev.__class__ is str or (dev is None and y.__class__ is Tensor):
+            # the per-op fast path: y a Tensor of self's dtype and device (a device-less side is rebuilt on the other's
+            # device), of self's shape or 0-d, or a Python float/int self's dtype takes unchanged. ew.promote's nodes
+            # (hash-consing: the same objects) and _new's Tensor, made without their general steps and frames
+            ep = _EPOCH[0]
             xu = self._uop if self._ver == ep else self.uop
-            yu = y._uop if y._ver == ep else y.uop
-            if xu.dtype is yu.dtype and (((xs := xu._shape) == yu._shape and xs.__class__ is tuple)
-                                         or xu.shape == yu.shape) \
-                    and self._device is not None and y._device is not None:  # fmt: skip
-                if rg is not True and ((o := y.requires_grad) is True or (rg is False and o is None)):
-                    rg = o
-                # (dtypes are interned) an op that is one ALU node for every strong dtype is made here directly, and
-                # so is its Tensor (self._new inlined; the metadata walk starts at this method's caller, as _new's
-                # would one frame up: this method is private, it names no op)
-                if (op := ew.ONE_NODE.get(fn)) is not None and xu.__class__ is UOp and yu.__class__ is UOp \
-                        and xu.dtype not in WEAK_DTYPES and self._device.__class__ is str:  # fmt: skip
-                    u = UOp(op, xu.dtype, (xu, yu))
-                    out = Tensor.__new__(Tensor)
-                    out._uop, out._ver, out._device = u, ep, self._device
-                    out.requires_grad, out.grad, out.is_param = rg, None, True
-                    _track(out)
-                    # (a node only this frame holds was just made: nothing named it yet)
-                    _record_metadata(u, sys.getrefcount(u) == 2)
-                    return out
-                out = self._new(fn(xu, yu, self._device))
-                out.requires_grad = rg
+            dt, a = xu.dtype, None
+            if y.__class__ is Tensor:
+                yu = y._uop if y._ver == ep else y.uop
+                if yu.dtype is dt and xu.__class__ is UOp and yu.__class__ is UOp \
+                        and ((yd := y._device) is dev or ew.joinable(yd, dev)):  # fmt: skip
+                    if yd is None and dev is not None:
+                        yu = ew.on_device_of(yu, None, dev)[0]
+                    elif dev is None and yd is not None:
+                        xu, dev = ew.on_device_of(xu, None, yd)
+                    if (xs := xu._shape) == yu._shape and xs.__class__ is tuple:
+                        a, b = (yu, xu) if reverse else (xu, yu)
+                    else:
+                        xs, ys = xu.shape, yu.shape
+                        if xs != ys and (xs == () or ys == ()) and not DISALLOW_BROADCAST.value:  # a 0-d side
+                            if ys == ():
+                                yu, ys = ew.expand_0d(yu, xs), xs
+                            else:
+                                xu, xs = ew.expand_0d(xu, ys), ys
+                        if xs == ys:
+                            a, b = (yu, xu) if reverse else (xu, yu)
+                    if a is not None and rg is not True \
+                            and ((o := y.requires_grad) is True or (rg is False and o is None)):  # fmt: skip
+                        rg = o
+            elif (y.__class__ is float or y.__class__ is int) and xu.__class__ is UOp and dev is not None \
+                    and dt in ew.TAKES_LITERAL[y.__class__]:  # fmt: skip
+                xs = xs if (xs := xu._shape).__class__ is tuple else xu.shape
+                c = ew.broadcast_literal(y, dt, dev, xs)  # (a literal leaves requires_grad to self)
+                a, b = (c, xu) if reverse else (xu, c)
+            if a is not None:
+                if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
+                    u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
+                    if fresh := sys.getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
+                        set_shape(u, xs)
+                else:
+                    u, fresh = fn(a, b, dev), False
+                out = Tensor.__new__(Tensor)
+                out._uop, out._ver, out._device = u, ep, dev
+                out.requires_grad, out.grad, out.is_param = rg, None, True
+                _track(out)
+                _record_metadata(u, fresh)  # (the walk starts at the caller, as _new's would: _binary names no op)
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
@@ -927,7 +956,7 @@ class train(contextlib.ContextDecorator):
     `__exit__` (the object holds no generator that dropping it would close)."""
 
     def __init__(self, mode: bool = True) -> None:
-        self.mode = mode
+        self.mode = flag("train", "mode", mode)  # (int("no") failed only at __enter__; a list counted as yes)
         self.saved: list[int] = []
 
     def __enter__(self) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from speck.tensor.dims import as_int
 from speck.tensor.errors import TensorValueError
+from speck.tensor.schedule import scratch_nodes
 from speck.uop import dtypes
 
 if TYPE_CHECKING:
@@ -160,18 +161,19 @@ def conv(x: Tensor, weight: Tensor, m: int) -> tuple[Tensor, Callable[[Tensor], 
     extra = [t * m + r - 1 - as_int(s) for t, s in zip(tn, x.shape[2:])]
     sp = tuple(range(2, 2 + nsp))
     # channel-last, so the input transform reads (and writes) vectors of channels
-    x = x.permute(0, *sp, 1).contiguous().permute(0, 1 + nsp, *range(1, 1 + nsp))
+    x = _scratch(x.permute(0, *sp, 1)).permute(0, 1 + nsp, *range(1, 1 + nsp))
     if any(extra):
         x = x.pad(((0, 0), (0, 0), *((0, e) for e in extra)))
     tiles = x._windows((a,) * nsp, (m,) * nsp, (1,) * nsp)  # (N, C, *T, *a)
     tiles = tiles.permute(*range(2 + nsp, 2 + 2 * nsp), 0, *sp, 1)  # (*a, N, *T, C)
-    # a buffer of its own: the weight gradient reads it again (or it would be recomputed for it, in another layout)
+    # a buffer of its own: the weight gradient reads it again (or it would be recomputed for it, in another layout);
+    # remembered (not scratch): a backward scheduled after the forward was realized reads it instead of redoing it
     v = _transform(bt, tiles, nsp).contiguous().reshape(a**nsp, n, *tn, c)  # (P, N, *T, C)
     u = _transform(g, weight.permute(*sp, 1, 0), nsp).reshape(a**nsp, c, co)  # (P, C, Co)
     pp = a**nsp
     prod_ = v.reshape(pp, n, *tn, c, 1) * u.reshape(pp, *([1] * (1 + nsp)), c, co)
     mm = prod_.sum(axis=2 + nsp)  # (P, N, *T, Co)
-    y = _transform(at, mm.reshape(*([a] * nsp), n, *tn, co), nsp).contiguous()  # (*m, N, *T, Co)
+    y = _scratch(_transform(at, mm.reshape(*([a] * nsp), n, *tn, co), nsp))  # (*m, N, *T, Co)
     # -> (N, Co, T0, m0, T1, m1, ...) -> (N, Co, *(T * m)), cropped to the output size
     order = [nsp, 2 * nsp + 1] + [i for d in range(nsp) for i in (nsp + 1 + d, d)]
     y = y.permute(*order).reshape(n, co, *(t * m for t in tn))
@@ -196,7 +198,7 @@ def weight_gradient(v: Tensor, m: int, r: int, tn: Sequence[int], grad: Tensor) 
     if any(t * m != o for t, o in zip(tn, osp)):
         grad = grad.pad(((0, 0), (0, 0), *((0, t * m - o) for t, o in zip(tn, osp))))
     # channel-last, so the transform reads vectors of channels: (N, T0, m, T1, m, ..., Co) -> (*m, N, *T, Co)
-    grad = grad.permute(0, *range(2, 2 + nsp), 1).contiguous()
+    grad = _scratch(grad.permute(0, *range(2, 2 + nsp), 1))
     tiles = grad.reshape(n, *(d for t in tn for d in (t, m)), co)
     tiles = tiles.permute(*(2 + 2 * d for d in range(nsp)), 0, *(1 + 2 * d for d in range(nsp)), 1 + 2 * nsp)
     a = m + r - 1
@@ -205,6 +207,15 @@ def weight_gradient(v: Tensor, m: int, r: int, tn: Sequence[int], grad: Tensor) 
     du = (v.reshape(pp, nt, c, 1) * dm.reshape(pp, nt, 1, co)).sum(1)  # (P, C, Co)
     dw = _transform(_transpose(g), du.reshape(*([a] * nsp), c, co), nsp)  # (*r, C, Co)
     return dw.permute(1 + nsp, nsp, *range(nsp))
+
+
+def _scratch(t: Tensor) -> Tensor:
+    """t.contiguous() as an intermediate of this rewrite only: its buffer is not remembered for later graphs, so it
+    can share memory with others (speck.tensor.schedule.scratch_nodes)."""
+    out = t.contiguous()
+    if out.uop is not t.uop:  # (a node this call made, not one t already was)
+        scratch_nodes.add(out.uop)
+    return out
 
 
 def _transpose(mat: Mat) -> Mat:

@@ -245,6 +245,20 @@ def refresh(t: Tensor) -> UOp:
     return u
 
 
+def rebinding(t: Tensor) -> dict[UOp, UOp]:
+    """The buffer -> snapshot swaps refresh(t) would make, found without rebuilding t's graph (empty: t.uop is
+    t's graph as built). For questions about the buffers t reads: the rebuild walks and reinterns the whole graph."""
+    u, ver = t._uop, t._ver
+    if not _log or _log[-1].epoch <= ver or is_view(u):
+        return {}
+    reads = buffers_read(u)
+    swap: dict[UOp, UOp] = {}
+    for w in _log:
+        if w.epoch > ver and w.buf in reads and w.buf not in swap:
+            swap[w.buf] = w.snap
+    return swap
+
+
 def _affected(t: Tensor, epoch: int) -> bool:
     """t (built before `epoch`) reads a buffer some logged write since its graph was built changes."""
     u = t._uop

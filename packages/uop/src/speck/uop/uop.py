@@ -848,7 +848,20 @@ _SHAPE_PASSTHROUGH = frozenset(
 )
 
 
+# `set_shape(node, shape)`: a tensor-level builder that has just made a node whose shape it knows (what `.shape` would
+# compute from the node's sources and arg: an elementwise op over operands of that shape, a RESHAPE or EXPAND to its
+# arg) records it, so the next op's shape test needs no walk. The slot's own setter (C), past UOp's __setattr__
+_SHAPE_SLOT: Any = vars(_Slots)["_shape"]
+set_shape: Callable[[UOp, tuple[sint, ...]], None] = _SHAPE_SLOT.__set__
+
+
 def _compute_shapes(u: UOp) -> tuple[sint, ...] | None:
+    for s in u.src:
+        if s._shape == 0:
+            break
+    else:  # every source's shape is known (a node just built over shaped operands): u's own, without the walk
+        object.__setattr__(u, "_shape", sh := _shape_of(u))
+        return sh
     for n in u.toposort(gate=lambda x: x._shape == 0):
         if n._shape == 0:
             object.__setattr__(n, "_shape", _shape_of(n))

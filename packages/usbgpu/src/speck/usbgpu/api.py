@@ -380,8 +380,14 @@ class UsbGpu:
             view = memoryview(data)  # type: ignore[arg-type]
         except TypeError:
             raise UsbGpuTypeError(f"{verb} needs a bytes-like object, got {type(data).__name__}") from None
-        if not view.contiguous:
-            raise UsbGpuValueError(f"{verb} needs a contiguous buffer; copy the strided view first (bytes(view))")
+        if "O" in view.format:  # (Python object pointers: copied out they are garbage, copied in they crash)
+            raise UsbGpuTypeError(f"{verb} needs a buffer of plain data, got one of Python objects (format "
+                                  f"{view.format!r}); convert it to a numeric array first")  # fmt: skip
+        if view.nbytes == 0:  # (cast() refuses a shape with a 0 in it; no bytes is no bytes)
+            return memoryview(b"") if view.readonly else memoryview(bytearray())
+        if not view.c_contiguous:  # (a Fortran-order array is contiguous too, but cast() reads only C order)
+            raise UsbGpuValueError(f"{verb} needs a C-contiguous buffer, got a strided or Fortran-order one; copy it "
+                                   "first (bytes(view), or numpy.ascontiguousarray)")  # fmt: skip
         return view.cast("B")
 
     # ------------------------------------------------------------------ copies

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -36,8 +37,22 @@ MAX_DIAGNOSTICS = 20000  # characters of the compiler's stderr kept in a Compile
 def find_c_compiler() -> str | None:
     """The C compiler to use: `$CC` if set, else `clang` on PATH, else `gcc`; None when there is none."""
     if cc := str(CC.value):
-        return shutil.which(cc)
+        found = _with_args(cc)
+        return found[0] if found else None
     return shutil.which("clang") or shutil.which("gcc")
+
+
+def _with_args(cc: str) -> tuple[str, tuple[str, ...]] | None:
+    """(the program, its leading arguments) that `cc` names: a program name or path, or, as make reads $CC, a
+    command line (`ccache gcc`, `gcc -m64`) whose first word is the program. None when no program is found."""
+    if found := shutil.which(cc):  # (a path with spaces in it names one program)
+        return found, ()
+    try:
+        words = shlex.split(cc)
+    except ValueError:  # (an unclosed quote)
+        return None
+    found = shutil.which(words[0]) if len(words) > 1 else None
+    return (found, tuple(words[1:])) if found else None
 
 
 class ClangCompiler(Compiler):
@@ -48,9 +63,12 @@ class ClangCompiler(Compiler):
     of the cache key. Raises RuntimeError at construction when no C compiler exists."""
 
     def __init__(self, cc: str | None = None, extra_flags: tuple[str, ...] = ()) -> None:
-        found = shutil.which(cc) if cc else find_c_compiler()
+        want = cc or str(CC.value)  # (an explicit cc, else $CC; empty: clang/gcc are looked up on PATH)
+        if want:
+            found, args = _with_args(want) or (None, ())
+        else:
+            found, args = find_c_compiler(), ()
         if found is None:
-            want = cc or str(CC.value)  # (an explicit cc, else $CC; empty: clang/gcc were looked up on PATH)
             what = f"CC={want!r} is not an executable found on PATH" if want else "no clang or gcc was found on PATH"
             raise ToolError(
                 f"ClangCompiler needs a C compiler, but {what}; install clang or gcc, set CC to the name or path of "
@@ -58,15 +76,15 @@ class ClangCompiler(Compiler):
             )
         self.cc = found
         try:
-            ver = subprocess.run([found, "--version"], capture_output=True, text=True, errors="replace",
+            ver = subprocess.run([found, *args, "--version"], capture_output=True, text=True, errors="replace",
                                  timeout=VERSION_TIMEOUT).stdout.splitlines()  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as e:  # (not a program: "Exec format error"; or it hangs)
             raise ToolError(f"ClangCompiler: the C compiler {found!r} can't be run ({type(e).__name__}: {e}); set CC "
                             "to an installed clang or gcc, or unset it") from None  # fmt: skip
         self.version = ver[0] if ver else "unknown"
         self.name = "clang" if "clang" in os.path.basename(found) or "clang" in self.version else "gcc"
-        self.flags = (*CLANG_FLAGS, *extra_flags, self.cc, self.version)
-        self._cmd_flags = (*CLANG_FLAGS, *extra_flags)
+        self.flags = (*args, *CLANG_FLAGS, *extra_flags, self.cc, self.version)
+        self._cmd_flags = (*args, *CLANG_FLAGS, *extra_flags)
 
     def compile_uncached(self, src: str) -> bytes:
         """Run the C compiler on `src` (fed through stdin) and return the object's bytes. Whatever goes wrong - the

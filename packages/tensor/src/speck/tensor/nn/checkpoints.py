@@ -109,18 +109,33 @@ class TensorIO(io.RawIOBase):
 
 
 def tar_extract(fn: FileLike) -> dict[str, Tensor]:
-    """The regular files of a tar archive, by member name, as uint8 tensors (slices of the archive)."""
+    """The regular files of a tar archive, by member name, as uint8 tensors: slices of the archive, except sparse
+    files, which are expanded on the host (each at most MAX_DECOMPRESSED_BYTES)."""
     t = _file_tensor(fn)
-    size = as_int(t.shape[0])
+    size, ceiling = as_int(t.shape[0]), int(MAX_DECOMPRESSED_BYTES.value)
+    out: dict[str, Tensor] = {}
     with named_errors(ArchiveError, f"tar_extract({fn}): not a readable tar archive"):
         with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
-            members = [m for m in tar if m.isfile()]
-    out: dict[str, Tensor] = {}
-    for m in members:
-        if m.offset_data + m.size > size:
-            raise ArchiveError(f"tar_extract({fn}): member {m.name!r} needs bytes [{m.offset_data}, "
-                               f"{m.offset_data + m.size}) of a {size}-byte archive; it is truncated")  # fmt: skip
-        out[m.name] = t[m.offset_data : m.offset_data + m.size]
+            for m in tar:
+                if not m.isfile():
+                    continue
+                if m.name in out:  # (tar tools keep the last copy; a dict would drop one of the two silently)
+                    raise ArchiveError(f"tar_extract({fn}): member {m.name!r} appears twice; extract the archive with "
+                                       "a tar tool, which keeps the last copy")  # fmt: skip
+                if m.sparse is not None:  # its bytes in the archive are its data runs without the holes: expand
+                    if m.size > ceiling:
+                        raise ArchiveError(f"tar_extract({fn}): sparse member {m.name!r} expands to {m.size} bytes, "
+                                           f"more than MAX_DECOMPRESSED_BYTES={ceiling}; if you trust the file, "
+                                           "raise it or extract the archive with a tar tool")  # fmt: skip
+                    f = tar.extractfile(m)
+                    assert f is not None  # (a regular file always has one)
+                    out[m.name] = Tensor(np.frombuffer(f.read(), dtype=np.uint8).copy())
+                    continue
+                if m.offset_data + m.size > size:
+                    raise ArchiveError(f"tar_extract({fn}): member {m.name!r} needs bytes [{m.offset_data}, "
+                                       f"{m.offset_data + m.size}) of a {size}-byte archive; it is "
+                                       "truncated")  # fmt: skip
+                out[m.name] = t[m.offset_data : m.offset_data + m.size]
     return out
 
 
@@ -142,6 +157,10 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
                     raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} is encrypted, which zip_extract "
                                        "does not read; extract it with a zip tool and its password")  # fmt: skip
                 if info.compress_type == zipfile.ZIP_STORED:
+                    if info.compress_size != info.file_size:  # (the slice would end inside the next member)
+                        raise ArchiveError(f"zip_extract({fn}): stored member {info.filename!r} claims "
+                                           f"{info.file_size} bytes but holds {info.compress_size}; the archive is "
+                                           "corrupt")  # fmt: skip
                     start = _zip_data_offset(t, info, fn)
                     if start + info.file_size > size:
                         end = start + info.file_size
@@ -169,7 +188,12 @@ def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo, fn: FileLike) -> int:
         raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has no local header at byte "
                            f"{info.header_offset}; the archive is corrupt")  # fmt: skip
     name_len, extra_len = struct.unpack("<HH", head[26:30])
-    return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
+    start = int(info.header_offset) + 30
+    name = _host_bytes(t[start : start + name_len])
+    if name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):  # (as zipfile checks)
+        raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} has a local header naming {name[:80]!r}; "
+                           "the archive is corrupt or crafted")  # fmt: skip
+    return start + int(name_len) + int(extra_len)
 
 
 # ---------------- torch_load ----------------
@@ -209,7 +233,13 @@ def _rebuild_tensor(storage: Any, offset: Any, shape: Any, stride: Any, *_: Any)
     contiguous = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     if stride == contiguous or numel == 1:
         return storage[offset : offset + numel].reshape(shape)
-    # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them
+    # permuted or broadcast strides: gather on the host (dtypes numpy lacks as their bits), then a tensor of them.
+    # A stride of 0 repeats elements: a few bytes of file may claim terabytes, so the gather is capped like inflating
+    if numel * storage.dtype.itemsize > (ceiling := int(MAX_DECOMPRESSED_BYTES.value)):
+        raise TorchLoadError(f"torch_load: a tensor view (shape {shape}, strides {stride}) would expand to "
+                             f"{numel * storage.dtype.itemsize} bytes on the host, more than MAX_DECOMPRESSED_BYTES="
+                             f"{ceiling}; if you trust the file, raise it (MAX_DECOMPRESSED_BYTES=<bytes> in the "
+                             "environment, or Context(MAX_DECOMPRESSED_BYTES=...))")  # fmt: skip
     bits = storage if storage.dtype.fmt is not None else storage.bitcast(dtypes.uint16)
     flat = bits.to("CPU").numpy() if file_backed(bits.device) else bits.numpy()
     arr = np.ascontiguousarray(np.lib.stride_tricks.as_strided(flat[offset:], shape, tuple(s * flat.itemsize for s in
@@ -307,6 +337,10 @@ class _TorchUnpickler(pickle.Unpickler):
         if self.storage is None or not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
             raise TorchLoadError(f"torch_load: unsupported persistent id {pid!r}")
         kind, key, numel = pid[1], pid[2], pid[4]
+        if len(pid) > 5 and pid[5] is not None:  # (the tensor would read its root storage from element 0: wrong data)
+            raise TorchLoadError(f"torch_load: storage {key!r} is a view of another storage ({pid[5]!r:.60}), which "
+                                 "only very old PyTorch wrote and torch_load does not read; load the file with torch "
+                                 "and save it again")  # fmt: skip
         dtype = kind.dtype if isinstance(kind, _StorageType) else kind if isinstance(kind, DType) else None
         if dtype is None or not isinstance(key, (str, int)) or type(numel) is not int or numel < 0:
             raise TorchLoadError(f"torch_load: malformed storage reference {pid!r}")
@@ -318,8 +352,9 @@ def _unpickle(f: Any, storage: Callable[[DType, str, int], Tensor] | None, what:
         return _TorchUnpickler(f, storage).load()
 
 
-def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
-    """A uint8 file slice as numel elements of dtype (TorchLoadError when the slice holds fewer bytes)."""
+def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str, big_endian: bool = False) -> Tensor:
+    """A uint8 file slice as numel elements of dtype (TorchLoadError when the slice holds fewer bytes); a big-endian
+    checkpoint's elements are byte-swapped on the host."""
     have = as_int(raw.shape[0])
     if have < numel * dtype.itemsize:
         raise TorchLoadError(f"torch_load: {what} holds {have} bytes, but the checkpoint says it has {numel} "
@@ -328,6 +363,9 @@ def _as_dtype(raw: Tensor, dtype: DType, numel: int, what: str) -> Tensor:
     if numel == 0:
         return Tensor.empty(0, dtype=dtype)
     raw = raw[: numel * dtype.itemsize]
+    if big_endian and dtype.itemsize > 1:
+        swapped = np.frombuffer(_host_bytes(raw), dtype=np.uint8).reshape(numel, dtype.itemsize)[:, ::-1]
+        return Tensor(np.ascontiguousarray(swapped).reshape(-1)).bitcast(dtype)
     if dtype.fmt is None or file_backed(raw.device):
         host = raw.to("CPU") if file_backed(raw.device) else raw
         return host.bitcast(dtype) if dtype.itemsize == 1 else host.contiguous().bitcast(dtype)
@@ -346,12 +384,17 @@ def torch_load(fn: FileLike) -> Any:
         if pkl is None:
             raise TorchLoadError(f"torch_load: {fn} is a zip file without a data.pkl; not a PyTorch checkpoint")
         prefix = pkl[: -len("data.pkl")]
+        order = members.get(f"{prefix}byteorder")  # (torch writes it; files without one are little-endian)
+        order_text = b"little" if order is None else _host_bytes(order).strip()
+        if order_text not in (b"little", b"big"):
+            raise TorchLoadError(f"torch_load: {fn}'s {prefix}byteorder says {order_text[:40]!r}; expected 'little' "
+                                 "or 'big'. The file is corrupt")  # fmt: skip
 
         def zip_storage(dtype: DType, key: str, numel: int) -> Tensor:
             if (raw := members.get(f"{prefix}data/{key}")) is None:
                 raise TorchLoadError(f"torch_load: {fn} has no member {prefix}data/{key} for the storage its pickle "
                                      "names; the file is incomplete")  # fmt: skip
-            return _as_dtype(raw, dtype, numel, f"storage {key}")
+            return _as_dtype(raw, dtype, numel, f"storage {key}", order_text == b"big")
 
         return _unpickle(io.BytesIO(_host_bytes(members[pkl])), zip_storage, f"{fn}'s {pkl}")
     return _legacy_load(t, fn)
@@ -376,7 +419,7 @@ def _legacy_load(t: Tensor, fn: FileLike) -> Any:
     if type(magic) is not int or magic != 0x1950A86A20F9469CFC6C:
         raise TorchLoadError(f"torch_load: {fn} has no PyTorch magic number; not a (legacy) PyTorch checkpoint")
     _unpickle(f, None, f"{fn}'s protocol version")
-    _unpickle(f, None, f"{fn}'s system information")
+    _unpickle(f, None, f"{fn}'s system information")  # (storages are little-endian whatever machine wrote them)
     obj = _unpickle(f, legacy_storage, f"{fn}'s object")
     keys = _unpickle(f, None, f"{fn}'s storage keys")
     if not isinstance(keys, list):
@@ -403,25 +446,28 @@ def _legacy_load(t: Tensor, fn: FileLike) -> Any:
 
 
 def _resolve(obj: Any, storages: dict[str, Tensor], memo: dict[int, Any]) -> Any:
-    """obj with its pending tensors rebuilt; shared and self-containing lists and dicts stay shared."""
-    if isinstance(obj, _LegacyTensor):
-        return _rebuild_tensor(storages[obj.storage.key], *obj.args)
+    """obj with its pending tensors rebuilt; whatever the pickle shares stays shared and is resolved once (a
+    pickle of 40 nested pairs of one shared tuple, 400 bytes, is 2**40 paths), and self-containing lists and dicts
+    stay self-containing."""
     if id(obj) in memo:
+        return memo[id(obj)]
+    if isinstance(obj, _LegacyTensor):
+        memo[id(obj)] = _rebuild_tensor(storages[obj.storage.key], *obj.args)
         return memo[id(obj)]
     if isinstance(obj, dict):
         out: Any = type(obj)()
         memo[id(obj)] = out
         out.update((_resolve(k, storages, memo), _resolve(v, storages, memo)) for k, v in obj.items())
         return out
-    if isinstance(obj, (set, frozenset)):  # (a tensor in a set or a dict key is hashable: it must not stay pending)
-        return type(obj)(_resolve(v, storages, memo) for v in obj)
     if isinstance(obj, list):
         lst: list[Any] = []
         memo[id(obj)] = lst
         lst.extend(_resolve(v, storages, memo) for v in obj)
         return lst
-    if isinstance(obj, tuple):
-        return tuple(_resolve(v, storages, memo) for v in obj)
+    if isinstance(obj, (set, frozenset, tuple)):  # (a tensor in a set or a dict key is hashable: it must not stay
+        # pending). Memoized once built: one inside itself (through a list) is built again one level down
+        memo[id(obj)] = type(obj)(_resolve(v, storages, memo) for v in obj)
+        return memo[id(obj)]
     return obj
 
 

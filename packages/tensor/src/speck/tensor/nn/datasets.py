@@ -8,20 +8,21 @@ and reported with their path."""
 
 from __future__ import annotations
 
-import gzip
 import math
 import pathlib
 import struct
 import tarfile
 import urllib.error
 import urllib.request
+import zlib
 from typing import Any
 
 import numpy as np
 
 from speck.tensor.errors import DatasetError as DatasetError
-from speck.tensor.pyutils import atomic_file
-from speck.tensor.settings import DATASETS
+from speck.tensor.errors import TensorValueError
+from speck.tensor.pyutils import atomic_file, gunzip_bounded
+from speck.tensor.settings import DATASETS, MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -62,10 +63,10 @@ def read_idx(path: pathlib.Path) -> np.ndarray:
     """Read an IDX file, gzip-compressed or not."""
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise DatasetError(f"{path}: corrupt gzip data ({e}); delete it and retry") from e
+        try:  # (bounded: gzip.decompress took a bomb whole, and a corrupt stream was a bare zlib.error)
+            raw = gunzip_bounded(raw, str(path))
+        except TensorValueError as e:
+            raise DatasetError(f"corrupt gzip data or too large: {e}; delete it and retry") from e
     return parse_idx(raw, str(path))
 
 
@@ -164,7 +165,11 @@ def read_cifar_tar(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
             for fname in CIFAR_BATCHES:
                 if fname not in members:
                     raise DatasetError(f"{path}: no {fname} in the archive (is it {CIFAR_TAR}?); delete it and retry")
-                f = tar.extractfile(members[fname])
+                m = members[fname]
+                if m.size > (ceiling := int(MAX_DECOMPRESSED_BYTES.value)):  # (checked before it is read into memory)
+                    raise DatasetError(f"{path}: {fname} claims {m.size} bytes, more than MAX_DECOMPRESSED_BYTES="
+                                       f"{ceiling}; delete it and retry")  # fmt: skip
+                f = tar.extractfile(m)
                 raw = f.read() if f is not None else b""
                 if not raw or len(raw) % CIFAR_RECORD:
                     raise DatasetError(
@@ -172,7 +177,11 @@ def read_cifar_tar(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
                         "delete it and retry"
                     )
                 parts.append(np.frombuffer(raw, np.uint8).reshape(-1, CIFAR_RECORD))
-    except (tarfile.TarError, OSError, EOFError) as e:
+            # to the end of the gzip stream, where its CRC is checked (tarfile stops after the last member: a flipped
+            # byte in a stored deflate block read as a changed pixel)
+            while tar.fileobj is not None and tar.fileobj.read(1 << 20):
+                pass
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:  # (zlib.error: a corrupt deflate stream)
         raise DatasetError(f"{path}: not a readable gzip tarball ({e}); delete it and retry") from e
     train, test = np.concatenate(parts[:5]), parts[5]
     return (train[:, 1:].reshape(-1, 3, 32, 32).copy(), train[:, 0].astype(np.int32),

@@ -46,12 +46,20 @@ class _Truncated(Exception):
 class _Reader:
     """Sequential little-endian reads from the header bytes."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
+    def __init__(self, data: bytes, size: int, what: str) -> None:
+        self.data, self.pos, self.size, self.what = data, 0, size, what  # data: the first bytes of the size-byte file
 
-    def take(self, n: int) -> bytes:
+    def past_end(self, n: int) -> None:
+        """Raise if n more bytes are not all read yet: GGUFError when the file does not hold them (a claimed length
+        of 2**40 is refused at once, not after reading the whole file to look for its end), else _Truncated."""
+        if self.pos + n > self.size:
+            raise GGUFError(f"{self.what}: truncated GGUF file: at byte {self.pos} the header claims {n} more bytes, "
+                            f"but the file has {self.size}")  # fmt: skip
         if self.pos + n > len(self.data):
             raise _Truncated
+
+    def take(self, n: int) -> bytes:
+        self.past_end(n)
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
@@ -75,8 +83,7 @@ class _Reader:
             etype, count = self.unpack("<I"), self.unpack("<Q")
             if etype == 9 and depth >= MAX_ARRAY_DEPTH:
                 raise GGUFError(f"GGUF: arrays nested more than {MAX_ARRAY_DEPTH} deep at byte {self.pos - 12}")
-            if count * _MIN_SIZE.get(etype, 1) > len(self.data) - self.pos:
-                raise _Truncated  # (checked first: a count of 2**60 is not looped over)
+            self.past_end(count * _MIN_SIZE.get(etype, 1))  # (checked first: a count of 2**60 is not looped over)
             return [self.value(etype, depth + 1) for _ in range(count)]
         raise GGUFError(f"GGUF: unknown metadata value type {vtype} at byte {self.pos - 4}; expected 0..12")
 
@@ -236,16 +243,22 @@ def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
 def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int,
                                                                                        int]], int]:  # fmt: skip
     """(metadata, [(name, ggml dims, type, offset)], data section start) from the file's first bytes."""
-    r = _Reader(data)
+    r = _Reader(data, size, what)
     magic = r.take(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{what}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     version = r.unpack("<I")
     if version not in (2, 3):
-        raise GGUFError(f"{what}: GGUF version {version} is not supported; expected 2 or 3")
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        hint = (f" (read big-endian it is version {swapped}: the file is big-endian, which gguf_load does not read; "
+                "convert it to little-endian, e.g. with gguf-py)") if swapped in (2, 3) else ""  # fmt: skip
+        raise GGUFError(f"{what}: GGUF version {version} is not supported; expected 2 or 3{hint}")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     if n_tensors > size or n_kv > size:
         raise GGUFError(f"{what}: header claims {n_tensors} tensors and {n_kv} metadata entries in {size} bytes")
+    # the fewest bytes each count needs, checked before its loop (a count past the file would otherwise grow the read
+    # until it held the whole file): a key is a length and a type, a tensor info a name length, ndim, type and offset
+    r.past_end(n_kv * 12)
     kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
@@ -254,12 +267,14 @@ def _parse_header(data: bytes, size: int, what: str) -> tuple[dict[str, Any], li
         kv[key] = r.value(r.unpack("<I"))
     infos = []
     names: set[str] = set()
+    r.past_end(n_tensors * 24)
     for _ in range(n_tensors):
         name = r.string()
         if name in names:  # (one of the two tensors would be lost)
             raise GGUFError(f"{what}: tensor name {name!r} appears twice; the file is corrupt")
         names.add(name)
         ndim = r.unpack("<I")
+        r.past_end(ndim * 8 + 12)
         dims = tuple(r.unpack("<Q") for _ in range(ndim))
         infos.append((name, dims, r.unpack("<I"), r.unpack("<Q")))
     align = kv.get("general.alignment", DEFAULT_ALIGNMENT)

@@ -17,7 +17,7 @@ import numpy as np
 from speck.hcq import Buffer, Device
 from speck.tensor.device import canonical, file_backed
 from speck.tensor.dims import as_int
-from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorTypeError
+from speck.tensor.errors import StateDictKeyError, StateDictShapeError, TensorFileNotFoundError, TensorTypeError
 from speck.tensor.nn.checkpoints import TensorIO, tar_extract, torch_load, zip_extract
 from speck.tensor.nn.gguf import ggml_data_to_tensor, gguf_load
 from speck.tensor.nn.safetensors import (
@@ -160,10 +160,10 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
         if not file_backed(path.device):
             return _load_from_bytes(path, device)
         path = _disk_file_of(path)
-    entries, _, size = read_header(os.fspath(path))
     if device is None:
-        file = Tensor(pathlib.Path(path))
+        file, entries = _mapped(os.fspath(path))
         return {name: _disk_view(file, e) for name, e in entries.items()}  # a few calls per entry: linear
+    entries, _, size = read_header(os.fspath(path))
     if (streamed := _load_streamed(os.fspath(path), entries, device)) is not None:
         return streamed
     disk = Buffer(f"DISK:{os.fspath(path)}", size, np.uint8)
@@ -179,6 +179,18 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
             arr = disk.view(e.nbytes // e.dtype.itemsize, np.dtype(e.dtype.fmt), e.offset).numpy()
             out[name] = Tensor(arr.reshape(e.shape), device=device, dtype=e.dtype)
     return out
+
+
+def _mapped(path: str) -> tuple[Tensor, dict[str, TensorEntry]]:
+    """The file as a DISK tensor mapped now, and the header read from that mapping: the lazy views read the bytes the
+    header describes even if the path is replaced later (safe_save over it). Reading the header with open() and
+    mapping at the first use read a replacing file's bytes at the old offsets: another tensor's values."""
+    if not pathlib.Path(path).is_file():
+        raise TensorFileNotFoundError(f"{path} is not a file: no safetensors file to read there; check the path")
+    file = Tensor(pathlib.Path(path)).realize()
+    size = as_int(file.shape[0])
+    entries, _, _ = parse_header(lambda o, n: file[o : o + n].data().tobytes(), size, path)
+    return file, entries
 
 
 def _check_bytes(t: Tensor) -> None:
