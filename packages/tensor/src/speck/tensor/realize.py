@@ -328,8 +328,8 @@ _VALUE_OPS = GroupOp.Elementwise | {Ops.REDUCE}
 
 
 def _check_runs_kernels(device: str, ast: UOp) -> None:
-    """A device that refuses every kernel (it defines `kernel_error(what) -> Exception`; USB, whose GPU is not
-    brought up) raises that error naming the kernel and the ops it computes (index arithmetic left out)."""
+    """A device that refuses every kernel (it defines `kernel_error(what) -> Exception`; no built-in device does)
+    raises that error naming the kernel and the ops it computes (index arithmetic left out)."""
     refuse = getattr(Device[device], "kernel_error", None)
     if refuse is None:
         _KERNEL_DEVICES.add(device)
