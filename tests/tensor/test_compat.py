@@ -123,3 +123,13 @@ def test_noopt_disables_the_heuristic() -> None:
         unopt = optimize_kernel(ast, renderer)
     opt = optimize_kernel(ast, renderer)
     assert unopt is not opt  # the heuristic changes a matmul; NOOPT leaves it as merged
+
+
+def test_compat_runner_help_and_a_missing_script() -> None:
+    """--help prints the usage (exit 0); a script path that is no file is a one-line error with the usage, not a
+    FileNotFoundError traceback (exit 1)."""
+    ok = subprocess.run([sys.executable, "-m", "speck.tensor.compat", "--help"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: python -m speck.tensor.compat")
+    bad = subprocess.run([sys.executable, "-m", "speck.tensor.compat", "no_such_script.py"], capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 1 and "no script 'no_such_script.py'" in bad.stderr and "Traceback" not in bad.stderr

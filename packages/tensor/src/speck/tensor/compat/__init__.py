@@ -18,6 +18,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import runpy
 import sys
 import types
@@ -91,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or (args[0] in ("-m", "-c") and len(args) < 2):
         raise SystemExit(_USAGE)
+    if args[0] in ("-h", "--help"):
+        print(_USAGE)
+        return
+    if args[0] not in ("-m", "-c") and not os.path.isfile(args[0]):
+        raise SystemExit(f"speck.tensor.compat: no script {args[0]!r} (a file path was expected)\n{_USAGE}")
     install_tinygrad_alias()
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
