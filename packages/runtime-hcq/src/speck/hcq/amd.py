@@ -18,6 +18,7 @@ issued before them, and `synchronize` waits for the last submission (raising the
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -313,8 +314,6 @@ class AMDGraph:
         return self.device.copy_packets(dest, src, nbytes)  # (bound addresses may change between runs: chosen each)
 
     def run(self) -> float:
-        import time
-
         t0 = time.perf_counter()
         self.replay()
         return time.perf_counter() - t0

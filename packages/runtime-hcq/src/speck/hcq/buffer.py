@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -10,11 +10,8 @@ from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.dtypes import _cache as _info_cache
 from speck.hcq.errors import BufferStateError, HCQTypeError, HCQValueError
+from speck.hcq.interfaces import DeviceLike
 from speck.hcq.registry import Device
-
-if TYPE_CHECKING:
-    from speck.hcq.device import DeviceBase
-
 
 _open_devices = Device._open  # the registry's opened devices by every name they were asked for
 
@@ -87,7 +84,7 @@ class Buffer:
         if type(size) is not int or size < 0:
             size = _size(size)
         if base is not None:
-            self.dev: DeviceBase = base.dev
+            self.dev: DeviceLike = base.dev
         elif (dev := _open_devices.get(device)) is not None:  # an opened device by its name: one dict lookup
             self.dev = dev
         else:

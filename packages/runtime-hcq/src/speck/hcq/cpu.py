@@ -20,10 +20,11 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from speck.codegen.backends import host_backends
 from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
+from speck.hcq.buffer import Buffer
 from speck.hcq.device import DeviceBase
 from speck.hcq.elf import LoadedObject, load_elf
 from speck.hcq.errors import ProgramArgumentError
@@ -38,9 +39,6 @@ from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
 from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
 from speck.hcq.trampoline import CTYPES_MAX_ARGS, WordCall
 from speck.hcq.worker_choice import WorkerChoice
-
-if TYPE_CHECKING:
-    from speck.hcq.buffer import Buffer
 
 # kernels touching less than this many bytes and doing fewer estimated flops run on one thread: waking workers
 # costs tens of microseconds, more than such a kernel takes (1 MiB streams in ~100 us on one core)
@@ -382,8 +380,6 @@ class CPUDevice(DeviceBase):
     def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
         """A copy command between host-memory Buffers (another CPU device's included) is one memmove, which runs
         without the GIL: a copy engine moving data between devices overlaps with kernels on the calling thread."""
-        from speck.hcq.buffer import Buffer
-
         if (
             isinstance(dest, Buffer)
             and isinstance(src, Buffer)

@@ -3,13 +3,19 @@ for devices that run kernels, BEAM's timer). Device kinds and the `Device[...]` 
 
 from __future__ import annotations
 
+import math
 import platform
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from speck.codegen.backends import get_backend
+from speck.codegen.cache import CacheWarning
 from speck.hcq import runner
 from speck.hcq.allocator import Allocator, check_copy_size
+from speck.hcq.buffer import Buffer
 from speck.hcq.errors import ElfLinkError, HCQError
 from speck.hcq.queue import Engine, HWQueue, ProfileEvent
 from speck.hcq.settings import PROFILE
@@ -19,7 +25,6 @@ if TYPE_CHECKING:
     from speck.codegen.backends import Backend
     from speck.codegen.compiler import Compiler
     from speck.codegen.renderer import Renderer
-    from speck.hcq.buffer import Buffer
     from speck.hcq.program import Program
 
 
@@ -96,8 +101,6 @@ class DeviceBase:
         """The speck.codegen backend (renderer + compiler) this device's programs come from."""
         if not self.backend_name:
             raise HCQError(f"{self.name} runs no kernels, so it has no renderer or compiler; compute on CPU")
-        from speck.codegen.backends import get_backend
-
         return get_backend(self.backend_name)
 
     @property
@@ -148,8 +151,6 @@ class DeviceBase:
             fresh = self.backend.compiler_for(spec).recompile(src)
             if fresh == lib:
                 raise
-            from speck.codegen.cache import CacheWarning
-
             warnings.warn(f"{self.name}: the object of program {spec.name!r} did not load ({e}); it was compiled "
                           "again and its cache entry replaced", CacheWarning, stacklevel=2)  # fmt: skip
             if hasattr(spec, "lib"):
@@ -160,12 +161,6 @@ class DeviceBase:
         """Seconds the fastest of `runs` runs of a ProgramSpec takes here, on zero-filled scratch buffers of its
         sizes, variables at their upper bounds: the timer BEAM search uses for candidates on this device. A candidate
         that does not compile or load times as infinity (it can't win)."""
-        import math
-
-        import numpy as np
-
-        from speck.hcq.buffer import Buffer
-
         try:
             prog = self.load_program(spec)
         except Exception as e:  # a candidate the compiler or loader rejects is not an error of the search
@@ -262,8 +257,6 @@ class DeviceBase:
 
     # -- copy commands (called by the engines) --------------------------------------------------------------
     def _copy(self, dest: Any, src: Any, nbytes: int) -> None:
-        from speck.hcq.buffer import Buffer
-
         if isinstance(dest, Buffer) and isinstance(src, Buffer):
             check_copy_size(f"copy from {src!r} to {dest!r}", dest.nbytes, src.nbytes)
             check_copy_size(f"copy command of {nbytes} bytes into {dest!r}", dest.nbytes, nbytes)

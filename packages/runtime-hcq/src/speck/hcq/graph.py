@@ -19,16 +19,47 @@ import ctypes
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from speck.codegen.compiler import LLVMCompiler
+from speck.hcq.allocator import check_copy_size
 from speck.hcq.buffer import Buffer
+from speck.hcq.elf import load_elf
 from speck.hcq.errors import ElfLinkError, GraphArgumentError, HCQError, HCQValueError, ProgramArgumentError
+from speck.hcq.interfaces import DeviceLike
+from speck.hcq.libs import Library, default_libraries
 from speck.hcq.queue import EXEC
 from speck.hcq.settings import CPU_GRAPH_WORKERS
 from speck.hcq.worker_choice import WorkerChoice
 
-if TYPE_CHECKING:
-    from speck.hcq.cpu import CPUDevice, CPUProgram
+
+# what a graph needs of its device and its kernels: speck.hcq.cpu's CPUDevice (whose `graph` is CPUGraph) and
+# CPUProgram, which build on this module, so it names them only through these Protocols
+class CPUWorkersLike(Protocol):
+    def run(self, fn: Any, args: tuple[Any, ...], n: int, threads: int, parts: int = 0) -> None: ...
+
+
+class CPUDeviceLike(DeviceLike, Protocol):
+    @property
+    def threads(self) -> int: ...  # the workers a split kernel uses when its command does not fix a count
+    @property
+    def pool(self) -> CPUWorkersLike: ...
+
+
+class CPUProgramLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def device(self) -> DeviceLike: ...
+    @property
+    def address(self) -> int: ...  # the kernel's entry point, called with the CPU ABI
+    @property
+    def global_size(self) -> tuple[Any, ...] | None: ...
+    @property
+    def _symbolic_size(self) -> bool: ...
+    def check_args(self, bufs: Sequence[Any], vals: Sequence[int]) -> None: ...
+    def launch_dims(self, vals: Sequence[int]) -> tuple[int, ...]: ...
+
 
 # the interpreter calls a kernel through a switch on its argument count: one case per count up to this many words
 # (buffers + variables); a command with more arguments can't join a graph (add_* raises, callers run it alone)
@@ -276,10 +307,6 @@ def _interpreter() -> Any:
     if _interp is None:
         with _interp_lock:
             if _interp is None:
-                from speck.codegen.compiler import LLVMCompiler
-                from speck.hcq.elf import load_elf
-                from speck.hcq.libs import default_libraries
-
                 try:
                     compiler, src = LLVMCompiler(), _interpreter_ir()
                     try:
@@ -299,8 +326,6 @@ def _interpreter() -> Any:
 def _memmove() -> int:
     global _memmove_addr
     if _memmove_addr is None:
-        from speck.hcq.libs import Library
-
         addr = Library("libc", ctypes.CDLL(None)).lookup("memmove")
         if addr is None:
             raise HCQError("libc has no memmove: CPU graphs can't copy memory")
@@ -314,7 +339,7 @@ class CPUGraph:
     command and waits (returning the elapsed seconds); `set_arg(cmd, j, value)` rewrites argument j of command
     `cmd` (buffer address or variable value) for later runs. Commands run in the order they were added."""
 
-    def __init__(self, device: CPUDevice, name: str = "graph") -> None:
+    def __init__(self, device: CPUDeviceLike, name: str = "graph") -> None:
         if getattr(device, "graph", None) is not CPUGraph:
             raise HCQError(f"CPU graphs run on CPU devices, not on {getattr(device, 'name', device)!r}")
         self.device, self.name = device, name
@@ -380,7 +405,7 @@ class CPUGraph:
         return len(self._fns) - 1
 
     def add_kernel(
-        self, prog: CPUProgram, words: Sequence[int], global_size: Sequence[int], threads: int | None = None
+        self, prog: CPUProgramLike, words: Sequence[int], global_size: Sequence[int], threads: int | None = None
     ) -> int:
         """Append a call of `prog` with raw argument words (buffer addresses, then variable values) over
         `global_size` (its first entry is split across `threads` workers; None: the device's count). Returns the
@@ -393,7 +418,7 @@ class CPUGraph:
 
     def add_exec(
         self,
-        prog: CPUProgram,
+        prog: CPUProgramLike,
         bufs: Sequence[Buffer],
         global_size: Sequence[int] | None = None,
         vals: Sequence[int] = (),
@@ -417,8 +442,6 @@ class CPUGraph:
 
     def add_buffer_copy(self, dest: Buffer, src: Buffer) -> int:
         """Append a copy of all of `src` into `dest` (both on this device, the same byte size)."""
-        from speck.hcq.allocator import check_copy_size
-
         for b in (dest, src):
             if b.dev is not self.device:
                 raise HCQError(f"graph on {self.device.name} can't copy {b!r}: it lives on {b.device}")

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from speck.hcq import runner
 from speck.hcq.buffer import Buffer
 from speck.hcq.dtypes import DTypeInfo, dtype_info
 from speck.hcq.errors import HCQError, ProgramArgumentError
-
-if TYPE_CHECKING:
-    from speck.hcq.device import DeviceBase
+from speck.hcq.interfaces import DeviceLike, ProgramLike
+from speck.hcq.registry import Device
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class Program:
 
     def __init__(
         self,
-        device: DeviceBase,
+        device: DeviceLike,
         name: str,
         lib: bytes,
         buffers: Sequence[Any] | None = None,
@@ -218,9 +217,7 @@ class Program:
         return f"<{type(self).__name__} {self.name} on {self.device.name}>"
 
 
-def _load_program(device: str, spec: Any) -> Program:
-    from speck.hcq.registry import Device
-
+def _load_program(device: str, spec: Any) -> ProgramLike:
     try:
         return Device[device].load_program(spec)
     except Exception as e:

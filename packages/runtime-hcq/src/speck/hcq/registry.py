@@ -11,19 +11,17 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from speck.hcq.errors import DefaultDeviceAssignmentError, DeviceNotFoundError, HCQValueError
+from speck.hcq.interfaces import DeviceLike
 from speck.uop.helpers import DEV, Target
-
-if TYPE_CHECKING:
-    from speck.hcq.device import DeviceBase
 
 # DEV (speck.uop.helpers) names the default device as targets ("CPU", "CPU:X86", "USB+NULL"; see parse_dev)
 
 
 # ---------------- device kinds: the plugin hook ----------------
-Opener = Callable[[str], "DeviceBase"]
+Opener = Callable[[str], DeviceLike]  # (the device modules' classes: DeviceBase subclasses)
 
 
 @dataclass(frozen=True)
@@ -155,7 +153,7 @@ class _DeviceRegistry:
     """`Device[name]` opens (once) and returns the device called `name`; `Device.DEFAULT` is `$DEV` or "CPU"."""
 
     def __init__(self) -> None:
-        self._open: dict[str, DeviceBase] = {}
+        self._open: dict[str, DeviceLike] = {}
         self._lock = threading.Lock()
 
     def canonicalize(self, name: str | Sequence[str] | None) -> Any:
@@ -167,7 +165,7 @@ class _DeviceRegistry:
             return names[0] if len(names) == 1 else names
         return canonicalize(str(name))
 
-    def __getitem__(self, name: str) -> DeviceBase:
+    def __getitem__(self, name: str) -> DeviceLike:
         try:
             return self._open[name]
         except (KeyError, TypeError):
@@ -198,7 +196,7 @@ class _DeviceRegistry:
         )
 
     @property
-    def default(self) -> DeviceBase:
+    def default(self) -> DeviceLike:
         """The default device object (`Device[Device.DEFAULT]`)."""
         return self[self.DEFAULT]
 

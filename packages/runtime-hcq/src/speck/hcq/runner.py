@@ -28,20 +28,17 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from speck.codegen.program import reads_only_where_it_stores
-from speck.hcq.buffer import Buffer as _Buffer
+from speck.hcq.buffer import Buffer
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
+from speck.hcq.interfaces import ProgramLike
 from speck.hcq.queue import EXEC
 from speck.hcq.settings import PROFILE
 from speck.uop import DEBUG, UOp
 from speck.uop.symbolic import sym_infer
-
-if TYPE_CHECKING:
-    from speck.hcq.buffer import Buffer
-    from speck.hcq.program import Program
 
 
 # ---------------- calls ----------------
@@ -51,7 +48,7 @@ class Exec(NamedTuple):
     launch size (None: the program's, resolved with the variables when symbolic). `ops`/`mem`: estimates per run
     (ints, or UOps of the variables). `writes`: positions in `args` the kernel stores to."""
 
-    program: Program
+    program: ProgramLike
     args: tuple[int, ...]
     vals: tuple[tuple[str, int], ...] = ()
     global_size: tuple[int, ...] | None = None
@@ -308,16 +305,16 @@ class Batch:
         self.every = self.slots == tuple(range(len(bufs)))
         self.last = [bufs[s].ptr for s in self.slots]
         self.last_bufs = [bufs[s] for s in self.slots] if self.hold else []
-        self.moves = _Buffer.moves
+        self.moves = Buffer.moves
         self.table, self.graph = g.args, g
 
     def bind(self, bufs: Sequence[Buffer]) -> None:
         """Point the argument table at `bufs` (only the words of slots whose address changed)."""
         if self.hold:  # the same Buffers (compared by identity) hold the same addresses unless memory moved since
             held = bufs if self.every else [bufs[s] for s in self.slots]
-            if held == self.last_bufs and self.moves == _Buffer.moves:
+            if held == self.last_bufs and self.moves == Buffer.moves:
                 return
-            self.last_bufs, self.moves = list(held), _Buffer.moves
+            self.last_bufs, self.moves = list(held), Buffer.moves
         # (.ptr gives a buffer without memory its memory; a whole buffer whose address is known is read without
         # the property's frame: the test is ptr's own)
         cur = []

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
 from speck.hcq.amd import AMDDevice, AmdKernel, AMDProgram, LinkAllocator
 from speck.hcq.buffer import Buffer
-from speck.hcq.device import DeviceBase
 from speck.hcq.errors import BufferStateError, DeviceUnavailableError, HCQError
+from speck.hcq.interfaces import DeviceLike
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
 from speck.tensor import bounds
@@ -494,7 +494,7 @@ class UsbDevice(AMDDevice):
         (G3) without holding the file in host memory; returns once they are in VRAM."""
         self._submit_copy(dest, FileRange(os.fspath(path), offset), dest.nbytes, others=(), wait=True)
 
-    def _submit_copy(self, dest: Buffer, src: Buffer | FileRange, nbytes: int, others: tuple[DeviceBase, ...],
+    def _submit_copy(self, dest: Buffer, src: Buffer | FileRange, nbytes: int, others: tuple[DeviceLike, ...],
                      wait: bool) -> None:  # fmt: skip
         q = self.hw_queue("copy")
         for dev in {id(d): d for d in others if d is not self}.values():
