@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +87,6 @@ def _load_entry_points() -> None:
         try:
             ep.load()()
         except Exception as e:  # a broken plugin must not take the built-in devices down with it
-            import warnings
-
             warnings.warn(f"speck.devices entry point {ep.name!r} ({ep.value}) failed to register: {e!r}",
                           stacklevel=2)  # fmt: skip
 
