@@ -52,6 +52,24 @@ external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
 _external_data: set[weakref.ref[UOp]] = external_buffers.data  # type: ignore[attr-defined]
 
 
+# a graph -> the graphs made together with it (the gradients one backward() made): while one of them is not computed
+# yet, a realize of another keeps the intermediates it computes (Scheduler.kept), which they share
+sibling_graphs: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def add_siblings(graphs: list[UOp]) -> None:
+    """Note graphs made together (autograd.backward's gradients), which are likely realized one at a time."""
+    group = [weakref.ref(g) for g in graphs]
+    for g in graphs:
+        sibling_graphs[g] = group
+
+
+def has_pending_siblings(u: UOp) -> bool:
+    """Whether a graph made together with u is alive (not computed yet: a computed one's tensor holds a buffer)."""
+    group = sibling_graphs.get(u)
+    return group is not None and any((g := r()) is not None and g is not u for r in group)
+
+
 def reads_external(u: UOp) -> bool:
     """u's graph reads memory speck doesn't own (an external BUFFER)."""
     if not _external_data:  # (the WeakSet's backing set: its __len__ is Python code, and this runs per realize)
@@ -598,6 +616,7 @@ class Scheduler(FusionRules):
         self.device = device  # where new buffers go when the graph itself names no device
         self.done: dict[UOp, UOp] = {}
         self.target: UOp | None = None  # the node realize() was last asked for (its caller remembers it)
+        self.kept: list[tuple[UOp, UOp]] = []  # the intermediates put in contiguous_made, with their views
         super().__init__()
         self.kernel_serial = itertools.count()
 
@@ -702,6 +721,7 @@ class Scheduler(FusionRules):
             # (the other gradients of one backward, read one at a time) read its buffer instead of computing it
             # again; the entry (and the buffer) goes when the last graph holding u dies, or a write makes it stale
             contiguous_made[u] = view
+            self.kept.append((u, view))
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
             self.done[src] = view
