@@ -12,9 +12,9 @@ from weakref import ref as _wref
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
+    base_buffer,
     buffer_device,
     buffer_map,
-    base_buffer,
     buffer_views,
     contiguous_made,
     new_buffer_uop,
@@ -51,7 +51,7 @@ class CachedSchedule:
         nodes by walk number (_signature), whose kept intermediates go into contiguous_made as the cold run's did."""
         fresh = [new_buffer_uop(d, n, dt) for d, n, dt in self.fresh]
         if self.keeps and nodes is not None:
-            walk = list(nodes)  # (numbered in insertion order)
+            walk = {i: n for n, i in nodes.items()}
             for nid, k, shape in self.keeps:
                 contiguous_made[walk[nid]] = fresh[k].reshape(shape) if shape != (fresh[k].arg,) else fresh[k]
         items = [
@@ -96,10 +96,11 @@ _BUFFER, _UNIQUE, _RESHAPE = Ops.BUFFER, Ops.UNIQUE, Ops.RESHAPE
 
 
 def _signature(u: UOp) -> tuple[Any, list[UOp], dict[UOp, int]] | None:
-    """(structural key, input BUFFERs in order, every node's walk number) of a tensor graph; None when the graph reads a cached realization
-    (whose buffer is not part of the structure). Nodes come in u.toposort() order, not walking below BUFFERs (an
-    inlined walk: this runs on every realize). A node's arg enters the key as hash-consing keys it (`_ck[3]`: a float
-    by its bits, so 0.0 and -0.0 differ, and a value qualified by its type), with its tag."""
+    """(structural key, input BUFFERs in order, every node's walk number) of a tensor graph; None when the graph
+    reads a cached realization held in part of a buffer (a realized node held whole in a buffer is an input). Nodes
+    come in u.toposort() order, not walking below BUFFERs (an inlined walk: this runs on every realize). A node's
+    arg enters the key as hash-consing keys it (`_ck[3]`: a float by its bits, so 0.0 and -0.0 differ, and a value
+    qualified by its type), with its tag."""
     ids: dict[UOp, int] = {}
     inputs: list[UOp] = []
     parts: list[Any] = []
@@ -117,8 +118,14 @@ def _signature(u: UOp) -> tuple[Any, list[UOp], dict[UOp, int]] | None:
             ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
             parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
             ids[n] = len(ids)
-        elif ref(n) in rc:
-            return None
+        elif (v := rc.get(ref(n))) is not None:  # a realized value: an input, its buffer seen through v's view
+            b = v if v.op is buffer else v.src[0] if v.op is _RESHAPE and v.src[0].op is buffer else None
+            if n is u or b is None or b in ids:  # (u itself: nothing to plan; a region of a buffer, or one buffer
+                # twice: not worth keying)
+                return None
+            parts.append(("R", n.dtype, v.shape, b.dtype, b.arg, b.src[1].arg, len(inputs)))
+            inputs.append(b)
+            ids[b] = ids[n] = len(ids)
         else:
             for s in n.src:
                 if s not in ids and s.op is not buffer:
@@ -165,6 +172,7 @@ def cached_plan(u: UOp, device: str, unrealized: bool = False) -> Found | None:
             _touch(key)
             _newest[0] = _wref(got)
         return key, inputs, got, None
+    sig: tuple[Any, ...] | None
     for s in src:
         if s.op is not _BUFFER:
             sig = _signature(u)
@@ -178,7 +186,7 @@ def cached_plan(u: UOp, device: str, unrealized: bool = False) -> Found | None:
     if got is not None and _newest[0]() is not got:
         _touch(key)
         _newest[0] = _wref(got)
-    return key, sig[1], got, sig[2] if len(sig) > 2 else None  # type: ignore[misc]
+    return key, sig[1], got, sig[2] if len(sig) > 2 else None
 
 
 def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
@@ -200,9 +208,7 @@ def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     return tuple(parts), inputs
 
 
-def schedule_with_cache(
-    u: UOp, device: str, found: Found | None = None
-) -> tuple[list[ScheduleItem], UOp]:
+def schedule_with_cache(u: UOp, device: str, found: Found | None = None) -> tuple[list[ScheduleItem], UOp]:
     """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph.
     `found` is cached_plan(u, device) when the caller already looked it up."""
     if found is None:
@@ -251,4 +257,3 @@ def _keeps(sched: Scheduler, made: dict[UOp, int], nodes: dict[UOp, int] | None)
         if view is bb or (view.op is Ops.RESHAPE and view.src[0] is bb):
             out.append((nid, k, view.shape))
     return tuple(out)
-
