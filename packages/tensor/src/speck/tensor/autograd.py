@@ -18,7 +18,7 @@ from speck.tensor.errors import GradientError, TensorTypeError
 from speck.tensor.errors import GradientSeedError as GradientSeedError
 from speck.tensor.gradient import compute_gradient
 from speck.tensor.multi import MultiUOp
-from speck.tensor.schedule import base_buffer
+from speck.tensor.schedule import add_siblings, base_buffer
 from speck.tensor.writes import buffers_read, rebinding
 from speck.uop import Ops, UOp, dtypes
 
@@ -143,10 +143,14 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
         if t.dtype.is_weak:
             _check_float(t, "tensor in the graph")
     grads = compute_gradient(root.uop, seed, [t.uop for t in targets])
+    made = []
     for t in targets:
         g = type(root)(_on_own_device(_grad_or_zeros(grads, t), t), device=t.device)
+        made.append(g)
         if t.grad is None:
             t.grad = g
         else:  # accumulate in place, so every holder of the .grad object sees the sum
             t.grad.assign(t.grad + g)
+    # (read one at a time, they share what the first read computes: schedule.add_siblings)
+    add_siblings([g.uop for g in made if isinstance(g.uop, UOp) and g.uop.op is not Ops.BUFFER])
     return root

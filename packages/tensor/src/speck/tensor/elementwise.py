@@ -933,8 +933,9 @@ def _relu_gradient(out: Tensor, x: Tensor) -> None:
     """relu's gradient is 0 at 0 (maximum's rule would split a tie in half). The forward stays one MAX, which
     fuses into the kernel computing x (a select would read x twice and make it a kernel of its own)."""
 
+    # (x, not out: a rule holding out would keep its node, the override table's weak key, alive for good)
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        return ((x > 0).where(out._new(g), 0.0).uop,)
+        return ((x > 0).where(x._new(g), 0.0).uop,)
 
     override_gradient(out.uop, (x.uop,), rule)
 
@@ -943,8 +944,12 @@ def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
     """x ** y differentiates as y * x ** (y - 1) (0 where y == 0) and x ** y * ln(x) (0 where x == 0), not through
     the exp2/log2 graph computing it, which gives NaN at x == 0."""
 
+    node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
+
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        gt, o = out._new(g), out._new(out.uop)
+        node = node_ref()
+        assert node is not None, "the pow node is alive while its gradient is computed"
+        gt, o = b._new(g), b._new(node)
         dx = (e == 0).where(0.0, gt * e * b._pow_float(e - 1))
         dy = (b == 0).where(0.0, gt * o * b.log())
         return dx.uop, dy.uop

@@ -47,6 +47,7 @@ from speck.tensor.schedule import (
     buffer_views,
     contiguous_made,
     device_node,
+    has_pending_siblings,
     next_unique,
     reads_external,
     realized_cache,
@@ -518,8 +519,10 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
     A graph of a structure scheduled before runs that schedule's plan on its own input buffers and new ones.
     `unrealized`: the caller found u not in realized_cache just now (cached_plan need not look again)."""
     found = cached_plan(u, device, unrealized)
+    # (a plan keeping intermediates the other gradients of one backward read takes schedule_with_cache, which names
+    # their nodes)
     if found is not None and (sched := found[2]) is not None and _capture_state.calls is None \
-            and ALLOW_DEVICE_USAGE.value:  # fmt: skip
+            and ALLOW_DEVICE_USAGE.value and not (sched.keeps and has_pending_siblings(u)):  # fmt: skip
         plan = sched.plan if sched.generation == _program_cache.generation else None
         if plan is not None or (plan := _runnable(sched)) is not None:
             data = buffer_map_data

@@ -41,9 +41,10 @@ _unique_counter = itertools.count()
 buffer_map: weakref.WeakKeyDictionary[UOp, Any] = uop_buffers
 # tensor-level UOp -> the buffer view holding its value (so a graph realized once is not recomputed by later users)
 realized_cache: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-# `.contiguous()` nodes a Scheduler gave a buffer of their own -> that buffer's view; when the kernel filling it runs
-# (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of another graph holding it
-# reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a buffer its tensors keep)
+# `.contiguous()` nodes, and intermediates, a Scheduler gave a buffer of their own -> that buffer's view; when the
+# kernel filling it runs (speck.tensor.realize.execute), the node goes into realized_cache, so a later realize of
+# another graph holding it reads the buffer instead of computing it again (tinygrad realizes a contiguous() into a
+# buffer its tensors keep)
 contiguous_made: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # `.contiguous()` nodes a rewrite made for its own intermediates (speck.tensor.winograd): no later graph needs them
 # read back, so they go unremembered, and a multi-target realize may place their buffers in shared memory
@@ -53,6 +54,24 @@ scratch_nodes: weakref.WeakSet[UOp] = weakref.WeakSet()
 # from it is remembered (realize.remembered)
 external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
 _external_data: set[weakref.ref[UOp]] = external_buffers.data  # type: ignore[attr-defined]
+
+
+# a graph -> the graphs made together with it (the gradients one backward() made): while one of them is not computed
+# yet, a realize of another keeps the intermediates it computes (Scheduler.kept), which they share
+sibling_graphs: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def add_siblings(graphs: list[UOp]) -> None:
+    """Note graphs made together (autograd.backward's gradients), which are likely realized one at a time."""
+    group = [weakref.ref(g) for g in graphs]
+    for g in graphs:
+        sibling_graphs[g] = group
+
+
+def has_pending_siblings(u: UOp) -> bool:
+    """Whether a graph made together with u is alive (not computed yet: a computed one's tensor holds a buffer)."""
+    group = sibling_graphs.get(u)
+    return group is not None and any((g := r()) is not None and g is not u for r in group)
 
 
 def reads_external(u: UOp) -> bool:
@@ -600,6 +619,8 @@ class Scheduler(FusionRules):
         self.items: list[ScheduleItem] = []
         self.device = device  # where new buffers go when the graph itself names no device
         self.done: dict[UOp, UOp] = {}
+        self.target: UOp | None = None  # the node realize() was last asked for (its caller remembers it)
+        self.kept: list[tuple[UOp, UOp]] = []  # the intermediates put in contiguous_made, with their views
         super().__init__()
         self.kernel_serial = itertools.count()
 
@@ -623,6 +644,7 @@ class Scheduler(FusionRules):
         if (v := unstage(u)) is not u:
             return v
         self.count_uses(u)
+        self.target = u
         if u.op is Ops.RESHAPE and u.src[0].op is Ops.CONTIGUOUS and type(u.src[0].arg) in self.custom:
             return self.materialize(u.src[0]).reshape(u.shape)  # (a reshaped allreduce result: its buffer, viewed)
         return self.materialize(u)
@@ -698,6 +720,12 @@ class Scheduler(FusionRules):
             _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=tuple(k.meta)))
         self.done[u] = view
+        if into is None and u is not self.target and u.op is not Ops.CONTIGUOUS:
+            # an intermediate with a kernel of its own: once it has run, later realizes of other graphs holding u
+            # (the other gradients of one backward, read one at a time) read its buffer instead of computing it
+            # again; the entry (and the buffer) goes when the last graph holding u dies, or a write makes it stale
+            contiguous_made[u] = view
+            self.kept.append((u, view))
         if u.op is Ops.CONTIGUOUS and u.arg != "clone":
             # the buffer holds src's value too: a consumer reading src directly must not compute it again
             self.done[src] = view

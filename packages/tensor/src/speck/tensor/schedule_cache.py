@@ -12,9 +12,11 @@ from weakref import ref as _wref
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
+    base_buffer,
     buffer_device,
     buffer_map,
     buffer_views,
+    contiguous_made,
     new_buffer_uop,
     realized_data,
 )
@@ -29,7 +31,9 @@ class CachedSchedule:
     and the output's shape. A ref >= 0 is an input position, ~ref (< 0) a fresh buffer. `plan` and `generation`
     belong to the realize engine (the runner Plan of this schedule, made on first use, and the program-cache
     generation its programs come from; `warm`: what its warm runs need that does not change, worked out once;
-    `keys`: per input, the weak reference its last run found the input's buffer_map entry by)."""
+    `keys`: per input, the weak reference its last run found the input's buffer_map entry by). `keeps`: the
+    intermediates the schedule gives buffers that later realizes of other graphs holding them read (Scheduler.kept),
+    as (the node's number in the graph walk, its fresh buffer, its shape): an instance keeps them too."""
 
     recipe: tuple[tuple[UOp | None, tuple[int, ...], dict[str, int], int, str, int, int], ...]
     fresh: tuple[tuple[str, Any, Any], ...]
@@ -40,10 +44,16 @@ class CachedSchedule:
     generation: int = -1
     warm: Any = None
     keys: Any = None
+    keeps: tuple[tuple[int, int, Any], ...] = ()
 
-    def instantiate(self, inputs: list[UOp]) -> tuple[list[ScheduleItem], UOp]:
-        """The schedule items over `inputs` and fresh buffers, and the view of the output."""
+    def instantiate(self, inputs: list[UOp], nodes: dict[UOp, int] | None = None) -> tuple[list[ScheduleItem], UOp]:
+        """The schedule items over `inputs` and fresh buffers, and the view of the output. `nodes`: the graph's
+        nodes by walk number (_signature), whose kept intermediates go into contiguous_made as the cold run's did."""
         fresh = [new_buffer_uop(d, n, dt) for d, n, dt in self.fresh]
+        if self.keeps and nodes is not None:
+            walk = {i: n for n, i in nodes.items()}
+            for nid, k, shape in self.keeps:
+                contiguous_made[walk[nid]] = fresh[k].reshape(shape) if shape != (fresh[k].arg,) else fresh[k]
         items = [
             ScheduleItem(ast, tuple([inputs[r] if r >= 0 else fresh[~r] for r in refs]), dict(vv) if vv else {}, off)
             for ast, refs, vv, off, _, _, _ in self.recipe
@@ -85,11 +95,12 @@ _get, _touch = _schedule_cache.get, _schedule_cache.move_to_end
 _BUFFER, _UNIQUE, _RESHAPE = Ops.BUFFER, Ops.UNIQUE, Ops.RESHAPE
 
 
-def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
-    """(structural key, input BUFFERs in order) of a tensor graph; None when the graph reads a cached realization
-    (whose buffer is not part of the structure). Nodes come in u.toposort() order, not walking below BUFFERs (an
-    inlined walk: this runs on every realize). A node's arg enters the key as hash-consing keys it (`_ck[3]`: a float
-    by its bits, so 0.0 and -0.0 differ, and a value qualified by its type), with its tag."""
+def _signature(u: UOp) -> tuple[Any, list[UOp], dict[UOp, int]] | None:
+    """(structural key, input BUFFERs in order, every node's walk number) of a tensor graph; None when the graph
+    reads a cached realization held in part of a buffer (a realized node held whole in a buffer is an input). Nodes
+    come in u.toposort() order, not walking below BUFFERs (an inlined walk: this runs on every realize). A node's
+    arg enters the key as hash-consing keys it (`_ck[3]`: a float by its bits, so 0.0 and -0.0 differ, and a value
+    qualified by its type), with its tag."""
     ids: dict[UOp, int] = {}
     inputs: list[UOp] = []
     parts: list[Any] = []
@@ -107,8 +118,14 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
             ck, srcs = n._ck, tuple(map(ids.__getitem__, n.src))
             parts.append((n.op, n.dtype, ck[3] if n.op is not unique else None, ck[4], srcs))
             ids[n] = len(ids)
-        elif ref(n) in rc:
-            return None
+        elif (v := rc.get(ref(n))) is not None:  # a realized value: an input, its buffer seen through v's view
+            b = v if v.op is buffer else v.src[0] if v.op is _RESHAPE and v.src[0].op is buffer else None
+            if n is u or b is None or b in ids:  # (u itself: nothing to plan; a region of a buffer, or one buffer
+                # twice: not worth keying)
+                return None
+            parts.append(("R", n.dtype, v.shape, b.dtype, b.arg, b.src[1].arg, len(inputs)))
+            inputs.append(b)
+            ids[b] = ids[n] = len(ids)
         else:
             for s in n.src:
                 if s not in ids and s.op is not buffer:
@@ -127,11 +144,15 @@ def _signature(u: UOp) -> tuple[Any, list[UOp]] | None:
             for s in reversed(n.src):
                 if s not in ids:
                     stack.append((s, False))
-    return tuple(parts), inputs
+    return tuple(parts), inputs, ids
 
 
-def cached_plan(u: UOp, device: str, unrealized: bool = False) -> tuple[Any, list[UOp], CachedSchedule | None] | None:
-    """(cache key, input BUFFERs, the cached plan or None) for realizing u on device; None when u can't be cached.
+Found = tuple[Any, list[UOp], "CachedSchedule | None", "dict[UOp, int] | None"]
+
+
+def cached_plan(u: UOp, device: str, unrealized: bool = False) -> Found | None:
+    """(cache key, input BUFFERs, the cached plan or None, the graph's nodes by walk number or None for a one-op
+    graph) for realizing u on device; None when u can't be cached.
     `unrealized`: the caller has just found u not in realized_cache (a binary node is not looked up again)."""
     if not SCACHE.value:
         return None
@@ -150,7 +171,8 @@ def cached_plan(u: UOp, device: str, unrealized: bool = False) -> tuple[Any, lis
         if got is not None and _newest[0]() is not got:
             _touch(key)
             _newest[0] = _wref(got)
-        return key, inputs, got
+        return key, inputs, got, None
+    sig: tuple[Any, ...] | None
     for s in src:
         if s.op is not _BUFFER:
             sig = _signature(u)
@@ -164,7 +186,7 @@ def cached_plan(u: UOp, device: str, unrealized: bool = False) -> tuple[Any, lis
     if got is not None and _newest[0]() is not got:
         _touch(key)
         _newest[0] = _wref(got)
-    return key, sig[1], got
+    return key, sig[1], got, sig[2] if len(sig) > 2 else None
 
 
 def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
@@ -186,15 +208,13 @@ def _one_op_signature(u: UOp) -> tuple[Any, list[UOp]] | None:
     return tuple(parts), inputs
 
 
-def schedule_with_cache(
-    u: UOp, device: str, found: tuple[Any, list[UOp], CachedSchedule | None] | None = None
-) -> tuple[list[ScheduleItem], UOp]:
+def schedule_with_cache(u: UOp, device: str, found: Found | None = None) -> tuple[list[ScheduleItem], UOp]:
     """Schedule u (a graph not already realized) reusing the kernel list of a structurally identical graph.
     `found` is cached_plan(u, device) when the caller already looked it up."""
     if found is None:
         found = cached_plan(u, device)
     if found is not None and found[2] is not None:
-        return found[2].instantiate(found[1])
+        return found[2].instantiate(found[1], found[3])
     sched = Scheduler(device)
     view = sched.realize(u)
     if found is not None and SCACHE.value and view.op in (Ops.RESHAPE, Ops.BUFFER):
@@ -221,5 +241,19 @@ def schedule_with_cache(
         if ok and sched.items:  # (out_buf is a BUFFER when ok: a view of a view is not planned)
             out_ref = ref(out_buf)
             if ok:
-                _schedule_cache[found[0]] = CachedSchedule(recipe, tuple(specs), out_ref, view.shape, len(found[1]))
+                keeps = _keeps(sched, made, found[3])
+                _schedule_cache[found[0]] = CachedSchedule(recipe, tuple(specs), out_ref, view.shape, len(found[1]),
+                                                           keeps=keeps)  # fmt: skip
     return sched.items, view
+
+
+def _keeps(sched: Scheduler, made: dict[UOp, int], nodes: dict[UOp, int] | None) -> tuple[tuple[int, int, Any], ...]:
+    """CachedSchedule.keeps of a cold schedule: its kept intermediates held whole in one of its fresh buffers."""
+    out = []
+    for n, view in sched.kept:
+        bb = base_buffer(view)
+        if nodes is None or (nid := nodes.get(n)) is None or bb is None or (k := made.get(bb)) is None:
+            continue
+        if view is bb or (view.op is Ops.RESHAPE and view.src[0] is bb):
+            out.append((nid, k, view.shape))
+    return tuple(out)
