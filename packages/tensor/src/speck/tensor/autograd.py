@@ -151,6 +151,7 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
             t.grad = g
         else:  # accumulate in place, so every holder of the .grad object sees the sum
             t.grad.assign(t.grad + g)
-    # (read one at a time, they share what the first read computes: schedule.add_siblings)
-    add_siblings([g.uop for g in made if isinstance(g.uop, UOp) and g.uop.op is not Ops.BUFFER])
+    # (read one at a time, they share what the first read computes: schedule.add_siblings; a gradient that reads no
+    # buffer, the root's 1.0, shares nothing, and its interned constant would outlive the others)
+    add_siblings([u for g in made if isinstance(u := g.uop, UOp) and u.op is not Ops.BUFFER and buffers_read(u)])
     return root

@@ -667,6 +667,8 @@ def schedule_targets(targets: Sequence[tuple[UOp, str]]) -> tuple[list[ScheduleI
     of the buffer that will hold each target."""
     first_unique = _next_unique()  # (buffers numbered from here on are this schedule's own)
     sched = Scheduler()
+    computed_now = {u for u, _ in targets}
+    sched.keep = any(has_pending_siblings(u, computed_now) for u in computed_now)
     for u, _ in targets:
         sched.count_uses(u)
     views = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,10 +68,11 @@ def add_siblings(graphs: list[UOp]) -> None:
         sibling_graphs[g] = group
 
 
-def has_pending_siblings(u: UOp) -> bool:
-    """Whether a graph made together with u is alive (not computed yet: a computed one's tensor holds a buffer)."""
+def has_pending_siblings(u: UOp, computed_now: Collection[UOp] = ()) -> bool:
+    """Whether a graph made together with u is alive (not computed yet: a computed one's tensor holds a buffer),
+    other than those in computed_now (the other targets of the same realize)."""
     group = sibling_graphs.get(u)
-    return group is not None and any((g := r()) is not None and g is not u for r in group)
+    return group is not None and any((g := r()) is not None and g is not u and g not in computed_now for r in group)
 
 
 def reads_external(u: UOp) -> bool:
@@ -621,6 +622,10 @@ class Scheduler(FusionRules):
         self.done: dict[UOp, UOp] = {}
         self.target: UOp | None = None  # the node realize() was last asked for (its caller remembers it)
         self.kept: list[tuple[UOp, UOp]] = []  # the intermediates put in contiguous_made, with their views
+        # keep intermediates for later realizes (only while a graph made with the target is still to be read: an
+        # intermediate kept is one the memory planner can't share, so a training step keeping all of them touched
+        # and held 2.5x the fresh memory)
+        self.keep = False
         super().__init__()
         self.kernel_serial = itertools.count()
 
@@ -720,7 +725,7 @@ class Scheduler(FusionRules):
             _one_device(k.bufs, buffer_device(k.bufs[0]))
             self.items.append(ScheduleItem(ast, tuple(k.bufs), item_vals, metadata=tuple(k.meta)))
         self.done[u] = view
-        if into is None and u is not self.target and u.op is not Ops.CONTIGUOUS:
+        if self.keep and into is None and u is not self.target and u.op is not Ops.CONTIGUOUS:
             # an intermediate with a kernel of its own: once it has run, later realizes of other graphs holding u
             # (the other gradients of one backward, read one at a time) read its buffer instead of computing it
             # again; the entry (and the buffer) goes when the last graph holding u dies, or a write makes it stale

@@ -17,6 +17,7 @@ from speck.tensor.schedule import (
     buffer_map,
     buffer_views,
     contiguous_made,
+    has_pending_siblings,
     new_buffer_uop,
     realized_data,
 )
@@ -216,6 +217,7 @@ def schedule_with_cache(u: UOp, device: str, found: Found | None = None) -> tupl
     if found is not None and found[2] is not None:
         return found[2].instantiate(found[1], found[3])
     sched = Scheduler(device)
+    sched.keep = has_pending_siblings(u)
     view = sched.realize(u)
     if found is not None and SCACHE.value and view.op in (Ops.RESHAPE, Ops.BUFFER):
         out_buf = view if view.op is Ops.BUFFER else view.src[0]
