@@ -194,9 +194,8 @@ def run_numpy(prog: Program, arrays: list[np.ndarray], alias: list[int]) -> list
         root = [alias[i] for i in range(len(vals))]
         view = [vals[r] for r in root]
         out = apply(op, view, sp=False)
-        for r, v in zip(root, view):  # a write replaced the target's array
-            if v is not vals[r]:
-                vals[r] = v
+        if op.kind in ("assign", "setitem"):  # the write replaced the target's array
+            vals[root[op.args[0]]] = view[op.args[0]]
         vals.append(out)
     return [np.asarray(vals[alias[i]]) for i in prog.outputs]
 
