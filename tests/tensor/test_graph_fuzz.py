@@ -186,18 +186,47 @@ def run_speck(prog: Program, arrays: list[np.ndarray], device: str) -> tuple[lis
     return [o.numpy() for o in outs], alias
 
 
+MOVEMENT = frozenset({"reshape", "permute", "expand", "pad", "shrink", "flip", "getitem"})
+
+
+@dataclass
+class View:
+    """A movement-op chain over input `root`: speck's views of a buffer see later writes to it (reads - computing
+    ops, contiguous(), cat - keep the value of their time)."""
+
+    root: int
+    ops: tuple[Op, ...]
+
+    def value(self, vals: list[Any]) -> np.ndarray:
+        a = vals[self.root]
+        for op in self.ops:
+            a = apply(Op(op.kind, (0,), op.params), [a], sp=False)
+        return a
+
+
 def run_numpy(prog: Program, arrays: list[np.ndarray], alias: list[int]) -> list[np.ndarray]:
-    """numpy's result. Ops speck answers with the operand itself (contiguous() of a buffer, a shrink to the whole,
-    a write) give the same Python object, which shows later writes: alias makes those values follow their root."""
+    """numpy's result under speck's write semantics. Ops speck answers with the operand itself (contiguous() of a
+    buffer, a same-dtype cast, a write) give the same Python object: alias makes those values follow their root."""
     vals: list[Any] = [a.copy() for a in arrays]
+
+    def read(i: int) -> np.ndarray:
+        v = vals[alias[i]]
+        return v.value(vals) if isinstance(v, View) else v
+
     for op in prog.ops:
-        root = [alias[i] for i in range(len(vals))]
-        view = [vals[r] for r in root]
-        out = apply(op, view, sp=False)
-        if op.kind in ("assign", "setitem"):  # the write replaced the target's array
-            vals[root[op.args[0]]] = view[op.args[0]]
-        vals.append(out)
-    return [np.asarray(vals[alias[i]]) for i in prog.outputs]
+        src = [vals[alias[i]] for i in op.args]
+        if op.kind in MOVEMENT and (isinstance(src[0], View) or alias[op.args[0]] < len(arrays)):
+            base = src[0] if isinstance(src[0], View) else View(alias[op.args[0]], ())
+            vals.append(View(base.root, (*base.ops, op)))
+        elif op.kind in ("assign", "setitem"):
+            root = alias[op.args[0]]
+            view = [vals[root], read(op.args[1])]
+            apply(Op(op.kind, (0, 1), op.params), view, sp=False)
+            vals[root] = view[0]
+            vals.append(view[0])
+        else:
+            vals.append(apply(Op(op.kind, tuple(range(len(op.args))), op.params), [read(i) for i in op.args], False))
+    return [np.asarray(read(i)) for i in prog.outputs]
 
 
 # ---------------- the strategy ----------------
