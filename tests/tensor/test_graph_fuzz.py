@@ -10,12 +10,13 @@ difference into a different answer) only see exact values. `HYPOTHESIS_PROFILE=d
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Context, Tensor, TinyJit, dtypes
@@ -476,3 +477,14 @@ def test_random_graph_under_tinyjit(case: tuple[Program, list[np.ndarray]], data
             assert "didn't JIT anything" in str(e) and call == 1, e
             return
         assert_same(got, run_numpy(prog, fresh, alias), prog, f"TinyJit call {call}")
+
+
+@settings(max_examples=min(10, settings.default.max_examples))  # each kernel is searched and timed: a few programs
+@given(case=programs())
+def test_random_graph_matches_numpy_under_beam_search(case: tuple[Program, list[np.ndarray]]) -> None:
+    prog, arrays = case
+    with tempfile.TemporaryDirectory() as cache, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECK_CACHE_DIR", cache)  # the winners are cached on disk: not in the user's cache
+        with Context(BEAM=2, BEAM_TIMEOUT=0.5, IGNORE_BEAM_CACHE=1):
+            got, alias = run_speck(prog, arrays, "CPU")
+    assert_same(got, run_numpy(prog, arrays, alias), prog, "BEAM=2")
