@@ -723,10 +723,10 @@ class TinyJit(Generic[R]):
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
-            if calls:  # (a function of nothing but passed-through inputs is refused below)
-                ret = _copy_passed_inputs(ret, {_buf(t) for _, t in inputs.named if type(t.uop) is UOp})
             if _pending_writes():
                 _flush_writes()  # the function's writes the returns don't depend on belong to the capture too
+            if calls:  # (a function of nothing but passed-through inputs is refused below)
+                ret = _copy_passed_inputs(ret, {_buf(t) for _, t in inputs.named if type(t.uop) is UOp})
         except BaseException:
             self.cnt -= 1  # the next call captures again
             raise
