@@ -429,11 +429,16 @@ def assert_same(got: list[np.ndarray], want: list[np.ndarray], prog: Program, wh
         assert g.shape == w.shape, msg
         assert _dt(g) == _dt(w), msg
         if w.dtype.kind == "f":
-            tol = 2e-2 if w.dtype == np.float16 else 1e-4
+            tol = 2e-2 if w.dtype == np.float16 or _touches_half(prog) else 1e-4
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale,
                                        err_msg=msg)  # fmt: skip
         else:
             np.testing.assert_array_equal(g, w, err_msg=msg)
+
+
+def _touches_half(prog: Program) -> bool:
+    """Some value went through float16 (a float32 output can carry float16's rounding: exp/log there are ~1 ulp)."""
+    return any(d == "float16" for _, d in prog.inputs) or any(o.params.get("dt") == "float16" for o in prog.ops)
 
 
 BACKENDS = ["CPU:LLVM", pytest.param("CPU:CLANG", marks=pytest.mark.c_backend), "CPU:X86", "PYTHON"]
