@@ -108,3 +108,20 @@ def test_memoryview_buffers_and_core_ranges() -> None:
     run_program(prog, [mv], {}, core_range=(0, 2))
     run_program(prog, [mv], {}, core_range=(2, 6))
     assert list(raw) == [(k * 3 + 250) % 256 for k in range(6)]
+
+
+@pytest.mark.parametrize("runner", ["ast", "program"])
+def test_gated_off_read_of_an_empty_buffer_reads_nothing(runner: str) -> None:
+    """Padding an empty tensor: every read of the 0-element source is gated off, so the kernel is in bounds (the
+    interpreter used to check the stand-in index 0 of the gated-off lanes and raise OutOfBoundsAccessError)."""
+    n = UOp.variable("n", 0, 8)
+    i = UOp.range(4, 0, AxisType.GLOBAL)
+    src = UOp.param(1, dtypes.float32.ptr(0))
+    out = UOp.param(0, dtypes.float32.ptr(4))
+    ast = UOp.sink(out.index(i).store(src.index(i.valid(i < n)).load() + 1.0).end(i), arg=KernelInfo("pad_empty"))
+    o = np.full(4, -1, np.float32)
+    if runner == "ast":
+        eval_ast(ast, [o, np.zeros(0, np.float32)], {"n": 0})
+    else:
+        run_program(to_program(ast, PythonRenderer()), [o, np.zeros(0, np.float32)], {"n": 0})
+    np.testing.assert_array_equal(o, np.ones(4, np.float32))

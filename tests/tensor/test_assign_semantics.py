@@ -249,3 +249,21 @@ def test_assign_of_a_realized_tensor_shares_memory_until_one_is_written_in_place
     dst[1] = 9.0
     src[2] = 7.0
     assert dst.tolist() == [0, 9, 2, 3] and src.tolist() == [0, 1, 7, 3]
+
+
+@pytest.mark.parametrize("reduction", ["sum", "max", "min", "mean", "sum_keepdim", "sum_of_view"])
+def test_reduction_over_size_one_dims_is_a_read_of_its_time(reduction: str) -> None:
+    """A reduction over 1-sized dims only has the values it reads, but it is a read: a later write to the buffer
+    must not show through it (it used to fold into a view of the buffer)."""
+    ref = np.array([[3.0, -1.0]], np.float32)
+    x = Tensor(ref.copy()).realize()
+    red = {
+        "sum": lambda t: t.sum(0), "max": lambda t: t.max(0), "min": lambda t: t.min(0), "mean": lambda t: t.mean(0),
+        "sum_keepdim": lambda t: t.sum(0, keepdim=True), "sum_of_view": lambda t: t.T.sum(1),
+    }[reduction]  # fmt: skip
+    want = {"sum": ref.sum(0), "max": ref.max(0), "min": ref.min(0), "mean": ref.mean(0),
+            "sum_keepdim": ref.sum(0, keepdims=True), "sum_of_view": ref.T.sum(1)}[reduction]  # fmt: skip
+    before = red(x)
+    x.assign(Tensor(np.zeros((1, 2), np.float32)))
+    np.testing.assert_array_equal(before.numpy(), want)
+    np.testing.assert_array_equal(red(x).numpy(), np.zeros_like(want))

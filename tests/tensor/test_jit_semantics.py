@@ -546,3 +546,35 @@ def test_sharded_view_inputs_stay_views_of_their_buffers() -> None:
         base.assign(base + 1).realize()
         data = data + 1
         np.testing.assert_array_equal(v.numpy(), data[:, 2:5])
+
+
+@pytest.mark.parametrize("view", ["whole", "slice", "reshape"])
+def test_returned_input_shows_each_calls_input(view: str) -> None:
+    """An input returned as it is (contiguous() of a buffer is the buffer) or as a view, next to a computed output:
+    every replay returns the new call's input, not the one the capture saw."""
+
+    @TinyJit
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        passed = {"whole": x.contiguous(), "slice": x[::2], "reshape": x.reshape(2, 2)}[view]
+        return passed, (x * 2).contiguous()
+
+    for i in range(4):
+        a = np.arange(4, dtype=np.float32) + i
+        passed, doubled = f(Tensor(a).realize())
+        want = {"whole": a, "slice": a[::2], "reshape": a.reshape(2, 2)}[view]
+        np.testing.assert_array_equal(passed.numpy(), want)
+        np.testing.assert_array_equal(doubled.numpy(), a * 2)
+
+
+def test_returned_input_after_a_write_to_another_input_shows_each_calls_input() -> None:
+    """The capture's only kernel is a write the return value doesn't depend on (flushed after the returns are
+    realized): the passed-through input is still returned as the new call's."""
+
+    @TinyJit
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        y.assign(y + 1)
+        return x
+
+    for i in range(4):
+        a = np.arange(3, dtype=np.float32) + i
+        np.testing.assert_array_equal(f(Tensor(a).realize(), Tensor(np.zeros(2, np.float32)).realize()).numpy(), a)

@@ -67,6 +67,15 @@ def _oob(u: UOp, pos: np.ndarray, size: int) -> OutOfBoundsAccessError:
                                   f"{int(bad.flat[0])} of a {size}-element buffer (node {u.op} {u.dtype})")  # fmt: skip
 
 
+def _gated_positions(u: UOp, pos: np.ndarray, gate: np.ndarray, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds-check the lanes a gated access reads; gated-off lanes read index 0 (of an empty buffer, which every
+    lane of an in-bounds access skips, a one-element stand-in) and their value is replaced."""
+    live = pos[gate]
+    if live.size and (live.min() < 0 or live.max() >= buf.size):
+        raise _oob(u, live, buf.size)
+    return (pos, buf) if buf.size else (np.zeros(pos.shape, np.intp), np.zeros(1, buf.dtype))
+
+
 # ============================ unlowered ASTs ============================
 class _Masked:
     """An index value that is Invalid where `mask` is False (a gated index)."""
@@ -130,7 +139,8 @@ def eval_ast(ast: UOp, buffers: Sequence[BufferLike], var_vals: dict[str, int] |
             if mask is not None:
                 pos, mask = np.broadcast_arrays(pos, mask)
                 pos = np.where(mask, pos, 0)
-            if pos.size and (pos.min() < 0 or pos.max() >= buf.size):
+                pos, buf = _gated_positions(u, pos, mask, buf)
+            elif pos.size and (pos.min() < 0 or pos.max() >= buf.size):
                 raise _oob(u, pos, buf.size)
             v = nm.from_storage(buf[pos], buf_u.dtype.base)
             if mask is not None:
@@ -410,7 +420,8 @@ def _load(u: UOp, kind: str, ref: Any, idx: np.ndarray, gate: Any, alt: Any, buf
         g = np.asarray(gate).reshape(-1, 1)
         pos, g = np.broadcast_arrays(pos, g)
         pos = np.where(g, pos, 0)
-    if pos.size and (pos.min() < 0 or pos.max() >= buf.size):
+        pos, buf = _gated_positions(u, pos, g, buf)
+    elif pos.size and (pos.min() < 0 or pos.max() >= buf.size):
         raise _oob(u, pos, buf.size)
     v = nm.from_storage(buf[pos], base)
     if gate is not None:

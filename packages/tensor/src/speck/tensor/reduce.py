@@ -114,9 +114,23 @@ def reduce(u: UOp, dev: Device, op: Ops, axis: Any = None, keepdim: bool = False
         return (ret if keepdim else reshape(ret, dropped)), cdev
     split = split_reduce(u, op, axes)
     ret = split if split is not None else u.reduce_axis(op, axes)
+    if ret is u and _is_buffer_view(u):
+        # only size-1 dims reduced: the values are u's, but a reduction is a read of its time, not a view of the
+        # buffer that later writes to it would show through (x.sum() before x.assign(...) keeps the old sum)
+        ret = UOp(Ops.CONTIGUOUS, u.dtype, (u,))
     if ret.shape != kept:
         ret = reshape(ret, kept)
     return (ret if keepdim else reshape(ret, dropped)), dev
+
+
+def _is_buffer_view(u: UOp) -> bool:
+    """u is movement ops over a BUFFER (a realized tensor or a view of one)."""
+    while u.op not in (Ops.BUFFER,) and u.src and u.op in _MOVEMENT_OPS:
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
+_MOVEMENT_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
 
 
 def split_reduce(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp | None:
