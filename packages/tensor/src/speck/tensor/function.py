@@ -41,7 +41,7 @@ from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
 from speck.tensor.gradient import override_gradient, user_gradients
 from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
-from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
+from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, host_arrays, max_dim, new_buffer_uop
 from speck.uop import Context, Ops, UOp, dtypes
 from speck.uop.helpers import prod
 
@@ -217,7 +217,8 @@ class _Capture:
                 continue
             if n.src[0].arg < start:
                 implicit.append(n)
-            elif n not in buffer_map:  # made in the body without data (Tensor.empty): a new one per call
+            elif n not in buffer_map and n not in host_arrays:  # made in the body without data (Tensor.empty): a
+                # new one per call (a Tensor(ndarray)'s wraps its array: host_arrays)
                 self.fresh.append(n)
         if implicit and not f.allow_implicit:
             names = "; ".join(_describe_buffer(b, f.fn) for b in implicit)

@@ -48,9 +48,11 @@ from speck.tensor.schedule import (
     contiguous_made,
     device_node,
     has_pending_siblings,
+    host_arrays,
     next_unique,
     reads_external,
     realized_cache,
+    storage_maker,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
 from speck.tensor.settings import (
@@ -82,8 +84,13 @@ def get_buffer(buf: UOp) -> Any:
             if MAX_BUFFER_SIZE.value:
                 check_buffer_size(int(buf.arg), buf.dtype, dev)
             b = _HcqBuffer(dev, int(buf.arg), buf.dtype, _file_options(dev))
+            if host_arrays and (arr := host_arrays.pop(buf, None)) is not None:  # Tensor(ndarray): its data, now
+                b.copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         buffer_map[buf] = b
     return b
+
+
+storage_maker.append(get_buffer)
 
 
 def check_buffer_size(n: int, dtype: Any, device: str) -> None:

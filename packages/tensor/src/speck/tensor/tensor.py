@@ -241,6 +241,9 @@ class Tensor(
             arr = np.ascontiguousarray(_np_cast(arr, dtypes.float32)).reshape(np.shape(arr))
             self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
             return
+        if tp is not list and tp is not tuple and arr.size:  # an ndarray: wrapped, copied in when first used (nodes.py)
+            self.uop = staged(_from_numpy(_np_cast(arr, dt), dt, dev, wrap=True))
+            return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = staged(_from_numpy(arr, dt, dev)) if arr.size else _from_numpy(arr, dt, dev)
 

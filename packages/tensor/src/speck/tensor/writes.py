@@ -52,6 +52,7 @@ from speck.tensor.schedule import (
     new_buffer_uop,
     realized_cache,
     realized_data,
+    take_host_array,
     unstage,
     view_offset,
 )
@@ -424,6 +425,7 @@ def _collect() -> None:
 # ---------------- running a write ----------------
 def _run(w: Write) -> None:
     buf = w.buf
+    take_host_array(buf)  # (a Tensor(ndarray)'s buffer gets the array's values before anything writes it)
     dev = buffer_device(buf)
     if file_backed(dev):
         _run_disk(w)

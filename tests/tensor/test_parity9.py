@@ -1,0 +1,129 @@
+"""Parity probes, round 9: tinygrad-documented behaviours checked the way a tinygrad user's code relies on them.
+
+Tensor(ndarray) wraps the array until the tensor (or a computation reading it) is realized: writes to the array
+before that are seen, later ones are not, and the tensor never writes into the user's array."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from speck.tensor import Tensor, dtypes
+
+
+# ---------------- Tensor(ndarray) wraps the array until realized (TENSOR_API 4.1) ----------------
+def test_ndarray_write_before_realize_is_seen() -> None:
+    a = np.zeros(3, np.float32)
+    t = Tensor(a)
+    a[0] = 1.0
+    np.testing.assert_array_equal(t.numpy(), [1.0, 0.0, 0.0])
+
+
+def test_ndarray_write_after_realize_is_not_seen() -> None:
+    a = np.zeros(3, np.float32)
+    t = Tensor(a).realize()
+    a[1] = 2.0
+    np.testing.assert_array_equal(t.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_ndarray_copied_in_when_a_computation_reads_it() -> None:
+    a = np.ones(4, np.float32)
+    t = Tensor(a)
+    y = t * 2
+    a[:] = 5.0
+    np.testing.assert_array_equal(y.numpy(), [10.0] * 4)  # the values at the time the kernel ran
+    a[:] = 7.0
+    np.testing.assert_array_equal(y.numpy(), [10.0] * 4)
+    np.testing.assert_array_equal(t.numpy(), [5.0] * 4)  # t's buffer got them once, with y's kernel
+
+
+def test_ndarray_non_contiguous_view_follows_its_base() -> None:
+    base = np.arange(12, dtype=np.int32).reshape(3, 4)
+    t = Tensor(base.T[:, ::2])
+    base[0, 0] = 100
+    expect = base.T[:, ::2].copy()
+    np.testing.assert_array_equal(t.numpy(), expect)
+    assert t.shape == expect.shape and t.dtype == dtypes.int32
+
+
+def test_ndarray_readonly_is_read_not_written() -> None:
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False
+    t = Tensor(a)
+    t[1] = 9.0
+    np.testing.assert_array_equal(t.numpy(), [0.0, 9.0, 2.0, 3.0])
+    np.testing.assert_array_equal(a, [0.0, 1.0, 2.0, 3.0])
+
+
+def test_tensor_writes_never_reach_the_array() -> None:
+    a = np.zeros(3, np.float32)
+    t = Tensor(a)
+    t += 1
+    t[0] = 5.0
+    np.testing.assert_array_equal(t.numpy(), [5.0, 1.0, 1.0])
+    np.testing.assert_array_equal(a, [0.0, 0.0, 0.0])
+
+
+def test_ndarray_with_other_dtype_is_converted_at_construction() -> None:
+    a = np.zeros(3, np.float64)
+    t = Tensor(a, dtype=dtypes.float32)  # converted on the host first: a copy, not the array
+    a[0] = 1.0
+    np.testing.assert_array_equal(t.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_ndarray_pickled_before_realize_carries_its_values() -> None:
+    a = np.arange(3, dtype=np.float32)
+    t = Tensor(a)
+    a[2] = 42.0
+    blob = pickle.dumps(t)
+    a[0] = -1.0  # pickling copied the array in: t holds its values of that time
+    np.testing.assert_array_equal(pickle.loads(blob).numpy(), [0.0, 1.0, 42.0])
+    np.testing.assert_array_equal(t.numpy(), [0.0, 1.0, 42.0])
+
+
+def test_ndarray_moved_to_another_device_reads_the_array_then() -> None:
+    a = np.zeros(2, np.float32)
+    t = Tensor(a).to("CPU:1")
+    a[1] = 3.0
+    np.testing.assert_array_equal(t.numpy(), [0.0, 3.0])
+
+
+def test_ndarray_assign_source_before_realize() -> None:
+    a = np.zeros(3, np.float32)
+    dst = Tensor.ones(3).contiguous().realize()
+    dst.assign(Tensor(a))
+    a[0] = 4.0
+    np.testing.assert_array_equal(dst.numpy(), [4.0, 0.0, 0.0])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(-1000, 1000), min_size=1, max_size=20),
+    st.sampled_from([np.int32, np.int64, np.float32, np.float16, np.uint8]),
+    st.booleans(),
+)
+def test_ndarray_aliasing_property(vals: list[int], npdt: type, realize_first: bool) -> None:
+    a = np.array(vals).astype(npdt)
+    orig = a.copy()
+    t = Tensor(a)
+    if realize_first:
+        t.realize()
+    a[0] = a[-1]
+    a[-1] = 7
+    expect = orig if realize_first else a
+    out = t.numpy()
+    assert out.dtype == np.dtype(npdt)
+    np.testing.assert_array_equal(out, expect)
+
+
+def test_ndarray_zero_size_and_0d_are_unaffected() -> None:
+    e = np.zeros((0, 3), np.float32)
+    assert Tensor(e).shape == (0, 3)
+    z = np.array(2.5, np.float32)
+    t = Tensor(z)
+    z[()] = 1.0  # 0-d arrays make device-less constants of their value (TENSOR_API 0.2)
+    assert t.device is None and t.item() == pytest.approx(2.5)
