@@ -127,3 +127,69 @@ def test_ndarray_zero_size_and_0d_are_unaffected() -> None:
     t = Tensor(z)
     z[()] = 1.0  # 0-d arrays make device-less constants of their value (TENSOR_API 0.2)
     assert t.device is None and t.item() == pytest.approx(2.5)
+
+
+# ---------------- @function: writes to arguments, arguments returned (TENSOR_API 13.1) ----------------
+def test_function_assign_to_argument_writes_through_in_program_order() -> None:
+    from speck.tensor import function
+
+    @function
+    def step(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        before = a * 1
+        a += 1
+        after = a * 1
+        a[0] = 10.0
+        return before, after, a
+
+    x = Tensor([1.0, 2.0]).contiguous().realize()
+    for _ in range(2):  # the second call replays the trace
+        start = x.numpy().copy()
+        before, after, last = step(x)
+        np.testing.assert_array_equal(before.numpy(), start)
+        np.testing.assert_array_equal(after.numpy(), start + 1)
+        expect = start + 1
+        expect[0] = 10.0
+        np.testing.assert_array_equal(last.numpy(), expect)
+        np.testing.assert_array_equal(x.numpy(), expect)
+
+
+def test_function_advanced_setitem_on_argument() -> None:
+    from speck.tensor import function
+
+    @function
+    def put(a: Tensor, idx: Tensor) -> Tensor:
+        a[idx] = 5.0
+        return a.sum()
+
+    x = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+    assert put(x, Tensor([2, 0])).item() == pytest.approx(12.0)
+    np.testing.assert_array_equal(x.numpy(), [5.0, 2.0, 5.0])
+
+
+def test_function_write_to_non_argument_is_an_error() -> None:
+    from speck.tensor import function
+    from speck.tensor.errors import FunctionError
+
+    w = Tensor([1.0, 1.0]).contiguous().realize()
+
+    @function(allow_implicit=True)
+    def bump(a: Tensor) -> Tensor:
+        w.assign(w + a)
+        return a * 1
+
+    with pytest.raises(FunctionError, match="not among its arguments"):
+        bump(Tensor([1.0, 2.0]).realize())
+    np.testing.assert_array_equal(w.numpy(), [1.0, 1.0])
+
+
+def test_function_returning_its_argument() -> None:
+    from speck.tensor import function
+
+    @function
+    def both(a: Tensor) -> tuple[Tensor, Tensor]:
+        return a, a * 2
+
+    x = Tensor([1.0, 2.0]).realize()
+    out = both(x)
+    np.testing.assert_array_equal(out[0].numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(out[1].numpy(), [2.0, 4.0])

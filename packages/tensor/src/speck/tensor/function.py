@@ -32,7 +32,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from speck.tensor import schedule
+from speck.tensor import schedule, writes
 from speck.tensor.autograd import CALL_INPUTS
 from speck.tensor.base import TensorBase
 from speck.tensor.dims import tensor_args
@@ -189,27 +189,38 @@ class _Capture:
             buffer_map[buf] = _PlaceholderStorage(f.name, f"input {k} (shape {shape}, {t.dtype})")
             self.views.append((buf, buf.reshape(shape) if shape != (size,) else buf))
         saved = [t.uop for t in inputs]
+        epoch = writes.EPOCH[0]
         try:
             for t, (_, view) in zip(inputs, self.views):
                 t.uop = view
             with Context(ALLOW_DEVICE_USAGE=0):
                 ret = f.fn(*args, **kwargs)
+            outs = (ret,) if isinstance(ret, TensorBase) else ret
+            valid = isinstance(outs, (tuple, list)) and outs and all(isinstance(o, TensorBase) for o in outs)
+            # the outputs' graphs while the inputs are still placeholders (an input may be returned as it is)
+            out_uops = [cast("Tensor", o).uop for o in outs] if valid else []
         except DeviceUsageError as e:
             raise DeviceUsageError(f"@function {f.name}: {e}") from e
         finally:
             for t, u in zip(inputs, saved):
                 t.uop = u
+            body_writes = writes.take_since(epoch)
         self.single = isinstance(ret, TensorBase)
-        outs = (ret,) if isinstance(ret, TensorBase) else ret
-        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, TensorBase) for o in outs):
+        if not valid:
             raise FunctionError(f"@function {f.name} must return a Tensor or a tuple of Tensors, got "
                                 f"{_describe_value(ret)}")  # fmt: skip
+        placeholders = {b for b, _ in self.views}
+        out_uops, finals = _apply_writes(f.name, body_writes, out_uops, placeholders, start)
+        outs = [o if o.uop is u else type(o)(u, device=o.device) for o, u in zip(outs, out_uops)]
+        # an input the body wrote (assign, setitem, +=): its final value is an extra output the call assigns back
+        self.write_back = [(k, finals[buf].reshape(view.shape) if view is not buf else finals[buf])
+                           for k, (buf, view) in enumerate(self.views) if buf in finals]  # fmt: skip
         if f.precompile:
-            outs = tuple(o.contiguous() for o in outs)
+            outs = [o.contiguous() for o in outs]
+            self.write_back = [(k, UOp(Ops.CONTIGUOUS, u.dtype, (u,))) for k, u in self.write_back]
         self.devices = [o.device for o in outs]
         self.cls = type(outs[0])  # (the outputs' class: the tensors each call returns)
-        self.body = UOp.sink(*[o.uop for o in outs])
-        placeholders = {b for b, _ in self.views}
+        self.body = UOp.sink(*[o.uop for o in outs], *[u for _, u in self.write_back])
         implicit: list[UOp] = []
         self.fresh: list[UOp] = []
         for n in self.body.toposort():
@@ -235,6 +246,8 @@ class _Capture:
         for b in self.fresh:
             mapping[b] = new_buffer_uop(buffer_device(b), b.arg, b.dtype)
         uops = list(self.body.substitute(mapping).src)
+        back = uops[len(self.devices) :]
+        uops = uops[: len(self.devices)]
         if self.grad_fxn is not None:
             uops = _with_grad_fxn(self.name, self.grad_fxn, uops, tuple(t.uop for t in inputs), self.single)
         ins = tuple(t.uop for t in inputs)
@@ -242,10 +255,45 @@ class _Capture:
             if not isinstance(u, MultiUOp):
                 CALL_INPUTS[u] = ins
         outs = [self.cls(u, device=d) for u, d in zip(uops, self.devices)]
+        for (k, _), u in zip(self.write_back, back):  # (after the outputs exist: they read the inputs as they were)
+            inputs[k].assign(self.cls(u, device=inputs[k].device))
         return outs[0] if self.single else tuple(outs)
 
 
 _call_counter = itertools.count()
+
+
+def _apply_writes(name: str, ws: list[writes.Write], outs: list[UOp], placeholders: set[UOp],
+                  start: int) -> tuple[list[UOp], dict[UOp, UOp]]:  # fmt: skip
+    """A body's writes (to its inputs' placeholders or to buffers it made) as values of its graph, in program
+    order: each write's buffer gets a new value (the old one with the written elements replaced) and each snapshot
+    (what graphs built before a write read) the value before it. Returns the outputs over those values and each
+    written buffer's final value. A write to a tensor the body did not get as an argument is refused."""
+    if not ws:
+        return outs, {}
+    alien = [w for w in ws if w.buf not in placeholders and w.buf.src[0].arg < start]
+    if alien:
+        raise FunctionError(f"@function {name} writes (assign, setitem, +=) to {len(alien)} tensor(s) that are not "
+                            "among its arguments; pass them as arguments (writes to arguments are applied to the "
+                            "caller's tensors) or return the new value and assign it outside")  # fmt: skip
+    cur: dict[UOp, UOp] = {}  # buffer -> its value after the writes so far
+    snaps: dict[UOp, UOp] = {}  # a write's snapshot -> its buffer's value before the write
+    for w in ws:
+        b = w.buf
+        before = cur.get(b, b)
+        now = {**cur, **snaps}
+        value = writes.substitute(w.value, now)
+        snaps[w.snap] = before
+        if w.pos is not None:
+            new = UOp(Ops.ASSIGN, b.dtype, (before, writes.substitute(w.pos, now), value), w.reduce)
+        elif w.target is not None:
+            pos = writes.positions(w.target, b, buffer_device(b))
+            new = UOp(Ops.ASSIGN, b.dtype, (before, pos, value), None)
+        else:
+            new = value.reshape(b.shape) if value.shape != b.shape else value
+        cur[b] = new
+    final = {**cur, **snaps}
+    return [writes.substitute(o, final) for o in outs], cur
 
 
 def _with_grad_fxn(name: str, grad_fxn: Callable[..., Any], outs: list[UOp], args: tuple[UOp, ...],
