@@ -193,3 +193,40 @@ def test_function_returning_its_argument() -> None:
     out = both(x)
     np.testing.assert_array_equal(out[0].numpy(), [1.0, 2.0])
     np.testing.assert_array_equal(out[1].numpy(), [2.0, 4.0])
+
+
+# ---------------- deferred state updates apply in program order (TENSOR_API 8, 9.1) ----------------
+def test_batchnorm_called_twice_in_one_step_updates_statistics_twice() -> None:
+    from speck.tensor import nn
+
+    bn = nn.BatchNorm(2, momentum=0.1)
+    x1 = np.array([[1.0, 2.0], [3.0, 6.0]], np.float32)
+    x2 = np.array([[5.0, -1.0], [7.0, 3.0]], np.float32)
+    with Tensor.train():
+        a = bn(Tensor(x1))
+        b = bn(Tensor(x2))
+        (a + b).realize()
+    rm, rv = np.zeros(2), np.ones(2)
+    for x in (x1, x2):  # eager reference: each call updates the running statistics
+        rm = 0.9 * rm + 0.1 * x.mean(0)
+        rv = 0.9 * rv + 0.1 * x.var(0, ddof=1)
+    np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), rv, rtol=1e-6)
+    assert bn.num_batches_tracked.item() == 2
+
+
+def test_schedule_step_twice_applies_two_updates() -> None:
+    from speck.tensor.nn import optim
+
+    w = Tensor([1.0, 2.0]).contiguous().realize()
+    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    with Tensor.train():
+        (w * w).sum().backward()
+        opt.schedule_step()
+        opt.schedule_step()
+        Tensor.realize(w)
+    g, b, ref = 2 * np.array([1.0, 2.0]), np.zeros(2), np.array([1.0, 2.0])
+    for _ in range(2):  # the same gradient (computed before both steps), momentum carried over
+        b = 0.9 * b + g
+        ref = ref - 0.1 * b
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6)
