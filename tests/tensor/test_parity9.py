@@ -230,3 +230,19 @@ def test_schedule_step_twice_applies_two_updates() -> None:
         b = 0.9 * b + g
         ref = ref - 0.1 * b
     np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6)
+
+
+def test_function_indexing_after_an_eager_bounds_check() -> None:
+    """An eager index lookup makes the device's bounds-check record before the body is traced: the record is the
+    process's, not an implicit input of the body (an Embedding inside @function failed after any eager lookup)."""
+    from speck.tensor import function, nn
+
+    emb = nn.Embedding(10, 3)
+    emb(Tensor([1, 2])).realize()
+
+    @function
+    def look(w: Tensor, idx: Tensor) -> Tensor:
+        return w[idx].sum()
+
+    w = emb.weight.numpy()
+    assert look(emb.weight, Tensor([3, 4])).item() == pytest.approx(float(w[[3, 4]].sum()), rel=1e-6)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 from speck.tensor import schedule, writes
 from speck.tensor.autograd import CALL_INPUTS
 from speck.tensor.base import TensorBase
+from speck.tensor.bounds import is_record
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
@@ -224,8 +225,8 @@ class _Capture:
         implicit: list[UOp] = []
         self.fresh: list[UOp] = []
         for n in self.body.toposort():
-            if n.op is not Ops.BUFFER or n in placeholders:
-                continue
+            if n.op is not Ops.BUFFER or n in placeholders or is_record(n):  # (a device's bounds-check record:
+                continue  # the process's own, whichever call made it first)
             if n.src[0].arg < start:
                 implicit.append(n)
             elif n not in buffer_map and n not in host_arrays:  # made in the body without data (Tensor.empty): a
