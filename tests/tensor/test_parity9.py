@@ -246,3 +246,48 @@ def test_function_indexing_after_an_eager_bounds_check() -> None:
 
     w = emb.weight.numpy()
     assert look(emb.weight, Tensor([3, 4])).item() == pytest.approx(float(w[[3, 4]].sum()), rel=1e-6)
+
+
+# ---------------- custom_kernel on sharded tensors (TENSOR_API 13.2) ----------------
+def _inc_kernel(shapes: list[tuple[int, ...]]):  # type: ignore[no-untyped-def]
+    from speck.codegen.kernel_info import KernelInfo
+    from speck.uop import UOp
+
+    def fxn(out, a):  # type: ignore[no-untyped-def]
+        shapes.append(a.shape)
+        i = UOp.range(a.shape[0], 0)
+        return out[i].store(a[i] + 1).end(i).sink(arg=KernelInfo(name="inc"))
+
+    return fxn
+
+
+def test_custom_kernel_on_sharded_tensors_runs_per_shard() -> None:
+    devs = ("CPU", "CPU:1")
+    shapes: list[tuple[int, ...]] = []
+    x = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devs, axis=0).realize()
+    out, same = Tensor.empty(4).shard(devs, axis=0).custom_kernel(x, fxn=_inc_kernel(shapes))
+    assert shapes == [(2,)]  # fxn sees each device's shard
+    assert out.device == devs and out.uop.axis == 0
+    np.testing.assert_array_equal(out.numpy(), [2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(same.numpy(), [1.0, 2.0, 3.0, 4.0])
+
+
+def test_custom_kernel_sharded_gradient_uses_grad_fxn_per_shard() -> None:
+    devs = ("CPU", "CPU:1")
+    w = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devs, axis=0).contiguous().realize()
+    y = (
+        Tensor.empty(4)
+        .shard(devs, axis=0)
+        .custom_kernel(w, fxn=_inc_kernel([]), grad_fxn=lambda g, call: (None, g * 2))[0]
+    )
+    (y * y).sum().backward()
+    assert w.grad is not None
+    np.testing.assert_allclose(w.grad.numpy(), 2 * 2 * (np.array([1.0, 2.0, 3.0, 4.0]) + 1))
+
+
+def test_custom_kernel_mixing_sharded_and_single_is_a_clear_error() -> None:
+    from speck.tensor.errors import CustomKernelError
+
+    x = Tensor([1.0, 2.0, 3.0, 4.0]).shard(("CPU", "CPU:1"), axis=0).realize()
+    with pytest.raises(CustomKernelError, match="one device"):
+        Tensor.empty(4).custom_kernel(x, fxn=_inc_kernel([]))
