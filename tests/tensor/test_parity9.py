@@ -291,3 +291,44 @@ def test_custom_kernel_mixing_sharded_and_single_is_a_clear_error() -> None:
     x = Tensor([1.0, 2.0, 3.0, 4.0]).shard(("CPU", "CPU:1"), axis=0).realize()
     with pytest.raises(CustomKernelError, match="one device"):
         Tensor.empty(4).custom_kernel(x, fxn=_inc_kernel([]))
+
+
+# ---------------- @function on sharded tensors (TENSOR_API 13.1, 12) ----------------
+def test_function_on_sharded_inputs_values_and_gradients() -> None:
+    from speck.tensor import function
+
+    devs = ("CPU", "CPU:1")
+
+    @function
+    def rowdot(a: Tensor, b: Tensor) -> Tensor:
+        return (a * b).sum(axis=1)
+
+    an = np.arange(8, dtype=np.float32).reshape(4, 2)
+    bn = an + 1
+    a = Tensor(an).shard(devs, axis=0).contiguous().realize()
+    b = Tensor(bn).shard(devs, axis=0).contiguous().realize()
+    out = rowdot(a, b)
+    assert out.device == devs and out.uop.axis == 0
+    s = (an * bn).sum(1)
+    np.testing.assert_allclose(out.numpy(), s)
+    (rowdot(a, b) ** 2).sum().backward()
+    assert a.grad is not None and b.grad is not None
+    np.testing.assert_allclose(a.grad.numpy(), 2 * s[:, None] * bn)
+    np.testing.assert_allclose(b.grad.numpy(), 2 * s[:, None] * an)
+    np.testing.assert_allclose(rowdot(a, b).sum().gradient(a)[0].numpy(), bn)
+
+
+def test_function_sharded_capture_keys_on_the_shard_axis() -> None:
+    from speck.tensor import function
+
+    devs = ("CPU", "CPU:1")
+
+    @function
+    def double(a: Tensor) -> Tensor:
+        return a * 2
+
+    xn = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for axis in (0, 1, None):
+        out = double(Tensor(xn).shard(devs, axis=axis).realize())
+        assert out.uop.axis == axis
+        np.testing.assert_array_equal(out.numpy(), xn * 2)
