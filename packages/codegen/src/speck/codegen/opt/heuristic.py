@@ -14,7 +14,10 @@ copy of a large matmul's right operand) counts as contiguous when splitting off 
 row axis with no power-of-two factor gets a block of one row. Reductions whose loads are strided along the contiguous
 output axis but contiguous along the reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector
 and UPCAST a few outputs instead of gathering lane by lane; vectors of 3, 5 or 6 lanes are chosen only for renderers
-that declare `odd_vector_widths`. Other renderers keep the plain heuristic unchanged."""
+that declare `odd_vector_widths`. Loop order follows reuse: a small outermost axis the streamed operand does not need
+gives way to a big one it does (Winograd's transforms walk images, not window positions, outermost), and column
+blocks go outside row blocks. Elementwise copies between layouts upcast the axis their input reads contiguously
+before the stored one (a transposing tile). Other renderers keep the plain heuristic unchanged."""
 
 from __future__ import annotations
 
