@@ -53,6 +53,9 @@ from speck.tensor.schedule import (
     realized_cache,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
+from speck.tensor.schedule_cache import _get as _plan_get
+from speck.tensor.schedule_cache import _newest as _plan_newest
+from speck.tensor.schedule_cache import _touch as _plan_touch
 from speck.tensor.settings import (
     ALLOW_DEVICE_USAGE,
     CAPTURING,
@@ -62,6 +65,7 @@ from speck.tensor.settings import (
     NUMPY_FALLBACK_LIMIT,
     PLAN_MEMORY,
     PROGRAM_CACHE,
+    SCACHE,
     USE_CODEGEN,
 )
 from speck.uop import DEBUG, GroupOp, Ops, UOp
@@ -584,6 +588,53 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
     execute(items)
     attach_storage(view)
     return view
+
+
+def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
+    """realize_graph(u, device, True) of one op over two different BUFFERs a and b (u's sources, u not in
+    realized_cache: `(x + y).realize()`). The warm run of a plan whose one fresh buffer is its output, taken from the
+    output's spare, is done here in one frame: cached_plan's flat key and LRU touch and realize_graph's warm body,
+    without `found`'s tuple and list, the loops over inputs and fresh buffers, or the general branches. Anything
+    else (a cold or other plan, a capture, MAX_BUFFER_SIZE, no spare to take) goes to realize_graph, having changed
+    nothing but what realize_graph would (the LRU order, the inputs' noted keys, a spare it drops as well)."""
+    if SCACHE.value and a is not b and _capture_state.calls is None and ALLOW_DEVICE_USAGE.value \
+            and not MAX_BUFFER_SIZE.value:  # fmt: skip
+        ck = u._ck
+        # (cached_plan's key for a binary node over two BUFFERs, item for item)
+        sched = _plan_get((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
+                           device))  # fmt: skip
+        if sched is not None:
+            if _plan_newest[0]() is not sched:  # (cached_plan's LRU touch)
+                _plan_touch((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
+                             device))  # fmt: skip
+                _plan_newest[0] = _ref(sched)
+            plan = sched.plan
+            warm = sched.warm
+            if plan is not None and sched.generation == _program_cache.generation and not sched.keeps \
+                    and (out_spare := warm[7]) is not None and len(warm[0]) == 1 and warm[5] is None:  # fmt: skip
+                data, keys = buffer_map_data, sched.keys
+                if (k := keys[0]) is None or k() is not a:  # (realize_graph's input loop, unrolled)
+                    k = _ref(a)
+                    keys[0] = _tolerant_key(a) or k
+                ha = data.get(k)
+                if (k := keys[1]) is None or k() is not b:
+                    k = _ref(b)
+                    keys[1] = _tolerant_key(b) or k
+                hb = data.get(k)
+                if ha is not None and hb is not None:
+                    try:
+                        out, key = out_spare.pop()
+                    except IndexError:  # (none kept, or another thread took it)
+                        pass
+                    else:
+                        out_hb = data.get(key)
+                        if _getrefcount(out) == 2 and type(out_hb) is _HcqBuffer and _getrefcount(out_hb) == 3:
+                            _runner.run(plan, [ha, hb, out_hb])  # (inputs, then the one fresh slot: the output)
+                            if _KEEP_FREED.value:
+                                out_spare.append((out, key))
+                            return out  # type: ignore[no-any-return]
+                        key = out = None  # (the key first: see _unmap; realize_graph makes a new output)
+    return realize_graph(u, device, True)
 
 
 # ---------------- TinyJit captures ----------------

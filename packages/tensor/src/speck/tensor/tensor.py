@@ -449,7 +449,7 @@ class Tensor(
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
             # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
-            view = _realize.realize_graph(u, self._device, True)
+            view = _realize.realize_binary(u, src[0], src[1], self._device)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self

@@ -1,0 +1,178 @@
+"""realize.realize_binary, the one-frame warm route of `(x + y).realize()` (issue 30's fifth pass), against the general
+path it shortens (realize_graph, which the route falls back to): bit-identical results for every direct op and
+strong dtype, the same GlobalCounters, the route actually taken once warm, and the semantics it must keep (a kept
+result is never overwritten, writes between ops are seen in order, MAX_BUFFER_SIZE still refuses, a TinyJit capture
+and autograd go their usual way). Values are compared with numpy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes
+from speck.tensor import realize as rz
+
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda x, y: x + y,
+    "mul": lambda x, y: x * y,
+    "sub": lambda x, y: x - y,
+    "maximum": lambda x, y: x.maximum(y) if isinstance(x, Tensor) else np.maximum(x, y),
+    "lt": lambda x, y: x < y,
+    "ne": lambda x, y: x != y,
+}
+_DTYPES = {dtypes.float32: np.float32, dtypes.int32: np.int32, dtypes.uint8: np.uint8, dtypes.float16: np.float16,
+           dtypes.int64: np.int64}  # fmt: skip
+
+
+class _Spy:
+    """Counts realize_graph's calls (the general path) while it stands in for it."""
+
+    def __init__(self) -> None:
+        self.calls, self.real = 0, rz.realize_graph
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.real(*args)
+
+
+def _general(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send Tensor.realize's one-op case to realize_graph directly (the route before this pass)."""
+    monkeypatch.setattr(rz, "realize_binary", lambda u, a, b, device: rz.realize_graph(u, device, True))
+
+
+def _inputs(dt: Any, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x, y = (rng.integers(0, 50, n) for _ in range(2))
+    return x.astype(_DTYPES[dt]), y.astype(_DTYPES[dt])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(_OPS)), st.sampled_from(list(_DTYPES)), st.integers(1, 9), st.integers(0, 2**16))
+def test_fast_route_is_bit_identical_to_the_general_path(name: str, dt: Any, n: int, seed: int) -> None:
+    """Warm runs of the fast route and of realize_graph give the same bytes, and numpy's values."""
+    x, y = _inputs(dt, n, seed)
+    a, b = Tensor(x, dtype=dt).realize(), Tensor(y, dtype=dt).realize()
+    op = _OPS[name]
+    fast = [op(a, b).realize().numpy() for _ in range(3)]  # (cold, then warm runs taking the kept output back)
+    with pytest.MonkeyPatch.context() as mp:
+        _general(mp)
+        general = [op(a, b).realize().numpy() for _ in range(3)]
+    want = op(x, y)
+    for f, g in zip(fast, general):
+        assert f.dtype == g.dtype and f.tobytes() == g.tobytes()
+        np.testing.assert_array_equal(f, want)
+
+
+def test_a_warm_op_takes_the_fast_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once warm, `(a + b).realize()` runs without realize_graph (the route is taken, not only correct)."""
+    a, b = Tensor(np.arange(4, dtype=np.float32)).realize(), Tensor(np.ones(4, np.float32)).realize()
+    for _ in range(3):
+        (a + b).realize()
+    spy = _Spy()
+    monkeypatch.setattr(rz, "realize_graph", spy)
+    outs = [(a + b).realize().numpy() for _ in range(5)]
+    assert spy.calls == 0
+    for o in outs:
+        np.testing.assert_array_equal(o, np.arange(4, dtype=np.float32) + 1)
+
+
+def test_counters_match_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each warm op counts one kernel, and the same ops and memory as realize_graph's run."""
+    a, b = Tensor(np.arange(6, dtype=np.float32)).realize(), Tensor(np.ones(6, np.float32)).realize()
+    for _ in range(3):
+        (a * b).realize()
+
+    def totals() -> tuple[int, int, int]:
+        k, o, m = GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem
+        for _ in range(4):
+            (a * b).realize()
+        return GlobalCounters.kernel_count - k, GlobalCounters.global_ops - o, GlobalCounters.global_mem - m
+
+    fast = totals()
+    _general(monkeypatch)
+    assert fast[0] == 4 and fast == totals()
+
+
+def test_kept_results_and_writes_between_ops_keep_their_order() -> None:
+    """A result still held is never the next op's output; an assign between two ops is seen by the later one only,
+    and a lazy op made before the assign reads the values of its time."""
+    x = np.arange(4, dtype=np.float32)
+    a, b = Tensor(x.copy()).realize(), Tensor(np.full(4, 10, np.float32)).realize()
+    for _ in range(3):
+        (a + b).realize()
+    kept = (a + b).realize()
+    before = a + b  # (lazy: reads a as it is now)
+    a.assign(Tensor(x * 100)).realize()
+    after = (a + b).realize()
+    again = (a + b).realize()
+    np.testing.assert_array_equal(kept.numpy(), x + 10)
+    np.testing.assert_array_equal(before.realize().numpy(), x + 10)
+    np.testing.assert_array_equal(after.numpy(), x * 100 + 10)
+    np.testing.assert_array_equal(again.numpy(), x * 100 + 10)
+
+
+def test_max_buffer_size_still_refuses_a_warm_op() -> None:
+    """A warm op whose output (taken back from the spare) is larger than MAX_BUFFER_SIZE raises as a cold one does."""
+    a, b = Tensor(np.ones(64, np.float32)).realize(), Tensor(np.ones(64, np.float32)).realize()
+    for _ in range(3):
+        (a + b).realize()
+    with Context(MAX_BUFFER_SIZE=32), pytest.raises(RuntimeError, match="larger than MAX_BUFFER_SIZE=32"):
+        (a + b).realize()
+    np.testing.assert_array_equal((a + b).realize().numpy(), np.full(64, 2, np.float32))
+
+
+def test_a_capture_goes_its_usual_way() -> None:
+    """Inside a TinyJit capture the op is recorded, so replays follow new inputs."""
+    x = np.arange(4, dtype=np.float32)
+
+    @TinyJit
+    def f(p: Tensor, q: Tensor) -> Tensor:
+        return (p + q).realize()
+
+    for i in range(5):
+        p, q = Tensor(x + i).realize(), Tensor(x * 2).realize()
+        np.testing.assert_array_equal(f(p, q).numpy(), x + i + x * 2)
+
+
+def _grad_after_warm_realize() -> tuple[bool, Any, Any]:
+    x = np.arange(4, dtype=np.float32)
+    w = Tensor(x.copy(), requires_grad=True).realize()
+    c = Tensor(np.full(4, 3, np.float32)).realize()
+    for _ in range(3):
+        (w * c).realize()
+    out = (w * c).realize()
+    rg = out.requires_grad
+    out.sum().backward()
+    (w * c).sum().backward()  # (a lazy one: through the graph)
+    return bool(rg), out.numpy(), None if w.grad is None else w.grad.numpy()
+
+
+def test_requires_grad_and_backward_as_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm result of a tensor needing a gradient needs one too, and backward afterwards gives what the general
+    path's gives (numpy's gradient for the lazy product)."""
+    fast = _grad_after_warm_realize()
+    _general(monkeypatch)
+    general = _grad_after_warm_realize()
+    assert fast[0] is True and general[0] is True
+    np.testing.assert_array_equal(fast[1], general[1])
+    assert fast[2] is not None and general[2] is not None
+    np.testing.assert_array_equal(fast[2], general[2])
+    assert fast[2].min() >= 3  # (at least the lazy product's gradient, c)
+
+
+def test_same_input_twice_and_other_devices_match_numpy() -> None:
+    """`a + a` (one input: the general path) and ops on a second CPU device give numpy's values, warm."""
+    x = np.arange(5, dtype=np.float32)
+    a = Tensor(x).realize()
+    for _ in range(3):
+        np.testing.assert_array_equal((a + a).realize().numpy(), x + x)
+    c, d = Tensor(x, device="CPU:1").realize(), Tensor(x * 3, device="CPU:1").realize()
+    for _ in range(3):
+        out = (c * d).realize()
+        assert out.device == "CPU:1"
+        np.testing.assert_array_equal(out.numpy(), x * x * 3)
