@@ -513,7 +513,9 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
     made = tuple((dev, size, dtype, _OUT if k == ~sched.out_ref else SpareBuffers() if kept else None)
                  for k, ((dev, size, dtype), kept) in enumerate(zip(sched.fresh, keep)))  # fmt: skip
     spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if isinstance(m[3], SpareBuffers))
-    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare)
+    # (realize_binary's case: two inputs, the output the one fresh buffer, kept, and viewed as it is)
+    binary = out_spare if nin == 2 and len(made) == 1 and view is None else None
+    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare, binary)
     sched.keys = [None] * nin
     return plan
 
@@ -541,7 +543,7 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
                 if (hb := data.get(k)) is None:  # (no storage yet: get_buffer makes its entry, found next time)
                     hb, keys[i] = get_buffer(b), None
                 bufs.append(hb)
-            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare = sched.warm
+            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare, _ = sched.warm
             if MAX_BUFFER_SIZE.value:
                 for d, size, dtype, _ in fresh:
                     check_buffer_size(size, dtype, d)
@@ -608,10 +610,8 @@ def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
                 _plan_touch((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
                              device))  # fmt: skip
                 _plan_newest[0] = _ref(sched)
-            plan = sched.plan
-            warm = sched.warm
-            if plan is not None and sched.generation == _program_cache.generation and not sched.keeps \
-                    and (out_spare := warm[7]) is not None and len(warm[0]) == 1 and warm[5] is None:  # fmt: skip
+            if (plan := sched.plan) is not None and sched.generation == _program_cache.generation \
+                    and not sched.keeps and (out_spare := sched.warm[8]) is not None:  # fmt: skip
                 data, keys = buffer_map_data, sched.keys
                 if (k := keys[0]) is None or k() is not a:  # (realize_graph's input loop, unrolled)
                     k = _ref(a)

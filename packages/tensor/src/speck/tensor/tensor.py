@@ -29,6 +29,7 @@ import numpy as np
 from speck.codegen.numeric import storage_np as np_dtype
 from speck.hcq.counters import COUNTS
 from speck.tensor import elementwise as ew
+from speck.tensor import live as _live
 from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
@@ -99,6 +100,8 @@ from speck.uop.uop import register_service, set_shape
 
 Scalar = int | float | bool
 _BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
+_live_refs, _live_ref = _live._refs, _ref  # (Tensor._binary registers its result itself: live.track's list)
+_getrefcount = sys.getrefcount
 _uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Tensor._binary's per-op node)
 _DIRECT_NODE = ew.DIRECT_NODE
 
@@ -453,7 +456,7 @@ class Tensor(
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
-            if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
+            if _getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
                 realized_cache[u] = view  # (see _realize_one)
         elif not Tensor._realize_one(self):
             Tensor._realize_now((self,))
@@ -801,14 +804,16 @@ class Tensor(
             if a is not None:
                 if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
                     u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
-                    if fresh := sys.getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
+                    if fresh := _getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
                         set_shape(u, xs)
                 else:
                     u, fresh = fn(a, b, dev), False
                 out = Tensor.__new__(Tensor)
                 out._uop, out._ver, out._device = u, ep, dev
                 out.requires_grad, out.grad, out.is_param = rg, None, True
-                _track(out)
+                _live_refs.append(_live_ref(out))  # (live.track, inlined)
+                if len(_live_refs) > _live._sweep_at:
+                    _live._sweep()
                 _record_metadata(u, fresh)  # (the walk starts at the caller, as _new's would: _binary names no op)
                 return out
         if y.__class__ is not Tensor:
