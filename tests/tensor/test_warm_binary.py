@@ -6,6 +6,9 @@ and autograd go their usual way). Values are compared with numpy."""
 
 from __future__ import annotations
 
+import gc
+import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes
 from speck.tensor import realize as rz
+from speck.tensor.schedule import realized_cache
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
     "add": lambda x, y: x + y,
@@ -176,3 +180,128 @@ def test_same_input_twice_and_other_devices_match_numpy() -> None:
         out = (c * d).realize()
         assert out.device == "CPU:1"
         np.testing.assert_array_equal(out.numpy(), x * x * 3)
+
+
+# ---------------- the kept node (Tensor.realize keeps the last per-op node nobody else holds) ----------------
+_T = sys.modules["speck.tensor.tensor"]
+
+
+class _NoKeep(list):  # type: ignore[type-arg]
+    """A _KEPT_NODE that keeps nothing: the path as it was before nodes were kept."""
+
+    def append(self, x: Any) -> None:
+        pass
+
+
+def _small(n: int = 4) -> tuple[Tensor, Tensor, np.ndarray]:
+    x = np.arange(n, dtype=np.float32)
+    return Tensor(x + 1).realize(), Tensor(x * 3).realize(), x
+
+
+def test_the_next_same_op_is_the_kept_node_and_nothing_is_cached() -> None:
+    """After a warm `(a + b).realize()` the next `a + b` is the kept node (hash-consing), realize() counts the keep
+    out (no realized_cache entry), and every result is numpy's."""
+    a, b, x = _small()
+    before = len(realized_cache)
+    outs = [(a + b).realize() for _ in range(4)]
+    kept = _T._KEPT_NODE[-1:]
+    assert kept and (a + b).uop is kept[0]
+    assert len(realized_cache) == before
+    for o in outs:
+        np.testing.assert_array_equal(o.numpy(), x + 1 + x * 3)
+
+
+def test_a_kept_node_is_parked_memory() -> None:
+    """A kept node holds its inputs' buffers only as a parked spare: reading mem_used drops it, and the inputs'
+    BUFFER nodes die with their tensors."""
+    a, b, _ = _small()
+    for _ in range(3):
+        (a + b).realize()
+    assert _T._KEPT_NODE
+    ra, rb = weakref.ref(a.uop), weakref.ref(b.uop)
+    del a, b
+    GlobalCounters.mem_used  # noqa: B018  # (a mem_used reader releases parked spares)
+    gc.collect()
+    assert not _T._KEPT_NODE and ra() is None and rb() is None
+
+
+def test_nothing_is_kept_under_lru0_big_inputs_or_a_capture() -> None:
+    """LRU=0 keeps nothing, nor an op over inputs bigger than SPARE_MAX_BYTES, nor one realized in a capture."""
+    _T._KEPT_NODE.clear()
+    a, b, _ = _small()
+    with Context(LRU=0):
+        for _ in range(3):
+            (a + b).realize()
+    assert not _T._KEPT_NODE
+    big = np.ones(rz.SPARE_MAX_BYTES // 4 + 1, np.float32)
+    c, d = Tensor(big).realize(), Tensor(big).realize()
+    for _ in range(3):
+        np.testing.assert_array_equal((c + d).realize().numpy(), big * 2)
+    assert not _T._KEPT_NODE
+
+    @TinyJit
+    def f(p: Tensor, q: Tensor) -> Tensor:
+        return (p * q).realize()
+
+    for _ in range(3):
+        f(a, b)
+        assert not _T._KEPT_NODE
+
+
+def test_a_node_someone_holds_is_cached_as_without_the_keep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node a lazy tensor also holds gets its realized_cache entry whether or not it is kept (the keep is counted
+    out, not anyone's hold)."""
+
+    def run() -> tuple[bool, np.ndarray]:
+        realized_cache.clear()
+        a, b, _ = _small(5)
+        for _ in range(3):
+            (a + b).realize()
+        lazy = a + b
+        r = (a + b).realize()
+        return lazy.uop in realized_cache, r.numpy()
+
+    kept = run()
+    monkeypatch.setattr(_T, "_KEPT_NODE", _NoKeep())
+    plain = run()
+    assert kept[0] is True and plain[0] is True
+    np.testing.assert_array_equal(kept[1], plain[1])
+
+
+_PROGRAM = st.lists(st.tuples(st.sampled_from(["add", "mul", "sub", "keep", "assign", "lazy", "both"]),
+                              st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=14)  # fmt: skip
+
+
+def _run_program(prog: list[tuple[str, int, int]]) -> tuple[list[bytes], int]:
+    """Run prog over three small tensors; every value read, and the kernels counted."""
+    xs = [np.arange(4, dtype=np.float32) * (i + 1) for i in range(3)]
+    ts = [Tensor(x.copy()).realize() for x in xs]
+    held: list[Tensor] = []
+    got: list[bytes] = []
+    k0 = GlobalCounters.kernel_count
+    for op, i, j in prog:
+        if op == "assign":
+            ts[i].assign(Tensor(np.full(4, i + j, np.float32))).realize()
+        elif op == "keep":  # a result kept alive across later ops
+            held.append((ts[i] + ts[j]).realize())
+        elif op == "lazy":  # a lazy node of the same inputs, realized later
+            held.append(ts[i] * ts[j])
+        elif op == "both":
+            Tensor.realize_all(p := ts[i] + ts[j], q := ts[j] - ts[i])
+            got += [p.numpy().tobytes(), q.numpy().tobytes()]
+        else:
+            got.append(_OPS[op](ts[i], ts[j]).realize().numpy().tobytes())
+    got += [h.realize().numpy().tobytes() for h in held]
+    return got, GlobalCounters.kernel_count - k0
+
+
+@settings(max_examples=40, deadline=None)
+@given(_PROGRAM)
+def test_programs_give_the_same_values_with_and_without_the_keep(prog: list[tuple[str, int, int]]) -> None:
+    """Any sequence of per-op realizes, kept results, lazy ops, assigns and realize_all gives the same bytes and
+    kernel count with nodes kept as without (the values themselves are checked against numpy elsewhere)."""
+    kept = _run_program(prog)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_T, "_KEPT_NODE", _NoKeep())
+        plain = _run_program(prog)
+    assert kept == plain

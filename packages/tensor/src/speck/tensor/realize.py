@@ -51,6 +51,7 @@ from speck.tensor.schedule import (
     next_unique,
     reads_external,
     realized_cache,
+    sibling_graphs,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
 from speck.tensor.schedule_cache import _get as _plan_get
@@ -635,6 +636,29 @@ def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
                             return out  # type: ignore[no-any-return]
                         key = out = None  # (the key first: see _unmap; realize_graph makes a new output)
     return realize_graph(u, device, True)
+
+
+# The node of the last per-op `(x + y).realize()` (one op over two small BUFFERs) that nothing else held once it was
+# realized. Kept, the next `x + y` of the same inputs gets it again from hash-consing (a node is its structure), so
+# that op makes and finalizes no node, and metadata.record finds the entry the node already has instead of walking
+# the stack for a new one: about a fifth of the warm op. A kept node is nobody's: Tensor.realize counts this
+# reference out before it decides whether someone else holds the node (realized_cache), Tensor._realize_now drops it
+# first, and it is a parked spare (SpareBuffers): mem_used readers and an allocation that runs short release it, and
+# with it the small input buffers it reads. One node: a keep is only a cache (dropping it is always safe), so
+# threads racing on it can only lose it or keep one a little longer.
+KEPT_NODE = SpareBuffers()
+_sibling_data: dict[Any, Any] = sibling_graphs.data  # type: ignore[attr-defined]  # (its backing dict: see schedule)
+
+
+def keep_node(kept: list[UOp], u: UOp, a: UOp, b: UOp) -> None:
+    """Keep u (just realized by Tensor.realize, nobody else holding it) in `kept` (KEPT_NODE), in place of the one
+    kept before, when the keep is allowed: not in a capture, LRU on, inputs a and b small, no gradient graph (a live
+    sibling reads as one still to be computed: has_pending_siblings), no external memory read."""
+    if _capture_state.calls is None and _KEEP_FREED.value and a.arg * a.dtype.itemsize <= SPARE_MAX_BYTES \
+            and b.arg * b.dtype.itemsize <= SPARE_MAX_BYTES and (not _sibling_data or _ref(u) not in _sibling_data) \
+            and not reads_external(u):  # fmt: skip
+        kept.append(u)
+        del kept[:-1]  # (the older one goes; a slice, which another thread emptying the list cannot make fail)
 
 
 # ---------------- TinyJit captures ----------------

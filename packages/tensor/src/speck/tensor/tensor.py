@@ -101,7 +101,7 @@ from speck.uop.uop import register_service, set_shape
 Scalar = int | float | bool
 _BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
 _live_refs, _live_ref = _live._refs, _ref  # (Tensor._binary registers its result itself: live.track's list)
-_getrefcount = sys.getrefcount
+_getrefcount, _KEPT_NODE = sys.getrefcount, _realize.KEPT_NODE  # (the node a per-op realize keeps: see there)
 _uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Tensor._binary's per-op node)
 _DIRECT_NODE = ew.DIRECT_NODE
 
@@ -445,19 +445,24 @@ class Tensor(
         if lst or self._device is None or self._uop.dtype in WEAK_DTYPES or DEFERRED_ANY[0] or _write_state.pending:
             Tensor.realize_all(self, *lst)
             return self
-        # one tensor with no writes or deferred updates pending (the per-op case): realize_all's checks, without
-        # its frames
+        # one tensor, no writes or deferred updates pending (the per-op case): realize_all's checks without its frames
         u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
             # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
-            view = _realize.realize_binary(u, src[0], src[1], self._device)
+            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
-            if _getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
-                realized_cache[u] = view  # (see _realize_one)
+            # (u here, getrefcount's argument, and the keep: nobody else's; a slice, as other threads may empty it)
+            mine = 3 if (last := (kept := _KEPT_NODE)[-1:]) and last[0] is u else 2
+            del last  # (its reference to u, before counting)
+            if _getrefcount(u) > mine:
+                if not _realize.is_const_graph(u) and not reads_external(u):
+                    realized_cache[u] = view  # (see _realize_one)
+            elif mine == 2:
+                _realize.keep_node(kept, u, a, b)
         elif not Tensor._realize_one(self):
             Tensor._realize_now((self,))
         if _realize.capture_state.calls is None and _bound_records:
@@ -490,6 +495,7 @@ class Tensor(
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
+        _KEPT_NODE.clear()  # (a kept node is nobody's: realize_targets would cache it for as long as it is kept)
         if len(tensors) == 1 and Tensor._realize_one(tensors[0]):
             return
         for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
