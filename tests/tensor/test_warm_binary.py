@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, dtypes
 from speck.tensor import realize as rz
+from speck.tensor.metadata import metadata_of
 from speck.tensor.schedule import realized_cache
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -205,7 +206,7 @@ def test_the_next_same_op_is_the_kept_node_and_nothing_is_cached() -> None:
     before = len(realized_cache)
     outs = [(a + b).realize() for _ in range(4)]
     kept = _T._KEPT_NODE[-1:]
-    assert kept and (a + b).uop is kept[0]
+    assert kept and (a + b).uop is kept[0][0]
     assert len(realized_cache) == before
     for o in outs:
         np.testing.assert_array_equal(o.numpy(), x + 1 + x * 3)
@@ -305,3 +306,28 @@ def test_programs_give_the_same_values_with_and_without_the_keep(prog: list[tupl
         mp.setattr(_T, "_KEPT_NODE", _NoKeep())
         plain = _run_program(prog)
     assert kept == plain
+
+
+def _names_after_keeps() -> list[object]:
+    """The metadata of `a + b` nodes: made under TRACEMETA=0 and kept (no entry), then made again with it on; and
+    of a node kept with its entry."""
+    a, b, _ = _small(6)
+    with Context(TRACEMETA=0):
+        for _ in range(3):
+            (a + b).realize()
+        first = metadata_of((a + b).uop)
+    named = [(a + b).uop for _ in range(2)]  # (TRACEMETA on: the kept node gets its entry now, as record gives it)
+    for _ in range(3):
+        (a * b).realize()
+    again = a * b
+    return [first, *(metadata_of(n) for n in named), metadata_of(again.uop)]
+
+
+def test_a_kept_node_is_named_as_record_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_binary skips metadata.record only for the kept node that has its entry: names come out as without the keep
+    (a node kept unnamed is named when an op makes it again with TRACEMETA on)."""
+    kept = _names_after_keeps()
+    monkeypatch.setattr(_T, "_KEPT_NODE", _NoKeep())
+    plain = _names_after_keeps()
+    assert kept[0] is None and kept[1] is not None and kept[-1] is not None
+    assert [m and m.name for m in kept] == [m and m.name for m in plain]

@@ -37,6 +37,7 @@ from speck.hcq.settings import LRU as _KEEP_FREED
 from speck.tensor.engine.memory import plan_memory
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
+from speck.tensor.metadata import node_metadata_data
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
@@ -650,14 +651,15 @@ KEPT_NODE = SpareBuffers()
 _sibling_data: dict[Any, Any] = sibling_graphs.data  # type: ignore[attr-defined]  # (its backing dict: see schedule)
 
 
-def keep_node(kept: list[UOp], u: UOp, a: UOp, b: UOp) -> None:
+def keep_node(kept: list[tuple[UOp, bool]], u: UOp, a: UOp, b: UOp) -> None:
     """Keep u (just realized by Tensor.realize, nobody else holding it) in `kept` (KEPT_NODE), in place of the one
     kept before, when the keep is allowed: not in a capture, LRU on, inputs a and b small, no gradient graph (a live
     sibling reads as one still to be computed: has_pending_siblings), no external memory read."""
     if _capture_state.calls is None and _KEEP_FREED.value and a.arg * a.dtype.itemsize <= SPARE_MAX_BYTES \
             and b.arg * b.dtype.itemsize <= SPARE_MAX_BYTES and (not _sibling_data or _ref(u) not in _sibling_data) \
             and not reads_external(u):  # fmt: skip
-        kept.append(u)
+        # (with whether u has its metadata entry: then metadata.record(u) has nothing to do, and _binary skips it)
+        kept.append((u, _ref(u) in node_metadata_data))
         del kept[:-1]  # (the older one goes; a slice, which another thread emptying the list cannot make fail)
 
 

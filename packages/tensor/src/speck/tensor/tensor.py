@@ -449,19 +449,17 @@ class Tensor(
         u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
-            # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
-            # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
+            # one op over two BUFFERs (`(a + b).realize()`, a computation): _realize_one's path without its frame
             view = _realize.realize_binary(u, a := src[0], b := src[1], self._device)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
             # (u here, getrefcount's argument, and the keep: nobody else's; a slice, as other threads may empty it)
-            mine = 3 if (last := (kept := _KEPT_NODE)[-1:]) and last[0] is u else 2
+            mine = 3 if (last := (kept := _KEPT_NODE)[-1:]) and last[0][0] is u else 2
             del last  # (its reference to u, before counting)
-            if _getrefcount(u) > mine:
-                if not _realize.is_const_graph(u) and not reads_external(u):
-                    realized_cache[u] = view  # (see _realize_one)
-            elif mine == 2:
+            if (n := _getrefcount(u)) > mine and not _realize.is_const_graph(u) and not reads_external(u):
+                realized_cache[u] = view  # (see _realize_one)
+            elif n == 2:  # (nobody's, not kept yet)
                 _realize.keep_node(kept, u, a, b)
         elif not Tensor._realize_one(self):
             Tensor._realize_now((self,))
@@ -820,7 +818,9 @@ class Tensor(
                 _live_refs.append(_live_ref(out))  # (live.track, inlined)
                 if len(_live_refs) > _live._sweep_at:
                     _live._sweep()
-                _record_metadata(u, fresh)  # (the walk starts at the caller, as _new's would: _binary names no op)
+                # (the walk starts at the caller, as _new's would; the kept node with its entry: record does nothing)
+                if fresh or not ((k := _KEPT_NODE[-1:]) and k[0][0] is u and k[0][1]):
+                    _record_metadata(u, fresh)
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
