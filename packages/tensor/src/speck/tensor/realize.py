@@ -32,6 +32,7 @@ from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import Device
 from speck.hcq import runner as _runner
 from speck.hcq.allocator import SpareBuffers
+from speck.hcq.counters import COUNTS
 from speck.hcq.runner import Copy, Exec, Host, Plan
 from speck.hcq.settings import LRU as _KEEP_FREED
 from speck.tensor.engine.memory import plan_memory
@@ -49,10 +50,12 @@ from speck.tensor.schedule import (
     contiguous_made,
     device_node,
     has_pending_siblings,
+    host_arrays,
     next_unique,
     reads_external,
     realized_cache,
     sibling_graphs,
+    storage_maker,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
 from speck.tensor.schedule_cache import _get as _plan_get
@@ -88,8 +91,13 @@ def get_buffer(buf: UOp) -> Any:
             if MAX_BUFFER_SIZE.value:
                 check_buffer_size(int(buf.arg), buf.dtype, dev)
             b = _HcqBuffer(dev, int(buf.arg), buf.dtype, _file_options(dev))
+            if host_arrays and (arr := host_arrays.pop(buf, None)) is not None:  # Tensor(ndarray): its data, now
+                b.copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         buffer_map[buf] = b
     return b
+
+
+storage_maker.append(get_buffer)
 
 
 def check_buffer_size(n: int, dtype: Any, device: str) -> None:
@@ -637,6 +645,19 @@ def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
                             return out  # type: ignore[no-any-return]
                         key = out = None  # (the key first: see _unmap; realize_graph makes a new output)
     return realize_graph(u, device, True)
+
+
+_RUN_COUNTERS = ("kernel_count", "copy_count", "global_ops", "global_mem", "time_sum_s")
+
+
+def without_run_counts(fn: Callable[..., Any], *args: Any) -> None:
+    """fn(*args) leaving GlobalCounters' run totals as they were (Tensor.realize's do_update_stats=False)."""
+    saved = [getattr(COUNTS, k) for k in _RUN_COUNTERS]
+    try:
+        fn(*args)
+    finally:
+        for k, v in zip(_RUN_COUNTERS, saved):
+            setattr(COUNTS, k, v)
 
 
 # The node of the last per-op `(x + y).realize()` (one op over two small BUFFERs) that nothing else held once it was

@@ -27,7 +27,6 @@ from weakref import ref as _ref
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
-from speck.hcq.counters import COUNTS
 from speck.tensor import elementwise as ew
 from speck.tensor import live as _live
 from speck.tensor import multi
@@ -244,6 +243,9 @@ class Tensor(
             arr = np.ascontiguousarray(_np_cast(arr, dtypes.float32)).reshape(np.shape(arr))
             self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
             return
+        if tp is not list and tp is not tuple and arr.size:  # an ndarray: wrapped, copied in when first used (nodes.py)
+            self.uop = staged(_from_numpy(_np_cast(arr, dt), dt, dev, wrap=True))
+            return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = staged(_from_numpy(arr, dt, dev)) if arr.size else _from_numpy(arr, dt, dev)
 
@@ -435,12 +437,7 @@ class Tensor(
         """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs. do_update_stats=False
         leaves GlobalCounters' run totals (kernel_count, global_ops, global_mem, time_sum_s) as they were."""
         if not do_update_stats:
-            saved = [getattr(COUNTS, k) for k in _RUN_COUNTERS]
-            try:
-                Tensor.realize_all(self, *lst)
-            finally:
-                for k, v in zip(_RUN_COUNTERS, saved):
-                    setattr(COUNTS, k, v)
+            _realize.without_run_counts(Tensor.realize_all, self, *lst)
             return self
         if lst or self._device is None or self._uop.dtype in WEAK_DTYPES or DEFERRED_ANY[0] or _write_state.pending:
             Tensor.realize_all(self, *lst)
@@ -911,7 +908,6 @@ class Tensor(
 # the struct formats memoryview.cast accepts (every dtype's but half's "e" before Python 3.12)
 _MV_CASTABLE = frozenset("?bBhHiIlLqQfd")
 # the run totals realize(do_update_stats=False) leaves unchanged
-_RUN_COUNTERS = ("kernel_count", "copy_count", "global_ops", "global_mem", "time_sum_s")
 _SCALAR_TYPES = frozenset({bool, int, float, type(None), *(np.dtype(d).type for d in _NP_TO_DT), np.float64})
 
 
