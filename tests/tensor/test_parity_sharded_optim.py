@@ -116,9 +116,11 @@ def test_jitted_sharded_training_memory_close_to_one_device() -> None:
         step(x)
         return GlobalCounters.mem_used - before
 
-    # (2.5x: since captures fold the optimizer's copies of new values into the kernels computing them, the
-    # one-device capture holds no temporaries for them, while the sharded one keeps its cross-device buffers)
-    assert captured_bytes(True) <= 2.5 * captured_bytes(False)
+    # (3x: since captures fold the optimizer's copies of new values into the kernels computing them, the
+    # one-device capture holds no temporaries for them, while the sharded one keeps its cross-device buffers, about
+    # 440 KB here; the broadcast per layer this guards against was 8x. Measured: 684 KB against 245 KB, both
+    # ~135 KB less since gradient rules stopped keeping their nodes' buffers alive)
+    assert captured_bytes(True) <= 3 * captured_bytes(False)
 
 
 @pytest.mark.parametrize("axis", [None, 0])

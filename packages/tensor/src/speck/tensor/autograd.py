@@ -133,11 +133,13 @@ def backward(root: Tensor, gradient: Tensor | None = None) -> Tensor:
         nodes.update(extra)
         if root_reads is not None:
             root_reads.update(*(buffers_read(u) for u in extra))
+    # (a tensor with a deferred update pending, marked by a negative _ver, is skipped without reading its uop, which
+    # would apply the update in a schedule of its own: its new value is no node of a graph built before the update)
     targets = [
         t
         for t in live.tensors()
-        if t.requires_grad is not False and _may_be_in(t, root_reads) and t.uop in nodes and t.device is not None
-        and dtypes.is_float(t.dtype)
+        if t.requires_grad is not False and t._ver >= 0 and _may_be_in(t, root_reads) and t.uop in nodes
+        and t.device is not None and dtypes.is_float(t.dtype)
     ]  # fmt: skip
     for t in targets:
         if t.dtype.is_weak:

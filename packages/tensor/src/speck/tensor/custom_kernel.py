@@ -131,15 +131,17 @@ def _sharded_gradient_rule(calls: list[UOp], ck: CustomKernel, ms: list[MultiUOp
     """grad_fxn applied on each device to that device's shard of the gradient and its call, the results gathered
     into one sharded gradient per argument (laid out like the argument)."""
     rules = [_gradient_rule(c, ck) for c in calls]
+    # (out's layout, not out: a rule holding its node would keep the override table's weak key alive for good)
+    axis, device, shard_shape = out.axis, out.device, out.shards[0].shape
 
     def rule(grad: UOp) -> tuple[UOp | None, ...]:
-        grad = _as_multi(grad, out.device)
-        if grad.axis is None and out.axis is not None:  # replicated (a sum's broadcast seed): each device's piece
-            a, size = out.axis, out.shards[0].shape[out.axis]
+        grad = _as_multi(grad, device)
+        if grad.axis is None and axis is not None:  # replicated (a sum's broadcast seed): each device's piece
+            a, size = axis, shard_shape[axis]
             pieces = [g.shrink(tuple((d * size, (d + 1) * size) if i == a else (0, s) for i, s in enumerate(g.shape)))
                       for d, g in enumerate(grad.shards)]  # fmt: skip
-            grad = MultiUOp.leaf(pieces, a, out.device)
-        if grad.axis != out.axis or grad.shards[0].shape != out.shards[0].shape:
+            grad = MultiUOp.leaf(pieces, a, device)
+        if grad.axis != axis or grad.shards[0].shape != shard_shape:
             raise CustomKernelError(f"custom kernel {ck.name}: the gradient of its sharded output arrives laid out "
                                     "unlike the output; shard it the same way (.shard_like(out))")  # fmt: skip
         per = [r(g) for r, g in zip(rules, grad.shards)]

@@ -933,9 +933,13 @@ def _relu_gradient(out: Tensor, x: Tensor) -> None:
     """relu's gradient is 0 at 0 (maximum's rule would split a tie in half). The forward stays one MAX, which
     fuses into the kernel computing x (a select would read x twice and make it a kernel of its own)."""
 
-    # (x, not out: a rule holding out would keep its node, the override table's weak key, alive for good)
+    # (x's node, not a tensor: a rule holding out, or x once x.grad reads out's node, would keep that node, the
+    # override table's weak key, alive for good; and x may be assigned a new value before backward)
+    cls, xu = type(x), x.uop
+
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        return ((x > 0).where(x._new(g), 0.0).uop,)
+        xt = cls(xu)
+        return ((xt > 0).where(xt._new(g), 0.0).uop,)
 
     override_gradient(out.uop, (x.uop,), rule)
 
@@ -945,13 +949,15 @@ def _pow_gradient(out: Tensor, b: Tensor, e: Tensor) -> None:
     the exp2/log2 graph computing it, which gives NaN at x == 0."""
 
     node_ref = weakref.ref(out.uop)  # the override table is keyed weakly on the node: don't keep it alive
+    cls, bu, eu = type(b), b.uop, e.uop  # (nodes, not tensors: see _relu_gradient)
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
         node = node_ref()
         assert node is not None, "the pow node is alive while its gradient is computed"
-        gt, o = b._new(g), b._new(node)
-        dx = (e == 0).where(0.0, gt * e * b._pow_float(e - 1))
-        dy = (b == 0).where(0.0, gt * o * b.log())
+        bt, et = cls(bu), cls(eu)
+        gt, o = bt._new(g), bt._new(node)
+        dx = (et == 0).where(0.0, gt * et * bt._pow_float(et - 1))
+        dy = (bt == 0).where(0.0, gt * o * bt.log())
         return dx.uop, dy.uop
 
     override_gradient(out.uop, (b.uop, e.uop), rule)

@@ -216,6 +216,9 @@ def user_gradients(got: Any, srcs: tuple[UOp, ...], what: str, error: type[Excep
 def override_gradient(node: UOp, inputs: tuple[UOp, ...], rule: GradientRule) -> None:
     """Differentiate `node` with `rule` (gradient of node -> one gradient per input, or None) instead of walking
     the graph that computes it: the gradient reaches `inputs` directly and nothing between them and node."""
+    # the table is keyed weakly on node: a rule holding node (or a tensor of it) would keep its entry for good
+    cells = getattr(rule, "__closure__", None) or ()
+    assert not any((v := c.cell_contents) is node or getattr(v, "_uop", None) is node for c in cells), "rule holds node"
     _OVERRIDES[node] = (inputs, rule)
 
 

@@ -632,15 +632,18 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
     opad = tuple(as_int(xs) - ((as_int(o) - 1) * s + d * (kk - 1) + 1)
                  for xs, o, s, d, kk in zip(x.shape[2:], osp, st, dl, k))  # fmt: skip
 
+    # (the rule holds no tensor: out's would keep its node, the override table's weak key, alive for good)
+    cls, xu, xdev, wu, wdev = type(out), x.uop, x.device, weight.uop, weight.device
+
     def rule(ctx: UOp) -> tuple[UOp | None, ...]:
         # the output gradient (often a long elementwise chain: BatchNorm and ReLU backward) is computed once, into
         # a buffer both gradients read, rather than fused into the padded copy and the channel-last copy each
-        g = type(out)(ctx, device=x.device).contiguous()
-        w = type(out)(weight.uop, device=weight.device)
+        g = cls(ctx, device=xdev).contiguous()
+        w = cls(wu, device=wdev)
         gx = g.conv_transpose2d(w, groups=groups, stride=st, dilation=dl, output_padding=opad)
         if wgrad is not None:  # a Winograd convolution's own (winograd.weight_gradient)
             return gx.uop, wgrad(g).uop
-        win = type(out)(x.uop, device=x.device)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
+        win = cls(xu, device=xdev)._windows(k, st, dl).reshape(n, groups, 1, cin_g, *osp, *k)
         # the output gradient channel-last in a buffer of its own, so the kernel vectorizes over output channels;
         # with one input channel per group (a first layer) the kernel vectorizes along output rows instead, where
         # the gradient is contiguous as it is (conv1: the copy and its 1.4 ms go)
@@ -662,19 +665,19 @@ def _conv_gradient(out: Tensor, x: Tensor, weight: Tensor, groups: int, st: tupl
             gw = prod_.sum(axis=(0, *range(4, 4 + nsp))).reshape(cout, cin_g, *k)
         return gx.uop, gw.uop
 
-    override_gradient(out.uop, (x.uop, weight.uop), rule)
+    override_gradient(out.uop, (xu, wu), rule)
 
 
 def _unpool_gradient(out: Tensor, x: Tensor, flat_idx: Tensor, pooled: tuple[Any, ...]) -> None:
     """max_unpool2d's gradient is the output gradient read back at each value's index: every pooled value moved to
     its position whole, also where overlapping windows put one value there twice (the forward keeps it once)."""
     nsp = len(pooled)
-    idx_uop, device = flat_idx.uop, x.device
+    idx_uop, device, cls = flat_idx.uop, x.device, type(out)
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        gt = type(out)(g, device=device)
+        gt = cls(g, device=device)
         gf = gt.flatten(-nsp) if nsp > 1 else gt
-        gx = gf.gather(-1, type(out)(idx_uop, device=device))
+        gx = gf.gather(-1, cls(idx_uop, device=device))
         return (gx.reshape(*gx.shape[:-1], *pooled).uop,)
 
     override_gradient(out.uop, (x.uop,), rule)

@@ -71,7 +71,7 @@ def max_pool_gradient(out: Tensor, x: Tensor, kernel: tuple[int, ...], stride: t
     xu = x.uop
     # the rule only runs while compute_gradient holds the node; a strong reference from the rule would keep the key
     # of the override table (and its whole graph) alive forever
-    node_ref = weakref.ref(out.uop)
+    node_ref, cls = weakref.ref(out.uop), type(out)
     split = (*lead, *[d for _, o, k, _ in geo for d in (o, k)])
     bcast = (*lead, *[d for _, o, _, _ in geo for d in (o, 1)])
     win_axes = tuple(len(lead) + 2 * i + 1 for i in range(nsp))
@@ -81,12 +81,12 @@ def max_pool_gradient(out: Tensor, x: Tensor, kernel: tuple[int, ...], stride: t
         node = node_ref()
         assert node is not None, "the pooled node is alive while its gradient is computed"
         # the input cut or -inf padded to exactly the windows: element j of dim i sits in window j // k
-        xv = type(out)(xu, device=device).pad((*keep, *[(p, o * k - p - n) for n, o, k, p in geo]), value=-math.inf)
+        xv = cls(xu, device=device).pad((*keep, *[(p, o * k - p - n) for n, o, k, p in geo]), value=-math.inf)
         xw = xv.uop.reshape(split)
         mask = xw.ne(node.reshape(bcast).expand(split)).ne(True).cast(ctx.dtype)
         count = mask.reduce_axis(Ops.ADD, win_axes)
         gw = (mask / count.expand(split)) * ctx.reshape(bcast).expand(split)
-        gv = type(out)(gw.reshape(tuple(xv.shape)), device=device)
+        gv = cls(gw.reshape(tuple(xv.shape)), device=device)
         # back to the input's extent: drop the leading padding, zeros for the tail no window reaches
         gx = gv.pad((*keep, *[(-p, n + p - o * k) for n, o, k, p in geo]))
         return (gx.uop,)

@@ -254,6 +254,8 @@ class Tensor(
         """The node of the computation graph this tensor is (a view of a BUFFER once realized)."""
         if self._ver == _EPOCH[0]:
             return self._uop
+        if self._ver < 0 and id(self) in _DEFERRED:  # an update deferred on it: reads see the new value (as assign)
+            Tensor._realize_with_deferred(())
         return _refresh(self)
 
     @uop.setter
@@ -543,8 +545,7 @@ class Tensor(
     def _realize_with_deferred(tensors: Sequence[Tensor]) -> None:
         """Realize tensors and every deferred update's value in one schedule (so they share kernels: BatchNorm's
         running statistics reuse the forward pass the loss computes), then apply the updates."""
-        updates = list(_DEFERRED.values())
-        _DEFERRED.clear()
+        updates = _DEFERRED.take()
         Tensor.realize_all(*tensors, *[v for _, v in updates])
         for target, value in updates:
             target.assign(value)
@@ -553,13 +554,14 @@ class Tensor(
     def assign_deferred(self, x: Tensor) -> Tensor:
         """Like assign(), but the update happens at the next realize of any tensor, computed in the same schedule
         as what that realize computes: a state update (BatchNorm's running statistics) costs no pass of its own
-        over the graph it reads. A second deferred update of the same tensor applies the first one now."""
+        over the graph it reads. Until then a graph built from this tensor (or a second deferred update of it) applies
+        the pending updates first, so it reads the new value as after assign()."""
         tensor_args("assign_deferred", "argument", (x,))
         if x.shape != self.shape:
             raise TensorValueError(f"assign_deferred: shape {x.shape} does not match the target's shape {self.shape}")
         if id(self) in _DEFERRED:
             Tensor._realize_with_deferred(())
-        _DEFERRED[id(self)] = (self, x)
+        _DEFERRED.put(self, x)
         return self
 
     def schedule(self, *lst: Tensor) -> list[Any]:
@@ -810,7 +812,8 @@ class Tensor(
                 else:
                     u, fresh = fn(a, b, dev), False
                 out = Tensor.__new__(Tensor)
-                out._uop, out._ver, out._device = u, ep, dev
+                # (the epoch now, not ep: reading self.uop above may have applied a deferred update, a write)
+                out._uop, out._ver, out._device = u, _EPOCH[0], dev
                 out.requires_grad, out.grad, out.is_param = rg, None, True
                 _live_refs.append(_live_ref(out))  # (live.track, inlined)
                 if len(_live_refs) > _live._sweep_at:

@@ -153,6 +153,20 @@ class _ThreadDeferred(MutableMapping[int, "tuple[Tensor, Tensor]"]):
     def __contains__(self, k: object) -> bool:
         return k in _thread.deferred
 
+    def put(self, target: Tensor, value: Tensor) -> None:
+        """Queue target's update and mark target (see epoch_of): a graph built from it applies the update first."""
+        self[id(target)] = (target, value)
+        target._ver = -1 - epoch_of(target)
+
+    def take(self) -> list[tuple[Tensor, Tensor]]:
+        """Every (target, new value), removed; the targets are unmarked (see epoch_of): until their assigns,
+        reads see their old values."""
+        updates = list(_thread.deferred.values())
+        self.clear()
+        for target, _ in updates:
+            target._ver = epoch_of(target)
+        return updates
+
     def clear(self) -> None:
         d = _thread.deferred
         n = len(d)
@@ -201,16 +215,18 @@ def buffers_read(u: UOp) -> frozenset[UOp]:
     if isinstance(u, MultiUOp):  # (its src is the logical graph: the shards are what runs)
         parts = [buffers_read(s) for s in u.shards]
         return frozenset().union(*parts) if parts else _EMPTY
-    reads = _reads
+    if u.op is Ops.BUFFER:
+        return frozenset((u,))
+    # (a BUFFER's own entry is never stored: its value would hold its weak key alive, and the buffer with it)
+    reads, bufs = _reads, {}
     for n in u.toposort(gate=lambda x: x not in reads and x.op is not Ops.BUFFER):
+        if n.op is Ops.BUFFER:
+            bufs[n] = frozenset((n,))
+            continue
         if n in reads:
             continue
-        if n.op is Ops.BUFFER:
-            s: frozenset[UOp] = frozenset((n,))
-        else:
-            parts = [reads[c] for c in n.src if reads[c]]
-            s = _EMPTY if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts)
-        reads[n] = s
+        parts = [r for c in n.src if (r := bufs[c] if c.op is Ops.BUFFER else reads[c])]
+        reads[n] = _EMPTY if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts)
     return reads[u]
 
 
@@ -226,11 +242,19 @@ def substitute(u: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 
 # ---------------- rebinding stale graphs ----------------
+def epoch_of(t: Tensor) -> int:
+    """The write epoch t's graph was set at. Tensor.assign_deferred marks its target by storing it as -1 - epoch
+    (negative: never the current epoch, so the next read of the target goes through Tensor.uop, which applies the
+    pending update first)."""
+    v = t._ver
+    return v if v >= 0 else -1 - v
+
+
 def refresh(t: Tensor) -> UOp:
     """t's graph with every buffer written since the graph was built replaced by that write's snapshot (the value
     t had when it was made). Called by Tensor.uop when a write happened since t's graph was set."""
     u: UOp = t._uop
-    ver, t._ver = t._ver, EPOCH[0]
+    ver, t._ver = epoch_of(t), EPOCH[0]
     if not _log or _log[-1].epoch <= ver or is_view(u):
         return u
     reads = buffers_read(u)
@@ -249,7 +273,7 @@ def refresh(t: Tensor) -> UOp:
 def rebinding(t: Tensor) -> dict[UOp, UOp]:
     """The buffer -> snapshot swaps refresh(t) would make, found without rebuilding t's graph (empty: t.uop is
     t's graph as built). For questions about the buffers t reads: the rebuild walks and reinterns the whole graph."""
-    u, ver = t._uop, t._ver
+    u, ver = t._uop, epoch_of(t)
     if not _log or _log[-1].epoch <= ver or is_view(u):
         return {}
     reads = buffers_read(u)
@@ -266,7 +290,8 @@ def _affected(t: Tensor, epoch: int) -> bool:
     if is_view(u):
         return False
     reads = buffers_read(u)
-    return bool(reads) and any(w.epoch > t._ver and w.buf in reads for w in _log if w.epoch <= epoch)
+    ver = epoch_of(t)
+    return bool(reads) and any(w.epoch > ver and w.buf in reads for w in _log if w.epoch <= epoch)
 
 
 # ---------------- recording ----------------
@@ -334,7 +359,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
     _needed). Each of `targets` (tensors about to be realized) that was made before a write and reads what it
     writes is computed just before that write, from the buffers as they are then - so it needs no snapshot, and a
     TinyJit capture of it reads the live buffers."""
-    early = [t for t in targets if t._ver < EPOCH[0] and not is_view(t._uop)]
+    early = [t for t in targets if epoch_of(t) < EPOCH[0] and not is_view(t._uop)]
     _pending = _thread.pending
     todo = _needed(targets) if needed_only else len(_pending)
     if todo == 0:
@@ -342,7 +367,7 @@ def flush(targets: Sequence[Tensor] = (), needed_only: bool = False) -> None:
     while _pending and todo > 0:
         todo -= 1
         w = _pending[0]
-        due = [t for t in early if t._ver < w.epoch and _reads_write(t._uop, w)]
+        due = [t for t in early if epoch_of(t) < w.epoch and _reads_write(t._uop, w)]
         if due:
             back = {p.snap: p.buf for p in _pending}  # a graph already rebound to a pending write's snapshot
             for t in due:
@@ -407,7 +432,7 @@ def _snapshot_needed(w: Write) -> bool:
         if is_view(u):
             continue
         reads = buffers_read(u)
-        if snap in reads or (t._ver < w.epoch and w.buf in reads):
+        if snap in reads or (epoch_of(t) < w.epoch and w.buf in reads):
             return True
     return any(snap in buffers_read(p.value) or (p.pos is not None and snap in buffers_read(p.pos))
                for p in _thread.pending)  # fmt: skip
@@ -422,12 +447,12 @@ def _collect() -> None:
         return
     oldest = epoch
     for t in live():
-        if t._ver >= epoch:
+        if (ver := epoch_of(t)) >= epoch:
             continue
         if _affected(t, epoch):
-            oldest = min(oldest, t._ver)
+            oldest = min(oldest, ver)
         else:
-            t._ver = epoch
+            t._ver = epoch if t._ver >= 0 else -1 - epoch  # (a deferred update's mark stays)
     # (in place over the entries seen, so entries another thread appends meanwhile are kept)
     n = len(_log)
     _log[:n] = [w for w in _log[:n] if w.epoch > oldest or not w.ran]
