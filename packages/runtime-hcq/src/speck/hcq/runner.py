@@ -537,7 +537,9 @@ class _Run:
         for sig, value in self._waits((c.src,)):
             q.wait(sig, value)
         engine = ddev.engines["copy"]
-        q.copy(db, view, c.nbytes).submit(ddev, background=True)
+        # a small copy runs on this thread when the copy engine is idle: handing it to the engine's thread costs two
+        # thread wake-ups (there and back, when something waits for it), far more than the memmove
+        q.copy(db, view, c.nbytes).submit(ddev, background=c.nbytes >= INLINE_COPY_BYTES)
         self.inflight[c.dst] = (engine.timeline, engine.submitted, *_extent(db))
         return True
 
@@ -626,6 +628,11 @@ class _Run:
 
 
 _BYTE = "uint8"
+# copies between devices smaller than this run on the submitting thread (see _Run._async_copy): a data-parallel
+# training step's allreduces of batch-norm statistics and small gradients move a few hundred bytes each, and a
+# wake-up of the copy engine's thread and of the waiting one cost more than that (10s of us each, ms on a busy host);
+# larger copies go to the copy engine's thread, overlapping with the kernels and other copies that follow
+INLINE_COPY_BYTES = 1 << 20
 
 
 def _extent(b: Buffer) -> tuple[Buffer, int, int]:
