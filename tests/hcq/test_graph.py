@@ -4,6 +4,7 @@ command on the device's compute engine."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -270,10 +271,32 @@ def test_bad_arguments_raise_before_anything_runs(progs: dict[str, CPUProgram], 
     assert len(g) == 0
     with pytest.raises(HCQError, match="CPU graphs run on CPU devices"):
         CPUGraph(Device["NULL"])  # type: ignore[arg-type]
-    other: Any = Device["CPU:1"]
-    p_other = other.runtime("add", other.compiler.compile(ADD_IR))
-    with pytest.raises(HCQError, match="loaded on CPU:1"):
-        g.add_kernel(p_other, [A.ptr, A.ptr, A.ptr], (8, 1, 1))
+    not_cpu: Any = SimpleNamespace(
+        name="k", device=Device["NULL"], address=0
+    )  # (a program of a device with no CPU graph)
+    with pytest.raises(HCQError, match="loaded on NULL, which is no CPU device"):
+        g.add_kernel(not_cpu, [A.ptr, A.ptr, A.ptr], (8, 1, 1))
+
+
+def test_graph_joins_kernels_and_copies_of_several_cpu_devices() -> None:
+    """A CPU graph holds kernels loaded on other CPU devices and copies between their buffers (one memory, one worker
+    pool): the commands run in order, as they would one by one on their devices."""
+    cpu0, cpu1 = Device["CPU"], Device["CPU:1"]
+    add0 = cpu0.runtime("add", cpu0.compiler.compile(ADD_IR))
+    add1 = cpu1.runtime("add", cpu1.compiler.compile(ADD_IR))
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    A0, B1 = Buffer("CPU", 64, np.float32).copyin(a), Buffer("CPU:1", 64, np.float32).copyin(b)
+    S0, A1, S1 = Buffer("CPU", 64, np.float32), Buffer("CPU:1", 64, np.float32), Buffer("CPU:1", 64, np.float32)
+    g = CPUGraph(cpu0)
+    g.add_copy(A1.ptr, A0.ptr, A0.nbytes)  # a -> CPU:1
+    g.add_exec(add1, [S1, A1, B1], (64, 1, 1))  # a + b on CPU:1
+    g.add_copy(S0.ptr, S1.ptr, S1.nbytes)  # -> CPU
+    g.add_exec(add0, [S0, S0, A0], (64, 1, 1))  # (a + b) + a on CPU
+    for _ in range(2):
+        g.run()
+        np.testing.assert_array_equal(S1.numpy(), a + b)
+        np.testing.assert_array_equal(S0.numpy(), (a + b) + a)
 
 
 @settings(max_examples=15, deadline=None)

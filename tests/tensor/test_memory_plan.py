@@ -234,10 +234,11 @@ def test_gradients_realized_together_keep_no_intermediate_from_the_planner() -> 
     assert GlobalCounters.kernel_count == together
 
 
-def test_a_schedule_over_several_devices_is_not_planned() -> None:
-    """Items on several devices run on their own queues, not in item order: planned, the ring allreduce's copies read
-    chunks a later kernel of their device had already reused (the sum over CPU:0..3 was wrong in 2-25% of its
-    elements, the first rows of some chunk). Such a schedule keeps a buffer per intermediate, and sums right."""
+def test_a_schedule_over_several_devices_is_planned_and_sums_right() -> None:
+    """Items on several devices run on their own queues, not in item order: the ring allreduce's copies read chunks
+    a later kernel of their device reuses, so the runner makes that kernel wait for them (planned without that
+    wait, the sum over CPU:0..3 was wrong in 2-25% of its elements, the first rows of some chunk). Each device's
+    intermediates share an arena of its own, and every result is the unplanned one."""
     devices = ("CPU", "CPU:1", "CPU:2", "CPU:3")
     rng = np.random.default_rng(5)
     arrays = rng.random((4, 1 << 20), dtype=np.float32)
@@ -245,9 +246,15 @@ def test_a_schedule_over_several_devices_is_not_planned() -> None:
     with Context(RING=2):
         for _ in range(3):
             np.testing.assert_allclose(x.sum(0).numpy(), arrays.sum(0), rtol=1e-5)
-    # the rule itself, where a race need not show: intermediates on both sides of a copy stay apart
+    # intermediates on both sides of a copy are planned, each device's in its own arena
     y = Tensor(arrays[0]).realize()
     moved = ((y * 2).exp2() + 1).to("CPU:1")
     out = ((moved * 3).sqrt() + moved).log2()
     items, _ = R.schedule_targets([(out.uop, "CPU:1"), ((out * 2).uop, "CPU:1")])
-    assert any(b in buffer_views for it in items for b in it.bufs) is False
+    arenas = {b: buffer_views[b][0] for it in items for b in it.bufs if b in buffer_views}
+    assert {str(b.src[1].arg) for b in arenas} == {"CPU", "CPU:1"}
+    assert all(str(a.src[1].arg) == str(b.src[1].arg) for b, a in arenas.items())
+    m = np.exp2(arrays[0] * 2) + 1
+    want = np.log2(np.sqrt(m * 3) + m)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose((out * 2).numpy(), want * 2, rtol=1e-5)

@@ -337,13 +337,17 @@ def test_kernel_reading_a_region_waits_for_the_copy_into_its_base() -> None:
     whole = Buffer("CPU:1", 8, np.float32)
     lo, hi = whole.view(4, np.float32, 0), whole.view(4, np.float32, 16)
     inner = hi.view(2, np.float32, 8)
-    other = Buffer("CPU:1", 8, np.float32)
-    run = runner._Run(runner.Plan([], 5), [whole, lo, hi, inner, other], {}, False, None, True)
-    run.inflight = {1: ("copy into lo", 1, *runner._extent(lo))}
+    other, elsewhere = Buffer("CPU:1", 8, np.float32), Buffer("CPU", 8, np.float32)
+    run = runner._Run(runner.Plan([], 6), [whole, lo, hi, inner, other, elsewhere], {}, False, None, True)
+    run.inflight = {1: ("copy into lo", 1, *runner._extent(lo), *runner._extent(elsewhere))}
     assert run._waits([0]) == [("copy into lo", 1)]
     assert run._waits([2, 3, 4]) == []
-    run.inflight = {0: ("copy into whole", 1, *runner._extent(whole))}
+    run.inflight = {0: ("copy into whole", 1, *runner._extent(whole), *runner._extent(elsewhere))}
     assert run._waits([3]) == [("copy into whole", 1)] and run._waits([4]) == []
+    # ...and by the memory they read: a call overwriting any of it waits too (a call only reading it does not)
+    run.inflight = {5: ("copy from hi", 1, *runner._extent(elsewhere), *runner._extent(hi))}
+    assert run._waits([3], written=[3]) == [("copy from hi", 1)] and run._waits([0], written=[0]) != []
+    assert run._waits([3]) == [] and run._waits([1], written=[1]) == []
 
 
 def test_multi_device_kernels_run_on_the_devices_engine_threads(monkeypatch: pytest.MonkeyPatch) -> None:

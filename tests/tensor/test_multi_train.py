@@ -257,3 +257,70 @@ def test_backward_when_a_previous_loss_gradient_is_a_constant_of_the_sharded_gra
     np.testing.assert_allclose(ws.numpy(), wu.numpy(), atol=1e-6)
     for a, b in losses:
         assert abs(a - b) < 1e-6
+
+
+def test_assign_to_an_unrealized_sharded_tensor_is_lazy() -> None:
+    """An unrealized sharded target takes the value as a graph, as a one-device one does: no kernel runs at the
+    assign (it ran a schedule of its own, so backward()'s `x.grad += g` into a sharded input's .grad recomputed the
+    whole forward and backward pass every step), and the value is the one of the assign's time."""
+    a, b0 = _np((4, 3)), _np((4, 3), 1)
+    b = Tensor(b0).shard(CPU2, 0).realize()
+    t = Tensor(a).shard(CPU2, 0) * 2  # unrealized
+    GlobalCounters.reset()
+    t.assign(t + b)
+    assert GlobalCounters.kernel_count == 0
+    b.assign(Tensor(np.zeros((4, 3), np.float32)).shard(CPU2, 0)).realize()  # a later write t must not see
+    np.testing.assert_allclose(t.numpy(), a * 2 + b0, rtol=1e-6)
+    np.testing.assert_array_equal(b.numpy(), np.zeros((4, 3), np.float32))
+
+
+def _conv_bn_losses(devices: tuple[str, ...] | None, steps: int) -> tuple[list[float], list[np.ndarray], list[int]]:
+    """A jitted Adam step of a conv + batch-norm + linear model on batches of 8 images (data-parallel over `devices`,
+    or on one device), the first batch in the first two calls (a training loop over batches kept in memory: the
+    capture then meets an input whose .grad the first call set): the losses, the final parameters and the kernels
+    each call ran. (The conv has no bias: batch norm takes its mean away, so its gradient is rounding noise, which
+    Adam scales up to whole steps that differ between one and two devices.)"""
+    Tensor.manual_seed(2)
+    conv, bn, fc = nn.Conv2d(1, 4, 3, bias=False), nn.BatchNorm(4), nn.Linear(4 * 3 * 3, 3)
+    params = get_parameters([conv, bn, fc])
+    if devices:
+        for p in params:
+            p.shard_(devices).realize()
+    opt = Adam(params, lr=0.01)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = fc(bn(conv(x)).relu().max_pool2d().flatten(1)).sparse_categorical_crossentropy(y)
+            loss.backward()
+            opt.step(loss)
+        return loss
+
+    rng = np.random.default_rng(7)
+    batches = []
+    for i in range(3):
+        x, y = Tensor(_np((8, 1, 8, 8), 10 + i)), Tensor(rng.integers(0, 3, 8).astype(np.int32))
+        if devices:
+            x, y = x.shard(devices, 0), y.shard(devices, 0)
+        batches.append((x.realize(), y.realize()))
+    losses, kernels = [], []
+    for i in range(steps):
+        x, y = batches[max(0, i - 1) % 3]
+        GlobalCounters.reset()
+        losses.append(step(x, y).item())
+        kernels.append(GlobalCounters.kernel_count)
+    return losses, [p.numpy() for p in params], kernels
+
+
+def test_jitted_conv_batchnorm_step_data_parallel_matches_one_device() -> None:
+    """bench/multidevice.py's data-parallel row in small: the losses and parameters of jitted Adam steps over
+    CPU,CPU:1 are the one-device ones, and every call (the plain first one, the capture, the replays) runs the same
+    kernels: the capture does not compute the step twice."""
+    ref_loss, ref_params, ref_kernels = _conv_bn_losses(None, 5)
+    dp_loss, dp_params, dp_kernels = _conv_bn_losses(CPU2, 5)
+    np.testing.assert_allclose(dp_loss, ref_loss, rtol=1e-4, atol=1e-6)
+    for got, ref in zip(dp_params, ref_params):
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-5)
+    assert len(set(ref_kernels)) == 1, ref_kernels
+    assert len(set(dp_kernels)) == 1, dp_kernels

@@ -11,7 +11,13 @@ one thread run on worker 0 only; the others skip them and wait at the next barri
 
 Arguments are read from a flat table of 64-bit words (buffer addresses and variable values), so replaying with
 other buffers only rewrites table entries (`set_arg`). A graph is submitted to the device's compute engine as one
-exec command, so queue order, signals and `synchronize` behave as for a single kernel."""
+exec command, so queue order, signals and `synchronize` behave as for a single kernel.
+
+Every CPU device computes on host memory with the one shared worker pool, so a graph may also hold kernels loaded on
+other CPU devices and copies between their buffers (`joins_devices`): a data-parallel step over CPU:0 and CPU:1 is
+then one launch, as on one device, instead of a launch per device per allreduce phase, each waking the pool's
+workers again. It is still submitted to its own device's engine: the caller makes sure the other devices' engines
+hold no earlier work (speck.hcq.runner does)."""
 
 from __future__ import annotations
 
@@ -339,6 +345,10 @@ class CPUGraph:
     command and waits (returning the elapsed seconds); `set_arg(cmd, j, value)` rewrites argument j of command
     `cmd` (buffer address or variable value) for later runs. Commands run in the order they were added."""
 
+    # kernels of other devices whose graph class this is (the other CPU devices) may join one graph (see the module
+    # docstring)
+    joins_devices = True
+
     def __init__(self, device: CPUDeviceLike, name: str = "graph") -> None:
         if getattr(device, "graph", None) is not CPUGraph:
             raise HCQError(f"CPU graphs run on CPU devices, not on {getattr(device, 'name', device)!r}")
@@ -408,10 +418,12 @@ class CPUGraph:
         self, prog: CPUProgramLike, words: Sequence[int], global_size: Sequence[int], threads: int | None = None
     ) -> int:
         """Append a call of `prog` with raw argument words (buffer addresses, then variable values) over
-        `global_size` (its first entry is split across `threads` workers; None: the device's count). Returns the
-        command's index. No checking: use add_exec for Buffers."""
-        if prog.device is not self.device:
-            raise HCQError(f"program {prog.name!r} is loaded on {prog.device.name}, not on {self.device.name}")
+        `global_size` (its first entry is split across `threads` workers; None: the graph's device's count). `prog`
+        may be loaded on any CPU device (joins_devices). Returns the command's index. No checking: use add_exec for
+        Buffers."""
+        if prog.device is not self.device and getattr(prog.device, "graph", None) is not CPUGraph:
+            raise HCQError(f"program {prog.name!r} is loaded on {prog.device.name}, which is no CPU device: it can't "
+                           f"join a graph on {self.device.name}")  # fmt: skip
         # as a direct launch: no global dimension at all -> one call with (0, 1); a zero size -> (0, 0)
         n = int(global_size[0]) if len(global_size) else 1
         return self._add(prog.address, prog.name, words, n, threads, int(getattr(prog, "_parts", 0) or 0))
@@ -431,7 +443,7 @@ class CPUGraph:
         if global_size is None and prog._symbolic_size:
             gs = prog.launch_dims(vals)
         if threads is None:
-            threads = self.device.choose_threads(prog, bufs)
+            threads = prog.device.choose_threads(prog, bufs)
         return self.add_kernel(prog, [b.ptr for b in bufs] + [int(v) for v in vals], gs, threads)
 
     def add_copy(self, dest: int, src: int, nbytes: int) -> int:

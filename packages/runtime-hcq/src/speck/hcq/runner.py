@@ -257,7 +257,7 @@ class Batch:
     keep the bound Buffers and compare by identity (a replayed plan's), else keep addresses."""
 
     __slots__ = ("calls", "device", "every", "failed", "fills", "graph", "hold", "kernels", "last", "last_bufs",
-                 "mem", "moves", "ops", "slots", "table")  # fmt: skip
+                 "mem", "moves", "ops", "others", "slots", "table", "transfers")  # fmt: skip
 
     def __init__(self, device: Any, calls: list[Call], hold: bool = False) -> None:
         self.device, self.calls, self.hold = device, calls, hold
@@ -271,6 +271,10 @@ class Batch:
         self.last: list[int] = []  # the slots' addresses the table holds
         self.table: Any = None
         self.kernels, self.ops, self.mem = sum(1 for c in calls if type(c) is Exec), 0, 0
+        # the other devices whose kernels or memory the batch's calls use (a graph class that joins_devices): their
+        # engines must be idle before the graph, submitted to `device`'s engine, runs
+        self.others: tuple[Any, ...] = ()
+        self.transfers = 0  # copies between devices (counted as kernels and copies, as when they run alone)
 
     def build(self, bufs: Sequence[Buffer]) -> None:
         """Make the graph on the buffers bound now (raises what the device raises)."""
@@ -298,6 +302,10 @@ class Batch:
                 fill(cmd, 0, c.dst, 0)
                 fill(cmd, 1, c.src, c.offset)
         g.prepare()  # (an interpreter that can't be built fails here: the calls then run one by one)
+        # (a kernel's buffers are on its program's device: the devices of the slots are every device the batch uses)
+        devs = {bufs[s].dev for s in where}
+        self.transfers = sum(1 for c in self.calls if type(c) is Copy and bufs[c.dst].dev is not bufs[c.src].dev)
+        self.others = tuple(sorted((d for d in devs if d is not self.device), key=lambda d: d.name))
         # (in slot order: a plan whose calls use each of its slots has slots 0..n-1, and `every` binds its buffer list
         # as it is)
         self.slots = tuple(sorted(where))
@@ -425,7 +433,9 @@ class _Run:
         self.plan, self.bufs, self.var_vals, self.timed, self.times = plan, bufs, var_vals, timed, times
         self.counted = count
         self.trace = tracing()
-        self.inflight: dict[int, tuple[Any, int, Any, int, int]] = {}
+        # (the copy engine's timeline, value, the memory written, the memory read: each as (root Buffer, first byte,
+        # end byte))
+        self.inflight: dict[int, tuple[Any, int, Any, int, int, Any, int, int]] = {}
         self.queued: set[Any] | None = None if timed else _side_by_side(plan, bufs)
 
     # -- kernels --------------------------------------------------------------------------------------------------
@@ -443,7 +453,7 @@ class _Run:
         if queued is not None and dev.runs_kernels and dev.host_visible:
             queued.add(dev)
             q = dev.hw_queue()
-            for sig, value in self._waits(c.args):
+            for sig, value in self._waits(c.args, _written(c)):
                 q.wait(sig, value)
             q.cmds.append(cmd)
             q.submit(dev, background=True)
@@ -452,7 +462,7 @@ class _Run:
         if queued:  # a kernel run here reads what the queued kernels of its device write
             self._wait_queued()
         if self.inflight:
-            self._wait_copies(c.args)
+            self._wait_copies(c.args, _written(c))
         eng = dev.engines["compute"]
         if not self.timed:
             eng.submit([cmd])  # (an idle engine runs it on this thread; finish() waits for a busy one)
@@ -479,21 +489,26 @@ class _Run:
             return
         if self.queued:
             self._wait_queued()
-        if self.inflight:  # copies between devices still arriving into this device's memory
-            self._wait_copies([s for s, (_, _, root, _, _) in self.inflight.items() if root.dev is b.device])
+        if b.others:  # a graph joining devices: all their earlier work first (its engine orders only its device's)
+            if self.inflight:
+                self._wait_copies()
+            for d in b.others:
+                d.synchronize_if_busy()
+        elif self.inflight:  # copies between devices still writing or reading this device's memory
+            self._wait_copies([s for s, w in self.inflight.items() if w[2].dev is b.device or w[5].dev is b.device])
         with self.plan.lock:
             b.bind(self.bufs)
             b.graph.replay()
         if self.counted:
-            count_run(b.kernels, 0, b.ops, b.mem)
+            count_run(b.kernels + b.transfers, b.transfers, b.ops, b.mem)
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def copy(self, c: Copy) -> None:
         db, sb = self.bufs[c.dst], self.bufs[c.src]
         t0, p0 = time.perf_counter(), time.perf_counter_ns()
         cross = sb.dev is not db.dev
-        if self.inflight:
-            self._wait_copies((c.dst,) if cross else (c.dst, c.src))
+        if self.inflight:  # (a copy between devices waits for copies into its source on the copy engine)
+            self._wait_copies((c.dst,) if cross else (c.dst, c.src), (c.dst,))
         if cross and not self.timed and self._async_copy(c, db, sb):
             self._count(1, 1, 0, 0, 0.0)
             if self.trace:  # (the submission; the copy itself runs on the copy engine)
@@ -537,26 +552,31 @@ class _Run:
         for sig, value in self._waits((c.src,)):
             q.wait(sig, value)
         engine = ddev.engines["copy"]
-        q.copy(db, view, c.nbytes).submit(ddev, background=True)
-        self.inflight[c.dst] = (engine.timeline, engine.submitted, *_extent(db))
+        # a small copy runs on this thread when the copy engine is idle: handing it to the engine's thread costs two
+        # thread wake-ups (there and back, when something waits for it), far more than the memmove
+        q.copy(db, view, c.nbytes).submit(ddev, background=c.nbytes >= SMALL_COPY_BYTES)
+        self.inflight[c.dst] = (engine.timeline, engine.submitted, *_extent(db), *_extent(view))
         return True
 
-    def _waits(self, slots: Sequence[int]) -> list[tuple[Any, int]]:
-        """(signal, value) of the copies in flight that write memory of any of `slots`."""
+    def _touching(self, slots: Sequence[int], written: Sequence[int]) -> list[int]:
+        """Destination slots of the copies in flight that write memory of any of `slots` (what a call using them must
+        wait for), or read memory of any of `written` (a call overwriting it must not start before they have read)."""
+        ext = [_extent(self.bufs[s]) for s in slots]
+        wext = [_extent(self.bufs[s]) for s in written]
+        return [d for d, (_, _, root, lo, hi, sroot, slo, shi) in self.inflight.items()
+                if any(r is root and a < hi and lo < e for r, a, e in ext)
+                or any(r is sroot and a < shi and slo < e for r, a, e in wext)]  # fmt: skip
+
+    def _waits(self, slots: Sequence[int], written: Sequence[int] = ()) -> list[tuple[Any, int]]:
+        """(signal, value) of the copies in flight a call must wait for (see _touching)."""
         if not self.inflight:
             return []
-        ext = [_extent(self.bufs[s]) for s in slots]
-        return [(sig, v) for sig, v, root, lo, hi in self.inflight.values()
-                if any(r is root and a < hi and lo < e for r, a, e in ext)]  # fmt: skip
+        return [(w[0], w[1]) for d in self._touching(slots, written) for w in (self.inflight[d],)]
 
-    def _wait_copies(self, slots: Sequence[int] | None = None) -> None:
-        """Wait for the copies in flight into `slots`' memory (every copy when None)."""
-        if slots is None:
-            todo = list(self.inflight)
-        else:
-            ext = [_extent(self.bufs[s]) for s in slots]
-            todo = [d for d, (_, _, root, lo, hi) in self.inflight.items()
-                    if any(r is root and a < hi and lo < e for r, a, e in ext)]  # fmt: skip
+    def _wait_copies(self, slots: Sequence[int] | None = None, written: Sequence[int] = ()) -> None:
+        """Wait for the copies in flight a call on `slots`, writing `written`, must wait for (see _touching; every
+        copy when slots is None)."""
+        todo = list(self.inflight) if slots is None else self._touching(slots, written)
         for d in todo:
             if (w := self.inflight.pop(d, None)) is not None:
                 sig, value = w[0], w[1]
@@ -626,6 +646,18 @@ class _Run:
 
 
 _BYTE = "uint8"
+# copies between devices smaller than this are not worth a thread of their own: they run on the submitting thread
+# (_Run._async_copy) or inside a graph that joins the two devices (_graph_device). A data-parallel training step's
+# allreduces of batch-norm statistics and small gradients move a few hundred bytes each, and a wake-up of the copy
+# engine's thread and of the waiting one cost more than that (10s of us each, ms on a busy host). Larger copies go
+# to the copy engine's thread, overlapping with the kernels and other copies that follow (a ring allreduce's
+# chunks move between all the devices at once)
+SMALL_COPY_BYTES = 1 << 20
+
+
+def _written(c: Exec) -> tuple[int, ...]:
+    """The slots kernel c writes (all of its slots when the plan does not say)."""
+    return tuple(c.args[i] for i in c.writes) if c.writes else c.args
 
 
 def _extent(b: Buffer) -> tuple[Buffer, int, int]:
@@ -676,19 +708,28 @@ def _batch(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int]) -> N
 
     for c in device_runs(plan.calls, bufs):
         dev = _graph_device(plan, c, bufs, var_vals)
-        if run and dev is not run_dev:
+        if run and not _same_graph(dev, run_dev):
             flush()
             run = []
         if dev is None:
             steps.append(c)
         else:
+            if not run:
+                run_dev = dev
             run.append(c)
-            run_dev = dev
     if run:
         flush()
     plan.steps = steps
     only = steps[0] if len(steps) == 1 else None
-    plan.single = only if type(only) is Batch and not only.failed and not plan.symbolic else None
+    # (the short route submits to the batch's device alone: a batch joining devices waits for the others first)
+    plan.single = only if type(only) is Batch and not only.failed and not plan.symbolic and not only.others else None
+
+
+def _same_graph(dev: Any, run_dev: Any) -> bool:
+    """A call whose graph device is `dev` may join the graph of a run on `run_dev`: the same device, or devices of
+    one graph class that joins_devices (the CPU devices: one memory, one worker pool)."""
+    return dev is run_dev or (dev is not None and run_dev is not None and dev.graph is run_dev.graph
+                              and getattr(dev.graph, "joins_devices", False))  # fmt: skip
 
 
 def _graph_device(plan: Plan, c: Call, bufs: Sequence[Buffer], var_vals: Mapping[str, int]) -> Any:
@@ -707,11 +748,15 @@ def _graph_device(plan: Plan, c: Call, bufs: Sequence[Buffer], var_vals: Mapping
     if type(c) is not Copy:
         return None
     db, sb = bufs[c.dst], bufs[c.src]
-    if db.dev is not sb.dev or c.offset < 0 or c.offset + c.nbytes > sb.nbytes or c.nbytes > db.nbytes:
+    if c.offset < 0 or c.offset + c.nbytes > sb.nbytes or c.nbytes > db.nbytes:
         return None  # (the call-by-call path raises the error this deserves)
     dev, graph = db.dev, db.dev.graph
     if graph is None:
         return None
+    if sb.dev is not dev:  # between devices: a small copy joins a graph spanning both (a large one overlaps alone)
+        joins = getattr(graph, "joins_devices", False) and sb.dev.graph is graph and c.nbytes < SMALL_COPY_BYTES
+        ok = joins and dev.host_visible and sb.dev.host_visible and not hasattr(dev, "transfer")
+        return dev if ok and not hasattr(sb.dev, "transfer") else None
     if getattr(graph, "device_copies", False):  # the graph copies within the device's memory itself
         return dev
     return dev if dev.host_visible and not hasattr(dev, "transfer") else None

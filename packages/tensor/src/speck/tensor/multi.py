@@ -22,7 +22,7 @@ from speck.tensor.device import canonical, default_device
 from speck.tensor.errors import ShardingError as ShardingError
 from speck.tensor.errors import TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient, register_combine
-from speck.tensor.nodes import copy_uop
+from speck.tensor.nodes import _clone_counter, copy_uop
 from speck.tensor.realize import realize_targets
 from speck.tensor.schedule import base_buffer, max_dim
 from speck.tensor.settings import ALLREDUCE_CAST
@@ -599,13 +599,17 @@ def assign(t: Tensor, x: Any) -> Tensor:
     if xu.axis != tu.axis or xu.device != tu.device:
         raise ShardingError(f"assign: the value is sharded over {xu.device} on axis {xu.axis}, the target over "
                             f"{tu.device} on axis {tu.axis}; reshard it with .shard_like(target)")  # fmt: skip
-    if not isinstance(x.uop, MultiUOp) or not x.uop.is_realized:
+    if not tu.is_realized:
+        # an unrealized target simply takes the new value, lazily (as a single-device one does): a clone, so it never
+        # shares buffers with an equal graph. Realizing it here ran a schedule of its own: backward()'s accumulation
+        # into the .grad of a sharded input (x.grad += g, every step) computed the whole forward and backward pass
+        # once more, plus the input's gradient, which nothing reads
+        t.uop = xu.contiguous("clone", next(_clone_counter))
+        return t
+    if not xu.is_realized:
         x = x.contiguous().realize()
     xu = x.uop
     assert isinstance(xu, MultiUOp)
-    if not tu.is_realized:  # an unrealized target: it simply takes the new value
-        t.uop = xu
-        return t
     out = []
     for s, v, d in zip(tu.shards, xu.shards, tu.device):
         ts = type(t)(s, device=d)

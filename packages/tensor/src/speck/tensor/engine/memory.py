@@ -68,13 +68,14 @@ def plan_memory(items: Sequence[ScheduleItem], kept: Iterable[UOp], first_unique
     PLAN_MIN_BYTES, not a region of another buffer nor the base of one, in host memory (HostAllocator), and not
     under any view in `kept` (what the caller hands out: the targets' views, and `.contiguous()` results later
     realizes read). Two buffers share bytes only when the last item using one comes strictly before the first
-    item using the other. A schedule touching more than one device is not planned. Returns the bytes planned (0:
-    nothing to plan)."""
-    # one device only: items on several devices run on their own queues, so the item order is not the order they
-    # run in (a copy to another device may still read bytes a later kernel of this device reuses: the ring
-    # allreduce over CPU:0..3 summed overwritten chunks)
-    if len({buffer_device(b) for it in items for b in it.bufs}) > 1:
-        return 0
+    item using the other, each device's in an arena of its own. Returns the bytes planned (0: nothing to plan).
+
+    A schedule over several devices is planned too: its items run on several queues, not in item order, and the
+    runner (speck.hcq.runner) orders what shares memory: a call waits for the copies in flight that write memory it
+    uses or read memory it writes (a copy to another device still reading bytes a later kernel of its device
+    reuses summed overwritten chunks in the ring allreduce before it did), and a copy between devices waits for
+    both devices' earlier kernels. Unplanned, a data-parallel training step's replays touched 2.4x the memory per
+    device of the one-device step's and ran its kernels a quarter slower."""
     keep = {b for v in kept if (b := base_buffer(v)) is not None}
     first: dict[UOp, int] = {}
     last: dict[UOp, int] = {}
