@@ -634,6 +634,8 @@ class _LLKernel:
             if all(self.cconst(s)[0] for s in u.src):  # all literals: a constant vector, no instructions
                 return "<" + ", ".join(self.typed(s) for s in u.src) + ">"
             t, cur = ltype(u.dtype), "poison"
+            if (shuffled := self.stack_shuffle(u, t)) is not None:
+                return shuffled
             for i, s in enumerate(u.src):
                 cur = self.ins(f"insertelement {t} {cur}, {self.typed(s)}, i32 {i}", "v")
             return cur
@@ -659,6 +661,30 @@ class _LLKernel:
             return self.alu(u)
         raise ProgramFormError(f"renderer 'llvm' cannot express {op} (dtype {u.dtype}): it is not part of the program "
                                "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+
+    def stack_shuffle(self, u: UOp, t: str) -> str | None:
+        """A STACK as one shufflevector where it can be: a broadcast of one value (insert it once, splat it), or
+        lanes of at most two vectors of one type (how the expander and devectorizer join loaded or split parts).
+        A chain of one insertelement per lane is what InstCombine turns into these anyway, at a cost: ~10% of a cold
+        CNN step's IR lines were such chains, parsed and folded per module. None when it is neither."""
+        first, n = u.src[0], len(u.src)
+        if all(s is first for s in u.src):
+            one = self.ins(f"insertelement {t} poison, {self.typed(first)}, i32 0", "v")
+            return self.ins(f"shufflevector {t} {one}, {t} poison, <{n} x i32> zeroinitializer", "v")
+        vecs: list[UOp] = []
+        mask: list[int] = []
+        for s in u.src:
+            if s.op is not Ops.GEP or len(s.arg) != 1 or (v := s.src[0]).dtype.count < 2:
+                return None
+            if v not in vecs:
+                if len(vecs) == 2 or (vecs and v.dtype != vecs[0].dtype):
+                    return None
+                vecs.append(v)
+            mask.append(s.arg[0] + (v.dtype.count if v is not vecs[0] else 0))
+        a = self.typed(vecs[0])
+        b = self.operand(vecs[1]) if len(vecs) == 2 else "poison"
+        lanes = ", ".join(f"i32 {i}" for i in mask)
+        return self.ins(f"shufflevector {a}, {ltype(vecs[0].dtype)} {b}, <{n} x i32> <{lanes}>", "v")
 
     def lanewise(self, x: str, fr: DType, to: DType, fn: Any) -> str:
         """Apply scalar function fn(x_lane) -> value of to.scalar() to each lane of vector x (for helper calls)."""
