@@ -282,9 +282,12 @@ def _python_calls(fn: object) -> list[str]:
 # back (no Buffer made, allocated, freed per op, no BUFFER and UNIQUE node made and finalized: 22), then 17 once
 # realize() took an op over two BUFFERs to realize_graph itself and a settled CPU graph's replay ran its native call
 # through Engine.run_inline (no launch, no ptr frames), then 15 once the runner's short route bound an unchanged
-# argument table without Batch.bind's frame; a new frame on this path should be a choice (update the number and
-# docs/ARCHITECTURE.md's breakdown), not an accident
-WARM_OP_FRAMES = 15
+# argument table without Batch.bind's frame, then 13 once realize() sent such an op to realize.realize_binary (the
+# schedule-cache key and the warm run in one frame, without cached_plan's) and _binary registered its tensor in
+# live's list itself, then 12 once realize() kept the op's node for the next same op (no node finalized per op: see
+# tensor._KEPT_NODE); a new frame on this path should be a choice (update the number and docs/ARCHITECTURE.md's
+# breakdown), not an accident
+WARM_OP_FRAMES = 12
 
 
 def test_a_warm_eager_op_stays_within_its_python_frames() -> None:

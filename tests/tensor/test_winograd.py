@@ -115,6 +115,21 @@ def test_the_main_jobs_conv2_shape_matches_numpy() -> None:
     _close(dw, ref_dw)
 
 
+@pytest.mark.parametrize("k", [3, 5])
+def test_a_batch_of_64_images_matches_numpy(k: int) -> None:
+    """64 images are enough for codegen to walk the input transforms image by image and the second transform pass
+    column block by column block (speck.codegen.opt.heuristic): forward and both gradients still match."""
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((64, 16, 11, 13)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, k, k)) * 0.2).astype(np.float32)
+    g = rng.standard_normal((64, 16, 11 - k + 1, 13 - k + 1)).astype(np.float32)
+    out, dx, dw = _run(x, w, g, 0, wino=1)
+    ref_dx, ref_dw = _grads_np(x, w, g, 0)
+    _close(out, _conv_np(x, w, 0))
+    _close(dx, ref_dx)
+    _close(dw, ref_dw)
+
+
 def test_float64_is_accurate_to_float64() -> None:
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal((4, 3, 3, 3))

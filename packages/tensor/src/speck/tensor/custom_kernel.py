@@ -15,12 +15,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from speck.codegen.kernel_info import KernelInfo
 from speck.codegen.lower.ranges import RangeScope
 from speck.tensor.errors import CustomKernelError as CustomKernelError
 from speck.tensor.gradient import override_gradient, user_gradients
+from speck.tensor.multi import MultiUOp, _as_multi
 from speck.tensor.schedule import (
     ScheduleItem,
     _reshape_index,
@@ -76,13 +77,20 @@ def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: 
     _check_arity(fxn, fname, len(tensors))
     devices = {t.device for t in tensors}
     if len(devices) != 1:
-        raise CustomKernelError(f"custom_kernel {fname}: all tensors must be on one device, got {sorted(devices)}")
+        raise CustomKernelError(f"custom_kernel {fname}: all tensors must be on one device (or sharded over the same "
+                                f"ones), got {sorted(map(str, devices))}")  # fmt: skip
+    sharded = [isinstance(t.uop, MultiUOp) for t in tensors]
+    if any(sharded) and not all(sharded):  # (a tuple device on a plain node: one sharded, others replicated .to())
+        raise CustomKernelError(f"custom_kernel {fname}: arguments {[k for k, m in enumerate(sharded) if not m]} "
+                                "are not sharded like the others; shard or replicate every argument")  # fmt: skip
     placeholders = []
     for slot, t in enumerate(tensors):
-        if not all(isinstance(s, int) for s in t.shape):
+        # a sharded argument: the kernel runs on each device over its shard (fxn sees the shard's shape)
+        shape = t.uop.shards[0].shape if isinstance(t.uop, MultiUOp) else t.shape
+        if not all(isinstance(s, int) for s in shape):
             raise CustomKernelError(f"custom_kernel {fname}: argument {slot} has symbolic shape {t.shape}; custom "
                                     "kernels need concrete shapes")  # fmt: skip
-        placeholders.append(UOp.placeholder(t.shape, t.dtype, slot))
+        placeholders.append(UOp.placeholder(shape, t.dtype, slot))
     sink = fxn(*placeholders)
     if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
         got = f"a {sink.op} UOp" if isinstance(sink, UOp) else type(sink).__name__
@@ -90,12 +98,59 @@ def custom_kernel(tensors: Sequence[Tensor], fxn: Callable[..., UOp], grad_fxn: 
                                 f"got {got}")  # fmt: skip
     ast, writes = lower_custom_kernel(sink, fname)
     ck = CustomKernel(ast, writes, grad_fxn)
+    if all(sharded):
+        return _per_shard(tensors, ck)
     call = UOp(Ops.KERNEL, dtypes.void, tuple(t.uop for t in tensors), ck)
     outs = [t._new(UOp(Ops.AFTER, t.dtype, (t.uop, call))) for t in tensors]
 
     for out in outs:
         override_gradient(out.uop, call.src, _gradient_rule(call, ck))
     return outs
+
+
+def _per_shard(tensors: Sequence[Tensor], ck: CustomKernel) -> list[Tensor]:
+    """The kernel run on each device over that device's shards (one KERNEL per device); each result is sharded like
+    its argument. Gradients are per shard too: grad_fxn gets each device's call."""
+    ms = [cast(MultiUOp, t.uop) for t in tensors]
+    n = len(ms[0].shards)
+    if any(len(m.shards) != n or m.device != ms[0].device for m in ms):
+        raise CustomKernelError(f"custom_kernel {ck.name}: the arguments are sharded over different devices "
+                                f"({sorted({m.device for m in ms})}); shard them over the same ones")  # fmt: skip
+    calls = [UOp(Ops.KERNEL, dtypes.void, tuple(m.shards[d] for m in ms), ck) for d in range(n)]
+    outs = []
+    for k, m in enumerate(ms):
+        out = MultiUOp.make(Ops.AFTER, tuple(ms), None, [UOp(Ops.AFTER, m.dtype, (c.src[k], c)) for c in calls], m.axis,
+                            m.device)  # fmt: skip
+        override_gradient(out, tuple(ms), _sharded_gradient_rule(calls, ck, ms, out))
+        outs.append(tensors[k]._new(out))
+    return outs
+
+
+def _sharded_gradient_rule(calls: list[UOp], ck: CustomKernel, ms: list[MultiUOp],
+                           out: MultiUOp) -> Callable[[UOp], tuple[UOp | None, ...]]:  # fmt: skip
+    """grad_fxn applied on each device to that device's shard of the gradient and its call, the results gathered
+    into one sharded gradient per argument (laid out like the argument)."""
+    rules = [_gradient_rule(c, ck) for c in calls]
+
+    def rule(grad: UOp) -> tuple[UOp | None, ...]:
+        grad = _as_multi(grad, out.device)
+        if grad.axis is None and out.axis is not None:  # replicated (a sum's broadcast seed): each device's piece
+            a, size = out.axis, out.shards[0].shape[out.axis]
+            pieces = [g.shrink(tuple((d * size, (d + 1) * size) if i == a else (0, s) for i, s in enumerate(g.shape)))
+                      for d, g in enumerate(grad.shards)]  # fmt: skip
+            grad = MultiUOp.leaf(pieces, a, out.device)
+        if grad.axis != out.axis or grad.shards[0].shape != out.shards[0].shape:
+            raise CustomKernelError(f"custom kernel {ck.name}: the gradient of its sharded output arrives laid out "
+                                    "unlike the output; shard it the same way (.shard_like(out))")  # fmt: skip
+        per = [r(g) for r, g in zip(rules, grad.shards)]
+        grads: list[UOp | None] = []
+        for k, m in enumerate(ms):
+            parts = [p[k] for p in per]
+            grads.append(None if any(p is None for p in parts) else MultiUOp.leaf(cast(list[UOp], parts), m.axis,
+                                                                                  m.device))  # fmt: skip
+        return tuple(grads)
+
+    return rule
 
 
 def _check_arity(fxn: Callable[..., Any], fname: str, n: int) -> None:

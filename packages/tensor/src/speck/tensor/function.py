@@ -32,16 +32,17 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from speck.tensor import schedule
+from speck.tensor import schedule, writes
 from speck.tensor.autograd import CALL_INPUTS
 from speck.tensor.base import TensorBase
+from speck.tensor.bounds import is_record
 from speck.tensor.dims import tensor_args
 from speck.tensor.errors import FunctionError as FunctionError
 from speck.tensor.errors import TensorAssertionError, TensorNotImplementedError
-from speck.tensor.gradient import override_gradient, user_gradients
+from speck.tensor.gradient import compute_gradient, override_gradient, user_gradients
 from speck.tensor.multi import MultiUOp
 from speck.tensor.realize import DeviceUsageError
-from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, max_dim, new_buffer_uop
+from speck.tensor.schedule import base_buffer, buffer_device, buffer_map, host_arrays, max_dim, new_buffer_uop
 from speck.uop import Context, Ops, UOp, dtypes
 from speck.uop.helpers import prod
 
@@ -153,7 +154,7 @@ def _signature(x: Any, inputs: list[Tensor], seen: dict[int, int]) -> Any:
         if id(x) not in seen:
             seen[id(x)] = len(inputs)
             inputs.append(x)
-        return ("T", seen[id(x)], x.shape, x.dtype, x.device)
+        return ("T", seen[id(x)], x.shape, x.dtype, x.device, getattr(x.uop, "axis", None))
     if isinstance(x, (list, tuple)):
         return (type(x).__name__, tuple(_signature(v, inputs, seen) for v in x))
     if isinstance(x, dict):
@@ -181,43 +182,67 @@ class _Capture:
         start = next(schedule._unique_counter)  # buffers made from here on are the body's own
         self.name, self.grad_fxn = f.name, f.grad_fxn
         self.env: Any = ()  # the _environment key it was traced in
-        self.views: list[tuple[UOp, UOp]] = []  # (placeholder BUFFER, its view with the input's shape)
+        # per input: its placeholder BUFFERs (one per shard of a sharded input) and the view standing for it
+        self.views: list[tuple[list[UOp], UOp]] = []
         for k, t in enumerate(inputs):
-            shape = t.shape
+            m = t.uop if isinstance(t.uop, MultiUOp) else None
+            shape = m.shards[0].shape if m is not None else t.shape
             size = int(prod(max_dim(s) for s in shape))
-            buf = new_buffer_uop(t.device, size, t.dtype)
-            buffer_map[buf] = _PlaceholderStorage(f.name, f"input {k} (shape {shape}, {t.dtype})")
-            self.views.append((buf, buf.reshape(shape) if shape != (size,) else buf))
+            bufs = [new_buffer_uop(d, size, t.dtype) for d in (m.device if m is not None else (t.device,))]
+            for b in bufs:
+                buffer_map[b] = _PlaceholderStorage(f.name, f"input {k} (shape {t.shape}, {t.dtype})")
+            views = [b.reshape(shape) if shape != (size,) else b for b in bufs]
+            self.views.append((bufs, MultiUOp.leaf(views, m.axis, m.device) if m is not None else views[0]))
         saved = [t.uop for t in inputs]
+        epoch = writes.EPOCH[0]
         try:
             for t, (_, view) in zip(inputs, self.views):
                 t.uop = view
             with Context(ALLOW_DEVICE_USAGE=0):
                 ret = f.fn(*args, **kwargs)
+            outs = (ret,) if isinstance(ret, TensorBase) else ret
+            valid = isinstance(outs, (tuple, list)) and outs and all(isinstance(o, TensorBase) for o in outs)
+            # the outputs' graphs while the inputs are still placeholders (an input may be returned as it is)
+            out_uops = [cast("Tensor", o).uop for o in outs] if valid else []
         except DeviceUsageError as e:
             raise DeviceUsageError(f"@function {f.name}: {e}") from e
         finally:
             for t, u in zip(inputs, saved):
                 t.uop = u
+            body_writes = writes.take_since(epoch)
         self.single = isinstance(ret, TensorBase)
-        outs = (ret,) if isinstance(ret, TensorBase) else ret
-        if not isinstance(outs, (tuple, list)) or not outs or not all(isinstance(o, TensorBase) for o in outs):
+        if not valid:
             raise FunctionError(f"@function {f.name} must return a Tensor or a tuple of Tensors, got "
                                 f"{_describe_value(ret)}")  # fmt: skip
+        placeholders = {b for bufs, _ in self.views for b in bufs}
+        out_uops, finals = _apply_writes(f.name, body_writes, out_uops, placeholders, start)
+        outs = [o if o.uop is u else type(o)(u, device=o.device) for o, u in zip(outs, out_uops)]
+        # an input the body wrote (assign, setitem, +=): its final value is an extra output the call assigns back
+        self.write_back: list[tuple[int, UOp]] = []
+        for k, (bufs, view) in enumerate(self.views):
+            if any(b in finals for b in bufs):
+                vals = [finals.get(b, b) for b in bufs]
+                views = list(view.shards) if isinstance(view, MultiUOp) else [view]
+                vals = [v.reshape(w.shape) if v.shape != w.shape else v for v, w in zip(vals, views)]
+                back = MultiUOp.leaf(vals, view.axis, view.device) if isinstance(view, MultiUOp) else vals[0]
+                self.write_back.append((k, back))
         if f.precompile:
-            outs = tuple(o.contiguous() for o in outs)
+            outs = [o.contiguous() for o in outs]
+            self.write_back = [(k, u if isinstance(u, MultiUOp) else UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
+                               for k, u in self.write_back]  # fmt: skip
         self.devices = [o.device for o in outs]
         self.cls = type(outs[0])  # (the outputs' class: the tensors each call returns)
-        self.body = UOp.sink(*[o.uop for o in outs])
-        placeholders = {b for b, _ in self.views}
+        self.body = [o.uop for o in outs] + [u for _, u in self.write_back]
         implicit: list[UOp] = []
         self.fresh: list[UOp] = []
-        for n in self.body.toposort():
-            if n.op is not Ops.BUFFER or n in placeholders:
-                continue
+        graphs = [g for u in self.body for g in (u.shards if isinstance(u, MultiUOp) else (u,))]
+        for n in UOp.sink(*graphs).toposort():
+            if n.op is not Ops.BUFFER or n in placeholders or is_record(n):  # (a device's bounds-check record:
+                continue  # the process's own, whichever call made it first)
             if n.src[0].arg < start:
                 implicit.append(n)
-            elif n not in buffer_map:  # made in the body without data (Tensor.empty): a new one per call
+            elif n not in buffer_map and n not in host_arrays:  # made in the body without data (Tensor.empty): a
+                # new one per call (a Tensor(ndarray)'s wraps its array: host_arrays)
                 self.fresh.append(n)
         if implicit and not f.allow_implicit:
             names = "; ".join(_describe_buffer(b, f.fn) for b in implicit)
@@ -227,24 +252,74 @@ class _Capture:
 
     def __call__(self, inputs: list[Tensor]) -> Any:
         mapping: dict[UOp, UOp] = {}
-        for (buf, view), t in zip(self.views, inputs):
-            mapping[view] = t.uop
-            if buf is not view:
-                mapping[buf] = t.uop.reshape((int(buf.arg),))
+        for (bufs, view), t in zip(self.views, inputs):
+            pairs = zip(view.shards, cast(MultiUOp, t.uop).shards) if isinstance(view, MultiUOp) else [(view, t.uop)]
+            for buf, (v, u) in zip(bufs, pairs):
+                mapping[v] = u
+                if buf is not v:
+                    mapping[buf] = u.reshape((int(buf.arg),))
         for b in self.fresh:
             mapping[b] = new_buffer_uop(buffer_device(b), b.arg, b.dtype)
-        uops = list(self.body.substitute(mapping).src)
+        uops = [writes.substitute(u, mapping) for u in self.body]
+        back = uops[len(self.devices) :]
+        uops = uops[: len(self.devices)]
         if self.grad_fxn is not None:
             uops = _with_grad_fxn(self.name, self.grad_fxn, uops, tuple(t.uop for t in inputs), self.single)
         ins = tuple(t.uop for t in inputs)
-        for u in uops:
-            if not isinstance(u, MultiUOp):
-                CALL_INPUTS[u] = ins
+        for j, u in enumerate(uops):
+            CALL_INPUTS[u] = ins
+            if isinstance(u, MultiUOp) and self.grad_fxn is None:
+                # a sharded output's logical graph still names the placeholders: its gradient is the traced body's,
+                # taken with respect to them and moved onto this call's inputs
+                override_gradient(u, ins, self._sharded_gradient(j, mapping))
         outs = [self.cls(u, device=d) for u, d in zip(uops, self.devices)]
+        for (k, _), u in zip(self.write_back, back):  # (after the outputs exist: they read the inputs as they were)
+            inputs[k].assign(self.cls(u, device=inputs[k].device))
         return outs[0] if self.single else tuple(outs)
+
+    def _sharded_gradient(self, j: int, mapping: dict[UOp, UOp]) -> Callable[[UOp], tuple[UOp | None, ...]]:
+        def rule(grad: UOp) -> tuple[UOp | None, ...]:
+            views = [view for _, view in self.views]
+            got = compute_gradient(self.body[j], grad, views)
+            return tuple(writes.substitute(got[v], mapping) if v in got else None for v in views)
+
+        return rule
 
 
 _call_counter = itertools.count()
+
+
+def _apply_writes(name: str, ws: list[writes.Write], outs: list[UOp], placeholders: set[UOp],
+                  start: int) -> tuple[list[UOp], dict[UOp, UOp]]:  # fmt: skip
+    """A body's writes (to its inputs' placeholders or to buffers it made) as values of its graph, in program
+    order: each write's buffer gets a new value (the old one with the written elements replaced) and each snapshot
+    (what graphs built before a write read) the value before it. Returns the outputs over those values and each
+    written buffer's final value. A write to a tensor the body did not get as an argument is refused."""
+    if not ws:
+        return outs, {}
+    alien = [w for w in ws if w.buf not in placeholders and w.buf.src[0].arg < start]
+    if alien:
+        raise FunctionError(f"@function {name} writes (assign, setitem, +=) to {len(alien)} tensor(s) that are not "
+                            "among its arguments; pass them as arguments (writes to arguments are applied to the "
+                            "caller's tensors) or return the new value and assign it outside")  # fmt: skip
+    cur: dict[UOp, UOp] = {}  # buffer -> its value after the writes so far
+    snaps: dict[UOp, UOp] = {}  # a write's snapshot -> its buffer's value before the write
+    for w in ws:
+        b = w.buf
+        before = cur.get(b, b)
+        now = {**cur, **snaps}
+        value = writes.substitute(w.value, now)
+        snaps[w.snap] = before
+        if w.pos is not None:
+            new = UOp(Ops.ASSIGN, b.dtype, (before, writes.substitute(w.pos, now), value), w.reduce)
+        elif w.target is not None:
+            pos = writes.positions(w.target, b, buffer_device(b))
+            new = UOp(Ops.ASSIGN, b.dtype, (before, pos, value), None)
+        else:
+            new = value.reshape(b.shape) if value.shape != b.shape else value
+        cur[b] = new
+    final = {**cur, **snaps}
+    return [writes.substitute(o, final) for o in outs], cur
 
 
 def _with_grad_fxn(name: str, grad_fxn: Callable[..., Any], outs: list[UOp], args: tuple[UOp, ...],

@@ -21,7 +21,7 @@ from speck.tensor.errors import (
     TensorValueError,
 )
 from speck.tensor.realize import get_buffer
-from speck.tensor.schedule import max_dim, new_buffer_uop
+from speck.tensor.schedule import host_arrays, max_dim, new_buffer_uop
 from speck.uop import DType, Ops, UOp, dtypes, sint, to_dtype
 from speck.uop.dtype import PtrDType, cast_value
 from speck.uop.errors import UnknownDTypeError
@@ -69,11 +69,15 @@ def _iota_uop(n: sint, device: str) -> UOp:
     return UOp(Ops.NOOP, dt, (UOp(Ops.DEVICE, arg=device),), "iota").reshape((n,))
 
 
-def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
-    """A realized BUFFER holding arr (copied in now), viewed with arr's shape."""
+def _from_numpy(arr: np.ndarray, dt: DType, device: str, wrap: bool = False) -> UOp:
+    """A realized BUFFER holding arr (copied in now), viewed with arr's shape. `wrap`: arr (of dt's numpy type) is
+    kept by reference and copied in when the buffer's storage is made (schedule.host_arrays), as tinygrad's
+    Tensor(ndarray) wraps the array until realized; a file-backed device still takes it now."""
     size = int(arr.size)
     buf = new_buffer_uop(device, size, dt)
-    if size:
+    if wrap and size and not file_backed(device):
+        host_arrays[buf] = arr
+    elif size:
         b = get_buffer(buf)
         if file_backed(device):  # (a file is mapped read-only until something writes it)
             b.make_writable()

@@ -32,11 +32,13 @@ from speck.hcq import Buffer as _HcqBuffer
 from speck.hcq import Device
 from speck.hcq import runner as _runner
 from speck.hcq.allocator import SpareBuffers
+from speck.hcq.counters import COUNTS
 from speck.hcq.runner import Copy, Exec, Host, Plan
 from speck.hcq.settings import LRU as _KEEP_FREED
 from speck.tensor.engine.memory import plan_memory
 from speck.tensor.errors import DeviceUsageError as DeviceUsageError
 from speck.tensor.errors import TensorRuntimeError, TensorValueError
+from speck.tensor.metadata import node_metadata_data
 from speck.tensor.schedule import (
     ScheduleItem,
     Scheduler,
@@ -48,11 +50,17 @@ from speck.tensor.schedule import (
     contiguous_made,
     device_node,
     has_pending_siblings,
+    host_arrays,
     next_unique,
     reads_external,
     realized_cache,
+    sibling_graphs,
+    storage_maker,
 )
 from speck.tensor.schedule_cache import CachedSchedule, cached_plan, schedule_with_cache
+from speck.tensor.schedule_cache import _get as _plan_get
+from speck.tensor.schedule_cache import _newest as _plan_newest
+from speck.tensor.schedule_cache import _touch as _plan_touch
 from speck.tensor.settings import (
     ALLOW_DEVICE_USAGE,
     CAPTURING,
@@ -62,6 +70,7 @@ from speck.tensor.settings import (
     NUMPY_FALLBACK_LIMIT,
     PLAN_MEMORY,
     PROGRAM_CACHE,
+    SCACHE,
     USE_CODEGEN,
 )
 from speck.uop import DEBUG, GroupOp, Ops, UOp
@@ -82,8 +91,13 @@ def get_buffer(buf: UOp) -> Any:
             if MAX_BUFFER_SIZE.value:
                 check_buffer_size(int(buf.arg), buf.dtype, dev)
             b = _HcqBuffer(dev, int(buf.arg), buf.dtype, _file_options(dev))
+            if host_arrays and (arr := host_arrays.pop(buf, None)) is not None:  # Tensor(ndarray): its data, now
+                b.copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         buffer_map[buf] = b
     return b
+
+
+storage_maker.append(get_buffer)
 
 
 def check_buffer_size(n: int, dtype: Any, device: str) -> None:
@@ -509,7 +523,9 @@ def _runnable(sched: CachedSchedule) -> Plan | None:
     made = tuple((dev, size, dtype, _OUT if k == ~sched.out_ref else SpareBuffers() if kept else None)
                  for k, ((dev, size, dtype), kept) in enumerate(zip(sched.fresh, keep)))  # fmt: skip
     spares = tuple((nin + k, m[3]) for k, m in enumerate(made) if isinstance(m[3], SpareBuffers))
-    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare)
+    # (realize_binary's case: two inputs, the output the one fresh buffer, kept, and viewed as it is)
+    binary = out_spare if nin == 2 and len(made) == 1 and view is None else None
+    sched.warm = (made, nin + ~sched.out_ref, device_node(d), n, dt, view, spares, out_spare, binary)
     sched.keys = [None] * nin
     return plan
 
@@ -537,7 +553,7 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
                 if (hb := data.get(k)) is None:  # (no storage yet: get_buffer makes its entry, found next time)
                     hb, keys[i] = get_buffer(b), None
                 bufs.append(hb)
-            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare = sched.warm
+            fresh, out_slot, dev_node, n, dt, shape, spares, out_spare, _ = sched.warm
             if MAX_BUFFER_SIZE.value:
                 for d, size, dtype, _ in fresh:
                     check_buffer_size(size, dtype, d)
@@ -584,6 +600,88 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
     execute(items)
     attach_storage(view)
     return view
+
+
+def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
+    """realize_graph(u, device, True) of one op over two different BUFFERs a and b (u's sources, u not in
+    realized_cache: `(x + y).realize()`). The warm run of a plan whose one fresh buffer is its output, taken from the
+    output's spare, is done here in one frame: cached_plan's flat key and LRU touch and realize_graph's warm body,
+    without `found`'s tuple and list, the loops over inputs and fresh buffers, or the general branches. Anything
+    else (a cold or other plan, a capture, MAX_BUFFER_SIZE, no spare to take) goes to realize_graph, having changed
+    nothing but what realize_graph would (the LRU order, the inputs' noted keys, a spare it drops as well)."""
+    if SCACHE.value and a is not b and _capture_state.calls is None and ALLOW_DEVICE_USAGE.value \
+            and not MAX_BUFFER_SIZE.value:  # fmt: skip
+        ck = u._ck
+        # (cached_plan's key for a binary node over two BUFFERs, item for item)
+        sched = _plan_get((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
+                           device))  # fmt: skip
+        if sched is not None:
+            if _plan_newest[0]() is not sched:  # (cached_plan's LRU touch)
+                _plan_touch((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
+                             device))  # fmt: skip
+                _plan_newest[0] = _ref(sched)
+            if (plan := sched.plan) is not None and sched.generation == _program_cache.generation \
+                    and not sched.keeps and (out_spare := sched.warm[8]) is not None:  # fmt: skip
+                data, keys = buffer_map_data, sched.keys
+                if (k := keys[0]) is None or k() is not a:  # (realize_graph's input loop, unrolled)
+                    k = _ref(a)
+                    keys[0] = _tolerant_key(a) or k
+                ha = data.get(k)
+                if (k := keys[1]) is None or k() is not b:
+                    k = _ref(b)
+                    keys[1] = _tolerant_key(b) or k
+                hb = data.get(k)
+                if ha is not None and hb is not None:
+                    try:
+                        out, key = out_spare.pop()
+                    except IndexError:  # (none kept, or another thread took it)
+                        pass
+                    else:
+                        out_hb = data.get(key)
+                        if _getrefcount(out) == 2 and type(out_hb) is _HcqBuffer and _getrefcount(out_hb) == 3:
+                            _runner.run(plan, [ha, hb, out_hb])  # (inputs, then the one fresh slot: the output)
+                            if _KEEP_FREED.value:
+                                out_spare.append((out, key))
+                            return out  # type: ignore[no-any-return]
+                        key = out = None  # (the key first: see _unmap; realize_graph makes a new output)
+    return realize_graph(u, device, True)
+
+
+_RUN_COUNTERS = ("kernel_count", "copy_count", "global_ops", "global_mem", "time_sum_s")
+
+
+def without_run_counts(fn: Callable[..., Any], *args: Any) -> None:
+    """fn(*args) leaving GlobalCounters' run totals as they were (Tensor.realize's do_update_stats=False)."""
+    saved = [getattr(COUNTS, k) for k in _RUN_COUNTERS]
+    try:
+        fn(*args)
+    finally:
+        for k, v in zip(_RUN_COUNTERS, saved):
+            setattr(COUNTS, k, v)
+
+
+# The node of the last per-op `(x + y).realize()` (one op over two small BUFFERs) that nothing else held once it was
+# realized. Kept, the next `x + y` of the same inputs gets it again from hash-consing (a node is its structure), so
+# that op makes and finalizes no node, and metadata.record finds the entry the node already has instead of walking
+# the stack for a new one: about a fifth of the warm op. A kept node is nobody's: Tensor.realize counts this
+# reference out before it decides whether someone else holds the node (realized_cache), Tensor._realize_now drops it
+# first, and it is a parked spare (SpareBuffers): mem_used readers and an allocation that runs short release it, and
+# with it the small input buffers it reads. One node: a keep is only a cache (dropping it is always safe), so
+# threads racing on it can only lose it or keep one a little longer.
+KEPT_NODE = SpareBuffers()
+_sibling_data: dict[Any, Any] = sibling_graphs.data  # type: ignore[attr-defined]  # (its backing dict: see schedule)
+
+
+def keep_node(kept: list[tuple[UOp, bool]], u: UOp, a: UOp, b: UOp) -> None:
+    """Keep u (just realized by Tensor.realize, nobody else holding it) in `kept` (KEPT_NODE), in place of the one
+    kept before, when the keep is allowed: not in a capture, LRU on, inputs a and b small, no gradient graph (a live
+    sibling reads as one still to be computed: has_pending_siblings), no external memory read."""
+    if _capture_state.calls is None and _KEEP_FREED.value and a.arg * a.dtype.itemsize <= SPARE_MAX_BYTES \
+            and b.arg * b.dtype.itemsize <= SPARE_MAX_BYTES and (not _sibling_data or _ref(u) not in _sibling_data) \
+            and not reads_external(u):  # fmt: skip
+        # (with whether u has its metadata entry: then metadata.record(u) has nothing to do, and _binary skips it)
+        kept.append((u, _ref(u) in node_metadata_data))
+        del kept[:-1]  # (the older one goes; a slice, which another thread emptying the list cannot make fail)
 
 
 # ---------------- TinyJit captures ----------------

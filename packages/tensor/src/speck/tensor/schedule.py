@@ -54,6 +54,18 @@ scratch_nodes: weakref.WeakSet[UOp] = weakref.WeakSet()
 # from it is remembered (realize.remembered)
 external_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
 _external_data: set[weakref.ref[UOp]] = external_buffers.data  # type: ignore[attr-defined]
+# Tensor(ndarray) wraps the array without copying it (tinygrad's documented behaviour): BUFFER -> the array, until the
+# buffer gets its storage (realize.get_buffer copies the array in then: at the first kernel, copy or read using it,
+# or when the tensor itself is realized). Writes to the array before that are seen, later ones are not.
+host_arrays: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+# realize.get_buffer, registered by realize.py (a module above this one): makes a BUFFER's storage
+storage_maker: list[Callable[[UOp], Any]] = []
+
+
+def take_host_array(buf: UOp) -> None:
+    """Copy the array a BUFFER wraps (host_arrays) into its storage now, if it still wraps one."""
+    if host_arrays and buf in host_arrays:
+        storage_maker[0](buf)
 
 
 # a graph -> the graphs made together with it (the gradients one backward() made): while one of them is not computed
@@ -208,6 +220,8 @@ def unstage(u: UOp) -> UOp:
     if not is_staged(x):
         return u
     out = x.src[0]
+    if host_arrays:  # the tensor is realized: the array it wraps is copied in now (later writes to it are not seen)
+        take_host_array(base_buffer(out))  # type: ignore[arg-type]
     for m in reversed(chain):
         out = m.replace(src=(out, *m.src[1:]))
     return out
@@ -833,6 +847,8 @@ class Scheduler(FusionRules):
 
     def _copy(self, u: UOp, into: UOp | None = None) -> UOp:
         if into is None and is_staged(u):
+            if host_arrays:
+                take_host_array(base_buffer(u.src[0]))  # type: ignore[arg-type]
             self.done[u] = u.src[0]
             return u.src[0]
         outer, self.device = self.device, self._device_of(u.src[0])

@@ -27,8 +27,8 @@ from weakref import ref as _ref
 import numpy as np
 
 from speck.codegen.numeric import storage_np as np_dtype
-from speck.hcq.counters import COUNTS
 from speck.tensor import elementwise as ew
+from speck.tensor import live as _live
 from speck.tensor import multi
 from speck.tensor import realize as _realize
 from speck.tensor import reduce as rd
@@ -99,6 +99,8 @@ from speck.uop.uop import register_service, set_shape
 
 Scalar = int | float | bool
 _BUFFER = Ops.BUFFER  # (a module constant: Tensor.realize tests it per op)
+_live_refs, _live_ref = _live._refs, _ref  # (Tensor._binary registers its result itself: live.track's list)
+_getrefcount, _KEPT_NODE = sys.getrefcount, _realize.KEPT_NODE  # (the node a per-op realize keeps: see there)
 _uop_new = UOp.__new__  # (the hash-consing constructor called as a function: Tensor._binary's per-op node)
 _DIRECT_NODE = ew.DIRECT_NODE
 
@@ -240,6 +242,9 @@ class Tensor(
         if dt.fmt is None:  # bfloat16/fp8: numpy has no such type; stage as float32 and cast on the device
             arr = np.ascontiguousarray(_np_cast(arr, dtypes.float32)).reshape(np.shape(arr))
             self.uop = _from_numpy(arr, dtypes.float32, dev).cast(dt)
+            return
+        if tp is not list and tp is not tuple and arr.size:  # an ndarray: wrapped, copied in when first used (nodes.py)
+            self.uop = staged(_from_numpy(_np_cast(arr, dt), dt, dev, wrap=True))
             return
         arr = np.ascontiguousarray(_np_cast(arr, dt)).reshape(np.shape(arr))
         self.uop = staged(_from_numpy(arr, dt, dev)) if arr.size else _from_numpy(arr, dt, dev)
@@ -432,29 +437,27 @@ class Tensor(
         """Compute this tensor (and lst) now; the tensors then hold buffers instead of graphs. do_update_stats=False
         leaves GlobalCounters' run totals (kernel_count, global_ops, global_mem, time_sum_s) as they were."""
         if not do_update_stats:
-            saved = [getattr(COUNTS, k) for k in _RUN_COUNTERS]
-            try:
-                Tensor.realize_all(self, *lst)
-            finally:
-                for k, v in zip(_RUN_COUNTERS, saved):
-                    setattr(COUNTS, k, v)
+            _realize.without_run_counts(Tensor.realize_all, self, *lst)
             return self
         if lst or self._device is None or self._uop.dtype in WEAK_DTYPES or DEFERRED_ANY[0] or _write_state.pending:
             Tensor.realize_all(self, *lst)
             return self
-        # one tensor with no writes or deferred updates pending (the per-op case): realize_all's checks, without
-        # its frames
+        # one tensor, no writes or deferred updates pending (the per-op case): realize_all's checks without its frames
         u = self._uop if self._ver == _EPOCH[0] else self.uop  # (the uop property, without its frame)
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
-            # one op over two BUFFERs (`(a + b).realize()`): _realize_one's path for it without its frame (such a
-            # node is a computation, none of MAY_HOLD_DATA's); an empty realized_cache needs no weak reference made
-            view = _realize.realize_graph(u, self._device, True)
+            # one op over two BUFFERs (`(a + b).realize()`, a computation): _realize_one's path without its frame
+            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
-            if sys.getrefcount(u) > 2 and not _realize.is_const_graph(u) and not reads_external(u):
+            # (u here, getrefcount's argument, and the keep: nobody else's; a slice, as other threads may empty it)
+            mine = 3 if (last := (kept := _KEPT_NODE)[-1:]) and last[0][0] is u else 2
+            del last  # (its reference to u, before counting)
+            if (n := _getrefcount(u)) > mine and not _realize.is_const_graph(u) and not reads_external(u):
                 realized_cache[u] = view  # (see _realize_one)
+            elif n == 2:  # (nobody's, not kept yet)
+                _realize.keep_node(kept, u, a, b)
         elif not Tensor._realize_one(self):
             Tensor._realize_now((self,))
         if _realize.capture_state.calls is None and _bound_records:
@@ -487,6 +490,7 @@ class Tensor(
     @staticmethod
     def _realize_now(tensors: Sequence[Tensor]) -> None:
         """Compute tensors from the buffers as they are now (realize_all without the pending writes)."""
+        _KEPT_NODE.clear()  # (a kept node is nobody's: realize_targets would cache it for as long as it is kept)
         if len(tensors) == 1 and Tensor._realize_one(tensors[0]):
             return
         for t in tensors:  # host data and views of it (Tensor(ndarray)) already sit in their buffer
@@ -801,15 +805,19 @@ class Tensor(
             if a is not None:
                 if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
                     u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
-                    if fresh := sys.getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
+                    if fresh := _getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
                         set_shape(u, xs)
                 else:
                     u, fresh = fn(a, b, dev), False
                 out = Tensor.__new__(Tensor)
                 out._uop, out._ver, out._device = u, ep, dev
                 out.requires_grad, out.grad, out.is_param = rg, None, True
-                _track(out)
-                _record_metadata(u, fresh)  # (the walk starts at the caller, as _new's would: _binary names no op)
+                _live_refs.append(_live_ref(out))  # (live.track, inlined)
+                if len(_live_refs) > _live._sweep_at:
+                    _live._sweep()
+                # (the walk starts at the caller, as _new's would; the kept node with its entry: record does nothing)
+                if fresh or not ((k := _KEPT_NODE[-1:]) and k[0][0] is u and k[0][1]):
+                    _record_metadata(u, fresh)
                 return out
         if y.__class__ is not Tensor:
             y = self._operand(y)
@@ -900,7 +908,6 @@ class Tensor(
 # the struct formats memoryview.cast accepts (every dtype's but half's "e" before Python 3.12)
 _MV_CASTABLE = frozenset("?bBhHiIlLqQfd")
 # the run totals realize(do_update_stats=False) leaves unchanged
-_RUN_COUNTERS = ("kernel_count", "copy_count", "global_ops", "global_mem", "time_sum_s")
 _SCALAR_TYPES = frozenset({bool, int, float, type(None), *(np.dtype(d).type for d in _NP_TO_DT), np.float64})
 
 

@@ -28,7 +28,7 @@ from speck.tensor.gradient import override_gradient
 from speck.tensor.multi import MultiUOp
 from speck.tensor.nodes import _clone_counter
 from speck.tensor.pickle_check import check_buffer, check_graph
-from speck.tensor.schedule import buffer_device, buffer_map, new_buffer_uop
+from speck.tensor.schedule import buffer_device, buffer_map, new_buffer_uop, take_host_array
 from speck.uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class _BufferRecord:
             return (record_buffer, (device,))
         if file_backed(device):  # the file is the data: pickled by path
             return (_load_buffer, (device, buf.arg, buf.dtype, None))
+        take_host_array(buf)  # (a Tensor(ndarray)'s array: its values, as they are now)
         storage = buffer_map.get(buf)
         if storage is not None and not hasattr(type(storage), "copyout"):
             raise TensorPickleError(f"can't pickle a {buf.dtype} buffer of {buf.arg} element(s) on {device}: it is "

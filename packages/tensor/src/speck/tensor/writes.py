@@ -52,6 +52,7 @@ from speck.tensor.schedule import (
     new_buffer_uop,
     realized_cache,
     realized_data,
+    take_host_array,
     unstage,
     view_offset,
 )
@@ -293,6 +294,17 @@ def pending() -> bool:
     return bool(_thread.pending)
 
 
+def take_since(epoch: int) -> list[Write]:
+    """Remove and return (in program order) this thread's writes recorded after `epoch` that have not run: an
+    @function body's, which its trace turns into values of its graph instead (speck.tensor.function)."""
+    mine = [w for w in _thread.pending if w.epoch > epoch]
+    if mine:
+        ids = {id(w) for w in mine}
+        _thread.pending[:] = [w for w in _thread.pending if id(w) not in ids]
+        _log[:] = [w for w in _log if id(w) not in ids]
+    return mine
+
+
 def _needed(targets: Sequence[Tensor]) -> int:
     """How many of the pending writes (a prefix, so program order holds) must run before `targets` are computed:
     through the last one whose buffer or snapshot a target reads. The writes after it touch nothing the targets
@@ -424,6 +436,7 @@ def _collect() -> None:
 # ---------------- running a write ----------------
 def _run(w: Write) -> None:
     buf = w.buf
+    take_host_array(buf)  # (a Tensor(ndarray)'s buffer gets the array's values before anything writes it)
     dev = buffer_device(buf)
     if file_backed(dev):
         _run_disk(w)

@@ -14,7 +14,10 @@ copy of a large matmul's right operand) counts as contiguous when splitting off 
 row axis with no power-of-two factor gets a block of one row. Reductions whose loads are strided along the contiguous
 output axis but contiguous along the reduce axis (row sums, softmax's max/sum, a @ b.T) UNROLL the reduce by a vector
 and UPCAST a few outputs instead of gathering lane by lane; vectors of 3, 5 or 6 lanes are chosen only for renderers
-that declare `odd_vector_widths`. Other renderers keep the plain heuristic unchanged."""
+that declare `odd_vector_widths`. Loop order follows reuse: a small outermost axis the streamed operand does not need
+gives way to a big one it does (Winograd's transforms walk images, not window positions, outermost), and column
+blocks go outside row blocks. Elementwise copies between layouts upcast the axis their input reads contiguously
+before the stored one (a transposing tile). Other renderers keep the plain heuristic unchanged."""
 
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ ROW_BLOCK = 4  # rows of the register block: 4 rows x 2 vectors = 8 accumulators
 MIN_OUTER_BLOCKS = 8  # column blocks needed before their loop goes outermost (enough work for 2+ worker threads)
 MIN_ODD_ROWS = 64  # an odd row axis at least this long gets a block of one row rather than no blocking
 MIN_SCATTER_REDUCE = 64  # reduce steps per output that make a lane-by-lane store of the vector axis negligible
+MIN_BATCH_AXIS = 64  # an output axis this long that follows the streamed operand goes outermost (_batch_outermost)
+MIN_LONG_REDUCE = 256  # reduce steps per output from which a 2-vector register block takes 8 rows (AVX-512)
 
 
 def _depends(idx: UOp, r: UOp) -> bool:
@@ -142,7 +147,8 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
         # (AVX-512) 4 images x 4 vectors fit (conv4's input gradient: 4.57 -> 4.32 ms single-core)
         ramt, camt = ramt if renderer.vector_registers >= 32 else ramt // 2, camt * 2
     if _second_row(glob, outs, loads, col, row) is None:
-        ramt = _taller_block(renderer, windowed, gated, ramt, camt, lanes, const_size(outs[row]) or 0)
+        ramt = _taller_block(renderer, windowed, gated, ramt, camt, lanes, const_size(outs[row]) or 0,
+                             _reduce_size(sink))  # fmt: skip
     # the row upcasts come first so the column lanes are the innermost (contiguous) ones after expansion
     opts = [Opt(OptOps.UPCAST, row, ramt)] if ramt > 1 else []
     if camt <= lanes and ramt == ROW_BLOCK and (row2 := _second_row(glob, outs, loads, col, row)) is not None:
@@ -151,15 +157,42 @@ def _register_blocking(sink: UOp, renderer: Renderer, lanes: int) -> list[Opt] |
             (row2 := _second_row(glob, outs, loads, col, row, outermost=True)) is not None:  # fmt: skip
         opts.append(Opt(OptOps.UPCAST, row2, 2))
     opts += [Opt(OptOps.UPCAST, col, camt)]
-    if (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
+    if (batch := _batch_outermost(glob, outs, loads, row, col)) is not None:
+        opts.append(Opt(OptOps.SWAP, glob[0], batch))
+    elif (const_size(c) or 0) // camt >= MIN_OUTER_BLOCKS:
         if len(glob) == 2 and col != glob[0]:
             opts.append(Opt(OptOps.SWAP, glob[0], col))
-        elif len(glob) == 3 and glob.index(row) < glob.index(col) and glob[0] not in (row, col) and \
-                all(_depends(ix, outs[glob[0]]) for ix in loads):  # fmt: skip
+        elif len(glob) == 3 and glob.index(row) < glob.index(col) and glob[0] not in (row, col):
             # a batch axis both operands follow stays outermost (the workers split batches); within a batch the
-            # column blocks still go outside the row blocks
+            # column blocks still go outside the row blocks. So does an outer axis only the streamed operand
+            # follows (Winograd's second transform pass, (p0, p1, N*T*T*C) over q: each 8 x 32 slab of its input
+            # then serves both row blocks from L1 rather than being read again from L3 for the second: 3.0 -> 2.2
+            # and 3.6 -> 2.7 ms single-core)
             opts.append(Opt(OptOps.SWAP, row, col))
     return opts
+
+
+def _batch_outermost(glob: list[int], outs: list[UOp], loads: list[UOp], row: int, col: int) -> int | None:
+    """A big axis to swap with a small outermost one, or None. Winograd's transforms, (q, p, N, T, T, C) over the
+    input's tiles, block rows of p and columns of C; with the small window axis q outermost and p next, the loops
+    over N sweep every image once per (q, p block): 16 passes over the whole 13 MB input. The images outermost
+    (each image's 74 KB swept while it is in cache) made the CNN's two 8x8 input transforms 4.5 -> 2.9 and 5.5 ->
+    2.5 ms single-core. The axis must be one every load the row block reuses (the streamed operand) follows, at
+    least MIN_BATCH_AXIS long and 4x the outermost axis."""
+    if len(glob) < 4 or glob[0] in (row, col):
+        return None
+    n0 = const_size(outs[glob[0]]) or 0
+    streamed = [ix for ix in loads if not _depends(ix, outs[row])]
+    if not streamed:
+        return None
+    best = None
+    for i in glob[1:]:
+        n = const_size(outs[i]) or 0
+        if i in (row, col) or n < max(MIN_BATCH_AXIS, 4 * n0):
+            continue
+        if all(_depends(ix, outs[i]) for ix in streamed) and (best is None or n > (const_size(outs[best]) or 0)):
+            best = i
+    return best
 
 
 def _renumbered(opts: list[Opt], outs: list[UOp]) -> list[Opt]:
@@ -258,13 +291,21 @@ def _wide_window_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt
 
 
 def _taller_block(renderer: Renderer, windowed: bool, gated: set[UOp], ramt: int, camt: int, lanes: int,
-                  nrows: int) -> int:  # fmt: skip
+                  nrows: int, nreduce: int = 0) -> int:  # fmt: skip
     """Rows of the register block of a plain matmul whose columns give a single vector (784 = 49 x 16 on
     AVX-512): a ROW_BLOCK x 1 block has 4 accumulators, too few for two FMA pipes; with 32 vector registers the
     rows double while they divide the axis, up to half the registers as accumulators (the MLP's weight gradient,
-    128x784 over a batch of 128, single-core: 4 rows 323 us, 8 rows 248 us, 16 rows 224 us). Convolutions keep
-    their tuned blocks."""
-    if renderer.vector_registers < 32 or windowed or gated or camt != lanes or ramt != ROW_BLOCK:
+    128x784 over a batch of 128, single-core: 4 rows 323 us, 8 rows 248 us, 16 rows 224 us). With two vectors of
+    columns the rows double too where the reduction is long (at least MIN_LONG_REDUCE steps): each pass over the
+    streamed operand then serves twice the rows (Winograd's weight gradients, (64, 32, 32) over 3200 images x
+    tiles: 7.4 -> 6.9 ms single-core, (16, 64, 64) over 1152: 1.58 -> 1.35 ms); over a short reduction (the
+    forward's 32 channels) the block's stores dominate and 8 rows gain nothing. Convolutions keep their tuned
+    blocks."""
+    if renderer.vector_registers < 32 or windowed or gated or ramt != ROW_BLOCK:
+        return ramt
+    if camt == 2 * lanes and nreduce >= MIN_LONG_REDUCE and nrows % (2 * ramt) == 0:
+        return 2 * ramt  # (2 vectors x 8 rows: half the registers)
+    if camt != lanes:
         return ramt
     while 2 * ramt <= renderer.vector_registers // 2 and nrows % (2 * ramt) == 0:
         ramt *= 2
@@ -382,6 +423,32 @@ def _reuse_block(sink: UOp, outs: list[UOp], loads: list[UOp], red: UOp, registe
     return opts
 
 
+def _transpose_block(sink: UOp, outs: list[UOp], col: int, lanes: int, renderer: Renderer) -> list[Opt]:
+    """An elementwise copy between layouts (Winograd's channel-last copies and back: (N, C, H, W) <-> (N, H, W, C))
+    stores along `col` but reads some input with a stride along it: upcast alone, each vector lane of the store is
+    a scalar load from another cache line. Upcasting first the axis such a load reads contiguously (C, by a vector)
+    makes the block a tile of the transpose: its loads (still scalars) are whole runs of channels, each one cache
+    line used entirely while it is in L1, and its stores whole vectors (conv2's output copied back to
+    (N, C, H, W): 1.97 -> 0.84 ms single-core; upcasting the row first, vector loads and scalar stores, 1.55 ms).
+    Only for kernels without a reduction, where the renderer register-blocks (its vectors are CPU registers) and
+    shuffles whole registers (`wide_shuffles`, LLVM); x86's selector keeps the plain upcast."""
+    if not (renderer.register_blocking and renderer.wide_shuffles) or reduce_axes(sink) or \
+            _mostly_scalar(sink, renderer):  # fmt: skip
+        return []
+    loads = [_index_of(u.src[0]) for u in sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    c = outs[col]
+    gathers = [ix for ix in loads if _depends(ix, c) and _stride(ix, c) != 1]
+    if not gathers:
+        return []
+    for j in reversed(range(len(outs))):
+        r, n = outs[j], const_size(outs[j])
+        if j == col or n is None or r.arg[-1] is not AxisType.GLOBAL:
+            continue
+        if all(_stride(ix, r) == 1 for ix in gathers) and (amt := _pow2_amount(n, lanes)) >= min(lanes, 8):
+            return [Opt(OptOps.UPCAST, j, amt)]
+    return []
+
+
 # ALU ops the pipeline decomposes into many: how many ops of their own dtype each becomes (THREEFRY: ~100 32-bit ops)
 DECOMPOSED_OPS = {Ops.THREEFRY: 64}
 
@@ -427,6 +494,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
         return _renumbered(blocked, output_axes(sink))
     outs = output_axes(sink)
     store_idx = _index_of(st.src[0])
+    transposed = False
     if lanes > 1:
         done = False
         for i in reversed(range(len(outs))):
@@ -435,7 +503,10 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
                 continue
             amt = _pow2_amount(n, lanes)
             if amt > 1:
-                opts.append(Opt(OptOps.UPCAST, i, amt))
+                # (a 2-lane store gains nothing from a transposing block: 6x6 and 10x10 maps)
+                block = _transpose_block(sink, outs, i, lanes, renderer) if amt >= 4 else []
+                transposed = bool(block)
+                opts += _renumbered(block + [Opt(OptOps.UPCAST, i, amt)], outs)
                 done = True
             break
         if not done:
@@ -459,7 +530,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> list[Opt]:
         n0 = const_size(r0)
         big = [(i, r) for i, r in rest if (const_size(r) or 0) >= 32]
         upcast_axes = {o.axis for o in opts if o.op is OptOps.UPCAST}
-        if n0 is not None and n0 < 4 and big and big[0][0] not in upcast_axes:
+        if n0 is not None and n0 < 4 and big and big[0][0] not in upcast_axes and not transposed:
             opts.insert(0, Opt(OptOps.SWAP, i0, big[0][0]))
     _ = dtypes
     return opts

@@ -178,6 +178,7 @@ class BatchNorm:
                 n = as_int(x.numel()) / as_int(x.shape[1])
                 # deferred: computed in the schedule that realizes the loss, not in a forward pass of their own
                 rm, rv = self.running_mean, self.running_var
+                optim.settle_deferred(rm, rv, self.num_batches_tracked)  # (called twice before a realize)
                 rm.assign_deferred(rm * (1 - self.momentum) + mean.detach() * self.momentum)
                 unbiased = var.detach() * (n / max(n - 1, 1))
                 rv.assign_deferred(rv * (1 - self.momentum) + unbiased * self.momentum)

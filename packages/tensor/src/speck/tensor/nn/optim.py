@@ -22,6 +22,7 @@ from speck.tensor.settings import CONST_LR as _CONST_LR
 from speck.tensor.settings import FUSE_OPTIM
 from speck.tensor.settings import OPTIM_DTYPE as _OPTIM_DTYPE
 from speck.tensor.tensor import Tensor, is_training
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY
 from speck.uop import DType, Ops, dtypes, least_upper_dtype
 from speck.uop.dtype import setting_dtype
 
@@ -118,6 +119,7 @@ class Optimizer:
                 f"parameters {missing} of {len(self.params)} have no gradient; call loss.backward() before step(), "
                 "and check that every parameter is in the loss's graph"
             )
+        settle_deferred(*self.params, *self._state())
         updates = self._updates()
         for target, new in updates:
             _assign_later(target, new)
@@ -193,6 +195,14 @@ def _placed_like(state: Tensor, p: Tensor) -> Tensor:
     if isinstance(p.uop, MultiUOp) and state.shape == p.shape:
         return state.shard_like(p)
     return state
+
+
+def settle_deferred(*ts: Tensor) -> None:
+    """Apply the deferred updates still pending on any of ts before new ones are built from them: in eager order a
+    second BatchNorm call, or a second schedule_step(), before a realize builds on the first (tinygrad's assigns do);
+    built from the old contents, it would replace the first update instead of following it."""
+    if DEFERRED_ANY[0] and any(id(t) in _DEFERRED for t in ts):
+        Tensor._realize_with_deferred(())
 
 
 def _assign_later(target: Tensor, value: Tensor) -> None:
