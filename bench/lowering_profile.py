@@ -6,7 +6,14 @@ reports the main thread's CPU seconds (time.thread_time: the compile pool's work
 pipeline stage (speck.codegen.pipeline's stages, rendering, linearization, scheduling), with --profile the hottest
 functions under cProfile, and with --dump FILE the rendered source of every kernel (to compare two checkouts).
 
-Run: python3 bench/lowering_profile.py [--model cnn] [--profile N] [--dump out.txt] [--cache-dir DIR] [--device D]"""
+With --llvm (LLVM sources only), every distinct source of the step is compiled again in this process after the step,
+its LLVM CPU split into parse+verify, IR passes and object emission (the hottest kernels listed), and the step's wall
+time on an idle 2-core host is estimated from CPU times (the machine is shared, so wall clocks mislead): the compile
+worker takes the queue from its head from the first submit on (after booting), the main thread lowers, then takes the
+queue from its tail (CompilePool.result), then loads and runs the kernels.
+
+Run: python3 bench/lowering_profile.py [--model cnn] [--profile N] [--dump out.txt] [--cache-dir DIR] [--device D]
+                                       [--llvm N]"""
 
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ def main() -> None:
     ap.add_argument("--dump", default="", help="write every kernel's rendered source to this file")
     ap.add_argument("--cache-dir", default="", help="use this compile cache (default: a fresh temporary one)")
     ap.add_argument("--device", default="", help="DEV, e.g. CPU:X86")
+    ap.add_argument("--llvm", type=int, default=-1, help="LLVM CPU per stage, the N slowest kernels, idle estimate")
+    ap.add_argument("--boot", type=float, default=0.15, help="compile worker start-up (s) for the idle estimate")
     a = ap.parse_args()
     os.environ["SPECK_CACHE_DIR"] = a.cache_dir or tempfile.mkdtemp(prefix="speck-lowering-")
     if a.device:
@@ -107,6 +116,30 @@ def main() -> None:
             del renderer.render
 
     program.to_program = to_program
+    # (main-thread CPU at each compile submit, source, whether it is another's object renamed) for --llvm
+    submits: list[tuple[float, str, bool]] = []
+    ahead_end = [0.0]
+    c0 = 0.0
+    if a.llvm >= 0:
+        import speck.codegen.compiler.pool as pool
+
+        orig_submit = pool.CompilePool.submit
+
+        def submit(self: Any, compiler: Any, src: str) -> Any:
+            fut = orig_submit(self, compiler, src)
+            submits.append((time.thread_time() - c0, src, isinstance(fut, pool._Renamed)))
+            return fut
+
+        pool.CompilePool.submit = submit  # type: ignore[method-assign]
+        orig_ahead = realize._compile_ahead
+
+        def ahead(*args: Any, **kw: Any) -> Any:
+            try:
+                return orig_ahead(*args, **kw)
+            finally:
+                ahead_end[0] = time.thread_time() - c0
+
+        realize._compile_ahead = ahead
     step = make_step(a.model, a.batch)  # builds and initialises the model: its kernels are not counted
     stages.clear()
     counts.clear()
@@ -141,10 +174,79 @@ def main() -> None:
         st.sort_stats("tottime").print_stats(a.profile)
         st.sort_stats("cumtime").print_stats(a.profile)
         st.sort_stats("tottime").print_callers(12)
+    if a.llvm >= 0:
+        local_cpu = stats.get("cpu_s", 0.0) - stats.get("worker_cpu_s", 0.0)  # compiles the main thread did itself
+        llvm_breakdown(submits, main_cpu - local_cpu, ahead_end[0], a.llvm, a.boot)
     if a.dump:
         with open(a.dump, "w") as f:
             for name, src in sources:
                 f.write(f"=== {name}\n{src}\n")
+
+
+def llvm_breakdown(submits: list[tuple[float, str, bool]], main_cpu: float, ahead_end: float, top: int,
+                   boot: float) -> None:  # fmt: skip
+    """Compile each submitted source again here, timed per LLVM stage, and estimate the idle-host wall time.
+    `main_cpu`: the main thread's CPU in the step without the compiles it did itself."""
+    from speck.codegen.compiler.llvm import LLVMCompiler
+
+    c = LLVMCompiler()
+    jobs = [(t, src) for t, src, renamed in submits if not renamed]
+    if not jobs:
+        print("--llvm: no compiles were submitted (a warm cache, or not the LLVM backend)")
+        return
+    c.compile_uncached(jobs[0][1])  # (LLVM's one-time set-up in this process)
+    stage = {"parse+verify": 0.0, "IR passes": 0.0, "emit": 0.0}
+    rows, cpu = [], []
+    for _, src in jobs:
+        t0 = time.thread_time()
+        mod = parse_only(c, src)
+        t1 = time.thread_time()
+        mod = c._optimized_module(src)  # (parses again: its parse is subtracted below)
+        t2 = time.thread_time()
+        c._tm.emit_object(mod)
+        t3 = time.thread_time()
+        parse, passes, emit = t1 - t0, max(0.0, (t2 - t1) - (t1 - t0)), t3 - t2
+        stage["parse+verify"] += parse
+        stage["IR passes"] += passes
+        stage["emit"] += emit
+        cpu.append(parse + passes + emit)
+        name = src.split("\n", 1)[0].removeprefix("; kernel ")
+        rows.append((parse + passes + emit, parse, passes, emit, name, len(src)))
+    total = sum(cpu)
+    print(
+        f"LLVM: {len(jobs)} modules compiled, {total:.3f} s CPU: "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in stage.items())
+    )
+    for tot, parse, passes, emit, name, size in sorted(rows, reverse=True)[:top]:
+        print(f"  {1e3 * tot:7.1f} ms  (parse {1e3 * parse:5.1f}, passes {1e3 * passes:5.1f}, emit {1e3 * emit:6.1f})"
+              f"  {name} ({size} bytes of IR)")  # fmt: skip
+    # idle 2-core estimate: the worker from the head (from the first submit + boot), the main thread from the tail
+    # once its lowering is done; what the main thread does after that (load, run) follows the last object
+    head, tail = 0, len(jobs) - 1
+    worker, caller, stolen = jobs[0][0] + boot, ahead_end, 0.0
+    while head <= tail:
+        if worker <= caller:
+            worker = max(worker, jobs[head][0]) + cpu[head]
+            head += 1
+        else:
+            caller += cpu[tail]
+            stolen += cpu[tail]
+            tail -= 1
+    after = max(0.0, main_cpu - ahead_end)  # (the step's own CPU after lowering: loading, running)
+    nosteal = jobs[0][0] + boot
+    for (t, _), c_ in zip(jobs, cpu):
+        nosteal = max(nosteal, t) + c_
+    print(
+        f"idle 2-core estimate: lowering done at {ahead_end:.2f} s, last object at {max(worker, caller):.2f} s "
+        f"({stolen:.2f} s of it compiled by the main thread), then {after:.2f} s: first step ~"
+        f"{max(worker, caller) + after:.2f} s (a worker alone: ~{max(nosteal, ahead_end) + after:.2f} s)"
+    )
+
+
+def parse_only(c: Any, src: str) -> Any:
+    from speck.codegen.compiler.llvm import parse_module
+
+    return parse_module(src, "llvm", c.triple, c._data_layout)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import wait
 
 import pytest
 
@@ -234,3 +236,42 @@ def test_an_llvm_worker_boots_light() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=BOOT_TIMEOUT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_waiting_caller_compiles_the_queue_tail_meanwhile(
+    new_pool: Callable[[int], CompilePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller whose object a lane is still building compiles the untaken jobs from the newest back, and each
+    object is still built exactly once and byte-identical. The 'lane' here is a thread of the test holding the
+    first job until every other one is done, so what the caller takes does not depend on timing."""
+
+    class NoLane:  # no feeder: nothing leaves the queue but what the test or the caller takes
+        worker = reader = None
+
+        def __init__(self, pool: CompilePool, index: int) -> None:
+            self.feeder = threading.Thread(target=lambda: None)
+            self.feeder.start()
+
+    monkeypatch.setattr(pool, "_Lane", NoLane)
+    c = LLVMCompiler()
+    p = new_pool(1)
+    srcs = [scaled_ir(k) for k in range(60, 66)]
+    futs = [p.submit(c, s) for s in srcs]
+    first = futs[0].job  # type: ignore[attr-defined]
+    assert first.taken.acquire(blocking=False) and first.future.set_running_or_notify_cancel()
+    order: list[int] = []
+    for i, f in enumerate(futs[1:], 1):
+        f.add_done_callback(lambda _f, i=i: order.append(i))
+
+    def lane() -> None:  # finishes the first job once the caller has compiled all the others (or gave up on it)
+        wait(futs[1:], timeout=BOOT_TIMEOUT)  # (a bound so that a caller that does not steal fails, not hangs)
+        first.future.set_result(c.compile_uncached(srcs[0]))
+
+    t = threading.Thread(target=lane)
+    t.start()
+    got = p.result(futs[0])
+    t.join()
+    assert got == c.compile_uncached(srcs[0])
+    assert order == list(range(len(srcs) - 1, 0, -1))  # newest first: the lanes work from the other end
+    assert [f.result() for f in futs[1:]] == [c.compile_uncached(s) for s in srcs[1:]]
+    assert p.stats()["local_objects"] == len(srcs) - 1 and not p._queued  # each once; nothing kept

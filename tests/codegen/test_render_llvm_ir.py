@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from codegen_strategies import kernel_asts
 from speck.codegen.cpu_features import host_vector_bytes
@@ -153,3 +154,45 @@ def test_llvm_vector_bytes_setting_sets_the_default_width() -> None:
         assert LLVMRenderer().max_vector_bytes == host_vector_bytes()
     with Context(LLVM_VECTOR_BYTES=48), pytest.raises(CodegenValueError, match="16, 32 or 64"):
         LLVMRenderer()
+
+
+def _stack_program(picks: list[tuple[int, int]], nvec: int) -> tuple[list[UOp], list[np.ndarray]]:
+    """out[i*n + k] = STACK(lane l of vector v for (v, l) in picks)[k], the vectors being 4-float loads of `nvec`
+    consecutive slices of input row i (v == nvec picks the row's scalar at its end, a broadcast when all lanes do)."""
+    rows, n = 3, len(picks)
+    width = 4 * nvec + 1
+    r = rng(rows, 0)
+    inp = buf(1, dtypes.float32, rows * width)
+    base = alu(Ops.MUL, r, cc(width, dtypes.int32))
+    vecs = [load(idx(inp, alu(Ops.ADD, base, cc(4 * v, dtypes.int32))), dtypes.float32.vec(4)) for v in range(nvec)]
+    scalar = load(idx(inp, alu(Ops.ADD, base, cc(4 * nvec, dtypes.int32))))
+    lanes = [scalar if v == nvec else vecs[v].gep(lane) for v, lane in picks]
+    value = UOp(Ops.STACK, dtypes.float32.vec(n), tuple(lanes)) if n > 1 else lanes[0]
+    out = idx(buf(0, dtypes.float32, rows * n), alu(Ops.MUL, r, cc(n, dtypes.int32)))
+    st = store(out, value)
+    data = np.random.default_rng(n).standard_normal(rows * width).astype(np.float32)
+    return linear(r, st, end(st, r), name="stack"), [np.zeros(rows * n, np.float32), data]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.data())
+def test_stacks_of_lanes_render_and_run(nvec: int, data: st.DataObject) -> None:
+    """STACKs of vector lanes (one vector or two: a shufflevector; three: an insertelement chain) and broadcasts
+    of a scalar run bit-identical to the interpreter and to the C renderer."""
+    pick = st.tuples(st.integers(0, nvec), st.integers(0, 3))
+    picks = data.draw(st.lists(pick, min_size=2, max_size=8))
+    picks = [(v, 0) if v == nvec else (v, lane) for v, lane in picks]
+    uops, inputs = _stack_program(picks, nvec)
+    check_program(uops, inputs)
+
+
+def test_two_vector_lanes_and_broadcasts_are_one_shuffle() -> None:
+    """A STACK of lanes of two vectors is one shufflevector, a broadcast an insert and a splat, not a chain of one
+    insertelement per lane (what InstCombine would fold into the same, parsing and folding it per module)."""
+    uops, inputs = _stack_program([(0, 3), (1, 0), (0, 1), (1, 2), (0, 0)], 2)
+    src = check_program(uops, inputs, backends=("llvm",))["llvm"]
+    assert src.count("shufflevector") == 1 and "insertelement" not in src
+    assert "<5 x i32> <i32 3, i32 4, i32 1, i32 6, i32 0>" in src
+    uops, inputs = _stack_program([(1, 0)] * 8, 1)
+    src = check_program(uops, inputs, backends=("llvm",))["llvm"]
+    assert src.count("insertelement") == 1 and "<8 x i32> zeroinitializer" in src

@@ -154,6 +154,7 @@ def test_ahead_compiles_in_worker_processes_give_the_same_objects(monkeypatch: p
     pool.start_workers()
     assert pool.wait_ready(120), "the compile workers did not start"
     monkeypatch.setattr(R, "_compile_pool", pool)
+    monkeypatch.setattr(pool, "_steal", lambda: None)  # the caller takes no job off the lanes: they build them all
     try:
         out, want = softmax_net(4)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)

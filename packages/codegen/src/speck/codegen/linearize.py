@@ -13,6 +13,8 @@ from speck.codegen.lower.ranges import RangeScope
 from speck.uop import PatternMatcher, UOp, UPat, graph_rewrite
 from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
+_ARGS = frozenset({Ops.PARAM, Ops.DEFINE_VAR})  # (a set: a tuple of members would be built per node)
+
 
 # ---------------- pre-linearize shaping: one range per END, one END per range ----------------
 def _split_end(e: UOp) -> UOp | None:
@@ -150,7 +152,7 @@ def linearize(sink: UOp) -> list[UOp]:
     # arguments first, in ABI order: buffers by slot, then variables by name
     args = sorted((u for u in out if u.op is Ops.PARAM), key=lambda p: p.arg if isinstance(p.arg, int) else p.arg[0])
     args += sorted((u for u in out if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])
-    out = args + [u for u in out if u.op not in (Ops.PARAM, Ops.DEFINE_VAR)]
+    out = args + [u for u in out if u.op not in _ARGS]
     return _finish(out, sink)
 
 

@@ -16,6 +16,8 @@ from speck.codegen.renderer.common import outer_global_range
 from speck.uop import AxisType, GroupOp, PtrDType, UOp, dtypes, sint
 from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
+_ACCESS = frozenset({Ops.LOAD, Ops.STORE})  # (a set: a tuple of members would be built per uop)
+
 if TYPE_CHECKING:
     from speck.codegen.renderer import Renderer
 
@@ -90,7 +92,7 @@ def buffer_args(uops: list[UOp]) -> list[BufferArg]:
     loaded: set[int] = set()
     stored: set[int] = set()
     for u in uops:
-        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
+        if u.op in _ACCESS and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
             slot = _slot(u.src[0].src[0])
             (stored if u.op is Ops.STORE else loaded).add(slot)
     out = []
@@ -148,7 +150,7 @@ def estimate(uops: list[UOp]) -> Estimates:
     # INDEX (or a gate) are not counted
     # (one walk with a shared visited set: a gated toposort per access re-walked the shared index math each time)
     dont_count: set[UOp] = set()
-    todo = [u.src[0] for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX]
+    todo = [u.src[0] for u in uops if u.op in _ACCESS and u.src[0].op is Ops.INDEX]
     while todo:
         x = todo.pop()
         if x in dont_count:
@@ -179,7 +181,7 @@ def estimate(uops: list[UOp]) -> Estimates:
             mult = stack.pop()
         elif u.op in GroupOp.ALU and u not in dont_count:
             ops = add(ops, mul(mult, u.dtype.count))
-        elif u.op in (Ops.LOAD, Ops.STORE):
+        elif u.op in _ACCESS:
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             nbytes = dt.itemsize * dt.count
             if u.src[0].op is Ops.INDEX and (p := u.src[0].src[0]).op is Ops.PARAM:

@@ -7,7 +7,8 @@ each time waiting up to the interpreter's switch interval (5 ms) for it: a compi
 thread took 2-3x its CPU time in wall time. So a compiler that can be rebuilt elsewhere (it has a `worker_recipe()`
 returning a `WorkerRecipe`, as LLVMCompiler does) compiles in worker processes, one lane per core (or one per core
 but the caller's, `default_lanes(spare_caller=True)`, for a caller that asks for each object with `result`: a compile
-no lane has started yet is then done on the caller's thread, which has nothing else to do then): each lane is a
+no lane has started yet is then done on the caller's thread, which has nothing else to do then, and while it
+waits for one a lane is building, it compiles the queue's newest jobs): each lane is a
 worker fed by two threads of this process, a feeder that takes jobs off the pool's queue (answering cache hits
 itself) and keeps up to DEPTH requests in the worker's pipe, so the worker never waits for this process's GIL, and
 a reader that hands the answers to their futures. The worker writes the cache entry of what it built (before it
@@ -373,6 +374,7 @@ class CompilePool:
         self._local_objects = 0  # compiles done in this process (cache hits included)
         self._shared = 0  # sources whose object was renamed from another's instead of compiled
         # (compiler, source without its name) -> (the name, the Future of the object) of the first one submitted
+        self._queued: deque[_Job] = deque()  # jobs on the lanes' queue, oldest first (taken ones are dropped lazily)
         self._bodies: OrderedDict[tuple[str, str, tuple[str, ...], str], tuple[str, Future[bytes]]] = OrderedDict()
 
     def submit(self, compiler: Compiler, src: str) -> Future[bytes]:
@@ -432,6 +434,9 @@ class CompilePool:
                 self._lanes = [_Lane(self, i) for i in range(self.lanes)]
         fut = _Queued()
         job = fut.job = _Job(compiler, src, fut)
+        with self._lock:
+            self._prune()
+            self._queued.append(job)
         self._jobs.put(job)
         return fut
 
@@ -446,7 +451,31 @@ class CompilePool:
         job = getattr(fut, "job", None)
         if job is not None and job.taken.acquire(blocking=False) and job.future.set_running_or_notify_cancel():
             self._compile_here(job)
+        while not fut.done() and (other := self._steal()) is not None:
+            self._compile_here(other)
+        with self._lock:
+            self._prune()
         return fut.result()
+
+    def _prune(self) -> None:
+        """Drop the jobs the lanes took from the head of `_queued` (they take them in order), so it holds no
+        finished job's source and object for long (called with the pool's lock held)."""
+        while self._queued and self._queued[0].taken.locked():
+            self._queued.popleft()
+
+    def _steal(self) -> _Job | None:
+        """The most recently submitted job no lane has taken yet, taken for the caller (None if there is none). A
+        caller waiting for one object compiles the queue's tail meanwhile, while the lanes work from its head: a
+        cold CNN step's lowering ends ~0.7 s of LLVM work ahead of the one worker beside it, and its thread would
+        otherwise only wait for that."""
+        while True:
+            with self._lock:
+                if not self._queued:
+                    return None
+                job = self._queued.pop()
+            if job.taken.acquire(blocking=False):
+                if job.future.set_running_or_notify_cancel():
+                    return job
 
     def start_workers(self) -> None:
         """Start every lane's worker process now (they boot while the caller goes on); done by the first cache miss

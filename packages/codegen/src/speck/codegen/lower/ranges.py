@@ -6,6 +6,8 @@ from __future__ import annotations
 from speck.uop import UOp
 from speck.uop.ops import FastOps as Ops  # Ops' members, read in hot loops (see FastOps)
 
+_CLOSERS = frozenset({Ops.END, Ops.REDUCE})  # (a set: a tuple of members would be built per node)
+
 _NONE: frozenset[UOp] = frozenset()
 
 
@@ -37,6 +39,6 @@ class RangeScope:
                     s = t if not s else s | t
             if u.op is Ops.RANGE:
                 s = s | {u}
-            elif u.op in (Ops.END, Ops.REDUCE):
+            elif u.op in _CLOSERS:
                 s = s - frozenset(src[1:])
             memo[u] = s

@@ -67,11 +67,25 @@ def _fits(op: Ops, u: UOp, dt: DType) -> bool:
     else:
         corners = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
         lo, hi = min(corners), max(corners)
-    return bool(dtypes.min(dt) <= lo and hi <= dtypes.max(dt))
+    if (bounds := _INT_RANGE.get(dt)) is None:
+        bounds = _INT_RANGE[dt] = (dtypes.min(dt), dtypes.max(dt))
+    return bool(bounds[0] <= lo and hi <= bounds[1])
+
+
+_INT_RANGE: dict[DType, tuple[Any, Any]] = {}  # dtype -> (min, max), for _fits
 
 
 def ltype(dt: DType, mem: bool = False) -> str:
     """LLVM type of a value of dt (`mem`: its in-memory form, where bool is i8)."""
+    if (t := _LTYPE_OF.get((dt, mem))) is None:
+        t = _LTYPE_OF[(dt, mem)] = _ltype(dt, mem)
+    return t
+
+
+_LTYPE_OF: dict[tuple[DType, bool], str] = {}  # (ltype is asked for at nearly every rendered instruction)
+
+
+def _ltype(dt: DType, mem: bool) -> str:
     s = dt.scalar()
     if s not in _LTYPE:
         raise NoTypeError("llvm", dt)
@@ -254,6 +268,7 @@ def _fp8_helpers(dt: DType) -> str:
 # stay cached.
 NONTEMPORAL_MIN_BYTES = 32 << 20
 
+_NO_CODE = frozenset({Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP})  # named (or nothing) where they are used
 _LLVM_UNSUPPORTED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})  # libm's results differ from the interpreter's
 
 
@@ -324,6 +339,7 @@ class _LLKernel:
         self.sig = kernel_signature(uops, r.name)
         self.names: dict[UOp, str] = {}
         self.consts: dict[UOp, tuple[bool, Any]] = {}
+        self.supported: dict[tuple[Ops, DType], bool] = {}  # the renderer's supports(op, dtype), asked once each
         self.literals: dict[UOp, str] = {}
         self.lines: list[str] = []
         self.allocas: list[str] = []
@@ -465,7 +481,7 @@ class _LLKernel:
 
     def render_uop(self, u: UOp) -> None:
         op = u.op
-        if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP):
+        if op in _NO_CODE:
             return
         if op is Ops.CONST:
             if u.dtype.is_weak or u.dtype == dtypes.bool:
@@ -634,6 +650,8 @@ class _LLKernel:
             if all(self.cconst(s)[0] for s in u.src):  # all literals: a constant vector, no instructions
                 return "<" + ", ".join(self.typed(s) for s in u.src) + ">"
             t, cur = ltype(u.dtype), "poison"
+            if (shuffled := self.stack_shuffle(u, t)) is not None:
+                return shuffled
             for i, s in enumerate(u.src):
                 cur = self.ins(f"insertelement {t} {cur}, {self.typed(s)}, i32 {i}", "v")
             return cur
@@ -659,6 +677,30 @@ class _LLKernel:
             return self.alu(u)
         raise ProgramFormError(f"renderer 'llvm' cannot express {op} (dtype {u.dtype}): it is not part of the program "
                                "form (KERNEL_CONTRACT.md section 2)")  # fmt: skip
+
+    def stack_shuffle(self, u: UOp, t: str) -> str | None:
+        """A STACK as one shufflevector where it can be: a broadcast of one value (insert it once, splat it), or
+        lanes of at most two vectors of one type (how the expander and devectorizer join loaded or split parts).
+        A chain of one insertelement per lane is what InstCombine turns into these anyway, at a cost: ~10% of a cold
+        CNN step's IR lines were such chains, parsed and folded per module. None when it is neither."""
+        first, n = u.src[0], len(u.src)
+        if all(s is first for s in u.src):
+            one = self.ins(f"insertelement {t} poison, {self.typed(first)}, i32 0", "v")
+            return self.ins(f"shufflevector {t} {one}, {t} poison, <{n} x i32> zeroinitializer", "v")
+        vecs: list[UOp] = []
+        mask: list[int] = []
+        for s in u.src:
+            if s.op is not Ops.GEP or len(s.arg) != 1 or (v := s.src[0]).dtype.count < 2:
+                return None
+            if v not in vecs:
+                if len(vecs) == 2 or (vecs and v.dtype != vecs[0].dtype):
+                    return None
+                vecs.append(v)
+            mask.append(s.arg[0] + (v.dtype.count if v is not vecs[0] else 0))
+        a = self.typed(vecs[0])
+        b = self.operand(vecs[1]) if len(vecs) == 2 else "poison"
+        lanes = ", ".join(f"i32 {i}" for i in mask)
+        return self.ins(f"shufflevector {a}, {ltype(vecs[0].dtype)} {b}, <{n} x i32> <{lanes}>", "v")
 
     def lanewise(self, x: str, fr: DType, to: DType, fn: Any) -> str:
         """Apply scalar function fn(x_lane) -> value of to.scalar() to each lane of vector x (for helper calls)."""
@@ -758,7 +800,9 @@ class _LLKernel:
     def alu(self, u: UOp) -> str:
         op = u.op
         dt = u.src[0].dtype if op in GroupOp.Comparison else (u.src[1].dtype if op is Ops.WHERE else u.dtype)
-        if not self.r.supports(op, dt):
+        if (ok := self.supported.get((op, dt))) is None:
+            ok = self.supported[(op, dt)] = self.r.supports(op, dt)
+        if not ok:
             raise UnsupportedOpError(self.r.name, op, dt)
         s = dt.scalar()
         a = [self.operand(x) for x in u.src]
