@@ -640,3 +640,65 @@ def test_unet_conv_transpose_and_interpolate_path_gradients_and_adamw() -> None:
         np_adam(p, grads, st, step, lr=0.01, wd=0.05)
         for k in keys:
             np.testing.assert_allclose(sd[k].numpy(), p[k], rtol=1e-4, atol=1e-5, err_msg=f"{k} step {step}")
+
+
+# ---------------- char-RNN with nn.LSTMCell: truncated BPTT, the carried state detached, steps under TinyJit -------
+class CharRNN:
+    def __init__(self, vocab: int, n_hid: int) -> None:
+        self.emb, self.cell, self.head = nn.Embedding(vocab, n_hid), nn.LSTMCell(n_hid, n_hid), nn.Linear(n_hid, vocab)
+
+    def __call__(self, ids: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        x, logits = self.emb(ids), []
+        for t in range(ids.shape[1]):
+            h, c = self.cell(x[:, t], (h, c))
+            logits.append(self.head(h))
+        return Tensor.stack(*logits, dim=1), h, c
+
+
+def np_charrnn(p: P, ids: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x, logits = p["emb.weight"][ids], []
+    for t in range(ids.shape[1]):
+        g = x[:, t] @ p["cell.weight_ih"].T + p["cell.bias_ih"] + h @ p["cell.weight_hh"].T + p["cell.bias_hh"]
+        i, f, gg, o = np.split(g, 4, axis=1)
+        c = np_sigmoid(f) * c + np_sigmoid(i) * np.tanh(gg)
+        h = np_sigmoid(o) * np.tanh(c)
+        logits.append(h @ p["head.weight"].T + p["head.bias"])
+    return np.stack(logits, 1), h, c
+
+
+def test_char_rnn_truncated_bptt_with_detached_state_under_tinyjit() -> None:
+    vocab, n_hid, chunk = 7, 5, 4
+    model = CharRNN(vocab, n_hid)
+    p = init(model, seed=14, scale=0.5)
+    sd = get_state_dict(model)
+    keys = list(p)
+    opt = Adam([sd[k] for k in keys], lr=0.02)
+
+    @TinyJit
+    @Tensor.train()
+    def step(ids: Tensor, tgt: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        opt.zero_grad()
+        logits, h, c = model(ids, h, c)
+        loss = logits.sparse_categorical_crossentropy(tgt).backward()
+        opt.step()
+        return loss.realize(), h.detach().realize(), c.detach().realize()  # the next chunk starts from these
+
+    text = rng(15).integers(0, vocab, (2, 4 * chunk + 1))
+    h, c = Tensor.zeros(2, n_hid).contiguous().realize(), Tensor.zeros(2, n_hid).contiguous().realize()
+    nh, nc = np.zeros((2, n_hid)), np.zeros((2, n_hid))
+    st: dict = {}
+    for i in range(4):
+        ids, tgt = text[:, i * chunk : (i + 1) * chunk], text[:, i * chunk + 1 : (i + 1) * chunk + 1]
+        # the carried state is a constant of this chunk: no gradient flows back into the previous one
+        np_loss = lambda ids=ids, tgt=tgt, nh=nh, nc=nc: np_xent(np_charrnn(p, ids, nh, nc)[0], tgt)
+        want = np_loss()
+        grads = np_grads(np_loss, p, keys)
+        loss, h, c = step(Tensor(ids.astype(np.int32)), Tensor(tgt.astype(np.int32)), h, c)
+        np.testing.assert_allclose(loss.item(), want, rtol=1e-5, err_msg=f"chunk {i}")
+        _, nh, nc = np_charrnn(p, ids, nh, nc)
+        np.testing.assert_allclose(h.numpy(), nh, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(c.numpy(), nc, rtol=1e-4, atol=1e-5)
+        np_adam(p, grads, st, i + 1, lr=0.02)
+        for k in keys:
+            np.testing.assert_allclose(sd[k].numpy(), p[k], rtol=1e-4, atol=1e-5, err_msg=f"{k} chunk {i}")
+    assert step.cnt == 4
