@@ -235,3 +235,69 @@ def test_cnn_reflect_pad_ceil_mode_pooling_trains_with_lars() -> None:
             buf[k] = g if k not in buf else mom * buf[k] + g
             p[k] = p[k] - buf[k]
             np.testing.assert_allclose(sd[k].numpy(), p[k], rtol=1e-4, atol=1e-6, err_msg=f"{k} step {step}")
+
+
+# ---------------- shared encoder called three times: triplet margin loss plus distillation from a teacher ----------
+class Encoder:
+    def __init__(self, n_in: int, n_hid: int, n_out: int) -> None:
+        self.l1, self.l2 = nn.Linear(n_in, n_hid), nn.Linear(n_hid, n_out)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.l2(self.l1(x).silu())
+
+
+def np_encoder(p: P, x: np.ndarray, pre: str = "") -> np.ndarray:
+    h = x @ p[f"{pre}l1.weight"].T + p[f"{pre}l1.bias"]
+    return (h / (1 + np.exp(-h))) @ p[f"{pre}l2.weight"].T + p[f"{pre}l2.bias"]
+
+
+def np_log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def np_siamese_loss(p: P, t: P, a: np.ndarray, pos: np.ndarray, neg: np.ndarray, temp: float, margin: float) -> float:
+    ea, ep, en = (np_encoder(p, x) for x in (a, pos, neg))
+    unit = lambda e: e / np.maximum(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+    ua, up, un = unit(ea), unit(ep), unit(en)
+    trip = np.maximum(((ua - up) ** 2).sum(-1) - ((ua - un) ** 2).sum(-1) + margin, 0).mean()
+    lt = np_log_softmax(np_encoder(t, a) / temp)
+    ls = np_log_softmax(ea / temp)
+    kl = (np.exp(lt) * (lt - ls)).sum(-1).mean() * temp**2
+    return float(trip + kl)
+
+
+def test_shared_encoder_triplet_loss_with_teacher_distillation() -> None:
+    student, teacher = Encoder(4, 6, 5), Encoder(4, 6, 5)
+    p, t = init(student, seed=5, scale=0.5), init(teacher, seed=6, scale=0.8)
+    sd = get_state_dict(student)
+    temp, margin = 2.0, 0.5
+    opt = SGD(list(sd.values()), lr=0.1, momentum=0.9)
+    r = rng(7)
+    buf: P = {}
+    for step in range(3):
+        a, pos, neg = (f32(r.standard_normal((6, 4))) for _ in range(3))
+        at, pt, nt = (Tensor(x.astype(np.float32)) for x in (a, pos, neg))
+        with Tensor.train():
+            opt.zero_grad()
+            ea, ep, en = student(at), student(pt), student(nt)  # one set of weights, three graphs
+            ua, up, un = (e / (e.square().sum(-1, keepdim=True).sqrt().maximum(1e-12)) for e in (ea, ep, en))
+            trip = ((ua - up).square().sum(-1) - (ua - un).square().sum(-1) + margin).relu().mean()
+            lt = (teacher(at).detach() / temp).log_softmax(-1)
+            kl = (lt.exp() * (lt - (ea / temp).log_softmax(-1))).sum(-1).mean() * temp**2
+            loss = (trip + kl).backward()
+            np_loss = lambda a=a, pos=pos, neg=neg: np_siamese_loss(p, t, a, pos, neg, temp, margin)
+            np.testing.assert_allclose(loss.item(), np_loss(), rtol=1e-5, err_msg=f"step {step}")
+            grads = {k: num_grad(np_loss, p[k]) for k in p}
+            for k, tk in sd.items():
+                assert tk.grad is not None, k
+                np.testing.assert_allclose(tk.grad.numpy(), grads[k], rtol=2e-3, atol=2e-5, err_msg=f"{k} {step}")
+            for k, tk in get_state_dict(teacher).items():  # the teacher is frozen: detached, never stepped
+                assert tk.grad is None or not tk.grad.numpy().any(), k
+            opt.step()
+        for k in p:
+            buf[k] = grads[k] if k not in buf else 0.9 * buf[k] + grads[k]
+            p[k] = p[k] - 0.1 * buf[k]
+            np.testing.assert_allclose(sd[k].numpy(), p[k], rtol=1e-4, atol=1e-5, err_msg=f"{k} step {step}")
+    for k, tk in get_state_dict(teacher).items():
+        np.testing.assert_array_equal(tk.numpy(), t[k].astype(np.float32), err_msg=k)
