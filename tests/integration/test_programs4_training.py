@@ -353,3 +353,41 @@ def test_batchnorm_running_stats_read_right_after_training_forward(how: str, tmp
         x = xs[-1]
         want_out = (x - x.mean((0, 2, 3))[None, :, None, None]) / np.sqrt(x.var((0, 2, 3))[None, :, None, None] + 1e-5)
         np.testing.assert_allclose(outs[-1].numpy(), want_out, rtol=1e-4, atol=1e-5)
+
+
+def test_train_then_validate_in_one_jitted_step_reads_the_updated_batchnorm_stats() -> None:
+    """One jitted function: a training forward (statistics updated), then an eval forward on a validation batch
+    before anything is realized; the eval forward normalises with the statistics that include this batch."""
+    conv, bn = nn.Conv2d(2, 2, 1, bias=False), nn.BatchNorm2d(2)
+    w = f32(rng(8).standard_normal((2, 2, 1, 1)))
+    load(conv.weight, w)
+    opt = SGD([conv.weight, bn.weight, bn.bias], lr=0.1)
+
+    @TinyJit
+    def step(x: Tensor, xv: Tensor) -> tuple[Tensor, Tensor]:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = bn(conv(x)).square().mean()  # the statistics update is deferred into this schedule
+        val = bn(conv(xv))
+        with Tensor.train():
+            loss.backward()
+            opt.step()
+        return loss.realize(), val.realize()
+
+    r = rng(9)
+    rm, rv = np.zeros(2), np.ones(2)
+    for i in range(4):
+        x, xv = f32(r.standard_normal((3, 2, 2, 2)) * 2 + 1), f32(r.standard_normal((2, 2, 2, 2)))
+        wk = conv.weight.numpy().astype(F64)  # (the weights before this step's update)
+        c = np.einsum("nchw,oc->nohw", x, wk[:, :, 0, 0])
+        n = c.size / 2
+        rm, rv = 0.9 * rm + 0.1 * c.mean((0, 2, 3)), 0.9 * rv + 0.1 * c.var((0, 2, 3)) * n / (n - 1)
+        gamma, beta = bn.weight.numpy().astype(F64), bn.bias.numpy().astype(F64)
+        _, val = step(Tensor(x.astype(np.float32)), Tensor(xv.astype(np.float32)))
+        cv = np.einsum("nchw,oc->nohw", xv, wk[:, :, 0, 0])
+        k = lambda v: v[None, :, None, None]
+        want = (cv - k(rm)) / np.sqrt(k(rv) + 1e-5) * k(gamma) + k(beta)
+        np.testing.assert_allclose(val.numpy(), want, rtol=1e-4, atol=1e-5, err_msg=f"step {i}")
+        np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-4, atol=1e-6)
+        assert bn.num_batches_tracked.item() == i + 1
+    assert step.cnt == 4
