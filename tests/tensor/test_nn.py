@@ -287,6 +287,22 @@ def test_batchnorm_train_eval_and_running_stats() -> None:
     np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-5, atol=1e-6)
 
 
+def test_batchnorm_eval_right_after_a_training_call_uses_the_updated_stats() -> None:
+    """An eval forward built before anything is realized reads the statistics the training call updated (tinygrad's
+    lazy assigns), not the ones from before it."""
+    x, xe = rnd(4, 3, 2, 2, seed=41) * 3 + 1, rnd(2, 3, 2, 2, seed=42)
+    bn = nn.BatchNorm2d(3)
+    with Tensor.train():
+        out = bn(Tensor(x))
+    ev = bn(Tensor(xe))
+    n = x.size / 3
+    rm, rv = 0.1 * x.mean((0, 2, 3)), 0.9 + 0.1 * x.var((0, 2, 3)) * n / (n - 1)
+    close(ev, (xe - rm.reshape(1, 3, 1, 1)) / np.sqrt(rv.reshape(1, 3, 1, 1) + 1e-5), atol=1e-4)
+    close(out, (x - x.mean((0, 2, 3), keepdims=True)) / np.sqrt(x.var((0, 2, 3), keepdims=True) + 1e-5), atol=1e-4)
+    np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-5, atol=1e-6)  # updated once, not twice
+    assert bn.num_batches_tracked.numpy().tolist() == 1
+
+
 def test_batchnorm_running_stats_share_the_forward_pass() -> None:
     """The running-statistics updates are computed in the schedule that realizes the output: tracking them adds only
     the small update kernels, not another pass over the convolution feeding the BatchNorm."""

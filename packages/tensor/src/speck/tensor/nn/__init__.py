@@ -185,6 +185,9 @@ class BatchNorm:
                 self.num_batches_tracked.assign_deferred(self.num_batches_tracked + 1)
             invstd = (var + self.eps).rsqrt().cast(mean.dtype)  # (the batch's dtype: half stays half)
         else:
+            # a training call's deferred update still pending (nothing realized since) applies first: tinygrad's
+            # lazy assigns make the eval forward read the updated statistics
+            optim.settle_deferred(self.running_mean, self.running_var)
             mean, var = self.running_mean, self.running_var
             invstd = (var + self.eps).rsqrt()
         return x.batchnorm(self.weight, self.bias, mean, invstd)
