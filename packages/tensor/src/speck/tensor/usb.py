@@ -42,6 +42,7 @@ from speck.hcq.interfaces import DeviceLike
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
 from speck.tensor import bounds
+from speck.tensor import realize as _realize
 from speck.tensor.schedule import buffer_map_data, realized_cache
 from speck.tensor.settings import USB_KERNEL_TIMEOUT
 
@@ -471,6 +472,10 @@ class UsbDevice(AMDDevice):
                 buf._opaque, buf._addr_of = LostBuffer(self.name, buf.nbytes), None
         Buffer.moves += 1  # (runner plans re-read the addresses of the buffers they hold)
         bounds.forget(self.name)
+        # plans cached by structure hold graphs and buffers of the old session: a computation run before the reopen
+        # would refuse to run again (a stale graph) or copy into lost VRAM; a new program-cache generation makes
+        # every cached schedule build its plan again (programs of other devices are fetched from their caches)
+        _realize._program_cache.clear()
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def transfer(self, dest: Buffer, src: Buffer) -> None:

@@ -1,0 +1,86 @@
+"""Hostile and odd use of the USB tensor device (USB:SIM) through the public Tensor API: failures of the simulated
+transport in the middle of an operation, reopening after them, allocations past VRAM. Each must end in a clear error
+of the package's classes naming what failed, or in the right values - never a hang or a silent wrong result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from speck.hcq.errors import DeviceUnavailableError, OutOfMemoryError
+from speck.tensor import Device, Tensor
+from speck.tensor.usb import UsbDevice
+from speck.usbgpu.errors import UsbNoDeviceError, UsbTimeoutError
+from speck.usbgpu.sim.config import TransferFault
+
+pytestmark = pytest.mark.usefixtures("two_simulated_bridges")
+
+USB = "USB:SIM"
+
+
+@pytest.fixture
+def dev() -> Iterator[UsbDevice]:
+    d = Device[USB]
+    assert isinstance(d, UsbDevice) and d.gpu.sim is not None
+    yield d
+    d.gpu.sim.faults.transfer_faults.clear()
+    d.gpu.sim.faults.disconnect_after_out_bytes = None
+
+
+def step(x: np.ndarray) -> np.ndarray:
+    return (Tensor(x).to(USB) * 2 + 1).numpy()
+
+
+def test_a_computation_run_before_a_reopen_runs_again_after_it(dev: UsbDevice) -> None:
+    """reopen() says 'compute them again': a computation repeated often enough to be batched into a graph (its
+    plan cached by structure) must run on the new session, not refuse forever with a stale graph's error (was
+    HCQError '... was built before USB:SIM was reopened ... TinyJit.reset()' on every later call, no TinyJit used)."""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for _ in range(4):
+        np.testing.assert_array_equal(step(x), x * 2 + 1)
+    dev.reopen()
+    for k in range(3):
+        np.testing.assert_array_equal(step(x + k), (x + k) * 2 + 1)
+
+
+def test_a_disconnect_mid_copy_names_the_copy_and_reopen_after_reconnect_recovers(dev: UsbDevice) -> None:
+    x = np.arange(50_000, dtype=np.float32)
+    for _ in range(3):  # (cached and batched before the failure)
+        np.testing.assert_array_equal(step(x), x * 2 + 1)
+    sim = dev.gpu.sim
+    assert sim is not None
+    sim.faults.disconnect_after_out_bytes = 100
+    with pytest.raises(UsbNoDeviceError, match="NO_DEVICE"):
+        step(x)
+    with pytest.raises(DeviceUnavailableError, match=r"copyin of 200000 bytes.*reopen\(\)"):
+        step(x)  # every later use names the failed operation and the way back
+    sim.reconnect()
+    dev.reopen()
+    np.testing.assert_array_equal(step(x), x * 2 + 1)
+
+
+def test_a_copy_out_timeout_is_a_usb_timeout_then_the_device_refuses_until_reopened(dev: UsbDevice) -> None:
+    x = np.arange(30_000, dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(step(x), x * 2 + 1)
+    t = (Tensor(x).to(USB) - 5).realize()
+    sim = dev.gpu.sim
+    assert sim is not None
+    sim.faults.transfer_faults.append(TransferFault(endpoint=0x81, nth=1, mode="timeout"))
+    with pytest.raises(UsbTimeoutError, match="LIBUSB_ERROR_TIMEOUT"):
+        t.numpy()
+    with pytest.raises(DeviceUnavailableError, match="LIBUSB_ERROR_TIMEOUT"):
+        t.numpy()
+    dev.reopen()
+    with pytest.raises(DeviceUnavailableError, match="before the device was reopened"):
+        t.numpy()  # its VRAM went with the old session: never old or foreign bytes
+    np.testing.assert_array_equal(step(x), x * 2 + 1)
+
+
+def test_a_tensor_larger_than_vram_is_out_of_memory_and_the_device_stays_usable(dev: UsbDevice) -> None:
+    n = (dev.gpu.context.vram_size + (1 << 30)) // 4
+    with pytest.raises(OutOfMemoryError, match=r"out of memory on USB(:SIM)?: requested \d+ bytes"):
+        Tensor.full((n,), 1.0, device=USB).contiguous().realize()
+    np.testing.assert_array_equal(step(np.ones(3, np.float32)), np.full(3, 3, np.float32))
