@@ -4,13 +4,17 @@ of the package's classes naming what failed, or in the right values - never a ha
 
 from __future__ import annotations
 
+import io
+import pathlib
+import zipfile
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from speck.hcq.errors import DeviceUnavailableError, OutOfMemoryError
+from speck.hcq.errors import CorruptFileError, DeviceUnavailableError, OutOfMemoryError
 from speck.tensor import Device, Tensor
+from speck.tensor.nn.state import zip_extract
 from speck.tensor.usb import UsbDevice
 from speck.usbgpu.errors import UsbNoDeviceError, UsbTimeoutError
 from speck.usbgpu.sim.config import TransferFault
@@ -83,4 +87,24 @@ def test_a_tensor_larger_than_vram_is_out_of_memory_and_the_device_stays_usable(
     n = (dev.gpu.context.vram_size + (1 << 30)) // 4
     with pytest.raises(OutOfMemoryError, match=r"out of memory on USB(:SIM)?: requested \d+ bytes"):
         Tensor.full((n,), 1.0, device=USB).contiguous().realize()
+    np.testing.assert_array_equal(step(np.ones(3, np.float32)), np.full(3, 3, np.float32))
+
+
+def test_a_damaged_stored_zip_member_moved_to_usb_is_refused_and_an_intact_one_arrives(
+    dev: UsbDevice, tmp_path: pathlib.Path
+) -> None:
+    # a DISK source streams to VRAM with pread, past the mapping's reads: the member's CRC-32 is checked there too
+    payload = bytes(range(256)) * 8
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("good", payload[::-1])
+        z.writestr("bad", payload)
+    raw = bytearray(out.getvalue())
+    raw[raw.index(payload) + 100] ^= 1
+    p = tmp_path / "damaged.zip"
+    p.write_bytes(bytes(raw))
+    members = zip_extract(p)
+    assert members["good"].to(USB).numpy().tobytes() == payload[::-1]
+    with pytest.raises(CorruptFileError, match="zip member 'bad'"):
+        members["bad"].to(USB).realize()
     np.testing.assert_array_equal(step(np.ones(3, np.float32)), np.full(3, 3, np.float32))

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
+from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, DiskAllocator, check_copy_size
 from speck.hcq.amd import AMDDevice, AmdKernel, AMDProgram, LinkAllocator
 from speck.hcq.buffer import Buffer
 from speck.hcq.errors import BufferStateError, DeviceUnavailableError, HCQError
@@ -491,6 +491,9 @@ class UsbDevice(AMDDevice):
         if dest.dev is self and (fixed := bool_bytes_fixed(dest, src)) is not None:
             source = Buffer("CPU", len(fixed), fixed.dtype).copyin(fixed)  # (a file's bool bytes other than 0/1)
         elif isinstance(src.dev, DiskDevice) and dest.dev is self:
+            disk = src.dev.allocator
+            assert isinstance(disk, DiskAllocator)
+            disk.verify(src.opaque, src.offset, src.nbytes)  # (a zip member's CRC-32, when it has one)
             source = FileRange(src.dev.path, src.offset)  # read the file, not its memory map (no page-cache RSS)
         self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
 
