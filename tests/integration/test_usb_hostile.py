@@ -14,7 +14,7 @@ import pytest
 
 from speck.hcq.errors import CorruptFileError, DeviceUnavailableError, OutOfMemoryError
 from speck.tensor import Device, Tensor
-from speck.tensor.nn.state import zip_extract
+from speck.tensor.nn.state import safe_load, safe_save, zip_extract
 from speck.tensor.usb import UsbDevice
 from speck.usbgpu.errors import UsbNoDeviceError, UsbTimeoutError
 from speck.usbgpu.sim.config import TransferFault
@@ -108,3 +108,19 @@ def test_a_damaged_stored_zip_member_moved_to_usb_is_refused_and_an_intact_one_a
     with pytest.raises(CorruptFileError, match="zip member 'bad'"):
         members["bad"].to(USB).realize()
     np.testing.assert_array_equal(step(np.ones(3, np.float32)), np.full(3, 3, np.float32))
+
+
+def test_a_lazy_disk_tensor_moved_to_usb_after_a_save_over_its_file_keeps_its_values(
+    dev: UsbDevice, tmp_path: pathlib.Path
+) -> None:
+    # the copy to USB read the file by path with pread: after safe_save replaced the file (a new one renamed over it),
+    # the lazily loaded tensor arrived with the new file's bytes at its old offset (here -7s instead of 0..63), while
+    # the same tensor read on the CPU (through its mapping) gave 0..63
+    p = tmp_path / "w.safetensors"
+    a = np.arange(64, dtype=np.float32)
+    safe_save({"w": Tensor(a)}, p)
+    lazy = safe_load(p)
+    safe_save({"w": Tensor(np.full(64, -7, np.float32))}, p)
+    np.testing.assert_array_equal(lazy["w"].to(USB).numpy(), a)
+    np.testing.assert_array_equal(lazy["w"].to("CPU").numpy(), a)
+    np.testing.assert_array_equal(safe_load(p)["w"].to(USB).numpy(), np.full(64, -7, np.float32))

@@ -399,10 +399,11 @@ class NullAllocator(Allocator):
 
 
 class DiskMapping:
-    """A file mapped into memory: `mv` is read-only when the mapping is. `checks`: ranges of the file with the CRC-32
-    its container records for them (DiskAllocator.expect_crc32), verified when that range is read."""
+    """A file mapped into memory: `mv` is read-only when the mapping is; `ident` is (st_dev, st_ino) of the file
+    mapped, so a reader by path can tell that the path now names another file. `checks`: ranges of the file with the
+    CRC-32 its container records for them (DiskAllocator.expect_crc32), verified when that range is read."""
 
-    __slots__ = ("checks", "mm", "mv", "nbytes", "path", "writable")
+    __slots__ = ("checks", "ident", "mm", "mv", "nbytes", "path", "writable")
 
     def __init__(self, path: str, nbytes: int, writable: bool | None) -> None:
         exists = os.path.exists(path)
@@ -423,6 +424,8 @@ class DiskMapping:
         # open until garbage collection, which warns "unclosed file" - in the user's test output)
         with file:
             self.writable = writable
+            st = os.fstat(file.fileno())
+            self.ident = (st.st_dev, st.st_ino)  # the file mapped (the path may name another one later)
             if writable and size < self.nbytes:
                 file.truncate(self.nbytes)
             if self.nbytes == 0:

@@ -66,10 +66,20 @@ class LostBuffer:
 
 @dataclass(frozen=True)
 class FileRange:
-    """The source of a streamed copy: the bytes of the file at `path` from `offset` on."""
+    """The source of a streamed copy: the bytes of the file at `path` from `offset` on. `ident`: (st_dev, st_ino) of
+    the file meant (a DISK tensor's mapping), when the path may have been replaced since."""
 
     path: str
     offset: int
+    ident: tuple[int, int] | None = None
+
+
+def _file_ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 class UsbLink:
@@ -491,10 +501,17 @@ class UsbDevice(AMDDevice):
         if dest.dev is self and (fixed := bool_bytes_fixed(dest, src)) is not None:
             source = Buffer("CPU", len(fixed), fixed.dtype).copyin(fixed)  # (a file's bool bytes other than 0/1)
         elif isinstance(src.dev, DiskDevice) and dest.dev is self:
-            disk = src.dev.allocator
-            assert isinstance(disk, DiskAllocator)
-            disk.verify(src.opaque, src.offset, src.nbytes)  # (a zip member's CRC-32, when it has one)
-            source = FileRange(src.dev.path, src.offset)  # read the file, not its memory map (no page-cache RSS)
+            # read the file, not its memory map (no page-cache RSS); a file not mapped yet is the one the path names
+            # now. Once mapped, the tensor's bytes are the mapped file's: if the path names another file now (a save
+            # over it after a lazy load), only the mapping still reads them
+            if not src.is_allocated:
+                source = FileRange(src.dev.path, src.offset)
+            else:
+                disk, mapping = src.dev.allocator, src.opaque
+                assert isinstance(disk, DiskAllocator)
+                disk.verify(mapping, src.offset, src.nbytes)  # (a zip member's CRC-32, when it has one)
+                if _file_ident(src.dev.path) == mapping.ident:
+                    source = FileRange(src.dev.path, src.offset, mapping.ident)
         self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
 
     def load_file(self, dest: Buffer, path: str, offset: int) -> None:
@@ -558,6 +575,12 @@ class UsbDevice(AMDDevice):
         self.link._settle()
         with self._stream_lock, open(src.path, "rb", buffering=0) as f:
             fd = f.fileno()
+            st = os.fstat(fd)
+            if src.ident is not None and (st.st_dev, st.st_ino) != src.ident:
+                raise HCQError(
+                    f"{src.path} was replaced by another file while a tensor of the old one was being copied to "
+                    f"{self.name}; the copy would read the new file's bytes. Copy the tensor again"
+                )
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(fd, src.offset, nbytes, os.POSIX_FADV_SEQUENTIAL)
             staging = _Staging(chunk)
