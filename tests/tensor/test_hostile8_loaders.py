@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import pathlib
+import tarfile
 import types
 import zipfile
 
@@ -17,7 +18,7 @@ import test_hostile7_loaders as h7
 from speck.hcq.errors import CorruptFileError
 from speck.tensor import Tensor
 from speck.tensor.errors import ArchiveError
-from speck.tensor.nn.state import torch_load, zip_extract
+from speck.tensor.nn.state import tar_extract, torch_load, zip_extract
 
 ARRAYS, _pth, _zip = h7.ARRAYS, h7._pth, h7._zip
 fake_torch = h7.fake_torch  # (the fixture: torch's names for the pickler)
@@ -89,3 +90,22 @@ def test_a_member_whose_crc_is_recorded_as_0_is_not_checked(tmp_path: pathlib.Pa
     p = tmp_path / "nocrc.zip"
     p.write_bytes(bytes(raw))
     assert zip_extract(p)["a"].numpy().tobytes() == PAYLOAD
+
+
+def test_a_zip_inside_a_tar_checks_its_member_at_its_place_in_the_file(tmp_path: pathlib.Path) -> None:
+    for damaged in (False, True):
+        raw = _zip([("m", PAYLOAD), ("n", b"ok")])
+        raw = _damaged(raw, PAYLOAD) if damaged else raw
+        p = tmp_path / f"outer{damaged}.tar"
+        with tarfile.open(p, "w") as tf:
+            for name, data in (("pad.bin", b"x" * 1001), ("inner.zip", raw)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+        members = zip_extract(tar_extract(p)["inner.zip"])
+        assert members["n"].numpy().tobytes() == b"ok"
+        if damaged:
+            with pytest.raises(CorruptFileError, match="zip member 'm'"):
+                members["m"].numpy()
+        else:
+            assert members["m"].numpy().tobytes() == PAYLOAD

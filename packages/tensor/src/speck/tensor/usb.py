@@ -11,7 +11,8 @@ driver's bring-up, which refuses the steps not verified on a real card unless SP
 
 Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the file is read with pread into two
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
-other; the file is never held in host memory.
+other; the file is never held in host memory. A DISK tensor whose file was mapped reads that file: when its path names
+another file by then (a save over it after a lazy load), the copy reads through the mapping instead.
 
 A kernel fault or hang is raised once and the compute queue restarts by itself; the buffers the dropped kernels were
 to write are marked undefined (reading them raises BufferStateError) until rewritten (_DroppedWork).
