@@ -497,7 +497,7 @@ class DiskAllocator(Allocator):
                 f"records {crc:#010x} for them: the file was damaged after it was written (a broken download or copy, "
                 "a bad disk). Fetch or copy it again"
             )
-        del opaque.checks[(offset, nbytes)]
+        opaque.checks.pop((offset, nbytes), None)  # (another thread may have verified it too)
 
     def copyin(self, opaque: DiskMapping, offset: int, src: memoryview) -> None:
         if not opaque.writable:
