@@ -18,7 +18,7 @@ import test_hostile7_loaders as h7
 from speck.hcq.errors import CorruptFileError
 from speck.tensor import Tensor
 from speck.tensor.errors import ArchiveError
-from speck.tensor.nn.state import tar_extract, torch_load, zip_extract
+from speck.tensor.nn.state import safe_load, safe_load_metadata, safe_save, tar_extract, torch_load, zip_extract
 
 ARRAYS, _pth, _zip = h7.ARRAYS, h7._pth, h7._zip
 fake_torch = h7.fake_torch  # (the fixture: torch's names for the pickler)
@@ -109,3 +109,33 @@ def test_a_zip_inside_a_tar_checks_its_member_at_its_place_in_the_file(tmp_path:
                 members["m"].numpy()
         else:
             assert members["m"].numpy().tobytes() == PAYLOAD
+
+
+@pytest.mark.parametrize("device", [None, "CPU"])
+def test_safe_load_of_a_disk_tensor_reads_its_bytes_after_a_save_over_its_path(
+    tmp_path: pathlib.Path, device: str | None
+) -> None:
+    # safe_load(DISK tensor) read the file by path again: after a save replaced it, the tensor's own bytes said 0..7
+    # and safe_load of it gave the new file's -1s
+    p = tmp_path / "w.safetensors"
+    a, h = np.arange(8, dtype=np.float32), np.ones(3, np.float16)
+    safe_save({"w": Tensor(a), "h": Tensor(h)}, p)
+    t = Tensor(p)
+    held = t.numpy().tobytes()  # (maps the file)
+    safe_save({"w": Tensor(np.full(8, -1, np.float32)), "h": Tensor(np.zeros(3, np.float16))}, p)
+    assert t.numpy().tobytes() == held
+    got = safe_load(t, device=device)
+    np.testing.assert_array_equal(got["w"].numpy(), a)
+    np.testing.assert_array_equal(got["h"].numpy(), h)
+    np.testing.assert_array_equal(safe_load(Tensor(p), device=device)["w"].numpy(), np.full(8, -1, np.float32))
+
+
+def test_safe_load_metadata_of_a_disk_tensor_reads_its_bytes_after_a_save_over_its_path(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "m.safetensors"
+    safe_save({"w": Tensor(np.arange(4, dtype=np.float32))}, p, metadata={"v": "old"})
+    t = Tensor(p)
+    t.numpy()  # (maps the file)
+    safe_save({"w": Tensor(np.arange(4, dtype=np.float32))}, p, metadata={"v": "new!"})
+    file, start, header = safe_load_metadata(t)
+    assert header["__metadata__"] == {"v": "old"}
+    assert file.numpy()[start:].view(np.float32).tolist() == [0, 1, 2, 3]
