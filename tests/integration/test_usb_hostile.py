@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import io
 import pathlib
+import threading
 import zipfile
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
 from speck.hcq.errors import CorruptFileError, DeviceUnavailableError, OutOfMemoryError
+from speck.hcq.signal import Signal
 from speck.tensor import Device, Tensor
 from speck.tensor.nn.state import safe_load, safe_save, zip_extract
-from speck.tensor.usb import UsbDevice
+from speck.tensor.usb import UsbDevice, UsbLink
 from speck.usbgpu.errors import UsbNoDeviceError, UsbTimeoutError
 from speck.usbgpu.sim.config import TransferFault
 
@@ -124,3 +127,48 @@ def test_a_lazy_disk_tensor_moved_to_usb_after_a_save_over_its_file_keeps_its_va
     np.testing.assert_array_equal(lazy["w"].to(USB).numpy(), a)
     np.testing.assert_array_equal(lazy["w"].to("CPU").numpy(), a)
     np.testing.assert_array_equal(safe_load(p)["w"].to(USB).numpy(), np.full(64, -7, np.float32))
+
+
+def test_a_copy_in_queued_behind_another_threads_copy_is_done_before_the_kernel_reading_it(
+    dev: UsbDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with the copy engine busy (another thread's copy in), a copy in was queued and to(USB) returned at once; the
+    # kernel launched next read its input before the copy ran: zeros, or the bytes of an old buffer (another
+    # thread's values). Made deterministic: thread B's copy in stays inside the link until this thread either
+    # launched its kernel (the bug) or waits for the copy engine (the fix).
+    a = np.arange(1, 65, dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(a).to(USB) * 2).numpy(), a * 2)  # (compiled: only the race is left)
+    b_inside, a_went_on = threading.Event(), threading.Event()
+    main = threading.current_thread()
+    copyin, submit, wait = UsbLink.copyin, UsbLink.submit, Signal.wait
+
+    def slow_copyin(self: UsbLink, *args: Any) -> None:
+        if threading.current_thread().name == "B" and not b_inside.is_set():
+            b_inside.set()
+            a_went_on.wait()
+        copyin(self, *args)
+
+    def noted_submit(self: UsbLink, *args: Any) -> int:
+        value = submit(self, *args)
+        if threading.current_thread() is main:
+            a_went_on.set()
+        return value
+
+    def noted_wait(self: Signal, *args: Any, **kwargs: Any) -> None:
+        if self is dev.engines["copy"].timeline and threading.current_thread() is main:
+            a_went_on.set()
+        wait(self, *args, **kwargs)
+
+    monkeypatch.setattr(UsbLink, "copyin", slow_copyin)
+    monkeypatch.setattr(UsbLink, "submit", noted_submit)
+    monkeypatch.setattr(Signal, "wait", noted_wait)
+    other = np.full(64, -3, np.float32)
+    b = threading.Thread(target=lambda: Tensor(other).to(USB).realize(), name="B")
+    b.start()
+    b_inside.wait()
+    try:
+        got = (Tensor(a).to(USB) * 2).realize()
+    finally:
+        a_went_on.set()
+        b.join()
+    np.testing.assert_array_equal(got.numpy(), a * 2)
