@@ -132,7 +132,7 @@ def test_a_lazy_disk_tensor_moved_to_usb_after_a_save_over_its_file_keeps_its_va
 def test_a_copy_in_queued_behind_another_threads_copy_is_done_before_the_kernel_reading_it(
     dev: UsbDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # with the copy engine busy (another thread's copy in), a copy in was queued and to(USB) returned at once; the
+    # with the copy engine busy (another thread's copy in), a copy in was queued (to(USB) returns at once) and the
     # kernel launched next read its input before the copy ran: zeros, or the bytes of an old buffer (another
     # thread's values). Made deterministic: thread B's copy in stays inside the link until this thread either
     # launched its kernel (the bug) or waits for the copy engine (the fix).

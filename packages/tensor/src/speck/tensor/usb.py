@@ -514,14 +514,6 @@ class UsbDevice(AMDDevice):
                 if _file_ident(src.dev.path) == mapping.ident:
                     source = FileRange(src.dev.path, src.offset, mapping.ident)
         self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
-        if dest.dev is self:
-            # a copy in that another thread's copy kept the engine busy for is queued behind it, and still to run
-            # here; the kernels launched next read what it writes and go straight to the GPU, ordered after nothing
-            # the copy engine does: wait for it (they read zeros or an old buffer's bytes otherwise). Cheap when the
-            # copy ran inline, as it does when the engine was idle.
-            engine = self.engines["copy"]
-            if engine.timeline.mem[0] < engine.submitted or engine.error is not None:
-                super(AMDDevice, self).wait_idle()  # (the engines only, not the GPU's compute timeline)
 
     def load_file(self, dest: Buffer, path: str, offset: int) -> None:
         """Fill `dest` with the file's bytes [offset, offset + dest.nbytes), streamed disk -> pinned staging -> VRAM
