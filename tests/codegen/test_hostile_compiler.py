@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import struct
 
 import pytest
 
 from speck.codegen.compiler import ClangCompiler, CompileError
 from speck.codegen.compiler import clang as clang_module
-from speck.codegen.errors import ToolError
+from speck.codegen.compiler.code_object import link_code_object
+from speck.codegen.errors import CodeObjectLinkError, ToolError
 
 needs_cc = pytest.mark.skipif(
     shutil.which("gcc") is None and shutil.which("clang") is None, reason="needs a C compiler"
@@ -89,3 +91,44 @@ def test_a_deep_chain_of_squares_is_searched_once_per_node() -> None:
     for _ in range(200):
         v = v * v
     assert _gate_of_term(v) is None
+
+
+def _amd_relocatable() -> tuple[bytes, int, int]:
+    """A relocatable AMDGPU object from LLVM, with its section header table's offset and entry count."""
+    from speck.codegen.compiler.amdgpu import AMDGPUCompiler
+
+    src = "define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  store i32 1, ptr addrspace(1) %p\n  ret void\n}\n"
+    rel = AMDGPUCompiler().relocatable(src)
+    return rel, struct.unpack_from("<Q", rel, 40)[0], struct.unpack_from("<H", rel, 60)[0]
+
+
+def test_a_relocatable_with_a_name_that_is_no_utf8_is_a_link_error() -> None:
+    # the AMDGPU linker decoded section and symbol names as they were: a raw UnicodeDecodeError
+    rel, _, _ = _amd_relocatable()
+    bad = bytearray(rel)
+    at = bad.index(b".text\0") + 1
+    bad[at] = 0xFF
+    with pytest.raises(CodeObjectLinkError, match="not UTF-8"):
+        link_code_object(bytes(bad), "k")
+
+
+def test_a_relocatable_asking_for_an_absurd_alignment_is_a_link_error() -> None:
+    # a section alignment of 2**60 made the linker allocate an exabyte-sized image: a raw MemoryError
+    rel, shoff, shnum = _amd_relocatable()
+    for i in range(1, shnum):
+        bad = bytearray(rel)
+        struct.pack_into("<Q", bad, shoff + i * 64 + 48, 1 << 60)  # sh_addralign
+        with pytest.raises(CodeObjectLinkError, match=r"alignment 1152921504606846976; expected a power of two"):
+            link_code_object(bytes(bad), "k")
+    assert link_code_object(rel, "k")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("which", ["amdgpu", "llvm"])
+def test_llvm_ir_that_is_no_text_is_a_compile_error(which: str) -> None:
+    # llvmlite's UTF-8 encoding of the source raised a bare UnicodeEncodeError (ClangCompiler already said so)
+    from speck.codegen.compiler.amdgpu import AMDGPUCompiler
+    from speck.codegen.compiler.llvm import LLVMCompiler
+
+    compiler = AMDGPUCompiler() if which == "amdgpu" else LLVMCompiler()
+    with pytest.raises(CompileError, match="not valid text"):
+        compiler.compile_uncached("define void @f() {\n  ret void\n}\n; \udcff\n")

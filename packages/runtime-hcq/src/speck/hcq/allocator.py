@@ -14,10 +14,11 @@ import os
 import sys
 import threading
 import weakref
+import zlib
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from speck.hcq.errors import CopySizeError, HCQError, HCQTypeError, HCQValueError, OutOfMemoryError
+from speck.hcq.errors import CopySizeError, CorruptFileError, HCQError, HCQTypeError, HCQValueError, OutOfMemoryError
 from speck.hcq.memory import ExternalMemory, HostMemory
 from speck.hcq.settings import LRU
 
@@ -398,9 +399,11 @@ class NullAllocator(Allocator):
 
 
 class DiskMapping:
-    """A file mapped into memory: `mv` is read-only when the mapping is."""
+    """A file mapped into memory: `mv` is read-only when the mapping is; `ident` is (st_dev, st_ino) of the file
+    mapped, so a reader by path can tell that the path now names another file. `checks`: ranges of the file with the
+    CRC-32 its container records for them (DiskAllocator.expect_crc32), verified when that range is read."""
 
-    __slots__ = ("mm", "mv", "nbytes", "path", "writable")
+    __slots__ = ("checks", "ident", "mm", "mv", "nbytes", "path", "writable")
 
     def __init__(self, path: str, nbytes: int, writable: bool | None) -> None:
         exists = os.path.exists(path)
@@ -413,6 +416,7 @@ class DiskMapping:
                            "file shrank since the tensor was made (load it again) or the shape asks for more bytes "
                            "than it holds")  # fmt: skip
         self.path, self.nbytes = path, nbytes
+        self.checks: dict[tuple[int, int], tuple[int, str]] = {}  # (offset, nbytes) -> (crc32, what) to verify
         self._map(open(path, "r+b" if exists and writable else "w+b" if writable else "rb"), size, writable)
 
     def _map(self, file: Any, size: int, writable: bool) -> None:
@@ -420,6 +424,8 @@ class DiskMapping:
         # open until garbage collection, which warns "unclosed file" - in the user's test output)
         with file:
             self.writable = writable
+            st = os.fstat(file.fileno())
+            self.ident = (st.st_dev, st.st_ino)  # the file mapped (the path may name another one later)
             if writable and size < self.nbytes:
                 file.truncate(self.nbytes)
             if self.nbytes == 0:
@@ -469,7 +475,29 @@ class DiskAllocator(Allocator):
 
     def as_memoryview(self, opaque: DiskMapping, offset: int, nbytes: int) -> memoryview:
         self._check_size(opaque, offset, nbytes)
+        if opaque.checks:
+            self.verify(opaque, offset, nbytes)
         return opaque.mv[offset : offset + nbytes]
+
+    def expect_crc32(self, opaque: DiskMapping, offset: int, nbytes: int, crc: int, what: str) -> None:
+        """The file's bytes [offset, offset + nbytes) must have CRC-32 `crc` (what its container recorded, e.g. a
+        zip member's): each read of exactly that range checks them until one matched. Reads of other ranges (a part
+        of it, the whole file) are not checked: a damaged member must not make the rest of the file unreadable."""
+        opaque.checks[(offset, nbytes)] = (crc & 0xFFFFFFFF, what)
+
+    def verify(self, opaque: DiskMapping, offset: int, nbytes: int) -> None:
+        """CorruptFileError when [offset, offset + nbytes) is a range with an expected CRC-32 that its bytes don't
+        have; a range that matched once is not checked again."""
+        if (want := opaque.checks.get((offset, nbytes))) is None:
+            return
+        crc, what = want
+        if (found := zlib.crc32(opaque.mv[offset : offset + nbytes])) != crc:
+            raise CorruptFileError(
+                f"{self.device}: bytes [{offset}, {offset + nbytes}) ({what}) have CRC-32 {found:#010x}, but the file "
+                f"records {crc:#010x} for them: the file was damaged after it was written (a broken download or copy, "
+                "a bad disk). Fetch or copy it again"
+            )
+        opaque.checks.pop((offset, nbytes), None)  # (another thread may have verified it too)
 
     def copyin(self, opaque: DiskMapping, offset: int, src: memoryview) -> None:
         if not opaque.writable:

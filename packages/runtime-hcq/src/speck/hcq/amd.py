@@ -179,7 +179,14 @@ class AMDProgram(Program):
         self.code = replace(self.code, entry=link.address(self._image) + self._code_address)
 
     def launch(self, args: tuple[Any, ...], global_size: tuple[int, ...], threads: int | None) -> None:
-        """Submit one dispatch (the engine calls this); the GPU runs it in queue order."""
+        """Submit one dispatch (the engine calls this); the GPU runs it in queue order, after the copies into the
+        device queued before it."""
+        copies = self.device.engines.get("copy")
+        if copies is not None and copies.timeline.mem[0] < copies.submitted:
+            # a copy in that another thread's copy kept the copy engine busy for was queued, and may still be to
+            # run; this kernel may read what it writes (the GPU orders nothing after the host's copy engine): wait
+            # for it, or the kernel reads zeros or an old buffer's bytes. (A copy with the engine idle ran inline.)
+            copies.timeline.wait(copies.submitted)
         pk = self.packets(args, global_size)
         if pk is not None:
             self.device.submitted = self.device.link.submit(pk, False)

@@ -103,3 +103,8 @@ class LibraryLoadError(HCQError, OSError):
 class HostMappingError(OSError, HCQError):
     """The OS refused to map or protect host memory (mmap, mprotect); `errno` says why. An OSError first, so the
     allocator's retry and the caller's `except OSError` see it as the OS's refusal."""
+
+
+class CorruptFileError(HCQError, ValueError):
+    """Bytes read from a file do not match the checksum the file's own container recorded for them (a zip member's
+    CRC-32): the file was damaged after it was written. The message names the range, the member and both sums."""

@@ -11,7 +11,8 @@ driver's bring-up, which refuses the steps not verified on a real card unless SP
 
 Copies from a file (safe_load to USB, DISK tensors moved to USB) stream: the file is read with pread into two
 pinned staging buffers, and while one is copied into VRAM (G3, asynchronously) the next chunk is read into the
-other; the file is never held in host memory.
+other; the file is never held in host memory. A DISK tensor whose file was mapped reads that file: when its path names
+another file by then (a save over it after a lazy load), the copy reads through the mapping instead.
 
 A kernel fault or hang is raised once and the compute queue restarts by itself; the buffers the dropped kernels were
 to write are marked undefined (reading them raises BufferStateError) until rewritten (_DroppedWork).
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, check_copy_size
+from speck.hcq.allocator import DEFAULT_OPTIONS, BufferOptions, DiskAllocator, check_copy_size
 from speck.hcq.amd import AMDDevice, AmdKernel, AMDProgram, LinkAllocator
 from speck.hcq.buffer import Buffer
 from speck.hcq.errors import BufferStateError, DeviceUnavailableError, HCQError
@@ -42,6 +43,7 @@ from speck.hcq.interfaces import DeviceLike
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
 from speck.tensor import bounds
+from speck.tensor import realize as _realize
 from speck.tensor.schedule import buffer_map_data, realized_cache
 from speck.tensor.settings import USB_KERNEL_TIMEOUT
 
@@ -65,10 +67,20 @@ class LostBuffer:
 
 @dataclass(frozen=True)
 class FileRange:
-    """The source of a streamed copy: the bytes of the file at `path` from `offset` on."""
+    """The source of a streamed copy: the bytes of the file at `path` from `offset` on. `ident`: (st_dev, st_ino) of
+    the file meant (a DISK tensor's mapping), when the path may have been replaced since."""
 
     path: str
     offset: int
+    ident: tuple[int, int] | None = None
+
+
+def _file_ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 class UsbLink:
@@ -471,6 +483,10 @@ class UsbDevice(AMDDevice):
                 buf._opaque, buf._addr_of = LostBuffer(self.name, buf.nbytes), None
         Buffer.moves += 1  # (runner plans re-read the addresses of the buffers they hold)
         bounds.forget(self.name)
+        # plans cached by structure hold graphs and buffers of the old session: a computation run before the reopen
+        # would refuse to run again (a stale graph) or copy into lost VRAM; a new program-cache generation makes
+        # every cached schedule build its plan again (programs of other devices are fetched from their caches)
+        _realize._program_cache.clear()
 
     # -- copies ---------------------------------------------------------------------------------------------------
     def transfer(self, dest: Buffer, src: Buffer) -> None:
@@ -486,7 +502,17 @@ class UsbDevice(AMDDevice):
         if dest.dev is self and (fixed := bool_bytes_fixed(dest, src)) is not None:
             source = Buffer("CPU", len(fixed), fixed.dtype).copyin(fixed)  # (a file's bool bytes other than 0/1)
         elif isinstance(src.dev, DiskDevice) and dest.dev is self:
-            source = FileRange(src.dev.path, src.offset)  # read the file, not its memory map (no page-cache RSS)
+            # read the file, not its memory map (no page-cache RSS); a file not mapped yet is the one the path names
+            # now. Once mapped, the tensor's bytes are the mapped file's: if the path names another file now (a save
+            # over it after a lazy load), only the mapping still reads them
+            if not src.is_allocated:
+                source = FileRange(src.dev.path, src.offset)
+            else:
+                disk, mapping = src.dev.allocator, src.opaque
+                assert isinstance(disk, DiskAllocator)
+                disk.verify(mapping, src.offset, src.nbytes)  # (a zip member's CRC-32, when it has one)
+                if _file_ident(src.dev.path) == mapping.ident:
+                    source = FileRange(src.dev.path, src.offset, mapping.ident)
         self._submit_copy(dest, source, dest.nbytes, others=(dest.dev, src.dev), wait=dest.dev is not self)
 
     def load_file(self, dest: Buffer, path: str, offset: int) -> None:
@@ -550,6 +576,12 @@ class UsbDevice(AMDDevice):
         self.link._settle()
         with self._stream_lock, open(src.path, "rb", buffering=0) as f:
             fd = f.fileno()
+            st = os.fstat(fd)
+            if src.ident is not None and (st.st_dev, st.st_ino) != src.ident:
+                raise HCQError(
+                    f"{src.path} was replaced by another file while a tensor of the old one was being copied to "
+                    f"{self.name}; the copy would read the new file's bytes. Copy the tensor again"
+                )
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(fd, src.offset, nbytes, os.POSIX_FADV_SEQUENTIAL)
             staging = _Staging(chunk)

@@ -101,6 +101,9 @@ def _align_skew(x: int, a: int, skew: int) -> int:
     return x + ((skew - x) % a)
 
 
+MAX_ALIGN = 1 << 16  # the largest section alignment accepted (LLVM's AMDGPU sections ask for at most a page)
+
+
 class _Input:
     """The relocatable object, read as far as linking needs (it comes from LLVM in this process; still, anything
     unexpected is a CodeObjectLinkError naming the object and the place, not an IndexError)."""
@@ -121,6 +124,9 @@ class _Input:
         for i, r in enumerate(raw):
             if r[1] != SHT_NOBITS and r[4] + r[5] > len(data):
                 self.fail(f"section #{i} spans [{r[4]:#x}, {r[4] + r[5]:#x}) past the end of the file")
+        for i, r in enumerate(raw):
+            if r[8] > MAX_ALIGN or r[8] & (r[8] - 1):  # (laid out, an alignment of 2**60 asks for exabytes)
+                self.fail(f"section #{i} asks for alignment {r[8]}; expected a power of two up to {MAX_ALIGN}")
         names = self._bytes(raw[e_shstrndx])
         self.sections = [
             _Section(self.cstr(names, r[0]), r[1], r[2], self._bytes(r), max(r[8], 1), r[9], r[6], r[7]) for r in raw
@@ -151,7 +157,11 @@ class _Input:
         end = table.find(b"\0", off)
         if off >= len(table) or end < 0:
             self.fail(f"a name at offset {off:#x} is outside its {len(table)}-byte string table")
-        return table[off:end].decode()
+        try:
+            return table[off:end].decode()
+        except UnicodeDecodeError as e:
+            msg = f"the name at offset {off:#x} of its string table is not UTF-8 ({e.reason})"
+            raise CodeObjectLinkError(f"AMDGPU object {self.label!r}: {msg}") from None
 
     def fail(self, message: str) -> bytes:
         raise CodeObjectLinkError(f"AMDGPU object {self.label!r}: {message}")

@@ -99,6 +99,8 @@ def parse_module(src: str, compiler: str, triple: str, data_layout: str) -> Any:
         mod.verify()
     except RuntimeError as e:
         raise CompileError(compiler, str(e), src) from None
+    except UnicodeEncodeError as e:  # (llvmlite encodes the text as UTF-8: a lone surrogate can't be)
+        raise CompileError(compiler, f"the source is not valid text ({e}); nothing was compiled", src) from None
     mod.triple = triple
     mod.data_layout = data_layout
     return mod

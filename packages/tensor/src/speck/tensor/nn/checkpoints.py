@@ -10,7 +10,8 @@ member may expand to at most MAX_DECOMPRESSED_BYTES. Whatever is wrong ends in a
 containers, TorchLoadError (UnsafePickleError) for checkpoints; both are CheckpointErrors.
 
 Stored (uncompressed) members are slices of the file tensor (DISK views read when used); deflated zip members are
-decompressed on the host."""
+decompressed on the host. Both are checked against the CRC-32 the zip records: a deflated one as it is inflated, a
+stored one in a file when its bytes are read (CorruptFileError from the read; see _stored_member)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pickle
 import struct
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +40,8 @@ from speck.tensor.errors import (
     TorchLoadError,
     UnsafePickleError,
 )
+from speck.tensor.realize import get_buffer
+from speck.tensor.schedule import base_buffer, view_buffer_uop, view_offset
 from speck.tensor.settings import MAX_DECOMPRESSED_BYTES
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
@@ -166,7 +170,7 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
                         end = start + info.file_size
                         raise ArchiveError(f"zip_extract({fn}): member {info.filename!r} needs bytes [{start}, {end}) "
                                            f"of a {size}-byte archive; it is truncated")  # fmt: skip
-                    out[info.filename] = t[start : start + info.file_size]
+                    out[info.filename] = _stored_member(t, start, info, fn)
                     continue
                 expanded += info.file_size  # zipfile never inflates a member past the size its header gives
                 if expanded > ceiling:
@@ -178,6 +182,26 @@ def zip_extract(fn: FileLike) -> dict[str, Tensor]:
                     )
                 out[info.filename] = Tensor(np.frombuffer(zf.read(info), dtype=np.uint8).copy())
     return out
+
+
+def _stored_member(t: Tensor, start: int, info: zipfile.ZipInfo, fn: FileLike) -> Tensor:
+    """A stored member's bytes, checked against the CRC-32 the zip records. In a file (DISK) the member is a buffer of
+    its own over its range of the mapping, checked when that buffer is read (loading stays lazy; a read that copies
+    only part of it, such as one tensor of a storage several share, is not checked); bytes held elsewhere are checked
+    now. A CRC of 0 is not checked: torch.save under set_crc32_options(False) writes 0 for every member."""
+    n, crc, what = info.file_size, info.CRC, f"zip member {info.filename!r} of {fn}"
+    bb, off = base_buffer(t.uop), view_offset(t.uop)
+    if bb is None or off is None or not file_backed(t.device) or n == 0:
+        member = t[start : start + n]
+        if crc and n and (found := zlib.crc32(_host_bytes(member))) != crc:
+            raise ArchiveError(f"zip_extract({fn}): {what} has CRC-32 {found:#010x}, but the archive records "
+                               f"{crc:#010x}: the archive is corrupt; fetch or copy it again")  # fmt: skip
+        return member
+    view = view_buffer_uop(bb, off + start, n)
+    if crc:
+        whole = get_buffer(bb)  # (the file's mapping, or a view of it: a zip inside another archive)
+        whole.dev.allocator.expect_crc32(whole.opaque, whole.offset + off + start, n, crc, what)
+    return Tensor(view, device=t.device)
 
 
 def _zip_data_offset(t: Tensor, info: zipfile.ZipInfo, fn: FileLike) -> int:

@@ -29,7 +29,8 @@ from speck.tensor.nn.safetensors import (
     read_header,
 )
 from speck.tensor.pyutils import atomic_file, tqdm
-from speck.tensor.schedule import buffer_map, buffer_views, new_buffer_uop
+from speck.tensor.realize import get_buffer
+from speck.tensor.schedule import base_buffer, buffer_map, buffer_views, new_buffer_uop
 from speck.tensor.tensor import Tensor
 from speck.uop import DType, dtypes
 
@@ -157,7 +158,7 @@ def safe_load(path: str | os.PathLike[str] | Tensor, device: str | None = None) 
         raise TensorTypeError(f"safe_load takes a path (str or os.PathLike) or a 1-D uint8 tensor of the file's bytes, "
                               f"got {type(path).__name__}")  # fmt: skip
     if isinstance(path, Tensor):
-        if not file_backed(path.device):
+        if not file_backed(path.device) or _maps_a_replaced_file(path):
             return _load_from_bytes(path, device)
         path = _disk_file_of(path)
     if device is None:
@@ -227,6 +228,19 @@ def _disk_view(file: Tensor, e: TensorEntry) -> Tensor:
     return Tensor(view if e.shape == (numel,) else view.reshape(e.shape), device=file.device)
 
 
+def _maps_a_replaced_file(t: Tensor) -> bool:
+    """t (a DISK tensor) has mapped its file, and its path names another file now (a save over it since): its bytes
+    are the mapped file's, which reading the path again would not give."""
+    bb = base_buffer(t.uop)
+    if bb is None or not (buf := get_buffer(bb)).is_allocated:
+        return False
+    try:
+        st = os.stat(_disk_file_of(t))
+    except OSError:
+        return True
+    return getattr(buf.opaque, "ident", None) not in (None, (st.st_dev, st.st_ino))
+
+
 def _disk_file_of(t: Tensor) -> str:
     """The file path behind a whole-file 1-D uint8 DISK tensor (what safe_load accepts besides a path)."""
     dev = t.device
@@ -267,7 +281,7 @@ def safe_load_metadata(path: str | os.PathLike[str] | Tensor) -> tuple[Tensor, i
     `__metadata__` when present); the header is validated like safe_load does. `path` may also be a 1-D uint8 tensor
     of the file's bytes (on DISK or any device)."""
     if isinstance(path, Tensor):
-        if file_backed(path.device):
+        if file_backed(path.device) and not _maps_a_replaced_file(path):
             path = _disk_file_of(path)
         else:
             _header_of_bytes(path)  # validation
