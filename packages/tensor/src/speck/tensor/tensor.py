@@ -449,7 +449,7 @@ class Tensor(
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`, a computation): _realize_one's path without its frame
-            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device)
+            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device, _KEPT_NODE[-1:])  # (its note)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
