@@ -390,3 +390,27 @@ def test_the_keep_notes_its_schedule_and_a_stale_note_is_not_used(monkeypatch: p
         np.testing.assert_array_equal((a + b).realize().numpy(), x + 1 + x * 3)
         assert GlobalCounters.kernel_count == 1 and len(lookups) == 1
         np.testing.assert_array_equal(held.numpy(), want)
+
+
+def test_binary_takes_the_kept_node_only_for_its_own_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensor._binary takes the kept node without hash-consing's lookup (a spy on the constructor sees no call) only
+    when it is that op's node: the same op, operands in order, dtype. Any other op over the same inputs (another
+    ALU op, the operands swapped, a comparison, another input) gets its own node and numpy's values."""
+    a, b, x = _small()
+    c = Tensor(x - 2).realize()
+    calls = []
+    real_new = _T._uop_new
+    monkeypatch.setattr(_T, "_uop_new", lambda *args: calls.append(args[1]) or real_new(*args))
+    for _ in range(3):
+        (a + b).realize()
+    calls.clear()
+    np.testing.assert_array_equal((a + b).realize().numpy(), (x + 1) + (x * 3))
+    assert not calls
+    others = [(lambda: a * b, (x + 1) * (x * 3)), (lambda: b + a, (x * 3) + (x + 1)), (lambda: a < b, x + 1 < x * 3),
+              (lambda: a + c, (x + 1) + (x - 2)), (lambda: b - a, (x * 3) - (x + 1))]  # fmt: skip
+    for make, want in others:
+        (a + b).realize()  # (the keep: `a + b`'s node)
+        assert (kept := _T._KEPT_NODE[-1][0]).src[0] is a.uop and kept.src[1] is b.uop
+        out = make()
+        assert out.uop is not _T._KEPT_NODE[-1][0]
+        np.testing.assert_array_equal(out.realize().numpy(), want)

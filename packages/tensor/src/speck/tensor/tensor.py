@@ -805,12 +805,13 @@ class Tensor(
                 c = ew.broadcast_literal(y, dt, dev, xs)  # (a literal leaves requires_grad to self)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
-                if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
-                    u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
-                    if fresh := _getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
-                        set_shape(u, xs)
-                else:
+                if (d := _DIRECT_NODE.get(fn)) is None or dt not in d[2]:  # one ALU node (weak dtypes: not)
                     u, fresh = fn(a, b, dev), False
+                elif (k := _KEPT_NODE[-1:]) and (u := k[0][0]).op is d[0] and (s := u.src)[0] is a and s[1] is b \
+                        and u.dtype is (d[1] or dt) and u.arg is None and u.tag is None:  # fmt: skip
+                    fresh = False  # (the kept node, this op's: hash-consing's node, without its key and lookup)
+                elif fresh := _getrefcount(u := _uop_new(UOp, d[0], d[1] or dt, (a, b))) == 2:  # (only this frame's)
+                    set_shape(u, xs)  # (no name, no shape yet)
                 out = Tensor.__new__(Tensor)
                 # (the epoch now, not ep: reading self.uop above may have applied a deferred update, a write)
                 out._uop, out._ver, out._device = u, _EPOCH[0], dev
