@@ -806,7 +806,7 @@ class Tensor(
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
                 if (d := _DIRECT_NODE.get(fn)) is None or dt not in d[2]:  # one ALU node (weak dtypes: not)
-                    u, fresh = fn(a, b, dev), False
+                    u, fresh, k = fn(a, b, dev), False, _KEPT_NODE[-1:]
                 elif (k := _KEPT_NODE[-1:]) and (u := k[0][0]).op is d[0] and (s := u.src)[0] is a and s[1] is b \
                         and u.dtype is (d[1] or dt) and u.arg is None and u.tag is None:  # fmt: skip
                     fresh = False  # (the kept node, this op's: hash-consing's node, without its key and lookup)
@@ -819,8 +819,8 @@ class Tensor(
                 _live_refs.append(_live_ref(out))  # (live.track, inlined)
                 if len(_live_refs) > _live._sweep_at:
                     _live._sweep()
-                # (the walk starts at the caller, as _new's would; the kept node with its entry: record does nothing)
-                if fresh or not ((k := _KEPT_NODE[-1:]) and k[0][0] is u and k[0][1]):
+                # (the walk starts at the caller, as _new's would; nothing to record for the kept node k with its entry)
+                if fresh or not (k and k[0][0] is u and k[0][1]):
                     _record_metadata(u, fresh)
                 return out
         if y.__class__ is not Tensor:
