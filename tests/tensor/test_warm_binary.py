@@ -47,7 +47,7 @@ class _Spy:
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
     """Send Tensor.realize's one-op case to realize_graph directly (the route before this pass)."""
-    monkeypatch.setattr(rz, "realize_binary", lambda u, a, b, device: rz.realize_graph(u, device, True))
+    monkeypatch.setattr(rz, "realize_binary", lambda u, a, b, device, kept=(): rz.realize_graph(u, device, True))
 
 
 def _inputs(dt: Any, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -362,3 +362,55 @@ def test_threads_sharing_the_keep_get_numpy_values() -> None:
         t.join()
     assert not errors, errors[0]
     assert len(realized_cache) <= before + 1  # (a race may count the keep as someone's hold once: never wrong)
+
+
+def test_the_keep_notes_its_schedule_and_a_stale_note_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept node's keep notes the schedule the warm route ran it with: while that is the LRU's newest, the next
+    same op looks no key up (a spy on the cache's get). Once another schedule is the newest (`a * b`, `a - b`,
+    realized while their nodes are held, so the keep stays `a + b`'s), the note is not trusted: the key is looked up
+    again and the results stay numpy's, one kernel per op."""
+    a, b, x = _small()
+    for _ in range(3):
+        (a + b).realize()
+    lookups = []
+    real_get = rz._plan_get
+    monkeypatch.setattr(rz, "_plan_get", lambda key: lookups.append(key) or real_get(key))
+    for _ in range(3):
+        GlobalCounters.reset()
+        np.testing.assert_array_equal((a + b).realize().numpy(), x + 1 + x * 3)
+        assert GlobalCounters.kernel_count == 1
+    assert not lookups
+    for op, want in (("mul", (x + 1) * (x * 3)), ("sub", (x + 1) - (x * 3))):
+        held = _OPS[op](a, b)
+        node = held.uop  # (someone else holds its node: realized into realized_cache, not kept)
+        held.realize()
+        assert _T._KEPT_NODE[-1][0] is (a + b).uop and node is not None
+        GlobalCounters.reset()
+        lookups.clear()
+        np.testing.assert_array_equal((a + b).realize().numpy(), x + 1 + x * 3)
+        assert GlobalCounters.kernel_count == 1 and len(lookups) == 1
+        np.testing.assert_array_equal(held.numpy(), want)
+
+
+def test_binary_takes_the_kept_node_only_for_its_own_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensor._binary takes the kept node without hash-consing's lookup (a spy on the constructor sees no call) only
+    when it is that op's node: the same op, operands in order, dtype. Any other op over the same inputs (another
+    ALU op, the operands swapped, a comparison, another input) gets its own node and numpy's values."""
+    a, b, x = _small()
+    c = Tensor(x - 2).realize()
+    calls = []
+    real_new = _T._uop_new
+    monkeypatch.setattr(_T, "_uop_new", lambda *args: calls.append(args[1]) or real_new(*args))
+    for _ in range(3):
+        (a + b).realize()
+    calls.clear()
+    np.testing.assert_array_equal((a + b).realize().numpy(), (x + 1) + (x * 3))
+    assert not calls
+    others = [(lambda: a * b, (x + 1) * (x * 3)), (lambda: b + a, (x * 3) + (x + 1)), (lambda: a < b, x + 1 < x * 3),
+              (lambda: a + c, (x + 1) + (x - 2)), (lambda: b - a, (x * 3) - (x + 1))]  # fmt: skip
+    for make, want in others:
+        (a + b).realize()  # (the keep: `a + b`'s node)
+        assert (kept := _T._KEPT_NODE[-1][0]).src[0] is a.uop and kept.src[1] is b.uop
+        out = make()
+        assert out.uop is not _T._KEPT_NODE[-1][0]
+        np.testing.assert_array_equal(out.realize().numpy(), want)

@@ -602,24 +602,34 @@ def realize_graph(u: UOp, device: str, unrealized: bool = False) -> UOp:
     return view
 
 
-def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
+def realize_binary(u: UOp, a: UOp, b: UOp, device: str, kept: list[Any] | tuple[()] = ()) -> UOp:
     """realize_graph(u, device, True) of one op over two different BUFFERs a and b (u's sources, u not in
     realized_cache: `(x + y).realize()`). The warm run of a plan whose one fresh buffer is its output, taken from the
     output's spare, is done here in one frame: cached_plan's flat key and LRU touch and realize_graph's warm body,
     without `found`'s tuple and list, the loops over inputs and fresh buffers, or the general branches. Anything
     else (a cold or other plan, a capture, MAX_BUFFER_SIZE, no spare to take) goes to realize_graph, having changed
-    nothing but what realize_graph would (the LRU order, the inputs' noted keys, a spare it drops as well)."""
+    nothing but what realize_graph would (the LRU order, the inputs' noted keys, a spare it drops as well).
+    kept: KEPT_NODE[-1:] as the caller read it. When u is the kept node, its keep notes (by the same weak reference
+    the LRU's `_newest` holds: one basic weak reference per object) the schedule this route ran it with; while that
+    is still the newest, it is in the cache under u's key and already most recently used: the key is neither built
+    nor looked up. (A schedule is put in the cache once, under one key; only an insert evicts, and it makes the
+    inserted one the newest.)"""
     if SCACHE.value and a is not b and _capture_state.calls is None and ALLOW_DEVICE_USAGE.value \
             and not MAX_BUFFER_SIZE.value:  # fmt: skip
-        ck = u._ck
-        # (cached_plan's key for a binary node over two BUFFERs, item for item)
-        sched = _plan_get((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
-                           device))  # fmt: skip
-        if sched is not None:
-            if _plan_newest[0]() is not sched:  # (cached_plan's LRU touch)
+        rec = kept[0] if kept else None
+        if rec is not None and rec[0] is u and rec[3] is device and rec[2] is _plan_newest[0] \
+                and (sched := rec[2]()) is not None:  # fmt: skip
+            rec = None  # (noted already)
+        else:
+            ck = u._ck
+            # (cached_plan's key for a binary node over two BUFFERs, item for item)
+            sched = _plan_get((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
+                               device))  # fmt: skip
+            if sched is not None and _plan_newest[0]() is not sched:  # (cached_plan's LRU touch)
                 _plan_touch((u.op, u.dtype, ck[3], ck[4], a.dtype, a.arg, a.src[1], b.dtype, b.arg, b.src[1], False,
                              device))  # fmt: skip
                 _plan_newest[0] = _ref(sched)
+        if sched is not None:
             if (plan := sched.plan) is not None and sched.generation == _program_cache.generation \
                     and not sched.keeps and (out_spare := sched.warm[8]) is not None:  # fmt: skip
                 data, keys = buffer_map_data, sched.keys
@@ -642,6 +652,9 @@ def realize_binary(u: UOp, a: UOp, b: UOp, device: str) -> UOp:
                             _runner.run(plan, [ha, hb, out_hb])  # (inputs, then the one fresh slot: the output)
                             if _KEEP_FREED.value:
                                 out_spare.append((out, key))
+                            # (u kept, its keep unchanged since: it notes the schedule u ran with)
+                            if rec is not None and rec[0] is u and (now := KEPT_NODE[-1:]) and now[0] is rec:
+                                KEPT_NODE[-1:] = [(u, rec[1], _ref(sched), device)]
                             return out  # type: ignore[no-any-return]
                         key = out = None  # (the key first: see _unmap; realize_graph makes a new output)
     return realize_graph(u, device, True)
@@ -672,7 +685,7 @@ KEPT_NODE = SpareBuffers()
 _sibling_data: dict[Any, Any] = sibling_graphs.data  # type: ignore[attr-defined]  # (its backing dict: see schedule)
 
 
-def keep_node(kept: list[tuple[UOp, bool]], u: UOp, a: UOp, b: UOp) -> None:
+def keep_node(kept: list[tuple[UOp, bool, Any, Any]], u: UOp, a: UOp, b: UOp) -> None:
     """Keep u (just realized by Tensor.realize, nobody else holding it) in `kept` (KEPT_NODE), in place of the one
     kept before, when the keep is allowed: not in a capture, LRU on, inputs a and b small, no gradient graph (a live
     sibling reads as one still to be computed: has_pending_siblings), no external memory read."""
@@ -680,7 +693,7 @@ def keep_node(kept: list[tuple[UOp, bool]], u: UOp, a: UOp, b: UOp) -> None:
             and b.arg * b.dtype.itemsize <= SPARE_MAX_BYTES and (not _sibling_data or _ref(u) not in _sibling_data) \
             and not reads_external(u):  # fmt: skip
         # (with whether u has its metadata entry: then metadata.record(u) has nothing to do, and _binary skips it)
-        kept.append((u, _ref(u) in node_metadata_data))
+        kept.append((u, _ref(u) in node_metadata_data, None, None))  # (realize_binary notes u's schedule: [2], [3])
         del kept[:-1]  # (the older one goes; a slice, which another thread emptying the list cannot make fail)
 
 

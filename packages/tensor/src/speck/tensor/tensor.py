@@ -449,7 +449,7 @@ class Tensor(
         if u.__class__ is UOp and len(src := u.src) == 2 and src[0].op is _BUFFER and src[1].op is _BUFFER \
                 and (not realized_data or _ref(u) not in realized_data):  # fmt: skip
             # one op over two BUFFERs (`(a + b).realize()`, a computation): _realize_one's path without its frame
-            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device)
+            view = _realize.realize_binary(u, a := src[0], b := src[1], self._device, _KEPT_NODE[-1:])  # (its note)
             self._uop, self._ver = view, _EPOCH[0]
             if self.requires_grad is True:
                 realized_roots[id(self)] = self
@@ -805,12 +805,13 @@ class Tensor(
                 c = ew.broadcast_literal(y, dt, dev, xs)  # (a literal leaves requires_grad to self)
                 a, b = (c, xu) if reverse else (xu, c)
             if a is not None:
-                if (d := _DIRECT_NODE.get(fn)) is not None and dt in d[2]:  # one ALU node (weak dtypes: not)
-                    u = _uop_new(UOp, d[0], d[1] or dt, (a, b))
-                    if fresh := _getrefcount(u) == 2:  # (only this frame holds it: no name, no shape yet)
-                        set_shape(u, xs)
-                else:
-                    u, fresh = fn(a, b, dev), False
+                if (d := _DIRECT_NODE.get(fn)) is None or dt not in d[2]:  # one ALU node (weak dtypes: not)
+                    u, fresh, k = fn(a, b, dev), False, _KEPT_NODE[-1:]
+                elif (k := _KEPT_NODE[-1:]) and (u := k[0][0]).op is d[0] and (s := u.src)[0] is a and s[1] is b \
+                        and u.dtype is (d[1] or dt) and u.arg is None and u.tag is None:  # fmt: skip
+                    fresh = False  # (the kept node, this op's: hash-consing's node, without its key and lookup)
+                elif fresh := _getrefcount(u := _uop_new(UOp, d[0], d[1] or dt, (a, b))) == 2:  # (only this frame's)
+                    set_shape(u, xs)  # (no name, no shape yet)
                 out = Tensor.__new__(Tensor)
                 # (the epoch now, not ep: reading self.uop above may have applied a deferred update, a write)
                 out._uop, out._ver, out._device = u, _EPOCH[0], dev
@@ -818,8 +819,8 @@ class Tensor(
                 _live_refs.append(_live_ref(out))  # (live.track, inlined)
                 if len(_live_refs) > _live._sweep_at:
                     _live._sweep()
-                # (the walk starts at the caller, as _new's would; the kept node with its entry: record does nothing)
-                if fresh or not ((k := _KEPT_NODE[-1:]) and k[0][0] is u and k[0][1]):
+                # (the walk starts at the caller, as _new's would; nothing to record for the kept node k with its entry)
+                if fresh or not (k and k[0][0] is u and k[0][1]):
                     _record_metadata(u, fresh)
                 return out
         if y.__class__ is not Tensor:
