@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from speck.codegen.backends import host_backends
+from speck.hcq import graph as _graph
 from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
 from speck.hcq.buffer import Buffer
 from speck.hcq.device import DeviceBase
@@ -33,7 +34,7 @@ from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.registry import numbered, register_device
 from speck.hcq.settings import CHUNK_S as _CHUNK_S
-from speck.hcq.settings import CPU_MEM_LIMIT, NUM_CPU_THREADS, PIN_WORKERS
+from speck.hcq.settings import CPU_IDLE_SPIN_US, CPU_MEM_LIMIT, NUM_CPU_THREADS, PIN_WORKERS
 from speck.hcq.settings import PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
 from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
 from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
@@ -145,11 +146,32 @@ def pin_worker(index: int) -> int | None:
     return core
 
 
+def _libc_getcpu() -> Any:
+    try:
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
+
+
+# the core the calling thread runs on (glibc's sched_getcpu, ~0.1 us), None where libc has none
+_getcpu: Any = _libc_getcpu()
+
+
+def launcher_must_move(cpu: int | None, worker_cores: set[int]) -> bool:
+    """Whether a split launch moves its launching thread, found running on core `cpu` (None: unknown), off the
+    pinned workers' cores: only when it is on one of them (or where it runs can't be read)."""
+    return cpu is None or cpu < 0 or cpu in worker_cores
+
+
 class _on_launcher_core:
     """While a split launch runs, the launching thread stays off its pinned workers' cores (on the first allowed
     core), then gets its own affinity back. A launcher that slept (between training steps, say) may wake on a
     worker's core, and the pinned worker then shares that core with it until the OS moves one of them: a 512x512
-    matmul ran at half speed. Costs two affinity calls (~5 us) per split launch; nothing when no worker is pinned."""
+    matmul ran at half speed. The two affinity calls cost ~10 us each inside a jitted MLP step (5% of it), so they
+    are made only when the launcher is found on a worker's core (launcher_must_move); nothing when no worker is
+    pinned."""
 
     __slots__ = ("saved", "workers")
 
@@ -160,6 +182,9 @@ class _on_launcher_core:
     def __enter__(self) -> None:
         if not self.workers or self.workers[0].core is None:
             return  # (the first launch makes the workers: they pin themselves, the launcher is free this once)
+        cores = {w.core for w in self.workers if w.core is not None}
+        if not launcher_must_move(_getcpu() if _getcpu is not None else None, cores):
+            return
         saved = os.sched_getaffinity(0)
         launcher = saved - {w.core for w in self.workers}
         if launcher and launcher != saved:
@@ -172,13 +197,17 @@ class _on_launcher_core:
 
 
 class _Worker:
-    __slots__ = ("core", "done", "go", "task", "thread")
+    __slots__ = ("core", "done", "go", "slot", "slot_addr", "task", "thread")
 
     def __init__(self, pool: WorkerPool, index: int) -> None:
         self.core: int | None = None  # the core the worker is pinned to (pin_worker), once it has started
         self.go, self.done = threading.Lock(), threading.Lock()
         self.go.acquire()
         self.done.acquire()
+        # where the worker waits for graph runs without sleeping (speck.hcq.graph's speck_worker_idle): state, Python
+        # task flag, spin budget in ns, a posted run's arguments
+        self.slot = (ctypes.c_uint64 * _graph.SLOT_WORDS)()
+        self.slot_addr = ctypes.addressof(self.slot)
         self.task: tuple[Any, tuple[Any, ...], int, int, _Feed | None] | None = None
         self.thread = threading.Thread(target=pool._work, args=(self, index), name=f"speck-cpu-worker{index}",
                                        daemon=True)  # fmt: skip
@@ -194,11 +223,17 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
         self._stop = threading.Event()  # an interrupted launch: workers end their slices after the current piece
+        self.posted = 0  # graph runs' parts a spinning worker took natively (run_graph), for tests and profiling
+        self._spin = 0  # ns the workers wait for the next graph run without sleeping (idle_spin_ns of the last one)
 
     def _work(self, w: _Worker, index: int) -> None:
         w.core = pin_worker(index)
+        slot = w.slot
         while True:
+            if slot[2] and (fns := _graph.worker_functions()) is not None:
+                fns[0](w.slot_addr)  # (runs posted graph runs natively; returns to sleep or for a Python task)
             w.go.acquire()
+            slot[1] = 0
             task = w.task
             assert task is not None
             fn, args, start, end, feed = task
@@ -226,6 +261,8 @@ class WorkerPool:
             workers = self._workers[: t - 1]
             for k, w in enumerate(workers, start=1):
                 w.task = (fn, args, n * k // t, n * (k + 1) // t, feed)
+                w.slot[2] = 0  # (after a direct launch the worker sleeps, as it did before graphs)
+                w.slot[1] = 1  # (a worker spinning for graph runs comes back to take it)
                 w.go.release()
             try:
                 if feed is None:
@@ -240,6 +277,50 @@ class WorkerPool:
                     self._errors.clear()  # the launcher's own exception is the one to report
                 raise
             self._join(workers)
+            if self._errors:
+                err = self._errors[0]
+                self._errors.clear()
+                raise err
+
+    def run_graph(self, fn: Any, args: tuple[Any, ...], workers: int) -> None:
+        """A CPU graph's run on `workers` threads: fn(*args, k, k + 1) on worker k (the launcher is worker 0), where
+        fn is speck.hcq.graph's interpreter and args its first four arguments. A worker still spinning after an
+        earlier graph run takes its part natively, without a wake-up through Python (which cost ~25 us a launch);
+        the others are woken as for `run`. Afterwards the workers spin for the next run for as long as this one took
+        (idle_spin_ns)."""
+        fns = _graph.worker_functions()
+        if fns is None or workers <= 1:
+            self.run(fn, args, workers, workers)
+            return
+        _, post, wait = fns
+        with self._lock, _on_launcher_core(self._workers):
+            while len(self._workers) < workers - 1:
+                self._workers.append(_Worker(self, len(self._workers) + 1))
+            helpers = self._workers[: workers - 1]
+            posted, woken = [], []
+            t0 = time.perf_counter_ns()
+            for k, w in enumerate(helpers, start=1):
+                slot = w.slot
+                slot[3], slot[4], slot[5], slot[6], slot[7], slot[8] = (*args, k, k + 1)
+                if post(w.slot_addr):
+                    posted.append(w)
+                else:
+                    w.task = (fn, args, k, k + 1, None)
+                    slot[2] = self._spin  # (read when its part is done: how long to wait for the next run)
+                    slot[1] = 1
+                    w.go.release()
+                    woken.append(w)
+            try:
+                fn(*args, 0, 1)
+            finally:  # (the interpreter's call does not raise; the waits must happen whatever comes)
+                for w in posted:
+                    wait(w.slot_addr)
+                self._join(woken)
+            self.posted += len(posted)
+            spin = self._spin = idle_spin_ns(time.perf_counter_ns() - t0, int(CPU_IDLE_SPIN_US.value), usable_cores(),
+                                len(self._workers))  # fmt: skip
+            for w in helpers:
+                w.slot[2] = spin
             if self._errors:
                 err = self._errors[0]
                 self._errors.clear()
@@ -263,7 +344,28 @@ class WorkerPool:
             raise pending
 
 
+def idle_spin_ns(run_ns: int, cap_us: int, cores: int, workers: int) -> int:
+    """How long (ns) a pool worker waits for the next graph run without sleeping, after a run that took `run_ns`:
+    as long as that run (so spinning costs at most as much CPU as the work did), at most `cap_us` microseconds, and
+    not at all when the workers don't each have a core of their own beside the launcher's (a spinning worker
+    would take the CPU from the thread that is to launch the next run). Back-to-back runs (a training loop's
+    steps) then find the workers awake: waking one through Python cost ~25 us of a 0.5 ms MLP step."""
+    if cores <= workers or cap_us <= 0:
+        return 0
+    return max(0, min(run_ns, cap_us * 1000))
+
+
 POOL = WorkerPool()
+
+
+def _pool_after_fork() -> None:
+    """A forked child has none of the parent's worker threads: its pool starts afresh (else a launch would wait
+    for workers that do not exist)."""
+    POOL.__init__()  # type: ignore[misc]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool_after_fork)
 
 
 class CPUProgram(Program):
