@@ -146,3 +146,40 @@ def test_a_forked_child_gets_workers_of_its_own() -> None:
         raise AssertionError("the forked child's launch never finished")
     assert p.exitcode == 0
     assert q.get(timeout=10) == [0, 1]
+
+
+EXIT_WHILE_SPINNING = """
+import sys
+sys.path.insert(0, {here!r})
+import numpy as np
+from hcq_kernels import ADD_IR
+from speck.hcq import Buffer, Device
+import speck.hcq.cpu as cpu_mod
+from speck.hcq.graph import CPUGraph
+
+cpu_mod.idle_spin_ns = lambda *a: 10**10  # the worker is still spinning when the process exits
+dev = Device["CPU"]
+dev.threads = 2
+add = dev.runtime("add", dev.compiler.compile(ADD_IR))
+bufs = [Buffer("CPU", 64, np.float32).copyin(np.ones(64, np.float32)) for _ in range(3)]
+g = CPUGraph(dev)
+g.add_exec(add, bufs, (64, 1, 1), threads=2)
+g.workers = 2
+for _ in range(3):
+    g.run()
+print(bufs[0].numpy().sum())
+"""
+
+
+def test_the_process_exits_cleanly_while_workers_spin(tmp_path: Any) -> None:
+    """At exit the workers leave the interpreter's code before it is unmapped (a worker spinning in it crashed the
+    exiting process)."""
+    import subprocess
+    import sys
+
+    script = EXIT_WHILE_SPINNING.format(here=os.path.dirname(__file__))
+    env = {**os.environ, "SPECK_CACHE_DIR": str(tmp_path)}
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip() == "128.0"

@@ -14,6 +14,7 @@ whose outer range has a single row (or a CPU graph's interpreter call) runs to i
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import os
@@ -225,6 +226,8 @@ class WorkerPool:
         self._stop = threading.Event()  # an interrupted launch: workers end their slices after the current piece
         self.posted = 0  # graph runs' parts a spinning worker took natively (run_graph), for tests and profiling
         self._spin = 0  # ns the workers wait for the next graph run without sleeping (idle_spin_ns of the last one)
+        self._closed = False  # the process is exiting: workers no longer spin (see stop_spinning)
+        self._exit_hook = False  # stop_spinning is registered to run at exit
 
     def _work(self, w: _Worker, index: int) -> None:
         w.core = pin_worker(index)
@@ -293,6 +296,11 @@ class WorkerPool:
             self.run(fn, args, workers, workers)
             return
         _, post, wait = fns
+        if not self._exit_hook:
+            # (registered now, after the interpreter's image: exit hooks run last-registered first, and the one that
+            # unmaps executable memory at exit came with the first image)
+            atexit.register(self.stop_spinning)
+            self._exit_hook = True
         with self._lock, _on_launcher_core(self._workers):
             while len(self._workers) < workers - 1:
                 self._workers.append(_Worker(self, len(self._workers) + 1))
@@ -317,14 +325,26 @@ class WorkerPool:
                     wait(w.slot_addr)
                 self._join(woken)
             self.posted += len(posted)
-            spin = self._spin = idle_spin_ns(time.perf_counter_ns() - t0, int(CPU_IDLE_SPIN_US.value), usable_cores(),
-                                len(self._workers))  # fmt: skip
+            elapsed = time.perf_counter_ns() - t0
+            cap = int(CPU_IDLE_SPIN_US.value)
+            spin = self._spin = 0 if self._closed else idle_spin_ns(elapsed, cap, usable_cores(), len(self._workers))
             for w in helpers:
                 w.slot[2] = spin
             if self._errors:
                 err = self._errors[0]
                 self._errors.clear()
                 raise err
+
+    def stop_spinning(self) -> None:
+        """Bring every worker waiting natively for graph runs back to Python, and keep them from spinning again: at
+        exit, before the interpreter's code is unmapped under a worker still running it."""
+        self._closed, self._spin = True, 0
+        for w in self._workers:
+            w.slot[2] = 0
+            w.slot[1] = 1  # (a spinning worker returns to Python and sleeps on its lock)
+        for w in self._workers:
+            while w.slot[0] != 0 and w.thread.is_alive():
+                time.sleep(1e-5)
 
     def _join(self, workers: list[_Worker]) -> None:
         """Wait until every worker finished its slice. A signal raising meanwhile (Ctrl-C) stops the workers after
