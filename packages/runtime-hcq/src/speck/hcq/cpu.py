@@ -3,7 +3,9 @@
 Each exec splits [0, global_size[0]) into contiguous slices, one per worker (a big kernel: PARTS_PER_THREAD parts
 per worker, taken in turn); a worker calls the kernel through ctypes with (buffers..., vars..., core_start,
 core_end) (see CPU_ABI.md). ctypes releases the GIL for the call, so the workers really run in parallel. The thread
-that executes the command works too, so a one-slice (tiny) kernel costs no thread wake-up at all.
+that executes the command works too, so a one-slice (tiny) kernel costs no thread wake-up at all. A CPU graph's run
+(WorkerPool.run_graph) is handed to workers still spinning after the previous run natively, without waking them
+through Python (idle_spin_ns says how long they spin).
 
 Stopping a kernel (Ctrl-C, a timeout's signal): a native call can't be interrupted, so every slice runs as a series
 of calls over growing pieces of its range (one row, then 4x more each time until a piece takes about CHUNK_S). The
