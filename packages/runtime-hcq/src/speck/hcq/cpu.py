@@ -322,10 +322,18 @@ class WorkerPool:
                     woken.append(w)
             try:
                 fn(*args, 0, 1)
-            finally:  # (the interpreter's call does not raise; the waits must happen whatever comes)
+            finally:  # (a signal may raise meanwhile: every worker must be done with the run before it propagates)
+                pending: BaseException | None = None
                 for w in posted:
-                    wait(w.slot_addr)
+                    while True:
+                        try:
+                            wait(w.slot_addr)
+                            break
+                        except BaseException as e:
+                            pending = pending or e
                 self._join(woken)
+                if pending is not None:
+                    raise pending
             self.posted += len(posted)
             elapsed = time.perf_counter_ns() - t0
             cap = int(CPU_IDLE_SPIN_US.value)
