@@ -187,3 +187,18 @@ def test_launcher_moves_only_from_a_workers_core() -> None:
     assert not launcher_must_move(0, {3, 5})
     assert launcher_must_move(None, {3})  # (where it runs can't be read: move, as always before)
     assert launcher_must_move(-1, {3})
+
+
+@pytest.mark.parametrize("first", [1, 2])
+def test_worker_choice_times_each_candidate_back_to_back(first: int) -> None:
+    """A split graph run right after a one-worker run pays for waking the workers (they spin only after a split
+    run): each candidate's timed runs come in a row, so the best of them is its steady time."""
+    c = WorkerChoice(2, first=first)
+    other = 2 if first == 1 else 1
+    order = []
+    for _ in range(2 * TUNE_RUNS):
+        w = c.pick()
+        order.append(w)
+        c.record(w, 1.0 if w == 2 else 2.0)
+    assert order == [first] * TUNE_RUNS + [other] * TUNE_RUNS
+    assert c.chosen == 2

@@ -28,7 +28,7 @@ def next_retune_interval(interval: int, previous: int | None, chosen: int, trial
 
 class WorkerChoice:
     """Between 1 worker and `n`: `pick()` the count for the next run, `record()` how long it took. While measuring,
-    the candidates alternate, `first` first, TUNE_RUNS timed runs each; then the faster is `chosen` until the
+    each candidate gets TUNE_RUNS timed runs in a row, `first` first; then the faster is `chosen` until the
     next measurement. `skip_first`: the very first run is not counted (a direct launch's first split pays the first
     touch of its output, cold caches and sleeping workers: a 1024 matmul's first split launch took 75-89 ms, its
     next ones ~50 ms, and with two trials a side that decided for one worker). With n <= 1 there is nothing to
@@ -47,8 +47,12 @@ class WorkerChoice:
     def pick(self) -> int:
         if self.chosen is not None:
             return self.chosen
-        other = 1 if self.first == self.n else self.n
-        return self.first if len(self.trials[self.first]) <= len(self.trials[other]) else other
+        # each candidate's timed runs back to back, `first`'s first: after a split graph run the workers spin for
+        # the next one (speck.hcq.cpu), and a split run right after a one-worker run pays for waking them, which
+        # steady split runs don't: the best of a candidate's consecutive runs is its steady time
+        if len(self.trials[self.first]) < TUNE_RUNS:
+            return self.first
+        return 1 if self.first == self.n else self.n
 
     def record(self, workers: int, seconds: float) -> None:
         if self.n <= 1:
