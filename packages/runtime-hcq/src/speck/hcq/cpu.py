@@ -149,32 +149,11 @@ def pin_worker(index: int) -> int | None:
     return core
 
 
-def _libc_getcpu() -> Any:
-    try:
-        fn = ctypes.CDLL(None).sched_getcpu
-    except (AttributeError, OSError):
-        return None
-    fn.restype, fn.argtypes = ctypes.c_int, []
-    return fn
-
-
-# the core the calling thread runs on (glibc's sched_getcpu, ~0.1 us), None where libc has none
-_getcpu: Any = _libc_getcpu()
-
-
-def launcher_must_move(cpu: int | None, worker_cores: set[int]) -> bool:
-    """Whether a split launch moves its launching thread, found running on core `cpu` (None: unknown), off the
-    pinned workers' cores: only when it is on one of them (or where it runs can't be read)."""
-    return cpu is None or cpu < 0 or cpu in worker_cores
-
-
 class _on_launcher_core:
     """While a split launch runs, the launching thread stays off its pinned workers' cores (on the first allowed
     core), then gets its own affinity back. A launcher that slept (between training steps, say) may wake on a
     worker's core, and the pinned worker then shares that core with it until the OS moves one of them: a 512x512
-    matmul ran at half speed. The two affinity calls cost ~10 us each inside a jitted MLP step (5% of it), so they
-    are made only when the launcher is found on a worker's core (launcher_must_move); nothing when no worker is
-    pinned."""
+    matmul ran at half speed. Costs two affinity calls (~5 us) per split launch; nothing when no worker is pinned."""
 
     __slots__ = ("saved", "workers")
 
@@ -185,9 +164,6 @@ class _on_launcher_core:
     def __enter__(self) -> None:
         if not self.workers or self.workers[0].core is None:
             return  # (the first launch makes the workers: they pin themselves, the launcher is free this once)
-        cores = {w.core for w in self.workers if w.core is not None}
-        if not launcher_must_move(_getcpu() if _getcpu is not None else None, cores):
-            return
         saved = os.sched_getaffinity(0)
         launcher = saved - {w.core for w in self.workers}
         if launcher and launcher != saved:
