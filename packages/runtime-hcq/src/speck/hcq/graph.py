@@ -624,7 +624,7 @@ class CPUGraph:
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
         self._fixed = all(t is not None for t in self._threads)
-        self._choice = WorkerChoice(nworkers, first=1)
+        self._choice = WorkerChoice(nworkers, first=1, in_a_row=True)  # (in a row: see WorkerChoice)
 
     def _table(self, nw: int) -> int:
         """Address of the command table for `nw` workers (every split clamped to nw; 1: all on worker 0)."""
