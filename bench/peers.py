@@ -9,8 +9,9 @@ fresh process). Ratios are the result: absolute figures describe the host (hosts
 Rows do not disturb each other: the small-op dispatch row read the same alone and after the 16M stream rows (12.5 us
 with `--rows dispatch`, 12.5-13.1 us with `--rows stream,dispatch` or `--rows matmul,stream` before it, and the same
 with SETTLE_S=0), and per-thread CPU counters (/proc/self/task) showed no thread but the caller's running during it:
-speck's CPU workers block on a lock between launches (their graph barrier spins only inside a launch), and the peers'
-pools had let go. (A reading of ~21 us after the stream rows on a loaded host did not come back in these runs.)
+speck's CPU workers block on a lock between launches (after a CPU graph run they spin natively for as long as
+that run took, at most CPU_IDLE_SPIN_US, before blocking), and the peers' pools had let go. (A reading of ~21 us
+after the stream rows on a loaded host did not come back in these runs.)
 
     python3 bench/peers.py [--quick] [--rows stream,dispatch]
 """

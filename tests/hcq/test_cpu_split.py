@@ -12,6 +12,7 @@ import pytest
 from hcq_kernels import ADD_IR
 from speck.hcq import Buffer, Device
 from speck.hcq.cpu import POOL, CPUDevice
+from speck.hcq.graph import CPUGraph
 from speck.hcq.worker_choice import RETUNE_EVERY, TUNE_RUNS, WorkerChoice
 
 
@@ -174,3 +175,26 @@ def test_the_launcher_stays_off_pinned_workers_cores_during_a_split_launch() -> 
         assert during == [before]
     else:
         assert during == [{min(before - {w.core})}]
+
+
+@pytest.mark.parametrize("first", [1, 2])
+def test_worker_choice_times_each_candidate_back_to_back(first: int) -> None:
+    """A split graph run right after a one-worker run pays for waking the workers (they spin only after a split
+    run): each candidate's timed runs come in a row, so the best of them is its steady time."""
+    other = 2 if first == 1 else 1
+    for in_a_row in (True, False):
+        c = WorkerChoice(2, first=first, in_a_row=in_a_row)
+        order = []
+        for _ in range(2 * TUNE_RUNS):
+            w = c.pick()
+            order.append(w)
+            c.record(w, 1.0 if w == 2 else 2.0)
+        # a graph's choice (in a row) vs a direct launch's (alternating: a cold launch either way)
+        assert order == ([first] * TUNE_RUNS + [other] * TUNE_RUNS if in_a_row else [first, other] * TUNE_RUNS)
+        assert c.chosen == 2
+
+
+def test_a_graph_times_its_candidates_in_a_row() -> None:
+    g = CPUGraph(Device["CPU"])
+    g._build()
+    assert g._choice.in_a_row

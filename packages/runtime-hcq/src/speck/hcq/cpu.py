@@ -3,7 +3,9 @@
 Each exec splits [0, global_size[0]) into contiguous slices, one per worker (a big kernel: PARTS_PER_THREAD parts
 per worker, taken in turn); a worker calls the kernel through ctypes with (buffers..., vars..., core_start,
 core_end) (see CPU_ABI.md). ctypes releases the GIL for the call, so the workers really run in parallel. The thread
-that executes the command works too, so a one-slice (tiny) kernel costs no thread wake-up at all.
+that executes the command works too, so a one-slice (tiny) kernel costs no thread wake-up at all. A CPU graph's run
+(WorkerPool.run_graph) is handed to workers still spinning after the previous run natively, without waking them
+through Python (idle_spin_ns says how long they spin).
 
 Stopping a kernel (Ctrl-C, a timeout's signal): a native call can't be interrupted, so every slice runs as a series
 of calls over growing pieces of its range (one row, then 4x more each time until a piece takes about CHUNK_S). The
@@ -14,6 +16,7 @@ whose outer range has a single row (or a CPU graph's interpreter call) runs to i
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import os
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from speck.codegen.backends import host_backends
+from speck.hcq import graph as _graph
 from speck.hcq.allocator import HostAllocator, available_ram, check_copy_size, parse_bytes
 from speck.hcq.buffer import Buffer
 from speck.hcq.device import DeviceBase
@@ -33,7 +37,7 @@ from speck.hcq.libs import Library, default_libraries
 from speck.hcq.program import Program
 from speck.hcq.registry import numbered, register_device
 from speck.hcq.settings import CHUNK_S as _CHUNK_S
-from speck.hcq.settings import CPU_MEM_LIMIT, NUM_CPU_THREADS, PIN_WORKERS
+from speck.hcq.settings import CPU_IDLE_SPIN_US, CPU_MEM_LIMIT, NUM_CPU_THREADS, PIN_WORKERS
 from speck.hcq.settings import PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
 from speck.hcq.settings import PARALLEL_MIN_FLOPS as _PARALLEL_MIN_FLOPS
 from speck.hcq.settings import PARTS_PER_THREAD as _PARTS_PER_THREAD
@@ -172,13 +176,17 @@ class _on_launcher_core:
 
 
 class _Worker:
-    __slots__ = ("core", "done", "go", "task", "thread")
+    __slots__ = ("core", "done", "go", "slot", "slot_addr", "task", "thread")
 
     def __init__(self, pool: WorkerPool, index: int) -> None:
         self.core: int | None = None  # the core the worker is pinned to (pin_worker), once it has started
         self.go, self.done = threading.Lock(), threading.Lock()
         self.go.acquire()
         self.done.acquire()
+        # where the worker waits for graph runs without sleeping (speck.hcq.graph's speck_worker_idle): state, Python
+        # task flag, spin budget in ns, a posted run's arguments
+        self.slot = (ctypes.c_uint64 * _graph.SLOT_WORDS)()
+        self.slot_addr = ctypes.addressof(self.slot)
         self.task: tuple[Any, tuple[Any, ...], int, int, _Feed | None] | None = None
         self.thread = threading.Thread(target=pool._work, args=(self, index), name=f"speck-cpu-worker{index}",
                                        daemon=True)  # fmt: skip
@@ -194,11 +202,19 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
         self._stop = threading.Event()  # an interrupted launch: workers end their slices after the current piece
+        self.posted = 0  # graph runs' parts a spinning worker took natively (run_graph), for tests and profiling
+        self._spin = 0  # ns the workers wait for the next graph run without sleeping (idle_spin_ns of the last one)
+        self._closed = False  # the process is exiting: workers no longer spin (see stop_spinning)
+        self._exit_hook = False  # stop_spinning is registered to run at exit
 
     def _work(self, w: _Worker, index: int) -> None:
         w.core = pin_worker(index)
+        slot = w.slot
         while True:
+            if slot[2] and (fns := _graph.worker_functions()) is not None:
+                fns[0](w.slot_addr)  # (runs posted graph runs natively; returns to sleep or for a Python task)
             w.go.acquire()
+            slot[1] = 0
             task = w.task
             assert task is not None
             fn, args, start, end, feed = task
@@ -226,6 +242,8 @@ class WorkerPool:
             workers = self._workers[: t - 1]
             for k, w in enumerate(workers, start=1):
                 w.task = (fn, args, n * k // t, n * (k + 1) // t, feed)
+                w.slot[2] = 0  # (after a direct launch the worker sleeps, as it did before graphs)
+                w.slot[1] = 1  # (a worker spinning for graph runs comes back to take it)
                 w.go.release()
             try:
                 if feed is None:
@@ -245,6 +263,75 @@ class WorkerPool:
                 self._errors.clear()
                 raise err
 
+    def run_graph(self, fn: Any, args: tuple[Any, ...], workers: int) -> None:
+        """A CPU graph's run on `workers` threads: fn(*args, k, k + 1) on worker k (the launcher is worker 0), where
+        fn is speck.hcq.graph's interpreter and args its first four arguments. A worker still spinning after an
+        earlier graph run takes its part natively, without a wake-up through Python (which cost ~25 us a launch);
+        the others are woken as for `run`. Afterwards the workers spin for the next run for as long as this one took
+        (idle_spin_ns)."""
+        fns = _graph.worker_functions()
+        if fns is None or workers <= 1:
+            self.run(fn, args, workers, workers)
+            return
+        _, post, wait = fns
+        if not self._exit_hook:
+            # (registered now, after the interpreter's image: exit hooks run last-registered first, and the one that
+            # unmaps executable memory at exit came with the first image)
+            atexit.register(self.stop_spinning)
+            self._exit_hook = True
+        with self._lock, _on_launcher_core(self._workers):
+            while len(self._workers) < workers - 1:
+                self._workers.append(_Worker(self, len(self._workers) + 1))
+            helpers = self._workers[: workers - 1]
+            posted, woken = [], []
+            t0 = time.perf_counter_ns()
+            for k, w in enumerate(helpers, start=1):
+                slot = w.slot
+                slot[3], slot[4], slot[5], slot[6], slot[7], slot[8] = (*args, k, k + 1)
+                if post(w.slot_addr):
+                    posted.append(w)
+                else:
+                    w.task = (fn, args, k, k + 1, None)
+                    slot[2] = self._spin  # (read when its part is done: how long to wait for the next run)
+                    slot[1] = 1
+                    w.go.release()
+                    woken.append(w)
+            try:
+                fn(*args, 0, 1)
+            finally:  # (a signal may raise meanwhile: every worker must be done with the run before it propagates)
+                pending: BaseException | None = None
+                for w in posted:
+                    while True:
+                        try:
+                            wait(w.slot_addr)
+                            break
+                        except BaseException as e:
+                            pending = pending or e
+                self._join(woken)
+                if pending is not None:
+                    raise pending
+            self.posted += len(posted)
+            elapsed = time.perf_counter_ns() - t0
+            cap = int(CPU_IDLE_SPIN_US.value)
+            spin = self._spin = 0 if self._closed else idle_spin_ns(elapsed, cap, usable_cores(), len(self._workers))
+            for w in helpers:
+                w.slot[2] = spin
+            if self._errors:
+                err = self._errors[0]
+                self._errors.clear()
+                raise err
+
+    def stop_spinning(self) -> None:
+        """Bring every worker waiting natively for graph runs back to Python, and keep them from spinning again: at
+        exit, before the interpreter's code is unmapped under a worker still running it."""
+        self._closed, self._spin = True, 0
+        for w in self._workers:
+            w.slot[2] = 0
+            w.slot[1] = 1  # (a spinning worker returns to Python and sleeps on its lock)
+        for w in self._workers:
+            while w.slot[0] != 0 and w.thread.is_alive():
+                time.sleep(1e-5)
+
     def _join(self, workers: list[_Worker]) -> None:
         """Wait until every worker finished its slice. A signal raising meanwhile (Ctrl-C) stops the workers after
         their current piece; the wait goes on (they must not outlive the launch) and the exception is re-raised."""
@@ -263,7 +350,28 @@ class WorkerPool:
             raise pending
 
 
+def idle_spin_ns(run_ns: int, cap_us: int, cores: int, workers: int) -> int:
+    """How long (ns) a pool worker waits for the next graph run without sleeping, after a run that took `run_ns`:
+    as long as that run (so spinning costs at most as much CPU as the work did), at most `cap_us` microseconds, and
+    not at all when the workers don't each have a core of their own beside the launcher's (a spinning worker
+    would take the CPU from the thread that is to launch the next run). Back-to-back runs (a training loop's
+    steps) then find the workers awake: waking one through Python cost ~25 us of a 0.5 ms MLP step."""
+    if cores <= workers or cap_us <= 0:
+        return 0
+    return max(0, min(run_ns, cap_us * 1000))
+
+
 POOL = WorkerPool()
+
+
+def _pool_after_fork() -> None:
+    """A forked child has none of the parent's worker threads: its pool starts afresh (else a launch would wait
+    for workers that do not exist)."""
+    POOL.__init__()  # type: ignore[misc]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool_after_fork)
 
 
 class CPUProgram(Program):

@@ -43,6 +43,7 @@ from speck.hcq.worker_choice import WorkerChoice
 # CPUProgram, which build on this module, so it names them only through these Protocols
 class CPUWorkersLike(Protocol):
     def run(self, fn: Any, args: tuple[Any, ...], n: int, threads: int, parts: int = 0) -> None: ...
+    def run_graph(self, fn: Any, args: tuple[Any, ...], workers: int) -> None: ...
 
 
 class CPUDeviceLike(DeviceLike, Protocol):
@@ -270,6 +271,106 @@ exit:
   ret void
 }}
 
+; a pool worker waiting for its next task without sleeping (see speck.hcq.cpu): `slot` holds the worker's state
+; (0 away, 1 spinning here, 2 a graph run posted), a Python task flag, the spin budget in ns, and the six packed
+; arguments of a posted run. Runs posted graphs until the budget passes without one (returns 0, the state back to
+; 0) or a Python task is flagged (returns 1).
+define i64 @speck_worker_idle(ptr %slot) {{
+entry:
+  %pyp = getelementptr i64, ptr %slot, i64 1
+  %limp = getelementptr i64, ptr %slot, i64 2
+  %params = getelementptr i64, ptr %slot, i64 3
+  store atomic i64 1, ptr %slot release, align 8
+  %ts = alloca [2 x i64], align 8
+  br label %restart
+restart:
+  %limit = load atomic i64, ptr %limp acquire, align 8
+  %t0 = call i64 @now_ns(ptr %ts)
+  br label %loop
+loop:
+  %spins = phi i64 [0, %restart], [%spins1, %pause], [%spins1, %clock], [%spins1, %leave]
+  %py = load atomic i64, ptr %pyp acquire, align 8
+  %haspy = icmp ne i64 %py, 0
+  br i1 %haspy, label %to_python, label %check
+to_python:
+  store atomic i64 0, ptr %slot release, align 8
+  ret i64 1
+check:
+  %st = load atomic i64, ptr %slot acquire, align 8
+  %posted = icmp eq i64 %st, 2
+  br i1 %posted, label %work, label %tick
+work:
+  call void @speck_graph_run_packed(ptr %params)
+  store atomic i64 1, ptr %slot release, align 8
+  br label %restart
+tick:
+  %spins1 = add i64 %spins, 1
+  %low = and i64 %spins1, 255
+  %round = icmp eq i64 %low, 0
+  br i1 %round, label %clock, label %pause
+pause:
+  call void @llvm.x86.sse2.pause()
+  br label %loop
+clock:
+  %y = call i32 @sched_yield()
+  %t1 = call i64 @now_ns(ptr %ts)
+  %dt = sub i64 %t1, %t0
+  %over = icmp uge i64 %dt, %limit
+  br i1 %over, label %leave, label %loop
+leave:
+  %cx = cmpxchg ptr %slot, i64 1, i64 0 seq_cst seq_cst, align 8
+  %ok = extractvalue {{ i64, i1 }} %cx, 1
+  br i1 %ok, label %timeout, label %loop
+timeout:
+  ret i64 0
+}}
+
+; hand a spinning worker the run whose arguments were written to its slot: 1 when it took it, 0 when it was not
+; spinning (the caller then wakes it through Python)
+define i64 @speck_graph_post(ptr %slot) {{
+entry:
+  %cx = cmpxchg ptr %slot, i64 1, i64 2 seq_cst seq_cst, align 8
+  %ok = extractvalue {{ i64, i1 }} %cx, 1
+  %r = zext i1 %ok to i64
+  ret i64 %r
+}}
+
+; wait until the worker behind `slot` finished the run posted to it
+define i64 @speck_graph_wait(ptr %slot) {{
+entry:
+  br label %check
+check:
+  %spins = phi i64 [0, %entry], [%spins1, %again]
+  %st = load atomic i64, ptr %slot acquire, align 8
+  %busy = icmp eq i64 %st, 2
+  br i1 %busy, label %wait, label %done
+wait:
+  %spins1 = add i64 %spins, 1
+  %long = icmp ugt i64 %spins1, {_SPINS_BEFORE_YIELD}
+  br i1 %long, label %yield, label %pause
+yield:
+  %r = call i32 @sched_yield()
+  br label %again
+pause:
+  call void @llvm.x86.sse2.pause()
+  br label %again
+again:
+  br label %check
+done:
+  ret i64 0
+}}
+
+define internal i64 @now_ns(ptr %ts) {{
+entry:
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sec = load i64, ptr %ts, align 8
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %nsec = load i64, ptr %nsp, align 8
+  %ns0 = mul i64 %sec, 1000000000
+  %ns = add i64 %ns0, %nsec
+  ret i64 %ns
+}}
+
 ; speck_graph_run with its six arguments read from six words at %p (cmds, ncmds, args, sync, worker, worker_end):
 ; ctypes converts one argument instead of six, which is most of a small graph's launch cost
 define void @speck_graph_run_packed(ptr %p) {{
@@ -301,15 +402,28 @@ _RUN_PROTO = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32
 )
 _PACKED_PROTO = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_SLOT_PROTO = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 _interp_lock = threading.Lock()
 # (LoadedObject kept alive, speck_graph_run, speck_graph_run_packed) as ctypes functions
 _interp: tuple[Any, Any, Any] | None = None
+# (speck_worker_idle, speck_graph_post, speck_graph_wait) as ctypes functions, once the interpreter is built
+_worker_fns: tuple[Any, Any, Any] | None = None
+# words of a pool worker's slot (see speck_worker_idle): state, Python task flag, spin budget (ns), six run arguments
+SLOT_WORDS = 9
+
+
+def worker_functions() -> tuple[Any, Any, Any] | None:
+    """(idle, post, wait): the native side of a pool worker that waits for CPU graph runs without sleeping
+    (speck.hcq.cpu's WorkerPool), each called with a slot's address; None until a graph built the interpreter."""
+    return _worker_fns
+
+
 _memmove_addr: int | None = None
 
 
 def _interpreter() -> Any:
     """The compiled interpreter's ctypes function (compiled with LLVM and linked on first use, then shared)."""
-    global _interp
+    global _interp, _worker_fns
     if _interp is None:
         with _interp_lock:
             if _interp is None:
@@ -321,6 +435,9 @@ def _interpreter() -> Any:
                         image = load_elf(compiler.recompile(src), default_libraries(), name="speck_graph_run")
                 except Exception as e:
                     raise HCQError(f"could not build the CPU graph interpreter: {e}") from e
+                _worker_fns = tuple(  # type: ignore[assignment]
+                    _SLOT_PROTO(image.address(f)) for f in ("speck_worker_idle", "speck_graph_post", "speck_graph_wait")
+                )
                 _interp = (
                     image,
                     _RUN_PROTO(image.address("speck_graph_run")),
@@ -507,7 +624,7 @@ class CPUGraph:
         self._sync_addr = ctypes.addressof(self._sync)
         self.nworkers, self._built_for = nworkers, threads
         self._fixed = all(t is not None for t in self._threads)
-        self._choice = WorkerChoice(nworkers, first=1)
+        self._choice = WorkerChoice(nworkers, first=1, in_a_row=True)  # (in a row: see WorkerChoice)
 
     def _table(self, nw: int) -> int:
         """Address of the command table for `nw` workers (every split clamped to nw; 1: all on worker 0)."""
@@ -558,7 +675,7 @@ class CPUGraph:
             sync[0] = 0
             sync[1] = nw
             sync[3] = 0
-            self.device.pool.run(_interp[1], (got[1], len(self._fns), self._args_addr, self._sync_addr), nw, nw)
+            self.device.pool.run_graph(_interp[1], (got[1], len(self._fns), self._args_addr, self._sync_addr), nw)
 
     def submit(self) -> None:
         """Submit the batch as one exec command to the device's compute engine (without waiting)."""

@@ -53,6 +53,15 @@ PIN_WORKERS = declare(
     "0: the OS places them",
     live=True,
 )
+CPU_IDLE_SPIN_US = declare(
+    "CPU_IDLE_SPIN_US",
+    1000,
+    OWNER,
+    ("speck.hcq.cpu",),
+    "after a CPU graph run, its workers wait for the next one without sleeping for as long as that run took, at most "
+    "this many microseconds (0: they sleep at once)",
+    live=True,
+)
 CPU_MEM_LIMIT = declare(
     "CPU_MEM_LIMIT",
     "",

@@ -28,15 +28,19 @@ def next_retune_interval(interval: int, previous: int | None, chosen: int, trial
 
 class WorkerChoice:
     """Between 1 worker and `n`: `pick()` the count for the next run, `record()` how long it took. While measuring,
-    the candidates alternate, `first` first, TUNE_RUNS timed runs each; then the faster is `chosen` until the
+    the candidates alternate, `first` first, TUNE_RUNS timed runs each (`in_a_row`: each candidate's runs back to
+    back, as a CPU graph's: after a split graph run the workers spin for the next one (speck.hcq.cpu), so a split
+    run right after a one-worker run pays for waking them, which steady split runs don't; the best of consecutive
+    runs is the steady time); then the faster is `chosen` until the
     next measurement. `skip_first`: the very first run is not counted (a direct launch's first split pays the first
     touch of its output, cold caches and sleeping workers: a 1024 matmul's first split launch took 75-89 ms, its
     next ones ~50 ms, and with two trials a side that decided for one worker). With n <= 1 there is nothing to
     choose: `chosen` is 1."""
 
-    __slots__ = ("chosen", "every", "first", "n", "previous", "since", "trials", "warm")
+    __slots__ = ("chosen", "every", "first", "in_a_row", "n", "previous", "since", "trials", "warm")
 
-    def __init__(self, n: int, first: int | None = None, skip_first: bool = False) -> None:
+    def __init__(self, n: int, first: int | None = None, skip_first: bool = False, in_a_row: bool = False) -> None:
+        self.in_a_row = in_a_row
         self.n, self.since, self.every = n, 0, RETUNE_EVERY
         self.first = n if first is None else first
         self.chosen: int | None = None if n > 1 else 1  # the worker count runs use; None while measuring
@@ -48,6 +52,8 @@ class WorkerChoice:
         if self.chosen is not None:
             return self.chosen
         other = 1 if self.first == self.n else self.n
+        if self.in_a_row:
+            return self.first if len(self.trials[self.first]) < TUNE_RUNS else other
         return self.first if len(self.trials[self.first]) <= len(self.trials[other]) else other
 
     def record(self, workers: int, seconds: float) -> None:
