@@ -52,6 +52,18 @@ def test_a_computation_run_before_a_reopen_runs_again_after_it(dev: UsbDevice) -
         np.testing.assert_array_equal(step(x + k), (x + k) * 2 + 1)
 
 
+def test_random_draws_after_a_reopen_start_again_from_the_seed(dev: UsbDevice) -> None:
+    """The device's random counter lives in its memory: a reopen loses it with every other buffer. manual_seed and
+    the next draws must work on the new session (manual_seed wrote the old session's counter buffer: a
+    DeviceUnavailableError) and draw what a fresh device draws for that seed."""
+    Tensor.manual_seed(7)
+    first = Tensor.rand(16, device=USB).numpy()
+    dev.reopen()
+    Tensor.manual_seed(7)
+    np.testing.assert_array_equal(Tensor.rand(16, device=USB).numpy(), first)
+    assert not np.array_equal(Tensor.rand(16, device=USB).numpy(), first)  # (the new counter advances)
+
+
 def test_a_disconnect_mid_copy_names_the_copy_and_reopen_after_reconnect_recovers(dev: UsbDevice) -> None:
     x = np.arange(50_000, dtype=np.float32)
     for _ in range(3):  # (cached and batched before the failure)

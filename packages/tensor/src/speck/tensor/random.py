@@ -46,6 +46,14 @@ _RNG_STATE: dict[str, UOp] = {}
 _RNG_STEP: dict[tuple[str, int], UOp] = {}
 
 
+def forget(device: str) -> None:
+    """Drop device's counter buffer and step graphs (Device.reopen lost them with the device's memory): its next
+    draw starts a new counter from the current seed, as on a device that never drew."""
+    _RNG_STATE.pop(device, None)
+    for k in [k for k in _RNG_STEP if k[0] == device]:
+        del _RNG_STEP[k]
+
+
 class RandomMixin:
     """Tensor's random-number methods (mixed into Tensor)."""
 

@@ -43,6 +43,7 @@ from speck.hcq.interfaces import DeviceLike
 from speck.hcq.memory import HostMemory
 from speck.hcq.registry import numbered, register_device
 from speck.tensor import bounds
+from speck.tensor import random as _random
 from speck.tensor import realize as _realize
 from speck.tensor.schedule import buffer_map_data, realized_cache
 from speck.tensor.settings import USB_KERNEL_TIMEOUT
@@ -467,7 +468,8 @@ class UsbDevice(AMDDevice):
         """Close the driver session and open the bridge again: the way back after a Ctrl-C (or another failure)
         left the session unusable. The device object stays (Device[name] keeps returning it, compiled programs
         upload their code again); every buffer allocated before is lost - using a tensor stored on it raises
-        DeviceUnavailableError - so compute or load those tensors again."""
+        DeviceUnavailableError - so compute or load those tensors again. The device's random counter restarts from
+        the current seed (Tensor.manual_seed), as on a device that never drew."""
         try:
             self.gpu.close()
         except Exception:  # a session that can't even close (gone, broken): the new open takes the bridge over
@@ -483,6 +485,7 @@ class UsbDevice(AMDDevice):
                 buf._opaque, buf._addr_of = LostBuffer(self.name, buf.nbytes), None
         Buffer.moves += 1  # (runner plans re-read the addresses of the buffers they hold)
         bounds.forget(self.name)
+        _random.forget(self.name)  # (its random counter: the next draw starts one from the seed)
         # plans cached by structure hold graphs and buffers of the old session: a computation run before the reopen
         # would refuse to run again (a stale graph) or copy into lost VRAM; a new program-cache generation makes
         # every cached schedule build its plan again (programs of other devices are fetched from their caches)
