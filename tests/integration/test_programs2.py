@@ -17,6 +17,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from gradcheck import num_grad
 
 from speck.tensor import Context, GlobalCounters, Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import LAMB, LARS, SGD, AdamW, Optimizer
@@ -27,20 +28,6 @@ F64 = np.float64
 
 def rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
-
-
-def num_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of f with respect to x (changed in place and restored)."""
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 # ---------------- beautiful_mnist-style loop ----------------

@@ -16,6 +16,7 @@ import pathlib
 from collections.abc import Callable
 
 import numpy as np
+from gradcheck import num_grad
 
 from speck.tensor import Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import SGD, AdamW
@@ -31,21 +32,6 @@ def rng(seed: int) -> np.random.Generator:
 def f32(*xs: np.ndarray) -> list[np.ndarray]:
     """Rounded to float32 and back, so the float64 reference starts from the exact values speck holds."""
     return [np.asarray(x, np.float32).astype(F64) for x in xs]
-
-
-def num_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6, at: list[tuple[int, ...]] | None = None
-             ) -> np.ndarray:  # fmt: skip
-    """Central differences of f with respect to x (changed in place and restored), at the given entries (all)."""
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape) if at is None else at:
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 def check_grads(np_loss: Callable[[], float], params: list[np.ndarray], tensors: list[Tensor], rtol: float = 2e-3,

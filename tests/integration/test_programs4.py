@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from gradcheck import num_grad
 
 from speck.tensor import Tensor, TinyJit, Variable, nn
 from speck.tensor.nn.optim import SGD, Adam, AdamW
@@ -40,19 +41,6 @@ def init(model: object, seed: int, scale: float = 0.5, skip: tuple[str, ...] = (
         load(t, r.standard_normal(t.shape) * scale)
         p[k] = t.numpy().astype(F64)
     return p
-
-
-def num_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 def np_grads(f: Callable[[], float], p: P, keys: list[str]) -> P:

@@ -8,9 +8,9 @@ rules step by step."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
+from gradcheck import num_grad
 
 from speck.tensor import Tensor, TinyJit, nn
 from speck.tensor.nn.optim import LAMB, LARS, SGD, OptimizerGroup
@@ -34,19 +34,6 @@ def init(model: object, seed: int, scale: float = 0.5) -> P:
         p[k] = f32(r.standard_normal(t.shape) * scale)
         t.replace(Tensor(p[k].astype(np.float32)).realize())
     return p
-
-
-def num_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 def np_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -12,6 +12,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from gradcheck import num_grad
 
 from speck.tensor import Tensor, TinyJit, dtypes, nn
 from speck.tensor.nn.optim import SGD, Adam, AdamW
@@ -242,19 +243,6 @@ def np_xent(z: np.ndarray, y: np.ndarray) -> float:
     lp = z - z.max(-1, keepdims=True)
     lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
     return float(-lp[np.arange(len(y)), y].mean())
-
-
-def num_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:  # type: ignore[no-untyped-def]
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 TRAIN = ("conv.weight", "bn.weight", "bn.bias", "fc.weight", "fc.bias")
