@@ -351,7 +351,7 @@ def np_flow_logp(p: P, x: np.ndarray, n: int) -> np.ndarray:
     logdet = np.zeros(len(x))
     for i in range(n):
         m = half if i % 2 == 0 else 1 - half
-        lin = lambda z, nm: z @ p[f"layers.{i}.{nm}.weight"].T + p[f"layers.{i}.{nm}.bias"]
+        lin = lambda z, nm, i=i: z @ p[f"layers.{i}.{nm}.weight"].T + p[f"layers.{i}.{nm}.bias"]
         h = np.maximum(lin(x * m, "l1"), 0)
         s, t = np.tanh(lin(h, "s")) * (1 - m), lin(h, "t") * (1 - m)
         x = x * m + (1 - m) * (x * np.exp(s) + t)
@@ -497,4 +497,3 @@ def test_wavenet_dilated_causal_convs_are_causal_and_train_like_numpy() -> None:
     for k, t in params.items():
         np.testing.assert_allclose(t.numpy(), p[k], rtol=1e-3, atol=1e-4, err_msg=k)
     assert losses[-1] < losses[0]
-
