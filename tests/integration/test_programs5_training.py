@@ -380,6 +380,49 @@ def test_one_cycle_schedule_in_jitted_step_with_clipping_and_bitwise_resume(tmp_
             np.testing.assert_array_equal(v.numpy(), snap[t][k], err_msg=f"{k} resumed step {t}")
 
 
+# ---------------- half weights and activations, float32 accumulation (matmul dtype=), float master weights ------
+def test_half_weights_with_float_accumulation_train_without_overflow() -> None:
+    """Each layer multiplies half activations by half weights accumulating in float32 (`dtype=dtypes.float`), the way
+    mixed-precision code asks for it; the products here exceed half's range (300 * 300), which a half multiply
+    would turn into inf. The master weights stay float32 and the SGD update happens there."""
+    r = rng(41)
+    w1, w2 = r.uniform(-300, 300, (6, 5)), r.uniform(-1, 1, (3, 6))
+    x, y = r.uniform(-300, 300, (8, 5)), r.integers(0, 3, 8)
+    m1, m2 = Tensor(w1.astype(np.float32)).requires_grad_(), Tensor(w2.astype(np.float32)).requires_grad_()
+    xt, yt = Tensor(x.astype(np.float16)), Tensor(y.astype(np.int32))
+    opt = SGD([m1, m2], lr=1e-3)
+    h16 = lambda a: a.astype(np.float16).astype(F64)
+
+    def forward(xb: Tensor) -> Tensor:
+        h = xb.matmul(m1.half().T, dtype=dtypes.float) * 1e-4  # up to ~3e5 before the scale: float32, not half
+        return h.relu().half().matmul(m2.half().T, dtype=dtypes.float)
+
+    def np_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # a, b: the half-rounded weights
+        return h16(np.maximum((h16(x) @ a.T) * 1e-4, 0)) @ b.T
+
+    @TinyJit
+    def step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = forward(xb).sparse_categorical_crossentropy(yb).backward()
+            opt.step()
+        return loss.realize()
+
+    assert np.abs(h16(x)[:, :, None] * h16(w1).T[None]).max() > 65504  # single products beyond half's max
+    logits = forward(xt)
+    assert logits.dtype == dtypes.float
+    np.testing.assert_allclose(logits.numpy(), np_forward(h16(w1), h16(w2)), rtol=2e-3, atol=1e-3)
+    losses = []
+    for i in range(4):
+        a, b = h16(m1.numpy().astype(F64)), h16(m2.numpy().astype(F64))
+        want = float(-np_log_softmax(np_forward(a, b))[np.arange(8), y].mean())
+        losses.append(step(xt, yt).item())
+        assert np.isfinite(losses[-1])
+        np.testing.assert_allclose(losses[-1], want, rtol=2e-3, err_msg=f"step {i}")
+    assert np.isfinite(m1.numpy()).all() and np.isfinite(m2.numpy()).all()
+    assert losses[-1] < losses[0]
+
+
 # ---------------- the failures these programs found, reduced ----------------
 def test_a_wider_accumulation_dtype_makes_every_product_exact() -> None:
     """matmul/einsum/conv2d with dtype= wider than the operands multiply in it (int8 products wrapped in int8 before
