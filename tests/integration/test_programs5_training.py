@@ -380,6 +380,63 @@ def test_one_cycle_schedule_in_jitted_step_with_clipping_and_bitwise_resume(tmp_
             np.testing.assert_array_equal(v.numpy(), snap[t][k], err_msg=f"{k} resumed step {t}")
 
 
+# ---------------- EMA weights swapped in for a jitted evaluation and swapped back, between jitted train steps -----
+def test_ema_weights_swapped_in_for_jitted_eval_and_back_between_jitted_steps() -> None:
+    """The EMA pattern of image-model trainers: the train step updates the weights and their moving average; for
+    evaluation the live weights are saved, the averages assigned in, evaluated, and the saved weights assigned back.
+    Every one of those assigns is a whole realized buffer into a buffer the jitted steps write."""
+    model = MLP(5, 8, 3)
+    p = init(model, seed=61, scale=0.6)
+    params = get_parameters(model)
+    ema = [t.detach().clone().realize() for t in params]
+    ema_np = {k: v.copy() for k, v in p.items()}
+    keys = list(get_state_dict(model))
+    opt = SGD(params, lr=0.2, momentum=0.5)
+    r = rng(62)
+    x, y = r.standard_normal((10, 5)), r.integers(0, 3, 10)
+    xv = r.standard_normal((4, 5))
+    xt, yt, xvt = Tensor(x.astype(np.float32)), Tensor(y.astype(np.int32)), Tensor(xv.astype(np.float32))
+
+    @TinyJit
+    def train_step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(xb).sparse_categorical_crossentropy(yb).backward()
+            opt.step()
+        for e, t in zip(ema, params, strict=True):
+            e.assign(e * 0.8 + t.detach() * 0.2)
+        return loss.realize()
+
+    @TinyJit
+    def evaluate(xb: Tensor) -> Tensor:
+        return model(xb).softmax(-1).realize()
+
+    mom = {k: np.zeros_like(v) for k, v in p.items()}
+    for i in range(9):
+
+        def np_loss() -> float:
+            return float(-np_log_softmax(np_mlp(p, x))[np.arange(10), y].mean())
+
+        g = {k: num_grad(np_loss, p[k]) for k in p}
+        np.testing.assert_allclose(train_step(xt, yt).item(), np_loss(), rtol=1e-4, err_msg=f"step {i}")
+        for k in p:
+            mom[k] = 0.5 * mom[k] + g[k]
+            p[k] = p[k] - 0.2 * mom[k]
+            ema_np[k] = 0.8 * ema_np[k] + 0.2 * p[k]
+        if i % 3 == 2:
+            saved = [t.detach().clone().realize() for t in params]
+            for t, e in zip(params, ema, strict=True):
+                t.assign(e).realize()
+            got = evaluate(xvt).numpy()
+            z = np_mlp(ema_np, xv)
+            np.testing.assert_allclose(got, np.exp(np_log_softmax(z)), rtol=1e-4, atol=1e-6, err_msg=f"eval {i}")
+            for t, sv in zip(params, saved, strict=True):
+                t.assign(sv).realize()
+    for k, t, e in zip(keys, params, ema, strict=True):
+        np.testing.assert_allclose(t.numpy(), p[k], rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(e.numpy(), ema_np[k], rtol=1e-4, atol=1e-5, err_msg=f"ema {k}")
+
+
 # ---------------- half weights and activations, float32 accumulation (matmul dtype=), float master weights ------
 def test_half_weights_with_float_accumulation_train_without_overflow() -> None:
     """Each layer multiplies half activations by half weights accumulating in float32 (`dtype=dtypes.float`), the way
