@@ -57,3 +57,23 @@ def test_einsum_without_a_reduction_takes_the_requested_dtype() -> None:
     got = Tensor.einsum("i,j->ij", Tensor([1, 2]), Tensor([3, 4]), dtype=dtypes.float64)
     assert got.dtype == dtypes.float64
     np.testing.assert_array_equal(got.numpy(), [[3.0, 4.0], [6.0, 8.0]])
+
+
+# ---------------- rand fills the dtype's whole significand (4.3) ----------------
+def test_float64_rand_has_53_random_bits() -> None:
+    Tensor.manual_seed(3)
+    a = Tensor.rand(20000, dtype=dtypes.float64).numpy()
+    assert a.dtype == np.float64 and a.min() >= 0.0 and a.max() < 1.0
+    assert len(np.unique(a)) == a.size  # 2**24 possible values would repeat ~12 times in 20000 draws
+    assert np.any(a * 2.0**24 % 1 != 0)  # bits below float32's resolution are random too
+    assert abs(a.mean() - 0.5) < 0.01
+    u = Tensor.uniform(20000, low=-1.0, high=1.0, dtype=dtypes.float64).numpy()
+    assert len(np.unique(u)) == u.size and u.min() >= -1.0 and u.max() < 1.0
+
+
+def test_narrow_float_rand_stays_below_one_and_float32_keeps_24_bits() -> None:
+    Tensor.manual_seed(4)
+    f = Tensor.rand(20000).numpy()
+    assert f.dtype == np.float32 and np.all(f * 2.0**24 % 1 == 0) and f.max() < 1.0
+    h = Tensor.rand(20000, dtype=dtypes.half).numpy()
+    assert h.max() < 1.0 and np.all(h.astype(np.float64) * 2.0**11 % 1 == 0)
