@@ -159,7 +159,9 @@ class RandomMixin:
         if not real("uniform", "low", low) < real("uniform", "high", high):
             raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        return (cls.rand(*shape, **kw) * (high - low) + low).cast(dt)
+        # drawn at the default float, or at dt when that holds more bits (a float64 uniform gets 53 random bits)
+        wide = dtypes.is_float(dt) and dtypes.finfo(dt)[1] > dtypes.finfo(dtypes.default_float)[1]
+        return (cls.rand(*shape, dtype=dt if wide else None, **kw) * (high - low) + low).cast(dt)
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
