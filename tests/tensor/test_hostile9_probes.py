@@ -25,7 +25,9 @@ def test_an_int_arange_past_int64_of_values_ge_0_is_uint64_and_exact(args: tuple
     assert t.dtype == dtypes.uint64 and t.tolist() == list(range(*args))
 
 
-@pytest.mark.parametrize("args", [(-1, 2**63 + 10, 2**62 + 2), (2**63, -(2**62) - 1, -(2**62)), (-(2**63) - 1, 0, 2**62)])
+@pytest.mark.parametrize(
+    "args", [(-1, 2**63 + 10, 2**62 + 2), (2**63, -(2**62) - 1, -(2**62)), (-(2**63) - 1, 0, 2**62)]
+)
 def test_an_int_arange_no_int_dtype_holds_is_an_overflow_error(args: tuple[int, ...]) -> None:
     with pytest.raises(TensorOverflowError, match=r"no int dtype holds .*split the range or pass float bounds"):
         Tensor.arange(*args)
