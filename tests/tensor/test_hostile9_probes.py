@@ -3,6 +3,9 @@
 * `arange` of ints past int64 wrapped (arange(2**62, 2**63 + 1, 2**61) ended at -2**63); it is uint64 when every
   value is >= 0 (as Tensor([2**63]) is), else a TensorOverflowError. A negative step with an unsigned dtype
   (arange(10, 0, -1, dtype=uint8), which torch makes) was refused naming the literal -1.
+* `conv_transpose2d` took any output_padding: a negative one silently cropped the output, one at or past the stride
+  and dilation added rows no input reaches (torch refuses both); a weight whose input channels don't split into the
+  groups was the regrouping reshape's "can't reshape shape ...". Both are now TensorValueErrors naming the argument.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Tensor, dtypes
-from speck.tensor.errors import TensorOverflowError
+from speck.tensor.errors import TensorOverflowError, TensorValueError
 
 
 @pytest.mark.parametrize("args", [(2**62, 2**63 + 10, 2**61), (2**63 - 2, 2**63 + 2), (2**64 - 3, 2**64),
@@ -39,3 +42,35 @@ def test_an_int_arange_no_int_dtype_holds_is_an_overflow_error(args: tuple[int, 
 def test_an_unsigned_arange_counts_down_like_numpy(start: int, stop: int, step: int, dt: Any) -> None:
     want = np.arange(start, stop, step, dtype=np.int64)
     assert Tensor.arange(start, stop, step, dtype=dt).tolist() == want.tolist()
+
+
+BAD_OUTPUT_PADDING = [dict(output_padding=-1), dict(stride=2, output_padding=2),
+                      dict(stride=(2, 1), output_padding=(1, 1)), dict(dilation=2, output_padding=(0, 2))]  # fmt: skip
+
+
+@pytest.mark.parametrize("kw", BAD_OUTPUT_PADDING)
+def test_conv_transpose_output_padding_must_be_below_stride_or_dilation(kw: dict[str, Any]) -> None:
+    x, w = Tensor.ones(1, 2, 4, 4), Tensor.ones(2, 3, 3, 3)
+    with pytest.raises(TensorValueError, match=r"output_padding .* must be >= 0 and below the stride"):
+        x.conv_transpose2d(w, **kw)
+
+
+@pytest.mark.parametrize("stride, dilation, op", [(2, 1, 1), (3, 1, 2), (1, 2, 1), ((2, 1), 1, (1, 0))])
+def test_conv_transpose_output_padding_in_range_adds_that_many_rows(stride: Any, dilation: int, op: Any) -> None:
+    rng = np.random.default_rng(0)
+    x, w = (
+        Tensor(rng.standard_normal((1, 2, 4, 4), dtype=np.float32)),
+        Tensor(rng.standard_normal((2, 3, 3, 3), dtype=np.float32)),
+    )
+    base = x.conv_transpose2d(w, stride=stride, dilation=dilation).numpy()
+    out = x.conv_transpose2d(w, stride=stride, dilation=dilation, output_padding=op).numpy()
+    ops = op if isinstance(op, tuple) else (op, op)
+    assert out.shape[2:] == (base.shape[2] + ops[0], base.shape[3] + ops[1])
+    # the added rows and columns get no input (no bias here): zeros; the rest is the plain result
+    np.testing.assert_allclose(out[:, :, : base.shape[2], : base.shape[3]], base, rtol=1e-5, atol=1e-5)
+    assert not out[:, :, base.shape[2] :].any() and not out[:, :, :, base.shape[3] :].any()
+
+
+def test_conv_transpose_weight_channels_must_split_into_the_groups() -> None:
+    with pytest.raises(TensorValueError, match=r"weight \(3, 4, 3, 3\) has 3 input channels, .* groups=2"):
+        Tensor.ones(1, 3, 8, 8).conv_transpose2d(Tensor.ones(3, 4, 3, 3), groups=2)
