@@ -86,7 +86,7 @@ from speck.tensor.schedule import (
 )
 from speck.tensor.settings import DISALLOW_BROADCAST, TRAINING
 from speck.tensor.tensor_pickle import reduce_tensor
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, schedule_pending
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, check_foreign, schedule_pending
 from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -685,6 +685,7 @@ class Tensor(
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+        check_foreign(self, "reading a tensor's data (numpy/tolist/item/data)")
         if len(shape) > 64:  # numpy's limit on dims (a crafted checkpoint can claim any number)
             raise TensorValueError(f"can't read a tensor of {len(shape)} dims into numpy, which holds at most 64; "
                                    "reshape it to fewer dims first")  # fmt: skip
