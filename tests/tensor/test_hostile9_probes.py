@@ -6,10 +6,13 @@
 * `conv_transpose2d` took any output_padding: a negative one silently cropped the output, one at or past the stride
   and dilation added rows no input reaches (torch refuses both); a weight whose input channels don't split into the
   groups was the regrouping reshape's "can't reshape shape ...". Both are now TensorValueErrors naming the argument.
+* `Tensor(pathlib.Path)` mapped its file at the first read: a file removed before it was created again, empty, and
+  read as zeros; one replaced read the new file. The file is now mapped when the tensor is made (as safe_load does).
 """
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -74,3 +77,20 @@ def test_conv_transpose_output_padding_in_range_adds_that_many_rows(stride: Any,
 def test_conv_transpose_weight_channels_must_split_into_the_groups() -> None:
     with pytest.raises(TensorValueError, match=r"weight \(3, 4, 3, 3\) has 3 input channels, .* groups=2"):
         Tensor.ones(1, 3, 8, 8).conv_transpose2d(Tensor.ones(3, 4, 3, 3), groups=2)
+
+
+def test_a_path_tensor_reads_the_file_it_was_made_from(tmp_path: pathlib.Path) -> None:
+    # the file was mapped at the first read: removed before it, the path was created again, empty, and read as
+    # zeros (leaving a new file behind); replaced, the new file's bytes were read
+    want = np.arange(4, dtype=np.float32)
+    (path := tmp_path / "w.bin").write_bytes(want.tobytes())
+    removed = Tensor(path, dtype=dtypes.float32)
+    path.unlink()
+    np.testing.assert_array_equal(removed.numpy(), want)
+    assert not path.exists()
+    path.write_bytes(want.tobytes())
+    replaced = Tensor(path, dtype=dtypes.float32)
+    (new := tmp_path / "new.bin").write_bytes(np.full(4, 7, dtype=np.float32).tobytes())
+    new.replace(path)
+    np.testing.assert_array_equal(replaced.to("CPU").numpy(), want)
+    np.testing.assert_array_equal(Tensor(path, dtype=dtypes.float32).numpy(), np.full(4, 7, dtype=np.float32))
