@@ -8,6 +8,9 @@
   groups was the regrouping reshape's "can't reshape shape ...". Both are now TensorValueErrors naming the argument.
 * `Tensor(pathlib.Path)` mapped its file at the first read: a file removed before it was created again, empty, and
   read as zeros; one replaced read the new file. The file is now mapped when the tensor is made (as safe_load does).
+* `Tensor(memoryview)` read any memoryview as raw bytes: a float32 one of shape (2, 3) became 24 uint8s. A memoryview
+  of another format than bytes, or of several dims, now holds its values in its shape (numpy's reading); a flat
+  byte one is still bytes that `dtype=` reinterprets.
 """
 
 from __future__ import annotations
@@ -94,3 +97,29 @@ def test_a_path_tensor_reads_the_file_it_was_made_from(tmp_path: pathlib.Path) -
     new.replace(path)
     np.testing.assert_array_equal(replaced.to("CPU").numpy(), want)
     np.testing.assert_array_equal(Tensor(path, dtype=dtypes.float32).numpy(), np.full(4, 7, dtype=np.float32))
+
+
+MEMORYVIEWS = [
+    np.arange(4, dtype=np.float32),
+    np.arange(6, dtype=np.float32).reshape(2, 3),
+    np.arange(6, dtype=np.uint8).reshape(3, 2),
+    np.array([-1, 2, -128], dtype=np.int8),
+    np.array([True, False]),
+    np.arange(12, dtype=np.int16)[::3],
+    np.arange(3, dtype=np.float64),
+]
+
+
+@pytest.mark.parametrize("arr", MEMORYVIEWS, ids=lambda a: f"{a.dtype}{a.shape}")
+def test_a_typed_memoryview_holds_values_as_numpy_reads_them(arr: np.ndarray) -> None:
+    # a float32 memoryview of shape (2, 3) was read as its 24 raw bytes (uint8, flat)
+    t = Tensor(memoryview(arr))
+    want = np.asarray(memoryview(arr))
+    assert t.shape == want.shape and t.numpy().dtype == want.dtype
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_a_flat_byte_memoryview_is_bytes_reinterpreted_by_dtype() -> None:
+    raw = np.array([1.5, -2.0], dtype=np.float32).tobytes()
+    assert Tensor(memoryview(raw)).tolist() == list(raw)
+    assert Tensor(memoryview(bytearray(raw)), dtype=dtypes.float32).tolist() == [1.5, -2.0]
