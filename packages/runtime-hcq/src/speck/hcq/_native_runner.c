@@ -39,7 +39,7 @@ static unsigned long long taken = 0;
 static PyObject *s_value, *s_single, *s_lock, *s_profile_attr, *s_workers, *s_nworkers, *s_solo, *s_engine, *s_device,
     *s_elock, *s_busy, *s_eprofile, *s_submitted, *s_timeline, *s_pending, *s_error, *s_after_inline, *s_set,
     *s_wait_idle, *s_replay, *s_bind, *s_point, *s_ptr, *s_acquire, *s_release, *s_locked, *s_submit, *s_submission,
-    *s_packed_addr, *s_waiters;
+    *s_packed_addr, *s_waiters, *s_base_attr, *s_opaque_attr, *s_addr_of_attr, *s_addr_attr;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
@@ -113,6 +113,28 @@ static PyObject *signal_mem(PyObject *tl) {
     return PyObject_GetAttrString(tl, "mem");
 }
 
+/* runner.run's `x._addr if x._base is None and (o := x._opaque) is not None and o is x._addr_of else x.ptr` by
+   attribute (a subclass of Buffer, or something else: the same reads, so the same errors) */
+static PyObject *addr_of(PyObject *x) {
+    PyObject *base = PyObject_GetAttr(x, s_base_attr), *o = NULL, *of = NULL, *a = NULL;
+    if (base == NULL) return NULL;
+    int fast = base == Py_None;
+    Py_DECREF(base);
+    if (fast) {
+        if ((o = PyObject_GetAttr(x, s_opaque_attr)) == NULL) return NULL;
+        fast = o != Py_None;
+    }
+    if (fast) {
+        if ((of = PyObject_GetAttr(x, s_addr_of_attr)) == NULL) goto out;
+        fast = o == of;
+    }
+    a = PyObject_GetAttr(x, fast ? s_addr_attr : s_ptr);
+out:
+    Py_XDECREF(o);
+    Py_XDECREF(of);
+    return a;
+}
+
 /* runner.run's short-route binding: the slots' addresses against the table's (Batch.point on a change), or
    Batch.bind for a batch that holds its buffers or whose slots are not the whole list. 0, or -1 with the error set */
 static int bind(PyObject *b, PyObject *bufs) {
@@ -133,7 +155,7 @@ static int bind(PyObject *b, PyObject *bufs) {
         if (Py_TYPE(x) == buffer_type && SLOT(x, buf_base) == Py_None && (o = SLOT(x, buf_opaque)) != NULL &&
             o != Py_None && o == SLOT(x, buf_addr_of) && (a = SLOT(x, buf_addr)) != NULL) {
             Py_INCREF(a);
-        } else if ((a = PyObject_GetAttr(x, s_ptr)) == NULL) {
+        } else if ((a = addr_of(x)) == NULL) {
             goto out;
         }
         cur[got++] = a;
@@ -483,5 +505,9 @@ PyMODINIT_FUNC PyInit__native_runner(void) {
     INTERN(s_submission, "_submission");
     INTERN(s_packed_addr, "_packed_addr");
     INTERN(s_waiters, "_waiters");
+    INTERN(s_base_attr, "_base");
+    INTERN(s_opaque_attr, "_opaque");
+    INTERN(s_addr_of_attr, "_addr_of");
+    INTERN(s_addr_attr, "_addr");
     return PyModule_Create(&module);
 }

@@ -43,7 +43,7 @@ from speck.uop import DEBUG, UOp
 from speck.uop.symbolic import sym_infer
 
 try:  # the short route in C: optional (built at install time when a C compiler is there)
-    from speck.hcq import _native_runner  # type: ignore[attr-defined]
+    import speck.hcq._native_runner as _native_runner  # type: ignore[import-not-found]
 except ImportError:
     _native_runner = None
 
