@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from hcq_kernels import ADD_IR
 from speck.hcq import Buffer, Device, Signal, runner
-from speck.hcq.errors import HCQError
 from speck.hcq.counters import COUNTS
+from speck.hcq.errors import HCQError
 from speck.hcq.queue import EXEC
 from speck.hcq.runner import Exec, Plan
 from speck.uop import Context

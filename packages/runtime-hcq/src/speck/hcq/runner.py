@@ -43,9 +43,9 @@ from speck.uop import DEBUG, UOp
 from speck.uop.symbolic import sym_infer
 
 try:  # the short route in C: optional (built at install time when a C compiler is there)
-    import speck.hcq._native_runner as _native_runner  # type: ignore[import-not-found]
+    import speck.hcq._native_runner as _native_runner
 except ImportError:
-    _native_runner = None
+    _native_runner = None  # type: ignore[assignment]
 
 
 # ---------------- calls ----------------
