@@ -68,6 +68,17 @@ static PyObject *call1(PyObject *obj, PyObject *name, PyObject *arg) {
     return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* _thread.lock's methods, called without looking them up (for an exact lock; else by name) */
+static PyTypeObject *lock_type;
+static PyObject *lock_locked, *lock_acquire, *lock_release;
+
+static PyObject *lock_call(PyObject *lock, PyObject *descr, PyObject *name, PyObject *arg) {
+    PyObject *args[2] = {lock, arg};
+    Py_ssize_t n = arg == NULL ? 1 : 2;
+    if (Py_TYPE(lock) == lock_type) return PyObject_Vectorcall(descr, args, n, NULL);
+    return PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
 /* a call whose result is dropped: 0, or -1 with the error set */
 static int done(PyObject *r) {
     if (r == NULL) return -1;
@@ -84,34 +95,8 @@ static int attr_true(PyObject *obj, PyObject *name) {
     return t;
 }
 
-/* the first word of a ctypes array (a signal's memory): 0 or -1 with the error set */
-static int read_word(PyObject *mem, uint64_t *out) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(mem, &view, PyBUF_SIMPLE) < 0) return -1;
-    int ok = view.len >= 8;
-    if (ok) *out = *(uint64_t *)view.buf;
-    PyBuffer_Release(&view);
-    if (!ok) PyErr_SetString(PyExc_ValueError, "a signal's memory holds fewer than 8 bytes");
-    return ok ? 0 : -1;
-}
 
-static int write_word(PyObject *mem, uint64_t v) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(mem, &view, PyBUF_WRITABLE) < 0) return -1;
-    int ok = view.len >= 8;
-    if (ok) *(uint64_t *)view.buf = v;
-    PyBuffer_Release(&view);
-    if (!ok) PyErr_SetString(PyExc_ValueError, "a signal's memory holds fewer than 8 bytes");
-    return ok ? 0 : -1;
-}
 
-static PyObject *signal_mem(PyObject *tl) {
-    if (Py_TYPE(tl) == signal_type && SLOT(tl, sig_mem) != NULL) {
-        Py_INCREF(SLOT(tl, sig_mem));
-        return SLOT(tl, sig_mem);
-    }
-    return PyObject_GetAttrString(tl, "mem");
-}
 
 /* runner.run's `x._addr if x._base is None and (o := x._opaque) is not None and o is x._addr_of else x.ptr` by
    attribute (a subclass of Buffer, or something else: the same reads, so the same errors) */
@@ -183,9 +168,62 @@ out:
     return rc;
 }
 
+/* The last graph replayed (a weak reference: the cache keeps no graph alive), its engine, the engine's lock and
+   timeline and the timeline's first word: each is set once, in its owner's __init__, so the cache holds while the
+   graph lives. */
+static PyObject *last_graph, *last_engine, *last_lock, *last_tl, *last_mem;
+static uint64_t *last_word;
+
+static void forget_graph(void) {
+    Py_CLEAR(last_graph);
+    Py_CLEAR(last_engine);
+    Py_CLEAR(last_lock);
+    Py_CLEAR(last_tl);
+    Py_CLEAR(last_mem);
+    last_word = NULL;
+}
+
+/* 1: the cache is g's; 0: g's engine is not one this route handles (the method runs); -1: error */
+static int cache_graph(PyObject *g) {
+    if (last_graph != NULL && PyWeakref_GET_OBJECT(last_graph) == g) return 1;
+    forget_graph();
+    PyObject *e = PyObject_GetAttr(g, s_engine), *lock = NULL, *tl = NULL, *mem = NULL;
+    if (e == NULL || (lock = PyObject_GetAttr(e, s_elock)) == NULL || (tl = PyObject_GetAttr(e, s_timeline)) == NULL)
+        goto fail;
+    if (Py_TYPE(tl) != signal_type || Py_TYPE(lock) != lock_type || (mem = SLOT(tl, sig_mem)) == NULL) {
+        Py_DECREF(e);
+        Py_DECREF(lock);
+        Py_DECREF(tl);
+        return 0;
+    }
+    Py_INCREF(mem);
+    Py_buffer view;
+    if (PyObject_GetBuffer(mem, &view, PyBUF_WRITABLE) < 0) goto fail;
+    if (view.len < 8) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "a timeline's memory holds fewer than 8 bytes");
+        goto fail;
+    }
+    last_word = (uint64_t *)view.buf; /* (a ctypes array's memory stays where it is while the array lives) */
+    PyBuffer_Release(&view);
+    if ((last_graph = PyWeakref_NewRef(g, NULL)) == NULL) goto fail;
+    last_engine = e;
+    last_lock = lock;
+    last_tl = tl;
+    last_mem = mem;
+    return 1;
+fail:
+    Py_XDECREF(e);
+    Py_XDECREF(lock);
+    Py_XDECREF(tl);
+    Py_XDECREF(mem);
+    forget_graph();
+    return -1;
+}
+
 /* Engine.run_inline(fn, solo) for an engine whose lock is free (checked by the caller, GIL held): 1 ran, 0 busy or
    profiling (nothing done), -1 error */
-static int run_inline(PyObject *e, PyObject *lock, void *solo) {
+static int run_inline(PyObject *e, PyObject *lock, PyObject *tl, uint64_t *word, void *solo) {
     int busy = attr_true(e, s_busy);
     if (busy != 0) return busy < 0 ? -1 : 0;
     int prof = attr_true(e, s_eprofile);
@@ -203,25 +241,18 @@ static int run_inline(PyObject *e, PyObject *lock, void *solo) {
     Py_BEGIN_ALLOW_THREADS
     interp_fn(solo);
     Py_END_ALLOW_THREADS
-    PyObject *tl = PyObject_GetAttr(e, s_timeline);
-    if (tl == NULL) goto out;
-    PyObject *mem = signal_mem(tl);
-    int w = mem == NULL ? -1 : write_word(mem, seqv);
-    Py_XDECREF(mem);
-    if (w == 0) {
-        PyObject *waiters = Py_TYPE(tl) == signal_type ? SLOT(tl, sig_waiters) : NULL;
-        int t = waiters != NULL ? PyObject_IsTrue(waiters) : attr_true(tl, s_waiters);
-        w = t < 0 ? -1 : (t ? done(call1(tl, s_set, seq)) : 0);
-    }
-    Py_DECREF(tl);
+    *word = seqv; /* (Signal.set inlined, as run_inline does: seq only grows; set() wakes the waiters there are) */
+    PyObject *waiters = SLOT(tl, sig_waiters);
+    int w = waiters == NULL ? attr_true(tl, s_waiters) : PyObject_IsTrue(waiters);
+    if (w > 0) w = done(call1(tl, s_set, seq));
     if (w < 0) goto out;
     /* the lock again: free (the usual case) -> the check under the GIL; held -> wait for it as Python would */
-    PyObject *lk = call0(lock, s_locked);
+    PyObject *lk = lock_call(lock, lock_locked, s_locked, NULL);
     if (lk == NULL) goto out;
     int held = PyObject_IsTrue(lk);
     Py_DECREF(lk);
     if (held < 0) goto out;
-    if (held && done(call0(lock, s_acquire)) < 0) goto out;
+    if (held && done(lock_call(lock, lock_acquire, s_acquire, NULL)) < 0) goto out;
     PyObject *pending = PyObject_GetAttr(e, s_pending);
     Py_ssize_t np = pending == NULL ? -1 : PyObject_Length(pending);
     Py_XDECREF(pending);
@@ -229,7 +260,7 @@ static int run_inline(PyObject *e, PyObject *lock, void *solo) {
     if (held) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        int r = done(call0(lock, s_release));
+        int r = done(lock_call(lock, lock_release, s_release, NULL));
         if (et != NULL) PyErr_Restore(et, ev, tb);
         if (r < 0 && np >= 0) np = -1;
     }
@@ -255,7 +286,7 @@ static int replay(PyObject *g) {
         if (choosing < 0) return -1;
     }
     if (choosing) return done(call0(g, s_replay));
-    PyObject *solo = PyObject_GetAttr(g, s_solo), *e = NULL, *lock = NULL;
+    PyObject *solo = PyObject_GetAttr(g, s_solo), *e = NULL, *lock = NULL, *tl = NULL, *mem = NULL;
     if (solo == NULL) return -1;
     int rc = -1, t = PyObject_IsTrue(solo);
     if (t <= 0) { /* (not settled on worker 0 alone: the method's own route) */
@@ -275,8 +306,17 @@ static int replay(PyObject *g) {
     }
     void *arg = PyLong_AsVoidPtr(solo);
     if (arg == NULL && PyErr_Occurred()) goto out;
-    if ((e = PyObject_GetAttr(g, s_engine)) == NULL || (lock = PyObject_GetAttr(e, s_elock)) == NULL) goto out;
-    PyObject *lk = call0(lock, s_locked);
+    if ((t = cache_graph(g)) <= 0) {
+        rc = t < 0 ? -1 : done(call0(g, s_replay));
+        goto out;
+    }
+    /* (this call's own references: other threads replace the cache while the graph runs without the GIL) */
+    e = Py_NewRef(last_engine);
+    lock = Py_NewRef(last_lock);
+    tl = Py_NewRef(last_tl);
+    mem = Py_NewRef(last_mem);
+    uint64_t *word = last_word;
+    PyObject *lk = lock_call(lock, lock_locked, s_locked, NULL);
     if (lk == NULL) goto out;
     int held = PyObject_IsTrue(lk);
     Py_DECREF(lk);
@@ -284,7 +324,7 @@ static int replay(PyObject *g) {
         rc = held < 0 ? -1 : done(call0(g, s_replay));
         goto out;
     }
-    int ran = run_inline(e, lock, arg);
+    int ran = run_inline(e, lock, tl, word, arg);
     if (ran < 0) goto out;
     if (ran == 0) { /* busy or profiling: replay's e.submit(self._submission) */
         PyObject *sub = PyObject_GetAttr(g, s_submission);
@@ -294,17 +334,9 @@ static int replay(PyObject *g) {
         if (r < 0) goto out;
     }
     /* queued behind other work, or an error latched: wait for the device */
-    PyObject *tl = PyObject_GetAttr(e, s_timeline);
-    if (tl == NULL) goto out;
-    PyObject *mem = signal_mem(tl);
-    Py_DECREF(tl);
-    uint64_t now = 0;
-    int r = mem == NULL ? -1 : read_word(mem, &now);
-    Py_XDECREF(mem);
-    if (r < 0) goto out;
     PyObject *sub = PyObject_GetAttr(e, s_submitted);
     if (sub == NULL) goto out;
-    PyObject *nowobj = PyLong_FromUnsignedLongLong(now);
+    PyObject *nowobj = PyLong_FromUnsignedLongLong(*word);
     int behind = nowobj == NULL ? -1 : PyObject_RichCompareBool(nowobj, sub, Py_LT);
     Py_XDECREF(nowobj);
     Py_DECREF(sub);
@@ -318,7 +350,7 @@ static int replay(PyObject *g) {
     if (behind) {
         PyObject *dev = PyObject_GetAttr(g, s_device);
         if (dev == NULL) goto out;
-        r = done(call0(dev, s_wait_idle));
+        int r = done(call0(dev, s_wait_idle));
         Py_DECREF(dev);
         if (r < 0) goto out;
     }
@@ -327,6 +359,8 @@ out:
     Py_DECREF(solo);
     Py_XDECREF(e);
     Py_XDECREF(lock);
+    Py_XDECREF(tl);
+    Py_XDECREF(mem);
     return rc;
 }
 
@@ -375,7 +409,7 @@ static PyObject *run_short(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (t != 1) goto no_or_err;
     /* the plan's lock, as the Python route takes it (another thread running this plan: the Python route) */
     if ((lock = PyObject_GetAttr(plan, s_lock)) == NULL) goto err;
-    PyObject *got = call1(lock, s_acquire, Py_False);
+    PyObject *got = lock_call(lock, lock_acquire, s_acquire, Py_False);
     if (got == NULL) goto err;
     t = PyObject_IsTrue(got);
     Py_DECREF(got);
@@ -395,7 +429,7 @@ static PyObject *run_short(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    int r = done(call0(lock, s_release));
+    int r = done(lock_call(lock, lock_release, s_release, NULL));
     if (et != NULL) PyErr_Restore(et, ev, tb);
     if (rc < 0 || r < 0) goto err;
     /* count_run(b.kernels, 0, b.ops, b.mem) */
@@ -454,6 +488,17 @@ static PyObject *setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         slot_offset(counts_type, "global_ops", &c_global_ops) < 0 ||
         slot_offset(counts_type, "global_mem", &c_global_mem) < 0)
         return NULL;
+    PyObject *thread = PyImport_ImportModule("_thread");
+    if (thread == NULL) return NULL;
+    Py_XDECREF(lock_type);
+    lock_type = (PyTypeObject *)PyObject_GetAttrString(thread, "LockType");
+    Py_DECREF(thread);
+    if (lock_type == NULL) return NULL;
+    Py_XSETREF(lock_locked, PyObject_GetAttr((PyObject *)lock_type, s_locked));
+    Py_XSETREF(lock_acquire, PyObject_GetAttr((PyObject *)lock_type, s_acquire));
+    Py_XSETREF(lock_release, PyObject_GetAttr((PyObject *)lock_type, s_release));
+    if (lock_locked == NULL || lock_acquire == NULL || lock_release == NULL) return NULL;
+    forget_graph();
     ready = 1;
     Py_RETURN_NONE;
 }
