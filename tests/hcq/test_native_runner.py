@@ -245,3 +245,47 @@ def test_threads_racing_on_one_plan_get_their_own_results(add_prog: Any, route: 
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_threads_on_plans_of_their_own_get_their_own_results(add_prog: Any, route: str) -> None:
+    """Two threads, each alternating between a plan of its own and a shared one (the native route's cache of the
+    last graph changes hands while graphs run without the GIL): every result is its thread's."""
+    shared = _chain(add_prog, 1)
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        own = _chain(add_prog, 2)
+        rng = np.random.default_rng(seed)
+        bufs = [_buf(rng.standard_normal(N)) for _ in range(4)]
+        for i in range(300):
+            bufs[0].copyin(np.full(N, i, np.float32))
+            runner.run(own, bufs)
+            if not np.allclose(bufs[3].numpy(), bufs[1].numpy() + 2 * i):
+                failures.append(f"thread {seed} own run {i}")
+            runner.run(shared, bufs[:3])
+            if not np.allclose(bufs[2].numpy(), bufs[1].numpy() + i):
+                failures.append(f"thread {seed} shared run {i}")
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_a_replayed_graph_is_not_kept_alive_by_the_native_route(add_prog: Any, route: str) -> None:
+    """The native route remembers the last graph it ran weakly: a plan dropped after its runs takes its graph with
+    it."""
+    import gc
+    import weakref
+
+    plan = _chain(add_prog, 1)
+    bufs = [_buf(np.ones(N)), _buf(np.ones(N)), Buffer("CPU", N, np.float32)]
+    for _ in range(4):
+        runner.run(plan, bufs)
+    assert plan.single is not None
+    graph = weakref.ref(plan.single.graph)
+    del plan
+    gc.collect()
+    assert graph() is None
