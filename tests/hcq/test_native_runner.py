@@ -289,3 +289,44 @@ def test_a_replayed_graph_is_not_kept_alive_by_the_native_route(add_prog: Any, r
     del plan
     gc.collect()
     assert graph() is None
+
+
+def test_an_engine_lock_held_elsewhere_sends_the_run_to_the_python_route(add_prog: Any, route: str) -> None:
+    """Another thread inside the engine's locked lines (here: the engine's lock held by this thread): the run waits
+    for the lock in Engine.run_inline, the Python code, and then runs as usual (one submission, the counters grown)."""
+    import sys
+
+    cpu = Device["CPU"]
+    plan = _chain(add_prog, 1)
+    x, y = np.arange(N, dtype=np.float32), np.full(N, 7, np.float32)
+    bufs = [_buf(x), _buf(y), Buffer("CPU", N, np.float32)]
+    for _ in range(3):
+        runner.run(plan, bufs)
+    bufs[2].copyin(np.zeros(N, np.float32))
+    eng = cpu.engines["compute"]
+    before = _state()
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            runner.run(plan, bufs)
+        except BaseException as e:  # (re-raised on the main thread)
+            errors.append(e)
+
+    t = threading.Thread(target=go)
+    with eng._lock:
+        t.start()
+        while True:  # until the run waits for the lock in run_inline's Python code
+            frame = sys._current_frames().get(t.ident or -1)
+            names = []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if "run_inline" in names or not t.is_alive():
+                break
+            threading.Event().wait(0.001)
+        assert "run_inline" in names
+    t.join()
+    assert not errors
+    np.testing.assert_array_equal(bufs[2].numpy(), x + y)
+    assert _delta(before, _state()) == (1, N, 12 * N, 1, 1)

@@ -391,6 +391,9 @@ static PyObject *run_short(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (b == NULL) return NULL;
     PyObject *lock = NULL, *res = NULL;
     if (Py_TYPE(b) != batch_type) goto no; /* (None: no single batch) */
+    if (SLOT(b, b_every) == NULL || SLOT(b, b_hold) == NULL || SLOT(b, b_graph) == NULL || SLOT(b, b_device) == NULL ||
+        SLOT(b, b_kernels) == NULL || SLOT(b, b_ops) == NULL || SLOT(b, b_mem) == NULL)
+        goto no; /* (a batch missing an attribute: the Python route raises what it raises) */
     /* not var_vals and wait and not timing and count */
     if ((t = PyObject_IsTrue(args[2])) != 0) goto no_or_err;
     if ((t = PyObject_IsTrue(args[3])) != 1) goto no_or_err;
