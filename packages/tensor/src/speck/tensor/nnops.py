@@ -17,7 +17,7 @@ from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
-from speck.tensor.reduce import acc_operand_dtype
+from speck.tensor.reduce import product_dtype
 from speck.tensor.settings import TRAINING, WINO
 from speck.tensor.winograd import winograd_tile
 from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
@@ -177,8 +177,8 @@ class NNMixin:
         wl = weight.reshape(groups, cout // groups, cin_g, *k).permute(0, *range(2, 3 + nsp), 1).contiguous()
         wt = wl.permute(0, 2 + nsp, *range(1, 2 + nsp)).reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
         red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
-        if (mul := acc_operand_dtype(dtypes.as_concrete(least_upper_dtype(w.dtype, wt.dtype)), dtype)) != w.dtype:
-            w, wt = w.cast(mul), wt.cast(mul)  # each product exact in a wider dtype= (int8 products would wrap)
+        if (pdt := product_dtype(dtypes.as_concrete(least_upper_dtype(w.dtype, wt.dtype)), dtype)) is not w.dtype:
+            w, wt = w.cast(pdt), wt.cast(pdt)  # a wider dtype= multiplies in it too (int8 products would wrap)
         out = (w * wt).sum(axis=red, dtype=dtype)
         if dtype is None and out.dtype != w.dtype:  # the result has the operands' dtype (int8 stays int8)
             out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))
@@ -205,6 +205,14 @@ class NNMixin:
         st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
                       ((stride, "stride"), (dilation, "dilation"), (output_padding, "output_padding")))  # fmt: skip
         _window_args("conv_transpose2d", nsp, stride=st, dilation=dl)
+        if cin % groups:  # (it was the regroup reshape's "can't reshape shape (3, 4, 3, 3) ...")
+            raise TensorValueError(f"conv_transpose2d: weight {weight.shape} has {cin} input channels, which don't "
+                                   f"split into groups={groups}; its dim 0 must be a multiple of groups")  # fmt: skip
+        if any(not 0 <= o < max(s, d) for o, s, d in zip(op, st, dl)):
+            # (torch's rule: a negative one cropped the output, a larger one added rows no input reaches)
+            raise TensorValueError(f"conv_transpose2d: output_padding {op} must be >= 0 and below the stride {st} or "
+                                   f"the dilation {dl} of its dim; it only picks among the output sizes a stride "
+                                   "makes ambiguous")  # fmt: skip
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
                for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip

@@ -70,12 +70,12 @@ def _packed_product(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
     return out.reshape(*out.shape[:-2], m)
 
 
-def acc_operand_dtype(dt: DType, dtype: Any) -> DType:
-    """The dtype a product's operands (joined at dt) are multiplied in when the caller asks to accumulate in dtype:
-    dtype itself when it is wider, so each product is exact in it (int8 x int8 products wrap in int8 before an int32
-    sum; half products overflow to inf below a float32 sum's range); dt otherwise (a narrower dtype= casts the sum)."""
-    acc = _dt(dtype) if dtype is not None else None
-    return acc if acc is not None and acc != dt and least_upper_dtype(dt, acc) == acc else dt
+def product_dtype(dt: DType, dtype: Any) -> DType:
+    """The dtype a contraction (dot, einsum, conv2d) multiplies its operands in: their join `dt`, or the requested
+    accumulation dtype when that is wider. int8 @ int8 with dtype=int32 then multiplies in int32, as an int8 tensor
+    core does, instead of wrapping each product to int8 before the int32 sum (100 * 2 would add as -56)."""
+    acc = _dt(dtype)
+    return acc if acc is not None and not acc.is_weak and acc is not dt and least_upper_dtype(dt, acc) is acc else dt
 
 
 # ---------------- the primitive: REDUCE_AXIS over UOps (tensor.py wraps these) ----------------
@@ -518,10 +518,9 @@ class ReduceMixin:
         if k1 != k2:
             raise TensorValueError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
         dt = dtypes.as_concrete(least_upper_dtype(x.dtype, w.dtype))  # (int64 with uint64: weak float)
-        if (mul := acc_operand_dtype(dt, dtype)) != dt:
-            x, w = x.cast(mul), w.cast(mul)
-        else:
-            x, w = x._joined(dt), w._joined(dt)
+        x, w = x._joined(dt), w._joined(dt)
+        if (pdt := product_dtype(dt, dtype)) is not dt:
+            x, w = x.cast(pdt), w.cast(pdt)
         xv, wv = x.ndim == 1, w.ndim == 1
         if xv:
             x = x.unsqueeze(0)
@@ -630,10 +629,10 @@ class ReduceMixin:
                 raise TensorValueError(f"einsum {formula!r}: output letter {c!r} is not in the inputs")
         full = list(out) + sorted(c for c in sizes if c not in out)
         dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))
-        mul = acc_operand_dtype(dt, dtype)
         prodt: Tensor | None = None
+        pdt = product_dtype(dt, dtype)
         for s_, t in zip(subs, ts):
-            tt = t.cast(mul).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(mul)
+            tt = t.cast(pdt).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(pdt)
             present = sorted(s_, key=lambda c: full.index(c))
             tt = tt.reshape(tuple(tt.shape[present.index(c)] if c in present else 1 for c in full))
             tt = tt.expand(tuple(sizes[c] for c in full))
@@ -641,7 +640,7 @@ class ReduceMixin:
         assert prodt is not None
         red = tuple(range(len(out), len(full)))
         res = prodt.sum(red, dtype=dtype) if red else prodt
-        return res.cast(dt) if dtype is None and red else res
+        return res.cast(_dt(dtype) or dt)
 
 
 _EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from speck.tensor.errors import (
     ShardingError,
     TensorNotImplementedError,
     TensorOverflowError,
+    TensorRuntimeError,
     TensorTypeError,
     TensorValueError,
 )
@@ -56,6 +57,7 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
+from speck.tensor.settings import ALLOW_DEVICE_USAGE
 from speck.uop import Ops, UOp, dtypes, least_upper_dtype
 from speck.uop.helpers import prod
 
@@ -78,6 +80,7 @@ class Write:
     pos: UOp | None = None
     reduce: str | None = None
     ran: bool = False  # run (no longer pending in its thread)
+    owner: threading.Thread = field(default_factory=threading.current_thread)  # the thread that recorded it
 
 
 def live() -> list[Tensor]:
@@ -307,12 +310,38 @@ def record(cls: type[Tensor], buf: UOp, value: UOp, target: UOp | None = None, p
     _log.append(w)
     _thread.pending.append(w)
     # DISK writes happen at once; past _MAX_PENDING the queue runs too: a write nothing reads would otherwise wait
-    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call
-    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING:
+    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call.
+    # So does a write in a thread other than the main one (not while an @function body is traced, whose writes
+    # become values of its graph): no other thread can run it, and a worker that ends, or waits, without a realize
+    # after it left the tensor's readers the old value (and graphs built before it an unfilled snapshot: zeros)
+    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING or \
+            (w.owner is not _MAIN and ALLOW_DEVICE_USAGE.value):  # fmt: skip
         flush()
 
 
 _MAX_PENDING = 32
+_MAIN = threading.main_thread()
+
+
+def check_foreign(t: Tensor, what: str) -> None:
+    """Before t's data is read: TensorRuntimeError when t's graph reads a buffer another thread wrote (assign,
+    setitem) without realizing since. That write runs at its own thread's next realize, so this read would see
+    the old value (or, for a graph built before the write, a snapshot not filled yet)."""
+    if not _log:
+        return
+    me = threading.current_thread()
+    foreign = [w for w in list(_log) if not w.ran and w.owner is not me]
+    if not foreign:
+        return
+    reads = buffers_read(t.uop)
+    for w in foreign:
+        if w.buf in reads or w.snap in reads:
+            raise TensorRuntimeError(
+                f"{what}: the tensor reads a buffer thread {w.owner.name!r} wrote (assign/setitem) and has not "
+                "realized since; a write runs at its own thread's next realize, so this thread would read the old "
+                f"value. Realize in that thread after the write (e.g. Tensor.realize_all()) before other threads "
+                f"read it{'' if w.owner.is_alive() else ' (it has ended: its write can no longer run)'}"
+            )
 
 
 def pending() -> bool:
