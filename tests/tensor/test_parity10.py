@@ -3,11 +3,15 @@ differentially against numpy (TENSOR_API 7.3, 7.4 and the sections named per tes
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from speck.tensor import Tensor, dtypes
+from speck.uop import DType
 
 INT_DTYPES = [(dtypes.int8, np.int8), (dtypes.uint8, np.uint8), (dtypes.int16, np.int16), (dtypes.uint16, np.uint16)]
 
@@ -77,3 +81,72 @@ def test_narrow_float_rand_stays_below_one_and_float32_keeps_24_bits() -> None:
     assert f.dtype == np.float32 and np.all(f * 2.0**24 % 1 == 0) and f.max() < 1.0
     h = Tensor.rand(20000, dtype=dtypes.half).numpy()
     assert h.max() < 1.0 and np.all(h.astype(np.float64) * 2.0**11 % 1 == 0)
+
+
+# ---------------- odd functions have their derivative at exactly 0 (5) ----------------
+ODD_DERIVATIVES_AT_0 = {"tanh": 1.0, "asin": 1.0, "acos": -1.0, "atan": 1.0, "asinh": 1.0, "sinh": 1.0, "atanh": 1.0,
+                        "sin": 1.0, "erf": 2 / math.sqrt(math.pi)}  # fmt: skip
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.half])
+@pytest.mark.parametrize("fn", sorted(ODD_DERIVATIVES_AT_0))
+def test_odd_functions_have_their_derivative_at_zero(fn: str, dt: DType) -> None:
+    x = Tensor([0.0, -0.0], dtype=dt)
+    getattr(x, fn)().sum().backward()
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy().astype(np.float64), [ODD_DERIVATIVES_AT_0[fn]] * 2, rtol=2e-3)
+
+
+def test_tanh_of_zero_inputs_still_trains() -> None:
+    # a zero pre-activation (zero-initialised bias and input) must pass gradient through tanh, as it does in numpy's
+    # derivative 1 - tanh(0)^2 = 1
+    w = Tensor([[0.5, -0.25]])
+    b = Tensor([0.0])
+    x = Tensor([[0.0], [0.0]])
+    (x @ w + b).tanh().sum().backward()
+    assert w.grad is not None and b.grad is not None
+    np.testing.assert_array_equal(b.grad.numpy(), [4.0])  # (broadcast over the 2x2 output)
+
+
+# ---------------- float64 special functions to float64 precision ----------------
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=1, max_size=40))
+def test_float64_asin_acos_match_math(xs: list[float]) -> None:
+    got_asin = Tensor(xs, dtype=dtypes.float64).asin().numpy()
+    got_acos = Tensor(xs, dtype=dtypes.float64).acos().numpy()
+    np.testing.assert_allclose(got_asin, [math.asin(v) for v in xs], rtol=2e-15, atol=1e-300)
+    np.testing.assert_allclose(got_acos, [math.acos(v) for v in xs], rtol=0, atol=1e-15)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40))
+def test_float64_atan_matches_math(xs: list[float]) -> None:
+    got = Tensor(xs, dtype=dtypes.float64).atan().numpy()
+    np.testing.assert_allclose(got, [math.atan(v) for v in xs], rtol=2e-15, atol=1e-300)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-8.0, 8.0, allow_nan=False), min_size=1, max_size=40))
+def test_float64_erf_matches_math(xs: list[float]) -> None:
+    got = Tensor(xs, dtype=dtypes.float64).erf().numpy()
+    np.testing.assert_allclose(got, [math.erf(v) for v in xs], rtol=4e-15, atol=1e-300)
+
+
+def test_float64_special_function_edges_and_gradients() -> None:
+    x = Tensor([2.0, -1.5, 1.0, -1.0, math.nan], dtype=dtypes.float64)
+    got = x.asin().numpy()
+    assert np.isnan(got[[0, 1, 4]]).all() and got[2] == math.pi / 2 and got[3] == -math.pi / 2
+    e = Tensor([math.inf, -math.inf, 6.0, 30.0, math.nan, -0.0], dtype=dtypes.float64).erf().numpy()
+    np.testing.assert_array_equal(e[:4], [1.0, -1.0, 1.0, 1.0])
+    assert np.isnan(e[4]) and e[5] == 0.0 and np.signbit(e[5])
+    v = np.array([-0.99, -0.6, -0.5, 0.2, 0.5, 0.7])
+    t = Tensor(v)
+    t.asin().sum().backward()
+    assert t.grad is not None
+    np.testing.assert_allclose(t.grad.numpy(), 1 / np.sqrt(1 - v * v), rtol=1e-12)
+    z = np.array([-7.0, -3.0, -2.5, -1.0, 1e-5, 2.4, 2.5, 5.0, 6.5])
+    t = Tensor(z)
+    t.erf().sum().backward()
+    assert t.grad is not None
+    want = 2 / np.sqrt(np.pi) * np.exp(-z * z)  # (below 1e-15 past 6, where erf is exactly 1 and its gradient 0)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-10, atol=1e-15)

@@ -640,7 +640,7 @@ class ReduceMixin:
         assert prodt is not None
         red = tuple(range(len(out), len(full)))
         res = prodt.sum(red, dtype=dtype) if red else prodt
-        return res.cast(dt if dtype is None else _dt(dtype))
+        return res.cast(_dt(dtype) or dt)
 
 
 _EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
