@@ -41,7 +41,8 @@ def _asin_series(z: Tensor) -> Tensor:
     acc = t * _ASIN_TERMS[-1]
     for c in reversed(_ASIN_TERMS[:-1]):
         acc = (acc + c) * t
-    return z + z * acc
+    out: Tensor = z + z * acc
+    return out
 
 
 def asin64(x: Tensor) -> Tensor:
