@@ -150,3 +150,18 @@ def test_float64_special_function_edges_and_gradients() -> None:
     assert t.grad is not None
     want = 2 / np.sqrt(np.pi) * np.exp(-z * z)  # (below 1e-15 past 6, where erf is exactly 1 and its gradient 0)
     np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-10, atol=1e-15)
+
+
+def test_normalizing_a_zero_vector_has_a_finite_gradient() -> None:
+    for p in (2.0, 1.0, 3.0):
+        x = Tensor([[0.0, 0.0], [3.0, 4.0]])
+        y = x.normalize(p=p, dim=1)
+        y.sum().backward()
+        assert x.grad is not None
+        g = x.grad.numpy()
+        np.testing.assert_allclose(g[0], [1e12, 1e12], rtol=1e-6)  # x / eps where the norm is below eps
+        v = np.array([3.0, 4.0])
+        n = (np.abs(v) ** p).sum() ** (1 / p)
+        want = 1 / n - (np.abs(v) ** (p - 1) * np.sign(v)) * v.sum() / n ** (p + 1)  # d/dv sum(v / ||v||_p)
+        np.testing.assert_allclose(g[1], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y.numpy(), [[0, 0], v / n], rtol=1e-6)
