@@ -165,3 +165,39 @@ def test_normalizing_a_zero_vector_has_a_finite_gradient() -> None:
         want = 1 / n - (np.abs(v) ** (p - 1) * np.sign(v)) * v.sum() / n ** (p + 1)  # d/dv sum(v / ||v||_p)
         np.testing.assert_allclose(g[1], want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(y.numpy(), [[0, 0], v / n], rtol=1e-6)
+
+
+# ---------------- losses over logits masked with -inf (7.5) ----------------
+def _np_log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 5), st.integers(2, 6), st.integers(0, 2**32 - 1))
+def test_losses_over_masked_logits_are_finite_like_numpy(n: int, c: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c)).astype(np.float32)
+    y = rng.integers(0, c, n)
+    x[rng.random((n, c)) < 0.4] = -np.inf  # masked classes (never the label)
+    x[np.arange(n), y] = rng.standard_normal(n)
+    want = -_np_log_softmax(x.astype(np.float64))[np.arange(n), y]
+    lx, ly = Tensor(x), Tensor(y.astype(np.int32))
+    np.testing.assert_allclose(lx.sparse_categorical_crossentropy(ly, reduction="none").numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(lx.cross_entropy(ly).numpy(), want.mean(), rtol=1e-5)
+    np.testing.assert_allclose(lx.cross_entropy(Tensor(np.eye(c, dtype=np.float32)[y])).numpy(), want.mean(), rtol=1e-5)
+    np.testing.assert_allclose(lx.log_softmax(1).nll_loss(ly, reduction="sum").numpy(), want.sum(), rtol=1e-5)
+    w = rng.random(c).astype(np.float32) + 0.5
+    nll_w = lx.log_softmax(1).nll_loss(ly, weight=Tensor(w)).numpy()
+    np.testing.assert_allclose(nll_w, (want * w[y]).sum() / w[y].sum(), rtol=1e-5)
+    lx.sparse_categorical_crossentropy(ly).backward()
+    assert lx.grad is not None
+    p = np.exp(_np_log_softmax(x.astype(np.float64)))
+    np.testing.assert_allclose(lx.grad.numpy(), (p - np.eye(c)[y]) / n, rtol=1e-4, atol=1e-6)
+
+
+def test_ignored_rows_with_masked_logits_do_not_poison_the_mean() -> None:
+    x = Tensor([[0.0, -np.inf, 1.0], [0.0, 0.0, 0.0]])
+    np.testing.assert_allclose(x.sparse_categorical_crossentropy(Tensor([1, 0]), ignore_index=1).numpy(), np.log(3))
+    np.testing.assert_allclose(x.log_softmax(1).nll_loss(Tensor([1, 0]), ignore_index=1).numpy(), np.log(3), rtol=1e-6)

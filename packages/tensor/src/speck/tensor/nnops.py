@@ -500,11 +500,13 @@ class NNMixin:
         mask = Y != ignore_index
         # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
         labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index, device=self.device)
-        y = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
-        y = y * mask.reshape(*Y.shape, 1)
-        loss_t = -(log_probs * y).sum(axis=-1)
-        smooth = -(log_probs.mean(axis=-1)) * mask
-        loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
+        # the label's log-probability is selected, not multiplied out by a one-hot: a class masked with a -inf logit
+        # (log-probability -inf) would make every row's loss 0 * -inf = NaN
+        sel = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)) & mask.reshape(*Y.shape, 1)
+        loss_t = -sel.where(log_probs, 0.0).sum(axis=-1)
+        if label_smoothing:  # (the mean over all classes, -inf ones included: inf, as in torch)
+            smooth = mask.where(-(log_probs.mean(axis=-1)), 0.0)
+            loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
         return _reduce(loss_t, reduction, mask.sum())
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
@@ -517,7 +519,7 @@ class NNMixin:
         if Y.shape == self.shape:
             c = as_int(x.shape[-1])
             yp = y * (1 - label_smoothing) + label_smoothing / c
-            return _reduce(-(x.log_softmax(axis=-1) * yp).sum(axis=-1), reduction, None)
+            return _reduce(-(yp != 0).where(x.log_softmax(axis=-1) * yp, 0.0).sum(axis=-1), reduction, None)
         if y.shape != x.shape[:-1]:
             raise TensorValueError(f"cross_entropy: target shape {Y.shape} must be the input's {self.shape} without "
                                    "the class dim (indices) or equal to it (probabilities)")  # fmt: skip
@@ -538,11 +540,11 @@ class NNMixin:
         self = self._classes_last()
         c = as_int(self.shape[-1])
         labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)
-        onehot = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
-        w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
+        sel = labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)
         if ignore_index is not None:
-            w = w * (Y != ignore_index).reshape(*Y.shape, 1)
-        loss = -(self * w).sum(axis=-1)
+            sel = sel & (Y != ignore_index).reshape(*Y.shape, 1)
+        w = sel.where(weight.reshape(1, c) if weight is not None else 1.0, 0.0)
+        loss = -sel.where(self * w, 0.0).sum(axis=-1)  # (selected: a -inf log-probability elsewhere is not 0 * -inf)
         return _reduce(loss, reduction, w.sum())
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
