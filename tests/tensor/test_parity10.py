@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speck.tensor import Tensor, dtypes
+from speck.tensor import Context, Tensor, dtypes, nn
 from speck.uop import DType
 
 INT_DTYPES = [(dtypes.int8, np.int8), (dtypes.uint8, np.uint8), (dtypes.int16, np.int16), (dtypes.uint16, np.uint16)]
@@ -201,3 +201,55 @@ def test_ignored_rows_with_masked_logits_do_not_poison_the_mean() -> None:
     x = Tensor([[0.0, -np.inf, 1.0], [0.0, 0.0, 0.0]])
     np.testing.assert_allclose(x.sparse_categorical_crossentropy(Tensor([1, 0]), ignore_index=1).numpy(), np.log(3))
     np.testing.assert_allclose(x.log_softmax(1).nll_loss(Tensor([1, 0]), ignore_index=1).numpy(), np.log(3), rtol=1e-6)
+
+
+# ---------------- nn.Embedding is a row lookup (8) ----------------
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 5), st.lists(st.integers(0, 11), min_size=1, max_size=10), st.integers(0, 99))
+def test_embedding_rows_and_gradient_match_numpy(vocab: int, dim: int, ids: list[int], seed: int) -> None:
+    ids = [i % vocab for i in ids]
+    e = nn.Embedding(vocab, dim)
+    w = np.random.default_rng(seed).standard_normal((vocab, dim)).astype(np.float32)
+    e.weight.assign(Tensor(w)).realize()
+    out = e(Tensor(np.array(ids, np.int32).reshape(1, -1)))
+    np.testing.assert_array_equal(out.numpy(), w[ids][None])
+    g = np.random.default_rng(seed + 1).standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+    want = np.zeros_like(w)
+    np.add.at(want, ids, g[0])  # duplicates add up
+    assert e.weight.grad is not None
+    np.testing.assert_allclose(e.weight.grad.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_rows_stay_apart() -> None:
+    e = nn.Embedding(4, 2)
+    w = np.array([[np.inf, 1.0], [np.nan, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+    e.weight.assign(Tensor(w)).realize()
+    np.testing.assert_array_equal(e(Tensor([3, 2])).numpy(), w[[3, 2]])  # one-hot @ weight gave NaN everywhere
+    with Context(CHECK_OOB=0):  # an index outside the table reads a zero row (no wrap of -1)
+        np.testing.assert_array_equal(e(Tensor([-1, 4, 2])).numpy(), [[0, 0], [0, 0], [3, 4]])
+
+
+def test_tied_embedding_with_position_embedding_trains_like_numpy() -> None:
+    # GPT-2's layout: token embedding reused as the output projection, plus a position embedding indexed by arange
+    rng = np.random.default_rng(5)
+    wte, wpe = nn.Embedding(13, 8), nn.Embedding(8, 8)
+    w, p = rng.standard_normal((13, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+    wte.weight.assign(Tensor(w)).realize()
+    wpe.weight.assign(Tensor(p)).realize()
+    ids = np.array([[1, 5, 2, 7, 0, 0], [1, 9, 4, 3, 8, 2]])
+    h = wte(Tensor(ids.astype(np.int32))) + wpe(Tensor.arange(6).unsqueeze(0).expand(2, 6))
+    logits = h @ wte.weight.T
+    loss = logits.sum()
+    loss.backward()
+    hn = w[ids] + p[np.arange(6)][None]
+    np.testing.assert_allclose(logits.numpy(), hn @ w.T, rtol=1e-5, atol=1e-5)
+    assert wte.weight.grad is not None and wpe.weight.grad is not None
+    Tensor.realize(wte.weight.grad, wpe.weight.grad)
+    gh = np.ones((2, 6, 13)) @ w  # d loss / d h
+    gw = np.ones((2, 6, 13)).reshape(-1, 13).T @ hn.reshape(-1, 8)  # the projection's part
+    np.add.at(gw, ids.reshape(-1), gh.reshape(-1, 8))  # the lookup's part
+    gp = np.zeros_like(p)
+    np.add.at(gp, np.tile(np.arange(6), 2), gh.reshape(-1, 8))
+    np.testing.assert_allclose(wte.weight.grad.numpy(), gw, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(wpe.weight.grad.numpy(), gp, rtol=1e-4, atol=1e-4)
