@@ -311,17 +311,18 @@ class Embedding:
 
 
 def _lookup_gradient(out: Tensor, weight: Tensor, idx: Tensor) -> None:
-    """The table's gradient: each looked-up row's output gradient added into that row, selected by the raw indices
-    (the forward's kernel checked them). Walking the lookup's graph reads the bounds-checked index again inside the
-    gradient's reduction, which codegen fails to linearize next to a tied weight's matmul gradient (GPT-2's wte and
-    wpe)."""
-    cls, wdev, iu, idev, vocab = type(out), weight.device, idx.uop, idx.device, as_int(weight.shape[0])
+    """The table's gradient: a scatter-add of each looked-up row's output gradient into its row (O(N * dim) after
+    zeroing it). Walking the lookup's graph gives an O(N * vocab * dim) compare-and-reduce instead, which also reads
+    the bounds-checked index inside a reduction: codegen fails to linearize that kernel next to a tied weight's
+    matmul gradient (GPT-2's wte with wpe; plain getitem hits it too)."""
+    cls, wdev, iu, idev, wdt = type(out), weight.device, idx.uop, idx.device, weight.dtype
+    vocab, dim = as_int(weight.shape[0]), as_int(weight.shape[1])
 
     def rule(g: UOp) -> tuple[UOp | None, ...]:
-        rows = cls(iu, device=idev).reshape(-1, 1, 1) == cls.arange(vocab, device=wdev).reshape(1, -1, 1)
-        return (rows.where(cls(g, device=wdev).unsqueeze(1), 0.0).sum(0).cast(weight_dt).uop,)
+        rows = cls(iu, device=idev).reshape(-1, 1).expand(-1, dim).to(wdev)
+        gw = cls.zeros(vocab, dim, dtype=wdt, device=wdev).scatter_reduce(0, rows, cls(g, device=wdev), "sum")
+        return (gw.uop,)
 
-    weight_dt = weight.dtype
     override_gradient(out.uop, (weight.uop,), rule)
 
 
