@@ -253,3 +253,31 @@ def test_tied_embedding_with_position_embedding_trains_like_numpy() -> None:
     np.add.at(gp, np.tile(np.arange(6), 2), gh.reshape(-1, 8))
     np.testing.assert_allclose(wte.weight.grad.numpy(), gw, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(wpe.weight.grad.numpy(), gp, rtol=1e-4, atol=1e-4)
+
+
+# ---------------- binary_crossentropy differentiates like PyTorch's (7.5) ----------------
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 1e-3, 0.3, 0.5, 0.9, 0.999]), st.sampled_from([0.0, 1.0, 0.25])),
+                min_size=1, max_size=8))  # fmt: skip
+def test_bce_gradient_is_finite_at_saturated_probabilities(pairs: list[tuple[float, float]]) -> None:
+    p = np.array([a for a, _ in pairs], np.float64)
+    y = np.array([b for _, b in pairs], np.float64)
+    pt, yt = Tensor(p.astype(np.float32)), Tensor(y.astype(np.float32))
+    loss = pt.binary_crossentropy(yt)
+    loss.backward()
+    with np.errstate(divide="ignore"):
+        lp, l1p = np.maximum(np.log(p), -100), np.maximum(np.log(1 - p), -100)
+    np.testing.assert_allclose(loss.numpy(), -(y * lp + (1 - y) * l1p).mean(), rtol=1e-4, atol=1e-6)
+    assert pt.grad is not None and yt.grad is not None
+    want_p = (p - y) / np.maximum(p * (1 - p), 1e-12) / len(p)  # torch.nn.BCELoss's derivative
+    np.testing.assert_allclose(pt.grad.numpy(), want_p, rtol=1e-4)
+    np.testing.assert_allclose(yt.grad.numpy(), (l1p - lp) / len(p), rtol=1e-4, atol=1e-6)
+
+
+def test_saturated_sigmoid_then_bce_trains() -> None:
+    x = Tensor([-30.0, 30.0, 0.5])  # sigmoid(30) is exactly 1.0 in float32
+    x.sigmoid().binary_crossentropy(Tensor([0.0, 1.0, 1.0])).backward()
+    assert x.grad is not None
+    g = x.grad.numpy()
+    assert np.isfinite(g).all() and g[1] == 0.0
+    np.testing.assert_allclose(g[2], (1 / (1 + np.exp(-0.5)) - 1) / 3, rtol=1e-5)

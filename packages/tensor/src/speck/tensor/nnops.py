@@ -551,6 +551,8 @@ class NNMixin:
         """BCE of probabilities in (0, 1) (log clamped at -100 like PyTorch)."""
         tensor_args("binary_crossentropy", "target", (Y,))
         loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
+        if self.shape == Y.shape and isinstance(self.device, str) and isinstance(Y.device, str):
+            _bce_gradient(loss, self, Y)
         return _reduce(loss, reduction, None)
 
     def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
@@ -589,6 +591,22 @@ class NNMixin:
         if dtypes.is_float(self.dtype) and not self.dtype.is_weak:
             qk = qk.cast(self.dtype)
         return qk.softmax(-1).dropout(dropout_p) @ value
+
+
+def _bce_gradient(loss: Tensor, p: Tensor, y: Tensor) -> None:
+    """binary_crossentropy differentiates as PyTorch's does: (p - y) / max(p (1 - p), 1e-12) for the probabilities,
+    log(1 - p) - log(p) (each clamped at -100) for a float target. Walking the clamped logs multiplies log's 1/p =
+    inf by the clamp's zero gradient at a saturated p of exactly 0 or 1 (a float32 sigmoid past 17): NaN."""
+    cls, pu, pdev, pdt, yu, ydev, ydt = type(loss), p.uop, p.device, p.dtype, y.uop, y.device, y.dtype
+    wide = dtypes.float64 if dtypes.float64 in (pdt, ydt) else dtypes.float32
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        gw, pw, yw = cls(g, device=pdev).cast(wide), cls(pu, device=pdev).cast(wide), cls(yu, device=ydev).cast(wide)
+        dp = gw * (pw - yw) / (pw * (1 - pw)).maximum(1e-12)
+        dy = gw * ((1 - pw).log().maximum(-100) - pw.log().maximum(-100))
+        return dp.cast(pdt).uop, dy.cast(ydt).uop if dtypes.is_float(ydt) else None
+
+    override_gradient(loss.uop, (pu, yu), rule)
 
 
 def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:
