@@ -228,8 +228,16 @@ class CreationMixin:
         dt = _dt(kw.pop("dtype", None))
         if dt is None:
             dt = dtypes.default_int if ints else dtypes.default_float
+            # past int32: int64; past int64 (arange(2**62, 2**63 + 1, 2**61) ended at -2**63): uint64 as for
+            # Tensor([2**63]), when all the values are >= 0; else no dtype holds them
+            for wider in (dtypes.int64, dtypes.uint64):
+                if not ints or all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
+                    break
+                dt = wider
             if ints and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
-                dt = dtypes.int64
+                raise TensorOverflowError(f"arange({start}, {stop}, {step}) runs from {start} to {last}, which no "
+                                          "int dtype holds (int64 and uint64 both miss one end); split the range or "
+                                          "pass float bounds")  # fmt: skip
         elif not dtypes.is_float(dt) and not all(dtypes.min(dt) <= v <= dtypes.max(dt) for v in (start, last)):
             raise TensorOverflowError(f"arange({start}, {stop}, {step}) doesn't fit {dt} "
                                       f"[{dtypes.min(dt)}, {dtypes.max(dt)}]")  # fmt: skip
@@ -246,6 +254,8 @@ class CreationMixin:
         if not ints:  # an int dtype over float bounds: the float values, truncated (torch; 0.5, 1.5 -> 0, 1)
             wide = dtypes.float64 if isinstance(step, float) or isinstance(start, float) else dtypes.default_float
             return (idx.cast(wide) * step + start).cast(dt)
+        if step < 0 and dtypes.is_unsigned(dt):  # (a negative step is no value of an unsigned dtype: count down)
+            return start - idx.cast(dt) * -step
         return (idx.cast(dt) * step + start) if (step, start) != (1, 0) else idx.cast(dt)
 
     @classmethod

@@ -128,3 +128,12 @@ def init_shape(fn: str, shape: tuple[Any, ...]) -> tuple[Any, ...]:
 def whole_or_symbolic(fn: str, what: str, v: Any) -> int | UOp:
     """v as an int (see whole), or a symbolic size (a UOp) kept as it is."""
     return v if type(v) is int or isinstance(v, UOp) else whole(fn, what, v)
+
+
+def raw_bytes(data: Any) -> bool:
+    """data is bytes for Tensor(data) to reinterpret (bytes, bytearray, a flat memoryview of unsigned bytes or
+    chars). A memoryview of another format or of several dims holds values of that format and shape, as numpy reads
+    it (a float32 one of shape (2, 2) was read as 16 uint8 bytes)."""
+    if isinstance(data, (bytes, bytearray)):
+        return True
+    return isinstance(data, memoryview) and data.format.lstrip("@=<>!") in ("B", "c") and data.ndim < 2

@@ -205,6 +205,14 @@ class NNMixin:
         st, dl, op = (_pair(v, nsp, f"conv_transpose2d {w}") for v, w in
                       ((stride, "stride"), (dilation, "dilation"), (output_padding, "output_padding")))  # fmt: skip
         _window_args("conv_transpose2d", nsp, stride=st, dilation=dl)
+        if cin % groups:  # (it was the regroup reshape's "can't reshape shape (3, 4, 3, 3) ...")
+            raise TensorValueError(f"conv_transpose2d: weight {weight.shape} has {cin} input channels, which don't "
+                                   f"split into groups={groups}; its dim 0 must be a multiple of groups")  # fmt: skip
+        if any(not 0 <= o < max(s, d) for o, s, d in zip(op, st, dl)):
+            # (torch's rule: a negative one cropped the output, a larger one added rows no input reaches)
+            raise TensorValueError(f"conv_transpose2d: output_padding {op} must be >= 0 and below the stride {st} or "
+                                   f"the dilation {dl} of its dim; it only picks among the output sizes a stride "
+                                   "makes ambiguous")  # fmt: skip
         pd = _conv_padding(padding, k, dl, (1,) * nsp)
         osp = [(as_int(i) - 1) * s - pb - pa + d * (kk - 1) + o + 1
                for i, s, (pb, pa), d, kk, o in zip(self.shape[2:], st, pd, dl, k, op)]  # fmt: skip

@@ -198,8 +198,12 @@ _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.
 
 
 def _disk_tensor(path: pathlib.Path, dt: DType) -> UOp:
-    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used."""
+    """A 1-d DISK tensor over the file at path: its bytes as dt (size // itemsize elements), read when used. The
+    file is mapped now: it reads the file that was there, even if the path is removed or replaced before the first
+    read (mapped then, a removed file was created again, empty, and read as zeros)."""
     p = path.resolve()
     if not p.is_file():
         raise TensorFileNotFoundError(f"Tensor(pathlib.Path): {p} is not a file")
-    return new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)
+    buf = new_buffer_uop(f"DISK:{p}", p.stat().st_size // dt.itemsize, dt)
+    get_buffer(buf).ensure_allocated()
+    return buf

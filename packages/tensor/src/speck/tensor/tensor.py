@@ -41,7 +41,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int, flag, tensor_args
+from speck.tensor.dims import as_int, flag, raw_bytes, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -86,7 +86,7 @@ from speck.tensor.schedule import (
 )
 from speck.tensor.settings import DISALLOW_BROADCAST, TRAINING
 from speck.tensor.tensor_pickle import reduce_tensor
-from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, schedule_pending
+from speck.tensor.writes import _DEFERRED, DEFERRED_ANY, assign, check_foreign, schedule_pending
 from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
@@ -205,7 +205,7 @@ class Tensor(
             if device is not None:
                 self.uop, self._device = self.to(dev).uop, dev
             return
-        if isinstance(data, (bytes, bytearray, memoryview)):
+        if raw_bytes(data):
             # the bytes reinterpreted as dt (len / itemsize elements)
             dt = dt or dtypes.uint8
             raw = np.frombuffer(bytes(data), dtype=np.uint8)
@@ -222,7 +222,7 @@ class Tensor(
             if dt != bits:
                 self.uop = self.uop.bitcast(dt)
             return
-        elif isinstance(data, np.ndarray):
+        elif isinstance(data, (np.ndarray, memoryview)):  # (a memoryview of values: raw_bytes)
             arr = np.asarray(data)
             if not arr.dtype.isnative and arr.dtype.newbyteorder("=") in _NP_TO_DT:
                 arr = arr.astype(arr.dtype.newbyteorder("="))  # (a '>f4' array: same values, native byte order)
@@ -685,6 +685,7 @@ class Tensor(
             return Tensor(host_graph(self.uop), device=HOST)._buffer_data()
         if _realize.capture() is not None:  # reading inside a TinyJit capture: a replay would not read again
             _realize.check_read_allowed("reading a tensor's data (numpy/tolist/item/data)")
+        check_foreign(self, "reading a tensor's data (numpy/tolist/item/data)")
         if len(shape) > 64:  # numpy's limit on dims (a crafted checkpoint can claim any number)
             raise TensorValueError(f"can't read a tensor of {len(shape)} dims into numpy, which holds at most 64; "
                                    "reshape it to fewer dims first")  # fmt: skip

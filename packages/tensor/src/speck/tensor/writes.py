@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from speck.tensor.errors import (
     ShardingError,
     TensorNotImplementedError,
     TensorOverflowError,
+    TensorRuntimeError,
     TensorTypeError,
     TensorValueError,
 )
@@ -56,6 +57,7 @@ from speck.tensor.schedule import (
     unstage,
     view_offset,
 )
+from speck.tensor.settings import ALLOW_DEVICE_USAGE
 from speck.uop import Ops, UOp, dtypes, least_upper_dtype
 from speck.uop.helpers import prod
 
@@ -78,6 +80,7 @@ class Write:
     pos: UOp | None = None
     reduce: str | None = None
     ran: bool = False  # run (no longer pending in its thread)
+    owner: threading.Thread = field(default_factory=threading.current_thread)  # the thread that recorded it
 
 
 def live() -> list[Tensor]:
@@ -307,12 +310,38 @@ def record(cls: type[Tensor], buf: UOp, value: UOp, target: UOp | None = None, p
     _log.append(w)
     _thread.pending.append(w)
     # DISK writes happen at once; past _MAX_PENDING the queue runs too: a write nothing reads would otherwise wait
-    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call
-    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING:
+    # (holding its buffer, whose tensor may be gone) until a realize that needs a later one, or a TinyJit call.
+    # So does a write in a thread other than the main one (not while an @function body is traced, whose writes
+    # become values of its graph): no other thread can run it, and a worker that ends, or waits, without a realize
+    # after it left the tensor's readers the old value (and graphs built before it an unfilled snapshot: zeros)
+    if file_backed(buffer_device(buf)) or len(_thread.pending) > _MAX_PENDING or \
+            (w.owner is not _MAIN and ALLOW_DEVICE_USAGE.value):  # fmt: skip
         flush()
 
 
 _MAX_PENDING = 32
+_MAIN = threading.main_thread()
+
+
+def check_foreign(t: Tensor, what: str) -> None:
+    """Before t's data is read: TensorRuntimeError when t's graph reads a buffer another thread wrote (assign,
+    setitem) without realizing since. That write runs at its own thread's next realize, so this read would see
+    the old value (or, for a graph built before the write, a snapshot not filled yet)."""
+    if not _log:
+        return
+    me = threading.current_thread()
+    foreign = [w for w in list(_log) if not w.ran and w.owner is not me]
+    if not foreign:
+        return
+    reads = buffers_read(t.uop)
+    for w in foreign:
+        if w.buf in reads or w.snap in reads:
+            raise TensorRuntimeError(
+                f"{what}: the tensor reads a buffer thread {w.owner.name!r} wrote (assign/setitem) and has not "
+                "realized since; a write runs at its own thread's next realize, so this thread would read the old "
+                f"value. Realize in that thread after the write (e.g. Tensor.realize_all()) before other threads "
+                f"read it{'' if w.owner.is_alive() else ' (it has ended: its write can no longer run)'}"
+            )
 
 
 def pending() -> bool:
@@ -470,6 +499,8 @@ def _run(w: Write) -> None:
     sched = Scheduler(dev)
     if w.target is None and w.pos is None:
         src = _whole_source(w.value, buf)
+        if src is not None and src is not buf and (buf in replay_written or src in replay_written):
+            src = None  # a TinyJit replay writes one of them in place, past _unshare: copy instead of sharing
         if src is buf:  # the buffer's own contents: only a snapshot may need them as they are
             if keep_old:
                 realize.execute([ScheduleItem(None, (w.snap, buf))])
@@ -526,6 +557,11 @@ def _invalidate(buf: UOp) -> None:
         if buf in touched or any((reg := buffer_views.get(b)) is not None and reg[0] is buf for b in touched):
             data.pop(r, None)
 
+
+# BUFFERs a TinyJit capture writes: its replays write their memory directly, without _unshare, so a whole-buffer
+# assign never makes one of them share memory (DQN's `target.assign(online)` between jitted steps would otherwise
+# have the next replay's update of `online` show through `target`)
+replay_written: weakref.WeakKeyDictionary[UOp, None] = weakref.WeakKeyDictionary()
 
 # BUFFER -> BUFFERs a whole-buffer assign made it share memory with (x.assign(y) of a realized y costs no copy)
 _shared: weakref.WeakKeyDictionary[UOp, list[weakref.ReferenceType[UOp]]] = weakref.WeakKeyDictionary()
@@ -813,6 +849,10 @@ def assign(t: Tensor, x: Any) -> Tensor:
         t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
+    if type(cur := t.uop) is UOp and (staged_view := unstage(cur)) is not cur:
+        # host data (Tensor(list), Tensor(ndarray)) sits in its buffer already: write there, as realizing it would
+        # (a TinyJit that read the tensor reads that buffer; taking the new value's graph instead hid the write)
+        t.uop = staged_view
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
     u = t.uop
     buf = view_base(u)
