@@ -27,6 +27,7 @@ from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueEr
 from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
 from speck.tensor.nodes import _const_uop
+from speck.tensor.precise import asin64, erf64, odd_abs
 from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.tensor.weak import check_fits, fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
@@ -608,9 +609,11 @@ class ElementwiseMixin:
 
     def asin(self: Tensor) -> Tensor:
         # |x| < 1/4: the Taylor series (relative error < 1e-9); beyond, Abramowitz & Stegun 4.4.46 on |x| (absolute
-        # error < 2e-8, which would be all of asin(1e-8)); odd symmetry restores the sign
+        # error < 2e-8, which would be all of asin(1e-8)); odd symmetry restores the sign. float64: precise.asin64
         x = self._float()
-        a = x.abs()
+        if x.dtype == dtypes.float64:
+            return asin64(x)
+        a = odd_abs(x)
         small = a < 0.25
         s, b = small.where(a, 0.0), small.where(0.5, a)  # each branch sees only its own inputs
         coeffs = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
@@ -650,13 +653,13 @@ class ElementwiseMixin:
     def tanh(self: Tensor) -> Tensor:
         # -u / (u + 2) with u = expm1(-2|x|) in (-1, 0]: no cancellation near 0, no overflow for large |x|
         x = self._literal_float()
-        u = (x.abs() * -2.0)._expm1()
+        u = (odd_abs(x) * -2.0)._expm1()
         r = -u / (u + 2.0)
         return (x < 0).where(-r, r)
 
     def asinh(self: Tensor) -> Tensor:
         x = self._float()
-        a = x.abs()
+        a = odd_abs(x)
         # beyond 2**28, sqrt(a^2 + 1) == a in float32 (and a^2 overflows from 1.8e19): log(2a); below, log1p(a +
         # a^2 / (1 + sqrt(1 + a^2))), which keeps asinh(1e-8) = 1e-8
         big = a > 2.0**28
@@ -683,9 +686,11 @@ class ElementwiseMixin:
 
     def erf(self: Tensor) -> Tensor:
         # |x| < 1/2: the Taylor series (relative error < 1e-10); beyond, Abramowitz & Stegun 7.1.26 (absolute error
-        # < 1.5e-7, which would be all of erf(1e-8))
+        # < 1.5e-7, which would be all of erf(1e-8)). float64: precise.erf64
         x = self._float()
-        a = x.abs()
+        if x.dtype == dtypes.float64:
+            return erf64(x)
+        a = odd_abs(x)
         small = a < 0.5
         s, b = small.where(a, 0.0), small.where(1.0, a)  # each branch sees only its own inputs
         t = 1.0 / (1.0 + 0.3275911 * b)

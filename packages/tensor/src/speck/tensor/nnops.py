@@ -508,11 +508,13 @@ class NNMixin:
         mask = Y != ignore_index
         # a label outside [0, c) that is not ignore_index is an error (found on the device: speck.tensor.bounds)
         labels = checked(Y, "sparse_categorical_crossentropy", 0, c, allow=ignore_index, device=self.device)
-        y = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
-        y = y * mask.reshape(*Y.shape, 1)
-        loss_t = -(log_probs * y).sum(axis=-1)
-        smooth = -(log_probs.mean(axis=-1)) * mask
-        loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
+        # the label's log-probability is selected, not multiplied out by a one-hot: a class masked with a -inf logit
+        # (log-probability -inf) would make every row's loss 0 * -inf = NaN
+        sel = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)) & mask.reshape(*Y.shape, 1)
+        loss_t = -sel.where(log_probs, 0.0).sum(axis=-1)
+        if label_smoothing:  # (the mean over all classes, -inf ones included: inf, as in torch)
+            smooth = mask.where(-(log_probs.mean(axis=-1)), 0.0)
+            loss_t = (1 - label_smoothing) * loss_t + label_smoothing * smooth
         return _reduce(loss_t, reduction, mask.sum())
 
     def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
@@ -525,7 +527,7 @@ class NNMixin:
         if Y.shape == self.shape:
             c = as_int(x.shape[-1])
             yp = y * (1 - label_smoothing) + label_smoothing / c
-            return _reduce(-(x.log_softmax(axis=-1) * yp).sum(axis=-1), reduction, None)
+            return _reduce(-(yp != 0).where(x.log_softmax(axis=-1) * yp, 0.0).sum(axis=-1), reduction, None)
         if y.shape != x.shape[:-1]:
             raise TensorValueError(f"cross_entropy: target shape {Y.shape} must be the input's {self.shape} without "
                                    "the class dim (indices) or equal to it (probabilities)")  # fmt: skip
@@ -546,17 +548,19 @@ class NNMixin:
         self = self._classes_last()
         c = as_int(self.shape[-1])
         labels = checked(Y, "nll_loss", 0, c, allow=ignore_index, device=self.device)  # (speck.tensor.bounds)
-        onehot = (labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)).where(1.0, 0.0)
-        w = onehot * (weight.reshape(1, c) if weight is not None else 1.0)
+        sel = labels.reshape(*Y.shape, 1) == type(self).arange(c, device=self.device)
         if ignore_index is not None:
-            w = w * (Y != ignore_index).reshape(*Y.shape, 1)
-        loss = -(self * w).sum(axis=-1)
+            sel = sel & (Y != ignore_index).reshape(*Y.shape, 1)
+        w = sel.where(weight.reshape(1, c) if weight is not None else 1.0, 0.0)
+        loss = -sel.where(self * w, 0.0).sum(axis=-1)  # (selected: a -inf log-probability elsewhere is not 0 * -inf)
         return _reduce(loss, reduction, w.sum())
 
     def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
         """BCE of probabilities in (0, 1) (log clamped at -100 like PyTorch)."""
         tensor_args("binary_crossentropy", "target", (Y,))
         loss = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
+        if self.shape == Y.shape and isinstance(self.device, str) and isinstance(Y.device, str):
+            _bce_gradient(loss, self, Y)
         return _reduce(loss, reduction, None)
 
     def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
@@ -595,6 +599,22 @@ class NNMixin:
         if dtypes.is_float(self.dtype) and not self.dtype.is_weak:
             qk = qk.cast(self.dtype)
         return qk.softmax(-1).dropout(dropout_p) @ value
+
+
+def _bce_gradient(loss: Tensor, p: Tensor, y: Tensor) -> None:
+    """binary_crossentropy differentiates as PyTorch's does: (p - y) / max(p (1 - p), 1e-12) for the probabilities,
+    log(1 - p) - log(p) (each clamped at -100) for a float target. Walking the clamped logs multiplies log's 1/p =
+    inf by the clamp's zero gradient at a saturated p of exactly 0 or 1 (a float32 sigmoid past 17): NaN."""
+    cls, pu, pdev, pdt, yu, ydev, ydt = type(loss), p.uop, p.device, p.dtype, y.uop, y.device, y.dtype
+    wide = dtypes.float64 if dtypes.float64 in (pdt, ydt) else dtypes.float32
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        gw, pw, yw = cls(g, device=pdev).cast(wide), cls(pu, device=pdev).cast(wide), cls(yu, device=ydev).cast(wide)
+        dp = gw * (pw - yw) / (pw * (1 - pw)).maximum(1e-12)
+        dy = gw * ((1 - pw).log().maximum(-100) - pw.log().maximum(-100))
+        return dp.cast(pdt).uop, dy.cast(ydt).uop if dtypes.is_float(ydt) else None
+
+    override_gradient(loss.uop, (pu, yu), rule)
 
 
 def _reduce(loss: Tensor, reduction: str, count: Tensor | None) -> Tensor:

@@ -323,7 +323,11 @@ class ReduceMixin:
             norm = a.max(dim, keepdim=True) if p > 0 else a.min(dim, keepdim=True) if p < 0 else (
                 (x != 0).sum(dim, keepdim=True).cast(x.dtype))  # fmt: skip
         else:
-            norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+            # an all-zero slice gets norm 0 without the root's infinite derivative at 0, which made the gradient of
+            # normalizing a zero vector NaN; it is x / eps there, as in torch
+            s = (x.abs() ** p).sum(dim, keepdim=True)
+            nz = s > 0
+            norm = nz.where(nz.where(s, 1.0) ** (1 / p), 0.0)
         return x / norm.maximum(eps)
 
     # ---------------- scans ----------------

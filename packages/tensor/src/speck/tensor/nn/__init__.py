@@ -8,9 +8,10 @@ import math
 from speck.tensor.bounds import checked
 from speck.tensor.dims import as_int, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
+from speck.tensor.gradient import override_gradient
 from speck.tensor.nnops import _conv_padding
 from speck.tensor.tensor import Tensor, is_training
-from speck.uop import dtypes, sum_acc_dtype
+from speck.uop import UOp, dtypes, sum_acc_dtype
 
 
 def _pair(x: int | tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -300,8 +301,29 @@ class Embedding:
             raise TensorTypeError(f"Embedding indices must be integers, got {idx.dtype}")
         # an index outside [0, vocab_size) is an error, found on the device (speck.tensor.bounds)
         ix = checked(idx, "Embedding", 0, self.vocab_sz, device=self.weight.device)
-        onehot = ix.reshape(*idx.shape, 1) == Tensor.arange(self.vocab_sz, device=idx.device)
-        return onehot.cast(self.weight.dtype) @ self.weight
+        # a row lookup, not one-hot @ weight: that multiplied every row of the table (50257 x 256 floats for each of
+        # 64 tokens: 150x slower) and a non-finite value in any row made every lookup NaN (0 * inf). _take: an index
+        # outside the table (possible with CHECK_OOB=0) reads a zero row, as one-hot did (getitem would wrap -1)
+        out = self.weight._take(0, ix.reshape(-1, 1).expand(-1, self.embed_sz))
+        if isinstance(self.weight.device, str):
+            _lookup_gradient(out, self.weight, idx)
+        return out.reshape(*idx.shape, self.embed_sz)
+
+
+def _lookup_gradient(out: Tensor, weight: Tensor, idx: Tensor) -> None:
+    """The table's gradient: a scatter-add of each looked-up row's output gradient into its row (O(N * dim) after
+    zeroing it). Walking the lookup's graph gives an O(N * vocab * dim) compare-and-reduce instead, which also reads
+    the bounds-checked index inside a reduction: codegen fails to linearize that kernel next to a tied weight's
+    matmul gradient (GPT-2's wte with wpe; plain getitem hits it too)."""
+    cls, wdev, iu, idev, wdt = type(out), weight.device, idx.uop, idx.device, weight.dtype
+    vocab, dim = as_int(weight.shape[0]), as_int(weight.shape[1])
+
+    def rule(g: UOp) -> tuple[UOp | None, ...]:
+        rows = cls(iu, device=idev).reshape(-1, 1).expand(-1, dim).to(wdev)
+        gw = cls.zeros(vocab, dim, dtype=wdt, device=wdev).scatter_reduce(0, rows, cls(g, device=wdev), "sum")
+        return (gw.uop,)
+
+    override_gradient(out.uop, (weight.uop,), rule)
 
 
 class LSTMCell:
