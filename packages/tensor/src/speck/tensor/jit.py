@@ -49,6 +49,7 @@ from speck.tensor.writes import EPOCH as _EPOCH
 from speck.tensor.writes import finish_capture as _finish_capture
 from speck.tensor.writes import flush as _flush_writes
 from speck.tensor.writes import pending as _pending_writes
+from speck.tensor.writes import replay_written as _replay_written
 from speck.uop import Ops, UOp
 from speck.uop.helpers import prod
 
@@ -492,6 +493,7 @@ class CapturedJit:
             for u, hb in self._freed.items():
                 buffer_map[u] = hb
             self._freed.clear()
+        _replay_written.update(dict.fromkeys(self.written))  # (a capture unpickled: its replays write these too)
         calls, uops = realize.link(self.entries)
         self.plan = Plan(calls, len(uops), name=f"jit[{len(calls)}]", replayed=True)
         self._uops = uops
@@ -756,6 +758,7 @@ class TinyJit(Generic[R]):
         if self.prune:
             calls = prune_calls(calls, input_bufs)
         written = frozenset(b for e in calls for b in _reads_writes(e)[1]) - set(input_bufs)
+        _replay_written.update(dict.fromkeys(written))
         names, var_vals = [n for n, _ in inputs.named], dict(inputs.var_vals)
         temps = _intermediates(calls, fresh, input_bufs)
         self.captured = CapturedJit(ret, calls, input_bufs, names, sigs, inputs.layout, var_vals, written, {}, temps)

@@ -17,6 +17,7 @@ from speck.tensor.dims import as_int, flag, real, tensor_args, whole
 from speck.tensor.errors import TensorAssertionError, TensorTypeError, TensorValueError
 from speck.tensor.gradient import override_gradient
 from speck.tensor.pool_grad import max_pool_gradient
+from speck.tensor.reduce import product_dtype
 from speck.tensor.settings import TRAINING, WINO
 from speck.tensor.winograd import winograd_tile
 from speck.uop import dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
@@ -176,6 +177,8 @@ class NNMixin:
         wl = weight.reshape(groups, cout // groups, cin_g, *k).permute(0, *range(2, 3 + nsp), 1).contiguous()
         wt = wl.permute(0, 2 + nsp, *range(1, 2 + nsp)).reshape(1, groups, cout // groups, cin_g, *([1] * nsp), *k)
         red = (3,) + tuple(range(4 + nsp, 4 + 2 * nsp))
+        if (pdt := product_dtype(dtypes.as_concrete(least_upper_dtype(w.dtype, wt.dtype)), dtype)) is not w.dtype:
+            w, wt = w.cast(pdt), wt.cast(pdt)  # a wider dtype= multiplies in it too (int8 products would wrap)
         out = (w * wt).sum(axis=red, dtype=dtype)
         if dtype is None and out.dtype != w.dtype:  # the result has the operands' dtype (int8 stays int8)
             out = out.cast(dtypes.as_concrete(least_upper_dtype(self.dtype, weight.dtype)))

@@ -114,10 +114,12 @@ class RandomMixin:
             return cls.zeros(sh, dtype=dt, device=device)
         dev = canonical(device)
         bits = cls(random_bits(n, dev, int(kw.get("_stream", 0))), device=dev)
-        # the top m bits -> k / 2**m in [0, 1), m = the dtype's significand width (at most float32's 24), so every
-        # value is exact in dt: rounding 24 bits to half/bf16/fp8 would give 1.0 for draws just below it
-        m = min(24, dtypes.finfo(dt)[1] + 1)
-        u = (bits >> (64 - m)).cast(dtypes.float32) * (2.0**-m)
+        # the top m bits -> k / 2**m in [0, 1), m = the dtype's significand width, so every value is exact in dt:
+        # rounding 24 bits to half/bf16/fp8 would give 1.0 for draws just below it, and float64 gets its 53 bits
+        # (as tinygrad fills the whole mantissa), not float32's 24 (2**24 values: duplicates in any large draw)
+        m = dtypes.finfo(dt)[1] + 1
+        wide = dtypes.float64 if m > 24 else dtypes.float32
+        u = (bits >> (64 - m)).cast(wide) * (2.0**-m)
         return u.cast(dt).reshape(sh)
 
     @classmethod
@@ -157,7 +159,9 @@ class RandomMixin:
         if not real("uniform", "low", low) < real("uniform", "high", high):
             raise TensorValueError(f"uniform needs low < high, got low={low}, high={high}")
         dt = _dt(kw.pop("dtype", None)) or dtypes.default_float
-        return (cls.rand(*shape, **kw) * (high - low) + low).cast(dt)
+        # drawn at the default float, or at dt when that holds more bits (a float64 uniform gets 53 random bits)
+        wide = dtypes.is_float(dt) and dtypes.finfo(dt)[1] > dtypes.finfo(dtypes.default_float)[1]
+        return (cls.rand(*shape, dtype=dt if wide else None, **kw) * (high - low) + low).cast(dt)
 
     @classmethod
     def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:

@@ -70,6 +70,14 @@ def _packed_product(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
     return out.reshape(*out.shape[:-2], m)
 
 
+def product_dtype(dt: DType, dtype: Any) -> DType:
+    """The dtype a contraction (dot, einsum, conv2d) multiplies its operands in: their join `dt`, or the requested
+    accumulation dtype when that is wider. int8 @ int8 with dtype=int32 then multiplies in int32, as an int8 tensor
+    core does, instead of wrapping each product to int8 before the int32 sum (100 * 2 would add as -56)."""
+    acc = _dt(dtype)
+    return acc if acc is not None and not acc.is_weak and acc is not dt and least_upper_dtype(dt, acc) is acc else dt
+
+
 # ---------------- the primitive: REDUCE_AXIS over UOps (tensor.py wraps these) ----------------
 def axes_of(shape: tuple[sint, ...], axis: Any) -> tuple[int, ...]:
     """axis (an int, a sequence of them or None = all) as resolved dims of shape."""
@@ -511,6 +519,8 @@ class ReduceMixin:
             raise TensorValueError(f"matmul shape mismatch: {x.shape} @ {w.shape} (inner dims {k1} and {k2} differ)")
         dt = dtypes.as_concrete(least_upper_dtype(x.dtype, w.dtype))  # (int64 with uint64: weak float)
         x, w = x._joined(dt), w._joined(dt)
+        if (pdt := product_dtype(dt, dtype)) is not dt:
+            x, w = x.cast(pdt), w.cast(pdt)
         xv, wv = x.ndim == 1, w.ndim == 1
         if xv:
             x = x.unsqueeze(0)
@@ -620,8 +630,9 @@ class ReduceMixin:
         full = list(out) + sorted(c for c in sizes if c not in out)
         dt = dtypes.as_concrete(least_upper_dtype(*[t.dtype for t in ts]))
         prodt: Tensor | None = None
+        pdt = product_dtype(dt, dtype)
         for s_, t in zip(subs, ts):
-            tt = t.cast(dt).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(dt)
+            tt = t.cast(pdt).permute(sorted(range(len(s_)), key=lambda i: full.index(s_[i]))) if s_ else t.cast(pdt)
             present = sorted(s_, key=lambda c: full.index(c))
             tt = tt.reshape(tuple(tt.shape[present.index(c)] if c in present else 1 for c in full))
             tt = tt.expand(tuple(sizes[c] for c in full))
@@ -629,7 +640,7 @@ class ReduceMixin:
         assert prodt is not None
         red = tuple(range(len(out), len(full)))
         res = prodt.sum(red, dtype=dtype) if red else prodt
-        return res.cast(dt) if dtype is None and red else res
+        return res.cast(_dt(dtype) or dt)
 
 
 _EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

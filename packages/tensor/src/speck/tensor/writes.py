@@ -499,6 +499,8 @@ def _run(w: Write) -> None:
     sched = Scheduler(dev)
     if w.target is None and w.pos is None:
         src = _whole_source(w.value, buf)
+        if src is not None and src is not buf and (buf in replay_written or src in replay_written):
+            src = None  # a TinyJit replay writes one of them in place, past _unshare: copy instead of sharing
         if src is buf:  # the buffer's own contents: only a snapshot may need them as they are
             if keep_old:
                 realize.execute([ScheduleItem(None, (w.snap, buf))])
@@ -555,6 +557,11 @@ def _invalidate(buf: UOp) -> None:
         if buf in touched or any((reg := buffer_views.get(b)) is not None and reg[0] is buf for b in touched):
             data.pop(r, None)
 
+
+# BUFFERs a TinyJit capture writes: its replays write their memory directly, without _unshare, so a whole-buffer
+# assign never makes one of them share memory (DQN's `target.assign(online)` between jitted steps would otherwise
+# have the next replay's update of `online` show through `target`)
+replay_written: weakref.WeakKeyDictionary[UOp, None] = weakref.WeakKeyDictionary()
 
 # BUFFER -> BUFFERs a whole-buffer assign made it share memory with (x.assign(y) of a realized y costs no copy)
 _shared: weakref.WeakKeyDictionary[UOp, list[weakref.ReferenceType[UOp]]] = weakref.WeakKeyDictionary()
