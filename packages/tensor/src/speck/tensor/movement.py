@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +35,9 @@ from speck.tensor.errors import (
     TensorValueError,
     TensorZeroDivisionError,
 )
-from speck.tensor.realize import capture as _capture
 from speck.uop import Ops, UOp, dtypes, least_upper_dtype, sint, validate_shape
 from speck.uop.errors import UOpTypeError
 from speck.uop.helpers import prod
-from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -184,25 +183,25 @@ def shrink(u: UOp, arg: Any) -> UOp:
                                    f"Variables' values it keeps [{bb}, {ee}) of a dim of {ss} (a slice by a Variable "
                                    "can't be clamped to the dim as numpy clamps); bind them to values inside the "
                                    "dim")  # fmt: skip
-        if _capture() is not None and (_range(b)[0] < 0 or _range(e - s)[1] > 0):
+        if (bounds := getattr(capture_bounds, "items", None)) is not None:
             # a TinyJit replay binds new values without building this graph again (so without the check above): a
-            # value past the dim read past the buffer (x[:n] of 4 floats, n in [1, 4096]: 9.8e33 at n=4096)
-            raise TensorValueError(f"shrink ({pairs}) of shape {show_shape(shape)} inside a TinyJit capture: its "
-                                   f"Variables' ranges let it reach [{_range(b)[0]}, {_range(e)[1]}), past the dim: a "
-                                   "replay may bind any value in them; declare the Variables with bounds that keep "
-                                   "the slice inside the dim")  # fmt: skip
+            # value past the dim read past the buffer (x[:n] of 4 floats, n in [1, 4096]: 9.8e33 at n=4096). The
+            # capture keeps the bounds, Variables unbound, and checks them at each replay's values
+            bounds.append((*(_unbind(x) for x in (b, e, s)), f"shrink ({pairs}) of shape {show_shape(shape)}"))
     if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
            for (b, e), s in zip(a, shape)):  # fmt: skip
         return u
     return u.shrink(a)
 
 
-def _range(x: sint) -> tuple[Any, Any]:
-    """The least and greatest value x takes over its Variables' whole ranges (not just their bound values)."""
-    if not isinstance(x, UOp):
-        return x, x
-    free = ssimplify(x.substitute({n: n.src[0] for n in x.toposort() if n.op is Ops.BIND}))
-    return (free.vmin, free.vmax) if isinstance(free, UOp) else (free, free)
+def _unbind(x: sint) -> sint:
+    """x with its bound Variables as the free Variables (evaluated later at other values)."""
+    return x.substitute({n: n.src[0] for n in x.toposort() if n.op is Ops.BIND}) if isinstance(x, UOp) else x
+
+
+# the symbolic shrink bounds built while this thread captures a TinyJit: (begin, end, dim, what); None when it
+# captures nothing (jit.py sets and takes the list)
+capture_bounds = threading.local()
 
 
 def flip(u: UOp, axis: tuple[Any, ...]) -> UOp:
