@@ -727,7 +727,8 @@ class TinyJit(Generic[R]):
         calls: list[Entry] = []
         fresh: set[UOp] = set()
         realize.set_capture(calls, fresh)
-        _capture_bounds.items = bounds = []
+        bounds: list[tuple[Any, ...]] = []
+        _capture_bounds.items = bounds
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
