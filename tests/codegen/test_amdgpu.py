@@ -376,3 +376,22 @@ def test_beam_search_tries_workgroups_and_grouped_reductions_on_a_gpu() -> None:
     opts = beam_search(ast, r, 2, timer, use_cache=False)
     spec = to_program(ast.replace(arg=KernelInfo("ew_beam", opts=opts)), r)
     assert np.prod(spec.local_size or (1,)) > 128  # better than the heuristic's 128 by this timer
+
+
+def test_a_code_object_cached_by_other_compiler_code_is_not_reused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The cache key holds a digest of the compiler's own sources (parse, optimize, emit, link): an object another
+    version of that code stored under the same IR (an upgrade, a changed pass pipeline) is compiled afresh."""
+    import speck.codegen.compiler.amdgpu as amdgpu
+
+    monkeypatch.setenv("SPECK_CACHE_DIR", str(tmp_path))
+    src = _spec(0).src
+    monkeypatch.setattr(amdgpu, "_DIGEST", ["older-compiler"])
+    old = AMDGPUCompiler()
+    old.disk_cache().put(old.cache_key(src), b"stale object written by other compiler code")
+    assert old.compile(src) == b"stale object written by other compiler code"  # (the same code reuses its entry)
+    monkeypatch.setattr(amdgpu, "_DIGEST", [])
+    new = AMDGPUCompiler()
+    assert new.cache_key(src) != old.cache_key(src)
+    assert new.compile(src) == link_code_object(new.relocatable(src), amdgpu._kernel_label(src))

@@ -4,8 +4,10 @@
 draws; a transformer encoder-decoder with bool key-padding and causal masks, cross-attention, label-smoothed
 cross-entropy that ignores padding, and greedy decoding under TinyJit; a RealNVP normalising flow (affine coupling
 layers, log-determinants, exact inverse, sampling); a WaveNet-style stack of dilated causal convolutions with gated
-activations, residual and skip paths. Each is checked against a numpy float64 re-implementation of the same math:
-forward values, gradients by central differences of the numpy forward, and the optimizer's update rule."""
+activations, residual and skip paths; a causal-attention classifier trained on batches of varying size and length
+under one TinyJit capture (two bound Variables shrink the data buffers). Each is checked against a numpy float64
+re-implementation of the same math: forward values, gradients by central differences of the numpy forward, and the
+optimizer's update rule."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import math
 import numpy as np
 from gradcheck import num_grad
 
-from speck.tensor import Tensor, TinyJit, dtypes, nn
+from speck.tensor import Tensor, TinyJit, Variable, dtypes, nn
 from speck.tensor.nn.optim import Adam
 from speck.tensor.nn.state import get_parameters, get_state_dict
 
@@ -497,3 +499,61 @@ def test_wavenet_dilated_causal_convs_are_causal_and_train_like_numpy() -> None:
     for k, t in params.items():
         np.testing.assert_allclose(t.numpy(), p[k], rtol=1e-3, atol=1e-4, err_msg=k)
     assert losses[-1] < losses[0]
+
+
+# ---------------- variable batch size and sequence length: one TinyJit capture, two bound Variables ----------------
+class AttnClassifier:
+    def __init__(self, vocab: int, dim: int, classes: int) -> None:
+        self.emb, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, classes)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)  # (a key bias has a zero gradient: Adam would amplify noise)
+
+    def __call__(self, tok: Tensor) -> Tensor:
+        h = self.emb(tok)
+        q, k, v = self.qkv(h).chunk(3, -1)
+        return self.head((h + q.scaled_dot_product_attention(k, v, is_causal=True)).mean(1))
+
+
+def np_attn_classifier(p: P, tok: np.ndarray) -> np.ndarray:
+    h = p["emb.weight"][tok]
+    q, k, v = np.split(h @ p["qkv.weight"].T, 3, -1)
+    t = tok.shape[1]
+    s = np.where(np.tril(np.ones((t, t), bool)), q @ k.transpose(0, 2, 1) / math.sqrt(h.shape[-1]), -np.inf)
+    return (h + np_softmax(s) @ v).mean(1) @ p["head.weight"].T + p["head.bias"]
+
+
+def test_variable_batch_and_length_training_under_one_capture_matches_numpy() -> None:
+    vocab, dim, classes, b_max, t_max = 11, 6, 3, 6, 9
+    model = AttnClassifier(vocab, dim, classes)
+    p = init(model, seed=51, scale=0.5)
+    params = get_state_dict(model)
+    r = rng(52)
+    tok, y = r.integers(0, vocab, (b_max, t_max)), r.integers(0, classes, b_max)
+    tok_t, y_t = Tensor(tok.astype(np.int32)).realize(), Tensor(y.astype(np.int32)).realize()
+    opt = Adam(get_parameters(model), lr=0.02)
+
+    @TinyJit
+    def step(n: Variable, t: Variable) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            logits = model(tok_t.shrink(((0, n), (0, t))))
+            loss = logits.sparse_categorical_crossentropy(y_t.shrink(((0, n),))).backward()
+            opt.step()
+        return loss.realize()
+
+    ad: dict = {}
+    for i, (n, t) in enumerate([(2, 3), (4, 5), (6, 9), (3, 2), (5, 7), (6, 1)], start=1):
+
+        def np_loss(n: int = n, t: int = t) -> float:
+            lp = np_log_softmax(np_attn_classifier(p, tok[:n, :t]))
+            return float(-lp[np.arange(n), y[:n]].mean())
+
+        want = np_loss()
+        g = {k: num_grad(np_loss, p[k]) for k in p}
+        got = step(Variable("n", 1, b_max).bind(n), Variable("t", 1, t_max).bind(t)).item()
+        np.testing.assert_allclose(got, want, rtol=1e-4, err_msg=f"step {i} (n={n}, t={t})")
+        np_adam(p, g, ad, i, lr=0.02)
+        for k, tt in params.items():
+            np.testing.assert_allclose(tt.numpy(), p[k], rtol=1e-3, atol=1e-4, err_msg=f"{k} step {i}")
+        if i == 2:
+            cap = step.captured
+    assert step.cnt == 6 and cap is not None and step.captured is cap  # the second call's capture served every shape

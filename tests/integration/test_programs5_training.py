@@ -380,6 +380,106 @@ def test_one_cycle_schedule_in_jitted_step_with_clipping_and_bitwise_resume(tmp_
             np.testing.assert_array_equal(v.numpy(), snap[t][k], err_msg=f"{k} resumed step {t}")
 
 
+# ---------------- EMA weights swapped in for a jitted evaluation and swapped back, between jitted train steps -----
+def test_ema_weights_swapped_in_for_jitted_eval_and_back_between_jitted_steps() -> None:
+    """The EMA pattern of image-model trainers: the train step updates the weights and their moving average; for
+    evaluation the live weights are saved, the averages assigned in, evaluated, and the saved weights assigned back.
+    Every one of those assigns is a whole realized buffer into a buffer the jitted steps write."""
+    model = MLP(5, 8, 3)
+    p = init(model, seed=61, scale=0.6)
+    params = get_parameters(model)
+    ema = [t.detach().clone().realize() for t in params]
+    ema_np = {k: v.copy() for k, v in p.items()}
+    keys = list(get_state_dict(model))
+    opt = SGD(params, lr=0.2, momentum=0.5)
+    r = rng(62)
+    x, y = r.standard_normal((10, 5)), r.integers(0, 3, 10)
+    xv = r.standard_normal((4, 5))
+    xt, yt, xvt = Tensor(x.astype(np.float32)), Tensor(y.astype(np.int32)), Tensor(xv.astype(np.float32))
+
+    @TinyJit
+    def train_step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(xb).sparse_categorical_crossentropy(yb).backward()
+            opt.step()
+        for e, t in zip(ema, params, strict=True):
+            e.assign(e * 0.8 + t.detach() * 0.2)
+        return loss.realize()
+
+    @TinyJit
+    def evaluate(xb: Tensor) -> Tensor:
+        return model(xb).softmax(-1).realize()
+
+    mom = {k: np.zeros_like(v) for k, v in p.items()}
+    for i in range(9):
+
+        def np_loss() -> float:
+            return float(-np_log_softmax(np_mlp(p, x))[np.arange(10), y].mean())
+
+        g = {k: num_grad(np_loss, p[k]) for k in p}
+        np.testing.assert_allclose(train_step(xt, yt).item(), np_loss(), rtol=1e-4, err_msg=f"step {i}")
+        for k in p:
+            mom[k] = 0.5 * mom[k] + g[k]
+            p[k] = p[k] - 0.2 * mom[k]
+            ema_np[k] = 0.8 * ema_np[k] + 0.2 * p[k]
+        if i % 3 == 2:
+            saved = [t.detach().clone().realize() for t in params]
+            for t, e in zip(params, ema, strict=True):
+                t.assign(e).realize()
+            got = evaluate(xvt).numpy()
+            z = np_mlp(ema_np, xv)
+            np.testing.assert_allclose(got, np.exp(np_log_softmax(z)), rtol=1e-4, atol=1e-6, err_msg=f"eval {i}")
+            for t, sv in zip(params, saved, strict=True):
+                t.assign(sv).realize()
+    for k, t, e in zip(keys, params, ema, strict=True):
+        np.testing.assert_allclose(t.numpy(), p[k], rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(e.numpy(), ema_np[k], rtol=1e-4, atol=1e-5, err_msg=f"ema {k}")
+
+
+# ---------------- half weights and activations, float32 accumulation (matmul dtype=), float master weights ------
+def test_half_weights_with_float_accumulation_train_without_overflow() -> None:
+    """Each layer multiplies half activations by half weights accumulating in float32 (`dtype=dtypes.float`), the way
+    mixed-precision code asks for it; the products here exceed half's range (300 * 300), which a half multiply
+    would turn into inf. The master weights stay float32 and the SGD update happens there."""
+    r = rng(41)
+    w1, w2 = r.uniform(-300, 300, (6, 5)), r.uniform(-1, 1, (3, 6))
+    x, y = r.uniform(-300, 300, (8, 5)), r.integers(0, 3, 8)
+    m1, m2 = Tensor(w1.astype(np.float32)).requires_grad_(), Tensor(w2.astype(np.float32)).requires_grad_()
+    xt, yt = Tensor(x.astype(np.float16)), Tensor(y.astype(np.int32))
+    opt = SGD([m1, m2], lr=1e-3)
+    h16 = lambda a: a.astype(np.float16).astype(F64)
+
+    def forward(xb: Tensor) -> Tensor:
+        h = xb.matmul(m1.half().T, dtype=dtypes.float) * 1e-4  # up to ~3e5 before the scale: float32, not half
+        return h.relu().half().matmul(m2.half().T, dtype=dtypes.float)
+
+    def np_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # a, b: the half-rounded weights
+        return h16(np.maximum((h16(x) @ a.T) * 1e-4, 0)) @ b.T
+
+    @TinyJit
+    def step(xb: Tensor, yb: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = forward(xb).sparse_categorical_crossentropy(yb).backward()
+            opt.step()
+        return loss.realize()
+
+    assert np.abs(h16(x)[:, :, None] * h16(w1).T[None]).max() > 65504  # single products beyond half's max
+    logits = forward(xt)
+    assert logits.dtype == dtypes.float
+    np.testing.assert_allclose(logits.numpy(), np_forward(h16(w1), h16(w2)), rtol=2e-3, atol=1e-3)
+    losses = []
+    for i in range(4):
+        a, b = h16(m1.numpy().astype(F64)), h16(m2.numpy().astype(F64))
+        want = float(-np_log_softmax(np_forward(a, b))[np.arange(8), y].mean())
+        losses.append(step(xt, yt).item())
+        assert np.isfinite(losses[-1])
+        np.testing.assert_allclose(losses[-1], want, rtol=2e-3, err_msg=f"step {i}")
+    assert np.isfinite(m1.numpy()).all() and np.isfinite(m2.numpy()).all()
+    assert losses[-1] < losses[0]
+
+
 # ---------------- the failures these programs found, reduced ----------------
 def test_a_wider_accumulation_dtype_makes_every_product_exact() -> None:
     """matmul/einsum/conv2d with dtype= wider than the operands multiply in it (int8 products wrapped in int8 before
@@ -436,3 +536,23 @@ def test_assigning_a_buffer_a_jit_replay_writes_copies_it() -> None:
             target.assign(w).realize()  # w is [-2, -1] now
     np.testing.assert_array_equal(target.numpy(), [-2.0, -1.0])
     np.testing.assert_array_equal(w.numpy(), [-4.0, -3.0])
+
+
+def test_assigning_host_data_a_jit_read_before_realizing_reaches_the_replays() -> None:
+    """A tensor made from a list or an array and first read inside a jitted function: the capture reads the buffer the
+    data sits in, so an assign must write there (it used to give the tensor the new value's graph, and the replays
+    went on reading the old data). The numpy array it came from is left alone."""
+    arr = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    for w in (Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), Tensor(arr)):
+
+        @TinyJit
+        def f(x: Tensor, w: Tensor = w) -> Tensor:
+            return (x * w).sum(1).realize()
+
+        for i in range(5):
+            if i == 3:
+                w.assign(Tensor([[5.0, 7.0, 1.0], [0.0, 0.0, 1.0]])).realize()
+            got = f(Tensor.full((1, 3), float(i + 1)).contiguous()).numpy()
+            want = (i + 1) * (np.array([13.0, 1.0]) if i >= 3 else np.array([6.0, 15.0]))
+            np.testing.assert_array_equal(got, want, err_msg=f"call {i}")
+    np.testing.assert_array_equal(arr, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])

@@ -408,6 +408,8 @@ _interp_lock = threading.Lock()
 _interp: tuple[Any, Any, Any] | None = None
 # (speck_worker_idle, speck_graph_post, speck_graph_wait) as ctypes functions, once the interpreter is built
 _worker_fns: tuple[Any, Any, Any] | None = None
+# speck_graph_run_packed's address once the interpreter is built (0 before): the native runner calls it directly
+_packed_addr = 0
 # words of a pool worker's slot (see speck_worker_idle): state, Python task flag, spin budget (ns), six run arguments
 SLOT_WORDS = 9
 
@@ -423,7 +425,7 @@ _memmove_addr: int | None = None
 
 def _interpreter() -> Any:
     """The compiled interpreter's ctypes function (compiled with LLVM and linked on first use, then shared)."""
-    global _interp, _worker_fns
+    global _interp, _worker_fns, _packed_addr
     if _interp is None:
         with _interp_lock:
             if _interp is None:
@@ -438,11 +440,8 @@ def _interpreter() -> Any:
                 _worker_fns = tuple(  # type: ignore[assignment]
                     _SLOT_PROTO(image.address(f)) for f in ("speck_worker_idle", "speck_graph_post", "speck_graph_wait")
                 )
-                _interp = (
-                    image,
-                    _RUN_PROTO(image.address("speck_graph_run")),
-                    _PACKED_PROTO(image.address("speck_graph_run_packed")),
-                )
+                _packed_addr = image.address("speck_graph_run_packed")
+                _interp = (image, _RUN_PROTO(image.address("speck_graph_run")), _PACKED_PROTO(_packed_addr))
     return _interp[1]
 
 

@@ -31,14 +31,21 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from speck.codegen.program import reads_only_where_it_stores
+from speck.hcq import graph as _graph
 from speck.hcq.buffer import Buffer
 from speck.hcq.counters import COUNTS, GlobalCounters
 from speck.hcq.errors import HCQError
 from speck.hcq.interfaces import ProgramLike
 from speck.hcq.queue import EXEC
-from speck.hcq.settings import PROFILE
+from speck.hcq.settings import NATIVE_RUNNER, PROFILE
+from speck.hcq.signal import Signal
 from speck.uop import DEBUG, UOp
 from speck.uop.symbolic import sym_infer
+
+try:  # the short route in C: optional (built at install time when a C compiler is there)
+    import speck.hcq._native_runner as _native_runner
+except ImportError:
+    _native_runner = None  # type: ignore[assignment]
 
 
 # ---------------- calls ----------------
@@ -347,6 +354,8 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
     """Run `plan` with its slots bound to `bufs` and its variables to `var_vals` (else the values it was made with).
     Returns when every call has completed (`wait=False`: once every call is submitted); with `timing`, the seconds
     each call took. `count`: add what ran to GlobalCounters (a program called directly is not counted)."""
+    if (native := _native) is not None and native(plan, bufs, var_vals, wait, timing, count):
+        return None  # (the short route below, taken in one native call)
     b = plan.single
     # (device._profile: the device's profile property, read without its Python frame)
     if b is not None and not var_vals and wait and not timing and count and DEBUG.value < 2 \
@@ -369,6 +378,21 @@ def run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int] | None =
             count_run(b.kernels, 0, b.ops, b.mem)
             return None
     return _run(plan, bufs, var_vals or {}, wait, timing, count)
+
+
+# the short route in C (speck.hcq._native_runner, built at install time when a C compiler is there): run_short(plan,
+# bufs, var_vals, wait, timing, count) takes the route above exactly when it would be taken, with the same effects
+# (tests/hcq/test_native_runner.py runs both), and returns False, having done nothing, otherwise. It reads
+# NATIVE_RUNNER at every call (0: this module's route). None: not built.
+_native: Callable[[Plan, Sequence[Buffer], Mapping[str, int] | None, bool, bool, bool], bool] | None = None
+
+
+def _setup_native() -> None:
+    global _native
+    if _native_runner is not None:
+        _native_runner.setup(Buffer, Batch, Signal, COUNTS, _graph.CPUGraph, _graph, DEBUG, PROFILE, NATIVE_RUNNER,
+                             _OFF, 2)  # fmt: skip
+        _native = _native_runner.run_short
 
 
 def _run(plan: Plan, bufs: Sequence[Buffer], var_vals: Mapping[str, int], wait: bool, timing: bool,
@@ -796,3 +820,6 @@ def device_runs(calls: Sequence[Call], bufs: Sequence[Buffer]) -> list[Call]:
     if len(order) <= 1:
         return list(calls)
     return [calls[i] for i in sorted(range(len(calls)), key=lambda i: (phase[i], order[id(devs[i])], i))]
+
+
+_setup_native()

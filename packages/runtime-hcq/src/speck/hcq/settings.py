@@ -89,6 +89,14 @@ HCQ_TIMEOUT = declare(
 LIBM_PATH = declare("LIBM_PATH", "", OWNER, ("speck.hcq.libs",), "where libm is (a path or soname)", live=True)
 LIBGCC_S_PATH = declare("LIBGCC_S_PATH", "", OWNER, ("speck.hcq.libs",), "where libgcc_s is", live=True)
 LIBC_PATH = declare("LIBC_PATH", "", OWNER, ("speck.hcq.libs",), "where libc is", live=True)
+NATIVE_RUNNER = declare(
+    "NATIVE_RUNNER",
+    1,
+    OWNER,
+    ("speck.hcq.runner",),
+    "1: runner.run's short route (a plan that is one settled CPU batch) runs in the optional C extension "
+    "speck.hcq._native_runner when it is built; 0: always the Python route",
+)
 LRU = declare(
     "LRU",
     1,

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from typing import Any
 
-from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.base import Compiler, source_digest
 from speck.codegen.compiler.code_object import link_code_object
 from speck.codegen.compiler.llvm import _llvmlite_version, llvm_all_targets, parse_module
 from speck.codegen.compiler.pool import WorkerRecipe
@@ -47,7 +47,7 @@ class AMDGPUCompiler(Compiler):
         llvm = llvm_all_targets()
         self.arch, self.opt = arch, opt
         self.name = f"amdgpu-{arch}"
-        self.flags = (f"O{opt}", TRIPLE, arch, FEATURES, f"llvmlite-{_llvmlite_version()}", "code-object-1")
+        self.flags = (f"O{opt}", TRIPLE, arch, FEATURES, f"llvmlite-{_llvmlite_version()}", f"code={_code_digest()}")
         target = llvm.Target.from_triple(TRIPLE)
         self._tm = target.create_target_machine(cpu=arch, features=FEATURES, opt=opt, reloc="pic", codemodel="default")
         self._data_layout = str(self._tm.target_data)
@@ -106,6 +106,17 @@ class AMDGPUCompiler(Compiler):
         if proc.returncode != 0:
             raise ToolError(f"{objdump} failed on a {len(lib)}-byte code object: {proc.stderr.strip()}")
         return proc.stdout
+
+
+# what turns the renderer's IR into a code object (parse, optimize, emit, link): their digest is in the cache key
+_CODE_FILES = ("compiler/amdgpu.py", "compiler/code_object.py", "compiler/llvm.py", "compiler/symbols.py")
+_DIGEST: list[str] = []  # computed once per process
+
+
+def _code_digest() -> str:
+    if not _DIGEST:
+        _DIGEST.append(source_digest(_CODE_FILES))
+    return _DIGEST[0]
 
 
 def _objdumps() -> list[str]:

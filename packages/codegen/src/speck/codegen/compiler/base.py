@@ -39,6 +39,18 @@ def disassemble_object(lib: bytes, objdump_flags: tuple[str, ...] = ("-d", "-r",
     return proc.stdout
 
 
+def source_digest(patterns: tuple[str, ...]) -> str:
+    """A digest of the speck.codegen source files (globs relative to the package) that turn a source text into an
+    object: part of a compiler's cache key, so an object cached by other compiler code (an upgrade, a local change
+    to a pass pipeline or an object writer) is never reused for this one's."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pattern in patterns:
+        for path in sorted(root.glob(pattern)):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 class Compiler:
     """Turns source text into bytes (an ELF object for the CPU compilers). Subclasses set `name` and `flags`
     (both part of the cache key) and implement `compile_uncached`. `compile` consults the disk cache first."""

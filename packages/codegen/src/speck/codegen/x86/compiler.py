@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import pathlib
 from collections.abc import Iterator
 
-from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.base import Compiler, source_digest
 from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.errors import CompileRefused, UnsupportedOpError
 from speck.codegen.x86.elf_object import read_listing
@@ -28,12 +26,7 @@ _BACKEND_FILES = ("x86/*.py", "regalloc.py", "renderer/common.py")  # what build
 
 def backend_digest() -> str:
     """A digest of the source files that turn a program text into an object (the cache key's compiler identity)."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for pattern in _BACKEND_FILES:
-        for path in sorted(root.glob(pattern)):
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
+    return source_digest(_BACKEND_FILES)
 
 
 _DIGEST: list[str] = []  # computed once per process
