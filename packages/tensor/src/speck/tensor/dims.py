@@ -8,9 +8,9 @@ from typing import Any, NoReturn
 
 from speck.tensor.base import TensorBase
 from speck.tensor.errors import TensorOverflowError, TensorTypeError, TensorValueError
-from speck.uop import UOp
+from speck.uop import Ops, UOp
 from speck.uop.errors import UOpTypeError
-from speck.uop.uop import validate_shape
+from speck.uop.uop import ssimplify, validate_shape
 
 
 def argfix(*x: Any) -> tuple[Any, ...]:
@@ -44,6 +44,9 @@ def countable(sh: tuple[Any, ...]) -> tuple[Any, ...]:
             if d < 0:  # (empty(-2, -3) made a 6-element tensor of shape (-2, -3))
                 raise TensorValueError(f"shape {sh} has a negative dimension; sizes are >= 0")
             n *= d
+        elif isinstance(v := bound_value(d), int) and v < 0:  # (ones(Variable('q', -3, 4).bind(-2)) summed to 0)
+            raise TensorValueError(f"shape {show_shape(sh)} has a negative dimension (a Variable bound to make it "
+                                   f"{v}); sizes are >= 0: bind the Variable to a value that makes it one")  # fmt: skip
     if n > INT64_MAX and all(isinstance(d, int) for d in sh):
         raise TensorOverflowError(f"shape {sh} has {n} elements, more than int64 can count ({INT64_MAX}); no tensor "
                                   "can be that large: check the sizes")  # fmt: skip
@@ -137,3 +140,26 @@ def raw_bytes(data: Any) -> bool:
     if isinstance(data, (bytes, bytearray)):
         return True
     return isinstance(data, memoryview) and data.format.lstrip("@=<>!") in ("B", "c") and data.ndim < 2
+
+
+def bound_value(x: Any) -> Any:
+    """x with every bound Variable at its bound value (an int when that decides it)."""
+    if not isinstance(x, UOp):
+        return x
+    binds = {b: b.src[1] for b in x.toposort() if b.op is Ops.BIND}
+    return ssimplify(x.substitute(binds)) if binds else x
+
+
+def show_dim(d: Any) -> str:
+    """A dim for a message: a symbolic one as its expression with the bound values (`n [n=3]`), not its graph."""
+    if not isinstance(d, UOp):
+        return repr(d)
+    nodes = d.toposort()
+    binds = sorted({(b.src[0].arg[0], b.src[1].arg) for b in nodes if b.op is Ops.BIND})
+    plain = d.substitute({b: b.src[0] for b in nodes if b.op is Ops.BIND})
+    return plain.render() + (f" [{', '.join(f'{n}={v}' for n, v in binds)}]" if binds else "")
+
+
+def show_shape(sh: tuple[Any, ...]) -> str:
+    """A shape for a message (see show_dim)."""
+    return f"({', '.join(show_dim(d) for d in sh)}{',' if len(sh) == 1 else ''})"

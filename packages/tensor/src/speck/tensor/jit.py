@@ -38,6 +38,7 @@ from speck.tensor.engine.realize import exec_items
 from speck.tensor.errors import JitError as JitError  # re-exported: tinygrad users import it from the jit module
 from speck.tensor.errors import JitResetError, TensorTypeError
 from speck.tensor.live import tensors
+from speck.tensor.movement import capture_bounds as _capture_bounds
 from speck.tensor.multi import MultiUOp
 from speck.tensor.pickling import reduce_jit
 from speck.tensor.realize import _capture_state  # (this thread's capture, read on the replay hot path)
@@ -52,6 +53,7 @@ from speck.tensor.writes import pending as _pending_writes
 from speck.tensor.writes import replay_written as _replay_written
 from speck.uop import Ops, UOp
 from speck.uop.helpers import prod
+from speck.uop.symbolic import sym_infer
 
 # 1: reading data (numpy/item/...) inside a capture is allowed (the value read is the capture call's)
 
@@ -402,6 +404,9 @@ class CapturedJit:
     _mapped_keys: list[Any] = field(default_factory=list, repr=False, compare=False)
     # returned tensors' storage while free_intermediates has their memory (buffer_map holds _FreedOutput meanwhile)
     _freed: dict[UOp, Any] = field(default_factory=dict, repr=False, compare=False)
+    # symbolic shrink bounds the function built (begin, end, dim, what; Variables free): a replay checks them at its
+    # Variables' values, as building the graph would have (a value past a dim read past its buffer)
+    bounds: list[tuple[Any, ...]] = field(default_factory=list, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, **self._derived()}
@@ -722,6 +727,8 @@ class TinyJit(Generic[R]):
         calls: list[Entry] = []
         fresh: set[UOp] = set()
         realize.set_capture(calls, fresh)
+        bounds: list[tuple[Any, ...]] = []
+        _capture_bounds.items = bounds
         try:
             ret = self.fxn(*args, **kwargs)
             Tensor.realize_all(*_returned_tensors(ret))
@@ -734,6 +741,7 @@ class TinyJit(Generic[R]):
             raise
         finally:
             realize.set_capture(None)
+            _capture_bounds.items = None
         _finish_capture(calls)
         if not calls:
             self.cnt -= 1
@@ -762,6 +770,7 @@ class TinyJit(Generic[R]):
         names, var_vals = [n for n, _ in inputs.named], dict(inputs.var_vals)
         temps = _intermediates(calls, fresh, input_bufs)
         self.captured = CapturedJit(ret, calls, input_bufs, names, sigs, inputs.layout, var_vals, written, {}, temps)
+        self.captured.bounds = bounds
         return ret
 
     def _replay(self, inputs: _Inputs, args: tuple[Any, ...] = ()) -> R:
@@ -792,6 +801,12 @@ class TinyJit(Generic[R]):
                 cloned = True
             mapping[old] = new
         var_vals = {**cap.var_vals, **inputs.var_vals}
+        for b, e, s, what in getattr(cap, "bounds", ()):  # (a capture pickled before bounds were kept has none)
+            bv, ev, sv = (sym_infer(x, var_vals) if isinstance(x, UOp) else x for x in (b, e, s))
+            if not 0 <= bv <= ev <= sv:
+                raise JitError(f"args mismatch: {what} keeps [{bv}, {ev}) of a dim of {sv} at this call's Variable "
+                               f"values {inputs.var_vals}; a replay would read past the buffer. Bind values that "
+                               "keep it inside the dim")  # fmt: skip
         cap.fast = None
         cap.replay(mapping, var_vals)
         # positional tensors only, each one plain input, none copied: the next call with the same nodes may skip

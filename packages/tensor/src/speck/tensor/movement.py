@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +20,13 @@ from speck.tensor.dims import (
     bad_shape,
     countable,
     real,
+    show_dim,
+    show_shape,
     tensor_args,
     whole,
     whole_or_symbolic,
 )
+from speck.tensor.dims import bound_value as _bound_value
 from speck.tensor.errors import (
     TensorAssertionError,
     TensorIndexError,
@@ -34,7 +38,6 @@ from speck.tensor.errors import (
 from speck.uop import Ops, UOp, dtypes, least_upper_dtype, sint, validate_shape
 from speck.uop.errors import UOpTypeError
 from speck.uop.helpers import prod
-from speck.uop.uop import ssimplify
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -104,16 +107,18 @@ def reshape(u: UOp, new: tuple[Any, ...]) -> UOp:
         else:  # symbolic: the quotient, when it divides exactly ((6*i).reshape(-1, 3) is 2*i, (i, 6) -> (i, -1) is 6)
             inferred = _sym_quotient(shape, [s for s in new if not (isinstance(s, int) and s == -1)])
             if inferred is None:
-                raise TensorValueError(f"reshape {shape} to {new}: -1 can't be inferred, {rest} doesn't divide the "
-                                       f"symbolic size {numel}; give every dim explicitly")  # fmt: skip
+                raise TensorValueError(f"reshape {show_shape(shape)} to {show_shape(new)}: -1 can't be inferred, "
+                                       f"{show_dim(rest)} doesn't divide the symbolic size {show_dim(numel)}; give "
+                                       "every dim explicitly")  # fmt: skip
             new = tuple(inferred if (isinstance(s, int) and s == -1) else s for s in new)
     nn = prod(new)
     if isinstance(nn, int) and isinstance(numel, int) and nn != numel:
         raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({nn} elements)")
     if isinstance(nn, int) != isinstance(numel, int) and (bound := _bound_value(nn)) != _bound_value(numel):
         # (a fixed size reshaped to a symbolic one must hold as many elements at the values bound now)
-        raise TensorValueError(f"can't reshape shape {shape} ({numel} elements) to {new} ({bound} elements "
-                               "at the values its Variables are bound to)")  # fmt: skip
+        raise TensorValueError(f"can't reshape shape {show_shape(shape)} ({show_dim(numel)} elements) to "
+                               f"{show_shape(new)} ({show_dim(bound)} elements at the values its Variables are bound "
+                               "to)")  # fmt: skip
     return u if new == shape else u.reshape(new)
 
 
@@ -168,10 +173,35 @@ def shrink(u: UOp, arg: Any) -> UOp:
     for (b, e), s in zip(a, shape):
         if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
             raise TensorValueError(f"shrink {arg} out of bounds for shape {shape}")
+        if isinstance(b, int) and isinstance(e, int):
+            continue
+        # (bound Variables at their values: small[:n.bind(6)] of 4 elements read past the end without a word)
+        bb, ee, ss = (_bound_value(x) for x in (b, e, s))
+        pairs = ", ".join(f"({show_dim(x)}, {show_dim(y)})" for x, y in a)
+        if isinstance(bb, int) and isinstance(ee, int) and isinstance(ss, int) and not 0 <= bb <= ee <= ss:
+            raise TensorValueError(f"shrink ({pairs}) out of bounds for shape {show_shape(shape)}: at the bound "
+                                   f"Variables' values it keeps [{bb}, {ee}) of a dim of {ss} (a slice by a Variable "
+                                   "can't be clamped to the dim as numpy clamps); bind them to values inside the "
+                                   "dim")  # fmt: skip
+        if (bounds := getattr(capture_bounds, "items", None)) is not None:
+            # a TinyJit replay binds new values without building this graph again (so without the check above): a
+            # value past the dim read past the buffer (x[:n] of 4 floats, n in [1, 4096]: 9.8e33 at n=4096). The
+            # capture keeps the bounds, Variables unbound, and checks them at each replay's values
+            bounds.append((*(_unbind(x) for x in (b, e, s)), f"shrink ({pairs}) of shape {show_shape(shape)}"))
     if all((isinstance(b, int) and b == 0) and (e is s) or (b == 0 and isinstance(e, int) and e == s)
            for (b, e), s in zip(a, shape)):  # fmt: skip
         return u
     return u.shrink(a)
+
+
+def _unbind(x: sint) -> sint:
+    """x with its bound Variables as the free Variables (evaluated later at other values)."""
+    return x.substitute({n: n.src[0] for n in x.toposort() if n.op is Ops.BIND}) if isinstance(x, UOp) else x
+
+
+# the symbolic shrink bounds built while this thread captures a TinyJit: (begin, end, dim, what); None when it
+# captures nothing (jit.py sets and takes the list)
+capture_bounds = threading.local()
 
 
 def flip(u: UOp, axis: tuple[Any, ...]) -> UOp:
@@ -708,11 +738,3 @@ def _rearrange_parse(formula: str) -> tuple[list[list[str]], list[list[str]]]:
 
     left, right = formula.split("->")
     return side(left), side(right)
-
-
-def _bound_value(x: Any) -> Any:
-    """x with every bound Variable at its bound value (an int when that decides it)."""
-    if not isinstance(x, UOp):
-        return x
-    binds = {b: b.src[1] for b in x.toposort() if b.op is Ops.BIND}
-    return ssimplify(x.substitute(binds)) if binds else x

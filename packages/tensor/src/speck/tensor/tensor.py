@@ -41,7 +41,7 @@ from speck.tensor.casting import CastMixin
 from speck.tensor.creation import CreationMixin
 from speck.tensor.custom_kernel import custom_kernel
 from speck.tensor.device import canonical, default_device, file_backed
-from speck.tensor.dims import as_int, flag, raw_bytes, tensor_args
+from speck.tensor.dims import as_int, bound_value, flag, raw_bytes, show_shape, tensor_args
 from speck.tensor.disk import HOST, host_graph, is_view, needs_host, write_pending_copy
 from speck.tensor.dtype import _to_np_dtype as _to_np_dtype
 from speck.tensor.elementwise import ElementwiseMixin
@@ -675,7 +675,7 @@ class Tensor(
             return (self.to(HOST) if file_backed(self._device) else self).cast(dtypes.float32)._buffer_data()
         if any(not isinstance(s, int) for s in self.shape):
             raise TensorAssertionError(
-                f"can't read a tensor with symbolic shape {self.shape}; bind concrete sizes first"
+                f"can't read symbolic shape {show_shape(self.shape)}; .reshape{tuple(map(bound_value, self.shape))} it"
             )
         shape = tuple(as_int(s) for s in self.shape)
 
