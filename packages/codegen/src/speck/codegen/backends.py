@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.llvm import LLVMCompiler, quick_enough
 from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
 from speck.codegen.settings import FP_CONTRACT
 
@@ -170,24 +171,6 @@ def _llvm_renderer() -> Renderer:
     return LLVMRenderer(fp_contract=_fp_contract())
 
 
-def _llvm_compiler() -> Compiler:
-    from speck.codegen.compiler.llvm import LLVMCompiler
-
-    return LLVMCompiler()
-
-
-def _llvm_quick() -> Compiler:
-    from speck.codegen.compiler.llvm import LLVMCompiler
-
-    return LLVMCompiler(opt=0)
-
-
-def _llvm_quick_enough(spec: Any) -> bool:
-    from speck.codegen.compiler.llvm import quick_enough
-
-    return quick_enough(spec)
-
-
 def _clang_renderer() -> Renderer:
     from speck.codegen.renderer.cstyle import ClangRenderer
 
@@ -250,7 +233,10 @@ def _amd_backend(arch: str) -> Backend:
                    aliases=(f"AMD_{arch.upper()}",) if default else ())  # fmt: skip
 
 
-register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler, host=True, quick=(_llvm_quick, _llvm_quick_enough)))
+# (the quick compiler: kernels too small for optimization to pay, see speck.codegen.compiler.llvm.quick_enough)
+register_backend(
+    Backend("LLVM", _llvm_renderer, LLVMCompiler, host=True, quick=(lambda: LLVMCompiler(opt=0), quick_enough))
+)
 register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))
 # the AVX2 x86 renderer: takes the kernels the AVX-512 one refuses (ZmmRefusal names it), LLVM those it refuses
