@@ -117,7 +117,7 @@ def main() -> None:
 
     program.to_program = to_program
     # (main-thread CPU at each compile submit, source, whether it is another's object renamed) for --llvm
-    submits: list[tuple[float, str, bool]] = []
+    submits: list[tuple[float, str, bool, Any]] = []
     ahead_end = [0.0]
     c0 = 0.0
     if a.llvm >= 0:
@@ -127,7 +127,7 @@ def main() -> None:
 
         def submit(self: Any, compiler: Any, src: str) -> Any:
             fut = orig_submit(self, compiler, src)
-            submits.append((time.thread_time() - c0, src, isinstance(fut, pool._Renamed)))
+            submits.append((time.thread_time() - c0, src, isinstance(fut, pool._Renamed), compiler))
             return fut
 
         pool.CompilePool.submit = submit  # type: ignore[method-assign]
@@ -183,21 +183,21 @@ def main() -> None:
                 f.write(f"=== {name}\n{src}\n")
 
 
-def llvm_breakdown(submits: list[tuple[float, str, bool]], main_cpu: float, ahead_end: float, top: int,
+def llvm_breakdown(submits: list[tuple[float, str, bool, Any]], main_cpu: float, ahead_end: float, top: int,
                    boot: float) -> None:  # fmt: skip
-    """Compile each submitted source again here, timed per LLVM stage, and estimate the idle-host wall time.
-    `main_cpu`: the main thread's CPU in the step without the compiles it did itself."""
-    from speck.codegen.compiler.llvm import LLVMCompiler
-
-    c = LLVMCompiler()
-    jobs = [(t, src) for t, src, renamed in submits if not renamed]
+    """Compile each submitted source again here with the compiler it was submitted to, timed per LLVM stage, and
+    estimate the idle-host wall time. `main_cpu`: the main thread's CPU in the step without the compiles it did
+    itself."""
+    jobs = [(t, src, c) for t, src, renamed, c in submits if not renamed and hasattr(c, "_optimized_module")]
     if not jobs:
         print("--llvm: no compiles were submitted (a warm cache, or not the LLVM backend)")
         return
-    c.compile_uncached(jobs[0][1])  # (LLVM's one-time set-up in this process)
+    jobs[0][2].compile_uncached(jobs[0][1])  # (LLVM's one-time set-up in this process)
+    levels: dict[str, int] = defaultdict(int)
     stage = {"parse+verify": 0.0, "IR passes": 0.0, "emit": 0.0}
     rows, cpu = [], []
-    for _, src in jobs:
+    for _, src, c in jobs:
+        levels[f"O{c.opt}"] += 1
         t0 = time.thread_time()
         mod = parse_only(c, src)
         t1 = time.thread_time()
@@ -214,8 +214,8 @@ def llvm_breakdown(submits: list[tuple[float, str, bool]], main_cpu: float, ahea
         rows.append((parse + passes + emit, parse, passes, emit, name, len(src)))
     total = sum(cpu)
     print(
-        f"LLVM: {len(jobs)} modules compiled, {total:.3f} s CPU: "
-        + ", ".join(f"{k} {v:.3f} s" for k, v in stage.items())
+        f"LLVM: {len(jobs)} modules compiled ({', '.join(f'{v} at {k}' for k, v in sorted(levels.items()))}), "
+        f"{total:.3f} s CPU: " + ", ".join(f"{k} {v:.3f} s" for k, v in stage.items())
     )
     for tot, parse, passes, emit, name, size in sorted(rows, reverse=True)[:top]:
         print(f"  {1e3 * tot:7.1f} ms  (parse {1e3 * parse:5.1f}, passes {1e3 * passes:5.1f}, emit {1e3 * emit:6.1f})"
@@ -234,7 +234,7 @@ def llvm_breakdown(submits: list[tuple[float, str, bool]], main_cpu: float, ahea
             tail -= 1
     after = max(0.0, main_cpu - ahead_end)  # (the step's own CPU after lowering: loading, running)
     nosteal = jobs[0][0] + boot
-    for (t, _), c_ in zip(jobs, cpu):
+    for (t, _, _), c_ in zip(jobs, cpu):
         nosteal = max(nosteal, t) + c_
     print(
         f"idle 2-core estimate: lowering done at {ahead_end:.2f} s, last object at {max(worker, caller):.2f} s "

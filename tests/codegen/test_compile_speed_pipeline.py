@@ -272,7 +272,7 @@ def test_unroll_threshold_is_in_the_flags_and_checked(monkeypatch: pytest.Monkey
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# runtime unrolling: only in modules with more than one loop
+# unrolling: short constant loops fully, loops of unknown trip count never (no runtime unrolling)
 
 ONE_LOOP_IR = """
 define void @scale(ptr noalias %o, ptr noalias %a, i32 %s, i32 %e) {
@@ -338,21 +338,55 @@ def _loop_counters(ir: str) -> int:
     return len(re.findall(r"^\s+%\S+ = phi i64", ir, re.M))
 
 
-def test_one_loop_modules_are_not_runtime_unrolled_and_others_are() -> None:
+# a 3-step window sum in the renderer's loop form (exit test in the header, an empty latch)
+WINDOW_IR = """
+define void @win(ptr noalias %o, ptr noalias %a, i32 %s, i32 %e) {
+entry:
+  br label %head
+head:
+  %k = phi i64 [ 0, %entry ], [ %kn, %latch ]
+  %acc = phi float [ 0.0, %entry ], [ %acc2, %latch ]
+  %c = icmp slt i64 %k, 3
+  br i1 %c, label %body, label %exit
+body:
+  %p = getelementptr float, ptr %a, i64 %k
+  %v = load float, ptr %p, align 4
+  %acc2 = fadd float %acc, %v
+  br label %latch
+latch:
+  %kn = add nsw i64 %k, 1
+  br label %head
+exit:
+  store float %acc, ptr %o, align 4
+  ret void
+}
+"""
+
+
+def test_loops_of_unknown_trip_count_are_not_runtime_unrolled() -> None:
     import speck.codegen.compiler.llvm as llvm_compiler
 
     c = LLVMCompiler()
-    assert not llvm_compiler.runtime_unrolls(ONE_LOOP_IR) and llvm_compiler.runtime_unrolls(TWO_LOOP_IR)
     one, two = str(c._optimized_module(ONE_LOOP_IR)), str(c._optimized_module(TWO_LOOP_IR))
-    assert _loop_counters(one) == 1, one
-    assert "prol" in two or "epil" in two, two  # the inner loop got a remainder loop: it was runtime-unrolled
+    assert _loop_counters(one) == 1, one  # no unrolled copy, no remainder loop
+    # the constant 4-row loop is unrolled fully: 4 copies of the inner loop, none of them runtime-unrolled
+    assert _loop_counters(two) == 4, two
+    assert not any(w in ir for ir in (one, two) for w in ("prol", "epil", "unr")), two
     assert llvm_compiler.RUNTIME_UNROLL in c.flags  # the policy is part of every object's cache key
 
 
+def test_short_constant_loops_in_the_renderers_form_are_fully_unrolled() -> None:
+    """Without loop_rotate in the pipeline, a constant 3-step loop with its exit test in the header still unrolls
+    fully: no loop is left, the three loads have constant offsets."""
+    opt = str(LLVMCompiler()._optimized_module(WINDOW_IR))
+    assert " phi " not in opt and "br " not in opt.split("define", 1)[1], opt
+    assert opt.count("load float") == 3, opt
+
+
 @needs_cc
-def test_runtime_unroll_policy_objects_do_not_depend_on_compile_order() -> None:
-    """The policy sets a process-wide LLVM option per module: each module's object is the same whichever module was
-    compiled before it, and the unrolled and the plain loop compute the same sums."""
+def test_loop_objects_do_not_depend_on_compile_order() -> None:
+    """Each module's object is the same whichever module was compiled before it (LLVM's options are process-wide),
+    and the one-loop and the two-loop kernels compute the same sums."""
     c = LLVMCompiler()
     first = [c.compile_uncached(ONE_LOOP_IR), c.compile_uncached(TWO_LOOP_IR)]
     again = [c.compile_uncached(TWO_LOOP_IR), c.compile_uncached(ONE_LOOP_IR)][::-1]

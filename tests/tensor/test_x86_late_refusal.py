@@ -30,7 +30,7 @@ def test_late_refusal_gives_the_fallback_program(monkeypatch: pytest.MonkeyPatch
     spec = x86.to_program(ast)
     llvm = get_backend(x86.fallback or "")
     assert spec.renderer == llvm.renderer.name and "define" in spec.src  # LLVM IR, and LLVM's object
-    assert spec.lib == llvm.compiler.compile(spec.src)
+    assert spec.lib == llvm.compiler_for(spec).compile(spec.src)
     with pytest.raises(CompileRefused):  # a backend without a fallback raises the refusal
         llvm.refused(ast, CompileRefused("refused on purpose"))
 

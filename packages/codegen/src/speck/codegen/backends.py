@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.llvm import LLVMCompiler, quick_enough
 from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
 from speck.codegen.settings import FP_CONTRACT
 
@@ -50,7 +51,9 @@ class IdentityCompiler(Compiler):
 
 @dataclass
 class Backend:
-    """A code generator for one target: `renderer()` and `compiler()` are created on first use and shared."""
+    """A code generator for one target: `renderer()` and `compiler()` are created on first use and shared.
+    `quick`: (make a second compiler, which specs it compiles) for a backend with a cheaper compile that kernels too
+    small for optimization to pay get (the LLVM backend's opt=0 for `speck.codegen.compiler.llvm.quick_enough`)."""
 
     name: str
     make_renderer: Callable[[], Renderer]
@@ -58,8 +61,10 @@ class Backend:
     fallback: str | None = None
     aliases: tuple[str, ...] = ()
     host: bool = False  # its programs are native code for this machine: a CPU device can be built on it (CPU:<name>)
+    quick: tuple[Callable[[], Compiler], Callable[[Any], bool]] | None = None
     _renderer: Renderer | None = field(default=None, repr=False)
     _compiler: Compiler | None = field(default=None, repr=False)
+    _quick_compiler: Compiler | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -92,8 +97,10 @@ class Backend:
         from speck.codegen.program import to_program
 
         try:
-            return to_program(ast, self.renderer, self.compiler if compile else None, beam_timer=beam_timer,
-                              beam_tag=beam_tag)  # fmt: skip
+            spec = to_program(ast, self.renderer, beam_timer=beam_timer, beam_tag=beam_tag)
+            if compile:  # (after lowering: which compiler depends on the spec, see compiler_for)
+                spec.lib = self.compiler_for(spec).compile(spec.src)
+            return spec
         except (UnsupportedOpError, CompileRefused) as e:
             return self.refused(ast, e, compile, beam_timer, beam_tag)
 
@@ -113,8 +120,15 @@ class Backend:
         return get_backend(fallback).to_program(ast, compile, beam_timer, beam_tag)
 
     def compiler_for(self, spec: ProgramSpec | Any) -> Compiler:
-        """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel)."""
+        """The compiler for a spec this backend produced (its own, or the fallback's for a fallback kernel): the
+        `quick` one for a spec it accepts."""
         if getattr(spec, "renderer", None) in (None, self.renderer.name) or self.fallback is None:
+            if self.quick is not None and self.quick[1](spec):
+                if self._quick_compiler is None:
+                    with self._lock:
+                        if self._quick_compiler is None:
+                            self._quick_compiler = self.quick[0]()
+                return self._quick_compiler
             return self.compiler
         return get_backend(self.fallback).compiler_for(spec)
 
@@ -155,12 +169,6 @@ def _llvm_renderer() -> Renderer:
     from speck.codegen.renderer.llvmir import LLVMRenderer
 
     return LLVMRenderer(fp_contract=_fp_contract())
-
-
-def _llvm_compiler() -> Compiler:
-    from speck.codegen.compiler.llvm import LLVMCompiler
-
-    return LLVMCompiler()
 
 
 def _clang_renderer() -> Renderer:
@@ -225,7 +233,10 @@ def _amd_backend(arch: str) -> Backend:
                    aliases=(f"AMD_{arch.upper()}",) if default else ())  # fmt: skip
 
 
-register_backend(Backend("LLVM", _llvm_renderer, _llvm_compiler, host=True))
+# (the quick compiler: kernels too small for optimization to pay, see speck.codegen.compiler.llvm.quick_enough)
+register_backend(
+    Backend("LLVM", _llvm_renderer, LLVMCompiler, host=True, quick=(lambda: LLVMCompiler(opt=0), quick_enough))
+)
 register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))
 # the AVX2 x86 renderer: takes the kernels the AVX-512 one refuses (ZmmRefusal names it), LLVM those it refuses

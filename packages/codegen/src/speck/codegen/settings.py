@@ -75,6 +75,15 @@ LLVM_PIPELINE = declare(
     "the LLVM pass pipeline kernels compile with (default 'kernel')",
     live=True,
 )
+LLVM_QUICK = declare(
+    "LLVM_QUICK",
+    1,
+    OWNER,
+    ("speck.codegen.compiler.llvm",),
+    "1: the LLVM backend compiles kernels too small for optimization to pay at opt=0 (see quick_enough); 0: never",
+    minimum=0,
+    maximum=1,
+)
 CC = declare("CC", "", OWNER, ("speck.codegen.compiler.clang",), "the C compiler (default clang, else gcc)", live=True)
 OBJDUMP = declare(
     "OBJDUMP", "objdump", OWNER, ("speck.codegen.compiler.base",), "binutils' objdump (disassembly)", live=True

@@ -9,7 +9,7 @@ from typing import Any
 from speck.codegen.compiler.base import Compiler
 from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.errors import CodegenValueError, CompileError
-from speck.codegen.settings import LLVM_PIPELINE, LLVM_UNROLL_THRESHOLD
+from speck.codegen.settings import LLVM_PIPELINE, LLVM_QUICK, LLVM_UNROLL_THRESHOLD
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -24,15 +24,22 @@ _initialized = False
 #                        alloca, which SROA can split; before it SROA leaves accumulators on the stack (4x slower)
 #   sroa                 accumulators and other scalar allocas -> SSA registers (phis across loop iterations)
 #   instruction_combine, simplify_cfg   fold what SROA exposed and merge the trivial blocks the renderer emits
-#   loop_rotate          do-while loops: the exit test moves to the latch, one branch per iteration
 #   loop_unroll          fully unrolls short constant loops (3x3 windows, edge guards): their gates fold to
 #                        constants (padding kernels 2-3x faster) and loads get constant offsets
 #   instruction_combine, simplify_cfg   clean up after unrolling
+# No loop_rotate: the loops stay as the renderer writes them (exit test in the header). Rotating them (the exit test
+# moved to the latch) is what let LLVM runtime-unroll a loop of unknown trip count, which it did in every module with
+# more than one loop. Each kernel of the main job's CNN training step compiled with this pipeline (and
+# UNROLL_THRESHOLD 200) and with the one before (loop_rotate, runtime unrolling where there is more than one loop,
+# threshold 300), timed alone in one process, interleaved (best of 7; two copies of the same pipeline differed by
+# < 1.5%): the kernels ran 0.9-2.0% faster in all (three runs) and compiled in 0.27-0.31 s less CPU (of ~2 s). The
+# largest changes: the 6x6 weight gradient 7.1 -> 5.6 ms, the slowest ones a transpose 1.69 -> 1.90 ms and the
+# fully connected layer's weight gradient 5.05 -> 5.28 ms. Matmul 256-1024, row sums and the MLP step: unchanged.
 # A module without any vector type is one speck left scalar: it gets LLVM's standard pipeline instead, whose loop
 # vectorizer may still widen it (such kernels are few and small in practice: 4 tiny ones in a CNN training run).
 KERNEL_PASSES: tuple[str, ...] = (
     "instruction_combine", "sroa", "instruction_combine", "simplify_cfg",
-    "loop_rotate", "loop_unroll", "instruction_combine", "simplify_cfg",
+    "loop_unroll", "instruction_combine", "simplify_cfg",
 )  # fmt: skip
 # Most of a compile is the code generator's (a cold CNN step's 104 modules: parse 0.07 s, these passes 0.36 s, object
 # emission 0.9 s CPU, instruction selection the largest part), and it stays at level `opt` (2) with its default
@@ -42,20 +49,40 @@ KERNEL_PASSES: tuple[str, ...] = (
 # loop strength reduction has least to do, would save only 0.01 s of it).
 # LLVM fully unrolls a constant loop when the unrolled body's estimated cost stays under this threshold (LLVM's own
 # default is 150). A convolution's kernel-column loop (5 steps of 8 FMAs, 4 broadcasts and 2 loads, before cleanup)
-# costs about 225: at 150 it stays a loop whose counter and branch cost 10 of its 18 instructions per step. Each
-# kernel of a CNN training step timed both ways in one process: 168.0 -> 164.0 ms in all, the 5x5 weight gradient
-# 39.5 -> 36.2 ms; compiling costs a little more. It is a process-wide LLVM option, set once.
+# costs about 225: at 150 it stays a loop whose counter and branch cost 10 of its 18 instructions per step. With loops
+# rotated, 300 ran the CNN step 2.4% faster than 150; without rotation (see KERNEL_PASSES) 200 and 300 ran its kernels
+# equally fast (within 1%), 200 compiling them in ~0.2 s less CPU, and 150 was 0.5% slower to 1% faster in all. It is
+# a process-wide LLVM option, set once.
 # `$SPECK_LLVM_UNROLL_THRESHOLD` overrides it (read when LLVM is first initialized).
-UNROLL_THRESHOLD = 300
-# LLVM also runtime-unrolls a loop whose trip count it doesn't know (by 8, with a remainder loop). In a module with
-# one loop - an elementwise kernel's, over its thread's slice of the output - that loop is a vector op or a few on
-# memory: unrolled, it ran no faster (interleaved timings of the CNN step's elementwise kernels), and it took half of
-# the ~8 ms such a kernel spends compiling (37 of the 104 kernels of a CNN training step: 0.33 -> 0.14 s CPU). So
-# runtime unrolling stays on only where there is more than one loop (the reductions, whose inner loops gain from
-# it). A module's loops are counted by its phis: the renderer makes one for each loop counter and no other.
-RUNTIME_UNROLL = "runtime-unroll=multi-loop"
-_option_lock = threading.Lock()  # (cl options are process-wide: setting one and running the passes go together)
-_runtime_unroll: list[bool] = []  # the value -unroll-runtime was last set to
+UNROLL_THRESHOLD = 200
+# Runtime unrolling (of a loop whose trip count is not a constant) is off: see loop_rotate above. Set explicitly, so
+# no LLVM default decides it; it is part of the flags (the cache key).
+RUNTIME_UNROLL = "runtime-unroll=off"
+
+
+# Kernels too small for optimization to pay compile at opt=0 (no IR passes, LLVM's fast instruction selector and
+# register allocator): the LLVM backend's `compiler_for` picks LLVMCompiler(opt=0) for a spec `quick_enough` passes.
+# Such a kernel's run is its launch (~10 us on the CPU device), whatever its code. Measured on the main job's CNN
+# training step, each of its 177 kernel launches compiled both ways and timed alone (best of 7, single-threaded): the
+# 72 within these limits (Adam's updates of biases and small filters, the loss, the 10-class head) ran 0.03 ms slower
+# in all at opt=0, of the step's 74 ms (each difference within the timer's noise), and compiled in ~1 ms instead of
+# ~5 ms each. A cold step compiles 33 of its 133 distinct modules this way: 0.12-0.17 s less LLVM CPU (of 1.6-1.9 s;
+# bench/lowering_profile.py --llvm, LLVM_QUICK=1 against 0). Above these limits opt=0 starts to cost run time: 2x-4x
+# on the 1-2 MB reductions.
+QUICK_OPS = 1 << 17  # ALU ops of one run (Estimates.ops)
+QUICK_BYTES = 1 << 19  # bytes loaded (Estimates.lds) and global memory touched (Estimates.mem) by one run
+
+
+def quick_enough(spec: Any) -> bool:
+    """Whether a program spec's kernel is small enough to compile without optimization (see QUICK_OPS): its
+    estimates are known (not symbolic) and within the limits, and LLVM_QUICK is on."""
+    est = getattr(spec, "estimates", None)
+    if not LLVM_QUICK.value or est is None:
+        return False
+    ops, lds, mem = est.ops, est.lds, est.mem
+    if not (isinstance(ops, int) and isinstance(lds, int) and isinstance(mem, int)):  # (symbolic: may be large)
+        return False
+    return ops <= QUICK_OPS and lds <= QUICK_BYTES and mem <= QUICK_BYTES
 
 
 def _unroll_threshold() -> int:
@@ -86,6 +113,7 @@ def _llvm() -> Any:
             llvm.initialize_native_asmparser()
             UNROLL_THRESHOLD = _unroll_threshold()
             llvm.set_option("", f"-unroll-threshold={UNROLL_THRESHOLD}")
+            llvm.set_option("", "-unroll-runtime=false")
             _initialized = True
     return llvm
 
@@ -199,9 +227,7 @@ class LLVMCompiler(Compiler):
             mpm = llvm.create_new_module_pass_manager()
             for name in KERNEL_PASSES:
                 getattr(mpm, f"add_{name}_pass")()
-        with _option_lock:
-            _set_runtime_unroll(llvm, runtime_unrolls(src))
-            mpm.run(mod, pb)
+        mpm.run(mod, pb)
         return mod
 
     def compile_uncached(self, src: str) -> bytes:
@@ -214,17 +240,6 @@ class LLVMCompiler(Compiler):
         """The optimized module as target assembly text (AT&T syntax, LLVM's own printer)."""
         with self._lock:
             return str(self._tm.emit_assembly(self._optimized_module(src)))
-
-
-def runtime_unrolls(src: str) -> bool:
-    """Whether LLVM may runtime-unroll the loops of this module (see RUNTIME_UNROLL): it has more than one loop."""
-    return src.count(" = phi ") > 1
-
-
-def _set_runtime_unroll(llvm: Any, on: bool) -> None:
-    if _runtime_unroll[-1:] != [on]:
-        llvm.set_option("", f"-unroll-runtime={'true' if on else 'false'}")
-        _runtime_unroll[:] = [on]
 
 
 def _llvmlite_version() -> str:
