@@ -6,7 +6,7 @@ import re
 import threading
 from typing import Any
 
-from speck.codegen.compiler.base import Compiler
+from speck.codegen.compiler.base import Compiler, source_digest
 from speck.codegen.compiler.pool import WorkerRecipe
 from speck.codegen.errors import CodegenValueError, CompileError
 from speck.codegen.settings import LLVM_PIPELINE, LLVM_QUICK, LLVM_UNROLL_THRESHOLD
@@ -150,6 +150,9 @@ def llvm_all_targets() -> Any:
     return llvm
 
 
+_DIGEST: list[str] = []  # computed once per process
+
+
 class LLVMCompiler(Compiler):
     """Compiles textual LLVM IR for the host CPU (its name and feature string from LLVM's host detection),
     optimizes it, and emits a position-independent (reloc=pic, small code model) relocatable ELF object with the
@@ -183,7 +186,10 @@ class LLVMCompiler(Compiler):
         passes = "passes=" + ",".join(KERNEL_PASSES) + "|scalar:default" if pipeline == "kernel" else "pipeline=default"
         unroll = f"unroll-threshold={UNROLL_THRESHOLD}"
         version = f"llvmlite-{_llvmlite_version()}"
-        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, version, unroll, RUNTIME_UNROLL, passes)
+        if not _DIGEST:  # (this module's code: an object cached by other compiler code is not reused)
+            _DIGEST.append(source_digest(("compiler/llvm.py",)))
+        self.flags = (f"O{opt}", self.triple, self.cpu, self.features, version, f"code={_DIGEST[0]}", unroll,
+                      RUNTIME_UNROLL, passes)  # fmt: skip
         target = llvm.Target.from_triple(self.triple)
         self._tm = target.create_target_machine(
             cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="small"
