@@ -1,7 +1,7 @@
 """The LLVM backend's quick compile: kernels too small for optimization to pay (speck.codegen.compiler.llvm's
-quick_enough) compile with LLVMCompiler(opt=0). Its objects must compute what the optimized ones do, the choice must
-follow the estimates (and LLVM_QUICK), and every path that compiles a spec (Backend.to_program, compiler_for) must
-make the same choice."""
+quick_enough) compile with LLVMCompiler(opt=QUICK_OPT). Its objects must compute what the optimized ones do, the
+choice must follow the estimates (and LLVM_QUICK), and every path that compiles a spec (Backend.to_program,
+compiler_for) must make the same choice."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from codegen_strategies import kernel_asts
 from speck.codegen import KernelInfo
 from speck.codegen.backends import get_backend
 from speck.codegen.compiler import LLVMCompiler
-from speck.codegen.compiler.llvm import QUICK_BYTES, QUICK_OPS, quick_enough
+from speck.codegen.compiler.llvm import QUICK_BYTES, QUICK_OPS, QUICK_OPT, quick_enough
 from speck.codegen.interpret import run_program
 from speck.codegen.kernel_info import Estimates
 from speck.codegen.program import to_program
@@ -64,7 +64,7 @@ def test_backend_compiles_small_kernels_quick_and_large_ones_optimized() -> None
     be = get_backend("LLVM")
     small, large = be.to_program(scaled_add(64)), be.to_program(scaled_add(1 << 20))
     quick, full = be.compiler_for(small), be.compiler_for(large)
-    assert isinstance(quick, LLVMCompiler) and quick.opt == 0
+    assert isinstance(quick, LLVMCompiler) and quick.opt == QUICK_OPT
     assert isinstance(full, LLVMCompiler) and full.opt == 2 and full is be.compiler
     assert quick.flags != full.flags  # (so their objects are cached under different keys)
     # Backend.to_program compiled each with the compiler compiler_for names
@@ -90,14 +90,13 @@ def _run(spec: Any, obj: bytes, inputs: list[np.ndarray], var_vals: dict[str, in
 @settings(max_examples=25, deadline=None)
 @given(kernel_asts())
 def test_quick_objects_match_the_interpreter(case: tuple[Any, list[np.ndarray], dict[str, int]]) -> None:
-    """Random kernels (speck's upcasts and accumulators included) compiled at opt=0 and run as two worker slices:
-    every buffer equals the interpreter's, bit for bit (opt=0 runs no IR pass: no accumulator promotion, no
-    unrolling, the fast instruction selector and register allocator)."""
+    """Random kernels (speck's upcasts and accumulators included) compiled at opt=QUICK_OPT and run as two worker
+    slices: every buffer equals the interpreter's, bit for bit."""
     ast, inputs, var_vals = case
     spec = to_program(ast, LLVMRenderer())
     want = [b.copy() for b in inputs]
     run_program(spec.uops, want, var_vals)
-    got = _run(spec, LLVMCompiler(opt=0).compile_uncached(spec.src), inputs, var_vals)
+    got = _run(spec, LLVMCompiler(opt=QUICK_OPT).compile_uncached(spec.src), inputs, var_vals)
     for b in kernel_signature(spec.uops, "test").buffers:
         slot = b.arg if isinstance(b.arg, int) else b.arg[0]
         assert same_bits(got[slot], want[slot], b.dtype.base), f"buffer {slot} differs\n{spec.src}"

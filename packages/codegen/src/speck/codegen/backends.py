@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from speck.codegen.compiler.amdgpu import ARCHS
 from speck.codegen.compiler.base import Compiler
-from speck.codegen.compiler.llvm import LLVMCompiler, quick_enough
+from speck.codegen.compiler.llvm import QUICK_OPT, LLVMCompiler, quick_enough
 from speck.codegen.errors import CompileRefused, UnknownBackendError, UnsupportedOpError
 from speck.codegen.settings import FP_CONTRACT
 
@@ -53,7 +53,7 @@ class IdentityCompiler(Compiler):
 class Backend:
     """A code generator for one target: `renderer()` and `compiler()` are created on first use and shared.
     `quick`: (make a second compiler, which specs it compiles) for a backend with a cheaper compile that kernels too
-    small for optimization to pay get (the LLVM backend's opt=0 for `speck.codegen.compiler.llvm.quick_enough`)."""
+    small for optimization to pay get (the LLVM backend's opt=QUICK_OPT for `compiler.llvm.quick_enough`)."""
 
     name: str
     make_renderer: Callable[[], Renderer]
@@ -235,7 +235,7 @@ def _amd_backend(arch: str) -> Backend:
 
 # (the quick compiler: kernels too small for optimization to pay, see speck.codegen.compiler.llvm.quick_enough)
 register_backend(
-    Backend("LLVM", _llvm_renderer, LLVMCompiler, host=True, quick=(lambda: LLVMCompiler(opt=0), quick_enough))
+    Backend("LLVM", _llvm_renderer, LLVMCompiler, host=True, quick=(lambda: LLVMCompiler(opt=QUICK_OPT), quick_enough))
 )
 register_backend(Backend("CLANG", _clang_renderer, _clang_compiler, host=True))
 register_backend(Backend("X86", _x86_renderer, _x86_compiler, fallback="LLVM", host=True))

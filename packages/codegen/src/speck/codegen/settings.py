@@ -80,7 +80,7 @@ LLVM_QUICK = declare(
     1,
     OWNER,
     ("speck.codegen.compiler.llvm",),
-    "1: the LLVM backend compiles kernels too small for optimization to pay at opt=0 (see quick_enough); 0: never",
+    "1: the LLVM backend compiles kernels too small for optimization to pay at opt=1 (see quick_enough); 0: never",
     minimum=0,
     maximum=1,
 )

@@ -60,15 +60,17 @@ UNROLL_THRESHOLD = 200
 RUNTIME_UNROLL = "runtime-unroll=off"
 
 
-# Kernels too small for optimization to pay compile at opt=0 (no IR passes, LLVM's fast instruction selector and
-# register allocator): the LLVM backend's `compiler_for` picks LLVMCompiler(opt=0) for a spec `quick_enough` passes.
-# Such a kernel's run is its launch (~10 us on the CPU device), whatever its code. Measured on the main job's CNN
-# training step, each of its 177 kernel launches compiled both ways and timed alone (best of 7, single-threaded): the
-# 72 within these limits (Adam's updates of biases and small filters, the loss, the 10-class head) ran 0.03 ms slower
-# in all at opt=0, of the step's 74 ms (each difference within the timer's noise), and compiled in ~1 ms instead of
-# ~5 ms each. A cold step compiles 33 of its 133 distinct modules this way: 0.12-0.17 s less LLVM CPU (of 1.6-1.9 s;
-# bench/lowering_profile.py --llvm, LLVM_QUICK=1 against 0). Above these limits opt=0 starts to cost run time: 2x-4x
-# on the 1-2 MB reductions.
+# Kernels too small for optimization to pay compile at opt=QUICK_OPT: the LLVM backend's `compiler_for` picks
+# LLVMCompiler(opt=QUICK_OPT) for a spec `quick_enough` passes. Such a kernel's run is its launch (~10 us on the CPU
+# device), whatever its code. Measured on the main job's CNN training step, each of its 177 kernel launches compiled
+# both ways and timed alone (best of 7, single-threaded): the 72 within these limits (Adam's updates of biases and
+# small filters, the loss, the 10-class head) ran 0.03 ms slower in all, of the step's 74 ms (each difference within
+# the timer's noise). A cold step compiles about 30 of its 130 distinct modules this way: ~0.1 s less LLVM CPU (of
+# 1.4-1.9 s; bench/lowering_profile.py --llvm, LLVM_QUICK=1 against 0). Not opt=0, which saves about as much: its
+# instruction selector does not fuse the renderer's `contract` multiply-adds into FMAs, so a small kernel would round
+# `a * b + c` differently from the same expression in a big one (tests/tensor/test_quick_compile_numerics.py).
+# Above these limits the cheaper compile starts to cost run time (2x-4x at opt=0 on the 1-2 MB reductions).
+QUICK_OPT = 1
 QUICK_OPS = 1 << 17  # ALU ops of one run (Estimates.ops)
 QUICK_BYTES = 1 << 19  # bytes loaded (Estimates.lds) and global memory touched (Estimates.mem) by one run
 
