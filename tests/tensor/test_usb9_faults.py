@@ -62,6 +62,27 @@ def test_an_illegal_instruction_is_a_named_gpu_fault_and_the_device_computes_aft
     computes(np.arange(1000, dtype=np.float32))
 
 
+INLINE_ASM = """
+define amdgpu_kernel void @ill(ptr addrspace(1) %out) {
+  call void asm sideeffect ".long 0xffffffff", ""()
+  store i32 1, ptr addrspace(1) %out
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("src", [INLINE_ASM, 'module asm ".text"\n' + INLINE_ASM.replace("call void asm", "; asm")])
+def test_inline_assembly_in_a_custom_kernel_is_a_compile_error_not_a_process_abort(dev: UsbDevice, src: str) -> None:
+    """LLVM's AMDGPU object streamer aborts the process on inline assembly (llvmlite has no AMDGPU asm parser): the
+    compiler must refuse it first, naming the line."""
+    from speck.codegen.errors import CompileError
+
+    line = 1 + next(i for i, ln in enumerate(src.splitlines()) if "asm " in ln and not ln.lstrip().startswith(";"))
+    with pytest.raises(CompileError, match=rf"line {line}: inline assembly is not supported.*llvm\.amdgcn"):
+        dev.compiler.compile(src)
+    computes(np.arange(5, dtype=np.float32))
+
+
 def test_a_kernel_that_never_finishes_raises_gpu_hang_naming_the_wait(
     dev: UsbDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
