@@ -87,8 +87,8 @@ def test_reopening_the_same_model_keeps_it_and_a_second_claim_is_busy(model: Ech
     other = EchoModel()
     stale = UsbTransport.open(sim=[model])
     with UsbTransport.open(sim=[other]):  # different models replace the bus
-        with pytest.raises(errors.UsbNoDeviceError):
-            stale.bulk_out(0x02, b"gone")
+        with pytest.raises(errors.UsbNoDeviceError, match=r"simulated bus usb:3-\d+ was on was replaced by an open"):
+            stale.bulk_out(0x02, b"gone")  # the message says why, not just "disconnected"
     stale.close()
     assert _resources_released() == NOTHING_LIVE
 

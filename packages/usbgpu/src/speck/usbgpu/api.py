@@ -449,6 +449,7 @@ class UsbGpu:
         GpuFault / GpuHang and leaves the session usable (reset_queue() restarts the queue); anything else that
         fails mid-operation leaves it unusable, as a failed copy does."""
         self._ctx.require_ready(what)
+        what = f"compute queue {what}()"  # names the call in a later DeviceUnusableError, not a bare "completed"
 
         def job() -> Any:
             self._live()

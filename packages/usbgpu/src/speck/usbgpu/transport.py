@@ -234,6 +234,7 @@ class UsbTransport:
         self._claimed = [True]
         self._closed = False
         self._finalizer = weakref.finalize(self, _teardown, self._pool, handle, context, self._claimed, lock)
+        self._bus_generation = _sim_generation() if simulated else 0
 
     # ---- opening ----
     @classmethod
@@ -479,9 +480,21 @@ class UsbTransport:
 
     def _error(self, rc: int, operation: str, detail: str = "") -> BaseException:
         """The exception for libusb return code `rc` (in the simulator, a model's own exception comes first)."""
+        detail = "; ".join(d for d in (detail, self._unplugged_by_replacement()) if d)
         converted = errors.error_for_code(rc, operation, helper.libusb_text(rc) or None, detail)
         _reraise_model_exception(self.simulated, converted)
         return converted
+
+    def _unplugged_by_replacement(self) -> str:
+        """Why a simulated device answers NO_DEVICE when nothing disconnected it: another open put other models on
+        the fake bus (UsbTransport.open with different models), which unplugs every handle of the old bus."""
+        if not self.simulated or _sim_generation() == self._bus_generation:
+            return ""
+        return (
+            f"the simulated bus {self.name} was on was replaced by an open of other device models in this process "
+            "(e.g. UsbGpu.open(sim=True) while this session was open); open the same models again, or use "
+            "SPECK_USB_SIM's shared devices for every session"
+        )
 
     def clear_halt(self, endpoint: int) -> None:
         """CLEAR_FEATURE(ENDPOINT_HALT) on `endpoint`; the firmware also resets that endpoint and cancels streaming
@@ -500,6 +513,8 @@ class UsbTransport:
             tag = self._pool.submit(endpoint, data, timeout_ms)
         except errors.UsbError as exc:
             _reraise_model_exception(self.simulated, exc)
+            if why := self._unplugged_by_replacement():
+                exc.add_note(why)
             raise
         if self.simulated:
             _deliver()
@@ -518,6 +533,8 @@ class UsbTransport:
             self._pool.wait(tag, timeout_ms)
         except errors.UsbError as exc:
             _reraise_model_exception(self.simulated, exc)
+            if why := self._unplugged_by_replacement():
+                exc.add_note(why)
             raise
         if self.simulated:
             _deliver()
@@ -574,6 +591,12 @@ def _deliver() -> None:
     from speck.usbgpu.sim import shim
 
     shim.deliver()
+
+
+def _sim_generation() -> int:
+    from speck.usbgpu.sim import shim
+
+    return shim.generation()
 
 
 def _reraise_model_exception(simulated: bool, cause: BaseException) -> None:

@@ -10,6 +10,7 @@ installed."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -20,7 +21,7 @@ from speck.codegen.compiler.base import Compiler, source_digest
 from speck.codegen.compiler.code_object import link_code_object
 from speck.codegen.compiler.llvm import _llvmlite_version, llvm_all_targets, parse_module
 from speck.codegen.compiler.pool import WorkerRecipe
-from speck.codegen.errors import CodegenValueError, ToolError
+from speck.codegen.errors import CodegenValueError, CompileError, ToolError
 from speck.codegen.settings import LLVM_OBJDUMP
 
 TRIPLE = "amdgcn-amd-amdhsa"
@@ -61,6 +62,7 @@ class AMDGPUCompiler(Compiler):
                             (), tuple(self.flags))  # fmt: skip
 
     def _optimized_module(self, src: str) -> Any:
+        _refuse_inline_asm(src, self.name)
         llvm = llvm_all_targets()
         mod = parse_module(src, f"llvm (llvmlite, {self.arch})", TRIPLE, self._data_layout)
         if self.opt:
@@ -131,6 +133,20 @@ def _kernel_label(src: str) -> str:
         if line.startswith("define amdgpu_kernel"):
             return line.split("@", 1)[1].split("(", 1)[0]
     return ""
+
+
+# LLVM IR inline assembly (`call ... asm sideeffect "..."`, `module asm "..."`): this llvmlite has no AMDGPU assembly
+# parser, and LLVM's object streamer then aborts the whole process (report_fatal_error) instead of failing the compile
+_INLINE_ASM = re.compile(r'(\basm\s+(?:(?:sideeffect|alignstack|inteldialect|unwind)\s+)*"|^\s*module\s+asm\b)', re.M)
+
+
+def _refuse_inline_asm(src: str, compiler: str) -> None:
+    found = _INLINE_ASM.search(src)
+    if found is not None:
+        line = src.count("\n", 0, found.start()) + 1
+        raise CompileError(compiler, f"line {line}: inline assembly is not supported (llvmlite has no AMDGPU assembly "
+                           "parser, and LLVM would abort the process); write the instruction as an LLVM intrinsic "
+                           "(llvm.amdgcn.*) instead", src)  # fmt: skip
 
 
 __all__ = ["ARCHS", "FEATURES", "TRIPLE", "AMDGPUCompiler"]

@@ -37,6 +37,7 @@ lib: Any = _fake.lib
 __all__ = [
     "counters",
     "install",
+    "generation",
     "installed_models",
     "library_path",
     "model_seconds",
@@ -60,6 +61,7 @@ _ops = ffi.new("struct fakeusb_ops *")
 # CPU seconds this thread spent inside model callbacks, so benchmarks can report the driver's own cost without the
 # simulator's (thread CPU time, not wall time: other processes sharing the cores must not count).
 _model_time = [0.0]
+_generation = [0]  # bumped by every install/uninstall: a transport opened on an older bus was unplugged by it
 
 
 def library_path() -> str:
@@ -141,6 +143,7 @@ def install(models: Sequence[UsbDeviceModel]) -> str:
     _ops.cancel = ffi.addressof(lib, "fakeusb_py_cancel")
     _ops.wait = ffi.addressof(lib, "fakeusb_py_wait")
     new_models = list(models)
+    _generation[0] += 1
     lib.fakeusb_set_ops(_ops)
     _models = new_models
     _pending.clear()
@@ -162,7 +165,13 @@ def uninstall() -> None:
     """Remove every device from the fake bus (open handles answer NO_DEVICE)."""
     global _models
     lib.fakeusb_set_ops(ffi.NULL)
+    _generation[0] += 1
     _models = []
+
+
+def generation() -> int:
+    """How many times the fake bus was (re)installed or emptied; a handle opened before the last change is dead."""
+    return _generation[0]
 
 
 def installed_models() -> list[UsbDeviceModel]:
