@@ -27,7 +27,7 @@ from speck.tensor.errors import TensorIndexError, TensorTypeError, TensorValueEr
 from speck.tensor.gradient import const_like, override_gradient
 from speck.tensor.multi import MultiUOp, _on_device, multi_alu
 from speck.tensor.nodes import _const_uop
-from speck.tensor.precise import asin64, erf64, odd_abs
+from speck.tensor.precise import asin64, erf64, odd_abs, quarter_turns64
 from speck.tensor.settings import DISALLOW_BROADCAST
 from speck.tensor.weak import check_fits, fold, materialized, retype
 from speck.uop import DType, Ops, UOp, dtypes, least_upper_dtype
@@ -531,6 +531,8 @@ def _sigmoid_gradient(out: Tensor, x: Tensor) -> None:
 _TWO_OVER_PI_24 = [float.fromhex(h) for h in ("0x1.45f306p-1", "0x1.b93910p-26", "0x1.529fc0p-52", "0x1.3abe88p-75",
                                               "0x1.ea69bap-97", "0x1.81b6c4p-121", "0x1.2b3278p-145",
                                               "0x1.0e4104p-170", "0x1.fca2c6p-193")]  # fmt: skip
+# float64 sin: the SIN op's own (Cody-Waite) reduction is accurate up to here; beyond, precise.quarter_turns64
+_SIN64_DIRECT = 6e6
 # Taylor coefficients (lowest degree first, after the leading x) of asin and erf / (2 / sqrt(pi)) in x^2
 _ASIN_SERIES = [1 / 6, 3 / 40, 5 / 112, 35 / 1152, 63 / 2816]
 _ERF_SERIES = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(1, 9)]
@@ -587,9 +589,15 @@ class ElementwiseMixin:
 
     def sin(self: Tensor) -> Tensor:
         """float32 and narrower: exact argument reduction (`_quadrants`), then sin of the reduced angle in float64;
-        float64: the SIN op's own reduction (accurate for |x| <= 6e6)."""
+        float64: the SIN op's own reduction where it is accurate (|x| <= 6e6), else Payne-Hanek reduction first
+        (`precise.quarter_turns64`: sin(1e20) is sin(1e20), not 1e31)."""
         x = self._float()
-        return x._alu(Ops.SIN) if x.dtype == dtypes.float64 else x._turns_sin(0).cast(x.dtype)
+        if x.dtype != dtypes.float64:
+            return x._turns_sin(0).cast(x.dtype)
+        near = x.abs() <= _SIN64_DIRECT
+        # (each branch fed only its own inputs, a filler elsewhere: the other's derivative may be inf there)
+        direct, far = near.where(x, 0.0), near.where(_SIN64_DIRECT, x)
+        return near.where(direct._alu(Ops.SIN), (quarter_turns64(far) * (math.pi / 2))._alu(Ops.SIN))
 
     def cos(self: Tensor) -> Tensor:
         """float32 and narrower: sin of the reduced angle shifted by a quarter turn, exactly (so cos is accurate

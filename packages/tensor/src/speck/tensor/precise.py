@@ -1,6 +1,7 @@
-"""float64 asin and erf to a few float64 ulps. elementwise.py's forms are float32-grade approximations (a
-polynomial fit with an absolute error of 2e-8, a rational fit of 1.5e-7), which is what tinygrad computes too; a
-float64 tensor gets series that converge to its own precision instead, so `Tensor(x, dtype=float64).asin()` (and
+"""float64 asin and erf to a few float64 ulps, and float64 sin's argument reduction for any finite x.
+elementwise.py's forms of asin and erf are float32-grade approximations (a polynomial fit with an absolute error of
+2e-8, a rational fit of 1.5e-7), which is what tinygrad computes too; a float64 tensor gets series that converge to
+its own precision instead, so `Tensor(x, dtype=float64).asin()` (and
 acos, atan, which are built on it) agrees with numpy/math to ~1e-16 rather than to 1e-8.
 
 Every function takes and returns a float64 Tensor. Branches are selected with `where`, and each branch is fed only
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+
+from speck.uop import dtypes
 
 if TYPE_CHECKING:
     from speck.tensor.tensor import Tensor
@@ -76,3 +79,44 @@ def erf64(x: Tensor) -> Tensor:
     big = 1 - (-(b * b)).exp() / (frac * math.sqrt(math.pi))
     r = near.where(small, (a >= _ERF_ONE).where(1.0, big))
     return (x < 0).where(-r, r)
+
+
+def _two_over_pi_pieces(bits: int, width: int) -> list[float]:
+    """2/pi's binary expansion in `width`-bit pieces (each an exact float64) down to bit `bits`, from integer
+    arithmetic: pi by Machin's formula with 64 guard bits."""
+    prec = bits + 64
+    one = 1 << prec
+
+    def atan_inv(n: int) -> int:  # atan(1/n) * 2^prec
+        total, term, k, sign = 0, one // n, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= n * n
+            k, sign = k + 2, -sign
+        return total
+
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)
+    frac = (2 << (prec + bits)) // pi  # floor(2/pi * 2^bits)
+    return [math.ldexp((frac >> (bits - width * (k + 1))) & ((1 << width) - 1), -width * (k + 1))
+            for k in range(bits // width)]  # fmt: skip
+
+
+# 2/pi in 26-bit pieces to bit 1170: a float64 below 2^1024 times each piece reduced mod 4 leaves the quarter turns
+# with 53 + ~90 bits to spare
+_TWO_OVER_PI_26 = _two_over_pi_pieces(1170, 26)
+_HIGH_26 = (1 << 64) - (1 << 27)  # a float64 keeping its sign, exponent and top 26 significand bits
+
+
+def quarter_turns64(x: Tensor) -> Tensor:
+    """x * 2/pi reduced to [-2, 2] (quarter turns) for any finite float64 x: Payne-Hanek reduction. x splits into a
+    26-bit and a 27-bit half (its significand's low 27 bits cleared, and the rest), each product with a 26-bit
+    piece of 2/pi is exact in float64 and is reduced mod 4 exactly, and the running sum is kept in [-2, 2]."""
+    hi = (x.bitcast(dtypes.uint64) & _HIGH_26).bitcast(dtypes.float64)
+    lo = x - hi
+    total = x * 0
+    for c in _TWO_OVER_PI_26:
+        for half in (hi, lo):
+            t = half * c
+            total = total + (t - 4 * (t * 0.25).trunc())
+            total = total - 4 * (total * 0.25).round()
+    return total
