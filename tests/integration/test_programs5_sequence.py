@@ -11,48 +11,13 @@ import itertools
 import math
 
 import numpy as np
-from gradcheck import num_grad
+from gradcheck import F64, P, check_grads, init, np_adam, num_grad, rng
 
 from speck.tensor import Tensor, TinyJit, dtypes, nn
 from speck.tensor.nn.optim import SGD, Adam
 from speck.tensor.nn.state import get_parameters, get_state_dict
 
-F64 = np.float64
-P = dict[str, np.ndarray]
 NEG = -1e30  # "log 0" for the Tensor code: -inf would make logsumexp's max-subtraction give nan
-
-
-def rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def load(t: Tensor, x: np.ndarray) -> Tensor:
-    t.replace(Tensor(np.asarray(x, np.float32)).realize())
-    return t
-
-
-def init(model: object, seed: int, scale: float = 0.5) -> P:
-    r, p = rng(seed), {}
-    for k, t in get_state_dict(model).items():
-        load(t, r.standard_normal(t.shape) * scale)
-        p[k] = t.numpy().astype(F64)
-    return p
-
-
-def check_grads(got: dict[str, Tensor], want: P, rtol: float = 2e-3, atol: float = 2e-5) -> None:
-    Tensor.realize(*[t.grad for t in got.values() if t.grad is not None])
-    for k, t in got.items():
-        assert t.grad is not None, f"{k} has no gradient"
-        np.testing.assert_allclose(t.grad.numpy(), want[k], rtol=rtol, atol=atol, err_msg=k)
-
-
-def np_adam(p: P, g: P, st: dict, t: int, lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> None:
-    for k, gk in g.items():
-        m = st.setdefault(("m", k), np.zeros_like(gk))
-        v = st.setdefault(("v", k), np.zeros_like(gk))
-        m[...] = b1 * m + (1 - b1) * gk
-        v[...] = b2 * v + (1 - b2) * gk * gk
-        p[k] = p[k] - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
 
 
 def np_log_softmax(x: np.ndarray) -> np.ndarray:

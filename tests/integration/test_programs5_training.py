@@ -12,40 +12,11 @@ import math
 import pathlib
 
 import numpy as np
-from gradcheck import num_grad
+from gradcheck import F64, P, init, np_adam, num_grad, rng
 
 from speck.tensor import Device, Tensor, TinyJit, dtypes, nn
 from speck.tensor.nn.optim import SGD, Adam
 from speck.tensor.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
-
-F64 = np.float64
-P = dict[str, np.ndarray]
-
-
-def rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def load(t: Tensor, x: np.ndarray) -> Tensor:
-    t.replace(Tensor(np.asarray(x, np.float32)).realize())
-    return t
-
-
-def init(model: object, seed: int, scale: float = 0.5) -> P:
-    r, p = rng(seed), {}
-    for k, t in get_state_dict(model).items():
-        load(t, r.standard_normal(t.shape) * scale)
-        p[k] = t.numpy().astype(F64)
-    return p
-
-
-def np_adam(p: P, g: P, st: dict, t: int, lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> None:
-    for k, gk in g.items():
-        m = st.setdefault(("m", k), np.zeros_like(gk))
-        v = st.setdefault(("v", k), np.zeros_like(gk))
-        m[...] = b1 * m + (1 - b1) * gk
-        v[...] = b2 * v + (1 - b2) * gk * gk
-        p[k] = p[k] - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
 
 
 def np_log_softmax(x: np.ndarray) -> np.ndarray:
