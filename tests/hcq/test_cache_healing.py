@@ -46,7 +46,9 @@ X, Y = RNG.standard_normal(N_A).astype(np.float32), RNG.standard_normal(N_A).ast
 def compile_and_run(ast: UOp, n: int) -> np.ndarray:
     """What a realize does: lower + compile through the device's (cached) compiler, load_program, run."""
     dev = Device["CPU"]
-    prog = dev.load_program(to_program(ast, LLVMRenderer(), dev.compiler))
+    spec = to_program(ast, LLVMRenderer())
+    spec.lib = dev.backend.compiler_for(spec).compile(spec.src)  # (the compiler a realize picks for this spec)
+    prog = dev.load_program(spec)
     O = Buffer("CPU", n, np.float32)
     prog(O, Buffer("CPU", n, np.float32).copyin(X[:n]), Buffer("CPU", n, np.float32).copyin(Y[:n]), wait=True)
     return O.numpy().copy()
@@ -63,9 +65,9 @@ def cold_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 def entry_of(ast: UOp) -> tuple[DiskCache, str, str]:
-    compiler = Device["CPU"].compiler
-    src = to_program(ast, LLVMRenderer()).src
-    return compiler.disk_cache(), compiler.cache_key(src), src
+    spec = to_program(ast, LLVMRenderer())
+    compiler = Device["CPU"].backend.compiler_for(spec)
+    return compiler.disk_cache(), compiler.cache_key(spec.src), spec.src
 
 
 def damage(how: str, store: DiskCache, key: str) -> None:

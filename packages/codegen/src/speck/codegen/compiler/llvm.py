@@ -77,11 +77,11 @@ QUICK_BYTES = 1 << 19  # bytes loaded (Estimates.lds) and global memory touched 
 
 def quick_enough(spec: Any) -> bool:
     """Whether a program spec's kernel is small enough to compile without optimization (see QUICK_OPS): its
-    estimates are known (not symbolic) and within the limits, and LLVM_QUICK is on."""
+    estimates are known (all three, not symbolic) and within the limits, and LLVM_QUICK is on."""
     est = getattr(spec, "estimates", None)
     if not LLVM_QUICK.value or est is None:
         return False
-    ops, lds, mem = est.ops, est.lds, est.mem
+    ops, lds, mem = (getattr(est, k, None) for k in ("ops", "lds", "mem"))  # (a spec-like object may lack some)
     if not (isinstance(ops, int) and isinstance(lds, int) and isinstance(mem, int)):  # (symbolic: may be large)
         return False
     return ops <= QUICK_OPS and lds <= QUICK_BYTES and mem <= QUICK_BYTES
