@@ -849,10 +849,6 @@ def assign(t: Tensor, x: Any) -> Tensor:
         t.uop = source.bitcast(t.dtype).uop  # (built after the write: reads the new bits)
         return t
     _give_storage(t)
-    if type(cur := t.uop) is UOp and (staged_view := unstage(cur)) is not cur:
-        # host data (Tensor(list), Tensor(ndarray)) sits in its buffer already: write there, as realizing it would
-        # (a TinyJit that read the tensor reads that buffer; taking the new value's graph instead hid the write)
-        t.uop = staged_view
     xt = _broadcast(_value(t, x, "assign"), t.shape, "assign")
     u = t.uop
     buf = view_base(u)
