@@ -106,8 +106,10 @@ def test_backward_through_function() -> None:
     x2, w2 = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
     loss.fn(x2, w2).backward()  # the plain function: the reference gradients
     assert x.grad is not None and w.grad is not None and x2.grad is not None and w2.grad is not None
-    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(w.grad.numpy(), w2.grad.numpy(), rtol=1e-5, atol=1e-7)
+    # (tanh's gradient is its own rule in the plain function and the traced graph's inside @function: float32
+    # rounding apart, not more)
+    np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), w2.grad.numpy(), rtol=1e-4, atol=1e-6)
     t = np.tanh(xn @ wn)
     np.testing.assert_allclose(w.grad.numpy(), xn.T @ (2 * t * (1 - t * t) / t.size), rtol=1e-4, atol=1e-6)
 
